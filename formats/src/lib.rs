@@ -1,0 +1,3 @@
+//! # Overview
+//!
+//! Work in progress.

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's test command: installs the Python packages the cross-language
+# tests use (the `lmdb` reader for the format check), then runs every test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! python3 -c 'import lmdb' 2>/dev/null; then
+  python3 -m pip install --quiet --disable-pip-version-check lmdb
+fi
+cargo test --workspace

@@ -1,0 +1,59 @@
+//! Flag parsing and dispatch. Each subcommand lives in its own file with an
+//! `Args` struct (clap) and a `run(args) -> anyhow::Result<ExitCode>`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod convert;
+mod decode;
+mod inspect;
+mod verify;
+
+/// stoker: keeps training GPUs fed.
+#[derive(Debug, Parser)]
+#[command(name = "stoker", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Convert an image folder or list file into LMDB shards.
+    Convert(convert::Args),
+    /// Summarize a converted dataset.
+    Inspect(inspect::Args),
+    /// Check every record of a converted dataset (header, length, CRC, optionally decode).
+    Verify(verify::Args),
+    /// Decode one JPEG file and report its properties and the route taken.
+    Decode(decode::Args),
+    /// Measure each stage (storage, decode, PCIe, GPU) and name the bound.
+    Bench(bench::Args),
+}
+
+/// Parses the flags, runs the subcommand and maps the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    let result = match cli.command {
+        Command::Convert(a) => convert::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Verify(a) => verify::run(a),
+        Command::Decode(a) => decode::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("stoker: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
