@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Run ON THE GPU MACHINE (no Rust there): prepare here with
+# scripts/device-prepare.sh, then call the device tool's `run` with
+# `carry: [".device"]` and `bash scripts/device-check.sh`.
+#
+# Each part in scripts/device-check.d/*.sh runs with:
+#   BIN  = .device/bin   (stoker, examples, test executables `<package>-<target>`)
+#   DATA = .device/data  (bench/ and conformance/ from ../shared/data)
+#   OUT  = $OUT          (comes back; full logs go there)
+# and appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
+# The short table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export BIN="${BIN:-$PWD/.device/bin}" DATA="${DATA:-$PWD/.device/data}"
+export OUT="${OUT:-/tmp/stoker-device-out}"
+mkdir -p "$OUT"
+# A safety net only: the library must find nvJPEG by itself.
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export RUST_BACKTRACE=1
+: >"$OUT/table.tsv"
+log="$OUT/device-check.log"
+: >"$log"
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv || true
+  python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)' || true
+} >>"$log" 2>&1
+status=0
+for part in scripts/device-check.d/*.sh; do
+  [ -f "$part" ] || continue
+  name="$(basename "$part" .sh)"
+  echo "=== $name" >>"$log"
+  start=$(date +%s)
+  timeout "${PART_TIMEOUT:-240}" bash "$part" >>"$log" 2>&1
+  rc=$?
+  printf '%s\t%s\t%s\t%s\n' "part:$name" "$rc" "exit" "$(( $(date +%s) - start )) s" >>"$OUT/table.tsv"
+  [ "$rc" -eq 0 ] || status=1
+done
+echo "--- last 60 log lines"
+tail -n 60 "$log"
+echo "--- table"
+column -t -s $'\t' "$OUT/table.tsv" || cat "$OUT/table.tsv"
+exit $status

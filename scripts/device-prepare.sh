@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Run HERE (the CPU machine with the Rust toolchain) before a GPU-machine check:
+# builds release binaries, examples and test executables, strips them, and
+# copies them with the benchmark data into .device/ (git-ignored), which the
+# device tool carries (`carry: [".device"]`). The whole transfer must stay
+# under 64 MiB, so only what scripts/device-check.d/*.sh uses is copied.
+#
+# Test executables are named `<package>-<target>` (e.g. `stoker-loader-gpu`
+# for loader/tests/gpu.rs, `stoker-decode-stoker_decode` for the decode lib's
+# unit tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf .device
+mkdir -p .device/bin .device/data
+cargo build --release --bins --examples
+cp target/release/stoker .device/bin/
+for ex in target/release/examples/*; do
+  [ -f "$ex" ] && [ -x "$ex" ] || continue
+  case "$(basename "$ex")" in *-*) continue ;; esac # skip hashed duplicates
+  cp "$ex" .device/bin/
+done
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null |
+  python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    if not m.get("profile", {}).get("test"):
+        continue
+    pkg = m["package_id"].split("#")[0].rstrip("/").split("/")[-1]
+    # package_id looks like "path+file:///work/main/loader#stoker-loader@0.1.0"
+    pid = m["package_id"]
+    if "#" in pid:
+        tail = pid.split("#", 1)[1]
+        pkg = tail.split("@")[0] if "@" in tail else pkg
+    name = f"{pkg}-{m[\"target\"][\"name\"]}"
+    shutil.copy(m["executable"], f".device/bin/{name}")
+    print("test binary:", name)
+'
+strip .device/bin/* 2>/dev/null || true
+cp -r ../shared/data/bench .device/data/bench
+cp -r ../shared/data/conformance .device/data/conformance
+cp -r benches/peers .device/peers 2>/dev/null || true
+du -sh .device .device/bin .device/data
+total=$(du -sm .device | cut -f1)
+if [ "$total" -gt 60 ]; then
+  echo "warning: .device is ${total} MiB; the device tool carries at most 64 MiB with the tree" >&2
+fi
