@@ -1,3 +1,106 @@
 //! # Overview
 //!
-//! Work in progress.
+//! `stoker-loader` is the drop-in iterator a Rust training loop uses: it reads records from a
+//! [`stoker_formats::Dataset`] in a deterministic order, decodes them (CPU: `stoker-decode`),
+//! applies the training transforms (random resized crop, flip, normalize, layout, dtype) into a
+//! ring of batch buffers allocated once, and hands whole batches to the consumer while counting
+//! where the time goes, so that "is the GPU fed?" has a measured answer ([`Loader::stats`]).
+//!
+//! ```no_run
+//! use stoker_formats::Dataset;
+//! use stoker_loader::{Device, Loader, Output, Shuffle, Transform};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let loader = Loader::builder(Dataset::open("data/imagenet")?)
+//!     .batch_size(256)
+//!     .shuffle(Shuffle::Global { seed: 0 })
+//!     .drop_last(true)
+//!     .transform(Transform::random_resized_crop(224).hflip(0.5).normalize(
+//!         [0.485, 0.456, 0.406],
+//!         [0.229, 0.224, 0.225],
+//!     ))
+//!     .output(Output::F32Nchw)
+//!     .device(Device::Cpu)
+//!     .prefetch(3)
+//!     .build()?;
+//! for epoch in 0..2 {
+//!     for batch in loader.epoch(epoch) {
+//!         let batch = batch?;
+//!         let pixels: &[f32] = batch.images.as_f32().expect("F32Nchw output");
+//!         let _ = (pixels, &batch.labels, &batch.indices);
+//!     }
+//!     println!("{}", loader.stats());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Modules
+//!
+//! - [`sampler`]: the per-rank order of sample indices for an epoch, from
+//!   `(shuffle, seed, epoch, rank, world, drop_last, batch_size)` alone.
+//! - [`transform`]: the transform description and the per-sample parameter draw
+//!   ([`transform::Transform::params`]) shared by the CPU and GPU paths.
+//! - [`metrics`]: stage counters (read, decode, transform, h2d, handoff), consumer wait, fed
+//!   ratio, queue occupancy; [`Stats`] is the snapshot (Display, JSON, Prometheus).
+//! - `pipeline`: the internal contract between [`Loader`] and a backend (see below).
+//! - `cpu`: the CPU backend (worker threads: read → decode → transform into the batch ring).
+//! - `gpu`: the GPU backend (pinned staging, nvJPEG, CUDA transform), its own issue.
+//!
+//! # Contract with the GPU path (`loader/src/gpu/`)
+//!
+//! The GPU engineer owns `loader/src/gpu/`; everything else in this crate is the loader core.
+//! The two meet at these items (all in this crate, all `pub(crate)` unless noted):
+//!
+//! 1. **Backend trait** [`pipeline::Pipeline`] (`pipeline.rs`):
+//!    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError>`.
+//!    [`pipeline::EpochPlan`] carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
+//!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
+//!    bad records ([`pipeline::EpochPlan::replacement`]). [`pipeline::EpochStream::next_batch`]
+//!    blocks and returns batches **in order**; dropping the stream must stop production promptly.
+//!    The [`Loader`] wraps the stream: it measures consumer wait, the handoff stage, the resume
+//!    position and the fed ratio, so a backend never does that itself.
+//! 2. **Entry point**: `crate::gpu::build(config: &LoaderConfig, metrics: Arc<Metrics>)
+//!    -> Result<gpu::GpuPipeline, LoaderError>` with `gpu::GpuPipeline: Pipeline`, called by
+//!    [`LoaderBuilder::build`] for [`Device::Cuda`] (and for [`Device::Auto`] when a GPU is
+//!    present, falling back to the CPU backend when `gpu::build` returns
+//!    [`LoaderError::GpuUnavailable`]). [`LoaderConfig`] (`builder.rs`) has `pub(crate)` fields:
+//!    dataset, batch_size, shuffle, drop_last, transform, output, device, rank, world, prefetch,
+//!    workers, on_error.
+//! 3. **Batches**: [`Batch`] is one struct for both paths; [`Images`] is an enum:
+//!    `Images::Host(HostImages)` (CPU path) and `Images::Cuda(gpu::CudaImages)` (GPU path; the GPU
+//!    engineer defines `pub struct CudaImages`). `Batch { images, labels: Vec<u32>,
+//!    indices: Vec<u64>, epoch, batch_index }`.
+//! 4. **Same crops on both paths**: [`transform::Transform::params`]`(seed, epoch, sample_index,
+//!    src_w, src_h) -> SampleParams { crop: (x, y, w, h), flip }` in source pixels
+//!    (torchvision `RandomResizedCrop` parameterization; eval: resize + center crop).
+//!    [`transform::Transform::out_size`], [`transform::Transform::mean_std`] give the rest.
+//! 5. **Counters**: [`metrics::Metrics`] (`Arc`, all atomics): `record(Stage, items, bytes, busy)`
+//!    for `Stage::{Read, Decode, Transform, H2d, Handoff}`, `count_route(&str)` for per-route
+//!    decode counts (`"cpu_zune"`, `"nvjpeg_hw"`...), `bad_record(index)`, `set_pinned_bytes`,
+//!    `set_device_bytes`.
+//! 6. **Wiring**: `mod gpu;` and the `Images::Cuda` variant are compiled when
+//!    `loader/src/gpu/mod.rs` contains the marker line `// stoker-loader: gpu contract v1`
+//!    (detected by `build.rs`, which sets `cfg(stoker_gpu)`), so that either side compiles while
+//!    the other is half-written. Add the marker once `build`, `GpuPipeline` and `CudaImages` exist.
+
+#![warn(missing_docs)]
+
+mod batch;
+mod builder;
+mod cpu;
+mod error;
+pub mod metrics;
+pub(crate) mod pipeline;
+pub mod sampler;
+pub mod transform;
+
+#[cfg(stoker_gpu)]
+mod gpu;
+
+pub use batch::{Batch, DType, HostImages, Images};
+pub use builder::{Device, Loader, LoaderBuilder, LoaderConfig, OnError, Output};
+pub use error::LoaderError;
+pub use metrics::{Stage, Stats};
+pub use pipeline::Epoch;
+pub use sampler::{LoaderState, Sampler, Shuffle};
+pub use transform::{SampleParams, Transform};
