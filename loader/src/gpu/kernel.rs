@@ -1,0 +1,528 @@
+//! The fused transform kernel: CUDA C source (`transform.cu`), its NVRTC
+//! compilation into sm-agnostic PTX at start-up, the launch, and a CPU
+//! reference of the very same math that tests compare against the CPU path.
+//!
+//! The resampling is PIL's BILINEAR resize with a box (an antialiased triangle
+//! filter whose support grows with the downscale factor), which is what the CPU
+//! path computes through `fast_image_resize`'s bilinear convolution; the two agree
+//! within rounding (fixed-point weights on the CPU, f32 on the GPU).
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DeviceRepr, LaunchConfig};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+
+use crate::LoaderError;
+
+use super::driver_err;
+
+/// The kernel source, compiled by NVRTC when a GPU pipeline is built.
+pub const TRANSFORM_CU: &str = include_str!("transform.cu");
+
+/// The most source taps per axis the kernel uses (matches `STOKER_MAX_TAPS`).
+pub const MAX_TAPS: usize = 64;
+
+/// Threads per block of the transform launch.
+const BLOCK: u32 = 256;
+
+/// Per-image parameters of one launch; mirrors `struct ImageParams` in `transform.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ImageParams {
+    /// Byte offset of pixel (0, 0) in the source arena.
+    pub src_offset: u64,
+    /// Source width in pixels.
+    pub src_width: u32,
+    /// Source height in pixels.
+    pub src_height: u32,
+    /// Bytes between two source rows (`>= src_width * src_channels`).
+    pub src_pitch: u32,
+    /// 1 (grayscale, replicated to RGB) or 3 (interleaved RGB).
+    pub src_channels: u32,
+    /// Crop box in source pixels; may be fractional, must lie inside the image.
+    pub crop_x: f32,
+    /// See `crop_x`.
+    pub crop_y: f32,
+    /// See `crop_x`.
+    pub crop_w: f32,
+    /// See `crop_x`.
+    pub crop_h: f32,
+    /// 1: mirror the output horizontally.
+    pub flip: u32,
+    /// Index of the image in the batch tensor.
+    pub out_index: u32,
+}
+
+// SAFETY: `ImageParams` is `#[repr(C)]`, made only of 4- and 8-byte scalars with
+// no padding the kernel could misread, and its layout is the one declared in
+// transform.cu (checked by `image_params_layout_matches_cuda`).
+unsafe impl DeviceRepr for ImageParams {}
+
+/// The launch-wide arguments; mirrors `struct TransformArgs` in `transform.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TransformArgs {
+    /// Output width in pixels.
+    pub out_width: u32,
+    /// Output height in pixels.
+    pub out_height: u32,
+    /// 1: NCHW, 0: NHWC.
+    pub layout_chw: u32,
+    /// 1: `(v / 255 - mean) / std`; 0: `v / 255` for float outputs, `v` for u8.
+    pub normalize: u32,
+    /// Per-channel mean (on the 0..1 scale).
+    pub mean: [f32; 3],
+    /// Per-channel 1 / std (on the 0..1 scale).
+    pub inv_std: [f32; 3],
+}
+
+// SAFETY: `#[repr(C)]`, only 4-byte scalars, passed by value as a kernel
+// parameter whose layout is `struct TransformArgs` in transform.cu.
+unsafe impl DeviceRepr for TransformArgs {}
+
+/// Element type of the batch tensor written by the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelDtype {
+    /// Rounded, clamped 0..=255 (no normalization).
+    U8,
+    /// IEEE half, round to nearest even; stored as `u16` bit patterns.
+    F16,
+    /// IEEE single.
+    F32,
+}
+
+impl KernelDtype {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            KernelDtype::U8 => 1,
+            KernelDtype::F16 => 2,
+            KernelDtype::F32 => 4,
+        }
+    }
+
+    fn entry_point(self) -> &'static str {
+        match self {
+            KernelDtype::U8 => "stoker_transform_u8",
+            KernelDtype::F16 => "stoker_transform_f16",
+            KernelDtype::F32 => "stoker_transform_f32",
+        }
+    }
+}
+
+/// Libraries loaded by full path from `STOKER_NVRTC_DIR`, kept for the process lifetime.
+static NVRTC_PRELOAD: OnceLock<Vec<libloading::Library>> = OnceLock::new();
+
+/// Makes NVRTC loadable from a directory named by `STOKER_NVRTC_DIR` (for
+/// instance the `nvidia/cu13/lib` folder of the `nvidia-cuda-nvrtc` wheel).
+///
+/// cudarc opens `libnvrtc.so.13` by name; once a library with that soname is
+/// loaded, the dynamic loader reuses it, so loading the files by full path
+/// first is enough. Without the variable this does nothing.
+fn preload_nvrtc_from_env() -> &'static [libloading::Library] {
+    NVRTC_PRELOAD.get_or_init(|| {
+        let Some(dir) = std::env::var_os("STOKER_NVRTC_DIR") else {
+            return Vec::new();
+        };
+        let dir = PathBuf::from(dir);
+        let mut names: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("libnvrtc") && n.contains(".so"))
+                })
+                .collect(),
+            Err(_) => return Vec::new(),
+        };
+        // The builtins library first: libnvrtc opens it by name while compiling.
+        names.sort_by_key(|p| !p.to_string_lossy().contains("builtins"));
+        names
+            .iter()
+            // SAFETY: loading NVIDIA's NVRTC libraries runs their initializers,
+            // which have no preconditions; the handles are kept for the process
+            // lifetime in a static, so nothing is unloaded while in use.
+            .filter_map(|p| unsafe { libloading::Library::new(p) }.ok())
+            .collect()
+    })
+}
+
+/// Whether NVRTC can be loaded (after honouring `STOKER_NVRTC_DIR`).
+pub fn nvrtc_present() -> bool {
+    preload_nvrtc_from_env();
+    // SAFETY: `is_culib_present` only tries `dlopen` on candidate names.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+/// Compiles `transform.cu` to PTX without choosing an architecture, so the driver
+/// JIT-compiles it for whatever GPU runs it. Needs NVRTC, not a GPU.
+///
+/// # Errors
+/// [`LoaderError::GpuUnavailable`] without NVRTC, [`LoaderError::Gpu`] carrying the
+/// NVRTC log if the source does not compile.
+pub fn compile_ptx() -> Result<Ptx, LoaderError> {
+    if !nvrtc_present() {
+        return Err(LoaderError::GpuUnavailable {
+            reason: "libnvrtc (the CUDA runtime compiler, needed for the transform kernel) was not \
+                     found: install the CUDA toolkit or the nvidia-cuda-nvrtc wheel and point \
+                     STOKER_NVRTC_DIR or LD_LIBRARY_PATH at its lib folder"
+                .into(),
+        });
+    }
+    let opts = CompileOptions {
+        // Exact division and square root: the CPU reference uses IEEE f32.
+        ftz: Some(false),
+        prec_div: Some(true),
+        prec_sqrt: Some(true),
+        // No fused multiply-add either, so the reference matches bit for bit
+        // up to the order of additions.
+        fmad: Some(false),
+        name: Some("stoker_transform.cu".into()),
+        ..Default::default()
+    };
+    cudarc::nvrtc::compile_ptx_with_opts(TRANSFORM_CU, opts).map_err(|e| LoaderError::Gpu {
+        op: "nvrtcCompileProgram",
+        source: Box::new(e),
+    })
+}
+
+/// The loaded transform kernels (one entry point per output dtype).
+#[derive(Debug)]
+pub struct TransformKernel {
+    u8_fn: CudaFunction,
+    f16_fn: CudaFunction,
+    f32_fn: CudaFunction,
+}
+
+impl TransformKernel {
+    /// Compiles and loads the kernels into `ctx`.
+    ///
+    /// # Errors
+    /// See [`compile_ptx`]; [`LoaderError::Gpu`] if the module does not load.
+    pub fn load(ctx: &Arc<CudaContext>) -> Result<Self, LoaderError> {
+        let ptx = compile_ptx()?;
+        let module = ctx
+            .load_module(ptx)
+            .map_err(|e| driver_err("load the transform module", e))?;
+        let get = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| driver_err("find a transform entry point", e))
+        };
+        Ok(Self {
+            u8_fn: get(KernelDtype::U8.entry_point())?,
+            f16_fn: get(KernelDtype::F16.entry_point())?,
+            f32_fn: get(KernelDtype::F32.entry_point())?,
+        })
+    }
+
+    /// Enqueues the transform of `images` images on `stream`.
+    ///
+    /// # Safety
+    /// - `arena` points to device memory holding every image described by
+    ///   `params` (offset, pitch, height within bounds);
+    /// - `params` points to `images` valid [`ImageParams`] in device memory whose
+    ///   crop boxes lie inside their images and whose `out_index` are `< capacity`
+    ///   of `out`;
+    /// - `out` points to device memory of at least
+    ///   `capacity * 3 * out_width * out_height * dtype.size()` bytes;
+    /// - all three stay valid until the work enqueued on `stream` completes.
+    pub unsafe fn launch(
+        &self,
+        stream: &CudaStream,
+        dtype: KernelDtype,
+        arena: u64,
+        params: u64,
+        images: u32,
+        args: &TransformArgs,
+        out: u64,
+    ) -> Result<(), LoaderError> {
+        if images == 0 {
+            return Ok(());
+        }
+        let f = match dtype {
+            KernelDtype::U8 => &self.u8_fn,
+            KernelDtype::F16 => &self.f16_fn,
+            KernelDtype::F32 => &self.f32_fn,
+        };
+        let pixels = args.out_width * args.out_height;
+        let cfg = LaunchConfig {
+            grid_dim: (pixels.div_ceil(BLOCK), images, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        use cudarc::driver::PushKernelArg;
+        let mut builder = stream.launch_builder(f);
+        builder.arg(&arena).arg(&params).arg(args).arg(&out);
+        // SAFETY: argument order and types match the entry points in
+        // transform.cu (pointer, pointer, TransformArgs by value, pointer); the
+        // memory obligations are the caller's (see # Safety).
+        unsafe { builder.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| driver_err("launch the transform kernel", e))
+    }
+}
+
+/// Taps of one axis for output index `out_index`: first source index and weights
+/// (summing to 1). Same arithmetic, in the same order, as `stoker_taps` in transform.cu.
+pub fn taps(
+    box_start: f32,
+    box_len: f32,
+    in_size: u32,
+    out_size: u32,
+    out_index: u32,
+    weights: &mut [f32; MAX_TAPS],
+) -> (usize, usize) {
+    let scale = box_len / out_size as f32;
+    let filterscale = if scale < 1.0 { 1.0 } else { scale };
+    let support = filterscale;
+    let center = box_start + (out_index as f32 + 0.5) * scale;
+    let inv = 1.0 / filterscale;
+    let mut lo = (center - support + 0.5).floor() as i64;
+    let mut hi = (center + support + 0.5).floor() as i64;
+    lo = lo.max(0);
+    hi = hi.min(in_size as i64);
+    let mut n = hi - lo;
+    if n > MAX_TAPS as i64 {
+        lo += (n - MAX_TAPS as i64) / 2;
+        n = MAX_TAPS as i64;
+    }
+    if n < 1 {
+        let lo = lo.clamp(0, in_size.saturating_sub(1) as i64);
+        weights[0] = 1.0;
+        return (lo as usize, 1);
+    }
+    let n = n as usize;
+    let mut total = 0.0f32;
+    for (i, w) in weights.iter_mut().enumerate().take(n) {
+        let x = ((lo + i as i64) as f32 - center + 0.5) * inv;
+        let x = x.abs();
+        *w = if x < 1.0 { 1.0 - x } else { 0.0 };
+        total += *w;
+    }
+    if total > 0.0 {
+        let r = 1.0 / total;
+        for w in weights.iter_mut().take(n) {
+            *w *= r;
+        }
+    } else {
+        for w in weights.iter_mut().take(n) {
+            *w = 1.0 / n as f32;
+        }
+    }
+    (lo as usize, n)
+}
+
+/// A decoded source image as the kernel sees it (HWC u8, 1 or 3 channels).
+#[derive(Clone, Copy, Debug)]
+pub struct SourceImage<'a> {
+    /// Pixels; row `y` starts at `y * pitch`.
+    pub pixels: &'a [u8],
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Bytes between rows.
+    pub pitch: u32,
+    /// 1 or 3.
+    pub channels: u32,
+}
+
+/// CPU reference of one output pixel: the resampled RGB values (0..255 scale,
+/// not rounded) of output pixel (`ox`, `oy`), flip applied. Mirrors
+/// `stoker_sample` in transform.cu operation for operation.
+pub fn reference_pixel(
+    src: &SourceImage<'_>,
+    crop: [f32; 4],
+    flip: bool,
+    out_width: u32,
+    out_height: u32,
+    ox: u32,
+    oy: u32,
+) -> [f32; 3] {
+    let sx = if flip { out_width - 1 - ox } else { ox };
+    let mut wx = [0.0f32; MAX_TAPS];
+    let mut wy = [0.0f32; MAX_TAPS];
+    let (x0, nx) = taps(crop[0], crop[2], src.width, out_width, sx, &mut wx);
+    let (y0, ny) = taps(crop[1], crop[3], src.height, out_height, oy, &mut wy);
+    let mut acc = [0.0f32; 3];
+    for (j, wyj) in wy.iter().enumerate().take(ny) {
+        let row = &src.pixels[(y0 + j) * src.pitch as usize..];
+        let mut r = [0.0f32; 3];
+        if src.channels == 3 {
+            for (i, wxi) in wx.iter().enumerate().take(nx) {
+                let px = &row[(x0 + i) * 3..(x0 + i) * 3 + 3];
+                r[0] += wxi * px[0] as f32;
+                r[1] += wxi * px[1] as f32;
+                r[2] += wxi * px[2] as f32;
+            }
+        } else {
+            for (i, wxi) in wx.iter().enumerate().take(nx) {
+                r[0] += wxi * row[x0 + i] as f32;
+            }
+            r[1] = r[0];
+            r[2] = r[0];
+        }
+        for c in 0..3 {
+            acc[c] += wyj * r[c];
+        }
+    }
+    acc
+}
+
+/// CPU reference of a whole output image in f32 CHW: what `stoker_transform_f32`
+/// writes for one image (normalized with `args` when `args.normalize == 1`).
+pub fn reference_image_f32(
+    src: &SourceImage<'_>,
+    crop: [f32; 4],
+    flip: bool,
+    args: &TransformArgs,
+) -> Vec<f32> {
+    let (w, h) = (args.out_width, args.out_height);
+    let plane = (w * h) as usize;
+    let mut out = vec![0.0f32; 3 * plane];
+    for oy in 0..h {
+        for ox in 0..w {
+            let rgb = reference_pixel(src, crop, flip, w, h, ox, oy);
+            for c in 0..3 {
+                let u = rgb[c] * (1.0 / 255.0);
+                let v = if args.normalize == 1 {
+                    (u - args.mean[c]) * args.inv_std[c]
+                } else {
+                    u
+                };
+                out[c * plane + (oy * w + ox) as usize] = v;
+            }
+        }
+    }
+    out
+}
+
+/// CPU reference of the u8 output in HWC (rounded half to even like `rintf`, clamped).
+pub fn reference_image_u8_hwc(
+    src: &SourceImage<'_>,
+    crop: [f32; 4],
+    flip: bool,
+    out_width: u32,
+    out_height: u32,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity((out_width * out_height * 3) as usize);
+    for oy in 0..out_height {
+        for ox in 0..out_width {
+            let rgb = reference_pixel(src, crop, flip, out_width, out_height, ox, oy);
+            for v in rgb {
+                out.push(v.round_ties_even().clamp(0.0, 255.0) as u8);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_params_layout_matches_cuda() {
+        // transform.cu: u64 + 4 x u32 + 4 x f32 + 2 x u32 = 48 bytes, 8-aligned.
+        assert_eq!(std::mem::size_of::<ImageParams>(), 48);
+        assert_eq!(std::mem::align_of::<ImageParams>(), 8);
+        assert_eq!(std::mem::offset_of!(ImageParams, crop_x), 24);
+        assert_eq!(std::mem::offset_of!(ImageParams, out_index), 44);
+        assert_eq!(std::mem::size_of::<TransformArgs>(), 40);
+    }
+
+    #[test]
+    fn taps_identity_when_box_equals_output() {
+        let mut w = [0.0; MAX_TAPS];
+        for i in 0..8 {
+            let (lo, n) = taps(0.0, 8.0, 8, 8, i, &mut w);
+            // Center falls on a pixel center: one tap of weight 1 (neighbours weigh 0).
+            let nonzero: Vec<_> = (0..n).filter(|&k| w[k] > 0.0).map(|k| lo + k).collect();
+            assert_eq!(nonzero, vec![i as usize]);
+        }
+    }
+
+    #[test]
+    fn taps_weights_sum_to_one_and_stay_in_bounds() {
+        let mut w = [0.0; MAX_TAPS];
+        for &(start, len, size, out) in &[
+            (0.0f32, 500.0f32, 500u32, 224u32),
+            (13.25, 97.5, 375, 224),
+            (0.0, 5000.0, 5000, 7),
+            (1.0, 3.0, 4, 224),
+        ] {
+            for o in 0..out {
+                let (lo, n) = taps(start, len, size, out, o, &mut w);
+                assert!(lo + n <= size as usize);
+                let s: f32 = w[..n].iter().sum();
+                assert!((s - 1.0).abs() < 1e-4, "sum {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn flip_mirrors_the_output() {
+        let (w, h) = (37u32, 23u32);
+        let pixels: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
+        let src = SourceImage {
+            pixels: &pixels,
+            width: w,
+            height: h,
+            pitch: w * 3,
+            channels: 3,
+        };
+        let crop = [2.5, 1.0, 30.0, 20.0];
+        let a = reference_image_u8_hwc(&src, crop, false, 16, 16);
+        let b = reference_image_u8_hwc(&src, crop, true, 16, 16);
+        for y in 0..16usize {
+            for x in 0..16usize {
+                let pa = &a[(y * 16 + x) * 3..][..3];
+                let pb = &b[(y * 16 + 15 - x) * 3..][..3];
+                assert_eq!(pa, pb);
+            }
+        }
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn gray_is_replicated() {
+        let pixels: Vec<u8> = (0..64u32).map(|i| (i * 3) as u8).collect();
+        let src = SourceImage {
+            pixels: &pixels,
+            width: 8,
+            height: 8,
+            pitch: 8,
+            channels: 1,
+        };
+        let out = reference_image_u8_hwc(&src, [0.0, 0.0, 8.0, 8.0], false, 8, 8);
+        for (i, px) in out.chunks(3).enumerate() {
+            assert_eq!(px, [pixels[i]; 3]);
+        }
+    }
+
+    /// NVRTC compiles without a GPU: this proves transform.cu is valid CUDA C
+    /// and exports the three entry points the launcher looks up.
+    #[test]
+    fn nvrtc_compiles_the_transform_kernel() {
+        if !nvrtc_present() {
+            eprintln!(
+                "skipped: libnvrtc not found (set STOKER_NVRTC_DIR to the lib folder of the \
+                 nvidia-cuda-nvrtc wheel, or LD_LIBRARY_PATH)"
+            );
+            return;
+        }
+        let ptx = compile_ptx().expect("transform.cu compiles");
+        let text = ptx.to_src();
+        for dtype in [KernelDtype::U8, KernelDtype::F16, KernelDtype::F32] {
+            assert!(
+                text.contains(&format!(".entry {}(", dtype.entry_point())),
+                "missing entry point {}",
+                dtype.entry_point()
+            );
+        }
+        assert!(text.contains("cvt.rn.f16.f32"), "f16 conversion rounds to nearest even");
+    }
+}
