@@ -1,3 +1,43 @@
 //! # Overview
 //!
-//! Work in progress.
+//! `stoker-decode` turns JPEG bytes into RGB interleaved u8 pixels (HWC), on
+//! the CPU or on the GPU, and never fails a whole batch for one bad image.
+//!
+//! - [`probe`] reads the headers only (size, components, color space,
+//!   subsampling, progressive/arithmetic/lossless, bit depth, EXIF
+//!   orientation), bounded by [`Limits::max_pixels`].
+//! - [`CpuDecoder`] routes each image by what `probe` finds: zune-jpeg for
+//!   ordinary interleaved files ([`Route::CpuZune`]), jpeg-decoder for
+//!   multi-scan sequential files, nonstandard sampling and what zune-jpeg
+//!   rejects ([`Route::CpuFallback`]). Gray, CMYK and YCCK come out as RGB.
+//!   Arithmetic coding, 12-bit and lossless give [`DecodeError::Unsupported`].
+//! - [`GpuDecoder`] (nvJPEG, loaded at run time, see [`NvJpeg::load`]) decodes
+//!   batches into device memory: hardware engines where they apply, the CUDA
+//!   decoder for the rest, the CPU for what nvJPEG rejects.
+//!
+//! ```
+//! use stoker_decode::{probe, CpuDecoder, Limits};
+//!
+//! let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
+//!     "/../../shared/data/conformance/core/go__video-001.q50.420.jpeg")).unwrap();
+//! let limits = Limits::default();
+//! let info = probe(&data, &limits)?;          // header only
+//! let mut rgb = vec![0u8; info.rgb_len()];     // the caller owns the buffer
+//! let dec = CpuDecoder::new(limits);
+//! let (info, route) = dec.decode_into_routed(&data, &mut rgb)?;
+//! println!("{}x{} via {route}", info.width, info.height);
+//! # Ok::<(), stoker_decode::DecodeError>(())
+//! ```
+
+mod color;
+mod cpu;
+mod error;
+pub mod nvjpeg;
+mod probe;
+mod route;
+
+pub use cpu::CpuDecoder;
+pub use error::DecodeError;
+pub use nvjpeg::{LoadError, NvjpegStatus};
+pub use probe::{probe, ColorSpace, ImageInfo, Limits, Subsampling};
+pub use route::{Route, RouteCounters, RouteCounts};

@@ -1,0 +1,654 @@
+//! Header parser: reads the marker segments of a JPEG (never the pixels) and
+//! reports what a decoder needs to know to pick a route.
+//!
+//! The walk is bounded: every read is checked against the input length, the
+//! pixel limit is enforced as soon as the frame header is read, and the scan
+//! walk stops at the first scan for ordinary interleaved sequential files.
+
+use crate::DecodeError;
+
+/// Resource limits applied before and during decoding.
+///
+/// # Examples
+/// ```
+/// use stoker_decode::Limits;
+/// let l = Limits { max_pixels: 4096 * 4096, ..Limits::default() };
+/// assert_eq!(Limits::default().max_pixels, 100_000_000);
+/// assert!(l.max_pixels < Limits::default().max_pixels);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest `width * height` accepted; checked from the frame header before
+    /// any pixel buffer is allocated. Default 100 MP.
+    pub max_pixels: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_pixels: 100_000_000,
+        }
+    }
+}
+
+/// Color model of the coded components.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
+pub enum ColorSpace {
+    /// One component.
+    Gray,
+    /// Three components, YCbCr (JFIF, or Adobe transform 1, or no marker).
+    YCbCr,
+    /// Three components stored as RGB (Adobe transform 0, or component ids `R`,`G`,`B`).
+    Rgb,
+    /// Four components, CMYK (Adobe transform 0 or no Adobe marker).
+    Cmyk,
+    /// Four components, YCCK (Adobe transform 2).
+    Ycck,
+    /// Two or more than four components.
+    Other,
+}
+
+/// Chroma subsampling, named by the J:a:b convention relative to the first component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
+pub enum Subsampling {
+    /// One component: no chroma.
+    Gray,
+    /// No subsampling.
+    S444,
+    /// Chroma halved horizontally.
+    S422,
+    /// Chroma halved both ways.
+    S420,
+    /// Chroma halved vertically.
+    S440,
+    /// Chroma quartered horizontally.
+    S411,
+    /// Chroma quartered horizontally and halved vertically.
+    S410,
+    /// Anything else (3x2, chroma components with different factors, ...).
+    Other,
+}
+
+impl std::fmt::Display for Subsampling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Subsampling::Gray => "gray",
+            Subsampling::S444 => "4:4:4",
+            Subsampling::S422 => "4:2:2",
+            Subsampling::S420 => "4:2:0",
+            Subsampling::S440 => "4:4:0",
+            Subsampling::S411 => "4:1:1",
+            Subsampling::S410 => "4:1:0",
+            Subsampling::Other => "nonstandard",
+        })
+    }
+}
+
+/// What [`probe`] learned from the headers of one JPEG.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct ImageInfo {
+    /// Width in pixels (from the frame header).
+    pub width: u32,
+    /// Height in pixels (from the frame header).
+    pub height: u32,
+    /// Number of coded components (1, 3 or 4 in practice).
+    pub components: u8,
+    /// Color model of the coded components.
+    pub color_space: ColorSpace,
+    /// Chroma subsampling.
+    pub subsampling: Subsampling,
+    /// Progressive (SOF2/6/10/14).
+    pub progressive: bool,
+    /// Arithmetic entropy coding (SOF9..SOF15).
+    pub arithmetic: bool,
+    /// Lossless process (SOF3/7/11/15).
+    pub lossless: bool,
+    /// Hierarchical process (SOF5..7, SOF13..15).
+    pub hierarchical: bool,
+    /// Sample precision in bits (8, 12, 16).
+    pub bit_depth: u8,
+    /// EXIF orientation tag (1..=8) when an APP1 EXIF segment carries a valid one.
+    /// Not applied by the decoders.
+    pub exif_orientation: Option<u16>,
+    /// The SOF marker's low nibble: 0 baseline, 1 extended, 2 progressive, 3 lossless, ...
+    pub sof: u8,
+    /// Number of scans seen. For an interleaved sequential file the walk stops
+    /// at the first scan (which then holds every component) and this is 1.
+    pub scans: u16,
+    /// Sequential file whose first scan does not hold every component
+    /// (non-interleaved or partially interleaved).
+    pub multi_scan_sequential: bool,
+    /// Restart interval in MCUs (0 = none).
+    pub restart_interval: u16,
+    /// Adobe APP14 color transform (0 none/RGB/CMYK, 1 YCbCr, 2 YCCK) when present and well formed.
+    pub adobe_transform: Option<u8>,
+    /// An APP14 "Adobe" segment exists but is too short to hold the transform byte.
+    pub adobe_malformed: bool,
+    /// Horizontal and vertical sampling factor of each component (first `components` entries valid).
+    pub sampling: [(u8, u8); 4],
+}
+
+impl ImageInfo {
+    /// Bytes of the RGB interleaved u8 output: `width * height * 3`.
+    ///
+    /// # Examples
+    /// ```
+    /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
+    ///     "/../../shared/data/conformance/core/pillow__Tests__images__hopper.jpg")).unwrap();
+    /// let info = stoker_decode::probe(&data, &Default::default()).unwrap();
+    /// assert_eq!(info.rgb_len(), 128 * 128 * 3);
+    /// ```
+    pub fn rgb_len(&self) -> usize {
+        self.width as usize * self.height as usize * 3
+    }
+
+    /// `width * height`.
+    pub fn pixels(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height)
+    }
+
+    /// What nvJPEG's hardware JPEG engines take: single-scan baseline Huffman,
+    /// 8-bit, gray or YCbCr, subsampling 4:4:4, 4:2:2, 4:2:0, 4:4:0 or gray.
+    /// The GPU decoder still asks `nvjpegDecodeBatchedSupported` per image.
+    pub fn hardware_decodable(&self) -> bool {
+        self.nvjpeg_decodable()
+            && !self.progressive
+            && !self.multi_scan_sequential
+            && matches!(self.sof, 0 | 1)
+            && matches!(
+                self.subsampling,
+                Subsampling::Gray
+                    | Subsampling::S444
+                    | Subsampling::S422
+                    | Subsampling::S420
+                    | Subsampling::S440
+            )
+    }
+
+    /// What nvJPEG's CUDA (hybrid) decoders take: Huffman, 8-bit, sequential
+    /// or progressive, 1 or 3 components in gray or YCbCr with standard
+    /// subsampling (4:1:1 and 4:1:0 included). CMYK/YCCK, RGB without
+    /// transform, arithmetic, lossless, 12/16-bit go to the CPU.
+    pub fn nvjpeg_decodable(&self) -> bool {
+        !self.arithmetic
+            && !self.lossless
+            && !self.hierarchical
+            && self.bit_depth == 8
+            && matches!(self.color_space, ColorSpace::Gray | ColorSpace::YCbCr)
+            && !matches!(self.subsampling, Subsampling::Other)
+            && !self.multi_scan_sequential
+            && !self.adobe_malformed
+    }
+
+    /// What the fast CPU path (zune-jpeg) decodes correctly; the rest goes to
+    /// jpeg-decoder. zune-jpeg gives wrong pixels on multi-scan sequential
+    /// files and refuses nonstandard sampling and a short APP14 segment.
+    pub fn zune_decodable(&self) -> bool {
+        self.supported().is_ok()
+            && !self.multi_scan_sequential
+            && !self.adobe_malformed
+            && !matches!(self.subsampling, Subsampling::Other)
+            && !matches!(self.color_space, ColorSpace::Other)
+    }
+
+    /// `Err(Unsupported)` for what no backend of this crate decodes.
+    ///
+    /// # Errors
+    /// [`DecodeError::Unsupported`] naming the feature.
+    pub fn supported(&self) -> Result<(), DecodeError> {
+        let what = if self.arithmetic {
+            "arithmetic coding"
+        } else if self.lossless {
+            "lossless JPEG (SOF3)"
+        } else if self.hierarchical {
+            "hierarchical JPEG"
+        } else if self.bit_depth == 12 {
+            "12-bit samples"
+        } else if self.bit_depth != 8 {
+            "sample precision other than 8 bits"
+        } else if !matches!(self.components, 1 | 3 | 4) {
+            "component count other than 1, 3 or 4"
+        } else {
+            return Ok(());
+        };
+        Err(DecodeError::Unsupported { what })
+    }
+}
+
+/// Reads the headers of a JPEG and reports its properties.
+///
+/// Walks the marker segments up to the first scan (or, for progressive and
+/// non-interleaved files, over all scans, skipping entropy-coded bytes),
+/// parsing SOFn, DHT/DAC, DRI, SOS, APP1 EXIF orientation and APP14 Adobe.
+/// Never allocates in proportion to the declared size.
+///
+/// # Examples
+/// ```
+/// use stoker_decode::{probe, Limits, Subsampling};
+/// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
+///     "/../../shared/data/conformance/core/go__video-001.q50.420.jpeg")).unwrap();
+/// let info = probe(&data, &Limits::default()).unwrap();
+/// assert_eq!((info.width, info.height), (150, 103));
+/// assert_eq!(info.subsampling, Subsampling::S420);
+/// assert!(info.hardware_decodable());
+/// ```
+///
+/// # Errors
+/// [`DecodeError::Empty`], [`DecodeError::NotJpeg`], [`DecodeError::Truncated`]
+/// (no complete frame header and scan header), [`DecodeError::Malformed`],
+/// [`DecodeError::TooLarge`] (checked against `limits.max_pixels` from the frame
+/// header), [`DecodeError::Unsupported`] (height defined by DNL).
+pub fn probe(data: &[u8], limits: &Limits) -> Result<ImageInfo, DecodeError> {
+    Parser { data, limits }.run()
+}
+
+struct Parser<'a> {
+    data: &'a [u8],
+    limits: &'a Limits,
+}
+
+/// The frame header as parsed, plus every component id (for SOS checks).
+struct Frame {
+    info: ImageInfo,
+    all_ids: Vec<u8>,
+}
+
+impl Parser<'_> {
+    fn truncated(&self, what: &'static str, offset: usize, need: usize) -> DecodeError {
+        DecodeError::Truncated {
+            what,
+            offset,
+            need,
+            have: self.data.len().saturating_sub(offset),
+        }
+    }
+
+    fn run(&self) -> Result<ImageInfo, DecodeError> {
+        let d = self.data;
+        if d.is_empty() {
+            return Err(DecodeError::Empty);
+        }
+        if d.len() < 2 || d[0] != 0xFF || d[1] != 0xD8 {
+            return Err(DecodeError::NotJpeg {
+                first: d[..d.len().min(2)].to_vec(),
+            });
+        }
+        let mut pos = 2usize;
+        let mut frame: Option<Frame> = None;
+        let mut exif_orientation = None;
+        let mut adobe_transform = None;
+        let mut adobe_malformed = false;
+        let mut restart_interval = 0u16;
+        let mut scans = 0u16;
+        let mut multi_scan = false;
+        let mut component_ids_rgb = false;
+        let mut hit_eoi = false;
+        loop {
+            // Find the next marker: skip garbage bytes before 0xFF (libjpeg
+            // tolerates them with a warning) and fill bytes 0xFF 0xFF...
+            while pos < d.len() && d[pos] != 0xFF {
+                pos += 1;
+            }
+            while pos < d.len() && d[pos] == 0xFF {
+                pos += 1;
+            }
+            if pos >= d.len() {
+                break;
+            }
+            let marker = d[pos];
+            let marker_at = pos - 1;
+            pos += 1;
+            match marker {
+                0xD8 | 0x01 | 0xD0..=0xD7 => continue,
+                0xD9 => {
+                    hit_eoi = true;
+                    break;
+                }
+                _ => {}
+            }
+            if pos + 2 > d.len() {
+                return Err(self.truncated("segment length", pos, 2));
+            }
+            let len = usize::from(u16::from_be_bytes([d[pos], d[pos + 1]]));
+            if len < 2 {
+                return Err(DecodeError::Malformed {
+                    offset: marker_at,
+                    what: "segment length below 2",
+                });
+            }
+            let seg_start = pos + 2;
+            let seg_end = pos + len;
+            let complete = seg_end <= d.len();
+            let seg = &d[seg_start..seg_end.min(d.len())];
+            match marker {
+                0xC0..=0xC3 | 0xC5..=0xC7 | 0xC9..=0xCB | 0xCD..=0xCF => {
+                    if !complete {
+                        return Err(self.truncated("frame header (SOF)", marker_at, len + 2));
+                    }
+                    if frame.is_some() {
+                        return Err(DecodeError::Malformed {
+                            offset: marker_at,
+                            what: "second frame header (SOF) before EOI",
+                        });
+                    }
+                    let f = self.parse_sof(marker, seg, marker_at)?;
+                    component_ids_rgb = f.all_ids == [b'R', b'G', b'B'];
+                    frame = Some(f);
+                }
+                0xDA => {
+                    let Some(f) = frame.as_ref() else {
+                        return Err(DecodeError::Malformed {
+                            offset: marker_at,
+                            what: "scan (SOS) before frame header (SOF)",
+                        });
+                    };
+                    if !complete {
+                        return Err(self.truncated("scan header (SOS)", marker_at, len + 2));
+                    }
+                    let ns = self.parse_sos(seg, f, marker_at)?;
+                    scans = scans.saturating_add(1);
+                    let sequential = !f.info.progressive;
+                    if sequential && scans == 1 {
+                        if usize::from(ns) == usize::from(f.info.components) {
+                            // Interleaved sequential: the first scan holds the whole image.
+                            break;
+                        }
+                        multi_scan = true;
+                    }
+                    // Skip the entropy-coded segment up to the next real marker.
+                    pos = skip_entropy(d, seg_end);
+                    continue;
+                }
+                0xDD if complete && seg.len() >= 2 => {
+                    restart_interval = u16::from_be_bytes([seg[0], seg[1]]);
+                }
+                0xE1 if exif_orientation.is_none() && seg.starts_with(b"Exif\0") => {
+                    exif_orientation = exif::orientation(seg.get(6..).unwrap_or(&[]));
+                }
+                0xEE if seg.starts_with(b"Adobe") => {
+                    if complete && seg.len() >= 12 {
+                        adobe_transform = Some(seg[11]);
+                    } else {
+                        adobe_malformed = true;
+                    }
+                }
+                _ => {}
+            }
+            if !complete {
+                // A truncated segment other than SOF/SOS: the image data cannot follow.
+                if frame.is_some() && scans > 0 {
+                    break;
+                }
+                return Err(self.truncated("marker segment", marker_at, len + 2));
+            }
+            pos = seg_end;
+        }
+        let Some(f) = frame else {
+            return Err(if hit_eoi {
+                DecodeError::Malformed {
+                    offset: pos - 2,
+                    what: "end of image (EOI) before any frame header (SOF)",
+                }
+            } else {
+                self.truncated("frame header (SOF)", d.len(), 1)
+            });
+        };
+        if scans == 0 {
+            return Err(if hit_eoi {
+                DecodeError::Malformed {
+                    offset: pos - 2,
+                    what: "end of image (EOI) before any scan (SOS)",
+                }
+            } else {
+                self.truncated("scan header (SOS)", d.len(), 1)
+            });
+        }
+        let mut info = f.info;
+        info.scans = scans;
+        info.multi_scan_sequential = multi_scan;
+        info.exif_orientation = exif_orientation;
+        info.adobe_transform = adobe_transform;
+        info.adobe_malformed = adobe_malformed;
+        info.restart_interval = restart_interval;
+        info.color_space = match (info.components, adobe_transform) {
+            (1, _) => ColorSpace::Gray,
+            (3, Some(0)) => ColorSpace::Rgb,
+            (3, Some(_)) => ColorSpace::YCbCr,
+            (3, None) if component_ids_rgb => ColorSpace::Rgb,
+            (3, None) => ColorSpace::YCbCr,
+            (4, Some(2)) => ColorSpace::Ycck,
+            (4, _) => ColorSpace::Cmyk,
+            _ => ColorSpace::Other,
+        };
+        Ok(info)
+    }
+
+    fn parse_sof(&self, marker: u8, seg: &[u8], offset: usize) -> Result<Frame, DecodeError> {
+        let malformed = |what| DecodeError::Malformed { offset, what };
+        if seg.len() < 6 {
+            return Err(malformed("frame header shorter than 6 bytes"));
+        }
+        let precision = seg[0];
+        let height = u16::from_be_bytes([seg[1], seg[2]]);
+        let width = u16::from_be_bytes([seg[3], seg[4]]);
+        let nf = seg[5];
+        if nf == 0 {
+            return Err(malformed("frame header with 0 components"));
+        }
+        if seg.len() < 6 + 3 * usize::from(nf) {
+            return Err(malformed("frame header shorter than its component list"));
+        }
+        if width == 0 {
+            return Err(malformed("width 0"));
+        }
+        let pixels = u64::from(width) * u64::from(height);
+        if pixels > self.limits.max_pixels {
+            return Err(DecodeError::TooLarge {
+                width: width.into(),
+                height: height.into(),
+                pixels,
+                max_pixels: self.limits.max_pixels,
+            });
+        }
+        let n = marker & 0x0F;
+        let lossless = matches!(n, 3 | 7 | 11 | 15);
+        if !lossless && !matches!(precision, 8 | 12) {
+            return Err(malformed("sample precision not 8 or 12"));
+        }
+        if lossless && !(2..=16).contains(&precision) {
+            return Err(malformed("lossless precision outside 2..=16"));
+        }
+        if height == 0 {
+            return Err(DecodeError::Unsupported {
+                what: "height defined by a DNL marker",
+            });
+        }
+        let mut sampling = [(0u8, 0u8); 4];
+        let mut all_ids = Vec::with_capacity(usize::from(nf));
+        for i in 0..usize::from(nf) {
+            let c = &seg[6 + 3 * i..9 + 3 * i];
+            let (h, v) = (c[1] >> 4, c[1] & 0x0F);
+            if !(1..=4).contains(&h) || !(1..=4).contains(&v) {
+                return Err(malformed("sampling factor outside 1..=4"));
+            }
+            if all_ids.contains(&c[0]) {
+                return Err(malformed("duplicate component id"));
+            }
+            all_ids.push(c[0]);
+            if i < 4 {
+                sampling[i] = (h, v);
+            }
+        }
+        let subsampling = classify(&sampling[..usize::from(nf).min(4)], nf);
+        let info = ImageInfo {
+            width: width.into(),
+            height: height.into(),
+            components: nf,
+            color_space: ColorSpace::Other,
+            subsampling,
+            progressive: matches!(n, 2 | 6 | 10 | 14),
+            arithmetic: n >= 8,
+            lossless,
+            hierarchical: matches!(n, 5 | 6 | 7 | 13 | 14 | 15),
+            bit_depth: precision,
+            exif_orientation: None,
+            sof: n,
+            scans: 0,
+            multi_scan_sequential: false,
+            restart_interval: 0,
+            adobe_transform: None,
+            adobe_malformed: false,
+            sampling,
+        };
+        Ok(Frame { info, all_ids })
+    }
+
+    fn parse_sos(&self, seg: &[u8], f: &Frame, offset: usize) -> Result<u8, DecodeError> {
+        let malformed = |what| DecodeError::Malformed { offset, what };
+        let ns = *seg.first().ok_or(malformed("empty scan header"))?;
+        if ns == 0 || ns > 4 || seg.len() < 1 + 2 * usize::from(ns) + 3 {
+            return Err(malformed("scan header component count"));
+        }
+        for i in 0..usize::from(ns) {
+            let id = seg[1 + 2 * i];
+            if !f.all_ids.contains(&id) {
+                return Err(malformed("scan names a component not in the frame"));
+            }
+        }
+        Ok(ns)
+    }
+}
+
+/// Returns the position of the next marker (its 0xFF byte) after an
+/// entropy-coded segment starting at `pos`: skips stuffed `FF 00` and restart
+/// markers `FF D0..D7`.
+fn skip_entropy(d: &[u8], mut pos: usize) -> usize {
+    while pos + 1 < d.len() {
+        if d[pos] == 0xFF {
+            let next = d[pos + 1];
+            if next != 0x00 && next != 0xFF && !(0xD0..=0xD7).contains(&next) {
+                return pos;
+            }
+            pos += if next == 0xFF { 1 } else { 2 };
+        } else {
+            pos += 1;
+        }
+    }
+    d.len()
+}
+
+/// Names the subsampling from the per-component sampling factors.
+fn classify(s: &[(u8, u8)], nf: u8) -> Subsampling {
+    if nf == 1 {
+        return Subsampling::Gray;
+    }
+    let (h0, v0) = s[0];
+    // Every other component must share one factor pair that divides the first's.
+    let (hc, vc) = s[1];
+    if s[1..].iter().any(|&c| c != (hc, vc)) || h0 % hc != 0 || v0 % vc != 0 {
+        return Subsampling::Other;
+    }
+    match (h0 / hc, v0 / vc) {
+        (1, 1) => Subsampling::S444,
+        (2, 1) => Subsampling::S422,
+        (2, 2) => Subsampling::S420,
+        (1, 2) => Subsampling::S440,
+        (4, 1) => Subsampling::S411,
+        (4, 2) => Subsampling::S410,
+        _ => Subsampling::Other,
+    }
+}
+
+/// Minimal, bounded EXIF reader: only the orientation tag of IFD0.
+mod exif {
+    /// Orientation (1..=8) from a TIFF structure, or `None` if absent or malformed.
+    pub(super) fn orientation(tiff: &[u8]) -> Option<u16> {
+        let le = match tiff.get(0..2)? {
+            b"II" => true,
+            b"MM" => false,
+            _ => return None,
+        };
+        let u16_at = |o: usize| -> Option<u16> {
+            let b = tiff.get(o..o.checked_add(2)?)?;
+            Some(if le {
+                u16::from_le_bytes([b[0], b[1]])
+            } else {
+                u16::from_be_bytes([b[0], b[1]])
+            })
+        };
+        let u32_at = |o: usize| -> Option<u32> {
+            let b = tiff.get(o..o.checked_add(4)?)?;
+            let a = [b[0], b[1], b[2], b[3]];
+            Some(if le {
+                u32::from_le_bytes(a)
+            } else {
+                u32::from_be_bytes(a)
+            })
+        };
+        if u16_at(2)? != 42 {
+            return None;
+        }
+        let ifd = usize::try_from(u32_at(4)?).ok()?;
+        let count = usize::from(u16_at(ifd)?);
+        for i in 0..count {
+            let e = ifd.checked_add(2 + 12 * i)?;
+            if u16_at(e)? == 0x0112 {
+                // Type SHORT (3), count 1: value in the first 2 bytes of the value field.
+                if u16_at(e + 2)? != 3 {
+                    return None;
+                }
+                let v = u16_at(e + 8)?;
+                return (1..=8).contains(&v).then_some(v);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classify_names_standard_sampling() {
+        assert_eq!(classify(&[(2, 2), (1, 1), (1, 1)], 3), Subsampling::S420);
+        assert_eq!(classify(&[(4, 1), (1, 1), (1, 1)], 3), Subsampling::S411);
+        assert_eq!(classify(&[(3, 2), (1, 1), (1, 1)], 3), Subsampling::Other);
+        assert_eq!(classify(&[(2, 2), (1, 1), (2, 1)], 3), Subsampling::Other);
+        assert_eq!(classify(&[(1, 1)], 1), Subsampling::Gray);
+    }
+
+    #[test]
+    fn skip_entropy_ignores_stuffing_and_restarts() {
+        let d = [1, 0xFF, 0x00, 2, 0xFF, 0xD3, 3, 0xFF, 0xFF, 0xD9];
+        assert_eq!(skip_entropy(&d, 0), 8);
+    }
+
+    #[test]
+    fn exif_orientation_both_byte_orders() {
+        // II*\0, IFD at 8, 1 entry: tag 0x0112 SHORT count 1 value 6.
+        let mut le = b"II*\0\x08\0\0\0\x01\0".to_vec();
+        le.extend_from_slice(&[0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0]);
+        assert_eq!(exif::orientation(&le), Some(6));
+        let mut be = b"MM\0*\0\0\0\x08\0\x01".to_vec();
+        be.extend_from_slice(&[0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 3, 0, 0]);
+        assert_eq!(exif::orientation(&be), Some(3));
+        // IFD offset past the end: None, no panic.
+        assert_eq!(exif::orientation(b"II*\0\xff\xff\xff\x7f"), None);
+    }
+
+    #[test]
+    fn limits_checked_before_anything_else() {
+        // SOI, SOF0 declaring 60000x60000, nothing else.
+        let d = [
+            0xFF, 0xD8, 0xFF, 0xC0, 0, 11, 8, 0xEA, 0x60, 0xEA, 0x60, 1, 1, 0x11, 0,
+        ];
+        match probe(&d, &Limits::default()) {
+            Err(DecodeError::TooLarge { pixels, .. }) => assert_eq!(pixels, 3_600_000_000),
+            other => panic!("want TooLarge, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Which backend decoded an image, and counters per backend.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The backend that produced an image's pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
+pub enum Route {
+    /// CPU, zune-jpeg: ordinary interleaved baseline and progressive files.
+    CpuZune,
+    /// CPU, jpeg-decoder: multi-scan sequential files, nonstandard sampling,
+    /// malformed APP14, and whatever zune-jpeg rejects.
+    CpuFallback,
+    /// nvJPEG hardware JPEG engines (batched).
+    NvjpegHardware,
+    /// nvJPEG CUDA decoder (hybrid or GPU-hybrid backend).
+    NvjpegCuda,
+}
+
+impl Route {
+    /// Every route, in display order.
+    pub const ALL: [Route; 4] = [
+        Route::CpuZune,
+        Route::CpuFallback,
+        Route::NvjpegHardware,
+        Route::NvjpegCuda,
+    ];
+
+    /// Stable short name (`cpu-zune`, `cpu-fallback`, `nvjpeg-hw`, `nvjpeg-cuda`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::CpuZune => "cpu-zune",
+            Route::CpuFallback => "cpu-fallback",
+            Route::NvjpegHardware => "nvjpeg-hw",
+            Route::NvjpegCuda => "nvjpeg-cuda",
+        }
+    }
+
+    /// True for the GPU routes.
+    pub fn is_gpu(self) -> bool {
+        matches!(self, Route::NvjpegHardware | Route::NvjpegCuda)
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Route::CpuZune => 0,
+            Route::CpuFallback => 1,
+            Route::NvjpegHardware => 2,
+            Route::NvjpegCuda => 3,
+        }
+    }
+}
+
+impl std::fmt::Display for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Thread-safe counters: images decoded per route, and failures.
+///
+/// # Examples
+/// ```
+/// use stoker_decode::{Route, RouteCounters};
+/// let c = RouteCounters::default();
+/// c.record(Route::CpuZune);
+/// c.record_failure();
+/// let s = c.snapshot();
+/// assert_eq!(s.get(Route::CpuZune), 1);
+/// assert_eq!(s.failed, 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct RouteCounters {
+    routes: [AtomicU64; 4],
+    failed: AtomicU64,
+}
+
+impl RouteCounters {
+    /// Counts one image decoded by `route`.
+    pub fn record(&self, route: Route) {
+        self.routes[route.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one image that failed on every route.
+    pub fn record_failure(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> RouteCounts {
+        RouteCounts {
+            routes: std::array::from_fn(|i| self.routes[i].load(Ordering::Relaxed)),
+            failed: self.failed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A snapshot of [`RouteCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RouteCounts {
+    routes: [u64; 4],
+    /// Images that failed on every route.
+    pub failed: u64,
+}
+
+impl RouteCounts {
+    /// Images decoded by `route`.
+    pub fn get(&self, route: Route) -> u64 {
+        self.routes[route.index()]
+    }
+
+    /// Images decoded by any route.
+    pub fn decoded(&self) -> u64 {
+        self.routes.iter().sum()
+    }
+}
+
+impl std::fmt::Display for RouteCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for r in Route::ALL {
+            write!(f, "{}={} ", r.name(), self.get(r))?;
+        }
+        write!(f, "failed={}", self.failed)
+    }
+}

@@ -1,0 +1,96 @@
+//! Shared helpers for the integration tests: the shared data directory, the
+//! conformance table, reference PNG loading and PSNR.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// `<repo>/../shared/data`.
+pub fn data_dir() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data"))
+}
+
+/// One row of `conformance/expectations.tsv`.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub file: String,
+    pub expect: String,
+    pub width: Option<u32>,
+    pub height: Option<u32>,
+    pub reference: Option<String>,
+}
+
+/// Every row of the conformance table.
+pub fn conformance_rows() -> Vec<Row> {
+    let path = data_dir().join("conformance/expectations.tsv");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split('\t').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let (f, e, w, h, r) = (
+        col("file"),
+        col("expect"),
+        col("width"),
+        col("height"),
+        col("ref"),
+    );
+    lines
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let c: Vec<&str> = l.split('\t').collect();
+            let get = |i: usize| c.get(i).copied().unwrap_or("");
+            Row {
+                file: get(f).to_string(),
+                expect: get(e).to_string(),
+                width: get(w).parse().ok(),
+                height: get(h).parse().ok(),
+                reference: Some(get(r).to_string()).filter(|s| !s.is_empty()),
+            }
+        })
+        .collect()
+}
+
+/// Decodes a reference PNG to RGB8: (width, height, pixels).
+pub fn load_png_rgb(path: &std::path::Path) -> (u32, u32, Vec<u8>) {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut dec = png::Decoder::new(std::io::BufReader::new(file));
+    dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = dec.read_info().expect("png header");
+    let mut buf = vec![0; reader.output_buffer_size().expect("png size")];
+    let frame = reader.next_frame(&mut buf).expect("png frame");
+    buf.truncate(frame.buffer_size());
+    let px = (frame.width * frame.height) as usize;
+    let rgb = match frame.color_type {
+        png::ColorType::Rgb => buf,
+        png::ColorType::Rgba => buf
+            .chunks_exact(4)
+            .flat_map(|p| [p[0], p[1], p[2]])
+            .collect(),
+        png::ColorType::Grayscale => buf.iter().flat_map(|&g| [g, g, g]).collect(),
+        png::ColorType::GrayscaleAlpha => buf
+            .chunks_exact(2)
+            .flat_map(|p| [p[0], p[0], p[0]])
+            .collect(),
+        other => panic!("unexpected png color type {other:?}"),
+    };
+    assert_eq!(rgb.len(), px * 3);
+    (frame.width, frame.height, rgb)
+}
+
+/// Peak signal-to-noise ratio of two equal-length u8 buffers, in dB (inf when equal).
+pub fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let se: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| {
+            let d = f64::from(x) - f64::from(y);
+            d * d
+        })
+        .sum();
+    if se == 0.0 {
+        return f64::INFINITY;
+    }
+    let mse = se / a.len() as f64;
+    10.0 * (255.0f64 * 255.0 / mse).log10()
+}
