@@ -1,0 +1,202 @@
+//! Truncated and mutated inputs: every one gives a result (never a panic that
+//! escapes, never a hang), errors are clean, and successes have the right size.
+//! This is the fuzz property of `fuzz/fuzz_targets/decode.rs`, checked
+//! deterministically in CI.
+
+mod common;
+
+use common::data_dir;
+use stoker_decode::{probe, CpuDecoder, DecodeError, Limits};
+
+fn core_file(name: &str) -> Vec<u8> {
+    std::fs::read(data_dir().join("conformance/core").join(name)).expect("read")
+}
+
+/// Checks the invariants for one input; returns whether it decoded.
+fn check(dec: &CpuDecoder, data: &[u8]) -> bool {
+    let probed = probe(data, dec.limits());
+    let decoded = dec.decode_to_vec(data);
+    if let Ok((info, rgb)) = &decoded {
+        assert_eq!(rgb.len(), info.rgb_len());
+        assert!(info.pixels() <= dec.limits().max_pixels);
+        let p = probed.as_ref().expect("decode succeeded but probe failed");
+        assert_eq!((p.width, p.height), (info.width, info.height));
+    }
+    if let Err(e) = &decoded {
+        // Display must work and say something.
+        assert!(!e.to_string().is_empty());
+        assert!(e.is_bad_input(), "machinery error on bad input: {e}");
+    }
+    decoded.is_ok()
+}
+
+#[test]
+fn truncated_files_give_errors_or_partial_decodes_never_panics() {
+    let dec = CpuDecoder::new(Limits::default());
+    let names = [
+        "go__video-001.q50.420.jpeg",
+        "go__video-001.q50.420.progressive.jpeg",
+        "go__video-001.cmyk.jpeg",
+        "go__video-005.gray.q50.progressive.jpeg",
+        "ljtregen__testout_3x2_ifast_prog.jpg",
+        "pillow__Tests__images__pil_sample_cmyk.jpg",
+        "ljt__testimgari.jpg",
+        "ljdjs__jpeg_lossless_sel1.jpg",
+    ];
+    let mut header_cuts_failed = 0;
+    for name in names {
+        let data = core_file(name);
+        let header_end = data
+            .windows(2)
+            .position(|w| w == [0xFF, 0xDA])
+            .expect("has SOS");
+        for cut in (0..data.len())
+            .step_by((data.len() / 97).max(1))
+            .chain(0..header_end)
+        {
+            let ok = check(&dec, &data[..cut]);
+            if cut < header_end {
+                assert!(!ok, "{name} cut at {cut} (inside the headers) decoded");
+                header_cuts_failed += 1;
+            }
+        }
+    }
+    assert!(header_cuts_failed > 500);
+}
+
+#[test]
+fn header_truncation_errors_are_typed() {
+    let data = core_file("go__video-001.q50.420.jpeg");
+    assert!(matches!(
+        probe(&[], &Limits::default()),
+        Err(DecodeError::Empty)
+    ));
+    assert!(matches!(
+        probe(&data[..1], &Limits::default()),
+        Err(DecodeError::NotJpeg { .. })
+    ));
+    assert!(matches!(
+        probe(&data[..2], &Limits::default()),
+        Err(DecodeError::Truncated { .. })
+    ));
+    assert!(matches!(
+        probe(&data[..40], &Limits::default()),
+        Err(DecodeError::Truncated { .. })
+    ));
+}
+
+/// xorshift64*: deterministic, no dependency.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn mutate(rng: &mut Rng, seed: &[u8]) -> Vec<u8> {
+    let mut d = seed.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        match rng.below(6) {
+            0 => {
+                let i = rng.below(d.len());
+                d[i] ^= 1 << rng.below(8);
+            }
+            1 => {
+                let i = rng.below(d.len());
+                d[i] = rng.next() as u8;
+            }
+            2 => {
+                // Header-heavy: hit the first 700 bytes (markers, tables, sizes).
+                let i = rng.below(d.len().min(700));
+                d[i] = [0x00, 0xFF, 0x01, 0x7F, 0x80, 0xFE][rng.below(6)];
+            }
+            3 => {
+                let cut = rng.below(d.len());
+                d.truncate(cut.max(1));
+            }
+            4 => {
+                let i = rng.below(d.len());
+                let n = rng.below(64).min(d.len() - i);
+                d.drain(i..i + n);
+            }
+            _ => {
+                let i = rng.below(d.len());
+                let b = [0xFF, rng.next() as u8];
+                d.splice(i..i, b);
+            }
+        }
+        if d.is_empty() {
+            d.push(0xFF);
+        }
+    }
+    d
+}
+
+#[test]
+fn mutated_inputs_never_panic() {
+    // A smaller limit keeps mutated size fields cheap.
+    let dec = CpuDecoder::new(Limits {
+        max_pixels: 4_000_000,
+    });
+    let seeds: Vec<Vec<u8>> = [
+        "go__video-001.q50.420.jpeg",
+        "go__video-001.q50.422.progressive.jpeg",
+        "go__video-001.q50.411.jpeg",
+        "go__video-001.cmyk.jpeg",
+        "go__video-005.gray.q50.2x2.progressive.jpeg",
+        "pillow__Tests__images__hopper_orientation_6.jpg",
+        "ljtregen__testout_3x2_ifast_prog.jpg",
+        "pillow__Tests__images__pil_sample_cmyk.jpg",
+    ]
+    .iter()
+    .map(|n| core_file(n))
+    .collect();
+    let mut rng = Rng(0x5EED_1234_ABCD_0001);
+    let (mut ok, mut err) = (0, 0);
+    for i in 0..3000 {
+        let seed = &seeds[i % seeds.len()];
+        let input = mutate(&mut rng, seed);
+        if check(&dec, &input) {
+            ok += 1;
+        } else {
+            err += 1;
+        }
+    }
+    println!("mutants: {ok} decoded, {err} errors");
+    // Both outcomes must occur, or the mutator is not exercising anything.
+    assert!(ok > 100 && err > 100, "ok={ok} err={err}");
+}
+
+#[test]
+fn pixel_limit_is_enforced_from_the_header() {
+    let data =
+        std::fs::read(data_dir().join("conformance/corrupt/gdkpixbuf__issue205.jpg")).unwrap();
+    let dec = CpuDecoder::new(Limits::default());
+    match dec.decode_to_vec(&data) {
+        Err(DecodeError::TooLarge {
+            width: 64250,
+            height: 64250,
+            ..
+        }) => {}
+        other => panic!("want TooLarge, got {:?}", other.map(|(i, _)| i)),
+    }
+    // A limit below an ordinary file's size refuses it too.
+    let small = core_file("go__video-001.q50.420.jpeg");
+    let tight = CpuDecoder::new(Limits {
+        max_pixels: 150 * 103 - 1,
+    });
+    assert!(matches!(
+        tight.decode_to_vec(&small),
+        Err(DecodeError::TooLarge { .. })
+    ));
+    let exact = CpuDecoder::new(Limits {
+        max_pixels: 150 * 103,
+    });
+    assert!(exact.decode_to_vec(&small).is_ok());
+}
