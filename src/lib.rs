@@ -10,3 +10,5 @@
 pub use stoker_decode as decode;
 pub use stoker_formats as formats;
 pub use stoker_loader as loader;
+
+pub mod bench;

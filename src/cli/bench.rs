@@ -1,12 +1,82 @@
-//! Placeholder: owned by the issue that implements this subcommand.
+//! `stoker bench DATASET`: measure each stage alone, then the whole pipeline,
+//! and name the bound. Flags → [`stoker::bench::BenchOptions`] → one call to
+//! [`stoker::bench::run`]; the table goes to stdout (or JSON with `--json`),
+//! the progress bar to stderr when it is a terminal.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Flags of this subcommand.
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use stoker::bench::{self, BenchOptions, DeviceChoice, Progress};
 
-/// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("this subcommand is not built yet")
+/// Flags of `stoker bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A converted dataset (the directory with manifest.json and the shards).
+    pub dataset: PathBuf,
+    /// Where the pipeline runs: auto, cpu, cuda or cuda:N.
+    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(DeviceChoice))]
+    pub device: DeviceChoice,
+    /// Images per batch.
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Output side of the transforms (RandomResizedCrop size).
+    #[arg(long, default_value_t = 224)]
+    pub size: u32,
+    /// Seconds per stage.
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Simulated training step per batch in milliseconds (0 = none).
+    #[arg(long, default_value_t = 0.0)]
+    pub consumer_ms: f64,
+    /// Threads for the CPU stages (0 = every core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print the figures as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A spinner per stage on stderr; indicatif hides it when stderr is not a terminal.
+struct Bar(ProgressBar);
+
+impl Progress for Bar {
+    fn stage(&self, name: &str) {
+        self.0.set_message(name.to_string());
+        self.0.set_position(0);
+    }
+    fn advance(&self, fraction: f64) {
+        self.0
+            .set_position((fraction.clamp(0.0, 1.0) * 100.0) as u64);
+    }
+}
+
+/// Runs the benchmark and prints the table (or JSON).
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let opts = BenchOptions {
+        device: args.device,
+        batch: args.batch,
+        size: args.size,
+        seconds: args.seconds,
+        consumer_ms: args.consumer_ms,
+        threads: args.threads,
+    };
+    let bar = ProgressBar::new(100);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg:<12} [{bar:30}] {pos:>3}%")
+            .expect("the template is valid")
+            .progress_chars("=> "),
+    );
+    let progress = Bar(bar);
+    let report = bench::run(&args.dataset, &opts, &progress)
+        .with_context(|| format!("benchmarking {}", args.dataset.display()));
+    progress.0.finish_and_clear();
+    let report = report?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        println!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,96 @@
+//! CPU decode stage: JPEG → RGB with every core, from payloads already in memory,
+//! so the figure is the decoder's capacity alone (no storage, no transforms).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use stoker_decode::{CpuDecoder, Limits};
+
+/// What the CPU decode stage measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuDecodeFigures {
+    /// Images decoded per second, all threads together.
+    pub img_per_s: f64,
+    /// Decoded megapixels per second.
+    pub mpix_per_s: f64,
+    /// Threads used.
+    pub threads: usize,
+    /// Images decoded.
+    pub decoded: u64,
+    /// Payloads that failed to decode (counted, skipped).
+    pub failed: u64,
+    /// Images per decoder route (`cpu-zune=… cpu-fallback=…`).
+    pub routes: String,
+}
+
+/// Decodes `payloads` round-robin on `threads` threads for about `budget`.
+///
+/// Returns `None` when nothing decoded (every payload failed, or none given).
+/// The decoder is the library's routed [`CpuDecoder`], shared by all threads,
+/// exactly as the loader's CPU path uses it.
+pub fn measure(
+    payloads: &[Vec<u8>],
+    threads: usize,
+    budget: Duration,
+    tick: &(dyn Fn(f64) + Sync),
+) -> Option<CpuDecodeFigures> {
+    if payloads.is_empty() {
+        return None;
+    }
+    let threads = threads.max(1);
+    let next = AtomicUsize::new(0);
+    let decoded = AtomicU64::new(0);
+    let failed = AtomicU64::new(0);
+    let pixels = AtomicU64::new(0);
+    // The largest decoded size, so each thread allocates its buffer once.
+    let max_rgb_len = payloads
+        .iter()
+        .filter_map(|p| stoker_decode::probe(p, &Limits::default()).ok())
+        .map(|info| info.rgb_len())
+        .max()?;
+    let decoder = CpuDecoder::new(Limits::default());
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (next, decoded, failed, pixels) = (&next, &decoded, &failed, &pixels);
+            let decoder = &decoder;
+            s.spawn(move || {
+                let mut out = vec![0u8; max_rgb_len];
+                let mut since_tick = 0u32;
+                while start.elapsed() < budget {
+                    let i = next.fetch_add(1, Ordering::Relaxed) % payloads.len();
+                    match decoder.decode_into(&payloads[i], &mut out) {
+                        Ok(info) => {
+                            decoded.fetch_add(1, Ordering::Relaxed);
+                            pixels.fetch_add(
+                                u64::from(info.width) * u64::from(info.height),
+                                Ordering::Relaxed,
+                            );
+                        }
+                        Err(_) => {
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    since_tick += 1;
+                    if t == 0 && since_tick >= 16 {
+                        since_tick = 0;
+                        tick((start.elapsed().as_secs_f64() / budget.as_secs_f64()).min(1.0));
+                    }
+                }
+            });
+        }
+    });
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let decoded = decoded.into_inner();
+    if decoded == 0 {
+        return None;
+    }
+    Some(CpuDecodeFigures {
+        img_per_s: decoded as f64 / secs,
+        mpix_per_s: pixels.into_inner() as f64 / 1e6 / secs,
+        threads,
+        decoded,
+        failed: failed.into_inner(),
+        routes: decoder.route_counts().to_string(),
+    })
+}

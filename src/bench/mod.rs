@@ -1,0 +1,476 @@
+//! # Overview
+//!
+//! `stoker bench` as a library: measure each stage of the input pipeline alone —
+//! storage read, CPU decode, host-to-device copies, GPU decode, GPU transforms —
+//! then the whole pipeline through the loader with a simulated training step,
+//! and name the stage that bounds it ([`verdict::judge`]). Every capacity is in
+//! images per second so they compare directly.
+//!
+//! Stages that cannot run here (no GPU, no GPU path in this build) are reported
+//! with `img_per_s: None` and the reason, never silently dropped.
+//!
+//! ```no_run
+//! use stoker::bench::{run, BenchOptions, NoProgress};
+//!
+//! # fn main() -> Result<(), stoker::bench::BenchError> {
+//! let report = run("data/imagenet-shards".as_ref(), &BenchOptions::default(), &NoProgress)?;
+//! println!("{report}");                    // table + one-line verdict
+//! let json = report.to_json();             // stable keys: stages.read.img_per_s, verdict.bound, ...
+//! # let _ = json;
+//! # Ok(()) }
+//! ```
+//!
+//! # Modules
+//!
+//! - [`storage`]: cold (`posix_fadvise(DONTNEED)`, checked with `mincore`) and warm reads of the shard files.
+//! - [`cpu_decode`]: the routed [`stoker_decode::CpuDecoder`] on every core.
+//! - [`pcie`]: opening the GPU without panicking; pinned vs pageable H2D.
+//! - [`pipeline`]: end to end through [`stoker_loader::Loader`] with a simulated step.
+//! - [`report`]: the table and the JSON.
+//! - [`verdict`]: the bound, by how much, what would move it, and the seed's rule.
+
+pub mod cpu_decode;
+pub mod pcie;
+pub mod pipeline;
+pub mod report;
+pub mod storage;
+pub mod verdict;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use stoker_formats::{Dataset, Encoding, FormatError};
+
+pub use report::{BenchReport, StageReport, Stages};
+pub use verdict::{Bound, Verdict};
+
+use report::{MachineInfo, RunInfo};
+use verdict::{Capacities, PipelinePath};
+
+/// At most this many records are held in memory for the decode stages.
+const SAMPLE_RECORDS: u64 = 4096;
+/// At most this many payload bytes are held in memory for the decode stages.
+const SAMPLE_BYTES: usize = 256 << 20;
+
+/// Everything that stops a bench run. Stages that merely cannot run are not
+/// errors: they are reported with a reason.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// The dataset could not be opened or read.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A GPU was asked for explicitly and cannot be used.
+    #[error("no usable GPU: {reason}")]
+    NoGpu {
+        /// Why (no driver, no such device, init failure).
+        reason: String,
+    },
+    /// A CUDA call failed.
+    #[error("CUDA {what} failed: {reason}")]
+    Cuda {
+        /// The operation.
+        what: &'static str,
+        /// The driver's error.
+        reason: String,
+    },
+    /// An option is out of range.
+    #[error("invalid bench option `{option}`: {reason}")]
+    InvalidOption {
+        /// The option.
+        option: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl BenchError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        BenchError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Where the pipeline runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// GPU 0 when one is usable, else the CPU.
+    #[default]
+    Auto,
+    /// CPU only; GPU stages are reported as not measured.
+    Cpu,
+    /// This GPU; an error when it cannot be used.
+    Cuda(usize),
+}
+
+impl std::str::FromStr for DeviceChoice {
+    type Err = String;
+
+    /// Parses `auto`, `cpu`, `cuda`, `cuda:N`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker::bench::DeviceChoice;
+    /// assert_eq!("cuda:1".parse::<DeviceChoice>(), Ok(DeviceChoice::Cuda(1)));
+    /// assert!("gpu".parse::<DeviceChoice>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(DeviceChoice::Auto),
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "cuda" => Ok(DeviceChoice::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(DeviceChoice::Cuda)
+                .ok_or_else(|| format!("`{s}`: expected auto, cpu, cuda or cuda:N")),
+        }
+    }
+}
+
+/// Settings of a bench run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchOptions {
+    /// Where the pipeline runs.
+    pub device: DeviceChoice,
+    /// Images per batch (loader, H2D copy size, GPU decode batch).
+    pub batch: usize,
+    /// Output side of the transforms.
+    pub size: u32,
+    /// Seconds per stage.
+    pub seconds: f64,
+    /// Simulated training step per batch, milliseconds (0 = no step).
+    pub consumer_ms: f64,
+    /// Threads for CPU stages; 0 = every core.
+    pub threads: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            device: DeviceChoice::Auto,
+            batch: 256,
+            size: 224,
+            seconds: 2.0,
+            consumer_ms: 0.0,
+            threads: 0,
+        }
+    }
+}
+
+/// Told what is running, for a progress indicator.
+pub trait Progress: Sync {
+    /// A stage starts (`read`, `cpu_decode`, …).
+    fn stage(&self, name: &str);
+    /// Fraction of the current stage done, `0..=1`.
+    fn advance(&self, fraction: f64);
+}
+
+/// A [`Progress`] that shows nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn stage(&self, _name: &str) {}
+    fn advance(&self, _fraction: f64) {}
+}
+
+/// Payloads held in memory for the decode stages, spread over the dataset.
+pub(crate) struct Sample {
+    pub payloads: Vec<Vec<u8>>,
+    /// Records that failed to read (index, error), counted not fatal.
+    pub bad: u64,
+}
+
+fn load_sample(ds: &Dataset) -> Result<Sample, BenchError> {
+    let n = ds.len();
+    let want = n.min(SAMPLE_RECORDS);
+    let reader = ds.reader()?;
+    let mut payloads = Vec::with_capacity(want as usize);
+    let mut bytes = 0usize;
+    let mut bad = 0u64;
+    for k in 0..want {
+        // Evenly spread indices, so every shard contributes.
+        let index = k * n / want.max(1);
+        match reader.get(index) {
+            Ok(rec) if rec.header.encoding == Encoding::Jpeg => {
+                bytes += rec.payload.len();
+                payloads.push(rec.payload.to_vec());
+            }
+            Ok(_) => {}
+            Err(_) => bad += 1,
+        }
+        if bytes >= SAMPLE_BYTES {
+            break;
+        }
+    }
+    Ok(Sample { payloads, bad })
+}
+
+/// Logical cores available to this process.
+pub fn available_cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Measures every stage on the dataset at `path` and draws the verdict.
+///
+/// Takes about `opts.seconds` per stage.
+///
+/// # Errors
+///
+/// [`BenchError::Format`] when the dataset cannot be opened, [`BenchError::Io`]
+/// when a shard cannot be read, [`BenchError::NoGpu`] when `--device cuda:N`
+/// names an unusable GPU, [`BenchError::InvalidOption`] for out-of-range options.
+pub fn run(
+    path: &Path,
+    opts: &BenchOptions,
+    progress: &dyn Progress,
+) -> Result<BenchReport, BenchError> {
+    if opts.batch == 0 {
+        return Err(BenchError::InvalidOption {
+            option: "batch",
+            reason: "must be at least 1".into(),
+        });
+    }
+    if !(opts.seconds.is_finite() && opts.seconds > 0.0) {
+        return Err(BenchError::InvalidOption {
+            option: "seconds",
+            reason: format!("{} is not a positive number of seconds", opts.seconds),
+        });
+    }
+    if !(opts.consumer_ms.is_finite() && opts.consumer_ms >= 0.0) {
+        return Err(BenchError::InvalidOption {
+            option: "consumer-ms",
+            reason: format!(
+                "{} is not a non-negative number of milliseconds",
+                opts.consumer_ms
+            ),
+        });
+    }
+    if opts.size == 0 {
+        return Err(BenchError::InvalidOption {
+            option: "size",
+            reason: "must be at least 1".into(),
+        });
+    }
+    let budget = Duration::from_secs_f64(opts.seconds);
+    let cores = if opts.threads == 0 {
+        available_cores()
+    } else {
+        opts.threads
+    };
+
+    let ds = Dataset::open(path)?;
+    let manifest = ds.manifest().clone();
+    let records = ds.len();
+    let mean_record_bytes = if records > 0 {
+        manifest.payload_bytes as f64 / records as f64
+    } else {
+        0.0
+    };
+
+    // The GPU, if any. Auto falls back to the CPU with the reason kept for the table.
+    let (gpu, no_gpu_reason) = match opts.device {
+        DeviceChoice::Cpu => (None, "--device cpu".to_string()),
+        DeviceChoice::Auto => match pcie::open_gpu(0) {
+            Ok(g) => (Some(g), String::new()),
+            Err(BenchError::NoGpu { reason }) => (None, reason),
+            Err(e) => return Err(e),
+        },
+        DeviceChoice::Cuda(n) => (Some(pcie::open_gpu(n)?), String::new()),
+    };
+    let path_kind = if gpu.is_some() {
+        PipelinePath::Gpu
+    } else {
+        PipelinePath::Cpu
+    };
+    let device_name = match (opts.device, &gpu) {
+        (DeviceChoice::Cuda(n), _) => format!("cuda:{n}"),
+        (_, Some(_)) => "cuda:0".to_string(),
+        _ => "cpu".to_string(),
+    };
+
+    let mut stages = Stages::default();
+    let mut caps = Capacities {
+        path: Some(path_kind),
+        cores,
+        ..Default::default()
+    };
+
+    // 1. Storage.
+    progress.stage("read");
+    let files: Vec<PathBuf> = (0..manifest.shards.len())
+        .map(|i| manifest.shard_path(ds.root(), i))
+        .collect();
+    let tick = |f: f64| progress.advance(f);
+    let st = storage::measure(&files, records, cores, budget, &tick)?;
+    let warm_rps = st.records_per_s(st.warm_mb_per_s);
+    let (read_rps, read_mb, note) = match st.cold_mb_per_s {
+        Some(cold) => (
+            st.records_per_s(cold),
+            cold,
+            format!(
+                "cold (posix_fadvise DONTNEED, {:.0}% resident after drop) {:.0} MB/s; warm {:.0} MB/s = {} rec/s; {} threads",
+                st.resident_after_drop * 100.0,
+                cold,
+                st.warm_mb_per_s,
+                verdict::fmt_rate(warm_rps),
+                st.threads
+            ),
+        ),
+        None => (
+            warm_rps,
+            st.warm_mb_per_s,
+            format!(
+                "warm {:.0} MB/s (page cache could not be dropped: {:.0}% resident after posix_fadvise DONTNEED); {} threads",
+                st.warm_mb_per_s,
+                st.resident_after_drop * 100.0,
+                st.threads
+            ),
+        ),
+    };
+    let mut read = StageReport::measured(read_rps, note)
+        .with("warm_mb_per_s", st.warm_mb_per_s)
+        .with("warm_img_per_s", warm_rps)
+        .with("resident_after_drop", st.resident_after_drop)
+        .with("bytes_per_record", st.bytes_per_record);
+    if let Some(cold) = st.cold_mb_per_s {
+        read = read
+            .with("cold_mb_per_s", cold)
+            .with("cold_img_per_s", read_rps);
+    }
+    stages.read = read.with("mb_per_s", read_mb);
+    caps.read = Some(read_rps);
+    caps.read_mb_per_s = Some(read_mb);
+    caps.read_cold = st.cold_mb_per_s.is_some();
+
+    // 2. CPU decode, from payloads in memory.
+    progress.stage("cpu_decode");
+    let sample = load_sample(&ds)?;
+    stages.cpu_decode = if manifest.encoding == Encoding::Raw {
+        StageReport::skipped("the dataset stores raw pixels: nothing to decode")
+    } else {
+        match cpu_decode::measure(&sample.payloads, cores, budget, &tick) {
+            Some(f) => {
+                caps.cpu_decode = Some(f.img_per_s);
+                StageReport::measured(
+                    f.img_per_s,
+                    format!(
+                        "{} threads, {:.0} Mpx/s, {} distinct images, routes {}{}",
+                        f.threads,
+                        f.mpix_per_s,
+                        sample.payloads.len(),
+                        f.routes,
+                        if sample.bad > 0 {
+                            format!(", {} unreadable records skipped", sample.bad)
+                        } else {
+                            String::new()
+                        }
+                    ),
+                )
+                .with("threads", f.threads as f64)
+                .with("mpix_per_s", f.mpix_per_s)
+                .with("failed", f.failed as f64)
+            }
+            None => StageReport::skipped(format!(
+                "no record of the {} sampled decoded",
+                sample.payloads.len()
+            )),
+        }
+    };
+
+    // 3. H2D.
+    progress.stage("h2d");
+    stages.h2d = match &gpu {
+        None => StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
+        Some((ctx, _)) => {
+            let batch_bytes = (mean_record_bytes * opts.batch as f64).ceil() as usize;
+            let h = pcie::measure_h2d(ctx, batch_bytes, budget, &tick)?;
+            let img = h.pinned_gb_per_s * 1e9 / mean_record_bytes.max(1.0);
+            let decoded_bytes = f64::from(opts.size).powi(2) * 3.0;
+            caps.h2d = Some(img);
+            caps.h2d_gb_per_s = Some(h.pinned_gb_per_s);
+            StageReport::measured(
+                img,
+                format!(
+                    "pinned {:.1} GB/s vs pageable {:.1} GB/s ({:.1}×), {} MB copies; img/s of compressed JPEG ({} img/s as {}² RGB u8)",
+                    h.pinned_gb_per_s,
+                    h.pageable_gb_per_s,
+                    h.pinned_gb_per_s / h.pageable_gb_per_s.max(1e-9),
+                    h.copy_bytes >> 20,
+                    verdict::fmt_rate(h.pinned_gb_per_s * 1e9 / decoded_bytes),
+                    opts.size
+                ),
+            )
+            .with("pinned_gb_per_s", h.pinned_gb_per_s)
+            .with("pageable_gb_per_s", h.pageable_gb_per_s)
+            .with("copy_bytes", h.copy_bytes as f64)
+        }
+    };
+
+    // 4–5. GPU decode and GPU transforms.
+    progress.stage("gpu_decode");
+    stages.gpu_decode = match &gpu {
+        None => StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
+        Some((ctx, _)) => pipeline::gpu_decode(ctx, &sample.payloads, opts.batch, budget, &tick),
+    };
+    if let Some(v) = stages.gpu_decode.img_per_s {
+        caps.gpu_decode = Some(v);
+    }
+    progress.stage("transform");
+    stages.transform = match &gpu {
+        None => StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
+        Some(_) => pipeline::gpu_transform(),
+    };
+    if let Some(v) = stages.transform.img_per_s {
+        caps.transform = Some(v);
+    }
+
+    // 6. End to end.
+    progress.stage("end_to_end");
+    let e2e = pipeline::end_to_end(&ds, opts, gpu.is_some(), cores, budget, &tick);
+    let fed_ratio = e2e.fed_ratio;
+    if opts.consumer_ms > 0.0 {
+        caps.consumer = Some(opts.batch as f64 * 1000.0 / opts.consumer_ms);
+    }
+    caps.end_to_end = e2e.stage.img_per_s;
+    caps.fed_ratio = e2e.fed_ratio;
+    caps.cpu_util = e2e.cpu_util;
+    caps.gpu_util = e2e.gpu_util;
+    stages.end_to_end = e2e.stage;
+
+    let verdict = verdict::judge(&caps);
+    Ok(BenchReport {
+        run: RunInfo {
+            dataset: path.display().to_string(),
+            records,
+            mean_record_bytes,
+            device: device_name,
+            batch: opts.batch,
+            size: opts.size,
+            seconds: opts.seconds,
+            consumer_ms: opts.consumer_ms,
+        },
+        machine: MachineInfo {
+            cores: available_cores(),
+            gpu: gpu.as_ref().map(|(_, name)| name.clone()),
+        },
+        stages,
+        fed_ratio,
+        verdict,
+    })
+}

@@ -1,0 +1,543 @@
+//! The verdict: which stage bounds the pipeline, by how much, and what would move it.
+//!
+//! A pure function over measured capacities, all in images per second, so it
+//! can be tested with synthetic numbers. The capacity comparison decides the
+//! bound; the end-to-end run (fed ratio, CPU and GPU busy fractions) is then
+//! checked against the seed's closed-loop rule — consumer busy < 70 % while the
+//! CPU is > 85 % busy means the job is input-bound — and a contradiction between
+//! the two (every stage faster than the step, yet the step starves) is named
+//! as a loader bound rather than hidden.
+
+use serde::Serialize;
+
+/// The seed's rule: below this consumer (GPU) busy fraction the job waits for input…
+pub const INPUT_BOUND_GPU_UTIL: f64 = 0.70;
+/// …when the CPU is busier than this fraction of all cores.
+pub const INPUT_BOUND_CPU_UTIL: f64 = 0.85;
+/// A consumer fed at least this fraction of the wall time is the bound itself.
+pub const CONSUMER_FED: f64 = 0.95;
+
+/// Which data path the end-to-end pipeline takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipelinePath {
+    /// Read → CPU decode → transforms on CPU (→ H2D of decoded pixels when a GPU consumes).
+    Cpu,
+    /// Read → H2D of compressed bytes → GPU decode → GPU transforms.
+    Gpu,
+}
+
+/// The stage that limits throughput.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bound {
+    /// Reading the shard files.
+    Storage,
+    /// JPEG decode (CPU cores, or the GPU's decode engines on the GPU path).
+    Decode,
+    /// Host-to-device copies.
+    Pcie,
+    /// GPU transforms.
+    Gpu,
+    /// The training step itself: the input keeps up.
+    Consumer,
+    /// Every stage alone is faster than the step, yet the pipeline starves it:
+    /// the loader's overlap (threads, prefetch) is the limit.
+    Loader,
+}
+
+impl Bound {
+    /// The stable name used in the JSON (`verdict.bound`) and the verdict line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bound::Storage => "storage",
+            Bound::Decode => "decode",
+            Bound::Pcie => "pcie",
+            Bound::Gpu => "gpu",
+            Bound::Consumer => "consumer",
+            Bound::Loader => "loader",
+        }
+    }
+}
+
+/// Measured capacities (img/s) and end-to-end figures the verdict is drawn from.
+///
+/// `None` means the stage was not measured (no GPU, no loader, zero consumer time).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Capacities {
+    /// The path end to end takes; decides which stages are in series.
+    pub path: Option<PipelinePath>,
+    /// Storage read, records/s (cold where the page cache could be dropped).
+    pub read: Option<f64>,
+    /// Storage read in MB/s, for the text.
+    pub read_mb_per_s: Option<f64>,
+    /// Whether `read` is a cold-cache figure.
+    pub read_cold: bool,
+    /// CPU decode with all cores.
+    pub cpu_decode: Option<f64>,
+    /// Cores the CPU decode used.
+    pub cores: usize,
+    /// Pinned H2D in img/s of the bytes the path copies.
+    pub h2d: Option<f64>,
+    /// Pinned H2D in GB/s, for the text.
+    pub h2d_gb_per_s: Option<f64>,
+    /// GPU decode.
+    pub gpu_decode: Option<f64>,
+    /// GPU transforms.
+    pub transform: Option<f64>,
+    /// The simulated step's demand: batch / step time.
+    pub consumer: Option<f64>,
+    /// Measured end-to-end throughput.
+    pub end_to_end: Option<f64>,
+    /// Fraction of wall time the consumer was busy (fed).
+    pub fed_ratio: Option<f64>,
+    /// Process CPU time / (wall time × cores) during end to end.
+    pub cpu_util: Option<f64>,
+    /// GPU busy fraction during end to end (the consumer's kernel time / wall).
+    pub gpu_util: Option<f64>,
+}
+
+/// The one-line conclusion.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// The bounding stage; `None` when nothing was measured.
+    pub bound: Option<Bound>,
+    /// The stage the bound is compared against (next slowest in series).
+    pub next: Option<String>,
+    /// Next-slowest capacity / bound capacity (≥ 1): the headroom moving the bound buys.
+    pub margin: Option<f64>,
+    /// The seed's rule on the measured end-to-end figures, when they exist.
+    pub input_bound_rule: Option<bool>,
+    /// The human sentence.
+    pub text: String,
+}
+
+/// One stage in series, as the verdict sees it.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    bound: Bound,
+    label: &'static str,
+    img_per_s: f64,
+}
+
+/// Formats an img/s figure with thousands separators ("9,800").
+pub fn fmt_rate(v: f64) -> String {
+    if !v.is_finite() {
+        return "∞".to_string();
+    }
+    let r = v.round();
+    if r.abs() < 10.0 && v != r {
+        return format!("{v:.1}");
+    }
+    let digits = format!("{}", r.abs() as u64);
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if r < 0.0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.0}%", v * 100.0)
+}
+
+/// Draws the verdict from the measured capacities.
+///
+/// # Examples
+///
+/// ```
+/// use stoker::bench::verdict::{judge, Bound, Capacities, PipelinePath};
+///
+/// let caps = Capacities {
+///     path: Some(PipelinePath::Cpu),
+///     read: Some(90_000.0),
+///     cpu_decode: Some(1_900.0),
+///     cores: 2,
+///     ..Default::default()
+/// };
+/// let v = judge(&caps);
+/// assert_eq!(v.bound, Some(Bound::Decode));
+/// assert!(v.text.starts_with("decode-bound"));
+/// ```
+pub fn judge(c: &Capacities) -> Verdict {
+    let path = c.path.unwrap_or(if c.gpu_decode.is_some() {
+        PipelinePath::Gpu
+    } else {
+        PipelinePath::Cpu
+    });
+    let positive = |v: Option<f64>| v.filter(|x| x.is_finite() && *x > 0.0);
+    let read_label = if c.read_cold {
+        "storage read (cold)"
+    } else {
+        "storage read (warm)"
+    };
+    let mut stages: Vec<Candidate> = Vec::new();
+    let mut push = |bound, label, v: Option<f64>| {
+        if let Some(img_per_s) = positive(v) {
+            stages.push(Candidate {
+                bound,
+                label,
+                img_per_s,
+            });
+        }
+    };
+    push(Bound::Storage, read_label, c.read);
+    match path {
+        PipelinePath::Cpu => {
+            push(Bound::Decode, "CPU decode", c.cpu_decode);
+            push(Bound::Pcie, "H2D", c.h2d);
+        }
+        PipelinePath::Gpu => {
+            push(Bound::Pcie, "H2D", c.h2d);
+            push(Bound::Decode, "GPU decode", c.gpu_decode);
+            push(Bound::Gpu, "GPU transforms", c.transform);
+        }
+    }
+    push(Bound::Consumer, "the training step", c.consumer);
+
+    let input_bound_rule = match (c.gpu_util.or(c.fed_ratio), c.cpu_util) {
+        (Some(g), Some(cpu)) => Some(g < INPUT_BOUND_GPU_UTIL && cpu > INPUT_BOUND_CPU_UTIL),
+        _ => None,
+    };
+
+    if stages.is_empty() {
+        return Verdict {
+            bound: None,
+            next: None,
+            margin: None,
+            input_bound_rule,
+            text: "no verdict: no stage could be measured".to_string(),
+        };
+    }
+    stages.sort_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s));
+    let first = stages[0];
+    let second = stages.get(1).copied();
+    let margin = second.map(|s| s.img_per_s / first.img_per_s);
+
+    // The closed loop: capacities say the step is the limit, but the measured
+    // pipeline starves it. Trust the measurement and name the loader.
+    if first.bound == Bound::Consumer {
+        if let (Some(fed), Some(e2e)) = (c.fed_ratio, positive(c.end_to_end)) {
+            if fed < INPUT_BOUND_GPU_UTIL {
+                let slowest_input = second.map(|s| s.label).unwrap_or("every stage");
+                let text = format!(
+                    "loader-bound: the step needs {} img/s and {slowest_input} alone \
+                     manages {}, yet end to end delivers {} img/s (fed {}) — raise loader \
+                     threads or prefetch depth so the stages overlap",
+                    fmt_rate(first.img_per_s),
+                    second.map(|s| fmt_rate(s.img_per_s)).unwrap_or_default(),
+                    fmt_rate(e2e),
+                    pct(fed),
+                );
+                return Verdict {
+                    bound: Some(Bound::Loader),
+                    next: second.map(|s| s.label.to_string()),
+                    margin,
+                    input_bound_rule,
+                    text: with_rule(text, c, input_bound_rule),
+                };
+            }
+        }
+    }
+
+    let versus = match second {
+        Some(s) => format!(
+            " < {} {} img/s ({:.1}× headroom)",
+            s.label,
+            fmt_rate(s.img_per_s),
+            s.img_per_s / first.img_per_s
+        ),
+        None => String::new(),
+    };
+    let (head, advice) = match first.bound {
+        Bound::Storage => (
+            match c.read_mb_per_s {
+                Some(mb) => format!(
+                    "storage-bound: {} {:.0} MB/s = {} img/s",
+                    first.label,
+                    mb,
+                    fmt_rate(first.img_per_s)
+                ),
+                None => format!(
+                    "storage-bound: {} {} img/s",
+                    first.label,
+                    fmt_rate(first.img_per_s)
+                ),
+            },
+            "move shards to local NVMe, keep them in page cache, or store smaller images",
+        ),
+        Bound::Decode => match path {
+            PipelinePath::Cpu => (
+                format!(
+                    "decode-bound: CPU decode {} img/s on {} cores",
+                    fmt_rate(first.img_per_s),
+                    c.cores.max(1)
+                ),
+                "decode on the GPU (--device cuda), add cores, or store lower-resolution images",
+            ),
+            PipelinePath::Gpu => (
+                format!(
+                    "decode-bound: GPU decode {} img/s",
+                    fmt_rate(first.img_per_s)
+                ),
+                "store lower-resolution images or give part of the batch to CPU decode",
+            ),
+        },
+        Bound::Pcie => (
+            match c.h2d_gb_per_s {
+                Some(gb) => format!(
+                    "pcie-bound: H2D {:.1} GB/s = {} img/s",
+                    gb,
+                    fmt_rate(first.img_per_s)
+                ),
+                None => format!("pcie-bound: H2D {} img/s", fmt_rate(first.img_per_s)),
+            },
+            "copy compressed JPEG and decode on the GPU, copy uint8 not float, use pinned buffers",
+        ),
+        Bound::Gpu => (
+            format!(
+                "gpu-bound: GPU transforms {} img/s",
+                fmt_rate(first.img_per_s)
+            ),
+            "lower the output size or fuse the transforms into one kernel",
+        ),
+        Bound::Consumer => (
+            format!(
+                "consumer-bound: the training step takes {} img/s",
+                fmt_rate(first.img_per_s)
+            ),
+            "the input keeps up; a faster step or a bigger batch is what moves it",
+        ),
+        Bound::Loader => unreachable!("Loader is only chosen above"),
+    };
+    let text = format!("{head}{versus} — {advice}");
+    Verdict {
+        bound: Some(first.bound),
+        next: second.map(|s| s.label.to_string()),
+        margin,
+        input_bound_rule,
+        text: with_rule(text, c, input_bound_rule),
+    }
+}
+
+/// Appends the seed's rule with the measured busy fractions.
+fn with_rule(mut text: String, c: &Capacities, rule: Option<bool>) -> String {
+    let Some(rule) = rule else { return text };
+    let consumer = c.gpu_util.or(c.fed_ratio).unwrap_or(0.0);
+    let who = if c.gpu_util.is_some() {
+        "GPU"
+    } else {
+        "consumer"
+    };
+    let cpu = c.cpu_util.unwrap_or(0.0);
+    if rule {
+        text.push_str(&format!(
+            "; input-bound by the seed's rule ({who} busy {} < 70%, CPU {} > 85%)",
+            pct(consumer),
+            pct(cpu)
+        ));
+    } else {
+        text.push_str(&format!(
+            "; seed's rule: not input-bound ({who} busy {}, CPU {})",
+            pct(consumer),
+            pct(cpu)
+        ));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpu_caps() -> Capacities {
+        Capacities {
+            path: Some(PipelinePath::Cpu),
+            read: Some(95_000.0),
+            read_mb_per_s: Some(4_400.0),
+            read_cold: true,
+            cpu_decode: Some(1_950.0),
+            cores: 2,
+            ..Default::default()
+        }
+    }
+
+    fn gpu_caps() -> Capacities {
+        Capacities {
+            path: Some(PipelinePath::Gpu),
+            read: Some(200_000.0),
+            read_mb_per_s: Some(9_300.0),
+            cpu_decode: Some(12_000.0),
+            cores: 16,
+            h2d: Some(500_000.0),
+            h2d_gb_per_s: Some(23.0),
+            gpu_decode: Some(31_000.0),
+            transform: Some(80_000.0),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cpu_decode_bound_on_two_cores() {
+        let v = judge(&cpu_caps());
+        assert_eq!(v.bound, Some(Bound::Decode));
+        assert!(v
+            .text
+            .starts_with("decode-bound: CPU decode 1,950 img/s on 2 cores"));
+        assert!(v.text.contains("storage read (cold) 95,000"), "{}", v.text);
+        let m = v.margin.unwrap();
+        assert!((m - 95_000.0 / 1_950.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn storage_bound_names_mb_per_s() {
+        let mut c = gpu_caps();
+        c.read = Some(9_800.0);
+        c.read_mb_per_s = Some(1_200.0);
+        c.read_cold = true;
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Storage));
+        assert!(
+            v.text.starts_with(
+                "storage-bound: storage read (cold) 1200 MB/s = 9,800 img/s < GPU decode 31,000"
+            ),
+            "{}",
+            v.text
+        );
+        assert!(v.text.contains("NVMe"));
+    }
+
+    #[test]
+    fn gpu_decode_bound() {
+        let v = judge(&gpu_caps());
+        assert_eq!(v.bound, Some(Bound::Decode));
+        assert!(
+            v.text.starts_with("decode-bound: GPU decode 31,000"),
+            "{}",
+            v.text
+        );
+        assert_eq!(v.next.as_deref(), Some("GPU transforms"));
+    }
+
+    #[test]
+    fn pcie_bound() {
+        let mut c = gpu_caps();
+        c.h2d = Some(5_000.0);
+        c.h2d_gb_per_s = Some(0.25);
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Pcie));
+        assert!(
+            v.text.starts_with("pcie-bound: H2D 0.2 GB/s = 5,000 img/s"),
+            "{}",
+            v.text
+        );
+    }
+
+    #[test]
+    fn gpu_transform_bound() {
+        let mut c = gpu_caps();
+        c.transform = Some(7_000.0);
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Gpu));
+        assert!(v.text.starts_with("gpu-bound"), "{}", v.text);
+    }
+
+    #[test]
+    fn consumer_bound_when_the_step_is_slowest_and_fed() {
+        let mut c = gpu_caps();
+        c.consumer = Some(2_560.0); // batch 256 at 100 ms
+        c.end_to_end = Some(2_540.0);
+        c.fed_ratio = Some(0.99);
+        c.cpu_util = Some(0.2);
+        c.gpu_util = Some(0.99);
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Consumer));
+        assert_eq!(v.input_bound_rule, Some(false));
+        assert!(v.text.starts_with("consumer-bound"), "{}", v.text);
+        assert!(v.text.contains("not input-bound"), "{}", v.text);
+    }
+
+    #[test]
+    fn seed_rule_input_bound_on_cpu_path() {
+        // The step could take 5,120 img/s, the 2 CPU cores decode 1,950: the
+        // consumer idles (fed 38 %) while the CPU is pegged.
+        let mut c = cpu_caps();
+        c.consumer = Some(5_120.0);
+        c.end_to_end = Some(1_900.0);
+        c.fed_ratio = Some(0.38);
+        c.cpu_util = Some(0.97);
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Decode));
+        assert_eq!(v.input_bound_rule, Some(true));
+        assert!(
+            v.text.contains(
+                "input-bound by the seed's rule (consumer busy 38% < 70%, CPU 97% > 85%)"
+            ),
+            "{}",
+            v.text
+        );
+    }
+
+    #[test]
+    fn seed_rule_boundaries_are_strict() {
+        let mut c = cpu_caps();
+        c.fed_ratio = Some(0.70);
+        c.cpu_util = Some(0.99);
+        assert_eq!(judge(&c).input_bound_rule, Some(false));
+        c.fed_ratio = Some(0.69);
+        c.cpu_util = Some(0.85);
+        assert_eq!(judge(&c).input_bound_rule, Some(false));
+        c.cpu_util = Some(0.86);
+        assert_eq!(judge(&c).input_bound_rule, Some(true));
+        // A measured GPU busy fraction takes precedence over the fed ratio.
+        c.gpu_util = Some(0.9);
+        assert_eq!(judge(&c).input_bound_rule, Some(false));
+    }
+
+    #[test]
+    fn loader_bound_when_stages_outrun_the_step_but_it_starves() {
+        let mut c = cpu_caps();
+        c.consumer = Some(1_000.0);
+        c.end_to_end = Some(400.0);
+        c.fed_ratio = Some(0.4);
+        c.cpu_util = Some(0.5);
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Loader));
+        assert!(v.text.starts_with("loader-bound"), "{}", v.text);
+    }
+
+    #[test]
+    fn unmeasured_and_degenerate_stages_are_ignored() {
+        let mut c = cpu_caps();
+        c.h2d = Some(0.0);
+        c.gpu_decode = Some(f64::NAN);
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Decode));
+        let none = judge(&Capacities::default());
+        assert_eq!(none.bound, None);
+        assert!(none.text.starts_with("no verdict"));
+    }
+
+    #[test]
+    fn gpu_stages_do_not_count_on_the_cpu_path() {
+        let mut c = cpu_caps();
+        c.gpu_decode = Some(10.0);
+        c.transform = Some(10.0);
+        assert_eq!(judge(&c).bound, Some(Bound::Decode));
+    }
+
+    #[test]
+    fn rates_are_grouped() {
+        assert_eq!(fmt_rate(9_800.0), "9,800");
+        assert_eq!(fmt_rate(1_234_567.4), "1,234,567");
+        assert_eq!(fmt_rate(512.0), "512");
+        assert_eq!(fmt_rate(2.5), "2.5");
+    }
+}
