@@ -1,3 +1,61 @@
 //! # Overview
 //!
-//! Work in progress.
+//! `stoker-formats` is stoker's on-disk dataset format and the converter that produces it.
+//!
+//! A dataset is a directory holding LMDB shards (`shard-00000.lmdb`, one single-file LMDB
+//! environment each) and a `manifest.json`. Keys are the sample index as u64 big-endian;
+//! values are a 32-byte header (encoding, size, label, payload length, CRC32C) followed by
+//! the payload: JPEG bytes or raw HWC u8 pixels. docs/FORMAT.md documents the bytes.
+//!
+//! - [`Dataset::open`] / [`Dataset::reader`] / [`DatasetReader::get`]: zero-copy reads
+//!   (payloads are `&[u8]` into the memory map), shards opened read-only without a lock file.
+//! - [`DatasetWriter`]: writes records in index order; shards are renamed into place when
+//!   complete and the manifest comes last, so an interrupted write never looks finished.
+//! - [`convert`]: an ImageFolder tree or list file into a dataset, in parallel and
+//!   deterministically, skipping and reporting bad inputs, with a JPEG compatibility
+//!   [`Audit`].
+//! - [`verify()`] and [`inspect()`]: check every record; summarize a dataset.
+//!
+//! ```
+//! use stoker_formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
+//!
+//! let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/imagefolder");
+//! let out = tempfile::tempdir()?;
+//! let mut opts = ConvertOptions::new(Source::ImageFolder(src.into()), out.path().join("ds"));
+//! opts.check_decode = false; // store original bytes after a header check only
+//! let report = convert(&opts, &NoProgress)?;
+//! println!("{} written, {} skipped", report.written, report.skipped.len());
+//!
+//! let ds = Dataset::open(out.path().join("ds"))?;
+//! let reader = ds.reader()?;
+//! let rec = reader.get(0)?;
+//! rec.check_crc()?;
+//! println!("label {} ({}), {} JPEG bytes", rec.header.label,
+//!          ds.manifest().classes[rec.header.label as usize], rec.payload.len());
+//! assert!(verify(&ds, false)?.ok());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod convert;
+mod dataset;
+mod error;
+mod inspect;
+mod manifest;
+mod record;
+mod shard;
+mod verify;
+mod writer;
+
+pub use convert::audit::Audit;
+pub use convert::{
+    convert, ConvertOptions, ConvertReport, NoProgress, Progress, ResizeMode, Skipped, Source,
+};
+pub use dataset::{Dataset, DatasetReader};
+pub use error::FormatError;
+pub use inspect::{inspect, Distribution, InspectReport};
+pub use manifest::{
+    Manifest, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+};
+pub use record::{Encoding, Record, RecordHeader, HEADER_LEN, RECORD_MAGIC, RECORD_VERSION};
+pub use verify::{verify, BadRecord, VerifyReport};
+pub use writer::{shard_file_name, DatasetWriter, RecordMeta, WriterOptions, DEFAULT_SHARD_BYTES};

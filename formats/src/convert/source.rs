@@ -1,0 +1,222 @@
+//! Listing the inputs of a conversion in a deterministic order.
+
+use std::path::{Path, PathBuf};
+
+use crate::FormatError;
+
+/// Where the images come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// An ImageFolder tree: one subdirectory per class (class ids by sorted name), images
+    /// anywhere below it. Files directly in the root are not samples and are ignored.
+    ImageFolder(PathBuf),
+    /// A list file of `relative/path,label` lines; paths are relative to `root`.
+    /// Blank lines and lines starting with `#` are ignored, as is a `path,label` header.
+    List {
+        /// Directory the listed paths are relative to.
+        root: PathBuf,
+        /// The list file.
+        list: PathBuf,
+    },
+}
+
+/// One input file and its label.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Input {
+    pub path: PathBuf,
+    pub label: u32,
+}
+
+/// The inputs in conversion order, and the class names.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    pub inputs: Vec<Input>,
+    pub classes: Vec<String>,
+}
+
+impl Source {
+    /// The source as given, for the manifest's provenance.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::ImageFolder(p) => p.display().to_string(),
+            Source::List { root, list } => format!("{} (list {})", root.display(), list.display()),
+        }
+    }
+
+    pub(crate) fn list(&self) -> Result<Listing, FormatError> {
+        match self {
+            Source::ImageFolder(root) => list_image_folder(root),
+            Source::List { root, list } => list_file(root, list),
+        }
+    }
+}
+
+fn sorted_entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>, FormatError> {
+    let mut v = std::fs::read_dir(dir)
+        .map_err(|e| FormatError::io(dir, e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| FormatError::io(dir, e))?;
+    v.sort_by_key(|e| e.file_name());
+    Ok(v)
+}
+
+fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
+    if !root.is_dir() {
+        return Err(FormatError::BadSource {
+            path: root.to_path_buf(),
+            reason: "not a directory (an ImageFolder source has one subdirectory per class)".into(),
+        });
+    }
+    let mut classes = Vec::new();
+    let mut inputs = Vec::new();
+    for entry in sorted_entries(root)? {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        let label = u32::try_from(classes.len()).map_err(|_| FormatError::BadSource {
+            path: root.to_path_buf(),
+            reason: "more than 2^32 classes".into(),
+        })?;
+        classes.push(entry.file_name().to_string_lossy().into_owned());
+        walk(&path, label, &mut inputs, 0)?;
+    }
+    if classes.is_empty() {
+        return Err(FormatError::BadSource {
+            path: root.to_path_buf(),
+            reason:
+                "no class subdirectories (an ImageFolder source has one subdirectory per class)"
+                    .into(),
+        });
+    }
+    Ok(Listing { inputs, classes })
+}
+
+fn walk(dir: &Path, label: u32, out: &mut Vec<Input>, depth: u32) -> Result<(), FormatError> {
+    if depth > 64 {
+        return Err(FormatError::BadSource {
+            path: dir.to_path_buf(),
+            reason: "directories nested more than 64 deep (a symlink loop?)".into(),
+        });
+    }
+    for entry in sorted_entries(dir)? {
+        let path = entry.path();
+        if path.is_dir() {
+            walk(&path, label, out, depth + 1)?;
+        } else {
+            // Every other entry is an input, image or not: non-images are skipped and
+            // reported, never silently dropped.
+            out.push(Input { path, label });
+        }
+    }
+    Ok(())
+}
+
+fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
+    let text = std::fs::read_to_string(list).map_err(|e| FormatError::io(list, e))?;
+    let mut inputs = Vec::new();
+    let mut max_label: Option<u32> = None;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |reason: String| FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: format!("line {}: {reason}", n + 1),
+        };
+        let Some((rel, label)) = line.rsplit_once(',') else {
+            return Err(bad(format!("{line:?} is not `relative/path,label`")));
+        };
+        let label = label.trim();
+        let label: u32 = match label.parse() {
+            Ok(l) => l,
+            Err(_) if inputs.is_empty() && label.eq_ignore_ascii_case("label") => continue,
+            Err(_) => {
+                return Err(bad(format!(
+                    "label {label:?} is not a non-negative integer"
+                )))
+            }
+        };
+        let rel = Path::new(rel.trim());
+        if rel.is_absolute() {
+            return Err(bad(format!("path {} must be relative", rel.display())));
+        }
+        max_label = Some(max_label.map_or(label, |m| m.max(label)));
+        inputs.push(Input {
+            path: root.join(rel),
+            label,
+        });
+    }
+    if inputs.is_empty() {
+        return Err(FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: "lists no images".into(),
+        });
+    }
+    let classes = (0..=max_label.unwrap_or(0))
+        .map(|l| l.to_string())
+        .collect();
+    Ok(Listing { inputs, classes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_file_parses_header_comments_and_commas_in_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("l.csv");
+        std::fs::write(&list, "path,label\n# comment\n\na,b.jpg,2\nc.png, 0\r\n").unwrap();
+        let l = Source::List {
+            root: dir.path().into(),
+            list: list.clone(),
+        }
+        .list()
+        .unwrap();
+        assert_eq!(l.inputs.len(), 2);
+        assert_eq!(l.inputs[0].path, dir.path().join("a,b.jpg"));
+        assert_eq!(l.inputs[0].label, 2);
+        assert_eq!(l.inputs[1].label, 0);
+        assert_eq!(l.classes, ["0", "1", "2"]);
+        std::fs::write(&list, "a.jpg,x\n").unwrap();
+        let err = Source::List {
+            root: dir.path().into(),
+            list,
+        }
+        .list()
+        .unwrap_err();
+        assert!(err.to_string().contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn image_folder_is_sorted_and_labels_follow_class_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for (class, file) in [
+            ("b", "2.jpg"),
+            ("a", "z.jpg"),
+            ("a", "sub/y.jpg"),
+            ("b", "1.jpg"),
+        ] {
+            let p = dir.path().join(class).join(file);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"x").unwrap();
+        }
+        std::fs::write(dir.path().join("README"), b"not a sample").unwrap();
+        let l = Source::ImageFolder(dir.path().into()).list().unwrap();
+        assert_eq!(l.classes, ["a", "b"]);
+        let got: Vec<_> = l
+            .inputs
+            .iter()
+            .map(|i| (i.path.strip_prefix(dir.path()).unwrap().to_owned(), i.label))
+            .collect();
+        let want: Vec<(PathBuf, u32)> = vec![
+            ("a/sub/y.jpg".into(), 0),
+            ("a/z.jpg".into(), 0),
+            ("b/1.jpg".into(), 1),
+            ("b/2.jpg".into(), 1),
+        ];
+        assert_eq!(got, want);
+    }
+}

@@ -1,0 +1,322 @@
+//! Turning one input file into one record payload: store the original JPEG, or decode,
+//! resize and re-encode / keep raw pixels. Pure function of the file bytes and the options,
+//! so the output never depends on which thread ran it.
+
+use std::io::Cursor;
+
+use fast_image_resize::images::Image;
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
+use stoker_decode::{probe, CpuDecoder, Limits};
+
+use super::audit::JpegClass;
+use super::{ConvertOptions, ResizeMode};
+use crate::record::Encoding;
+use crate::writer::RecordMeta;
+
+/// What became of one input.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Convert it into this record.
+    Record {
+        meta: RecordMeta,
+        payload: Vec<u8>,
+        /// The original JPEG bytes were stored unchanged.
+        stored: bool,
+        /// Re-encoded only because the hardware decoder could not take it (`--gpu-friendly`).
+        for_gpu: bool,
+    },
+    /// Skip it, for this reason.
+    Skip(String),
+}
+
+/// The result for one input: outcome plus what the audit learned.
+#[derive(Debug)]
+pub(crate) struct Processed {
+    pub outcome: Outcome,
+    pub jpeg: Option<JpegClass>,
+    pub other_image: bool,
+    pub input_bytes: u64,
+}
+
+/// RGB pixels, HWC u8.
+struct Rgb {
+    width: u32,
+    height: u32,
+    data: Vec<u8>,
+}
+
+fn is_jpeg(data: &[u8]) -> bool {
+    data.len() >= 2 && data[0] == 0xFF && data[1] == 0xD8
+}
+
+/// Processes one input file's bytes.
+pub(crate) fn process(data: &[u8], label: u32, opts: &ConvertOptions) -> Processed {
+    let mut p = Processed {
+        outcome: Outcome::Skip(String::new()),
+        jpeg: None,
+        other_image: false,
+        input_bytes: data.len() as u64,
+    };
+    if data.is_empty() {
+        p.outcome = Outcome::Skip("empty file".into());
+        return p;
+    }
+    // `Limits` is `#[non_exhaustive]`: a struct expression is not allowed from this crate.
+    #[allow(clippy::field_reassign_with_default)]
+    let limits = {
+        let mut l = Limits::default();
+        l.max_pixels = opts.max_pixels;
+        l
+    };
+    p.outcome = if is_jpeg(data) {
+        process_jpeg(data, label, opts, &limits, &mut p.jpeg)
+    } else {
+        match decode_other(data, opts.max_pixels) {
+            Ok(rgb) => {
+                p.other_image = true;
+                finish_pixels(rgb, label, opts, false)
+            }
+            Err(reason) => Outcome::Skip(reason),
+        }
+    };
+    p
+}
+
+fn process_jpeg(
+    data: &[u8],
+    label: u32,
+    opts: &ConvertOptions,
+    limits: &Limits,
+    class: &mut Option<JpegClass>,
+) -> Outcome {
+    let info = match probe(data, limits) {
+        Ok(info) => info,
+        Err(e) => return Outcome::Skip(format!("bad JPEG header: {e}")),
+    };
+    let c = JpegClass::of(&info);
+    let hardware_ok = c.hardware_ok();
+    *class = Some(c);
+    if let Err(e) = info.supported() {
+        return Outcome::Skip(format!("cannot be decoded by stoker: {e}"));
+    }
+    let too_big = opts
+        .max_side
+        .is_some_and(|m| info.width.max(info.height) > m);
+    let for_gpu = opts.gpu_friendly && !hardware_ok;
+    let decoder = CpuDecoder::new(*limits);
+    if opts.encoding == Encoding::Jpeg && !too_big && !for_gpu {
+        if opts.check_decode {
+            if let Err(e) = decoder.decode_to_vec(data) {
+                return Outcome::Skip(format!("corrupt JPEG: {e}"));
+            }
+        }
+        return Outcome::Record {
+            meta: RecordMeta {
+                encoding: Encoding::Jpeg,
+                height: info.height,
+                width: info.width,
+                channels: 3,
+                label,
+            },
+            payload: data.to_vec(),
+            stored: true,
+            for_gpu: false,
+        };
+    }
+    match decoder.decode_to_vec(data) {
+        Ok((info, data)) => finish_pixels(
+            Rgb {
+                width: info.width,
+                height: info.height,
+                data,
+            },
+            label,
+            opts,
+            for_gpu && !too_big,
+        ),
+        Err(e) => Outcome::Skip(format!("corrupt JPEG: {e}")),
+    }
+}
+
+/// Decodes a non-JPEG image with the `image` crate, refusing oversized ones before decoding.
+fn decode_other(data: &[u8], max_pixels: u64) -> Result<Rgb, String> {
+    let reader = image::ImageReader::new(Cursor::new(data))
+        .with_guessed_format()
+        .map_err(|e| format!("unreadable: {e}"))?;
+    let Some(format) = reader.format() else {
+        return Err("not an image (unrecognized file format)".into());
+    };
+    let (w, h) = image::ImageReader::with_format(Cursor::new(data), format)
+        .into_dimensions()
+        .map_err(|e| format!("bad {format:?} header: {e}"))?;
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > max_pixels {
+        return Err(format!(
+            "image too large: {w}x{h} = {pixels} pixels, limit {max_pixels}"
+        ));
+    }
+    if pixels == 0 {
+        return Err(format!("{format:?} image has zero size"));
+    }
+    let mut reader = image::ImageReader::with_format(Cursor::new(data), format);
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(w);
+    limits.max_image_height = Some(h);
+    limits.max_alloc = Some(pixels.saturating_mul(16).max(1 << 20));
+    reader.limits(limits);
+    let img = reader
+        .decode()
+        .map_err(|e| format!("corrupt {format:?}: {e}"))?;
+    let rgb = img.to_rgb8();
+    Ok(Rgb {
+        width: rgb.width(),
+        height: rgb.height(),
+        data: rgb.into_raw(),
+    })
+}
+
+/// Resizes decoded pixels per the options and produces the record (raw or JPEG).
+fn finish_pixels(rgb: Rgb, label: u32, opts: &ConvertOptions, for_gpu: bool) -> Outcome {
+    let result = match opts.encoding {
+        Encoding::Raw => {
+            let (w, h) = opts.raw_size.expect("validated: raw needs a size");
+            resize_to(rgb, w, h, opts.resize).map(|px| (px, Encoding::Raw))
+        }
+        Encoding::Jpeg => {
+            let rgb = match opts.max_side {
+                Some(m) if rgb.width.max(rgb.height) > m => {
+                    let (w, h) = fit_long_side(rgb.width, rgb.height, m);
+                    resize_to(rgb, w, h, ResizeMode::Stretch)
+                }
+                _ => Ok(rgb),
+            };
+            rgb.and_then(|px| {
+                encode_jpeg(&px, opts.quality).map(|data| {
+                    (
+                        Rgb {
+                            width: px.width,
+                            height: px.height,
+                            data,
+                        },
+                        Encoding::Jpeg,
+                    )
+                })
+            })
+        }
+    };
+    match result {
+        Ok((px, encoding)) => Outcome::Record {
+            meta: RecordMeta {
+                encoding,
+                height: px.height,
+                width: px.width,
+                channels: 3,
+                label,
+            },
+            payload: px.data,
+            stored: false,
+            for_gpu,
+        },
+        Err(reason) => Outcome::Skip(reason),
+    }
+}
+
+/// Output size with the long side `m` and the aspect ratio kept (each side at least 1).
+pub(crate) fn fit_long_side(w: u32, h: u32, m: u32) -> (u32, u32) {
+    let scale = |a: u32, b: u32| {
+        ((u64::from(a) * u64::from(m) + u64::from(b) / 2) / u64::from(b)).max(1) as u32
+    };
+    if w >= h {
+        (m, scale(h, w))
+    } else {
+        (scale(w, h), m)
+    }
+}
+
+/// Resizes to exactly `w × h`: `Stretch` scales each axis; `ShorterSide` scales so the image
+/// covers `w × h` and crops the center.
+fn resize_to(src: Rgb, w: u32, h: u32, mode: ResizeMode) -> Result<Rgb, String> {
+    if src.width == w && src.height == h {
+        return Ok(src);
+    }
+    let (sw, sh) = (src.width, src.height);
+    let src_img = Image::from_vec_u8(sw, sh, src.data, PixelType::U8x3)
+        .map_err(|e| format!("resize: {e}"))?;
+    let mut dst = Image::new(w, h, PixelType::U8x3);
+    let mut options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+    if mode == ResizeMode::ShorterSide {
+        // The largest centered source window with the target's aspect ratio.
+        let (sw_f, sh_f) = (f64::from(sw), f64::from(sh));
+        let target = f64::from(w) / f64::from(h);
+        let (cw, ch) = if sw_f / sh_f > target {
+            (sh_f * target, sh_f)
+        } else {
+            (sw_f, sw_f / target)
+        };
+        options = options.crop((sw_f - cw) / 2.0, (sh_f - ch) / 2.0, cw, ch);
+    }
+    Resizer::new()
+        .resize(&src_img, &mut dst, &options)
+        .map_err(|e| format!("resize: {e}"))?;
+    Ok(Rgb {
+        width: w,
+        height: h,
+        data: dst.into_vec(),
+    })
+}
+
+/// Baseline, 4:2:0, Huffman-coded JPEG at `quality`: what every GPU decoder path takes.
+fn encode_jpeg(px: &Rgb, quality: u8) -> Result<Vec<u8>, String> {
+    let (Ok(w), Ok(h)) = (u16::try_from(px.width), u16::try_from(px.height)) else {
+        return Err(format!(
+            "{}x{} is too large to encode as JPEG (65535 max per side); use --max-side",
+            px.width, px.height
+        ));
+    };
+    let mut out = Vec::with_capacity(px.data.len() / 8);
+    let mut enc = Encoder::new(&mut out, quality);
+    enc.set_sampling_factor(SamplingFactor::R_4_2_0);
+    enc.encode(&px.data, w, h, ColorType::Rgb)
+        .map_err(|e| format!("JPEG encode: {e}"))?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_side_fit_keeps_aspect() {
+        assert_eq!(fit_long_side(500, 375, 256), (256, 192));
+        assert_eq!(fit_long_side(375, 500, 256), (192, 256));
+        assert_eq!(fit_long_side(5000, 1, 100), (100, 1));
+    }
+
+    #[test]
+    fn reencoded_jpeg_is_baseline_420_and_decodes() {
+        let px = Rgb {
+            width: 33,
+            height: 17,
+            data: (0..33 * 17 * 3).map(|i| (i % 251) as u8).collect(),
+        };
+        let jpeg = encode_jpeg(&px, 90).unwrap();
+        let info = probe(&jpeg, &Limits::default()).unwrap();
+        assert_eq!((info.width, info.height), (33, 17));
+        assert!(info.hardware_decodable());
+        assert_eq!(info.subsampling, stoker_decode::Subsampling::S420);
+        assert_eq!(info.sof, 0);
+    }
+
+    #[test]
+    fn center_crop_resize_has_target_size() {
+        let px = Rgb {
+            width: 40,
+            height: 20,
+            data: vec![128; 40 * 20 * 3],
+        };
+        let out = resize_to(px, 8, 8, ResizeMode::ShorterSide).unwrap();
+        assert_eq!((out.width, out.height, out.data.len()), (8, 8, 8 * 8 * 3));
+        assert!(out.data.iter().all(|&v| v == 128));
+    }
+}

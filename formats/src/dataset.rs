@@ -1,0 +1,205 @@
+//! Reading a converted dataset: [`Dataset`] (shared, cheap to clone) and [`DatasetReader`]
+//! (one per thread, hands out records borrowed from the memory map).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use heed::{RoTxn, WithoutTls};
+
+use crate::manifest::Manifest;
+use crate::record::{Record, RecordHeader};
+use crate::shard::{self, OpenShard};
+use crate::FormatError;
+
+/// A converted dataset: its manifest and its open shards.
+///
+/// Cloning is cheap (an `Arc`); clones share the memory maps.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+/// let dir = tempfile::tempdir()?;
+/// let mut w = DatasetWriter::create(dir.path(), WriterOptions::default())?;
+/// w.push(RecordMeta { encoding: Encoding::Raw, height: 1, width: 2, channels: 1, label: 0 }, &[7, 9])?;
+/// w.finish(vec!["only".into()], Provenance::stoker("doc example"))?;
+///
+/// let ds = Dataset::open(dir.path())?;
+/// let reader = ds.reader()?;
+/// let rec = reader.get(0)?;
+/// assert_eq!(rec.payload, &[7, 9]);
+/// rec.check_crc()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    root: PathBuf,
+    manifest: Manifest,
+    /// `shards[i]` holds the records of `manifest.shards[i]`.
+    shards: Vec<Arc<OpenShard>>,
+}
+
+impl Dataset {
+    /// Opens the dataset whose root directory (holding `manifest.json`) is `path`.
+    ///
+    /// Every shard is opened read-only without a lock file, so datasets on read-only or shared
+    /// filesystems work. Shard sizes are checked against the manifest (a cheap truncation check);
+    /// [`crate::verify`] checks contents.
+    ///
+    /// # Errors
+    ///
+    /// Missing or invalid manifest, missing shard, size mismatch, or an LMDB error.
+    pub fn open(path: impl AsRef<Path>) -> Result<Dataset, FormatError> {
+        let root = path.as_ref().to_path_buf();
+        let manifest = Manifest::read(&root)?;
+        let mut shards = Vec::with_capacity(manifest.shards.len());
+        for (i, entry) in manifest.shards.iter().enumerate() {
+            let p = manifest.shard_path(&root, i);
+            let len = std::fs::metadata(&p)
+                .map_err(|e| FormatError::io(&p, e))?
+                .len();
+            if len != entry.bytes {
+                return Err(FormatError::ShardSizeMismatch {
+                    shard: p,
+                    got: len,
+                    want: entry.bytes,
+                });
+            }
+            shards.push(shard::open_shard(&p)?);
+        }
+        Ok(Dataset {
+            inner: Arc::new(Inner {
+                root,
+                manifest,
+                shards,
+            }),
+        })
+    }
+
+    /// Number of samples (keys are `0..len()`).
+    pub fn len(&self) -> u64 {
+        self.inner.manifest.samples
+    }
+
+    /// True when the dataset holds no samples.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The parsed `manifest.json`.
+    pub fn manifest(&self) -> &Manifest {
+        &self.inner.manifest
+    }
+
+    /// The dataset root directory as given to [`Dataset::open`].
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    /// Opens a reader: one read transaction per shard. Make one per thread.
+    ///
+    /// # Errors
+    ///
+    /// An LMDB error starting a read transaction.
+    pub fn reader(&self) -> Result<DatasetReader, FormatError> {
+        let mut txns = Vec::with_capacity(self.inner.shards.len());
+        for s in &self.inner.shards {
+            let txn = s
+                .env
+                .clone()
+                .static_read_txn()
+                .map_err(|e| FormatError::lmdb(&s.path, e))?;
+            txns.push(txn);
+        }
+        Ok(DatasetReader {
+            dataset: self.clone(),
+            txns,
+        })
+    }
+
+    /// Which shard holds `index`, as a position in `manifest().shards`.
+    pub fn shard_of(&self, index: u64) -> Option<usize> {
+        let shards = &self.inner.manifest.shards;
+        let pos = shards.partition_point(|s| s.first_index <= index);
+        if pos == 0 {
+            return None;
+        }
+        let s = &shards[pos - 1];
+        (index < s.first_index + s.count).then_some(pos - 1)
+    }
+}
+
+/// Reads records of a [`Dataset`]; payloads are borrowed from the memory map (no copy).
+///
+/// A reader holds one LMDB read transaction per shard; create one per thread.
+pub struct DatasetReader {
+    dataset: Dataset,
+    // Declared after `dataset` is irrelevant: each `RoTxn<'static>` owns a clone of its `Env`.
+    txns: Vec<RoTxn<'static, WithoutTls>>,
+}
+
+impl std::fmt::Debug for DatasetReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatasetReader")
+            .field("root", &self.dataset.root())
+            .field("shards", &self.txns.len())
+            .finish()
+    }
+}
+
+impl DatasetReader {
+    /// The dataset this reader reads.
+    pub fn dataset(&self) -> &Dataset {
+        &self.dataset
+    }
+
+    /// Returns record `index`: header checked (magic, version, header CRC, length); the
+    /// payload CRC is checked only by [`Record::check_crc`].
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::IndexOutOfRange`], [`FormatError::MissingRecord`],
+    /// [`FormatError::BadHeader`], [`FormatError::TruncatedRecord`] or an LMDB error.
+    ///
+    /// # Examples
+    ///
+    /// See [`Dataset`].
+    pub fn get(&self, index: u64) -> Result<Record<'_>, FormatError> {
+        let Some(si) = self.dataset.shard_of(index) else {
+            return Err(FormatError::IndexOutOfRange {
+                index,
+                len: self.dataset.len(),
+            });
+        };
+        let shard = &self.dataset.inner.shards[si];
+        let value = shard
+            .db
+            .get(&self.txns[si], &shard::key(index))
+            .map_err(|e| FormatError::lmdb(&shard.path, e))?
+            .ok_or_else(|| FormatError::MissingRecord {
+                shard: shard.path.clone(),
+                index,
+            })?;
+        RecordHeader::parse_value(value, &shard.path, index)
+    }
+
+    /// Iterates over every key/value of shard `shard` in key order, without looking up by
+    /// index: used by `verify` to find stray, missing or misnumbered keys.
+    pub(crate) fn raw_iter(
+        &self,
+        shard: usize,
+    ) -> Result<heed::RoIter<'_, heed::types::Bytes, heed::types::Bytes>, FormatError> {
+        let s = &self.dataset.inner.shards[shard];
+        s.db.iter(&self.txns[shard])
+            .map_err(|e| FormatError::lmdb(&s.path, e))
+    }
+
+    pub(crate) fn shard_path(&self, shard: usize) -> &Path {
+        &self.dataset.inner.shards[shard].path
+    }
+}

@@ -1,0 +1,180 @@
+//! The one error type of this crate.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while writing, opening, reading, converting or verifying a
+/// dataset. Variants carry the shard and index they concern so a caller can match on them.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// A file or directory operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path the operation was applied to.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// LMDB (through heed) reported an error on a shard.
+    #[error("shard {shard}: LMDB error: {source}")]
+    Lmdb {
+        /// The shard file.
+        shard: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: heed::Error,
+    },
+    /// `manifest.json` is missing fields, malformed, or inconsistent with itself.
+    #[error("{path}: invalid manifest: {reason}")]
+    InvalidManifest {
+        /// The manifest file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The manifest declares a format version this build cannot read.
+    #[error(
+        "{path}: format version {found} is not supported (this build reads version {supported})"
+    )]
+    UnsupportedVersion {
+        /// The manifest file.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        supported: u32,
+    },
+    /// A shard's file size differs from what the manifest recorded.
+    #[error("shard {shard}: file is {got} bytes, the manifest says {want}")]
+    ShardSizeMismatch {
+        /// The shard file.
+        shard: PathBuf,
+        /// Actual size in bytes.
+        got: u64,
+        /// Size recorded in the manifest.
+        want: u64,
+    },
+    /// A shard's whole-file CRC32C differs from the manifest (`verify` only).
+    #[error("shard {shard}: file CRC32C is {got:#010x}, the manifest says {want:#010x}")]
+    ShardChecksumMismatch {
+        /// The shard file.
+        shard: PathBuf,
+        /// CRC32C computed over the file.
+        got: u32,
+        /// CRC32C recorded in the manifest.
+        want: u32,
+    },
+    /// The same shard file is already open in this process with different contents
+    /// (it was replaced on disk while an older [`crate::Dataset`] still maps it).
+    #[error("shard {shard}: already open in this process with different contents; drop the old Dataset first")]
+    ShardReplaced {
+        /// The shard file.
+        shard: PathBuf,
+    },
+    /// The index is not in `0..len`.
+    #[error("index {index} is out of range (dataset has {len} samples)")]
+    IndexOutOfRange {
+        /// The requested index.
+        index: u64,
+        /// Number of samples.
+        len: u64,
+    },
+    /// The shard that should hold an index has no record for it.
+    #[error("shard {shard}: record {index} is missing")]
+    MissingRecord {
+        /// The shard file.
+        shard: PathBuf,
+        /// The dataset index.
+        index: u64,
+    },
+    /// A record is shorter than its header says.
+    #[error("shard {shard}: record {index} is truncated: {got} bytes, want {want}")]
+    TruncatedRecord {
+        /// The shard file.
+        shard: PathBuf,
+        /// The dataset index.
+        index: u64,
+        /// Bytes present.
+        got: u64,
+        /// Bytes the header requires.
+        want: u64,
+    },
+    /// A record's header is malformed (bad magic, version, encoding, or header CRC).
+    #[error("shard {shard}: record {index} has a bad header: {reason}")]
+    BadHeader {
+        /// The shard file.
+        shard: PathBuf,
+        /// The dataset index.
+        index: u64,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A record's payload does not match the CRC32C in its header.
+    #[error("record {index}: payload CRC32C is {got:#010x}, header says {want:#010x}")]
+    CrcMismatch {
+        /// The dataset index.
+        index: u64,
+        /// CRC32C computed over the payload.
+        got: u32,
+        /// CRC32C stored in the header.
+        want: u32,
+    },
+    /// A record handed to [`crate::DatasetWriter`] is not valid.
+    #[error("record {index}: {reason}")]
+    InvalidRecord {
+        /// The index the record would have had.
+        index: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The output directory already holds a finished dataset or a partial conversion.
+    #[error("{path}: {reason}")]
+    OutputExists {
+        /// The output directory.
+        path: PathBuf,
+        /// What was found and what to do about it.
+        reason: String,
+    },
+    /// The conversion source is unusable as a whole (not a directory, empty list file, bad line).
+    #[error("{path}: {reason}")]
+    BadSource {
+        /// The source directory or list file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `--strict`: an input could not be converted.
+    #[error("{path}: {reason} (--strict: stopping, no manifest written)")]
+    StrictInput {
+        /// The input file.
+        path: PathBuf,
+        /// Why it could not be converted.
+        reason: String,
+    },
+    /// Conflicting or out-of-range options.
+    #[error("invalid options: {0}")]
+    InvalidOptions(String),
+    /// A failure injected by a test (see `ConvertOptions::fail_after`).
+    #[error("injected failure after {written} records")]
+    Injected {
+        /// Records written before the failure.
+        written: u64,
+    },
+}
+
+impl FormatError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        FormatError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn lmdb(shard: impl Into<PathBuf>, source: heed::Error) -> Self {
+        FormatError::Lmdb {
+            shard: shard.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! `inspect`: what a dataset holds, from the manifest and every record header.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::convert::audit::Audit;
+use crate::manifest::{Provenance, RawSize, ShardEntry};
+use crate::{Dataset, Encoding, FormatError};
+
+/// Summary statistics of one quantity over all records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Distribution {
+    /// Smallest value.
+    pub min: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// Largest value.
+    pub max: u64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl Distribution {
+    fn of(mut v: Vec<u64>) -> Distribution {
+        if v.is_empty() {
+            return Distribution::default();
+        }
+        v.sort_unstable();
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Distribution {
+            min: v[0],
+            p50: at(0.5),
+            p90: at(0.9),
+            max: v[v.len() - 1],
+            mean: v.iter().sum::<u64>() as f64 / v.len() as f64,
+        }
+    }
+}
+
+/// What [`inspect`] reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct InspectReport {
+    /// Number of samples.
+    pub samples: u64,
+    /// Number of shards.
+    pub shards: u64,
+    /// Number of classes.
+    pub classes: u64,
+    /// Bytes of all shard files.
+    pub bytes: u64,
+    /// Bytes of all payloads.
+    pub payload_bytes: u64,
+    /// The dataset's encoding.
+    pub encoding: Encoding,
+    /// Fixed size of a raw dataset.
+    pub raw_size: Option<RawSize>,
+    /// Records per encoding, from the record headers.
+    pub encodings: BTreeMap<String, u64>,
+    /// Class names.
+    pub class_names: Vec<String>,
+    /// Records per class name.
+    pub per_class: BTreeMap<String, u64>,
+    /// Image widths.
+    pub width: Distribution,
+    /// Image heights.
+    pub height: Distribution,
+    /// Payload sizes in bytes.
+    pub payload_size: Distribution,
+    /// The shard files.
+    pub shard_files: Vec<ShardEntry>,
+    /// The conversion's JPEG audit, if the dataset was made by the converter.
+    pub audit: Option<Audit>,
+    /// How the dataset was made.
+    pub provenance: Provenance,
+}
+
+/// Summarizes `ds`, reading every record header (not the payloads).
+///
+/// # Errors
+///
+/// A record that cannot be read (use [`crate::verify()`] to list every problem).
+///
+/// # Examples
+///
+/// ```
+/// use stoker_formats::{inspect, Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+/// let dir = tempfile::tempdir()?;
+/// let mut w = DatasetWriter::create(dir.path(), WriterOptions::default())?;
+/// for label in [0, 1, 1] {
+///     w.push(RecordMeta { encoding: Encoding::Raw, height: 2, width: 2, channels: 1, label }, &[0; 4])?;
+/// }
+/// w.finish(vec!["cat".into(), "dog".into()], Provenance::stoker("doc"))?;
+/// let r = inspect(&Dataset::open(dir.path())?)?;
+/// assert_eq!((r.samples, r.classes), (3, 2));
+/// assert_eq!(r.per_class["dog"], 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
+    let m = ds.manifest();
+    let reader = ds.reader()?;
+    let n = m.samples as usize;
+    let (mut w, mut h, mut sizes) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut encodings = BTreeMap::new();
+    let mut per_label: BTreeMap<u32, u64> = BTreeMap::new();
+    for i in 0..m.samples {
+        let r = reader.get(i)?;
+        w.push(u64::from(r.header.width));
+        h.push(u64::from(r.header.height));
+        sizes.push(u64::from(r.header.payload_len));
+        *encodings.entry(r.header.encoding.to_string()).or_insert(0) += 1;
+        *per_label.entry(r.header.label).or_insert(0) += 1;
+    }
+    let per_class = per_label
+        .into_iter()
+        .map(|(l, c)| {
+            let name = m
+                .classes
+                .get(l as usize)
+                .cloned()
+                .unwrap_or_else(|| format!("label {l} (no class name)"));
+            (name, c)
+        })
+        .collect();
+    Ok(InspectReport {
+        samples: m.samples,
+        shards: m.shards.len() as u64,
+        classes: m.classes.len() as u64,
+        bytes: m.bytes,
+        payload_bytes: m.payload_bytes,
+        encoding: m.encoding,
+        raw_size: m.raw_size,
+        encodings,
+        class_names: m.classes.clone(),
+        per_class,
+        width: Distribution::of(w),
+        height: Distribution::of(h),
+        payload_size: Distribution::of(sizes),
+        shard_files: m.shards.clone(),
+        audit: m.audit.clone(),
+        provenance: m.provenance.clone(),
+    })
+}

@@ -1,0 +1,192 @@
+//! `manifest.json`: what a dataset holds and how it was made. Written last, so its presence
+//! marks a finished dataset.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Encoding, FormatError};
+
+/// File name of the manifest at the dataset root.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// Dataset format version written by this build.
+pub const FORMAT_VERSION: u32 = 1;
+/// Value of the manifest's `format` field.
+pub const FORMAT_NAME: &str = "stoker-lmdb";
+
+/// The dataset description stored in `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `"stoker-lmdb"`.
+    pub format: String,
+    /// Format version ([`FORMAT_VERSION`]).
+    pub format_version: u32,
+    /// Number of samples; keys are `0..samples`.
+    pub samples: u64,
+    /// Payload encoding of every record.
+    pub encoding: Encoding,
+    /// Fixed image size of a raw dataset (every record has it); `None` for JPEG datasets.
+    pub raw_size: Option<RawSize>,
+    /// Class names; label `i` is `classes[i]`.
+    pub classes: Vec<String>,
+    /// The shards in index order.
+    pub shards: Vec<ShardEntry>,
+    /// Total bytes of all shard files.
+    pub bytes: u64,
+    /// Sum of payload bytes (without headers and LMDB overhead).
+    pub payload_bytes: u64,
+    /// How the dataset was made.
+    pub provenance: Provenance,
+    /// JPEG compatibility audit of the source files, when made by the converter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<crate::convert::audit::Audit>,
+}
+
+/// Fixed `height × width × channels` of a raw dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawSize {
+    /// Height in pixels.
+    pub height: u32,
+    /// Width in pixels.
+    pub width: u32,
+    /// Channels per pixel.
+    pub channels: u8,
+}
+
+/// One shard file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardEntry {
+    /// File name relative to the dataset root (`shard-00000.lmdb`).
+    pub file: String,
+    /// Dataset index of the shard's first record.
+    pub first_index: u64,
+    /// Number of records in the shard (keys `first_index..first_index + count`).
+    pub count: u64,
+    /// File size in bytes.
+    pub bytes: u64,
+    /// CRC32C of the whole file.
+    pub crc32c: u32,
+}
+
+/// How a dataset was made.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// Tool name (`stoker` or whatever wrote through [`crate::DatasetWriter`]).
+    pub tool: String,
+    /// Tool version.
+    pub tool_version: String,
+    /// The source the samples came from (a directory or list file, as given).
+    pub source: String,
+    /// The options that shaped the output, by name.
+    pub flags: BTreeMap<String, String>,
+}
+
+impl Provenance {
+    /// Provenance naming this crate as the tool.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let p = stoker_formats::Provenance::stoker("hand-made");
+    /// assert_eq!(p.tool, "stoker");
+    /// ```
+    pub fn stoker(source: impl Into<String>) -> Self {
+        Provenance {
+            tool: "stoker".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            source: source.into(),
+            flags: BTreeMap::new(),
+        }
+    }
+}
+
+impl Manifest {
+    /// Reads and validates `DIR/manifest.json`.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors, [`FormatError::InvalidManifest`] for malformed or inconsistent content and
+    /// [`FormatError::UnsupportedVersion`].
+    pub fn read(dir: &Path) -> Result<Manifest, FormatError> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
+        let m: Manifest =
+            serde_json::from_slice(&text).map_err(|e| FormatError::InvalidManifest {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        m.validate(&path)?;
+        Ok(m)
+    }
+
+    /// Checks internal consistency: shards contiguous from 0, counts sum to `samples`.
+    pub(crate) fn validate(&self, path: &Path) -> Result<(), FormatError> {
+        let bad = |reason: String| FormatError::InvalidManifest {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if self.format != FORMAT_NAME {
+            return Err(bad(format!(
+                "format is {:?}, want {FORMAT_NAME:?}",
+                self.format
+            )));
+        }
+        if self.format_version != FORMAT_VERSION {
+            return Err(FormatError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                found: self.format_version,
+                supported: FORMAT_VERSION,
+            });
+        }
+        let mut next = 0u64;
+        let mut bytes = 0u64;
+        for s in &self.shards {
+            if s.first_index != next {
+                return Err(bad(format!(
+                    "shard {} starts at index {}, want {next}",
+                    s.file, s.first_index
+                )));
+            }
+            if s.count == 0 {
+                return Err(bad(format!("shard {} is empty", s.file)));
+            }
+            if s.file.contains('/') || s.file.contains('\\') || s.file.starts_with('.') {
+                return Err(bad(format!(
+                    "shard file name {:?} is not a plain name",
+                    s.file
+                )));
+            }
+            next += s.count;
+            bytes += s.bytes;
+        }
+        if next != self.samples {
+            return Err(bad(format!(
+                "shards hold {next} records, samples says {}",
+                self.samples
+            )));
+        }
+        if bytes != self.bytes {
+            return Err(bad(format!(
+                "shard sizes add up to {bytes}, bytes says {}",
+                self.bytes
+            )));
+        }
+        if (self.encoding == Encoding::Raw) != self.raw_size.is_some() && self.samples > 0 {
+            return Err(bad("raw_size must be given exactly for raw datasets".into()));
+        }
+        Ok(())
+    }
+
+    /// Serializes to the canonical pretty JSON written to disk (stable field order, trailing newline).
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).expect("manifest serializes");
+        s.push('\n');
+        s
+    }
+
+    /// Path of shard `i` under the dataset root `dir`.
+    pub fn shard_path(&self, dir: &Path, i: usize) -> PathBuf {
+        dir.join(&self.shards[i].file)
+    }
+}

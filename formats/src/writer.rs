@@ -1,0 +1,545 @@
+//! Writing a dataset: records go into `shard-NNNNN.lmdb.tmp`, each finished shard is synced and
+//! renamed to `shard-NNNNN.lmdb`, and `manifest.json` is written last (also via rename).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use heed::types::Bytes;
+use heed::{Database, Env, EnvFlags, EnvOpenOptions, PutFlags};
+
+use crate::convert::audit::Audit;
+use crate::manifest::{
+    Manifest, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+};
+use crate::record::{Encoding, RecordHeader, HEADER_LEN};
+use crate::shard;
+use crate::FormatError;
+
+/// Default target size of one shard: 1 GiB.
+pub const DEFAULT_SHARD_BYTES: u64 = 1 << 30;
+/// Records are buffered and written in transactions of about this many bytes.
+const TXN_BYTES: usize = 64 << 20;
+/// Smallest memory map a shard starts with.
+const INITIAL_MAP: usize = 16 << 20;
+
+/// How [`DatasetWriter`] cuts shards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// Start a new shard when the current one would grow past this many record bytes.
+    pub shard_bytes: u64,
+    /// If set, start a new shard every this many records instead (ignores `shard_bytes`).
+    pub records_per_shard: Option<u64>,
+    /// If set, every record must have this encoding (and the manifest says so even when empty).
+    pub encoding: Option<Encoding>,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            shard_bytes: DEFAULT_SHARD_BYTES,
+            records_per_shard: None,
+            encoding: None,
+        }
+    }
+}
+
+/// The header fields of a new record; the writer fills in payload length and CRC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordMeta {
+    /// Payload encoding.
+    pub encoding: Encoding,
+    /// Image height in pixels.
+    pub height: u32,
+    /// Image width in pixels.
+    pub width: u32,
+    /// Channels.
+    pub channels: u8,
+    /// Class label.
+    pub label: u32,
+}
+
+/// The name of shard `i`: `shard-00000.lmdb`.
+pub fn shard_file_name(i: usize) -> String {
+    format!("shard-{i:05}.lmdb")
+}
+
+/// Writes a dataset record by record, in index order.
+///
+/// Nothing under `out_dir` looks finished until [`DatasetWriter::finish`] returns: shards are
+/// written as `*.lmdb.tmp` and renamed when complete, and `manifest.json` comes last. Dropping
+/// a writer without finishing leaves the temporary file and no manifest.
+///
+/// # Examples
+///
+/// Hand-made records, including a JPEG record whose bytes are not a JPEG (with a valid CRC),
+/// the way other crates' tests build corrupt datasets:
+///
+/// ```
+/// use stoker_formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+/// let dir = tempfile::tempdir()?;
+/// let mut w = DatasetWriter::create(dir.path(), WriterOptions::default())?;
+/// let meta = RecordMeta { encoding: Encoding::Jpeg, height: 8, width: 8, channels: 3, label: 1 };
+/// assert_eq!(w.push(meta, b"definitely not a jpeg")?, 0);
+/// let manifest = w.finish(vec!["a".into(), "b".into()], Provenance::stoker("doc"))?;
+/// assert_eq!(manifest.samples, 1);
+/// assert_eq!(Dataset::open(dir.path())?.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct DatasetWriter {
+    out_dir: PathBuf,
+    options: WriterOptions,
+    /// Finished (renamed) shards, in order.
+    done: Vec<ShardEntry>,
+    /// The shard being written, if any record went into it.
+    current: Option<ShardBuilder>,
+    /// Index the next record gets.
+    next_index: u64,
+    encoding: Option<Encoding>,
+    raw_size: Option<RawSize>,
+    payload_bytes: u64,
+}
+
+impl std::fmt::Debug for DatasetWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatasetWriter")
+            .field("out_dir", &self.out_dir)
+            .field("next_index", &self.next_index)
+            .field("shards_done", &self.done.len())
+            .finish()
+    }
+}
+
+struct ShardBuilder {
+    tmp_path: PathBuf,
+    file: String,
+    env: Env,
+    db: Database<Bytes, Bytes>,
+    first_index: u64,
+    count: u64,
+    /// Bytes of values (header + payload) pushed into this shard.
+    value_bytes: u64,
+    map_size: usize,
+    page_size: usize,
+    /// Values not yet committed: concatenated bytes and (index, end offset).
+    pending: Vec<u8>,
+    pending_ends: Vec<(u64, usize)>,
+}
+
+impl DatasetWriter {
+    /// Starts a dataset in `out_dir` (created if missing).
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::OutputExists`] if `out_dir` already has a `manifest.json`; I/O errors.
+    pub fn create(
+        out_dir: impl AsRef<Path>,
+        options: WriterOptions,
+    ) -> Result<DatasetWriter, FormatError> {
+        let out_dir = out_dir.as_ref().to_path_buf();
+        if out_dir.join(MANIFEST_FILE).exists() {
+            return Err(FormatError::OutputExists {
+                path: out_dir,
+                reason: "already holds a finished dataset (manifest.json); choose another output directory or delete it".into(),
+            });
+        }
+        std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
+        Self::resume_from(out_dir, options, Vec::new())
+    }
+
+    /// Continues a dataset whose first shards (`done`) are already finished on disk.
+    pub(crate) fn resume_from(
+        out_dir: PathBuf,
+        options: WriterOptions,
+        done: Vec<ShardEntry>,
+    ) -> Result<DatasetWriter, FormatError> {
+        if options.shard_bytes == 0 || options.records_per_shard == Some(0) {
+            return Err(FormatError::InvalidOptions(
+                "shard size and records per shard must be positive".into(),
+            ));
+        }
+        remove_temporaries(&out_dir)?;
+        let next_index = done.last().map_or(0, |s| s.first_index + s.count);
+        Ok(DatasetWriter {
+            out_dir,
+            encoding: options.encoding,
+            options,
+            done,
+            current: None,
+            next_index,
+            raw_size: None,
+            payload_bytes: 0,
+        })
+    }
+
+    /// The index the next pushed record will get (= records pushed so far).
+    pub fn next_index(&self) -> u64 {
+        self.next_index
+    }
+
+    /// The shards finished so far (renamed into place).
+    pub fn finished_shards(&self) -> &[ShardEntry] {
+        &self.done
+    }
+
+    /// Appends a record; the writer computes its payload length and CRC32C.
+    /// Returns the record's dataset index.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::InvalidRecord`] for a mixed encoding, a raw payload whose length is not
+    /// `height × width × channels`, a raw size differing from earlier records, or a payload over
+    /// 4 GiB; I/O and LMDB errors.
+    pub fn push(&mut self, meta: RecordMeta, payload: &[u8]) -> Result<u64, FormatError> {
+        let payload_len = u32::try_from(payload.len()).map_err(|_| FormatError::InvalidRecord {
+            index: self.next_index,
+            reason: format!("payload of {} bytes exceeds 4 GiB", payload.len()),
+        })?;
+        self.check_meta(&meta, payload.len())?;
+        let header = RecordHeader {
+            encoding: meta.encoding,
+            height: meta.height,
+            width: meta.width,
+            channels: meta.channels,
+            label: meta.label,
+            payload_len,
+            crc32c: crc32c::crc32c(payload),
+        };
+        self.push_header_unchecked(header, payload)
+    }
+
+    /// Appends a record with the header exactly as given: payload length and CRC are not
+    /// recomputed, so a test can store a record whose CRC or length is wrong.
+    ///
+    /// # Errors
+    ///
+    /// I/O and LMDB errors.
+    pub fn push_header_unchecked(
+        &mut self,
+        header: RecordHeader,
+        payload: &[u8],
+    ) -> Result<u64, FormatError> {
+        let value_len = (HEADER_LEN + payload.len()) as u64;
+        self.roll_if_needed(value_len)?;
+        if self.current.is_none() {
+            self.current = Some(ShardBuilder::start(
+                &self.out_dir,
+                self.done.len(),
+                self.next_index,
+            )?);
+        }
+        let index = self.next_index;
+        let b = self.current.as_mut().expect("shard just started");
+        b.pending.extend_from_slice(&header.to_bytes());
+        b.pending.extend_from_slice(payload);
+        b.pending_ends.push((index, b.pending.len()));
+        b.count += 1;
+        b.value_bytes += value_len;
+        if b.pending.len() >= TXN_BYTES {
+            b.flush()?;
+        }
+        self.next_index += 1;
+        self.payload_bytes += payload.len() as u64;
+        Ok(index)
+    }
+
+    /// Finishes the current shard if a record of `value_len` bytes would not belong in it.
+    /// Returns the entry of the shard it finished, if any.
+    pub(crate) fn roll_if_needed(
+        &mut self,
+        value_len: u64,
+    ) -> Result<Option<ShardEntry>, FormatError> {
+        let Some(b) = &self.current else {
+            return Ok(None);
+        };
+        let full = match self.options.records_per_shard {
+            Some(n) => b.count >= n,
+            None => b.count > 0 && b.value_bytes + value_len > self.options.shard_bytes,
+        };
+        if !full {
+            return Ok(None);
+        }
+        let b = self.current.take().expect("checked above");
+        let entry = b.finish()?;
+        self.done.push(entry.clone());
+        Ok(Some(entry))
+    }
+
+    fn check_meta(&mut self, meta: &RecordMeta, len: usize) -> Result<(), FormatError> {
+        let index = self.next_index;
+        let bad = |reason: String| FormatError::InvalidRecord { index, reason };
+        match self.encoding {
+            Some(e) if e != meta.encoding => {
+                return Err(bad(format!(
+                    "encoding {} differs from the dataset's {e}",
+                    meta.encoding
+                )))
+            }
+            _ => self.encoding = Some(meta.encoding),
+        }
+        if meta.encoding == Encoding::Raw {
+            let want = u64::from(meta.height) * u64::from(meta.width) * u64::from(meta.channels);
+            if want != len as u64 {
+                return Err(bad(format!(
+                    "raw payload is {len} bytes, {}x{}x{} needs {want}",
+                    meta.height, meta.width, meta.channels
+                )));
+            }
+            let size = RawSize {
+                height: meta.height,
+                width: meta.width,
+                channels: meta.channels,
+            };
+            match self.raw_size {
+                Some(s) if s != size => {
+                    return Err(bad(format!(
+                        "raw size {}x{}x{} differs from the dataset's {}x{}x{}",
+                        size.height, size.width, size.channels, s.height, s.width, s.channels
+                    )))
+                }
+                _ => self.raw_size = Some(size),
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the last shard and writes `manifest.json`; returns the manifest.
+    ///
+    /// # Errors
+    ///
+    /// I/O and LMDB errors.
+    pub fn finish(
+        self,
+        classes: Vec<String>,
+        provenance: Provenance,
+    ) -> Result<Manifest, FormatError> {
+        self.finish_with_audit(classes, provenance, None)
+    }
+
+    pub(crate) fn finish_with_audit(
+        mut self,
+        classes: Vec<String>,
+        provenance: Provenance,
+        audit: Option<Audit>,
+    ) -> Result<Manifest, FormatError> {
+        if let Some(b) = self.current.take() {
+            let entry = b.finish()?;
+            self.done.push(entry);
+        }
+        let bytes = self.done.iter().map(|s| s.bytes).sum();
+        let encoding = self.encoding.unwrap_or(Encoding::Jpeg);
+        let manifest = Manifest {
+            format: FORMAT_NAME.into(),
+            format_version: FORMAT_VERSION,
+            samples: self.next_index,
+            encoding,
+            raw_size: if encoding == Encoding::Raw {
+                self.raw_size
+            } else {
+                None
+            },
+            classes,
+            shards: self.done,
+            bytes,
+            payload_bytes: self.payload_bytes,
+            provenance,
+            audit,
+        };
+        manifest.validate(&self.out_dir.join(MANIFEST_FILE))?;
+        write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())?;
+        Ok(manifest)
+    }
+
+    /// Restores the payload byte count and raw size when resuming (they are not in `done`).
+    pub(crate) fn restore_totals(&mut self, payload_bytes: u64, raw_size: Option<RawSize>) {
+        self.payload_bytes = payload_bytes;
+        self.raw_size = raw_size;
+    }
+
+    pub(crate) fn payload_bytes(&self) -> u64 {
+        self.payload_bytes
+    }
+
+    pub(crate) fn raw_size(&self) -> Option<RawSize> {
+        self.raw_size
+    }
+}
+
+/// Writes `dir/name` via `name.tmp`, fsync and rename, then syncs the directory.
+pub(crate) fn write_atomically(dir: &Path, name: &str, data: &[u8]) -> Result<(), FormatError> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let fin = dir.join(name);
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| FormatError::io(&tmp, e))?;
+        f.write_all(data).map_err(|e| FormatError::io(&tmp, e))?;
+        f.sync_all().map_err(|e| FormatError::io(&tmp, e))?;
+    }
+    std::fs::rename(&tmp, &fin).map_err(|e| FormatError::io(&fin, e))?;
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Length and CRC32C of a whole file, read in chunks.
+pub(crate) fn file_crc(path: &Path) -> Result<(u64, u32), FormatError> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(|e| FormatError::io(path, e))?;
+    let mut buf = vec![0u8; 4 << 20];
+    let (mut len, mut crc) = (0u64, 0u32);
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => return Ok((len, crc)),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FormatError::io(path, e)),
+        };
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        len += n as u64;
+    }
+}
+
+fn sync_dir(dir: &Path) {
+    // Best effort: makes the rename durable on filesystems that support syncing a directory.
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Deletes `*.tmp` and LMDB `-lock` files left by an interrupted run.
+fn remove_temporaries(dir: &Path) -> Result<(), FormatError> {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(FormatError::io(dir, e)),
+    };
+    for entry in rd {
+        let entry = entry.map_err(|e| FormatError::io(dir, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("shard-") && (name.ends_with(".tmp") || name.ends_with("-lock")) {
+            std::fs::remove_file(entry.path()).map_err(|e| FormatError::io(entry.path(), e))?;
+        }
+    }
+    Ok(())
+}
+
+impl ShardBuilder {
+    fn start(out_dir: &Path, i: usize, first_index: u64) -> Result<ShardBuilder, FormatError> {
+        let file = shard_file_name(i);
+        let tmp_path = out_dir.join(format!("{file}.tmp"));
+        match std::fs::remove_file(&tmp_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(FormatError::io(&tmp_path, e)),
+        }
+        let mut opts = EnvOpenOptions::new();
+        opts.map_size(INITIAL_MAP).max_dbs(0);
+        // SAFETY: NO_LOCK: this writer is the only user of the temporary file (its name is
+        // private to one conversion, and a second conversion into the same directory is refused
+        // by the converter); NO_SYNC: the file is synced once with `force_sync` before it is
+        // renamed into place, and an unsynced temporary file never counts as finished.
+        unsafe {
+            opts.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_LOCK | EnvFlags::NO_SYNC);
+        }
+        // SAFETY: the file was just removed, so this process creates it and nothing else maps it.
+        let env = unsafe { opts.open(&tmp_path) }.map_err(|e| FormatError::lmdb(&tmp_path, e))?;
+        let mut wtxn = env
+            .write_txn()
+            .map_err(|e| FormatError::lmdb(&tmp_path, e))?;
+        let db = env
+            .create_database::<Bytes, Bytes>(&mut wtxn, None)
+            .map_err(|e| FormatError::lmdb(&tmp_path, e))?;
+        wtxn.commit().map_err(|e| FormatError::lmdb(&tmp_path, e))?;
+        let page_size = env.stat().page_size as usize;
+        Ok(ShardBuilder {
+            tmp_path,
+            file,
+            env,
+            db,
+            first_index,
+            count: 0,
+            value_bytes: 0,
+            map_size: INITIAL_MAP,
+            page_size,
+            pending: Vec::new(),
+            pending_ends: Vec::new(),
+        })
+    }
+
+    /// Upper bound of the file space `value_len` bytes take, including LMDB overhead.
+    fn space_bound(&self, value_len: usize) -> usize {
+        let ps = self.page_size;
+        // Values larger than about half a page go to their own overflow pages.
+        if value_len + 8 + 16 > ps / 2 - 16 {
+            (value_len + 16).div_ceil(ps) * ps + 64
+        } else {
+            2 * (value_len + 8 + 16)
+        }
+    }
+
+    /// Commits the pending values in one write transaction, growing the map first if needed.
+    fn flush(&mut self) -> Result<(), FormatError> {
+        if self.pending_ends.is_empty() {
+            return Ok(());
+        }
+        let mut need: usize = 0;
+        let mut start = 0;
+        for &(_, end) in &self.pending_ends {
+            need += self.space_bound(end - start);
+            start = end;
+        }
+        let info = self.env.info();
+        let used = (info.last_page_number + 1) * self.page_size;
+        // Branch pages, copy-on-write of the last leaf and branch path, free-list pages.
+        let need = used + need + need / 16 + 64 * self.page_size + (1 << 20);
+        if need > self.map_size {
+            let new = need.max(self.map_size * 2).next_multiple_of(1 << 20);
+            // SAFETY: no transaction of this environment is active: every write transaction
+            // is committed before `flush` returns, and no read transaction is ever opened.
+            unsafe { self.env.resize(new) }.map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
+            self.map_size = new;
+        }
+        let mut wtxn = self
+            .env
+            .write_txn()
+            .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
+        let mut start = 0;
+        for &(index, end) in &self.pending_ends {
+            self.db
+                .put_with_flags(
+                    &mut wtxn,
+                    PutFlags::APPEND,
+                    &shard::key(index),
+                    &self.pending[start..end],
+                )
+                .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
+            start = end;
+        }
+        wtxn.commit()
+            .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
+        self.pending.clear();
+        self.pending_ends.clear();
+        Ok(())
+    }
+
+    /// Commits, syncs, closes and renames the shard; returns its manifest entry.
+    fn finish(mut self) -> Result<ShardEntry, FormatError> {
+        self.flush()?;
+        self.env
+            .force_sync()
+            .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
+        let closing = self.env.prepare_for_closing();
+        closing.wait();
+        let (bytes, crc) = file_crc(&self.tmp_path)?;
+        let entry = ShardEntry {
+            file: self.file.clone(),
+            first_index: self.first_index,
+            count: self.count,
+            bytes,
+            crc32c: crc,
+        };
+        let dir = self.tmp_path.parent().unwrap_or(Path::new("."));
+        let fin = dir.join(&self.file);
+        std::fs::rename(&self.tmp_path, &fin).map_err(|e| FormatError::io(&fin, e))?;
+        sync_dir(dir);
+        Ok(entry)
+    }
+}
