@@ -1,0 +1,237 @@
+//! `stoker bench` end to end: the built binary on a small dataset made in a tempdir
+//! from the real benchmark JPEGs (../shared/data/bench), as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use stoker::decode::{probe, Limits};
+use stoker::formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+
+const STAGES: [&str; 6] = [
+    "read",
+    "cpu_decode",
+    "h2d",
+    "gpu_decode",
+    "transform",
+    "end_to_end",
+];
+
+fn bench_images() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/bench"))
+}
+
+/// Writes the first `n` bench JPEGs unchanged into a dataset of two shards under `out`.
+fn make_dataset(out: &Path, n: usize) {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(bench_images())
+        .expect("../shared/data/bench is present (see shared/data/README.md)")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= n, "need {n} images, found {}", files.len());
+    let opts = WriterOptions {
+        records_per_shard: Some(n.div_ceil(2) as u64),
+        ..WriterOptions::default()
+    };
+    let mut w = DatasetWriter::create(out, opts).unwrap();
+    for (i, f) in files.iter().take(n).enumerate() {
+        let data = std::fs::read(f).unwrap();
+        let info = probe(&data, &Limits::default()).unwrap();
+        let meta = RecordMeta {
+            encoding: Encoding::Jpeg,
+            height: info.height,
+            width: info.width,
+            channels: 3,
+            label: (i % 2) as u32,
+        };
+        w.push(meta, &data).unwrap();
+    }
+    w.finish(
+        vec!["a".into(), "b".into()],
+        Provenance::stoker("cli_bench test"),
+    )
+    .unwrap();
+}
+
+fn stoker(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .args(args)
+        .env("STOKER_LOG", "warn")
+        .output()
+        .expect("the stoker binary runs")
+}
+
+#[test]
+fn json_has_every_stage_a_verdict_and_the_fed_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    make_dataset(&ds, 24);
+    let out = stoker(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--json",
+        "--seconds",
+        "0.4",
+        "--batch",
+        "8",
+        "--size",
+        "64",
+        "--consumer-ms",
+        "5",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("--json output does not parse ({e}):\n{stdout}"));
+
+    let gpu = !v["machine"]["gpu"].is_null();
+    for name in STAGES {
+        let s = &v["stages"][name];
+        let rate = s
+            .get("img_per_s")
+            .unwrap_or_else(|| panic!("stages.{name}.img_per_s missing:\n{stdout}"));
+        if rate.is_null() {
+            let reason = s["reason"].as_str().unwrap_or_default();
+            assert!(!reason.is_empty(), "stages.{name} is null without a reason");
+            println!("stage {name}: not measured: {reason}");
+        } else {
+            let r = rate.as_f64().unwrap();
+            assert!(r.is_finite() && r > 0.0, "stages.{name}.img_per_s = {r}");
+            assert!(
+                s["reason"].is_null(),
+                "stages.{name} measured but has a reason"
+            );
+        }
+    }
+    // These run on any machine.
+    for name in ["read", "cpu_decode", "end_to_end"] {
+        assert!(
+            v["stages"][name]["img_per_s"].is_number(),
+            "{name} must be measured:\n{stdout}"
+        );
+    }
+    if !gpu {
+        println!("no GPU here: the GPU stages must be null with a reason");
+        for name in ["h2d", "gpu_decode", "transform"] {
+            assert!(v["stages"][name]["img_per_s"].is_null(), "{name}");
+            assert!(v["stages"][name]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("no GPU"));
+        }
+    }
+    // The storage read of 24 records is far faster than decoding them.
+    let read = v["stages"]["read"]["img_per_s"].as_f64().unwrap();
+    let decode = v["stages"]["cpu_decode"]["img_per_s"].as_f64().unwrap();
+    assert!(read > decode, "read {read} img/s vs decode {decode} img/s");
+    assert_eq!(v["run"]["records"], 24);
+
+    let fed = v["fed_ratio"]
+        .as_f64()
+        .expect("fed_ratio is a number with --consumer-ms");
+    assert!((0.0..=1.0).contains(&fed) && fed > 0.0, "fed_ratio {fed}");
+
+    let bound = v["verdict"]["bound"].as_str().expect("verdict.bound");
+    let text = v["verdict"]["text"].as_str().expect("verdict.text");
+    assert!(
+        text.starts_with(&format!("{bound}-bound")),
+        "{bound} vs {text}"
+    );
+    let cores = v["machine"]["cores"].as_u64().unwrap();
+    if !gpu && cores <= 8 {
+        // The acceptance criterion: on the CPU machine CPU decode is the bound.
+        assert_eq!(bound, "decode", "{text}");
+        assert!(text.contains("CPU decode"), "{text}");
+    } else {
+        println!("{cores} cores, GPU {gpu}: verdict {text}");
+    }
+}
+
+#[test]
+fn table_names_every_stage_and_ends_with_the_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    make_dataset(&ds, 12);
+    let out = stoker(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--seconds",
+        "0.2",
+        "--batch",
+        "4",
+        "--size",
+        "32",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for name in STAGES {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(name)),
+            "no `{name}` row:\n{stdout}"
+        );
+    }
+    let last = stdout.trim_end().lines().last().unwrap();
+    assert!(last.starts_with("verdict: "), "{stdout}");
+    assert!(last.contains("-bound"), "{stdout}");
+    // Not a terminal: no progress bar escape codes in the output.
+    assert!(!stdout.contains('\u{1b}'), "escape codes in piped output");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // Not a dataset.
+    let out = stoker(&["bench", dir.path().to_str().unwrap(), "--seconds", "0.1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("manifest.json"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+
+    // Bad options are refused before any work.
+    let ds = dir.path().join("ds");
+    make_dataset(&ds, 2);
+    for (flag, value, want) in [
+        ("--batch", "0", "batch"),
+        ("--seconds", "0", "seconds"),
+        ("--device", "gpu", "cuda:N"),
+    ] {
+        let out = stoker(&["bench", ds.to_str().unwrap(), flag, value]);
+        assert!(!out.status.success(), "{flag} {value} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{flag} {value}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+#[test]
+fn explicit_cuda_without_a_gpu_says_so() {
+    // SAFETY: only dlopens the driver library by name.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        println!("skipped: a CUDA driver is present, so cuda:0 may well work here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    make_dataset(&ds, 2);
+    let out = stoker(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--device",
+        "cuda:0",
+        "--seconds",
+        "0.1",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no usable GPU"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
