@@ -528,6 +528,12 @@ impl ShardBuilder {
             .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
         let closing = self.env.prepare_for_closing();
         closing.wait();
+        // LMDB creates the file 0600; a dataset is meant to be read by other users and jobs.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&self.tmp_path, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| FormatError::io(&self.tmp_path, e))?;
+        }
         let (bytes, crc) = file_crc(&self.tmp_path)?;
         let entry = ShardEntry {
             file: self.file.clone(),

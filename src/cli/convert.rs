@@ -1,12 +1,265 @@
-//! Placeholder: owned by the issue that implements this subcommand.
+//! `stoker convert SRC OUT`: flags → [`stoker::formats::ConvertOptions`] → one call to
+//! [`stoker::formats::convert`]. A progress bar goes to stderr when it is a terminal; the
+//! summary (or the `--json` report) goes to stdout.
 
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Flags of this subcommand.
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use stoker::formats::{self, ConvertOptions, Encoding, Progress, ResizeMode, Source};
+
+/// Flags of `stoker convert`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The images: an ImageFolder tree (one subdirectory per class), or with --list the
+    /// directory the listed paths are relative to.
+    pub src: PathBuf,
+    /// Output directory for the shards and manifest.json (new or empty).
+    pub out: PathBuf,
+    /// A list file of `relative/path,label` lines instead of an ImageFolder tree.
+    #[arg(long)]
+    pub list: Option<PathBuf>,
+    /// jpeg: store JPEG bytes (originals when possible); raw: store decoded pixels (needs --size).
+    #[arg(long, default_value = "jpeg", value_parser = parse_encoding)]
+    pub encoding: Encoding,
+    /// Resize and re-encode images whose longer side exceeds this (jpeg encoding).
+    #[arg(long)]
+    pub max_side: Option<u32>,
+    /// Quality of re-encoded JPEGs (1-100).
+    #[arg(long, default_value_t = 90)]
+    pub quality: u8,
+    /// Fixed size WxH of raw records (raw encoding).
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<(u32, u32)>,
+    /// How raw records fit --size: shorter-side (scale, center crop) or stretch.
+    #[arg(long, default_value = "shorter-side", value_parser = parse_resize)]
+    pub resize: ResizeMode,
+    /// Worker threads (default: all cores).
+    #[arg(long, short = 'j')]
+    pub jobs: Option<usize>,
+    /// Target shard size, e.g. 512M, 1G, 1000000 (bytes).
+    #[arg(long, default_value = "1G", value_parser = parse_bytes)]
+    pub shard_size: u64,
+    /// Split into N shards by count instead of by size.
+    #[arg(long, conflicts_with = "shard_size")]
+    pub shards: Option<u64>,
+    /// Continue an interrupted conversion in OUT.
+    #[arg(long)]
+    pub resume: bool,
+    /// Fail on the first bad input (exit 1, no manifest) instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
+    /// Reject images with more pixels than this without decoding them.
+    #[arg(long, default_value_t = 100_000_000)]
+    pub max_pixels: u64,
+    /// Re-encode JPEGs the GPU hardware decoder cannot take (progressive, 4:1:1, CMYK, ...)
+    /// as baseline 4:2:0.
+    #[arg(long)]
+    pub gpu_friendly: bool,
+    /// Store JPEGs after a header check only, without test-decoding them (faster; corrupt
+    /// image data is then found at training time instead).
+    #[arg(long)]
+    pub no_check: bool,
+    /// Print a machine-readable JSON report on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Print every skipped file (the JSON report always lists them).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+}
 
-/// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("this subcommand is not built yet")
+fn parse_encoding(s: &str) -> Result<Encoding, String> {
+    match s {
+        "jpeg" => Ok(Encoding::Jpeg),
+        "raw" => Ok(Encoding::Raw),
+        _ => Err(format!("{s:?}: want jpeg or raw")),
+    }
+}
+
+fn parse_resize(s: &str) -> Result<ResizeMode, String> {
+    match s {
+        "shorter-side" => Ok(ResizeMode::ShorterSide),
+        "stretch" => Ok(ResizeMode::Stretch),
+        _ => Err(format!("{s:?}: want shorter-side or stretch")),
+    }
+}
+
+fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let (w, h) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("{s:?}: want WxH, e.g. 224x224"))?;
+    let p = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{s:?}: want WxH, e.g. 224x224"))
+    };
+    Ok((p(w)?, p(h)?))
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = t[i..].to_ascii_uppercase();
+            let m: u64 = match unit.trim_end_matches("IB").trim_end_matches('B') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                _ => return Err(format!("{s:?}: unknown unit (use K, M, G or T)")),
+            };
+            (&t[..i], m)
+        }
+        None => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: want a size like 512M or 1G"))?;
+    if !(n > 0.0) {
+        return Err(format!("{s:?}: must be positive"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// Progress bar on stderr (hidden when stderr is not a terminal): images/s, MB/s, ETA.
+struct Bar {
+    bar: ProgressBar,
+    bytes: AtomicU64,
+    verbose: bool,
+}
+
+impl Progress for Bar {
+    fn start(&self, inputs: u64) {
+        self.bar.set_length(inputs);
+    }
+    fn advance(&self, inputs: u64, bytes: u64) {
+        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.bar.inc(inputs);
+        let secs = self.bar.elapsed().as_secs_f64().max(1e-3);
+        self.bar
+            .set_message(format!("{:.1} MB/s", total as f64 / 1e6 / secs));
+    }
+    fn skipped(&self, path: &Path, reason: &str) {
+        if self.verbose {
+            self.bar
+                .suspend(|| eprintln!("skipped {}: {reason}", path.display()));
+        }
+    }
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// Runs `stoker convert`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let source = match &args.list {
+        Some(list) => Source::List {
+            root: args.src.clone(),
+            list: list.clone(),
+        },
+        None => Source::ImageFolder(args.src.clone()),
+    };
+    let mut opts = ConvertOptions::new(source, &args.out);
+    opts.encoding = args.encoding;
+    opts.max_side = args.max_side;
+    opts.quality = args.quality;
+    opts.raw_size = args.size;
+    opts.resize = args.resize;
+    opts.jobs = args.jobs;
+    opts.shard_bytes = args.shard_size;
+    opts.shards = args.shards;
+    opts.resume = args.resume;
+    opts.strict = args.strict;
+    opts.max_pixels = args.max_pixels;
+    opts.gpu_friendly = args.gpu_friendly;
+    opts.check_decode = !args.no_check;
+    if let Ok(n) = std::env::var("STOKER_TEST_FAIL_AFTER") {
+        // Test hook: simulate a conversion killed after N records.
+        opts.fail_after = n.parse().ok();
+    }
+
+    let target = if std::io::stderr().is_terminal() {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
+    let bar = ProgressBar::with_draw_target(Some(0), target);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} images  {per_sec}  {msg}  ETA {eta}")
+            .expect("valid template"),
+    );
+    let progress = Bar {
+        bar,
+        bytes: AtomicU64::new(0),
+        verbose: args.verbose,
+    };
+    let report = formats::convert(&opts, &progress)?;
+
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let secs = report.seconds.max(1e-9);
+        println!(
+            "converted {} of {} inputs into {} shard(s), {:.1} MB, in {:.2} s ({:.0} img/s, {:.1} MB/s read)",
+            report.written,
+            report.inputs,
+            report.shards,
+            report.bytes as f64 / 1e6,
+            report.seconds,
+            report.written as f64 / secs,
+            report.input_bytes as f64 / 1e6 / secs,
+        );
+        println!(
+            "  stored as-is: {}, re-encoded/decoded: {}{}",
+            report.stored,
+            report.transcoded,
+            if report.resumed > 0 {
+                format!(
+                    ", carried over from the interrupted run: {}",
+                    report.resumed
+                )
+            } else {
+                String::new()
+            }
+        );
+        if !report.skipped.is_empty() {
+            println!("skipped {} input(s):", report.skipped.len());
+            let show = if args.verbose { usize::MAX } else { 20 };
+            for s in report.skipped.iter().take(show) {
+                println!("  {}: {}", s.path.display(), s.reason);
+            }
+            if report.skipped.len() > show {
+                println!(
+                    "  ... and {} more (use --verbose or --json)",
+                    report.skipped.len() - show
+                );
+            }
+        }
+        for line in report.audit.summary_lines() {
+            println!("{line}");
+        }
+        println!("output: {}", report.out.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("1G"), Ok(1 << 30));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("1Q").is_err());
+        assert_eq!(parse_size("224x160"), Ok((224, 160)));
+        assert!(parse_size("224").is_err());
+    }
 }

@@ -1,12 +1,101 @@
-//! Placeholder: owned by the issue that implements this subcommand.
+//! `stoker inspect DATASET`: one call to [`stoker::formats::inspect()`], printed as text or JSON.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Flags of this subcommand.
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use stoker::formats::{self, Dataset, Distribution};
 
-/// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("this subcommand is not built yet")
+/// Flags of `stoker inspect`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// A converted dataset (the directory with manifest.json and the shards).
+    pub dataset: PathBuf,
+    /// Print JSON (with at least samples, shards, classes, bytes).
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn dist(name: &str, d: &Distribution) -> String {
+    format!(
+        "{name}: min {} / median {} / p90 {} / max {} (mean {:.1})",
+        d.min, d.p50, d.p90, d.max, d.mean
+    )
+}
+
+/// Runs `stoker inspect`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let ds = Dataset::open(&args.dataset)?;
+    let r = formats::inspect(&ds)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("dataset: {}", args.dataset.display());
+    println!(
+        "samples: {}  shards: {}  classes: {}  encoding: {}{}",
+        r.samples,
+        r.shards,
+        r.classes,
+        r.encoding,
+        r.raw_size
+            .map(|s| format!(" {}x{}x{}", s.width, s.height, s.channels))
+            .unwrap_or_default()
+    );
+    println!(
+        "bytes: {} ({:.1} MB; payload {:.1} MB)",
+        r.bytes,
+        r.bytes as f64 / 1e6,
+        r.payload_bytes as f64 / 1e6
+    );
+    let enc: Vec<String> = r
+        .encodings
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    println!("records by encoding: {}", enc.join(", "));
+    println!("{}", dist("width", &r.width));
+    println!("{}", dist("height", &r.height));
+    println!("{}", dist("payload bytes", &r.payload_size));
+    let per: Vec<String> = r
+        .per_class
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    const SHOW: usize = 30;
+    println!(
+        "per class: {}{}",
+        per.iter()
+            .take(SHOW)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", "),
+        if per.len() > SHOW {
+            format!(", ... ({} more)", per.len() - SHOW)
+        } else {
+            String::new()
+        }
+    );
+    for s in &r.shard_files {
+        println!(
+            "  {}: records {}..{}, {} bytes",
+            s.file,
+            s.first_index,
+            s.first_index + s.count,
+            s.bytes
+        );
+    }
+    match &r.audit {
+        Some(a) => {
+            println!("source audit:");
+            for line in a.summary_lines() {
+                println!("  {line}");
+            }
+        }
+        None => println!("source audit: none (dataset not made by stoker convert)"),
+    }
+    println!(
+        "made by: {} {} from {}",
+        r.provenance.tool, r.provenance.tool_version, r.provenance.source
+    );
+    Ok(ExitCode::SUCCESS)
 }
