@@ -32,12 +32,14 @@
 mod color;
 mod cpu;
 mod error;
+mod gpu;
 pub mod nvjpeg;
 mod probe;
 mod route;
 
 pub use cpu::CpuDecoder;
 pub use error::DecodeError;
-pub use nvjpeg::{LoadError, NvjpegStatus};
+pub use gpu::{cuda_context, GpuDecoder, GpuDecoderOptions};
+pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
 pub use probe::{probe, ColorSpace, ImageInfo, Limits, Subsampling};
 pub use route::{Route, RouteCounters, RouteCounts};

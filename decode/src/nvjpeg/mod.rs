@@ -1,9 +1,247 @@
 //! nvJPEG, loaded at run time: `sys` (raw types and the function table),
 //! `result` (status codes to `Result`), and the safe types here.
+//!
+//! Nothing is linked at build time: [`NvJpeg::load`] opens the first library
+//! found in the documented search order and resolves every symbol once.
 
-use std::path::PathBuf;
+use std::ffi::{c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
+pub(crate) mod result;
 pub(crate) mod sys;
+
+/// The loaded nvJPEG library: its function table, where it came from, its version.
+///
+/// # Examples
+/// ```
+/// match stoker_decode::nvjpeg::NvJpeg::load() {
+///     Ok(lib) => println!("nvJPEG {:?} from {}", lib.version(), lib.path().display()),
+///     Err(e) => println!("CPU only: {e}"),
+/// }
+/// ```
+pub struct NvJpeg {
+    table: sys::Table,
+    path: PathBuf,
+    version: (i32, i32, i32),
+}
+
+impl std::fmt::Debug for NvJpeg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvJpeg")
+            .field("path", &self.path)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+static LOADED: OnceLock<Result<NvJpeg, LoadError>> = OnceLock::new();
+
+impl NvJpeg {
+    /// Opens nvJPEG once per process (cached) and resolves every symbol.
+    ///
+    /// Search order, first hit wins:
+    /// 1. `$STOKER_NVJPEG`, a path to the library (an explicit choice beats everything);
+    /// 2. `libnvjpeg.so.13` then `libnvjpeg.so.12` through the system loader
+    ///    (`LD_LIBRARY_PATH`, ld.so cache): CUDA 13 first, since cudarc is built for it;
+    /// 3. `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`, each under `lib64` and
+    ///    `targets/x86_64-linux/lib` (toolkit installs not on the loader path);
+    /// 4. Python wheels: `nvidia/cu13/lib` (nvidia-nvjpeg-cu13) and
+    ///    `nvidia/nvjpeg/lib` (nvidia-nvjpeg-cu12) under every `site-packages` /
+    ///    `dist-packages` found from `$VIRTUAL_ENV`, `$CONDA_PREFIX`, `$PYTHONPATH`,
+    ///    `~/.local` and the system prefixes (a torch install brings these).
+    ///
+    /// Loading needs no GPU; creating a decoder does.
+    ///
+    /// # Errors
+    /// [`LoadError::NotFound`] listing every candidate and why it failed, or
+    /// [`LoadError::MissingSymbol`] when a library opened but is too old.
+    pub fn load() -> Result<&'static NvJpeg, LoadError> {
+        LOADED
+            .get_or_init(|| Self::load_from(&Self::candidates()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// Opens the first of `candidates` that loads (not cached).
+    ///
+    /// # Errors
+    /// As [`load`](Self::load).
+    pub fn load_from(candidates: &[PathBuf]) -> Result<NvJpeg, LoadError> {
+        let mut tried = Vec::new();
+        for path in candidates {
+            // SAFETY: opening a shared library runs its initializers; nvJPEG's
+            // are side-effect free apart from registering with the CUDA runtime.
+            match unsafe { libloading::Library::new(path) } {
+                Ok(lib) => {
+                    // SAFETY: the library is nvJPEG (by name) and the table's
+                    // signatures are those of nvjpeg.h.
+                    let table = unsafe { sys::Table::resolve(lib, path) }?;
+                    let prop = |which: c_int| {
+                        let mut v: c_int = -1;
+                        // SAFETY: nvjpegGetProperty only writes the out pointer.
+                        unsafe { (table.nvjpegGetProperty)(which, &mut v) };
+                        v
+                    };
+                    let version = (
+                        prop(sys::MAJOR_VERSION),
+                        prop(sys::MINOR_VERSION),
+                        prop(sys::PATCH_LEVEL),
+                    );
+                    return Ok(NvJpeg {
+                        table,
+                        path: path.clone(),
+                        version,
+                    });
+                }
+                Err(e) => tried.push((path.clone(), e.to_string())),
+            }
+        }
+        Err(LoadError::NotFound { tried })
+    }
+
+    /// The candidate list of [`load`](Self::load), in order.
+    ///
+    /// # Examples
+    /// ```
+    /// let c = stoker_decode::nvjpeg::NvJpeg::candidates();
+    /// assert!(c.iter().any(|p| p.as_os_str() == "libnvjpeg.so.13"));
+    /// ```
+    pub fn candidates() -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        if let Some(p) = std::env::var_os("STOKER_NVJPEG") {
+            out.push(PathBuf::from(p));
+        }
+        const NAMES: [&str; 2] = ["libnvjpeg.so.13", "libnvjpeg.so.12"];
+        out.extend(NAMES.iter().map(PathBuf::from));
+        let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
+            .iter()
+            .filter_map(std::env::var_os)
+            .map(PathBuf::from)
+            .collect();
+        roots.push(PathBuf::from("/usr/local/cuda"));
+        for root in roots {
+            for sub in ["lib64", "targets/x86_64-linux/lib"] {
+                for name in NAMES {
+                    out.push(root.join(sub).join(name));
+                }
+            }
+        }
+        for site in site_packages() {
+            out.push(site.join("nvidia/cu13/lib/libnvjpeg.so.13"));
+            out.push(site.join("nvidia/nvjpeg/lib/libnvjpeg.so.12"));
+        }
+        out
+    }
+
+    /// Where the library was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `(major, minor, patch)` from `nvjpegGetProperty` (-1 where it failed).
+    pub fn version(&self) -> (i32, i32, i32) {
+        self.version
+    }
+
+    /// Names of every nvJPEG function this crate resolves.
+    pub fn symbols() -> &'static [&'static str] {
+        sys::Table::SYMBOLS
+    }
+
+    pub(crate) fn table(&self) -> &sys::Table {
+        &self.table
+    }
+}
+
+/// Existing `site-packages`/`dist-packages` directories from the usual Python prefixes.
+fn site_packages() -> Vec<PathBuf> {
+    let mut prefixes: Vec<PathBuf> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(PathBuf::from)
+        .collect();
+    if let Some(home) = std::env::var_os("HOME") {
+        prefixes.push(PathBuf::from(home).join(".local"));
+    }
+    prefixes.extend(
+        ["/usr/local", "/usr", "/opt/conda"]
+            .iter()
+            .map(PathBuf::from),
+    );
+    let mut out: Vec<PathBuf> = std::env::var_os("PYTHONPATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    for prefix in prefixes {
+        let lib = prefix.join("lib");
+        let Ok(entries) = std::fs::read_dir(&lib) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if !name.to_string_lossy().starts_with("python3") {
+                continue;
+            }
+            for sub in ["site-packages", "dist-packages"] {
+                let d = e.path().join(sub);
+                if d.is_dir() {
+                    out.push(d);
+                }
+            }
+        }
+    }
+    out.retain(|d| d.is_dir());
+    out.dedup();
+    out
+}
+
+/// An nvJPEG object that destroys itself on drop (handle, state, stream,
+/// decoder, buffers, params all share `void*` handles and a destroy call).
+pub(crate) struct Owned {
+    /// Non-null, created by nvJPEG, destroyed exactly once in `Drop`.
+    ptr: *mut c_void,
+    destroy: unsafe extern "C" fn(*mut c_void) -> c_int,
+    what: &'static str,
+}
+
+// SAFETY: nvJPEG objects are plain heap objects usable from any thread; the
+// library documents handles and decoders as thread safe, and this crate never
+// uses one state, stream or buffer from two threads at once (each is reached
+// through `&mut` or lent to exactly one worker).
+unsafe impl Send for Owned {}
+
+impl Owned {
+    /// Takes ownership of `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be a live object that `destroy` frees, owned by nobody else.
+    pub(crate) unsafe fn new(
+        ptr: *mut c_void,
+        destroy: unsafe extern "C" fn(*mut c_void) -> c_int,
+        what: &'static str,
+    ) -> Owned {
+        Owned { ptr, destroy, what }
+    }
+
+    pub(crate) fn ptr(&self) -> *mut c_void {
+        self.ptr
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` is live and owned by us (constructor contract); it is
+        // destroyed once here. A failure is logged, never a panic.
+        let status = unsafe { (self.destroy)(self.ptr) };
+        if status != sys::NVJPEG_STATUS_SUCCESS {
+            tracing::warn!(
+                "destroying nvJPEG {} failed: {}",
+                self.what,
+                NvjpegStatus(status)
+            );
+        }
+    }
+}
 
 /// A status code returned by an nvJPEG function (`nvjpegStatus_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,820 @@
+//! GPU backend: nvJPEG hardware engines (batched) for single-scan baseline
+//! files, the nvJPEG CUDA decoder (hybrid backend, decoupled API) for the rest
+//! of what nvJPEG takes, and the CPU backend for whatever nvJPEG rejects — per
+//! image, never failing the whole batch.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DevicePtrMut, PinnedHostSlice};
+use rayon::prelude::*;
+
+use crate::nvjpeg::{result, sys, NvJpeg, Owned};
+use crate::{probe, CpuDecoder, DecodeError, ImageInfo, Limits, Route, RouteCounters, RouteCounts};
+
+/// A CPU decode: info, route and the RGB pixels.
+type CpuDecoded = Result<(ImageInfo, Route, Vec<u8>), DecodeError>;
+
+/// Options of a [`GpuDecoder`].
+///
+/// # Examples
+/// ```
+/// use stoker_decode::GpuDecoderOptions;
+/// let o = GpuDecoderOptions { hardware_lanes: 8, ..GpuDecoderOptions::default() };
+/// assert!(o.hardware);
+/// ```
+#[derive(Debug, Clone)]
+pub struct GpuDecoderOptions {
+    /// Pixel limit enforced from each header before anything is queued.
+    pub limits: Limits,
+    /// Use the hardware JPEG engines when `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)` succeeds.
+    pub hardware: bool,
+    /// Hardware decoder states in flight per batch, each parsing on its own
+    /// thread and decoding on its own stream (host-side parsing is what keeps
+    /// the engines idle with a single state). Default 4.
+    pub hardware_lanes: usize,
+    /// CUDA-decoder states whose host phase (Huffman decoding on the CPU) runs
+    /// in parallel. Default 4.
+    pub cuda_states: usize,
+}
+
+impl Default for GpuDecoderOptions {
+    fn default() -> Self {
+        GpuDecoderOptions {
+            limits: Limits::default(),
+            hardware: true,
+            hardware_lanes: 4,
+            cuda_states: 4,
+        }
+    }
+}
+
+/// Returns a CUDA context on device `ordinal`, or [`DecodeError::NoGpu`] saying
+/// why not (no driver library, no device, driver error). Never panics.
+///
+/// # Examples
+/// ```no_run
+/// let ctx = stoker_decode::cuda_context(0)?;
+/// # Ok::<(), stoker_decode::DecodeError>(())
+/// ```
+///
+/// # Errors
+/// [`DecodeError::NoGpu`].
+pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DecodeError> {
+    // SAFETY: is_culib_present only tries to open the driver library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(DecodeError::NoGpu {
+            reason: "the CUDA driver library (libcuda.so) is not present".into(),
+        });
+    }
+    let count = CudaContext::device_count().map_err(|e| DecodeError::NoGpu {
+        reason: format!("cuDeviceGetCount failed: {e}"),
+    })?;
+    if ordinal >= count.max(0) as usize {
+        return Err(DecodeError::NoGpu {
+            reason: format!("device {ordinal} requested, {count} present"),
+        });
+    }
+    CudaContext::new(ordinal).map_err(|e| DecodeError::NoGpu {
+        reason: format!("creating a context on device {ordinal}: {e}"),
+    })
+}
+
+/// One hardware decoder state and the stream it decodes on.
+struct HwLane {
+    /// Batched-API state created from the hardware handle; used by one thread at a time.
+    state: Owned,
+    /// Internal stream; joined into the caller's stream after each batch.
+    stream: Arc<CudaStream>,
+    /// Batch size the state was initialized for (0: must initialize).
+    batch_size: usize,
+}
+
+/// The hardware-engine path.
+struct Hardware {
+    lanes: Vec<HwLane>,
+    /// Stream object for `nvjpegDecodeBatchedSupported` checks.
+    check_stream: Owned,
+    /// `(engines, cores per engine)` from nvjpegGetHardwareDecoderInfo.
+    engines: Option<(u32, u32)>,
+    /// Declared last: destroyed after the states made from it.
+    handle: Owned,
+}
+
+/// One CUDA-decoder state with its buffers.
+struct CudaSlot {
+    params: Owned,
+    jstream: Owned,
+    state: Owned,
+    /// Attached to `state`; kept alive (and destroyed after it) by this field.
+    #[allow(dead_code)]
+    pinned: Owned,
+    /// Attached to `state`; kept alive (and destroyed after it) by this field.
+    #[allow(dead_code)]
+    device: Owned,
+}
+
+/// The CUDA (hybrid) path via the decoupled API.
+struct CudaPath {
+    slots: Vec<CudaSlot>,
+    decoder: Owned,
+    /// Declared last: destroyed after everything made from it.
+    handle: Owned,
+}
+
+/// Decodes batches of JPEGs into device memory (RGB interleaved u8, HWC,
+/// pitch `width * 3`) on a caller-given CUDA stream.
+///
+/// Routing per image: [`probe`] first (pixel limit, unsupported features);
+/// then the hardware engines for files [`ImageInfo::hardware_decodable`] and
+/// `nvjpegDecodeBatchedSupported` accept ([`Route::NvjpegHardware`]); the
+/// CUDA decoder for other files [`ImageInfo::nvjpeg_decodable`] accepts
+/// ([`Route::NvjpegCuda`]); the CPU backend for the rest and for every image
+/// nvJPEG fails on (BAD_JPEG, JPEG_NOT_SUPPORTED, ...), its pixels copied to
+/// the device ([`Route::CpuZune`] / [`Route::CpuFallback`]). One result per
+/// image; counters per route.
+///
+/// Input bitstreams for the hardware engines are copied into one pinned
+/// staging buffer per batch. Work is queued on `stream` (and on internal
+/// lane streams the caller's stream waits for); results are on the device
+/// when `stream` reaches that point: synchronize or record an event before
+/// reading them on the host.
+///
+/// # Examples
+/// ```no_run
+/// use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions};
+/// let ctx = cuda_context(0)?;
+/// let stream = ctx.default_stream();
+/// let mut dec = GpuDecoder::new(&ctx, GpuDecoderOptions::default())?;
+/// let jpeg = std::fs::read("a.jpg").unwrap();
+/// let info = stoker_decode::probe(&jpeg, &Default::default())?;
+/// let mut out = vec![stream.alloc_zeros::<u8>(info.rgb_len())?];
+/// let results = dec.decode_batch(&[&jpeg], &mut out, &stream);
+/// let (info, route) = results[0].as_ref().unwrap();
+/// stream.synchronize()?;
+/// println!("{}x{} via {route}", info.width, info.height);
+/// # Ok::<(), stoker_decode::DecodeError>(())
+/// ```
+pub struct GpuDecoder {
+    ctx: Arc<CudaContext>,
+    lib: &'static NvJpeg,
+    cpu: CpuDecoder,
+    counters: RouteCounters,
+    hw: Option<Hardware>,
+    cuda: CudaPath,
+    /// Pinned staging for hardware-path bitstreams, grown on demand.
+    staging: Option<PinnedHostSlice<u8>>,
+    /// Recorded on the caller's stream after the last batch that read `staging`.
+    staging_free: Option<CudaEvent>,
+    /// Recorded after the last CUDA-path transfers, which read the slots' pinned buffers.
+    cuda_free: Option<CudaEvent>,
+    options: GpuDecoderOptions,
+}
+
+impl std::fmt::Debug for GpuDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuDecoder")
+            .field("library", &self.lib)
+            .field("hardware", &self.hw.is_some())
+            .field("engines", &self.hardware_engines())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuDecoder {
+    /// Loads nvJPEG and creates the decoders on `ctx`'s device.
+    ///
+    /// The hardware path is optional: when `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)`
+    /// fails (GPUs without JPEG engines) every nvJPEG-decodable image takes the
+    /// CUDA path.
+    ///
+    /// # Errors
+    /// [`DecodeError::Load`] when nvJPEG is missing, [`DecodeError::Nvjpeg`] /
+    /// [`DecodeError::Cuda`] when the library or driver refuses.
+    pub fn new(
+        ctx: &Arc<CudaContext>,
+        options: GpuDecoderOptions,
+    ) -> Result<GpuDecoder, DecodeError> {
+        let lib = NvJpeg::load()?;
+        let t = lib.table();
+        ctx.bind_to_thread()?;
+        let hw = if options.hardware {
+            match Self::create_hardware(lib, ctx, options.hardware_lanes.max(1)) {
+                Ok(hw) => Some(hw),
+                Err(e) => {
+                    tracing::info!("nvJPEG hardware backend unavailable: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        // SAFETY: a context is current (bound above); every object is owned by
+        // an `Owned` that destroys it with the matching call.
+        let cuda = unsafe {
+            let handle = Owned::new(
+                result::create_ex(t, sys::NVJPEG_BACKEND_DEFAULT)?,
+                t.nvjpegDestroy,
+                "handle",
+            );
+            let decoder = Owned::new(
+                result::decoder_create(t, handle.ptr(), sys::NVJPEG_BACKEND_HYBRID)?,
+                t.nvjpegDecoderDestroy,
+                "decoder",
+            );
+            let mut slots = Vec::new();
+            for _ in 0..options.cuda_states.max(1) {
+                let state = Owned::new(
+                    result::decoder_state_create(t, handle.ptr(), decoder.ptr())?,
+                    t.nvjpegJpegStateDestroy,
+                    "decoder state",
+                );
+                let pinned = Owned::new(
+                    result::buffer_pinned_create(t, handle.ptr())?,
+                    t.nvjpegBufferPinnedDestroy,
+                    "pinned buffer",
+                );
+                let device = Owned::new(
+                    result::buffer_device_create(t, handle.ptr())?,
+                    t.nvjpegBufferDeviceDestroy,
+                    "device buffer",
+                );
+                result::check(
+                    "nvjpegStateAttachPinnedBuffer",
+                    (t.nvjpegStateAttachPinnedBuffer)(state.ptr(), pinned.ptr()),
+                )?;
+                result::check(
+                    "nvjpegStateAttachDeviceBuffer",
+                    (t.nvjpegStateAttachDeviceBuffer)(state.ptr(), device.ptr()),
+                )?;
+                let jstream = Owned::new(
+                    result::jpeg_stream_create(t, handle.ptr())?,
+                    t.nvjpegJpegStreamDestroy,
+                    "jpeg stream",
+                );
+                let params = Owned::new(
+                    result::decode_params_rgbi(t, handle.ptr())?,
+                    t.nvjpegDecodeParamsDestroy,
+                    "decode params",
+                );
+                slots.push(CudaSlot {
+                    params,
+                    jstream,
+                    state,
+                    pinned,
+                    device,
+                });
+            }
+            CudaPath {
+                slots,
+                decoder,
+                handle,
+            }
+        };
+        Ok(GpuDecoder {
+            ctx: ctx.clone(),
+            lib,
+            cpu: CpuDecoder::new(options.limits),
+            counters: RouteCounters::default(),
+            hw,
+            cuda,
+            staging: None,
+            staging_free: None,
+            cuda_free: None,
+            options,
+        })
+    }
+
+    fn create_hardware(
+        lib: &'static NvJpeg,
+        ctx: &Arc<CudaContext>,
+        lanes: usize,
+    ) -> Result<Hardware, DecodeError> {
+        let t = lib.table();
+        // SAFETY: a context is current (bound by the caller); objects are owned
+        // by `Owned` values destroyed with the matching call.
+        unsafe {
+            let handle = Owned::new(
+                result::create_ex(t, sys::NVJPEG_BACKEND_HARDWARE)?,
+                t.nvjpegDestroy,
+                "hardware handle",
+            );
+            let engines = result::hardware_info(t, handle.ptr()).ok();
+            let check_stream = Owned::new(
+                result::jpeg_stream_create(t, handle.ptr())?,
+                t.nvjpegJpegStreamDestroy,
+                "jpeg stream",
+            );
+            let mut out = Vec::with_capacity(lanes);
+            for _ in 0..lanes {
+                out.push(HwLane {
+                    state: Owned::new(
+                        result::jpeg_state_create(t, handle.ptr())?,
+                        t.nvjpegJpegStateDestroy,
+                        "hardware state",
+                    ),
+                    stream: ctx.new_stream()?,
+                    batch_size: 0,
+                });
+            }
+            Ok(Hardware {
+                lanes: out,
+                check_stream,
+                engines,
+                handle,
+            })
+        }
+    }
+
+    /// True when the hardware JPEG engines are in use.
+    pub fn has_hardware(&self) -> bool {
+        self.hw.is_some()
+    }
+
+    /// `(engines, cores per engine)` of the hardware decoder, when known.
+    pub fn hardware_engines(&self) -> Option<(u32, u32)> {
+        self.hw.as_ref().and_then(|h| h.engines)
+    }
+
+    /// The nvJPEG library in use.
+    pub fn library(&self) -> &'static NvJpeg {
+        self.lib
+    }
+
+    /// Images decoded per route (and failures) since creation.
+    pub fn route_counts(&self) -> RouteCounts {
+        self.counters.snapshot()
+    }
+
+    /// Decodes `inputs[i]` into `outputs[i]` (RGB HWC u8, `rgb_len()` bytes
+    /// from offset 0), queued on `stream`. One result per input, with the route
+    /// that decoded it. A failing image leaves its output untouched and fails alone.
+    ///
+    /// # Errors (per image)
+    /// Every [`probe`] error; [`DecodeError::Unsupported`];
+    /// [`DecodeError::OutputTooSmall`]; the CPU backend's error when nvJPEG
+    /// and the CPU both fail; [`DecodeError::BatchShape`] (every image) when
+    /// the slice lengths differ; [`DecodeError::Cuda`] for driver failures.
+    pub fn decode_batch<O: DevicePtrMut<u8>>(
+        &mut self,
+        inputs: &[&[u8]],
+        outputs: &mut [O],
+        stream: &CudaStream,
+    ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
+        let n = inputs.len();
+        if outputs.len() != n {
+            return (0..n)
+                .map(|_| {
+                    Err(DecodeError::BatchShape {
+                        inputs: n,
+                        outputs: outputs.len(),
+                    })
+                })
+                .collect();
+        }
+        if let Err(e) = self.ctx.bind_to_thread() {
+            return (0..n).map(|_| Err(DecodeError::Cuda(e))).collect();
+        }
+        let mut results: Vec<Option<Result<(ImageInfo, Route), DecodeError>>> =
+            (0..n).map(|_| None).collect();
+        let mut infos: Vec<Option<ImageInfo>> = (0..n).map(|_| None).collect();
+        let (mut hw_list, mut cuda_list, mut cpu_list) = (Vec::new(), Vec::new(), Vec::new());
+
+        // 1. Probe and route.
+        let t = self.lib.table();
+        for i in 0..n {
+            let info = match probe(inputs[i], &self.options.limits).and_then(|info| {
+                info.supported()?;
+                let got = outputs[i].len();
+                if got < info.rgb_len() {
+                    return Err(DecodeError::OutputTooSmall {
+                        need: info.rgb_len(),
+                        got,
+                    });
+                }
+                Ok(info)
+            }) {
+                Ok(info) => info,
+                Err(e) => {
+                    results[i] = Some(Err(e));
+                    continue;
+                }
+            };
+            let route = match &self.hw {
+                Some(hw) if info.hardware_decodable() => {
+                    // SAFETY: handle and stream live, created from the same handle;
+                    // the input slice outlives the calls.
+                    let ok = unsafe {
+                        result::stream_parse(t, hw.handle.ptr(), inputs[i], hw.check_stream.ptr())
+                            .and_then(|()| {
+                                result::batched_supported(t, hw.handle.ptr(), hw.check_stream.ptr())
+                            })
+                    };
+                    match ok {
+                        Ok(true) => Route::NvjpegHardware,
+                        Ok(false) => Route::NvjpegCuda,
+                        Err(_) => Route::CpuZune,
+                    }
+                }
+                _ if info.nvjpeg_decodable() => Route::NvjpegCuda,
+                _ => Route::CpuZune,
+            };
+            match route {
+                Route::NvjpegHardware => hw_list.push(i),
+                Route::NvjpegCuda => cuda_list.push(i),
+                _ => cpu_list.push(i),
+            }
+            infos[i] = Some(info);
+        }
+
+        // 2. Device pointers of every output (the stream waits for earlier work
+        //    on them; the guards record our writes when dropped at the end).
+        let mut ptrs = Vec::with_capacity(n);
+        for o in outputs.iter_mut() {
+            ptrs.push(o.device_ptr_mut(stream));
+        }
+
+        // 3. Hardware engines.
+        if !hw_list.is_empty() {
+            match self.decode_hardware(inputs, &infos, &ptrs, &hw_list, stream) {
+                Ok(failed) => {
+                    for &i in &hw_list {
+                        if !failed.contains(&i) {
+                            results[i] = Some(Ok((
+                                infos[i].clone().expect("probed"),
+                                Route::NvjpegHardware,
+                            )));
+                        }
+                    }
+                    for i in failed {
+                        if infos[i].as_ref().is_some_and(ImageInfo::nvjpeg_decodable) {
+                            cuda_list.push(i);
+                        } else {
+                            cpu_list.push(i);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "hardware batch failed, retrying its images on the CUDA path: {e}"
+                    );
+                    cuda_list.extend_from_slice(&hw_list);
+                }
+            }
+        }
+
+        // 4. CUDA decoder.
+        if !cuda_list.is_empty() {
+            let failed = self.decode_cuda(inputs, &infos, &ptrs, &cuda_list, stream);
+            for &i in &cuda_list {
+                if !failed.contains(&i) {
+                    results[i] = Some(Ok((infos[i].clone().expect("probed"), Route::NvjpegCuda)));
+                }
+            }
+            cpu_list.extend(failed);
+        }
+
+        // 5. CPU for the rest, copied to the device.
+        if !cpu_list.is_empty() {
+            let cpu = &self.cpu;
+            let decoded: Vec<(usize, CpuDecoded)> = cpu_list
+                .par_iter()
+                .map(|&i| (i, cpu.decode_to_vec_routed(inputs[i])))
+                .collect();
+            for (i, r) in decoded {
+                results[i] = Some(r.and_then(|(info, route, pixels)| {
+                    // SAFETY: the destination holds at least rgb_len() bytes (checked
+                    // in step 1 against the same header); the copy is queued on
+                    // `stream`, which waited for earlier work on the buffer; the
+                    // pageable source is staged by the driver before this returns.
+                    unsafe {
+                        cudarc::driver::result::memcpy_htod_async(
+                            ptrs[i].0,
+                            &pixels,
+                            stream.cu_stream(),
+                        )
+                    }?;
+                    Ok((info, route))
+                }));
+            }
+        }
+
+        // 6. Staging may be reused once the caller's stream passes this point.
+        match stream.record_event(None) {
+            Ok(ev) => self.staging_free = Some(ev),
+            Err(e) => tracing::warn!("recording the staging event failed: {e}"),
+        }
+        drop(ptrs);
+        results
+            .into_iter()
+            .map(|r| {
+                let r = r.unwrap_or(Err(DecodeError::Corrupt {
+                    decoder: "nvjpeg",
+                    message: "image was not routed".into(),
+                }));
+                match &r {
+                    Ok((_, route)) => self.counters.record(*route),
+                    Err(_) => self.counters.record_failure(),
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// Copies the hardware list into pinned staging and decodes it on the
+    /// hardware lanes in parallel. Returns the images of lanes that failed.
+    fn decode_hardware<G>(
+        &mut self,
+        inputs: &[&[u8]],
+        infos: &[Option<ImageInfo>],
+        ptrs: &[(cudarc::driver::sys::CUdeviceptr, G)],
+        list: &[usize],
+        stream: &CudaStream,
+    ) -> Result<Vec<usize>, DecodeError> {
+        let total: usize = list.iter().map(|&i| inputs[i].len()).sum();
+        // The previous batch's DMA may still read the staging buffer.
+        if let Some(ev) = self.staging_free.take() {
+            ev.synchronize()?;
+        }
+        if self.staging.as_ref().is_none_or(|s| s.len() < total) {
+            self.staging = None;
+            // SAFETY: the memory is written below before it is read. Plain pinned
+            // memory (flags 0), not write-combined: nvJPEG parses it on the host.
+            self.staging = Some(unsafe {
+                self.ctx
+                    .alloc_pinned_with_flags::<u8>(total.next_power_of_two(), 0)
+            }?);
+        }
+        let staging = self.staging.as_mut().expect("allocated above");
+        let base = staging.as_mut_ptr()?;
+        let mut offsets = Vec::with_capacity(list.len());
+        let mut off = 0usize;
+        for &i in list {
+            let src = inputs[i];
+            // SAFETY: `base` points to at least `total` bytes (allocated above)
+            // and `off + src.len() <= total`; source and destination do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(off), src.len()) };
+            offsets.push(off);
+            off += src.len();
+        }
+        let hw = self
+            .hw
+            .as_mut()
+            .expect("hardware path exists when hw_list is non-empty");
+        let lanes = hw.lanes.len().min(list.len());
+        let per_lane = list.len().div_ceil(lanes);
+        for lane in &hw.lanes[..lanes] {
+            lane.stream.join(stream)?;
+        }
+        let t = self.lib.table();
+        let handle = SendPtr(hw.handle.ptr());
+        let ctx = &self.ctx;
+        let base = SendPtr(base.cast());
+        let lane_results: Vec<(usize, Result<(), DecodeError>)> = std::thread::scope(|s| {
+            let mut joins = Vec::new();
+            for (k, (lane, chunk)) in hw.lanes.iter_mut().zip(list.chunks(per_lane)).enumerate() {
+                let offs = &offsets[k * per_lane..k * per_lane + chunk.len()];
+                let outs: Vec<(u64, usize)> = chunk
+                    .iter()
+                    .map(|&i| {
+                        let info = infos[i].as_ref().expect("probed");
+                        (ptrs[i].0, info.width as usize * 3)
+                    })
+                    .collect();
+                let lens: Vec<usize> = chunk.iter().map(|&i| inputs[i].len()).collect();
+                let (handle, base) = (&handle, &base);
+                joins.push(s.spawn(move || {
+                    let mut run = || -> Result<(), DecodeError> {
+                        ctx.bind_to_thread()?;
+                        let data: Vec<*const u8> = offs
+                            .iter()
+                            // SAFETY: each offset lies inside the staging buffer.
+                            .map(|&o| unsafe { base.0.cast::<u8>().add(o).cast_const() })
+                            .collect();
+                        let mut images: Vec<sys::nvjpegImage_t> = outs
+                            .iter()
+                            .map(|&(ptr, pitch)| {
+                                let mut img = sys::nvjpegImage_t::default();
+                                img.channel[0] = ptr as *mut u8;
+                                img.pitch[0] = pitch;
+                                img
+                            })
+                            .collect();
+                        if lane.batch_size != chunk.len() {
+                            lane.batch_size = 0;
+                            // SAFETY: handle and this lane's state are live; the state
+                            // is used by this thread only.
+                            result::check("nvjpegDecodeBatchedInitialize", unsafe {
+                                (t.nvjpegDecodeBatchedInitialize)(
+                                    handle.0,
+                                    lane.state.ptr(),
+                                    chunk.len() as i32,
+                                    1,
+                                    sys::NVJPEG_OUTPUT_RGBI,
+                                )
+                            })?;
+                            lane.batch_size = chunk.len();
+                        }
+                        // SAFETY: `data`/`lens`/`images` have chunk.len() entries; the
+                        // bitstreams live in pinned staging until `staging_free`
+                        // completes; each output holds width*3*height bytes
+                        // (checked against the probed header).
+                        let r = result::check("nvjpegDecodeBatched", unsafe {
+                            (t.nvjpegDecodeBatched)(
+                                handle.0,
+                                lane.state.ptr(),
+                                data.as_ptr(),
+                                lens.as_ptr(),
+                                images.as_mut_ptr(),
+                                lane.stream.cu_stream().cast(),
+                            )
+                        });
+                        if r.is_err() {
+                            // nvjpeg.h: after a failed batch, initialize again.
+                            lane.batch_size = 0;
+                        }
+                        r
+                    };
+                    (k, run())
+                }));
+            }
+            joins
+                .into_iter()
+                .map(|j| {
+                    j.join().unwrap_or_else(|_| {
+                        (
+                            usize::MAX,
+                            Err(DecodeError::Panicked {
+                                decoder: "nvjpeg",
+                                message: "hardware lane thread panicked".into(),
+                            }),
+                        )
+                    })
+                })
+                .collect()
+        });
+        for lane in &hw.lanes[..lanes] {
+            stream.join(&lane.stream)?;
+        }
+        let mut failed = Vec::new();
+        for (k, r) in lane_results {
+            if let Err(e) = r {
+                if k == usize::MAX {
+                    return Err(e);
+                }
+                tracing::debug!("hardware lane {k} failed: {e}");
+                failed.extend_from_slice(
+                    &list[k * per_lane..(k * per_lane + per_lane).min(list.len())],
+                );
+            }
+        }
+        Ok(failed)
+    }
+
+    /// Decodes the list with the CUDA decoder: host phases in parallel over the
+    /// slots, then transfer and device phases on `stream`. Returns the failures.
+    fn decode_cuda<G>(
+        &mut self,
+        inputs: &[&[u8]],
+        infos: &[Option<ImageInfo>],
+        ptrs: &[(cudarc::driver::sys::CUdeviceptr, G)],
+        list: &[usize],
+        stream: &CudaStream,
+    ) -> Vec<usize> {
+        let t = self.lib.table();
+        let handle = SendPtr(self.cuda.handle.ptr());
+        let decoder = SendPtr(self.cuda.decoder.ptr());
+        let ctx = &self.ctx;
+        let cu_stream: sys::cudaStream_t = stream.cu_stream().cast();
+        let mut failed = Vec::new();
+        // The previous batch's transfers may still read the slots' pinned buffers.
+        if let Some(ev) = self.cuda_free.take() {
+            if let Err(e) = ev.synchronize() {
+                tracing::warn!("waiting for the previous CUDA-path batch failed: {e}");
+                return list.to_vec();
+            }
+        }
+        let slots = self.cuda.slots.len();
+        for (round, chunk) in list.chunks(slots).enumerate() {
+            if round > 0 {
+                // The slots' pinned buffers are read by the previous round's transfers.
+                if let Err(e) = stream.synchronize() {
+                    tracing::warn!("stream synchronize failed: {e}");
+                    failed.extend_from_slice(chunk);
+                    continue;
+                }
+            }
+            let host: Vec<Result<(), DecodeError>> = std::thread::scope(|s| {
+                let joins: Vec<_> = self
+                    .cuda
+                    .slots
+                    .iter()
+                    .zip(chunk)
+                    .map(|(slot, &i)| {
+                        let (handle, decoder) = (&handle, &decoder);
+                        let data = inputs[i];
+                        let slot = SlotRef(slot);
+                        s.spawn(move || -> Result<(), DecodeError> {
+                            let slot = slot.get();
+                            ctx.bind_to_thread()?;
+                            // SAFETY: handle/decoder live; this slot's state, stream and
+                            // params are used by this thread only; `data` outlives the call.
+                            unsafe {
+                                result::stream_parse(t, handle.0, data, slot.jstream.ptr())?;
+                                result::check(
+                                    "nvjpegDecodeJpegHost",
+                                    (t.nvjpegDecodeJpegHost)(
+                                        handle.0,
+                                        decoder.0,
+                                        slot.state.ptr(),
+                                        slot.params.ptr(),
+                                        slot.jstream.ptr(),
+                                    ),
+                                )
+                            }
+                        })
+                    })
+                    .collect();
+                joins
+                    .into_iter()
+                    .map(|j| {
+                        j.join().unwrap_or_else(|_| {
+                            Err(DecodeError::Panicked {
+                                decoder: "nvjpeg",
+                                message: "host-phase thread panicked".into(),
+                            })
+                        })
+                    })
+                    .collect()
+            });
+            for ((slot, &i), h) in self.cuda.slots.iter().zip(chunk).zip(host) {
+                let info = infos[i].as_ref().expect("probed");
+                let r = h.and_then(|()| {
+                    let mut img = sys::nvjpegImage_t::default();
+                    img.channel[0] = ptrs[i].0 as *mut u8;
+                    img.pitch[0] = info.width as usize * 3;
+                    // SAFETY: the host phase of this slot succeeded; the output holds
+                    // width*3*height bytes; work is queued on the caller's stream.
+                    unsafe {
+                        result::check(
+                            "nvjpegDecodeJpegTransferToDevice",
+                            (t.nvjpegDecodeJpegTransferToDevice)(
+                                handle.0,
+                                decoder.0,
+                                slot.state.ptr(),
+                                slot.jstream.ptr(),
+                                cu_stream,
+                            ),
+                        )?;
+                        result::check(
+                            "nvjpegDecodeJpegDevice",
+                            (t.nvjpegDecodeJpegDevice)(
+                                handle.0,
+                                decoder.0,
+                                slot.state.ptr(),
+                                &mut img,
+                                cu_stream,
+                            ),
+                        )
+                    }
+                });
+                if let Err(e) = r {
+                    tracing::debug!("nvJPEG CUDA path failed on image {i}: {e}; using the CPU");
+                    failed.push(i);
+                }
+            }
+        }
+        match stream.record_event(None) {
+            Ok(ev) => self.cuda_free = Some(ev),
+            Err(e) => {
+                // Without the event the next batch could overwrite buffers in use.
+                tracing::warn!("recording the CUDA-path event failed ({e}); synchronizing");
+                if let Err(e) = stream.synchronize() {
+                    tracing::warn!("stream synchronize failed: {e}");
+                }
+            }
+        }
+        failed
+    }
+}
+
+/// A raw nvJPEG pointer sent to a scoped worker thread.
+struct SendPtr(*mut std::ffi::c_void);
+// SAFETY: nvJPEG handles and decoders are thread safe (nvJPEG docs, "Thread
+// Safety"); only states are not, and those are never shared between threads.
+unsafe impl Send for SendPtr {}
+// SAFETY: as above; shared references only pass the pointer value.
+unsafe impl Sync for SendPtr {}
+
+/// A CUDA slot lent to one host-phase thread.
+struct SlotRef<'a>(&'a CudaSlot);
+// SAFETY: each slot is given to exactly one thread per round (zip over
+// distinct slots), so its state and stream are never used concurrently.
+unsafe impl Send for SlotRef<'_> {}
+
+impl<'a> SlotRef<'a> {
+    /// The slot (a method, so closures capture the whole `SlotRef`).
+    fn get(&self) -> &'a CudaSlot {
+        self.0
+    }
+}

@@ -1,0 +1,216 @@
+//! Thin wrappers over the function table: each turns an `nvjpegStatus_t`
+//! into a `Result` naming the call. Handles are created here and destroyed
+//! by the owning types in `mod.rs`.
+
+use std::ffi::c_int;
+
+use super::sys::{self, Table};
+use super::NvjpegStatus;
+use crate::DecodeError;
+
+/// `Ok` for `NVJPEG_STATUS_SUCCESS`, else [`DecodeError::Nvjpeg`] naming `call`.
+pub(crate) fn check(call: &'static str, status: c_int) -> Result<(), DecodeError> {
+    if status == sys::NVJPEG_STATUS_SUCCESS {
+        Ok(())
+    } else {
+        Err(DecodeError::Nvjpeg {
+            call,
+            status: NvjpegStatus(status),
+        })
+    }
+}
+
+/// Creates a library handle for `backend` with the default allocators.
+///
+/// # Safety
+/// A CUDA context must be current on this thread.
+pub(crate) unsafe fn create_ex(
+    t: &Table,
+    backend: c_int,
+) -> Result<sys::nvjpegHandle_t, DecodeError> {
+    let mut h = std::ptr::null_mut();
+    // SAFETY: null allocators select nvJPEG's defaults; `h` is a valid out pointer.
+    check("nvjpegCreateEx", unsafe {
+        (t.nvjpegCreateEx)(
+            backend,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+            &mut h,
+        )
+    })?;
+    Ok(h)
+}
+
+/// Number of hardware engines (and cores per engine) behind a hardware handle.
+///
+/// # Safety
+/// `h` must be a live handle created with `NVJPEG_BACKEND_HARDWARE`.
+pub(crate) unsafe fn hardware_info(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+) -> Result<(u32, u32), DecodeError> {
+    let (mut engines, mut cores) = (0u32, 0u32);
+    // SAFETY: caller guarantees `h`; out pointers are valid.
+    check("nvjpegGetHardwareDecoderInfo", unsafe {
+        (t.nvjpegGetHardwareDecoderInfo)(h, &mut engines, &mut cores)
+    })?;
+    Ok((engines, cores))
+}
+
+/// Creates a JPEG state for the batched API.
+///
+/// # Safety
+/// `h` must be a live handle.
+pub(crate) unsafe fn jpeg_state_create(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+) -> Result<sys::nvjpegJpegState_t, DecodeError> {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: caller guarantees `h`; `s` is a valid out pointer.
+    check("nvjpegJpegStateCreate", unsafe {
+        (t.nvjpegJpegStateCreate)(h, &mut s)
+    })?;
+    Ok(s)
+}
+
+/// Creates a JPEG stream (parsed-bitstream holder).
+///
+/// # Safety
+/// `h` must be a live handle.
+pub(crate) unsafe fn jpeg_stream_create(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+) -> Result<sys::nvjpegJpegStream_t, DecodeError> {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: caller guarantees `h`; `s` is a valid out pointer.
+    check("nvjpegJpegStreamCreate", unsafe {
+        (t.nvjpegJpegStreamCreate)(h, &mut s)
+    })?;
+    Ok(s)
+}
+
+/// Parses a whole bitstream into `stream`.
+///
+/// # Safety
+/// `h` and `stream` live and created from the same handle; `data` valid for the call.
+pub(crate) unsafe fn stream_parse(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    data: &[u8],
+    stream: sys::nvjpegJpegStream_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: `data` is a live slice; caller guarantees the handles.
+    check("nvjpegJpegStreamParse", unsafe {
+        (t.nvjpegJpegStreamParse)(h, data.as_ptr(), data.len(), 0, 0, stream)
+    })
+}
+
+/// Whether the batched (hardware) decoder takes the parsed `stream`.
+///
+/// # Safety
+/// `h` and `stream` live; `stream` holds a successful parse.
+pub(crate) unsafe fn batched_supported(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    stream: sys::nvjpegJpegStream_t,
+) -> Result<bool, DecodeError> {
+    let mut is_supported: c_int = -1;
+    // SAFETY: caller guarantees the handles; out pointer valid.
+    check("nvjpegDecodeBatchedSupported", unsafe {
+        (t.nvjpegDecodeBatchedSupported)(h, stream, &mut is_supported)
+    })?;
+    // nvjpeg.h: 0 means supported.
+    Ok(is_supported == 0)
+}
+
+/// Creates a decoupled-API decoder for `backend`.
+///
+/// # Safety
+/// `h` must be a live handle.
+pub(crate) unsafe fn decoder_create(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    backend: c_int,
+) -> Result<sys::nvjpegJpegDecoder_t, DecodeError> {
+    let mut d = std::ptr::null_mut();
+    // SAFETY: caller guarantees `h`; out pointer valid.
+    check("nvjpegDecoderCreate", unsafe {
+        (t.nvjpegDecoderCreate)(h, backend, &mut d)
+    })?;
+    Ok(d)
+}
+
+/// Creates a state for a decoupled-API decoder.
+///
+/// # Safety
+/// `h` and `dec` live, `dec` created from `h`.
+pub(crate) unsafe fn decoder_state_create(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    dec: sys::nvjpegJpegDecoder_t,
+) -> Result<sys::nvjpegJpegState_t, DecodeError> {
+    let mut s = std::ptr::null_mut();
+    // SAFETY: caller guarantees the handles; out pointer valid.
+    check("nvjpegDecoderStateCreate", unsafe {
+        (t.nvjpegDecoderStateCreate)(h, dec, &mut s)
+    })?;
+    Ok(s)
+}
+
+/// Creates a pinned host buffer with the default allocator.
+///
+/// # Safety
+/// `h` must be a live handle and a CUDA context current.
+pub(crate) unsafe fn buffer_pinned_create(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+) -> Result<sys::nvjpegBufferPinned_t, DecodeError> {
+    let mut b = std::ptr::null_mut();
+    // SAFETY: null allocator selects the default; out pointer valid.
+    check("nvjpegBufferPinnedCreate", unsafe {
+        (t.nvjpegBufferPinnedCreate)(h, std::ptr::null_mut(), &mut b)
+    })?;
+    Ok(b)
+}
+
+/// Creates a device buffer with the default allocator.
+///
+/// # Safety
+/// `h` must be a live handle and a CUDA context current.
+pub(crate) unsafe fn buffer_device_create(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+) -> Result<sys::nvjpegBufferDevice_t, DecodeError> {
+    let mut b = std::ptr::null_mut();
+    // SAFETY: null allocator selects the default; out pointer valid.
+    check("nvjpegBufferDeviceCreate", unsafe {
+        (t.nvjpegBufferDeviceCreate)(h, std::ptr::null_mut(), &mut b)
+    })?;
+    Ok(b)
+}
+
+/// Creates decode parameters with interleaved RGB output.
+///
+/// # Safety
+/// `h` must be a live handle.
+pub(crate) unsafe fn decode_params_rgbi(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+) -> Result<sys::nvjpegDecodeParams_t, DecodeError> {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: caller guarantees `h`; out pointer valid.
+    check("nvjpegDecodeParamsCreate", unsafe {
+        (t.nvjpegDecodeParamsCreate)(h, &mut p)
+    })?;
+    // SAFETY: `p` was just created.
+    let set = check("nvjpegDecodeParamsSetOutputFormat", unsafe {
+        (t.nvjpegDecodeParamsSetOutputFormat)(p, sys::NVJPEG_OUTPUT_RGBI)
+    });
+    if let Err(e) = set {
+        // SAFETY: `p` is live and not used after this.
+        unsafe { (t.nvjpegDecodeParamsDestroy)(p) };
+        return Err(e);
+    }
+    Ok(p)
+}

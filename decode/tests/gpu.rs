@@ -1,0 +1,194 @@
+//! GPU backend tests. They compile everywhere; without a GPU (or without
+//! nvJPEG) they print why and return. On the GPU machine
+//! `scripts/device-check.d/10-decode.sh` runs them for real.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{conformance_rows, data_dir, psnr};
+use stoker_decode::{
+    cuda_context, nvjpeg::NvJpeg, CpuDecoder, DecodeError, GpuDecoder, GpuDecoderOptions,
+    LoadError, Route,
+};
+
+/// PSNR at or above which two decodes of the same file agree (README: IDCT
+/// and upsampling differ slightly between decoders).
+const MIN_PSNR: f64 = 30.0;
+
+#[test]
+fn load_error_lists_every_candidate_tried() {
+    let candidates = [
+        PathBuf::from("/nonexistent/stoker/libnvjpeg.so.13"),
+        PathBuf::from("libnvjpeg-does-not-exist.so.99"),
+    ];
+    match NvJpeg::load_from(&candidates) {
+        Err(LoadError::NotFound { tried }) => {
+            assert_eq!(tried.len(), 2);
+            assert_eq!(tried[0].0, candidates[0]);
+            let msg = LoadError::NotFound { tried }.to_string();
+            assert!(msg.contains("/nonexistent/stoker/libnvjpeg.so.13"), "{msg}");
+        }
+        other => panic!("want NotFound, got {other:?}"),
+    }
+}
+
+#[test]
+fn search_order_starts_with_the_override_then_cuda13() {
+    let c = NvJpeg::candidates();
+    let pos = |name: &str| c.iter().position(|p| p.as_os_str() == name);
+    let (a, b) = (
+        pos("libnvjpeg.so.13").unwrap(),
+        pos("libnvjpeg.so.12").unwrap(),
+    );
+    assert!(a < b);
+    assert!(c
+        .iter()
+        .any(|p| p.ends_with("targets/x86_64-linux/lib/libnvjpeg.so.13")));
+}
+
+#[test]
+fn library_loads_and_resolves_every_symbol_when_present() {
+    match NvJpeg::load() {
+        Ok(lib) => {
+            println!("nvJPEG {:?} from {}", lib.version(), lib.path().display());
+            assert!(lib.version().0 >= 11, "version {:?}", lib.version());
+        }
+        Err(e) => println!("SKIP: nvJPEG not loadable here: {e}"),
+    }
+}
+
+/// A GPU decoder, or the reason there is none.
+fn gpu() -> Option<(std::sync::Arc<cudarc::driver::CudaContext>, GpuDecoder)> {
+    let ctx = match cuda_context(0) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("SKIP: no GPU: {e}");
+            return None;
+        }
+    };
+    match GpuDecoder::new(&ctx, GpuDecoderOptions::default()) {
+        Ok(d) => Some((ctx, d)),
+        Err(DecodeError::Load(e)) => {
+            println!("SKIP: GPU present but nvJPEG not loadable: {e}");
+            None
+        }
+        Err(e) => panic!("GPU present and nvJPEG loaded, but the decoder failed: {e}"),
+    }
+}
+
+/// Decodes `files` on the GPU in batches of `batch` and on the CPU; checks
+/// they agree (same success/failure, PSNR between pixels). Returns the routes seen.
+fn compare(
+    dec: &mut GpuDecoder,
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    files: &[PathBuf],
+    batch: usize,
+) -> Vec<Route> {
+    let cpu = CpuDecoder::new(Default::default());
+    let stream = ctx.default_stream();
+    let mut routes = Vec::new();
+    let mut failures = Vec::new();
+    for chunk in files.chunks(batch) {
+        let data: Vec<Vec<u8>> = chunk.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let cpu_results: Vec<_> = inputs.iter().map(|d| cpu.decode_to_vec(d)).collect();
+        let mut outputs: Vec<_> = cpu_results
+            .iter()
+            .map(|r| {
+                let len = r.as_ref().map(|(i, _)| i.rgb_len()).unwrap_or(1).max(1);
+                stream.alloc_zeros::<u8>(len).unwrap()
+            })
+            .collect();
+        let gpu_results = dec.decode_batch(&inputs, &mut outputs, &stream);
+        stream.synchronize().unwrap();
+        for (k, (g, c)) in gpu_results.iter().zip(&cpu_results).enumerate() {
+            let name = chunk[k].display();
+            match (g, c) {
+                (Ok((gi, route)), Ok((ci, cpix))) => {
+                    routes.push(*route);
+                    assert_eq!((gi.width, gi.height), (ci.width, ci.height));
+                    let gpix = stream.clone_dtoh(&outputs[k]).unwrap();
+                    let p = psnr(&gpix[..cpix.len()], cpix);
+                    if p < MIN_PSNR {
+                        failures.push(format!("{name}: GPU ({route}) vs CPU PSNR {p:.1} dB"));
+                    }
+                }
+                (Err(_), Err(_)) => {}
+                (Ok((_, route)), Err(e)) => {
+                    failures.push(format!("{name}: GPU decoded ({route}), CPU failed: {e}"))
+                }
+                (Err(e), Ok(_)) => failures.push(format!("{name}: CPU decoded, GPU failed: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    routes
+}
+
+#[test]
+fn gpu_matches_cpu_on_the_conformance_corpus() {
+    let Some((ctx, mut dec)) = gpu() else { return };
+    println!("{dec:?}");
+    let dir = data_dir().join("conformance");
+    let files: Vec<PathBuf> = conformance_rows()
+        .iter()
+        .map(|r| dir.join(&r.file))
+        .collect();
+    let routes = compare(&mut dec, &ctx, &files, 32);
+    let counts = dec.route_counts();
+    println!("routes: {counts}");
+    assert!(routes.contains(&Route::NvjpegCuda), "CUDA path never used");
+    assert!(
+        routes.iter().any(|r| !r.is_gpu()),
+        "CPU fallback never used"
+    );
+    if dec.has_hardware() {
+        assert!(
+            routes.contains(&Route::NvjpegHardware),
+            "hardware engines never used"
+        );
+    }
+}
+
+#[test]
+fn gpu_matches_cpu_on_the_bench_set() {
+    let Some((ctx, mut dec)) = gpu() else { return };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir().join("bench"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let routes = compare(&mut dec, &ctx, &files, 128);
+    println!("routes: {}", dec.route_counts());
+    let want = if dec.has_hardware() {
+        Route::NvjpegHardware
+    } else {
+        Route::NvjpegCuda
+    };
+    assert!(
+        routes.iter().all(|r| *r == want),
+        "bench set is baseline 4:2:0: every image should take {want}"
+    );
+}
+
+#[test]
+fn a_bad_image_fails_alone_in_a_gpu_batch() {
+    let Some((ctx, mut dec)) = gpu() else { return };
+    let stream = ctx.default_stream();
+    let good =
+        std::fs::read(data_dir().join("conformance/core/go__video-001.q50.420.jpeg")).unwrap();
+    let mut truncated_header = good.clone();
+    truncated_header.truncate(100);
+    let inputs: Vec<&[u8]> = vec![&good, &truncated_header, b"", &good];
+    let mut outputs: Vec<_> = (0..4)
+        .map(|_| stream.alloc_zeros::<u8>(150 * 103 * 3).unwrap())
+        .collect();
+    let r = dec.decode_batch(&inputs, &mut outputs, &stream);
+    stream.synchronize().unwrap();
+    assert!(r[0].is_ok() && r[3].is_ok());
+    assert!(matches!(r[1], Err(DecodeError::Truncated { .. })));
+    assert!(matches!(r[2], Err(DecodeError::Empty)));
+}
