@@ -346,6 +346,32 @@ impl GpuDecoder {
         self.counters.snapshot()
     }
 
+    /// Decodes one image through the GPU routes and copies the pixels back to
+    /// the host (synchronizing). For tools and tests, not the fast path.
+    ///
+    /// # Errors
+    /// As [`decode_batch`](Self::decode_batch), plus [`DecodeError::Cuda`] for
+    /// the allocation and the copy.
+    pub fn decode_to_host(
+        &mut self,
+        data: &[u8],
+    ) -> Result<(ImageInfo, Route, Vec<u8>), DecodeError> {
+        let info = probe(data, &self.options.limits)?;
+        let stream = self.ctx.default_stream();
+        let mut out = [stream.alloc_zeros::<u8>(info.rgb_len().max(1))?];
+        let (info, route) = self
+            .decode_batch(&[data], &mut out, &stream)
+            .pop()
+            .unwrap_or(Err(DecodeError::BatchShape {
+                inputs: 1,
+                outputs: 0,
+            }))?;
+        let mut pixels = stream.clone_dtoh(&out[0])?;
+        stream.synchronize()?;
+        pixels.truncate(info.rgb_len());
+        Ok((info, route, pixels))
+    }
+
     /// Decodes `inputs[i]` into `outputs[i]` (RGB HWC u8, `rgb_len()` bytes
     /// from offset 0), queued on `stream`. One result per input, with the route
     /// that decoded it. A failing image leaves its output untouched and fails alone.

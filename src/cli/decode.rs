@@ -1,12 +1,181 @@
-//! Placeholder: owned by the issue that implements this subcommand.
+//! `stoker decode FILE`: decode one JPEG, print what its headers say and the
+//! route that decoded it, optionally write the pixels as PNG. The first tool
+//! to reach for when one image misbehaves.
+#![forbid(unsafe_code)]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Flags of this subcommand.
-#[derive(Debug, clap::Args)]
-pub struct Args {}
+use anyhow::Context;
+use stoker_decode::{cuda_context, probe, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits};
 
-/// Runs the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("this subcommand is not built yet")
+/// Which decoder to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// nvJPEG when a GPU and the library are present, else the CPU.
+    Auto,
+    /// The CPU backend (zune-jpeg, jpeg-decoder).
+    Cpu,
+    /// nvJPEG; fails when there is no GPU or no library.
+    Nvjpeg,
+}
+
+/// Flags of `stoker decode`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The JPEG file.
+    pub file: PathBuf,
+    /// Write the decoded RGB pixels to this PNG file.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Decoder backend.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Pixel limit (width * height) enforced from the header.
+    #[arg(long, default_value_t = Limits::default().max_pixels)]
+    pub max_pixels: u64,
+}
+
+/// Runs `stoker decode`: exit 0 when the image decodes, 1 when it does not.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let data =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let limits = Limits {
+        max_pixels: args.max_pixels,
+    };
+    let mut notes = Vec::new();
+    let gpu = match args.backend {
+        Backend::Cpu => None,
+        Backend::Auto | Backend::Nvjpeg => {
+            let opened = cuda_context(0).and_then(|ctx| {
+                GpuDecoder::new(
+                    &ctx,
+                    GpuDecoderOptions {
+                        limits,
+                        ..GpuDecoderOptions::default()
+                    },
+                )
+            });
+            match opened {
+                Ok(d) => Some(d),
+                Err(e) if args.backend == Backend::Auto => {
+                    notes.push(format!("nvJPEG unavailable ({e}); decoded on the CPU"));
+                    None
+                }
+                Err(e) => return Err(e).context("--backend nvjpeg"),
+            }
+        }
+    };
+    let backend = if gpu.is_some() { "nvjpeg" } else { "cpu" };
+    let header = probe(&data, &limits);
+    let decoded = match gpu {
+        Some(mut g) => g.decode_to_host(&data),
+        None => CpuDecoder::new(limits).decode_to_vec_routed(&data),
+    };
+    let ok = decoded.is_ok();
+    if args.json {
+        let v = serde_json::json!({
+            "file": args.file,
+            "bytes": data.len(),
+            "backend": backend,
+            "info": header.as_ref().ok(),
+            "route": decoded.as_ref().ok().map(|(_, r, _)| r),
+            "error": decoded.as_ref().err().map(|e| e.to_string()),
+            "notes": notes,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!(
+            "file         {} ({} bytes)",
+            args.file.display(),
+            data.len()
+        );
+        match &header {
+            Ok(i) => {
+                println!("size         {}x{}", i.width, i.height);
+                println!("components   {} ({:?})", i.components, i.color_space);
+                println!("subsampling  {}", i.subsampling);
+                println!(
+                    "coding       SOF{} {}{}{}, {}-bit, {} scan(s){}",
+                    i.sof,
+                    if i.progressive {
+                        "progressive"
+                    } else {
+                        "sequential"
+                    },
+                    if i.arithmetic {
+                        ", arithmetic"
+                    } else {
+                        ", Huffman"
+                    },
+                    if i.lossless { ", lossless" } else { "" },
+                    i.bit_depth,
+                    i.scans,
+                    if i.multi_scan_sequential {
+                        " (not interleaved)"
+                    } else {
+                        ""
+                    },
+                );
+                println!("restart      {}", i.restart_interval);
+                println!(
+                    "adobe        {}",
+                    i.adobe_transform
+                        .map_or("-".to_string(), |t| format!("transform {t}"))
+                );
+                println!(
+                    "orientation  {}",
+                    i.exif_orientation
+                        .map_or("-".to_string(), |o| o.to_string())
+                );
+                println!(
+                    "nvjpeg       hardware engines: {}, CUDA decoder: {}",
+                    yes(i.hardware_decodable()),
+                    yes(i.nvjpeg_decodable())
+                );
+            }
+            Err(e) => println!("header       error: {e}"),
+        }
+        match &decoded {
+            Ok((_, route, _)) => println!("decoded      yes, route {route} (backend {backend})"),
+            Err(e) => println!("decoded      no: {e}"),
+        }
+        for n in &notes {
+            println!("note         {n}");
+        }
+    }
+    if let (Some(path), Ok((info, _, pixels))) = (&args.output, &decoded) {
+        write_png(path, info.width, info.height, pixels)?;
+        if !args.json {
+            println!("wrote        {}", path.display());
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn write_png(path: &std::path::Path, width: u32, height: u32, rgb: &[u8]) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), width, height);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut w = enc.write_header().context("writing PNG header")?;
+    w.write_image_data(rgb).context("writing PNG data")?;
+    w.finish().context("finishing PNG")?;
+    Ok(())
 }
