@@ -38,6 +38,8 @@ mod probe;
 mod route;
 
 pub use cpu::CpuDecoder;
+/// The cudarc version this crate is built against (for device buffers and streams).
+pub use cudarc;
 pub use error::DecodeError;
 pub use gpu::{cuda_context, GpuDecoder, GpuDecoderOptions};
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};

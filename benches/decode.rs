@@ -1,0 +1,98 @@
+//! Decode throughput on the shared bench set (`../shared/data/bench`, 512
+//! ImageNet-like 500x375 baseline 4:2:0 JPEGs).
+//!
+//! - `decode_cpu/stoker_1_thread`: `CpuDecoder::decode_into` one image after
+//!   another on the calling thread: images/s per core, the figure compared with
+//!   `benches/peers/pil_decode.py` (PIL / libjpeg-turbo, one core).
+//! - `decode_cpu/stoker_batch_rayon`: `decode_batch` over every core.
+//! - `decode_gpu/batch_256`: `GpuDecoder::decode_batch` (hardware engines where
+//!   present), skipped with a printed reason when there is no GPU or nvJPEG.
+//!
+//! Run: `cargo bench --bench decode` (pin to one core for the per-core figure:
+//! `taskset -c 1 cargo bench --bench decode -- stoker_1_thread`).
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use stoker::decode::{cuda_context, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits};
+
+fn bench_set() -> Vec<Vec<u8>> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/bench");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
+        .collect();
+    paths.sort();
+    paths.iter().map(|p| std::fs::read(p).expect("read")).collect()
+}
+
+fn cpu(c: &mut Criterion) {
+    let files = bench_set();
+    let dec = CpuDecoder::new(Limits::default());
+    let max = files
+        .iter()
+        .map(|f| dec.decode_to_vec(f).expect("bench file decodes").1.len())
+        .max()
+        .unwrap_or(0);
+    let mut g = c.benchmark_group("decode_cpu");
+    g.throughput(Throughput::Elements(files.len() as u64));
+    g.sample_size(10).measurement_time(Duration::from_secs(10));
+    let mut buf = vec![0u8; max];
+    g.bench_function("stoker_1_thread", |b| {
+        b.iter(|| {
+            for f in &files {
+                dec.decode_into(f, &mut buf).expect("decodes");
+            }
+        })
+    });
+    let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let mut outs: Vec<Vec<u8>> = files.iter().map(|_| vec![0u8; max]).collect();
+    g.bench_function("stoker_batch_rayon", |b| {
+        b.iter(|| {
+            let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+            let r = dec.decode_batch(&inputs, &mut refs);
+            assert!(r.iter().all(Result::is_ok));
+        })
+    });
+    g.finish();
+    println!("cpu routes: {}", dec.route_counts());
+}
+
+fn gpu(c: &mut Criterion) {
+    let ctx = match cuda_context(0) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            println!("decode_gpu skipped: {e}");
+            return;
+        }
+    };
+    let mut dec = match GpuDecoder::new(&ctx, GpuDecoderOptions::default()) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("decode_gpu skipped: {e}");
+            return;
+        }
+    };
+    let files = bench_set();
+    let stream = ctx.default_stream();
+    let batch = 256.min(files.len());
+    let inputs: Vec<&[u8]> = files.iter().take(batch).map(Vec::as_slice).collect();
+    let mut outs: Vec<_> = (0..batch)
+        .map(|_| stream.alloc_zeros::<u8>(500 * 500 * 3).expect("alloc"))
+        .collect();
+    let mut g = c.benchmark_group("decode_gpu");
+    g.throughput(Throughput::Elements(batch as u64));
+    g.bench_function("batch_256", |b| {
+        b.iter(|| {
+            let r = dec.decode_batch(&inputs, &mut outs, &stream);
+            stream.synchronize().expect("sync");
+            assert!(r.iter().all(Result::is_ok));
+        })
+    });
+    g.finish();
+    println!("gpu routes: {} engines {:?}", dec.route_counts(), dec.hardware_engines());
+}
+
+criterion_group!(benches, cpu, gpu);
+criterion_main!(benches);
