@@ -1,0 +1,201 @@
+//! What the consumer gets: a [`Batch`] of images (host or device), labels and indices.
+
+use crossbeam_channel::Sender;
+use half::f16;
+
+/// Element type of a batch tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum DType {
+    /// `u8` pixels.
+    U8,
+    /// IEEE half.
+    F16,
+    /// IEEE single.
+    F32,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 => 2,
+            DType::F32 => 4,
+        }
+    }
+}
+
+/// A batch buffer of the host ring. Allocated once at build for a full batch; recycled when
+/// the [`HostImages`] holding it is dropped.
+#[derive(Debug)]
+pub(crate) enum HostBuffer {
+    U8(Vec<u8>),
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+impl HostBuffer {
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            HostBuffer::U8(_) => DType::U8,
+            HostBuffer::F16(_) => DType::F16,
+            HostBuffer::F32(_) => DType::F32,
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            HostBuffer::U8(v) => v.len(),
+            HostBuffer::F16(v) => v.len() * 2,
+            HostBuffer::F32(v) => v.len() * 4,
+        }
+    }
+}
+
+/// Images of a batch in host memory (the CPU path's output).
+///
+/// Shape is `[n, h, w, 3]` for [`crate::Output::U8Nhwc`] and `[n, 3, h, w]` for the planar
+/// outputs; `n` is the number of images in this batch (the last batch of an epoch may be
+/// partial without `drop_last`). Dropping it returns the buffer to the loader's ring, which is
+/// why the loader allocates no memory per batch.
+#[derive(Debug)]
+pub struct HostImages {
+    /// Always `Some` until `Drop`.
+    buffer: Option<HostBuffer>,
+    shape: [usize; 4],
+    /// Where the buffer goes back to; `None` for a detached buffer.
+    recycle: Option<Sender<HostBuffer>>,
+}
+
+impl HostImages {
+    pub(crate) fn new(
+        buffer: HostBuffer,
+        shape: [usize; 4],
+        recycle: Option<Sender<HostBuffer>>,
+    ) -> Self {
+        HostImages {
+            buffer: Some(buffer),
+            shape,
+            recycle,
+        }
+    }
+
+    fn buffer(&self) -> &HostBuffer {
+        // Invariant: `buffer` is only taken in `Drop`.
+        self.buffer
+            .as_ref()
+            .expect("HostImages buffer present until drop")
+    }
+
+    fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// `[n, h, w, 3]` (U8Nhwc) or `[n, 3, h, w]` (planar).
+    pub fn shape(&self) -> [usize; 4] {
+        self.shape
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.buffer().dtype()
+    }
+
+    /// The pixels if the output is `u8`.
+    pub fn as_u8(&self) -> Option<&[u8]> {
+        match self.buffer() {
+            HostBuffer::U8(v) => Some(&v[..self.len()]),
+            _ => None,
+        }
+    }
+
+    /// The values if the output is `f16`.
+    pub fn as_f16(&self) -> Option<&[f16]> {
+        match self.buffer() {
+            HostBuffer::F16(v) => Some(&v[..self.len()]),
+            _ => None,
+        }
+    }
+
+    /// The values if the output is `f32`.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match self.buffer() {
+            HostBuffer::F32(v) => Some(&v[..self.len()]),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for HostImages {
+    fn drop(&mut self) {
+        if let (Some(buffer), Some(recycle)) = (self.buffer.take(), self.recycle.take()) {
+            // The ring is bounded; if it is full or gone the buffer is simply freed.
+            let _ = recycle.try_send(buffer);
+        }
+    }
+}
+
+/// The images of a batch: in host memory (CPU path) or on a CUDA device (GPU path).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Images {
+    /// Host memory, from [`crate::Device::Cpu`].
+    Host(HostImages),
+    /// Device memory, from [`crate::Device::Cuda`].
+    #[cfg(stoker_gpu)]
+    Cuda(crate::gpu::CudaImages),
+}
+
+impl Images {
+    /// The host images, if this batch is in host memory.
+    pub fn host(&self) -> Option<&HostImages> {
+        match self {
+            Images::Host(h) => Some(h),
+            #[allow(unreachable_patterns)]
+            _ => None,
+        }
+    }
+
+    /// Host `u8` pixels, if that is what this batch holds.
+    pub fn as_u8(&self) -> Option<&[u8]> {
+        self.host().and_then(HostImages::as_u8)
+    }
+
+    /// Host `f16` values, if that is what this batch holds.
+    pub fn as_f16(&self) -> Option<&[f16]> {
+        self.host().and_then(HostImages::as_f16)
+    }
+
+    /// Host `f32` values, if that is what this batch holds.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        self.host().and_then(HostImages::as_f32)
+    }
+}
+
+/// One batch, in the sampler's order.
+#[derive(Debug)]
+pub struct Batch {
+    /// The images.
+    pub images: Images,
+    /// One label per image (from the record header).
+    pub labels: Vec<u32>,
+    /// Dataset index of each image (a bad record's replacement shows its own index).
+    pub indices: Vec<u64>,
+    /// The epoch this batch belongs to.
+    pub epoch: u64,
+    /// Position of this batch in the epoch (0-based).
+    pub index: u64,
+}
+
+impl Batch {
+    /// Number of images.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// `true` for a batch without images (never yielded by the loader).
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+}

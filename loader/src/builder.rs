@@ -1,0 +1,432 @@
+//! [`LoaderBuilder`] turns settings into a running [`Loader`]; the loader hands out epochs,
+//! stats and its resume state.
+
+use std::sync::{Arc, Mutex};
+
+use stoker_formats::Dataset;
+
+use crate::cpu::CpuPipeline;
+use crate::error::LoaderError;
+use crate::metrics::{Metrics, Stats};
+use crate::pipeline::{self, Epoch, EpochPlan, Pipeline, Progress};
+use crate::sampler::{LoaderState, Sampler, Shuffle};
+use crate::transform::Transform;
+
+/// Where batches are produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum Device {
+    /// Host memory, CPU decode and transforms.
+    Cpu,
+    /// CUDA device `n`: nvJPEG decode and GPU transforms (the GPU path).
+    Cuda(usize),
+    /// CUDA device 0 if a usable GPU is present, else the CPU.
+    Auto,
+}
+
+/// Layout and element type of the batch images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum Output {
+    /// `[n, h, w, 3]` raw `u8` pixels (no normalization).
+    U8Nhwc,
+    /// `[n, 3, h, w]` normalized IEEE half.
+    F16Nchw,
+    /// `[n, 3, h, w]` normalized `f32`.
+    F32Nchw,
+}
+
+/// What to do with a record that cannot be read or decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum OnError {
+    /// Replace it by the next sample of the epoch's order (the batch stays full), count it in
+    /// [`Stats::bad_records`] with its index, and log it once.
+    Replace,
+    /// Return the batch as an `Err` naming the record; iteration can continue.
+    Error,
+}
+
+/// Everything a backend needs to build its pipeline (read by the GPU path in `gpu::build`).
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    pub(crate) dataset: Dataset,
+    pub(crate) batch_size: u64,
+    pub(crate) shuffle: Shuffle,
+    pub(crate) drop_last: bool,
+    pub(crate) transform: Transform,
+    pub(crate) output: Output,
+    pub(crate) device: Device,
+    pub(crate) rank: u64,
+    pub(crate) world: u64,
+    /// Batches in flight at most (≥ 1).
+    pub(crate) prefetch: u64,
+    /// CPU worker threads (≥ 1).
+    pub(crate) workers: usize,
+    pub(crate) on_error: OnError,
+}
+
+/// Settings for a [`Loader`]; see [`Loader::builder`].
+#[derive(Debug)]
+pub struct LoaderBuilder {
+    config: LoaderConfig,
+    resume: Option<LoaderState>,
+    /// A setting that failed to parse (e.g. `RANK`), reported by [`LoaderBuilder::build`].
+    deferred: Option<LoaderError>,
+}
+
+impl LoaderBuilder {
+    /// Images per batch (default 256).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.config.batch_size = n as u64;
+        self
+    }
+
+    /// Epoch order (default [`Shuffle::Global`] with seed 0).
+    pub fn shuffle(mut self, shuffle: Shuffle) -> Self {
+        self.config.shuffle = shuffle;
+        self
+    }
+
+    /// Drop the last partial batch (and, when distributed, the tail that does not divide
+    /// evenly); default `false`.
+    pub fn drop_last(mut self, drop: bool) -> Self {
+        self.config.drop_last = drop;
+        self
+    }
+
+    /// Per-image transform (default: eval, `center_crop(224, 256)`).
+    pub fn transform(mut self, transform: Transform) -> Self {
+        self.config.transform = transform;
+        self
+    }
+
+    /// Batch layout and dtype (default [`Output::F32Nchw`]).
+    pub fn output(mut self, output: Output) -> Self {
+        self.config.output = output;
+        self
+    }
+
+    /// Where batches are produced (default [`Device::Cpu`]).
+    pub fn device(mut self, device: Device) -> Self {
+        self.config.device = device;
+        self
+    }
+
+    /// This process is `rank` of `world`; each rank gets a disjoint slice of every epoch.
+    pub fn distributed(mut self, rank: usize, world: usize) -> Self {
+        self.config.rank = rank as u64;
+        self.config.world = world as u64;
+        self
+    }
+
+    /// Like [`LoaderBuilder::distributed`] with `RANK` and `WORLD_SIZE` from the environment
+    /// (torchrun's variables); a single process when they are unset. A malformed value is
+    /// reported by [`LoaderBuilder::build`].
+    pub fn distributed_from_env(mut self) -> Self {
+        let read = |name: &'static str| -> Result<Option<u64>, LoaderError> {
+            match std::env::var(name) {
+                Ok(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| LoaderError::InvalidConfig {
+                        field: "distributed_from_env",
+                        reason: format!("{name}={v:?} is not a non-negative integer"),
+                    }),
+                Err(_) => Ok(None),
+            }
+        };
+        match (read("RANK"), read("WORLD_SIZE")) {
+            (Ok(rank), Ok(world)) => {
+                self.config.rank = rank.unwrap_or(0);
+                self.config.world = world.unwrap_or(1);
+            }
+            (Err(e), _) | (_, Err(e)) => self.deferred = Some(e),
+        }
+        self
+    }
+
+    /// Batches in flight ahead of the consumer (default `2 × workers`, at least 2).
+    pub fn prefetch(mut self, batches: usize) -> Self {
+        self.config.prefetch = batches as u64;
+        self
+    }
+
+    /// CPU worker threads (default: the available cores).
+    pub fn workers(mut self, threads: usize) -> Self {
+        self.config.workers = threads;
+        self
+    }
+
+    /// Bad record policy (default [`OnError::Replace`]).
+    pub fn on_error(mut self, policy: OnError) -> Self {
+        self.config.on_error = policy;
+        self
+    }
+
+    /// Continue from a saved [`Loader::state`]: the first call to [`Loader::epoch`] with
+    /// `state.epoch` skips the `state.position` batches already consumed.
+    pub fn resume(mut self, state: LoaderState) -> Self {
+        self.resume = Some(state);
+        self
+    }
+
+    /// Checks the settings, allocates the batch ring and starts the pipeline threads.
+    ///
+    /// # Errors
+    ///
+    /// [`LoaderError::InvalidConfig`] for out-of-range settings,
+    /// [`LoaderError::EmptyDataset`], [`LoaderError::ResumeMismatch`] when the resume state
+    /// belongs to another seed or lies past the epoch, [`LoaderError::Format`] when the shards
+    /// cannot be read, [`LoaderError::GpuUnavailable`] for [`Device::Cuda`] without a usable
+    /// GPU (or in a build without the GPU path), [`LoaderError::Thread`] if a thread cannot be
+    /// started.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use stoker_loader::{Loader, Shuffle};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?)
+    ///     .batch_size(64)
+    ///     .shuffle(Shuffle::Quasi { seed: 1, block: 512 })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn build(self) -> Result<Loader, LoaderError> {
+        let LoaderBuilder {
+            config,
+            resume,
+            deferred,
+        } = self;
+        if let Some(e) = deferred {
+            return Err(e);
+        }
+        let invalid = |field, reason: &str| {
+            Err(LoaderError::InvalidConfig {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if config.prefetch == 0 {
+            return invalid("prefetch", "must be at least 1 batch");
+        }
+        if config.workers == 0 {
+            return invalid("workers", "must be at least 1 thread");
+        }
+        if config.batch_size > u64::from(u32::MAX) {
+            return invalid("batch_size", "too large");
+        }
+        config.transform.validate()?;
+        let sampler = Sampler::new(
+            config.dataset.len(),
+            config.shuffle,
+            config.rank,
+            config.world,
+            config.batch_size,
+            config.drop_last,
+        )?;
+        if let Some(state) = resume {
+            if state.seed != config.shuffle.seed() {
+                return Err(LoaderError::ResumeMismatch {
+                    field: "seed",
+                    expected: config.shuffle.seed(),
+                    got: state.seed,
+                });
+            }
+            if state.position > sampler.num_batches() {
+                return Err(LoaderError::ResumeMismatch {
+                    field: "position",
+                    expected: sampler.num_batches(),
+                    got: state.position,
+                });
+            }
+        }
+        let metrics = Arc::new(Metrics::default());
+        let backend = build_backend(&config, &metrics)?;
+        let state = resume.unwrap_or(LoaderState {
+            seed: config.shuffle.seed(),
+            epoch: 0,
+            position: 0,
+        });
+        Ok(Loader {
+            backend,
+            progress: Mutex::new(Progress {
+                active: None,
+                state,
+            }),
+            resume: Mutex::new(resume),
+            sampler,
+            metrics,
+            config,
+        })
+    }
+}
+
+/// Picks the backend for `config.device`.
+fn build_backend(
+    config: &LoaderConfig,
+    metrics: &Arc<Metrics>,
+) -> Result<Box<dyn Pipeline>, LoaderError> {
+    match config.device {
+        Device::Cpu => Ok(Box::new(CpuPipeline::build(config, Arc::clone(metrics))?)),
+        #[cfg(stoker_gpu)]
+        Device::Cuda(_) => Ok(Box::new(crate::gpu::build(config, Arc::clone(metrics))?)),
+        #[cfg(stoker_gpu)]
+        Device::Auto => {
+            let mut gpu_config = config.clone();
+            gpu_config.device = Device::Cuda(0);
+            match crate::gpu::build(&gpu_config, Arc::clone(metrics)) {
+                Ok(gpu) => Ok(Box::new(gpu)),
+                Err(LoaderError::GpuUnavailable { reason }) => {
+                    tracing::info!(%reason, "no usable GPU: loading on the CPU");
+                    Ok(Box::new(CpuPipeline::build(config, Arc::clone(metrics))?))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        #[cfg(not(stoker_gpu))]
+        Device::Cuda(n) => Err(LoaderError::GpuUnavailable {
+            reason: format!("Device::Cuda({n}) requested, but this build of stoker-loader does not contain the GPU path"),
+        }),
+        #[cfg(not(stoker_gpu))]
+        Device::Auto => Ok(Box::new(CpuPipeline::build(config, Arc::clone(metrics))?)),
+    }
+}
+
+/// The loader: hands out epochs of batches in a deterministic order, and reports where the
+/// time goes.
+///
+/// `Loader` is `Send + Sync`; one epoch iterator may be alive at a time.
+pub struct Loader {
+    /// Declared first so it is dropped (threads joined) before the rest.
+    backend: Box<dyn Pipeline>,
+    progress: Mutex<Progress>,
+    /// A resume state not yet applied (taken by the first `epoch` call).
+    resume: Mutex<Option<LoaderState>>,
+    sampler: Sampler,
+    metrics: Arc<Metrics>,
+    config: LoaderConfig,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("config", &self.config)
+            .field("sampler", &self.sampler)
+            .finish()
+    }
+}
+
+impl Loader {
+    /// Starts building a loader over `dataset`.
+    ///
+    /// # Examples
+    ///
+    /// See the crate overview.
+    pub fn builder(dataset: Dataset) -> LoaderBuilder {
+        let workers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        LoaderBuilder {
+            config: LoaderConfig {
+                dataset,
+                batch_size: 256,
+                shuffle: Shuffle::Global { seed: 0 },
+                drop_last: false,
+                transform: Transform::center_crop(224, 256),
+                output: Output::F32Nchw,
+                device: Device::Cpu,
+                rank: 0,
+                world: 1,
+                prefetch: (2 * workers as u64).max(2),
+                workers,
+                on_error: OnError::Replace,
+            },
+            resume: None,
+            deferred: None,
+        }
+    }
+
+    /// The batches of `epoch`, in order, as an iterator of `Result<Batch, LoaderError>`.
+    ///
+    /// If the loader was built with [`LoaderBuilder::resume`] and this is the first epoch
+    /// asked for and it is the saved one, iteration starts after the batches already consumed.
+    /// Asking for an epoch while another epoch iterator is alive yields one
+    /// [`LoaderError::EpochInProgress`].
+    pub fn epoch(&self, epoch: u64) -> Epoch<'_> {
+        {
+            let mut progress = pipeline::lock(&self.progress);
+            if let Some(running) = progress.active {
+                return Epoch::failed(
+                    epoch,
+                    LoaderError::EpochInProgress {
+                        running,
+                        requested: epoch,
+                    },
+                    &self.metrics,
+                    &self.progress,
+                    false,
+                );
+            }
+            progress.active = Some(epoch);
+        }
+        let start_batch = match self.resume.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(state) if state.epoch == epoch => state.position,
+            _ => 0,
+        };
+        {
+            let mut progress = pipeline::lock(&self.progress);
+            progress.state = LoaderState {
+                seed: self.config.shuffle.seed(),
+                epoch,
+                position: start_batch,
+            };
+        }
+        let plan = EpochPlan {
+            epoch,
+            seed: self.config.shuffle.seed(),
+            order: self.sampler.order(epoch).into(),
+            batch_size: self.config.batch_size,
+            num_batches: self.sampler.num_batches(),
+            start_batch,
+            on_error: self.config.on_error,
+        };
+        match self.backend.start_epoch(plan) {
+            Ok(stream) => Epoch::running(epoch, stream, &self.metrics, &self.progress),
+            Err(e) => Epoch::failed(epoch, e, &self.metrics, &self.progress, true),
+        }
+    }
+
+    /// A snapshot of the counters (Display: a table and a verdict; serde: JSON).
+    pub fn stats(&self) -> Stats {
+        self.metrics.snapshot()
+    }
+
+    /// Zeroes the flow counters (e.g. after a warm-up epoch).
+    pub fn reset_stats(&self) {
+        self.metrics.reset();
+    }
+
+    /// Where this loader stands: `(seed, epoch, position)`; feed it to
+    /// [`LoaderBuilder::resume`] to continue exactly here.
+    pub fn state(&self) -> LoaderState {
+        pipeline::lock(&self.progress).state
+    }
+
+    /// Batches per epoch on this rank (the same on every rank).
+    pub fn num_batches(&self) -> u64 {
+        self.sampler.num_batches()
+    }
+
+    /// The sampler (the order of any epoch, without loading anything).
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    /// The shared counters (for exporters that poll them).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}

@@ -1,0 +1,583 @@
+//! The CPU backend: a pool of worker threads, each owning a shard reader (zero-copy mmap
+//! reads), a [`CpuDecoder`] and a resizer, builds whole batches into a ring of batch buffers
+//! allocated once at build.
+//!
+//! # Flow
+//!
+//! [`CpuPipeline::start_epoch`] publishes a [`Job`] (the epoch plan plus its result channel)
+//! to the workers. Each worker claims the next batch number (`next_claim`), waits until it is
+//! inside the prefetch window (`claimed < handed + prefetch`), then reads, decodes and
+//! transforms each of its samples straight into the slot of a ring buffer, and sends the
+//! finished batch. The consumer side ([`CpuEpoch`]) puts batches back in order. Threads stay
+//! alive across epochs; a new job replaces the old one.
+//!
+//! # Why whole batches per worker
+//!
+//! The order of claims is the batch order, so the reorder buffer never holds more than
+//! `prefetch` batches and the batch the consumer needs next is always being built; per-batch
+//! work needs no locking on the hot path.
+//!
+//! # Shutdown
+//!
+//! Dropping a [`CpuEpoch`] sets the job's `stop` flag and wakes waiters; workers check it
+//! between samples, so they are free within one image's work. Dropping the [`CpuPipeline`]
+//! sets `shutdown` and joins the threads.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use stoker_decode::{CpuDecoder, Limits};
+use stoker_formats::{Dataset, DatasetReader, Encoding};
+
+use crate::batch::{Batch, HostBuffer, HostImages, Images};
+use crate::builder::{LoaderConfig, OnError, Output};
+use crate::error::LoaderError;
+use crate::metrics::{Metrics, Stage};
+use crate::pipeline::{EpochPlan, EpochStream, Pipeline, MAX_REPLACEMENTS};
+use crate::transform::layout::{self, Normalizer};
+use crate::transform::resize::CropResizer;
+use crate::transform::Transform;
+
+/// What every worker needs to know, fixed at build.
+struct Settings {
+    dataset: Dataset,
+    transform: Transform,
+    output: Output,
+    batch_size: usize,
+    prefetch: u64,
+    limits: Limits,
+}
+
+/// One epoch's work.
+struct Job {
+    plan: EpochPlan,
+    /// Next batch number to claim; claims past `num_batches` mean "done".
+    next_claim: AtomicU64,
+    /// Set when the consumer is gone: workers abandon the job.
+    stop: AtomicBool,
+    /// Batches handed to the consumer so far (absolute batch number of the next one).
+    handed: Mutex<u64>,
+    /// Signalled when `handed` grows or `stop` is set.
+    window: Condvar,
+    results: Sender<(u64, Result<Batch, LoaderError>)>,
+}
+
+impl Job {
+    /// Blocks until batch `k` may be built (inside the prefetch window); `false` if stopped.
+    fn wait_for_window(&self, k: u64, prefetch: u64) -> bool {
+        let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        while k >= *handed + prefetch && !self.stop.load(Ordering::Acquire) {
+            handed = self.window.wait(handed).unwrap_or_else(|p| p.into_inner());
+        }
+        !self.stop.load(Ordering::Acquire)
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        // Take the lock so a worker between its check and its wait cannot miss the wake-up.
+        let _guard = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        self.window.notify_all();
+    }
+}
+
+/// The job board the workers watch.
+#[derive(Default)]
+struct Board {
+    /// Bumped for every new job.
+    generation: u64,
+    job: Option<Arc<Job>>,
+    shutdown: bool,
+}
+
+struct Shared {
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    board: Mutex<Board>,
+    board_changed: Condvar,
+    /// The ring: free batch buffers. Bounded; buffers come back when a batch is dropped.
+    free_tx: Sender<HostBuffer>,
+    free_rx: Receiver<HostBuffer>,
+}
+
+/// The CPU backend (see the module docs).
+pub(crate) struct CpuPipeline {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl CpuPipeline {
+    /// Starts `config.workers` threads and allocates the batch ring (`prefetch + workers` full
+    /// batches).
+    pub(crate) fn build(
+        config: &LoaderConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<CpuPipeline, LoaderError> {
+        // Fail early, on the caller's thread, if the shards cannot be read at all.
+        drop(config.dataset.reader()?);
+        let workers = config.workers.max(1);
+        let slots = config.prefetch as usize + workers;
+        let settings = Settings {
+            dataset: config.dataset.clone(),
+            transform: config.transform,
+            output: config.output,
+            batch_size: config.batch_size as usize,
+            prefetch: config.prefetch,
+            limits: Limits::default(),
+        };
+        let (free_tx, free_rx) = crossbeam_channel::bounded(slots);
+        let mut ring_bytes = 0u64;
+        for _ in 0..slots {
+            let buffer = new_buffer(&settings);
+            ring_bytes += buffer.bytes() as u64;
+            // Cannot fail: the channel has exactly `slots` places.
+            let _ = free_tx.try_send(buffer);
+        }
+        metrics.set_host_bytes(ring_bytes);
+        metrics.set_queue_capacity(config.prefetch);
+        for stage in [Stage::Read, Stage::Decode, Stage::Transform] {
+            metrics.set_threads(stage, workers as u64);
+        }
+        metrics.set_threads(Stage::Handoff, 1);
+        let shared = Arc::new(Shared {
+            settings,
+            metrics,
+            board: Mutex::new(Board::default()),
+            board_changed: Condvar::new(),
+            free_tx,
+            free_rx,
+        });
+        let mut pipeline = CpuPipeline {
+            shared: Arc::clone(&shared),
+            workers: Vec::with_capacity(workers),
+        };
+        for id in 0..workers {
+            let shared = Arc::clone(&shared);
+            let name = format!("stoker-cpu-{id}");
+            let handle = std::thread::Builder::new()
+                .name(name.clone())
+                .spawn(move || Worker::run(shared))
+                .map_err(|e| LoaderError::Thread {
+                    thread: name,
+                    reason: e.to_string(),
+                })?;
+            // On error above, `pipeline` drops and joins the threads already started.
+            pipeline.workers.push(handle);
+        }
+        Ok(pipeline)
+    }
+}
+
+/// A full-batch buffer of the configured output.
+fn new_buffer(settings: &Settings) -> HostBuffer {
+    let s = settings.transform.out_size() as usize;
+    let n = settings.batch_size * s * s * 3;
+    match settings.output {
+        Output::U8Nhwc => HostBuffer::U8(vec![0; n]),
+        Output::F16Nchw => HostBuffer::F16(vec![half::f16::ZERO; n]),
+        Output::F32Nchw => HostBuffer::F32(vec![0.0; n]),
+    }
+}
+
+impl Pipeline for CpuPipeline {
+    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError> {
+        let (results_tx, results_rx) = crossbeam_channel::unbounded();
+        let next = plan.start_batch;
+        let end = plan.num_batches;
+        let job = Arc::new(Job {
+            next_claim: AtomicU64::new(plan.start_batch),
+            handed: Mutex::new(plan.start_batch),
+            plan,
+            stop: AtomicBool::new(false),
+            window: Condvar::new(),
+            results: results_tx,
+        });
+        {
+            let mut board = self.shared.board.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(old) = board.job.take() {
+                old.stop();
+            }
+            board.generation += 1;
+            board.job = Some(Arc::clone(&job));
+        }
+        self.shared.board_changed.notify_all();
+        Ok(Box::new(CpuEpoch {
+            job,
+            results: results_rx,
+            reorder: BTreeMap::new(),
+            next,
+            end,
+        }))
+    }
+}
+
+impl Drop for CpuPipeline {
+    fn drop(&mut self) {
+        {
+            let mut board = self.shared.board.lock().unwrap_or_else(|p| p.into_inner());
+            board.shutdown = true;
+            if let Some(job) = board.job.take() {
+                job.stop();
+            }
+        }
+        self.shared.board_changed.notify_all();
+        for handle in self.workers.drain(..) {
+            // A worker that panicked outside `catch_unwind` has nothing left to clean up.
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The consumer side of one epoch on the CPU backend.
+struct CpuEpoch {
+    job: Arc<Job>,
+    results: Receiver<(u64, Result<Batch, LoaderError>)>,
+    /// Finished batches that arrived ahead of `next`.
+    reorder: BTreeMap<u64, Result<Batch, LoaderError>>,
+    /// Next batch number to hand out.
+    next: u64,
+    /// One past the last batch.
+    end: u64,
+}
+
+impl EpochStream for CpuEpoch {
+    fn next_batch(&mut self) -> Option<Result<Batch, LoaderError>> {
+        if self.next >= self.end {
+            return None;
+        }
+        let item = loop {
+            if let Some(item) = self.reorder.remove(&self.next) {
+                break item;
+            }
+            match self.results.recv() {
+                Ok((k, item)) => {
+                    self.reorder.insert(k, item);
+                }
+                // Unreachable while `job` (which owns the sender) lives; kept as a clean error.
+                Err(_) => {
+                    return Some(Err(LoaderError::Thread {
+                        thread: "stoker-cpu".into(),
+                        reason: "all workers exited".into(),
+                    }))
+                }
+            }
+        };
+        self.next += 1;
+        {
+            let mut handed = self.job.handed.lock().unwrap_or_else(|p| p.into_inner());
+            *handed = self.next;
+        }
+        self.job.window.notify_all();
+        Some(item)
+    }
+
+    fn ready(&self) -> u64 {
+        (self.reorder.len() + self.results.len()) as u64
+    }
+}
+
+impl Drop for CpuEpoch {
+    fn drop(&mut self) {
+        self.job.stop();
+    }
+}
+
+/// Per-thread state: everything a worker reuses from image to image.
+struct Worker {
+    shared: Arc<Shared>,
+    reader: Result<DatasetReader, String>,
+    decoder: CpuDecoder,
+    /// Decoded RGB pixels of the current image (grows to the largest image seen, then stays).
+    pixels: Vec<u8>,
+    resizer: CropResizer,
+    normalizer: Normalizer,
+}
+
+/// Where the pixels of a loaded record are.
+enum Pixels {
+    /// In `Worker::pixels`.
+    Scratch,
+    /// The record payload is already RGB HWC (a raw 3-channel record); read it in place.
+    Payload,
+}
+
+impl Worker {
+    fn run(shared: Arc<Shared>) {
+        let settings = &shared.settings;
+        let (mean, std) = settings.transform.mean_std();
+        let mut worker = Worker {
+            reader: settings.dataset.reader().map_err(|e| e.to_string()),
+            decoder: CpuDecoder::new(settings.limits),
+            pixels: Vec::new(),
+            resizer: CropResizer::new(settings.transform.out_size()),
+            normalizer: Normalizer::new(mean, std),
+            shared: Arc::clone(&shared),
+        };
+        let mut seen = 0u64;
+        loop {
+            let job = {
+                let mut board = shared.board.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if board.shutdown {
+                        return;
+                    }
+                    if board.generation != seen {
+                        seen = board.generation;
+                        if let Some(job) = &board.job {
+                            break Arc::clone(job);
+                        }
+                    }
+                    board = shared
+                        .board_changed
+                        .wait(board)
+                        .unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            worker.work(&job);
+        }
+    }
+
+    /// Claims and builds batches of `job` until it is exhausted or stopped.
+    fn work(&mut self, job: &Job) {
+        let prefetch = self.shared.settings.prefetch;
+        loop {
+            let k = job.next_claim.fetch_add(1, Ordering::AcqRel);
+            if k >= job.plan.num_batches || !job.wait_for_window(k, prefetch) {
+                return;
+            }
+            let built = catch_unwind(AssertUnwindSafe(|| self.build_batch(job, k)));
+            let result = match built {
+                Ok(Some(result)) => result,
+                Ok(None) => return, // stopped mid-batch
+                Err(panic) => Err(LoaderError::Thread {
+                    thread: std::thread::current()
+                        .name()
+                        .unwrap_or("stoker-cpu")
+                        .to_owned(),
+                    reason: panic_message(&panic),
+                }),
+            };
+            if job.results.send((k, result)).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Builds batch `k`; `None` if the job was stopped meanwhile.
+    fn build_batch(&mut self, job: &Job, k: u64) -> Option<Result<Batch, LoaderError>> {
+        let plan = &job.plan;
+        let range = plan.batch_range(k);
+        let n = range.len();
+        let mut buffer = match self.shared.free_rx.try_recv() {
+            Ok(buffer) => buffer,
+            // Every ring buffer is held by the consumer (it keeps batches): allocate one; it is
+            // freed, not kept, if the ring is full when it comes back.
+            Err(_) => new_buffer(&self.shared.settings),
+        };
+        let mut labels = Vec::with_capacity(n);
+        let mut indices = Vec::with_capacity(n);
+        for (slot, pos) in range.enumerate() {
+            if job.stop.load(Ordering::Acquire) {
+                let _ = self.shared.free_tx.try_send(buffer);
+                return None;
+            }
+            let first = plan.order[pos];
+            let mut index = first;
+            let mut attempt = 0;
+            let label = loop {
+                match self.load_one(plan, index, slot, &mut buffer) {
+                    Ok(label) => break label,
+                    Err(error) => {
+                        if self.shared.metrics.bad_record(index) {
+                            tracing::warn!(index, epoch = plan.epoch, %error, "bad record replaced by the next sample");
+                        }
+                        if plan.on_error == OnError::Error {
+                            let _ = self.shared.free_tx.try_send(buffer);
+                            return Some(Err(error));
+                        }
+                        attempt += 1;
+                        if attempt > MAX_REPLACEMENTS {
+                            let _ = self.shared.free_tx.try_send(buffer);
+                            return Some(Err(LoaderError::TooManyBadRecords {
+                                index: first,
+                                attempts: MAX_REPLACEMENTS,
+                            }));
+                        }
+                        index = plan.replacement(pos, attempt);
+                    }
+                }
+            };
+            labels.push(label);
+            indices.push(index);
+        }
+        let s = self.shared.settings.transform.out_size() as usize;
+        let shape = match self.shared.settings.output {
+            Output::U8Nhwc => [n, s, s, 3],
+            Output::F16Nchw | Output::F32Nchw => [n, 3, s, s],
+        };
+        Some(Ok(Batch {
+            images: Images::Host(HostImages::new(
+                buffer,
+                shape,
+                Some(self.shared.free_tx.clone()),
+            )),
+            labels,
+            indices,
+            epoch: plan.epoch,
+            index: k,
+        }))
+    }
+
+    /// Reads, decodes and transforms record `index` into image `slot` of `buffer`; returns
+    /// its label.
+    fn load_one(
+        &mut self,
+        plan: &EpochPlan,
+        index: u64,
+        slot: usize,
+        buffer: &mut HostBuffer,
+    ) -> Result<u32, LoaderError> {
+        let metrics = &*self.shared.metrics;
+        let settings = &self.shared.settings;
+        let reader = self.reader.as_ref().map_err(|reason| LoaderError::Thread {
+            thread: std::thread::current()
+                .name()
+                .unwrap_or("stoker-cpu")
+                .to_owned(),
+            reason: format!("cannot open a shard reader: {reason}"),
+        })?;
+
+        let t_read = Instant::now();
+        let record = reader
+            .get(index)
+            .map_err(|source| LoaderError::Read { index, source })?;
+        record
+            .check_crc()
+            .map_err(|source| LoaderError::Read { index, source })?;
+        let header = record.header;
+        metrics.record(
+            Stage::Read,
+            1,
+            record.payload.len() as u64,
+            t_read.elapsed(),
+        );
+
+        let t_decode = Instant::now();
+        let (width, height, pixels) = match header.encoding {
+            Encoding::Jpeg => {
+                let info = stoker_decode::probe(record.payload, &settings.limits)
+                    .map_err(|source| LoaderError::Decode { index, source })?;
+                if self.pixels.len() < info.rgb_len() {
+                    self.pixels.resize(info.rgb_len(), 0);
+                }
+                let (info, route) = self
+                    .decoder
+                    .decode_into_routed(record.payload, &mut self.pixels)
+                    .map_err(|source| LoaderError::Decode { index, source })?;
+                metrics.count_route(route.name());
+                metrics.record(
+                    Stage::Decode,
+                    1,
+                    record.payload.len() as u64,
+                    t_decode.elapsed(),
+                );
+                (info.width, info.height, Pixels::Scratch)
+            }
+            Encoding::Raw => {
+                let (w, h, c) = (header.width, header.height, header.channels);
+                let want = w as usize * h as usize * c as usize;
+                if w == 0 || h == 0 || record.payload.len() != want || !(c == 1 || c == 3) {
+                    return Err(LoaderError::UnusableRecord {
+                        index,
+                        reason: format!(
+                            "raw record {w}×{h}×{c} with a {}-byte payload (need 1 or 3 channels and {want} bytes)",
+                            record.payload.len()
+                        ),
+                    });
+                }
+                let pixels = if c == 3 {
+                    Pixels::Payload
+                } else {
+                    let rgb = w as usize * h as usize * 3;
+                    if self.pixels.len() < rgb {
+                        self.pixels.resize(rgb, 0);
+                    }
+                    for (dst, &g) in self.pixels.chunks_exact_mut(3).zip(record.payload) {
+                        dst.fill(g);
+                    }
+                    Pixels::Scratch
+                };
+                metrics.count_route("raw");
+                (w, h, pixels)
+            }
+        };
+        if width == 0 || height == 0 {
+            return Err(LoaderError::UnusableRecord {
+                index,
+                reason: "0-pixel image".into(),
+            });
+        }
+
+        let t_transform = Instant::now();
+        let src: &[u8] = match pixels {
+            Pixels::Scratch => &self.pixels,
+            Pixels::Payload => record.payload,
+        };
+        let params = settings
+            .transform
+            .params(plan.seed, plan.epoch, index, width, height);
+        let resized = self
+            .resizer
+            .apply(src, width, height, params.crop)
+            .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
+        let s = settings.transform.out_size() as usize;
+        let per_image = s * s * 3;
+        let out_bytes = match buffer {
+            HostBuffer::U8(v) => {
+                layout::write_u8_hwc(
+                    resized,
+                    s,
+                    params.flip,
+                    &mut v[slot * per_image..(slot + 1) * per_image],
+                );
+                per_image
+            }
+            HostBuffer::F16(v) => {
+                layout::write_f16_chw(
+                    resized,
+                    s,
+                    params.flip,
+                    &self.normalizer,
+                    &mut v[slot * per_image..(slot + 1) * per_image],
+                );
+                per_image * 2
+            }
+            HostBuffer::F32(v) => {
+                layout::write_f32_chw(
+                    resized,
+                    s,
+                    params.flip,
+                    &self.normalizer,
+                    &mut v[slot * per_image..(slot + 1) * per_image],
+                );
+                per_image * 4
+            }
+        };
+        metrics.record(Stage::Transform, 1, out_bytes as u64, t_transform.elapsed());
+        Ok(header.label)
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".into()
+    }
+}

@@ -1,0 +1,127 @@
+//! The crate's one error type.
+
+use stoker_decode::DecodeError;
+use stoker_formats::FormatError;
+
+/// Everything that can go wrong while building or running a [`crate::Loader`].
+///
+/// Per-record failures carry the dataset index of the record so a caller can find it
+/// (`stoker inspect`), and are only returned when the loader was built with
+/// [`crate::OnError::Error`]; by default a bad record is replaced and counted in
+/// [`crate::Stats`].
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum LoaderError {
+    /// A builder setting is out of range or inconsistent with another one.
+    #[error("invalid loader setting `{field}`: {reason}")]
+    InvalidConfig {
+        /// The builder method / field at fault.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The dataset has no records.
+    #[error("the dataset has no records")]
+    EmptyDataset,
+    /// Opening the dataset or a reader failed.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// A record could not be read (missing, truncated, CRC mismatch).
+    #[error("record {index}: read failed: {source}")]
+    Read {
+        /// Dataset index of the record.
+        index: u64,
+        /// The shard reader's error.
+        #[source]
+        source: FormatError,
+    },
+    /// A record could not be decoded.
+    #[error("record {index}: decode failed: {source}")]
+    Decode {
+        /// Dataset index of the record.
+        index: u64,
+        /// The decoder's error.
+        #[source]
+        source: DecodeError,
+    },
+    /// A record's header describes something the loader cannot turn into an image
+    /// (zero size, an unsupported channel count for a raw record, a payload of the wrong size).
+    #[error("record {index}: unusable record: {reason}")]
+    UnusableRecord {
+        /// Dataset index of the record.
+        index: u64,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// Replacing a bad record failed this many times in a row: the data is mostly unreadable.
+    #[error("record {index} and the {attempts} samples after it in this epoch's order are all unreadable")]
+    TooManyBadRecords {
+        /// Dataset index of the first bad record.
+        index: u64,
+        /// How many replacements were tried.
+        attempts: u32,
+    },
+    /// A saved [`crate::LoaderState`] does not match the loader it is resumed into.
+    #[error("cannot resume: `{field}` is {got} in the saved state but {expected} in this loader")]
+    ResumeMismatch {
+        /// Which part of the state disagrees.
+        field: &'static str,
+        /// The value in this loader.
+        expected: u64,
+        /// The value in the saved state.
+        got: u64,
+    },
+    /// [`crate::Loader::epoch`] was called while another epoch iterator of the same loader is alive.
+    #[error("epoch {requested} requested while epoch {running} is still being iterated; drop that iterator first")]
+    EpochInProgress {
+        /// The epoch whose iterator is alive.
+        running: u64,
+        /// The epoch asked for.
+        requested: u64,
+    },
+    /// A loader thread could not be started or stopped unexpectedly.
+    #[error("loader thread `{thread}` failed: {reason}")]
+    Thread {
+        /// Thread name.
+        thread: String,
+        /// What happened (spawn error, panic message).
+        reason: String,
+    },
+    /// The GPU path was requested but no usable GPU / CUDA / nvJPEG is present, or this build
+    /// does not contain the GPU path.
+    #[error("GPU path unavailable: {reason}")]
+    GpuUnavailable {
+        /// What is missing.
+        reason: String,
+    },
+    /// A CUDA / nvJPEG operation of the GPU path failed.
+    #[error("GPU operation `{op}` failed: {source}")]
+    Gpu {
+        /// The operation (e.g. `"cuMemcpyHtoDAsync"`, `"nvjpegDecodeBatched"`).
+        op: &'static str,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl LoaderError {
+    /// The dataset index of the record this error is about, if it is about one record.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_loader::LoaderError;
+    /// let e = LoaderError::UnusableRecord { index: 7, reason: "0×0 image".into() };
+    /// assert_eq!(e.record_index(), Some(7));
+    /// ```
+    pub fn record_index(&self) -> Option<u64> {
+        match self {
+            LoaderError::Read { index, .. }
+            | LoaderError::Decode { index, .. }
+            | LoaderError::UnusableRecord { index, .. }
+            | LoaderError::TooManyBadRecords { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+}

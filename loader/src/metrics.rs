@@ -1,0 +1,613 @@
+//! Counters that prove (or disprove) that the consumer stays fed.
+//!
+//! Every stage of a pipeline records busy time, items and bytes into one shared [`Metrics`]
+//! (atomics; the GPU path feeds the same counters). The [`crate::Loader`] itself records the
+//! consumer side: how long `next()` blocked (**wait**) over how long the consumer iterated
+//! (**elapsed**), giving the **fed ratio** `1 − wait / elapsed`, and the number of finished
+//! batches waiting at each `next()` (queue occupancy). [`Stats`] is a consistent-enough
+//! snapshot: a compact table with a one-line verdict (Display), JSON (serde) and a Prometheus
+//! text exposition ([`Stats::to_prometheus`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A pipeline stage.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Stage {
+    /// Fetching the record from the shard (mmap page-in, CRC check).
+    Read,
+    /// JPEG → RGB pixels.
+    Decode,
+    /// Crop, resize, flip, normalize, layout, dtype.
+    Transform,
+    /// Host → device copy (GPU path).
+    H2d,
+    /// Handing a finished batch to the consumer.
+    Handoff,
+}
+
+impl Stage {
+    /// All stages, in pipeline order.
+    pub const ALL: [Stage; 5] = [
+        Stage::Read,
+        Stage::Decode,
+        Stage::Transform,
+        Stage::H2d,
+        Stage::Handoff,
+    ];
+
+    /// Lower-case name used in tables, JSON and Prometheus labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Read => "read",
+            Stage::Decode => "decode",
+            Stage::Transform => "transform",
+            Stage::H2d => "h2d",
+            Stage::Handoff => "handoff",
+        }
+    }
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+#[derive(Debug, Default)]
+struct StageCounters {
+    busy_ns: AtomicU64,
+    items: AtomicU64,
+    bytes: AtomicU64,
+    /// Threads working this stage concurrently (0 = stage unused).
+    threads: AtomicU64,
+}
+
+/// How many bad record indices are kept for the report (all are counted).
+const KEPT_BAD_INDICES: usize = 64;
+
+#[derive(Debug, Default)]
+struct BadRecords {
+    count: u64,
+    /// The first [`KEPT_BAD_INDICES`] distinct indices.
+    indices: Vec<u64>,
+}
+
+/// Shared, lock-free-on-the-hot-path counters of one loader (all stages, both paths).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use stoker_loader::metrics::Metrics;
+/// use stoker_loader::Stage;
+/// let m = Metrics::default();
+/// m.set_threads(Stage::Decode, 2);
+/// m.record(Stage::Decode, 1, 150_000, Duration::from_millis(2));
+/// m.count_route("cpu_zune");
+/// let s = m.snapshot();
+/// assert_eq!(s.stage(Stage::Decode).unwrap().items, 1);
+/// assert_eq!(s.decode_routes["cpu_zune"], 1);
+/// ```
+#[derive(Debug, Default)]
+pub struct Metrics {
+    stages: [StageCounters; 5],
+    routes: Mutex<BTreeMap<String, u64>>,
+    bad: Mutex<BadRecords>,
+    images: AtomicU64,
+    batches: AtomicU64,
+    epochs: AtomicU64,
+    /// Nanoseconds the consumer was blocked in `next()`.
+    wait_ns: AtomicU64,
+    /// Nanoseconds the consumer spent iterating epochs (iterator creation → end or drop).
+    elapsed_ns: AtomicU64,
+    queue_samples: AtomicU64,
+    queue_sum: AtomicU64,
+    queue_max: AtomicU64,
+    queue_capacity: AtomicU64,
+    host_bytes: AtomicU64,
+    pinned_bytes: AtomicU64,
+    device_bytes: AtomicU64,
+}
+
+impl Metrics {
+    /// Adds `items` and `bytes` processed by `stage` in `busy` time.
+    pub fn record(&self, stage: Stage, items: u64, bytes: u64, busy: Duration) {
+        let c = &self.stages[stage.slot()];
+        c.busy_ns.fetch_add(busy.as_nanos() as u64, Relaxed);
+        c.items.fetch_add(items, Relaxed);
+        c.bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// How many threads work `stage` concurrently (used to turn busy time into a capacity).
+    pub fn set_threads(&self, stage: Stage, threads: u64) {
+        self.stages[stage.slot()].threads.store(threads, Relaxed);
+    }
+
+    /// Counts one image decoded by `route` (`"cpu_zune"`, `"cpu_fallback"`, `"nvjpeg_hw"`, …).
+    pub fn count_route(&self, route: &str) {
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        match routes.get_mut(route) {
+            Some(n) => *n += 1,
+            None => {
+                routes.insert(route.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Counts a bad record; returns `true` the first time this index is seen (log it then).
+    pub fn bad_record(&self, index: u64) -> bool {
+        let mut bad = self.bad.lock().unwrap_or_else(|p| p.into_inner());
+        bad.count += 1;
+        if bad.indices.contains(&index) {
+            return false;
+        }
+        if bad.indices.len() < KEPT_BAD_INDICES {
+            bad.indices.push(index);
+        }
+        true
+    }
+
+    /// Bytes of host batch buffers (the CPU ring).
+    pub fn set_host_bytes(&self, bytes: u64) {
+        self.host_bytes.store(bytes, Relaxed);
+    }
+
+    /// Bytes of pinned host staging memory (GPU path).
+    pub fn set_pinned_bytes(&self, bytes: u64) {
+        self.pinned_bytes.store(bytes, Relaxed);
+    }
+
+    /// Bytes of device memory held by the pipeline (GPU path).
+    pub fn set_device_bytes(&self, bytes: u64) {
+        self.device_bytes.store(bytes, Relaxed);
+    }
+
+    /// Batch slots a pipeline can have in flight (the queue's capacity).
+    pub fn set_queue_capacity(&self, slots: u64) {
+        self.queue_capacity.store(slots, Relaxed);
+    }
+
+    /// Consumer side: one batch of `images` handed over after blocking `wait`, with
+    /// `ready` further batches already finished at that moment.
+    pub(crate) fn handoff(&self, images: u64, wait: Duration, ready: u64) {
+        self.images.fetch_add(images, Relaxed);
+        self.batches.fetch_add(1, Relaxed);
+        self.wait_ns.fetch_add(wait.as_nanos() as u64, Relaxed);
+        self.queue_samples.fetch_add(1, Relaxed);
+        self.queue_sum.fetch_add(ready, Relaxed);
+        self.queue_max.fetch_max(ready, Relaxed);
+    }
+
+    /// Consumer side: time spent blocked without getting a batch (end of epoch, errors).
+    pub(crate) fn wait_only(&self, wait: Duration) {
+        self.wait_ns.fetch_add(wait.as_nanos() as u64, Relaxed);
+    }
+
+    /// Consumer side: an epoch iterator lived `elapsed`; `finished` if it reached the end.
+    pub(crate) fn epoch_done(&self, elapsed: Duration, finished: bool) {
+        self.elapsed_ns
+            .fetch_add(elapsed.as_nanos() as u64, Relaxed);
+        if finished {
+            self.epochs.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Zeroes the flow counters (not the configuration: threads, capacities, memory).
+    pub fn reset(&self) {
+        for c in &self.stages {
+            c.busy_ns.store(0, Relaxed);
+            c.items.store(0, Relaxed);
+            c.bytes.store(0, Relaxed);
+        }
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        *self.bad.lock().unwrap_or_else(|p| p.into_inner()) = BadRecords::default();
+        for a in [
+            &self.images,
+            &self.batches,
+            &self.epochs,
+            &self.wait_ns,
+            &self.elapsed_ns,
+            &self.queue_samples,
+            &self.queue_sum,
+            &self.queue_max,
+        ] {
+            a.store(0, Relaxed);
+        }
+    }
+
+    /// A snapshot of all counters.
+    pub fn snapshot(&self) -> Stats {
+        let secs = |ns: u64| ns as f64 / 1e9;
+        let stages = Stage::ALL
+            .iter()
+            .filter_map(|&stage| {
+                let c = &self.stages[stage.slot()];
+                let items = c.items.load(Relaxed);
+                let threads = c.threads.load(Relaxed);
+                if items == 0 && threads == 0 {
+                    return None;
+                }
+                let busy = secs(c.busy_ns.load(Relaxed));
+                let capacity = if busy > 0.0 {
+                    items as f64 * threads.max(1) as f64 / busy
+                } else {
+                    f64::INFINITY
+                };
+                Some(StageStats {
+                    stage,
+                    threads,
+                    items,
+                    bytes: c.bytes.load(Relaxed),
+                    busy_s: busy,
+                    capacity_per_s: capacity,
+                })
+            })
+            .collect();
+        let bad = self.bad.lock().unwrap_or_else(|p| p.into_inner());
+        let elapsed = secs(self.elapsed_ns.load(Relaxed));
+        let wait = secs(self.wait_ns.load(Relaxed));
+        let images = self.images.load(Relaxed);
+        let samples = self.queue_samples.load(Relaxed);
+        Stats {
+            epochs: self.epochs.load(Relaxed),
+            batches: self.batches.load(Relaxed),
+            images,
+            elapsed_s: elapsed,
+            consumer_wait_s: wait,
+            fed_ratio: if elapsed > 0.0 {
+                (1.0 - wait / elapsed).clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
+            images_per_s: if elapsed > 0.0 {
+                images as f64 / elapsed
+            } else {
+                0.0
+            },
+            stages,
+            decode_routes: self
+                .routes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            bad_records: bad.count,
+            bad_indices: bad.indices.clone(),
+            queue_mean: if samples > 0 {
+                self.queue_sum.load(Relaxed) as f64 / samples as f64
+            } else {
+                0.0
+            },
+            queue_max: self.queue_max.load(Relaxed),
+            queue_capacity: self.queue_capacity.load(Relaxed),
+            host_bytes: self.host_bytes.load(Relaxed),
+            pinned_bytes: self.pinned_bytes.load(Relaxed),
+            device_bytes: self.device_bytes.load(Relaxed),
+        }
+    }
+}
+
+/// One stage in a [`Stats`] snapshot.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StageStats {
+    /// Which stage.
+    pub stage: Stage,
+    /// Threads working it concurrently.
+    pub threads: u64,
+    /// Items (images) it processed.
+    pub items: u64,
+    /// Bytes it processed (input bytes for read/decode, output bytes for transform/h2d).
+    pub bytes: u64,
+    /// Summed busy time over its threads, seconds.
+    pub busy_s: f64,
+    /// What it could sustain alone: `items · threads / busy` items per second.
+    pub capacity_per_s: f64,
+}
+
+/// A snapshot of a loader's counters since it was built (or last reset).
+///
+/// `Display` prints a compact table ending in a one-line verdict; `serde` gives JSON.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Stats {
+    /// Epochs iterated to the end.
+    pub epochs: u64,
+    /// Batches handed to the consumer.
+    pub batches: u64,
+    /// Images handed to the consumer.
+    pub images: u64,
+    /// Seconds the consumer spent iterating.
+    pub elapsed_s: f64,
+    /// Seconds the consumer was blocked waiting for a batch.
+    pub consumer_wait_s: f64,
+    /// `1 − wait / elapsed`: the share of time the consumer had a batch ready.
+    pub fed_ratio: f64,
+    /// `images / elapsed`.
+    pub images_per_s: f64,
+    /// Per-stage counters (stages that ran).
+    pub stages: Vec<StageStats>,
+    /// Images decoded per route.
+    pub decode_routes: BTreeMap<String, u64>,
+    /// Records that failed and were replaced (or returned as errors).
+    pub bad_records: u64,
+    /// The first distinct bad record indices.
+    pub bad_indices: Vec<u64>,
+    /// Mean number of finished batches waiting when the consumer asked for one.
+    pub queue_mean: f64,
+    /// Most finished batches ever waiting.
+    pub queue_max: u64,
+    /// Batch slots in flight at most.
+    pub queue_capacity: u64,
+    /// Host batch ring bytes.
+    pub host_bytes: u64,
+    /// Pinned staging bytes (GPU path).
+    pub pinned_bytes: u64,
+    /// Device bytes (GPU path).
+    pub device_bytes: u64,
+}
+
+/// Below this fed ratio the loader, not the consumer, sets the pace.
+pub const FED_THRESHOLD: f64 = 0.95;
+
+impl Stats {
+    /// The counters of one stage, if it ran.
+    pub fn stage(&self, stage: Stage) -> Option<&StageStats> {
+        self.stages.iter().find(|s| s.stage == stage)
+    }
+
+    /// The stage with the lowest capacity (items/s it could sustain), excluding handoff.
+    pub fn limiting_stage(&self) -> Option<&StageStats> {
+        self.stages
+            .iter()
+            .filter(|s| s.stage != Stage::Handoff && s.items > 0)
+            .min_by(|a, b| a.capacity_per_s.total_cmp(&b.capacity_per_s))
+    }
+
+    /// The one-line verdict that ends the table.
+    pub fn verdict(&self) -> String {
+        if self.batches == 0 {
+            return "verdict: no batches yet".into();
+        }
+        let wait_pct = 100.0 * (1.0 - self.fed_ratio);
+        if self.fed_ratio >= FED_THRESHOLD {
+            return format!(
+                "verdict: FED — the consumer waited {wait_pct:.1}% of the time; the training step sets the pace"
+            );
+        }
+        match self.limiting_stage() {
+            Some(s) => format!(
+                "verdict: STARVED — the consumer waited {wait_pct:.1}% of the time; limiting stage: {} ({:.0} img/s on {} thread{})",
+                s.stage.name(),
+                s.capacity_per_s,
+                s.threads,
+                if s.threads == 1 { "" } else { "s" }
+            ),
+            None => format!("verdict: STARVED — the consumer waited {wait_pct:.1}% of the time"),
+        }
+    }
+
+    /// JSON text of this snapshot.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+
+    /// Prometheus text exposition (metric prefix `stoker_loader_`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let text = stoker_loader::metrics::Metrics::default().snapshot().to_prometheus();
+    /// assert!(text.contains("stoker_loader_fed_ratio 0"));
+    /// ```
+    pub fn to_prometheus(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let mut gauge = |name: &str, help: &str, kind: &str, rows: Vec<(String, f64)>| {
+            let _ = writeln!(
+                out,
+                "# HELP stoker_loader_{name} {help}\n# TYPE stoker_loader_{name} {kind}"
+            );
+            for (labels, v) in rows {
+                let _ = writeln!(out, "stoker_loader_{name}{labels} {v}");
+            }
+        };
+        gauge(
+            "images_total",
+            "Images handed to the consumer.",
+            "counter",
+            vec![(String::new(), self.images as f64)],
+        );
+        gauge(
+            "batches_total",
+            "Batches handed to the consumer.",
+            "counter",
+            vec![(String::new(), self.batches as f64)],
+        );
+        gauge(
+            "consumer_wait_seconds_total",
+            "Time the consumer blocked in next().",
+            "counter",
+            vec![(String::new(), self.consumer_wait_s)],
+        );
+        gauge(
+            "elapsed_seconds_total",
+            "Time the consumer iterated.",
+            "counter",
+            vec![(String::new(), self.elapsed_s)],
+        );
+        gauge(
+            "fed_ratio",
+            "1 - wait / elapsed.",
+            "gauge",
+            vec![(String::new(), self.fed_ratio)],
+        );
+        let per_stage = |f: fn(&StageStats) -> f64| -> Vec<(String, f64)> {
+            self.stages
+                .iter()
+                .map(|s| (format!("{{stage=\"{}\"}}", s.stage.name()), f(s)))
+                .collect()
+        };
+        gauge(
+            "stage_busy_seconds_total",
+            "Busy time per stage, summed over threads.",
+            "counter",
+            per_stage(|s| s.busy_s),
+        );
+        gauge(
+            "stage_items_total",
+            "Items per stage.",
+            "counter",
+            per_stage(|s| s.items as f64),
+        );
+        gauge(
+            "stage_bytes_total",
+            "Bytes per stage.",
+            "counter",
+            per_stage(|s| s.bytes as f64),
+        );
+        gauge(
+            "decode_route_total",
+            "Images decoded per route.",
+            "counter",
+            self.decode_routes
+                .iter()
+                .map(|(r, n)| (format!("{{route=\"{r}\"}}"), *n as f64))
+                .collect(),
+        );
+        gauge(
+            "bad_records_total",
+            "Records replaced or returned as errors.",
+            "counter",
+            vec![(String::new(), self.bad_records as f64)],
+        );
+        gauge(
+            "queue_mean",
+            "Mean finished batches waiting per next().",
+            "gauge",
+            vec![(String::new(), self.queue_mean)],
+        );
+        gauge(
+            "memory_bytes",
+            "Memory held by the pipeline.",
+            "gauge",
+            vec![
+                ("{kind=\"host\"}".into(), self.host_bytes as f64),
+                ("{kind=\"pinned\"}".into(), self.pinned_bytes as f64),
+                ("{kind=\"device\"}".into(), self.device_bytes as f64),
+            ],
+        );
+        out
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "loader: {} images in {} batches, {} epochs, {:.2} s → {:.0} img/s; consumer waited {:.2} s, fed ratio {:.3}",
+            self.images, self.batches, self.epochs, self.elapsed_s, self.images_per_s, self.consumer_wait_s, self.fed_ratio
+        )?;
+        writeln!(
+            f,
+            "  {:<10} {:>7} {:>10} {:>10} {:>10} {:>12}",
+            "stage", "threads", "items", "MiB", "busy s", "capacity/s"
+        )?;
+        for s in &self.stages {
+            writeln!(
+                f,
+                "  {:<10} {:>7} {:>10} {:>10.1} {:>10.2} {:>12.0}",
+                s.stage.name(),
+                s.threads,
+                s.items,
+                mib(s.bytes),
+                s.busy_s,
+                s.capacity_per_s
+            )?;
+        }
+        if !self.decode_routes.is_empty() {
+            let routes: Vec<String> = self
+                .decode_routes
+                .iter()
+                .map(|(r, n)| format!("{r}={n}"))
+                .collect();
+            writeln!(f, "  decode routes: {}", routes.join(" "))?;
+        }
+        writeln!(
+            f,
+            "  queue: mean {:.2} / max {} ready of {} slots; memory: host {:.1} MiB, pinned {:.1} MiB, device {:.1} MiB",
+            self.queue_mean,
+            self.queue_max,
+            self.queue_capacity,
+            mib(self.host_bytes),
+            mib(self.pinned_bytes),
+            mib(self.device_bytes)
+        )?;
+        if self.bad_records > 0 {
+            writeln!(
+                f,
+                "  bad records: {} (indices {:?})",
+                self.bad_records, self.bad_indices
+            )?;
+        }
+        write!(f, "  {}", self.verdict())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_names_the_slowest_stage_when_starved() {
+        let m = Metrics::default();
+        m.set_threads(Stage::Read, 2);
+        m.set_threads(Stage::Decode, 2);
+        m.set_threads(Stage::Transform, 2);
+        m.record(Stage::Read, 100, 1000, Duration::from_millis(10));
+        m.record(Stage::Decode, 100, 1000, Duration::from_millis(900));
+        m.record(Stage::Transform, 100, 1000, Duration::from_millis(300));
+        m.handoff(100, Duration::from_millis(800), 0);
+        m.epoch_done(Duration::from_millis(1000), true);
+        let s = m.snapshot();
+        assert!((s.fed_ratio - 0.2).abs() < 1e-9);
+        assert_eq!(s.limiting_stage().unwrap().stage, Stage::Decode);
+        assert!(
+            s.verdict().contains("STARVED") && s.verdict().contains("decode"),
+            "{}",
+            s.verdict()
+        );
+        let table = s.to_string();
+        assert!(table.lines().last().unwrap().contains("verdict"));
+        let back: Stats = serde_json::from_str(&s.to_json()).unwrap();
+        assert_eq!(back, s);
+        assert!(s
+            .to_prometheus()
+            .contains("stoker_loader_stage_busy_seconds_total{stage=\"decode\"} 0.9"));
+    }
+
+    #[test]
+    fn fed_when_consumer_rarely_waits_and_bad_records_dedupe() {
+        let m = Metrics::default();
+        m.handoff(10, Duration::from_millis(10), 2);
+        m.epoch_done(Duration::from_secs(1), true);
+        assert!(m.snapshot().verdict().contains("FED"));
+        assert!(m.bad_record(5));
+        assert!(!m.bad_record(5));
+        assert!(m.bad_record(6));
+        let s = m.snapshot();
+        assert_eq!((s.bad_records, s.bad_indices.clone()), (3, vec![5, 6]));
+        m.reset();
+        assert_eq!(m.snapshot().images, 0);
+    }
+}

@@ -1,0 +1,229 @@
+//! The internal contract between [`crate::Loader`] and a backend (CPU here, GPU in
+//! `loader/src/gpu/`), and the public epoch iterator built on it.
+//!
+//! # Contract
+//!
+//! - The loader computes this rank's order for the epoch with the [`crate::Sampler`] and
+//!   passes it in an [`EpochPlan`] to [`Pipeline::start_epoch`].
+//! - The backend produces batches `plan.start_batch .. plan.num_batches` of
+//!   `plan.order` and returns them **in order** from [`EpochStream::next_batch`] (blocking),
+//!   then `None`. Batch `k` holds the samples `plan.order[plan.batch_range(k)]`; a sample that
+//!   fails is replaced by [`EpochPlan::replacement`] (and counted with
+//!   [`crate::metrics::Metrics::bad_record`]) unless `plan.on_error` is
+//!   [`crate::OnError::Error`], in which case batch `k` is an `Err` naming the record and the
+//!   stream continues with batch `k + 1`.
+//! - Per-sample crop/flip come from [`crate::Transform::params`] with `plan.seed`,
+//!   `plan.epoch` and the dataset index of the sample actually used.
+//! - The backend keeps at most `prefetch` batches in flight, records the read / decode /
+//!   transform / h2d stages into the shared metrics, and reports how many finished batches
+//!   are waiting ([`EpochStream::ready`]).
+//! - Dropping the stream stops production promptly (well under a second): no thread may stay
+//!   blocked on a consumer that is gone. Dropping the backend joins its threads.
+//! - The loader, not the backend, measures consumer wait, handoff, elapsed time and the resume
+//!   position.
+
+use std::ops::Range;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::batch::Batch;
+use crate::builder::OnError;
+use crate::error::LoaderError;
+use crate::metrics::{Metrics, Stage};
+use crate::sampler::LoaderState;
+
+/// How many replacements are tried for one bad sample before the batch fails with
+/// [`LoaderError::TooManyBadRecords`].
+pub(crate) const MAX_REPLACEMENTS: u32 = 16;
+
+/// What to produce for one epoch on this rank.
+#[derive(Debug, Clone)]
+pub(crate) struct EpochPlan {
+    /// The epoch number (seeds the transforms).
+    pub(crate) epoch: u64,
+    /// The shuffle seed (seeds the transforms together with `epoch`).
+    pub(crate) seed: u64,
+    /// This rank's sample indices for the epoch, in order.
+    pub(crate) order: Arc<[u64]>,
+    /// Full batch size; the last batch may be shorter.
+    pub(crate) batch_size: u64,
+    /// Batches in the epoch.
+    pub(crate) num_batches: u64,
+    /// First batch to produce (`> 0` when resuming mid-epoch).
+    pub(crate) start_batch: u64,
+    /// Replace bad records or fail the batch.
+    pub(crate) on_error: OnError,
+}
+
+impl EpochPlan {
+    /// Positions in `order` of batch `batch`.
+    pub(crate) fn batch_range(&self, batch: u64) -> Range<usize> {
+        let start = (batch * self.batch_size) as usize;
+        start..(start + self.batch_size as usize).min(self.order.len())
+    }
+
+    /// The sample that stands in for position `pos` after `attempt` (≥ 1) failures: the
+    /// `attempt`-th next sample of this epoch's order, wrapping around. Deterministic, so the
+    /// replacement does not depend on thread timing.
+    pub(crate) fn replacement(&self, pos: usize, attempt: u32) -> u64 {
+        self.order[(pos + attempt as usize) % self.order.len()]
+    }
+}
+
+/// A backend: builds batches for an epoch.
+pub(crate) trait Pipeline: Send + Sync {
+    /// Starts producing `plan`'s batches.
+    ///
+    /// # Errors
+    ///
+    /// Whatever prevents the epoch from starting (the backend is unusable).
+    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError>;
+}
+
+/// The batches of one epoch, in order.
+pub(crate) trait EpochStream {
+    /// The next batch (blocking), `None` after the last one.
+    fn next_batch(&mut self) -> Option<Result<Batch, LoaderError>>;
+    /// Finished batches waiting right now (queue occupancy).
+    fn ready(&self) -> u64;
+}
+
+/// Which epoch is being iterated, and how far the consumer got.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    /// `Some(epoch)` while an [`Epoch`] iterator is alive.
+    pub(crate) active: Option<u64>,
+    /// What [`crate::Loader::state`] reports.
+    pub(crate) state: LoaderState,
+}
+
+pub(crate) fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
+    progress.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The batches of one epoch: an iterator of `Result<Batch, LoaderError>`, returned by
+/// [`crate::Loader::epoch`].
+///
+/// Dropping it mid-epoch stops the pipeline's work on this epoch promptly; the loader can then
+/// start another epoch (or resume this one from [`crate::Loader::state`]).
+pub struct Epoch<'a> {
+    epoch: u64,
+    stream: Option<Box<dyn EpochStream + 'a>>,
+    /// An error to yield once before ending (the epoch could not start).
+    pending: Option<LoaderError>,
+    metrics: &'a Metrics,
+    progress: &'a Mutex<Progress>,
+    started: Instant,
+    finished: bool,
+    /// Whether this iterator registered itself as the active epoch (and must clear it).
+    owns_active: bool,
+}
+
+impl<'a> Epoch<'a> {
+    pub(crate) fn running(
+        epoch: u64,
+        stream: Box<dyn EpochStream + 'a>,
+        metrics: &'a Metrics,
+        progress: &'a Mutex<Progress>,
+    ) -> Self {
+        Epoch {
+            epoch,
+            stream: Some(stream),
+            pending: None,
+            metrics,
+            progress,
+            started: Instant::now(),
+            finished: false,
+            owns_active: true,
+        }
+    }
+
+    pub(crate) fn failed(
+        epoch: u64,
+        error: LoaderError,
+        metrics: &'a Metrics,
+        progress: &'a Mutex<Progress>,
+        owns_active: bool,
+    ) -> Self {
+        Epoch {
+            epoch,
+            stream: None,
+            pending: Some(error),
+            metrics,
+            progress,
+            started: Instant::now(),
+            finished: false,
+            owns_active,
+        }
+    }
+
+    /// The epoch being iterated.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+}
+
+impl Iterator for Epoch<'_> {
+    type Item = Result<Batch, LoaderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.pending.take() {
+            return Some(Err(e));
+        }
+        let stream = self.stream.as_mut()?;
+        let ready = stream.ready();
+        let t0 = Instant::now();
+        let item = stream.next_batch();
+        let wait = t0.elapsed();
+        match &item {
+            Some(Ok(batch)) => {
+                let t1 = Instant::now();
+                {
+                    let mut p = lock(self.progress);
+                    p.state.epoch = self.epoch;
+                    p.state.position = batch.index + 1;
+                }
+                let handoff = t1.elapsed();
+                self.metrics.handoff(batch.len() as u64, wait, ready);
+                self.metrics
+                    .record(Stage::Handoff, batch.len() as u64, 0, handoff);
+            }
+            Some(Err(_)) => {
+                self.metrics.wait_only(wait);
+                let mut p = lock(self.progress);
+                p.state.epoch = self.epoch;
+                p.state.position += 1;
+            }
+            None => {
+                self.metrics.wait_only(wait);
+                self.finished = true;
+                self.stream = None;
+                let mut p = lock(self.progress);
+                p.state.epoch = self.epoch + 1;
+                p.state.position = 0;
+            }
+        }
+        item
+    }
+}
+
+impl Drop for Epoch<'_> {
+    fn drop(&mut self) {
+        // Stop the backend first (its Drop stops the workers), then account.
+        self.stream = None;
+        self.metrics
+            .epoch_done(self.started.elapsed().max(Duration::ZERO), self.finished);
+        if self.owns_active {
+            lock(self.progress).active = None;
+        }
+    }
+}
+
+impl std::fmt::Debug for Epoch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epoch")
+            .field("epoch", &self.epoch)
+            .field("finished", &self.finished)
+            .finish()
+    }
+}

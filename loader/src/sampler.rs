@@ -1,0 +1,431 @@
+//! The order in which an epoch visits the dataset, per rank.
+//!
+//! The order is a pure function of `(shuffle, seed, epoch, len, rank, world, batch_size,
+//! drop_last)`: it never depends on thread timing, the number of workers or the device, so a
+//! run is reproducible, the CPU and GPU paths see the same samples, and a resumed run continues
+//! with exactly the samples it would have seen.
+//!
+//! # Distribution
+//!
+//! All ranks draw the same global permutation of `0..len`. With `drop_last`, each rank gets
+//! `len / world` samples and only whole batches (the tail is dropped); otherwise each rank gets
+//! `ceil(len / world)` samples, the permutation being extended by wrap-around (its first samples
+//! are repeated) to `world · ceil(len / world)`, and the last batch may be partial — with the
+//! same size on every rank. Rank `r` takes the `r`-th contiguous slice. Either way **every rank
+//! yields the same number of batches of the same sizes**: uneven batch counts hang collective
+//! operations in distributed training.
+
+use crate::error::LoaderError;
+
+/// How the order of an epoch is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum Shuffle {
+    /// Dataset order, every epoch (evaluation).
+    Sequential,
+    /// A uniformly random permutation of the whole dataset per epoch.
+    Global {
+        /// Base seed; epoch `e` uses `(seed, e)`.
+        seed: u64,
+    },
+    /// Page-cache friendly quasi-random order (in the spirit of FFCV's `QUASI_RANDOM`):
+    /// the dataset is cut into blocks of `block` consecutive records, the blocks are visited in a
+    /// random order, and the records of each window of [`QUASI_WINDOW_BLOCKS`] consecutive
+    /// (visited) blocks are shuffled together.
+    ///
+    /// Locality: at any time the reader works inside one window, i.e. at most
+    /// `QUASI_WINDOW_BLOCKS` contiguous runs of `block` records each; a window is read completely
+    /// before the next one starts. Mixing: a batch draws from up to `QUASI_WINDOW_BLOCKS` blocks
+    /// (not from the whole dataset), so pick `block` so that a window spans several classes.
+    Quasi {
+        /// Base seed; epoch `e` uses `(seed, e)`.
+        seed: u64,
+        /// Records per block (≥ 1).
+        block: u32,
+    },
+}
+
+/// How many consecutive blocks [`Shuffle::Quasi`] mixes together.
+pub const QUASI_WINDOW_BLOCKS: u64 = 8;
+
+impl Shuffle {
+    /// The seed, `0` for [`Shuffle::Sequential`].
+    pub fn seed(&self) -> u64 {
+        match *self {
+            Shuffle::Sequential => 0,
+            Shuffle::Global { seed } | Shuffle::Quasi { seed, .. } => seed,
+        }
+    }
+}
+
+/// Where a loader stands: enough to continue exactly where it stopped.
+///
+/// Returned by [`crate::Loader::state`] and consumed by [`crate::LoaderBuilder::resume`].
+/// Serializable so it can go into a training checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoaderState {
+    /// The shuffle seed (checked on resume).
+    pub seed: u64,
+    /// The epoch in progress (or the next epoch, with `position == 0`).
+    pub epoch: u64,
+    /// Batches of `epoch` already handed to the consumer on this rank.
+    pub position: u64,
+}
+
+/// The per-rank order of sample indices for an epoch.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_loader::{Sampler, Shuffle};
+/// // 10 samples, 2 ranks, batches of 3, keep the tail.
+/// let r0 = Sampler::new(10, Shuffle::Global { seed: 1 }, 0, 2, 3, false).unwrap();
+/// let r1 = Sampler::new(10, Shuffle::Global { seed: 1 }, 1, 2, 3, false).unwrap();
+/// assert_eq!(r0.num_batches(), r1.num_batches());
+/// let (a, b) = (r0.order(4), r1.order(4));
+/// assert!(a.iter().all(|i| !b.contains(i)));
+/// assert_eq!(a, r0.order(4)); // same (seed, epoch) → same order
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sampler {
+    /// Records in the dataset (> 0).
+    len: u64,
+    shuffle: Shuffle,
+    /// `rank < world`.
+    rank: u64,
+    /// `world ≥ 1`.
+    world: u64,
+    /// `batch_size ≥ 1`.
+    batch_size: u64,
+    drop_last: bool,
+}
+
+impl Sampler {
+    /// A sampler over `len` records for `rank` of `world`.
+    ///
+    /// # Errors
+    ///
+    /// [`LoaderError::EmptyDataset`] when `len == 0`, [`LoaderError::InvalidConfig`] for
+    /// `world == 0`, `rank >= world`, `batch_size == 0` or a quasi block of 0.
+    pub fn new(
+        len: u64,
+        shuffle: Shuffle,
+        rank: u64,
+        world: u64,
+        batch_size: u64,
+        drop_last: bool,
+    ) -> Result<Self, LoaderError> {
+        if len == 0 {
+            return Err(LoaderError::EmptyDataset);
+        }
+        if world == 0 || rank >= world {
+            return Err(LoaderError::InvalidConfig {
+                field: "distributed",
+                reason: format!("rank {rank} is not in 0..{world}"),
+            });
+        }
+        if batch_size == 0 {
+            return Err(LoaderError::InvalidConfig {
+                field: "batch_size",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if let Shuffle::Quasi { block: 0, .. } = shuffle {
+            return Err(LoaderError::InvalidConfig {
+                field: "shuffle",
+                reason: "Quasi block must be at least 1 record".into(),
+            });
+        }
+        Ok(Sampler {
+            len,
+            shuffle,
+            rank,
+            world,
+            batch_size,
+            drop_last,
+        })
+    }
+
+    /// The shuffle mode.
+    pub fn shuffle(&self) -> Shuffle {
+        self.shuffle
+    }
+
+    /// The batch size.
+    pub fn batch_size(&self) -> u64 {
+        self.batch_size
+    }
+
+    /// Samples this rank visits per epoch (before dropping a partial batch).
+    fn rank_share(&self) -> u64 {
+        if self.drop_last {
+            self.len / self.world
+        } else {
+            self.len.div_ceil(self.world)
+        }
+    }
+
+    /// Samples this rank yields per epoch (the same on every rank).
+    pub fn samples_per_epoch(&self) -> u64 {
+        if self.drop_last {
+            self.num_batches() * self.batch_size
+        } else {
+            self.rank_share()
+        }
+    }
+
+    /// Batches per epoch (the same on every rank).
+    pub fn num_batches(&self) -> u64 {
+        if self.drop_last {
+            self.rank_share() / self.batch_size
+        } else {
+            self.rank_share().div_ceil(self.batch_size)
+        }
+    }
+
+    /// Samples in batch `batch` (all full except possibly the last one without `drop_last`).
+    pub fn batch_len(&self, batch: u64) -> u64 {
+        let start = batch * self.batch_size;
+        self.samples_per_epoch()
+            .saturating_sub(start)
+            .min(self.batch_size)
+    }
+
+    /// The permutation of `0..len` shared by all ranks for `epoch`.
+    pub fn global_order(&self, epoch: u64) -> Vec<u64> {
+        let mut order: Vec<u64> = (0..self.len).collect();
+        match self.shuffle {
+            Shuffle::Sequential => {}
+            Shuffle::Global { seed } => {
+                let mut rng = Rng::new(&[seed, epoch, STREAM_ORDER]);
+                rng.shuffle(&mut order);
+            }
+            Shuffle::Quasi { seed, block } => {
+                let block = u64::from(block);
+                let mut rng = Rng::new(&[seed, epoch, STREAM_ORDER]);
+                let mut blocks: Vec<u64> = (0..self.len.div_ceil(block)).collect();
+                rng.shuffle(&mut blocks);
+                order.clear();
+                for window in blocks.chunks(QUASI_WINDOW_BLOCKS as usize) {
+                    let start = order.len();
+                    for &b in window {
+                        order.extend(b * block..((b + 1) * block).min(self.len));
+                    }
+                    rng.shuffle(&mut order[start..]);
+                }
+            }
+        }
+        order
+    }
+
+    /// This rank's sample indices for `epoch`, in the order they are yielded; batch `k` is
+    /// `order[k·batch_size ..][..batch_len(k)]`.
+    pub fn order(&self, epoch: u64) -> Vec<u64> {
+        let global = self.global_order(epoch);
+        let share = self.rank_share();
+        let start = self.rank * share;
+        (start..start + share)
+            .map(|i| global[(i % self.len) as usize])
+            .take(self.samples_per_epoch() as usize)
+            .collect()
+    }
+}
+
+/// Stream tags keep the order draw and the per-sample transform draws independent.
+pub(crate) const STREAM_ORDER: u64 = 0x6f72_6465_7200_0001;
+/// See [`STREAM_ORDER`].
+pub(crate) const STREAM_TRANSFORM: u64 = 0x7472_616e_7300_0002;
+
+/// A small deterministic generator (SplitMix64): fast, seedable from a tuple, and identical on
+/// every platform, which is all an order or a crop draw needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Rng {
+    state: u64,
+}
+
+impl Rng {
+    /// A generator seeded from a tuple of words (each one mixed in, so `(1, 2) ≠ (2, 1)`).
+    pub(crate) fn new(words: &[u64]) -> Self {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for &w in words {
+            state = mix(state ^ mix(w.wrapping_add(0x2545_f491_4f6c_dd1d)));
+        }
+        Rng { state }
+    }
+
+    pub(crate) fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(self.state)
+    }
+
+    /// Uniform in `[0, 1)` with 53 random bits.
+    pub(crate) fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub(crate) fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next_f64()
+    }
+
+    /// Uniform integer in `0..n` (`n ≥ 1`), unbiased (Lemire's multiply-and-reject).
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        debug_assert!(n > 0);
+        let threshold = n.wrapping_neg() % n;
+        loop {
+            let m = u128::from(self.next_u64()) * u128::from(n);
+            if (m as u64) >= threshold {
+                return (m >> 64) as u64;
+            }
+        }
+    }
+
+    /// Fisher–Yates.
+    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    fn modes() -> [Shuffle; 4] {
+        [
+            Shuffle::Sequential,
+            Shuffle::Global { seed: 7 },
+            Shuffle::Quasi { seed: 7, block: 5 },
+            Shuffle::Quasi {
+                seed: 7,
+                block: 1000,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_sample_once_per_epoch_single_rank() {
+        for shuffle in modes() {
+            for n in [1u64, 2, 17, 100, 1001] {
+                let s = Sampler::new(n, shuffle, 0, 1, 8, false).unwrap();
+                let order = s.order(3);
+                assert_eq!(order.len() as u64, n, "{shuffle:?} n={n}");
+                let set: HashSet<u64> = order.iter().copied().collect();
+                assert_eq!(set.len() as u64, n, "{shuffle:?} n={n}: duplicates");
+                assert!(order.iter().all(|&i| i < n));
+                let total: u64 = (0..s.num_batches()).map(|b| s.batch_len(b)).sum();
+                assert_eq!(total, n);
+            }
+        }
+    }
+
+    #[test]
+    fn same_seed_epoch_same_order_and_epochs_differ() {
+        let s = Sampler::new(500, Shuffle::Global { seed: 3 }, 0, 1, 8, false).unwrap();
+        assert_eq!(s.order(2), s.order(2));
+        assert_ne!(s.order(2), s.order(3));
+        let other_seed = Sampler::new(500, Shuffle::Global { seed: 4 }, 0, 1, 8, false).unwrap();
+        assert_ne!(s.order(2), other_seed.order(2));
+        // A shuffle is not the identity.
+        assert_ne!(s.order(0), (0..500).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn ranks_disjoint_and_equal_batches() {
+        for shuffle in modes() {
+            for n in [1u64, 7, 10, 33, 100, 257] {
+                for world in [1u64, 2, 3, 4, 8] {
+                    for batch in [1u64, 3, 4, 16] {
+                        for drop_last in [false, true] {
+                            let samplers: Vec<Sampler> = (0..world)
+                                .map(|r| {
+                                    Sampler::new(n, shuffle, r, world, batch, drop_last).unwrap()
+                                })
+                                .collect();
+                            let nb = samplers[0].num_batches();
+                            let ctx =
+                                format!("{shuffle:?} n={n} w={world} b={batch} drop={drop_last}");
+                            let mut seen = HashSet::new();
+                            let mut covered = HashSet::new();
+                            for s in &samplers {
+                                assert_eq!(s.num_batches(), nb, "{ctx}");
+                                let order = s.order(1);
+                                let sizes: Vec<u64> = (0..nb).map(|b| s.batch_len(b)).collect();
+                                assert_eq!(
+                                    sizes,
+                                    (0..nb)
+                                        .map(|b| samplers[0].batch_len(b))
+                                        .collect::<Vec<_>>(),
+                                    "{ctx}"
+                                );
+                                assert_eq!(order.len() as u64, sizes.iter().sum::<u64>(), "{ctx}");
+                                if drop_last {
+                                    assert!(sizes.iter().all(|&x| x == batch), "{ctx}");
+                                }
+                                for &i in &order {
+                                    covered.insert(i);
+                                    // Padding repeats samples only when n is not divisible by world.
+                                    if !seen.insert(i) {
+                                        assert!(
+                                            !drop_last && n % world != 0,
+                                            "{ctx}: {i} on two ranks"
+                                        );
+                                    }
+                                }
+                            }
+                            if !drop_last {
+                                assert_eq!(covered.len() as u64, n, "{ctx}: samples missing");
+                            } else {
+                                let per_rank = n / world;
+                                assert_eq!(nb, per_rank / batch, "{ctx}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn quasi_stays_within_windows() {
+        let block = 10u32;
+        let s = Sampler::new(1000, Shuffle::Quasi { seed: 1, block }, 0, 1, 16, false).unwrap();
+        let order = s.order(0);
+        let window = (QUASI_WINDOW_BLOCKS * u64::from(block)) as usize;
+        for chunk in order.chunks(window) {
+            let blocks: HashSet<u64> = chunk.iter().map(|i| i / u64::from(block)).collect();
+            assert!(blocks.len() as u64 <= QUASI_WINDOW_BLOCKS, "{blocks:?}");
+        }
+        assert_ne!(order, (0..1000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn below_is_in_range_and_covers() {
+        let mut rng = Rng::new(&[1]);
+        let mut hit = [0u32; 7];
+        for _ in 0..7000 {
+            hit[rng.below(7) as usize] += 1;
+        }
+        assert!(hit.iter().all(|&h| h > 800), "{hit:?}");
+    }
+
+    #[test]
+    fn invalid_settings_are_errors() {
+        assert!(matches!(
+            Sampler::new(0, Shuffle::Sequential, 0, 1, 1, false),
+            Err(LoaderError::EmptyDataset)
+        ));
+        assert!(Sampler::new(5, Shuffle::Sequential, 2, 2, 1, false).is_err());
+        assert!(Sampler::new(5, Shuffle::Sequential, 0, 1, 0, false).is_err());
+        assert!(Sampler::new(5, Shuffle::Quasi { seed: 0, block: 0 }, 0, 1, 1, false).is_err());
+    }
+}

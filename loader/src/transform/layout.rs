@@ -1,0 +1,145 @@
+//! The last per-image step on the CPU: horizontal flip, normalization and the batch layout /
+//! dtype of [`crate::Output`], written straight into the image's slot of the batch buffer.
+
+use half::f16;
+
+/// Per-channel lookup tables `(v / 255 − mean) / std` for `v` in `0..=255`: normalization
+/// becomes one load per byte.
+#[derive(Clone)]
+pub(crate) struct Normalizer {
+    lut: [[f32; 256]; 3],
+}
+
+impl Normalizer {
+    pub(crate) fn new(mean: [f32; 3], std: [f32; 3]) -> Self {
+        let mut lut = [[0.0f32; 256]; 3];
+        for (c, table) in lut.iter_mut().enumerate() {
+            for (v, slot) in table.iter_mut().enumerate() {
+                *slot = (v as f32 / 255.0 - mean[c]) / std[c];
+            }
+        }
+        Normalizer { lut }
+    }
+}
+
+/// Source column for output column `x` of a row `size` wide.
+#[inline]
+fn column(x: usize, size: usize, flip: bool) -> usize {
+    if flip {
+        size - 1 - x
+    } else {
+        x
+    }
+}
+
+/// RGB HWC `size × size` → the same layout in `dst` (`size² · 3` bytes), mirrored if `flip`.
+pub(crate) fn write_u8_hwc(src: &[u8], size: usize, flip: bool, dst: &mut [u8]) {
+    if !flip {
+        dst.copy_from_slice(&src[..size * size * 3]);
+        return;
+    }
+    for (src_row, dst_row) in src
+        .chunks_exact(size * 3)
+        .zip(dst.chunks_exact_mut(size * 3))
+    {
+        for x in 0..size {
+            let s = column(x, size, true) * 3;
+            dst_row[x * 3..x * 3 + 3].copy_from_slice(&src_row[s..s + 3]);
+        }
+    }
+}
+
+/// RGB HWC u8 → normalized CHW of any float type via `convert` (`dst`: `3 · size²` values).
+#[inline]
+fn write_chw<T: Copy>(
+    src: &[u8],
+    size: usize,
+    flip: bool,
+    norm: &Normalizer,
+    dst: &mut [T],
+    convert: impl Fn(f32) -> T,
+) {
+    let plane = size * size;
+    let (r, rest) = dst.split_at_mut(plane);
+    let (g, b) = rest.split_at_mut(plane);
+    for y in 0..size {
+        let row = &src[y * size * 3..(y + 1) * size * 3];
+        for x in 0..size {
+            let s = column(x, size, flip) * 3;
+            let o = y * size + x;
+            r[o] = convert(norm.lut[0][row[s] as usize]);
+            g[o] = convert(norm.lut[1][row[s + 1] as usize]);
+            b[o] = convert(norm.lut[2][row[s + 2] as usize]);
+        }
+    }
+}
+
+/// RGB HWC u8 → normalized f32 CHW.
+pub(crate) fn write_f32_chw(
+    src: &[u8],
+    size: usize,
+    flip: bool,
+    norm: &Normalizer,
+    dst: &mut [f32],
+) {
+    write_chw(src, size, flip, norm, dst, |v| v);
+}
+
+/// RGB HWC u8 → normalized f16 CHW.
+pub(crate) fn write_f16_chw(
+    src: &[u8],
+    size: usize,
+    flip: bool,
+    norm: &Normalizer,
+    dst: &mut [f16],
+) {
+    write_chw(src, size, flip, norm, dst, f16::from_f32);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2×2 image: pixel (x, y) = (10·x + y, 100 + x, 200 + y).
+    fn img() -> Vec<u8> {
+        let mut v = Vec::new();
+        for y in 0..2u8 {
+            for x in 0..2u8 {
+                v.extend([10 * x + y, 100 + x, 200 + y]);
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn u8_flip_mirrors_columns() {
+        let mut dst = vec![0u8; 12];
+        write_u8_hwc(&img(), 2, false, &mut dst);
+        assert_eq!(dst, img());
+        write_u8_hwc(&img(), 2, true, &mut dst);
+        assert_eq!(&dst[0..3], &[10, 101, 200]);
+        assert_eq!(&dst[3..6], &[0, 100, 200]);
+        assert_eq!(&dst[6..9], &[11, 101, 201]);
+    }
+
+    #[test]
+    fn f32_is_planar_and_normalized() {
+        let norm = Normalizer::new([0.5, 0.0, 0.0], [0.5, 1.0, 2.0]);
+        let mut dst = vec![0f32; 12];
+        write_f32_chw(&img(), 2, false, &norm, &mut dst);
+        // R plane, pixel (1, 0) = 10 → (10/255 − 0.5)/0.5
+        assert!((dst[1] - (10.0 / 255.0 - 0.5) / 0.5).abs() < 1e-6);
+        // G plane starts at 4: pixel (0, 0) = 100 → 100/255
+        assert!((dst[4] - 100.0 / 255.0).abs() < 1e-6);
+        // B plane, pixel (0, 1) = 201 → 201/255/2
+        assert!((dst[8 + 2] - 201.0 / 255.0 / 2.0).abs() < 1e-6);
+        let mut flipped = vec![0f32; 12];
+        write_f32_chw(&img(), 2, true, &norm, &mut flipped);
+        assert_eq!(flipped[0], dst[1]);
+        let mut h = vec![f16::ZERO; 12];
+        write_f16_chw(&img(), 2, false, &norm, &mut h);
+        for (a, b) in h.iter().zip(&dst) {
+            assert!((a.to_f32() - b).abs() < 2e-3);
+        }
+    }
+}

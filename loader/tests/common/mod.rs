@@ -1,0 +1,97 @@
+//! Test datasets made from the shared real images (`<repo>/../shared/data`).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use stoker_formats::{
+    Dataset, DatasetWriter, Encoding, Provenance, RecordHeader, RecordMeta, WriterOptions,
+};
+
+/// `<repo>/../shared/data`.
+pub fn shared_data() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data"))
+}
+
+/// The `i`-th file of `bench/` (512 ImageNet-like 500×375 JPEGs).
+pub fn bench_jpeg(i: usize) -> Vec<u8> {
+    let path = shared_data().join(format!("bench/{:05}.jpg", i % 512));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// How a test record is broken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    /// Bytes that are not a JPEG (valid CRC): a decode error.
+    Garbage,
+    /// A real JPEG whose stored CRC is wrong: a read error.
+    BadCrc,
+}
+
+/// Writes `n` records of bench JPEGs (label `i % 5`) into `dir`, `per_shard` records per
+/// shard, with the records listed in `broken` corrupted.
+pub fn bench_dataset(dir: &Path, n: usize, per_shard: u64, broken: &[(usize, Broken)]) -> Dataset {
+    let mut w = DatasetWriter::create(
+        dir,
+        WriterOptions {
+            records_per_shard: Some(per_shard),
+            ..WriterOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..n {
+        let jpeg = bench_jpeg(i);
+        let label = (i % 5) as u32;
+        let meta = RecordMeta {
+            encoding: Encoding::Jpeg,
+            height: 375,
+            width: 500,
+            channels: 3,
+            label,
+        };
+        match broken.iter().find(|(b, _)| *b == i).map(|(_, k)| *k) {
+            None => {
+                w.push(meta, &jpeg).unwrap();
+            }
+            Some(Broken::Garbage) => {
+                let mut junk = vec![0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x43];
+                junk.extend((0..4000u32).map(|k| (k.wrapping_mul(2654435761) >> 13) as u8));
+                w.push(meta, &junk).unwrap();
+            }
+            Some(Broken::BadCrc) => {
+                let header = RecordHeader {
+                    encoding: Encoding::Jpeg,
+                    height: 375,
+                    width: 500,
+                    channels: 3,
+                    label,
+                    payload_len: jpeg.len() as u32,
+                    crc32c: crc32c::crc32c(&jpeg) ^ 1,
+                };
+                w.push_header_unchecked(header, &jpeg).unwrap();
+            }
+        }
+    }
+    let classes = (0..5).map(|c| format!("class{c}")).collect();
+    w.finish(
+        classes,
+        Provenance::stoker("loader tests: shared/data/bench"),
+    )
+    .unwrap();
+    Dataset::open(dir).unwrap()
+}
+
+/// FNV-1a over bytes: a cheap fingerprint to compare batches.
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Resident set size of this process in bytes (Linux `/proc/self/statm`).
+pub fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // 4 KiB pages (Linux x86-64 / aarch64 defaults); only ratios of this value are compared.
+    pages * 4096
+}

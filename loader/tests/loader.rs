@@ -1,0 +1,506 @@
+//! The loader end to end on real JPEGs from `shared/data/bench`: order, coverage,
+//! distribution, resume, bad records, shutdown, layouts and counters.
+
+mod common;
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, Instant};
+
+use common::{bench_dataset, fingerprint, Broken};
+use stoker_formats::Dataset;
+use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
+use stoker_loader::{
+    Batch, Device, Loader, LoaderBuilder, LoaderError, OnError, Output, Shuffle, Stage, Transform,
+};
+
+/// A small, fast configuration: 32×32 random resized crops with flips.
+fn small(ds: &Dataset) -> LoaderBuilder {
+    Loader::builder(ds.clone())
+        .batch_size(8)
+        .shuffle(Shuffle::Global { seed: 11 })
+        .transform(Transform::random_resized_crop(32).hflip(0.5))
+        .output(Output::U8Nhwc)
+        .workers(2)
+        .prefetch(3)
+}
+
+/// (batch index, dataset indices, labels, pixel fingerprint) of every batch of an epoch.
+type Summary = Vec<(u64, Vec<u64>, Vec<u32>, u64)>;
+
+fn summarize(batch: &Batch) -> (u64, Vec<u64>, Vec<u32>, u64) {
+    let pixels = batch.images.as_u8().expect("u8 output");
+    (
+        batch.index,
+        batch.indices.clone(),
+        batch.labels.clone(),
+        fingerprint(pixels),
+    )
+}
+
+fn run_epoch(loader: &Loader, epoch: u64) -> Summary {
+    loader
+        .epoch(epoch)
+        .map(|b| summarize(&b.expect("batch")))
+        .collect()
+}
+
+#[test]
+fn same_seed_and_epoch_give_the_same_batches_for_any_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 44, 16, &[]);
+    let reference = run_epoch(&small(&ds).workers(1).prefetch(1).build().unwrap(), 3);
+    assert_eq!(reference.len(), 6); // 44 / 8 → 5 full + 1 partial
+    for (workers, prefetch) in [(2, 2), (3, 5), (2, 8)] {
+        let loader = small(&ds)
+            .workers(workers)
+            .prefetch(prefetch)
+            .build()
+            .unwrap();
+        assert_eq!(
+            run_epoch(&loader, 3),
+            reference,
+            "workers={workers} prefetch={prefetch}"
+        );
+    }
+    // Another epoch is a different order and different crops; the same epoch again is equal.
+    let loader = small(&ds).build().unwrap();
+    let other = run_epoch(&loader, 4);
+    assert_ne!(
+        other.iter().map(|b| &b.1).collect::<Vec<_>>(),
+        reference.iter().map(|b| &b.1).collect::<Vec<_>>()
+    );
+    assert_eq!(run_epoch(&loader, 3), reference);
+    // Labels come from the records (label = index % 5 in this dataset).
+    for (_, indices, labels, _) in &reference {
+        for (i, l) in indices.iter().zip(labels) {
+            assert_eq!(u64::from(*l), i % 5);
+        }
+    }
+}
+
+#[test]
+fn every_sample_appears_exactly_once_per_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 45, 20, &[]);
+    let loader = small(&ds).build().unwrap();
+    for epoch in 0..2 {
+        let mut all: Vec<u64> = run_epoch(&loader, epoch)
+            .into_iter()
+            .flat_map(|b| b.1)
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..45).collect::<Vec<_>>(), "epoch {epoch}");
+    }
+    let loader = small(&ds).drop_last(true).build().unwrap();
+    let batches = run_epoch(&loader, 0);
+    assert_eq!(batches.len(), 5);
+    assert!(batches.iter().all(|b| b.1.len() == 8));
+    let distinct: HashSet<u64> = batches.iter().flat_map(|b| b.1.clone()).collect();
+    assert_eq!(distinct.len(), 40);
+}
+
+#[test]
+fn ranks_are_disjoint_with_equal_batch_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 46, 23, &[]);
+    for (world, drop_last) in [(2usize, false), (3, false), (3, true), (4, false)] {
+        let per_rank: Vec<Summary> = (0..world)
+            .map(|rank| {
+                run_epoch(
+                    &small(&ds)
+                        .distributed(rank, world)
+                        .drop_last(drop_last)
+                        .build()
+                        .unwrap(),
+                    2,
+                )
+            })
+            .collect();
+        let counts: Vec<usize> = per_rank.iter().map(Vec::len).collect();
+        assert!(
+            counts.iter().all(|&c| c == counts[0]),
+            "world {world}: batch counts {counts:?}"
+        );
+        let sizes: Vec<Vec<usize>> = per_rank
+            .iter()
+            .map(|r| r.iter().map(|b| b.1.len()).collect())
+            .collect();
+        assert!(
+            sizes.iter().all(|s| *s == sizes[0]),
+            "world {world}: batch sizes {sizes:?}"
+        );
+        let sets: Vec<BTreeSet<u64>> = per_rank
+            .iter()
+            .map(|r| r.iter().flat_map(|b| b.1.clone()).collect())
+            .collect();
+        let union: BTreeSet<u64> = sets.iter().flatten().copied().collect();
+        let total: usize = sets.iter().map(BTreeSet::len).sum();
+        if drop_last || 46 % world == 0 {
+            assert_eq!(total, union.len(), "world {world}: ranks overlap");
+        } else {
+            // Wrap-around padding repeats at most world − 1 samples.
+            assert!(
+                total - union.len() < world,
+                "world {world}: too much overlap"
+            );
+        }
+        if !drop_last {
+            assert_eq!(union, (0..46).collect(), "world {world}: samples missing");
+        }
+    }
+}
+
+#[test]
+fn resume_mid_epoch_reproduces_the_rest_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 60, 25, &[]);
+    let full = run_epoch(&small(&ds).build().unwrap(), 5);
+
+    let first = small(&ds).build().unwrap();
+    let mut it = first.epoch(5);
+    let head: Summary = it
+        .by_ref()
+        .take(3)
+        .map(|b| summarize(&b.unwrap()))
+        .collect();
+    drop(it);
+    let state = first.state();
+    assert_eq!((state.epoch, state.position), (5, 3));
+    assert_eq!(head, full[..3]);
+    drop(first);
+
+    // A checkpoint round trip, as a training script would do it.
+    let state = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+    let resumed = small(&ds).workers(1).resume(state).build().unwrap();
+    let tail = run_epoch(&resumed, 5);
+    assert_eq!(tail, full[3..]);
+    assert_eq!(resumed.state().epoch, 6);
+    assert_eq!(resumed.state().position, 0);
+    // The next epoch starts from the beginning.
+    assert_eq!(run_epoch(&resumed, 6).len(), full.len());
+
+    // A state from another seed is refused.
+    let err = small(&ds)
+        .shuffle(Shuffle::Global { seed: 12 })
+        .resume(state)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(err, LoaderError::ResumeMismatch { field: "seed", .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_records_are_replaced_counted_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let broken = [
+        (3, Broken::Garbage),
+        (17, Broken::BadCrc),
+        (30, Broken::Garbage),
+    ];
+    let ds = bench_dataset(dir.path(), 40, 15, &broken);
+    let loader = small(&ds).build().unwrap();
+    let batches = run_epoch(&loader, 0);
+    assert_eq!(batches.len(), 5);
+    assert!(
+        batches.iter().all(|b| b.1.len() == 8),
+        "a batch is not full"
+    );
+    let used: HashSet<u64> = batches.iter().flat_map(|b| b.1.clone()).collect();
+    for (bad, _) in broken {
+        assert!(
+            !used.contains(&(bad as u64)),
+            "bad record {bad} was yielded"
+        );
+    }
+    let stats = loader.stats();
+    assert_eq!(stats.bad_records, 3, "{stats}");
+    let mut bad_indices = stats.bad_indices.clone();
+    bad_indices.sort_unstable();
+    assert_eq!(bad_indices, vec![3, 17, 30]);
+    assert!(stats.to_string().contains("bad records: 3"));
+
+    // With OnError::Error the batches holding them are errors naming the record; the others
+    // come through and the epoch still ends.
+    let strict = small(&ds).on_error(OnError::Error).build().unwrap();
+    let (mut ok, mut errors) = (0, Vec::new());
+    for item in strict.epoch(0) {
+        match item {
+            Ok(_) => ok += 1,
+            Err(e) => errors.push(e.record_index().expect("names a record")),
+        }
+    }
+    errors.sort_unstable();
+    let order = strict.sampler().order(0);
+    let bad_batches: BTreeSet<usize> = broken
+        .iter()
+        .map(|(b, _)| order.iter().position(|&i| i == *b as u64).unwrap() / 8)
+        .collect();
+    assert_eq!(ok + errors.len(), 5);
+    assert_eq!(errors.len(), bad_batches.len());
+    assert!(errors
+        .iter()
+        .all(|i| broken.iter().any(|(b, _)| *b as u64 == *i)));
+}
+
+#[test]
+fn dropping_mid_epoch_returns_promptly_and_the_loader_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 120, 40, &[]);
+    let loader = Loader::builder(ds.clone())
+        .batch_size(16)
+        .transform(
+            Transform::random_resized_crop(224)
+                .hflip(0.5)
+                .normalize(IMAGENET_MEAN, IMAGENET_STD),
+        )
+        .output(Output::F32Nchw)
+        .workers(2)
+        .prefetch(4)
+        .build()
+        .unwrap();
+    let mut it = loader.epoch(0);
+    let first = it.next().unwrap().unwrap();
+    assert_eq!(first.images.host().unwrap().shape(), [16, 3, 224, 224]);
+    // Liveness bound, not a performance figure: workers stop between two images.
+    let t = Instant::now();
+    drop(it);
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "epoch drop took {:?}",
+        t.elapsed()
+    );
+    // While an epoch is alive, another one is refused.
+    let it = loader.epoch(1);
+    let mut second = loader.epoch(2);
+    assert!(matches!(
+        second.next(),
+        Some(Err(LoaderError::EpochInProgress {
+            running: 1,
+            requested: 2
+        }))
+    ));
+    assert!(second.next().is_none());
+    drop(second);
+    drop(it);
+    // The loader still works after an abandoned epoch.
+    let n: usize = loader.epoch(3).take(2).map(|b| b.unwrap().len()).sum();
+    assert_eq!(n, 32);
+    drop(first);
+    let mut it = loader.epoch(4);
+    let _ = it.next();
+    let t = Instant::now();
+    drop(it);
+    drop(loader);
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "loader drop took {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn layouts_and_dtypes_hold_the_same_pixels() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 12, 12, &[]);
+    let (mean, std) = (IMAGENET_MEAN, IMAGENET_STD);
+    let build = |output| {
+        small(&ds)
+            .batch_size(4)
+            .transform(
+                Transform::random_resized_crop(24)
+                    .hflip(0.5)
+                    .normalize(mean, std),
+            )
+            .output(output)
+            .build()
+            .unwrap()
+    };
+    let u8s: Vec<Batch> = build(Output::U8Nhwc).epoch(0).map(Result::unwrap).collect();
+    let f32s: Vec<Batch> = build(Output::F32Nchw)
+        .epoch(0)
+        .map(Result::unwrap)
+        .collect();
+    let f16s: Vec<Batch> = build(Output::F16Nchw)
+        .epoch(0)
+        .map(Result::unwrap)
+        .collect();
+    let s = 24;
+    for ((a, b), c) in u8s.iter().zip(&f32s).zip(&f16s) {
+        assert_eq!(a.indices, b.indices);
+        assert_eq!(a.images.host().unwrap().shape(), [4, s, s, 3]);
+        assert_eq!(b.images.host().unwrap().shape(), [4, 3, s, s]);
+        let (px, fx, hx) = (
+            a.images.as_u8().unwrap(),
+            b.images.as_f32().unwrap(),
+            c.images.as_f16().unwrap(),
+        );
+        for n in 0..4 {
+            for ch in 0..3 {
+                for y in 0..s {
+                    for x in 0..s {
+                        let v = px[((n * s + y) * s + x) * 3 + ch];
+                        let want = (f32::from(v) / 255.0 - mean[ch]) / std[ch];
+                        let i = ((n * 3 + ch) * s + y) * s + x;
+                        assert!((fx[i] - want).abs() < 1e-5, "f32 at {n},{ch},{y},{x}");
+                        assert!(
+                            (hx[i].to_f32() - want).abs() < 4e-3,
+                            "f16 at {n},{ch},{y},{x}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // The images are real photographs, not a constant fill.
+    let px = u8s[0].images.as_u8().unwrap();
+    let distinct: HashSet<u8> = px.iter().copied().collect();
+    assert!(distinct.len() > 64);
+}
+
+#[test]
+fn eval_center_crop_of_a_raw_dataset_is_the_exact_pixels() {
+    // Raw records skip decoding; a center crop the size of the image is the identity, and
+    // grayscale records come out as R = G = B.
+    let dir = tempfile::tempdir().unwrap();
+    let mut w =
+        stoker_formats::DatasetWriter::create(dir.path(), stoker_formats::WriterOptions::default())
+            .unwrap();
+    let (width, height) = (40u32, 40u32);
+    let pattern = |i: u32| -> Vec<u8> {
+        (0..width * height * 3)
+            .map(|k| (k * 7 + i * 31) as u8)
+            .collect()
+    };
+    for i in 0..6u32 {
+        let meta = stoker_formats::RecordMeta {
+            encoding: stoker_formats::Encoding::Raw,
+            height,
+            width,
+            channels: 3,
+            label: i,
+        };
+        w.push(meta, &pattern(i)).unwrap();
+    }
+    w.finish(vec![], stoker_formats::Provenance::stoker("synthetic raw"))
+        .unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    let loader = Loader::builder(ds)
+        .batch_size(3)
+        .shuffle(Shuffle::Sequential)
+        .transform(Transform::center_crop(40, 40))
+        .output(Output::U8Nhwc)
+        .workers(2)
+        .build()
+        .unwrap();
+    let batches: Vec<Batch> = loader.epoch(0).map(Result::unwrap).collect();
+    assert_eq!(batches.len(), 2);
+    for b in &batches {
+        let px = b.images.as_u8().unwrap();
+        for (slot, &index) in b.indices.iter().enumerate() {
+            let n = (width * height * 3) as usize;
+            assert_eq!(
+                &px[slot * n..(slot + 1) * n],
+                &pattern(index as u32)[..],
+                "record {index}"
+            );
+            assert_eq!(b.labels[slot] as u64, index);
+        }
+    }
+    assert_eq!(loader.stats().decode_routes.get("raw"), Some(&6));
+}
+
+#[test]
+fn stats_count_every_stage_and_end_with_a_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 24, 24, &[]);
+    let loader = small(&ds).build().unwrap();
+    for batch in loader.epoch(0) {
+        let batch = batch.unwrap();
+        // A consumer that is slower than nothing at all.
+        std::hint::black_box(
+            batch
+                .images
+                .as_u8()
+                .unwrap()
+                .iter()
+                .map(|&v| u64::from(v))
+                .sum::<u64>(),
+        );
+    }
+    let stats = loader.stats();
+    assert_eq!((stats.images, stats.batches, stats.epochs), (24, 3, 1));
+    for stage in [Stage::Read, Stage::Decode, Stage::Transform, Stage::Handoff] {
+        assert_eq!(
+            stats
+                .stage(stage)
+                .unwrap_or_else(|| panic!("{stage:?} missing"))
+                .items,
+            24,
+            "{stage:?}"
+        );
+    }
+    assert!(stats.stage(Stage::Read).unwrap().bytes > 24 * 10_000);
+    assert_eq!(stats.decode_routes.values().sum::<u64>(), 24);
+    assert!(
+        stats.decode_routes.contains_key("cpu-zune"),
+        "{:?}",
+        stats.decode_routes
+    );
+    assert!((0.0..=1.0).contains(&stats.fed_ratio));
+    assert!(stats.elapsed_s > 0.0 && stats.consumer_wait_s <= stats.elapsed_s);
+    assert!(stats.host_bytes >= (2 + 3) * 8 * 32 * 32 * 3);
+    let text = stats.to_string();
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .trim_start()
+            .starts_with("verdict:"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&stats.to_json()).unwrap();
+    assert_eq!(json["images"], 24);
+    assert!(stats
+        .to_prometheus()
+        .contains("stoker_loader_images_total 24"));
+    loader.reset_stats();
+    assert_eq!(loader.stats().images, 0);
+}
+
+#[test]
+fn bad_settings_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 4, 4, &[]);
+    let cases: Vec<(LoaderBuilder, &str)> = vec![
+        (small(&ds).batch_size(0), "batch_size"),
+        (small(&ds).prefetch(0), "prefetch"),
+        (small(&ds).workers(0), "workers"),
+        (small(&ds).distributed(2, 2), "distributed"),
+        (
+            small(&ds).transform(Transform::random_resized_crop(0)),
+            "transform",
+        ),
+        (
+            small(&ds).shuffle(Shuffle::Quasi { seed: 0, block: 0 }),
+            "shuffle",
+        ),
+    ];
+    for (builder, field) in cases {
+        match builder.build() {
+            Err(LoaderError::InvalidConfig { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{field}: expected InvalidConfig, got {other:?}"),
+        }
+    }
+    // Without a GPU, asking for one is a clear error, never a panic.
+    if !std::path::Path::new("/dev/nvidia0").exists() {
+        let err = small(&ds).device(Device::Cuda(0)).build().unwrap_err();
+        assert!(matches!(err, LoaderError::GpuUnavailable { .. }), "{err}");
+        // Auto falls back to the CPU.
+        let loader = small(&ds).device(Device::Auto).build().unwrap();
+        assert_eq!(run_epoch(&loader, 0).len(), 1);
+    } else {
+        println!("skipped the no-GPU checks: /dev/nvidia0 exists");
+    }
+}
