@@ -25,10 +25,13 @@
 //! - [`storage`]: cold (`posix_fadvise(DONTNEED)`, checked with `mincore`) and warm reads of the shard files.
 //! - [`cpu_decode`]: the routed [`stoker_decode::CpuDecoder`] on every core.
 //! - [`pcie`]: opening the GPU without panicking; pinned vs pageable H2D.
-//! - [`pipeline`]: end to end through [`stoker_loader::Loader`] with a simulated step.
+//! - [`pipeline`]: end to end through [`stoker_loader::Loader`]; on its GPU path, the
+//!   loader's own decode and transform counters give the GPU decode and transform rows.
+//! - [`consumer`]: the simulated training step (a busy GPU kernel, or a host sleep).
 //! - [`report`]: the table and the JSON.
 //! - [`verdict`]: the bound, by how much, what would move it, and the seed's rule.
 
+pub mod consumer;
 pub mod cpu_decode;
 pub mod pcie;
 pub mod pipeline;
@@ -298,6 +301,10 @@ pub fn run(
     } else {
         PipelinePath::Cpu
     };
+    let ordinal = match opts.device {
+        DeviceChoice::Cuda(n) => n,
+        _ => 0,
+    };
     let device_name = match (opts.device, &gpu) {
         (DeviceChoice::Cuda(n), _) => format!("cuda:{n}"),
         (_, Some(_)) => "cuda:0".to_string(),
@@ -422,27 +429,17 @@ pub fn run(
         }
     };
 
-    // 4–5. GPU decode and GPU transforms.
-    progress.stage("gpu_decode");
-    stages.gpu_decode = match &gpu {
-        None => StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
-        Some((ctx, _)) => pipeline::gpu_decode(ctx, &sample.payloads, opts.batch, budget, &tick),
-    };
-    if let Some(v) = stages.gpu_decode.img_per_s {
-        caps.gpu_decode = Some(v);
-    }
-    progress.stage("transform");
-    stages.transform = match &gpu {
-        None => StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
-        Some(_) => pipeline::gpu_transform(),
-    };
-    if let Some(v) = stages.transform.img_per_s {
-        caps.transform = Some(v);
-    }
-
-    // 6. End to end.
+    // 4. End to end through the loader; on the GPU path its counters also give
+    // the GPU decode and transform capacities (5, 6).
     progress.stage("end_to_end");
-    let e2e = pipeline::end_to_end(&ds, opts, gpu.is_some(), cores, budget, &tick);
+    let (e2e, loader_caps) = pipeline::end_to_end(
+        &ds,
+        opts,
+        gpu.as_ref().map(|(ctx, _)| (ctx, ordinal)),
+        cores,
+        budget,
+        &tick,
+    );
     let fed_ratio = e2e.fed_ratio;
     if opts.consumer_ms > 0.0 {
         caps.consumer = Some(opts.batch as f64 * 1000.0 / opts.consumer_ms);
@@ -452,6 +449,29 @@ pub fn run(
     caps.cpu_util = e2e.cpu_util;
     caps.gpu_util = e2e.gpu_util;
     stages.end_to_end = e2e.stage;
+
+    let (gpu_decode, transform) = match &gpu {
+        None => (
+            StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
+            StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
+        ),
+        Some(_) => (
+            pipeline::gpu_decode_from_loader(&loader_caps),
+            pipeline::gpu_transform_from_loader(&loader_caps),
+        ),
+    };
+    caps.gpu_decode = gpu_decode.img_per_s;
+    caps.transform = transform.img_per_s;
+    stages.gpu_decode = gpu_decode;
+    stages.transform = transform;
+    if gpu.is_some() && !loader_caps.gpu_path {
+        // A GPU is here but the loader ran on the CPU: judge the path that ran,
+        // whose copies are the decoded f32 tensors, not the JPEG bytes.
+        caps.path = Some(PipelinePath::Cpu);
+        caps.h2d = caps
+            .h2d_gb_per_s
+            .map(|gb| gb * 1e9 / (f64::from(opts.size).powi(2) * 3.0 * 4.0));
+    }
 
     let verdict = verdict::judge(&caps);
     Ok(BenchReport {

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaContext;
 use stoker_formats::Dataset;
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
-use stoker_loader::{Device, Loader, Output, Shuffle, Transform};
+use stoker_loader::{Device, Loader, Output, Shuffle, Stage, Transform};
 
+use super::consumer::Step;
 use super::report::StageReport;
 use super::BenchOptions;
 
@@ -40,32 +41,30 @@ fn process_cpu_time() -> Option<Duration> {
     Some(tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
-/// Runs the loader for about `budget` (after one warm-up batch) and consumes each
-/// batch with a step of `opts.consumer_ms`.
-///
-/// The simulated step sleeps on the host: it occupies the consumer, not the CPU
-/// cores, which is what a GPU training step looks like to the input pipeline.
-/// A loader that cannot be built or fails mid-run gives a row with the reason.
-pub fn end_to_end(
+/// Per-stage capacities the loader's own counters report for the timed part of the run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoaderCapacities {
+    /// Decode stage, img/s (`items · threads / busy`).
+    pub decode: Option<f64>,
+    /// Transform stage, img/s.
+    pub transform: Option<f64>,
+    /// H2D stage, img/s (GPU path).
+    pub h2d: Option<f64>,
+    /// Images per decode route (`nvjpeg_hw`, `cpu_zune`, …).
+    pub routes: String,
+    /// True when the loader ran its GPU path.
+    pub gpu_path: bool,
+    /// Why the GPU path did not run when a GPU was given.
+    pub gpu_path_reason: Option<String>,
+}
+
+/// Builds the bench's loader: RandomResizedCrop(size) + flip + normalize to f32 NCHW.
+fn build_loader(
     ds: &Dataset,
     opts: &BenchOptions,
-    gpu_present: bool,
-    cores: usize,
-    budget: Duration,
-    tick: &(dyn Fn(f64) + Sync),
-) -> EndToEnd {
-    let skipped = |reason: String| EndToEnd {
-        stage: StageReport::skipped(reason),
-        fed_ratio: None,
-        cpu_util: None,
-        gpu_util: None,
-    };
-    let device = if gpu_present {
-        Device::Auto
-    } else {
-        Device::Cpu
-    };
-    let loader = match Loader::builder(ds.clone())
+    device: Device,
+) -> Result<Loader, stoker_loader::LoaderError> {
+    Loader::builder(ds.clone())
         .batch_size(opts.batch)
         .shuffle(Shuffle::Global { seed: 0 })
         .drop_last(false)
@@ -77,11 +76,60 @@ pub fn end_to_end(
         .output(Output::F32Nchw)
         .device(device)
         .build()
-    {
-        Ok(l) => l,
-        Err(e) => return skipped(format!("the loader could not be built: {e}")),
+}
+
+/// Runs the loader for about `budget` (after one warm-up batch) and consumes each
+/// batch with a step of `opts.consumer_ms` ([`Step`]).
+///
+/// With `gpu`, the loader is asked for its GPU path on that device; if the GPU
+/// path cannot be built the CPU path runs and the row says why. The fed ratio is
+/// the step's busy time over the wall time after the warm-up batch — what the
+/// loader's `1 − wait / elapsed` means for a loop that only waits or steps — and
+/// the per-stage capacities are the loader's own counters
+/// ([`stoker_loader::Stats::stages`]) over the same window. A loader that
+/// cannot be built or fails mid-run gives a row with the reason.
+pub fn end_to_end(
+    ds: &Dataset,
+    opts: &BenchOptions,
+    gpu: Option<(&Arc<CudaContext>, usize)>,
+    cores: usize,
+    budget: Duration,
+    tick: &(dyn Fn(f64) + Sync),
+) -> (EndToEnd, LoaderCapacities) {
+    let skipped = |reason: String| {
+        (
+            EndToEnd {
+                stage: StageReport::skipped(reason),
+                fed_ratio: None,
+                cpu_util: None,
+                gpu_util: None,
+            },
+            LoaderCapacities::default(),
+        )
     };
-    let step = Duration::from_secs_f64(opts.consumer_ms / 1000.0);
+    let mut path_note = String::new();
+    let mut gpu_path_reason = None;
+    let (loader, gpu_path) = match gpu {
+        Some((_, ordinal)) => match build_loader(ds, opts, Device::Cuda(ordinal)) {
+            Ok(l) => (l, true),
+            Err(e) => {
+                path_note = format!("; GPU path unavailable ({e}), ran the CPU path");
+                gpu_path_reason = Some(e.to_string());
+                match build_loader(ds, opts, Device::Cpu) {
+                    Ok(l) => (l, false),
+                    Err(e) => return skipped(format!("the loader could not be built: {e}")),
+                }
+            }
+        },
+        None => match build_loader(ds, opts, Device::Cpu) {
+            Ok(l) => (l, false),
+            Err(e) => return skipped(format!("the loader could not be built: {e}")),
+        },
+    };
+    let (mut step, step_note) = Step::new(
+        opts.consumer_ms,
+        if gpu_path { gpu.map(|(c, _)| c) } else { None },
+    );
 
     let mut images = 0u64;
     let mut batches = 0u64;
@@ -98,20 +146,19 @@ pub fn end_to_end(
                 Err(e) => return skipped(format!("the loader failed in epoch {epoch}: {e}")),
             };
             any = true;
-            if !step.is_zero() {
-                let t = Instant::now();
-                std::thread::sleep(step);
-                if warmed {
-                    busy += t.elapsed();
-                }
-            }
+            let took = match step.run() {
+                Ok(d) => d,
+                Err(e) => return skipped(format!("the simulated step failed: {e}")),
+            };
             if !warmed {
-                // The first batch fills the pipeline: keep it out of the rate.
+                // The first batch fills the pipeline: keep it out of every figure.
                 warmed = true;
+                loader.reset_stats();
                 start = Instant::now();
                 cpu0 = process_cpu_time();
                 continue;
             }
+            busy += took;
             images += batch.labels.len() as u64;
             batches += 1;
             let el = start.elapsed();
@@ -127,15 +174,43 @@ pub fn end_to_end(
     }
     let wall = start.elapsed();
     let secs = wall.as_secs_f64().max(1e-9);
+    let stats = loader.stats();
     let cpu_util = match (cpu0, process_cpu_time()) {
         (Some(a), Some(b)) => Some(((b - a).as_secs_f64() / (secs * cores.max(1) as f64)).min(1.0)),
         _ => None,
     };
-    let fed_ratio = (!step.is_zero()).then(|| (busy.as_secs_f64() / secs).min(1.0));
+    let has_step = !matches!(step, Step::None);
+    // Busy / wall over the timed window: the loader's definition (1 − wait / elapsed)
+    // for a loop that only waits or steps. Not `stats.fed_ratio`: after a reset in
+    // mid-epoch the loader's elapsed still counts from the iterator's creation.
+    let fed_ratio = has_step.then(|| (busy.as_secs_f64() / secs).min(1.0));
+    let gpu_util = step.on_gpu().then(|| (busy.as_secs_f64() / secs).min(1.0));
     let img_per_s = images as f64 / secs;
-    let stats = loader.stats();
+
+    let capacity = |stage: Stage| {
+        stats
+            .stage(stage)
+            .map(|s| s.capacity_per_s)
+            .filter(|c| c.is_finite() && *c > 0.0)
+    };
+    let routes = stats
+        .decode_routes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let caps = LoaderCapacities {
+        decode: capacity(Stage::Decode),
+        transform: capacity(Stage::Transform),
+        h2d: capacity(Stage::H2d),
+        routes,
+        gpu_path,
+        gpu_path_reason,
+    };
+
     let mut note = format!(
-        "loader {} batches of {} ({}² f32 NCHW, RandomResizedCrop+flip+normalize), CPU {:.0}% of {} cores",
+        "loader {} path, {} batches of {} ({}² f32 NCHW, RandomResizedCrop+flip+normalize), CPU {:.0}% of {} cores, {step_note}",
+        if gpu_path { "GPU" } else { "CPU" },
         batches,
         opts.batch,
         opts.size,
@@ -143,42 +218,76 @@ pub fn end_to_end(
         cores
     );
     if let Some(fed) = fed_ratio {
-        note.push_str(&format!(
-            ", step {} ms sleeps on the host, fed {:.0}%",
-            opts.consumer_ms,
-            fed * 100.0
-        ));
+        note.push_str(&format!(", fed {:.0}%", fed * 100.0));
     }
+    if let Some(g) = gpu_util {
+        note.push_str(&format!(", GPU busy {:.0}%", g * 100.0));
+    }
+    note.push_str(&path_note);
     let mut stage = StageReport::measured(img_per_s, note)
         .with("batches", batches as f64)
-        .with("seconds", secs);
-    if let Some(c) = cpu_util {
-        stage = stage.with("cpu_util", c);
-    }
-    if let Some(f) = fed_ratio {
-        stage = stage.with("fed_ratio", f);
+        .with("seconds", secs)
+        .with("loader_img_per_s", stats.images_per_s);
+    for (key, v) in [
+        ("cpu_util", cpu_util),
+        ("fed_ratio", fed_ratio),
+        ("gpu_util", gpu_util),
+        ("loader_decode_capacity", caps.decode),
+        ("loader_transform_capacity", caps.transform),
+        ("loader_h2d_capacity", caps.h2d),
+    ] {
+        if let Some(v) = v {
+            stage = stage.with(key, v);
+        }
     }
     tracing::debug!(%stats, "loader stats after the end-to-end run");
-    EndToEnd {
-        stage,
-        fed_ratio,
-        cpu_util,
-        gpu_util: None,
+    (
+        EndToEnd {
+            stage,
+            fed_ratio,
+            cpu_util,
+            gpu_util,
+        },
+        caps,
+    )
+}
+
+/// The GPU decode row, from the loader's decode counters on its GPU path
+/// (nvJPEG batches: `items · threads / busy`), with the images per route.
+pub fn gpu_decode_from_loader(caps: &LoaderCapacities) -> StageReport {
+    if !caps.gpu_path {
+        return not_on_gpu(caps);
+    }
+    match caps.decode {
+        Some(v) => StageReport::measured(
+            v,
+            format!(
+                "loader GPU path decode counters during end to end, routes {}",
+                caps.routes
+            ),
+        ),
+        None => StageReport::skipped("the loader's GPU path recorded no decode time"),
     }
 }
 
-/// GPU decode of `payloads` in batches of `batch`, per route.
-pub fn gpu_decode(
-    _ctx: &Arc<CudaContext>,
-    _payloads: &[Vec<u8>],
-    _batch: usize,
-    _budget: Duration,
-    _tick: &(dyn Fn(f64) + Sync),
-) -> StageReport {
-    StageReport::skipped("the nvJPEG batch decoder is not in this build yet")
+/// The GPU transform row, from the loader's transform counters on its GPU path
+/// (the fused crop/resize/flip/normalize kernel, event-timed).
+pub fn gpu_transform_from_loader(caps: &LoaderCapacities) -> StageReport {
+    if !caps.gpu_path {
+        return not_on_gpu(caps);
+    }
+    match caps.transform {
+        Some(v) => StageReport::measured(
+            v,
+            "loader GPU path transform kernel counters during end to end",
+        ),
+        None => StageReport::skipped("the loader's GPU path recorded no transform time"),
+    }
 }
 
-/// GPU transforms alone.
-pub fn gpu_transform() -> StageReport {
-    StageReport::skipped("the GPU transform path is not in this build yet")
+fn not_on_gpu(caps: &LoaderCapacities) -> StageReport {
+    StageReport::skipped(match &caps.gpu_path_reason {
+        Some(r) => format!("the loader's GPU path is unavailable: {r}"),
+        None => "the loader's GPU path did not run".to_string(),
+    })
 }
