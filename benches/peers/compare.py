@@ -93,7 +93,7 @@ def main():
     peers = []
     peers += run_peer("pil_pool.py", common + ["--mode", "decode"], "pil_pool_decode", "cpu_decode", to)
     peers += run_peer("pil_pool.py", common + ["--mode", "loader", "--size", str(a.size)], "pil_pool_loader", "end_to_end", to)
-    peers += run_peer("pil_decode.py", [a.images], "pil_decode", "cpu_decode", to)
+    peers += run_peer("pil_decode.py", [a.images, "--seconds", secs], "pil_decode_1core", "cpu_decode", to)
     peers += run_peer("torch_loader.py", [a.images], "torch_loader", "end_to_end", to)
     peers += run_peer("torchvision_decode.py", common + ["--device", "cpu"], "torchvision_decode_jpeg_cpu", "cpu_decode", to)
     if gpu:
@@ -117,6 +117,12 @@ def main():
     for r in peers:
         st = r.get("stage")
         mine = stages.get(st, {}).get("img_per_s") if st in stages else None
+        per_core = r.get("workers") == 1 and "1core" in r.get("peer", "")
+        if per_core and mine is not None:
+            # A one-core peer is compared with stoker's figure per thread.
+            threads = stages[st].get("threads") or report["machine"]["cores"] or 1
+            mine = mine / threads
+            st = st + "/core"
         pv = r.get("img_per_s")
         ratio = (mine / pv) if (mine is not None and pv) else None
         fmt = lambda v: ("%.0f" % v) if v is not None else "-"  # noqa: E731
@@ -126,10 +132,12 @@ def main():
         md.append(f"| {r['peer']} | {st} | {fmt(pv)} | {fmt(mine)} | {rs} | {why} |")
         tsv.append((f"peer:{r['peer']}", fmt(pv) if pv is not None else "null", "img/s",
                     (f"stoker {st} {fmt(mine)} img/s, ratio {rs}" if pv is not None else f"not run: {why}")))
+    bench_rows = []
     for name, s in stages.items():
         v = s.get("img_per_s")
-        tsv.insert(0, (f"bench:{name}", ("%.0f" % v) if v is not None else "null", "img/s",
-                       (s.get("note") or "")[:160] if v is not None else f"not measured: {s.get('reason')}"))
+        bench_rows.append((f"bench:{name}", ("%.0f" % v) if v is not None else "null", "img/s",
+                           (s.get("note") or "")[:160] if v is not None else f"not measured: {s.get('reason')}"))
+    tsv = bench_rows + tsv
     tsv.append(("bench:verdict", report["verdict"].get("bound") or "none", "bound", report["verdict"]["text"][:200]))
     print("\n".join(lines))
     if a.markdown:

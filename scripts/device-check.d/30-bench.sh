@@ -32,7 +32,7 @@ r = json.load(open(sys.argv[1]))
 e = r["stages"]["end_to_end"]
 rows = [
     ("bench-step100:end_to_end", e.get("img_per_s"), "img/s", (e.get("note") or e.get("reason") or "")[:160]),
-    ("bench-step100:fed_ratio", r.get("fed_ratio"), "ratio", "100 ms GPU step per batch of %d" % r["run"]["batch"]),
+    ("bench-step100:fed_ratio", r.get("fed_ratio"), "ratio", "100 ms step per batch of %d (GPU kernel when the GPU path runs)" % r["run"]["batch"]),
     ("bench-step100:verdict", r["verdict"].get("bound"), "bound", r["verdict"]["text"][:200]),
 ]
 with open(sys.argv[2], "a") as fh:

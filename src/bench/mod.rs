@@ -25,6 +25,7 @@
 //! - [`storage`]: cold (`posix_fadvise(DONTNEED)`, checked with `mincore`) and warm reads of the shard files.
 //! - [`cpu_decode`]: the routed [`stoker_decode::CpuDecoder`] on every core.
 //! - [`pcie`]: opening the GPU without panicking; pinned vs pageable H2D.
+//! - [`gpu_decode`]: [`stoker_decode::GpuDecoder`] alone, hardware engines then the CUDA decoder.
 //! - [`pipeline`]: end to end through [`stoker_loader::Loader`]; on its GPU path, the
 //!   loader's own decode and transform counters give the GPU decode and transform rows.
 //! - [`consumer`]: the simulated training step (a busy GPU kernel, or a host sleep).
@@ -33,6 +34,7 @@
 
 pub mod consumer;
 pub mod cpu_decode;
+pub mod gpu_decode;
 pub mod pcie;
 pub mod pipeline;
 pub mod report;
@@ -429,8 +431,14 @@ pub fn run(
         }
     };
 
-    // 4. End to end through the loader; on the GPU path its counters also give
-    // the GPU decode and transform capacities (5, 6).
+    // 4. GPU decode alone.
+    progress.stage("gpu_decode");
+    let gpu_decode_alone = gpu
+        .as_ref()
+        .map(|(ctx, _)| gpu_decode::measure(ctx, &sample.payloads, opts.batch, budget, &tick));
+
+    // 5. End to end through the loader; on the GPU path its counters also give
+    // the GPU transform capacity (6).
     progress.stage("end_to_end");
     let (e2e, loader_caps) = pipeline::end_to_end(
         &ds,
@@ -456,7 +464,11 @@ pub fn run(
             StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
         ),
         Some(_) => (
-            pipeline::gpu_decode_from_loader(&loader_caps),
+            match gpu_decode_alone {
+                Some(row) if row.img_per_s.is_some() => row,
+                // The decoder alone could not run: the loader's counters, if any.
+                _ => pipeline::gpu_decode_from_loader(&loader_caps),
+            },
             pipeline::gpu_transform_from_loader(&loader_caps),
         ),
     };
