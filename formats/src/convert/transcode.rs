@@ -100,6 +100,13 @@ fn process_jpeg(
     if let Err(e) = info.supported() {
         return Outcome::Skip(format!("cannot be decoded by stoker: {e}"));
     }
+    if !ends_after_last_scan(data) {
+        // The decoders fill in missing scan data without an error; a cut-off file would train
+        // on gray rows, so it is bad input here.
+        return Outcome::Skip(
+            "truncated JPEG: no end-of-image marker (FF D9) after the last scan".into(),
+        );
+    }
     let too_big = opts
         .max_side
         .is_some_and(|m| info.width.max(info.height) > m);
@@ -136,6 +143,19 @@ fn process_jpeg(
             for_gpu && !too_big,
         ),
         Err(e) => Outcome::Skip(format!("corrupt JPEG: {e}")),
+    }
+}
+
+/// True when an end-of-image marker follows the last start-of-scan marker.
+///
+/// Entropy-coded data never holds `FF DA` or `FF D9` (a coded `FF` is followed by `00` or a
+/// restart marker), so the last `FF DA` starts the final scan and a complete file has `FF D9`
+/// after it. Bytes after the EOI (padding, trailers) are allowed.
+fn ends_after_last_scan(data: &[u8]) -> bool {
+    let find_last = |m: u8| data.windows(2).rposition(|w| w[0] == 0xFF && w[1] == m);
+    match (find_last(0xDA), find_last(0xD9)) {
+        (Some(sos), Some(eoi)) => eoi > sos,
+        _ => false,
     }
 }
 
@@ -285,6 +305,19 @@ fn encode_jpeg(px: &Rgb, quality: u8) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn truncation_is_detected_from_markers() {
+        let full = [0xFF, 0xD8, 0xFF, 0xDA, 0, 2, 1, 0xFF, 0x00, 3, 0xFF, 0xD9];
+        assert!(ends_after_last_scan(&full));
+        let mut trailer = full.to_vec();
+        trailer.extend_from_slice(b"\n\0\0");
+        assert!(ends_after_last_scan(&trailer));
+        assert!(!ends_after_last_scan(&full[..10]));
+        // An EOI before the last scan (e.g. an embedded thumbnail's) does not count.
+        let thumb_then_cut = [0xFF, 0xD8, 0xFF, 0xD9, 0xFF, 0xDA, 0, 2, 1, 7];
+        assert!(!ends_after_last_scan(&thumb_then_cut));
+    }
 
     #[test]
     fn long_side_fit_keeps_aspect() {

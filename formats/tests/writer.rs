@@ -1,0 +1,252 @@
+//! DatasetWriter and Dataset: shards, growth, validation, reopening.
+
+use stoker_formats::{
+    Dataset, DatasetWriter, Encoding, FormatError, Provenance, RecordHeader, RecordMeta,
+    WriterOptions,
+};
+
+fn raw(h: u32, w: u32, label: u32) -> RecordMeta {
+    RecordMeta {
+        encoding: Encoding::Raw,
+        height: h,
+        width: w,
+        channels: 1,
+        label,
+    }
+}
+
+fn jpeg(label: u32) -> RecordMeta {
+    RecordMeta {
+        encoding: Encoding::Jpeg,
+        height: 4,
+        width: 4,
+        channels: 3,
+        label,
+    }
+}
+
+#[test]
+fn shards_roll_over_by_bytes_and_keys_stay_dense() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriterOptions {
+        shard_bytes: 10_000,
+        ..WriterOptions::default()
+    };
+    let mut w = DatasetWriter::create(dir.path(), opts).unwrap();
+    let payloads: Vec<Vec<u8>> = (0..50u32)
+        .map(|i| (0..(100 + i * 37)).map(|b| (b * 7 + i) as u8).collect())
+        .collect();
+    for (i, p) in payloads.iter().enumerate() {
+        assert_eq!(w.push(jpeg(i as u32 % 3), p).unwrap(), i as u64);
+    }
+    let m = w
+        .finish(
+            vec!["a".into(), "b".into(), "c".into()],
+            Provenance::stoker("t"),
+        )
+        .unwrap();
+    assert!(
+        m.shards.len() > 2,
+        "expected several shards, got {}",
+        m.shards.len()
+    );
+    for s in &m.shards {
+        // Each shard holds at most 10 kB of records, unless a single record is larger.
+        assert!(s.count >= 1);
+    }
+    let ds = Dataset::open(dir.path()).unwrap();
+    assert_eq!(ds.len(), 50);
+    let r = ds.reader().unwrap();
+    for (i, p) in payloads.iter().enumerate() {
+        let rec = r.get(i as u64).unwrap();
+        assert_eq!(rec.payload, &p[..]);
+        assert_eq!(rec.header.label, i as u32 % 3);
+        rec.check_crc().unwrap();
+    }
+    assert!(matches!(
+        r.get(50),
+        Err(FormatError::IndexOutOfRange { index: 50, len: 50 })
+    ));
+}
+
+#[test]
+fn records_per_shard_splits_by_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriterOptions {
+        records_per_shard: Some(4),
+        ..WriterOptions::default()
+    };
+    let mut w = DatasetWriter::create(dir.path(), opts).unwrap();
+    for i in 0..10u8 {
+        w.push(raw(1, 2, 0), &[i, i]).unwrap();
+    }
+    let m = w.finish(vec!["x".into()], Provenance::stoker("t")).unwrap();
+    let counts: Vec<u64> = m.shards.iter().map(|s| s.count).collect();
+    assert_eq!(counts, [4, 4, 2]);
+    assert_eq!(m.raw_size.unwrap().width, 2);
+    assert_eq!(m.encoding, Encoding::Raw);
+}
+
+#[test]
+fn map_grows_for_large_and_many_small_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    // 48 MiB of large records in one shard: beyond the 16 MiB initial map.
+    let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 253) as u8).collect();
+    for _ in 0..48 {
+        w.push(jpeg(0), &big).unwrap();
+    }
+    // Then many tiny inline records.
+    for i in 0..60_000u32 {
+        w.push(jpeg(1), &i.to_le_bytes()).unwrap();
+    }
+    let m = w
+        .finish(vec!["a".into(), "b".into()], Provenance::stoker("t"))
+        .unwrap();
+    assert_eq!(m.shards.len(), 1);
+    let ds = Dataset::open(dir.path()).unwrap();
+    let r = ds.reader().unwrap();
+    assert_eq!(r.get(47).unwrap().payload, &big[..]);
+    assert_eq!(
+        r.get(48 + 59_999).unwrap().payload,
+        &59_999u32.to_le_bytes()
+    );
+    assert!(stoker_formats::verify(&ds, false).unwrap().ok());
+}
+
+#[test]
+fn invalid_records_are_refused_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    w.push(raw(2, 2, 0), &[0; 4]).unwrap();
+    let e = w.push(raw(2, 2, 0), &[0; 5]).unwrap_err();
+    assert!(
+        matches!(e, FormatError::InvalidRecord { index: 1, .. }),
+        "{e}"
+    );
+    let e = w.push(raw(3, 3, 0), &[0; 9]).unwrap_err();
+    assert!(e.to_string().contains("differs"), "{e}");
+    let e = w.push(jpeg(0), b"\xff\xd8").unwrap_err();
+    assert!(e.to_string().contains("encoding"), "{e}");
+    w.push(raw(2, 2, 0), &[1; 4]).unwrap();
+    let m = w.finish(vec!["a".into()], Provenance::stoker("t")).unwrap();
+    assert_eq!(m.samples, 2);
+}
+
+#[test]
+fn unfinished_writer_leaves_no_dataset_and_finished_refuses_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+        w.push(jpeg(0), b"abc").unwrap();
+        // dropped without finish(): as if the process died
+    }
+    assert!(!dir.path().join("manifest.json").exists());
+    assert!(!dir.path().join("shard-00000.lmdb").exists());
+    assert!(Dataset::open(dir.path()).is_err());
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    w.push(jpeg(0), b"abc").unwrap();
+    w.finish(vec!["a".into()], Provenance::stoker("t")).unwrap();
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.ends_with(".tmp") && !n.ends_with("-lock")),
+        "{names:?}"
+    );
+    assert!(matches!(
+        DatasetWriter::create(dir.path(), WriterOptions::default()),
+        Err(FormatError::OutputExists { .. })
+    ));
+}
+
+#[test]
+fn hand_made_bad_records_are_reported_by_reader_and_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    w.push(jpeg(0), b"not a jpeg at all").unwrap(); // valid CRC, undecodable
+    let wrong_crc = RecordHeader {
+        encoding: Encoding::Jpeg,
+        height: 4,
+        width: 4,
+        channels: 3,
+        label: 0,
+        payload_len: 3,
+        crc32c: 12345,
+    };
+    w.push_header_unchecked(wrong_crc, b"xyz").unwrap();
+    let wrong_len = RecordHeader {
+        payload_len: 10,
+        crc32c: crc32c::crc32c(b"xyz"),
+        ..wrong_crc
+    };
+    w.push_header_unchecked(wrong_len, b"xyz").unwrap();
+    w.finish(vec!["a".into()], Provenance::stoker("t")).unwrap();
+
+    let ds = Dataset::open(dir.path()).unwrap();
+    let r = ds.reader().unwrap();
+    r.get(0).unwrap().check_crc().unwrap();
+    assert!(matches!(
+        r.get(1).unwrap().check_crc(),
+        Err(FormatError::CrcMismatch { index: 1, .. })
+    ));
+    assert!(matches!(
+        r.get(2),
+        Err(FormatError::TruncatedRecord {
+            index: 2,
+            got: 35,
+            want: 42,
+            ..
+        })
+    ));
+    let v = stoker_formats::verify(&ds, true).unwrap();
+    assert!(!v.ok());
+    let bad: Vec<Option<u64>> = v.bad.iter().map(|b| b.index).collect();
+    assert_eq!(bad, [Some(1), Some(2), Some(0)], "{:?}", v.bad);
+    assert!(v.bad[2].problem.contains("does not decode"), "{:?}", v.bad);
+}
+
+#[test]
+fn same_dataset_opens_twice_and_reads_from_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    for i in 0..100u32 {
+        w.push(jpeg(i), &i.to_be_bytes()).unwrap();
+    }
+    w.finish(vec![], Provenance::stoker("t")).unwrap();
+    let a = Dataset::open(dir.path()).unwrap();
+    let b = Dataset::open(dir.path()).unwrap(); // heed alone refuses this
+    std::thread::scope(|s| {
+        for ds in [&a, &b, &a] {
+            let ds = ds.clone();
+            s.spawn(move || {
+                let r = ds.reader().unwrap();
+                for i in 0..100u32 {
+                    assert_eq!(r.get(u64::from(i)).unwrap().payload, i.to_be_bytes());
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn truncated_shard_is_refused_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    w.push(jpeg(0), &[5u8; 10_000]).unwrap();
+    w.finish(vec!["a".into()], Provenance::stoker("t")).unwrap();
+    let shard = dir.path().join("shard-00000.lmdb");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap();
+    f.set_len(len - 4096).unwrap();
+    assert!(matches!(
+        Dataset::open(dir.path()),
+        Err(FormatError::ShardSizeMismatch { .. })
+    ));
+}
