@@ -20,9 +20,6 @@ use super::driver_err;
 /// The kernel source, compiled by NVRTC when a GPU pipeline is built.
 pub const TRANSFORM_CU: &str = include_str!("transform.cu");
 
-/// The most source taps per axis the kernel uses (matches `STOKER_MAX_TAPS`).
-pub const MAX_TAPS: usize = 64;
-
 /// Threads per block of the transform launch.
 const BLOCK: u32 = 256;
 
@@ -69,12 +66,12 @@ pub struct TransformArgs {
     pub out_height: u32,
     /// 1: NCHW, 0: NHWC.
     pub layout_chw: u32,
-    /// 1: `(v / 255 - mean) / std`; 0: `v / 255` for float outputs, `v` for u8.
+    /// 1: `(level / 255 - mean) / std`; 0: `level / 255` (float outputs; u8 ignores it).
     pub normalize: u32,
     /// Per-channel mean (on the 0..1 scale).
     pub mean: [f32; 3],
-    /// Per-channel 1 / std (on the 0..1 scale).
-    pub inv_std: [f32; 3],
+    /// Per-channel standard deviation (on the 0..1 scale), never 0.
+    pub std: [f32; 3],
 }
 
 // SAFETY: `#[repr(C)]`, only 4-byte scalars, passed by value as a kernel
@@ -165,10 +162,11 @@ pub fn nvrtc_present() -> bool {
 pub fn compile_ptx() -> Result<Ptx, LoaderError> {
     if !nvrtc_present() {
         return Err(LoaderError::GpuUnavailable {
-            reason: "libnvrtc (the CUDA runtime compiler, needed for the transform kernel) was not \
+            reason:
+                "libnvrtc (the CUDA runtime compiler, needed for the transform kernel) was not \
                      found: install the CUDA toolkit or the nvidia-cuda-nvrtc wheel and point \
                      STOKER_NVRTC_DIR or LD_LIBRARY_PATH at its lib folder"
-                .into(),
+                    .into(),
         });
     }
     let opts = CompileOptions {
@@ -186,6 +184,19 @@ pub fn compile_ptx() -> Result<Ptx, LoaderError> {
         op: "nvrtcCompileProgram",
         source: Box::new(e),
     })
+}
+
+/// Device addresses of one launch (see [`TransformKernel::launch`] for what they must hold).
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchBuffers {
+    /// Source pixels of every image.
+    pub arena: u64,
+    /// `images` [`ImageParams`].
+    pub params: u64,
+    /// Images to transform (grid `y` dimension).
+    pub images: u32,
+    /// The batch tensor.
+    pub out: u64,
 }
 
 /// The loaded transform kernels (one entry point per output dtype).
@@ -218,7 +229,7 @@ impl TransformKernel {
         })
     }
 
-    /// Enqueues the transform of `images` images on `stream`.
+    /// Enqueues the transform of `buffers.images` images on `stream`.
     ///
     /// # Safety
     /// - `arena` points to device memory holding every image described by
@@ -233,12 +244,15 @@ impl TransformKernel {
         &self,
         stream: &CudaStream,
         dtype: KernelDtype,
-        arena: u64,
-        params: u64,
-        images: u32,
+        buffers: &LaunchBuffers,
         args: &TransformArgs,
-        out: u64,
     ) -> Result<(), LoaderError> {
+        let LaunchBuffers {
+            arena,
+            params,
+            images,
+            out,
+        } = *buffers;
         if images == 0 {
             return Ok(());
         }
@@ -265,163 +279,178 @@ impl TransformKernel {
     }
 }
 
-/// Taps of one axis for output index `out_index`: first source index and weights
-/// (summing to 1). Same arithmetic, in the same order, as `stoker_taps` in transform.cu.
-pub fn taps(
-    box_start: f32,
-    box_len: f32,
-    in_size: u32,
-    out_size: u32,
-    out_index: u32,
-    weights: &mut [f32; MAX_TAPS],
-) -> (usize, usize) {
-    let scale = box_len / out_size as f32;
-    let filterscale = if scale < 1.0 { 1.0 } else { scale };
-    let support = filterscale;
-    let center = box_start + (out_index as f32 + 0.5) * scale;
-    let inv = 1.0 / filterscale;
-    let mut lo = (center - support + 0.5).floor() as i64;
-    let mut hi = (center + support + 0.5).floor() as i64;
-    lo = lo.max(0);
-    hi = hi.min(in_size as i64);
-    let mut n = hi - lo;
-    if n > MAX_TAPS as i64 {
-        lo += (n - MAX_TAPS as i64) / 2;
-        n = MAX_TAPS as i64;
-    }
-    if n < 1 {
-        let lo = lo.clamp(0, in_size.saturating_sub(1) as i64);
-        weights[0] = 1.0;
-        return (lo as usize, 1);
-    }
-    let n = n as usize;
-    let mut total = 0.0f32;
-    for (i, w) in weights.iter_mut().enumerate().take(n) {
-        let x = ((lo + i as i64) as f32 - center + 0.5) * inv;
-        let x = x.abs();
-        *w = if x < 1.0 { 1.0 - x } else { 0.0 };
-        total += *w;
-    }
-    if total > 0.0 {
-        let r = 1.0 / total;
-        for w in weights.iter_mut().take(n) {
-            *w *= r;
-        }
-    } else {
-        for w in weights.iter_mut().take(n) {
-            *w = 1.0 / n as f32;
-        }
-    }
-    (lo as usize, n)
-}
+/// CPU reference of the kernel's math, operation for operation, used by the
+/// tests to prove that the kernel formula equals the CPU path's transform.
+#[cfg(test)]
+pub(crate) mod reference {
+    use super::TransformArgs;
 
-/// A decoded source image as the kernel sees it (HWC u8, 1 or 3 channels).
-#[derive(Clone, Copy, Debug)]
-pub struct SourceImage<'a> {
-    /// Pixels; row `y` starts at `y * pitch`.
-    pub pixels: &'a [u8],
-    /// Width in pixels.
-    pub width: u32,
-    /// Height in pixels.
-    pub height: u32,
-    /// Bytes between rows.
-    pub pitch: u32,
-    /// 1 or 3.
-    pub channels: u32,
-}
+    /// The most source taps per axis the kernel uses (matches `STOKER_MAX_TAPS`).
+    pub(crate) const MAX_TAPS: usize = 64;
 
-/// CPU reference of one output pixel: the resampled RGB values (0..255 scale,
-/// not rounded) of output pixel (`ox`, `oy`), flip applied. Mirrors
-/// `stoker_sample` in transform.cu operation for operation.
-pub fn reference_pixel(
-    src: &SourceImage<'_>,
-    crop: [f32; 4],
-    flip: bool,
-    out_width: u32,
-    out_height: u32,
-    ox: u32,
-    oy: u32,
-) -> [f32; 3] {
-    let sx = if flip { out_width - 1 - ox } else { ox };
-    let mut wx = [0.0f32; MAX_TAPS];
-    let mut wy = [0.0f32; MAX_TAPS];
-    let (x0, nx) = taps(crop[0], crop[2], src.width, out_width, sx, &mut wx);
-    let (y0, ny) = taps(crop[1], crop[3], src.height, out_height, oy, &mut wy);
-    let mut acc = [0.0f32; 3];
-    for (j, wyj) in wy.iter().enumerate().take(ny) {
-        let row = &src.pixels[(y0 + j) * src.pitch as usize..];
-        let mut r = [0.0f32; 3];
-        if src.channels == 3 {
-            for (i, wxi) in wx.iter().enumerate().take(nx) {
-                let px = &row[(x0 + i) * 3..(x0 + i) * 3 + 3];
-                r[0] += wxi * px[0] as f32;
-                r[1] += wxi * px[1] as f32;
-                r[2] += wxi * px[2] as f32;
+    /// Taps of one axis for output index `out_index`: first source index and weights
+    /// (summing to 1), restricted to the crop box. Same arithmetic, in the same
+    /// order, as `stoker_taps` in transform.cu.
+    pub(crate) fn taps(
+        box_start: f32,
+        box_len: f32,
+        in_size: u32,
+        out_size: u32,
+        out_index: u32,
+        weights: &mut [f32; MAX_TAPS],
+    ) -> (usize, usize) {
+        let scale = box_len / out_size as f32;
+        let filterscale = if scale < 1.0 { 1.0 } else { scale };
+        let support = filterscale;
+        let center = box_start + (out_index as f32 + 0.5) * scale;
+        let box_lo = (box_start.floor() as i64).max(0);
+        let box_hi = ((box_start + box_len).ceil() as i64).min(in_size as i64);
+        let mut lo = ((center - support).floor() as i64).max(box_lo);
+        let hi = ((center + support).ceil() as i64).min(box_hi);
+        let mut n = hi - lo;
+        if n > MAX_TAPS as i64 {
+            lo += (n - MAX_TAPS as i64) / 2;
+            n = MAX_TAPS as i64;
+        }
+        if n < 1 {
+            let lo = lo.clamp(0, in_size.saturating_sub(1) as i64);
+            weights[0] = 1.0;
+            return (lo as usize, 1);
+        }
+        let n = n as usize;
+        let mut total = 0.0f32;
+        for (i, w) in weights.iter_mut().enumerate().take(n) {
+            let x = (((lo + i as i64) as f32 + 0.5 - center) / filterscale).abs();
+            *w = if x < 1.0 { 1.0 - x } else { 0.0 };
+            total += *w;
+        }
+        if total > 0.0 {
+            for w in weights.iter_mut().take(n) {
+                *w /= total;
             }
         } else {
-            for (i, wxi) in wx.iter().enumerate().take(nx) {
-                r[0] += wxi * row[x0 + i] as f32;
+            for w in weights.iter_mut().take(n) {
+                *w = 1.0 / n as f32;
             }
-            r[1] = r[0];
-            r[2] = r[0];
         }
-        for c in 0..3 {
-            acc[c] += wyj * r[c];
-        }
+        (lo as usize, n)
     }
-    acc
-}
 
-/// CPU reference of a whole output image in f32 CHW: what `stoker_transform_f32`
-/// writes for one image (normalized with `args` when `args.normalize == 1`).
-pub fn reference_image_f32(
-    src: &SourceImage<'_>,
-    crop: [f32; 4],
-    flip: bool,
-    args: &TransformArgs,
-) -> Vec<f32> {
-    let (w, h) = (args.out_width, args.out_height);
-    let plane = (w * h) as usize;
-    let mut out = vec![0.0f32; 3 * plane];
-    for oy in 0..h {
-        for ox in 0..w {
-            let rgb = reference_pixel(src, crop, flip, w, h, ox, oy);
-            for c in 0..3 {
-                let u = rgb[c] * (1.0 / 255.0);
-                let v = if args.normalize == 1 {
-                    (u - args.mean[c]) * args.inv_std[c]
+    /// A decoded source image as the kernel sees it (HWC u8, 1 or 3 channels).
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct SourceImage<'a> {
+        /// Pixels; row `y` starts at `y * pitch`.
+        pub(crate) pixels: &'a [u8],
+        /// Width in pixels.
+        pub(crate) width: u32,
+        /// Height in pixels.
+        pub(crate) height: u32,
+        /// Bytes between rows.
+        pub(crate) pitch: u32,
+        /// 1 or 3.
+        pub(crate) channels: u32,
+    }
+
+    /// CPU reference of one output pixel: the resampled RGB values (0..255 scale,
+    /// not rounded) of output pixel (`ox`, `oy`), flip applied. Mirrors
+    /// `stoker_sample` in transform.cu: vertical pass first, rounded to u8 levels,
+    /// then the horizontal pass.
+    pub(crate) fn reference_pixel(
+        src: &SourceImage<'_>,
+        crop: [f32; 4],
+        flip: bool,
+        out_width: u32,
+        out_height: u32,
+        ox: u32,
+        oy: u32,
+    ) -> [f32; 3] {
+        let sx = if flip { out_width - 1 - ox } else { ox };
+        let mut wx = [0.0f32; MAX_TAPS];
+        let mut wy = [0.0f32; MAX_TAPS];
+        let (x0, nx) = taps(crop[0], crop[2], src.width, out_width, sx, &mut wx);
+        let (y0, ny) = taps(crop[1], crop[3], src.height, out_height, oy, &mut wy);
+        let pitch = src.pitch as usize;
+        let mut acc = [0.0f32; 3];
+        for (i, wxi) in wx.iter().enumerate().take(nx) {
+            let mut col = [0.0f32; 3];
+            for (j, wyj) in wy.iter().enumerate().take(ny) {
+                let row = (y0 + j) * pitch;
+                if src.channels == 3 {
+                    let px = &src.pixels[row + (x0 + i) * 3..][..3];
+                    for c in 0..3 {
+                        col[c] += wyj * px[c] as f32;
+                    }
                 } else {
-                    u
-                };
-                out[c * plane + (oy * w + ox) as usize] = v;
+                    col[0] += wyj * src.pixels[row + x0 + i] as f32;
+                }
+            }
+            if src.channels != 3 {
+                col = [col[0]; 3];
+            }
+            for c in 0..3 {
+                acc[c] += wxi * level(col[c]);
             }
         }
+        acc
     }
-    out
-}
 
-/// CPU reference of the u8 output in HWC (rounded half to even like `rintf`, clamped).
-pub fn reference_image_u8_hwc(
-    src: &SourceImage<'_>,
-    crop: [f32; 4],
-    flip: bool,
-    out_width: u32,
-    out_height: u32,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity((out_width * out_height * 3) as usize);
-    for oy in 0..out_height {
-        for ox in 0..out_width {
-            let rgb = reference_pixel(src, crop, flip, out_width, out_height, ox, oy);
-            for v in rgb {
-                out.push(v.round_ties_even().clamp(0.0, 255.0) as u8);
+    /// The u8 level of a resampled value: round half to even (`rintf`), clamp to 0..=255.
+    pub(crate) fn level(v: f32) -> f32 {
+        v.round_ties_even().clamp(0.0, 255.0)
+    }
+
+    /// CPU reference of a whole output image in f32 CHW: what `stoker_transform_f32`
+    /// writes for one image (normalized with `args` when `args.normalize == 1`).
+    pub(crate) fn reference_image_f32(
+        src: &SourceImage<'_>,
+        crop: [f32; 4],
+        flip: bool,
+        args: &TransformArgs,
+    ) -> Vec<f32> {
+        let (w, h) = (args.out_width, args.out_height);
+        let plane = (w * h) as usize;
+        let mut out = vec![0.0f32; 3 * plane];
+        for oy in 0..h {
+            for ox in 0..w {
+                let rgb = reference_pixel(src, crop, flip, w, h, ox, oy);
+                for c in 0..3 {
+                    let u = level(rgb[c]) / 255.0;
+                    let v = if args.normalize == 1 {
+                        (u - args.mean[c]) / args.std[c]
+                    } else {
+                        u
+                    };
+                    out[c * plane + (oy * w + ox) as usize] = v;
+                }
             }
         }
+        out
     }
-    out
+
+    /// CPU reference of the u8 output in HWC (rounded half to even like `rintf`, clamped).
+    pub(crate) fn reference_image_u8_hwc(
+        src: &SourceImage<'_>,
+        crop: [f32; 4],
+        flip: bool,
+        out_width: u32,
+        out_height: u32,
+    ) -> Vec<u8> {
+        let mut out = Vec::with_capacity((out_width * out_height * 3) as usize);
+        for oy in 0..out_height {
+            for ox in 0..out_width {
+                let rgb = reference_pixel(src, crop, flip, out_width, out_height, ox, oy);
+                for v in rgb {
+                    out.push(level(v) as u8);
+                }
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::reference::*;
     use super::*;
 
     #[test]
@@ -523,6 +552,104 @@ mod tests {
                 dtype.entry_point()
             );
         }
-        assert!(text.contains("cvt.rn.f16.f32"), "f16 conversion rounds to nearest even");
+        assert!(
+            text.contains("cvt.rn.f16.f32"),
+            "f16 conversion rounds to nearest even"
+        );
+    }
+
+    /// The kernel formula equals the CPU path's transform (fast_image_resize's
+    /// bilinear convolution + layout/normalize) on real photographs, for random
+    /// resized crops with flips and for the eval center crop: u8 levels differ by
+    /// at most 2 (fixed-point weights and rounded intermediate rows on the CPU)
+    /// and more than 98% are identical.
+    #[test]
+    fn reference_matches_the_cpu_path_on_bench_images() {
+        use crate::transform::layout::{self, Normalizer};
+        use crate::transform::resize::CropResizer;
+        use crate::transform::{Transform, IMAGENET_MEAN, IMAGENET_STD};
+
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/bench");
+        let decoder = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default());
+        let size = 224u32;
+        let transforms = [
+            Transform::random_resized_crop(size)
+                .hflip(0.5)
+                .normalize(IMAGENET_MEAN, IMAGENET_STD),
+            Transform::center_crop(size, 256).normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ];
+        let norm = Normalizer::new(IMAGENET_MEAN, IMAGENET_STD);
+        let args = TransformArgs {
+            out_width: size,
+            out_height: size,
+            layout_chw: 1,
+            normalize: 1,
+            mean: IMAGENET_MEAN,
+            std: IMAGENET_STD,
+        };
+        let mut resizer = CropResizer::new(size);
+        let (mut total, mut equal, mut flips) = (0usize, 0usize, 0usize);
+        for i in 0..6u64 {
+            let path = format!("{dir}/{i:05}.jpg");
+            let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let (info, rgb) = decoder.decode_to_vec(&data).expect("bench JPEG decodes");
+            let src = SourceImage {
+                pixels: &rgb,
+                width: info.width,
+                height: info.height,
+                pitch: info.width * 3,
+                channels: 3,
+            };
+            for t in &transforms {
+                for epoch in 0..3 {
+                    let p = t.params(7, epoch, i, info.width, info.height);
+                    flips += usize::from(p.flip);
+                    let crop = [
+                        p.crop.0 as f32,
+                        p.crop.1 as f32,
+                        p.crop.2 as f32,
+                        p.crop.3 as f32,
+                    ];
+                    let resized = resizer
+                        .apply(&rgb, info.width, info.height, p.crop)
+                        .unwrap()
+                        .to_vec();
+                    let mut cpu_u8 = vec![0u8; (size * size * 3) as usize];
+                    layout::write_u8_hwc(&resized, size as usize, p.flip, &mut cpu_u8);
+                    let gpu_u8 = reference_image_u8_hwc(&src, crop, p.flip, size, size);
+                    let max = cpu_u8
+                        .iter()
+                        .zip(&gpu_u8)
+                        .map(|(a, b)| a.abs_diff(*b))
+                        .max()
+                        .unwrap();
+                    assert!(max <= 2, "{path} {p:?}: u8 levels differ by {max}");
+                    total += cpu_u8.len();
+                    equal += cpu_u8.iter().zip(&gpu_u8).filter(|(a, b)| a == b).count();
+
+                    let mut cpu_f32 = vec![0f32; (3 * size * size) as usize];
+                    layout::write_f32_chw(&resized, size as usize, p.flip, &norm, &mut cpu_f32);
+                    let gpu_f32 = reference_image_f32(&src, crop, p.flip, &args);
+                    // Two u8 levels, normalized by the smallest std, is the tolerance.
+                    let tol = 2.0 / 255.0 / 0.224 + 1e-6;
+                    let worst = cpu_f32
+                        .iter()
+                        .zip(&gpu_f32)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0.0f32, f32::max);
+                    assert!(worst <= tol, "{path} {p:?}: f32 differs by {worst}");
+                }
+            }
+        }
+        assert!(
+            flips > 0,
+            "the draw never flipped: the flip path is untested"
+        );
+        let share = equal as f64 / total as f64;
+        assert!(
+            share > 0.97,
+            "only {:.2}% of u8 levels identical",
+            share * 100.0
+        );
     }
 }

@@ -1,2 +1,289 @@
-//! The GPU path: pinned staging ring, CUDA streams, nvJPEG decode, one fused
-//! NVRTC-compiled transform kernel and event hand-off (work in progress).
+//! # Overview
+//!
+//! The GPU path: [`crate::Device::Cuda`] batches delivered in device memory while
+//! the training step runs. Same sampler, same per-sample crop/flip
+//! ([`crate::Transform::params`]), same bad-record policy and counters as the CPU
+//! path; only where the pixels go differs.
+//!
+//! ```text
+//!  reader pool (rayon, `workers`)          copy stream            compute stream         consumer stream
+//!  read + CRC + (CPU decode) ──▶ pinned ──▶ H2D arena+params ──▶ fused kernel ──▶ ready ──▶ wait(ready)
+//!        slot k of the staging ring        (events h2d_*)         (events kernel/ready)   drop ▶ release
+//! ```
+//!
+//! - [`staging`]: `K = prefetch + 2` slots allocated once at build (pinned staging,
+//!   device arena, kernel parameters, batch tensor, events); sizes fixed by the
+//!   configuration and reported in [`crate::Stats`] (`pinned_bytes`, `device_bytes`).
+//! - [`kernel`]: the fused transform (`transform.cu`, compiled by NVRTC at build into
+//!   sm-agnostic PTX): antialiased bilinear resize of each image's crop box,
+//!   horizontal flip, rounding to a u8 level, normalization, NCHW/NHWC and
+//!   u8/f16/f32 straight into the batch tensor; plus a CPU reference of its math.
+//! - [`handoff`]: [`CudaImages`], the device half of a [`crate::Batch`]: the
+//!   consumer's stream waits on the batch's ready event; dropping the batch records
+//!   the release point on that stream, and the slot's next kernel waits for it.
+//!   The consumer thread never synchronizes the device.
+//! - [`pipeline`]: the producer thread of an epoch.
+//!
+//! Decoding: JPEG records are decoded on the CPU (stoker-decode's router) straight
+//! into pinned memory, raw records are copied there as they are; the nvJPEG route
+//! (`stoker_decode`'s GPU decoder, not yet available in that crate when this was
+//! written) plugs in at `pipeline::stage_one` / `pipeline::enqueue`: it would stage
+//! compressed bytes instead and decode into the arena on the compute stream.
+//!
+//! ```no_run
+//! use stoker_formats::Dataset;
+//! use stoker_loader::{Device, Images, Loader, Output, Transform};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let loader = Loader::builder(Dataset::open("data/imagenet")?)
+//!     .batch_size(256)
+//!     .transform(Transform::random_resized_crop(224).hflip(0.5))
+//!     .output(Output::F16Nchw)
+//!     .device(Device::Cuda(0))
+//!     .build()?;
+//! for batch in loader.epoch(0) {
+//!     let batch = batch?;
+//!     if let Images::Cuda(images) = &batch.images {
+//!         let stream = images.context().new_stream()?;
+//!         images.wait(&stream)?; // GPU-side wait, no host sync
+//!         let _x = images.as_f16_bits().unwrap();
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Hooks asked of the loader core (see the report): `pub mod gpu` (or re-exports of
+//! [`CudaImages`] and [`cudarc`]) so that users can name these types.
+// stoker-loader: gpu contract v1
+
+pub mod handoff;
+pub mod kernel;
+pub(crate) mod pipeline;
+pub(crate) mod staging;
+
+use std::sync::Arc;
+
+use crossbeam_channel::{Receiver, Sender};
+use cudarc::driver::{CudaContext, CudaStream, DriverError};
+use stoker_formats::{Dataset, Encoding};
+
+use crate::builder::{Device, LoaderConfig, Output};
+use crate::error::LoaderError;
+use crate::metrics::{Metrics, Stage};
+use crate::pipeline::{EpochPlan, EpochStream, Pipeline};
+use crate::transform::Transform;
+
+pub use cudarc;
+pub use handoff::CudaImages;
+
+use kernel::{KernelDtype, TransformArgs, TransformKernel};
+use staging::{Slot, SlotSizes};
+
+/// Pixels reserved per image in the staging ring for JPEG datasets (640×480):
+/// larger images are cropped and resized on the CPU before staging.
+pub const JPEG_STAGING_PIXELS: usize = 640 * 480;
+
+/// Wraps a CUDA driver error with the operation that failed.
+pub(crate) fn driver_err(op: &'static str, e: DriverError) -> LoaderError {
+    LoaderError::Gpu {
+        op,
+        source: Box::new(e),
+    }
+}
+
+/// Everything the producer thread needs, fixed at build.
+pub(crate) struct Shared {
+    pub(crate) ctx: Arc<CudaContext>,
+    /// H2D copies.
+    pub(crate) copy: Arc<CudaStream>,
+    /// Transforms (and, with nvJPEG, decodes).
+    pub(crate) compute: Arc<CudaStream>,
+    pub(crate) kernel: TransformKernel,
+    pub(crate) dataset: Dataset,
+    pub(crate) transform: Transform,
+    /// Output side in pixels.
+    pub(crate) size: u32,
+    pub(crate) output: Output,
+    pub(crate) dtype: KernelDtype,
+    pub(crate) args: TransformArgs,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Reader / CPU-decode threads.
+    pub(crate) pool: rayon::ThreadPool,
+    pub(crate) prefetch: usize,
+    /// Free slots of the staging ring (bounded by the slot count).
+    pub(crate) free_tx: Sender<Box<Slot>>,
+    pub(crate) free_rx: Receiver<Box<Slot>>,
+}
+
+/// The GPU backend (see the module docs).
+pub struct GpuPipeline {
+    shared: Arc<Shared>,
+    slots: usize,
+    sizes: SlotSizes,
+}
+
+impl std::fmt::Debug for GpuPipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuPipeline")
+            .field("device", &self.shared.ctx.ordinal())
+            .field("slots", &self.slots)
+            .field("slot_sizes", &self.sizes)
+            .finish()
+    }
+}
+
+impl Pipeline for GpuPipeline {
+    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError> {
+        Ok(Box::new(pipeline::GpuEpoch::start(
+            Arc::clone(&self.shared),
+            plan,
+        )?))
+    }
+}
+
+/// Why the GPU path cannot run here, or `None` when a CUDA driver with at least
+/// `ordinal + 1` devices is present. Never panics (checks the library before any
+/// cudarc call).
+pub fn unavailable_reason(ordinal: usize) -> Option<String> {
+    // SAFETY: only tries to dlopen the driver library by its usual names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Some(
+            "the NVIDIA driver library (libcuda.so) was not found: no GPU driver on this machine"
+                .into(),
+        );
+    }
+    match CudaContext::device_count() {
+        Err(e) => Some(format!(
+            "the CUDA driver failed to initialize ({e}): no usable GPU"
+        )),
+        Ok(n) if (n.max(0) as usize) <= ordinal => Some(format!(
+            "CUDA device {ordinal} requested but the driver reports {n} device(s)"
+        )),
+        Ok(_) => None,
+    }
+}
+
+/// Staging bytes per image for `dataset` with outputs of `size × size`.
+fn staging_stride(dataset: &Dataset, size: u32) -> usize {
+    let manifest = dataset.manifest();
+    let out = size as usize * size as usize * 3;
+    let per_image = match (manifest.encoding, &manifest.raw_size) {
+        (Encoding::Raw, Some(r)) => r.width as usize * r.height as usize * usize::from(r.channels),
+        _ => JPEG_STAGING_PIXELS * 3,
+    };
+    // Oversized images are staged as their CPU-resized `size × size` RGB output.
+    per_image.max(out)
+}
+
+/// Builds the GPU backend for `config` (called by the loader for `Device::Cuda`,
+/// and for `Device::Auto`, which falls back to the CPU on `GpuUnavailable`).
+///
+/// # Errors
+/// - [`LoaderError::GpuUnavailable`]: no driver, no such device, no NVRTC;
+/// - [`LoaderError::Gpu`]: a CUDA call failed, or pinned / device memory ran out
+///   (the message names the sizes asked);
+/// - [`LoaderError::Thread`]: the reader pool could not start.
+pub(crate) fn build(
+    config: &LoaderConfig,
+    metrics: Arc<Metrics>,
+) -> Result<GpuPipeline, LoaderError> {
+    let ordinal = match config.device {
+        Device::Cuda(n) => n,
+        Device::Auto => 0,
+        _ => {
+            return Err(LoaderError::GpuUnavailable {
+                reason: "the GPU backend was asked to build for a non-CUDA device".into(),
+            })
+        }
+    };
+    if let Some(reason) = unavailable_reason(ordinal) {
+        return Err(LoaderError::GpuUnavailable { reason });
+    }
+    drop(config.dataset.reader()?);
+    let ctx = CudaContext::new(ordinal).map_err(|e| LoaderError::GpuUnavailable {
+        reason: format!("cannot create a CUDA context on device {ordinal}: {e}"),
+    })?;
+    let kernel = TransformKernel::load(&ctx)?;
+    let copy = ctx
+        .new_stream()
+        .map_err(|e| driver_err("cuStreamCreate (copy)", e))?;
+    let compute = ctx
+        .new_stream()
+        .map_err(|e| driver_err("cuStreamCreate (compute)", e))?;
+
+    let size = config.transform.out_size();
+    let (mean, std) = config.transform.mean_std();
+    let (dtype, args) = pipeline::transform_args(size, config.output, mean, std);
+    let batch = config.batch_size as usize;
+    let sizes = SlotSizes {
+        batch,
+        stride: staging_stride(&config.dataset, size),
+        out_bytes: batch * 3 * size as usize * size as usize * dtype.size(),
+    };
+    let prefetch = config.prefetch.max(1) as usize;
+    let slots = prefetch + 2;
+    let want_device = slots * sizes.device_bytes();
+    if let Ok((free, total)) = ctx.mem_get_info() {
+        if want_device > free {
+            return Err(LoaderError::Gpu {
+                op: "device memory for the staging ring",
+                source: format!(
+                    "{slots} slots × {} bytes = {want_device} bytes asked, {free} of {total} bytes free on device {ordinal}; lower batch_size or prefetch",
+                    sizes.device_bytes()
+                )
+                .into(),
+            });
+        }
+    }
+    let (free_tx, free_rx) = crossbeam_channel::bounded(slots);
+    for _ in 0..slots {
+        let slot = Slot::new(&ctx, &compute, sizes)?;
+        // Cannot fail: the channel has exactly `slots` places.
+        let _ = free_tx.try_send(Box::new(slot));
+    }
+    let workers = config.workers.max(1);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("stoker-gpu-reader-{i}"))
+        .build()
+        .map_err(|e| LoaderError::Thread {
+            thread: "stoker-gpu-reader".into(),
+            reason: e.to_string(),
+        })?;
+
+    metrics.set_pinned_bytes((slots * sizes.pinned_bytes()) as u64);
+    metrics.set_device_bytes(want_device as u64);
+    metrics.set_queue_capacity(prefetch as u64);
+    metrics.set_threads(Stage::Read, workers as u64);
+    metrics.set_threads(Stage::Decode, workers as u64);
+    metrics.set_threads(Stage::H2d, 1);
+    metrics.set_threads(Stage::Transform, 1);
+    metrics.set_threads(Stage::Handoff, 1);
+    tracing::info!(
+        device = ordinal,
+        slots,
+        pinned_mib = (slots * sizes.pinned_bytes()) >> 20,
+        device_mib = want_device >> 20,
+        "GPU loader ready (JPEG decode on the CPU reader pool, transforms on the GPU)"
+    );
+    Ok(GpuPipeline {
+        shared: Arc::new(Shared {
+            ctx,
+            copy,
+            compute,
+            kernel,
+            dataset: config.dataset.clone(),
+            transform: config.transform,
+            size,
+            output: config.output,
+            dtype,
+            args,
+            metrics,
+            pool,
+            prefetch,
+            free_tx,
+            free_rx,
+        }),
+        slots,
+        sizes,
+    })
+}

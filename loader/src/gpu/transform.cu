@@ -3,8 +3,10 @@
 // One thread per output pixel. For every image of a batch it reads the decoded
 // HWC u8 pixels, resamples the image's crop box to the output size with an
 // antialiased bilinear (triangle) filter -- the same formula as PIL's BILINEAR
-// resize with a box, which the CPU path and `kernel::reference_pixel` follow --,
-// applies the horizontal flip, normalizes ((v / 255 - mean) / std) and writes
+// resize of the cropped image, which the CPU path (fast_image_resize) computes and
+// `kernel::reference` mirrors --,
+// applies the horizontal flip, rounds to a u8 level, normalizes
+// ((level / 255 - mean) / std) and writes
 // the result in the requested layout and dtype straight into the batch tensor.
 //
 // Keep this file free of #include: NVRTC runs without a CUDA toolkit here.
@@ -29,19 +31,16 @@ struct TransformArgs {
     unsigned int out_width;
     unsigned int out_height;
     unsigned int layout_chw;        // 1: NCHW, 0: NHWC
-    unsigned int normalize;         // 1: (v/255 - mean) / std, 0: v/255 (float) or v (u8)
+    unsigned int normalize;         // 1: (v/255 - mean) / std, 0: v/255 (float outputs)
     float mean[3];
-    float inv_std[3];
+    float std[3];
 };
 
 #define STOKER_MAX_TAPS 64
 
-__device__ __forceinline__ float stoker_triangle(float x) {
-    x = fabsf(x);
-    return x < 1.0f ? 1.0f - x : 0.0f;
-}
-
-// Computes the taps of one axis (PIL's precompute_coeffs for one output index).
+// Computes the taps of one axis (fast_image_resize's / PIL's precompute_coeffs for
+// one output index), restricted to the crop box: pixels outside the box are never
+// read, as when the cropped image is resized on its own (the CPU path, torchvision).
 // Returns the first source index in *first and the number of taps; weights sum to 1.
 __device__ __forceinline__ int stoker_taps(float box_start, float box_len, unsigned int in_size,
                                            unsigned int out_size, unsigned int out_index,
@@ -50,11 +49,14 @@ __device__ __forceinline__ int stoker_taps(float box_start, float box_len, unsig
     float filterscale = scale < 1.0f ? 1.0f : scale;
     float support = filterscale;  // triangle support (1.0) times filterscale
     float center = box_start + ((float)out_index + 0.5f) * scale;
-    float inv = 1.0f / filterscale;
-    int lo = (int)floorf(center - support + 0.5f);
-    int hi = (int)floorf(center + support + 0.5f);
-    if (lo < 0) lo = 0;
-    if (hi > (int)in_size) hi = (int)in_size;
+    int box_lo = (int)floorf(box_start);
+    int box_hi = (int)ceilf(box_start + box_len);
+    if (box_lo < 0) box_lo = 0;
+    if (box_hi > (int)in_size) box_hi = (int)in_size;
+    int lo = (int)floorf(center - support);
+    int hi = (int)ceilf(center + support);
+    if (lo < box_lo) lo = box_lo;
+    if (hi > box_hi) hi = box_hi;
     int n = hi - lo;
     if (n > STOKER_MAX_TAPS) {
         // Extremely strong downscale: keep the central taps (weights renormalized below).
@@ -63,9 +65,8 @@ __device__ __forceinline__ int stoker_taps(float box_start, float box_len, unsig
         n = STOKER_MAX_TAPS;
     }
     if (n < 1) {
-        // Box entirely outside the image (cannot happen with validated params): clamp.
+        // Degenerate box (cannot happen with validated params): nearest pixel.
         lo = lo >= (int)in_size ? (int)in_size - 1 : (lo < 0 ? 0 : lo);
-        n = 1;
         w[0] = 1.0f;
         *first = lo;
         return 1;
@@ -73,14 +74,14 @@ __device__ __forceinline__ int stoker_taps(float box_start, float box_len, unsig
     float total = 0.0f;
     #pragma unroll 1
     for (int i = 0; i < n; ++i) {
-        float wi = stoker_triangle(((float)(lo + i) - center + 0.5f) * inv);
+        float x = fabsf(((float)(lo + i) + 0.5f - center) / filterscale);
+        float wi = x < 1.0f ? 1.0f - x : 0.0f;
         w[i] = wi;
         total += wi;
     }
     if (total > 0.0f) {
-        float r = 1.0f / total;
         #pragma unroll 1
-        for (int i = 0; i < n; ++i) w[i] *= r;
+        for (int i = 0; i < n; ++i) w[i] = w[i] / total;
     } else {
         #pragma unroll 1
         for (int i = 0; i < n; ++i) w[i] = 1.0f / (float)n;
@@ -89,7 +90,14 @@ __device__ __forceinline__ int stoker_taps(float box_start, float box_len, unsig
     return n;
 }
 
-// Resamples one output pixel into rgb[3] (values in 0..255, not rounded).
+// The u8 level of a resampled value: round half to even, clamp to 0..255.
+__device__ __forceinline__ float stoker_level(float v) {
+    return fminf(fmaxf(rintf(v), 0.0f), 255.0f);
+}
+
+// Resamples one output pixel into rgb[3] (0..255, not yet rounded). Separable like
+// the CPU path: the vertical pass first, rounded to u8 levels, then the horizontal
+// pass -- the order fast_image_resize uses for u8 images.
 __device__ __forceinline__ void stoker_sample(const unsigned char *__restrict__ arena,
                                               const ImageParams &p, const TransformArgs &a,
                                               unsigned int ox, unsigned int oy, float rgb[3]) {
@@ -100,32 +108,36 @@ __device__ __forceinline__ void stoker_sample(const unsigned char *__restrict__ 
     int x0, y0;
     int nx = stoker_taps(p.crop_x, p.crop_w, p.src_width, a.out_width, sx, &x0, wx);
     int ny = stoker_taps(p.crop_y, p.crop_h, p.src_height, a.out_height, oy, &y0, wy);
-    const unsigned char *base = arena + p.src_offset;
+    const unsigned char *base = arena + p.src_offset + (unsigned long long)y0 * p.src_pitch;
     float acc0 = 0.0f, acc1 = 0.0f, acc2 = 0.0f;
     #pragma unroll 1
-    for (int j = 0; j < ny; ++j) {
-        const unsigned char *row = base + (unsigned long long)(y0 + j) * p.src_pitch;
-        float r0 = 0.0f, r1 = 0.0f, r2 = 0.0f;
+    for (int i = 0; i < nx; ++i) {
+        float c0 = 0.0f, c1 = 0.0f, c2 = 0.0f;
         if (p.src_channels == 3) {
+            const unsigned char *col = base + (unsigned long long)(x0 + i) * 3u;
             #pragma unroll 2
-            for (int i = 0; i < nx; ++i) {
-                const unsigned char *px = row + (unsigned long long)(x0 + i) * 3u;
-                r0 += wx[i] * (float)px[0];
-                r1 += wx[i] * (float)px[1];
-                r2 += wx[i] * (float)px[2];
+            for (int j = 0; j < ny; ++j) {
+                const unsigned char *px = col + (unsigned long long)j * p.src_pitch;
+                c0 += wy[j] * (float)px[0];
+                c1 += wy[j] * (float)px[1];
+                c2 += wy[j] * (float)px[2];
             }
+            c0 = stoker_level(c0);
+            c1 = stoker_level(c1);
+            c2 = stoker_level(c2);
         } else {
+            const unsigned char *col = base + (unsigned long long)(x0 + i);
             #pragma unroll 2
-            for (int i = 0; i < nx; ++i) {
-                float v = (float)row[x0 + i];
-                r0 += wx[i] * v;
+            for (int j = 0; j < ny; ++j) {
+                c0 += wy[j] * (float)col[(unsigned long long)j * p.src_pitch];
             }
-            r1 = r0;
-            r2 = r0;
+            c0 = stoker_level(c0);
+            c1 = c0;
+            c2 = c0;
         }
-        acc0 += wy[j] * r0;
-        acc1 += wy[j] * r1;
-        acc2 += wy[j] * r2;
+        acc0 += wx[i] * c0;
+        acc1 += wx[i] * c1;
+        acc2 += wx[i] * c2;
     }
     rgb[0] = acc0;
     rgb[1] = acc1;
@@ -143,9 +155,13 @@ __device__ __forceinline__ unsigned long long stoker_out_offset(const TransformA
     return (unsigned long long)n * 3ull * hw + ((unsigned long long)y * a.out_width + x) * 3ull + c;
 }
 
+// The resampled value is rounded to a u8 level first, exactly like the CPU path
+// (which resizes in u8 and then normalizes), so both paths agree whenever the
+// resampled level does.
+
 __device__ __forceinline__ float stoker_normalize(const TransformArgs &a, unsigned int c, float v) {
-    float u = v * (1.0f / 255.0f);
-    return a.normalize ? (u - a.mean[c]) * a.inv_std[c] : u;
+    float u = stoker_level(v) / 255.0f;
+    return a.normalize ? (u - a.mean[c]) / a.std[c] : u;
 }
 
 __device__ __forceinline__ unsigned short stoker_f32_to_f16(float f) {
@@ -165,9 +181,7 @@ extern "C" __global__ void stoker_transform_u8(const unsigned char *__restrict__
     float rgb[3];
     stoker_sample(arena, p, a, ox, oy, rgb);
     for (unsigned int c = 0; c < 3; ++c) {
-        float v = rintf(rgb[c]);
-        v = fminf(fmaxf(v, 0.0f), 255.0f);
-        out[stoker_out_offset(a, p.out_index, c, oy, ox)] = (unsigned char)v;
+        out[stoker_out_offset(a, p.out_index, c, oy, ox)] = (unsigned char)stoker_level(rgb[c]);
     }
 }
 

@@ -1,0 +1,219 @@
+//! Hand-off without host synchronization: a batch in device memory carries the
+//! event recorded after its transform kernel; the consumer's stream waits on it
+//! ([`CudaImages::wait`]), and dropping the batch records, on every stream that
+//! waited, the point after which the slot may be rewritten.
+
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::Sender;
+use cudarc::driver::sys::CUstream;
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, CudaView};
+
+use super::driver_err;
+use super::staging::Slot;
+use crate::batch::DType;
+use crate::LoaderError;
+
+/// The images of a GPU batch: a device tensor of shape [`CudaImages::shape`] and
+/// element type [`CudaImages::dtype`], ready once the consumer's stream has
+/// waited on it.
+///
+/// Use it in two steps: [`CudaImages::wait`] with the stream your training step
+/// runs on (GPU-side wait, the host does not block), then read it through
+/// [`CudaImages::as_f16_bits`] / [`CudaImages::as_f32`] / [`CudaImages::as_u8`]
+/// (cudarc views) or [`CudaImages::device_ptr`] (for other frameworks). The
+/// views are `None` until `wait` was called, so the data cannot be read before
+/// it is ready. Dropping the batch hands its slot back to the loader; the slot
+/// is rewritten only after every stream that waited has passed the drop point.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn demo(loader: &stoker_loader::Loader) -> Result<(), Box<dyn std::error::Error>> {
+/// use stoker_loader::Images;
+/// for batch in loader.epoch(0) {
+///     let batch = batch?;
+///     if let Images::Cuda(images) = &batch.images {
+///         let stream = images.context().new_stream()?;
+///         images.wait(&stream)?;
+///         let x = images.as_f16_bits().expect("F16Nchw output, waited");
+///         // ... launch the training step on `stream` reading `x` ...
+///         let _ = x;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+pub struct CudaImages {
+    /// `Some` until `Drop` hands it back.
+    slot: Option<Box<Slot>>,
+    /// Where the slot goes back to (the pipeline's free list).
+    home: Sender<Box<Slot>>,
+    shape: [usize; 4],
+    dtype: DType,
+    /// Streams that waited on the batch; each gets a release event on drop.
+    waited: Mutex<Vec<Arc<CudaStream>>>,
+}
+
+impl std::fmt::Debug for CudaImages {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaImages")
+            .field("shape", &self.shape)
+            .field("dtype", &self.dtype)
+            .field("waited_streams", &self.waited_len())
+            .finish()
+    }
+}
+
+impl CudaImages {
+    pub(crate) fn new(
+        slot: Box<Slot>,
+        home: Sender<Box<Slot>>,
+        shape: [usize; 4],
+        dtype: DType,
+    ) -> Self {
+        CudaImages {
+            slot: Some(slot),
+            home,
+            shape,
+            dtype,
+            waited: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn slot(&self) -> &Slot {
+        // Invariant: `slot` is only taken in `Drop`.
+        self.slot
+            .as_deref()
+            .expect("CudaImages slot present until drop")
+    }
+
+    fn waited_len(&self) -> usize {
+        self.waited.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// `[n, h, w, 3]` for `U8Nhwc`, `[n, 3, h, w]` for the planar outputs.
+    pub fn shape(&self) -> [usize; 4] {
+        self.shape
+    }
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Bytes of the batch tensor (`shape` product × element size).
+    pub fn num_bytes(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.size()
+    }
+
+    /// The CUDA context the batch lives in (make your streams from it).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.slot().compute.context()
+    }
+
+    /// The event recorded after the batch was written, for frameworks that wait on
+    /// their own (`cudaStreamWaitEvent(stream, ready_event().cu_event())`). Prefer
+    /// [`CudaImages::wait`] / [`CudaImages::wait_raw`], which also make the slot's
+    /// reuse wait for that stream.
+    pub fn ready_event(&self) -> &CudaEvent {
+        &self.slot().ready
+    }
+
+    /// Makes `stream` wait (on the GPU, the host does not block) until the batch is
+    /// written, and registers `stream` as a consumer: the slot is reused only after
+    /// `stream` has passed the point where this batch is dropped.
+    ///
+    /// # Errors
+    /// [`LoaderError::Gpu`] if the wait cannot be enqueued (e.g. `stream` belongs
+    /// to another device).
+    pub fn wait(&self, stream: &Arc<CudaStream>) -> Result<(), LoaderError> {
+        stream
+            .wait(&self.slot().ready)
+            .map_err(|e| driver_err("cuStreamWaitEvent (batch ready)", e))?;
+        let mut waited = self.waited.lock().unwrap_or_else(|p| p.into_inner());
+        if !waited
+            .iter()
+            .any(|s| Arc::ptr_eq(s, stream) || **s == **stream)
+        {
+            waited.push(Arc::clone(stream));
+        }
+        Ok(())
+    }
+
+    /// [`CudaImages::wait`] for a stream owned by another framework (e.g. PyTorch's
+    /// current stream), given as a raw `CUstream` of this batch's context.
+    ///
+    /// # Errors
+    /// As [`CudaImages::wait`].
+    ///
+    /// # Safety
+    /// `stream` must be a valid stream of [`CudaImages::context`] and stay alive
+    /// until this batch is dropped.
+    pub unsafe fn wait_raw(&self, stream: CUstream) -> Result<(), LoaderError> {
+        // SAFETY: the caller guarantees `stream` is a live stream of this context
+        // that outlives the batch; the wrapper does not destroy it.
+        let wrapped = unsafe { self.context().wrap_borrowed_stream(stream) };
+        self.wait(&wrapped)
+    }
+
+    fn waited(&self) -> bool {
+        self.waited_len() > 0
+    }
+
+    /// The batch as `u8` (`U8Nhwc`); `None` for another dtype or before [`CudaImages::wait`].
+    pub fn as_u8(&self) -> Option<CudaView<'_, u8>> {
+        (self.dtype == DType::U8 && self.waited())
+            .then(|| self.slot().out.slice(..self.num_bytes()))
+    }
+
+    /// The batch as IEEE half bit patterns (`F16Nchw`); `None` for another dtype or
+    /// before [`CudaImages::wait`].
+    pub fn as_f16_bits(&self) -> Option<CudaView<'_, u16>> {
+        if self.dtype != DType::F16 || !self.waited() {
+            return None;
+        }
+        let n = self.num_bytes() / 2;
+        // SAFETY: `out` holds at least `num_bytes` bytes written by the f16 kernel as
+        // u16 bit patterns; any bit pattern is a valid u16; device allocations are
+        // 256-byte aligned.
+        unsafe { self.slot().out.transmute::<u16>(n) }
+    }
+
+    /// The batch as `f32` (`F32Nchw`); `None` for another dtype or before [`CudaImages::wait`].
+    pub fn as_f32(&self) -> Option<CudaView<'_, f32>> {
+        if self.dtype != DType::F32 || !self.waited() {
+            return None;
+        }
+        let n = self.num_bytes() / 4;
+        // SAFETY: as in `as_f16_bits`, for f32 values written by the f32 kernel.
+        unsafe { self.slot().out.transmute::<f32>(n) }
+    }
+
+    /// The raw device address of the tensor (for DLPack / `__cuda_array_interface__`);
+    /// `None` before [`CudaImages::wait`]. Valid until the batch is dropped.
+    pub fn device_ptr(&self) -> Option<u64> {
+        self.waited().then(|| self.slot().out_ptr)
+    }
+}
+
+impl Drop for CudaImages {
+    fn drop(&mut self) {
+        let Some(mut slot) = self.slot.take() else {
+            return;
+        };
+        let ctx = Arc::clone(slot.compute.context());
+        let waited = std::mem::take(&mut *self.waited.lock().unwrap_or_else(|p| p.into_inner()));
+        for stream in waited {
+            // The release point: everything the consumer enqueued on `stream` so far.
+            match stream.record_event(None) {
+                Ok(ev) => slot.release.push(ev),
+                // Cannot record: fall back to the slot's own ordering (the error is
+                // kept in the context; no panic in Drop).
+                Err(e) => ctx.record_err::<()>(Err(e)),
+            }
+        }
+        // The pipeline may be gone: then the slot is dropped here, and its Drop
+        // orders the frees after the release events.
+        let _ = self.home.try_send(slot);
+    }
+}

@@ -1,0 +1,643 @@
+//! The GPU backend's epoch: one producer thread walks the epoch's batches in
+//! order; for each it takes a free slot of the staging ring, has the reader pool
+//! read (and, for JPEG, CPU-decode) every record straight into the slot's pinned
+//! buffer, then enqueues the H2D copy on the copy stream and the fused transform
+//! on the compute stream, and hands the batch over with its ready event. Nothing
+//! waits for the GPU on the way: while the consumer trains on batch i, batch i+1
+//! is being transformed, i+2 copied and i+3 read, bounded by the ring.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
+use rayon::prelude::*;
+use stoker_decode::{CpuDecoder, Limits};
+use stoker_formats::{DatasetReader, Encoding};
+
+use super::driver_err;
+use super::handoff::CudaImages;
+use super::kernel::{ImageParams, KernelDtype, LaunchBuffers, TransformArgs};
+use super::staging::Slot;
+use super::Shared;
+use crate::batch::{Batch, Images};
+use crate::builder::{OnError, Output};
+use crate::error::LoaderError;
+use crate::metrics::Stage;
+use crate::pipeline::{EpochPlan, EpochStream, MAX_REPLACEMENTS};
+use crate::transform::resize::CropResizer;
+
+/// How often blocked producer calls look at the stop flag.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The consumer side of one GPU epoch.
+pub(crate) struct GpuEpoch {
+    results: Receiver<Result<Batch, LoaderError>>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    producer: Option<JoinHandle<()>>,
+    next: u64,
+    end: u64,
+}
+
+impl GpuEpoch {
+    pub(crate) fn start(shared: Arc<Shared>, plan: EpochPlan) -> Result<GpuEpoch, LoaderError> {
+        let (tx, rx) = crossbeam_channel::bounded(shared.prefetch.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let next = plan.start_batch;
+        let end = plan.num_batches;
+        let producer = {
+            let stop = Arc::clone(&stop);
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("stoker-gpu".into())
+                .spawn(move || produce(&shared, &plan, &tx, &stop))
+                .map_err(|e| LoaderError::Thread {
+                    thread: "stoker-gpu".into(),
+                    reason: e.to_string(),
+                })?
+        };
+        Ok(GpuEpoch {
+            results: rx,
+            shared,
+            stop,
+            producer: Some(producer),
+            next,
+            end,
+        })
+    }
+}
+
+impl EpochStream for GpuEpoch {
+    fn next_batch(&mut self) -> Option<Result<Batch, LoaderError>> {
+        if self.next >= self.end {
+            return None;
+        }
+        match self.results.recv() {
+            Ok(item) => {
+                self.next += 1;
+                Some(item)
+            }
+            Err(_) => {
+                // The producer is gone before the end: report it once, then end.
+                self.next = self.end;
+                Some(Err(LoaderError::Thread {
+                    thread: "stoker-gpu".into(),
+                    reason: "the GPU producer stopped before the end of the epoch".into(),
+                }))
+            }
+        }
+    }
+
+    fn ready(&self) -> u64 {
+        self.results.len() as u64
+    }
+}
+
+impl Drop for GpuEpoch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        // Unblock a producer waiting to send: drop our receiver first.
+        let (_, dead) = crossbeam_channel::bounded(0);
+        drop(std::mem::replace(&mut self.results, dead));
+        if let Some(handle) = self.producer.take() {
+            let _ = handle.join();
+        }
+        account_finished(&self.shared);
+    }
+}
+
+/// Accounts the GPU time of returned slots whose work has completed, without
+/// blocking (the producer accounts the others when it reuses them).
+fn account_finished(shared: &Shared) {
+    let mut back = Vec::new();
+    while let Ok(mut slot) = shared.free_rx.try_recv() {
+        if slot.in_flight.is_some() && slot.ready.try_is_complete().unwrap_or(false) {
+            if let Ok(Some((prev, h2d_ms, kernel_ms))) = slot.begin_host_writes() {
+                account_gpu(shared, prev, h2d_ms, kernel_ms);
+            }
+        }
+        back.push(slot);
+    }
+    for slot in back {
+        let _ = shared.free_tx.try_send(slot);
+    }
+}
+
+/// The producer thread: every batch of the plan, in order.
+fn produce(
+    shared: &Shared,
+    plan: &EpochPlan,
+    tx: &Sender<Result<Batch, LoaderError>>,
+    stop: &AtomicBool,
+) {
+    if let Err(e) = shared.ctx.bind_to_thread() {
+        let _ = tx.send(Err(driver_err("cuCtxSetCurrent (producer)", e)));
+        return;
+    }
+    for k in plan.start_batch..plan.num_batches {
+        let Some(slot) = take_slot(shared, stop) else {
+            return;
+        };
+        let built = catch_unwind(AssertUnwindSafe(|| {
+            build_batch(shared, plan, k, slot, stop)
+        }));
+        let item = match built {
+            Ok(Some(item)) => item,
+            Ok(None) => return, // stopped
+            Err(panic) => Err(LoaderError::Thread {
+                thread: "stoker-gpu".into(),
+                reason: panic_message(&panic),
+            }),
+        };
+        let mut item = item;
+        loop {
+            match tx.send_timeout(item, POLL) {
+                Ok(()) => break,
+                Err(SendTimeoutError::Timeout(back)) => {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    item = back;
+                }
+                Err(SendTimeoutError::Disconnected(_)) => return,
+            }
+        }
+    }
+}
+
+/// A free slot, or `None` once stopped.
+fn take_slot(shared: &Shared, stop: &AtomicBool) -> Option<Box<Slot>> {
+    loop {
+        match shared.free_rx.recv_timeout(POLL) {
+            Ok(slot) => return Some(slot),
+            Err(RecvTimeoutError::Timeout) => {
+                if stop.load(Ordering::Acquire) {
+                    return None;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return None,
+        }
+    }
+}
+
+/// One image staged in a slot.
+#[derive(Clone, Copy, Debug)]
+struct Staged {
+    index: u64,
+    label: u32,
+    width: u32,
+    height: u32,
+    channels: u32,
+    crop: (u32, u32, u32, u32),
+    flip: bool,
+    /// Bytes of the staged image (`width * height * channels`).
+    bytes: usize,
+}
+
+/// Per-reader-thread state, made once per rayon split.
+struct ReaderState {
+    reader: Result<DatasetReader, String>,
+    decoder: CpuDecoder,
+    /// Decoded pixels of images larger than a staging stride.
+    scratch: Vec<u8>,
+    resizer: CropResizer,
+}
+
+/// Builds batch `k` into `slot`; `None` if stopped meanwhile (the slot goes back).
+fn build_batch(
+    shared: &Shared,
+    plan: &EpochPlan,
+    k: u64,
+    mut slot: Box<Slot>,
+    stop: &AtomicBool,
+) -> Option<Result<Batch, LoaderError>> {
+    let give_back = |slot: Box<Slot>| {
+        let _ = shared.free_tx.try_send(slot);
+    };
+    // Counters of the previous use of this slot, and the pinned-reuse wait.
+    match slot.begin_host_writes() {
+        Ok(Some((prev, h2d_ms, kernel_ms))) => account_gpu(shared, prev, h2d_ms, kernel_ms),
+        Ok(None) => {}
+        Err(e) => {
+            give_back(slot);
+            return Some(Err(e));
+        }
+    }
+    let range = plan.batch_range(k);
+    let n = range.len();
+    let stride = slot.sizes.stride;
+    let staged: Vec<Result<Staged, LoaderError>> = {
+        let pinned = match slot.pinned.as_mut_slice() {
+            Ok(p) => p,
+            Err(e) => {
+                give_back(slot);
+                return Some(Err(driver_err("pinned staging access", e)));
+            }
+        };
+        let positions: Vec<usize> = range.collect();
+        shared.pool.install(|| {
+            pinned[..n * stride]
+                .par_chunks_mut(stride)
+                .zip(positions.par_iter())
+                .map_init(
+                    || ReaderState {
+                        reader: shared.dataset.reader().map_err(|e| e.to_string()),
+                        decoder: CpuDecoder::new(Limits::default()),
+                        scratch: Vec::new(),
+                        resizer: CropResizer::new(shared.size),
+                    },
+                    |state, (dst, &pos)| {
+                        if stop.load(Ordering::Relaxed) {
+                            return Err(LoaderError::Thread {
+                                thread: "stoker-gpu".into(),
+                                reason: "stopped".into(),
+                            });
+                        }
+                        stage_position(shared, plan, pos, state, dst)
+                    },
+                )
+                .collect()
+        })
+    };
+    if stop.load(Ordering::Acquire) {
+        give_back(slot);
+        return None;
+    }
+    let mut images = Vec::with_capacity(n);
+    for s in staged {
+        match s {
+            Ok(s) => images.push(s),
+            Err(e) => {
+                give_back(slot);
+                return Some(Err(e));
+            }
+        }
+    }
+    Some(enqueue(shared, plan, k, slot, &images))
+}
+
+/// Resolves sample position `pos` (with replacements) and stages it into `dst`.
+fn stage_position(
+    shared: &Shared,
+    plan: &EpochPlan,
+    pos: usize,
+    state: &mut ReaderState,
+    dst: &mut [u8],
+) -> Result<Staged, LoaderError> {
+    let first = plan.order[pos];
+    let mut index = first;
+    let mut attempt = 0;
+    loop {
+        match stage_one(shared, plan, index, state, dst) {
+            Ok(s) => return Ok(s),
+            Err(error) => {
+                if shared.metrics.bad_record(index) {
+                    tracing::warn!(index, epoch = plan.epoch, %error, "bad record replaced by the next sample");
+                }
+                if plan.on_error == OnError::Error {
+                    return Err(error);
+                }
+                attempt += 1;
+                if attempt > MAX_REPLACEMENTS {
+                    return Err(LoaderError::TooManyBadRecords {
+                        index: first,
+                        attempts: MAX_REPLACEMENTS,
+                    });
+                }
+                index = plan.replacement(pos, attempt);
+            }
+        }
+    }
+}
+
+/// Reads record `index`, checks it, and writes its pixels (HWC, 1 or 3 channels)
+/// at the start of `dst`. Images larger than `dst` are cropped and resized on the
+/// CPU first (then the kernel only flips, normalizes and lays them out).
+fn stage_one(
+    shared: &Shared,
+    plan: &EpochPlan,
+    index: u64,
+    state: &mut ReaderState,
+    dst: &mut [u8],
+) -> Result<Staged, LoaderError> {
+    let metrics = &*shared.metrics;
+    let reader = state
+        .reader
+        .as_ref()
+        .map_err(|reason| LoaderError::Thread {
+            thread: "stoker-gpu-reader".into(),
+            reason: format!("cannot open a shard reader: {reason}"),
+        })?;
+    let t_read = Instant::now();
+    let record = reader
+        .get(index)
+        .map_err(|source| LoaderError::Read { index, source })?;
+    record
+        .check_crc()
+        .map_err(|source| LoaderError::Read { index, source })?;
+    let header = record.header;
+    metrics.record(
+        Stage::Read,
+        1,
+        record.payload.len() as u64,
+        t_read.elapsed(),
+    );
+
+    let t_decode = Instant::now();
+    let (width, height, channels, in_scratch) = match header.encoding {
+        Encoding::Jpeg => {
+            let info = stoker_decode::probe(record.payload, state.decoder.limits())
+                .map_err(|source| LoaderError::Decode { index, source })?;
+            let need = info.rgb_len();
+            let in_scratch = need > dst.len();
+            let out: &mut [u8] = if in_scratch {
+                if state.scratch.len() < need {
+                    state.scratch.resize(need, 0);
+                }
+                &mut state.scratch
+            } else {
+                dst
+            };
+            let (info, route) = state
+                .decoder
+                .decode_into_routed(record.payload, out)
+                .map_err(|source| LoaderError::Decode { index, source })?;
+            metrics.count_route(route.name());
+            metrics.record(
+                Stage::Decode,
+                1,
+                record.payload.len() as u64,
+                t_decode.elapsed(),
+            );
+            (info.width, info.height, 3u32, in_scratch)
+        }
+        Encoding::Raw => {
+            let (w, h, c) = (header.width, header.height, header.channels);
+            let want = w as usize * h as usize * c as usize;
+            if w == 0 || h == 0 || record.payload.len() != want || !(c == 1 || c == 3) {
+                return Err(LoaderError::UnusableRecord {
+                    index,
+                    reason: format!(
+                        "raw record {w}×{h}×{c} with a {}-byte payload (need 1 or 3 channels and {want} bytes)",
+                        record.payload.len()
+                    ),
+                });
+            }
+            let in_scratch = want > dst.len();
+            if in_scratch {
+                // Expand to RGB for the CPU resizer.
+                let rgb = w as usize * h as usize * 3;
+                if state.scratch.len() < rgb {
+                    state.scratch.resize(rgb, 0);
+                }
+                if c == 3 {
+                    state.scratch[..rgb].copy_from_slice(record.payload);
+                } else {
+                    for (px, &g) in state.scratch.chunks_exact_mut(3).zip(record.payload) {
+                        px.fill(g);
+                    }
+                }
+            } else {
+                dst[..want].copy_from_slice(record.payload);
+            }
+            metrics.count_route("raw");
+            (w, h, if in_scratch { 3 } else { u32::from(c) }, in_scratch)
+        }
+    };
+    if width == 0 || height == 0 {
+        return Err(LoaderError::UnusableRecord {
+            index,
+            reason: "0-pixel image".into(),
+        });
+    }
+    let params = shared
+        .transform
+        .params(plan.seed, plan.epoch, index, width, height);
+    if in_scratch {
+        // Too large to stage: crop + resize here (same filter as the CPU path),
+        // stage the `size × size` result; the kernel then samples it 1:1.
+        let resized = state
+            .resizer
+            .apply(&state.scratch, width, height, params.crop)
+            .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
+        let s = shared.size;
+        let bytes = resized.len();
+        dst[..bytes].copy_from_slice(resized);
+        metrics.count_route("cpu_resize_oversize");
+        return Ok(Staged {
+            index,
+            label: header.label,
+            width: s,
+            height: s,
+            channels: 3,
+            crop: (0, 0, s, s),
+            flip: params.flip,
+            bytes,
+        });
+    }
+    Ok(Staged {
+        index,
+        label: header.label,
+        width,
+        height,
+        channels,
+        crop: params.crop,
+        flip: params.flip,
+        bytes: width as usize * height as usize * channels as usize,
+    })
+}
+
+/// Enqueues H2D + transform for the staged images and wraps the slot in a batch.
+fn enqueue(
+    shared: &Shared,
+    plan: &EpochPlan,
+    k: u64,
+    mut slot: Box<Slot>,
+    images: &[Staged],
+) -> Result<Batch, LoaderError> {
+    let n = images.len();
+    let stride = slot.sizes.stride;
+    {
+        let params = match slot.pinned_params.as_mut_slice() {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = shared.free_tx.try_send(slot);
+                return Err(driver_err("pinned parameters access", e));
+            }
+        };
+        for (i, s) in images.iter().enumerate() {
+            params[i] = ImageParams {
+                src_offset: (i * stride) as u64,
+                src_width: s.width,
+                src_height: s.height,
+                src_pitch: s.width * s.channels,
+                src_channels: s.channels,
+                crop_x: s.crop.0 as f32,
+                crop_y: s.crop.1 as f32,
+                crop_w: s.crop.2 as f32,
+                crop_h: s.crop.3 as f32,
+                flip: u32::from(s.flip),
+                out_index: i as u32,
+            };
+        }
+    }
+    // Copy up to the end of the last image (one transfer for the batch).
+    let h2d_bytes = match images.last() {
+        Some(last) => (n - 1) * stride + last.bytes,
+        None => 0,
+    };
+    debug_assert!(h2d_bytes <= slot.arena.len() && n <= slot.params.len());
+    let result = (|| -> Result<(), LoaderError> {
+        let copy = &shared.copy;
+        let compute = &shared.compute;
+        // The previous kernel of this slot read `arena` and `params` (a wait on a
+        // never-recorded event is a no-op).
+        copy.wait(&slot.ready)
+            .map_err(|e| driver_err("cuStreamWaitEvent (arena reuse)", e))?;
+        slot.h2d_start
+            .record(copy)
+            .map_err(|e| driver_err("cuEventRecord", e))?;
+        let pinned = slot
+            .pinned
+            .as_slice()
+            .map_err(|e| driver_err("pinned staging access", e))?;
+        let pinned_params = slot
+            .pinned_params
+            .as_slice()
+            .map_err(|e| driver_err("pinned parameters access", e))?;
+        // SAFETY: destinations are this slot's device buffers, at least as large as
+        // the sources (`arena` = batch * stride bytes ≥ h2d_bytes, `params` = batch
+        // entries ≥ n); the pinned sources are not written by the host again before
+        // `h2d_end` completes (`Slot::begin_host_writes`); the copy stream waited
+        // for the previous reader of the destinations (`ready`) above.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                slot.arena_ptr,
+                &pinned[..h2d_bytes],
+                copy.cu_stream(),
+            )
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync (pixels)", e))?;
+            cudarc::driver::result::memcpy_htod_async(
+                slot.params_ptr,
+                &pinned_params[..n],
+                copy.cu_stream(),
+            )
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
+        }
+        slot.h2d_end
+            .record(copy)
+            .map_err(|e| driver_err("cuEventRecord", e))?;
+        compute
+            .wait(&slot.h2d_end)
+            .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
+        for ev in slot.release.drain(..) {
+            compute
+                .wait(&ev)
+                .map_err(|e| driver_err("cuStreamWaitEvent (consumer released)", e))?;
+        }
+        slot.kernel_start
+            .record(compute)
+            .map_err(|e| driver_err("cuEventRecord", e))?;
+        // SAFETY: `arena` holds the n staged images at `i * stride` with the sizes
+        // in `params` (written above, copied before the kernel by the wait on
+        // `h2d_end`); crop boxes come from `Transform::params` and lie inside their
+        // images; `out_index < n ≤ batch` and `out` holds `batch` images of the
+        // configured size and dtype; the compute stream waited for every consumer
+        // of the previous batch in this slot; all buffers belong to `slot`, which
+        // lives until after the kernel (it is handed to the batch, and freed only
+        // after its release events).
+        unsafe {
+            shared.kernel.launch(
+                compute,
+                shared.dtype,
+                &LaunchBuffers {
+                    arena: slot.arena_ptr,
+                    params: slot.params_ptr,
+                    images: n as u32,
+                    out: slot.out_ptr,
+                },
+                &shared.args,
+            )?;
+        }
+        slot.ready
+            .record(compute)
+            .map_err(|e| driver_err("cuEventRecord", e))?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = shared.free_tx.try_send(slot);
+        return Err(e);
+    }
+    let s = shared.size as usize;
+    let out_bytes = n * 3 * s * s * shared.dtype.size();
+    slot.in_flight = Some(super::staging::InFlight {
+        images: n as u64,
+        h2d_bytes: h2d_bytes as u64 + (n * std::mem::size_of::<ImageParams>()) as u64,
+        out_bytes: out_bytes as u64,
+    });
+    let shape = match shared.output {
+        Output::U8Nhwc => [n, s, s, 3],
+        _ => [n, 3, s, s],
+    };
+    let dtype = match shared.dtype {
+        KernelDtype::U8 => crate::batch::DType::U8,
+        KernelDtype::F16 => crate::batch::DType::F16,
+        KernelDtype::F32 => crate::batch::DType::F32,
+    };
+    Ok(Batch {
+        images: Images::Cuda(CudaImages::new(slot, shared.free_tx.clone(), shape, dtype)),
+        labels: images.iter().map(|s| s.label).collect(),
+        indices: images.iter().map(|s| s.index).collect(),
+        epoch: plan.epoch,
+        index: k,
+    })
+}
+
+/// Adds a finished slot use to the H2D and transform counters (GPU time from events).
+fn account_gpu(shared: &Shared, prev: super::staging::InFlight, h2d_ms: f32, kernel_ms: f32) {
+    let ms = |v: f32| Duration::from_secs_f64(f64::from(v.max(0.0)) / 1e3);
+    shared
+        .metrics
+        .record(Stage::H2d, prev.images, prev.h2d_bytes, ms(h2d_ms));
+    shared
+        .metrics
+        .record(Stage::Transform, prev.images, prev.out_bytes, ms(kernel_ms));
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".into()
+    }
+}
+
+/// Kernel launch arguments for the configured transform and output.
+pub(crate) fn transform_args(
+    size: u32,
+    output: Output,
+    mean: [f32; 3],
+    std: [f32; 3],
+) -> (KernelDtype, TransformArgs) {
+    let (dtype, chw) = match output {
+        Output::U8Nhwc => (KernelDtype::U8, 0),
+        Output::F16Nchw => (KernelDtype::F16, 1),
+        _ => (KernelDtype::F32, 1),
+    };
+    (
+        dtype,
+        TransformArgs {
+            out_width: size,
+            out_height: size,
+            layout_chw: chw,
+            normalize: 1,
+            mean,
+            std,
+        },
+    )
+}

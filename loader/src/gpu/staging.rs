@@ -1,0 +1,232 @@
+//! The staging ring: `K` slots allocated once at build. Each slot owns a pinned
+//! host staging buffer (record pixels are written there by the reader threads),
+//! the device arena it is copied into, the per-image kernel parameters (pinned
+//! and device), the batch tensor the kernel writes, and the events that order
+//! host writes, the copy stream, the compute stream and the consumer.
+//!
+//! # Reuse rules (the invariants every field below relies on)
+//!
+//! - The host rewrites `pinned` / `pinned_params` only after `h2d_end` of the
+//!   previous use has completed ([`Slot::begin_host_writes`] waits for it on the
+//!   producer thread, never on the consumer's).
+//! - The copy stream overwrites `arena` / `params` only after `ready` of the
+//!   previous use (the kernel that read them) — a GPU-side wait.
+//! - The compute stream overwrites `out` only after every consumer stream that
+//!   used the previous batch passed the point where that batch was dropped
+//!   (`release` events, recorded by [`super::CudaImages`]'s `Drop`) — GPU-side.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice, ValidAsZeroBits,
+};
+
+use super::driver_err;
+use super::kernel::ImageParams;
+use crate::LoaderError;
+
+// SAFETY: every field of `ImageParams` is an integer or a float, for which the
+// all-zero bit pattern is a valid value.
+unsafe impl ValidAsZeroBits for ImageParams {}
+
+/// Sizes of one slot, fixed at build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotSizes {
+    /// Images per batch.
+    pub(crate) batch: usize,
+    /// Staging bytes reserved per image (the largest image staged as is).
+    pub(crate) stride: usize,
+    /// Bytes of the batch tensor (`batch * 3 * size * size * dtype`).
+    pub(crate) out_bytes: usize,
+}
+
+impl SlotSizes {
+    /// Pinned host bytes of one slot.
+    pub(crate) fn pinned_bytes(&self) -> usize {
+        self.batch * self.stride + self.batch * std::mem::size_of::<ImageParams>()
+    }
+
+    /// Device bytes of one slot.
+    pub(crate) fn device_bytes(&self) -> usize {
+        self.pinned_bytes() + self.out_bytes
+    }
+}
+
+/// What the last use of a slot enqueued, for the counters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InFlight {
+    pub(crate) images: u64,
+    pub(crate) h2d_bytes: u64,
+    pub(crate) out_bytes: u64,
+}
+
+/// One slot of the ring (see the module docs for the reuse rules).
+pub(crate) struct Slot {
+    /// Staging for image pixels: image `i` at `i * stride`.
+    pub(crate) pinned: PinnedHostSlice<u8>,
+    /// Staging for the per-image kernel parameters.
+    pub(crate) pinned_params: PinnedHostSlice<ImageParams>,
+    /// Device copy of `pinned`.
+    pub(crate) arena: CudaSlice<u8>,
+    /// Device copy of `pinned_params`.
+    pub(crate) params: CudaSlice<ImageParams>,
+    /// The batch tensor handed to the consumer.
+    pub(crate) out: CudaSlice<u8>,
+    /// Raw addresses of `arena`, `params`, `out` (stable for the slot's life).
+    pub(crate) arena_ptr: u64,
+    pub(crate) params_ptr: u64,
+    pub(crate) out_ptr: u64,
+    /// Bracket the H2D copies on the copy stream (timing enabled).
+    pub(crate) h2d_start: CudaEvent,
+    pub(crate) h2d_end: CudaEvent,
+    /// Bracket the transform kernel on the compute stream (timing enabled);
+    /// `ready` is what the consumer's stream waits on.
+    pub(crate) kernel_start: CudaEvent,
+    pub(crate) ready: CudaEvent,
+    /// Recorded on each consumer stream when the batch was dropped.
+    pub(crate) release: Vec<CudaEvent>,
+    /// What the last use enqueued, `None` before the first use or once accounted.
+    pub(crate) in_flight: Option<InFlight>,
+    /// The stream the device buffers were allocated on (and are freed on).
+    pub(crate) compute: Arc<CudaStream>,
+    pub(crate) sizes: SlotSizes,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("sizes", &self.sizes)
+            .field("in_flight", &self.in_flight)
+            .finish()
+    }
+}
+
+impl Slot {
+    /// Allocates one slot on `ctx`; device buffers live on `compute`.
+    ///
+    /// # Errors
+    /// [`LoaderError::Gpu`] naming the allocation and its size when pinned or
+    /// device memory runs out.
+    pub(crate) fn new(
+        ctx: &Arc<CudaContext>,
+        compute: &Arc<CudaStream>,
+        sizes: SlotSizes,
+    ) -> Result<Slot, LoaderError> {
+        let staging = sizes.batch * sizes.stride;
+        // SAFETY: the contents are uninitialized bytes / zero-valid scalars; the
+        // host writes every byte it later copies (see `begin_host_writes`), and
+        // flag 0 asks for ordinary cached page-locked memory (the decoders write
+        // and read it; write-combined memory would make reads very slow).
+        let pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(staging, 0) }
+            .map_err(|e| oom("pinned staging (cuMemHostAlloc)", staging, e))?;
+        // SAFETY: as above.
+        let pinned_params = unsafe { ctx.alloc_pinned_with_flags::<ImageParams>(sizes.batch, 0) }
+            .map_err(|e| {
+            oom(
+                "pinned kernel parameters (cuMemHostAlloc)",
+                sizes.batch * std::mem::size_of::<ImageParams>(),
+                e,
+            )
+        })?;
+        // SAFETY: device memory is written (H2D, kernel) before it is read.
+        let arena = unsafe { compute.alloc::<u8>(staging) }
+            .map_err(|e| oom("device arena (cuMemAlloc)", staging, e))?;
+        // SAFETY: as above.
+        let params = unsafe { compute.alloc::<ImageParams>(sizes.batch) }.map_err(|e| {
+            oom(
+                "device kernel parameters (cuMemAlloc)",
+                sizes.batch * std::mem::size_of::<ImageParams>(),
+                e,
+            )
+        })?;
+        let out = compute
+            .alloc_zeros::<u8>(sizes.out_bytes)
+            .map_err(|e| oom("device batch tensor (cuMemAlloc)", sizes.out_bytes, e))?;
+        let arena_ptr = device_address(&arena, compute);
+        let params_ptr = device_address(&params, compute);
+        let out_ptr = device_address(&out, compute);
+        let timed = |what| {
+            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| driver_err(what, e))
+        };
+        Ok(Slot {
+            h2d_start: timed("cuEventCreate")?,
+            h2d_end: timed("cuEventCreate")?,
+            kernel_start: timed("cuEventCreate")?,
+            ready: timed("cuEventCreate")?,
+            release: Vec::new(),
+            in_flight: None,
+            compute: Arc::clone(compute),
+            pinned,
+            pinned_params,
+            arena,
+            params,
+            out,
+            arena_ptr,
+            params_ptr,
+            out_ptr,
+            sizes,
+        })
+    }
+
+    /// Waits (producer thread) until the previous H2D copy from this slot's pinned
+    /// buffers has completed, and returns the GPU time of the previous use
+    /// (`(h2d_ms, kernel_ms)`) with what it enqueued, for the counters.
+    ///
+    /// # Errors
+    /// [`LoaderError::Gpu`] if the previous copy or kernel failed.
+    pub(crate) fn begin_host_writes(
+        &mut self,
+    ) -> Result<Option<(InFlight, f32, f32)>, LoaderError> {
+        let Some(prev) = self.in_flight.take() else {
+            return Ok(None);
+        };
+        self.h2d_end
+            .synchronize()
+            .map_err(|e| driver_err("cuEventSynchronize (staging reuse)", e))?;
+        let h2d_ms = self
+            .h2d_start
+            .elapsed_ms(&self.h2d_end)
+            .map_err(|e| driver_err("cuEventElapsedTime (h2d)", e))?;
+        // The batch of the previous use was handed over and dropped, so its kernel
+        // is normally long done: this rarely blocks.
+        let kernel_ms = self
+            .kernel_start
+            .elapsed_ms(&self.ready)
+            .map_err(|e| driver_err("cuEventElapsedTime (transform)", e))?;
+        Ok(Some((prev, h2d_ms, kernel_ms)))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // Device buffers are freed asynchronously on `compute`: make it wait for the
+        // consumers first. Pinned memory is freed by the host at once: wait for the
+        // copies reading it. Failures are recorded in the context (never a panic).
+        let ctx = Arc::clone(self.compute.context());
+        for ev in self.release.drain(..) {
+            ctx.record_err(self.compute.wait(&ev));
+        }
+        if self.in_flight.is_some() {
+            ctx.record_err(self.h2d_end.synchronize());
+        }
+    }
+}
+
+/// The raw address of a device buffer (stable for its life).
+fn device_address<T>(slice: &CudaSlice<T>, stream: &CudaStream) -> u64 {
+    let (ptr, _record) = slice.device_ptr(stream);
+    ptr
+}
+
+fn oom(what: &'static str, bytes: usize, e: cudarc::driver::DriverError) -> LoaderError {
+    LoaderError::Gpu {
+        op: what,
+        source: format!(
+            "allocating {bytes} bytes ({:.1} MiB) failed: {e}; lower batch_size or prefetch",
+            bytes as f64 / (1 << 20) as f64
+        )
+        .into(),
+    }
+}
