@@ -1,0 +1,285 @@
+//! The GPU path (`Device::Cuda`) against the CPU path.
+//!
+//! Without a GPU (CI, the 2-core build machine) the GPU comparisons print why
+//! they skipped, and what runs is the part that must hold there: a typed
+//! `GpuUnavailable` error for `Device::Cuda`, and `Device::Auto` falling back to
+//! the CPU. On the GPU machine `scripts/device-check.d/20-loader-gpu.sh` runs this
+//! binary (`stoker-loader-gpu`) for real.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use common::{bench_dataset, rss_bytes, Broken};
+use cudarc::driver::CudaContext;
+use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
+use stoker_loader::{Batch, Device, Images, Loader, LoaderError, Output, Shuffle, Transform};
+
+/// A usable CUDA device 0, or why not (printed by the skipping tests).
+fn gpu() -> Result<Arc<CudaContext>, String> {
+    // SAFETY: only tries to dlopen the driver library by its usual names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("no NVIDIA driver library (libcuda.so)".into());
+    }
+    match CudaContext::device_count() {
+        Ok(n) if n > 0 => CudaContext::new(0).map_err(|e| format!("cannot open device 0: {e}")),
+        Ok(_) => Err("the driver reports no CUDA device".into()),
+        Err(e) => Err(format!("the CUDA driver does not initialize: {e}")),
+    }
+}
+
+fn train_transform(size: u32) -> Transform {
+    Transform::random_resized_crop(size)
+        .hflip(0.5)
+        .normalize(IMAGENET_MEAN, IMAGENET_STD)
+}
+
+fn loader(
+    ds: stoker_formats::Dataset,
+    device: Device,
+    output: Output,
+    batch: usize,
+) -> Result<Loader, LoaderError> {
+    Loader::builder(ds)
+        .batch_size(batch)
+        .shuffle(Shuffle::Global { seed: 11 })
+        .transform(train_transform(96))
+        .output(output)
+        .device(device)
+        .workers(2)
+        .prefetch(2)
+        .build()
+}
+
+#[test]
+fn cuda_without_a_gpu_is_a_typed_error_and_auto_falls_back_to_the_cpu() {
+    if let Ok(ctx) = gpu() {
+        eprintln!(
+            "skipped: a GPU is present ({:?}); this test covers machines without one",
+            ctx.name()
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 24, 12, &[]);
+    match loader(ds.clone(), Device::Cuda(0), Output::F16Nchw, 8) {
+        Err(LoaderError::GpuUnavailable { reason }) => {
+            assert!(!reason.is_empty());
+            eprintln!("Device::Cuda(0) without a GPU: {reason}");
+        }
+        Err(other) => panic!("expected GpuUnavailable, got {other}"),
+        Ok(_) => panic!("Device::Cuda(0) built without a GPU"),
+    }
+    let auto = loader(ds, Device::Auto, Output::F16Nchw, 8).expect("Auto falls back to the CPU");
+    let mut seen = 0;
+    for batch in auto.epoch(0) {
+        let batch = batch.unwrap();
+        assert!(
+            matches!(batch.images, Images::Host(_)),
+            "Auto without a GPU must give host batches"
+        );
+        seen += batch.len();
+    }
+    assert_eq!(seen, 24);
+}
+
+/// The batch's pixels on the host, as f32 (u8 levels, f16 or f32 values).
+fn host_values(batch: &Batch, ctx: &Arc<CudaContext>) -> Vec<f32> {
+    match &batch.images {
+        Images::Host(h) => {
+            if let Some(v) = h.as_u8() {
+                v.iter().map(|&x| f32::from(x)).collect()
+            } else if let Some(v) = h.as_f16() {
+                v.iter().map(|x| x.to_f32()).collect()
+            } else {
+                h.as_f32().unwrap().to_vec()
+            }
+        }
+        Images::Cuda(d) => {
+            let stream = ctx.new_stream().unwrap();
+            d.wait(&stream).unwrap();
+            let values = if let Some(v) = d.as_u8() {
+                stream
+                    .clone_dtoh(&v)
+                    .unwrap()
+                    .into_iter()
+                    .map(f32::from)
+                    .collect()
+            } else if let Some(v) = d.as_f16_bits() {
+                stream
+                    .clone_dtoh(&v)
+                    .unwrap()
+                    .into_iter()
+                    .map(|b| half::f16::from_bits(b).to_f32())
+                    .collect()
+            } else {
+                stream.clone_dtoh(&d.as_f32().unwrap()).unwrap()
+            };
+            stream.synchronize().unwrap();
+            values
+        }
+        _ => panic!("unknown images variant"),
+    }
+}
+
+#[test]
+fn gpu_batches_equal_cpu_batches_for_the_same_seed_and_epoch() {
+    let ctx = match gpu() {
+        Ok(ctx) => ctx,
+        Err(why) => {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100;
+    let ds = bench_dataset(dir.path(), n, 40, &[]);
+    for (output, tol) in [
+        (Output::U8Nhwc, 2.0f32),
+        (Output::F16Nchw, 2.0 / 255.0 / 0.224 + 0.01),
+        (Output::F32Nchw, 2.0 / 255.0 / 0.224 + 1e-5),
+    ] {
+        let cpu = loader(ds.clone(), Device::Cpu, output, 16).unwrap();
+        let gpu_loader = loader(ds.clone(), Device::Cuda(0), output, 16).unwrap();
+        for epoch in 0..2 {
+            let mut seen = BTreeSet::new();
+            let (mut total, mut equal) = (0usize, 0usize);
+            for (c, g) in cpu.epoch(epoch).zip(gpu_loader.epoch(epoch)) {
+                let (c, g) = (c.unwrap(), g.unwrap());
+                assert!(
+                    matches!(g.images, Images::Cuda(_)),
+                    "Device::Cuda must give device batches"
+                );
+                assert_eq!(
+                    c.labels, g.labels,
+                    "{output:?} epoch {epoch} batch {}",
+                    c.index
+                );
+                assert_eq!(
+                    c.indices, g.indices,
+                    "{output:?} epoch {epoch} batch {}",
+                    c.index
+                );
+                assert_eq!(c.index, g.index);
+                let (cv, gv) = (host_values(&c, &ctx), host_values(&g, &ctx));
+                assert_eq!(cv.len(), gv.len());
+                let worst = cv
+                    .iter()
+                    .zip(&gv)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                assert!(
+                    worst <= tol,
+                    "{output:?} epoch {epoch} batch {}: differs by {worst} > {tol}",
+                    c.index
+                );
+                total += cv.len();
+                equal += cv
+                    .iter()
+                    .zip(&gv)
+                    .filter(|(a, b)| (*a - *b).abs() <= tol / 4.0)
+                    .count();
+                for &i in &g.indices {
+                    assert!(seen.insert(i), "sample {i} twice in epoch {epoch}");
+                }
+            }
+            assert_eq!(seen.len(), n, "every sample exactly once per epoch");
+            let share = equal as f64 / total as f64;
+            println!(
+                "{output:?} epoch {epoch}: {:.3}% of values within a quarter of the tolerance",
+                100.0 * share
+            );
+            assert!(share > 0.95, "{output:?}: only {:.2}% close", 100.0 * share);
+        }
+    }
+}
+
+#[test]
+fn gpu_bad_records_follow_the_cpu_policy() {
+    let ctx = match gpu() {
+        Ok(ctx) => ctx,
+        Err(why) => {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(
+        dir.path(),
+        40,
+        20,
+        &[(3, Broken::Garbage), (17, Broken::BadCrc)],
+    );
+    let cpu = loader(ds.clone(), Device::Cpu, Output::U8Nhwc, 8).unwrap();
+    let gpu_loader = loader(ds, Device::Cuda(0), Output::U8Nhwc, 8).unwrap();
+    for (c, g) in cpu.epoch(0).zip(gpu_loader.epoch(0)) {
+        let (c, g) = (c.unwrap(), g.unwrap());
+        assert_eq!(c.indices, g.indices, "same replacements");
+        assert!(!g.indices.contains(&3) && !g.indices.contains(&17));
+        let (cv, gv) = (host_values(&c, &ctx), host_values(&g, &ctx));
+        let worst = cv
+            .iter()
+            .zip(&gv)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 2.0);
+    }
+    let (cs, gs) = (cpu.stats(), gpu_loader.stats());
+    assert_eq!(cs.bad_records, gs.bad_records);
+    assert_eq!(gs.bad_records, 2);
+}
+
+#[test]
+fn gpu_memory_is_flat_over_five_epochs() {
+    let ctx = match gpu() {
+        Ok(ctx) => ctx,
+        Err(why) => {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 128, 64, &[]);
+    let l = loader(ds, Device::Cuda(0), Output::F16Nchw, 32).unwrap();
+    let stats = l.stats();
+    assert!(
+        stats.pinned_bytes > 0 && stats.device_bytes > 0,
+        "{stats:?}"
+    );
+    let consumer = ctx.new_stream().unwrap();
+    let mut samples = Vec::new();
+    for epoch in 0..5 {
+        for batch in l.epoch(epoch) {
+            let batch = batch.unwrap();
+            if let Images::Cuda(d) = &batch.images {
+                d.wait(&consumer).unwrap();
+            }
+        }
+        consumer.synchronize().unwrap();
+        let (free, _total) = ctx.mem_get_info().unwrap();
+        samples.push((free, rss_bytes()));
+    }
+    let (free1, rss1) = samples[0];
+    for (epoch, &(free, rss)) in samples.iter().enumerate().skip(1) {
+        let used_growth = free1.saturating_sub(free) as f64;
+        let rss_growth = (rss as f64 - rss1 as f64) / rss1 as f64;
+        println!(
+            "epoch {epoch}: device free {free} (−{used_growth} B vs epoch 0), rss {rss} ({:+.3}%)",
+            100.0 * rss_growth
+        );
+        assert!(
+            used_growth < 0.01 * stats.device_bytes as f64,
+            "device memory grew by {used_growth} B"
+        );
+        assert!(
+            rss_growth < 0.01,
+            "host RSS grew {:.2}%",
+            100.0 * rss_growth
+        );
+    }
+    let after = l.stats();
+    assert_eq!(after.pinned_bytes, stats.pinned_bytes);
+    assert_eq!(after.device_bytes, stats.device_bytes);
+    assert_eq!(after.images, 5 * 128);
+}
