@@ -1,0 +1,254 @@
+//! `stoker convert / inspect / verify` end to end, through the built binary, on real data.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data");
+
+fn stoker(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .args(args)
+        .env_remove("STOKER_TEST_FAIL_AFTER")
+        .output()
+        .expect("stoker runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)))
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn imagefolder_converts_inspects_and_verifies_from_the_cli() {
+    let src = PathBuf::from(DATA).join("imagefolder");
+    let out = tempfile::tempdir().unwrap();
+    let ds = out.path().join("ds");
+    let o = stoker(&["convert", p(&src), p(&ds), "--json", "--shard-size", "4M"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = json(&o);
+    let inputs = r["inputs"].as_u64().unwrap();
+    let written = r["written"].as_u64().unwrap();
+    let skipped = r["skipped"].as_array().unwrap().len() as u64;
+    assert_eq!(inputs, 164);
+    assert_eq!(written + skipped, inputs);
+    assert!(r["shards"].as_u64().unwrap() >= 3, "{r}");
+    for key in ["bytes", "seconds", "audit"] {
+        assert!(!r[key].is_null(), "missing {key}: {r}");
+    }
+    assert_eq!(r["audit"]["jpeg_files"], 164);
+
+    let o = stoker(&["inspect", p(&ds), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let i = json(&o);
+    assert_eq!(i["samples"].as_u64().unwrap(), written);
+    assert_eq!(i["shards"], r["shards"]);
+    assert_eq!(i["bytes"], r["bytes"]);
+    assert!(i["classes"].as_u64().unwrap() >= 20);
+
+    let o = stoker(&["inspect", p(&ds)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("samples: 164"),
+        "{}",
+        text(&o)
+    );
+
+    let o = stoker(&["verify", p(&ds), "--decode"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("OK"),
+        "{}",
+        text(&o)
+    );
+
+    // Converting again into the finished dataset is refused, and it stays intact.
+    let o = stoker(&["convert", p(&src), p(&ds)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("finished dataset"),
+        "{}",
+        text(&o)
+    );
+    assert!(stoker(&["verify", p(&ds)]).status.success());
+}
+
+#[test]
+fn verify_exits_nonzero_and_names_the_flipped_record() {
+    let src = PathBuf::from(DATA).join("bench");
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("l.csv");
+    std::fs::write(&list, "00010.jpg,0\n00011.jpg,1\n00012.jpg,0\n").unwrap();
+    let ds = dir.path().join("ds");
+    let o = stoker(&["convert", p(&src), p(&ds), "--list", p(&list)]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let shard = ds.join("shard-00000.lmdb");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let jpeg = std::fs::read(src.join("00011.jpg")).unwrap();
+    let at = bytes
+        .windows(32)
+        .position(|w| w == &jpeg[2000..2032])
+        .unwrap();
+    bytes[at + 5] ^= 1;
+    std::fs::write(&shard, &bytes).unwrap();
+
+    let o = stoker(&["verify", p(&ds), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v = json(&o);
+    assert_eq!(v["ok"], false);
+    let bad = v["bad"].as_array().unwrap();
+    assert!(
+        bad.iter()
+            .any(|b| b["index"] == 1 && b["shard"] == "shard-00000.lmdb"),
+        "{v}"
+    );
+    let o = stoker(&["verify", p(&ds)]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("BAD shard-00000.lmdb record 1"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn conformance_corpus_reports_every_file_written_or_skipped() {
+    let root = PathBuf::from(DATA).join("conformance");
+    let dir = tempfile::tempdir().unwrap();
+    // The two subfolders core/ and corrupt/ (ref/ holds PNG references: exclude it via a list).
+    let tsv = std::fs::read_to_string(root.join("expectations.tsv")).unwrap();
+    let files: Vec<&str> = tsv
+        .lines()
+        .skip(1)
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    let list = dir.path().join("l.csv");
+    std::fs::write(
+        &list,
+        files.iter().map(|f| format!("{f},0\n")).collect::<String>(),
+    )
+    .unwrap();
+    let ds = dir.path().join("ds");
+    let o = stoker(&["convert", p(&root), p(&ds), "--list", p(&list), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = json(&o);
+    let skipped = r["skipped"].as_array().unwrap();
+    assert_eq!(r["inputs"].as_u64().unwrap(), files.len() as u64);
+    assert_eq!(
+        r["written"].as_u64().unwrap() + skipped.len() as u64,
+        files.len() as u64
+    );
+    for s in skipped {
+        assert!(!s["path"].as_str().unwrap().is_empty());
+        assert!(!s["reason"].as_str().unwrap().is_empty(), "{s}");
+    }
+    let audit = &r["audit"];
+    assert!(
+        audit["hardware_reject_reasons"]["progressive"]
+            .as_u64()
+            .unwrap()
+            > 0,
+        "{audit}"
+    );
+    assert!(stoker(&["verify", p(&ds), "--decode"]).status.success());
+}
+
+#[test]
+fn strict_exits_1_without_manifest_and_bad_flags_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("cls")).unwrap();
+    std::fs::copy(
+        PathBuf::from(DATA).join("bench/00000.jpg"),
+        src.join("cls/a.jpg"),
+    )
+    .unwrap();
+    std::fs::write(src.join("cls/b.jpg"), b"").unwrap();
+    let ds = dir.path().join("ds");
+    let o = stoker(&["convert", p(&src), p(&ds), "--strict"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("b.jpg"),
+        "{}",
+        text(&o)
+    );
+    assert!(!ds.join("manifest.json").exists());
+
+    let ds2 = dir.path().join("ds2");
+    let o = stoker(&["convert", p(&src), p(&ds2), "--encoding", "raw"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--size"),
+        "{}",
+        text(&o)
+    );
+    let o = stoker(&[
+        "convert",
+        p(&src),
+        p(&ds2),
+        "--encoding",
+        "raw",
+        "--size",
+        "32x24",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = json(&o);
+    assert_eq!(r["written"], 1);
+    assert_eq!(r["skipped"][0]["reason"], "empty file");
+    let i = json(&stoker(&["inspect", p(&ds2), "--json"]));
+    assert_eq!(i["raw_size"]["width"], 32);
+    assert_eq!(i["raw_size"]["height"], 24);
+}
+
+#[test]
+fn killed_conversion_is_refused_then_resumed() {
+    let src = PathBuf::from(DATA).join("imagefolder");
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let args = [
+        "convert",
+        p(&src),
+        p(&ds),
+        "--shard-size",
+        "2M",
+        "--no-check",
+    ];
+    let o = Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .args(args)
+        .env("STOKER_TEST_FAIL_AFTER", "60")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(!ds.join("manifest.json").exists());
+    let o = stoker(&["inspect", p(&ds)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let o = stoker(&args);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--resume"),
+        "{}",
+        text(&o)
+    );
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    resume.push("--json");
+    let o = stoker(&resume);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = json(&o);
+    assert!(r["resumed"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["written"], 164);
+    assert!(stoker(&["verify", p(&ds)]).status.success());
+}
