@@ -119,7 +119,7 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         .trim()
         .parse()
         .map_err(|_| format!("{s:?}: want a size like 512M or 1G"))?;
-    if !(n > 0.0) {
+    if n.is_nan() || n <= 0.0 {
         return Err(format!("{s:?}: must be positive"));
     }
     Ok((n * mult as f64) as u64)
