@@ -24,11 +24,12 @@
 //!   The consumer thread never synchronizes the device.
 //! - [`pipeline`]: the producer thread of an epoch.
 //!
-//! Decoding: JPEG records are decoded on the CPU (stoker-decode's router) straight
-//! into pinned memory, raw records are copied there as they are; the nvJPEG route
-//! (`stoker_decode`'s GPU decoder, not yet available in that crate when this was
-//! written) plugs in at `pipeline::stage_one` / `pipeline::enqueue`: it would stage
-//! compressed bytes instead and decode into the arena on the compute stream.
+//! Decoding: JPEG records go to [`stoker_decode::GpuDecoder`] (nvJPEG hardware
+//! engines, the CUDA decoder, or the CPU per image), which writes RGB straight
+//! into the slot's device arena on the compute stream; images larger than a
+//! staging stride are decoded, cropped and resized on the CPU and copied. Raw
+//! (pre-decoded) records are copied by the reader pool into pinned memory and
+//! go to the device in one H2D copy per batch on the copy stream.
 //!
 //! ```no_run
 //! use stoker_formats::Dataset;
@@ -60,10 +61,11 @@ pub mod kernel;
 pub(crate) mod pipeline;
 pub(crate) mod staging;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
+use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions};
 use stoker_formats::{Dataset, Encoding};
 
 use crate::builder::{Device, LoaderConfig, Output};
@@ -98,6 +100,9 @@ pub(crate) struct Shared {
     /// Transforms (and, with nvJPEG, decodes).
     pub(crate) compute: Arc<CudaStream>,
     pub(crate) kernel: TransformKernel,
+    /// nvJPEG (hardware engines / CUDA / CPU per image) for JPEG datasets; `None`
+    /// for raw datasets, whose pixels are staged and copied as they are.
+    pub(crate) nvjpeg: Option<Mutex<GpuDecoder>>,
     pub(crate) dataset: Dataset,
     pub(crate) transform: Transform,
     /// Output side in pixels.
@@ -203,6 +208,20 @@ pub(crate) fn build(
         reason: format!("cannot create a CUDA context on device {ordinal}: {e}"),
     })?;
     let kernel = TransformKernel::load(&ctx)?;
+    let nvjpeg = match config.dataset.manifest().encoding {
+        Encoding::Jpeg => Some(Mutex::new(
+            GpuDecoder::new(&ctx, GpuDecoderOptions::default()).map_err(|e| match e {
+                DecodeError::Load(e) => LoaderError::GpuUnavailable {
+                    reason: format!("nvJPEG (libnvjpeg) could not be loaded: {e}"),
+                },
+                other => LoaderError::Gpu {
+                    op: "nvJPEG decoder creation",
+                    source: Box::new(other),
+                },
+            })?,
+        )),
+        _ => None,
+    };
     let copy = ctx
         .new_stream()
         .map_err(|e| driver_err("cuStreamCreate (copy)", e))?;
@@ -263,7 +282,7 @@ pub(crate) fn build(
         slots,
         pinned_mib = (slots * sizes.pinned_bytes()) >> 20,
         device_mib = want_device >> 20,
-        "GPU loader ready (JPEG decode on the CPU reader pool, transforms on the GPU)"
+        "GPU loader ready"
     );
     Ok(GpuPipeline {
         shared: Arc::new(Shared {
@@ -271,6 +290,7 @@ pub(crate) fn build(
             copy,
             compute,
             kernel,
+            nvjpeg,
             dataset: config.dataset.clone(),
             transform: config.transform,
             size,

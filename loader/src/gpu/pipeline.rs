@@ -8,13 +8,14 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
+use cudarc::driver::CudaViewMut;
 use rayon::prelude::*;
-use stoker_decode::{CpuDecoder, Limits};
+use stoker_decode::{CpuDecoder, GpuDecoder, Limits};
 use stoker_formats::{DatasetReader, Encoding};
 
 use super::driver_err;
@@ -137,12 +138,16 @@ fn produce(
         let _ = tx.send(Err(driver_err("cuCtxSetCurrent (producer)", e)));
         return;
     }
+    // The producer's own reader and CPU decoder (nvJPEG route: records are read
+    // here, their bytes borrowed from the memory map while nvJPEG parses them).
+    let mut state = ReaderState::new(shared);
     for k in plan.start_batch..plan.num_batches {
         let Some(slot) = take_slot(shared, stop) else {
             return;
         };
-        let built = catch_unwind(AssertUnwindSafe(|| {
-            build_batch(shared, plan, k, slot, stop)
+        let built = catch_unwind(AssertUnwindSafe(|| match &shared.nvjpeg {
+            Some(decoder) => build_batch_nvjpeg(shared, plan, k, slot, &mut state, decoder, stop),
+            None => build_batch(shared, plan, k, slot, stop),
         }));
         let item = match built {
             Ok(Some(item)) => item,
@@ -206,6 +211,28 @@ struct ReaderState {
     resizer: CropResizer,
 }
 
+impl ReaderState {
+    fn new(shared: &Shared) -> ReaderState {
+        ReaderState {
+            reader: shared.dataset.reader().map_err(|e| e.to_string()),
+            decoder: CpuDecoder::new(Limits::default()),
+            scratch: Vec::new(),
+            resizer: CropResizer::new(shared.size),
+        }
+    }
+}
+
+/// How the pixels of a batch reach the device arena.
+#[derive(Clone, Copy, Debug)]
+enum Copies<'a> {
+    /// Staged in pinned memory by the reader pool: one H2D copy of `bytes` on the
+    /// copy stream.
+    Staged { bytes: usize },
+    /// Decoded into the arena by nvJPEG on the compute stream; only these
+    /// `(offset, len)` regions (CPU-resized oversize images) come from pinned memory.
+    Decoded { regions: &'a [(usize, usize)] },
+}
+
 /// Builds batch `k` into `slot`; `None` if stopped meanwhile (the slot goes back).
 fn build_batch(
     shared: &Shared,
@@ -243,12 +270,7 @@ fn build_batch(
                 .par_chunks_mut(stride)
                 .zip(positions.par_iter())
                 .map_init(
-                    || ReaderState {
-                        reader: shared.dataset.reader().map_err(|e| e.to_string()),
-                        decoder: CpuDecoder::new(Limits::default()),
-                        scratch: Vec::new(),
-                        resizer: CropResizer::new(shared.size),
-                    },
+                    || ReaderState::new(shared),
                     |state, (dst, &pos)| {
                         if stop.load(Ordering::Relaxed) {
                             return Err(LoaderError::Thread {
@@ -276,7 +298,286 @@ fn build_batch(
             }
         }
     }
-    Some(enqueue(shared, plan, k, slot, &images))
+    let bytes = match images.last() {
+        Some(last) => (n - 1) * stride + last.bytes,
+        None => 0,
+    };
+    Some(enqueue(
+        shared,
+        plan,
+        k,
+        slot,
+        &images,
+        Copies::Staged { bytes },
+    ))
+}
+
+/// Builds batch `k` through nvJPEG: the records are read and checked on the
+/// producer thread (bytes borrowed from the memory map) and decoded by `decoder`
+/// straight into the slot's arena on the compute stream (hardware engines, the
+/// CUDA decoder or the CPU, per image). A record that fails is replaced as on the
+/// CPU path; an image larger than a staging stride is decoded, cropped and resized
+/// on the CPU and copied. `None` if stopped meanwhile (the slot goes back).
+fn build_batch_nvjpeg(
+    shared: &Shared,
+    plan: &EpochPlan,
+    k: u64,
+    mut slot: Box<Slot>,
+    state: &mut ReaderState,
+    decoder: &Mutex<GpuDecoder>,
+    stop: &AtomicBool,
+) -> Option<Result<Batch, LoaderError>> {
+    let give_back = |slot: Box<Slot>| {
+        let _ = shared.free_tx.try_send(slot);
+    };
+    match slot.begin_host_writes() {
+        Ok(Some((prev, h2d_ms, kernel_ms))) => account_gpu(shared, prev, h2d_ms, kernel_ms),
+        Ok(None) => {}
+        Err(e) => {
+            give_back(slot);
+            return Some(Err(e));
+        }
+    }
+    let positions: Vec<usize> = plan.batch_range(k).collect();
+    let n = positions.len();
+    let stride = slot.sizes.stride;
+    let mut current: Vec<u64> = positions.iter().map(|&p| plan.order[p]).collect();
+    let mut attempts = vec![0u32; n];
+    let mut done: Vec<Option<Staged>> = vec![None; n];
+    let mut regions: Vec<(usize, usize)> = Vec::new();
+    let mut dec = decoder.lock().unwrap_or_else(|p| p.into_inner());
+    while done.iter().any(Option::is_none) {
+        if stop.load(Ordering::Acquire) {
+            give_back(slot);
+            return None;
+        }
+        let reader = match state.reader.as_ref() {
+            Ok(r) => r,
+            Err(reason) => {
+                give_back(slot);
+                return Some(Err(LoaderError::Thread {
+                    thread: "stoker-gpu".into(),
+                    reason: format!("cannot open a shard reader: {reason}"),
+                }));
+            }
+        };
+        // 1. Read and check what is left; oversize images go through the CPU.
+        let mut todo: Vec<(usize, &[u8], u32)> = Vec::new();
+        for i in 0..n {
+            if done[i].is_some() {
+                continue;
+            }
+            let index = current[i];
+            let t_read = Instant::now();
+            let checked = reader
+                .get(index)
+                .map_err(|source| LoaderError::Read { index, source })
+                .and_then(|r| {
+                    r.check_crc()
+                        .map_err(|source| LoaderError::Read { index, source })?;
+                    if r.header.encoding != Encoding::Jpeg {
+                        return Err(LoaderError::UnusableRecord {
+                            index,
+                            reason: "a raw record in a JPEG dataset".into(),
+                        });
+                    }
+                    let info = stoker_decode::probe(r.payload, state.decoder.limits())
+                        .map_err(|source| LoaderError::Decode { index, source })?;
+                    Ok((r, info))
+                });
+            let outcome = match checked {
+                Ok((r, info)) => {
+                    shared
+                        .metrics
+                        .record(Stage::Read, 1, r.payload.len() as u64, t_read.elapsed());
+                    if info.rgb_len() <= stride {
+                        todo.push((i, r.payload, r.header.label));
+                        Ok(())
+                    } else {
+                        let staged = match slot.pinned.as_mut_slice() {
+                            Ok(pinned) => stage_oversize(
+                                shared,
+                                plan,
+                                index,
+                                r.header.label,
+                                r.payload,
+                                (&state.decoder, &mut state.scratch, &mut state.resizer),
+                                &mut pinned[i * stride..(i + 1) * stride],
+                            ),
+                            Err(e) => Err(driver_err("pinned staging access", e)),
+                        };
+                        staged.map(|s| {
+                            regions.push((i * stride, s.bytes));
+                            done[i] = Some(s);
+                        })
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(error) = outcome {
+                if let Err(fatal) = replace_failed(
+                    shared,
+                    plan,
+                    positions[i],
+                    error,
+                    &mut attempts[i],
+                    &mut current[i],
+                ) {
+                    give_back(slot);
+                    return Some(Err(fatal));
+                }
+            }
+        }
+        if todo.is_empty() {
+            continue;
+        }
+        // 2. Decode straight into the arena (one output view per image).
+        let t_decode = Instant::now();
+        let results = {
+            let mut views: Vec<Option<CudaViewMut<'_, u8>>> = slot
+                .arena
+                .as_view_mut()
+                .chunks_exact_mut(stride)
+                .map(Some)
+                .collect();
+            let mut outs: Vec<CudaViewMut<'_, u8>> = todo
+                .iter()
+                .filter_map(|(i, ..)| views.get_mut(*i).and_then(Option::take))
+                .collect();
+            let inputs: Vec<&[u8]> = todo.iter().map(|t| t.1).collect();
+            dec.decode_batch(&inputs, &mut outs, &shared.compute)
+        };
+        let bytes: usize = todo.iter().map(|t| t.1.len()).sum();
+        shared.metrics.record(
+            Stage::Decode,
+            todo.len() as u64,
+            bytes as u64,
+            t_decode.elapsed(),
+        );
+        for (&(i, _, label), result) in todo.iter().zip(results) {
+            let index = current[i];
+            match result {
+                Ok((info, route)) => {
+                    shared.metrics.count_route(route.name());
+                    let p = shared.transform.params(
+                        plan.seed,
+                        plan.epoch,
+                        index,
+                        info.width,
+                        info.height,
+                    );
+                    done[i] = Some(Staged {
+                        index,
+                        label,
+                        width: info.width,
+                        height: info.height,
+                        channels: 3,
+                        crop: p.crop,
+                        flip: p.flip,
+                        bytes: info.rgb_len(),
+                    });
+                }
+                Err(source) => {
+                    let error = LoaderError::Decode { index, source };
+                    if let Err(fatal) = replace_failed(
+                        shared,
+                        plan,
+                        positions[i],
+                        error,
+                        &mut attempts[i],
+                        &mut current[i],
+                    ) {
+                        give_back(slot);
+                        return Some(Err(fatal));
+                    }
+                }
+            }
+        }
+    }
+    drop(dec);
+    let images: Vec<Staged> = done.into_iter().flatten().collect();
+    Some(enqueue(
+        shared,
+        plan,
+        k,
+        slot,
+        &images,
+        Copies::Decoded { regions: &regions },
+    ))
+}
+
+/// Counts a failed record and moves position `pos` to its next replacement, or
+/// returns the error that ends the batch (`OnError::Error`, too many failures).
+fn replace_failed(
+    shared: &Shared,
+    plan: &EpochPlan,
+    pos: usize,
+    error: LoaderError,
+    attempt: &mut u32,
+    current: &mut u64,
+) -> Result<(), LoaderError> {
+    let index = *current;
+    if shared.metrics.bad_record(index) {
+        tracing::warn!(index, epoch = plan.epoch, %error, "bad record replaced by the next sample");
+    }
+    if plan.on_error == OnError::Error {
+        return Err(error);
+    }
+    *attempt += 1;
+    if *attempt > MAX_REPLACEMENTS {
+        return Err(LoaderError::TooManyBadRecords {
+            index: plan.order[pos],
+            attempts: MAX_REPLACEMENTS,
+        });
+    }
+    *current = plan.replacement(pos, *attempt);
+    Ok(())
+}
+
+/// Decodes an image too large for a staging stride on the CPU, crops and resizes
+/// it (same filter as the CPU path) and stages the `size × size` result in `dst`.
+fn stage_oversize(
+    shared: &Shared,
+    plan: &EpochPlan,
+    index: u64,
+    label: u32,
+    payload: &[u8],
+    (decoder, scratch, resizer): (&CpuDecoder, &mut Vec<u8>, &mut CropResizer),
+    dst: &mut [u8],
+) -> Result<Staged, LoaderError> {
+    let t_decode = Instant::now();
+    let info = stoker_decode::probe(payload, decoder.limits())
+        .map_err(|source| LoaderError::Decode { index, source })?;
+    if scratch.len() < info.rgb_len() {
+        scratch.resize(info.rgb_len(), 0);
+    }
+    let (info, route) = decoder
+        .decode_into_routed(payload, scratch)
+        .map_err(|source| LoaderError::Decode { index, source })?;
+    shared.metrics.count_route(route.name());
+    shared
+        .metrics
+        .record(Stage::Decode, 1, payload.len() as u64, t_decode.elapsed());
+    let p = shared
+        .transform
+        .params(plan.seed, plan.epoch, index, info.width, info.height);
+    let resized = resizer
+        .apply(scratch, info.width, info.height, p.crop)
+        .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
+    let bytes = resized.len();
+    dst[..bytes].copy_from_slice(resized);
+    shared.metrics.count_route("cpu_resize_oversize");
+    let s = shared.size;
+    Ok(Staged {
+        index,
+        label,
+        width: s,
+        height: s,
+        channels: 3,
+        crop: (0, 0, s, s),
+        flip: p.flip,
+        bytes,
+    })
 }
 
 /// Resolves sample position `pos` (with replacements) and stages it into `dst`.
@@ -457,6 +758,7 @@ fn enqueue(
     k: u64,
     mut slot: Box<Slot>,
     images: &[Staged],
+    copies: Copies<'_>,
 ) -> Result<Batch, LoaderError> {
     let n = images.len();
     let stride = slot.sizes.stride;
@@ -484,22 +786,14 @@ fn enqueue(
             };
         }
     }
-    // Copy up to the end of the last image (one transfer for the batch).
-    let h2d_bytes = match images.last() {
-        Some(last) => (n - 1) * stride + last.bytes,
-        None => 0,
+    let h2d_bytes = match copies {
+        Copies::Staged { bytes } => bytes,
+        Copies::Decoded { regions } => regions.iter().map(|r| r.1).sum(),
     };
-    debug_assert!(h2d_bytes <= slot.arena.len() && n <= slot.params.len());
+    debug_assert!(n <= slot.params.len() && slot.sizes.batch * stride <= slot.arena.len());
     let result = (|| -> Result<(), LoaderError> {
         let copy = &shared.copy;
         let compute = &shared.compute;
-        // The previous kernel of this slot read `arena` and `params` (a wait on a
-        // never-recorded event is a no-op).
-        copy.wait(&slot.ready)
-            .map_err(|e| driver_err("cuStreamWaitEvent (arena reuse)", e))?;
-        slot.h2d_start
-            .record(copy)
-            .map_err(|e| driver_err("cuEventRecord", e))?;
         let pinned = slot
             .pinned
             .as_slice()
@@ -508,31 +802,70 @@ fn enqueue(
             .pinned_params
             .as_slice()
             .map_err(|e| driver_err("pinned parameters access", e))?;
-        // SAFETY: destinations are this slot's device buffers, at least as large as
-        // the sources (`arena` = batch * stride bytes ≥ h2d_bytes, `params` = batch
-        // entries ≥ n); the pinned sources are not written by the host again before
-        // `h2d_end` completes (`Slot::begin_host_writes`); the copy stream waited
-        // for the previous reader of the destinations (`ready`) above.
-        unsafe {
-            cudarc::driver::result::memcpy_htod_async(
-                slot.arena_ptr,
-                &pinned[..h2d_bytes],
-                copy.cu_stream(),
-            )
-            .map_err(|e| driver_err("cuMemcpyHtoDAsync (pixels)", e))?;
-            cudarc::driver::result::memcpy_htod_async(
-                slot.params_ptr,
-                &pinned_params[..n],
-                copy.cu_stream(),
-            )
-            .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
+        match copies {
+            Copies::Staged { bytes } => {
+                // The previous kernel of this slot read `arena` and `params` (a wait
+                // on a never-recorded event is a no-op).
+                copy.wait(&slot.ready)
+                    .map_err(|e| driver_err("cuStreamWaitEvent (arena reuse)", e))?;
+                slot.h2d_start
+                    .record(copy)
+                    .map_err(|e| driver_err("cuEventRecord", e))?;
+                // SAFETY: destinations are this slot's device buffers, at least as
+                // large as the sources (`arena` = batch * stride ≥ bytes, `params` =
+                // batch entries ≥ n); the pinned sources are not written by the host
+                // again before `h2d_end` completes (`Slot::begin_host_writes`); the
+                // copy stream waited for the previous reader of the destinations.
+                unsafe {
+                    cudarc::driver::result::memcpy_htod_async(
+                        slot.arena_ptr,
+                        &pinned[..bytes],
+                        copy.cu_stream(),
+                    )
+                    .map_err(|e| driver_err("cuMemcpyHtoDAsync (pixels)", e))?;
+                    cudarc::driver::result::memcpy_htod_async(
+                        slot.params_ptr,
+                        &pinned_params[..n],
+                        copy.cu_stream(),
+                    )
+                    .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
+                }
+                slot.h2d_end
+                    .record(copy)
+                    .map_err(|e| driver_err("cuEventRecord", e))?;
+                compute
+                    .wait(&slot.h2d_end)
+                    .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
+            }
+            Copies::Decoded { regions } => {
+                // nvJPEG wrote the arena on the compute stream: the parameters and
+                // the CPU-resized oversize images follow on the same stream.
+                slot.h2d_start
+                    .record(compute)
+                    .map_err(|e| driver_err("cuEventRecord", e))?;
+                // SAFETY: as above; every region lies inside the slot's staging
+                // (`offset + len ≤ batch * stride`); ordering is the compute stream's.
+                unsafe {
+                    for &(offset, len) in regions {
+                        cudarc::driver::result::memcpy_htod_async(
+                            slot.arena_ptr + offset as u64,
+                            &pinned[offset..offset + len],
+                            compute.cu_stream(),
+                        )
+                        .map_err(|e| driver_err("cuMemcpyHtoDAsync (oversize pixels)", e))?;
+                    }
+                    cudarc::driver::result::memcpy_htod_async(
+                        slot.params_ptr,
+                        &pinned_params[..n],
+                        compute.cu_stream(),
+                    )
+                    .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
+                }
+                slot.h2d_end
+                    .record(compute)
+                    .map_err(|e| driver_err("cuEventRecord", e))?;
+            }
         }
-        slot.h2d_end
-            .record(copy)
-            .map_err(|e| driver_err("cuEventRecord", e))?;
-        compute
-            .wait(&slot.h2d_end)
-            .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
         for ev in slot.release.drain(..) {
             compute
                 .wait(&ev)
