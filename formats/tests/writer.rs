@@ -250,3 +250,12 @@ fn truncated_shard_is_refused_on_open() {
         Err(FormatError::ShardSizeMismatch { .. })
     ));
 }
+
+#[test]
+fn dataset_is_send_sync_clone_and_reader_is_send() {
+    fn send_sync_clone<T: Send + Sync + Clone>() {}
+    fn send<T: Send>() {}
+    send_sync_clone::<Dataset>();
+    send::<stoker_formats::DatasetReader>();
+    send::<FormatError>();
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Converter throughput beside `cp -r` of the same tree, in the same run, from the page cache.
+#
+#   formats/benches/convert_throughput.sh [STOKER_BIN] [COPIES] [REPS]
+#
+# Builds a tree of COPIES classes, each a copy of ../shared/data/bench (512 JPEGs, 46.6 kB
+# mean), warms the page cache, then times (median of REPS, wall clock):
+#   cp -r                        the tree, no fsync
+#   cp -r + sync                 the tree, then fsync of every copied file (stoker fsyncs shards)
+#   stoker convert --no-check    store mode: header probe + EOI check, original bytes stored
+#   stoker convert               store mode with a test decode of every JPEG (the default)
+#   stoker convert --max-side 256, --jobs 1 and --jobs N: re-encode mode, img/s per core
+#   stoker convert --encoding raw --size 224x224 --jobs 1: decode+resize, raw pixels
+#   peer: Pillow doing the --max-side 256 work on one core (pil_reencode.py), if installed
+# and prints one line per measurement (also as JSON lines when JSON=1).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+bin="${1:-$repo/target/release/stoker}"
+copies="${2:-4}"
+reps="${3:-3}"
+data="$repo/../shared/data/bench"
+work="$(mktemp -d "${TMPDIR:-/tmp}/stoker-bench.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+cores="$(nproc)"
+
+tree="$work/tree"
+for i in $(seq -w 1 "$copies"); do
+  mkdir -p "$tree/class$i"
+  cp "$data"/*.jpg "$tree/class$i/"
+done
+small="$work/small"   # 512 images, for the re-encode modes
+mkdir -p "$small/c"
+cp "$data"/*.jpg "$small/c/"
+files=$(find "$tree" -type f | wc -l)
+bytes=$(du -sb "$tree" | cut -f1)
+sbytes=$(du -sb "$small" | cut -f1)
+# Warm the page cache (twice), so storage is not what is measured.
+for _ in 1 2; do cat "$tree"/*/* "$small"/*/* > /dev/null; done
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+now() { date +%s.%N; }
+
+# time_cmd NAME MB IMAGES -- command...
+time_cmd() {
+  local name="$1" b="$2" n="$3"; shift 4
+  local ts=()
+  for _ in $(seq "$reps"); do
+    rm -rf "$work/out"
+    local t0 t1
+    t0=$(now); "$@" > /dev/null; t1=$(now)
+    ts+=("$(echo "$t1 - $t0" | bc -l)")
+  done
+  rm -rf "$work/out"
+  local t; t=$(printf '%s\n' "${ts[@]}" | median)
+  local mbs ips
+  mbs=$(echo "$b / 1000000 / $t" | bc -l)
+  ips=$(echo "$n / $t" | bc -l)
+  printf '%-44s %8.3f s  %8.1f MB/s  %8.1f img/s   (runs: %s)\n' "$name" "$t" "$mbs" "$ips" "${ts[*]}"
+  if [ "${JSON:-0}" = 1 ]; then
+    printf '{"name":"%s","seconds":%.4f,"mb_per_s":%.2f,"img_per_s":%.2f}\n' "$name" "$t" "$mbs" "$ips"
+  fi
+}
+
+cp_sync() { cp -r "$1" "$2" && find "$2" -type f -exec sync {} +; }
+
+echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "tree: $files JPEGs, $bytes bytes ($copies x shared/data/bench); re-encode set: 512 JPEGs, $sbytes bytes; median of $reps"
+time_cmd "cp -r" "$bytes" "$files" -- cp -r "$tree" "$work/out"
+time_cmd "cp -r + fsync each file" "$bytes" "$files" -- cp_sync "$tree" "$work/out"
+time_cmd "convert store --no-check (jobs $cores)" "$bytes" "$files" -- "$bin" convert "$tree" "$work/out" --no-check
+time_cmd "convert store, test-decode (jobs $cores)" "$bytes" "$files" -- "$bin" convert "$tree" "$work/out"
+time_cmd "convert --max-side 256 --jobs 1" "$sbytes" 512 -- "$bin" convert "$small" "$work/out" --max-side 256 --jobs 1
+time_cmd "convert --max-side 256 --jobs $cores" "$sbytes" 512 -- "$bin" convert "$small" "$work/out" --max-side 256 --jobs "$cores"
+time_cmd "convert --encoding raw --size 224x224 --jobs 1" "$sbytes" 512 -- "$bin" convert "$small" "$work/out" --encoding raw --size 224x224 --jobs 1
+if python3 -c 'import PIL' 2>/dev/null; then
+  time_cmd "peer: Pillow re-encode, long side 256, 1 core" "$sbytes" 512 -- python3 "$here/pil_reencode.py" "$small" "$work/out"
+else
+  echo "peer: Pillow not installed (pip install Pillow) - no Pillow row"
+fi
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
