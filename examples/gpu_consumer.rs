@@ -1,0 +1,447 @@
+//! A GPU consumer standing in for a training step: each batch from a
+//! `Device::Cuda` loader is waited on (GPU-side) and read by a small kernel that
+//! does a fixed amount of work per batch, sized to a target rate (default 4,700
+//! img/s, what ResNet-50 bf16 training consumes on an H200).
+//!
+//! In one run it measures, for the device check (`scripts/device-check.d/20-loader-gpu.sh`):
+//! - `loader`: the loader alone (the consumer only waits on each batch), img/s;
+//! - `fed`: the consumer loop fed by the loader vs the same loop on a batch already in
+//!   GPU memory (the ratio of the two throughputs) and the loader's fed ratio;
+//! - `h2d`: with `--raw`, the loader's H2D GB/s next to a pinned-copy ceiling measured
+//!   in the same process;
+//! - device memory and RSS after each epoch.
+//!
+//! Results are printed and, with `--tsv FILE`, appended as `name<TAB>value<TAB>unit<TAB>note`.
+//!
+//! ```text
+//! cargo run --release --example gpu_consumer -- --jpeg-dir ../shared/data/bench --epochs 5
+//! ```
+//!
+//! Without a GPU it prints why and exits with status 2.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use stoker::decode::cudarc::driver::{
+    sys::CUevent_flags, CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+};
+use stoker::decode::cudarc::nvrtc::compile_ptx;
+use stoker::decode::{CpuDecoder, Limits};
+use stoker::formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+use stoker::loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
+use stoker::loader::{Device, Images, Loader, Output, Shuffle, Stage, Transform};
+
+/// The stand-in training step: reads every byte of the batch once (so it depends
+/// on it) and then spins `iters` dependent FMAs per thread.
+const BUSY_CU: &str = r#"
+extern "C" __global__ void busy(const unsigned char *batch, unsigned long long n,
+                                unsigned int iters, float *sink) {
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    float acc = 0.0f;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        acc += (float)batch[i];
+    float y = acc * 1e-3f + 1.0f;
+    for (unsigned int k = 0; k < iters; ++k) y = fmaf(y, 0.9999999f, 1e-7f);
+    if (y == -1.0f) sink[blockIdx.x] = y;  // never true; keeps the loop
+}
+"#;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// An existing stoker dataset (LMDB shards + manifest.json).
+    #[arg(long, conflicts_with = "jpeg_dir")]
+    dataset: Option<PathBuf>,
+    /// A folder of JPEGs to convert into a temporary dataset first (e.g. shared/data/bench).
+    #[arg(long)]
+    jpeg_dir: Option<PathBuf>,
+    /// With --jpeg-dir: store decoded RGB (raw, pre-decoded records) instead of JPEG.
+    #[arg(long)]
+    raw: bool,
+    /// Repeat the folder's images this many times in the temporary dataset.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    #[arg(long, default_value_t = 256)]
+    batch_size: usize,
+    #[arg(long, default_value_t = 224)]
+    size: u32,
+    #[arg(long, default_value_t = 5)]
+    epochs: u64,
+    #[arg(long, default_value_t = 4)]
+    prefetch: usize,
+    /// Reader threads (default: all cores).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Images per second the stand-in training step consumes.
+    #[arg(long, default_value_t = 4700.0)]
+    target_rate: f64,
+    /// Append result rows to this TSV file.
+    #[arg(long)]
+    tsv: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpu_consumer: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+struct Table {
+    file: Option<std::fs::File>,
+}
+
+impl Table {
+    fn row(&mut self, name: &str, value: f64, unit: &str, note: &str) {
+        println!("{name:<32} {value:>14.3} {unit:<8} {note}");
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{name}\t{value:.3}\t{unit}\t{note}");
+        }
+    }
+}
+
+fn run(args: &Args) -> Res<()> {
+    let mut table = Table {
+        file: match &args.tsv {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
+            ),
+            None => None,
+        },
+    };
+    let mut tmp = TempDir(None);
+    let dataset = match (&args.dataset, &args.jpeg_dir) {
+        (Some(d), _) => Dataset::open(d)?,
+        (None, Some(dir)) => {
+            let path =
+                std::env::temp_dir().join(format!("stoker-gpu-consumer-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            tmp.0 = Some(path.clone());
+            let ds = convert(dir, &path, args.raw, args.repeat)?;
+            println!(
+                "dataset: {} records ({}) in {}",
+                ds.len(),
+                if args.raw { "raw" } else { "jpeg" },
+                path.display()
+            );
+            ds
+        }
+        (None, None) => return Err("give --dataset or --jpeg-dir".into()),
+    };
+    let kind = if dataset.manifest().encoding == Encoding::Raw {
+        "raw"
+    } else {
+        "jpeg"
+    };
+    let workers = args
+        .workers
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
+    let loader = Loader::builder(dataset.clone())
+        .batch_size(args.batch_size)
+        .drop_last(true)
+        .shuffle(Shuffle::Global { seed: 0 })
+        .transform(
+            Transform::random_resized_crop(args.size)
+                .hflip(0.5)
+                .normalize(IMAGENET_MEAN, IMAGENET_STD),
+        )
+        .output(Output::F16Nchw)
+        .device(Device::Cuda(args.device))
+        .prefetch(args.prefetch)
+        .workers(workers)
+        .build()?;
+    let batch_bytes = args.batch_size * 3 * (args.size as usize).pow(2) * 2;
+    let ctx = CudaContext::new(args.device)?;
+    let stream = ctx.new_stream()?;
+    let module = ctx.load_module(compile_ptx(BUSY_CU)?)?;
+    let busy = module.load_function("busy")?;
+    let mut sink = stream.alloc_zeros::<f32>(4096)?;
+    let resident = stream.alloc_zeros::<u8>(batch_bytes)?;
+    let step = |iters: u32, ptr: u64, sink: &mut CudaSlice<f32>, s: &Arc<CudaStream>| -> Res<()> {
+        let cfg = LaunchConfig {
+            grid_dim: (1024, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let n = batch_bytes as u64;
+        let mut b = s.launch_builder(&busy);
+        b.arg(&ptr).arg(&n).arg(&iters).arg(sink);
+        // SAFETY: `busy(const u8*, u64, u32, float*)`: ptr addresses `n` bytes of
+        // device memory (a batch tensor or `resident`), sink has ≥ 1024 floats.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    };
+    let resident_ptr = {
+        use stoker::decode::cudarc::driver::DevicePtr;
+        let (p, _g) = resident.device_ptr(&stream);
+        p
+    };
+
+    // Calibrate: iterations so that one step takes batch / target_rate seconds.
+    let target_s = args.batch_size as f64 / args.target_rate;
+    let time_step = |iters: u32, sink: &mut CudaSlice<f32>| -> Res<f64> {
+        step(iters, resident_ptr, sink, &stream)?;
+        let a = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        for _ in 0..5 {
+            step(iters, resident_ptr, sink, &stream)?;
+        }
+        let b = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        Ok(f64::from(a.elapsed_ms(&b)?) / 5e3)
+    };
+    let base = time_step(0, &mut sink)?;
+    let probe = 200_000u32;
+    let slope = (time_step(probe, &mut sink)? - base) / f64::from(probe);
+    let iters = (((target_s - base) / slope).max(0.0)) as u32;
+    let step_s = time_step(iters, &mut sink)?;
+    println!(
+        "step: {iters} iterations = {:.2} ms per batch of {} (target {:.2} ms)",
+        step_s * 1e3,
+        args.batch_size,
+        target_s * 1e3
+    );
+
+    // 1. Loader alone (the consumer only waits on each batch).
+    let t = Instant::now();
+    let mut images = 0usize;
+    for batch in loader.epoch(0) {
+        let batch = batch?;
+        if let Images::Cuda(d) = &batch.images {
+            d.wait(&stream)?;
+        }
+        images += batch.len();
+    }
+    stream.synchronize()?;
+    let alone = images as f64 / t.elapsed().as_secs_f64();
+    table.row(
+        &format!("loader_gpu_{kind}_img_s"),
+        alone,
+        "img/s",
+        &format!(
+            "F16 NCHW {} RRC+flip+norm, batch {}, epoch 0 (warm-up included)",
+            args.size, args.batch_size
+        ),
+    );
+
+    // 2. Fed: the consumer loop fed by the loader, epochs 1.., then the same loop
+    //    on a resident batch; memory sampled after every epoch.
+    loader.reset_stats();
+    let mut mem = Vec::new();
+    let t = Instant::now();
+    let mut fed_images = 0usize;
+    for epoch in 1..args.epochs.max(2) {
+        for batch in loader.epoch(epoch) {
+            let batch = batch?;
+            let Images::Cuda(d) = &batch.images else {
+                return Err("the loader did not produce device batches".into());
+            };
+            d.wait(&stream)?;
+            let ptr = d.device_ptr().ok_or("no device pointer after wait")?;
+            step(iters, ptr, &mut sink, &stream)?;
+            // Like a loop that reads its loss every step.
+            stream.synchronize()?;
+            fed_images += batch.len();
+        }
+        let (free, total) = ctx.mem_get_info()?;
+        mem.push((total - free, rss_bytes()));
+    }
+    let fed_rate = fed_images as f64 / t.elapsed().as_secs_f64();
+    let stats = loader.stats();
+    let t = Instant::now();
+    let steps = fed_images / args.batch_size;
+    for _ in 0..steps {
+        step(iters, resident_ptr, &mut sink, &stream)?;
+        stream.synchronize()?;
+    }
+    let resident_rate = (steps * args.batch_size) as f64 / t.elapsed().as_secs_f64();
+    table.row(
+        &format!("fed_{kind}_consumer_img_s"),
+        fed_rate,
+        "img/s",
+        "consumer loop fed by the loader",
+    );
+    table.row(
+        &format!("fed_{kind}_resident_img_s"),
+        resident_rate,
+        "img/s",
+        "same loop, batch already in GPU memory",
+    );
+    table.row(
+        &format!("fed_{kind}_throughput_ratio"),
+        fed_rate / resident_rate,
+        "ratio",
+        "acceptance >= 0.98",
+    );
+    table.row(
+        &format!("fed_{kind}_fed_ratio"),
+        stats.fed_ratio,
+        "ratio",
+        "loader.stats().fed_ratio, acceptance >= 0.99",
+    );
+    if let Some(h2d) = stats.stage(Stage::H2d) {
+        let gbs = if h2d.busy_s > 0.0 {
+            h2d.bytes as f64 / h2d.busy_s / 1e9
+        } else {
+            0.0
+        };
+        table.row(
+            &format!("h2d_{kind}_gb_s"),
+            gbs,
+            "GB/s",
+            "loader H2D stage (bytes / copy-stream time from events)",
+        );
+    }
+    if let Some(tr) = stats.stage(Stage::Transform) {
+        table.row(
+            &format!("transform_{kind}_img_s"),
+            tr.capacity_per_s,
+            "img/s",
+            "fused kernel capacity from CUDA events",
+        );
+    }
+    for (route, n) in &stats.decode_routes {
+        table.row(
+            &format!("route_{kind}_{route}"),
+            *n as f64,
+            "images",
+            "decode route counts",
+        );
+    }
+    println!("{}", stats.verdict());
+
+    // 3. Pinned H2D ceiling, same process (the peer of the loader's H2D figure).
+    let ceiling = pinned_ceiling(&ctx, &stream)?;
+    table.row(
+        "h2d_pinned_ceiling_gb_s",
+        ceiling,
+        "GB/s",
+        "256 MiB pinned -> device, 20 copies, same process",
+    );
+
+    // 4. Memory flat after the first fed epoch.
+    if let (Some(&(dev1, rss1)), Some(&(devn, rssn))) = (mem.first(), mem.last()) {
+        let dg = (devn as f64 - dev1 as f64) / dev1.max(1) as f64;
+        let rg = (rssn as f64 - rss1 as f64) / rss1.max(1) as f64;
+        table.row(
+            &format!("mem_{kind}_device_growth_pct"),
+            100.0 * dg,
+            "%",
+            &format!(
+                "device used after epoch 1 vs last ({} epochs), acceptance < 1",
+                mem.len()
+            ),
+        );
+        table.row(
+            &format!("mem_{kind}_rss_growth_pct"),
+            100.0 * rg,
+            "%",
+            "host RSS, same epochs, acceptance < 1",
+        );
+    }
+    Ok(())
+}
+
+/// Copies 256 MiB from pinned host memory to the device 20 times, timed with events.
+fn pinned_ceiling(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Res<f64> {
+    let n = 256 << 20;
+    // SAFETY: the host buffer is only read by the copies below; uninitialized
+    // bytes are fine for a bandwidth measurement.
+    let host = unsafe { ctx.alloc_pinned_with_flags::<u8>(n, 0) }?;
+    let mut dev = stream.alloc_zeros::<u8>(n)?;
+    stream.memcpy_htod(&host, &mut dev)?;
+    let a = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    for _ in 0..20 {
+        stream.memcpy_htod(&host, &mut dev)?;
+    }
+    let b = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let ms = f64::from(a.elapsed_ms(&b)?);
+    Ok(20.0 * n as f64 / (ms / 1e3) / 1e9)
+}
+
+/// Writes the JPEGs of `dir` (sorted, `repeat` times) into a dataset at `out`,
+/// as JPEG records or as decoded RGB (raw).
+fn convert(dir: &Path, out: &Path, raw: bool, repeat: usize) -> Res<Dataset> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("jpg") || e.eq_ignore_ascii_case("jpeg"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!("no JPEG in {}", dir.display()).into());
+    }
+    let mut w = DatasetWriter::create(
+        out,
+        WriterOptions {
+            encoding: Some(if raw { Encoding::Raw } else { Encoding::Jpeg }),
+            ..WriterOptions::default()
+        },
+    )?;
+    let decoder = CpuDecoder::new(Limits::default());
+    for r in 0..repeat.max(1) {
+        for (i, f) in files.iter().enumerate() {
+            let data = std::fs::read(f)?;
+            let label = ((r * files.len() + i) % 10) as u32;
+            if raw {
+                let (info, rgb) = decoder.decode_to_vec(&data)?;
+                let meta = RecordMeta {
+                    encoding: Encoding::Raw,
+                    height: info.height,
+                    width: info.width,
+                    channels: 3,
+                    label,
+                };
+                w.push(meta, &rgb)?;
+            } else {
+                let info = stoker::decode::probe(&data, &Limits::default())?;
+                let meta = RecordMeta {
+                    encoding: Encoding::Jpeg,
+                    height: info.height,
+                    width: info.width,
+                    channels: 3,
+                    label,
+                };
+                w.push(meta, &data)?;
+            }
+        }
+    }
+    let classes = (0..10).map(|c| format!("class{c}")).collect();
+    w.finish(classes, Provenance::stoker(dir.display().to_string()))?;
+    Ok(Dataset::open(out)?)
+}
+
+/// Removes the temporary dataset on exit.
+struct TempDir(Option<PathBuf>);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
