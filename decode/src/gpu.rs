@@ -431,14 +431,20 @@ impl GpuDecoder {
                     // SAFETY: handle and stream live, created from the same handle;
                     // the input slice outlives the calls.
                     let ok = unsafe {
-                        result::stream_parse(t, hw.handle.ptr(), inputs[i], hw.check_stream.ptr())
-                            .and_then(|()| {
-                                result::batched_supported(t, hw.handle.ptr(), hw.check_stream.ptr())
-                            })
+                        result::stream_parse_header(
+                            t,
+                            hw.handle.ptr(),
+                            inputs[i],
+                            hw.check_stream.ptr(),
+                        )
+                        .and_then(|()| {
+                            result::batched_supported(t, hw.handle.ptr(), hw.check_stream.ptr())
+                        })
                     };
                     match ok {
                         Ok(true) => Route::NvjpegHardware,
                         Ok(false) => Route::NvjpegCuda,
+                        // nvJPEG cannot read the header: let the CPU decide.
                         Err(_) => Route::CpuZune,
                     }
                 }

@@ -63,7 +63,7 @@ fn gpu() -> Option<(std::sync::Arc<cudarc::driver::CudaContext>, GpuDecoder)> {
     let ctx = match cuda_context(0) {
         Ok(c) => c,
         Err(e) => {
-            println!("SKIP: no GPU: {e}");
+            println!("SKIP: {e}");
             return None;
         }
     };

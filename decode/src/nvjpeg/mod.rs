@@ -94,7 +94,13 @@ impl NvJpeg {
                         version,
                     });
                 }
-                Err(e) => tried.push((path.clone(), e.to_string())),
+                Err(e) => {
+                    // libloading's Display is terse ("dlopen failed"); the dlerror
+                    // text is in its source.
+                    let why = std::error::Error::source(&e)
+                        .map_or_else(|| e.to_string(), |s| s.to_string());
+                    tried.push((path.clone(), why));
+                }
             }
         }
         Err(LoadError::NotFound { tried })

@@ -106,6 +106,23 @@ pub(crate) unsafe fn stream_parse(
     })
 }
 
+/// Parses only the headers of a bitstream into `stream` (enough for
+/// `nvjpegDecodeBatchedSupported`, much cheaper than a full parse).
+///
+/// # Safety
+/// `h` and `stream` live and created from the same handle; `data` valid for the call.
+pub(crate) unsafe fn stream_parse_header(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    data: &[u8],
+    stream: sys::nvjpegJpegStream_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: `data` is a live slice; caller guarantees the handles.
+    check("nvjpegJpegStreamParseHeader", unsafe {
+        (t.nvjpegJpegStreamParseHeader)(h, data.as_ptr(), data.len(), stream)
+    })
+}
+
 /// Whether the batched (hardware) decoder takes the parsed `stream`.
 ///
 /// # Safety

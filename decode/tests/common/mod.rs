@@ -4,9 +4,11 @@
 
 use std::path::PathBuf;
 
-/// `<repo>/../shared/data`.
+/// `$STOKER_DATA` when set (the GPU machine's copy), else `<repo>/../shared/data`.
 pub fn data_dir() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data"))
+    std::env::var_os("STOKER_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data")))
 }
 
 /// One row of `conformance/expectations.tsv`.

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Decode part of the device check (run by scripts/device-check.sh on the GPU machine).
+# Needs in $BIN: stoker-decode-gpu (decode/tests/gpu.rs), stoker-decode-gpu_throughput
+# (decode/tests/gpu_throughput.rs), stoker-decode-conformance (CPU reference run);
+# in $DATA: bench/ and conformance/; python3 with torch/torchvision for the peer.
+# Appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
+set -uo pipefail
+T="$OUT/table.tsv"
+export STOKER_DATA="$DATA" STOKER_BENCH_DIR="$DATA/bench"
+status=0
+
+run_tests() { # name binary args...
+  local name="$1" bin="$2"
+  shift 2
+  if [ ! -x "$bin" ]; then
+    printf '%s\t%s\t%s\t%s\n' "$name" "missing" "-" "$bin not carried" >>"$T"
+    status=1
+    return
+  fi
+  "$bin" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  local summary
+  summary="$(grep -E '^test result' "$OUT/$name.log" | tail -1 | sed 's/^test result: //')"
+  local skips
+  skips="$(grep -c 'SKIP' "$OUT/$name.log" || true)"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "exit" "${summary:-no summary}; ${skips} skipped" >>"$T"
+  [ "$rc" -eq 0 ] || status=1
+  cat "$OUT/$name.log"
+}
+
+# 1. Correctness: GPU output vs CPU output on the conformance corpus and the bench set,
+#    every route exercised (the test asserts it), bad images failing alone.
+run_tests decode_gpu_tests "$BIN/stoker-decode-gpu" --nocapture --test-threads=1
+grep -E '^routes:' "$OUT/decode_gpu_tests.log" | sed 's/^/# /'
+# CPU conformance on this machine too (same binary as CI).
+run_tests decode_cpu_conformance "$BIN/stoker-decode-conformance" --test-threads=1
+
+# 2. Throughput per route / lane count, CPU all cores in the same run.
+if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
+  STOKER_BENCH_SECONDS="${DECODE_SECONDS:-5}" "$BIN/stoker-decode-gpu_throughput" \
+    --ignored --nocapture --test-threads=1 >"$OUT/decode_throughput.log" 2>&1 || status=1
+  grep -P '^ROW\t' "$OUT/decode_throughput.log" | cut -f2- >>"$T"
+  cat "$OUT/decode_throughput.log"
+else
+  printf '%s\t%s\t%s\t%s\n' decode_throughput missing - "stoker-decode-gpu_throughput not carried" >>"$T"
+fi
+
+# 3. Peer in the same run: torchvision batched GPU decode of the same files.
+PEERS="$(dirname "$BIN")/peers"
+if [ -f "$PEERS/torchvision_decode.py" ]; then
+  python3 "$PEERS/torchvision_decode.py" "$DATA/bench" --device cuda --batch 256 --seconds "${DECODE_SECONDS:-5}" \
+    >"$OUT/torchvision_decode.log" 2>&1
+  python3 - "$OUT/torchvision_decode.log" "$T" <<'PY'
+import json, sys
+log, table = sys.argv[1], sys.argv[2]
+row = None
+for line in open(log):
+    line = line.strip()
+    if line.startswith("{"):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            pass
+rows = {}
+for line in open(table):
+    f = line.rstrip("\n").split("\t")
+    if len(f) >= 3:
+        rows[f[0]] = f[1]
+with open(table, "a") as out:
+    if not row or row.get("img_per_s") is None:
+        out.write("torchvision_decode_jpeg_cuda\t-\timg/s\t%s\n" % ((row or {}).get("reason") or "peer failed, see log"))
+        sys.exit(0)
+    tv = row["img_per_s"]
+    out.write("torchvision_decode_jpeg_cuda\t%.1f\timg/s\tbatch %s, same files, same run\n" % (tv, row.get("batch")))
+    for name in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes8", "decode_gpu_cuda_only"):
+        try:
+            out.write("%s_vs_torchvision\t%.2f\tx\tratio in this run\n" % (name, float(rows[name]) / tv))
+        except (KeyError, ValueError):
+            pass
+PY
+else
+  printf '%s\t%s\t%s\t%s\n' torchvision_decode_jpeg_cuda - img/s "peers not carried" >>"$T"
+fi
+exit $status
