@@ -543,7 +543,21 @@ mod tests {
             );
             return;
         }
+        // Start-up cost, informational (docs/BENCHMARKS.md): the transform next to
+        // an empty kernel compiled the same way, in the same process.
+        let t = std::time::Instant::now();
+        cudarc::nvrtc::compile_ptx("extern \"C\" __global__ void empty() {}")
+            .expect("empty kernel");
+        let empty = t.elapsed();
+        let t = std::time::Instant::now();
         let ptx = compile_ptx().expect("transform.cu compiles");
+        let full = t.elapsed();
+        println!(
+            "NVRTC: transform.cu {:.1} ms, empty kernel {:.1} ms (ratio {:.1})",
+            full.as_secs_f64() * 1e3,
+            empty.as_secs_f64() * 1e3,
+            full.as_secs_f64() / empty.as_secs_f64()
+        );
         let text = ptx.to_src();
         for dtype in [KernelDtype::U8, KernelDtype::F16, KernelDtype::F32] {
             assert!(
@@ -646,8 +660,12 @@ mod tests {
             "the draw never flipped: the flip path is untested"
         );
         let share = equal as f64 / total as f64;
+        println!(
+            "{:.3}% of {total} u8 levels identical to the CPU path",
+            share * 100.0
+        );
         assert!(
-            share > 0.97,
+            share > 0.98,
             "only {:.2}% of u8 levels identical",
             share * 100.0
         );
