@@ -61,6 +61,7 @@ pub mod kernel;
 pub(crate) mod pipeline;
 pub(crate) mod staging;
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -114,6 +115,10 @@ pub(crate) struct Shared {
     /// Reader / CPU-decode threads.
     pub(crate) pool: rayon::ThreadPool,
     pub(crate) prefetch: usize,
+    /// Sizes of every slot, and how many exist (grows only if the consumer keeps
+    /// every batch alive, see `pipeline::take_slot`).
+    pub(crate) sizes: SlotSizes,
+    pub(crate) slots: AtomicUsize,
     /// Free slots of the staging ring (bounded by the slot count).
     pub(crate) free_tx: Sender<Box<Slot>>,
     pub(crate) free_rx: Receiver<Box<Slot>>,
@@ -253,10 +258,11 @@ pub(crate) fn build(
             });
         }
     }
-    let (free_tx, free_rx) = crossbeam_channel::bounded(slots);
+    // Unbounded: a slot added by `pipeline::grow` must always find its place back.
+    let (free_tx, free_rx) = crossbeam_channel::unbounded();
     for _ in 0..slots {
         let slot = Slot::new(&ctx, &compute, sizes)?;
-        // Cannot fail: the channel has exactly `slots` places.
+        // Cannot fail: the receiver is alive.
         let _ = free_tx.try_send(Box::new(slot));
     }
     let workers = config.workers.max(1);
@@ -300,6 +306,8 @@ pub(crate) fn build(
             metrics,
             pool,
             prefetch,
+            sizes,
+            slots: AtomicUsize::new(slots),
             free_tx,
             free_rx,
         }),

@@ -142,8 +142,13 @@ fn produce(
     // here, their bytes borrowed from the memory map while nvJPEG parses them).
     let mut state = ReaderState::new(shared);
     for k in plan.start_batch..plan.num_batches {
-        let Some(slot) = take_slot(shared, stop) else {
-            return;
+        let slot = match take_slot(shared, stop, tx) {
+            Some(Ok(slot)) => slot,
+            Some(Err(e)) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+            None => return,
         };
         let built = catch_unwind(AssertUnwindSafe(|| match &shared.nvjpeg {
             Some(decoder) => build_batch_nvjpeg(shared, plan, k, slot, &mut state, decoder, stop),
@@ -174,18 +179,47 @@ fn produce(
 }
 
 /// A free slot, or `None` once stopped.
-fn take_slot(shared: &Shared, stop: &AtomicBool) -> Option<Box<Slot>> {
+///
+/// When the consumer holds every slot (it keeps batches alive instead of dropping
+/// them) and nothing is waiting in the queue, waiting would never end: the ring
+/// grows by one slot instead (logged once per growth; reported in the stats'
+/// pinned/device bytes), as the CPU path allocates a buffer in that case.
+fn take_slot(
+    shared: &Shared,
+    stop: &AtomicBool,
+    queued: &Sender<Result<Batch, LoaderError>>,
+) -> Option<Result<Box<Slot>, LoaderError>> {
     loop {
         match shared.free_rx.recv_timeout(POLL) {
-            Ok(slot) => return Some(slot),
+            Ok(slot) => return Some(Ok(slot)),
             Err(RecvTimeoutError::Timeout) => {
                 if stop.load(Ordering::Acquire) {
                     return None;
+                }
+                if queued.is_empty() && shared.free_rx.is_empty() {
+                    return Some(grow(shared));
                 }
             }
             Err(RecvTimeoutError::Disconnected) => return None,
         }
     }
+}
+
+/// Allocates one more slot (see [`take_slot`]).
+fn grow(shared: &Shared) -> Result<Box<Slot>, LoaderError> {
+    let slot = Slot::new(&shared.ctx, &shared.compute, shared.sizes)?;
+    let total = shared.slots.fetch_add(1, Ordering::AcqRel) + 1;
+    tracing::warn!(
+        slots = total,
+        "the consumer holds every GPU batch slot: adding one (drop batches to keep memory fixed)"
+    );
+    shared
+        .metrics
+        .set_pinned_bytes((total * shared.sizes.pinned_bytes()) as u64);
+    shared
+        .metrics
+        .set_device_bytes((total * shared.sizes.device_bytes()) as u64);
+    Ok(Box::new(slot))
 }
 
 /// One image staged in a slot.
