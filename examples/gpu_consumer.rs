@@ -86,6 +86,14 @@ struct Args {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    // The loader logs its per-epoch utilization verdict (NVML) at info level.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("stoker_loader=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match run(&args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

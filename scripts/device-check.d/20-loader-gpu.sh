@@ -39,6 +39,8 @@ if [ -x "$BIN/gpu_consumer" ]; then
   timeout 150 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 5 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg.log" | tail -n 25
   row gpu_consumer_jpeg "${PIPESTATUS[0]}" exit "examples/gpu_consumer, jpeg"
+  verdict=$(grep -o 'verdict=.*' "$OUT/gpu-consumer-jpeg.log" | tail -n 1 | tr '\t' ' ')
+  row gpu_util_verdict_jpeg - text "${verdict:-no NVML verdict logged}"
   # 3. Raw pre-decoded records (H2D-bound): loader H2D GB/s vs the pinned ceiling.
   timeout 120 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 2 --epochs 3 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw.log" | tail -n 25

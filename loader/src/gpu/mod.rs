@@ -23,6 +23,9 @@
 //!   the release point on that stream, and the slot's next kernel waits for it.
 //!   The consumer thread never synchronizes the device.
 //! - [`pipeline`]: the producer thread of an epoch.
+//! - [`nvml`]: GPU, JPEG-engine and CPU utilization sampled during each epoch (NVML
+//!   through our own small run-time table, optional); the seed's "GPU < 70% while
+//!   CPU > 85%" rule becomes a verdict line logged at the end of every epoch.
 //!
 //! Decoding: JPEG records go to [`stoker_decode::GpuDecoder`] (nvJPEG hardware
 //! engines, the CUDA decoder, or the CPU per image), which writes RGB straight
@@ -58,6 +61,7 @@
 
 pub mod handoff;
 pub mod kernel;
+pub mod nvml;
 pub(crate) mod pipeline;
 pub(crate) mod staging;
 

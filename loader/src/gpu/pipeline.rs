@@ -21,6 +21,7 @@ use stoker_formats::{DatasetReader, Encoding};
 use super::driver_err;
 use super::handoff::CudaImages;
 use super::kernel::{ImageParams, KernelDtype, LaunchBuffers, TransformArgs};
+use super::nvml::Sampler;
 use super::staging::Slot;
 use super::Shared;
 use crate::batch::{Batch, Images};
@@ -38,6 +39,8 @@ pub(crate) struct GpuEpoch {
     results: Receiver<Result<Batch, LoaderError>>,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
+    /// GPU / JPEG-engine / CPU utilization over the epoch (NVML where available).
+    sampler: Option<Sampler>,
     producer: Option<JoinHandle<()>>,
     next: u64,
     end: u64,
@@ -60,10 +63,12 @@ impl GpuEpoch {
                     reason: e.to_string(),
                 })?
         };
+        let sampler = Sampler::start(shared.ctx.ordinal() as u32);
         Ok(GpuEpoch {
             results: rx,
             shared,
             stop,
+            sampler,
             producer: Some(producer),
             next,
             end,
@@ -107,6 +112,10 @@ impl Drop for GpuEpoch {
             let _ = handle.join();
         }
         account_finished(&self.shared);
+        if let Some(sampler) = self.sampler.take() {
+            let u = sampler.utilization();
+            tracing::info!(verdict = %u.verdict(), "GPU loader epoch utilization");
+        }
     }
 }
 

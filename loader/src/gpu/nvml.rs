@@ -1,0 +1,326 @@
+//! GPU and JPEG-engine utilization through NVML, loaded at run time with our own
+//! small function table (no NVML crate): `sys` (types and the table), `result`
+//! (status codes to `Result`), and [`Utilization`] / [`Sampler`], the safe side.
+//!
+//! Optional by design: without `libnvidia-ml.so.1` (or a driver too old for the
+//! JPEG counter) the figures are simply absent.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+mod sys {
+    //! Raw NVML types and the function table (only what the sampler uses).
+    use std::ffi::{c_int, c_uint};
+
+    pub(super) type NvmlReturn = c_int;
+    pub(super) const NVML_SUCCESS: NvmlReturn = 0;
+    /// `nvmlDevice_t`, an opaque handle.
+    pub(super) type NvmlDevice = *mut std::ffi::c_void;
+
+    /// `nvmlUtilization_t`.
+    #[repr(C)]
+    #[derive(Default)]
+    pub(super) struct NvmlUtilization {
+        pub(super) gpu: c_uint,
+        pub(super) memory: c_uint,
+    }
+
+    pub(super) struct Table {
+        pub(super) init: unsafe extern "C" fn() -> NvmlReturn,
+        pub(super) handle_by_index: unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn,
+        pub(super) utilization:
+            unsafe extern "C" fn(NvmlDevice, *mut NvmlUtilization) -> NvmlReturn,
+        /// `nvmlDeviceGetJpgUtilization` (drivers ≥ 520); absent on older ones.
+        pub(super) jpg_utilization:
+            Option<unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn>,
+        /// Keeps the library mapped while the function pointers are used.
+        pub(super) _lib: libloading::Library,
+    }
+
+    /// Loads the table; `None` if the library or a required symbol is missing.
+    pub(super) fn load() -> Option<Table> {
+        // The driver package installs the versioned name; the unversioned one
+        // comes with development packages only.
+        for name in ["libnvidia-ml.so.1", "libnvidia-ml.so"] {
+            // SAFETY: NVML's initializers have no preconditions; the library stays
+            // loaded for as long as the table (a process-wide static) lives.
+            let Ok(lib) = (unsafe { libloading::Library::new(name) }) else {
+                continue;
+            };
+            // SAFETY: the symbol types are those of nvml.h for these entry points.
+            unsafe {
+                let init = *lib
+                    .get::<unsafe extern "C" fn() -> NvmlReturn>(b"nvmlInit_v2\0")
+                    .ok()?;
+                let handle_by_index = *lib
+                    .get::<unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn>(
+                        b"nvmlDeviceGetHandleByIndex_v2\0",
+                    )
+                    .ok()?;
+                let utilization = *lib
+                    .get::<unsafe extern "C" fn(NvmlDevice, *mut NvmlUtilization) -> NvmlReturn>(
+                        b"nvmlDeviceGetUtilizationRates\0",
+                    )
+                    .ok()?;
+                let jpg_utilization = lib
+                    .get::<unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn>(
+                        b"nvmlDeviceGetJpgUtilization\0",
+                    )
+                    .ok()
+                    .map(|s| *s);
+                return Some(Table {
+                    init,
+                    handle_by_index,
+                    utilization,
+                    jpg_utilization,
+                    _lib: lib,
+                });
+            }
+        }
+        None
+    }
+}
+
+mod result {
+    //! NVML calls with status codes turned into `Option`s (a failed sample is
+    //! simply missing).
+    use super::sys::{NvmlDevice, NvmlUtilization, Table, NVML_SUCCESS};
+
+    /// # Safety
+    /// `t` was loaded by `sys::load`.
+    pub(super) unsafe fn init(t: &Table) -> Option<()> {
+        // SAFETY: no arguments; NVML counts init/shutdown pairs itself.
+        (unsafe { (t.init)() } == NVML_SUCCESS).then_some(())
+    }
+
+    /// # Safety
+    /// NVML was initialized with [`init`].
+    pub(super) unsafe fn device(t: &Table, index: u32) -> Option<NvmlDevice> {
+        let mut dev: NvmlDevice = std::ptr::null_mut();
+        // SAFETY: `dev` is a valid out-pointer.
+        (unsafe { (t.handle_by_index)(index, &mut dev) } == NVML_SUCCESS).then_some(dev)
+    }
+
+    /// # Safety
+    /// `dev` came from [`device`].
+    pub(super) unsafe fn gpu_percent(t: &Table, dev: NvmlDevice) -> Option<u32> {
+        let mut u = NvmlUtilization::default();
+        // SAFETY: `u` is a valid out-pointer of the declared layout.
+        (unsafe { (t.utilization)(dev, &mut u) } == NVML_SUCCESS).then_some(u.gpu)
+    }
+
+    /// # Safety
+    /// `dev` came from [`device`].
+    pub(super) unsafe fn jpeg_percent(t: &Table, dev: NvmlDevice) -> Option<u32> {
+        let f = t.jpg_utilization?;
+        let (mut u, mut period) = (0u32, 0u32);
+        // SAFETY: valid out-pointers.
+        (unsafe { f(dev, &mut u, &mut period) } == NVML_SUCCESS).then_some(u)
+    }
+}
+
+/// NVML, loaded and initialized once per process (`None` when unavailable).
+fn table() -> Option<&'static sys::Table> {
+    static TABLE: OnceLock<Option<sys::Table>> = OnceLock::new();
+    TABLE
+        .get_or_init(|| {
+            let t = sys::load()?;
+            // SAFETY: `t` was just loaded.
+            unsafe { result::init(&t) }?;
+            Some(t)
+        })
+        .as_ref()
+}
+
+/// Mean utilizations over an interval, in percent (`None`: not available here).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Utilization {
+    /// GPU (SM) busy time, NVML's `utilization.gpu`.
+    pub gpu: Option<f64>,
+    /// JPEG engines, NVML's JPG utilization.
+    pub jpeg: Option<f64>,
+    /// Host CPUs (all cores), from `/proc/stat`.
+    pub cpu: Option<f64>,
+    /// Samples taken.
+    pub samples: u64,
+}
+
+impl Utilization {
+    /// The seed's input-bound rule as one line: GPU under 70 % while the CPUs are
+    /// over 85 % means the loader's CPU side limits training.
+    ///
+    /// # Examples
+    /// ```ignore
+    /// let u = Utilization { gpu: Some(40.0), jpeg: Some(90.0), cpu: Some(95.0), samples: 10 };
+    /// assert!(u.verdict().starts_with("input-bound"));
+    /// ```
+    pub fn verdict(&self) -> String {
+        let pct = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0}%"));
+        let head = match (self.gpu, self.cpu) {
+            (Some(g), Some(c)) if g < 70.0 && c > 85.0 => "input-bound (GPU < 70% while CPU > 85%)",
+            (Some(_), Some(_)) => "not input-bound by the GPU/CPU rule",
+            _ => "utilization unavailable (no NVML)",
+        };
+        format!(
+            "{head}: GPU {}, JPEG engines {}, CPU {} over {} samples",
+            pct(self.gpu),
+            pct(self.jpeg),
+            pct(self.cpu),
+            self.samples
+        )
+    }
+}
+
+#[derive(Default)]
+struct Sums {
+    gpu: (f64, u64),
+    jpeg: (f64, u64),
+    cpu: (f64, u64),
+    samples: u64,
+}
+
+/// Samples utilization every 100 ms on its own thread until dropped.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    sums: Arc<Mutex<Sums>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sampler {
+    /// Starts sampling device `ordinal` (NVML index; the CUDA ordinal under the
+    /// default `CUDA_DEVICE_ORDER`), or returns `None` if the thread cannot start.
+    pub fn start(ordinal: u32) -> Option<Sampler> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sums = Arc::new(Mutex::new(Sums::default()));
+        let thread = {
+            let (stop, sums) = (Arc::clone(&stop), Arc::clone(&sums));
+            std::thread::Builder::new()
+                .name("stoker-gpu-nvml".into())
+                .spawn(move || sample(ordinal, &stop, &sums))
+                .ok()?
+        };
+        Some(Sampler {
+            stop,
+            sums,
+            thread: Some(thread),
+        })
+    }
+
+    /// Means so far.
+    pub fn utilization(&self) -> Utilization {
+        let s = self.sums.lock().unwrap_or_else(|p| p.into_inner());
+        let mean = |(sum, n): (f64, u64)| (n > 0).then(|| sum / n as f64);
+        Utilization {
+            gpu: mean(s.gpu),
+            jpeg: mean(s.jpeg),
+            cpu: mean(s.cpu),
+            samples: s.samples,
+        }
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn sample(ordinal: u32, stop: &AtomicBool, sums: &Mutex<Sums>) {
+    let nvml = table();
+    // SAFETY: NVML initialized by `table()`.
+    let dev = nvml.and_then(|t| unsafe { result::device(t, ordinal) });
+    let mut cpu_prev = cpu_times();
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        let cpu_now = cpu_times();
+        let cpu = match (cpu_prev, cpu_now) {
+            (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+                Some(100.0 * (b1 - b0) as f64 / (t1 - t0) as f64)
+            }
+            _ => None,
+        };
+        cpu_prev = cpu_now;
+        let (gpu, jpeg) = match (nvml, dev) {
+            // SAFETY: `dev` came from `result::device` on this table.
+            (Some(t), Some(d)) => unsafe {
+                (result::gpu_percent(t, d), result::jpeg_percent(t, d))
+            },
+            _ => (None, None),
+        };
+        let mut guard = sums.lock().unwrap_or_else(|p| p.into_inner());
+        let s = &mut *guard;
+        s.samples += 1;
+        for (acc, v) in [
+            (&mut s.gpu, gpu.map(f64::from)),
+            (&mut s.jpeg, jpeg.map(f64::from)),
+            (&mut s.cpu, cpu),
+        ] {
+            if let Some(v) = v {
+                acc.0 += v;
+                acc.1 += 1;
+            }
+        }
+    }
+}
+
+/// `(busy, total)` jiffies of all CPUs from the first line of `/proc/stat`.
+fn cpu_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() < 5 {
+        return None;
+    }
+    let total: u64 = v.iter().sum();
+    let idle = v[3] + v[4]; // idle + iowait
+    Some((total - idle, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_follows_the_seed_rule() {
+        let u = Utilization {
+            gpu: Some(40.0),
+            jpeg: Some(90.0),
+            cpu: Some(95.0),
+            samples: 10,
+        };
+        assert!(u.verdict().starts_with("input-bound"), "{}", u.verdict());
+        let fed = Utilization {
+            gpu: Some(97.0),
+            cpu: Some(95.0),
+            ..u
+        };
+        assert!(fed.verdict().starts_with("not input-bound"));
+        assert!(Utilization::default()
+            .verdict()
+            .starts_with("utilization unavailable"));
+    }
+
+    #[test]
+    fn sampler_measures_the_cpu_without_nvml() {
+        let s = Sampler::start(0).expect("sampler thread");
+        std::thread::sleep(Duration::from_millis(350));
+        let u = s.utilization();
+        drop(s);
+        assert!(u.samples >= 2, "{u:?}");
+        let cpu = u.cpu.expect("/proc/stat is readable on Linux");
+        assert!((0.0..=100.0).contains(&cpu), "{cpu}");
+        if table().is_none() {
+            assert_eq!(u.gpu, None, "no NVML here, so no GPU figure");
+            eprintln!("NVML not present: GPU/JPEG utilization absent as designed");
+        }
+    }
+}
