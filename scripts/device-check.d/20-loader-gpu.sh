@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,utilization.gpu,utilization.jpeg --fo
 # 1. Correctness on the GPU (GPU batches = CPU batches within tolerance, same
 #    labels/indices, every sample once, same bad-record policy, memory flat).
 if [ -x "$BIN/stoker-loader-gpu" ]; then
-  timeout 120 "$BIN/stoker-loader-gpu" --test-threads 1 --nocapture 2>&1 | tee "$OUT/loader-gpu-tests.log" | tail -n 30
+  timeout 50 "$BIN/stoker-loader-gpu" --test-threads 1 --nocapture 2>&1 | tee "$OUT/loader-gpu-tests.log" | tail -n 30
   rc=${PIPESTATUS[0]}
   skipped=$(grep -c 'skipped:' "$OUT/loader-gpu-tests.log" || true)
   row loader_gpu_tests "$rc" exit "loader/tests/gpu.rs; ${skipped} skipped (must be 0 here)"
@@ -29,20 +29,20 @@ else
   row loader_gpu_tests missing exit "stoker-loader-gpu not in BIN"
 fi
 if [ -x "$BIN/stoker-loader-stoker_loader" ]; then
-  timeout 120 "$BIN/stoker-loader-stoker_loader" gpu:: --nocapture 2>&1 | tail -n 15
+  timeout 40 "$BIN/stoker-loader-stoker_loader" gpu:: --nocapture 2>&1 | tail -n 15
   row loader_gpu_kernel_unit_tests "${PIPESTATUS[0]}" exit "NVRTC compile + kernel reference vs CPU path"
 fi
 
 # 2. Throughput, fed ratio, memory: JPEG bench set x8 (4096 images), F16 NCHW 224,
 #    RRC + flip + normalize, batch 256, consumer sized to 4,700 img/s.
 if [ -x "$BIN/gpu_consumer" ]; then
-  timeout 150 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 5 \
+  timeout 80 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 5 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg.log" | tail -n 25
   row gpu_consumer_jpeg "${PIPESTATUS[0]}" exit "examples/gpu_consumer, jpeg"
   verdict=$(grep -o 'verdict=.*' "$OUT/gpu-consumer-jpeg.log" | tail -n 1 | tr '\t' ' ')
   row gpu_util_verdict_jpeg - text "${verdict:-no NVML verdict logged}"
   # 3. Raw pre-decoded records (H2D-bound): loader H2D GB/s vs the pinned ceiling.
-  timeout 120 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 2 --epochs 3 \
+  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 2 --epochs 3 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw.log" | tail -n 25
   row gpu_consumer_raw "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw"
 else

@@ -282,8 +282,11 @@ pub(crate) fn build(
     metrics.set_pinned_bytes((slots * sizes.pinned_bytes()) as u64);
     metrics.set_device_bytes(want_device as u64);
     metrics.set_queue_capacity(prefetch as u64);
-    metrics.set_threads(Stage::Read, workers as u64);
-    metrics.set_threads(Stage::Decode, workers as u64);
+    // nvJPEG route: the producer thread reads and submits each batch (decode time
+    // is the wall time of `decode_batch`); raw route: the reader pool copies.
+    let host_threads = if nvjpeg.is_some() { 1 } else { workers as u64 };
+    metrics.set_threads(Stage::Read, host_threads);
+    metrics.set_threads(Stage::Decode, host_threads);
     metrics.set_threads(Stage::H2d, 1);
     metrics.set_threads(Stage::Transform, 1);
     metrics.set_threads(Stage::Handoff, 1);
