@@ -524,15 +524,21 @@ impl fmt::Display for Stats {
             "stage", "threads", "items", "MiB", "busy s", "capacity/s"
         )?;
         for s in &self.stages {
+            // Handoff is a pointer move: its "capacity" says nothing, so it is not shown.
+            let capacity = if s.stage == Stage::Handoff || !s.capacity_per_s.is_finite() {
+                "-".to_owned()
+            } else {
+                format!("{:.0}", s.capacity_per_s)
+            };
             writeln!(
                 f,
-                "  {:<10} {:>7} {:>10} {:>10.1} {:>10.2} {:>12.0}",
+                "  {:<10} {:>7} {:>10} {:>10.1} {:>10.2} {:>12}",
                 s.stage.name(),
                 s.threads,
                 s.items,
                 mib(s.bytes),
                 s.busy_s,
-                s.capacity_per_s
+                capacity
             )?;
         }
         if !self.decode_routes.is_empty() {

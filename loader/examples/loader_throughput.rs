@@ -1,0 +1,154 @@
+//! Loader throughput on the CPU path: converts a directory of JPEGs (default
+//! `<repo>/../shared/data/bench`) into a temporary dataset with `stoker_formats::convert`,
+//! then iterates epochs with a training-style configuration and prints images per second,
+//! the loader's stats table and one JSON line for docs/BENCHMARKS.md.
+//!
+//! Same configuration as `benches/peers/torch_loader.py` (the PyTorch-style peer):
+//!
+//! ```text
+//! cargo run --release -p stoker-loader --example loader_throughput -- \
+//!     --images ../shared/data/bench --batch 64 --size 224 --workers 2 --epochs 3
+//! ```
+//!
+//! Flags: `--images DIR`, `--batch N`, `--size PX`, `--workers N`, `--prefetch N`,
+//! `--epochs N` (timed, after one warm-up epoch), `--output f32|f16|u8`, `--eval` (center
+//! crop instead of random resized crop + flip).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
+use stoker_loader::{Loader, Output, Shuffle, Transform};
+
+struct Args {
+    images: PathBuf,
+    batch: usize,
+    size: u32,
+    workers: usize,
+    prefetch: Option<usize>,
+    epochs: u64,
+    output: Output,
+    eval: bool,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        images: PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/data/bench"
+        )),
+        batch: 64,
+        size: 224,
+        workers: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+        prefetch: None,
+        epochs: 3,
+        output: Output::F32Nchw,
+        eval: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let num = |v: String| v.parse::<u64>().map_err(|e| format!("{flag}: {e}"));
+        match flag.as_str() {
+            "--images" => args.images = PathBuf::from(value()?),
+            "--batch" => args.batch = num(value()?)? as usize,
+            "--size" => args.size = num(value()?)? as u32,
+            "--workers" => args.workers = num(value()?)? as usize,
+            "--prefetch" => args.prefetch = Some(num(value()?)? as usize),
+            "--epochs" => args.epochs = num(value()?)?,
+            "--output" => {
+                args.output = match value()?.as_str() {
+                    "f32" => Output::F32Nchw,
+                    "f16" => Output::F16Nchw,
+                    "u8" => Output::U8Nhwc,
+                    other => return Err(format!("--output {other}: expected f32, f16 or u8")),
+                }
+            }
+            "--eval" => args.eval = true,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    Ok(args)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = parse()?;
+    // The JPEG files as a list (all label 0): bench/ is a flat directory, not an ImageFolder.
+    let tmp = tempfile::tempdir()?;
+    let mut names: Vec<String> = std::fs::read_dir(&args.images)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.to_ascii_lowercase().ends_with(".jpg") || n.to_ascii_lowercase().ends_with(".jpeg")
+        })
+        .collect();
+    names.sort();
+    let list = tmp.path().join("list.csv");
+    std::fs::write(
+        &list,
+        names.iter().map(|n| format!("{n},0\n")).collect::<String>(),
+    )?;
+    let out = tmp.path().join("dataset");
+    let source = Source::List {
+        root: args.images.clone(),
+        list,
+    };
+    let report = convert(&ConvertOptions::new(source, &out), &NoProgress)?;
+    let ds = Dataset::open(&out)?;
+    eprintln!(
+        "dataset: {} records ({} stored unchanged) from {}",
+        ds.len(),
+        report.stored,
+        args.images.display()
+    );
+
+    let transform = if args.eval {
+        Transform::center_crop(args.size, args.size * 8 / 7)
+    } else {
+        Transform::random_resized_crop(args.size).hflip(0.5)
+    }
+    .normalize(IMAGENET_MEAN, IMAGENET_STD);
+    let mut builder = Loader::builder(ds.clone())
+        .batch_size(args.batch)
+        .shuffle(Shuffle::Global { seed: 0 })
+        .transform(transform)
+        .output(args.output)
+        .workers(args.workers);
+    if let Some(p) = args.prefetch {
+        builder = builder.prefetch(p);
+    }
+    let loader = builder.build()?;
+
+    // Warm-up epoch: page cache, allocator, first-touch of the ring.
+    for batch in loader.epoch(0) {
+        batch?;
+    }
+    loader.reset_stats();
+    let t0 = Instant::now();
+    let mut images = 0u64;
+    for epoch in 1..=args.epochs {
+        for batch in loader.epoch(epoch) {
+            images += batch?.len() as u64;
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let stats = loader.stats();
+    println!("{stats}");
+    println!(
+        "stoker-loader: {images} images in {secs:.2} s = {:.1} img/s (batch {}, {}px, {} workers, {:?})",
+        images as f64 / secs,
+        args.batch,
+        args.size,
+        args.workers,
+        args.output
+    );
+    println!(
+        "{{\"peer\": \"stoker-loader\", \"images\": {images}, \"seconds\": {secs:.3}, \"img_per_s\": {:.1}, \"fed_ratio\": {:.3}}}",
+        images as f64 / secs,
+        stats.fed_ratio
+    );
+    Ok(())
+}
