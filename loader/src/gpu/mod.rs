@@ -322,3 +322,88 @@ pub(crate) fn build(
         sizes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stoker_formats::{DatasetWriter, Provenance, RecordMeta, WriterOptions};
+
+    fn dataset(dir: &std::path::Path, encoding: Encoding, w: u32, h: u32) -> Dataset {
+        let mut wr = DatasetWriter::create(
+            dir,
+            WriterOptions {
+                encoding: Some(encoding),
+                ..WriterOptions::default()
+            },
+        )
+        .unwrap();
+        let meta = RecordMeta {
+            encoding,
+            height: h,
+            width: w,
+            channels: 3,
+            label: 0,
+        };
+        let payload = match encoding {
+            Encoding::Raw => vec![7u8; (w * h * 3) as usize],
+            _ => std::fs::read(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../shared/data/bench/00000.jpg"
+            ))
+            .unwrap(),
+        };
+        wr.push(meta, &payload).unwrap();
+        wr.finish(vec!["c".into()], Provenance::stoker("gpu unit test"))
+            .unwrap();
+        Dataset::open(dir).unwrap()
+    }
+
+    #[test]
+    fn staging_stride_is_the_raw_size_or_the_jpeg_budget_and_never_below_the_output() {
+        let raw = tempfile::tempdir().unwrap();
+        let ds = dataset(raw.path(), Encoding::Raw, 64, 48);
+        assert_eq!(staging_stride(&ds, 32), 64 * 48 * 3);
+        // A 224 output is larger than a 64×48 raw image: the stride holds it.
+        assert_eq!(staging_stride(&ds, 224), 224 * 224 * 3);
+        let jpeg = tempfile::tempdir().unwrap();
+        let ds = dataset(jpeg.path(), Encoding::Jpeg, 500, 375);
+        assert_eq!(staging_stride(&ds, 224), JPEG_STAGING_PIXELS * 3);
+        // The bench images (500×375) are staged as they are.
+        assert!(500 * 375 * 3 <= staging_stride(&ds, 224));
+    }
+
+    #[test]
+    fn outputs_map_to_kernel_dtype_layout_and_normalization() {
+        let (mean, std) = (
+            crate::transform::IMAGENET_MEAN,
+            crate::transform::IMAGENET_STD,
+        );
+        let (d, a) = pipeline::transform_args(224, Output::U8Nhwc, mean, std);
+        assert_eq!((d, a.layout_chw), (KernelDtype::U8, 0));
+        let (d, a) = pipeline::transform_args(224, Output::F16Nchw, mean, std);
+        assert_eq!((d, a.layout_chw, a.normalize), (KernelDtype::F16, 1, 1));
+        let (d, a) = pipeline::transform_args(160, Output::F32Nchw, mean, std);
+        assert_eq!((d, a.out_width, a.out_height), (KernelDtype::F32, 160, 160));
+        assert_eq!((a.mean, a.std), (mean, std));
+    }
+
+    #[test]
+    fn slot_sizes_count_every_buffer() {
+        let s = SlotSizes {
+            batch: 256,
+            stride: 500 * 375 * 3,
+            out_bytes: 256 * 3 * 224 * 224 * 2,
+        };
+        let params = 256 * std::mem::size_of::<kernel::ImageParams>();
+        assert_eq!(s.pinned_bytes(), 256 * 500 * 375 * 3 + params);
+        assert_eq!(s.device_bytes(), s.pinned_bytes() + 256 * 3 * 224 * 224 * 2);
+    }
+
+    #[test]
+    fn no_driver_is_a_reason_not_a_panic() {
+        // On a machine without the driver this names it; with a GPU, device 4096
+        // does not exist. Either way a reason, never a panic.
+        let reason = unavailable_reason(4096).expect("no device 4096 anywhere");
+        assert!(!reason.is_empty());
+    }
+}
