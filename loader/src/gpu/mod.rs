@@ -242,9 +242,15 @@ pub(crate) fn build(
     let (mean, std) = config.transform.mean_std();
     let (dtype, args) = pipeline::transform_args(size, config.output, mean, std);
     let batch = config.batch_size as usize;
+    let stride = staging_stride(&config.dataset, size);
     let sizes = SlotSizes {
         batch,
-        stride: staging_stride(&config.dataset, size),
+        stride,
+        pinned_stride: if nvjpeg.is_some() {
+            (size as usize).pow(2) * 3
+        } else {
+            stride
+        },
         out_bytes: batch * 3 * size as usize * size as usize * dtype.size(),
     };
     let prefetch = config.prefetch.max(1) as usize;
@@ -389,14 +395,23 @@ mod tests {
 
     #[test]
     fn slot_sizes_count_every_buffer() {
-        let s = SlotSizes {
+        let params = 256 * std::mem::size_of::<kernel::ImageParams>();
+        let out = 256 * 3 * 224 * 224 * 2;
+        let raw = SlotSizes {
             batch: 256,
             stride: 500 * 375 * 3,
-            out_bytes: 256 * 3 * 224 * 224 * 2,
+            pinned_stride: 500 * 375 * 3,
+            out_bytes: out,
         };
-        let params = 256 * std::mem::size_of::<kernel::ImageParams>();
-        assert_eq!(s.pinned_bytes(), 256 * 500 * 375 * 3 + params);
-        assert_eq!(s.device_bytes(), s.pinned_bytes() + 256 * 3 * 224 * 224 * 2);
+        assert_eq!(raw.pinned_bytes(), 256 * 500 * 375 * 3 + params);
+        assert_eq!(raw.device_bytes(), raw.pinned_bytes() + out);
+        // nvJPEG route: the host stages only CPU-resized oversize images.
+        let jpeg = SlotSizes {
+            pinned_stride: 224 * 224 * 3,
+            ..raw
+        };
+        assert_eq!(jpeg.pinned_bytes(), 256 * 224 * 224 * 3 + params);
+        assert_eq!(jpeg.device_bytes(), raw.device_bytes());
     }
 
     #[test]

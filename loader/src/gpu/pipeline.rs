@@ -272,8 +272,11 @@ enum Copies<'a> {
     /// copy stream.
     Staged { bytes: usize },
     /// Decoded into the arena by nvJPEG on the compute stream; only these
-    /// `(offset, len)` regions (CPU-resized oversize images) come from pinned memory.
-    Decoded { regions: &'a [(usize, usize)] },
+    /// `(pinned offset, arena offset, len)` regions (CPU-resized oversize images)
+    /// come from pinned memory.
+    Decoded {
+        regions: &'a [(usize, usize, usize)],
+    },
 }
 
 /// Builds batch `k` into `slot`; `None` if stopped meanwhile (the slot goes back).
@@ -299,6 +302,8 @@ fn build_batch(
     let range = plan.batch_range(k);
     let n = range.len();
     let stride = slot.sizes.stride;
+    // The host stages every image here: pinned and arena share one layout.
+    debug_assert_eq!(slot.sizes.pinned_stride, stride);
     let staged: Vec<Result<Staged, LoaderError>> = {
         let pinned = match slot.pinned.as_mut_slice() {
             Ok(p) => p,
@@ -387,7 +392,8 @@ fn build_batch_nvjpeg(
     let mut current: Vec<u64> = positions.iter().map(|&p| plan.order[p]).collect();
     let mut attempts = vec![0u32; n];
     let mut done: Vec<Option<Staged>> = vec![None; n];
-    let mut regions: Vec<(usize, usize)> = Vec::new();
+    let mut regions: Vec<(usize, usize, usize)> = Vec::new();
+    let pinned_stride = slot.sizes.pinned_stride;
     let mut dec = decoder.lock().unwrap_or_else(|p| p.into_inner());
     while done.iter().any(Option::is_none) {
         if stop.load(Ordering::Acquire) {
@@ -445,12 +451,12 @@ fn build_batch_nvjpeg(
                                 r.header.label,
                                 r.payload,
                                 (&state.decoder, &mut state.scratch, &mut state.resizer),
-                                &mut pinned[i * stride..(i + 1) * stride],
+                                &mut pinned[i * pinned_stride..(i + 1) * pinned_stride],
                             ),
                             Err(e) => Err(driver_err("pinned staging access", e)),
                         };
                         staged.map(|s| {
-                            regions.push((i * stride, s.bytes));
+                            regions.push((i * pinned_stride, i * stride, s.bytes));
                             done[i] = Some(s);
                         })
                     }
@@ -831,7 +837,7 @@ fn enqueue(
     }
     let h2d_bytes = match copies {
         Copies::Staged { bytes } => bytes,
-        Copies::Decoded { regions } => regions.iter().map(|r| r.1).sum(),
+        Copies::Decoded { regions } => regions.iter().map(|r| r.2).sum(),
     };
     debug_assert!(n <= slot.params.len() && slot.sizes.batch * stride <= slot.arena.len());
     let result = (|| -> Result<(), LoaderError> {
@@ -887,12 +893,13 @@ fn enqueue(
                     .record(compute)
                     .map_err(|e| driver_err("cuEventRecord", e))?;
                 // SAFETY: as above; every region lies inside the slot's staging
-                // (`offset + len ≤ batch * stride`); ordering is the compute stream's.
+                // (`from + len ≤ batch * pinned_stride`) and arena (`to + len ≤
+                // batch * stride`); ordering is the compute stream's.
                 unsafe {
-                    for &(offset, len) in regions {
+                    for &(from, to, len) in regions {
                         cudarc::driver::result::memcpy_htod_async(
-                            slot.arena_ptr + offset as u64,
-                            &pinned[offset..offset + len],
+                            slot.arena_ptr + to as u64,
+                            &pinned[from..from + len],
                             compute.cu_stream(),
                         )
                         .map_err(|e| driver_err("cuMemcpyHtoDAsync (oversize pixels)", e))?;

@@ -35,8 +35,12 @@ unsafe impl ValidAsZeroBits for ImageParams {}
 pub(crate) struct SlotSizes {
     /// Images per batch.
     pub(crate) batch: usize,
-    /// Staging bytes reserved per image (the largest image staged as is).
+    /// Device arena bytes reserved per image (the largest image decoded or staged as is).
     pub(crate) stride: usize,
+    /// Pinned staging bytes per image: `stride` when the host stages every image
+    /// (raw records), `size² · 3` on the nvJPEG route, where the host only stages
+    /// the CPU-resized output of oversize images.
+    pub(crate) pinned_stride: usize,
     /// Bytes of the batch tensor (`batch * 3 * size * size * dtype`).
     pub(crate) out_bytes: usize,
 }
@@ -44,12 +48,12 @@ pub(crate) struct SlotSizes {
 impl SlotSizes {
     /// Pinned host bytes of one slot.
     pub(crate) fn pinned_bytes(&self) -> usize {
-        self.batch * self.stride + self.batch * std::mem::size_of::<ImageParams>()
+        self.batch * self.pinned_stride + self.batch * std::mem::size_of::<ImageParams>()
     }
 
     /// Device bytes of one slot.
     pub(crate) fn device_bytes(&self) -> usize {
-        self.pinned_bytes() + self.out_bytes
+        self.batch * self.stride + self.batch * std::mem::size_of::<ImageParams>() + self.out_bytes
     }
 }
 
@@ -63,7 +67,7 @@ pub(crate) struct InFlight {
 
 /// One slot of the ring (see the module docs for the reuse rules).
 pub(crate) struct Slot {
-    /// Staging for image pixels: image `i` at `i * stride`.
+    /// Staging for image pixels: image `i` at `i * pinned_stride`.
     pub(crate) pinned: PinnedHostSlice<u8>,
     /// Staging for the per-image kernel parameters.
     pub(crate) pinned_params: PinnedHostSlice<ImageParams>,
@@ -113,7 +117,8 @@ impl Slot {
         compute: &Arc<CudaStream>,
         sizes: SlotSizes,
     ) -> Result<Slot, LoaderError> {
-        let staging = sizes.batch * sizes.stride;
+        let staging = sizes.batch * sizes.pinned_stride;
+        let arena_bytes = sizes.batch * sizes.stride;
         // SAFETY: the contents are uninitialized bytes / zero-valid scalars; the
         // host writes every byte it later copies (see `begin_host_writes`), and
         // flag 0 asks for ordinary cached page-locked memory (the decoders write
@@ -130,8 +135,8 @@ impl Slot {
             )
         })?;
         // SAFETY: device memory is written (H2D, kernel) before it is read.
-        let arena = unsafe { compute.alloc::<u8>(staging) }
-            .map_err(|e| oom("device arena (cuMemAlloc)", staging, e))?;
+        let arena = unsafe { compute.alloc::<u8>(arena_bytes) }
+            .map_err(|e| oom("device arena (cuMemAlloc)", arena_bytes, e))?;
         // SAFETY: as above.
         let params = unsafe { compute.alloc::<ImageParams>(sizes.batch) }.map_err(|e| {
             oom(
