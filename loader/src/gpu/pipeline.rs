@@ -951,6 +951,12 @@ fn enqueue(
         Ok(())
     })();
     if let Err(e) = result {
+        // Part of the work may be enqueued (a copy still reading the pinned
+        // buffers): drain both streams before the slot can be rewritten. Error
+        // path only, on the producer thread.
+        let ctx = Arc::clone(&shared.ctx);
+        ctx.record_err(shared.copy.synchronize());
+        ctx.record_err(shared.compute.synchronize());
         let _ = shared.free_tx.try_send(slot);
         return Err(e);
     }
