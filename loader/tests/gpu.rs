@@ -123,28 +123,55 @@ fn host_values(batch: &Batch, ctx: &Arc<CudaContext>) -> Vec<f32> {
     }
 }
 
-#[test]
-fn gpu_batches_equal_cpu_batches_for_the_same_seed_and_epoch() {
-    let ctx = match gpu() {
-        Ok(ctx) => ctx,
-        Err(why) => {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
-            return;
-        }
+/// How closely two batches agree, in u8-level units (float outputs are scaled
+/// back by 255 · std; the largest ImageNet std is used, which overstates slightly).
+#[derive(Debug)]
+struct Agreement {
+    psnr: f64,
+    mean_abs: f64,
+    worst: f64,
+}
+
+fn agreement(cpu: &[f32], gpu: &[f32], output: Output) -> Agreement {
+    assert_eq!(cpu.len(), gpu.len());
+    let scale = match output {
+        Output::U8Nhwc => 1.0,
+        _ => 255.0 * 0.229,
     };
-    let dir = tempfile::tempdir().unwrap();
-    let n = 100;
-    let ds = bench_dataset(dir.path(), n, 40, &[]);
-    for (output, tol) in [
-        (Output::U8Nhwc, 2.0f32),
-        (Output::F16Nchw, 2.0 / 255.0 / 0.224 + 0.01),
-        (Output::F32Nchw, 2.0 / 255.0 / 0.224 + 1e-5),
-    ] {
+    let (mut sq, mut abs, mut worst) = (0f64, 0f64, 0f64);
+    for (a, b) in cpu.iter().zip(gpu) {
+        let d = f64::from(a - b).abs() * scale;
+        sq += d * d;
+        abs += d;
+        worst = worst.max(d);
+    }
+    let n = cpu.len() as f64;
+    let mse = sq / n;
+    Agreement {
+        psnr: if mse == 0.0 {
+            f64::INFINITY
+        } else {
+            10.0 * (255.0 * 255.0 / mse).log10()
+        },
+        mean_abs: abs / n,
+        worst,
+    }
+}
+
+/// Same seed and epoch on both paths: identical labels, indices and order, every
+/// sample once per epoch, pixels within `max_worst` levels (or, when the decoders
+/// differ, within a PSNR / mean-difference bound).
+fn compare_paths(
+    ds: &stoker_formats::Dataset,
+    n: usize,
+    ctx: &Arc<CudaContext>,
+    same_decoder: bool,
+) {
+    for output in [Output::U8Nhwc, Output::F16Nchw, Output::F32Nchw] {
         let cpu = loader(ds.clone(), Device::Cpu, output, 16).unwrap();
         let gpu_loader = loader(ds.clone(), Device::Cuda(0), output, 16).unwrap();
         for epoch in 0..2 {
             let mut seen = BTreeSet::new();
-            let (mut total, mut equal) = (0usize, 0usize);
             for (c, g) in cpu.epoch(epoch).zip(gpu_loader.epoch(epoch)) {
                 let (c, g) = (c.unwrap(), g.unwrap());
                 assert!(
@@ -162,37 +189,89 @@ fn gpu_batches_equal_cpu_batches_for_the_same_seed_and_epoch() {
                     c.index
                 );
                 assert_eq!(c.index, g.index);
-                let (cv, gv) = (host_values(&c, &ctx), host_values(&g, &ctx));
-                assert_eq!(cv.len(), gv.len());
-                let worst = cv
-                    .iter()
-                    .zip(&gv)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                assert!(
-                    worst <= tol,
-                    "{output:?} epoch {epoch} batch {}: differs by {worst} > {tol}",
-                    c.index
-                );
-                total += cv.len();
-                equal += cv
-                    .iter()
-                    .zip(&gv)
-                    .filter(|(a, b)| (*a - *b).abs() <= tol / 4.0)
-                    .count();
+                let a = agreement(&host_values(&c, ctx), &host_values(&g, ctx), output);
+                println!("{output:?} epoch {epoch} batch {}: {a:?}", c.index);
+                if same_decoder {
+                    // Same source pixels: only the resampling arithmetic differs
+                    // (fixed-point on the CPU), plus f16 rounding.
+                    assert!(
+                        a.worst <= 2.6,
+                        "{output:?} epoch {epoch} batch {}: {a:?}",
+                        c.index
+                    );
+                } else {
+                    // nvJPEG vs zune-jpeg: IDCT and chroma upsampling differ too.
+                    assert!(
+                        a.psnr >= 30.0 && a.mean_abs <= 2.0,
+                        "{output:?} epoch {epoch} batch {}: {a:?}",
+                        c.index
+                    );
+                }
                 for &i in &g.indices {
                     assert!(seen.insert(i), "sample {i} twice in epoch {epoch}");
                 }
             }
             assert_eq!(seen.len(), n, "every sample exactly once per epoch");
-            let share = equal as f64 / total as f64;
-            println!(
-                "{output:?} epoch {epoch}: {:.3}% of values within a quarter of the tolerance",
-                100.0 * share
-            );
-            assert!(share > 0.95, "{output:?}: only {:.2}% close", 100.0 * share);
         }
     }
+}
+
+#[test]
+fn gpu_batches_equal_cpu_batches_for_the_same_seed_and_epoch() {
+    let ctx = match gpu() {
+        Ok(ctx) => ctx,
+        Err(why) => {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100;
+    compare_paths(&bench_dataset(dir.path(), n, 40, &[]), n, &ctx, false);
+}
+
+#[test]
+fn gpu_transform_equals_cpu_transform_on_raw_records() {
+    let ctx = match gpu() {
+        Ok(ctx) => ctx,
+        Err(why) => {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let n = 48;
+    compare_paths(&raw_dataset(dir.path(), n), n, &ctx, true);
+}
+
+/// `n` bench photos decoded once on the CPU and stored as raw RGB records, so
+/// both paths start from the same pixels.
+fn raw_dataset(dir: &std::path::Path, n: usize) -> stoker_formats::Dataset {
+    use stoker_formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    let decoder = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default());
+    let mut w = DatasetWriter::create(
+        dir,
+        WriterOptions {
+            encoding: Some(Encoding::Raw),
+            ..WriterOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..n {
+        let (info, rgb) = decoder.decode_to_vec(&common::bench_jpeg(i)).unwrap();
+        let meta = RecordMeta {
+            encoding: Encoding::Raw,
+            height: info.height,
+            width: info.width,
+            channels: 3,
+            label: (i % 5) as u32,
+        };
+        w.push(meta, &rgb).unwrap();
+    }
+    let classes = (0..5).map(|c| format!("class{c}")).collect();
+    w.finish(classes, Provenance::stoker("loader gpu tests: raw bench"))
+        .unwrap();
+    stoker_formats::Dataset::open(dir).unwrap()
 }
 
 #[test]
@@ -217,13 +296,12 @@ fn gpu_bad_records_follow_the_cpu_policy() {
         let (c, g) = (c.unwrap(), g.unwrap());
         assert_eq!(c.indices, g.indices, "same replacements");
         assert!(!g.indices.contains(&3) && !g.indices.contains(&17));
-        let (cv, gv) = (host_values(&c, &ctx), host_values(&g, &ctx));
-        let worst = cv
-            .iter()
-            .zip(&gv)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
-        assert!(worst <= 2.0);
+        let a = agreement(
+            &host_values(&c, &ctx),
+            &host_values(&g, &ctx),
+            Output::U8Nhwc,
+        );
+        assert!(a.psnr >= 30.0 && a.mean_abs <= 2.0, "{a:?}");
     }
     let (cs, gs) = (cpu.stats(), gpu_loader.stats());
     assert_eq!(cs.bad_records, gs.bad_records);
