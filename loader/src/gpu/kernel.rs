@@ -670,4 +670,152 @@ mod tests {
             share * 100.0
         );
     }
+
+    /// On a GPU: the compiled kernel against its CPU reference on a real photo,
+    /// gray and RGB sources, for every dtype and layout. With `fmad` off and IEEE
+    /// division the arithmetic is the same, so u8 levels must be identical and
+    /// floats equal up to f16 rounding.
+    #[test]
+    fn kernel_matches_its_reference_on_the_gpu() {
+        if let Some(why) = super::super::unavailable_reason(0) {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            return;
+        }
+        if !nvrtc_present() {
+            eprintln!("skipped: libnvrtc not found");
+            return;
+        }
+        use cudarc::driver::DevicePtr;
+        let ctx = CudaContext::new(0).unwrap();
+        let stream = ctx.new_stream().unwrap();
+        let kernel = TransformKernel::load(&ctx).unwrap();
+        let data = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/data/bench/00007.jpg"
+        ))
+        .unwrap();
+        let (info, rgb) = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default())
+            .decode_to_vec(&data)
+            .unwrap();
+        let gray: Vec<u8> = rgb.chunks_exact(3).map(|p| p[1]).collect();
+        let (w, h) = (info.width, info.height);
+        let size = 96u32;
+        // Two images in one launch: RGB with a flip, gray without, at different
+        // arena offsets and output positions.
+        let mut arena = rgb.clone();
+        let gray_offset = arena.len();
+        arena.extend_from_slice(&gray);
+        let crops = [
+            [37.0f32, 21.0, 301.0, 250.0],
+            [0.0, 0.0, w as f32, h as f32],
+        ];
+        let params = [
+            ImageParams {
+                src_offset: 0,
+                src_width: w,
+                src_height: h,
+                src_pitch: w * 3,
+                src_channels: 3,
+                crop_x: crops[0][0],
+                crop_y: crops[0][1],
+                crop_w: crops[0][2],
+                crop_h: crops[0][3],
+                flip: 1,
+                out_index: 1,
+            },
+            ImageParams {
+                src_offset: gray_offset as u64,
+                src_width: w,
+                src_height: h,
+                src_pitch: w,
+                src_channels: 1,
+                crop_x: crops[1][0],
+                crop_y: crops[1][1],
+                crop_w: crops[1][2],
+                crop_h: crops[1][3],
+                flip: 0,
+                out_index: 0,
+            },
+        ];
+        let d_arena = stream.clone_htod(&arena).unwrap();
+        let d_params = stream.clone_htod(&params[..]).unwrap();
+        let plane = (size * size) as usize;
+        let srcs = [
+            SourceImage {
+                pixels: &rgb,
+                width: w,
+                height: h,
+                pitch: w * 3,
+                channels: 3,
+            },
+            SourceImage {
+                pixels: &gray,
+                width: w,
+                height: h,
+                pitch: w,
+                channels: 1,
+            },
+        ];
+        for dtype in [KernelDtype::U8, KernelDtype::F16, KernelDtype::F32] {
+            let args = TransformArgs {
+                out_width: size,
+                out_height: size,
+                layout_chw: u32::from(dtype != KernelDtype::U8),
+                normalize: 1,
+                mean: crate::transform::IMAGENET_MEAN,
+                std: crate::transform::IMAGENET_STD,
+            };
+            let out = stream
+                .alloc_zeros::<u8>(2 * 3 * plane * dtype.size())
+                .unwrap();
+            let buffers = {
+                let (a, _ra) = d_arena.device_ptr(&stream);
+                let (p, _rp) = d_params.device_ptr(&stream);
+                let (o, _ro) = out.device_ptr(&stream);
+                LaunchBuffers {
+                    arena: a,
+                    params: p,
+                    images: 2,
+                    out: o,
+                }
+            };
+            // SAFETY: the buffers hold what `launch` asks (two images, their
+            // params, an output for two images of this dtype); all outlive the
+            // synchronize below.
+            unsafe { kernel.launch(&stream, dtype, &buffers, &args) }.unwrap();
+            let bytes = stream.clone_dtoh(&out).unwrap();
+            stream.synchronize().unwrap();
+            for (img, p) in params.iter().enumerate() {
+                let src = &srcs[img];
+                let o = p.out_index as usize;
+                match dtype {
+                    KernelDtype::U8 => {
+                        let want = reference_image_u8_hwc(src, crops[img], p.flip == 1, size, size);
+                        let got = &bytes[o * 3 * plane..(o + 1) * 3 * plane];
+                        assert_eq!(got, &want[..], "u8 image {img}");
+                    }
+                    KernelDtype::F32 => {
+                        let want = reference_image_f32(src, crops[img], p.flip == 1, &args);
+                        let got: Vec<f32> = bytes[o * 12 * plane..(o + 1) * 12 * plane]
+                            .chunks_exact(4)
+                            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                            .collect();
+                        assert_eq!(got, want, "f32 image {img}");
+                    }
+                    KernelDtype::F16 => {
+                        let want = reference_image_f32(src, crops[img], p.flip == 1, &args);
+                        let got: Vec<u16> = bytes[o * 6 * plane..(o + 1) * 6 * plane]
+                            .chunks_exact(2)
+                            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                            .collect();
+                        let want: Vec<u16> = want
+                            .iter()
+                            .map(|v| half::f16::from_f32(*v).to_bits())
+                            .collect();
+                        assert_eq!(got, want, "f16 image {img}");
+                    }
+                }
+            }
+        }
+    }
 }
