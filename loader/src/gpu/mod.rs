@@ -6,14 +6,18 @@
 //! path; only where the pixels go differs.
 //!
 //! ```text
-//!  reader pool (rayon, `workers`)          copy stream            compute stream         consumer stream
-//!  read + CRC + (CPU decode) ──▶ pinned ──▶ H2D arena+params ──▶ fused kernel ──▶ ready ──▶ wait(ready)
-//!        slot k of the staging ring        (events h2d_*)         (events kernel/ready)   drop ▶ release
+//!  raw records:  reader pool (rayon) ──▶ pinned ──copy stream: H2D──▶ arena ─┐
+//!  JPEG records: producer reads ──▶ nvJPEG decode_batch (compute stream) ─▶ arena ─┤
+//!                                                                               ▼
+//!        compute stream: fused kernel (crop·resize·flip·normalize·layout·dtype) ─▶ batch tensor
+//!        ─▶ `ready` event ─▶ consumer stream waits (no host sync) ─▶ batch dropped: `release`
+//!           event on that stream ─▶ the slot's next kernel waits for it
 //! ```
 //!
 //! - [`staging`]: `K = prefetch + 2` slots allocated once at build (pinned staging,
 //!   device arena, kernel parameters, batch tensor, events); sizes fixed by the
 //!   configuration and reported in [`crate::Stats`] (`pinned_bytes`, `device_bytes`).
+//!   Only a consumer that keeps every batch alive makes the ring grow (warned).
 //! - [`kernel`]: the fused transform (`transform.cu`, compiled by NVRTC at build into
 //!   sm-agnostic PTX): antialiased bilinear resize of each image's crop box,
 //!   horizontal flip, rounding to a u8 level, normalization, NCHW/NHWC and
