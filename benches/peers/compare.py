@@ -94,7 +94,12 @@ def main():
     peers += run_peer("pil_pool.py", common + ["--mode", "decode"], "pil_pool_decode", "cpu_decode", to)
     peers += run_peer("pil_pool.py", common + ["--mode", "loader", "--size", str(a.size)], "pil_pool_loader", "end_to_end", to)
     peers += run_peer("pil_decode.py", [a.images, "--seconds", secs], "pil_decode_1core", "cpu_decode", to)
-    peers += run_peer("torch_loader.py", [a.images], "torch_loader", "end_to_end", to)
+    tl = run_peer("torch_loader.py", ["--images", a.images, "--batch", str(a.batch), "--size", str(a.size),
+                                      "--epochs", "2"], "torch_loader", "end_to_end", 4 * to)
+    for r in tl:
+        r["peer"] = "torch_loader" if r.get("peer") in (None, "torch_loader") else f"torch_loader:{r['peer']}"
+        r.setdefault("note", "PIL+numpy worker processes, DataLoader-style shared-memory batches (workers = cores)")
+    peers += tl
     peers += run_peer("torchvision_decode.py", common + ["--device", "cpu"], "torchvision_decode_jpeg_cpu", "cpu_decode", to)
     if gpu:
         dev = a.device if a.device.startswith("cuda") else "cuda"

@@ -19,6 +19,9 @@ pub struct CpuDecodeFigures {
     pub decoded: u64,
     /// Payloads that failed to decode (counted, skipped).
     pub failed: u64,
+    /// Images per second of process CPU time: the per-core rate, unaffected by
+    /// other processes competing for the cores.
+    pub img_per_cpu_s: Option<f64>,
     /// Images per decoder route (`cpu-zune=… cpu-fallback=…`).
     pub routes: String,
 }
@@ -49,6 +52,7 @@ pub fn measure(
         .map(|info| info.rgb_len())
         .max()?;
     let decoder = CpuDecoder::new(Limits::default());
+    let cpu0 = super::process_cpu_time();
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..threads {
@@ -81,6 +85,10 @@ pub fn measure(
         }
     });
     let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let cpu_secs = match (cpu0, super::process_cpu_time()) {
+        (Some(a), Some(b)) => Some((b - a).as_secs_f64()).filter(|s| *s > 0.0),
+        _ => None,
+    };
     let decoded = decoded.into_inner();
     if decoded == 0 {
         return None;
@@ -91,6 +99,7 @@ pub fn measure(
         threads,
         decoded,
         failed: failed.into_inner(),
+        img_per_cpu_s: cpu_secs.map(|c| decoded as f64 / c),
         routes: decoder.route_counts().to_string(),
     })
 }

@@ -224,6 +224,21 @@ fn load_sample(ds: &Dataset) -> Result<Sample, BenchError> {
     Ok(Sample { payloads, bad })
 }
 
+/// User + system CPU time of this process.
+pub(crate) fn process_cpu_time() -> Option<Duration> {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` points to writable memory of the size of `rusage`; getrusage
+    // fills it completely on success (return 0), which is checked before use.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: getrusage returned 0, so it initialized the struct.
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
+    Some(tv(ru.ru_utime) + tv(ru.ru_stime))
+}
+
 /// Logical cores available to this process.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism()
@@ -379,9 +394,10 @@ pub fn run(
                 StageReport::measured(
                     f.img_per_s,
                     format!(
-                        "{} threads, {:.0} Mpx/s, {} distinct images, routes {}{}",
+                        "{} threads, {:.0} Mpx/s, {} img per CPU-second, {} distinct images, routes {}{}",
                         f.threads,
                         f.mpix_per_s,
+                        f.img_per_cpu_s.map(verdict::fmt_rate).unwrap_or_else(|| "?".into()),
                         sample.payloads.len(),
                         f.routes,
                         if sample.bad > 0 {
@@ -392,6 +408,7 @@ pub fn run(
                     ),
                 )
                 .with("threads", f.threads as f64)
+                .with("img_per_cpu_s", f.img_per_cpu_s.unwrap_or(f64::NAN))
                 .with("mpix_per_s", f.mpix_per_s)
                 .with("failed", f.failed as f64)
             }

@@ -11,7 +11,7 @@ use stoker_loader::{Device, Loader, Output, Shuffle, Stage, Transform};
 
 use super::consumer::Step;
 use super::report::StageReport;
-use super::BenchOptions;
+use super::{process_cpu_time, BenchOptions};
 
 /// The end-to-end figures the verdict needs besides the stage row.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,21 +24,6 @@ pub struct EndToEnd {
     pub cpu_util: Option<f64>,
     /// GPU busy fraction, when the step runs on the GPU.
     pub gpu_util: Option<f64>,
-}
-
-/// User + system CPU time of this process.
-fn process_cpu_time() -> Option<Duration> {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `ru` points to writable memory of the size of `rusage`; getrusage
-    // fills it completely on success (return 0), which is checked before use.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: getrusage returned 0, so it initialized the struct.
-    let ru = unsafe { ru.assume_init() };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    Some(tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
 /// Per-stage capacities the loader's own counters report for the timed part of the run.
@@ -175,10 +160,11 @@ pub fn end_to_end(
     let wall = start.elapsed();
     let secs = wall.as_secs_f64().max(1e-9);
     let stats = loader.stats();
-    let cpu_util = match (cpu0, process_cpu_time()) {
-        (Some(a), Some(b)) => Some(((b - a).as_secs_f64() / (secs * cores.max(1) as f64)).min(1.0)),
+    let cpu_secs = match (cpu0, process_cpu_time()) {
+        (Some(a), Some(b)) => Some((b - a).as_secs_f64()).filter(|s| *s > 0.0),
         _ => None,
     };
+    let cpu_util = cpu_secs.map(|c| (c / (secs * cores.max(1) as f64)).min(1.0));
     let has_step = !matches!(step, Step::None);
     // Busy / wall over the timed window: the loader's definition (1 − wait / elapsed)
     // for a loop that only waits or steps. Not `stats.fed_ratio`: after a reset in
@@ -230,6 +216,7 @@ pub fn end_to_end(
         .with("loader_img_per_s", stats.images_per_s);
     for (key, v) in [
         ("cpu_util", cpu_util),
+        ("img_per_cpu_s", cpu_secs.map(|c| images as f64 / c)),
         ("fed_ratio", fed_ratio),
         ("gpu_util", gpu_util),
         ("loader_decode_capacity", caps.decode),

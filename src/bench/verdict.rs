@@ -317,7 +317,14 @@ pub fn judge(c: &Capacities) -> Verdict {
         ),
         Bound::Loader => unreachable!("Loader is only chosen above"),
     };
-    let text = format!("{head}{versus} — {advice}");
+    let mut text = format!("{head}{versus} — {advice}");
+    if let Some(e2e) = positive(c.end_to_end) {
+        text.push_str(&format!(
+            "; end to end {} img/s = {} of the bound",
+            fmt_rate(e2e),
+            pct(e2e / first.img_per_s)
+        ));
+    }
     Verdict {
         bound: Some(first.bound),
         next: second.map(|s| s.label.to_string()),
@@ -392,6 +399,16 @@ mod tests {
             .text
             .starts_with("decode-bound: CPU decode 1,950 img/s on 2 cores"));
         assert!(v.text.contains("storage read (cold) 95,000"), "{}", v.text);
+        assert!(!v.text.contains("end to end"), "{}", v.text);
+        let mut c = cpu_caps();
+        c.end_to_end = Some(1_560.0);
+        let v = judge(&c);
+        assert!(
+            v.text
+                .ends_with("end to end 1,560 img/s = 80% of the bound"),
+            "{}",
+            v.text
+        );
         let m = v.margin.unwrap();
         assert!((m - 95_000.0 / 1_950.0).abs() < 1e-9);
     }
