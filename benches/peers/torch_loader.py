@@ -23,11 +23,21 @@ copy, which favours this peer). The main process consumes batches in order.
         --batch 64 --size 224 --workers 2 --epochs 3
 
 Prints img/s over `--epochs` timed epochs after one warm-up epoch, and a JSON line.
+
+Same-run comparison with stoker-loader's CPU path (alternating rounds, so both see the same
+machine load; the ratio is the median of the per-round ratios):
+
+    cargo build --release -p stoker-loader --example loader_throughput
+    python3 benches/peers/torch_loader.py --compare target/release/examples/loader_throughput \
+        --images ../shared/data/bench --batch 64 --size 224 --workers 2 --epochs 3 --rounds 3
 """
 
 import argparse
 import json
 import math
+import platform
+import statistics
+import subprocess
 import multiprocessing as mp
 import os
 import random
@@ -68,14 +78,18 @@ def rrc_params(rng, width, height, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.
     return (height - h) // 2, (width - w) // 2, h, w
 
 
-def load(path, size, rng):
+def load(path, size, rng, out):
+    """One sample into `out` (a (3, size, size) float32 view of the batch slot)."""
     img = Image.open(path).convert("RGB")
     i, j, h, w = rrc_params(rng, img.width, img.height)
     img = img.crop((j, i, j + w, i + h)).resize((size, size), Image.BILINEAR)
     if rng.random() < 0.5:
         img = img.transpose(Image.FLIP_LEFT_RIGHT)
-    chw = np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).astype(np.float32) / 255.0
-    return (chw - MEAN) / STD
+    # ToTensor + Normalize, in place (as torchvision's div / sub_ / div_ on one tensor).
+    np.copyto(out, np.asarray(img, dtype=np.uint8).transpose(2, 0, 1), casting="unsafe")
+    out *= np.float32(1.0 / 255.0)
+    out -= MEAN
+    out /= STD
 
 
 def worker(wid, files, size, batch, shm_name, n_slots, tasks, results, seed):
@@ -89,25 +103,14 @@ def worker(wid, files, size, batch, shm_name, n_slots, tasks, results, seed):
                 break
             number, slot, indices = task
             for k, idx in enumerate(indices):
-                ring[slot, k] = load(files[idx], size, rng)
+                load(files[idx], size, rng, ring[slot, k])
             results.put((number, slot, len(indices)))
     finally:
         del ring
         shm.close()
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    here = os.path.dirname(os.path.abspath(__file__))
-    p.add_argument("--images", default=os.path.join(here, "..", "..", "..", "shared", "data", "bench"))
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--size", type=int, default=224)
-    p.add_argument("--workers", type=int, default=os.cpu_count())
-    p.add_argument("--prefetch-factor", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args()
-
+def run_peer(a):
     files = sorted(
         os.path.join(a.images, f) for f in os.listdir(a.images) if f.lower().endswith((".jpg", ".jpeg"))
     )
@@ -170,9 +173,55 @@ def main():
     rate = images / secs
     print(
         f"torch-style loader (PIL {Image.__version__}, numpy {np.__version__}, {a.workers} worker processes): "
-        f"{images} images in {secs:.2f} s = {rate:.1f} img/s (batch {a.batch}, {a.size}px)"
+        f"{images} images in {secs:.2f} s = {rate:.1f} img/s (batch {a.batch}, {a.size}px)",
+        flush=True,
     )
-    print(json.dumps({"peer": "pil-numpy-mp", "images": images, "seconds": round(secs, 3), "img_per_s": round(rate, 1)}))
+    result = {"peer": "pil-numpy-mp", "images": images, "seconds": round(secs, 3), "img_per_s": round(rate, 1)}
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def run_stoker(a):
+    cmd = [
+        a.compare, "--images", a.images, "--batch", str(a.batch), "--size", str(a.size),
+        "--workers", str(a.workers), "--epochs", str(a.epochs),
+    ]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    print(out, end="", flush=True)
+    line = [l for l in out.splitlines() if l.startswith("{")][-1]
+    return json.loads(line)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    p.add_argument("--images", default=os.path.join(here, "..", "..", "..", "shared", "data", "bench"))
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--workers", type=int, default=os.cpu_count())
+    p.add_argument("--prefetch-factor", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compare", metavar="BIN", help="stoker-loader's loader_throughput example: run both, alternating")
+    p.add_argument("--rounds", type=int, default=3)
+    a = p.parse_args()
+    if not a.compare:
+        run_peer(a)
+        return
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()}")
+    rounds = []
+    for r in range(a.rounds):
+        peer = run_peer(a)
+        ours = run_stoker(a)
+        rounds.append((ours["img_per_s"], peer["img_per_s"], ours["img_per_s"] / peer["img_per_s"]))
+        print(f"round {r}: stoker {ours['img_per_s']:.1f} img/s, peer {peer['img_per_s']:.1f} img/s, ratio {rounds[-1][2]:.2f}x", flush=True)
+    ratio = statistics.median(x[2] for x in rounds)
+    print(f"load after: {os.getloadavg()}")
+    print(json.dumps({
+        "stoker_img_per_s": [x[0] for x in rounds],
+        "peer_img_per_s": [x[1] for x in rounds],
+        "median_ratio": round(ratio, 2),
+    }))
 
 
 if __name__ == "__main__":

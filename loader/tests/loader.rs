@@ -504,3 +504,12 @@ fn bad_settings_are_clear_errors() {
         println!("skipped the no-GPU checks: /dev/nvidia0 exists");
     }
 }
+
+#[test]
+fn loader_is_send_and_sync_and_batches_are_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Loader>();
+    send::<Batch>();
+    send::<LoaderError>();
+}
