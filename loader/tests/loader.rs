@@ -521,10 +521,18 @@ fn a_consumer_that_keeps_every_batch_does_not_stall_the_ring() {
     // waiting forever for a buffer the consumer never returns.
     let dir = tempfile::tempdir().unwrap();
     let ds = bench_dataset(dir.path(), 40, 40, &[]);
-    let loader = small(&ds).batch_size(2).workers(1).prefetch(1).build().unwrap();
+    let loader = small(&ds)
+        .batch_size(2)
+        .workers(1)
+        .prefetch(1)
+        .build()
+        .unwrap();
     let kept: Vec<Batch> = loader.epoch(0).map(Result::unwrap).collect();
     assert_eq!(kept.len(), 20);
-    let fingerprints: HashSet<u64> = kept.iter().map(|b| fingerprint(b.images.as_u8().unwrap())).collect();
+    let fingerprints: HashSet<u64> = kept
+        .iter()
+        .map(|b| fingerprint(b.images.as_u8().unwrap()))
+        .collect();
     assert_eq!(fingerprints.len(), 20, "two kept batches share a buffer");
     drop(kept);
     assert_eq!(run_epoch(&loader, 1).len(), 20);
