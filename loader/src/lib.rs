@@ -51,11 +51,11 @@
 //! The GPU engineer owns `loader/src/gpu/`; everything else in this crate is the loader core.
 //! The two meet at these items (all in this crate, all `pub(crate)` unless noted):
 //!
-//! 1. **Backend trait** [`pipeline::Pipeline`] (`pipeline.rs`):
+//! 1. **Backend trait** `pipeline::Pipeline` (`pipeline.rs`):
 //!    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError>`.
-//!    [`pipeline::EpochPlan`] carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
+//!    `pipeline::EpochPlan` carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
-//!    bad records ([`pipeline::EpochPlan::replacement`]). [`pipeline::EpochStream::next_batch`]
+//!    bad records (`EpochPlan::replacement`). `EpochStream::next_batch`
 //!    blocks and returns batches **in order**; dropping the stream must stop production promptly.
 //!    The [`Loader`] wraps the stream: it measures consumer wait, the handoff stage, the resume
 //!    position and the fed ratio, so a backend never does that itself.

@@ -82,14 +82,27 @@ fn same_seed_and_epoch_give_the_same_batches_for_any_thread_count() {
 fn every_sample_appears_exactly_once_per_epoch() {
     let dir = tempfile::tempdir().unwrap();
     let ds = bench_dataset(dir.path(), 45, 20, &[]);
-    let loader = small(&ds).build().unwrap();
-    for epoch in 0..2 {
-        let mut all: Vec<u64> = run_epoch(&loader, epoch)
-            .into_iter()
-            .flat_map(|b| b.1)
-            .collect();
-        all.sort_unstable();
-        assert_eq!(all, (0..45).collect::<Vec<_>>(), "epoch {epoch}");
+    for shuffle in [
+        Shuffle::Global { seed: 11 },
+        Shuffle::Quasi { seed: 11, block: 4 },
+        Shuffle::Sequential,
+    ] {
+        let loader = small(&ds).shuffle(shuffle).build().unwrap();
+        for epoch in 0..2 {
+            let mut all: Vec<u64> = run_epoch(&loader, epoch)
+                .into_iter()
+                .flat_map(|b| b.1)
+                .collect();
+            if shuffle == Shuffle::Sequential {
+                assert_eq!(all, (0..45).collect::<Vec<_>>(), "sequential epoch {epoch}");
+            }
+            all.sort_unstable();
+            assert_eq!(
+                all,
+                (0..45).collect::<Vec<_>>(),
+                "{shuffle:?} epoch {epoch}"
+            );
+        }
     }
     let loader = small(&ds).drop_last(true).build().unwrap();
     let batches = run_epoch(&loader, 0);
