@@ -94,12 +94,16 @@ pub(crate) mod pipeline;
 pub mod sampler;
 pub mod transform;
 
+// The GPU path (its own docs are in gpu/mod.rs): public so users can name `CudaImages` and the
+// `cudarc` types it hands out.
 #[cfg(stoker_gpu)]
-mod gpu;
+pub mod gpu;
 
 pub use batch::{Batch, DType, HostImages, Images};
 pub use builder::{Device, Loader, LoaderBuilder, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
+#[cfg(stoker_gpu)]
+pub use gpu::CudaImages;
 pub use metrics::{Stage, Stats};
 pub use pipeline::Epoch;
 pub use sampler::{LoaderState, Sampler, Shuffle};
