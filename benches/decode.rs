@@ -24,7 +24,20 @@ fn bench_set() -> Vec<Vec<u8>> {
         .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
         .collect();
     paths.sort();
-    paths.iter().map(|p| std::fs::read(p).expect("read")).collect()
+    paths
+        .iter()
+        .map(|p| std::fs::read(p).expect("read"))
+        .collect()
+}
+
+/// Nanoseconds this thread has run on a CPU (Linux), first field of schedstat.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn cpu(c: &mut Criterion) {
@@ -46,6 +59,22 @@ fn cpu(c: &mut Criterion) {
             }
         })
     });
+    // The same loop timed by this thread's CPU time (/proc/thread-self/schedstat,
+    // ns on CPU): robust when other processes share the core; compare with
+    // pil_decode.py's `cpu_time` figure.
+    if thread_cpu_ns().is_some() {
+        g.bench_function("stoker_1_thread_cputime", |b| {
+            b.iter_custom(|iters| {
+                let start = thread_cpu_ns().expect("schedstat");
+                for _ in 0..iters {
+                    for f in &files {
+                        dec.decode_into(f, &mut buf).expect("decodes");
+                    }
+                }
+                Duration::from_nanos(thread_cpu_ns().expect("schedstat") - start)
+            })
+        });
+    }
     let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
     let mut outs: Vec<Vec<u8>> = files.iter().map(|_| vec![0u8; max]).collect();
     g.bench_function("stoker_batch_rayon", |b| {
@@ -91,7 +120,11 @@ fn gpu(c: &mut Criterion) {
         })
     });
     g.finish();
-    println!("gpu routes: {} engines {:?}", dec.route_counts(), dec.hardware_engines());
+    println!(
+        "gpu routes: {} engines {:?}",
+        dec.route_counts(),
+        dec.hardware_engines()
+    );
 }
 
 criterion_group!(benches, cpu, gpu);

@@ -15,6 +15,7 @@ import argparse
 import io
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_common as pc  # noqa: E402
@@ -42,12 +43,18 @@ def main():
                 im = im.convert("RGB")
         return len(data)
 
+    cpu0 = time.thread_time()
     images, secs = pc.timed(step, a.seconds)
+    # CPU time of this thread (includes the one warm-up pass): robust when the
+    # core is shared; compare with stoker_1_thread_cputime.
+    cpu_secs = time.thread_time() - cpu0
+    cpu_rate = (images + len(data)) / cpu_secs
     rate = images / secs
     import PIL
 
     note = f"Pillow {PIL.__version__}, libjpeg-turbo {features.version('libjpeg_turbo')}, cpu {cpu}"
-    print(f"pil_decode_1core: {rate:.1f} img/s ({images} images in {secs:.2f} s; {note})", flush=True)
+    print(f"pil_decode_1core: {rate:.1f} img/s wall, {cpu_rate:.1f} img/s per CPU-second ({images} images in {secs:.2f} s; {note})", flush=True)
+    note += f"; cpu_time {cpu_rate:.1f} img/s"
     pc.emit("pil_decode_1core", "cpu_decode", rate, images, secs, workers=1, batch=1, note=note)
 
 

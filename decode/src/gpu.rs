@@ -850,3 +850,25 @@ impl<'a> SlotRef<'a> {
         self.0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The loader moves a decoder into its GPU worker thread.
+    #[test]
+    fn gpu_decoder_is_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<GpuDecoder>();
+        assert_send::<GpuDecoderOptions>();
+    }
+
+    #[test]
+    fn no_gpu_is_an_error_not_a_panic() {
+        match cuda_context(0) {
+            Ok(_) => println!("a GPU is present; nothing to check"),
+            Err(DecodeError::NoGpu { reason }) => assert!(!reason.is_empty()),
+            Err(e) => panic!("want NoGpu, got {e}"),
+        }
+    }
+}
