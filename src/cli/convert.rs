@@ -3,6 +3,7 @@
 //! summary (or the `--json` report) goes to stdout.
 
 use std::io::IsTerminal;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,6 +157,7 @@ impl Progress for Bar {
 
 /// Runs `stoker convert`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
     let source = match &args.list {
         Some(list) => Source::List {
             root: args.src.clone(),
@@ -200,10 +202,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = formats::convert(&opts, &progress)?;
 
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {
         let secs = report.seconds.max(1e-9);
-        println!(
+        writeln!(out,
             "converted {} of {} inputs into {} shard(s), {:.1} MB, in {:.2} s ({:.0} img/s, {:.1} MB/s read)",
             report.written,
             report.inputs,
@@ -212,8 +214,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             report.seconds,
             report.written as f64 / secs,
             report.input_bytes as f64 / 1e6 / secs,
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "  stored as-is: {}, re-encoded/decoded: {}{}",
             report.stored,
             report.transcoded,
@@ -225,24 +228,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             } else {
                 String::new()
             }
-        );
+        )?;
         if !report.skipped.is_empty() {
-            println!("skipped {} input(s):", report.skipped.len());
+            writeln!(out, "skipped {} input(s):", report.skipped.len())?;
             let show = if args.verbose { usize::MAX } else { 20 };
             for s in report.skipped.iter().take(show) {
-                println!("  {}: {}", s.path.display(), s.reason);
+                writeln!(out, "  {}: {}", s.path.display(), s.reason)?;
             }
             if report.skipped.len() > show {
-                println!(
+                writeln!(
+                    out,
                     "  ... and {} more (use --verbose or --json)",
                     report.skipped.len() - show
-                );
+                )?;
             }
         }
         for line in report.audit.summary_lines() {
-            println!("{line}");
+            writeln!(out, "{line}")?;
         }
-        println!("output: {}", report.out.display());
+        writeln!(out, "output: {}", report.out.display())?;
     }
     Ok(ExitCode::SUCCESS)
 }

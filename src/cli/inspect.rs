@@ -1,5 +1,6 @@
 //! `stoker inspect DATASET`: one call to [`stoker::formats::inspect()`], printed as text or JSON.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -24,14 +25,16 @@ fn dist(name: &str, d: &Distribution) -> String {
 
 /// Runs `stoker inspect`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
     let ds = Dataset::open(&args.dataset)?;
     let r = formats::inspect(&ds)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("dataset: {}", args.dataset.display());
-    println!(
+    writeln!(out, "dataset: {}", args.dataset.display())?;
+    writeln!(
+        out,
         "samples: {}  shards: {}  classes: {}  encoding: {}{}",
         r.samples,
         r.shards,
@@ -40,29 +43,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         r.raw_size
             .map(|s| format!(" {}x{}x{}", s.width, s.height, s.channels))
             .unwrap_or_default()
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "bytes: {} ({:.1} MB; payload {:.1} MB)",
         r.bytes,
         r.bytes as f64 / 1e6,
         r.payload_bytes as f64 / 1e6
-    );
+    )?;
     let enc: Vec<String> = r
         .encodings
         .iter()
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
-    println!("records by encoding: {}", enc.join(", "));
-    println!("{}", dist("width", &r.width));
-    println!("{}", dist("height", &r.height));
-    println!("{}", dist("payload bytes", &r.payload_size));
+    writeln!(out, "records by encoding: {}", enc.join(", "))?;
+    writeln!(out, "{}", dist("width", &r.width))?;
+    writeln!(out, "{}", dist("height", &r.height))?;
+    writeln!(out, "{}", dist("payload bytes", &r.payload_size))?;
     let per: Vec<String> = r
         .per_class
         .iter()
         .map(|(k, v)| format!("{k}: {v}"))
         .collect();
     const SHOW: usize = 30;
-    println!(
+    writeln!(
+        out,
         "per class: {}{}",
         per.iter()
             .take(SHOW)
@@ -74,28 +79,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             String::new()
         }
-    );
+    )?;
     for s in &r.shard_files {
-        println!(
+        writeln!(
+            out,
             "  {}: records {}..{}, {} bytes",
             s.file,
             s.first_index,
             s.first_index + s.count,
             s.bytes
-        );
+        )?;
     }
     match &r.audit {
         Some(a) => {
-            println!("source audit:");
+            writeln!(out, "source audit:")?;
             for line in a.summary_lines() {
-                println!("  {line}");
+                writeln!(out, "  {line}")?;
             }
         }
-        None => println!("source audit: none (dataset not made by stoker convert)"),
+        None => writeln!(
+            out,
+            "source audit: none (dataset not made by stoker convert)"
+        )?,
     }
-    println!(
+    writeln!(
+        out,
         "made by: {} {} from {}",
         r.provenance.tool, r.provenance.tool_version, r.provenance.source
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }

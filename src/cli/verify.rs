@@ -1,6 +1,7 @@
 //! `stoker verify DATASET [--decode]`: one call to [`stoker::formats::verify()`]; exit 0 only
 //! when every record is sound.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -21,20 +22,22 @@ pub struct Args {
 
 /// Runs `stoker verify`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
     let ds = Dataset::open(&args.dataset)?;
     let r = formats::verify(&ds, args.decode)?;
     if args.json {
         let mut v = serde_json::to_value(&r)?;
         v["ok"] = serde_json::Value::Bool(r.ok());
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
         for b in &r.bad {
             match b.index {
-                Some(i) => println!("BAD {} record {i}: {}", b.shard, b.problem),
-                None => println!("BAD {}: {}", b.shard, b.problem),
+                Some(i) => writeln!(out, "BAD {} record {i}: {}", b.shard, b.problem)?,
+                None => writeln!(out, "BAD {}: {}", b.shard, b.problem)?,
             }
         }
-        println!(
+        writeln!(
+            out,
             "{}: {} of {} records checked{} in {} shard(s), {:.2} s: {}",
             args.dataset.display(),
             r.checked,
@@ -51,7 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             } else {
                 format!("{} problem(s)", r.bad.len())
             }
-        );
+        )?;
     }
     Ok(if r.ok() {
         ExitCode::SUCCESS

@@ -152,8 +152,35 @@ fn process_jpeg(
 /// restart marker), so the last `FF DA` starts the final scan and a complete file has `FF D9`
 /// after it. Bytes after the EOI (padding, trailers) are allowed.
 fn ends_after_last_scan(data: &[u8]) -> bool {
-    let find_last = |m: u8| data.windows(2).rposition(|w| w[0] == 0xFF && w[1] == m);
-    match (find_last(0xDA), find_last(0xD9)) {
+    let (mut last_sos, mut last_eoi) = (None, None);
+    let mut note = |i: usize| match data.get(i + 1) {
+        Some(0xDA) => last_sos = Some(i),
+        Some(0xD9) => last_eoi = Some(i),
+        _ => {}
+    };
+    // Eight bytes at a time: a word holds an 0xFF byte exactly when its complement holds a
+    // zero byte. Compressed data has few 0xFF bytes, so most words are skipped whole.
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut words = data.chunks_exact(8);
+    let mut base = 0;
+    for w in &mut words {
+        let x = !u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        if x.wrapping_sub(LO) & !x & HI != 0 {
+            for (j, &b) in w.iter().enumerate() {
+                if b == 0xFF {
+                    note(base + j);
+                }
+            }
+        }
+        base += 8;
+    }
+    for (j, &b) in words.remainder().iter().enumerate() {
+        if b == 0xFF {
+            note(base + j);
+        }
+    }
+    match (last_sos, last_eoi) {
         (Some(sos), Some(eoi)) => eoi > sos,
         _ => false,
     }
@@ -317,6 +344,18 @@ mod tests {
         // An EOI before the last scan (e.g. an embedded thumbnail's) does not count.
         let thumb_then_cut = [0xFF, 0xD8, 0xFF, 0xD9, 0xFF, 0xDA, 0, 2, 1, 7];
         assert!(!ends_after_last_scan(&thumb_then_cut));
+        // Markers at every alignment, across word boundaries, agree with a plain scan.
+        for pad in 0..17 {
+            let mut v = vec![0u8; pad];
+            v.extend_from_slice(&[0xFF, 0xDA, 1, 0xFF, 0x00, 0xFF]);
+            v.extend(std::iter::repeat_n(0x12, pad));
+            v.extend_from_slice(&[0xFF, 0xD9]);
+            assert!(ends_after_last_scan(&v), "pad {pad}");
+            v.extend_from_slice(&[0xFF, 0xDA]);
+            assert!(!ends_after_last_scan(&v), "pad {pad}");
+            v.truncate(v.len() - 1);
+            assert!(ends_after_last_scan(&v), "pad {pad}: trailing lone FF");
+        }
     }
 
     #[test]
