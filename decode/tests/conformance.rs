@@ -92,3 +92,79 @@ fn every_conformance_row_behaves_as_expected() {
         failures.join("\n")
     );
 }
+
+/// Regression: zune-jpeg 0.5 decodes non-interleaved and partially interleaved
+/// baseline 4:2:0 files to wrong pixels (PSNR ~4 dB) without an error. `probe`
+/// must flag them and the CPU decoder must send them to jpeg-decoder.
+#[test]
+fn non_interleaved_baseline_is_routed_away_from_zune() {
+    let dec = CpuDecoder::new(Limits::default());
+    let dir = data_dir().join("conformance");
+    for name in [
+        "jxl__jxl__flower__flower_small.q85_420_non_interleaved.jpg",
+        "jxl__jxl__flower__flower_small.q85_420_partially_interleaved.jpg",
+        "jxl__jxl__flower__flower_small.q85_444_non_interleaved.jpg",
+    ] {
+        let data = std::fs::read(dir.join("core").join(name)).unwrap();
+        let info = stoker_decode::probe(&data, &Limits::default()).unwrap();
+        assert!(info.multi_scan_sequential, "{name}: not flagged");
+        assert!(!info.zune_decodable() && !info.nvjpeg_decodable() && !info.hardware_decodable());
+        let (_, route, rgb) = dec.decode_to_vec_routed(&data).unwrap();
+        assert_eq!(route, stoker_decode::Route::CpuFallback, "{name}");
+        let (_, _, want) = load_png_rgb(&dir.join("ref").join(format!("{name}.png")));
+        assert!(psnr(&rgb, &want) >= MIN_PSNR, "{name}");
+    }
+}
+
+/// Regression: the 64250x64250 header in 1.4 kB made zune-jpeg (limits raised)
+/// run for over 10 s; the limit must refuse it from the header.
+#[test]
+fn hostile_declared_size_is_refused_from_the_header() {
+    let data =
+        std::fs::read(data_dir().join("conformance/corrupt/gdkpixbuf__issue205.jpg")).unwrap();
+    let start = std::time::Instant::now();
+    let err = CpuDecoder::new(Limits::default())
+        .decode_to_vec(&data)
+        .unwrap_err();
+    assert!(matches!(err, DecodeError::TooLarge { .. }), "{err}");
+    // Not a timing assertion on speed, a hang guard: a header check is microseconds.
+    assert!(start.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// Route and properties of the ordinary shapes: baseline interleaved files go
+/// to zune-jpeg and are what nvJPEG's hardware engines take; progressive ones
+/// are nvJPEG-CUDA material; CMYK and arithmetic never go to nvJPEG.
+#[test]
+fn probe_classifies_the_common_shapes() {
+    let dir = data_dir().join("conformance/core");
+    let p = |n: &str| {
+        stoker_decode::probe(&std::fs::read(dir.join(n)).unwrap(), &Limits::default()).unwrap()
+    };
+    let base = p("go__video-001.q50.420.jpeg");
+    assert!(base.hardware_decodable() && base.zune_decodable() && !base.progressive);
+    let prog = p("go__video-001.q50.420.progressive.jpeg");
+    assert!(prog.progressive && prog.nvjpeg_decodable() && !prog.hardware_decodable());
+    assert_eq!(prog.scans, 10);
+    let s411 = p("go__video-001.q50.411.jpeg");
+    assert_eq!(s411.subsampling, stoker_decode::Subsampling::S411);
+    assert!(s411.nvjpeg_decodable() && !s411.hardware_decodable());
+    let cmyk = p("go__video-001.cmyk.jpeg");
+    assert_eq!(cmyk.color_space, stoker_decode::ColorSpace::Cmyk);
+    assert!(!cmyk.nvjpeg_decodable());
+    let ycck = p("pillow__Tests__images__pil_sample_cmyk.jpg");
+    assert_eq!(ycck.color_space, stoker_decode::ColorSpace::Ycck);
+    let rgb = p("ljtregen__testout_rgb_islow.jpg");
+    assert_eq!(rgb.color_space, stoker_decode::ColorSpace::Rgb);
+    let ari = p("ljt__testimgari.jpg");
+    assert!(ari.arithmetic && ari.supported().is_err());
+    for o in 2..=8u16 {
+        assert_eq!(
+            p(&format!(
+                "pillow__Tests__images__hopper_orientation_{o}.jpg"
+            ))
+            .exif_orientation,
+            Some(o)
+        );
+    }
+    assert_eq!(base.exif_orientation, None);
+}
