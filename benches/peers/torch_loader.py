@@ -24,6 +24,11 @@ copy, which favours this peer). The main process consumes batches in order.
 
 Prints img/s over `--epochs` timed epochs after one warm-up epoch, and a JSON line.
 
+Crop parity (stoker's CPU crops vs this file's PIL crop/resize/flip on the same decoded pixels):
+
+    cargo run --release -p stoker-loader --example crop_parity -- /tmp/parity
+    python3 benches/peers/torch_loader.py --parity /tmp/parity
+
 Same-run comparison with stoker-loader's CPU path (alternating rounds, so both see the same
 machine load; the ratio is the median of the per-round ratios):
 
@@ -192,6 +197,32 @@ def run_stoker(a):
     return json.loads(line)
 
 
+def parity(directory, size=224):
+    """Compares stoker's U8 crops with PIL's on the pixels stoker decoded (see crop_parity.rs)."""
+    same, worst, psnrs = [], 0, []
+    with open(os.path.join(directory, "params.txt")) as f:
+        rows = [list(map(int, line.split())) for line in f if line.strip()]
+    for i, w, h, x, y, cw, ch, flip in rows:
+        with open(os.path.join(directory, f"{i}.rgb"), "rb") as f:
+            src = Image.frombytes("RGB", (w, h), f.read())
+        img = src.crop((x, y, x + cw, y + ch)).resize((size, size), Image.BILINEAR)
+        if flip:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        ref = np.asarray(img).astype(np.int32)
+        with open(os.path.join(directory, f"{i}.out"), "rb") as f:
+            out = np.frombuffer(f.read(), np.uint8).reshape(size, size, 3).astype(np.int32)
+        d = np.abs(ref - out)
+        worst = max(worst, int(d.max()))
+        same.append(float((d == 0).mean()))
+        mse = float((d.astype(np.float64) ** 2).mean())
+        psnrs.append(10 * math.log10(255**2 / mse) if mse > 0 else 99.0)
+    print(
+        f"crop parity over {len(rows)} images: {100 * sum(same) / len(same):.2f}% of u8 levels identical, "
+        f"max difference {worst}, PSNR min {min(psnrs):.1f} dB / mean {sum(psnrs) / len(psnrs):.1f} dB"
+    )
+    return worst
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -204,7 +235,10 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compare", metavar="BIN", help="stoker-loader's loader_throughput example: run both, alternating")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--parity", metavar="DIR", help="check crop_parity.rs output against PIL and exit")
     a = p.parse_args()
+    if a.parity:
+        sys.exit(0 if parity(a.parity, a.size) <= 1 else 1)
     if not a.compare:
         run_peer(a)
         return
