@@ -239,6 +239,16 @@ pub(crate) fn process_cpu_time() -> Option<Duration> {
     Some(tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
+/// The 1-minute load average from `/proc/loadavg`, where there is one.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Logical cores available to this process.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism()
@@ -294,6 +304,7 @@ pub fn run(
         opts.threads
     };
 
+    let load_avg_start = load_average();
     let ds = Dataset::open(path)?;
     let manifest = ds.manifest().clone();
     let records = ds.len();
@@ -517,6 +528,7 @@ pub fn run(
         machine: MachineInfo {
             cores: available_cores(),
             gpu: gpu.as_ref().map(|(_, name)| name.clone()),
+            load_avg_start,
         },
         stages,
         fed_ratio,

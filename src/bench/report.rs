@@ -101,6 +101,9 @@ pub struct MachineInfo {
     pub cores: usize,
     /// The GPU used, or `null`.
     pub gpu: Option<String>,
+    /// 1-minute load average when the run started (`/proc/loadavg`), `null` where unknown:
+    /// other processes on the cores lower every CPU figure.
+    pub load_avg_start: Option<f64>,
 }
 
 /// What was benchmarked and with which settings.
@@ -162,12 +165,20 @@ impl fmt::Display for BenchReport {
             r.seconds,
             r.consumer_ms
         )?;
-        writeln!(
+        write!(
             f,
             "machine: {} cores, GPU: {}",
             self.machine.cores,
             self.machine.gpu.as_deref().unwrap_or("none")
         )?;
+        match self.machine.load_avg_start {
+            Some(l) if l > 0.5 * self.machine.cores as f64 => writeln!(
+                f,
+                ", load average {l:.2} at start: other processes share the cores, CPU figures are below an idle machine's"
+            )?,
+            Some(l) => writeln!(f, ", load average {l:.2} at start")?,
+            None => writeln!(f)?,
+        }
         writeln!(f)?;
         writeln!(f, "{:<12} {:>12}  detail", "stage", "img/s")?;
         for (name, s) in self.stages.iter() {
@@ -218,6 +229,7 @@ mod tests {
             machine: MachineInfo {
                 cores: 2,
                 gpu: None,
+                load_avg_start: Some(3.5),
             },
             stages,
             fed_ratio: None,
@@ -255,6 +267,7 @@ mod tests {
         }
         assert!(t.contains("not measured: no CUDA driver"));
         assert!(t.contains("90,000"));
+        assert!(t.contains("load average 3.50 at start: other processes share the cores"));
         assert!(t
             .lines()
             .last()

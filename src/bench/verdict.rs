@@ -16,6 +16,8 @@ pub const INPUT_BOUND_GPU_UTIL: f64 = 0.70;
 pub const INPUT_BOUND_CPU_UTIL: f64 = 0.85;
 /// A consumer fed at least this fraction of the wall time is the bound itself.
 pub const CONSUMER_FED: f64 = 0.95;
+/// Capacities closer than this factor are "the same" for naming a loader bound.
+pub const NEAR_MARGIN: f64 = 1.25;
 
 /// Which data path the end-to-end pipeline takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -217,8 +219,18 @@ pub fn judge(c: &Capacities) -> Verdict {
         };
     }
     stages.sort_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s));
-    let first = stages[0];
-    let second = stages.get(1).copied();
+    let mut first = stages[0];
+    let mut second = stages.get(1).copied();
+    // The step is nominally slowest, but an input stage is within
+    // `NEAR_MARGIN` of it and the measured loop starves: that input stage,
+    // with no headroom, is the bound (on a shared machine, stages measured
+    // one after another also see different load).
+    if let (Bound::Consumer, Some(s), Some(fed)) = (first.bound, second, c.fed_ratio) {
+        if fed < INPUT_BOUND_GPU_UTIL && s.img_per_s < first.img_per_s * NEAR_MARGIN {
+            second = Some(first);
+            first = s;
+        }
+    }
     let margin = second.map(|s| s.img_per_s / first.img_per_s);
 
     // The closed loop: capacities say the step is the limit, but the measured
@@ -248,6 +260,12 @@ pub fn judge(c: &Capacities) -> Verdict {
     }
 
     let versus = match second {
+        Some(s) if s.img_per_s < first.img_per_s => format!(
+            " ≈ {} {} img/s (no headroom: {:.2}×)",
+            s.label,
+            fmt_rate(s.img_per_s),
+            first.img_per_s / s.img_per_s
+        ),
         Some(s) => format!(
             " < {} {} img/s ({:.1}× headroom)",
             s.label,
@@ -528,6 +546,30 @@ mod tests {
         let v = judge(&c);
         assert_eq!(v.bound, Some(Bound::Loader));
         assert!(v.text.starts_with("loader-bound"), "{}", v.text);
+    }
+
+    #[test]
+    fn input_stage_just_above_the_step_is_the_bound_when_it_starves() {
+        // Step 640 img/s, CPU decode 674: nominally the step is slowest, but the
+        // margin is 5 % and the loop is fed half the time: decode has no headroom.
+        let mut c = cpu_caps();
+        c.cpu_decode = Some(674.0);
+        c.consumer = Some(640.0);
+        c.end_to_end = Some(318.0);
+        c.fed_ratio = Some(0.5);
+        c.cpu_util = Some(0.3);
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Decode), "{}", v.text);
+        assert!(
+            v.text.starts_with(
+                "decode-bound: CPU decode 674 img/s on 2 cores ≈ the training step 640 img/s"
+            ),
+            "{}",
+            v.text
+        );
+        // Fed enough: the step is the bound after all.
+        c.fed_ratio = Some(0.97);
+        assert_eq!(judge(&c).bound, Some(Bound::Consumer));
     }
 
     #[test]
