@@ -143,6 +143,7 @@ impl CpuPipeline {
             metrics.set_threads(stage, workers as u64);
         }
         metrics.set_threads(Stage::Handoff, 1);
+        metrics.set_shared_workers(workers as u64);
         let shared = Arc::new(Shared {
             settings,
             metrics,

@@ -110,6 +110,9 @@ pub struct Metrics {
     queue_sum: AtomicU64,
     queue_max: AtomicU64,
     queue_capacity: AtomicU64,
+    /// Threads that each run read → decode → transform in turn (CPU path); 0 when every
+    /// stage has its own threads.
+    shared_workers: AtomicU64,
     host_bytes: AtomicU64,
     pinned_bytes: AtomicU64,
     device_bytes: AtomicU64,
@@ -166,6 +169,12 @@ impl Metrics {
     /// Bytes of device memory held by the pipeline (GPU path).
     pub fn set_device_bytes(&self, bytes: u64) {
         self.device_bytes.store(bytes, Relaxed);
+    }
+
+    /// Declares that `threads` threads each run read, decode and transform in turn (the CPU
+    /// path), so the stages' capacities add up instead of overlapping.
+    pub fn set_shared_workers(&self, threads: u64) {
+        self.shared_workers.store(threads, Relaxed);
     }
 
     /// Batch slots a pipeline can have in flight (the queue's capacity).
@@ -288,6 +297,7 @@ impl Metrics {
             },
             queue_max: self.queue_max.load(Relaxed),
             queue_capacity: self.queue_capacity.load(Relaxed),
+            shared_workers: self.shared_workers.load(Relaxed),
             host_bytes: self.host_bytes.load(Relaxed),
             pinned_bytes: self.pinned_bytes.load(Relaxed),
             device_bytes: self.device_bytes.load(Relaxed),
@@ -345,6 +355,9 @@ pub struct Stats {
     pub queue_max: u64,
     /// Batch slots in flight at most.
     pub queue_capacity: u64,
+    /// Threads that run read, decode and transform in turn (CPU path); 0 if separate.
+    #[serde(default)]
+    pub shared_workers: u64,
     /// Host batch ring bytes.
     pub host_bytes: u64,
     /// Pinned staging bytes (GPU path).
@@ -370,6 +383,23 @@ impl Stats {
             .min_by(|a, b| a.capacity_per_s.total_cmp(&b.capacity_per_s))
     }
 
+    /// When the stages share worker threads ([`Metrics::set_shared_workers`]), what those
+    /// workers can sustain doing all of read + decode + transform:
+    /// `images · workers / (busy_read + busy_decode + busy_transform)`.
+    pub fn worker_capacity_per_s(&self) -> Option<f64> {
+        if self.shared_workers == 0 {
+            return None;
+        }
+        let busy: f64 = self
+            .stages
+            .iter()
+            .filter(|s| matches!(s.stage, Stage::Read | Stage::Decode | Stage::Transform))
+            .map(|s| s.busy_s)
+            .sum();
+        let items = self.stage(Stage::Transform)?.items;
+        (busy > 0.0).then(|| items as f64 * self.shared_workers as f64 / busy)
+    }
+
     /// The one-line verdict that ends the table.
     pub fn verdict(&self) -> String {
         if self.batches == 0 {
@@ -381,9 +411,17 @@ impl Stats {
                 "verdict: FED — the consumer waited {wait_pct:.1}% of the time; the training step sets the pace"
             );
         }
+        let shared = match self.worker_capacity_per_s() {
+            Some(c) => format!(
+                "; read+decode+transform share {} worker thread{}: {c:.0} img/s together",
+                self.shared_workers,
+                if self.shared_workers == 1 { "" } else { "s" }
+            ),
+            None => String::new(),
+        };
         match self.limiting_stage() {
             Some(s) => format!(
-                "verdict: STARVED — the consumer waited {wait_pct:.1}% of the time; limiting stage: {} ({:.0} img/s on {} thread{})",
+                "verdict: STARVED — the consumer waited {wait_pct:.1}% of the time; limiting stage: {} ({:.0} img/s on {} thread{}){shared}",
                 s.stage.name(),
                 s.capacity_per_s,
                 s.threads,
@@ -590,6 +628,17 @@ mod tests {
         assert_eq!(s.limiting_stage().unwrap().stage, Stage::Decode);
         assert!(
             s.verdict().contains("STARVED") && s.verdict().contains("decode"),
+            "{}",
+            s.verdict()
+        );
+        assert_eq!(s.worker_capacity_per_s(), None);
+        m.set_shared_workers(2);
+        let s = m.snapshot();
+        // 100 images, 2 workers, 1.21 s busy in all → 165 img/s.
+        let together = s.worker_capacity_per_s().unwrap();
+        assert!((together - 200.0 / 1.21).abs() < 1e-6, "{together}");
+        assert!(
+            s.verdict().contains("share 2 worker threads: 165 img/s"),
             "{}",
             s.verdict()
         );
