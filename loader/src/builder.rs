@@ -355,6 +355,26 @@ impl Loader {
     /// asked for and it is the saved one, iteration starts after the batches already consumed.
     /// Asking for an epoch while another epoch iterator is alive yields one
     /// [`LoaderError::EpochInProgress`].
+    ///
+    /// # Errors
+    ///
+    /// Items are `Err` for a batch that could not be built: a bad record under
+    /// [`OnError::Error`], [`LoaderError::TooManyBadRecords`], a failed worker. Iteration may
+    /// continue after an error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data")?).build()?;
+    /// for epoch in 0..90 {
+    ///     for batch in loader.epoch(epoch) {
+    ///         let batch = batch?;
+    ///         // train_step(batch.images.as_f32().unwrap(), &batch.labels);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn epoch(&self, epoch: u64) -> Epoch<'_> {
         {
             let mut progress = pipeline::lock(&self.progress);
@@ -400,6 +420,18 @@ impl Loader {
     }
 
     /// A snapshot of the counters (Display: a table and a verdict; serde: JSON).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data")?).build()?;
+    /// let stats = loader.stats();
+    /// println!("{stats}"); // table + verdict
+    /// std::fs::write("loader-stats.json", stats.to_json())?;
+    /// assert!((0.0..=1.0).contains(&stats.fed_ratio));
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> Stats {
         self.metrics.snapshot()
     }
@@ -411,6 +443,22 @@ impl Loader {
 
     /// Where this loader stands: `(seed, epoch, position)`; feed it to
     /// [`LoaderBuilder::resume`] to continue exactly here.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Loader, LoaderState};
+    /// # let dataset = stoker_formats::Dataset::open("data")?;
+    /// // At checkpoint time:
+    /// # let loader = Loader::builder(dataset.clone()).build()?;
+    /// std::fs::write("loader.json", serde_json::to_string(&loader.state())?)?;
+    /// // After a restart: the same settings, plus the saved state.
+    /// let state: LoaderState = serde_json::from_str(&std::fs::read_to_string("loader.json")?)?;
+    /// let loader = Loader::builder(dataset).resume(state).build()?;
+    /// for batch in loader.epoch(state.epoch) { /* continues after the consumed batches */ }
+    /// # Ok(()) }
+    /// ```
     pub fn state(&self) -> LoaderState {
         pipeline::lock(&self.progress).state
     }
