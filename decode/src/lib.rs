@@ -43,5 +43,5 @@ pub use cudarc;
 pub use error::DecodeError;
 pub use gpu::{cuda_context, GpuDecoder, GpuDecoderOptions};
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
-pub use probe::{probe, ColorSpace, ImageInfo, Limits, Subsampling};
+pub use probe::{probe, ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
 pub use route::{Route, RouteCounters, RouteCounts};

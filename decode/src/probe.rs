@@ -7,6 +7,9 @@
 
 use crate::DecodeError;
 
+/// Most scans accepted in one image (real progressive files have about 10).
+pub const MAX_SCANS: u16 = 1000;
+
 /// Resource limits applied before and during decoding.
 ///
 /// # Examples
@@ -350,6 +353,14 @@ impl Parser<'_> {
                     }
                     let ns = self.parse_sos(seg, f, marker_at)?;
                     scans = scans.saturating_add(1);
+                    if scans > MAX_SCANS {
+                        // Real files use ~10; thousands of tiny scans only make a
+                        // decoder slow (zune-jpeg refuses > 100, jpeg-decoder has no cap).
+                        return Err(DecodeError::Malformed {
+                            offset: marker_at,
+                            what: "more than 1000 scans",
+                        });
+                    }
                     let sequential = !f.info.progressive;
                     if sequential && scans == 1 {
                         if usize::from(ns) == usize::from(f.info.components) {
@@ -638,6 +649,21 @@ mod tests {
         assert_eq!(exif::orientation(&be), Some(3));
         // IFD offset past the end: None, no panic.
         assert_eq!(exif::orientation(b"II*\0\xff\xff\xff\x7f"), None);
+    }
+
+    #[test]
+    fn thousands_of_scans_are_refused() {
+        // SOI, SOF2 1x1 one component, then 1001 one-component scans of one byte.
+        let mut d = vec![0xFF, 0xD8, 0xFF, 0xC2, 0, 11, 8, 0, 1, 0, 1, 1, 1, 0x11, 0];
+        for _ in 0..1001 {
+            d.extend_from_slice(&[0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 63, 0, 0x55]);
+        }
+        match probe(&d, &Limits::default()) {
+            Err(DecodeError::Malformed { what, .. }) => assert_eq!(what, "more than 1000 scans"),
+            other => panic!("want Malformed, got {other:?}"),
+        }
+        d.truncate(15 + 11 * 10);
+        assert_eq!(probe(&d, &Limits::default()).unwrap().scans, 10);
     }
 
     #[test]
