@@ -35,6 +35,17 @@ grep -E '^routes:' "$OUT/decode_gpu_tests.log" | sed 's/^/# /'
 # CPU conformance on this machine too (same binary as CI).
 run_tests decode_cpu_conformance "$BIN/stoker-decode-conformance" --test-threads=1
 
+# CLI on the GPU: `stoker decode --backend nvjpeg` on one bench file and one progressive file.
+if [ -x "$BIN/stoker" ]; then
+  for f in "$(ls "$DATA"/bench/*.jp*g | head -1)" "$DATA/conformance/core/go__video-001.q50.420.progressive.jpeg"; do
+    "$BIN/stoker" decode --backend nvjpeg --json "$f" >"$OUT/decode_cli.json" 2>>"$OUT/decode_cli.err"
+    rc=$?
+    route="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("route"))' "$OUT/decode_cli.json" 2>/dev/null)"
+    printf '%s\t%s\t%s\t%s\n' "decode_cli_$(basename "$f")" "$rc" "exit" "route ${route:-?}" >>"$T"
+    [ "$rc" -eq 0 ] || status=1
+  done
+fi
+
 # 2. Throughput per route / lane count, CPU all cores in the same run.
 if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
   STOKER_BENCH_SECONDS="${DECODE_SECONDS:-5}" "$BIN/stoker-decode-gpu_throughput" \
