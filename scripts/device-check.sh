@@ -36,6 +36,15 @@ for part in scripts/device-check.d/*.sh; do
   printf '%s\t%s\t%s\t%s\n' "part:$name" "$rc" "exit" "$(( $(date +%s) - start )) s" >>"$OUT/table.tsv"
   [ "$rc" -eq 0 ] || status=1
 done
+# At most 8 files come back from $OUT: keep the table and the main log, pack the rest.
+(
+  cd "$OUT" || exit 0
+  extra=$(ls -A | grep -v -x -e table.tsv -e device-check.log -e logs.tar.gz || true)
+  if [ -n "$extra" ]; then
+    # shellcheck disable=SC2086
+    tar czf logs.tar.gz $extra && rm -rf $extra
+  fi
+)
 echo "--- last 60 log lines"
 tail -n 60 "$log"
 echo "--- table"
