@@ -14,6 +14,7 @@ DS_DIR is the converted dataset of the JPEGs in JPEG_DIR. Peers that cannot run 
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -114,27 +115,36 @@ def main():
         lines.append(f"  stoker {name:<11} {('%.0f' % v) if v is not None else '-':>10} img/s  {s.get('note') or s.get('reason') or ''}")
     lines.append(f"  verdict: {report['verdict']['text']}")
     lines.append("")
-    hdr = f"  {'peer':<30} {'stage':<11} {'peer img/s':>10} {'stoker img/s':>12} {'stoker/peer':>11}"
+    hdr = f"  {'peer':<30} {'stage':<15} {'peer img/s':>10} {'stoker img/s':>12} {'stoker/peer':>11} {'per CPU-s':>9}"
     lines.append(hdr)
-    md = ["| peer | stage | peer img/s | stoker img/s (same stage) | stoker / peer | peer note |",
-          "|---|---|---:|---:|---:|---|"]
+    md = ["| peer | stage | peer img/s | stoker img/s (same stage) | stoker / peer | stoker / peer per CPU-second | peer note |",
+          "|---|---|---:|---:|---:|---:|---|"]
     tsv = []
     for r in peers:
         st = r.get("stage")
         mine = stages.get(st, {}).get("img_per_s") if st in stages else None
         per_core = r.get("workers") == 1 and "1core" in r.get("peer", "")
         if per_core and mine is not None:
-            # A one-core peer is compared with stoker's figure per thread.
+            # A one-core peer is compared with stoker's images per CPU-second (the
+            # per-core rate, which other load on the machine does not dilute), else
+            # with its figure per thread.
             threads = stages[st].get("threads") or report["machine"]["cores"] or 1
-            mine = mine / threads
+            mine = stages[st].get("img_per_cpu_s") or mine / threads
             st = st + "/core"
         pv = r.get("img_per_s")
         ratio = (mine / pv) if (mine is not None and pv) else None
+        # Per CPU-second, where both sides report it (robust to other load on the cores).
+        m = re.search(r"(?:cpu_time|;) ?([0-9.]+) img(?:/s| per worker CPU-second)", r.get("note") or "")
+        peer_cpu = float(m.group(1)) if m else None
+        mine_cpu = stages.get(r.get("stage"), {}).get("img_per_cpu_s")
+        if peer_cpu and mine_cpu:
+            r["cpu_second_ratio"] = mine_cpu / peer_cpu
         fmt = lambda v: ("%.0f" % v) if v is not None else "-"  # noqa: E731
         rs = ("%.2f×" % ratio) if ratio is not None else "-"
         why = r.get("reason") or r.get("note") or ""
-        lines.append(f"  {r['peer']:<30} {st:<11} {fmt(pv):>10} {fmt(mine):>12} {rs:>11}  {why}")
-        md.append(f"| {r['peer']} | {st} | {fmt(pv)} | {fmt(mine)} | {rs} | {why} |")
+        cs = ("%.2f×" % r["cpu_second_ratio"]) if r.get("cpu_second_ratio") else "-"
+        lines.append(f"  {r['peer']:<30} {st:<15} {fmt(pv):>10} {fmt(mine):>12} {rs:>11} {cs:>9}  {why}")
+        md.append(f"| {r['peer']} | {st} | {fmt(pv)} | {fmt(mine)} | {rs} | {cs} | {why} |")
         tsv.append((f"peer:{r['peer']}", fmt(pv) if pv is not None else "null", "img/s",
                     (f"stoker {st} {fmt(mine)} img/s, ratio {rs}" if pv is not None else f"not run: {why}")))
     bench_rows = []

@@ -67,6 +67,12 @@ def rrc_params(rng, w, h, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
 
 
 def _work(task):
+    t0 = time.process_time()
+    n = _work_inner(task)
+    return n, time.process_time() - t0
+
+
+def _work_inner(task):
     indices, seed = task
     mode, size = _ARGS
     rng = random.Random(seed)
@@ -126,9 +132,12 @@ def main():
         for _ in range(a.workers):
             next(it)
         images = 0
+        cpu = 0.0
         t0 = time.perf_counter()
         while True:
-            images += next(it)
+            n, c = next(it)
+            images += n
+            cpu += c
             el = time.perf_counter() - t0
             if el >= a.seconds:
                 break
@@ -137,7 +146,9 @@ def main():
         f"PIL {Image.__version__} decode+convert RGB" if a.mode == "decode"
         else f"PIL {Image.__version__} decode + RandomResizedCrop({a.size}) bilinear + flip + normalize -> f32 NCHW, no hand-off"
     )
-    pc.emit(name, stage, images / el, images, el, a.workers, a.batch if a.mode == "loader" else chunk, note)
+    row = pc.emit(name, stage, images / el, images, el, a.workers, a.batch if a.mode == "loader" else chunk,
+                  note + f"; {images / cpu:.0f} img per worker CPU-second" if cpu > 0 else note)
+    del row
 
 
 if __name__ == "__main__":
