@@ -11,7 +11,7 @@ use stoker_loader::{Device, Loader, Output, Shuffle, Stage, Transform};
 
 use super::consumer::Step;
 use super::report::StageReport;
-use super::{process_cpu_time, BenchOptions};
+use super::{process_cpu_time, system_cpu_jiffies, BenchOptions};
 
 /// The end-to-end figures the verdict needs besides the stage row.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +20,8 @@ pub struct EndToEnd {
     pub stage: StageReport,
     /// Consumer busy time / wall time; `None` without a step.
     pub fed_ratio: Option<f64>,
-    /// Process CPU time / (wall × cores).
+    /// Busy fraction of all CPUs, machine-wide (`/proc/stat`), during the timed
+    /// window: what the seed's rule reads; falls back to this process's share.
     pub cpu_util: Option<f64>,
     /// GPU busy fraction, when the step runs on the GPU.
     pub gpu_util: Option<f64>,
@@ -122,6 +123,7 @@ pub fn end_to_end(
     let mut warmed = false;
     let mut start = Instant::now();
     let mut cpu0 = process_cpu_time();
+    let mut sys0 = system_cpu_jiffies();
     let mut epoch = 0u64;
     'run: loop {
         let mut any = false;
@@ -141,6 +143,7 @@ pub fn end_to_end(
                 loader.reset_stats();
                 start = Instant::now();
                 cpu0 = process_cpu_time();
+                sys0 = system_cpu_jiffies();
                 continue;
             }
             busy += took;
@@ -164,7 +167,15 @@ pub fn end_to_end(
         (Some(a), Some(b)) => Some((b - a).as_secs_f64()).filter(|s| *s > 0.0),
         _ => None,
     };
-    let cpu_util = cpu_secs.map(|c| (c / (secs * cores.max(1) as f64)).min(1.0));
+    // This process's share of the cores, and the machine's busy fraction.
+    let proc_util = cpu_secs.map(|c| (c / (secs * cores.max(1) as f64)).min(1.0));
+    let sys_util = match (sys0, system_cpu_jiffies()) {
+        (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
+            Some(((b1 - b0) as f64 / (t1 - t0) as f64).clamp(0.0, 1.0))
+        }
+        _ => None,
+    };
+    let cpu_util = sys_util.or(proc_util);
     let has_step = !matches!(step, Step::None);
     // Busy / wall over the timed window: the loader's definition (1 − wait / elapsed)
     // for a loop that only waits or steps. Not `stats.fed_ratio`: after a reset in
@@ -195,13 +206,14 @@ pub fn end_to_end(
     };
 
     let mut note = format!(
-        "loader {} path, {} batches of {} ({}² f32 NCHW, RandomResizedCrop+flip+normalize), CPU {:.0}% of {} cores, {step_note}",
+        "loader {} path, {} batches of {} ({}² f32 NCHW, RandomResizedCrop+flip+normalize), this process {:.0}% of {} cores, machine CPU {:.0}% busy, {step_note}",
         if gpu_path { "GPU" } else { "CPU" },
         batches,
         opts.batch,
         opts.size,
-        cpu_util.unwrap_or(0.0) * 100.0,
-        cores
+        proc_util.unwrap_or(0.0) * 100.0,
+        cores,
+        sys_util.unwrap_or(0.0) * 100.0,
     );
     if let Some(fed) = fed_ratio {
         note.push_str(&format!(", fed {:.0}%", fed * 100.0));
@@ -216,6 +228,8 @@ pub fn end_to_end(
         .with("loader_img_per_s", stats.images_per_s);
     for (key, v) in [
         ("cpu_util", cpu_util),
+        ("process_cpu_util", proc_util),
+        ("system_cpu_util", sys_util),
         ("img_per_cpu_s", cpu_secs.map(|c| images as f64 / c)),
         ("fed_ratio", fed_ratio),
         ("gpu_util", gpu_util),

@@ -331,7 +331,12 @@ pub fn judge(c: &Capacities) -> Verdict {
                 "consumer-bound: the training step takes {} img/s",
                 fmt_rate(first.img_per_s)
             ),
-            "the input keeps up; a faster step or a bigger batch is what moves it",
+            match c.fed_ratio {
+                Some(f) if f < CONSUMER_FED => {
+                    "the input nearly keeps up (fed below 95%); a faster step or a bigger batch is what moves it"
+                }
+                _ => "the input keeps up; a faster step or a bigger batch is what moves it",
+            },
         ),
         Bound::Loader => unreachable!("Loader is only chosen above"),
     };
