@@ -48,6 +48,7 @@ fn imagefolder_converts_inspects_and_verifies_from_the_cli() {
         assert!(!r[key].is_null(), "missing {key}: {r}");
     }
     assert_eq!(r["audit"]["jpeg_files"], 164);
+    assert_eq!(r["ignored"].as_array().unwrap().len(), 1, "{r}");
 
     let o = stoker(&["inspect", p(&ds), "--json"]);
     assert!(o.status.success(), "{}", text(&o));

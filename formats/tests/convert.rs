@@ -80,6 +80,8 @@ fn round_trip_stores_original_jpeg_bytes() {
     assert_eq!(r.inputs, files.len() as u64);
     assert_eq!(r.written, r.inputs, "skipped: {:?}", r.skipped);
     assert_eq!(r.stored, r.written);
+    // ORIGIN.tsv sits in the root, in no class: reported as ignored, not an input.
+    assert_eq!(r.ignored, [src.join("ORIGIN.tsv")]);
 
     let ds = Dataset::open(&ds_dir).unwrap();
     assert_eq!(ds.len(), files.len() as u64);

@@ -243,6 +243,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )?;
             }
         }
+        if !report.ignored.is_empty() {
+            writeln!(
+                out,
+                "ignored {} file(s) directly under {} (not in a class folder), e.g. {}",
+                report.ignored.len(),
+                args.src.display(),
+                report.ignored[0].display()
+            )?;
+        }
         for line in report.audit.summary_lines() {
             writeln!(out, "{line}")?;
         }

@@ -203,6 +203,8 @@ pub struct ConvertReport {
     pub written: u64,
     /// Inputs not converted, with reasons, in input order.
     pub skipped: Vec<Skipped>,
+    /// Files directly in an ImageFolder root: in no class folder, so not inputs (not counted).
+    pub ignored: Vec<PathBuf>,
     /// Shard files written.
     pub shards: u64,
     /// Bytes of all shard files.
@@ -338,6 +340,7 @@ pub fn convert(
         inputs: listing.inputs.len() as u64,
         written,
         skipped: totals.skipped,
+        ignored: listing.ignored,
         shards: manifest.shards.len() as u64,
         bytes: manifest.bytes,
         input_bytes: totals.input_bytes,

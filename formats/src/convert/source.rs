@@ -32,6 +32,8 @@ pub(crate) struct Input {
 pub(crate) struct Listing {
     pub inputs: Vec<Input>,
     pub classes: Vec<String>,
+    /// Files directly in an ImageFolder root: not in any class, so not inputs.
+    pub ignored: Vec<PathBuf>,
 }
 
 impl Source {
@@ -69,9 +71,11 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
     }
     let mut classes = Vec::new();
     let mut inputs = Vec::new();
+    let mut ignored = Vec::new();
     for entry in sorted_entries(root)? {
         let path = entry.path();
         if !path.is_dir() {
+            ignored.push(path);
             continue;
         }
         let label = u32::try_from(classes.len()).map_err(|_| FormatError::BadSource {
@@ -89,7 +93,11 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
                     .into(),
         });
     }
-    Ok(Listing { inputs, classes })
+    Ok(Listing {
+        inputs,
+        classes,
+        ignored,
+    })
 }
 
 fn walk(dir: &Path, label: u32, out: &mut Vec<Input>, depth: u32) -> Result<(), FormatError> {
@@ -157,7 +165,11 @@ fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
     let classes = (0..=max_label.unwrap_or(0))
         .map(|l| l.to_string())
         .collect();
-    Ok(Listing { inputs, classes })
+    Ok(Listing {
+        inputs,
+        classes,
+        ignored: Vec::new(),
+    })
 }
 
 #[cfg(test)]
@@ -206,6 +218,7 @@ mod tests {
         std::fs::write(dir.path().join("README"), b"not a sample").unwrap();
         let l = Source::ImageFolder(dir.path().into()).list().unwrap();
         assert_eq!(l.classes, ["a", "b"]);
+        assert_eq!(l.ignored, [dir.path().join("README")]);
         let got: Vec<_> = l
             .inputs
             .iter()
