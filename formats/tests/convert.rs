@@ -624,3 +624,40 @@ fn python_lmdb_reads_our_record_per_format_md() {
     assert_eq!(got["crc32c"], rec.header.crc32c);
     assert_eq!(got["encoding"], "jpeg");
 }
+
+/// Bit flips anywhere in a shard, LMDB's own pages included, are reported, never a crash:
+/// either opening fails with an error or `verify` finds the problem.
+#[test]
+fn bit_flips_across_the_shard_file_are_always_reported() {
+    let src = data("bench");
+    let list_dir = tempfile::tempdir().unwrap();
+    let list = list_dir.path().join("list.csv");
+    let lines: String = (0..6).map(|i| format!("{i:05}.jpg,0\n")).collect();
+    std::fs::write(&list, lines).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut o = ConvertOptions::new(Source::List { root: src, list }, out.path());
+    o.check_decode = false;
+    convert(&o, &NoProgress).unwrap();
+    let shard = out.path().join("shard-00000.lmdb");
+    let orig = std::fs::read(&shard).unwrap();
+    // The two meta pages and the first data pages densely, then a stride over the rest.
+    let positions = (0..3 * 4096)
+        .step_by(61)
+        .chain((3 * 4096..orig.len()).step_by(4099));
+    let mut checked = 0;
+    for pos in positions {
+        let mut b = orig.clone();
+        b[pos] ^= 1 << (pos % 8);
+        std::fs::remove_file(&shard).unwrap();
+        std::fs::write(&shard, &b).unwrap();
+        match Dataset::open(out.path()) {
+            Err(_) => {}
+            Ok(ds) => {
+                let v = verify(&ds, false).unwrap();
+                assert!(!v.ok(), "flip at byte {pos} not reported");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 200);
+}
