@@ -31,14 +31,14 @@ for line in sys.stdin:
         continue
     if not m.get("profile", {}).get("test"):
         continue
-    pkg = m["package_id"].split("#")[0].rstrip("/").split("/")[-1]
     # package_id looks like "path+file:///work/main/loader#stoker-loader@0.1.0"
+    # or "path+file:///work/main#0.1.0" for the root package.
     pid = m["package_id"]
-    if "#" in pid:
-        tail = pid.split("#", 1)[1]
-        pkg = tail.split("@")[0] if "@" in tail else pkg
-    name = f"{pkg}-{m[\"target\"][\"name\"]}"
-    shutil.copy(m["executable"], f".device/bin/{name}")
+    tail = pid.split("#", 1)[1] if "#" in pid else pid
+    pkg = tail.split("@")[0] if "@" in tail else "stoker"
+    target = m["target"]["name"]
+    name = pkg + "-" + target
+    shutil.copy(m["executable"], ".device/bin/" + name)
     print("test binary:", name)
 '
 strip .device/bin/* 2>/dev/null || true
