@@ -371,6 +371,16 @@ impl Worker {
     /// Builds batch `k`; `None` if the job was stopped meanwhile.
     fn build_batch(&mut self, job: &Job, k: u64) -> Option<Result<Batch, LoaderError>> {
         let plan = &job.plan;
+        if let Err(reason) = &self.reader {
+            // Not a bad record: this worker cannot read at all. Fail the batch, count nothing.
+            return Some(Err(LoaderError::Thread {
+                thread: std::thread::current()
+                    .name()
+                    .unwrap_or("stoker-cpu")
+                    .to_owned(),
+                reason: format!("cannot open a shard reader: {reason}"),
+            }));
+        }
         let range = plan.batch_range(k);
         let n = range.len();
         let mut buffer = match self.shared.free_rx.try_recv() {
