@@ -550,3 +550,60 @@ fn a_consumer_that_keeps_every_batch_does_not_stall_the_ring() {
     drop(kept);
     assert_eq!(run_epoch(&loader, 1).len(), 20);
 }
+
+#[test]
+fn distributed_from_env_reads_rank_and_world_size() {
+    // The environment is per process: the checks run in child processes of this test binary.
+    const CHILD: &str = "STOKER_LOADER_TEST_ENV_CHILD";
+    const NAME: &str = "distributed_from_env_reads_rank_and_world_size";
+    match std::env::var(CHILD).as_deref() {
+        Ok("good") => {
+            let dir = tempfile::tempdir().unwrap();
+            let ds = bench_dataset(dir.path(), 12, 12, &[]);
+            let loader = small(&ds).distributed_from_env().build().unwrap();
+            let want =
+                stoker_loader::Sampler::new(12, Shuffle::Global { seed: 11 }, 1, 3, 8, false)
+                    .unwrap();
+            assert_eq!(loader.sampler(), &want);
+            let got: Vec<u64> = run_epoch(&loader, 0)
+                .into_iter()
+                .flat_map(|b| b.1)
+                .collect();
+            assert_eq!(got, want.order(0));
+        }
+        Ok("bad") => {
+            let dir = tempfile::tempdir().unwrap();
+            let ds = bench_dataset(dir.path(), 4, 4, &[]);
+            let err = small(&ds).distributed_from_env().build().unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    LoaderError::InvalidConfig {
+                        field: "distributed_from_env",
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+            assert!(err.to_string().contains("RANK"), "{err}");
+        }
+        _ => {
+            let exe = std::env::current_exe().unwrap();
+            for (mode, rank, world) in [("good", "1", "3"), ("bad", "one", "3")] {
+                let out = std::process::Command::new(&exe)
+                    .args(["--exact", NAME, "--test-threads=1"])
+                    .env(CHILD, mode)
+                    .env("RANK", rank)
+                    .env("WORLD_SIZE", world)
+                    .output()
+                    .unwrap();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                assert!(out.status.success(), "{mode} child failed:\n{stdout}");
+                assert!(
+                    stdout.contains("1 passed"),
+                    "{mode} child ran no test:\n{stdout}"
+                );
+            }
+        }
+    }
+}
