@@ -278,6 +278,17 @@ pub fn available_cores() -> usize {
 ///
 /// Takes about `opts.seconds` per stage.
 ///
+/// # Examples
+///
+/// ```no_run
+/// use stoker::bench::{run, BenchOptions, DeviceChoice, NoProgress};
+///
+/// let opts = BenchOptions { device: DeviceChoice::Cpu, batch: 64, consumer_ms: 100.0, ..Default::default() };
+/// let report = run("data/shards".as_ref(), &opts, &NoProgress)?;
+/// println!("bound: {:?}, fed {:?}", report.verdict.bound, report.fed_ratio);
+/// # Ok::<(), stoker::bench::BenchError>(())
+/// ```
+///
 /// # Errors
 ///
 /// [`BenchError::Format`] when the dataset cannot be opened, [`BenchError::Io`]
