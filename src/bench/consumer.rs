@@ -7,6 +7,11 @@
 //! a GPU, or without NVRTC to compile the kernel, the step sleeps on the host,
 //! which occupies the consumer but no CPU core, like a GPU step seen from the
 //! input pipeline.
+//!
+//! Limitation: the GPU step runs on its own stream without waiting on the
+//! batch's ready event, because `stoker_loader::Images::Cuda` only exists when
+//! the loader is built with its GPU path (`cfg(stoker_gpu)`), which this crate
+//! cannot see; the loader still measures the consumer's waits in `next()`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
