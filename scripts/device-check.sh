@@ -11,6 +11,9 @@
 # The short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ -f .device/bin.tar.gz ] && [ ! -d .device/bin ]; then
+  tar xzf .device/bin.tar.gz -C .device
+fi
 export BIN="${BIN:-$PWD/.device/bin}" DATA="${DATA:-$PWD/.device/data}"
 export OUT="${OUT:-/tmp/stoker-device-out}"
 mkdir -p "$OUT"
