@@ -148,6 +148,12 @@ impl ImageInfo {
         self.width as usize * self.height as usize * 3
     }
 
+    /// True for 3-component files whose chroma is sampled at a lower rate
+    /// than luma (anything but 4:4:4).
+    pub fn chroma_subsampled(&self) -> bool {
+        self.components == 3 && self.sampling[0] != self.sampling[1]
+    }
+
     /// `width * height`.
     pub fn pixels(&self) -> u64 {
         u64::from(self.width) * u64::from(self.height)
@@ -156,8 +162,18 @@ impl ImageInfo {
     /// What nvJPEG's hardware JPEG engines take: single-scan baseline Huffman,
     /// 8-bit, gray or YCbCr, subsampling 4:4:4, 4:2:2, 4:2:0, 4:4:0 or gray.
     /// The GPU decoder still asks `nvjpegDecodeBatchedSupported` per image.
+    ///
+    /// Excluded (they take the CUDA decoder): files with chroma subsampling
+    /// *and* a restart interval or an Adobe APP14 marker. On an H200 (nvJPEG
+    /// 13.0.1) the engines decoded `pillow__Tests__images__app13.jpg` (4:2:0,
+    /// DRI 1, APP14 transform 1, flat chroma, so not an upsampling difference)
+    /// to 19 dB PSNR against every CPU decoder, while 4:4:4 files with both
+    /// (`pil_sample_rgb.jpg`, `flower2.jpg`) matched; the class is rare in
+    /// datasets (none of the 512 bench files has a DRI or APP14 marker).
     pub fn hardware_decodable(&self) -> bool {
         self.nvjpeg_decodable()
+            && !(self.chroma_subsampled()
+                && (self.restart_interval != 0 || self.adobe_transform.is_some()))
             && !self.progressive
             && !self.multi_scan_sequential
             && matches!(self.sof, 0 | 1)
@@ -175,8 +191,16 @@ impl ImageInfo {
     /// or progressive, 1 or 3 components in gray or YCbCr with standard
     /// subsampling (4:1:1 and 4:1:0 included). CMYK/YCCK, RGB without
     /// transform, arithmetic, lossless, 12/16-bit go to the CPU.
+    ///
+    /// Also to the CPU: single-component files whose component declares
+    /// sampling factors other than 1x1 (e.g. `go__video-005.gray.q50.2x2.jpeg`,
+    /// H=V=2). In a non-interleaved scan the MCU is one 8x8 block whatever the
+    /// factors (ITU T.81 A.2.2); nvJPEG's hardware engines laid the blocks out
+    /// as 16x16 MCUs (9 dB PSNR against the CPU on an H200, nvJPEG 13.0.1), and
+    /// the CUDA decoder is unverified on this class, so neither gets it.
     pub fn nvjpeg_decodable(&self) -> bool {
-        !self.arithmetic
+        !(self.components == 1 && self.sampling[0] != (1, 1))
+            && !self.arithmetic
             && !self.lossless
             && !self.hierarchical
             && self.bit_depth == 8

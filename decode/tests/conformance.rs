@@ -168,3 +168,57 @@ fn probe_classifies_the_common_shapes() {
     }
     assert_eq!(base.exif_orientation, None);
 }
+
+/// The three files nvJPEG's hardware engines decoded differently from the CPU
+/// on an H200 (nvJPEG 13.0.1), and the routing that keeps them off the engines,
+/// while ordinary 4:2:0 / 4:2:2 / 4:4:4 baseline files and 4:4:4 files with a
+/// restart interval and APP14 stay hardware material.
+#[test]
+fn files_the_hardware_engines_mishandled_are_routed_elsewhere() {
+    let dir = data_dir().join("conformance/core");
+    let p = |n: &str| {
+        stoker_decode::probe(&std::fs::read(dir.join(n)).unwrap(), &Limits::default()).unwrap()
+    };
+    // Gray, H=V=2: not for nvJPEG at all (CPU).
+    let gray22 = p("go__video-005.gray.q50.2x2.jpeg");
+    assert_eq!((gray22.components, gray22.sampling[0]), (1, (2, 2)));
+    assert!(!gray22.nvjpeg_decodable() && !gray22.hardware_decodable());
+    assert!(gray22.zune_decodable());
+    // Gray 1x1 stays on the engines.
+    assert!(p("go__video-005.gray.q50.jpeg").hardware_decodable());
+    // 4:2:0 with DRI 1 and APP14: CUDA decoder, not the engines.
+    let app13 = p("pillow__Tests__images__app13.jpg");
+    assert!(app13.chroma_subsampled() && app13.restart_interval == 1);
+    assert!(app13.nvjpeg_decodable() && !app13.hardware_decodable());
+    // 4:4:4 with DRI and APP14 matched on the engines: still hardware.
+    let s444 = p("pillow__Tests__images__pil_sample_rgb.jpg");
+    assert!(!s444.chroma_subsampled() && s444.restart_interval != 0);
+    assert!(s444.hardware_decodable());
+    let flower = p("pillow__Tests__images__flower2.jpg");
+    assert!(flower.restart_interval != 0 && flower.adobe_transform == Some(1));
+    assert!(flower.hardware_decodable());
+    // The ICC-profile file is ordinary 4:2:0: it stays on the engines; its
+    // difference was chroma upsampling (see tests/gpu.rs, luma check).
+    assert!(p("gdkpixbuf__icc-profile.jpeg").hardware_decodable());
+    for n in [
+        "go__video-001.q50.420.jpeg",
+        "go__video-001.q50.422.jpeg",
+        "go__video-001.q50.444.jpeg",
+    ] {
+        let i = p(n);
+        assert!(i.hardware_decodable(), "{n} must stay hardware material");
+    }
+    // Every bench file stays hardware material.
+    let bench = data_dir().join("bench");
+    let mut n = 0;
+    for e in std::fs::read_dir(&bench).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "jpg" || x == "jpeg") {
+            let info =
+                stoker_decode::probe(&std::fs::read(&path).unwrap(), &Limits::default()).unwrap();
+            assert!(info.hardware_decodable(), "{}", path.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 100, "bench set has {n} JPEGs");
+}

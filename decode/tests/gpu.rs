@@ -16,6 +16,19 @@ use stoker_decode::{
 /// and upsampling differ slightly between decoders).
 const MIN_PSNR: f64 = 30.0;
 
+/// RGB PSNR floor for chroma-subsampled files whose luma matches (see `compare`).
+const MIN_PSNR_UPSAMPLED: f64 = 25.0;
+
+/// BT.601 luma of RGB pixels, rounded to u8.
+fn luma(rgb: &[u8]) -> Vec<u8> {
+    rgb.chunks_exact(3)
+        .map(|p| {
+            let y = 0.299 * f64::from(p[0]) + 0.587 * f64::from(p[1]) + 0.114 * f64::from(p[2]);
+            y.round().clamp(0.0, 255.0) as u8
+        })
+        .collect()
+}
+
 #[test]
 fn load_error_lists_every_candidate_tried() {
     let candidates = [
@@ -122,7 +135,17 @@ fn compare(
                     assert_eq!((gi.width, gi.height), (ci.width, ci.height));
                     let gpix = stream.clone_dtoh(&outputs[k]).unwrap();
                     let p = psnr(&gpix[..cpix.len()], cpix);
-                    if p < MIN_PSNR {
+                    // JPEG leaves chroma upsampling to the decoder: on subsampled
+                    // files with sharp color edges (gdkpixbuf__icc-profile.jpeg,
+                    // 4:2:0) nvJPEG's and zune-jpeg's filters differ by ~30 dB in
+                    // RGB. Luma does not depend on the chroma filter, so there the
+                    // bar is luma at MIN_PSNR plus RGB at MIN_PSNR_UPSAMPLED; a
+                    // decode error (wrong blocks, restart, tables) fails both.
+                    let ok = p >= MIN_PSNR
+                        || (gi.chroma_subsampled()
+                            && p >= MIN_PSNR_UPSAMPLED
+                            && psnr(&luma(&gpix[..cpix.len()]), &luma(cpix)) >= MIN_PSNR);
+                    if !ok {
                         failures.push(format!("{name}: GPU ({route}) vs CPU PSNR {p:.1} dB"));
                     }
                 }
