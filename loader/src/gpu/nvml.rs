@@ -5,7 +5,6 @@
 //! Optional by design: without `libnvidia-ml.so.1` (or a driver too old for the
 //! JPEG counter) the figures are simply absent.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -183,7 +182,9 @@ struct Sums {
 
 /// Samples utilization every 100 ms on its own thread until dropped.
 pub struct Sampler {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread: its wait between samples ends at once, so
+    /// ending an epoch never waits out a sampling interval.
+    stop: Option<crossbeam_channel::Sender<()>>,
     sums: Arc<Mutex<Sums>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -192,17 +193,17 @@ impl Sampler {
     /// Starts sampling device `ordinal` (NVML index; the CUDA ordinal under the
     /// default `CUDA_DEVICE_ORDER`), or returns `None` if the thread cannot start.
     pub fn start(ordinal: u32) -> Option<Sampler> {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let sums = Arc::new(Mutex::new(Sums::default()));
         let thread = {
-            let (stop, sums) = (Arc::clone(&stop), Arc::clone(&sums));
+            let sums = Arc::clone(&sums);
             std::thread::Builder::new()
                 .name("stoker-gpu-nvml".into())
-                .spawn(move || sample(ordinal, &stop, &sums))
+                .spawn(move || sample(ordinal, &stopped, &sums))
                 .ok()?
         };
         Some(Sampler {
-            stop,
+            stop: Some(stop),
             sums,
             thread: Some(thread),
         })
@@ -223,20 +224,23 @@ impl Sampler {
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        // Disconnects the channel: the thread's `recv_timeout` returns at once.
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-fn sample(ordinal: u32, stop: &AtomicBool, sums: &Mutex<Sums>) {
+fn sample(ordinal: u32, stopped: &crossbeam_channel::Receiver<()>, sums: &Mutex<Sums>) {
     let nvml = table();
     // SAFETY: NVML initialized by `table()`.
     let dev = nvml.and_then(|t| unsafe { result::device(t, ordinal) });
     let mut cpu_prev = cpu_times();
-    while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(100));
+    // Every 100 ms until the sender is dropped (then `Disconnected`, at once).
+    while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
+        stopped.recv_timeout(Duration::from_millis(100))
+    {
         let cpu_now = cpu_times();
         let cpu = match (cpu_prev, cpu_now) {
             (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
