@@ -35,6 +35,13 @@ pub struct GpuDecoderOptions {
     /// CUDA-decoder states whose host phase (Huffman decoding on the CPU) runs
     /// in parallel. Default 4.
     pub cuda_states: usize,
+    /// Fraction (0.0 to 1.0) of each batch's hardware-decodable images —
+    /// those at the end of the batch — decoded on the CPU (rayon) into pinned
+    /// staging while the engines decode the rest, then copied to their
+    /// outputs asynchronously on the caller's stream. Counted as
+    /// [`Route::CpuShare`]. Use it when the engines, not the CPUs, bound
+    /// throughput. Default 0.0 (off); values outside 0..=1 are clamped, NaN is 0.
+    pub cpu_share: f32,
 }
 
 impl Default for GpuDecoderOptions {
@@ -44,6 +51,7 @@ impl Default for GpuDecoderOptions {
             hardware: true,
             hardware_lanes: 4,
             cuda_states: 4,
+            cpu_share: 0.0,
         }
     }
 }
@@ -102,6 +110,10 @@ struct Hardware {
 
 /// One CUDA-decoder state with its buffers.
 struct CudaSlot {
+    /// Recorded on the caller's stream after this slot's last host-to-device
+    /// transfer, which reads the slot's pinned buffer: the next host phase on
+    /// this slot waits for it (and for nothing else).
+    free: Option<CudaEvent>,
     params: Owned,
     jstream: Owned,
     state: Owned,
@@ -157,16 +169,16 @@ struct CudaPath {
 pub struct GpuDecoder {
     ctx: Arc<CudaContext>,
     lib: &'static NvJpeg,
-    cpu: CpuDecoder,
+    /// Shared with the CPU-share thread of a batch.
+    cpu: Arc<CpuDecoder>,
     counters: RouteCounters,
     hw: Option<Hardware>,
     cuda: CudaPath,
     /// Pinned staging for hardware-path bitstreams, grown on demand.
-    staging: Option<PinnedHostSlice<u8>>,
-    /// Recorded on the caller's stream after the last batch that read `staging`.
-    staging_free: Option<CudaEvent>,
-    /// Recorded after the last CUDA-path transfers, which read the slots' pinned buffers.
-    cuda_free: Option<CudaEvent>,
+    staging: PinnedRing,
+    /// Pinned staging for the CPU share's pixels, grown on demand.
+    #[allow(dead_code)]
+    share_staging: PinnedRing,
     options: GpuDecoderOptions,
 }
 
@@ -258,6 +270,7 @@ impl GpuDecoder {
                     "decode params",
                 );
                 slots.push(CudaSlot {
+                    free: None,
                     params,
                     jstream,
                     state,
@@ -274,13 +287,12 @@ impl GpuDecoder {
         Ok(GpuDecoder {
             ctx: ctx.clone(),
             lib,
-            cpu: CpuDecoder::new(options.limits),
+            cpu: Arc::new(CpuDecoder::new(options.limits)),
             counters: RouteCounters::default(),
             hw,
             cuda,
-            staging: None,
-            staging_free: None,
-            cuda_free: None,
+            staging: PinnedRing::default(),
+            share_staging: PinnedRing::default(),
             options,
         })
     }
@@ -531,11 +543,6 @@ impl GpuDecoder {
             }
         }
 
-        // 6. Staging may be reused once the caller's stream passes this point.
-        match stream.record_event(None) {
-            Ok(ev) => self.staging_free = Some(ev),
-            Err(e) => tracing::warn!("recording the staging event failed: {e}"),
-        }
         drop(ptrs);
         results
             .into_iter()
@@ -564,27 +571,46 @@ impl GpuDecoder {
         stream: &CudaStream,
     ) -> Result<Vec<usize>, DecodeError> {
         let total: usize = list.iter().map(|&i| inputs[i].len()).sum();
-        // The previous batch's DMA may still read the staging buffer.
-        if let Some(ev) = self.staging_free.take() {
-            ev.synchronize()?;
+        // Waits only until the batch before last stopped reading this buffer.
+        let (k, mut staging) = self.staging.take(&self.ctx, total)?;
+        let r = staging
+            .as_mut_ptr()
+            .map_err(DecodeError::from)
+            .and_then(|base| self.run_lanes(inputs, infos, ptrs, list, stream, base));
+        if r.is_err() {
+            // Lanes may have queued work that reads the buffer before failing.
+            if let Some(hw) = &self.hw {
+                for lane in &hw.lanes {
+                    if let Err(e) = lane.stream.synchronize() {
+                        tracing::warn!("lane stream synchronize failed: {e}");
+                    }
+                }
+            }
         }
-        if self.staging.as_ref().is_none_or(|s| s.len() < total) {
-            self.staging = None;
-            // SAFETY: the memory is written below before it is read. Plain pinned
-            // memory (flags 0), not write-combined: nvJPEG parses it on the host.
-            self.staging = Some(unsafe {
-                self.ctx
-                    .alloc_pinned_with_flags::<u8>(total.next_power_of_two(), 0)
-            }?);
-        }
-        let staging = self.staging.as_mut().expect("allocated above");
-        let base = staging.as_mut_ptr()?;
+        // The caller's stream joined the lanes: the buffer is free once it passes here.
+        self.staging.put(k, staging, stream);
+        r
+    }
+
+    /// Copies the hardware list into `base` (pinned, at least the list's total
+    /// bytes) and decodes it on the hardware lanes in parallel; the caller's
+    /// stream joins the lanes. Returns the images of lanes that failed.
+    fn run_lanes<G>(
+        &mut self,
+        inputs: &[&[u8]],
+        infos: &[Option<ImageInfo>],
+        ptrs: &[(cudarc::driver::sys::CUdeviceptr, G)],
+        list: &[usize],
+        stream: &CudaStream,
+        base: *mut u8,
+    ) -> Result<Vec<usize>, DecodeError> {
         let mut offsets = Vec::with_capacity(list.len());
         let mut off = 0usize;
         for &i in list {
             let src = inputs[i];
-            // SAFETY: `base` points to at least `total` bytes (allocated above)
-            // and `off + src.len() <= total`; source and destination do not overlap.
+            // SAFETY: `base` points to at least the list's total bytes (the
+            // caller's contract) and `off + src.len()` stays within that total;
+            // source and destination do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(off), src.len()) };
             offsets.push(off);
             off += src.len();
@@ -719,23 +745,8 @@ impl GpuDecoder {
         let ctx = &self.ctx;
         let cu_stream: sys::cudaStream_t = stream.cu_stream().cast();
         let mut failed = Vec::new();
-        // The previous batch's transfers may still read the slots' pinned buffers.
-        if let Some(ev) = self.cuda_free.take() {
-            if let Err(e) = ev.synchronize() {
-                tracing::warn!("waiting for the previous CUDA-path batch failed: {e}");
-                return list.to_vec();
-            }
-        }
         let slots = self.cuda.slots.len();
-        for (round, chunk) in list.chunks(slots).enumerate() {
-            if round > 0 {
-                // The slots' pinned buffers are read by the previous round's transfers.
-                if let Err(e) = stream.synchronize() {
-                    tracing::warn!("stream synchronize failed: {e}");
-                    failed.extend_from_slice(chunk);
-                    continue;
-                }
-            }
+        for chunk in list.chunks(slots) {
             let host: Vec<Result<(), DecodeError>> = std::thread::scope(|s| {
                 let joins: Vec<_> = self
                     .cuda
@@ -749,6 +760,12 @@ impl GpuDecoder {
                         s.spawn(move || -> Result<(), DecodeError> {
                             let slot = slot.get();
                             ctx.bind_to_thread()?;
+                            // The slot's previous transfer (this batch's earlier round
+                            // or an earlier batch) may still read its pinned buffer,
+                            // which the host phase overwrites.
+                            if let Some(ev) = &slot.free {
+                                ev.synchronize()?;
+                            }
                             // SAFETY: handle/decoder live; this slot's state, stream and
                             // params are used by this thread only; `data` outlives the call.
                             unsafe {
@@ -779,7 +796,7 @@ impl GpuDecoder {
                     })
                     .collect()
             });
-            for ((slot, &i), h) in self.cuda.slots.iter().zip(chunk).zip(host) {
+            for ((slot, &i), h) in self.cuda.slots.iter_mut().zip(chunk).zip(host) {
                 let info = infos[i].as_ref().expect("probed");
                 let r = h.and_then(|()| {
                     let mut img = sys::nvjpegImage_t::default();
@@ -798,6 +815,20 @@ impl GpuDecoder {
                                 cu_stream,
                             ),
                         )?;
+                    }
+                    // The transfer reads the slot's pinned buffer: the slot's next
+                    // host phase waits for this event (not for the whole stream).
+                    match stream.record_event(None) {
+                        Ok(ev) => slot.free = Some(ev),
+                        Err(e) => {
+                            tracing::warn!("recording a slot event failed ({e}); synchronizing");
+                            slot.free = None;
+                            stream.synchronize()?;
+                        }
+                    }
+                    // SAFETY: as above; the device phase reads the slot's device
+                    // buffer, ordered after the transfer on the same stream.
+                    unsafe {
                         result::check(
                             "nvjpegDecodeJpegDevice",
                             (t.nvjpegDecodeJpegDevice)(
@@ -816,17 +847,61 @@ impl GpuDecoder {
                 }
             }
         }
+        failed
+    }
+}
+
+/// Two pinned host buffers used in turn, each with the event after which the
+/// device no longer reads it: a batch waits (on that event, never on a whole
+/// stream) only until the batch before last is done with its buffer.
+#[derive(Default)]
+struct PinnedRing {
+    bufs: [Option<PinnedHostSlice<u8>>; 2],
+    free: [Option<CudaEvent>; 2],
+    next: usize,
+}
+
+impl PinnedRing {
+    /// The next buffer, with at least `len` bytes, once the device no longer
+    /// reads it. Give it back with [`put`](Self::put) and the same index.
+    fn take(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        len: usize,
+    ) -> Result<(usize, PinnedHostSlice<u8>), DecodeError> {
+        let k = self.next;
+        self.next = (k + 1) % self.bufs.len();
+        if let Some(ev) = self.free[k].take() {
+            ev.synchronize()?;
+        }
+        match self.bufs[k].take() {
+            Some(b) if b.len() >= len => Ok((k, b)),
+            // A smaller buffer is dropped here, after its event completed.
+            _ => {
+                // SAFETY: the memory is written before it is read. Plain pinned
+                // memory (flags 0), not write-combined: it is read on the host
+                // (nvJPEG parses bitstreams there).
+                let b = unsafe {
+                    ctx.alloc_pinned_with_flags::<u8>(len.max(1).next_power_of_two(), 0)
+                }?;
+                Ok((k, b))
+            }
+        }
+    }
+
+    /// Returns buffer `k`, which work queued on `stream` so far may still read.
+    fn put(&mut self, k: usize, buf: PinnedHostSlice<u8>, stream: &CudaStream) {
         match stream.record_event(None) {
-            Ok(ev) => self.cuda_free = Some(ev),
+            Ok(ev) => self.free[k] = Some(ev),
             Err(e) => {
-                // Without the event the next batch could overwrite buffers in use.
-                tracing::warn!("recording the CUDA-path event failed ({e}); synchronizing");
+                // Without the event the next user could overwrite it in flight.
+                tracing::warn!("recording a staging event failed ({e}); synchronizing");
                 if let Err(e) = stream.synchronize() {
                     tracing::warn!("stream synchronize failed: {e}");
                 }
             }
         }
-        failed
+        self.bufs[k] = Some(buf);
     }
 }
 
