@@ -9,32 +9,19 @@ use cudarc::driver::{CudaContext, CudaStream};
 
 use super::BenchError;
 
-/// Opens device `ordinal`, or says why it cannot.
-///
-/// Never panics: cudarc panics when the driver library is absent, so its
-/// presence is checked first.
+/// Opens device `ordinal`, or says why it cannot: the decode crate's
+/// [`stoker_decode::cuda_context`] (which checks for the driver library before
+/// any cudarc call, so it never panics), plus the device's name.
 ///
 /// # Errors
 ///
 /// [`BenchError::NoGpu`] with the reason (no driver library, no device, init failure).
 pub fn open_gpu(ordinal: usize) -> Result<(Arc<CudaContext>, String), BenchError> {
-    // SAFETY: is_culib_present only tries to dlopen the driver library by its
-    // usual names and drops the handle; it has no preconditions.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(BenchError::NoGpu {
-            reason: "no CUDA driver library (libcuda.so) on this machine".into(),
-        });
-    }
-    let count = CudaContext::device_count().map_err(|e| BenchError::NoGpu {
-        reason: format!("CUDA driver present but cuInit/cuDeviceGetCount failed: {e}"),
-    })?;
-    if ordinal >= count.max(0) as usize {
-        return Err(BenchError::NoGpu {
-            reason: format!("cuda:{ordinal} requested but the driver reports {count} device(s)"),
-        });
-    }
-    let ctx = CudaContext::new(ordinal).map_err(|e| BenchError::NoGpu {
-        reason: format!("cannot create a context on cuda:{ordinal}: {e}"),
+    let ctx = stoker_decode::cuda_context(ordinal).map_err(|e| BenchError::NoGpu {
+        reason: match e {
+            stoker_decode::DecodeError::NoGpu { reason } => reason,
+            other => other.to_string(),
+        },
     })?;
     let name = ctx.name().unwrap_or_else(|_| format!("cuda:{ordinal}"));
     Ok((ctx, name))
