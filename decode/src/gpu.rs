@@ -177,8 +177,10 @@ pub struct GpuDecoder {
     /// Pinned staging for hardware-path bitstreams, grown on demand.
     staging: PinnedRing,
     /// Pinned staging for the CPU share's pixels, grown on demand.
-    #[allow(dead_code)]
     share_staging: PinnedRing,
+    /// Stream of the CPU share's host-to-device copies, so they overlap the
+    /// engines' work on the caller's stream; the caller's stream joins it.
+    share_stream: Arc<CudaStream>,
     options: GpuDecoderOptions,
 }
 
@@ -293,6 +295,7 @@ impl GpuDecoder {
             cuda,
             staging: PinnedRing::default(),
             share_staging: PinnedRing::default(),
+            share_stream: ctx.new_stream()?,
             options,
         })
     }
@@ -471,6 +474,16 @@ impl GpuDecoder {
             infos[i] = Some(info);
         }
 
+        // 1b. The CPU share: the last hardware-decodable images of the batch,
+        //     decoded on the CPUs while the engines decode the rest.
+        let share = self.options.cpu_share;
+        let share = if share.is_nan() {
+            0.0
+        } else {
+            share.clamp(0.0, 1.0)
+        };
+        let take = ((hw_list.len() as f64 * f64::from(share)).round() as usize).min(hw_list.len());
+        let share_list = hw_list.split_off(hw_list.len() - take);
         // 2. Device pointers of every output (the stream waits for earlier work
         //    on them; the guards record our writes when dropped at the end).
         let mut ptrs = Vec::with_capacity(n);
@@ -478,46 +491,156 @@ impl GpuDecoder {
             ptrs.push(o.device_ptr_mut(stream));
         }
 
-        // 3. Hardware engines.
-        if !hw_list.is_empty() {
-            match self.decode_hardware(inputs, &infos, &ptrs, &hw_list, stream) {
-                Ok(failed) => {
-                    for &i in &hw_list {
-                        if !failed.contains(&i) {
-                            results[i] = Some(Ok((
-                                infos[i].clone().expect("probed"),
-                                Route::NvjpegHardware,
-                            )));
-                        }
-                    }
-                    for i in failed {
-                        if infos[i].as_ref().is_some_and(ImageInfo::nvjpeg_decodable) {
-                            cuda_list.push(i);
-                        } else {
-                            cpu_list.push(i);
-                        }
-                    }
-                }
+        // The share's pixels go through pinned staging and are copied on the
+        // share stream, which waits for earlier work on the outputs (queued on
+        // `stream` so far) but not for this batch's nvJPEG work.
+        let mut share_buf = None;
+        if !share_list.is_empty() {
+            let total: usize = share_list
+                .iter()
+                .map(|&i| infos[i].as_ref().map_or(0, ImageInfo::rgb_len))
+                .sum();
+            match self
+                .share_stream
+                .join(stream)
+                .map_err(DecodeError::from)
+                .and_then(|()| self.share_staging.take(&self.ctx, total))
+            {
+                Ok(b) => share_buf = Some(b),
                 Err(e) => {
-                    tracing::warn!(
-                        "hardware batch failed, retrying its images on the CUDA path: {e}"
-                    );
-                    cuda_list.extend_from_slice(&hw_list);
+                    tracing::warn!("CPU share staging unavailable ({e}); pageable copies");
+                    cpu_list.extend_from_slice(&share_list);
                 }
             }
         }
-
-        // 4. CUDA decoder.
-        if !cuda_list.is_empty() {
-            let failed = self.decode_cuda(inputs, &infos, &ptrs, &cuda_list, stream);
-            for &i in &cuda_list {
-                if !failed.contains(&i) {
-                    results[i] = Some(Ok((infos[i].clone().expect("probed"), Route::NvjpegCuda)));
+        let cpu = Arc::clone(&self.cpu);
+        let share_done = std::thread::scope(|s| {
+            let share_job = share_buf.map(|(k, mut buf)| {
+                let (cpu, share_list, infos) = (&cpu, &share_list, &infos);
+                s.spawn(move || {
+                    let decoded = buf.as_mut_slice().map(|slice| {
+                        let mut parts = Vec::with_capacity(share_list.len());
+                        let (mut rest, mut off) = (slice, 0usize);
+                        for &i in share_list {
+                            let len = infos[i].as_ref().map_or(0, ImageInfo::rgb_len);
+                            let (part, tail) = rest.split_at_mut(len);
+                            parts.push((i, off, part));
+                            rest = tail;
+                            off += len;
+                        }
+                        parts
+                            .into_par_iter()
+                            .map(|(i, off, out)| {
+                                let len = out.len();
+                                (i, off, len, cpu.decode_into_routed(inputs[i], out))
+                            })
+                            .collect::<Vec<_>>()
+                    });
+                    (k, buf, decoded)
+                })
+            });
+            // 3. Hardware engines.
+            if !hw_list.is_empty() {
+                match self.decode_hardware(inputs, &infos, &ptrs, &hw_list, stream) {
+                    Ok(failed) => {
+                        for &i in &hw_list {
+                            if !failed.contains(&i) {
+                                results[i] = Some(Ok((
+                                    infos[i].clone().expect("probed"),
+                                    Route::NvjpegHardware,
+                                )));
+                            }
+                        }
+                        for i in failed {
+                            if infos[i].as_ref().is_some_and(ImageInfo::nvjpeg_decodable) {
+                                cuda_list.push(i);
+                            } else {
+                                cpu_list.push(i);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "hardware batch failed, retrying its images on the CUDA path: {e}"
+                        );
+                        cuda_list.extend_from_slice(&hw_list);
+                    }
                 }
             }
-            cpu_list.extend(failed);
-        }
 
+            // 4. CUDA decoder.
+            if !cuda_list.is_empty() {
+                let failed = self.decode_cuda(inputs, &infos, &ptrs, &cuda_list, stream);
+                for &i in &cuda_list {
+                    if !failed.contains(&i) {
+                        results[i] =
+                            Some(Ok((infos[i].clone().expect("probed"), Route::NvjpegCuda)));
+                    }
+                }
+                cpu_list.extend(failed);
+            }
+
+            share_job.map(|j| j.join())
+        });
+
+        // 4b. Copy the share's pixels (pinned, asynchronous) on the share stream.
+        match share_done {
+            None => {}
+            Some(Err(_)) => {
+                for &i in &share_list {
+                    results[i] = Some(Err(DecodeError::Panicked {
+                        decoder: "cpu-share",
+                        message: "CPU-share thread panicked".into(),
+                    }));
+                }
+            }
+            Some(Ok((k, buf, Err(e)))) => {
+                tracing::warn!("CPU share staging unreadable ({e}); pageable copies");
+                self.share_staging.put(k, buf, &self.share_stream);
+                cpu_list.extend_from_slice(&share_list);
+            }
+            Some(Ok((k, buf, Ok(decoded)))) => {
+                // Nothing queued reads the buffer (its event was waited for in
+                // `take`), so this returns at once.
+                match buf.as_slice() {
+                    Ok(host) => {
+                        for (i, off, len, r) in decoded {
+                            results[i] = Some(r.and_then(|(info, _)| {
+                                // SAFETY: the destination holds at least rgb_len() ==
+                                // `len` bytes (checked in step 1 against the same
+                                // header); the source is pinned and stays untouched
+                                // until the share stream passes the event `put`
+                                // records below; the share stream waited for earlier
+                                // work on the output.
+                                unsafe {
+                                    cudarc::driver::result::memcpy_htod_async(
+                                        ptrs[i].0,
+                                        &host[off..off + len],
+                                        self.share_stream.cu_stream(),
+                                    )
+                                }?;
+                                Ok((info, Route::CpuShare))
+                            }));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("CPU share staging unreadable ({e})");
+                        for (i, ..) in decoded {
+                            results[i] = Some(Err(DecodeError::Cuda(e)));
+                        }
+                    }
+                }
+                self.share_staging.put(k, buf, &self.share_stream);
+                if let Err(e) = stream.join(&self.share_stream) {
+                    tracing::warn!("joining the share stream failed ({e}); synchronizing");
+                    if let Err(e) = self.share_stream.synchronize() {
+                        for &i in &share_list {
+                            results[i] = Some(Err(DecodeError::Cuda(e)));
+                        }
+                    }
+                }
+            }
+        }
         // 5. CPU for the rest, copied to the device.
         if !cpu_list.is_empty() {
             let cpu = &self.cpu;

@@ -154,6 +154,17 @@ impl ImageInfo {
         self.components == 3 && self.sampling[0] != self.sampling[1]
     }
 
+    /// One component declaring sampling factors other than 1x1 (not for nvJPEG).
+    fn single_component_not_1x1(&self) -> bool {
+        self.components == 1 && self.sampling[0] != (1, 1)
+    }
+
+    /// Chroma subsampling with a restart interval or an Adobe APP14 marker
+    /// (not for the hardware engines).
+    fn subsampled_with_restart_or_app14(&self) -> bool {
+        self.chroma_subsampled() && (self.restart_interval != 0 || self.adobe_transform.is_some())
+    }
+
     /// `width * height`.
     pub fn pixels(&self) -> u64 {
         u64::from(self.width) * u64::from(self.height)
@@ -172,8 +183,7 @@ impl ImageInfo {
     /// datasets (none of the 512 bench files has a DRI or APP14 marker).
     pub fn hardware_decodable(&self) -> bool {
         self.nvjpeg_decodable()
-            && !(self.chroma_subsampled()
-                && (self.restart_interval != 0 || self.adobe_transform.is_some()))
+            && !self.subsampled_with_restart_or_app14()
             && !self.progressive
             && !self.multi_scan_sequential
             && matches!(self.sof, 0 | 1)
@@ -199,7 +209,7 @@ impl ImageInfo {
     /// as 16x16 MCUs (9 dB PSNR against the CPU on an H200, nvJPEG 13.0.1), and
     /// the CUDA decoder is unverified on this class, so neither gets it.
     pub fn nvjpeg_decodable(&self) -> bool {
-        !(self.components == 1 && self.sampling[0] != (1, 1))
+        !self.single_component_not_1x1()
             && !self.arithmetic
             && !self.lossless
             && !self.hierarchical

@@ -15,24 +15,32 @@ pub enum Route {
     NvjpegHardware,
     /// nvJPEG CUDA decoder (hybrid or GPU-hybrid backend).
     NvjpegCuda,
+    /// CPU decode of a hardware-decodable image that
+    /// [`GpuDecoderOptions::cpu_share`](crate::GpuDecoderOptions::cpu_share)
+    /// gave to the CPUs to run beside the hardware engines (zune-jpeg, or
+    /// jpeg-decoder when zune-jpeg fails), pixels copied from pinned staging.
+    CpuShare,
 }
 
 impl Route {
     /// Every route, in display order.
-    pub const ALL: [Route; 4] = [
+    pub const ALL: [Route; 5] = [
         Route::CpuZune,
         Route::CpuFallback,
         Route::NvjpegHardware,
         Route::NvjpegCuda,
+        Route::CpuShare,
     ];
 
-    /// Stable short name (`cpu-zune`, `cpu-fallback`, `nvjpeg-hw`, `nvjpeg-cuda`).
+    /// Stable short name (`cpu-zune`, `cpu-fallback`, `nvjpeg-hw`,
+    /// `nvjpeg-cuda`, `cpu-share`).
     pub fn name(self) -> &'static str {
         match self {
             Route::CpuZune => "cpu-zune",
             Route::CpuFallback => "cpu-fallback",
             Route::NvjpegHardware => "nvjpeg-hw",
             Route::NvjpegCuda => "nvjpeg-cuda",
+            Route::CpuShare => "cpu-share",
         }
     }
 
@@ -47,6 +55,7 @@ impl Route {
             Route::CpuFallback => 1,
             Route::NvjpegHardware => 2,
             Route::NvjpegCuda => 3,
+            Route::CpuShare => 4,
         }
     }
 }
@@ -71,7 +80,7 @@ impl std::fmt::Display for Route {
 /// ```
 #[derive(Debug, Default)]
 pub struct RouteCounters {
-    routes: [AtomicU64; 4],
+    routes: [AtomicU64; 5],
     failed: AtomicU64,
 }
 
@@ -98,7 +107,7 @@ impl RouteCounters {
 /// A snapshot of [`RouteCounters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RouteCounts {
-    routes: [u64; 4],
+    routes: [u64; 5],
     /// Images that failed on every route.
     pub failed: u64,
 }

@@ -73,6 +73,13 @@ fn library_loads_and_resolves_every_symbol_when_present() {
 
 /// A GPU decoder, or the reason there is none.
 fn gpu() -> Option<(std::sync::Arc<cudarc::driver::CudaContext>, GpuDecoder)> {
+    gpu_with(GpuDecoderOptions::default())
+}
+
+/// A GPU decoder with `options`, or the reason there is none.
+fn gpu_with(
+    options: GpuDecoderOptions,
+) -> Option<(std::sync::Arc<cudarc::driver::CudaContext>, GpuDecoder)> {
     let ctx = match cuda_context(0) {
         Ok(c) => c,
         Err(e) => {
@@ -80,7 +87,7 @@ fn gpu() -> Option<(std::sync::Arc<cudarc::driver::CudaContext>, GpuDecoder)> {
             return None;
         }
     };
-    match GpuDecoder::new(&ctx, GpuDecoderOptions::default()) {
+    match GpuDecoder::new(&ctx, options) {
         Ok(d) => Some((ctx, d)),
         Err(DecodeError::Load(e)) => {
             println!("SKIP: GPU present but nvJPEG not loadable: {e}");
@@ -235,4 +242,90 @@ fn a_bad_image_fails_alone_in_a_gpu_batch() {
     assert!(r[0].is_ok() && r[3].is_ok());
     assert!(matches!(r[1], Err(DecodeError::Truncated { .. })));
     assert!(matches!(r[2], Err(DecodeError::Empty)));
+}
+
+/// With `cpu_share` a third of each batch's hardware images (the last ones)
+/// is decoded on the CPUs beside the engines: those pixels are exactly the
+/// CPU decoder's, the others match it by PSNR, and the route counters add up.
+/// Batches of 96 over the 512 bench files (the last one shorter) on a
+/// non-default stream, so both pinned buffers of each ring are reused.
+#[test]
+fn cpu_share_matches_cpu_and_routes_add_up() {
+    let share = 0.33f32;
+    let Some((ctx, mut dec)) = gpu_with(GpuDecoderOptions {
+        cpu_share: share,
+        ..GpuDecoderOptions::default()
+    }) else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir().join("bench"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
+        .collect();
+    files.sort();
+    assert!(files.len() > 96);
+    let cpu = CpuDecoder::new(Default::default());
+    let stream = ctx.new_stream().unwrap();
+    let (mut total, mut shared) = (0u64, 0u64);
+    for chunk in files.chunks(96) {
+        let data: Vec<Vec<u8>> = chunk.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let want: Vec<_> = inputs
+            .iter()
+            .map(|d| cpu.decode_to_vec(d).unwrap())
+            .collect();
+        let mut outputs: Vec<_> = want
+            .iter()
+            .map(|(i, _)| stream.alloc_zeros::<u8>(i.rgb_len()).unwrap())
+            .collect();
+        let got = dec.decode_batch(&inputs, &mut outputs, &stream);
+        stream.synchronize().unwrap();
+        let mut in_share = 0usize;
+        for (k, r) in got.iter().enumerate() {
+            let (info, route) = r
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{}: {e}", chunk[k].display()));
+            assert_eq!(
+                (info.width, info.height),
+                (want[k].0.width, want[k].0.height)
+            );
+            let pix = stream.clone_dtoh(&outputs[k]).unwrap();
+            match route {
+                Route::CpuShare => {
+                    in_share += 1;
+                    assert!(
+                        pix == want[k].1,
+                        "{}: CPU-share pixels differ",
+                        chunk[k].display()
+                    );
+                }
+                Route::NvjpegHardware | Route::NvjpegCuda => {
+                    let p = psnr(&pix, &want[k].1);
+                    assert!(p >= MIN_PSNR, "{}: {route} PSNR {p:.1}", chunk[k].display());
+                }
+                other => panic!("{}: unexpected route {other}", chunk[k].display()),
+            }
+        }
+        if dec.has_hardware() {
+            let expect = (chunk.len() as f64 * f64::from(share)).round() as usize;
+            assert_eq!(in_share, expect, "share of a batch of {}", chunk.len());
+            // The share is the end of the batch.
+            assert!(got[chunk.len() - expect..]
+                .iter()
+                .all(|r| matches!(r, Ok((_, Route::CpuShare)))));
+        } else {
+            assert_eq!(in_share, 0, "no engines: nothing to share");
+        }
+        total += chunk.len() as u64;
+        shared += in_share as u64;
+    }
+    let c = dec.route_counts();
+    println!("routes: {c}");
+    assert_eq!(c.failed, 0);
+    assert_eq!(c.decoded(), total);
+    assert_eq!(c.get(Route::CpuShare), shared);
+    if dec.has_hardware() {
+        assert_eq!(c.get(Route::NvjpegHardware) + shared, total);
+    }
 }

@@ -95,6 +95,20 @@ fn gpu_decode_throughput() {
             },
         ),
         (
+            "decode_gpu_hw_lanes4_cpu_share25",
+            GpuDecoderOptions {
+                cpu_share: 0.25,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+        (
+            "decode_gpu_hw_lanes4_cpu_share33",
+            GpuDecoderOptions {
+                cpu_share: 0.33,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+        (
             "decode_gpu_cuda_only",
             GpuDecoderOptions {
                 hardware: false,
