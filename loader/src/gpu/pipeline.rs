@@ -137,6 +137,11 @@ fn account_finished(shared: &Shared) {
 }
 
 /// The producer thread: every batch of the plan, in order.
+///
+/// On the nvJPEG route a second thread (`stoker-gpu-read`) reads, CRC-checks and
+/// probes the records of batch k+1 while this one decodes batch k (bounded to one
+/// batch ahead); the payloads stay borrowed from that thread's memory-mapped
+/// reader, which outlives both threads.
 fn produce(
     shared: &Shared,
     plan: &EpochPlan,
@@ -147,10 +152,52 @@ fn produce(
         let _ = tx.send(Err(driver_err("cuCtxSetCurrent (producer)", e)));
         return;
     }
-    // The producer's own reader and CPU decoder (nvJPEG route: records are read
-    // here, their bytes borrowed from the memory map while nvJPEG parses them).
+    // The producer's own reader and CPU decoder (nvJPEG route: records that the
+    // read-ahead did not check, and replacements, are read here, their bytes
+    // borrowed from the memory map while nvJPEG parses them).
     let mut state = ReaderState::new(shared);
+    // Without a reader for the read-ahead, the producer reads every record itself.
+    let mut ahead_reader = shared
+        .nvjpeg
+        .as_ref()
+        .and_then(|_| shared.dataset.reader().ok());
+    std::thread::scope(|scope| {
+        let ahead = ahead_reader.as_mut().and_then(|reader| {
+            let (ahead_tx, ahead_rx) = crossbeam_channel::bounded(1);
+            std::thread::Builder::new()
+                .name("stoker-gpu-read".into())
+                .spawn_scoped(scope, move || {
+                    // `&mut` moved in (the reader is Send, not Sync), used shared
+                    // here for the whole scope: the payloads live as long.
+                    let reader: &DatasetReader = reader;
+                    read_ahead(shared, plan, reader, stop, &ahead_tx);
+                })
+                .ok()
+                .map(|_| ahead_rx)
+        });
+        produce_batches(shared, plan, tx, stop, &mut state, ahead.as_ref());
+        // Dropping `ahead` here ends a read-ahead blocked on its send.
+    });
+}
+
+/// The batches of the plan, in order (see [`produce`]).
+fn produce_batches<'r>(
+    shared: &Shared,
+    plan: &EpochPlan,
+    tx: &Sender<Result<Batch, LoaderError>>,
+    stop: &AtomicBool,
+    state: &mut ReaderState,
+    ahead: Option<&Receiver<(u64, Prepared<'r>)>>,
+) {
     for k in plan.start_batch..plan.num_batches {
+        // Taken before the slot so that the read-ahead of k+1 starts at once.
+        let prepared = match ahead {
+            Some(rx) if shared.nvjpeg.is_some() => match next_prepared(rx, k, stop) {
+                Prepared::Stopped => return,
+                p => Some(p),
+            },
+            _ => None,
+        };
         let slot = match take_slot(shared, stop, tx) {
             Some(Ok(slot)) => slot,
             Some(Err(e)) => {
@@ -160,7 +207,9 @@ fn produce(
             None => return,
         };
         let built = catch_unwind(AssertUnwindSafe(|| match &shared.nvjpeg {
-            Some(decoder) => build_batch_nvjpeg(shared, plan, k, slot, &mut state, decoder, stop),
+            Some(decoder) => {
+                build_batch_nvjpeg(shared, plan, k, slot, state, decoder, stop, prepared)
+            }
             None => build_batch(shared, plan, k, slot, stop),
         }));
         let item = match built {
@@ -185,6 +234,100 @@ fn produce(
             }
         }
     }
+}
+
+/// A record read, CRC-checked and probed (by the read-ahead or the producer).
+struct Checked<'r> {
+    payload: &'r [u8],
+    label: u32,
+    info: stoker_decode::ImageInfo,
+}
+
+/// What the read-ahead prepared for one batch.
+enum Prepared<'r> {
+    /// One entry per position of the batch, in order.
+    Records(Vec<Result<Checked<'r>, LoaderError>>),
+    /// The read-ahead is gone (or out of step): the producer reads the batch itself.
+    Missing,
+    /// The epoch is being stopped.
+    Stopped,
+}
+
+/// The read-ahead's batch `k`: waits for it, watching the stop flag.
+fn next_prepared<'r>(
+    rx: &Receiver<(u64, Prepared<'r>)>,
+    k: u64,
+    stop: &AtomicBool,
+) -> Prepared<'r> {
+    loop {
+        match rx.recv_timeout(POLL) {
+            Ok((got, p)) if got == k => return p,
+            // Cannot happen (both walk the same batches in order); read it here.
+            Ok(_) => return Prepared::Missing,
+            Err(RecvTimeoutError::Timeout) => {
+                if stop.load(Ordering::Acquire) {
+                    return Prepared::Stopped;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return Prepared::Missing,
+        }
+    }
+}
+
+/// The read-ahead thread of the nvJPEG route: checks the records of each batch
+/// of the plan in order and hands them over, one batch ahead at most.
+fn read_ahead<'r>(
+    shared: &Shared,
+    plan: &EpochPlan,
+    reader: &'r DatasetReader,
+    stop: &AtomicBool,
+    out: &Sender<(u64, Prepared<'r>)>,
+) {
+    let limits = Limits::default();
+    for k in plan.start_batch..plan.num_batches {
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let records = plan
+            .batch_range(k)
+            .map(|pos| check_record(shared, reader, plan.order[pos], &limits))
+            .collect();
+        // Fails once the producer is done (its receiver dropped).
+        if out.send((k, Prepared::Records(records))).is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads record `index`, checks its CRC, that it is a JPEG, and its header.
+fn check_record<'r>(
+    shared: &Shared,
+    reader: &'r DatasetReader,
+    index: u64,
+    limits: &Limits,
+) -> Result<Checked<'r>, LoaderError> {
+    let t_read = Instant::now();
+    let r = reader
+        .get(index)
+        .map_err(|source| LoaderError::Read { index, source })?;
+    r.check_crc()
+        .map_err(|source| LoaderError::Read { index, source })?;
+    if r.header.encoding != Encoding::Jpeg {
+        return Err(LoaderError::UnusableRecord {
+            index,
+            reason: "a raw record in a JPEG dataset".into(),
+        });
+    }
+    let info = stoker_decode::probe(r.payload, limits)
+        .map_err(|source| LoaderError::Decode { index, source })?;
+    shared
+        .metrics
+        .record(Stage::Read, 1, r.payload.len() as u64, t_read.elapsed());
+    Ok(Checked {
+        payload: r.payload,
+        label: r.header.label,
+        info,
+    })
 }
 
 /// A free slot, or `None` once stopped.
@@ -366,6 +509,9 @@ fn build_batch(
 /// CUDA decoder or the CPU, per image). A record that fails is replaced as on the
 /// CPU path; an image larger than a staging stride is decoded, cropped and resized
 /// on the CPU and copied. `None` if stopped meanwhile (the slot goes back).
+// The producer's pieces of state, passed as they are (bundling them would only
+// move the borrows into a struct built once per batch).
+#[allow(clippy::too_many_arguments)]
 fn build_batch_nvjpeg(
     shared: &Shared,
     plan: &EpochPlan,
@@ -374,9 +520,16 @@ fn build_batch_nvjpeg(
     state: &mut ReaderState,
     decoder: &Mutex<GpuDecoder>,
     stop: &AtomicBool,
+    prepared: Option<Prepared<'_>>,
 ) -> Option<Result<Batch, LoaderError>> {
     let give_back = |slot: Box<Slot>| {
         let _ = shared.free_tx.try_send(slot);
+    };
+    // The read-ahead's checks of the first pass, taken one by one; replacements
+    // (and everything, without a read-ahead) are read here.
+    let mut prepared: Vec<Option<Result<Checked<'_>, LoaderError>>> = match prepared {
+        Some(Prepared::Records(records)) => records.into_iter().map(Some).collect(),
+        _ => Vec::new(),
     };
     match slot.begin_host_writes() {
         Ok(Some((prev, h2d_ms, kernel_ms))) => account_gpu(shared, prev, h2d_ms, kernel_ms),
@@ -417,30 +570,18 @@ fn build_batch_nvjpeg(
                 continue;
             }
             let index = current[i];
-            let t_read = Instant::now();
-            let checked = reader
-                .get(index)
-                .map_err(|source| LoaderError::Read { index, source })
-                .and_then(|r| {
-                    r.check_crc()
-                        .map_err(|source| LoaderError::Read { index, source })?;
-                    if r.header.encoding != Encoding::Jpeg {
-                        return Err(LoaderError::UnusableRecord {
-                            index,
-                            reason: "a raw record in a JPEG dataset".into(),
-                        });
-                    }
-                    let info = stoker_decode::probe(r.payload, state.decoder.limits())
-                        .map_err(|source| LoaderError::Decode { index, source })?;
-                    Ok((r, info))
-                });
+            let checked = match prepared.get_mut(i).and_then(Option::take) {
+                Some(c) => c,
+                None => check_record(shared, reader, index, state.decoder.limits()),
+            };
             let outcome = match checked {
-                Ok((r, info)) => {
-                    shared
-                        .metrics
-                        .record(Stage::Read, 1, r.payload.len() as u64, t_read.elapsed());
+                Ok(Checked {
+                    payload,
+                    label,
+                    info,
+                }) => {
                     if info.rgb_len() <= stride {
-                        todo.push((i, r.payload, r.header.label));
+                        todo.push((i, payload, label));
                         Ok(())
                     } else {
                         let staged = match slot.pinned.as_mut_slice() {
@@ -448,8 +589,8 @@ fn build_batch_nvjpeg(
                                 shared,
                                 plan,
                                 index,
-                                r.header.label,
-                                r.payload,
+                                label,
+                                payload,
                                 (&state.decoder, &mut state.scratch, &mut state.resizer),
                                 &mut pinned[i * pinned_stride..(i + 1) * pinned_stride],
                             ),
