@@ -186,10 +186,11 @@ fn files_the_hardware_engines_mishandled_are_routed_elsewhere() {
     assert!(gray22.zune_decodable());
     // Gray 1x1 stays on the engines.
     assert!(p("go__video-005.gray.q50.jpeg").hardware_decodable());
-    // 4:2:0 with DRI 1 and APP14: CUDA decoder, not the engines.
+    // 4:2:0 with DRI 1 and APP14: not for nvJPEG (CPU).
     let app13 = p("pillow__Tests__images__app13.jpg");
     assert!(app13.chroma_subsampled() && app13.restart_interval == 1);
-    assert!(app13.nvjpeg_decodable() && !app13.hardware_decodable());
+    assert!(!app13.nvjpeg_decodable() && !app13.hardware_decodable());
+    assert!(app13.zune_decodable());
     // 4:4:4 with DRI and APP14 matched on the engines: still hardware.
     let s444 = p("pillow__Tests__images__pil_sample_rgb.jpg");
     assert!(!s444.chroma_subsampled() && s444.restart_interval != 0);
