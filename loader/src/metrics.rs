@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A pipeline stage.
 #[derive(
@@ -104,8 +104,12 @@ pub struct Metrics {
     epochs: AtomicU64,
     /// Nanoseconds the consumer was blocked in `next()`.
     wait_ns: AtomicU64,
-    /// Nanoseconds the consumer spent iterating epochs (iterator creation → end or drop).
+    /// Nanoseconds the consumer spent iterating epochs (iterator creation → end or drop),
+    /// counted as it goes (at each `next()`), so a snapshot mid-epoch is consistent with
+    /// `wait_ns`, and time before the last [`Metrics::reset`] is never counted.
     elapsed_ns: AtomicU64,
+    /// When the counters were last reset, in [`clock_ns`] units (0: never).
+    reset_at_ns: AtomicU64,
     queue_samples: AtomicU64,
     queue_sum: AtomicU64,
     queue_max: AtomicU64,
@@ -198,10 +202,18 @@ impl Metrics {
         self.wait_ns.fetch_add(wait.as_nanos() as u64, Relaxed);
     }
 
-    /// Consumer side: an epoch iterator lived `elapsed`; `finished` if it reached the end.
-    pub(crate) fn epoch_done(&self, elapsed: Duration, finished: bool) {
-        self.elapsed_ns
-            .fetch_add(elapsed.as_nanos() as u64, Relaxed);
+    /// Consumer side: an epoch iterator has been alive from `*mark` (a [`clock_ns`] reading)
+    /// until now: count that time as elapsed, from the last reset if one came in between,
+    /// and move the mark to now.
+    pub(crate) fn account_elapsed(&self, mark: &mut u64) {
+        let now = clock_ns();
+        let from = (*mark).max(self.reset_at_ns.load(Relaxed));
+        self.elapsed_ns.fetch_add(now.saturating_sub(from), Relaxed);
+        *mark = now;
+    }
+
+    /// Consumer side: an epoch iterator ended; `finished` if it reached the end.
+    pub(crate) fn epoch_done(&self, finished: bool) {
         if finished {
             self.epochs.fetch_add(1, Relaxed);
         }
@@ -231,6 +243,7 @@ impl Metrics {
         ] {
             a.store(0, Relaxed);
         }
+        self.reset_at_ns.store(clock_ns(), Relaxed);
     }
 
     /// A snapshot of all counters.
@@ -608,6 +621,14 @@ impl fmt::Display for Stats {
     }
 }
 
+/// Monotonic nanoseconds since the first call in this process (the time base of the
+/// consumer-side elapsed accounting).
+pub(crate) fn clock_ns() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    // +1 so that a reading is never 0, which `reset_at_ns` uses for "never reset".
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -622,7 +643,9 @@ mod tests {
         m.record(Stage::Decode, 100, 1000, Duration::from_millis(900));
         m.record(Stage::Transform, 100, 1000, Duration::from_millis(300));
         m.handoff(100, Duration::from_millis(800), 0);
-        m.epoch_done(Duration::from_millis(1000), true);
+        m.elapsed_ns
+            .fetch_add(Duration::from_millis(1000).as_nanos() as u64, Relaxed);
+        m.epoch_done(true);
         let s = m.snapshot();
         assert!((s.fed_ratio - 0.2).abs() < 1e-9);
         assert_eq!(s.limiting_stage().unwrap().stage, Stage::Decode);
@@ -655,7 +678,9 @@ mod tests {
     fn fed_when_consumer_rarely_waits_and_bad_records_dedupe() {
         let m = Metrics::default();
         m.handoff(10, Duration::from_millis(10), 2);
-        m.epoch_done(Duration::from_secs(1), true);
+        m.elapsed_ns
+            .fetch_add(Duration::from_secs(1).as_nanos() as u64, Relaxed);
+        m.epoch_done(true);
         assert!(m.snapshot().verdict().contains("FED"));
         assert!(m.bad_record(5));
         assert!(!m.bad_record(5));

@@ -24,7 +24,7 @@
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::batch::Batch;
 use crate::builder::OnError;
@@ -113,7 +113,8 @@ pub struct Epoch<'a> {
     pending: Option<LoaderError>,
     metrics: &'a Metrics,
     progress: &'a Mutex<Progress>,
-    started: Instant,
+    /// Up to when this iterator's lifetime has been counted as elapsed ([`crate::metrics::clock_ns`]).
+    mark_ns: u64,
     finished: bool,
     /// Whether this iterator registered itself as the active epoch (and must clear it).
     owns_active: bool,
@@ -132,7 +133,7 @@ impl<'a> Epoch<'a> {
             pending: None,
             metrics,
             progress,
-            started: Instant::now(),
+            mark_ns: crate::metrics::clock_ns(),
             finished: false,
             owns_active: true,
         }
@@ -151,7 +152,7 @@ impl<'a> Epoch<'a> {
             pending: Some(error),
             metrics,
             progress,
-            started: Instant::now(),
+            mark_ns: crate::metrics::clock_ns(),
             finished: false,
             owns_active,
         }
@@ -175,6 +176,7 @@ impl Iterator for Epoch<'_> {
         let t0 = Instant::now();
         let item = stream.next_batch();
         let wait = t0.elapsed();
+        self.metrics.account_elapsed(&mut self.mark_ns);
         match &item {
             Some(Ok(batch)) => {
                 let t1 = Instant::now();
@@ -211,8 +213,8 @@ impl Drop for Epoch<'_> {
     fn drop(&mut self) {
         // Stop the backend first (its Drop stops the workers), then account.
         self.stream = None;
-        self.metrics
-            .epoch_done(self.started.elapsed().max(Duration::ZERO), self.finished);
+        self.metrics.account_elapsed(&mut self.mark_ns);
+        self.metrics.epoch_done(self.finished);
         if self.owns_active {
             lock(self.progress).active = None;
         }

@@ -607,3 +607,35 @@ fn distributed_from_env_reads_rank_and_world_size() {
         }
     }
 }
+
+/// Regression: `reset_stats()` mid-epoch used to leave the time before the reset in the
+/// epoch's elapsed time (counted from the iterator's creation) while the wait was zeroed,
+/// so the fed ratio came out too high; and a snapshot mid-epoch had no elapsed time at all.
+#[test]
+fn reset_stats_mid_epoch_counts_only_time_after_the_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 24, 24, &[]);
+    let loader = small(&ds).build().unwrap();
+    let mut epoch = loader.epoch(0);
+    epoch.next().unwrap().unwrap();
+    // Consumer work before the reset: must not be counted after it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    loader.reset_stats();
+    let since_reset = std::time::Instant::now();
+    epoch.next().unwrap().unwrap();
+    let mid = loader.stats();
+    assert!(mid.elapsed_s > 0.0, "a snapshot mid-epoch has elapsed time");
+    assert!(mid.consumer_wait_s <= mid.elapsed_s + 1e-9, "{mid:?}");
+    for batch in epoch.by_ref() {
+        batch.unwrap();
+    }
+    drop(epoch);
+    let wall = since_reset.elapsed().as_secs_f64();
+    let stats = loader.stats();
+    assert!(
+        stats.elapsed_s <= wall + 1e-3,
+        "elapsed {:.3} s counts time before the reset (only {wall:.3} s since)",
+        stats.elapsed_s
+    );
+    assert!(stats.consumer_wait_s <= stats.elapsed_s + 1e-9);
+}
