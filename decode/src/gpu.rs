@@ -145,11 +145,16 @@ struct CudaPath {
 /// the device ([`Route::CpuZune`] / [`Route::CpuFallback`]). One result per
 /// image; counters per route.
 ///
-/// Input bitstreams for the hardware engines are copied into one pinned
-/// staging buffer per batch. Work is queued on `stream` (and on internal
-/// lane streams the caller's stream waits for); results are on the device
-/// when `stream` reaches that point: synchronize or record an event before
-/// reading them on the host.
+/// With [`GpuDecoderOptions::cpu_share`] > 0 the last hardware images of each
+/// batch are decoded on the CPUs meanwhile ([`Route::CpuShare`]).
+///
+/// Input bitstreams for the hardware engines (and the CPU share's pixels) are
+/// copied into pinned staging, two buffers used in turn: a batch waits on an
+/// event for the batch before last to be done with its buffer, never on the
+/// caller's stream. Work is queued on `stream` (and on internal streams the
+/// caller's stream waits for); results are on the device when `stream`
+/// reaches that point: synchronize or record an event before reading them on
+/// the host.
 ///
 /// # Examples
 /// ```no_run
