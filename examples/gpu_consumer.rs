@@ -75,6 +75,10 @@ struct Args {
     /// Reader threads (default: all cores).
     #[arg(long)]
     workers: Option<usize>,
+    /// JPEG records: share of each batch decoded on the CPUs beside the JPEG
+    /// engines (`LoaderBuilder::gpu_cpu_share`); rows are then named `jpeg_cpu<percent>`.
+    #[arg(long)]
+    cpu_share: Option<f32>,
     /// Epochs after epoch 0 over which the loader alone is timed (the steady state).
     #[arg(long, default_value_t = 3)]
     steady_epochs: u64,
@@ -153,15 +157,19 @@ fn run(args: &Args) -> Res<()> {
         }
         (None, None) => return Err("give --dataset or --jpeg-dir".into()),
     };
-    let kind = if dataset.manifest().encoding == Encoding::Raw {
-        "raw"
-    } else {
-        "jpeg"
+    let kind = match (dataset.manifest().encoding, args.cpu_share) {
+        (Encoding::Raw, _) => "raw".to_string(),
+        (_, Some(share)) => format!("jpeg_cpu{}", (share * 100.0).round()),
+        _ => "jpeg".to_string(),
     };
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
-    let loader = Loader::builder(dataset.clone())
+    let mut builder = Loader::builder(dataset.clone());
+    if let Some(share) = args.cpu_share {
+        builder = builder.gpu_cpu_share(share);
+    }
+    let loader = builder
         .batch_size(args.batch_size)
         .drop_last(true)
         .shuffle(Shuffle::Global { seed: 0 })

@@ -64,6 +64,9 @@ pub struct LoaderConfig {
     /// CPU worker threads (≥ 1).
     pub(crate) workers: usize,
     pub(crate) on_error: OnError,
+    /// `Device::Cuda` with JPEG records: share of each batch decoded on the CPU
+    /// beside the JPEG engines (`None`: the decoder's default).
+    pub(crate) gpu_cpu_share: Option<f32>,
 }
 
 /// Settings for a [`Loader`]; see [`Loader::builder`].
@@ -156,6 +159,16 @@ impl LoaderBuilder {
     /// CPU worker threads (default: the available cores).
     pub fn workers(mut self, threads: usize) -> Self {
         self.config.workers = threads;
+        self
+    }
+
+    /// [`Device::Cuda`] with JPEG records: the fraction (0.0 to 1.0, clamped) of
+    /// each batch's hardware-decodable images decoded on the CPUs beside the JPEG
+    /// engines ([`stoker_decode::GpuDecoderOptions::cpu_share`]; default: the
+    /// decoder's, 0.0). Worth it when the engines, not the CPUs, bound throughput.
+    /// Ignored by the CPU path and for raw records.
+    pub fn gpu_cpu_share(mut self, share: f32) -> Self {
+        self.config.gpu_cpu_share = Some(share);
         self
     }
 
@@ -343,6 +356,7 @@ impl Loader {
                 prefetch: (2 * workers as u64).max(2),
                 workers,
                 on_error: OnError::Replace,
+                gpu_cpu_share: None,
             },
             resume: None,
             deferred: None,

@@ -180,6 +180,15 @@ pub fn unavailable_reason(ordinal: usize) -> Option<String> {
     }
 }
 
+/// The nvJPEG decoder's options: its defaults, with the builder's CPU share.
+fn decoder_options(config: &LoaderConfig) -> GpuDecoderOptions {
+    let mut options = GpuDecoderOptions::default();
+    if let Some(share) = config.gpu_cpu_share {
+        options.cpu_share = share;
+    }
+    options
+}
+
 /// The greatest (numerically lowest) stream priority of `ctx`'s device, or 0
 /// (the default priority) when the range cannot be read or the device has none.
 fn stream_priority(ctx: &Arc<CudaContext>) -> i32 {
@@ -243,7 +252,7 @@ pub(crate) fn build(
     let kernel = TransformKernel::load(&ctx)?;
     let nvjpeg = match config.dataset.manifest().encoding {
         Encoding::Jpeg => Some(Mutex::new(
-            GpuDecoder::new(&ctx, GpuDecoderOptions::default()).map_err(|e| match e {
+            GpuDecoder::new(&ctx, decoder_options(config)).map_err(|e| match e {
                 DecodeError::Load(e) => LoaderError::GpuUnavailable {
                     reason: format!("nvJPEG (libnvjpeg) could not be loaded: {e}"),
                 },
