@@ -41,8 +41,15 @@ if [ -x "$BIN/gpu_consumer" ]; then
   row gpu_consumer_jpeg "${PIPESTATUS[0]}" exit "examples/gpu_consumer, jpeg"
   verdict=$(grep -o 'verdict=.*' "$OUT/gpu-consumer-jpeg.log" | tail -n 1 | tr '\t' ' ')
   row gpu_util_verdict_jpeg - text "${verdict:-no NVML verdict logged}"
+  # 2b. Same with a quarter of each batch decoded on the CPUs beside the engines
+  #     (LoaderBuilder::gpu_cpu_share; rows jpeg_cpu25_*).
+  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 3 --cpu-share 0.25 \
+    --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg-cpu25.log" | tail -n 25
+  row gpu_consumer_jpeg_cpu25 "${PIPESTATUS[0]}" exit "examples/gpu_consumer --cpu-share 0.25, jpeg"
   # 3. Raw pre-decoded records (H2D-bound): loader H2D GB/s vs the pinned ceiling.
-  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 2 --epochs 3 \
+  #    2,048 records (8 batches per epoch), 3 fed epochs: with 4 batches per epoch
+  #    the per-epoch start and end weighed on the fed figures more than the stages.
+  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw.log" | tail -n 25
   row gpu_consumer_raw "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw"
 else
