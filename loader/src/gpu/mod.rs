@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!  raw records:  reader pool (rayon) ──▶ pinned ──copy stream: H2D──▶ arena ─┐
-//!  JPEG records: producer reads ──▶ nvJPEG decode_batch (compute stream) ─▶ arena ─┤
+//!  JPEG records: read-ahead thread ──▶ producer: nvJPEG decode_batch (compute) ─▶ arena ─┤
 //!                                                                               ▼
 //!        compute stream: fused kernel (crop·resize·flip·normalize·layout·dtype) ─▶ batch tensor
 //!        ─▶ `ready` event ─▶ consumer stream waits (no host sync) ─▶ batch dropped: `release`
@@ -26,7 +26,12 @@
 //!   consumer's stream waits on the batch's ready event; dropping the batch records
 //!   the release point on that stream, and the slot's next kernel waits for it.
 //!   The consumer thread never synchronizes the device.
-//! - [`pipeline`]: the producer thread of an epoch.
+//! - [`pipeline`]: the producer thread of an epoch (and, for JPEG datasets, its
+//!   read-ahead thread, which reads and checks batch k+1 while batch k decodes).
+//!
+//! The copy and compute streams are created at the device's highest stream
+//! priority, so that the loader's short kernels are not queued behind a training
+//! step that fills every SM.
 //! - [`nvml`]: GPU, JPEG-engine and CPU utilization sampled during each epoch (NVML
 //!   through our own small run-time table, optional); the seed's "GPU < 70% while
 //!   CPU > 85%" rule becomes a verdict line logged at the end of every epoch.
