@@ -143,7 +143,6 @@ pub enum Images {
     /// Host memory, from [`crate::Device::Cpu`].
     Host(HostImages),
     /// Device memory, from [`crate::Device::Cuda`].
-    #[cfg(stoker_gpu)]
     Cuda(crate::gpu::CudaImages),
 }
 

@@ -284,9 +284,7 @@ fn build_backend(
 ) -> Result<Box<dyn Pipeline>, LoaderError> {
     match config.device {
         Device::Cpu => Ok(Box::new(CpuPipeline::build(config, Arc::clone(metrics))?)),
-        #[cfg(stoker_gpu)]
         Device::Cuda(_) => Ok(Box::new(crate::gpu::build(config, Arc::clone(metrics))?)),
-        #[cfg(stoker_gpu)]
         Device::Auto => {
             let mut gpu_config = config.clone();
             gpu_config.device = Device::Cuda(0);
@@ -299,12 +297,6 @@ fn build_backend(
                 Err(e) => Err(e),
             }
         }
-        #[cfg(not(stoker_gpu))]
-        Device::Cuda(n) => Err(LoaderError::GpuUnavailable {
-            reason: format!("Device::Cuda({n}) requested, but this build of stoker-loader does not contain the GPU path"),
-        }),
-        #[cfg(not(stoker_gpu))]
-        Device::Auto => Ok(Box::new(CpuPipeline::build(config, Arc::clone(metrics))?)),
     }
 }
 

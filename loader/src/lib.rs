@@ -78,10 +78,9 @@
 //!    for `Stage::{Read, Decode, Transform, H2d, Handoff}`, `count_route(&str)` for per-route
 //!    decode counts (`"cpu_zune"`, `"nvjpeg_hw"`...), `bad_record(index)`, `set_pinned_bytes`,
 //!    `set_device_bytes`.
-//! 6. **Wiring**: `mod gpu;` and the `Images::Cuda` variant are compiled when
-//!    `loader/src/gpu/mod.rs` contains the marker line `// stoker-loader: gpu contract v1`
-//!    (detected by `build.rs`, which sets `cfg(stoker_gpu)`), so that either side compiles while
-//!    the other is half-written. Add the marker once `build`, `GpuPipeline` and `CudaImages` exist.
+//! 6. **Wiring**: the GPU path is always compiled (it needs no CUDA at build time: the driver,
+//!    NVRTC and nvJPEG are loaded at run time), and `gpu::build` says with
+//!    [`LoaderError::GpuUnavailable`] what is missing on a machine without them.
 
 #![warn(missing_docs)]
 
@@ -96,13 +95,11 @@ pub mod transform;
 
 // The GPU path (its own docs are in gpu/mod.rs): public so users can name `CudaImages` and the
 // `cudarc` types it hands out.
-#[cfg(stoker_gpu)]
 pub mod gpu;
 
 pub use batch::{Batch, DType, HostImages, Images};
 pub use builder::{Device, Loader, LoaderBuilder, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
-#[cfg(stoker_gpu)]
 pub use gpu::CudaImages;
 pub use metrics::{Stage, Stats};
 pub use pipeline::Epoch;

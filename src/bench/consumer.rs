@@ -8,10 +8,9 @@
 //! which occupies the consumer but no CPU core, like a GPU step seen from the
 //! input pipeline.
 //!
-//! Limitation: the GPU step runs on its own stream without waiting on the
-//! batch's ready event, because `stoker_loader::Images::Cuda` only exists when
-//! the loader is built with its GPU path (`cfg(stoker_gpu)`), which this crate
-//! cannot see; the loader still measures the consumer's waits in `next()`.
+//! A GPU step first makes its stream wait on the batch's ready event (a device
+//! batch from the loader's GPU path), as a training step would: the hand-off
+//! stays on the GPU, with no host synchronization.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,12 +71,14 @@ impl Step {
         }
     }
 
-    /// Consumes one batch; returns the step's busy time (GPU kernel time for a GPU step).
+    /// Consumes one batch (`images`, when there is one); returns the step's busy
+    /// time (GPU kernel time for a GPU step). A GPU step waits on a device batch's
+    /// ready event on its own stream before its kernel.
     ///
     /// # Errors
     ///
-    /// The CUDA error text when the kernel cannot be launched or timed.
-    pub fn run(&mut self) -> Result<Duration, String> {
+    /// The CUDA error text when the wait or the kernel cannot be enqueued or timed.
+    pub fn run(&mut self, images: Option<&stoker_loader::Images>) -> Result<Duration, String> {
         match self {
             Step::None => Ok(Duration::ZERO),
             Step::Sleep(d) => {
@@ -85,7 +86,12 @@ impl Step {
                 std::thread::sleep(*d);
                 Ok(t.elapsed())
             }
-            Step::Gpu(g) => g.run(g.cycles),
+            Step::Gpu(g) => {
+                if let Some(stoker_loader::Images::Cuda(batch)) = images {
+                    batch.wait(&g.stream).map_err(|e| e.to_string())?;
+                }
+                g.run(g.cycles)
+            }
         }
     }
 
@@ -179,10 +185,10 @@ mod tests {
     fn no_step_and_host_sleep() {
         let (mut none, what) = Step::new(0.0, None);
         assert_eq!(what, "no step");
-        assert_eq!(none.run().unwrap(), Duration::ZERO);
+        assert_eq!(none.run(None).unwrap(), Duration::ZERO);
         let (mut sleep, what) = Step::new(3.0, None);
         assert!(what.contains("sleeps on the host"));
         assert!(!sleep.on_gpu());
-        assert!(sleep.run().unwrap() >= Duration::from_millis(3));
+        assert!(sleep.run(None).unwrap() >= Duration::from_millis(3));
     }
 }

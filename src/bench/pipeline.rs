@@ -133,7 +133,7 @@ pub fn end_to_end(
                 Err(e) => return skipped(format!("the loader failed in epoch {epoch}: {e}")),
             };
             any = true;
-            let took = match step.run() {
+            let took = match step.run(Some(&batch.images)) {
                 Ok(d) => d,
                 Err(e) => return skipped(format!("the simulated step failed: {e}")),
             };

@@ -66,7 +66,6 @@
 //!
 //! Hooks asked of the loader core (see the report): `pub mod gpu` (or re-exports of
 //! [`CudaImages`] and [`cudarc`]) so that users can name these types.
-// stoker-loader: gpu contract v1
 
 pub mod handoff;
 pub mod kernel;
