@@ -52,7 +52,7 @@ tar czf .device/bin.tar.gz -C .device bin && rm -rf .device/bin
 cp -r ../shared/data/bench .device/data/bench
 cp -r ../shared/data/conformance .device/data/conformance
 cp -r benches/peers .device/peers 2>/dev/null || true
-du -sh .device .device/bin .device/data
+du -sh .device .device/bin.tar.gz .device/data
 total=$(du -sm .device | cut -f1)
 if [ "$total" -gt 60 ]; then
   echo "warning: .device is ${total} MiB; the device tool carries at most 64 MiB with the tree" >&2
