@@ -38,7 +38,10 @@ use crate::batch::{Batch, HostBuffer, HostImages, Images};
 use crate::builder::{LoaderConfig, OnError, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
-use crate::pipeline::{EpochPlan, EpochStream, Pipeline, MAX_REPLACEMENTS};
+use crate::pipeline::{
+    raw_payload_len, read_checked, reader_unavailable, EpochPlan, EpochStream, Pipeline,
+    MAX_REPLACEMENTS,
+};
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
 use crate::transform::Transform;
@@ -373,13 +376,7 @@ impl Worker {
         let plan = &job.plan;
         if let Err(reason) = &self.reader {
             // Not a bad record: this worker cannot read at all. Fail the batch, count nothing.
-            return Some(Err(LoaderError::Thread {
-                thread: std::thread::current()
-                    .name()
-                    .unwrap_or("stoker-cpu")
-                    .to_owned(),
-                reason: format!("cannot open a shard reader: {reason}"),
-            }));
+            return Some(Err(reader_unavailable(&worker_name(), reason)));
         }
         let range = plan.batch_range(k);
         let n = range.len();
@@ -454,28 +451,12 @@ impl Worker {
     ) -> Result<u32, LoaderError> {
         let metrics = &*self.shared.metrics;
         let settings = &self.shared.settings;
-        let reader = self.reader.as_ref().map_err(|reason| LoaderError::Thread {
-            thread: std::thread::current()
-                .name()
-                .unwrap_or("stoker-cpu")
-                .to_owned(),
-            reason: format!("cannot open a shard reader: {reason}"),
-        })?;
-
-        let t_read = Instant::now();
-        let record = reader
-            .get(index)
-            .map_err(|source| LoaderError::Read { index, source })?;
-        record
-            .check_crc()
-            .map_err(|source| LoaderError::Read { index, source })?;
+        let reader = self
+            .reader
+            .as_ref()
+            .map_err(|reason| reader_unavailable(&worker_name(), reason))?;
+        let record = read_checked(reader, index, metrics)?;
         let header = record.header;
-        metrics.record(
-            Stage::Read,
-            1,
-            record.payload.len() as u64,
-            t_read.elapsed(),
-        );
 
         let t_decode = Instant::now();
         let (width, height, pixels) = match header.encoding {
@@ -500,16 +481,7 @@ impl Worker {
             }
             Encoding::Raw => {
                 let (w, h, c) = (header.width, header.height, header.channels);
-                let want = w as usize * h as usize * c as usize;
-                if w == 0 || h == 0 || record.payload.len() != want || !(c == 1 || c == 3) {
-                    return Err(LoaderError::UnusableRecord {
-                        index,
-                        reason: format!(
-                            "raw record {w}×{h}×{c} with a {}-byte payload (need 1 or 3 channels and {want} bytes)",
-                            record.payload.len()
-                        ),
-                    });
-                }
+                raw_payload_len(index, &header, record.payload.len())?;
                 let pixels = if c == 3 {
                     Pixels::Payload
                 } else {
@@ -591,4 +563,12 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     } else {
         "panicked".into()
     }
+}
+
+/// This worker thread's name, for errors.
+fn worker_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("stoker-cpu")
+        .to_owned()
 }

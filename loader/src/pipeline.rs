@@ -31,6 +31,7 @@ use crate::builder::OnError;
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::LoaderState;
+use stoker_formats::{DatasetReader, Record, RecordHeader};
 
 /// How many replacements are tried for one bad sample before the batch fails with
 /// [`LoaderError::TooManyBadRecords`].
@@ -228,4 +229,56 @@ impl std::fmt::Debug for Epoch<'_> {
             .field("finished", &self.finished)
             .finish()
     }
+}
+
+/// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
+/// payload bytes, the time taken): the first step of every backend for every record.
+pub(crate) fn read_checked<'r>(
+    reader: &'r DatasetReader,
+    index: u64,
+    metrics: &Metrics,
+) -> Result<Record<'r>, LoaderError> {
+    let t_read = Instant::now();
+    let record = reader
+        .get(index)
+        .map_err(|source| LoaderError::Read { index, source })?;
+    record
+        .check_crc()
+        .map_err(|source| LoaderError::Read { index, source })?;
+    metrics.record(
+        Stage::Read,
+        1,
+        record.payload.len() as u64,
+        t_read.elapsed(),
+    );
+    Ok(record)
+}
+
+/// The error of a worker (`thread`) whose shard reader could not be opened (`reason`): not a
+/// bad record, the worker cannot read at all.
+pub(crate) fn reader_unavailable(thread: &str, reason: &str) -> LoaderError {
+    LoaderError::Thread {
+        thread: thread.to_owned(),
+        reason: format!("cannot open a shard reader: {reason}"),
+    }
+}
+
+/// Checks a raw (pre-decoded) record's geometry against its payload: `w`×`h` pixels of 1 or
+/// 3 channels, exactly `w·h·c` bytes. Returns that byte count.
+pub(crate) fn raw_payload_len(
+    index: u64,
+    header: &RecordHeader,
+    payload_len: usize,
+) -> Result<usize, LoaderError> {
+    let (w, h, c) = (header.width, header.height, header.channels);
+    let want = w as usize * h as usize * c as usize;
+    if w == 0 || h == 0 || payload_len != want || !(c == 1 || c == 3) {
+        return Err(LoaderError::UnusableRecord {
+            index,
+            reason: format!(
+                "raw record {w}×{h}×{c} with a {payload_len}-byte payload (need 1 or 3 channels and {want} bytes)"
+            ),
+        });
+    }
+    Ok(want)
 }

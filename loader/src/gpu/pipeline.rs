@@ -28,7 +28,9 @@ use crate::batch::{Batch, Images};
 use crate::builder::{OnError, Output};
 use crate::error::LoaderError;
 use crate::metrics::Stage;
-use crate::pipeline::{EpochPlan, EpochStream, MAX_REPLACEMENTS};
+use crate::pipeline::{
+    raw_payload_len, read_checked, reader_unavailable, EpochPlan, EpochStream, MAX_REPLACEMENTS,
+};
 use crate::transform::resize::CropResizer;
 
 /// How often blocked producer calls look at the stop flag.
@@ -306,12 +308,7 @@ fn check_record<'r>(
     index: u64,
     limits: &Limits,
 ) -> Result<Checked<'r>, LoaderError> {
-    let t_read = Instant::now();
-    let r = reader
-        .get(index)
-        .map_err(|source| LoaderError::Read { index, source })?;
-    r.check_crc()
-        .map_err(|source| LoaderError::Read { index, source })?;
+    let r = read_checked(reader, index, &shared.metrics)?;
     if r.header.encoding != Encoding::Jpeg {
         return Err(LoaderError::UnusableRecord {
             index,
@@ -320,9 +317,6 @@ fn check_record<'r>(
     }
     let info = stoker_decode::probe(r.payload, limits)
         .map_err(|source| LoaderError::Decode { index, source })?;
-    shared
-        .metrics
-        .record(Stage::Read, 1, r.payload.len() as u64, t_read.elapsed());
     Ok(Checked {
         payload: r.payload,
         label: r.header.label,
@@ -557,10 +551,7 @@ fn build_batch_nvjpeg(
             Ok(r) => r,
             Err(reason) => {
                 give_back(slot);
-                return Some(Err(LoaderError::Thread {
-                    thread: "stoker-gpu".into(),
-                    reason: format!("cannot open a shard reader: {reason}"),
-                }));
+                return Some(Err(reader_unavailable("stoker-gpu", reason)));
             }
         };
         // 1. Read and check what is left; oversize images go through the CPU.
@@ -818,24 +809,9 @@ fn stage_one(
     let reader = state
         .reader
         .as_ref()
-        .map_err(|reason| LoaderError::Thread {
-            thread: "stoker-gpu-reader".into(),
-            reason: format!("cannot open a shard reader: {reason}"),
-        })?;
-    let t_read = Instant::now();
-    let record = reader
-        .get(index)
-        .map_err(|source| LoaderError::Read { index, source })?;
-    record
-        .check_crc()
-        .map_err(|source| LoaderError::Read { index, source })?;
+        .map_err(|reason| reader_unavailable("stoker-gpu-reader", reason))?;
+    let record = read_checked(reader, index, metrics)?;
     let header = record.header;
-    metrics.record(
-        Stage::Read,
-        1,
-        record.payload.len() as u64,
-        t_read.elapsed(),
-    );
 
     let t_decode = Instant::now();
     let (width, height, channels, in_scratch) = match header.encoding {
@@ -867,16 +843,7 @@ fn stage_one(
         }
         Encoding::Raw => {
             let (w, h, c) = (header.width, header.height, header.channels);
-            let want = w as usize * h as usize * c as usize;
-            if w == 0 || h == 0 || record.payload.len() != want || !(c == 1 || c == 3) {
-                return Err(LoaderError::UnusableRecord {
-                    index,
-                    reason: format!(
-                        "raw record {w}×{h}×{c} with a {}-byte payload (need 1 or 3 channels and {want} bytes)",
-                        record.payload.len()
-                    ),
-                });
-            }
+            let want = raw_payload_len(index, &header, record.payload.len())?;
             let in_scratch = want > dst.len();
             if in_scratch {
                 // Expand to RGB for the CPU resizer.
