@@ -8,7 +8,7 @@
 #   DATA = .device/data  (bench/ and conformance/ from ../shared/data)
 #   OUT  = $OUT          (comes back; full logs go there)
 # and appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
-# The short table is printed last.
+# The short table is printed last. PARTS=GLOB (e.g. PARTS="20-*") runs only matching parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -f .device/bin.tar.gz ] && [ ! -d .device/bin ]; then
@@ -29,7 +29,7 @@ log="$OUT/device-check.log"
   python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)' || true
 } >>"$log" 2>&1
 status=0
-for part in scripts/device-check.d/*.sh; do
+for part in scripts/device-check.d/${PARTS:-*}.sh; do
   [ -f "$part" ] || continue
   name="$(basename "$part" .sh)"
   echo "=== $name" >>"$log"
