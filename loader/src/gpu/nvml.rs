@@ -316,8 +316,14 @@ mod tests {
     #[test]
     fn sampler_measures_the_cpu_without_nvml() {
         let s = Sampler::start(0).expect("sampler thread");
-        std::thread::sleep(Duration::from_millis(350));
-        let u = s.utilization();
+        // Poll rather than sleep a fixed time: with NVML present a sample takes longer
+        // (seen on the H200: one sample in 350 ms), and this checks what is sampled.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut u = s.utilization();
+        while u.samples < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            u = s.utilization();
+        }
         drop(s);
         assert!(u.samples >= 2, "{u:?}");
         let cpu = u.cpu.expect("/proc/stat is readable on Linux");
