@@ -52,6 +52,9 @@ extern "C" __global__ void busy(const unsigned char *batch, unsigned long long n
 
 #[derive(Parser, Debug)]
 struct Args {
+    /// Appended to every row name (`fed_jpeg<TAG>_…`), to tell two runs of one kind apart.
+    #[arg(long, default_value = "")]
+    tag: String,
     /// An existing stoker dataset (LMDB shards + manifest.json).
     #[arg(long, conflicts_with = "jpeg_dir")]
     dataset: Option<PathBuf>,
@@ -161,7 +164,7 @@ fn run(args: &Args) -> Res<()> {
         (Encoding::Raw, _) => "raw".to_string(),
         (_, Some(share)) => format!("jpeg_cpu{}", (share * 100.0).round()),
         _ => "jpeg".to_string(),
-    };
+    } + &args.tag;
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));

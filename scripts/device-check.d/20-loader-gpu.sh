@@ -41,6 +41,12 @@ if [ -x "$BIN/gpu_consumer" ]; then
   row gpu_consumer_jpeg "${PIPESTATUS[0]}" exit "examples/gpu_consumer, jpeg"
   verdict=$(grep -o 'verdict=.*' "$OUT/gpu-consumer-jpeg.log" | tail -n 1 | tr '\t' ' ')
   row gpu_util_verdict_jpeg - text "${verdict:-no NVML verdict logged}"
+  # 2a. The same with 4x the records (64 batches per epoch): each epoch starts with an
+  #     empty pipeline (one batch of decode, ~13 ms), which weighs on the fed ratio
+  #     in proportion to 1 / batches per epoch (rows jpeg_x32_*).
+  timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 32 --epochs 3 --tag _x32 \
+    --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg-x32.log" | tail -n 25
+  row gpu_consumer_jpeg_x32 "${PIPESTATUS[0]}" exit "examples/gpu_consumer --repeat 32, jpeg"
   # 2b. Same with a quarter of each batch decoded on the CPUs beside the engines
   #     (LoaderBuilder::gpu_cpu_share; rows jpeg_cpu25_*).
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 3 --cpu-share 0.25 \
