@@ -621,6 +621,34 @@ impl fmt::Display for Stats {
     }
 }
 
+/// `(busy, total)` jiffies of all CPUs from the `cpu` line of `/proc/stat`, where there is
+/// one (Linux): the machine-wide CPU use between two readings is `Δbusy / Δtotal`. Busy is
+/// user + nice + system + irq + softirq + steal (guest time is inside user); idle and
+/// iowait are not busy.
+///
+/// # Examples
+///
+/// ```
+/// if let Some((busy, total)) = stoker_loader::metrics::system_cpu_jiffies() {
+///     assert!(busy <= total);
+/// }
+/// ```
+pub fn system_cpu_jiffies() -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() < 5 {
+        return None;
+    }
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v[3] + v[4];
+    Some((total - idle, total))
+}
+
 /// Monotonic nanoseconds since the first call in this process (the time base of the
 /// consumer-side elapsed accounting).
 pub(crate) fn clock_ns() -> u64 {

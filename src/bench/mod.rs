@@ -239,24 +239,6 @@ pub(crate) fn process_cpu_time() -> Option<Duration> {
     Some(tv(ru.ru_utime) + tv(ru.ru_stime))
 }
 
-/// `(busy, total)` jiffies of all CPUs from `/proc/stat`, where there is one.
-pub(crate) fn system_cpu_jiffies() -> Option<(u64, u64)> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if v.len() < 5 {
-        return None;
-    }
-    // user nice system idle iowait irq softirq steal (guest time is inside user).
-    let total: u64 = v.iter().take(8).sum();
-    let idle = v[3] + v[4];
-    Some((total - idle, total))
-}
-
 /// The 1-minute load average from `/proc/loadavg`, where there is one.
 fn load_average() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg")

@@ -11,7 +11,9 @@ use stoker_loader::{Device, Loader, Output, Shuffle, Stage, Transform};
 
 use super::consumer::Step;
 use super::report::StageReport;
-use super::{process_cpu_time, system_cpu_jiffies, BenchOptions};
+use stoker_loader::metrics::system_cpu_jiffies;
+
+use super::{process_cpu_time, BenchOptions};
 
 /// The end-to-end figures the verdict needs besides the stage row.
 #[derive(Debug, Clone, PartialEq)]

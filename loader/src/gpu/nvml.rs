@@ -236,12 +236,12 @@ fn sample(ordinal: u32, stopped: &crossbeam_channel::Receiver<()>, sums: &Mutex<
     let nvml = table();
     // SAFETY: NVML initialized by `table()`.
     let dev = nvml.and_then(|t| unsafe { result::device(t, ordinal) });
-    let mut cpu_prev = cpu_times();
+    let mut cpu_prev = crate::metrics::system_cpu_jiffies();
     // Every 100 ms until the sender is dropped (then `Disconnected`, at once).
     while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
         stopped.recv_timeout(Duration::from_millis(100))
     {
-        let cpu_now = cpu_times();
+        let cpu_now = crate::metrics::system_cpu_jiffies();
         let cpu = match (cpu_prev, cpu_now) {
             (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
                 Some(100.0 * (b1 - b0) as f64 / (t1 - t0) as f64)
@@ -270,23 +270,6 @@ fn sample(ordinal: u32, stopped: &crossbeam_channel::Receiver<()>, sums: &Mutex<
             }
         }
     }
-}
-
-/// `(busy, total)` jiffies of all CPUs from the first line of `/proc/stat`.
-fn cpu_times() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    if v.len() < 5 {
-        return None;
-    }
-    let total: u64 = v.iter().sum();
-    let idle = v[3] + v[4]; // idle + iowait
-    Some((total - idle, total))
 }
 
 #[cfg(test)]
