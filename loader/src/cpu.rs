@@ -39,8 +39,8 @@ use crate::builder::{LoaderConfig, OnError, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{
-    raw_payload_len, read_checked, reader_unavailable, EpochPlan, EpochStream, Pipeline,
-    MAX_REPLACEMENTS,
+    cpu_decode_counted, raw_payload_len, read_checked, reader_unavailable, EpochPlan, EpochStream,
+    Pipeline, MAX_REPLACEMENTS,
 };
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
@@ -466,17 +466,14 @@ impl Worker {
                 if self.pixels.len() < info.rgb_len() {
                     self.pixels.resize(info.rgb_len(), 0);
                 }
-                let (info, route) = self
-                    .decoder
-                    .decode_into_routed(record.payload, &mut self.pixels)
-                    .map_err(|source| LoaderError::Decode { index, source })?;
-                metrics.count_route(route.name());
-                metrics.record(
-                    Stage::Decode,
-                    1,
-                    record.payload.len() as u64,
-                    t_decode.elapsed(),
-                );
+                let info = cpu_decode_counted(
+                    &self.decoder,
+                    record.payload,
+                    &mut self.pixels,
+                    index,
+                    metrics,
+                    t_decode,
+                )?;
                 (info.width, info.height, Pixels::Scratch)
             }
             Encoding::Raw => {

@@ -31,6 +31,7 @@ use crate::builder::OnError;
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::LoaderState;
+use stoker_decode::{CpuDecoder, ImageInfo};
 use stoker_formats::{DatasetReader, Record, RecordHeader};
 
 /// How many replacements are tried for one bad sample before the batch fails with
@@ -252,6 +253,25 @@ pub(crate) fn read_checked<'r>(
         t_read.elapsed(),
     );
     Ok(record)
+}
+
+/// Decodes a JPEG `payload` on the CPU into `out` (RGB HWC), counting its route and the
+/// decode stage (one item, its compressed bytes, the time since `started`): the CPU decode
+/// step of both backends.
+pub(crate) fn cpu_decode_counted(
+    decoder: &CpuDecoder,
+    payload: &[u8],
+    out: &mut [u8],
+    index: u64,
+    metrics: &Metrics,
+    started: Instant,
+) -> Result<ImageInfo, LoaderError> {
+    let (info, route) = decoder
+        .decode_into_routed(payload, out)
+        .map_err(|source| LoaderError::Decode { index, source })?;
+    metrics.count_route(route.name());
+    metrics.record(Stage::Decode, 1, payload.len() as u64, started.elapsed());
+    Ok(info)
 }
 
 /// The error of a worker (`thread`) whose shard reader could not be opened (`reason`): not a

@@ -29,7 +29,8 @@ use crate::builder::{OnError, Output};
 use crate::error::LoaderError;
 use crate::metrics::Stage;
 use crate::pipeline::{
-    raw_payload_len, read_checked, reader_unavailable, EpochPlan, EpochStream, MAX_REPLACEMENTS,
+    cpu_decode_counted, raw_payload_len, read_checked, reader_unavailable, EpochPlan, EpochStream,
+    MAX_REPLACEMENTS,
 };
 use crate::transform::resize::CropResizer;
 
@@ -828,17 +829,14 @@ fn stage_one(
             } else {
                 dst
             };
-            let (info, route) = state
-                .decoder
-                .decode_into_routed(record.payload, out)
-                .map_err(|source| LoaderError::Decode { index, source })?;
-            metrics.count_route(route.name());
-            metrics.record(
-                Stage::Decode,
-                1,
-                record.payload.len() as u64,
-                t_decode.elapsed(),
-            );
+            let info = cpu_decode_counted(
+                &state.decoder,
+                record.payload,
+                out,
+                index,
+                metrics,
+                t_decode,
+            )?;
             (info.width, info.height, 3u32, in_scratch)
         }
         Encoding::Raw => {
