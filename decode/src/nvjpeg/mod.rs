@@ -21,6 +21,8 @@ pub(crate) mod sys;
 /// }
 /// ```
 pub struct NvJpeg {
+    /// Functions that may be absent; their pointers live in the library `table` keeps mapped.
+    optional: sys::OptionalTable,
     table: sys::Table,
     path: PathBuf,
     version: (i32, i32, i32),
@@ -31,6 +33,7 @@ impl std::fmt::Debug for NvJpeg {
         f.debug_struct("NvJpeg")
             .field("path", &self.path)
             .field("version", &self.version)
+            .field("optional", &self.optional.present())
             .finish_non_exhaustive()
     }
 }
@@ -39,6 +42,8 @@ static LOADED: OnceLock<Result<NvJpeg, LoadError>> = OnceLock::new();
 
 impl NvJpeg {
     /// Opens nvJPEG once per process (cached) and resolves every symbol.
+    /// Optional symbols ([`optional_symbols`](Self::optional_symbols)) that
+    /// the library lacks are left out without failing the load.
     ///
     /// Search order, first hit wins:
     /// 1. `$STOKER_NVJPEG`, a path to the library (an explicit choice beats everything);
@@ -74,6 +79,10 @@ impl NvJpeg {
             // are side-effect free apart from registering with the CUDA runtime.
             match unsafe { libloading::Library::new(path) } {
                 Ok(lib) => {
+                    // SAFETY: the library is nvJPEG (by name) and the optional
+                    // table's signatures are those of nvjpeg.h; `lib` moves into
+                    // `table` below, which `NvJpeg` keeps beside `optional`.
+                    let optional = unsafe { sys::OptionalTable::resolve(&lib) };
                     // SAFETY: the library is nvJPEG (by name) and the table's
                     // signatures are those of nvjpeg.h.
                     let table = unsafe { sys::Table::resolve(lib, path) }?;
@@ -89,6 +98,7 @@ impl NvJpeg {
                         prop(sys::PATCH_LEVEL),
                     );
                     return Ok(NvJpeg {
+                        optional,
                         table,
                         path: path.clone(),
                         version,
@@ -155,8 +165,28 @@ impl NvJpeg {
         sys::Table::SYMBOLS
     }
 
+    /// Names of the nvJPEG functions this crate uses when the library has them.
+    ///
+    /// # Examples
+    /// ```
+    /// let names = stoker_decode::nvjpeg::NvJpeg::optional_symbols();
+    /// assert!(names.contains(&"nvjpegDecodeBatchedPreAllocate"));
+    /// ```
+    pub fn optional_symbols() -> &'static [&'static str] {
+        sys::OptionalTable::SYMBOLS
+    }
+
+    /// The optional functions this library has.
+    pub fn optional_present(&self) -> Vec<&'static str> {
+        self.optional.present()
+    }
+
     pub(crate) fn table(&self) -> &sys::Table {
         &self.table
+    }
+
+    pub(crate) fn optional(&self) -> &sys::OptionalTable {
+        &self.optional
     }
 }
 

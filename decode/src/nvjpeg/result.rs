@@ -4,7 +4,7 @@
 
 use std::ffi::c_int;
 
-use super::sys::{self, Table};
+use super::sys::{self, OptionalTable, Table};
 use super::NvjpegStatus;
 use crate::DecodeError;
 
@@ -72,6 +72,54 @@ pub(crate) unsafe fn jpeg_state_create(
         (t.nvjpegJpegStateCreate)(h, &mut s)
     })?;
     Ok(s)
+}
+
+/// What `nvjpegDecodeBatchedPreAllocate` sizes a hardware state for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchHint {
+    /// Images per `nvjpegDecodeBatched` call.
+    pub batch: usize,
+    /// Largest width expected.
+    pub width: u32,
+    /// Largest height expected.
+    pub height: u32,
+    /// `NVJPEG_CSS_*` of the images expected.
+    pub subsampling: c_int,
+    /// `NVJPEG_OUTPUT_*` they are decoded to.
+    pub format: c_int,
+}
+
+/// `nvjpegDecodeBatchedPreAllocate`: sizes a hardware state's device memory
+/// up front for `hint`. nvJPEG takes it as a starting size: larger images
+/// later make it grow the buffers. `Ok(false)` when the library lacks the function.
+///
+/// # Safety
+/// `h` must be a live handle created with `NVJPEG_BACKEND_HARDWARE` and
+/// `state` a live state created from it, used by no other thread meanwhile.
+pub(crate) unsafe fn batched_pre_allocate(
+    opt: &OptionalTable,
+    h: sys::nvjpegHandle_t,
+    state: sys::nvjpegJpegState_t,
+    hint: BatchHint,
+) -> Result<bool, DecodeError> {
+    let Some(f) = opt.nvjpegDecodeBatchedPreAllocate else {
+        return Ok(false);
+    };
+    let clamp = |v: u64| c_int::try_from(v.max(1)).unwrap_or(c_int::MAX);
+    // SAFETY: the caller guarantees the handle and state; the pointer comes
+    // from the loaded library (OptionalTable invariant); plain integers otherwise.
+    check("nvjpegDecodeBatchedPreAllocate", unsafe {
+        f(
+            h,
+            state,
+            clamp(hint.batch as u64),
+            clamp(u64::from(hint.width)),
+            clamp(u64::from(hint.height)),
+            hint.subsampling,
+            hint.format,
+        )
+    })?;
+    Ok(true)
 }
 
 /// Creates a JPEG stream (parsed-bitstream holder).

@@ -39,6 +39,17 @@ pub const NVJPEG_OUTPUT_BGR: c_int = 4;
 pub const NVJPEG_OUTPUT_RGBI: c_int = 5;
 pub const NVJPEG_OUTPUT_BGRI: c_int = 6;
 
+/// `nvjpegChromaSubsampling_t` values.
+pub const NVJPEG_CSS_444: c_int = 0;
+pub const NVJPEG_CSS_422: c_int = 1;
+pub const NVJPEG_CSS_420: c_int = 2;
+pub const NVJPEG_CSS_440: c_int = 3;
+pub const NVJPEG_CSS_411: c_int = 4;
+pub const NVJPEG_CSS_410: c_int = 5;
+pub const NVJPEG_CSS_GRAY: c_int = 6;
+pub const NVJPEG_CSS_410V: c_int = 7;
+pub const NVJPEG_CSS_UNKNOWN: c_int = -1;
+
 /// `libraryPropertyType` values (for `nvjpegGetProperty`).
 pub const MAJOR_VERSION: c_int = 0;
 pub const MINOR_VERSION: c_int = 1;
@@ -146,4 +157,77 @@ table! {
     nvjpegDecodeJpegHost: fn(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t, nvjpegDecodeParams_t, nvjpegJpegStream_t) -> nvjpegStatus_t;
     nvjpegDecodeJpegTransferToDevice: fn(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t, nvjpegJpegStream_t, cudaStream_t) -> nvjpegStatus_t;
     nvjpegDecodeJpegDevice: fn(nvjpegHandle_t, nvjpegJpegDecoder_t, nvjpegJpegState_t, *mut nvjpegImage_t, cudaStream_t) -> nvjpegStatus_t;
+}
+
+macro_rules! optional_table {
+    ($($name:ident : fn($($arg:ty),*) -> $ret:ty;)*) => {
+        /// nvJPEG functions this crate uses when present: each is `None` when
+        /// the library lacks it (older releases), which never fails a load.
+        ///
+        /// Invariant: the pointers come from the library that the [`Table`]
+        /// next to this one keeps mapped (`NvJpeg` owns both), so they stay
+        /// valid as long as that table lives.
+        pub struct OptionalTable {
+            $(pub $name: Option<unsafe extern "C" fn($($arg),*) -> $ret>,)*
+        }
+
+        impl OptionalTable {
+            /// Looks every optional symbol up in `lib`; a missing one is `None`.
+            ///
+            /// # Safety
+            /// `lib` must be an nvJPEG library whose functions, where present,
+            /// have the signatures declared here (those of `nvjpeg.h`), and it
+            /// must stay loaded while the returned pointers are used.
+            pub unsafe fn resolve(lib: &libloading::Library) -> OptionalTable {
+                OptionalTable {
+                    $($name: {
+                        // SAFETY: the caller guarantees the signature and that the
+                        // library outlives the pointer.
+                        let sym: Result<libloading::Symbol<unsafe extern "C" fn($($arg),*) -> $ret>, _> =
+                            unsafe { lib.get(concat!(stringify!($name), "\0").as_bytes()) };
+                        sym.ok().map(|s| *s)
+                    },)*
+                }
+            }
+
+            /// Names of every optional symbol.
+            pub const SYMBOLS: &'static [&'static str] = &[$(stringify!($name)),*];
+
+            /// Names of the optional symbols this library has.
+            pub fn present(&self) -> Vec<&'static str> {
+                let mut out = Vec::new();
+                $(if self.$name.is_some() {
+                    out.push(stringify!($name));
+                })*
+                out
+            }
+        }
+    };
+}
+
+optional_table! {
+    // nvjpeg.h: (handle, jpeg_handle, int batch_size, int width, int height,
+    // nvjpegChromaSubsampling_t chroma_subsampling, nvjpegOutputFormat_t output_format).
+    nvjpegDecodeBatchedPreAllocate: fn(nvjpegHandle_t, nvjpegJpegState_t, c_int, c_int, c_int, c_int, c_int) -> nvjpegStatus_t;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A library without nvJPEG's symbols (libc) resolves to an all-`None`
+    /// optional table instead of an error.
+    #[test]
+    fn missing_optional_symbols_are_none_not_errors() {
+        // SAFETY: opening libc runs no initializers beyond what the process already did.
+        let Ok(lib) = (unsafe { libloading::Library::new("libc.so.6") }) else {
+            println!("SKIP: libc.so.6 cannot be opened here");
+            return;
+        };
+        // SAFETY: no symbol is found, so no pointer with a wrong signature is made.
+        let t = unsafe { OptionalTable::resolve(&lib) };
+        assert!(t.nvjpegDecodeBatchedPreAllocate.is_none());
+        assert!(t.present().is_empty());
+        assert!(OptionalTable::SYMBOLS.contains(&"nvjpegDecodeBatchedPreAllocate"));
+    }
 }
