@@ -4,12 +4,16 @@
 //! image, never failing the whole batch.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DevicePtrMut, PinnedHostSlice};
 use rayon::prelude::*;
 
 use crate::nvjpeg::{result, sys, NvJpeg, Owned};
-use crate::{probe, CpuDecoder, DecodeError, ImageInfo, Limits, Route, RouteCounters, RouteCounts};
+use crate::{
+    probe, CpuDecoder, DecodeError, DecodeTimings, ImageInfo, Limits, Route, RouteCounters,
+    RouteCounts,
+};
 
 /// A CPU decode: info, route and the RGB pixels.
 type CpuDecoded = Result<(ImageInfo, Route, Vec<u8>), DecodeError>;
@@ -21,6 +25,7 @@ type CpuDecoded = Result<(ImageInfo, Route, Vec<u8>), DecodeError>;
 /// use stoker_decode::GpuDecoderOptions;
 /// let o = GpuDecoderOptions { hardware_lanes: 8, ..GpuDecoderOptions::default() };
 /// assert!(o.hardware);
+/// assert!(o.hardware_preallocate && !o.hardware_handle_per_lane);
 /// ```
 #[derive(Debug, Clone)]
 pub struct GpuDecoderOptions {
@@ -42,7 +47,33 @@ pub struct GpuDecoderOptions {
     /// [`Route::CpuShare`]. Use it when the engines, not the CPUs, bound
     /// throughput. Default 0.0 (off); values outside 0..=1 are clamped, NaN is 0.
     pub cpu_share: f32,
+    /// Call `nvjpegDecodeBatchedPreAllocate` on each hardware lane's state
+    /// when it is created, so the engines' device memory comes from a pool
+    /// sized up front instead of being allocated while decoding (NVIDIA's
+    /// nvImageCodec always does this and reports a large gain). The hint is
+    /// the lane's share of a [`PREALLOCATE_BATCH`]-image batch, 640×480,
+    /// 4:2:0, interleaved RGB: nvJPEG treats it as a starting size and grows
+    /// the buffers for larger images. Skipped, with one `info` log, when the
+    /// library lacks the function or refuses. Default true.
+    pub hardware_preallocate: bool,
+    /// Give each hardware lane its own `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)`
+    /// handle (its state is created from it) instead of sharing one: tests
+    /// whether one handle serializes the lanes' host-side work. Default false.
+    pub hardware_handle_per_lane: bool,
 }
+
+/// The batch size (whole decoder, split over the lanes) that
+/// [`GpuDecoderOptions::hardware_preallocate`] sizes the engines' memory for.
+pub const PREALLOCATE_BATCH: usize = 256;
+/// Image size (width, height) that preallocation is hinted with: a typical
+/// ImageNet-like photo (500×375 in the bench set) fits.
+const PREALLOCATE_SIZE: (u32, u32) = (640, 480);
+/// Step 1 (probe and route) runs on rayon from this many images up.
+const PARALLEL_ROUTE_MIN: usize = 32;
+/// Fewest images per parallel step-1 chunk.
+const ROUTE_CHUNK_MIN: usize = 16;
+/// Most `nvjpegJpegStream_t`s for parallel step-1 checks.
+const MAX_CHECK_STREAMS: usize = 16;
 
 impl Default for GpuDecoderOptions {
     fn default() -> Self {
@@ -52,6 +83,8 @@ impl Default for GpuDecoderOptions {
             hardware_lanes: 4,
             cuda_states: 4,
             cpu_share: 0.0,
+            hardware_preallocate: true,
+            hardware_handle_per_lane: false,
         }
     }
 }
@@ -89,23 +122,47 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DecodeError> {
 
 /// One hardware decoder state and the stream it decodes on.
 struct HwLane {
-    /// Batched-API state created from the hardware handle; used by one thread at a time.
+    /// Batched-API state created from this lane's handle (its own, or the
+    /// shared one); used by one thread at a time.
     state: Owned,
+    /// This lane's own hardware handle with
+    /// [`GpuDecoderOptions::hardware_handle_per_lane`], else `None` (the
+    /// shared handle). Declared after `state`: destroyed after the state made from it.
+    handle: Option<Owned>,
     /// Internal stream; joined into the caller's stream after each batch.
     stream: Arc<CudaStream>,
     /// Batch size the state was initialized for (0: must initialize).
     batch_size: usize,
 }
 
+impl HwLane {
+    /// The handle this lane's state was created from.
+    fn handle_ptr(&self, shared: sys::nvjpegHandle_t) -> sys::nvjpegHandle_t {
+        self.handle.as_ref().map_or(shared, Owned::ptr)
+    }
+}
+
 /// The hardware-engine path.
 struct Hardware {
     lanes: Vec<HwLane>,
-    /// Stream object for `nvjpegDecodeBatchedSupported` checks.
-    check_stream: Owned,
+    /// Stream objects for step 1's `nvjpegDecodeBatchedSupported` checks, all
+    /// created from `handle`, at least one: parallel chunk `p` uses
+    /// `check_streams[p]` only (jpeg streams are not thread safe).
+    check_streams: Vec<Owned>,
     /// `(engines, cores per engine)` from nvjpegGetHardwareDecoderInfo.
     engines: Option<(u32, u32)>,
-    /// Declared last: destroyed after the states made from it.
+    /// Whether `nvjpegDecodeBatchedPreAllocate` succeeded on every lane.
+    preallocated: bool,
+    /// Declared last: destroyed after the states and streams made from it.
     handle: Owned,
+}
+
+/// One hardware lane's host time in a batch.
+#[derive(Debug, Clone, Copy, Default)]
+struct LaneTimes {
+    copy: f64,
+    init: f64,
+    decode: f64,
 }
 
 /// One CUDA-decoder state with its buffers.
@@ -186,6 +243,8 @@ pub struct GpuDecoder {
     /// Stream of the CPU share's host-to-device copies, so they overlap the
     /// engines' work on the caller's stream; the caller's stream joins it.
     share_stream: Arc<CudaStream>,
+    /// Wall-clock time per phase since creation or the last reset.
+    timings: DecodeTimings,
     options: GpuDecoderOptions,
 }
 
@@ -218,7 +277,7 @@ impl GpuDecoder {
         let t = lib.table();
         ctx.bind_to_thread()?;
         let hw = if options.hardware {
-            match Self::create_hardware(lib, ctx, options.hardware_lanes.max(1)) {
+            match Self::create_hardware(lib, ctx, &options) {
                 Ok(hw) => Some(hw),
                 Err(e) => {
                     tracing::info!("nvJPEG hardware backend unavailable: {e}");
@@ -301,6 +360,7 @@ impl GpuDecoder {
             staging: PinnedRing::default(),
             share_staging: PinnedRing::default(),
             share_stream: ctx.new_stream()?,
+            timings: DecodeTimings::default(),
             options,
         })
     }
@@ -308,11 +368,13 @@ impl GpuDecoder {
     fn create_hardware(
         lib: &'static NvJpeg,
         ctx: &Arc<CudaContext>,
-        lanes: usize,
+        options: &GpuDecoderOptions,
     ) -> Result<Hardware, DecodeError> {
         let t = lib.table();
+        let lanes = options.hardware_lanes.max(1);
         // SAFETY: a context is current (bound by the caller); objects are owned
-        // by `Owned` values destroyed with the matching call.
+        // by `Owned` values destroyed with the matching call, each state before
+        // the handle it was created from (field order in `HwLane`/`Hardware`).
         unsafe {
             let handle = Owned::new(
                 result::create_ex(t, sys::NVJPEG_BACKEND_HARDWARE)?,
@@ -320,27 +382,77 @@ impl GpuDecoder {
                 "hardware handle",
             );
             let engines = result::hardware_info(t, handle.ptr()).ok();
-            let check_stream = Owned::new(
-                result::jpeg_stream_create(t, handle.ptr())?,
-                t.nvjpegJpegStreamDestroy,
-                "jpeg stream",
-            );
+            let checks = std::thread::available_parallelism()
+                .map_or(1, |c| c.get())
+                .clamp(1, MAX_CHECK_STREAMS);
+            let mut check_streams = Vec::with_capacity(checks);
+            for _ in 0..checks {
+                check_streams.push(Owned::new(
+                    result::jpeg_stream_create(t, handle.ptr())?,
+                    t.nvjpegJpegStreamDestroy,
+                    "jpeg stream",
+                ));
+            }
+            // The preallocation hint: this lane's share of a typical batch,
+            // rounded up to whole engine cores like the lane chunks.
+            let cores = engines.map_or(1, |(_, c)| (c as usize).max(1));
+            let hint_batch = PREALLOCATE_BATCH.div_ceil(lanes).div_ceil(cores) * cores;
+            let mut preallocate = options.hardware_preallocate;
             let mut out = Vec::with_capacity(lanes);
-            for _ in 0..lanes {
+            for k in 0..lanes {
+                let own = if options.hardware_handle_per_lane {
+                    Some(Owned::new(
+                        result::create_ex(t, sys::NVJPEG_BACKEND_HARDWARE)?,
+                        t.nvjpegDestroy,
+                        "lane hardware handle",
+                    ))
+                } else {
+                    None
+                };
+                let h = own.as_ref().map_or(handle.ptr(), Owned::ptr);
+                let state = Owned::new(
+                    result::jpeg_state_create(t, h)?,
+                    t.nvjpegJpegStateDestroy,
+                    "hardware state",
+                );
+                if preallocate {
+                    let hint = result::BatchHint {
+                        batch: hint_batch,
+                        width: PREALLOCATE_SIZE.0,
+                        height: PREALLOCATE_SIZE.1,
+                        subsampling: sys::NVJPEG_CSS_420,
+                        format: sys::NVJPEG_OUTPUT_RGBI,
+                    };
+                    match result::batched_pre_allocate(lib.optional(), h, state.ptr(), hint) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            tracing::info!(
+                                "nvjpegDecodeBatchedPreAllocate is missing from {}; \
+                                 hardware lanes allocate while decoding",
+                                lib.path().display()
+                            );
+                            preallocate = false;
+                        }
+                        Err(e) => {
+                            tracing::info!(
+                                "{e} on hardware lane {k}; the lanes allocate while decoding"
+                            );
+                            preallocate = false;
+                        }
+                    }
+                }
                 out.push(HwLane {
-                    state: Owned::new(
-                        result::jpeg_state_create(t, handle.ptr())?,
-                        t.nvjpegJpegStateDestroy,
-                        "hardware state",
-                    ),
+                    state,
+                    handle: own,
                     stream: ctx.new_stream()?,
                     batch_size: 0,
                 });
             }
             Ok(Hardware {
                 lanes: out,
-                check_stream,
+                check_streams,
                 engines,
+                preallocated: options.hardware_preallocate && preallocate,
                 handle,
             })
         }
@@ -356,9 +468,38 @@ impl GpuDecoder {
         self.hw.as_ref().and_then(|h| h.engines)
     }
 
+    /// Whether `nvjpegDecodeBatchedPreAllocate` sized every hardware lane's
+    /// memory up front (see [`GpuDecoderOptions::hardware_preallocate`]).
+    pub fn hardware_preallocated(&self) -> bool {
+        self.hw.as_ref().is_some_and(|h| h.preallocated)
+    }
+
     /// The nvJPEG library in use.
     pub fn library(&self) -> &'static NvJpeg {
         self.lib
+    }
+
+    /// Wall-clock seconds per phase of [`decode_batch`](Self::decode_batch),
+    /// summed over the calls since creation or the last
+    /// [`reset_timings`](Self::reset_timings).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions};
+    /// # let ctx = cuda_context(0)?;
+    /// let mut dec = GpuDecoder::new(&ctx, GpuDecoderOptions::default())?;
+    /// // ... decode_batch calls ...
+    /// println!("{}", dec.timings());
+    /// dec.reset_timings();
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
+    pub fn timings(&self) -> DecodeTimings {
+        self.timings
+    }
+
+    /// Clears [`timings`](Self::timings) (after a warm-up, say).
+    pub fn reset_timings(&mut self) {
+        self.timings = DecodeTimings::default();
     }
 
     /// Images decoded per route (and failures) since creation.
@@ -408,6 +549,7 @@ impl GpuDecoder {
         stream: &CudaStream,
     ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
         let n = inputs.len();
+        let call_started = Instant::now();
         if outputs.len() != n {
             return (0..n)
                 .map(|_| {
@@ -426,58 +568,24 @@ impl GpuDecoder {
         let mut infos: Vec<Option<ImageInfo>> = (0..n).map(|_| None).collect();
         let (mut hw_list, mut cuda_list, mut cpu_list) = (Vec::new(), Vec::new(), Vec::new());
 
-        // 1. Probe and route.
-        let t = self.lib.table();
-        for i in 0..n {
-            let info = match probe(inputs[i], &self.options.limits).and_then(|info| {
-                info.supported()?;
-                let got = outputs[i].len();
-                if got < info.rgb_len() {
-                    return Err(DecodeError::OutputTooSmall {
-                        need: info.rgb_len(),
-                        got,
-                    });
-                }
-                Ok(info)
-            }) {
-                Ok(info) => info,
-                Err(e) => {
-                    results[i] = Some(Err(e));
-                    continue;
-                }
-            };
-            let route = match &self.hw {
-                Some(hw) if info.hardware_decodable() => {
-                    // SAFETY: handle and stream live, created from the same handle;
-                    // the input slice outlives the calls.
-                    let ok = unsafe {
-                        result::stream_parse_header(
-                            t,
-                            hw.handle.ptr(),
-                            inputs[i],
-                            hw.check_stream.ptr(),
-                        )
-                        .and_then(|()| {
-                            result::batched_supported(t, hw.handle.ptr(), hw.check_stream.ptr())
-                        })
-                    };
-                    match ok {
-                        Ok(true) => Route::NvjpegHardware,
-                        Ok(false) => Route::NvjpegCuda,
-                        // nvJPEG cannot read the header: let the CPU decide.
-                        Err(_) => Route::CpuZune,
+        // 1. Probe and route (in parallel chunks for large batches; the
+        //    per-image results and the lists' order do not depend on it).
+        let started = Instant::now();
+        let out_lens: Vec<usize> = outputs.iter().map(|o| o.len()).collect();
+        for (i, routed) in self.route_all(inputs, &out_lens).into_iter().enumerate() {
+            match routed {
+                Ok((info, route)) => {
+                    match route {
+                        Route::NvjpegHardware => hw_list.push(i),
+                        Route::NvjpegCuda => cuda_list.push(i),
+                        _ => cpu_list.push(i),
                     }
+                    infos[i] = Some(info);
                 }
-                _ if info.nvjpeg_decodable() => Route::NvjpegCuda,
-                _ => Route::CpuZune,
-            };
-            match route {
-                Route::NvjpegHardware => hw_list.push(i),
-                Route::NvjpegCuda => cuda_list.push(i),
-                _ => cpu_list.push(i),
+                Err(e) => results[i] = Some(Err(e)),
             }
-            infos[i] = Some(info);
         }
+        self.timings.probe_s += started.elapsed().as_secs_f64();
 
         // 1b. The CPU share: the last hardware-decodable images of the batch,
         //     decoded on the CPUs while the engines decode the rest.
@@ -523,6 +631,7 @@ impl GpuDecoder {
             let share_job = share_buf.map(|(k, mut buf)| {
                 let (cpu, share_list, infos) = (&cpu, &share_list, &infos);
                 s.spawn(move || {
+                    let started = Instant::now();
                     let decoded = buf.as_mut_slice().map(|slice| {
                         let mut parts = Vec::with_capacity(share_list.len());
                         let (mut rest, mut off) = (slice, 0usize);
@@ -541,7 +650,7 @@ impl GpuDecoder {
                             })
                             .collect::<Vec<_>>()
                     });
-                    (k, buf, decoded)
+                    (k, buf, decoded, started.elapsed().as_secs_f64())
                 })
             });
             // 3. Hardware engines.
@@ -575,7 +684,9 @@ impl GpuDecoder {
 
             // 4. CUDA decoder.
             if !cuda_list.is_empty() {
+                let started = Instant::now();
                 let failed = self.decode_cuda(inputs, &infos, &ptrs, &cuda_list, stream);
+                self.timings.cuda_s += started.elapsed().as_secs_f64();
                 for &i in &cuda_list {
                     if !failed.contains(&i) {
                         results[i] =
@@ -589,6 +700,9 @@ impl GpuDecoder {
         });
 
         // 4b. Copy the share's pixels (pinned, asynchronous) on the share stream.
+        if let Some(Ok((.., share_s))) = &share_done {
+            self.timings.cpu_share_s += *share_s;
+        }
         match share_done {
             None => {}
             Some(Err(_)) => {
@@ -599,12 +713,12 @@ impl GpuDecoder {
                     }));
                 }
             }
-            Some(Ok((k, buf, Err(e)))) => {
+            Some(Ok((k, buf, Err(e), _))) => {
                 tracing::warn!("CPU share staging unreadable ({e}); pageable copies");
                 self.share_staging.put(k, buf, &self.share_stream);
                 cpu_list.extend_from_slice(&share_list);
             }
-            Some(Ok((k, buf, Ok(decoded)))) => {
+            Some(Ok((k, buf, Ok(decoded), _))) => {
                 // Nothing queued reads the buffer (its event was waited for in
                 // `take`), so this returns at once.
                 match buf.as_slice() {
@@ -648,6 +762,7 @@ impl GpuDecoder {
         }
         // 5. CPU for the rest, copied to the device.
         if !cpu_list.is_empty() {
+            let started = Instant::now();
             let cpu = &self.cpu;
             let decoded: Vec<(usize, CpuDecoded)> = cpu_list
                 .par_iter()
@@ -669,9 +784,13 @@ impl GpuDecoder {
                     Ok((info, route))
                 }));
             }
+            self.timings.cpu_s += started.elapsed().as_secs_f64();
         }
 
         drop(ptrs);
+        self.timings.calls += 1;
+        self.timings.images += n as u64;
+        self.timings.total_s += call_started.elapsed().as_secs_f64();
         results
             .into_iter()
             .map(|r| {
@@ -688,6 +807,35 @@ impl GpuDecoder {
             .collect()
     }
 
+    /// Step 1 of [`decode_batch`](Self::decode_batch) for every input; see [`route_batch`].
+    fn route_all(
+        &self,
+        inputs: &[&[u8]],
+        out_lens: &[usize],
+    ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
+        let t = self.lib.table();
+        match &self.hw {
+            Some(hw) => {
+                let streams: Vec<SendPtr> =
+                    hw.check_streams.iter().map(|s| SendPtr(s.ptr())).collect();
+                // SAFETY: the handle and the check streams are live (owned by
+                // `self.hw`, borrowed for this call), created from that handle,
+                // and used by nothing else meanwhile (`&self` here, and the only
+                // other users are step 1 of other `&mut self` calls).
+                unsafe {
+                    route_batch(
+                        Some((t, hw.handle.ptr(), &streams)),
+                        &self.options.limits,
+                        inputs,
+                        out_lens,
+                    )
+                }
+            }
+            // SAFETY: no nvJPEG objects are used without a check.
+            None => unsafe { route_batch(None, &self.options.limits, inputs, out_lens) },
+        }
+    }
+
     /// Copies the hardware list into pinned staging and decodes it on the
     /// hardware lanes in parallel. Returns the images of lanes that failed.
     fn decode_hardware<G>(
@@ -700,7 +848,10 @@ impl GpuDecoder {
     ) -> Result<Vec<usize>, DecodeError> {
         let total: usize = list.iter().map(|&i| inputs[i].len()).sum();
         // Waits only until the batch before last stopped reading this buffer.
-        let (k, mut staging) = self.staging.take(&self.ctx, total)?;
+        let waited = Instant::now();
+        let taken = self.staging.take(&self.ctx, total);
+        self.timings.staging_wait_s += waited.elapsed().as_secs_f64();
+        let (k, mut staging) = taken?;
         let r = staging
             .as_mut_ptr()
             .map_err(DecodeError::from)
@@ -720,9 +871,10 @@ impl GpuDecoder {
         r
     }
 
-    /// Copies the hardware list into `base` (pinned, at least the list's total
-    /// bytes) and decodes it on the hardware lanes in parallel; the caller's
-    /// stream joins the lanes. Returns the images of lanes that failed.
+    /// Decodes the hardware list on the lanes in parallel, each lane copying
+    /// its chunk's bitstreams into `base` (pinned, at least the list's total
+    /// bytes, not read by queued device work) on its own thread first; the
+    /// caller's stream joins the lanes. Returns the images of lanes that failed.
     fn run_lanes<G>(
         &mut self,
         inputs: &[&[u8]],
@@ -732,34 +884,44 @@ impl GpuDecoder {
         stream: &CudaStream,
         base: *mut u8,
     ) -> Result<Vec<usize>, DecodeError> {
+        // Where each bitstream goes in `base`: prefix sums, so the lanes'
+        // ranges are disjoint.
         let mut offsets = Vec::with_capacity(list.len());
         let mut off = 0usize;
         for &i in list {
-            let src = inputs[i];
-            // SAFETY: `base` points to at least the list's total bytes (the
-            // caller's contract) and `off + src.len()` stays within that total;
-            // source and destination do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(off), src.len()) };
             offsets.push(off);
-            off += src.len();
+            off += inputs[i].len();
         }
         let hw = self
             .hw
             .as_mut()
             .expect("hardware path exists when hw_list is non-empty");
-        let lanes = hw.lanes.len().min(list.len());
-        let per_lane = list.len().div_ceil(lanes);
+        let cores = hw.engines.map(|(_, c)| c as usize);
+        let sizes = lane_chunks(list.len(), hw.lanes.len(), cores);
+        let lanes = sizes.len();
+        let starts: Vec<usize> = sizes
+            .iter()
+            .scan(0usize, |at, &len| {
+                let start = *at;
+                *at += len;
+                Some(start)
+            })
+            .collect();
         for lane in &hw.lanes[..lanes] {
             lane.stream.join(stream)?;
         }
         let t = self.lib.table();
-        let handle = SendPtr(hw.handle.ptr());
+        let shared = SendPtr(hw.handle.ptr());
         let ctx = &self.ctx;
         let base = SendPtr(base.cast());
-        let lane_results: Vec<(usize, Result<(), DecodeError>)> = std::thread::scope(|s| {
+        let wall = Instant::now();
+        type LaneResult = (usize, LaneTimes, Result<(), DecodeError>);
+        let lane_results: Vec<LaneResult> = std::thread::scope(|s| {
             let mut joins = Vec::new();
-            for (k, (lane, chunk)) in hw.lanes.iter_mut().zip(list.chunks(per_lane)).enumerate() {
-                let offs = &offsets[k * per_lane..k * per_lane + chunk.len()];
+            for (k, lane) in hw.lanes[..lanes].iter_mut().enumerate() {
+                let range = starts[k]..starts[k] + sizes[k];
+                let chunk = &list[range.clone()];
+                let offs = &offsets[range];
                 let outs: Vec<(u64, usize)> = chunk
                     .iter()
                     .map(|&i| {
@@ -767,16 +929,31 @@ impl GpuDecoder {
                         (ptrs[i].0, info.width as usize * 3)
                     })
                     .collect();
-                let lens: Vec<usize> = chunk.iter().map(|&i| inputs[i].len()).collect();
-                let (handle, base) = (&handle, &base);
+                let (shared, base) = (&shared, &base);
                 joins.push(s.spawn(move || {
+                    let mut times = LaneTimes::default();
+                    let handle = lane.handle_ptr(shared.0);
                     let mut run = || -> Result<(), DecodeError> {
                         ctx.bind_to_thread()?;
-                        let data: Vec<*const u8> = offs
-                            .iter()
-                            // SAFETY: each offset lies inside the staging buffer.
-                            .map(|&o| unsafe { base.0.cast::<u8>().add(o).cast_const() })
-                            .collect();
+                        let copying = Instant::now();
+                        let mut data: Vec<*const u8> = Vec::with_capacity(chunk.len());
+                        let mut lens: Vec<usize> = Vec::with_capacity(chunk.len());
+                        for (&i, &o) in chunk.iter().zip(offs) {
+                            let src = inputs[i];
+                            // SAFETY: `base` holds at least the list's total bytes
+                            // (caller's contract) and [o, o + len) lies inside it;
+                            // the lanes' ranges are disjoint (prefix sums over
+                            // disjoint chunks), so no other thread writes here;
+                            // no queued device work reads the buffer (its event
+                            // was waited for in `take`); source and destination
+                            // do not overlap.
+                            let dst = unsafe { base.0.cast::<u8>().add(o) };
+                            // SAFETY: as above.
+                            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+                            data.push(dst.cast_const());
+                            lens.push(src.len());
+                        }
+                        times.copy = copying.elapsed().as_secs_f64();
                         let mut images: Vec<sys::nvjpegImage_t> = outs
                             .iter()
                             .map(|&(ptr, pitch)| {
@@ -788,26 +965,31 @@ impl GpuDecoder {
                             .collect();
                         if lane.batch_size != chunk.len() {
                             lane.batch_size = 0;
-                            // SAFETY: handle and this lane's state are live; the state
-                            // is used by this thread only.
-                            result::check("nvjpegDecodeBatchedInitialize", unsafe {
+                            let initializing = Instant::now();
+                            // SAFETY: the lane's handle and its state are live; the
+                            // state is used by this thread only.
+                            let r = result::check("nvjpegDecodeBatchedInitialize", unsafe {
                                 (t.nvjpegDecodeBatchedInitialize)(
-                                    handle.0,
+                                    handle,
                                     lane.state.ptr(),
                                     chunk.len() as i32,
                                     1,
                                     sys::NVJPEG_OUTPUT_RGBI,
                                 )
-                            })?;
+                            });
+                            times.init = initializing.elapsed().as_secs_f64();
+                            r?;
                             lane.batch_size = chunk.len();
                         }
+                        let decoding = Instant::now();
                         // SAFETY: `data`/`lens`/`images` have chunk.len() entries; the
                         // bitstreams live in pinned staging until `staging_free`
                         // completes; each output holds width*3*height bytes
-                        // (checked against the probed header).
+                        // (checked against the probed header); the state was
+                        // created from `handle`.
                         let r = result::check("nvjpegDecodeBatched", unsafe {
                             (t.nvjpegDecodeBatched)(
-                                handle.0,
+                                handle,
                                 lane.state.ptr(),
                                 data.as_ptr(),
                                 lens.as_ptr(),
@@ -815,13 +997,15 @@ impl GpuDecoder {
                                 lane.stream.cu_stream().cast(),
                             )
                         });
+                        times.decode = decoding.elapsed().as_secs_f64();
                         if r.is_err() {
                             // nvjpeg.h: after a failed batch, initialize again.
                             lane.batch_size = 0;
                         }
                         r
                     };
-                    (k, run())
+                    let r = run();
+                    (k, times, r)
                 }));
             }
             joins
@@ -830,6 +1014,7 @@ impl GpuDecoder {
                     j.join().unwrap_or_else(|_| {
                         (
                             usize::MAX,
+                            LaneTimes::default(),
                             Err(DecodeError::Panicked {
                                 decoder: "nvjpeg",
                                 message: "hardware lane thread panicked".into(),
@@ -839,19 +1024,30 @@ impl GpuDecoder {
                 })
                 .collect()
         });
+        self.timings.hw_lanes_s += wall.elapsed().as_secs_f64();
+        let mut slowest = 0.0f64;
+        for (_, lt, _) in &lane_results {
+            self.timings.staging_copy_s += lt.copy;
+            self.timings.hw_init_s += lt.init;
+            self.timings.hw_decode_s += lt.decode;
+            slowest = slowest.max(lt.copy + lt.init + lt.decode);
+        }
+        self.timings.hw_lane_max_s += slowest;
+        let hw = self
+            .hw
+            .as_ref()
+            .expect("hardware path exists when hw_list is non-empty");
         for lane in &hw.lanes[..lanes] {
             stream.join(&lane.stream)?;
         }
         let mut failed = Vec::new();
-        for (k, r) in lane_results {
+        for (k, _, r) in lane_results {
             if let Err(e) = r {
                 if k == usize::MAX {
                     return Err(e);
                 }
                 tracing::debug!("hardware lane {k} failed: {e}");
-                failed.extend_from_slice(
-                    &list[k * per_lane..(k * per_lane + per_lane).min(list.len())],
-                );
+                failed.extend_from_slice(&list[starts[k]..starts[k] + sizes[k]]);
             }
         }
         Ok(failed)
@@ -979,6 +1175,124 @@ impl GpuDecoder {
     }
 }
 
+/// Splits `n` images over at most `lanes` lanes: chunk sizes in lane order,
+/// none empty, as even as the rule allows. With `cores` (cores per hardware
+/// engine) known, every chunk but the last is a multiple of it, so each
+/// lane's batch fills whole engines (nvImageCodec rounds its hardware share
+/// the same way); the last chunk takes the remainder.
+fn lane_chunks(n: usize, lanes: usize, cores: Option<usize>) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let unit = cores.unwrap_or(1).max(1);
+    let units = n.div_ceil(unit);
+    let used = lanes.max(1).min(units);
+    let (each, extra) = (units / used, units % used);
+    let mut sizes: Vec<usize> = (0..used)
+        .map(|k| (each + usize::from(k < extra)) * unit)
+        .collect();
+    // The units cover n plus less than one unit: the last chunk (at least one
+    // whole unit) gives the surplus back and stays non-empty.
+    let surplus = units * unit - n;
+    if let Some(last) = sizes.last_mut() {
+        *last -= surplus;
+    }
+    sizes
+}
+
+/// Step 1 for a batch: [`route_one`] for every input, in order. From
+/// [`PARALLEL_ROUTE_MIN`] images up it runs on rayon in chunks, chunk `p`
+/// checking with `check.2[p]`; each image's result is the same either way.
+///
+/// # Safety
+/// With `check = Some((table, handle, streams))`: `handle` is a live hardware
+/// handle, `streams` (at least one) live jpeg streams created from it, none
+/// used by anything else during the call.
+unsafe fn route_batch(
+    check: Option<(&sys::Table, sys::nvjpegHandle_t, &[SendPtr])>,
+    limits: &Limits,
+    inputs: &[&[u8]],
+    out_lens: &[usize],
+) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
+    let n = inputs.len();
+    let handle = check.map(|(t, h, streams)| (t, SendPtr(h), streams));
+    let most = match &handle {
+        Some((_, _, streams)) => streams.len().max(1),
+        None => rayon::current_num_threads(),
+    };
+    let parts = if n >= PARALLEL_ROUTE_MIN {
+        most.min(n / ROUTE_CHUNK_MIN).max(1)
+    } else {
+        1
+    };
+    let chunk = n.div_ceil(parts).max(1);
+    let run = |p: usize| -> Vec<Result<(ImageInfo, Route), DecodeError>> {
+        let check = handle
+            .as_ref()
+            .map(|(t, h, streams)| (*t, h.0, streams[p].0));
+        let (lo, hi) = ((p * chunk).min(n), ((p + 1) * chunk).min(n));
+        (lo..hi)
+            // SAFETY: the caller guarantees the handle and streams; stream `p`
+            // is used by this chunk only, on one thread.
+            .map(|i| unsafe { route_one(check, limits, inputs[i], out_lens[i]) })
+            .collect()
+    };
+    if parts == 1 {
+        run(0)
+    } else {
+        (0..parts)
+            .into_par_iter()
+            .map(run)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+/// Step 1 for one image: probe (pixel limit, unsupported features), check the
+/// output size, then route: the hardware engines when the header allows it
+/// and `nvjpegDecodeBatchedSupported` agrees, the CUDA decoder for other
+/// nvJPEG-decodable files, the CPU for the rest and for headers nvJPEG cannot read.
+///
+/// # Safety
+/// With `check = Some((table, handle, stream))`: `handle` is a live hardware handle
+/// and `stream` a live jpeg stream created from it that no other thread uses
+/// during the call.
+unsafe fn route_one(
+    check: Option<(&sys::Table, sys::nvjpegHandle_t, sys::nvjpegJpegStream_t)>,
+    limits: &Limits,
+    data: &[u8],
+    out_len: usize,
+) -> Result<(ImageInfo, Route), DecodeError> {
+    let info = probe(data, limits)?;
+    info.supported()?;
+    if out_len < info.rgb_len() {
+        return Err(DecodeError::OutputTooSmall {
+            need: info.rgb_len(),
+            got: out_len,
+        });
+    }
+    let route = match check {
+        Some((t, handle, stream)) if info.hardware_decodable() => {
+            // SAFETY: the caller guarantees handle and stream; `data` outlives the calls.
+            let ok = unsafe {
+                result::stream_parse_header(t, handle, data, stream)
+                    .and_then(|()| result::batched_supported(t, handle, stream))
+            };
+            match ok {
+                Ok(true) => Route::NvjpegHardware,
+                Ok(false) => Route::NvjpegCuda,
+                // nvJPEG cannot read the header: let the CPU decide.
+                Err(_) => Route::CpuZune,
+            }
+        }
+        _ if info.nvjpeg_decodable() => Route::NvjpegCuda,
+        _ => Route::CpuZune,
+    };
+    Ok((info, route))
+}
+
 /// Two pinned host buffers used in turn, each with the event after which the
 /// device no longer reads it: a batch waits (on that event, never on a whole
 /// stream) only until the batch before last is done with its buffer.
@@ -1064,6 +1378,99 @@ mod tests {
         fn assert_send<T: Send>() {}
         assert_send::<GpuDecoder>();
         assert_send::<GpuDecoderOptions>();
+    }
+
+    #[test]
+    fn lane_chunks_cover_the_list_without_empty_lanes() {
+        for n in 0..200 {
+            for lanes in 1..10 {
+                for cores in [None, Some(1), Some(3), Some(5), Some(8)] {
+                    let sizes = lane_chunks(n, lanes, cores);
+                    assert_eq!(sizes.iter().sum::<usize>(), n, "{n} {lanes} {cores:?}");
+                    assert!(sizes.len() <= lanes);
+                    assert!(
+                        sizes.iter().all(|&s| s > 0),
+                        "{n} {lanes} {cores:?}: {sizes:?}"
+                    );
+                    let c = cores.unwrap_or(1);
+                    if let Some((_, head)) = sizes.split_last() {
+                        assert!(head.iter().all(|s| s % c == 0), "{sizes:?} with {c} cores");
+                    }
+                    // As many lanes as there are whole units of work.
+                    assert_eq!(sizes.len(), lanes.min(n.div_ceil(c)));
+                    // Even: lanes differ by at most one unit (the last may be short).
+                    if let (Some(max), Some(min)) = (sizes.iter().max(), sizes.iter().min()) {
+                        assert!(max - min < 2 * c, "{sizes:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lane_chunks_examples() {
+        assert_eq!(lane_chunks(256, 4, None), vec![64, 64, 64, 64]);
+        assert_eq!(lane_chunks(9, 4, None), vec![3, 2, 2, 2]);
+        assert_eq!(
+            lane_chunks(256, 7, Some(5)),
+            vec![40, 40, 40, 35, 35, 35, 31]
+        );
+        assert_eq!(lane_chunks(3, 4, Some(5)), vec![3]);
+        assert_eq!(lane_chunks(12, 4, Some(5)), vec![5, 5, 2]);
+        assert!(lane_chunks(0, 4, Some(5)).is_empty());
+    }
+
+    /// Step 1 in parallel chunks gives the same per-image results, in the
+    /// same order, as one image after another (CPU routes: no nvJPEG here).
+    #[test]
+    fn parallel_routing_matches_serial_routing() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/data/conformance/core");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            println!("SKIP: {} not found", dir.display());
+            return;
+        };
+        let mut files: Vec<Vec<u8>> = entries
+            .flatten()
+            .filter_map(|e| std::fs::read(e.path()).ok())
+            .collect();
+        files.push(b"not a jpeg".to_vec());
+        files.push(Vec::new());
+        let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        // Small outputs for some, so OutputTooSmall shows up too.
+        let out_lens: Vec<usize> = (0..inputs.len())
+            .map(|i| if i % 7 == 3 { 16 } else { usize::MAX })
+            .collect();
+        let limits = Limits::default();
+        let serial: Vec<_> = inputs
+            .iter()
+            .zip(&out_lens)
+            // SAFETY: no nvJPEG objects without a check.
+            .map(|(d, &l)| unsafe { route_one(None, &limits, d, l) })
+            .collect();
+        // SAFETY: as above.
+        let parallel = unsafe { route_batch(None, &limits, &inputs, &out_lens) };
+        assert!(
+            inputs.len() >= PARALLEL_ROUTE_MIN,
+            "too few files to go parallel"
+        );
+        assert_eq!(serial.len(), parallel.len());
+        for (i, (a, b)) in serial.iter().zip(&parallel).enumerate() {
+            match (a, b) {
+                (Ok(x), Ok(y)) => assert_eq!(x, y, "image {i}"),
+                (Err(x), Err(y)) => assert_eq!(x.to_string(), y.to_string(), "image {i}"),
+                _ => panic!("image {i}: {a:?} vs {b:?}"),
+            }
+        }
+        assert!(serial.iter().any(Result::is_err) && serial.iter().any(Result::is_ok));
+    }
+
+    #[test]
+    fn options_default_to_preallocation_and_a_shared_handle() {
+        let o = GpuDecoderOptions::default();
+        assert!(o.hardware_preallocate);
+        assert!(!o.hardware_handle_per_lane);
+        assert_eq!(o.hardware_lanes, 4);
     }
 
     #[test]

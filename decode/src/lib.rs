@@ -13,7 +13,8 @@
 //!   Arithmetic coding, 12-bit and lossless give [`DecodeError::Unsupported`].
 //! - [`GpuDecoder`] (nvJPEG, loaded at run time, see [`NvJpeg::load`]) decodes
 //!   batches into device memory: hardware engines where they apply, the CUDA
-//!   decoder for the rest, the CPU for what nvJPEG rejects.
+//!   decoder for the rest, the CPU for what nvJPEG rejects; [`DecodeTimings`]
+//!   says where its wall-clock time goes, phase by phase.
 //!
 //! ```
 //! use stoker_decode::{probe, CpuDecoder, Limits};
@@ -36,6 +37,7 @@ mod gpu;
 pub mod nvjpeg;
 mod probe;
 mod route;
+mod timing;
 
 pub use cpu::CpuDecoder;
 /// The cudarc version this crate is built against (for device buffers and streams).
@@ -45,3 +47,4 @@ pub use gpu::{cuda_context, GpuDecoder, GpuDecoderOptions};
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
 pub use probe::{probe, ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
 pub use route::{Route, RouteCounters, RouteCounts};
+pub use timing::DecodeTimings;
