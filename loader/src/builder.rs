@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use cudarc::driver::CudaStream;
 use stoker_formats::Dataset;
 
 use crate::cpu::CpuPipeline;
@@ -67,6 +68,10 @@ pub struct LoaderConfig {
     /// `Device::Cuda` with JPEG records: share of each batch decoded on the CPU
     /// beside the JPEG engines (`None`: the decoder's default).
     pub(crate) gpu_cpu_share: Option<f32>,
+    /// GPU path: every batch is handed out already waited on this stream.
+    pub(crate) cuda_stream: Option<Arc<CudaStream>>,
+    /// GPU path: allocate the pinned staging write-combined.
+    pub(crate) write_combined: bool,
 }
 
 /// Settings for a [`Loader`]; see [`Loader::builder`].
@@ -172,6 +177,52 @@ impl LoaderBuilder {
         self
     }
 
+    /// GPU path: the stream your training step runs on. Every batch is handed out
+    /// already made to wait for its data on `stream` (a GPU-side wait, no host
+    /// synchronization), so [`crate::gpu::CudaImages`]' views are readable at once
+    /// and no [`crate::gpu::CudaImages::wait`] call is needed; the batch's slot is
+    /// reused only after `stream` has passed the point where the batch was dropped.
+    /// The stream must belong to the device's primary context (any
+    /// `CudaContext::new(n)` of the same device `n`). Rejected with [`Device::Cpu`];
+    /// unused when [`Device::Auto`] falls back to the CPU.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::gpu::cudarc::driver::CudaContext;
+    /// use stoker_loader::{Device, Images, Loader};
+    /// let stream = CudaContext::new(0)?.new_stream()?; // the training step's stream
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?)
+    ///     .device(Device::Cuda(0))
+    ///     .cuda_stream(stream.clone())
+    ///     .build()?;
+    /// for batch in loader.epoch(0) {
+    ///     if let Images::Cuda(images) = &batch?.images {
+    ///         let x = images.as_f32().expect("already waited on `stream`");
+    ///         // ... launch the step on `stream` reading `x` ...
+    ///         let _ = x;
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn cuda_stream(mut self, stream: Arc<CudaStream>) -> Self {
+        self.config.cuda_stream = Some(stream);
+        self
+    }
+
+    /// GPU path: allocate the pinned staging buffers write-combined
+    /// (`CU_MEMHOSTALLOC_WRITECOMBINED`; default `false`). Write-combined memory
+    /// bypasses the CPU caches: the readers' copies into it do not evict other
+    /// data, and the device may read it faster over PCIe, but CPU *reads* of it
+    /// are very slow. The loader only writes its staging (raw pixels, CPU-resized
+    /// oversize images); a JPEG record inside a raw dataset is the exception (it is
+    /// CPU-decoded in place: correct, slower). Measure before turning it on.
+    pub fn write_combined_staging(mut self, on: bool) -> Self {
+        self.config.write_combined = on;
+        self
+    }
+
     /// Bad record policy (default [`OnError::Replace`]).
     pub fn on_error(mut self, policy: OnError) -> Self {
         self.config.on_error = policy;
@@ -231,6 +282,12 @@ impl LoaderBuilder {
         if config.batch_size > u64::from(u32::MAX) {
             return invalid("batch_size", "too large");
         }
+        if config.cuda_stream.is_some() && config.device == Device::Cpu {
+            return invalid(
+                "cuda_stream",
+                "a CUDA stream is only used with Device::Cuda or Device::Auto",
+            );
+        }
         config.transform.validate()?;
         let sampler = Sampler::new(
             config.dataset.len(),
@@ -282,8 +339,13 @@ fn build_backend(
     config: &LoaderConfig,
     metrics: &Arc<Metrics>,
 ) -> Result<Box<dyn Pipeline>, LoaderError> {
+    let cpu = |why: &str| -> Result<Box<dyn Pipeline>, LoaderError> {
+        let pipeline = CpuPipeline::build(config, Arc::clone(metrics))?;
+        metrics.set_backend(format!("cpu, {} workers{why}", config.workers));
+        Ok(Box::new(pipeline))
+    };
     match config.device {
-        Device::Cpu => Ok(Box::new(CpuPipeline::build(config, Arc::clone(metrics))?)),
+        Device::Cpu => cpu(""),
         Device::Cuda(_) => Ok(Box::new(crate::gpu::build(config, Arc::clone(metrics))?)),
         Device::Auto => {
             let mut gpu_config = config.clone();
@@ -291,8 +353,9 @@ fn build_backend(
             match crate::gpu::build(&gpu_config, Arc::clone(metrics)) {
                 Ok(gpu) => Ok(Box::new(gpu)),
                 Err(LoaderError::GpuUnavailable { reason }) => {
-                    tracing::info!(%reason, "no usable GPU: loading on the CPU");
-                    Ok(Box::new(CpuPipeline::build(config, Arc::clone(metrics))?))
+                    // Said once, here; `Stats::backend` keeps saying it.
+                    tracing::info!(%reason, "Device::Auto: no usable GPU, loading on the CPU");
+                    cpu(&format!(" (Device::Auto fell back to the CPU: {reason})"))
                 }
                 Err(e) => Err(e),
             }
@@ -349,6 +412,8 @@ impl Loader {
                 workers,
                 on_error: OnError::Replace,
                 gpu_cpu_share: None,
+                cuda_stream: None,
+                write_combined: false,
             },
             resume: None,
             deferred: None,

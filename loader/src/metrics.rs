@@ -120,6 +120,75 @@ pub struct Metrics {
     host_bytes: AtomicU64,
     pinned_bytes: AtomicU64,
     device_bytes: AtomicU64,
+    /// Utilization samples (GPU path: NVML and `/proc/stat`), summed since the last reset.
+    utilization: Mutex<UtilizationSums>,
+    /// What produces the batches (set once at build).
+    backend: Mutex<String>,
+}
+
+/// Sums of utilization samples: `(sum of percents, samples)` per figure.
+#[derive(Debug, Default)]
+struct UtilizationSums {
+    gpu: (f64, u64),
+    jpeg: (f64, u64),
+    cpu: (f64, u64),
+    samples: u64,
+}
+
+impl UtilizationSums {
+    fn mean(&self) -> Option<Utilization> {
+        let mean = |(sum, n): (f64, u64)| (n > 0).then(|| sum / n as f64);
+        (self.samples > 0).then(|| Utilization {
+            gpu: mean(self.gpu),
+            jpeg: mean(self.jpeg),
+            cpu: mean(self.cpu),
+            samples: self.samples,
+        })
+    }
+}
+
+/// Mean utilizations over an interval, in percent (`None`: not measured here).
+///
+/// The GPU path samples them every 100 ms while an epoch runs: GPU and JPEG
+/// engines through NVML where the driver has it, host CPUs from `/proc/stat`.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_loader::metrics::Utilization;
+/// let u = Utilization { gpu: Some(40.0), jpeg: Some(90.0), cpu: Some(95.0), samples: 10 };
+/// assert!(u.verdict().starts_with("input-bound"));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Utilization {
+    /// GPU (SM) busy time, NVML's `utilization.gpu`.
+    pub gpu: Option<f64>,
+    /// JPEG engines, NVML's JPG utilization.
+    pub jpeg: Option<f64>,
+    /// Host CPUs (all cores), from `/proc/stat`.
+    pub cpu: Option<f64>,
+    /// Samples taken.
+    pub samples: u64,
+}
+
+impl Utilization {
+    /// The input-bound rule as one line: GPU under 70 % while the CPUs are over 85 %
+    /// means the loader's CPU side limits training.
+    pub fn verdict(&self) -> String {
+        let pct = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0}%"));
+        let head = match (self.gpu, self.cpu) {
+            (Some(g), Some(c)) if g < 70.0 && c > 85.0 => "input-bound (GPU < 70% while CPU > 85%)",
+            (Some(_), Some(_)) => "not input-bound by the GPU/CPU rule",
+            _ => "GPU utilization unavailable (no NVML)",
+        };
+        format!(
+            "{head}: GPU {}, JPEG engines {}, CPU {} over {} samples",
+            pct(self.gpu),
+            pct(self.jpeg),
+            pct(self.cpu),
+            self.samples
+        )
+    }
 }
 
 impl Metrics {
@@ -186,6 +255,24 @@ impl Metrics {
         self.queue_capacity.store(slots, Relaxed);
     }
 
+    /// Describes what produces the batches (`"cpu, 8 workers"`, `"cuda:0, nvJPEG …"`).
+    pub fn set_backend(&self, backend: impl Into<String>) {
+        *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = backend.into();
+    }
+
+    /// Adds one utilization sample, in percent; `None` for a figure not measured.
+    pub fn record_utilization(&self, gpu: Option<f64>, jpeg: Option<f64>, cpu: Option<f64>) {
+        let mut guard = self.utilization.lock().unwrap_or_else(|p| p.into_inner());
+        let u = &mut *guard;
+        u.samples += 1;
+        for (acc, v) in [(&mut u.gpu, gpu), (&mut u.jpeg, jpeg), (&mut u.cpu, cpu)] {
+            if let Some(v) = v {
+                acc.0 += v;
+                acc.1 += 1;
+            }
+        }
+    }
+
     /// Consumer side: one batch of `images` handed over after blocking `wait`, with
     /// `ready` further batches already finished at that moment.
     pub(crate) fn handoff(&self, images: u64, wait: Duration, ready: u64) {
@@ -231,6 +318,7 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .clear();
         *self.bad.lock().unwrap_or_else(|p| p.into_inner()) = BadRecords::default();
+        *self.utilization.lock().unwrap_or_else(|p| p.into_inner()) = UtilizationSums::default();
         for a in [
             &self.images,
             &self.batches,
@@ -314,6 +402,16 @@ impl Metrics {
             host_bytes: self.host_bytes.load(Relaxed),
             pinned_bytes: self.pinned_bytes.load(Relaxed),
             device_bytes: self.device_bytes.load(Relaxed),
+            backend: self
+                .backend
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            utilization: self
+                .utilization
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .mean(),
         }
     }
 }
@@ -377,6 +475,14 @@ pub struct Stats {
     pub pinned_bytes: u64,
     /// Device bytes (GPU path).
     pub device_bytes: u64,
+    /// What produced the batches: `"cpu, N workers"`, `"cuda:N, …"`, or the CPU with
+    /// the reason [`crate::Device::Auto`] did not use the GPU.
+    #[serde(default)]
+    pub backend: String,
+    /// GPU, JPEG-engine and CPU utilization while epochs ran (GPU path; `None` when
+    /// nothing was sampled).
+    #[serde(default)]
+    pub utilization: Option<Utilization>,
 }
 
 /// Below this fed ratio the loader, not the consumer, sets the pace.
@@ -554,6 +660,18 @@ impl Stats {
                 ("{kind=\"device\"}".into(), self.device_bytes as f64),
             ],
         );
+        if let Some(u) = &self.utilization {
+            let rows: Vec<(String, f64)> = [("gpu", u.gpu), ("jpeg", u.jpeg), ("cpu", u.cpu)]
+                .into_iter()
+                .filter_map(|(unit, v)| v.map(|v| (format!("{{unit=\"{unit}\"}}"), v)))
+                .collect();
+            gauge(
+                "utilization_percent",
+                "Mean utilization while epochs ran (GPU path).",
+                "gauge",
+                rows,
+            );
+        }
         out
     }
 }
@@ -616,6 +734,12 @@ impl fmt::Display for Stats {
                 "  bad records: {} (indices {:?})",
                 self.bad_records, self.bad_indices
             )?;
+        }
+        if !self.backend.is_empty() {
+            writeln!(f, "  backend: {}", self.backend)?;
+        }
+        if let Some(u) = &self.utilization {
+            writeln!(f, "  utilization: {}", u.verdict())?;
         }
         write!(f, "  {}", self.verdict())
     }
@@ -717,5 +841,52 @@ mod tests {
         assert_eq!((s.bad_records, s.bad_indices.clone()), (3, vec![5, 6]));
         m.reset();
         assert_eq!(m.snapshot().images, 0);
+    }
+
+    #[test]
+    fn utilization_samples_reach_the_stats_and_their_verdict() {
+        let m = Metrics::default();
+        assert_eq!(m.snapshot().utilization, None, "nothing sampled yet");
+        m.set_backend("cuda:0, test");
+        m.record_utilization(Some(40.0), Some(90.0), Some(90.0));
+        m.record_utilization(Some(60.0), None, Some(100.0));
+        let s = m.snapshot();
+        let u = s.utilization.expect("two samples");
+        assert_eq!(u.samples, 2);
+        assert_eq!((u.gpu, u.jpeg, u.cpu), (Some(50.0), Some(90.0), Some(95.0)));
+        assert!(u.verdict().starts_with("input-bound"), "{}", u.verdict());
+        let table = s.to_string();
+        assert!(table.contains("backend: cuda:0, test"), "{table}");
+        assert!(table.contains("utilization: input-bound"), "{table}");
+        assert!(s
+            .to_prometheus()
+            .contains("stoker_loader_utilization_percent{unit=\"jpeg\"} 90"));
+        let back: Stats = serde_json::from_str(&s.to_json()).unwrap();
+        assert_eq!(back, s);
+        // Reset clears the samples, not the backend.
+        m.reset();
+        let s = m.snapshot();
+        assert_eq!((s.utilization, s.backend.as_str()), (None, "cuda:0, test"));
+        // The GPU/CPU rule needs both figures.
+        let fed = Utilization {
+            gpu: Some(97.0),
+            cpu: Some(95.0),
+            ..u
+        };
+        assert!(fed.verdict().starts_with("not input-bound"));
+        assert!(Utilization::default()
+            .verdict()
+            .starts_with("GPU utilization unavailable"));
+    }
+
+    #[test]
+    fn stats_json_from_before_backend_and_utilization_still_parses() {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&Metrics::default().snapshot().to_json()).unwrap();
+        let obj = v.as_object_mut().unwrap();
+        obj.remove("backend");
+        obj.remove("utilization");
+        let s: Stats = serde_json::from_value(v).unwrap();
+        assert_eq!((s.backend.as_str(), s.utilization), ("", None));
     }
 }

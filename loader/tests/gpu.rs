@@ -361,3 +361,104 @@ fn gpu_memory_is_flat_over_five_epochs() {
     assert_eq!(after.device_bytes, stats.device_bytes);
     assert_eq!(after.images, 5 * 128);
 }
+
+#[test]
+fn batches_come_waited_on_the_users_stream_and_write_combined_staging_changes_nothing() {
+    let ctx = match gpu() {
+        Ok(ctx) => ctx,
+        Err(why) => {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let n = 48;
+    let ds = raw_dataset(dir.path(), n);
+    let stream = ctx.new_stream().unwrap();
+    // A stream is a GPU-path setting: rejected with the CPU device.
+    match Loader::builder(ds.clone())
+        .device(Device::Cpu)
+        .cuda_stream(stream.clone())
+        .build()
+    {
+        Err(LoaderError::InvalidConfig { field, .. }) => assert_eq!(field, "cuda_stream"),
+        other => panic!("expected InvalidConfig(cuda_stream), got {other:?}"),
+    }
+    let plain = loader(ds.clone(), Device::Cuda(0), Output::F16Nchw, 16).unwrap();
+    let build = |write_combined: bool| {
+        Loader::builder(ds.clone())
+            .batch_size(16)
+            .shuffle(Shuffle::Global { seed: 11 })
+            .transform(train_transform(96))
+            .output(Output::F16Nchw)
+            .device(Device::Cuda(0))
+            .workers(2)
+            .prefetch(2)
+            .cuda_stream(stream.clone())
+            .write_combined_staging(write_combined)
+            .build()
+            .unwrap()
+    };
+    let backend = plain.stats().backend;
+    assert!(backend.starts_with("cuda:0, raw records"), "{backend}");
+    for write_combined in [false, true] {
+        let on_stream = build(write_combined);
+        for (p, s) in plain.epoch(1).zip(on_stream.epoch(1)) {
+            let (p, s) = (p.unwrap(), s.unwrap());
+            assert_eq!((&p.indices, &p.labels), (&s.indices, &s.labels));
+            let Images::Cuda(images) = &s.images else {
+                panic!("Device::Cuda must give device batches");
+            };
+            // Already waited on `stream`: readable without a `wait` call.
+            let view = images
+                .as_f16_bits()
+                .expect("a batch handed out on the user's stream is readable at once");
+            let got = stream.clone_dtoh(&view).unwrap();
+            stream.synchronize().unwrap();
+            let want: Vec<u16> = host_values(&p, &ctx)
+                .into_iter()
+                .map(|v| half::f16::from_f32(v).to_bits())
+                .collect();
+            assert_eq!(
+                got, want,
+                "batch {} (write-combined {write_combined}): same kernel, same pixels",
+                p.index
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_stats_name_the_backend_and_sample_utilization() {
+    let ctx = match gpu() {
+        Ok(ctx) => ctx,
+        Err(why) => {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 64, 32, &[]);
+    let l = loader(ds, Device::Cuda(0), Output::F16Nchw, 16).unwrap();
+    let backend = l.stats().backend;
+    assert!(backend.starts_with("cuda:0, nvJPEG"), "{backend}");
+    let consumer = ctx.new_stream().unwrap();
+    // Long enough for the 100 ms sampler to take a few samples.
+    let start = std::time::Instant::now();
+    let mut epoch = 0;
+    while start.elapsed() < std::time::Duration::from_millis(600) {
+        for batch in l.epoch(epoch) {
+            if let Images::Cuda(d) = &batch.unwrap().images {
+                d.wait(&consumer).unwrap();
+            }
+        }
+        epoch += 1;
+    }
+    consumer.synchronize().unwrap();
+    let stats = l.stats();
+    let u = stats.utilization.expect("the GPU path samples utilization");
+    assert!(u.samples >= 2, "{u:?}");
+    assert!(u.cpu.is_some(), "{u:?}");
+    println!("{stats}");
+    assert!(stats.to_string().contains("utilization: "), "{stats}");
+}

@@ -513,6 +513,18 @@ fn bad_settings_are_clear_errors() {
         // Auto falls back to the CPU.
         let loader = small(&ds).device(Device::Auto).build().unwrap();
         assert_eq!(run_epoch(&loader, 0).len(), 1);
+        // ... and says so in its stats, with the reason.
+        let backend = loader.stats().backend;
+        assert!(
+            backend.starts_with("cpu") && backend.contains("Device::Auto fell back"),
+            "{backend}"
+        );
+        assert!(small(&ds)
+            .build()
+            .unwrap()
+            .stats()
+            .backend
+            .starts_with("cpu, "));
     } else {
         println!("skipped the no-GPU checks: /dev/nvidia0 exists");
     }

@@ -7,7 +7,7 @@
 //!
 //! ```text
 //!  raw records:  reader pool (rayon) ──▶ pinned ──copy stream: H2D──▶ arena ─┐
-//!  JPEG records: read-ahead thread ──▶ producer: nvJPEG decode_batch (compute) ─▶ arena ─┤
+//!  JPEG records: read-ahead thread ──▶ producer: nvJPEG decode_batch (decode k%2) ─▶ arena ─┤
 //!                                                                               ▼
 //!        compute stream: fused kernel (crop·resize·flip·normalize·layout·dtype) ─▶ batch tensor
 //!        ─▶ `ready` event ─▶ consumer stream waits (no host sync) ─▶ batch dropped: `release`
@@ -38,7 +38,9 @@
 //!
 //! Decoding: JPEG records go to [`stoker_decode::GpuDecoder`] (nvJPEG hardware
 //! engines, the CUDA decoder, or the CPU per image), which writes RGB straight
-//! into the slot's device arena on the compute stream; images larger than a
+//! into the slot's device arena on one of two decode streams (alternating by
+//! batch; each waits only for the last kernel that read the slot's arena, and
+//! the compute stream waits for the decode before the transform); images larger than a
 //! staging stride are decoded, cropped and resized on the CPU and copied. Raw
 //! (pre-decoded) records are copied by the reader pool into pinned memory and
 //! go to the device in one H2D copy per batch on the copy stream.
@@ -110,8 +112,13 @@ pub(crate) struct Shared {
     pub(crate) ctx: Arc<CudaContext>,
     /// H2D copies.
     pub(crate) copy: Arc<CudaStream>,
-    /// Transforms (and, with nvJPEG, decodes).
+    /// Transforms.
     pub(crate) compute: Arc<CudaStream>,
+    /// nvJPEG decodes, batch `k` on `decode[k % 2]`: a batch's decode waits only
+    /// for the kernel that last read its slot's arena (and for the decode two
+    /// batches back), not for the previous batch's decode and transform, so the
+    /// JPEG engines get batch k+1 while batch k finishes.
+    pub(crate) decode: [Arc<CudaStream>; 2],
     pub(crate) kernel: TransformKernel,
     /// nvJPEG (hardware engines / CUDA / CPU per image) for JPEG datasets; `None`
     /// for raw datasets, whose pixels are staged and copied as they are.
@@ -134,6 +141,10 @@ pub(crate) struct Shared {
     /// Free slots of the staging ring (bounded by the slot count).
     pub(crate) free_tx: Sender<Box<Slot>>,
     pub(crate) free_rx: Receiver<Box<Slot>>,
+    /// Pinned staging is write-combined (`LoaderBuilder::write_combined_staging`).
+    pub(crate) write_combined: bool,
+    /// Batches are handed out already waited on this stream (`LoaderBuilder::cuda_stream`).
+    pub(crate) consumer_stream: Option<Arc<CudaStream>>,
 }
 
 /// The GPU backend (see the module docs).
@@ -253,6 +264,18 @@ pub(crate) fn build(
     let ctx = CudaContext::new(ordinal).map_err(|e| LoaderError::GpuUnavailable {
         reason: format!("cannot create a CUDA context on device {ordinal}: {e}"),
     })?;
+    if let Some(stream) = &config.cuda_stream {
+        if **stream.context() != *ctx {
+            return Err(LoaderError::InvalidConfig {
+                field: "cuda_stream",
+                reason: format!(
+                    "the stream belongs to device {}'s context {:?}, the loader runs in device {ordinal}'s primary context",
+                    stream.context().ordinal(),
+                    stream.context().cu_ctx()
+                ),
+            });
+        }
+    }
     let kernel = TransformKernel::load(&ctx)?;
     let nvjpeg = match config.dataset.manifest().encoding {
         Encoding::Jpeg => Some(Mutex::new(
@@ -280,6 +303,11 @@ pub(crate) fn build(
     let compute = ctx
         .new_stream_with_priority(priority)
         .map_err(|e| driver_err("cuStreamCreateWithPriority (compute)", e))?;
+    let decode_stream = || {
+        ctx.new_stream_with_priority(priority)
+            .map_err(|e| driver_err("cuStreamCreateWithPriority (decode)", e))
+    };
+    let decode = [decode_stream()?, decode_stream()?];
 
     let size = config.transform.out_size();
     let (mean, std) = config.transform.mean_std();
@@ -314,7 +342,7 @@ pub(crate) fn build(
     // Unbounded: a slot added by `pipeline::grow` must always find its place back.
     let (free_tx, free_rx) = crossbeam_channel::unbounded();
     for _ in 0..slots {
-        let slot = Slot::new(&ctx, &compute, sizes)?;
+        let slot = Slot::new(&ctx, &compute, sizes, config.write_combined)?;
         // Cannot fail: the receiver is alive.
         let _ = free_tx.try_send(Box::new(slot));
     }
@@ -328,6 +356,21 @@ pub(crate) fn build(
             reason: e.to_string(),
         })?;
 
+    metrics.set_backend(match &nvjpeg {
+        Some(dec) => {
+            let dec = dec.lock().unwrap_or_else(|p| p.into_inner());
+            match dec.hardware_engines() {
+                Some((engines, cores)) => format!(
+                    "cuda:{ordinal}, nvJPEG hardware engines ({engines} × {cores} cores) + CUDA decoder + CPU fallback"
+                ),
+                None if dec.has_hardware() => format!(
+                    "cuda:{ordinal}, nvJPEG hardware engines + CUDA decoder + CPU fallback"
+                ),
+                None => format!("cuda:{ordinal}, nvJPEG CUDA decoder + CPU fallback (no hardware engines)"),
+            }
+        }
+        None => format!("cuda:{ordinal}, raw records: pinned staging + H2D, {workers} reader threads"),
+    });
     metrics.set_pinned_bytes((slots * sizes.pinned_bytes()) as u64);
     metrics.set_device_bytes(want_device as u64);
     metrics.set_queue_capacity(prefetch as u64);
@@ -351,6 +394,7 @@ pub(crate) fn build(
             ctx,
             copy,
             compute,
+            decode,
             kernel,
             nvjpeg,
             dataset: config.dataset.clone(),
@@ -366,6 +410,8 @@ pub(crate) fn build(
             slots: AtomicUsize::new(slots),
             free_tx,
             free_rx,
+            write_combined: config.write_combined,
+            consumer_stream: config.cuda_stream.clone(),
         }),
         slots,
         sizes,

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::metrics::Metrics;
+
 mod sys {
     //! Raw NVML types and the function table (only what the sampler uses).
     use std::ffi::{c_int, c_uint};
@@ -133,44 +135,7 @@ fn table() -> Option<&'static sys::Table> {
         .as_ref()
 }
 
-/// Mean utilizations over an interval, in percent (`None`: not available here).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Utilization {
-    /// GPU (SM) busy time, NVML's `utilization.gpu`.
-    pub gpu: Option<f64>,
-    /// JPEG engines, NVML's JPG utilization.
-    pub jpeg: Option<f64>,
-    /// Host CPUs (all cores), from `/proc/stat`.
-    pub cpu: Option<f64>,
-    /// Samples taken.
-    pub samples: u64,
-}
-
-impl Utilization {
-    /// The seed's input-bound rule as one line: GPU under 70 % while the CPUs are
-    /// over 85 % means the loader's CPU side limits training.
-    ///
-    /// # Examples
-    /// ```ignore
-    /// let u = Utilization { gpu: Some(40.0), jpeg: Some(90.0), cpu: Some(95.0), samples: 10 };
-    /// assert!(u.verdict().starts_with("input-bound"));
-    /// ```
-    pub fn verdict(&self) -> String {
-        let pct = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0}%"));
-        let head = match (self.gpu, self.cpu) {
-            (Some(g), Some(c)) if g < 70.0 && c > 85.0 => "input-bound (GPU < 70% while CPU > 85%)",
-            (Some(_), Some(_)) => "not input-bound by the GPU/CPU rule",
-            _ => "utilization unavailable (no NVML)",
-        };
-        format!(
-            "{head}: GPU {}, JPEG engines {}, CPU {} over {} samples",
-            pct(self.gpu),
-            pct(self.jpeg),
-            pct(self.cpu),
-            self.samples
-        )
-    }
-}
+pub use crate::metrics::Utilization;
 
 #[derive(Default)]
 struct Sums {
@@ -192,14 +157,15 @@ pub struct Sampler {
 impl Sampler {
     /// Starts sampling device `ordinal` (NVML index; the CUDA ordinal under the
     /// default `CUDA_DEVICE_ORDER`), or returns `None` if the thread cannot start.
-    pub fn start(ordinal: u32) -> Option<Sampler> {
+    /// Every sample is also added to `metrics` (the loader's [`crate::Stats::utilization`]).
+    pub fn start(ordinal: u32, metrics: Option<Arc<Metrics>>) -> Option<Sampler> {
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let sums = Arc::new(Mutex::new(Sums::default()));
         let thread = {
             let sums = Arc::clone(&sums);
             std::thread::Builder::new()
                 .name("stoker-gpu-nvml".into())
-                .spawn(move || sample(ordinal, &stopped, &sums))
+                .spawn(move || sample(ordinal, &stopped, &sums, metrics.as_deref()))
                 .ok()?
         };
         Some(Sampler {
@@ -232,7 +198,12 @@ impl Drop for Sampler {
     }
 }
 
-fn sample(ordinal: u32, stopped: &crossbeam_channel::Receiver<()>, sums: &Mutex<Sums>) {
+fn sample(
+    ordinal: u32,
+    stopped: &crossbeam_channel::Receiver<()>,
+    sums: &Mutex<Sums>,
+    metrics: Option<&Metrics>,
+) {
     let nvml = table();
     // SAFETY: NVML initialized by `table()`.
     let dev = nvml.and_then(|t| unsafe { result::device(t, ordinal) });
@@ -256,14 +227,14 @@ fn sample(ordinal: u32, stopped: &crossbeam_channel::Receiver<()>, sums: &Mutex<
             },
             _ => (None, None),
         };
+        let (gpu, jpeg) = (gpu.map(f64::from), jpeg.map(f64::from));
+        if let Some(m) = metrics {
+            m.record_utilization(gpu, jpeg, cpu);
+        }
         let mut guard = sums.lock().unwrap_or_else(|p| p.into_inner());
         let s = &mut *guard;
         s.samples += 1;
-        for (acc, v) in [
-            (&mut s.gpu, gpu.map(f64::from)),
-            (&mut s.jpeg, jpeg.map(f64::from)),
-            (&mut s.cpu, cpu),
-        ] {
+        for (acc, v) in [(&mut s.gpu, gpu), (&mut s.jpeg, jpeg), (&mut s.cpu, cpu)] {
             if let Some(v) = v {
                 acc.0 += v;
                 acc.1 += 1;
@@ -277,28 +248,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn verdict_follows_the_seed_rule() {
-        let u = Utilization {
-            gpu: Some(40.0),
-            jpeg: Some(90.0),
-            cpu: Some(95.0),
-            samples: 10,
-        };
-        assert!(u.verdict().starts_with("input-bound"), "{}", u.verdict());
-        let fed = Utilization {
-            gpu: Some(97.0),
-            cpu: Some(95.0),
-            ..u
-        };
-        assert!(fed.verdict().starts_with("not input-bound"));
-        assert!(Utilization::default()
-            .verdict()
-            .starts_with("utilization unavailable"));
-    }
-
-    #[test]
     fn sampler_measures_the_cpu_without_nvml() {
-        let s = Sampler::start(0).expect("sampler thread");
+        let metrics = Arc::new(Metrics::default());
+        let s = Sampler::start(0, Some(Arc::clone(&metrics))).expect("sampler thread");
         // Poll rather than sleep a fixed time: with NVML present a sample takes longer
         // (seen on the H200: one sample in 350 ms), and this checks what is sampled.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -309,6 +261,14 @@ mod tests {
         }
         drop(s);
         assert!(u.samples >= 2, "{u:?}");
+        // The loader's stats see the same samples (at least those taken before the
+        // reading above).
+        let in_stats = metrics
+            .snapshot()
+            .utilization
+            .expect("samples reached the stats");
+        assert!(in_stats.samples >= u.samples, "{in_stats:?} vs {u:?}");
+        assert!(in_stats.cpu.is_some());
         let cpu = u.cpu.expect("/proc/stat is readable on Linux");
         assert!((0.0..=100.0).contains(&cpu), "{cpu}");
         if table().is_none() {

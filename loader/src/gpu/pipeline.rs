@@ -1,10 +1,12 @@
 //! The GPU backend's epoch: one producer thread walks the epoch's batches in
-//! order; for each it takes a free slot of the staging ring, has the reader pool
-//! read (and, for JPEG, CPU-decode) every record straight into the slot's pinned
-//! buffer, then enqueues the H2D copy on the copy stream and the fused transform
-//! on the compute stream, and hands the batch over with its ready event. Nothing
-//! waits for the GPU on the way: while the consumer trains on batch i, batch i+1
-//! is being transformed, i+2 copied and i+3 read, bounded by the ring.
+//! order; for each it takes a free slot of the staging ring. Raw records: the
+//! reader pool copies every record straight into the slot's pinned buffer and
+//! the H2D copy goes on the copy stream. JPEG records: a read-ahead thread reads
+//! and checks the batch, and nvJPEG decodes it into the slot's device arena on
+//! decode stream `k % 2`. Then the fused transform runs on the compute stream,
+//! and the batch is handed over with its ready event. Nothing waits for the GPU
+//! on the way: while the consumer trains on batch i, batch i+1 is being
+//! transformed, i+2 copied or decoded and i+3 read, bounded by the ring.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,7 +68,10 @@ impl GpuEpoch {
                     reason: e.to_string(),
                 })?
         };
-        let sampler = Sampler::start(shared.ctx.ordinal() as u32);
+        let sampler = Sampler::start(
+            shared.ctx.ordinal() as u32,
+            Some(Arc::clone(&shared.metrics)),
+        );
         Ok(GpuEpoch {
             results: rx,
             shared,
@@ -87,7 +92,14 @@ impl EpochStream for GpuEpoch {
         match self.results.recv() {
             Ok(item) => {
                 self.next += 1;
-                Some(item)
+                Some(match (item, &self.shared.consumer_stream) {
+                    (Ok(batch), Some(stream)) => match &batch.images {
+                        // GPU-side wait on the user's stream (`LoaderBuilder::cuda_stream`).
+                        Images::Cuda(images) => images.wait(stream).map(|()| batch),
+                        Images::Host(_) => Ok(batch),
+                    },
+                    (item, _) => item,
+                })
             }
             Err(_) => {
                 // The producer is gone before the end: report it once, then end.
@@ -354,7 +366,12 @@ fn take_slot(
 
 /// Allocates one more slot (see [`take_slot`]).
 fn grow(shared: &Shared) -> Result<Box<Slot>, LoaderError> {
-    let slot = Slot::new(&shared.ctx, &shared.compute, shared.sizes)?;
+    let slot = Slot::new(
+        &shared.ctx,
+        &shared.compute,
+        shared.sizes,
+        shared.write_combined,
+    )?;
     let total = shared.slots.fetch_add(1, Ordering::AcqRel) + 1;
     tracing::warn!(
         slots = total,
@@ -409,9 +426,9 @@ enum Copies<'a> {
     /// Staged in pinned memory by the reader pool: one H2D copy of `bytes` on the
     /// copy stream.
     Staged { bytes: usize },
-    /// Decoded into the arena by nvJPEG on the compute stream; only these
-    /// `(pinned offset, arena offset, len)` regions (CPU-resized oversize images)
-    /// come from pinned memory.
+    /// Decoded into the arena by nvJPEG on a decode stream (joined by the compute
+    /// stream); only these `(pinned offset, arena offset, len)` regions (CPU-resized
+    /// oversize images) come from pinned memory.
     Decoded {
         regions: &'a [(usize, usize, usize)],
     },
@@ -500,7 +517,7 @@ fn build_batch(
 
 /// Builds batch `k` through nvJPEG: the records are read and checked on the
 /// producer thread (bytes borrowed from the memory map) and decoded by `decoder`
-/// straight into the slot's arena on the compute stream (hardware engines, the
+/// straight into the slot's arena on decode stream `k % 2` (hardware engines, the
 /// CUDA decoder or the CPU, per image). A record that fails is replaced as on the
 /// CPU path; an image larger than a staging stride is decoded, cropped and resized
 /// on the CPU and copied. `None` if stopped meanwhile (the slot goes back).
@@ -542,6 +559,17 @@ fn build_batch_nvjpeg(
     let mut done: Vec<Option<Staged>> = vec![None; n];
     let mut regions: Vec<(usize, usize, usize)> = Vec::new();
     let pinned_stride = slot.sizes.pinned_stride;
+    // This batch decodes on its own stream of the pair: it waits for the kernel
+    // that last read this slot's arena (a never-recorded event: no wait), not for
+    // the previous batch (see `Shared::decode`).
+    let decode_stream = &shared.decode[(k % 2) as usize];
+    if let Err(e) = decode_stream.wait(&slot.ready) {
+        give_back(slot);
+        return Some(Err(driver_err(
+            "cuStreamWaitEvent (arena reuse, decode)",
+            e,
+        )));
+    }
     let mut dec = decoder.lock().unwrap_or_else(|p| p.into_inner());
     while done.iter().any(Option::is_none) {
         if stop.load(Ordering::Acquire) {
@@ -627,7 +655,7 @@ fn build_batch_nvjpeg(
                 .filter_map(|(i, ..)| views.get_mut(*i).and_then(Option::take))
                 .collect();
             let inputs: Vec<&[u8]> = todo.iter().map(|t| t.1).collect();
-            dec.decode_batch(&inputs, &mut outs, &shared.compute)
+            dec.decode_batch(&inputs, &mut outs, decode_stream)
         };
         let bytes: usize = todo.iter().map(|t| t.1.len()).sum();
         shared.metrics.record(
@@ -677,6 +705,13 @@ fn build_batch_nvjpeg(
         }
     }
     drop(dec);
+    // The transform (and the oversize copies into the arena) follow the decode.
+    if let Err(e) = shared.compute.join(decode_stream) {
+        // The decode may still write the arena: let it finish before reuse.
+        shared.ctx.record_err(decode_stream.synchronize());
+        give_back(slot);
+        return Some(Err(driver_err("cuStreamWaitEvent (decode done)", e)));
+    }
     let images: Vec<Staged> = done.into_iter().flatten().collect();
     Some(enqueue(
         shared,
@@ -993,8 +1028,9 @@ fn enqueue(
                     .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
             }
             Copies::Decoded { regions } => {
-                // nvJPEG wrote the arena on the compute stream: the parameters and
-                // the CPU-resized oversize images follow on the same stream.
+                // nvJPEG wrote the arena on a decode stream, which the compute stream
+                // joined: the parameters and the CPU-resized oversize images follow
+                // on the compute stream.
                 slot.h2d_start
                     .record(compute)
                     .map_err(|e| driver_err("cuEventRecord", e))?;
@@ -1062,6 +1098,9 @@ fn enqueue(
         // path only, on the producer thread.
         let ctx = Arc::clone(&shared.ctx);
         ctx.record_err(shared.copy.synchronize());
+        for decode in &shared.decode {
+            ctx.record_err(decode.synchronize());
+        }
         ctx.record_err(shared.compute.synchronize());
         let _ = shared.free_tx.try_send(slot);
         return Err(e);

@@ -116,16 +116,25 @@ impl Slot {
         ctx: &Arc<CudaContext>,
         compute: &Arc<CudaStream>,
         sizes: SlotSizes,
+        write_combined: bool,
     ) -> Result<Slot, LoaderError> {
         let staging = sizes.batch * sizes.pinned_stride;
         let arena_bytes = sizes.batch * sizes.stride;
+        // Write-combined only when asked (`LoaderBuilder::write_combined_staging`):
+        // the host only writes this buffer, except a CPU decode of a JPEG record of
+        // a raw dataset, which is then slow but correct.
+        let flags = if write_combined {
+            cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED
+        } else {
+            0
+        };
         // SAFETY: the contents are uninitialized bytes / zero-valid scalars; the
-        // host writes every byte it later copies (see `begin_host_writes`), and
-        // flag 0 asks for ordinary cached page-locked memory (the decoders write
-        // and read it; write-combined memory would make reads very slow).
-        let pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(staging, 0) }
+        // host writes every byte it later copies (see `begin_host_writes`); `flags`
+        // is 0 (cached page-locked memory) or WRITECOMBINED, both valid for
+        // cuMemHostAlloc and both readable by the device.
+        let pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(staging, flags) }
             .map_err(|e| oom("pinned staging (cuMemHostAlloc)", staging, e))?;
-        // SAFETY: as above.
+        // SAFETY: as above; always cached (small, written field by field).
         let pinned_params = unsafe { ctx.alloc_pinned_with_flags::<ImageParams>(sizes.batch, 0) }
             .map_err(|e| {
             oom(
