@@ -2,7 +2,10 @@
 //!
 //! `#[ignore]`d: it measures, it asserts nothing about speed. Run on the GPU
 //! machine with `stoker-decode-gpu_throughput --ignored --nocapture`; it prints
-//! `ROW\tname\tvalue\tunit\tnote` lines (the device-check table format).
+//! `ROW\tname\tvalue\tunit\tnote` lines (the device-check table format),
+//! `# timings <row>: ...` ([`stoker_decode::DecodeTimings`] of the timed loop)
+//! and `ROWSPAN\t<row>\t<unix start s>\t<unix end s>` around each timed loop
+//! (the device check averages `nvidia-smi dmon`'s `jpg` column over it).
 //! Environment: `STOKER_BENCH_DIR` (default `../shared/data/bench`),
 //! `STOKER_BENCH_SECONDS` (default 5), `STOKER_BENCH_BATCH` (default 256).
 
@@ -78,87 +81,242 @@ fn gpu_decode_throughput() {
             return;
         }
     };
-    for (label, options) in [
-        ("decode_gpu_hw_lanes4", GpuDecoderOptions::default()),
-        (
-            "decode_gpu_hw_lanes1",
-            GpuDecoderOptions {
-                hardware_lanes: 1,
-                ..GpuDecoderOptions::default()
-            },
-        ),
-        (
-            "decode_gpu_hw_lanes8",
-            GpuDecoderOptions {
-                hardware_lanes: 8,
-                ..GpuDecoderOptions::default()
-            },
-        ),
-        (
+    // The engines, once, from a default decoder: the lanes7 row uses one
+    // lane per engine when the count is known.
+    let engines = match GpuDecoder::new(&ctx, GpuDecoderOptions::default()) {
+        Ok(dec) => {
+            let engines = dec.hardware_engines();
+            let lib = dec.library();
+            println!(
+                "\n# nvJPEG {:?} from {}; optional symbols present: {:?}; preallocated: {}",
+                lib.version(),
+                lib.path().display(),
+                lib.optional_present(),
+                dec.hardware_preallocated()
+            );
+            if let Some((e, c)) = engines {
+                row(
+                    "decode_gpu_hw_engines",
+                    f64::from(e),
+                    "count",
+                    "nvjpegGetHardwareDecoderInfo",
+                );
+                row(
+                    "decode_gpu_hw_cores_per_engine",
+                    f64::from(c),
+                    "count",
+                    "nvjpegGetHardwareDecoderInfo",
+                );
+            } else {
+                println!("\n# hardware engines: unknown (no hardware backend or no info)");
+            }
+            engines
+        }
+        Err(e) => {
+            println!("SKIP: {e}");
+            return;
+        }
+    };
+    let per_engine = engines.map_or(7, |(e, _)| e.max(1) as usize);
+    let lanes_engines = format!("decode_gpu_hw_lanes{per_engine}");
+    let lanes = |n: usize| GpuDecoderOptions {
+        hardware_lanes: n,
+        ..GpuDecoderOptions::default()
+    };
+    let cases: Vec<Case> = vec![
+        Case::new("decode_gpu_hw_lanes4", GpuDecoderOptions::default(), batch),
+        Case::new("decode_gpu_hw_lanes1", lanes(1), batch),
+        Case::new("decode_gpu_hw_lanes8", lanes(8), batch),
+        Case::new(
             "decode_gpu_hw_lanes4_cpu_share25",
             GpuDecoderOptions {
                 cpu_share: 0.25,
                 ..GpuDecoderOptions::default()
             },
+            batch,
         ),
-        (
+        Case::new(
             "decode_gpu_hw_lanes4_cpu_share33",
             GpuDecoderOptions {
                 cpu_share: 0.33,
                 ..GpuDecoderOptions::default()
             },
+            batch,
         ),
-        (
+        Case::new(
             "decode_gpu_cuda_only",
             GpuDecoderOptions {
                 hardware: false,
                 cuda_states: 8,
                 ..GpuDecoderOptions::default()
             },
+            batch,
         ),
-    ] {
-        let mut dec = match GpuDecoder::new(&ctx, options) {
-            Ok(d) => d,
-            Err(e) => {
-                println!("SKIP {label}: {e}");
-                continue;
-            }
-        };
-        let stream = ctx.default_stream();
-        let b = batch.min(n);
-        let mut outs: Vec<_> = (0..b)
-            .map(|_| stream.alloc_zeros::<u8>(max).unwrap())
-            .collect();
-        // Warm-up (initializes the batched states).
-        let chunk: Vec<&[u8]> = inputs[..b].to_vec();
-        dec.decode_batch(&chunk, &mut outs, &stream);
-        stream.synchronize().unwrap();
-        let before = dec.route_counts();
-        let (mut done, start, mut k) = (0usize, Instant::now(), 0usize);
-        while start.elapsed().as_secs_f64() < seconds {
-            let chunk: Vec<&[u8]> = (0..b).map(|j| inputs[(k + j) % n]).collect();
-            k = (k + b) % n;
-            let r = dec.decode_batch(&chunk, &mut outs, &stream);
-            assert!(r.iter().all(Result::is_ok));
-            done += b;
-        }
-        stream.synchronize().unwrap();
-        let rate = done as f64 / start.elapsed().as_secs_f64();
-        let after = dec.route_counts();
-        let routes: Vec<String> = stoker_decode::Route::ALL
-            .iter()
-            .filter(|r| after.get(**r) > before.get(**r))
-            .map(|r| format!("{r}={}", after.get(*r) - before.get(*r)))
-            .collect();
-        row(
-            label,
-            rate,
-            "img/s",
-            &format!(
-                "batch {b}; {}; engines {:?}",
-                routes.join(" "),
-                dec.hardware_engines()
-            ),
-        );
+        // Does nvjpegDecodeBatchedPreAllocate (on by default) matter?
+        Case::new(
+            "decode_gpu_hw_lanes4_no_prealloc",
+            GpuDecoderOptions {
+                hardware_preallocate: false,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
+        // Does one shared handle serialize the lanes' host work?
+        Case::new(
+            "decode_gpu_hw_lanes4_handle_per_lane",
+            GpuDecoderOptions {
+                hardware_handle_per_lane: true,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
+        // One lane per engine.
+        Case::new(&lanes_engines, lanes(per_engine), batch),
+        // Fewer, larger calls: per-call overhead vs per-image work.
+        Case::new(
+            "decode_gpu_hw_lanes4_batch512",
+            GpuDecoderOptions::default(),
+            512,
+        ),
+        // Two output sets on two streams, used in turn: batch k+1 does not
+        // wait (on the GPU) for batch k's outputs.
+        Case {
+            overlap: true,
+            ..Case::new(
+                "decode_gpu_hw_lanes4_overlap",
+                GpuDecoderOptions::default(),
+                batch,
+            )
+        },
+    ];
+    for case in cases {
+        measure(&ctx, &case, &inputs, max, seconds);
     }
+}
+
+/// One throughput row: a decoder configuration, a batch size, and whether
+/// batches alternate between two output sets and streams.
+struct Case {
+    label: String,
+    options: GpuDecoderOptions,
+    batch: usize,
+    overlap: bool,
+}
+
+impl Case {
+    fn new(label: &str, options: GpuDecoderOptions, batch: usize) -> Case {
+        Case {
+            label: label.to_string(),
+            options,
+            batch,
+            overlap: false,
+        }
+    }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Decodes the bench files in batches for `seconds` and prints the row, its
+/// phase timings, its host time per image and its time span (for the
+/// device check's `nvidia-smi dmon` sampling).
+fn measure(
+    ctx: &std::sync::Arc<stoker_decode::cudarc::driver::CudaContext>,
+    case: &Case,
+    inputs: &[&[u8]],
+    max: usize,
+    seconds: f64,
+) {
+    let label = case.label.as_str();
+    let n = inputs.len();
+    let mut dec = match GpuDecoder::new(ctx, case.options.clone()) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("SKIP {label}: {e}");
+            return;
+        }
+    };
+    let sets = if case.overlap { 2 } else { 1 };
+    let streams: Vec<_> = if case.overlap {
+        match (0..sets)
+            .map(|_| ctx.new_stream())
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(s) => s,
+            Err(e) => {
+                println!("SKIP {label}: creating streams: {e}");
+                return;
+            }
+        }
+    } else {
+        vec![ctx.default_stream()]
+    };
+    let b = case.batch.min(n);
+    let mut outs: Vec<Vec<_>> = streams
+        .iter()
+        .map(|stream| {
+            (0..b)
+                .map(|_| stream.alloc_zeros::<u8>(max).unwrap())
+                .collect()
+        })
+        .collect();
+    // Warm-up on every set (initializes the batched states).
+    let chunk: Vec<&[u8]> = inputs[..b].to_vec();
+    for (out, stream) in outs.iter_mut().zip(&streams) {
+        dec.decode_batch(&chunk, out, stream);
+        stream.synchronize().unwrap();
+    }
+    dec.reset_timings();
+    let before = dec.route_counts();
+    let span_start = unix_now();
+    let (mut done, start, mut k, mut j) = (0usize, Instant::now(), 0usize, 0usize);
+    while start.elapsed().as_secs_f64() < seconds {
+        let chunk: Vec<&[u8]> = (0..b).map(|i| inputs[(k + i) % n]).collect();
+        k = (k + b) % n;
+        let r = dec.decode_batch(&chunk, &mut outs[j], &streams[j]);
+        assert!(r.iter().all(Result::is_ok));
+        done += b;
+        j = (j + 1) % sets;
+    }
+    for stream in &streams {
+        stream.synchronize().unwrap();
+    }
+    let rate = done as f64 / start.elapsed().as_secs_f64();
+    let span_end = unix_now();
+    println!("\nROWSPAN\t{label}\t{span_start:.3}\t{span_end:.3}");
+    let after = dec.route_counts();
+    let routes: Vec<String> = stoker_decode::Route::ALL
+        .iter()
+        .filter(|r| after.get(**r) > before.get(**r))
+        .map(|r| format!("{r}={}", after.get(*r) - before.get(*r)))
+        .collect();
+    row(
+        label,
+        rate,
+        "img/s",
+        &format!(
+            "batch {b}; {}; engines {:?}; lanes {}; prealloc {}; handle/lane {}; {}",
+            routes.join(" "),
+            dec.hardware_engines(),
+            case.options.hardware_lanes,
+            dec.hardware_preallocated(),
+            case.options.hardware_handle_per_lane,
+            if case.overlap {
+                "2 output sets on 2 streams"
+            } else {
+                "1 output set, 1 stream"
+            }
+        ),
+    );
+    let t = dec.timings();
+    println!("\n# timings {label}: {t}");
+    row(
+        &format!("{label}_host_us_per_img"),
+        t.host_us_per_image(),
+        "us/img",
+        "decode_batch wall time per image, host side",
+    );
 }
