@@ -82,6 +82,13 @@ struct Args {
     /// engines (`LoaderBuilder::gpu_cpu_share`); rows are then named `jpeg_cpu<percent>`.
     #[arg(long)]
     cpu_share: Option<f32>,
+    /// Pinned staging write-combined (`LoaderBuilder::write_combined_staging`); rows get `_wc`.
+    #[arg(long)]
+    write_combined: bool,
+    /// Hand batches out already waited on the consumer's stream
+    /// (`LoaderBuilder::cuda_stream`) instead of calling `wait` on each.
+    #[arg(long)]
+    on_stream: bool,
     /// Epochs after epoch 0 over which the loader alone is timed (the steady state).
     #[arg(long, default_value_t = 3)]
     steady_epochs: u64,
@@ -164,13 +171,19 @@ fn run(args: &Args) -> Res<()> {
         (Encoding::Raw, _) => "raw".to_string(),
         (_, Some(share)) => format!("jpeg_cpu{}", (share * 100.0).round()),
         _ => "jpeg".to_string(),
-    } + &args.tag;
+    } + if args.write_combined { "_wc" } else { "" }
+        + &args.tag;
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
+    let ctx = CudaContext::new(args.device)?;
+    let stream = ctx.new_stream()?;
     let mut builder = Loader::builder(dataset.clone());
     if let Some(share) = args.cpu_share {
         builder = builder.gpu_cpu_share(share);
+    }
+    if args.on_stream {
+        builder = builder.cuda_stream(stream.clone());
     }
     let loader = builder
         .batch_size(args.batch_size)
@@ -185,10 +198,10 @@ fn run(args: &Args) -> Res<()> {
         .device(Device::Cuda(args.device))
         .prefetch(args.prefetch)
         .workers(workers)
+        .write_combined_staging(args.write_combined)
         .build()?;
+    println!("{}", loader.stats().backend);
     let batch_bytes = args.batch_size * 3 * (args.size as usize).pow(2) * 2;
-    let ctx = CudaContext::new(args.device)?;
-    let stream = ctx.new_stream()?;
     let module = ctx.load_module(compile_ptx(BUSY_CU)?)?;
     let busy = module.load_function("busy")?;
     let mut sink = stream.alloc_zeros::<f32>(4096)?;
@@ -359,6 +372,19 @@ fn run(args: &Args) -> Res<()> {
             "images",
             "decode route counts",
         );
+    }
+    if let Some(u) = &stats.utilization {
+        for (unit, v) in [("gpu", u.gpu), ("jpeg", u.jpeg), ("cpu", u.cpu)] {
+            if let Some(v) = v {
+                table.row(
+                    &format!("util_{kind}_{unit}_pct"),
+                    v,
+                    "%",
+                    "mean over the fed epochs (loader.stats().utilization)",
+                );
+            }
+        }
+        println!("utilization: {}", u.verdict());
     }
     println!("{}", stats.verdict());
 

@@ -43,21 +43,22 @@ if [ -x "$BIN/gpu_consumer" ]; then
   row gpu_util_verdict_jpeg - text "${verdict:-no NVML verdict logged}"
   # 2a. The same with 4x the records (64 batches per epoch): each epoch starts with an
   #     empty pipeline (one batch of decode, ~13 ms), which weighs on the fed ratio
-  #     in proportion to 1 / batches per epoch (rows jpeg_x32_*).
-  timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 32 --epochs 3 --tag _x32 \
+  #     in proportion to 1 / batches per epoch (rows jpeg_x32_*). Batches are handed
+  #     out already waited on the consumer's stream (LoaderBuilder::cuda_stream).
+  timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 32 --epochs 3 --tag _x32 --on-stream \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg-x32.log" | tail -n 25
-  row gpu_consumer_jpeg_x32 "${PIPESTATUS[0]}" exit "examples/gpu_consumer --repeat 32, jpeg"
-  # 2b. Same with a quarter of each batch decoded on the CPUs beside the engines
-  #     (LoaderBuilder::gpu_cpu_share; rows jpeg_cpu25_*).
-  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 3 --cpu-share 0.25 \
-    --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg-cpu25.log" | tail -n 25
-  row gpu_consumer_jpeg_cpu25 "${PIPESTATUS[0]}" exit "examples/gpu_consumer --cpu-share 0.25, jpeg"
+  row gpu_consumer_jpeg_x32 "${PIPESTATUS[0]}" exit "examples/gpu_consumer --repeat 32 --on-stream, jpeg"
   # 3. Raw pre-decoded records (H2D-bound): loader H2D GB/s vs the pinned ceiling.
   #    2,048 records (8 batches per epoch), 3 fed epochs: with 4 batches per epoch
   #    the per-epoch start and end weighed on the fed figures more than the stages.
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw.log" | tail -n 25
   row gpu_consumer_raw "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw"
+  # 3a. The same with write-combined pinned staging (rows raw_wc_*): does the H2D
+  #     copy get closer to the pinned ceiling when the readers' writes bypass the caches?
+  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 --write-combined \
+    --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-wc.log" | tail -n 25
+  row gpu_consumer_raw_wc "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw --write-combined"
 else
   row gpu_consumer missing exit "gpu_consumer not in BIN"
 fi
