@@ -46,11 +46,44 @@ if [ -x "$BIN/stoker" ]; then
   done
 fi
 
-# 2. Throughput per route / lane count, CPU all cores in the same run.
+# 2. Throughput per route / lane count / host-side option, CPU all cores in the same run,
+#    with the JPEG engines' utilization sampled meanwhile: `nvidia-smi dmon -s u` (utilization
+#    group: sm mem enc dec jpg ofa) `-o DT` (date and time columns, so samples can be matched
+#    to the rows' Unix-time spans) `-d 1` (one sample a second). The test prints
+#    `ROWSPAN<TAB>row<TAB>start<TAB>end` around each timed loop; dmon_jpg.py (tested by
+#    dmon_jpg_test.py, no GPU needed) adds a `<row>_jpg_util_pct` row per span.
 if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
+  dmon_pid=""
+  dmon_log="$OUT/decode_dmon.log"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    # Line-buffered when stdbuf exists, so a killed dmon leaves every sample in the log.
+    line_buffered=""
+    command -v stdbuf >/dev/null 2>&1 && line_buffered="stdbuf -oL"
+    $line_buffered nvidia-smi dmon -s u -o DT -d 1 >"$dmon_log" 2>&1 &
+    dmon_pid=$!
+    sleep 1
+    if ! kill -0 "$dmon_pid" 2>/dev/null; then
+      echo "nvidia-smi dmon exited at once:"
+      cat "$dmon_log"
+      wait "$dmon_pid" 2>/dev/null
+      dmon_pid=""
+    fi
+  fi
   STOKER_BENCH_SECONDS="${DECODE_SECONDS:-5}" "$BIN/stoker-decode-gpu_throughput" \
     --ignored --nocapture --test-threads=1 >"$OUT/decode_throughput.log" 2>&1 || status=1
+  if [ -n "$dmon_pid" ]; then
+    sleep 1 # one more sample after the last span
+    kill "$dmon_pid" 2>/dev/null
+    wait "$dmon_pid" 2>/dev/null
+  fi
   grep -P '^ROW\t' "$OUT/decode_throughput.log" | cut -f2- >>"$T"
+  if [ -s "$dmon_log" ]; then
+    python3 "$(dirname "$0")/dmon_jpg.py" "$dmon_log" "$OUT/decode_throughput.log" >>"$T" ||
+      printf '%s\t%s\t%s\t%s\n' decode_jpg_util - % "dmon_jpg.py failed, see $dmon_log" >>"$T"
+  else
+    printf '%s\t%s\t%s\t%s\n' decode_jpg_util - % "nvidia-smi dmon unavailable" >>"$T"
+  fi
+  grep -E '^# (timings|nvJPEG|hardware)' "$OUT/decode_throughput.log"
   cat "$OUT/decode_throughput.log"
 else
   printf '%s\t%s\t%s\t%s\n' decode_throughput missing - "stoker-decode-gpu_throughput not carried" >>"$T"
@@ -83,7 +116,10 @@ with open(table, "a") as out:
         sys.exit(0)
     tv = row["img_per_s"]
     out.write("torchvision_decode_jpeg_cuda\t%.1f\timg/s\tbatch %s, same files, same run\n" % (tv, row.get("batch")))
-    for name in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes8", "decode_gpu_cuda_only"):
+    for name in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes8", "decode_gpu_cuda_only",
+                 "decode_gpu_hw_lanes4_no_prealloc", "decode_gpu_hw_lanes4_handle_per_lane",
+                 "decode_gpu_hw_lanes7", "decode_gpu_hw_lanes4_batch512",
+                 "decode_gpu_hw_lanes4_overlap"):
         try:
             out.write("%s_vs_torchvision\t%.2f\tx\tratio in this run\n" % (name, float(rows[name]) / tv))
         except (KeyError, ValueError):
