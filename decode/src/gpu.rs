@@ -400,12 +400,18 @@ impl GpuDecoder {
             let mut preallocate = options.hardware_preallocate;
             let mut out = Vec::with_capacity(lanes);
             for k in 0..lanes {
+                // A lane whose own handle cannot be had uses the shared one
+                // (rather than losing the hardware path altogether).
                 let own = if options.hardware_handle_per_lane {
-                    Some(Owned::new(
-                        result::create_ex(t, sys::NVJPEG_BACKEND_HARDWARE)?,
-                        t.nvjpegDestroy,
-                        "lane hardware handle",
-                    ))
+                    match result::create_ex(t, sys::NVJPEG_BACKEND_HARDWARE) {
+                        Ok(h) => Some(Owned::new(h, t.nvjpegDestroy, "lane hardware handle")),
+                        Err(e) => {
+                            tracing::info!(
+                                "hardware lane {k}: no handle of its own ({e}); sharing one"
+                            );
+                            None
+                        }
+                    }
                 } else {
                     None
                 };
@@ -472,6 +478,15 @@ impl GpuDecoder {
     /// memory up front (see [`GpuDecoderOptions::hardware_preallocate`]).
     pub fn hardware_preallocated(&self) -> bool {
         self.hw.as_ref().is_some_and(|h| h.preallocated)
+    }
+
+    /// How many hardware lanes decode with a handle of their own (see
+    /// [`GpuDecoderOptions::hardware_handle_per_lane`]; a lane whose handle
+    /// could not be created shares the decoder's).
+    pub fn hardware_lane_handles(&self) -> usize {
+        self.hw
+            .as_ref()
+            .map_or(0, |h| h.lanes.iter().filter(|l| l.handle.is_some()).count())
     }
 
     /// The nvJPEG library in use.

@@ -298,12 +298,12 @@ fn measure(
         rate,
         "img/s",
         &format!(
-            "batch {b}; {}; engines {:?}; lanes {}; prealloc {}; handle/lane {}; {}",
+            "batch {b}; {}; engines {:?}; lanes {}; prealloc {}; lane handles {}; {}",
             routes.join(" "),
             dec.hardware_engines(),
             case.options.hardware_lanes,
             dec.hardware_preallocated(),
-            case.options.hardware_handle_per_lane,
+            dec.hardware_lane_handles(),
             if case.overlap {
                 "2 output sets on 2 streams"
             } else {
