@@ -329,3 +329,112 @@ fn cpu_share_matches_cpu_and_routes_add_up() {
         assert_eq!(c.get(Route::NvjpegHardware) + shared, total);
     }
 }
+
+/// The host-side options of the hardware path change how work is spread, not
+/// what is decoded: with preallocation off, a handle per lane, one lane per
+/// engine or a single lane, every bench image takes the same route and gives
+/// the same bytes as the default decoder. Batches of 200 (the last one 112)
+/// split unevenly over the lanes. Also checks that the timings add up.
+#[test]
+fn hardware_options_decode_the_same_pixels() {
+    let Some((ctx, mut reference)) = gpu() else {
+        return;
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir().join("bench"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
+        .collect();
+    files.sort();
+    let data: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let stream = ctx.new_stream().unwrap();
+    let decode_all = |dec: &mut GpuDecoder| -> Vec<(Route, Vec<u8>)> {
+        let mut out = Vec::new();
+        for chunk in data.chunks(200) {
+            let inputs: Vec<&[u8]> = chunk.iter().map(Vec::as_slice).collect();
+            let mut outputs: Vec<_> = inputs
+                .iter()
+                .map(|d| {
+                    let info = stoker_decode::probe(d, &Default::default()).unwrap();
+                    stream.alloc_zeros::<u8>(info.rgb_len()).unwrap()
+                })
+                .collect();
+            let got = dec.decode_batch(&inputs, &mut outputs, &stream);
+            stream.synchronize().unwrap();
+            for (r, o) in got.into_iter().zip(&outputs) {
+                let (_, route) = r.unwrap();
+                out.push((route, stream.clone_dtoh(o).unwrap()));
+            }
+        }
+        out
+    };
+    let want = decode_all(&mut reference);
+    let t = reference.timings();
+    println!(
+        "default: {t}; preallocated {}",
+        reference.hardware_preallocated()
+    );
+    assert_eq!(t.images, data.len() as u64);
+    assert_eq!(t.calls, data.len().div_ceil(200) as u64);
+    assert!(t.total_s > 0.0 && t.probe_s <= t.total_s && t.hw_lanes_s <= t.total_s);
+    if reference.has_hardware() {
+        assert!(
+            t.hw_decode_s > 0.0,
+            "no time inside nvjpegDecodeBatched: {t}"
+        );
+    }
+    reference.reset_timings();
+    assert_eq!(reference.timings(), Default::default());
+    let engines = reference.hardware_engines().map_or(7, |(e, _)| e as usize);
+    drop(reference);
+    for (name, options) in [
+        (
+            "no preallocation",
+            GpuDecoderOptions {
+                hardware_preallocate: false,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+        (
+            "handle per lane",
+            GpuDecoderOptions {
+                hardware_handle_per_lane: true,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+        (
+            "one lane per engine",
+            GpuDecoderOptions {
+                hardware_lanes: engines,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+        (
+            "one lane",
+            GpuDecoderOptions {
+                hardware_lanes: 1,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+    ] {
+        let Some((_, mut dec)) = gpu_with(options) else {
+            return;
+        };
+        let got = decode_all(&mut dec);
+        println!(
+            "{name}: {}; lane handles {}",
+            dec.timings(),
+            dec.hardware_lane_handles()
+        );
+        assert_eq!(got.len(), want.len());
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.0,
+                w.0,
+                "{name}: {} routed differently",
+                files[k].display()
+            );
+            assert!(g.1 == w.1, "{name}: {} pixels differ", files[k].display());
+        }
+    }
+}
