@@ -51,10 +51,10 @@ pub struct GpuDecoderOptions {
     /// when it is created, so the engines' device memory comes from a pool
     /// sized up front instead of being allocated while decoding (NVIDIA's
     /// nvImageCodec always does this and reports a large gain). The hint is
-    /// the lane's share of a [`PREALLOCATE_BATCH`]-image batch, 640×480,
-    /// 4:2:0, interleaved RGB: nvJPEG treats it as a starting size and grows
-    /// the buffers for larger images. Skipped, with one `info` log, when the
-    /// library lacks the function or refuses. Default true.
+    /// the lane's share of a 256-image batch (rounded up to whole engine
+    /// cores), 640×480, 4:2:0, interleaved RGB: nvJPEG treats it as a starting
+    /// size and grows the buffers for larger images. Skipped, with one `info`
+    /// log, when the library lacks the function or refuses. Default true.
     pub hardware_preallocate: bool,
     /// Give each hardware lane its own `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)`
     /// handle (its state is created from it) instead of sharing one: tests
@@ -63,8 +63,9 @@ pub struct GpuDecoderOptions {
 }
 
 /// The batch size (whole decoder, split over the lanes) that
-/// [`GpuDecoderOptions::hardware_preallocate`] sizes the engines' memory for.
-pub const PREALLOCATE_BATCH: usize = 256;
+/// [`GpuDecoderOptions::hardware_preallocate`] sizes the engines' memory for
+/// (the loader's and the benchmarks' default batch).
+const PREALLOCATE_BATCH: usize = 256;
 /// Image size (width, height) that preallocation is hinted with: a typical
 /// ImageNet-like photo (500×375 in the bench set) fits.
 const PREALLOCATE_SIZE: (u32, u32) = (640, 480);
@@ -476,6 +477,15 @@ impl GpuDecoder {
 
     /// Whether `nvjpegDecodeBatchedPreAllocate` sized every hardware lane's
     /// memory up front (see [`GpuDecoderOptions::hardware_preallocate`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions};
+    /// let dec = GpuDecoder::new(&cuda_context(0)?, GpuDecoderOptions::default())?;
+    /// println!("preallocated: {}, lanes with their own handle: {}",
+    ///     dec.hardware_preallocated(), dec.hardware_lane_handles());
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
     pub fn hardware_preallocated(&self) -> bool {
         self.hw.as_ref().is_some_and(|h| h.preallocated)
     }

@@ -177,6 +177,13 @@ impl NvJpeg {
     }
 
     /// The optional functions this library has.
+    ///
+    /// # Examples
+    /// ```
+    /// if let Ok(lib) = stoker_decode::nvjpeg::NvJpeg::load() {
+    ///     println!("optional nvJPEG functions present: {:?}", lib.optional_present());
+    /// }
+    /// ```
     pub fn optional_present(&self) -> Vec<&'static str> {
         self.optional.present()
     }
