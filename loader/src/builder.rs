@@ -9,7 +9,7 @@ use stoker_formats::Dataset;
 use crate::cpu::CpuPipeline;
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stats};
-use crate::pipeline::{self, Epoch, EpochPlan, Pipeline, Progress};
+use crate::pipeline::{self, Epoch, EpochPlan, EpochStream, Pipeline, Progress};
 use crate::sampler::{LoaderState, Sampler, Shuffle};
 use crate::transform::Transform;
 
@@ -72,6 +72,8 @@ pub struct LoaderConfig {
     pub(crate) cuda_stream: Option<Arc<CudaStream>>,
     /// GPU path: allocate the pinned staging write-combined.
     pub(crate) write_combined: bool,
+    /// Start epoch e+1's pipeline when epoch e's last batch is handed out.
+    pub(crate) prefetch_next_epoch: bool,
 }
 
 /// Settings for a [`Loader`]; see [`Loader::builder`].
@@ -223,6 +225,18 @@ impl LoaderBuilder {
         self
     }
 
+    /// Start producing epoch `e + 1` as soon as epoch `e`'s last batch is handed out
+    /// (default `true`), so that its first batches are ready when the consumer,
+    /// done with that last batch, asks for [`Loader::epoch`]`(e + 1)`: without it
+    /// every epoch starts with an empty pipeline and the consumer waits for one
+    /// batch's read and decode. Asking for any other epoch discards the early start
+    /// (its batches are dropped, nothing is counted twice); so does a pending
+    /// [`LoaderBuilder::resume`]. Counted in [`Stats::epochs_started_early`].
+    pub fn prefetch_next_epoch(mut self, on: bool) -> Self {
+        self.config.prefetch_next_epoch = on;
+        self
+    }
+
     /// Bad record policy (default [`OnError::Replace`]).
     pub fn on_error(mut self, policy: OnError) -> Self {
         self.config.on_error = policy;
@@ -321,6 +335,7 @@ impl LoaderBuilder {
             position: 0,
         });
         Ok(Loader {
+            early: Mutex::new(None),
             backend,
             progress: Mutex::new(Progress {
                 active: None,
@@ -368,7 +383,11 @@ fn build_backend(
 ///
 /// `Loader` is `Send + Sync`; one epoch iterator may be alive at a time.
 pub struct Loader {
-    /// Declared first so it is dropped (threads joined) before the rest.
+    /// The next epoch's pipeline, started when the last batch of the current one
+    /// was handed out (`LoaderBuilder::prefetch_next_epoch`). Declared before the
+    /// backend: its threads stop before the backend's.
+    early: Mutex<Option<(u64, Box<dyn EpochStream + Send>)>>,
+    /// Declared before the rest so it is dropped (threads joined) first.
     backend: Box<dyn Pipeline>,
     progress: Mutex<Progress>,
     /// A resume state not yet applied (taken by the first `epoch` call).
@@ -414,6 +433,7 @@ impl Loader {
                 gpu_cpu_share: None,
                 cuda_stream: None,
                 write_combined: false,
+                prefetch_next_epoch: true,
             },
             resume: None,
             deferred: None,
@@ -463,7 +483,8 @@ impl Loader {
             }
             progress.active = Some(epoch);
         }
-        let start_batch = match self.resume.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let resume = self.resume.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let start_batch = match resume {
             Some(state) if state.epoch == epoch => state.position,
             _ => 0,
         };
@@ -475,7 +496,43 @@ impl Loader {
                 position: start_batch,
             };
         }
-        let plan = EpochPlan {
+        // An early start of this very epoch from its first batch is used as is; any
+        // other is dropped here (its threads stop, its batches go back).
+        let early = match self.early.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some((e, stream)) if e == epoch && start_batch == 0 => Some(stream),
+            // Stopped before the new start, so the two never compete for buffers.
+            other => {
+                drop(other);
+                None
+            }
+        };
+        let started = match early {
+            Some(stream) => {
+                self.metrics.epoch_started_early();
+                Ok(stream)
+            }
+            None => self.backend.start_epoch(self.plan(epoch, start_batch)),
+        };
+        let on_last: Option<Box<dyn FnOnce() + Send + '_>> =
+            self.config.prefetch_next_epoch.then(|| {
+                Box::new(move || self.start_early(epoch + 1)) as Box<dyn FnOnce() + Send + '_>
+            });
+        match started {
+            Ok(stream) => Epoch::running(
+                epoch,
+                stream,
+                self.sampler.num_batches(),
+                on_last,
+                &self.metrics,
+                &self.progress,
+            ),
+            Err(e) => Epoch::failed(epoch, e, &self.metrics, &self.progress, true),
+        }
+    }
+
+    /// The plan of `epoch` from batch `start_batch`.
+    fn plan(&self, epoch: u64, start_batch: u64) -> EpochPlan {
+        EpochPlan {
             epoch,
             seed: self.config.shuffle.seed(),
             order: self.sampler.order(epoch).into(),
@@ -483,10 +540,31 @@ impl Loader {
             num_batches: self.sampler.num_batches(),
             start_batch,
             on_error: self.config.on_error,
-        };
-        match self.backend.start_epoch(plan) {
-            Ok(stream) => Epoch::running(epoch, stream, &self.metrics, &self.progress),
-            Err(e) => Epoch::failed(epoch, e, &self.metrics, &self.progress, true),
+        }
+    }
+
+    /// Starts `epoch`'s pipeline ahead of the consumer's [`Loader::epoch`] call
+    /// (none while a resume state is pending: that call will want another start).
+    fn start_early(&self, epoch: u64) {
+        if self
+            .resume
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        match self.backend.start_epoch(self.plan(epoch, 0)) {
+            Ok(stream) => {
+                let old = self
+                    .early
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .replace((epoch, stream));
+                drop(old);
+            }
+            // The consumer's own call will start it (and report the error).
+            Err(e) => tracing::debug!(%e, epoch, "early start of the next epoch failed"),
         }
     }
 

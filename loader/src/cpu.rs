@@ -188,7 +188,7 @@ fn new_buffer(settings: &Settings) -> HostBuffer {
 }
 
 impl Pipeline for CpuPipeline {
-    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError> {
+    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError> {
         let (results_tx, results_rx) = crossbeam_channel::unbounded();
         let next = plan.start_batch;
         let end = plan.num_batches;

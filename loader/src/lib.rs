@@ -52,7 +52,7 @@
 //! The two meet at these items (all in this crate, all `pub(crate)` unless noted):
 //!
 //! 1. **Backend trait** `pipeline::Pipeline` (`pipeline.rs`):
-//!    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError>`.
+//!    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>`.
 //!    `pipeline::EpochPlan` carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
 //!    bad records (`EpochPlan::replacement`). `EpochStream::next_batch`

@@ -102,6 +102,8 @@ pub struct Metrics {
     images: AtomicU64,
     batches: AtomicU64,
     epochs: AtomicU64,
+    /// Epochs whose pipeline started before the consumer asked for them.
+    early_epochs: AtomicU64,
     /// Nanoseconds the consumer was blocked in `next()`.
     wait_ns: AtomicU64,
     /// Nanoseconds the consumer spent iterating epochs (iterator creation → end or drop),
@@ -299,6 +301,12 @@ impl Metrics {
         *mark = now;
     }
 
+    /// Consumer side: an epoch's pipeline had been started early (before the consumer
+    /// asked for it) and was used.
+    pub(crate) fn epoch_started_early(&self) {
+        self.early_epochs.fetch_add(1, Relaxed);
+    }
+
     /// Consumer side: an epoch iterator ended; `finished` if it reached the end.
     pub(crate) fn epoch_done(&self, finished: bool) {
         if finished {
@@ -323,6 +331,7 @@ impl Metrics {
             &self.images,
             &self.batches,
             &self.epochs,
+            &self.early_epochs,
             &self.wait_ns,
             &self.elapsed_ns,
             &self.queue_samples,
@@ -369,6 +378,7 @@ impl Metrics {
         let samples = self.queue_samples.load(Relaxed);
         Stats {
             epochs: self.epochs.load(Relaxed),
+            epochs_started_early: self.early_epochs.load(Relaxed),
             batches: self.batches.load(Relaxed),
             images,
             elapsed_s: elapsed,
@@ -440,6 +450,10 @@ pub struct StageStats {
 pub struct Stats {
     /// Epochs iterated to the end.
     pub epochs: u64,
+    /// Epochs whose pipeline was started when the previous epoch's last batch was
+    /// handed out, and used ([`crate::LoaderBuilder::prefetch_next_epoch`]).
+    #[serde(default)]
+    pub epochs_started_early: u64,
     /// Batches handed to the consumer.
     pub batches: u64,
     /// Images handed to the consumer.
@@ -720,10 +734,11 @@ impl fmt::Display for Stats {
         }
         writeln!(
             f,
-            "  queue: mean {:.2} / max {} ready of {} slots; memory: host {:.1} MiB, pinned {:.1} MiB, device {:.1} MiB",
+            "  queue: mean {:.2} / max {} ready of {} slots, {} epochs started early; memory: host {:.1} MiB, pinned {:.1} MiB, device {:.1} MiB",
             self.queue_mean,
             self.queue_max,
             self.queue_capacity,
+            self.epochs_started_early,
             mib(self.host_bytes),
             mib(self.pinned_bytes),
             mib(self.device_bytes)

@@ -79,7 +79,7 @@ pub(crate) trait Pipeline: Send + Sync {
     /// # Errors
     ///
     /// Whatever prevents the epoch from starting (the backend is unusable).
-    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError>;
+    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>;
 }
 
 /// The batches of one epoch, in order.
@@ -110,7 +110,13 @@ pub(crate) fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
 /// start another epoch (or resume this one from [`crate::Loader::state`]).
 pub struct Epoch<'a> {
     epoch: u64,
-    stream: Option<Box<dyn EpochStream + 'a>>,
+    stream: Option<Box<dyn EpochStream + Send>>,
+    /// One past the last batch of the epoch.
+    end: u64,
+    /// Called once when the last batch is handed out: starts the next epoch's
+    /// pipeline while the consumer works on this one's last batch
+    /// ([`crate::LoaderBuilder::prefetch_next_epoch`]).
+    on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
     /// An error to yield once before ending (the epoch could not start).
     pending: Option<LoaderError>,
     metrics: &'a Metrics,
@@ -125,13 +131,17 @@ pub struct Epoch<'a> {
 impl<'a> Epoch<'a> {
     pub(crate) fn running(
         epoch: u64,
-        stream: Box<dyn EpochStream + 'a>,
+        stream: Box<dyn EpochStream + Send>,
+        end: u64,
+        on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
         metrics: &'a Metrics,
         progress: &'a Mutex<Progress>,
     ) -> Self {
         Epoch {
             epoch,
             stream: Some(stream),
+            end,
+            on_last,
             pending: None,
             metrics,
             progress,
@@ -151,6 +161,8 @@ impl<'a> Epoch<'a> {
         Epoch {
             epoch,
             stream: None,
+            end: 0,
+            on_last: None,
             pending: Some(error),
             metrics,
             progress,
@@ -191,6 +203,14 @@ impl Iterator for Epoch<'_> {
                 self.metrics.handoff(batch.len() as u64, wait, ready);
                 self.metrics
                     .record(Stage::Handoff, batch.len() as u64, 0, handoff);
+                if batch.index + 1 >= self.end {
+                    if let Some(start_next) = self.on_last.take() {
+                        // Time the consumer spends here is waiting, like a blocked `next`.
+                        let t2 = Instant::now();
+                        start_next();
+                        self.metrics.wait_only(t2.elapsed());
+                    }
+                }
             }
             Some(Err(_)) => {
                 self.metrics.wait_only(wait);

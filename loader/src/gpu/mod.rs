@@ -165,7 +165,7 @@ impl std::fmt::Debug for GpuPipeline {
 }
 
 impl Pipeline for GpuPipeline {
-    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + '_>, LoaderError> {
+    fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError> {
         Ok(Box::new(pipeline::GpuEpoch::start(
             Arc::clone(&self.shared),
             plan,
