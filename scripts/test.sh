@@ -7,3 +7,5 @@ if ! python3 -c 'import lmdb' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check lmdb
 fi
 cargo test --workspace
+# The device check's parser of `nvidia-smi dmon` logs (pure Python, no GPU needed).
+python3 scripts/device-check.d/dmon_jpg_test.py
