@@ -386,6 +386,15 @@ fn run(args: &Args) -> Res<()> {
         }
         println!("utilization: {}", u.verdict());
     }
+    if let Some(t) = &stats.gpu_decode {
+        table.row(
+            &format!("loader_{kind}_decode_host_us_per_img"),
+            t.host_us_per_image(),
+            "us",
+            "nvJPEG decode_batch wall time per image, fed epochs (stats.gpu_decode)",
+        );
+        println!("nvJPEG host time: {t}");
+    }
     println!("{}", stats.verdict());
 
     // 3. Pinned H2D ceiling, same process (the peer of the loader's H2D figure).

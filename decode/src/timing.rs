@@ -23,7 +23,7 @@
 /// assert!((t.host_us_per_image() - 50.0).abs() < 1e-9);
 /// println!("{t}");
 /// ```
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DecodeTimings {
     /// `decode_batch` calls covered.
     pub calls: u64,

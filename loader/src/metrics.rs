@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use stoker_decode::DecodeTimings;
+
 /// A pipeline stage.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -126,6 +128,8 @@ pub struct Metrics {
     utilization: Mutex<UtilizationSums>,
     /// What produces the batches (set once at build).
     backend: Mutex<String>,
+    /// GPU path, JPEG records: the nvJPEG decoder's host time per phase.
+    gpu_decode: Mutex<Option<DecodeTimings>>,
 }
 
 /// Sums of utilization samples: `(sum of percents, samples)` per figure.
@@ -262,6 +266,12 @@ impl Metrics {
         *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = backend.into();
     }
 
+    /// Adds the nvJPEG decoder's phase times of some `decode_batch` calls (GPU path).
+    pub fn add_gpu_decode_timings(&self, t: &DecodeTimings) {
+        let mut g = self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner());
+        *g.get_or_insert_with(DecodeTimings::default) += *t;
+    }
+
     /// Adds one utilization sample, in percent; `None` for a figure not measured.
     pub fn record_utilization(&self, gpu: Option<f64>, jpeg: Option<f64>, cpu: Option<f64>) {
         let mut guard = self.utilization.lock().unwrap_or_else(|p| p.into_inner());
@@ -327,6 +337,7 @@ impl Metrics {
             .clear();
         *self.bad.lock().unwrap_or_else(|p| p.into_inner()) = BadRecords::default();
         *self.utilization.lock().unwrap_or_else(|p| p.into_inner()) = UtilizationSums::default();
+        *self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner()) = None;
         for a in [
             &self.images,
             &self.batches,
@@ -422,6 +433,7 @@ impl Metrics {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .mean(),
+            gpu_decode: *self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner()),
         }
     }
 }
@@ -466,9 +478,12 @@ pub struct Stats {
     pub fed_ratio: f64,
     /// `images / elapsed`.
     pub images_per_s: f64,
-    /// Per-stage counters (stages that ran).
+    /// Per-stage counters (stages that ran). They count the work done, which includes
+    /// the first batches of a next epoch started early
+    /// ([`crate::LoaderBuilder::prefetch_next_epoch`]), so after an epoch a stage's
+    /// items can exceed `images`.
     pub stages: Vec<StageStats>,
-    /// Images decoded per route.
+    /// Images decoded per route (like `stages`, early starts included).
     pub decode_routes: BTreeMap<String, u64>,
     /// Records that failed and were replaced (or returned as errors).
     pub bad_records: u64,
@@ -497,6 +512,11 @@ pub struct Stats {
     /// nothing was sampled).
     #[serde(default)]
     pub utilization: Option<Utilization>,
+    /// GPU path with JPEG records: where the nvJPEG decoder's host time went, per
+    /// phase ([`stoker_decode::DecodeTimings`]); its `total_s` is the decode stage's
+    /// busy time.
+    #[serde(default)]
+    pub gpu_decode: Option<DecodeTimings>,
 }
 
 /// Below this fed ratio the loader, not the consumer, sets the pace.
@@ -756,6 +776,9 @@ impl fmt::Display for Stats {
         if let Some(u) = &self.utilization {
             writeln!(f, "  utilization: {}", u.verdict())?;
         }
+        if let Some(t) = &self.gpu_decode {
+            writeln!(f, "  nvJPEG host time: {t}")?;
+        }
         write!(f, "  {}", self.verdict())
     }
 }
@@ -878,10 +901,26 @@ mod tests {
             .contains("stoker_loader_utilization_percent{unit=\"jpeg\"} 90"));
         let back: Stats = serde_json::from_str(&s.to_json()).unwrap();
         assert_eq!(back, s);
+        m.add_gpu_decode_timings(&DecodeTimings {
+            calls: 1,
+            images: 256,
+            total_s: 0.01,
+            ..DecodeTimings::default()
+        });
+        m.add_gpu_decode_timings(&DecodeTimings {
+            calls: 1,
+            images: 256,
+            total_s: 0.02,
+            ..DecodeTimings::default()
+        });
+        let t = m.snapshot().gpu_decode.expect("two calls added");
+        assert_eq!((t.calls, t.images), (2, 512));
+        assert!(m.snapshot().to_string().contains("nvJPEG host time"));
         // Reset clears the samples, not the backend.
         m.reset();
         let s = m.snapshot();
         assert_eq!((s.utilization, s.backend.as_str()), (None, "cuda:0, test"));
+        assert_eq!(s.gpu_decode, None);
         // The GPU/CPU rule needs both figures.
         let fed = Utilization {
             gpu: Some(97.0),
@@ -901,6 +940,7 @@ mod tests {
         let obj = v.as_object_mut().unwrap();
         obj.remove("backend");
         obj.remove("utilization");
+        obj.remove("gpu_decode");
         let s: Stats = serde_json::from_value(v).unwrap();
         assert_eq!((s.backend.as_str(), s.utilization), ("", None));
     }

@@ -459,6 +459,10 @@ fn gpu_stats_name_the_backend_and_sample_utilization() {
     let u = stats.utilization.expect("the GPU path samples utilization");
     assert!(u.samples >= 2, "{u:?}");
     assert!(u.cpu.is_some(), "{u:?}");
+    let t = stats
+        .gpu_decode
+        .expect("nvJPEG phase times reach the stats");
+    assert!(t.calls > 0 && t.images >= 64 && t.total_s > 0.0, "{t:?}");
     println!("{stats}");
     assert!(stats.to_string().contains("utilization: "), "{stats}");
 }

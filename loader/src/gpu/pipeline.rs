@@ -655,7 +655,11 @@ fn build_batch_nvjpeg(
                 .filter_map(|(i, ..)| views.get_mut(*i).and_then(Option::take))
                 .collect();
             let inputs: Vec<&[u8]> = todo.iter().map(|t| t.1).collect();
-            dec.decode_batch(&inputs, &mut outs, decode_stream)
+            let r = dec.decode_batch(&inputs, &mut outs, decode_stream);
+            // The decoder's phase times move into the loader's stats.
+            shared.metrics.add_gpu_decode_timings(&dec.timings());
+            dec.reset_timings();
+            r
         };
         let bytes: usize = todo.iter().map(|t| t.1.len()).sum();
         shared.metrics.record(
