@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{conformance_rows, data_dir, psnr};
+use common::{conformance_rows, data_dir, jpegs_in, psnr};
 use stoker_decode::{
     cuda_context, nvjpeg::NvJpeg, CpuDecoder, DecodeError, GpuDecoder, GpuDecoderOptions,
     LoadError, Route,
@@ -204,12 +204,7 @@ fn gpu_matches_cpu_on_the_conformance_corpus() {
 #[test]
 fn gpu_matches_cpu_on_the_bench_set() {
     let Some((ctx, mut dec)) = gpu() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir().join("bench"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
-        .collect();
-    files.sort();
+    let files = jpegs_in(&data_dir().join("bench"));
     assert!(!files.is_empty());
     let files: Vec<(PathBuf, bool)> = files.into_iter().map(|p| (p, true)).collect();
     let routes = compare(&mut dec, &ctx, &files, 128);
@@ -258,12 +253,7 @@ fn cpu_share_matches_cpu_and_routes_add_up() {
     }) else {
         return;
     };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir().join("bench"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
-        .collect();
-    files.sort();
+    let files = jpegs_in(&data_dir().join("bench"));
     assert!(files.len() > 96);
     let cpu = CpuDecoder::new(Default::default());
     let stream = ctx.new_stream().unwrap();
@@ -340,12 +330,7 @@ fn hardware_options_decode_the_same_pixels() {
     let Some((ctx, mut reference)) = gpu() else {
         return;
     };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir().join("bench"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
-        .collect();
-    files.sort();
+    let files = jpegs_in(&data_dir().join("bench"));
     let data: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let stream = ctx.new_stream().unwrap();
     let decode_all = |dec: &mut GpuDecoder| -> Vec<(Route, Vec<u8>)> {

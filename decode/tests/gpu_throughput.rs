@@ -35,12 +35,7 @@ fn gpu_decode_throughput() {
         .unwrap_or_else(|_| common::data_dir().join("bench"));
     let seconds: f64 = env("STOKER_BENCH_SECONDS", 5.0);
     let batch: usize = env("STOKER_BENCH_BATCH", 256);
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
-        .collect();
-    paths.sort();
+    let paths = common::jpegs_in(&dir);
     let files: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let n = files.len();
 

@@ -134,7 +134,7 @@ pub struct Metrics {
 
 /// Sums of utilization samples: `(sum of percents, samples)` per figure.
 #[derive(Debug, Default)]
-struct UtilizationSums {
+pub(crate) struct UtilizationSums {
     gpu: (f64, u64),
     jpeg: (f64, u64),
     cpu: (f64, u64),
@@ -142,7 +142,23 @@ struct UtilizationSums {
 }
 
 impl UtilizationSums {
-    fn mean(&self) -> Option<Utilization> {
+    /// Adds one sample, in percent; `None` for a figure not measured.
+    pub(crate) fn add(&mut self, gpu: Option<f64>, jpeg: Option<f64>, cpu: Option<f64>) {
+        self.samples += 1;
+        for (acc, v) in [
+            (&mut self.gpu, gpu),
+            (&mut self.jpeg, jpeg),
+            (&mut self.cpu, cpu),
+        ] {
+            if let Some(v) = v {
+                acc.0 += v;
+                acc.1 += 1;
+            }
+        }
+    }
+
+    /// The means, `None` before the first sample.
+    pub(crate) fn mean(&self) -> Option<Utilization> {
         let mean = |(sum, n): (f64, u64)| (n > 0).then(|| sum / n as f64);
         (self.samples > 0).then(|| Utilization {
             gpu: mean(self.gpu),
@@ -274,15 +290,10 @@ impl Metrics {
 
     /// Adds one utilization sample, in percent; `None` for a figure not measured.
     pub fn record_utilization(&self, gpu: Option<f64>, jpeg: Option<f64>, cpu: Option<f64>) {
-        let mut guard = self.utilization.lock().unwrap_or_else(|p| p.into_inner());
-        let u = &mut *guard;
-        u.samples += 1;
-        for (acc, v) in [(&mut u.gpu, gpu), (&mut u.jpeg, jpeg), (&mut u.cpu, cpu)] {
-            if let Some(v) = v {
-                acc.0 += v;
-                acc.1 += 1;
-            }
-        }
+        self.utilization
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(gpu, jpeg, cpu);
     }
 
     /// Consumer side: one batch of `images` handed over after blocking `wait`, with

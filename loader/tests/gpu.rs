@@ -29,6 +29,15 @@ fn gpu() -> Result<Arc<CudaContext>, String> {
     }
 }
 
+/// [`gpu`], or `None` after printing why the test is skipped.
+fn gpu_or_skip() -> Option<Arc<CudaContext>> {
+    gpu()
+        .map_err(|why| {
+            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)")
+        })
+        .ok()
+}
+
 fn train_transform(size: u32) -> Transform {
     Transform::random_resized_crop(size)
         .hflip(0.5)
@@ -218,12 +227,8 @@ fn compare_paths(
 
 #[test]
 fn gpu_batches_equal_cpu_batches_for_the_same_seed_and_epoch() {
-    let ctx = match gpu() {
-        Ok(ctx) => ctx,
-        Err(why) => {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
-            return;
-        }
+    let Some(ctx) = gpu_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let n = 100;
@@ -232,12 +237,8 @@ fn gpu_batches_equal_cpu_batches_for_the_same_seed_and_epoch() {
 
 #[test]
 fn gpu_transform_equals_cpu_transform_on_raw_records() {
-    let ctx = match gpu() {
-        Ok(ctx) => ctx,
-        Err(why) => {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
-            return;
-        }
+    let Some(ctx) = gpu_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let n = 48;
@@ -276,12 +277,8 @@ fn raw_dataset(dir: &std::path::Path, n: usize) -> stoker_formats::Dataset {
 
 #[test]
 fn gpu_bad_records_follow_the_cpu_policy() {
-    let ctx = match gpu() {
-        Ok(ctx) => ctx,
-        Err(why) => {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
-            return;
-        }
+    let Some(ctx) = gpu_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let ds = bench_dataset(
@@ -310,12 +307,8 @@ fn gpu_bad_records_follow_the_cpu_policy() {
 
 #[test]
 fn gpu_memory_is_flat_over_five_epochs() {
-    let ctx = match gpu() {
-        Ok(ctx) => ctx,
-        Err(why) => {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
-            return;
-        }
+    let Some(ctx) = gpu_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let ds = bench_dataset(dir.path(), 128, 64, &[]);
@@ -364,12 +357,8 @@ fn gpu_memory_is_flat_over_five_epochs() {
 
 #[test]
 fn batches_come_waited_on_the_users_stream_and_write_combined_staging_changes_nothing() {
-    let ctx = match gpu() {
-        Ok(ctx) => ctx,
-        Err(why) => {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
-            return;
-        }
+    let Some(ctx) = gpu_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let n = 48;
@@ -430,12 +419,8 @@ fn batches_come_waited_on_the_users_stream_and_write_combined_staging_changes_no
 
 #[test]
 fn gpu_stats_name_the_backend_and_sample_utilization() {
-    let ctx = match gpu() {
-        Ok(ctx) => ctx,
-        Err(why) => {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
-            return;
-        }
+    let Some(ctx) = gpu_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let ds = bench_dataset(dir.path(), 64, 32, &[]);

@@ -11,6 +11,17 @@ pub fn data_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data")))
 }
 
+/// The `.jpg`/`.jpeg` files of `dir`, sorted by name.
+pub fn jpegs_in(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// One row of `conformance/expectations.tsv`.
 #[derive(Debug, Clone)]
 pub struct Row {

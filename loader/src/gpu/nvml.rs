@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, UtilizationSums};
 
 mod sys {
     //! Raw NVML types and the function table (only what the sampler uses).
@@ -137,20 +137,12 @@ fn table() -> Option<&'static sys::Table> {
 
 pub use crate::metrics::Utilization;
 
-#[derive(Default)]
-struct Sums {
-    gpu: (f64, u64),
-    jpeg: (f64, u64),
-    cpu: (f64, u64),
-    samples: u64,
-}
-
 /// Samples utilization every 100 ms on its own thread until dropped.
 pub struct Sampler {
     /// Dropped to stop the thread: its wait between samples ends at once, so
     /// ending an epoch never waits out a sampling interval.
     stop: Option<crossbeam_channel::Sender<()>>,
-    sums: Arc<Mutex<Sums>>,
+    sums: Arc<Mutex<UtilizationSums>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -160,7 +152,7 @@ impl Sampler {
     /// Every sample is also added to `metrics` (the loader's [`crate::Stats::utilization`]).
     pub fn start(ordinal: u32, metrics: Option<Arc<Metrics>>) -> Option<Sampler> {
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
-        let sums = Arc::new(Mutex::new(Sums::default()));
+        let sums = Arc::new(Mutex::new(UtilizationSums::default()));
         let thread = {
             let sums = Arc::clone(&sums);
             std::thread::Builder::new()
@@ -175,16 +167,13 @@ impl Sampler {
         })
     }
 
-    /// Means so far.
+    /// Means so far (all `None`, 0 samples, before the first sample).
     pub fn utilization(&self) -> Utilization {
-        let s = self.sums.lock().unwrap_or_else(|p| p.into_inner());
-        let mean = |(sum, n): (f64, u64)| (n > 0).then(|| sum / n as f64);
-        Utilization {
-            gpu: mean(s.gpu),
-            jpeg: mean(s.jpeg),
-            cpu: mean(s.cpu),
-            samples: s.samples,
-        }
+        self.sums
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .mean()
+            .unwrap_or_default()
     }
 }
 
@@ -201,7 +190,7 @@ impl Drop for Sampler {
 fn sample(
     ordinal: u32,
     stopped: &crossbeam_channel::Receiver<()>,
-    sums: &Mutex<Sums>,
+    sums: &Mutex<UtilizationSums>,
     metrics: Option<&Metrics>,
 ) {
     let nvml = table();
@@ -231,15 +220,9 @@ fn sample(
         if let Some(m) = metrics {
             m.record_utilization(gpu, jpeg, cpu);
         }
-        let mut guard = sums.lock().unwrap_or_else(|p| p.into_inner());
-        let s = &mut *guard;
-        s.samples += 1;
-        for (acc, v) in [(&mut s.gpu, gpu), (&mut s.jpeg, jpeg), (&mut s.cpu, cpu)] {
-            if let Some(v) = v {
-                acc.0 += v;
-                acc.1 += 1;
-            }
-        }
+        sums.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(gpu, jpeg, cpu);
     }
 }
 
