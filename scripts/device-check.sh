@@ -20,6 +20,13 @@ mkdir -p "$OUT"
 # A safety net only: the library must find nvJPEG by itself.
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RUST_BACKTRACE=1
+# nvImageCodec, the second GPU-decode peer, when device-prepare.sh packed it: importable
+# by every part's python3 (benches/peers/nvimagecodec_decode.py, compare.py).
+if [ -f .device/nvimgcodec.tar.gz ]; then
+  site=/tmp/stoker-nvimgcodec-site
+  mkdir -p "$site" && tar xzf .device/nvimgcodec.tar.gz -C "$site" &&
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 : >"$OUT/table.tsv"
 log="$OUT/device-check.log"
 : >"$log"

@@ -52,6 +52,24 @@ tar czf .device/bin.tar.gz -C .device bin && rm -rf .device/bin
 cp -r ../shared/data/bench .device/data/bench
 cp -r ../shared/data/conformance .device/data/conformance
 cp -r benches/peers .device/peers 2>/dev/null || true
+# Optional peer: NVIDIA nvImageCodec (not installed on the GPU machine). Its wheel is fetched
+# once into .whl/ (git-ignored) and travels trimmed to what the JPEG peer loads, for the
+# device's Python 3.12: the module, the core library and the nvJPEG extension (~13 MB
+# unpacked instead of 70). No nvidia/__init__.py: `nvidia` stays a namespace package, so
+# torch's own nvidia.* packages still import.
+NVIMGCODEC=nvidia-nvimgcodec-cu13==0.9.0.20
+if ! ls .whl/nvidia_nvimgcodec_cu13-*.whl >/dev/null 2>&1; then
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    -d .whl "$NVIMGCODEC" || echo "note: $NVIMGCODEC not downloaded; the nvImageCodec peer rows will say so" >&2
+fi
+if wheel=$(ls .whl/nvidia_nvimgcodec_cu13-*.whl 2>/dev/null | head -1) && [ -n "$wheel" ]; then
+  site=$(mktemp -d)
+  unzip -q "$wheel" -d "$site" 'nvidia/nvimgcodec/__init__.py' 'nvidia/nvimgcodec/libnvimgcodec.so.0' \
+    'nvidia/nvimgcodec/nvimgcodec_impl.cpython-312-*' 'nvidia/nvimgcodec/extensions/libnvjpeg_ext.so.*'
+  tar czf .device/nvimgcodec.tar.gz -C "$site" nvidia
+  rm -rf "$site"
+fi
 du -sh .device .device/bin.tar.gz .device/data
 total=$(du -sm .device | cut -f1)
 if [ "$total" -gt 60 ]; then

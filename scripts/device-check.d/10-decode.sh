@@ -125,6 +125,39 @@ with open(table, "a") as out:
         except (KeyError, ValueError):
             pass
 PY
+  # 4. Second peer in the same run: nvImageCodec's hardware and CUDA backends, when carried.
+  python3 "$PEERS/nvimagecodec_decode.py" "$DATA/bench" --backend all --batch 256 \
+    --seconds "${DECODE_SECONDS:-5}" >"$OUT/nvimagecodec_decode.log" 2>&1
+  python3 - "$OUT/nvimagecodec_decode.log" "$T" <<'PY'
+import json, sys
+log, table = sys.argv[1], sys.argv[2]
+rows = {}
+for line in open(table):
+    f = line.rstrip("\n").split("\t")
+    if len(f) >= 3:
+        rows[f[0]] = f[1]
+with open(table, "a") as out:
+    for line in open(log):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        name = r.get("peer", "nvimagecodec")
+        if r.get("img_per_s") is None:
+            out.write("%s\t-\timg/s\t%s\n" % (name, r.get("reason") or "peer failed, see log"))
+            continue
+        out.write("%s\t%.1f\timg/s\t%s\n" % (name, r["img_per_s"], r.get("note", "same files, same run")))
+        if name.endswith("_hw"):
+            for ours in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes4_overlap"):
+                try:
+                    out.write("%s_vs_nvimagecodec_hw\t%.2f\tx\tratio in this run\n"
+                              % (ours, float(rows[ours]) / r["img_per_s"]))
+                except (KeyError, ValueError, ZeroDivisionError):
+                    pass
+PY
 else
   printf '%s\t%s\t%s\t%s\n' torchvision_decode_jpeg_cuda - img/s "peers not carried" >>"$T"
 fi
