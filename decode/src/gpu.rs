@@ -60,6 +60,17 @@ pub struct GpuDecoderOptions {
     /// handle (its state is created from it) instead of sharing one: tests
     /// whether one handle serializes the lanes' host-side work. Default false.
     pub hardware_handle_per_lane: bool,
+    /// Fraction (0.0 to 1.0) of each batch's hardware-decodable images — those
+    /// just before the CPU share's, at the end of the batch — decoded by
+    /// nvJPEG's GPU-hybrid backend (`NVJPEG_BACKEND_GPU_HYBRID`, batched:
+    /// Huffman decoding on the GPU's SMs) on its own thread and stream while
+    /// the engines decode the rest ([`Route::NvjpegGpuHuffman`]). For when the
+    /// engines are the bound and the SMs have room; nvJPEG documents the GPU
+    /// Huffman path for batched baseline files in batches of more than 100
+    /// images (smaller ones may take its CPU Huffman path). Default 0.0 (off);
+    /// out-of-range values are clamped, NaN is 0. When the backend cannot be
+    /// created the images stay on the engines (logged once).
+    pub gpu_huffman_share: f32,
 }
 
 /// The batch size (whole decoder, split over the lanes) that
@@ -86,6 +97,7 @@ impl Default for GpuDecoderOptions {
             cpu_share: 0.0,
             hardware_preallocate: true,
             hardware_handle_per_lane: false,
+            gpu_huffman_share: 0.0,
         }
     }
 }
@@ -140,6 +152,73 @@ impl HwLane {
     /// The handle this lane's state was created from.
     fn handle_ptr(&self, shared: sys::nvjpegHandle_t) -> sys::nvjpegHandle_t {
         self.handle.as_ref().map_or(shared, Owned::ptr)
+    }
+
+    /// One `nvjpegDecodeBatched` call on this lane's state and stream (after
+    /// `nvjpegDecodeBatchedInitialize` when the batch size changed), adding the
+    /// host time of both to `times`.
+    ///
+    /// # Safety
+    /// `handle` is the live handle this lane's state was created from; `data`,
+    /// `lens` and `outs` have one entry per image; each bitstream stays readable
+    /// until the lane's stream has passed this call; each output `(pointer,
+    /// pitch)` addresses `pitch * height` writable device bytes for its image's
+    /// header; no other thread uses this lane meanwhile; a CUDA context is current.
+    unsafe fn decode_batched(
+        &mut self,
+        t: &sys::Table,
+        handle: sys::nvjpegHandle_t,
+        data: &[*const u8],
+        lens: &[usize],
+        outs: &[(u64, usize)],
+        times: &mut LaneTimes,
+    ) -> Result<(), DecodeError> {
+        let n = data.len();
+        let mut images: Vec<sys::nvjpegImage_t> = outs
+            .iter()
+            .map(|&(ptr, pitch)| {
+                let mut img = sys::nvjpegImage_t::default();
+                img.channel[0] = ptr as *mut u8;
+                img.pitch[0] = pitch;
+                img
+            })
+            .collect();
+        if self.batch_size != n {
+            self.batch_size = 0;
+            let initializing = Instant::now();
+            // SAFETY: the handle and this lane's state are live (caller's contract).
+            let r = result::check("nvjpegDecodeBatchedInitialize", unsafe {
+                (t.nvjpegDecodeBatchedInitialize)(
+                    handle,
+                    self.state.ptr(),
+                    n as i32,
+                    1,
+                    sys::NVJPEG_OUTPUT_RGBI,
+                )
+            });
+            times.init += initializing.elapsed().as_secs_f64();
+            r?;
+            self.batch_size = n;
+        }
+        let decoding = Instant::now();
+        // SAFETY: the caller's contract covers the inputs, outputs and the state;
+        // `images` has n entries.
+        let r = result::check("nvjpegDecodeBatched", unsafe {
+            (t.nvjpegDecodeBatched)(
+                handle,
+                self.state.ptr(),
+                data.as_ptr(),
+                lens.as_ptr(),
+                images.as_mut_ptr(),
+                self.stream.cu_stream().cast(),
+            )
+        });
+        times.decode += decoding.elapsed().as_secs_f64();
+        if r.is_err() {
+            // nvjpeg.h: after a failed batch, initialize again.
+            self.batch_size = 0;
+        }
+        r
     }
 }
 
@@ -246,6 +325,10 @@ pub struct GpuDecoder {
     share_stream: Arc<CudaStream>,
     /// Wall-clock time per phase since creation or the last reset.
     timings: DecodeTimings,
+    /// The GPU-Huffman lane (its own GPU-hybrid handle, state and stream) when
+    /// `gpu_huffman_share > 0` and the backend could be created; taken out for
+    /// the length of a batch by the thread that decodes on it.
+    huffman: Option<HwLane>,
     options: GpuDecoderOptions,
 }
 
@@ -362,8 +445,41 @@ impl GpuDecoder {
             share_staging: PinnedRing::default(),
             share_stream: ctx.new_stream()?,
             timings: DecodeTimings::default(),
+            huffman: if share_fraction(options.gpu_huffman_share) > 0.0 {
+                Self::create_huffman_lane(lib, ctx)
+            } else {
+                None
+            },
             options,
         })
+    }
+
+    /// A batched lane on nvJPEG's GPU-hybrid backend, or `None` (logged) when
+    /// the library or device refuses it.
+    fn create_huffman_lane(lib: &'static NvJpeg, ctx: &Arc<CudaContext>) -> Option<HwLane> {
+        let t = lib.table();
+        // SAFETY: a context is current (bound by `new`); the state is created from
+        // the handle and declared before it in `HwLane`, so it is destroyed first.
+        let lane = unsafe {
+            result::create_ex(t, sys::NVJPEG_BACKEND_GPU_HYBRID).and_then(|h| {
+                let handle = Owned::new(h, t.nvjpegDestroy, "GPU-hybrid handle");
+                let state = Owned::new(
+                    result::jpeg_state_create(t, handle.ptr())?,
+                    t.nvjpegJpegStateDestroy,
+                    "GPU-hybrid state",
+                );
+                Ok(HwLane {
+                    state,
+                    handle: Some(handle),
+                    stream: ctx.new_stream()?,
+                    batch_size: 0,
+                })
+            })
+        };
+        lane.map_err(|e| {
+            tracing::info!("nvJPEG GPU-hybrid backend unavailable ({e}); gpu_huffman_share ignored")
+        })
+        .ok()
     }
 
     fn create_hardware(
@@ -490,6 +606,12 @@ impl GpuDecoder {
         self.hw.as_ref().is_some_and(|h| h.preallocated)
     }
 
+    /// Whether the GPU-Huffman lane exists ([`GpuDecoderOptions::gpu_huffman_share`]
+    /// above 0 and nvJPEG's GPU-hybrid backend created).
+    pub fn has_gpu_huffman(&self) -> bool {
+        self.huffman.is_some()
+    }
+
     /// How many hardware lanes decode with a handle of their own (see
     /// [`GpuDecoderOptions::hardware_handle_per_lane`]; a lane whose handle
     /// could not be created shares the decoder's).
@@ -614,14 +736,20 @@ impl GpuDecoder {
 
         // 1b. The CPU share: the last hardware-decodable images of the batch,
         //     decoded on the CPUs while the engines decode the rest.
-        let share = self.options.cpu_share;
-        let share = if share.is_nan() {
-            0.0
-        } else {
-            share.clamp(0.0, 1.0)
-        };
-        let take = ((hw_list.len() as f64 * f64::from(share)).round() as usize).min(hw_list.len());
+        let hw_count = hw_list.len() as f64;
+        let take = ((hw_count * share_fraction(self.options.cpu_share)).round() as usize)
+            .min(hw_list.len());
         let share_list = hw_list.split_off(hw_list.len() - take);
+        // 1c. The GPU-Huffman share: the hardware-decodable images just before the
+        //     CPU share's, decoded by the GPU-hybrid backend beside the engines.
+        let gpu_list = if self.huffman.is_some() {
+            let take = ((hw_count * share_fraction(self.options.gpu_huffman_share)).round()
+                as usize)
+                .min(hw_list.len());
+            hw_list.split_off(hw_list.len() - take)
+        } else {
+            Vec::new()
+        };
         // 2. Device pointers of every output (the stream waits for earlier work
         //    on them; the guards record our writes when dropped at the end).
         let mut ptrs = Vec::with_capacity(n);
@@ -652,7 +780,70 @@ impl GpuDecoder {
             }
         }
         let cpu = Arc::clone(&self.cpu);
-        let share_done = std::thread::scope(|s| {
+        // The GPU-Huffman lane leaves `self` for the batch (its thread owns it), and
+        // waits on its stream for earlier work on the outputs.
+        let mut huffman_lane = match self.huffman.take() {
+            Some(lane) if !gpu_list.is_empty() => match lane.stream.join(stream) {
+                Ok(()) => Some(lane),
+                Err(e) => {
+                    tracing::warn!(
+                        "GPU-Huffman lane unusable for this batch ({e}); engines instead"
+                    );
+                    self.huffman = Some(lane);
+                    hw_list.extend_from_slice(&gpu_list);
+                    None
+                }
+            },
+            other => {
+                self.huffman = other;
+                None
+            }
+        };
+        let huffman_outs: Vec<(u64, usize)> = gpu_list
+            .iter()
+            .map(|&i| {
+                (
+                    ptrs[i].0,
+                    infos[i].as_ref().map_or(0, |f| f.width as usize * 3),
+                )
+            })
+            .collect();
+        let huffman_ctx = Arc::clone(&self.ctx);
+        let lib = self.lib;
+        let (share_done, huffman_done) = std::thread::scope(|s| {
+            let huffman_job = huffman_lane.take().map(|mut lane| {
+                let (gpu_list, outs, ctx) = (&gpu_list, &huffman_outs, &huffman_ctx);
+                s.spawn(move || {
+                    let mut times = LaneTimes::default();
+                    let r = ctx
+                        .bind_to_thread()
+                        .map_err(DecodeError::from)
+                        .and_then(|()| {
+                            let data: Vec<*const u8> =
+                                gpu_list.iter().map(|&i| inputs[i].as_ptr()).collect();
+                            let lens: Vec<usize> =
+                                gpu_list.iter().map(|&i| inputs[i].len()).collect();
+                            let handle = lane.handle_ptr(std::ptr::null_mut());
+                            // SAFETY: the lane owns its handle (made with its state); one
+                            // entry per image in `data`/`lens`/`outs`; the inputs are host
+                            // memory that outlives the call, which stages them into the
+                            // state's own buffers (as the CUDA path's host phase reads
+                            // them); each output holds width*3*height bytes (checked in
+                            // step 1); this thread alone has the lane.
+                            unsafe {
+                                lane.decode_batched(
+                                    lib.table(),
+                                    handle,
+                                    &data,
+                                    &lens,
+                                    outs,
+                                    &mut times,
+                                )
+                            }
+                        });
+                    (lane, times, r)
+                })
+            });
             let share_job = share_buf.map(|(k, mut buf)| {
                 let (cpu, share_list, infos) = (&cpu, &share_list, &infos);
                 s.spawn(move || {
@@ -721,8 +912,52 @@ impl GpuDecoder {
                 cpu_list.extend(failed);
             }
 
-            share_job.map(|j| j.join())
+            (share_job.map(|j| j.join()), huffman_job.map(|j| j.join()))
         });
+
+        // 4a. The GPU-Huffman share: the caller's stream waits for its lane; what
+        //     failed (or all of it, if the lane did) goes to the CPU below.
+        match huffman_done {
+            None => {}
+            Some(Err(_)) => {
+                // The lane is lost with its thread: later batches leave the share on
+                // the engines.
+                for &i in &gpu_list {
+                    results[i] = Some(Err(DecodeError::Panicked {
+                        decoder: "nvjpeg-gpu-huffman",
+                        message: "GPU-Huffman lane thread panicked".into(),
+                    }));
+                }
+            }
+            Some(Ok((lane, times, r))) => {
+                self.timings.gpu_huffman_s += times.init + times.decode;
+                let joined = stream.join(&lane.stream);
+                if let Err(e) = &joined {
+                    // Without the join, the CPU's copies below could overtake the lane.
+                    tracing::warn!("joining the GPU-Huffman lane failed ({e}); synchronizing");
+                    if let Err(e) = lane.stream.synchronize() {
+                        tracing::warn!("GPU-Huffman lane synchronize failed: {e}");
+                    }
+                }
+                match r {
+                    Ok(()) if joined.is_ok() => {
+                        for &i in &gpu_list {
+                            results[i] = Some(Ok((
+                                infos[i].clone().expect("probed"),
+                                Route::NvjpegGpuHuffman,
+                            )));
+                        }
+                    }
+                    r => {
+                        if let Err(e) = r {
+                            tracing::debug!("GPU-Huffman batch failed ({e}); using the CPU");
+                        }
+                        cpu_list.extend_from_slice(&gpu_list);
+                    }
+                }
+                self.huffman = Some(lane);
+            }
+        }
 
         // 4b. Copy the share's pixels (pinned, asynchronous) on the share stream.
         if let Some(Ok((.., share_s))) = &share_done {
@@ -979,55 +1214,11 @@ impl GpuDecoder {
                             lens.push(src.len());
                         }
                         times.copy = copying.elapsed().as_secs_f64();
-                        let mut images: Vec<sys::nvjpegImage_t> = outs
-                            .iter()
-                            .map(|&(ptr, pitch)| {
-                                let mut img = sys::nvjpegImage_t::default();
-                                img.channel[0] = ptr as *mut u8;
-                                img.pitch[0] = pitch;
-                                img
-                            })
-                            .collect();
-                        if lane.batch_size != chunk.len() {
-                            lane.batch_size = 0;
-                            let initializing = Instant::now();
-                            // SAFETY: the lane's handle and its state are live; the
-                            // state is used by this thread only.
-                            let r = result::check("nvjpegDecodeBatchedInitialize", unsafe {
-                                (t.nvjpegDecodeBatchedInitialize)(
-                                    handle,
-                                    lane.state.ptr(),
-                                    chunk.len() as i32,
-                                    1,
-                                    sys::NVJPEG_OUTPUT_RGBI,
-                                )
-                            });
-                            times.init = initializing.elapsed().as_secs_f64();
-                            r?;
-                            lane.batch_size = chunk.len();
-                        }
-                        let decoding = Instant::now();
-                        // SAFETY: `data`/`lens`/`images` have chunk.len() entries; the
-                        // bitstreams live in pinned staging until `staging_free`
-                        // completes; each output holds width*3*height bytes
-                        // (checked against the probed header); the state was
-                        // created from `handle`.
-                        let r = result::check("nvjpegDecodeBatched", unsafe {
-                            (t.nvjpegDecodeBatched)(
-                                handle,
-                                lane.state.ptr(),
-                                data.as_ptr(),
-                                lens.as_ptr(),
-                                images.as_mut_ptr(),
-                                lane.stream.cu_stream().cast(),
-                            )
-                        });
-                        times.decode = decoding.elapsed().as_secs_f64();
-                        if r.is_err() {
-                            // nvjpeg.h: after a failed batch, initialize again.
-                            lane.batch_size = 0;
-                        }
-                        r
+                        // SAFETY: `data`/`lens`/`outs` have chunk.len() entries; the
+                        // bitstreams live in pinned staging until the staging event
+                        // completes; each output holds width*3*height bytes (checked
+                        // against the probed header); this thread alone uses the lane.
+                        unsafe { lane.decode_batched(t, handle, &data, &lens, &outs, &mut times) }
                     };
                     let r = run();
                     (k, times, r)
@@ -1197,6 +1388,15 @@ impl GpuDecoder {
             }
         }
         failed
+    }
+}
+
+/// A share option as a fraction in 0..=1 (NaN is 0).
+fn share_fraction(v: f32) -> f64 {
+    if v.is_nan() {
+        0.0
+    } else {
+        f64::from(v.clamp(0.0, 1.0))
     }
 }
 

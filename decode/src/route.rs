@@ -20,20 +20,26 @@ pub enum Route {
     /// gave to the CPUs to run beside the hardware engines (zune-jpeg, or
     /// jpeg-decoder when zune-jpeg fails), pixels copied from pinned staging.
     CpuShare,
+    /// nvJPEG's GPU-hybrid backend, batched (Huffman decoding on the GPU's SMs),
+    /// for the hardware-decodable images that
+    /// [`GpuDecoderOptions::gpu_huffman_share`](crate::GpuDecoderOptions::gpu_huffman_share)
+    /// gives it beside the hardware engines.
+    NvjpegGpuHuffman,
 }
 
 impl Route {
     /// Every route, in display order.
-    pub const ALL: [Route; 5] = [
+    pub const ALL: [Route; 6] = [
         Route::CpuZune,
         Route::CpuFallback,
         Route::NvjpegHardware,
         Route::NvjpegCuda,
         Route::CpuShare,
+        Route::NvjpegGpuHuffman,
     ];
 
     /// Stable short name (`cpu-zune`, `cpu-fallback`, `nvjpeg-hw`,
-    /// `nvjpeg-cuda`, `cpu-share`).
+    /// `nvjpeg-cuda`, `cpu-share`, `nvjpeg-gpu-huffman`).
     pub fn name(self) -> &'static str {
         match self {
             Route::CpuZune => "cpu-zune",
@@ -41,12 +47,16 @@ impl Route {
             Route::NvjpegHardware => "nvjpeg-hw",
             Route::NvjpegCuda => "nvjpeg-cuda",
             Route::CpuShare => "cpu-share",
+            Route::NvjpegGpuHuffman => "nvjpeg-gpu-huffman",
         }
     }
 
     /// True for the GPU routes.
     pub fn is_gpu(self) -> bool {
-        matches!(self, Route::NvjpegHardware | Route::NvjpegCuda)
+        matches!(
+            self,
+            Route::NvjpegHardware | Route::NvjpegCuda | Route::NvjpegGpuHuffman
+        )
     }
 
     fn index(self) -> usize {
@@ -56,6 +66,7 @@ impl Route {
             Route::NvjpegHardware => 2,
             Route::NvjpegCuda => 3,
             Route::CpuShare => 4,
+            Route::NvjpegGpuHuffman => 5,
         }
     }
 }
@@ -80,7 +91,7 @@ impl std::fmt::Display for Route {
 /// ```
 #[derive(Debug, Default)]
 pub struct RouteCounters {
-    routes: [AtomicU64; 5],
+    routes: [AtomicU64; 6],
     failed: AtomicU64,
 }
 
@@ -107,7 +118,7 @@ impl RouteCounters {
 /// A snapshot of [`RouteCounters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RouteCounts {
-    routes: [u64; 5],
+    routes: [u64; 6],
     /// Images that failed on every route.
     pub failed: u64,
 }

@@ -55,6 +55,11 @@ pub struct DecodeTimings {
     pub cpu_s: f64,
     /// The CPU share's decode on its own thread (overlaps the lanes).
     pub cpu_share_s: f64,
+    /// The GPU-Huffman share's `nvjpegDecodeBatched` (and initialize) on its
+    /// own thread (overlaps the lanes; see
+    /// [`GpuDecoderOptions::gpu_huffman_share`](crate::GpuDecoderOptions::gpu_huffman_share)).
+    #[serde(default)]
+    pub gpu_huffman_s: f64,
     /// Whole `decode_batch` calls.
     pub total_s: f64,
 }
@@ -104,6 +109,7 @@ impl std::ops::AddAssign for DecodeTimings {
         self.cuda_s += o.cuda_s;
         self.cpu_s += o.cpu_s;
         self.cpu_share_s += o.cpu_share_s;
+        self.gpu_huffman_s += o.gpu_huffman_s;
         self.total_s += o.total_s;
     }
 }
@@ -140,8 +146,12 @@ impl std::fmt::Display for DecodeTimings {
         // Sums over lanes or overlapping threads: no share of the wall time.
         write!(
             f,
-            "; lane sums: copy {:.3}s init {:.3}s decode {:.3}s; cpu_share {:.3}s",
-            self.staging_copy_s, self.hw_init_s, self.hw_decode_s, self.cpu_share_s
+            "; lane sums: copy {:.3}s init {:.3}s decode {:.3}s; cpu_share {:.3}s; gpu_huffman {:.3}s",
+            self.staging_copy_s,
+            self.hw_init_s,
+            self.hw_decode_s,
+            self.cpu_share_s,
+            self.gpu_huffman_s
         )
     }
 }
@@ -164,6 +174,7 @@ mod tests {
             cuda_s: 0.0,
             cpu_s: 0.0,
             cpu_share_s: 0.0,
+            gpu_huffman_s: 0.004,
             total_s: 0.0256,
         }
     }
@@ -187,6 +198,7 @@ mod tests {
             (t.cuda_s, s.cuda_s),
             (t.cpu_s, s.cpu_s),
             (t.cpu_share_s, s.cpu_share_s),
+            (t.gpu_huffman_s, s.gpu_huffman_s),
             (t.total_s, s.total_s),
         ] {
             assert!((got - 2.0 * one).abs() < 1e-12, "{got} vs 2 × {one}");
@@ -216,6 +228,7 @@ mod tests {
             "init 0.000s",
             "decode 0.060s",
             "cpu_share 0.000s",
+            "gpu_huffman 0.004s",
         ] {
             assert!(line.contains(key), "{key:?} missing from {line:?}");
         }
@@ -236,6 +249,6 @@ mod tests {
         assert_eq!(v["calls"], 2);
         assert_eq!(v["images"], 512);
         assert!(v["hw_decode_s"].as_f64().unwrap() > 0.05);
-        assert_eq!(v.as_object().unwrap().len(), 13);
+        assert_eq!(v.as_object().unwrap().len(), 14);
     }
 }

@@ -239,26 +239,64 @@ fn a_bad_image_fails_alone_in_a_gpu_batch() {
     assert!(matches!(r[2], Err(DecodeError::Empty)));
 }
 
-/// With `cpu_share` a third of each batch's hardware images (the last ones)
-/// is decoded on the CPUs beside the engines: those pixels are exactly the
-/// CPU decoder's, the others match it by PSNR, and the route counters add up.
-/// Batches of 96 over the 512 bench files (the last one shorter) on a
-/// non-default stream, so both pinned buffers of each ring are reused.
+/// With `cpu_share`, the last third of each batch's hardware images is
+/// decoded on the CPUs: those pixels equal the CPU decoder's, the others match
+/// it by PSNR, and the route counters add up. Batches of 96 over the 512 bench
+/// files (the last one shorter) on a non-default stream, so both pinned
+/// buffers of each ring are reused.
 #[test]
 fn cpu_share_matches_cpu_and_routes_add_up() {
-    let share = 0.33f32;
-    let Some((ctx, mut dec)) = gpu_with(GpuDecoderOptions {
-        cpu_share: share,
-        ..GpuDecoderOptions::default()
-    }) else {
+    share_matches_cpu_and_routes_add_up(
+        GpuDecoderOptions {
+            cpu_share: 0.33,
+            ..GpuDecoderOptions::default()
+        },
+        Route::CpuShare,
+        0.33,
+        96,
+    );
+}
+
+/// With `gpu_huffman_share`, 45 % of each batch's hardware images go to the
+/// GPU-hybrid backend beside the engines (batches of 256, so that share is
+/// over nvJPEG's 100-image threshold for GPU Huffman decoding): those pixels
+/// match the CPU decoder by PSNR like the engines', and the counters add up.
+#[test]
+fn gpu_huffman_share_matches_cpu_and_routes_add_up() {
+    share_matches_cpu_and_routes_add_up(
+        GpuDecoderOptions {
+            gpu_huffman_share: 0.45,
+            ..GpuDecoderOptions::default()
+        },
+        Route::NvjpegGpuHuffman,
+        0.45,
+        256,
+    );
+}
+
+/// Decodes the bench set in batches of `batch` with `options`, whose share
+/// option sends the last `share` of each batch's hardware images to `route`;
+/// checks pixels against the CPU decoder (exact for the CPU share, PSNR for
+/// the GPU routes), where the share lands and that the counters add up.
+fn share_matches_cpu_and_routes_add_up(
+    options: GpuDecoderOptions,
+    route_of_share: Route,
+    share: f32,
+    batch: usize,
+) {
+    let Some((ctx, mut dec)) = gpu_with(options) else {
         return;
     };
     let files = jpegs_in(&data_dir().join("bench"));
-    assert!(files.len() > 96);
+    assert!(files.len() > batch);
     let cpu = CpuDecoder::new(Default::default());
     let stream = ctx.new_stream().unwrap();
+    // The share applies when there are engines (and, for the GPU-Huffman share,
+    // when its backend could be created).
+    let active =
+        dec.has_hardware() && (route_of_share != Route::NvjpegGpuHuffman || dec.has_gpu_huffman());
     let (mut total, mut shared) = (0u64, 0u64);
-    for chunk in files.chunks(96) {
+    for chunk in files.chunks(batch) {
         let data: Vec<Vec<u8>> = chunk.iter().map(|p| std::fs::read(p).unwrap()).collect();
         let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
         let want: Vec<_> = inputs
@@ -281,31 +319,36 @@ fn cpu_share_matches_cpu_and_routes_add_up() {
                 (want[k].0.width, want[k].0.height)
             );
             let pix = stream.clone_dtoh(&outputs[k]).unwrap();
+            if *route == route_of_share {
+                in_share += 1;
+            }
             match route {
                 Route::CpuShare => {
-                    in_share += 1;
                     assert!(
                         pix == want[k].1,
                         "{}: CPU-share pixels differ",
                         chunk[k].display()
                     );
                 }
-                Route::NvjpegHardware | Route::NvjpegCuda => {
+                Route::NvjpegHardware | Route::NvjpegCuda | Route::NvjpegGpuHuffman => {
                     let p = psnr(&pix, &want[k].1);
                     assert!(p >= MIN_PSNR, "{}: {route} PSNR {p:.1}", chunk[k].display());
                 }
                 other => panic!("{}: unexpected route {other}", chunk[k].display()),
             }
         }
-        if dec.has_hardware() {
+        if active {
             let expect = (chunk.len() as f64 * f64::from(share)).round() as usize;
             assert_eq!(in_share, expect, "share of a batch of {}", chunk.len());
             // The share is the end of the batch.
             assert!(got[chunk.len() - expect..]
                 .iter()
-                .all(|r| matches!(r, Ok((_, Route::CpuShare)))));
+                .all(|r| matches!(r, Ok((_, route)) if *route == route_of_share)));
         } else {
-            assert_eq!(in_share, 0, "no engines: nothing to share");
+            assert_eq!(
+                in_share, 0,
+                "{route_of_share}: not active here, nothing shared"
+            );
         }
         total += chunk.len() as u64;
         shared += in_share as u64;
@@ -314,9 +357,20 @@ fn cpu_share_matches_cpu_and_routes_add_up() {
     println!("routes: {c}");
     assert_eq!(c.failed, 0);
     assert_eq!(c.decoded(), total);
-    assert_eq!(c.get(Route::CpuShare), shared);
+    assert_eq!(c.get(route_of_share), shared);
     if dec.has_hardware() {
         assert_eq!(c.get(Route::NvjpegHardware) + shared, total);
+    }
+    if route_of_share == Route::NvjpegGpuHuffman {
+        println!(
+            "GPU-Huffman lane: {}; {}",
+            if dec.has_gpu_huffman() {
+                "created"
+            } else {
+                "unavailable"
+            },
+            dec.timings()
+        );
     }
 }
 

@@ -131,14 +131,6 @@ fn gpu_decode_throughput() {
             batch,
         ),
         Case::new(
-            "decode_gpu_hw_lanes4_cpu_share33",
-            GpuDecoderOptions {
-                cpu_share: 0.33,
-                ..GpuDecoderOptions::default()
-            },
-            batch,
-        ),
-        Case::new(
             "decode_gpu_cuda_only",
             GpuDecoderOptions {
                 hardware: false,
@@ -180,6 +172,28 @@ fn gpu_decode_throughput() {
             ..Case::new(
                 "decode_gpu_hw_lanes4_overlap",
                 GpuDecoderOptions::default(),
+                batch,
+            )
+        },
+        // The GPU-hybrid backend (Huffman on the SMs) alone, for its capacity...
+        Case::new(
+            "decode_gpu_gpu_huffman_only",
+            GpuDecoderOptions {
+                gpu_huffman_share: 1.0,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
+        // ... and beside the engines, 40 % of each batch (over nvJPEG's
+        // 100-image threshold at batch 256), batches overlapping.
+        Case {
+            overlap: true,
+            ..Case::new(
+                "decode_gpu_hw_lanes4_overlap_gpu_huffman40",
+                GpuDecoderOptions {
+                    gpu_huffman_share: 0.4,
+                    ..GpuDecoderOptions::default()
+                },
                 batch,
             )
         },

@@ -119,7 +119,8 @@ with open(table, "a") as out:
     for name in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes8", "decode_gpu_cuda_only",
                  "decode_gpu_hw_lanes4_no_prealloc", "decode_gpu_hw_lanes4_handle_per_lane",
                  "decode_gpu_hw_lanes7", "decode_gpu_hw_lanes4_batch512",
-                 "decode_gpu_hw_lanes4_overlap"):
+                 "decode_gpu_hw_lanes4_overlap", "decode_gpu_gpu_huffman_only",
+                 "decode_gpu_hw_lanes4_overlap_gpu_huffman40"):
         try:
             out.write("%s_vs_torchvision\t%.2f\tx\tratio in this run\n" % (name, float(rows[name]) / tv))
         except (KeyError, ValueError):
@@ -151,7 +152,8 @@ with open(table, "a") as out:
             continue
         out.write("%s\t%.1f\timg/s\t%s\n" % (name, r["img_per_s"], r.get("note", "same files, same run")))
         if name.endswith("_hw"):
-            for ours in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes4_overlap"):
+            for ours in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes4_overlap",
+                         "decode_gpu_hw_lanes4_overlap_gpu_huffman40"):
                 try:
                     out.write("%s_vs_nvimagecodec_hw\t%.2f\tx\tratio in this run\n"
                               % (ours, float(rows[ours]) / r["img_per_s"]))
