@@ -82,6 +82,11 @@ struct Args {
     /// engines (`LoaderBuilder::gpu_cpu_share`); rows are then named `jpeg_cpu<percent>`.
     #[arg(long)]
     cpu_share: Option<f32>,
+    /// JPEG records: share of each batch's hardware images decoded by nvJPEG's
+    /// GPU-hybrid backend beside the engines (`GpuDecoderOptions::gpu_huffman_share`);
+    /// rows are then named `jpeg_gpuhuff<percent>`.
+    #[arg(long)]
+    gpu_huffman_share: Option<f32>,
     /// Pinned staging write-combined (`LoaderBuilder::write_combined_staging`); rows get `_wc`.
     #[arg(long)]
     write_combined: bool,
@@ -170,7 +175,10 @@ fn run(args: &Args) -> Res<()> {
     let kind = match (dataset.manifest().encoding, args.cpu_share) {
         (Encoding::Raw, _) => "raw".to_string(),
         (_, Some(share)) => format!("jpeg_cpu{}", (share * 100.0).round()),
-        _ => "jpeg".to_string(),
+        _ => match args.gpu_huffman_share {
+            Some(share) => format!("jpeg_gpuhuff{}", (share * 100.0).round()),
+            None => "jpeg".to_string(),
+        },
     } + if args.write_combined { "_wc" } else { "" }
         + &args.tag;
     let workers = args
@@ -181,6 +189,12 @@ fn run(args: &Args) -> Res<()> {
     let mut builder = Loader::builder(dataset.clone());
     if let Some(share) = args.cpu_share {
         builder = builder.gpu_cpu_share(share);
+    }
+    if let Some(share) = args.gpu_huffman_share {
+        builder = builder.gpu_decoder(stoker::decode::GpuDecoderOptions {
+            gpu_huffman_share: share,
+            ..Default::default()
+        });
     }
     if args.on_stream {
         builder = builder.cuda_stream(stream.clone());

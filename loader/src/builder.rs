@@ -68,6 +68,9 @@ pub struct LoaderConfig {
     /// `Device::Cuda` with JPEG records: share of each batch decoded on the CPU
     /// beside the JPEG engines (`None`: the decoder's default).
     pub(crate) gpu_cpu_share: Option<f32>,
+    /// `Device::Cuda` with JPEG records: the nvJPEG decoder's options (`None`:
+    /// its defaults); `gpu_cpu_share` still applies on top.
+    pub(crate) gpu_decoder: Option<stoker_decode::GpuDecoderOptions>,
     /// GPU path: every batch is handed out already waited on this stream.
     pub(crate) cuda_stream: Option<Arc<CudaStream>>,
     /// GPU path: allocate the pinned staging write-combined.
@@ -176,6 +179,29 @@ impl LoaderBuilder {
     /// Ignored by the CPU path and for raw records.
     pub fn gpu_cpu_share(mut self, share: f32) -> Self {
         self.config.gpu_cpu_share = Some(share);
+        self
+    }
+
+    /// [`Device::Cuda`] with JPEG records: every option of the nvJPEG decoder
+    /// ([`stoker_decode::GpuDecoderOptions`]: hardware lanes, preallocation, the
+    /// GPU-Huffman and CPU shares beside the engines, ...; default: its defaults).
+    /// [`LoaderBuilder::gpu_cpu_share`], when also set, overrides `cpu_share`.
+    /// Ignored by the CPU path and for raw records.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_decode::GpuDecoderOptions;
+    /// use stoker_loader::{Device, Loader};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?)
+    ///     .device(Device::Cuda(0))
+    ///     .gpu_decoder(GpuDecoderOptions { gpu_huffman_share: 0.4, ..Default::default() })
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn gpu_decoder(mut self, options: stoker_decode::GpuDecoderOptions) -> Self {
+        self.config.gpu_decoder = Some(options);
         self
     }
 
@@ -431,6 +457,7 @@ impl Loader {
                 workers,
                 on_error: OnError::Replace,
                 gpu_cpu_share: None,
+                gpu_decoder: None,
                 cuda_stream: None,
                 write_combined: false,
                 prefetch_next_epoch: true,

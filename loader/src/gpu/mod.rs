@@ -195,9 +195,10 @@ pub fn unavailable_reason(ordinal: usize) -> Option<String> {
     }
 }
 
-/// The nvJPEG decoder's options: its defaults, with the builder's CPU share.
+/// The nvJPEG decoder's options: the builder's (or the defaults), with the
+/// builder's CPU share on top.
 fn decoder_options(config: &LoaderConfig) -> GpuDecoderOptions {
-    let mut options = GpuDecoderOptions::default();
+    let mut options = config.gpu_decoder.clone().unwrap_or_default();
     if let Some(share) = config.gpu_cpu_share {
         options.cpu_share = share;
     }
