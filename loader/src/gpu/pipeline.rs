@@ -534,7 +534,13 @@ fn build_batch_nvjpeg(
     stop: &AtomicBool,
     prepared: Option<Prepared<'_>>,
 ) -> Option<Result<Batch, LoaderError>> {
+    // This batch decodes on its own stream of the pair (see `Shared::decode`).
+    let decode_stream = &shared.decode[(k % 2) as usize];
+    // A slot given back without its batch may have decodes in flight into its
+    // arena, which nothing else orders before the slot's next decode (on either
+    // stream of the pair): let them finish first. Error and stop paths only.
     let give_back = |slot: Box<Slot>| {
+        shared.ctx.record_err(decode_stream.synchronize());
         let _ = shared.free_tx.try_send(slot);
     };
     // The read-ahead's checks of the first pass, taken one by one; replacements
@@ -559,10 +565,8 @@ fn build_batch_nvjpeg(
     let mut done: Vec<Option<Staged>> = vec![None; n];
     let mut regions: Vec<(usize, usize, usize)> = Vec::new();
     let pinned_stride = slot.sizes.pinned_stride;
-    // This batch decodes on its own stream of the pair: it waits for the kernel
-    // that last read this slot's arena (a never-recorded event: no wait), not for
-    // the previous batch (see `Shared::decode`).
-    let decode_stream = &shared.decode[(k % 2) as usize];
+    // The decode waits for the kernel that last read this slot's arena (a
+    // never-recorded event: no wait), not for the previous batch.
     if let Err(e) = decode_stream.wait(&slot.ready) {
         give_back(slot);
         return Some(Err(driver_err(
@@ -711,8 +715,7 @@ fn build_batch_nvjpeg(
     drop(dec);
     // The transform (and the oversize copies into the arena) follow the decode.
     if let Err(e) = shared.compute.join(decode_stream) {
-        // The decode may still write the arena: let it finish before reuse.
-        shared.ctx.record_err(decode_stream.synchronize());
+        // `give_back` lets the decode finish before the slot is reused.
         give_back(slot);
         return Some(Err(driver_err("cuStreamWaitEvent (decode done)", e)));
     }
