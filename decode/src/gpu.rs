@@ -60,6 +60,13 @@ pub struct GpuDecoderOptions {
     /// handle (its state is created from it) instead of sharing one: tests
     /// whether one handle serializes the lanes' host-side work. Default false.
     pub hardware_handle_per_lane: bool,
+    /// Decoder states per hardware lane, used in turn, one per call (values
+    /// below 1 mean 1): with 2, a lane's next batch is parsed and submitted on
+    /// one state while the previous batch's work on the other may still be in
+    /// flight, in case nvJPEG waits for a state's previous work before reusing
+    /// it (nvImageCodec waits on an event before reusing its single state).
+    /// Default 1.
+    pub hardware_states_per_lane: usize,
     /// Fraction (0.0 to 1.0) of each batch's hardware-decodable images — those
     /// just before the CPU share's, at the end of the batch — decoded by
     /// nvJPEG's GPU-hybrid backend (`NVJPEG_BACKEND_GPU_HYBRID`, batched:
@@ -97,6 +104,7 @@ impl Default for GpuDecoderOptions {
             cpu_share: 0.0,
             hardware_preallocate: true,
             hardware_handle_per_lane: false,
+            hardware_states_per_lane: 1,
             gpu_huffman_share: 0.0,
         }
     }
@@ -133,19 +141,29 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DecodeError> {
     })
 }
 
-/// One hardware decoder state and the stream it decodes on.
-struct HwLane {
-    /// Batched-API state created from this lane's handle (its own, or the
-    /// shared one); used by one thread at a time.
+/// A batched-API decoder state and the batch size it was initialized for.
+struct LaneState {
     state: Owned,
+    /// Batch size `state` was initialized for (0: must initialize).
+    batch_size: usize,
+}
+
+/// Batched decoder states used in turn (one call each), and the stream they
+/// decode on.
+struct HwLane {
+    /// At least one, created from this lane's handle (its own, or the shared
+    /// one); used by one thread at a time. More than one
+    /// ([`GpuDecoderOptions::hardware_states_per_lane`]) lets a call prepare on
+    /// one state while the previous call's work on another is still in flight.
+    states: Vec<LaneState>,
+    /// The state the next call uses.
+    turn: usize,
     /// This lane's own hardware handle with
     /// [`GpuDecoderOptions::hardware_handle_per_lane`], else `None` (the
-    /// shared handle). Declared after `state`: destroyed after the state made from it.
+    /// shared handle). Declared after `states`: destroyed after the states made from it.
     handle: Option<Owned>,
     /// Internal stream; joined into the caller's stream after each batch.
     stream: Arc<CudaStream>,
-    /// Batch size the state was initialized for (0: must initialize).
-    batch_size: usize,
 }
 
 impl HwLane {
@@ -183,14 +201,17 @@ impl HwLane {
                 img
             })
             .collect();
-        if self.batch_size != n {
-            self.batch_size = 0;
+        let k = self.turn % self.states.len().max(1);
+        self.turn = (k + 1) % self.states.len().max(1);
+        let ls = &mut self.states[k];
+        if ls.batch_size != n {
+            ls.batch_size = 0;
             let initializing = Instant::now();
             // SAFETY: the handle and this lane's state are live (caller's contract).
             let r = result::check("nvjpegDecodeBatchedInitialize", unsafe {
                 (t.nvjpegDecodeBatchedInitialize)(
                     handle,
-                    self.state.ptr(),
+                    ls.state.ptr(),
                     n as i32,
                     1,
                     sys::NVJPEG_OUTPUT_RGBI,
@@ -198,7 +219,7 @@ impl HwLane {
             });
             times.init += initializing.elapsed().as_secs_f64();
             r?;
-            self.batch_size = n;
+            ls.batch_size = n;
         }
         let decoding = Instant::now();
         // SAFETY: the caller's contract covers the inputs, outputs and the state;
@@ -206,7 +227,7 @@ impl HwLane {
         let r = result::check("nvjpegDecodeBatched", unsafe {
             (t.nvjpegDecodeBatched)(
                 handle,
-                self.state.ptr(),
+                ls.state.ptr(),
                 data.as_ptr(),
                 lens.as_ptr(),
                 images.as_mut_ptr(),
@@ -216,7 +237,7 @@ impl HwLane {
         times.decode += decoding.elapsed().as_secs_f64();
         if r.is_err() {
             // nvjpeg.h: after a failed batch, initialize again.
-            self.batch_size = 0;
+            ls.batch_size = 0;
         }
         r
     }
@@ -469,10 +490,13 @@ impl GpuDecoder {
                     "GPU-hybrid state",
                 );
                 Ok(HwLane {
-                    state,
+                    states: vec![LaneState {
+                        state,
+                        batch_size: 0,
+                    }],
+                    turn: 0,
                     handle: Some(handle),
                     stream: ctx.new_stream()?,
-                    batch_size: 0,
                 })
             })
         };
@@ -489,6 +513,7 @@ impl GpuDecoder {
     ) -> Result<Hardware, DecodeError> {
         let t = lib.table();
         let lanes = options.hardware_lanes.max(1);
+        let states_per_lane = options.hardware_states_per_lane.max(1);
         // SAFETY: a context is current (bound by the caller); objects are owned
         // by `Owned` values destroyed with the matching call, each state before
         // the handle it was created from (field order in `HwLane`/`Hardware`).
@@ -533,42 +558,49 @@ impl GpuDecoder {
                     None
                 };
                 let h = own.as_ref().map_or(handle.ptr(), Owned::ptr);
-                let state = Owned::new(
-                    result::jpeg_state_create(t, h)?,
-                    t.nvjpegJpegStateDestroy,
-                    "hardware state",
-                );
-                if preallocate {
-                    let hint = result::BatchHint {
-                        batch: hint_batch,
-                        width: PREALLOCATE_SIZE.0,
-                        height: PREALLOCATE_SIZE.1,
-                        subsampling: sys::NVJPEG_CSS_420,
-                        format: sys::NVJPEG_OUTPUT_RGBI,
-                    };
-                    match result::batched_pre_allocate(lib.optional(), h, state.ptr(), hint) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            tracing::info!(
-                                "nvjpegDecodeBatchedPreAllocate is missing from {}; \
-                                 hardware lanes allocate while decoding",
-                                lib.path().display()
-                            );
-                            preallocate = false;
-                        }
-                        Err(e) => {
-                            tracing::info!(
-                                "{e} on hardware lane {k}; the lanes allocate while decoding"
-                            );
-                            preallocate = false;
+                let mut states = Vec::with_capacity(states_per_lane);
+                for _ in 0..states_per_lane {
+                    let state = Owned::new(
+                        result::jpeg_state_create(t, h)?,
+                        t.nvjpegJpegStateDestroy,
+                        "hardware state",
+                    );
+                    if preallocate {
+                        let hint = result::BatchHint {
+                            batch: hint_batch,
+                            width: PREALLOCATE_SIZE.0,
+                            height: PREALLOCATE_SIZE.1,
+                            subsampling: sys::NVJPEG_CSS_420,
+                            format: sys::NVJPEG_OUTPUT_RGBI,
+                        };
+                        match result::batched_pre_allocate(lib.optional(), h, state.ptr(), hint) {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                tracing::info!(
+                                    "nvjpegDecodeBatchedPreAllocate is missing from {}; \
+                                     hardware lanes allocate while decoding",
+                                    lib.path().display()
+                                );
+                                preallocate = false;
+                            }
+                            Err(e) => {
+                                tracing::info!(
+                                    "{e} on hardware lane {k}; the lanes allocate while decoding"
+                                );
+                                preallocate = false;
+                            }
                         }
                     }
+                    states.push(LaneState {
+                        state,
+                        batch_size: 0,
+                    });
                 }
                 out.push(HwLane {
-                    state,
+                    states,
+                    turn: 0,
                     handle: own,
                     stream: ctx.new_stream()?,
-                    batch_size: 0,
                 });
             }
             Ok(Hardware {

@@ -375,8 +375,8 @@ fn share_matches_cpu_and_routes_add_up(
 }
 
 /// The host-side options of the hardware path change how work is spread, not
-/// what is decoded: with preallocation off, a handle per lane, one lane per
-/// engine or a single lane, every bench image takes the same route and gives
+/// what is decoded: with preallocation off, a handle per lane, two states per
+/// lane, one lane per engine or a single lane, every bench image takes the same route and gives
 /// the same bytes as the default decoder. Batches of 200 (the last one 112)
 /// split unevenly over the lanes. Also checks that the timings add up.
 #[test]
@@ -438,6 +438,13 @@ fn hardware_options_decode_the_same_pixels() {
             "handle per lane",
             GpuDecoderOptions {
                 hardware_handle_per_lane: true,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+        (
+            "two states per lane",
+            GpuDecoderOptions {
+                hardware_states_per_lane: 2,
                 ..GpuDecoderOptions::default()
             },
         ),

@@ -175,6 +175,19 @@ fn gpu_decode_throughput() {
                 batch,
             )
         },
+        // Two states per lane, used in turn: does nvJPEG wait for a state's
+        // previous batch before reusing it?
+        Case {
+            overlap: true,
+            ..Case::new(
+                "decode_gpu_hw_lanes4_overlap_states2",
+                GpuDecoderOptions {
+                    hardware_states_per_lane: 2,
+                    ..GpuDecoderOptions::default()
+                },
+                batch,
+            )
+        },
         // The GPU-hybrid backend (Huffman on the SMs) alone, for its capacity...
         Case::new(
             "decode_gpu_gpu_huffman_only",

@@ -119,7 +119,8 @@ with open(table, "a") as out:
     for name in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes8", "decode_gpu_cuda_only",
                  "decode_gpu_hw_lanes4_no_prealloc", "decode_gpu_hw_lanes4_handle_per_lane",
                  "decode_gpu_hw_lanes7", "decode_gpu_hw_lanes4_batch512",
-                 "decode_gpu_hw_lanes4_overlap", "decode_gpu_gpu_huffman_only",
+                 "decode_gpu_hw_lanes4_overlap", "decode_gpu_hw_lanes4_overlap_states2",
+                 "decode_gpu_gpu_huffman_only",
                  "decode_gpu_hw_lanes4_overlap_gpu_huffman40"):
         try:
             out.write("%s_vs_torchvision\t%.2f\tx\tratio in this run\n" % (name, float(rows[name]) / tv))
