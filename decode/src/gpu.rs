@@ -640,6 +640,17 @@ impl GpuDecoder {
 
     /// Whether the GPU-Huffman lane exists ([`GpuDecoderOptions::gpu_huffman_share`]
     /// above 0 and nvJPEG's GPU-hybrid backend created).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions};
+    /// let options = GpuDecoderOptions { gpu_huffman_share: 0.4, ..Default::default() };
+    /// let dec = GpuDecoder::new(&cuda_context(0)?, options)?;
+    /// if !dec.has_gpu_huffman() {
+    ///     println!("no GPU-hybrid backend: the share stays on the engines");
+    /// }
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
     pub fn has_gpu_huffman(&self) -> bool {
         self.huffman.is_some()
     }

@@ -246,6 +246,19 @@ impl LoaderBuilder {
     /// are very slow. The loader only writes its staging (raw pixels, CPU-resized
     /// oversize images); a JPEG record inside a raw dataset is the exception (it is
     /// CPU-decoded in place: correct, slower). Measure before turning it on.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Device, Loader};
+    /// // A pre-decoded (raw) dataset: the loader only writes its staging.
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train-raw")?)
+    ///     .device(Device::Cuda(0))
+    ///     .write_combined_staging(true)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn write_combined_staging(mut self, on: bool) -> Self {
         self.config.write_combined = on;
         self
@@ -258,6 +271,21 @@ impl LoaderBuilder {
     /// batch's read and decode. Asking for any other epoch discards the early start
     /// (its batches are dropped, nothing is counted twice); so does a pending
     /// [`LoaderBuilder::resume`]. Counted in [`Stats::epochs_started_early`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::Loader;
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// for epoch in 0..3 {
+    ///     for batch in loader.epoch(epoch) {
+    ///         let _batch = batch?; // epoch + 1 starts loading once this is the last one
+    ///     }
+    /// }
+    /// assert_eq!(loader.stats().epochs_started_early, 2);
+    /// # Ok(()) }
+    /// ```
     pub fn prefetch_next_epoch(mut self, on: bool) -> Self {
         self.config.prefetch_next_epoch = on;
         self
