@@ -7,5 +7,6 @@ if ! python3 -c 'import lmdb' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check lmdb
 fi
 cargo test --workspace
-# The device check's parser of `nvidia-smi dmon` logs (pure Python, no GPU needed).
+# The device check's Python helpers: the `nvidia-smi dmon` parser and the peer-row writer (no GPU needed).
 python3 scripts/device-check.d/dmon_jpg_test.py
+python3 scripts/device-check.d/peer_rows_test.py

@@ -94,73 +94,19 @@ PEERS="$(dirname "$BIN")/peers"
 if [ -f "$PEERS/torchvision_decode.py" ]; then
   python3 "$PEERS/torchvision_decode.py" "$DATA/bench" --device cuda --batch 256 --seconds "${DECODE_SECONDS:-5}" \
     >"$OUT/torchvision_decode.log" 2>&1
-  python3 - "$OUT/torchvision_decode.log" "$T" <<'PY'
-import json, sys
-log, table = sys.argv[1], sys.argv[2]
-row = None
-for line in open(log):
-    line = line.strip()
-    if line.startswith("{"):
-        try:
-            row = json.loads(line)
-        except ValueError:
-            pass
-rows = {}
-for line in open(table):
-    f = line.rstrip("\n").split("\t")
-    if len(f) >= 3:
-        rows[f[0]] = f[1]
-with open(table, "a") as out:
-    if not row or row.get("img_per_s") is None:
-        out.write("torchvision_decode_jpeg_cuda\t-\timg/s\t%s\n" % ((row or {}).get("reason") or "peer failed, see log"))
-        sys.exit(0)
-    tv = row["img_per_s"]
-    out.write("torchvision_decode_jpeg_cuda\t%.1f\timg/s\tbatch %s, same files, same run\n" % (tv, row.get("batch")))
-    for name in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes8", "decode_gpu_cuda_only",
-                 "decode_gpu_hw_lanes4_no_prealloc", "decode_gpu_hw_lanes4_handle_per_lane",
-                 "decode_gpu_hw_lanes7", "decode_gpu_hw_lanes4_batch512",
-                 "decode_gpu_hw_lanes4_overlap", "decode_gpu_hw_lanes4_overlap_states2",
-                 "decode_gpu_gpu_huffman_only",
-                 "decode_gpu_hw_lanes4_overlap_gpu_huffman40"):
-        try:
-            out.write("%s_vs_torchvision\t%.2f\tx\tratio in this run\n" % (name, float(rows[name]) / tv))
-        except (KeyError, ValueError):
-            pass
-PY
+  OURS="decode_gpu_hw_lanes4 decode_gpu_hw_lanes8 decode_gpu_cuda_only
+    decode_gpu_hw_lanes4_no_prealloc decode_gpu_hw_lanes4_handle_per_lane decode_gpu_hw_lanes7
+    decode_gpu_hw_lanes4_batch512 decode_gpu_hw_lanes4_overlap decode_gpu_hw_lanes4_overlap_states2
+    decode_gpu_gpu_huffman_only decode_gpu_hw_lanes4_overlap_gpu_huffman40"
+  # shellcheck disable=SC2086 # OURS is a list of row names
+  python3 "$(dirname "$0")/peer_rows.py" "$OUT/torchvision_decode.log" "$T" \
+    --name torchvision_decode_jpeg_cuda --suffix vs_torchvision $OURS
   # 4. Second peer in the same run: nvImageCodec's hardware and CUDA backends, when carried.
   python3 "$PEERS/nvimagecodec_decode.py" "$DATA/bench" --backend all --batch 256 \
     --seconds "${DECODE_SECONDS:-5}" >"$OUT/nvimagecodec_decode.log" 2>&1
-  python3 - "$OUT/nvimagecodec_decode.log" "$T" <<'PY'
-import json, sys
-log, table = sys.argv[1], sys.argv[2]
-rows = {}
-for line in open(table):
-    f = line.rstrip("\n").split("\t")
-    if len(f) >= 3:
-        rows[f[0]] = f[1]
-with open(table, "a") as out:
-    for line in open(log):
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            r = json.loads(line)
-        except ValueError:
-            continue
-        name = r.get("peer", "nvimagecodec")
-        if r.get("img_per_s") is None:
-            out.write("%s\t-\timg/s\t%s\n" % (name, r.get("reason") or "peer failed, see log"))
-            continue
-        out.write("%s\t%.1f\timg/s\t%s\n" % (name, r["img_per_s"], r.get("note", "same files, same run")))
-        if name.endswith("_hw"):
-            for ours in ("decode_gpu_hw_lanes4", "decode_gpu_hw_lanes4_overlap",
-                         "decode_gpu_hw_lanes4_overlap_gpu_huffman40"):
-                try:
-                    out.write("%s_vs_nvimagecodec_hw\t%.2f\tx\tratio in this run\n"
-                              % (ours, float(rows[ours]) / r["img_per_s"]))
-                except (KeyError, ValueError, ZeroDivisionError):
-                    pass
-PY
+  python3 "$(dirname "$0")/peer_rows.py" "$OUT/nvimagecodec_decode.log" "$T" \
+    --suffix vs_nvimagecodec_hw --ratio-peer nvimagecodec_hw \
+    decode_gpu_hw_lanes4 decode_gpu_hw_lanes4_overlap decode_gpu_hw_lanes4_overlap_gpu_huffman40
 else
   printf '%s\t%s\t%s\t%s\n' torchvision_decode_jpeg_cuda - img/s "peers not carried" >>"$T"
 fi
