@@ -39,8 +39,8 @@ use crate::builder::{LoaderConfig, OnError, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{
-    cpu_decode_counted, raw_payload_len, read_checked, reader_unavailable, EpochPlan, EpochStream,
-    Pipeline, MAX_REPLACEMENTS,
+    cpu_decode_counted, panic_message, raw_payload_len, read_checked, reader_unavailable,
+    EpochPlan, EpochStream, Pipeline, MAX_REPLACEMENTS,
 };
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
@@ -549,16 +549,6 @@ impl Worker {
         };
         metrics.record(Stage::Transform, 1, out_bytes as u64, t_transform.elapsed());
         Ok(header.label)
-    }
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        format!("panicked: {s}")
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        format!("panicked: {s}")
-    } else {
-        "panicked".into()
     }
 }
 

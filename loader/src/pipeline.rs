@@ -322,3 +322,15 @@ pub(crate) fn raw_payload_len(
     }
     Ok(want)
 }
+
+/// The message of a caught panic (a worker's or the producer's), for
+/// [`LoaderError::Thread`].
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".into()
+    }
+}

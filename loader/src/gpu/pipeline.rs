@@ -31,8 +31,8 @@ use crate::builder::{OnError, Output};
 use crate::error::LoaderError;
 use crate::metrics::Stage;
 use crate::pipeline::{
-    cpu_decode_counted, raw_payload_len, read_checked, reader_unavailable, EpochPlan, EpochStream,
-    MAX_REPLACEMENTS,
+    cpu_decode_counted, panic_message, raw_payload_len, read_checked, reader_unavailable,
+    EpochPlan, EpochStream, MAX_REPLACEMENTS,
 };
 use crate::transform::resize::CropResizer;
 
@@ -1146,16 +1146,6 @@ fn account_gpu(shared: &Shared, prev: super::staging::InFlight, h2d_ms: f32, ker
     shared
         .metrics
         .record(Stage::Transform, prev.images, prev.out_bytes, ms(kernel_ms));
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        format!("panicked: {s}")
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        format!("panicked: {s}")
-    } else {
-        "panicked".into()
-    }
 }
 
 /// Kernel launch arguments for the configured transform and output.
