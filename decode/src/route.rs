@@ -91,7 +91,7 @@ impl std::fmt::Display for Route {
 /// ```
 #[derive(Debug, Default)]
 pub struct RouteCounters {
-    routes: [AtomicU64; 6],
+    routes: [AtomicU64; Route::ALL.len()],
     failed: AtomicU64,
 }
 
@@ -118,7 +118,7 @@ impl RouteCounters {
 /// A snapshot of [`RouteCounters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct RouteCounts {
-    routes: [u64; 6],
+    routes: [u64; Route::ALL.len()],
     /// Images that failed on every route.
     pub failed: u64,
 }
