@@ -1,0 +1,125 @@
+//! The vendored, patched zune-jpeg (decode/vendor/zune-jpeg) must decode
+//! exactly as upstream zune-jpeg 0.5.15 does: same pixels, same route.
+//!
+//! `tests/data/zune_digests.tsv` holds, for every file of ../shared/data that
+//! upstream decoded through zune-jpeg, the FNV-1a 64 digest of its RGB output,
+//! written from the unpatched crate. The patch only reorganises the Huffman hot
+//! loop, so any difference here is a bug in the patch (or a new upstream
+//! version that needs its digests rewritten, see STOKER-PATCH.md).
+//!
+//! To rewrite the table from an *unpatched* build (the two `[patch.crates-io]`
+//! entries removed): `STOKER_WRITE_ZUNE_DIGESTS=1 cargo test -p stoker-decode
+//! --test zune_patch`.
+
+mod common;
+
+use rayon::prelude::*;
+use stoker_decode::{CpuDecoder, Limits, Route};
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+const TABLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/zune_digests.tsv");
+
+/// Writes the digest table from this build: every zune-routed file of the
+/// shared data sets this test reads.
+fn write_table(dec: &CpuDecoder) {
+    let data = common::data_dir();
+    let mut dirs = vec![
+        data.join("bench"),
+        data.join("conformance/core"),
+        data.join("conformance/corrupt"),
+    ];
+    let mut classes: Vec<_> = std::fs::read_dir(data.join("imagefolder"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    classes.sort();
+    dirs.extend(classes);
+    let mut rows: Vec<String> = dirs
+        .iter()
+        .flat_map(|d| {
+            // Every file, whatever its extension (.mpo, .JPG): the table
+            // covers all the decoder is given.
+            let mut files: Vec<_> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.is_file())
+                .collect();
+            files.sort();
+            files
+        })
+        .filter_map(|path| {
+            let bytes = std::fs::read(&path).unwrap();
+            match dec.decode_to_vec_routed(&bytes) {
+                Ok((_, Route::CpuZune, rgb)) => Some(format!(
+                    "{}\t{:016x}",
+                    path.strip_prefix(&data).unwrap().display(),
+                    fnv1a64(&rgb)
+                )),
+                _ => None,
+            }
+        })
+        .collect();
+    rows.sort();
+    let head = "# FNV-1a 64 of the RGB output of upstream zune-jpeg (route cpu-zune), one row per file of ../shared/data it decodes.\n\
+                # Written by STOKER_WRITE_ZUNE_DIGESTS=1 from an unpatched build; the vendored copy must reproduce every row (decode/vendor/zune-jpeg/STOKER-PATCH.md).\n";
+    std::fs::write(TABLE, format!("{head}{}\n", rows.join("\n"))).unwrap();
+    println!("wrote {} rows to {TABLE}", rows.len());
+}
+
+#[test]
+fn patched_zune_reproduces_upstream_pixels() {
+    let data = common::data_dir();
+    let dec = CpuDecoder::new(Limits::default());
+    if std::env::var_os("STOKER_WRITE_ZUNE_DIGESTS").is_some() {
+        return write_table(&dec);
+    }
+    let table = std::fs::read_to_string(TABLE).unwrap();
+    let rows: Vec<(&str, &str)> = table
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split_once('\t').expect("file<TAB>digest"))
+        .collect();
+    let checked = rows.len();
+    let wrong: Vec<String> = rows
+        .par_iter()
+        .filter_map(|&(file, digest)| {
+            let want = u64::from_str_radix(digest, 16).expect("hex digest");
+            let bytes = std::fs::read(data.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            match dec.decode_to_vec_routed(&bytes) {
+                Ok((_, Route::CpuZune, rgb)) if fnv1a64(&rgb) == want => None,
+                Ok((_, route, rgb)) => Some(format!(
+                    "{file}: route {route}, digest {:016x}, upstream {digest}",
+                    fnv1a64(&rgb)
+                )),
+                Err(e) => Some(format!("{file}: error {e}, upstream decoded it")),
+            }
+        })
+        .collect();
+    assert!(checked > 700, "only {checked} rows in the digest table");
+    assert!(
+        wrong.is_empty(),
+        "{} of {checked} files differ from upstream zune-jpeg:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn digest_catches_a_one_byte_difference() {
+    // The check above is only as good as the digest: a single changed sample
+    // must change it.
+    let data = std::fs::read(common::data_dir().join("bench/00000.jpg")).unwrap();
+    let (_, mut rgb) = CpuDecoder::new(Limits::default())
+        .decode_to_vec(&data)
+        .unwrap();
+    let before = fnv1a64(&rgb);
+    let mid = rgb.len() / 2;
+    rgb[mid] ^= 1;
+    assert_ne!(before, fnv1a64(&rgb));
+}
