@@ -72,9 +72,10 @@ pub struct GpuDecoderOptions {
     /// nvJPEG's GPU-hybrid backend (`NVJPEG_BACKEND_GPU_HYBRID`, batched:
     /// Huffman decoding on the GPU's SMs) on its own thread and stream while
     /// the engines decode the rest ([`Route::NvjpegGpuHuffman`]). For when the
-    /// engines are the bound and the SMs have room; nvJPEG documents the GPU
+    /// engines are the bound and the SMs have room; nvjpeg.h documents the GPU
     /// Huffman path for batched baseline files in batches of more than 100
-    /// images (smaller ones may take its CPU Huffman path). Default 0.0 (off);
+    /// images, so a share of 100 images or fewer stays on the engines
+    /// (otherwise it would be Huffman-decoded on one CPU thread). Default 0.0 (off);
     /// out-of-range values are clamped, NaN is 0. When the backend cannot be
     /// created the images stay on the engines (logged once).
     pub gpu_huffman_share: f32,
@@ -87,6 +88,10 @@ const PREALLOCATE_BATCH: usize = 256;
 /// Image size (width, height) that preallocation is hinted with: a typical
 /// ImageNet-like photo (500×375 in the bench set) fits.
 const PREALLOCATE_SIZE: (u32, u32) = (640, 480);
+/// The GPU-hybrid backend's batched decode does Huffman on the GPU only for
+/// batches larger than this (nvjpeg.h); smaller GPU-Huffman shares stay on the
+/// engines.
+const GPU_HUFFMAN_MIN_BATCH: usize = 100;
 /// Step 1 (probe and route) runs on rayon from this many images up.
 const PARALLEL_ROUTE_MIN: usize = 32;
 /// Fewest images per parallel step-1 chunk.
@@ -146,6 +151,12 @@ struct LaneState {
     state: Owned,
     /// Batch size `state` was initialized for (0: must initialize).
     batch_size: usize,
+    /// Recorded on the lane's stream after this state's last
+    /// `nvjpegDecodeBatched`: the next initialize or decode on the state
+    /// waits for it on the host. nvjpeg.h: "Any currently running batched
+    /// decoding should be finished before calling" initialize, and a state
+    /// holds one batch's buffers (nvImageCodec syncs the same way).
+    done: Option<CudaEvent>,
 }
 
 /// Batched decoder states used in turn (one call each), and the stream they
@@ -204,6 +215,12 @@ impl HwLane {
         let k = self.turn % self.states.len().max(1);
         self.turn = (k + 1) % self.states.len().max(1);
         let ls = &mut self.states[k];
+        if let Some(done) = ls.done.take() {
+            let waiting = Instant::now();
+            let r = done.synchronize();
+            times.state_wait += waiting.elapsed().as_secs_f64();
+            r?;
+        }
         if ls.batch_size != n {
             ls.batch_size = 0;
             let initializing = Instant::now();
@@ -239,6 +256,14 @@ impl HwLane {
             // nvjpeg.h: after a failed batch, initialize again.
             ls.batch_size = 0;
         }
+        // Whatever the call queued, the state is busy until the stream passes here.
+        match self.stream.record_event(None) {
+            Ok(ev) => ls.done = Some(ev),
+            Err(e) => {
+                tracing::warn!("recording a lane state event failed ({e}); synchronizing");
+                self.stream.synchronize()?;
+            }
+        }
         r
     }
 }
@@ -262,6 +287,8 @@ struct Hardware {
 #[derive(Debug, Clone, Copy, Default)]
 struct LaneTimes {
     copy: f64,
+    /// Waiting for the state's previous batch to finish.
+    state_wait: f64,
     init: f64,
     decode: f64,
 }
@@ -312,7 +339,10 @@ struct CudaPath {
 /// caller's stream. Work is queued on `stream` (and on internal streams the
 /// caller's stream waits for); results are on the device when `stream`
 /// reaches that point: synchronize or record an event before reading them on
-/// the host.
+/// the host. One exception to "never waits on the caller's stream": nvJPEG's
+/// hardware batched decode writes its outputs when called, not in stream
+/// order, so before the engines write, the calling thread waits for the work
+/// already queued on `stream` (timed in [`DecodeTimings::stream_wait_s`]).
 ///
 /// # Examples
 /// ```no_run
@@ -341,6 +371,10 @@ pub struct GpuDecoder {
     staging: PinnedRing,
     /// Pinned staging for the CPU share's pixels, grown on demand.
     share_staging: PinnedRing,
+    /// Pinned staging for the GPU-Huffman share's bitstreams, grown on demand:
+    /// nvJPEG may read them after the call returns (asynchronous copies), so
+    /// they must not be the caller's (possibly pageable, short-lived) memory.
+    huffman_staging: PinnedRing,
     /// Stream of the CPU share's host-to-device copies, so they overlap the
     /// engines' work on the caller's stream; the caller's stream joins it.
     share_stream: Arc<CudaStream>,
@@ -351,6 +385,39 @@ pub struct GpuDecoder {
     /// the length of a batch by the thread that decodes on it.
     huffman: Option<HwLane>,
     options: GpuDecoderOptions,
+}
+
+impl Drop for GpuDecoder {
+    /// Waits for this decoder's own in-flight work (lane streams, the CPU
+    /// share's copies, staging and CUDA-slot events) before its states,
+    /// buffers and pinned staging are destroyed: nvJPEG states and buffers
+    /// must not be freed under queued work. Errors are logged, never raised.
+    fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind_to_thread() {
+            tracing::warn!("GpuDecoder drop: binding the context failed ({e})");
+        }
+        let mut streams: Vec<&Arc<CudaStream>> = vec![&self.share_stream];
+        if let Some(hw) = &self.hw {
+            streams.extend(hw.lanes.iter().map(|l| &l.stream));
+        }
+        if let Some(lane) = &self.huffman {
+            streams.push(&lane.stream);
+        }
+        for s in streams {
+            if let Err(e) = s.synchronize() {
+                tracing::warn!("GpuDecoder drop: stream synchronize failed ({e})");
+            }
+        }
+        let events = [&self.staging, &self.share_staging, &self.huffman_staging]
+            .into_iter()
+            .flat_map(|r| r.free.iter().flatten())
+            .chain(self.cuda.slots.iter().filter_map(|s| s.free.as_ref()));
+        for ev in events {
+            if let Err(e) = ev.synchronize() {
+                tracing::warn!("GpuDecoder drop: event synchronize failed ({e})");
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for GpuDecoder {
@@ -464,6 +531,7 @@ impl GpuDecoder {
             cuda,
             staging: PinnedRing::default(),
             share_staging: PinnedRing::default(),
+            huffman_staging: PinnedRing::default(),
             share_stream: ctx.new_stream()?,
             timings: DecodeTimings::default(),
             huffman: if share_fraction(options.gpu_huffman_share) > 0.0 {
@@ -493,6 +561,7 @@ impl GpuDecoder {
                     states: vec![LaneState {
                         state,
                         batch_size: 0,
+                        done: None,
                     }],
                     turn: 0,
                     handle: Some(handle),
@@ -524,6 +593,14 @@ impl GpuDecoder {
                 "hardware handle",
             );
             let engines = result::hardware_info(t, handle.ptr()).ok();
+            // nvJPEG docs: zero engines "indicates that hardware decoder is not
+            // available" (e.g. a MIG slice without a JPEG engine).
+            if let Some((0, _)) = engines {
+                return Err(DecodeError::Nvjpeg {
+                    call: "nvjpegGetHardwareDecoderInfo (0 engines)",
+                    status: crate::nvjpeg::NvjpegStatus(sys::NVJPEG_STATUS_ARCH_MISMATCH),
+                });
+            }
             let checks = std::thread::available_parallelism()
                 .map_or(1, |c| c.get())
                 .clamp(1, MAX_CHECK_STREAMS);
@@ -570,7 +647,9 @@ impl GpuDecoder {
                             batch: hint_batch,
                             width: PREALLOCATE_SIZE.0,
                             height: PREALLOCATE_SIZE.1,
-                            subsampling: sys::NVJPEG_CSS_420,
+                            // nvJPEG docs: with mixed subsamplings, 4:4:4 sizes
+                            // the buffers so that every image can reuse them.
+                            subsampling: sys::NVJPEG_CSS_444,
                             format: sys::NVJPEG_OUTPUT_RGBI,
                         };
                         match result::batched_pre_allocate(lib.optional(), h, state.ptr(), hint) {
@@ -594,6 +673,7 @@ impl GpuDecoder {
                     states.push(LaneState {
                         state,
                         batch_size: 0,
+                        done: None,
                     });
                 }
                 out.push(HwLane {
@@ -785,11 +865,21 @@ impl GpuDecoder {
         let share_list = hw_list.split_off(hw_list.len() - take);
         // 1c. The GPU-Huffman share: the hardware-decodable images just before the
         //     CPU share's, decoded by the GPU-hybrid backend beside the engines.
-        let gpu_list = if self.huffman.is_some() {
+        let mut gpu_list = if self.huffman.is_some() {
             let take = ((hw_count * share_fraction(self.options.gpu_huffman_share)).round()
                 as usize)
                 .min(hw_list.len());
-            hw_list.split_off(hw_list.len() - take)
+            if take > GPU_HUFFMAN_MIN_BATCH {
+                hw_list.split_off(hw_list.len() - take)
+            } else {
+                if take > 0 {
+                    tracing::debug!(
+                        "GPU-Huffman share of {take} images is not above \
+                         {GPU_HUFFMAN_MIN_BATCH}: left on the engines"
+                    );
+                }
+                Vec::new()
+            }
         } else {
             Vec::new()
         };
@@ -798,6 +888,30 @@ impl GpuDecoder {
         let mut ptrs = Vec::with_capacity(n);
         for o in outputs.iter_mut() {
             ptrs.push(o.device_ptr_mut(stream));
+        }
+        // 2a. nvJPEG's hardware batched decode writes its outputs when it is
+        //     called, not when the stream gets there: a stream wait does not
+        //     order it, a host wait does (torchcodec #1634, nvJPEG 12.3-13.2).
+        //     So before the engines (or the GPU-Huffman lane) write, wait on the
+        //     host for what is queued on the caller's stream so far, which
+        //     includes every earlier use of the outputs (waited for just above).
+        //     If that cannot be done, those images take the CUDA path, which
+        //     keeps stream order.
+        if !hw_list.is_empty() || !gpu_list.is_empty() {
+            let waiting = Instant::now();
+            let waited = stream
+                .record_event(None)
+                .and_then(|ev| ev.synchronize())
+                .or_else(|_| stream.synchronize());
+            self.timings.stream_wait_s += waiting.elapsed().as_secs_f64();
+            if let Err(e) = waited {
+                tracing::warn!(
+                    "cannot wait for the caller's stream ({e}); this batch's hardware \
+                     images take the CUDA path"
+                );
+                cuda_list.append(&mut hw_list);
+                cuda_list.append(&mut gpu_list);
+            }
         }
 
         // The share's pixels go through pinned staging and are copied on the
@@ -825,9 +939,15 @@ impl GpuDecoder {
         let cpu = Arc::clone(&self.cpu);
         // The GPU-Huffman lane leaves `self` for the batch (its thread owns it), and
         // waits on its stream for earlier work on the outputs.
+        let gpu_bytes: usize = gpu_list.iter().map(|&i| inputs[i].len()).sum();
         let mut huffman_lane = match self.huffman.take() {
-            Some(lane) if !gpu_list.is_empty() => match lane.stream.join(stream) {
-                Ok(()) => Some(lane),
+            Some(lane) if !gpu_list.is_empty() => match lane
+                .stream
+                .join(stream)
+                .map_err(DecodeError::from)
+                .and_then(|()| self.huffman_staging.take(&self.ctx, gpu_bytes))
+            {
+                Ok(staged) => Some((lane, staged)),
                 Err(e) => {
                     tracing::warn!(
                         "GPU-Huffman lane unusable for this batch ({e}); engines instead"
@@ -854,25 +974,43 @@ impl GpuDecoder {
         let huffman_ctx = Arc::clone(&self.ctx);
         let lib = self.lib;
         let (share_done, huffman_done) = std::thread::scope(|s| {
-            let huffman_job = huffman_lane.take().map(|mut lane| {
+            let huffman_job = huffman_lane.take().map(|(mut lane, (k, mut staging))| {
                 let (gpu_list, outs, ctx) = (&gpu_list, &huffman_outs, &huffman_ctx);
                 s.spawn(move || {
                     let mut times = LaneTimes::default();
                     let r = ctx
                         .bind_to_thread()
                         .map_err(DecodeError::from)
-                        .and_then(|()| {
-                            let data: Vec<*const u8> =
-                                gpu_list.iter().map(|&i| inputs[i].as_ptr()).collect();
-                            let lens: Vec<usize> =
-                                gpu_list.iter().map(|&i| inputs[i].len()).collect();
+                        .and_then(|()| staging.as_mut_ptr().map_err(DecodeError::from))
+                        .and_then(|base| {
+                            let copying = Instant::now();
+                            let mut data: Vec<*const u8> = Vec::with_capacity(gpu_list.len());
+                            let mut lens: Vec<usize> = Vec::with_capacity(gpu_list.len());
+                            let mut off = 0usize;
+                            for &i in gpu_list {
+                                let src = inputs[i];
+                                // SAFETY: the buffer holds at least the share's total
+                                // bytes (taken with that size) and [off, off + len) lies
+                                // inside it; no queued device work reads it (its event
+                                // was waited for in `take`); this thread alone writes
+                                // it; source and destination do not overlap.
+                                let dst = unsafe { base.add(off) };
+                                // SAFETY: as above.
+                                unsafe {
+                                    std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len())
+                                };
+                                data.push(dst.cast_const());
+                                lens.push(src.len());
+                                off += src.len();
+                            }
+                            times.copy = copying.elapsed().as_secs_f64();
                             let handle = lane.handle_ptr(std::ptr::null_mut());
                             // SAFETY: the lane owns its handle (made with its state); one
-                            // entry per image in `data`/`lens`/`outs`; the inputs are host
-                            // memory that outlives the call, which stages them into the
-                            // state's own buffers (as the CUDA path's host phase reads
-                            // them); each output holds width*3*height bytes (checked in
-                            // step 1); this thread alone has the lane.
+                            // entry per image in `data`/`lens`/`outs`; the bitstreams
+                            // live in pinned staging until the caller's stream, which
+                            // joins this lane, passes the staging event; each output
+                            // holds width*3*height bytes (checked in step 1); this
+                            // thread alone has the lane.
                             unsafe {
                                 lane.decode_batched(
                                     lib.table(),
@@ -884,7 +1022,7 @@ impl GpuDecoder {
                                 )
                             }
                         });
-                    (lane, times, r)
+                    (lane, (k, staging), times, r)
                 })
             });
             let share_job = share_buf.map(|(k, mut buf)| {
@@ -972,8 +1110,9 @@ impl GpuDecoder {
                     }));
                 }
             }
-            Some(Ok((lane, times, r))) => {
-                self.timings.gpu_huffman_s += times.init + times.decode;
+            Some(Ok((lane, (k, staging), times, r))) => {
+                self.timings.gpu_huffman_s +=
+                    times.copy + times.state_wait + times.init + times.decode;
                 let joined = stream.join(&lane.stream);
                 if let Err(e) = &joined {
                     // Without the join, the CPU's copies below could overtake the lane.
@@ -982,6 +1121,9 @@ impl GpuDecoder {
                         tracing::warn!("GPU-Huffman lane synchronize failed: {e}");
                     }
                 }
+                // The caller's stream joined the lane (or the lane was synchronized):
+                // the staging is free once the caller's stream passes here.
+                self.huffman_staging.put(k, staging, stream);
                 match r {
                     Ok(()) if joined.is_ok() => {
                         for &i in &gpu_list {
@@ -1287,9 +1429,10 @@ impl GpuDecoder {
         let mut slowest = 0.0f64;
         for (_, lt, _) in &lane_results {
             self.timings.staging_copy_s += lt.copy;
+            self.timings.stream_wait_s += lt.state_wait;
             self.timings.hw_init_s += lt.init;
             self.timings.hw_decode_s += lt.decode;
-            slowest = slowest.max(lt.copy + lt.init + lt.decode);
+            slowest = slowest.max(lt.copy + lt.state_wait + lt.init + lt.decode);
         }
         self.timings.hw_lane_max_s += slowest;
         let hw = self

@@ -32,6 +32,13 @@ pub struct DecodeTimings {
     /// Step 1: header probe, output-size check, `nvjpegJpegStreamParseHeader` +
     /// `nvjpegDecodeBatchedSupported` for hardware candidates, and routing.
     pub probe_s: f64,
+    /// Host waits before nvJPEG's batched decodes write: for work queued
+    /// earlier on the caller's stream (the hardware batched decode writes when
+    /// it is called, not in stream order: see
+    /// [`GpuDecoder::decode_batch`](crate::GpuDecoder::decode_batch)), and,
+    /// summed over lanes, for a decoder state's previous batch to finish.
+    #[serde(default)]
+    pub stream_wait_s: f64,
     /// Waiting for a pinned staging buffer of the hardware path (the event of
     /// the batch before last) and growing it.
     pub staging_wait_s: f64,
@@ -100,6 +107,7 @@ impl std::ops::AddAssign for DecodeTimings {
         self.calls += o.calls;
         self.images += o.images;
         self.probe_s += o.probe_s;
+        self.stream_wait_s += o.stream_wait_s;
         self.staging_wait_s += o.staging_wait_s;
         self.staging_copy_s += o.staging_copy_s;
         self.hw_lanes_s += o.hw_lanes_s;
@@ -135,6 +143,7 @@ impl std::fmt::Display for DecodeTimings {
         )?;
         for (name, s) in [
             ("probe", self.probe_s),
+            ("stream_wait", self.stream_wait_s),
             ("staging_wait", self.staging_wait_s),
             ("lanes", self.hw_lanes_s),
             ("lane_max", self.hw_lane_max_s),
@@ -165,6 +174,7 @@ mod tests {
             calls: 2,
             images: 512,
             probe_s: 0.002,
+            stream_wait_s: 0.0003,
             staging_wait_s: 0.0005,
             staging_copy_s: 0.001,
             hw_lanes_s: 0.018,
@@ -189,6 +199,7 @@ mod tests {
         assert_eq!(t.images, 1024);
         for (got, one) in [
             (t.probe_s, s.probe_s),
+            (t.stream_wait_s, s.stream_wait_s),
             (t.staging_wait_s, s.staging_wait_s),
             (t.staging_copy_s, s.staging_copy_s),
             (t.hw_lanes_s, s.hw_lanes_s),
@@ -219,6 +230,7 @@ mod tests {
             "total 0.026s",
             "50.0 us/img",
             "probe 0.002s (8%)",
+            "stream_wait 0.000s (1%)",
             "staging_wait",
             "lanes 0.018s (70%)",
             "lane_max",
@@ -249,6 +261,6 @@ mod tests {
         assert_eq!(v["calls"], 2);
         assert_eq!(v["images"], 512);
         assert!(v["hw_decode_s"].as_f64().unwrap() > 0.05);
-        assert_eq!(v.as_object().unwrap().len(), 14);
+        assert_eq!(v.as_object().unwrap().len(), 15);
     }
 }

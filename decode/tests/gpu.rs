@@ -201,6 +201,58 @@ fn gpu_matches_cpu_on_the_conformance_corpus() {
     }
 }
 
+/// nvJPEG's hardware batched decode writes its outputs when it is called, not
+/// when the stream gets there (torchcodec #1634), so the decoder waits on the
+/// host for work already queued on the caller's stream. Here ~100 ms of
+/// memsets, then a zeroing of the outputs, are queued before the decode: the
+/// decoded pixels must come out after them, not be wiped by them.
+#[test]
+fn decode_follows_work_queued_on_the_callers_stream() {
+    let Some((ctx, mut dec)) = gpu() else { return };
+    let files = jpegs_in(&data_dir().join("bench"));
+    let files = &files[..64.min(files.len())];
+    let cpu = CpuDecoder::new(Default::default());
+    let stream = ctx.new_stream().unwrap();
+    let data: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let want: Vec<_> = inputs
+        .iter()
+        .map(|d| cpu.decode_to_vec(d).unwrap())
+        .collect();
+    let mut outputs: Vec<_> = want
+        .iter()
+        .map(|(i, _)| stream.alloc_zeros::<u8>(i.rgb_len()).unwrap())
+        .collect();
+    let mut busy = stream.alloc_zeros::<u8>(2 << 30).unwrap();
+    stream.synchronize().unwrap();
+    for _ in 0..128 {
+        stream.memset_zeros(&mut busy).unwrap();
+    }
+    for o in outputs.iter_mut() {
+        stream.memset_zeros(o).unwrap();
+    }
+    let got = dec.decode_batch(&inputs, &mut outputs, &stream);
+    stream.synchronize().unwrap();
+    let mut wrong = Vec::new();
+    for (k, r) in got.iter().enumerate() {
+        let (_, route) = r
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{}: {e}", files[k].display()));
+        let p = psnr(&stream.clone_dtoh(&outputs[k]).unwrap(), &want[k].1);
+        if p < MIN_PSNR {
+            wrong.push(format!("{} ({route}): PSNR {p:.1}", files[k].display()));
+        }
+    }
+    println!("{}; {}", dec.route_counts(), dec.timings());
+    assert!(
+        wrong.is_empty(),
+        "{} of {} images overwritten by work queued before the decode:\n{}",
+        wrong.len(),
+        got.len(),
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn gpu_matches_cpu_on_the_bench_set() {
     let Some((ctx, mut dec)) = gpu() else { return };
