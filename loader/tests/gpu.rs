@@ -175,10 +175,24 @@ fn compare_paths(
     n: usize,
     ctx: &Arc<CudaContext>,
     same_decoder: bool,
+    decoder: Option<stoker_decode::GpuDecoderOptions>,
 ) {
     for output in [Output::U8Nhwc, Output::F16Nchw, Output::F32Nchw] {
         let cpu = loader(ds.clone(), Device::Cpu, output, 16).unwrap();
-        let gpu_loader = loader(ds.clone(), Device::Cuda(0), output, 16).unwrap();
+        let gpu_loader = match decoder.clone() {
+            None => loader(ds.clone(), Device::Cuda(0), output, 16),
+            Some(options) => Loader::builder(ds.clone())
+                .batch_size(16)
+                .shuffle(Shuffle::Global { seed: 11 })
+                .transform(train_transform(96))
+                .output(output)
+                .device(Device::Cuda(0))
+                .workers(2)
+                .prefetch(2)
+                .gpu_decoder(options)
+                .build(),
+        }
+        .unwrap();
         for epoch in 0..2 {
             let mut seen = BTreeSet::new();
             for (c, g) in cpu.epoch(epoch).zip(gpu_loader.epoch(epoch)) {
@@ -232,7 +246,31 @@ fn gpu_batches_equal_cpu_batches_for_the_same_seed_and_epoch() {
     };
     let dir = tempfile::tempdir().unwrap();
     let n = 100;
-    compare_paths(&bench_dataset(dir.path(), n, 40, &[]), n, &ctx, false);
+    compare_paths(&bench_dataset(dir.path(), n, 40, &[]), n, &ctx, false, None);
+}
+
+/// The same on nvJPEG's CUDA decoder alone (no engines): its slots (a state
+/// with its device buffer) are reused batch after batch while consecutive
+/// batches decode on the two decode streams, so this catches a batch's
+/// transfer overtaking the previous batch's device phase.
+#[test]
+fn gpu_batches_on_the_cuda_decoder_equal_cpu_batches() {
+    let Some(ctx) = gpu_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100;
+    let options = stoker_decode::GpuDecoderOptions {
+        hardware: false,
+        ..Default::default()
+    };
+    compare_paths(
+        &bench_dataset(dir.path(), n, 40, &[]),
+        n,
+        &ctx,
+        false,
+        Some(options),
+    );
 }
 
 #[test]
@@ -242,7 +280,7 @@ fn gpu_transform_equals_cpu_transform_on_raw_records() {
     };
     let dir = tempfile::tempdir().unwrap();
     let n = 48;
-    compare_paths(&raw_dataset(dir.path(), n), n, &ctx, true);
+    compare_paths(&raw_dataset(dir.path(), n), n, &ctx, true, None);
 }
 
 /// `n` bench photos decoded once on the CPU and stored as raw RGB records, so

@@ -201,15 +201,20 @@ impl Drop for CudaImages {
         let Some(mut slot) = self.slot.take() else {
             return;
         };
-        let ctx = Arc::clone(slot.compute.context());
         let waited = std::mem::take(&mut *self.waited.lock().unwrap_or_else(|p| p.into_inner()));
         for stream in waited {
             // The release point: everything the consumer enqueued on `stream` so far.
             match stream.record_event(None) {
                 Ok(ev) => slot.release.push(ev),
-                // Cannot record: fall back to the slot's own ordering (the error is
-                // kept in the context; no panic in Drop).
-                Err(e) => ctx.record_err::<()>(Err(e)),
+                // Cannot record: wait for the consumer's stream here instead, so
+                // the slot is not rewritten under a read (error path only; no
+                // panic in Drop).
+                Err(e) => {
+                    tracing::warn!("recording a release event failed ({e}); synchronizing");
+                    if let Err(e) = stream.synchronize() {
+                        tracing::warn!("consumer stream synchronize failed: {e}");
+                    }
+                }
             }
         }
         // The pipeline may be gone: then the slot is dropped here, and its Drop

@@ -114,10 +114,11 @@ pub(crate) struct Shared {
     pub(crate) copy: Arc<CudaStream>,
     /// Transforms.
     pub(crate) compute: Arc<CudaStream>,
-    /// nvJPEG decodes, batch `k` on `decode[k % 2]`: a batch's decode waits only
-    /// for the kernel that last read its slot's arena (and for the decode two
-    /// batches back), not for the previous batch's decode and transform, so the
-    /// JPEG engines get batch k+1 while batch k finishes.
+    /// nvJPEG decodes, batch `k` on `decode[k % 2]`: a batch's decode waits for
+    /// the kernel that last read its slot's arena and for the previous batch's
+    /// decode (the decoder's CUDA-path slots are reused batch to batch), not for
+    /// the previous batch's transform, so batch k+1 decodes while batch k is
+    /// transformed.
     pub(crate) decode: [Arc<CudaStream>; 2],
     pub(crate) kernel: TransformKernel,
     /// nvJPEG (hardware engines / CUDA / CPU per image) for JPEG datasets; `None`
@@ -145,6 +146,21 @@ pub(crate) struct Shared {
     pub(crate) write_combined: bool,
     /// Batches are handed out already waited on this stream (`LoaderBuilder::cuda_stream`).
     pub(crate) consumer_stream: Option<Arc<CudaStream>>,
+}
+
+impl Drop for Shared {
+    /// Lets queued transforms, decodes and copies finish before the kernel
+    /// module, the decoder's states and the staging they use are destroyed
+    /// (fields drop after this). Errors are logged, never raised.
+    fn drop(&mut self) {
+        // A stale error recorded earlier must not stop the waits below.
+        let _ = self.ctx.check_err();
+        for s in [&self.copy, &self.compute, &self.decode[0], &self.decode[1]] {
+            if let Err(e) = s.synchronize() {
+                tracing::warn!("GPU loader teardown: stream synchronize failed ({e})");
+            }
+        }
+    }
 }
 
 /// The GPU backend (see the module docs).

@@ -540,7 +540,9 @@ fn build_batch_nvjpeg(
     // arena, which nothing else orders before the slot's next decode (on either
     // stream of the pair): let them finish first. Error and stop paths only.
     let give_back = |slot: Box<Slot>| {
-        shared.ctx.record_err(decode_stream.synchronize());
+        if let Err(e) = decode_stream.synchronize() {
+            tracing::warn!("decode stream synchronize failed: {e}");
+        }
         let _ = shared.free_tx.try_send(slot);
     };
     // The read-ahead's checks of the first pass, taken one by one; replacements
@@ -571,6 +573,18 @@ fn build_batch_nvjpeg(
         give_back(slot);
         return Some(Err(driver_err(
             "cuStreamWaitEvent (arena reuse, decode)",
+            e,
+        )));
+    }
+    // The decoder's CUDA-path slots (a state with its device buffer) are reused
+    // from batch to batch, and their transfer and device phases are ordered only
+    // within one stream: this batch's decode also follows the previous batch's,
+    // queued on the other stream of the pair. It still does not wait for the
+    // previous batch's transform.
+    if let Err(e) = decode_stream.join(&shared.decode[1 - (k % 2) as usize]) {
+        give_back(slot);
+        return Some(Err(driver_err(
+            "cuStreamWaitEvent (decode after the previous decode)",
             e,
         )));
     }
@@ -1065,11 +1079,14 @@ fn enqueue(
                     .map_err(|e| driver_err("cuEventRecord", e))?;
             }
         }
-        for ev in slot.release.drain(..) {
+        // The release events are cleared only once every wait is queued: on an
+        // error they stay, and the error path below waits for them on the host.
+        for ev in &slot.release {
             compute
-                .wait(&ev)
+                .wait(ev)
                 .map_err(|e| driver_err("cuStreamWaitEvent (consumer released)", e))?;
         }
+        slot.release.clear();
         slot.kernel_start
             .record(compute)
             .map_err(|e| driver_err("cuEventRecord", e))?;
@@ -1103,12 +1120,23 @@ fn enqueue(
         // Part of the work may be enqueued (a copy still reading the pinned
         // buffers): drain both streams before the slot can be rewritten. Error
         // path only, on the producer thread.
-        let ctx = Arc::clone(&shared.ctx);
-        ctx.record_err(shared.copy.synchronize());
-        for decode in &shared.decode {
-            ctx.record_err(decode.synchronize());
+        // The consumer may still read the slot's output until its release
+        // events complete: wait for those too, then the slot is clean.
+        for (what, r) in [
+            ("copy", shared.copy.synchronize()),
+            ("decode 0", shared.decode[0].synchronize()),
+            ("decode 1", shared.decode[1].synchronize()),
+            ("compute", shared.compute.synchronize()),
+        ] {
+            if let Err(err) = r {
+                tracing::warn!("after a failed batch, {what} stream synchronize failed: {err}");
+            }
         }
-        ctx.record_err(shared.compute.synchronize());
+        for ev in slot.release.drain(..) {
+            if let Err(err) = ev.synchronize() {
+                tracing::warn!("after a failed batch, a release event failed: {err}");
+            }
+        }
         let _ = shared.free_tx.try_send(slot);
         return Err(e);
     }

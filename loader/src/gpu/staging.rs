@@ -164,7 +164,7 @@ impl Slot {
             ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(|e| driver_err(what, e))
         };
-        Ok(Slot {
+        let slot = Slot {
             h2d_start: timed("cuEventCreate")?,
             h2d_end: timed("cuEventCreate")?,
             kernel_start: timed("cuEventCreate")?,
@@ -181,7 +181,15 @@ impl Slot {
             params_ptr,
             out_ptr,
             sizes,
-        })
+        };
+        // The allocations above are stream-ordered on `compute`
+        // (cuMemAllocAsync); the first copy and decode into this slot wait on
+        // `ready`, so recording it here puts them after the allocations (also
+        // for a slot added mid-run by `grow`, while `compute` is busy).
+        slot.ready
+            .record(compute)
+            .map_err(|e| driver_err("cuEventRecord (slot allocation)", e))?;
+        Ok(slot)
     }
 
     /// Waits (producer thread) until the previous H2D copy from this slot's pinned
@@ -217,13 +225,24 @@ impl Drop for Slot {
     fn drop(&mut self) {
         // Device buffers are freed asynchronously on `compute`: make it wait for the
         // consumers first. Pinned memory is freed by the host at once: wait for the
-        // copies reading it. Failures are recorded in the context (never a panic).
-        let ctx = Arc::clone(self.compute.context());
+        // copies reading it. Failures are logged (never a panic), with a host wait
+        // as the fallback.
+        // cudarc binds the context through `check_err`, which returns (and clears)
+        // any error recorded earlier: clear it first so that it cannot make the
+        // waits below fail before they are queued.
+        let _ = self.compute.context().check_err();
         for ev in self.release.drain(..) {
-            ctx.record_err(self.compute.wait(&ev));
+            if let Err(e) = self.compute.wait(&ev) {
+                tracing::warn!("slot teardown: stream wait failed ({e}); synchronizing");
+                if let Err(e) = ev.synchronize() {
+                    tracing::warn!("slot teardown: release event failed: {e}");
+                }
+            }
         }
         if self.in_flight.is_some() {
-            ctx.record_err(self.h2d_end.synchronize());
+            if let Err(e) = self.h2d_end.synchronize() {
+                tracing::warn!("slot teardown: staging copy event failed: {e}");
+            }
         }
     }
 }
