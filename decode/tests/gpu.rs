@@ -201,6 +201,27 @@ fn gpu_matches_cpu_on_the_conformance_corpus() {
     }
 }
 
+/// The files' bytes, their CPU decodes (the expected pixels) and a zeroed
+/// device output of the right size for each, allocated on `stream`.
+#[allow(clippy::type_complexity)]
+fn bench_batch(
+    files: &[PathBuf],
+    cpu: &CpuDecoder,
+    stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+) -> (
+    Vec<Vec<u8>>,
+    Vec<(stoker_decode::ImageInfo, Vec<u8>)>,
+    Vec<cudarc::driver::CudaSlice<u8>>,
+) {
+    let data: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let want: Vec<_> = data.iter().map(|d| cpu.decode_to_vec(d).unwrap()).collect();
+    let outputs = want
+        .iter()
+        .map(|(i, _)| stream.alloc_zeros::<u8>(i.rgb_len()).unwrap())
+        .collect();
+    (data, want, outputs)
+}
+
 /// nvJPEG's hardware batched decode writes its outputs when it is called, not
 /// when the stream gets there (torchcodec #1634), so the decoder waits on the
 /// host for work already queued on the caller's stream. Here ~100 ms of
@@ -213,16 +234,8 @@ fn decode_follows_work_queued_on_the_callers_stream() {
     let files = &files[..64.min(files.len())];
     let cpu = CpuDecoder::new(Default::default());
     let stream = ctx.new_stream().unwrap();
-    let data: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let (data, want, mut outputs) = bench_batch(files, &cpu, &stream);
     let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    let want: Vec<_> = inputs
-        .iter()
-        .map(|d| cpu.decode_to_vec(d).unwrap())
-        .collect();
-    let mut outputs: Vec<_> = want
-        .iter()
-        .map(|(i, _)| stream.alloc_zeros::<u8>(i.rgb_len()).unwrap())
-        .collect();
     let mut busy = stream.alloc_zeros::<u8>(2 << 30).unwrap();
     stream.synchronize().unwrap();
     for _ in 0..128 {
@@ -349,16 +362,8 @@ fn share_matches_cpu_and_routes_add_up(
         dec.has_hardware() && (route_of_share != Route::NvjpegGpuHuffman || dec.has_gpu_huffman());
     let (mut total, mut shared) = (0u64, 0u64);
     for chunk in files.chunks(batch) {
-        let data: Vec<Vec<u8>> = chunk.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        let (data, want, mut outputs) = bench_batch(chunk, &cpu, &stream);
         let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-        let want: Vec<_> = inputs
-            .iter()
-            .map(|d| cpu.decode_to_vec(d).unwrap())
-            .collect();
-        let mut outputs: Vec<_> = want
-            .iter()
-            .map(|(i, _)| stream.alloc_zeros::<u8>(i.rgb_len()).unwrap())
-            .collect();
         let got = dec.decode_batch(&inputs, &mut outputs, &stream);
         stream.synchronize().unwrap();
         let mut in_share = 0usize;
