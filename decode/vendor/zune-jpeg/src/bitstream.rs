@@ -267,20 +267,26 @@ impl BitStream {
             // we revert the read later on (if we have 255), if this fails, we use the normal
             // byte at a time read
 
-            if let Ok(bytes) = reader.read_fixed_bytes_or_error::<4>() {
-                // we have 4 bytes to spare, read the 4 bytes into a temporary buffer
-                // create buffer
-                let msb_buf = u32::from_be_bytes(bytes);
-                // check if we have 0xff
-                if !has_byte(msb_buf, 255) {
-                    self.bits_left += 32;
-                    self.buffer <<= 32;
-                    self.buffer |= u64::from(msb_buf);
-                    self.aligned_buffer = self.buffer << (64 - self.bits_left);
-                    return Ok(true);
-                }
+            // stoker patch: a `match` whose error arm takes the error by value,
+            // so the common path does not call the Result's drop glue (an
+            // out-of-line call, the error type owns strings) on every refill.
+            match reader.read_fixed_bytes_or_error::<4>() {
+                Ok(bytes) => {
+                    // we have 4 bytes to spare, read the 4 bytes into a temporary buffer
+                    // create buffer
+                    let msb_buf = u32::from_be_bytes(bytes);
+                    // check if we have 0xff
+                    if !has_byte(msb_buf, 255) {
+                        self.bits_left += 32;
+                        self.buffer <<= 32;
+                        self.buffer |= u64::from(msb_buf);
+                        self.aligned_buffer = self.buffer << (64 - self.bits_left);
+                        return Ok(true);
+                    }
 
-                reader.rewind(4)?;
+                    reader.rewind(4)?;
+                }
+                Err(e) => drop(e),
             }
             // This serves two reasons,
             // 1: Make clippy shut up
