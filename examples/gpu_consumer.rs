@@ -326,6 +326,9 @@ fn run(args: &Args) -> Res<()> {
         mem.push((total - free, rss_bytes()));
     }
     let fed_rate = fed_images as f64 / t.elapsed().as_secs_f64();
+    // The next epoch has started early: stop it, or its decodes would share the
+    // GPU with the resident-batch loop below and flatter the fed/resident ratio.
+    loader.cancel_prefetch();
     let stats = loader.stats();
     let t = Instant::now();
     let steps = fed_images / args.batch_size;

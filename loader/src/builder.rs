@@ -598,6 +598,33 @@ impl Loader {
         }
     }
 
+    /// Stops the next epoch started early ([`LoaderBuilder::prefetch_next_epoch`]),
+    /// if there is one, and frees what it holds: call it after the last epoch you
+    /// will train, so that the loader does not keep decoding batches nobody asks
+    /// for (on the GPU path: occupying the JPEG engines, the staging ring and the
+    /// utilization sampler) while the program goes on to evaluate or save.
+    /// Returns whether an early start was stopped. A later [`Loader::epoch`] call
+    /// works as usual, from an empty pipeline.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// for epoch in 0..90 {
+    ///     for batch in loader.epoch(epoch) {
+    ///         let _batch = batch?;
+    ///     }
+    /// }
+    /// assert!(loader.cancel_prefetch(), "epoch 90 had started early");
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_prefetch(&self) -> bool {
+        let early = self.early.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Dropping the stream stops its producer and returns its batches.
+        early.is_some()
+    }
+
     /// Starts `epoch`'s pipeline ahead of the consumer's [`Loader::epoch`] call
     /// (none while a resume state is pending: that call will want another start).
     fn start_early(&self, epoch: u64) {

@@ -683,6 +683,29 @@ fn the_next_epoch_starts_early_and_gives_the_same_batches() {
     assert_eq!(early.state().epoch, 9);
 }
 
+/// After the last epoch the early start of the next one can be stopped; a
+/// later call to that epoch still gives the same batches, from a cold start.
+#[test]
+fn cancel_prefetch_stops_the_early_start_and_changes_no_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 20, 20, &[]);
+    let early = small(&ds).build().unwrap();
+    let plain = small(&ds).prefetch_next_epoch(false).build().unwrap();
+    assert!(!early.cancel_prefetch(), "nothing started before any epoch");
+    assert_eq!(run_epoch(&early, 0), run_epoch(&plain, 0));
+    assert!(early.cancel_prefetch(), "epoch 1 had started early");
+    assert!(!early.cancel_prefetch(), "and is gone");
+    assert!(!plain.cancel_prefetch());
+    assert_eq!(run_epoch(&early, 1), run_epoch(&plain, 1));
+    assert_eq!(
+        early.stats().epochs_started_early,
+        0,
+        "the cancelled start was not used"
+    );
+    assert_eq!(run_epoch(&early, 2), run_epoch(&plain, 2));
+    assert_eq!(early.stats().epochs_started_early, 1, "epoch 2 was");
+}
+
 #[test]
 fn an_early_started_epoch_has_batches_ready_when_the_consumer_asks() {
     let dir = tempfile::tempdir().unwrap();
