@@ -299,6 +299,11 @@ struct CudaSlot {
     /// transfer, which reads the slot's pinned buffer: the next host phase on
     /// this slot waits for it (and for nothing else).
     free: Option<CudaEvent>,
+    /// Recorded after this slot's last `nvjpegDecodeJpegDevice`, which reads
+    /// the slot's device buffer: the next transfer into that buffer waits for
+    /// it on the device. Needed when consecutive calls come on different
+    /// streams (the loader alternates two), which do not order each other.
+    device_free: Option<CudaEvent>,
     params: Owned,
     jstream: Owned,
     state: Owned,
@@ -411,7 +416,13 @@ impl Drop for GpuDecoder {
         let events = [&self.staging, &self.share_staging, &self.huffman_staging]
             .into_iter()
             .flat_map(|r| r.free.iter().flatten())
-            .chain(self.cuda.slots.iter().filter_map(|s| s.free.as_ref()));
+            .chain(
+                self.cuda
+                    .slots
+                    .iter()
+                    .flat_map(|s| [s.free.as_ref(), s.device_free.as_ref()])
+                    .flatten(),
+            );
         for ev in events {
             if let Err(e) = ev.synchronize() {
                 tracing::warn!("GpuDecoder drop: event synchronize failed ({e})");
@@ -509,6 +520,7 @@ impl GpuDecoder {
                 );
                 slots.push(CudaSlot {
                     free: None,
+                    device_free: None,
                     params,
                     jstream,
                     state,
@@ -1528,6 +1540,11 @@ impl GpuDecoder {
                     let mut img = sys::nvjpegImage_t::default();
                     img.channel[0] = ptrs[i].0 as *mut u8;
                     img.pitch[0] = info.width as usize * 3;
+                    // The previous device phase on this slot (maybe on another
+                    // stream) must be done reading the device buffer first.
+                    if let Some(ev) = slot.device_free.take() {
+                        stream.wait(&ev)?;
+                    }
                     // SAFETY: the host phase of this slot succeeded; the output holds
                     // width*3*height bytes; work is queued on the caller's stream.
                     unsafe {
@@ -1564,8 +1581,16 @@ impl GpuDecoder {
                                 &mut img,
                                 cu_stream,
                             ),
-                        )
+                        )?;
                     }
+                    match stream.record_event(None) {
+                        Ok(ev) => slot.device_free = Some(ev),
+                        Err(e) => {
+                            tracing::warn!("recording a slot event failed ({e}); synchronizing");
+                            stream.synchronize()?;
+                        }
+                    }
+                    Ok(())
                 });
                 if let Err(e) = r {
                     tracing::debug!("nvJPEG CUDA path failed on image {i}: {e}; using the CPU");

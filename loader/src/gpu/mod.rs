@@ -114,11 +114,11 @@ pub(crate) struct Shared {
     pub(crate) copy: Arc<CudaStream>,
     /// Transforms.
     pub(crate) compute: Arc<CudaStream>,
-    /// nvJPEG decodes, batch `k` on `decode[k % 2]`: a batch's decode waits for
-    /// the kernel that last read its slot's arena and for the previous batch's
-    /// decode (the decoder's CUDA-path slots are reused batch to batch), not for
-    /// the previous batch's transform, so batch k+1 decodes while batch k is
-    /// transformed.
+    /// nvJPEG decodes, batch `k` on `decode[k % 2]`: a batch's decode waits only
+    /// for the kernel that last read its slot's arena (and for the decode two
+    /// batches back), not for the previous batch's decode and transform, so the
+    /// JPEG engines get batch k+1 while batch k finishes. The decoder orders its
+    /// own reused buffers across the two streams.
     pub(crate) decode: [Arc<CudaStream>; 2],
     pub(crate) kernel: TransformKernel,
     /// nvJPEG (hardware engines / CUDA / CPU per image) for JPEG datasets; `None`
