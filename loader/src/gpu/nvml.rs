@@ -13,7 +13,7 @@ use crate::metrics::{Metrics, UtilizationSums};
 
 mod sys {
     //! Raw NVML types and the function table (only what the sampler uses).
-    use std::ffi::{c_int, c_uint};
+    use std::ffi::{c_char, c_int, c_uint};
 
     pub(super) type NvmlReturn = c_int;
     pub(super) const NVML_SUCCESS: NvmlReturn = 0;
@@ -31,6 +31,10 @@ mod sys {
     pub(super) struct Table {
         pub(super) init: unsafe extern "C" fn() -> NvmlReturn,
         pub(super) handle_by_index: unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn,
+        /// `nvmlDeviceGetHandleByPciBusId_v2`: NVML numbers devices its own way
+        /// (it ignores `CUDA_VISIBLE_DEVICES`), the PCI bus id names one for sure.
+        pub(super) handle_by_pci_bus_id:
+            Option<unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> NvmlReturn>,
         pub(super) utilization:
             unsafe extern "C" fn(NvmlDevice, *mut NvmlUtilization) -> NvmlReturn,
         /// `nvmlDeviceGetJpgUtilization` (drivers ≥ 520); absent on older ones.
@@ -60,6 +64,12 @@ mod sys {
                         b"nvmlDeviceGetHandleByIndex_v2\0",
                     )
                     .ok()?;
+                let handle_by_pci_bus_id = lib
+                    .get::<unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> NvmlReturn>(
+                        b"nvmlDeviceGetHandleByPciBusId_v2\0",
+                    )
+                    .ok()
+                    .map(|s| *s);
                 let utilization = *lib
                     .get::<unsafe extern "C" fn(NvmlDevice, *mut NvmlUtilization) -> NvmlReturn>(
                         b"nvmlDeviceGetUtilizationRates\0",
@@ -74,6 +84,7 @@ mod sys {
                 return Some(Table {
                     init,
                     handle_by_index,
+                    handle_by_pci_bus_id,
                     utilization,
                     jpg_utilization,
                     _lib: lib,
@@ -105,7 +116,19 @@ mod result {
     }
 
     /// # Safety
-    /// `dev` came from [`device`].
+    /// NVML was initialized with [`init`].
+    pub(super) unsafe fn device_by_pci_bus_id(
+        t: &Table,
+        bus_id: &std::ffi::CStr,
+    ) -> Option<NvmlDevice> {
+        let f = t.handle_by_pci_bus_id?;
+        let mut dev: NvmlDevice = std::ptr::null_mut();
+        // SAFETY: `bus_id` is NUL-terminated; `dev` is a valid out-pointer.
+        (unsafe { f(bus_id.as_ptr(), &mut dev) } == NVML_SUCCESS).then_some(dev)
+    }
+
+    /// # Safety
+    /// `dev` came from [`device`] or [`device_by_pci_bus_id`].
     pub(super) unsafe fn gpu_percent(t: &Table, dev: NvmlDevice) -> Option<u32> {
         let mut u = NvmlUtilization::default();
         // SAFETY: `u` is a valid out-pointer of the declared layout.
@@ -147,17 +170,44 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Starts sampling device `ordinal` (NVML index; the CUDA ordinal under the
-    /// default `CUDA_DEVICE_ORDER`), or returns `None` if the thread cannot start.
-    /// Every sample is also added to `metrics` (the loader's [`crate::Stats::utilization`]).
+    /// Starts sampling device `ordinal` (NVML's index, which ignores
+    /// `CUDA_VISIBLE_DEVICES`: prefer [`Sampler::start_for`] with a CUDA
+    /// context), or returns `None` if the thread cannot start. Every sample is
+    /// also added to `metrics` (the loader's [`crate::Stats::utilization`]).
     pub fn start(ordinal: u32, metrics: Option<Arc<Metrics>>) -> Option<Sampler> {
+        Self::spawn(Target::Index(ordinal), metrics)
+    }
+
+    /// Starts sampling the GPU of `ctx`, found in NVML by its PCI bus id (so the
+    /// right one under `CUDA_VISIBLE_DEVICES`, e.g. one visible GPU per rank),
+    /// falling back to NVML index = CUDA ordinal if the id cannot be had.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// let ctx = cudarc::driver::CudaContext::new(0)?;
+    /// let sampler = stoker_loader::gpu::nvml::Sampler::start_for(&ctx, None);
+    /// # Ok::<(), cudarc::driver::DriverError>(())
+    /// ```
+    pub fn start_for(
+        ctx: &cudarc::driver::CudaContext,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Option<Sampler> {
+        let ordinal = ctx.ordinal() as u32;
+        let target = match pci_bus_id(ctx) {
+            Some(id) => Target::PciBusId(id, ordinal),
+            None => Target::Index(ordinal),
+        };
+        Self::spawn(target, metrics)
+    }
+
+    fn spawn(target: Target, metrics: Option<Arc<Metrics>>) -> Option<Sampler> {
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let sums = Arc::new(Mutex::new(UtilizationSums::default()));
         let thread = {
             let sums = Arc::clone(&sums);
             std::thread::Builder::new()
                 .name("stoker-gpu-nvml".into())
-                .spawn(move || sample(ordinal, &stopped, &sums, metrics.as_deref()))
+                .spawn(move || sample(&target, &stopped, &sums, metrics.as_deref()))
                 .ok()?
         };
         Some(Sampler {
@@ -187,15 +237,50 @@ impl Drop for Sampler {
     }
 }
 
+/// Which device a sampler reads.
+enum Target {
+    /// NVML's own index.
+    Index(u32),
+    /// A PCI bus id (`cuDeviceGetPCIBusId`), with the index to fall back on.
+    PciBusId(std::ffi::CString, u32),
+}
+
+/// The PCI bus id of `ctx`'s device ("0000:3B:00.0"), as NVML takes it.
+fn pci_bus_id(ctx: &cudarc::driver::CudaContext) -> Option<std::ffi::CString> {
+    let mut buf = [0 as std::ffi::c_char; 32];
+    // SAFETY: the driver is loaded (a context exists); `buf` holds `len` bytes
+    // and the call writes a NUL-terminated string of at most that many.
+    let r = unsafe {
+        cudarc::driver::sys::cuDeviceGetPCIBusId(
+            buf.as_mut_ptr(),
+            buf.len() as i32,
+            ctx.cu_device(),
+        )
+    };
+    if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: on success the buffer holds a NUL-terminated string.
+    let id = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    (!id.is_empty()).then(|| id.to_owned())
+}
+
 fn sample(
-    ordinal: u32,
+    target: &Target,
     stopped: &crossbeam_channel::Receiver<()>,
     sums: &Mutex<UtilizationSums>,
     metrics: Option<&Metrics>,
 ) {
     let nvml = table();
     // SAFETY: NVML initialized by `table()`.
-    let dev = nvml.and_then(|t| unsafe { result::device(t, ordinal) });
+    let dev = nvml.and_then(|t| unsafe {
+        match target {
+            Target::Index(i) => result::device(t, *i),
+            Target::PciBusId(id, i) => {
+                result::device_by_pci_bus_id(t, id).or_else(|| result::device(t, *i))
+            }
+        }
+    });
     let mut cpu_prev = crate::metrics::system_cpu_jiffies();
     // Every 100 ms until the sender is dropped (then `Disconnected`, at once).
     while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =

@@ -68,10 +68,7 @@ impl GpuEpoch {
                     reason: e.to_string(),
                 })?
         };
-        let sampler = Sampler::start(
-            shared.ctx.ordinal() as u32,
-            Some(Arc::clone(&shared.metrics)),
-        );
+        let sampler = Sampler::start_for(&shared.ctx, Some(Arc::clone(&shared.metrics)));
         Ok(GpuEpoch {
             results: rx,
             shared,
