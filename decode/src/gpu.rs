@@ -257,13 +257,7 @@ impl HwLane {
             ls.batch_size = 0;
         }
         // Whatever the call queued, the state is busy until the stream passes here.
-        match self.stream.record_event(None) {
-            Ok(ev) => ls.done = Some(ev),
-            Err(e) => {
-                tracing::warn!("recording a lane state event failed ({e}); synchronizing");
-                self.stream.synchronize()?;
-            }
-        }
+        ls.done = record_or_synchronize(&self.stream, "a lane state event")?;
         r
     }
 }
@@ -996,25 +990,12 @@ impl GpuDecoder {
                         .and_then(|()| staging.as_mut_ptr().map_err(DecodeError::from))
                         .and_then(|base| {
                             let copying = Instant::now();
-                            let mut data: Vec<*const u8> = Vec::with_capacity(gpu_list.len());
-                            let mut lens: Vec<usize> = Vec::with_capacity(gpu_list.len());
-                            let mut off = 0usize;
-                            for &i in gpu_list {
-                                let src = inputs[i];
-                                // SAFETY: the buffer holds at least the share's total
-                                // bytes (taken with that size) and [off, off + len) lies
-                                // inside it; no queued device work reads it (its event
-                                // was waited for in `take`); this thread alone writes
-                                // it; source and destination do not overlap.
-                                let dst = unsafe { base.add(off) };
-                                // SAFETY: as above.
-                                unsafe {
-                                    std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len())
-                                };
-                                data.push(dst.cast_const());
-                                lens.push(src.len());
-                                off += src.len();
-                            }
+                            // SAFETY: the buffer holds at least the share's total
+                            // bytes (taken with that size); no queued device work
+                            // reads it (its event was waited for in `take`); this
+                            // thread alone writes it.
+                            let (data, lens) =
+                                unsafe { stage_bitstreams(base, 0, inputs, gpu_list) };
                             times.copy = copying.elapsed().as_secs_f64();
                             let handle = lane.handle_ptr(std::ptr::null_mut());
                             // SAFETY: the lane owns its handle (made with its state); one
@@ -1378,7 +1359,7 @@ impl GpuDecoder {
             for (k, lane) in hw.lanes[..lanes].iter_mut().enumerate() {
                 let range = starts[k]..starts[k] + sizes[k];
                 let chunk = &list[range.clone()];
-                let offs = &offsets[range];
+                let start = offsets[range.start];
                 let outs: Vec<(u64, usize)> = chunk
                     .iter()
                     .map(|&i| {
@@ -1393,23 +1374,14 @@ impl GpuDecoder {
                     let mut run = || -> Result<(), DecodeError> {
                         ctx.bind_to_thread()?;
                         let copying = Instant::now();
-                        let mut data: Vec<*const u8> = Vec::with_capacity(chunk.len());
-                        let mut lens: Vec<usize> = Vec::with_capacity(chunk.len());
-                        for (&i, &o) in chunk.iter().zip(offs) {
-                            let src = inputs[i];
-                            // SAFETY: `base` holds at least the list's total bytes
-                            // (caller's contract) and [o, o + len) lies inside it;
-                            // the lanes' ranges are disjoint (prefix sums over
-                            // disjoint chunks), so no other thread writes here;
-                            // no queued device work reads the buffer (its event
-                            // was waited for in `take`); source and destination
-                            // do not overlap.
-                            let dst = unsafe { base.0.cast::<u8>().add(o) };
-                            // SAFETY: as above.
-                            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
-                            data.push(dst.cast_const());
-                            lens.push(src.len());
-                        }
+                        // SAFETY: `base` holds at least the list's total bytes
+                        // (caller's contract) and this chunk's bytes start at
+                        // its prefix sum `start`; the lanes' ranges are disjoint
+                        // (prefix sums over disjoint chunks), so no other thread
+                        // writes them; no queued device work reads the buffer
+                        // (its event was waited for in `take`).
+                        let (data, lens) =
+                            unsafe { stage_bitstreams(base.0.cast(), start, inputs, chunk) };
                         times.copy = copying.elapsed().as_secs_f64();
                         // SAFETY: `data`/`lens`/`outs` have chunk.len() entries; the
                         // bitstreams live in pinned staging until the staging event
@@ -1561,14 +1533,7 @@ impl GpuDecoder {
                     }
                     // The transfer reads the slot's pinned buffer: the slot's next
                     // host phase waits for this event (not for the whole stream).
-                    match stream.record_event(None) {
-                        Ok(ev) => slot.free = Some(ev),
-                        Err(e) => {
-                            tracing::warn!("recording a slot event failed ({e}); synchronizing");
-                            slot.free = None;
-                            stream.synchronize()?;
-                        }
-                    }
+                    slot.free = record_or_synchronize(stream, "a slot event")?;
                     // SAFETY: as above; the device phase reads the slot's device
                     // buffer, ordered after the transfer on the same stream.
                     unsafe {
@@ -1583,13 +1548,7 @@ impl GpuDecoder {
                             ),
                         )?;
                     }
-                    match stream.record_event(None) {
-                        Ok(ev) => slot.device_free = Some(ev),
-                        Err(e) => {
-                            tracing::warn!("recording a slot event failed ({e}); synchronizing");
-                            stream.synchronize()?;
-                        }
-                    }
+                    slot.device_free = record_or_synchronize(stream, "a slot event")?;
                     Ok(())
                 });
                 if let Err(e) = r {
@@ -1599,6 +1558,53 @@ impl GpuDecoder {
             }
         }
         failed
+    }
+}
+
+/// Copies the bitstreams of `list` (indices into `inputs`) one after another
+/// into pinned staging at `base`, from byte `start` on, and returns the
+/// pointer and length arrays `nvjpegDecodeBatched` takes.
+///
+/// # Safety
+/// `base` is valid for writes of `start` plus the listed inputs' total bytes;
+/// no other thread writes that range and no queued device work reads it
+/// meanwhile; it does not overlap the inputs.
+unsafe fn stage_bitstreams(
+    base: *mut u8,
+    start: usize,
+    inputs: &[&[u8]],
+    list: &[usize],
+) -> (Vec<*const u8>, Vec<usize>) {
+    let mut data = Vec::with_capacity(list.len());
+    let mut lens = Vec::with_capacity(list.len());
+    let mut off = start;
+    for &i in list {
+        let src = inputs[i];
+        // SAFETY: [off, off + len) lies inside the range the caller vouches for,
+        // which nothing else touches meanwhile and which does not overlap `src`.
+        let dst = unsafe { base.add(off) };
+        // SAFETY: as above.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        data.push(dst.cast_const());
+        lens.push(src.len());
+        off += src.len();
+    }
+    (data, lens)
+}
+
+/// An event recorded on `stream` now, or, when it cannot be recorded, `None`
+/// after waiting for the stream on the host instead (logged as `what`): either
+/// way the caller can tell when the work queued so far is done.
+fn record_or_synchronize(
+    stream: &CudaStream,
+    what: &str,
+) -> Result<Option<CudaEvent>, cudarc::driver::DriverError> {
+    match stream.record_event(None) {
+        Ok(ev) => Ok(Some(ev)),
+        Err(e) => {
+            tracing::warn!("recording {what} failed ({e}); synchronizing");
+            stream.synchronize().map(|()| None)
+        }
     }
 }
 
@@ -1769,15 +1775,10 @@ impl PinnedRing {
 
     /// Returns buffer `k`, which work queued on `stream` so far may still read.
     fn put(&mut self, k: usize, buf: PinnedHostSlice<u8>, stream: &CudaStream) {
-        match stream.record_event(None) {
-            Ok(ev) => self.free[k] = Some(ev),
-            Err(e) => {
-                // Without the event the next user could overwrite it in flight.
-                tracing::warn!("recording a staging event failed ({e}); synchronizing");
-                if let Err(e) = stream.synchronize() {
-                    tracing::warn!("stream synchronize failed: {e}");
-                }
-            }
+        // Without the event (or the wait) the next user could overwrite it in flight.
+        match record_or_synchronize(stream, "a staging event") {
+            Ok(ev) => self.free[k] = ev,
+            Err(e) => tracing::warn!("stream synchronize failed: {e}"),
         }
         self.bufs[k] = Some(buf);
     }
