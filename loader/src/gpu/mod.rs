@@ -148,6 +148,23 @@ pub(crate) struct Shared {
     pub(crate) consumer_stream: Option<Arc<CudaStream>>,
 }
 
+impl Shared {
+    /// Waits on the host for everything queued on the copy, decode and compute
+    /// streams; failures are logged (`when` says in what situation), never raised.
+    pub(crate) fn synchronize_streams(&self, when: &str) {
+        for (what, s) in [
+            ("copy", &self.copy),
+            ("decode 0", &self.decode[0]),
+            ("decode 1", &self.decode[1]),
+            ("compute", &self.compute),
+        ] {
+            if let Err(e) = s.synchronize() {
+                tracing::warn!("{when}, {what} stream synchronize failed: {e}");
+            }
+        }
+    }
+}
+
 impl Drop for Shared {
     /// Lets queued transforms, decodes and copies finish before the kernel
     /// module, the decoder's states and the staging they use are destroyed
@@ -155,11 +172,7 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // A stale error recorded earlier must not stop the waits below.
         let _ = self.ctx.check_err();
-        for s in [&self.copy, &self.compute, &self.decode[0], &self.decode[1]] {
-            if let Err(e) = s.synchronize() {
-                tracing::warn!("GPU loader teardown: stream synchronize failed ({e})");
-            }
-        }
+        self.synchronize_streams("at GPU loader teardown");
     }
 }
 

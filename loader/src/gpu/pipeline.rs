@@ -573,8 +573,6 @@ fn build_batch_nvjpeg(
             e,
         )));
     }
-    // The decoder orders its own reused CUDA-path buffers across the two
-    // streams (an event per slot), so nothing else is waited for here.
     let mut dec = decoder.lock().unwrap_or_else(|p| p.into_inner());
     while done.iter().any(Option::is_none) {
         if stop.load(Ordering::Acquire) {
@@ -1109,16 +1107,7 @@ fn enqueue(
         // path only, on the producer thread.
         // The consumer may still read the slot's output until its release
         // events complete: wait for those too, then the slot is clean.
-        for (what, r) in [
-            ("copy", shared.copy.synchronize()),
-            ("decode 0", shared.decode[0].synchronize()),
-            ("decode 1", shared.decode[1].synchronize()),
-            ("compute", shared.compute.synchronize()),
-        ] {
-            if let Err(err) = r {
-                tracing::warn!("after a failed batch, {what} stream synchronize failed: {err}");
-            }
-        }
+        shared.synchronize_streams("after a failed batch");
         for ev in slot.release.drain(..) {
             if let Err(err) = ev.synchronize() {
                 tracing::warn!("after a failed batch, a release event failed: {err}");
