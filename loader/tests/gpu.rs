@@ -14,7 +14,9 @@ use std::sync::Arc;
 use common::{bench_dataset, rss_bytes, Broken};
 use cudarc::driver::CudaContext;
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
-use stoker_loader::{Batch, Device, Images, Loader, LoaderError, Output, Shuffle, Transform};
+use stoker_loader::{
+    Batch, Device, Images, Loader, LoaderBuilder, LoaderError, Output, Shuffle, Transform,
+};
 
 /// A usable CUDA device 0, or why not (printed by the skipping tests).
 fn gpu() -> Result<Arc<CudaContext>, String> {
@@ -44,12 +46,12 @@ fn train_transform(size: u32) -> Transform {
         .normalize(IMAGENET_MEAN, IMAGENET_STD)
 }
 
-fn loader(
+fn loader_builder(
     ds: stoker_formats::Dataset,
     device: Device,
     output: Output,
     batch: usize,
-) -> Result<Loader, LoaderError> {
+) -> LoaderBuilder {
     Loader::builder(ds)
         .batch_size(batch)
         .shuffle(Shuffle::Global { seed: 11 })
@@ -58,7 +60,15 @@ fn loader(
         .device(device)
         .workers(2)
         .prefetch(2)
-        .build()
+}
+
+fn loader(
+    ds: stoker_formats::Dataset,
+    device: Device,
+    output: Output,
+    batch: usize,
+) -> Result<Loader, LoaderError> {
+    loader_builder(ds, device, output, batch).build()
 }
 
 #[test]
@@ -179,20 +189,11 @@ fn compare_paths(
 ) {
     for output in [Output::U8Nhwc, Output::F16Nchw, Output::F32Nchw] {
         let cpu = loader(ds.clone(), Device::Cpu, output, 16).unwrap();
-        let gpu_loader = match decoder.clone() {
-            None => loader(ds.clone(), Device::Cuda(0), output, 16),
-            Some(options) => Loader::builder(ds.clone())
-                .batch_size(16)
-                .shuffle(Shuffle::Global { seed: 11 })
-                .transform(train_transform(96))
-                .output(output)
-                .device(Device::Cuda(0))
-                .workers(2)
-                .prefetch(2)
-                .gpu_decoder(options)
-                .build(),
+        let mut gpu_builder = loader_builder(ds.clone(), Device::Cuda(0), output, 16);
+        if let Some(options) = decoder.clone() {
+            gpu_builder = gpu_builder.gpu_decoder(options);
         }
-        .unwrap();
+        let gpu_loader = gpu_builder.build().unwrap();
         for epoch in 0..2 {
             let mut seen = BTreeSet::new();
             for (c, g) in cpu.epoch(epoch).zip(gpu_loader.epoch(epoch)) {
