@@ -388,15 +388,20 @@ impl BitStream {
     where
         T: ZByteReaderTrait
     {
+        // Get fast AC table as a reference before we enter the hot path
         let ac_lookup = ac_table.ac_lookup.as_ref().unwrap();
 
+        // Decode AC coefficients
         let mut pos: usize = 1;
         if  self.bits_left < 1 && self.marker.is_some() {
             return Err(DecodeErrors::Format(
                 "No more bytes left in stream before marker".to_string()
             ));
         }
+        // decode DC, dc prediction will contain the value
         self.decode_dc(reader, dc_table, dc_prediction)?;
+
+        // set dc to be the dc prediction.
         block[0] = *dc_prediction * qt_table[0];
 
         // stoker patch: the bit buffer lives in locals inside the loop so the
@@ -417,9 +422,11 @@ impl BitStream {
             let fast_ac = ac_lookup[idx];
 
             if fast_ac != 0 {
-                pos += ((fast_ac >> 4) & 15) as usize;
+                //  FAST AC path
+                pos += ((fast_ac >> 4) & 15) as usize; // run
                 let t_pos = UN_ZIGZAG[min(pos, 63)] & 63;
-                block[t_pos] = i32::from(fast_ac >> 8) * (qt_table[t_pos]);
+
+                block[t_pos] = i32::from(fast_ac >> 8) * (qt_table[t_pos]); // Value
                 let n = (fast_ac & 15) as u8;
                 bl = bl.saturating_sub(n);
                 ab <<= n;
