@@ -10,7 +10,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -126,6 +129,10 @@ pub struct Metrics {
     device_bytes: AtomicU64,
     /// Utilization samples (GPU path: NVML and `/proc/stat`), summed since the last reset.
     utilization: Mutex<UtilizationSums>,
+    /// The sampler whose samples go into `utilization` (0: none yet). Each epoch runs its
+    /// own sampler, and an epoch started early runs beside the one ending: only one of
+    /// them may count, or the overlap's samples would count twice.
+    utilization_recorder: AtomicU64,
     /// What produces the batches (set once at build).
     backend: Mutex<String>,
     /// GPU path, JPEG records: the nvJPEG decoder's host time per phase.
@@ -286,6 +293,25 @@ impl Metrics {
     pub fn add_gpu_decode_timings(&self, t: &DecodeTimings) {
         let mut g = self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner());
         *g.get_or_insert_with(DecodeTimings::default) += *t;
+    }
+
+    /// Makes sampler `id` (non-zero) the one whose samples count, unless another one
+    /// holds that place; returns whether `id` holds it now.
+    pub(crate) fn claim_utilization(&self, id: u64) -> bool {
+        match self
+            .utilization_recorder
+            .compare_exchange(0, id, AcqRel, Acquire)
+        {
+            Ok(_) => true,
+            Err(holder) => holder == id,
+        }
+    }
+
+    /// Sampler `id` stops: the next sampler to claim the place takes it over.
+    pub(crate) fn release_utilization(&self, id: u64) {
+        let _ = self
+            .utilization_recorder
+            .compare_exchange(id, 0, AcqRel, Relaxed);
     }
 
     /// Adds one utilization sample, in percent; `None` for a figure not measured.

@@ -5,6 +5,7 @@
 //! Optional by design: without `libnvidia-ml.so.1` (or a driver too old for the
 //! JPEG counter) the figures are simply absent.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -172,8 +173,10 @@ pub struct Sampler {
 impl Sampler {
     /// Starts sampling device `ordinal` (NVML's index, which ignores
     /// `CUDA_VISIBLE_DEVICES`: prefer [`Sampler::start_for`] with a CUDA
-    /// context), or returns `None` if the thread cannot start. Every sample is
-    /// also added to `metrics` (the loader's [`crate::Stats::utilization`]).
+    /// context), or returns `None` if the thread cannot start. Its samples are
+    /// also added to `metrics` (the loader's [`crate::Stats::utilization`]) while
+    /// no other sampler running on the same `metrics` does so: when an epoch
+    /// started early overlaps the one ending, the overlap counts once.
     pub fn start(ordinal: u32, metrics: Option<Arc<Metrics>>) -> Option<Sampler> {
         Self::spawn(Target::Index(ordinal), metrics)
     }
@@ -203,11 +206,19 @@ impl Sampler {
     fn spawn(target: Target, metrics: Option<Arc<Metrics>>) -> Option<Sampler> {
         let (stop, stopped) = crossbeam_channel::bounded::<()>(0);
         let sums = Arc::new(Mutex::new(UtilizationSums::default()));
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let thread = {
             let sums = Arc::clone(&sums);
             std::thread::Builder::new()
                 .name("stoker-gpu-nvml".into())
-                .spawn(move || sample(&target, &stopped, &sums, metrics.as_deref()))
+                .spawn(move || {
+                    let metrics = metrics.as_deref();
+                    sample(&target, &stopped, &sums, metrics.map(|m| (m, id)));
+                    if let Some(m) = metrics {
+                        m.release_utilization(id);
+                    }
+                })
                 .ok()?
         };
         Some(Sampler {
@@ -269,7 +280,7 @@ fn sample(
     target: &Target,
     stopped: &crossbeam_channel::Receiver<()>,
     sums: &Mutex<UtilizationSums>,
-    metrics: Option<&Metrics>,
+    metrics: Option<(&Metrics, u64)>,
 ) {
     let nvml = table();
     // SAFETY: NVML initialized by `table()`.
@@ -302,8 +313,11 @@ fn sample(
             _ => (None, None),
         };
         let (gpu, jpeg) = (gpu.map(f64::from), jpeg.map(f64::from));
-        if let Some(m) = metrics {
-            m.record_utilization(gpu, jpeg, cpu);
+        // Into the loader's stats only while this sampler is the one that counts there.
+        if let Some((m, id)) = metrics {
+            if m.claim_utilization(id) {
+                m.record_utilization(gpu, jpeg, cpu);
+            }
         }
         sums.lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -343,5 +357,52 @@ mod tests {
             assert_eq!(u.gpu, None, "no NVML here, so no GPU figure");
             eprintln!("NVML not present: GPU/JPEG utilization absent as designed");
         }
+    }
+
+    /// Polls until `s` has taken `n` samples (10 s at most).
+    fn wait_for_samples(s: &Sampler, n: u64) -> u64 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = s.utilization().samples;
+            if got >= n || std::time::Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn samples_in(metrics: &Metrics) -> u64 {
+        metrics.snapshot().utilization.map_or(0, |u| u.samples)
+    }
+
+    #[test]
+    fn overlapping_samplers_count_once_in_the_stats() {
+        // An epoch started early runs its sampler beside the ending epoch's.
+        let metrics = Arc::new(Metrics::default());
+        let first = Sampler::start(0, Some(Arc::clone(&metrics))).expect("sampler thread");
+        assert!(wait_for_samples(&first, 1) >= 1);
+        let second = Sampler::start(0, Some(Arc::clone(&metrics))).expect("sampler thread");
+        let overlap = wait_for_samples(&second, 4);
+        assert!(overlap >= 4, "the second sampler took {overlap} samples");
+        drop(second);
+        // `first` keeps sampling: read the stats between two readings of it.
+        let before = first.utilization().samples;
+        let in_stats = samples_in(&metrics);
+        let after = first.utilization().samples;
+        assert!(
+            (before..=after + 1).contains(&in_stats),
+            "the stats hold {in_stats} samples, the first sampler took {before}..{after} \
+             (the second's {overlap} must not count)"
+        );
+        // Once the first stops, a sampler started after it counts in its place.
+        drop(first);
+        let stopped = samples_in(&metrics);
+        let third = Sampler::start(0, Some(Arc::clone(&metrics))).expect("sampler thread");
+        assert!(wait_for_samples(&third, 2) >= 2);
+        drop(third);
+        assert!(
+            samples_in(&metrics) > stopped,
+            "the third sampler's samples count"
+        );
     }
 }
