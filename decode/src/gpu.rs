@@ -1095,7 +1095,13 @@ impl GpuDecoder {
             None => {}
             Some(Err(_)) => {
                 // The lane is lost with its thread: later batches leave the share on
-                // the engines.
+                // the engines. Its stream may still hold writes into these images'
+                // outputs, which the caller refills (CPU replacements): with no
+                // stream left to join, wait for the whole context once. A panic
+                // path only.
+                if let Err(e) = self.ctx.synchronize() {
+                    tracing::warn!("synchronizing after the GPU-Huffman lane's panic failed: {e}");
+                }
                 for &i in &gpu_list {
                     results[i] = Some(Err(DecodeError::Panicked {
                         decoder: "nvjpeg-gpu-huffman",

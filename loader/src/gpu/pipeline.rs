@@ -227,10 +227,17 @@ fn produce_batches<'r>(
         let item = match built {
             Ok(Some(item)) => item,
             Ok(None) => return, // stopped
-            Err(panic) => Err(LoaderError::Thread {
-                thread: "stoker-gpu".into(),
-                reason: panic_message(&panic),
-            }),
+            Err(panic) => {
+                // The slot went down with the panic (its `Drop` waited for its
+                // streams): count it out, so the reported memory stays true and
+                // `take_slot` can grow the ring back if the consumer needs it.
+                let total = shared.slots.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
+                report_slot_memory(shared, total);
+                Err(LoaderError::Thread {
+                    thread: "stoker-gpu".into(),
+                    reason: panic_message(&panic),
+                })
+            }
         };
         let mut item = item;
         loop {
@@ -374,13 +381,18 @@ fn grow(shared: &Shared) -> Result<Box<Slot>, LoaderError> {
         slots = total,
         "the consumer holds every GPU batch slot: adding one (drop batches to keep memory fixed)"
     );
-    shared
-        .metrics
-        .set_pinned_bytes((total * shared.sizes.pinned_bytes()) as u64);
-    shared
-        .metrics
-        .set_device_bytes((total * shared.sizes.device_bytes()) as u64);
+    report_slot_memory(shared, total);
     Ok(Box::new(slot))
+}
+
+/// Reports the pinned and device memory of `slots` batch slots.
+fn report_slot_memory(shared: &Shared, slots: usize) {
+    shared
+        .metrics
+        .set_pinned_bytes((slots * shared.sizes.pinned_bytes()) as u64);
+    shared
+        .metrics
+        .set_device_bytes((slots * shared.sizes.device_bytes()) as u64);
 }
 
 /// One image staged in a slot.
