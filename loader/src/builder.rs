@@ -9,7 +9,7 @@ use stoker_formats::Dataset;
 use crate::cpu::CpuPipeline;
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stats};
-use crate::pipeline::{self, Epoch, EpochPlan, EpochStream, Pipeline, Progress};
+use crate::pipeline::{self, BadLog, Epoch, EpochPlan, Pipeline, Progress, Started};
 use crate::sampler::{LoaderState, Sampler, Shuffle};
 use crate::transform::Transform;
 
@@ -440,7 +440,7 @@ pub struct Loader {
     /// The next epoch's pipeline, started when the last batch of the current one
     /// was handed out (`LoaderBuilder::prefetch_next_epoch`). Declared before the
     /// backend: its threads stop before the backend's.
-    early: Mutex<Option<(u64, Box<dyn EpochStream + Send>)>>,
+    early: Mutex<Option<(u64, Started)>>,
     /// Declared before the rest so it is dropped (threads joined) first.
     backend: Box<dyn Pipeline>,
     progress: Mutex<Progress>,
@@ -562,20 +562,20 @@ impl Loader {
             }
         };
         let started = match early {
-            Some(stream) => {
+            Some(started) => {
                 self.metrics.epoch_started_early();
-                Ok(stream)
+                Ok(started)
             }
-            None => self.backend.start_epoch(self.plan(epoch, start_batch)),
+            None => self.start(epoch, start_batch),
         };
         let on_last: Option<Box<dyn FnOnce() + Send + '_>> =
             self.config.prefetch_next_epoch.then(|| {
                 Box::new(move || self.start_early(epoch + 1)) as Box<dyn FnOnce() + Send + '_>
             });
         match started {
-            Ok(stream) => Epoch::running(
+            Ok(started) => Epoch::running(
                 epoch,
-                stream,
+                started,
                 self.sampler.num_batches(),
                 on_last,
                 &self.metrics,
@@ -585,9 +585,10 @@ impl Loader {
         }
     }
 
-    /// The plan of `epoch` from batch `start_batch`.
-    fn plan(&self, epoch: u64, start_batch: u64) -> EpochPlan {
-        EpochPlan {
+    /// Starts the pipeline of `epoch` from batch `start_batch`.
+    fn start(&self, epoch: u64, start_batch: u64) -> Result<Started, LoaderError> {
+        let bad = Arc::new(BadLog::default());
+        let plan = EpochPlan {
             epoch,
             seed: self.config.shuffle.seed(),
             order: self.sampler.order(epoch).into(),
@@ -595,7 +596,13 @@ impl Loader {
             num_batches: self.sampler.num_batches(),
             start_batch,
             on_error: self.config.on_error,
-        }
+            bad: Arc::clone(&bad),
+        };
+        Ok(Started {
+            stream: self.backend.start_epoch(plan)?,
+            bad,
+            on_error: self.config.on_error,
+        })
     }
 
     /// Stops the next epoch started early ([`LoaderBuilder::prefetch_next_epoch`]),
@@ -636,13 +643,13 @@ impl Loader {
         {
             return;
         }
-        match self.backend.start_epoch(self.plan(epoch, 0)) {
-            Ok(stream) => {
+        match self.start(epoch, 0) {
+            Ok(started) => {
                 let old = self
                     .early
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .replace((epoch, stream));
+                    .replace((epoch, started));
                 drop(old);
             }
             // The consumer's own call will start it (and report the error).

@@ -400,9 +400,7 @@ impl Worker {
                 match self.load_one(plan, index, slot, &mut buffer) {
                     Ok(label) => break label,
                     Err(error) => {
-                        if self.shared.metrics.bad_record(index) {
-                            tracing::warn!(index, epoch = plan.epoch, %error, "bad record replaced by the next sample");
-                        }
+                        plan.note_bad(pos, index, &error);
                         if plan.on_error == OnError::Error {
                             let _ = self.shared.free_tx.try_send(buffer);
                             return Some(Err(error));

@@ -55,7 +55,9 @@
 //!    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>`.
 //!    `pipeline::EpochPlan` carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
-//!    bad records (`EpochPlan::replacement`). `EpochStream::next_batch`
+//!    bad records (`EpochPlan::replacement`; a backend notes each failed record with
+//!    `EpochPlan::note_bad`, and the [`Loader`] counts it when its batch is handed out).
+//!    `EpochStream::next_batch`
 //!    blocks and returns batches **in order**; dropping the stream must stop production promptly.
 //!    The [`Loader`] wraps the stream: it measures consumer wait, the handoff stage, the resume
 //!    position and the fed ratio, so a backend never does that itself.
@@ -76,7 +78,7 @@
 //!    [`transform::Transform::out_size`], [`transform::Transform::mean_std`] give the rest.
 //! 5. **Counters**: [`metrics::Metrics`] (`Arc`, all atomics): `record(Stage, items, bytes, busy)`
 //!    for `Stage::{Read, Decode, Transform, H2d, Handoff}`, `count_route(&str)` for per-route
-//!    decode counts (`"cpu_zune"`, `"nvjpeg_hw"`...), `bad_record(index)`, `set_pinned_bytes`,
+//!    decode counts (`"cpu_zune"`, `"nvjpeg_hw"`...), `set_pinned_bytes`,
 //!    `set_device_bytes`.
 //! 6. **Wiring**: the GPU path is always compiled (it needs no CUDA at build time: the driver,
 //!    NVRTC and nvJPEG are loaded at run time), and `gpu::build` says with

@@ -522,7 +522,9 @@ pub struct Stats {
     pub stages: Vec<StageStats>,
     /// Images decoded per route (like `stages`, early starts included).
     pub decode_routes: BTreeMap<String, u64>,
-    /// Records that failed and were replaced (or returned as errors).
+    /// Records that failed and were replaced (or returned as errors), counted when the
+    /// batch they were met in is handed out (so batches built ahead and never handed
+    /// out count nothing).
     pub bad_records: u64,
     /// The first distinct bad record indices.
     pub bad_indices: Vec<u64>,

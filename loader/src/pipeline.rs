@@ -8,8 +8,9 @@
 //! - The backend produces batches `plan.start_batch .. plan.num_batches` of
 //!   `plan.order` and returns them **in order** from [`EpochStream::next_batch`] (blocking),
 //!   then `None`. Batch `k` holds the samples `plan.order[plan.batch_range(k)]`; a sample that
-//!   fails is replaced by [`EpochPlan::replacement`] (and counted with
-//!   [`crate::metrics::Metrics::bad_record`]) unless `plan.on_error` is
+//!   fails is replaced by [`EpochPlan::replacement`] (and noted with
+//!   [`EpochPlan::note_bad`]; the consumer side counts it when its batch is handed out)
+//!   unless `plan.on_error` is
 //!   [`crate::OnError::Error`], in which case batch `k` is an `Err` naming the record and the
 //!   stream continues with batch `k + 1`.
 //! - Per-sample crop/flip come from [`crate::Transform::params`] with `plan.seed`,
@@ -55,6 +56,9 @@ pub(crate) struct EpochPlan {
     pub(crate) start_batch: u64,
     /// Replace bad records or fail the batch.
     pub(crate) on_error: OnError,
+    /// The bad records met while building this epoch's batches (shared with the
+    /// consumer side, which counts them as their batches are handed out).
+    pub(crate) bad: Arc<BadLog>,
 }
 
 impl EpochPlan {
@@ -70,6 +74,75 @@ impl EpochPlan {
     pub(crate) fn replacement(&self, pos: usize, attempt: u32) -> u64 {
         self.order[(pos + attempt as usize) % self.order.len()]
     }
+
+    /// Notes that record `index`, tried for position `pos`, failed with `error`. It is
+    /// counted in [`crate::Stats::bad_records`] (and logged) when the batch holding
+    /// `pos` is handed out, not before.
+    pub(crate) fn note_bad(&self, pos: usize, index: u64, error: &LoaderError) {
+        let entry = BadEntry {
+            batch: pos as u64 / self.batch_size.max(1),
+            index,
+            error: error.to_string(),
+        };
+        self.bad
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(entry);
+    }
+}
+
+/// Bad records met while an epoch's batches are built, held until their batch is
+/// handed out: [`crate::Stats::bad_records`] counts a bad record only when the consumer
+/// gets the batch it was met in (replaced, or as that batch's error), so batches built
+/// and never handed out (an early start that is discarded, the batches prefetched when
+/// an epoch is dropped mid-way) count nothing, and no record counts twice.
+#[derive(Debug, Default)]
+pub(crate) struct BadLog(Mutex<Vec<BadEntry>>);
+
+#[derive(Debug)]
+struct BadEntry {
+    batch: u64,
+    index: u64,
+    error: String,
+}
+
+impl BadLog {
+    /// Counts (and logs, the first time an index is seen) the bad records of batch
+    /// `batch`, which is being handed out.
+    fn hand_out(&self, batch: u64, epoch: u64, on_error: OnError, metrics: &Metrics) {
+        let handed: Vec<BadEntry> = {
+            let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if entries.is_empty() {
+                return;
+            }
+            let (handed, kept) = std::mem::take(&mut *entries)
+                .into_iter()
+                .partition(|e| e.batch == batch);
+            *entries = kept;
+            handed
+        };
+        for e in handed {
+            if metrics.bad_record(e.index) {
+                match on_error {
+                    OnError::Replace => {
+                        tracing::warn!(index = e.index, epoch, error = %e.error, "bad record replaced by the next sample")
+                    }
+                    OnError::Error => {
+                        tracing::warn!(index = e.index, epoch, error = %e.error, "bad record: its batch is an error (OnError::Error)")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An epoch whose pipeline has started: its batches, and the bad records met building
+/// them.
+pub(crate) struct Started {
+    pub(crate) stream: Box<dyn EpochStream + Send>,
+    pub(crate) bad: Arc<BadLog>,
+    pub(crate) on_error: OnError,
 }
 
 /// A backend: builds batches for an epoch.
@@ -111,6 +184,8 @@ pub(crate) fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
 pub struct Epoch<'a> {
     epoch: u64,
     stream: Option<Box<dyn EpochStream + Send>>,
+    /// The bad records met building this epoch's batches, counted at hand-out.
+    bad: Option<(Arc<BadLog>, OnError)>,
     /// One past the last batch of the epoch.
     end: u64,
     /// Called once when the last batch is handed out: starts the next epoch's
@@ -131,7 +206,7 @@ pub struct Epoch<'a> {
 impl<'a> Epoch<'a> {
     pub(crate) fn running(
         epoch: u64,
-        stream: Box<dyn EpochStream + Send>,
+        started: Started,
         end: u64,
         on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
         metrics: &'a Metrics,
@@ -139,7 +214,8 @@ impl<'a> Epoch<'a> {
     ) -> Self {
         Epoch {
             epoch,
-            stream: Some(stream),
+            stream: Some(started.stream),
+            bad: Some((started.bad, started.on_error)),
             end,
             on_last,
             pending: None,
@@ -161,6 +237,7 @@ impl<'a> Epoch<'a> {
         Epoch {
             epoch,
             stream: None,
+            bad: None,
             end: 0,
             on_last: None,
             pending: Some(error),
@@ -175,6 +252,13 @@ impl<'a> Epoch<'a> {
     /// The epoch being iterated.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// Counts the bad records of batch `batch`, being handed out now.
+    fn count_bad(&self, batch: u64) {
+        if let Some((bad, on_error)) = &self.bad {
+            bad.hand_out(batch, self.epoch, *on_error, self.metrics);
+        }
     }
 }
 
@@ -193,6 +277,7 @@ impl Iterator for Epoch<'_> {
         self.metrics.account_elapsed(&mut self.mark_ns);
         match &item {
             Some(Ok(batch)) => {
+                self.count_bad(batch.index);
                 let t1 = Instant::now();
                 {
                     let mut p = lock(self.progress);
@@ -214,9 +299,14 @@ impl Iterator for Epoch<'_> {
             }
             Some(Err(_)) => {
                 self.metrics.wait_only(wait);
-                let mut p = lock(self.progress);
-                p.state.epoch = self.epoch;
-                p.state.position += 1;
+                // Batches come in order, so this error is batch `position`.
+                let position = {
+                    let mut p = lock(self.progress);
+                    p.state.epoch = self.epoch;
+                    p.state.position += 1;
+                    p.state.position - 1
+                };
+                self.count_bad(position);
             }
             None => {
                 self.metrics.wait_only(wait);

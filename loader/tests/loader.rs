@@ -252,6 +252,11 @@ fn bad_records_are_replaced_counted_and_reported() {
         .collect();
     assert_eq!(ok + errors.len(), 5);
     assert_eq!(errors.len(), bad_batches.len());
+    assert_eq!(
+        strict.stats().bad_records,
+        errors.len() as u64,
+        "one bad record per failed batch (the early start of epoch 1 counts nothing yet)"
+    );
     assert!(errors
         .iter()
         .all(|i| broken.iter().any(|(b, _)| *b as u64 == *i)));
@@ -681,6 +686,44 @@ fn the_next_epoch_starts_early_and_gives_the_same_batches() {
     assert_eq!(run_epoch(&early, 8), run_epoch(&plain, 8));
     assert_eq!(early.stats().epochs_started_early, 3);
     assert_eq!(early.state().epoch, 9);
+}
+
+/// A bad record counts when the batch it was met in is handed out: the batches of
+/// an early start that is cancelled count nothing, and a record counts once per
+/// epoch that hands it out.
+#[test]
+fn bad_records_count_when_their_batch_is_handed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    // 3 batches of 8 with prefetch 3: the early start of epoch 1 builds all of it.
+    let ds = bench_dataset(dir.path(), 24, 24, &[(5, Broken::Garbage)]);
+    let loader = small(&ds).build().unwrap();
+    let reads = || loader.stats().stage(Stage::Read).map_or(0, |s| s.items);
+    assert_eq!(run_epoch(&loader, 0).len(), 3);
+    // Each epoch reads its 24 records and one replacement.
+    let epoch_reads = 25;
+    assert!(reads() >= epoch_reads);
+    // Epoch 1 has started early and may have met the bad record already.
+    assert_eq!(loader.stats().bad_records, 1);
+    // Wait until the early start has read all of epoch 1, bad record included.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while reads() < 2 * epoch_reads && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(reads(), 2 * epoch_reads, "the early start built epoch 1");
+    assert!(loader.cancel_prefetch());
+    let s = loader.stats();
+    assert_eq!(
+        (s.bad_records, s.bad_indices.clone()),
+        (1, vec![5]),
+        "batches never handed out count nothing: {s}"
+    );
+    assert_eq!(run_epoch(&loader, 1).len(), 3);
+    let s = loader.stats();
+    assert_eq!(
+        (s.bad_records, s.bad_indices),
+        (2, vec![5]),
+        "once per epoch"
+    );
 }
 
 /// After the last epoch the early start of the next one can be stopped; a

@@ -231,7 +231,10 @@ fn produce_batches<'r>(
                 // The slot went down with the panic (its `Drop` waited for its
                 // streams): count it out, so the reported memory stays true and
                 // `take_slot` can grow the ring back if the consumer needs it.
-                let total = shared.slots.fetch_sub(1, Ordering::AcqRel).saturating_sub(1);
+                let total = shared
+                    .slots
+                    .fetch_sub(1, Ordering::AcqRel)
+                    .saturating_sub(1);
                 report_slot_memory(shared, total);
                 Err(LoaderError::Thread {
                     thread: "stoker-gpu".into(),
@@ -640,14 +643,9 @@ fn build_batch_nvjpeg(
                 Err(e) => Err(e),
             };
             if let Err(error) = outcome {
-                if let Err(fatal) = replace_failed(
-                    shared,
-                    plan,
-                    positions[i],
-                    error,
-                    &mut attempts[i],
-                    &mut current[i],
-                ) {
+                if let Err(fatal) =
+                    replace_failed(plan, positions[i], error, &mut attempts[i], &mut current[i])
+                {
                     give_back(slot);
                     return Some(Err(fatal));
                 }
@@ -708,14 +706,9 @@ fn build_batch_nvjpeg(
                 }
                 Err(source) => {
                     let error = LoaderError::Decode { index, source };
-                    if let Err(fatal) = replace_failed(
-                        shared,
-                        plan,
-                        positions[i],
-                        error,
-                        &mut attempts[i],
-                        &mut current[i],
-                    ) {
+                    if let Err(fatal) =
+                        replace_failed(plan, positions[i], error, &mut attempts[i], &mut current[i])
+                    {
                         give_back(slot);
                         return Some(Err(fatal));
                     }
@@ -741,20 +734,16 @@ fn build_batch_nvjpeg(
     ))
 }
 
-/// Counts a failed record and moves position `pos` to its next replacement, or
+/// Notes a failed record and moves position `pos` to its next replacement, or
 /// returns the error that ends the batch (`OnError::Error`, too many failures).
 fn replace_failed(
-    shared: &Shared,
     plan: &EpochPlan,
     pos: usize,
     error: LoaderError,
     attempt: &mut u32,
     current: &mut u64,
 ) -> Result<(), LoaderError> {
-    let index = *current;
-    if shared.metrics.bad_record(index) {
-        tracing::warn!(index, epoch = plan.epoch, %error, "bad record replaced by the next sample");
-    }
+    plan.note_bad(pos, *current, &error);
     if plan.on_error == OnError::Error {
         return Err(error);
     }
@@ -830,9 +819,7 @@ fn stage_position(
         match stage_one(shared, plan, index, state, dst) {
             Ok(s) => return Ok(s),
             Err(error) => {
-                if shared.metrics.bad_record(index) {
-                    tracing::warn!(index, epoch = plan.epoch, %error, "bad record replaced by the next sample");
-                }
+                plan.note_bad(pos, index, &error);
                 if plan.on_error == OnError::Error {
                     return Err(error);
                 }
