@@ -341,7 +341,9 @@ struct CudaPath {
 /// the host. One exception to "never waits on the caller's stream": nvJPEG's
 /// hardware batched decode writes its outputs when called, not in stream
 /// order, so before the engines write, the calling thread waits for the work
-/// already queued on `stream` (timed in [`DecodeTimings::stream_wait_s`]).
+/// already queued on `stream` (timed in [`DecodeTimings::stream_wait_s`]);
+/// [`GpuDecoder::decode_batch_idle_outputs`] skips that wait for a caller that
+/// has waited for the outputs itself.
 ///
 /// # Examples
 /// ```no_run
@@ -824,6 +826,57 @@ impl GpuDecoder {
         outputs: &mut [O],
         stream: &CudaStream,
     ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
+        self.decode_batch_ordered(inputs, outputs, stream, true)
+    }
+
+    /// [`GpuDecoder::decode_batch`] for outputs the GPU is done with: the caller
+    /// has already waited on the host for every earlier use of `outputs` (for
+    /// instance with `CudaEvent::synchronize` on an event recorded after their
+    /// last reader), and any stream-ordered allocation of them. The decoder then
+    /// skips its host wait for the work queued on `stream` before the hardware
+    /// engines write (see [`GpuDecoder`]), so that work (an earlier batch's
+    /// transform, say) keeps running on the GPU while this batch is parsed and
+    /// submitted. Results and errors are those of `decode_batch`.
+    ///
+    /// If the promise does not hold, the engines may write while earlier work
+    /// still reads or writes the outputs: wrong pixels, not host memory
+    /// unsafety.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions};
+    /// let ctx = cuda_context(0)?;
+    /// let stream = ctx.new_stream()?;
+    /// let mut dec = GpuDecoder::new(&ctx, GpuDecoderOptions::default())?;
+    /// let jpeg = std::fs::read("a.jpg").unwrap();
+    /// let info = stoker_decode::probe(&jpeg, &Default::default())?;
+    /// let mut out = vec![stream.alloc_zeros::<u8>(info.rgb_len())?];
+    /// // The allocation (and anything else that used `out`) is done.
+    /// stream.synchronize()?;
+    /// let results = dec.decode_batch_idle_outputs(&[&jpeg], &mut out, &stream);
+    /// stream.synchronize()?;
+    /// assert!(results[0].is_ok());
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
+    pub fn decode_batch_idle_outputs<O: DevicePtrMut<u8>>(
+        &mut self,
+        inputs: &[&[u8]],
+        outputs: &mut [O],
+        stream: &CudaStream,
+    ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
+        self.decode_batch_ordered(inputs, outputs, stream, false)
+    }
+
+    /// `decode_batch` (`host_wait`: wait on the host for `stream` before the
+    /// hardware engines or the GPU-Huffman lane write) or
+    /// `decode_batch_idle_outputs` (no such wait).
+    fn decode_batch_ordered<O: DevicePtrMut<u8>>(
+        &mut self,
+        inputs: &[&[u8]],
+        outputs: &mut [O],
+        stream: &CudaStream,
+        host_wait: bool,
+    ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
         let n = inputs.len();
         let call_started = Instant::now();
         if outputs.len() != n {
@@ -902,8 +955,9 @@ impl GpuDecoder {
         //     host for what is queued on the caller's stream so far, which
         //     includes every earlier use of the outputs (waited for just above).
         //     If that cannot be done, those images take the CUDA path, which
-        //     keeps stream order.
-        if !hw_list.is_empty() || !gpu_list.is_empty() {
+        //     keeps stream order. Skipped when the caller has waited for the
+        //     outputs itself (`decode_batch_idle_outputs`).
+        if host_wait && (!hw_list.is_empty() || !gpu_list.is_empty()) {
             let waiting = Instant::now();
             let waited = stream
                 .record_event(None)

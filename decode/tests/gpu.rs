@@ -266,6 +266,47 @@ fn decode_follows_work_queued_on_the_callers_stream() {
     );
 }
 
+/// `decode_batch_idle_outputs`, for outputs the caller has waited for, does not
+/// wait for unrelated work queued on the stream: it returns while that work
+/// still runs, and the pixels are right.
+#[test]
+fn idle_outputs_decode_without_waiting_for_the_stream() {
+    let Some((ctx, mut dec)) = gpu() else { return };
+    let files = jpegs_in(&data_dir().join("bench"));
+    let files = &files[..64.min(files.len())];
+    let cpu = CpuDecoder::new(Default::default());
+    let stream = ctx.new_stream().unwrap();
+    let (data, want, mut outputs) = bench_batch(files, &cpu, &stream);
+    let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let mut busy = stream.alloc_zeros::<u8>(2 << 30).unwrap();
+    // The outputs are idle from here on.
+    stream.synchronize().unwrap();
+    // About 150 ms of work on the same stream that does not touch the outputs.
+    for _ in 0..256 {
+        stream.memset_zeros(&mut busy).unwrap();
+    }
+    let queued = stream.record_event(None).unwrap();
+    let got = dec.decode_batch_idle_outputs(&inputs, &mut outputs, &stream);
+    let still_busy = !queued.is_complete();
+    stream.synchronize().unwrap();
+    for (k, r) in got.iter().enumerate() {
+        let (_, route) = r
+            .as_ref()
+            .unwrap_or_else(|e| panic!("{}: {e}", files[k].display()));
+        let p = psnr(&stream.clone_dtoh(&outputs[k]).unwrap(), &want[k].1);
+        assert!(
+            p >= MIN_PSNR,
+            "{} ({route}): PSNR {p:.1}",
+            files[k].display()
+        );
+    }
+    println!("{}; {}", dec.route_counts(), dec.timings());
+    assert!(
+        still_busy,
+        "the decode returned only after the earlier work on the stream had finished"
+    );
+}
+
 #[test]
 fn gpu_matches_cpu_on_the_bench_set() {
     let Some((ctx, mut dec)) = gpu() else { return };

@@ -588,6 +588,17 @@ fn build_batch_nvjpeg(
             e,
         )));
     }
+    // The hardware engines write the arena when they are called, not in stream
+    // order, so its last reader (the transform of this slot's previous batch; for
+    // a new slot, its allocation) must be done on the host's clock. Usually it
+    // is: `begin_host_writes` waited for it. With that, the first decode below
+    // need not wait for everything queued on the decode stream (the batch
+    // before last and its transform), which keeps running meanwhile.
+    if let Err(e) = slot.ready.synchronize() {
+        give_back(slot);
+        return Some(Err(driver_err("cuEventSynchronize (arena reuse)", e)));
+    }
+    let mut first_round = true;
     let mut dec = decoder.lock().unwrap_or_else(|p| p.into_inner());
     while done.iter().any(Option::is_none) {
         if stop.load(Ordering::Acquire) {
@@ -668,7 +679,13 @@ fn build_batch_nvjpeg(
                 .filter_map(|(i, ..)| views.get_mut(*i).and_then(Option::take))
                 .collect();
             let inputs: Vec<&[u8]> = todo.iter().map(|t| t.1).collect();
-            let r = dec.decode_batch(&inputs, &mut outs, decode_stream);
+            // Replacements (later rounds) go where an image of an earlier round
+            // failed: those wait for the stream, earlier rounds included.
+            let r = if std::mem::take(&mut first_round) {
+                dec.decode_batch_idle_outputs(&inputs, &mut outs, decode_stream)
+            } else {
+                dec.decode_batch(&inputs, &mut outs, decode_stream)
+            };
             // The decoder's phase times move into the loader's stats.
             shared.metrics.add_gpu_decode_timings(&dec.timings());
             dec.reset_timings();
