@@ -47,6 +47,12 @@ pub struct GpuDecoderOptions {
     /// [`Route::CpuShare`]. Use it when the engines, not the CPUs, bound
     /// throughput. Default 0.0 (off); values outside 0..=1 are clamped, NaN is 0.
     pub cpu_share: f32,
+    /// Threads that decode the CPU share, in a pool of the decoder's own (made
+    /// with the first share). 0 (the default): the machine's cores minus
+    /// `hardware_lanes` minus 2 (the calling thread and one more), at least 1,
+    /// so that the lanes' host-side parsing, which feeds the engines, keeps
+    /// cores of its own instead of being time-sliced with CPU decoding.
+    pub cpu_share_threads: usize,
     /// Call `nvjpegDecodeBatchedPreAllocate` on each hardware lane's state
     /// when it is created, so the engines' device memory comes from a pool
     /// sized up front instead of being allocated while decoding (NVIDIA's
@@ -107,6 +113,7 @@ impl Default for GpuDecoderOptions {
             hardware_lanes: 4,
             cuda_states: 4,
             cpu_share: 0.0,
+            cpu_share_threads: 0,
             hardware_preallocate: true,
             hardware_handle_per_lane: false,
             hardware_states_per_lane: 1,
@@ -381,6 +388,9 @@ pub struct GpuDecoder {
     share_stream: Arc<CudaStream>,
     /// Wall-clock time per phase since creation or the last reset.
     timings: DecodeTimings,
+    /// The CPU share's threads (`cpu_share_threads`), made with the first share;
+    /// `None` inside also when the pool could not be made (then rayon's global one).
+    share_pool: Option<Option<Arc<rayon::ThreadPool>>>,
     /// The GPU-Huffman lane (its own GPU-hybrid handle, state and stream) when
     /// `gpu_huffman_share > 0` and the backend could be created; taken out for
     /// the length of a batch by the thread that decodes on it.
@@ -542,6 +552,7 @@ impl GpuDecoder {
             huffman_staging: PinnedRing::default(),
             share_stream: ctx.new_stream()?,
             timings: DecodeTimings::default(),
+            share_pool: None,
             huffman: if share_fraction(options.gpu_huffman_share) > 0.0 {
                 Self::create_huffman_lane(lib, ctx)
             } else {
@@ -811,6 +822,31 @@ impl GpuDecoder {
         Ok((info, route, pixels))
     }
 
+    /// The CPU share's pool, made on first use (`None`: rayon's global pool).
+    fn share_pool(&mut self) -> Option<Arc<rayon::ThreadPool>> {
+        let (threads, lanes) = (self.options.cpu_share_threads, self.options.hardware_lanes);
+        self.share_pool
+            .get_or_insert_with(|| {
+                let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+                let n = share_threads(threads, lanes, cores);
+                match rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .thread_name(|i| format!("stoker-cpu-share-{i}"))
+                    .build()
+                {
+                    Ok(pool) => {
+                        tracing::debug!(threads = n, "CPU share pool");
+                        Some(Arc::new(pool))
+                    }
+                    Err(e) => {
+                        tracing::warn!("CPU share pool of {n} threads failed ({e}); using rayon's");
+                        None
+                    }
+                }
+            })
+            .clone()
+    }
+
     /// Decodes `inputs[i]` into `outputs[i]` (RGB HWC u8, `rgb_len()` bytes
     /// from offset 0), queued on `stream`. One result per input, with the route
     /// that decoded it. A failing image leaves its output untouched and fails alone.
@@ -997,6 +1033,11 @@ impl GpuDecoder {
             }
         }
         let cpu = Arc::clone(&self.cpu);
+        let share_pool = if share_buf.is_some() {
+            self.share_pool()
+        } else {
+            None
+        };
         // The GPU-Huffman lane leaves `self` for the batch (its thread owns it), and
         // waits on its stream for earlier work on the outputs.
         let gpu_bytes: usize = gpu_list.iter().map(|&i| inputs[i].len()).sum();
@@ -1074,9 +1115,10 @@ impl GpuDecoder {
             });
             let share_job = share_buf.map(|(k, mut buf)| {
                 let (cpu, share_list, infos) = (&cpu, &share_list, &infos);
+                let share_pool = share_pool.as_deref();
                 s.spawn(move || {
                     let started = Instant::now();
-                    let decoded = buf.as_mut_slice().map(|slice| {
+                    let decode_all = |slice: &mut [u8]| {
                         let mut parts = Vec::with_capacity(share_list.len());
                         let (mut rest, mut off) = (slice, 0usize);
                         for &i in share_list {
@@ -1093,6 +1135,10 @@ impl GpuDecoder {
                                 (i, off, len, cpu.decode_into_routed(inputs[i], out))
                             })
                             .collect::<Vec<_>>()
+                    };
+                    let decoded = buf.as_mut_slice().map(|slice| match share_pool {
+                        Some(pool) => pool.install(|| decode_all(slice)),
+                        None => decode_all(slice),
                     });
                     (k, buf, decoded, started.elapsed().as_secs_f64())
                 })
@@ -1668,6 +1714,16 @@ fn record_or_synchronize(
     }
 }
 
+/// Threads for the CPU share: `asked`, or with 0 the cores left after the
+/// hardware lanes and two more threads (the caller's and one spare), at least 1.
+fn share_threads(asked: usize, lanes: usize, cores: usize) -> usize {
+    if asked > 0 {
+        asked
+    } else {
+        cores.saturating_sub(lanes + 2).max(1)
+    }
+}
+
 /// A share option as a fraction in 0..=1 (NaN is 0).
 fn share_fraction(v: f32) -> f64 {
     if v.is_nan() {
@@ -1875,6 +1931,17 @@ mod tests {
         fn assert_send<T: Send>() {}
         assert_send::<GpuDecoder>();
         assert_send::<GpuDecoderOptions>();
+    }
+
+    #[test]
+    fn the_cpu_share_leaves_cores_to_the_lanes() {
+        // The H200 machine: 16 cores, 4 lanes → 10 share threads.
+        assert_eq!(share_threads(0, 4, 16), 10);
+        assert_eq!(share_threads(0, 8, 16), 6);
+        // Never none, and an explicit count wins.
+        assert_eq!(share_threads(0, 4, 2), 1);
+        assert_eq!(share_threads(0, 4, 6), 1);
+        assert_eq!(share_threads(3, 4, 2), 3);
     }
 
     #[test]

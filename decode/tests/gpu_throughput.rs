@@ -122,10 +122,29 @@ fn gpu_decode_throughput() {
         Case::new("decode_gpu_hw_lanes4", GpuDecoderOptions::default(), batch),
         Case::new("decode_gpu_hw_lanes1", lanes(1), batch),
         Case::new("decode_gpu_hw_lanes8", lanes(8), batch),
+        // The CPU share on its own pool (default: cores - lanes - 2 threads)...
         Case::new(
             "decode_gpu_hw_lanes4_cpu_share25",
             GpuDecoderOptions {
                 cpu_share: 0.25,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
+        Case::new(
+            "decode_gpu_hw_lanes4_cpu_share15",
+            GpuDecoderOptions {
+                cpu_share: 0.15,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
+        // ... and on every core, as runs 1-4 measured it (slower engines then).
+        Case::new(
+            "decode_gpu_hw_lanes4_cpu_share25_all_cores",
+            GpuDecoderOptions {
+                cpu_share: 0.25,
+                cpu_share_threads: cores,
                 ..GpuDecoderOptions::default()
             },
             batch,
