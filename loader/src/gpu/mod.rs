@@ -14,7 +14,7 @@
 //!           event on that stream ─▶ the slot's next kernel waits for it
 //! ```
 //!
-//! - [`staging`]: `K = prefetch + 2` slots allocated once at build (pinned staging,
+//! - `staging`: `K = prefetch + 2` slots allocated once at build (pinned staging,
 //!   device arena, kernel parameters, batch tensor, events); sizes fixed by the
 //!   configuration and reported in [`crate::Stats`] (`pinned_bytes`, `device_bytes`).
 //!   Only a consumer that keeps every batch alive makes the ring grow (warned).
@@ -26,7 +26,7 @@
 //!   consumer's stream waits on the batch's ready event; dropping the batch records
 //!   the release point on that stream, and the slot's next kernel waits for it.
 //!   The consumer thread never synchronizes the device.
-//! - [`pipeline`]: the producer thread of an epoch (and, for JPEG datasets, its
+//! - `pipeline`: the producer thread of an epoch (and, for JPEG datasets, its
 //!   read-ahead thread, which reads and checks batch k+1 while batch k decodes).
 //!
 //! The copy and compute streams are created at the device's highest stream
