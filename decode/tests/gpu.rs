@@ -222,6 +222,71 @@ fn bench_batch(
     (data, want, outputs)
 }
 
+/// 64 bench files, their CPU decodes (the reference), a GPU output for each,
+/// and a 2 GiB buffer to keep `stream` busy with memsets; nothing queued yet.
+struct BusyStream {
+    dec: GpuDecoder,
+    stream: std::sync::Arc<cudarc::driver::CudaStream>,
+    files: Vec<PathBuf>,
+    data: Vec<Vec<u8>>,
+    want: Vec<(stoker_decode::ImageInfo, Vec<u8>)>,
+    outputs: Vec<cudarc::driver::CudaSlice<u8>>,
+    busy: cudarc::driver::CudaSlice<u8>,
+}
+
+impl BusyStream {
+    fn new() -> Option<BusyStream> {
+        let (ctx, dec) = gpu()?;
+        let mut files = jpegs_in(&data_dir().join("bench"));
+        files.truncate(64);
+        let cpu = CpuDecoder::new(Default::default());
+        let stream = ctx.new_stream().unwrap();
+        let (data, want, outputs) = bench_batch(&files, &cpu, &stream);
+        let busy = stream.alloc_zeros::<u8>(2 << 30).unwrap();
+        stream.synchronize().unwrap();
+        Some(BusyStream {
+            dec,
+            stream,
+            files,
+            data,
+            want,
+            outputs,
+            busy,
+        })
+    }
+
+    /// Queues `n` memsets of the 2 GiB buffer (under 1 ms each on an H200).
+    fn queue_busy_work(&mut self, n: usize) {
+        for _ in 0..n {
+            self.stream.memset_zeros(&mut self.busy).unwrap();
+        }
+    }
+
+    /// After the stream is synchronized: the images whose pixels are not the CPU's.
+    fn wrong_pixels(
+        &self,
+        got: &[Result<(stoker_decode::ImageInfo, Route), DecodeError>],
+    ) -> Vec<String> {
+        let mut wrong = Vec::new();
+        for (k, r) in got.iter().enumerate() {
+            let (_, route) = r
+                .as_ref()
+                .unwrap_or_else(|e| panic!("{}: {e}", self.files[k].display()));
+            let p = psnr(
+                &self.stream.clone_dtoh(&self.outputs[k]).unwrap(),
+                &self.want[k].1,
+            );
+            if p < MIN_PSNR {
+                wrong.push(format!(
+                    "{} ({route}): PSNR {p:.1}",
+                    self.files[k].display()
+                ));
+            }
+        }
+        wrong
+    }
+}
+
 /// nvJPEG's hardware batched decode writes its outputs when it is called, not
 /// when the stream gets there (torchcodec #1634), so the decoder waits on the
 /// host for work already queued on the caller's stream. Here ~100 ms of
@@ -229,34 +294,18 @@ fn bench_batch(
 /// decoded pixels must come out after them, not be wiped by them.
 #[test]
 fn decode_follows_work_queued_on_the_callers_stream() {
-    let Some((ctx, mut dec)) = gpu() else { return };
-    let files = jpegs_in(&data_dir().join("bench"));
-    let files = &files[..64.min(files.len())];
-    let cpu = CpuDecoder::new(Default::default());
-    let stream = ctx.new_stream().unwrap();
-    let (data, want, mut outputs) = bench_batch(files, &cpu, &stream);
-    let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    let mut busy = stream.alloc_zeros::<u8>(2 << 30).unwrap();
-    stream.synchronize().unwrap();
-    for _ in 0..128 {
-        stream.memset_zeros(&mut busy).unwrap();
+    let Some(mut t) = BusyStream::new() else {
+        return;
+    };
+    t.queue_busy_work(128);
+    for o in t.outputs.iter_mut() {
+        t.stream.memset_zeros(o).unwrap();
     }
-    for o in outputs.iter_mut() {
-        stream.memset_zeros(o).unwrap();
-    }
-    let got = dec.decode_batch(&inputs, &mut outputs, &stream);
-    stream.synchronize().unwrap();
-    let mut wrong = Vec::new();
-    for (k, r) in got.iter().enumerate() {
-        let (_, route) = r
-            .as_ref()
-            .unwrap_or_else(|e| panic!("{}: {e}", files[k].display()));
-        let p = psnr(&stream.clone_dtoh(&outputs[k]).unwrap(), &want[k].1);
-        if p < MIN_PSNR {
-            wrong.push(format!("{} ({route}): PSNR {p:.1}", files[k].display()));
-        }
-    }
-    println!("{}; {}", dec.route_counts(), dec.timings());
+    let inputs: Vec<&[u8]> = t.data.iter().map(Vec::as_slice).collect();
+    let got = t.dec.decode_batch(&inputs, &mut t.outputs, &t.stream);
+    t.stream.synchronize().unwrap();
+    let wrong = t.wrong_pixels(&got);
+    println!("{}; {}", t.dec.route_counts(), t.dec.timings());
     assert!(
         wrong.is_empty(),
         "{} of {} images overwritten by work queued before the decode:\n{}",
@@ -271,36 +320,21 @@ fn decode_follows_work_queued_on_the_callers_stream() {
 /// still runs, and the pixels are right.
 #[test]
 fn idle_outputs_decode_without_waiting_for_the_stream() {
-    let Some((ctx, mut dec)) = gpu() else { return };
-    let files = jpegs_in(&data_dir().join("bench"));
-    let files = &files[..64.min(files.len())];
-    let cpu = CpuDecoder::new(Default::default());
-    let stream = ctx.new_stream().unwrap();
-    let (data, want, mut outputs) = bench_batch(files, &cpu, &stream);
-    let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    let mut busy = stream.alloc_zeros::<u8>(2 << 30).unwrap();
-    // The outputs are idle from here on.
-    stream.synchronize().unwrap();
-    // About 150 ms of work on the same stream that does not touch the outputs.
-    for _ in 0..256 {
-        stream.memset_zeros(&mut busy).unwrap();
-    }
-    let queued = stream.record_event(None).unwrap();
-    let got = dec.decode_batch_idle_outputs(&inputs, &mut outputs, &stream);
+    let Some(mut t) = BusyStream::new() else {
+        return;
+    };
+    // About 150 ms of work that does not touch the (idle) outputs.
+    t.queue_busy_work(256);
+    let queued = t.stream.record_event(None).unwrap();
+    let inputs: Vec<&[u8]> = t.data.iter().map(Vec::as_slice).collect();
+    let got = t
+        .dec
+        .decode_batch_idle_outputs(&inputs, &mut t.outputs, &t.stream);
     let still_busy = !queued.is_complete();
-    stream.synchronize().unwrap();
-    for (k, r) in got.iter().enumerate() {
-        let (_, route) = r
-            .as_ref()
-            .unwrap_or_else(|e| panic!("{}: {e}", files[k].display()));
-        let p = psnr(&stream.clone_dtoh(&outputs[k]).unwrap(), &want[k].1);
-        assert!(
-            p >= MIN_PSNR,
-            "{} ({route}): PSNR {p:.1}",
-            files[k].display()
-        );
-    }
-    println!("{}; {}", dec.route_counts(), dec.timings());
+    t.stream.synchronize().unwrap();
+    let wrong = t.wrong_pixels(&got);
+    println!("{}; {}", t.dec.route_counts(), t.dec.timings());
+    assert!(wrong.is_empty(), "wrong pixels:\n{}", wrong.join("\n"));
     assert!(
         still_busy,
         "the decode returned only after the earlier work on the stream had finished"
