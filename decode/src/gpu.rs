@@ -1078,6 +1078,10 @@ impl GpuDecoder {
             let huffman_job = huffman_lane.take().map(|(mut lane, (k, mut staging))| {
                 let (gpu_list, outs, ctx) = (&gpu_list, &huffman_outs, &huffman_ctx);
                 s.spawn(move || {
+                    // Declared after `lane` and `staging` (captured), so dropped
+                    // before them: if this thread panics, the lane's queued work,
+                    // which reads the staging and the lane's state, ends first.
+                    let _sync = SyncOnPanic(Arc::clone(&lane.stream));
                     let mut times = LaneTimes::default();
                     let r = ctx
                         .bind_to_thread()
@@ -1194,11 +1198,11 @@ impl GpuDecoder {
         match huffman_done {
             None => {}
             Some(Err(_)) => {
-                // The lane is lost with its thread: later batches leave the share on
-                // the engines. Its stream may still hold writes into these images'
-                // outputs, which the caller refills (CPU replacements): with no
-                // stream left to join, wait for the whole context once. A panic
-                // path only.
+                // The lane is lost with its thread (which waited for the lane's
+                // stream while unwinding, `SyncOnPanic`): later batches leave the
+                // share on the engines. Wait for the whole context once as well,
+                // in case that wait failed: these images' outputs are refilled
+                // (CPU replacements). A panic path only.
                 if let Err(e) = self.ctx.synchronize() {
                     tracing::warn!("synchronizing after the GPU-Huffman lane's panic failed: {e}");
                 }
@@ -1710,6 +1714,20 @@ fn record_or_synchronize(
         Err(e) => {
             tracing::warn!("recording {what} failed ({e}); synchronizing");
             stream.synchronize().map(|()| None)
+        }
+    }
+}
+
+/// Waits for a stream when dropped during a panic, so that buffers dropped
+/// after it are not freed under work still queued on it.
+struct SyncOnPanic(Arc<CudaStream>);
+
+impl Drop for SyncOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Err(e) = self.0.synchronize() {
+                tracing::warn!("stream synchronize while unwinding failed: {e}");
+            }
         }
     }
 }

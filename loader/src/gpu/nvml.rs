@@ -214,10 +214,9 @@ impl Sampler {
                 .name("stoker-gpu-nvml".into())
                 .spawn(move || {
                     let metrics = metrics.as_deref();
+                    // Gives the stats' place up however the thread ends.
+                    let _release = ReleaseOnExit(metrics, id);
                     sample(&target, &stopped, &sums, metrics.map(|m| (m, id)));
-                    if let Some(m) = metrics {
-                        m.release_utilization(id);
-                    }
                 })
                 .ok()?
         };
@@ -244,6 +243,18 @@ impl Drop for Sampler {
         drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// Releases sampler `.1`'s place in the stats (`Metrics::claim_utilization`)
+/// when dropped.
+struct ReleaseOnExit<'a>(Option<&'a Metrics>, u64);
+
+impl Drop for ReleaseOnExit<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = self.0 {
+            m.release_utilization(self.1);
         }
     }
 }

@@ -228,8 +228,8 @@ fn produce_batches<'r>(
             Ok(Some(item)) => item,
             Ok(None) => return, // stopped
             Err(panic) => {
-                // The slot went down with the panic (its `Drop` waited for its
-                // streams): count it out, so the reported memory stays true and
+                // The slot went down with the panic (its `Drop` waited for the
+                // device while unwinding): count it out, so the reported memory stays true and
                 // `take_slot` can grow the ring back if the consumer needs it.
                 let total = shared
                     .slots
@@ -593,11 +593,19 @@ fn build_batch_nvjpeg(
     // a new slot, its allocation) must be done on the host's clock. Usually it
     // is: `begin_host_writes` waited for it. With that, the first decode below
     // need not wait for everything queued on the decode stream (the batch
-    // before last and its transform), which keeps running meanwhile.
+    // before last), which keeps running meanwhile. Timed as the decoder's
+    // `stream_wait_s`.
+    let waiting = Instant::now();
     if let Err(e) = slot.ready.synchronize() {
         give_back(slot);
         return Some(Err(driver_err("cuEventSynchronize (arena reuse)", e)));
     }
+    shared
+        .metrics
+        .add_gpu_decode_timings(&stoker_decode::DecodeTimings {
+            stream_wait_s: waiting.elapsed().as_secs_f64(),
+            ..Default::default()
+        });
     let mut first_round = true;
     let mut dec = decoder.lock().unwrap_or_else(|p| p.into_inner());
     while done.iter().any(Option::is_none) {

@@ -231,6 +231,15 @@ impl Drop for Slot {
         // any error recorded earlier: clear it first so that it cannot make the
         // waits below fail before they are queued.
         let _ = self.compute.context().check_err();
+        // A slot dropped by a panic in the producer may have decodes in flight
+        // into its arena on a stream nothing below waits for (the nvJPEG lanes'
+        // streams are joined only at the end of a batch): wait for the whole
+        // device before its memory goes back to the pool. A panic path only.
+        if std::thread::panicking() {
+            if let Err(e) = self.compute.context().synchronize() {
+                tracing::warn!("slot teardown while unwinding: synchronize failed: {e}");
+            }
+        }
         for ev in self.release.drain(..) {
             if let Err(e) = self.compute.wait(&ev) {
                 tracing::warn!("slot teardown: stream wait failed ({e}); synchronizing");
