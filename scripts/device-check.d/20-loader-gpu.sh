@@ -53,6 +53,11 @@ if [ -x "$BIN/gpu_consumer" ]; then
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 3 --gpu-huffman-share 0.4 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg-gpuhuff40.log" | tail -n 25
   row gpu_consumer_jpeg_gpuhuff40 "${PIPESTATUS[0]}" exit "examples/gpu_consumer --gpu-huffman-share 0.4, jpeg"
+  # 2c. Same with 15 % of each batch's hardware images decoded on the CPUs, on the
+  #     decoder's own pool (cores - lanes - 2 threads) beside the engines (rows jpeg_cpu15_*).
+  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 3 --cpu-share 0.15 \
+    --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg-cpu15.log" | tail -n 25
+  row gpu_consumer_jpeg_cpu15 "${PIPESTATUS[0]}" exit "examples/gpu_consumer --cpu-share 0.15, jpeg"
   # 3. Raw pre-decoded records (H2D-bound): loader H2D GB/s vs the pinned ceiling.
   #    2,048 records (8 batches per epoch), 3 fed epochs: with 4 batches per epoch
   #    the per-epoch start and end weighed on the fed figures more than the stages.
