@@ -46,6 +46,7 @@ pub struct GpuDecoderOptions {
     /// outputs asynchronously on the caller's stream. Counted as
     /// [`Route::CpuShare`]. Use it when the engines, not the CPUs, bound
     /// throughput. Default 0.0 (off); values outside 0..=1 are clamped, NaN is 0.
+    /// With [`GpuDecoderOptions::cpu_share_auto`], the starting share.
     pub cpu_share: f32,
     /// Threads that decode the CPU share, in a pool of the decoder's own (made
     /// with the first share). 0 (the default): the machine's cores minus
@@ -53,6 +54,15 @@ pub struct GpuDecoderOptions {
     /// so that the lanes' host-side parsing, which feeds the engines, keeps
     /// cores of its own instead of being time-sliced with CPU decoding.
     pub cpu_share_threads: usize,
+    /// Adjust the CPU share after every batch instead of keeping `cpu_share`
+    /// fixed: the share moves toward the fraction at which the CPUs take as
+    /// long over it as the calling thread takes over the engines' part
+    /// (parsing and submitting, and waiting for engines still busy with
+    /// earlier batches). It grows while the CPUs finish first and shrinks
+    /// while the engines' part waits for them. Starts from `cpu_share` (0:
+    /// 0.1) and stays within 0.02..=0.5 (0.02 keeps it measured).
+    /// [`GpuDecoder::cpu_share_now`] says where it stands. Default false.
+    pub cpu_share_auto: bool,
     /// Call `nvjpegDecodeBatchedPreAllocate` on each hardware lane's state
     /// when it is created, so the engines' device memory comes from a pool
     /// sized up front instead of being allocated while decoding (NVIDIA's
@@ -114,6 +124,7 @@ impl Default for GpuDecoderOptions {
             cuda_states: 4,
             cpu_share: 0.0,
             cpu_share_threads: 0,
+            cpu_share_auto: false,
             hardware_preallocate: true,
             hardware_handle_per_lane: false,
             hardware_states_per_lane: 1,
@@ -391,6 +402,9 @@ pub struct GpuDecoder {
     /// The CPU share's threads (`cpu_share_threads`), made with the first share;
     /// `None` inside also when the pool could not be made (then rayon's global one).
     share_pool: Option<Option<Arc<rayon::ThreadPool>>>,
+    /// The CPU share in use: `cpu_share`, or with `cpu_share_auto` the
+    /// controller's current fraction.
+    share: ShareControl,
     /// The GPU-Huffman lane (its own GPU-hybrid handle, state and stream) when
     /// `gpu_huffman_share > 0` and the backend could be created; taken out for
     /// the length of a batch by the thread that decodes on it.
@@ -553,6 +567,7 @@ impl GpuDecoder {
             share_stream: ctx.new_stream()?,
             timings: DecodeTimings::default(),
             share_pool: None,
+            share: ShareControl::new(&options),
             huffman: if share_fraction(options.gpu_huffman_share) > 0.0 {
                 Self::create_huffman_lane(lib, ctx)
             } else {
@@ -768,6 +783,24 @@ impl GpuDecoder {
         self.lib
     }
 
+    /// The fraction of each batch's hardware images decoded on the CPUs now:
+    /// [`GpuDecoderOptions::cpu_share`], or where
+    /// [`GpuDecoderOptions::cpu_share_auto`] has taken it.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions};
+    /// # let ctx = cuda_context(0)?;
+    /// let options = GpuDecoderOptions { cpu_share_auto: true, ..Default::default() };
+    /// let mut dec = GpuDecoder::new(&ctx, options)?;
+    /// // ... decode_batch calls ...
+    /// println!("CPU share now {:.0} %", 100.0 * dec.cpu_share_now());
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
+    pub fn cpu_share_now(&self) -> f64 {
+        self.share.fraction
+    }
+
     /// Wall-clock seconds per phase of [`decode_batch`](Self::decode_batch),
     /// summed over the calls since creation or the last
     /// [`reset_timings`](Self::reset_timings).
@@ -955,8 +988,7 @@ impl GpuDecoder {
         // 1b. The CPU share: the last hardware-decodable images of the batch,
         //     decoded on the CPUs while the engines decode the rest.
         let hw_count = hw_list.len() as f64;
-        let take = ((hw_count * share_fraction(self.options.cpu_share)).round() as usize)
-            .min(hw_list.len());
+        let take = ((hw_count * self.share.fraction).round() as usize).min(hw_list.len());
         let share_list = hw_list.split_off(hw_list.len() - take);
         // 1c. The GPU-Huffman share: the hardware-decodable images just before the
         //     CPU share's, decoded by the GPU-hybrid backend beside the engines.
@@ -1074,6 +1106,8 @@ impl GpuDecoder {
             .collect();
         let huffman_ctx = Arc::clone(&self.ctx);
         let lib = self.lib;
+        // Images and seconds of the engines' part on this thread (for `cpu_share_auto`).
+        let mut engines_part = (0usize, 0.0f64);
         let (share_done, huffman_done) = std::thread::scope(|s| {
             let huffman_job = huffman_lane.take().map(|(mut lane, (k, mut staging))| {
                 let (gpu_list, outs, ctx) = (&gpu_list, &huffman_outs, &huffman_ctx);
@@ -1149,7 +1183,10 @@ impl GpuDecoder {
             });
             // 3. Hardware engines.
             if !hw_list.is_empty() {
-                match self.decode_hardware(inputs, &infos, &ptrs, &hw_list, stream) {
+                let engines_started = Instant::now();
+                let decoded = self.decode_hardware(inputs, &infos, &ptrs, &hw_list, stream);
+                engines_part = (hw_list.len(), engines_started.elapsed().as_secs_f64());
+                match decoded {
                     Ok(failed) => {
                         for &i in &hw_list {
                             if !failed.contains(&i) {
@@ -1248,8 +1285,12 @@ impl GpuDecoder {
         }
 
         // 4b. Copy the share's pixels (pinned, asynchronous) on the share stream.
-        if let Some(Ok((.., share_s))) = &share_done {
+        if let Some(Ok((_, _, decoded, share_s))) = &share_done {
             self.timings.cpu_share_s += *share_s;
+            if decoded.is_ok() {
+                let (n_hw, t_hw) = engines_part;
+                self.share.update(n_hw, t_hw, share_list.len(), *share_s);
+            }
         }
         match share_done {
             None => {}
@@ -1718,6 +1759,56 @@ fn record_or_synchronize(
     }
 }
 
+/// The CPU share's fraction, fixed or adjusted batch by batch
+/// ([`GpuDecoderOptions::cpu_share_auto`]).
+#[derive(Debug, Clone, Copy)]
+struct ShareControl {
+    fraction: f64,
+    auto: bool,
+}
+
+impl ShareControl {
+    /// Where the automatic share starts when `cpu_share` is 0.
+    const START: f64 = 0.1;
+    /// Bounds of the automatic share: never 0, so that it stays measured.
+    const MIN: f64 = 0.02;
+    const MAX: f64 = 0.5;
+    /// How far one batch moves the share toward its balance point: a batch's
+    /// timings are noisy, and a step changes the next batch's split.
+    const GAIN: f64 = 0.3;
+
+    fn new(options: &GpuDecoderOptions) -> ShareControl {
+        let asked = share_fraction(options.cpu_share);
+        if options.cpu_share_auto {
+            let start = if asked > 0.0 { asked } else { Self::START };
+            ShareControl {
+                fraction: start.clamp(Self::MIN, Self::MAX),
+                auto: true,
+            }
+        } else {
+            ShareControl {
+                fraction: asked,
+                auto: false,
+            }
+        }
+    }
+
+    /// One batch: the engines' part took `t_hw` seconds for `n_hw` images on
+    /// the calling thread while the CPUs took `t_cpu` for `n_cpu`. The balance
+    /// point is the share at which both would take as long at these rates.
+    fn update(&mut self, n_hw: usize, t_hw: f64, n_cpu: usize, t_cpu: f64) {
+        if !self.auto || n_hw == 0 || n_cpu == 0 || t_hw <= 0.0 || t_cpu <= 0.0 {
+            return;
+        }
+        let (r_hw, r_cpu) = (n_hw as f64 / t_hw, n_cpu as f64 / t_cpu);
+        let balance = r_cpu / (r_hw + r_cpu);
+        let next = self.fraction + Self::GAIN * (balance - self.fraction);
+        if next.is_finite() {
+            self.fraction = next.clamp(Self::MIN, Self::MAX);
+        }
+    }
+}
+
 /// Waits for a stream when dropped during a panic, so that buffers dropped
 /// after it are not freed under work still queued on it.
 struct SyncOnPanic(Arc<CudaStream>);
@@ -1949,6 +2040,58 @@ mod tests {
         fn assert_send<T: Send>() {}
         assert_send::<GpuDecoder>();
         assert_send::<GpuDecoderOptions>();
+    }
+
+    /// Simulates batches of 256: the engines' part runs at `hw` img/s, the
+    /// CPUs at `cpu` img/s; returns the share after `batches` batches.
+    fn settle(options: &GpuDecoderOptions, hw: f64, cpu: f64, batches: usize) -> f64 {
+        let mut c = ShareControl::new(options);
+        for _ in 0..batches {
+            let n_cpu = (256.0 * c.fraction).round() as usize;
+            let n_hw = 256 - n_cpu;
+            c.update(n_hw, n_hw as f64 / hw, n_cpu, n_cpu as f64 / cpu);
+        }
+        c.fraction
+    }
+
+    #[test]
+    fn the_automatic_cpu_share_settles_where_both_sides_take_as_long() {
+        let auto = GpuDecoderOptions {
+            cpu_share_auto: true,
+            ..GpuDecoderOptions::default()
+        };
+        // Engines 24k img/s, CPUs 6k img/s: both take as long at 6 / 30 = 0.2.
+        let f = settle(&auto, 24_000.0, 6_000.0, 30);
+        assert!((f - 0.2).abs() < 0.01, "{f}");
+        // From a high start it comes down to the same point.
+        let high = GpuDecoderOptions {
+            cpu_share: 0.45,
+            ..auto
+        };
+        assert!((settle(&high, 24_000.0, 6_000.0, 30) - 0.2).abs() < 0.01);
+        // Slow CPUs: the share stays at its floor (still measured), never 0.
+        assert_eq!(settle(&auto, 24_000.0, 10.0, 30), ShareControl::MIN);
+        // Engines slower than the CPUs: capped at half the batch.
+        assert_eq!(settle(&auto, 1_000.0, 9_000.0, 30), ShareControl::MAX);
+        // Degenerate timings change nothing.
+        let mut c = ShareControl::new(&auto);
+        c.update(0, 0.0, 10, 0.01);
+        c.update(100, 0.01, 10, 0.0);
+        c.update(100, f64::NAN, 10, 0.01);
+        assert_eq!(c.fraction, ShareControl::START);
+    }
+
+    #[test]
+    fn a_fixed_cpu_share_does_not_move() {
+        let fixed = GpuDecoderOptions {
+            cpu_share: 0.25,
+            ..GpuDecoderOptions::default()
+        };
+        assert_eq!(settle(&fixed, 24_000.0, 6_000.0, 30), 0.25);
+        assert_eq!(
+            settle(&GpuDecoderOptions::default(), 24_000.0, 6_000.0, 30),
+            0.0
+        );
     }
 
     #[test]

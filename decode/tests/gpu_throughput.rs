@@ -139,6 +139,15 @@ fn gpu_decode_throughput() {
             },
             batch,
         ),
+        // ... adjusted batch by batch toward the balance of CPUs and engines ...
+        Case::new(
+            "decode_gpu_hw_lanes4_cpu_share_auto",
+            GpuDecoderOptions {
+                cpu_share_auto: true,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
         // ... and on every core, as runs 1-4 measured it (slower engines then).
         Case::new(
             "decode_gpu_hw_lanes4_cpu_share25_all_cores",
@@ -339,12 +348,13 @@ fn measure(
         rate,
         "img/s",
         &format!(
-            "batch {b}; {}; engines {:?}; lanes {}; prealloc {}; lane handles {}; {}",
+            "batch {b}; {}; engines {:?}; lanes {}; prealloc {}; lane handles {}; cpu share {:.3}; {}",
             routes.join(" "),
             dec.hardware_engines(),
             case.options.hardware_lanes,
             dec.hardware_preallocated(),
             dec.hardware_lane_handles(),
+            dec.cpu_share_now(),
             if case.overlap {
                 "2 output sets on 2 streams"
             } else {

@@ -99,7 +99,7 @@ if [ -f "$PEERS/torchvision_decode.py" ]; then
     decode_gpu_hw_lanes4_batch512 decode_gpu_hw_lanes4_overlap decode_gpu_hw_lanes4_overlap_states2
     decode_gpu_gpu_huffman_only decode_gpu_hw_lanes4_overlap_gpu_huffman40
     decode_gpu_hw_lanes4_cpu_share25 decode_gpu_hw_lanes4_cpu_share15
-    decode_gpu_hw_lanes4_cpu_share25_all_cores"
+    decode_gpu_hw_lanes4_cpu_share25_all_cores decode_gpu_hw_lanes4_cpu_share_auto"
   # shellcheck disable=SC2086 # OURS is a list of row names
   python3 "$(dirname "$0")/peer_rows.py" "$OUT/torchvision_decode.log" "$T" \
     --name torchvision_decode_jpeg_cuda --suffix vs_torchvision $OURS
