@@ -397,6 +397,22 @@ fn cpu_share_matches_cpu_and_routes_add_up() {
     );
 }
 
+/// With `cpu_share_auto` the share moves batch to batch (within 2–50 %): each
+/// batch's share is the end of the batch, its pixels are the CPU decoder's,
+/// and the counters add up.
+#[test]
+fn automatic_cpu_share_matches_cpu_and_routes_add_up() {
+    share_matches_cpu_and_routes_add_up(
+        GpuDecoderOptions {
+            cpu_share_auto: true,
+            ..GpuDecoderOptions::default()
+        },
+        Route::CpuShare,
+        0.0, // read from the decoder before each batch
+        96,
+    );
+}
+
 /// With `gpu_huffman_share`, 45 % of each batch's hardware images go to the
 /// GPU-hybrid backend beside the engines (batches of 256, so that share is
 /// over nvJPEG's 100-image threshold for GPU Huffman decoding): those pixels
@@ -439,6 +455,11 @@ fn share_matches_cpu_and_routes_add_up(
     for chunk in files.chunks(batch) {
         let (data, want, mut outputs) = bench_batch(chunk, &cpu, &stream);
         let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        // The CPU share in force for this batch (it moves with `cpu_share_auto`).
+        let fraction = match route_of_share {
+            Route::CpuShare => dec.cpu_share_now(),
+            _ => f64::from(share),
+        };
         let got = dec.decode_batch(&inputs, &mut outputs, &stream);
         stream.synchronize().unwrap();
         let mut in_share = 0usize;
@@ -470,7 +491,7 @@ fn share_matches_cpu_and_routes_add_up(
             }
         }
         if active {
-            let expect = (chunk.len() as f64 * f64::from(share)).round() as usize;
+            let expect = (chunk.len() as f64 * fraction).round() as usize;
             assert_eq!(in_share, expect, "share of a batch of {}", chunk.len());
             // The share is the end of the batch.
             assert!(got[chunk.len() - expect..]
