@@ -22,16 +22,6 @@ impl Normalizer {
     }
 }
 
-/// Source column for output column `x` of a row `size` wide.
-#[inline]
-fn column(x: usize, size: usize, flip: bool) -> usize {
-    if flip {
-        size - 1 - x
-    } else {
-        x
-    }
-}
-
 /// RGB HWC `size × size` → the same layout in `dst` (`size² · 3` bytes), mirrored if `flip`.
 pub(crate) fn write_u8_hwc(src: &[u8], size: usize, flip: bool, dst: &mut [u8]) {
     if !flip {
@@ -42,14 +32,19 @@ pub(crate) fn write_u8_hwc(src: &[u8], size: usize, flip: bool, dst: &mut [u8]) 
         .chunks_exact(size * 3)
         .zip(dst.chunks_exact_mut(size * 3))
     {
-        for x in 0..size {
-            let s = column(x, size, true) * 3;
-            dst_row[x * 3..x * 3 + 3].copy_from_slice(&src_row[s..s + 3]);
+        for (d, s) in dst_row
+            .chunks_exact_mut(3)
+            .zip(src_row.chunks_exact(3).rev())
+        {
+            d.copy_from_slice(s);
         }
     }
 }
 
 /// RGB HWC u8 → normalized CHW of any float type via `convert` (`dst`: `3 · size²` values).
+///
+/// Row by row over zipped slices (the pixels of a source row, reversed when flipped, and
+/// the three planes' rows), so the loop carries no bounds checks.
 #[inline]
 fn write_chw<T: Copy>(
     src: &[u8],
@@ -62,14 +57,23 @@ fn write_chw<T: Copy>(
     let plane = size * size;
     let (r, rest) = dst.split_at_mut(plane);
     let (g, b) = rest.split_at_mut(plane);
-    for y in 0..size {
-        let row = &src[y * size * 3..(y + 1) * size * 3];
-        for x in 0..size {
-            let s = column(x, size, flip) * 3;
-            let o = y * size + x;
-            r[o] = convert(norm.lut[0][row[s] as usize]);
-            g[o] = convert(norm.lut[1][row[s + 1] as usize]);
-            b[o] = convert(norm.lut[2][row[s + 2] as usize]);
+    let [lut_r, lut_g, lut_b] = &norm.lut;
+    let rows = src
+        .chunks_exact(size * 3)
+        .zip(r.chunks_exact_mut(size))
+        .zip(g.chunks_exact_mut(size))
+        .zip(b.chunks_exact_mut(size));
+    for (((row, r), g), b) in rows {
+        let mut put = |(((px, r), g), b): (((&[u8], &mut T), &mut T), &mut T)| {
+            *r = convert(lut_r[usize::from(px[0])]);
+            *g = convert(lut_g[usize::from(px[1])]);
+            *b = convert(lut_b[usize::from(px[2])]);
+        };
+        let pixels = row.chunks_exact(3);
+        if flip {
+            pixels.rev().zip(r).zip(g).zip(b).for_each(&mut put);
+        } else {
+            pixels.zip(r).zip(g).zip(b).for_each(&mut put);
         }
     }
 }
