@@ -153,6 +153,10 @@ fn run(args: &Args) -> Res<()> {
             None => None,
         },
     };
+    // First, so that a machine without a GPU gets a clear error (cudarc panics on a
+    // CUDA call without the driver library) before any conversion work.
+    let ctx = stoker::decode::cuda_context(args.device)?;
+    let stream = ctx.new_stream()?;
     let mut tmp = TempDir(None);
     let dataset = match (&args.dataset, &args.jpeg_dir) {
         (Some(d), _) => Dataset::open(d)?,
@@ -184,8 +188,6 @@ fn run(args: &Args) -> Res<()> {
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
-    let ctx = CudaContext::new(args.device)?;
-    let stream = ctx.new_stream()?;
     let mut builder = Loader::builder(dataset.clone());
     if let Some(share) = args.cpu_share {
         builder = builder.gpu_cpu_share(share);
