@@ -229,8 +229,9 @@ fn produce_batches<'r>(
             Ok(None) => return, // stopped
             Err(panic) => {
                 // The slot went down with the panic (its `Drop` waited for the
-                // device while unwinding): count it out, so the reported memory stays true and
-                // `take_slot` can grow the ring back if the consumer needs it.
+                // device while unwinding): count it out, so that the reported
+                // memory stays true and `take_slot` can grow the ring back if the
+                // consumer needs it.
                 let total = shared
                     .slots
                     .fetch_sub(1, Ordering::AcqRel)
