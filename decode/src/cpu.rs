@@ -96,6 +96,46 @@ impl CpuDecoder {
         result
     }
 
+    /// [`decode_into_routed`](Self::decode_into_routed) for a caller that needs
+    /// only the first `rows` rows of the image (the bottom edge of a crop, say).
+    /// The decoder may stop as soon as those rows are final, skipping the
+    /// compressed data below them: rows `0..rows` hold exactly what a full
+    /// decode writes there; the bytes below are unspecified. Baseline JPEGs
+    /// stop early; progressive ones (and what the fallback decoder takes)
+    /// decode in full.
+    ///
+    /// # Examples
+    /// ```
+    /// use stoker_decode::{probe, CpuDecoder, Limits};
+    /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
+    ///     "/../../shared/data/conformance/core/go__video-001.jpeg")).unwrap();
+    /// let dec = CpuDecoder::new(Limits::default());
+    /// let (info, full) = dec.decode_to_vec(&data).unwrap();
+    /// let mut top = vec![0u8; info.rgb_len()];
+    /// dec.decode_top_into_routed(&data, &mut top, 40).unwrap();
+    /// let row = info.width as usize * 3;
+    /// assert_eq!(top[..40 * row], full[..40 * row]);
+    /// ```
+    ///
+    /// # Errors
+    /// As [`decode_into`](Self::decode_into).
+    pub fn decode_top_into_routed(
+        &self,
+        data: &[u8],
+        out: &mut [u8],
+        rows: u32,
+    ) -> Result<(ImageInfo, Route), DecodeError> {
+        let result = probe(data, &self.limits).and_then(|info| {
+            let route = self.decode_probed_rows(data, &info, out, Some(rows))?;
+            Ok((info, route))
+        });
+        match &result {
+            Ok((_, route)) => self.counters.record(*route),
+            Err(_) => self.counters.record_failure(),
+        }
+        result
+    }
+
     /// Decodes into a new `Vec` of `info.rgb_len()` bytes.
     ///
     /// # Examples
@@ -179,6 +219,17 @@ impl CpuDecoder {
         info: &ImageInfo,
         out: &mut [u8],
     ) -> Result<Route, DecodeError> {
+        self.decode_probed_rows(data, info, out, None)
+    }
+
+    /// `decode_probed`, needing only the first `rows` rows when given.
+    fn decode_probed_rows(
+        &self,
+        data: &[u8],
+        info: &ImageInfo,
+        out: &mut [u8],
+        rows: Option<u32>,
+    ) -> Result<Route, DecodeError> {
         info.supported()?;
         let need = info.rgb_len();
         if out.len() < need {
@@ -189,7 +240,7 @@ impl CpuDecoder {
         }
         let out = &mut out[..need];
         if info.zune_decodable() {
-            match guarded("zune-jpeg", || zune_decode(data, info, out)) {
+            match guarded("zune-jpeg", || zune_decode(data, info, out, rows)) {
                 Ok(()) => return Ok(Route::CpuZune),
                 Err(e) => {
                     tracing::debug!("zune-jpeg failed ({e}); retrying with jpeg-decoder");
@@ -219,7 +270,12 @@ fn guarded(
     }
 }
 
-fn zune_decode(data: &[u8], info: &ImageInfo, out: &mut [u8]) -> Result<(), DecodeError> {
+fn zune_decode(
+    data: &[u8],
+    info: &ImageInfo,
+    out: &mut [u8],
+    rows: Option<u32>,
+) -> Result<(), DecodeError> {
     use zune_core::colorspace::ColorSpace as ZColor;
     use zune_core::options::DecoderOptions;
 
@@ -238,6 +294,9 @@ fn zune_decode(data: &[u8], info: &ImageInfo, out: &mut [u8]) -> Result<(), Deco
             ZColor::RGB
         });
     let mut dec = zune_jpeg::JpegDecoder::new_with_options(SliceReader::new(data), opts);
+    if let Some(rows) = rows {
+        dec.stoker_limit_rows(rows as usize);
+    }
     dec.decode_headers().map_err(corrupt)?;
     let (w, h) = dec.dimensions().ok_or_else(|| DecodeError::Corrupt {
         decoder: "zune-jpeg",

@@ -157,6 +157,9 @@ pub struct JpegDecoder<T> {
     pub(crate) coeff:    usize, // Solves some weird bug :)
     /// Extended XMP segments
     pub(crate) extended_xmp_segments: Vec<ExtendedXmpSegment>,
+    /// stoker patch: stop a baseline decode once this many output rows are
+    /// written (see `stoker_limit_rows`).
+    pub(crate) stoker_row_limit: Option<usize>,
 }
 
 impl<T> JpegDecoder<T>
@@ -203,6 +206,7 @@ where
             is_mjpeg:          false,
             coeff:             1,
             extended_xmp_segments: vec![],
+            stoker_row_limit: None,
         }
     }
     /// Decode a buffer already in memory
@@ -824,6 +828,17 @@ where
     /// ```
     ///
     ///
+    /// stoker patch: makes `decode_into` of a baseline image whose components
+    /// all come in its first scan stop as soon as the first `rows` output rows
+    /// are written, skipping the rest of the entropy-coded data. Those rows
+    /// are final (the vertical upsampler has had the rows below them), so they
+    /// hold exactly what a full decode writes there; the rows below are left
+    /// as they were, and the end-of-image marker is not looked for. Other
+    /// images (progressive, multi-scan baseline) decode in full.
+    pub fn stoker_limit_rows(&mut self, rows: usize) {
+        self.stoker_row_limit = Some(rows);
+    }
+
     pub fn decode_into(&mut self, out: &mut [u8]) -> Result<(), DecodeErrors> {
         self.decode_headers_internal()?;
 

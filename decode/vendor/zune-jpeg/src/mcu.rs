@@ -258,6 +258,15 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         &mut pixels_written,
                         &mut upsampler_scratch_space
                     )?;
+                    // stoker patch: `stoker_limit_rows`. `post_process` counts
+                    // only rows it has finished, so the limit's rows are final.
+                    if let Some(rows) = self.stoker_row_limit {
+                        let row_bytes =
+                            width * self.options.jpeg_get_out_colorspace().num_components();
+                        if pixels_written >= rows.saturating_mul(row_bytes) {
+                            return Ok(());
+                        }
+                    }
                 }
 
                 match terminate {
