@@ -457,6 +457,9 @@ impl Worker {
         let header = record.header;
 
         let t_decode = Instant::now();
+        // JPEG: the crop is drawn from the header before decoding, so that the decode
+        // can stop at the crop's bottom edge (the rows below are never read).
+        let mut jpeg_params = None;
         let (width, height, pixels) = match header.encoding {
             Encoding::Jpeg => {
                 let info = stoker_decode::probe(record.payload, &settings.limits)
@@ -464,10 +467,23 @@ impl Worker {
                 if self.pixels.len() < info.rgb_len() {
                     self.pixels.resize(info.rgb_len(), 0);
                 }
+                // (A 0-pixel header is refused below, after the decode.)
+                let rows = (info.width > 0 && info.height > 0).then(|| {
+                    let params = settings.transform.params(
+                        plan.seed,
+                        plan.epoch,
+                        index,
+                        info.width,
+                        info.height,
+                    );
+                    jpeg_params = Some(params);
+                    params.crop.1.saturating_add(params.crop.3)
+                });
                 let info = cpu_decode_counted(
                     &self.decoder,
                     record.payload,
                     &mut self.pixels,
+                    rows,
                     index,
                     metrics,
                     t_decode,
@@ -505,9 +521,11 @@ impl Worker {
             Pixels::Scratch => &self.pixels,
             Pixels::Payload => record.payload,
         };
-        let params = settings
-            .transform
-            .params(plan.seed, plan.epoch, index, width, height);
+        let params = jpeg_params.unwrap_or_else(|| {
+            settings
+                .transform
+                .params(plan.seed, plan.epoch, index, width, height)
+        });
         let resized = self
             .resizer
             .apply(src, width, height, params.crop)

@@ -367,18 +367,22 @@ pub(crate) fn read_checked<'r>(
 
 /// Decodes a JPEG `payload` on the CPU into `out` (RGB HWC), counting its route and the
 /// decode stage (one item, its compressed bytes, the time since `started`): the CPU decode
-/// step of both backends.
+/// step of both backends. With `rows`, only the first `rows` rows are needed (the bottom
+/// edge of the crop): the decoder may stop there and leave the rest unspecified.
 pub(crate) fn cpu_decode_counted(
     decoder: &CpuDecoder,
     payload: &[u8],
     out: &mut [u8],
+    rows: Option<u32>,
     index: u64,
     metrics: &Metrics,
     started: Instant,
 ) -> Result<ImageInfo, LoaderError> {
-    let (info, route) = decoder
-        .decode_into_routed(payload, out)
-        .map_err(|source| LoaderError::Decode { index, source })?;
+    let (info, route) = match rows {
+        Some(rows) => decoder.decode_top_into_routed(payload, out, rows),
+        None => decoder.decode_into_routed(payload, out),
+    }
+    .map_err(|source| LoaderError::Decode { index, source })?;
     metrics.count_route(route.name());
     metrics.record(Stage::Decode, 1, payload.len() as u64, started.elapsed());
     Ok(info)

@@ -281,37 +281,13 @@ fn gpu_transform_equals_cpu_transform_on_raw_records() {
     };
     let dir = tempfile::tempdir().unwrap();
     let n = 48;
-    compare_paths(&raw_dataset(dir.path(), n), n, &ctx, true, None);
-}
-
-/// `n` bench photos decoded once on the CPU and stored as raw RGB records, so
-/// both paths start from the same pixels.
-fn raw_dataset(dir: &std::path::Path, n: usize) -> stoker_formats::Dataset {
-    use stoker_formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
-    let decoder = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default());
-    let mut w = DatasetWriter::create(
-        dir,
-        WriterOptions {
-            encoding: Some(Encoding::Raw),
-            ..WriterOptions::default()
-        },
-    )
-    .unwrap();
-    for i in 0..n {
-        let (info, rgb) = decoder.decode_to_vec(&common::bench_jpeg(i)).unwrap();
-        let meta = RecordMeta {
-            encoding: Encoding::Raw,
-            height: info.height,
-            width: info.width,
-            channels: 3,
-            label: (i % 5) as u32,
-        };
-        w.push(meta, &rgb).unwrap();
-    }
-    let classes = (0..5).map(|c| format!("class{c}")).collect();
-    w.finish(classes, Provenance::stoker("loader gpu tests: raw bench"))
-        .unwrap();
-    stoker_formats::Dataset::open(dir).unwrap()
+    compare_paths(
+        &common::bench_raw_dataset(dir.path(), n),
+        n,
+        &ctx,
+        true,
+        None,
+    );
 }
 
 #[test]
@@ -401,7 +377,7 @@ fn batches_come_waited_on_the_users_stream_and_write_combined_staging_changes_no
     };
     let dir = tempfile::tempdir().unwrap();
     let n = 48;
-    let ds = raw_dataset(dir.path(), n);
+    let ds = common::bench_raw_dataset(dir.path(), n);
     let stream = ctx.new_stream().unwrap();
     // A stream is a GPU-path setting: rejected with the CPU device.
     match Loader::builder(ds.clone())

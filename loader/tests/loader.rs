@@ -6,7 +6,7 @@ mod common;
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{bench_dataset, fingerprint, Broken};
+use common::{bench_dataset, bench_raw_dataset, fingerprint, Broken};
 use stoker_formats::Dataset;
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker_loader::{
@@ -375,6 +375,29 @@ fn layouts_and_dtypes_hold_the_same_pixels() {
     let px = u8s[0].images.as_u8().unwrap();
     let distinct: HashSet<u8> = px.iter().copied().collect();
     assert!(distinct.len() > 64);
+}
+
+/// The JPEG path decodes each image only down to its crop's bottom edge: its batches
+/// are exactly those of the same images stored fully decoded (raw records), for random
+/// resized crops with flips and for eval center crops.
+#[test]
+fn jpeg_batches_equal_batches_of_the_fully_decoded_images() {
+    let (jpeg_dir, raw_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let n = 40;
+    let jpeg = bench_dataset(jpeg_dir.path(), n, 16, &[]);
+    let raw = bench_raw_dataset(raw_dir.path(), n);
+    for transform in [
+        Transform::random_resized_crop(64).hflip(0.5),
+        Transform::center_crop(64, 73),
+    ] {
+        let run = |ds: &Dataset| {
+            let loader = small(ds).transform(transform).build().unwrap();
+            run_epoch(&loader, 2)
+        };
+        let (from_jpeg, from_raw) = (run(&jpeg), run(&raw));
+        assert_eq!(from_jpeg.len(), 5);
+        assert_eq!(from_jpeg, from_raw, "{transform:?}");
+    }
 }
 
 #[test]

@@ -899,6 +899,7 @@ fn stage_one(
                 &state.decoder,
                 record.payload,
                 out,
+                None,
                 index,
                 metrics,
                 t_decode,

@@ -19,6 +19,35 @@ pub fn bench_jpeg(i: usize) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// `n` bench photos (label `i % 5`) decoded once on the CPU (a full decode) and stored as
+/// raw RGB records: the same pixels a JPEG dataset of them decodes to.
+pub fn bench_raw_dataset(dir: &Path, n: usize) -> Dataset {
+    let decoder = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default());
+    let mut w = DatasetWriter::create(
+        dir,
+        WriterOptions {
+            encoding: Some(Encoding::Raw),
+            ..WriterOptions::default()
+        },
+    )
+    .unwrap();
+    for i in 0..n {
+        let (info, rgb) = decoder.decode_to_vec(&bench_jpeg(i)).unwrap();
+        let meta = RecordMeta {
+            encoding: Encoding::Raw,
+            height: info.height,
+            width: info.width,
+            channels: 3,
+            label: (i % 5) as u32,
+        };
+        w.push(meta, &rgb).unwrap();
+    }
+    let classes = (0..5).map(|c| format!("class{c}")).collect();
+    w.finish(classes, Provenance::stoker("loader tests: raw bench"))
+        .unwrap();
+    Dataset::open(dir).unwrap()
+}
+
 /// How a test record is broken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Broken {
