@@ -16,4 +16,15 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(e) => assert!(e.is_bad_input(), "{e}"),
     }
+    // The decode that stops after the first rows (what the CPU loader uses).
+    if let Ok(info) = stoker_decode::probe(data, dec.limits()) {
+        let mut out = vec![0u8; info.rgb_len()];
+        match dec.decode_top_into_routed(data, &mut out, (info.height / 3).max(1)) {
+            Ok(_) => {}
+            Err(DecodeError::Panicked { decoder, message }) => {
+                panic!("{decoder} panicked (caught): {message}")
+            }
+            Err(e) => assert!(e.is_bad_input(), "{e}"),
+        }
+    }
 });
