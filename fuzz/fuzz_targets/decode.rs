@@ -8,7 +8,9 @@ use stoker_decode::{CpuDecoder, DecodeError, Limits};
 
 fuzz_target!(|data: &[u8]| {
     // Small limit: fuzzed size fields must not make runs slow.
-    let dec = CpuDecoder::new(Limits { max_pixels: 1 << 22 });
+    let dec = CpuDecoder::new(Limits {
+        max_pixels: 1 << 22,
+    });
     match dec.decode_to_vec(data) {
         Ok((info, rgb)) => assert_eq!(rgb.len(), info.rgb_len()),
         Err(DecodeError::Panicked { decoder, message }) => {

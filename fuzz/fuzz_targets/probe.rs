@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use stoker_decode::{probe, Limits};
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { max_pixels: 1 << 24 };
+    let limits = Limits {
+        max_pixels: 1 << 24,
+    };
     if let Ok(info) = probe(data, &limits) {
         assert!(info.pixels() <= limits.max_pixels);
         assert_eq!(info.rgb_len() as u64, info.pixels() * 3);
