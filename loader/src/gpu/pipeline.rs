@@ -801,16 +801,18 @@ fn stage_oversize(
     if scratch.len() < info.rgb_len() {
         scratch.resize(info.rgb_len(), 0);
     }
+    // The crop comes from the header, so the decode can stop at its bottom edge
+    // (as on the CPU path: the resizer reads only the crop's rows).
+    let p = shared
+        .transform
+        .params(plan.seed, plan.epoch, index, info.width, info.height);
     let (info, route) = decoder
-        .decode_into_routed(payload, scratch)
+        .decode_top_into_routed(payload, scratch, p.crop.1.saturating_add(p.crop.3))
         .map_err(|source| LoaderError::Decode { index, source })?;
     shared.metrics.count_route(route.name());
     shared
         .metrics
         .record(Stage::Decode, 1, payload.len() as u64, t_decode.elapsed());
-    let p = shared
-        .transform
-        .params(plan.seed, plan.epoch, index, info.width, info.height);
     let resized = resizer
         .apply(scratch, info.width, info.height, p.crop)
         .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
