@@ -85,15 +85,7 @@ impl CpuDecoder {
         data: &[u8],
         out: &mut [u8],
     ) -> Result<(ImageInfo, Route), DecodeError> {
-        let result = probe(data, &self.limits).and_then(|info| {
-            let route = self.decode_probed(data, &info, out)?;
-            Ok((info, route))
-        });
-        match &result {
-            Ok((_, route)) => self.counters.record(*route),
-            Err(_) => self.counters.record_failure(),
-        }
-        result
+        self.decode_rows_routed(data, out, None)
     }
 
     /// [`decode_into_routed`](Self::decode_into_routed) for a caller that needs
@@ -125,8 +117,18 @@ impl CpuDecoder {
         out: &mut [u8],
         rows: u32,
     ) -> Result<(ImageInfo, Route), DecodeError> {
+        self.decode_rows_routed(data, out, Some(rows))
+    }
+
+    /// Probes, decodes (the first `rows` rows, or all) and counts the route.
+    fn decode_rows_routed(
+        &self,
+        data: &[u8],
+        out: &mut [u8],
+        rows: Option<u32>,
+    ) -> Result<(ImageInfo, Route), DecodeError> {
         let result = probe(data, &self.limits).and_then(|info| {
-            let route = self.decode_probed_rows(data, &info, out, Some(rows))?;
+            let route = self.decode_probed(data, &info, out, rows)?;
             Ok((info, route))
         });
         match &result {
@@ -162,7 +164,7 @@ impl CpuDecoder {
     ) -> Result<(ImageInfo, Route, Vec<u8>), DecodeError> {
         let result = probe(data, &self.limits).and_then(|info| {
             let mut out = vec![0u8; info.rgb_len()];
-            let route = self.decode_probed(data, &info, &mut out)?;
+            let route = self.decode_probed(data, &info, &mut out, None)?;
             Ok((info, route, out))
         });
         match &result {
@@ -212,18 +214,9 @@ impl CpuDecoder {
             .collect()
     }
 
-    /// Decodes an already probed image; shared with the GPU decoder's CPU fallback.
-    pub(crate) fn decode_probed(
-        &self,
-        data: &[u8],
-        info: &ImageInfo,
-        out: &mut [u8],
-    ) -> Result<Route, DecodeError> {
-        self.decode_probed_rows(data, info, out, None)
-    }
-
-    /// `decode_probed`, needing only the first `rows` rows when given.
-    fn decode_probed_rows(
+    /// Decodes an already probed image (only the first `rows` rows need be
+    /// right when given).
+    fn decode_probed(
         &self,
         data: &[u8],
         info: &ImageInfo,
