@@ -457,38 +457,31 @@ impl Worker {
         let header = record.header;
 
         let t_decode = Instant::now();
-        // JPEG: the crop is drawn from the header before decoding, so that the decode
-        // can stop at the crop's bottom edge (the rows below are never read).
-        let mut jpeg_params = None;
-        let (width, height, pixels) = match header.encoding {
+        let params = |w: u32, h: u32| {
+            settings
+                .transform
+                .params(plan.seed, plan.epoch, index, w, h)
+        };
+        let (width, height, pixels, params) = match header.encoding {
             Encoding::Jpeg => {
                 let info = stoker_decode::probe(record.payload, &settings.limits)
                     .map_err(|source| LoaderError::Decode { index, source })?;
                 if self.pixels.len() < info.rgb_len() {
                     self.pixels.resize(info.rgb_len(), 0);
                 }
-                // (A 0-pixel header is refused below, after the decode.)
-                let rows = (info.width > 0 && info.height > 0).then(|| {
-                    let params = settings.transform.params(
-                        plan.seed,
-                        plan.epoch,
-                        index,
-                        info.width,
-                        info.height,
-                    );
-                    jpeg_params = Some(params);
-                    params.crop.1.saturating_add(params.crop.3)
-                });
+                // The crop is drawn from the header, so that the decode can stop at
+                // its bottom edge (the rows below are never read).
+                let p = params(info.width, info.height);
                 let info = cpu_decode_counted(
                     &self.decoder,
                     record.payload,
                     &mut self.pixels,
-                    rows,
+                    Some(p.rows_needed()),
                     index,
                     metrics,
                     t_decode,
                 )?;
-                (info.width, info.height, Pixels::Scratch)
+                (info.width, info.height, Pixels::Scratch, p)
             }
             Encoding::Raw => {
                 let (w, h, c) = (header.width, header.height, header.channels);
@@ -506,7 +499,7 @@ impl Worker {
                     Pixels::Scratch
                 };
                 metrics.count_route("raw");
-                (w, h, pixels)
+                (w, h, pixels, params(w, h))
             }
         };
         if width == 0 || height == 0 {
@@ -521,11 +514,6 @@ impl Worker {
             Pixels::Scratch => &self.pixels,
             Pixels::Payload => record.payload,
         };
-        let params = jpeg_params.unwrap_or_else(|| {
-            settings
-                .transform
-                .params(plan.seed, plan.epoch, index, width, height)
-        });
         let resized = self
             .resizer
             .apply(src, width, height, params.crop)

@@ -807,7 +807,7 @@ fn stage_oversize(
         .transform
         .params(plan.seed, plan.epoch, index, info.width, info.height);
     let (info, route) = decoder
-        .decode_top_into_routed(payload, scratch, p.crop.1.saturating_add(p.crop.3))
+        .decode_top_into_routed(payload, scratch, p.rows_needed())
         .map_err(|source| LoaderError::Decode { index, source })?;
     shared.metrics.count_route(route.name());
     shared

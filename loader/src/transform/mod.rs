@@ -73,6 +73,14 @@ pub struct SampleParams {
     pub flip: bool,
 }
 
+impl SampleParams {
+    /// Source rows the crop needs from the top: its bottom edge (`y + h`), where a
+    /// decode may stop.
+    pub(crate) fn rows_needed(&self) -> u32 {
+        self.crop.1 + self.crop.3
+    }
+}
+
 impl Transform {
     /// Training crop: torchvision `RandomResizedCrop(size)` with `scale = (0.08, 1)` and
     /// `ratio = (3/4, 4/3)`; no flip and no normalization until asked.
