@@ -49,7 +49,7 @@ pub struct GpuDecoderOptions {
     /// With [`GpuDecoderOptions::cpu_share_auto`], the starting share.
     pub cpu_share: f32,
     /// Threads that decode the CPU share, in a pool of the decoder's own (made
-    /// with the first share). 0 (the default): the machine's cores minus
+    /// with the decoder when a share is configured). 0 (the default): the machine's cores minus
     /// `hardware_lanes` minus 2 (the calling thread and one more), at least 1,
     /// so that the lanes' host-side parsing, which feeds the engines, keeps
     /// cores of its own instead of being time-sliced with CPU decoding.
@@ -399,9 +399,9 @@ pub struct GpuDecoder {
     share_stream: Arc<CudaStream>,
     /// Wall-clock time per phase since creation or the last reset.
     timings: DecodeTimings,
-    /// The CPU share's threads (`cpu_share_threads`), made with the first share;
-    /// `None` inside also when the pool could not be made (then rayon's global one).
-    share_pool: Option<Option<Arc<rayon::ThreadPool>>>,
+    /// The CPU share's threads (`cpu_share_threads`), made with the decoder
+    /// when a share is configured; `None`: rayon's global pool.
+    share_pool: Option<Arc<rayon::ThreadPool>>,
     /// The CPU share in use: `cpu_share`, or with `cpu_share_auto` the
     /// controller's current fraction.
     share: ShareControl,
@@ -566,7 +566,9 @@ impl GpuDecoder {
             huffman_staging: PinnedRing::default(),
             share_stream: ctx.new_stream()?,
             timings: DecodeTimings::default(),
-            share_pool: None,
+            share_pool: (share_fraction(options.cpu_share) > 0.0 || options.cpu_share_auto)
+                .then(|| share_pool(&options))
+                .flatten(),
             share: ShareControl::new(&options),
             huffman: if share_fraction(options.gpu_huffman_share) > 0.0 {
                 Self::create_huffman_lane(lib, ctx)
@@ -855,31 +857,6 @@ impl GpuDecoder {
         Ok((info, route, pixels))
     }
 
-    /// The CPU share's pool, made on first use (`None`: rayon's global pool).
-    fn share_pool(&mut self) -> Option<Arc<rayon::ThreadPool>> {
-        let (threads, lanes) = (self.options.cpu_share_threads, self.options.hardware_lanes);
-        self.share_pool
-            .get_or_insert_with(|| {
-                let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-                let n = share_threads(threads, lanes, cores);
-                match rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .thread_name(|i| format!("stoker-cpu-share-{i}"))
-                    .build()
-                {
-                    Ok(pool) => {
-                        tracing::debug!(threads = n, "CPU share pool");
-                        Some(Arc::new(pool))
-                    }
-                    Err(e) => {
-                        tracing::warn!("CPU share pool of {n} threads failed ({e}); using rayon's");
-                        None
-                    }
-                }
-            })
-            .clone()
-    }
-
     /// Decodes `inputs[i]` into `outputs[i]` (RGB HWC u8, `rgb_len()` bytes
     /// from offset 0), queued on `stream`. One result per input, with the route
     /// that decoded it. A failing image leaves its output untouched and fails alone.
@@ -1065,11 +1042,7 @@ impl GpuDecoder {
             }
         }
         let cpu = Arc::clone(&self.cpu);
-        let share_pool = if share_buf.is_some() {
-            self.share_pool()
-        } else {
-            None
-        };
+        let share_pool = self.share_pool.clone();
         // The GPU-Huffman lane leaves `self` for the batch (its thread owns it), and
         // waits on its stream for earlier work on the outputs.
         let gpu_bytes: usize = gpu_list.iter().map(|&i| inputs[i].len()).sum();
@@ -1819,6 +1792,24 @@ impl Drop for SyncOnPanic {
             if let Err(e) = self.0.synchronize() {
                 tracing::warn!("stream synchronize while unwinding failed: {e}");
             }
+        }
+    }
+}
+
+/// The CPU share's pool (`None`, with a warning, if it cannot be made: then
+/// rayon's global pool decodes the share).
+fn share_pool(options: &GpuDecoderOptions) -> Option<Arc<rayon::ThreadPool>> {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let n = share_threads(options.cpu_share_threads, options.hardware_lanes, cores);
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("stoker-cpu-share-{i}"))
+        .build()
+    {
+        Ok(pool) => Some(Arc::new(pool)),
+        Err(e) => {
+            tracing::warn!("CPU share pool of {n} threads failed ({e}); using rayon's");
+            None
         }
     }
 }
