@@ -554,6 +554,7 @@ impl GpuDecoder {
                 handle,
             }
         };
+        let share = ShareControl::new(&options);
         Ok(GpuDecoder {
             ctx: ctx.clone(),
             lib,
@@ -566,10 +567,10 @@ impl GpuDecoder {
             huffman_staging: PinnedRing::default(),
             share_stream: ctx.new_stream()?,
             timings: DecodeTimings::default(),
-            share_pool: (share_fraction(options.cpu_share) > 0.0 || options.cpu_share_auto)
+            share_pool: (share.fraction > 0.0)
                 .then(|| share_pool(&options))
                 .flatten(),
-            share: ShareControl::new(&options),
+            share,
             huffman: if share_fraction(options.gpu_huffman_share) > 0.0 {
                 Self::create_huffman_lane(lib, ctx)
             } else {
