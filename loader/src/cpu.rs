@@ -35,12 +35,12 @@ use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{Dataset, DatasetReader, Encoding};
 
 use crate::batch::{Batch, HostBuffer, HostImages, Images};
-use crate::builder::{LoaderConfig, OnError, Output};
+use crate::builder::{LoaderConfig, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{
     cpu_decode_counted, panic_message, raw_payload_len, read_checked, reader_unavailable,
-    EpochPlan, EpochStream, Pipeline, MAX_REPLACEMENTS,
+    EpochPlan, EpochStream, Pipeline,
 };
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
@@ -393,27 +393,18 @@ impl Worker {
                 let _ = self.shared.free_tx.try_send(buffer);
                 return None;
             }
-            let first = plan.order[pos];
-            let mut index = first;
+            let mut index = plan.order[pos];
             let mut attempt = 0;
             let label = loop {
                 match self.load_one(plan, index, slot, &mut buffer) {
                     Ok(label) => break label,
                     Err(error) => {
-                        plan.note_bad(pos, index, &error);
-                        if plan.on_error == OnError::Error {
+                        if let Err(fatal) =
+                            plan.replace_failed(pos, error, &mut attempt, &mut index)
+                        {
                             let _ = self.shared.free_tx.try_send(buffer);
-                            return Some(Err(error));
+                            return Some(Err(fatal));
                         }
-                        attempt += 1;
-                        if attempt > MAX_REPLACEMENTS {
-                            let _ = self.shared.free_tx.try_send(buffer);
-                            return Some(Err(LoaderError::TooManyBadRecords {
-                                index: first,
-                                attempts: MAX_REPLACEMENTS,
-                            }));
-                        }
-                        index = plan.replacement(pos, attempt);
                     }
                 }
             };

@@ -55,8 +55,8 @@
 //!    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>`.
 //!    `pipeline::EpochPlan` carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
-//!    bad records (`EpochPlan::replacement`; a backend notes each failed record with
-//!    `EpochPlan::note_bad`, and the [`Loader`] counts it when its batch is handed out).
+//!    bad records (`EpochPlan::replace_failed`: it notes the failed record, which the
+//!    [`Loader`] counts when its batch is handed out, and picks the replacement).
 //!    `EpochStream::next_batch`
 //!    blocks and returns batches **in order**; dropping the stream must stop production promptly.
 //!    The [`Loader`] wraps the stream: it measures consumer wait, the handoff stage, the resume

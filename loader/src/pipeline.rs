@@ -8,8 +8,8 @@
 //! - The backend produces batches `plan.start_batch .. plan.num_batches` of
 //!   `plan.order` and returns them **in order** from [`EpochStream::next_batch`] (blocking),
 //!   then `None`. Batch `k` holds the samples `plan.order[plan.batch_range(k)]`; a sample that
-//!   fails is replaced by [`EpochPlan::replacement`] (and noted with
-//!   [`EpochPlan::note_bad`]; the consumer side counts it when its batch is handed out)
+//!   fails is replaced through [`EpochPlan::replace_failed`] (which notes it; the consumer
+//!   side counts it when its batch is handed out)
 //!   unless `plan.on_error` is
 //!   [`crate::OnError::Error`], in which case batch `k` is an `Err` naming the record and the
 //!   stream continues with batch `k + 1`.
@@ -37,7 +37,7 @@ use stoker_formats::{DatasetReader, Record, RecordHeader};
 
 /// How many replacements are tried for one bad sample before the batch fails with
 /// [`LoaderError::TooManyBadRecords`].
-pub(crate) const MAX_REPLACEMENTS: u32 = 16;
+const MAX_REPLACEMENTS: u32 = 16;
 
 /// What to produce for one epoch on this rank.
 #[derive(Debug, Clone)]
@@ -75,10 +75,35 @@ impl EpochPlan {
         self.order[(pos + attempt as usize) % self.order.len()]
     }
 
+    /// Notes that record `*current`, tried for position `pos`, failed with `error`, and
+    /// moves `*current` to the next replacement (`*attempt` counts them), or returns the
+    /// error that ends the batch ([`OnError::Error`], or too many failures in a row).
+    pub(crate) fn replace_failed(
+        &self,
+        pos: usize,
+        error: LoaderError,
+        attempt: &mut u32,
+        current: &mut u64,
+    ) -> Result<(), LoaderError> {
+        self.note_bad(pos, *current, &error);
+        if self.on_error == OnError::Error {
+            return Err(error);
+        }
+        *attempt += 1;
+        if *attempt > MAX_REPLACEMENTS {
+            return Err(LoaderError::TooManyBadRecords {
+                index: self.order[pos],
+                attempts: MAX_REPLACEMENTS,
+            });
+        }
+        *current = self.replacement(pos, *attempt);
+        Ok(())
+    }
+
     /// Notes that record `index`, tried for position `pos`, failed with `error`. It is
     /// counted in [`crate::Stats::bad_records`] (and logged) when the batch holding
     /// `pos` is handed out, not before.
-    pub(crate) fn note_bad(&self, pos: usize, index: u64, error: &LoaderError) {
+    fn note_bad(&self, pos: usize, index: u64, error: &LoaderError) {
         let entry = BadEntry {
             batch: pos as u64 / self.batch_size.max(1),
             index,

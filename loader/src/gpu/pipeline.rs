@@ -27,12 +27,12 @@ use super::nvml::Sampler;
 use super::staging::Slot;
 use super::Shared;
 use crate::batch::{Batch, Images};
-use crate::builder::{OnError, Output};
+use crate::builder::Output;
 use crate::error::LoaderError;
 use crate::metrics::Stage;
 use crate::pipeline::{
     cpu_decode_counted, panic_message, raw_payload_len, read_checked, reader_unavailable,
-    EpochPlan, EpochStream, MAX_REPLACEMENTS,
+    EpochPlan, EpochStream,
 };
 use crate::transform::resize::CropResizer;
 
@@ -664,7 +664,7 @@ fn build_batch_nvjpeg(
             };
             if let Err(error) = outcome {
                 if let Err(fatal) =
-                    replace_failed(plan, positions[i], error, &mut attempts[i], &mut current[i])
+                    plan.replace_failed(positions[i], error, &mut attempts[i], &mut current[i])
                 {
                     give_back(slot);
                     return Some(Err(fatal));
@@ -733,7 +733,7 @@ fn build_batch_nvjpeg(
                 Err(source) => {
                     let error = LoaderError::Decode { index, source };
                     if let Err(fatal) =
-                        replace_failed(plan, positions[i], error, &mut attempts[i], &mut current[i])
+                        plan.replace_failed(positions[i], error, &mut attempts[i], &mut current[i])
                     {
                         give_back(slot);
                         return Some(Err(fatal));
@@ -758,30 +758,6 @@ fn build_batch_nvjpeg(
         &images,
         Copies::Decoded { regions: &regions },
     ))
-}
-
-/// Notes a failed record and moves position `pos` to its next replacement, or
-/// returns the error that ends the batch (`OnError::Error`, too many failures).
-fn replace_failed(
-    plan: &EpochPlan,
-    pos: usize,
-    error: LoaderError,
-    attempt: &mut u32,
-    current: &mut u64,
-) -> Result<(), LoaderError> {
-    plan.note_bad(pos, *current, &error);
-    if plan.on_error == OnError::Error {
-        return Err(error);
-    }
-    *attempt += 1;
-    if *attempt > MAX_REPLACEMENTS {
-        return Err(LoaderError::TooManyBadRecords {
-            index: plan.order[pos],
-            attempts: MAX_REPLACEMENTS,
-        });
-    }
-    *current = plan.replacement(pos, *attempt);
-    Ok(())
 }
 
 /// Decodes an image too large for a staging stride on the CPU, crops and resizes
@@ -840,26 +816,12 @@ fn stage_position(
     state: &mut ReaderState,
     dst: &mut [u8],
 ) -> Result<Staged, LoaderError> {
-    let first = plan.order[pos];
-    let mut index = first;
+    let mut index = plan.order[pos];
     let mut attempt = 0;
     loop {
         match stage_one(shared, plan, index, state, dst) {
             Ok(s) => return Ok(s),
-            Err(error) => {
-                plan.note_bad(pos, index, &error);
-                if plan.on_error == OnError::Error {
-                    return Err(error);
-                }
-                attempt += 1;
-                if attempt > MAX_REPLACEMENTS {
-                    return Err(LoaderError::TooManyBadRecords {
-                        index: first,
-                        attempts: MAX_REPLACEMENTS,
-                    });
-                }
-                index = plan.replacement(pos, attempt);
-            }
+            Err(error) => plan.replace_failed(pos, error, &mut attempt, &mut index)?,
         }
     }
 }
