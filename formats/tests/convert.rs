@@ -231,6 +231,41 @@ fn bad_inputs_are_skipped_with_reasons_and_counted() {
     assert!(verify(&ds, true).unwrap().ok());
 }
 
+/// Truncation is judged on the primary image, whatever follows it: a video appended to a
+/// photo (a motion photo) holds marker-like bytes but no end-of-image marker after them,
+/// and a cut-off photo followed by a whole one (a damaged multi-picture file) still ends early.
+#[test]
+fn truncation_is_judged_on_the_primary_image_not_on_appended_data() {
+    let good = std::fs::read(data("bench/00001.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    std::fs::create_dir_all(&a).unwrap();
+    let mut motion = good.clone();
+    motion.extend_from_slice(b"\0\0\0\x18ftypmp42\0\0\0\0");
+    motion.extend((0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+    motion.extend_from_slice(&[0xFF, 0xDA, 0x00, 0x0C, 0x03]);
+    std::fs::write(a.join("1-motion.jpg"), &motion).unwrap();
+    let mut cut_then_whole = good[..good.len() / 2].to_vec();
+    cut_then_whole.extend_from_slice(&good);
+    std::fs::write(a.join("2-cut-then-whole.jpg"), &cut_then_whole).unwrap();
+
+    let out = tempfile::tempdir().unwrap();
+    let r = convert(&folder_opts(dir.path(), out.path()), &NoProgress).unwrap();
+    check_accounting(&r);
+    assert_eq!(r.written, 1, "{:?}", r.skipped);
+    assert_eq!(r.skipped.len(), 1);
+    assert!(r.skipped[0].path.ends_with("2-cut-then-whole.jpg"));
+    assert!(
+        r.skipped[0].reason.contains("truncated"),
+        "{}",
+        r.skipped[0].reason
+    );
+    let ds = Dataset::open(out.path()).unwrap();
+    let rd = ds.reader().unwrap();
+    // Stored unchanged, trailer included: the decoders stop at the primary image's end.
+    assert!(rd.get(0).unwrap().payload == &motion[..]);
+}
+
 #[test]
 fn strict_fails_on_first_bad_input_without_manifest() {
     let (src, _) = bad_input_tree();

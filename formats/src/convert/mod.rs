@@ -6,6 +6,7 @@
 //! conversion got, so `resume` can continue a killed run and still produce the same bytes.
 
 pub mod audit;
+mod markers;
 mod source;
 mod transcode;
 

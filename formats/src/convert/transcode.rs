@@ -10,6 +10,7 @@ use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 use stoker_decode::{probe, CpuDecoder, Limits};
 
 use super::audit::JpegClass;
+use super::markers::primary_image_end;
 use super::{ConvertOptions, ResizeMode};
 use crate::record::Encoding;
 use crate::writer::RecordMeta;
@@ -100,11 +101,11 @@ fn process_jpeg(
     if let Err(e) = info.supported() {
         return Outcome::Skip(format!("cannot be decoded by stoker: {e}"));
     }
-    if !ends_after_last_scan(data) {
+    if primary_image_end(data).is_none() {
         // The decoders fill in missing scan data without an error; a cut-off file would train
         // on gray rows, so it is bad input here.
         return Outcome::Skip(
-            "truncated JPEG: no end-of-image marker (FF D9) after the last scan".into(),
+            "truncated JPEG: the image's data ends before its end-of-image marker (FF D9)".into(),
         );
     }
     let too_big = opts
@@ -143,46 +144,6 @@ fn process_jpeg(
             for_gpu && !too_big,
         ),
         Err(e) => Outcome::Skip(format!("corrupt JPEG: {e}")),
-    }
-}
-
-/// True when an end-of-image marker follows the last start-of-scan marker.
-///
-/// Entropy-coded data never holds `FF DA` or `FF D9` (a coded `FF` is followed by `00` or a
-/// restart marker), so the last `FF DA` starts the final scan and a complete file has `FF D9`
-/// after it. Bytes after the EOI (padding, trailers) are allowed.
-fn ends_after_last_scan(data: &[u8]) -> bool {
-    let (mut last_sos, mut last_eoi) = (None, None);
-    let mut note = |i: usize| match data.get(i + 1) {
-        Some(0xDA) => last_sos = Some(i),
-        Some(0xD9) => last_eoi = Some(i),
-        _ => {}
-    };
-    // Eight bytes at a time: a word holds an 0xFF byte exactly when its complement holds a
-    // zero byte. Compressed data has few 0xFF bytes, so most words are skipped whole.
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let mut words = data.chunks_exact(8);
-    let mut base = 0;
-    for w in &mut words {
-        let x = !u64::from_le_bytes(w.try_into().expect("8 bytes"));
-        if x.wrapping_sub(LO) & !x & HI != 0 {
-            for (j, &b) in w.iter().enumerate() {
-                if b == 0xFF {
-                    note(base + j);
-                }
-            }
-        }
-        base += 8;
-    }
-    for (j, &b) in words.remainder().iter().enumerate() {
-        if b == 0xFF {
-            note(base + j);
-        }
-    }
-    match (last_sos, last_eoi) {
-        (Some(sos), Some(eoi)) => eoi > sos,
-        _ => false,
     }
 }
 
@@ -332,31 +293,6 @@ fn encode_jpeg(px: &Rgb, quality: u8) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn truncation_is_detected_from_markers() {
-        let full = [0xFF, 0xD8, 0xFF, 0xDA, 0, 2, 1, 0xFF, 0x00, 3, 0xFF, 0xD9];
-        assert!(ends_after_last_scan(&full));
-        let mut trailer = full.to_vec();
-        trailer.extend_from_slice(b"\n\0\0");
-        assert!(ends_after_last_scan(&trailer));
-        assert!(!ends_after_last_scan(&full[..10]));
-        // An EOI before the last scan (e.g. an embedded thumbnail's) does not count.
-        let thumb_then_cut = [0xFF, 0xD8, 0xFF, 0xD9, 0xFF, 0xDA, 0, 2, 1, 7];
-        assert!(!ends_after_last_scan(&thumb_then_cut));
-        // Markers at every alignment, across word boundaries, agree with a plain scan.
-        for pad in 0..17 {
-            let mut v = vec![0u8; pad];
-            v.extend_from_slice(&[0xFF, 0xDA, 1, 0xFF, 0x00, 0xFF]);
-            v.extend(std::iter::repeat_n(0x12, pad));
-            v.extend_from_slice(&[0xFF, 0xD9]);
-            assert!(ends_after_last_scan(&v), "pad {pad}");
-            v.extend_from_slice(&[0xFF, 0xDA]);
-            assert!(!ends_after_last_scan(&v), "pad {pad}");
-            v.truncate(v.len() - 1);
-            assert!(ends_after_last_scan(&v), "pad {pad}: trailing lone FF");
-        }
-    }
 
     #[test]
     fn long_side_fit_keeps_aspect() {

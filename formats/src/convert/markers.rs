@@ -1,0 +1,189 @@
+//! Where a JPEG's primary image ends, found by walking its markers.
+//!
+//! The CPU and GPU decoders fill missing scan data in without an error, so a cut-off file
+//! would train on gray rows: the converter must find truncation itself. Looking for the last
+//! `FF D9` in the file is not enough, because many files carry data after the primary image:
+//! multi-picture (MPF/MPO) files append whole JPEGs, and motion photos append a video whose
+//! bytes hold any marker-like pair. So the walk follows the primary image segment by segment,
+//! as a decoder reads it: header segments are skipped by their length, each scan's
+//! entropy-coded data is skipped up to the next marker, and the image is complete when its
+//! end-of-image marker arrives before the data ends.
+
+/// The offset just past the primary image's end-of-image marker (`FF D9`), or `None` when the
+/// data ends first, a second start-of-image marker comes first (a cut-off image followed by
+/// an appended one), no scan came before it, or a segment's length runs past the data.
+///
+/// Bytes that are not a marker where one is expected are skipped up to the next `0xFF`, as
+/// libjpeg does ("extraneous bytes before marker"), and fill bytes (`FF FF …`) before a marker
+/// are allowed.
+pub(crate) fn primary_image_end(data: &[u8]) -> Option<usize> {
+    if !data.starts_with(&[0xFF, 0xD8]) {
+        return None;
+    }
+    let mut i = 2;
+    let mut scans = 0usize;
+    loop {
+        i += data.get(i..)?.iter().position(|&b| b == 0xFF)?;
+        // Fill bytes: any number of 0xFF before the marker's code.
+        i += data.get(i..)?.iter().position(|&b| b != 0xFF)?;
+        let code = data[i];
+        i += 1;
+        match code {
+            0xD9 => return (scans > 0).then_some(i),
+            // A new image starts before this one ended.
+            0xD8 => return None,
+            // `FF 00` outside a scan, restart markers between segments and TEM stand alone.
+            0x00 | 0x01 | 0xD0..=0xD7 => {}
+            _ => {
+                let len = usize::from(u16::from_be_bytes([*data.get(i)?, *data.get(i + 1)?]));
+                if len < 2 || i + len > data.len() {
+                    return None;
+                }
+                i += len;
+                if code == 0xDA {
+                    scans += 1;
+                    i = entropy_coded_end(data, i);
+                }
+            }
+        }
+    }
+}
+
+/// The offset of the `0xFF` that starts the first marker at or after `start` which is not part
+/// of entropy-coded data, or `data.len()` when there is none.
+///
+/// In entropy-coded data a coded `0xFF` is followed by a stuffed `00`, and restart markers
+/// (`FF D0`–`FF D7`) belong to the scan; any other `FF xx` (after fill bytes) ends it.
+fn entropy_coded_end(data: &[u8], start: usize) -> usize {
+    let mut i = start;
+    while let Some(off) = next_ff(&data[i..]) {
+        let ff = i + off;
+        // Skip fill bytes to find the code.
+        let Some(code_off) = data[ff..].iter().position(|&b| b != 0xFF) else {
+            return data.len();
+        };
+        let code = data[ff + code_off];
+        if code == 0x00 || (0xD0..=0xD7).contains(&code) {
+            i = ff + code_off + 1;
+        } else {
+            return ff + code_off - 1;
+        }
+    }
+    data.len()
+}
+
+/// The position of the first `0xFF` byte, eight bytes at a time: a word holds an `0xFF` byte
+/// exactly when its complement holds a zero byte. Compressed data has few `0xFF` bytes, so most
+/// words are skipped whole.
+fn next_ff(data: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut words = data.chunks_exact(8);
+    let mut base = 0;
+    for w in &mut words {
+        let x = !u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        if x.wrapping_sub(LO) & !x & HI != 0 {
+            return w.iter().position(|&b| b == 0xFF).map(|j| base + j);
+        }
+        base += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == 0xFF)
+        .map(|j| base + j)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SOI, a DQT-like segment whose payload holds `FF D9` and `FF DA`, one scan, then EOI.
+    fn tiny() -> Vec<u8> {
+        let mut v = vec![0xFF, 0xD8];
+        v.extend_from_slice(&[0xFF, 0xDB, 0, 6, 0xFF, 0xD9, 0xFF, 0xDA]);
+        v.extend_from_slice(&[0xFF, 0xDA, 0, 3, 1]);
+        v.extend_from_slice(&[7, 0xFF, 0x00, 9, 0xFF, 0xD3, 4, 0xFF, 0xFF, 0xD9]);
+        v
+    }
+
+    #[test]
+    fn a_complete_image_ends_at_its_eoi() {
+        let v = tiny();
+        assert_eq!(primary_image_end(&v), Some(v.len()));
+    }
+
+    #[test]
+    fn data_after_the_image_does_not_matter() {
+        let mut v = tiny();
+        let end = v.len();
+        // A trailer holding a start-of-scan pair and no EOI after it: a motion photo's video.
+        v.extend_from_slice(b"\0\0ftypmp42\xFF\xDA\x01\x02");
+        assert_eq!(primary_image_end(&v), Some(end));
+        // An appended image (MPF): complete or not, the primary decides.
+        v.extend_from_slice(&tiny()[..10]);
+        assert_eq!(primary_image_end(&v), Some(end));
+    }
+
+    #[test]
+    fn every_cut_before_the_eoi_is_truncation() {
+        let v = tiny();
+        for cut in 0..v.len() {
+            assert_eq!(primary_image_end(&v[..cut]), None, "cut at {cut}");
+        }
+    }
+
+    /// Cut between segments or inside the scan. (A cut inside a header segment can leave a
+    /// length that reaches into the next image and swallows its start; the walk reads on as a
+    /// decoder would. Most of a photo's bytes are scan data, so most cuts land there.)
+    #[test]
+    fn a_cut_image_followed_by_a_whole_one_is_truncation() {
+        let t = tiny();
+        for cut in [2, 10].into_iter().chain(15..t.len() - 1) {
+            let mut v = t[..cut].to_vec();
+            v.extend_from_slice(&t);
+            assert_eq!(primary_image_end(&v), None, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_give_an_answer_without_panicking() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..2000 {
+            let len = (x % 200) as usize;
+            let mut v = vec![0xFF, 0xD8];
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Many 0xFF bytes and marker codes, so the walk takes every branch.
+                v.push(match x % 4 {
+                    0 => 0xFF,
+                    1 => [0x00, 0xD9, 0xDA, 0xD8, 0xD3, 0xC4, 0x01][(x >> 8) as usize % 7],
+                    _ => (x >> 16) as u8,
+                });
+            }
+            if let Some(end) = primary_image_end(&v) {
+                assert!(end <= v.len() && v[end - 2..end] == [0xFF, 0xD9]);
+            }
+        }
+    }
+
+    #[test]
+    fn an_eoi_before_any_scan_is_not_an_image() {
+        assert_eq!(primary_image_end(&[0xFF, 0xD8, 0xFF, 0xD9]), None);
+    }
+
+    #[test]
+    fn markers_are_found_at_every_alignment() {
+        for pad in 0..17 {
+            let mut v = vec![0xFF, 0xD8, 0xFF, 0xDA, 0, 2];
+            v.extend(std::iter::repeat_n(0x12, pad));
+            v.extend_from_slice(&[0xFF, 0x00]);
+            v.extend(std::iter::repeat_n(0x34, pad));
+            v.extend_from_slice(&[0xFF, 0xD9]);
+            assert_eq!(primary_image_end(&v), Some(v.len()), "pad {pad}");
+            assert_eq!(primary_image_end(&v[..v.len() - 1]), None, "pad {pad}");
+        }
+    }
+}
