@@ -112,6 +112,14 @@ pub enum DecodeError {
         /// Number of outputs.
         outputs: usize,
     },
+    /// `decode_batch_for` got a different number of row limits than inputs.
+    #[error("batch shape: {inputs} inputs but {rows} row limits")]
+    RowLimitsShape {
+        /// Number of inputs.
+        inputs: usize,
+        /// Number of row limits.
+        rows: usize,
+    },
 }
 
 impl DecodeError {

@@ -18,6 +18,31 @@ use crate::{
 /// A CPU decode: info, route and the RGB pixels.
 type CpuDecoded = Result<(ImageInfo, Route, Vec<u8>), DecodeError>;
 
+/// How a caller of [`GpuDecoder::decode_batch_for`] will use a batch's outputs,
+/// so the decoder can skip work the caller does not need.
+///
+/// # Examples
+/// ```
+/// use stoker_decode::BatchUse;
+/// // A loader that waited for its outputs and reads two crops ending at rows 180 and 96.
+/// let rows = [180, 96];
+/// let usage = BatchUse { outputs_idle: true, rows: Some(&rows) };
+/// assert_eq!(BatchUse::default().rows, None);
+/// # let _ = usage;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchUse<'a> {
+    /// The caller has already waited on the host for every earlier use of the
+    /// outputs: see [`GpuDecoder::decode_batch_idle_outputs`]. Default false.
+    pub outputs_idle: bool,
+    /// Per input, the rows from the top of its output the caller reads
+    /// (a crop's bottom edge). Rows below may be left as they were: the CPU
+    /// routes stop a baseline decode once these rows are final and copy only
+    /// them; the nvJPEG routes decode whole images. `None` (the default): all
+    /// rows.
+    pub rows: Option<&'a [u32]>,
+}
+
 /// Options of a [`GpuDecoder`].
 ///
 /// # Examples
@@ -873,7 +898,7 @@ impl GpuDecoder {
         outputs: &mut [O],
         stream: &CudaStream,
     ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
-        self.decode_batch_ordered(inputs, outputs, stream, true)
+        self.decode_batch_for(inputs, outputs, stream, BatchUse::default())
     }
 
     /// [`GpuDecoder::decode_batch`] for outputs the GPU is done with: the caller
@@ -911,18 +936,44 @@ impl GpuDecoder {
         outputs: &mut [O],
         stream: &CudaStream,
     ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
-        self.decode_batch_ordered(inputs, outputs, stream, false)
+        let usage = BatchUse {
+            outputs_idle: true,
+            ..BatchUse::default()
+        };
+        self.decode_batch_for(inputs, outputs, stream, usage)
     }
 
-    /// `decode_batch` (`host_wait`: wait on the host for `stream` before the
-    /// hardware engines or the GPU-Huffman lane write) or
-    /// `decode_batch_idle_outputs` (no such wait).
-    fn decode_batch_ordered<O: DevicePtrMut<u8>>(
+    /// [`GpuDecoder::decode_batch`], told how the caller will use the outputs
+    /// (see [`BatchUse`]) so that the decoder can skip work: the host wait of
+    /// [`decode_batch_idle_outputs`](Self::decode_batch_idle_outputs), and the
+    /// rows below each image's last needed row on the CPU routes (the CPU
+    /// share, and files nvJPEG cannot take), which stop a baseline decode early
+    /// and copy only the rows needed. Results and errors are those of
+    /// `decode_batch`, plus [`DecodeError::RowLimitsShape`] (every image) when
+    /// `usage.rows` has a different length than `inputs`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use stoker_decode::{cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions};
+    /// let ctx = cuda_context(0)?;
+    /// let stream = ctx.new_stream()?;
+    /// let mut dec = GpuDecoder::new(&ctx, GpuDecoderOptions::default())?;
+    /// let jpeg = std::fs::read("a.jpg").unwrap();
+    /// let info = stoker_decode::probe(&jpeg, &Default::default())?;
+    /// let mut out = vec![stream.alloc_zeros::<u8>(info.rgb_len())?];
+    /// // Only the top 100 rows are read afterwards (a crop ending there).
+    /// let usage = BatchUse { rows: Some(&[100]), ..BatchUse::default() };
+    /// let results = dec.decode_batch_for(&[&jpeg], &mut out, &stream, usage);
+    /// stream.synchronize()?;
+    /// assert!(results[0].is_ok());
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
+    pub fn decode_batch_for<O: DevicePtrMut<u8>>(
         &mut self,
         inputs: &[&[u8]],
         outputs: &mut [O],
         stream: &CudaStream,
-        host_wait: bool,
+        usage: BatchUse<'_>,
     ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
         let n = inputs.len();
         let call_started = Instant::now();
@@ -936,6 +987,23 @@ impl GpuDecoder {
                 })
                 .collect();
         }
+        if let Some(rows) = usage.rows.filter(|r| r.len() != n) {
+            return (0..n)
+                .map(|_| {
+                    Err(DecodeError::RowLimitsShape {
+                        inputs: n,
+                        rows: rows.len(),
+                    })
+                })
+                .collect();
+        }
+        let host_wait = !usage.outputs_idle;
+        // The bytes of output `i` the caller reads: whole rows from the top.
+        let rows_of = |i: usize| usage.rows.map(|r| r[i]);
+        let needed_len = |i: usize, info: &ImageInfo| match rows_of(i) {
+            Some(r) => r.min(info.height) as usize * info.width as usize * 3,
+            None => info.rgb_len(),
+        };
         if let Err(e) = self.ctx.bind_to_thread() {
             return (0..n).map(|_| Err(DecodeError::Cuda(e))).collect();
         }
@@ -1143,8 +1211,12 @@ impl GpuDecoder {
                         parts
                             .into_par_iter()
                             .map(|(i, off, out)| {
-                                let len = out.len();
-                                (i, off, len, cpu.decode_into_routed(inputs[i], out))
+                                let r = match rows_of(i) {
+                                    Some(rows) => cpu.decode_top_into_routed(inputs[i], out, rows),
+                                    None => cpu.decode_into_routed(inputs[i], out),
+                                };
+                                let len = r.as_ref().map_or(0, |(info, _)| needed_len(i, info));
+                                (i, off, len, r)
                             })
                             .collect::<Vec<_>>()
                     };
@@ -1288,7 +1360,7 @@ impl GpuDecoder {
                     Ok(host) => {
                         for (i, off, len, r) in decoded {
                             results[i] = Some(r.and_then(|(info, _)| {
-                                // SAFETY: the destination holds at least rgb_len() ==
+                                // SAFETY: the destination holds at least rgb_len() ≥
                                 // `len` bytes (checked in step 1 against the same
                                 // header); the source is pinned and stays untouched
                                 // until the share stream passes the event `put`
@@ -1329,18 +1401,29 @@ impl GpuDecoder {
             let cpu = &self.cpu;
             let decoded: Vec<(usize, CpuDecoded)> = cpu_list
                 .par_iter()
-                .map(|&i| (i, cpu.decode_to_vec_routed(inputs[i])))
+                .map(|&i| {
+                    let r = match (rows_of(i), infos[i].as_ref()) {
+                        (Some(rows), Some(info)) => {
+                            let mut pixels = vec![0u8; info.rgb_len()];
+                            cpu.decode_top_into_routed(inputs[i], &mut pixels, rows)
+                                .map(|(info, route)| (info, route, pixels))
+                        }
+                        _ => cpu.decode_to_vec_routed(inputs[i]),
+                    };
+                    (i, r)
+                })
                 .collect();
             for (i, r) in decoded {
                 results[i] = Some(r.and_then(|(info, route, pixels)| {
-                    // SAFETY: the destination holds at least rgb_len() bytes (checked
-                    // in step 1 against the same header); the copy is queued on
-                    // `stream`, which waited for earlier work on the buffer; the
+                    let len = needed_len(i, &info).min(pixels.len());
+                    // SAFETY: the destination holds at least rgb_len() ≥ `len` bytes
+                    // (checked in step 1 against the same header); the copy is queued
+                    // on `stream`, which waited for earlier work on the buffer; the
                     // pageable source is staged by the driver before this returns.
                     unsafe {
                         cudarc::driver::result::memcpy_htod_async(
                             ptrs[i].0,
-                            &pixels,
+                            &pixels[..len],
                             stream.cu_stream(),
                         )
                     }?;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use common::{conformance_rows, data_dir, jpegs_in, psnr};
 use stoker_decode::{
-    cuda_context, nvjpeg::NvJpeg, CpuDecoder, DecodeError, GpuDecoder, GpuDecoderOptions,
+    cuda_context, nvjpeg::NvJpeg, BatchUse, CpuDecoder, DecodeError, GpuDecoder, GpuDecoderOptions,
     LoadError, Route,
 };
 
@@ -377,6 +377,88 @@ fn a_bad_image_fails_alone_in_a_gpu_batch() {
     assert!(r[0].is_ok() && r[3].is_ok());
     assert!(matches!(r[1], Err(DecodeError::Truncated { .. })));
     assert!(matches!(r[2], Err(DecodeError::Empty)));
+}
+
+/// With row limits (`BatchUse::rows`), the CPU routes (the CPU share, and a
+/// CMYK file nvJPEG cannot take) write exactly the rows asked for, equal to the
+/// CPU decoder's, and leave the rows below untouched; the nvJPEG routes decode
+/// whole images. A row-limit list of the wrong length fails every image.
+#[test]
+fn row_limits_copy_only_the_rows_needed_on_the_cpu_routes() {
+    let Some((ctx, mut dec)) = gpu_with(GpuDecoderOptions {
+        cpu_share: 0.5,
+        ..GpuDecoderOptions::default()
+    }) else {
+        return;
+    };
+    let stream = ctx.new_stream().unwrap();
+    let cpu = CpuDecoder::new(Default::default());
+    let mut files = jpegs_in(&data_dir().join("bench"));
+    files.truncate(31);
+    files.push(data_dir().join("conformance/core/go__video-001.cmyk.jpeg"));
+    let (data, want, _) = bench_batch(&files, &cpu, &stream);
+    const FILL: u8 = 0xAB;
+    let mut outputs: Vec<_> = want
+        .iter()
+        .map(|(i, _)| stream.clone_htod(&vec![FILL; i.rgb_len()]).unwrap())
+        .collect();
+    let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    // Crop bottoms all over the image, the full height and beyond it included.
+    let rows: Vec<u32> = want
+        .iter()
+        .enumerate()
+        .map(|(k, (info, _))| match k % 4 {
+            0 => info.height,
+            1 => info.height + 7,
+            _ => 1 + (k as u32 * 37) % info.height,
+        })
+        .collect();
+
+    let wrong = dec.decode_batch_for(
+        &inputs,
+        &mut outputs,
+        &stream,
+        BatchUse {
+            rows: Some(&rows[1..]),
+            ..BatchUse::default()
+        },
+    );
+    assert!(wrong
+        .iter()
+        .all(|r| matches!(r, Err(DecodeError::RowLimitsShape { .. }))));
+
+    let usage = BatchUse {
+        rows: Some(&rows),
+        ..BatchUse::default()
+    };
+    let got = dec.decode_batch_for(&inputs, &mut outputs, &stream, usage);
+    stream.synchronize().unwrap();
+    let mut cpu_routes = 0;
+    for (k, r) in got.iter().enumerate() {
+        let name = files[k].display();
+        let (info, route) = r.as_ref().unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (winfo, wpix) = &want[k];
+        assert_eq!((info.width, info.height), (winfo.width, winfo.height));
+        let pix = stream.clone_dtoh(&outputs[k]).unwrap();
+        match route {
+            Route::CpuShare | Route::CpuZune | Route::CpuFallback => {
+                cpu_routes += 1;
+                let needed = rows[k].min(info.height) as usize * info.width as usize * 3;
+                assert!(pix[..needed] == wpix[..needed], "{name}: top rows differ");
+                assert!(
+                    pix[needed..].iter().all(|&b| b == FILL),
+                    "{name}: rows below the limit were written"
+                );
+            }
+            _ => {
+                let p = psnr(&pix, wpix);
+                assert!(p >= MIN_PSNR, "{name}: {route} PSNR {p:.1}");
+            }
+        }
+    }
+    // The CMYK file always goes through the CPU; with engines, so does half the batch.
+    let expect = if dec.has_hardware() { 1 + 16 } else { 1 };
+    assert!(cpu_routes >= expect, "{cpu_routes} CPU-route images");
 }
 
 /// With `cpu_share`, the last third of each batch's hardware images is

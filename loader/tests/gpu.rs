@@ -274,6 +274,34 @@ fn gpu_batches_on_the_cuda_decoder_equal_cpu_batches() {
     );
 }
 
+/// With every hardware image on the decoder's CPU share, the GPU loader's
+/// pixels come from the CPU decoder, each decoded only down to its crop's
+/// bottom edge (`BatchUse::rows`; rows below are left stale in the arena):
+/// batches equal the CPU loader's within the resampling tolerance, so no
+/// crop reads a row the decode left out.
+#[test]
+fn gpu_batches_with_the_whole_cpu_share_equal_cpu_batches() {
+    let Some(ctx) = gpu_or_skip() else {
+        return;
+    };
+    let options = stoker_decode::GpuDecoderOptions {
+        cpu_share: 1.0,
+        ..Default::default()
+    };
+    // Without engines there is no share: nvJPEG's CUDA decoder takes the images.
+    let same_decoder =
+        stoker_decode::GpuDecoder::new(&ctx, options.clone()).is_ok_and(|d| d.has_hardware());
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100;
+    compare_paths(
+        &bench_dataset(dir.path(), n, 40, &[]),
+        n,
+        &ctx,
+        same_decoder,
+        Some(options),
+    );
+}
+
 #[test]
 fn gpu_transform_equals_cpu_transform_on_raw_records() {
     let Some(ctx) = gpu_or_skip() else {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use cudarc::driver::CudaViewMut;
 use rayon::prelude::*;
-use stoker_decode::{CpuDecoder, GpuDecoder, Limits};
+use stoker_decode::{BatchUse, CpuDecoder, GpuDecoder, Limits};
 use stoker_formats::{DatasetReader, Encoding};
 
 use super::driver_err;
@@ -35,6 +35,7 @@ use crate::pipeline::{
     EpochPlan, EpochStream,
 };
 use crate::transform::resize::CropResizer;
+use crate::transform::SampleParams;
 
 /// How often blocked producer calls look at the stop flag.
 const POLL: Duration = Duration::from_millis(20);
@@ -622,7 +623,10 @@ fn build_batch_nvjpeg(
             }
         };
         // 1. Read and check what is left; oversize images go through the CPU.
-        let mut todo: Vec<(usize, &[u8], u32)> = Vec::new();
+        // Each image with its crop, drawn from the header: the decoder needs
+        // only the rows down to the crop's bottom edge (the kernel's taps stay
+        // inside the crop box).
+        let mut todo: Vec<(usize, &[u8], u32, SampleParams)> = Vec::new();
         for i in 0..n {
             if done[i].is_some() {
                 continue;
@@ -639,7 +643,14 @@ fn build_batch_nvjpeg(
                     info,
                 }) => {
                     if info.rgb_len() <= stride {
-                        todo.push((i, payload, label));
+                        let p = shared.transform.params(
+                            plan.seed,
+                            plan.epoch,
+                            index,
+                            info.width,
+                            info.height,
+                        );
+                        todo.push((i, payload, label, p));
                         Ok(())
                     } else {
                         let staged = match slot.pinned.as_mut_slice() {
@@ -688,13 +699,14 @@ fn build_batch_nvjpeg(
                 .filter_map(|(i, ..)| views.get_mut(*i).and_then(Option::take))
                 .collect();
             let inputs: Vec<&[u8]> = todo.iter().map(|t| t.1).collect();
+            let rows: Vec<u32> = todo.iter().map(|t| t.3.rows_needed()).collect();
             // Replacements (later rounds) go where an image of an earlier round
             // failed: those wait for the stream, earlier rounds included.
-            let r = if std::mem::take(&mut first_round) {
-                dec.decode_batch_idle_outputs(&inputs, &mut outs, decode_stream)
-            } else {
-                dec.decode_batch(&inputs, &mut outs, decode_stream)
+            let usage = BatchUse {
+                outputs_idle: std::mem::take(&mut first_round),
+                rows: Some(&rows),
             };
+            let r = dec.decode_batch_for(&inputs, &mut outs, decode_stream, usage);
             // The decoder's phase times move into the loader's stats.
             shared.metrics.add_gpu_decode_timings(&dec.timings());
             dec.reset_timings();
@@ -707,18 +719,11 @@ fn build_batch_nvjpeg(
             bytes as u64,
             t_decode.elapsed(),
         );
-        for (&(i, _, label), result) in todo.iter().zip(results) {
+        for (&(i, _, label, p), result) in todo.iter().zip(results) {
             let index = current[i];
             match result {
                 Ok((info, route)) => {
                     shared.metrics.count_route(route.name());
-                    let p = shared.transform.params(
-                        plan.seed,
-                        plan.epoch,
-                        index,
-                        info.width,
-                        info.height,
-                    );
                     done[i] = Some(Staged {
                         index,
                         label,
