@@ -10,6 +10,49 @@ use zune_core::bytestream::{ZByteIoError, ZSeekFrom};
 use crate::color;
 use crate::{probe, ColorSpace, DecodeError, ImageInfo, Limits, Route, RouteCounters, RouteCounts};
 
+/// A rectangle of an image, in pixels: columns `x..x + width`, rows `y..y + height`.
+///
+/// # Examples
+/// ```
+/// use stoker_decode::Region;
+/// let crop = Region { x: 10, y: 20, width: 100, height: 50 };
+/// assert_eq!(crop.bottom(), 70);
+/// assert_eq!(Region::top_rows(640, 120), Region { x: 0, y: 0, width: 640, height: 120 });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Region {
+    /// First column.
+    pub x: u32,
+    /// First row.
+    pub y: u32,
+    /// Columns.
+    pub width: u32,
+    /// Rows.
+    pub height: u32,
+}
+
+impl Region {
+    /// The first `rows` rows of an image `width` pixels wide.
+    pub fn top_rows(width: u32, rows: u32) -> Region {
+        Region {
+            x: 0,
+            y: 0,
+            width,
+            height: rows,
+        }
+    }
+
+    /// The row below the region: `y + height` (saturating).
+    pub fn bottom(&self) -> u32 {
+        self.y.saturating_add(self.height)
+    }
+
+    /// The column right of the region: `x + width` (saturating).
+    pub fn right(&self) -> u32 {
+        self.x.saturating_add(self.width)
+    }
+}
+
 /// Decodes JPEGs to RGB interleaved u8 (HWC) on the CPU.
 ///
 /// Each image is probed first (pixel limit enforced from the header), then
@@ -85,7 +128,7 @@ impl CpuDecoder {
         data: &[u8],
         out: &mut [u8],
     ) -> Result<(ImageInfo, Route), DecodeError> {
-        self.decode_rows_routed(data, out, None)
+        self.decode_region_routed(data, out, None)
     }
 
     /// [`decode_into_routed`](Self::decode_into_routed) for a caller that needs
@@ -117,18 +160,55 @@ impl CpuDecoder {
         out: &mut [u8],
         rows: u32,
     ) -> Result<(ImageInfo, Route), DecodeError> {
-        self.decode_rows_routed(data, out, Some(rows))
+        self.decode_region_routed(data, out, Some(Region::top_rows(u32::MAX, rows)))
     }
 
-    /// Probes, decodes (the first `rows` rows, or all) and counts the route.
-    fn decode_rows_routed(
+    /// [`decode_into_routed`](Self::decode_into_routed) for a caller that reads
+    /// only `region` of the image (a crop, say): the pixels inside it are
+    /// exactly what a full decode writes there; the bytes outside it are
+    /// unspecified. A baseline JPEG stops after the region's last row (as
+    /// [`decode_top_into_routed`](Self::decode_top_into_routed)), and with
+    /// standard sampling factors skips the inverse DCT of blocks well outside
+    /// the region and the color conversion outside it; other files decode in
+    /// full. A region reaching past the image is cut to it.
+    ///
+    /// # Examples
+    /// ```
+    /// use stoker_decode::{CpuDecoder, Limits, Region};
+    /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
+    ///     "/../../shared/data/conformance/core/go__video-001.jpeg")).unwrap();
+    /// let dec = CpuDecoder::new(Limits::default());
+    /// let (info, full) = dec.decode_to_vec(&data).unwrap();
+    /// let crop = Region { x: 30, y: 20, width: 64, height: 50 };
+    /// let mut part = vec![0u8; info.rgb_len()];
+    /// dec.decode_region_into_routed(&data, &mut part, crop).unwrap();
+    /// let row = info.width as usize * 3;
+    /// for y in 20..70 {
+    ///     let span = y * row + 30 * 3..y * row + 94 * 3;
+    ///     assert_eq!(part[span.clone()], full[span]);
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`decode_into`](Self::decode_into).
+    pub fn decode_region_into_routed(
         &self,
         data: &[u8],
         out: &mut [u8],
-        rows: Option<u32>,
+        region: Region,
+    ) -> Result<(ImageInfo, Route), DecodeError> {
+        self.decode_region_routed(data, out, Some(region))
+    }
+
+    /// Probes, decodes (`region`, or all) and counts the route.
+    fn decode_region_routed(
+        &self,
+        data: &[u8],
+        out: &mut [u8],
+        region: Option<Region>,
     ) -> Result<(ImageInfo, Route), DecodeError> {
         let result = probe(data, &self.limits).and_then(|info| {
-            let route = self.decode_probed(data, &info, out, rows)?;
+            let route = self.decode_probed(data, &info, out, region)?;
             Ok((info, route))
         });
         match &result {
@@ -214,14 +294,13 @@ impl CpuDecoder {
             .collect()
     }
 
-    /// Decodes an already probed image (only the first `rows` rows need be
-    /// right when given).
+    /// Decodes an already probed image (only `region` need be right when given).
     fn decode_probed(
         &self,
         data: &[u8],
         info: &ImageInfo,
         out: &mut [u8],
-        rows: Option<u32>,
+        region: Option<Region>,
     ) -> Result<Route, DecodeError> {
         info.supported()?;
         let need = info.rgb_len();
@@ -233,7 +312,7 @@ impl CpuDecoder {
         }
         let out = &mut out[..need];
         if info.zune_decodable() {
-            match guarded("zune-jpeg", || zune_decode(data, info, out, rows)) {
+            match guarded("zune-jpeg", || zune_decode(data, info, out, region)) {
                 Ok(()) => return Ok(Route::CpuZune),
                 Err(e) => {
                     tracing::debug!("zune-jpeg failed ({e}); retrying with jpeg-decoder");
@@ -267,7 +346,7 @@ fn zune_decode(
     data: &[u8],
     info: &ImageInfo,
     out: &mut [u8],
-    rows: Option<u32>,
+    region: Option<Region>,
 ) -> Result<(), DecodeError> {
     use zune_core::colorspace::ColorSpace as ZColor;
     use zune_core::options::DecoderOptions;
@@ -287,8 +366,15 @@ fn zune_decode(
             ZColor::RGB
         });
     let mut dec = zune_jpeg::JpegDecoder::new_with_options(SliceReader::new(data), opts);
-    if let Some(rows) = rows {
-        dec.stoker_limit_rows(rows as usize);
+    if let Some(r) = region {
+        // Cut to the image; the bottom edge stops the decode.
+        let (x1, y1) = (r.right().min(info.width), r.bottom().min(info.height));
+        let (x0, y0) = (r.x.min(x1), r.y.min(y1));
+        if (x0, y0) == (0, 0) && x1 == info.width {
+            dec.stoker_limit_rows(y1 as usize);
+        } else {
+            dec.stoker_limit_window(x0 as usize, y0 as usize, x1 as usize, y1 as usize);
+        }
     }
     dec.decode_headers().map_err(corrupt)?;
     let (w, h) = dec.dimensions().ok_or_else(|| DecodeError::Corrupt {

@@ -112,13 +112,13 @@ pub enum DecodeError {
         /// Number of outputs.
         outputs: usize,
     },
-    /// `decode_batch_for` got a different number of row limits than inputs.
-    #[error("batch shape: {inputs} inputs but {rows} row limits")]
-    RowLimitsShape {
+    /// `decode_batch_for` got a different number of regions than inputs.
+    #[error("batch shape: {inputs} inputs but {regions} regions")]
+    RegionsShape {
         /// Number of inputs.
         inputs: usize,
-        /// Number of row limits.
-        rows: usize,
+        /// Number of regions.
+        regions: usize,
     },
 }
 

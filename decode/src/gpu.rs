@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::nvjpeg::{result, sys, NvJpeg, Owned};
 use crate::{
-    probe, CpuDecoder, DecodeError, DecodeTimings, ImageInfo, Limits, Route, RouteCounters,
+    probe, CpuDecoder, DecodeError, DecodeTimings, ImageInfo, Limits, Region, Route, RouteCounters,
     RouteCounts,
 };
 
@@ -23,11 +23,14 @@ type CpuDecoded = Result<(ImageInfo, Route, Vec<u8>), DecodeError>;
 ///
 /// # Examples
 /// ```
-/// use stoker_decode::BatchUse;
-/// // A loader that waited for its outputs and reads two crops ending at rows 180 and 96.
-/// let rows = [180, 96];
-/// let usage = BatchUse { outputs_idle: true, rows: Some(&rows) };
-/// assert_eq!(BatchUse::default().rows, None);
+/// use stoker_decode::{BatchUse, Region};
+/// // A loader that waited for its outputs and reads one crop of each image.
+/// let crops = [
+///     Region { x: 40, y: 12, width: 300, height: 168 },
+///     Region { x: 0, y: 50, width: 96, height: 46 },
+/// ];
+/// let usage = BatchUse { outputs_idle: true, regions: Some(&crops) };
+/// assert_eq!(BatchUse::default().regions, None);
 /// # let _ = usage;
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
@@ -35,12 +38,13 @@ pub struct BatchUse<'a> {
     /// The caller has already waited on the host for every earlier use of the
     /// outputs: see [`GpuDecoder::decode_batch_idle_outputs`]. Default false.
     pub outputs_idle: bool,
-    /// Per input, the rows from the top of its output the caller reads
-    /// (a crop's bottom edge). Rows below may be left as they were: the CPU
-    /// routes stop a baseline decode once these rows are final and copy only
-    /// them; the nvJPEG routes decode whole images. `None` (the default): all
-    /// rows.
-    pub rows: Option<&'a [u32]>,
+    /// Per input, the region of its output the caller reads (a crop); the
+    /// rest of the output may be left as it was. The CPU routes decode the
+    /// region with [`CpuDecoder::decode_region_into_routed`] (a baseline
+    /// decode skips work outside it and stops below it) and copy only its
+    /// rows; the nvJPEG routes decode whole images. `None` (the default): the
+    /// whole of every image.
+    pub regions: Option<&'a [Region]>,
 }
 
 /// Options of a [`GpuDecoder`].
@@ -945,24 +949,25 @@ impl GpuDecoder {
 
     /// [`GpuDecoder::decode_batch`], told how the caller will use the outputs
     /// (see [`BatchUse`]) so that the decoder can skip work: the host wait of
-    /// [`decode_batch_idle_outputs`](Self::decode_batch_idle_outputs), and the
-    /// rows below each image's last needed row on the CPU routes (the CPU
-    /// share, and files nvJPEG cannot take), which stop a baseline decode early
-    /// and copy only the rows needed. Results and errors are those of
-    /// `decode_batch`, plus [`DecodeError::RowLimitsShape`] (every image) when
-    /// `usage.rows` has a different length than `inputs`.
+    /// [`decode_batch_idle_outputs`](Self::decode_batch_idle_outputs), and on
+    /// the CPU routes (the CPU share, files nvJPEG cannot take) the pixels
+    /// outside each image's region, which are neither decoded in full nor
+    /// copied. Results and errors are those of `decode_batch`, plus
+    /// [`DecodeError::RegionsShape`] (every image) when `usage.regions` has a
+    /// different length than `inputs`.
     ///
     /// # Examples
     /// ```no_run
-    /// use stoker_decode::{cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions};
+    /// use stoker_decode::{cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, Region};
     /// let ctx = cuda_context(0)?;
     /// let stream = ctx.new_stream()?;
     /// let mut dec = GpuDecoder::new(&ctx, GpuDecoderOptions::default())?;
     /// let jpeg = std::fs::read("a.jpg").unwrap();
     /// let info = stoker_decode::probe(&jpeg, &Default::default())?;
     /// let mut out = vec![stream.alloc_zeros::<u8>(info.rgb_len())?];
-    /// // Only the top 100 rows are read afterwards (a crop ending there).
-    /// let usage = BatchUse { rows: Some(&[100]), ..BatchUse::default() };
+    /// // Only a 100×80 crop at (20, 10) is read afterwards.
+    /// let crop = Region { x: 20, y: 10, width: 100, height: 80 };
+    /// let usage = BatchUse { regions: Some(&[crop]), ..BatchUse::default() };
     /// let results = dec.decode_batch_for(&[&jpeg], &mut out, &stream, usage);
     /// stream.synchronize()?;
     /// assert!(results[0].is_ok());
@@ -987,22 +992,26 @@ impl GpuDecoder {
                 })
                 .collect();
         }
-        if let Some(rows) = usage.rows.filter(|r| r.len() != n) {
+        if let Some(regions) = usage.regions.filter(|r| r.len() != n) {
             return (0..n)
                 .map(|_| {
-                    Err(DecodeError::RowLimitsShape {
+                    Err(DecodeError::RegionsShape {
                         inputs: n,
-                        rows: rows.len(),
+                        regions: regions.len(),
                     })
                 })
                 .collect();
         }
         let host_wait = !usage.outputs_idle;
-        // The bytes of output `i` the caller reads: whole rows from the top.
-        let rows_of = |i: usize| usage.rows.map(|r| r[i]);
-        let needed_len = |i: usize, info: &ImageInfo| match rows_of(i) {
-            Some(r) => r.min(info.height) as usize * info.width as usize * 3,
-            None => info.rgb_len(),
+        let region_of = |i: usize| usage.regions.map(|r| r[i]);
+        // The bytes of output `i` that are copied: the rows of its region.
+        let needed = |i: usize, info: &ImageInfo| match region_of(i) {
+            Some(r) => {
+                let row = info.width as usize * 3;
+                let bottom = r.bottom().min(info.height) as usize;
+                r.y.min(info.height) as usize * row..bottom * row
+            }
+            None => 0..info.rgb_len(),
         };
         if let Err(e) = self.ctx.bind_to_thread() {
             return (0..n).map(|_| Err(DecodeError::Cuda(e))).collect();
@@ -1211,12 +1220,14 @@ impl GpuDecoder {
                         parts
                             .into_par_iter()
                             .map(|(i, off, out)| {
-                                let r = match rows_of(i) {
-                                    Some(rows) => cpu.decode_top_into_routed(inputs[i], out, rows),
+                                let r = match region_of(i) {
+                                    Some(region) => {
+                                        cpu.decode_region_into_routed(inputs[i], out, region)
+                                    }
                                     None => cpu.decode_into_routed(inputs[i], out),
                                 };
-                                let len = r.as_ref().map_or(0, |(info, _)| needed_len(i, info));
-                                (i, off, len, r)
+                                let span = r.as_ref().map_or(0..0, |(info, _)| needed(i, info));
+                                (i, off, span, r)
                             })
                             .collect::<Vec<_>>()
                     };
@@ -1358,18 +1369,18 @@ impl GpuDecoder {
                 // `take`), so this returns at once.
                 match buf.as_slice() {
                     Ok(host) => {
-                        for (i, off, len, r) in decoded {
+                        for (i, off, span, r) in decoded {
                             results[i] = Some(r.and_then(|(info, _)| {
                                 // SAFETY: the destination holds at least rgb_len() ≥
-                                // `len` bytes (checked in step 1 against the same
+                                // `span.end` bytes (checked in step 1 against the same
                                 // header); the source is pinned and stays untouched
                                 // until the share stream passes the event `put`
                                 // records below; the share stream waited for earlier
                                 // work on the output.
                                 unsafe {
                                     cudarc::driver::result::memcpy_htod_async(
-                                        ptrs[i].0,
-                                        &host[off..off + len],
+                                        ptrs[i].0 + span.start as u64,
+                                        &host[off + span.start..off + span.end],
                                         self.share_stream.cu_stream(),
                                     )
                                 }?;
@@ -1402,10 +1413,10 @@ impl GpuDecoder {
             let decoded: Vec<(usize, CpuDecoded)> = cpu_list
                 .par_iter()
                 .map(|&i| {
-                    let r = match (rows_of(i), infos[i].as_ref()) {
-                        (Some(rows), Some(info)) => {
+                    let r = match (region_of(i), infos[i].as_ref()) {
+                        (Some(region), Some(info)) => {
                             let mut pixels = vec![0u8; info.rgb_len()];
-                            cpu.decode_top_into_routed(inputs[i], &mut pixels, rows)
+                            cpu.decode_region_into_routed(inputs[i], &mut pixels, region)
                                 .map(|(info, route)| (info, route, pixels))
                         }
                         _ => cpu.decode_to_vec_routed(inputs[i]),
@@ -1415,15 +1426,17 @@ impl GpuDecoder {
                 .collect();
             for (i, r) in decoded {
                 results[i] = Some(r.and_then(|(info, route, pixels)| {
-                    let len = needed_len(i, &info).min(pixels.len());
-                    // SAFETY: the destination holds at least rgb_len() ≥ `len` bytes
-                    // (checked in step 1 against the same header); the copy is queued
-                    // on `stream`, which waited for earlier work on the buffer; the
-                    // pageable source is staged by the driver before this returns.
+                    let span = needed(i, &info);
+                    let span = span.start.min(pixels.len())..span.end.min(pixels.len());
+                    // SAFETY: the destination holds at least rgb_len() ≥ `span.end`
+                    // bytes (checked in step 1 against the same header), so it holds
+                    // `span.start + span.len()`; the copy is queued on `stream`, which
+                    // waited for earlier work on the buffer; the pageable source is
+                    // staged by the driver before this returns.
                     unsafe {
                         cudarc::driver::result::memcpy_htod_async(
-                            ptrs[i].0,
-                            &pixels[..len],
+                            ptrs[i].0 + span.start as u64,
+                            &pixels[span],
                             stream.cu_stream(),
                         )
                     }?;

@@ -39,7 +39,7 @@ mod probe;
 mod route;
 mod timing;
 
-pub use cpu::CpuDecoder;
+pub use cpu::{CpuDecoder, Region};
 /// The cudarc version this crate is built against (for device buffers and streams).
 pub use cudarc;
 pub use error::DecodeError;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use common::{conformance_rows, data_dir, jpegs_in, psnr};
 use stoker_decode::{
     cuda_context, nvjpeg::NvJpeg, BatchUse, CpuDecoder, DecodeError, GpuDecoder, GpuDecoderOptions,
-    LoadError, Route,
+    LoadError, Region, Route,
 };
 
 /// PSNR at or above which two decodes of the same file agree (README: IDCT
@@ -379,12 +379,12 @@ fn a_bad_image_fails_alone_in_a_gpu_batch() {
     assert!(matches!(r[2], Err(DecodeError::Empty)));
 }
 
-/// With row limits (`BatchUse::rows`), the CPU routes (the CPU share, and a
-/// CMYK file nvJPEG cannot take) write exactly the rows asked for, equal to the
-/// CPU decoder's, and leave the rows below untouched; the nvJPEG routes decode
-/// whole images. A row-limit list of the wrong length fails every image.
+/// With regions (`BatchUse::regions`), the CPU routes (the CPU share, and a
+/// CMYK file nvJPEG cannot take) write the region equal to the CPU decoder's
+/// and copy nothing but the rows it spans; the nvJPEG routes decode whole
+/// images. A region list of the wrong length fails every image.
 #[test]
-fn row_limits_copy_only_the_rows_needed_on_the_cpu_routes() {
+fn regions_copy_only_their_rows_on_the_cpu_routes() {
     let Some((ctx, mut dec)) = gpu_with(GpuDecoderOptions {
         cpu_share: 0.5,
         ..GpuDecoderOptions::default()
@@ -403,14 +403,30 @@ fn row_limits_copy_only_the_rows_needed_on_the_cpu_routes() {
         .map(|(i, _)| stream.clone_htod(&vec![FILL; i.rgb_len()]).unwrap())
         .collect();
     let inputs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    // Crop bottoms all over the image, the full height and beyond it included.
-    let rows: Vec<u32> = want
+    // Crops all over the image, the whole image and one reaching past it included.
+    let regions: Vec<Region> = want
         .iter()
         .enumerate()
-        .map(|(k, (info, _))| match k % 4 {
-            0 => info.height,
-            1 => info.height + 7,
-            _ => 1 + (k as u32 * 37) % info.height,
+        .map(|(k, (info, _))| {
+            let (w, h, k) = (info.width, info.height, k as u32);
+            match k % 4 {
+                0 => Region::top_rows(w, h),
+                1 => Region {
+                    x: w / 2,
+                    y: h / 3,
+                    width: w,
+                    height: h,
+                },
+                _ => {
+                    let (x, y) = ((k * 37) % w, (k * 53) % h);
+                    Region {
+                        x,
+                        y,
+                        width: 1 + (k * 29) % (w - x),
+                        height: 1 + (k * 31) % (h - y),
+                    }
+                }
+            }
         })
         .collect();
 
@@ -419,16 +435,16 @@ fn row_limits_copy_only_the_rows_needed_on_the_cpu_routes() {
         &mut outputs,
         &stream,
         BatchUse {
-            rows: Some(&rows[1..]),
+            regions: Some(&regions[1..]),
             ..BatchUse::default()
         },
     );
     assert!(wrong
         .iter()
-        .all(|r| matches!(r, Err(DecodeError::RowLimitsShape { .. }))));
+        .all(|r| matches!(r, Err(DecodeError::RegionsShape { .. }))));
 
     let usage = BatchUse {
-        rows: Some(&rows),
+        regions: Some(&regions),
         ..BatchUse::default()
     };
     let got = dec.decode_batch_for(&inputs, &mut outputs, &stream, usage);
@@ -443,11 +459,23 @@ fn row_limits_copy_only_the_rows_needed_on_the_cpu_routes() {
         match route {
             Route::CpuShare | Route::CpuZune | Route::CpuFallback => {
                 cpu_routes += 1;
-                let needed = rows[k].min(info.height) as usize * info.width as usize * 3;
-                assert!(pix[..needed] == wpix[..needed], "{name}: top rows differ");
+                let reg = regions[k];
+                let row = info.width as usize * 3;
+                let (y0, y1) = (reg.y as usize, reg.bottom().min(info.height) as usize);
+                let (x0, x1) = (reg.x as usize * 3, reg.right().min(info.width) as usize * 3);
+                for y in y0..y1 {
+                    let span = y * row + x0..y * row + x1;
+                    assert!(
+                        pix[span.clone()] == wpix[span],
+                        "{name}: row {y} of {reg:?}"
+                    );
+                }
                 assert!(
-                    pix[needed..].iter().all(|&b| b == FILL),
-                    "{name}: rows below the limit were written"
+                    pix[..y0 * row]
+                        .iter()
+                        .chain(&pix[y1 * row..])
+                        .all(|&b| b == FILL),
+                    "{name}: rows outside {reg:?} were written"
                 );
             }
             _ => {

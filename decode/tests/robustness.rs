@@ -6,7 +6,7 @@
 mod common;
 
 use common::data_dir;
-use stoker_decode::{probe, CpuDecoder, DecodeError, Limits};
+use stoker_decode::{probe, CpuDecoder, DecodeError, Limits, Region};
 
 fn core_file(name: &str) -> Vec<u8> {
     std::fs::read(data_dir().join("conformance/core").join(name)).expect("read")
@@ -27,12 +27,25 @@ fn check(dec: &CpuDecoder, data: &[u8]) -> bool {
         assert!(!e.to_string().is_empty());
         assert!(e.is_bad_input(), "machinery error on bad input: {e}");
     }
-    // The decode that stops after the first rows (the CPU loader's) holds to the same.
+    // The decodes that stop after the first rows and that skip what lies outside a
+    // region (the loaders') hold to the same.
     if let Ok(p) = &probed {
         let mut out = vec![0u8; p.rgb_len()];
-        match dec.decode_top_into_routed(data, &mut out, (p.height / 3).max(1)) {
-            Ok((info, _)) => assert_eq!((info.width, info.height), (p.width, p.height)),
-            Err(e) => assert!(e.is_bad_input(), "machinery error on bad input: {e}"),
+        let (w, h) = (p.width, p.height);
+        let region = Region {
+            x: w / 3,
+            y: h / 4,
+            width: (w / 2).max(1),
+            height: (h / 2).max(1),
+        };
+        for r in [
+            dec.decode_top_into_routed(data, &mut out, (h / 3).max(1)),
+            dec.decode_region_into_routed(data, &mut out, region),
+        ] {
+            match r {
+                Ok((info, _)) => assert_eq!((info.width, info.height), (p.width, p.height)),
+                Err(e) => assert!(e.is_bad_input(), "machinery error on bad input: {e}"),
+            }
         }
     }
     decoded.is_ok()

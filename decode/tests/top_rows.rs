@@ -2,11 +2,13 @@
 //! `rows` rows are final gives exactly the full decode's pixels in those rows,
 //! on every file of the conformance corpus and a sample of the bench set, and
 //! on baseline files it really stops (the rows below are left as they were).
+//! `CpuDecoder::decode_region_into_routed`: inside any region the pixels are
+//! the full decode's, and baseline files really skip work outside it.
 
 mod common;
 
 use common::{data_dir, jpegs_in};
-use stoker_decode::{CpuDecoder, Limits, Route};
+use stoker_decode::{CpuDecoder, Limits, Region, Route};
 
 /// Bytes the output is filled with before a partial decode.
 const UNTOUCHED: u8 = 0xA5;
@@ -74,5 +76,119 @@ fn top_rows_equal_the_full_decode_and_baseline_files_stop_early() {
     assert!(
         stopped > 100,
         "only {stopped} partial decodes stopped early"
+    );
+}
+
+/// Regions at every offset against the MCU grid (8 and 16 pixels), one pixel
+/// wide or tall, at the image's edges and corners, and the whole image: the
+/// pixels inside are the full decode's, byte for byte. On baseline files whose
+/// region leaves room above it, the rows above are left as they were (neither
+/// transformed nor color converted), and so are the columns left of it.
+#[test]
+fn regions_equal_the_full_decode_inside_and_baseline_files_skip_outside() {
+    let mut files = jpegs_in(&data_dir().join("conformance/core"));
+    files.extend(jpegs_in(&data_dir().join("bench")).into_iter().take(16));
+    files.extend(jpegs_in(&data_dir().join("imagefolder")));
+    let dec = CpuDecoder::new(Limits::default());
+    let (mut checked, mut skipped_above, mut skipped_left) = (0, 0, 0);
+    for path in &files {
+        let data = std::fs::read(path).unwrap();
+        let Ok((info, route, full)) = dec.decode_to_vec_routed(&data) else {
+            continue;
+        };
+        let (w, h) = (info.width, info.height);
+        let row = w as usize * 3;
+        let mut regions = vec![
+            Region {
+                x: 0,
+                y: 0,
+                width: w,
+                height: h,
+            },
+            Region {
+                x: w - 1,
+                y: h - 1,
+                width: 1,
+                height: 1,
+            },
+            Region {
+                x: 0,
+                y: h / 2,
+                width: 1,
+                height: h - h / 2,
+            },
+            Region {
+                x: w / 2,
+                y: 0,
+                width: w - w / 2,
+                height: 1,
+            },
+        ];
+        for k in 0..24u32 {
+            // Offsets and sizes that land on and beside MCU edges.
+            let (x, y) = ((k * 37 + k % 3 * 8) % w, (k * 53 + k % 5 * 16) % h);
+            let (rw, rh) = (1 + (k * 29 + 15) % (w - x), 1 + (k * 31 + 7) % (h - y));
+            regions.push(Region {
+                x,
+                y,
+                width: rw,
+                height: rh,
+            });
+        }
+        // A region reaching past the image is cut to it.
+        regions.push(Region {
+            x: w / 3,
+            y: h / 3,
+            width: w,
+            height: h,
+        });
+        for r in regions {
+            let mut part = vec![UNTOUCHED; info.rgb_len()];
+            let (got, part_route) = dec
+                .decode_region_into_routed(&data, &mut part, r)
+                .unwrap_or_else(|e| panic!("{}: {r:?}: {e}", path.display()));
+            assert_eq!(
+                (got.width, got.height, part_route),
+                (info.width, info.height, route)
+            );
+            let (x0, x1) = (r.x as usize * 3, r.right().min(w) as usize * 3);
+            for y in r.y as usize..r.bottom().min(h) as usize {
+                let span = y * row + x0..y * row + x1;
+                if part[span.clone()] != full[span.clone()] {
+                    let bad = (span.start..span.end)
+                        .find(|&i| part[i] != full[i])
+                        .unwrap();
+                    panic!(
+                        "{} ({w}×{h}, {route}): {r:?}: pixel ({}, {y}) differs from the full decode",
+                        path.display(),
+                        (bad - y * row) / 3
+                    );
+                }
+            }
+            checked += 1;
+            if route == Route::CpuZune && !info.progressive {
+                if r.y >= 48 && part[..row].iter().all(|&b| b == UNTOUCHED) {
+                    skipped_above += 1;
+                }
+                let first = r.y as usize * row;
+                if r.x >= 48 && part[first..first + 3] == [UNTOUCHED; 3] {
+                    skipped_left += 1;
+                }
+            }
+        }
+    }
+    println!(
+        "{checked} region decodes checked over {} files; {skipped_above} left the rows above \
+         alone, {skipped_left} the columns left of the region",
+        files.len()
+    );
+    assert!(checked > 1500, "only {checked} region decodes checked");
+    assert!(
+        skipped_above > 300,
+        "only {skipped_above} region decodes skipped the rows above"
+    );
+    assert!(
+        skipped_left > 300,
+        "only {skipped_left} region decodes skipped the columns on the left"
     );
 }

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stoker_decode::{CpuDecoder, DecodeError, Limits};
+use stoker_decode::{CpuDecoder, DecodeError, Limits, Region};
 
 fuzz_target!(|data: &[u8]| {
     // Small limit: fuzzed size fields must not make runs slow.
@@ -18,15 +18,28 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(e) => assert!(e.is_bad_input(), "{e}"),
     }
-    // The decode that stops after the first rows (what the CPU loader uses).
+    // The decodes that stop after the first rows and that skip what lies outside a
+    // region (what the loaders use).
     if let Ok(info) = stoker_decode::probe(data, dec.limits()) {
         let mut out = vec![0u8; info.rgb_len()];
-        match dec.decode_top_into_routed(data, &mut out, (info.height / 3).max(1)) {
-            Ok(_) => {}
-            Err(DecodeError::Panicked { decoder, message }) => {
-                panic!("{decoder} panicked (caught): {message}")
+        let (w, h) = (info.width, info.height);
+        let region = Region {
+            x: w / 3,
+            y: h / 4,
+            width: (w / 2).max(1),
+            height: (h / 2).max(1),
+        };
+        for r in [
+            dec.decode_top_into_routed(data, &mut out, (h / 3).max(1)),
+            dec.decode_region_into_routed(data, &mut out, region),
+        ] {
+            match r {
+                Ok(_) => {}
+                Err(DecodeError::Panicked { decoder, message }) => {
+                    panic!("{decoder} panicked (caught): {message}")
+                }
+                Err(e) => assert!(e.is_bad_input(), "{e}"),
             }
-            Err(e) => assert!(e.is_bad_input(), "{e}"),
         }
     }
 });

@@ -460,14 +460,14 @@ impl Worker {
                 if self.pixels.len() < info.rgb_len() {
                     self.pixels.resize(info.rgb_len(), 0);
                 }
-                // The crop is drawn from the header, so that the decode can stop at
-                // its bottom edge (the rows below are never read).
+                // The crop is drawn from the header, so that the decode can skip what
+                // lies outside it and stop at its bottom edge (nothing else is read).
                 let p = params(info.width, info.height);
                 let info = cpu_decode_counted(
                     &self.decoder,
                     record.payload,
                     &mut self.pixels,
-                    Some(p.rows_needed()),
+                    Some(p.region()),
                     index,
                     metrics,
                     t_decode,

@@ -32,7 +32,7 @@ use crate::builder::OnError;
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::LoaderState;
-use stoker_decode::{CpuDecoder, ImageInfo};
+use stoker_decode::{CpuDecoder, ImageInfo, Region};
 use stoker_formats::{DatasetReader, Record, RecordHeader};
 
 /// How many replacements are tried for one bad sample before the batch fails with
@@ -392,19 +392,19 @@ pub(crate) fn read_checked<'r>(
 
 /// Decodes a JPEG `payload` on the CPU into `out` (RGB HWC), counting its route and the
 /// decode stage (one item, its compressed bytes, the time since `started`): the CPU decode
-/// step of both backends. With `rows`, only the first `rows` rows are needed (the bottom
-/// edge of the crop): the decoder may stop there and leave the rest unspecified.
+/// step of both backends. With `region`, only its pixels are needed (the crop): the decoder
+/// may skip work outside it (and stop below it) and leave the rest unspecified.
 pub(crate) fn cpu_decode_counted(
     decoder: &CpuDecoder,
     payload: &[u8],
     out: &mut [u8],
-    rows: Option<u32>,
+    region: Option<Region>,
     index: u64,
     metrics: &Metrics,
     started: Instant,
 ) -> Result<ImageInfo, LoaderError> {
-    let (info, route) = match rows {
-        Some(rows) => decoder.decode_top_into_routed(payload, out, rows),
+    let (info, route) = match region {
+        Some(region) => decoder.decode_region_into_routed(payload, out, region),
         None => decoder.decode_into_routed(payload, out),
     }
     .map_err(|source| LoaderError::Decode { index, source })?;

@@ -275,10 +275,10 @@ fn gpu_batches_on_the_cuda_decoder_equal_cpu_batches() {
 }
 
 /// With every hardware image on the decoder's CPU share, the GPU loader's
-/// pixels come from the CPU decoder, each decoded only down to its crop's
-/// bottom edge (`BatchUse::rows`; rows below are left stale in the arena):
-/// batches equal the CPU loader's within the resampling tolerance, so no
-/// crop reads a row the decode left out.
+/// pixels come from the CPU decoder, each decoded only within its crop
+/// (`BatchUse::regions`; the rest of the arena is left stale): batches equal
+/// the CPU loader's within the resampling tolerance, so no crop reads a pixel
+/// the decode left out.
 #[test]
 fn gpu_batches_with_the_whole_cpu_share_equal_cpu_batches() {
     let Some(ctx) = gpu_or_skip() else {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use cudarc::driver::CudaViewMut;
 use rayon::prelude::*;
-use stoker_decode::{BatchUse, CpuDecoder, GpuDecoder, Limits};
+use stoker_decode::{BatchUse, CpuDecoder, GpuDecoder, Limits, Region};
 use stoker_formats::{DatasetReader, Encoding};
 
 use super::driver_err;
@@ -624,8 +624,7 @@ fn build_batch_nvjpeg(
         };
         // 1. Read and check what is left; oversize images go through the CPU.
         // Each image with its crop, drawn from the header: the decoder needs
-        // only the rows down to the crop's bottom edge (the kernel's taps stay
-        // inside the crop box).
+        // only the crop (the kernel's taps stay inside the crop box).
         let mut todo: Vec<(usize, &[u8], u32, SampleParams)> = Vec::new();
         for i in 0..n {
             if done[i].is_some() {
@@ -699,12 +698,12 @@ fn build_batch_nvjpeg(
                 .filter_map(|(i, ..)| views.get_mut(*i).and_then(Option::take))
                 .collect();
             let inputs: Vec<&[u8]> = todo.iter().map(|t| t.1).collect();
-            let rows: Vec<u32> = todo.iter().map(|t| t.3.rows_needed()).collect();
+            let regions: Vec<Region> = todo.iter().map(|t| t.3.region()).collect();
             // Replacements (later rounds) go where an image of an earlier round
             // failed: those wait for the stream, earlier rounds included.
             let usage = BatchUse {
                 outputs_idle: std::mem::take(&mut first_round),
-                rows: Some(&rows),
+                regions: Some(&regions),
             };
             let r = dec.decode_batch_for(&inputs, &mut outs, decode_stream, usage);
             // The decoder's phase times move into the loader's stats.
@@ -782,13 +781,13 @@ fn stage_oversize(
     if scratch.len() < info.rgb_len() {
         scratch.resize(info.rgb_len(), 0);
     }
-    // The crop comes from the header, so the decode can stop at its bottom edge
-    // (as on the CPU path: the resizer reads only the crop's rows).
+    // The crop comes from the header, so the decode can skip what lies outside
+    // it (as on the CPU path: the resizer reads only the crop).
     let p = shared
         .transform
         .params(plan.seed, plan.epoch, index, info.width, info.height);
     let (info, route) = decoder
-        .decode_top_into_routed(payload, scratch, p.rows_needed())
+        .decode_region_into_routed(payload, scratch, p.region())
         .map_err(|source| LoaderError::Decode { index, source })?;
     shared.metrics.count_route(route.name());
     shared

@@ -74,10 +74,17 @@ pub struct SampleParams {
 }
 
 impl SampleParams {
-    /// Source rows the crop needs from the top: its bottom edge (`y + h`), where a
-    /// decode may stop.
-    pub(crate) fn rows_needed(&self) -> u32 {
-        self.crop.1 + self.crop.3
+    /// The crop as a decoder region: the only source pixels the resize reads (the CPU
+    /// path copies the crop out first; the GPU kernel's taps stay inside the crop box), so
+    /// a decode may skip the rest.
+    pub(crate) fn region(&self) -> stoker_decode::Region {
+        let (x, y, width, height) = self.crop;
+        stoker_decode::Region {
+            x,
+            y,
+            width,
+            height,
+        }
     }
 }
 

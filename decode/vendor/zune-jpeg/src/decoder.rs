@@ -160,6 +160,14 @@ pub struct JpegDecoder<T> {
     /// stoker patch: stop a baseline decode once this many output rows are
     /// written (see `stoker_limit_rows`).
     pub(crate) stoker_row_limit: Option<usize>,
+    /// stoker patch: the output window `[x0, y0, x1, y1)` the caller reads
+    /// (see `stoker_limit_window`).
+    pub(crate) stoker_window: Option<[usize; 4]>,
+    /// stoker patch: for the current baseline decode, the MCU rows from
+    /// which and the MCU columns between which (inclusive) blocks are
+    /// transformed: `(row_lo, col_lo, col_hi)`. Set by
+    /// `decode_mcu_ycbcr_baseline` from `stoker_window`.
+    pub(crate) stoker_idct_window: Option<(usize, usize, usize)>,
 }
 
 impl<T> JpegDecoder<T>
@@ -207,6 +215,8 @@ where
             coeff:             1,
             extended_xmp_segments: vec![],
             stoker_row_limit: None,
+            stoker_window: None,
+            stoker_idct_window: None,
         }
     }
     /// Decode a buffer already in memory
@@ -837,6 +847,24 @@ where
     /// images (progressive, multi-scan baseline) decode in full.
     pub fn stoker_limit_rows(&mut self, rows: usize) {
         self.stoker_row_limit = Some(rows);
+    }
+
+    /// stoker patch: like [`stoker_limit_rows`](Self::stoker_limit_rows)
+    /// with `rows = y1`, and further: only the output window of columns
+    /// `x0..x1` and rows `y0..y1` need be right. For a baseline image whose
+    /// components all come in its first scan, with standard sampling factors
+    /// (1×1, 2×1, 1×2, 2×2), the inverse DCT is skipped for blocks more than
+    /// one MCU outside the window (the upsampler reads one sample beyond a
+    /// window edge at most, and its context rows come from the MCU row
+    /// above, which is kept), and color conversion is skipped for rows above
+    /// the window and, for YCbCr input, for columns outside it. Inside the
+    /// window the output is exactly a full decode's; outside it is
+    /// unspecified. The entropy-coded data is decoded in full up to the last
+    /// row (the DC predictors need every block). Other images decode as
+    /// with the row limit alone.
+    pub fn stoker_limit_window(&mut self, x0: usize, y0: usize, x1: usize, y1: usize) {
+        self.stoker_row_limit = Some(y1);
+        self.stoker_window = Some([x0, y0, x1, y1]);
     }
 
     pub fn decode_into(&mut self, out: &mut [u8]) -> Result<(), DecodeErrors> {

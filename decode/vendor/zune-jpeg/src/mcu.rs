@@ -186,6 +186,29 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
         let mut pixels_written = 0;
 
+        // stoker patch: `stoker_limit_window`. Blocks are transformed from one
+        // MCU row above the window (the vertical upsampler's context) and one
+        // MCU column either side (the horizontal upsampler's).
+        self.stoker_idct_window = match self.stoker_window {
+            Some([x0, y0, x1, _])
+                if all_components_in_first_scan
+                    && self.coeff == 1
+                    && matches!(
+                        self.info.sample_ratio,
+                        SampleRatios::None | SampleRatios::H | SampleRatios::V | SampleRatios::HV
+                    )
+                    && x0 < x1 =>
+            {
+                let (mcu_w, mcu_h) = (8 * self.h_max, 8 * self.v_max);
+                Some((
+                    (y0 / mcu_h).saturating_sub(1),
+                    (x0 / mcu_w).saturating_sub(1),
+                    (x1 - 1) / mcu_w + 1
+                ))
+            }
+            _ => None
+        };
+
         let is_hv = usize::from(self.is_interleaved);
         let upsampler_scratch_size = is_hv * self.components.iter().map(|x| x.width_stride).max().unwrap_or(0) * 8;
         let mut upsampler_scratch_space = vec![0; upsampler_scratch_size];
@@ -456,6 +479,11 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         // coefficient data which was written into `tmp`.
         let mut clobber_more_than_4x4 = true;
 
+        // stoker patch: `stoker_limit_window` (baseline decodes whose components
+        // all come in the first scan only; never for `PROGRESSIVE`).
+        let idct_window = if PROGRESSIVE { None } else { self.stoker_idct_window };
+        let idct_row = idct_window.is_none_or(|(row_lo, _, _)| mcu_height >= row_lo);
+
         // For non-interleaved scans (PROGRESSIVE=true), each scan contains a single component
         // and we iterate over that component's actual data unit count, not the interleaved MCU
         // width multiplied by sampling factor.
@@ -480,6 +508,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         }
 
         for j in 0..scan_du_width {
+            // stoker patch: whether this MCU's blocks are transformed.
+            let idct_here =
+                idct_row && idct_window.is_none_or(|(_, lo, hi)| (lo..=hi).contains(&j));
             // iterate over components
             for &k in z_scans {
                 // we made this loop body massive due to several different paths that depend on
@@ -584,6 +615,12 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         if component_samples_needed {
                             // tmp was only written partially, note that len is in ZigZag order.
                             clobber_more_than_4x4 = len > 10;
+
+                            // stoker patch: a block outside the window keeps the
+                            // samples that were there (nobody reads them).
+                            if !idct_here {
+                                continue;
+                            }
 
                             let idct_position = if PROGRESSIVE {
                                 // For non-interleaved, j indexes data units directly
@@ -823,13 +860,29 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         if out_colorspace_components < comp_len && self.options.jpeg_get_out_colorspace() == Luma {
             comp_len = out_colorspace_components;
         }
+        // stoker patch: `stoker_limit_window`. Rows above the window are not
+        // color converted, nor (YCbCr input) columns outside it: the conversion
+        // is per pixel, so a window of a row converts to the same bytes.
+        let row_bytes = width * out_colorspace_components;
+        let (skip_rows_above, window_columns) = match (self.stoker_window, self.stoker_idct_window)
+        {
+            (Some([x0, y0, x1, _]), Some(_)) => (
+                y0,
+                (self.input_colorspace == ColorSpace::YCbCr && x1 <= width).then_some((x0, x1))
+            ),
+            _ => (0, None)
+        };
         let mut color_conv_function =
             |num_iters: usize, samples: [&[i16]; 4]| -> Result<(), DecodeErrors> {
                 for (pos, output) in pixels[px..]
-                    .chunks_exact_mut(width * out_colorspace_components)
+                    .chunks_exact_mut(row_bytes)
                     .take(num_iters)
                     .enumerate()
                 {
+                    if px / row_bytes < skip_rows_above {
+                        px += row_bytes;
+                        continue;
+                    }
                     let mut raw_samples: [&[i16]; 4] = [&[], &[], &[], &[]];
 
                     // iterate over each line, since color-convert needs only
@@ -841,16 +894,33 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         }
                         *samp = temp.unwrap();
                     }
-                    color_convert(
-                        &raw_samples,
-                        self.color_convert_16,
-                        self.input_colorspace,
-                        self.options.jpeg_get_out_colorspace(),
-                        output,
-                        width,
-                        padded_width
-                    )?;
-                    px += width * out_colorspace_components;
+                    match window_columns {
+                        Some((x0, x1)) => {
+                            for samp in raw_samples.iter_mut().take(comp_len) {
+                                *samp = &samp[x0..];
+                            }
+                            color_convert(
+                                &raw_samples,
+                                self.color_convert_16,
+                                self.input_colorspace,
+                                self.options.jpeg_get_out_colorspace(),
+                                &mut output
+                                    [x0 * out_colorspace_components..x1 * out_colorspace_components],
+                                x1 - x0,
+                                padded_width - x0
+                            )?;
+                        }
+                        None => color_convert(
+                            &raw_samples,
+                            self.color_convert_16,
+                            self.input_colorspace,
+                            self.options.jpeg_get_out_colorspace(),
+                            output,
+                            width,
+                            padded_width
+                        )?
+                    }
+                    px += row_bytes;
                 }
                 Ok(())
             };
