@@ -7,6 +7,12 @@
 //! - `decode_cpu/stoker_batch_rayon`: `decode_batch` over every core.
 //! - `decode_gpu/batch_256`: `GpuDecoder::decode_batch` (hardware engines where
 //!   present), skipped with a printed reason when there is no GPU or nvJPEG.
+//! - `decode_cpu_crop/{full,crop_rows,crop_region}_cputime`: one thread, each image
+//!   with a RandomResizedCrop box drawn as torchvision does (scale 0.08–1, ratio
+//!   3/4–4/3, fixed seed): a full decode, `decode_top_into_routed` down to the
+//!   box's bottom edge, and `decode_region_into_routed` of the box, timed by this
+//!   thread's CPU time. What a training loader pays per image; a PIL-based loader
+//!   decodes in full (`benches/peers/pil_decode.py`).
 //!
 //! Run: `cargo bench --bench decode` (pin to one core for the per-core figure:
 //! `taskset -c 1 cargo bench --bench decode -- stoker_1_thread`).
@@ -14,7 +20,9 @@
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use stoker::decode::{cuda_context, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits};
+use stoker::decode::{
+    cuda_context, probe, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits, Region,
+};
 
 fn bench_set() -> Vec<Vec<u8>> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/bench");
@@ -88,6 +96,93 @@ fn cpu(c: &mut Criterion) {
     println!("cpu routes: {}", dec.route_counts());
 }
 
+/// torchvision's `RandomResizedCrop.get_params` (scale 0.08–1, ratio 3/4–4/3, ten
+/// tries, then the whole image cut to the ratio range) on a small fixed-seed generator.
+fn random_resized_crop(w: u32, h: u32, state: &mut u64) -> Region {
+    let mut uniform = |lo: f64, hi: f64| {
+        *state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        lo + (hi - lo) * ((*state >> 11) as f64 / (1u64 << 53) as f64)
+    };
+    let area = f64::from(w) * f64::from(h);
+    for _ in 0..10 {
+        let target = area * uniform(0.08, 1.0);
+        let ratio = uniform((3.0f64 / 4.0).ln(), (4.0f64 / 3.0).ln()).exp();
+        let cw = (target * ratio).sqrt().round() as u32;
+        let ch = (target / ratio).sqrt().round() as u32;
+        if (1..=w).contains(&cw) && (1..=h).contains(&ch) {
+            let x = uniform(0.0, f64::from(w - cw + 1)) as u32;
+            let y = uniform(0.0, f64::from(h - ch + 1)) as u32;
+            return Region {
+                x,
+                y,
+                width: cw,
+                height: ch,
+            };
+        }
+    }
+    Region::top_rows(w, h)
+}
+
+fn cpu_crop(c: &mut Criterion) {
+    if thread_cpu_ns().is_none() {
+        println!("decode_cpu_crop skipped: no /proc/thread-self/schedstat");
+        return;
+    }
+    let files = bench_set();
+    let dec = CpuDecoder::new(Limits::default());
+    let mut seed = 7u64;
+    let crops: Vec<Region> = files
+        .iter()
+        .map(|f| {
+            let info = probe(f, &Limits::default()).expect("bench file probes");
+            random_resized_crop(info.width, info.height, &mut seed)
+        })
+        .collect();
+    let max = 1000 * 1000 * 3;
+    let mut buf = vec![0u8; max];
+    let mut g = c.benchmark_group("decode_cpu_crop");
+    g.throughput(Throughput::Elements(files.len() as u64));
+    g.sample_size(10).measurement_time(Duration::from_secs(10));
+    type Decode<'a> = Box<dyn Fn(&[u8], Region, &mut [u8]) + 'a>;
+    let ways: [(&str, Decode); 3] = [
+        (
+            "full_cputime",
+            Box::new(|f, _, out| {
+                dec.decode_into(f, out).expect("decodes");
+            }),
+        ),
+        (
+            "crop_rows_cputime",
+            Box::new(|f, r, out| {
+                dec.decode_top_into_routed(f, out, r.bottom())
+                    .expect("decodes");
+            }),
+        ),
+        (
+            "crop_region_cputime",
+            Box::new(|f, r, out| {
+                dec.decode_region_into_routed(f, out, r).expect("decodes");
+            }),
+        ),
+    ];
+    for (name, decode) in &ways {
+        g.bench_function(*name, |b| {
+            b.iter_custom(|iters| {
+                let start = thread_cpu_ns().expect("schedstat");
+                for _ in 0..iters {
+                    for (f, r) in files.iter().zip(&crops) {
+                        decode(f, *r, &mut buf);
+                    }
+                }
+                Duration::from_nanos(thread_cpu_ns().expect("schedstat") - start)
+            })
+        });
+    }
+    g.finish();
+}
+
 fn gpu(c: &mut Criterion) {
     let ctx = match cuda_context(0) {
         Ok(ctx) => ctx,
@@ -127,5 +222,5 @@ fn gpu(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, cpu, gpu);
+criterion_group!(benches, cpu, cpu_crop, gpu);
 criterion_main!(benches);
