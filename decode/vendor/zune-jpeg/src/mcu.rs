@@ -864,13 +864,16 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         // color converted, nor (YCbCr input) columns outside it: the conversion
         // is per pixel, so a window of a row converts to the same bytes.
         let row_bytes = width * out_colorspace_components;
-        let (skip_rows_above, window_columns) = match (self.stoker_window, self.stoker_idct_window)
-        {
+        let (skip_bytes, (x0, x1)) = match (self.stoker_window, self.stoker_idct_window) {
             (Some([x0, y0, x1, _]), Some(_)) => (
-                y0,
-                (self.input_colorspace == ColorSpace::YCbCr && x1 <= width).then_some((x0, x1))
+                y0.saturating_mul(row_bytes),
+                if self.input_colorspace == ColorSpace::YCbCr && x1 <= width {
+                    (x0, x1)
+                } else {
+                    (0, width)
+                }
             ),
-            _ => (0, None)
+            _ => (0, (0, width))
         };
         let mut color_conv_function =
             |num_iters: usize, samples: [&[i16]; 4]| -> Result<(), DecodeErrors> {
@@ -879,7 +882,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     .take(num_iters)
                     .enumerate()
                 {
-                    if px / row_bytes < skip_rows_above {
+                    if px < skip_bytes {
                         px += row_bytes;
                         continue;
                     }
@@ -894,32 +897,21 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         }
                         *samp = temp.unwrap();
                     }
-                    match window_columns {
-                        Some((x0, x1)) => {
-                            for samp in raw_samples.iter_mut().take(comp_len) {
-                                *samp = &samp[x0..];
-                            }
-                            color_convert(
-                                &raw_samples,
-                                self.color_convert_16,
-                                self.input_colorspace,
-                                self.options.jpeg_get_out_colorspace(),
-                                &mut output
-                                    [x0 * out_colorspace_components..x1 * out_colorspace_components],
-                                x1 - x0,
-                                padded_width - x0
-                            )?;
+                    // The whole row (x0 = 0, x1 = width) unless a window cuts it.
+                    if x0 > 0 {
+                        for samp in raw_samples.iter_mut().take(comp_len) {
+                            *samp = &samp[x0..];
                         }
-                        None => color_convert(
-                            &raw_samples,
-                            self.color_convert_16,
-                            self.input_colorspace,
-                            self.options.jpeg_get_out_colorspace(),
-                            output,
-                            width,
-                            padded_width
-                        )?
                     }
+                    color_convert(
+                        &raw_samples,
+                        self.color_convert_16,
+                        self.input_colorspace,
+                        self.options.jpeg_get_out_colorspace(),
+                        &mut output[x0 * out_colorspace_components..x1 * out_colorspace_components],
+                        x1 - x0,
+                        padded_width - x0
+                    )?;
                     px += row_bytes;
                 }
                 Ok(())
