@@ -200,19 +200,46 @@ impl CpuDecoder {
         self.decode_region_routed(data, out, Some(region))
     }
 
-    /// Probes, decodes (`region`, or all) and counts the route.
-    fn decode_region_routed(
+    /// Probes, decodes (`region`, or all) into `out` and counts the route; the
+    /// GPU decoder's CPU routes call it with their optional region.
+    pub(crate) fn decode_region_routed(
         &self,
         data: &[u8],
         out: &mut [u8],
         region: Option<Region>,
     ) -> Result<(ImageInfo, Route), DecodeError> {
+        self.counted(data, |info| {
+            Ok((self.decode_probed(data, info, out, region)?, ()))
+        })
+        .map(|(info, route, ())| (info, route))
+    }
+
+    /// [`decode_region_routed`](Self::decode_region_routed) into a new `Vec` of
+    /// `rgb_len()` bytes.
+    pub(crate) fn decode_region_to_vec_routed(
+        &self,
+        data: &[u8],
+        region: Option<Region>,
+    ) -> Result<(ImageInfo, Route, Vec<u8>), DecodeError> {
+        self.counted(data, |info| {
+            let mut out = vec![0u8; info.rgb_len()];
+            Ok((self.decode_probed(data, info, &mut out, region)?, out))
+        })
+    }
+
+    /// Probes `data`, runs `decode` on its header and counts the route (or the
+    /// failure): the one path of every routed entry point.
+    fn counted<T>(
+        &self,
+        data: &[u8],
+        decode: impl FnOnce(&ImageInfo) -> Result<(Route, T), DecodeError>,
+    ) -> Result<(ImageInfo, Route, T), DecodeError> {
         let result = probe(data, &self.limits).and_then(|info| {
-            let route = self.decode_probed(data, &info, out, region)?;
-            Ok((info, route))
+            let (route, t) = decode(&info)?;
+            Ok((info, route, t))
         });
         match &result {
-            Ok((_, route)) => self.counters.record(*route),
+            Ok((_, route, _)) => self.counters.record(*route),
             Err(_) => self.counters.record_failure(),
         }
         result
@@ -242,16 +269,7 @@ impl CpuDecoder {
         &self,
         data: &[u8],
     ) -> Result<(ImageInfo, Route, Vec<u8>), DecodeError> {
-        let result = probe(data, &self.limits).and_then(|info| {
-            let mut out = vec![0u8; info.rgb_len()];
-            let route = self.decode_probed(data, &info, &mut out, None)?;
-            Ok((info, route, out))
-        });
-        match &result {
-            Ok((_, route, _)) => self.counters.record(*route),
-            Err(_) => self.counters.record_failure(),
-        }
-        result
+        self.decode_region_to_vec_routed(data, None)
     }
 
     /// Decodes every input into the output of the same index, in parallel on

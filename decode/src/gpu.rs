@@ -1220,12 +1220,7 @@ impl GpuDecoder {
                         parts
                             .into_par_iter()
                             .map(|(i, off, out)| {
-                                let r = match region_of(i) {
-                                    Some(region) => {
-                                        cpu.decode_region_into_routed(inputs[i], out, region)
-                                    }
-                                    None => cpu.decode_into_routed(inputs[i], out),
-                                };
+                                let r = cpu.decode_region_routed(inputs[i], out, region_of(i));
                                 let span = r.as_ref().map_or(0..0, |(info, _)| needed(i, info));
                                 (i, off, span, r)
                             })
@@ -1412,17 +1407,7 @@ impl GpuDecoder {
             let cpu = &self.cpu;
             let decoded: Vec<(usize, CpuDecoded)> = cpu_list
                 .par_iter()
-                .map(|&i| {
-                    let r = match (region_of(i), infos[i].as_ref()) {
-                        (Some(region), Some(info)) => {
-                            let mut pixels = vec![0u8; info.rgb_len()];
-                            cpu.decode_region_into_routed(inputs[i], &mut pixels, region)
-                                .map(|(info, route)| (info, route, pixels))
-                        }
-                        _ => cpu.decode_to_vec_routed(inputs[i]),
-                    };
-                    (i, r)
-                })
+                .map(|&i| (i, cpu.decode_region_to_vec_routed(inputs[i], region_of(i))))
                 .collect();
             for (i, r) in decoded {
                 results[i] = Some(r.and_then(|(info, route, pixels)| {
