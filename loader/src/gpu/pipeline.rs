@@ -786,13 +786,15 @@ fn stage_oversize(
     let p = shared
         .transform
         .params(plan.seed, plan.epoch, index, info.width, info.height);
-    let (info, route) = decoder
-        .decode_region_into_routed(payload, scratch, p.region())
-        .map_err(|source| LoaderError::Decode { index, source })?;
-    shared.metrics.count_route(route.name());
-    shared
-        .metrics
-        .record(Stage::Decode, 1, payload.len() as u64, t_decode.elapsed());
+    let info = cpu_decode_counted(
+        decoder,
+        payload,
+        scratch,
+        Some(p.region()),
+        index,
+        &shared.metrics,
+        t_decode,
+    )?;
     let resized = resizer
         .apply(scratch, info.width, info.height, p.crop)
         .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
@@ -849,10 +851,14 @@ fn stage_one(
     let header = record.header;
 
     let t_decode = Instant::now();
-    let (width, height, channels, in_scratch) = match header.encoding {
+    let params = |w: u32, h: u32| shared.transform.params(plan.seed, plan.epoch, index, w, h);
+    let (width, height, channels, in_scratch, params) = match header.encoding {
         Encoding::Jpeg => {
             let info = stoker_decode::probe(record.payload, state.decoder.limits())
                 .map_err(|source| LoaderError::Decode { index, source })?;
+            // The crop is drawn from the header, so that the decode can skip what
+            // lies outside it (the kernel and the CPU resizer read only the crop).
+            let p = params(info.width, info.height);
             let need = info.rgb_len();
             let in_scratch = need > dst.len();
             let out: &mut [u8] = if in_scratch {
@@ -867,12 +873,12 @@ fn stage_one(
                 &state.decoder,
                 record.payload,
                 out,
-                None,
+                Some(p.region()),
                 index,
                 metrics,
                 t_decode,
             )?;
-            (info.width, info.height, 3u32, in_scratch)
+            (info.width, info.height, 3u32, in_scratch, p)
         }
         Encoding::Raw => {
             let (w, h, c) = (header.width, header.height, header.channels);
@@ -895,7 +901,8 @@ fn stage_one(
                 dst[..want].copy_from_slice(record.payload);
             }
             metrics.count_route("raw");
-            (w, h, if in_scratch { 3 } else { u32::from(c) }, in_scratch)
+            let channels = if in_scratch { 3 } else { u32::from(c) };
+            (w, h, channels, in_scratch, params(w, h))
         }
     };
     if width == 0 || height == 0 {
@@ -904,9 +911,6 @@ fn stage_one(
             reason: "0-pixel image".into(),
         });
     }
-    let params = shared
-        .transform
-        .params(plan.seed, plan.epoch, index, width, height);
     if in_scratch {
         // Too large to stage: crop + resize here (same filter as the CPU path),
         // stage the `size × size` result; the kernel then samples it 1:1.
