@@ -6,7 +6,8 @@
 mod common;
 
 use common::data_dir;
-use stoker_decode::{probe, CpuDecoder, DecodeError, Limits, Region};
+use common::partial::partial_decodes;
+use stoker_decode::{probe, CpuDecoder, DecodeError, Limits};
 
 fn core_file(name: &str) -> Vec<u8> {
     std::fs::read(data_dir().join("conformance/core").join(name)).expect("read")
@@ -30,18 +31,7 @@ fn check(dec: &CpuDecoder, data: &[u8]) -> bool {
     // The decodes that stop after the first rows and that skip what lies outside a
     // region (the loaders') hold to the same.
     if let Ok(p) = &probed {
-        let mut out = vec![0u8; p.rgb_len()];
-        let (w, h) = (p.width, p.height);
-        let region = Region {
-            x: w / 3,
-            y: h / 4,
-            width: (w / 2).max(1),
-            height: (h / 2).max(1),
-        };
-        for r in [
-            dec.decode_top_into_routed(data, &mut out, (h / 3).max(1)),
-            dec.decode_region_into_routed(data, &mut out, region),
-        ] {
+        for r in partial_decodes(dec, data, p) {
             match r {
                 Ok((info, _)) => assert_eq!((info.width, info.height), (p.width, p.height)),
                 Err(e) => assert!(e.is_bad_input(), "machinery error on bad input: {e}"),

@@ -4,7 +4,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stoker_decode::{CpuDecoder, DecodeError, Limits, Region};
+use stoker_decode::{CpuDecoder, DecodeError, Limits};
+
+#[path = "../../decode/tests/common/partial.rs"]
+mod partial;
 
 fuzz_target!(|data: &[u8]| {
     // Small limit: fuzzed size fields must not make runs slow.
@@ -21,18 +24,7 @@ fuzz_target!(|data: &[u8]| {
     // The decodes that stop after the first rows and that skip what lies outside a
     // region (what the loaders use).
     if let Ok(info) = stoker_decode::probe(data, dec.limits()) {
-        let mut out = vec![0u8; info.rgb_len()];
-        let (w, h) = (info.width, info.height);
-        let region = Region {
-            x: w / 3,
-            y: h / 4,
-            width: (w / 2).max(1),
-            height: (h / 2).max(1),
-        };
-        for r in [
-            dec.decode_top_into_routed(data, &mut out, (h / 3).max(1)),
-            dec.decode_region_into_routed(data, &mut out, region),
-        ] {
+        for r in partial::partial_decodes(&dec, data, &info) {
             match r {
                 Ok(_) => {}
                 Err(DecodeError::Panicked { decoder, message }) => {

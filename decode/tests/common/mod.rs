@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+pub mod partial;
+
 /// `$STOKER_DATA` when set (the GPU machine's copy), else `<repo>/../shared/data`.
 pub fn data_dir() -> PathBuf {
     std::env::var_os("STOKER_DATA")
