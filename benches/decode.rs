@@ -13,6 +13,8 @@
 //!   box's bottom edge, and `decode_region_into_routed` of the box, timed by this
 //!   thread's CPU time. What a training loader pays per image; a PIL-based loader
 //!   decodes in full (`benches/peers/pil_decode.py`).
+//! - `decode_cpu_crop_progressive/…`: the same three over the progressive
+//!   photographs of `../shared/data/imagefolder` (38 files, mixed sizes).
 //!
 //! Run: `cargo bench --bench decode` (pin to one core for the per-core figure:
 //! `taskset -c 1 cargo bench --bench decode -- stoker_1_thread`).
@@ -125,12 +127,41 @@ fn random_resized_crop(w: u32, h: u32, state: &mut u64) -> Region {
     Region::top_rows(w, h)
 }
 
+/// The progressive photographs of `../shared/data/imagefolder` (mixed sizes,
+/// 4:2:0 and 4:4:4, some grayscale): what web-scraped datasets hold a share of.
+fn progressive_set() -> Vec<Vec<u8>> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/imagefolder");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .flat_map(|class| {
+            std::fs::read_dir(class.expect("dir entry").path())
+                .into_iter()
+                .flatten()
+        })
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|p| std::fs::read(p).expect("read"))
+        .filter(|f| probe(f, &Limits::default()).is_ok_and(|i| i.progressive))
+        .collect()
+}
+
 fn cpu_crop(c: &mut Criterion) {
+    crop_group(c, "decode_cpu_crop", bench_set());
+}
+
+fn cpu_crop_progressive(c: &mut Criterion) {
+    crop_group(c, "decode_cpu_crop_progressive", progressive_set());
+}
+
+fn crop_group(c: &mut Criterion, group: &str, files: Vec<Vec<u8>>) {
     if thread_cpu_ns().is_none() {
-        println!("decode_cpu_crop skipped: no /proc/thread-self/schedstat");
+        println!("{group} skipped: no /proc/thread-self/schedstat");
         return;
     }
-    let files = bench_set();
     let dec = CpuDecoder::new(Limits::default());
     let mut seed = 7u64;
     let crops: Vec<Region> = files
@@ -140,9 +171,13 @@ fn cpu_crop(c: &mut Criterion) {
             random_resized_crop(info.width, info.height, &mut seed)
         })
         .collect();
-    let max = 1000 * 1000 * 3;
+    let max = files
+        .iter()
+        .map(|f| probe(f, &Limits::default()).expect("probes").rgb_len())
+        .max()
+        .unwrap_or(0);
     let mut buf = vec![0u8; max];
-    let mut g = c.benchmark_group("decode_cpu_crop");
+    let mut g = c.benchmark_group(group);
     g.throughput(Throughput::Elements(files.len() as u64));
     g.sample_size(10).measurement_time(Duration::from_secs(10));
     type Decode<'a> = Box<dyn Fn(&[u8], Region, &mut [u8]) + 'a>;
@@ -222,5 +257,5 @@ fn gpu(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, cpu, cpu_crop, gpu);
+criterion_group!(benches, cpu, cpu_crop, cpu_crop_progressive, gpu);
 criterion_main!(benches);

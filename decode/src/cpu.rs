@@ -136,8 +136,9 @@ impl CpuDecoder {
     /// The decoder may stop as soon as those rows are final, skipping the
     /// compressed data below them: rows `0..rows` hold exactly what a full
     /// decode writes there; the bytes below are unspecified. Baseline JPEGs
-    /// stop early; progressive ones (and what the fallback decoder takes)
-    /// decode in full.
+    /// stop early; progressive ones decode each scan only down to those rows
+    /// (and transform only those); what the fallback decoder takes decodes
+    /// in full.
     ///
     /// # Examples
     /// ```
@@ -166,11 +167,12 @@ impl CpuDecoder {
     /// [`decode_into_routed`](Self::decode_into_routed) for a caller that reads
     /// only `region` of the image (a crop, say): the pixels inside it are
     /// exactly what a full decode writes there; the bytes outside it are
-    /// unspecified. A baseline JPEG stops after the region's last row (as
-    /// [`decode_top_into_routed`](Self::decode_top_into_routed)), and with
-    /// standard sampling factors skips the inverse DCT of blocks well outside
-    /// the region and the color conversion outside it; other files decode in
-    /// full. A region reaching past the image is cut to it.
+    /// unspecified. A baseline or progressive JPEG stops after the region's
+    /// last row (as [`decode_top_into_routed`](Self::decode_top_into_routed)),
+    /// and with standard sampling factors skips the inverse DCT of blocks well
+    /// outside the region and the color conversion outside it; what the
+    /// fallback decoder takes decodes in full. A region reaching past the
+    /// image is cut to it.
     ///
     /// # Examples
     /// ```

@@ -1,25 +1,45 @@
 //! `CpuDecoder::decode_top_into_routed`: a decode that may stop once the first
 //! `rows` rows are final gives exactly the full decode's pixels in those rows,
 //! on every file of the conformance corpus and a sample of the bench set, and
-//! on baseline files it really stops (the rows below are left as they were).
+//! on the files zune-jpeg decodes, baseline and progressive, it really stops
+//! (the rows below are left as they were).
 //! `CpuDecoder::decode_region_into_routed`: inside any region the pixels are
-//! the full decode's, and baseline files really skip work outside it.
+//! the full decode's, and baseline and progressive files really skip work
+//! outside it.
 
 mod common;
 
-use common::{data_dir, jpegs_in};
-use stoker_decode::{CpuDecoder, Limits, Region, Route};
+use common::{data_dir, jpegs_in, jpegs_under};
+use stoker_decode::{probe, CpuDecoder, Limits, Region, Route};
 
 /// Bytes the output is filled with before a partial decode.
 const UNTOUCHED: u8 = 0xA5;
 
-#[test]
-fn top_rows_equal_the_full_decode_and_baseline_files_stop_early() {
+/// The conformance corpus, 16 bench photos, and from the ImageFolder
+/// photographs every second progressive one and every eighth of the others
+/// (the whole folder, larger photos, would make the test six times as long).
+fn files() -> Vec<std::path::PathBuf> {
     let mut files = jpegs_in(&data_dir().join("conformance/core"));
     files.extend(jpegs_in(&data_dir().join("bench")).into_iter().take(16));
-    files.extend(jpegs_in(&data_dir().join("imagefolder")));
+    let mut seen = [0, 0];
+    for path in jpegs_under(&data_dir().join("imagefolder")) {
+        let data = std::fs::read(&path).unwrap();
+        let progressive = probe(&data, &Limits::default()).is_ok_and(|i| i.progressive);
+        let kind = usize::from(progressive);
+        if seen[kind] % [8, 2][kind] == 0 {
+            files.push(path);
+        }
+        seen[kind] += 1;
+    }
+    files
+}
+
+#[test]
+fn top_rows_equal_the_full_decode_and_zune_files_stop_early() {
+    let files = files();
     let dec = CpuDecoder::new(Limits::default());
-    let (mut checked, mut stopped) = (0, 0);
+    // Partial decodes that stopped early, of baseline and of progressive files.
+    let (mut checked, mut stopped) = (0, [0, 0]);
     for path in &files {
         let data = std::fs::read(path).unwrap();
         let Ok((info, route, full)) = dec.decode_to_vec_routed(&data) else {
@@ -59,38 +79,45 @@ fn top_rows_equal_the_full_decode_and_baseline_files_stop_early() {
                 );
             }
             checked += 1;
-            // A baseline file decoded by zune-jpeg stops well before its end.
-            if route == Route::CpuZune && !info.progressive && rows + 32 <= h {
+            // A file decoded by zune-jpeg stops well before its end.
+            if route == Route::CpuZune && rows + 32 <= h {
                 let last_row = &top[(h - 1) * row..h * row];
                 if last_row.iter().all(|&b| b == UNTOUCHED) {
-                    stopped += 1;
+                    stopped[usize::from(info.progressive)] += 1;
                 }
             }
         }
     }
+    let [baseline, progressive] = stopped;
     println!(
-        "{checked} partial decodes checked over {} files; {stopped} stopped early",
+        "{checked} partial decodes checked over {} files; {baseline} of baseline files and \
+         {progressive} of progressive files stopped early",
         files.len()
     );
     assert!(checked > 500, "only {checked} partial decodes checked");
     assert!(
-        stopped > 100,
-        "only {stopped} partial decodes stopped early"
+        baseline > 100,
+        "only {baseline} partial decodes of baseline files stopped early"
+    );
+    assert!(
+        progressive > 50,
+        "only {progressive} partial decodes of progressive files stopped early"
     );
 }
 
 /// Regions at every offset against the MCU grid (8 and 16 pixels), one pixel
 /// wide or tall, at the image's edges and corners, and the whole image: the
-/// pixels inside are the full decode's, byte for byte. On baseline files whose
-/// region leaves room above it, the rows above are left as they were (neither
-/// transformed nor color converted), and so are the columns left of it.
+/// pixels inside are the full decode's, byte for byte. On baseline and
+/// progressive files whose region leaves room above it, the rows above are
+/// left as they were (neither transformed nor color converted), and so are
+/// the columns left of it.
 #[test]
-fn regions_equal_the_full_decode_inside_and_baseline_files_skip_outside() {
-    let mut files = jpegs_in(&data_dir().join("conformance/core"));
-    files.extend(jpegs_in(&data_dir().join("bench")).into_iter().take(16));
-    files.extend(jpegs_in(&data_dir().join("imagefolder")));
+fn regions_equal_the_full_decode_inside_and_zune_files_skip_outside() {
+    let files = files();
     let dec = CpuDecoder::new(Limits::default());
-    let (mut checked, mut skipped_above, mut skipped_left) = (0, 0, 0);
+    // Region decodes that left the rows above / the columns on the left
+    // alone, of baseline and of progressive files.
+    let (mut checked, mut skipped_above, mut skipped_left) = (0, [0, 0], [0, 0]);
     for path in &files {
         let data = std::fs::read(path).unwrap();
         let Ok((info, route, full)) = dec.decode_to_vec_routed(&data) else {
@@ -166,29 +193,37 @@ fn regions_equal_the_full_decode_inside_and_baseline_files_skip_outside() {
                 }
             }
             checked += 1;
-            if route == Route::CpuZune && !info.progressive {
+            if route == Route::CpuZune {
+                let kind = usize::from(info.progressive);
                 if r.y >= 48 && part[..row].iter().all(|&b| b == UNTOUCHED) {
-                    skipped_above += 1;
+                    skipped_above[kind] += 1;
                 }
                 let first = r.y as usize * row;
                 if r.x >= 48 && part[first..first + 3] == [UNTOUCHED; 3] {
-                    skipped_left += 1;
+                    skipped_left[kind] += 1;
                 }
             }
         }
     }
     println!(
-        "{checked} region decodes checked over {} files; {skipped_above} left the rows above \
-         alone, {skipped_left} the columns left of the region",
-        files.len()
+        "{checked} region decodes checked over {} files; left alone: the rows above by \
+         {:?}, the columns on the left by {:?} (baseline, progressive)",
+        files.len(),
+        skipped_above,
+        skipped_left
     );
     assert!(checked > 1500, "only {checked} region decodes checked");
-    assert!(
-        skipped_above > 300,
-        "only {skipped_above} region decodes skipped the rows above"
-    );
-    assert!(
-        skipped_left > 300,
-        "only {skipped_left} region decodes skipped the columns on the left"
-    );
+    for (kind, min) in [("baseline", 300), ("progressive", 100)] {
+        let i = usize::from(kind == "progressive");
+        assert!(
+            skipped_above[i] > min,
+            "only {} region decodes of {kind} files skipped the rows above",
+            skipped_above[i]
+        );
+        assert!(
+            skipped_left[i] > min,
+            "only {} region decodes of {kind} files skipped the columns on the left",
+            skipped_left[i]
+        );
+    }
 }

@@ -24,6 +24,23 @@ pub fn jpegs_in(dir: &std::path::Path) -> Vec<PathBuf> {
     files
 }
 
+/// The JPEG files in `dir` and in its sub-folders one level down (an
+/// ImageFolder tree: one folder per class), sorted.
+#[allow(dead_code)] // not every test file that includes this module uses it
+pub fn jpegs_under(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files = jpegs_in(dir);
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    folders.sort();
+    for folder in folders {
+        files.extend(jpegs_in(&folder));
+    }
+    files
+}
+
 /// One row of `conformance/expectations.tsv`.
 #[derive(Debug, Clone)]
 pub struct Row {

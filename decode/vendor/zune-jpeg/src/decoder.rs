@@ -843,8 +843,11 @@ where
     /// are written, skipping the rest of the entropy-coded data. Those rows
     /// are final (the vertical upsampler has had the rows below them), so they
     /// hold exactly what a full decode writes there; the rows below are left
-    /// as they were, and the end-of-image marker is not looked for. Other
-    /// images (progressive, multi-scan baseline) decode in full.
+    /// as they were, and the end-of-image marker is not looked for. A
+    /// progressive image decodes each scan down to the MCU row below the last
+    /// row asked for (the upsampler's context), skips the rest of the scan to
+    /// its closing marker, and transforms and converts only those MCU rows.
+    /// Multi-scan baseline images decode in full.
     pub fn stoker_limit_rows(&mut self, rows: usize) {
         self.stoker_row_limit = Some(rows);
     }
@@ -860,8 +863,10 @@ where
     /// the window and, for YCbCr input, for columns outside it. Inside the
     /// window the output is exactly a full decode's; outside it is
     /// unspecified. The entropy-coded data is decoded in full up to the last
-    /// row (the DC predictors need every block). Other images decode as
-    /// with the row limit alone.
+    /// row (the DC predictors need every block). A progressive image with
+    /// those sampling factors gets the same skips once its scans are decoded
+    /// (down to the row limit). Other images decode as with the row limit
+    /// alone.
     pub fn stoker_limit_window(&mut self, x0: usize, y0: usize, x1: usize, y1: usize) {
         self.stoker_row_limit = Some(y1);
         self.stoker_window = Some([x0, y0, x1, y1]);

@@ -189,24 +189,10 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         // stoker patch: `stoker_limit_window`. Blocks are transformed from one
         // MCU row above the window (the vertical upsampler's context) and one
         // MCU column either side (the horizontal upsampler's).
-        self.stoker_idct_window = match self.stoker_window {
-            Some([x0, y0, x1, _])
-                if all_components_in_first_scan
-                    && self.coeff == 1
-                    && matches!(
-                        self.info.sample_ratio,
-                        SampleRatios::None | SampleRatios::H | SampleRatios::V | SampleRatios::HV
-                    )
-                    && x0 < x1 =>
-            {
-                let (mcu_w, mcu_h) = (8 * self.h_max, 8 * self.v_max);
-                Some((
-                    (y0 / mcu_h).saturating_sub(1),
-                    (x0 / mcu_w).saturating_sub(1),
-                    (x1 - 1) / mcu_w + 1
-                ))
-            }
-            _ => None
+        self.stoker_idct_window = if all_components_in_first_scan {
+            self.stoker_mcu_window(8 * self.h_max, 8 * self.v_max)
+        } else {
+            None
         };
 
         let is_hv = usize::from(self.is_interleaved);
@@ -837,6 +823,35 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         }
         Ok(())
     }
+    /// stoker patch: `stoker_limit_window`. For MCUs of `mcu_w`×`mcu_h`
+    /// pixels, the first MCU row and the MCU columns (inclusive) whose blocks
+    /// are transformed: from one MCU row above the window (the vertical
+    /// upsampler's context) and one MCU column either side (the horizontal
+    /// upsampler's). `None` (transform everything) without a window, for
+    /// sampling factors other than 1×1, 2×1, 1×2, 2×2, and for the YCbCr to
+    /// luma path that post-processes two rows per MCU (`coeff` 2).
+    pub(crate) fn stoker_mcu_window(
+        &self, mcu_w: usize, mcu_h: usize
+    ) -> Option<(usize, usize, usize)> {
+        match self.stoker_window {
+            Some([x0, y0, x1, _])
+                if self.coeff == 1
+                    && matches!(
+                        self.info.sample_ratio,
+                        SampleRatios::None | SampleRatios::H | SampleRatios::V | SampleRatios::HV
+                    )
+                    && x0 < x1 =>
+            {
+                Some((
+                    (y0 / mcu_h).saturating_sub(1),
+                    (x0 / mcu_w).saturating_sub(1),
+                    (x1 - 1) / mcu_w + 1
+                ))
+            }
+            _ => None
+        }
+    }
+
     #[allow(clippy::too_many_lines, clippy::too_many_arguments)]
     pub(crate) fn post_process(
         &mut self, pixels: &mut [u8], i: usize, mcu_height: usize, width: usize,

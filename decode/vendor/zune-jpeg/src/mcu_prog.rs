@@ -222,6 +222,17 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         &mut self, stream: &mut BitStream, buffer: &mut [Vec<i16>; MAX_COMPONENTS]
     ) -> Result<(), DecodeErrors> {
         self.reset_prog_params(stream);
+        // stoker patch: `stoker_limit_rows`. The MCU rows whose coefficients
+        // the rows asked for need: down to the MCU row holding the last one,
+        // and the next (the vertical upsampler's context below it).
+        // `finish_progressive_decoding` stops before it reads further.
+        let stoker_mcu_rows = match self.stoker_row_limit {
+            Some(rows) if self.coeff == 1 => {
+                let mcu_h = if self.is_interleaved { 8 * self.v_max } else { 8 };
+                Some(rows.saturating_sub(1) / mcu_h + 2)
+            }
+            _ => None
+        };
 
         if usize::from(self.num_scans) > self.input_colorspace.num_components() {
             return Err(DecodeErrors::Format(format!(
@@ -251,8 +262,16 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
             let mcu_width = (self.info.width as usize * component.horizontal_sample).div_ceil(self.h_max * 8);
             let mcu_height = (self.info.height as usize * component.vertical_sample).div_ceil(self.v_max * 8);
+            // stoker patch: the component's block rows that the rows asked for
+            // need (its blocks per MCU row times the MCU rows).
+            let stoker_block_rows = stoker_mcu_rows.map(|rows| {
+                rows.saturating_mul(if self.is_interleaved { component.vertical_sample } else { 1 })
+            });
 
             for i in 0..mcu_height {
+                if stoker_block_rows.is_some_and(|rows| i >= rows) {
+                    return self.stoker_skip_rest_of_scan(stream);
+                }
                 for j in 0..mcu_width {
                     if self.spec_start != 0 && self.succ_high == 0 && stream.eob_run > 0 {
                         // handle EOB runs here.
@@ -376,6 +395,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             // Components shall not be interleaved in progressive mode, except for
             // the DC coefficients in the first scan for each component of a progressive frame.
             for i in 0..self.mcu_y {
+                if stoker_mcu_rows.is_some_and(|rows| i >= rows) {
+                    return self.stoker_skip_rest_of_scan(stream);
+                }
                 for j in 0..self.mcu_x {
                     // process scan n elements in order
                     for k in 0..self.num_scans {
@@ -425,6 +447,21 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             }
         }
         return Ok(());
+    }
+
+    /// stoker patch: `stoker_limit_rows`. Leaves the rest of a scan's
+    /// entropy-coded data undecoded: stops at the marker that ends the scan
+    /// (kept in `stream.marker` for the caller, as after a whole scan),
+    /// passing over restart markers. Coefficients of the blocks below stay as
+    /// they were; nobody reads them.
+    fn stoker_skip_rest_of_scan(&mut self, stream: &mut BitStream) -> Result<(), DecodeErrors> {
+        loop {
+            let marker = get_marker(&mut self.stream, stream)?;
+            if !matches!(marker, Marker::RST(_)) {
+                stream.marker = Some(marker);
+                return Ok(());
+            }
+        }
     }
 
     pub(crate) fn handle_rst_main(&mut self, stream: &mut BitStream) -> Result<(), DecodeErrors> {
@@ -535,8 +572,27 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
         let mut pixels_written = 0;
 
+        // stoker patch: `stoker_limit_window` and `stoker_limit_rows`. Every
+        // scan's coefficients are in `block` by now, so the inverse DCT can
+        // skip blocks more than one MCU outside the window (the margins the
+        // upsampler reads, as in `decode_mcu_ycbcr_baseline`), color
+        // conversion skips what lies outside it (`post_process`), and the
+        // loop stops once the rows asked for are final.
+        let (stoker_mcu_w, stoker_mcu_h) = if self.is_interleaved {
+            (8 * self.h_max, 8 * self.v_max)
+        } else {
+            (8, 8)
+        };
+        self.stoker_idct_window = self.stoker_mcu_window(stoker_mcu_w, stoker_mcu_h);
+        let idct_window = self.stoker_idct_window;
+        let row_limit_bytes = self.stoker_row_limit.map(|rows| {
+            rows.saturating_mul(width * self.options.jpeg_get_out_colorspace().num_components())
+        });
+
         // dequantize, idct and color convert.
         for i in 0..mcu_height {
+            // stoker patch: whether this MCU row's blocks are transformed.
+            let idct_row = idct_window.is_none_or(|(row_lo, _, _)| i >= row_lo);
             'component: for (position, component) in &mut self.components.iter_mut().enumerate() {
                 if !component.needed {
                     continue 'component;
@@ -578,6 +634,18 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                                 "Invalid slice , would panic, invalid image"
                             ));
                         };
+                        // stoker patch: a block outside the window keeps the
+                        // samples that were there (nobody reads them). The
+                        // check above still runs, so a malformed image fails
+                        // as it does in a full decode.
+                        if !(idct_row
+                            && idct_window.is_none_or(|(_, lo, hi)| {
+                                (lo..=hi).contains(&(j / component.horizontal_sample.max(1)))
+                            }))
+                        {
+                            component.idct_pos += 8;
+                            continue;
+                        }
                         // dequantize
                         for ((x, out), qt_val) in
                             qt_slice.iter().zip(tmp.iter_mut()).zip(qt_table.iter())
@@ -612,6 +680,11 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 &mut pixels_written,
                 &mut upsampler_scratch_space
             )?;
+            // stoker patch: `stoker_limit_rows`. `post_process` counts only
+            // rows it has finished, so the limit's rows are final.
+            if row_limit_bytes.is_some_and(|limit| pixels_written >= limit) {
+                return Ok(());
+            }
         }
 
         debug!("Finished decoding image");
