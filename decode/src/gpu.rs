@@ -39,11 +39,12 @@ pub struct BatchUse<'a> {
     /// outputs: see [`GpuDecoder::decode_batch_idle_outputs`]. Default false.
     pub outputs_idle: bool,
     /// Per input, the region of its output the caller reads (a crop); the
-    /// rest of the output may be left as it was. The CPU routes decode the
-    /// region with [`CpuDecoder::decode_region_into_routed`] (a baseline
-    /// decode skips work outside it and stops below it) and copy only its
-    /// rows; the nvJPEG routes decode whole images. `None` (the default): the
-    /// whole of every image.
+    /// bytes of the output outside it are unspecified afterwards (left as
+    /// they were, or, in the region's rows, other bytes). The CPU routes
+    /// decode the region with [`CpuDecoder::decode_region_into_routed`] (the
+    /// decode skips work outside it and stops below it) and copy only the
+    /// rows it spans; the nvJPEG routes decode whole images. `None` (the
+    /// default): the whole of every image.
     pub regions: Option<&'a [Region]>,
 }
 
@@ -918,6 +919,11 @@ impl GpuDecoder {
     /// still reads or writes the outputs: wrong pixels, not host memory
     /// unsafety.
     ///
+    /// Other host waits remain: the CUDA-path images wait for their slot's
+    /// previous use (with more such images than `cuda_states`, that use was
+    /// on this stream), and allocating or growing pinned staging (the first
+    /// calls, or a batch larger than any before) may wait for the device.
+    ///
     /// # Examples
     /// ```no_run
     /// use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions};
@@ -1366,19 +1372,22 @@ impl GpuDecoder {
                     Ok(host) => {
                         for (i, off, span, r) in decoded {
                             results[i] = Some(r.and_then(|(info, _)| {
-                                // SAFETY: the destination holds at least rgb_len() ≥
-                                // `span.end` bytes (checked in step 1 against the same
-                                // header); the source is pinned and stays untouched
-                                // until the share stream passes the event `put`
-                                // records below; the share stream waited for earlier
-                                // work on the output.
-                                unsafe {
-                                    cudarc::driver::result::memcpy_htod_async(
-                                        ptrs[i].0 + span.start as u64,
-                                        &host[off + span.start..off + span.end],
-                                        self.share_stream.cu_stream(),
-                                    )
-                                }?;
+                                // An empty region copies nothing.
+                                if !span.is_empty() {
+                                    // SAFETY: the destination holds at least rgb_len()
+                                    // ≥ `span.end` bytes (checked in step 1 against the
+                                    // same header); the source is pinned and stays
+                                    // untouched until the share stream passes the event
+                                    // `put` records below; the share stream waited for
+                                    // earlier work on the output.
+                                    unsafe {
+                                        cudarc::driver::result::memcpy_htod_async(
+                                            ptrs[i].0 + span.start as u64,
+                                            &host[off + span.start..off + span.end],
+                                            self.share_stream.cu_stream(),
+                                        )
+                                    }?;
+                                }
                                 Ok((info, Route::CpuShare))
                             }));
                         }
@@ -1413,18 +1422,22 @@ impl GpuDecoder {
                 results[i] = Some(r.and_then(|(info, route, pixels)| {
                     let span = needed(i, &info);
                     let span = span.start.min(pixels.len())..span.end.min(pixels.len());
-                    // SAFETY: the destination holds at least rgb_len() ≥ `span.end`
-                    // bytes (checked in step 1 against the same header), so it holds
-                    // `span.start + span.len()`; the copy is queued on `stream`, which
-                    // waited for earlier work on the buffer; the pageable source is
-                    // staged by the driver before this returns.
-                    unsafe {
-                        cudarc::driver::result::memcpy_htod_async(
-                            ptrs[i].0 + span.start as u64,
-                            &pixels[span],
-                            stream.cu_stream(),
-                        )
-                    }?;
+                    // An empty region copies nothing.
+                    if !span.is_empty() {
+                        // SAFETY: the destination holds at least rgb_len() ≥
+                        // `span.end` bytes (checked in step 1 against the same
+                        // header), so it holds `span.start + span.len()`; the copy
+                        // is queued on `stream`, which waited for earlier work on
+                        // the buffer; the pageable source is staged by the driver
+                        // before this returns.
+                        unsafe {
+                            cudarc::driver::result::memcpy_htod_async(
+                                ptrs[i].0 + span.start as u64,
+                                &pixels[span],
+                                stream.cu_stream(),
+                            )
+                        }?;
+                    }
                     Ok((info, route))
                 }));
             }
@@ -1468,7 +1481,7 @@ impl GpuDecoder {
                 // other users are step 1 of other `&mut self` calls).
                 unsafe {
                     route_batch(
-                        Some((t, hw.handle.ptr(), &streams)),
+                        Some((t, hw.handle.ptr(), &streams, &self.ctx)),
                         &self.options.limits,
                         inputs,
                         out_lens,
@@ -1720,8 +1733,10 @@ impl GpuDecoder {
                     img.pitch[0] = info.width as usize * 3;
                     // The previous device phase on this slot (maybe on another
                     // stream) must be done reading the device buffer first.
-                    if let Some(ev) = slot.device_free.take() {
-                        stream.wait(&ev)?;
+                    // The event stays until a new one replaces it, so a
+                    // failure below leaves the next transfer still ordered.
+                    if let Some(ev) = &slot.device_free {
+                        stream.wait(ev)?;
                     }
                     // SAFETY: the host phase of this slot succeeded; the output holds
                     // width*3*height bytes; work is queued on the caller's stream.
@@ -1945,19 +1960,24 @@ fn lane_chunks(n: usize, lanes: usize, cores: Option<usize>) -> Vec<usize> {
 /// checking with `check.2[p]`; each image's result is the same either way.
 ///
 /// # Safety
-/// With `check = Some((table, handle, streams))`: `handle` is a live hardware
-/// handle, `streams` (at least one) live jpeg streams created from it, none
-/// used by anything else during the call.
+/// With `check = Some((table, handle, streams, ctx))`: `handle` is a live
+/// hardware handle created in `ctx`, `streams` (at least one) live jpeg streams
+/// created from it, none used by anything else during the call.
 unsafe fn route_batch(
-    check: Option<(&sys::Table, sys::nvjpegHandle_t, &[SendPtr])>,
+    check: Option<(
+        &sys::Table,
+        sys::nvjpegHandle_t,
+        &[SendPtr],
+        &Arc<CudaContext>,
+    )>,
     limits: &Limits,
     inputs: &[&[u8]],
     out_lens: &[usize],
 ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
     let n = inputs.len();
-    let handle = check.map(|(t, h, streams)| (t, SendPtr(h), streams));
+    let handle = check.map(|(t, h, streams, ctx)| (t, SendPtr(h), streams, ctx));
     let most = match &handle {
-        Some((_, _, streams)) => streams.len().max(1),
+        Some((_, _, streams, _)) => streams.len().max(1),
         None => rayon::current_num_threads(),
     };
     let parts = if n >= PARALLEL_ROUTE_MIN {
@@ -1967,9 +1987,17 @@ unsafe fn route_batch(
     };
     let chunk = n.div_ceil(parts).max(1);
     let run = |p: usize| -> Vec<Result<(ImageInfo, Route), DecodeError>> {
-        let check = handle
-            .as_ref()
-            .map(|(t, h, streams)| (*t, h.0, streams[p].0));
+        let check = handle.as_ref().and_then(|(t, h, streams, ctx)| {
+            // A rayon thread may not have the decoder's context current, and
+            // nvJPEG's checks may call CUDA; without it, route by the header.
+            if parts > 1 {
+                if let Err(e) = ctx.bind_to_thread() {
+                    tracing::debug!("binding the CUDA context for routing failed ({e})");
+                    return None;
+                }
+            }
+            Some((*t, h.0, streams[p].0))
+        });
         let (lo, hi) = ((p * chunk).min(n), ((p + 1) * chunk).min(n));
         (lo..hi)
             // SAFETY: the caller guarantees the handle and streams; stream `p`
