@@ -371,6 +371,10 @@ fn gpu_memory_is_flat_over_five_epochs() {
             }
         }
         consumer.synchronize().unwrap();
+        // The next epoch started early and is reading and decoding: measure
+        // each epoch's end in the same state, with it stopped (its readers'
+        // mapped pages would count in the RSS by chance of timing).
+        l.cancel_prefetch();
         let (free, _total) = ctx.mem_get_info().unwrap();
         samples.push((free, rss_bytes()));
     }
@@ -471,7 +475,10 @@ fn gpu_stats_name_the_backend_and_sample_utilization() {
     let backend = l.stats().backend;
     assert!(backend.starts_with("cuda:0, nvJPEG"), "{backend}");
     let consumer = ctx.new_stream().unwrap();
-    // Long enough for the 100 ms sampler to take a few samples.
+    // Each epoch has its own sampler, which samples every 100 ms: a consumer
+    // that takes 30 ms per batch makes each 4-batch epoch last long enough
+    // for a sample (the loader alone runs such an epoch in a few ms), and
+    // 600 ms of them for a few.
     let start = std::time::Instant::now();
     let mut epoch = 0;
     while start.elapsed() < std::time::Duration::from_millis(600) {
@@ -479,6 +486,7 @@ fn gpu_stats_name_the_backend_and_sample_utilization() {
             if let Images::Cuda(d) = &batch.unwrap().images {
                 d.wait(&consumer).unwrap();
             }
+            std::thread::sleep(std::time::Duration::from_millis(30));
         }
         epoch += 1;
     }

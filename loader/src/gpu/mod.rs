@@ -80,7 +80,7 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
-use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions};
+use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions, Limits};
 use stoker_formats::{Dataset, Encoding};
 
 use crate::builder::{Device, LoaderConfig, Output};
@@ -124,6 +124,9 @@ pub(crate) struct Shared {
     /// nvJPEG (hardware engines / CUDA / CPU per image) for JPEG datasets; `None`
     /// for raw datasets, whose pixels are staged and copied as they are.
     pub(crate) nvjpeg: Option<Mutex<GpuDecoder>>,
+    /// The decoder's pixel limit, which the loader's own header probes and
+    /// CPU decodes (read-ahead, oversize images) apply too.
+    pub(crate) limits: Limits,
     pub(crate) dataset: Dataset,
     pub(crate) transform: Transform,
     /// Output side in pixels.
@@ -412,11 +415,14 @@ pub(crate) fn build(
     metrics.set_threads(Stage::H2d, 1);
     metrics.set_threads(Stage::Transform, 1);
     metrics.set_threads(Stage::Handoff, 1);
+    // NVML now, not in the first epoch's sampler (which its epoch's end joins).
+    let nvml = nvml::preload();
     tracing::info!(
         device = ordinal,
         slots,
         pinned_mib = (slots * sizes.pinned_bytes()) >> 20,
         device_mib = want_device >> 20,
+        nvml,
         "GPU loader ready"
     );
     Ok(GpuPipeline {
@@ -427,6 +433,7 @@ pub(crate) fn build(
             decode,
             kernel,
             nvjpeg,
+            limits: decoder_options(config).limits,
             dataset: config.dataset.clone(),
             transform: config.transform,
             size,

@@ -159,6 +159,14 @@ fn table() -> Option<&'static sys::Table> {
         .as_ref()
 }
 
+/// Loads and initializes NVML now (once per process) rather than in the first
+/// sampler's thread: `nvmlInit` can take hundreds of milliseconds, and a
+/// sampler is joined when its epoch ends, so a short first epoch would wait
+/// for it. Returns whether NVML is available.
+pub(crate) fn preload() -> bool {
+    table().is_some()
+}
+
 pub use crate::metrics::Utilization;
 
 /// Samples utilization every 100 ms on its own thread until dropped.

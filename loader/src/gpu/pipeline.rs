@@ -307,7 +307,7 @@ fn read_ahead<'r>(
     stop: &AtomicBool,
     out: &Sender<(u64, Prepared<'r>)>,
 ) {
-    let limits = Limits::default();
+    let limits = shared.limits;
     for k in plan.start_batch..plan.num_batches {
         if stop.load(Ordering::Acquire) {
             return;
@@ -427,7 +427,7 @@ impl ReaderState {
     fn new(shared: &Shared) -> ReaderState {
         ReaderState {
             reader: shared.dataset.reader().map_err(|e| e.to_string()),
-            decoder: CpuDecoder::new(Limits::default()),
+            decoder: CpuDecoder::new(shared.limits),
             scratch: Vec::new(),
             resizer: CropResizer::new(shared.size),
         }
@@ -960,7 +960,8 @@ fn enqueue(
         let params = match slot.pinned_params.as_mut_slice() {
             Ok(p) => p,
             Err(e) => {
-                let _ = shared.free_tx.try_send(slot);
+                // This batch's decodes may still be writing the arena.
+                return_failed_slot(shared, slot);
                 return Err(driver_err("pinned parameters access", e));
             }
         };
@@ -1100,18 +1101,7 @@ fn enqueue(
         Ok(())
     })();
     if let Err(e) = result {
-        // Part of the work may be enqueued (a copy still reading the pinned
-        // buffers): drain both streams before the slot can be rewritten. Error
-        // path only, on the producer thread.
-        // The consumer may still read the slot's output until its release
-        // events complete: wait for those too, then the slot is clean.
-        shared.synchronize_streams("after a failed batch");
-        for ev in slot.release.drain(..) {
-            if let Err(err) = ev.synchronize() {
-                tracing::warn!("after a failed batch, a release event failed: {err}");
-            }
-        }
-        let _ = shared.free_tx.try_send(slot);
+        return_failed_slot(shared, slot);
         return Err(e);
     }
     let s = shared.size as usize;
@@ -1137,6 +1127,22 @@ fn enqueue(
         epoch: plan.epoch,
         index: k,
     })
+}
+
+/// Returns the slot of a batch that failed in [`enqueue`] to the free list,
+/// clean. Part of its work may be enqueued (decodes still writing the arena,
+/// a copy still reading the pinned buffers): both streams are drained before
+/// the slot can be rewritten. The consumer may still read the slot's output
+/// until its release events complete: those are waited for too. Error path
+/// only, on the producer thread.
+fn return_failed_slot(shared: &Shared, mut slot: Box<Slot>) {
+    shared.synchronize_streams("after a failed batch");
+    for ev in slot.release.drain(..) {
+        if let Err(err) = ev.synchronize() {
+            tracing::warn!("after a failed batch, a release event failed: {err}");
+        }
+    }
+    let _ = shared.free_tx.try_send(slot);
 }
 
 /// Adds a finished slot use to the H2D and transform counters (GPU time from events).
