@@ -87,6 +87,11 @@ struct Args {
     /// rows are then named `jpeg_gpuhuff<percent>`.
     #[arg(long)]
     gpu_huffman_share: Option<f32>,
+    /// JPEG records: nvJPEG decoder states per hardware lane
+    /// (`GpuDecoderOptions::hardware_states_per_lane`; the loader's default is 2);
+    /// rows are then named `jpeg_states<n>`.
+    #[arg(long)]
+    states_per_lane: Option<usize>,
     /// Pinned staging write-combined (`LoaderBuilder::write_combined_staging`); rows get `_wc`.
     #[arg(long)]
     write_combined: bool,
@@ -179,9 +184,10 @@ fn run(args: &Args) -> Res<()> {
     let kind = match (dataset.manifest().encoding, args.cpu_share) {
         (Encoding::Raw, _) => "raw".to_string(),
         (_, Some(share)) => format!("jpeg_cpu{}", (share * 100.0).round()),
-        _ => match args.gpu_huffman_share {
-            Some(share) => format!("jpeg_gpuhuff{}", (share * 100.0).round()),
-            None => "jpeg".to_string(),
+        _ => match (args.gpu_huffman_share, args.states_per_lane) {
+            (Some(share), _) => format!("jpeg_gpuhuff{}", (share * 100.0).round()),
+            (None, Some(n)) => format!("jpeg_states{n}"),
+            (None, None) => "jpeg".to_string(),
         },
     } + if args.write_combined { "_wc" } else { "" }
         + &args.tag;
@@ -192,10 +198,14 @@ fn run(args: &Args) -> Res<()> {
     if let Some(share) = args.cpu_share {
         builder = builder.gpu_cpu_share(share);
     }
-    if let Some(share) = args.gpu_huffman_share {
+    if args.gpu_huffman_share.is_some() || args.states_per_lane.is_some() {
+        let defaults = stoker::loader::gpu::decoder_defaults();
         builder = builder.gpu_decoder(stoker::decode::GpuDecoderOptions {
-            gpu_huffman_share: share,
-            ..Default::default()
+            gpu_huffman_share: args.gpu_huffman_share.unwrap_or(defaults.gpu_huffman_share),
+            hardware_states_per_lane: args
+                .states_per_lane
+                .unwrap_or(defaults.hardware_states_per_lane),
+            ..defaults
         });
     }
     if args.on_stream {

@@ -184,7 +184,9 @@ impl LoaderBuilder {
 
     /// [`Device::Cuda`] with JPEG records: every option of the nvJPEG decoder
     /// ([`stoker_decode::GpuDecoderOptions`]: hardware lanes, preallocation, the
-    /// GPU-Huffman and CPU shares beside the engines, ...; default: its defaults).
+    /// GPU-Huffman and CPU shares beside the engines, ...; default:
+    /// [`crate::gpu::decoder_defaults`], the decoder's defaults with two states
+    /// per hardware lane: start from those to change one option).
     /// [`LoaderBuilder::gpu_cpu_share`], when also set, overrides `cpu_share`.
     /// Ignored by the CPU path and for raw records.
     ///
@@ -193,10 +195,10 @@ impl LoaderBuilder {
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use stoker_decode::GpuDecoderOptions;
-    /// use stoker_loader::{Device, Loader};
+    /// use stoker_loader::{gpu, Device, Loader};
     /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?)
     ///     .device(Device::Cuda(0))
-    ///     .gpu_decoder(GpuDecoderOptions { gpu_huffman_share: 0.4, ..Default::default() })
+    ///     .gpu_decoder(GpuDecoderOptions { gpu_huffman_share: 0.4, ..gpu::decoder_defaults() })
     ///     .build()?;
     /// # Ok(()) }
     /// ```

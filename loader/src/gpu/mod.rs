@@ -227,14 +227,38 @@ pub fn unavailable_reason(ordinal: usize) -> Option<String> {
     }
 }
 
-/// The nvJPEG decoder's options: the builder's (or the defaults), with the
-/// builder's CPU share on top.
+/// The nvJPEG decoder's options: the builder's (or [`decoder_defaults`]), with
+/// the builder's CPU share on top.
 fn decoder_options(config: &LoaderConfig) -> GpuDecoderOptions {
-    let mut options = config.gpu_decoder.clone().unwrap_or_default();
+    let mut options = config.gpu_decoder.clone().unwrap_or_else(decoder_defaults);
     if let Some(share) = config.gpu_cpu_share {
         options.cpu_share = share;
     }
     options
+}
+
+/// The nvJPEG decoder options the GPU loader uses unless
+/// [`crate::LoaderBuilder::gpu_decoder`] gives others: the decoder's defaults
+/// with two decoder states per hardware lane. The loader submits batch k+1
+/// while batch k's engine work may still run; with one state per lane, the
+/// lane would first wait on the host for batch k to finish (a state is not
+/// reinitialized while its batch decodes), leaving the engines idle while
+/// k+1 is parsed. The second state costs one more preallocated buffer set
+/// per lane (about 60 MB of device memory each with the default hint).
+///
+/// # Examples
+/// ```
+/// let o = stoker_loader::gpu::decoder_defaults();
+/// assert_eq!(o.hardware_states_per_lane, 2);
+/// // Start from these to change one option and keep the rest.
+/// let o = stoker_decode::GpuDecoderOptions { cpu_share: 0.15, ..o };
+/// assert_eq!(o.hardware_states_per_lane, 2);
+/// ```
+pub fn decoder_defaults() -> GpuDecoderOptions {
+    GpuDecoderOptions {
+        hardware_states_per_lane: 2,
+        ..GpuDecoderOptions::default()
+    }
 }
 
 /// The greatest (numerically lowest) stream priority of `ctx`'s device, or 0
