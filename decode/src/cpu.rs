@@ -135,7 +135,9 @@ impl CpuDecoder {
     /// only the first `rows` rows of the image (the bottom edge of a crop, say).
     /// The decoder may stop as soon as those rows are final, skipping the
     /// compressed data below them: rows `0..rows` hold exactly what a full
-    /// decode writes there; the bytes below are unspecified. Baseline JPEGs
+    /// decode writes there (for a valid file: on corrupt data, where a full
+    /// decode may stop at damage below the rows, the two can differ, each
+    /// giving an image or a clean error); the bytes below are unspecified. Baseline JPEGs
     /// stop early; progressive ones decode each scan only down to those rows
     /// (and transform only those); what the fallback decoder takes decodes
     /// in full.
@@ -166,8 +168,9 @@ impl CpuDecoder {
 
     /// [`decode_into_routed`](Self::decode_into_routed) for a caller that reads
     /// only `region` of the image (a crop, say): the pixels inside it are
-    /// exactly what a full decode writes there; the bytes outside it are
-    /// unspecified. A baseline or progressive JPEG stops after the region's
+    /// exactly what a full decode writes there (for a valid file, as with
+    /// [`decode_top_into_routed`](Self::decode_top_into_routed)); the bytes
+    /// outside it are unspecified. A baseline or progressive JPEG stops after the region's
     /// last row (as [`decode_top_into_routed`](Self::decode_top_into_routed)),
     /// and with standard sampling factors skips the inverse DCT of blocks well
     /// outside the region and the color conversion outside it; what the

@@ -227,3 +227,92 @@ fn regions_equal_the_full_decode_inside_and_zune_files_skip_outside() {
         );
     }
 }
+
+/// Restart markers inside progressive scans and an APP3 segment between
+/// scans, which none of the shared progressive files have: bench photos
+/// re-encoded progressive (`jpeg-encoder`) with restart intervals from 1 to
+/// 64, in three samplings, and the same files with an APP3 segment before
+/// their third scan (zune-jpeg stops a full decode there, and a cut decode
+/// must stop the same way). Rows and regions equal the full decode, and
+/// rows-limited decodes stop early.
+#[test]
+fn progressive_restart_markers_and_segments_between_scans_cut_exactly() {
+    use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
+    let dec = CpuDecoder::new(Limits::default());
+    let (mut checked, mut stopped) = (0, 0);
+    for path in jpegs_in(&data_dir().join("bench")).iter().take(2) {
+        let (info, rgb) = dec.decode_to_vec(&std::fs::read(path).unwrap()).unwrap();
+        let (w, h) = (info.width, info.height);
+        for (sampling, interval) in [
+            (SamplingFactor::R_4_2_0, 1),
+            (SamplingFactor::R_4_2_0, 7),
+            (SamplingFactor::R_4_4_4, 3),
+            (SamplingFactor::R_4_2_2, 64),
+        ] {
+            let mut plain = Vec::new();
+            let mut enc = Encoder::new(&mut plain, 85);
+            enc.set_sampling_factor(sampling);
+            enc.set_progressive(true);
+            enc.set_restart_interval(interval);
+            enc.encode(&rgb, w as u16, h as u16, ColorType::Rgb)
+                .unwrap();
+            let markers = |m: u8| plain.windows(2).filter(|p| p == &[0xFF, m]).count();
+            assert!(
+                markers(0xDD) == 1 && markers(0xD0) > 0 && markers(0xDA) >= 3,
+                "{sampling:?}/{interval}: expected DRI, restart markers and 3+ scans"
+            );
+            // APP3 (a marker zune-jpeg does not know) before the third scan.
+            let third = plain
+                .windows(2)
+                .enumerate()
+                .filter(|(_, p)| p == &[0xFF, 0xDA])
+                .nth(2)
+                .unwrap()
+                .0;
+            let mut with_app3 = plain[..third].to_vec();
+            with_app3.extend_from_slice(&[0xFF, 0xE3, 0x00, 0x06, b's', b't', b'o', b'k']);
+            with_app3.extend_from_slice(&plain[third..]);
+            for (variant, data) in [("plain", &plain), ("app3", &with_app3)] {
+                let what = format!(
+                    "{} {sampling:?} restart {interval} {variant}",
+                    path.display()
+                );
+                let (got, full) = dec.decode_to_vec(data).unwrap();
+                assert!(got.progressive, "{what}");
+                let row = w as usize * 3;
+                for rows in [1, 8, 9, 16, 17, 100, h / 2, h - 17, h - 1] {
+                    let mut top = vec![UNTOUCHED; got.rgb_len()];
+                    dec.decode_top_into_routed(data, &mut top, rows).unwrap();
+                    let keep = rows as usize * row;
+                    assert!(top[..keep] == full[..keep], "{what}: rows {rows}");
+                    if variant == "plain" && rows + 32 <= h {
+                        let last_row = &top[(h as usize - 1) * row..];
+                        stopped += usize::from(last_row.iter().all(|&b| b == UNTOUCHED));
+                    }
+                    checked += 1;
+                }
+                for k in 0..8u32 {
+                    let (x, y) = ((k * 61 + k % 3 * 8) % w, (k * 43 + k % 2 * 16) % h);
+                    let r = Region {
+                        x,
+                        y,
+                        width: 1 + (k * 97 + 31) % (w - x),
+                        height: 1 + (k * 53 + 11) % (h - y),
+                    };
+                    let mut part = vec![UNTOUCHED; got.rgb_len()];
+                    dec.decode_region_into_routed(data, &mut part, r).unwrap();
+                    for y in r.y..r.bottom() {
+                        let span = y as usize * row + r.x as usize * 3
+                            ..y as usize * row + r.right() as usize * 3;
+                        assert!(part[span.clone()] == full[span], "{what}: {r:?}, row {y}");
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    println!(
+        "{checked} cut decodes of re-encoded progressive files checked; {stopped} stopped early"
+    );
+    assert!(stopped >= 40, "only {stopped} stopped early");
+}

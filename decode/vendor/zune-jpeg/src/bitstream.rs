@@ -797,8 +797,10 @@ impl BitStream {
                 // time in callgrind); the nonzero positions are gathered
                 // into a mask first (the corrections below never make a
                 // coefficient zero) and visited lowest first. The refill
-                // check follows each bit read, as upstream's did (between
-                // reads its condition cannot change).
+                // check follows each bit read. Upstream also checked after
+                // positions without a read; that differs only when a refill
+                // stopped at a marker with no bits left, and then every bit
+                // read until the next reset is zero padding either way.
                 // Most of a band's coefficients are zero here: whole rows of
                 // eight (natural order) are skipped with one test each.
                 let band = if k > self.spec_end {

@@ -453,13 +453,23 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
     /// entropy-coded data undecoded: stops at the marker that ends the scan
     /// (kept in `stream.marker` for the caller, as after a whole scan),
     /// passing over restart markers. Coefficients of the blocks below stay as
-    /// they were; nobody reads them.
+    /// they were; nobody reads them. A marker `Marker::from_u8` does not know
+    /// (APP3–APP12, APP15, ...) fails as `BitStream::refill` fails when a
+    /// whole scan runs into it, so the scans after it are dropped exactly as
+    /// in a full decode.
     fn stoker_skip_rest_of_scan(&mut self, stream: &mut BitStream) -> Result<(), DecodeErrors> {
         loop {
-            let marker = get_marker(&mut self.stream, stream)?;
-            if !matches!(marker, Marker::RST(_)) {
-                stream.marker = Some(marker);
-                return Ok(());
+            match get_marker(&mut self.stream, stream)? {
+                Marker::RST(_) => {}
+                Marker::UNKNOWN(_) => {
+                    return Err(DecodeErrors::Format(
+                        "Unknown marker in bit stream".to_string()
+                    ));
+                }
+                marker => {
+                    stream.marker = Some(marker);
+                    return Ok(());
+                }
             }
         }
     }
