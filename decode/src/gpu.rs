@@ -1757,7 +1757,7 @@ impl GpuDecoder {
                     slot.free = record_or_synchronize(stream, "a slot event")?;
                     // SAFETY: as above; the device phase reads the slot's device
                     // buffer, ordered after the transfer on the same stream.
-                    unsafe {
+                    let device = unsafe {
                         result::check(
                             "nvjpegDecodeJpegDevice",
                             (t.nvjpegDecodeJpegDevice)(
@@ -1767,9 +1767,12 @@ impl GpuDecoder {
                                 &mut img,
                                 cu_stream,
                             ),
-                        )?;
-                    }
+                        )
+                    };
+                    // Recorded whatever the call returned: a failed call may still
+                    // have queued work that reads the device buffer.
                     slot.device_free = record_or_synchronize(stream, "a slot event")?;
+                    device?;
                     Ok(())
                 });
                 if let Err(e) = r {
