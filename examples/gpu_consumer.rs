@@ -89,7 +89,7 @@ struct Args {
     gpu_huffman_share: Option<f32>,
     /// JPEG records: nvJPEG decoder states per hardware lane
     /// (`GpuDecoderOptions::hardware_states_per_lane`; the loader's default is 2);
-    /// rows are then named `jpeg_states<n>`.
+    /// rows are then named `jpeg_states<n>` (after `_gpuhuff<percent>` when both are given).
     #[arg(long)]
     states_per_lane: Option<usize>,
     /// Pinned staging write-combined (`LoaderBuilder::write_combined_staging`); rows get `_wc`.
@@ -184,11 +184,16 @@ fn run(args: &Args) -> Res<()> {
     let kind = match (dataset.manifest().encoding, args.cpu_share) {
         (Encoding::Raw, _) => "raw".to_string(),
         (_, Some(share)) => format!("jpeg_cpu{}", (share * 100.0).round()),
-        _ => match (args.gpu_huffman_share, args.states_per_lane) {
-            (Some(share), _) => format!("jpeg_gpuhuff{}", (share * 100.0).round()),
-            (None, Some(n)) => format!("jpeg_states{n}"),
-            (None, None) => "jpeg".to_string(),
-        },
+        _ => {
+            let mut kind = "jpeg".to_string();
+            if let Some(share) = args.gpu_huffman_share {
+                kind += &format!("_gpuhuff{}", (share * 100.0).round());
+            }
+            if let Some(n) = args.states_per_lane {
+                kind += &format!("_states{n}");
+            }
+            kind
+        }
     } + if args.write_combined { "_wc" } else { "" }
         + &args.tag;
     let workers = args

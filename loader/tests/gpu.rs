@@ -371,10 +371,11 @@ fn gpu_memory_is_flat_over_five_epochs() {
             }
         }
         consumer.synchronize().unwrap();
-        // The next epoch started early and is reading and decoding: measure
-        // each epoch's end in the same state, with it stopped (its readers'
-        // mapped pages would count in the RSS by chance of timing).
-        l.cancel_prefetch();
+        // The next epoch started early (epochs 1-4 take those starts over):
+        // measure each epoch's end in the same state, once the early start
+        // has filled its queue (4 batches of 32, the whole dataset, so its
+        // readers have touched every mapped page) and waits for slots.
+        std::thread::sleep(std::time::Duration::from_millis(500));
         let (free, _total) = ctx.mem_get_info().unwrap();
         samples.push((free, rss_bytes()));
     }
