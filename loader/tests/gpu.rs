@@ -373,8 +373,9 @@ fn gpu_memory_is_flat_over_five_epochs() {
         consumer.synchronize().unwrap();
         // The next epoch started early (epochs 1-4 take those starts over):
         // measure each epoch's end in the same state, once the early start
-        // has filled its queue (4 batches of 32, the whole dataset, so its
-        // readers have touched every mapped page) and waits for slots.
+        // has filled every slot (prefetch 2 + 2 slots of 32 images: the
+        // whole 128-record dataset, so its readers have touched every
+        // mapped page) and waits for the consumer.
         std::thread::sleep(std::time::Duration::from_millis(500));
         let (free, _total) = ctx.mem_get_info().unwrap();
         samples.push((free, rss_bytes()));
