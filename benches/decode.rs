@@ -28,9 +28,16 @@ use stoker::decode::{
 
 fn bench_set() -> Vec<Vec<u8>> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/bench");
-    let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{dir}: {e}"))
-        .map(|e| e.expect("dir entry").path())
+    read_jpegs(
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{dir}: {e}"))
+            .map(|e| e.expect("dir entry").path()),
+    )
+}
+
+/// The bytes of the `.jpg`/`.jpeg` files among `paths`, in path order.
+fn read_jpegs(paths: impl Iterator<Item = std::path::PathBuf>) -> Vec<Vec<u8>> {
+    let mut paths: Vec<_> = paths
         .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
         .collect();
     paths.sort();
@@ -131,22 +138,16 @@ fn random_resized_crop(w: u32, h: u32, state: &mut u64) -> Region {
 /// 4:2:0 and 4:4:4, some grayscale): what web-scraped datasets hold a share of.
 fn progressive_set() -> Vec<Vec<u8>> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/imagefolder");
-    let mut paths: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{dir}: {e}"))
-        .flat_map(|class| {
-            std::fs::read_dir(class.expect("dir entry").path())
-                .into_iter()
-                .flatten()
-        })
-        .map(|e| e.expect("dir entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "jpg" || e == "jpeg"))
-        .collect();
-    paths.sort();
-    paths
-        .iter()
-        .map(|p| std::fs::read(p).expect("read"))
-        .filter(|f| probe(f, &Limits::default()).is_ok_and(|i| i.progressive))
-        .collect()
+    let classes = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    let files = classes.flat_map(|class| {
+        std::fs::read_dir(class.expect("dir entry").path())
+            .into_iter()
+            .flatten()
+            .map(|e| e.expect("dir entry").path())
+    });
+    let mut set = read_jpegs(files);
+    set.retain(|f| probe(f, &Limits::default()).is_ok_and(|i| i.progressive));
+    set
 }
 
 fn cpu_crop(c: &mut Criterion) {
