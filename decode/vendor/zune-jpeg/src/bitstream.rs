@@ -801,22 +801,7 @@ impl BitStream {
                 // positions without a read; that differs only when a refill
                 // stopped at a marker with no bits left, and then every bit
                 // read until the next reset is zero padding either way.
-                // Most of a band's coefficients are zero here: whole rows of
-                // eight (natural order) are skipped with one test each.
-                let band = if k > self.spec_end {
-                    0
-                } else {
-                    (u64::MAX >> (63 - (self.spec_end & 63))) & (u64::MAX << (k & 63))
-                };
-                let mut nonzero = 0_u64;
-                for (row, values) in block.chunks_exact(8).enumerate() {
-                    if values.iter().fold(0, |a, &v| a | v) != 0 {
-                        for (col, &v) in values.iter().enumerate() {
-                            nonzero |= u64::from(v != 0) << STOKER_ZIGZAG_INDEX[row * 8 + col];
-                        }
-                    }
-                }
-                nonzero &= band;
+                let mut nonzero = stoker_nonzero_in_band(block, k, self.spec_end);
                 while nonzero != 0 {
                     let z = nonzero.trailing_zeros() as usize;
                     nonzero &= nonzero - 1;
@@ -876,6 +861,28 @@ const STOKER_ZIGZAG_INDEX: [u8; 64] = {
     }
     inverse
 };
+
+/// stoker patch: the zigzag positions `k..=spec_end` of `block` (natural
+/// order) that hold a nonzero coefficient, as bits of a mask. Most of a
+/// band's coefficients are zero in an end-of-band run: whole rows of eight
+/// are skipped with one test each. Kept out of line: inlined, it changed how
+/// the baseline Huffman loop in this file was compiled (+1.2 % instructions).
+#[inline(never)]
+fn stoker_nonzero_in_band(block: &[i16; 64], k: u8, spec_end: u8) -> u64 {
+    if k > spec_end {
+        return 0;
+    }
+    let band = (u64::MAX >> (63 - (spec_end & 63))) & (u64::MAX << (k & 63));
+    let mut nonzero = 0_u64;
+    for (row, values) in block.chunks_exact(8).enumerate() {
+        if values.iter().fold(0, |a, &v| a | v) != 0 {
+            for (col, &v) in values.iter().enumerate() {
+                nonzero |= u64::from(v != 0) << STOKER_ZIGZAG_INDEX[row * 8 + col];
+            }
+        }
+    }
+    nonzero & band
+}
 
 /// Do the equivalent of JPEG HUFF_EXTEND
 #[inline(always)]
