@@ -575,6 +575,22 @@ impl Parser<'_> {
 /// markers `FF D0..D7`.
 fn skip_entropy(d: &[u8], mut pos: usize) -> usize {
     while pos + 1 < d.len() {
+        // Eight bytes at a time while none of them is 0xFF (nearly all of an
+        // entropy-coded segment): a byte is 0xFF where the complemented word
+        // has a zero byte. Progressive files are scanned to their end, and
+        // byte by byte this was ~4 % of their decode's instructions.
+        while let Some(word) = d.get(pos..pos + 8) {
+            let inverted = !u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            let has_zero_byte =
+                inverted.wrapping_sub(0x0101_0101_0101_0101) & !inverted & 0x8080_8080_8080_8080;
+            if has_zero_byte != 0 {
+                break;
+            }
+            pos += 8;
+        }
+        if pos + 1 >= d.len() {
+            break;
+        }
         if d[pos] == 0xFF {
             let next = d[pos + 1];
             if next != 0x00 && next != 0xFF && !(0xD0..=0xD7).contains(&next) {
@@ -673,6 +689,55 @@ mod tests {
     fn skip_entropy_ignores_stuffing_and_restarts() {
         let d = [1, 0xFF, 0x00, 2, 0xFF, 0xD3, 3, 0xFF, 0xFF, 0xD9];
         assert_eq!(skip_entropy(&d, 0), 8);
+    }
+
+    /// The word-at-a-time scan finds what a byte-by-byte scan finds, from
+    /// every start, on buffers with few and many 0xFF bytes, stuffing,
+    /// restart markers and real markers at every alignment.
+    #[test]
+    fn skip_entropy_equals_a_byte_by_byte_scan() {
+        fn bytewise(d: &[u8], mut pos: usize) -> usize {
+            while pos + 1 < d.len() {
+                if d[pos] == 0xFF {
+                    let next = d[pos + 1];
+                    if next != 0x00 && next != 0xFF && !(0xD0..=0xD7).contains(&next) {
+                        return pos;
+                    }
+                    pos += if next == 0xFF { 1 } else { 2 };
+                } else {
+                    pos += 1;
+                }
+            }
+            d.len()
+        }
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for case in 0..3000 {
+            let len = (next() % 80) as usize;
+            let ff_every = [2, 5, 17, 64][case % 4];
+            let d: Vec<u8> = (0..len)
+                .map(|_| {
+                    let r = next();
+                    if r % ff_every == 0 {
+                        0xFF
+                    } else {
+                        [0x00, 0xD3, 0xD9, 0xC4, 0x12, 0xFE][(r >> 8) as usize % 6]
+                    }
+                })
+                .collect();
+            for start in 0..=len {
+                assert_eq!(
+                    skip_entropy(&d, start),
+                    bytewise(&d, start),
+                    "{d:02X?} from {start}"
+                );
+            }
+        }
     }
 
     #[test]
