@@ -45,6 +45,6 @@ pub use cudarc;
 pub use error::DecodeError;
 pub use gpu::{cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions};
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
-pub use probe::{probe, ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
+pub use probe::{entropy_coded_end, probe, ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
 pub use route::{Route, RouteCounters, RouteCounts};
 pub use timing::DecodeTimings;

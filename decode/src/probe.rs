@@ -407,7 +407,7 @@ impl Parser<'_> {
                         multi_scan = true;
                     }
                     // Skip the entropy-coded segment up to the next real marker.
-                    pos = skip_entropy(d, seg_end);
+                    pos = entropy_coded_end(d, seg_end);
                     continue;
                 }
                 0xDD if complete && seg.len() >= 2 => {
@@ -570,38 +570,61 @@ impl Parser<'_> {
     }
 }
 
-/// Returns the position of the next marker (its 0xFF byte) after an
-/// entropy-coded segment starting at `pos`: skips stuffed `FF 00` and restart
-/// markers `FF D0..D7`.
-fn skip_entropy(d: &[u8], mut pos: usize) -> usize {
-    while pos + 1 < d.len() {
-        // Eight bytes at a time while none of them is 0xFF (nearly all of an
-        // entropy-coded segment): a byte is 0xFF where the complemented word
-        // has a zero byte. Progressive files are scanned to their end, and
-        // byte by byte this was ~4 % of their decode's instructions.
-        while let Some(word) = d.get(pos..pos + 8) {
-            let inverted = !u64::from_le_bytes(word.try_into().expect("8 bytes"));
-            let has_zero_byte =
-                inverted.wrapping_sub(0x0101_0101_0101_0101) & !inverted & 0x8080_8080_8080_8080;
-            if has_zero_byte != 0 {
-                break;
-            }
-            pos += 8;
-        }
-        if pos + 1 >= d.len() {
-            break;
-        }
-        if d[pos] == 0xFF {
-            let next = d[pos + 1];
-            if next != 0x00 && next != 0xFF && !(0xD0..=0xD7).contains(&next) {
-                return pos;
-            }
-            pos += if next == 0xFF { 1 } else { 2 };
+/// The offset of the `0xFF` that starts the first marker at or after `start`
+/// which is not part of entropy-coded data, or `data.len()` when there is
+/// none. In entropy-coded data a coded `0xFF` is followed by a stuffed `00`,
+/// and restart markers (`FF D0`–`FF D7`) belong to the scan; any other
+/// `FF xx` (after fill bytes, the last of which is returned) ends it. Used by
+/// [`probe`] to count scans and by the converter to find where an image ends.
+///
+/// # Examples
+/// ```
+/// use stoker_decode::entropy_coded_end;
+/// // Scan data with a stuffed byte and a restart marker, then fill bytes and EOI.
+/// let data = [1, 0xFF, 0x00, 2, 0xFF, 0xD3, 3, 0xFF, 0xFF, 0xD9];
+/// assert_eq!(entropy_coded_end(&data, 0), 8);
+/// assert_eq!(entropy_coded_end(&data[..7], 0), 7);
+/// ```
+pub fn entropy_coded_end(data: &[u8], start: usize) -> usize {
+    let mut i = start;
+    while let Some(off) = data.get(i..).and_then(next_ff) {
+        let ff = i + off;
+        // Skip fill bytes to find the code.
+        let Some(code_off) = data[ff..].iter().position(|&b| b != 0xFF) else {
+            return data.len();
+        };
+        let code = data[ff + code_off];
+        if code == 0x00 || (0xD0..=0xD7).contains(&code) {
+            i = ff + code_off + 1;
         } else {
-            pos += 1;
+            return ff + code_off - 1;
         }
     }
-    d.len()
+    data.len()
+}
+
+/// The position of the first `0xFF` byte, eight bytes at a time: a word holds
+/// an `0xFF` byte exactly when its complement holds a zero byte. Compressed
+/// data has few `0xFF` bytes, so most words are skipped whole (byte by byte,
+/// the scan was ~4 % of a progressive file's decode instructions: [`probe`]
+/// reads such files to their end).
+fn next_ff(data: &[u8]) -> Option<usize> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut words = data.chunks_exact(8);
+    let mut base = 0;
+    for w in &mut words {
+        let x = !u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        if x.wrapping_sub(LO) & !x & HI != 0 {
+            return w.iter().position(|&b| b == 0xFF).map(|j| base + j);
+        }
+        base += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| b == 0xFF)
+        .map(|j| base + j)
 }
 
 /// Names the subsampling from the per-component sampling factors.
@@ -686,16 +709,16 @@ mod tests {
     }
 
     #[test]
-    fn skip_entropy_ignores_stuffing_and_restarts() {
+    fn entropy_coded_end_ignores_stuffing_and_restarts() {
         let d = [1, 0xFF, 0x00, 2, 0xFF, 0xD3, 3, 0xFF, 0xFF, 0xD9];
-        assert_eq!(skip_entropy(&d, 0), 8);
+        assert_eq!(entropy_coded_end(&d, 0), 8);
     }
 
     /// The word-at-a-time scan finds what a byte-by-byte scan finds, from
     /// every start, on buffers with few and many 0xFF bytes, stuffing,
     /// restart markers and real markers at every alignment.
     #[test]
-    fn skip_entropy_equals_a_byte_by_byte_scan() {
+    fn entropy_coded_end_equals_a_byte_by_byte_scan() {
         fn bytewise(d: &[u8], mut pos: usize) -> usize {
             while pos + 1 < d.len() {
                 if d[pos] == 0xFF {
@@ -732,7 +755,7 @@ mod tests {
                 .collect();
             for start in 0..=len {
                 assert_eq!(
-                    skip_entropy(&d, start),
+                    entropy_coded_end(&d, start),
                     bytewise(&d, start),
                     "{d:02X?} from {start}"
                 );

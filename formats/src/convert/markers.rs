@@ -42,56 +42,11 @@ pub(crate) fn primary_image_end(data: &[u8]) -> Option<usize> {
                 i += len;
                 if code == 0xDA {
                     scans += 1;
-                    i = entropy_coded_end(data, i);
+                    i = stoker_decode::entropy_coded_end(data, i);
                 }
             }
         }
     }
-}
-
-/// The offset of the `0xFF` that starts the first marker at or after `start` which is not part
-/// of entropy-coded data, or `data.len()` when there is none.
-///
-/// In entropy-coded data a coded `0xFF` is followed by a stuffed `00`, and restart markers
-/// (`FF D0`–`FF D7`) belong to the scan; any other `FF xx` (after fill bytes) ends it.
-fn entropy_coded_end(data: &[u8], start: usize) -> usize {
-    let mut i = start;
-    while let Some(off) = next_ff(&data[i..]) {
-        let ff = i + off;
-        // Skip fill bytes to find the code.
-        let Some(code_off) = data[ff..].iter().position(|&b| b != 0xFF) else {
-            return data.len();
-        };
-        let code = data[ff + code_off];
-        if code == 0x00 || (0xD0..=0xD7).contains(&code) {
-            i = ff + code_off + 1;
-        } else {
-            return ff + code_off - 1;
-        }
-    }
-    data.len()
-}
-
-/// The position of the first `0xFF` byte, eight bytes at a time: a word holds an `0xFF` byte
-/// exactly when its complement holds a zero byte. Compressed data has few `0xFF` bytes, so most
-/// words are skipped whole.
-fn next_ff(data: &[u8]) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let mut words = data.chunks_exact(8);
-    let mut base = 0;
-    for w in &mut words {
-        let x = !u64::from_le_bytes(w.try_into().expect("8 bytes"));
-        if x.wrapping_sub(LO) & !x & HI != 0 {
-            return w.iter().position(|&b| b == 0xFF).map(|j| base + j);
-        }
-        base += 8;
-    }
-    words
-        .remainder()
-        .iter()
-        .position(|&b| b == 0xFF)
-        .map(|j| base + j)
 }
 
 #[cfg(test)]
