@@ -334,9 +334,11 @@ pub(crate) fn build(
         }
     }
     let kernel = TransformKernel::load(&ctx)?;
+    let options = decoder_options(config);
+    let limits = options.limits;
     let nvjpeg = match config.dataset.manifest().encoding {
-        Encoding::Jpeg => Some(Mutex::new(
-            GpuDecoder::new(&ctx, decoder_options(config)).map_err(|e| match e {
+        Encoding::Jpeg => Some(Mutex::new(GpuDecoder::new(&ctx, options).map_err(
+            |e| match e {
                 DecodeError::Load(e) => LoaderError::GpuUnavailable {
                     reason: format!("nvJPEG (libnvjpeg) could not be loaded: {e}"),
                 },
@@ -344,8 +346,8 @@ pub(crate) fn build(
                     op: "nvJPEG decoder creation",
                     source: Box::new(other),
                 },
-            })?,
-        )),
+            },
+        )?)),
         _ => None,
     };
     // The highest stream priority: the consumer's training kernels fill every SM,
@@ -457,7 +459,7 @@ pub(crate) fn build(
             decode,
             kernel,
             nvjpeg,
-            limits: decoder_options(config).limits,
+            limits,
             dataset: config.dataset.clone(),
             transform: config.transform,
             size,

@@ -1131,8 +1131,8 @@ fn enqueue(
 
 /// Returns the slot of a batch that failed in [`enqueue`] to the free list,
 /// clean. Part of its work may be enqueued (decodes still writing the arena,
-/// a copy still reading the pinned buffers): both streams are drained before
-/// the slot can be rewritten. The consumer may still read the slot's output
+/// a copy still reading the pinned buffers): the copy, decode and compute
+/// streams are drained before the slot can be rewritten. The consumer may still read the slot's output
 /// until its release events complete: those are waited for too. Error path
 /// only, on the producer thread.
 fn return_failed_slot(shared: &Shared, mut slot: Box<Slot>) {
