@@ -137,10 +137,10 @@ impl CpuDecoder {
     /// compressed data below them: rows `0..rows` hold exactly what a full
     /// decode writes there (for a valid file: on corrupt data, where a full
     /// decode may stop at damage below the rows, the two can differ, each
-    /// giving an image or a clean error); the bytes below are unspecified. Baseline JPEGs
-    /// stop early; progressive ones decode each scan only down to those rows
-    /// (and transform only those); what the fallback decoder takes decodes
-    /// in full.
+    /// giving an image or a clean error); the bytes below are unspecified.
+    /// Baseline JPEGs stop early; progressive ones decode each scan only down
+    /// to those rows (and transform only those); what the fallback decoder
+    /// takes decodes in full.
     ///
     /// # Examples
     /// ```
@@ -170,8 +170,9 @@ impl CpuDecoder {
     /// only `region` of the image (a crop, say): the pixels inside it are
     /// exactly what a full decode writes there (for a valid file, as with
     /// [`decode_top_into_routed`](Self::decode_top_into_routed)); the bytes
-    /// outside it are unspecified. A baseline or progressive JPEG stops after the region's
-    /// last row (as [`decode_top_into_routed`](Self::decode_top_into_routed)),
+    /// outside it are unspecified. A baseline or progressive JPEG stops after
+    /// the region's last row (as
+    /// [`decode_top_into_routed`](Self::decode_top_into_routed)),
     /// and with standard sampling factors skips the inverse DCT of blocks well
     /// outside the region and the color conversion outside it; what the
     /// fallback decoder takes decodes in full. A region reaching past the

@@ -228,8 +228,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         // `finish_progressive_decoding` stops before it reads further.
         let stoker_mcu_rows = match self.stoker_row_limit {
             Some(rows) if self.coeff == 1 => {
-                let mcu_h = if self.is_interleaved { 8 * self.v_max } else { 8 };
-                Some(rows.saturating_sub(1) / mcu_h + 2)
+                Some(rows.saturating_sub(1) / self.stoker_prog_mcu_size().1 + 2)
             }
             _ => None
         };
@@ -449,6 +448,17 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         return Ok(());
     }
 
+    /// stoker patch: the pixels an MCU of a progressive image spans, as
+    /// `finish_progressive_decoding` walks them: `8 * h_max` × `8 * v_max`
+    /// for interleaved (subsampled) images, 8×8 otherwise.
+    fn stoker_prog_mcu_size(&self) -> (usize, usize) {
+        if self.is_interleaved {
+            (8 * self.h_max, 8 * self.v_max)
+        } else {
+            (8, 8)
+        }
+    }
+
     /// stoker patch: `stoker_limit_rows`. Leaves the rest of a scan's
     /// entropy-coded data undecoded: stops at the marker that ends the scan
     /// (kept in `stream.marker` for the caller, as after a whole scan),
@@ -588,11 +598,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         // upsampler reads, as in `decode_mcu_ycbcr_baseline`), color
         // conversion skips what lies outside it (`post_process`), and the
         // loop stops once the rows asked for are final.
-        let (stoker_mcu_w, stoker_mcu_h) = if self.is_interleaved {
-            (8 * self.h_max, 8 * self.v_max)
-        } else {
-            (8, 8)
-        };
+        let (stoker_mcu_w, stoker_mcu_h) = self.stoker_prog_mcu_size();
         self.stoker_idct_window = self.stoker_mcu_window(stoker_mcu_w, stoker_mcu_h);
         let idct_window = self.stoker_idct_window;
         let row_limit_bytes = self.stoker_row_limit.map(|rows| {
