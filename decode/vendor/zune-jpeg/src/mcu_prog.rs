@@ -278,24 +278,26 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     } else {
                         let start = 64 * (j + i * (self.components[k].width_stride / 8));
 
+                        // stoker patch (change 9): `ok_or_else`, so no error value is built and dropped per block.
                         let data: &mut [i16; 64] = buffer
                             .get_mut(k)
                             .unwrap()
                             .get_mut(start..start + 64)
-                            .ok_or(DecodeErrors::FormatStatic("Slice to Small"))?
+                            .ok_or_else(|| DecodeErrors::FormatStatic("Slice to Small"))?
                             .try_into()
                             .unwrap();
 
                         if self.spec_start == 0 {
                             let pos = self.components[k].dc_huff_table & (MAX_COMPONENTS - 1);
+                            // stoker patch (change 9): `ok_or_else`, so no error value is built and dropped per block.
                             let dc_table = self
                                 .dc_huffman_tables
                                 .get(pos)
-                                .ok_or(DecodeErrors::FormatStatic(
+                                .ok_or_else(|| DecodeErrors::FormatStatic(
                                     "No huffman table for DC component"
                                 ))?
                                 .as_ref()
-                                .ok_or(DecodeErrors::FormatStatic(
+                                .ok_or_else(|| DecodeErrors::FormatStatic(
                                     "Huffman table at index  {} not initialized"
                                 ))?;
 
@@ -402,12 +404,13 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     for k in 0..self.num_scans {
                         let n = self.z_order[k as usize];
                         let component = &mut self.components[n];
+                        // stoker patch (change 9): `ok_or_else`, so no error value is built and dropped per block.
                         let huff_table = self
                             .dc_huffman_tables
                             .get(component.dc_huff_table)
-                            .ok_or(DecodeErrors::FormatStatic("No huffman table for component"))?
+                            .ok_or_else(|| DecodeErrors::FormatStatic("No huffman table for component"))?
                             .as_ref()
-                            .ok_or(DecodeErrors::FormatStatic(
+                            .ok_or_else(|| DecodeErrors::FormatStatic(
                                 "Huffman table at index not initialized"
                             ))?;
 
