@@ -627,7 +627,8 @@ impl BitStream {
         return k;
     }
     pub(crate) fn decode_mcu_ac_first<T>(
-        &mut self, reader: &mut ZReader<T>, ac_table: &HuffmanTable, block: &mut [i16; 64]
+        &mut self, reader: &mut ZReader<T>, ac_table: &HuffmanTable, block: &mut [i16; 64],
+        nonzero: &mut u64
     ) -> Result<bool, DecodeErrors>
     where
         T: ZByteReaderTrait
@@ -650,7 +651,9 @@ impl BitStream {
             if fac != 0 {
                 // fast ac path
                 k += ((fac >> 4) & 15) as usize; // run
-                block[UN_ZIGZAG[min(k, 63)] & 63] = (fac >> 8).wrapping_mul(bit); // value
+                let value = (fac >> 8).wrapping_mul(bit);
+                block[UN_ZIGZAG[min(k, 63)] & 63] = value; // value
+                stoker_mark(nonzero, min(k, 63), value);
                 self.drop_bits((fac & 15) as u8);
                 k += 1;
             } else {
@@ -663,7 +666,9 @@ impl BitStream {
                     k += r as usize;
                     r = self.get_bits(symbol as u8);
                     symbol = huff_extend(r, symbol);
-                    block[UN_ZIGZAG[k & 63] & 63] = (symbol as i16).wrapping_mul(bit);
+                    let value = (symbol as i16).wrapping_mul(bit);
+                    block[UN_ZIGZAG[k & 63] & 63] = value;
+                    stoker_mark(nonzero, k & 63, value);
                     k += 1;
                 } else {
                     if r != 15 {
@@ -685,7 +690,8 @@ impl BitStream {
     }
     #[allow(clippy::too_many_lines, clippy::op_ref)]
     pub(crate) fn decode_mcu_ac_refine<T>(
-        &mut self, reader: &mut ZReader<T>, table: &HuffmanTable, block: &mut [i16; 64]
+        &mut self, reader: &mut ZReader<T>, table: &HuffmanTable, block: &mut [i16; 64],
+        nonzero: &mut u64
     ) -> Result<bool, DecodeErrors>
     where
         T: ZByteReaderTrait
@@ -735,47 +741,49 @@ impl BitStream {
                 // correction bits to the non-zeroes.
                 // A correction bit is 1 if the absolute value of the coefficient must be increased
 
+                // stoker patch (change 10): upstream walked the band from `k`,
+                // reading a correction bit for each nonzero coefficient and
+                // counting zero ones, to stop at zero number `r` (from 0) or
+                // at the band's end. The block's mask gives the same stop
+                // directly, and the nonzero coefficients before it are
+                // visited in the same order with the same reads and checks.
                 if k <= self.spec_end {
-                    'advance_nonzero: loop {
-                        let coefficient = &mut block[UN_ZIGZAG[k as usize & 63] & 63];
-
-                        if *coefficient != 0 {
-                            if self.bits_left < 1 {
-                                self.refill(reader)?;
-                                if self.bits_left < 1 && self.marker.is_some() {
-                                    return Err(DecodeErrors::Format(
-                                        "Marker found where not expected in refine bit".to_string()
-                                    ));
-                                }
-                            }
-                            if self.get_bit() == 1 && (*coefficient & bit) == 0 {
-                                if *coefficient > 0 {
-                                    *coefficient = coefficient.wrapping_add(bit);
-                                } else {
-                                    *coefficient = coefficient.wrapping_sub(bit);
-                                }
-                            }
-                        } else {
-                            r -= 1;
-
-                            if r < 0 {
-                                // reached target zero coefficient.
-                                break 'advance_nonzero;
-                            }
-                        };
-
-                        if k == self.spec_end {
-                            break 'advance_nonzero;
-                        }
-
-                        k += 1;
+                    let band = stoker_band(k, self.spec_end);
+                    let mut zeros = !*nonzero & band;
+                    for _ in 0..r {
+                        zeros &= zeros.wrapping_sub(1);
                     }
+                    let stop = if zeros == 0 { self.spec_end } else { zeros.trailing_zeros() as u8 };
+                    let mut to_correct = *nonzero & band & (u64::MAX >> (63 - stop));
+                    while to_correct != 0 {
+                        let z = to_correct.trailing_zeros() as usize;
+                        to_correct &= to_correct - 1;
+                        let coefficient = &mut block[UN_ZIGZAG[z & 63] & 63];
+
+                        if self.bits_left < 1 {
+                            self.refill(reader)?;
+                            if self.bits_left < 1 && self.marker.is_some() {
+                                return Err(DecodeErrors::Format(
+                                    "Marker found where not expected in refine bit".to_string()
+                                ));
+                            }
+                        }
+                        if self.get_bit() == 1 && (*coefficient & bit) == 0 {
+                            if *coefficient > 0 {
+                                *coefficient = coefficient.wrapping_add(bit);
+                            } else {
+                                *coefficient = coefficient.wrapping_sub(bit);
+                            }
+                        }
+                    }
+                    k = stop;
                 }
 
                 if symbol != 0 {
                     let pos = UN_ZIGZAG[k as usize & 63];
                     // output new non-zero coefficient.
                     block[pos & 63] = symbol as i16;
+                    stoker_mark(nonzero, k as usize & 63, symbol as i16);
                 }
 
                 k += 1;
@@ -787,24 +795,26 @@ impl BitStream {
         }
         if self.eob_run > 0 {
             // only run if block does not consists of purely zeroes
-            if &block[1..] != &[0; 63] {
+            // (stoker patch: the mask's bits 1..63 are `block[1..]`'s)
+            if *nonzero & !1 != 0 {
                 self.refill(reader)?;
 
                 // stoker patch: a correction bit is read for each nonzero
                 // coefficient of the band, in zigzag order, and nothing is
                 // read for the zero ones. Upstream walked every position of
                 // the band, testing each (a quarter of progressive decode
-                // time in callgrind); the nonzero positions are gathered
-                // into a mask first (the corrections below never make a
-                // coefficient zero) and visited lowest first. The refill
+                // time in callgrind); the block's mask of nonzero positions
+                // (change 10; the corrections below never make a
+                // coefficient zero) gives them, visited lowest first. The refill
                 // check follows each bit read. Upstream also checked after
                 // positions without a read; that differs only when a refill
                 // stopped at a marker with no bits left, and then every bit
                 // read until the next reset is zero padding either way.
-                let mut nonzero = stoker_nonzero_in_band(block, k, self.spec_end);
-                while nonzero != 0 {
-                    let z = nonzero.trailing_zeros() as usize;
-                    nonzero &= nonzero - 1;
+                let mut to_correct =
+                    if k <= self.spec_end { *nonzero & stoker_band(k, self.spec_end) } else { 0 };
+                while to_correct != 0 {
+                    let z = to_correct.trailing_zeros() as usize;
+                    to_correct &= to_correct - 1;
                     let coefficient = &mut block[UN_ZIGZAG[z & 63] & 63];
 
                     if self.get_bit() == 1 {
@@ -850,38 +860,18 @@ impl BitStream {
     }
 }
 
-/// stoker patch: the zigzag index of each natural-order position (the inverse
-/// of `UN_ZIGZAG`'s first 64 entries).
-const STOKER_ZIGZAG_INDEX: [u8; 64] = {
-    let mut inverse = [0_u8; 64];
-    let mut k = 0;
-    while k < 64 {
-        inverse[UN_ZIGZAG[k]] = k as u8;
-        k += 1;
-    }
-    inverse
-};
+/// stoker patch (change 10): zigzag positions `k..=spec_end` as bits of a
+/// mask (`k <= spec_end <= 63`).
+#[inline(always)]
+fn stoker_band(k: u8, spec_end: u8) -> u64 {
+    (u64::MAX >> (63 - (spec_end & 63))) & (u64::MAX << (k & 63))
+}
 
-/// stoker patch: the zigzag positions `k..=spec_end` of `block` (natural
-/// order) that hold a nonzero coefficient, as bits of a mask. Most of a
-/// band's coefficients are zero in an end-of-band run: whole rows of eight
-/// are skipped with one test each. Kept out of line: inlined, it changed how
-/// the baseline Huffman loop in this file was compiled (+1.2 % instructions).
-#[inline(never)]
-fn stoker_nonzero_in_band(block: &[i16; 64], k: u8, spec_end: u8) -> u64 {
-    if k > spec_end {
-        return 0;
-    }
-    let band = (u64::MAX >> (63 - (spec_end & 63))) & (u64::MAX << (k & 63));
-    let mut nonzero = 0_u64;
-    for (row, values) in block.chunks_exact(8).enumerate() {
-        if values.iter().fold(0, |a, &v| a | v) != 0 {
-            for (col, &v) in values.iter().enumerate() {
-                nonzero |= u64::from(v != 0) << STOKER_ZIGZAG_INDEX[row * 8 + col];
-            }
-        }
-    }
-    nonzero & band
+/// stoker patch (change 10): records in a block's mask whether the value
+/// just written at zigzag position `z` (0..=63) is nonzero.
+#[inline(always)]
+fn stoker_mark(nonzero: &mut u64, z: usize, value: i16) {
+    *nonzero = (*nonzero & !(1 << z)) | (u64::from(value != 0) << z);
 }
 
 /// Do the equivalent of JPEG HUFF_EXTEND

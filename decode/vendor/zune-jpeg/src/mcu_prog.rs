@@ -57,6 +57,11 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
         // memory location for decoded pixels for components
         let mut block: [Vec<i16>; MAX_COMPONENTS] = [vec![], vec![], vec![], vec![]];
+        // stoker patch (change 10): for each 8x8 block of `block`, a mask of
+        // its nonzero coefficients in zigzag order (bit 0, the DC, is not
+        // kept), maintained by the AC scans and read by the refinement
+        // scans instead of testing every coefficient.
+        let mut nonzero: [Vec<u64>; MAX_COMPONENTS] = [vec![], vec![], vec![], vec![]];
         let mut mcu_width;
 
         let mut seen_scans = 1;
@@ -103,12 +108,13 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             let len = mcu_width * comp.vertical_sample * comp.horizontal_sample * mcu_height;
 
             block[i] = vec![0; len];
+            nonzero[i] = vec![0; len.div_ceil(64)];
         }
 
         let mut stream = BitStream::new_progressive(self.succ_low, self.spec_start, self.spec_end);
 
         // there are multiple scans in the stream, this should resolve the first scan
-        let result = self.parse_entropy_coded_data(&mut stream, &mut block);
+        let result = self.parse_entropy_coded_data(&mut stream, &mut block, &mut nonzero);
 
         if result.is_err() {
             return if self.options.strict_mode() {
@@ -143,7 +149,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         self.spec_end
                     );
                     // after every SOS, marker, parse data for that scan.
-                    let result = self.parse_entropy_coded_data(&mut stream, &mut block);
+                    let result = self.parse_entropy_coded_data(&mut stream, &mut block, &mut nonzero);
 
                     // Do not error out too fast, allows the decoder to continue as much as possible
                     // even after errors
@@ -219,7 +225,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
     #[allow(clippy::too_many_lines, clippy::cast_sign_loss)]
     fn parse_entropy_coded_data(
-        &mut self, stream: &mut BitStream, buffer: &mut [Vec<i16>; MAX_COMPONENTS]
+        &mut self, stream: &mut BitStream, buffer: &mut [Vec<i16>; MAX_COMPONENTS],
+        nonzero: &mut [Vec<u64>; MAX_COMPONENTS]
     ) -> Result<(), DecodeErrors> {
         self.reset_prog_params(stream);
         // stoker patch: `stoker_limit_rows`. The MCU rows whose coefficients
@@ -335,10 +342,20 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                             if self.succ_high == 0 {
                                 debug_assert!(stream.eob_run == 0, "EOB run is not zero");
 
-                                stream.decode_mcu_ac_first(&mut self.stream, ac_table, data)?;
+                                stream.decode_mcu_ac_first(
+                                    &mut self.stream,
+                                    ac_table,
+                                    data,
+                                    &mut nonzero[k][start / 64]
+                                )?;
                             } else {
                                 // refinement scan
-                                stream.decode_mcu_ac_refine(&mut self.stream, ac_table, data)?;
+                                stream.decode_mcu_ac_refine(
+                                    &mut self.stream,
+                                    ac_table,
+                                    data,
+                                    &mut nonzero[k][start / 64]
+                                )?;
                             }
                             // Check for a marker.
                             // It can appear in stream CC https://github.com/etemesi254/zune-image/issues/300
