@@ -700,6 +700,10 @@ impl BitStream {
 
         let mut k = self.spec_start;
         let (mut symbol, mut r);
+        // stoker patch (change 11): the scan's band end, read once (the
+        // field was reloaded after every call that takes `&mut self`).
+        let spec_end = self.spec_end;
+        let band_end = u64::MAX >> (63 - (spec_end & 63));
 
         if self.eob_run == 0 {
             'no_eob: loop {
@@ -747,13 +751,13 @@ impl BitStream {
                 // at the band's end. The block's mask gives the same stop
                 // directly, and the nonzero coefficients before it are
                 // visited in the same order with the same reads and checks.
-                if k <= self.spec_end {
-                    let band = stoker_band(k, self.spec_end);
+                if k <= spec_end {
+                    let band = band_end & (u64::MAX << (k & 63));
                     let mut zeros = !*nonzero & band;
                     for _ in 0..r {
                         zeros &= zeros.wrapping_sub(1);
                     }
-                    let stop = if zeros == 0 { self.spec_end } else { zeros.trailing_zeros() as u8 };
+                    let stop = if zeros == 0 { spec_end } else { zeros.trailing_zeros() as u8 };
                     let mut to_correct = *nonzero & band & (u64::MAX >> (63 - stop));
                     while to_correct != 0 {
                         let z = to_correct.trailing_zeros() as usize;
@@ -788,7 +792,7 @@ impl BitStream {
 
                 k += 1;
 
-                if k > self.spec_end {
+                if k > spec_end {
                     break 'no_eob;
                 }
             }
@@ -811,7 +815,7 @@ impl BitStream {
                 // stopped at a marker with no bits left, and then every bit
                 // read until the next reset is zero padding either way.
                 let mut to_correct =
-                    if k <= self.spec_end { *nonzero & stoker_band(k, self.spec_end) } else { 0 };
+                    if k <= spec_end { *nonzero & band_end & (u64::MAX << (k & 63)) } else { 0 };
                 while to_correct != 0 {
                     let z = to_correct.trailing_zeros() as usize;
                     to_correct &= to_correct - 1;
@@ -860,18 +864,16 @@ impl BitStream {
     }
 }
 
-/// stoker patch (change 10): zigzag positions `k..=spec_end` as bits of a
-/// mask (`k <= spec_end <= 63`).
-#[inline(always)]
-fn stoker_band(k: u8, spec_end: u8) -> u64 {
-    (u64::MAX >> (63 - (spec_end & 63))) & (u64::MAX << (k & 63))
-}
-
 /// stoker patch (change 10): records in a block's mask whether the value
 /// just written at zigzag position `z` (0..=63) is nonzero.
 #[inline(always)]
 fn stoker_mark(nonzero: &mut u64, z: usize, value: i16) {
-    *nonzero = (*nonzero & !(1 << z)) | (u64::from(value != 0) << z);
+    // a zero is written only by a corrupt stream: the branch is predictable
+    if value != 0 {
+        *nonzero |= 1 << z;
+    } else {
+        *nonzero &= !(1 << z);
+    }
 }
 
 /// Do the equivalent of JPEG HUFF_EXTEND

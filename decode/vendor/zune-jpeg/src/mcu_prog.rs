@@ -368,7 +368,12 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     // + EOB and investigate effect.
                     self.todo -= 1;
 
-                    self.handle_rst_main(stream)?;
+                    // stoker patch (change 11): `handle_rst_main` does nothing
+                    // until the restart countdown reaches zero; the call was
+                    // made (out of line) for every block.
+                    if self.todo == 0 {
+                        self.handle_rst_main(stream)?;
+                    }
                 }
             }
         } else {
@@ -461,7 +466,10 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     // we get a higher number in the case this underflows
                     self.todo -= 1;
                     // after every scan that's a mcu, count down restart markers.
-                    self.handle_rst_main(stream)?;
+                    // (stoker patch, change 11: only at zero, where it acts.)
+                    if self.todo == 0 {
+                        self.handle_rst_main(stream)?;
+                    }
                 }
             }
         }
