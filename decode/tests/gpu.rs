@@ -255,6 +255,24 @@ impl BusyStream {
         })
     }
 
+    /// Queues a host function that sleeps `ms` milliseconds: the stream stays
+    /// busy that long while the device itself stays idle.
+    fn queue_host_sleep(&self, ms: u64) {
+        unsafe extern "C" fn sleep(ms: *mut std::ffi::c_void) {
+            std::thread::sleep(std::time::Duration::from_millis(ms as u64));
+        }
+        // SAFETY: the stream is live; the callback reads no memory (the
+        // duration travels in the pointer's value) and makes no CUDA call.
+        let launched = unsafe {
+            cudarc::driver::sys::cuLaunchHostFunc(
+                self.stream.cu_stream(),
+                Some(sleep),
+                ms as usize as *mut std::ffi::c_void,
+            )
+        };
+        assert_eq!(launched, cudarc::driver::sys::CUresult::CUDA_SUCCESS);
+    }
+
     /// Queues `n` memsets of the 2 GiB buffer (under 1 ms each on an H200).
     fn queue_busy_work(&mut self, n: usize) {
         for _ in 0..n {
@@ -339,8 +357,12 @@ fn idle_outputs_decode_without_waiting_for_the_stream() {
         t.stream.memset_zeros(o).unwrap();
     }
     t.stream.synchronize().unwrap();
-    // About 150 ms of work that does not touch the (idle) outputs.
-    t.queue_busy_work(256);
+    // 300 ms of work that does not touch the (idle) outputs, nor the device:
+    // memsets (as the test beside this one queues) fill every SM and the
+    // memory bus, which slowed nvJPEG's own device work on its lane streams
+    // by as long (H200 run 5: the decoder's stream_wait 0 ms, its lanes
+    // 143 ms), so they measured contention, not a wait for the stream.
+    t.queue_host_sleep(300);
     let queued = t.stream.record_event(None).unwrap();
     let got = t
         .dec
