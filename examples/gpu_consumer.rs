@@ -8,8 +8,9 @@
 //!   (warm-up included) and the steady state over the next `--steady-epochs` epochs;
 //! - `fed`: the consumer loop fed by the loader vs the same loop on a batch already in
 //!   GPU memory (the ratio of the two throughputs) and the loader's fed ratio;
-//! - `h2d`: with `--raw`, the loader's H2D GB/s next to a pinned-copy ceiling measured
-//!   in the same process;
+//! - `h2d`: the loader's H2D copy rate (GB/s) in the steady state and in the fed epochs,
+//!   and its bytes over wall time, next to a pinned-copy ceiling measured in the same
+//!   process (the raw route's acceptance; `examples/h2d_probe` breaks the gap down);
 //! - device memory and RSS after each epoch.
 //!
 //! Results are printed and, with `--tsv FILE`, appended as `name<TAB>value<TAB>unit<TAB>note`.
@@ -95,6 +96,10 @@ struct Args {
     /// Pinned staging write-combined (`LoaderBuilder::write_combined_staging`); rows get `_wc`.
     #[arg(long)]
     write_combined: bool,
+    /// Raw records staged with plain `memcpy` instead of non-temporal stores
+    /// (`LoaderBuilder::streaming_staging_stores(false)`); rows get `_memcpy`.
+    #[arg(long)]
+    memcpy_staging: bool,
     /// Hand batches out already waited on the consumer's stream
     /// (`LoaderBuilder::cuda_stream`) instead of calling `wait` on each.
     #[arg(long)]
@@ -195,6 +200,7 @@ fn run(args: &Args) -> Res<()> {
             kind
         }
     } + if args.write_combined { "_wc" } else { "" }
+        + if args.memcpy_staging { "_memcpy" } else { "" }
         + &args.tag;
     let workers = args
         .workers
@@ -230,6 +236,7 @@ fn run(args: &Args) -> Res<()> {
         .prefetch(args.prefetch)
         .workers(workers)
         .write_combined_staging(args.write_combined)
+        .streaming_staging_stores(!args.memcpy_staging)
         .build()?;
     println!("{}", loader.stats().backend);
     let batch_bytes = args.batch_size * 3 * (args.size as usize).pow(2) * 2;
@@ -309,7 +316,12 @@ fn run(args: &Args) -> Res<()> {
         ),
     );
     let steady_epochs = args.steady_epochs.max(1);
+    // The loader's counters over the steady state alone (H2D rows below).
+    loader.reset_stats();
+    let t_steady = Instant::now();
     let steady = alone_rate(1..=steady_epochs)?;
+    let steady_wall_s = t_steady.elapsed().as_secs_f64();
+    let alone_stats = loader.stats();
     table.row(
         &format!("loader_gpu_{kind}_img_s"),
         steady,
@@ -378,17 +390,37 @@ fn run(args: &Args) -> Res<()> {
         "ratio",
         "loader.stats().fed_ratio, acceptance >= 0.99",
     );
-    if let Some(h2d) = stats.stage(Stage::H2d) {
-        let gbs = if h2d.busy_s > 0.0 {
-            h2d.bytes as f64 / h2d.busy_s / 1e9
-        } else {
-            0.0
-        };
+    // H2D: the copy rate (bytes / copy-stream time between the events around each
+    // batch's copy) in the steady state of the loader alone (the throughput phase,
+    // acceptance row) and in the fed epochs (a kernel fills the GPU, the loader is
+    // throttled to the consumer); and bytes over the steady state's wall time.
+    let copy_rate = |s: &stoker::loader::Stats| {
+        s.stage(Stage::H2d)
+            .filter(|h| h.busy_s > 0.0)
+            .map(|h| (h.bytes as f64 / h.busy_s / 1e9, h.bytes))
+    };
+    if let Some((gbs, bytes)) = copy_rate(&alone_stats) {
         table.row(
             &format!("h2d_{kind}_gb_s"),
             gbs,
             "GB/s",
-            "loader H2D stage (bytes / copy-stream time from events)",
+            &format!(
+                "loader alone, epochs 1-{steady_epochs}: H2D copy rate (bytes / copy-stream time from events)"
+            ),
+        );
+        table.row(
+            &format!("h2d_{kind}_wall_gb_s"),
+            bytes as f64 / steady_wall_s / 1e9,
+            "GB/s",
+            "same epochs: H2D bytes / wall time (what the loader delivered)",
+        );
+    }
+    if let Some((gbs, _)) = copy_rate(&stats) {
+        table.row(
+            &format!("h2d_{kind}_fed_gb_s"),
+            gbs,
+            "GB/s",
+            "fed epochs (consumer kernel on the GPU, loader throttled): H2D copy rate",
         );
     }
     if let Some(tr) = stats.stage(Stage::Transform) {

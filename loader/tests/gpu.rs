@@ -405,7 +405,7 @@ fn gpu_memory_is_flat_over_five_epochs() {
 }
 
 #[test]
-fn batches_come_waited_on_the_users_stream_and_write_combined_staging_changes_nothing() {
+fn batches_come_waited_on_the_users_stream_and_staging_options_change_nothing() {
     let Some(ctx) = gpu_or_skip() else {
         return;
     };
@@ -423,7 +423,7 @@ fn batches_come_waited_on_the_users_stream_and_write_combined_staging_changes_no
         other => panic!("expected InvalidConfig(cuda_stream), got {other:?}"),
     }
     let plain = loader(ds.clone(), Device::Cuda(0), Output::F16Nchw, 16).unwrap();
-    let build = |write_combined: bool| {
+    let build = |write_combined: bool, streaming: bool| {
         Loader::builder(ds.clone())
             .batch_size(16)
             .shuffle(Shuffle::Global { seed: 11 })
@@ -434,13 +434,14 @@ fn batches_come_waited_on_the_users_stream_and_write_combined_staging_changes_no
             .prefetch(2)
             .cuda_stream(stream.clone())
             .write_combined_staging(write_combined)
+            .streaming_staging_stores(streaming)
             .build()
             .unwrap()
     };
     let backend = plain.stats().backend;
     assert!(backend.starts_with("cuda:0, raw records"), "{backend}");
-    for write_combined in [false, true] {
-        let on_stream = build(write_combined);
+    for (write_combined, streaming) in [(false, false), (true, true), (false, true)] {
+        let on_stream = build(write_combined, streaming);
         for (p, s) in plain.epoch(1).zip(on_stream.epoch(1)) {
             let (p, s) = (p.unwrap(), s.unwrap());
             assert_eq!((&p.indices, &p.labels), (&s.indices, &s.labels));
@@ -459,7 +460,7 @@ fn batches_come_waited_on_the_users_stream_and_write_combined_staging_changes_no
                 .collect();
             assert_eq!(
                 got, want,
-                "batch {} (write-combined {write_combined}): same kernel, same pixels",
+                "batch {} (write-combined {write_combined}, streaming stores {streaming}): same kernel, same pixels",
                 p.index
             );
         }

@@ -72,7 +72,19 @@ if [ -x "$BIN/gpu_consumer" ]; then
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 --write-combined \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-wc.log" | tail -n 25
   row gpu_consumer_raw_wc "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw --write-combined"
+  # 3b. The same with the records staged by plain memcpy instead of the default
+  #     non-temporal stores (rows raw_memcpy_*).
+  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 --memcpy-staging \
+    --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-memcpy.log" | tail -n 25
+  row gpu_consumer_raw_memcpy "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw --memcpy-staging"
 else
   row gpu_consumer missing exit "gpu_consumer not in BIN"
+fi
+# 4. Where H2D time goes: pinned copies of one raw batch alone, in a ring, after idle
+#    gaps, beside a kernel that fills the GPU, beside host threads copying or reading
+#    (rows h2d_probe_*; examples/h2d_probe.rs).
+if [ -x "$BIN/h2d_probe" ]; then
+  timeout 60 "$BIN/h2d_probe" --threads 1,4,8,16 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/h2d-probe.log" | tail -n 40
+  row h2d_probe "${PIPESTATUS[0]}" exit "examples/h2d_probe"
 fi
 exit 0

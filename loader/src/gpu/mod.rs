@@ -74,6 +74,7 @@ pub mod kernel;
 pub mod nvml;
 pub(crate) mod pipeline;
 pub(crate) mod staging;
+mod stream_copy;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
@@ -91,6 +92,7 @@ use crate::transform::Transform;
 
 pub use cudarc;
 pub use handoff::CudaImages;
+pub use stream_copy::copy_streaming;
 
 use kernel::{KernelDtype, TransformArgs, TransformKernel};
 use staging::{Slot, SlotSizes};
@@ -147,6 +149,8 @@ pub(crate) struct Shared {
     pub(crate) free_rx: Receiver<Box<Slot>>,
     /// Pinned staging is write-combined (`LoaderBuilder::write_combined_staging`).
     pub(crate) write_combined: bool,
+    /// Raw records are staged with streaming stores (`LoaderBuilder::streaming_staging_stores`).
+    pub(crate) streaming_stores: bool,
     /// Batches are handed out already waited on this stream (`LoaderBuilder::cuda_stream`).
     pub(crate) consumer_stream: Option<Arc<CudaStream>>,
 }
@@ -474,6 +478,7 @@ pub(crate) fn build(
             free_tx,
             free_rx,
             write_combined: config.write_combined,
+            streaming_stores: config.streaming_stores,
             consumer_stream: config.cuda_stream.clone(),
         }),
         slots,

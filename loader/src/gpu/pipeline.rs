@@ -897,6 +897,8 @@ fn stage_one(
                         px.fill(g);
                     }
                 }
+            } else if shared.streaming_stores {
+                super::copy_streaming(&mut dst[..want], record.payload);
             } else {
                 dst[..want].copy_from_slice(record.payload);
             }

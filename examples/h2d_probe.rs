@@ -1,0 +1,408 @@
+//! Where does host-to-device copy time go? Measures pinned → device copies of one
+//! loader batch (default 256 raw 500×375 RGB images, 144 MB) under the conditions
+//! the loader's raw route puts them in, one at a time, in one process:
+//!
+//! - `single`: one 256 MiB pinned buffer copied 20 times back to back (the ceiling
+//!   `gpu_consumer` reports);
+//! - `ring`: a ring of `--slots` batch-sized pinned buffers, round robin (the staging ring);
+//! - `gaps`: the ring, one copy at a time with the host idle `--gap-ms` between copies
+//!   (how a loader throttled by its consumer copies);
+//! - `busy`: the ring while a kernel keeps every SM busy on another stream (the
+//!   training step), back to back and with gaps;
+//! - `host<T>`: the ring while `T` host threads copy 562,500-byte records from
+//!   ordinary memory into other pinned memory (the reader threads filling the next
+//!   slot), with cached stores (`host`) and non-temporal stores (`hostnt`), and while
+//!   `T` threads only read (`hostread`); each also reports the host threads' GB/s.
+//!
+//! Rows `h2d_probe_<case>_gb_s` (and `…_host_gb_s`) are printed and, with
+//! `--tsv FILE`, appended as `name<TAB>value<TAB>unit<TAB>note`.
+//!
+//! ```text
+//! cargo run --release --example h2d_probe -- --threads 4,8,16
+//! ```
+//!
+//! Without a GPU it prints why and exits with status 2.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use stoker::decode::cudarc::driver::{
+    sys::CUevent_flags, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
+use stoker::decode::cudarc::nvrtc::compile_ptx;
+
+/// Keeps every SM busy: dependent FMAs per thread, a little memory traffic.
+const SPIN_CU: &str = r#"
+extern "C" __global__ void spin(unsigned int iters, float *sink) {
+    float y = threadIdx.x * 1e-3f + 1.0f;
+    for (unsigned int k = 0; k < iters; ++k) y = fmaf(y, 0.9999999f, 1e-7f);
+    if (y == -1.0f) sink[blockIdx.x] = y;  // never true; keeps the loop
+}
+"#;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Bytes per copy (one loader batch: 256 × 500 × 375 × 3 by default).
+    #[arg(long, default_value_t = 256 * 500 * 375 * 3)]
+    bytes: usize,
+    /// Pinned buffers in the ring.
+    #[arg(long, default_value_t = 4)]
+    slots: usize,
+    /// Copies per measurement.
+    #[arg(long, default_value_t = 16)]
+    copies: usize,
+    /// Host idle time between copies in the `gaps` cases.
+    #[arg(long, default_value_t = 20)]
+    gap_ms: u64,
+    /// Host thread counts for the contention cases.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
+    threads: Vec<usize>,
+    /// Total host write rates (GB/s) at which the largest thread count copies with
+    /// non-temporal stores, paced evenly, in the `paced` cases.
+    #[arg(long, value_delimiter = ',', default_value = "32,40,48,56")]
+    paced: Vec<f64>,
+    /// Append result rows to this TSV file.
+    #[arg(long)]
+    tsv: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+struct Table {
+    file: Option<std::fs::File>,
+}
+
+impl Table {
+    fn row(&mut self, name: &str, value: f64, unit: &str, note: &str) {
+        println!("{name:<36} {value:>10.2} {unit:<6} {note}");
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{name}\t{value:.3}\t{unit}\t{note}");
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    match run(&Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("h2d_probe: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// How the host threads of a contention case touch memory.
+#[derive(Clone, Copy, PartialEq)]
+enum HostWork {
+    /// `copy_from_slice` (glibc memcpy; cached stores at this size).
+    Copy,
+    /// Non-temporal (streaming) stores: no read-for-ownership of the destination.
+    CopyNt,
+    /// Reads only (a checksum of the source, like the record CRC).
+    Read,
+}
+
+fn run(args: &Args) -> Res<()> {
+    let mut table = Table {
+        file: match &args.tsv {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
+            ),
+            None => None,
+        },
+    };
+    let ctx = stoker::decode::cuda_context(args.device)?;
+    let copy = ctx.new_stream()?;
+    let compute = ctx.new_stream()?;
+    let gb = |bytes: f64, ms: f64| bytes / (ms / 1e3) / 1e9;
+
+    // The ceiling as gpu_consumer measures it.
+    {
+        let n = 256 << 20;
+        // SAFETY: only read by the copies; uninitialized bytes are fine here.
+        let host = unsafe { ctx.alloc_pinned_with_flags::<u8>(n, 0) }?;
+        let mut dev = copy.alloc_zeros::<u8>(n)?;
+        copy.memcpy_htod(&host, &mut dev)?;
+        let ms = timed(&copy, || {
+            for _ in 0..20 {
+                copy.memcpy_htod(&host, &mut dev)?;
+            }
+            Ok(())
+        })?;
+        table.row(
+            "h2d_probe_single_gb_s",
+            gb(20.0 * n as f64, ms),
+            "GB/s",
+            "one 256 MiB pinned buffer x20, back to back",
+        );
+    }
+
+    let mut ring: Vec<PinnedHostSlice<u8>> = Vec::new();
+    for _ in 0..args.slots {
+        // SAFETY: filled below before any copy reads it.
+        let mut p = unsafe { ctx.alloc_pinned_with_flags::<u8>(args.bytes, 0) }?;
+        p.as_mut_slice()?.fill(1);
+        ring.push(p);
+    }
+    let mut dev = copy.alloc_zeros::<u8>(args.bytes)?;
+    let total = (args.copies * args.bytes) as f64;
+    let ring_copies = |copy: &Arc<CudaStream>, dev: &mut CudaSlice<u8>| -> Res<f64> {
+        timed(copy, || {
+            for i in 0..args.copies {
+                copy.memcpy_htod(&ring[i % ring.len()], dev)?;
+            }
+            Ok(())
+        })
+    };
+    let gap_copies = |copy: &Arc<CudaStream>, dev: &mut CudaSlice<u8>| -> Res<f64> {
+        let mut ms = 0.0;
+        for i in 0..args.copies {
+            std::thread::sleep(Duration::from_millis(args.gap_ms));
+            ms += timed(copy, || Ok(copy.memcpy_htod(&ring[i % ring.len()], dev)?))?;
+        }
+        Ok(ms)
+    };
+    ring_copies(&copy, &mut dev)?; // warm-up
+    let ms = ring_copies(&copy, &mut dev)?;
+    table.row(
+        "h2d_probe_ring_gb_s",
+        gb(total, ms),
+        "GB/s",
+        &format!(
+            "{} pinned buffers of {} B, round robin",
+            args.slots, args.bytes
+        ),
+    );
+    let ms = gap_copies(&copy, &mut dev)?;
+    table.row(
+        "h2d_probe_gaps_gb_s",
+        gb(total, ms),
+        "GB/s",
+        &format!(
+            "ring, one copy at a time, host idle {} ms between",
+            args.gap_ms
+        ),
+    );
+
+    // The same with every SM busy on another stream.
+    let module = ctx.load_module(compile_ptx(SPIN_CU)?)?;
+    let spin = module.load_function("spin")?;
+    let mut sink = compute.alloc_zeros::<f32>(1 << 16)?;
+    let launch_spin = |iters: u32, sink: &mut CudaSlice<f32>| -> Res<()> {
+        let cfg = LaunchConfig {
+            grid_dim: (132 * 16, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = compute.launch_builder(&spin);
+        b.arg(&iters).arg(sink);
+        // SAFETY: spin(u32, float*): sink holds grid_dim.x floats.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    };
+    // Calibrate one launch to ~20 ms.
+    let t = timed(&compute, || launch_spin(100_000, &mut sink))?;
+    let iters = ((100_000.0 * 20.0 / t.max(0.01)) as u32).max(1000);
+    for (case, gaps) in [("busy", false), ("busy_gaps", true)] {
+        let need_ms = if gaps {
+            args.copies as f64 * (args.gap_ms as f64 + 5.0)
+        } else {
+            args.copies as f64 * 5.0
+        };
+        for _ in 0..((need_ms / 20.0).ceil() as usize + 4) {
+            launch_spin(iters, &mut sink)?;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        let ms = if gaps {
+            gap_copies(&copy, &mut dev)?
+        } else {
+            ring_copies(&copy, &mut dev)?
+        };
+        let still_busy = !compute_done(&compute)?;
+        compute.synchronize()?;
+        table.row(
+            &format!("h2d_probe_{case}_gb_s"),
+            gb(total, ms),
+            "GB/s",
+            &format!(
+                "ring{} while a kernel fills every SM (busy to the end: {still_busy})",
+                if gaps { ", gaps" } else { "" }
+            ),
+        );
+    }
+
+    // Host threads touching memory while the ring copies.
+    let record = 500 * 375 * 3;
+    let src: Vec<u8> = (0..1usize << 29).map(|i| (i * 7 + 3) as u8).collect();
+    let max_threads = args.threads.iter().copied().max().unwrap_or(1);
+    let per_thread = (args.bytes / 4).max(record);
+    let mut dsts = Vec::new();
+    for _ in 0..max_threads {
+        // SAFETY: written by the host threads before anything reads it.
+        dsts.push(unsafe { ctx.alloc_pinned_with_flags::<u8>(per_thread, 0) }?);
+    }
+    let mut cases = Vec::new();
+    for &t in &args.threads {
+        cases.push((HostWork::Copy, t, None));
+    }
+    for &t in &args.threads {
+        if t >= 4 {
+            cases.push((HostWork::CopyNt, t, None));
+            cases.push((HostWork::Read, t, None));
+        }
+    }
+    for &rate in &args.paced {
+        cases.push((HostWork::CopyNt, max_threads, Some(rate)));
+    }
+    for (work, threads, pace) in cases {
+        let name = match (work, pace) {
+            (HostWork::Copy, _) => "host".to_string(),
+            (HostWork::CopyNt, None) => "hostnt".to_string(),
+            (HostWork::CopyNt, Some(r)) => format!("paced{r:.0}_hostnt"),
+            (HostWork::Read, _) => "hostread".to_string(),
+        };
+        let per_thread_rate = pace.map(|r| r * 1e9 / threads as f64);
+        let stop = AtomicBool::new(false);
+        let moved = AtomicU64::new(0);
+        let mut slices = Vec::new();
+        for d in dsts.iter_mut().take(threads) {
+            slices.push(d.as_mut_slice()?);
+        }
+        let (host_alone, dma_ms, host_during) = std::thread::scope(|s| -> Res<(f64, f64, f64)> {
+            for (k, dst) in slices.into_iter().enumerate() {
+                let (stop, moved, src) = (&stop, &moved, &src);
+                s.spawn(move || host_loop(work, k, src, dst, record, per_thread_rate, stop, moved));
+            }
+            // Host alone, then the ring copies with the host threads still going.
+            std::thread::sleep(Duration::from_millis(50));
+            let (b0, t0) = (moved.load(Ordering::Relaxed), Instant::now());
+            std::thread::sleep(Duration::from_millis(150));
+            let alone = (moved.load(Ordering::Relaxed) - b0) as f64 / t0.elapsed().as_secs_f64();
+            let (b1, t1) = (moved.load(Ordering::Relaxed), Instant::now());
+            let ms = ring_copies(&copy, &mut dev)?;
+            let during = (moved.load(Ordering::Relaxed) - b1) as f64 / t1.elapsed().as_secs_f64();
+            stop.store(true, Ordering::Relaxed);
+            Ok((alone / 1e9, ms, during / 1e9))
+        })?;
+        let what = match (work, pace) {
+            (HostWork::Copy, _) => "copy 562,500 B records into pinned memory (memcpy)".to_string(),
+            (HostWork::CopyNt, None) => "copy records with non-temporal stores".to_string(),
+            (HostWork::CopyNt, Some(r)) => {
+                format!("copy records with non-temporal stores, paced to {r} GB/s in all")
+            }
+            (HostWork::Read, _) => "read records only (a checksum)".to_string(),
+        };
+        table.row(
+            &format!("h2d_probe_{name}{threads}_gb_s"),
+            gb(total, dma_ms),
+            "GB/s",
+            &format!("ring while {threads} host threads {what}"),
+        );
+        table.row(
+            &format!("h2d_probe_{name}{threads}_host_gb_s"),
+            host_during,
+            "GB/s",
+            &format!("those threads meanwhile (alone: {host_alone:.1} GB/s)"),
+        );
+    }
+    // A slot copied right after the host rewrote it (nothing else running): are
+    // lines the CPU just wrote (dirty in its caches, or just streamed to memory)
+    // slower for the device to read than lines written long before?
+    drop(dsts);
+    for (work, name) in [(HostWork::Copy, "memcpy"), (HostWork::CopyNt, "nt")] {
+        let mut ms = 0.0;
+        for i in 0..args.copies {
+            let slot = i % ring.len();
+            let buf = ring[slot].as_mut_slice()?;
+            let chunk = buf.len().div_ceil(max_threads);
+            std::thread::scope(|s| {
+                for (k, part) in buf.chunks_mut(chunk).enumerate() {
+                    let src = &src[(k * chunk) % (src.len() - chunk)..][..part.len()];
+                    s.spawn(move || match work {
+                        HostWork::CopyNt => stoker::loader::gpu::copy_streaming(part, src),
+                        _ => part.copy_from_slice(src),
+                    });
+                }
+            });
+            ms += timed(&copy, || Ok(copy.memcpy_htod(&ring[slot], &mut dev)?))?;
+        }
+        table.row(
+            &format!("h2d_probe_after_{name}_gb_s"),
+            gb(total, ms),
+            "GB/s",
+            &format!(
+                "each slot copied alone right after {max_threads} host threads rewrote it ({name})"
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Times what `f` enqueues on `stream` with events, in ms.
+fn timed(stream: &Arc<CudaStream>, f: impl FnOnce() -> Res<()>) -> Res<f64> {
+    let a = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    f()?;
+    let b = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    b.synchronize()?;
+    Ok(f64::from(a.elapsed_ms(&b)?))
+}
+
+/// Whether everything enqueued on `stream` so far has completed.
+fn compute_done(stream: &Arc<CudaStream>) -> Res<bool> {
+    let e = stream.record_event(None)?;
+    Ok(e.is_complete())
+}
+
+/// One host thread of a contention case: records from `src` (starting at a
+/// per-thread offset) into `dst`, cycling, until `stop`; bytes counted in `moved`.
+#[allow(clippy::too_many_arguments)]
+fn host_loop(
+    work: HostWork,
+    k: usize,
+    src: &[u8],
+    dst: &mut [u8],
+    record: usize,
+    rate: Option<f64>,
+    stop: &AtomicBool,
+    moved: &AtomicU64,
+) {
+    let records_src = src.len() / record;
+    let records_dst = dst.len() / record;
+    let mut i = k * 97;
+    let mut sum = 0u64;
+    let start = Instant::now();
+    let mut mine = 0f64;
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(rate) = rate {
+            // Evenly paced: no further ahead than `mine / rate` seconds.
+            let due = Duration::from_secs_f64(mine / rate);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+            mine += record as f64;
+        }
+        let from = &src[(i % records_src) * record..][..record];
+        let to = &mut dst[(i % records_dst) * record..][..record];
+        match work {
+            HostWork::Copy => to.copy_from_slice(from),
+            HostWork::CopyNt => stoker::loader::gpu::copy_streaming(to, from),
+            HostWork::Read => {
+                sum = from.chunks_exact(8).fold(sum, |a, c| {
+                    a ^ u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))
+                });
+            }
+        }
+        moved.fetch_add(record as u64, Ordering::Relaxed);
+        i += 1;
+    }
+    std::hint::black_box(sum);
+}
