@@ -93,11 +93,17 @@ struct Args {
     /// rows are then named `jpeg_states<n>` (after `_gpuhuff<percent>` when both are given).
     #[arg(long)]
     states_per_lane: Option<usize>,
-    /// Pinned staging write-combined (`LoaderBuilder::write_combined_staging`); rows get `_wc`.
+    /// Pinned staging write-combined (`LoaderBuilder::write_combined_staging`, and
+    /// records staged rather than copied from the dataset map); rows get `_wc`.
     #[arg(long)]
     write_combined: bool,
-    /// Raw records staged with plain `memcpy` instead of non-temporal stores
-    /// (`LoaderBuilder::streaming_staging_stores(false)`); rows get `_memcpy`.
+    /// Raw records staged in pinned memory (non-temporal stores) instead of copied
+    /// from the page-locked dataset map (`LoaderBuilder::zero_copy_h2d(false)`);
+    /// rows get `_staged`.
+    #[arg(long)]
+    staged: bool,
+    /// Raw records staged with plain `memcpy` (`zero_copy_h2d(false)` and
+    /// `streaming_staging_stores(false)`); rows get `_memcpy`.
     #[arg(long)]
     memcpy_staging: bool,
     /// Hand batches out already waited on the consumer's stream
@@ -200,7 +206,13 @@ fn run(args: &Args) -> Res<()> {
             kind
         }
     } + if args.write_combined { "_wc" } else { "" }
-        + if args.memcpy_staging { "_memcpy" } else { "" }
+        + if args.memcpy_staging {
+            "_memcpy"
+        } else if args.staged {
+            "_staged"
+        } else {
+            ""
+        }
         + &args.tag;
     let workers = args
         .workers
@@ -237,6 +249,7 @@ fn run(args: &Args) -> Res<()> {
         .workers(workers)
         .write_combined_staging(args.write_combined)
         .streaming_staging_stores(!args.memcpy_staging)
+        .zero_copy_h2d(!(args.staged || args.memcpy_staging || args.write_combined))
         .build()?;
     println!("{}", loader.stats().backend);
     let batch_bytes = args.batch_size * 3 * (args.size as usize).pow(2) * 2;

@@ -31,7 +31,8 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use stoker::decode::cudarc::driver::{
-    sys::CUevent_flags, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    sys::{self, CUevent_flags},
+    CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use stoker::decode::cudarc::nvrtc::compile_ptx;
 
@@ -344,7 +345,282 @@ fn run(args: &Args) -> Res<()> {
             ),
         );
     }
+
+    // Record by record (256 copies of one record per batch, shuffled), from pinned
+    // memory and from a page-locked file map (page cache), on 1, 2 or 4 streams;
+    // and whole batches from the file map: is it the per-copy cost or the memory?
+    let streams = [
+        copy.clone(),
+        ctx.new_stream()?,
+        ctx.new_stream()?,
+        ctx.new_stream()?,
+    ];
+    let per_batch = args.bytes / record;
+    let file_path = std::env::temp_dir().join(format!("stoker-h2d-probe-{}", std::process::id()));
+    std::fs::write(&file_path, &src)?;
+    let file = std::fs::File::open(&file_path)?;
+    // SAFETY: a private temporary file nobody else writes; removed after the map drops.
+    let map = unsafe { memmap2::Mmap::map(&file) }?;
+    let map_len = map.len() / 4096 * 4096;
+    let flags = sys::CU_MEMHOSTREGISTER_READ_ONLY
+        | sys::CU_MEMHOSTREGISTER_PORTABLE
+        | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+    // SAFETY: the range lies in a read-only mapping that outlives the registration
+    // (unregistered below, after the copies completed).
+    let registered =
+        unsafe { sys::cuMemHostRegister_v2(map.as_ptr().cast_mut().cast(), map_len, flags) }
+            .result();
+    let mut order: Vec<usize> = (0..map_len / record).collect();
+    // A fixed shuffle (LCG), like the sampler's.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..order.len()).rev() {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        order.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    let ring_records = args.bytes / record;
+    let ring_bytes = ring
+        .iter()
+        .map(|p| p.as_slice())
+        .collect::<Result<Vec<_>, _>>()?;
+    let scatter = |from_file: bool, nstreams: usize, dev: &mut CudaSlice<u8>| -> Res<f64> {
+        let (dptr, _g) = {
+            use stoker::decode::cudarc::driver::DevicePtr;
+            dev.device_ptr(&copy)
+        };
+        let start = copy.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        for s in &streams[1..nstreams] {
+            s.wait(&start)?;
+        }
+        for b in 0..args.copies {
+            for r in 0..per_batch {
+                let stream = &streams[r % nstreams];
+                let k = b * per_batch + r;
+                let src: &[u8] = if from_file {
+                    let rec = order[k % order.len()];
+                    &map[rec * record..(rec + 1) * record]
+                } else {
+                    let slot = ring_bytes[(k / ring_records) % ring_bytes.len()];
+                    let rec = order[k % order.len()] % ring_records;
+                    &slot[rec * record..(rec + 1) * record]
+                };
+                // SAFETY: the destination holds `args.bytes ≥ per_batch * record`
+                // bytes; the source is page-locked (registered file map or pinned
+                // ring) and outlives the copies (synchronized below).
+                unsafe {
+                    stoker::decode::cudarc::driver::result::memcpy_htod_async(
+                        dptr + (r * record) as u64,
+                        src,
+                        stream.cu_stream(),
+                    )
+                }?;
+            }
+        }
+        for s in &streams[1..nstreams] {
+            let e = s.record_event(None)?;
+            copy.wait(&e)?;
+        }
+        let end = copy.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        end.synchronize()?;
+        Ok(f64::from(start.elapsed_ms(&end)?))
+    };
+    let scattered = (args.copies * per_batch * record) as f64;
+    for n in [1, 2, 4] {
+        let ms = scatter(false, n, &mut dev)?;
+        table.row(
+            &format!("h2d_probe_pinned_records_streams{n}_gb_s"),
+            gb(scattered, ms),
+            "GB/s",
+            &format!("{per_batch} copies of one record per batch from pinned memory, shuffled, {n} streams"),
+        );
+    }
+    match registered {
+        Ok(()) => {
+            for n in [1, 2, 4] {
+                let ms = scatter(true, n, &mut dev)?;
+                table.row(
+                    &format!("h2d_probe_filemap_records_streams{n}_gb_s"),
+                    gb(scattered, ms),
+                    "GB/s",
+                    &format!("same from a page-locked file map (page cache), {n} streams"),
+                );
+            }
+            let whole = args.bytes.min(map_len);
+            let whole_ms = timed(&copy, || {
+                for b in 0..args.copies {
+                    let off = (b * whole) % (map_len - whole + 1) / 4096 * 4096;
+                    // SAFETY: as above; `off + whole ≤ map_len`.
+                    unsafe {
+                        stoker::decode::cudarc::driver::result::memcpy_htod_async(
+                            {
+                                use stoker::decode::cudarc::driver::DevicePtr;
+                                dev.device_ptr(&copy).0
+                            },
+                            &map[off..off + whole],
+                            copy.cu_stream(),
+                        )
+                    }?;
+                }
+                Ok(())
+            })?;
+            let ms = batch_api(
+                &copy,
+                &map,
+                &order,
+                record,
+                per_batch,
+                args.copies,
+                &mut dev,
+            )?;
+            table.row(
+                "h2d_probe_filemap_records_batchapi_gb_s",
+                gb(scattered, ms),
+                "GB/s",
+                "same records, one cuMemcpyBatchAsync per batch",
+            );
+            let ms = sm_gather(&ctx, &copy, &map, &order, per_batch, args.copies, &mut dev)?;
+            table.row(
+                "h2d_probe_filemap_records_smgather_gb_s",
+                gb((args.copies * per_batch * GATHER_BYTES) as f64, ms),
+                "GB/s",
+                "same records (16-byte aligned, 562,496 B) read by a kernel from the mapped page cache",
+            );
+            table.row(
+                "h2d_probe_filemap_batches_gb_s",
+                gb((args.copies * whole) as f64, whole_ms),
+                "GB/s",
+                "whole batches (one copy each) from the page-locked file map",
+            );
+            copy.synchronize()?;
+            // SAFETY: registered above; every copy reading it has completed.
+            if let Err(e) =
+                unsafe { sys::cuMemHostUnregister(map.as_ptr().cast_mut().cast()) }.result()
+            {
+                eprintln!("cuMemHostUnregister: {e}");
+            }
+        }
+        Err(e) => println!("h2d_probe: registering a file map failed: {e}"),
+    }
+    drop(map);
+    let _ = std::fs::remove_file(&file_path);
     Ok(())
+}
+
+/// Bytes a gather kernel copies per record (16-byte multiple), and the 64-byte
+/// aligned spacing of its records in the file map.
+const GATHER_BYTES: usize = 562_496;
+const GATHER_PITCH: usize = 562_560;
+
+/// Copies of shuffled records from `map` (registered) with one
+/// `cuMemcpyBatchAsync` per batch; ms from events.
+fn batch_api(
+    copy: &Arc<CudaStream>,
+    map: &[u8],
+    order: &[usize],
+    record: usize,
+    per_batch: usize,
+    batches: usize,
+    dev: &mut CudaSlice<u8>,
+) -> Res<f64> {
+    use stoker::decode::cudarc::driver::DevicePtr;
+    let (dptr, _g) = dev.device_ptr(copy);
+    // SAFETY: a C struct of enums and integers, each valid as zero (INVALID / 0);
+    // the fields that matter are set below.
+    let mut attr: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
+    attr.srcAccessOrder = sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    attr.srcLocHint.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
+    attr.dstLocHint.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    let mut idx = [0usize];
+    timed(copy, || {
+        for b in 0..batches {
+            let mut dsts: Vec<u64> = (0..per_batch).map(|r| dptr + (r * record) as u64).collect();
+            let mut srcs: Vec<u64> = (0..per_batch)
+                .map(|r| {
+                    let rec = order[(b * per_batch + r) % order.len()];
+                    map[rec * record..].as_ptr() as u64
+                })
+                .collect();
+            let mut sizes = vec![record; per_batch];
+            // SAFETY: arrays of `per_batch` entries; sources lie in the registered
+            // map, destinations in `dev` (`per_batch * record ≤ its length`).
+            unsafe {
+                sys::cuMemcpyBatchAsync_v2(
+                    dsts.as_mut_ptr(),
+                    srcs.as_mut_ptr(),
+                    sizes.as_mut_ptr(),
+                    per_batch,
+                    &mut attr,
+                    idx.as_mut_ptr(),
+                    1,
+                    copy.cu_stream(),
+                )
+            }
+            .result()?;
+        }
+        Ok(())
+    })
+}
+
+/// A kernel on the SMs copies shuffled records straight from the mapped host
+/// memory (16-byte loads); ms from events.
+fn sm_gather(
+    ctx: &Arc<stoker::decode::cudarc::driver::CudaContext>,
+    copy: &Arc<CudaStream>,
+    map: &[u8],
+    order: &[usize],
+    per_batch: usize,
+    batches: usize,
+    dev: &mut CudaSlice<u8>,
+) -> Res<f64> {
+    const GATHER_CU: &str = r#"
+extern "C" __global__ void gather(const unsigned long long *srcs, unsigned long long dst,
+                                  unsigned long long pitch, unsigned long long bytes) {
+    const uint4 *s = (const uint4 *)srcs[blockIdx.y];
+    uint4 *d = (uint4 *)(dst + (unsigned long long)blockIdx.y * pitch);
+    unsigned long long n = bytes / 16;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        d[i] = s[i];
+}
+"#;
+    use stoker::decode::cudarc::driver::DevicePtr;
+    let module = ctx.load_module(compile_ptx(GATHER_CU)?)?;
+    let f = module.load_function("gather")?;
+    let mut base = 0u64;
+    // SAFETY: `map` was registered with DEVICEMAP; writes one pointer.
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut base, map.as_ptr().cast_mut().cast(), 0) }
+        .result()?;
+    let records = map.len() / GATHER_PITCH;
+    let mut table = Vec::new();
+    for b in 0..batches {
+        for r in 0..per_batch {
+            let rec = order[(b * per_batch + r) % order.len()] % records;
+            table.push(base + (rec * GATHER_PITCH) as u64);
+        }
+    }
+    let srcs = copy.clone_htod(&table)?;
+    let (dptr, _g) = dev.device_ptr(copy);
+    let (sptr, _s) = srcs.device_ptr(copy);
+    let cfg = LaunchConfig {
+        grid_dim: (8, per_batch as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    // Destinations packed (a multiple of 16 bytes apart): per_batch * bytes ≤ the batch.
+    let (pitch, bytes) = (GATHER_BYTES as u64, GATHER_BYTES as u64);
+    timed(copy, || {
+        for b in 0..batches {
+            let s = sptr + (b * per_batch * 8) as u64;
+            let mut l = copy.launch_builder(&f);
+            l.arg(&s).arg(&dptr).arg(&pitch).arg(&bytes);
+            // SAFETY: gather(u64*, u64, u64, u64): `s` holds per_batch source
+            // addresses of `bytes` readable, mapped bytes each; the destination holds
+            // per_batch * pitch bytes (≤ the batch size), 16-byte aligned.
+            unsafe { l.launch(cfg) }?;
+        }
+        Ok(())
+    })
 }
 
 /// Times what `f` enqueues on `stream` with events, in ms.

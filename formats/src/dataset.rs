@@ -122,6 +122,32 @@ impl Dataset {
         })
     }
 
+    /// The bytes of shard `shard` (a position in `manifest().shards`) as they are
+    /// memory-mapped: every record payload a [`DatasetReader`] of this dataset hands
+    /// out is a slice of one of these, valid as long as the dataset (any clone) lives.
+    /// For callers that hand the mapping itself to a device, e.g. to page-lock it for
+    /// DMA; `None` past the last shard.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut w = DatasetWriter::create(dir.path(), WriterOptions::default())?;
+    /// w.push(RecordMeta { encoding: Encoding::Raw, height: 1, width: 2, channels: 1, label: 0 }, &[7, 9])?;
+    /// w.finish(vec!["only".into()], Provenance::stoker("doc example"))?;
+    ///
+    /// let ds = Dataset::open(dir.path())?;
+    /// let map = ds.shard_bytes(0).unwrap();
+    /// let reader = ds.reader()?;
+    /// let payload = reader.get(0)?.payload.as_ptr_range();
+    /// assert!(map.as_ptr_range().start <= payload.start && payload.end <= map.as_ptr_range().end);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shard_bytes(&self, shard: usize) -> Option<&[u8]> {
+        self.inner.shards.get(shard).map(|s| s.mapped())
+    }
+
     /// Which shard holds `index`, as a position in `manifest().shards`.
     pub fn shard_of(&self, index: u64) -> Option<usize> {
         let shards = &self.inner.manifest.shards;

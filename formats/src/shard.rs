@@ -33,6 +33,75 @@ pub(crate) struct OpenShard {
     /// The unnamed database holding the records.
     pub db: Database<Bytes, Bytes>,
     id: FileId,
+    /// Where LMDB mapped the file (`OpenShard::mapped`), found on first use.
+    map: OnceLock<(usize, usize)>,
+}
+
+impl OpenShard {
+    /// The whole shard file as LMDB mapped it: record payloads handed out by readers
+    /// are slices of these bytes. Empty when the mapping cannot be found (a shard
+    /// without records, or a system without `/proc/self/maps`).
+    pub(crate) fn mapped(&self) -> &[u8] {
+        let (addr, len) = *self.map.get_or_init(|| self.find_map().unwrap_or((0, 0)));
+        if addr == 0 || len == 0 {
+            return &[];
+        }
+        // SAFETY: `find_map` found a mapping of this shard's file (same inode, file
+        // offset 0) of at least `len` bytes at `addr`, one that contains a value LMDB
+        // handed out: LMDB's own read-only MAP_SHARED map of the file, made when the
+        // environment was opened. It lives as long as `self.env`, which `&self`
+        // borrows, and every byte below the file length (`len ≤ file length`) is
+        // backed by the file. Nobody writes a finished shard (see `open_shard`), so
+        // the bytes do not change while borrowed; a file replaced on disk gets a new
+        // inode and is not this mapping.
+        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+    }
+
+    /// Finds LMDB's memory map of this file: the mapping that holds the first
+    /// record's value (LMDB does not say where it mapped a file unless asked for a
+    /// fixed address). `(address, bytes backed by the file)`.
+    fn find_map(&self) -> Option<(usize, usize)> {
+        let txn = self.env.read_txn().ok()?;
+        let (_, value) = self.db.first(&txn).ok()??;
+        let inside = value.as_ptr() as usize;
+        drop(txn);
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        maps.lines().find_map(|line| {
+            let m = MapsLine::parse(line)?;
+            (m.start <= inside && inside < m.end && m.offset == 0 && m.inode == self.id.ino).then(
+                || {
+                    let file = usize::try_from(self.id.len).unwrap_or(usize::MAX);
+                    (m.start, (m.end - m.start).min(file))
+                },
+            )
+        })
+    }
+}
+
+/// One line of `/proc/self/maps`: `start-end perms offset dev inode [path]`.
+#[derive(Debug, PartialEq, Eq)]
+struct MapsLine {
+    start: usize,
+    end: usize,
+    offset: u64,
+    inode: u64,
+}
+
+impl MapsLine {
+    fn parse(line: &str) -> Option<MapsLine> {
+        let mut f = line.split_ascii_whitespace();
+        let (start, end) = f.next()?.split_once('-')?;
+        let _perms = f.next()?;
+        let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+        let _dev = f.next()?;
+        let inode = f.next()?.parse().ok()?;
+        Some(MapsLine {
+            start: usize::from_str_radix(start, 16).ok()?,
+            end: usize::from_str_radix(end, 16).ok()?,
+            offset,
+            inode,
+        })
+    }
 }
 
 fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
@@ -100,6 +169,7 @@ pub(crate) fn open_shard(path: &Path) -> Result<Arc<OpenShard>, FormatError> {
         env,
         db,
         id,
+        map: OnceLock::new(),
     });
     reg.retain(|_, w| w.strong_count() > 0);
     reg.insert(canonical, Arc::downgrade(&shard));
@@ -109,4 +179,35 @@ pub(crate) fn open_shard(path: &Path) -> Result<Arc<OpenShard>, FormatError> {
 /// Key of dataset index `index`: u64 big-endian, so LMDB's byte order is index order.
 pub(crate) fn key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MapsLine;
+
+    #[test]
+    fn maps_lines_parse_with_and_without_a_path() {
+        assert_eq!(
+            MapsLine::parse(
+                "7f1c2a000000-7f1c2a410000 r--s 00000000 08:01 1835042   /data/shard-00000.lmdb"
+            ),
+            Some(MapsLine {
+                start: 0x7f1c_2a00_0000,
+                end: 0x7f1c_2a41_0000,
+                offset: 0,
+                inode: 1_835_042
+            })
+        );
+        assert_eq!(
+            MapsLine::parse("55d0c1a00000-55d0c1a21000 rw-p 00001000 00:00 0"),
+            Some(MapsLine {
+                start: 0x55d0_c1a0_0000,
+                end: 0x55d0_c1a2_1000,
+                offset: 0x1000,
+                inode: 0
+            })
+        );
+        assert_eq!(MapsLine::parse("garbage"), None);
+        assert_eq!(MapsLine::parse(""), None);
+    }
 }

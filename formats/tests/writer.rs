@@ -259,3 +259,53 @@ fn dataset_is_send_sync_clone_and_reader_is_send() {
     send::<stoker_formats::DatasetReader>();
     send::<FormatError>();
 }
+
+#[test]
+fn every_payload_is_a_slice_of_its_shards_mapped_bytes() {
+    // Large values (LMDB overflow pages) and small ones, over several shards.
+    let dir = tempfile::tempdir().unwrap();
+    let opts = WriterOptions {
+        records_per_shard: Some(7),
+        ..WriterOptions::default()
+    };
+    let mut w = DatasetWriter::create(dir.path(), opts).unwrap();
+    let payloads: Vec<Vec<u8>> = (0..20u32)
+        .map(|i| {
+            let len = if i % 3 == 0 {
+                300_000 + i * 1_001
+            } else {
+                50 + i
+            };
+            (0..len).map(|b| (b * 13 + i) as u8).collect()
+        })
+        .collect();
+    for (i, p) in payloads.iter().enumerate() {
+        w.push(jpeg(i as u32), p).unwrap();
+    }
+    w.finish(vec!["a".into()], Provenance::stoker("test"))
+        .unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    let shards = ds.manifest().shards.len();
+    assert_eq!(shards, 3);
+    assert!(ds.shard_bytes(shards).is_none());
+    let reader = ds.reader().unwrap();
+    for (i, want) in payloads.iter().enumerate() {
+        let rec = reader.get(i as u64).unwrap();
+        let shard = ds.shard_of(i as u64).unwrap();
+        let map = ds.shard_bytes(shard).unwrap();
+        let len = std::fs::metadata(dir.path().join(&ds.manifest().shards[shard].file))
+            .unwrap()
+            .len();
+        assert_eq!(
+            map.len() as u64,
+            len,
+            "shard {shard}: the whole file, no more"
+        );
+        let start = rec.payload.as_ptr() as usize - map.as_ptr() as usize;
+        assert!(
+            start + rec.payload.len() <= map.len(),
+            "record {i} inside shard {shard}"
+        );
+        assert_eq!(&map[start..start + want.len()], &want[..], "record {i}");
+    }
+}

@@ -77,6 +77,8 @@ pub struct LoaderConfig {
     pub(crate) write_combined: bool,
     /// GPU path: stage raw records with non-temporal stores.
     pub(crate) streaming_stores: bool,
+    /// GPU path: copy raw records straight from the page-locked dataset map.
+    pub(crate) zero_copy: bool,
     /// Start epoch e+1's pipeline when epoch e's last batch is handed out.
     pub(crate) prefetch_next_epoch: bool,
 }
@@ -290,6 +292,36 @@ impl LoaderBuilder {
     /// ```
     pub fn streaming_staging_stores(mut self, on: bool) -> Self {
         self.config.streaming_stores = on;
+        self
+    }
+
+    /// GPU path, raw records: page-lock the dataset's memory map at build
+    /// (`cuMemHostRegister`, read-only) and copy each record to the device straight
+    /// from it, with no host copy into pinned staging (default `true`). Used only
+    /// when the shards together take at most half the machine's memory (they stay
+    /// resident while the loader lives; registering reads them into the page cache)
+    /// and the driver accepts the registration; otherwise, or when `false`, the
+    /// reader threads stage records in pinned memory as before. `stats().backend`
+    /// says which is in use. Images larger than a staging stride still go through
+    /// staging (resized on the CPU).
+    ///
+    /// Why: the device reads pinned memory more slowly while the host writes to
+    /// memory at the same time, and staging writes every byte once; reads (the
+    /// record CRC) do not slow it (docs/BENCHMARKS.md, `examples/h2d_probe`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Device, Loader};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train-raw")?)
+    ///     .device(Device::Cuda(0))
+    ///     .zero_copy_h2d(false) // always stage through pinned buffers
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn zero_copy_h2d(mut self, on: bool) -> Self {
+        self.config.zero_copy = on;
         self
     }
 
@@ -518,6 +550,7 @@ impl Loader {
                 cuda_stream: None,
                 write_combined: false,
                 streaming_stores: true,
+                zero_copy: true,
                 prefetch_next_epoch: true,
             },
             resume: None,

@@ -423,7 +423,7 @@ fn batches_come_waited_on_the_users_stream_and_staging_options_change_nothing() 
         other => panic!("expected InvalidConfig(cuda_stream), got {other:?}"),
     }
     let plain = loader(ds.clone(), Device::Cuda(0), Output::F16Nchw, 16).unwrap();
-    let build = |write_combined: bool, streaming: bool| {
+    let build = |write_combined: bool, streaming: bool, zero_copy: bool| {
         Loader::builder(ds.clone())
             .batch_size(16)
             .shuffle(Shuffle::Global { seed: 11 })
@@ -435,13 +435,41 @@ fn batches_come_waited_on_the_users_stream_and_staging_options_change_nothing() 
             .cuda_stream(stream.clone())
             .write_combined_staging(write_combined)
             .streaming_staging_stores(streaming)
+            .zero_copy_h2d(zero_copy)
             .build()
             .unwrap()
     };
+    // The default: records copied to the device straight from the page-locked
+    // dataset map (the shards are a few MiB, the driver allows it on our machines).
     let backend = plain.stats().backend;
-    assert!(backend.starts_with("cuda:0, raw records"), "{backend}");
-    for (write_combined, streaming) in [(false, false), (true, true), (false, true)] {
-        let on_stream = build(write_combined, streaming);
+    assert!(
+        backend.starts_with("cuda:0, raw records: zero-copy H2D"),
+        "{backend}"
+    );
+    assert!(backend.contains("one batched copy per batch"), "{backend}");
+    for (write_combined, streaming, zero_copy, per_record) in [
+        (false, false, false, false),
+        (true, true, false, false),
+        (false, true, false, false),
+        (false, true, true, false),
+        (false, true, true, true),
+    ] {
+        // The diagnostic switch to one copy per record is read at build only.
+        if per_record {
+            std::env::set_var("STOKER_H2D_PER_RECORD", "1");
+        }
+        let on_stream = build(write_combined, streaming, zero_copy);
+        std::env::remove_var("STOKER_H2D_PER_RECORD");
+        if per_record {
+            let backend = on_stream.stats().backend;
+            assert!(backend.contains("one copy per record"), "{backend}");
+        }
+        let backend = on_stream.stats().backend;
+        assert_eq!(
+            backend.contains("zero-copy"),
+            zero_copy,
+            "zero_copy_h2d({zero_copy}): {backend}"
+        );
         for (p, s) in plain.epoch(1).zip(on_stream.epoch(1)) {
             let (p, s) = (p.unwrap(), s.unwrap());
             assert_eq!((&p.indices, &p.labels), (&s.indices, &s.labels));
@@ -460,7 +488,7 @@ fn batches_come_waited_on_the_users_stream_and_staging_options_change_nothing() 
                 .collect();
             assert_eq!(
                 got, want,
-                "batch {} (write-combined {write_combined}, streaming stores {streaming}): same kernel, same pixels",
+                "batch {} (write-combined {write_combined}, streaming stores {streaming}, zero-copy {zero_copy}): same kernel, same pixels",
                 p.index
             );
         }

@@ -64,16 +64,26 @@ if [ -x "$BIN/gpu_consumer" ]; then
   # 3. Raw pre-decoded records (H2D-bound): loader H2D GB/s vs the pinned ceiling.
   #    2,048 records (8 batches per epoch), 3 fed epochs: with 4 batches per epoch
   #    the per-epoch start and end weighed on the fed figures more than the stages.
+  #    By default records go to the device straight from the page-locked dataset
+  #    map, one cuMemcpyBatchAsync per batch (the backend line in the log says so).
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw.log" | tail -n 25
   row gpu_consumer_raw "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw"
+  # 3'. The same with one cuMemcpyHtoDAsync per record (rows raw_per_record_*).
+  STOKER_H2D_PER_RECORD=1 timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 \
+    --tag _per_record --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-per-record.log" | tail -n 25
+  row gpu_consumer_raw_per_record "${PIPESTATUS[0]}" exit "STOKER_H2D_PER_RECORD=1 examples/gpu_consumer --raw"
   # 3a. The same with write-combined pinned staging (rows raw_wc_*): does the H2D
   #     copy get closer to the pinned ceiling when the readers' writes bypass the caches?
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 --write-combined \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-wc.log" | tail -n 25
   row gpu_consumer_raw_wc "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw --write-combined"
-  # 3b. The same with the records staged by plain memcpy instead of the default
-  #     non-temporal stores (rows raw_memcpy_*).
+  # 3b. The same staged in pinned memory instead of copied from the page-locked
+  #     dataset map: by non-temporal stores (rows raw_staged_*) and by plain memcpy
+  #     (rows raw_memcpy_*).
+  timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 --staged \
+    --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-staged.log" | tail -n 25
+  row gpu_consumer_raw_staged "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw --staged"
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 --memcpy-staging \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-memcpy.log" | tail -n 25
   row gpu_consumer_raw_memcpy "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw --memcpy-staging"

@@ -69,10 +69,12 @@
 //! Hooks asked of the loader core (see the report): `pub mod gpu` (or re-exports of
 //! [`CudaImages`] and [`cudarc`]) so that users can name these types.
 
+mod batch_copy;
 pub mod handoff;
 pub mod kernel;
 pub mod nvml;
 pub(crate) mod pipeline;
+mod registered;
 pub(crate) mod staging;
 mod stream_copy;
 
@@ -114,6 +116,9 @@ pub(crate) struct Shared {
     pub(crate) ctx: Arc<CudaContext>,
     /// H2D copies.
     pub(crate) copy: Arc<CudaStream>,
+    /// Every other record's copy when records are copied one by one from the
+    /// registered dataset map (`direct`), so that two copies are in flight.
+    pub(crate) copy_side: Arc<CudaStream>,
     /// Transforms.
     pub(crate) compute: Arc<CudaStream>,
     /// nvJPEG decodes, batch `k` on `decode[k % 2]`: a batch's decode waits only
@@ -151,6 +156,12 @@ pub(crate) struct Shared {
     pub(crate) write_combined: bool,
     /// Raw records are staged with streaming stores (`LoaderBuilder::streaming_staging_stores`).
     pub(crate) streaming_stores: bool,
+    /// Raw records: the dataset's map, page-locked; records inside it are copied
+    /// to the device from there (`LoaderBuilder::zero_copy_h2d`).
+    pub(crate) direct: Option<registered::RegisteredMaps>,
+    /// Records from `direct` go in one `cuMemcpyBatchAsync` per batch (driver 13
+    /// and later; cleared if the call fails: one copy per record then).
+    pub(crate) batch_copies: std::sync::atomic::AtomicBool,
     /// Batches are handed out already waited on this stream (`LoaderBuilder::cuda_stream`).
     pub(crate) consumer_stream: Option<Arc<CudaStream>>,
 }
@@ -161,6 +172,7 @@ impl Shared {
     pub(crate) fn synchronize_streams(&self, when: &str) {
         for (what, s) in [
             ("copy", &self.copy),
+            ("copy (side)", &self.copy_side),
             ("decode 0", &self.decode[0]),
             ("decode 1", &self.decode[1]),
             ("compute", &self.compute),
@@ -363,6 +375,9 @@ pub(crate) fn build(
     let copy = ctx
         .new_stream_with_priority(priority)
         .map_err(|e| driver_err("cuStreamCreateWithPriority (copy)", e))?;
+    let copy_side = ctx
+        .new_stream_with_priority(priority)
+        .map_err(|e| driver_err("cuStreamCreateWithPriority (copy side)", e))?;
     let compute = ctx
         .new_stream_with_priority(priority)
         .map_err(|e| driver_err("cuStreamCreateWithPriority (compute)", e))?;
@@ -419,6 +434,31 @@ pub(crate) fn build(
             reason: e.to_string(),
         })?;
 
+    // Raw records: copy straight from the page-locked dataset map when allowed.
+    let direct = if nvjpeg.is_none() && config.zero_copy {
+        let started = std::time::Instant::now();
+        let max = registered::half_of_memory().unwrap_or(0);
+        match registered::RegisteredMaps::register(&ctx, &config.dataset, max) {
+            Ok(maps) => {
+                tracing::info!(
+                    mib = maps.bytes() >> 20,
+                    ms = started.elapsed().as_millis() as u64,
+                    "raw records: dataset map page-locked, records go to the device from it"
+                );
+                Some(maps)
+            }
+            Err(reason) => {
+                tracing::info!("raw records: staged through pinned memory ({reason})");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    // One batched copy per batch where the driver has it; `STOKER_H2D_PER_RECORD=1`
+    // (a diagnostic, read here at build) asks for one copy per record instead.
+    let per_record = std::env::var_os("STOKER_H2D_PER_RECORD").is_some_and(|v| v == "1");
+    let batched = direct.is_some() && !per_record && batch_copy::supported();
     metrics.set_backend(match &nvjpeg {
         Some(dec) => {
             let dec = dec.lock().unwrap_or_else(|p| p.into_inner());
@@ -432,7 +472,14 @@ pub(crate) fn build(
                 None => format!("cuda:{ordinal}, nvJPEG CUDA decoder + CPU fallback (no hardware engines)"),
             }
         }
-        None => format!("cuda:{ordinal}, raw records: pinned staging + H2D, {workers} reader threads"),
+        None => match &direct {
+            Some(maps) => format!(
+                "cuda:{ordinal}, raw records: zero-copy H2D from the page-locked dataset map ({} MiB, {}), {workers} reader threads",
+                maps.bytes() >> 20,
+                if batched { "one batched copy per batch" } else { "one copy per record" }
+            ),
+            None => format!("cuda:{ordinal}, raw records: pinned staging + H2D, {workers} reader threads"),
+        },
     });
     metrics.set_pinned_bytes((slots * sizes.pinned_bytes()) as u64);
     metrics.set_device_bytes(want_device as u64);
@@ -459,6 +506,7 @@ pub(crate) fn build(
         shared: Arc::new(Shared {
             ctx,
             copy,
+            copy_side,
             compute,
             decode,
             kernel,
@@ -479,6 +527,8 @@ pub(crate) fn build(
             free_rx,
             write_combined: config.write_combined,
             streaming_stores: config.streaming_stores,
+            batch_copies: std::sync::atomic::AtomicBool::new(batched),
+            direct,
             consumer_stream: config.cuda_stream.clone(),
         }),
         slots,

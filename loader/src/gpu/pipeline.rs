@@ -412,6 +412,10 @@ struct Staged {
     flip: bool,
     /// Bytes of the staged image (`width * height * channels`).
     bytes: usize,
+    /// Host address of the record's pixels in the registered dataset map, when
+    /// they are copied to the device from there (`Shared::direct`) instead of
+    /// from the slot's pinned staging.
+    source: Option<usize>,
 }
 
 /// Per-reader-thread state, made once per rayon split.
@@ -515,9 +519,15 @@ fn build_batch(
             }
         }
     }
-    let bytes = match images.last() {
-        Some(last) => (n - 1) * stride + last.bytes,
-        None => 0,
+    // One copy of the staging prefix, or (records in the registered map) one per
+    // record, of its own bytes.
+    let bytes = if images.iter().any(|s| s.source.is_some()) {
+        images.iter().map(|s| s.bytes).sum()
+    } else {
+        match images.last() {
+            Some(last) => (n - 1) * stride + last.bytes,
+            None => 0,
+        }
     };
     Some(enqueue(
         shared,
@@ -732,6 +742,7 @@ fn build_batch_nvjpeg(
                         crop: p.crop,
                         flip: p.flip,
                         bytes: info.rgb_len(),
+                        source: None,
                     });
                 }
                 Err(source) => {
@@ -811,6 +822,7 @@ fn stage_oversize(
         crop: (0, 0, s, s),
         flip: p.flip,
         bytes,
+        source: None,
     })
 }
 
@@ -852,6 +864,8 @@ fn stage_one(
 
     let t_decode = Instant::now();
     let params = |w: u32, h: u32| shared.transform.params(plan.seed, plan.epoch, index, w, h);
+    // Raw records inside the registered dataset map are copied from there.
+    let mut source = None;
     let (width, height, channels, in_scratch, params) = match header.encoding {
         Encoding::Jpeg => {
             let info = stoker_decode::probe(record.payload, state.decoder.limits())
@@ -897,6 +911,14 @@ fn stage_one(
                         px.fill(g);
                     }
                 }
+            } else if shared
+                .direct
+                .as_ref()
+                .is_some_and(|maps| maps.contains(&record.payload[..want]))
+            {
+                // The CRC was checked above (read_checked): the device copies
+                // exactly these bytes, which nobody writes.
+                source = Some(record.payload.as_ptr() as usize);
             } else if shared.streaming_stores {
                 super::copy_streaming(&mut dst[..want], record.payload);
             } else {
@@ -933,6 +955,7 @@ fn stage_one(
             crop: (0, 0, s, s),
             flip: params.flip,
             bytes,
+            source: None,
         });
     }
     Ok(Staged {
@@ -944,6 +967,7 @@ fn stage_one(
         crop: params.crop,
         flip: params.flip,
         bytes: width as usize * height as usize * channels as usize,
+        source,
     })
 }
 
@@ -1000,6 +1024,109 @@ fn enqueue(
             .as_slice()
             .map_err(|e| driver_err("pinned parameters access", e))?;
         match copies {
+            Copies::Staged { .. } if images.iter().any(|s| s.source.is_some()) => {
+                // Record by record, from the registered dataset map (or from this
+                // slot's staging for the images staged there): in one batched
+                // call where the driver has it, else one copy per record,
+                // alternating between two copy streams (both wait for the previous
+                // kernel of this slot through `h2d_start`; `h2d_end` follows both).
+                copy.wait(&slot.ready)
+                    .map_err(|e| driver_err("cuStreamWaitEvent (arena reuse)", e))?;
+                slot.h2d_start
+                    .record(copy)
+                    .map_err(|e| driver_err("cuEventRecord", e))?;
+                let host = |i: usize, s: &Staged| match s.source {
+                    Some(addr) => addr as u64,
+                    None => pinned[i * stride..].as_ptr() as u64,
+                };
+                let batched = shared.batch_copies.load(Ordering::Relaxed) && {
+                    let mut dsts: Vec<u64> = (0..n)
+                        .map(|i| slot.arena_ptr + (i * stride) as u64)
+                        .collect();
+                    let mut srcs: Vec<u64> =
+                        images.iter().enumerate().map(|(i, s)| host(i, s)).collect();
+                    let mut sizes: Vec<usize> = images.iter().map(|s| s.bytes).collect();
+                    // SAFETY: `batch_copies` is set only where `batch_copy::supported`;
+                    // one entry per image in each array. Destinations: image i's place
+                    // in this slot's arena (`bytes ≤ stride`), which the copy stream
+                    // waited for. Sources: record payloads inside `Shared::direct` (a
+                    // page-locked, read-only map of a finished shard that nobody
+                    // writes, registered until `Shared` drops, after its streams are
+                    // synchronized) or this slot's pinned staging, not written again
+                    // before `h2d_end` completes (`Slot::begin_host_writes`).
+                    match unsafe {
+                        super::batch_copy::memcpy_batch_htod_async(
+                            &mut dsts,
+                            &mut srcs,
+                            &mut sizes,
+                            copy.cu_stream(),
+                        )
+                    } {
+                        Ok(()) => true,
+                        Err(e) => {
+                            tracing::warn!(
+                                "cuMemcpyBatchAsync failed ({e}): one copy per record from now on"
+                            );
+                            shared.batch_copies.store(false, Ordering::Relaxed);
+                            false
+                        }
+                    }
+                };
+                let side = &shared.copy_side;
+                if !batched {
+                    side.wait(&slot.h2d_start)
+                        .map_err(|e| driver_err("cuStreamWaitEvent (side copy)", e))?;
+                }
+                for (i, s) in images.iter().enumerate().filter(|_| !batched) {
+                    let stream = if i % 2 == 0 { copy } else { side };
+                    let src: &[u8] = match s.source {
+                        // SAFETY: `stage_one` took `addr..addr + bytes` from a record
+                        // payload that `Shared::direct` contains: a page-locked,
+                        // read-only map of a finished shard that nobody writes, kept
+                        // mapped and registered until `Shared` drops, after its
+                        // streams are synchronized.
+                        Some(addr) => unsafe {
+                            std::slice::from_raw_parts(addr as *const u8, s.bytes)
+                        },
+                        None => &pinned[i * stride..i * stride + s.bytes],
+                    };
+                    // SAFETY: the destination is image i's place in this slot's
+                    // arena (`bytes ≤ stride`); sources as above or the slot's pinned
+                    // staging, not written again before `h2d_end` completes
+                    // (`Slot::begin_host_writes`); both streams waited for the
+                    // previous reader of the arena.
+                    unsafe {
+                        cudarc::driver::result::memcpy_htod_async(
+                            slot.arena_ptr + (i * stride) as u64,
+                            src,
+                            stream.cu_stream(),
+                        )
+                    }
+                    .map_err(|e| driver_err("cuMemcpyHtoDAsync (record)", e))?;
+                }
+                // SAFETY: as for the pixels of a staged batch below.
+                unsafe {
+                    cudarc::driver::result::memcpy_htod_async(
+                        slot.params_ptr,
+                        &pinned_params[..n],
+                        copy.cu_stream(),
+                    )
+                }
+                .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
+                if !batched {
+                    slot.h2d_side
+                        .record(side)
+                        .map_err(|e| driver_err("cuEventRecord", e))?;
+                    copy.wait(&slot.h2d_side)
+                        .map_err(|e| driver_err("cuStreamWaitEvent (side copy done)", e))?;
+                }
+                slot.h2d_end
+                    .record(copy)
+                    .map_err(|e| driver_err("cuEventRecord", e))?;
+                compute
+                    .wait(&slot.h2d_end)
+                    .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
+            }
             Copies::Staged { bytes } => {
                 // The previous kernel of this slot read `arena` and `params` (a wait
                 // on a never-recorded event is a no-op).

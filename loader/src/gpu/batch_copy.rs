@@ -1,0 +1,61 @@
+//! Many host-to-device copies in one driver call (`cuMemcpyBatchAsync`, CUDA 13
+//! drivers): the raw route's records, copied one by one from the page-locked
+//! dataset map, reach the pinned-copy ceiling this way (54.7 GB/s on the H200
+//! machine), where one `cuMemcpyHtoDAsync` per record tops out at 42 GB/s on
+//! 1, 2 or 4 streams (`examples/h2d_probe`, docs/BENCHMARKS.md).
+//!
+//! FFI layers: `cudarc::driver::sys` (raw; the symbol exists from driver 13.0 on,
+//! and cudarc panics on a missing symbol, so [`supported`] checks the version
+//! first) → [`memcpy_batch_htod_async`] (`CUresult` to `Result`).
+
+use cudarc::driver::sys;
+use cudarc::driver::DriverError;
+
+/// Whether the driver has `cuMemcpyBatchAsync_v2` (CUDA 13.0 and later).
+pub(crate) fn supported() -> bool {
+    let mut version = 0;
+    // SAFETY: writes one integer; the caller checked that the driver library is present.
+    let ok = unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .is_ok();
+    ok && version >= 13_000
+}
+
+/// Enqueues `dsts.len()` copies of `sizes[i]` bytes from host address `srcs[i]`
+/// to device address `dsts[i]` on `stream`, in stream order.
+///
+/// # Safety
+/// [`supported`] returned `true`; the three slices have one length; every source
+/// is page-locked host memory that stays readable, and every destination device
+/// memory that nothing else uses, until the copies complete on `stream`.
+pub(crate) unsafe fn memcpy_batch_htod_async(
+    dsts: &mut [u64],
+    srcs: &mut [u64],
+    sizes: &mut [usize],
+    stream: sys::CUstream,
+) -> Result<(), DriverError> {
+    debug_assert!(dsts.len() == srcs.len() && srcs.len() == sizes.len());
+    // SAFETY: a C struct of enums and integers, each valid as zero (INVALID / 0);
+    // the fields the driver reads are set below.
+    let mut attr: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
+    // Sources are read in stream order (they stay valid until the copies complete).
+    attr.srcAccessOrder = sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    attr.srcLocHint.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
+    attr.dstLocHint.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    // One attribute set, for the copies from index 0 on.
+    let mut first = [0usize];
+    // SAFETY: per this function's contract; the driver reads the arrays during the call.
+    unsafe {
+        sys::cuMemcpyBatchAsync_v2(
+            dsts.as_mut_ptr(),
+            srcs.as_mut_ptr(),
+            sizes.as_mut_ptr(),
+            dsts.len(),
+            &mut attr,
+            first.as_mut_ptr(),
+            1,
+            stream,
+        )
+    }
+    .result()
+}

@@ -1,0 +1,236 @@
+//! The dataset's memory map, page-locked for DMA (`cuMemHostRegister`), so that
+//! raw records go to the device straight from the page cache: no reader copies
+//! them into pinned staging first.
+//!
+//! Why: on the H200 machine the device's reads of pinned memory slow from 55 to
+//! 43–49 GB/s while host threads write 45–64 GB/s into memory, which is what the
+//! staging copies are; host *reads* (the record CRC) at 157 GB/s leave it at the
+//! ceiling (`examples/h2d_probe`, docs/BENCHMARKS.md).
+//!
+//! FFI layers: `cudarc::driver::sys` (raw) → [`host_register`] / [`host_unregister`]
+//! (`CUresult` to `Result`) → [`RegisteredMaps`] (holds the registrations,
+//! unregisters on drop).
+//!
+//! A range can be registered once per process, and every loader over one dataset
+//! shares its memory map: registrations are counted in a process-wide table and
+//! undone when the last loader using them drops. They are PORTABLE, so loaders on
+//! several devices share them too.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys;
+use cudarc::driver::{CudaContext, DriverError};
+use stoker_formats::Dataset;
+
+/// Page-locks `len` bytes at `ptr` for the device (`cuMemHostRegister`).
+///
+/// # Safety
+/// `ptr..ptr + len` must be mapped for the life of the registration, and only
+/// `flags` the driver accepts for such memory may be given (`READ_ONLY` for a
+/// read-only mapping).
+unsafe fn host_register(ptr: *const u8, len: usize, flags: u32) -> Result<(), DriverError> {
+    // SAFETY: per this function's contract; the driver only reads the range
+    // (READ_ONLY) and keeps the pages resident until `host_unregister`.
+    unsafe { sys::cuMemHostRegister_v2(ptr.cast_mut().cast(), len, flags) }.result()
+}
+
+/// Undoes [`host_register`] for the registration that starts at `ptr`.
+///
+/// # Safety
+/// `ptr` must start a live registration, and no queued copy may read it any more.
+unsafe fn host_unregister(ptr: *const u8) -> Result<(), DriverError> {
+    // SAFETY: per this function's contract.
+    unsafe { sys::cuMemHostUnregister(ptr.cast_mut().cast()) }.result()
+}
+
+/// Registered ranges of this process: start → (length, users).
+fn table() -> &'static Mutex<HashMap<usize, (usize, usize)>> {
+    static TABLE: OnceLock<Mutex<HashMap<usize, (usize, usize)>>> = OnceLock::new();
+    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The shards of a dataset, page-locked for the device while this lives.
+pub(crate) struct RegisteredMaps {
+    /// `(start, len)` of each registered range.
+    ranges: Vec<(usize, usize)>,
+    ctx: Arc<CudaContext>,
+    /// Keeps the mappings alive (the ranges point into them).
+    _dataset: Dataset,
+}
+
+impl std::fmt::Debug for RegisteredMaps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredMaps")
+            .field("ranges", &self.ranges.len())
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
+impl RegisteredMaps {
+    /// Page-locks every shard of `dataset` for `ctx`'s device, or says why not
+    /// (the caller then stages through pinned buffers):
+    /// - the shards together exceed `max_bytes` (they would all stay resident);
+    /// - a shard's mapping could not be found;
+    /// - the driver refused (e.g. a kernel that does not allow pinning file pages).
+    ///
+    /// Registering reads any page not yet in the page cache from disk.
+    pub(crate) fn register(
+        ctx: &Arc<CudaContext>,
+        dataset: &Dataset,
+        max_bytes: u64,
+    ) -> Result<RegisteredMaps, String> {
+        let total: u64 = dataset.manifest().shards.iter().map(|s| s.bytes).sum();
+        if total > max_bytes {
+            return Err(format!(
+                "the shards hold {} MiB, more than the {} MiB allowed to stay page-locked (half the memory)",
+                total >> 20,
+                max_bytes >> 20
+            ));
+        }
+        ctx.bind_to_thread()
+            .map_err(|e| format!("binding the CUDA context: {e}"))?;
+        let page = page_size();
+        let mut maps = RegisteredMaps {
+            ranges: Vec::new(),
+            ctx: Arc::clone(ctx),
+            _dataset: dataset.clone(),
+        };
+        // The table's lock is released before `maps` can drop on an error (its
+        // `Drop` takes the lock too).
+        let registered = {
+            let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
+            (|| -> Result<(), String> {
+                for (i, entry) in dataset.manifest().shards.iter().enumerate() {
+                    let Some(bytes) = dataset.shard_bytes(i).filter(|b| !b.is_empty()) else {
+                        if entry.count == 0 {
+                            continue;
+                        }
+                        return Err(format!(
+                            "the memory map of shard {} was not found",
+                            entry.file
+                        ));
+                    };
+                    let start = bytes.as_ptr() as usize;
+                    // Whole pages: the last one is backed by the file up to its end and
+                    // zero-filled after it; pages past it are not mapped for reading.
+                    let len = bytes.len().div_ceil(page) * page;
+                    debug_assert_eq!(start % page, 0, "mappings start on a page");
+                    match table.get_mut(&start) {
+                        // Another loader over this dataset registered it.
+                        Some((l, users)) if *l == len => *users += 1,
+                        Some((l, _)) => {
+                            return Err(format!(
+                                "shard {} is registered with {l} bytes, not {len}",
+                                entry.file
+                            ))
+                        }
+                        None => {
+                            // SAFETY: `start..start + len` lies in the shard's read-only
+                            // mapping (every page of it holds file bytes), which
+                            // `maps._dataset` keeps alive until the registration is undone
+                            // in `Drop` (by the last user); READ_ONLY is what a read-only
+                            // mapping needs, PORTABLE makes it usable from every context.
+                            unsafe {
+                                host_register(
+                                    bytes.as_ptr(),
+                                    len,
+                                    sys::CU_MEMHOSTREGISTER_READ_ONLY
+                                        | sys::CU_MEMHOSTREGISTER_PORTABLE,
+                                )
+                            }
+                            .map_err(|e| {
+                                format!(
+                                    "cuMemHostRegister of shard {} ({} MiB) failed: {e}",
+                                    entry.file,
+                                    len >> 20
+                                )
+                            })?;
+                            table.insert(start, (len, 1));
+                        }
+                    }
+                    maps.ranges.push((start, len));
+                }
+                Ok(())
+            })()
+        };
+        registered.map(|()| maps)
+    }
+
+    /// Whether `bytes` lies wholly inside one registered range.
+    pub(crate) fn contains(&self, bytes: &[u8]) -> bool {
+        let (a, n) = (bytes.as_ptr() as usize, bytes.len());
+        self.ranges
+            .iter()
+            .any(|&(start, len)| a >= start && a + n <= start + len)
+    }
+
+    /// Bytes page-locked.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1 as u64).sum()
+    }
+}
+
+impl Drop for RegisteredMaps {
+    /// Undoes the registrations this was the last user of; the loader's streams
+    /// were synchronized before (`Shared`'s `Drop` runs before its fields drop),
+    /// and earlier users' loaders before theirs. Failures are logged.
+    fn drop(&mut self) {
+        let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
+        let bound = self.ctx.bind_to_thread();
+        for &(start, _) in &self.ranges {
+            let Some((_, users)) = table.get_mut(&start) else {
+                continue;
+            };
+            *users -= 1;
+            if *users > 0 {
+                continue;
+            }
+            table.remove(&start);
+            if let Err(e) = &bound {
+                tracing::warn!("unregistering the dataset's memory map: {e}");
+                continue;
+            }
+            // SAFETY: `start` began a registration made in `register` whose last
+            // user this is, and the copies that read it have completed (see above).
+            if let Err(e) = unsafe { host_unregister(start as *const u8) } {
+                tracing::warn!("cuMemHostUnregister failed: {e}");
+            }
+        }
+    }
+}
+
+/// The page size of this machine (4 KiB when it cannot be asked).
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
+}
+
+/// Half the machine's memory (`MemTotal` in `/proc/meminfo`), the most the
+/// dataset's map may keep page-locked; `None` when it cannot be read.
+pub(crate) fn half_of_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    mem_total(&text).map(|b| b / 2)
+}
+
+/// `MemTotal` of a `/proc/meminfo` text, in bytes.
+fn mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_ascii_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mem_total;
+
+    #[test]
+    fn mem_total_reads_kib() {
+        let text = "MemTotal:       131891264 kB\nMemFree:         1024 kB\n";
+        assert_eq!(mem_total(text), Some(131_891_264 * 1024));
+        assert_eq!(mem_total("MemFree: 3 kB\n"), None);
+        assert_eq!(mem_total("MemTotal: lots kB\n"), None);
+    }
+}
