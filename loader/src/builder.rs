@@ -303,7 +303,10 @@ impl LoaderBuilder {
     /// and the driver accepts the registration; otherwise, or when `false`, the
     /// reader threads stage records in pinned memory as before. `stats().backend`
     /// says which is in use. Images larger than a staging stride still go through
-    /// staging (resized on the CPU).
+    /// staging (resized on the CPU). Each batch's records go in one
+    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record on two streams
+    /// before, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
+    /// set when the loader is built).
     ///
     /// Why: the device reads pinned memory more slowly while the host writes to
     /// memory at the same time, and staging writes every byte once; reads (the

@@ -6,7 +6,8 @@
 //! path; only where the pixels go differs.
 //!
 //! ```text
-//!  raw records:  reader pool (rayon) ──▶ pinned ──copy stream: H2D──▶ arena ─┐
+//!  raw records:  reader pool (rayon): CRC ──▶ copy stream: one batched copy from the
+//!                page-locked dataset map (or pinned staging) ──▶ arena ─┐
 //!  JPEG records: read-ahead thread ──▶ producer: nvJPEG decode_batch (decode k%2) ─▶ arena ─┤
 //!                                                                               ▼
 //!        compute stream: fused kernel (crop·resize·flip·normalize·layout·dtype) ─▶ batch tensor
@@ -42,8 +43,11 @@
 //! batch; each waits only for the last kernel that read the slot's arena, and
 //! the compute stream waits for the decode before the transform); images larger than a
 //! staging stride are decoded, cropped and resized on the CPU and copied. Raw
-//! (pre-decoded) records are copied by the reader pool into pinned memory and
-//! go to the device in one H2D copy per batch on the copy stream.
+//! (pre-decoded) records go to the device straight from the dataset's memory map,
+//! page-locked at build (`registered`), in one `cuMemcpyBatchAsync` per batch
+//! (`batch_copy`; [`crate::LoaderBuilder::zero_copy_h2d`]); where that is not
+//! possible the reader pool copies them into pinned staging (non-temporal stores,
+//! [`copy_streaming`]) and one H2D copy per batch goes on the copy stream.
 //!
 //! ```no_run
 //! use stoker_formats::Dataset;
