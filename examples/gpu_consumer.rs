@@ -21,12 +21,14 @@
 //!
 //! Without a GPU it prints why and exits with status 2.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
+
+#[path = "common/results.rs"]
+mod results;
 use stoker::decode::cudarc::driver::{
     sys::CUevent_flags, CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
@@ -144,31 +146,8 @@ fn main() -> std::process::ExitCode {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-struct Table {
-    file: Option<std::fs::File>,
-}
-
-impl Table {
-    fn row(&mut self, name: &str, value: f64, unit: &str, note: &str) {
-        println!("{name:<32} {value:>14.3} {unit:<8} {note}");
-        if let Some(f) = &mut self.file {
-            let _ = writeln!(f, "{name}\t{value:.3}\t{unit}\t{note}");
-        }
-    }
-}
-
 fn run(args: &Args) -> Res<()> {
-    let mut table = Table {
-        file: match &args.tsv {
-            Some(p) => Some(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)?,
-            ),
-            None => None,
-        },
-    };
+    let mut table = results::Table::open(args.tsv.as_deref())?;
     // First, so that a machine without a GPU gets a clear error (cudarc panics on a
     // CUDA call without the driver library) before any conversion work.
     let ctx = stoker::decode::cuda_context(args.device)?;

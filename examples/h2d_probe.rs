@@ -23,13 +23,15 @@
 //!
 //! Without a GPU it prints why and exits with status 2.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+
+#[path = "common/results.rs"]
+mod results;
 use stoker::decode::cudarc::driver::{
     sys::{self, CUevent_flags},
     CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
@@ -75,19 +77,6 @@ struct Args {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-struct Table {
-    file: Option<std::fs::File>,
-}
-
-impl Table {
-    fn row(&mut self, name: &str, value: f64, unit: &str, note: &str) {
-        println!("{name:<36} {value:>10.2} {unit:<6} {note}");
-        if let Some(f) = &mut self.file {
-            let _ = writeln!(f, "{name}\t{value:.3}\t{unit}\t{note}");
-        }
-    }
-}
-
 fn main() -> std::process::ExitCode {
     match run(&Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -110,17 +99,7 @@ enum HostWork {
 }
 
 fn run(args: &Args) -> Res<()> {
-    let mut table = Table {
-        file: match &args.tsv {
-            Some(p) => Some(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)?,
-            ),
-            None => None,
-        },
-    };
+    let mut table = results::Table::open(args.tsv.as_deref())?;
     let ctx = stoker::decode::cuda_context(args.device)?;
     let copy = ctx.new_stream()?;
     let compute = ctx.new_stream()?;

@@ -1,0 +1,35 @@
+//! Result rows of the device-check examples (`gpu_consumer`, `h2d_probe`): printed,
+//! and appended to a TSV file as `name<TAB>value<TAB>unit<TAB>note` when one is given
+//! (`scripts/device-check.sh` collects them into its table).
+
+use std::io::Write;
+use std::path::Path;
+
+/// Where rows go: stdout, and the TSV file if any.
+pub struct Table {
+    file: Option<std::fs::File>,
+}
+
+impl Table {
+    /// Rows to stdout, and appended to `tsv` when given (created if missing).
+    pub fn open(tsv: Option<&Path>) -> std::io::Result<Table> {
+        let file = match tsv {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
+            ),
+            None => None,
+        };
+        Ok(Table { file })
+    }
+
+    /// One result row.
+    pub fn row(&mut self, name: &str, value: f64, unit: &str, note: &str) {
+        println!("{name:<40} {value:>14.3} {unit:<8} {note}");
+        if let Some(f) = &mut self.file {
+            let _ = writeln!(f, "{name}\t{value:.3}\t{unit}\t{note}");
+        }
+    }
+}
