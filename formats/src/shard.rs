@@ -46,10 +46,10 @@ impl OpenShard {
         if addr == 0 || len == 0 {
             return &[];
         }
-        // SAFETY: `find_map` found a mapping of this shard's file (same inode, file
-        // offset 0) of at least `len` bytes at `addr`, one that contains a value LMDB
-        // handed out: LMDB's own read-only MAP_SHARED map of the file, made when the
-        // environment was opened. It lives as long as `self.env`, which `&self`
+        // SAFETY: `find_map` found the mapping that contains a value LMDB handed out
+        // for this environment, maps the file from offset 0 and spans at least the
+        // file (`len` bytes at `addr`): LMDB's own read-only MAP_SHARED map of the
+        // file, made when the environment was opened. It lives as long as `self.env`, which `&self`
         // borrows, and every byte below the file length (`len ≤ file length`) is
         // backed by the file. Nobody writes a finished shard (see `open_shard`), so
         // the bytes do not change while borrowed; a file replaced on disk gets a new
@@ -66,14 +66,13 @@ impl OpenShard {
         let inside = value.as_ptr() as usize;
         drop(txn);
         let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        // The inode is not compared: on overlay filesystems the maps show the
+        // underlying file's, not the one `stat` gives.
+        let file = usize::try_from(self.id.len).ok()?;
         maps.lines().find_map(|line| {
             let m = MapsLine::parse(line)?;
-            (m.start <= inside && inside < m.end && m.offset == 0 && m.inode == self.id.ino).then(
-                || {
-                    let file = usize::try_from(self.id.len).unwrap_or(usize::MAX);
-                    (m.start, (m.end - m.start).min(file))
-                },
-            )
+            (m.start <= inside && inside < m.end && m.offset == 0 && m.end - m.start >= file)
+                .then_some((m.start, file))
         })
     }
 }
@@ -84,7 +83,6 @@ struct MapsLine {
     start: usize,
     end: usize,
     offset: u64,
-    inode: u64,
 }
 
 impl MapsLine {
@@ -94,12 +92,11 @@ impl MapsLine {
         let _perms = f.next()?;
         let offset = u64::from_str_radix(f.next()?, 16).ok()?;
         let _dev = f.next()?;
-        let inode = f.next()?.parse().ok()?;
+        let _inode: u64 = f.next()?.parse().ok()?;
         Some(MapsLine {
             start: usize::from_str_radix(start, 16).ok()?,
             end: usize::from_str_radix(end, 16).ok()?,
             offset,
-            inode,
         })
     }
 }
@@ -194,8 +191,7 @@ mod tests {
             Some(MapsLine {
                 start: 0x7f1c_2a00_0000,
                 end: 0x7f1c_2a41_0000,
-                offset: 0,
-                inode: 1_835_042
+                offset: 0
             })
         );
         assert_eq!(
@@ -203,8 +199,7 @@ mod tests {
             Some(MapsLine {
                 start: 0x55d0_c1a0_0000,
                 end: 0x55d0_c1a2_1000,
-                offset: 0x1000,
-                inode: 0
+                offset: 0x1000
             })
         );
         assert_eq!(MapsLine::parse("garbage"), None);
