@@ -1024,109 +1024,6 @@ fn enqueue(
             .as_slice()
             .map_err(|e| driver_err("pinned parameters access", e))?;
         match copies {
-            Copies::Staged { .. } if images.iter().any(|s| s.source.is_some()) => {
-                // Record by record, from the registered dataset map (or from this
-                // slot's staging for the images staged there): in one batched
-                // call where the driver has it, else one copy per record,
-                // alternating between two copy streams (both wait for the previous
-                // kernel of this slot through `h2d_start`; `h2d_end` follows both).
-                copy.wait(&slot.ready)
-                    .map_err(|e| driver_err("cuStreamWaitEvent (arena reuse)", e))?;
-                slot.h2d_start
-                    .record(copy)
-                    .map_err(|e| driver_err("cuEventRecord", e))?;
-                let host = |i: usize, s: &Staged| match s.source {
-                    Some(addr) => addr as u64,
-                    None => pinned[i * stride..].as_ptr() as u64,
-                };
-                let batched = shared.batch_copies.load(Ordering::Relaxed) && {
-                    let mut dsts: Vec<u64> = (0..n)
-                        .map(|i| slot.arena_ptr + (i * stride) as u64)
-                        .collect();
-                    let mut srcs: Vec<u64> =
-                        images.iter().enumerate().map(|(i, s)| host(i, s)).collect();
-                    let mut sizes: Vec<usize> = images.iter().map(|s| s.bytes).collect();
-                    // SAFETY: `batch_copies` is set only where `batch_copy::supported`;
-                    // one entry per image in each array. Destinations: image i's place
-                    // in this slot's arena (`bytes ≤ stride`), which the copy stream
-                    // waited for. Sources: record payloads inside `Shared::direct` (a
-                    // page-locked, read-only map of a finished shard that nobody
-                    // writes, registered until `Shared` drops, after its streams are
-                    // synchronized) or this slot's pinned staging, not written again
-                    // before `h2d_end` completes (`Slot::begin_host_writes`).
-                    match unsafe {
-                        super::batch_copy::memcpy_batch_htod_async(
-                            &mut dsts,
-                            &mut srcs,
-                            &mut sizes,
-                            copy.cu_stream(),
-                        )
-                    } {
-                        Ok(()) => true,
-                        Err(e) => {
-                            tracing::warn!(
-                                "cuMemcpyBatchAsync failed ({e}): one copy per record from now on"
-                            );
-                            shared.batch_copies.store(false, Ordering::Relaxed);
-                            false
-                        }
-                    }
-                };
-                let side = &shared.copy_side;
-                if !batched {
-                    side.wait(&slot.h2d_start)
-                        .map_err(|e| driver_err("cuStreamWaitEvent (side copy)", e))?;
-                }
-                for (i, s) in images.iter().enumerate().filter(|_| !batched) {
-                    let stream = if i % 2 == 0 { copy } else { side };
-                    let src: &[u8] = match s.source {
-                        // SAFETY: `stage_one` took `addr..addr + bytes` from a record
-                        // payload that `Shared::direct` contains: a page-locked,
-                        // read-only map of a finished shard that nobody writes, kept
-                        // mapped and registered until `Shared` drops, after its
-                        // streams are synchronized.
-                        Some(addr) => unsafe {
-                            std::slice::from_raw_parts(addr as *const u8, s.bytes)
-                        },
-                        None => &pinned[i * stride..i * stride + s.bytes],
-                    };
-                    // SAFETY: the destination is image i's place in this slot's
-                    // arena (`bytes ≤ stride`); sources as above or the slot's pinned
-                    // staging, not written again before `h2d_end` completes
-                    // (`Slot::begin_host_writes`); both streams waited for the
-                    // previous reader of the arena.
-                    unsafe {
-                        cudarc::driver::result::memcpy_htod_async(
-                            slot.arena_ptr + (i * stride) as u64,
-                            src,
-                            stream.cu_stream(),
-                        )
-                    }
-                    .map_err(|e| driver_err("cuMemcpyHtoDAsync (record)", e))?;
-                }
-                // SAFETY: as for the pixels of a staged batch below.
-                unsafe {
-                    cudarc::driver::result::memcpy_htod_async(
-                        slot.params_ptr,
-                        &pinned_params[..n],
-                        copy.cu_stream(),
-                    )
-                }
-                .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
-                if !batched {
-                    slot.h2d_side
-                        .record(side)
-                        .map_err(|e| driver_err("cuEventRecord", e))?;
-                    copy.wait(&slot.h2d_side)
-                        .map_err(|e| driver_err("cuStreamWaitEvent (side copy done)", e))?;
-                }
-                slot.h2d_end
-                    .record(copy)
-                    .map_err(|e| driver_err("cuEventRecord", e))?;
-                compute
-                    .wait(&slot.h2d_end)
-                    .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
-            }
             Copies::Staged { bytes } => {
                 // The previous kernel of this slot read `arena` and `params` (a wait
                 // on a never-recorded event is a no-op).
@@ -1135,25 +1032,32 @@ fn enqueue(
                 slot.h2d_start
                     .record(copy)
                     .map_err(|e| driver_err("cuEventRecord", e))?;
-                // SAFETY: destinations are this slot's device buffers, at least as
-                // large as the sources (`arena` = batch * stride ≥ bytes, `params` =
-                // batch entries ≥ n); the pinned sources are not written by the host
-                // again before `h2d_end` completes (`Slot::begin_host_writes`); the
-                // copy stream waited for the previous reader of the destinations.
-                unsafe {
-                    cudarc::driver::result::memcpy_htod_async(
-                        slot.arena_ptr,
-                        &pinned[..bytes],
-                        copy.cu_stream(),
-                    )
+                if images.iter().any(|s| s.source.is_some()) {
+                    copy_records(shared, &slot, images, pinned)?;
+                } else {
+                    // SAFETY: the destination is this slot's arena, at least as large
+                    // as the source (`arena` = batch * stride ≥ bytes); the pinned
+                    // source is not written by the host again before `h2d_end`
+                    // completes (`Slot::begin_host_writes`); the copy stream waited
+                    // for the previous reader of the arena.
+                    unsafe {
+                        cudarc::driver::result::memcpy_htod_async(
+                            slot.arena_ptr,
+                            &pinned[..bytes],
+                            copy.cu_stream(),
+                        )
+                    }
                     .map_err(|e| driver_err("cuMemcpyHtoDAsync (pixels)", e))?;
+                }
+                // SAFETY: as above, for `params` (batch entries ≥ n) and its pinned source.
+                unsafe {
                     cudarc::driver::result::memcpy_htod_async(
                         slot.params_ptr,
                         &pinned_params[..n],
                         copy.cu_stream(),
                     )
-                    .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
                 }
+                .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
                 slot.h2d_end
                     .record(copy)
                     .map_err(|e| driver_err("cuEventRecord", e))?;
@@ -1256,6 +1160,84 @@ fn enqueue(
         epoch: plan.epoch,
         index: k,
     })
+}
+
+/// Enqueues the pixel copies of a batch whose records are (partly) in the
+/// registered dataset map, record by record into their places in the arena, after
+/// `h2d_start` on the copy stream: one batched call where the driver has it, else
+/// one copy per record alternating between the copy and side streams (the copy
+/// stream then waits for the side stream's part). Images without a `source` come
+/// from this slot's staging.
+fn copy_records(
+    shared: &Shared,
+    slot: &Slot,
+    images: &[Staged],
+    pinned: &[u8],
+) -> Result<(), LoaderError> {
+    let (copy, side) = (&shared.copy, &shared.copy_side);
+    let stride = slot.sizes.stride;
+    // SAFETY (of every copy below): destinations are image i's place in this
+    // slot's arena (`bytes ≤ stride`), which the copy stream waited for before
+    // `h2d_start`. Sources are record payloads inside `Shared::direct` (a
+    // page-locked, read-only map of a finished shard that nobody writes,
+    // registered until `Shared` drops, after its streams are synchronized) or this
+    // slot's pinned staging, not written again before `h2d_end` completes
+    // (`Slot::begin_host_writes`).
+    let source = |i: usize, s: &Staged| -> &[u8] {
+        match s.source {
+            // SAFETY: `stage_one` took `addr..addr + bytes` from a record payload
+            // that `Shared::direct` contains (see above).
+            Some(addr) => unsafe { std::slice::from_raw_parts(addr as *const u8, s.bytes) },
+            None => &pinned[i * stride..i * stride + s.bytes],
+        }
+    };
+    if shared.batch_copies.load(Ordering::Relaxed) {
+        let n = images.len();
+        let mut dsts: Vec<u64> = (0..n)
+            .map(|i| slot.arena_ptr + (i * stride) as u64)
+            .collect();
+        let mut srcs: Vec<u64> = images
+            .iter()
+            .enumerate()
+            .map(|(i, s)| source(i, s).as_ptr() as u64)
+            .collect();
+        let mut sizes: Vec<usize> = images.iter().map(|s| s.bytes).collect();
+        // SAFETY: `batch_copies` is set only where `batch_copy::supported`; one
+        // entry per image in each array; sources and destinations as above.
+        match unsafe {
+            super::batch_copy::memcpy_batch_htod_async(
+                &mut dsts,
+                &mut srcs,
+                &mut sizes,
+                copy.cu_stream(),
+            )
+        } {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                tracing::warn!("cuMemcpyBatchAsync failed ({e}): one copy per record from now on");
+                shared.batch_copies.store(false, Ordering::Relaxed);
+            }
+        }
+    }
+    side.wait(&slot.h2d_start)
+        .map_err(|e| driver_err("cuStreamWaitEvent (side copy)", e))?;
+    for (i, s) in images.iter().enumerate() {
+        let stream = if i % 2 == 0 { copy } else { side };
+        // SAFETY: as above.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                slot.arena_ptr + (i * stride) as u64,
+                source(i, s),
+                stream.cu_stream(),
+            )
+        }
+        .map_err(|e| driver_err("cuMemcpyHtoDAsync (record)", e))?;
+    }
+    slot.h2d_side
+        .record(side)
+        .map_err(|e| driver_err("cuEventRecord", e))?;
+    copy.wait(&slot.h2d_side)
+        .map_err(|e| driver_err("cuStreamWaitEvent (side copy done)", e))
 }
 
 /// Returns the slot of a batch that failed in [`enqueue`] to the free list,
