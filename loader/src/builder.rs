@@ -304,7 +304,7 @@ impl LoaderBuilder {
     /// reader threads stage records in pinned memory as before. `stats().backend`
     /// says which is in use. Images larger than a staging stride still go through
     /// staging (resized on the CPU). Each batch's records go in one
-    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record on two streams
+    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record
     /// before, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
     /// set when the loader is built).
     ///

@@ -120,9 +120,6 @@ pub(crate) struct Shared {
     pub(crate) ctx: Arc<CudaContext>,
     /// H2D copies.
     pub(crate) copy: Arc<CudaStream>,
-    /// Every other record's copy when records are copied one by one from the
-    /// registered dataset map (`direct`), so that two copies are in flight.
-    pub(crate) copy_side: Arc<CudaStream>,
     /// Transforms.
     pub(crate) compute: Arc<CudaStream>,
     /// nvJPEG decodes, batch `k` on `decode[k % 2]`: a batch's decode waits only
@@ -176,7 +173,6 @@ impl Shared {
     pub(crate) fn synchronize_streams(&self, when: &str) {
         for (what, s) in [
             ("copy", &self.copy),
-            ("copy (side)", &self.copy_side),
             ("decode 0", &self.decode[0]),
             ("decode 1", &self.decode[1]),
             ("compute", &self.compute),
@@ -379,9 +375,6 @@ pub(crate) fn build(
     let copy = ctx
         .new_stream_with_priority(priority)
         .map_err(|e| driver_err("cuStreamCreateWithPriority (copy)", e))?;
-    let copy_side = ctx
-        .new_stream_with_priority(priority)
-        .map_err(|e| driver_err("cuStreamCreateWithPriority (copy side)", e))?;
     let compute = ctx
         .new_stream_with_priority(priority)
         .map_err(|e| driver_err("cuStreamCreateWithPriority (compute)", e))?;
@@ -510,7 +503,6 @@ pub(crate) fn build(
         shared: Arc::new(Shared {
             ctx,
             copy,
-            copy_side,
             compute,
             decode,
             kernel,

@@ -441,9 +441,10 @@ impl ReaderState {
 /// How the pixels of a batch reach the device arena.
 #[derive(Clone, Copy, Debug)]
 enum Copies<'a> {
-    /// Staged in pinned memory by the reader pool: one H2D copy of `bytes` on the
-    /// copy stream.
-    Staged { bytes: usize },
+    /// Raw records on the copy stream, `bytes` in all: staged in pinned memory by
+    /// the reader pool and copied in one piece, or, `by_record` (some are in the
+    /// registered dataset map), copied record by record into the arena.
+    Staged { bytes: usize, by_record: bool },
     /// Decoded into the arena by nvJPEG on a decode stream (joined by the compute
     /// stream); only these `(pinned offset, arena offset, len)` regions (CPU-resized
     /// oversize images) come from pinned memory.
@@ -521,7 +522,8 @@ fn build_batch(
     }
     // One copy of the staging prefix, or (records in the registered map) one per
     // record, of its own bytes.
-    let bytes = if images.iter().any(|s| s.source.is_some()) {
+    let by_record = images.iter().any(|s| s.source.is_some());
+    let bytes = if by_record {
         images.iter().map(|s| s.bytes).sum()
     } else {
         match images.last() {
@@ -535,7 +537,7 @@ fn build_batch(
         k,
         slot,
         &images,
-        Copies::Staged { bytes },
+        Copies::Staged { bytes, by_record },
     ))
 }
 
@@ -1008,7 +1010,7 @@ fn enqueue(
         }
     }
     let h2d_bytes = match copies {
-        Copies::Staged { bytes } => bytes,
+        Copies::Staged { bytes, .. } => bytes,
         Copies::Decoded { regions } => regions.iter().map(|r| r.2).sum(),
     };
     debug_assert!(n <= slot.params.len() && slot.sizes.batch * stride <= slot.arena.len());
@@ -1024,7 +1026,7 @@ fn enqueue(
             .as_slice()
             .map_err(|e| driver_err("pinned parameters access", e))?;
         match copies {
-            Copies::Staged { bytes } => {
+            Copies::Staged { bytes, by_record } => {
                 // The previous kernel of this slot read `arena` and `params` (a wait
                 // on a never-recorded event is a no-op).
                 copy.wait(&slot.ready)
@@ -1032,7 +1034,7 @@ fn enqueue(
                 slot.h2d_start
                     .record(copy)
                     .map_err(|e| driver_err("cuEventRecord", e))?;
-                if images.iter().any(|s| s.source.is_some()) {
+                if by_record {
                     copy_records(shared, &slot, images, pinned)?;
                 } else {
                     // SAFETY: the destination is this slot's arena, at least as large
@@ -1165,16 +1167,16 @@ fn enqueue(
 /// Enqueues the pixel copies of a batch whose records are (partly) in the
 /// registered dataset map, record by record into their places in the arena, after
 /// `h2d_start` on the copy stream: one batched call where the driver has it, else
-/// one copy per record alternating between the copy and side streams (the copy
-/// stream then waits for the side stream's part). Images without a `source` come
-/// from this slot's staging.
+/// one copy per record (more streams do not make those faster: `examples/h2d_probe`,
+/// docs/BENCHMARKS.md run 6). Images without a `source` come from this slot's
+/// staging.
 fn copy_records(
     shared: &Shared,
     slot: &Slot,
     images: &[Staged],
     pinned: &[u8],
 ) -> Result<(), LoaderError> {
-    let (copy, side) = (&shared.copy, &shared.copy_side);
+    let copy = &shared.copy;
     let stride = slot.sizes.stride;
     // SAFETY (of every copy below): destinations are image i's place in this
     // slot's arena (`bytes ≤ stride`), which the copy stream waited for before
@@ -1219,33 +1221,26 @@ fn copy_records(
             }
         }
     }
-    side.wait(&slot.h2d_start)
-        .map_err(|e| driver_err("cuStreamWaitEvent (side copy)", e))?;
     for (i, s) in images.iter().enumerate() {
-        let stream = if i % 2 == 0 { copy } else { side };
         // SAFETY: as above.
         unsafe {
             cudarc::driver::result::memcpy_htod_async(
                 slot.arena_ptr + (i * stride) as u64,
                 source(i, s),
-                stream.cu_stream(),
+                copy.cu_stream(),
             )
         }
         .map_err(|e| driver_err("cuMemcpyHtoDAsync (record)", e))?;
     }
-    slot.h2d_side
-        .record(side)
-        .map_err(|e| driver_err("cuEventRecord", e))?;
-    copy.wait(&slot.h2d_side)
-        .map_err(|e| driver_err("cuStreamWaitEvent (side copy done)", e))
+    Ok(())
 }
 
 /// Returns the slot of a batch that failed in [`enqueue`] to the free list,
 /// clean. Part of its work may be enqueued (decodes still writing the arena,
 /// a copy still reading the pinned buffers): the copy, decode and compute
-/// streams are drained before the slot can be rewritten. The consumer may still read the slot's output
-/// until its release events complete: those are waited for too. Error path
-/// only, on the producer thread.
+/// streams are drained before the slot can be rewritten. The consumer may still
+/// read the slot's output until its release events complete: those are waited
+/// for too. Error path only, on the producer thread.
 fn return_failed_slot(shared: &Shared, mut slot: Box<Slot>) {
     shared.synchronize_streams("after a failed batch");
     for ev in slot.release.drain(..) {

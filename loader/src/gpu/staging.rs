@@ -84,9 +84,6 @@ pub(crate) struct Slot {
     /// Bracket the H2D copies on the copy stream (timing enabled).
     pub(crate) h2d_start: CudaEvent,
     pub(crate) h2d_end: CudaEvent,
-    /// The side copy stream's part of the copies is done (records copied one by
-    /// one from the registered dataset map; no timing).
-    pub(crate) h2d_side: CudaEvent,
     /// Bracket the transform kernel on the compute stream (timing enabled);
     /// `ready` is what the consumer's stream waits on.
     pub(crate) kernel_start: CudaEvent,
@@ -170,9 +167,6 @@ impl Slot {
         let slot = Slot {
             h2d_start: timed("cuEventCreate")?,
             h2d_end: timed("cuEventCreate")?,
-            h2d_side: ctx
-                .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
-                .map_err(|e| driver_err("cuEventCreate", e))?,
             kernel_start: timed("cuEventCreate")?,
             ready: timed("cuEventCreate")?,
             release: Vec::new(),
