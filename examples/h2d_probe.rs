@@ -503,14 +503,11 @@ fn batch_api(
     dev: &mut CudaSlice<u8>,
 ) -> Res<f64> {
     use stoker::decode::cudarc::driver::DevicePtr;
+    use stoker::loader::gpu::{batch_copies_supported, memcpy_batch_htod_async};
+    if !batch_copies_supported() {
+        return Err("cuMemcpyBatchAsync needs a CUDA 13 driver".into());
+    }
     let (dptr, _g) = dev.device_ptr(copy);
-    // SAFETY: a C struct of enums and integers, each valid as zero (INVALID / 0);
-    // the fields that matter are set below.
-    let mut attr: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
-    attr.srcAccessOrder = sys::CUmemcpySrcAccessOrder::CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
-    attr.srcLocHint.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST;
-    attr.dstLocHint.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-    let mut idx = [0usize];
     timed(copy, || {
         for b in 0..batches {
             let mut dsts: Vec<u64> = (0..per_batch).map(|r| dptr + (r * record) as u64).collect();
@@ -521,21 +518,11 @@ fn batch_api(
                 })
                 .collect();
             let mut sizes = vec![record; per_batch];
-            // SAFETY: arrays of `per_batch` entries; sources lie in the registered
-            // map, destinations in `dev` (`per_batch * record ≤ its length`).
-            unsafe {
-                sys::cuMemcpyBatchAsync_v2(
-                    dsts.as_mut_ptr(),
-                    srcs.as_mut_ptr(),
-                    sizes.as_mut_ptr(),
-                    per_batch,
-                    &mut attr,
-                    idx.as_mut_ptr(),
-                    1,
-                    copy.cu_stream(),
-                )
-            }
-            .result()?;
+            // SAFETY: supported (checked above); arrays of `per_batch` entries;
+            // sources lie in the registered map, destinations in `dev`
+            // (`per_batch * record ≤ its length`); both outlive the copies (`timed`
+            // waits for them).
+            unsafe { memcpy_batch_htod_async(&mut dsts, &mut srcs, &mut sizes, copy.cu_stream()) }?;
         }
         Ok(())
     })

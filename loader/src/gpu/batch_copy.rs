@@ -11,8 +11,18 @@
 use cudarc::driver::sys;
 use cudarc::driver::DriverError;
 
-/// Whether the driver has `cuMemcpyBatchAsync_v2` (CUDA 13.0 and later).
-pub(crate) fn supported() -> bool {
+/// Whether the driver has `cuMemcpyBatchAsync_v2` (CUDA 13.0 and later); call it
+/// only where the driver library is present (`cudarc::driver::sys::is_culib_present`).
+///
+/// # Examples
+///
+/// ```no_run
+/// // SAFETY: only tries to open the driver library.
+/// if unsafe { stoker_loader::gpu::cudarc::driver::sys::is_culib_present() } {
+///     println!("batched copies: {}", stoker_loader::gpu::batch_copies_supported());
+/// }
+/// ```
+pub fn supported() -> bool {
     let mut version = 0;
     // SAFETY: writes one integer; the caller checked that the driver library is present.
     let ok = unsafe { sys::cuDriverGetVersion(&mut version) }
@@ -28,7 +38,29 @@ pub(crate) fn supported() -> bool {
 /// [`supported`] returned `true`; the three slices have one length; every source
 /// is page-locked host memory that stays readable, and every destination device
 /// memory that nothing else uses, until the copies complete on `stream`.
-pub(crate) unsafe fn memcpy_batch_htod_async(
+///
+/// # Examples
+///
+/// ```no_run
+/// use stoker_loader::gpu::{batch_copies_supported, memcpy_batch_htod_async};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ctx = stoker_decode::cuda_context(0)?;
+/// let stream = ctx.default_stream();
+/// let host = unsafe { ctx.alloc_pinned_with_flags::<u8>(1 << 20, 0) }?;
+/// let dev = stream.alloc_zeros::<u8>(1 << 20)?;
+/// let (dptr, _guard) = stoker_loader::gpu::cudarc::driver::DevicePtr::device_ptr(&dev, &stream);
+/// let src = host.as_slice()?.as_ptr() as u64;
+/// // Two halves of the buffer, swapped, in one call.
+/// let (mut dsts, mut srcs, mut sizes) = ([dptr, dptr + (1 << 19)], [src + (1 << 19), src], [1 << 19; 2]);
+/// if batch_copies_supported() {
+///     // SAFETY: supported; pinned sources and device destinations that outlive the
+///     // copies (synchronized below); one length.
+///     unsafe { memcpy_batch_htod_async(&mut dsts, &mut srcs, &mut sizes, stream.cu_stream()) }?;
+///     stream.synchronize()?;
+/// }
+/// # Ok(()) }
+/// ```
+pub unsafe fn memcpy_batch_htod_async(
     dsts: &mut [u64],
     srcs: &mut [u64],
     sizes: &mut [usize],

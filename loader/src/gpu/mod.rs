@@ -73,7 +73,7 @@
 //! Hooks asked of the loader core (see the report): `pub mod gpu` (or re-exports of
 //! [`CudaImages`] and [`cudarc`]) so that users can name these types.
 
-mod batch_copy;
+pub(crate) mod batch_copy;
 pub mod handoff;
 pub mod kernel;
 pub mod nvml;
@@ -96,6 +96,7 @@ use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{EpochPlan, EpochStream, Pipeline};
 use crate::transform::Transform;
 
+pub use batch_copy::{memcpy_batch_htod_async, supported as batch_copies_supported};
 pub use cudarc;
 pub use handoff::CudaImages;
 pub use stream_copy::copy_streaming;
