@@ -9,8 +9,9 @@
 //! - `fed`: the consumer loop fed by the loader vs the same loop on a batch already in
 //!   GPU memory (the ratio of the two throughputs) and the loader's fed ratio;
 //! - `h2d`: the loader's H2D copy rate (GB/s) in the steady state and in the fed epochs,
-//!   and its bytes over wall time, next to a pinned-copy ceiling measured in the same
-//!   process (the raw route's acceptance; `examples/h2d_probe` breaks the gap down);
+//!   and what it delivered (images per second × bytes per image), next to a pinned-copy
+//!   ceiling measured in the same process (the raw route's acceptance;
+//!   `examples/h2d_probe` breaks the gap down);
 //! - device memory and RSS after each epoch.
 //!
 //! Results are printed and, with `--tsv FILE`, appended as `name<TAB>value<TAB>unit<TAB>note`.
@@ -26,9 +27,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-
-#[path = "common/results.rs"]
-mod results;
 use stoker::decode::cudarc::driver::{
     sys::CUevent_flags, CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
@@ -37,6 +35,9 @@ use stoker::decode::{CpuDecoder, Limits};
 use stoker::formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
 use stoker::loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker::loader::{Device, Images, Loader, Output, Shuffle, Stage, Transform};
+
+#[path = "common/results.rs"]
+mod results;
 
 /// The stand-in training step: reads every byte of the batch once (so it depends
 /// on it) and then spins `iters` dependent FMAs per thread.
@@ -383,7 +384,7 @@ fn run(args: &Args) -> Res<()> {
     // H2D: the copy rate (bytes / copy-stream time between the events around each
     // batch's copy) in the steady state of the loader alone (the throughput phase,
     // acceptance row) and in the fed epochs (a kernel fills the GPU, the loader is
-    // throttled to the consumer); and bytes over the steady state's wall time.
+    // throttled to the consumer); and what the steady state delivered.
     let copy_rate = |s: &stoker::loader::Stats| {
         s.stage(Stage::H2d)
             .filter(|h| h.busy_s > 0.0 && h.items > 0)

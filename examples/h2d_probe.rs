@@ -29,14 +29,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-
-#[path = "common/results.rs"]
-mod results;
 use stoker::decode::cudarc::driver::{
     sys::{self, CUevent_flags},
     CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use stoker::decode::cudarc::nvrtc::compile_ptx;
+
+#[path = "common/results.rs"]
+mod results;
 
 /// Keeps every SM busy: dependent FMAs per thread, a little memory traffic.
 const SPIN_CU: &str = r#"

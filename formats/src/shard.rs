@@ -49,11 +49,11 @@ impl OpenShard {
         // SAFETY: `find_map` found the mapping that contains a value LMDB handed out
         // for this environment, maps the file from offset 0 and spans at least the
         // file (`len` bytes at `addr`): LMDB's own read-only MAP_SHARED map of the
-        // file, made when the environment was opened. It lives as long as `self.env`, which `&self`
-        // borrows, and every byte below the file length (`len ≤ file length`) is
-        // backed by the file. Nobody writes a finished shard (see `open_shard`), so
-        // the bytes do not change while borrowed; a file replaced on disk gets a new
-        // inode and is not this mapping.
+        // file, made when the environment was opened. It lives as long as
+        // `self.env`, which `&self` borrows, and every byte below the file length
+        // (`len` is the file length) is backed by the file. Nobody writes a
+        // finished shard (see `open_shard`), so the bytes do not change while
+        // borrowed; a file replaced on disk gets a new inode and is not this mapping.
         unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
     }
 

@@ -460,11 +460,10 @@ fn batches_come_waited_on_the_users_stream_and_staging_options_change_nothing() 
         }
         let on_stream = build(write_combined, streaming, zero_copy);
         std::env::remove_var("STOKER_H2D_PER_RECORD");
+        let backend = on_stream.stats().backend;
         if per_record {
-            let backend = on_stream.stats().backend;
             assert!(backend.contains("one copy per record"), "{backend}");
         }
-        let backend = on_stream.stats().backend;
         assert_eq!(
             backend.contains("zero-copy"),
             zero_copy,
