@@ -97,65 +97,73 @@ impl RegisteredMaps {
             ctx: Arc::clone(ctx),
             _dataset: dataset.clone(),
         };
-        // The table's lock is released before `maps` can drop on an error (its
-        // `Drop` takes the lock too).
-        let registered = {
-            let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
-            (|| -> Result<(), String> {
-                for (i, entry) in dataset.manifest().shards.iter().enumerate() {
-                    let Some(bytes) = dataset.shard_bytes(i).filter(|b| !b.is_empty()) else {
-                        if entry.count == 0 {
-                            continue;
-                        }
-                        return Err(format!(
-                            "the memory map of shard {} was not found",
-                            entry.file
-                        ));
-                    };
-                    let start = bytes.as_ptr() as usize;
-                    // Whole pages: the last one is backed by the file up to its end and
-                    // zero-filled after it; pages past it are not mapped for reading.
-                    let len = bytes.len().div_ceil(page) * page;
-                    debug_assert_eq!(start % page, 0, "mappings start on a page");
-                    match table.get_mut(&start) {
-                        // Another loader over this dataset registered it.
-                        Some((l, users)) if *l == len => *users += 1,
-                        Some((l, _)) => {
-                            return Err(format!(
-                                "shard {} is registered with {l} bytes, not {len}",
-                                entry.file
-                            ))
-                        }
-                        None => {
-                            // SAFETY: `start..start + len` lies in the shard's read-only
-                            // mapping (every page of it holds file bytes), which
-                            // `maps._dataset` keeps alive until the registration is undone
-                            // in `Drop` (by the last user); READ_ONLY is what a read-only
-                            // mapping needs, PORTABLE makes it usable from every context.
-                            unsafe {
-                                host_register(
-                                    bytes.as_ptr(),
-                                    len,
-                                    sys::CU_MEMHOSTREGISTER_READ_ONLY
-                                        | sys::CU_MEMHOSTREGISTER_PORTABLE,
-                                )
-                            }
-                            .map_err(|e| {
-                                format!(
-                                    "cuMemHostRegister of shard {} ({} MiB) failed: {e}",
-                                    entry.file,
-                                    len >> 20
-                                )
-                            })?;
-                            table.insert(start, (len, 1));
-                        }
-                    }
-                    maps.ranges.push((start, len));
-                }
-                Ok(())
-            })()
-        };
+        let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
+        let registered = dataset
+            .manifest()
+            .shards
+            .iter()
+            .enumerate()
+            .try_for_each(
+                |(i, entry)| match dataset.shard_bytes(i).filter(|b| !b.is_empty()) {
+                    Some(bytes) => maps.add(&mut table, &entry.file, bytes, page),
+                    None if entry.count == 0 => Ok(()),
+                    None => Err(format!(
+                        "the memory map of shard {} was not found",
+                        entry.file
+                    )),
+                },
+            );
+        // Released before `maps` can drop on an error: its `Drop` takes the lock too.
+        drop(table);
         registered.map(|()| maps)
+    }
+
+    /// Registers the mapping `bytes` of shard `file` (or counts one more user of
+    /// its registration) and adds it to `self`.
+    fn add(
+        &mut self,
+        table: &mut HashMap<usize, (usize, usize)>,
+        file: &str,
+        bytes: &[u8],
+        page: usize,
+    ) -> Result<(), String> {
+        let start = bytes.as_ptr() as usize;
+        // Whole pages: the last one is backed by the file up to its end and
+        // zero-filled after it; pages past it are not mapped for reading.
+        let len = bytes.len().div_ceil(page) * page;
+        debug_assert_eq!(start % page, 0, "mappings start on a page");
+        match table.get_mut(&start) {
+            // Another loader over this dataset registered it.
+            Some((l, users)) if *l == len => *users += 1,
+            Some((l, _)) => {
+                return Err(format!(
+                    "shard {file} is registered with {l} bytes, not {len}"
+                ))
+            }
+            None => {
+                // SAFETY: `start..start + len` lies in the shard's read-only mapping
+                // (every page of it holds file bytes), which `self._dataset` keeps
+                // alive until the registration is undone in `Drop` (by the last
+                // user); READ_ONLY is what a read-only mapping needs, PORTABLE makes
+                // it usable from every context.
+                unsafe {
+                    host_register(
+                        bytes.as_ptr(),
+                        len,
+                        sys::CU_MEMHOSTREGISTER_READ_ONLY | sys::CU_MEMHOSTREGISTER_PORTABLE,
+                    )
+                }
+                .map_err(|e| {
+                    format!(
+                        "cuMemHostRegister of shard {file} ({} MiB) failed: {e}",
+                        len >> 20
+                    )
+                })?;
+                table.insert(start, (len, 1));
+            }
+        }
+        self.ranges.push((start, len));
+        Ok(())
     }
 
     /// Whether `bytes` lies wholly inside one registered range.
