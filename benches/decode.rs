@@ -1,4 +1,4 @@
-//! Decode throughput on the shared bench set (`../shared/data/bench`, 512
+//! Decode throughput on the bench set (`stoker_testdata::bench_dir()`, 512
 //! ImageNet-like 500x375 baseline 4:2:0 JPEGs).
 //!
 //! - `decode_cpu/stoker_1_thread`: `CpuDecoder::decode_into` one image after
@@ -14,7 +14,7 @@
 //!   thread's CPU time. What a training loader pays per image; a PIL-based loader
 //!   decodes in full (`benches/peers/pil_decode.py`).
 //! - `decode_cpu_crop_progressive/…`: the same three over the progressive
-//!   photographs of `../shared/data/imagefolder` (38 files, mixed sizes).
+//!   photographs of `testdata/imagefolder` (38 files, mixed sizes).
 //!
 //! Run: `cargo bench --bench decode` (pin to one core for the per-core figure:
 //! `taskset -c 1 cargo bench --bench decode -- stoker_1_thread`).
@@ -27,10 +27,10 @@ use stoker::decode::{
 };
 
 fn bench_set() -> Vec<Vec<u8>> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/bench");
+    let dir = stoker_testdata::bench_dir();
     read_jpegs(
-        std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
             .map(|e| e.expect("dir entry").path()),
     )
 }
@@ -134,11 +134,11 @@ fn random_resized_crop(w: u32, h: u32, state: &mut u64) -> Region {
     Region::top_rows(w, h)
 }
 
-/// The progressive photographs of `../shared/data/imagefolder` (mixed sizes,
+/// The progressive photographs of `testdata/imagefolder` (mixed sizes,
 /// 4:2:0 and 4:4:4, some grayscale): what web-scraped datasets hold a share of.
 fn progressive_set() -> Vec<Vec<u8>> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/imagefolder");
-    let classes = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    let dir = stoker_testdata::dir().join("imagefolder");
+    let classes = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let files = classes.flat_map(|class| {
         std::fs::read_dir(class.expect("dir entry").path())
             .into_iter()

@@ -17,7 +17,7 @@
 //! Results are printed and, with `--tsv FILE`, appended as `name<TAB>value<TAB>unit<TAB>note`.
 //!
 //! ```text
-//! cargo run --release --example gpu_consumer -- --jpeg-dir ../shared/data/bench --epochs 5
+//! cargo run --release --example gpu_consumer -- --jpeg-dir target/stoker-testdata/bench-v1 --epochs 5
 //! ```
 //!
 //! Without a GPU it prints why and exits with status 2.
@@ -62,7 +62,7 @@ struct Args {
     /// An existing stoker dataset (LMDB shards + manifest.json).
     #[arg(long, conflicts_with = "jpeg_dir")]
     dataset: Option<PathBuf>,
-    /// A folder of JPEGs to convert into a temporary dataset first (e.g. shared/data/bench).
+    /// A folder of JPEGs to convert into a temporary dataset first (e.g. the bench set, `target/stoker-testdata/bench-v1`).
     #[arg(long)]
     jpeg_dir: Option<PathBuf>,
     /// With --jpeg-dir: store decoded RGB (raw, pre-decoded records) instead of JPEG.

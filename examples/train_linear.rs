@@ -1,5 +1,5 @@
 //! The smallest drop-in training loop on the loader's CPU output: a linear (softmax)
-//! classifier over 32×32 crops of `<repo>/../shared/data/imagefolder` (164 photographs, one
+//! classifier over 32×32 crops of `<repo>/testdata/imagefolder` (164 photographs, one
 //! class per source package), trained with plain SGD, printing the loss per epoch and the
 //! loader's stats (stage table, fed ratio, verdict).
 //!
@@ -21,12 +21,10 @@ const FEATURES: usize = 3 * (SIZE as usize) * (SIZE as usize);
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let folder = args.next().map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/data/imagefolder"
-        ))
-    });
+    let folder = args
+        .next()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| stoker_testdata::dir().join("imagefolder"));
     let epochs: u64 = args.next().map(|e| e.parse()).transpose()?.unwrap_or(15);
 
     // 1. Convert the image folder once (here into a temp dir; normally `stoker convert`).

@@ -5,7 +5,7 @@
 #
 # Each part in scripts/device-check.d/*.sh runs with:
 #   BIN  = .device/bin   (stoker, examples, test executables `<package>-<target>`)
-#   DATA = .device/data  (bench/ and conformance/ from ../shared/data)
+#   DATA = .device/data  (bench/: the derived bench set; conformance/ from testdata/)
 #   OUT  = $OUT          (comes back; full logs go there)
 # and appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
 # The short table is printed last. PARTS=GLOB (e.g. PARTS="20-*") runs only matching parts.
@@ -46,6 +46,14 @@ for part in scripts/device-check.d/${PARTS:-*}.sh; do
   printf '%s\t%s\t%s\t%s\n' "part:$name" "$rc" "exit" "$(( $(date +%s) - start )) s" >>"$OUT/table.tsv"
   [ "$rc" -eq 0 ] || status=1
 done
+# A GPU test that finds no GPU prints one line starting STOKER-GPU-SKIP (stoker_testdata::
+# gpu_skip); on this machine that is a failure, whichever part ran it.
+gpu_skips=$(cat "$log" "$OUT"/*.log 2>/dev/null | grep -c '^STOKER-GPU-SKIP' || true)
+printf '%s\t%s\t%s\t%s\n' "gpu_test_skips" "$gpu_skips" "tests" "must be 0 on the GPU machine" >>"$OUT/table.tsv"
+if [ "$gpu_skips" -ne 0 ]; then
+  grep -h '^STOKER-GPU-SKIP' "$log" "$OUT"/*.log 2>/dev/null | sort -u | head -20
+  status=1
+fi
 # At most 8 files come back from $OUT: keep the table and the main log, pack the rest.
 (
   cd "$OUT" || exit 0

@@ -49,8 +49,11 @@ done
 for b in $keep; do [ -e ".device/bin/$b" ] || echo "warning: $b was not built" >&2; done
 # Binaries travel compressed (device-check.sh unpacks them): ~4x smaller.
 tar czf .device/bin.tar.gz -C .device bin && rm -rf .device/bin
-cp -r ../shared/data/bench .device/data/bench
-cp -r ../shared/data/conformance .device/data/conformance
+# The bench set is derived from the photographs (stoker_testdata::make_bench_set); the
+# conformance corpus is copied from testdata/. The tests there read both through
+# STOKER_BENCH_DIR and STOKER_DATA (set by the parts).
+cargo run --quiet --release -p stoker-testdata --bin make-bench-set -- .device/data/bench
+cp -r testdata/conformance .device/data/conformance
 cp -r benches/peers .device/peers 2>/dev/null || true
 # Optional peer: NVIDIA nvImageCodec (not installed on the GPU machine). Its wheel is fetched
 # once into .whl/ (git-ignored) and travels trimmed to what the JPEG peer loads, for the

@@ -1,5 +1,5 @@
 //! `stoker bench` end to end: the built binary on a small dataset made in a tempdir
-//! from the real benchmark JPEGs (../shared/data/bench), as a user runs it.
+//! from the bench set (JPEGs derived from the test photographs), as a user runs it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,13 +17,13 @@ const STAGES: [&str; 6] = [
 ];
 
 fn bench_images() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/bench"))
+    stoker_testdata::bench_dir()
 }
 
 /// Writes the first `n` bench JPEGs unchanged into a dataset of two shards under `out`.
 fn make_dataset(out: &Path, n: usize) {
     let mut files: Vec<PathBuf> = std::fs::read_dir(bench_images())
-        .expect("../shared/data/bench is present (see shared/data/README.md)")
+        .expect("the bench set (stoker_testdata::bench_dir)")
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "jpg"))
         .collect();
@@ -214,14 +214,28 @@ fn bad_input_is_a_clear_error() {
 
 #[test]
 fn explicit_cuda_without_a_gpu_says_so() {
-    // SAFETY: only dlopens the driver library by name.
-    if unsafe { cudarc::driver::sys::is_culib_present() } {
-        println!("skipped: a CUDA driver is present, so cuda:0 may well work here");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let ds = dir.path().join("ds");
     make_dataset(&ds, 2);
+    if stoker::decode::cuda_context(0).is_ok() {
+        // With a GPU the same command runs on it.
+        let out = stoker(&[
+            "bench",
+            ds.to_str().unwrap(),
+            "--device",
+            "cuda:0",
+            "--seconds",
+            "0.1",
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("cuda"), "{text}");
+        return;
+    }
     let out = stoker(&[
         "bench",
         ds.to_str().unwrap(),

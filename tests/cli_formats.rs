@@ -1,9 +1,7 @@
 //! `stoker convert / inspect / verify` end to end, through the built binary, on real data.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data");
 
 fn stoker(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stoker"))
@@ -32,7 +30,7 @@ fn p(path: &Path) -> &str {
 
 #[test]
 fn imagefolder_converts_inspects_and_verifies_from_the_cli() {
-    let src = PathBuf::from(DATA).join("imagefolder");
+    let src = stoker_testdata::dir().join("imagefolder");
     let out = tempfile::tempdir().unwrap();
     let ds = out.path().join("ds");
     let o = stoker(&["convert", p(&src), p(&ds), "--json", "--shard-size", "4M"]);
@@ -87,7 +85,7 @@ fn imagefolder_converts_inspects_and_verifies_from_the_cli() {
 
 #[test]
 fn verify_exits_nonzero_and_names_the_flipped_record() {
-    let src = PathBuf::from(DATA).join("bench");
+    let src = stoker_testdata::bench_dir();
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("l.csv");
     std::fs::write(&list, "00010.jpg,0\n00011.jpg,1\n00012.jpg,0\n").unwrap();
@@ -126,7 +124,7 @@ fn verify_exits_nonzero_and_names_the_flipped_record() {
 
 #[test]
 fn conformance_corpus_reports_every_file_written_or_skipped() {
-    let root = PathBuf::from(DATA).join("conformance");
+    let root = stoker_testdata::dir().join("conformance");
     let dir = tempfile::tempdir().unwrap();
     // The two subfolders core/ and corrupt/ (ref/ holds PNG references: exclude it via a list).
     let tsv = std::fs::read_to_string(root.join("expectations.tsv")).unwrap();
@@ -172,7 +170,7 @@ fn strict_exits_1_without_manifest_and_bad_flags_are_refused() {
     let src = dir.path().join("src");
     std::fs::create_dir_all(src.join("cls")).unwrap();
     std::fs::copy(
-        PathBuf::from(DATA).join("bench/00000.jpg"),
+        stoker_testdata::bench_dir().join("00000.jpg"),
         src.join("cls/a.jpg"),
     )
     .unwrap();
@@ -216,7 +214,7 @@ fn strict_exits_1_without_manifest_and_bad_flags_are_refused() {
 
 #[test]
 fn killed_conversion_is_refused_then_resumed() {
-    let src = PathBuf::from(DATA).join("imagefolder");
+    let src = stoker_testdata::dir().join("imagefolder");
     let dir = tempfile::tempdir().unwrap();
     let ds = dir.path().join("ds");
     let args = [

@@ -19,7 +19,7 @@ worker writes the batch straight into a shared-memory slot and returns only the 
 (torch also hands batches over in shared memory; writing into the slot skips torch's collate
 copy, which favours this peer). The main process consumes batches in order.
 
-    python3 benches/peers/torch_loader.py --images ../shared/data/bench \
+    python3 benches/peers/torch_loader.py --images target/stoker-testdata/bench-v1 \
         --batch 64 --size 224 --workers 2 --epochs 3
 
 Prints img/s over `--epochs` timed epochs after one warm-up epoch, and a JSON line.
@@ -34,7 +34,7 @@ machine load; the ratio is the median of the per-round ratios):
 
     cargo build --release -p stoker-loader --example loader_throughput
     python3 benches/peers/torch_loader.py --compare target/release/examples/loader_throughput \
-        --images ../shared/data/bench --batch 64 --size 224 --workers 2 --epochs 3 --rounds 3
+        --images target/stoker-testdata/bench-v1 --batch 64 --size 224 --workers 2 --epochs 3 --rounds 3
 """
 
 import argparse
@@ -226,7 +226,7 @@ def parity(directory, size=224):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     here = os.path.dirname(os.path.abspath(__file__))
-    p.add_argument("--images", default=os.path.join(here, "..", "..", "..", "shared", "data", "bench"))
+    p.add_argument("--images", default=os.path.join(here, "..", "..", "target", "stoker-testdata", "bench-v1"))
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--workers", type=int, default=os.cpu_count())

@@ -67,7 +67,7 @@ impl Region {
 /// ```
 /// use stoker_decode::{CpuDecoder, Limits};
 /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-///     "/../../shared/data/conformance/core/pillow__Tests__images__hopper.jpg")).unwrap();
+///     "/../testdata/conformance/core/pillow__Tests__images__hopper.jpg")).unwrap();
 /// let dec = CpuDecoder::new(Limits::default());
 /// let (info, rgb) = dec.decode_to_vec(&data).unwrap();
 /// assert_eq!(rgb.len(), info.rgb_len());
@@ -104,7 +104,7 @@ impl CpuDecoder {
     /// ```
     /// use stoker_decode::{probe, CpuDecoder, Limits};
     /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-    ///     "/../../shared/data/conformance/core/go__video-001.jpeg")).unwrap();
+    ///     "/../testdata/conformance/core/go__video-001.jpeg")).unwrap();
     /// let info = probe(&data, &Limits::default()).unwrap();
     /// let mut out = vec![0u8; info.rgb_len()];
     /// CpuDecoder::new(Limits::default()).decode_into(&data, &mut out).unwrap();
@@ -146,7 +146,7 @@ impl CpuDecoder {
     /// ```
     /// use stoker_decode::{probe, CpuDecoder, Limits};
     /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-    ///     "/../../shared/data/conformance/core/go__video-001.jpeg")).unwrap();
+    ///     "/../testdata/conformance/core/go__video-001.jpeg")).unwrap();
     /// let dec = CpuDecoder::new(Limits::default());
     /// let (info, full) = dec.decode_to_vec(&data).unwrap();
     /// let mut top = vec![0u8; info.rgb_len()];
@@ -182,7 +182,7 @@ impl CpuDecoder {
     /// ```
     /// use stoker_decode::{CpuDecoder, Limits, Region};
     /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-    ///     "/../../shared/data/conformance/core/go__video-001.jpeg")).unwrap();
+    ///     "/../testdata/conformance/core/go__video-001.jpeg")).unwrap();
     /// let dec = CpuDecoder::new(Limits::default());
     /// let (info, full) = dec.decode_to_vec(&data).unwrap();
     /// let crop = Region { x: 30, y: 20, width: 64, height: 50 };
@@ -285,7 +285,7 @@ impl CpuDecoder {
     /// ```
     /// use stoker_decode::{CpuDecoder, Limits};
     /// let good = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-    ///     "/../../shared/data/conformance/core/go__video-001.jpeg")).unwrap();
+    ///     "/../testdata/conformance/core/go__video-001.jpeg")).unwrap();
     /// let inputs: Vec<&[u8]> = vec![&good, b"not a jpeg"];
     /// let mut a = vec![0u8; 150 * 103 * 3];
     /// let mut b = vec![0u8; 16];
@@ -375,7 +375,7 @@ fn zune_decode(
     use zune_core::colorspace::ColorSpace as ZColor;
     use zune_core::options::DecoderOptions;
 
-    let corrupt = |e: zune_jpeg::errors::DecodeErrors| DecodeError::Corrupt {
+    let corrupt = |e: stoker_zune_jpeg::errors::DecodeErrors| DecodeError::Corrupt {
         decoder: "zune-jpeg",
         message: e.to_string(),
     };
@@ -389,7 +389,7 @@ fn zune_decode(
         } else {
             ZColor::RGB
         });
-    let mut dec = zune_jpeg::JpegDecoder::new_with_options(SliceReader::new(data), opts);
+    let mut dec = stoker_zune_jpeg::JpegDecoder::new_with_options(SliceReader::new(data), opts);
     if let Some(r) = region {
         // Cut to the image; the bottom edge stops the decode.
         let (x1, y1) = (r.right().min(info.width), r.bottom().min(info.height));

@@ -2253,12 +2253,8 @@ mod tests {
     /// same order, as one image after another (CPU routes: no nvJPEG here).
     #[test]
     fn parallel_routing_matches_serial_routing() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/data/conformance/core");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            println!("SKIP: {} not found", dir.display());
-            return;
-        };
+        let dir = stoker_testdata::dir().join("conformance/core");
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         let mut files: Vec<Vec<u8>> = entries
             .flatten()
             .filter_map(|e| std::fs::read(e.path()).ok())
@@ -2305,9 +2301,15 @@ mod tests {
     #[test]
     fn no_gpu_is_an_error_not_a_panic() {
         match cuda_context(0) {
-            Ok(_) => println!("a GPU is present; nothing to check"),
+            Ok(ctx) => assert_eq!(ctx.ordinal(), 0),
             Err(DecodeError::NoGpu { reason }) => assert!(!reason.is_empty()),
             Err(e) => panic!("want NoGpu, got {e}"),
+        }
+        // A device that no machine has: the same typed error with or without a GPU.
+        match cuda_context(4096) {
+            Err(DecodeError::NoGpu { reason }) => assert!(!reason.is_empty()),
+            Err(e) => panic!("want NoGpu, got {e}"),
+            Ok(_) => panic!("device 4096 opened"),
         }
     }
 }

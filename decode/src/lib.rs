@@ -20,7 +20,7 @@
 //! use stoker_decode::{probe, CpuDecoder, Limits};
 //!
 //! let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-//!     "/../../shared/data/conformance/core/go__video-001.q50.420.jpeg")).unwrap();
+//!     "/../testdata/conformance/core/go__video-001.q50.420.jpeg")).unwrap();
 //! let limits = Limits::default();
 //! let info = probe(&data, &limits)?;          // header only
 //! let mut rgb = vec![0u8; info.rgb_len()];     // the caller owns the buffer

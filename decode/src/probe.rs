@@ -140,7 +140,7 @@ impl ImageInfo {
     /// # Examples
     /// ```
     /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-    ///     "/../../shared/data/conformance/core/pillow__Tests__images__hopper.jpg")).unwrap();
+    ///     "/../testdata/conformance/core/pillow__Tests__images__hopper.jpg")).unwrap();
     /// let info = stoker_decode::probe(&data, &Default::default()).unwrap();
     /// assert_eq!(info.rgb_len(), 128 * 128 * 3);
     /// ```
@@ -269,7 +269,7 @@ impl ImageInfo {
 /// ```
 /// use stoker_decode::{probe, Limits, Subsampling};
 /// let data = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
-///     "/../../shared/data/conformance/core/go__video-001.q50.420.jpeg")).unwrap();
+///     "/../testdata/conformance/core/go__video-001.q50.420.jpeg")).unwrap();
 /// let info = probe(&data, &Limits::default()).unwrap();
 /// assert_eq!((info.width, info.height), (150, 103));
 /// assert_eq!(info.subsampling, Subsampling::S420);

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{conformance_rows, data_dir, jpegs_in, psnr};
+use common::{bench_dir, conformance_rows, data_dir, jpegs_in, psnr};
 use stoker_decode::{
     cuda_context, nvjpeg::NvJpeg, BatchUse, CpuDecoder, DecodeError, GpuDecoder, GpuDecoderOptions,
     LoadError, Region, Route,
@@ -67,7 +67,7 @@ fn library_loads_and_resolves_every_symbol_when_present() {
             println!("nvJPEG {:?} from {}", lib.version(), lib.path().display());
             assert!(lib.version().0 >= 11, "version {:?}", lib.version());
         }
-        Err(e) => println!("SKIP: nvJPEG not loadable here: {e}"),
+        Err(e) => stoker_testdata::gpu_skip(format!("nvJPEG not loadable here: {e}")),
     }
 }
 
@@ -83,14 +83,14 @@ fn gpu_with(
     let ctx = match cuda_context(0) {
         Ok(c) => c,
         Err(e) => {
-            println!("SKIP: {e}");
+            stoker_testdata::gpu_skip(e);
             return None;
         }
     };
     match GpuDecoder::new(&ctx, options) {
         Ok(d) => Some((ctx, d)),
         Err(DecodeError::Load(e)) => {
-            println!("SKIP: GPU present but nvJPEG not loadable: {e}");
+            stoker_testdata::gpu_skip(format!("GPU present but nvJPEG not loadable: {e}"));
             None
         }
         Err(e) => panic!("GPU present and nvJPEG loaded, but the decoder failed: {e}"),
@@ -237,7 +237,7 @@ struct BusyStream {
 impl BusyStream {
     fn new() -> Option<BusyStream> {
         let (ctx, dec) = gpu()?;
-        let mut files = jpegs_in(&data_dir().join("bench"));
+        let mut files = jpegs_in(&bench_dir());
         files.truncate(64);
         let cpu = CpuDecoder::new(Default::default());
         let stream = ctx.new_stream().unwrap();
@@ -382,7 +382,7 @@ fn idle_outputs_decode_without_waiting_for_the_stream() {
 #[test]
 fn gpu_matches_cpu_on_the_bench_set() {
     let Some((ctx, mut dec)) = gpu() else { return };
-    let files = jpegs_in(&data_dir().join("bench"));
+    let files = jpegs_in(&bench_dir());
     assert!(!files.is_empty());
     let files: Vec<(PathBuf, bool)> = files.into_iter().map(|p| (p, true)).collect();
     let routes = compare(&mut dec, &ctx, &files, 128);
@@ -431,7 +431,7 @@ fn regions_copy_only_their_rows_on_the_cpu_routes() {
     };
     let stream = ctx.new_stream().unwrap();
     let cpu = CpuDecoder::new(Default::default());
-    let mut files = jpegs_in(&data_dir().join("bench"));
+    let mut files = jpegs_in(&bench_dir());
     files.truncate(31);
     files.push(data_dir().join("conformance/core/go__video-001.cmyk.jpeg"));
     let (data, want, _) = bench_batch(&files, &cpu, &stream);
@@ -591,7 +591,7 @@ fn share_matches_cpu_and_routes_add_up(
     let Some((ctx, mut dec)) = gpu_with(options) else {
         return;
     };
-    let files = jpegs_in(&data_dir().join("bench"));
+    let files = jpegs_in(&bench_dir());
     assert!(files.len() > batch);
     let cpu = CpuDecoder::new(Default::default());
     let stream = ctx.new_stream().unwrap();
@@ -685,7 +685,7 @@ fn hardware_options_decode_the_same_pixels() {
     let Some((ctx, mut reference)) = gpu() else {
         return;
     };
-    let files = jpegs_in(&data_dir().join("bench"));
+    let files = jpegs_in(&bench_dir());
     let data: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let stream = ctx.new_stream().unwrap();
     let decode_all = |dec: &mut GpuDecoder| -> Vec<(Route, Vec<u8>)> {

@@ -6,7 +6,7 @@
 //! `# timings <row>: ...` ([`stoker_decode::DecodeTimings`] of the timed loop)
 //! and `ROWSPAN\t<row>\t<unix start s>\t<unix end s>` around each timed loop
 //! (the device check averages `nvidia-smi dmon`'s `jpg` column over it).
-//! Environment: `STOKER_BENCH_DIR` (default `../shared/data/bench`),
+//! Environment: `STOKER_BENCH_DIR` (default: the bench set, `stoker_testdata::bench_dir()`),
 //! `STOKER_BENCH_SECONDS` (default 5), `STOKER_BENCH_BATCH` (default 256).
 
 mod common;
@@ -32,7 +32,7 @@ fn row(name: &str, value: f64, unit: &str, note: &str) {
 fn gpu_decode_throughput() {
     let dir = std::env::var("STOKER_BENCH_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| common::data_dir().join("bench"));
+        .unwrap_or_else(|_| common::bench_dir());
     let seconds: f64 = env("STOKER_BENCH_SECONDS", 5.0);
     let batch: usize = env("STOKER_BENCH_BATCH", 256);
     let paths = common::jpegs_in(&dir);
@@ -72,7 +72,7 @@ fn gpu_decode_throughput() {
     let ctx = match cuda_context(0) {
         Ok(c) => c,
         Err(e) => {
-            println!("SKIP: {e}");
+            stoker_testdata::gpu_skip(e);
             return;
         }
     };
@@ -108,7 +108,7 @@ fn gpu_decode_throughput() {
             engines
         }
         Err(e) => {
-            println!("SKIP: {e}");
+            stoker_testdata::gpu_skip(e);
             return;
         }
     };
@@ -285,7 +285,7 @@ fn measure(
     let mut dec = match GpuDecoder::new(ctx, case.options.clone()) {
         Ok(d) => d,
         Err(e) => {
-            println!("SKIP {label}: {e}");
+            stoker_testdata::gpu_skip(format!("{label}: {e}"));
             return;
         }
     };
@@ -297,7 +297,7 @@ fn measure(
         {
             Ok(s) => s,
             Err(e) => {
-                println!("SKIP {label}: creating streams: {e}");
+                stoker_testdata::gpu_skip(format!("{label}: creating streams: {e}"));
                 return;
             }
         }

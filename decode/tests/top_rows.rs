@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{data_dir, jpegs_in, jpegs_under};
+use common::{bench_dir, data_dir, jpegs_in, jpegs_under};
 use stoker_decode::{probe, CpuDecoder, Limits, Region, Route};
 
 /// Bytes the output is filled with before a partial decode.
@@ -20,7 +20,7 @@ const UNTOUCHED: u8 = 0xA5;
 /// (the whole folder, larger photos, would make the test six times as long).
 fn files() -> Vec<std::path::PathBuf> {
     let mut files = jpegs_in(&data_dir().join("conformance/core"));
-    files.extend(jpegs_in(&data_dir().join("bench")).into_iter().take(16));
+    files.extend(jpegs_in(&bench_dir()).into_iter().take(16));
     let mut seen = [0, 0];
     for path in jpegs_under(&data_dir().join("imagefolder")) {
         let data = std::fs::read(&path).unwrap();
@@ -240,7 +240,7 @@ fn progressive_restart_markers_and_segments_between_scans_cut_exactly() {
     use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
     let dec = CpuDecoder::new(Limits::default());
     let (mut checked, mut stopped) = (0, 0);
-    for path in jpegs_in(&data_dir().join("bench")).iter().take(2) {
+    for path in jpegs_in(&bench_dir()).iter().take(2) {
         let (info, rgb) = dec.decode_to_vec(&std::fs::read(path).unwrap()).unwrap();
         let (w, h) = (info.width, info.height);
         for (sampling, interval) in [

@@ -1,15 +1,15 @@
 //! The vendored, patched zune-jpeg (decode/vendor/zune-jpeg) must decode
 //! exactly as upstream zune-jpeg 0.5.15 does: same pixels, same route.
 //!
-//! `tests/data/zune_digests.tsv` holds, for every file of ../shared/data that
+//! `tests/data/zune_digests.tsv` holds, for every file of the test corpus that
 //! upstream decoded through zune-jpeg, the FNV-1a 64 digest of its RGB output,
 //! written from the unpatched crate. The patch only reorganises the Huffman hot
 //! loop, so any difference here is a bug in the patch (or a new upstream
 //! version that needs its digests rewritten, see STOKER-PATCH.md).
 //!
-//! To rewrite the table from an *unpatched* build (the two `[patch.crates-io]`
-//! entries removed): `STOKER_WRITE_ZUNE_DIGESTS=1 cargo test -p stoker-decode
-//! --test zune_patch`.
+//! To rewrite the table from an *unpatched* build (stoker-decode pointed at
+//! zune-jpeg as published): `STOKER_WRITE_ZUNE_DIGESTS=1 cargo test -p
+//! stoker-decode --test zune_patch`.
 
 mod common;
 
@@ -29,7 +29,6 @@ const TABLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/zune_digest
 fn write_table(dec: &CpuDecoder) {
     let data = common::data_dir();
     let mut dirs = vec![
-        data.join("bench"),
         data.join("conformance/core"),
         data.join("conformance/corrupt"),
     ];
@@ -66,7 +65,7 @@ fn write_table(dec: &CpuDecoder) {
         })
         .collect();
     rows.sort();
-    let head = "# FNV-1a 64 of the RGB output of upstream zune-jpeg (route cpu-zune), one row per file of ../shared/data it decodes.\n\
+    let head = "# FNV-1a 64 of the RGB output of upstream zune-jpeg (route cpu-zune), one row per file of the test corpus (testdata/) it decodes.\n\
                 # Written by STOKER_WRITE_ZUNE_DIGESTS=1 from an unpatched build; the vendored copy must reproduce every row (decode/vendor/zune-jpeg/STOKER-PATCH.md).\n";
     std::fs::write(TABLE, format!("{head}{}\n", rows.join("\n"))).unwrap();
     println!("wrote {} rows to {TABLE}", rows.len());
@@ -101,7 +100,7 @@ fn patched_zune_reproduces_upstream_pixels() {
             }
         })
         .collect();
-    assert!(checked > 700, "only {checked} rows in the digest table");
+    assert!(checked > 200, "only {checked} rows in the digest table");
     assert!(
         wrong.is_empty(),
         "{} of {checked} files differ from upstream zune-jpeg:\n{}",
@@ -114,7 +113,7 @@ fn patched_zune_reproduces_upstream_pixels() {
 fn digest_catches_a_one_byte_difference() {
     // The check above is only as good as the digest: a single changed sample
     // must change it.
-    let data = std::fs::read(common::data_dir().join("bench/00000.jpg")).unwrap();
+    let data = std::fs::read(common::bench_dir().join("00000.jpg")).unwrap();
     let (_, mut rgb) = CpuDecoder::new(Limits::default())
         .decode_to_vec(&data)
         .unwrap();

@@ -3,8 +3,8 @@
 #
 #   formats/benches/convert_throughput.sh [STOKER_BIN] [COPIES] [REPS]
 #
-# Builds a tree of COPIES classes, each a copy of ../shared/data/bench (512 JPEGs, 46.6 kB
-# mean), warms the page cache, then times (median of REPS, wall clock):
+# Builds a tree of COPIES classes, each a copy of the bench set (512 JPEGs derived from
+# testdata/imagefolder, ~45 kB mean; made by `make-bench-set` if missing), warms the page cache, then times (median of REPS, wall clock):
 #   cp -r                        the tree, no fsync
 #   cp -r + sync                 the tree, then fsync of every copied file (stoker fsyncs shards)
 #   stoker convert --no-check    store mode: header probe + EOI check, original bytes stored
@@ -19,7 +19,8 @@ repo="$(cd "$here/../.." && pwd)"
 bin="${1:-$repo/target/release/stoker}"
 copies="${2:-4}"
 reps="${3:-3}"
-data="$repo/../shared/data/bench"
+data="$repo/target/stoker-testdata/bench-v1"
+[ -d "$data" ] || cargo run --quiet --release --manifest-path "$repo/Cargo.toml" -p stoker-testdata --bin make-bench-set -- "$data"
 work="$(mktemp -d "${TMPDIR:-/tmp}/stoker-bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 cores="$(nproc)"
@@ -65,7 +66,7 @@ time_cmd() {
 cp_sync() { cp -r "$1" "$2" && find "$2" -type f -exec sync {} +; }
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "tree: $files JPEGs, $bytes bytes ($copies x shared/data/bench); re-encode set: 512 JPEGs, $sbytes bytes; median of $reps"
+echo "tree: $files JPEGs, $bytes bytes ($copies x the bench set); re-encode set: 512 JPEGs, $sbytes bytes; median of $reps"
 time_cmd "cp -r" "$bytes" "$files" -- cp -r "$tree" "$work/out"
 time_cmd "cp -r + fsync each file" "$bytes" "$files" -- cp_sync "$tree" "$work/out"
 time_cmd "convert store --no-check (jobs $cores)" "$bytes" "$files" -- "$bin" convert "$tree" "$work/out" --no-check

@@ -10,11 +10,9 @@ use std::path::PathBuf;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
 
-const BENCH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/bench");
-
 fn read(c: &mut Criterion) {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(BENCH)
-        .expect("shared/data/bench")
+    let mut files: Vec<PathBuf> = std::fs::read_dir(stoker_testdata::bench_dir())
+        .expect("the bench set")
         .map(|e| e.unwrap().path())
         .collect();
     files.sort();
@@ -32,7 +30,7 @@ fn read(c: &mut Criterion) {
     std::fs::write(&list, lines).unwrap();
     let mut opts = ConvertOptions::new(
         Source::List {
-            root: BENCH.into(),
+            root: stoker_testdata::bench_dir(),
             list,
         },
         dir.path().join("ds"),

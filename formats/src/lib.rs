@@ -19,7 +19,7 @@
 //! ```
 //! use stoker_formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
 //!
-//! let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/imagefolder");
+//! let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/imagefolder");
 //! let out = tempfile::tempdir()?;
 //! let mut opts = ConvertOptions::new(Source::ImageFolder(src.into()), out.path().join("ds"));
 //! opts.check_decode = false; // store original bytes after a header check only

@@ -1,4 +1,4 @@
-//! The converter on real files from ../shared/data: round trip, determinism, bad input,
+//! The converter on real files from the test corpus (`<repo>/testdata`): round trip, determinism, bad input,
 //! strictness, interruption and resume, corruption detection, audit, Python reader.
 
 use std::collections::BTreeMap;
@@ -9,10 +9,8 @@ use stoker_formats::{
     NoProgress, Source,
 };
 
-const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data");
-
 fn data(rel: &str) -> PathBuf {
-    Path::new(DATA).join(rel)
+    stoker_testdata::dir().join(rel)
 }
 
 fn folder_opts(src: &Path, out: &Path) -> ConvertOptions {
@@ -149,7 +147,7 @@ fn conversion_is_deterministic_across_runs_and_thread_counts() {
 /// A temporary ImageFolder with one of each kind of bad input next to good ones.
 fn bad_input_tree() -> (tempfile::TempDir, usize) {
     let dir = tempfile::tempdir().unwrap();
-    let good = std::fs::read(data("bench/00000.jpg")).unwrap();
+    let good = std::fs::read(stoker_testdata::bench_dir().join("00000.jpg")).unwrap();
     let a = dir.path().join("a");
     let b = dir.path().join("b");
     std::fs::create_dir_all(&a).unwrap();
@@ -236,7 +234,7 @@ fn bad_inputs_are_skipped_with_reasons_and_counted() {
 /// and a cut-off photo followed by a whole one (a damaged multi-picture file) still ends early.
 #[test]
 fn truncation_is_judged_on_the_primary_image_not_on_appended_data() {
-    let good = std::fs::read(data("bench/00001.jpg")).unwrap();
+    let good = std::fs::read(stoker_testdata::bench_dir().join("00001.jpg")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a");
     std::fs::create_dir_all(&a).unwrap();
@@ -336,7 +334,7 @@ fn interrupted_conversion_looks_unfinished_refuses_rerun_and_resumes_identically
 
 #[test]
 fn flipped_byte_in_a_shard_is_caught() {
-    let src = data("bench");
+    let src = stoker_testdata::bench_dir();
     let list_dir = tempfile::tempdir().unwrap();
     let list = list_dir.path().join("list.csv");
     let lines: String = (0..12).map(|i| format!("{i:05}.jpg,{}\n", i % 2)).collect();
@@ -396,7 +394,7 @@ fn flipped_byte_in_a_shard_is_caught() {
 
 #[test]
 fn raw_encoding_stores_fixed_size_pixels() {
-    let src = data("bench");
+    let src = stoker_testdata::bench_dir();
     let list_dir = tempfile::tempdir().unwrap();
     let list = list_dir.path().join("list.csv");
     std::fs::write(&list, "00000.jpg,0\n00001.jpg,1\n00002.jpg,0\n").unwrap();
@@ -616,7 +614,7 @@ fn output_directory_with_other_files_is_refused() {
 /// The Python `lmdb` package reads a shard we wrote and checks a record against FORMAT.md.
 #[test]
 fn python_lmdb_reads_our_record_per_format_md() {
-    let src = data("bench");
+    let src = stoker_testdata::bench_dir();
     let list_dir = tempfile::tempdir().unwrap();
     let list = list_dir.path().join("list.csv");
     std::fs::write(&list, "00003.jpg,4\n00004.jpg,2\n00005.jpg,1\n").unwrap();
@@ -664,7 +662,7 @@ fn python_lmdb_reads_our_record_per_format_md() {
 /// either opening fails with an error or `verify` finds the problem.
 #[test]
 fn bit_flips_across_the_shard_file_are_always_reported() {
-    let src = data("bench");
+    let src = stoker_testdata::bench_dir();
     let list_dir = tempfile::tempdir().unwrap();
     let list = list_dir.path().join("list.csv");
     let lines: String = (0..6).map(|i| format!("{i:05}.jpg,0\n")).collect();

@@ -25,7 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok_or("usage: crop_parity OUT_DIR")?,
     );
     std::fs::create_dir_all(&out)?;
-    let bench = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/bench");
+    let bench = stoker_testdata::bench_dir();
     let tmp = tempfile::tempdir()?;
     let mut writer = DatasetWriter::create(tmp.path(), WriterOptions::default())?;
     let decoder = CpuDecoder::new(Limits::default());
@@ -33,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (seed, epoch) = (0, 1);
     let mut params = String::new();
     for i in 0..IMAGES {
-        let jpeg = std::fs::read(format!("{bench}/{i:05}.jpg"))?;
+        let jpeg = std::fs::read(bench.join(format!("{i:05}.jpg")))?;
         let (info, rgb) = decoder.decode_to_vec(&jpeg)?;
         std::fs::write(out.join(format!("{i}.rgb")), &rgb)?;
         // Sequential shuffle: the loader's seed is 0, and record i is dataset index i.
@@ -56,7 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         writer.push(meta, &jpeg)?;
     }
     std::fs::write(out.join("params.txt"), params)?;
-    writer.finish(vec![], Provenance::stoker("crop_parity: shared/data/bench"))?;
+    writer.finish(vec![], Provenance::stoker("crop_parity: the bench set"))?;
     let loader = Loader::builder(Dataset::open(tmp.path())?)
         .batch_size(1)
         .shuffle(Shuffle::Sequential)

@@ -1,5 +1,5 @@
 //! Loader throughput on the CPU path: converts a directory of JPEGs (default
-//! `<repo>/../shared/data/bench`) into a temporary dataset with `stoker_formats::convert`,
+//! the bench set, `stoker_testdata::bench_dir()`) into a temporary dataset with `stoker_formats::convert`,
 //! then iterates epochs with a training-style configuration and prints images per second,
 //! the loader's stats table and one JSON line for docs/BENCHMARKS.md.
 //!
@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! cargo run --release -p stoker-loader --example loader_throughput -- \
-//!     --images ../shared/data/bench --batch 64 --size 224 --workers 2 --epochs 3
+//!     --images target/stoker-testdata/bench-v1 --batch 64 --size 224 --workers 2 --epochs 3
 //! ```
 //!
 //! Flags: `--images DIR`, `--batch N`, `--size PX`, `--workers N`, `--prefetch N`,
@@ -34,10 +34,7 @@ struct Args {
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
-        images: PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/data/bench"
-        )),
+        images: stoker_testdata::bench_dir(),
         batch: 64,
         size: 224,
         workers: std::thread::available_parallelism()

@@ -33,11 +33,7 @@ fn gpu() -> Result<Arc<CudaContext>, String> {
 
 /// [`gpu`], or `None` after printing why the test is skipped.
 fn gpu_or_skip() -> Option<Arc<CudaContext>> {
-    gpu()
-        .map_err(|why| {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)")
-        })
-        .ok()
+    gpu().map_err(stoker_testdata::gpu_skip).ok()
 }
 
 fn train_transform(size: u32) -> Transform {
@@ -73,15 +69,22 @@ fn loader(
 
 #[test]
 fn cuda_without_a_gpu_is_a_typed_error_and_auto_falls_back_to_the_cpu() {
-    if let Ok(ctx) = gpu() {
-        eprintln!(
-            "skipped: a GPU is present ({:?}); this test covers machines without one",
-            ctx.name()
-        );
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let ds = bench_dataset(dir.path(), 24, 12, &[]);
+    if gpu().is_ok() {
+        // With a GPU: Cuda(0) builds and Auto takes it; both give device batches.
+        for device in [Device::Cuda(0), Device::Auto] {
+            let l = loader(ds.clone(), device, Output::F16Nchw, 8).expect("a GPU loader");
+            let mut seen = 0;
+            for batch in l.epoch(0) {
+                let batch = batch.unwrap();
+                assert!(matches!(batch.images, Images::Cuda(_)), "{device:?}");
+                seen += batch.len();
+            }
+            assert_eq!(seen, 24, "{device:?}");
+        }
+        return;
+    }
     match loader(ds.clone(), Device::Cuda(0), Output::F16Nchw, 8) {
         Err(LoaderError::GpuUnavailable { reason }) => {
             assert!(!reason.is_empty());

@@ -1,4 +1,4 @@
-//! The loader end to end on real JPEGs from `shared/data/bench`: order, coverage,
+//! The loader end to end on real JPEGs from the bench set (`stoker_testdata`): order, coverage,
 //! distribution, resume, bad records, shutdown, layouts and counters.
 
 mod common;

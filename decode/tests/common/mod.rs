@@ -1,4 +1,4 @@
-//! Shared helpers for the integration tests: the shared data directory, the
+//! Shared helpers for the integration tests: the test corpus and bench set, the
 //! conformance table, reference PNG loading and PSNR.
 #![allow(dead_code)]
 
@@ -6,11 +6,14 @@ use std::path::PathBuf;
 
 pub mod partial;
 
-/// `$STOKER_DATA` when set (the GPU machine's copy), else `<repo>/../shared/data`.
+/// The test corpus: `$STOKER_DATA` when set (the GPU machine's copy), else `<repo>/testdata`.
 pub fn data_dir() -> PathBuf {
-    std::env::var_os("STOKER_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data")))
+    stoker_testdata::dir()
+}
+
+/// The bench set (512 JPEGs of 500×375, derived from the corpus photographs).
+pub fn bench_dir() -> PathBuf {
+    stoker_testdata::bench_dir()
 }
 
 /// The `.jpg`/`.jpeg` files of `dir`, sorted by name.

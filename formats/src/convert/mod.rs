@@ -264,7 +264,7 @@ struct Totals {
 ///
 /// ```
 /// use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
-/// let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/imagefolder");
+/// let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/imagefolder");
 /// let out = tempfile::tempdir()?;
 /// let mut opts = ConvertOptions::new(Source::ImageFolder(src.into()), out.path().join("ds"));
 /// opts.max_side = Some(64); // small re-encoded copies keep this example quick

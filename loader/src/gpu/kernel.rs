@@ -537,9 +537,9 @@ mod tests {
     #[test]
     fn nvrtc_compiles_the_transform_kernel() {
         if !nvrtc_present() {
-            eprintln!(
-                "skipped: libnvrtc not found (set STOKER_NVRTC_DIR to the lib folder of the \
-                 nvidia-cuda-nvrtc wheel, or LD_LIBRARY_PATH)"
+            stoker_testdata::gpu_skip(
+                "libnvrtc not found (set STOKER_NVRTC_DIR to the lib folder of the \
+                 nvidia-cuda-nvrtc wheel, or LD_LIBRARY_PATH)",
             );
             return;
         }
@@ -583,7 +583,7 @@ mod tests {
         use crate::transform::resize::CropResizer;
         use crate::transform::{Transform, IMAGENET_MEAN, IMAGENET_STD};
 
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data/bench");
+        let dir = stoker_testdata::bench_dir();
         let decoder = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default());
         let size = 224u32;
         let transforms = [
@@ -604,7 +604,7 @@ mod tests {
         let mut resizer = CropResizer::new(size);
         let (mut total, mut equal, mut flips) = (0usize, 0usize, 0usize);
         for i in 0..6u64 {
-            let path = format!("{dir}/{i:05}.jpg");
+            let path = dir.join(format!("{i:05}.jpg")).display().to_string();
             let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
             let (info, rgb) = decoder.decode_to_vec(&data).expect("bench JPEG decodes");
             let src = SourceImage {
@@ -678,22 +678,18 @@ mod tests {
     #[test]
     fn kernel_matches_its_reference_on_the_gpu() {
         if let Some(why) = super::super::unavailable_reason(0) {
-            eprintln!("skipped: {why} (runs on the GPU machine via scripts/device-check.sh)");
+            stoker_testdata::gpu_skip(why);
             return;
         }
         if !nvrtc_present() {
-            eprintln!("skipped: libnvrtc not found");
+            stoker_testdata::gpu_skip("libnvrtc not found");
             return;
         }
         use cudarc::driver::DevicePtr;
         let ctx = CudaContext::new(0).unwrap();
         let stream = ctx.new_stream().unwrap();
         let kernel = TransformKernel::load(&ctx).unwrap();
-        let data = std::fs::read(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/data/bench/00007.jpg"
-        ))
-        .unwrap();
+        let data = std::fs::read(stoker_testdata::bench_dir().join("00007.jpg")).unwrap();
         let (info, rgb) = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default())
             .decode_to_vec(&data)
             .unwrap();

@@ -556,11 +556,7 @@ mod tests {
         };
         let payload = match encoding {
             Encoding::Raw => vec![7u8; (w * h * 3) as usize],
-            _ => std::fs::read(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../shared/data/bench/00000.jpg"
-            ))
-            .unwrap(),
+            _ => std::fs::read(stoker_testdata::bench_dir().join("00000.jpg")).unwrap(),
         };
         wr.push(meta, &payload).unwrap();
         wr.finish(vec!["c".into()], Provenance::stoker("gpu unit test"))

@@ -1,4 +1,4 @@
-//! Test datasets made from the shared real images (`<repo>/../shared/data`).
+//! Test datasets made from the repository's real images (`stoker_testdata`).
 
 #![allow(dead_code)]
 
@@ -8,14 +8,14 @@ use stoker_formats::{
     Dataset, DatasetWriter, Encoding, Provenance, RecordHeader, RecordMeta, WriterOptions,
 };
 
-/// `<repo>/../shared/data`.
-pub fn shared_data() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data"))
+/// The test corpus (`<repo>/testdata`, or `$STOKER_DATA`).
+pub fn data_dir() -> PathBuf {
+    stoker_testdata::dir()
 }
 
-/// The `i`-th file of `bench/` (512 ImageNet-like 500×375 JPEGs).
+/// The `i`-th file of the bench set (512 ImageNet-like 500×375 JPEGs).
 pub fn bench_jpeg(i: usize) -> Vec<u8> {
-    let path = shared_data().join(format!("bench/{:05}.jpg", i % 512));
+    let path = stoker_testdata::bench_dir().join(format!("{:05}.jpg", i % 512));
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -102,11 +102,8 @@ pub fn bench_dataset(dir: &Path, n: usize, per_shard: u64, broken: &[(usize, Bro
         }
     }
     let classes = (0..5).map(|c| format!("class{c}")).collect();
-    w.finish(
-        classes,
-        Provenance::stoker("loader tests: shared/data/bench"),
-    )
-    .unwrap();
+    w.finish(classes, Provenance::stoker("loader tests: the bench set"))
+        .unwrap();
     Dataset::open(dir).unwrap()
 }
 

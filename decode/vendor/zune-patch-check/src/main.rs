@@ -9,8 +9,7 @@
 //! of a block), which valid files never do.
 //!
 //! ```text
-//! cargo run --release --manifest-path decode/vendor/zune-patch-check/Cargo.toml -- \
-//!     ../shared/data [MUTANTS_BASELINE] [MUTANTS_PROGRESSIVE]
+//! cargo run --release -p zune-patch-check -- [DATA_DIR [MUTANTS_BASELINE [MUTANTS_PROGRESSIVE]]]
 //! ```
 //!
 //! Exit status 1 on any difference; the first differing inputs are written to
@@ -112,7 +111,11 @@ fn describe(outcome: &Outcome) -> String {
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let data_dir = PathBuf::from(args.next().unwrap_or_else(|| "../shared/data".into()));
+    // The repository's test corpus (photographs and the conformance files) unless told.
+    let data_dir = PathBuf::from(
+        args.next()
+            .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../../testdata").into()),
+    );
     let mutants_baseline: usize = args
         .next()
         .map_or(4, |a| a.parse().expect("MUTANTS_BASELINE"));

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# stoker as a dependency of a crate outside this workspace, built the way a user builds it:
+# tests/downstream depends on `stoker` by path, then a copy of it depends on this checkout
+# through `git = "file://…"` (offline: cargo clones the local repository). Each build runs
+# the crate, which converts the bundled sample and checks the loader's batches. No
+# [patch] anywhere: the check below fails if a Cargo.toml grows one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+if grep -rn --include=Cargo.toml '^\[patch' . --exclude-dir=target; then
+  echo "downstream: a [patch] section applies only inside its own workspace, never to a crate depending on stoker" >&2
+  exit 1
+fi
+# The downstream crate starts from the workspace's lock file, so it builds the same
+# dependency versions (and CI reuses their compiled artifacts).
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cp -r tests/downstream "$work/path-dep"
+cp Cargo.lock "$work/path-dep/"
+sed -i "s|^stoker = { path = \"../..\" }|stoker = { path = \"$root\" }|" "$work/path-dep/Cargo.toml"
+echo "downstream: path dependency"
+cargo run --quiet --manifest-path "$work/path-dep/Cargo.toml" -- "$root/examples/data/sample"
+if [ -d .git ] || git rev-parse --git-dir >/dev/null 2>&1; then
+  cp -r "$work/path-dep" "$work/git-dep"
+  rev="$(git rev-parse HEAD)"
+  sed -i "s|^stoker = { path = \"$root\" }|stoker = { git = \"file://$root\", rev = \"$rev\" }|" "$work/git-dep/Cargo.toml"
+  echo "downstream: git dependency on file://$root at $rev"
+  CARGO_NET_GIT_FETCH_WITH_CLI=true cargo run --quiet --manifest-path "$work/git-dep/Cargo.toml" -- "$root/examples/data/sample"
+else
+  echo "downstream: not a git checkout; git-dependency build not run" >&2
+  exit 1
+fi

@@ -1,0 +1,88 @@
+//! # Overview
+//!
+//! Where stoker's tests, benches and examples find their data, all of it inside the
+//! repository (`testdata/`, origin and licence of every file in `testdata/README.md`):
+//!
+//! - [`dir`]: the corpus root: `imagefolder/` (164 photographs, one folder per source
+//!   package) and `conformance/` (JPEG edge cases, reference decodes, `expectations.tsv`).
+//! - [`bench_dir`]: the bench set, 512 JPEGs of 500×375 (quality 90, baseline 4:2:0),
+//!   derived deterministically from the photographs the first time it is asked for
+//!   ([`make_bench_set`]) and kept under `target/`, so that 24 MB of crops need not be
+//!   checked in.
+//! - [`gpu_skip`]: the one line a GPU test prints when it finds no GPU, which
+//!   `scripts/device-check.sh` treats as a failure on the GPU machine.
+//!
+//! `STOKER_DATA` and `STOKER_BENCH_DIR` override the two folders (the GPU machine gets a
+//! copy of both, see `scripts/device-prepare.sh`).
+//!
+//! ```
+//! let photos = stoker_testdata::dir().join("imagefolder");
+//! assert!(photos.join("ORIGIN.tsv").is_file());
+//! ```
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+mod bench_set;
+
+pub use bench_set::{make_bench_set, BenchSetError, BENCH_FILES, BENCH_HEIGHT, BENCH_WIDTH};
+
+/// The corpus root: `$STOKER_DATA` when set, else `<repo>/testdata`.
+pub fn dir() -> PathBuf {
+    std::env::var_os("STOKER_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// The bench set's folder (`00000.jpg` … `00511.jpg`): `$STOKER_BENCH_DIR` when set, else
+/// the set derived from the photographs under `<repo>/target/stoker-testdata/`, made on
+/// the first call of any process and reused after.
+///
+/// # Panics
+///
+/// When the set cannot be made (the photographs are missing, the disk is full): a test
+/// without its data should fail loudly, not pass.
+pub fn bench_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("STOKER_BENCH_DIR") {
+        return PathBuf::from(dir);
+    }
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/stoker-testdata");
+        let dir = root.join(format!("bench-v{}", bench_set::VERSION));
+        make_bench_set(&crate::dir().join("imagefolder"), &dir)
+            .unwrap_or_else(|e| panic!("making the bench set in {}: {e}", dir.display()));
+        dir
+    })
+    .clone()
+}
+
+/// The first `n` files of the bench set, in order.
+///
+/// # Panics
+///
+/// As [`bench_dir`], or when `n` exceeds [`BENCH_FILES`].
+pub fn bench_files(n: usize) -> Vec<PathBuf> {
+    assert!(
+        n <= BENCH_FILES,
+        "the bench set has {BENCH_FILES} files, {n} asked"
+    );
+    let dir = bench_dir();
+    (0..n).map(|i| dir.join(format!("{i:05}.jpg"))).collect()
+}
+
+/// The prefix of the line a GPU test prints when it finds no usable GPU. On a machine
+/// without one the test then returns (CI has no GPU); on the GPU machine
+/// `scripts/device-check.sh` searches the test logs for this prefix and fails the run if
+/// any test skipped.
+pub const GPU_SKIP_PREFIX: &str = "STOKER-GPU-SKIP";
+
+/// Prints the skip line of the calling test (`STOKER-GPU-SKIP <test>: <reason>`), one
+/// format for every GPU test. The test is named by its thread (libtest names each test's
+/// thread after it).
+pub fn gpu_skip(reason: impl Display) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("unnamed test");
+    println!("{GPU_SKIP_PREFIX} {test}: {reason}");
+}
