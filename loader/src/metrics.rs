@@ -443,6 +443,8 @@ impl Metrics {
         let wait = secs(self.wait_ns.load(Relaxed));
         let images = self.images.load(Relaxed);
         let samples = self.queue_samples.load(Relaxed);
+        // Copied out, so that the lock is not held while the others are taken.
+        let placement = *self.placement.lock().unwrap_or_else(|p| p.into_inner());
         Stats {
             epochs: self.epochs.load(Relaxed),
             epochs_started_early: self.early_epochs.load(Relaxed),
@@ -490,16 +492,8 @@ impl Metrics {
                 .unwrap_or_else(|p| p.into_inner())
                 .mean(),
             gpu_decode: *self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner()),
-            placement: self
-                .placement
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .map(|(p, _)| p),
-            slice: self
-                .placement
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .map(|(_, s)| s),
+            placement: placement.map(|(p, _)| p),
+            slice: placement.map(|(_, s)| s),
             device: self
                 .device
                 .lock()
