@@ -23,6 +23,9 @@
 //!     --consumer-ms 20 --tsv $OUT/table.tsv
 //! ```
 //!
+//! `--workers N` gives every process N workers instead of its node share (e.g. all
+//! the cores, what each process took before the share existed).
+//!
 //! Rows (stdout, and `--tsv FILE` as `name<TAB>value<TAB>unit<TAB>note`):
 //! `node_share<TAG>_<N>p_img_per_s` (median aggregate), `_decode_img_per_s`
 //! (aggregate decode-stage images per second over the same span), `_fed_min` /
@@ -67,6 +70,9 @@ struct Args {
     /// `cpu`, `auto` (the local rank's GPU, else the CPU) or `cuda:N`.
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// Worker threads of every process (0: the loader's default, the node share).
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
     /// Stand-in training step per batch, milliseconds of sleep (0: none).
     #[arg(long, default_value_t = 0.0)]
     consumer_ms: f64,
@@ -113,7 +119,11 @@ fn now_ns() -> u128 {
 
 /// One process of the node.
 fn child(args: &Args, dataset: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let loader = Loader::builder(Dataset::open(dataset)?)
+    let mut builder = Loader::builder(Dataset::open(dataset)?);
+    if args.workers > 0 {
+        builder = builder.workers(args.workers);
+    }
+    let loader = builder
         .batch_size(args.batch)
         .shuffle(Shuffle::Global { seed: 0 })
         .transform(
@@ -249,6 +259,7 @@ fn run_node(
             .args(["--size", &args.size.to_string()])
             .args(["--epochs", &args.epochs.to_string()])
             .args(["--device", &args.device])
+            .args(["--workers", &args.workers.to_string()])
             .args(["--consumer-ms", &args.consumer_ms.to_string()]);
         for v in [
             "SLURM_PROCID",
@@ -434,8 +445,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let reference = of(1, |r| r.img_per_s);
     let note = format!(
-        "{records} records, device {}, batch {}, {} rounds, median",
-        args.device, args.batch, args.rounds
+        "{records} records, device {}, batch {}, workers {}, {} rounds, median",
+        args.device,
+        args.batch,
+        if args.workers == 0 {
+            "node share".to_string()
+        } else {
+            args.workers.to_string()
+        },
+        args.rounds
     );
     for &n in &args.procs {
         let name = format!("node_share{}_{n}p", args.tag);
