@@ -471,7 +471,7 @@ impl LoaderBuilder {
             config.rank = placement.rank;
             config.world = placement.world;
         }
-        let share = NodeShare::of_this_machine(placement.local_world);
+        let share = NodeShare::of_this_machine(&placement);
         config.placement = placement;
         config.node_cores = share.cores;
         config.workers = workers.unwrap_or(share.cores);
@@ -589,7 +589,7 @@ fn build_backend(
             let mut gpu_config = config.clone();
             gpu_config.device = Device::Cuda(ordinal);
             metrics.set_device(format!(
-                "cuda:{ordinal} (Device::Auto: local rank {local_rank} of {visible} visible device{})",
+                "cuda:{ordinal} (Device::Auto: local rank {local_rank} mod {visible} visible device{})",
                 if visible == 1 { "" } else { "s" }
             ));
             match crate::gpu::build(&gpu_config, Arc::clone(metrics)) {

@@ -485,14 +485,17 @@ pub struct NodeShare {
 
 impl NodeShare {
     /// The share of one of `local_world` processes on a machine where this process
-    /// may run on `available_cores` cores (its affinity and CPU quota) of
-    /// `online_cores`, and which has `memory_bytes` of memory:
+    /// may run on `available_cores` cores (its affinity and CPU quota) and which has
+    /// `memory_bytes` of memory:
     ///
-    /// - cores: `available_cores / local_world`, at least 1. When the launcher has
-    ///   already given this process CPUs of its own (its affinity covers fewer than
-    ///   the online cores, and `local_world` such sets fit in them, as with
-    ///   `srun --cpus-per-task`), `available_cores` is already this process's share
-    ///   and is not divided again.
+    /// - cores: `available_cores / local_world`, at least 1; except when the
+    ///   launcher gave each process CPUs of its own: `cpus_per_task` (Slurm's
+    ///   `SLURM_CPUS_PER_TASK`) is set and this process may run on no more than
+    ///   that many cores, which are then its share as they are (dividing them again
+    ///   would leave most of them idle). Without such a statement the available
+    ///   cores are taken to be shared: a container's quota or cpuset looks the same
+    ///   from inside as a per-process binding, and dividing a binding by mistake
+    ///   costs less than oversubscribing a shared set `local_world` times.
     /// - pinned memory: half the memory divided by `local_world` (the other half is
     ///   the training processes', the page cache's and the system's).
     ///
@@ -502,57 +505,60 @@ impl NodeShare {
     /// use stoker_loader::launcher::NodeShare;
     /// const GIB: u64 = 1 << 30;
     /// // 8 torchrun processes on a 16-core, 128 GiB node: 2 cores, 8 GiB each.
-    /// let s = NodeShare::new(16, 16, 128 * GIB, 8);
+    /// let s = NodeShare::new(16, 128 * GIB, 8, None);
     /// assert_eq!((s.cores, s.pinned_bytes), (2, 8 * GIB));
     /// // 8 processes on 2 cores: at least one thread each.
-    /// assert_eq!(NodeShare::new(2, 2, 8 * GIB, 8).cores, 1);
-    /// // srun --cpus-per-task=2 already bound each of the 8 tasks to 2 of the 16 cores.
-    /// assert_eq!(NodeShare::new(2, 16, 128 * GIB, 8).cores, 2);
+    /// assert_eq!(NodeShare::new(2, 8 * GIB, 8, None).cores, 1);
+    /// // srun --cpus-per-task=2 bound each of the 8 tasks to 2 cores of its own.
+    /// assert_eq!(NodeShare::new(2, 128 * GIB, 8, Some(2)).cores, 2);
+    /// // ... without binding, every task sees the 16 cores: they are shared.
+    /// assert_eq!(NodeShare::new(16, 128 * GIB, 8, Some(2)).cores, 2);
     /// // Alone: every core.
-    /// assert_eq!(NodeShare::new(16, 16, 128 * GIB, 1).cores, 16);
+    /// assert_eq!(NodeShare::new(16, 128 * GIB, 1, None).cores, 16);
     /// ```
     pub fn new(
         available_cores: usize,
-        online_cores: usize,
         memory_bytes: u64,
         local_world: u64,
+        cpus_per_task: Option<u64>,
     ) -> Self {
         let procs = local_world.max(1);
-        let available = available_cores.max(1);
-        let own_cpus = available < online_cores
-            && (available as u64).saturating_mul(procs) <= online_cores as u64;
+        let available = available_cores.max(1) as u64;
+        let own_cpus = cpus_per_task.is_some_and(|c| available <= c);
         let cores = if own_cpus {
             available
         } else {
-            (available as u64 / procs).max(1) as usize
+            (available / procs).max(1)
         };
         NodeShare {
-            cores,
+            cores: cores as usize,
             pinned_bytes: memory_bytes / 2 / procs,
         }
     }
 
-    /// The share of one of `local_world` processes on this machine: available
-    /// cores from [`std::thread::available_parallelism`], online cores and memory
-    /// from the OS (`sysconf`, `/proc/meminfo`; when memory cannot be read the
-    /// pinned share is unlimited, as before this share existed).
+    /// The share of the process at `placement` on this machine: available cores
+    /// from [`std::thread::available_parallelism`], memory from `/proc/meminfo`
+    /// (when it cannot be read the pinned share is unlimited), and, under Slurm,
+    /// `SLURM_CPUS_PER_TASK`.
     ///
     /// # Examples
     ///
     /// ```
-    /// let share = stoker_loader::launcher::NodeShare::of_this_machine(1);
+    /// use stoker_loader::launcher::{NodeShare, Placement};
+    /// let share = NodeShare::of_this_machine(&Placement::single());
     /// assert!(share.cores >= 1);
     /// ```
-    pub fn of_this_machine(local_world: u64) -> Self {
+    pub fn of_this_machine(placement: &Placement) -> Self {
         let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // SAFETY: sysconf has no preconditions.
-        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-        let online = usize::try_from(online)
-            .ok()
-            .filter(|&n| n > 0)
-            .unwrap_or(available);
-        let memory = memory_total().map_or(u64::MAX, |b| b);
-        NodeShare::new(available, online, memory, local_world)
+        let memory = memory_total().unwrap_or(u64::MAX);
+        // Only Slurm's own tasks: a torchrun started inside one task shares its CPUs.
+        let cpus_per_task = match placement.launcher {
+            Launcher::Slurm => std::env::var("SLURM_CPUS_PER_TASK")
+                .ok()
+                .and_then(|v| v.trim().parse().ok()),
+            _ => None,
+        };
+        NodeShare::new(available, memory, placement.local_world, cpus_per_task)
     }
 }
 
@@ -729,7 +735,9 @@ mod tests {
         use EnvProblem::*;
         let t = Launcher::Torchrun;
         let s = Launcher::Slurm;
-        let cases: Vec<(Vec<(&str, &str)>, (Launcher, EnvProblem, Vec<&str>))> = vec![
+        type Vars = Vec<(&'static str, &'static str)>;
+        type Found = (Launcher, EnvProblem, Vec<&'static str>);
+        let cases: Vec<(Vars, Found)> = vec![
             (
                 vec![("RANK", "8"), ("WORLD_SIZE", "8")],
                 (t, IndexNotBelowCount, vec!["RANK", "WORLD_SIZE"]),
@@ -890,7 +898,7 @@ mod tests {
         // The cores of every local process add up to the machine's (min 1 each).
         for cores in [1usize, 2, 3, 8, 16, 96] {
             for procs in [1u64, 2, 3, 4, 8] {
-                let share = NodeShare::new(cores, cores, 64 * GIB, procs);
+                let share = NodeShare::new(cores, 64 * GIB, procs, None);
                 let total = share.cores * procs as usize;
                 assert!(share.cores >= 1);
                 assert!(
@@ -904,11 +912,11 @@ mod tests {
                 assert_eq!(share.pinned_bytes, 32 * GIB / procs);
             }
         }
-        // A CPU quota (container) below the machine's cores, shared by 8 processes.
-        assert_eq!(NodeShare::new(16, 64, 64 * GIB, 8).cores, 2);
-        // Each process bound to its own 4 of 32 cores: not divided again.
-        assert_eq!(NodeShare::new(4, 32, 64 * GIB, 8).cores, 4);
+        // A quota or cpuset of 16 cores shared by 8 processes (a container).
+        assert_eq!(NodeShare::new(16, 64 * GIB, 8, None).cores, 2);
+        // Slurm tasks bound to 4 cores each (--cpus-per-task=4): not divided again.
+        assert_eq!(NodeShare::new(4, 64 * GIB, 8, Some(4)).cores, 4);
         // Local world 0 never divides by zero.
-        assert_eq!(NodeShare::new(4, 4, 8 * GIB, 0).cores, 4);
+        assert_eq!(NodeShare::new(4, 8 * GIB, 0, None).cores, 4);
     }
 }

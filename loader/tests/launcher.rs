@@ -25,7 +25,7 @@ const CHILD: &str = "STOKER_NODE_PROBE_DATASET";
 const FAKE_GPUS: &str = "STOKER_NODE_PROBE_FAKE_GPUS";
 /// Every launcher variable the placement reads: cleared in the children, so that the
 /// environment the tests run in (a CI job inside Slurm, say) cannot leak in.
-const LAUNCHER_VARS: [&str; 13] = [
+const LAUNCHER_VARS: [&str; 14] = [
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -38,6 +38,7 @@ const LAUNCHER_VARS: [&str; 13] = [
     "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_NTASKS_PER_NODE",
     "SLURM_TASKS_PER_NODE",
+    "SLURM_CPUS_PER_TASK",
     "CUDA_VISIBLE_DEVICES",
 ];
 const PROCESSES: u64 = 8;

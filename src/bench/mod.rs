@@ -319,7 +319,7 @@ pub fn run(
     // Under torchrun or srun, each process measures on its share of the node.
     let placement = Placement::from_env().map_err(BenchError::Launcher)?;
     let cores = if opts.threads == 0 {
-        NodeShare::of_this_machine(placement.local_world).cores
+        NodeShare::of_this_machine(&placement).cores
     } else {
         opts.threads
     };
@@ -342,7 +342,7 @@ pub fn run(
                 Device::Cuda(k) => (
                     k,
                     format!(
-                        "Device::Auto: local rank {} of {n} visible device{}",
+                        "Device::Auto: local rank {} mod {n} visible device{}",
                         placement.local_rank,
                         if n == 1 { "" } else { "s" }
                     ),
