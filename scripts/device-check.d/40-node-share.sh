@@ -23,6 +23,13 @@ timeout 110 "$BIN/node_share" --images "$DATA/bench" --repeat 16 --procs 1,2,4 -
   --epochs 3 --device auto --batch 256 --size 224 --tag _gpu \
   --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/node-share-gpu.log" | grep -v '^ ' | tail -n 30
 row node_share_gpu "${PIPESTATUS[0]}" exit "examples/node_share --procs 1,2,4 --device auto, no step"
+# Device::Auto falls back to the CPU when the GPU path cannot start: then these rows are
+# not GPU figures, and the log says why.
+if grep -q 'devices \[cpu' "$OUT/node-share-gpu.log"; then
+  row node_share_gpu_device cpu text "some processes ran on the CPU (Device::Auto fell back): not GPU rows"
+else
+  row node_share_gpu_device cuda text "every process on the GPU (devices [cuda:0,...] in the log)"
+fi
 
 # 2. With a stand-in step of 40 ms per batch of 256 in every process (6,400 img/s
 #    each, 25,600 img/s for 4): the per-process fed ratio while the engines are shared.
