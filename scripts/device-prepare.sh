@@ -42,7 +42,7 @@ for line in sys.stdin:
     print("test binary:", name)
 '
 # Keep only what scripts/device-check.d/*.sh runs (the transfer is capped at 64 MiB).
-keep=" stoker gpu_consumer h2d_probe stoker-decode-gpu stoker-decode-gpu_throughput stoker-decode-conformance stoker-loader-gpu stoker-loader-stoker_loader "
+keep=" stoker gpu_consumer h2d_probe node_share stoker-decode-gpu stoker-decode-gpu_throughput stoker-decode-conformance stoker-loader-gpu stoker-loader-stoker_loader "
 for f in .device/bin/*; do
   case "$keep" in *" $(basename "$f") "*) strip "$f" ;; *) rm -f "$f" ;; esac
 done

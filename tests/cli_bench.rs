@@ -249,3 +249,107 @@ fn explicit_cuda_without_a_gpu_says_so() {
     assert!(err.contains("no usable GPU"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// The in-repo sample photos (`examples/data/sample`) written unchanged into a
+/// dataset under `out`.
+fn sample_dataset(out: &Path) {
+    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap()
+        .flat_map(|class| std::fs::read_dir(class.unwrap().path()).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut w = DatasetWriter::create(out, WriterOptions::default()).unwrap();
+    for f in &files {
+        let data = std::fs::read(f).unwrap();
+        let info = probe(&data, &Limits::default()).unwrap();
+        let meta = RecordMeta {
+            encoding: Encoding::Jpeg,
+            height: info.height,
+            width: info.width,
+            channels: 3,
+            label: 0,
+        };
+        w.push(meta, &data).unwrap();
+    }
+    w.finish(vec!["a".into()], Provenance::stoker("cli_bench test"))
+        .unwrap();
+}
+
+/// `stoker bench` under torchrun's variables, or with the given ones.
+fn bench_with_env(ds: &Path, vars: &[(&str, &str)], json: bool) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stoker"));
+    cmd.args(["bench", ds.to_str().unwrap(), "--seconds", "0.1"])
+        .args(["--batch", "4", "--size", "32"]);
+    if json {
+        cmd.arg("--json");
+    }
+    for v in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+        "SLURM_STEP_NUM_TASKS",
+        "SLURM_LOCALID",
+        "SLURM_CPUS_PER_TASK",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.envs(vars.iter().copied())
+        .env("STOKER_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn bench_under_torchrun_says_which_rank_local_rank_device_and_launcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    sample_dataset(&ds);
+    let torchrun = [
+        ("RANK", "11"),
+        ("WORLD_SIZE", "16"),
+        ("LOCAL_RANK", "3"),
+        ("LOCAL_WORLD_SIZE", "8"),
+    ];
+    let out = bench_with_env(&ds, &torchrun, false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("placement: "))
+        .unwrap_or_else(|| panic!("no placement line:\n{stdout}"));
+    assert!(
+        line.starts_with("placement: rank 11 of 16, local rank 3 of 8 (torchrun); device "),
+        "{line}"
+    );
+    // SAFETY: only dlopens the driver library by name.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        assert!(
+            line.contains("device cpu (Device::Auto fell back to the CPU"),
+            "{line}"
+        );
+    }
+    let out = bench_with_env(&ds, &torchrun, true);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["run"]["placement"]["launcher"], "torchrun");
+    assert_eq!(v["run"]["placement"]["local_rank"], 3);
+    assert_eq!(v["run"]["placement"]["local_world"], 8);
+
+    // Inconsistent variables: a clear error naming them, no panic.
+    let out = bench_with_env(&ds, &[("RANK", "16"), ("WORLD_SIZE", "16")], false);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RANK=\"16\"") && err.contains("WORLD_SIZE=\"16\""),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

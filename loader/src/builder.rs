@@ -8,6 +8,7 @@ use stoker_formats::Dataset;
 
 use crate::cpu::CpuPipeline;
 use crate::error::LoaderError;
+use crate::launcher::{self, NodeShare, Placement};
 use crate::metrics::{Metrics, Stats};
 use crate::pipeline::{self, BadLog, Epoch, EpochPlan, Pipeline, Progress, Started};
 use crate::sampler::{LoaderState, Sampler, Shuffle};
@@ -19,9 +20,13 @@ use crate::transform::Transform;
 pub enum Device {
     /// Host memory, CPU decode and transforms.
     Cpu,
-    /// CUDA device `n`: nvJPEG decode and GPU transforms (the GPU path).
+    /// CUDA device `n`: nvJPEG decode and GPU transforms (the GPU path). The
+    /// ordinal counts the devices this process can see (`CUDA_VISIBLE_DEVICES`
+    /// applies, the driver numbers the devices it lists from 0).
     Cuda(usize),
-    /// CUDA device 0 if a usable GPU is present, else the CPU.
+    /// The local rank's GPU (device `local_rank mod visible devices`, see
+    /// [`launcher::choose_device`]; device 0 for a single process) if a usable GPU
+    /// is present, else the CPU.
     Auto,
 }
 
@@ -60,10 +65,20 @@ pub struct LoaderConfig {
     pub(crate) device: Device,
     pub(crate) rank: u64,
     pub(crate) world: u64,
+    /// Where this process runs in its job, as the launcher says (rank, world,
+    /// local rank and world): `Device::Auto` and the defaults below follow it.
+    pub(crate) placement: Placement,
     /// Batches in flight at most (≥ 1).
     pub(crate) prefetch: u64,
+    /// Whether `prefetch` was set by the user (not the default from `workers`).
+    pub(crate) prefetch_explicit: bool,
     /// CPU worker threads (≥ 1).
     pub(crate) workers: usize,
+    /// This process's share of the node's cores ([`NodeShare::cores`]): what
+    /// the GPU decoder's CPU-share pool is sized from unless its options say.
+    pub(crate) node_cores: usize,
+    /// GPU path: the most page-locked host memory the staging ring may take.
+    pub(crate) pinned_memory: u64,
     pub(crate) on_error: OnError,
     /// `Device::Cuda` with JPEG records: share of each batch decoded on the CPU
     /// beside the JPEG engines (`None`: the decoder's default).
@@ -88,8 +103,25 @@ pub struct LoaderConfig {
 pub struct LoaderBuilder {
     config: LoaderConfig,
     resume: Option<LoaderState>,
-    /// A setting that failed to parse (e.g. `RANK`), reported by [`LoaderBuilder::build`].
-    deferred: Option<LoaderError>,
+    /// Where rank and world come from.
+    ranks: Ranks,
+    /// A placement given by the caller; `None`: read from the environment at build.
+    placement: Option<Placement>,
+    /// Settings whose defaults come from this process's share of the node, known at build.
+    workers: Option<usize>,
+    prefetch: Option<usize>,
+    pinned_memory: Option<u64>,
+}
+
+/// Where a loader's rank and world come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ranks {
+    /// Rank 0 of 1: the whole dataset.
+    Single,
+    /// [`LoaderBuilder::distributed`].
+    Given,
+    /// [`LoaderBuilder::distributed_from_env`]: the placement's.
+    Launcher,
 }
 
 impl LoaderBuilder {
@@ -134,45 +166,75 @@ impl LoaderBuilder {
     pub fn distributed(mut self, rank: usize, world: usize) -> Self {
         self.config.rank = rank as u64;
         self.config.world = world as u64;
+        self.ranks = Ranks::Given;
         self
     }
 
-    /// Like [`LoaderBuilder::distributed`] with `RANK` and `WORLD_SIZE` from the environment
-    /// (torchrun's variables); a single process when they are unset. A malformed value is
-    /// reported by [`LoaderBuilder::build`].
+    /// Like [`LoaderBuilder::distributed`] with the rank and world the launcher set:
+    /// torchrun's `RANK` / `WORLD_SIZE`, else Slurm's `SLURM_PROCID` /
+    /// `SLURM_NTASKS` (details: [`launcher::Placement::from_vars`]); a single process
+    /// when neither is there. The variables are read by [`LoaderBuilder::build`]
+    /// (or given with [`LoaderBuilder::placement`]), which reports inconsistent ones.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Device, Loader};
+    /// // The same line under `torchrun --nproc-per-node 8` and `srun --ntasks-per-node 8`.
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?)
+    ///     .device(Device::Auto) // the local rank's GPU
+    ///     .distributed_from_env() // this rank's slice of every epoch
+    ///     .build()?;
+    /// println!("{}", loader.stats().placement.expect("set at build").describe());
+    /// # Ok(()) }
+    /// ```
     pub fn distributed_from_env(mut self) -> Self {
-        let read = |name: &'static str| -> Result<Option<u64>, LoaderError> {
-            match std::env::var(name) {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| LoaderError::InvalidConfig {
-                        field: "distributed_from_env",
-                        reason: format!("{name}={v:?} is not a non-negative integer"),
-                    }),
-                Err(_) => Ok(None),
-            }
-        };
-        match (read("RANK"), read("WORLD_SIZE")) {
-            (Ok(rank), Ok(world)) => {
-                self.config.rank = rank.unwrap_or(0);
-                self.config.world = world.unwrap_or(1);
-            }
-            (Err(e), _) | (_, Err(e)) => self.deferred = Some(e),
-        }
+        self.ranks = Ranks::Launcher;
+        self
+    }
+
+    /// Where this process runs in its job, instead of reading the launcher's
+    /// variables at build ([`launcher::Placement::from_env`]): for a caller that knows
+    /// better (an embedding with its own launcher, a test). [`Device::Auto`] and the
+    /// node-share defaults ([`LoaderBuilder::workers`], [`LoaderBuilder::pinned_memory`])
+    /// follow it; rank and world are used with [`LoaderBuilder::distributed_from_env`].
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = Some(placement);
         self
     }
 
     /// Batches in flight ahead of the consumer (default `2 × workers`, at least 2).
     pub fn prefetch(mut self, batches: usize) -> Self {
-        self.config.prefetch = batches as u64;
+        self.prefetch = Some(batches);
         self
     }
 
-    /// CPU worker threads (default: the available cores).
+    /// CPU worker threads: the CPU path's workers, the GPU path's reader threads
+    /// (default: this process's share of the node, [`launcher::NodeShare::cores`]:
+    /// the available cores divided by the processes on the node, at least 1; all
+    /// of them for a single process).
+    ///
+    /// The same advice as PyTorch's `DataLoader(num_workers=...)`: the workers of
+    /// all processes on a node should not exceed its cores, which the training
+    /// processes need too; raise it when [`Loader::stats`] says the loader is
+    /// starved on read, decode or transform and the cores are not all busy.
     pub fn workers(mut self, threads: usize) -> Self {
-        self.config.workers = threads;
+        self.workers = Some(threads);
+        self
+    }
+
+    /// GPU path: the most page-locked (pinned) host memory the staging ring may
+    /// take, in bytes (default: half the machine's memory divided by the processes
+    /// on the node, [`launcher::NodeShare::pinned_bytes`]). A ring of
+    /// `prefetch + 2` slots that does not fit is built with fewer slots (a lower
+    /// prefetch, at least one batch in flight); when even that does not fit,
+    /// [`LoaderBuilder::build`] fails naming this setting. The dataset map
+    /// page-locked for raw records ([`LoaderBuilder::zero_copy_h2d`]) is not
+    /// counted: every process on the node locks the same page-cache pages.
+    /// Ignored by the CPU path.
+    pub fn pinned_memory(mut self, bytes: u64) -> Self {
+        self.pinned_memory = Some(bytes);
         self
     }
 
@@ -377,7 +439,8 @@ impl LoaderBuilder {
     /// belongs to another seed or lies past the epoch, [`LoaderError::Format`] when the shards
     /// cannot be read, [`LoaderError::GpuUnavailable`] for [`Device::Cuda`] without a usable
     /// GPU (or in a build without the GPU path), [`LoaderError::Thread`] if a thread cannot be
-    /// started.
+    /// started, [`LoaderError::LauncherEnv`] when the launcher's variables (read unless
+    /// [`LoaderBuilder::placement`] gave one) are inconsistent.
     ///
     /// # Examples
     ///
@@ -392,13 +455,29 @@ impl LoaderBuilder {
     /// ```
     pub fn build(self) -> Result<Loader, LoaderError> {
         let LoaderBuilder {
-            config,
+            mut config,
             resume,
-            deferred,
+            ranks,
+            placement,
+            workers,
+            prefetch,
+            pinned_memory,
         } = self;
-        if let Some(e) = deferred {
-            return Err(e);
+        let placement = match placement {
+            Some(p) => p,
+            None => Placement::from_env()?,
+        };
+        if ranks == Ranks::Launcher {
+            config.rank = placement.rank;
+            config.world = placement.world;
         }
+        let share = NodeShare::of_this_machine(&placement);
+        config.placement = placement;
+        config.node_cores = share.cores;
+        config.workers = workers.unwrap_or(share.cores);
+        config.prefetch_explicit = prefetch.is_some();
+        config.prefetch = prefetch.map_or((2 * config.workers as u64).max(2), |p| p as u64);
+        config.pinned_memory = pinned_memory.unwrap_or(share.pinned_bytes);
         let invalid = |field, reason: &str| {
             Err(LoaderError::InvalidConfig {
                 field,
@@ -446,6 +525,7 @@ impl LoaderBuilder {
             }
         }
         let metrics = Arc::new(Metrics::default());
+        metrics.set_placement(config.placement, config.rank, config.world);
         let backend = build_backend(&config, &metrics)?;
         let state = resume.unwrap_or(LoaderState {
             seed: config.shuffle.seed(),
@@ -467,7 +547,9 @@ impl LoaderBuilder {
     }
 }
 
-/// Picks the backend for `config.device`.
+/// Picks the backend for `config.device`; [`Device::Auto`] takes the local rank's
+/// GPU ([`launcher::choose_device`]) and falls back to the CPU, saying why, when
+/// there is none or it cannot be used.
 fn build_backend(
     config: &LoaderConfig,
     metrics: &Arc<Metrics>,
@@ -477,19 +559,42 @@ fn build_backend(
         metrics.set_backend(format!("cpu, {} workers{why}", config.workers));
         Ok(Box::new(pipeline))
     };
+    let fall_back = |reason: &str| {
+        // Said once, here; `Stats::backend` keeps saying it.
+        tracing::info!(%reason, "Device::Auto: no usable GPU, loading on the CPU");
+        metrics.set_device(format!("cpu (Device::Auto: {reason})"));
+        cpu(&format!(" (Device::Auto fell back to the CPU: {reason})"))
+    };
+    let local_rank = config.placement.local_rank;
     match config.device {
-        Device::Cpu => cpu(""),
-        Device::Cuda(_) => Ok(Box::new(crate::gpu::build(config, Arc::clone(metrics))?)),
+        Device::Cpu => {
+            metrics.set_device("cpu".to_owned());
+            cpu("")
+        }
+        Device::Cuda(n) => {
+            metrics.set_device(format!("cuda:{n}"));
+            Ok(Box::new(crate::gpu::build(config, Arc::clone(metrics))?))
+        }
         Device::Auto => {
+            let visible = match crate::gpu::visible_devices() {
+                Ok(0) => return fall_back("the CUDA driver reports no device"),
+                Ok(n) => n,
+                Err(reason) => return fall_back(&reason),
+            };
+            let Device::Cuda(ordinal) =
+                launcher::choose_device(Device::Auto, local_rank, || visible)
+            else {
+                return fall_back("no CUDA device chosen");
+            };
             let mut gpu_config = config.clone();
-            gpu_config.device = Device::Cuda(0);
+            gpu_config.device = Device::Cuda(ordinal);
+            metrics.set_device(format!(
+                "cuda:{ordinal} (Device::Auto: local rank {local_rank} mod {visible} visible device{})",
+                if visible == 1 { "" } else { "s" }
+            ));
             match crate::gpu::build(&gpu_config, Arc::clone(metrics)) {
                 Ok(gpu) => Ok(Box::new(gpu)),
-                Err(LoaderError::GpuUnavailable { reason }) => {
-                    // Said once, here; `Stats::backend` keeps saying it.
-                    tracing::info!(%reason, "Device::Auto: no usable GPU, loading on the CPU");
-                    cpu(&format!(" (Device::Auto fell back to the CPU: {reason})"))
-                }
+                Err(LoaderError::GpuUnavailable { reason }) => fall_back(&reason),
                 Err(e) => Err(e),
             }
         }
@@ -531,9 +636,6 @@ impl Loader {
     ///
     /// See the crate overview.
     pub fn builder(dataset: Dataset) -> LoaderBuilder {
-        let workers = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
         LoaderBuilder {
             config: LoaderConfig {
                 dataset,
@@ -545,8 +647,13 @@ impl Loader {
                 device: Device::Cpu,
                 rank: 0,
                 world: 1,
-                prefetch: (2 * workers as u64).max(2),
-                workers,
+                placement: Placement::single(),
+                // The next five are set by `build` from this process's node share.
+                prefetch: 2,
+                prefetch_explicit: false,
+                workers: 1,
+                node_cores: 1,
+                pinned_memory: u64::MAX,
                 on_error: OnError::Replace,
                 gpu_cpu_share: None,
                 gpu_decoder: None,
@@ -557,7 +664,11 @@ impl Loader {
                 prefetch_next_epoch: true,
             },
             resume: None,
-            deferred: None,
+            ranks: Ranks::Single,
+            placement: None,
+            workers: None,
+            prefetch: None,
+            pinned_memory: None,
         }
     }
 

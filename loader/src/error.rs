@@ -20,6 +20,17 @@ pub enum LoaderError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The launcher's environment variables (torchrun's, Slurm's) are incomplete,
+    /// do not parse, or contradict each other ([`crate::launcher::Placement::from_vars`]).
+    #[error("{launcher} environment: {problem} ({})", crate::launcher::list_vars(.variables))]
+    LauncherEnv {
+        /// The launcher whose variables were read.
+        launcher: crate::launcher::Launcher,
+        /// What is wrong with them.
+        problem: crate::launcher::EnvProblem,
+        /// The variables at fault, with their values.
+        variables: Vec<crate::launcher::EnvVar>,
+    },
     /// The dataset has no records.
     #[error("the dataset has no records")]
     EmptyDataset,

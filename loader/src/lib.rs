@@ -40,6 +40,9 @@
 //!   `(shuffle, seed, epoch, rank, world, drop_last, batch_size)` alone.
 //! - [`transform`]: the transform description and the per-sample parameter draw
 //!   ([`transform::Transform::params`]) shared by the CPU and GPU paths.
+//! - [`launcher`]: which process of which job this is (torchrun, Slurm, or alone), the GPU
+//!   [`Device::Auto`] takes for it, and its share of the node's cores and memory (the
+//!   defaults of [`LoaderBuilder::workers`] and [`LoaderBuilder::pinned_memory`]).
 //! - [`metrics`]: stage counters (read, decode, transform, h2d, handoff), consumer wait, fed
 //!   ratio, queue occupancy; [`Stats`] is the snapshot (Display, JSON, Prometheus).
 //! - `pipeline`: the internal contract between [`Loader`] and a backend (see below).
@@ -90,6 +93,7 @@ mod batch;
 mod builder;
 mod cpu;
 mod error;
+pub mod launcher;
 pub mod metrics;
 pub(crate) mod pipeline;
 pub mod sampler;
@@ -103,6 +107,7 @@ pub use batch::{Batch, DType, HostImages, Images};
 pub use builder::{Device, Loader, LoaderBuilder, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
 pub use gpu::CudaImages;
+pub use launcher::{Launcher, Placement};
 pub use metrics::{Stage, Stats};
 pub use pipeline::Epoch;
 pub use sampler::{LoaderState, Sampler, Shuffle};

@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use stoker_decode::DecodeTimings;
 
+use crate::launcher::Placement;
+
 /// A pipeline stage.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -135,6 +137,11 @@ pub struct Metrics {
     utilization_recorder: AtomicU64,
     /// What produces the batches (set once at build).
     backend: Mutex<String>,
+    /// Where this process runs in its job, and the slice `(rank, world)` it loads
+    /// (set once at build).
+    placement: Mutex<Option<(Placement, [u64; 2])>>,
+    /// The device the batches are produced on, and why (set once at build).
+    device: Mutex<String>,
     /// GPU path, JPEG records: the nvJPEG decoder's host time per phase.
     gpu_decode: Mutex<Option<DecodeTimings>>,
 }
@@ -289,6 +296,18 @@ impl Metrics {
         *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = backend.into();
     }
 
+    /// Records where this process runs in its job (as the launcher says) and the
+    /// slice of every epoch it loads (`rank` of `world`).
+    pub fn set_placement(&self, placement: Placement, rank: u64, world: u64) {
+        *self.placement.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((placement, [rank, world]));
+    }
+
+    /// Names the device the batches are produced on (`"cuda:3 (Device::Auto: …)"`, `"cpu"`).
+    pub fn set_device(&self, device: String) {
+        *self.device.lock().unwrap_or_else(|p| p.into_inner()) = device;
+    }
+
     /// Adds the nvJPEG decoder's phase times of some `decode_batch` calls (GPU path).
     pub fn add_gpu_decode_timings(&self, t: &DecodeTimings) {
         let mut g = self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner());
@@ -424,6 +443,8 @@ impl Metrics {
         let wait = secs(self.wait_ns.load(Relaxed));
         let images = self.images.load(Relaxed);
         let samples = self.queue_samples.load(Relaxed);
+        // Copied out, so that the lock is not held while the others are taken.
+        let placement = *self.placement.lock().unwrap_or_else(|p| p.into_inner());
         Stats {
             epochs: self.epochs.load(Relaxed),
             epochs_started_early: self.early_epochs.load(Relaxed),
@@ -471,6 +492,13 @@ impl Metrics {
                 .unwrap_or_else(|p| p.into_inner())
                 .mean(),
             gpu_decode: *self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner()),
+            placement: placement.map(|(p, _)| p),
+            slice: placement.map(|(_, s)| s),
+            device: self
+                .device
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
     }
 }
@@ -556,6 +584,18 @@ pub struct Stats {
     /// busy time.
     #[serde(default)]
     pub gpu_decode: Option<DecodeTimings>,
+    /// Where this process runs in its job as its launcher says (launcher, rank,
+    /// world, local rank and world); `None` before a loader set it.
+    #[serde(default)]
+    pub placement: Option<Placement>,
+    /// The slice of every epoch this loader loads, `[rank, world]` (the
+    /// placement's with [`crate::LoaderBuilder::distributed_from_env`]).
+    #[serde(default)]
+    pub slice: Option<[u64; 2]>,
+    /// The device the batches are produced on (`cpu`, `cuda:N`), and for
+    /// [`crate::Device::Auto`] why.
+    #[serde(default)]
+    pub device: String,
 }
 
 /// Below this fed ratio the loader, not the consumer, sets the pace.
@@ -808,6 +848,18 @@ impl fmt::Display for Stats {
                 "  bad records: {} (indices {:?})",
                 self.bad_records, self.bad_indices
             )?;
+        }
+        if let Some(p) = &self.placement {
+            write!(f, "  placement: {}", p.describe())?;
+            if let Some([rank, world]) = self.slice {
+                if [rank, world] != [p.rank, p.world] {
+                    write!(f, ", loads slice {rank} of {world}")?;
+                }
+            }
+            if !self.device.is_empty() {
+                write!(f, "; device {}", self.device)?;
+            }
+            writeln!(f)?;
         }
         if !self.backend.is_empty() {
             writeln!(f, "  backend: {}", self.backend)?;

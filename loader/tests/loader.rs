@@ -623,14 +623,14 @@ fn distributed_from_env_reads_rank_and_world_size() {
             assert!(
                 matches!(
                     err,
-                    LoaderError::InvalidConfig {
-                        field: "distributed_from_env",
+                    LoaderError::LauncherEnv {
+                        problem: stoker_loader::launcher::EnvProblem::NotAnInteger,
                         ..
                     }
                 ),
                 "{err}"
             );
-            assert!(err.to_string().contains("RANK"), "{err}");
+            assert!(err.to_string().contains("RANK=\"one\""), "{err}");
         }
         _ => {
             let exe = std::env::current_exe().unwrap();

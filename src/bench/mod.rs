@@ -45,6 +45,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use stoker_formats::{Dataset, Encoding, FormatError};
+use stoker_loader::launcher::{choose_device, NodeShare};
+use stoker_loader::{Device, Placement};
 
 pub use report::{BenchReport, StageReport, Stages};
 pub use verdict::{Bound, Verdict};
@@ -88,6 +90,9 @@ pub enum BenchError {
         /// The driver's error.
         reason: String,
     },
+    /// The launcher's variables (torchrun's, Slurm's) are inconsistent.
+    #[error(transparent)]
+    Launcher(stoker_loader::LoaderError),
     /// An option is out of range.
     #[error("invalid bench option `{option}`: {reason}")]
     InvalidOption {
@@ -110,7 +115,8 @@ impl BenchError {
 /// Where the pipeline runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceChoice {
-    /// GPU 0 when one is usable, else the CPU.
+    /// The local rank's GPU (GPU 0 for a single process; the loader's
+    /// [`stoker_loader::launcher::choose_device`]) when one is usable, else the CPU.
     #[default]
     Auto,
     /// CPU only; GPU stages are reported as not measured.
@@ -158,7 +164,8 @@ pub struct BenchOptions {
     pub seconds: f64,
     /// Simulated training step per batch, milliseconds (0 = no step).
     pub consumer_ms: f64,
-    /// Threads for CPU stages; 0 = every core.
+    /// Threads for CPU stages; 0 = this process's share of the node (every core
+    /// for a single process, [`stoker_loader::launcher::NodeShare`]).
     pub threads: usize,
 }
 
@@ -309,8 +316,10 @@ pub fn run(
         });
     }
     let budget = Duration::from_secs_f64(opts.seconds);
+    // Under torchrun or srun, each process measures on its share of the node.
+    let placement = Placement::from_env().map_err(BenchError::Launcher)?;
     let cores = if opts.threads == 0 {
-        available_cores()
+        NodeShare::of_this_machine(&placement).cores
     } else {
         opts.threads
     };
@@ -325,10 +334,28 @@ pub fn run(
         0.0
     };
 
-    // The GPU, if any. Auto falls back to the CPU with the reason kept for the table.
+    // The GPU, if any: Auto takes the local rank's among those visible, and falls
+    // back to the CPU with the reason kept for the table.
+    let (auto_ordinal, auto_reason) = match opts.device {
+        DeviceChoice::Auto => match stoker_loader::gpu::visible_devices() {
+            Ok(n) => match choose_device(Device::Auto, placement.local_rank, || n) {
+                Device::Cuda(k) => (
+                    k,
+                    format!(
+                        "Device::Auto: local rank {} mod {n} visible device{}",
+                        placement.local_rank,
+                        if n == 1 { "" } else { "s" }
+                    ),
+                ),
+                _ => (0, "the CUDA driver reports no device".to_string()),
+            },
+            Err(reason) => (0, reason),
+        },
+        _ => (0, String::new()),
+    };
     let (gpu, no_gpu_reason) = match opts.device {
         DeviceChoice::Cpu => (None, "--device cpu".to_string()),
-        DeviceChoice::Auto => match pcie::open_gpu(0) {
+        DeviceChoice::Auto => match pcie::open_gpu(auto_ordinal) {
             Ok(g) => (Some(g), String::new()),
             Err(BenchError::NoGpu { reason }) => (None, reason),
             Err(e) => return Err(e),
@@ -342,12 +369,18 @@ pub fn run(
     };
     let ordinal = match opts.device {
         DeviceChoice::Cuda(n) => n,
-        _ => 0,
+        _ => auto_ordinal,
     };
     let device_name = match (opts.device, &gpu) {
         (DeviceChoice::Cuda(n), _) => format!("cuda:{n}"),
-        (_, Some(_)) => "cuda:0".to_string(),
+        (_, Some(_)) => format!("cuda:{ordinal}"),
         _ => "cpu".to_string(),
+    };
+    let device_choice = match (opts.device, &gpu) {
+        (DeviceChoice::Cuda(_), _) => "--device".to_string(),
+        (DeviceChoice::Cpu, _) => "--device cpu".to_string(),
+        (DeviceChoice::Auto, Some(_)) => auto_reason,
+        (DeviceChoice::Auto, None) => format!("Device::Auto fell back to the CPU: {no_gpu_reason}"),
     };
 
     let mut stages = Stages::default();
@@ -535,6 +568,8 @@ pub fn run(
             size: opts.size,
             seconds: opts.seconds,
             consumer_ms: opts.consumer_ms,
+            placement,
+            device_choice,
         },
         machine: MachineInfo {
             cores: available_cores(),

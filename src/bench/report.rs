@@ -125,6 +125,12 @@ pub struct RunInfo {
     pub seconds: f64,
     /// Simulated training step per batch (ms).
     pub consumer_ms: f64,
+    /// Where this process runs in its job, as its launcher says (torchrun, Slurm,
+    /// or a single process).
+    pub placement: stoker_loader::Placement,
+    /// Why `device` was chosen (`--device`, or for `auto` the local rank's GPU or
+    /// the reason for the CPU).
+    pub device_choice: String,
 }
 
 /// Everything `stoker bench` measured.
@@ -164,6 +170,13 @@ impl fmt::Display for BenchReport {
             r.size,
             r.seconds,
             r.consumer_ms
+        )?;
+        writeln!(
+            f,
+            "placement: {}; device {} ({})",
+            r.placement.describe(),
+            r.device,
+            r.device_choice
         )?;
         write!(
             f,
@@ -249,6 +262,8 @@ mod tests {
         assert_eq!(v["stages"]["h2d"]["reason"], "no CUDA driver");
         assert!(v["stages"]["end_to_end"].get("nan").is_none());
         assert_eq!(v["verdict"]["bound"], "decode");
+        assert_eq!(v["run"]["placement"]["launcher"], "single");
+        assert_eq!(v["run"]["placement"]["local_world"], 1);
         assert!(v["verdict"]["text"]
             .as_str()
             .unwrap()
@@ -266,6 +281,7 @@ mod tests {
             );
         }
         assert!(t.contains("not measured: no CUDA driver"));
+        assert!(t.contains("placement: rank 0 of 1, local rank 0 of 1 (single)"));
         assert!(t.contains("90,000"));
         assert!(t.contains("load average 3.50 at start: other processes share the cores"));
         assert!(t

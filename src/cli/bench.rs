@@ -30,7 +30,8 @@ pub struct Args {
     /// Simulated training step per batch in milliseconds (0 = none).
     #[arg(long, default_value_t = 0.0)]
     pub consumer_ms: f64,
-    /// Threads for the CPU stages (0 = every core).
+    /// Threads for the CPU stages (0 = every core; under torchrun or srun, this
+    /// process's share of the node: the cores divided by the processes on it).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
     /// Print the figures as JSON instead of the table.

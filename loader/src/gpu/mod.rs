@@ -222,22 +222,38 @@ impl Pipeline for GpuPipeline {
     }
 }
 
-/// Why the GPU path cannot run here, or `None` when a CUDA driver with at least
-/// `ordinal + 1` devices is present. Never panics (checks the library before any
-/// cudarc call).
-pub fn unavailable_reason(ordinal: usize) -> Option<String> {
+/// How many CUDA devices this process can see (`CUDA_VISIBLE_DEVICES` applies:
+/// the driver counts only the devices it lists), or why none can be used. Never
+/// panics: checks for the driver library before any cudarc call.
+///
+/// # Examples
+///
+/// ```
+/// match stoker_loader::gpu::visible_devices() {
+///     Ok(n) => println!("{n} CUDA device(s)"),
+///     Err(reason) => println!("no GPU: {reason}"),
+/// }
+/// ```
+pub fn visible_devices() -> Result<usize, String> {
     // SAFETY: only tries to dlopen the driver library by its usual names.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Some(
+        return Err(
             "the NVIDIA driver library (libcuda.so) was not found: no GPU driver on this machine"
                 .into(),
         );
     }
-    match CudaContext::device_count() {
-        Err(e) => Some(format!(
-            "the CUDA driver failed to initialize ({e}): no usable GPU"
-        )),
-        Ok(n) if (n.max(0) as usize) <= ordinal => Some(format!(
+    CudaContext::device_count()
+        .map(|n| n.max(0) as usize)
+        .map_err(|e| format!("the CUDA driver failed to initialize ({e}): no usable GPU"))
+}
+
+/// Why the GPU path cannot run here, or `None` when a CUDA driver with at least
+/// `ordinal + 1` devices is present. Never panics (checks the library before any
+/// cudarc call).
+pub fn unavailable_reason(ordinal: usize) -> Option<String> {
+    match visible_devices() {
+        Err(reason) => Some(reason),
+        Ok(n) if n <= ordinal => Some(format!(
             "CUDA device {ordinal} requested but the driver reports {n} device(s)"
         )),
         Ok(_) => None,
@@ -245,13 +261,34 @@ pub fn unavailable_reason(ordinal: usize) -> Option<String> {
 }
 
 /// The nvJPEG decoder's options: the builder's (or [`decoder_defaults`]), with
-/// the builder's CPU share on top.
+/// the builder's CPU share on top, and the CPU share's pool sized from this
+/// process's share of the node's cores unless the options say.
 fn decoder_options(config: &LoaderConfig) -> GpuDecoderOptions {
     let mut options = config.gpu_decoder.clone().unwrap_or_else(decoder_defaults);
     if let Some(share) = config.gpu_cpu_share {
         options.cpu_share = share;
     }
+    if options.cpu_share_threads == 0 {
+        options.cpu_share_threads = cpu_share_threads(config.node_cores, options.hardware_lanes);
+    }
     options
+}
+
+/// Threads for the decoder's CPU share on `cores` (this process's share of the
+/// node): the decoder's own rule (the cores left after the hardware lanes' parsing
+/// threads and two more, at least 1) applied to the share instead of the machine,
+/// so that eight processes on a node do not each start a pool for every core.
+fn cpu_share_threads(cores: usize, lanes: usize) -> usize {
+    cores.saturating_sub(lanes + 2).max(1)
+}
+
+/// Slots of the staging ring: `prefetch + 2`, or fewer when that many would take
+/// more than `budget` bytes of pinned memory at `slot_bytes` each (at least 3: one
+/// batch in flight). `None` when not even 3 fit.
+fn ring_slots(prefetch: usize, slot_bytes: usize, budget: u64) -> Option<usize> {
+    let fit = budget / (slot_bytes.max(1) as u64);
+    let want = prefetch.max(1) + 2;
+    (fit >= 3).then(|| want.min(usize::try_from(fit).unwrap_or(usize::MAX)))
 }
 
 /// The nvJPEG decoder options the GPU loader uses unless
@@ -324,7 +361,15 @@ pub(crate) fn build(
 ) -> Result<GpuPipeline, LoaderError> {
     let ordinal = match config.device {
         Device::Cuda(n) => n,
-        Device::Auto => 0,
+        // The loader resolves Auto to a device before it calls this.
+        Device::Auto => {
+            match crate::launcher::choose_device(Device::Auto, config.placement.local_rank, || {
+                visible_devices().unwrap_or(0)
+            }) {
+                Device::Cuda(n) => n,
+                _ => 0,
+            }
+        }
         _ => {
             return Err(LoaderError::GpuUnavailable {
                 reason: "the GPU backend was asked to build for a non-CUDA device".into(),
@@ -400,8 +445,40 @@ pub(crate) fn build(
         },
         out_bytes: batch * 3 * size as usize * size as usize * dtype.size(),
     };
-    let prefetch = config.prefetch.max(1) as usize;
-    let slots = prefetch + 2;
+    let Some(slots) = ring_slots(
+        config.prefetch.max(1) as usize,
+        sizes.pinned_bytes(),
+        config.pinned_memory,
+    ) else {
+        return Err(LoaderError::InvalidConfig {
+            field: "pinned_memory",
+            reason: format!(
+                "the staging ring needs at least 3 slots of {} bytes of pinned memory, {} bytes allowed (this process's share of the node's memory by default); lower batch_size or raise pinned_memory",
+                sizes.pinned_bytes(),
+                config.pinned_memory
+            ),
+        });
+    };
+    let prefetch = slots - 2;
+    if prefetch < config.prefetch.max(1) as usize {
+        let msg =
+            "GPU path: prefetch lowered so that the staging ring fits the pinned-memory share";
+        if config.prefetch_explicit {
+            tracing::warn!(
+                asked = config.prefetch,
+                prefetch,
+                pinned_memory = config.pinned_memory,
+                "{msg}"
+            );
+        } else {
+            tracing::info!(
+                asked = config.prefetch,
+                prefetch,
+                pinned_memory = config.pinned_memory,
+                "{msg}"
+            );
+        }
+    }
     let want_device = slots * sizes.device_bytes();
     if let Ok((free, total)) = ctx.mem_get_info() {
         if want_device > free {
@@ -612,6 +689,26 @@ mod tests {
         };
         assert_eq!(jpeg.pinned_bytes(), 256 * 224 * 224 * 3 + params);
         assert_eq!(jpeg.device_bytes(), raw.device_bytes());
+    }
+
+    #[test]
+    fn the_staging_ring_fits_the_pinned_share() {
+        // Room for all: prefetch + 2.
+        assert_eq!(ring_slots(4, 100, 10_000), Some(6));
+        // Room for 4 slots of 100 bytes: prefetch lowered to 2.
+        assert_eq!(ring_slots(4, 100, 450), Some(4));
+        // One batch in flight needs 3 slots.
+        assert_eq!(ring_slots(4, 100, 300), Some(3));
+        assert_eq!(ring_slots(4, 100, 299), None);
+        assert_eq!(ring_slots(0, 100, u64::MAX), Some(3));
+    }
+
+    #[test]
+    fn cpu_share_threads_follow_the_node_share() {
+        // Alone on 16 cores with 4 lanes: the decoder's own rule.
+        assert_eq!(cpu_share_threads(16, 4), 10);
+        // One of 8 processes on 16 cores (2 each): one thread, never 0.
+        assert_eq!(cpu_share_threads(2, 4), 1);
     }
 
     #[test]

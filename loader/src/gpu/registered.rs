@@ -217,28 +217,10 @@ fn page_size() -> usize {
 }
 
 /// Half the machine's memory (`MemTotal` in `/proc/meminfo`), the most the
-/// dataset's map may keep page-locked; `None` when it cannot be read.
+/// dataset's map may keep page-locked; `None` when it cannot be read. Not divided
+/// among the processes on the node (unlike their staging,
+/// [`crate::launcher::NodeShare`]): they map the same shard files, so their
+/// registrations lock the same page-cache pages.
 pub(crate) fn half_of_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    mem_total(&text).map(|b| b / 2)
-}
-
-/// `MemTotal` of a `/proc/meminfo` text, in bytes.
-fn mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_ascii_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::mem_total;
-
-    #[test]
-    fn mem_total_reads_kib() {
-        let text = "MemTotal:       131891264 kB\nMemFree:         1024 kB\n";
-        assert_eq!(mem_total(text), Some(131_891_264 * 1024));
-        assert_eq!(mem_total("MemFree: 3 kB\n"), None);
-        assert_eq!(mem_total("MemTotal: lots kB\n"), None);
-    }
+    crate::launcher::memory_total().map(|b| b / 2)
 }
