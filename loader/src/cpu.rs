@@ -30,7 +30,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{Dataset, DatasetReader, Encoding};
 
@@ -40,7 +40,7 @@ use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{
     cpu_decode_counted, panic_message, raw_payload_len, read_checked, reader_unavailable,
-    EpochPlan, EpochStream, Pipeline,
+    EpochPlan, EpochStream, Next, Pipeline,
 };
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
@@ -249,21 +249,29 @@ struct CpuEpoch {
 }
 
 impl EpochStream for CpuEpoch {
-    fn next_batch(&mut self) -> Option<Result<Batch, LoaderError>> {
+    fn next_batch(&mut self, deadline: Option<Instant>) -> Next {
         if self.next >= self.end {
-            return None;
+            return Next::Done;
         }
         let item = loop {
             if let Some(item) = self.reorder.remove(&self.next) {
                 break item;
             }
-            match self.results.recv() {
+            let received = match deadline {
+                None => self.results.recv().map_err(|_| None),
+                Some(d) => self.results.recv_deadline(d).map_err(|e| match e {
+                    RecvTimeoutError::Timeout => Some(()),
+                    RecvTimeoutError::Disconnected => None,
+                }),
+            };
+            match received {
                 Ok((k, item)) => {
                     self.reorder.insert(k, item);
                 }
+                Err(Some(())) => return Next::Pending,
                 // Unreachable while `job` (which owns the sender) lives; kept as a clean error.
-                Err(_) => {
-                    return Some(Err(LoaderError::Thread {
+                Err(None) => {
+                    return Next::Ready(Err(LoaderError::Thread {
                         thread: "stoker-cpu".into(),
                         reason: "all workers exited".into(),
                     }))
@@ -276,7 +284,7 @@ impl EpochStream for CpuEpoch {
             *handed = self.next;
         }
         self.job.window.notify_all();
-        Some(item)
+        Next::Ready(item)
     }
 
     fn ready(&self) -> u64 {

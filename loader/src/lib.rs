@@ -89,6 +89,7 @@
 mod batch;
 mod builder;
 mod cpu;
+pub mod dlpack;
 mod error;
 pub mod metrics;
 pub(crate) mod pipeline;
@@ -104,6 +105,6 @@ pub use builder::{Device, Loader, LoaderBuilder, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
 pub use gpu::CudaImages;
 pub use metrics::{Stage, Stats};
-pub use pipeline::Epoch;
+pub use pipeline::{Epoch, Next};
 pub use sampler::{LoaderState, Sampler, Shuffle};
 pub use transform::{SampleParams, Transform};
