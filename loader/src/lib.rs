@@ -34,12 +34,45 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Other frameworks
+//!
+//! A batch's images (and labels) export as DLPack tensors that own the batch
+//! ([`dlpack`]): [`HostImages::into_dlpack`], [`CudaImages::to_dlpack`] (which first makes
+//! the consumer's stream wait for the batch). The consumer's deleter hands the buffer (host
+//! ring) or slot (GPU ring) back, so a tensor kept alive is never overwritten. DLPack
+//! consumers (tch-rs, anything with a C DLPack import, and in Python `torch.from_dlpack`,
+//! `numpy.from_dlpack` through the `stoker` package) take them without a copy.
+//!
+//! candle builds its tensors from slices it copies (candle tensors own their storage), so
+//! a CPU batch goes in with one copy, on the `Device::Cpu` path:
+//!
+//! ```ignore
+//! // candle-core = "0.9" (not a dependency of stoker)
+//! use candle_core::{Device as CandleDevice, Tensor};
+//! for batch in loader.epoch(epoch) {
+//!     let batch = batch?;
+//!     let host = batch.images.host().expect("Device::Cpu batch");
+//!     let x = match host.as_f32() {
+//!         Some(v) => Tensor::from_slice(v, &host.shape()[..], &CandleDevice::Cpu)?, // F32Nchw
+//!         None => Tensor::from_slice(host.as_f16().expect("F16Nchw"), &host.shape()[..], &CandleDevice::Cpu)?,
+//!     };
+//!     let y = Tensor::new(batch.labels.as_slice(), &CandleDevice::Cpu)?; // u32 labels
+//!     // ... model.forward(&x)?, loss with y ...
+//! }
+//! ```
+//!
+//! On CUDA, candle has no public constructor over device memory it did not allocate: copy a
+//! [`CudaImages`] batch into a candle CUDA tensor (a device-to-device copy from
+//! [`CudaImages::device_ptr`] after [`CudaImages::wait`]), or to the host and through
+//! `Tensor::from_slice` as above.
+//!
 //! # Modules
 //!
 //! - [`sampler`]: the per-rank order of sample indices for an epoch, from
 //!   `(shuffle, seed, epoch, rank, world, drop_last, batch_size)` alone.
 //! - [`transform`]: the transform description and the per-sample parameter draw
 //!   ([`transform::Transform::params`]) shared by the CPU and GPU paths.
+//! - [`dlpack`]: batches as DLPack tensors for other frameworks.
 //! - [`metrics`]: stage counters (read, decode, transform, h2d, handoff), consumer wait, fed
 //!   ratio, queue occupancy; [`Stats`] is the snapshot (Display, JSON, Prometheus).
 //! - `pipeline`: the internal contract between [`Loader`] and a backend (see below).
