@@ -1,7 +1,7 @@
 //! `stoker.Loader`, its epoch iterator and its stats.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyKeyError, PyValueError};
@@ -250,7 +250,7 @@ impl Epoch {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
-        let mut guard = lock(&self.inner);
+        let mut guard = lock_detached(py, &self.inner);
         loop {
             let Some(epoch) = guard.as_mut() else {
                 return Ok(None);
@@ -279,8 +279,8 @@ impl Epoch {
     }
 
     /// Stops this epoch's work now (also done when the iterator is freed).
-    fn close(&self) {
-        *lock(&self.inner) = None;
+    fn close(&self, py: Python<'_>) {
+        *lock_detached(py, &self.inner) = None;
     }
 }
 
@@ -395,4 +395,18 @@ fn bad(name: &str, got: &str, want: &str) -> PyErr {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Locks `m`, waiting without the GIL: its holder may be a thread in `__next__` that
+/// needs the GIL back to finish, so waiting with it could deadlock.
+fn lock_detached<'a, T>(py: Python<'_>, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
+    loop {
+        match m.try_lock() {
+            Ok(guard) => return guard,
+            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                py.detach(|| std::thread::sleep(Duration::from_millis(1)))
+            }
+        }
+    }
 }

@@ -304,3 +304,31 @@ def test_torch_from_dlpack_shares_the_batch(sample_dataset):
     assert x.dtype == torch.float16 and tuple(x.shape) == images.shape
     assert x.data_ptr() == images.data_ptr
     assert y.dtype == torch.int64
+
+
+def test_close_from_another_thread_while_next_waits_does_not_deadlock(sample_dataset):
+    loader = stoker.Loader(
+        sample_dataset, 15, size=512, workers=1, prefetch=1, device="cpu", prefetch_next_epoch=False
+    )
+    it = iter(loader.epoch(0))
+    results = []
+
+    def consume():
+        try:
+            for _ in it:
+                results.append("batch")
+        except Exception as e:  # reported below
+            results.append(e)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    time.sleep(0.05)  # the consumer is (most likely) waiting for the batch now
+    closer = threading.Thread(target=it.close)
+    closer.start()
+    closer.join(10)
+    consumer.join(10)
+    assert not closer.is_alive() and not consumer.is_alive(), "close and next deadlocked"
+    assert all(r == "batch" for r in results), results
+    # Closed: the iterator ends, and the loader can start another epoch.
+    assert next(it, None) is None
+    assert len(list(loader.epoch(1))) == 1
