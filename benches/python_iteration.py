@@ -83,8 +83,13 @@ def main():
         py, rs = [], []
         rust_run(exe, ds, a)  # warm the page cache and the binary
         for r in range(a.rounds):
-            rs.append(rust_run(exe, ds, a))
-            py.append(python_run(ds, a))
+            # Alternate which goes first, so a drift in the machine's load favours neither.
+            if r % 2 == 0:
+                rs.append(rust_run(exe, ds, a))
+                py.append(python_run(ds, a))
+            else:
+                py.append(python_run(ds, a))
+                rs.append(rust_run(exe, ds, a))
             print(f"round {r}: rust {rs[-1]:.0f} img/s, python {py[-1]:.0f} img/s")
         mp, mr = statistics.median(py), statistics.median(rs)
         # Each round's pair ran back to back, so its ratio is the least disturbed by load
