@@ -90,8 +90,9 @@
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
 //!    bad records (`EpochPlan::replace_failed`: it notes the failed record, which the
 //!    [`Loader`] counts when its batch is handed out, and picks the replacement).
-//!    `EpochStream::next_batch`
-//!    blocks and returns batches **in order**; dropping the stream must stop production promptly.
+//!    `EpochStream::next_batch(deadline)`
+//!    blocks (until `deadline`, if any: then `Next::Pending`) and returns batches **in
+//!    order**; dropping the stream must stop production promptly.
 //!    The [`Loader`] wraps the stream: it measures consumer wait, the handoff stage, the resume
 //!    position and the fed ratio, so a backend never does that itself.
 //! 2. **Entry point**: `crate::gpu::build(config: &LoaderConfig, metrics: Arc<Metrics>)
