@@ -5,15 +5,15 @@
 //! logic of its own beyond turning Python arguments into their settings and their
 //! errors into Python exceptions:
 //!
-//! - [`dataset`]: `stoker.convert(src, out, **options)` (the converter's report as a
+//! - `dataset`: `stoker.convert(src, out, **options)` (the converter's report as a
 //!   dict, the keys of `stoker convert --json`) and `stoker.Dataset(path)`.
-//! - [`loader`]: `stoker.Loader(...)`, its epoch iterator (GIL released while waiting,
+//! - `loader`: `stoker.Loader(...)`, its epoch iterator (GIL released while waiting,
 //!   Ctrl-C checked between bounded waits), `stats()`, `state_dict()` /
 //!   `load_state_dict()`.
-//! - [`batch`]: what iteration yields: `Images` and `Labels`, both DLPack producers
+//! - `batch`: what iteration yields: `Images` and `Labels`, both DLPack producers
 //!   (`__dlpack__`, `__dlpack_device__`) over [`stoker_loader::dlpack`].
-//! - [`capsule`]: the one FFI piece: a DLPack tensor in a `"dltensor"` capsule.
-//! - [`errors`]: Rust errors → `ValueError`, `FileNotFoundError` or `stoker.StokerError`.
+//! - `capsule`: the one FFI piece: a DLPack tensor in a `"dltensor"` capsule.
+//! - `errors`: Rust errors → `ValueError`, `FileNotFoundError` or `stoker.StokerError`.
 //!
 //! ```python
 //! import stoker, numpy as np
