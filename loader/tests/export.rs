@@ -198,3 +198,22 @@ fn labels_export_as_a_host_int64_tensor() {
     assert_eq!(t.strides(), &[1]);
     assert_eq!((t.dtype().code, t.dtype().bits), (sys::K_DL_INT, 64));
 }
+
+#[test]
+fn an_oversized_batch_size_or_prefetch_allocates_no_more_than_an_epoch_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    // A Python caller's 2**31 once sized every ring buffer for that many images (and aborted).
+    let loader = small(&ds)
+        .batch_size(1 << 31)
+        .prefetch(1 << 30)
+        .workers(1)
+        .build()
+        .unwrap();
+    let per_image = 3 * 24 * 24 * 4;
+    // One batch per epoch: one buffer in flight plus the worker's, 15 images each.
+    assert_eq!(loader.stats().host_bytes, 2 * 15 * per_image);
+    let batches: Vec<_> = loader.epoch(0).map(Result::unwrap).collect();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].len(), 15);
+}

@@ -332,3 +332,10 @@ def test_close_from_another_thread_while_next_waits_does_not_deadlock(sample_dat
     # Closed: the iterator ends, and the loader can start another epoch.
     assert next(it, None) is None
     assert len(list(loader.epoch(1))) == 1
+
+
+def test_an_absurd_batch_size_is_one_batch_of_the_whole_dataset_not_an_abort(sample_dataset):
+    loader = stoker.Loader(sample_dataset, 2**31, size=16, device="cpu", prefetch=10**6)
+    batches = list(loader)
+    assert len(batches) == len(loader) == 1
+    assert np.from_dlpack(batches[0].images).shape == (15, 3, 16, 16)
