@@ -73,6 +73,13 @@ if wheel=$(ls .whl/nvidia_nvimgcodec_cu13-*.whl 2>/dev/null | head -1) && [ -n "
   tar czf .device/nvimgcodec.tar.gz -C "$site" nvidia
   rm -rf "$site"
 fi
+# The Python package (part 40-python.sh): one abi3 wheel, stripped, for the device's
+# CPython; tagged plain linux_x86_64 (no manylinux audit: it only travels to the device).
+if python3 -m maturin --version >/dev/null 2>&1 || python3 -m pip install --quiet maturin; then
+  python3 -m maturin build --quiet --release --strip --compatibility linux --auditwheel skip \
+    -m python/Cargo.toml -o .device/wheels ||
+    echo "note: the Python wheel was not built; part 40-python will say so" >&2
+fi
 du -sh .device .device/bin.tar.gz .device/data
 total=$(du -sm .device | cut -f1)
 if [ "$total" -gt 60 ]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: installs the Python packages the cross-language tests use
-# (the `lmdb` reader for the format check), then runs every test. Everything the tests
+# (the `lmdb` reader for the format check), then runs every test, Rust and Python. Everything the tests
 # read is inside the repository (testdata/, examples/data/); nothing beside it is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,9 @@ if ! python3 -c 'import lmdb' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check lmdb
 fi
 cargo test --workspace
+# The Python package (python/): builds it into a virtual environment under target/ and
+# runs pytest over tests/python (numpy, pytest and maturin come from PyPI).
+scripts/python-test.sh
 # Our zune-jpeg fork against zune-jpeg as published, on every JPEG of testdata/ and mutants
 # of each. Fails on any difference in pixels or errors (decode/vendor/zune-jpeg/STOKER-PATCH.md).
 cargo run --quiet --release -p zune-patch-check -- testdata

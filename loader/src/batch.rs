@@ -1,7 +1,12 @@
 //! What the consumer gets: a [`Batch`] of images (host or device), labels and indices.
 
+use std::ffi::c_void;
+use std::sync::Arc;
+
 use crossbeam_channel::Sender;
 use half::f16;
+
+use crate::dlpack::{self, ManagedTensor};
 
 /// Element type of a batch tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -123,6 +128,56 @@ impl HostImages {
         match self.buffer() {
             HostBuffer::F32(v) => Some(&v[..self.len()]),
             _ => None,
+        }
+    }
+}
+
+impl HostImages {
+    /// The images as a DLPack tensor that owns them ([`crate::dlpack`]): the buffer goes
+    /// back to the loader's ring when the consumer releases the tensor.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Images, Loader};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// let batch = loader.epoch(0).next().expect("a batch")?;
+    /// if let Images::Host(images) = batch.images {
+    ///     let shape = images.shape();
+    ///     let tensor = images.into_dlpack();
+    ///     assert_eq!(tensor.shape(), shape.map(|d| d as i64));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn into_dlpack(self) -> ManagedTensor {
+        Arc::new(self).to_dlpack()
+    }
+
+    /// [`HostImages::into_dlpack`] for images shared behind an [`Arc`] (e.g. exported
+    /// more than once): the buffer goes back when every tensor and the `Arc` itself are
+    /// released. The consumer may write into the tensor; Rust readers of the same
+    /// images ([`HostImages::as_f32`]...) then see those writes.
+    pub fn to_dlpack(self: &Arc<Self>) -> ManagedTensor {
+        let data = match self.buffer() {
+            HostBuffer::U8(v) => v.as_ptr().cast::<c_void>(),
+            HostBuffer::F16(v) => v.as_ptr().cast(),
+            HostBuffer::F32(v) => v.as_ptr().cast(),
+        }
+        .cast_mut();
+        let dtype = dlpack::dl_dtype(self.dtype());
+        // SAFETY: `data` is the start of the buffer, which holds at least
+        // `shape.product()` elements of `dtype` (allocated for a full batch) and is
+        // neither moved nor resized while the `HostImages` lives; the clone of the `Arc`
+        // in the owner keeps it alive until the consumer releases the tensor.
+        unsafe {
+            ManagedTensor::new(
+                Box::new(Arc::clone(self)),
+                data,
+                dlpack::host(),
+                dtype,
+                &self.shape,
+            )
         }
     }
 }

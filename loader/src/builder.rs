@@ -508,21 +508,8 @@ impl LoaderBuilder {
             config.batch_size,
             config.drop_last,
         )?;
-        if let Some(state) = resume {
-            if state.seed != config.shuffle.seed() {
-                return Err(LoaderError::ResumeMismatch {
-                    field: "seed",
-                    expected: config.shuffle.seed(),
-                    got: state.seed,
-                });
-            }
-            if state.position > sampler.num_batches() {
-                return Err(LoaderError::ResumeMismatch {
-                    field: "position",
-                    expected: sampler.num_batches(),
-                    got: state.position,
-                });
-            }
+        if let Some(state) = &resume {
+            check_resume(state, config.shuffle.seed(), sampler.num_batches())?;
         }
         let metrics = Arc::new(Metrics::default());
         metrics.set_placement(config.placement, config.rank, config.world);
@@ -535,16 +522,35 @@ impl LoaderBuilder {
         Ok(Loader {
             early: Mutex::new(None),
             backend,
-            progress: Mutex::new(Progress {
+            progress: Arc::new(Mutex::new(Progress {
                 active: None,
                 state,
-            }),
+            })),
             resume: Mutex::new(resume),
             sampler,
             metrics,
             config,
         })
     }
+}
+
+/// Checks that `state` can resume a loader with `seed` and `num_batches` per epoch.
+fn check_resume(state: &LoaderState, seed: u64, num_batches: u64) -> Result<(), LoaderError> {
+    if state.seed != seed {
+        return Err(LoaderError::ResumeMismatch {
+            field: "seed",
+            expected: seed,
+            got: state.seed,
+        });
+    }
+    if state.position > num_batches {
+        return Err(LoaderError::ResumeMismatch {
+            field: "position",
+            expected: num_batches,
+            got: state.position,
+        });
+    }
+    Ok(())
 }
 
 /// Picks the backend for `config.device`; [`Device::Auto`] takes the local rank's
@@ -612,7 +618,8 @@ pub struct Loader {
     early: Mutex<Option<(u64, Started)>>,
     /// Declared before the rest so it is dropped (threads joined) first.
     backend: Box<dyn Pipeline>,
-    progress: Mutex<Progress>,
+    /// Shared with the epoch iterators, which report how far the consumer got.
+    progress: Arc<Mutex<Progress>>,
     /// A resume state not yet applied (taken by the first `epoch` call).
     resume: Mutex<Option<LoaderState>>,
     sampler: Sampler,
@@ -699,6 +706,48 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn epoch(&self, epoch: u64) -> Epoch<'_> {
+        let on_last: Option<Box<dyn FnOnce() + Send + '_>> =
+            self.config.prefetch_next_epoch.then(|| {
+                Box::new(move || self.start_early(epoch + 1)) as Box<dyn FnOnce() + Send + '_>
+            });
+        self.epoch_with(epoch, on_last, None)
+    }
+
+    /// [`Loader::epoch`] for a loader behind an [`Arc`]: the iterator keeps the loader
+    /// alive and borrows nothing, so it can be stored (in a struct, another thread, a
+    /// Python object) instead of living in one `for` loop.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use stoker_loader::{Epoch, Loader};
+    /// let loader = Arc::new(Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?);
+    /// let mut epoch: Epoch<'static> = loader.epoch_shared(0);
+    /// drop(loader); // the iterator still works
+    /// let first = epoch.next().expect("a non-empty epoch")?;
+    /// # let _ = first;
+    /// # Ok(()) }
+    /// ```
+    pub fn epoch_shared(self: &Arc<Self>, epoch: u64) -> Epoch<'static> {
+        let on_last: Option<Box<dyn FnOnce() + Send + 'static>> =
+            self.config.prefetch_next_epoch.then(|| {
+                let me = Arc::clone(self);
+                Box::new(move || me.start_early(epoch + 1)) as Box<dyn FnOnce() + Send>
+            });
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(self) as _;
+        self.epoch_with(epoch, on_last, Some(owner))
+    }
+
+    /// Starts (or fails to start) `epoch`; `on_last` runs when its last batch is
+    /// handed out, `owner` is kept alive as long as the iterator.
+    fn epoch_with<'a>(
+        &self,
+        epoch: u64,
+        on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
+        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Epoch<'a> {
         {
             let mut progress = pipeline::lock(&self.progress);
             if let Some(running) = progress.active {
@@ -708,8 +757,8 @@ impl Loader {
                         running,
                         requested: epoch,
                     },
-                    &self.metrics,
-                    &self.progress,
+                    Arc::clone(&self.metrics),
+                    Arc::clone(&self.progress),
                     false,
                 );
             }
@@ -745,20 +794,23 @@ impl Loader {
             }
             None => self.start(epoch, start_batch),
         };
-        let on_last: Option<Box<dyn FnOnce() + Send + '_>> =
-            self.config.prefetch_next_epoch.then(|| {
-                Box::new(move || self.start_early(epoch + 1)) as Box<dyn FnOnce() + Send + '_>
-            });
         match started {
             Ok(started) => Epoch::running(
                 epoch,
                 started,
                 self.sampler.num_batches(),
                 on_last,
-                &self.metrics,
-                &self.progress,
+                Arc::clone(&self.metrics),
+                Arc::clone(&self.progress),
+                owner,
             ),
-            Err(e) => Epoch::failed(epoch, e, &self.metrics, &self.progress, true),
+            Err(e) => Epoch::failed(
+                epoch,
+                e,
+                Arc::clone(&self.metrics),
+                Arc::clone(&self.progress),
+                true,
+            ),
         }
     }
 
@@ -876,6 +928,50 @@ impl Loader {
     /// ```
     pub fn state(&self) -> LoaderState {
         pipeline::lock(&self.progress).state
+    }
+
+    /// Continue from a saved [`Loader::state`] with this loader (what
+    /// [`LoaderBuilder::resume`] does at build time, for a loader that already runs, as
+    /// torch's `load_state_dict`): the next [`Loader::epoch`] call for `state.epoch`
+    /// skips the `state.position` batches already consumed, and [`Loader::state`]
+    /// reports `state` until then.
+    ///
+    /// # Errors
+    ///
+    /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed or lies past
+    /// the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is
+    /// alive (drop it first).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Loader, LoaderState};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// let state = LoaderState { seed: 0, epoch: 3, position: 10 };
+    /// loader.load_state(state)?;
+    /// let next = loader.epoch(3).next().expect("batch 10 of epoch 3")?;
+    /// assert_eq!(next.index, 10);
+    /// # Ok(()) }
+    /// ```
+    pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
+        check_resume(
+            &state,
+            self.config.shuffle.seed(),
+            self.sampler.num_batches(),
+        )?;
+        let mut progress = pipeline::lock(&self.progress);
+        if let Some(running) = progress.active {
+            return Err(LoaderError::EpochInProgress {
+                running,
+                requested: state.epoch,
+            });
+        }
+        progress.state = state;
+        *self.resume.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
+        // An early start is for epoch `e + 1` from its first batch: not what comes next.
+        drop(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
+        Ok(())
     }
 
     /// Batches per epoch on this rank (the same on every rank).

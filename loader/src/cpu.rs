@@ -30,7 +30,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{Dataset, DatasetReader, Encoding};
 
@@ -40,7 +40,7 @@ use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{
     cpu_decode_counted, panic_message, raw_payload_len, read_checked, reader_unavailable,
-    EpochPlan, EpochStream, Pipeline,
+    EpochPlan, EpochStream, Next, Pipeline,
 };
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
@@ -51,7 +51,9 @@ struct Settings {
     dataset: Dataset,
     transform: Transform,
     output: Output,
-    batch_size: usize,
+    /// Images a batch buffer holds: the batch size, or the dataset's length if smaller
+    /// (no batch holds more).
+    buffer_images: usize,
     prefetch: u64,
     limits: Limits,
 }
@@ -123,19 +125,26 @@ impl CpuPipeline {
         // Fail early, on the caller's thread, if the shards cannot be read at all.
         drop(config.dataset.reader()?);
         let workers = config.workers.max(1);
-        let slots = config.prefetch as usize + workers;
+        // The ring is sized by what an epoch can use, not by the settings alone: a batch
+        // never holds more images than the dataset has, and no more batches than an epoch
+        // has are ever in flight, so an oversized batch size or prefetch (a typo, a
+        // script's 10**9) costs nothing instead of exhausting memory.
+        let len = config.dataset.len().max(1);
+        let buffer_images = config.batch_size.clamp(1, len);
+        let epoch_batches = len.div_ceil(buffer_images);
+        let slots = config.prefetch.min(epoch_batches) as usize + workers;
         let settings = Settings {
             dataset: config.dataset.clone(),
             transform: config.transform,
             output: config.output,
-            batch_size: config.batch_size as usize,
+            buffer_images: buffer_images as usize,
             prefetch: config.prefetch,
             limits: Limits::default(),
         };
         let (free_tx, free_rx) = crossbeam_channel::bounded(slots);
         let mut ring_bytes = 0u64;
         for _ in 0..slots {
-            let buffer = new_buffer(&settings);
+            let buffer = new_buffer(&settings)?;
             ring_bytes += buffer.bytes() as u64;
             // Cannot fail: the channel has exactly `slots` places.
             let _ = free_tx.try_send(buffer);
@@ -177,14 +186,46 @@ impl CpuPipeline {
 }
 
 /// A full-batch buffer of the configured output.
-fn new_buffer(settings: &Settings) -> HostBuffer {
+///
+/// # Errors
+///
+/// [`LoaderError::InvalidConfig`] (`batch_size`) when the buffer cannot be allocated
+/// (batch size × output size too large for this machine): an error, not an abort.
+fn new_buffer(settings: &Settings) -> Result<HostBuffer, LoaderError> {
     let s = settings.transform.out_size() as usize;
-    let n = settings.batch_size * s * s * 3;
+    let too_large = |bytes: Option<usize>| LoaderError::InvalidConfig {
+        field: "batch_size",
+        reason: format!(
+            "a batch buffer of {} images of {s}×{s}×3 ({}) cannot be allocated",
+            settings.buffer_images,
+            bytes.map_or("more than the address space".into(), |b| format!(
+                "{b} bytes"
+            )),
+        ),
+    };
+    let n = settings
+        .buffer_images
+        .checked_mul(s * s * 3)
+        .ok_or_else(|| too_large(None))?;
+    let bytes = n.checked_mul(match settings.output {
+        Output::U8Nhwc => 1,
+        Output::F16Nchw => 2,
+        Output::F32Nchw => 4,
+    });
     match settings.output {
-        Output::U8Nhwc => HostBuffer::U8(vec![0; n]),
-        Output::F16Nchw => HostBuffer::F16(vec![half::f16::ZERO; n]),
-        Output::F32Nchw => HostBuffer::F32(vec![0.0; n]),
+        Output::U8Nhwc => zeroed(n, 0u8).map(HostBuffer::U8),
+        Output::F16Nchw => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
+        Output::F32Nchw => zeroed(n, 0.0f32).map(HostBuffer::F32),
     }
+    .ok_or_else(|| too_large(bytes))
+}
+
+/// `n` zeros, or `None` if they cannot be allocated.
+fn zeroed<T: Clone>(n: usize, zero: T) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    v.resize(n, zero);
+    Some(v)
 }
 
 impl Pipeline for CpuPipeline {
@@ -249,21 +290,29 @@ struct CpuEpoch {
 }
 
 impl EpochStream for CpuEpoch {
-    fn next_batch(&mut self) -> Option<Result<Batch, LoaderError>> {
+    fn next_batch(&mut self, deadline: Option<Instant>) -> Next {
         if self.next >= self.end {
-            return None;
+            return Next::Done;
         }
         let item = loop {
             if let Some(item) = self.reorder.remove(&self.next) {
                 break item;
             }
-            match self.results.recv() {
+            let received = match deadline {
+                None => self.results.recv().map_err(|_| None),
+                Some(d) => self.results.recv_deadline(d).map_err(|e| match e {
+                    RecvTimeoutError::Timeout => Some(()),
+                    RecvTimeoutError::Disconnected => None,
+                }),
+            };
+            match received {
                 Ok((k, item)) => {
                     self.reorder.insert(k, item);
                 }
+                Err(Some(())) => return Next::Pending,
                 // Unreachable while `job` (which owns the sender) lives; kept as a clean error.
-                Err(_) => {
-                    return Some(Err(LoaderError::Thread {
+                Err(None) => {
+                    return Next::Ready(Err(LoaderError::Thread {
                         thread: "stoker-cpu".into(),
                         reason: "all workers exited".into(),
                     }))
@@ -276,7 +325,7 @@ impl EpochStream for CpuEpoch {
             *handed = self.next;
         }
         self.job.window.notify_all();
-        Some(item)
+        Next::Ready(item)
     }
 
     fn ready(&self) -> u64 {
@@ -384,7 +433,10 @@ impl Worker {
             Ok(buffer) => buffer,
             // Every ring buffer is held by the consumer (it keeps batches): allocate one; it is
             // freed, not kept, if the ring is full when it comes back.
-            Err(_) => new_buffer(&self.shared.settings),
+            Err(_) => match new_buffer(&self.shared.settings) {
+                Ok(buffer) => buffer,
+                Err(e) => return Some(Err(e)),
+            },
         };
         let mut labels = Vec::with_capacity(n);
         let mut indices = Vec::with_capacity(n);

@@ -114,6 +114,14 @@ pub enum LoaderError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A DLPack consumer passed a `stream` argument that does not name a CUDA stream
+    /// (`0` is ambiguous and forbidden by the DLPack protocol; negative values other
+    /// than `-1` mean nothing).
+    #[error("DLPack: stream {stream} is not valid for a CUDA tensor (want None, 1 (legacy default), 2 (per-thread default), -1 (no synchronization) or a stream handle)")]
+    DlpackStream {
+        /// The value passed.
+        stream: i64,
+    },
 }
 
 impl LoaderError {

@@ -34,12 +34,45 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Other frameworks
+//!
+//! A batch's images (and labels) export as DLPack tensors that own the batch
+//! ([`dlpack`]): [`HostImages::into_dlpack`], [`CudaImages::to_dlpack`] (which first makes
+//! the consumer's stream wait for the batch). The consumer's deleter hands the buffer (host
+//! ring) or slot (GPU ring) back, so a tensor kept alive is never overwritten. DLPack
+//! consumers (tch-rs, anything with a C DLPack import, and in Python `torch.from_dlpack`,
+//! `numpy.from_dlpack` through the `stoker` package) take them without a copy.
+//!
+//! candle builds its tensors from slices it copies (candle tensors own their storage), so
+//! a CPU batch goes in with one copy, on the `Device::Cpu` path:
+//!
+//! ```ignore
+//! // candle-core = "0.9" (not a dependency of stoker)
+//! use candle_core::{Device as CandleDevice, Tensor};
+//! for batch in loader.epoch(epoch) {
+//!     let batch = batch?;
+//!     let host = batch.images.host().expect("Device::Cpu batch");
+//!     let x = match host.as_f32() {
+//!         Some(v) => Tensor::from_slice(v, &host.shape()[..], &CandleDevice::Cpu)?, // F32Nchw
+//!         None => Tensor::from_slice(host.as_f16().expect("F16Nchw"), &host.shape()[..], &CandleDevice::Cpu)?,
+//!     };
+//!     let y = Tensor::new(batch.labels.as_slice(), &CandleDevice::Cpu)?; // u32 labels
+//!     // ... model.forward(&x)?, loss with y ...
+//! }
+//! ```
+//!
+//! On CUDA, candle has no public constructor over device memory it did not allocate: copy a
+//! [`CudaImages`] batch into a candle CUDA tensor (a device-to-device copy from
+//! [`CudaImages::device_ptr`] after [`CudaImages::wait`]), or to the host and through
+//! `Tensor::from_slice` as above.
+//!
 //! # Modules
 //!
 //! - [`sampler`]: the per-rank order of sample indices for an epoch, from
 //!   `(shuffle, seed, epoch, rank, world, drop_last, batch_size)` alone.
 //! - [`transform`]: the transform description and the per-sample parameter draw
 //!   ([`transform::Transform::params`]) shared by the CPU and GPU paths.
+//! - [`dlpack`]: batches as DLPack tensors for other frameworks.
 //! - [`launcher`]: which process of which job this is (torchrun, Slurm, or alone), the GPU
 //!   [`Device::Auto`] takes for it, and its share of the node's cores and memory (the
 //!   defaults of [`LoaderBuilder::workers`] and [`LoaderBuilder::pinned_memory`]).
@@ -60,8 +93,9 @@
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
 //!    bad records (`EpochPlan::replace_failed`: it notes the failed record, which the
 //!    [`Loader`] counts when its batch is handed out, and picks the replacement).
-//!    `EpochStream::next_batch`
-//!    blocks and returns batches **in order**; dropping the stream must stop production promptly.
+//!    `EpochStream::next_batch(deadline)`
+//!    blocks (until `deadline`, if any: then `Next::Pending`) and returns batches **in
+//!    order**; dropping the stream must stop production promptly.
 //!    The [`Loader`] wraps the stream: it measures consumer wait, the handoff stage, the resume
 //!    position and the fed ratio, so a backend never does that itself.
 //! 2. **Entry point**: `crate::gpu::build(config: &LoaderConfig, metrics: Arc<Metrics>)
@@ -92,6 +126,7 @@
 mod batch;
 mod builder;
 mod cpu;
+pub mod dlpack;
 mod error;
 pub mod launcher;
 pub mod metrics;
@@ -109,6 +144,6 @@ pub use error::LoaderError;
 pub use gpu::CudaImages;
 pub use launcher::{Launcher, Placement};
 pub use metrics::{Stage, Stats};
-pub use pipeline::Epoch;
+pub use pipeline::{Epoch, Next};
 pub use sampler::{LoaderState, Sampler, Shuffle};
 pub use transform::{SampleParams, Transform};

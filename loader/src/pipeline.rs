@@ -25,7 +25,7 @@
 
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::batch::Batch;
 use crate::builder::OnError;
@@ -180,10 +180,23 @@ pub(crate) trait Pipeline: Send + Sync {
     fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>;
 }
 
+/// What a wait for the next batch of an epoch came to ([`Epoch::next_until`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Next {
+    /// The next batch (or its error; iteration may continue).
+    Ready(Result<Batch, LoaderError>),
+    /// The deadline passed first; ask again.
+    Pending,
+    /// The epoch has no more batches.
+    Done,
+}
+
 /// The batches of one epoch, in order.
 pub(crate) trait EpochStream {
-    /// The next batch (blocking), `None` after the last one.
-    fn next_batch(&mut self) -> Option<Result<Batch, LoaderError>>;
+    /// The next batch, waiting for it until `deadline` (for ever with `None`):
+    /// [`Next::Pending`] only when the deadline passed, [`Next::Done`] after the last one.
+    fn next_batch(&mut self, deadline: Option<Instant>) -> Next;
     /// Finished batches waiting right now (queue occupancy).
     fn ready(&self) -> u64;
 }
@@ -208,6 +221,9 @@ pub(crate) fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
 /// start another epoch (or resume this one from [`crate::Loader::state`]).
 pub struct Epoch<'a> {
     epoch: u64,
+    /// `ready` sampled when the consumer started waiting for the next batch (kept across
+    /// [`Next::Pending`] returns, so a timed wait counts the queue once per batch).
+    ready_at_ask: Option<u64>,
     stream: Option<Box<dyn EpochStream + Send>>,
     /// The bad records met building this epoch's batches, counted at hand-out.
     bad: Option<(Arc<BadLog>, OnError)>,
@@ -219,13 +235,16 @@ pub struct Epoch<'a> {
     on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
     /// An error to yield once before ending (the epoch could not start).
     pending: Option<LoaderError>,
-    metrics: &'a Metrics,
-    progress: &'a Mutex<Progress>,
+    metrics: Arc<Metrics>,
+    progress: Arc<Mutex<Progress>>,
     /// Up to when this iterator's lifetime has been counted as elapsed ([`crate::metrics::clock_ns`]).
     mark_ns: u64,
     finished: bool,
     /// Whether this iterator registered itself as the active epoch (and must clear it).
     owns_active: bool,
+    /// What must outlive the pipeline (the loader, for [`crate::Loader::epoch_shared`]);
+    /// declared last so it is dropped after the stream.
+    _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl<'a> Epoch<'a> {
@@ -234,11 +253,13 @@ impl<'a> Epoch<'a> {
         started: Started,
         end: u64,
         on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
-        metrics: &'a Metrics,
-        progress: &'a Mutex<Progress>,
+        metrics: Arc<Metrics>,
+        progress: Arc<Mutex<Progress>>,
+        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
     ) -> Self {
         Epoch {
             epoch,
+            ready_at_ask: None,
             stream: Some(started.stream),
             bad: Some((started.bad, started.on_error)),
             end,
@@ -249,18 +270,20 @@ impl<'a> Epoch<'a> {
             mark_ns: crate::metrics::clock_ns(),
             finished: false,
             owns_active: true,
+            _owner: owner,
         }
     }
 
     pub(crate) fn failed(
         epoch: u64,
         error: LoaderError,
-        metrics: &'a Metrics,
-        progress: &'a Mutex<Progress>,
+        metrics: Arc<Metrics>,
+        progress: Arc<Mutex<Progress>>,
         owns_active: bool,
     ) -> Self {
         Epoch {
             epoch,
+            ready_at_ask: None,
             stream: None,
             bad: None,
             end: 0,
@@ -271,6 +294,7 @@ impl<'a> Epoch<'a> {
             mark_ns: crate::metrics::clock_ns(),
             finished: false,
             owns_active,
+            _owner: None,
         }
     }
 
@@ -282,30 +306,66 @@ impl<'a> Epoch<'a> {
     /// Counts the bad records of batch `batch`, being handed out now.
     fn count_bad(&self, batch: u64) {
         if let Some((bad, on_error)) = &self.bad {
-            bad.hand_out(batch, self.epoch, *on_error, self.metrics);
+            bad.hand_out(batch, self.epoch, *on_error, &self.metrics);
         }
     }
-}
 
-impl Iterator for Epoch<'_> {
-    type Item = Result<Batch, LoaderError>;
+    /// The next batch, waiting for it at most until `deadline`: [`Next::Pending`] if
+    /// it passed first (call again; nothing is lost), [`Next::Done`] at the end of the
+    /// epoch. The iterator's `next` is this without a deadline. For a consumer that must
+    /// stay responsive while it waits (a Python binding checking for Ctrl-C, a
+    /// training loop with a watchdog); the time spent waiting counts as consumer wait
+    /// in [`crate::Stats`] either way.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::{Duration, Instant};
+    /// use stoker_loader::{Loader, Next};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// let mut epoch = loader.epoch(0);
+    /// loop {
+    ///     match epoch.next_until(Instant::now() + Duration::from_millis(100)) {
+    ///         Next::Ready(batch) => { let _batch = batch?; }
+    ///         Next::Pending => { /* check for a stop request, then wait again */ }
+    ///         Next::Done => break,
+    ///         _ => unreachable!("no other outcome"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn next_until(&mut self, deadline: Instant) -> Next {
+        self.advance(Some(deadline))
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    /// [`Epoch::next_until`] with a deadline `timeout` from now.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Next {
+        self.advance(Some(Instant::now() + timeout))
+    }
+
+    fn advance(&mut self, deadline: Option<Instant>) -> Next {
         if let Some(e) = self.pending.take() {
-            return Some(Err(e));
+            return Next::Ready(Err(e));
         }
-        let stream = self.stream.as_mut()?;
-        let ready = stream.ready();
+        let Some(stream) = self.stream.as_mut() else {
+            return Next::Done;
+        };
+        let ready = *self.ready_at_ask.get_or_insert_with(|| stream.ready());
         let t0 = Instant::now();
-        let item = stream.next_batch();
+        let item = stream.next_batch(deadline);
         let wait = t0.elapsed();
         self.metrics.account_elapsed(&mut self.mark_ns);
+        if !matches!(item, Next::Pending) {
+            self.ready_at_ask = None;
+        }
         match &item {
-            Some(Ok(batch)) => {
+            Next::Pending => self.metrics.wait_only(wait),
+            Next::Ready(Ok(batch)) => {
                 self.count_bad(batch.index);
                 let t1 = Instant::now();
                 {
-                    let mut p = lock(self.progress);
+                    let mut p = lock(&self.progress);
                     p.state.epoch = self.epoch;
                     p.state.position = batch.index + 1;
                 }
@@ -322,27 +382,39 @@ impl Iterator for Epoch<'_> {
                     }
                 }
             }
-            Some(Err(_)) => {
+            Next::Ready(Err(_)) => {
                 self.metrics.wait_only(wait);
                 // Batches come in order, so this error is batch `position`.
                 let position = {
-                    let mut p = lock(self.progress);
+                    let mut p = lock(&self.progress);
                     p.state.epoch = self.epoch;
                     p.state.position += 1;
                     p.state.position - 1
                 };
                 self.count_bad(position);
             }
-            None => {
+            Next::Done => {
                 self.metrics.wait_only(wait);
                 self.finished = true;
                 self.stream = None;
-                let mut p = lock(self.progress);
+                let mut p = lock(&self.progress);
                 p.state.epoch = self.epoch + 1;
                 p.state.position = 0;
             }
         }
         item
+    }
+}
+
+impl Iterator for Epoch<'_> {
+    type Item = Result<Batch, LoaderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.advance(None) {
+            Next::Ready(item) => Some(item),
+            // Only a deadline makes a stream answer `Pending`; be safe and end.
+            Next::Pending | Next::Done => None,
+        }
     }
 }
 
@@ -353,7 +425,7 @@ impl Drop for Epoch<'_> {
         self.metrics.account_elapsed(&mut self.mark_ns);
         self.metrics.epoch_done(self.finished);
         if self.owns_active {
-            lock(self.progress).active = None;
+            lock(&self.progress).active = None;
         }
     }
 }

@@ -3,6 +3,7 @@
 //! ([`CudaImages::wait`]), and dropping the batch records, on every stream that
 //! waited, the point after which the slot may be rewritten.
 
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Sender;
@@ -12,6 +13,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, CudaView};
 use super::driver_err;
 use super::staging::Slot;
 use crate::batch::DType;
+use crate::dlpack::{self, sys::DLDevice, ConsumerStream, ManagedTensor};
 use crate::LoaderError;
 
 /// The images of a GPU batch: a device tensor of shape [`CudaImages::shape`] and
@@ -187,6 +189,71 @@ impl CudaImages {
         let n = self.num_bytes() / 4;
         // SAFETY: as in `as_f16_bits`, for f32 values written by the f32 kernel.
         unsafe { self.slot().out.transmute::<f32>(n) }
+    }
+
+    /// The batch as a DLPack tensor on its device ([`crate::dlpack`]) that owns it:
+    /// first makes `stream` wait (on the GPU) for the batch, as the DLPack protocol asks
+    /// of a producer, and registers it like [`CudaImages::wait`]; the slot goes back to
+    /// the loader's ring only when the consumer releases the tensor (and every stream
+    /// that waited has passed that point). Shared behind an [`Arc`] so one batch can be
+    /// exported more than once (each export keeps it alive).
+    ///
+    /// # Errors
+    ///
+    /// [`LoaderError::Gpu`] if the wait cannot be enqueued.
+    ///
+    /// # Safety
+    ///
+    /// A [`ConsumerStream::Handle`] must be a valid stream of [`CudaImages::context`] that
+    /// stays alive until this batch is dropped (as for [`CudaImages::wait_raw`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn demo(loader: &stoker_loader::Loader) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use stoker_loader::dlpack::ConsumerStream;
+    /// use stoker_loader::Images;
+    /// let batch = loader.epoch(0).next().expect("a batch")?;
+    /// if let Images::Cuda(images) = batch.images {
+    ///     // SAFETY: the legacy default stream is always valid.
+    ///     let tensor = unsafe { Arc::new(images).to_dlpack(ConsumerStream::Legacy)? };
+    ///     let _raw = tensor.into_raw(); // to the consumer, which calls the deleter
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn to_dlpack(
+        self: &Arc<Self>,
+        stream: ConsumerStream,
+    ) -> Result<ManagedTensor, LoaderError> {
+        match stream.handle() {
+            // SAFETY: the reserved handles are valid in every context; a caller's
+            // handle is valid and outlives the batch by this function's contract.
+            Some(handle) => unsafe { self.wait_raw(handle)? },
+            None => self
+                .slot()
+                .ready
+                .synchronize()
+                .map_err(|e| driver_err("cuEventSynchronize (batch ready)", e))?,
+        }
+        let device = DLDevice {
+            device_type: dlpack::sys::K_DL_CUDA,
+            device_id: self.context().ordinal() as i32,
+        };
+        // SAFETY: `out_ptr` is the device address of the slot's output buffer, which
+        // holds at least `num_bytes` bytes of `dtype` elements in `shape`, and is not
+        // rewritten until this `CudaImages` is dropped (its slot is then handed back),
+        // which the clone of the `Arc` in the owner delays until the consumer releases
+        // the tensor. The batch is ready on the consumer's stream (waited above).
+        Ok(unsafe {
+            ManagedTensor::new(
+                Box::new(Arc::clone(self)),
+                self.slot().out_ptr as usize as *mut c_void,
+                device,
+                dlpack::dl_dtype(self.dtype),
+                &self.shape,
+            )
+        })
     }
 
     /// The raw device address of the tensor (for DLPack / `__cuda_array_interface__`);

@@ -32,7 +32,7 @@ use crate::error::LoaderError;
 use crate::metrics::Stage;
 use crate::pipeline::{
     cpu_decode_counted, panic_message, raw_payload_len, read_checked, reader_unavailable,
-    EpochPlan, EpochStream,
+    EpochPlan, EpochStream, Next,
 };
 use crate::transform::resize::CropResizer;
 use crate::transform::SampleParams;
@@ -83,14 +83,19 @@ impl GpuEpoch {
 }
 
 impl EpochStream for GpuEpoch {
-    fn next_batch(&mut self) -> Option<Result<Batch, LoaderError>> {
+    fn next_batch(&mut self, deadline: Option<Instant>) -> Next {
         if self.next >= self.end {
-            return None;
+            return Next::Done;
         }
-        match self.results.recv() {
+        let received = match deadline {
+            None => self.results.recv().map_err(|_| false),
+            Some(d) => self.results.recv_deadline(d).map_err(|e| e.is_timeout()),
+        };
+        match received {
+            Err(true) => Next::Pending,
             Ok(item) => {
                 self.next += 1;
-                Some(match (item, &self.shared.consumer_stream) {
+                Next::Ready(match (item, &self.shared.consumer_stream) {
                     (Ok(batch), Some(stream)) => match &batch.images {
                         // GPU-side wait on the user's stream (`LoaderBuilder::cuda_stream`).
                         Images::Cuda(images) => images.wait(stream).map(|()| batch),
@@ -99,10 +104,10 @@ impl EpochStream for GpuEpoch {
                     (item, _) => item,
                 })
             }
-            Err(_) => {
+            Err(false) => {
                 // The producer is gone before the end: report it once, then end.
                 self.next = self.end;
-                Some(Err(LoaderError::Thread {
+                Next::Ready(Err(LoaderError::Thread {
                     thread: "stoker-gpu".into(),
                     reason: "the GPU producer stopped before the end of the epoch".into(),
                 }))

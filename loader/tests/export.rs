@@ -1,0 +1,219 @@
+//! How batches leave the loader for other frameworks and bindings: DLPack export,
+//! epoch iterators that own their loader, waits with a deadline, and resuming a
+//! running loader. Data: the in-repo sample photos (`examples/data/sample`), converted
+//! in the test.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use stoker_loader::dlpack::{sys, ManagedTensor};
+use stoker_loader::{
+    Images, Loader, LoaderBuilder, LoaderError, LoaderState, Next, Output, Shuffle, Transform,
+};
+
+fn sample_dataset(dir: &Path) -> Dataset {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/data/sample");
+    let out = dir.join("ds");
+    let report = convert(
+        &ConvertOptions::new(Source::ImageFolder(src), &out),
+        &NoProgress,
+    )
+    .expect("convert the sample photos");
+    assert_eq!(report.written, 15, "{:?}", report.skipped);
+    Dataset::open(out).unwrap()
+}
+
+fn small(ds: &Dataset) -> LoaderBuilder {
+    Loader::builder(ds.clone())
+        .batch_size(4)
+        .shuffle(Shuffle::Global { seed: 5 })
+        .transform(Transform::random_resized_crop(24).hflip(0.5))
+        .output(Output::F32Nchw)
+        .workers(2)
+        .prefetch(2)
+}
+
+/// (batch index, indices, labels, pixels) of every batch of `epoch`.
+type Summary = Vec<(u64, Vec<u64>, Vec<u32>, Vec<f32>)>;
+
+fn summary(epoch: impl Iterator<Item = Result<stoker_loader::Batch, LoaderError>>) -> Summary {
+    epoch
+        .map(|b| {
+            let b = b.expect("batch");
+            let px = b.images.as_f32().expect("f32").to_vec();
+            (b.index, b.indices, b.labels, px)
+        })
+        .collect()
+}
+
+#[test]
+fn a_dlpack_tensor_kept_alive_is_not_overwritten_by_later_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let reference = summary(small(&ds).build().unwrap().epoch(0));
+
+    // prefetch 2: the ring has few buffers, so a buffer recycled too early would be
+    // rewritten by one of the later batches.
+    let loader = small(&ds).build().unwrap();
+    let mut kept: Vec<ManagedTensor> = Vec::new();
+    for batch in loader.epoch(0) {
+        let batch = batch.unwrap();
+        let Images::Host(images) = batch.images else {
+            panic!("CPU path gives host images")
+        };
+        let shape = images.shape();
+        let t = images.into_dlpack();
+        assert_eq!(t.shape(), shape.map(|d| d as i64));
+        assert_eq!(t.device().device_type, sys::K_DL_CPU);
+        assert_eq!(
+            (t.dtype().code, t.dtype().bits),
+            (sys::K_DL_FLOAT, 32),
+            "F32Nchw"
+        );
+        kept.push(t);
+    }
+    assert_eq!(kept.len(), reference.len());
+    for (t, (_, _, _, px)) in kept.iter().zip(&reference) {
+        let n: i64 = t.shape().iter().product();
+        // SAFETY: an f32 host tensor of `n` elements, alive while `t` is.
+        let got = unsafe { std::slice::from_raw_parts(t.data_ptr().cast::<f32>(), n as usize) };
+        assert_eq!(got, &px[..], "a kept batch changed");
+    }
+}
+
+#[test]
+fn a_dlpack_tensor_handed_out_returns_its_buffer_when_the_consumer_deletes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let loader = small(&ds).build().unwrap();
+    let mut raws = Vec::new();
+    for batch in loader.epoch(0) {
+        let Images::Host(images) = batch.unwrap().images else {
+            panic!("host images")
+        };
+        raws.push(images.into_dlpack().into_raw());
+    }
+    for raw in raws {
+        // SAFETY: each came from `into_raw`; one deleter call each, as a consumer does.
+        unsafe { ((*raw).deleter.expect("deleter"))(raw) };
+    }
+    // The buffers went back: another epoch runs as usual.
+    assert_eq!(loader.epoch(1).count() as u64, loader.num_batches());
+}
+
+#[test]
+fn a_shared_epoch_outlives_its_loader_handle_and_gives_the_same_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let reference = summary(small(&ds).build().unwrap().epoch(2));
+    let loader = Arc::new(small(&ds).build().unwrap());
+    let epoch = loader.epoch_shared(2);
+    drop(loader);
+    assert_eq!(summary(epoch), reference);
+}
+
+#[test]
+fn waits_with_a_deadline_give_the_same_batches_and_count_them_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let reference = summary(small(&ds).build().unwrap().epoch(1));
+    let loader = small(&ds).build().unwrap();
+    let mut epoch = loader.epoch(1);
+    let mut got = Vec::new();
+    let mut pending = 0;
+    loop {
+        // A deadline that passes at once: most calls find nothing ready.
+        match epoch.next_timeout(Duration::ZERO) {
+            Next::Ready(b) => got.push(b),
+            Next::Pending => pending += 1,
+            Next::Done => break,
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(pending < 10_000_000, "no progress");
+    }
+    drop(epoch);
+    assert_eq!(summary(got.into_iter()), reference);
+    let stats = loader.stats();
+    assert_eq!(stats.batches, reference.len() as u64);
+    assert_eq!(stats.images, 15);
+    assert_eq!(stats.epochs, 1);
+}
+
+#[test]
+fn load_state_on_a_running_loader_resumes_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let full = summary(small(&ds).build().unwrap().epoch(3));
+    assert_eq!(full.len(), 4);
+
+    // A loader that already ran another epoch, then is told to resume epoch 3 at 2.
+    let loader = small(&ds).build().unwrap();
+    assert_eq!(loader.epoch(0).count(), 4);
+    let state = LoaderState {
+        seed: 5,
+        epoch: 3,
+        position: 2,
+    };
+    loader.load_state(state).unwrap();
+    assert_eq!(loader.state(), state);
+    assert_eq!(summary(loader.epoch(3)), full[2..]);
+    assert_eq!(loader.state().epoch, 4);
+
+    // Refused: another seed, a position past the end, an epoch being iterated.
+    let err = loader
+        .load_state(LoaderState { seed: 6, ..state })
+        .unwrap_err();
+    assert!(
+        matches!(err, LoaderError::ResumeMismatch { field: "seed", .. }),
+        "{err}"
+    );
+    let err = loader
+        .load_state(LoaderState {
+            position: 5,
+            ..state
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LoaderError::ResumeMismatch {
+                field: "position",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let running = loader.epoch(4);
+    let err = loader.load_state(state).unwrap_err();
+    assert!(matches!(err, LoaderError::EpochInProgress { .. }), "{err}");
+    drop(running);
+}
+
+#[test]
+fn labels_export_as_a_host_int64_tensor() {
+    let t = ManagedTensor::from_vec(vec![0i64, 2, 1]);
+    assert_eq!(t.shape(), &[3]);
+    assert_eq!(t.strides(), &[1]);
+    assert_eq!((t.dtype().code, t.dtype().bits), (sys::K_DL_INT, 64));
+}
+
+#[test]
+fn an_oversized_batch_size_or_prefetch_allocates_no_more_than_an_epoch_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    // A Python caller's 2**31 once sized every ring buffer for that many images (and aborted).
+    let loader = small(&ds)
+        .batch_size(1 << 31)
+        .prefetch(1 << 30)
+        .workers(1)
+        .build()
+        .unwrap();
+    let per_image = 3 * 24 * 24 * 4;
+    // One batch per epoch: one buffer in flight plus the worker's, 15 images each.
+    assert_eq!(loader.stats().host_bytes, 2 * 15 * per_image);
+    let batches: Vec<_> = loader.epoch(0).map(Result::unwrap).collect();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].len(), 15);
+}

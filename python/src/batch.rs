@@ -1,0 +1,310 @@
+//! What the loader's iteration yields: a `Batch` that unpacks to `(images, labels)`;
+//! `Images` and `Labels` are DLPack producers, so `torch.from_dlpack(images)`,
+//! `numpy.from_dlpack(images)`, CuPy and JAX take them without a copy.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyBufferError, PyIndexError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyTuple};
+use stoker_loader::dlpack::{sys, ConsumerStream, ManagedTensor};
+use stoker_loader::{CudaImages, DType, HostImages};
+
+use crate::capsule::into_capsule;
+use crate::errors::{loader_error, StokerError};
+
+/// Where the pixels are. Each DLPack export holds a clone of the `Arc`, so the batch
+/// (its host buffer or GPU slot) goes back to the loader only when this object and
+/// every tensor made from it are freed.
+enum Pixels {
+    Host(Arc<HostImages>),
+    Cuda(Arc<CudaImages>),
+}
+
+/// The images of a batch: ``[n, 3, h, w]`` (float16/float32) or ``[n, h, w, 3]``
+/// (uint8), in host memory (``device == "cpu"``) or on the GPU (``"cuda:N"``). Take them
+/// with ``torch.from_dlpack(images)`` / ``numpy.from_dlpack(images)`` (no copy; a
+/// tensor kept alive is never overwritten by later batches).
+#[pyclass(module = "stoker", frozen)]
+pub(crate) struct Images {
+    pixels: Pixels,
+}
+
+impl Images {
+    fn shape(&self) -> [usize; 4] {
+        match &self.pixels {
+            Pixels::Host(h) => h.shape(),
+            Pixels::Cuda(c) => c.shape(),
+        }
+    }
+
+    fn dtype(&self) -> DType {
+        match &self.pixels {
+            Pixels::Host(h) => h.dtype(),
+            Pixels::Cuda(c) => c.dtype(),
+        }
+    }
+
+    fn dl_device(&self) -> (i32, i32) {
+        match &self.pixels {
+            Pixels::Host(_) => (sys::K_DL_CPU, 0),
+            Pixels::Cuda(c) => (sys::K_DL_CUDA, c.context().ordinal() as i32),
+        }
+    }
+}
+
+#[pymethods]
+impl Images {
+    /// The DLPack capsule of the images (DLPack's Python protocol). On the GPU the
+    /// consumer's ``stream`` (``None``/1: legacy default, 2: per-thread default, -1: no
+    /// synchronization, else a ``cudaStream_t``) is made to wait for the batch first.
+    /// ``max_version`` is accepted and a legacy capsule returned (every consumer takes
+    /// it); ``copy=True`` and a ``dl_device`` other than the images' raise
+    /// ``BufferError``.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<i64>,
+        max_version: Option<Bound<'py, PyAny>>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let _ = max_version;
+        check_export(self.dl_device(), dl_device, copy)?;
+        let tensor = match &self.pixels {
+            Pixels::Host(h) => h.to_dlpack(),
+            Pixels::Cuda(c) => {
+                let stream = ConsumerStream::from_dlpack_arg(stream).map_err(loader_error)?;
+                // SAFETY: DLPack's protocol: a stream handle passed to `__dlpack__` is
+                // a live stream of the tensor's device on which the consumer uses the
+                // tensor, so it outlives the consumer's use of the batch (PyTorch's
+                // and CuPy's streams are pooled and never destroyed).
+                unsafe { c.to_dlpack(stream) }.map_err(loader_error)?
+            }
+        };
+        into_capsule(py, tensor)
+    }
+
+    /// ``(device_type, device_id)``: ``(1, 0)`` for the CPU, ``(2, N)`` for ``cuda:N``.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        self.dl_device()
+    }
+
+    /// ``(n, c, h, w)`` or ``(n, h, w, c)``.
+    #[getter(shape)]
+    fn py_shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.shape())
+    }
+
+    /// ``"uint8"``, ``"float16"`` or ``"float32"``.
+    #[getter(dtype)]
+    fn py_dtype(&self) -> &'static str {
+        dtype_name(self.dtype())
+    }
+
+    /// ``"cpu"`` or ``"cuda:N"``.
+    #[getter]
+    fn device(&self) -> String {
+        match self.dl_device() {
+            (sys::K_DL_CUDA, n) => format!("cuda:{n}"),
+            _ => "cpu".into(),
+        }
+    }
+
+    /// The address of the first element (a device address on the GPU, known once a
+    /// consumer's stream waited, i.e. after a ``__dlpack__`` call; ``None`` before).
+    #[getter]
+    fn data_ptr(&self) -> Option<u64> {
+        match &self.pixels {
+            Pixels::Host(h) => Some(match h.dtype() {
+                DType::U8 => h.as_u8().map(|s| s.as_ptr() as u64),
+                DType::F16 => h.as_f16().map(|s| s.as_ptr() as u64),
+                _ => h.as_f32().map(|s| s.as_ptr() as u64),
+            }?),
+            Pixels::Cuda(c) => c.device_ptr(),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "stoker.Images(shape={:?}, dtype={}, device={})",
+            self.shape(),
+            dtype_name(self.dtype()),
+            self.device()
+        )
+    }
+}
+
+/// The labels of a batch (``int64``, host memory, one per image): a sequence of ints
+/// and a DLPack producer (``torch.from_dlpack(labels)``).
+#[pyclass(module = "stoker", frozen, sequence)]
+pub(crate) struct Labels {
+    values: Vec<i64>,
+}
+
+#[pymethods]
+impl Labels {
+    /// A DLPack capsule of a copy of the labels (host ``int64``); see ``Images.__dlpack__``.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<i64>,
+        max_version: Option<Bound<'py, PyAny>>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        // Host memory: no stream to wait on (consumers pass None).
+        let _ = (stream, max_version);
+        // A copy per export (at most a batch of int64s), so each tensor owns its own.
+        check_export((sys::K_DL_CPU, 0), dl_device, copy.filter(|c| !c))?;
+        into_capsule(py, ManagedTensor::from_vec(self.values.clone()))
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (sys::K_DL_CPU, 0)
+    }
+
+    fn __len__(&self) -> usize {
+        self.values.len()
+    }
+
+    fn __getitem__(&self, index: isize) -> PyResult<i64> {
+        let len = self.values.len() as isize;
+        let i = if index < 0 { index + len } else { index };
+        if !(0..len).contains(&i) {
+            return Err(PyIndexError::new_err("label index out of range"));
+        }
+        Ok(self.values[i as usize])
+    }
+
+    /// The labels as a list of ints.
+    fn tolist(&self) -> Vec<i64> {
+        self.values.clone()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("stoker.Labels({:?})", self.values)
+    }
+}
+
+/// A DLPack export request the producer cannot honour, as `BufferError` (the protocol's
+/// exception): another device, or a copy.
+fn check_export(
+    ours: (i32, i32),
+    dl_device: Option<(i32, i32)>,
+    copy: Option<bool>,
+) -> PyResult<()> {
+    if let Some(want) = dl_device {
+        if want != ours {
+            return Err(PyBufferError::new_err(format!(
+                "dl_device={want:?}: the batch is on {ours:?} and stoker does not copy it"
+            )));
+        }
+    }
+    if copy == Some(true) {
+        return Err(PyBufferError::new_err(
+            "copy=True: stoker exports its batch memory without a copy",
+        ));
+    }
+    Ok(())
+}
+
+fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::U8 => "uint8",
+        DType::F16 => "float16",
+        _ => "float32",
+    }
+}
+
+/// One batch: unpacks as ``images, labels = batch`` (so ``for images, labels in
+/// loader`` works), and carries the dataset ``indices`` of its images, its ``epoch``
+/// and its position ``index`` in the epoch.
+#[pyclass(module = "stoker", frozen, sequence)]
+pub(crate) struct Batch {
+    images: Py<Images>,
+    labels: Py<Labels>,
+    indices: Vec<u64>,
+    epoch: u64,
+    index: u64,
+}
+
+impl Batch {
+    /// The Python batch of a loader batch.
+    pub(crate) fn new(py: Python<'_>, batch: stoker_loader::Batch) -> PyResult<Self> {
+        let pixels = match batch.images {
+            stoker_loader::Images::Host(h) => Pixels::Host(Arc::new(h)),
+            stoker_loader::Images::Cuda(c) => Pixels::Cuda(Arc::new(c)),
+            _ => return Err(StokerError::new_err("batch images of an unknown kind")),
+        };
+        Ok(Batch {
+            images: Py::new(py, Images { pixels })?,
+            labels: Py::new(
+                py,
+                Labels {
+                    values: batch.labels.into_iter().map(i64::from).collect(),
+                },
+            )?,
+            indices: batch.indices,
+            epoch: batch.epoch,
+            index: batch.index,
+        })
+    }
+}
+
+#[pymethods]
+impl Batch {
+    /// The images (``stoker.Images``).
+    #[getter]
+    fn images(&self, py: Python<'_>) -> Py<Images> {
+        self.images.clone_ref(py)
+    }
+
+    /// The labels (``stoker.Labels``).
+    #[getter]
+    fn labels(&self, py: Python<'_>) -> Py<Labels> {
+        self.labels.clone_ref(py)
+    }
+
+    /// Dataset index of each image.
+    #[getter]
+    fn indices(&self) -> Vec<u64> {
+        self.indices.clone()
+    }
+
+    /// The epoch this batch belongs to.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Position of this batch in its epoch (0-based).
+    #[getter]
+    fn index(&self) -> u64 {
+        self.index
+    }
+
+    fn __len__(&self) -> usize {
+        2
+    }
+
+    fn __getitem__(&self, py: Python<'_>, i: isize) -> PyResult<Py<PyAny>> {
+        match i {
+            0 | -2 => Ok(self.images.clone_ref(py).into_any()),
+            1 | -1 => Ok(self.labels.clone_ref(py).into_any()),
+            _ => Err(PyIndexError::new_err("a batch is (images, labels)")),
+        }
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "stoker.Batch(epoch={}, index={}, images={}, labels={})",
+            self.epoch,
+            self.index,
+            self.images.get().__repr__(),
+            self.labels.bind(py).get().values.len()
+        )
+    }
+}

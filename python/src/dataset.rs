@@ -1,0 +1,226 @@
+//! `stoker.convert` and `stoker.Dataset`.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use stoker_formats::{ConvertOptions, Encoding, Progress, ResizeMode, Source};
+
+use crate::errors::format_error;
+
+/// `json.loads(text)`: the Rust reports are serde structs; their JSON is the dict.
+pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+/// Converts an image folder (one subdirectory per class) or a list file into a
+/// dataset of LMDB shards, like ``stoker convert``, and returns its report as a dict
+/// with the keys of ``stoker convert --json`` (``inputs``, ``written``, ``skipped``,
+/// ``shards``, ``bytes``, ``seconds``, ``audit``, ...).
+///
+/// A progress bar is drawn on stderr when it is a terminal (``progress=None``), always
+/// (``True``) or never (``False``). Options are the CLI's flags: ``list`` (a file of
+/// ``relative/path,label`` lines), ``encoding`` ("jpeg" or "raw"), ``max_side``,
+/// ``quality``, ``size`` ((width, height), raw encoding), ``resize`` ("shorter-side" or
+/// "stretch"), ``jobs``, ``shard_size`` (bytes), ``shards``, ``resume``, ``strict``,
+/// ``max_pixels``, ``gpu_friendly``, ``check`` (test-decode stored JPEGs).
+///
+/// Raises ``ValueError`` for bad options, ``FileNotFoundError`` for a missing
+/// source, ``stoker.StokerError`` for the rest (an output that already holds a
+/// dataset, a bad input with ``strict=True``, ...).
+#[pyfunction]
+#[pyo3(signature = (
+    src, out, *, list=None, encoding="jpeg", max_side=None, quality=90, size=None,
+    resize="shorter-side", jobs=None, shard_size=stoker_formats::DEFAULT_SHARD_BYTES,
+    shards=None, resume=false, strict=false, max_pixels=100_000_000, gpu_friendly=false,
+    check=true, progress=None
+))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn convert<'py>(
+    py: Python<'py>,
+    src: PathBuf,
+    out: PathBuf,
+    list: Option<PathBuf>,
+    encoding: &str,
+    max_side: Option<u32>,
+    quality: u8,
+    size: Option<(u32, u32)>,
+    resize: &str,
+    jobs: Option<usize>,
+    shard_size: u64,
+    shards: Option<u64>,
+    resume: bool,
+    strict: bool,
+    max_pixels: u64,
+    gpu_friendly: bool,
+    check: bool,
+    progress: Option<bool>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let source = match list {
+        Some(list) => Source::List { root: src, list },
+        None => Source::ImageFolder(src),
+    };
+    let mut opts = ConvertOptions::new(source, out);
+    opts.encoding = match encoding {
+        "jpeg" => Encoding::Jpeg,
+        "raw" => Encoding::Raw,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "encoding={other:?}: want \"jpeg\" or \"raw\""
+            )))
+        }
+    };
+    opts.resize = match resize {
+        "shorter-side" => ResizeMode::ShorterSide,
+        "stretch" => ResizeMode::Stretch,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "resize={other:?}: want \"shorter-side\" or \"stretch\""
+            )))
+        }
+    };
+    opts.max_side = max_side;
+    opts.quality = quality;
+    opts.raw_size = size;
+    opts.jobs = jobs;
+    opts.shard_bytes = shard_size;
+    opts.shards = shards;
+    opts.resume = resume;
+    opts.strict = strict;
+    opts.max_pixels = max_pixels;
+    opts.gpu_friendly = gpu_friendly;
+    opts.check_decode = check;
+    let show = progress.unwrap_or_else(|| std::io::stderr().is_terminal());
+    let bar = Bar::new(show);
+    let report = py
+        .detach(|| stoker_formats::convert(&opts, &bar))
+        .map_err(format_error)?;
+    let json = serde_json::to_string(&report)
+        .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
+    json_to_py(py, &json)
+}
+
+/// The conversion's progress bar on stderr: images, images/s, MB/s, ETA (the CLI's).
+struct Bar {
+    bar: ProgressBar,
+    bytes: AtomicU64,
+}
+
+impl Bar {
+    fn new(show: bool) -> Self {
+        let target = if show {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(Some(0), target);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} images  {per_sec}  {msg}  ETA {eta}",
+            )
+            .expect("valid template"),
+        );
+        Bar {
+            bar,
+            bytes: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn start(&self, inputs: u64) {
+        self.bar.set_length(inputs);
+    }
+    fn advance(&self, inputs: u64, bytes: u64) {
+        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.bar.inc(inputs);
+        let secs = self.bar.elapsed().as_secs_f64().max(1e-3);
+        self.bar
+            .set_message(format!("{:.1} MB/s", total as f64 / 1e6 / secs));
+    }
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// A converted dataset, opened read-only: ``len(ds)``, ``ds.classes``, ``ds.manifest``
+/// (the ``manifest.json`` as a dict), and ``ds[i]`` → ``(jpeg_or_raw_bytes, label)``
+/// for inspection. Pass it (or its path) to ``stoker.Loader``.
+///
+/// Raises ``FileNotFoundError`` when ``path`` holds no dataset, ``stoker.StokerError``
+/// when its manifest or shards are invalid.
+#[pyclass(module = "stoker", frozen)]
+pub(crate) struct Dataset {
+    pub(crate) inner: stoker_formats::Dataset,
+}
+
+#[pymethods]
+impl Dataset {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let inner = py
+            .detach(|| stoker_formats::Dataset::open(&path))
+            .map_err(format_error)?;
+        Ok(Dataset { inner })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len() as usize
+    }
+
+    /// ``(payload bytes, label)`` of record ``index`` (negative counts from the end).
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        index: i64,
+    ) -> PyResult<(Bound<'py, PyBytes>, u32)> {
+        let len = self.inner.len() as i64;
+        let i = if index < 0 { index + len } else { index };
+        if !(0..len).contains(&i) {
+            return Err(PyIndexError::new_err(format!(
+                "index {index} is out of range (dataset has {len} samples)"
+            )));
+        }
+        let reader = self.inner.reader().map_err(format_error)?;
+        let record = reader.get(i as u64).map_err(format_error)?;
+        record.check_crc().map_err(format_error)?;
+        Ok((PyBytes::new(py, record.payload), record.header.label))
+    }
+
+    /// Class names; label ``i`` is ``classes[i]``.
+    #[getter]
+    fn classes(&self) -> Vec<String> {
+        self.inner.manifest().classes.clone()
+    }
+
+    /// The dataset's ``manifest.json`` as a dict.
+    #[getter]
+    fn manifest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_to_py(py, &self.inner.manifest().to_json())
+    }
+
+    /// The dataset directory.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.root().to_path_buf()
+    }
+
+    fn __repr__(&self) -> String {
+        repr(
+            self.inner.root(),
+            self.inner.len(),
+            self.inner.manifest().classes.len(),
+        )
+    }
+}
+
+fn repr(root: &Path, len: u64, classes: usize) -> String {
+    format!(
+        "stoker.Dataset({:?}, samples={len}, classes={classes})",
+        root.display().to_string()
+    )
+}

@@ -1,0 +1,38 @@
+//! Rust errors as Python exceptions: settings the caller got wrong are `ValueError`, a
+//! missing file is `FileNotFoundError`, everything else `stoker.StokerError`; the
+//! message is always the Rust error's.
+
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyValueError};
+use pyo3::PyErr;
+use stoker_formats::FormatError;
+use stoker_loader::LoaderError;
+
+pyo3::create_exception!(
+    stoker,
+    StokerError,
+    PyException,
+    "An error of the stoker library (a bad record, a failed loader thread, a GPU failure...); the message is the library's."
+);
+
+/// The exception for a [`FormatError`].
+pub(crate) fn format_error(e: FormatError) -> PyErr {
+    match &e {
+        FormatError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(e.to_string())
+        }
+        FormatError::InvalidOptions(_) => PyValueError::new_err(e.to_string()),
+        _ => StokerError::new_err(e.to_string()),
+    }
+}
+
+/// The exception for a [`LoaderError`].
+pub(crate) fn loader_error(e: LoaderError) -> PyErr {
+    match e {
+        LoaderError::Format(e) => format_error(e),
+        e @ (LoaderError::InvalidConfig { .. }
+        | LoaderError::ResumeMismatch { .. }
+        | LoaderError::DlpackStream { .. }
+        | LoaderError::EmptyDataset) => PyValueError::new_err(e.to_string()),
+        e => StokerError::new_err(e.to_string()),
+    }
+}

@@ -1,0 +1,56 @@
+//! # Overview
+//!
+//! The `stoker` Python package (`import stoker`): the extension module `stoker._stoker`,
+//! built with maturin (`pip install ./python`). It wraps the Rust crates and holds no
+//! logic of its own beyond turning Python arguments into their settings and their
+//! errors into Python exceptions:
+//!
+//! - `dataset`: `stoker.convert(src, out, **options)` (the converter's report as a
+//!   dict, the keys of `stoker convert --json`) and `stoker.Dataset(path)`.
+//! - `loader`: `stoker.Loader(...)`, its epoch iterator (GIL released while waiting,
+//!   Ctrl-C checked between bounded waits), `stats()`, `state_dict()` /
+//!   `load_state_dict()`.
+//! - `batch`: what iteration yields: `Images` and `Labels`, both DLPack producers
+//!   (`__dlpack__`, `__dlpack_device__`) over [`stoker_loader::dlpack`].
+//! - `capsule`: the one FFI piece: a DLPack tensor in a `"dltensor"` capsule.
+//! - `errors`: Rust errors → `ValueError`, `FileNotFoundError` or `stoker.StokerError`.
+//!
+//! ```python
+//! import stoker, numpy as np
+//! loader = stoker.Loader("data/train", batch_size=64, device="cpu")
+//! for images, labels in loader:
+//!     x = np.from_dlpack(images)      # float32 [64, 3, 224, 224], no copy
+//! ```
+
+mod batch;
+mod capsule;
+mod dataset;
+mod errors;
+mod loader;
+
+use pyo3::prelude::*;
+
+/// The extension module `stoker._stoker`.
+#[pymodule]
+fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("StokerError", py.get_type::<errors::StokerError>())?;
+    m.add(
+        "IMAGENET_MEAN",
+        stoker_loader::transform::IMAGENET_MEAN.to_vec(),
+    )?;
+    m.add(
+        "IMAGENET_STD",
+        stoker_loader::transform::IMAGENET_STD.to_vec(),
+    )?;
+    m.add_function(wrap_pyfunction!(dataset::convert, m)?)?;
+    m.add_class::<dataset::Dataset>()?;
+    m.add_class::<loader::Loader>()?;
+    m.add_class::<loader::Epoch>()?;
+    m.add_class::<loader::Stats>()?;
+    m.add_class::<batch::Batch>()?;
+    m.add_class::<batch::Images>()?;
+    m.add_class::<batch::Labels>()?;
+    Ok(())
+}

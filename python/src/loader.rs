@@ -1,0 +1,412 @@
+//! `stoker.Loader`, its epoch iterator and its stats.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::Duration;
+
+use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use stoker_loader::{Device, LoaderState, Next, OnError, Output, Shuffle, Transform};
+
+use crate::batch::Batch;
+use crate::dataset::{json_to_py, Dataset};
+use crate::errors::loader_error;
+
+/// How long one wait for a batch may block before Python gets the GIL back to look for
+/// Ctrl-C (`check_signals`): short enough to feel immediate, long enough to cost nothing.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
+/// the CPU), crops, flips and normalizes into batches, and reports whether it keeps up.
+///
+/// ``data`` is a dataset path or a ``stoker.Dataset``. ``shuffle``: ``True`` (a new
+/// permutation per epoch, from ``seed`` and the epoch), ``False`` (dataset order) or
+/// ``"quasi"`` (page-cache friendly blocks of ``quasi_block`` records). ``crop``:
+/// ``"random"`` (RandomResizedCrop to ``size``) or ``"center"`` (resize the shorter
+/// side to ``resize``, default ``size * 8 / 7``, then a center crop). ``mean``/``std``
+/// normalize float outputs (``stoker.IMAGENET_MEAN``/``IMAGENET_STD``; default none:
+/// pixels / 255). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``) or
+/// ``"uint8"`` (``layout="nhwc"``, raw pixels). ``device``: ``"auto"`` (the GPU if
+/// usable, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``. ``rank`` and
+/// ``world_size`` default to the launcher's variables (torchrun's ``RANK`` /
+/// ``WORLD_SIZE``, Slurm's); each rank gets a disjoint slice with the same number of
+/// batches. ``prefetch``: batches in flight; ``workers``: CPU threads;
+/// ``on_error``: ``"replace"`` a bad record by the next sample or ``"raise"``.
+///
+/// Iterate with ``for images, labels in loader`` (the epoch set by ``set_epoch``,
+/// else the one after the last finished) or ``loader.epoch(e)``.
+#[pyclass(module = "stoker", frozen)]
+pub(crate) struct Loader {
+    inner: Arc<stoker_loader::Loader>,
+    /// The epoch the next `iter(loader)` runs, set by `set_epoch` (taken by `__iter__`).
+    next_epoch: Mutex<Option<u64>>,
+}
+
+#[pymethods]
+impl Loader {
+    #[new]
+    #[pyo3(signature = (
+        data, batch_size=256, *, shuffle=None, seed=0, quasi_block=512, drop_last=false,
+        crop="random", size=224, resize=None, hflip=0.0, mean=None, std=None,
+        dtype="float32", layout=None, device="auto", rank=None, world_size=None,
+        prefetch=None, workers=None, on_error="replace", prefetch_next_epoch=true
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        batch_size: usize,
+        shuffle: Option<&Bound<'_, PyAny>>,
+        seed: u64,
+        quasi_block: u32,
+        drop_last: bool,
+        crop: &str,
+        size: u32,
+        resize: Option<u32>,
+        hflip: f64,
+        mean: Option<[f32; 3]>,
+        std: Option<[f32; 3]>,
+        dtype: &str,
+        layout: Option<&str>,
+        device: &str,
+        rank: Option<usize>,
+        world_size: Option<usize>,
+        prefetch: Option<usize>,
+        workers: Option<usize>,
+        on_error: &str,
+        prefetch_next_epoch: bool,
+    ) -> PyResult<Self> {
+        let dataset = match data.cast::<Dataset>() {
+            Ok(ds) => ds.get().inner.clone(),
+            Err(_) => {
+                let path: PathBuf = data.extract().map_err(|_| {
+                    PyValueError::new_err("data: want a dataset path or a stoker.Dataset")
+                })?;
+                py.detach(|| stoker_formats::Dataset::open(&path))
+                    .map_err(crate::errors::format_error)?
+            }
+        };
+        let shuffle = parse_shuffle(shuffle, seed, quasi_block)?;
+        let mut transform = match crop {
+            "random" => Transform::random_resized_crop(size),
+            "center" => Transform::center_crop(size, resize.unwrap_or(size * 8 / 7)),
+            other => return Err(bad("crop", other, "\"random\" or \"center\"")),
+        }
+        .hflip(hflip);
+        if mean.is_some() || std.is_some() {
+            transform = transform.normalize(mean.unwrap_or([0.0; 3]), std.unwrap_or([1.0; 3]));
+        }
+        let output = match (dtype, layout) {
+            ("float32", None | Some("nchw")) => Output::F32Nchw,
+            ("float16", None | Some("nchw")) => Output::F16Nchw,
+            ("uint8", None | Some("nhwc")) => Output::U8Nhwc,
+            (d, l) => {
+                return Err(PyValueError::new_err(format!(
+                    "dtype={d:?}, layout={l:?}: want float32 or float16 with layout \"nchw\", or uint8 with \"nhwc\""
+                )))
+            }
+        };
+        let device = parse_device(device)?;
+        let on_error = match on_error {
+            "replace" => OnError::Replace,
+            "raise" => OnError::Error,
+            other => return Err(bad("on_error", other, "\"replace\" or \"raise\"")),
+        };
+        let mut builder = stoker_loader::Loader::builder(dataset)
+            .batch_size(batch_size)
+            .shuffle(shuffle)
+            .drop_last(drop_last)
+            .transform(transform)
+            .output(output)
+            .device(device)
+            .on_error(on_error)
+            .prefetch_next_epoch(prefetch_next_epoch);
+        builder = match (rank, world_size) {
+            (Some(r), Some(w)) => builder.distributed(r, w),
+            (None, None) => builder.distributed_from_env(),
+            _ => {
+                return Err(PyValueError::new_err(
+                    "rank and world_size: give both, or neither (then they come from the launcher's environment)",
+                ))
+            }
+        };
+        if let Some(w) = workers {
+            builder = builder.workers(w);
+        }
+        if let Some(p) = prefetch {
+            builder = builder.prefetch(p);
+        }
+        let inner = py.detach(|| builder.build()).map_err(loader_error)?;
+        Ok(Loader {
+            inner: Arc::new(inner),
+            next_epoch: Mutex::new(None),
+        })
+    }
+
+    /// Batches per epoch on this rank (the same on every rank).
+    fn __len__(&self) -> usize {
+        self.inner.num_batches() as usize
+    }
+
+    /// An iterator over the epoch set by ``set_epoch`` (once), else the epoch after
+    /// the last one finished (``state_dict()["epoch"]``).
+    fn __iter__(&self) -> Epoch {
+        let epoch = lock(&self.next_epoch)
+            .take()
+            .unwrap_or_else(|| self.inner.state().epoch);
+        self.epoch(epoch)
+    }
+
+    /// The epoch the next ``for ... in loader`` runs (like
+    /// ``DistributedSampler.set_epoch``: the order and augmentations depend on it).
+    fn set_epoch(&self, epoch: u64) {
+        *lock(&self.next_epoch) = Some(epoch);
+    }
+
+    /// An iterator over the batches of ``epoch``. One epoch iterator may be alive at a
+    /// time; another raises ``stoker.StokerError`` on its first ``next``.
+    fn epoch(&self, epoch: u64) -> Epoch {
+        Epoch {
+            inner: Mutex::new(Some(self.inner.epoch_shared(epoch))),
+            len: self.inner.num_batches(),
+        }
+    }
+
+    /// The loader's counters: a mapping (``stats["fed_ratio"]``, ``stats["stages"]``,
+    /// ``stats["verdict"]``...; ``dict(stats)``) whose ``str()`` is the Rust table.
+    fn stats(&self) -> Stats {
+        Stats {
+            inner: self.inner.stats(),
+        }
+    }
+
+    /// Zeroes the flow counters (e.g. after a warm-up epoch).
+    fn reset_stats(&self) {
+        self.inner.reset_stats();
+    }
+
+    /// Where the loader stands: ``{"seed", "epoch", "position"}`` (batches of
+    /// ``epoch`` already handed out). Save it with the model; ``load_state_dict``
+    /// continues exactly there (torchdata's ``StatefulDataLoader`` convention).
+    fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.state();
+        let d = PyDict::new(py);
+        d.set_item("seed", s.seed)?;
+        d.set_item("epoch", s.epoch)?;
+        d.set_item("position", s.position)?;
+        Ok(d)
+    }
+
+    /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
+    /// first batch not yet handed out. Raises ``ValueError`` for a state of another
+    /// seed or past the end of the epoch, ``stoker.StokerError`` while an epoch
+    /// iterator is alive.
+    fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let get = |key: &str| -> PyResult<u64> {
+            state
+                .get_item(key)?
+                .ok_or_else(|| PyKeyError::new_err(format!("state_dict has no {key:?}")))?
+                .extract()
+        };
+        let state = LoaderState {
+            seed: get("seed")?,
+            epoch: get("epoch")?,
+            position: get("position")?,
+        };
+        self.inner.load_state(state).map_err(loader_error)?;
+        *lock(&self.next_epoch) = Some(state.epoch);
+        Ok(())
+    }
+
+    /// Stops the next epoch started early (after the last epoch you train); returns
+    /// whether one was running.
+    fn cancel_prefetch(&self) -> bool {
+        self.inner.cancel_prefetch()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "stoker.Loader(batches_per_epoch={}, backend={:?})",
+            self.inner.num_batches(),
+            self.inner.stats().backend
+        )
+    }
+}
+
+/// The batches of one epoch, in order (``stoker.Batch``, which unpacks to
+/// ``images, labels``). Waiting for a batch releases the GIL; Ctrl-C stops it.
+#[pyclass(module = "stoker", frozen)]
+pub(crate) struct Epoch {
+    /// `None` once finished or interrupted (dropping it stops the pipeline's work).
+    inner: Mutex<Option<stoker_loader::Epoch<'static>>>,
+    len: u64,
+}
+
+#[pymethods]
+impl Epoch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
+        let mut guard = lock_detached(py, &self.inner);
+        loop {
+            let Some(epoch) = guard.as_mut() else {
+                return Ok(None);
+            };
+            match py.detach(|| epoch.next_timeout(SIGNAL_CHECK)) {
+                Next::Ready(Ok(batch)) => return Batch::new(py, batch).map(Some),
+                Next::Ready(Err(e)) => return Err(loader_error(e)),
+                Next::Pending => {
+                    if let Err(interrupt) = py.check_signals() {
+                        // Stop the pipeline now, not when the iterator is collected.
+                        *guard = None;
+                        return Err(interrupt);
+                    }
+                }
+                _ => {
+                    *guard = None;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Batches in the epoch.
+    fn __len__(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Stops this epoch's work now (also done when the iterator is freed).
+    fn close(&self, py: Python<'_>) {
+        *lock_detached(py, &self.inner) = None;
+    }
+}
+
+/// The loader's counters. A read-only mapping of the fields of the Rust ``Stats``
+/// (``epochs``, ``batches``, ``images``, ``images_per_s``, ``fed_ratio``,
+/// ``consumer_wait_s``, ``stages`` (the per-stage table), ``backend``...) plus
+/// ``verdict``; ``str(stats)`` is the same table and verdict the Rust loader prints.
+#[pyclass(module = "stoker", frozen, mapping)]
+pub(crate) struct Stats {
+    inner: stoker_loader::Stats,
+}
+
+impl Stats {
+    fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = json_to_py(py, &self.inner.to_json())?.cast_into::<PyDict>()?;
+        d.set_item("verdict", self.inner.verdict())?;
+        Ok(d)
+    }
+}
+
+#[pymethods]
+impl Stats {
+    /// A plain dict of the counters.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.dict(py)
+    }
+
+    fn __getitem__<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
+        self.dict(py)?
+            .get_item(key)?
+            .ok_or_else(|| PyKeyError::new_err(key.to_owned()))
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.dict(py)?.len())
+    }
+
+    fn __contains__(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
+        self.dict(py)?.contains(key)
+    }
+
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.dict(py)?.keys().into_any().try_iter()?.into_any())
+    }
+
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.dict(py)?.call_method0("keys")
+    }
+
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.dict(py)?.call_method0("items")
+    }
+
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.dict(py)?.call_method0("values")
+    }
+
+    /// The stats as JSON (the Rust ``Stats::to_json``).
+    fn to_json(&self) -> String {
+        self.inner.to_json()
+    }
+
+    fn __str__(&self) -> String {
+        self.inner.to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "stoker.Stats(images={}, images_per_s={:.1}, fed_ratio={:.3})",
+            self.inner.images, self.inner.images_per_s, self.inner.fed_ratio
+        )
+    }
+}
+
+fn parse_shuffle(shuffle: Option<&Bound<'_, PyAny>>, seed: u64, block: u32) -> PyResult<Shuffle> {
+    let Some(s) = shuffle else {
+        return Ok(Shuffle::Global { seed });
+    };
+    if let Ok(on) = s.extract::<bool>() {
+        return Ok(if on {
+            Shuffle::Global { seed }
+        } else {
+            Shuffle::Sequential
+        });
+    }
+    match s.extract::<String>().as_deref() {
+        Ok("global") => Ok(Shuffle::Global { seed }),
+        Ok("quasi") => Ok(Shuffle::Quasi { seed, block }),
+        Ok("sequential") => Ok(Shuffle::Sequential),
+        _ => Err(PyValueError::new_err(format!(
+            "shuffle={s}: want True, False, \"global\", \"quasi\" or \"sequential\""
+        ))),
+    }
+}
+
+fn parse_device(device: &str) -> PyResult<Device> {
+    match device {
+        "auto" => Ok(Device::Auto),
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        d => d
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| bad("device", d, "\"auto\", \"cpu\", \"cuda\" or \"cuda:N\"")),
+    }
+}
+
+fn bad(name: &str, got: &str, want: &str) -> PyErr {
+    PyValueError::new_err(format!("{name}={got:?}: want {want}"))
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Locks `m`, waiting without the GIL: its holder may be a thread in `__next__` that
+/// needs the GIL back to finish, so waiting with it could deadlock.
+fn lock_detached<'a, T>(py: Python<'_>, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
+    loop {
+        match m.try_lock() {
+            Ok(guard) => return guard,
+            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                py.detach(|| std::thread::sleep(Duration::from_millis(1)))
+            }
+        }
+    }
+}

@@ -1,0 +1,53 @@
+"""stoker: keeps training GPUs fed.
+
+Convert an image folder once into LMDB shards, then iterate batches that any DLPack
+consumer (PyTorch, NumPy, CuPy, JAX) takes without a copy::
+
+    import stoker, torch
+
+    stoker.convert("photos/train", "data/train")
+    loader = stoker.Loader("data/train", batch_size=256, shuffle=True, seed=0,
+                           crop="random", size=224, hflip=0.5,
+                           mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD,
+                           dtype="float16", device="auto")
+    for epoch in range(90):
+        loader.set_epoch(epoch)
+        for images, labels in loader:
+            x = torch.from_dlpack(images)   # shares the loader's memory
+            y = torch.from_dlpack(labels)   # int64, on the host
+            ...
+        print(loader.stats())
+
+Everything here is implemented in Rust (the ``stoker._stoker`` extension module);
+this file only re-exports it.
+"""
+
+from ._stoker import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Batch,
+    Dataset,
+    Epoch,
+    Images,
+    Labels,
+    Loader,
+    Stats,
+    StokerError,
+    __version__,
+    convert,
+)
+
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "Batch",
+    "Dataset",
+    "Epoch",
+    "Images",
+    "Labels",
+    "Loader",
+    "Stats",
+    "StokerError",
+    "__version__",
+    "convert",
+]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The Python package's tests (tests/python/test_*.py), self-contained: makes a virtual
+# environment in target/python-venv, installs maturin, numpy and pytest into it from the
+# registry (torch is not installed: the torch test runs where the machine's Python
+# already has it, and is skipped elsewhere), builds and installs the package from
+# ./python, builds the Rust front ends the tests compare against, and runs pytest.
+#
+# The package is built with cargo's dev profile here (dependencies optimized, our
+# crates not), which reuses what `cargo test --workspace` already built; users get the
+# release build from the README's `pip install ./python`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=target/python-venv
+if [[ ! -x $venv/bin/python ]]; then
+  # --system-site-packages: a torch installed on the machine is seen by the tests.
+  python3 -m venv --system-site-packages "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  'maturin>=1.9.4,<2' numpy pytest
+PATH="$PWD/$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install --quiet \
+  --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
+cargo build --quiet --bin stoker --example loader_dump
+cd tests/python
+"../../$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,341 @@
+"""stoker.Loader against the Rust loader and against its own promises: same batches
+for the same settings, DLPack hand-off through NumPy without copies, batches kept alive
+stay intact, exact resume, disjoint ranks, clear errors."""
+
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import stoker
+
+# The settings both front ends get (stoker.Loader's names; loader_dump takes the same).
+SMALL = dict(batch_size=4, seed=0, size=32, crop="random", hflip=0.5, dtype="float32")
+
+
+def python_loader(dataset, **overrides):
+    s = dict(SMALL, **overrides)
+    rank, world = s.pop("rank", None), s.pop("world_size", None)
+    return stoker.Loader(
+        dataset,
+        s.pop("batch_size"),
+        seed=s.pop("seed"),
+        size=s.pop("size"),
+        crop=s.pop("crop"),
+        hflip=s.pop("hflip"),
+        dtype=s.pop("dtype"),
+        device="cpu",
+        rank=rank,
+        world_size=world,
+        **s,
+    )
+
+
+def python_batches(iterable):
+    out = []
+    for batch in iterable:
+        images, labels = batch
+        x = np.from_dlpack(images)
+        out.append(
+            dict(
+                index=batch.index,
+                indices=batch.indices,
+                labels=labels.tolist(),
+                shape=list(x.shape),
+                pixels=x.tobytes(),
+            )
+        )
+    return out
+
+
+def rust_args(**overrides):
+    s = dict(SMALL, **overrides)
+    if "world_size" in s:
+        s["world_size"] = s.pop("world_size")
+    return s
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(seed=7, dtype="uint8"),
+        dict(seed=3, dtype="float16", crop="center", batch_size=6),
+        dict(seed=1, rank=1, world_size=2, drop_last=True),
+    ],
+    ids=["f32", "u8-seed7", "f16-center", "rank1of2-droplast"],
+)
+def test_batches_equal_the_rust_loaders_for_the_same_settings(sample_dataset, rust_batches, settings):
+    loader = python_loader(sample_dataset, **settings)
+    got = python_batches(loader.epoch(2))
+    want = rust_batches(sample_dataset, epoch=2, **rust_args(**settings))
+    assert len(got) == len(want) == len(loader)
+    for g, w in zip(got, want):
+        assert g["index"] == w["index"]
+        assert g["indices"] == w["indices"]
+        assert g["labels"] == w["labels"]
+        assert g["shape"] == w["shape"]
+        assert g["pixels"] == w["pixels"], f"pixels of batch {g['index']} differ"
+
+
+def test_shapes_dtypes_and_labels(sample_dataset):
+    ds = stoker.Dataset(sample_dataset)
+    for dtype, layout, np_dtype, shape in [
+        ("float32", "nchw", np.float32, (4, 3, 24, 24)),
+        ("float16", None, np.float16, (4, 3, 24, 24)),
+        ("uint8", "nhwc", np.uint8, (4, 24, 24, 3)),
+    ]:
+        loader = stoker.Loader(ds, 4, size=24, dtype=dtype, layout=layout, device="cpu")
+        batches = list(loader)
+        assert len(batches) == len(loader) == 4
+        for b in batches:
+            images, labels = b
+            x = np.from_dlpack(images)
+            assert x.dtype == np_dtype and images.dtype == dtype
+            assert x.shape[1:] == shape[1:] and images.shape == x.shape
+            y = np.from_dlpack(labels)
+            assert y.dtype == np.int64 and y.shape == (x.shape[0],)
+            # Each label is the class of the dataset record it came from.
+            assert y.tolist() == [ds[i][1] for i in b.indices]
+        assert sum(len(b.indices) for b in batches) == 15
+        assert sorted(i for b in batches for i in b.indices) == list(range(15))
+
+
+def test_dlpack_round_trip_through_numpy_shares_memory(sample_dataset):
+    loader = python_loader(sample_dataset)
+    batch = next(iter(loader))
+    images, labels = batch
+    assert images.__dlpack_device__() == (1, 0) and images.device == "cpu"
+    assert labels.__dlpack_device__() == (1, 0)
+    a = np.from_dlpack(images)
+    b = np.from_dlpack(images)
+    # No copy: both arrays are views of the loader's batch buffer.
+    assert a.__array_interface__["data"][0] == images.data_ptr
+    assert b.__array_interface__["data"][0] == images.data_ptr
+    assert np.array_equal(a, b)
+    # Values are normalized pixels (no mean/std: pixel / 255).
+    assert 0.0 <= a.min() and a.max() <= 1.0
+    # The protocol's refusals are BufferError.
+    with pytest.raises(BufferError):
+        images.__dlpack__(copy=True)
+    with pytest.raises(BufferError):
+        images.__dlpack__(dl_device=(2, 0))
+
+
+def test_a_batch_kept_alive_keeps_its_contents_past_the_next_ones(sample_dataset):
+    reference = python_batches(python_loader(sample_dataset, prefetch=1, workers=1).epoch(0))
+    # prefetch=1 keeps the ring as small as it gets: a buffer handed back too early would
+    # be rewritten by the very next batch.
+    loader = python_loader(sample_dataset, prefetch=1, workers=1)
+    arrays, image_objects = [], []
+    for batch in loader.epoch(0):
+        images, _ = batch
+        arrays.append(np.from_dlpack(images))  # kept through NumPy only
+        image_objects.append(images)  # kept as the stoker object, exported later
+    # Drive more batches through the same ring (another epoch) while they are held.
+    for _ in loader.epoch(1):
+        pass
+    for arr, ref in zip(arrays, reference):
+        assert arr.tobytes() == ref["pixels"]
+    for obj, ref in zip(image_objects, reference):
+        assert np.from_dlpack(obj).tobytes() == ref["pixels"]
+    del arrays, image_objects
+    # Released: the ring works as before.
+    assert len(list(loader.epoch(2))) == len(loader)
+
+
+def test_state_dict_resumes_mid_epoch_exactly(sample_dataset):
+    full = python_batches(python_loader(sample_dataset, seed=5).epoch(3))
+    loader = python_loader(sample_dataset, seed=5)
+    loader.set_epoch(3)
+    it = iter(loader)
+    head = python_batches([next(it), next(it)])
+    del it
+    state = loader.state_dict()
+    assert state == {"seed": 5, "epoch": 3, "position": 2}
+    assert [b["indices"] for b in head] == [b["indices"] for b in full[:2]]
+
+    # As a checkpoint would: through JSON, into a fresh loader.
+    resumed = python_loader(sample_dataset, seed=5)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    tail = python_batches(resumed)
+    assert tail == full[2:]
+    assert resumed.state_dict() == {"seed": 5, "epoch": 4, "position": 0}
+
+    with pytest.raises(ValueError, match="seed"):
+        python_loader(sample_dataset, seed=6).load_state_dict(state)
+    with pytest.raises(KeyError):
+        resumed.load_state_dict({"seed": 5})
+
+
+def test_set_epoch_and_plain_iteration_pick_the_epoch(sample_dataset, rust_batches):
+    loader = python_loader(sample_dataset)
+    first = python_batches(loader)  # epoch 0
+    second = python_batches(loader)  # the next one: epoch 1
+    want = [rust_batches(sample_dataset, epoch=e, **rust_args()) for e in (0, 1, 4)]
+    assert [b["indices"] for b in first] == [b["indices"] for b in want[0]]
+    assert [b["indices"] for b in second] == [b["indices"] for b in want[1]]
+    loader.set_epoch(4)
+    assert [b["indices"] for b in python_batches(loader)] == [b["indices"] for b in want[2]]
+
+
+def test_ranks_are_disjoint_and_equal(sample_dataset):
+    world = 3
+    per_rank = [python_batches(python_loader(sample_dataset, rank=r, world_size=world)) for r in range(world)]
+    counts = {len(b) for b in per_rank}
+    sizes = {tuple(len(x["indices"]) for x in b) for b in per_rank}
+    assert len(counts) == 1 and len(sizes) == 1, "every rank has the same batches"
+    seen = [set(i for x in b for i in x["indices"]) for b in per_rank]
+    for a in range(world):
+        for c in range(a + 1, world):
+            assert not seen[a] & seen[c], f"ranks {a} and {c} overlap"
+    assert set().union(*seen) == set(range(15))
+
+
+def test_rank_and_world_size_default_to_the_launchers_variables(sample_dataset, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    from_env = python_batches(python_loader(sample_dataset))
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    explicit = python_batches(python_loader(sample_dataset, rank=1, world_size=3))
+    assert from_env == explicit
+    assert len(explicit) == 2  # 5 samples on this rank, batches of 4
+
+    monkeypatch.setenv("RANK", "one")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ValueError, match="RANK"):
+        python_loader(sample_dataset)
+
+
+def test_stats_are_a_mapping_and_print_the_rust_table(sample_dataset):
+    loader = python_loader(sample_dataset)
+    for _ in loader:
+        pass
+    stats = loader.stats()
+    assert stats["images"] == 15 and stats["batches"] == 4 and stats["epochs"] == 1
+    assert 0.0 <= stats["fed_ratio"] <= 1.0
+    assert "verdict" in stats and stats["verdict"]
+    assert {s["stage"] for s in stats["stages"]} >= {"read", "decode", "transform"}
+    d = dict(stats)
+    assert d == stats.to_dict() and json.loads(stats.to_json())["images"] == 15
+    text = str(stats)
+    assert "verdict:" in text and "decode" in text and "fed ratio" in text
+    loader.reset_stats()
+    assert loader.stats()["images"] == 0
+
+
+def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_path):
+    missing = tmp_path / "no-such-dataset"
+    with pytest.raises(FileNotFoundError, match="no-such-dataset"):
+        stoker.Loader(missing)
+    with pytest.raises(FileNotFoundError, match="no-such-dataset"):
+        stoker.Dataset(missing)
+    bad_settings = [
+        dict(dtype="float64"),
+        dict(dtype="uint8", layout="nchw"),
+        dict(device="tpu"),
+        dict(device="cuda:x"),
+        dict(crop="diagonal"),
+        dict(shuffle="sometimes"),
+        dict(on_error="ignore"),
+        dict(rank=0),
+        dict(prefetch=0),
+        dict(workers=0),
+    ]
+    for bad in bad_settings:
+        with pytest.raises(ValueError):
+            stoker.Loader(sample_dataset, 4, **bad)
+    with pytest.raises(ValueError, match="batch_size"):
+        stoker.Loader(sample_dataset, 0)
+    with pytest.raises(TypeError):
+        stoker.Loader(sample_dataset, "four")
+    # Two epoch iterators at once: the second says why.
+    loader = python_loader(sample_dataset)
+    it = loader.epoch(0)
+    next(it)
+    with pytest.raises(stoker.StokerError, match="still being iterated"):
+        next(iter(loader.epoch(1)))
+    it.close()
+    assert len(list(loader.epoch(1))) == len(loader)
+    # Converting into a directory that already holds a dataset.
+    with pytest.raises(stoker.StokerError):
+        stoker.convert(stoker.__file__, sample_dataset, progress=False)
+    with pytest.raises(ValueError, match="encoding"):
+        stoker.convert(sample_dataset, tmp_path / "x", encoding="png", progress=False)
+
+
+def test_ctrl_c_stops_iteration_promptly_and_the_loader_stays_usable(sample_dataset):
+    # Big batches from one worker: the consumer spends its time waiting in `next`.
+    loader = stoker.Loader(
+        sample_dataset, 15, size=512, workers=1, prefetch=1, device="cpu", prefetch_next_epoch=False
+    )
+    fired = []
+
+    def interrupt():
+        fired.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(0.3, interrupt)
+    started = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        for epoch in range(100_000):
+            for _ in loader.epoch(epoch):
+                pass
+            assert time.monotonic() - started < 60, "never interrupted"
+    stopped = time.monotonic()
+    timer.join()
+    assert stopped - fired[0] < 1.0, f"took {stopped - fired[0]:.2f} s to stop"
+    # The interrupted epoch was closed: a new one starts at once.
+    assert len(list(loader.epoch(0))) == 1
+
+
+def test_torch_from_dlpack_shares_the_batch(sample_dataset):
+    torch = pytest.importorskip("torch")
+    loader = python_loader(sample_dataset, dtype="float16")
+    images, labels = next(iter(loader))
+    x = torch.from_dlpack(images)
+    y = torch.from_dlpack(labels)
+    assert x.dtype == torch.float16 and tuple(x.shape) == images.shape
+    assert x.data_ptr() == images.data_ptr
+    assert y.dtype == torch.int64
+
+
+def test_close_from_another_thread_while_next_waits_does_not_deadlock(sample_dataset):
+    loader = stoker.Loader(
+        sample_dataset, 15, size=512, workers=1, prefetch=1, device="cpu", prefetch_next_epoch=False
+    )
+    it = iter(loader.epoch(0))
+    results = []
+
+    def consume():
+        try:
+            for _ in it:
+                results.append("batch")
+        except Exception as e:  # reported below
+            results.append(e)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    time.sleep(0.05)  # the consumer is (most likely) waiting for the batch now
+    closer = threading.Thread(target=it.close)
+    closer.start()
+    closer.join(10)
+    consumer.join(10)
+    assert not closer.is_alive() and not consumer.is_alive(), "close and next deadlocked"
+    assert all(r == "batch" for r in results), results
+    # Closed: the iterator ends, and the loader can start another epoch.
+    assert next(it, None) is None
+    assert len(list(loader.epoch(1))) == 1
+
+
+def test_an_absurd_batch_size_is_one_batch_of_the_whole_dataset_not_an_abort(sample_dataset):
+    loader = stoker.Loader(sample_dataset, 2**31, size=16, device="cpu", prefetch=10**6)
+    batches = list(loader)
+    assert len(batches) == len(loader) == 1
+    assert np.from_dlpack(batches[0].images).shape == (15, 3, 16, 16)
