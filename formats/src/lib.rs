@@ -39,6 +39,7 @@
 pub mod convert;
 mod dataset;
 mod error;
+mod input_file;
 mod inspect;
 mod manifest;
 mod record;
@@ -52,6 +53,7 @@ pub use convert::{
 };
 pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;
+pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
 pub use inspect::{inspect, Distribution, InspectReport};
 pub use manifest::{
     Manifest, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
