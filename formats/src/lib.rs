@@ -38,9 +38,11 @@
 
 pub mod convert;
 mod dataset;
+mod digest;
 mod error;
 mod input_file;
 mod inspect;
+mod lmdb_meta;
 mod manifest;
 mod record;
 mod shard;
@@ -57,6 +59,7 @@ pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
 pub use inspect::{inspect, Distribution, InspectReport};
 pub use manifest::{
     Manifest, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    OLDEST_FORMAT_VERSION,
 };
 pub use record::{Encoding, Record, RecordHeader, HEADER_LEN, RECORD_MAGIC, RECORD_VERSION};
 pub use verify::{verify, BadRecord, VerifyReport};

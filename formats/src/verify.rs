@@ -6,8 +6,8 @@ use rayon::prelude::*;
 use serde::Serialize;
 use stoker_decode::{CpuDecoder, Limits};
 
+use crate::digest::{digest_file, DigestKind};
 use crate::record::{Encoding, RecordHeader};
-use crate::writer::file_crc;
 use crate::{Dataset, FormatError};
 
 /// One problem found by [`verify`].
@@ -34,6 +34,8 @@ pub struct VerifyReport {
     pub decoded: u64,
     /// Every problem, by shard and index.
     pub bad: Vec<BadRecord>,
+    /// Remarks that are not problems (a format version 1 dataset's weaker digest).
+    pub notes: Vec<String>,
     /// Wall time in seconds.
     pub seconds: f64,
 }
@@ -45,15 +47,21 @@ impl VerifyReport {
     }
 }
 
-/// Checks every shard of `ds`: the file's size and CRC32C against the manifest, that the keys
-/// are exactly the shard's index range in order, and for every record its header (magic,
-/// version, header CRC), length, payload CRC32C, label range and raw size. With `decode`,
-/// each JPEG is also decoded on the CPU and its size compared with the header.
+/// Checks every shard of `ds`: that the file is still the one opened, its size and
+/// whole-file digest against the manifest (xxh3-64; CRC32C for format version 1), and only
+/// then, through LMDB, that the keys are exactly the shard's index range in order, and for
+/// every record its header (magic, version, header CRC), length, payload CRC32C, label
+/// (an index into the class list) and raw size. With `decode`, each JPEG is also decoded on
+/// the CPU and its size compared with the header.
+///
+/// A shard whose digest differs is reported and its records are not read: LMDB trusts the
+/// file's pages and could crash on a damaged one, so no byte of a shard can crash `verify`
+/// (the meta pages LMDB reads on open are checked by [`Dataset::open`]).
 ///
 /// # Errors
 ///
-/// Only failures to read at all (I/O, LMDB refusing a read transaction); problems with the
-/// data are collected in [`VerifyReport::bad`].
+/// Only failures to start at all (LMDB refusing a read transaction, a shard changed since
+/// the dataset was opened); problems with the data are collected in [`VerifyReport::bad`].
 ///
 /// # Examples
 ///
@@ -73,6 +81,16 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
     let reader = ds.reader()?;
     let decoder = CpuDecoder::new(Limits::default());
     let mut bad = Vec::new();
+    let mut notes = Vec::new();
+    let kind = if m.format_version >= 2 {
+        DigestKind::Xxh3
+    } else {
+        notes.push(format!(
+            "format version {}: shard digests are CRC32C, which a consistent rewrite of a record header (a changed label) leaves unchanged; convert again for xxh3 digests",
+            m.format_version
+        ));
+        DigestKind::Crc32c
+    };
     let mut checked = 0u64;
     let mut decoded = 0u64;
     for (si, entry) in m.shards.iter().enumerate() {
@@ -84,22 +102,11 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
                 problem,
             })
         };
-        let (len, crc) = file_crc(&ds.root().join(&entry.file))?;
-        if len != entry.bytes {
-            report(
-                None,
-                format!("file is {len} bytes, manifest says {}", entry.bytes),
-            );
-        } else if crc != entry.crc32c {
-            report(
-                None,
-                format!(
-                    "file CRC32C is {crc:#010x}, manifest says {:#010x}: the file was altered",
-                    entry.crc32c
-                ),
-            );
-        }
         let shard_path = reader.shard_path(si).to_path_buf();
+        if let Some(problem) = whole_file_problem(&reader, si, entry, kind) {
+            report(None, problem);
+            continue;
+        }
         let mut expect = entry.first_index;
         let end = entry.first_index + entry.count;
         let mut to_decode: Vec<(u64, RecordHeader, &[u8])> = Vec::new();
@@ -162,10 +169,14 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
                     ),
                 );
             }
-            if !m.classes.is_empty() && h.label as usize >= m.classes.len() {
+            if h.label as usize >= m.classes.len() {
                 report(
                     Some(index),
-                    format!("label {} but only {} classes", h.label, m.classes.len()),
+                    format!(
+                        "label {} is outside the class list ({} classes)",
+                        h.label,
+                        m.classes.len()
+                    ),
                 );
             }
             match h.encoding {
@@ -218,6 +229,50 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
         checked,
         decoded,
         bad,
+        notes,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// Checks shard `si` as a whole before LMDB walks it: the file is the one opened, its size
+/// and digest are the manifest's. `Some(problem)` means its records must not be read.
+fn whole_file_problem(
+    reader: &crate::DatasetReader,
+    si: usize,
+    entry: &crate::ShardEntry,
+    kind: DigestKind,
+) -> Option<String> {
+    const SKIPPED: &str = "its records are not read (LMDB trusts the file)";
+    if let Err(e) = reader.check_unchanged(si) {
+        return Some(format!("{e}; {SKIPPED}"));
+    }
+    let path = reader.shard_path(si);
+    let digest = std::fs::File::open(path)
+        .map_err(|e| FormatError::io(path, e))
+        .and_then(|mut f| digest_file(path, &mut f, kind));
+    let (len, got) = match digest {
+        Ok(d) => d,
+        Err(e) => return Some(format!("cannot read: {e}; {SKIPPED}")),
+    };
+    // Hashed by path: the file must still be the mapped one, unchanged while hashed.
+    if let Err(e) = reader.check_unchanged(si) {
+        return Some(format!("{e}; {SKIPPED}"));
+    }
+    if len != entry.bytes {
+        return Some(format!(
+            "file is {len} bytes, manifest says {}; {SKIPPED}",
+            entry.bytes
+        ));
+    }
+    let (name, want, width) = match kind {
+        DigestKind::Xxh3 => ("xxh3-64", entry.xxh3, 16),
+        DigestKind::Crc32c => ("CRC32C", entry.crc32c.map(u64::from), 8),
+    };
+    match want {
+        Some(w) if w == got => None,
+        Some(w) => Some(format!(
+            "file {name} is {got:0width$x}, manifest says {w:0width$x}: the file was altered; {SKIPPED}"
+        )),
+        None => Some(format!("the manifest has no {name} for this shard; {SKIPPED}")),
+    }
 }

@@ -378,21 +378,6 @@ pub(crate) fn write_atomically(dir: &Path, name: &str, data: &[u8]) -> Result<()
     Ok(())
 }
 
-/// Length and CRC32C of a whole file.
-pub(crate) fn file_crc(path: &Path) -> Result<(u64, u32), FormatError> {
-    let f = std::fs::File::open(path).map_err(|e| FormatError::io(path, e))?;
-    let len = f.metadata().map_err(|e| FormatError::io(path, e))?.len();
-    if len == 0 {
-        return Ok((0, 0));
-    }
-    // SAFETY: the file is a shard: either our own temporary file, closed by LMDB and not
-    // written again, or a finished shard, which is never modified in place. A file changed by
-    // someone else while mapped could at worst make this checksum wrong (what verify reports).
-    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| FormatError::io(path, e))?;
-    let _ = map.advise(memmap2::Advice::Sequential);
-    Ok((len, crc32c::crc32c(&map)))
-}
-
 fn sync_dir(dir: &Path) {
     // Best effort: makes the rename durable on filesystems that support syncing a directory.
     if let Ok(d) = std::fs::File::open(dir) {
@@ -531,13 +516,14 @@ impl ShardBuilder {
             std::fs::set_permissions(&self.tmp_path, std::fs::Permissions::from_mode(0o644))
                 .map_err(|e| FormatError::io(&self.tmp_path, e))?;
         }
-        let (bytes, crc) = file_crc(&self.tmp_path)?;
+        let (bytes, digest) = crate::digest::xxh3_of(&self.tmp_path)?;
         let entry = ShardEntry {
             file: self.file.clone(),
             first_index: self.first_index,
             count: self.count,
             bytes,
-            crc32c: crc,
+            xxh3: Some(digest),
+            crc32c: None,
         };
         let dir = self.tmp_path.parent().unwrap_or(Path::new("."));
         let fin = dir.join(&self.file);

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use stoker_formats::{convert, ConvertOptions, ConvertReport, FormatError, NoProgress, Source};
+use stoker_formats::{
+    convert, verify, ConvertOptions, ConvertReport, Dataset, FormatError, NoProgress, Source,
+};
 
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
 
@@ -187,4 +189,168 @@ fn crash_while_journal_is_replaced_leaves_a_resumable_directory() {
             "{n:?} differs"
         );
     }
+}
+
+/// A dataset of the 15 sample photos in one shard, labels from `label(i)`.
+fn sample_dataset(out: &Path, label: impl Fn(usize) -> u32) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    for class in ["caer", "leptonica", "opencv"] {
+        let mut v: Vec<String> = std::fs::read_dir(Path::new(SAMPLE).join(class))
+            .unwrap()
+            .map(|e| format!("{class}/{}", e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        v.sort();
+        files.extend(v);
+    }
+    let list_dir = tempfile::tempdir().unwrap();
+    let list = list_dir.path().join("list.csv");
+    let text: String = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("{f},{}\n", label(i)))
+        .collect();
+    std::fs::write(&list, text).unwrap();
+    let mut o = ConvertOptions::new(
+        Source::List {
+            root: SAMPLE.into(),
+            list,
+        },
+        out,
+    );
+    o.check_decode = false;
+    assert_eq!(convert(&o, &NoProgress).unwrap().written, 15);
+    files
+}
+
+/// Every read path of a dataset that opened: all records through `get` and their CRCs.
+fn read_everything(ds: &Dataset) {
+    if let Ok(r) = ds.reader() {
+        for i in 0..ds.len() {
+            if let Ok(rec) = r.get(i) {
+                let _ = rec.check_crc();
+            }
+        }
+    }
+}
+
+#[test]
+fn damaged_lmdb_meta_pages_no_longer_crash_open_verify_or_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |i| (i % 3) as u32);
+    let shard = out.join("shard-00000.lmdb");
+    let orig = std::fs::read(&shard).unwrap();
+    let page = 4096;
+    let (mut refused, mut found_by_verify) = (0, 0);
+    // Every byte of the two meta pages, one bit each, written in place (the same inode, as
+    // a disk or a careless tool would damage it).
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap();
+    for pos in 0..2 * page {
+        let bit = 1u8 << (pos % 8);
+        std::os::unix::fs::FileExt::write_all_at(&f, &[orig[pos] ^ bit], pos as u64).unwrap();
+        match Dataset::open(&out) {
+            Err(_) => refused += 1,
+            Ok(ds) => {
+                read_everything(&ds);
+                let v = verify(&ds, false).unwrap();
+                assert!(!v.ok(), "flip at byte {pos} not reported");
+                found_by_verify += 1;
+            }
+        }
+        std::os::unix::fs::FileExt::write_all_at(&f, &orig[pos..pos + 1], pos as u64).unwrap();
+    }
+    println!("meta-page flips: {refused} refused on open, {found_by_verify} opened and reported by verify");
+    assert!(refused > 100, "{refused}");
+    assert!(verify(&Dataset::open(&out).unwrap(), false).unwrap().ok());
+}
+
+#[test]
+fn relabelled_shard_swapped_into_another_dataset_fails_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    sample_dataset(&a, |i| (i % 2) as u32);
+    sample_dataset(&b, |i| ((i + 1) % 2) as u32);
+    let (sa, sb) = (a.join("shard-00000.lmdb"), b.join("shard-00000.lmdb"));
+    let (da, db) = (std::fs::read(&sa).unwrap(), std::fs::read(&sb).unwrap());
+    assert_eq!(da.len(), db.len());
+    assert_ne!(da, db);
+    // The attack on format version 1: equal whole-file CRC32C despite different labels.
+    assert_eq!(crc32c::crc32c(&da), crc32c::crc32c(&db));
+    std::fs::copy(&sb, &sa).unwrap();
+    let v = verify(&Dataset::open(&a).unwrap(), true).unwrap();
+    assert!(!v.ok(), "a shard with other labels passed verify");
+    assert!(v.bad[0].problem.contains("xxh3-64"), "{:?}", v.bad);
+}
+
+#[test]
+fn manifest_samples_2_pow_63_is_refused_naming_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |_| 0);
+    let path = out.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["samples"] = serde_json::json!(1u64 << 63);
+    m["shards"][0]["count"] = serde_json::json!(1u64 << 63);
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let e = Dataset::open(&out).unwrap_err();
+    assert!(matches!(e, FormatError::InvalidManifest { .. }), "{e}");
+    assert!(e.to_string().contains("9223372036854775808"), "{e}");
+}
+
+#[test]
+fn shard_truncated_or_replaced_after_open_is_an_error_not_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |_| 0);
+    let shard = out.join("shard-00000.lmdb");
+    let orig = std::fs::read(&shard).unwrap();
+
+    let ds = Dataset::open(&out).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(orig.len() as u64 / 2)
+        .unwrap();
+    let e = ds.reader().unwrap_err();
+    assert!(matches!(e, FormatError::ShardChanged { .. }), "{e}");
+    assert!(e.to_string().contains("size"), "{e}");
+    let v = verify(&ds, false);
+    assert!(v.is_err() || !v.unwrap().ok());
+    drop(ds);
+
+    // `cp` of another file over it, then a new open: refused (size) or opened afresh.
+    std::fs::write(&shard, &orig).unwrap();
+    let ds = Dataset::open(&out).unwrap();
+    let tmp = out.join("other");
+    std::fs::write(&tmp, &orig).unwrap();
+    std::fs::rename(&tmp, &shard).unwrap();
+    let e = ds.reader().unwrap_err();
+    assert!(e.to_string().contains("replaced"), "{e}");
+}
+
+#[test]
+fn verify_rejects_labels_outside_an_empty_class_list() {
+    use stoker_formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    let meta = RecordMeta {
+        encoding: Encoding::Raw,
+        height: 1,
+        width: 1,
+        channels: 1,
+        label: 0,
+    };
+    w.push(meta, &[9]).unwrap();
+    w.finish(vec![], Provenance::stoker("t")).unwrap();
+    let v = verify(&Dataset::open(dir.path()).unwrap(), false).unwrap();
+    assert!(!v.ok());
+    assert!(
+        v.bad[0].problem.contains("outside the class list"),
+        "{:?}",
+        v.bad
+    );
 }

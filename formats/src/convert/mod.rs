@@ -613,12 +613,25 @@ fn prepare_output(
         }
         for s in &j.done {
             let p = out.join(&s.file);
-            let (len, crc) = crate::writer::file_crc(&p)?;
-            if len != s.bytes || crc != s.crc32c {
-                return Err(FormatError::ShardChecksumMismatch {
+            let Some(want) = s.xxh3 else {
+                return Err(exists(
+                    "holds a partial conversion journaled by an older stoker (no xxh3 digests); delete the directory and convert again"
+                        .into(),
+                ));
+            };
+            let (len, got) = crate::digest::xxh3_of(&p)?;
+            if len != s.bytes {
+                return Err(FormatError::ShardSizeMismatch {
                     shard: p,
-                    got: crc,
-                    want: s.crc32c,
+                    got: len,
+                    want: s.bytes,
+                });
+            }
+            if got != want {
+                return Err(FormatError::ShardDigestMismatch {
+                    shard: p,
+                    got,
+                    want,
                 });
             }
         }

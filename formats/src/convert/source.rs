@@ -142,7 +142,7 @@ fn walk(dir: &Path, label: u32, out: &mut Vec<Input>, depth: u32, seen: &mut Has
         let meta = match std::fs::metadata(&path) {
             Ok(m) => m,
             Err(e) if is_link => {
-                refuse(out, path, format!("broken symlink: {e}"));
+                refuse(out, path, format!("unreadable (broken symlink): {e}"));
                 continue;
             }
             Err(e) => {
