@@ -92,7 +92,7 @@ pub enum FormatError {
     },
     /// The disk (or a quota, or the process's file-size limit) ran out while a shard was
     /// written.
-    #[error("shard {shard}: {cause} after {records} records ({bytes} bytes of shards) were written; free space and rerun with --resume to continue from the last finished shard")]
+    #[error("shard {shard}: {cause} after {records} records ({bytes} bytes of shards) were written; make room and rerun with --resume to continue from the last finished shard")]
     OutOfSpace {
         /// The shard being written.
         shard: PathBuf,

@@ -51,7 +51,8 @@ mod writer;
 
 pub use convert::audit::Audit;
 pub use convert::{
-    convert, ConvertOptions, ConvertReport, NoProgress, Progress, ResizeMode, Skipped, Source,
+    convert, jpeg_is_complete, ConvertOptions, ConvertReport, NoProgress, Progress, ResizeMode,
+    Skipped, Source,
 };
 pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;

@@ -221,11 +221,8 @@ impl DatasetWriter {
         let value_len = (HEADER_LEN + payload.len()) as u64;
         self.roll_if_needed(value_len)?;
         if self.current.is_none() {
-            self.current = Some(ShardBuilder::start(
-                &self.out_dir,
-                self.done.len(),
-                self.next_index,
-            )?);
+            let started = ShardBuilder::start(&self.out_dir, self.done.len(), self.next_index);
+            self.current = Some(started.map_err(|e| self.space_error(e))?);
         }
         let index = self.next_index;
         let b = self.current.as_mut().expect("shard just started");
@@ -235,7 +232,9 @@ impl DatasetWriter {
         b.count += 1;
         b.value_bytes += value_len;
         if b.pending.len() >= TXN_BYTES {
-            b.flush()?;
+            if let Err(e) = b.flush() {
+                return Err(self.space_error(e));
+            }
         }
         self.next_index += 1;
         self.payload_bytes += payload.len() as u64;
@@ -259,7 +258,7 @@ impl DatasetWriter {
             return Ok(None);
         }
         let b = self.current.take().expect("checked above");
-        let entry = b.finish()?;
+        let entry = b.finish().map_err(|e| self.space_error(e))?;
         self.done.push(entry.clone());
         Ok(Some(entry))
     }
@@ -322,7 +321,7 @@ impl DatasetWriter {
         audit: Option<Audit>,
     ) -> Result<Manifest, FormatError> {
         if let Some(b) = self.current.take() {
-            let entry = b.finish()?;
+            let entry = b.finish().map_err(|e| self.space_error(e))?;
             self.done.push(entry);
         }
         let bytes = self.done.iter().map(|s| s.bytes).sum();
@@ -345,7 +344,8 @@ impl DatasetWriter {
             audit,
         };
         manifest.validate(&self.out_dir.join(MANIFEST_FILE))?;
-        write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())?;
+        write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())
+            .map_err(|e| out_of_space(e, &self.out_dir, manifest.samples, manifest.bytes))?;
         Ok(manifest)
     }
 
@@ -355,12 +355,67 @@ impl DatasetWriter {
         self.raw_size = raw_size;
     }
 
+    /// Turns a write failure that means "no room" into [`FormatError::OutOfSpace`], which says
+    /// so, how much was written and that `--resume` continues; other errors pass through.
+    pub(crate) fn space_error(&self, e: FormatError) -> FormatError {
+        let bytes = self.done.iter().map(|s| s.bytes).sum();
+        out_of_space(e, &self.out_dir, self.next_index, bytes)
+    }
+
     pub(crate) fn payload_bytes(&self) -> u64 {
         self.payload_bytes
     }
 
     pub(crate) fn raw_size(&self) -> Option<RawSize> {
         self.raw_size
+    }
+}
+
+/// `e` as [`FormatError::OutOfSpace`] when its OS error means the disk, a quota or the file
+/// size limit ran out (LMDB reports a failed write of its pages as EIO on some systems: then
+/// the free space decides), else `e` unchanged.
+pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64) -> FormatError {
+    let (path, code) = match &e {
+        FormatError::Io { path, source } => (path.clone(), source.raw_os_error()),
+        FormatError::Lmdb {
+            shard,
+            source: heed::Error::Io(source),
+        } => (shard.clone(), source.raw_os_error()),
+        _ => return e,
+    };
+    let free = fs4::available_space(dir).ok();
+    let free_text = free.map_or(String::new(), |f| format!(" ({f} bytes free)"));
+    let cause = match code {
+        Some(libc::ENOSPC) => format!("disk full{free_text}"),
+        Some(libc::EDQUOT) => "disk quota exceeded".to_string(),
+        Some(libc::EFBIG) => {
+            "file size limit reached (the process's RLIMIT_FSIZE or the file system's largest file)"
+                .to_string()
+        }
+        // LMDB reports a short write as EIO: the disk filled, or the file reached the
+        // process's file size limit.
+        Some(libc::EIO) if free.is_some_and(|f| f < (TXN_BYTES as u64) * 2) => {
+            format!("disk full{free_text}; the write failed with an I/O error")
+        }
+        Some(libc::EIO) if at_file_size_limit(&path) => {
+            "file size limit reached (the process's RLIMIT_FSIZE)".to_string()
+        }
+        _ => return e,
+    };
+    FormatError::OutOfSpace {
+        shard: path,
+        cause,
+        records,
+        bytes,
+    }
+}
+
+/// True when `path` has reached the process's file size limit.
+fn at_file_size_limit(path: &Path) -> bool {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Fsize).current;
+    match (limit, std::fs::metadata(path)) {
+        (Some(limit), Ok(m)) => m.len() >= limit,
+        _ => false,
     }
 }
 

@@ -28,6 +28,22 @@ use audit::Audit;
 pub use source::Source;
 use transcode::{Outcome, Processed};
 
+/// True when `data` is a JPEG whose primary image is complete: its end-of-image marker
+/// comes before the data ends. The decoders fill missing scan data in without an error, so
+/// this is how the converter (and `stoker decode`) tell a cut-off file.
+///
+/// # Examples
+///
+/// ```
+/// let jpeg = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample/caer/tent.jpg"))?;
+/// assert!(stoker_formats::jpeg_is_complete(&jpeg));
+/// assert!(!stoker_formats::jpeg_is_complete(&jpeg[..jpeg.len() / 2]));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn jpeg_is_complete(data: &[u8]) -> bool {
+    markers::primary_image_end(data).is_some()
+}
+
 /// File name of the conversion journal (present only while a conversion is unfinished).
 pub const JOURNAL_FILE: &str = ".stoker-convert.json";
 /// The journal's temporary name while it is replaced (see `write_atomically`).
@@ -526,7 +542,7 @@ fn save_journal(
         input_bytes: totals.input_bytes,
     };
     let text = serde_json::to_vec_pretty(&j).expect("journal serializes");
-    write_atomically(out, JOURNAL_FILE, &text)
+    write_atomically(out, JOURNAL_FILE, &text).map_err(|e| writer.space_error(e))
 }
 
 /// A checksum of everything that determines the output: the input list and the output flags.
