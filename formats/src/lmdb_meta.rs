@@ -111,7 +111,7 @@ fn parse(b: &[u8], i: u64, file_pages: u64) -> Result<Meta, String> {
         } else {
             (2..=m.last_pg).contains(&t.root)
                 && (1..=MAX_DEPTH).contains(&t.depth)
-                && pages.is_some_and(|p| p >= 1 && p <= m.last_pg - 1)
+                && pages.is_some_and(|p| p >= 1 && p < m.last_pg)
         };
         if !sane {
             return Err(format!(
