@@ -94,6 +94,36 @@ impl Dataset {
         &self.inner.root
     }
 
+    /// Checks that every shard file is still the one [`Dataset::open`] mapped: same device,
+    /// inode and size (one `stat` per shard). A shard replaced or truncated under a running
+    /// reader can kill it with SIGBUS; a loader calls this before each epoch so that a change
+    /// made between epochs is an error instead.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::ShardChanged`], or an I/O error when a shard file is gone.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut w = DatasetWriter::create(dir.path(), WriterOptions::default())?;
+    /// w.push(RecordMeta { encoding: Encoding::Raw, height: 1, width: 1, channels: 1, label: 0 }, &[7])?;
+    /// w.finish(vec!["only".into()], Provenance::stoker("doc example"))?;
+    /// let ds = Dataset::open(dir.path())?;
+    /// ds.check_unchanged()?;
+    /// std::fs::OpenOptions::new().write(true).open(dir.path().join("shard-00000.lmdb"))?.set_len(4096)?;
+    /// assert!(ds.check_unchanged().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_unchanged(&self) -> Result<(), FormatError> {
+        self.inner
+            .shards
+            .iter()
+            .try_for_each(|s| s.check_unchanged())
+    }
+
     /// Opens a reader: one read transaction per shard. Make one per thread.
     ///
     /// Each shard file is first checked to be the one opened (same inode and size): a shard

@@ -677,6 +677,12 @@ impl Loader {
                 None
             }
         };
+        // A shard truncated or replaced since the last epoch would kill the readers with
+        // SIGBUS: one `stat` per shard turns that into this epoch's error.
+        if let Err(e) = self.config.dataset.check_unchanged() {
+            drop(early);
+            return Epoch::failed(epoch, e.into(), &self.metrics, &self.progress, true);
+        }
         let started = match early {
             Some(started) => {
                 self.metrics.epoch_started_early();

@@ -60,3 +60,30 @@ fn batch_that_cannot_fit_in_memory_is_refused_naming_batch_size() {
         "{e}"
     );
 }
+
+#[test]
+fn shard_truncated_between_epochs_is_an_epoch_error_not_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let loader = Loader::builder(ds)
+        .batch_size(4)
+        .transform(Transform::random_resized_crop(32))
+        .output(Output::U8Nhwc)
+        .workers(1)
+        .prefetch(1)
+        .prefetch_next_epoch(false)
+        .build()
+        .unwrap();
+    assert_eq!(loader.epoch(0).filter(|b| b.is_ok()).count(), 4);
+    let shard = dir.path().join("ds/shard-00000.lmdb");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let first = loader.epoch(1).next().expect("the epoch reports its error");
+    let e = first.err().expect("an error, not a batch");
+    assert!(e.to_string().contains("changed on disk"), "{e}");
+}
