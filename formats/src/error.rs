@@ -55,7 +55,8 @@ pub enum FormatError {
         /// Size recorded in the manifest.
         want: u64,
     },
-    /// A shard's whole-file xxh3 digest differs from the manifest (`verify` only).
+    /// A finished shard's whole-file xxh3 digest differs from the one recorded for it
+    /// (`convert --resume` checking the shards its journal lists).
     #[error("shard {shard}: file digest (xxh3-64) is {got:016x}, the manifest says {want:016x}")]
     ShardDigestMismatch {
         /// The shard file.
@@ -123,16 +124,6 @@ pub enum FormatError {
         bytes: u64,
         /// The limit.
         limit: u64,
-    },
-    /// A shard's whole-file CRC32C differs from the manifest (`verify` only; format version 1).
-    #[error("shard {shard}: file CRC32C is {got:#010x}, the manifest says {want:#010x}")]
-    ShardChecksumMismatch {
-        /// The shard file.
-        shard: PathBuf,
-        /// CRC32C computed over the file.
-        got: u32,
-        /// CRC32C recorded in the manifest.
-        want: u32,
     },
     /// The same shard file is already open in this process with different contents
     /// (it was replaced on disk while an older [`crate::Dataset`] still maps it).
