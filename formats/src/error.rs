@@ -68,7 +68,9 @@ pub enum FormatError {
     },
     /// A shard's LMDB meta pages are not what stoker writes, so the file is not handed to
     /// LMDB (which trusts them and would read outside the file).
-    #[error("shard {shard}: damaged LMDB file: {reason}; not opened (LMDB would trust these bytes)")]
+    #[error(
+        "shard {shard}: damaged LMDB file: {reason}; not opened (LMDB would trust these bytes)"
+    )]
     DamagedShard {
         /// The shard file.
         shard: PathBuf,

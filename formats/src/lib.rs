@@ -43,6 +43,7 @@ mod error;
 mod input_file;
 mod inspect;
 mod lmdb_meta;
+mod lmdb_walk;
 mod manifest;
 mod record;
 mod shard;

@@ -122,9 +122,37 @@ fn parse(b: &[u8], i: u64, file_pages: u64) -> Result<Meta, String> {
     Ok(m)
 }
 
+/// The record tree as the current meta page describes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecordTree {
+    /// Page size in bytes.
+    pub psize: u64,
+    /// Root page of the record tree, `None` when it is empty.
+    pub root: Option<u64>,
+    /// Depth of the tree.
+    pub depth: u16,
+    /// Last page in use.
+    pub last_pg: u64,
+    /// Records in the tree.
+    pub entries: u64,
+}
+
 /// Checks the meta pages of the shard open as `file` (`len` bytes), which should hold
 /// `records` records. Returns what is wrong, in words.
 pub(crate) fn check(file: &File, len: u64, records: u64) -> Result<(), String> {
+    let tree = record_tree(file, len)?;
+    if tree.entries != records {
+        return Err(format!(
+            "LMDB says {} records, the manifest {records}",
+            tree.entries
+        ));
+    }
+    Ok(())
+}
+
+/// Checks both meta pages of `file` (`len` bytes) and returns the record tree of the current
+/// one (the one LMDB would use).
+pub(crate) fn record_tree(file: &File, len: u64) -> Result<RecordTree, String> {
     let mut head = [0u8; META_END];
     file.read_exact_at(&mut head, 0)
         .map_err(|e| format!("cannot read meta page 0: {e}"))?;
@@ -151,11 +179,11 @@ pub(crate) fn check(file: &File, len: u64, records: u64) -> Result<(), String> {
     }
     // LMDB uses the meta page with the larger transaction id.
     let current = if m1.txnid > m0.txnid { m1 } else { m0 };
-    if current.main.entries != records {
-        return Err(format!(
-            "LMDB says {} records, the manifest {records}",
-            current.main.entries
-        ));
-    }
-    Ok(())
+    Ok(RecordTree {
+        psize,
+        root: (current.main.root != P_INVALID).then_some(current.main.root),
+        depth: current.main.depth,
+        last_pg: current.last_pg,
+        entries: current.main.entries,
+    })
 }

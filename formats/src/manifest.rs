@@ -14,6 +14,8 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 /// CRC32C (which a consistent rewrite of a record header leaves unchanged, since each record
 /// carries its own CRC) by an xxh3-64 digest; version 1 datasets are still read.
 pub const FORMAT_VERSION: u32 = 2;
+/// Largest `manifest.json` read.
+const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 /// Oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// The least a record takes in a shard file: its 32-byte header and 8-byte key. Bounds the
@@ -148,7 +150,9 @@ impl Manifest {
     /// [`FormatError::UnsupportedVersion`].
     pub fn read(dir: &Path) -> Result<Manifest, FormatError> {
         let path = dir.join(MANIFEST_FILE);
-        let text = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
+        // Bounded and regular-file-only like any input: a manifest of a million classes and
+        // a thousand shards is a few tens of megabytes.
+        let text = crate::read_input_file(&path, MAX_MANIFEST_BYTES)?;
         let m: Manifest =
             serde_json::from_slice(&text).map_err(|e| FormatError::InvalidManifest {
                 path: path.clone(),

@@ -154,6 +154,17 @@ pub(crate) fn open_shard(
     bytes: u64,
 ) -> Result<Arc<OpenShard>, FormatError> {
     let canonical = std::fs::canonicalize(path).map_err(|e| FormatError::io(path, e))?;
+    let not_a_file = |shard: PathBuf| FormatError::DamagedShard {
+        shard,
+        reason: "not a regular file".into(),
+    };
+    // Checked before opening: opening a FIFO for reading would block.
+    if !std::fs::metadata(&canonical)
+        .map_err(|e| FormatError::io(path, e))?
+        .is_file()
+    {
+        return Err(not_a_file(canonical));
+    }
     let file = std::fs::File::open(&canonical).map_err(|e| FormatError::io(path, e))?;
     let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
     let id = FileId {
@@ -162,10 +173,7 @@ pub(crate) fn open_shard(
         len: meta.len(),
     };
     if !meta.is_file() {
-        return Err(FormatError::DamagedShard {
-            shard: canonical,
-            reason: "not a regular file".into(),
-        });
+        return Err(not_a_file(canonical));
     }
     if id.len != bytes {
         return Err(FormatError::ShardSizeMismatch {
