@@ -463,12 +463,13 @@ fn every_byte_of_the_tree_pages_through_open_and_verify() {
             usize::from(u16::from_le_bytes([orig[base + 14], orig[base + 15]])),
         );
         let is_tree = orig[base + 10] & 0x03 != 0;
-        for pos in base..base + 4096 {
+        for (within, &was) in orig[base..base + 4096].iter().enumerate() {
+            let pos = base + within;
             // The bytes LMDB itself reads when the loader looks records up: the page header,
             // the node offsets and the nodes (not the free gap between them).
-            let used = is_tree && (pos - base < lower || pos - base >= upper);
+            let used = is_tree && (within < lower || within >= upper);
             let bit = 1u8 << (pos % 8);
-            put(pos, orig[pos] ^ bit);
+            put(pos, was ^ bit);
             flips += 1;
             match Dataset::open(&out) {
                 Err(_) => refused += 1,
@@ -486,7 +487,7 @@ fn every_byte_of_the_tree_pages_through_open_and_verify() {
                     }
                 }
             }
-            put(pos, orig[pos]);
+            put(pos, was);
         }
     }
     println!(
