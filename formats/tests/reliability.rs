@@ -354,3 +354,27 @@ fn verify_rejects_labels_outside_an_empty_class_list() {
         v.bad
     );
 }
+
+#[test]
+fn jobs_100000_and_a_device_as_list_file_are_refused_before_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), dir.path().join("o"));
+    o.jobs = Some(100_000);
+    let e = convert_within(o, Duration::from_secs(60)).unwrap_err();
+    assert!(
+        matches!(&e, FormatError::InvalidOptions(m) if m.contains("100000")),
+        "{e}"
+    );
+    let o = ConvertOptions::new(
+        Source::List {
+            root: SAMPLE.into(),
+            list: "/dev/zero".into(),
+        },
+        dir.path().join("o2"),
+    );
+    let e = convert_within(o, Duration::from_secs(60)).unwrap_err();
+    assert!(
+        matches!(&e, FormatError::BadSource { reason, .. } if reason.contains("not a file")),
+        "{e}"
+    );
+}

@@ -765,6 +765,10 @@ impl Loader {
         {
             return;
         }
+        // Not on shards that changed: the consumer's own call reports it.
+        if self.config.dataset.check_unchanged().is_err() {
+            return;
+        }
         match self.start(epoch, 0) {
             Ok(started) => {
                 let old = self

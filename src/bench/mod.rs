@@ -52,6 +52,8 @@ pub use verdict::{Bound, Verdict};
 use report::{MachineInfo, RunInfo};
 use verdict::{Capacities, PipelinePath};
 
+/// Most threads `--threads` may ask for.
+const MAX_THREADS: usize = 1024;
 /// At most this many records are held in memory for the decode stages.
 const SAMPLE_RECORDS: u64 = 4096;
 /// At most this many payload bytes are held in memory for the decode stages.
@@ -306,6 +308,13 @@ pub fn run(
         return Err(BenchError::InvalidOption {
             option: "size",
             reason: "must be at least 1".into(),
+        });
+    }
+    // Every decode thread holds a buffer of the largest image.
+    if opts.threads > MAX_THREADS {
+        return Err(BenchError::InvalidOption {
+            option: "threads",
+            reason: format!("{} is more than {MAX_THREADS}", opts.threads),
         });
     }
     let budget = Duration::from_secs_f64(opts.seconds);

@@ -49,6 +49,9 @@ pub const JOURNAL_FILE: &str = ".stoker-convert.json";
 /// The journal's temporary name while it is replaced (see `write_atomically`).
 const JOURNAL_TMP: &str = ".stoker-convert.json.tmp";
 
+/// Most worker threads a conversion starts.
+pub const MAX_JOBS: usize = 1024;
+
 /// How `raw` encoding fits images to the fixed size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ResizeMode {
@@ -158,6 +161,13 @@ impl ConvertOptions {
         }
         if self.jobs == Some(0) {
             return bad("jobs must be positive");
+        }
+        // Each job holds a chunk of decoded images in memory: the count is bounded before
+        // any thread or buffer exists.
+        if let Some(j) = self.jobs.filter(|&j| j > MAX_JOBS) {
+            return Err(FormatError::InvalidOptions(format!(
+                "jobs {j} is more than {MAX_JOBS}"
+            )));
         }
         if self.max_pixels == 0 {
             return bad("max pixels must be positive");

@@ -177,8 +177,33 @@ fn walk(dir: &Path, label: u32, out: &mut Vec<Input>, depth: u32, seen: &mut Has
     }
 }
 
+/// Largest list file read (ImageNet-21k's 14 million lines take under 1 GiB).
+const MAX_LIST_BYTES: u64 = 4 << 30;
+
 fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
-    let text = std::fs::read_to_string(list).map_err(|e| FormatError::io(list, e))?;
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let io = |e| FormatError::io(list, e);
+    // A FIFO is fine (`--list <(generate)`); a device is not a list.
+    let kind = std::fs::metadata(list).map_err(io)?.file_type();
+    if kind.is_char_device() || kind.is_block_device() || kind.is_dir() || kind.is_socket() {
+        return Err(FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: "not a file or a pipe".into(),
+        });
+    }
+    let mut text = String::new();
+    std::fs::File::open(list)
+        .map_err(io)?
+        .take(MAX_LIST_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MAX_LIST_BYTES {
+        return Err(FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: format!("longer than {MAX_LIST_BYTES} bytes"),
+        });
+    }
     let mut inputs = Vec::new();
     let mut max_label: Option<u32> = None;
     for (n, line) in text.lines().enumerate() {
