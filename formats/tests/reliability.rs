@@ -378,3 +378,33 @@ fn jobs_100000_and_a_device_as_list_file_are_refused_before_use() {
         "{e}"
     );
 }
+
+#[test]
+fn format_version_1_datasets_are_still_read_and_verified_by_crc32c() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |i| (i % 3) as u32);
+    // Rewrite the manifest as a version 1 build wrote it: `crc32c` numbers, no `xxh3`.
+    let path = out.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["format_version"] = serde_json::json!(1);
+    for s in m["shards"].as_array_mut().unwrap() {
+        let bytes = std::fs::read(out.join(s["file"].as_str().unwrap())).unwrap();
+        s.as_object_mut().unwrap().remove("xxh3");
+        s["crc32c"] = serde_json::json!(crc32c::crc32c(&bytes));
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    let v = verify(&Dataset::open(&out).unwrap(), true).unwrap();
+    assert!(v.ok(), "{:?}", v.bad);
+    assert!(v.notes[0].contains("format version 1"), "{:?}", v.notes);
+    // Its CRC32C still finds a flipped payload byte.
+    let shard = out.join("shard-00000.lmdb");
+    let mut b = std::fs::read(&shard).unwrap();
+    let last = b.len() - 5000;
+    b[last] ^= 0x40;
+    std::fs::remove_file(&shard).unwrap();
+    std::fs::write(&shard, &b).unwrap();
+    let v = verify(&Dataset::open(&out).unwrap(), false).unwrap();
+    assert!(!v.ok());
+    assert!(v.bad[0].problem.contains("CRC32C"), "{:?}", v.bad);
+}
