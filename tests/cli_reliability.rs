@@ -238,3 +238,42 @@ fn running_as_root() -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
 }
+
+#[test]
+fn bench_on_a_dataset_whose_every_record_fails_ends_and_exits_nonzero() {
+    use stoker::formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let mut w = DatasetWriter::create(&ds, WriterOptions::default()).unwrap();
+    let jpeg = std::fs::read(Path::new(SAMPLE).join("caer/tent.jpg")).unwrap();
+    for _ in 0..8 {
+        let meta = RecordMeta {
+            encoding: Encoding::Jpeg,
+            height: 427,
+            width: 640,
+            channels: 3,
+            label: 0,
+        };
+        w.push(meta, &jpeg[..600]).unwrap();
+    }
+    w.finish(vec!["all".into()], Provenance::stoker("t"))
+        .unwrap();
+    let o = stoker(&[
+        "bench",
+        p(&ds),
+        "--device",
+        "cpu",
+        "--seconds",
+        "0.3",
+        "--batch",
+        "4",
+        "--size",
+        "32",
+    ]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("8 undecodable"),
+        "{}",
+        text(&o)
+    );
+}

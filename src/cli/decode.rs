@@ -37,6 +37,9 @@ pub struct Args {
     /// Pixel limit (width * height) enforced from the header.
     #[arg(long, default_value_t = Limits::default().max_pixels)]
     pub max_pixels: u64,
+    /// Decoding work limit (width * height * scans), checked from the headers.
+    #[arg(long, default_value_t = Limits::default().max_scan_work)]
+    pub max_scan_work: u64,
     /// Files larger than this many bytes are refused without being read.
     #[arg(long, default_value_t = stoker::formats::DEFAULT_MAX_FILE_SIZE)]
     pub max_file_size: u64,
@@ -48,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let data = stoker::formats::read_input_file(&args.file, args.max_file_size)?;
     let limits = Limits {
         max_pixels: args.max_pixels,
-        ..Limits::default()
+        max_scan_work: args.max_scan_work,
     };
     let mut notes = Vec::new();
     let gpu = match args.backend {
