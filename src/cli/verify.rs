@@ -30,6 +30,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         v["ok"] = serde_json::Value::Bool(r.ok());
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
+        for n in &r.notes {
+            writeln!(out, "note: {n}")?;
+        }
         for b in &r.bad {
             match b.index {
                 Some(i) => writeln!(out, "BAD {} record {i}: {}", b.shard, b.problem)?,
