@@ -559,15 +559,19 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
         ),
     }
     };
-    // The CPU path keeps `prefetch + workers` batches in its ring.
-    let batches = config.prefetch.saturating_add(config.workers as u64);
+    // The CPU path keeps `prefetch + workers` batches in its ring, with prefetch capped by
+    // the batches an epoch has (CpuPipeline::build).
+    let batches = config
+        .prefetch
+        .min(sampler.num_batches().max(1))
+        .saturating_add(config.workers as u64);
     let Some(ring) = bytes.and_then(|b| b.checked_mul(batches)) else {
         return Err(too_big("does not fit in 64 bits".into()));
     };
     if let Some(total) = physical_memory() {
         if ring > total {
             return Err(too_big(format!(
-                "times {batches} batches in flight (prefetch + workers) needs {ring} bytes, more than this machine's {total} bytes of memory"
+                "times {batches} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes, more than this machine's {total} bytes of memory"
             )));
         }
     }
