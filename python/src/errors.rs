@@ -32,6 +32,7 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
         e @ (LoaderError::InvalidConfig { .. }
         | LoaderError::ResumeMismatch { .. }
         | LoaderError::DlpackStream { .. }
+        | LoaderError::LauncherEnv { .. }
         | LoaderError::EmptyDataset) => PyValueError::new_err(e.to_string()),
         e => StokerError::new_err(e.to_string()),
     }
