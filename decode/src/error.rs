@@ -60,6 +60,19 @@ pub enum DecodeError {
         /// The configured limit.
         max_pixels: u64,
     },
+    /// Decoding would take more than [`Limits::max_scan_work`](crate::Limits): too many
+    /// progressive scans over too many pixels. Found from the headers, before decoding.
+    #[error("too much decoding work: {scans} scans over {pixels} pixels = {work}, limit {max_scan_work} (pixels x scans)")]
+    TooMuchWork {
+        /// `width * height`.
+        pixels: u64,
+        /// Scans in the file.
+        scans: u32,
+        /// `pixels * scans`.
+        work: u64,
+        /// The configured limit.
+        max_scan_work: u64,
+    },
     /// The caller's output buffer is smaller than `ImageInfo::rgb_len()`.
     #[error("output buffer too small: need {need} bytes, got {got}")]
     OutputTooSmall {
@@ -143,6 +156,7 @@ impl DecodeError {
                 | DecodeError::Malformed { .. }
                 | DecodeError::Unsupported { .. }
                 | DecodeError::TooLarge { .. }
+                | DecodeError::TooMuchWork { .. }
                 | DecodeError::Corrupt { .. }
                 | DecodeError::Panicked { .. }
         )

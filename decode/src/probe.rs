@@ -24,12 +24,19 @@ pub struct Limits {
     /// Largest `width * height` accepted; checked from the frame header before
     /// any pixel buffer is allocated. Default 100 MP.
     pub max_pixels: u64,
+    /// Largest `width * height * scans` accepted: a progressive decoder passes over
+    /// the image once per scan, so hundreds of scans over a large image cost tens of
+    /// seconds however few pixels it has. Checked once the header walk has counted
+    /// the scans, before any decoding. Default 1.5 G (a 100 MP image of 15 scans;
+    /// real progressive files have about 10).
+    pub max_scan_work: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_pixels: 100_000_000,
+            max_scan_work: 1_500_000_000,
         }
     }
 }
@@ -455,6 +462,16 @@ impl Parser<'_> {
             });
         }
         let mut info = f.info;
+        let pixels = u64::from(info.width) * u64::from(info.height);
+        let work = pixels.saturating_mul(u64::from(scans));
+        if work > self.limits.max_scan_work {
+            return Err(DecodeError::TooMuchWork {
+                pixels,
+                scans: scans.into(),
+                work,
+                max_scan_work: self.limits.max_scan_work,
+            });
+        }
         info.scans = scans;
         info.multi_scan_sequential = multi_scan;
         info.exif_orientation = exif_orientation;
@@ -774,6 +791,30 @@ mod tests {
         assert_eq!(exif::orientation(&be), Some(3));
         // IFD offset past the end: None, no panic.
         assert_eq!(exif::orientation(b"II*\0\xff\xff\xff\x7f"), None);
+    }
+
+    #[test]
+    fn hundreds_of_scans_over_a_large_image_are_refused_before_decoding() {
+        // SOI, SOF2 8000x8000 one component, then 30 one-component scans of one byte:
+        // 64 MP × 30 scans is over the default 1.5 G work bound.
+        let mut d = vec![0xFF, 0xD8];
+        d.extend_from_slice(&[0xFF, 0xC2, 0, 11, 8, 0x1F, 0x40, 0x1F, 0x40, 1, 1, 0x11, 0]);
+        for _ in 0..30 {
+            d.extend_from_slice(&[0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 0, 0, 0x55]);
+        }
+        d.extend_from_slice(&[0xFF, 0xD9]);
+        match probe(&d, &Limits::default()) {
+            Err(e @ DecodeError::TooMuchWork { scans: 30, .. }) => {
+                assert!(e.is_bad_input());
+                assert!(e.to_string().contains("30 scans"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let roomy = Limits {
+            max_scan_work: u64::MAX,
+            ..Limits::default()
+        };
+        assert_eq!(probe(&d, &roomy).unwrap().scans, 30);
     }
 
     #[test]

@@ -154,6 +154,7 @@ fn mutated_inputs_never_panic() {
     // A smaller limit keeps mutated size fields cheap.
     let dec = CpuDecoder::new(Limits {
         max_pixels: 4_000_000,
+        ..Limits::default()
     });
     let seeds: Vec<Vec<u8>> = [
         "go__video-001.q50.420.jpeg",
@@ -201,6 +202,7 @@ fn pixel_limit_is_enforced_from_the_header() {
     let small = core_file("go__video-001.q50.420.jpeg");
     let tight = CpuDecoder::new(Limits {
         max_pixels: 150 * 103 - 1,
+        ..Limits::default()
     });
     assert!(matches!(
         tight.decode_to_vec(&small),
@@ -208,6 +210,7 @@ fn pixel_limit_is_enforced_from_the_header() {
     ));
     let exact = CpuDecoder::new(Limits {
         max_pixels: 150 * 103,
+        ..Limits::default()
     });
     assert!(exact.decode_to_vec(&small).is_ok());
 }

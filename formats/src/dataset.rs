@@ -48,29 +48,22 @@ impl Dataset {
     /// Opens the dataset whose root directory (holding `manifest.json`) is `path`.
     ///
     /// Every shard is opened read-only without a lock file, so datasets on read-only or shared
-    /// filesystems work. Shard sizes are checked against the manifest (a cheap truncation check);
-    /// [`crate::verify`] checks contents.
+    /// filesystems work. Before LMDB reads a shard, its size is compared with the manifest and
+    /// its two LMDB meta pages are checked (the bytes LMDB trusts first: page size, last page,
+    /// tree roots and flags, record count), a few hundred bytes per shard;
+    /// [`crate::verify`] checks every byte against the manifest's digest.
     ///
     /// # Errors
     ///
-    /// Missing or invalid manifest, missing shard, size mismatch, or an LMDB error.
+    /// Missing or invalid manifest, missing shard, [`FormatError::ShardSizeMismatch`],
+    /// [`FormatError::DamagedShard`], or an LMDB error.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset, FormatError> {
         let root = path.as_ref().to_path_buf();
         let manifest = Manifest::read(&root)?;
         let mut shards = Vec::with_capacity(manifest.shards.len());
         for (i, entry) in manifest.shards.iter().enumerate() {
             let p = manifest.shard_path(&root, i);
-            let len = std::fs::metadata(&p)
-                .map_err(|e| FormatError::io(&p, e))?
-                .len();
-            if len != entry.bytes {
-                return Err(FormatError::ShardSizeMismatch {
-                    shard: p,
-                    got: len,
-                    want: entry.bytes,
-                });
-            }
-            shards.push(shard::open_shard(&p)?);
+            shards.push(shard::open_shard(&p, entry.count, entry.bytes)?);
         }
         Ok(Dataset {
             inner: Arc::new(Inner {
@@ -101,14 +94,49 @@ impl Dataset {
         &self.inner.root
     }
 
-    /// Opens a reader: one read transaction per shard. Make one per thread.
+    /// Checks that every shard file is still the one [`Dataset::open`] mapped: same device,
+    /// inode and size (one `stat` per shard). A shard replaced or truncated under a running
+    /// reader can kill it with SIGBUS; a loader calls this before each epoch so that a change
+    /// made between epochs is an error instead.
     ///
     /// # Errors
     ///
-    /// An LMDB error starting a read transaction.
+    /// [`FormatError::ShardChanged`], or an I/O error when a shard file is gone.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut w = DatasetWriter::create(dir.path(), WriterOptions::default())?;
+    /// w.push(RecordMeta { encoding: Encoding::Raw, height: 1, width: 1, channels: 1, label: 0 }, &[7])?;
+    /// w.finish(vec!["only".into()], Provenance::stoker("doc example"))?;
+    /// let ds = Dataset::open(dir.path())?;
+    /// ds.check_unchanged()?;
+    /// std::fs::OpenOptions::new().write(true).open(dir.path().join("shard-00000.lmdb"))?.set_len(4096)?;
+    /// assert!(ds.check_unchanged().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_unchanged(&self) -> Result<(), FormatError> {
+        self.inner
+            .shards
+            .iter()
+            .try_for_each(|s| s.check_unchanged())
+    }
+
+    /// Opens a reader: one read transaction per shard. Make one per thread.
+    ///
+    /// Each shard file is first checked to be the one opened (same inode and size): a shard
+    /// replaced or truncated since [`Dataset::open`] is an error here rather than a SIGBUS
+    /// later. Changes made while a reader reads are not detected; see docs/FORMAT.md.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::ShardChanged`], or an LMDB error starting a read transaction.
     pub fn reader(&self) -> Result<DatasetReader, FormatError> {
         let mut txns = Vec::with_capacity(self.inner.shards.len());
         for s in &self.inner.shards {
+            s.check_unchanged()?;
             let txn = s
                 .env
                 .clone()
@@ -223,6 +251,10 @@ impl DatasetReader {
         let s = &self.dataset.inner.shards[shard];
         s.db.iter(&self.txns[shard])
             .map_err(|e| FormatError::lmdb(&s.path, e))
+    }
+
+    pub(crate) fn check_unchanged(&self, shard: usize) -> Result<(), FormatError> {
+        self.dataset.inner.shards[shard].check_unchanged()
     }
 
     pub(crate) fn shard_path(&self, shard: usize) -> &Path {

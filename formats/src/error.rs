@@ -55,15 +55,77 @@ pub enum FormatError {
         /// Size recorded in the manifest.
         want: u64,
     },
-    /// A shard's whole-file CRC32C differs from the manifest (`verify` only).
-    #[error("shard {shard}: file CRC32C is {got:#010x}, the manifest says {want:#010x}")]
-    ShardChecksumMismatch {
+    /// A finished shard's whole-file xxh3 digest differs from the one recorded for it
+    /// (`convert --resume` checking the shards its journal lists).
+    #[error("shard {shard}: file digest (xxh3-64) is {got:016x}, the manifest says {want:016x}")]
+    ShardDigestMismatch {
         /// The shard file.
         shard: PathBuf,
-        /// CRC32C computed over the file.
-        got: u32,
-        /// CRC32C recorded in the manifest.
-        want: u32,
+        /// Digest computed over the file.
+        got: u64,
+        /// Digest recorded in the manifest.
+        want: u64,
+    },
+    /// A shard's LMDB meta pages are not what stoker writes, so the file is not handed to
+    /// LMDB (which trusts them and would read outside the file).
+    #[error(
+        "shard {shard}: damaged LMDB file: {reason}; not opened (LMDB would trust these bytes)"
+    )]
+    DamagedShard {
+        /// The shard file.
+        shard: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A shard file changed on disk after it was opened (replaced, truncated or grown).
+    #[error(
+        "shard {shard}: the file changed on disk after it was opened ({what}); reopen the dataset"
+    )]
+    ShardChanged {
+        /// The shard file.
+        shard: PathBuf,
+        /// What differs (inode, size).
+        what: String,
+    },
+    /// Another process holds the lock of a conversion's output directory.
+    #[error("{path}: another `stoker convert` is writing to this directory (its lock is held); wait for it to finish or stop it")]
+    OutputLocked {
+        /// The output directory.
+        path: PathBuf,
+    },
+    /// The disk (or a quota, or the process's file-size limit) ran out while a shard was
+    /// written.
+    #[error("shard {shard}: {cause} after {records} records ({bytes} bytes of shards) were written; make room and rerun with --resume to continue from the last finished shard")]
+    OutOfSpace {
+        /// The shard being written.
+        shard: PathBuf,
+        /// "disk full", "disk quota exceeded" or "file size limit reached", with the free
+        /// space where known.
+        cause: String,
+        /// Records written so far (finished shards and the current one).
+        records: u64,
+        /// Bytes of the finished shards.
+        bytes: u64,
+    },
+    /// An input is not a regular file (a FIFO, socket or device): never opened for reading.
+    #[error("{path}: not a regular file ({kind})")]
+    NotRegularFile {
+        /// The input.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// An input is larger than the size limit, so it is not read.
+    #[error(
+        "{path}: {bytes} bytes is over the input size limit of {limit} bytes (--max-file-size)"
+    )]
+    FileTooLarge {
+        /// The input.
+        path: PathBuf,
+        /// Its size (at least; a file that grows while read reports what was read).
+        bytes: u64,
+        /// The limit.
+        limit: u64,
     },
     /// The same shard file is already open in this process with different contents
     /// (it was replaced on disk while an older [`crate::Dataset`] still maps it).

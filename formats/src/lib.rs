@@ -38,8 +38,12 @@
 
 pub mod convert;
 mod dataset;
+mod digest;
 mod error;
+mod input_file;
 mod inspect;
+mod lmdb_meta;
+mod lmdb_walk;
 mod manifest;
 mod record;
 mod shard;
@@ -48,13 +52,16 @@ mod writer;
 
 pub use convert::audit::Audit;
 pub use convert::{
-    convert, ConvertOptions, ConvertReport, NoProgress, Progress, ResizeMode, Skipped, Source,
+    convert, jpeg_is_complete, ConvertOptions, ConvertReport, NoProgress, Progress, ResizeMode,
+    Skipped, Source,
 };
 pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;
+pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
 pub use inspect::{inspect, Distribution, InspectReport};
 pub use manifest::{
     Manifest, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    OLDEST_FORMAT_VERSION,
 };
 pub use record::{Encoding, Record, RecordHeader, HEADER_LEN, RECORD_MAGIC, RECORD_VERSION};
 pub use verify::{verify, BadRecord, VerifyReport};

@@ -10,8 +10,17 @@ use crate::{Encoding, FormatError};
 
 /// File name of the manifest at the dataset root.
 pub const MANIFEST_FILE: &str = "manifest.json";
-/// Dataset format version written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+/// Dataset format version written by this build. Version 2 replaced the shards' whole-file
+/// CRC32C (which a consistent rewrite of a record header leaves unchanged, since each record
+/// carries its own CRC) by an xxh3-64 digest; version 1 datasets are still read.
+pub const FORMAT_VERSION: u32 = 2;
+/// Largest `manifest.json` read.
+const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+/// Oldest format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
+/// The least a record takes in a shard file: its 32-byte header and 8-byte key. Bounds the
+/// record counts a manifest may claim for the bytes it declares.
+const MIN_RECORD_BYTES: u64 = 40;
 /// Value of the manifest's `format` field.
 pub const FORMAT_NAME: &str = "stoker-lmdb";
 
@@ -65,8 +74,39 @@ pub struct ShardEntry {
     pub count: u64,
     /// File size in bytes.
     pub bytes: u64,
-    /// CRC32C of the whole file.
-    pub crc32c: u32,
+    /// xxh3-64 of the whole file, written as 16 hex digits (format version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "hex_digest")]
+    pub xxh3: Option<u64>,
+    /// CRC32C of the whole file (format version 1 only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc32c: Option<u32>,
+}
+
+/// `Option<u64>` as a 16-digit hex string: JSON numbers above 2^53 do not survive every
+/// JSON reader.
+mod hex_digest {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(d) => s.serialize_str(&format!("{d:016x}")),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        let Some(text) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        if text.len() != 16 {
+            return Err(serde::de::Error::custom(format!(
+                "xxh3 digest {text:?} is not 16 hex digits"
+            )));
+        }
+        u64::from_str_radix(&text, 16)
+            .map(Some)
+            .map_err(|_| serde::de::Error::custom(format!("xxh3 digest {text:?} is not hex")))
+    }
 }
 
 /// How a dataset was made.
@@ -110,7 +150,9 @@ impl Manifest {
     /// [`FormatError::UnsupportedVersion`].
     pub fn read(dir: &Path) -> Result<Manifest, FormatError> {
         let path = dir.join(MANIFEST_FILE);
-        let text = std::fs::read(&path).map_err(|e| FormatError::io(&path, e))?;
+        // Bounded and regular-file-only like any input: a manifest of a million classes and
+        // a thousand shards is a few tens of megabytes.
+        let text = crate::read_input_file(&path, MAX_MANIFEST_BYTES)?;
         let m: Manifest =
             serde_json::from_slice(&text).map_err(|e| FormatError::InvalidManifest {
                 path: path.clone(),
@@ -132,7 +174,7 @@ impl Manifest {
                 self.format
             )));
         }
-        if self.format_version != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&self.format_version) {
             return Err(FormatError::UnsupportedVersion {
                 path: path.to_path_buf(),
                 found: self.format_version,
@@ -142,6 +184,24 @@ impl Manifest {
         let mut next = 0u64;
         let mut bytes = 0u64;
         for s in &self.shards {
+            match (self.format_version, s.xxh3, s.crc32c) {
+                (1, _, Some(_)) | (2, Some(_), None) => {}
+                (1, _, None) => return Err(bad(format!("shard {} has no crc32c", s.file))),
+                _ => {
+                    return Err(bad(format!(
+                        "shard {} needs exactly an xxh3 digest in format version {}",
+                        s.file, self.format_version
+                    )))
+                }
+            }
+            // Checked before anything is sized by these counts (readers allocate per
+            // sample): a shard cannot hold more records than its bytes have room for.
+            if s.count > s.bytes / MIN_RECORD_BYTES {
+                return Err(bad(format!(
+                    "shard {} claims {} records in {} bytes (each takes at least {MIN_RECORD_BYTES})",
+                    s.file, s.count, s.bytes
+                )));
+            }
             if s.first_index != next {
                 return Err(bad(format!(
                     "shard {} starts at index {}, want {next}",
@@ -157,8 +217,12 @@ impl Manifest {
                     s.file
                 )));
             }
-            next += s.count;
-            bytes += s.bytes;
+            next = next
+                .checked_add(s.count)
+                .ok_or_else(|| bad("shard record counts overflow".into()))?;
+            bytes = bytes
+                .checked_add(s.bytes)
+                .ok_or_else(|| bad("shard sizes overflow".into()))?;
         }
         if next != self.samples {
             return Err(bad(format!(

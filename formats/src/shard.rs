@@ -101,6 +101,38 @@ impl MapsLine {
     }
 }
 
+/// The identity of the file the path names now.
+fn file_id(path: &Path) -> Result<FileId, FormatError> {
+    let meta = std::fs::metadata(path).map_err(|e| FormatError::io(path, e))?;
+    Ok(FileId {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        len: meta.len(),
+    })
+}
+
+impl OpenShard {
+    /// Fails when the file at the shard's path is no longer the one mapped: replaced (a
+    /// new inode, as `cp` onto a new name and `mv` give), truncated or grown in place. A
+    /// reader of a mapping whose file shrank would die of SIGBUS on the lost pages; this
+    /// check costs one `stat` and runs whenever a reader is made.
+    pub(crate) fn check_unchanged(&self) -> Result<(), FormatError> {
+        let now = file_id(&self.path)?;
+        if now == self.id {
+            return Ok(());
+        }
+        let what = if (now.dev, now.ino) != (self.id.dev, self.id.ino) {
+            "replaced by another file".to_string()
+        } else {
+            format!("size {} bytes, was {}", now.len, self.id.len)
+        };
+        Err(FormatError::ShardChanged {
+            shard: self.path.clone(),
+            what,
+        })
+    }
+}
+
 fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
     static REG: OnceLock<Mutex<HashMap<PathBuf, Weak<OpenShard>>>> = OnceLock::new();
     REG.get_or_init(|| Mutex::new(HashMap::new()))
@@ -110,15 +142,46 @@ fn round_up(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
 }
 
-/// Opens (or reuses) the shard at `path`.
-pub(crate) fn open_shard(path: &Path) -> Result<Arc<OpenShard>, FormatError> {
+/// Opens (or reuses) the shard at `path`, which the manifest says holds `records` records
+/// in `bytes` bytes.
+///
+/// Before LMDB sees the file: its size must be `bytes` and its meta pages must pass
+/// [`crate::lmdb_meta::check`]; after LMDB opened it, the path must still name the same
+/// file (dev, inode, size), so a file replaced meanwhile is not mistaken for the one checked.
+pub(crate) fn open_shard(
+    path: &Path,
+    records: u64,
+    bytes: u64,
+) -> Result<Arc<OpenShard>, FormatError> {
     let canonical = std::fs::canonicalize(path).map_err(|e| FormatError::io(path, e))?;
-    let meta = std::fs::metadata(&canonical).map_err(|e| FormatError::io(path, e))?;
+    let not_a_file = |shard: PathBuf| FormatError::DamagedShard {
+        shard,
+        reason: "not a regular file".into(),
+    };
+    // Checked before opening: opening a FIFO for reading would block.
+    if !std::fs::metadata(&canonical)
+        .map_err(|e| FormatError::io(path, e))?
+        .is_file()
+    {
+        return Err(not_a_file(canonical));
+    }
+    let file = std::fs::File::open(&canonical).map_err(|e| FormatError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
     let id = FileId {
         dev: meta.dev(),
         ino: meta.ino(),
         len: meta.len(),
     };
+    if !meta.is_file() {
+        return Err(not_a_file(canonical));
+    }
+    if id.len != bytes {
+        return Err(FormatError::ShardSizeMismatch {
+            shard: canonical,
+            got: id.len,
+            want: bytes,
+        });
+    }
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(existing) = reg.get(&canonical).and_then(Weak::upgrade) {
         if existing.id == id {
@@ -126,6 +189,12 @@ pub(crate) fn open_shard(path: &Path) -> Result<Arc<OpenShard>, FormatError> {
         }
         return Err(FormatError::ShardReplaced { shard: canonical });
     }
+    crate::lmdb_meta::check(&file, id.len, records).map_err(|reason| {
+        FormatError::DamagedShard {
+            shard: canonical.clone(),
+            reason,
+        }
+    })?;
     // The map only needs to cover the file: LMDB raises it to the last used page if needed.
     let page = 1u64 << 16;
     let map_size = round_up(id.len.max(page), page) as usize;
@@ -161,6 +230,14 @@ pub(crate) fn open_shard(path: &Path) -> Result<Arc<OpenShard>, FormatError> {
         .map_err(|e| FormatError::lmdb(&canonical, e))?
         .ok_or_else(|| FormatError::lmdb(&canonical, heed::Error::Mdb(heed::MdbError::NotFound)))?;
     drop(rtxn);
+    // LMDB opened the file by name: make sure it is still the one whose meta pages passed.
+    let now = file_id(&canonical)?;
+    if now != id {
+        return Err(FormatError::ShardChanged {
+            shard: canonical,
+            what: "replaced while being opened".into(),
+        });
+    }
     let shard = Arc::new(OpenShard {
         path: canonical.clone(),
         env,

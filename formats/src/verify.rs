@@ -6,9 +6,12 @@ use rayon::prelude::*;
 use serde::Serialize;
 use stoker_decode::{CpuDecoder, Limits};
 
-use crate::record::{Encoding, RecordHeader};
-use crate::writer::file_crc;
-use crate::{Dataset, FormatError};
+use std::borrow::Cow;
+use std::path::Path;
+
+use crate::digest::{digest_file, DigestKind};
+use crate::record::{Encoding, RecordHeader, HEADER_LEN};
+use crate::{Dataset, FormatError, Manifest, ShardEntry};
 
 /// One problem found by [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -34,6 +37,8 @@ pub struct VerifyReport {
     pub decoded: u64,
     /// Every problem, by shard and index.
     pub bad: Vec<BadRecord>,
+    /// Remarks that are not problems (a format version 1 dataset's weaker digest).
+    pub notes: Vec<String>,
     /// Wall time in seconds.
     pub seconds: f64,
 }
@@ -45,15 +50,23 @@ impl VerifyReport {
     }
 }
 
-/// Checks every shard of `ds`: the file's size and CRC32C against the manifest, that the keys
-/// are exactly the shard's index range in order, and for every record its header (magic,
-/// version, header CRC), length, payload CRC32C, label range and raw size. With `decode`,
-/// each JPEG is also decoded on the CPU and its size compared with the header.
+/// Checks every shard of `ds`: that the file is still the one opened, its size and
+/// whole-file digest against the manifest (xxh3-64; CRC32C for format version 1), and only
+/// then, through LMDB, that the keys are exactly the shard's index range in order, and for
+/// every record its header (magic, version, header CRC), length, payload CRC32C, label
+/// (an index into the class list) and raw size. With `decode`, each JPEG is also decoded on
+/// the CPU and its size compared with the header.
+///
+/// A shard whose digest differs is reported, and its records are then read by stoker's own
+/// bounds-checked walk of the LMDB tree (every page read with `pread`, every offset checked),
+/// not by LMDB, which trusts the file's pages and could crash on a damaged one: damage is
+/// named by record, and no byte of a shard can crash `verify` (the meta pages LMDB reads on
+/// open are checked by [`Dataset::open`]).
 ///
 /// # Errors
 ///
-/// Only failures to read at all (I/O, LMDB refusing a read transaction); problems with the
-/// data are collected in [`VerifyReport::bad`].
+/// Only failures to start at all (LMDB refusing a read transaction, a shard changed since
+/// the dataset was opened); problems with the data are collected in [`VerifyReport::bad`].
 ///
 /// # Examples
 ///
@@ -73,144 +86,80 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
     let reader = ds.reader()?;
     let decoder = CpuDecoder::new(Limits::default());
     let mut bad = Vec::new();
+    let mut notes = Vec::new();
+    let kind = if m.format_version >= 2 {
+        DigestKind::Xxh3
+    } else {
+        notes.push(format!(
+            "format version {}: shard digests are CRC32C, which a consistent rewrite of a record header (a changed label) leaves unchanged; convert again for xxh3 digests",
+            m.format_version
+        ));
+        DigestKind::Crc32c
+    };
     let mut checked = 0u64;
     let mut decoded = 0u64;
     for (si, entry) in m.shards.iter().enumerate() {
-        let file = entry.file.clone();
-        let mut report = |index: Option<u64>, problem: String| {
-            bad.push(BadRecord {
-                shard: file.clone(),
-                index,
-                problem,
-            })
-        };
-        let (len, crc) = file_crc(&ds.root().join(&entry.file))?;
-        if len != entry.bytes {
-            report(
-                None,
-                format!("file is {len} bytes, manifest says {}", entry.bytes),
-            );
-        } else if crc != entry.crc32c {
-            report(
-                None,
-                format!(
-                    "file CRC32C is {crc:#010x}, manifest says {:#010x}: the file was altered",
-                    entry.crc32c
-                ),
-            );
-        }
         let shard_path = reader.shard_path(si).to_path_buf();
-        let mut expect = entry.first_index;
-        let end = entry.first_index + entry.count;
-        let mut to_decode: Vec<(u64, RecordHeader, &[u8])> = Vec::new();
-        let iter = match reader.raw_iter(si) {
-            Ok(it) => it,
-            Err(e) => {
-                report(None, format!("cannot read: {e}"));
-                continue;
-            }
-        };
-        for item in iter {
-            let (key, value) = match item {
-                Ok(kv) => kv,
-                Err(e) => {
-                    report(None, format!("LMDB error while walking records: {e}"));
-                    break;
-                }
-            };
-            let Ok(k) = <[u8; 8]>::try_from(key) else {
-                report(None, format!("stray key of {} bytes", key.len()));
-                continue;
-            };
-            let index = u64::from_be_bytes(k);
-            if index < expect || index >= end {
-                report(
-                    Some(index),
-                    format!(
-                        "key out of place (expected {expect}, shard holds {}..{end})",
-                        entry.first_index
-                    ),
-                );
-                continue;
-            }
-            if index > expect {
-                report(
-                    Some(expect),
-                    format!("records {expect}..{index} are missing"),
-                );
-            }
-            expect = index + 1;
-            checked += 1;
-            let rec = match RecordHeader::parse_value(value, &shard_path, index) {
-                Ok(r) => r,
-                Err(e) => {
-                    report(Some(index), e.to_string());
-                    continue;
-                }
-            };
-            if let Err(e) = rec.check_crc() {
-                report(Some(index), e.to_string());
-                continue;
-            }
-            let h = rec.header;
-            if h.encoding != m.encoding {
-                report(
-                    Some(index),
-                    format!(
-                        "encoding {} differs from the manifest's {}",
-                        h.encoding, m.encoding
-                    ),
-                );
-            }
-            if !m.classes.is_empty() && h.label as usize >= m.classes.len() {
-                report(
-                    Some(index),
-                    format!("label {} but only {} classes", h.label, m.classes.len()),
-                );
-            }
-            match h.encoding {
-                Encoding::Raw => {
-                    let want = u64::from(h.height) * u64::from(h.width) * u64::from(h.channels);
-                    if want != u64::from(h.payload_len) {
-                        report(
-                            Some(index),
-                            format!(
-                                "raw payload {} bytes, {}x{}x{} needs {want}",
-                                h.payload_len, h.height, h.width, h.channels
-                            ),
-                        );
-                    }
-                    if let Some(rs) = m.raw_size {
-                        if (rs.height, rs.width, rs.channels) != (h.height, h.width, h.channels) {
-                            report(Some(index), "raw size differs from the manifest".into());
+        let mut shard = ShardCheck::new(m, entry, &shard_path, decode);
+        match whole_file_problem(&reader, si, entry, kind) {
+            None => match reader.raw_iter(si) {
+                Ok(iter) => {
+                    for item in iter {
+                        match item {
+                            Ok((key, value)) => shard.record(key, Cow::Borrowed(value)),
+                            Err(e) => {
+                                shard.problem(
+                                    None,
+                                    format!("LMDB error while walking records: {e}"),
+                                );
+                                break;
+                            }
                         }
                     }
                 }
-                Encoding::Jpeg if decode => to_decode.push((index, h, rec.payload)),
-                Encoding::Jpeg => {}
+                Err(e) => shard.problem(None, format!("cannot read: {e}")),
+            },
+            Some(problem) => {
+                // LMDB trusts the file's pages and could crash on a damaged one: the records
+                // are read by a bounds-checked walk of the tree instead, to name the damage.
+                shard.problem(None, problem);
+                let walked = std::fs::File::open(&shard_path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|f| {
+                        let len = f.metadata().map_err(|e| e.to_string())?.len();
+                        crate::lmdb_walk::walk_records(&f, len, &mut |item| match item {
+                            Ok((key, value)) => shard.record(&key, Cow::Owned(value)),
+                            Err(e) => shard.problem(None, format!("damaged LMDB page: {e}")),
+                        })
+                    });
+                if let Err(e) = walked {
+                    shard.problem(None, format!("records not read: {e}"));
+                }
             }
         }
-        if expect < end {
-            report(Some(expect), format!("records {expect}..{end} are missing"));
-        }
-        let problems: Vec<(u64, String)> = to_decode
+        let (n, to_decode, mut problems) = shard.finish();
+        checked += n;
+        let decode_problems: Vec<Problem> = to_decode
             .par_iter()
             .filter_map(|(index, h, payload)| match decoder.decode_to_vec(payload) {
                 Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => Some((
-                    *index,
+                    Some(*index),
                     format!(
                         "decodes to {}x{}, header says {}x{}",
                         info.width, info.height, h.width, h.height
                     ),
                 )),
                 Ok(_) => None,
-                Err(e) => Some((*index, format!("does not decode: {e}"))),
+                Err(e) => Some((Some(*index), format!("does not decode: {e}"))),
             })
             .collect();
         decoded += to_decode.len() as u64;
-        for (index, problem) in problems {
-            report(Some(index), problem);
-        }
+        problems.extend(decode_problems);
+        bad.extend(problems.into_iter().map(|(index, problem)| BadRecord {
+            shard: entry.file.clone(),
+            index,
+            problem,
+        }));
     }
     Ok(VerifyReport {
         samples: m.samples,
@@ -218,6 +167,179 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
         checked,
         decoded,
         bad,
+        notes,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// A JPEG record to decode: index, header, payload.
+type ToDecode<'a> = (u64, RecordHeader, Cow<'a, [u8]>);
+/// A problem found: the record's index (none for the shard as a whole) and what is wrong.
+type Problem = (Option<u64>, String);
+
+/// The record checks of one shard, fed its keys and values in key order (from LMDB, or from
+/// the bounds-checked walk of a damaged shard).
+struct ShardCheck<'a, 'm> {
+    m: &'m Manifest,
+    shard_path: &'m Path,
+    first: u64,
+    expect: u64,
+    end: u64,
+    decode: bool,
+    checked: u64,
+    to_decode: Vec<ToDecode<'a>>,
+    problems: Vec<Problem>,
+}
+
+impl<'a, 'm> ShardCheck<'a, 'm> {
+    fn new(m: &'m Manifest, entry: &ShardEntry, shard_path: &'m Path, decode: bool) -> Self {
+        ShardCheck {
+            m,
+            shard_path,
+            first: entry.first_index,
+            expect: entry.first_index,
+            end: entry.first_index.saturating_add(entry.count),
+            decode,
+            checked: 0,
+            to_decode: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    fn problem(&mut self, index: Option<u64>, problem: String) {
+        self.problems.push((index, problem));
+    }
+
+    fn record(&mut self, key: &[u8], value: Cow<'a, [u8]>) {
+        let Ok(k) = <[u8; 8]>::try_from(key) else {
+            return self.problem(None, format!("stray key of {} bytes", key.len()));
+        };
+        let index = u64::from_be_bytes(k);
+        let (expect, end) = (self.expect, self.end);
+        if index < expect || index >= end {
+            return self.problem(
+                Some(index),
+                format!(
+                    "key out of place (expected {expect}, shard holds {}..{end})",
+                    self.first
+                ),
+            );
+        }
+        if index > expect {
+            self.problem(
+                Some(expect),
+                format!("records {expect}..{index} are missing"),
+            );
+        }
+        self.expect = index + 1;
+        self.checked += 1;
+        let parsed = RecordHeader::parse_value(&value, self.shard_path, index)
+            .and_then(|rec| rec.check_crc().map(|()| rec.header));
+        let h = match parsed {
+            Ok(h) => h,
+            Err(e) => return self.problem(Some(index), e.to_string()),
+        };
+        let m = self.m;
+        if h.encoding != m.encoding {
+            self.problem(
+                Some(index),
+                format!(
+                    "encoding {} differs from the manifest's {}",
+                    h.encoding, m.encoding
+                ),
+            );
+        }
+        if h.label as usize >= m.classes.len() {
+            self.problem(
+                Some(index),
+                format!(
+                    "label {} is outside the class list ({} classes)",
+                    h.label,
+                    m.classes.len()
+                ),
+            );
+        }
+        match h.encoding {
+            Encoding::Raw => {
+                let want = u64::from(h.height) * u64::from(h.width) * u64::from(h.channels);
+                if want != u64::from(h.payload_len) {
+                    self.problem(
+                        Some(index),
+                        format!(
+                            "raw payload {} bytes, {}x{}x{} needs {want}",
+                            h.payload_len, h.height, h.width, h.channels
+                        ),
+                    );
+                }
+                if let Some(rs) = m.raw_size {
+                    if (rs.height, rs.width, rs.channels) != (h.height, h.width, h.channels) {
+                        self.problem(Some(index), "raw size differs from the manifest".into());
+                    }
+                }
+            }
+            Encoding::Jpeg if self.decode => {
+                let payload = match value {
+                    Cow::Borrowed(v) => Cow::Borrowed(&v[HEADER_LEN..]),
+                    Cow::Owned(mut v) => {
+                        v.drain(..HEADER_LEN);
+                        Cow::Owned(v)
+                    }
+                };
+                self.to_decode.push((index, h, payload));
+            }
+            Encoding::Jpeg => {}
+        }
+    }
+
+    /// Records checked, JPEGs to decode, problems.
+    fn finish(mut self) -> (u64, Vec<ToDecode<'a>>, Vec<Problem>) {
+        if self.expect < self.end {
+            let (expect, end) = (self.expect, self.end);
+            self.problem(Some(expect), format!("records {expect}..{end} are missing"));
+        }
+        (self.checked, self.to_decode, self.problems)
+    }
+}
+
+/// Checks shard `si` as a whole before LMDB walks it: the file is the one opened, its size
+/// and digest are the manifest's. `Some(problem)` means LMDB must not read its records.
+fn whole_file_problem(
+    reader: &crate::DatasetReader,
+    si: usize,
+    entry: &crate::ShardEntry,
+    kind: DigestKind,
+) -> Option<String> {
+    const SKIPPED: &str = "its records are read without LMDB";
+    if let Err(e) = reader.check_unchanged(si) {
+        return Some(format!("{e}; {SKIPPED}"));
+    }
+    let path = reader.shard_path(si);
+    let digest = std::fs::File::open(path)
+        .map_err(|e| FormatError::io(path, e))
+        .and_then(|mut f| digest_file(path, &mut f, kind));
+    let (len, got) = match digest {
+        Ok(d) => d,
+        Err(e) => return Some(format!("cannot read: {e}; {SKIPPED}")),
+    };
+    // Hashed by path: the file must still be the mapped one, unchanged while hashed.
+    if let Err(e) = reader.check_unchanged(si) {
+        return Some(format!("{e}; {SKIPPED}"));
+    }
+    if len != entry.bytes {
+        return Some(format!(
+            "file is {len} bytes, manifest says {}; {SKIPPED}",
+            entry.bytes
+        ));
+    }
+    let (name, want, width) = match kind {
+        DigestKind::Xxh3 => ("xxh3-64", entry.xxh3, 16),
+        DigestKind::Crc32c => ("CRC32C", entry.crc32c.map(u64::from), 8),
+    };
+    match want {
+        Some(w) if w == got => None,
+        Some(w) => Some(format!(
+            "file {name} is {got:0width$x}, manifest says {w:0width$x}: the file was altered; {SKIPPED}"
+        )),
+        None => Some(format!("the manifest has no {name} for this shard; {SKIPPED}")),
+    }
 }

@@ -221,11 +221,8 @@ impl DatasetWriter {
         let value_len = (HEADER_LEN + payload.len()) as u64;
         self.roll_if_needed(value_len)?;
         if self.current.is_none() {
-            self.current = Some(ShardBuilder::start(
-                &self.out_dir,
-                self.done.len(),
-                self.next_index,
-            )?);
+            let started = ShardBuilder::start(&self.out_dir, self.done.len(), self.next_index);
+            self.current = Some(started.map_err(|e| self.space_error(e))?);
         }
         let index = self.next_index;
         let b = self.current.as_mut().expect("shard just started");
@@ -235,7 +232,9 @@ impl DatasetWriter {
         b.count += 1;
         b.value_bytes += value_len;
         if b.pending.len() >= TXN_BYTES {
-            b.flush()?;
+            if let Err(e) = b.flush() {
+                return Err(self.space_error(e));
+            }
         }
         self.next_index += 1;
         self.payload_bytes += payload.len() as u64;
@@ -259,7 +258,7 @@ impl DatasetWriter {
             return Ok(None);
         }
         let b = self.current.take().expect("checked above");
-        let entry = b.finish()?;
+        let entry = b.finish().map_err(|e| self.space_error(e))?;
         self.done.push(entry.clone());
         Ok(Some(entry))
     }
@@ -322,7 +321,7 @@ impl DatasetWriter {
         audit: Option<Audit>,
     ) -> Result<Manifest, FormatError> {
         if let Some(b) = self.current.take() {
-            let entry = b.finish()?;
+            let entry = b.finish().map_err(|e| self.space_error(e))?;
             self.done.push(entry);
         }
         let bytes = self.done.iter().map(|s| s.bytes).sum();
@@ -345,7 +344,8 @@ impl DatasetWriter {
             audit,
         };
         manifest.validate(&self.out_dir.join(MANIFEST_FILE))?;
-        write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())?;
+        write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())
+            .map_err(|e| out_of_space(e, &self.out_dir, manifest.samples, manifest.bytes))?;
         Ok(manifest)
     }
 
@@ -355,12 +355,67 @@ impl DatasetWriter {
         self.raw_size = raw_size;
     }
 
+    /// Turns a write failure that means "no room" into [`FormatError::OutOfSpace`], which says
+    /// so, how much was written and that `--resume` continues; other errors pass through.
+    pub(crate) fn space_error(&self, e: FormatError) -> FormatError {
+        let bytes = self.done.iter().map(|s| s.bytes).sum();
+        out_of_space(e, &self.out_dir, self.next_index, bytes)
+    }
+
     pub(crate) fn payload_bytes(&self) -> u64 {
         self.payload_bytes
     }
 
     pub(crate) fn raw_size(&self) -> Option<RawSize> {
         self.raw_size
+    }
+}
+
+/// `e` as [`FormatError::OutOfSpace`] when its OS error means the disk, a quota or the file
+/// size limit ran out (LMDB reports a failed write of its pages as EIO on some systems: then
+/// the free space decides), else `e` unchanged.
+pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64) -> FormatError {
+    let (path, code) = match &e {
+        FormatError::Io { path, source } => (path.clone(), source.raw_os_error()),
+        FormatError::Lmdb {
+            shard,
+            source: heed::Error::Io(source),
+        } => (shard.clone(), source.raw_os_error()),
+        _ => return e,
+    };
+    let free = fs4::available_space(dir).ok();
+    let free_text = free.map_or(String::new(), |f| format!(" ({f} bytes free)"));
+    let cause = match code {
+        Some(libc::ENOSPC) => format!("disk full{free_text}"),
+        Some(libc::EDQUOT) => "disk quota exceeded".to_string(),
+        Some(libc::EFBIG) => {
+            "file size limit reached (the process's RLIMIT_FSIZE or the file system's largest file)"
+                .to_string()
+        }
+        // LMDB reports a short write as EIO: the disk filled, or the file reached the
+        // process's file size limit.
+        Some(libc::EIO) if free.is_some_and(|f| f < (TXN_BYTES as u64) * 2) => {
+            format!("disk full{free_text}; the write failed with an I/O error")
+        }
+        Some(libc::EIO) if at_file_size_limit(&path) => {
+            "file size limit reached (the process's RLIMIT_FSIZE)".to_string()
+        }
+        _ => return e,
+    };
+    FormatError::OutOfSpace {
+        shard: path,
+        cause,
+        records,
+        bytes,
+    }
+}
+
+/// True when `path` has reached the process's file size limit.
+fn at_file_size_limit(path: &Path) -> bool {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Fsize).current;
+    match (limit, std::fs::metadata(path)) {
+        (Some(limit), Ok(m)) => m.len() >= limit,
+        _ => false,
     }
 }
 
@@ -376,21 +431,6 @@ pub(crate) fn write_atomically(dir: &Path, name: &str, data: &[u8]) -> Result<()
     std::fs::rename(&tmp, &fin).map_err(|e| FormatError::io(&fin, e))?;
     sync_dir(dir);
     Ok(())
-}
-
-/// Length and CRC32C of a whole file.
-pub(crate) fn file_crc(path: &Path) -> Result<(u64, u32), FormatError> {
-    let f = std::fs::File::open(path).map_err(|e| FormatError::io(path, e))?;
-    let len = f.metadata().map_err(|e| FormatError::io(path, e))?.len();
-    if len == 0 {
-        return Ok((0, 0));
-    }
-    // SAFETY: the file is a shard: either our own temporary file, closed by LMDB and not
-    // written again, or a finished shard, which is never modified in place. A file changed by
-    // someone else while mapped could at worst make this checksum wrong (what verify reports).
-    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| FormatError::io(path, e))?;
-    let _ = map.advise(memmap2::Advice::Sequential);
-    Ok((len, crc32c::crc32c(&map)))
 }
 
 fn sync_dir(dir: &Path) {
@@ -531,13 +571,14 @@ impl ShardBuilder {
             std::fs::set_permissions(&self.tmp_path, std::fs::Permissions::from_mode(0o644))
                 .map_err(|e| FormatError::io(&self.tmp_path, e))?;
         }
-        let (bytes, crc) = file_crc(&self.tmp_path)?;
+        let (bytes, digest) = crate::digest::xxh3_of(&self.tmp_path)?;
         let entry = ShardEntry {
             file: self.file.clone(),
             first_index: self.first_index,
             count: self.count,
             bytes,
-            crc32c: crc,
+            xxh3: Some(digest),
+            crc32c: None,
         };
         let dir = self.tmp_path.parent().unwrap_or(Path::new("."));
         let fin = dir.join(&self.file);

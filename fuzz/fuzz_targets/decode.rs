@@ -13,6 +13,7 @@ fuzz_target!(|data: &[u8]| {
     // Small limit: fuzzed size fields must not make runs slow.
     let dec = CpuDecoder::new(Limits {
         max_pixels: 1 << 22,
+        ..Limits::default()
     });
     match dec.decode_to_vec(data) {
         Ok((info, rgb)) => assert_eq!(rgb.len(), info.rgb_len()),

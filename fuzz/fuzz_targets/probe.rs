@@ -8,6 +8,7 @@ use stoker_decode::{probe, Limits};
 fuzz_target!(|data: &[u8]| {
     let limits = Limits {
         max_pixels: 1 << 24,
+        ..Limits::default()
     };
     if let Ok(info) = probe(data, &limits) {
         assert!(info.pixels() <= limits.max_pixels);

@@ -526,7 +526,7 @@ impl LoaderBuilder {
         }
         let metrics = Arc::new(Metrics::default());
         metrics.set_placement(config.placement, config.rank, config.world);
-        let backend = build_backend(&config, &metrics)?;
+        let backend = build_backend(&buffer_config(&config, &sampler)?, &metrics)?;
         let state = resume.unwrap_or(LoaderState {
             seed: config.shuffle.seed(),
             epoch: 0,
@@ -545,6 +545,56 @@ impl LoaderBuilder {
             config,
         })
     }
+}
+
+/// The configuration the backends size their buffers from: `batch_size` no larger than the
+/// largest batch the sampler hands out (a batch size above the dataset's share gives one
+/// batch of the share; its buffers need not be any larger), after checking that one batch
+/// buffer can exist at all.
+fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfig, LoaderError> {
+    let largest = sampler.batch_len(0).max(1);
+    let side = u64::from(config.transform.out_size());
+    let elem: u64 = match config.output {
+        Output::U8Nhwc => 1,
+        Output::F16Nchw => 2,
+        Output::F32Nchw => 4,
+    };
+    let bytes = side
+        .checked_mul(side)
+        .and_then(|px| px.checked_mul(3 * elem))
+        .and_then(|img| img.checked_mul(largest));
+    let too_big = |what: String| {
+        LoaderError::InvalidConfig {
+        field: "batch_size",
+        reason: format!(
+            "a batch of {largest} images of {side}x{side}x3 ({} bytes each) {what}; lower batch_size or the output size",
+            3 * elem
+        ),
+    }
+    };
+    // The CPU path keeps `prefetch + workers` batches in its ring.
+    let batches = config.prefetch.saturating_add(config.workers as u64);
+    let Some(ring) = bytes.and_then(|b| b.checked_mul(batches)) else {
+        return Err(too_big("does not fit in 64 bits".into()));
+    };
+    if let Some(total) = physical_memory() {
+        if ring > total {
+            return Err(too_big(format!(
+                "times {batches} batches in flight (prefetch + workers) needs {ring} bytes, more than this machine's {total} bytes of memory"
+            )));
+        }
+    }
+    let mut sized = config.clone();
+    sized.batch_size = largest;
+    Ok(sized)
+}
+
+/// Physical memory in bytes, where `/proc/meminfo` says.
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Picks the backend for `config.device`; [`Device::Auto`] takes the local rank's
@@ -738,6 +788,12 @@ impl Loader {
                 None
             }
         };
+        // A shard truncated or replaced since the last epoch would kill the readers with
+        // SIGBUS: one `stat` per shard turns that into this epoch's error.
+        if let Err(e) = self.config.dataset.check_unchanged() {
+            drop(early);
+            return Epoch::failed(epoch, e.into(), &self.metrics, &self.progress, true);
+        }
         let started = match early {
             Some(started) => {
                 self.metrics.epoch_started_early();

@@ -1,7 +1,7 @@
 //! CPU decode stage: JPEG → RGB with every core, from payloads already in memory,
 //! so the figure is the decoder's capacity alone (no storage, no transforms).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use stoker_decode::{CpuDecoder, Limits};
@@ -17,8 +17,10 @@ pub struct CpuDecodeFigures {
     pub threads: usize,
     /// Images decoded.
     pub decoded: u64,
-    /// Payloads that failed to decode (counted, skipped).
+    /// Decode attempts that failed (counted, skipped).
     pub failed: u64,
+    /// Distinct payloads that failed to decode at least once.
+    pub failed_records: u64,
     /// Images per second of process CPU time: the per-core rate, unaffected by
     /// other processes competing for the cores.
     pub img_per_cpu_s: Option<f64>,
@@ -44,6 +46,7 @@ pub fn measure(
     let next = AtomicUsize::new(0);
     let decoded = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
+    let failed_once: Vec<AtomicBool> = payloads.iter().map(|_| AtomicBool::new(false)).collect();
     let pixels = AtomicU64::new(0);
     // The largest decoded size, so each thread allocates its buffer once.
     let max_rgb_len = payloads
@@ -57,6 +60,7 @@ pub fn measure(
     std::thread::scope(|s| {
         for t in 0..threads {
             let (next, decoded, failed, pixels) = (&next, &decoded, &failed, &pixels);
+            let failed_once = &failed_once;
             let decoder = &decoder;
             s.spawn(move || {
                 let mut out = vec![0u8; max_rgb_len];
@@ -73,6 +77,7 @@ pub fn measure(
                         }
                         Err(_) => {
                             failed.fetch_add(1, Ordering::Relaxed);
+                            failed_once[i].store(true, Ordering::Relaxed);
                         }
                     }
                     since_tick += 1;
@@ -99,6 +104,10 @@ pub fn measure(
         threads,
         decoded,
         failed: failed.into_inner(),
+        failed_records: failed_once
+            .iter()
+            .filter(|f| f.load(Ordering::Relaxed))
+            .count() as u64,
         img_per_cpu_s: cpu_secs.map(|c| decoded as f64 / c),
         routes: decoder.route_counts().to_string(),
     })

@@ -48,7 +48,7 @@ use stoker_formats::{Dataset, Encoding, FormatError};
 use stoker_loader::launcher::{choose_device, NodeShare};
 use stoker_loader::{Device, Placement};
 
-pub use report::{BenchReport, StageReport, Stages};
+pub use report::{BenchReport, RecordErrors, StageReport, Stages};
 pub use verdict::{Bound, Verdict};
 
 use report::{MachineInfo, RunInfo};
@@ -328,6 +328,18 @@ pub fn run(
     let ds = Dataset::open(path)?;
     let manifest = ds.manifest().clone();
     let records = ds.len();
+    // No batch is larger than the dataset: the copy and decode stages size their buffers
+    // by the batch, so a batch size far above the record count is cut to it here.
+    let clamped;
+    let opts = if opts.batch as u64 > records.max(1) {
+        clamped = BenchOptions {
+            batch: records.max(1) as usize,
+            ..opts.clone()
+        };
+        &clamped
+    } else {
+        opts
+    };
     let mean_record_bytes = if records > 0 {
         manifest.payload_bytes as f64 / records as f64
     } else {
@@ -440,11 +452,13 @@ pub fn run(
     // 2. CPU decode, from payloads in memory.
     progress.stage("cpu_decode");
     let sample = load_sample(&ds)?;
+    let mut cpu_failed = 0;
     stages.cpu_decode = if manifest.encoding == Encoding::Raw {
         StageReport::skipped("the dataset stores raw pixels: nothing to decode")
     } else {
         match cpu_decode::measure(&sample.payloads, cores, budget, &tick) {
             Some(f) => {
+                cpu_failed = f.failed_records;
                 caps.cpu_decode = Some(f.img_per_s);
                 StageReport::measured(
                     f.img_per_s,
@@ -467,10 +481,13 @@ pub fn run(
                 .with("mpix_per_s", f.mpix_per_s)
                 .with("failed", f.failed as f64)
             }
-            None => StageReport::skipped(format!(
-                "no record of the {} sampled decoded",
-                sample.payloads.len()
-            )),
+            None => {
+                cpu_failed = sample.payloads.len() as u64;
+                StageReport::skipped(format!(
+                    "no record of the {} sampled decoded",
+                    sample.payloads.len()
+                ))
+            }
         }
     };
 
@@ -521,6 +538,7 @@ pub fn run(
         &tick,
     );
     let fed_ratio = e2e.fed_ratio;
+    let loader_bad = e2e.bad_records;
     if opts.consumer_ms > 0.0 {
         caps.consumer = Some(opts.batch as f64 * 1000.0 / opts.consumer_ms);
     }
@@ -579,5 +597,10 @@ pub fn run(
         stages,
         fed_ratio,
         verdict,
+        record_errors: RecordErrors {
+            unreadable: sample.bad,
+            undecodable: cpu_failed,
+            loader_bad,
+        },
     })
 }

@@ -27,6 +27,8 @@ pub struct EndToEnd {
     pub cpu_util: Option<f64>,
     /// GPU busy fraction, when the step runs on the GPU.
     pub gpu_util: Option<f64>,
+    /// Records the loader replaced because they could not be read or decoded.
+    pub bad_records: u64,
 }
 
 /// Per-stage capacities the loader's own counters report for the timed part of the run.
@@ -91,6 +93,7 @@ pub fn end_to_end(
                 fed_ratio: None,
                 cpu_util: None,
                 gpu_util: None,
+                bad_records: 0,
             },
             LoaderCapacities::default(),
         )
@@ -250,6 +253,7 @@ pub fn end_to_end(
             fed_ratio,
             cpu_util,
             gpu_util,
+            bad_records: stats.bad_records,
         },
         caps,
     )

@@ -146,6 +146,27 @@ pub struct BenchReport {
     pub fed_ratio: Option<f64>,
     /// The conclusion.
     pub verdict: Verdict,
+    /// Records that failed during the run: the figures leave them out.
+    pub record_errors: RecordErrors,
+}
+
+/// Records that could not be used during a bench run, by where they failed. Any of them
+/// means the dataset is damaged and the figures describe only the rest of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RecordErrors {
+    /// Records the decode sample could not read (missing, bad header, wrong length).
+    pub unreadable: u64,
+    /// Records of the decode sample that did not decode on the CPU.
+    pub undecodable: u64,
+    /// Records the loader replaced during the end-to-end run (`Stats::bad_records`).
+    pub loader_bad: u64,
+}
+
+impl RecordErrors {
+    /// All failures together.
+    pub fn total(&self) -> u64 {
+        self.unreadable + self.undecodable + self.loader_bad
+    }
 }
 
 impl BenchReport {
@@ -212,6 +233,14 @@ impl fmt::Display for BenchReport {
             )?;
         }
         writeln!(f)?;
+        let e = &self.record_errors;
+        if e.total() > 0 {
+            writeln!(
+                f,
+                "RECORD ERRORS: {} unreadable and {} undecodable of the decode sample, {} replaced by the loader; the figures leave them out (run `stoker verify --decode`)",
+                e.unreadable, e.undecodable, e.loader_bad
+            )?;
+        }
         write!(f, "verdict: {}", self.verdict.text)
     }
 }
@@ -247,6 +276,7 @@ mod tests {
             stages,
             fed_ratio: None,
             verdict,
+            record_errors: RecordErrors::default(),
         }
     }
 

@@ -79,5 +79,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         println!("{report}");
     }
+    let errors = report.record_errors.total();
+    if errors > 0 {
+        // The figures stand, but the dataset is damaged: a script must not take them as a
+        // clean run.
+        eprintln!(
+            "stoker: error: {errors} record(s) of {} failed during the bench; the figures leave them out (run `stoker verify --decode`)",
+            args.dataset.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }

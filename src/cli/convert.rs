@@ -55,6 +55,10 @@ pub struct Args {
     /// Reject images with more pixels than this without decoding them.
     #[arg(long, default_value_t = 100_000_000)]
     pub max_pixels: u64,
+    /// Skip input files larger than this without reading them, e.g. 64M, 1G (uncompressed
+    /// TIFF or PNG inputs may need more than the default).
+    #[arg(long, default_value = "64M", value_parser = parse_bytes)]
+    pub max_file_size: u64,
     /// Re-encode JPEGs the GPU hardware decoder cannot take (progressive, 4:1:1, CMYK, ...)
     /// as baseline 4:2:0.
     #[arg(long)]
@@ -177,6 +181,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     opts.resume = args.resume;
     opts.strict = args.strict;
     opts.max_pixels = args.max_pixels;
+    opts.max_file_size = args.max_file_size;
     opts.gpu_friendly = args.gpu_friendly;
     opts.check_decode = !args.no_check;
     if let Ok(n) = std::env::var("STOKER_TEST_FAIL_AFTER") {
@@ -274,5 +279,6 @@ mod tests {
         assert!(parse_bytes("1Q").is_err());
         assert_eq!(parse_size("224x160"), Ok((224, 160)));
         assert!(parse_size("224").is_err());
+        assert_eq!(parse_bytes("64M"), Ok(formats::DEFAULT_MAX_FILE_SIZE));
     }
 }

@@ -37,14 +37,18 @@ pub struct Args {
     /// Pixel limit (width * height) enforced from the header.
     #[arg(long, default_value_t = Limits::default().max_pixels)]
     pub max_pixels: u64,
+    /// Files larger than this many bytes are refused without being read.
+    #[arg(long, default_value_t = stoker::formats::DEFAULT_MAX_FILE_SIZE)]
+    pub max_file_size: u64,
 }
 
 /// Runs `stoker decode`: exit 0 when the image decodes, 1 when it does not.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let data =
-        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    // A device, a FIFO or a huge file is refused before it is read.
+    let data = stoker::formats::read_input_file(&args.file, args.max_file_size)?;
     let limits = Limits {
         max_pixels: args.max_pixels,
+        ..Limits::default()
     };
     let mut notes = Vec::new();
     let gpu = match args.backend {
@@ -75,7 +79,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(mut g) => g.decode_to_host(&data),
         None => CpuDecoder::new(limits).decode_to_vec_routed(&data),
     };
-    let ok = decoded.is_ok();
+    // The decoders fill a cut-off file's missing data in without an error.
+    let truncated = header.is_ok() && !stoker::formats::jpeg_is_complete(&data);
+    let ok = decoded.is_ok() && !truncated;
     if args.json {
         let v = serde_json::json!({
             "file": args.file,
@@ -83,7 +89,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "backend": backend,
             "info": header.as_ref().ok(),
             "route": decoded.as_ref().ok().map(|(_, r, _)| r),
-            "error": decoded.as_ref().err().map(|e| e.to_string()),
+            "error": decoded.as_ref().err().map(|e| e.to_string()).or_else(|| truncated.then(|| TRUNCATED.to_string())),
+            "truncated": truncated,
             "notes": notes,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -140,6 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Err(e) => println!("header       error: {e}"),
         }
         match &decoded {
+            Ok(_) if truncated => println!("decoded      no: {TRUNCATED}"),
             Ok((_, route, _)) => println!("decoded      yes, route {route} (backend {backend})"),
             Err(e) => println!("decoded      no: {e}"),
         }
@@ -159,6 +167,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ExitCode::FAILURE
     })
 }
+
+const TRUNCATED: &str = "truncated: the image's data ends before its end-of-image marker (FF D9); the decoder would fill the rest in gray";
 
 fn yes(b: bool) -> &'static str {
     if b {

@@ -6,7 +6,7 @@ Usage: check_format.py DATASET INDEX [EXPECTED_PAYLOAD_FILE]
 
 Checks, for every shard listed in manifest.json: the file opens read-only without a lock
 file, keys are 8-byte big-endian integers first_index..first_index+count in order, and the
-file's size and CRC32C match the manifest. For record INDEX it checks magic, version,
+file's size and digest (format version 2: XXH3-64; version 1: CRC32C) match the manifest. For record INDEX it checks magic, version,
 encoding, header CRC32C, payload length and payload CRC32C, and (if given) that the payload is
 byte-equal to EXPECTED_PAYLOAD_FILE. Prints the parsed header of INDEX as JSON on stdout.
 Exits 1 with a message on the first mismatch, 2 if `lmdb` cannot be imported.
@@ -46,6 +46,59 @@ def crc32c(data, crc=0):
     return crc ^ 0xFFFFFFFF
 
 
+_SECRET = bytes.fromhex(
+    "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
+    "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
+    "3c2852bb91c300cb88d0658b1b532ea371644897a20df94e3819ef46a9deacd8"
+    "a8fa763fe39c343ff9dcbbc7c70b4f1d8a51e04bcdb45931c89f7ec9d9787364"
+    "eac5ac8334d3ebc3c581a0fffa1363eb170ddd51b7f0da49d316552629d4689e"
+    + "2b16be587d47a1fc8ff8b8d17ad031ce45cb3a8f95160428afd7fbcabb4b407e"
+)
+_M64 = (1 << 64) - 1
+_P32_1, _P32_2, _P32_3 = 0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D
+_P64 = [0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
+        0x27D4EB2F165667C5]
+
+
+def xxh3_64(data):
+    """XXH3-64 with seed 0 and the default secret, for inputs over 240 bytes (every shard
+    is): the reference algorithm's long-input path, written out for this check only."""
+    n = len(data)
+    assert n > 240, "shards are longer than 240 bytes"
+    acc = [_P32_3, _P64[0], _P64[1], _P64[2], _P64[3], _P32_2, _P64[4], _P32_1]
+    sec = [struct.unpack_from("<Q", _SECRET, o)[0] for o in range(0, 192 - 7, 1)]
+
+    def stripe(off, soff):
+        lanes = struct.unpack_from("<8Q", data, off)
+        for i in range(8):
+            v = lanes[i]
+            k = v ^ sec[soff + 8 * i]
+            acc[i ^ 1] = (acc[i ^ 1] + v) & _M64
+            acc[i] = (acc[i] + (k & 0xFFFFFFFF) * (k >> 32)) & _M64
+
+    per_block = (192 - 64) // 8
+    block = 64 * per_block
+    blocks = (n - 1) // block
+    for b in range(blocks):
+        for s in range(per_block):
+            stripe(b * block + s * 64, s * 8)
+        for i in range(8):
+            a = acc[i]
+            a ^= a >> 47
+            a ^= sec[192 - 64 + 8 * i]
+            acc[i] = (a * _P32_1) & _M64
+    for s in range(((n - 1) - block * blocks) // 64):
+        stripe(blocks * block + s * 64, s * 8)
+    stripe(n - 64, 192 - 64 - 7)
+    h = (n * _P64[0]) & _M64
+    for i in range(4):
+        p = (acc[2 * i] ^ sec[11 + 16 * i]) * (acc[2 * i + 1] ^ sec[11 + 16 * i + 8])
+        h = (h + ((p & _M64) ^ (p >> 64))) & _M64
+    h ^= h >> 37
+    h = (h * 0x165667919E3779F9) & _M64
+    return h ^ (h >> 32)
+
+
 HEADER = struct.Struct("<4sHBBIIIIII")  # FORMAT.md: 32 bytes, little-endian
 assert HEADER.size == 32
 ENCODINGS = {0: "jpeg", 1: "raw"}
@@ -69,8 +122,9 @@ def main():
 
     with open(os.path.join(root, "manifest.json"), "rb") as f:
         manifest = json.load(f)
-    if manifest.get("format") != "stoker-lmdb" or manifest.get("format_version") != 1:
-        fail(f"manifest format {manifest.get('format')!r} v{manifest.get('format_version')}")
+    version = manifest.get("format_version")
+    if manifest.get("format") != "stoker-lmdb" or version not in (1, 2):
+        fail(f"manifest format {manifest.get('format')!r} v{version}")
     found = None
     total = 0
     for shard in manifest["shards"]:
@@ -79,8 +133,10 @@ def main():
             data = f.read()
         if len(data) != shard["bytes"]:
             fail(f"{path}: {len(data)} bytes, manifest says {shard['bytes']}")
-        if crc32c(data) != shard["crc32c"]:
+        if version == 1 and crc32c(data) != shard["crc32c"]:
             fail(f"{path}: file CRC32C differs from the manifest")
+        if version == 2 and f"{xxh3_64(data):016x}" != shard["xxh3"]:
+            fail(f"{path}: file XXH3-64 differs from the manifest")
         env = lmdb.open(path, subdir=False, readonly=True, lock=False)
         try:
             with env.begin() as txn:

@@ -6,6 +6,7 @@
 //! conversion got, so `resume` can continue a killed run and still produce the same bytes.
 
 pub mod audit;
+mod lock;
 mod markers;
 mod source;
 mod transcode;
@@ -18,6 +19,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::input_file::{read_input_file, refusal_reason};
 use crate::manifest::{Provenance, RawSize, ShardEntry, MANIFEST_FILE};
 use crate::record::{Encoding, HEADER_LEN};
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions, DEFAULT_SHARD_BYTES};
@@ -26,8 +28,26 @@ use audit::Audit;
 pub use source::Source;
 use transcode::{Outcome, Processed};
 
+/// True when `data` is a JPEG whose primary image is complete: its end-of-image marker
+/// comes before the data ends. The decoders fill missing scan data in without an error, so
+/// this is how the converter (and `stoker decode`) tell a cut-off file.
+///
+/// # Examples
+///
+/// ```
+/// let jpeg = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample/caer/tent.jpg"))?;
+/// assert!(stoker_formats::jpeg_is_complete(&jpeg));
+/// assert!(!stoker_formats::jpeg_is_complete(&jpeg[..jpeg.len() / 2]));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn jpeg_is_complete(data: &[u8]) -> bool {
+    markers::primary_image_end(data).is_some()
+}
+
 /// File name of the conversion journal (present only while a conversion is unfinished).
 pub const JOURNAL_FILE: &str = ".stoker-convert.json";
+/// The journal's temporary name while it is replaced (see `write_atomically`).
+const JOURNAL_TMP: &str = ".stoker-convert.json.tmp";
 
 /// How `raw` encoding fits images to the fixed size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,6 +88,9 @@ pub struct ConvertOptions {
     pub strict: bool,
     /// Images with more pixels are rejected as bad input without being decoded.
     pub max_pixels: u64,
+    /// Input files larger than this are skipped without being read
+    /// (default [`crate::DEFAULT_MAX_FILE_SIZE`]).
+    pub max_file_size: u64,
     /// Re-encode JPEGs the GPU hardware decoder cannot take as baseline 4:2:0.
     pub gpu_friendly: bool,
     /// Decode every JPEG that is stored unchanged, to skip corrupt ones now rather than at
@@ -104,6 +127,7 @@ impl ConvertOptions {
             resume: false,
             strict: false,
             max_pixels: 100_000_000,
+            max_file_size: crate::DEFAULT_MAX_FILE_SIZE,
             gpu_friendly: false,
             check_decode: true,
             fail_after: None,
@@ -138,6 +162,9 @@ impl ConvertOptions {
         if self.max_pixels == 0 {
             return bad("max pixels must be positive");
         }
+        if self.max_file_size == 0 {
+            return bad("max file size must be positive");
+        }
         Ok(())
     }
 
@@ -162,6 +189,7 @@ impl ConvertOptions {
             None => f.insert("shard_size".into(), self.shard_bytes.to_string()),
         };
         f.insert("max_pixels".into(), self.max_pixels.to_string());
+        f.insert("max_file_size".into(), self.max_file_size.to_string());
         f.insert("gpu_friendly".into(), self.gpu_friendly.to_string());
         f.insert("check_decode".into(), self.check_decode.to_string());
         f.insert("strict".into(), self.strict.to_string());
@@ -282,6 +310,12 @@ pub fn convert(
     let listing = options.source.list()?;
     let fingerprint = fingerprint(options, &listing);
     let out = &options.out;
+    if !out.join(MANIFEST_FILE).exists() {
+        std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
+    }
+    // Held until this function returns: a second conversion into `out` (fresh or
+    // `--resume`) is refused instead of interleaving its shards with ours.
+    let _lock = lock::OutputLock::acquire(out)?;
     let journal = prepare_output(out, options.resume, fingerprint)?;
 
     let writer_opts = WriterOptions {
@@ -304,14 +338,11 @@ pub fn convert(
             };
             (w, t, j.next_input as usize)
         }
-        None => {
-            std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
-            (
-                DatasetWriter::resume_from(out.clone(), writer_opts, Vec::new())?,
-                Totals::default(),
-                0,
-            )
-        }
+        None => (
+            DatasetWriter::resume_from(out.clone(), writer_opts, Vec::new())?,
+            Totals::default(),
+            0,
+        ),
     };
     let resumed = writer.next_index();
 
@@ -381,14 +412,21 @@ fn run(
             for part in inputs.chunks(chunk) {
                 let done: Vec<Processed> = pool.install(|| {
                     part.par_iter()
-                        .map(|input| match std::fs::read(&input.path) {
-                            Ok(data) => transcode::process(&data, input.label, options),
-                            Err(e) => Processed {
-                                outcome: Outcome::Skip(format!("unreadable: {e}")),
-                                jpeg: None,
-                                other_image: false,
-                                input_bytes: 0,
-                            },
+                        .map(|input| {
+                            let read = match &input.refused {
+                                Some(reason) => Err(reason.clone()),
+                                None => read_input_file(&input.path, options.max_file_size)
+                                    .map_err(|e| refusal_reason(&e)),
+                            };
+                            match read {
+                                Ok(data) => transcode::process(&data, input.label, options),
+                                Err(reason) => Processed {
+                                    outcome: Outcome::Skip(reason),
+                                    jpeg: None,
+                                    other_image: false,
+                                    input_bytes: 0,
+                                },
+                            }
                         })
                         .collect()
                 });
@@ -504,7 +542,7 @@ fn save_journal(
         input_bytes: totals.input_bytes,
     };
     let text = serde_json::to_vec_pretty(&j).expect("journal serializes");
-    write_atomically(out, JOURNAL_FILE, &text)
+    write_atomically(out, JOURNAL_FILE, &text).map_err(|e| writer.space_error(e))
 }
 
 /// A checksum of everything that determines the output: the input list and the output flags.
@@ -522,8 +560,12 @@ fn fingerprint(options: &ConvertOptions, listing: &source::Listing) -> u32 {
     crc32c::crc32c_append(crc, flags.as_bytes())
 }
 
+/// Files a conversion leaves behind while unfinished: shards, LMDB's lock files, and the
+/// temporary files of `write_atomically` (a crash while the journal or manifest is being
+/// replaced leaves `NAME.tmp`).
 fn is_ours(name: &str) -> bool {
     name == JOURNAL_FILE
+        || name == JOURNAL_TMP
         || name == "manifest.json.tmp"
         || (name.starts_with("shard-")
             && (name.ends_with(".lmdb") || name.ends_with(".tmp") || name.ends_with("-lock")))
@@ -587,12 +629,25 @@ fn prepare_output(
         }
         for s in &j.done {
             let p = out.join(&s.file);
-            let (len, crc) = crate::writer::file_crc(&p)?;
-            if len != s.bytes || crc != s.crc32c {
-                return Err(FormatError::ShardChecksumMismatch {
+            let Some(want) = s.xxh3 else {
+                return Err(exists(
+                    "holds a partial conversion journaled by an older stoker (no xxh3 digests); delete the directory and convert again"
+                        .into(),
+                ));
+            };
+            let (len, got) = crate::digest::xxh3_of(&p)?;
+            if len != s.bytes {
+                return Err(FormatError::ShardSizeMismatch {
                     shard: p,
-                    got: crc,
-                    want: s.crc32c,
+                    got: len,
+                    want: s.bytes,
+                });
+            }
+            if got != want {
+                return Err(FormatError::ShardDigestMismatch {
+                    shard: p,
+                    got,
+                    want,
                 });
             }
         }
@@ -603,7 +658,8 @@ fn prepare_output(
         .map(|j| j.done.iter().map(|s| s.file.clone()).collect())
         .unwrap_or_default();
     for name in &entries {
-        if name.starts_with("shard-") && !keep.contains(name) {
+        let leftover = name == JOURNAL_TMP || name == "manifest.json.tmp";
+        if leftover || (name.starts_with("shard-") && !keep.contains(name)) {
             let p = out.join(name);
             std::fs::remove_file(&p).map_err(|e| FormatError::io(&p, e))?;
         }

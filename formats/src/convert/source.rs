@@ -1,8 +1,17 @@
 //! Listing the inputs of a conversion in a deterministic order.
 
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::FormatError;
+
+/// Labels of a list file must be below this: the class list has one entry per label up to
+/// the largest, so a stray `4294967295` would otherwise ask for four billion class names.
+pub(crate) const MAX_CLASSES: u32 = 1 << 20;
+
+/// Directories nested deeper than this under a class folder are skipped (and reported).
+const MAX_DEPTH: u32 = 64;
 
 /// Where the images come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +34,9 @@ pub enum Source {
 pub(crate) struct Input {
     pub path: PathBuf,
     pub label: u32,
+    /// Why the walker already knows this entry cannot be converted (an unreadable or
+    /// repeated directory, a broken symlink): it is skipped and counted like a bad file.
+    pub refused: Option<String>,
 }
 
 /// The inputs in conversion order, and the class names.
@@ -53,13 +65,15 @@ impl Source {
     }
 }
 
-fn sorted_entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>, FormatError> {
-    let mut v = std::fs::read_dir(dir)
-        .map_err(|e| FormatError::io(dir, e))?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| FormatError::io(dir, e))?;
+fn sorted_entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>, std::io::Error> {
+    let mut v = std::fs::read_dir(dir)?.collect::<Result<Vec<_>, _>>()?;
     v.sort_by_key(|e| e.file_name());
     Ok(v)
+}
+
+/// A directory's identity, to walk each directory once however many links lead to it.
+fn dir_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
 }
 
 fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
@@ -69,12 +83,17 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
             reason: "not a directory (an ImageFolder source has one subdirectory per class)".into(),
         });
     }
+    let root_meta = std::fs::metadata(root).map_err(|e| FormatError::io(root, e))?;
     let mut classes = Vec::new();
     let mut inputs = Vec::new();
     let mut ignored = Vec::new();
-    for entry in sorted_entries(root)? {
+    for entry in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {
         let path = entry.path();
-        if !path.is_dir() {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            ignored.push(path);
+            continue;
+        };
+        if !meta.is_dir() {
             ignored.push(path);
             continue;
         }
@@ -83,7 +102,11 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
             reason: "more than 2^32 classes".into(),
         })?;
         classes.push(entry.file_name().to_string_lossy().into_owned());
-        walk(&path, label, &mut inputs, 0)?;
+        // Each class walks every directory at most once: a symlink back to the root, the
+        // class folder or any folder already listed is a loop (or a duplicate) and is
+        // skipped with a reason, so a tree of links cannot multiply the walk.
+        let mut seen = HashSet::from([dir_id(&root_meta), dir_id(&meta)]);
+        walk(&path, label, &mut inputs, 0, &mut seen);
     }
     if classes.is_empty() {
         return Err(FormatError::BadSource {
@@ -100,24 +123,58 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
     })
 }
 
-fn walk(dir: &Path, label: u32, out: &mut Vec<Input>, depth: u32) -> Result<(), FormatError> {
-    if depth > 64 {
-        return Err(FormatError::BadSource {
-            path: dir.to_path_buf(),
-            reason: "directories nested more than 64 deep (a symlink loop?)".into(),
-        });
-    }
-    for entry in sorted_entries(dir)? {
+fn walk(dir: &Path, label: u32, out: &mut Vec<Input>, depth: u32, seen: &mut HashSet<(u64, u64)>) {
+    let refuse = |out: &mut Vec<Input>, path: PathBuf, reason: String| {
+        out.push(Input {
+            path,
+            label,
+            refused: Some(reason),
+        })
+    };
+    let entries = match sorted_entries(dir) {
+        Ok(v) => v,
+        Err(e) => return refuse(out, dir.to_path_buf(), format!("unreadable directory: {e}")),
+    };
+    for entry in entries {
         let path = entry.path();
-        if path.is_dir() {
-            walk(&path, label, out, depth + 1)?;
+        let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
+        // `metadata` follows symlinks; a loop of links or a dangling one fails here.
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if is_link => {
+                refuse(out, path, format!("unreadable (broken symlink): {e}"));
+                continue;
+            }
+            Err(e) => {
+                refuse(out, path, format!("unreadable: {e}"));
+                continue;
+            }
+        };
+        if !meta.is_dir() {
+            // Every other entry is an input, image or not: non-images (and non-regular
+            // files) are skipped with a reason when read, never silently dropped.
+            out.push(Input {
+                path,
+                label,
+                refused: None,
+            });
+        } else if !seen.insert(dir_id(&meta)) {
+            refuse(
+                out,
+                path,
+                "directory already listed under this class (a symlink loop or a second link to it)"
+                    .into(),
+            );
+        } else if depth + 1 > MAX_DEPTH {
+            refuse(
+                out,
+                path,
+                format!("directory nested more than {MAX_DEPTH} deep"),
+            );
         } else {
-            // Every other entry is an input, image or not: non-images are skipped and
-            // reported, never silently dropped.
-            out.push(Input { path, label });
+            walk(&path, label, out, depth + 1, seen);
         }
     }
-    Ok(())
 }
 
 fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
@@ -150,10 +207,17 @@ fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
         if rel.is_absolute() {
             return Err(bad(format!("path {} must be relative", rel.display())));
         }
+        if label >= MAX_CLASSES {
+            return Err(bad(format!(
+                "label {label} is over the limit of {} (labels index the class list, at most {MAX_CLASSES} classes)",
+                MAX_CLASSES - 1
+            )));
+        }
         max_label = Some(max_label.map_or(label, |m| m.max(label)));
         inputs.push(Input {
             path: root.join(rel),
             label,
+            refused: None,
         });
     }
     if inputs.is_empty() {

@@ -1,0 +1,94 @@
+//! Whole-file digests of shards: xxh3-64 (format version 2) and CRC32C (version 1).
+//!
+//! Files are read with `read`, not mapped: a shard truncated while it is hashed gives a short
+//! read (reported as a size or digest mismatch), where a mapping would raise SIGBUS.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use crate::FormatError;
+
+/// Which digest to compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DigestKind {
+    Xxh3,
+    Crc32c,
+}
+
+/// Length and digest of everything read from `file` (from its current position).
+pub(crate) fn digest_file(
+    path: &Path,
+    file: &mut File,
+    kind: DigestKind,
+) -> Result<(u64, u64), FormatError> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut len = 0u64;
+    let mut xxh = xxhash_rust::xxh3::Xxh3::new();
+    let mut crc = 0u32;
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FormatError::io(path, e)),
+        };
+        len += n as u64;
+        match kind {
+            DigestKind::Xxh3 => xxh.update(&buf[..n]),
+            DigestKind::Crc32c => crc = crc32c::crc32c_append(crc, &buf[..n]),
+        }
+    }
+    Ok(match kind {
+        DigestKind::Xxh3 => (len, xxh.digest()),
+        DigestKind::Crc32c => (len, u64::from(crc)),
+    })
+}
+
+/// Length and xxh3-64 of the file at `path`.
+pub(crate) fn xxh3_of(path: &Path) -> Result<(u64, u64), FormatError> {
+    let mut f = File::open(path).map_err(|e| FormatError::io(path, e))?;
+    digest_file(path, &mut f, DigestKind::Xxh3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Why version 2 exists: each record's header ends with the CRC32C of the bytes before
+    /// it, so rewriting a label and its header CRC together leaves the CRC32C of the whole
+    /// file unchanged. xxh3 changes.
+    #[test]
+    fn relabelled_record_header_leaves_crc32c_unchanged_but_not_xxh3() {
+        use crate::{Encoding, RecordHeader};
+        let h = RecordHeader {
+            encoding: Encoding::Jpeg,
+            height: 4,
+            width: 4,
+            channels: 3,
+            label: 1,
+            payload_len: 3,
+            crc32c: 7,
+        };
+        let file = |label| {
+            let mut v = vec![0xAAu8; 100];
+            v.extend_from_slice(&RecordHeader { label, ..h }.to_bytes());
+            v.extend_from_slice(&[0x55; 100]);
+            v
+        };
+        let (a, b) = (file(1), file(2));
+        assert_ne!(a, b);
+        assert_eq!(crc32c::crc32c(&a), crc32c::crc32c(&b));
+        assert_ne!(
+            xxhash_rust::xxh3::xxh3_64(&a),
+            xxhash_rust::xxh3::xxh3_64(&b)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, &a).unwrap();
+        assert_eq!(
+            xxh3_of(&p).unwrap(),
+            (200 + 32, xxhash_rust::xxh3::xxh3_64(&a))
+        );
+    }
+}

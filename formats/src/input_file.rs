@@ -1,0 +1,164 @@
+//! Reading one input image with bounds: regular files only, up to a size limit, and never
+//! blocking on a FIFO. The converter and `stoker decode` read every input through here, so a
+//! device file, a pipe or a multi-gigabyte file is refused before any of it is read.
+
+use std::fs::{File, FileType, Metadata, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::FormatError;
+
+/// Default input size limit: 64 MiB, above any photograph's JPEG (a 100-megapixel camera's
+/// finest JPEGs are about 50 MB) while a directory of huge files cannot take a worker's
+/// memory. Uncompressed TIFF or PNG inputs may need more (`--max-file-size`).
+pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 << 20;
+
+fn kind_of(t: &FileType) -> &'static str {
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a plain file"
+    }
+}
+
+fn check(path: &Path, meta: &Metadata, limit: u64) -> Result<(), FormatError> {
+    if !meta.file_type().is_file() {
+        return Err(FormatError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: kind_of(&meta.file_type()),
+        });
+    }
+    if meta.len() > limit {
+        return Err(FormatError::FileTooLarge {
+            path: path.to_path_buf(),
+            bytes: meta.len(),
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Reads the whole file at `path` (symlinks followed) if it is a regular file of at most
+/// `limit` bytes.
+///
+/// The type and size are checked with `stat` before the file is opened (a device is never
+/// opened), again on the open file (in case it was swapped in between), and the read stops
+/// at `limit + 1` bytes (in case the file grows). The open is non-blocking, so a FIFO
+/// swapped in at the last moment cannot hang the caller.
+///
+/// # Errors
+///
+/// [`FormatError::NotRegularFile`], [`FormatError::FileTooLarge`], or
+/// [`FormatError::Io`] when the file cannot be opened or read.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_formats::{read_input_file, FormatError};
+/// let dir = tempfile::tempdir()?;
+/// let p = dir.path().join("a.jpg");
+/// std::fs::write(&p, [0xFF, 0xD8, 0xFF])?;
+/// assert_eq!(read_input_file(&p, 3)?.len(), 3);
+/// assert!(matches!(read_input_file(&p, 2), Err(FormatError::FileTooLarge { .. })));
+/// assert!(matches!(read_input_file("/dev/zero".as_ref(), 1 << 20),
+///                  Err(FormatError::NotRegularFile { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn read_input_file(path: &Path, limit: u64) -> Result<Vec<u8>, FormatError> {
+    let io = |e| FormatError::io(path, e);
+    check(path, &std::fs::metadata(path).map_err(io)?, limit)?;
+    let file: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    check(path, &meta, limit)?;
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut data)
+        .map_err(io)?;
+    if data.len() as u64 > limit {
+        return Err(FormatError::FileTooLarge {
+            path: path.to_path_buf(),
+            bytes: data.len() as u64,
+            limit,
+        });
+    }
+    Ok(data)
+}
+
+/// Why an input was refused, without its path (the converter reports the path beside it).
+pub(crate) fn refusal_reason(e: &FormatError) -> String {
+    match e {
+        FormatError::NotRegularFile { kind, .. } => format!("not a regular file ({kind})"),
+        FormatError::FileTooLarge { bytes, limit, .. } => {
+            format!("{bytes} bytes is over the input size limit of {limit} bytes (--max-file-size)")
+        }
+        FormatError::Io { source, .. } => format!("unreadable: {source}"),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe.jpg");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let e = read_input_file(&fifo, 1 << 20).unwrap_err();
+        assert!(
+            matches!(e, FormatError::NotRegularFile { kind: "a FIFO", .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn symlink_to_dev_zero_is_refused_before_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("zero.jpg");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let e = read_input_file(&link, 1 << 20).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FormatError::NotRegularFile {
+                    kind: "a character device",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("zero.jpg"), "{e}");
+    }
+
+    #[test]
+    fn file_over_the_limit_is_refused_by_its_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.jpg");
+        // A sparse 3 GiB file: refused from its size, never read.
+        File::create(&big).unwrap().set_len(3 << 30).unwrap();
+        let e = read_input_file(&big, DEFAULT_MAX_FILE_SIZE).unwrap_err();
+        assert!(
+            matches!(e, FormatError::FileTooLarge { bytes, .. } if bytes == 3 << 30),
+            "{e}"
+        );
+        assert_eq!(refusal_reason(&e), format!("3221225472 bytes is over the input size limit of {DEFAULT_MAX_FILE_SIZE} bytes (--max-file-size)"));
+    }
+}

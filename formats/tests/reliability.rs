@@ -1,0 +1,356 @@
+//! Regression tests for the converter against hostile-but-realistic sources and neighbours
+//! (issue 18): symlink loops, FIFOs, device files, huge files, absurd labels, a second
+//! writer, and a crash while the resume journal is replaced. Photos come from the
+//! repository's `examples/data/sample`.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use stoker_formats::{
+    convert, verify, ConvertOptions, ConvertReport, Dataset, FormatError, NoProgress, Source,
+};
+
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+
+fn photo(name: &str) -> PathBuf {
+    Path::new(SAMPLE).join(name)
+}
+
+/// Runs a conversion on another thread and fails the test if it takes longer than `limit`
+/// (a hang must show as a failure, not as a test that never ends).
+fn convert_within(opts: ConvertOptions, limit: Duration) -> Result<ConvertReport, FormatError> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(convert(&opts, &NoProgress));
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("convert did not finish within {limit:?}"))
+}
+
+fn reasons(r: &ConvertReport) -> Vec<(String, String)> {
+    r.skipped
+        .iter()
+        .map(|s| {
+            (
+                s.path.file_name().unwrap().to_string_lossy().into_owned(),
+                s.reason.clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn symlink_loop_in_source_tree_no_longer_hangs_convert() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s");
+    std::fs::create_dir_all(s.join("a")).unwrap();
+    std::fs::create_dir_all(s.join("loop")).unwrap();
+    std::fs::copy(photo("caer/puppy.jpg"), s.join("a/x.jpg")).unwrap();
+    std::os::unix::fs::symlink("..", s.join("loop/up")).unwrap();
+    std::os::unix::fs::symlink("../loop", s.join("loop/self")).unwrap();
+    let mut o = ConvertOptions::new(Source::ImageFolder(s.clone()), dir.path().join("o"));
+    o.check_decode = false;
+    let r = convert_within(o, Duration::from_secs(60)).unwrap();
+    assert_eq!(r.written, 1, "{r:?}");
+    let got = reasons(&r);
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (name, reason) in &got {
+        assert!(["self", "up"].contains(&name.as_str()), "{got:?}");
+        assert!(reason.contains("symlink loop"), "{got:?}");
+    }
+}
+
+#[test]
+fn fifo_dev_zero_and_huge_file_in_class_folder_are_skipped_with_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s");
+    std::fs::create_dir_all(s.join("a")).unwrap();
+    std::fs::copy(photo("caer/tent.jpg"), s.join("a/ok.jpg")).unwrap();
+    let fifo = s.join("a/pipe.jpg");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    std::os::unix::fs::symlink("/dev/zero", s.join("a/zero.jpg")).unwrap();
+    // Sparse: 3 GiB to the file system, nothing on disk.
+    std::fs::File::create(s.join("a/huge.jpg"))
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    let mut o = ConvertOptions::new(Source::ImageFolder(s), dir.path().join("o"));
+    o.check_decode = false;
+    let r = convert_within(o, Duration::from_secs(60)).unwrap();
+    assert_eq!(r.written, 1, "{r:?}");
+    let got = reasons(&r);
+    let reason = |n: &str| got.iter().find(|(f, _)| f == n).unwrap().1.clone();
+    assert!(reason("pipe.jpg").contains("FIFO"), "{got:?}");
+    assert!(reason("zero.jpg").contains("character device"), "{got:?}");
+    assert!(reason("huge.jpg").contains("--max-file-size"), "{got:?}");
+    // Nothing of the huge file was read.
+    assert!(r.input_bytes < 10 << 20, "{r:?}");
+}
+
+#[test]
+fn max_file_size_is_settable_and_applies_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = dir.path().join("s");
+    std::fs::create_dir_all(s.join("a")).unwrap();
+    std::fs::copy(photo("caer/tent.jpg"), s.join("a/ok.jpg")).unwrap();
+    let size = std::fs::metadata(s.join("a/ok.jpg")).unwrap().len();
+    let mut o = ConvertOptions::new(Source::ImageFolder(s), dir.path().join("o"));
+    o.max_file_size = size - 1;
+    let r = convert_within(o, Duration::from_secs(60)).unwrap();
+    assert_eq!(r.written, 0);
+    assert!(
+        r.skipped[0].reason.contains("over the input size limit"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn list_label_4294967295_is_refused_before_allocating_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.csv");
+    std::fs::write(&list, "caer/puppy.jpg,0\ncaer/tent.jpg,4294967295\n").unwrap();
+    let o = ConvertOptions::new(
+        Source::List {
+            root: SAMPLE.into(),
+            list,
+        },
+        dir.path().join("o"),
+    );
+    let e = convert_within(o, Duration::from_secs(60)).unwrap_err();
+    assert!(matches!(e, FormatError::BadSource { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("line 2") && msg.contains("4294967295"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn second_writer_on_a_locked_output_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    std::fs::create_dir_all(&out).unwrap();
+    // What a running conversion holds (an flock on the directory).
+    let held = std::fs::File::open(&out).unwrap();
+    fs4::FileExt::try_lock(&held).unwrap();
+    for resume in [false, true] {
+        let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), &out);
+        o.resume = resume;
+        o.check_decode = false;
+        let e = convert_within(o, Duration::from_secs(60)).unwrap_err();
+        assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+        assert!(e.to_string().contains("another `stoker convert`"), "{e}");
+    }
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    drop(held);
+    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), &out);
+    o.check_decode = false;
+    assert_eq!(convert(&o, &NoProgress).unwrap().written, 15);
+}
+
+#[test]
+fn crash_while_journal_is_replaced_leaves_a_resumable_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), dir.path().join("clean"));
+    o.check_decode = false;
+    o.shards = Some(5);
+    convert(&o, &NoProgress).unwrap();
+
+    let mut k = o.clone();
+    k.out = dir.path().join("killed");
+    k.fail_after = Some(7);
+    assert!(matches!(
+        convert(&k, &NoProgress),
+        Err(FormatError::Injected { .. })
+    ));
+    // A crash between writing the new journal and renaming it over the old one.
+    std::fs::write(k.out.join(".stoker-convert.json.tmp"), b"{\"fingerpr").unwrap();
+    k.fail_after = None;
+    k.resume = true;
+    let r = convert(&k, &NoProgress).unwrap();
+    assert!(r.resumed > 0, "{r:?}");
+    let names = |d: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&o.out), names(&k.out));
+    for n in names(&o.out) {
+        assert!(
+            std::fs::read(o.out.join(&n)).unwrap() == std::fs::read(k.out.join(&n)).unwrap(),
+            "{n:?} differs"
+        );
+    }
+}
+
+/// A dataset of the 15 sample photos in one shard, labels from `label(i)`.
+fn sample_dataset(out: &Path, label: impl Fn(usize) -> u32) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    for class in ["caer", "leptonica", "opencv"] {
+        let mut v: Vec<String> = std::fs::read_dir(Path::new(SAMPLE).join(class))
+            .unwrap()
+            .map(|e| format!("{class}/{}", e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        v.sort();
+        files.extend(v);
+    }
+    let list_dir = tempfile::tempdir().unwrap();
+    let list = list_dir.path().join("list.csv");
+    let text: String = files
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("{f},{}\n", label(i)))
+        .collect();
+    std::fs::write(&list, text).unwrap();
+    let mut o = ConvertOptions::new(
+        Source::List {
+            root: SAMPLE.into(),
+            list,
+        },
+        out,
+    );
+    o.check_decode = false;
+    assert_eq!(convert(&o, &NoProgress).unwrap().written, 15);
+    files
+}
+
+/// Every read path of a dataset that opened: all records through `get` and their CRCs.
+fn read_everything(ds: &Dataset) {
+    if let Ok(r) = ds.reader() {
+        for i in 0..ds.len() {
+            if let Ok(rec) = r.get(i) {
+                let _ = rec.check_crc();
+            }
+        }
+    }
+}
+
+#[test]
+fn damaged_lmdb_meta_pages_no_longer_crash_open_verify_or_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |i| (i % 3) as u32);
+    let shard = out.join("shard-00000.lmdb");
+    let orig = std::fs::read(&shard).unwrap();
+    let page = 4096;
+    let (mut refused, mut found_by_verify) = (0, 0);
+    // Every byte of the two meta pages, one bit each, written in place (the same inode, as
+    // a disk or a careless tool would damage it).
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap();
+    for pos in 0..2 * page {
+        let bit = 1u8 << (pos % 8);
+        std::os::unix::fs::FileExt::write_all_at(&f, &[orig[pos] ^ bit], pos as u64).unwrap();
+        match Dataset::open(&out) {
+            Err(_) => refused += 1,
+            Ok(ds) => {
+                read_everything(&ds);
+                let v = verify(&ds, false).unwrap();
+                assert!(!v.ok(), "flip at byte {pos} not reported");
+                found_by_verify += 1;
+            }
+        }
+        std::os::unix::fs::FileExt::write_all_at(&f, &orig[pos..pos + 1], pos as u64).unwrap();
+    }
+    println!("meta-page flips: {refused} refused on open, {found_by_verify} opened and reported by verify");
+    assert!(refused > 100, "{refused}");
+    assert!(verify(&Dataset::open(&out).unwrap(), false).unwrap().ok());
+}
+
+#[test]
+fn relabelled_shard_swapped_into_another_dataset_fails_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    sample_dataset(&a, |i| (i % 2) as u32);
+    sample_dataset(&b, |i| ((i + 1) % 2) as u32);
+    let (sa, sb) = (a.join("shard-00000.lmdb"), b.join("shard-00000.lmdb"));
+    let (da, db) = (std::fs::read(&sa).unwrap(), std::fs::read(&sb).unwrap());
+    assert_eq!(da.len(), db.len());
+    assert_ne!(da, db);
+    // The attack on format version 1: equal whole-file CRC32C despite different labels.
+    assert_eq!(crc32c::crc32c(&da), crc32c::crc32c(&db));
+    std::fs::copy(&sb, &sa).unwrap();
+    let v = verify(&Dataset::open(&a).unwrap(), true).unwrap();
+    assert!(!v.ok(), "a shard with other labels passed verify");
+    assert!(v.bad[0].problem.contains("xxh3-64"), "{:?}", v.bad);
+}
+
+#[test]
+fn manifest_samples_2_pow_63_is_refused_naming_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |_| 0);
+    let path = out.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["samples"] = serde_json::json!(1u64 << 63);
+    m["shards"][0]["count"] = serde_json::json!(1u64 << 63);
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let e = Dataset::open(&out).unwrap_err();
+    assert!(matches!(e, FormatError::InvalidManifest { .. }), "{e}");
+    assert!(e.to_string().contains("9223372036854775808"), "{e}");
+}
+
+#[test]
+fn shard_truncated_or_replaced_after_open_is_an_error_not_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |_| 0);
+    let shard = out.join("shard-00000.lmdb");
+    let orig = std::fs::read(&shard).unwrap();
+
+    let ds = Dataset::open(&out).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(orig.len() as u64 / 2)
+        .unwrap();
+    let e = ds.reader().unwrap_err();
+    assert!(matches!(e, FormatError::ShardChanged { .. }), "{e}");
+    assert!(e.to_string().contains("size"), "{e}");
+    let v = verify(&ds, false);
+    assert!(v.is_err() || !v.unwrap().ok());
+    drop(ds);
+
+    // `cp` of another file over it, then a new open: refused (size) or opened afresh.
+    std::fs::write(&shard, &orig).unwrap();
+    let ds = Dataset::open(&out).unwrap();
+    let tmp = out.join("other");
+    std::fs::write(&tmp, &orig).unwrap();
+    std::fs::rename(&tmp, &shard).unwrap();
+    let e = ds.reader().unwrap_err();
+    assert!(e.to_string().contains("replaced"), "{e}");
+}
+
+#[test]
+fn verify_rejects_labels_outside_an_empty_class_list() {
+    use stoker_formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    let meta = RecordMeta {
+        encoding: Encoding::Raw,
+        height: 1,
+        width: 1,
+        channels: 1,
+        label: 0,
+    };
+    w.push(meta, &[9]).unwrap();
+    w.finish(vec![], Provenance::stoker("t")).unwrap();
+    let v = verify(&Dataset::open(dir.path()).unwrap(), false).unwrap();
+    assert!(!v.ok());
+    assert!(
+        v.bad[0].problem.contains("outside the class list"),
+        "{:?}",
+        v.bad
+    );
+}

@@ -1,0 +1,91 @@
+//! Sizes from arguments are checked before anything is allocated (issue 18, item 6): a batch
+//! size far above the dataset's length used to size every ring buffer by the batch size and
+//! abort allocating tens of gigabytes. Photos from the repository's `examples/data/sample`.
+//!
+//! Alone in its own test binary so the RSS it reads is its own.
+
+mod common;
+
+use common::rss_bytes;
+use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use stoker_loader::{Loader, LoaderError, Output, Shuffle, Transform};
+
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+
+fn sample_dataset(dir: &std::path::Path) -> Dataset {
+    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), dir.join("ds"));
+    o.check_decode = false;
+    convert(&o, &NoProgress).unwrap();
+    Dataset::open(dir.join("ds")).unwrap()
+}
+
+#[test]
+fn batch_size_100000_on_15_images_no_longer_allocates_100000_image_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let before = rss_bytes();
+    let loader = Loader::builder(ds)
+        .batch_size(100_000)
+        .shuffle(Shuffle::Global { seed: 1 })
+        .transform(Transform::random_resized_crop(224))
+        .output(Output::F32Nchw)
+        .workers(2)
+        .prefetch(2)
+        .build()
+        .unwrap();
+    let batches: Vec<_> = loader.epoch(0).map(|b| b.unwrap()).collect();
+    assert_eq!(batches.len(), 1);
+    assert_eq!(batches[0].labels.len(), 15);
+    let grown = rss_bytes().saturating_sub(before);
+    // 4 buffers of 15 × 224² × 3 f32 are 36 MB; 100000-image buffers would be 60 GB each.
+    assert!(grown < 1 << 30, "RSS grew by {grown} bytes");
+}
+
+#[test]
+fn batch_that_cannot_fit_in_memory_is_refused_naming_batch_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let built = Loader::builder(ds)
+        .batch_size(100_000)
+        .transform(Transform::random_resized_crop(16384))
+        .output(Output::F32Nchw)
+        .workers(4)
+        .prefetch(8)
+        .build();
+    let Err(e) = built else {
+        panic!("a ring of 12 batches of 15 × 16384² × 3 f32 (580 GB) was accepted");
+    };
+    assert!(
+        matches!(&e, LoaderError::InvalidConfig { field: "batch_size", reason } if reason.contains("memory")),
+        "{e}"
+    );
+}
+
+#[test]
+fn shard_truncated_between_epochs_is_an_epoch_error_not_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let loader = Loader::builder(ds)
+        .batch_size(4)
+        .transform(Transform::random_resized_crop(32))
+        .output(Output::U8Nhwc)
+        .workers(1)
+        .prefetch(1)
+        .prefetch_next_epoch(false)
+        .build()
+        .unwrap();
+    assert_eq!(loader.epoch(0).filter(|b| b.is_ok()).count(), 4);
+    let shard = dir.path().join("ds/shard-00000.lmdb");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let first = loader.epoch(1).next().expect("the epoch reports its error");
+    let Err(e) = first else {
+        panic!("a batch from a truncated shard, not an error");
+    };
+    assert!(e.to_string().contains("changed on disk"), "{e}");
+}

@@ -1,0 +1,240 @@
+//! Regression tests for issue 18 through the built `stoker` binary: inputs that are not
+//! files, cut-off JPEGs, a full disk (the file size limit), a damaged dataset under `bench`
+//! and an unreadable sub-directory. Photos from the repository's `examples/data/sample`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
+
+/// Runs `cmd`, killing it and failing the test after `limit` (a hang is a failure).
+fn run_within(mut cmd: Command, limit: Duration) -> Output {
+    let child = cmd
+        .env_remove("STOKER_TEST_FAIL_AFTER")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("stoker starts");
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("stoker ran"),
+        Err(_) => {
+            let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+    }
+}
+
+fn stoker(args: &[&str]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stoker"));
+    c.args(args);
+    run_within(c, Duration::from_secs(120))
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn decode_dev_zero_is_refused_without_reading_it() {
+    let o = stoker(&["decode", "/dev/zero"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("/dev/zero") && err.contains("not a regular file"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn decode_of_a_cut_off_jpeg_says_truncated_not_decoded_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let jpeg = std::fs::read(Path::new(SAMPLE).join("caer/tent.jpg")).unwrap();
+    let cut = dir.path().join("cut.jpg");
+    std::fs::write(&cut, &jpeg[..jpeg.len() * 2 / 3]).unwrap();
+    let o = stoker(&["decode", p(&cut), "--backend", "cpu"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("decoded      no: truncated"), "{}", text(&o));
+    let o = stoker(&["decode", p(&cut), "--backend", "cpu", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["truncated"], true, "{v}");
+}
+
+#[test]
+fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identically() {
+    let dir = tempfile::tempdir().unwrap();
+    let (clean, limited) = (dir.path().join("clean"), dir.path().join("limited"));
+    let flags = ["--shard-size", "30K", "--no-check"];
+    let o = stoker(&[&["convert", SAMPLE, p(&clean)][..], &flags].concat());
+    assert!(o.status.success(), "{}", text(&o));
+
+    // The process's file size limit (50 KiB: sh counts 512-byte blocks) stands in for a
+    // full disk: LMDB's short write surfaces the same way. SIGXFSZ is ignored so the write
+    // fails instead of killing the process.
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(r#"trap '' XFSZ; ulimit -f 100; exec "$@""#)
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_stoker"))
+        .args(["convert", SAMPLE, p(&limited)])
+        .args(flags);
+    let o = run_within(c, Duration::from_secs(120));
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("shard-000")
+            && err.contains("file size limit reached")
+            && err.contains("records (")
+            && err.contains("--resume"),
+        "{}",
+        text(&o)
+    );
+    let o = stoker(&[&["convert", SAMPLE, p(&limited), "--resume"][..], &flags].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(files(&clean) == files(&limited), "resumed output differs");
+}
+
+#[test]
+fn bench_on_a_dataset_whose_records_fail_says_so_and_exits_nonzero() {
+    use stoker::formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let mut w = DatasetWriter::create(&ds, WriterOptions::default()).unwrap();
+    let mut photos: Vec<PathBuf> = ["caer", "leptonica", "opencv"]
+        .iter()
+        .flat_map(|c| std::fs::read_dir(Path::new(SAMPLE).join(c)).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    photos.sort();
+    for (i, path) in photos.iter().enumerate() {
+        let bytes = std::fs::read(path).unwrap();
+        let info = stoker_decode::probe(&bytes, &Default::default()).unwrap();
+        let meta = RecordMeta {
+            encoding: Encoding::Jpeg,
+            height: info.height,
+            width: info.width,
+            channels: 3,
+            label: 0,
+        };
+        // Every third record: JPEG-looking bytes that do not decode (a valid CRC, so only
+        // decoding finds them).
+        let payload = if i % 3 == 0 {
+            bytes[..64].to_vec()
+        } else {
+            bytes
+        };
+        w.push(meta, &payload).unwrap();
+    }
+    w.finish(vec!["all".into()], Provenance::stoker("t"))
+        .unwrap();
+    let o = stoker(&[
+        "bench",
+        p(&ds),
+        "--device",
+        "cpu",
+        "--seconds",
+        "0.3",
+        "--batch",
+        "4",
+        "--size",
+        "32",
+    ]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("RECORD ERRORS"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("record(s)"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn unreadable_subdirectory_is_skipped_and_counted_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("a/locked")).unwrap();
+    std::fs::copy(
+        Path::new(SAMPLE).join("caer/tent.jpg"),
+        src.join("a/ok.jpg"),
+    )
+    .unwrap();
+    std::fs::copy(
+        Path::new(SAMPLE).join("caer/puppy.jpg"),
+        src.join("a/locked/x.jpg"),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    mode(dir.path(), 0o777).unwrap();
+    mode(&src.join("a/locked"), 0o000).unwrap();
+    let out = dir.path().join("out");
+    let mut c;
+    // Permissions do not stop root: run as nobody there (setpriv, util-linux).
+    if running_as_root() {
+        c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_stoker"));
+    } else {
+        c = Command::new(env!("CARGO_BIN_EXE_stoker"));
+    }
+    c.args(["convert", p(&src), p(&out), "--json", "--no-check"]);
+    let o = run_within(c, Duration::from_secs(120));
+    mode(&src.join("a/locked"), 0o755).unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["written"], 1, "{r}");
+    assert_eq!(r["inputs"], 2, "{r}");
+    let skipped = &r["skipped"][0];
+    assert!(
+        skipped["path"].as_str().unwrap().ends_with("locked")
+            && skipped["reason"]
+                .as_str()
+                .unwrap()
+                .contains("unreadable directory"),
+        "{r}"
+    );
+}
+
+/// True when this test runs as root (`id -u`), for which permissions do not apply.
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
