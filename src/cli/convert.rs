@@ -67,6 +67,15 @@ pub struct Args {
     /// image data is then found at training time instead).
     #[arg(long)]
     pub no_check: bool,
+    /// Convert only part I (0-based) of --parts N: a slice of the sorted inputs, written to
+    /// OUT/part-IIIII-of-NNNNN/ for `stoker merge OUT`. Defaults to the Slurm array task
+    /// (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN) or the Kubernetes Indexed Job's
+    /// JOB_COMPLETION_INDEX.
+    #[arg(long, value_name = "I")]
+    pub part: Option<u32>,
+    /// Number of parts (default: SLURM_ARRAY_TASK_COUNT, or STOKER_PARTS).
+    #[arg(long, value_name = "N")]
+    pub parts: Option<u32>,
     /// Print a machine-readable JSON report on stdout.
     #[arg(long)]
     pub json: bool,
@@ -184,6 +193,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     opts.max_file_size = args.max_file_size;
     opts.gpu_friendly = args.gpu_friendly;
     opts.check_decode = !args.no_check;
+    opts.part = formats::Part::from_env(args.part, args.parts)?;
+    if let Some(p) = opts.part {
+        eprintln!(
+            "converting part {} of {} (0-based) into {}",
+            p.index,
+            p.count,
+            args.out.join(p.dir_name()).display()
+        );
+    }
     if let Ok(n) = std::env::var("STOKER_TEST_FAIL_AFTER") {
         // Test hook: simulate a conversion killed after N records.
         opts.fail_after = n.parse().ok();

@@ -6,8 +6,9 @@
 //! conversion got, so `resume` can continue a killed run and still produce the same bytes.
 
 pub mod audit;
-mod lock;
+pub(crate) mod lock;
 mod markers;
+mod part;
 mod source;
 mod transcode;
 
@@ -20,11 +21,12 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::input_file::{read_input_file, refusal_reason};
-use crate::manifest::{Provenance, RawSize, ShardEntry, MANIFEST_FILE};
+use crate::manifest::{PartInfo, Provenance, RawSize, ShardEntry, MANIFEST_FILE};
 use crate::record::{Encoding, HEADER_LEN};
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions, DEFAULT_SHARD_BYTES};
 use crate::FormatError;
 use audit::Audit;
+pub use part::{Part, MAX_PARTS};
 pub use source::Source;
 use transcode::{Outcome, Processed};
 
@@ -96,6 +98,10 @@ pub struct ConvertOptions {
     /// Decode every JPEG that is stored unchanged, to skip corrupt ones now rather than at
     /// training time (default on; off trusts any file whose headers parse).
     pub check_decode: bool,
+    /// Convert only this part of the sorted listing, into `out/part-IIIII-of-NNNNN/` with a
+    /// part manifest, for `merge` to join (see [`Part`]); `None` converts everything
+    /// into `out`.
+    pub part: Option<Part>,
     /// Test hook: fail (as if killed) once this many records have been written.
     #[doc(hidden)]
     pub fail_after: Option<u64>,
@@ -130,6 +136,7 @@ impl ConvertOptions {
             max_file_size: crate::DEFAULT_MAX_FILE_SIZE,
             gpu_friendly: false,
             check_decode: true,
+            part: None,
             fail_after: None,
         }
     }
@@ -308,7 +315,24 @@ pub fn convert(
     let t0 = Instant::now();
     options.validate()?;
     let listing = options.source.list()?;
-    let fingerprint = fingerprint(options, &listing);
+    let listing_fingerprint = fingerprint(options, &listing);
+    let total = listing.inputs.len() as u64;
+    // A part is converted like a whole dataset into its own directory, from its slice of
+    // the listing; only its journal fingerprint and manifest say which part it is.
+    let part_options;
+    let (options, range, fingerprint) = match options.part {
+        None => (options, 0..total, listing_fingerprint),
+        Some(p) => {
+            part_options = ConvertOptions {
+                out: options.out.join(p.dir_name()),
+                ..options.clone()
+            };
+            let mut fp = crc32c::crc32c_append(listing_fingerprint, &p.index.to_le_bytes());
+            fp = crc32c::crc32c_append(fp, &p.count.to_le_bytes());
+            (&part_options, p.slice(total), fp)
+        }
+    };
+    let inputs = &listing.inputs[range.start as usize..range.end as usize];
     let out = &options.out;
     if !out.join(MANIFEST_FILE).exists() {
         std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
@@ -346,13 +370,13 @@ pub fn convert(
     };
     let resumed = writer.next_index();
 
-    progress.start(listing.inputs.len() as u64);
+    progress.start(inputs.len() as u64);
     if start_input > 0 {
         progress.advance(start_input as u64, totals.input_bytes);
     }
     let result = run(
         options,
-        &listing.inputs[start_input..],
+        &inputs[start_input..],
         start_input,
         fingerprint,
         &mut writer,
@@ -365,11 +389,21 @@ pub fn convert(
     let written = writer.next_index();
     let mut provenance = Provenance::stoker(options.source.describe());
     provenance.flags = options.output_flags();
+    if let Some(p) = options.part {
+        writer.set_part(PartInfo {
+            index: p.index,
+            count: p.count,
+            inputs: total,
+            first_input: range.start,
+            end_input: range.end,
+            listing: format!("{listing_fingerprint:08x}"),
+        });
+    }
     let manifest =
         writer.finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))?;
     let _ = std::fs::remove_file(out.join(JOURNAL_FILE));
     let report = ConvertReport {
-        inputs: listing.inputs.len() as u64,
+        inputs: inputs.len() as u64,
         written,
         skipped: totals.skipped,
         ignored: listing.ignored,
