@@ -338,3 +338,60 @@ fn kubernetes_recipe_runs_per_index_and_merges() {
     assert!(o.status.success(), "{}", text(&o));
     assert_same(&out, &single);
 }
+
+/// A folder of images without class sub-folders (unlabelled data) converts as one class,
+/// label 0, and says so once; `--layout` decides a folder that mixes files and folders.
+#[test]
+fn flat_folder_converts_as_one_class_and_layout_flag_decides_mixed_folders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = Path::new(REPO).join("examples/data/sample");
+    let flat = tmp.path().join("unlabelled");
+    std::fs::create_dir(&flat).unwrap();
+    for class in ["caer", "opencv"] {
+        for e in std::fs::read_dir(sample.join(class)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, flat.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let out = tmp.path().join("flat-ds");
+    let mut c = stoker();
+    c.arg("convert").arg(&flat).arg(&out).args(FLAGS);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(said.matches("no class sub-folders").count(), 1, "{said}");
+    let ds = Dataset::open(&out).unwrap();
+    assert_eq!(ds.len(), 12);
+    assert_eq!(ds.manifest().classes, ["unlabelled"]);
+    let r = ds.reader().unwrap();
+    assert!((0..ds.len()).all(|i| r.get(i).unwrap().header.label == 0));
+
+    // Refused when classes are asked for.
+    let mut c = stoker();
+    c.arg("convert")
+        .arg(&flat)
+        .arg(tmp.path().join("x"))
+        .args(FLAGS);
+    c.args(["--layout", "classes"]);
+    let o = run(c);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("no class subdirectories"), "{}", text(&o));
+
+    // Mixed: a class folder beside loose files. Auto reads classes (loose files ignored);
+    // --layout flat takes every file.
+    let mixed = tmp.path().join("mixed");
+    std::fs::create_dir_all(mixed.join("cats")).unwrap();
+    std::fs::copy(sample.join("caer/black_cat.jpg"), mixed.join("cats/1.jpg")).unwrap();
+    std::fs::copy(sample.join("caer/tent.jpg"), mixed.join("tent.jpg")).unwrap();
+    for (layout, samples, classes) in [("auto", 1, vec!["cats"]), ("flat", 2, vec!["mixed"])] {
+        let out = tmp.path().join(format!("mixed-{layout}"));
+        let mut c = stoker();
+        c.arg("convert").arg(&mixed).arg(&out).args(FLAGS);
+        c.args(["--layout", layout]);
+        let o = run(c);
+        assert!(o.status.success(), "{}", text(&o));
+        let ds = Dataset::open(&out).unwrap();
+        assert_eq!(ds.len(), samples, "{layout}");
+        assert_eq!(ds.manifest().classes, classes, "{layout}");
+    }
+}

@@ -55,7 +55,7 @@ mod writer;
 
 pub use convert::audit::Audit;
 pub use convert::{
-    convert, jpeg_is_complete, ConvertOptions, ConvertReport, NoProgress, Part, Progress,
+    convert, jpeg_is_complete, ConvertOptions, ConvertReport, Layout, NoProgress, Part, Progress,
     ResizeMode, Skipped, Source, MAX_PARTS,
 };
 pub use dataset::{Dataset, DatasetReader};

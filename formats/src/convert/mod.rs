@@ -27,7 +27,7 @@ use crate::writer::{write_atomically, DatasetWriter, WriterOptions, DEFAULT_SHAR
 use crate::FormatError;
 use audit::Audit;
 pub use part::{Part, MAX_PARTS};
-pub use source::Source;
+pub use source::{Layout, Source};
 use transcode::{Outcome, Processed};
 
 /// True when `data` is a JPEG whose primary image is complete: its end-of-image marker
@@ -98,6 +98,9 @@ pub struct ConvertOptions {
     /// Decode every JPEG that is stored unchanged, to skip corrupt ones now rather than at
     /// training time (default on; off trusts any file whose headers parse).
     pub check_decode: bool,
+    /// How an ImageFolder source is read: class subdirectories, or one class of unlabelled
+    /// images (`Auto`: flat exactly when the folder has no subdirectory).
+    pub layout: Layout,
     /// Convert only this part of the sorted listing, into `out/part-IIIII-of-NNNNN/` with a
     /// part manifest, for `merge` to join (see [`Part`]); `None` converts everything
     /// into `out`.
@@ -136,6 +139,7 @@ impl ConvertOptions {
             max_file_size: crate::DEFAULT_MAX_FILE_SIZE,
             gpu_friendly: false,
             check_decode: true,
+            layout: Layout::Auto,
             part: None,
             fail_after: None,
         }
@@ -200,6 +204,9 @@ impl ConvertOptions {
         f.insert("gpu_friendly".into(), self.gpu_friendly.to_string());
         f.insert("check_decode".into(), self.check_decode.to_string());
         f.insert("strict".into(), self.strict.to_string());
+        if self.layout != Layout::Auto {
+            f.insert("layout".into(), self.layout.to_string());
+        }
         f
     }
 }
@@ -241,6 +248,9 @@ pub struct ConvertReport {
     pub skipped: Vec<Skipped>,
     /// Files directly in an ImageFolder root: in no class folder, so not inputs (not counted).
     pub ignored: Vec<PathBuf>,
+    /// The ImageFolder source was converted as one class of unlabelled images (label 0).
+    #[serde(default)]
+    pub flat: bool,
     /// Shard files written.
     pub shards: u64,
     /// Bytes of all shard files.
@@ -314,7 +324,7 @@ pub fn convert(
 ) -> Result<ConvertReport, FormatError> {
     let t0 = Instant::now();
     options.validate()?;
-    let listing = options.source.list()?;
+    let listing = options.source.list_as(options.layout)?;
     let listing_fingerprint = fingerprint(options, &listing);
     let total = listing.inputs.len() as u64;
     // A part is converted like a whole dataset into its own directory, from its slice of
@@ -407,6 +417,7 @@ pub fn convert(
         written,
         skipped: totals.skipped,
         ignored: listing.ignored,
+        flat: listing.flat,
         shards: manifest.shards.len() as u64,
         bytes: manifest.bytes,
         input_bytes: totals.input_bytes,
