@@ -287,3 +287,18 @@ fn python_reader_finds_records_of_a_merged_dataset_through_key_base() {
     }
     assert!(run.status.success(), "check_format.py failed: {stderr}");
 }
+
+#[test]
+fn more_parts_than_inputs_leaves_empty_parts_that_merge_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/data/sample");
+    let source = Source::ImageFolder(src);
+    let single = tmp.path().join("single");
+    convert(&opts(source.clone(), &single), &NoProgress).unwrap();
+    let root = tmp.path().join("parts");
+    convert_parts(&source, &root, 20); // 15 photos: five parts hold nothing
+    let empty = Dataset::open(root.join(Part::new(0, 20).unwrap().dir_name())).unwrap();
+    assert_eq!(empty.len(), 0);
+    merge(&root, &[]).unwrap();
+    assert_same_dataset(&root, &single);
+}
