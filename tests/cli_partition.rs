@@ -258,6 +258,11 @@ fn slurm_recipe_runs_per_task_and_merges() {
     for (name, o) in wait_all(children, Duration::from_secs(300)) {
         assert!(o.status.success(), "{name}: {}", text(&o));
     }
+    // A task requeued after it succeeded finds its part done and succeeds again, so the
+    // dependent merge job still starts.
+    let o = run(task("1"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("already converted"), "{}", text(&o));
     let mut merge = task("0");
     merge.env("STOKER_STEP", "merge");
     let o = run(merge);

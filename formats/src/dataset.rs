@@ -74,7 +74,7 @@ impl Dataset {
         })
     }
 
-    /// Number of samples (keys are `0..len()`).
+    /// Number of samples (indices are `0..len()`).
     pub fn len(&self) -> u64 {
         self.inner.manifest.samples
     }

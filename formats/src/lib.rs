@@ -3,8 +3,8 @@
 //! `stoker-formats` is stoker's on-disk dataset format and the converter that produces it.
 //!
 //! A dataset is a directory holding LMDB shards (`shard-00000.lmdb`, one single-file LMDB
-//! environment each) and a `manifest.json`. Keys are the sample index as u64 big-endian;
-//! values are a 32-byte header (encoding, size, label, payload length, CRC32C) followed by
+//! environment each) and a `manifest.json`. Keys are the sample index as u64 big-endian
+//! (offset by the shard's `key_base` in a merged dataset); values are a 32-byte header (encoding, size, label, payload length, CRC32C) followed by
 //! the payload: JPEG bytes or raw HWC u8 pixels. docs/FORMAT.md documents the bytes.
 //!
 //! - [`Dataset::open`] / [`Dataset::reader`] / [`DatasetReader::get`]: zero-copy reads

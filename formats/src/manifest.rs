@@ -31,7 +31,7 @@ pub struct Manifest {
     pub format: String,
     /// Format version ([`FORMAT_VERSION`]).
     pub format_version: u32,
-    /// Number of samples; keys are `0..samples`.
+    /// Number of samples; indices are `0..samples`.
     pub samples: u64,
     /// Payload encoding of every record.
     pub encoding: Encoding,

@@ -52,7 +52,7 @@ impl VerifyReport {
 
 /// Checks every shard of `ds`: that the file is still the one opened, its size and
 /// whole-file digest against the manifest (xxh3-64; CRC32C for format version 1), and only
-/// then, through LMDB, that the keys are exactly the shard's index range in order, and for
+/// then, through LMDB, that the keys are exactly the shard's key range in order, and for
 /// every record its header (magic, version, header CRC), length, payload CRC32C, label
 /// (an index into the class list) and raw size. With `decode`, each JPEG is also decoded on
 /// the CPU and its size compared with the header.

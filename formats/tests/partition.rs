@@ -151,6 +151,17 @@ fn killed_part_rerun_with_the_same_index_completes_the_merge() {
     o.resume = true;
     let r = convert(&o, &NoProgress).unwrap();
     assert!(r.resumed > 0, "the rerun continued the part: {r:?}");
+    // Retried once more after it finished (a task requeued after success): nothing to do.
+    let again = convert(&o, &NoProgress).unwrap();
+    assert!(
+        again.already_done && again.written == r.written,
+        "{again:?}"
+    );
+    // Without --resume the finished part is refused as before.
+    o.resume = false;
+    let e = convert(&o, &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+    o.resume = true;
     // Other parts' files were not touched by the rerun.
     merge(&root, &[]).unwrap();
     assert_same_dataset(&root, &single);

@@ -247,6 +247,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else if report.already_done {
+        writeln!(
+            out,
+            "already converted: {} holds this part ({} records); nothing to do",
+            report.out.display(),
+            report.written
+        )?;
     } else {
         let secs = report.seconds.max(1e-9);
         writeln!(out,

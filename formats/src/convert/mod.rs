@@ -237,7 +237,8 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// The outcome of a conversion; `written + skipped.len() == inputs` always holds.
+/// The outcome of a conversion; `written + skipped.len() == inputs` holds for every
+/// conversion that ran (not for a part found `already_done`, whose skips are not recorded).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConvertReport {
     /// Input files found.
@@ -269,6 +270,11 @@ pub struct ConvertReport {
     pub audit: Audit,
     /// The output directory.
     pub out: PathBuf,
+    /// With `resume` and a part: the part was already finished by an earlier run (a task
+    /// retried after it completed), so nothing was converted; `written` and `resumed` are
+    /// its record count.
+    #[serde(default)]
+    pub already_done: bool,
 }
 
 /// State saved after each finished shard, enough to resume byte-identically.
@@ -344,6 +350,35 @@ pub fn convert(
     };
     let inputs = &listing.inputs[range.start as usize..range.end as usize];
     let out = &options.out;
+    if let (Some(p), true) = (options.part, options.resume) {
+        let want = PartInfo {
+            index: p.index,
+            count: p.count,
+            inputs: total,
+            first_input: range.start,
+            end_input: range.end,
+            listing: format!("{listing_fingerprint:08x}"),
+        };
+        if let Some(m) = finished_part(out, &want)? {
+            return Ok(ConvertReport {
+                inputs: inputs.len() as u64,
+                written: m.samples,
+                skipped: Vec::new(),
+                ignored: listing.ignored,
+                flat: listing.flat,
+                shards: m.shards.len() as u64,
+                bytes: m.bytes,
+                input_bytes: 0,
+                seconds: t0.elapsed().as_secs_f64(),
+                stored: 0,
+                transcoded: 0,
+                resumed: m.samples,
+                audit: m.audit.unwrap_or_default(),
+                out: out.clone(),
+                already_done: true,
+            });
+        }
+    }
     if !out.join(MANIFEST_FILE).exists() {
         std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
     }
@@ -427,9 +462,24 @@ pub fn convert(
         resumed,
         audit: totals.audit,
         out: out.clone(),
+        already_done: false,
     };
     debug_assert_eq!(report.written + report.skipped.len() as u64, report.inputs);
     Ok(report)
+}
+
+/// The manifest of the part in `out` when it is finished and is exactly part `want` (same
+/// listing, flags and slice); `None` when `out` holds no finished dataset. A finished
+/// dataset of anything else stays for `prepare_output` to refuse.
+fn finished_part(
+    out: &Path,
+    want: &PartInfo,
+) -> Result<Option<crate::manifest::Manifest>, FormatError> {
+    if !out.join(MANIFEST_FILE).exists() {
+        return Ok(None);
+    }
+    let m = crate::manifest::Manifest::read(out)?;
+    Ok((m.part.as_ref() == Some(want)).then_some(m))
 }
 
 /// Processes `inputs` (the tail of the listing from `first`) and writes them in order.
