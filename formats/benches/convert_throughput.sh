@@ -13,6 +13,11 @@
 #   stoker convert --encoding raw --size 224x224 --jobs 1: decode+resize, raw pixels
 #   peer: Pillow doing the --max-side 256 work on one core (pil_reencode.py), if installed
 # and prints one line per measurement (also as JSON lines when JSON=1).
+#
+# ONLY=store times just `cp -r` and `stoker convert --no-check` of the tree, alternating
+# (cp, convert, cp, convert, ...) so both see the same machine state, REPS times each, and
+# prints both medians and their ratio; a second binary in PEER_BIN (e.g. an older build)
+# joins the alternation. The tree and outputs live under TMPDIR (tmpfs or disk).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -66,6 +71,32 @@ time_cmd() {
 cp_sync() { cp -r "$1" "$2" && find "$2" -type f -exec sync {} +; }
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $cores cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "${ONLY:-}" = store ]; then
+  echo "tree: $files JPEGs, $bytes bytes under $work ($(df --output=fstype "$work" | tail -1)); alternating, $reps runs each"
+  names=("cp -r" "convert --no-check")
+  cmds=("cp -r $tree $work/out" "$bin convert $tree $work/out --no-check")
+  if [ -n "${PEER_BIN:-}" ]; then
+    names+=("convert --no-check ($PEER_BIN)")
+    cmds+=("$PEER_BIN convert $tree $work/out --no-check")
+  fi
+  declare -A runs
+  for _ in $(seq "$reps"); do
+    for i in "${!cmds[@]}"; do
+      rm -rf "$work/out"; sync
+      t0=$(now); ${cmds[$i]} > /dev/null; t1=$(now)
+      runs[$i]+="$(echo "$t1 - $t0" | bc -l) "
+    done
+  done
+  rm -rf "$work/out"
+  cp_med=$(printf '%s\n' ${runs[0]} | median)
+  for i in "${!cmds[@]}"; do
+    t=$(printf '%s\n' ${runs[$i]} | median)
+    printf '%-60s %8.3f s  %8.1f MB/s  %5.2fx cp -r   (runs: %s)\n' "${names[$i]}" "$t" \
+      "$(echo "$bytes / 1000000 / $t" | bc -l)" "$(echo "$cp_med / $t" | bc -l)" "${runs[$i]}"
+  done
+  echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
 echo "tree: $files JPEGs, $bytes bytes ($copies x the bench set); re-encode set: 512 JPEGs, $sbytes bytes; median of $reps"
 time_cmd "cp -r" "$bytes" "$files" -- cp -r "$tree" "$work/out"
 time_cmd "cp -r + fsync each file" "$bytes" "$files" -- cp_sync "$tree" "$work/out"

@@ -74,7 +74,7 @@ impl Dataset {
         })
     }
 
-    /// Number of samples (keys are `0..len()`).
+    /// Number of samples (indices are `0..len()`).
     pub fn len(&self) -> u64 {
         self.inner.manifest.samples
     }
@@ -231,9 +231,10 @@ impl DatasetReader {
             });
         };
         let shard = &self.dataset.inner.shards[si];
+        let key = self.dataset.inner.manifest.shards[si].key_of(index);
         let value = shard
             .db
-            .get(&self.txns[si], &shard::key(index))
+            .get(&self.txns[si], &shard::key(key))
             .map_err(|e| FormatError::lmdb(&shard.path, e))?
             .ok_or_else(|| FormatError::MissingRecord {
                 shard: shard.path.clone(),

@@ -217,6 +217,23 @@ pub enum FormatError {
     /// Conflicting or out-of-range options.
     #[error("invalid options: {0}")]
     InvalidOptions(String),
+    /// The part of a partitioned conversion could not be told from the flags and the
+    /// launcher's variables (missing, unparsable or inconsistent).
+    #[error("which part to convert: {reason} ({given})")]
+    PartSelection {
+        /// The flags and variables that were read, as `NAME=value` (or "nothing set").
+        given: String,
+        /// What is wrong and what to set.
+        reason: String,
+    },
+    /// `merge` refused a part: unfinished, from another conversion, duplicated or missing.
+    #[error("{path}: cannot merge: {reason}")]
+    MergeRefused {
+        /// The part directory (or the output root when parts are missing).
+        path: PathBuf,
+        /// Why, and what to do.
+        reason: String,
+    },
     /// A failure injected by a test (see `ConvertOptions::fail_after`).
     #[error("injected failure after {written} records")]
     Injected {

@@ -3,8 +3,8 @@
 //! `stoker-formats` is stoker's on-disk dataset format and the converter that produces it.
 //!
 //! A dataset is a directory holding LMDB shards (`shard-00000.lmdb`, one single-file LMDB
-//! environment each) and a `manifest.json`. Keys are the sample index as u64 big-endian;
-//! values are a 32-byte header (encoding, size, label, payload length, CRC32C) followed by
+//! environment each) and a `manifest.json`. Keys are the sample index as u64 big-endian
+//! (offset by the shard's `key_base` in a merged dataset); values are a 32-byte header (encoding, size, label, payload length, CRC32C) followed by
 //! the payload: JPEG bytes or raw HWC u8 pixels. docs/FORMAT.md documents the bytes.
 //!
 //! - [`Dataset::open`] / [`Dataset::reader`] / [`DatasetReader::get`]: zero-copy reads
@@ -14,6 +14,8 @@
 //! - [`convert()`]: an ImageFolder tree or list file into a dataset, in parallel and
 //!   deterministically, skipping and reporting bad inputs, with a JPEG compatibility
 //!   [`Audit`].
+//! - [`merge()`]: joins the parts of a conversion split over a job array
+//!   ([`ConvertOptions::part`]) into one dataset, without copying shards.
 //! - [`verify()`] and [`inspect()`]: check every record; summarize a dataset.
 //!
 //! ```
@@ -45,6 +47,7 @@ mod inspect;
 mod lmdb_meta;
 mod lmdb_walk;
 mod manifest;
+mod merge;
 mod record;
 mod shard;
 mod verify;
@@ -52,17 +55,18 @@ mod writer;
 
 pub use convert::audit::Audit;
 pub use convert::{
-    convert, jpeg_is_complete, ConvertOptions, ConvertReport, NoProgress, Progress, ResizeMode,
-    Skipped, Source,
+    convert, jpeg_is_complete, ConvertOptions, ConvertReport, Layout, NoProgress, Part, Progress,
+    ResizeMode, Skipped, Source, MAX_PARTS,
 };
 pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;
 pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
 pub use inspect::{inspect, Distribution, InspectReport};
 pub use manifest::{
-    Manifest, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
-    OLDEST_FORMAT_VERSION,
+    Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION,
+    MANIFEST_FILE, OLDEST_FORMAT_VERSION,
 };
+pub use merge::{merge, MergeReport};
 pub use record::{Encoding, Record, RecordHeader, HEADER_LEN, RECORD_MAGIC, RECORD_VERSION};
 pub use verify::{verify, BadRecord, VerifyReport};
 pub use writer::{shard_file_name, DatasetWriter, RecordMeta, WriterOptions, DEFAULT_SHARD_BYTES};

@@ -31,7 +31,7 @@ pub struct Manifest {
     pub format: String,
     /// Format version ([`FORMAT_VERSION`]).
     pub format_version: u32,
-    /// Number of samples; keys are `0..samples`.
+    /// Number of samples; indices are `0..samples`.
     pub samples: u64,
     /// Payload encoding of every record.
     pub encoding: Encoding,
@@ -50,6 +50,29 @@ pub struct Manifest {
     /// JPEG compatibility audit of the source files, when made by the converter.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<crate::convert::audit::Audit>,
+    /// Set only in the manifest of one part of a partitioned conversion (`convert --part`):
+    /// which slice of which listing it holds, so `merge` can refuse parts that do not belong
+    /// together. A merged or single-process dataset has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<PartInfo>,
+}
+
+/// Which slice of a conversion's input listing one part holds (see [`Manifest::part`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartInfo {
+    /// This part's index, `0..count`.
+    pub index: u32,
+    /// How many parts the listing was cut into.
+    pub count: u32,
+    /// Inputs in the whole listing.
+    pub inputs: u64,
+    /// The part's inputs are `first_input..end_input` of the sorted listing.
+    pub first_input: u64,
+    /// End (exclusive) of the part's inputs.
+    pub end_input: u64,
+    /// CRC32C of the whole listing (paths, labels, classes) and the output flags, written
+    /// as 8 hex digits: equal in every part of one conversion.
+    pub listing: String,
 }
 
 /// Fixed `height × width × channels` of a raw dataset.
@@ -70,8 +93,13 @@ pub struct ShardEntry {
     pub file: String,
     /// Dataset index of the shard's first record.
     pub first_index: u64,
-    /// Number of records in the shard (keys `first_index..first_index + count`).
+    /// Number of records in the shard (keys `key_base..key_base + count`).
     pub count: u64,
+    /// LMDB key of the shard's first record, when it is not `first_index`: a merged
+    /// dataset references the shards of its parts unchanged, and each part numbered its
+    /// records from 0. Absent (the usual case), keys are dataset indices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_base: Option<u64>,
     /// File size in bytes.
     pub bytes: u64,
     /// xxh3-64 of the whole file, written as 16 hex digits (format version 2).
@@ -80,6 +108,29 @@ pub struct ShardEntry {
     /// CRC32C of the whole file (format version 1 only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crc32c: Option<u32>,
+}
+
+impl ShardEntry {
+    /// The LMDB key under which this shard stores dataset index `index` (which must be in
+    /// `first_index..first_index + count`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let s = stoker_formats::ShardEntry {
+    ///     file: "shard-00003.lmdb".into(), first_index: 100, count: 10, key_base: Some(40),
+    ///     bytes: 4096, xxh3: Some(0), crc32c: None,
+    /// };
+    /// assert_eq!(s.key_of(105), 45);
+    /// ```
+    pub fn key_of(&self, index: u64) -> u64 {
+        index - self.first_index + self.first_key()
+    }
+
+    /// The LMDB key of the shard's first record.
+    pub fn first_key(&self) -> u64 {
+        self.key_base.unwrap_or(self.first_index)
+    }
 }
 
 /// `Option<u64>` as a 16-digit hex string: JSON numbers above 2^53 do not survive every
@@ -210,6 +261,9 @@ impl Manifest {
             }
             if s.count == 0 {
                 return Err(bad(format!("shard {} is empty", s.file)));
+            }
+            if s.first_key().checked_add(s.count).is_none() {
+                return Err(bad(format!("shard {} key_base overflows", s.file)));
             }
             if s.file.contains('/') || s.file.contains('\\') || s.file.starts_with('.') {
                 return Err(bad(format!(

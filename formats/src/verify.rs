@@ -52,7 +52,7 @@ impl VerifyReport {
 
 /// Checks every shard of `ds`: that the file is still the one opened, its size and
 /// whole-file digest against the manifest (xxh3-64; CRC32C for format version 1), and only
-/// then, through LMDB, that the keys are exactly the shard's index range in order, and for
+/// then, through LMDB, that the keys are exactly the shard's key range in order, and for
 /// every record its header (magic, version, header CRC), length, payload CRC32C, label
 /// (an index into the class list) and raw size. With `decode`, each JPEG is also decoded on
 /// the CPU and its size compared with the header.
@@ -183,6 +183,8 @@ struct ShardCheck<'a, 'm> {
     m: &'m Manifest,
     shard_path: &'m Path,
     first: u64,
+    /// LMDB key of the record at `first` (the shard's `key_base`, else `first`).
+    first_key: u64,
     expect: u64,
     end: u64,
     decode: bool,
@@ -197,6 +199,7 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
             m,
             shard_path,
             first: entry.first_index,
+            first_key: entry.first_key(),
             expect: entry.first_index,
             end: entry.first_index.saturating_add(entry.count),
             decode,
@@ -214,7 +217,20 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
         let Ok(k) = <[u8; 8]>::try_from(key) else {
             return self.problem(None, format!("stray key of {} bytes", key.len()));
         };
-        let index = u64::from_be_bytes(k);
+        let key = u64::from_be_bytes(k);
+        // Keys below the shard's first key cannot be in place; map the rest to indices.
+        let index = match key.checked_sub(self.first_key) {
+            Some(off) => self.first.saturating_add(off),
+            None => {
+                return self.problem(
+                    None,
+                    format!(
+                        "key {key} out of place (shard keys start at {})",
+                        self.first_key
+                    ),
+                )
+            }
+        };
         let (expect, end) = (self.expect, self.end);
         if index < expect || index >= end {
             return self.problem(

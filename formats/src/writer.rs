@@ -9,7 +9,7 @@ use heed::{Database, Env, EnvFlags, EnvOpenOptions, PutFlags};
 
 use crate::convert::audit::Audit;
 use crate::manifest::{
-    Manifest, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
 use crate::shard;
@@ -97,6 +97,8 @@ pub struct DatasetWriter {
     encoding: Option<Encoding>,
     raw_size: Option<RawSize>,
     payload_bytes: u64,
+    /// Recorded in the manifest of one part of a partitioned conversion.
+    part: Option<PartInfo>,
 }
 
 impl std::fmt::Debug for DatasetWriter {
@@ -168,6 +170,7 @@ impl DatasetWriter {
             next_index,
             raw_size: None,
             payload_bytes: 0,
+            part: None,
         })
     }
 
@@ -342,6 +345,7 @@ impl DatasetWriter {
             payload_bytes: self.payload_bytes,
             provenance,
             audit,
+            part: self.part,
         };
         manifest.validate(&self.out_dir.join(MANIFEST_FILE))?;
         write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())
@@ -360,6 +364,11 @@ impl DatasetWriter {
     pub(crate) fn space_error(&self, e: FormatError) -> FormatError {
         let bytes = self.done.iter().map(|s| s.bytes).sum();
         out_of_space(e, &self.out_dir, self.next_index, bytes)
+    }
+
+    /// Marks the dataset as one part of a partitioned conversion.
+    pub(crate) fn set_part(&mut self, part: PartInfo) {
+        self.part = Some(part);
     }
 
     pub(crate) fn payload_bytes(&self) -> u64 {
@@ -576,6 +585,7 @@ impl ShardBuilder {
             file: self.file.clone(),
             first_index: self.first_index,
             count: self.count,
+            key_base: None,
             bytes,
             xxh3: Some(digest),
             crc32c: None,

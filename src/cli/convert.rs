@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use stoker::formats::{self, ConvertOptions, Encoding, Progress, ResizeMode, Source};
+use stoker::formats::{self, ConvertOptions, Encoding, Layout, Progress, ResizeMode, Source};
 
 /// Flags of `stoker convert`.
 #[derive(Debug, clap::Args)]
@@ -22,6 +22,10 @@ pub struct Args {
     /// A list file of `relative/path,label` lines instead of an ImageFolder tree.
     #[arg(long)]
     pub list: Option<PathBuf>,
+    /// How SRC is read: classes (one subdirectory per class), flat (every image under SRC
+    /// as one class, label 0: unlabelled data), or auto (flat when SRC has no subdirectory).
+    #[arg(long, default_value = "auto", value_parser = parse_layout)]
+    pub layout: Layout,
     /// jpeg: store JPEG bytes (originals when possible); raw: store decoded pixels (needs --size).
     #[arg(long, default_value = "jpeg", value_parser = parse_encoding)]
     pub encoding: Encoding,
@@ -67,6 +71,15 @@ pub struct Args {
     /// image data is then found at training time instead).
     #[arg(long)]
     pub no_check: bool,
+    /// Convert only part I (0-based) of --parts N: a slice of the sorted inputs, written to
+    /// OUT/part-IIIII-of-NNNNN/ for `stoker merge OUT`. Defaults to the Slurm array task
+    /// (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN) or the Kubernetes Indexed Job's
+    /// JOB_COMPLETION_INDEX.
+    #[arg(long, value_name = "I")]
+    pub part: Option<u32>,
+    /// Number of parts (default: SLURM_ARRAY_TASK_COUNT, or STOKER_PARTS).
+    #[arg(long, value_name = "N")]
+    pub parts: Option<u32>,
     /// Print a machine-readable JSON report on stdout.
     #[arg(long)]
     pub json: bool,
@@ -80,6 +93,15 @@ fn parse_encoding(s: &str) -> Result<Encoding, String> {
         "jpeg" => Ok(Encoding::Jpeg),
         "raw" => Ok(Encoding::Raw),
         _ => Err(format!("{s:?}: want jpeg or raw")),
+    }
+}
+
+fn parse_layout(s: &str) -> Result<Layout, String> {
+    match s {
+        "auto" => Ok(Layout::Auto),
+        "classes" => Ok(Layout::Classes),
+        "flat" => Ok(Layout::Flat),
+        _ => Err(format!("{s:?}: want auto, classes or flat")),
     }
 }
 
@@ -184,6 +206,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     opts.max_file_size = args.max_file_size;
     opts.gpu_friendly = args.gpu_friendly;
     opts.check_decode = !args.no_check;
+    opts.layout = args.layout;
+    opts.part = formats::Part::from_env(args.part, args.parts)?;
+    if let Some(p) = opts.part {
+        eprintln!(
+            "converting part {} of {} (0-based) into {}",
+            p.index,
+            p.count,
+            args.out.join(p.dir_name()).display()
+        );
+    }
     if let Ok(n) = std::env::var("STOKER_TEST_FAIL_AFTER") {
         // Test hook: simulate a conversion killed after N records.
         opts.fail_after = n.parse().ok();
@@ -205,9 +237,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         verbose: args.verbose,
     };
     let report = formats::convert(&opts, &progress)?;
+    if report.flat && args.layout == Layout::Auto {
+        // Said once: a folder without class sub-folders used to be refused.
+        eprintln!(
+            "{} has no class sub-folders: converted as one class of unlabelled images (label 0)",
+            args.src.display()
+        );
+    }
 
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else if report.already_done {
+        writeln!(
+            out,
+            "already converted: {} holds this part ({} records); nothing to do",
+            report.out.display(),
+            report.written
+        )?;
     } else {
         let secs = report.seconds.max(1e-9);
         writeln!(out,
@@ -251,7 +297,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if !report.ignored.is_empty() {
             writeln!(
                 out,
-                "ignored {} file(s) directly under {} (not in a class folder), e.g. {}",
+                "ignored {} file(s) directly under {} (not in a class folder; --layout flat takes every file as one class), e.g. {}",
                 report.ignored.len(),
                 args.src.display(),
                 report.ignored[0].display()

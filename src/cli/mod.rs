@@ -9,6 +9,7 @@ mod bench;
 mod convert;
 mod decode;
 mod inspect;
+mod merge;
 mod verify;
 
 /// stoker: keeps training GPUs fed.
@@ -23,6 +24,8 @@ struct Cli {
 enum Command {
     /// Convert an image folder or list file into LMDB shards.
     Convert(convert::Args),
+    /// Join the parts of a partitioned conversion (convert --part) into one dataset.
+    Merge(merge::Args),
     /// Summarize a converted dataset.
     Inspect(inspect::Args),
     /// Check every record of a converted dataset (header, length, CRC, optionally decode).
@@ -44,6 +47,7 @@ pub fn main() -> ExitCode {
         .try_init();
     let result = match cli.command {
         Command::Convert(a) => convert::run(a),
+        Command::Merge(a) => merge::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Verify(a) => verify::run(a),
         Command::Decode(a) => decode::run(a),

@@ -5,7 +5,8 @@ it against docs/FORMAT.md.
 Usage: check_format.py DATASET INDEX [EXPECTED_PAYLOAD_FILE]
 
 Checks, for every shard listed in manifest.json: the file opens read-only without a lock
-file, keys are 8-byte big-endian integers first_index..first_index+count in order, and the
+file, keys are 8-byte big-endian integers key_base..key_base+count in order (key_base defaults to
+first_index; a merged dataset's shards keep their part's keys), and the
 file's size and digest (format version 2: XXH3-64; version 1: CRC32C) match the manifest. For record INDEX it checks magic, version,
 encoding, header CRC32C, payload length and payload CRC32C, and (if given) that the payload is
 byte-equal to EXPECTED_PAYLOAD_FILE. Prints the parsed header of INDEX as JSON on stdout.
@@ -140,7 +141,9 @@ def main():
         env = lmdb.open(path, subdir=False, readonly=True, lock=False)
         try:
             with env.begin() as txn:
-                want = shard["first_index"]
+                # A shard's keys start at key_base when given (merged parts), else at first_index.
+                base = shard.get("key_base", shard["first_index"])
+                want = base
                 for key, value in txn.cursor():
                     if len(key) != 8:
                         fail(f"{path}: key of {len(key)} bytes")
@@ -148,10 +151,10 @@ def main():
                     if k != want:
                         fail(f"{path}: key {k}, expected {want}")
                     want += 1
-                    if k == index:
+                    if k - base + shard["first_index"] == index:
                         found = bytes(value)
-                if want != shard["first_index"] + shard["count"]:
-                    fail(f"{path}: {want - shard['first_index']} records, manifest says {shard['count']}")
+                if want != base + shard["count"]:
+                    fail(f"{path}: {want - base} records, manifest says {shard['count']}")
         finally:
             env.close()
         if os.path.exists(path + "-lock"):

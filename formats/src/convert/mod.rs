@@ -6,8 +6,9 @@
 //! conversion got, so `resume` can continue a killed run and still produce the same bytes.
 
 pub mod audit;
-mod lock;
+pub(crate) mod lock;
 mod markers;
+mod part;
 mod source;
 mod transcode;
 
@@ -20,12 +21,13 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::input_file::{read_input_file, refusal_reason};
-use crate::manifest::{Provenance, RawSize, ShardEntry, MANIFEST_FILE};
+use crate::manifest::{PartInfo, Provenance, RawSize, ShardEntry, MANIFEST_FILE};
 use crate::record::{Encoding, HEADER_LEN};
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions, DEFAULT_SHARD_BYTES};
 use crate::FormatError;
 use audit::Audit;
-pub use source::Source;
+pub use part::{Part, MAX_PARTS};
+pub use source::{Layout, Source};
 use transcode::{Outcome, Processed};
 
 /// True when `data` is a JPEG whose primary image is complete: its end-of-image marker
@@ -99,6 +101,13 @@ pub struct ConvertOptions {
     /// Decode every JPEG that is stored unchanged, to skip corrupt ones now rather than at
     /// training time (default on; off trusts any file whose headers parse).
     pub check_decode: bool,
+    /// How an ImageFolder source is read: class subdirectories, or one class of unlabelled
+    /// images (`Auto`: flat exactly when the folder has no subdirectory).
+    pub layout: Layout,
+    /// Convert only this part of the sorted listing, into `out/part-IIIII-of-NNNNN/` with a
+    /// part manifest, for `merge` to join (see [`Part`]); `None` converts everything
+    /// into `out`.
+    pub part: Option<Part>,
     /// Test hook: fail (as if killed) once this many records have been written.
     #[doc(hidden)]
     pub fail_after: Option<u64>,
@@ -133,6 +142,8 @@ impl ConvertOptions {
             max_file_size: crate::DEFAULT_MAX_FILE_SIZE,
             gpu_friendly: false,
             check_decode: true,
+            layout: Layout::Auto,
+            part: None,
             fail_after: None,
         }
     }
@@ -203,6 +214,9 @@ impl ConvertOptions {
         f.insert("gpu_friendly".into(), self.gpu_friendly.to_string());
         f.insert("check_decode".into(), self.check_decode.to_string());
         f.insert("strict".into(), self.strict.to_string());
+        if self.layout != Layout::Auto {
+            f.insert("layout".into(), self.layout.to_string());
+        }
         f
     }
 }
@@ -233,7 +247,8 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// The outcome of a conversion; `written + skipped.len() == inputs` always holds.
+/// The outcome of a conversion; `written + skipped.len() == inputs` holds for every
+/// conversion that ran (not for a part found `already_done`, whose skips are not recorded).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConvertReport {
     /// Input files found.
@@ -244,6 +259,9 @@ pub struct ConvertReport {
     pub skipped: Vec<Skipped>,
     /// Files directly in an ImageFolder root: in no class folder, so not inputs (not counted).
     pub ignored: Vec<PathBuf>,
+    /// The ImageFolder source was converted as one class of unlabelled images (label 0).
+    #[serde(default)]
+    pub flat: bool,
     /// Shard files written.
     pub shards: u64,
     /// Bytes of all shard files.
@@ -262,6 +280,11 @@ pub struct ConvertReport {
     pub audit: Audit,
     /// The output directory.
     pub out: PathBuf,
+    /// With `resume` and a part: the part was already finished by an earlier run (a task
+    /// retried after it completed), so nothing was converted; `written` and `resumed` are
+    /// its record count.
+    #[serde(default)]
+    pub already_done: bool,
 }
 
 /// State saved after each finished shard, enough to resume byte-identically.
@@ -317,9 +340,55 @@ pub fn convert(
 ) -> Result<ConvertReport, FormatError> {
     let t0 = Instant::now();
     options.validate()?;
-    let listing = options.source.list()?;
-    let fingerprint = fingerprint(options, &listing);
+    let listing = options.source.list_as(options.layout)?;
+    let listing_fingerprint = fingerprint(options, &listing);
+    let total = listing.inputs.len() as u64;
+    // A part is converted like a whole dataset into its own directory, from its slice of
+    // the listing; only its journal fingerprint and manifest say which part it is.
+    let part_options;
+    let (options, range, fingerprint) = match options.part {
+        None => (options, 0..total, listing_fingerprint),
+        Some(p) => {
+            part_options = ConvertOptions {
+                out: options.out.join(p.dir_name()),
+                ..options.clone()
+            };
+            let mut fp = crc32c::crc32c_append(listing_fingerprint, &p.index.to_le_bytes());
+            fp = crc32c::crc32c_append(fp, &p.count.to_le_bytes());
+            (&part_options, p.slice(total), fp)
+        }
+    };
+    let inputs = &listing.inputs[range.start as usize..range.end as usize];
     let out = &options.out;
+    if let (Some(p), true) = (options.part, options.resume) {
+        let want = PartInfo {
+            index: p.index,
+            count: p.count,
+            inputs: total,
+            first_input: range.start,
+            end_input: range.end,
+            listing: format!("{listing_fingerprint:08x}"),
+        };
+        if let Some(m) = finished_part(out, &want)? {
+            return Ok(ConvertReport {
+                inputs: inputs.len() as u64,
+                written: m.samples,
+                skipped: Vec::new(),
+                ignored: listing.ignored,
+                flat: listing.flat,
+                shards: m.shards.len() as u64,
+                bytes: m.bytes,
+                input_bytes: 0,
+                seconds: t0.elapsed().as_secs_f64(),
+                stored: 0,
+                transcoded: 0,
+                resumed: m.samples,
+                audit: m.audit.unwrap_or_default(),
+                out: out.clone(),
+                already_done: true,
+            });
+        }
+    }
     if !out.join(MANIFEST_FILE).exists() {
         std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
     }
@@ -356,13 +425,13 @@ pub fn convert(
     };
     let resumed = writer.next_index();
 
-    progress.start(listing.inputs.len() as u64);
+    progress.start(inputs.len() as u64);
     if start_input > 0 {
         progress.advance(start_input as u64, totals.input_bytes);
     }
     let result = run(
         options,
-        &listing.inputs[start_input..],
+        &inputs[start_input..],
         start_input,
         fingerprint,
         &mut writer,
@@ -375,14 +444,25 @@ pub fn convert(
     let written = writer.next_index();
     let mut provenance = Provenance::stoker(options.source.describe());
     provenance.flags = options.output_flags();
+    if let Some(p) = options.part {
+        writer.set_part(PartInfo {
+            index: p.index,
+            count: p.count,
+            inputs: total,
+            first_input: range.start,
+            end_input: range.end,
+            listing: format!("{listing_fingerprint:08x}"),
+        });
+    }
     let manifest =
         writer.finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))?;
     let _ = std::fs::remove_file(out.join(JOURNAL_FILE));
     let report = ConvertReport {
-        inputs: listing.inputs.len() as u64,
+        inputs: inputs.len() as u64,
         written,
         skipped: totals.skipped,
         ignored: listing.ignored,
+        flat: listing.flat,
         shards: manifest.shards.len() as u64,
         bytes: manifest.bytes,
         input_bytes: totals.input_bytes,
@@ -392,9 +472,24 @@ pub fn convert(
         resumed,
         audit: totals.audit,
         out: out.clone(),
+        already_done: false,
     };
     debug_assert_eq!(report.written + report.skipped.len() as u64, report.inputs);
     Ok(report)
+}
+
+/// The manifest of the part in `out` when it is finished and is exactly part `want` (same
+/// listing, flags and slice); `None` when `out` holds no finished dataset. A finished
+/// dataset of anything else stays for `prepare_output` to refuse.
+fn finished_part(
+    out: &Path,
+    want: &PartInfo,
+) -> Result<Option<crate::manifest::Manifest>, FormatError> {
+    if !out.join(MANIFEST_FILE).exists() {
+        return Ok(None);
+    }
+    let m = crate::manifest::Manifest::read(out)?;
+    Ok((m.part.as_ref() == Some(want)).then_some(m))
 }
 
 /// Processes `inputs` (the tail of the listing from `first`) and writes them in order.

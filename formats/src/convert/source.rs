@@ -29,6 +29,29 @@ pub enum Source {
     },
 }
 
+/// How an ImageFolder source's directory is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// `Classes` when the root has a subdirectory, else `Flat` (a folder of images alone).
+    #[default]
+    Auto,
+    /// One subdirectory per class; files directly in the root are ignored (and reported).
+    Classes,
+    /// Unlabelled images: every file under the root, at any depth, is an input of the one
+    /// class named after the root folder, label 0.
+    Flat,
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Layout::Auto => "auto",
+            Layout::Classes => "classes",
+            Layout::Flat => "flat",
+        })
+    }
+}
+
 /// One input file and its label.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Input {
@@ -46,6 +69,8 @@ pub(crate) struct Listing {
     pub classes: Vec<String>,
     /// Files directly in an ImageFolder root: not in any class, so not inputs.
     pub ignored: Vec<PathBuf>,
+    /// An ImageFolder source was read as one class of unlabelled images.
+    pub flat: bool,
 }
 
 impl Source {
@@ -57,9 +82,26 @@ impl Source {
         }
     }
 
+    #[cfg(test)]
     pub(crate) fn list(&self) -> Result<Listing, FormatError> {
+        self.list_as(Layout::Auto)
+    }
+
+    /// The inputs; `layout` applies to an ImageFolder source only.
+    pub(crate) fn list_as(&self, layout: Layout) -> Result<Listing, FormatError> {
         match self {
-            Source::ImageFolder(root) => list_image_folder(root),
+            Source::ImageFolder(root) => {
+                let flat = match layout {
+                    Layout::Flat => true,
+                    Layout::Classes => false,
+                    Layout::Auto => !has_subdirectory(root)?,
+                };
+                if flat {
+                    list_flat(root)
+                } else {
+                    list_image_folder(root)
+                }
+            }
             Source::List { root, list } => list_file(root, list),
         }
     }
@@ -76,12 +118,54 @@ fn dir_id(meta: &std::fs::Metadata) -> (u64, u64) {
     (meta.dev(), meta.ino())
 }
 
-fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
+fn not_a_directory(root: &Path) -> FormatError {
+    FormatError::BadSource {
+        path: root.to_path_buf(),
+        reason: "not a directory (an ImageFolder source has one subdirectory per class)".into(),
+    }
+}
+
+/// True when `root` has a subdirectory (following symlinks), i.e. looks like classes.
+fn has_subdirectory(root: &Path) -> Result<bool, FormatError> {
     if !root.is_dir() {
+        return Err(not_a_directory(root));
+    }
+    let entries = sorted_entries(root).map_err(|e| FormatError::io(root, e))?;
+    Ok(entries
+        .iter()
+        .any(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir())))
+}
+
+/// Every file under `root` as one class named after the folder, label 0.
+fn list_flat(root: &Path) -> Result<Listing, FormatError> {
+    if !root.is_dir() {
+        return Err(not_a_directory(root));
+    }
+    let root_meta = std::fs::metadata(root).map_err(|e| FormatError::io(root, e))?;
+    let name = std::fs::canonicalize(root)
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "images".into());
+    let mut inputs = Vec::new();
+    let mut seen = HashSet::from([dir_id(&root_meta)]);
+    walk(root, 0, &mut inputs, 0, &mut seen);
+    if inputs.is_empty() {
         return Err(FormatError::BadSource {
             path: root.to_path_buf(),
-            reason: "not a directory (an ImageFolder source has one subdirectory per class)".into(),
+            reason: "holds no files to convert".into(),
         });
+    }
+    Ok(Listing {
+        inputs,
+        classes: vec![name],
+        ignored: Vec::new(),
+        flat: true,
+    })
+}
+
+fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
+    if !root.is_dir() {
+        return Err(not_a_directory(root));
     }
     let root_meta = std::fs::metadata(root).map_err(|e| FormatError::io(root, e))?;
     let mut classes = Vec::new();
@@ -112,7 +196,7 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
         return Err(FormatError::BadSource {
             path: root.to_path_buf(),
             reason:
-                "no class subdirectories (an ImageFolder source has one subdirectory per class)"
+                "no class subdirectories (an ImageFolder source has one subdirectory per class; --layout flat converts a folder of unlabelled images as one class)"
                     .into(),
         });
     }
@@ -120,6 +204,7 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
         inputs,
         classes,
         ignored,
+        flat: false,
     })
 }
 
@@ -258,6 +343,7 @@ fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
         inputs,
         classes,
         ignored: Vec::new(),
+        flat: false,
     })
 }
 
@@ -320,5 +406,63 @@ mod tests {
             ("b/2.jpg".into(), 1),
         ];
         assert_eq!(got, want);
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    fn tree(files: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for f in files {
+            let p = dir.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"x").unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn folder_without_class_subdirectories_is_one_class_with_label_0() {
+        let dir = tree(&["b.jpg", "a.jpg"]);
+        let l = Source::ImageFolder(dir.path().into()).list().unwrap();
+        assert!(l.flat);
+        let name = dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(l.classes, [name]);
+        let got: Vec<_> = l.inputs.iter().map(|i| (i.path.clone(), i.label)).collect();
+        assert_eq!(
+            got,
+            [(dir.path().join("a.jpg"), 0), (dir.path().join("b.jpg"), 0)]
+        );
+        // Asked for classes, it is the error it always was.
+        let e = Source::ImageFolder(dir.path().into())
+            .list_as(Layout::Classes)
+            .unwrap_err();
+        assert!(e.to_string().contains("--layout flat"), "{e}");
+    }
+
+    #[test]
+    fn mixed_folder_follows_the_layout_flag() {
+        let dir = tree(&["top.jpg", "cat/1.jpg", "dog/2.jpg"]);
+        let src = Source::ImageFolder(dir.path().into());
+        let auto = src.list_as(Layout::Auto).unwrap();
+        assert!(!auto.flat);
+        assert_eq!(auto.classes, ["cat", "dog"]);
+        assert_eq!(auto.ignored, [dir.path().join("top.jpg")]);
+        let flat = src.list_as(Layout::Flat).unwrap();
+        assert!(flat.flat);
+        assert_eq!(flat.inputs.len(), 3);
+        assert!(flat.inputs.iter().all(|i| i.label == 0));
+        let empty = tempfile::tempdir().unwrap();
+        let e = Source::ImageFolder(empty.path().into())
+            .list_as(Layout::Flat)
+            .unwrap_err();
+        assert!(e.to_string().contains("no files"), "{e}");
     }
 }

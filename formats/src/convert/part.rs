@@ -1,0 +1,339 @@
+//! Partitioned conversion: which slice of the input listing one task of a job array converts,
+//! told by flags or by the launcher's variables (Slurm job arrays, Kubernetes Indexed Jobs).
+//!
+//! Every task lists the whole source and sorts it the same way, so the class → label map
+//! and the slice boundaries agree without any coordination; task `I` of `N` converts inputs
+//! `[I·n/N, (I+1)·n/N)` into `OUT/part-0000I-of-0000N/`, and `merge` joins the parts.
+
+use std::fmt::Write as _;
+
+use crate::FormatError;
+
+/// The most parts a conversion may be cut into (part directory names have five digits).
+pub const MAX_PARTS: u32 = 99_999;
+
+/// One part of a partitioned conversion: `index` of `count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// This part, `0..count`.
+    pub index: u32,
+    /// Number of parts, `1..=MAX_PARTS`.
+    pub count: u32,
+}
+
+impl Part {
+    /// Part `index` of `count`.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::PartSelection`] unless `index < count <= MAX_PARTS`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let p = stoker_formats::Part::new(3, 8)?;
+    /// assert_eq!(p.dir_name(), "part-00003-of-00008");
+    /// assert_eq!(p.slice(100), 37..50);
+    /// assert!(stoker_formats::Part::new(8, 8).is_err());
+    /// # Ok::<(), stoker_formats::FormatError>(())
+    /// ```
+    pub fn new(index: u32, count: u32) -> Result<Part, FormatError> {
+        check(index, count, format!("--part {index} --parts {count}"))
+    }
+
+    /// The part directory's name under the output root: `part-00003-of-00008`.
+    pub fn dir_name(&self) -> String {
+        format!("part-{:05}-of-{:05}", self.index, self.count)
+    }
+
+    /// The positions in the sorted listing of `inputs` entries that this part converts.
+    pub fn slice(&self, inputs: u64) -> std::ops::Range<u64> {
+        let at = |i: u32| (u128::from(i) * u128::from(inputs) / u128::from(self.count)) as u64;
+        at(self.index)..at(self.index + 1)
+    }
+
+    /// Reads the part from this process's flags and environment; see [`Part::from_vars`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Part::from_vars`].
+    pub fn from_env(part: Option<u32>, parts: Option<u32>) -> Result<Option<Part>, FormatError> {
+        Part::from_vars(part, parts, |name| std::env::var(name).ok())
+    }
+
+    /// The part to convert, from the flags `--part`/`--parts` when given, else from the
+    /// launcher: Slurm's `SLURM_ARRAY_TASK_ID` − `SLURM_ARRAY_TASK_MIN` of
+    /// `SLURM_ARRAY_TASK_COUNT`, or Kubernetes' `JOB_COMPLETION_INDEX` of `STOKER_PARTS`
+    /// (an Indexed Job does not export its completion count). `None` when nothing asks
+    /// for a part: a plain conversion.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::PartSelection`], naming the flags and variables read, when a value
+    /// does not parse, an index has no count (or a count no index), sources disagree, or
+    /// the index is not below the count.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::Part;
+    /// let env = |name: &str| match name {
+    ///     "SLURM_ARRAY_TASK_ID" => Some("12".to_string()),
+    ///     "SLURM_ARRAY_TASK_MIN" => Some("10".to_string()),
+    ///     "SLURM_ARRAY_TASK_COUNT" => Some("4".to_string()),
+    ///     _ => None,
+    /// };
+    /// assert_eq!(Part::from_vars(None, None, env)?, Some(Part { index: 2, count: 4 }));
+    /// assert_eq!(Part::from_vars(None, None, |_| None)?, None);
+    /// # Ok::<(), stoker_formats::FormatError>(())
+    /// ```
+    pub fn from_vars(
+        part: Option<u32>,
+        parts: Option<u32>,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Part>, FormatError> {
+        let mut given = String::new();
+        let mut note = |name: &str, value: &dyn std::fmt::Display| {
+            let sep = if given.is_empty() { "" } else { ", " };
+            let _ = write!(given, "{sep}{name}={value}");
+        };
+        if let Some(p) = part {
+            note("--part", &p);
+        }
+        if let Some(n) = parts {
+            note("--parts", &n);
+        }
+        let mut raw = Vec::new();
+        for name in [
+            "SLURM_ARRAY_TASK_ID",
+            "SLURM_ARRAY_TASK_MIN",
+            "SLURM_ARRAY_TASK_COUNT",
+            "JOB_COMPLETION_INDEX",
+            "STOKER_PARTS",
+        ] {
+            let v = get(name).filter(|v| !v.trim().is_empty());
+            if let Some(v) = &v {
+                note(name, v);
+            }
+            raw.push((name, v));
+        }
+        let err = |reason: String| FormatError::PartSelection {
+            given: if given.is_empty() {
+                "nothing set".into()
+            } else {
+                given.clone()
+            },
+            reason,
+        };
+        let mut vals = [None; 5];
+        for (slot, (name, v)) in vals.iter_mut().zip(&raw) {
+            if let Some(v) = v {
+                *slot = Some(
+                    v.trim()
+                        .parse::<u32>()
+                        .map_err(|_| err(format!("{name}={v:?} is not a non-negative integer")))?,
+                );
+            }
+        }
+        let [slurm_id, slurm_min, slurm_count, k8s_index, stoker_parts] = vals;
+
+        let slurm_index = match (slurm_id, slurm_min) {
+            (Some(id), Some(min)) if id < min => {
+                return Err(err(
+                    "SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN".into()
+                ))
+            }
+            (Some(id), min) => Some(id - min.unwrap_or(0)),
+            (None, _) => None,
+        };
+        if part.is_none() {
+            if let (Some(s), Some(k)) = (slurm_index, k8s_index) {
+                if s != k {
+                    return Err(err(
+                        "the Slurm array task and JOB_COMPLETION_INDEX disagree; pass --part"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        let index = part.or(slurm_index).or(k8s_index);
+
+        if let (Some(a), Some(b)) = (parts, stoker_parts) {
+            if a != b {
+                return Err(err("--parts and STOKER_PARTS disagree".into()));
+            }
+        }
+        let explicit_count = parts.or(stoker_parts);
+        // The Slurm count only counts when the index comes from the same array.
+        let slurm_counts = part.is_none() && slurm_index.is_some();
+        if let (true, Some(c), Some(s)) = (slurm_counts, explicit_count, slurm_count) {
+            if c != s {
+                return Err(err(
+                    "the number of parts differs from SLURM_ARRAY_TASK_COUNT (the array's size); every array task must convert one part".into(),
+                ));
+            }
+        }
+        let count = explicit_count.or(if slurm_counts { slurm_count } else { None });
+
+        match (index, count) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(err(
+                "a number of parts but no part index: pass --part I, or run as a Slurm array task (SLURM_ARRAY_TASK_ID) or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX)".into(),
+            )),
+            (Some(_), None) if slurm_index.is_some() && part.is_none() => Err(err(
+                "SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not; pass --parts N".into(),
+            )),
+            (Some(_), None) => Err(err(
+                "a part index but no number of parts: pass --parts N or set STOKER_PARTS (a Kubernetes Indexed Job's completions)".into(),
+            )),
+            (Some(i), Some(n)) => {
+                let sparse = if slurm_counts {
+                    " (a Slurm array with a step or a list, e.g. --array=0-15:4, numbers its tasks sparsely: pass --part and --parts)"
+                } else {
+                    ""
+                };
+                check(i, n, given.clone())
+                    .map(Some)
+                    .map_err(|e| match e {
+                        FormatError::PartSelection { given, reason } => {
+                            FormatError::PartSelection {
+                                given,
+                                reason: format!("{reason}{sparse}"),
+                            }
+                        }
+                        e => e,
+                    })
+            }
+        }
+    }
+}
+
+fn check(index: u32, count: u32, given: String) -> Result<Part, FormatError> {
+    let reason = if count == 0 {
+        "the number of parts must be positive".to_string()
+    } else if count > MAX_PARTS {
+        format!("at most {MAX_PARTS} parts")
+    } else if index >= count {
+        format!("part index {index} is not below the number of parts {count}")
+    } else {
+        return Ok(Part { index, count });
+    };
+    Err(FormatError::PartSelection { given, reason })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from(
+        part: Option<u32>,
+        parts: Option<u32>,
+        vars: &[(&str, &str)],
+    ) -> Result<Option<Part>, String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Part::from_vars(part, parts, |name| {
+            vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn slices_cover_the_listing_once_in_order() {
+        for n in [0u64, 1, 7, 164, 1000] {
+            for count in [1u32, 2, 3, 4, 8, 200] {
+                let mut next = 0;
+                for index in 0..count {
+                    let s = Part { index, count }.slice(n);
+                    assert_eq!(s.start, next);
+                    next = s.end;
+                }
+                assert_eq!(next, n);
+            }
+        }
+    }
+
+    #[test]
+    fn flags_slurm_and_kubernetes_give_the_part() {
+        assert_eq!(
+            from(Some(1), Some(4), &[]),
+            Ok(Some(Part { index: 1, count: 4 }))
+        );
+        assert_eq!(from(None, None, &[]), Ok(None));
+        let slurm = [
+            ("SLURM_ARRAY_TASK_ID", "3"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ];
+        assert_eq!(
+            from(None, None, &slurm),
+            Ok(Some(Part { index: 3, count: 4 }))
+        );
+        // Flags win over the array's numbering.
+        assert_eq!(
+            from(Some(0), Some(2), &slurm),
+            Ok(Some(Part { index: 0, count: 2 }))
+        );
+        let k8s = [("JOB_COMPLETION_INDEX", "2"), ("STOKER_PARTS", "3")];
+        assert_eq!(
+            from(None, None, &k8s),
+            Ok(Some(Part { index: 2, count: 3 }))
+        );
+        assert_eq!(
+            from(None, Some(3), &[("JOB_COMPLETION_INDEX", "0")]),
+            Ok(Some(Part { index: 0, count: 3 }))
+        );
+    }
+
+    #[test]
+    fn inconsistent_launcher_variables_are_refused_naming_them() {
+        let e = from(None, None, &[("JOB_COMPLETION_INDEX", "2")]).unwrap_err();
+        assert!(
+            e.contains("STOKER_PARTS") && e.contains("JOB_COMPLETION_INDEX=2"),
+            "{e}"
+        );
+        let e = from(
+            None,
+            None,
+            &[
+                ("SLURM_ARRAY_TASK_ID", "8"),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("SLURM_ARRAY_TASK_ID=8") && e.contains("sparsely"),
+            "{e}"
+        );
+        let e = from(
+            None,
+            Some(8),
+            &[
+                ("SLURM_ARRAY_TASK_ID", "1"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+            ],
+        )
+        .unwrap_err();
+        assert!(e.contains("SLURM_ARRAY_TASK_COUNT"), "{e}");
+        let e = from(None, None, &[("STOKER_PARTS", "x")]).unwrap_err();
+        assert!(e.contains("STOKER_PARTS=\"x\""), "{e}");
+        let e = from(None, Some(4), &[]).unwrap_err();
+        assert!(e.contains("no part index"), "{e}");
+        let e = from(Some(4), Some(4), &[]).unwrap_err();
+        assert!(e.contains("not below"), "{e}");
+        let e = from(
+            None,
+            None,
+            &[
+                ("SLURM_ARRAY_TASK_ID", "1"),
+                ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ("JOB_COMPLETION_INDEX", "2"),
+            ],
+        )
+        .unwrap_err();
+        assert!(e.contains("disagree"), "{e}");
+    }
+}

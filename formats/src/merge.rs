@@ -1,0 +1,348 @@
+//! Joining the parts of a partitioned conversion (`convert --part I --parts N`) into one
+//! dataset, without copying record data.
+//!
+//! Each part's shards are hard-linked into the output root under their dataset-wide names,
+//! and the manifest lists them in part order; each shard keeps the keys its part gave it
+//! (numbered from 0 within the part), and its manifest entry says so with `key_base`. The
+//! manifest is written last, so until it exists the output holds only links that a rerun of
+//! `merge` replaces, and every part directory is still whole; after it is written the part
+//! directories are removed (their shards live on through the links).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::convert::audit::Audit;
+use crate::manifest::{Manifest, PartInfo, ShardEntry, MANIFEST_FILE};
+use crate::writer::{shard_file_name, write_atomically};
+use crate::FormatError;
+
+/// What [`merge`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MergeReport {
+    /// The merged dataset's root.
+    pub out: PathBuf,
+    /// Parts joined.
+    pub parts: u32,
+    /// Samples in the merged dataset.
+    pub samples: u64,
+    /// Shard files referenced.
+    pub shards: u64,
+    /// Bytes of all shard files.
+    pub bytes: u64,
+}
+
+/// Joins the parts `parts` (part directories; empty = every `part-*` directory under
+/// `out`) into one dataset in `out`.
+///
+/// The parts must be the complete set `0..N` of one conversion: same listing, output
+/// flags, format version and stoker version. Shards are hard-linked (so `out` must be on
+/// the same file system as the parts); the merged dataset reads exactly like a
+/// single-process conversion of the same inputs: same indices, labels and record bytes.
+///
+/// # Errors
+///
+/// [`FormatError::MergeRefused`] for an unfinished, foreign, duplicated or missing part;
+/// [`FormatError::OutputExists`] when `out` already holds a dataset or unrelated files;
+/// [`FormatError::OutputLocked`] while another merge or convert writes `out`; I/O errors.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_formats::{convert, merge, ConvertOptions, Dataset, NoProgress, Part, Source};
+/// let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+/// let out = tempfile::tempdir()?;
+/// for index in 0..3 {
+///     let mut opts = ConvertOptions::new(Source::ImageFolder(src.into()), out.path());
+///     opts.check_decode = false;
+///     opts.part = Some(Part::new(index, 3)?);
+///     convert(&opts, &NoProgress)?;
+/// }
+/// let report = merge(out.path(), &[])?;
+/// assert_eq!(Dataset::open(out.path())?.len(), report.samples);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> {
+    if out.join(MANIFEST_FILE).exists() {
+        return Err(FormatError::OutputExists {
+            path: out.to_path_buf(),
+            reason: "already holds a finished dataset (manifest.json); part directories left beside it after a merge can be deleted".into(),
+        });
+    }
+    std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
+    let _lock = crate::convert::lock::OutputLock::acquire(out)?;
+    let dirs = if parts.is_empty() {
+        find_parts(out)?
+    } else {
+        parts.to_vec()
+    };
+    check_output(out, &dirs)?;
+    let loaded = load_parts(out, &dirs)?;
+
+    // Links from an interrupted merge are replaced: the part directories are the truth
+    // until the manifest exists.
+    remove_shards(out)?;
+    let mut shards = Vec::new();
+    let mut audit: Option<Audit> = None;
+    let (mut samples, mut bytes, mut payload_bytes) = (0u64, 0u64, 0u64);
+    for (dir, m) in &loaded {
+        for s in &m.shards {
+            let from = dir.join(&s.file);
+            check_size(&from, s)?;
+            let file = shard_file_name(shards.len());
+            let to = out.join(&file);
+            std::fs::hard_link(&from, &to).map_err(|e| link_error(&from, &to, e))?;
+            let first_index = samples + s.first_index;
+            let first_key = s.first_key();
+            shards.push(ShardEntry {
+                file,
+                first_index,
+                key_base: (first_key != first_index).then_some(first_key),
+                ..s.clone()
+            });
+        }
+        samples += m.samples;
+        bytes += m.bytes;
+        payload_bytes += m.payload_bytes;
+        if let Some(a) = &m.audit {
+            add_audit(audit.get_or_insert_with(Audit::default), a);
+        }
+    }
+    let first = &loaded[0].1;
+    let manifest = Manifest {
+        format: first.format.clone(),
+        format_version: first.format_version,
+        samples,
+        encoding: first.encoding,
+        raw_size: loaded.iter().find_map(|(_, m)| m.raw_size),
+        classes: first.classes.clone(),
+        shards,
+        bytes,
+        payload_bytes,
+        provenance: first.provenance.clone(),
+        audit,
+        part: None,
+    };
+    let path = out.join(MANIFEST_FILE);
+    manifest.validate(&path)?;
+    write_atomically(out, MANIFEST_FILE, manifest.to_json().as_bytes())?;
+    // The merge is done; part directories are only extra names for the same shards now.
+    for (dir, _) in &loaded {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(MergeReport {
+        out: out.to_path_buf(),
+        parts: loaded.len() as u32,
+        samples: manifest.samples,
+        shards: manifest.shards.len() as u64,
+        bytes: manifest.bytes,
+    })
+}
+
+/// The `part-*` directories under `out`, sorted.
+fn find_parts(out: &Path) -> Result<Vec<PathBuf>, FormatError> {
+    let mut dirs = Vec::new();
+    for e in std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))? {
+        let e = e.map_err(|e| FormatError::io(out, e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("part-") && e.path().is_dir() {
+            dirs.push(e.path());
+        }
+    }
+    dirs.sort();
+    if dirs.is_empty() {
+        return Err(FormatError::MergeRefused {
+            path: out.to_path_buf(),
+            reason: "no part directories (part-IIIII-of-NNNNN) to merge; run `stoker convert --part I --parts N SRC OUT` for each part first".into(),
+        });
+    }
+    Ok(dirs)
+}
+
+/// `out` may hold only the parts and what an interrupted merge left (shard links).
+fn check_output(out: &Path, dirs: &[PathBuf]) -> Result<(), FormatError> {
+    for e in std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))? {
+        let e = e.map_err(|e| FormatError::io(out, e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = is_merge_leftover(&name)
+            || name.starts_with("part-")
+            || dirs.iter().any(|d| d == &e.path());
+        if !ours {
+            return Err(FormatError::OutputExists {
+                path: out.to_path_buf(),
+                reason: format!(
+                    "is not empty (found {name:?}); merge into the parts' output root or a new directory"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn is_merge_leftover(name: &str) -> bool {
+    name == "manifest.json.tmp" || (name.starts_with("shard-") && name.ends_with(".lmdb"))
+}
+
+fn remove_shards(out: &Path) -> Result<(), FormatError> {
+    for e in std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))? {
+        let e = e.map_err(|e| FormatError::io(out, e))?;
+        if is_merge_leftover(&e.file_name().to_string_lossy()) {
+            std::fs::remove_file(e.path()).map_err(|err| FormatError::io(e.path(), err))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads every part's manifest and checks that they form one complete conversion; returns
+/// them in part order.
+fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, FormatError> {
+    let refuse = |path: &Path, reason: String| FormatError::MergeRefused {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut loaded: Vec<(PathBuf, Manifest, PartInfo)> = Vec::new();
+    for dir in dirs {
+        if !dir.join(MANIFEST_FILE).exists() {
+            return Err(refuse(
+                dir,
+                "unfinished part (no manifest.json): rerun its task (the same `convert --part`, with --resume to continue it)".into(),
+            ));
+        }
+        let m = Manifest::read(dir)?;
+        let Some(p) = m.part.clone() else {
+            return Err(refuse(
+                dir,
+                "not a part of a partitioned conversion (its manifest has no `part`)".into(),
+            ));
+        };
+        loaded.push((dir.clone(), m, p));
+    }
+    loaded.sort_by_key(|(_, _, p)| p.index);
+    let (first_dir, first, fp) = &loaded[0];
+    for (dir, m, p) in &loaded {
+        let differs = |what: &str| {
+            refuse(
+                dir,
+                format!(
+                    "{what} differs from {}'s: the parts come from different conversions",
+                    first_dir.display()
+                ),
+            )
+        };
+        if p.count != fp.count {
+            return Err(differs("the number of parts"));
+        }
+        if p.listing != fp.listing || p.inputs != fp.inputs {
+            return Err(differs("the input listing (files, labels or output flags)"));
+        }
+        if m.provenance != first.provenance {
+            return Err(differs("the provenance (source, flags or stoker version)"));
+        }
+        if m.format_version != first.format_version || m.format != first.format {
+            return Err(differs("the format version"));
+        }
+        if m.classes != first.classes || m.encoding != first.encoding {
+            return Err(differs("the class list or encoding"));
+        }
+        if let (Some(a), Some(b)) = (m.raw_size, loaded.iter().find_map(|(_, m, _)| m.raw_size)) {
+            if a != b {
+                return Err(differs("the raw image size"));
+            }
+        }
+        let want = crate::convert::Part {
+            index: p.index,
+            count: p.count,
+        }
+        .slice(p.inputs);
+        if (p.first_input, p.end_input) != (want.start, want.end) {
+            return Err(refuse(
+                dir,
+                format!(
+                    "holds inputs {}..{}, but part {} of {} is {}..{}",
+                    p.first_input, p.end_input, p.index, p.count, want.start, want.end
+                ),
+            ));
+        }
+    }
+    for w in loaded.windows(2) {
+        if w[0].2.index == w[1].2.index {
+            return Err(refuse(
+                &w[1].0,
+                format!(
+                    "part {} is given twice (also {})",
+                    w[1].2.index,
+                    w[0].0.display()
+                ),
+            ));
+        }
+    }
+    let count = fp.count as usize;
+    if loaded.len() != count {
+        let have: Vec<u32> = loaded.iter().map(|(_, _, p)| p.index).collect();
+        let missing: Vec<String> = (0..fp.count)
+            .filter(|i| !have.contains(i))
+            .map(|i| i.to_string())
+            .collect();
+        return Err(refuse(
+            out,
+            format!(
+                "{} of {count} parts found; missing part(s) {}: run or rerun those tasks first",
+                loaded.len(),
+                missing.join(", ")
+            ),
+        ));
+    }
+    Ok(loaded.into_iter().map(|(d, m, _)| (d, m)).collect())
+}
+
+fn check_size(path: &Path, s: &ShardEntry) -> Result<(), FormatError> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| FormatError::io(path, e))?
+        .len();
+    if len != s.bytes {
+        return Err(FormatError::ShardSizeMismatch {
+            shard: path.to_path_buf(),
+            got: len,
+            want: s.bytes,
+        });
+    }
+    Ok(())
+}
+
+fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatError {
+    if e.raw_os_error() == Some(libc::EXDEV) {
+        return FormatError::MergeRefused {
+            path: from.to_path_buf(),
+            reason: format!(
+                "on another file system than {}; merge links shards instead of copying them, so give an output root on the parts' file system",
+                to.display()
+            ),
+        };
+    }
+    FormatError::io(to, e)
+}
+
+/// Adds the counts of `b` to `a`.
+fn add_audit(a: &mut Audit, b: &Audit) {
+    let add = |x: &mut std::collections::BTreeMap<String, u64>,
+               y: &std::collections::BTreeMap<String, u64>| {
+        for (k, v) in y {
+            *x.entry(k.clone()).or_default() += v;
+        }
+    };
+    a.jpeg_files += b.jpeg_files;
+    a.other_images += b.other_images;
+    add(&mut a.by_sof, &b.by_sof);
+    add(&mut a.by_precision, &b.by_precision);
+    add(&mut a.by_components, &b.by_components);
+    add(&mut a.by_subsampling, &b.by_subsampling);
+    add(&mut a.by_color_space, &b.by_color_space);
+    a.progressive += b.progressive;
+    a.arithmetic += b.arithmetic;
+    a.lossless += b.lossless;
+    a.gpu_hardware_ok += b.gpu_hardware_ok;
+    a.gpu_hardware_rejected += b.gpu_hardware_rejected;
+    a.nvjpeg_rejected += b.nvjpeg_rejected;
+    add(&mut a.hardware_reject_reasons, &b.hardware_reject_reasons);
+    a.reencoded_for_gpu += b.reencoded_for_gpu;
+}

@@ -1,0 +1,402 @@
+//! Partitioned conversion through the built `stoker` binary, the way a cluster runs it: part
+//! processes started at once, told their part by flags, by Slurm array variables or by a
+//! Kubernetes completion index; a killed part rerun; `stoker merge`; and the recipes in
+//! `examples/cluster/` run in local form. Every merged dataset is compared record for record
+//! with one plain `stoker convert` of the same photos.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use stoker::formats::Dataset;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+/// Store mode, small shards so each part holds several, one thread per process.
+const FLAGS: [&str; 5] = ["--no-check", "--shard-size", "1M", "-j", "1"];
+
+fn photos() -> PathBuf {
+    stoker_testdata::dir().join("imagefolder")
+}
+
+/// A command with none of the launcher variables this test did not set itself.
+fn clean(mut c: Command) -> Command {
+    for v in [
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_COUNT",
+        "SLURM_ARRAY_JOB_ID",
+        "SLURM_CPUS_PER_TASK",
+        "JOB_COMPLETION_INDEX",
+        "STOKER_PARTS",
+        "STOKER_STEP",
+        "STOKER_CONVERT_FLAGS",
+        "STOKER_TEST_FAIL_AFTER",
+    ] {
+        c.env_remove(v);
+    }
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    c
+}
+
+fn stoker() -> Command {
+    clean(Command::new(env!("CARGO_BIN_EXE_stoker")))
+}
+
+/// Waits for every child, killing all and failing after `limit` (a hang is a failure).
+fn wait_all(children: Vec<(String, Child)>, limit: Duration) -> Vec<(String, Output)> {
+    let start = Instant::now();
+    let mut children: Vec<(String, Option<Child>)> =
+        children.into_iter().map(|(n, c)| (n, Some(c))).collect();
+    loop {
+        let running = children.iter_mut().any(|(_, c)| {
+            c.as_mut()
+                .is_some_and(|c| c.try_wait().expect("wait").is_none())
+        });
+        if !running {
+            break;
+        }
+        if start.elapsed() > limit {
+            for (_, c) in &mut children {
+                let _ = c.as_mut().map(|c| c.kill());
+            }
+            panic!("part processes did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    children
+        .into_iter()
+        .map(|(n, c)| (n, c.unwrap().wait_with_output().expect("output")))
+        .collect()
+}
+
+fn run(mut c: Command) -> Output {
+    let child = c.spawn().expect("starts");
+    wait_all(vec![("command".into(), child)], Duration::from_secs(300))
+        .pop()
+        .unwrap()
+        .1
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn convert_single(src: &Path, out: &Path, flags: &[&str]) {
+    let mut c = stoker();
+    c.arg("convert").arg(src).arg(out).args(flags);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// The merged dataset reads like the single conversion: same samples, classes, provenance,
+/// audit, and for every index the same header and payload bytes; `verify` passes.
+fn assert_same(merged: &Path, single: &Path) {
+    let (a, b) = (
+        Dataset::open(merged).unwrap(),
+        Dataset::open(single).unwrap(),
+    );
+    let (ma, mb) = (a.manifest(), b.manifest());
+    assert_eq!(
+        (ma.samples, &ma.classes, &ma.provenance, &ma.audit),
+        (mb.samples, &mb.classes, &mb.provenance, &mb.audit)
+    );
+    assert_eq!(ma.payload_bytes, mb.payload_bytes);
+    let (ra, rb) = (a.reader().unwrap(), b.reader().unwrap());
+    for i in 0..mb.samples {
+        let (x, y) = (ra.get(i).unwrap(), rb.get(i).unwrap());
+        assert_eq!(x.header.to_bytes(), y.header.to_bytes(), "header of {i}");
+        assert_eq!(x.payload, y.payload, "payload of {i}");
+    }
+    let mut c = stoker();
+    c.arg("verify").arg(merged);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
+fn four_concurrent_parts_from_flags_slurm_and_kubernetes_merge_into_one_conversion() {
+    let tmp = tempfile::tempdir().unwrap();
+    let single = tmp.path().join("single");
+    convert_single(&photos(), &single, &FLAGS);
+    let out = tmp.path().join("out");
+    let start = |configure: &dyn Fn(&mut Command)| {
+        let mut c = stoker();
+        c.arg("convert").arg(photos()).arg(&out).args(FLAGS);
+        configure(&mut c);
+        c.spawn().expect("stoker starts")
+    };
+    // Part 1 is "killed" after 20 records (the CLI's test hook).
+    let children = vec![
+        (
+            "flags".to_string(),
+            start(&|c| {
+                c.args(["--part", "0", "--parts", "4"]);
+            }),
+        ),
+        (
+            "slurm".to_string(),
+            start(&|c| {
+                c.env("SLURM_ARRAY_TASK_ID", "11")
+                    .env("SLURM_ARRAY_TASK_MIN", "10")
+                    .env("SLURM_ARRAY_TASK_COUNT", "4")
+                    .env("STOKER_TEST_FAIL_AFTER", "20");
+            }),
+        ),
+        (
+            "kubernetes".to_string(),
+            start(&|c| {
+                c.env("JOB_COMPLETION_INDEX", "2").env("STOKER_PARTS", "4");
+            }),
+        ),
+        (
+            "kubernetes with --parts".to_string(),
+            start(&|c| {
+                c.env("JOB_COMPLETION_INDEX", "3").args(["--parts", "4"]);
+            }),
+        ),
+    ];
+    let done = wait_all(children, Duration::from_secs(300));
+    for (name, o) in &done {
+        assert_eq!(o.status.success(), name != "slurm", "{name}: {}", text(o));
+    }
+    // The merge refuses while part 1 is unfinished, and names it.
+    let mut c = stoker();
+    c.arg("merge").arg(&out);
+    let o = run(c);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("part-00001-of-00004"), "{}", text(&o));
+    // The task is retried with the same index: it continues its own part.
+    let mut c = stoker();
+    c.arg("convert")
+        .arg(photos())
+        .arg(&out)
+        .args(FLAGS)
+        .arg("--resume");
+    c.env("SLURM_ARRAY_TASK_ID", "11")
+        .env("SLURM_ARRAY_TASK_MIN", "10")
+        .env("SLURM_ARRAY_TASK_COUNT", "4");
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("carried over"), "{}", text(&o));
+    let mut c = stoker();
+    c.arg("merge").arg(&out);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("merged 4 parts"), "{}", text(&o));
+    assert_same(&out, &single);
+}
+
+#[test]
+fn merge_refuses_parts_of_another_conversion_and_launcher_variables_that_disagree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Path::new(REPO).join("examples/data/sample");
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for (root, quality, index) in [(&a, "90", "0"), (&b, "80", "1")] {
+        let mut c = stoker();
+        c.arg("convert").arg(&src).arg(root).args(FLAGS);
+        c.args(["--quality", quality, "--part", index, "--parts", "2"]);
+        let o = run(c);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let mut c = stoker();
+    c.arg("merge")
+        .arg(tmp.path().join("merged"))
+        .arg(a.join("part-00000-of-00002"))
+        .arg(b.join("part-00001-of-00002"));
+    let o = run(c);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("different conversions"), "{}", text(&o));
+
+    let mut c = stoker();
+    c.arg("convert")
+        .arg(&src)
+        .arg(tmp.path().join("c"))
+        .args(FLAGS);
+    c.env("JOB_COMPLETION_INDEX", "1");
+    let o = run(c);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("STOKER_PARTS") && t.contains("JOB_COMPLETION_INDEX=1"),
+        "{t}"
+    );
+    assert!(!tmp.path().join("c").exists(), "nothing written: {t}");
+}
+
+/// Runs `examples/cluster/convert.sbatch` with bash as Slurm would run each array task
+/// (no `sbatch` or `srun` needed), then its merge step.
+#[test]
+fn slurm_recipe_runs_per_task_and_merges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Path::new(REPO).join("examples/data/sample");
+    let single = tmp.path().join("single");
+    convert_single(&src, &single, &FLAGS);
+    let out = tmp.path().join("out");
+    let script = Path::new(REPO).join("examples/cluster/convert.sbatch");
+    let task = |id: &str| {
+        let mut c = clean(Command::new("bash"));
+        c.arg(&script)
+            .env("SRC", &src)
+            .env("OUT", &out)
+            .env("STOKER", env!("CARGO_BIN_EXE_stoker"))
+            .env("STOKER_CONVERT_FLAGS", FLAGS.join(" "))
+            .env("SLURM_ARRAY_JOB_ID", "777")
+            .env("SLURM_ARRAY_TASK_ID", id)
+            .env("SLURM_ARRAY_TASK_MIN", "0")
+            .env("SLURM_ARRAY_TASK_COUNT", "3");
+        c
+    };
+    let children = ["0", "1", "2"]
+        .iter()
+        .map(|id| (format!("task {id}"), task(id).spawn().expect("bash starts")))
+        .collect();
+    for (name, o) in wait_all(children, Duration::from_secs(300)) {
+        assert!(o.status.success(), "{name}: {}", text(&o));
+    }
+    // A task requeued after it succeeded finds its part done and succeeds again, so the
+    // dependent merge job still starts.
+    let o = run(task("1"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("already converted"), "{}", text(&o));
+    let mut merge = task("0");
+    merge.env("STOKER_STEP", "merge");
+    let o = run(merge);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same(&out, &single);
+}
+
+/// The shell bodies under `args: - |` in `examples/cluster/convert-job.yaml`, in order.
+fn yaml_scripts(yaml: &str) -> Vec<String> {
+    let mut scripts = Vec::new();
+    let mut lines = yaml.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.trim() != "- |" {
+            continue;
+        }
+        let mut body = Vec::new();
+        let mut indent = None;
+        while let Some(next) = lines.peek() {
+            let lead = next.len() - next.trim_start().len();
+            let want = *indent.get_or_insert(lead);
+            if !next.trim().is_empty() && lead < want {
+                break;
+            }
+            body.push(next.get(want..).unwrap_or("").to_string());
+            lines.next();
+        }
+        scripts.push(body.join("\n"));
+    }
+    scripts
+}
+
+/// Runs the Indexed Job's container command of `examples/cluster/convert-job.yaml` once per
+/// completion index, at once, then the merge Job's command.
+#[test]
+fn kubernetes_recipe_runs_per_index_and_merges() {
+    let yaml =
+        std::fs::read_to_string(Path::new(REPO).join("examples/cluster/convert-job.yaml")).unwrap();
+    let scripts = yaml_scripts(&yaml);
+    assert_eq!(scripts.len(), 2, "convert and merge commands: {scripts:?}");
+    assert!(
+        yaml.contains("completions: 4") && yaml.contains("{ name: STOKER_PARTS, value: \"4\" }")
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Path::new(REPO).join("examples/data/sample");
+    let single = tmp.path().join("single");
+    convert_single(&src, &single, &[]);
+    let out = tmp.path().join("out");
+    // The container has `stoker` on its PATH.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_stoker"), bin.join("stoker")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let pod = |script: &str| {
+        let mut c = clean(Command::new("sh"));
+        c.arg("-c")
+            .arg(script)
+            .env("PATH", &path)
+            .env("SRC", &src)
+            .env("OUT", &out)
+            .env("STOKER_PARTS", "4");
+        c
+    };
+    let children = (0..4)
+        .map(|i| {
+            let mut c = pod(&scripts[0]);
+            c.env("JOB_COMPLETION_INDEX", i.to_string());
+            (format!("index {i}"), c.spawn().expect("sh starts"))
+        })
+        .collect();
+    for (name, o) in wait_all(children, Duration::from_secs(300)) {
+        assert!(o.status.success(), "{name}: {}", text(&o));
+    }
+    let o = run(pod(&scripts[1]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same(&out, &single);
+}
+
+/// A folder of images without class sub-folders (unlabelled data) converts as one class,
+/// label 0, and says so once; `--layout` decides a folder that mixes files and folders.
+#[test]
+fn flat_folder_converts_as_one_class_and_layout_flag_decides_mixed_folders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = Path::new(REPO).join("examples/data/sample");
+    let flat = tmp.path().join("unlabelled");
+    std::fs::create_dir(&flat).unwrap();
+    for class in ["caer", "opencv"] {
+        for e in std::fs::read_dir(sample.join(class)).unwrap() {
+            let p = e.unwrap().path();
+            std::fs::copy(&p, flat.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let out = tmp.path().join("flat-ds");
+    let mut c = stoker();
+    c.arg("convert").arg(&flat).arg(&out).args(FLAGS);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(said.matches("no class sub-folders").count(), 1, "{said}");
+    let ds = Dataset::open(&out).unwrap();
+    assert_eq!(ds.len(), 12);
+    assert_eq!(ds.manifest().classes, ["unlabelled"]);
+    let r = ds.reader().unwrap();
+    assert!((0..ds.len()).all(|i| r.get(i).unwrap().header.label == 0));
+
+    // Refused when classes are asked for.
+    let mut c = stoker();
+    c.arg("convert")
+        .arg(&flat)
+        .arg(tmp.path().join("x"))
+        .args(FLAGS);
+    c.args(["--layout", "classes"]);
+    let o = run(c);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("no class subdirectories"), "{}", text(&o));
+
+    // Mixed: a class folder beside loose files. Auto reads classes (loose files ignored);
+    // --layout flat takes every file.
+    let mixed = tmp.path().join("mixed");
+    std::fs::create_dir_all(mixed.join("cats")).unwrap();
+    std::fs::copy(sample.join("caer/black_cat.jpg"), mixed.join("cats/1.jpg")).unwrap();
+    std::fs::copy(sample.join("caer/tent.jpg"), mixed.join("tent.jpg")).unwrap();
+    for (layout, samples, classes) in [("auto", 1, vec!["cats"]), ("flat", 2, vec!["mixed"])] {
+        let out = tmp.path().join(format!("mixed-{layout}"));
+        let mut c = stoker();
+        c.arg("convert").arg(&mixed).arg(&out).args(FLAGS);
+        c.args(["--layout", layout]);
+        let o = run(c);
+        assert!(o.status.success(), "{}", text(&o));
+        let ds = Dataset::open(&out).unwrap();
+        assert_eq!(ds.len(), samples, "{layout}");
+        assert_eq!(ds.manifest().classes, classes, "{layout}");
+    }
+}
