@@ -7,10 +7,24 @@ cd "$(dirname "$0")/.."
 crates=(stoker-zune-jpeg stoker-decode stoker-formats stoker-loader stoker)
 args=()
 for c in "${crates[@]}"; do args+=(-p "$c"); done
-cargo package --quiet --allow-dirty "${args[@]}"
+# Each run packages into a new target directory: cargo verifies a package against the
+# others through a local registry under the target directory and extracts those into
+# $CARGO_HOME/registry/src/-<hash of its path>, where an extraction of the same version
+# from an earlier run would be reused, stale. Extractions this run adds are removed after.
+work="$(mktemp -d)"
+home="${CARGO_HOME:-$HOME/.cargo}"
+before="$(ls -d "$home"/registry/src/-* 2>/dev/null || true)"
+cleanup() {
+  for d in $(ls -d "$home"/registry/src/-* 2>/dev/null || true); do
+    grep -qxF "$d" <<<"$before" || rm -rf "$d"
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cargo package --quiet --allow-dirty --target-dir "$work" "${args[@]}"
 status=0
 for c in "${crates[@]}"; do
-  crate=$(ls target/package/"$c"-[0-9]*.crate)
+  crate=$(ls "$work"/package/"$c"-[0-9]*.crate)
   files=$(tar -tzf "$crate")
   if grep -E '(^|/)(testdata|tests|benches)/|\.(jpe?g|png|mpo|tsv)$' <<<"$files"; then
     echo "package: $crate carries test data (above)" >&2
