@@ -125,6 +125,23 @@ fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identicall
     assert!(files(&clean) == files(&limited), "resumed output differs");
 }
 
+/// `stoker bench` on `ds` for 0.3 s on the CPU, batches of 4 at 32×32: the run both
+/// failing-records tests make.
+fn short_cpu_bench(ds: &Path) -> Output {
+    stoker(&[
+        "bench",
+        p(ds),
+        "--device",
+        "cpu",
+        "--seconds",
+        "0.3",
+        "--batch",
+        "4",
+        "--size",
+        "32",
+    ])
+}
+
 #[test]
 fn bench_on_a_dataset_whose_records_fail_says_so_and_exits_nonzero() {
     use stoker::formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
@@ -158,18 +175,7 @@ fn bench_on_a_dataset_whose_records_fail_says_so_and_exits_nonzero() {
     }
     w.finish(vec!["all".into()], Provenance::stoker("t"))
         .unwrap();
-    let o = stoker(&[
-        "bench",
-        p(&ds),
-        "--device",
-        "cpu",
-        "--seconds",
-        "0.3",
-        "--batch",
-        "4",
-        "--size",
-        "32",
-    ]);
+    let o = short_cpu_bench(&ds);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("RECORD ERRORS"),
@@ -258,18 +264,7 @@ fn bench_on_a_dataset_whose_every_record_fails_ends_and_exits_nonzero() {
     }
     w.finish(vec!["all".into()], Provenance::stoker("t"))
         .unwrap();
-    let o = stoker(&[
-        "bench",
-        p(&ds),
-        "--device",
-        "cpu",
-        "--seconds",
-        "0.3",
-        "--batch",
-        "4",
-        "--size",
-        "32",
-    ]);
+    let o = short_cpu_bench(&ds);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("8 undecodable"),

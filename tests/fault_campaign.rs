@@ -127,17 +127,24 @@ fn loader_epoch(ds: &Dataset) -> Result<u64, String> {
     Ok(errors)
 }
 
-/// Byte flips over every page of a small shard, through `Dataset::open`, `verify` and a
-/// loader epoch, all in this process: a crash would end the test.
-#[test]
-fn byte_flips_over_every_page_through_verify_and_a_loader_epoch() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("ds");
+/// The sample converted into `dir/ds` (one shard, decode check off): the dataset folder,
+/// its shard and the shard's original bytes, for the flip tests to damage and restore.
+fn sample_shard(dir: &Path) -> (PathBuf, PathBuf, Vec<u8>) {
+    let out = dir.join("ds");
     let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), &out);
     o.check_decode = false;
     convert(&o, &NoProgress).unwrap();
     let shard = out.join("shard-00000.lmdb");
     let orig = std::fs::read(&shard).unwrap();
+    (out, shard, orig)
+}
+
+/// Byte flips over every page of a small shard, through `Dataset::open`, `verify` and a
+/// loader epoch, all in this process: a crash would end the test.
+#[test]
+fn byte_flips_over_every_page_through_verify_and_a_loader_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, shard, orig) = sample_shard(dir.path());
     let pages = orig.len() / 4096;
     let mut rng = Rng(18);
     let f = std::fs::OpenOptions::new()
@@ -433,12 +440,7 @@ fn hostile_source_tree_converts_in_bounded_time_with_every_refusal_explained() {
 #[test]
 fn every_byte_of_the_tree_pages_through_open_and_verify() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("ds");
-    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), &out);
-    o.check_decode = false;
-    convert(&o, &NoProgress).unwrap();
-    let shard = out.join("shard-00000.lmdb");
-    let orig = std::fs::read(&shard).unwrap();
+    let (out, shard, orig) = sample_shard(dir.path());
     let tree_pages: Vec<usize> = (0..orig.len() / 4096)
         .filter(|&p| {
             let page = &orig[p * 4096..];
