@@ -5,7 +5,8 @@
 #
 # Each part in scripts/device-check.d/*.sh runs with:
 #   BIN  = .device/bin   (stoker, examples, test executables `<package>-<target>`)
-#   DATA = .device/data  (bench/: the derived bench set; conformance/ from testdata/)
+#   DATA = .device/data  (bench/, mixed/, mixed-baseline/: derived sets, made here first)
+#   STOKER_DATA = testdata (the corpus travels with the tree: photographs, conformance/)
 #   OUT  = $OUT          (comes back; full logs go there)
 # and appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
 # The short table is printed last. PARTS=GLOB (e.g. PARTS="20-*") runs only matching parts.
@@ -15,8 +16,19 @@ if [ -f .device/bin.tar.gz ] && [ ! -d .device/bin ]; then
   tar xzf .device/bin.tar.gz -C .device
 fi
 export BIN="${BIN:-$PWD/.device/bin}" DATA="${DATA:-$PWD/.device/data}"
+export STOKER_DATA="${STOKER_DATA:-$PWD/testdata}" STOKER_BENCH_DIR="${STOKER_BENCH_DIR:-$DATA/bench}"
 export OUT="${OUT:-/tmp/stoker-device-out}"
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$DATA"
+# The derived sets are made here from the photographs in the tree (a few seconds each)
+# rather than carried: the transfer is capped at 64 MiB, tree included.
+for set in bench mixed mixed-baseline; do
+  [ -d "$DATA/$set" ] && continue
+  case "$set" in
+    bench) "$BIN/make-bench-set" "$DATA/bench" ;;
+    mixed) "$BIN/make-mixed-set" "$DATA/mixed" ;;
+    mixed-baseline) "$BIN/make-mixed-set" "$DATA/mixed-baseline" --baseline ;;
+  esac >>"$OUT/data.log" 2>&1 || echo "making $DATA/$set failed: see $OUT/data.log"
+done
 # A safety net only: the library must find nvJPEG by itself.
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RUST_BACKTRACE=1

@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 rm -rf .device
 mkdir -p .device/bin .device/data
 cargo build --release --bins --examples
-cp target/release/stoker .device/bin/
+cargo build --release -p stoker-testdata --bins
+cp target/release/stoker target/release/make-bench-set target/release/make-mixed-set .device/bin/
 for ex in target/release/examples/*; do
   [ -f "$ex" ] && [ -x "$ex" ] || continue
   case "$(basename "$ex")" in *-*) continue ;; esac # skip hashed duplicates
@@ -42,18 +43,15 @@ for line in sys.stdin:
     print("test binary:", name)
 '
 # Keep only what scripts/device-check.d/*.sh runs (the transfer is capped at 64 MiB).
-keep=" stoker gpu_consumer h2d_probe node_share stoker-decode-gpu stoker-decode-gpu_throughput stoker-decode-conformance stoker-loader-gpu stoker-loader-stoker_loader "
+keep=" stoker make-bench-set make-mixed-set gpu_consumer h2d_probe node_share stoker-decode-gpu stoker-decode-gpu_throughput stoker-decode-conformance stoker-loader-gpu stoker-loader-stoker_loader "
 for f in .device/bin/*; do
   case "$keep" in *" $(basename "$f") "*) strip "$f" ;; *) rm -f "$f" ;; esac
 done
 for b in $keep; do [ -e ".device/bin/$b" ] || echo "warning: $b was not built" >&2; done
 # Binaries travel compressed (device-check.sh unpacks them): ~4x smaller.
 tar czf .device/bin.tar.gz -C .device bin && rm -rf .device/bin
-# The bench set is derived from the photographs (stoker_testdata::make_bench_set); the
-# conformance corpus is copied from testdata/. The tests there read both through
-# STOKER_BENCH_DIR and STOKER_DATA (set by the parts).
-cargo run --quiet --release -p stoker-testdata --bin make-bench-set -- .device/data/bench
-cp -r testdata/conformance .device/data/conformance
+# No data is carried: testdata/ travels with the tree, and device-check.sh derives the bench
+# and mixed sets there with make-bench-set and make-mixed-set.
 cp -r benches/peers .device/peers 2>/dev/null || true
 # Optional peer: NVIDIA nvImageCodec (not installed on the GPU machine). Its wheel is fetched
 # once into .whl/ (git-ignored) and travels trimmed to what the JPEG peer loads, for the

@@ -7,7 +7,11 @@ call (torchvision's batched nvJPEG path) and synchronizes before stopping the cl
 torch's intra-op threads = cores. Output: one JSON row (see peer_common.py); a row with
 img_per_s null and the reason when torch/torchvision or CUDA is missing.
 
-Usage: torchvision_decode.py IMAGES_DIR [--device cuda|cpu] [--batch B] [--seconds T]
+With `--cpu-fallback` (GPU only), files that decode_jpeg(device="cuda") rejects on their own
+(CMYK, for one) are decoded on the CPU in every batch they fall in and copied to the GPU,
+as a user of the GPU path has to; the note says how many.
+
+Usage: torchvision_decode.py IMAGES_DIR [--device cuda|cpu] [--batch B] [--seconds T] [--cpu-fallback]
 """
 
 import argparse
@@ -24,6 +28,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--cpu-fallback", action="store_true")
     a = ap.parse_args()
     gpu = a.device.startswith("cuda")
     name = "torchvision_decode_jpeg_" + ("cuda" if gpu else "cpu")
@@ -45,21 +50,41 @@ def main():
     batches = []
     for start in range(0, max(n, a.batch), a.batch):
         batches.append([encoded[(start + j) % n] for j in range(a.batch)])
+    rejected = set()
+    if gpu and a.cpu_fallback:
+        for i, t in enumerate(encoded):
+            try:
+                decode_jpeg(t, mode=ImageReadMode.RGB, device=a.device)
+            except RuntimeError:
+                rejected.add(i)
+        torch.cuda.synchronize()
+    # Per batch: the positions decoded on the GPU and those decoded on the CPU.
+    split = []
+    for start in range(0, max(n, a.batch), a.batch):
+        idx = [(start + j) % n for j in range(a.batch)]
+        split.append(([encoded[i] for i in idx if i not in rejected],
+                      [encoded[i] for i in idx if i in rejected]))
     state = {"i": 0}
 
     def step():
-        b = batches[state["i"] % len(batches)]
+        k = state["i"] % len(batches)
         state["i"] += 1
-        out = decode_jpeg(b, mode=ImageReadMode.RGB, device=a.device)
+        if not rejected:
+            out = decode_jpeg(batches[k], mode=ImageReadMode.RGB, device=a.device)
+        else:
+            on_gpu, on_cpu = split[k]
+            out = decode_jpeg(on_gpu, mode=ImageReadMode.RGB, device=a.device) if on_gpu else []
+            out += [decode_jpeg(t, mode=ImageReadMode.RGB).to(a.device, non_blocking=True) for t in on_cpu]
         if gpu:
             torch.cuda.synchronize()
-        assert len(out) == len(b)
-        return len(b)
+        assert len(out) == a.batch
+        return a.batch
 
     images, el = pc.timed(step, a.seconds, warmup=2)
     dev = torch.cuda.get_device_name(0) if gpu else f"{pc.cores()} CPU threads"
+    fallback = f"; {len(rejected)} of {n} files rejected on the GPU, decoded on the CPU" if a.cpu_fallback else ""
     pc.emit(name, stage, images / el, images, el, 1, a.batch,
-            f"torch {torch.__version__} torchvision {torchvision.__version__}, decode_jpeg(list of {a.batch}, device={a.device!r}) on {dev}")
+            f"torch {torch.__version__} torchvision {torchvision.__version__}, decode_jpeg(list of {a.batch}, device={a.device!r}) on {dev}{fallback}")
 
 
 if __name__ == "__main__":

@@ -2,11 +2,10 @@
 # Decode part of the device check (run by scripts/device-check.sh on the GPU machine).
 # Needs in $BIN: stoker-decode-gpu (decode/tests/gpu.rs), stoker-decode-gpu_throughput
 # (decode/tests/gpu_throughput.rs), stoker-decode-conformance (CPU reference run);
-# in $DATA: bench/ and conformance/; python3 with torch/torchvision for the peer.
+# in $DATA: bench/; in $STOKER_DATA: conformance/; python3 with torch/torchvision for the peer.
 # Appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
 set -uo pipefail
 T="$OUT/table.tsv"
-export STOKER_DATA="$DATA" STOKER_BENCH_DIR="$DATA/bench"
 status=0
 
 run_tests() { # name binary args...
@@ -37,7 +36,7 @@ run_tests decode_cpu_conformance "$BIN/stoker-decode-conformance" --test-threads
 
 # CLI on the GPU: `stoker decode --backend nvjpeg` on one bench file and one progressive file.
 if [ -x "$BIN/stoker" ]; then
-  for f in "$(ls "$DATA"/bench/*.jp*g | head -1)" "$DATA/conformance/core/go__video-001.q50.420.progressive.jpeg"; do
+  for f in "$(ls "$DATA"/bench/*.jp*g | head -1)" "$STOKER_DATA/conformance/core/go__video-001.q50.420.progressive.jpeg"; do
     "$BIN/stoker" decode --backend nvjpeg --json "$f" >"$OUT/decode_cli.json" 2>>"$OUT/decode_cli.err"
     rc=$?
     route="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("route"))' "$OUT/decode_cli.json" 2>/dev/null)"

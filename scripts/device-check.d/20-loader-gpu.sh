@@ -8,9 +8,8 @@ set -uo pipefail
 : "${BIN:?}" "${DATA:?}" "${OUT:?}"
 row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$OUT/table.tsv"; }
 
-# The test binaries read the corpus and the bench set through stoker_testdata, which these
-# two variables point at the carried copies.
-export STOKER_DATA="$DATA" STOKER_BENCH_DIR="$DATA/bench"
+# The test binaries read the corpus and the bench set through stoker_testdata:
+# STOKER_DATA and STOKER_BENCH_DIR are set by device-check.sh.
 
 nvidia-smi --query-gpu=name,driver_version,utilization.gpu,utilization.jpeg --format=csv 2>/dev/null || true
 

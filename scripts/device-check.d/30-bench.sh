@@ -2,7 +2,7 @@
 # Device-check part (see scripts/device-check.sh): `stoker bench` on the GPU with every
 # stage, and the peers (PIL pool, torchvision decode_jpeg cpu/cuda, nvImageCodec when
 # installed) on the same images and batch size in the same run, with ratios.
-# Env: BIN (release binaries), DATA (bench/ and conformance/), OUT (comes back).
+# Env: BIN (release binaries), DATA (bench/), OUT (comes back).
 # Rows appended to $OUT/table.tsv: bench:<stage>, peer:<name>, bench:verdict, ...
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +23,7 @@ python3 benches/peers/compare.py --stoker "$BIN/stoker" --dataset "$work/ds" \
   --seconds "$SECONDS_PER_STAGE" --tsv "$OUT/table.tsv" \
   --json-out "$OUT/bench-peers.json" --markdown | tee "$OUT/bench-peers.txt"
 
-# 2. With a simulated 100 ms training step on the GPU: fed ratio and the seed's rule.
+# 2. With a simulated 100 ms training step on the GPU: fed ratio and the verdict.
 "$BIN/stoker" bench "$work/ds" --device "$DEVICE" --batch "$BATCH" --seconds "$SECONDS_PER_STAGE" \
   --consumer-ms 100 --json >"$OUT/bench-step100.json"
 python3 - "$OUT/bench-step100.json" "$OUT/table.tsv" <<'PY'

@@ -50,7 +50,7 @@ impl fmt::Display for BenchSetError {
 
 impl std::error::Error for BenchSetError {}
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchSetError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchSetError + '_ {
     move |source| BenchSetError::Io {
         path: path.to_path_buf(),
         source,
@@ -58,14 +58,14 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BenchSetError + '_ {
 }
 
 /// An RGB8 photograph.
-struct Photo {
-    width: usize,
-    height: usize,
-    rgb: Vec<u8>,
+pub(crate) struct Photo {
+    pub(crate) width: usize,
+    pub(crate) height: usize,
+    pub(crate) rgb: Vec<u8>,
 }
 
 /// The JPEG files one folder level under `dir` (an ImageFolder tree), sorted.
-fn photo_paths(dir: &Path) -> Result<Vec<PathBuf>, BenchSetError> {
+pub(crate) fn photo_paths(dir: &Path) -> Result<Vec<PathBuf>, BenchSetError> {
     let mut paths = Vec::new();
     for class in std::fs::read_dir(dir).map_err(io(dir))? {
         let class = class.map_err(io(dir))?.path();
@@ -87,7 +87,7 @@ fn photo_paths(dir: &Path) -> Result<Vec<PathBuf>, BenchSetError> {
 /// Decodes to RGB8; `None` for what is not an 8-bit RGB or grayscale photograph of at
 /// least 64×48 (CMYK, 16-bit, damaged files and icons are left out, the same ones on
 /// every run).
-fn decode(bytes: &[u8]) -> Option<Photo> {
+pub(crate) fn decode(bytes: &[u8]) -> Option<Photo> {
     let mut dec = jpeg_decoder::Decoder::new(bytes);
     let pixels = dec.decode().ok()?;
     let info = dec.info()?;
@@ -104,10 +104,10 @@ fn decode(bytes: &[u8]) -> Option<Photo> {
 }
 
 /// xorshift64*: a fixed sequence from a fixed seed, nothing platform-dependent.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -115,28 +115,37 @@ impl Rng {
     }
 
     /// Uniform in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
-/// A 4:3 crop of `area` (a fraction of the photograph's area, shrunk to fit), placed at
-/// `(fx, fy)` of the room left: (x, y, w, h).
-fn crop_box(p: &Photo, area: f64, fx: f64, fy: f64) -> (f64, f64, f64, f64) {
+/// A crop of `area` (a fraction of the photograph's area, shrunk to fit) with width /
+/// height = `aspect`, placed at `(fx, fy)` of the room left: (x, y, w, h).
+pub(crate) fn crop_box(
+    p: &Photo,
+    area: f64,
+    aspect: f64,
+    fx: f64,
+    fy: f64,
+) -> (f64, f64, f64, f64) {
     let (pw, ph) = (p.width as f64, p.height as f64);
-    let mut w = (area * pw * ph * 4.0 / 3.0).sqrt();
-    let mut h = w * 3.0 / 4.0;
+    let mut w = (area * pw * ph * aspect).sqrt();
+    let mut h = w / aspect;
     let fit = (pw / w).min(ph / h).min(1.0);
     w *= fit;
     h *= fit;
     (fx * (pw - w), fy * (ph - h), w, h)
 }
 
-/// Resizes the crop to `BENCH_WIDTH × BENCH_HEIGHT`: bilinear samples, averaged over a
-/// 2×2 grid per output pixel when shrinking by more than half, so that large crops are
-/// not aliased.
-fn resize(p: &Photo, (x0, y0, w, h): (f64, f64, f64, f64)) -> Vec<u8> {
-    let (ow, oh) = (usize::from(BENCH_WIDTH), usize::from(BENCH_HEIGHT));
+/// Resizes the crop to `ow × oh`: bilinear samples, averaged over a 2×2 grid per output
+/// pixel when shrinking by more than half, so that large crops are not aliased.
+pub(crate) fn resize(
+    p: &Photo,
+    (x0, y0, w, h): (f64, f64, f64, f64),
+    ow: usize,
+    oh: usize,
+) -> Vec<u8> {
     let (sx, sy) = (w / ow as f64, h / oh as f64);
     let k = if sx.max(sy) > 1.5 { 2 } else { 1 };
     // Source column (left index, right index, weight of the right) for each sub-sample.
@@ -193,6 +202,41 @@ fn make_set(photos: &Path, out: &Path, count: usize) -> Result<usize, BenchSetEr
     if out.is_dir() {
         return Ok(0);
     }
+    let decoded = load_photos(photos)?;
+    write_atomically(out, count, |tmp| {
+        let mut rng = Rng(SEED);
+        for file in 0..count {
+            let photo = &decoded[(rng.next() % decoded.len() as u64) as usize];
+            let area = 0.25 + 0.75 * rng.unit();
+            let (fx, fy) = (rng.unit(), rng.unit());
+            let rgb = resize(
+                photo,
+                crop_box(photo, area, 4.0 / 3.0, fx, fy),
+                usize::from(BENCH_WIDTH),
+                usize::from(BENCH_HEIGHT),
+            );
+            let mut jpeg = Vec::with_capacity(64 << 10);
+            let mut enc = jpeg_encoder::Encoder::new(&mut jpeg, QUALITY);
+            enc.set_sampling_factor(jpeg_encoder::SamplingFactor::R_4_2_0);
+            enc.encode(
+                &rgb,
+                BENCH_WIDTH,
+                BENCH_HEIGHT,
+                jpeg_encoder::ColorType::Rgb,
+            )
+            .map_err(|e| BenchSetError::Encode {
+                file,
+                reason: e.to_string(),
+            })?;
+            let path = tmp.join(format!("{file:05}.jpg"));
+            std::fs::write(&path, &jpeg).map_err(io(&path))?;
+        }
+        Ok(())
+    })
+}
+
+/// Every photograph under `photos` that [`decode`] keeps, in sorted order.
+pub(crate) fn load_photos(photos: &Path) -> Result<Vec<Photo>, BenchSetError> {
     let mut decoded = Vec::new();
     for path in photo_paths(photos)? {
         let bytes = std::fs::read(&path).map_err(io(&path))?;
@@ -203,33 +247,26 @@ fn make_set(photos: &Path, out: &Path, count: usize) -> Result<usize, BenchSetEr
             dir: photos.to_path_buf(),
         });
     }
+    Ok(decoded)
+}
+
+/// Runs `write` on a temporary sibling folder of `out` and renames it to `out` when it
+/// succeeds, so `out` exists only as a whole set and two processes making it at once do
+/// not mix their files. Returns `count` (0 when another process finished first).
+pub(crate) fn write_atomically(
+    out: &Path,
+    count: usize,
+    write: impl FnOnce(&Path) -> Result<(), BenchSetError>,
+) -> Result<usize, BenchSetError> {
     let parent = out.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io(parent))?;
-    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("bench");
+    let name = out.file_name().and_then(|n| n.to_str()).unwrap_or("set");
     let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    let mut rng = Rng(SEED);
-    for file in 0..count {
-        let photo = &decoded[(rng.next() % decoded.len() as u64) as usize];
-        let area = 0.25 + 0.75 * rng.unit();
-        let (fx, fy) = (rng.unit(), rng.unit());
-        let rgb = resize(photo, crop_box(photo, area, fx, fy));
-        let mut jpeg = Vec::with_capacity(64 << 10);
-        let mut enc = jpeg_encoder::Encoder::new(&mut jpeg, QUALITY);
-        enc.set_sampling_factor(jpeg_encoder::SamplingFactor::R_4_2_0);
-        enc.encode(
-            &rgb,
-            BENCH_WIDTH,
-            BENCH_HEIGHT,
-            jpeg_encoder::ColorType::Rgb,
-        )
-        .map_err(|e| BenchSetError::Encode {
-            file,
-            reason: e.to_string(),
-        })?;
-        let path = tmp.join(format!("{file:05}.jpg"));
-        std::fs::write(&path, &jpeg).map_err(io(&path))?;
+    if let Err(e) = write(&tmp) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
     }
     match std::fs::rename(&tmp, out) {
         Ok(()) => Ok(count),

@@ -9,6 +9,9 @@
 //!   derived deterministically from the photographs the first time it is asked for
 //!   ([`make_bench_set`]) and kept under `target/`, so that 24 MB of crops need not be
 //!   checked in.
+//! - [`make_mixed_set`]: sets that look like real training data to a decoder (mixed
+//!   sizes, a quarter progressive, some grayscale and CMYK) and their all-baseline twins of
+//!   the same sizes, for the GPU machine's mixed-data figures (`make-mixed-set`).
 //! - [`gpu_skip`]: the one line a GPU test prints when it finds no GPU, which
 //!   `scripts/device-check.sh` treats as a failure on the GPU machine.
 //!
@@ -25,8 +28,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 mod bench_set;
+mod mixed_set;
 
 pub use bench_set::{make_bench_set, BenchSetError, BENCH_FILES, BENCH_HEIGHT, BENCH_WIDTH};
+pub use mixed_set::{make_mixed_set, plan_file, FilePlan, Kind, Mix, MIXED_FILES, MIXED_VERSION};
 
 /// The corpus root: `$STOKER_DATA` when set, else `<repo>/testdata`.
 pub fn dir() -> PathBuf {
