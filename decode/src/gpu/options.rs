@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use crate::{ImageInfo, Limits, Region};
 
-/// How a caller of [`GpuDecoder::decode_batch_for`] will use a batch's outputs,
+/// How a caller of [`GpuDecoder::decode_batch_for`](crate::GpuDecoder::decode_batch_for) will use a batch's outputs,
 /// so the decoder can skip work the caller does not need.
 ///
 /// # Examples
@@ -23,19 +23,19 @@ use crate::{ImageInfo, Limits, Region};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BatchUse<'a> {
     /// The caller has already waited on the host for every earlier use of the
-    /// outputs: see [`GpuDecoder::decode_batch_idle_outputs`]. Default false.
+    /// outputs: see [`GpuDecoder::decode_batch_idle_outputs`](crate::GpuDecoder::decode_batch_idle_outputs). Default false.
     pub outputs_idle: bool,
     /// Per input, the region of its output the caller reads (a crop); the
     /// bytes of the output outside it are unspecified afterwards (left as
     /// they were, or, in the region's rows, other bytes). The CPU routes
-    /// decode the region with [`CpuDecoder::decode_region_into_routed`] (the
+    /// decode the region with [`CpuDecoder::decode_region_into_routed`](crate::CpuDecoder::decode_region_into_routed) (the
     /// decode skips work outside it and stops below it) and copy only the
     /// rows it spans; the nvJPEG routes decode whole images. `None` (the
     /// default): the whole of every image.
     pub regions: Option<&'a [Region]>,
 }
 
-/// Options of a [`GpuDecoder`].
+/// Options of a [`GpuDecoder`](crate::GpuDecoder).
 ///
 /// # Examples
 /// ```
@@ -61,7 +61,7 @@ pub struct GpuDecoderOptions {
     /// those at the end of the batch — decoded on the CPU (rayon) into pinned
     /// staging while the engines decode the rest, then copied to their
     /// outputs asynchronously on the caller's stream. Counted as
-    /// [`Route::CpuShare`]. Use it when the engines, not the CPUs, bound
+    /// [`Route::CpuShare`](crate::Route::CpuShare). Use it when the engines, not the CPUs, bound
     /// throughput. Default 0.0 (off); values outside 0..=1 are clamped, NaN is 0.
     /// With [`GpuDecoderOptions::cpu_share_auto`], the starting share.
     pub cpu_share: f32,
@@ -78,7 +78,7 @@ pub struct GpuDecoderOptions {
     /// earlier batches). It grows while the CPUs finish first and shrinks
     /// while the engines' part waits for them. Starts from `cpu_share` (0:
     /// 0.1) and stays within 0.02..=0.5 (0.02 keeps it measured).
-    /// [`GpuDecoder::cpu_share_now`] says where it stands. Default false.
+    /// [`GpuDecoder::cpu_share_now`](crate::GpuDecoder::cpu_share_now) says where it stands. Default false.
     pub cpu_share_auto: bool,
     /// Call `nvjpegDecodeBatchedPreAllocate` on each hardware lane's state
     /// when it is created, so the engines' device memory comes from a pool
@@ -104,7 +104,7 @@ pub struct GpuDecoderOptions {
     /// just before the CPU share's, at the end of the batch — decoded by
     /// nvJPEG's GPU-hybrid backend (`NVJPEG_BACKEND_GPU_HYBRID`, batched:
     /// Huffman decoding on the GPU's SMs) on its own thread and stream while
-    /// the engines decode the rest ([`Route::NvjpegGpuHuffman`]). For when the
+    /// the engines decode the rest ([`Route::NvjpegGpuHuffman`](crate::Route::NvjpegGpuHuffman)). For when the
     /// engines are the bound and the SMs have room; nvjpeg.h documents the GPU
     /// Huffman path for batched baseline files in batches of more than 100
     /// images, so a share of 100 images or fewer stays on the engines

@@ -6,7 +6,7 @@
 /// none. In entropy-coded data a coded `0xFF` is followed by a stuffed `00`,
 /// and restart markers (`FF D0`–`FF D7`) belong to the scan; any other
 /// `FF xx` (after fill bytes, the last of which is returned) ends it. Used by
-/// [`probe`] to count scans and by the converter to find where an image ends.
+/// [`probe`](crate::probe()) to count scans and by the converter to find where an image ends.
 ///
 /// # Examples
 /// ```

@@ -92,7 +92,7 @@ impl std::fmt::Display for Subsampling {
     }
 }
 
-/// What [`probe`] learned from the headers of one JPEG.
+/// What [`probe`](crate::probe()) learned from the headers of one JPEG.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[non_exhaustive]
 pub struct ImageInfo {
