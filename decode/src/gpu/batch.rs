@@ -14,6 +14,7 @@ pub(super) type Decoded = Result<(ImageInfo, Route), DecodeError>;
 /// The batch every stage reads.
 #[derive(Clone, Copy)]
 pub(super) struct Batch<'a> {
+    /// The JPEG bitstreams, one per output.
     pub(super) inputs: &'a [&'a [u8]],
     /// The header of every image step 1 accepted (`None`: it failed there).
     pub(super) infos: &'a [Option<ImageInfo>],
@@ -22,6 +23,7 @@ pub(super) struct Batch<'a> {
     pub(super) dst: &'a [CUdeviceptr],
     /// The caller's stream.
     pub(super) stream: &'a CudaStream,
+    /// How the caller reads the outputs (the regions the CPU routes decode).
     pub(super) usage: BatchUse<'a>,
 }
 

@@ -143,10 +143,13 @@ impl HwLane {
 /// One hardware lane's host time in a batch.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct LaneTimes {
+    /// Copying the lane's bitstreams into pinned staging.
     pub(super) copy: f64,
     /// Waiting for the state's previous batch to finish.
     pub(super) state_wait: f64,
+    /// Inside `nvjpegDecodeBatchedInitialize`.
     pub(super) init: f64,
+    /// Inside `nvjpegDecodeBatched` (host side).
     pub(super) decode: f64,
 }
 
