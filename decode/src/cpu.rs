@@ -633,7 +633,7 @@ mod tests {
     }
 
     /// `SliceReader` must behave exactly as zune-core's `ZCursor` does through
-    /// its `std::io` path (what zune-jpeg saw before), including past the end:
+    /// its `std::io` path (the reader zune-jpeg would otherwise use), including past the end:
     /// a fixed pseudo-random script of every operation on short slices.
     #[test]
     fn slice_reader_matches_zcursor_step_for_step() {

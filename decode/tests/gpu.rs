@@ -360,8 +360,8 @@ fn idle_outputs_decode_without_waiting_for_the_stream() {
     // 300 ms of work that does not touch the (idle) outputs, nor the device:
     // memsets (as the test beside this one queues) fill every SM and the
     // memory bus, which slowed nvJPEG's own device work on its lane streams
-    // by as long (H200 run 5: the decoder's stream_wait 0 ms, its lanes
-    // 143 ms), so they measured contention, not a wait for the stream.
+    // by as long (the decoder's stream wait stayed at zero while its lanes
+    // slowed), so they measured contention, not a wait for the stream.
     t.queue_host_sleep(300);
     let queued = t.stream.record_event(None).unwrap();
     let got = t

@@ -148,7 +148,7 @@ fn gpu_decode_throughput() {
             },
             batch,
         ),
-        // ... and on every core, as runs 1-4 measured it (slower engines then).
+        // ... and on every core, leaving none to the lanes' parsing.
         Case::new(
             "decode_gpu_hw_lanes4_cpu_share25_all_cores",
             GpuDecoderOptions {

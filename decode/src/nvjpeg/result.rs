@@ -1,11 +1,16 @@
 //! Thin wrappers over the function table: each turns an `nvjpegStatus_t`
-//! into a `Result` naming the call. Handles are created here and destroyed
-//! by the owning types in `mod.rs`.
+//! into a `Result` naming the call. Only the owners in `safe.rs` call them;
+//! every `# Safety` here is discharged there, once per owner.
+//!
+//! Objects are made on the CUDA context current on the calling thread
+//! (nvJPEG's allocations go through the CUDA runtime, which falls back to the
+//! device's primary context): which device that is matters for correctness,
+//! not for memory safety, so it is not part of the contracts below.
 
 use std::ffi::c_int;
 
+use super::status::NvjpegStatus;
 use super::sys::{self, OptionalTable, Table};
-use super::NvjpegStatus;
 use crate::DecodeError;
 
 /// `Ok` for `NVJPEG_STATUS_SUCCESS`, else [`DecodeError::Nvjpeg`] naming `call`.
@@ -23,7 +28,7 @@ pub(crate) fn check(call: &'static str, status: c_int) -> Result<(), DecodeError
 /// Creates a library handle for `backend` with the default allocators.
 ///
 /// # Safety
-/// A CUDA context must be current on this thread.
+/// `t` is the table of a loaded nvJPEG (no other condition).
 pub(crate) unsafe fn create_ex(
     t: &Table,
     backend: c_int,
@@ -226,7 +231,7 @@ pub(crate) unsafe fn decoder_state_create(
 /// Creates a pinned host buffer with the default allocator.
 ///
 /// # Safety
-/// `h` must be a live handle and a CUDA context current.
+/// `h` must be a live handle.
 pub(crate) unsafe fn buffer_pinned_create(
     t: &Table,
     h: sys::nvjpegHandle_t,
@@ -242,7 +247,7 @@ pub(crate) unsafe fn buffer_pinned_create(
 /// Creates a device buffer with the default allocator.
 ///
 /// # Safety
-/// `h` must be a live handle and a CUDA context current.
+/// `h` must be a live handle.
 pub(crate) unsafe fn buffer_device_create(
     t: &Table,
     h: sys::nvjpegHandle_t,
@@ -278,4 +283,235 @@ pub(crate) unsafe fn decode_params_rgbi(
         return Err(e);
     }
     Ok(p)
+}
+
+/// `nvjpegDestroy`.
+///
+/// # Safety
+/// `h` is live, every object made from it is already destroyed, and it is
+/// not used again.
+pub(crate) unsafe fn destroy(t: &Table, h: sys::nvjpegHandle_t) -> Result<(), DecodeError> {
+    // SAFETY: the caller guarantees `h` and that nothing uses it afterwards.
+    check("nvjpegDestroy", unsafe { (t.nvjpegDestroy)(h) })
+}
+
+/// `nvjpegJpegStateDestroy`.
+///
+/// # Safety
+/// `s` is live, no queued work uses it, and it is not used again.
+pub(crate) unsafe fn jpeg_state_destroy(
+    t: &Table,
+    s: sys::nvjpegJpegState_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegJpegStateDestroy", unsafe {
+        (t.nvjpegJpegStateDestroy)(s)
+    })
+}
+
+/// `nvjpegJpegStreamDestroy`.
+///
+/// # Safety
+/// `s` is live and not used again.
+pub(crate) unsafe fn jpeg_stream_destroy(
+    t: &Table,
+    s: sys::nvjpegJpegStream_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegJpegStreamDestroy", unsafe {
+        (t.nvjpegJpegStreamDestroy)(s)
+    })
+}
+
+/// `nvjpegDecoderDestroy`.
+///
+/// # Safety
+/// `d` is live, every state made for it is already destroyed, and it is not
+/// used again.
+pub(crate) unsafe fn decoder_destroy(
+    t: &Table,
+    d: sys::nvjpegJpegDecoder_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegDecoderDestroy", unsafe {
+        (t.nvjpegDecoderDestroy)(d)
+    })
+}
+
+/// `nvjpegBufferPinnedDestroy`.
+///
+/// # Safety
+/// `b` is live, attached to no live state, read by no queued work, and not
+/// used again.
+pub(crate) unsafe fn buffer_pinned_destroy(
+    t: &Table,
+    b: sys::nvjpegBufferPinned_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegBufferPinnedDestroy", unsafe {
+        (t.nvjpegBufferPinnedDestroy)(b)
+    })
+}
+
+/// `nvjpegBufferDeviceDestroy`.
+///
+/// # Safety
+/// `b` is live, attached to no live state, used by no queued work, and not
+/// used again.
+pub(crate) unsafe fn buffer_device_destroy(
+    t: &Table,
+    b: sys::nvjpegBufferDevice_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegBufferDeviceDestroy", unsafe {
+        (t.nvjpegBufferDeviceDestroy)(b)
+    })
+}
+
+/// `nvjpegDecodeParamsDestroy`.
+///
+/// # Safety
+/// `p` is live and not used again.
+pub(crate) unsafe fn decode_params_destroy(
+    t: &Table,
+    p: sys::nvjpegDecodeParams_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegDecodeParamsDestroy", unsafe {
+        (t.nvjpegDecodeParamsDestroy)(p)
+    })
+}
+
+/// Attaches a pinned buffer to a decoupled-API state.
+///
+/// # Safety
+/// `state` and `buffer` live, created from the same handle; `buffer` outlives
+/// the state's use of it.
+pub(crate) unsafe fn state_attach_pinned_buffer(
+    t: &Table,
+    state: sys::nvjpegJpegState_t,
+    buffer: sys::nvjpegBufferPinned_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegStateAttachPinnedBuffer", unsafe {
+        (t.nvjpegStateAttachPinnedBuffer)(state, buffer)
+    })
+}
+
+/// Attaches a device buffer to a decoupled-API state.
+///
+/// # Safety
+/// `state` and `buffer` live, created from the same handle; `buffer` outlives
+/// the state's use of it.
+pub(crate) unsafe fn state_attach_device_buffer(
+    t: &Table,
+    state: sys::nvjpegJpegState_t,
+    buffer: sys::nvjpegBufferDevice_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegStateAttachDeviceBuffer", unsafe {
+        (t.nvjpegStateAttachDeviceBuffer)(state, buffer)
+    })
+}
+
+/// `nvjpegDecodeBatchedInitialize` for `batch` images decoded to `format`.
+///
+/// # Safety
+/// `h` and `state` live, `state` created from `h` for the batched API, used
+/// by no other thread meanwhile, and no batched decode on it still running.
+pub(crate) unsafe fn decode_batched_initialize(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    state: sys::nvjpegJpegState_t,
+    batch: c_int,
+    max_cpu_threads: c_int,
+    format: c_int,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees; plain integers otherwise.
+    check("nvjpegDecodeBatchedInitialize", unsafe {
+        (t.nvjpegDecodeBatchedInitialize)(h, state, batch, max_cpu_threads, format)
+    })
+}
+
+/// `nvjpegDecodeBatched`.
+///
+/// # Safety
+/// `h` and `state` live, `state` created from `h` and initialized for as many
+/// images as `data`, `lens` and `images` each point to; every bitstream stays
+/// readable, and every output image writable for its header's size, until
+/// `stream` has passed this call; no other thread uses `state` meanwhile.
+pub(crate) unsafe fn decode_batched(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    state: sys::nvjpegJpegState_t,
+    data: *const *const u8,
+    lens: *const usize,
+    images: *mut sys::nvjpegImage_t,
+    stream: sys::cudaStream_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegDecodeBatched", unsafe {
+        (t.nvjpegDecodeBatched)(h, state, data, lens, images, stream)
+    })
+}
+
+/// The decoupled API's host phase (`nvjpegDecodeJpegHost`).
+///
+/// # Safety
+/// Every object live; `state` made for `dec`, `dec`, `params` and `jstream`
+/// from `h`; `jstream` holds a successful parse; no other thread uses
+/// `state`, `params` or `jstream` meanwhile; no queued transfer still reads
+/// the pinned buffer attached to `state`.
+pub(crate) unsafe fn decode_jpeg_host(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    dec: sys::nvjpegJpegDecoder_t,
+    state: sys::nvjpegJpegState_t,
+    params: sys::nvjpegDecodeParams_t,
+    jstream: sys::nvjpegJpegStream_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegDecodeJpegHost", unsafe {
+        (t.nvjpegDecodeJpegHost)(h, dec, state, params, jstream)
+    })
+}
+
+/// The decoupled API's host-to-device transfer (`nvjpegDecodeJpegTransferToDevice`).
+///
+/// # Safety
+/// As [`decode_jpeg_host`], which must have succeeded on `state` last; the
+/// state's buffers stay alive until `stream` has passed this call.
+pub(crate) unsafe fn decode_jpeg_transfer_to_device(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    dec: sys::nvjpegJpegDecoder_t,
+    state: sys::nvjpegJpegState_t,
+    jstream: sys::nvjpegJpegStream_t,
+    stream: sys::cudaStream_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegDecodeJpegTransferToDevice", unsafe {
+        (t.nvjpegDecodeJpegTransferToDevice)(h, dec, state, jstream, stream)
+    })
+}
+
+/// The decoupled API's device phase (`nvjpegDecodeJpegDevice`).
+///
+/// # Safety
+/// `h`, `dec` and `state` live as for [`decode_jpeg_host`], the transfer
+/// queued on `stream` before; `image` describes device memory writable for
+/// the image's size until `stream` has passed this call; the state's buffers
+/// stay alive until then.
+pub(crate) unsafe fn decode_jpeg_device(
+    t: &Table,
+    h: sys::nvjpegHandle_t,
+    dec: sys::nvjpegJpegDecoder_t,
+    state: sys::nvjpegJpegState_t,
+    image: *mut sys::nvjpegImage_t,
+    stream: sys::cudaStream_t,
+) -> Result<(), DecodeError> {
+    // SAFETY: as the caller guarantees.
+    check("nvjpegDecodeJpegDevice", unsafe {
+        (t.nvjpegDecodeJpegDevice)(h, dec, state, image, stream)
+    })
 }

@@ -1,7 +1,7 @@
 //! Raw nvJPEG types, constants and the function table, loaded at run time.
 //!
 //! Signatures and enum values follow `nvjpeg.h` (CUDA 12/13). Nothing here is
-//! public outside the crate; `result.rs` wraps the calls and `mod.rs` owns the
+//! public outside the crate; `result.rs` wraps the calls and `safe.rs` owns the
 //! handles.
 
 #![allow(non_camel_case_types, non_snake_case, dead_code)]
@@ -9,7 +9,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::path::Path;
 
-use super::LoadError;
+use super::error::LoadError;
 
 /// `nvjpegStatus_t` values.
 pub const NVJPEG_STATUS_SUCCESS: i32 = 0;

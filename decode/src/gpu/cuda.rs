@@ -1,0 +1,204 @@
+//! Step 4 of a batch: nvJPEG's CUDA decoder (hybrid backend, decoupled
+//! API) for what the engines do not take. Host phases (Huffman decoding on
+//! the CPU) run in parallel over the slots; transfers and device phases are
+//! queued on the caller's stream.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::{CudaContext, CudaEvent};
+
+use super::batch::{Batch, Plan};
+use super::device::record_or_synchronize;
+use crate::nvjpeg::{
+    Backend, DecodeParams, Decoder, DecoderState, DeviceBuffer, Handle, JpegStream, NvJpeg,
+    OutputImage, PinnedBuffer,
+};
+use crate::{DecodeError, DecodeTimings, Route};
+
+/// One CUDA-decoder state with its buffers.
+pub(super) struct CudaSlot {
+    /// Recorded on the caller's stream after this slot's last host-to-device
+    /// transfer, which reads the slot's pinned buffer: the next host phase on
+    /// this slot waits for it (and for nothing else).
+    pub(super) free: Option<CudaEvent>,
+    /// Recorded after this slot's last `nvjpegDecodeJpegDevice`, which reads
+    /// the slot's device buffer: the next transfer into that buffer waits for
+    /// it on the device. Needed when consecutive calls come on different
+    /// streams (the loader alternates two), which do not order each other.
+    pub(super) device_free: Option<CudaEvent>,
+    params: DecodeParams,
+    jstream: JpegStream,
+    /// Owns the pinned and device buffers attached to it.
+    state: DecoderState,
+}
+
+/// The CUDA (hybrid) path via the decoupled API.
+pub(super) struct CudaPath {
+    /// At least one. The decoder and the handle are held by the slots' objects
+    /// and released after the last of them.
+    pub(super) slots: Vec<CudaSlot>,
+}
+
+impl CudaPath {
+    /// A default-backend handle, a hybrid decoder and `states` slots (at
+    /// least one), on the context current on this thread.
+    pub(super) fn new(lib: &'static NvJpeg, states: usize) -> Result<CudaPath, DecodeError> {
+        let handle = Handle::new(lib, Backend::Default)?;
+        let decoder = Decoder::new(&handle, Backend::Hybrid)?;
+        let mut slots = Vec::new();
+        for _ in 0..states.max(1) {
+            let mut state = DecoderState::new(&decoder)?;
+            let pinned = PinnedBuffer::new(&handle)?;
+            let device = DeviceBuffer::new(&handle)?;
+            state.attach_pinned(pinned)?;
+            state.attach_device(device)?;
+            let jstream = JpegStream::new(&handle)?;
+            let params = DecodeParams::rgbi(&handle)?;
+            slots.push(CudaSlot {
+                free: None,
+                device_free: None,
+                params,
+                jstream,
+                state,
+            });
+        }
+        Ok(CudaPath { slots })
+    }
+
+    /// Step 4: decodes the plan's CUDA list; what fails goes to the CPU.
+    pub(super) fn decode_stage(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        timings: &mut DecodeTimings,
+        batch: Batch<'_>,
+        plan: &mut Plan,
+    ) {
+        if plan.cuda.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let failed = self.decode(ctx, batch, &plan.cuda);
+        timings.cuda_s += started.elapsed().as_secs_f64();
+        for &i in &plan.cuda {
+            if !failed.contains(&i) {
+                plan.results[i] = Some(Ok((batch.info(i).clone(), Route::NvjpegCuda)));
+            }
+        }
+        plan.cpu.extend(failed);
+    }
+
+    /// Decodes the list with the CUDA decoder: host phases in parallel over the
+    /// slots, then transfer and device phases on the caller's stream. Returns
+    /// the failures.
+    fn decode(&mut self, ctx: &Arc<CudaContext>, batch: Batch<'_>, list: &[usize]) -> Vec<usize> {
+        let mut failed = Vec::new();
+        let slots = self.slots.len();
+        for chunk in list.chunks(slots) {
+            let host = self.host_phases(ctx, batch, chunk);
+            for ((slot, &i), h) in self.slots.iter_mut().zip(chunk).zip(host) {
+                let info = batch.info(i);
+                let r = h.and_then(|()| {
+                    let mut img = OutputImage::interleaved(batch.dst[i], info.width as usize * 3);
+                    // SAFETY: the host phase of this slot succeeded (`h`); the
+                    // output holds width*3*height bytes (checked in step 1).
+                    unsafe { slot.device_phases(&mut img, batch) }
+                });
+                if let Err(e) = r {
+                    tracing::debug!("nvJPEG CUDA path failed on image {i}: {e}; using the CPU");
+                    failed.push(i);
+                }
+            }
+        }
+        failed
+    }
+
+    /// The host phase of each image of `chunk` (at most one per slot), each
+    /// slot on its own thread.
+    fn host_phases(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        batch: Batch<'_>,
+        chunk: &[usize],
+    ) -> Vec<Result<(), DecodeError>> {
+        std::thread::scope(|s| {
+            let joins: Vec<_> = self
+                .slots
+                .iter_mut()
+                .zip(chunk)
+                .map(|(slot, &i)| {
+                    let data = batch.inputs[i];
+                    s.spawn(move || -> Result<(), DecodeError> {
+                        ctx.bind_to_thread()?;
+                        slot.host_phase(data)
+                    })
+                })
+                .collect();
+            joins
+                .into_iter()
+                .map(|j| {
+                    j.join().unwrap_or_else(|_| {
+                        Err(DecodeError::Panicked {
+                            decoder: "nvjpeg",
+                            message: "host-phase thread panicked".into(),
+                        })
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+impl CudaSlot {
+    /// Parses `data` and runs the host phase on this slot.
+    fn host_phase(&mut self, data: &[u8]) -> Result<(), DecodeError> {
+        // The slot's previous transfer (this batch's earlier round or an
+        // earlier batch) may still read its pinned buffer, which the host
+        // phase overwrites.
+        if let Some(ev) = &self.free {
+            ev.synchronize()?;
+        }
+        self.jstream.parse(data)?;
+        // SAFETY: the transfer that last read the pinned buffer is done (its
+        // event was waited for above; without one, none is queued).
+        unsafe { self.state.decode_host(&self.params, &self.jstream) }
+    }
+
+    /// Queues the transfer and device phases of this slot's image on the
+    /// caller's stream, writing `img`, with the events that guard the slot's
+    /// buffers.
+    ///
+    /// # Safety
+    /// This slot's last host phase succeeded; `img` addresses `pitch * height`
+    /// writable device bytes for the image's header.
+    unsafe fn device_phases(
+        &mut self,
+        img: &mut OutputImage,
+        batch: Batch<'_>,
+    ) -> Result<(), DecodeError> {
+        let stream = batch.stream;
+        // The previous device phase on this slot (maybe on another
+        // stream) must be done reading the device buffer first.
+        // The event stays until a new one replaces it, so a
+        // failure below leaves the next transfer still ordered.
+        if let Some(ev) = &self.device_free {
+            stream.wait(ev)?;
+        }
+        // SAFETY: the host phase succeeded (caller's contract); the state
+        // lives until `GpuDecoder::drop` has waited for the events recorded below,
+        // and its next host phase waits for `free`.
+        unsafe { self.state.transfer_to_device(&self.jstream, stream) }?;
+        // The transfer reads the slot's pinned buffer: the slot's next
+        // host phase waits for this event (not for the whole stream).
+        self.free = record_or_synchronize(stream, "a slot event")?;
+        // SAFETY: as above; the device phase reads the slot's device buffer,
+        // ordered after the transfer on the same stream, and writes `img`
+        // (caller's contract); the next transfer waits for `device_free`.
+        let device = unsafe { self.state.decode_device(img, stream) };
+        // Recorded whatever the call returned: a failed call may still
+        // have queued work that reads the device buffer.
+        self.device_free = record_or_synchronize(stream, "a slot event")?;
+        device?;
+        Ok(())
+    }
+}

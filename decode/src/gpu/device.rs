@@ -1,0 +1,90 @@
+//! The CUDA side every stage shares: opening a context, and the two ways this
+//! backend waits for a stream (an event recorded now, or a wait while a
+//! thread unwinds).
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+
+use crate::DecodeError;
+
+/// Returns a CUDA context on device `ordinal`, or [`DecodeError::NoGpu`] saying
+/// why not (no driver library, no device, driver error). Never panics.
+///
+/// # Examples
+/// ```no_run
+/// let ctx = stoker_decode::cuda_context(0)?;
+/// # Ok::<(), stoker_decode::DecodeError>(())
+/// ```
+///
+/// # Errors
+/// [`DecodeError::NoGpu`].
+pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DecodeError> {
+    // SAFETY: is_culib_present only tries to open the driver library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(DecodeError::NoGpu {
+            reason: "the CUDA driver library (libcuda.so) is not present".into(),
+        });
+    }
+    let count = CudaContext::device_count().map_err(|e| DecodeError::NoGpu {
+        reason: format!("cuDeviceGetCount failed: {e}"),
+    })?;
+    if ordinal >= count.max(0) as usize {
+        return Err(DecodeError::NoGpu {
+            reason: format!("device {ordinal} requested, {count} present"),
+        });
+    }
+    CudaContext::new(ordinal).map_err(|e| DecodeError::NoGpu {
+        reason: format!("creating a context on device {ordinal}: {e}"),
+    })
+}
+
+/// An event recorded on `stream` now, or, when it cannot be recorded, `None`
+/// after waiting for the stream on the host instead (logged as `what`): either
+/// way the caller can tell when the work queued so far is done.
+pub(super) fn record_or_synchronize(
+    stream: &CudaStream,
+    what: &str,
+) -> Result<Option<CudaEvent>, cudarc::driver::DriverError> {
+    match stream.record_event(None) {
+        Ok(ev) => Ok(Some(ev)),
+        Err(e) => {
+            tracing::warn!("recording {what} failed ({e}); synchronizing");
+            stream.synchronize().map(|()| None)
+        }
+    }
+}
+
+/// Waits for a stream when dropped during a panic, so that buffers dropped
+/// after it are not freed under work still queued on it.
+pub(super) struct SyncOnPanic(pub(super) Arc<CudaStream>);
+
+impl Drop for SyncOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Err(e) = self.0.synchronize() {
+                tracing::warn!("stream synchronize while unwinding failed: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_gpu_is_an_error_not_a_panic() {
+        match cuda_context(0) {
+            Ok(ctx) => assert_eq!(ctx.ordinal(), 0),
+            Err(DecodeError::NoGpu { reason }) => assert!(!reason.is_empty()),
+            Err(e) => panic!("want NoGpu, got {e}"),
+        }
+        // A device that no machine has: the same typed error with or without a GPU.
+        match cuda_context(4096) {
+            Err(DecodeError::NoGpu { reason }) => assert!(!reason.is_empty()),
+            Err(e) => panic!("want NoGpu, got {e}"),
+            Ok(_) => panic!("device 4096 opened"),
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! What a caller sets: the decoder's options ([`GpuDecoderOptions`]) and, per
+//! batch, how the outputs will be used ([`BatchUse`]).
+
+use std::ops::Range;
+
+use crate::{ImageInfo, Limits, Region};
+
+/// How a caller of [`GpuDecoder::decode_batch_for`](crate::GpuDecoder::decode_batch_for) will use a batch's outputs,
+/// so the decoder can skip work the caller does not need.
+///
+/// # Examples
+/// ```
+/// use stoker_decode::{BatchUse, Region};
+/// // A loader that waited for its outputs and reads one crop of each image.
+/// let crops = [
+///     Region { x: 40, y: 12, width: 300, height: 168 },
+///     Region { x: 0, y: 50, width: 96, height: 46 },
+/// ];
+/// let usage = BatchUse { outputs_idle: true, regions: Some(&crops) };
+/// assert_eq!(BatchUse::default().regions, None);
+/// # let _ = usage;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchUse<'a> {
+    /// The caller has already waited on the host for every earlier use of the
+    /// outputs: see [`GpuDecoder::decode_batch_idle_outputs`](crate::GpuDecoder::decode_batch_idle_outputs). Default false.
+    pub outputs_idle: bool,
+    /// Per input, the region of its output the caller reads (a crop); the
+    /// bytes of the output outside it are unspecified afterwards (left as
+    /// they were, or, in the region's rows, other bytes). The CPU routes
+    /// decode the region with [`CpuDecoder::decode_region_into_routed`](crate::CpuDecoder::decode_region_into_routed) (the
+    /// decode skips work outside it and stops below it) and copy only the
+    /// rows it spans; the nvJPEG routes decode whole images. `None` (the
+    /// default): the whole of every image.
+    pub regions: Option<&'a [Region]>,
+}
+
+/// Options of a [`GpuDecoder`](crate::GpuDecoder).
+///
+/// # Examples
+/// ```
+/// use stoker_decode::GpuDecoderOptions;
+/// let o = GpuDecoderOptions { hardware_lanes: 8, ..GpuDecoderOptions::default() };
+/// assert!(o.hardware);
+/// assert!(o.hardware_preallocate && !o.hardware_handle_per_lane);
+/// ```
+#[derive(Debug, Clone)]
+pub struct GpuDecoderOptions {
+    /// Pixel limit enforced from each header before anything is queued.
+    pub limits: Limits,
+    /// Use the hardware JPEG engines when `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)` succeeds.
+    pub hardware: bool,
+    /// Hardware decoder states in flight per batch, each parsing on its own
+    /// thread and decoding on its own stream (host-side parsing is what keeps
+    /// the engines idle with a single state). Default 4.
+    pub hardware_lanes: usize,
+    /// CUDA-decoder states whose host phase (Huffman decoding on the CPU) runs
+    /// in parallel. Default 4.
+    pub cuda_states: usize,
+    /// Fraction (0.0 to 1.0) of each batch's hardware-decodable images —
+    /// those at the end of the batch — decoded on the CPU (rayon) into pinned
+    /// staging while the engines decode the rest, then copied to their
+    /// outputs asynchronously on the caller's stream. Counted as
+    /// [`Route::CpuShare`](crate::Route::CpuShare). Use it when the engines, not the CPUs, bound
+    /// throughput. Default 0.0 (off); values outside 0..=1 are clamped, NaN is 0.
+    /// With [`GpuDecoderOptions::cpu_share_auto`], the starting share.
+    pub cpu_share: f32,
+    /// Threads that decode the CPU share, in a pool of the decoder's own (made
+    /// with the decoder when a share is configured). 0 (the default): the machine's cores minus
+    /// `hardware_lanes` minus 2 (the calling thread and one more), at least 1,
+    /// so that the lanes' host-side parsing, which feeds the engines, keeps
+    /// cores of its own instead of being time-sliced with CPU decoding.
+    pub cpu_share_threads: usize,
+    /// Adjust the CPU share after every batch instead of keeping `cpu_share`
+    /// fixed: the share moves toward the fraction at which the CPUs take as
+    /// long over it as the calling thread takes over the engines' part
+    /// (parsing and submitting, and waiting for engines still busy with
+    /// earlier batches). It grows while the CPUs finish first and shrinks
+    /// while the engines' part waits for them. Starts from `cpu_share` (0:
+    /// 0.1) and stays within 0.02..=0.5 (0.02 keeps it measured).
+    /// [`GpuDecoder::cpu_share_now`](crate::GpuDecoder::cpu_share_now) says where it stands. Default false.
+    pub cpu_share_auto: bool,
+    /// Call `nvjpegDecodeBatchedPreAllocate` on each hardware lane's state
+    /// when it is created, so the engines' device memory comes from a pool
+    /// sized up front instead of being allocated while decoding (NVIDIA's
+    /// nvImageCodec always does this and reports a large gain). The hint is
+    /// the lane's share of a 256-image batch (rounded up to whole engine
+    /// cores), 640×480, 4:2:0, interleaved RGB: nvJPEG treats it as a starting
+    /// size and grows the buffers for larger images. Skipped, with one `info`
+    /// log, when the library lacks the function or refuses. Default true.
+    pub hardware_preallocate: bool,
+    /// Give each hardware lane its own `nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE)`
+    /// handle (its state is created from it) instead of sharing one: tests
+    /// whether one handle serializes the lanes' host-side work. Default false.
+    pub hardware_handle_per_lane: bool,
+    /// Decoder states per hardware lane, used in turn, one per call (values
+    /// below 1 mean 1): with 2, a lane's next batch is parsed and submitted on
+    /// one state while the previous batch's work on the other may still be in
+    /// flight, in case nvJPEG waits for a state's previous work before reusing
+    /// it (nvImageCodec waits on an event before reusing its single state).
+    /// Default 1.
+    pub hardware_states_per_lane: usize,
+    /// Fraction (0.0 to 1.0) of each batch's hardware-decodable images — those
+    /// just before the CPU share's, at the end of the batch — decoded by
+    /// nvJPEG's GPU-hybrid backend (`NVJPEG_BACKEND_GPU_HYBRID`, batched:
+    /// Huffman decoding on the GPU's SMs) on its own thread and stream while
+    /// the engines decode the rest ([`Route::NvjpegGpuHuffman`](crate::Route::NvjpegGpuHuffman)). For when the
+    /// engines are the bound and the SMs have room; nvjpeg.h documents the GPU
+    /// Huffman path for batched baseline files in batches of more than 100
+    /// images, so a share of 100 images or fewer stays on the engines
+    /// (otherwise it would be Huffman-decoded on one CPU thread). Default 0.0 (off);
+    /// out-of-range values are clamped, NaN is 0. When the backend cannot be
+    /// created the images stay on the engines (logged once).
+    pub gpu_huffman_share: f32,
+}
+
+impl Default for GpuDecoderOptions {
+    fn default() -> Self {
+        GpuDecoderOptions {
+            limits: Limits::default(),
+            hardware: true,
+            hardware_lanes: 4,
+            cuda_states: 4,
+            cpu_share: 0.0,
+            cpu_share_threads: 0,
+            cpu_share_auto: false,
+            hardware_preallocate: true,
+            hardware_handle_per_lane: false,
+            hardware_states_per_lane: 1,
+            gpu_huffman_share: 0.0,
+        }
+    }
+}
+
+impl BatchUse<'_> {
+    /// The region of output `i` the caller reads, if not the whole image.
+    pub(super) fn region(&self, i: usize) -> Option<Region> {
+        self.regions.map(|r| r[i])
+    }
+
+    /// The bytes of output `i` that are copied: the rows of its region.
+    pub(super) fn needed(&self, i: usize, info: &ImageInfo) -> Range<usize> {
+        match self.region(i) {
+            Some(r) => {
+                let row = info.width as usize * 3;
+                let bottom = r.bottom().min(info.height) as usize;
+                r.y.min(info.height) as usize * row..bottom * row
+            }
+            None => 0..info.rgb_len(),
+        }
+    }
+}
+
+/// A share option as a fraction in 0..=1 (NaN is 0).
+pub(super) fn share_fraction(v: f32) -> f64 {
+    if v.is_nan() {
+        0.0
+    } else {
+        f64::from(v.clamp(0.0, 1.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_default_to_preallocation_and_a_shared_handle() {
+        let o = GpuDecoderOptions::default();
+        assert!(o.hardware_preallocate);
+        assert!(!o.hardware_handle_per_lane);
+        assert_eq!(o.hardware_lanes, 4);
+    }
+}

@@ -1,0 +1,18 @@
+//! Header parser: reads the marker segments of a JPEG (never the pixels) and
+//! reports what a decoder needs to know to pick a route.
+//!
+//! The walk is bounded: every read is checked against the input length, the
+//! pixel limit is enforced as soon as the frame header is read, and the scan
+//! walk stops at the first scan for ordinary interleaved sequential files.
+//! `markers` walks the segments, `frame` reads SOF and SOS, `exif` the
+//! orientation, `entropy` skips scan data; `info` holds what is reported.
+
+mod entropy;
+mod exif;
+mod frame;
+mod info;
+mod markers;
+
+pub use entropy::entropy_coded_end;
+pub use info::{ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
+pub use markers::probe;
