@@ -78,6 +78,8 @@
 //!   defaults of [`LoaderBuilder::workers`] and [`LoaderBuilder::pinned_memory`]).
 //! - [`metrics`]: stage counters (read, decode, transform, h2d, handoff), consumer wait, fed
 //!   ratio, queue occupancy; [`Stats`] is the snapshot (Display, JSON, Prometheus).
+//! - [`pixels`]: record → pixels, the step both backends run for every sample (read, check,
+//!   draw the crop, decode only the crop); [`pixels::sample_pixels`] runs it for one record.
 //! - `pipeline`: the internal contract between [`Loader`] and a backend (see below).
 //! - `cpu`: the CPU backend (worker threads: read → decode → transform into the batch ring).
 //! - `gpu`: the GPU backend (pinned staging, nvJPEG, CUDA transform), its own issue.
@@ -131,6 +133,7 @@ mod error;
 pub mod launcher;
 pub mod metrics;
 pub(crate) mod pipeline;
+pub mod pixels;
 pub mod sampler;
 pub mod transform;
 

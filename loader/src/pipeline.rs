@@ -32,8 +32,9 @@ use crate::builder::OnError;
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::sampler::LoaderState;
-use stoker_decode::{CpuDecoder, ImageInfo, Region};
-use stoker_formats::{DatasetReader, Record, RecordHeader};
+
+// The record → pixels steps, at the path the GPU backend imports them from.
+pub(crate) use crate::pixels::{cpu_decode_counted, raw_payload_len, read_checked};
 
 /// How many replacements are tried for one bad sample before the batch fails with
 /// [`LoaderError::TooManyBadRecords`].
@@ -439,52 +440,6 @@ impl std::fmt::Debug for Epoch<'_> {
     }
 }
 
-/// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
-/// payload bytes, the time taken): the first step of every backend for every record.
-pub(crate) fn read_checked<'r>(
-    reader: &'r DatasetReader,
-    index: u64,
-    metrics: &Metrics,
-) -> Result<Record<'r>, LoaderError> {
-    let t_read = Instant::now();
-    let record = reader
-        .get(index)
-        .map_err(|source| LoaderError::Read { index, source })?;
-    record
-        .check_crc()
-        .map_err(|source| LoaderError::Read { index, source })?;
-    metrics.record(
-        Stage::Read,
-        1,
-        record.payload.len() as u64,
-        t_read.elapsed(),
-    );
-    Ok(record)
-}
-
-/// Decodes a JPEG `payload` on the CPU into `out` (RGB HWC), counting its route and the
-/// decode stage (one item, its compressed bytes, the time since `started`): the CPU decode
-/// step of both backends. With `region`, only its pixels are needed (the crop): the decoder
-/// may skip work outside it (and stop below it) and leave the rest unspecified.
-pub(crate) fn cpu_decode_counted(
-    decoder: &CpuDecoder,
-    payload: &[u8],
-    out: &mut [u8],
-    region: Option<Region>,
-    index: u64,
-    metrics: &Metrics,
-    started: Instant,
-) -> Result<ImageInfo, LoaderError> {
-    let (info, route) = match region {
-        Some(region) => decoder.decode_region_into_routed(payload, out, region),
-        None => decoder.decode_into_routed(payload, out),
-    }
-    .map_err(|source| LoaderError::Decode { index, source })?;
-    metrics.count_route(route.name());
-    metrics.record(Stage::Decode, 1, payload.len() as u64, started.elapsed());
-    Ok(info)
-}
-
 /// The error of a worker (`thread`) whose shard reader could not be opened (`reason`): not a
 /// bad record, the worker cannot read at all.
 pub(crate) fn reader_unavailable(thread: &str, reason: &str) -> LoaderError {
@@ -492,26 +447,6 @@ pub(crate) fn reader_unavailable(thread: &str, reason: &str) -> LoaderError {
         thread: thread.to_owned(),
         reason: format!("cannot open a shard reader: {reason}"),
     }
-}
-
-/// Checks a raw (pre-decoded) record's geometry against its payload: `w`×`h` pixels of 1 or
-/// 3 channels, exactly `w·h·c` bytes. Returns that byte count.
-pub(crate) fn raw_payload_len(
-    index: u64,
-    header: &RecordHeader,
-    payload_len: usize,
-) -> Result<usize, LoaderError> {
-    let (w, h, c) = (header.width, header.height, header.channels);
-    let want = w as usize * h as usize * c as usize;
-    if w == 0 || h == 0 || payload_len != want || !(c == 1 || c == 3) {
-        return Err(LoaderError::UnusableRecord {
-            index,
-            reason: format!(
-                "raw record {w}×{h}×{c} with a {payload_len}-byte payload (need 1 or 3 channels and {want} bytes)"
-            ),
-        });
-    }
-    Ok(want)
 }
 
 /// The message of a caught panic (a worker's or the producer's), for
