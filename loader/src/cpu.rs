@@ -35,7 +35,7 @@ use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{Dataset, DatasetReader};
 
 use crate::batch::{Batch, HostBuffer, HostImages, Images};
-use crate::builder::{LoaderConfig, Output};
+use crate::config::{LoaderConfig, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream, Next, Pipeline};

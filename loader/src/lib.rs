@@ -125,12 +125,15 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 mod batch;
 mod builder;
+mod config;
 mod cpu;
 pub mod dlpack;
 mod error;
 pub mod launcher;
+mod loader;
 pub mod metrics;
 pub(crate) mod pipeline;
 pub mod pixels;
@@ -141,12 +144,15 @@ pub mod transform;
 // `cudarc` types it hands out.
 pub mod gpu;
 
-pub use batch::{Batch, DType, HostImages, Images};
-pub use builder::{Device, Loader, LoaderBuilder, LoaderConfig, OnError, Output};
+pub use backend::AutoChoice;
+pub use batch::{Batch, HostImages, Images};
+pub use builder::LoaderBuilder;
+pub use config::{DType, Device, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
 pub use gpu::CudaImages;
 pub use launcher::{Launcher, Placement};
+pub use loader::{Epoch, Loader};
 pub use metrics::{Stage, Stats};
-pub use pipeline::{Epoch, Next};
+pub use pipeline::Next;
 pub use sampler::{LoaderState, Sampler, Shuffle};
 pub use transform::{SampleParams, Transform};
