@@ -258,9 +258,8 @@ impl LoaderBuilder {
     /// instead of `memcpy` (default `true`). A record is below glibc's
     /// non-temporal threshold, so `memcpy` first reads every destination line into
     /// the cache and writes it back later: memory traffic that competes with the
-    /// device reading the previous slot. Streaming stores write each line once; on
-    /// the H200 machine they raised the raw route from 62k to 82k img/s and from
-    /// 51k to 68k img/s in two runs (docs/BENCHMARKS.md).
+    /// device reading the previous slot. Streaming stores write each line once
+    /// (measured in docs/BENCHMARKS.md).
     ///
     /// # Examples
     ///
@@ -284,11 +283,11 @@ impl LoaderBuilder {
     /// when the shards together take at most half the machine's memory (they stay
     /// resident while the loader lives; registering reads them into the page cache)
     /// and the driver accepts the registration; otherwise, or when `false`, the
-    /// reader threads stage records in pinned memory as before. `stats().backend`
+    /// reader threads stage records in pinned memory. `stats().backend`
     /// says which is in use. Images larger than a staging stride still go through
     /// staging (resized on the CPU). Each batch's records go in one
-    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record
-    /// before, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
+    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record on older
+    /// drivers, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
     /// set when the loader is built).
     ///
     /// Why: the device reads pinned memory more slowly while the host writes to
