@@ -1,102 +1,23 @@
-//! [`LoaderBuilder`] turns settings into a running [`Loader`]; the loader hands out epochs,
-//! stats and its resume state.
+//! [`LoaderBuilder`]: the loader's settings, checked and completed at build from this
+//! process's placement and node share, then turned into a running [`Loader`] over the
+//! backend they choose.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
 use stoker_formats::Dataset;
 
-use crate::cpu::CpuPipeline;
+use crate::backend::build_backend;
+use crate::config::OnError;
 use crate::error::LoaderError;
-use crate::launcher::{self, NodeShare, Placement};
-use crate::metrics::{Metrics, Stats};
-use crate::pipeline::{self, BadLog, Epoch, EpochPlan, Pipeline, Progress, Started};
+use crate::launcher::{NodeShare, Placement};
+use crate::loader::{check_resume, Loader};
+use crate::metrics::Metrics;
 use crate::sampler::{LoaderState, Sampler, Shuffle};
 use crate::transform::Transform;
 
-/// Where batches are produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub enum Device {
-    /// Host memory, CPU decode and transforms.
-    Cpu,
-    /// CUDA device `n`: nvJPEG decode and GPU transforms (the GPU path). The
-    /// ordinal counts the devices this process can see (`CUDA_VISIBLE_DEVICES`
-    /// applies, the driver numbers the devices it lists from 0).
-    Cuda(usize),
-    /// The local rank's GPU (device `local_rank mod visible devices`, see
-    /// [`launcher::choose_device`]; device 0 for a single process) if a usable GPU
-    /// is present, else the CPU.
-    Auto,
-}
-
-/// Layout and element type of the batch images.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub enum Output {
-    /// `[n, h, w, 3]` raw `u8` pixels (no normalization).
-    U8Nhwc,
-    /// `[n, 3, h, w]` normalized IEEE half.
-    F16Nchw,
-    /// `[n, 3, h, w]` normalized `f32`.
-    F32Nchw,
-}
-
-/// What to do with a record that cannot be read or decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub enum OnError {
-    /// Replace it by the next sample of the epoch's order (the batch stays full), count it in
-    /// [`Stats::bad_records`] with its index, and log it once.
-    Replace,
-    /// Return the batch as an `Err` naming the record; iteration can continue.
-    Error,
-}
-
-/// Everything a backend needs to build its pipeline (read by the GPU path in `gpu::build`).
-#[derive(Debug, Clone)]
-pub struct LoaderConfig {
-    pub(crate) dataset: Dataset,
-    pub(crate) batch_size: u64,
-    pub(crate) shuffle: Shuffle,
-    pub(crate) drop_last: bool,
-    pub(crate) transform: Transform,
-    pub(crate) output: Output,
-    pub(crate) device: Device,
-    pub(crate) rank: u64,
-    pub(crate) world: u64,
-    /// Where this process runs in its job, as the launcher says (rank, world,
-    /// local rank and world): `Device::Auto` and the defaults below follow it.
-    pub(crate) placement: Placement,
-    /// Batches in flight at most (≥ 1).
-    pub(crate) prefetch: u64,
-    /// Whether `prefetch` was set by the user (not the default from `workers`).
-    pub(crate) prefetch_explicit: bool,
-    /// CPU worker threads (≥ 1).
-    pub(crate) workers: usize,
-    /// This process's share of the node's cores ([`NodeShare::cores`]): what
-    /// the GPU decoder's CPU-share pool is sized from unless its options say.
-    pub(crate) node_cores: usize,
-    /// GPU path: the most page-locked host memory the staging ring may take.
-    pub(crate) pinned_memory: u64,
-    pub(crate) on_error: OnError,
-    /// `Device::Cuda` with JPEG records: share of each batch decoded on the CPU
-    /// beside the JPEG engines (`None`: the decoder's default).
-    pub(crate) gpu_cpu_share: Option<f32>,
-    /// `Device::Cuda` with JPEG records: the nvJPEG decoder's options (`None`:
-    /// its defaults); `gpu_cpu_share` still applies on top.
-    pub(crate) gpu_decoder: Option<stoker_decode::GpuDecoderOptions>,
-    /// GPU path: every batch is handed out already waited on this stream.
-    pub(crate) cuda_stream: Option<Arc<CudaStream>>,
-    /// GPU path: allocate the pinned staging write-combined.
-    pub(crate) write_combined: bool,
-    /// GPU path: stage raw records with non-temporal stores.
-    pub(crate) streaming_stores: bool,
-    /// GPU path: copy raw records straight from the page-locked dataset map.
-    pub(crate) zero_copy: bool,
-    /// Start epoch e+1's pipeline when epoch e's last batch is handed out.
-    pub(crate) prefetch_next_epoch: bool,
-}
+// At their old paths, which the GPU backend imports.
+pub(crate) use crate::config::{Device, LoaderConfig, Output};
 
 /// Settings for a [`Loader`]; see [`Loader::builder`].
 #[derive(Debug)]
@@ -172,7 +93,7 @@ impl LoaderBuilder {
 
     /// Like [`LoaderBuilder::distributed`] with the rank and world the launcher set:
     /// torchrun's `RANK` / `WORLD_SIZE`, else Slurm's `SLURM_PROCID` /
-    /// `SLURM_NTASKS` (details: [`launcher::Placement::from_vars`]); a single process
+    /// `SLURM_NTASKS` (details: [`crate::launcher::Placement::from_vars`]); a single process
     /// when neither is there. The variables are read by [`LoaderBuilder::build`]
     /// (or given with [`LoaderBuilder::placement`]), which reports inconsistent ones.
     ///
@@ -195,7 +116,7 @@ impl LoaderBuilder {
     }
 
     /// Where this process runs in its job, instead of reading the launcher's
-    /// variables at build ([`launcher::Placement::from_env`]): for a caller that knows
+    /// variables at build ([`crate::launcher::Placement::from_env`]): for a caller that knows
     /// better (an embedding with its own launcher, a test). [`Device::Auto`] and the
     /// node-share defaults ([`LoaderBuilder::workers`], [`LoaderBuilder::pinned_memory`])
     /// follow it; rank and world are used with [`LoaderBuilder::distributed_from_env`].
@@ -211,7 +132,7 @@ impl LoaderBuilder {
     }
 
     /// CPU worker threads: the CPU path's workers, the GPU path's reader threads
-    /// (default: this process's share of the node, [`launcher::NodeShare::cores`]:
+    /// (default: this process's share of the node, [`crate::launcher::NodeShare::cores`]:
     /// the available cores divided by the processes on the node, at least 1; all
     /// of them for a single process).
     ///
@@ -226,7 +147,7 @@ impl LoaderBuilder {
 
     /// GPU path: the most page-locked (pinned) host memory the staging ring may
     /// take, in bytes (default: half the machine's memory divided by the processes
-    /// on the node, [`launcher::NodeShare::pinned_bytes`]). A ring of
+    /// on the node, [`crate::launcher::NodeShare::pinned_bytes`]). A ring of
     /// `prefetch + 2` slots that does not fit is built with fewer slots (a lower
     /// prefetch, at least one batch in flight); when even that does not fit,
     /// [`LoaderBuilder::build`] fails naming this setting. The dataset map
@@ -337,9 +258,8 @@ impl LoaderBuilder {
     /// instead of `memcpy` (default `true`). A record is below glibc's
     /// non-temporal threshold, so `memcpy` first reads every destination line into
     /// the cache and writes it back later: memory traffic that competes with the
-    /// device reading the previous slot. Streaming stores write each line once; on
-    /// the H200 machine they raised the raw route from 62k to 82k img/s and from
-    /// 51k to 68k img/s in two runs (docs/BENCHMARKS.md).
+    /// device reading the previous slot. Streaming stores write each line once
+    /// (measured in docs/BENCHMARKS.md).
     ///
     /// # Examples
     ///
@@ -363,11 +283,11 @@ impl LoaderBuilder {
     /// when the shards together take at most half the machine's memory (they stay
     /// resident while the loader lives; registering reads them into the page cache)
     /// and the driver accepts the registration; otherwise, or when `false`, the
-    /// reader threads stage records in pinned memory as before. `stats().backend`
+    /// reader threads stage records in pinned memory. `stats().backend`
     /// says which is in use. Images larger than a staging stride still go through
     /// staging (resized on the CPU). Each batch's records go in one
-    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record
-    /// before, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
+    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record on older
+    /// drivers, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
     /// set when the loader is built).
     ///
     /// Why: the device reads pinned memory more slowly while the host writes to
@@ -396,7 +316,7 @@ impl LoaderBuilder {
     /// every epoch starts with an empty pipeline and the consumer waits for one
     /// batch's read and decode. Asking for any other epoch discards the early start
     /// (its batches are dropped, nothing is counted twice); so does a pending
-    /// [`LoaderBuilder::resume`]. Counted in [`Stats::epochs_started_early`].
+    /// [`LoaderBuilder::resume`]. Counted in [`crate::Stats::epochs_started_early`].
     ///
     /// # Examples
     ///
@@ -514,23 +434,7 @@ impl LoaderBuilder {
         let metrics = Arc::new(Metrics::default());
         metrics.set_placement(config.placement, config.rank, config.world);
         let backend = build_backend(&buffer_config(&config, &sampler)?, &metrics)?;
-        let state = resume.unwrap_or(LoaderState {
-            seed: config.shuffle.seed(),
-            epoch: 0,
-            position: 0,
-        });
-        Ok(Loader {
-            early: Mutex::new(None),
-            backend,
-            progress: Arc::new(Mutex::new(Progress {
-                active: None,
-                state,
-            })),
-            resume: Mutex::new(resume),
-            sampler,
-            metrics,
-            config,
-        })
+        Ok(Loader::new(backend, sampler, metrics, config, resume))
     }
 }
 
@@ -588,108 +492,6 @@ fn physical_memory() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// Checks that `state` can resume a loader with `seed` and `num_batches` per epoch.
-fn check_resume(state: &LoaderState, seed: u64, num_batches: u64) -> Result<(), LoaderError> {
-    if state.seed != seed {
-        return Err(LoaderError::ResumeMismatch {
-            field: "seed",
-            expected: seed,
-            got: state.seed,
-        });
-    }
-    if state.position > num_batches {
-        return Err(LoaderError::ResumeMismatch {
-            field: "position",
-            expected: num_batches,
-            got: state.position,
-        });
-    }
-    Ok(())
-}
-
-/// Picks the backend for `config.device`; [`Device::Auto`] takes the local rank's
-/// GPU ([`launcher::choose_device`]) and falls back to the CPU, saying why, when
-/// there is none or it cannot be used.
-fn build_backend(
-    config: &LoaderConfig,
-    metrics: &Arc<Metrics>,
-) -> Result<Box<dyn Pipeline>, LoaderError> {
-    let cpu = |why: &str| -> Result<Box<dyn Pipeline>, LoaderError> {
-        let pipeline = CpuPipeline::build(config, Arc::clone(metrics))?;
-        metrics.set_backend(format!("cpu, {} workers{why}", config.workers));
-        Ok(Box::new(pipeline))
-    };
-    let fall_back = |reason: &str| {
-        // Said once, here; `Stats::backend` keeps saying it.
-        tracing::info!(%reason, "Device::Auto: no usable GPU, loading on the CPU");
-        metrics.set_device(format!("cpu (Device::Auto: {reason})"));
-        cpu(&format!(" (Device::Auto fell back to the CPU: {reason})"))
-    };
-    let local_rank = config.placement.local_rank;
-    match config.device {
-        Device::Cpu => {
-            metrics.set_device("cpu".to_owned());
-            cpu("")
-        }
-        Device::Cuda(n) => {
-            metrics.set_device(format!("cuda:{n}"));
-            Ok(Box::new(crate::gpu::build(config, Arc::clone(metrics))?))
-        }
-        Device::Auto => {
-            let visible = match crate::gpu::visible_devices() {
-                Ok(0) => return fall_back("the CUDA driver reports no device"),
-                Ok(n) => n,
-                Err(reason) => return fall_back(&reason),
-            };
-            let Device::Cuda(ordinal) =
-                launcher::choose_device(Device::Auto, local_rank, || visible)
-            else {
-                return fall_back("no CUDA device chosen");
-            };
-            let mut gpu_config = config.clone();
-            gpu_config.device = Device::Cuda(ordinal);
-            metrics.set_device(format!(
-                "cuda:{ordinal} (Device::Auto: local rank {local_rank} mod {visible} visible device{})",
-                if visible == 1 { "" } else { "s" }
-            ));
-            match crate::gpu::build(&gpu_config, Arc::clone(metrics)) {
-                Ok(gpu) => Ok(Box::new(gpu)),
-                Err(LoaderError::GpuUnavailable { reason }) => fall_back(&reason),
-                Err(e) => Err(e),
-            }
-        }
-    }
-}
-
-/// The loader: hands out epochs of batches in a deterministic order, and reports where the
-/// time goes.
-///
-/// `Loader` is `Send + Sync`; one epoch iterator may be alive at a time.
-pub struct Loader {
-    /// The next epoch's pipeline, started when the last batch of the current one
-    /// was handed out (`LoaderBuilder::prefetch_next_epoch`). Declared before the
-    /// backend: its threads stop before the backend's.
-    early: Mutex<Option<(u64, Started)>>,
-    /// Declared before the rest so it is dropped (threads joined) first.
-    backend: Box<dyn Pipeline>,
-    /// Shared with the epoch iterators, which report how far the consumer got.
-    progress: Arc<Mutex<Progress>>,
-    /// A resume state not yet applied (taken by the first `epoch` call).
-    resume: Mutex<Option<LoaderState>>,
-    sampler: Sampler,
-    metrics: Arc<Metrics>,
-    config: LoaderConfig,
-}
-
-impl std::fmt::Debug for Loader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Loader")
-            .field("config", &self.config)
-            .field("sampler", &self.sampler)
-            .finish()
-    }
-}
-
 impl Loader {
     /// Starts building a loader over `dataset`.
     ///
@@ -731,331 +533,5 @@ impl Loader {
             prefetch: None,
             pinned_memory: None,
         }
-    }
-
-    /// The batches of `epoch`, in order, as an iterator of `Result<Batch, LoaderError>`.
-    ///
-    /// If the loader was built with [`LoaderBuilder::resume`] and this is the first epoch
-    /// asked for and it is the saved one, iteration starts after the batches already consumed.
-    /// Asking for an epoch while another epoch iterator is alive yields one
-    /// [`LoaderError::EpochInProgress`].
-    ///
-    /// # Errors
-    ///
-    /// Items are `Err` for a batch that could not be built: a bad record under
-    /// [`OnError::Error`], [`LoaderError::TooManyBadRecords`], a failed worker. Iteration may
-    /// continue after an error.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data")?).build()?;
-    /// for epoch in 0..90 {
-    ///     for batch in loader.epoch(epoch) {
-    ///         let batch = batch?;
-    ///         // train_step(batch.images.as_f32().unwrap(), &batch.labels);
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn epoch(&self, epoch: u64) -> Epoch<'_> {
-        let on_last: Option<Box<dyn FnOnce() + Send + '_>> =
-            self.config.prefetch_next_epoch.then(|| {
-                Box::new(move || self.start_early(epoch + 1)) as Box<dyn FnOnce() + Send + '_>
-            });
-        self.epoch_with(epoch, on_last, None)
-    }
-
-    /// [`Loader::epoch`] for a loader behind an [`Arc`]: the iterator keeps the loader
-    /// alive and borrows nothing, so it can be stored (in a struct, another thread, a
-    /// Python object) instead of living in one `for` loop.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use std::sync::Arc;
-    /// use stoker_loader::{Epoch, Loader};
-    /// let loader = Arc::new(Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?);
-    /// let mut epoch: Epoch<'static> = loader.epoch_shared(0);
-    /// drop(loader); // the iterator still works
-    /// let first = epoch.next().expect("a non-empty epoch")?;
-    /// # let _ = first;
-    /// # Ok(()) }
-    /// ```
-    pub fn epoch_shared(self: &Arc<Self>, epoch: u64) -> Epoch<'static> {
-        let on_last: Option<Box<dyn FnOnce() + Send + 'static>> =
-            self.config.prefetch_next_epoch.then(|| {
-                let me = Arc::clone(self);
-                Box::new(move || me.start_early(epoch + 1)) as Box<dyn FnOnce() + Send>
-            });
-        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(self) as _;
-        self.epoch_with(epoch, on_last, Some(owner))
-    }
-
-    /// Starts (or fails to start) `epoch`; `on_last` runs when its last batch is
-    /// handed out, `owner` is kept alive as long as the iterator.
-    fn epoch_with<'a>(
-        &self,
-        epoch: u64,
-        on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
-        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
-    ) -> Epoch<'a> {
-        {
-            let mut progress = pipeline::lock(&self.progress);
-            if let Some(running) = progress.active {
-                return Epoch::failed(
-                    epoch,
-                    LoaderError::EpochInProgress {
-                        running,
-                        requested: epoch,
-                    },
-                    Arc::clone(&self.metrics),
-                    Arc::clone(&self.progress),
-                    false,
-                );
-            }
-            progress.active = Some(epoch);
-        }
-        let resume = self.resume.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let start_batch = match resume {
-            Some(state) if state.epoch == epoch => state.position,
-            _ => 0,
-        };
-        {
-            let mut progress = pipeline::lock(&self.progress);
-            progress.state = LoaderState {
-                seed: self.config.shuffle.seed(),
-                epoch,
-                position: start_batch,
-            };
-        }
-        // An early start of this very epoch from its first batch is used as is; any
-        // other is dropped here (its threads stop, its batches go back).
-        let early = match self.early.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some((e, stream)) if e == epoch && start_batch == 0 => Some(stream),
-            // Stopped before the new start, so the two never compete for buffers.
-            other => {
-                drop(other);
-                None
-            }
-        };
-        // A shard truncated or replaced since the last epoch would kill the readers with
-        // SIGBUS: one `stat` per shard turns that into this epoch's error.
-        if let Err(e) = self.config.dataset.check_unchanged() {
-            drop(early);
-            return Epoch::failed(
-                epoch,
-                e.into(),
-                Arc::clone(&self.metrics),
-                Arc::clone(&self.progress),
-                true,
-            );
-        }
-        let started = match early {
-            Some(started) => {
-                self.metrics.epoch_started_early();
-                Ok(started)
-            }
-            None => self.start(epoch, start_batch),
-        };
-        match started {
-            Ok(started) => Epoch::running(
-                epoch,
-                started,
-                self.sampler.num_batches(),
-                on_last,
-                Arc::clone(&self.metrics),
-                Arc::clone(&self.progress),
-                owner,
-            ),
-            Err(e) => Epoch::failed(
-                epoch,
-                e,
-                Arc::clone(&self.metrics),
-                Arc::clone(&self.progress),
-                true,
-            ),
-        }
-    }
-
-    /// Starts the pipeline of `epoch` from batch `start_batch`.
-    fn start(&self, epoch: u64, start_batch: u64) -> Result<Started, LoaderError> {
-        let bad = Arc::new(BadLog::default());
-        let plan = EpochPlan {
-            epoch,
-            seed: self.config.shuffle.seed(),
-            order: self.sampler.order(epoch).into(),
-            batch_size: self.config.batch_size,
-            num_batches: self.sampler.num_batches(),
-            start_batch,
-            on_error: self.config.on_error,
-            bad: Arc::clone(&bad),
-        };
-        Ok(Started {
-            stream: self.backend.start_epoch(plan)?,
-            bad,
-            on_error: self.config.on_error,
-        })
-    }
-
-    /// Stops the next epoch started early ([`LoaderBuilder::prefetch_next_epoch`]),
-    /// if there is one, and frees what it holds: call it after the last epoch you
-    /// will train, so that the loader does not keep decoding batches nobody asks
-    /// for (on the GPU path: occupying the JPEG engines, the staging ring and the
-    /// utilization sampler) while the program goes on to evaluate or save.
-    /// Returns whether an early start was stopped. A later [`Loader::epoch`] call
-    /// works as usual, from an empty pipeline.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
-    /// for epoch in 0..90 {
-    ///     for batch in loader.epoch(epoch) {
-    ///         let _batch = batch?;
-    ///     }
-    /// }
-    /// assert!(loader.cancel_prefetch(), "epoch 90 had started early");
-    /// # Ok(()) }
-    /// ```
-    pub fn cancel_prefetch(&self) -> bool {
-        let early = self.early.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // Dropping the stream stops its producer and returns its batches.
-        early.is_some()
-    }
-
-    /// Starts `epoch`'s pipeline ahead of the consumer's [`Loader::epoch`] call
-    /// (none while a resume state is pending: that call will want another start).
-    fn start_early(&self, epoch: u64) {
-        if self
-            .resume
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
-            return;
-        }
-        // Not on shards that changed: the consumer's own call reports it.
-        if self.config.dataset.check_unchanged().is_err() {
-            return;
-        }
-        match self.start(epoch, 0) {
-            Ok(started) => {
-                let old = self
-                    .early
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .replace((epoch, started));
-                drop(old);
-            }
-            // The consumer's own call will start it (and report the error).
-            Err(e) => tracing::debug!(%e, epoch, "early start of the next epoch failed"),
-        }
-    }
-
-    /// A snapshot of the counters (Display: a table and a verdict; serde: JSON).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// # let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data")?).build()?;
-    /// let stats = loader.stats();
-    /// println!("{stats}"); // table + verdict
-    /// std::fs::write("loader-stats.json", stats.to_json())?;
-    /// assert!((0.0..=1.0).contains(&stats.fed_ratio));
-    /// # Ok(()) }
-    /// ```
-    pub fn stats(&self) -> Stats {
-        self.metrics.snapshot()
-    }
-
-    /// Zeroes the flow counters (e.g. after a warm-up epoch).
-    pub fn reset_stats(&self) {
-        self.metrics.reset();
-    }
-
-    /// Where this loader stands: `(seed, epoch, position)`; feed it to
-    /// [`LoaderBuilder::resume`] to continue exactly here.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stoker_loader::{Loader, LoaderState};
-    /// # let dataset = stoker_formats::Dataset::open("data")?;
-    /// // At checkpoint time:
-    /// # let loader = Loader::builder(dataset.clone()).build()?;
-    /// std::fs::write("loader.json", serde_json::to_string(&loader.state())?)?;
-    /// // After a restart: the same settings, plus the saved state.
-    /// let state: LoaderState = serde_json::from_str(&std::fs::read_to_string("loader.json")?)?;
-    /// let loader = Loader::builder(dataset).resume(state).build()?;
-    /// for batch in loader.epoch(state.epoch) { /* continues after the consumed batches */ }
-    /// # Ok(()) }
-    /// ```
-    pub fn state(&self) -> LoaderState {
-        pipeline::lock(&self.progress).state
-    }
-
-    /// Continue from a saved [`Loader::state`] with this loader (what
-    /// [`LoaderBuilder::resume`] does at build time, for a loader that already runs, as
-    /// torch's `load_state_dict`): the next [`Loader::epoch`] call for `state.epoch`
-    /// skips the `state.position` batches already consumed, and [`Loader::state`]
-    /// reports `state` until then.
-    ///
-    /// # Errors
-    ///
-    /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed or lies past
-    /// the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is
-    /// alive (drop it first).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stoker_loader::{Loader, LoaderState};
-    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
-    /// let state = LoaderState { seed: 0, epoch: 3, position: 10 };
-    /// loader.load_state(state)?;
-    /// let next = loader.epoch(3).next().expect("batch 10 of epoch 3")?;
-    /// assert_eq!(next.index, 10);
-    /// # Ok(()) }
-    /// ```
-    pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
-        check_resume(
-            &state,
-            self.config.shuffle.seed(),
-            self.sampler.num_batches(),
-        )?;
-        let mut progress = pipeline::lock(&self.progress);
-        if let Some(running) = progress.active {
-            return Err(LoaderError::EpochInProgress {
-                running,
-                requested: state.epoch,
-            });
-        }
-        progress.state = state;
-        *self.resume.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
-        // An early start is for epoch `e + 1` from its first batch: not what comes next.
-        drop(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
-        Ok(())
-    }
-
-    /// Batches per epoch on this rank (the same on every rank).
-    pub fn num_batches(&self) -> u64 {
-        self.sampler.num_batches()
-    }
-
-    /// The sampler (the order of any epoch, without loading anything).
-    pub fn sampler(&self) -> &Sampler {
-        &self.sampler
-    }
-
-    /// The shared counters (for exporters that poll them).
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
     }
 }
