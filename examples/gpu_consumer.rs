@@ -28,13 +28,14 @@ use std::time::Instant;
 
 use clap::Parser;
 use stoker::decode::cudarc::driver::{
-    sys::CUevent_flags, CudaContext, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    sys::CUevent_flags, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig,
+    PushKernelArg,
 };
 use stoker::decode::cudarc::nvrtc::compile_ptx;
 use stoker::decode::{CpuDecoder, Limits};
 use stoker::formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
 use stoker::loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
-use stoker::loader::{Device, Images, Loader, Output, Shuffle, Stage, Transform};
+use stoker::loader::{Device, Images, Loader, Output, Shuffle, Stage, Stats, Transform};
 
 #[path = "common/results.rs"]
 mod results;
@@ -154,7 +155,57 @@ fn run(args: &Args) -> Res<()> {
     let ctx = stoker::decode::cuda_context(args.device)?;
     let stream = ctx.new_stream()?;
     let mut tmp = TempDir(None);
-    let dataset = match (&args.dataset, &args.jpeg_dir) {
+    let dataset = open_dataset(args, &mut tmp)?;
+    let kind = row_kind(args, &dataset);
+    let loader = build_loader(args, &dataset, &stream)?;
+    println!("{}", loader.stats().backend);
+    let mut consumer = Consumer::new(
+        &ctx,
+        &stream,
+        args.batch_size * 3 * (args.size as usize).pow(2) * 2,
+    )?;
+    let iters = consumer.calibrate(args.batch_size, args.target_rate)?;
+
+    let alone = loader_alone(&mut table, args, &kind, &loader, &stream)?;
+    let fed = fed_epochs(args, &loader, &ctx, &mut consumer, iters)?;
+    fed_rows(&mut table, &kind, &alone, &fed);
+
+    // 3. Pinned H2D ceiling, same process (the peer of the loader's H2D figure).
+    let ceiling = pinned_ceiling(&ctx, &stream)?;
+    table.row(
+        "h2d_pinned_ceiling_gb_s",
+        ceiling,
+        "GB/s",
+        "256 MiB pinned -> device, 20 copies, same process",
+    );
+
+    // 4. Memory flat after the first fed epoch.
+    if let (Some(&(dev1, rss1)), Some(&(devn, rssn))) = (fed.mem.first(), fed.mem.last()) {
+        let dg = (devn as f64 - dev1 as f64) / dev1.max(1) as f64;
+        let rg = (rssn as f64 - rss1 as f64) / rss1.max(1) as f64;
+        table.row(
+            &format!("mem_{kind}_device_growth_pct"),
+            100.0 * dg,
+            "%",
+            &format!(
+                "device used after epoch 1 vs last ({} epochs), acceptance < 1",
+                fed.mem.len()
+            ),
+        );
+        table.row(
+            &format!("mem_{kind}_rss_growth_pct"),
+            100.0 * rg,
+            "%",
+            "host RSS, same epochs, acceptance < 1",
+        );
+    }
+    Ok(())
+}
+
+/// The dataset given, or the JPEG folder converted into a temporary one (removed
+/// when `tmp` drops).
+fn open_dataset(args: &Args, tmp: &mut TempDir) -> Res<Dataset> {
+    Ok(match (&args.dataset, &args.jpeg_dir) {
         (Some(d), _) => Dataset::open(d)?,
         (None, Some(dir)) => {
             let path =
@@ -171,8 +222,13 @@ fn run(args: &Args) -> Res<()> {
             ds
         }
         (None, None) => return Err("give --dataset or --jpeg-dir".into()),
-    };
-    let kind = match (dataset.manifest().encoding, args.cpu_share) {
+    })
+}
+
+/// The part of every row name that says what ran: the record kind and the
+/// options that change the loader's path, then `--tag`.
+fn row_kind(args: &Args, dataset: &Dataset) -> String {
+    let base = match (dataset.manifest().encoding, args.cpu_share) {
         (Encoding::Raw, _) => "raw".to_string(),
         (_, Some(share)) => format!("jpeg_cpu{}", (share * 100.0).round()),
         _ => {
@@ -185,7 +241,8 @@ fn run(args: &Args) -> Res<()> {
             }
             kind
         }
-    } + if args.write_combined { "_wc" } else { "" }
+    };
+    base + if args.write_combined { "_wc" } else { "" }
         + if args.memcpy_staging {
             "_memcpy"
         } else if args.staged {
@@ -193,7 +250,12 @@ fn run(args: &Args) -> Res<()> {
         } else {
             ""
         }
-        + &args.tag;
+        + &args.tag
+}
+
+/// The `Device::Cuda` loader under test: RandomResizedCrop + flip + normalize to
+/// F16 NCHW, with the decoder and staging options the flags ask for.
+fn build_loader(args: &Args, dataset: &Dataset, stream: &Arc<CudaStream>) -> Res<Loader> {
     let workers = args
         .workers
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(4, |n| n.get()));
@@ -214,7 +276,7 @@ fn run(args: &Args) -> Res<()> {
     if args.on_stream {
         builder = builder.cuda_stream(stream.clone());
     }
-    let loader = builder
+    Ok(builder
         .batch_size(args.batch_size)
         .drop_last(true)
         .shuffle(Shuffle::Global { seed: 0 })
@@ -230,59 +292,120 @@ fn run(args: &Args) -> Res<()> {
         .write_combined_staging(args.write_combined)
         .streaming_staging_stores(!args.memcpy_staging)
         .zero_copy_h2d(!(args.staged || args.memcpy_staging || args.write_combined))
-        .build()?;
-    println!("{}", loader.stats().backend);
-    let batch_bytes = args.batch_size * 3 * (args.size as usize).pow(2) * 2;
-    let module = ctx.load_module(compile_ptx(BUSY_CU)?)?;
-    let busy = module.load_function("busy")?;
-    let mut sink = stream.alloc_zeros::<f32>(4096)?;
-    let resident = stream.alloc_zeros::<u8>(batch_bytes)?;
-    let step = |iters: u32, ptr: u64, sink: &mut CudaSlice<f32>, s: &Arc<CudaStream>| -> Res<()> {
+        .build()?)
+}
+
+/// The stand-in training step on the device: the compiled kernel and the buffers
+/// it reads and writes. Fields are declared in the order they are freed.
+struct Consumer {
+    /// A batch-sized buffer already in GPU memory: the step's input when it is
+    /// not fed by the loader. Only read through `resident_ptr`; held so that
+    /// pointer stays valid.
+    _resident: CudaSlice<u8>,
+    /// The kernel's never-written output (≥ 1024 floats).
+    sink: CudaSlice<f32>,
+    busy: CudaFunction,
+    _module: Arc<CudaModule>,
+    /// Device address of `resident`.
+    resident_ptr: u64,
+    /// Bytes of one F16 NCHW batch, read once per step.
+    batch_bytes: usize,
+    stream: Arc<CudaStream>,
+}
+
+impl Consumer {
+    /// Compiles the kernel and allocates its sink and the resident batch on `stream`.
+    fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, batch_bytes: usize) -> Res<Self> {
+        let module = ctx.load_module(compile_ptx(BUSY_CU)?)?;
+        let busy = module.load_function("busy")?;
+        let sink = stream.alloc_zeros::<f32>(4096)?;
+        let resident = stream.alloc_zeros::<u8>(batch_bytes)?;
+        let resident_ptr = {
+            use stoker::decode::cudarc::driver::DevicePtr;
+            let (p, _g) = resident.device_ptr(stream);
+            p
+        };
+        Ok(Consumer {
+            _resident: resident,
+            sink,
+            busy,
+            _module: module,
+            resident_ptr,
+            batch_bytes,
+            stream: stream.clone(),
+        })
+    }
+
+    /// Enqueues one step of `iters` iterations reading the batch at `ptr`.
+    fn step(&mut self, iters: u32, ptr: u64) -> Res<()> {
         let cfg = LaunchConfig {
             grid_dim: (1024, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let n = batch_bytes as u64;
-        let mut b = s.launch_builder(&busy);
-        b.arg(&ptr).arg(&n).arg(&iters).arg(sink);
+        let n = self.batch_bytes as u64;
+        let mut b = self.stream.launch_builder(&self.busy);
+        b.arg(&ptr).arg(&n).arg(&iters).arg(&mut self.sink);
         // SAFETY: `busy(const u8*, u64, u32, float*)`: ptr addresses `n` bytes of
         // device memory (a batch tensor or `resident`), sink has ≥ 1024 floats.
         unsafe { b.launch(cfg) }?;
         Ok(())
-    };
-    let resident_ptr = {
-        use stoker::decode::cudarc::driver::DevicePtr;
-        let (p, _g) = resident.device_ptr(&stream);
-        p
-    };
+    }
 
-    // Calibrate: iterations so that one step takes batch / target_rate seconds.
-    let target_s = args.batch_size as f64 / args.target_rate;
-    let time_step = |iters: u32, sink: &mut CudaSlice<f32>| -> Res<f64> {
-        step(iters, resident_ptr, sink, &stream)?;
-        let a = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    /// Seconds per step of `iters` iterations on the resident batch (the mean of
+    /// 5, after one untimed).
+    fn time_step(&mut self, iters: u32) -> Res<f64> {
+        self.step(iters, self.resident_ptr)?;
+        let a = self
+            .stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         for _ in 0..5 {
-            step(iters, resident_ptr, sink, &stream)?;
+            self.step(iters, self.resident_ptr)?;
         }
-        let b = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let b = self
+            .stream
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         Ok(f64::from(a.elapsed_ms(&b)?) / 5e3)
-    };
-    let base = time_step(0, &mut sink)?;
-    let probe = 200_000u32;
-    let slope = (time_step(probe, &mut sink)? - base) / f64::from(probe);
-    let iters = (((target_s - base) / slope).max(0.0)) as u32;
-    let step_s = time_step(iters, &mut sink)?;
-    println!(
-        "step: {iters} iterations = {:.2} ms per batch of {} (target {:.2} ms)",
-        step_s * 1e3,
-        args.batch_size,
-        target_s * 1e3
-    );
+    }
 
-    // 1. Loader alone (the consumer only waits on each batch): epoch 0 includes
-    //    the warm-up (page cache, nvJPEG's first allocations, the first fill of the
-    //    ring); the acceptance row is the steady state, epochs 1..=steady_epochs.
+    /// Calibrates: iterations so that one step takes batch / target_rate seconds.
+    fn calibrate(&mut self, batch_size: usize, target_rate: f64) -> Res<u32> {
+        let target_s = batch_size as f64 / target_rate;
+        let base = self.time_step(0)?;
+        let probe = 200_000u32;
+        let slope = (self.time_step(probe)? - base) / f64::from(probe);
+        let iters = (((target_s - base) / slope).max(0.0)) as u32;
+        let step_s = self.time_step(iters)?;
+        println!(
+            "step: {iters} iterations = {:.2} ms per batch of {} (target {:.2} ms)",
+            step_s * 1e3,
+            batch_size,
+            target_s * 1e3
+        );
+        Ok(iters)
+    }
+}
+
+/// The loader alone, in its steady state.
+struct Alone {
+    /// img/s over epochs 1..=`epochs`.
+    steady: f64,
+    /// The loader's counters over those epochs.
+    stats: Stats,
+    /// Epochs timed after epoch 0.
+    epochs: u64,
+}
+
+/// 1. Loader alone (the consumer only waits on each batch): epoch 0 includes
+///    the warm-up (page cache, nvJPEG's first allocations, the first fill of the
+///    ring); the acceptance row is the steady state, epochs 1..=steady_epochs.
+fn loader_alone(
+    table: &mut results::Table,
+    args: &Args,
+    kind: &str,
+    loader: &Loader,
+    stream: &Arc<CudaStream>,
+) -> Res<Alone> {
     let alone_rate = |epochs: std::ops::RangeInclusive<u64>| -> Res<f64> {
         let t = Instant::now();
         let mut images = 0usize;
@@ -290,7 +413,7 @@ fn run(args: &Args) -> Res<()> {
             for batch in loader.epoch(epoch) {
                 let batch = batch?;
                 if let Images::Cuda(d) = &batch.images {
-                    d.wait(&stream)?;
+                    d.wait(stream)?;
                 }
                 images += batch.len();
             }
@@ -322,9 +445,35 @@ fn run(args: &Args) -> Res<()> {
             args.size, args.batch_size
         ),
     );
+    Ok(Alone {
+        steady,
+        stats: alone_stats,
+        epochs: steady_epochs,
+    })
+}
 
-    // 2. Fed: the consumer loop fed by the loader, epochs 1.., then the same loop
-    //    on a resident batch; memory sampled after every epoch.
+/// The consumer loop fed by the loader, and the same loop on a resident batch.
+struct Fed {
+    /// img/s of the loop fed by the loader.
+    rate: f64,
+    /// img/s of the same loop on the resident batch.
+    resident_rate: f64,
+    /// (device memory used, host RSS) after each fed epoch.
+    mem: Vec<(usize, u64)>,
+    /// The loader's counters over the fed epochs.
+    stats: Stats,
+}
+
+/// 2. Fed: the consumer loop fed by the loader, epochs 1.., then the same loop
+///    on a resident batch; memory sampled after every epoch.
+fn fed_epochs(
+    args: &Args,
+    loader: &Loader,
+    ctx: &Arc<CudaContext>,
+    consumer: &mut Consumer,
+    iters: u32,
+) -> Res<Fed> {
+    let stream = consumer.stream.clone();
     loader.reset_stats();
     let mut mem = Vec::new();
     let t = Instant::now();
@@ -337,7 +486,7 @@ fn run(args: &Args) -> Res<()> {
             };
             d.wait(&stream)?;
             let ptr = d.device_ptr().ok_or("no device pointer after wait")?;
-            step(iters, ptr, &mut sink, &stream)?;
+            consumer.step(iters, ptr)?;
             // Like a loop that reads its loss every step.
             stream.synchronize()?;
             fed_images += batch.len();
@@ -353,10 +502,23 @@ fn run(args: &Args) -> Res<()> {
     let t = Instant::now();
     let steps = fed_images / args.batch_size;
     for _ in 0..steps {
-        step(iters, resident_ptr, &mut sink, &stream)?;
+        consumer.step(iters, consumer.resident_ptr)?;
         stream.synchronize()?;
     }
     let resident_rate = (steps * args.batch_size) as f64 / t.elapsed().as_secs_f64();
+    Ok(Fed {
+        rate: fed_rate,
+        resident_rate,
+        mem,
+        stats,
+    })
+}
+
+/// The rows of the fed epochs, then the H2D rows of both phases and the fed
+/// epochs' transform, route, utilization and nvJPEG host-time rows.
+fn fed_rows(table: &mut results::Table, kind: &str, alone: &Alone, fed: &Fed) {
+    let (fed_rate, resident_rate, stats) = (fed.rate, fed.resident_rate, &fed.stats);
+    let (steady, alone_stats, steady_epochs) = (alone.steady, &alone.stats, alone.epochs);
     table.row(
         &format!("fed_{kind}_consumer_img_s"),
         fed_rate,
@@ -385,7 +547,7 @@ fn run(args: &Args) -> Res<()> {
     // batch's copy) in the steady state of the loader alone (the throughput phase,
     // acceptance row) and in the fed epochs (a kernel fills the GPU, the loader is
     // throttled to the consumer); and what the steady state delivered.
-    let copy_rate = |s: &stoker::loader::Stats| {
+    let copy_rate = |s: &Stats| {
         s.stage(Stage::H2d)
             .filter(|h| h.busy_s > 0.0 && h.items > 0)
             .map(|h| {
@@ -395,7 +557,7 @@ fn run(args: &Args) -> Res<()> {
                 )
             })
     };
-    if let Some((gbs, per_image)) = copy_rate(&alone_stats) {
+    if let Some((gbs, per_image)) = copy_rate(alone_stats) {
         table.row(
             &format!("h2d_{kind}_gb_s"),
             gbs,
@@ -413,7 +575,7 @@ fn run(args: &Args) -> Res<()> {
             "same epochs: images delivered per second x H2D bytes per image",
         );
     }
-    if let Some((gbs, _)) = copy_rate(&stats) {
+    if let Some((gbs, _)) = copy_rate(stats) {
         table.row(
             &format!("h2d_{kind}_fed_gb_s"),
             gbs,
@@ -421,6 +583,12 @@ fn run(args: &Args) -> Res<()> {
             "fed epochs (consumer kernel on the GPU, loader throttled): H2D copy rate",
         );
     }
+    fed_stage_rows(table, kind, stats);
+}
+
+/// The fed epochs' transform capacity, decode routes, utilization, nvJPEG host
+/// time and the loader's verdict.
+fn fed_stage_rows(table: &mut results::Table, kind: &str, stats: &Stats) {
     if let Some(tr) = stats.stage(Stage::Transform) {
         table.row(
             &format!("transform_{kind}_img_s"),
@@ -460,37 +628,6 @@ fn run(args: &Args) -> Res<()> {
         println!("nvJPEG host time: {t}");
     }
     println!("{}", stats.verdict());
-
-    // 3. Pinned H2D ceiling, same process (the peer of the loader's H2D figure).
-    let ceiling = pinned_ceiling(&ctx, &stream)?;
-    table.row(
-        "h2d_pinned_ceiling_gb_s",
-        ceiling,
-        "GB/s",
-        "256 MiB pinned -> device, 20 copies, same process",
-    );
-
-    // 4. Memory flat after the first fed epoch.
-    if let (Some(&(dev1, rss1)), Some(&(devn, rssn))) = (mem.first(), mem.last()) {
-        let dg = (devn as f64 - dev1 as f64) / dev1.max(1) as f64;
-        let rg = (rssn as f64 - rss1 as f64) / rss1.max(1) as f64;
-        table.row(
-            &format!("mem_{kind}_device_growth_pct"),
-            100.0 * dg,
-            "%",
-            &format!(
-                "device used after epoch 1 vs last ({} epochs), acceptance < 1",
-                mem.len()
-            ),
-        );
-        table.row(
-            &format!("mem_{kind}_rss_growth_pct"),
-            100.0 * rg,
-            "%",
-            "host RSS, same epochs, acceptance < 1",
-        );
-    }
-    Ok(())
 }
 
 /// Copies 256 MiB from pinned host memory to the device 20 times, timed with events.

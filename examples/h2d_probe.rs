@@ -29,12 +29,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use host_load::{host_loop, HostCase, HostWork};
 use stoker::decode::cudarc::driver::{
     sys::{self, CUevent_flags},
-    CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice,
+    PushKernelArg,
 };
 use stoker::decode::cudarc::nvrtc::compile_ptx;
 
+#[path = "h2d_probe/host_load.rs"]
+mod host_load;
 #[path = "common/results.rs"]
 mod results;
 
@@ -87,110 +91,190 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// How the host threads of a contention case touch memory.
-#[derive(Clone, Copy, PartialEq)]
-enum HostWork {
-    /// `copy_from_slice` (glibc memcpy; cached stores at this size).
-    Copy,
-    /// Non-temporal (streaming) stores: no read-for-ownership of the destination.
-    CopyNt,
-    /// Reads only (a checksum of the source, like the record CRC).
-    Read,
-}
-
 fn run(args: &Args) -> Res<()> {
     let mut table = results::Table::open(args.tsv.as_deref())?;
     let ctx = stoker::decode::cuda_context(args.device)?;
     let copy = ctx.new_stream()?;
     let compute = ctx.new_stream()?;
-    let gb = |bytes: f64, ms: f64| bytes / (ms / 1e3) / 1e9;
 
-    // The ceiling as gpu_consumer measures it.
-    {
-        let n = 256 << 20;
-        // SAFETY: only read by the copies; uninitialized bytes are fine here.
-        let host = unsafe { ctx.alloc_pinned_with_flags::<u8>(n, 0) }?;
-        let mut dev = copy.alloc_zeros::<u8>(n)?;
-        copy.memcpy_htod(&host, &mut dev)?;
-        let ms = timed(&copy, || {
-            for _ in 0..20 {
-                copy.memcpy_htod(&host, &mut dev)?;
-            }
-            Ok(())
-        })?;
-        table.row(
-            "h2d_probe_single_gb_s",
-            gb(20.0 * n as f64, ms),
-            "GB/s",
-            "one 256 MiB pinned buffer x20, back to back",
-        );
+    single_case(&mut table, &ctx, &copy)?;
+    let mut rig = Rig::new(args, &ctx, &copy)?;
+    ring_cases(&mut table, &mut rig)?;
+
+    // The same with every SM busy on another stream.
+    let mut spinner = Spinner::new(&ctx, &compute)?;
+    busy_cases(&mut table, &mut rig, &mut spinner)?;
+
+    // Host threads touching memory while the ring copies.
+    let record = 500 * 375 * 3;
+    let src: Vec<u8> = (0..1usize << 29).map(|i| (i * 7 + 3) as u8).collect();
+    let max_threads = args.threads.iter().copied().max().unwrap_or(1);
+    host_cases(&mut table, &mut rig, &src, record, max_threads)?;
+    after_rewrite_cases(&mut table, &mut rig, &src, max_threads)?;
+    record_cases(&mut table, &mut rig, &src, record)?;
+    Ok(())
+}
+
+/// GB/s of `bytes` copied in `ms` milliseconds.
+fn gb(bytes: f64, ms: f64) -> f64 {
+    bytes / (ms / 1e3) / 1e9
+}
+
+/// `single`: the ceiling as gpu_consumer measures it.
+fn single_case(
+    table: &mut results::Table,
+    ctx: &Arc<CudaContext>,
+    copy: &Arc<CudaStream>,
+) -> Res<()> {
+    let n = 256 << 20;
+    // SAFETY: only read by the copies; uninitialized bytes are fine here.
+    let host = unsafe { ctx.alloc_pinned_with_flags::<u8>(n, 0) }?;
+    let mut dev = copy.alloc_zeros::<u8>(n)?;
+    copy.memcpy_htod(&host, &mut dev)?;
+    let ms = timed(copy, || {
+        for _ in 0..20 {
+            copy.memcpy_htod(&host, &mut dev)?;
+        }
+        Ok(())
+    })?;
+    table.row(
+        "h2d_probe_single_gb_s",
+        gb(20.0 * n as f64, ms),
+        "GB/s",
+        "one 256 MiB pinned buffer x20, back to back",
+    );
+    Ok(())
+}
+
+/// The staging ring and the device batch every ring case copies into. Fields
+/// are declared in the order they are freed.
+struct Rig<'a> {
+    /// One batch on the device.
+    dev: CudaSlice<u8>,
+    /// `--slots` batch-sized pinned buffers.
+    ring: Vec<PinnedHostSlice<u8>>,
+    /// Bytes of one measurement (`--copies` batches).
+    total: f64,
+    args: &'a Args,
+    ctx: &'a Arc<CudaContext>,
+    copy: &'a Arc<CudaStream>,
+}
+
+impl<'a> Rig<'a> {
+    fn new(args: &'a Args, ctx: &'a Arc<CudaContext>, copy: &'a Arc<CudaStream>) -> Res<Self> {
+        let mut ring: Vec<PinnedHostSlice<u8>> = Vec::new();
+        for _ in 0..args.slots {
+            // SAFETY: filled below before any copy reads it.
+            let mut p = unsafe { ctx.alloc_pinned_with_flags::<u8>(args.bytes, 0) }?;
+            p.as_mut_slice()?.fill(1);
+            ring.push(p);
+        }
+        let dev = copy.alloc_zeros::<u8>(args.bytes)?;
+        let total = (args.copies * args.bytes) as f64;
+        Ok(Rig {
+            dev,
+            ring,
+            total,
+            args,
+            ctx,
+            copy,
+        })
     }
 
-    let mut ring: Vec<PinnedHostSlice<u8>> = Vec::new();
-    for _ in 0..args.slots {
-        // SAFETY: filled below before any copy reads it.
-        let mut p = unsafe { ctx.alloc_pinned_with_flags::<u8>(args.bytes, 0) }?;
-        p.as_mut_slice()?.fill(1);
-        ring.push(p);
-    }
-    let mut dev = copy.alloc_zeros::<u8>(args.bytes)?;
-    let total = (args.copies * args.bytes) as f64;
-    let ring_copies = |copy: &Arc<CudaStream>, dev: &mut CudaSlice<u8>| -> Res<f64> {
+    /// `--copies` ring copies back to back, round robin; ms from events.
+    fn ring_copies(&mut self) -> Res<f64> {
+        let (copy, ring, dev) = (self.copy, &self.ring, &mut self.dev);
         timed(copy, || {
-            for i in 0..args.copies {
+            for i in 0..self.args.copies {
                 copy.memcpy_htod(&ring[i % ring.len()], dev)?;
             }
             Ok(())
         })
-    };
-    let gap_copies = |copy: &Arc<CudaStream>, dev: &mut CudaSlice<u8>| -> Res<f64> {
+    }
+
+    /// `--copies` ring copies one at a time, the host idle `--gap-ms` before
+    /// each; the copies' ms summed.
+    fn gap_copies(&mut self) -> Res<f64> {
+        let (copy, ring, dev) = (self.copy, &self.ring, &mut self.dev);
         let mut ms = 0.0;
-        for i in 0..args.copies {
-            std::thread::sleep(Duration::from_millis(args.gap_ms));
+        for i in 0..self.args.copies {
+            std::thread::sleep(Duration::from_millis(self.args.gap_ms));
             ms += timed(copy, || Ok(copy.memcpy_htod(&ring[i % ring.len()], dev)?))?;
         }
         Ok(ms)
-    };
-    ring_copies(&copy, &mut dev)?; // warm-up
-    let ms = ring_copies(&copy, &mut dev)?;
+    }
+}
+
+/// `ring` and `gaps`: the staging ring back to back, then one copy at a time.
+fn ring_cases(table: &mut results::Table, rig: &mut Rig) -> Res<()> {
+    let args = rig.args;
+    rig.ring_copies()?; // warm-up
+    let ms = rig.ring_copies()?;
     table.row(
         "h2d_probe_ring_gb_s",
-        gb(total, ms),
+        gb(rig.total, ms),
         "GB/s",
         &format!(
             "{} pinned buffers of {} B, round robin",
             args.slots, args.bytes
         ),
     );
-    let ms = gap_copies(&copy, &mut dev)?;
+    let ms = rig.gap_copies()?;
     table.row(
         "h2d_probe_gaps_gb_s",
-        gb(total, ms),
+        gb(rig.total, ms),
         "GB/s",
         &format!(
             "ring, one copy at a time, host idle {} ms between",
             args.gap_ms
         ),
     );
+    Ok(())
+}
 
-    // The same with every SM busy on another stream.
-    let module = ctx.load_module(compile_ptx(SPIN_CU)?)?;
-    let spin = module.load_function("spin")?;
-    let mut sink = compute.alloc_zeros::<f32>(1 << 16)?;
-    let launch_spin = |iters: u32, sink: &mut CudaSlice<f32>| -> Res<()> {
+/// The kernel that keeps every SM busy, on the compute stream. Fields are
+/// declared in the order they are freed.
+struct Spinner<'a> {
+    /// The kernel's never-written output (one float per block).
+    sink: CudaSlice<f32>,
+    spin: CudaFunction,
+    _module: Arc<CudaModule>,
+    compute: &'a Arc<CudaStream>,
+}
+
+impl<'a> Spinner<'a> {
+    fn new(ctx: &Arc<CudaContext>, compute: &'a Arc<CudaStream>) -> Res<Self> {
+        let module = ctx.load_module(compile_ptx(SPIN_CU)?)?;
+        let spin = module.load_function("spin")?;
+        let sink = compute.alloc_zeros::<f32>(1 << 16)?;
+        Ok(Spinner {
+            sink,
+            spin,
+            _module: module,
+            compute,
+        })
+    }
+
+    /// Enqueues one launch of `iters` iterations per thread.
+    fn launch(&mut self, iters: u32) -> Res<()> {
         let cfg = LaunchConfig {
             grid_dim: (132 * 16, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = compute.launch_builder(&spin);
-        b.arg(&iters).arg(sink);
+        let mut b = self.compute.launch_builder(&self.spin);
+        b.arg(&iters).arg(&mut self.sink);
         // SAFETY: spin(u32, float*): sink holds grid_dim.x floats.
         unsafe { b.launch(cfg) }?;
         Ok(())
-    };
+    }
+}
+
+/// `busy` and `busy_gaps`: the ring while a kernel fills every SM.
+fn busy_cases(table: &mut results::Table, rig: &mut Rig, spinner: &mut Spinner) -> Res<()> {
+    let (args, compute) = (rig.args, spinner.compute);
     // Calibrate one launch to ~20 ms.
-    let t = timed(&compute, || launch_spin(100_000, &mut sink))?;
+    let t = timed(compute, || spinner.launch(100_000))?;
     let iters = ((100_000.0 * 20.0 / t.max(0.01)) as u32).max(1000);
     for (case, gaps) in [("busy", false), ("busy_gaps", true)] {
         let need_ms = if gaps {
@@ -199,19 +283,19 @@ fn run(args: &Args) -> Res<()> {
             args.copies as f64 * 5.0
         };
         for _ in 0..((need_ms / 20.0).ceil() as usize + 4) {
-            launch_spin(iters, &mut sink)?;
+            spinner.launch(iters)?;
         }
         std::thread::sleep(Duration::from_millis(10));
         let ms = if gaps {
-            gap_copies(&copy, &mut dev)?
+            rig.gap_copies()?
         } else {
-            ring_copies(&copy, &mut dev)?
+            rig.ring_copies()?
         };
-        let still_busy = !compute_done(&compute)?;
+        let still_busy = !compute_done(compute)?;
         compute.synchronize()?;
         table.row(
             &format!("h2d_probe_{case}_gb_s"),
-            gb(total, ms),
+            gb(rig.total, ms),
             "GB/s",
             &format!(
                 "ring{} while a kernel fills every SM (busy to the end: {still_busy})",
@@ -219,71 +303,32 @@ fn run(args: &Args) -> Res<()> {
             ),
         );
     }
+    Ok(())
+}
 
-    // Host threads touching memory while the ring copies.
-    let record = 500 * 375 * 3;
-    let src: Vec<u8> = (0..1usize << 29).map(|i| (i * 7 + 3) as u8).collect();
-    let max_threads = args.threads.iter().copied().max().unwrap_or(1);
-    let per_thread = (args.bytes / 4).max(record);
+/// `host<T>`, `hostnt<T>`, `hostread<T>`, `paced<R>_hostnt<T>`: the ring while
+/// host threads touch memory, and the host threads' own GB/s.
+fn host_cases(
+    table: &mut results::Table,
+    rig: &mut Rig,
+    src: &[u8],
+    record: usize,
+    max_threads: usize,
+) -> Res<()> {
+    let per_thread = (rig.args.bytes / 4).max(record);
     let mut dsts = Vec::new();
     for _ in 0..max_threads {
         // SAFETY: written by the host threads before anything reads it.
-        dsts.push(unsafe { ctx.alloc_pinned_with_flags::<u8>(per_thread, 0) }?);
+        dsts.push(unsafe { rig.ctx.alloc_pinned_with_flags::<u8>(per_thread, 0) }?);
     }
-    let mut cases = Vec::new();
-    for &t in &args.threads {
-        cases.push((HostWork::Copy, t, None));
-    }
-    for &t in &args.threads {
-        if t >= 4 {
-            cases.push((HostWork::CopyNt, t, None));
-            cases.push((HostWork::Read, t, None));
-        }
-    }
-    for &rate in &args.paced {
-        cases.push((HostWork::CopyNt, max_threads, Some(rate)));
-    }
-    for (work, threads, pace) in cases {
-        let name = match (work, pace) {
-            (HostWork::Copy, _) => "host".to_string(),
-            (HostWork::CopyNt, None) => "hostnt".to_string(),
-            (HostWork::CopyNt, Some(r)) => format!("paced{r:.0}_hostnt"),
-            (HostWork::Read, _) => "hostread".to_string(),
-        };
-        let per_thread_rate = pace.map(|r| r * 1e9 / threads as f64);
-        let stop = AtomicBool::new(false);
-        let moved = AtomicU64::new(0);
-        let mut slices = Vec::new();
-        for d in dsts.iter_mut().take(threads) {
-            slices.push(d.as_mut_slice()?);
-        }
-        let (host_alone, dma_ms, host_during) = std::thread::scope(|s| -> Res<(f64, f64, f64)> {
-            for (k, dst) in slices.into_iter().enumerate() {
-                let (stop, moved, src) = (&stop, &moved, &src);
-                s.spawn(move || host_loop(work, k, src, dst, record, per_thread_rate, stop, moved));
-            }
-            // Host alone, then the ring copies with the host threads still going.
-            std::thread::sleep(Duration::from_millis(50));
-            let (b0, t0) = (moved.load(Ordering::Relaxed), Instant::now());
-            std::thread::sleep(Duration::from_millis(150));
-            let alone = (moved.load(Ordering::Relaxed) - b0) as f64 / t0.elapsed().as_secs_f64();
-            let (b1, t1) = (moved.load(Ordering::Relaxed), Instant::now());
-            let ms = ring_copies(&copy, &mut dev)?;
-            let during = (moved.load(Ordering::Relaxed) - b1) as f64 / t1.elapsed().as_secs_f64();
-            stop.store(true, Ordering::Relaxed);
-            Ok((alone / 1e9, ms, during / 1e9))
-        })?;
-        let what = match (work, pace) {
-            (HostWork::Copy, _) => "copy 562,500 B records into pinned memory (memcpy)".to_string(),
-            (HostWork::CopyNt, None) => "copy records with non-temporal stores".to_string(),
-            (HostWork::CopyNt, Some(r)) => {
-                format!("copy records with non-temporal stores, paced to {r} GB/s in all")
-            }
-            (HostWork::Read, _) => "read records only (a checksum)".to_string(),
-        };
+    for case in HostCase::all(&rig.args.threads, &rig.args.paced, max_threads) {
+        let name = case.name();
+        let threads = case.threads;
+        let (host_alone, dma_ms, host_during) = contend(rig, &mut dsts, src, record, case)?;
+        let what = case.what();
         table.row(
             &format!("h2d_probe_{name}{threads}_gb_s"),
-            gb(total, dma_ms),
+            gb(rig.total, dma_ms),
             "GB/s",
             &format!("ring while {threads} host threads {what}"),
         );
@@ -294,15 +339,64 @@ fn run(args: &Args) -> Res<()> {
             &format!("those threads meanwhile (alone: {host_alone:.1} GB/s)"),
         );
     }
-    // A slot copied right after the host rewrote it (nothing else running): are
-    // lines the CPU just wrote (dirty in its caches, or just streamed to memory)
-    // slower for the device to read than lines written long before?
-    drop(dsts);
+    Ok(())
+}
+
+/// Runs one contention case: the host threads alone, then the ring copies with
+/// them still going. Returns (host GB/s alone, ring ms, host GB/s meanwhile).
+fn contend(
+    rig: &mut Rig,
+    dsts: &mut [PinnedHostSlice<u8>],
+    src: &[u8],
+    record: usize,
+    case: HostCase,
+) -> Res<(f64, f64, f64)> {
+    let HostCase {
+        work,
+        threads,
+        pace,
+    } = case;
+    let per_thread_rate = pace.map(|r| r * 1e9 / threads as f64);
+    let stop = AtomicBool::new(false);
+    let moved = AtomicU64::new(0);
+    let mut slices = Vec::new();
+    for d in dsts.iter_mut().take(threads) {
+        slices.push(d.as_mut_slice()?);
+    }
+    std::thread::scope(|s| -> Res<(f64, f64, f64)> {
+        for (k, dst) in slices.into_iter().enumerate() {
+            let (stop, moved) = (&stop, &moved);
+            s.spawn(move || host_loop(work, k, src, dst, record, per_thread_rate, stop, moved));
+        }
+        // Host alone, then the ring copies with the host threads still going.
+        std::thread::sleep(Duration::from_millis(50));
+        let (b0, t0) = (moved.load(Ordering::Relaxed), Instant::now());
+        std::thread::sleep(Duration::from_millis(150));
+        let alone = (moved.load(Ordering::Relaxed) - b0) as f64 / t0.elapsed().as_secs_f64();
+        let (b1, t1) = (moved.load(Ordering::Relaxed), Instant::now());
+        let ms = rig.ring_copies()?;
+        let during = (moved.load(Ordering::Relaxed) - b1) as f64 / t1.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        Ok((alone / 1e9, ms, during / 1e9))
+    })
+}
+
+/// `after_memcpy`, `after_nt`: a slot copied right after the host rewrote it
+/// (nothing else running): are lines the CPU just wrote (dirty in its caches,
+/// or just streamed to memory) slower for the device to read than lines
+/// written long before?
+fn after_rewrite_cases(
+    table: &mut results::Table,
+    rig: &mut Rig,
+    src: &[u8],
+    max_threads: usize,
+) -> Res<()> {
+    let copy = rig.copy;
     for (work, name) in [(HostWork::Copy, "memcpy"), (HostWork::CopyNt, "nt")] {
         let mut ms = 0.0;
-        for i in 0..args.copies {
-            let slot = i % ring.len();
-            let buf = ring[slot].as_mut_slice()?;
+        for i in 0..rig.args.copies {
+            let slot = i % rig.ring.len();
+            let buf = rig.ring[slot].as_mut_slice()?;
             let chunk = buf.len().div_ceil(max_threads);
             std::thread::scope(|s| {
                 for (k, part) in buf.chunks_mut(chunk).enumerate() {
@@ -313,44 +407,24 @@ fn run(args: &Args) -> Res<()> {
                     });
                 }
             });
-            ms += timed(&copy, || Ok(copy.memcpy_htod(&ring[slot], &mut dev)?))?;
+            let (ring, dev) = (&rig.ring, &mut rig.dev);
+            ms += timed(copy, || Ok(copy.memcpy_htod(&ring[slot], dev)?))?;
         }
         table.row(
             &format!("h2d_probe_after_{name}_gb_s"),
-            gb(total, ms),
+            gb(rig.total, ms),
             "GB/s",
             &format!(
                 "each slot copied alone right after {max_threads} host threads rewrote it ({name})"
             ),
         );
     }
+    Ok(())
+}
 
-    // Record by record (256 copies of one record per batch, shuffled), from pinned
-    // memory and from a page-locked file map (page cache), on 1, 2 or 4 streams;
-    // and whole batches from the file map: is it the per-copy cost or the memory?
-    let streams = [
-        copy.clone(),
-        ctx.new_stream()?,
-        ctx.new_stream()?,
-        ctx.new_stream()?,
-    ];
-    let per_batch = args.bytes / record;
-    let file_path = std::env::temp_dir().join(format!("stoker-h2d-probe-{}", std::process::id()));
-    std::fs::write(&file_path, &src)?;
-    let file = std::fs::File::open(&file_path)?;
-    // SAFETY: a private temporary file nobody else writes; removed after the map drops.
-    let map = unsafe { memmap2::Mmap::map(&file) }?;
-    let map_len = map.len() / 4096 * 4096;
-    let flags = sys::CU_MEMHOSTREGISTER_READ_ONLY
-        | sys::CU_MEMHOSTREGISTER_PORTABLE
-        | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
-    // SAFETY: the range lies in a read-only mapping that outlives the registration
-    // (unregistered below, after the copies completed).
-    let registered =
-        unsafe { sys::cuMemHostRegister_v2(map.as_ptr().cast_mut().cast(), map_len, flags) }
-            .result();
-    let mut order: Vec<usize> = (0..map_len / record).collect();
-    // A fixed shuffle (LCG), like the sampler's.
+/// A fixed shuffle (LCG), like the sampler's, of `0..n`.
+fn shuffled(n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for i in (1..order.len()).rev() {
         x = x
@@ -358,30 +432,56 @@ fn run(args: &Args) -> Res<()> {
             .wrapping_add(1_442_695_040_888_963_407);
         order.swap(i, (x >> 33) as usize % (i + 1));
     }
-    let ring_records = args.bytes / record;
-    let ring_bytes = ring
-        .iter()
-        .map(|p| p.as_slice())
-        .collect::<Result<Vec<_>, _>>()?;
-    let scatter = |from_file: bool, nstreams: usize, dev: &mut CudaSlice<u8>| -> Res<f64> {
+    order
+}
+
+/// Record-by-record copies of one batch: where the records are and how they
+/// are spread over streams.
+struct Scatter<'a> {
+    copy: &'a Arc<CudaStream>,
+    /// The copy stream and three more.
+    streams: &'a [Arc<CudaStream>; 4],
+    /// Batches per measurement.
+    copies: usize,
+    /// Records per batch.
+    per_batch: usize,
+    /// Bytes per record.
+    record: usize,
+    /// Shuffled record indices into the file map.
+    order: &'a [usize],
+    /// The page-locked file map (the whole mapping).
+    map: &'a [u8],
+    /// The map's length rounded down to whole pages (the registered part).
+    map_len: usize,
+    /// The pinned ring's buffers.
+    ring_bytes: &'a [&'a [u8]],
+    /// Records per ring buffer.
+    ring_records: usize,
+}
+
+impl Scatter<'_> {
+    /// `copies` batches of `per_batch` single-record copies, from the file map or
+    /// the pinned ring, on `nstreams` streams; ms from events.
+    fn run(&self, from_file: bool, nstreams: usize, dev: &mut CudaSlice<u8>) -> Res<f64> {
+        let (copy, streams, record) = (self.copy, self.streams, self.record);
         let (dptr, _g) = {
             use stoker::decode::cudarc::driver::DevicePtr;
-            dev.device_ptr(&copy)
+            dev.device_ptr(copy)
         };
         let start = copy.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         for s in &streams[1..nstreams] {
             s.wait(&start)?;
         }
-        for b in 0..args.copies {
-            for r in 0..per_batch {
+        for b in 0..self.copies {
+            for r in 0..self.per_batch {
                 let stream = &streams[r % nstreams];
-                let k = b * per_batch + r;
+                let k = b * self.per_batch + r;
                 let src: &[u8] = if from_file {
-                    let rec = order[k % order.len()];
-                    &map[rec * record..(rec + 1) * record]
+                    let rec = self.order[k % self.order.len()];
+                    &self.map[rec * record..(rec + 1) * record]
                 } else {
-                    let slot = ring_bytes[(k / ring_records) % ring_bytes.len()];
-                    let rec = order[k % order.len()] % ring_records;
+                    let slot = self.ring_bytes[(k / self.ring_records) % self.ring_bytes.len()];
+                    let rec = self.order[k % self.order.len()] % self.ring_records;
                     &slot[rec * record..(rec + 1) * record]
                 };
                 // SAFETY: the destination holds `args.bytes ≥ per_batch * record`
@@ -403,10 +503,58 @@ fn run(args: &Args) -> Res<()> {
         let end = copy.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         end.synchronize()?;
         Ok(f64::from(start.elapsed_ms(&end)?))
+    }
+}
+
+/// Record by record (256 copies of one record per batch, shuffled), from pinned
+/// memory and from a page-locked file map (page cache), on 1, 2 or 4 streams;
+/// and whole batches from the file map: is it the per-copy cost or the memory?
+fn record_cases(table: &mut results::Table, rig: &mut Rig, src: &[u8], record: usize) -> Res<()> {
+    let (args, ctx, copy) = (rig.args, rig.ctx, rig.copy);
+    let streams = [
+        copy.clone(),
+        ctx.new_stream()?,
+        ctx.new_stream()?,
+        ctx.new_stream()?,
+    ];
+    let per_batch = args.bytes / record;
+    let file_path = std::env::temp_dir().join(format!("stoker-h2d-probe-{}", std::process::id()));
+    std::fs::write(&file_path, src)?;
+    let file = std::fs::File::open(&file_path)?;
+    // SAFETY: a private temporary file nobody else writes; removed after the map drops.
+    let map = unsafe { memmap2::Mmap::map(&file) }?;
+    let map_len = map.len() / 4096 * 4096;
+    let flags = sys::CU_MEMHOSTREGISTER_READ_ONLY
+        | sys::CU_MEMHOSTREGISTER_PORTABLE
+        | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+    // SAFETY: the range lies in a read-only mapping that outlives the registration
+    // (unregistered below, after the copies completed).
+    let registered =
+        unsafe { sys::cuMemHostRegister_v2(map.as_ptr().cast_mut().cast(), map_len, flags) }
+            .result();
+    let order = shuffled(map_len / record);
+    let ring_records = args.bytes / record;
+    let ring_bytes = rig
+        .ring
+        .iter()
+        .map(|p| p.as_slice())
+        .collect::<Result<Vec<_>, _>>()?;
+    let sc = Scatter {
+        copy,
+        streams: &streams,
+        copies: args.copies,
+        per_batch,
+        record,
+        order: &order,
+        map: &map,
+        map_len,
+        ring_bytes: &ring_bytes,
+        ring_records,
     };
+    let dev = &mut rig.dev;
     let scattered = (args.copies * per_batch * record) as f64;
     for n in [1, 2, 4] {
-        let ms = scatter(false, n, &mut dev)?;
+        let ms = sc.run(false, n, dev)?;
         table.row(
             &format!("h2d_probe_pinned_records_streams{n}_gb_s"),
             gb(scattered, ms),
@@ -415,74 +563,78 @@ fn run(args: &Args) -> Res<()> {
         );
     }
     match registered {
-        Ok(()) => {
-            for n in [1, 2, 4] {
-                let ms = scatter(true, n, &mut dev)?;
-                table.row(
-                    &format!("h2d_probe_filemap_records_streams{n}_gb_s"),
-                    gb(scattered, ms),
-                    "GB/s",
-                    &format!("same from a page-locked file map (page cache), {n} streams"),
-                );
-            }
-            let whole = args.bytes.min(map_len);
-            let whole_ms = timed(&copy, || {
-                for b in 0..args.copies {
-                    let off = (b * whole) % (map_len - whole + 1) / 4096 * 4096;
-                    // SAFETY: as above; `off + whole ≤ map_len`.
-                    unsafe {
-                        stoker::decode::cudarc::driver::result::memcpy_htod_async(
-                            {
-                                use stoker::decode::cudarc::driver::DevicePtr;
-                                dev.device_ptr(&copy).0
-                            },
-                            &map[off..off + whole],
-                            copy.cu_stream(),
-                        )
-                    }?;
-                }
-                Ok(())
-            })?;
-            let ms = batch_api(
-                &copy,
-                &map,
-                &order,
-                record,
-                per_batch,
-                args.copies,
-                &mut dev,
-            )?;
-            table.row(
-                "h2d_probe_filemap_records_batchapi_gb_s",
-                gb(scattered, ms),
-                "GB/s",
-                "same records, one cuMemcpyBatchAsync per batch",
-            );
-            let ms = sm_gather(&ctx, &copy, &map, &order, per_batch, args.copies, &mut dev)?;
-            table.row(
-                "h2d_probe_filemap_records_smgather_gb_s",
-                gb((args.copies * per_batch * GATHER_BYTES) as f64, ms),
-                "GB/s",
-                "same records (16-byte aligned, 562,496 B) read by a kernel from the mapped page cache",
-            );
-            table.row(
-                "h2d_probe_filemap_batches_gb_s",
-                gb((args.copies * whole) as f64, whole_ms),
-                "GB/s",
-                "whole batches (one copy each) from the page-locked file map",
-            );
-            copy.synchronize()?;
-            // SAFETY: registered above; every copy reading it has completed.
-            if let Err(e) =
-                unsafe { sys::cuMemHostUnregister(map.as_ptr().cast_mut().cast()) }.result()
-            {
-                eprintln!("cuMemHostUnregister: {e}");
-            }
-        }
+        Ok(()) => filemap_cases(table, ctx, &sc, args.bytes, dev)?,
         Err(e) => println!("h2d_probe: registering a file map failed: {e}"),
     }
     drop(map);
     let _ = std::fs::remove_file(&file_path);
+    Ok(())
+}
+
+/// The registered file map's cases: records on 1, 2 or 4 streams, whole
+/// batches, one `cuMemcpyBatchAsync` per batch, and a gather kernel; then the
+/// map is unregistered.
+fn filemap_cases(
+    table: &mut results::Table,
+    ctx: &Arc<CudaContext>,
+    sc: &Scatter,
+    batch_bytes: usize,
+    dev: &mut CudaSlice<u8>,
+) -> Res<()> {
+    let (copy, map, map_len) = (sc.copy, sc.map, sc.map_len);
+    let scattered = (sc.copies * sc.per_batch * sc.record) as f64;
+    for n in [1, 2, 4] {
+        let ms = sc.run(true, n, dev)?;
+        table.row(
+            &format!("h2d_probe_filemap_records_streams{n}_gb_s"),
+            gb(scattered, ms),
+            "GB/s",
+            &format!("same from a page-locked file map (page cache), {n} streams"),
+        );
+    }
+    let whole = batch_bytes.min(map_len);
+    let whole_ms = timed(copy, || {
+        for b in 0..sc.copies {
+            let off = (b * whole) % (map_len - whole + 1) / 4096 * 4096;
+            // SAFETY: as above; `off + whole ≤ map_len`.
+            unsafe {
+                stoker::decode::cudarc::driver::result::memcpy_htod_async(
+                    {
+                        use stoker::decode::cudarc::driver::DevicePtr;
+                        dev.device_ptr(copy).0
+                    },
+                    &map[off..off + whole],
+                    copy.cu_stream(),
+                )
+            }?;
+        }
+        Ok(())
+    })?;
+    let ms = batch_api(copy, map, sc.order, sc.record, sc.per_batch, sc.copies, dev)?;
+    table.row(
+        "h2d_probe_filemap_records_batchapi_gb_s",
+        gb(scattered, ms),
+        "GB/s",
+        "same records, one cuMemcpyBatchAsync per batch",
+    );
+    let ms = sm_gather(ctx, copy, map, sc.order, sc.per_batch, sc.copies, dev)?;
+    table.row(
+        "h2d_probe_filemap_records_smgather_gb_s",
+        gb((sc.copies * sc.per_batch * GATHER_BYTES) as f64, ms),
+        "GB/s",
+        "same records (16-byte aligned, 562,496 B) read by a kernel from the mapped page cache",
+    );
+    table.row(
+        "h2d_probe_filemap_batches_gb_s",
+        gb((sc.copies * whole) as f64, whole_ms),
+        "GB/s",
+        "whole batches (one copy each) from the page-locked file map",
+    );
+    copy.synchronize()?;
+    // SAFETY: registered above; every copy reading it has completed.
+    if let Err(e) = unsafe { sys::cuMemHostUnregister(map.as_ptr().cast_mut().cast()) }.result() {
+        eprintln!("cuMemHostUnregister: {e}");
+    }
     Ok(())
 }
 
@@ -531,7 +683,7 @@ fn batch_api(
 /// A kernel on the SMs copies shuffled records straight from the mapped host
 /// memory (16-byte loads); ms from events.
 fn sm_gather(
-    ctx: &Arc<stoker::decode::cudarc::driver::CudaContext>,
+    ctx: &Arc<CudaContext>,
     copy: &Arc<CudaStream>,
     map: &[u8],
     order: &[usize],
@@ -602,49 +754,4 @@ fn timed(stream: &Arc<CudaStream>, f: impl FnOnce() -> Res<()>) -> Res<f64> {
 fn compute_done(stream: &Arc<CudaStream>) -> Res<bool> {
     let e = stream.record_event(None)?;
     Ok(e.is_complete())
-}
-
-/// One host thread of a contention case: records from `src` (starting at a
-/// per-thread offset) into `dst`, cycling, until `stop`; bytes counted in `moved`.
-#[allow(clippy::too_many_arguments)]
-fn host_loop(
-    work: HostWork,
-    k: usize,
-    src: &[u8],
-    dst: &mut [u8],
-    record: usize,
-    rate: Option<f64>,
-    stop: &AtomicBool,
-    moved: &AtomicU64,
-) {
-    let records_src = src.len() / record;
-    let records_dst = dst.len() / record;
-    let mut i = k * 97;
-    let mut sum = 0u64;
-    let start = Instant::now();
-    let mut mine = 0f64;
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(rate) = rate {
-            // Evenly paced: no further ahead than `mine / rate` seconds.
-            let due = Duration::from_secs_f64(mine / rate);
-            if let Some(wait) = due.checked_sub(start.elapsed()) {
-                std::thread::sleep(wait);
-            }
-            mine += record as f64;
-        }
-        let from = &src[(i % records_src) * record..][..record];
-        let to = &mut dst[(i % records_dst) * record..][..record];
-        match work {
-            HostWork::Copy => to.copy_from_slice(from),
-            HostWork::CopyNt => stoker::loader::gpu::copy_streaming(to, from),
-            HostWork::Read => {
-                sum = from.chunks_exact(8).fold(sum, |a, c| {
-                    a ^ u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))
-                });
-            }
-        }
-        moved.fetch_add(record as u64, Ordering::Relaxed);
-        i += 1;
-    }
-    std::hint::black_box(sum);
 }

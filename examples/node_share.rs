@@ -24,7 +24,7 @@
 //! ```
 //!
 //! `--workers N` gives every process N workers instead of its node share (e.g. all
-//! the cores, what each process took before the share existed).
+//! the cores each, to see what the share saves).
 //!
 //! Rows (stdout, and `--tsv FILE` as `name<TAB>value<TAB>unit<TAB>note`):
 //! `node_share<TAG>_<N>p_img_per_s` (median aggregate), `_decode_img_per_s`
@@ -393,9 +393,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("--procs: counts of at least 1".into());
     }
     let tmp = tempfile::tempdir()?;
-    let list_file = tmp.path().join("list.csv");
+    let (out, records) = prepare(&args, tmp.path())?;
+    let runs = rounds(&args, &out)?;
+    write_rows(&args, records, &runs)?;
+    Ok(())
+}
+
+/// Converts `--images` (`--repeat` copies each) into a dataset under `tmp` and
+/// prints what the runs will load; returns the dataset and its record count.
+fn prepare(args: &Args, tmp: &Path) -> Result<(PathBuf, u64), Box<dyn std::error::Error>> {
+    let list_file = tmp.join("list.csv");
     std::fs::write(&list_file, list(&args.images, args.repeat)?)?;
-    let out = tmp.path().join("dataset");
+    let out = tmp.join("dataset");
     let source = Source::List {
         root: args.images.clone(),
         list: list_file,
@@ -413,6 +422,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.epochs,
         args.consumer_ms
     );
+    Ok((out, records))
+}
+
+/// Every round over the process counts, their order alternating round by round;
+/// one (count, aggregate) per run, in run order.
+fn rounds(args: &Args, out: &Path) -> Result<Vec<(u64, Run)>, Box<dyn std::error::Error>> {
     let mut runs: Vec<(u64, Run)> = Vec::new();
     for round in 0..args.rounds {
         let mut order = args.procs.clone();
@@ -420,7 +435,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             order.reverse();
         }
         for &n in &order {
-            let reports = run_node(&args, &out, n)?;
+            let reports = run_node(args, out, n)?;
             let run = summarize(&reports);
             println!(
                 "round {round}: {n} process(es), {} workers in all, devices [{}]: {:.0} img/s aggregate, decode {:.0} img/s, fed min {:.3} mean {:.3}",
@@ -434,6 +449,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             runs.push((n, run));
         }
     }
+    Ok(runs)
+}
+
+/// The median rows per process count, and each count's ratio to one process.
+fn write_rows(
+    args: &Args,
+    records: u64,
+    runs: &[(u64, Run)],
+) -> Result<(), Box<dyn std::error::Error>> {
     let mut table = results::Table::open(args.tsv.as_deref())?;
     let of = |n: u64, f: fn(&Run) -> f64| -> f64 {
         median(

@@ -11,4 +11,4 @@ pub use stoker_decode as decode;
 pub use stoker_formats as formats;
 pub use stoker_loader as loader;
 
-pub mod bench;
+pub mod bottleneck;

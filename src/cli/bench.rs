@@ -1,6 +1,6 @@
 //! `stoker bench DATASET`: measure each stage alone, then the whole pipeline,
-//! and name the bound. Flags → [`stoker::bench::BenchOptions`] → one call to
-//! [`stoker::bench::run`]; the table goes to stdout (or JSON with `--json`),
+//! and name the bound. Flags → [`stoker::bottleneck::BenchOptions`] → one call to
+//! [`stoker::bottleneck::run`]; the table goes to stdout (or JSON with `--json`),
 //! the progress bar to stderr when it is a terminal.
 
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use stoker::bench::{self, BenchOptions, DeviceChoice, Progress};
+use stoker::bottleneck::{self, BenchOptions, DeviceChoice, Progress};
 
 /// Flags of `stoker bench`.
 #[derive(Debug, clap::Args)]
@@ -70,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .progress_chars("=> "),
     );
     let progress = Bar(bar);
-    let report = bench::run(&args.dataset, &opts, &progress)
+    let report = bottleneck::run(&args.dataset, &opts, &progress)
         .with_context(|| format!("benchmarking {}", args.dataset.display()));
     progress.0.finish_and_clear();
     let report = report?;

@@ -159,6 +159,29 @@ struct Bar {
     verbose: bool,
 }
 
+impl Bar {
+    /// A bar on stderr when it is a terminal, hidden otherwise.
+    fn new(verbose: bool) -> Self {
+        let target = if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(Some(0), target);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} images  {per_sec}  {msg}  ETA {eta}",
+            )
+            .expect("valid template"),
+        );
+        Bar {
+            bar,
+            bytes: AtomicU64::new(0),
+            verbose,
+        }
+    }
+}
+
 impl Progress for Bar {
     fn start(&self, inputs: u64) {
         self.bar.set_length(inputs);
@@ -184,6 +207,35 @@ impl Progress for Bar {
 /// Runs `stoker convert`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
+    let opts = options(&args)?;
+    let progress = Bar::new(args.verbose);
+    let report = formats::convert(&opts, &progress)?;
+    if report.flat && args.layout == Layout::Auto {
+        // Said once, so that a user who expected class sub-folders sees that every
+        // file became one unlabelled class.
+        eprintln!(
+            "{} has no class sub-folders: converted as one class of unlabelled images (label 0)",
+            args.src.display()
+        );
+    }
+
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
+    } else if report.already_done {
+        writeln!(
+            out,
+            "already converted: {} holds this part ({} records); nothing to do",
+            report.out.display(),
+            report.written
+        )?;
+    } else {
+        print_summary(&mut out, &args, &report)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The flags as [`ConvertOptions`]; says which part is converted when there is one.
+fn options(args: &Args) -> anyhow::Result<ConvertOptions> {
     let source = match &args.list {
         Some(list) => Source::List {
             root: args.src.clone(),
@@ -220,95 +272,68 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // Test hook: simulate a conversion killed after N records.
         opts.fail_after = n.parse().ok();
     }
+    Ok(opts)
+}
 
-    let target = if std::io::stderr().is_terminal() {
-        ProgressDrawTarget::stderr()
-    } else {
-        ProgressDrawTarget::hidden()
-    };
-    let bar = ProgressBar::with_draw_target(Some(0), target);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} images  {per_sec}  {msg}  ETA {eta}")
-            .expect("valid template"),
-    );
-    let progress = Bar {
-        bar,
-        bytes: AtomicU64::new(0),
-        verbose: args.verbose,
-    };
-    let report = formats::convert(&opts, &progress)?;
-    if report.flat && args.layout == Layout::Auto {
-        // Said once: a folder without class sub-folders used to be refused.
-        eprintln!(
-            "{} has no class sub-folders: converted as one class of unlabelled images (label 0)",
-            args.src.display()
-        );
-    }
-
-    if args.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
-    } else if report.already_done {
-        writeln!(
-            out,
-            "already converted: {} holds this part ({} records); nothing to do",
-            report.out.display(),
-            report.written
-        )?;
-    } else {
-        let secs = report.seconds.max(1e-9);
-        writeln!(out,
-            "converted {} of {} inputs into {} shard(s), {:.1} MB, in {:.2} s ({:.0} img/s, {:.1} MB/s read)",
-            report.written,
-            report.inputs,
-            report.shards,
-            report.bytes as f64 / 1e6,
-            report.seconds,
-            report.written as f64 / secs,
-            report.input_bytes as f64 / 1e6 / secs,
-        )?;
-        writeln!(
-            out,
-            "  stored as-is: {}, re-encoded/decoded: {}{}",
-            report.stored,
-            report.transcoded,
-            if report.resumed > 0 {
-                format!(
-                    ", carried over from the interrupted run: {}",
-                    report.resumed
-                )
-            } else {
-                String::new()
-            }
-        )?;
-        if !report.skipped.is_empty() {
-            writeln!(out, "skipped {} input(s):", report.skipped.len())?;
-            let show = if args.verbose { usize::MAX } else { 20 };
-            for s in report.skipped.iter().take(show) {
-                writeln!(out, "  {}: {}", s.path.display(), s.reason)?;
-            }
-            if report.skipped.len() > show {
-                writeln!(
-                    out,
-                    "  ... and {} more (use --verbose or --json)",
-                    report.skipped.len() - show
-                )?;
-            }
+/// The human summary of a conversion that ran: counts, rate, skipped and
+/// ignored inputs, the audit, and where the output is.
+fn print_summary(
+    out: &mut impl Write,
+    args: &Args,
+    report: &formats::ConvertReport,
+) -> std::io::Result<()> {
+    let secs = report.seconds.max(1e-9);
+    writeln!(out,
+        "converted {} of {} inputs into {} shard(s), {:.1} MB, in {:.2} s ({:.0} img/s, {:.1} MB/s read)",
+        report.written,
+        report.inputs,
+        report.shards,
+        report.bytes as f64 / 1e6,
+        report.seconds,
+        report.written as f64 / secs,
+        report.input_bytes as f64 / 1e6 / secs,
+    )?;
+    writeln!(
+        out,
+        "  stored as-is: {}, re-encoded/decoded: {}{}",
+        report.stored,
+        report.transcoded,
+        if report.resumed > 0 {
+            format!(
+                ", carried over from the interrupted run: {}",
+                report.resumed
+            )
+        } else {
+            String::new()
         }
-        if !report.ignored.is_empty() {
+    )?;
+    if !report.skipped.is_empty() {
+        writeln!(out, "skipped {} input(s):", report.skipped.len())?;
+        let show = if args.verbose { usize::MAX } else { 20 };
+        for s in report.skipped.iter().take(show) {
+            writeln!(out, "  {}: {}", s.path.display(), s.reason)?;
+        }
+        if report.skipped.len() > show {
             writeln!(
                 out,
-                "ignored {} file(s) directly under {} (not in a class folder; --layout flat takes every file as one class), e.g. {}",
-                report.ignored.len(),
-                args.src.display(),
-                report.ignored[0].display()
+                "  ... and {} more (use --verbose or --json)",
+                report.skipped.len() - show
             )?;
         }
-        for line in report.audit.summary_lines() {
-            writeln!(out, "{line}")?;
-        }
-        writeln!(out, "output: {}", report.out.display())?;
     }
-    Ok(ExitCode::SUCCESS)
+    if !report.ignored.is_empty() {
+        writeln!(
+            out,
+            "ignored {} file(s) directly under {} (not in a class folder; --layout flat takes every file as one class), e.g. {}",
+            report.ignored.len(),
+            args.src.display(),
+            report.ignored[0].display()
+        )?;
+    }
+    for line in report.audit.summary_lines() {
+        writeln!(out, "{line}")?;
+    }
+    writeln!(out, "output: {}", report.out.display())
 }
 
 #[cfg(test)]

@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaContext;
 use stoker_formats::Dataset;
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
-use stoker_loader::{Device, Loader, Output, Shuffle, Stage, Transform};
+use stoker_loader::{Device, Loader, Output, Shuffle, Stage, Stats, Transform};
 
-use super::consumer::Step;
-use super::report::StageReport;
 use stoker_loader::metrics::system_cpu_jiffies;
 
-use super::{process_cpu_time, BenchOptions};
+use super::consumer::Step;
+use super::host::process_cpu_time;
+use super::options::BenchOptions;
+use super::report::StageReport;
 
 /// The end-to-end figures the verdict needs besides the stage row.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +24,7 @@ pub struct EndToEnd {
     /// Consumer busy time / wall time; `None` without a step.
     pub fed_ratio: Option<f64>,
     /// Busy fraction of all CPUs, machine-wide (`/proc/stat`), during the timed
-    /// window: what the seed's rule reads; falls back to this process's share.
+    /// window: what the input-bound rule reads; falls back to this process's share.
     pub cpu_util: Option<f64>,
     /// GPU busy fraction, when the step runs on the GPU.
     pub gpu_util: Option<f64>,
@@ -98,6 +99,43 @@ pub fn end_to_end(
             LoaderCapacities::default(),
         )
     };
+    let built = match open_loader(ds, opts, gpu) {
+        Ok(b) => b,
+        Err(reason) => return skipped(reason),
+    };
+    let (mut step, step_note) = Step::new(
+        opts.consumer_ms,
+        if built.gpu_path {
+            gpu.map(|(c, _)| c)
+        } else {
+            None
+        },
+    );
+    let window = match timed_window(&built.loader, &mut step, budget, tick) {
+        Ok(w) => w,
+        Err(reason) => return skipped(reason),
+    };
+    summarize(&built, &step, &step_note, &window, opts, cores)
+}
+
+/// The loader that runs end to end, and which path it took.
+struct BuiltLoader {
+    loader: Loader,
+    /// True when the loader runs its GPU path.
+    gpu_path: bool,
+    /// Appended to the row's note when the GPU path was asked for and not built.
+    path_note: String,
+    /// Why the GPU path was not built, when it was asked for.
+    gpu_path_reason: Option<String>,
+}
+
+/// The loader on `gpu`'s device, falling back to the CPU path when the GPU
+/// path cannot be built; or why no loader could be built.
+fn open_loader(
+    ds: &Dataset,
+    opts: &BenchOptions,
+    gpu: Option<(&Arc<CudaContext>, usize)>,
+) -> Result<BuiltLoader, String> {
     let mut path_note = String::new();
     let mut gpu_path_reason = None;
     let (loader, gpu_path) = match gpu {
@@ -108,20 +146,48 @@ pub fn end_to_end(
                 gpu_path_reason = Some(e.to_string());
                 match build_loader(ds, opts, Device::Cpu) {
                     Ok(l) => (l, false),
-                    Err(e) => return skipped(format!("the loader could not be built: {e}")),
+                    Err(e) => return Err(format!("the loader could not be built: {e}")),
                 }
             }
         },
         None => match build_loader(ds, opts, Device::Cpu) {
             Ok(l) => (l, false),
-            Err(e) => return skipped(format!("the loader could not be built: {e}")),
+            Err(e) => return Err(format!("the loader could not be built: {e}")),
         },
     };
-    let (mut step, step_note) = Step::new(
-        opts.consumer_ms,
-        if gpu_path { gpu.map(|(c, _)| c) } else { None },
-    );
+    Ok(BuiltLoader {
+        loader,
+        gpu_path,
+        path_note,
+        gpu_path_reason,
+    })
+}
 
+/// What the timed window (after the warm-up batch) measured.
+struct Window {
+    /// Images consumed.
+    images: u64,
+    /// Batches consumed.
+    batches: u64,
+    /// Time the step was busy.
+    busy: Duration,
+    /// Wall time of the window.
+    wall: Duration,
+    /// Process CPU time at the window's start.
+    cpu0: Option<Duration>,
+    /// Machine-wide (busy, total) CPU jiffies at the window's start.
+    sys0: Option<(u64, u64)>,
+}
+
+/// Consumes batches, epoch after epoch, until `budget` has passed after the
+/// first batch (which fills the pipeline and is kept out of every figure); or
+/// why the loader or the step failed.
+fn timed_window(
+    loader: &Loader,
+    step: &mut Step,
+    budget: Duration,
+    tick: &(dyn Fn(f64) + Sync),
+) -> Result<Window, String> {
     let mut images = 0u64;
     let mut batches = 0u64;
     let mut busy = Duration::ZERO;
@@ -135,12 +201,12 @@ pub fn end_to_end(
         for batch in loader.epoch(epoch) {
             let batch = match batch {
                 Ok(b) => b,
-                Err(e) => return skipped(format!("the loader failed in epoch {epoch}: {e}")),
+                Err(e) => return Err(format!("the loader failed in epoch {epoch}: {e}")),
             };
             any = true;
             let took = match step.run(Some(&batch.images)) {
                 Ok(d) => d,
-                Err(e) => return skipped(format!("the simulated step failed: {e}")),
+                Err(e) => return Err(format!("the simulated step failed: {e}")),
             };
             if !warmed {
                 // The first batch fills the pipeline: keep it out of every figure.
@@ -161,20 +227,39 @@ pub fn end_to_end(
             }
         }
         if !any {
-            return skipped(format!("the loader produced no batch in epoch {epoch}"));
+            return Err(format!("the loader produced no batch in epoch {epoch}"));
         }
         epoch += 1;
     }
-    let wall = start.elapsed();
-    let secs = wall.as_secs_f64().max(1e-9);
-    let stats = loader.stats();
-    let cpu_secs = match (cpu0, process_cpu_time()) {
+    Ok(Window {
+        images,
+        batches,
+        busy,
+        wall: start.elapsed(),
+        cpu0,
+        sys0,
+    })
+}
+
+/// The row and the loader's capacities from the window and the loader's counters.
+fn summarize(
+    built: &BuiltLoader,
+    step: &Step,
+    step_note: &str,
+    w: &Window,
+    opts: &BenchOptions,
+    cores: usize,
+) -> (EndToEnd, LoaderCapacities) {
+    let (images, busy) = (w.images, w.busy);
+    let secs = w.wall.as_secs_f64().max(1e-9);
+    let stats = built.loader.stats();
+    let cpu_secs = match (w.cpu0, process_cpu_time()) {
         (Some(a), Some(b)) => Some((b - a).as_secs_f64()).filter(|s| *s > 0.0),
         _ => None,
     };
     // This process's share of the cores, and the machine's busy fraction.
     let proc_util = cpu_secs.map(|c| (c / (secs * cores.max(1) as f64)).min(1.0));
-    let sys_util = match (sys0, system_cpu_jiffies()) {
+    let sys_util = match (w.sys0, system_cpu_jiffies()) {
         (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
             Some(((b1 - b0) as f64 / (t1 - t0) as f64).clamp(0.0, 1.0))
         }
@@ -188,32 +273,12 @@ pub fn end_to_end(
     let fed_ratio = has_step.then(|| (busy.as_secs_f64() / secs).min(1.0));
     let gpu_util = step.on_gpu().then(|| (busy.as_secs_f64() / secs).min(1.0));
     let img_per_s = images as f64 / secs;
-
-    let capacity = |stage: Stage| {
-        stats
-            .stage(stage)
-            .map(|s| s.capacity_per_s)
-            .filter(|c| c.is_finite() && *c > 0.0)
-    };
-    let routes = stats
-        .decode_routes
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let caps = LoaderCapacities {
-        decode: capacity(Stage::Decode),
-        transform: capacity(Stage::Transform),
-        h2d: capacity(Stage::H2d),
-        routes,
-        gpu_path,
-        gpu_path_reason,
-    };
+    let caps = loader_capacities(&stats, built);
 
     let mut note = format!(
         "loader {} path, {} batches of {} ({}² f32 NCHW, RandomResizedCrop+flip+normalize), this process {:.0}% of {} cores, machine CPU {:.0}% busy, {step_note}",
-        if gpu_path { "GPU" } else { "CPU" },
-        batches,
+        if built.gpu_path { "GPU" } else { "CPU" },
+        w.batches,
         opts.batch,
         opts.size,
         proc_util.unwrap_or(0.0) * 100.0,
@@ -226,9 +291,9 @@ pub fn end_to_end(
     if let Some(g) = gpu_util {
         note.push_str(&format!(", GPU busy {:.0}%", g * 100.0));
     }
-    note.push_str(&path_note);
+    note.push_str(&built.path_note);
     let mut stage = StageReport::measured(img_per_s, note)
-        .with("batches", batches as f64)
+        .with("batches", w.batches as f64)
         .with("seconds", secs)
         .with("loader_img_per_s", stats.images_per_s);
     for (key, v) in [
@@ -257,6 +322,30 @@ pub fn end_to_end(
         },
         caps,
     )
+}
+
+/// The loader's own per-stage capacities and decode routes over the window.
+fn loader_capacities(stats: &Stats, built: &BuiltLoader) -> LoaderCapacities {
+    let capacity = |stage: Stage| {
+        stats
+            .stage(stage)
+            .map(|s| s.capacity_per_s)
+            .filter(|c| c.is_finite() && *c > 0.0)
+    };
+    let routes = stats
+        .decode_routes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    LoaderCapacities {
+        decode: capacity(Stage::Decode),
+        transform: capacity(Stage::Transform),
+        h2d: capacity(Stage::H2d),
+        routes,
+        gpu_path: built.gpu_path,
+        gpu_path_reason: built.gpu_path_reason.clone(),
+    }
 }
 
 /// The GPU decode row, from the loader's decode counters on its GPU path

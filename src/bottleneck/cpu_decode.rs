@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use stoker_decode::{CpuDecoder, Limits};
 
+use super::host::process_cpu_time;
+
 /// What the CPU decode stage measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CpuDecodeFigures {
@@ -55,7 +57,7 @@ pub fn measure(
         .map(|info| info.rgb_len())
         .max()?;
     let decoder = CpuDecoder::new(Limits::default());
-    let cpu0 = super::process_cpu_time();
+    let cpu0 = process_cpu_time();
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..threads {
@@ -90,7 +92,7 @@ pub fn measure(
         }
     });
     let secs = start.elapsed().as_secs_f64().max(1e-9);
-    let cpu_secs = match (cpu0, super::process_cpu_time()) {
+    let cpu_secs = match (cpu0, process_cpu_time()) {
         (Some(a), Some(b)) => Some((b - a).as_secs_f64()).filter(|s| *s > 0.0),
         _ => None,
     };

@@ -248,7 +248,7 @@ impl fmt::Display for BenchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::verdict::{judge, Capacities, PipelinePath};
+    use crate::bottleneck::verdict::{judge, Capacities, PipelinePath};
 
     fn sample() -> BenchReport {
         let stages = Stages {

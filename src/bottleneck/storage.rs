@@ -17,7 +17,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::BenchError;
+use super::error::BenchError;
 
 /// Read buffer per thread.
 const CHUNK: usize = 4 << 20;

@@ -3,14 +3,14 @@
 //! A pure function over measured capacities, all in images per second, so it
 //! can be tested with synthetic numbers. The capacity comparison decides the
 //! bound; the end-to-end run (fed ratio, CPU and GPU busy fractions) is then
-//! checked against the seed's closed-loop rule — consumer busy < 70 % while the
-//! CPU is > 85 % busy means the job is input-bound — and a contradiction between
+//! checked against the closed-loop input-bound rule — consumer busy < 70 % while
+//! the CPU is > 85 % busy means the job is input-bound — and a contradiction between
 //! the two (every stage faster than the step, yet the step starves) is named
 //! as a loader bound rather than hidden.
 
 use serde::Serialize;
 
-/// The seed's rule: below this consumer (GPU) busy fraction the job waits for input…
+/// The input-bound rule: below this consumer (GPU) busy fraction the job waits for input…
 pub const INPUT_BOUND_GPU_UTIL: f64 = 0.70;
 /// …when the CPU is busier than this fraction of all cores.
 pub const INPUT_BOUND_CPU_UTIL: f64 = 0.85;
@@ -108,7 +108,7 @@ pub struct Verdict {
     pub next: Option<String>,
     /// Next-slowest capacity / bound capacity (≥ 1): the headroom moving the bound buys.
     pub margin: Option<f64>,
-    /// The seed's rule on the measured end-to-end figures, when they exist.
+    /// The input-bound rule on the measured end-to-end figures, when they exist.
     pub input_bound_rule: Option<bool>,
     /// The human sentence.
     pub text: String,
@@ -155,7 +155,7 @@ fn pct(v: f64) -> String {
 /// # Examples
 ///
 /// ```
-/// use stoker::bench::verdict::{judge, Bound, Capacities, PipelinePath};
+/// use stoker::bottleneck::verdict::{judge, Bound, Capacities, PipelinePath};
 ///
 /// let caps = Capacities {
 ///     path: Some(PipelinePath::Cpu),
@@ -174,36 +174,7 @@ pub fn judge(c: &Capacities) -> Verdict {
     } else {
         PipelinePath::Cpu
     });
-    let positive = |v: Option<f64>| v.filter(|x| x.is_finite() && *x > 0.0);
-    let read_label = if c.read_cold {
-        "storage read (cold)"
-    } else {
-        "storage read (warm)"
-    };
-    let mut stages: Vec<Candidate> = Vec::new();
-    let mut push = |bound, label, v: Option<f64>| {
-        if let Some(img_per_s) = positive(v) {
-            stages.push(Candidate {
-                bound,
-                label,
-                img_per_s,
-            });
-        }
-    };
-    push(Bound::Storage, read_label, c.read);
-    match path {
-        PipelinePath::Cpu => {
-            push(Bound::Decode, "CPU decode", c.cpu_decode);
-            push(Bound::Pcie, "H2D", c.h2d);
-        }
-        PipelinePath::Gpu => {
-            push(Bound::Pcie, "H2D", c.h2d);
-            push(Bound::Decode, "GPU decode", c.gpu_decode);
-            push(Bound::Gpu, "GPU transforms", c.transform);
-        }
-    }
-    push(Bound::Consumer, "the training step", c.consumer);
-
+    let mut stages = candidates(c, path);
     let input_bound_rule = match (c.gpu_util.or(c.fed_ratio), c.cpu_util) {
         (Some(g), Some(cpu)) => Some(g < INPUT_BOUND_GPU_UTIL && cpu > INPUT_BOUND_CPU_UTIL),
         _ => None,
@@ -233,33 +204,102 @@ pub fn judge(c: &Capacities) -> Verdict {
     }
     let margin = second.map(|s| s.img_per_s / first.img_per_s);
 
-    // The closed loop: capacities say the step is the limit, but the measured
-    // pipeline starves it. Trust the measurement and name the loader.
-    if first.bound == Bound::Consumer {
-        if let (Some(fed), Some(e2e)) = (c.fed_ratio, positive(c.end_to_end)) {
-            if fed < INPUT_BOUND_GPU_UTIL {
-                let slowest_input = second.map(|s| s.label).unwrap_or("every stage");
-                let text = format!(
-                    "loader-bound: the step needs {} img/s and {slowest_input} alone \
-                     manages {}, yet end to end delivers {} img/s (fed {}) — raise loader \
-                     threads or prefetch depth so the stages overlap",
-                    fmt_rate(first.img_per_s),
-                    second.map(|s| fmt_rate(s.img_per_s)).unwrap_or_default(),
-                    fmt_rate(e2e),
-                    pct(fed),
-                );
-                return Verdict {
-                    bound: Some(Bound::Loader),
-                    next: second.map(|s| s.label.to_string()),
-                    margin,
-                    input_bound_rule,
-                    text: with_rule(text, c, input_bound_rule),
-                };
-            }
-        }
+    if let Some(text) = loader_bound_text(c, first, second) {
+        return Verdict {
+            bound: Some(Bound::Loader),
+            next: second.map(|s| s.label.to_string()),
+            margin,
+            input_bound_rule,
+            text: with_rule(text, c, input_bound_rule),
+        };
     }
 
-    let versus = match second {
+    let (head, advice) = head_and_advice(c, path, first);
+    let mut text = format!("{head}{} — {advice}", versus(first, second));
+    if let Some(e2e) = positive(c.end_to_end) {
+        text.push_str(&format!(
+            "; end to end {} img/s = {} of the bound",
+            fmt_rate(e2e),
+            pct(e2e / first.img_per_s)
+        ));
+    }
+    Verdict {
+        bound: Some(first.bound),
+        next: second.map(|s| s.label.to_string()),
+        margin,
+        input_bound_rule,
+        text: with_rule(text, c, input_bound_rule),
+    }
+}
+
+/// A measured capacity: finite and above zero.
+fn positive(v: Option<f64>) -> Option<f64> {
+    v.filter(|x| x.is_finite() && *x > 0.0)
+}
+
+/// The measured stages in series on `path`, then the step, in pipeline order.
+fn candidates(c: &Capacities, path: PipelinePath) -> Vec<Candidate> {
+    let read_label = if c.read_cold {
+        "storage read (cold)"
+    } else {
+        "storage read (warm)"
+    };
+    let mut stages: Vec<Candidate> = Vec::new();
+    let mut push = |bound, label, v: Option<f64>| {
+        if let Some(img_per_s) = positive(v) {
+            stages.push(Candidate {
+                bound,
+                label,
+                img_per_s,
+            });
+        }
+    };
+    push(Bound::Storage, read_label, c.read);
+    match path {
+        PipelinePath::Cpu => {
+            push(Bound::Decode, "CPU decode", c.cpu_decode);
+            push(Bound::Pcie, "H2D", c.h2d);
+        }
+        PipelinePath::Gpu => {
+            push(Bound::Pcie, "H2D", c.h2d);
+            push(Bound::Decode, "GPU decode", c.gpu_decode);
+            push(Bound::Gpu, "GPU transforms", c.transform);
+        }
+    }
+    push(Bound::Consumer, "the training step", c.consumer);
+    stages
+}
+
+/// The closed loop: capacities say the step is the limit, but the measured
+/// pipeline starves it. Trust the measurement and name the loader: the
+/// sentence, when that is so.
+fn loader_bound_text(
+    c: &Capacities,
+    first: Candidate,
+    second: Option<Candidate>,
+) -> Option<String> {
+    if first.bound != Bound::Consumer {
+        return None;
+    }
+    let (fed, e2e) = (c.fed_ratio?, positive(c.end_to_end)?);
+    if fed >= INPUT_BOUND_GPU_UTIL {
+        return None;
+    }
+    let slowest_input = second.map(|s| s.label).unwrap_or("every stage");
+    Some(format!(
+        "loader-bound: the step needs {} img/s and {slowest_input} alone \
+         manages {}, yet end to end delivers {} img/s (fed {}) — raise loader \
+         threads or prefetch depth so the stages overlap",
+        fmt_rate(first.img_per_s),
+        second.map(|s| fmt_rate(s.img_per_s)).unwrap_or_default(),
+        fmt_rate(e2e),
+        pct(fed),
+    ))
+}
+
+/// The bound against the next stage: its headroom, or none.
+fn versus(first: Candidate, second: Option<Candidate>) -> String {
+    match second {
         Some(s) if s.img_per_s < first.img_per_s => format!(
             " ≈ {} {} img/s (no headroom: {:.2}×)",
             s.label,
@@ -273,8 +313,12 @@ pub fn judge(c: &Capacities) -> Verdict {
             s.img_per_s / first.img_per_s
         ),
         None => String::new(),
-    };
-    let (head, advice) = match first.bound {
+    }
+}
+
+/// The verdict's opening (the bound and its figure) and what would move it.
+fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (String, &'static str) {
+    match first.bound {
         Bound::Storage => (
             match c.read_mb_per_s {
                 Some(mb) => format!(
@@ -339,25 +383,10 @@ pub fn judge(c: &Capacities) -> Verdict {
             },
         ),
         Bound::Loader => unreachable!("Loader is only chosen above"),
-    };
-    let mut text = format!("{head}{versus} — {advice}");
-    if let Some(e2e) = positive(c.end_to_end) {
-        text.push_str(&format!(
-            "; end to end {} img/s = {} of the bound",
-            fmt_rate(e2e),
-            pct(e2e / first.img_per_s)
-        ));
-    }
-    Verdict {
-        bound: Some(first.bound),
-        next: second.map(|s| s.label.to_string()),
-        margin,
-        input_bound_rule,
-        text: with_rule(text, c, input_bound_rule),
     }
 }
 
-/// Appends the seed's rule with the measured busy fractions.
+/// Appends the input-bound rule's outcome with the measured busy fractions.
 fn with_rule(mut text: String, c: &Capacities, rule: Option<bool>) -> String {
     let Some(rule) = rule else { return text };
     let consumer = c.gpu_util.or(c.fed_ratio).unwrap_or(0.0);
@@ -505,7 +534,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_rule_input_bound_on_cpu_path() {
+    fn input_bound_rule_holds_on_cpu_path() {
         // The step could take 5,120 img/s, the 2 CPU cores decode 1,950: the
         // consumer idles (fed 38 %) while the CPU is pegged.
         let mut c = cpu_caps();
@@ -526,7 +555,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_rule_boundaries_are_strict() {
+    fn input_bound_rule_boundaries_are_strict() {
         let mut c = cpu_caps();
         c.fed_ratio = Some(0.70);
         c.cpu_util = Some(0.99);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaStream};
 
-use super::BenchError;
+use super::error::BenchError;
 
 /// Opens device `ordinal`, or says why it cannot: the decode crate's
 /// [`stoker_decode::cuda_context`] (which checks for the driver library before
