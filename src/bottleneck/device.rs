@@ -5,8 +5,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::CudaContext;
-use stoker_loader::launcher::choose_device;
-use stoker_loader::{Device, Placement};
+use stoker_loader::{AutoChoice, Placement};
 
 use super::error::BenchError;
 use super::options::DeviceChoice;
@@ -37,52 +36,66 @@ pub(crate) fn choose(
     device: DeviceChoice,
     placement: &Placement,
 ) -> Result<ChosenDevice, BenchError> {
-    let (auto_ordinal, auto_reason) = match device {
-        DeviceChoice::Auto => match stoker_loader::gpu::visible_devices() {
-            Ok(n) => match choose_device(Device::Auto, placement.local_rank, || n) {
-                Device::Cuda(k) => (
-                    k,
-                    format!(
-                        "Device::Auto: local rank {} mod {n} visible device{}",
-                        placement.local_rank,
-                        if n == 1 { "" } else { "s" }
-                    ),
-                ),
-                _ => (0, "the CUDA driver reports no device".to_string()),
-            },
-            Err(reason) => (0, reason),
-        },
-        _ => (0, String::new()),
+    let n = match device {
+        DeviceChoice::Cpu => {
+            return Ok(ChosenDevice {
+                gpu: None,
+                ordinal: 0,
+                no_gpu_reason: "--device cpu".to_string(),
+                name: "cpu".to_string(),
+                choice: "--device cpu".to_string(),
+            })
+        }
+        DeviceChoice::Cuda(n) => {
+            return Ok(ChosenDevice {
+                gpu: Some(pcie::open_gpu(n)?),
+                ordinal: n,
+                no_gpu_reason: String::new(),
+                name: format!("cuda:{n}"),
+                choice: "--device".to_string(),
+            })
+        }
+        DeviceChoice::Auto => placement.local_rank,
     };
-    let (gpu, no_gpu_reason) = match device {
-        DeviceChoice::Cpu => (None, "--device cpu".to_string()),
-        DeviceChoice::Auto => match pcie::open_gpu(auto_ordinal) {
-            Ok(g) => (Some(g), String::new()),
-            Err(BenchError::NoGpu { reason }) => (None, reason),
+    // Auto is resolved by the loader's one rule, as `Device::Auto` and `stoker decode
+    // --backend auto` are; a chosen GPU that cannot be opened becomes its CPU fallback.
+    let mut auto = AutoChoice::for_local_rank(n);
+    let mut gpu = None;
+    if let AutoChoice::Gpu { ordinal, .. } = auto {
+        match pcie::open_gpu(ordinal) {
+            Ok(g) => gpu = Some(g),
+            Err(BenchError::NoGpu { reason }) => auto = AutoChoice::unavailable(reason),
             Err(e) => return Err(e),
+        }
+    }
+    Ok(match (gpu, auto.fallback_note()) {
+        (Some(gpu), _) => {
+            let ordinal = match auto {
+                AutoChoice::Gpu { ordinal, .. } => ordinal,
+                _ => 0,
+            };
+            // `describe` is "cuda:N (Device::Auto: …)": the name, then why.
+            let text = auto.describe();
+            let why = text
+                .split_once(" (")
+                .map_or(text.as_str(), |(_, why)| why.trim_end_matches(')'));
+            ChosenDevice {
+                gpu: Some(gpu),
+                ordinal,
+                no_gpu_reason: String::new(),
+                name: format!("cuda:{ordinal}"),
+                choice: why.to_string(),
+            }
+        }
+        (None, note) => ChosenDevice {
+            gpu: None,
+            ordinal: 0,
+            no_gpu_reason: match &auto {
+                AutoChoice::Cpu { reason } => reason.clone(),
+                _ => String::new(),
+            },
+            name: "cpu".to_string(),
+            choice: note.unwrap_or_default(),
         },
-        DeviceChoice::Cuda(n) => (Some(pcie::open_gpu(n)?), String::new()),
-    };
-    let ordinal = match device {
-        DeviceChoice::Cuda(n) => n,
-        _ => auto_ordinal,
-    };
-    let name = match (device, &gpu) {
-        (DeviceChoice::Cuda(n), _) => format!("cuda:{n}"),
-        (_, Some(_)) => format!("cuda:{ordinal}"),
-        _ => "cpu".to_string(),
-    };
-    let choice = match (device, &gpu) {
-        (DeviceChoice::Cuda(_), _) => "--device".to_string(),
-        (DeviceChoice::Cpu, _) => "--device cpu".to_string(),
-        (DeviceChoice::Auto, Some(_)) => auto_reason,
-        (DeviceChoice::Auto, None) => format!("Device::Auto fell back to the CPU: {no_gpu_reason}"),
-    };
-    Ok(ChosenDevice {
-        gpu,
-        ordinal,
-        no_gpu_reason,
-        name,
-        choice,
     })
 }

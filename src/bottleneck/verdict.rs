@@ -398,13 +398,13 @@ fn with_rule(mut text: String, c: &Capacities, rule: Option<bool>) -> String {
     let cpu = c.cpu_util.unwrap_or(0.0);
     if rule {
         text.push_str(&format!(
-            "; input-bound by the seed's rule ({who} busy {} < 70%, CPU {} > 85%)",
+            "; input-bound by the utilization rule ({who} busy {} < 70%, CPU {} > 85%)",
             pct(consumer),
             pct(cpu)
         ));
     } else {
         text.push_str(&format!(
-            "; seed's rule: not input-bound ({who} busy {}, CPU {})",
+            "; utilization rule: not input-bound ({who} busy {}, CPU {})",
             pct(consumer),
             pct(cpu)
         ));
@@ -547,7 +547,7 @@ mod tests {
         assert_eq!(v.input_bound_rule, Some(true));
         assert!(
             v.text.contains(
-                "input-bound by the seed's rule (consumer busy 38% < 70%, CPU 97% > 85%)"
+                "input-bound by the utilization rule (consumer busy 38% < 70%, CPU 97% > 85%)"
             ),
             "{}",
             v.text
