@@ -15,10 +15,23 @@
 //!           event on that stream ─▶ the slot's next kernel waits for it
 //! ```
 //!
+//! The stages, in flow order (each its own module):
+//!
+//! - `setup`: the steps of `build`: device and context ([`visible_devices`],
+//!   [`unavailable_reason`]), decoder, streams, staging ring, reader pool.
 //! - `staging`: `K = prefetch + 2` slots allocated once at build (pinned staging,
 //!   device arena, kernel parameters, batch tensor, events); sizes fixed by the
 //!   configuration and reported in [`crate::Stats`] (`pinned_bytes`, `device_bytes`).
 //!   Only a consumer that keeps every batch alive makes the ring grow (warned).
+//!   A slot's H2D copies are its own methods.
+//! - `shared`: what every stage reads, fixed at build.
+//! - `epoch`: the consumer side of an epoch; `producer`: its thread, which walks
+//!   the batches in order and takes a slot for each.
+//! - `read_ahead` (JPEG records): reads and checks batch k+1 while batch k
+//!   decodes; `records`: one record read, checked and staged on the host.
+//! - `raw_batch` and `jpeg_batch`: a batch of raw records staged by the reader
+//!   pool, or of JPEG records decoded by nvJPEG into the arena.
+//! - `assembly`: kernel parameters, H2D copies, the fused transform, the batch.
 //! - [`kernel`]: the fused transform (`transform.cu`, compiled by NVRTC at build into
 //!   sm-agnostic PTX): antialiased bilinear resize of each image's crop box,
 //!   horizontal flip, rounding to a u8 level, normalization, NCHW/NHWC and
@@ -27,15 +40,13 @@
 //!   consumer's stream waits on the batch's ready event; dropping the batch records
 //!   the release point on that stream, and the slot's next kernel waits for it.
 //!   The consumer thread never synchronizes the device.
-//! - `pipeline`: the producer thread of an epoch (and, for JPEG datasets, its
-//!   read-ahead thread, which reads and checks batch k+1 while batch k decodes).
+//! - [`nvml`]: GPU, JPEG-engine and CPU utilization sampled during each epoch (NVML
+//!   through our own small run-time table, optional); the "GPU < 70% while
+//!   CPU > 85%" rule becomes a verdict line logged at the end of every epoch.
 //!
 //! The copy and compute streams are created at the device's highest stream
 //! priority, so that the loader's short kernels are not queued behind a training
 //! step that fills every SM.
-//! - [`nvml`]: GPU, JPEG-engine and CPU utilization sampled during each epoch (NVML
-//!   through our own small run-time table, optional); the seed's "GPU < 70% while
-//!   CPU > 85%" rule becomes a verdict line logged at the end of every epoch.
 //!
 //! Decoding: JPEG records go to [`stoker_decode::GpuDecoder`] (nvJPEG hardware
 //! engines, the CUDA decoder, or the CPU per image), which writes RGB straight
@@ -69,132 +80,47 @@
 //! }
 //! # Ok(()) }
 //! ```
-//!
-//! Hooks asked of the loader core (see the report): `pub mod gpu` (or re-exports of
-//! [`CudaImages`] and [`cudarc`]) so that users can name these types.
 
+mod assembly;
 pub(crate) mod batch_copy;
+mod epoch;
 pub mod handoff;
+mod jpeg_batch;
 pub mod kernel;
 pub mod nvml;
-pub(crate) mod pipeline;
+mod producer;
+mod raw_batch;
+mod read_ahead;
+mod records;
 mod registered;
+mod shared;
 pub(crate) mod staging;
 mod stream_copy;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use crossbeam_channel::{Receiver, Sender};
-use cudarc::driver::{CudaContext, CudaStream, DriverError};
-use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions, Limits};
+use cudarc::driver::CudaContext;
+use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions};
 use stoker_formats::{Dataset, Encoding};
 
-use crate::builder::{Device, LoaderConfig, Output};
-use crate::error::LoaderError;
+use crate::builder::{Device, LoaderConfig};
+use crate::error::{driver_err, LoaderError};
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{EpochPlan, EpochStream, Pipeline};
-use crate::transform::Transform;
 
 pub use batch_copy::{memcpy_batch_htod_async, supported as batch_copies_supported};
 pub use cudarc;
 pub use handoff::CudaImages;
 pub use stream_copy::copy_streaming;
 
-use kernel::{KernelDtype, TransformArgs, TransformKernel};
+use kernel::TransformKernel;
+use shared::Shared;
 use staging::{Slot, SlotSizes};
 
 /// Pixels reserved per image in the staging ring for JPEG datasets (640×480):
 /// larger images are cropped and resized on the CPU before staging.
 pub const JPEG_STAGING_PIXELS: usize = 640 * 480;
-
-/// Wraps a CUDA driver error with the operation that failed.
-pub(crate) fn driver_err(op: &'static str, e: DriverError) -> LoaderError {
-    LoaderError::Gpu {
-        op,
-        source: Box::new(e),
-    }
-}
-
-/// Everything the producer thread needs, fixed at build.
-pub(crate) struct Shared {
-    pub(crate) ctx: Arc<CudaContext>,
-    /// H2D copies.
-    pub(crate) copy: Arc<CudaStream>,
-    /// Transforms.
-    pub(crate) compute: Arc<CudaStream>,
-    /// nvJPEG decodes, batch `k` on `decode[k % 2]`: a batch's decode waits only
-    /// for the kernel that last read its slot's arena (and for the decode two
-    /// batches back), not for the previous batch's decode and transform, so the
-    /// JPEG engines get batch k+1 while batch k finishes. The decoder orders its
-    /// own reused buffers across the two streams.
-    pub(crate) decode: [Arc<CudaStream>; 2],
-    pub(crate) kernel: TransformKernel,
-    /// nvJPEG (hardware engines / CUDA / CPU per image) for JPEG datasets; `None`
-    /// for raw datasets, whose pixels are staged and copied as they are.
-    pub(crate) nvjpeg: Option<Mutex<GpuDecoder>>,
-    /// The decoder's pixel limit, which the loader's own header probes and
-    /// CPU decodes (read-ahead, oversize images) apply too.
-    pub(crate) limits: Limits,
-    pub(crate) dataset: Dataset,
-    pub(crate) transform: Transform,
-    /// Output side in pixels.
-    pub(crate) size: u32,
-    pub(crate) output: Output,
-    pub(crate) dtype: KernelDtype,
-    pub(crate) args: TransformArgs,
-    pub(crate) metrics: Arc<Metrics>,
-    /// Reader / CPU-decode threads.
-    pub(crate) pool: rayon::ThreadPool,
-    pub(crate) prefetch: usize,
-    /// Sizes of every slot, and how many exist (grows only if the consumer keeps
-    /// every batch alive, see `pipeline::take_slot`).
-    pub(crate) sizes: SlotSizes,
-    pub(crate) slots: AtomicUsize,
-    /// Free slots of the staging ring (bounded by the slot count).
-    pub(crate) free_tx: Sender<Box<Slot>>,
-    pub(crate) free_rx: Receiver<Box<Slot>>,
-    /// Pinned staging is write-combined (`LoaderBuilder::write_combined_staging`).
-    pub(crate) write_combined: bool,
-    /// Raw records are staged with streaming stores (`LoaderBuilder::streaming_staging_stores`).
-    pub(crate) streaming_stores: bool,
-    /// Raw records: the dataset's map, page-locked; records inside it are copied
-    /// to the device from there (`LoaderBuilder::zero_copy_h2d`).
-    pub(crate) direct: Option<registered::RegisteredMaps>,
-    /// Records from `direct` go in one `cuMemcpyBatchAsync` per batch (driver 13
-    /// and later; cleared if the call fails: one copy per record then).
-    pub(crate) batch_copies: std::sync::atomic::AtomicBool,
-    /// Batches are handed out already waited on this stream (`LoaderBuilder::cuda_stream`).
-    pub(crate) consumer_stream: Option<Arc<CudaStream>>,
-}
-
-impl Shared {
-    /// Waits on the host for everything queued on the copy, decode and compute
-    /// streams; failures are logged (`when` says in what situation), never raised.
-    pub(crate) fn synchronize_streams(&self, when: &str) {
-        for (what, s) in [
-            ("copy", &self.copy),
-            ("decode 0", &self.decode[0]),
-            ("decode 1", &self.decode[1]),
-            ("compute", &self.compute),
-        ] {
-            if let Err(e) = s.synchronize() {
-                tracing::warn!("{when}, {what} stream synchronize failed: {e}");
-            }
-        }
-    }
-}
-
-impl Drop for Shared {
-    /// Lets queued transforms, decodes and copies finish before the kernel
-    /// module, the decoder's states and the staging they use are destroyed
-    /// (fields drop after this). Errors are logged, never raised.
-    fn drop(&mut self) {
-        // A stale error recorded earlier must not stop the waits below.
-        let _ = self.ctx.check_err();
-        self.synchronize_streams("at GPU loader teardown");
-    }
-}
 
 /// The GPU backend (see the module docs).
 pub struct GpuPipeline {
@@ -215,7 +141,7 @@ impl std::fmt::Debug for GpuPipeline {
 
 impl Pipeline for GpuPipeline {
     fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError> {
-        Ok(Box::new(pipeline::GpuEpoch::start(
+        Ok(Box::new(epoch::GpuEpoch::start(
             Arc::clone(&self.shared),
             plan,
         )?))
@@ -414,7 +340,7 @@ pub(crate) fn build(
     };
     // The highest stream priority: the consumer's training kernels fill every SM,
     // and at equal priority the loader's transforms and nvJPEG's CUDA work queue
-    // behind them (decode fell from ~21k to ~5k img/s under a busy consumer). A
+    // behind them (decode throughput collapses under a busy consumer). A
     // higher-priority stream's blocks are scheduled first as SMs free up (and may
     // preempt); the loader's work is small, so the consumer loses little.
     let priority = stream_priority(&ctx);
@@ -432,7 +358,7 @@ pub(crate) fn build(
 
     let size = config.transform.out_size();
     let (mean, std) = config.transform.mean_std();
-    let (dtype, args) = pipeline::transform_args(size, config.output, mean, std);
+    let (dtype, args) = assembly::transform_args(size, config.output, mean, std);
     let batch = config.batch_size as usize;
     let stride = staging_stride(&config.dataset, size);
     let sizes = SlotSizes {
@@ -653,21 +579,6 @@ mod tests {
         assert_eq!(staging_stride(&ds, 224), JPEG_STAGING_PIXELS * 3);
         // The bench images (500×375) are staged as they are.
         assert!(500 * 375 * 3 <= staging_stride(&ds, 224));
-    }
-
-    #[test]
-    fn outputs_map_to_kernel_dtype_layout_and_normalization() {
-        let (mean, std) = (
-            crate::transform::IMAGENET_MEAN,
-            crate::transform::IMAGENET_STD,
-        );
-        let (d, a) = pipeline::transform_args(224, Output::U8Nhwc, mean, std);
-        assert_eq!((d, a.layout_chw), (KernelDtype::U8, 0));
-        let (d, a) = pipeline::transform_args(224, Output::F16Nchw, mean, std);
-        assert_eq!((d, a.layout_chw, a.normalize), (KernelDtype::F16, 1, 1));
-        let (d, a) = pipeline::transform_args(160, Output::F32Nchw, mean, std);
-        assert_eq!((d, a.out_width, a.out_height), (KernelDtype::F32, 160, 160));
-        assert_eq!((a.mean, a.std), (mean, std));
     }
 
     #[test]

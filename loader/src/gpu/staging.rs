@@ -22,8 +22,8 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice, ValidAsZeroBits,
 };
 
-use super::driver_err;
 use super::kernel::ImageParams;
+use crate::error::driver_err;
 use crate::LoaderError;
 
 // SAFETY: every field of `ImageParams` is an integer or a float, for which the
