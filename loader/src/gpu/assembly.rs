@@ -5,12 +5,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::batch_copy;
 use super::handoff::CudaImages;
 use super::kernel::{ImageParams, KernelDtype, LaunchBuffers, TransformArgs};
 use super::records::Staged;
 use super::shared::Shared;
-use super::staging::{InFlight, Slot};
+use super::staging::{H2dSources, InFlight, Slot};
 use crate::batch::{Batch, DType, Images};
 use crate::builder::Output;
 use crate::error::{driver_err, LoaderError};
@@ -41,162 +40,160 @@ pub(super) fn enqueue(
     copies: Copies<'_>,
 ) -> Result<Batch, LoaderError> {
     let n = images.len();
-    let stride = slot.sizes.stride;
-    {
-        let params = match slot.pinned_params.as_mut_slice() {
-            Ok(p) => p,
-            Err(e) => {
-                // This batch's decodes may still be writing the arena.
-                return_failed_slot(shared, slot);
-                return Err(driver_err("pinned parameters access", e));
-            }
-        };
-        for (i, s) in images.iter().enumerate() {
-            params[i] = ImageParams {
-                src_offset: (i * stride) as u64,
-                src_width: s.width,
-                src_height: s.height,
-                src_pitch: s.width * s.channels,
-                src_channels: s.channels,
-                crop_x: s.crop.0 as f32,
-                crop_y: s.crop.1 as f32,
-                crop_w: s.crop.2 as f32,
-                crop_h: s.crop.3 as f32,
-                flip: u32::from(s.flip),
-                out_index: i as u32,
-            };
-        }
+    if let Err(e) = write_params(&mut slot, images) {
+        // This batch's decodes may still be writing the arena.
+        return_failed_slot(shared, slot);
+        return Err(e);
     }
     let h2d_bytes = match copies {
         Copies::Staged { bytes, .. } => bytes,
         Copies::Decoded { regions } => regions.iter().map(|r| r.2).sum(),
     };
-    debug_assert!(n <= slot.params.len() && slot.sizes.batch * stride <= slot.arena.len());
+    debug_assert!(
+        n <= slot.params.len() && slot.sizes.batch * slot.sizes.stride <= slot.arena.len()
+    );
     let result = (|| -> Result<(), LoaderError> {
-        let copy = &shared.copy;
-        let compute = &shared.compute;
-        let pinned = slot
-            .pinned
-            .as_slice()
-            .map_err(|e| driver_err("pinned staging access", e))?;
-        let pinned_params = slot
-            .pinned_params
-            .as_slice()
-            .map_err(|e| driver_err("pinned parameters access", e))?;
-        match copies {
-            Copies::Staged { bytes, by_record } => {
-                // The previous kernel of this slot read `arena` and `params` (a wait
-                // on a never-recorded event is a no-op).
-                copy.wait(&slot.ready)
-                    .map_err(|e| driver_err("cuStreamWaitEvent (arena reuse)", e))?;
-                slot.h2d_start
-                    .record(copy)
-                    .map_err(|e| driver_err("cuEventRecord", e))?;
-                if by_record {
-                    copy_records(shared, &slot, images, pinned)?;
-                } else {
-                    // SAFETY: the destination is this slot's arena, at least as large
-                    // as the source (`arena` = batch * stride ≥ bytes); the pinned
-                    // source is not written by the host again before `h2d_end`
-                    // completes (`Slot::begin_host_writes`); the copy stream waited
-                    // for the previous reader of the arena.
-                    unsafe {
-                        cudarc::driver::result::memcpy_htod_async(
-                            slot.arena_ptr,
-                            &pinned[..bytes],
-                            copy.cu_stream(),
-                        )
-                    }
-                    .map_err(|e| driver_err("cuMemcpyHtoDAsync (pixels)", e))?;
-                }
-                // SAFETY: as above, for `params` (batch entries ≥ n) and its pinned source.
-                unsafe {
-                    cudarc::driver::result::memcpy_htod_async(
-                        slot.params_ptr,
-                        &pinned_params[..n],
-                        copy.cu_stream(),
-                    )
-                }
-                .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
-                slot.h2d_end
-                    .record(copy)
-                    .map_err(|e| driver_err("cuEventRecord", e))?;
-                compute
-                    .wait(&slot.h2d_end)
-                    .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
-            }
-            Copies::Decoded { regions } => {
-                // nvJPEG wrote the arena on a decode stream, which the compute stream
-                // joined: the parameters and the CPU-resized oversize images follow
-                // on the compute stream.
-                slot.h2d_start
-                    .record(compute)
-                    .map_err(|e| driver_err("cuEventRecord", e))?;
-                // SAFETY: as above; every region lies inside the slot's staging
-                // (`from + len ≤ batch * pinned_stride`) and arena (`to + len ≤
-                // batch * stride`); ordering is the compute stream's.
-                unsafe {
-                    for &(from, to, len) in regions {
-                        cudarc::driver::result::memcpy_htod_async(
-                            slot.arena_ptr + to as u64,
-                            &pinned[from..from + len],
-                            compute.cu_stream(),
-                        )
-                        .map_err(|e| driver_err("cuMemcpyHtoDAsync (oversize pixels)", e))?;
-                    }
-                    cudarc::driver::result::memcpy_htod_async(
-                        slot.params_ptr,
-                        &pinned_params[..n],
-                        compute.cu_stream(),
-                    )
-                    .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))?;
-                }
-                slot.h2d_end
-                    .record(compute)
-                    .map_err(|e| driver_err("cuEventRecord", e))?;
-            }
-        }
-        // The release events are cleared only once every wait is queued: on an
-        // error they stay, and the error path below waits for them on the host.
-        for ev in &slot.release {
-            compute
-                .wait(ev)
-                .map_err(|e| driver_err("cuStreamWaitEvent (consumer released)", e))?;
-        }
-        slot.release.clear();
-        slot.kernel_start
-            .record(compute)
-            .map_err(|e| driver_err("cuEventRecord", e))?;
-        // SAFETY: `arena` holds the n staged images at `i * stride` with the sizes
-        // in `params` (written above, copied before the kernel by the wait on
-        // `h2d_end`); crop boxes come from `Transform::params` and lie inside their
-        // images; `out_index < n ≤ batch` and `out` holds `batch` images of the
-        // configured size and dtype; the compute stream waited for every consumer
-        // of the previous batch in this slot; all buffers belong to `slot`, which
-        // lives until after the kernel (it is handed to the batch, and freed only
-        // after its release events).
-        unsafe {
-            shared.kernel.launch(
-                compute,
-                shared.dtype,
-                &LaunchBuffers {
-                    arena: slot.arena_ptr,
-                    params: slot.params_ptr,
-                    images: n as u32,
-                    out: slot.out_ptr,
-                },
-                &shared.args,
-            )?;
-        }
-        slot.ready
-            .record(compute)
-            .map_err(|e| driver_err("cuEventRecord", e))?;
-        Ok(())
+        let sources = slot.h2d_sources()?;
+        queue_copies(shared, &slot, &sources, images, copies)?;
+        queue_transform(shared, &mut slot, n)
     })();
     if let Err(e) = result {
         return_failed_slot(shared, slot);
         return Err(e);
     }
+    Ok(hand_over(shared, plan, k, slot, images, h2d_bytes))
+}
+
+/// Writes the kernel parameters of `images` into the slot's pinned parameters.
+fn write_params(slot: &mut Slot, images: &[Staged]) -> Result<(), LoaderError> {
+    let stride = slot.sizes.stride;
+    let params = slot
+        .pinned_params
+        .as_mut_slice()
+        .map_err(|e| driver_err("pinned parameters access", e))?;
+    for (i, s) in images.iter().enumerate() {
+        params[i] = ImageParams {
+            src_offset: (i * stride) as u64,
+            src_width: s.width,
+            src_height: s.height,
+            src_pitch: s.width * s.channels,
+            src_channels: s.channels,
+            crop_x: s.crop.0 as f32,
+            crop_y: s.crop.1 as f32,
+            crop_w: s.crop.2 as f32,
+            crop_h: s.crop.3 as f32,
+            flip: u32::from(s.flip),
+            out_index: i as u32,
+        };
+    }
+    Ok(())
+}
+
+/// Enqueues the copies of the batch's pixels (as `copies` says) and kernel
+/// parameters, bracketed by the slot's `h2d_start` / `h2d_end` events.
+fn queue_copies(
+    shared: &Shared,
+    slot: &Slot,
+    sources: &H2dSources<'_>,
+    images: &[Staged],
+    copies: Copies<'_>,
+) -> Result<(), LoaderError> {
+    let n = images.len();
+    let copy = &shared.copy;
+    let compute = &shared.compute;
+    match copies {
+        Copies::Staged { bytes, by_record } => {
+            // The previous kernel of this slot read `arena` and `params` (a wait
+            // on a never-recorded event is a no-op).
+            copy.wait(&slot.ready)
+                .map_err(|e| driver_err("cuStreamWaitEvent (arena reuse)", e))?;
+            slot.h2d_start
+                .record(copy)
+                .map_err(|e| driver_err("cuEventRecord", e))?;
+            if by_record {
+                copy_records(shared, sources, images)?;
+            } else {
+                sources.pixels(bytes, copy)?;
+            }
+            sources.params(n, copy)?;
+            slot.h2d_end
+                .record(copy)
+                .map_err(|e| driver_err("cuEventRecord", e))?;
+            compute
+                .wait(&slot.h2d_end)
+                .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
+        }
+        Copies::Decoded { regions } => {
+            // nvJPEG wrote the arena on a decode stream, which the compute stream
+            // joined: the parameters and the CPU-resized oversize images follow
+            // on the compute stream.
+            slot.h2d_start
+                .record(compute)
+                .map_err(|e| driver_err("cuEventRecord", e))?;
+            for &region in regions {
+                sources.region(region, compute)?;
+            }
+            sources.params(n, compute)?;
+            slot.h2d_end
+                .record(compute)
+                .map_err(|e| driver_err("cuEventRecord", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Enqueues the fused transform of the slot's `n` images on the compute stream,
+/// after the consumers of the slot's previous batch, and records `ready`.
+fn queue_transform(shared: &Shared, slot: &mut Slot, n: usize) -> Result<(), LoaderError> {
+    let compute = &shared.compute;
+    // The release events are cleared only once every wait is queued: on an
+    // error they stay, and the error path waits for them on the host.
+    for ev in &slot.release {
+        compute
+            .wait(ev)
+            .map_err(|e| driver_err("cuStreamWaitEvent (consumer released)", e))?;
+    }
+    slot.release.clear();
+    slot.kernel_start
+        .record(compute)
+        .map_err(|e| driver_err("cuEventRecord", e))?;
+    // SAFETY: `arena` holds the n staged images at `i * stride` with the sizes
+    // in `params` (written by `write_params`, copied before the kernel by
+    // `queue_copies`); crop boxes come from `Transform::params` and lie inside
+    // their images; `out_index < n ≤ batch` and `out` holds `batch` images of the
+    // configured size and dtype; the compute stream waited for every consumer
+    // of the previous batch in this slot; all buffers belong to `slot`, which
+    // lives until after the kernel (it is handed to the batch, and freed only
+    // after its release events).
+    unsafe {
+        shared.kernel.launch(
+            compute,
+            shared.dtype,
+            &LaunchBuffers {
+                arena: slot.arena_ptr,
+                params: slot.params_ptr,
+                images: n as u32,
+                out: slot.out_ptr,
+            },
+            &shared.args,
+        )?;
+    }
+    slot.ready
+        .record(compute)
+        .map_err(|e| driver_err("cuEventRecord", e))?;
+    Ok(())
+}
+
+/// Wraps the slot, its work enqueued, in the batch handed to the consumer.
+fn hand_over(
+    shared: &Shared,
+    plan: &EpochPlan,
+    k: u64,
+    mut slot: Box<Slot>,
+    images: &[Staged],
+    h2d_bytes: usize,
+) -> Batch {
+    let n = images.len();
     let s = shared.size as usize;
     let out_bytes = n * 3 * s * s * shared.dtype.size();
     slot.in_flight = Some(InFlight {
@@ -213,60 +210,45 @@ pub(super) fn enqueue(
         KernelDtype::F16 => DType::F16,
         KernelDtype::F32 => DType::F32,
     };
-    Ok(Batch {
+    Batch {
         images: Images::Cuda(CudaImages::new(slot, shared.free_tx.clone(), shape, dtype)),
         labels: images.iter().map(|s| s.label).collect(),
         indices: images.iter().map(|s| s.index).collect(),
         epoch: plan.epoch,
         index: k,
-    })
+    }
 }
 
 /// Enqueues the pixel copies of a batch whose records are (partly) in the
 /// registered dataset map, record by record into their places in the arena, after
 /// `h2d_start` on the copy stream: one batched call where the driver has it, else
-/// one copy per record (more streams do not make those faster: `examples/h2d_probe`,
-/// docs/BENCHMARKS.md run 6). Images without a `source` come from this slot's
-/// staging.
+/// one copy per record (more streams do not make those faster:
+/// `examples/h2d_probe`). Images without a `source` come from this slot's staging.
 fn copy_records(
     shared: &Shared,
-    slot: &Slot,
+    sources: &H2dSources<'_>,
     images: &[Staged],
-    pinned: &[u8],
 ) -> Result<(), LoaderError> {
     let copy = &shared.copy;
-    let stride = slot.sizes.stride;
-    // SAFETY (of every copy below): destinations are image i's place in this
-    // slot's arena (`bytes ≤ stride`), which the copy stream waited for before
-    // `h2d_start`. Sources are record payloads inside `Shared::direct` (a
-    // page-locked, read-only map of a finished shard that nobody writes,
-    // registered until `Shared` drops, after its streams are synchronized) or this
-    // slot's pinned staging, not written again before `h2d_end` completes
-    // (`Slot::begin_host_writes`).
-    let source = |i: usize, s: &Staged| -> &[u8] {
-        match s.source {
+    let srcs: Vec<&[u8]> = images
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match s.source {
             // SAFETY: `stage_one` took `addr..addr + bytes` from a record payload
-            // that `Shared::direct` contains (see above).
+            // that `Shared::direct` contains: a page-locked, read-only map of a
+            // finished shard that nobody writes, registered until `Shared` drops,
+            // after its streams are synchronized.
             Some(addr) => unsafe { std::slice::from_raw_parts(addr as *const u8, s.bytes) },
-            None => &pinned[i * stride..i * stride + s.bytes],
-        }
-    };
+            None => sources.staged(i, s.bytes),
+        })
+        .collect();
+    // SAFETY (of the copies below): each source is a record in `Shared::direct`
+    // (see above: never written, registered longer than any copy) or this
+    // slot's staging, not written again before `h2d_end` completes
+    // (`Slot::begin_host_writes`); each holds `bytes ≤ stride`.
     if shared.batch_copies.load(Ordering::Relaxed) {
-        let n = images.len();
-        let mut dsts: Vec<u64> = (0..n)
-            .map(|i| slot.arena_ptr + (i * stride) as u64)
-            .collect();
-        let mut srcs: Vec<u64> = images
-            .iter()
-            .enumerate()
-            .map(|(i, s)| source(i, s).as_ptr() as u64)
-            .collect();
-        let mut sizes: Vec<usize> = images.iter().map(|s| s.bytes).collect();
-        // SAFETY: `batch_copies` is set only where `batch_copy::supported`; one
-        // entry per image in each array; sources and destinations as above.
-        match unsafe {
-            batch_copy::memcpy_batch_htod_async(&mut dsts, &mut srcs, &mut sizes, copy.cu_stream())
-        } {
+        // SAFETY: as above; `batch_copies` is set only where `batch_copy::supported`.
+        match unsafe { sources.images_batched(&srcs, copy) } {
             Ok(()) => return Ok(()),
             Err(e) => {
                 tracing::warn!("cuMemcpyBatchAsync failed ({e}): one copy per record from now on");
@@ -274,16 +256,9 @@ fn copy_records(
             }
         }
     }
-    for (i, s) in images.iter().enumerate() {
+    for (i, src) in srcs.iter().enumerate() {
         // SAFETY: as above.
-        unsafe {
-            cudarc::driver::result::memcpy_htod_async(
-                slot.arena_ptr + (i * stride) as u64,
-                source(i, s),
-                copy.cu_stream(),
-            )
-        }
-        .map_err(|e| driver_err("cuMemcpyHtoDAsync (record)", e))?;
+        unsafe { sources.image(i, src, copy) }?;
     }
     Ok(())
 }
