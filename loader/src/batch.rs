@@ -8,28 +8,8 @@ use half::f16;
 
 use crate::dlpack::{self, ManagedTensor};
 
-/// Element type of a batch tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub enum DType {
-    /// `u8` pixels.
-    U8,
-    /// IEEE half.
-    F16,
-    /// IEEE single.
-    F32,
-}
-
-impl DType {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DType::U8 => 1,
-            DType::F16 => 2,
-            DType::F32 => 4,
-        }
-    }
-}
+// At its old path, which the GPU handoff imports.
+pub use crate::config::DType;
 
 /// A batch buffer of the host ring. Allocated once at build for a full batch; recycled when
 /// the [`HostImages`] holding it is dropped.

@@ -32,16 +32,14 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use stoker_decode::{CpuDecoder, Limits};
-use stoker_formats::{Dataset, DatasetReader, Encoding};
+use stoker_formats::{Dataset, DatasetReader};
 
 use crate::batch::{Batch, HostBuffer, HostImages, Images};
-use crate::builder::{LoaderConfig, Output};
+use crate::config::{LoaderConfig, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
-use crate::pipeline::{
-    cpu_decode_counted, panic_message, raw_payload_len, read_checked, reader_unavailable,
-    EpochPlan, EpochStream, Next, Pipeline,
-};
+use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream, Next, Pipeline};
+use crate::pixels::{load_record, Dest, Draw, Place};
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
 use crate::transform::Transform;
@@ -350,14 +348,6 @@ struct Worker {
     normalizer: Normalizer,
 }
 
-/// Where the pixels of a loaded record are.
-enum Pixels {
-    /// In `Worker::pixels`.
-    Scratch,
-    /// The record payload is already RGB HWC (a raw 3-channel record); read it in place.
-    Payload,
-}
-
 impl Worker {
     fn run(shared: Arc<Shared>) {
         let settings = &shared.settings;
@@ -496,70 +486,29 @@ impl Worker {
             .reader
             .as_ref()
             .map_err(|reason| reader_unavailable(&worker_name(), reason))?;
-        let record = read_checked(reader, index, metrics)?;
-        let header = record.header;
-
-        let t_decode = Instant::now();
-        let params = |w: u32, h: u32| {
-            settings
-                .transform
-                .params(plan.seed, plan.epoch, index, w, h)
+        let draw = Draw {
+            transform: &settings.transform,
+            seed: plan.seed,
+            epoch: plan.epoch,
         };
-        let (width, height, pixels, params) = match header.encoding {
-            Encoding::Jpeg => {
-                let info = stoker_decode::probe(record.payload, &settings.limits)
-                    .map_err(|source| LoaderError::Decode { index, source })?;
-                if self.pixels.len() < info.rgb_len() {
-                    self.pixels.resize(info.rgb_len(), 0);
-                }
-                // The crop is drawn from the header, so that the decode can skip what
-                // lies outside it and stop at its bottom edge (nothing else is read).
-                let p = params(info.width, info.height);
-                let info = cpu_decode_counted(
-                    &self.decoder,
-                    record.payload,
-                    &mut self.pixels,
-                    Some(p.region()),
-                    index,
-                    metrics,
-                    t_decode,
-                )?;
-                (info.width, info.height, Pixels::Scratch, p)
-            }
-            Encoding::Raw => {
-                let (w, h, c) = (header.width, header.height, header.channels);
-                raw_payload_len(index, &header, record.payload.len())?;
-                let pixels = if c == 3 {
-                    Pixels::Payload
-                } else {
-                    let rgb = w as usize * h as usize * 3;
-                    if self.pixels.len() < rgb {
-                        self.pixels.resize(rgb, 0);
-                    }
-                    for (dst, &g) in self.pixels.chunks_exact_mut(3).zip(record.payload) {
-                        dst.fill(g);
-                    }
-                    Pixels::Scratch
-                };
-                metrics.count_route("raw");
-                (w, h, pixels, params(w, h))
-            }
-        };
-        if width == 0 || height == 0 {
-            return Err(LoaderError::UnusableRecord {
-                index,
-                reason: "0-pixel image".into(),
-            });
-        }
+        let loaded = load_record(
+            reader,
+            index,
+            draw,
+            (&self.decoder, &mut self.pixels),
+            Dest::Scratch,
+            metrics,
+        )?;
 
         let t_transform = Instant::now();
-        let src: &[u8] = match pixels {
-            Pixels::Scratch => &self.pixels,
-            Pixels::Payload => record.payload,
+        let src: &[u8] = match loaded.place {
+            Place::Scratch | Place::Slot => &self.pixels,
+            Place::Payload => loaded.payload,
         };
+        let params = loaded.params;
         let resized = self
             .resizer
-            .apply(src, width, height, params.crop)
+            .apply(src, loaded.width, loaded.height, params.crop)
             .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
         let s = settings.transform.out_size() as usize;
         let per_image = s * s * 3;
@@ -595,7 +544,7 @@ impl Worker {
             }
         };
         metrics.record(Stage::Transform, 1, out_bytes as u64, t_transform.elapsed());
-        Ok(header.label)
+        Ok(loaded.label)
     }
 }
 

@@ -78,6 +78,8 @@
 //!   defaults of [`LoaderBuilder::workers`] and [`LoaderBuilder::pinned_memory`]).
 //! - [`metrics`]: stage counters (read, decode, transform, h2d, handoff), consumer wait, fed
 //!   ratio, queue occupancy; [`Stats`] is the snapshot (Display, JSON, Prometheus).
+//! - [`pixels`]: record → pixels, the step both backends run for every sample (read, check,
+//!   draw the crop, decode only the crop); [`pixels::sample_pixels`] runs it for one record.
 //! - `pipeline`: the internal contract between [`Loader`] and a backend (see below).
 //! - `cpu`: the CPU backend (worker threads: read → decode → transform into the batch ring).
 //! - `gpu`: the GPU backend (pinned staging, nvJPEG, CUDA transform), its own issue.
@@ -123,14 +125,18 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 mod batch;
 mod builder;
+mod config;
 mod cpu;
 pub mod dlpack;
 mod error;
 pub mod launcher;
+mod loader;
 pub mod metrics;
 pub(crate) mod pipeline;
+pub mod pixels;
 pub mod sampler;
 pub mod transform;
 
@@ -138,12 +144,15 @@ pub mod transform;
 // `cudarc` types it hands out.
 pub mod gpu;
 
-pub use batch::{Batch, DType, HostImages, Images};
-pub use builder::{Device, Loader, LoaderBuilder, LoaderConfig, OnError, Output};
+pub use backend::AutoChoice;
+pub use batch::{Batch, HostImages, Images};
+pub use builder::LoaderBuilder;
+pub use config::{DType, Device, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
 pub use gpu::CudaImages;
 pub use launcher::{Launcher, Placement};
+pub use loader::{Epoch, Loader};
 pub use metrics::{Stage, Stats};
-pub use pipeline::{Epoch, Next};
+pub use pipeline::Next;
 pub use sampler::{LoaderState, Sampler, Shuffle};
 pub use transform::{SampleParams, Transform};

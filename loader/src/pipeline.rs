@@ -1,5 +1,6 @@
-//! The internal contract between [`crate::Loader`] and a backend (CPU here, GPU in
-//! `loader/src/gpu/`), and the public epoch iterator built on it.
+//! The internal contract between [`crate::Loader`] and a backend (CPU in `cpu.rs`, GPU in
+//! `loader/src/gpu/`): what a backend is given for an epoch ([`EpochPlan`]) and what it hands
+//! back ([`EpochStream`]). Backends import this module, never the builder or the loader.
 //!
 //! # Contract
 //!
@@ -24,16 +25,15 @@
 //!   position.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::batch::Batch;
-use crate::builder::OnError;
+use crate::config::OnError;
 use crate::error::LoaderError;
-use crate::metrics::{Metrics, Stage};
-use crate::sampler::LoaderState;
-use stoker_decode::{CpuDecoder, ImageInfo, Region};
-use stoker_formats::{DatasetReader, Record, RecordHeader};
+use crate::metrics::Metrics;
+// The record → pixels steps, at the path the GPU backend imports them from.
+pub(crate) use crate::pixels::{cpu_decode_counted, raw_payload_len, read_checked};
 
 /// How many replacements are tried for one bad sample before the batch fails with
 /// [`LoaderError::TooManyBadRecords`].
@@ -135,7 +135,7 @@ struct BadEntry {
 impl BadLog {
     /// Counts (and logs, the first time an index is seen) the bad records of batch
     /// `batch`, which is being handed out.
-    fn hand_out(&self, batch: u64, epoch: u64, on_error: OnError, metrics: &Metrics) {
+    pub(crate) fn hand_out(&self, batch: u64, epoch: u64, on_error: OnError, metrics: &Metrics) {
         let handed: Vec<BadEntry> = {
             let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
             if entries.is_empty() {
@@ -162,14 +162,6 @@ impl BadLog {
     }
 }
 
-/// An epoch whose pipeline has started: its batches, and the bad records met building
-/// them.
-pub(crate) struct Started {
-    pub(crate) stream: Box<dyn EpochStream + Send>,
-    pub(crate) bad: Arc<BadLog>,
-    pub(crate) on_error: OnError,
-}
-
 /// A backend: builds batches for an epoch.
 pub(crate) trait Pipeline: Send + Sync {
     /// Starts producing `plan`'s batches.
@@ -180,7 +172,7 @@ pub(crate) trait Pipeline: Send + Sync {
     fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>;
 }
 
-/// What a wait for the next batch of an epoch came to ([`Epoch::next_until`]).
+/// What a wait for the next batch of an epoch came to ([`crate::Epoch::next_until`]).
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Next {
@@ -201,290 +193,6 @@ pub(crate) trait EpochStream {
     fn ready(&self) -> u64;
 }
 
-/// Which epoch is being iterated, and how far the consumer got.
-#[derive(Debug)]
-pub(crate) struct Progress {
-    /// `Some(epoch)` while an [`Epoch`] iterator is alive.
-    pub(crate) active: Option<u64>,
-    /// What [`crate::Loader::state`] reports.
-    pub(crate) state: LoaderState,
-}
-
-pub(crate) fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
-    progress.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The batches of one epoch: an iterator of `Result<Batch, LoaderError>`, returned by
-/// [`crate::Loader::epoch`].
-///
-/// Dropping it mid-epoch stops the pipeline's work on this epoch promptly; the loader can then
-/// start another epoch (or resume this one from [`crate::Loader::state`]).
-pub struct Epoch<'a> {
-    epoch: u64,
-    /// `ready` sampled when the consumer started waiting for the next batch (kept across
-    /// [`Next::Pending`] returns, so a timed wait counts the queue once per batch).
-    ready_at_ask: Option<u64>,
-    stream: Option<Box<dyn EpochStream + Send>>,
-    /// The bad records met building this epoch's batches, counted at hand-out.
-    bad: Option<(Arc<BadLog>, OnError)>,
-    /// One past the last batch of the epoch.
-    end: u64,
-    /// Called once when the last batch is handed out: starts the next epoch's
-    /// pipeline while the consumer works on this one's last batch
-    /// ([`crate::LoaderBuilder::prefetch_next_epoch`]).
-    on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
-    /// An error to yield once before ending (the epoch could not start).
-    pending: Option<LoaderError>,
-    metrics: Arc<Metrics>,
-    progress: Arc<Mutex<Progress>>,
-    /// Up to when this iterator's lifetime has been counted as elapsed ([`crate::metrics::clock_ns`]).
-    mark_ns: u64,
-    finished: bool,
-    /// Whether this iterator registered itself as the active epoch (and must clear it).
-    owns_active: bool,
-    /// What must outlive the pipeline (the loader, for [`crate::Loader::epoch_shared`]);
-    /// declared last so it is dropped after the stream.
-    _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
-}
-
-impl<'a> Epoch<'a> {
-    pub(crate) fn running(
-        epoch: u64,
-        started: Started,
-        end: u64,
-        on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
-        metrics: Arc<Metrics>,
-        progress: Arc<Mutex<Progress>>,
-        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
-    ) -> Self {
-        Epoch {
-            epoch,
-            ready_at_ask: None,
-            stream: Some(started.stream),
-            bad: Some((started.bad, started.on_error)),
-            end,
-            on_last,
-            pending: None,
-            metrics,
-            progress,
-            mark_ns: crate::metrics::clock_ns(),
-            finished: false,
-            owns_active: true,
-            _owner: owner,
-        }
-    }
-
-    pub(crate) fn failed(
-        epoch: u64,
-        error: LoaderError,
-        metrics: Arc<Metrics>,
-        progress: Arc<Mutex<Progress>>,
-        owns_active: bool,
-    ) -> Self {
-        Epoch {
-            epoch,
-            ready_at_ask: None,
-            stream: None,
-            bad: None,
-            end: 0,
-            on_last: None,
-            pending: Some(error),
-            metrics,
-            progress,
-            mark_ns: crate::metrics::clock_ns(),
-            finished: false,
-            owns_active,
-            _owner: None,
-        }
-    }
-
-    /// The epoch being iterated.
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// Counts the bad records of batch `batch`, being handed out now.
-    fn count_bad(&self, batch: u64) {
-        if let Some((bad, on_error)) = &self.bad {
-            bad.hand_out(batch, self.epoch, *on_error, &self.metrics);
-        }
-    }
-
-    /// The next batch, waiting for it at most until `deadline`: [`Next::Pending`] if
-    /// it passed first (call again; nothing is lost), [`Next::Done`] at the end of the
-    /// epoch. The iterator's `next` is this without a deadline. For a consumer that must
-    /// stay responsive while it waits (a Python binding checking for Ctrl-C, a
-    /// training loop with a watchdog); the time spent waiting counts as consumer wait
-    /// in [`crate::Stats`] either way.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use std::time::{Duration, Instant};
-    /// use stoker_loader::{Loader, Next};
-    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
-    /// let mut epoch = loader.epoch(0);
-    /// loop {
-    ///     match epoch.next_until(Instant::now() + Duration::from_millis(100)) {
-    ///         Next::Ready(batch) => { let _batch = batch?; }
-    ///         Next::Pending => { /* check for a stop request, then wait again */ }
-    ///         Next::Done => break,
-    ///         _ => unreachable!("no other outcome"),
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn next_until(&mut self, deadline: Instant) -> Next {
-        self.advance(Some(deadline))
-    }
-
-    /// [`Epoch::next_until`] with a deadline `timeout` from now.
-    pub fn next_timeout(&mut self, timeout: Duration) -> Next {
-        self.advance(Some(Instant::now() + timeout))
-    }
-
-    fn advance(&mut self, deadline: Option<Instant>) -> Next {
-        if let Some(e) = self.pending.take() {
-            return Next::Ready(Err(e));
-        }
-        let Some(stream) = self.stream.as_mut() else {
-            return Next::Done;
-        };
-        let ready = *self.ready_at_ask.get_or_insert_with(|| stream.ready());
-        let t0 = Instant::now();
-        let item = stream.next_batch(deadline);
-        let wait = t0.elapsed();
-        self.metrics.account_elapsed(&mut self.mark_ns);
-        if !matches!(item, Next::Pending) {
-            self.ready_at_ask = None;
-        }
-        match &item {
-            Next::Pending => self.metrics.wait_only(wait),
-            Next::Ready(Ok(batch)) => {
-                self.count_bad(batch.index);
-                let t1 = Instant::now();
-                {
-                    let mut p = lock(&self.progress);
-                    p.state.epoch = self.epoch;
-                    p.state.position = batch.index + 1;
-                }
-                let handoff = t1.elapsed();
-                self.metrics.handoff(batch.len() as u64, wait, ready);
-                self.metrics
-                    .record(Stage::Handoff, batch.len() as u64, 0, handoff);
-                if batch.index + 1 >= self.end {
-                    if let Some(start_next) = self.on_last.take() {
-                        // Time the consumer spends here is waiting, like a blocked `next`.
-                        let t2 = Instant::now();
-                        start_next();
-                        self.metrics.wait_only(t2.elapsed());
-                    }
-                }
-            }
-            Next::Ready(Err(_)) => {
-                self.metrics.wait_only(wait);
-                // Batches come in order, so this error is batch `position`.
-                let position = {
-                    let mut p = lock(&self.progress);
-                    p.state.epoch = self.epoch;
-                    p.state.position += 1;
-                    p.state.position - 1
-                };
-                self.count_bad(position);
-            }
-            Next::Done => {
-                self.metrics.wait_only(wait);
-                self.finished = true;
-                self.stream = None;
-                let mut p = lock(&self.progress);
-                p.state.epoch = self.epoch + 1;
-                p.state.position = 0;
-            }
-        }
-        item
-    }
-}
-
-impl Iterator for Epoch<'_> {
-    type Item = Result<Batch, LoaderError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        match self.advance(None) {
-            Next::Ready(item) => Some(item),
-            // Only a deadline makes a stream answer `Pending`; be safe and end.
-            Next::Pending | Next::Done => None,
-        }
-    }
-}
-
-impl Drop for Epoch<'_> {
-    fn drop(&mut self) {
-        // Stop the backend first (its Drop stops the workers), then account.
-        self.stream = None;
-        self.metrics.account_elapsed(&mut self.mark_ns);
-        self.metrics.epoch_done(self.finished);
-        if self.owns_active {
-            lock(&self.progress).active = None;
-        }
-    }
-}
-
-impl std::fmt::Debug for Epoch<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Epoch")
-            .field("epoch", &self.epoch)
-            .field("finished", &self.finished)
-            .finish()
-    }
-}
-
-/// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
-/// payload bytes, the time taken): the first step of every backend for every record.
-pub(crate) fn read_checked<'r>(
-    reader: &'r DatasetReader,
-    index: u64,
-    metrics: &Metrics,
-) -> Result<Record<'r>, LoaderError> {
-    let t_read = Instant::now();
-    let record = reader
-        .get(index)
-        .map_err(|source| LoaderError::Read { index, source })?;
-    record
-        .check_crc()
-        .map_err(|source| LoaderError::Read { index, source })?;
-    metrics.record(
-        Stage::Read,
-        1,
-        record.payload.len() as u64,
-        t_read.elapsed(),
-    );
-    Ok(record)
-}
-
-/// Decodes a JPEG `payload` on the CPU into `out` (RGB HWC), counting its route and the
-/// decode stage (one item, its compressed bytes, the time since `started`): the CPU decode
-/// step of both backends. With `region`, only its pixels are needed (the crop): the decoder
-/// may skip work outside it (and stop below it) and leave the rest unspecified.
-pub(crate) fn cpu_decode_counted(
-    decoder: &CpuDecoder,
-    payload: &[u8],
-    out: &mut [u8],
-    region: Option<Region>,
-    index: u64,
-    metrics: &Metrics,
-    started: Instant,
-) -> Result<ImageInfo, LoaderError> {
-    let (info, route) = match region {
-        Some(region) => decoder.decode_region_into_routed(payload, out, region),
-        None => decoder.decode_into_routed(payload, out),
-    }
-    .map_err(|source| LoaderError::Decode { index, source })?;
-    metrics.count_route(route.name());
-    metrics.record(Stage::Decode, 1, payload.len() as u64, started.elapsed());
-    Ok(info)
-}
-
 /// The error of a worker (`thread`) whose shard reader could not be opened (`reason`): not a
 /// bad record, the worker cannot read at all.
 pub(crate) fn reader_unavailable(thread: &str, reason: &str) -> LoaderError {
@@ -492,26 +200,6 @@ pub(crate) fn reader_unavailable(thread: &str, reason: &str) -> LoaderError {
         thread: thread.to_owned(),
         reason: format!("cannot open a shard reader: {reason}"),
     }
-}
-
-/// Checks a raw (pre-decoded) record's geometry against its payload: `w`×`h` pixels of 1 or
-/// 3 channels, exactly `w·h·c` bytes. Returns that byte count.
-pub(crate) fn raw_payload_len(
-    index: u64,
-    header: &RecordHeader,
-    payload_len: usize,
-) -> Result<usize, LoaderError> {
-    let (w, h, c) = (header.width, header.height, header.channels);
-    let want = w as usize * h as usize * c as usize;
-    if w == 0 || h == 0 || payload_len != want || !(c == 1 || c == 3) {
-        return Err(LoaderError::UnusableRecord {
-            index,
-            reason: format!(
-                "raw record {w}×{h}×{c} with a {payload_len}-byte payload (need 1 or 3 channels and {want} bytes)"
-            ),
-        });
-    }
-    Ok(want)
 }
 
 /// The message of a caught panic (a worker's or the producer's), for

@@ -1,0 +1,120 @@
+//! The loader's configuration vocabulary: where batches are produced ([`Device`]), their
+//! layout and element type ([`Output`], [`DType`]), the bad-record policy ([`OnError`]), and
+//! the settings a backend is built from ([`LoaderConfig`]). Plain data, read by the builder
+//! and every backend.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use stoker_formats::Dataset;
+
+use crate::launcher::Placement;
+use crate::sampler::Shuffle;
+use crate::transform::Transform;
+
+/// Where batches are produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum Device {
+    /// Host memory, CPU decode and transforms.
+    Cpu,
+    /// CUDA device `n`: nvJPEG decode and GPU transforms (the GPU path). The
+    /// ordinal counts the devices this process can see (`CUDA_VISIBLE_DEVICES`
+    /// applies, the driver numbers the devices it lists from 0).
+    Cuda(usize),
+    /// The local rank's GPU (device `local_rank mod visible devices`, see
+    /// [`crate::launcher::choose_device`]; device 0 for a single process) if a usable GPU
+    /// is present, else the CPU.
+    Auto,
+}
+
+/// Layout and element type of the batch images.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum Output {
+    /// `[n, h, w, 3]` raw `u8` pixels (no normalization).
+    U8Nhwc,
+    /// `[n, 3, h, w]` normalized IEEE half.
+    F16Nchw,
+    /// `[n, 3, h, w]` normalized `f32`.
+    F32Nchw,
+}
+
+/// What to do with a record that cannot be read or decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum OnError {
+    /// Replace it by the next sample of the epoch's order (the batch stays full), count it in
+    /// [`crate::Stats::bad_records`] with its index, and log it once.
+    Replace,
+    /// Return the batch as an `Err` naming the record; iteration can continue.
+    Error,
+}
+
+/// Everything a backend needs to build its pipeline (read by the GPU path in `gpu::build`).
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    pub(crate) dataset: Dataset,
+    pub(crate) batch_size: u64,
+    pub(crate) shuffle: Shuffle,
+    pub(crate) drop_last: bool,
+    pub(crate) transform: Transform,
+    pub(crate) output: Output,
+    pub(crate) device: Device,
+    pub(crate) rank: u64,
+    pub(crate) world: u64,
+    /// Where this process runs in its job, as the launcher says (rank, world,
+    /// local rank and world): `Device::Auto` and the defaults below follow it.
+    pub(crate) placement: Placement,
+    /// Batches in flight at most (≥ 1).
+    pub(crate) prefetch: u64,
+    /// Whether `prefetch` was set by the user (not the default from `workers`).
+    pub(crate) prefetch_explicit: bool,
+    /// CPU worker threads (≥ 1).
+    pub(crate) workers: usize,
+    /// This process's share of the node's cores ([`crate::launcher::NodeShare::cores`]): what
+    /// the GPU decoder's CPU-share pool is sized from unless its options say.
+    pub(crate) node_cores: usize,
+    /// GPU path: the most page-locked host memory the staging ring may take.
+    pub(crate) pinned_memory: u64,
+    pub(crate) on_error: OnError,
+    /// `Device::Cuda` with JPEG records: share of each batch decoded on the CPU
+    /// beside the JPEG engines (`None`: the decoder's default).
+    pub(crate) gpu_cpu_share: Option<f32>,
+    /// `Device::Cuda` with JPEG records: the nvJPEG decoder's options (`None`:
+    /// its defaults); `gpu_cpu_share` still applies on top.
+    pub(crate) gpu_decoder: Option<stoker_decode::GpuDecoderOptions>,
+    /// GPU path: every batch is handed out already waited on this stream.
+    pub(crate) cuda_stream: Option<Arc<CudaStream>>,
+    /// GPU path: allocate the pinned staging write-combined.
+    pub(crate) write_combined: bool,
+    /// GPU path: stage raw records with non-temporal stores.
+    pub(crate) streaming_stores: bool,
+    /// GPU path: copy raw records straight from the page-locked dataset map.
+    pub(crate) zero_copy: bool,
+    /// Start epoch e+1's pipeline when epoch e's last batch is handed out.
+    pub(crate) prefetch_next_epoch: bool,
+}
+
+/// Element type of a batch tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub enum DType {
+    /// `u8` pixels.
+    U8,
+    /// IEEE half.
+    F16,
+    /// IEEE single.
+    F32,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 => 2,
+            DType::F32 => 4,
+        }
+    }
+}

@@ -1,0 +1,669 @@
+//! The [`Loader`] and the [`Epoch`] iterators it hands out: which epoch runs, where the
+//! consumer stands (resume state), the next epoch's early start, and the consumer-side
+//! counters (wait, handoff, elapsed, bad records at hand-out). The backend behind it
+//! produces the batches (`crate::pipeline`).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::batch::Batch;
+use crate::config::{LoaderConfig, OnError};
+use crate::error::LoaderError;
+use crate::metrics::{Metrics, Stage, Stats};
+use crate::pipeline::{BadLog, EpochPlan, EpochStream, Next, Pipeline};
+use crate::sampler::{LoaderState, Sampler};
+
+/// An epoch whose pipeline has started: its batches, and the bad records met building
+/// them.
+pub(crate) struct Started {
+    pub(crate) stream: Box<dyn EpochStream + Send>,
+    pub(crate) bad: Arc<BadLog>,
+    pub(crate) on_error: OnError,
+}
+
+/// The loader: hands out epochs of batches in a deterministic order, and reports where the
+/// time goes.
+///
+/// `Loader` is `Send + Sync`; one epoch iterator may be alive at a time.
+pub struct Loader {
+    /// The next epoch's pipeline, started when the last batch of the current one
+    /// was handed out (`LoaderBuilder::prefetch_next_epoch`). Declared before the
+    /// backend: its threads stop before the backend's.
+    early: Mutex<Option<(u64, Started)>>,
+    /// Declared before the rest so it is dropped (threads joined) first.
+    backend: Box<dyn Pipeline>,
+    /// Shared with the epoch iterators, which report how far the consumer got.
+    progress: Arc<Mutex<Progress>>,
+    /// A resume state not yet applied (taken by the first `epoch` call).
+    resume: Mutex<Option<LoaderState>>,
+    sampler: Sampler,
+    metrics: Arc<Metrics>,
+    config: LoaderConfig,
+}
+
+impl Loader {
+    /// A loader over `backend`, starting at `resume` (or epoch 0, batch 0).
+    pub(crate) fn new(
+        backend: Box<dyn Pipeline>,
+        sampler: Sampler,
+        metrics: Arc<Metrics>,
+        config: LoaderConfig,
+        resume: Option<LoaderState>,
+    ) -> Loader {
+        let state = resume.unwrap_or(LoaderState {
+            seed: config.shuffle.seed(),
+            epoch: 0,
+            position: 0,
+        });
+        Loader {
+            early: Mutex::new(None),
+            backend,
+            progress: Arc::new(Mutex::new(Progress {
+                active: None,
+                state,
+            })),
+            resume: Mutex::new(resume),
+            sampler,
+            metrics,
+            config,
+        }
+    }
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("config", &self.config)
+            .field("sampler", &self.sampler)
+            .finish()
+    }
+}
+
+impl Loader {
+    /// The batches of `epoch`, in order, as an iterator of `Result<Batch, LoaderError>`.
+    ///
+    /// If the loader was built with [`crate::LoaderBuilder::resume`] and this is the first epoch
+    /// asked for and it is the saved one, iteration starts after the batches already consumed.
+    /// Asking for an epoch while another epoch iterator is alive yields one
+    /// [`LoaderError::EpochInProgress`].
+    ///
+    /// # Errors
+    ///
+    /// Items are `Err` for a batch that could not be built: a bad record under
+    /// [`OnError::Error`], [`LoaderError::TooManyBadRecords`], a failed worker. Iteration may
+    /// continue after an error.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data")?).build()?;
+    /// for epoch in 0..90 {
+    ///     for batch in loader.epoch(epoch) {
+    ///         let batch = batch?;
+    ///         // train_step(batch.images.as_f32().unwrap(), &batch.labels);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn epoch(&self, epoch: u64) -> Epoch<'_> {
+        let on_last: Option<Box<dyn FnOnce() + Send + '_>> =
+            self.config.prefetch_next_epoch.then(|| {
+                Box::new(move || self.start_early(epoch + 1)) as Box<dyn FnOnce() + Send + '_>
+            });
+        self.epoch_with(epoch, on_last, None)
+    }
+
+    /// [`Loader::epoch`] for a loader behind an [`Arc`]: the iterator keeps the loader
+    /// alive and borrows nothing, so it can be stored (in a struct, another thread, a
+    /// Python object) instead of living in one `for` loop.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use stoker_loader::{Epoch, Loader};
+    /// let loader = Arc::new(Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?);
+    /// let mut epoch: Epoch<'static> = loader.epoch_shared(0);
+    /// drop(loader); // the iterator still works
+    /// let first = epoch.next().expect("a non-empty epoch")?;
+    /// # let _ = first;
+    /// # Ok(()) }
+    /// ```
+    pub fn epoch_shared(self: &Arc<Self>, epoch: u64) -> Epoch<'static> {
+        let on_last: Option<Box<dyn FnOnce() + Send + 'static>> =
+            self.config.prefetch_next_epoch.then(|| {
+                let me = Arc::clone(self);
+                Box::new(move || me.start_early(epoch + 1)) as Box<dyn FnOnce() + Send>
+            });
+        let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(self) as _;
+        self.epoch_with(epoch, on_last, Some(owner))
+    }
+
+    /// Starts (or fails to start) `epoch`; `on_last` runs when its last batch is
+    /// handed out, `owner` is kept alive as long as the iterator.
+    fn epoch_with<'a>(
+        &self,
+        epoch: u64,
+        on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
+        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Epoch<'a> {
+        {
+            let mut progress = lock(&self.progress);
+            if let Some(running) = progress.active {
+                return Epoch::failed(
+                    epoch,
+                    LoaderError::EpochInProgress {
+                        running,
+                        requested: epoch,
+                    },
+                    Arc::clone(&self.metrics),
+                    Arc::clone(&self.progress),
+                    false,
+                );
+            }
+            progress.active = Some(epoch);
+        }
+        let resume = self.resume.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let start_batch = match resume {
+            Some(state) if state.epoch == epoch => state.position,
+            _ => 0,
+        };
+        {
+            let mut progress = lock(&self.progress);
+            progress.state = LoaderState {
+                seed: self.config.shuffle.seed(),
+                epoch,
+                position: start_batch,
+            };
+        }
+        // An early start of this very epoch from its first batch is used as is; any
+        // other is dropped here (its threads stop, its batches go back).
+        let early = match self.early.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some((e, stream)) if e == epoch && start_batch == 0 => Some(stream),
+            // Stopped before the new start, so the two never compete for buffers.
+            other => {
+                drop(other);
+                None
+            }
+        };
+        // A shard truncated or replaced since the last epoch would kill the readers with
+        // SIGBUS: one `stat` per shard turns that into this epoch's error.
+        if let Err(e) = self.config.dataset.check_unchanged() {
+            drop(early);
+            return Epoch::failed(
+                epoch,
+                e.into(),
+                Arc::clone(&self.metrics),
+                Arc::clone(&self.progress),
+                true,
+            );
+        }
+        let started = match early {
+            Some(started) => {
+                self.metrics.epoch_started_early();
+                Ok(started)
+            }
+            None => self.start(epoch, start_batch),
+        };
+        match started {
+            Ok(started) => Epoch::running(
+                epoch,
+                started,
+                self.sampler.num_batches(),
+                on_last,
+                Arc::clone(&self.metrics),
+                Arc::clone(&self.progress),
+                owner,
+            ),
+            Err(e) => Epoch::failed(
+                epoch,
+                e,
+                Arc::clone(&self.metrics),
+                Arc::clone(&self.progress),
+                true,
+            ),
+        }
+    }
+
+    /// Starts the pipeline of `epoch` from batch `start_batch`.
+    fn start(&self, epoch: u64, start_batch: u64) -> Result<Started, LoaderError> {
+        let bad = Arc::new(BadLog::default());
+        let plan = EpochPlan {
+            epoch,
+            seed: self.config.shuffle.seed(),
+            order: self.sampler.order(epoch).into(),
+            batch_size: self.config.batch_size,
+            num_batches: self.sampler.num_batches(),
+            start_batch,
+            on_error: self.config.on_error,
+            bad: Arc::clone(&bad),
+        };
+        Ok(Started {
+            stream: self.backend.start_epoch(plan)?,
+            bad,
+            on_error: self.config.on_error,
+        })
+    }
+
+    /// Stops the next epoch started early ([`crate::LoaderBuilder::prefetch_next_epoch`]),
+    /// if there is one, and frees what it holds: call it after the last epoch you
+    /// will train, so that the loader does not keep decoding batches nobody asks
+    /// for (on the GPU path: occupying the JPEG engines, the staging ring and the
+    /// utilization sampler) while the program goes on to evaluate or save.
+    /// Returns whether an early start was stopped. A later [`Loader::epoch`] call
+    /// works as usual, from an empty pipeline.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// for epoch in 0..90 {
+    ///     for batch in loader.epoch(epoch) {
+    ///         let _batch = batch?;
+    ///     }
+    /// }
+    /// assert!(loader.cancel_prefetch(), "epoch 90 had started early");
+    /// # Ok(()) }
+    /// ```
+    pub fn cancel_prefetch(&self) -> bool {
+        let early = self.early.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Dropping the stream stops its producer and returns its batches.
+        early.is_some()
+    }
+
+    /// Starts `epoch`'s pipeline ahead of the consumer's [`Loader::epoch`] call
+    /// (none while a resume state is pending: that call will want another start).
+    fn start_early(&self, epoch: u64) {
+        if self
+            .resume
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        // Not on shards that changed: the consumer's own call reports it.
+        if self.config.dataset.check_unchanged().is_err() {
+            return;
+        }
+        match self.start(epoch, 0) {
+            Ok(started) => {
+                let old = self
+                    .early
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .replace((epoch, started));
+                drop(old);
+            }
+            // The consumer's own call will start it (and report the error).
+            Err(e) => tracing::debug!(%e, epoch, "early start of the next epoch failed"),
+        }
+    }
+
+    /// A snapshot of the counters (Display: a table and a verdict; serde: JSON).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let loader = stoker_loader::Loader::builder(stoker_formats::Dataset::open("data")?).build()?;
+    /// let stats = loader.stats();
+    /// println!("{stats}"); // table + verdict
+    /// std::fs::write("loader-stats.json", stats.to_json())?;
+    /// assert!((0.0..=1.0).contains(&stats.fed_ratio));
+    /// # Ok(()) }
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.metrics.snapshot()
+    }
+
+    /// Zeroes the flow counters (e.g. after a warm-up epoch).
+    pub fn reset_stats(&self) {
+        self.metrics.reset();
+    }
+
+    /// Where this loader stands: `(seed, epoch, position)`; feed it to
+    /// [`crate::LoaderBuilder::resume`] to continue exactly here.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Loader, LoaderState};
+    /// # let dataset = stoker_formats::Dataset::open("data")?;
+    /// // At checkpoint time:
+    /// # let loader = Loader::builder(dataset.clone()).build()?;
+    /// std::fs::write("loader.json", serde_json::to_string(&loader.state())?)?;
+    /// // After a restart: the same settings, plus the saved state.
+    /// let state: LoaderState = serde_json::from_str(&std::fs::read_to_string("loader.json")?)?;
+    /// let loader = Loader::builder(dataset).resume(state).build()?;
+    /// for batch in loader.epoch(state.epoch) { /* continues after the consumed batches */ }
+    /// # Ok(()) }
+    /// ```
+    pub fn state(&self) -> LoaderState {
+        lock(&self.progress).state
+    }
+
+    /// Continue from a saved [`Loader::state`] with this loader (what
+    /// [`crate::LoaderBuilder::resume`] does at build time, for a loader that already runs, as
+    /// torch's `load_state_dict`): the next [`Loader::epoch`] call for `state.epoch`
+    /// skips the `state.position` batches already consumed, and [`Loader::state`]
+    /// reports `state` until then.
+    ///
+    /// # Errors
+    ///
+    /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed or lies past
+    /// the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is
+    /// alive (drop it first).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Loader, LoaderState};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// let state = LoaderState { seed: 0, epoch: 3, position: 10 };
+    /// loader.load_state(state)?;
+    /// let next = loader.epoch(3).next().expect("batch 10 of epoch 3")?;
+    /// assert_eq!(next.index, 10);
+    /// # Ok(()) }
+    /// ```
+    pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
+        check_resume(
+            &state,
+            self.config.shuffle.seed(),
+            self.sampler.num_batches(),
+        )?;
+        let mut progress = lock(&self.progress);
+        if let Some(running) = progress.active {
+            return Err(LoaderError::EpochInProgress {
+                running,
+                requested: state.epoch,
+            });
+        }
+        progress.state = state;
+        *self.resume.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
+        // An early start is for epoch `e + 1` from its first batch: not what comes next.
+        drop(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
+        Ok(())
+    }
+
+    /// Batches per epoch on this rank (the same on every rank).
+    pub fn num_batches(&self) -> u64 {
+        self.sampler.num_batches()
+    }
+
+    /// The sampler (the order of any epoch, without loading anything).
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    /// The shared counters (for exporters that poll them).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}
+
+/// Checks that `state` can resume a loader with `seed` and `num_batches` per epoch.
+pub(crate) fn check_resume(
+    state: &LoaderState,
+    seed: u64,
+    num_batches: u64,
+) -> Result<(), LoaderError> {
+    if state.seed != seed {
+        return Err(LoaderError::ResumeMismatch {
+            field: "seed",
+            expected: seed,
+            got: state.seed,
+        });
+    }
+    if state.position > num_batches {
+        return Err(LoaderError::ResumeMismatch {
+            field: "position",
+            expected: num_batches,
+            got: state.position,
+        });
+    }
+    Ok(())
+}
+
+/// Which epoch is being iterated, and how far the consumer got.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    /// `Some(epoch)` while an [`Epoch`] iterator is alive.
+    pub(crate) active: Option<u64>,
+    /// What [`crate::Loader::state`] reports.
+    pub(crate) state: LoaderState,
+}
+
+pub(crate) fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
+    progress.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The batches of one epoch: an iterator of `Result<Batch, LoaderError>`, returned by
+/// [`crate::Loader::epoch`].
+///
+/// Dropping it mid-epoch stops the pipeline's work on this epoch promptly; the loader can then
+/// start another epoch (or resume this one from [`crate::Loader::state`]).
+pub struct Epoch<'a> {
+    epoch: u64,
+    /// `ready` sampled when the consumer started waiting for the next batch (kept across
+    /// [`Next::Pending`] returns, so a timed wait counts the queue once per batch).
+    ready_at_ask: Option<u64>,
+    stream: Option<Box<dyn EpochStream + Send>>,
+    /// The bad records met building this epoch's batches, counted at hand-out.
+    bad: Option<(Arc<BadLog>, OnError)>,
+    /// One past the last batch of the epoch.
+    end: u64,
+    /// Called once when the last batch is handed out: starts the next epoch's
+    /// pipeline while the consumer works on this one's last batch
+    /// ([`crate::LoaderBuilder::prefetch_next_epoch`]).
+    on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
+    /// An error to yield once before ending (the epoch could not start).
+    pending: Option<LoaderError>,
+    metrics: Arc<Metrics>,
+    progress: Arc<Mutex<Progress>>,
+    /// Up to when this iterator's lifetime has been counted as elapsed ([`crate::metrics::clock_ns`]).
+    mark_ns: u64,
+    finished: bool,
+    /// Whether this iterator registered itself as the active epoch (and must clear it).
+    owns_active: bool,
+    /// What must outlive the pipeline (the loader, for [`crate::Loader::epoch_shared`]);
+    /// declared last so it is dropped after the stream.
+    _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl<'a> Epoch<'a> {
+    pub(crate) fn running(
+        epoch: u64,
+        started: Started,
+        end: u64,
+        on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
+        metrics: Arc<Metrics>,
+        progress: Arc<Mutex<Progress>>,
+        owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    ) -> Self {
+        Epoch {
+            epoch,
+            ready_at_ask: None,
+            stream: Some(started.stream),
+            bad: Some((started.bad, started.on_error)),
+            end,
+            on_last,
+            pending: None,
+            metrics,
+            progress,
+            mark_ns: crate::metrics::clock_ns(),
+            finished: false,
+            owns_active: true,
+            _owner: owner,
+        }
+    }
+
+    pub(crate) fn failed(
+        epoch: u64,
+        error: LoaderError,
+        metrics: Arc<Metrics>,
+        progress: Arc<Mutex<Progress>>,
+        owns_active: bool,
+    ) -> Self {
+        Epoch {
+            epoch,
+            ready_at_ask: None,
+            stream: None,
+            bad: None,
+            end: 0,
+            on_last: None,
+            pending: Some(error),
+            metrics,
+            progress,
+            mark_ns: crate::metrics::clock_ns(),
+            finished: false,
+            owns_active,
+            _owner: None,
+        }
+    }
+
+    /// The epoch being iterated.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Counts the bad records of batch `batch`, being handed out now.
+    fn count_bad(&self, batch: u64) {
+        if let Some((bad, on_error)) = &self.bad {
+            bad.hand_out(batch, self.epoch, *on_error, &self.metrics);
+        }
+    }
+
+    /// The next batch, waiting for it at most until `deadline`: [`Next::Pending`] if
+    /// it passed first (call again; nothing is lost), [`Next::Done`] at the end of the
+    /// epoch. The iterator's `next` is this without a deadline. For a consumer that must
+    /// stay responsive while it waits (a Python binding checking for Ctrl-C, a
+    /// training loop with a watchdog); the time spent waiting counts as consumer wait
+    /// in [`crate::Stats`] either way.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::{Duration, Instant};
+    /// use stoker_loader::{Loader, Next};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// let mut epoch = loader.epoch(0);
+    /// loop {
+    ///     match epoch.next_until(Instant::now() + Duration::from_millis(100)) {
+    ///         Next::Ready(batch) => { let _batch = batch?; }
+    ///         Next::Pending => { /* check for a stop request, then wait again */ }
+    ///         Next::Done => break,
+    ///         _ => unreachable!("no other outcome"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn next_until(&mut self, deadline: Instant) -> Next {
+        self.advance(Some(deadline))
+    }
+
+    /// [`Epoch::next_until`] with a deadline `timeout` from now.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Next {
+        self.advance(Some(Instant::now() + timeout))
+    }
+
+    fn advance(&mut self, deadline: Option<Instant>) -> Next {
+        if let Some(e) = self.pending.take() {
+            return Next::Ready(Err(e));
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Next::Done;
+        };
+        let ready = *self.ready_at_ask.get_or_insert_with(|| stream.ready());
+        let t0 = Instant::now();
+        let item = stream.next_batch(deadline);
+        let wait = t0.elapsed();
+        self.metrics.account_elapsed(&mut self.mark_ns);
+        if !matches!(item, Next::Pending) {
+            self.ready_at_ask = None;
+        }
+        match &item {
+            Next::Pending => self.metrics.wait_only(wait),
+            Next::Ready(Ok(batch)) => {
+                self.count_bad(batch.index);
+                let t1 = Instant::now();
+                {
+                    let mut p = lock(&self.progress);
+                    p.state.epoch = self.epoch;
+                    p.state.position = batch.index + 1;
+                }
+                let handoff = t1.elapsed();
+                self.metrics.handoff(batch.len() as u64, wait, ready);
+                self.metrics
+                    .record(Stage::Handoff, batch.len() as u64, 0, handoff);
+                if batch.index + 1 >= self.end {
+                    if let Some(start_next) = self.on_last.take() {
+                        // Time the consumer spends here is waiting, like a blocked `next`.
+                        let t2 = Instant::now();
+                        start_next();
+                        self.metrics.wait_only(t2.elapsed());
+                    }
+                }
+            }
+            Next::Ready(Err(_)) => {
+                self.metrics.wait_only(wait);
+                // Batches come in order, so this error is batch `position`.
+                let position = {
+                    let mut p = lock(&self.progress);
+                    p.state.epoch = self.epoch;
+                    p.state.position += 1;
+                    p.state.position - 1
+                };
+                self.count_bad(position);
+            }
+            Next::Done => {
+                self.metrics.wait_only(wait);
+                self.finished = true;
+                self.stream = None;
+                let mut p = lock(&self.progress);
+                p.state.epoch = self.epoch + 1;
+                p.state.position = 0;
+            }
+        }
+        item
+    }
+}
+
+impl Iterator for Epoch<'_> {
+    type Item = Result<Batch, LoaderError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self.advance(None) {
+            Next::Ready(item) => Some(item),
+            // Only a deadline makes a stream answer `Pending`; be safe and end.
+            Next::Pending | Next::Done => None,
+        }
+    }
+}
+
+impl Drop for Epoch<'_> {
+    fn drop(&mut self) {
+        // Stop the backend first (its Drop stops the workers), then account.
+        self.stream = None;
+        self.metrics.account_elapsed(&mut self.mark_ns);
+        self.metrics.epoch_done(self.finished);
+        if self.owns_active {
+            lock(&self.progress).active = None;
+        }
+    }
+}
+
+impl std::fmt::Debug for Epoch<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epoch")
+            .field("epoch", &self.epoch)
+            .field("finished", &self.finished)
+            .finish()
+    }
+}

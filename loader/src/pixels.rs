@@ -1,0 +1,556 @@
+//! Record → pixels: the step every backend runs for every sample before its transform.
+//!
+//! [`load_record`] reads record `index`, checks its CRC, draws the sample's crop from the
+//! image size (the JPEG header, or a raw record's geometry), decodes only what the crop
+//! needs, expands grayscale to RGB where the consumer needs RGB, and rejects 0-pixel
+//! images. The CPU backend resizes what it returns; the GPU backend stages it for its
+//! kernel. Both draw the crop here, so they crop the same rectangle of the same pixels.
+//!
+//! [`sample_pixels`] is the same step for one record, outside any loader: what a backend
+//! resizes for that sample, and the crop and flip it uses.
+
+use std::time::Instant;
+
+use stoker_decode::{CpuDecoder, ImageInfo, Limits, Region};
+use stoker_formats::{DatasetReader, Encoding, Record, RecordHeader};
+
+use crate::error::LoaderError;
+use crate::metrics::{Metrics, Stage};
+use crate::transform::{SampleParams, Transform};
+
+/// What a sample's crop and flip are drawn from: the transform, the shuffle seed and the
+/// epoch (the sample index and image size come per record).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Draw<'a> {
+    pub(crate) transform: &'a Transform,
+    pub(crate) seed: u64,
+    pub(crate) epoch: u64,
+}
+
+impl Draw<'_> {
+    /// The crop and flip of sample `index`, a `width × height` image.
+    pub(crate) fn params(&self, index: u64, width: u32, height: u32) -> SampleParams {
+        self.transform
+            .params(self.seed, self.epoch, index, width, height)
+    }
+}
+
+/// Where the caller wants a record's pixels.
+#[derive(Debug)]
+pub(crate) enum Dest<'a> {
+    /// In the scratch buffer, RGB (the CPU backend's resizer reads them there); a raw
+    /// 3-channel record is left in its payload, which already is RGB HWC.
+    Scratch,
+    /// In this staging slot when the image fits in it, in the scratch buffer (RGB) when it
+    /// does not. A raw record that fits is left in its payload as stored (1 or 3 channels):
+    /// the caller copies it into the slot or has the device read it where it is.
+    // The GPU backend's staging (one slot per image) reads through this variant.
+    #[allow(dead_code)]
+    Slot(&'a mut [u8]),
+}
+
+/// Where [`load_record`] left a record's pixels (HWC, [`Loaded::channels`] channels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// At the start of the scratch buffer.
+    Scratch,
+    /// At the start of the [`Dest::Slot`] slice.
+    Slot,
+    /// In the record payload ([`Loaded::payload`]), not copied.
+    Payload,
+}
+
+/// One record's pixels, ready for the transform.
+#[derive(Debug)]
+pub(crate) struct Loaded<'r> {
+    pub(crate) label: u32,
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    /// Channels of the pixels at `place`: 3, or 1 for a grayscale raw record left in its
+    /// payload (only with [`Dest::Slot`], which the GPU backend's staging uses).
+    #[allow(dead_code)]
+    pub(crate) channels: u32,
+    /// The crop and flip drawn for this sample from `width × height`. Only the pixels inside
+    /// the crop are decoded; the rest of the image is unspecified.
+    pub(crate) params: SampleParams,
+    pub(crate) place: Place,
+    /// The record payload, CRC-checked (raw: exactly `width · height · channels` bytes).
+    pub(crate) payload: &'r [u8],
+}
+
+impl Loaded<'_> {
+    /// Bytes of the pixels at `place` (what the GPU backend stages).
+    #[allow(dead_code)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.width as usize * self.height as usize * self.channels as usize
+    }
+}
+
+/// Reads record `index`, checks it, draws its crop and puts its pixels where `dest` asks
+/// (see [`Dest`]): JPEGs are probed, then decoded (only the crop) on the CPU; raw records
+/// are checked against their geometry and expanded to RGB when they must go to scratch.
+/// Counts the read and decode stages and the decode route (`"raw"` for raw records).
+///
+/// # Errors
+///
+/// [`LoaderError::Read`] (the record cannot be read, or its CRC is wrong),
+/// [`LoaderError::Decode`] (the JPEG is bad or over the decoder's limits),
+/// [`LoaderError::UnusableRecord`] (raw geometry that does not match its payload, a
+/// 0-pixel image).
+pub(crate) fn load_record<'r>(
+    reader: &'r DatasetReader,
+    index: u64,
+    draw: Draw<'_>,
+    (decoder, scratch): (&CpuDecoder, &mut Vec<u8>),
+    dest: Dest<'_>,
+    metrics: &Metrics,
+) -> Result<Loaded<'r>, LoaderError> {
+    let record = read_checked(reader, index, metrics)?;
+    let header = record.header;
+    let t_decode = Instant::now();
+    let loaded = match header.encoding {
+        Encoding::Jpeg => {
+            let (info, params, place) = decode_jpeg(
+                record.payload,
+                index,
+                draw,
+                (decoder, scratch),
+                dest,
+                metrics,
+                t_decode,
+            )?;
+            Loaded {
+                label: header.label,
+                width: info.width,
+                height: info.height,
+                channels: 3,
+                params,
+                place,
+                payload: record.payload,
+            }
+        }
+        Encoding::Raw => {
+            let (w, h, c) = (header.width, header.height, header.channels);
+            let want = raw_payload_len(index, &header, record.payload.len())?;
+            let in_place = match dest {
+                Dest::Scratch => c == 3,
+                Dest::Slot(slot) => want <= slot.len(),
+            };
+            let place = if in_place {
+                Place::Payload
+            } else {
+                let rgb = w as usize * h as usize * 3;
+                if scratch.len() < rgb {
+                    scratch.resize(rgb, 0);
+                }
+                if c == 3 {
+                    scratch[..rgb].copy_from_slice(record.payload);
+                } else {
+                    for (px, &g) in scratch.chunks_exact_mut(3).zip(record.payload) {
+                        px.fill(g);
+                    }
+                }
+                Place::Scratch
+            };
+            metrics.count_route("raw");
+            Loaded {
+                label: header.label,
+                width: w,
+                height: h,
+                channels: if in_place { u32::from(c) } else { 3 },
+                params: draw.params(index, w, h),
+                place,
+                payload: record.payload,
+            }
+        }
+    };
+    if loaded.width == 0 || loaded.height == 0 {
+        return Err(LoaderError::UnusableRecord {
+            index,
+            reason: "0-pixel image".into(),
+        });
+    }
+    Ok(loaded)
+}
+
+/// Probes JPEG `payload` (record `index`), draws its crop from the header and decodes it
+/// to RGB where `dest` asks ([`Place::Slot`] when the image fits the slot, else
+/// [`Place::Scratch`], grown as needed); counts the decode stage from `started`.
+/// The crop is drawn before the decode so that the decoder can skip what lies outside it
+/// and stop at its bottom edge: the resize (CPU) and the kernel's taps (GPU) read only the
+/// crop.
+///
+/// # Errors
+///
+/// [`LoaderError::Decode`] when the JPEG is bad or over the decoder's limits.
+pub(crate) fn decode_jpeg(
+    payload: &[u8],
+    index: u64,
+    draw: Draw<'_>,
+    (decoder, scratch): (&CpuDecoder, &mut Vec<u8>),
+    dest: Dest<'_>,
+    metrics: &Metrics,
+    started: Instant,
+) -> Result<(ImageInfo, SampleParams, Place), LoaderError> {
+    let info = stoker_decode::probe(payload, decoder.limits())
+        .map_err(|source| LoaderError::Decode { index, source })?;
+    let params = draw.params(index, info.width, info.height);
+    let need = info.rgb_len();
+    let (out, place): (&mut [u8], Place) = match dest {
+        Dest::Slot(slot) if need <= slot.len() => (slot, Place::Slot),
+        Dest::Slot(_) | Dest::Scratch => {
+            if scratch.len() < need {
+                scratch.resize(need, 0);
+            }
+            (scratch, Place::Scratch)
+        }
+    };
+    let info = cpu_decode_counted(
+        decoder,
+        payload,
+        out,
+        Some(params.region()),
+        index,
+        metrics,
+        started,
+    )?;
+    Ok((info, params, place))
+}
+
+/// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
+/// payload bytes, the time taken): the first step of every backend for every record.
+pub(crate) fn read_checked<'r>(
+    reader: &'r DatasetReader,
+    index: u64,
+    metrics: &Metrics,
+) -> Result<Record<'r>, LoaderError> {
+    let t_read = Instant::now();
+    let record = reader
+        .get(index)
+        .map_err(|source| LoaderError::Read { index, source })?;
+    record
+        .check_crc()
+        .map_err(|source| LoaderError::Read { index, source })?;
+    metrics.record(
+        Stage::Read,
+        1,
+        record.payload.len() as u64,
+        t_read.elapsed(),
+    );
+    Ok(record)
+}
+
+/// Decodes a JPEG `payload` on the CPU into `out` (RGB HWC), counting its route and the
+/// decode stage (one item, its compressed bytes, the time since `started`): the CPU decode
+/// step of both backends. With `region`, only its pixels are needed (the crop): the decoder
+/// may skip work outside it (and stop below it) and leave the rest unspecified.
+pub(crate) fn cpu_decode_counted(
+    decoder: &CpuDecoder,
+    payload: &[u8],
+    out: &mut [u8],
+    region: Option<Region>,
+    index: u64,
+    metrics: &Metrics,
+    started: Instant,
+) -> Result<ImageInfo, LoaderError> {
+    let (info, route) = match region {
+        Some(region) => decoder.decode_region_into_routed(payload, out, region),
+        None => decoder.decode_into_routed(payload, out),
+    }
+    .map_err(|source| LoaderError::Decode { index, source })?;
+    metrics.count_route(route.name());
+    metrics.record(Stage::Decode, 1, payload.len() as u64, started.elapsed());
+    Ok(info)
+}
+
+/// Checks a raw (pre-decoded) record's geometry against its payload: `w`×`h` pixels of 1 or
+/// 3 channels, exactly `w·h·c` bytes. Returns that byte count.
+pub(crate) fn raw_payload_len(
+    index: u64,
+    header: &RecordHeader,
+    payload_len: usize,
+) -> Result<usize, LoaderError> {
+    let (w, h, c) = (header.width, header.height, header.channels);
+    let want = w as usize * h as usize * c as usize;
+    if w == 0 || h == 0 || payload_len != want || !(c == 1 || c == 3) {
+        return Err(LoaderError::UnusableRecord {
+            index,
+            reason: format!(
+                "raw record {w}×{h}×{c} with a {payload_len}-byte payload (need 1 or 3 channels and {want} bytes)"
+            ),
+        });
+    }
+    Ok(want)
+}
+
+/// One sample's pixels as a loader backend resizes them: RGB HWC, `width × height`, with
+/// the crop and flip drawn for the sample. Returned by [`sample_pixels`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SamplePixels {
+    /// The record's label.
+    pub label: u32,
+    /// Image width in pixels.
+    pub width: u32,
+    /// Image height in pixels.
+    pub height: u32,
+    /// The crop and flip drawn for this sample.
+    pub params: SampleParams,
+    /// `width · height · 3` bytes, RGB HWC. Only the pixels inside `params.crop` are
+    /// decoded (the rest is unspecified): see [`SamplePixels::crop_rgb`].
+    pub rgb: Vec<u8>,
+}
+
+impl SamplePixels {
+    /// The crop rectangle's pixels, RGB HWC (`crop.w · crop.h · 3` bytes), not flipped:
+    /// what the loader resizes to the output size.
+    pub fn crop_rgb(&self) -> Vec<u8> {
+        let (x, y, w, h) = self.params.crop;
+        let row = self.width as usize * 3;
+        let (x, w) = (x as usize * 3, w as usize * 3);
+        (y as usize..(y + h) as usize)
+            .flat_map(|r| &self.rgb[r * row + x..r * row + x + w])
+            .copied()
+            .collect()
+    }
+}
+
+/// Reads, checks and decodes record `index` of `reader` as the loader's backends do, with
+/// the crop and flip the loader draws for it in `epoch` under the shuffle seed `seed`
+/// ([`crate::Shuffle::seed`]) with `transform`: the pixels a batch's image is resized from.
+/// For inspecting what the loader feeds a model, one sample at a time.
+///
+/// # Errors
+///
+/// As the loader reports a bad record: [`LoaderError::Read`], [`LoaderError::Decode`],
+/// [`LoaderError::UnusableRecord`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use stoker_loader::{pixels::sample_pixels, Transform};
+/// let reader = stoker_formats::Dataset::open("data/train")?.reader()?;
+/// let transform = Transform::random_resized_crop(224);
+/// let sample = sample_pixels(&reader, 42, &transform, 0, 3)?;
+/// let (_x, _y, w, h) = sample.params.crop;
+/// assert_eq!(sample.crop_rgb().len(), (w * h * 3) as usize);
+/// # Ok(()) }
+/// ```
+pub fn sample_pixels(
+    reader: &DatasetReader,
+    index: u64,
+    transform: &Transform,
+    seed: u64,
+    epoch: u64,
+) -> Result<SamplePixels, LoaderError> {
+    let decoder = CpuDecoder::new(Limits::default());
+    let mut scratch = Vec::new();
+    let draw = Draw {
+        transform,
+        seed,
+        epoch,
+    };
+    let metrics = Metrics::default();
+    let loaded = load_record(
+        reader,
+        index,
+        draw,
+        (&decoder, &mut scratch),
+        Dest::Scratch,
+        &metrics,
+    )?;
+    let rgb_len = loaded.width as usize * loaded.height as usize * 3;
+    let rgb = match loaded.place {
+        Place::Payload => loaded.payload.to_vec(),
+        Place::Scratch | Place::Slot => {
+            scratch.truncate(rgb_len);
+            scratch
+        }
+    };
+    Ok(SamplePixels {
+        label: loaded.label,
+        width: loaded.width,
+        height: loaded.height,
+        params: loaded.params,
+        rgb,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use stoker_formats::{Dataset, DatasetWriter, Provenance, RecordMeta, WriterOptions};
+
+    use super::*;
+
+    /// `records` (encoding, width, height, channels, payload) as a dataset in `dir`; labels
+    /// are the channel counts.
+    fn dataset(dir: &std::path::Path, records: &[(Encoding, u32, u32, u8, Vec<u8>)]) -> Dataset {
+        let options = WriterOptions {
+            encoding: Some(records[0].0),
+            ..WriterOptions::default()
+        };
+        let mut w = DatasetWriter::create(dir, options).unwrap();
+        for (encoding, width, height, channels, payload) in records {
+            let meta = RecordMeta {
+                encoding: *encoding,
+                height: *height,
+                width: *width,
+                channels: *channels,
+                label: u32::from(*channels),
+            };
+            w.push(meta, payload).unwrap();
+        }
+        w.finish(vec![], Provenance::stoker("pixels unit test"))
+            .unwrap();
+        Dataset::open(dir).unwrap()
+    }
+
+    fn gray() -> Vec<u8> {
+        (0..48u8).map(|i| i * 5).collect()
+    }
+
+    fn rgb() -> Vec<u8> {
+        (0..144u8).map(|i| i.wrapping_mul(7)).collect()
+    }
+
+    /// `(x, y, w, h)` of a `width`-wide RGB image, row by row.
+    fn crop_of(rgb: &[u8], width: u32, (x, y, w, h): (u32, u32, u32, u32)) -> Vec<u8> {
+        let row = width as usize * 3;
+        (y as usize..(y + h) as usize)
+            .flat_map(|r| rgb[r * row + x as usize * 3..r * row + (x + w) as usize * 3].to_vec())
+            .collect()
+    }
+
+    /// One-record datasets: a 500×375 bench JPEG, an 8×6 gray raw record, an 8×6 RGB one.
+    struct Fixture {
+        _dirs: [tempfile::TempDir; 3],
+        jpeg: DatasetReader,
+        gray: DatasetReader,
+        rgb: DatasetReader,
+        transform: Transform,
+        decoder: CpuDecoder,
+        metrics: Metrics,
+    }
+
+    fn fixture() -> Fixture {
+        let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+        let photo = std::fs::read(stoker_testdata::bench_dir().join("00000.jpg")).unwrap();
+        let jpeg = dataset(dirs[0].path(), &[(Encoding::Jpeg, 500, 375, 3, photo)]);
+        let gray = dataset(dirs[1].path(), &[(Encoding::Raw, 8, 6, 1, gray())]);
+        let rgb = dataset(dirs[2].path(), &[(Encoding::Raw, 8, 6, 3, rgb())]);
+        Fixture {
+            jpeg: jpeg.reader().unwrap(),
+            gray: gray.reader().unwrap(),
+            rgb: rgb.reader().unwrap(),
+            _dirs: dirs,
+            transform: Transform::random_resized_crop(32),
+            decoder: CpuDecoder::new(Limits::default()),
+            metrics: Metrics::default(),
+        }
+    }
+
+    impl Fixture {
+        /// Record 0 of the dataset named.
+        fn load<'r>(
+            &'r self,
+            name: &str,
+            scratch: &mut Vec<u8>,
+            dest: Dest<'_>,
+        ) -> Result<Loaded<'r>, LoaderError> {
+            let draw = Draw {
+                transform: &self.transform,
+                seed: 5,
+                epoch: 2,
+            };
+            let reader = match name {
+                "jpeg" => &self.jpeg,
+                "gray" => &self.gray,
+                _ => &self.rgb,
+            };
+            load_record(
+                reader,
+                0,
+                draw,
+                (&self.decoder, scratch),
+                dest,
+                &self.metrics,
+            )
+        }
+    }
+
+    #[test]
+    fn a_jpeg_that_fits_the_slot_is_decoded_there_with_the_crop_of_the_scratch_decode() {
+        let f = fixture();
+        let mut scratch = Vec::new();
+        let on_cpu = f.load("jpeg", &mut scratch, Dest::Scratch).unwrap();
+        assert_eq!(on_cpu.place, Place::Scratch);
+        assert_eq!(
+            (on_cpu.width, on_cpu.height, on_cpu.channels),
+            (500, 375, 3)
+        );
+        assert_eq!(on_cpu.params, f.transform.params(5, 2, 0, 500, 375));
+        let crop = crop_of(&scratch, 500, on_cpu.params.crop);
+
+        let mut slot = vec![0u8; 500 * 375 * 3];
+        let mut unused = Vec::new();
+        let staged = f.load("jpeg", &mut unused, Dest::Slot(&mut slot)).unwrap();
+        assert_eq!(staged.place, Place::Slot);
+        assert_eq!(staged.params, on_cpu.params);
+        assert_eq!(staged.bytes(), slot.len());
+        assert!(unused.is_empty(), "nothing goes to scratch");
+        assert!(crop_of(&slot, 500, staged.params.crop) == crop);
+    }
+
+    #[test]
+    fn a_jpeg_larger_than_the_slot_goes_to_scratch() {
+        let f = fixture();
+        let mut scratch = Vec::new();
+        let mut slot = vec![0u8; 500 * 375 * 3 - 1];
+        let loaded = f.load("jpeg", &mut scratch, Dest::Slot(&mut slot)).unwrap();
+        assert_eq!(loaded.place, Place::Scratch);
+        assert!(scratch.len() >= 500 * 375 * 3);
+    }
+
+    #[test]
+    fn raw_records_stay_in_their_payload_where_the_consumer_can_read_them() {
+        let f = fixture();
+        let mut scratch = Vec::new();
+        // CPU: RGB is read in place, gray is expanded.
+        let rgb_cpu = f.load("rgb", &mut scratch, Dest::Scratch).unwrap();
+        assert_eq!((rgb_cpu.place, rgb_cpu.channels), (Place::Payload, 3));
+        assert_eq!(rgb_cpu.payload, &rgb()[..]);
+        let gray_cpu = f.load("gray", &mut scratch, Dest::Scratch).unwrap();
+        assert_eq!((gray_cpu.place, gray_cpu.channels), (Place::Scratch, 3));
+        let expanded: Vec<u8> = gray().iter().flat_map(|&g| [g, g, g]).collect();
+        assert_eq!(&scratch[..144], &expanded[..]);
+        assert_eq!((gray_cpu.label, rgb_cpu.label), (1, 3));
+        // GPU staging: what fits stays in the payload as stored, gray included.
+        let mut slot = vec![0u8; 48];
+        let gray_gpu = f.load("gray", &mut scratch, Dest::Slot(&mut slot)).unwrap();
+        assert_eq!((gray_gpu.place, gray_gpu.channels), (Place::Payload, 1));
+        assert_eq!(gray_gpu.bytes(), 48);
+        // ... and what does not fit goes to scratch as RGB.
+        let mut scratch = Vec::new();
+        let rgb_gpu = f.load("rgb", &mut scratch, Dest::Slot(&mut slot)).unwrap();
+        assert_eq!((rgb_gpu.place, rgb_gpu.channels), (Place::Scratch, 3));
+        assert_eq!(&scratch[..144], &rgb()[..]);
+        assert_eq!(f.metrics.snapshot().decode_routes.get("raw"), Some(&4));
+    }
+
+    #[test]
+    fn a_missing_record_is_a_read_error_naming_it() {
+        let f = fixture();
+        let mut scratch = Vec::new();
+        let draw = Draw {
+            transform: &f.transform,
+            seed: 0,
+            epoch: 0,
+        };
+        let tools = (&f.decoder, &mut scratch);
+        match load_record(&f.jpeg, 1, draw, tools, Dest::Scratch, &f.metrics) {
+            Err(LoaderError::Read { index: 1, .. }) => {}
+            other => panic!("expected a read error for record 1, got {other:?}"),
+        }
+    }
+}
