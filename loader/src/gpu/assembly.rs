@@ -10,8 +10,9 @@ use super::kernel::{ImageParams, KernelDtype, LaunchBuffers, TransformArgs};
 use super::records::Staged;
 use super::shared::Shared;
 use super::staging::{H2dSources, InFlight, Slot};
-use crate::batch::{Batch, DType, Images};
-use crate::builder::Output;
+use crate::batch::{Batch, Images};
+use crate::config::DType;
+use crate::config::Output;
 use crate::error::{driver_err, LoaderError};
 use crate::pipeline::EpochPlan;
 

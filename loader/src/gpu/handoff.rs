@@ -11,7 +11,7 @@ use cudarc::driver::sys::CUstream;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, CudaView};
 
 use super::staging::Slot;
-use crate::batch::DType;
+use crate::config::DType;
 use crate::dlpack::{self, sys::DLDevice, ConsumerStream, ManagedTensor};
 use crate::error::driver_err;
 use crate::LoaderError;

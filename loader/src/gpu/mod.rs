@@ -102,7 +102,7 @@ mod stream_copy;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
-use crate::builder::LoaderConfig;
+use crate::config::LoaderConfig;
 use crate::error::LoaderError;
 use crate::metrics::Metrics;
 use crate::pipeline::{EpochPlan, EpochStream, Pipeline};

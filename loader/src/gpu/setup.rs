@@ -15,7 +15,7 @@ use super::device::{stream_priority, visible_devices};
 use super::kernel::KernelDtype;
 use super::registered::{self, RegisteredMaps};
 use super::staging::{Slot, SlotSizes};
-use crate::builder::{Device, LoaderConfig};
+use crate::config::{Device, LoaderConfig};
 use crate::error::{driver_err, LoaderError};
 use crate::metrics::{Metrics, Stage};
 

@@ -14,7 +14,7 @@ use stoker_formats::Dataset;
 use super::kernel::{KernelDtype, TransformArgs, TransformKernel};
 use super::registered::RegisteredMaps;
 use super::staging::{InFlight, Slot, SlotSizes};
-use crate::builder::Output;
+use crate::config::Output;
 use crate::metrics::{Metrics, Stage};
 use crate::transform::Transform;
 
