@@ -13,7 +13,7 @@ use stoker_formats::DatasetReader;
 
 use super::assembly::{enqueue, Copies};
 use super::read_ahead::Prepared;
-use super::records::{check_record, stage_oversize, Checked, ReaderState, Staged};
+use super::records::{check_record, draw, stage_oversize, Checked, ReaderState, Staged};
 use super::shared::{account_gpu, Shared};
 use super::staging::Slot;
 use crate::batch::Batch;
@@ -292,13 +292,7 @@ fn check_left<'a, 'r: 'a>(
                 info,
             }) => {
                 if info.rgb_len() <= stride {
-                    let p = shared.transform.params(
-                        plan.seed,
-                        plan.epoch,
-                        index,
-                        info.width,
-                        info.height,
-                    );
+                    let p = draw(shared, plan).params(index, info.width, info.height);
                     todo.push((i, payload, label, p));
                     Ok(())
                 } else {

@@ -1,7 +1,9 @@
 //! One record on the host: read and check it, and stage its pixels for the
 //! device (raw records as they are, or from the registered dataset map; JPEG
 //! records decoded on the CPU; images larger than a staging stride cropped and
-//! resized on the CPU first). Each reader thread keeps its own [`ReaderState`].
+//! resized on the CPU first). The record → pixels step is the CPU path's own
+//! ([`crate::pixels`]), so both crop the same pixels. Each reader thread keeps
+//! its own [`ReaderState`].
 
 use std::time::Instant;
 
@@ -9,11 +11,12 @@ use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{DatasetReader, Encoding};
 
 use super::shared::Shared;
+use super::stream_copy::copy_streaming;
 use crate::error::LoaderError;
-use crate::pipeline::{
-    cpu_decode_counted, raw_payload_len, read_checked, reader_unavailable, EpochPlan,
-};
+use crate::pipeline::{reader_unavailable, EpochPlan};
+use crate::pixels::{decode_jpeg, load_record, read_checked, Dest, Draw, Place};
 use crate::transform::resize::CropResizer;
+use crate::transform::SampleParams;
 
 /// A record read, CRC-checked and probed (by the read-ahead or the producer).
 pub(super) struct Checked<'r> {
@@ -101,8 +104,18 @@ pub(super) fn stage_position(
     }
 }
 
+/// The crop and flip draw of `plan`'s epoch, as the CPU path makes it.
+pub(super) fn draw<'a>(shared: &'a Shared, plan: &EpochPlan) -> Draw<'a> {
+    Draw {
+        transform: &shared.transform,
+        seed: plan.seed,
+        epoch: plan.epoch,
+    }
+}
+
 /// Reads record `index`, checks it, and writes its pixels (HWC, 1 or 3 channels)
-/// at the start of `dst`. Images larger than `dst` are cropped and resized on the
+/// at the start of `dst`, through the record → pixels step both backends share
+/// ([`load_record`]). Images larger than `dst` are cropped and resized on the
 /// CPU first (then the kernel only flips, normalizes and lays them out).
 fn stage_one(
     shared: &Shared,
@@ -111,125 +124,68 @@ fn stage_one(
     state: &mut ReaderState,
     dst: &mut [u8],
 ) -> Result<Staged, LoaderError> {
-    let metrics = &*shared.metrics;
     let reader = state
         .reader
         .as_ref()
         .map_err(|reason| reader_unavailable("stoker-gpu-reader", reason))?;
-    let record = read_checked(reader, index, metrics)?;
-    let header = record.header;
-
-    let t_decode = Instant::now();
-    let params = |w: u32, h: u32| shared.transform.params(plan.seed, plan.epoch, index, w, h);
+    let loaded = load_record(
+        reader,
+        index,
+        draw(shared, plan),
+        (&state.decoder, &mut state.scratch),
+        Dest::Slot(&mut *dst),
+        &shared.metrics,
+    )?;
     // Raw records inside the registered dataset map are copied from there.
     let mut source = None;
-    let (width, height, channels, in_scratch, params) = match header.encoding {
-        Encoding::Jpeg => {
-            let info = stoker_decode::probe(record.payload, state.decoder.limits())
-                .map_err(|source| LoaderError::Decode { index, source })?;
-            // The crop is drawn from the header, so that the decode can skip what
-            // lies outside it (the kernel and the CPU resizer read only the crop).
-            let p = params(info.width, info.height);
-            let need = info.rgb_len();
-            let in_scratch = need > dst.len();
-            let out: &mut [u8] = if in_scratch {
-                if state.scratch.len() < need {
-                    state.scratch.resize(need, 0);
-                }
-                &mut state.scratch
-            } else {
-                dst
-            };
-            let info = cpu_decode_counted(
-                &state.decoder,
-                record.payload,
-                out,
-                Some(p.region()),
-                index,
-                metrics,
-                t_decode,
-            )?;
-            (info.width, info.height, 3u32, in_scratch, p)
-        }
-        Encoding::Raw => {
-            let (w, h, c) = (header.width, header.height, header.channels);
-            let want = raw_payload_len(index, &header, record.payload.len())?;
-            let in_scratch = want > dst.len();
-            if in_scratch {
-                // Expand to RGB for the CPU resizer.
-                let rgb = w as usize * h as usize * 3;
-                if state.scratch.len() < rgb {
-                    state.scratch.resize(rgb, 0);
-                }
-                if c == 3 {
-                    state.scratch[..rgb].copy_from_slice(record.payload);
-                } else {
-                    for (px, &g) in state.scratch.chunks_exact_mut(3).zip(record.payload) {
-                        px.fill(g);
-                    }
-                }
-            } else if shared
+    match loaded.place {
+        // Decoded into `dst`.
+        Place::Slot => {}
+        // A raw record that fits, as stored (`raw_payload_len` checked its size).
+        Place::Payload => {
+            let payload = loaded.payload;
+            if shared
                 .direct
                 .as_ref()
-                .is_some_and(|maps| maps.contains(&record.payload[..want]))
+                .is_some_and(|maps| maps.contains(payload))
             {
-                // The CRC was checked above (read_checked): the device copies
-                // exactly these bytes, which nobody writes.
-                source = Some(record.payload.as_ptr() as usize);
+                // The CRC was checked (`read_checked`): the device copies exactly
+                // these bytes, which nobody writes.
+                source = Some(payload.as_ptr() as usize);
             } else if shared.streaming_stores {
-                super::stream_copy::copy_streaming(&mut dst[..want], record.payload);
+                copy_streaming(&mut dst[..payload.len()], payload);
             } else {
-                dst[..want].copy_from_slice(record.payload);
+                dst[..payload.len()].copy_from_slice(payload);
             }
-            metrics.count_route("raw");
-            let channels = if in_scratch { 3 } else { u32::from(c) };
-            (w, h, channels, in_scratch, params(w, h))
         }
-    };
-    if width == 0 || height == 0 {
-        return Err(LoaderError::UnusableRecord {
-            index,
-            reason: "0-pixel image".into(),
-        });
-    }
-    if in_scratch {
-        // Too large to stage: crop + resize here (same filter as the CPU path),
-        // stage the `size × size` result; the kernel then samples it 1:1.
-        let resized = state
-            .resizer
-            .apply(&state.scratch, width, height, params.crop)
-            .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
-        let s = shared.size;
-        let bytes = resized.len();
-        dst[..bytes].copy_from_slice(resized);
-        metrics.count_route("cpu_resize_oversize");
-        return Ok(Staged {
-            index,
-            label: header.label,
-            width: s,
-            height: s,
-            channels: 3,
-            crop: (0, 0, s, s),
-            flip: params.flip,
-            bytes,
-            source: None,
-        });
+        // Too large to stage: crop + resize here (same filter as the CPU path).
+        Place::Scratch => {
+            let (width, height) = (loaded.width, loaded.height);
+            return resize_into_slot(
+                shared,
+                (index, loaded.label),
+                (&state.scratch, width, height, loaded.params),
+                &mut state.resizer,
+                dst,
+            );
+        }
     }
     Ok(Staged {
         index,
-        label: header.label,
-        width,
-        height,
-        channels,
-        crop: params.crop,
-        flip: params.flip,
-        bytes: width as usize * height as usize * channels as usize,
+        label: loaded.label,
+        width: loaded.width,
+        height: loaded.height,
+        channels: loaded.channels,
+        crop: loaded.params.crop,
+        flip: loaded.params.flip,
+        bytes: loaded.bytes(),
         source,
     })
 }
 
-/// Decodes an image too large for a staging stride on the CPU, crops and resizes
-/// it (same filter as the CPU path) and stages the `size × size` result in `dst`.
+/// Decodes an image too large for a staging stride on the CPU (only its crop),
+/// crops and resizes it (same filter as the CPU path) and stages the
+/// `size × size` result in `dst`.
 pub(super) fn stage_oversize(
     shared: &Shared,
     plan: &EpochPlan,
@@ -240,27 +196,36 @@ pub(super) fn stage_oversize(
     dst: &mut [u8],
 ) -> Result<Staged, LoaderError> {
     let t_decode = Instant::now();
-    let info = stoker_decode::probe(payload, decoder.limits())
-        .map_err(|source| LoaderError::Decode { index, source })?;
-    if scratch.len() < info.rgb_len() {
-        scratch.resize(info.rgb_len(), 0);
-    }
-    // The crop comes from the header, so the decode can skip what lies outside
-    // it (as on the CPU path: the resizer reads only the crop).
-    let p = shared
-        .transform
-        .params(plan.seed, plan.epoch, index, info.width, info.height);
-    let info = cpu_decode_counted(
-        decoder,
+    let (info, params, _) = decode_jpeg(
         payload,
-        scratch,
-        Some(p.region()),
         index,
+        draw(shared, plan),
+        (decoder, scratch),
+        Dest::Scratch,
         &shared.metrics,
         t_decode,
     )?;
+    resize_into_slot(
+        shared,
+        (index, label),
+        (scratch, info.width, info.height, params),
+        resizer,
+        dst,
+    )
+}
+
+/// Crops and resizes `pixels` (RGB, `width × height`) to the output size and
+/// stages the result at the start of `dst`; the kernel then samples it 1:1
+/// (crop = the whole image) and only flips, normalizes and lays it out.
+fn resize_into_slot(
+    shared: &Shared,
+    (index, label): (u64, u32),
+    (pixels, width, height, params): (&[u8], u32, u32, SampleParams),
+    resizer: &mut CropResizer,
+    dst: &mut [u8],
+) -> Result<Staged, LoaderError> {
     let resized = resizer
-        .apply(scratch, info.width, info.height, p.crop)
+        .apply(pixels, width, height, params.crop)
         .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
     let bytes = resized.len();
     dst[..bytes].copy_from_slice(resized);
@@ -273,7 +238,7 @@ pub(super) fn stage_oversize(
         height: s,
         channels: 3,
         crop: (0, 0, s, s),
-        flip: p.flip,
+        flip: params.flip,
         bytes,
         source: None,
     })
