@@ -13,7 +13,7 @@ use stoker_formats::DatasetReader;
 
 use super::assembly::{enqueue, Copies};
 use super::read_ahead::Prepared;
-use super::records::{check_record, draw, stage_oversize, Checked, ReaderState, Staged};
+use super::records::{check_record, stage_oversize, Checked, HostStaging, ReaderState, Staged};
 use super::shared::{account_gpu, Shared};
 use super::staging::Slot;
 use crate::batch::Batch;
@@ -273,6 +273,7 @@ fn check_left<'a, 'r: 'a>(
     prepared: &mut [Option<Result<Checked<'r>, LoaderError>>],
     progress: &mut Progress,
 ) -> Result<Vec<Todo<'a>>, LoaderError> {
+    let host = HostStaging::new(shared, plan);
     let stride = slot.sizes.stride;
     let pinned_stride = slot.sizes.pinned_stride;
     let mut todo: Vec<Todo<'a>> = Vec::new();
@@ -292,14 +293,13 @@ fn check_left<'a, 'r: 'a>(
                 info,
             }) => {
                 if info.rgb_len() <= stride {
-                    let p = draw(shared, plan).params(index, info.width, info.height);
+                    let p = host.draw.params(index, info.width, info.height);
                     todo.push((i, payload, label, p));
                     Ok(())
                 } else {
                     let staged = match slot.pinned.as_mut_slice() {
                         Ok(pinned) => stage_oversize(
-                            shared,
-                            plan,
+                            &host,
                             index,
                             label,
                             payload,
