@@ -144,3 +144,11 @@ impl LoaderError {
         }
     }
 }
+
+/// Wraps a CUDA driver error with the operation that failed.
+pub(crate) fn driver_err(op: &'static str, e: cudarc::driver::DriverError) -> LoaderError {
+    LoaderError::Gpu {
+        op,
+        source: Box::new(e),
+    }
+}

@@ -32,8 +32,6 @@ use crate::batch::Batch;
 use crate::config::OnError;
 use crate::error::LoaderError;
 use crate::metrics::Metrics;
-// The record → pixels steps, at the path the GPU backend imports them from.
-pub(crate) use crate::pixels::{cpu_decode_counted, raw_payload_len, read_checked};
 
 /// How many replacements are tried for one bad sample before the batch fails with
 /// [`LoaderError::TooManyBadRecords`].

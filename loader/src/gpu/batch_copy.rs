@@ -1,8 +1,8 @@
 //! Many host-to-device copies in one driver call (`cuMemcpyBatchAsync`, CUDA 13
 //! drivers): the raw route's records, copied one by one from the page-locked
-//! dataset map, reach the pinned-copy ceiling this way (54.7 GB/s on the H200
-//! machine), where one `cuMemcpyHtoDAsync` per record tops out at 42 GB/s on
-//! 1, 2 or 4 streams (`examples/h2d_probe`, docs/BENCHMARKS.md).
+//! dataset map, reach the pinned-copy ceiling this way, where one
+//! `cuMemcpyHtoDAsync` per record pays a fixed cost per call that more streams
+//! do not hide (`examples/h2d_probe`; figures in docs/BENCHMARKS.md).
 //!
 //! FFI layers: `cudarc::driver::sys` (raw; the symbol exists from driver 13.0 on,
 //! and cudarc panics on a missing symbol, so [`supported`] checks the version

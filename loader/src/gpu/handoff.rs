@@ -10,10 +10,10 @@ use crossbeam_channel::Sender;
 use cudarc::driver::sys::CUstream;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, CudaView};
 
-use super::driver_err;
 use super::staging::Slot;
-use crate::batch::DType;
+use crate::config::DType;
 use crate::dlpack::{self, sys::DLDevice, ConsumerStream, ManagedTensor};
+use crate::error::driver_err;
 use crate::LoaderError;
 
 /// The images of a GPU batch: a device tensor of shape [`CudaImages::shape`] and

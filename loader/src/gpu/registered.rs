@@ -2,10 +2,10 @@
 //! raw records go to the device straight from the page cache: no reader copies
 //! them into pinned staging first.
 //!
-//! Why: on the H200 machine the device's reads of pinned memory slow from 55 to
-//! 43–49 GB/s while host threads write 45–64 GB/s into memory, which is what the
-//! staging copies are; host *reads* (the record CRC) at 157 GB/s leave it at the
-//! ceiling (`examples/h2d_probe`, docs/BENCHMARKS.md).
+//! Why: host threads writing into memory at the rate staging needs (which is
+//! what the staging copies are) slow the device's reads of pinned memory below
+//! the copy ceiling, whatever the store kind; host *reads* (the record CRC)
+//! leave it at the ceiling (`examples/h2d_probe`; figures in docs/BENCHMARKS.md).
 //!
 //! FFI layers: `cudarc::driver::sys` (raw) → [`host_register`] / [`host_unregister`]
 //! (`CUresult` to `Result`) → [`RegisteredMaps`] (holds the registrations,

@@ -19,11 +19,12 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice, ValidAsZeroBits,
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError, PinnedHostSlice,
+    ValidAsZeroBits,
 };
 
-use super::driver_err;
 use super::kernel::ImageParams;
+use crate::error::driver_err;
 use crate::LoaderError;
 
 // SAFETY: every field of `ImageParams` is an integer or a float, for which the
@@ -218,6 +219,175 @@ impl Slot {
             .elapsed_ms(&self.ready)
             .map_err(|e| driver_err("cuEventElapsedTime (transform)", e))?;
         Ok(Some((prev, h2d_ms, kernel_ms)))
+    }
+}
+
+/// A slot's pinned buffers, readable, and the device buffers they are copied
+/// into: every H2D copy of a batch goes through here.
+///
+/// Callers order each copy's stream after the last reader of its destination
+/// (the slot's previous kernel: a wait on `ready`) and record `h2d_end` after
+/// the copies, per the module's reuse rules.
+pub(crate) struct H2dSources<'a> {
+    slot: &'a Slot,
+    /// `slot.pinned`: image `i` at `i * pinned_stride`.
+    pixels: &'a [u8],
+    /// `slot.pinned_params`.
+    params: &'a [ImageParams],
+}
+
+impl Slot {
+    /// The slot's pinned buffers, readable, for the batch's H2D copies.
+    ///
+    /// # Errors
+    /// [`LoaderError::Gpu`] if cudarc's wait before a host access fails.
+    pub(crate) fn h2d_sources(&self) -> Result<H2dSources<'_>, LoaderError> {
+        let pixels = self
+            .pinned
+            .as_slice()
+            .map_err(|e| driver_err("pinned staging access", e))?;
+        let params = self
+            .pinned_params
+            .as_slice()
+            .map_err(|e| driver_err("pinned parameters access", e))?;
+        Ok(H2dSources {
+            slot: self,
+            pixels,
+            params,
+        })
+    }
+}
+
+impl<'a> H2dSources<'a> {
+    /// Image `i`'s `bytes` staged in pinned memory.
+    pub(crate) fn staged(&self, i: usize, bytes: usize) -> &'a [u8] {
+        let at = i * self.slot.sizes.pinned_stride;
+        &self.pixels[at..at + bytes]
+    }
+
+    /// Enqueues the copy of the staging prefix `[..bytes]` to the start of the
+    /// arena (the host staged every image at `i * stride` in both).
+    pub(crate) fn pixels(&self, bytes: usize, stream: &CudaStream) -> Result<(), LoaderError> {
+        // SAFETY: a prefix of the staging, which is laid out like the arena
+        // (`pinned_stride == stride` where the host stages every image).
+        unsafe { self.pinned_to_arena(0, &self.pixels[..bytes], stream) }
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync (pixels)", e))
+    }
+
+    /// Enqueues the copy of one `(pinned offset, arena offset, len)` region
+    /// (a CPU-resized oversize image).
+    pub(crate) fn region(
+        &self,
+        (from, to, len): (usize, usize, usize),
+        stream: &CudaStream,
+    ) -> Result<(), LoaderError> {
+        // SAFETY: the region lies in the staging (the slice checks it) and in
+        // the arena (`to + len ≤ batch * stride`: an image's own place).
+        unsafe { self.pinned_to_arena(to, &self.pixels[from..from + len], stream) }
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync (oversize pixels)", e))
+    }
+
+    /// Enqueues the copy of the first `n` kernel parameters.
+    pub(crate) fn params(&self, n: usize, stream: &CudaStream) -> Result<(), LoaderError> {
+        debug_assert!(n <= self.slot.params.len());
+        // SAFETY: the source is this slot's pinned parameters, kept like its
+        // pinned staging (see `pinned_to_arena`); the destination holds
+        // `batch ≥ n` entries.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                self.slot.params_ptr,
+                &self.params[..n],
+                stream.cu_stream(),
+            )
+        }
+        .map_err(|e| driver_err("cuMemcpyHtoDAsync (params)", e))
+    }
+
+    /// Enqueues the copy of image `i`'s pixels from `src` (its staged bytes, or
+    /// its record in a registered dataset map) to its place in the arena.
+    ///
+    /// # Safety
+    /// `src` holds at most `stride` bytes, valid and unwritten until this slot's
+    /// `h2d_end` completes; `i < batch`.
+    pub(crate) unsafe fn image(
+        &self,
+        i: usize,
+        src: &[u8],
+        stream: &CudaStream,
+    ) -> Result<(), LoaderError> {
+        let at = i * self.slot.sizes.stride;
+        // SAFETY: image `i`'s own `stride` bytes of the arena; `src` as the
+        // caller promises.
+        unsafe { self.host_to_arena(at, src, stream) }
+            .map_err(|e| driver_err("cuMemcpyHtoDAsync (record)", e))
+    }
+
+    /// Enqueues the copies of images `0..srcs.len()` from `srcs` to their places
+    /// in the arena in one `cuMemcpyBatchAsync`.
+    ///
+    /// # Safety
+    /// At most `batch` sources, each of at most `stride` bytes, valid and
+    /// unwritten until this slot's `h2d_end` completes; `cuMemcpyBatchAsync` is
+    /// available (`batch_copy::supported`).
+    pub(crate) unsafe fn images_batched(
+        &self,
+        srcs: &[&[u8]],
+        stream: &CudaStream,
+    ) -> Result<(), DriverError> {
+        let stride = self.slot.sizes.stride;
+        let mut dsts: Vec<u64> = (0..srcs.len())
+            .map(|i| self.slot.arena_ptr + (i * stride) as u64)
+            .collect();
+        let mut ptrs: Vec<u64> = srcs.iter().map(|s| s.as_ptr() as u64).collect();
+        let mut sizes: Vec<usize> = srcs.iter().map(|s| s.len()).collect();
+        // SAFETY: one entry per image in each array; sources as the caller
+        // promises; destination `i` is image i's place in this slot's arena.
+        unsafe {
+            super::batch_copy::memcpy_batch_htod_async(
+                &mut dsts,
+                &mut ptrs,
+                &mut sizes,
+                stream.cu_stream(),
+            )
+        }
+    }
+
+    /// # Safety
+    /// `offset + src.len()` is within the arena; `src` stays valid and unwritten
+    /// until this slot's `h2d_end` completes.
+    unsafe fn host_to_arena(
+        &self,
+        offset: usize,
+        src: &[u8],
+        stream: &CudaStream,
+    ) -> Result<(), DriverError> {
+        debug_assert!(offset + src.len() <= self.slot.arena.len());
+        // SAFETY: the destination lies inside this slot's arena, which lives as
+        // long as the slot and is freed on `compute` after the consumers; the
+        // bounds and the source as the caller promises.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                self.slot.arena_ptr + offset as u64,
+                src,
+                stream.cu_stream(),
+            )
+        }
+    }
+
+    /// # Safety
+    /// `src` lies in this slot's pinned staging (`self.pixels`) and
+    /// `offset + src.len()` within the arena.
+    unsafe fn pinned_to_arena(
+        &self,
+        offset: usize,
+        src: &[u8],
+        stream: &CudaStream,
+    ) -> Result<(), DriverError> {
+        // SAFETY: the slot's pinned staging is neither written nor freed before
+        // the copies that read it complete: `Slot::begin_host_writes` waits for
+        // `h2d_end` before the host writes it again, `Drop` before it is freed,
+        // and a batch that failed drains every stream before its slot is reused.
+        unsafe { self.host_to_arena(offset, src, stream) }
     }
 }
 

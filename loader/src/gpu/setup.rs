@@ -1,0 +1,490 @@
+//! The steps of building the GPU backend, in the order `super::build` takes
+//! them: the device and its context, the decoder, the streams, the staging
+//! ring's sizes and slots, the reader pool, the raw-record map registration,
+//! and what the backend reports about itself.
+
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::{Receiver, Sender};
+use cudarc::driver::{CudaContext, CudaStream};
+use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions, Limits};
+use stoker_formats::{Dataset, Encoding};
+
+use super::batch_copy;
+use super::device::{stream_priority, visible_devices};
+use super::kernel::KernelDtype;
+use super::registered::{self, RegisteredMaps};
+use super::staging::{Slot, SlotSizes};
+use crate::config::{Device, LoaderConfig};
+use crate::error::{driver_err, LoaderError};
+use crate::metrics::{Metrics, Stage};
+
+/// Pixels reserved per image in the staging ring for JPEG datasets (640×480):
+/// larger images are cropped and resized on the CPU before staging.
+pub const JPEG_STAGING_PIXELS: usize = 640 * 480;
+
+/// The nvJPEG decoder's options: the builder's (or [`decoder_defaults`]), with
+/// the builder's CPU share on top, and the CPU share's pool sized from this
+/// process's share of the node's cores unless the options say.
+fn decoder_options(config: &LoaderConfig) -> GpuDecoderOptions {
+    let mut options = config.gpu_decoder.clone().unwrap_or_else(decoder_defaults);
+    if let Some(share) = config.gpu_cpu_share {
+        options.cpu_share = share;
+    }
+    if options.cpu_share_threads == 0 {
+        options.cpu_share_threads = cpu_share_threads(config.node_cores, options.hardware_lanes);
+    }
+    options
+}
+
+/// Threads for the decoder's CPU share on `cores` (this process's share of the
+/// node): the decoder's own rule (the cores left after the hardware lanes' parsing
+/// threads and two more, at least 1) applied to the share instead of the machine,
+/// so that eight processes on a node do not each start a pool for every core.
+fn cpu_share_threads(cores: usize, lanes: usize) -> usize {
+    cores.saturating_sub(lanes + 2).max(1)
+}
+
+/// Slots of the staging ring: `prefetch + 2`, or fewer when that many would take
+/// more than `budget` bytes of pinned memory at `slot_bytes` each (at least 3: one
+/// batch in flight). `None` when not even 3 fit.
+fn ring_slots(prefetch: usize, slot_bytes: usize, budget: u64) -> Option<usize> {
+    let fit = budget / (slot_bytes.max(1) as u64);
+    let want = prefetch.max(1) + 2;
+    (fit >= 3).then(|| want.min(usize::try_from(fit).unwrap_or(usize::MAX)))
+}
+
+/// The nvJPEG decoder options the GPU loader uses unless
+/// [`crate::LoaderBuilder::gpu_decoder`] gives others: the decoder's defaults
+/// with two decoder states per hardware lane. The loader submits batch k+1
+/// while batch k's engine work may still run; with one state per lane, the
+/// lane would first wait on the host for batch k to finish (a state is not
+/// reinitialized while its batch decodes), leaving the engines idle while
+/// k+1 is parsed. The second state costs one more preallocated buffer set
+/// per lane (about 60 MB of device memory each with the default hint).
+///
+/// # Examples
+/// ```
+/// let o = stoker_loader::gpu::decoder_defaults();
+/// assert_eq!(o.hardware_states_per_lane, 2);
+/// // Start from these to change one option and keep the rest.
+/// let o = stoker_decode::GpuDecoderOptions { cpu_share: 0.15, ..o };
+/// assert_eq!(o.hardware_states_per_lane, 2);
+/// ```
+pub fn decoder_defaults() -> GpuDecoderOptions {
+    GpuDecoderOptions {
+        hardware_states_per_lane: 2,
+        ..GpuDecoderOptions::default()
+    }
+}
+
+/// Staging bytes per image for `dataset` with outputs of `size × size`.
+fn staging_stride(dataset: &Dataset, size: u32) -> usize {
+    let manifest = dataset.manifest();
+    let out = size as usize * size as usize * 3;
+    let per_image = match (manifest.encoding, &manifest.raw_size) {
+        (Encoding::Raw, Some(r)) => r.width as usize * r.height as usize * usize::from(r.channels),
+        _ => JPEG_STAGING_PIXELS * 3,
+    };
+    // Oversized images are staged as their CPU-resized `size × size` RGB output.
+    per_image.max(out)
+}
+
+/// The device `config` asks for: `Device::Cuda(n)`, or for `Device::Auto` the
+/// one the launcher's rule picks for this local rank.
+pub(super) fn ordinal(config: &LoaderConfig) -> Result<usize, LoaderError> {
+    match config.device {
+        Device::Cuda(n) => Ok(n),
+        // The loader resolves Auto to a device before it calls this.
+        Device::Auto => Ok(
+            match crate::launcher::choose_device(Device::Auto, config.placement.local_rank, || {
+                visible_devices().unwrap_or(0)
+            }) {
+                Device::Cuda(n) => n,
+                _ => 0,
+            },
+        ),
+        _ => Err(LoaderError::GpuUnavailable {
+            reason: "the GPU backend was asked to build for a non-CUDA device".into(),
+        }),
+    }
+}
+
+/// The primary context of device `ordinal`, checked against the consumer's
+/// stream (`LoaderBuilder::cuda_stream`), which must belong to it.
+pub(super) fn context(
+    config: &LoaderConfig,
+    ordinal: usize,
+) -> Result<Arc<CudaContext>, LoaderError> {
+    let ctx = CudaContext::new(ordinal).map_err(|e| LoaderError::GpuUnavailable {
+        reason: format!("cannot create a CUDA context on device {ordinal}: {e}"),
+    })?;
+    if let Some(stream) = &config.cuda_stream {
+        if **stream.context() != *ctx {
+            return Err(LoaderError::InvalidConfig {
+                field: "cuda_stream",
+                reason: format!(
+                    "the stream belongs to device {}'s context {:?}, the loader runs in device {ordinal}'s primary context",
+                    stream.context().ordinal(),
+                    stream.context().cu_ctx()
+                ),
+            });
+        }
+    }
+    Ok(ctx)
+}
+
+/// The nvJPEG decoder for a JPEG dataset (`None` for raw records), and the pixel
+/// limit the loader's own probes and CPU decodes apply with it.
+pub(super) fn decoder(
+    ctx: &Arc<CudaContext>,
+    config: &LoaderConfig,
+) -> Result<(Option<Mutex<GpuDecoder>>, Limits), LoaderError> {
+    let options = decoder_options(config);
+    let limits = options.limits;
+    let nvjpeg = match config.dataset.manifest().encoding {
+        Encoding::Jpeg => Some(Mutex::new(GpuDecoder::new(ctx, options).map_err(
+            |e| match e {
+                DecodeError::Load(e) => LoaderError::GpuUnavailable {
+                    reason: format!("nvJPEG (libnvjpeg) could not be loaded: {e}"),
+                },
+                other => LoaderError::Gpu {
+                    op: "nvJPEG decoder creation",
+                    source: Box::new(other),
+                },
+            },
+        )?)),
+        _ => None,
+    };
+    Ok((nvjpeg, limits))
+}
+
+/// The loader's streams.
+pub(super) struct Streams {
+    pub(super) copy: Arc<CudaStream>,
+    pub(super) compute: Arc<CudaStream>,
+    pub(super) decode: [Arc<CudaStream>; 2],
+}
+
+impl Streams {
+    /// The copy, compute and two decode streams, at the highest stream priority.
+    pub(super) fn new(ctx: &Arc<CudaContext>) -> Result<Streams, LoaderError> {
+        // The highest stream priority: the consumer's training kernels fill every
+        // SM, and at equal priority the loader's transforms and nvJPEG's CUDA work
+        // queue behind them (decode throughput collapses under a busy consumer). A
+        // higher-priority stream's blocks are scheduled first as SMs free up (and
+        // may preempt); the loader's work is small, so the consumer loses little.
+        let priority = stream_priority(ctx);
+        let copy = ctx
+            .new_stream_with_priority(priority)
+            .map_err(|e| driver_err("cuStreamCreateWithPriority (copy)", e))?;
+        let compute = ctx
+            .new_stream_with_priority(priority)
+            .map_err(|e| driver_err("cuStreamCreateWithPriority (compute)", e))?;
+        let decode_stream = || {
+            ctx.new_stream_with_priority(priority)
+                .map_err(|e| driver_err("cuStreamCreateWithPriority (decode)", e))
+        };
+        let decode = [decode_stream()?, decode_stream()?];
+        Ok(Streams {
+            copy,
+            compute,
+            decode,
+        })
+    }
+}
+
+/// Sizes of every slot for `config`, outputs of `size × size` in `dtype`.
+pub(super) fn slot_sizes(
+    config: &LoaderConfig,
+    size: u32,
+    dtype: KernelDtype,
+    nvjpeg: bool,
+) -> SlotSizes {
+    let batch = config.batch_size as usize;
+    let stride = staging_stride(&config.dataset, size);
+    SlotSizes {
+        batch,
+        stride,
+        pinned_stride: if nvjpeg {
+            (size as usize).pow(2) * 3
+        } else {
+            stride
+        },
+        out_bytes: batch * 3 * size as usize * size as usize * dtype.size(),
+    }
+}
+
+/// The slot count and the prefetch depth that fit the pinned-memory share
+/// (prefetch lowered, and said, when the asked one does not fit).
+pub(super) fn ring(
+    config: &LoaderConfig,
+    sizes: &SlotSizes,
+) -> Result<(usize, usize), LoaderError> {
+    let Some(slots) = ring_slots(
+        config.prefetch.max(1) as usize,
+        sizes.pinned_bytes(),
+        config.pinned_memory,
+    ) else {
+        return Err(LoaderError::InvalidConfig {
+            field: "pinned_memory",
+            reason: format!(
+                "the staging ring needs at least 3 slots of {} bytes of pinned memory, {} bytes allowed (this process's share of the node's memory by default); lower batch_size or raise pinned_memory",
+                sizes.pinned_bytes(),
+                config.pinned_memory
+            ),
+        });
+    };
+    let prefetch = slots - 2;
+    if prefetch < config.prefetch.max(1) as usize {
+        let msg =
+            "GPU path: prefetch lowered so that the staging ring fits the pinned-memory share";
+        if config.prefetch_explicit {
+            tracing::warn!(
+                asked = config.prefetch,
+                prefetch,
+                pinned_memory = config.pinned_memory,
+                "{msg}"
+            );
+        } else {
+            tracing::info!(
+                asked = config.prefetch,
+                prefetch,
+                pinned_memory = config.pinned_memory,
+                "{msg}"
+            );
+        }
+    }
+    Ok((slots, prefetch))
+}
+
+/// The device bytes of `slots` slots, or an error naming the sizes when the
+/// device has not that much free.
+pub(super) fn device_memory(
+    ctx: &Arc<CudaContext>,
+    slots: usize,
+    sizes: &SlotSizes,
+    ordinal: usize,
+) -> Result<usize, LoaderError> {
+    let want_device = slots * sizes.device_bytes();
+    if let Ok((free, total)) = ctx.mem_get_info() {
+        if want_device > free {
+            return Err(LoaderError::Gpu {
+                op: "device memory for the staging ring",
+                source: format!(
+                    "{slots} slots × {} bytes = {want_device} bytes asked, {free} of {total} bytes free on device {ordinal}; lower batch_size or prefetch",
+                    sizes.device_bytes()
+                )
+                .into(),
+            });
+        }
+    }
+    Ok(want_device)
+}
+
+/// Both ends of the staging ring's free list.
+type FreeList = (Sender<Box<Slot>>, Receiver<Box<Slot>>);
+
+/// The free list of the staging ring, holding `slots` new slots.
+pub(super) fn fill_ring(
+    ctx: &Arc<CudaContext>,
+    compute: &Arc<CudaStream>,
+    sizes: SlotSizes,
+    slots: usize,
+    write_combined: bool,
+) -> Result<FreeList, LoaderError> {
+    // Unbounded: a slot added by `producer::grow` must always find its place back.
+    let (free_tx, free_rx) = crossbeam_channel::unbounded();
+    for _ in 0..slots {
+        let slot = Slot::new(ctx, compute, sizes, write_combined)?;
+        // Cannot fail: the receiver is alive.
+        let _ = free_tx.try_send(Box::new(slot));
+    }
+    Ok((free_tx, free_rx))
+}
+
+/// The reader / CPU-decode threads.
+pub(super) fn reader_pool(workers: usize) -> Result<rayon::ThreadPool, LoaderError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(workers)
+        .thread_name(|i| format!("stoker-gpu-reader-{i}"))
+        .build()
+        .map_err(|e| LoaderError::Thread {
+            thread: "stoker-gpu-reader".into(),
+            reason: e.to_string(),
+        })
+}
+
+/// Raw records: the dataset's map, page-locked, when allowed and possible, so
+/// that records are copied to the device straight from it.
+pub(super) fn register_direct(
+    ctx: &Arc<CudaContext>,
+    config: &LoaderConfig,
+    nvjpeg: bool,
+) -> Option<RegisteredMaps> {
+    if nvjpeg || !config.zero_copy {
+        return None;
+    }
+    let started = std::time::Instant::now();
+    let max = registered::half_of_memory().unwrap_or(0);
+    match RegisteredMaps::register(ctx, &config.dataset, max) {
+        Ok(maps) => {
+            tracing::info!(
+                mib = maps.bytes() >> 20,
+                ms = started.elapsed().as_millis() as u64,
+                "raw records: dataset map page-locked, records go to the device from it"
+            );
+            Some(maps)
+        }
+        Err(reason) => {
+            tracing::info!("raw records: staged through pinned memory ({reason})");
+            None
+        }
+    }
+}
+
+/// Whether records from the registered map go in one batched copy per batch:
+/// where the driver has it, unless `STOKER_H2D_PER_RECORD=1` (a diagnostic,
+/// read here at build) asks for one copy per record.
+pub(super) fn batched_copies(direct: &Option<RegisteredMaps>) -> bool {
+    let per_record = std::env::var_os("STOKER_H2D_PER_RECORD").is_some_and(|v| v == "1");
+    direct.is_some() && !per_record && batch_copy::supported()
+}
+
+/// What the backend is, for [`crate::Stats`]: device, decode route and copies.
+pub(super) fn describe(
+    ordinal: usize,
+    nvjpeg: &Option<Mutex<GpuDecoder>>,
+    direct: &Option<RegisteredMaps>,
+    batched: bool,
+    workers: usize,
+) -> String {
+    match nvjpeg {
+        Some(dec) => {
+            let dec = dec.lock().unwrap_or_else(|p| p.into_inner());
+            match dec.hardware_engines() {
+                Some((engines, cores)) => format!(
+                    "cuda:{ordinal}, nvJPEG hardware engines ({engines} × {cores} cores) + CUDA decoder + CPU fallback"
+                ),
+                None if dec.has_hardware() => format!(
+                    "cuda:{ordinal}, nvJPEG hardware engines + CUDA decoder + CPU fallback"
+                ),
+                None => format!("cuda:{ordinal}, nvJPEG CUDA decoder + CPU fallback (no hardware engines)"),
+            }
+        }
+        None => match direct {
+            Some(maps) => format!(
+                "cuda:{ordinal}, raw records: zero-copy H2D from the page-locked dataset map ({} MiB, {}), {workers} reader threads",
+                maps.bytes() >> 20,
+                if batched { "one batched copy per batch" } else { "one copy per record" }
+            ),
+            None => format!("cuda:{ordinal}, raw records: pinned staging + H2D, {workers} reader threads"),
+        },
+    }
+}
+
+/// Sets the backend's fixed counters: memory, queue depth and threads per stage.
+pub(super) fn report(
+    metrics: &Metrics,
+    sizes: &SlotSizes,
+    slots: usize,
+    prefetch: usize,
+    want_device: usize,
+    host_threads: u64,
+) {
+    metrics.set_pinned_bytes((slots * sizes.pinned_bytes()) as u64);
+    metrics.set_device_bytes(want_device as u64);
+    metrics.set_queue_capacity(prefetch as u64);
+    metrics.set_threads(Stage::Read, host_threads);
+    metrics.set_threads(Stage::Decode, host_threads);
+    metrics.set_threads(Stage::H2d, 1);
+    metrics.set_threads(Stage::Transform, 1);
+    metrics.set_threads(Stage::Handoff, 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stoker_formats::{DatasetWriter, Provenance, RecordMeta, WriterOptions};
+
+    fn dataset(dir: &std::path::Path, encoding: Encoding, w: u32, h: u32) -> Dataset {
+        let mut wr = DatasetWriter::create(
+            dir,
+            WriterOptions {
+                encoding: Some(encoding),
+                ..WriterOptions::default()
+            },
+        )
+        .unwrap();
+        let meta = RecordMeta {
+            encoding,
+            height: h,
+            width: w,
+            channels: 3,
+            label: 0,
+        };
+        let payload = match encoding {
+            Encoding::Raw => vec![7u8; (w * h * 3) as usize],
+            _ => std::fs::read(stoker_testdata::bench_dir().join("00000.jpg")).unwrap(),
+        };
+        wr.push(meta, &payload).unwrap();
+        wr.finish(vec!["c".into()], Provenance::stoker("gpu unit test"))
+            .unwrap();
+        Dataset::open(dir).unwrap()
+    }
+
+    #[test]
+    fn staging_stride_is_the_raw_size_or_the_jpeg_budget_and_never_below_the_output() {
+        let raw = tempfile::tempdir().unwrap();
+        let ds = dataset(raw.path(), Encoding::Raw, 64, 48);
+        assert_eq!(staging_stride(&ds, 32), 64 * 48 * 3);
+        // A 224 output is larger than a 64×48 raw image: the stride holds it.
+        assert_eq!(staging_stride(&ds, 224), 224 * 224 * 3);
+        let jpeg = tempfile::tempdir().unwrap();
+        let ds = dataset(jpeg.path(), Encoding::Jpeg, 500, 375);
+        assert_eq!(staging_stride(&ds, 224), JPEG_STAGING_PIXELS * 3);
+        // The bench images (500×375) are staged as they are.
+        assert!(500 * 375 * 3 <= staging_stride(&ds, 224));
+    }
+
+    #[test]
+    fn slot_sizes_count_every_buffer() {
+        let params = 256 * std::mem::size_of::<crate::gpu::kernel::ImageParams>();
+        let out = 256 * 3 * 224 * 224 * 2;
+        let raw = SlotSizes {
+            batch: 256,
+            stride: 500 * 375 * 3,
+            pinned_stride: 500 * 375 * 3,
+            out_bytes: out,
+        };
+        assert_eq!(raw.pinned_bytes(), 256 * 500 * 375 * 3 + params);
+        assert_eq!(raw.device_bytes(), raw.pinned_bytes() + out);
+        // nvJPEG route: the host stages only CPU-resized oversize images.
+        let jpeg = SlotSizes {
+            pinned_stride: 224 * 224 * 3,
+            ..raw
+        };
+        assert_eq!(jpeg.pinned_bytes(), 256 * 224 * 224 * 3 + params);
+        assert_eq!(jpeg.device_bytes(), raw.device_bytes());
+    }
+
+    #[test]
+    fn the_staging_ring_fits_the_pinned_share() {
+        // Room for all: prefetch + 2.
+        assert_eq!(ring_slots(4, 100, 10_000), Some(6));
+        // Room for 4 slots of 100 bytes: prefetch lowered to 2.
+        assert_eq!(ring_slots(4, 100, 450), Some(4));
+        // One batch in flight needs 3 slots.
+        assert_eq!(ring_slots(4, 100, 300), Some(3));
+        assert_eq!(ring_slots(4, 100, 299), None);
+        assert_eq!(ring_slots(0, 100, u64::MAX), Some(3));
+    }
+
+    #[test]
+    fn cpu_share_threads_follow_the_node_share() {
+        // Alone on 16 cores with 4 lanes: the decoder's own rule.
+        assert_eq!(cpu_share_threads(16, 4), 10);
+        // One of 8 processes on 16 cores (2 each): one thread, never 0.
+        assert_eq!(cpu_share_threads(2, 4), 1);
+    }
+}
