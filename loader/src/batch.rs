@@ -8,8 +8,7 @@ use half::f16;
 
 use crate::dlpack::{self, ManagedTensor};
 
-// At its old path, which the GPU handoff imports.
-pub use crate::config::DType;
+use crate::config::DType;
 
 /// A batch buffer of the host ring. Allocated once at build for a full batch; recycled when
 /// the [`HostImages`] holding it is dropped.

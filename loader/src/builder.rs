@@ -16,8 +16,7 @@ use crate::metrics::Metrics;
 use crate::sampler::{LoaderState, Sampler, Shuffle};
 use crate::transform::Transform;
 
-// At their old paths, which the GPU backend imports.
-pub(crate) use crate::config::{Device, LoaderConfig, Output};
+use crate::config::{Device, LoaderConfig, Output};
 
 /// Settings for a [`Loader`]; see [`Loader::builder`].
 #[derive(Debug)]

@@ -45,7 +45,6 @@ pub(crate) enum Dest<'a> {
     /// does not. A raw record that fits is left in its payload as stored (1 or 3 channels):
     /// the caller copies it into the slot or has the device read it where it is.
     // The GPU backend's staging (one slot per image) reads through this variant.
-    #[allow(dead_code)]
     Slot(&'a mut [u8]),
 }
 
@@ -68,7 +67,6 @@ pub(crate) struct Loaded<'r> {
     pub(crate) height: u32,
     /// Channels of the pixels at `place`: 3, or 1 for a grayscale raw record left in its
     /// payload (only with [`Dest::Slot`], which the GPU backend's staging uses).
-    #[allow(dead_code)]
     pub(crate) channels: u32,
     /// The crop and flip drawn for this sample from `width × height`. Only the pixels inside
     /// the crop are decoded; the rest of the image is unspecified.
@@ -80,7 +78,6 @@ pub(crate) struct Loaded<'r> {
 
 impl Loaded<'_> {
     /// Bytes of the pixels at `place` (what the GPU backend stages).
-    #[allow(dead_code)]
     pub(crate) fn bytes(&self) -> usize {
         self.width as usize * self.height as usize * self.channels as usize
     }
