@@ -19,3 +19,5 @@ cargo run --quiet --release -p zune-patch-check -- testdata 8 40
 # The device check's Python helpers: the `nvidia-smi dmon` parser and the peer-row writer (no GPU needed).
 python3 scripts/device-check.d/dmon_jpg_test.py
 python3 scripts/device-check.d/peer_rows_test.py
+# The source-shape check (module cycles, file and function length) on made-up crates.
+python3 scripts/arch_check_test.py
