@@ -93,7 +93,7 @@ impl LoaderBuilder {
 
     /// Like [`LoaderBuilder::distributed`] with the rank and world the launcher set:
     /// torchrun's `RANK` / `WORLD_SIZE`, else Slurm's `SLURM_PROCID` /
-    /// `SLURM_NTASKS` (details: [`launcher::Placement::from_vars`]); a single process
+    /// `SLURM_NTASKS` (details: [`crate::launcher::Placement::from_vars`]); a single process
     /// when neither is there. The variables are read by [`LoaderBuilder::build`]
     /// (or given with [`LoaderBuilder::placement`]), which reports inconsistent ones.
     ///
@@ -116,7 +116,7 @@ impl LoaderBuilder {
     }
 
     /// Where this process runs in its job, instead of reading the launcher's
-    /// variables at build ([`launcher::Placement::from_env`]): for a caller that knows
+    /// variables at build ([`crate::launcher::Placement::from_env`]): for a caller that knows
     /// better (an embedding with its own launcher, a test). [`Device::Auto`] and the
     /// node-share defaults ([`LoaderBuilder::workers`], [`LoaderBuilder::pinned_memory`])
     /// follow it; rank and world are used with [`LoaderBuilder::distributed_from_env`].
@@ -132,7 +132,7 @@ impl LoaderBuilder {
     }
 
     /// CPU worker threads: the CPU path's workers, the GPU path's reader threads
-    /// (default: this process's share of the node, [`launcher::NodeShare::cores`]:
+    /// (default: this process's share of the node, [`crate::launcher::NodeShare::cores`]:
     /// the available cores divided by the processes on the node, at least 1; all
     /// of them for a single process).
     ///
@@ -147,7 +147,7 @@ impl LoaderBuilder {
 
     /// GPU path: the most page-locked (pinned) host memory the staging ring may
     /// take, in bytes (default: half the machine's memory divided by the processes
-    /// on the node, [`launcher::NodeShare::pinned_bytes`]). A ring of
+    /// on the node, [`crate::launcher::NodeShare::pinned_bytes`]). A ring of
     /// `prefetch + 2` slots that does not fit is built with fewer slots (a lower
     /// prefetch, at least one batch in flight); when even that does not fit,
     /// [`LoaderBuilder::build`] fails naming this setting. The dataset map
@@ -258,9 +258,8 @@ impl LoaderBuilder {
     /// instead of `memcpy` (default `true`). A record is below glibc's
     /// non-temporal threshold, so `memcpy` first reads every destination line into
     /// the cache and writes it back later: memory traffic that competes with the
-    /// device reading the previous slot. Streaming stores write each line once; on
-    /// the H200 machine they raised the raw route from 62k to 82k img/s and from
-    /// 51k to 68k img/s in two runs (docs/BENCHMARKS.md).
+    /// device reading the previous slot. Streaming stores write each line once
+    /// (measured in docs/BENCHMARKS.md).
     ///
     /// # Examples
     ///
@@ -284,11 +283,11 @@ impl LoaderBuilder {
     /// when the shards together take at most half the machine's memory (they stay
     /// resident while the loader lives; registering reads them into the page cache)
     /// and the driver accepts the registration; otherwise, or when `false`, the
-    /// reader threads stage records in pinned memory as before. `stats().backend`
+    /// reader threads stage records in pinned memory. `stats().backend`
     /// says which is in use. Images larger than a staging stride still go through
     /// staging (resized on the CPU). Each batch's records go in one
-    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record
-    /// before, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
+    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record on older
+    /// drivers, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
     /// set when the loader is built).
     ///
     /// Why: the device reads pinned memory more slowly while the host writes to

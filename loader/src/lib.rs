@@ -68,28 +68,42 @@
 //!
 //! # Modules
 //!
+//! Public:
+//!
 //! - [`sampler`]: the per-rank order of sample indices for an epoch, from
 //!   `(shuffle, seed, epoch, rank, world, drop_last, batch_size)` alone.
 //! - [`transform`]: the transform description and the per-sample parameter draw
 //!   ([`transform::Transform::params`]) shared by the CPU and GPU paths.
+//! - [`pixels`]: record → pixels, the step both backends run for every sample (read, check,
+//!   draw the crop, decode only the crop); [`pixels::sample_pixels`] runs it for one record.
 //! - [`dlpack`]: batches as DLPack tensors for other frameworks.
 //! - [`launcher`]: which process of which job this is (torchrun, Slurm, or alone), the GPU
 //!   [`Device::Auto`] takes for it, and its share of the node's cores and memory (the
 //!   defaults of [`LoaderBuilder::workers`] and [`LoaderBuilder::pinned_memory`]).
 //! - [`metrics`]: stage counters (read, decode, transform, h2d, handoff), consumer wait, fed
 //!   ratio, queue occupancy; [`Stats`] is the snapshot (Display, JSON, Prometheus).
-//! - [`pixels`]: record → pixels, the step both backends run for every sample (read, check,
-//!   draw the crop, decode only the crop); [`pixels::sample_pixels`] runs it for one record.
-//! - `pipeline`: the internal contract between [`Loader`] and a backend (see below).
+//! - [`gpu`]: the GPU backend (pinned staging, nvJPEG, CUDA transform) and [`CudaImages`].
+//!
+//! Internal, in the order a loader is made and runs:
+//!
+//! - `config`: the settings vocabulary ([`Device`], [`Output`], [`DType`], [`OnError`],
+//!   [`LoaderConfig`]); plain data every other module reads.
+//! - `builder`: [`LoaderBuilder`], which completes the settings from the placement and the
+//!   node share and checks them.
+//! - `backend`: which backend runs ([`AutoChoice`] decides [`Device::Auto`]) and building it.
+//! - `pipeline`: the contract between the [`Loader`] and a backend (see below).
 //! - `cpu`: the CPU backend (worker threads: read → decode → transform into the batch ring).
-//! - `gpu`: the GPU backend (pinned staging, nvJPEG, CUDA transform), its own issue.
+//! - `batch`: what a backend hands out ([`Batch`], [`Images`], [`HostImages`]).
+//! - `loader`: the [`Loader`] and its [`Epoch`] iterators (consumer-side accounting, resume,
+//!   the next epoch's early start).
 //!
-//! # Contract with the GPU path (`loader/src/gpu/`)
+//! # Contract between the loader and its backends
 //!
-//! The GPU engineer owns `loader/src/gpu/`; everything else in this crate is the loader core.
-//! The two meet at these items (all in this crate, all `pub(crate)` unless noted):
+//! A backend (`cpu`, `gpu`) imports `pipeline`, `pixels`, `config`, `metrics`, `batch` and
+//! `transform`, never `builder` or `loader`. They meet at these items (all `pub(crate)`
+//! unless noted):
 //!
-//! 1. **Backend trait** `pipeline::Pipeline` (`pipeline.rs`):
+//! 1. **Backend trait** `pipeline::Pipeline`:
 //!    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>`.
 //!    `pipeline::EpochPlan` carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
@@ -102,18 +116,19 @@
 //!    position and the fed ratio, so a backend never does that itself.
 //! 2. **Entry point**: `crate::gpu::build(config: &LoaderConfig, metrics: Arc<Metrics>)
 //!    -> Result<gpu::GpuPipeline, LoaderError>` with `gpu::GpuPipeline: Pipeline`, called by
-//!    [`LoaderBuilder::build`] for [`Device::Cuda`] (and for [`Device::Auto`] when a GPU is
+//!    `backend::build_backend` for [`Device::Cuda`] (and for [`Device::Auto`] when a GPU is
 //!    present, falling back to the CPU backend when `gpu::build` returns
-//!    [`LoaderError::GpuUnavailable`]). [`LoaderConfig`] (`builder.rs`) has `pub(crate)` fields:
+//!    [`LoaderError::GpuUnavailable`]). [`LoaderConfig`] has `pub(crate)` fields:
 //!    dataset, batch_size, shuffle, drop_last, transform, output, device, rank, world, prefetch,
-//!    workers, on_error.
+//!    workers, on_error, and the GPU path's options.
 //! 3. **Batches**: [`Batch`] is one struct for both paths; [`Images`] is an enum:
-//!    `Images::Host(HostImages)` (CPU path) and `Images::Cuda(gpu::CudaImages)` (GPU path; the GPU
-//!    engineer defines `pub struct CudaImages`). `Batch { images, labels: Vec<u32>,
-//!    indices: Vec<u64>, epoch, batch_index }`.
-//! 4. **Same crops on both paths**: [`transform::Transform::params`]`(seed, epoch, sample_index,
-//!    src_w, src_h) -> SampleParams { crop: (x, y, w, h), flip }` in source pixels
-//!    (torchvision `RandomResizedCrop` parameterization; eval: resize + center crop).
+//!    `Images::Host(HostImages)` (CPU path) and `Images::Cuda(gpu::CudaImages)` (GPU path).
+//!    `Batch { images, labels: Vec<u32>, indices: Vec<u64>, epoch, index }`.
+//! 4. **Same crops on both paths**: every record goes through `pixels::load_record` (read,
+//!    CRC, [`transform::Transform::params`]`(seed, epoch, sample_index, src_w, src_h)` drawn
+//!    from the image size, crop-only CPU decode), so both backends resize the same rectangle
+//!    ([`SampleParams`]`{ crop: (x, y, w, h), flip }` in source pixels, torchvision
+//!    `RandomResizedCrop` parameterization; eval: resize + center crop).
 //!    [`transform::Transform::out_size`], [`transform::Transform::mean_std`] give the rest.
 //! 5. **Counters**: [`metrics::Metrics`] (`Arc`, all atomics): `record(Stage, items, bytes, busy)`
 //!    for `Stage::{Read, Decode, Transform, H2d, Handoff}`, `count_route(&str)` for per-route

@@ -1,6 +1,6 @@
 //! Record → pixels: the step every backend runs for every sample before its transform.
 //!
-//! [`load_record`] reads record `index`, checks its CRC, draws the sample's crop from the
+//! `load_record` reads record `index`, checks its CRC, draws the sample's crop from the
 //! image size (the JPEG header, or a raw record's geometry), decodes only what the crop
 //! needs, expands grayscale to RGB where the consumer needs RGB, and rejects 0-pixel
 //! images. The CPU backend resizes what it returns; the GPU backend stages it for its

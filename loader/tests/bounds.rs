@@ -1,4 +1,4 @@
-//! Sizes from arguments are checked before anything is allocated (issue 18, item 6): a batch
+//! Sizes from arguments are checked before anything is allocated: a batch
 //! size far above the dataset's length used to size every ring buffer by the batch size and
 //! abort allocating tens of gigabytes. Photos from the repository's `examples/data/sample`.
 //!

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use stoker::loader::AutoChoice;
 use stoker_decode::{cuda_context, probe, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits};
 
 /// Which decoder to use.
@@ -54,28 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_scan_work: args.max_scan_work,
     };
     let mut notes = Vec::new();
-    let gpu = match args.backend {
-        Backend::Cpu => None,
-        Backend::Auto | Backend::Nvjpeg => {
-            let opened = cuda_context(0).and_then(|ctx| {
-                GpuDecoder::new(
-                    &ctx,
-                    GpuDecoderOptions {
-                        limits,
-                        ..GpuDecoderOptions::default()
-                    },
-                )
-            });
-            match opened {
-                Ok(d) => Some(d),
-                Err(e) if args.backend == Backend::Auto => {
-                    notes.push(format!("nvJPEG unavailable ({e}); decoded on the CPU"));
-                    None
-                }
-                Err(e) => return Err(e).context("--backend nvjpeg"),
-            }
-        }
-    };
+    let gpu = open_gpu(args.backend, limits, &mut notes)?;
     let backend = if gpu.is_some() { "nvjpeg" } else { "cpu" };
     let header = probe(&data, &limits);
     let decoded = match gpu {
@@ -169,6 +149,41 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The nvJPEG decoder `backend` asks for, or `None` to decode on the CPU. `auto` decides
+/// as the loader's `Device::Auto` does ([`AutoChoice`], for one process: local rank 0)
+/// and notes why it fell back, in the loader's words.
+fn open_gpu(
+    backend: Backend,
+    limits: Limits,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<Option<GpuDecoder>> {
+    let open = |ordinal| {
+        cuda_context(ordinal).and_then(|ctx| {
+            GpuDecoder::new(
+                &ctx,
+                GpuDecoderOptions {
+                    limits,
+                    ..GpuDecoderOptions::default()
+                },
+            )
+        })
+    };
+    let choice = match backend {
+        Backend::Cpu => return Ok(None),
+        Backend::Nvjpeg => return open(0).map(Some).context("--backend nvjpeg"),
+        Backend::Auto => AutoChoice::for_local_rank(0),
+    };
+    let choice = match choice {
+        AutoChoice::Gpu { ordinal, .. } => match open(ordinal) {
+            Ok(decoder) => return Ok(Some(decoder)),
+            Err(e) => AutoChoice::unavailable(format!("nvJPEG unavailable ({e})")),
+        },
+        cpu => cpu,
+    };
+    notes.extend(choice.fallback_note());
+    Ok(None)
 }
 
 const TRUNCATED: &str = "truncated: the image's data ends before its end-of-image marker (FF D9); the decoder would fill the rest in gray";

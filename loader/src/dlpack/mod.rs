@@ -47,7 +47,7 @@ use std::ptr::NonNull;
 use cudarc::driver::sys::CUstream;
 use half::f16;
 
-use crate::batch::DType;
+use crate::config::DType;
 use crate::error::LoaderError;
 use sys::{DLDataType, DLDevice, DLManagedTensor, DLTensor};
 

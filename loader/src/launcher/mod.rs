@@ -1,6 +1,6 @@
 //! Which process of which job this is, read once from the launcher's environment
 //! (torchrun, then Slurm, then a single process) into a [`Placement`]; the GPU
-//! [`Device::Auto`] takes for it ([`choose_device`]); and this process's fair
+//! [`crate::Device::Auto`] takes for it ([`choose_device`]); and this process's fair
 //! share of the node's cores and memory ([`NodeShare`]).
 //!
 //! Everything here is a pure function of its inputs (an environment lookup, a

@@ -1,0 +1,83 @@
+//! `stoker decode --backend auto` and the loader's `Device::Auto` decide with the same rule
+//! (`stoker_loader::AutoChoice`) and say the same thing when they fall back to the CPU.
+
+use std::process::Command;
+
+use stoker_formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+use stoker_loader::{AutoChoice, Device, Loader, Placement};
+
+const PHOTO: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/data/sample/caer/tent.jpg"
+);
+
+/// A one-record dataset of `jpeg` (its size from the header).
+fn dataset(dir: &std::path::Path, jpeg: &[u8]) -> Dataset {
+    let info = stoker_decode::probe(jpeg, &stoker_decode::Limits::default()).unwrap();
+    let mut w = DatasetWriter::create(dir, WriterOptions::default()).unwrap();
+    let meta = RecordMeta {
+        encoding: Encoding::Jpeg,
+        height: info.height,
+        width: info.width,
+        channels: 3,
+        label: 0,
+    };
+    w.push(meta, jpeg).unwrap();
+    w.finish(vec![], Provenance::stoker("cli_decode test"))
+        .unwrap();
+    Dataset::open(dir).unwrap()
+}
+
+#[test]
+fn decode_backend_auto_falls_back_for_the_reason_the_loader_gives() {
+    let jpeg = std::fs::read(PHOTO).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let loader = Loader::builder(dataset(dir.path(), &jpeg))
+        .device(Device::Auto)
+        .placement(Placement::single())
+        .workers(1)
+        .build()
+        .unwrap();
+    let device = loader.stats().device;
+
+    let out = Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .args(["decode", PHOTO, "--backend", "auto", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+
+    match AutoChoice::for_local_rank(0) {
+        AutoChoice::Cpu { reason } => {
+            // No usable GPU (this machine): both fall back, for the same reason.
+            assert_eq!(device, format!("cpu (Device::Auto: {reason})"));
+            assert_eq!(v["backend"], "cpu", "{v}");
+            assert_eq!(
+                notes,
+                [format!("Device::Auto fell back to the CPU: {reason}")],
+                "{v}"
+            );
+        }
+        choice => {
+            // A GPU machine: the loader took the chosen device or fell back opening it;
+            // the CLI either decoded with nvJPEG or said why it could not.
+            println!("a GPU is present ({choice:?}): checking the GPU side of the rule");
+            match device.strip_prefix("cpu (Device::Auto: ") {
+                None => assert_eq!(device, choice.describe()),
+                Some(_) => assert!(!notes.is_empty(), "{device} / {v}"),
+            }
+            if v["backend"] == "cpu" {
+                assert!(
+                    notes[0].starts_with("Device::Auto fell back to the CPU: "),
+                    "{v}"
+                );
+            }
+        }
+    }
+}
