@@ -9,26 +9,23 @@ pub mod audit;
 pub(crate) mod lock;
 mod markers;
 mod part;
+mod pipeline;
 mod source;
 mod transcode;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::Instant;
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::input_file::{read_input_file, refusal_reason};
 use crate::manifest::{PartInfo, Provenance, RawSize, ShardEntry, MANIFEST_FILE};
-use crate::record::{Encoding, HEADER_LEN};
+use crate::record::Encoding;
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions, DEFAULT_SHARD_BYTES};
 use crate::FormatError;
 use audit::Audit;
 pub use part::{Part, MAX_PARTS};
 pub use source::{Layout, Source};
-use transcode::{Outcome, Processed};
 
 /// True when `data` is a JPEG whose primary image is complete: its end-of-image marker
 /// comes before the data ends. The decoders fill missing scan data in without an error, so
@@ -429,7 +426,7 @@ pub fn convert(
     if start_input > 0 {
         progress.advance(start_input as u64, totals.input_bytes);
     }
-    let result = run(
+    let result = pipeline::run(
         options,
         &inputs[start_input..],
         start_input,
@@ -490,141 +487,6 @@ fn finished_part(
     }
     let m = crate::manifest::Manifest::read(out)?;
     Ok((m.part.as_ref() == Some(want)).then_some(m))
-}
-
-/// Processes `inputs` (the tail of the listing from `first`) and writes them in order.
-fn run(
-    options: &ConvertOptions,
-    inputs: &[source::Input],
-    first: usize,
-    fingerprint: u32,
-    writer: &mut DatasetWriter,
-    totals: &mut Totals,
-    progress: &dyn Progress,
-) -> Result<(), FormatError> {
-    let jobs = options
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .thread_name(|i| format!("stoker-convert-{i}"))
-        .build()
-        .map_err(|e| FormatError::InvalidOptions(format!("cannot start {jobs} threads: {e}")))?;
-    let chunk = (jobs * 16).max(16);
-    let (tx, rx) = mpsc::sync_channel::<Vec<Processed>>(2);
-    std::thread::scope(|scope| {
-        let producer = scope.spawn(move || {
-            for part in inputs.chunks(chunk) {
-                let done: Vec<Processed> = pool.install(|| {
-                    part.par_iter()
-                        .map(|input| {
-                            let read = match &input.refused {
-                                Some(reason) => Err(reason.clone()),
-                                None => read_input_file(&input.path, options.max_file_size)
-                                    .map_err(|e| refusal_reason(&e)),
-                            };
-                            match read {
-                                Ok(data) => transcode::process(&data, input.label, options),
-                                Err(reason) => Processed {
-                                    outcome: Outcome::Skip(reason),
-                                    jpeg: None,
-                                    other_image: false,
-                                    input_bytes: 0,
-                                },
-                            }
-                        })
-                        .collect()
-                });
-                if tx.send(done).is_err() {
-                    break; // the writer stopped on an error
-                }
-            }
-        });
-        let mut pos = first;
-        let result = (|| {
-            for batch in rx.iter() {
-                for p in batch {
-                    let input = &inputs[pos - first];
-                    write_one(
-                        options,
-                        input,
-                        p,
-                        pos,
-                        fingerprint,
-                        writer,
-                        totals,
-                        progress,
-                    )?;
-                    pos += 1;
-                }
-            }
-            Ok(())
-        })();
-        drop(rx);
-        let _ = producer.join();
-        result
-    })
-}
-
-#[allow(clippy::too_many_arguments)]
-fn write_one(
-    options: &ConvertOptions,
-    input: &source::Input,
-    p: Processed,
-    pos: usize,
-    fingerprint: u32,
-    writer: &mut DatasetWriter,
-    totals: &mut Totals,
-    progress: &dyn Progress,
-) -> Result<(), FormatError> {
-    match p.outcome {
-        Outcome::Skip(reason) => {
-            if options.strict {
-                return Err(FormatError::StrictInput {
-                    path: input.path.clone(),
-                    reason,
-                });
-            }
-            progress.skipped(&input.path, &reason);
-            totals.skipped.push(Skipped {
-                path: input.path.clone(),
-                reason,
-            });
-        }
-        Outcome::Record {
-            meta,
-            payload,
-            stored,
-            for_gpu,
-        } => {
-            if let Some(n) = options.fail_after {
-                if writer.next_index() >= n {
-                    return Err(FormatError::Injected {
-                        written: writer.next_index(),
-                    });
-                }
-            }
-            let value_len = (HEADER_LEN + payload.len()) as u64;
-            if writer.roll_if_needed(value_len)?.is_some() {
-                // A shard was finished before this input: save how far we got.
-                save_journal(&options.out, fingerprint, pos, writer, totals)?;
-            }
-            writer.push(meta, &payload)?;
-            if stored {
-                totals.stored += 1;
-            } else {
-                totals.transcoded += 1;
-            }
-            totals.audit.reencoded_for_gpu += u64::from(for_gpu);
-        }
-    }
-    if let Some(c) = &p.jpeg {
-        totals.audit.add_jpeg(c);
-    }
-    totals.audit.other_images += u64::from(p.other_image);
-    totals.input_bytes += p.input_bytes;
-    progress.advance(1, p.input_bytes);
-    Ok(())
 }
 
 fn save_journal(
