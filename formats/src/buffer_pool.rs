@@ -73,6 +73,10 @@ mod tests {
         pool.give(vec![0u8; 100]);
         pool.give(vec![0u8; 100]);
         assert!(pool.take().capacity() >= 100);
-        assert_eq!(pool.take().capacity(), 0, "the second buffer was over the bound");
+        assert_eq!(
+            pool.take().capacity(),
+            0,
+            "the second buffer was over the bound"
+        );
     }
 }

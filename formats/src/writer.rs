@@ -8,8 +8,8 @@ use std::sync::Arc;
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, PutFlags};
 
-use crate::convert::audit::Audit;
 use crate::buffer_pool::BufferPool;
+use crate::convert::audit::Audit;
 use crate::manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };

@@ -2,14 +2,14 @@
 //! and one writer takes their results in input order, so the output never depends on which
 //! thread finished first.
 
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 use rayon::prelude::*;
 
 use super::transcode::{self, Outcome, Processed};
 use super::{save_journal, source, ConvertOptions, Progress, Skipped, Totals};
-use crate::input_file::{read_input_into, refusal_reason};
 use crate::buffer_pool::BufferPool;
+use crate::input_file::{read_input_into, refusal_reason};
 use crate::record::HEADER_LEN;
 use crate::writer::{DatasetWriter, TXN_BYTES};
 use crate::FormatError;
@@ -38,10 +38,15 @@ pub(super) fn run(
     let buffers = Arc::new(BufferPool::new(2 * TXN_BYTES));
     writer.set_buffer_pool(buffers.clone());
     let buffers = &buffers;
-    let (tx, rx) = mpsc::sync_channel::<Vec<Processed>>(2);
+    // The workers read on while the writer commits a transaction, up to this many bytes.
+    let ahead = &ReadAhead::new(TXN_BYTES / 2);
+    let (tx, rx) = mpsc::sync_channel::<Vec<Processed>>(64);
     std::thread::scope(|scope| {
         let producer = scope.spawn(move || {
             for part in inputs.chunks(chunk) {
+                if !ahead.wait_for_room() {
+                    break; // the writer stopped on an error
+                }
                 let done: Vec<Processed> = pool.install(|| {
                     part.par_iter()
                         .map(|input| {
@@ -66,6 +71,7 @@ pub(super) fn run(
                         })
                         .collect()
                 });
+                ahead.add(done.iter().map(held_bytes).sum());
                 if tx.send(done).is_err() {
                     break; // the writer stopped on an error
                 }
@@ -74,6 +80,7 @@ pub(super) fn run(
         let mut pos = first;
         let result = (|| {
             for batch in rx.iter() {
+                ahead.taken(batch.iter().map(held_bytes).sum());
                 for p in batch {
                     let input = &inputs[pos - first];
                     write_one(
@@ -91,6 +98,7 @@ pub(super) fn run(
             }
             Ok(())
         })();
+        ahead.close();
         drop(rx);
         let _ = producer.join();
         result
@@ -159,3 +167,60 @@ fn write_one(
     Ok(())
 }
 
+/// Payload bytes a worker's result holds.
+fn held_bytes(p: &Processed) -> usize {
+    match &p.outcome {
+        Outcome::Record { payload, .. } => payload.len(),
+        Outcome::Skip(_) => 0,
+    }
+}
+
+/// Bytes the workers have read that the writer has not yet taken.
+///
+/// The workers start a chunk only while this is at most `max`, so they keep reading while
+/// the writer is busy committing a transaction, and hold at most `max` plus one chunk.
+struct ReadAhead {
+    /// Bytes waiting, and whether the writer has stopped (then nobody waits any more).
+    state: Mutex<(usize, bool)>,
+    room: Condvar,
+    max: usize,
+}
+
+impl ReadAhead {
+    fn new(max: usize) -> ReadAhead {
+        ReadAhead {
+            state: Mutex::new((0, false)),
+            room: Condvar::new(),
+            max,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, bool)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until there is room for another chunk; false when the writer has stopped.
+    fn wait_for_room(&self) -> bool {
+        let mut s = self.lock();
+        while s.0 > self.max && !s.1 {
+            s = self.room.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        !s.1
+    }
+
+    fn add(&self, bytes: usize) {
+        self.lock().0 += bytes;
+    }
+
+    fn taken(&self, bytes: usize) {
+        let mut s = self.lock();
+        s.0 = s.0.saturating_sub(bytes);
+        self.room.notify_all();
+    }
+
+    /// The writer stopped: wake and release any waiting worker.
+    fn close(&self) {
+        self.lock().1 = true;
+        self.room.notify_all();
+    }
+}
