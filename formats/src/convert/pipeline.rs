@@ -6,8 +6,11 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 use rayon::prelude::*;
 
+use super::journal::{save_journal, Totals};
+use super::options::ConvertOptions;
+use super::report::{Progress, Skipped};
+use super::source;
 use super::transcode::{self, Outcome, Processed};
-use super::{save_journal, source, ConvertOptions, Progress, Skipped, Totals};
 use crate::buffer_pool::BufferPool;
 use crate::input_file::{read_input_into, refusal_reason};
 use crate::record::HEADER_LEN;

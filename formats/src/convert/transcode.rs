@@ -11,7 +11,7 @@ use stoker_decode::{probe, CpuDecoder, Limits};
 
 use super::audit::JpegClass;
 use super::markers::primary_image_end;
-use super::{ConvertOptions, ResizeMode};
+use super::options::{ConvertOptions, ResizeMode};
 use crate::record::Encoding;
 use crate::writer::RecordMeta;
 
