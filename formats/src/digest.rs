@@ -1,7 +1,8 @@
 //! Whole-file digests of shards: xxh3-64 (format version 2) and CRC32C (version 1).
 //!
-//! Files are read with `read`, not mapped: a shard truncated while it is hashed gives a short
-//! read (reported as a size or digest mismatch), where a mapping would raise SIGBUS.
+//! Shards that may be shared are read with `read`, not mapped: a shard truncated while it is
+//! hashed gives a short read (reported as a size or digest mismatch), where a mapping would
+//! raise SIGBUS. The writer hashes its own just-written temporary file through a map.
 
 use std::fs::File;
 use std::io::Read;
@@ -51,6 +52,50 @@ pub(crate) fn xxh3_of(path: &Path) -> Result<(u64, u64), FormatError> {
     digest_file(path, &mut f, DigestKind::Xxh3)
 }
 
+/// Length and xxh3-64 of a shard file this process has just written and closed, hashed
+/// from its pages in place (a read-only map) rather than copied out with `read`.
+///
+/// Mapping the pages, not hashing them, is most of the cost, and the hash has to run in file
+/// order; so while this thread hashes from the start, a second thread faults in the second
+/// half of the map, and the two halves are mapped at the same time.
+///
+/// Only for the writer's own temporary file: its name is private to one writer, which
+/// created it, and LMDB itself reads the same pages through a map of the file during every
+/// transaction, so a file truncated from outside already fails the writer the same way.
+pub(crate) fn xxh3_of_written(path: &Path) -> Result<(u64, u64), FormatError> {
+    let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+    let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
+    if len == 0 {
+        return Ok((0, xxhash_rust::xxh3::xxh3_64(&[])));
+    }
+    // SAFETY: the map is read-only and dropped before this function returns; the file is the
+    // writer's temporary shard, closed by LMDB and written by nobody else while it is mapped
+    // (see above), so its bytes and length do not change under the map.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FormatError::io(path, e))?;
+    // Below this a second thread costs more than it saves.
+    const PARALLEL_FROM: usize = 8 << 20;
+    let digest = if map.len() < PARALLEL_FROM {
+        xxhash_rust::xxh3::xxh3_64(&map)
+    } else {
+        std::thread::scope(|s| {
+            let second_half = &map[map.len() / 2..];
+            s.spawn(|| fault_in(second_half));
+            xxhash_rust::xxh3::xxh3_64(&map)
+        })
+    };
+    Ok((map.len() as u64, digest))
+}
+
+/// Reads one byte of every page of `data`, so that its pages are mapped.
+fn fault_in(data: &[u8]) {
+    const PAGE: usize = 4096;
+    let mut sum = 0u8;
+    for i in (0..data.len()).step_by(PAGE) {
+        sum = sum.wrapping_add(data[i]);
+    }
+    std::hint::black_box(sum);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +135,6 @@ mod tests {
             xxh3_of(&p).unwrap(),
             (200 + 32, xxhash_rust::xxh3::xxh3_64(&a))
         );
+        assert_eq!(xxh3_of_written(&p).unwrap(), xxh3_of(&p).unwrap());
     }
 }

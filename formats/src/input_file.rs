@@ -3,7 +3,6 @@
 //! device file, a pipe or a multi-gigabyte file is refused before any of it is read.
 
 use std::fs::{File, FileType, Metadata, OpenOptions};
-use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -74,6 +73,19 @@ fn check(path: &Path, meta: &Metadata, limit: u64) -> Result<(), FormatError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn read_input_file(path: &Path, limit: u64) -> Result<Vec<u8>, FormatError> {
+    read_input_into(path, limit, Vec::new())
+}
+
+/// [`read_input_file`] into `buf`, a recycled buffer (its contents are discarded, its
+/// capacity is used) or an empty one.
+///
+/// The bytes go straight into the buffer's spare capacity, which is neither zeroed first nor
+/// grown in steps: one `read` sized by `fstat` and one that finds the end.
+pub(crate) fn read_input_into(
+    path: &Path,
+    limit: u64,
+    buf: Vec<u8>,
+) -> Result<Vec<u8>, FormatError> {
     let io = |e| FormatError::io(path, e);
     check(path, &std::fs::metadata(path).map_err(io)?, limit)?;
     let file: File = OpenOptions::new()
@@ -83,10 +95,7 @@ pub fn read_input_file(path: &Path, limit: u64) -> Result<Vec<u8>, FormatError> 
         .map_err(io)?;
     let meta = file.metadata().map_err(io)?;
     check(path, &meta, limit)?;
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut data)
-        .map_err(io)?;
+    let data = read_bounded(&file, meta.len(), limit, buf).map_err(io)?;
     if data.len() as u64 > limit {
         return Err(FormatError::FileTooLarge {
             path: path.to_path_buf(),
@@ -95,6 +104,43 @@ pub fn read_input_file(path: &Path, limit: u64) -> Result<Vec<u8>, FormatError> 
         });
     }
     Ok(data)
+}
+
+/// Reads `file` to its end into `buf` (cleared first), stopping once more than `limit` bytes
+/// are in: the caller refuses such a file, and a file growing without end cannot take more
+/// memory than `limit + 1` bytes beyond what `buf` already had.
+///
+/// `expected` (the size `fstat` gave) sizes the buffer one byte larger, so that the second
+/// read already meets the end; a file that grew since is read on, the buffer doubling.
+fn read_bounded(
+    file: &File,
+    expected: u64,
+    limit: u64,
+    mut buf: Vec<u8>,
+) -> std::io::Result<Vec<u8>> {
+    let most = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
+    let first = usize::try_from(expected.saturating_add(1)).map_or(most, |e| e.min(most));
+    buf.clear();
+    buf.reserve_exact(first);
+    loop {
+        if buf.len() == buf.capacity() {
+            if buf.len() >= most {
+                break;
+            }
+            let more = buf.len().max(4096).min(most - buf.len());
+            buf.reserve_exact(more);
+        }
+        match rustix::io::read(file, rustix::buffer::spare_capacity(&mut buf)) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if buf.len() > limit as usize {
+            break;
+        }
+    }
+    Ok(buf)
 }
 
 /// Why an input was refused, without its path (the converter reports the path beside it).
@@ -146,6 +192,32 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("zero.jpg"), "{e}");
+    }
+
+    #[test]
+    fn recycled_buffer_larger_than_the_file_holds_only_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.jpg");
+        std::fs::write(&p, b"abc").unwrap();
+        let mut old = Vec::with_capacity(100);
+        old.extend_from_slice(&[9u8; 100]);
+        assert_eq!(read_input_into(&p, 1 << 20, old).unwrap(), b"abc");
+        let e = read_input_into(&p, 2, vec![9u8; 100]).unwrap_err();
+        assert!(matches!(e, FormatError::FileTooLarge { .. }), "{e}");
+    }
+
+    #[test]
+    fn file_that_grew_after_fstat_is_read_to_its_end_or_stopped_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.jpg");
+        let data: Vec<u8> = (0..20_000u32).map(|i| i as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        // `expected` as if fstat had seen an older, shorter file.
+        let got = read_bounded(&File::open(&p).unwrap(), 10, 1 << 20, Vec::new()).unwrap();
+        assert_eq!(got, data);
+        let got = read_bounded(&File::open(&p).unwrap(), 10, 15_000, Vec::new()).unwrap();
+        assert!(got.len() > 15_000 && got.len() <= 20_000, "{}", got.len());
+        assert_eq!(got[..], data[..got.len()]);
     }
 
     #[test]

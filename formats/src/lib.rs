@@ -38,6 +38,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod buffer_pool;
 pub mod convert;
 mod dataset;
 mod digest;

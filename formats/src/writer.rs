@@ -3,10 +3,12 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, PutFlags};
 
+use crate::buffer_pool::BufferPool;
 use crate::convert::audit::Audit;
 use crate::manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
@@ -18,7 +20,7 @@ use crate::FormatError;
 /// Default target size of one shard: 1 GiB.
 pub const DEFAULT_SHARD_BYTES: u64 = 1 << 30;
 /// Records are buffered and written in transactions of about this many bytes.
-const TXN_BYTES: usize = 64 << 20;
+pub(crate) const TXN_BYTES: usize = 64 << 20;
 /// Smallest memory map a shard starts with.
 const INITIAL_MAP: usize = 16 << 20;
 
@@ -99,6 +101,8 @@ pub struct DatasetWriter {
     payload_bytes: u64,
     /// Recorded in the manifest of one part of a partitioned conversion.
     part: Option<PartInfo>,
+    /// Where payload buffers go once their transaction has committed.
+    pool: Option<Arc<BufferPool>>,
 }
 
 impl std::fmt::Debug for DatasetWriter {
@@ -122,9 +126,19 @@ struct ShardBuilder {
     value_bytes: u64,
     map_size: usize,
     page_size: usize,
-    /// Values not yet committed: concatenated bytes and (index, end offset).
-    pending: Vec<u8>,
-    pending_ends: Vec<(u64, usize)>,
+    /// Records not yet committed, in index order.
+    pending: Vec<Pending>,
+    /// Bytes of values (header + payload) in `pending`: a transaction is committed when this
+    /// reaches `TXN_BYTES`, so commit points depend on record sizes alone.
+    pending_bytes: usize,
+    pool: Option<Arc<BufferPool>>,
+}
+
+/// A record waiting for its transaction.
+struct Pending {
+    index: u64,
+    header: [u8; HEADER_LEN],
+    payload: Vec<u8>,
 }
 
 impl DatasetWriter {
@@ -171,6 +185,7 @@ impl DatasetWriter {
             raw_size: None,
             payload_bytes: 0,
             part: None,
+            pool: None,
         })
     }
 
@@ -193,6 +208,19 @@ impl DatasetWriter {
     /// `height × width × channels`, a raw size differing from earlier records, or a payload over
     /// 4 GiB; I/O and LMDB errors.
     pub fn push(&mut self, meta: RecordMeta, payload: &[u8]) -> Result<u64, FormatError> {
+        let crc = crc32c::crc32c(payload);
+        self.push_owned(meta, payload.to_vec(), crc)
+    }
+
+    /// [`DatasetWriter::push`] of a payload the writer takes over, with its CRC32C computed
+    /// by the caller (the converter's workers, in parallel): the bytes are copied once, into
+    /// the transaction's page.
+    pub(crate) fn push_owned(
+        &mut self,
+        meta: RecordMeta,
+        payload: Vec<u8>,
+        crc32c: u32,
+    ) -> Result<u64, FormatError> {
         let payload_len = u32::try_from(payload.len()).map_err(|_| FormatError::InvalidRecord {
             index: self.next_index,
             reason: format!("payload of {} bytes exceeds 4 GiB", payload.len()),
@@ -205,9 +233,9 @@ impl DatasetWriter {
             channels: meta.channels,
             label: meta.label,
             payload_len,
-            crc32c: crc32c::crc32c(payload),
+            crc32c,
         };
-        self.push_header_unchecked(header, payload)
+        self.push_record(header, payload)
     }
 
     /// Appends a record with the header exactly as given: payload length and CRC are not
@@ -221,26 +249,39 @@ impl DatasetWriter {
         header: RecordHeader,
         payload: &[u8],
     ) -> Result<u64, FormatError> {
-        let value_len = (HEADER_LEN + payload.len()) as u64;
-        self.roll_if_needed(value_len)?;
+        self.push_record(header, payload.to_vec())
+    }
+
+    fn push_record(&mut self, header: RecordHeader, payload: Vec<u8>) -> Result<u64, FormatError> {
+        let payload_len = payload.len();
+        let value_len = HEADER_LEN + payload_len;
+        self.roll_if_needed(value_len as u64)?;
         if self.current.is_none() {
-            let started = ShardBuilder::start(&self.out_dir, self.done.len(), self.next_index);
+            let started = ShardBuilder::start(
+                &self.out_dir,
+                self.done.len(),
+                self.next_index,
+                self.pool.clone(),
+            );
             self.current = Some(started.map_err(|e| self.space_error(e))?);
         }
         let index = self.next_index;
         let b = self.current.as_mut().expect("shard just started");
-        b.pending.extend_from_slice(&header.to_bytes());
-        b.pending.extend_from_slice(payload);
-        b.pending_ends.push((index, b.pending.len()));
+        b.pending.push(Pending {
+            index,
+            header: header.to_bytes(),
+            payload,
+        });
+        b.pending_bytes += value_len;
         b.count += 1;
-        b.value_bytes += value_len;
-        if b.pending.len() >= TXN_BYTES {
+        b.value_bytes += value_len as u64;
+        if b.pending_bytes >= TXN_BYTES {
             if let Err(e) = b.flush() {
                 return Err(self.space_error(e));
             }
         }
         self.next_index += 1;
-        self.payload_bytes += payload.len() as u64;
+        self.payload_bytes += payload_len as u64;
         Ok(index)
     }
 
@@ -366,6 +407,12 @@ impl DatasetWriter {
         out_of_space(e, &self.out_dir, self.next_index, bytes)
     }
 
+    /// Sends payload buffers to `pool` once their transaction has committed, for the
+    /// converter's readers to fill again.
+    pub(crate) fn set_buffer_pool(&mut self, pool: Arc<BufferPool>) {
+        self.pool = Some(pool);
+    }
+
     /// Marks the dataset as one part of a partitioned conversion.
     pub(crate) fn set_part(&mut self, part: PartInfo) {
         self.part = Some(part);
@@ -468,7 +515,12 @@ fn remove_temporaries(dir: &Path) -> Result<(), FormatError> {
 }
 
 impl ShardBuilder {
-    fn start(out_dir: &Path, i: usize, first_index: u64) -> Result<ShardBuilder, FormatError> {
+    fn start(
+        out_dir: &Path,
+        i: usize,
+        first_index: u64,
+        pool: Option<Arc<BufferPool>>,
+    ) -> Result<ShardBuilder, FormatError> {
         let file = shard_file_name(i);
         let tmp_path = out_dir.join(format!("{file}.tmp"));
         match std::fs::remove_file(&tmp_path) {
@@ -506,7 +558,8 @@ impl ShardBuilder {
             map_size: INITIAL_MAP,
             page_size,
             pending: Vec::new(),
-            pending_ends: Vec::new(),
+            pending_bytes: 0,
+            pool,
         })
     }
 
@@ -523,15 +576,14 @@ impl ShardBuilder {
 
     /// Commits the pending values in one write transaction, growing the map first if needed.
     fn flush(&mut self) -> Result<(), FormatError> {
-        if self.pending_ends.is_empty() {
+        if self.pending.is_empty() {
             return Ok(());
         }
-        let mut need: usize = 0;
-        let mut start = 0;
-        for &(_, end) in &self.pending_ends {
-            need += self.space_bound(end - start);
-            start = end;
-        }
+        let need: usize = self
+            .pending
+            .iter()
+            .map(|p| self.space_bound(HEADER_LEN + p.payload.len()))
+            .sum();
         let info = self.env.info();
         let used = (info.last_page_number + 1) * self.page_size;
         // Branch pages, copy-on-write of the last leaf and branch path, free-list pages.
@@ -547,22 +599,36 @@ impl ShardBuilder {
             .env
             .write_txn()
             .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
-        let mut start = 0;
-        for &(index, end) in &self.pending_ends {
-            self.db
-                .put_with_flags(
+        for p in &self.pending {
+            let payload = &p.payload[..];
+            let key = shard::key(p.index);
+            // LMDB reserves the value's space in its page and the record is written there
+            // directly: the same bytes, flags and order as a copying put, so the same file.
+            // `NO_OVERWRITE` comes with this call; with `APPEND` and keys that only ascend
+            // (record indices) no key ever exists already.
+            let existing = self
+                .db
+                .get_or_put_reserved_with_flags(
                     &mut wtxn,
                     PutFlags::APPEND,
-                    &shard::key(index),
-                    &self.pending[start..end],
+                    &key,
+                    HEADER_LEN + payload.len(),
+                    |space| {
+                        space.write_all(&p.header)?;
+                        space.write_all(payload)
+                    },
                 )
                 .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
-            start = end;
+            debug_assert!(existing.is_none(), "record keys ascend");
         }
         wtxn.commit()
             .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
-        self.pending.clear();
-        self.pending_ends.clear();
+        self.pending_bytes = 0;
+        for p in self.pending.drain(..) {
+            if let Some(pool) = &self.pool {
+                pool.give(p.payload);
+            }
+        }
         Ok(())
     }
 
@@ -580,7 +646,7 @@ impl ShardBuilder {
             std::fs::set_permissions(&self.tmp_path, std::fs::Permissions::from_mode(0o644))
                 .map_err(|e| FormatError::io(&self.tmp_path, e))?;
         }
-        let (bytes, digest) = crate::digest::xxh3_of(&self.tmp_path)?;
+        let (bytes, digest) = crate::digest::xxh3_of_written(&self.tmp_path)?;
         let entry = ShardEntry {
             file: self.file.clone(),
             first_index: self.first_index,

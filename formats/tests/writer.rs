@@ -309,3 +309,58 @@ fn every_payload_is_a_slice_of_its_shards_mapped_bytes() {
         assert_eq!(&map[start..start + want.len()], &want[..], "record {i}");
     }
 }
+
+/// The writer fills LMDB's reserved value space instead of handing LMDB a copy to put: the
+/// shard must stay the file a copying put makes (same pages, same bytes), or datasets and
+/// their digests would change with the writer's internals.
+#[test]
+fn reserved_value_writes_make_the_same_shard_bytes_as_a_copying_put() {
+    use heed::types::Bytes;
+    use heed::{EnvFlags, EnvOpenOptions, PutFlags};
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path().join("ds"), WriterOptions::default()).unwrap();
+    // Small values (in the leaf pages) and large ones (on overflow pages), across leaf splits.
+    let mut values = Vec::new();
+    for i in 0..600u32 {
+        let len = if i % 7 == 0 {
+            9_000 + i as usize
+        } else {
+            40 + i as usize % 300
+        };
+        let payload: Vec<u8> = (0..len).map(|b| (b as u32 * 31 + i) as u8).collect();
+        w.push(jpeg(i % 5), &payload).unwrap();
+        values.push(payload);
+    }
+    w.finish(vec!["c".into()], Provenance::stoker("test"))
+        .unwrap();
+    let ours = std::fs::read(dir.path().join("ds/shard-00000.lmdb")).unwrap();
+
+    // The same records put the copying way, with the writer's environment settings.
+    let copy_path = dir.path().join("copy.lmdb");
+    let mut opts = EnvOpenOptions::new();
+    opts.map_size(16 << 20).max_dbs(0);
+    // SAFETY: as in the writer: a private new file, synced explicitly, used by this thread.
+    unsafe { opts.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_LOCK | EnvFlags::NO_SYNC) };
+    // SAFETY: the file is new and nothing else maps it.
+    let env = unsafe { opts.open(&copy_path) }.unwrap();
+    let mut t = env.write_txn().unwrap();
+    let db = env.create_database::<Bytes, Bytes>(&mut t, None).unwrap();
+    t.commit().unwrap();
+    let ds = Dataset::open(dir.path().join("ds")).unwrap();
+    let reader = ds.reader().unwrap();
+    let mut t = env.write_txn().unwrap();
+    for (i, payload) in values.iter().enumerate() {
+        let record = reader.get(i as u64).unwrap();
+        assert_eq!(record.payload, &payload[..]);
+        let mut value = record.header.to_bytes().to_vec();
+        value.extend_from_slice(payload);
+        db.put_with_flags(&mut t, PutFlags::APPEND, &(i as u64).to_be_bytes(), &value)
+            .unwrap();
+    }
+    t.commit().unwrap();
+    env.force_sync().unwrap();
+    env.prepare_for_closing().wait();
+    let copied = std::fs::read(&copy_path).unwrap();
+    assert_eq!(ours.len(), copied.len());
+    assert!(ours == copied, "shard bytes differ from a copying put");
+}

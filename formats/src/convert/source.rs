@@ -222,7 +222,18 @@ fn walk(dir: &Path, label: u32, out: &mut Vec<Input>, depth: u32, seen: &mut Has
     };
     for entry in entries {
         let path = entry.path();
-        let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
+        let kind = entry.file_type().ok();
+        if kind.is_some_and(|t| t.is_file()) {
+            // The directory entry's type, read with the listing, already says it is a plain
+            // file (not a link, not a directory): no `stat` per image.
+            out.push(Input {
+                path,
+                label,
+                refused: None,
+            });
+            continue;
+        }
+        let is_link = kind.is_some_and(|t| t.is_symlink());
         // `metadata` follows symlinks; a loop of links or a dangling one fails here.
         let meta = match std::fs::metadata(&path) {
             Ok(m) => m,

@@ -11,7 +11,7 @@ use stoker_decode::{probe, CpuDecoder, Limits};
 
 use super::audit::JpegClass;
 use super::markers::primary_image_end;
-use super::{ConvertOptions, ResizeMode};
+use super::options::{ConvertOptions, ResizeMode};
 use crate::record::Encoding;
 use crate::writer::RecordMeta;
 
@@ -22,6 +22,8 @@ pub(crate) enum Outcome {
     Record {
         meta: RecordMeta,
         payload: Vec<u8>,
+        /// CRC32C of the payload, computed on the worker thread.
+        crc32c: u32,
         /// The original JPEG bytes were stored unchanged.
         stored: bool,
         /// Re-encoded only because the hardware decoder could not take it (`--gpu-friendly`).
@@ -51,8 +53,28 @@ fn is_jpeg(data: &[u8]) -> bool {
     data.len() >= 2 && data[0] == 0xFF && data[1] == 0xD8
 }
 
-/// Processes one input file's bytes.
-pub(crate) fn process(data: &[u8], label: u32, opts: &ConvertOptions) -> Processed {
+/// A record of `payload`, with its CRC32C.
+fn record(meta: RecordMeta, payload: Vec<u8>, stored: bool, for_gpu: bool) -> Outcome {
+    Outcome::Record {
+        meta,
+        crc32c: crc32c::crc32c(&payload[..]),
+        payload,
+        stored,
+        for_gpu,
+    }
+}
+
+/// What to do with a JPEG input.
+enum JpegPlan {
+    /// Store the file's bytes unchanged, as this record.
+    Store(RecordMeta),
+    /// Skip it, or a record of new bytes.
+    Done(Outcome),
+}
+
+/// Processes one input file's bytes; a JPEG stored unchanged keeps `input` as its payload.
+pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Processed {
+    let data = &input[..];
     let mut p = Processed {
         outcome: Outcome::Skip(String::new()),
         jpeg: None,
@@ -71,7 +93,10 @@ pub(crate) fn process(data: &[u8], label: u32, opts: &ConvertOptions) -> Process
         l
     };
     p.outcome = if is_jpeg(data) {
-        process_jpeg(data, label, opts, &limits, &mut p.jpeg)
+        match process_jpeg(data, label, opts, &limits, &mut p.jpeg) {
+            JpegPlan::Store(meta) => record(meta, input, true, false),
+            JpegPlan::Done(outcome) => outcome,
+        }
     } else {
         match decode_other(data, opts.max_pixels) {
             Ok(rgb) => {
@@ -90,21 +115,22 @@ fn process_jpeg(
     opts: &ConvertOptions,
     limits: &Limits,
     class: &mut Option<JpegClass>,
-) -> Outcome {
+) -> JpegPlan {
+    let skip = |reason: String| JpegPlan::Done(Outcome::Skip(reason));
     let info = match probe(data, limits) {
         Ok(info) => info,
-        Err(e) => return Outcome::Skip(format!("bad JPEG header: {e}")),
+        Err(e) => return skip(format!("bad JPEG header: {e}")),
     };
     let c = JpegClass::of(&info);
     let hardware_ok = c.hardware_ok();
     *class = Some(c);
     if let Err(e) = info.supported() {
-        return Outcome::Skip(format!("cannot be decoded by stoker: {e}"));
+        return skip(format!("cannot be decoded by stoker: {e}"));
     }
     if primary_image_end(data).is_none() {
         // The decoders fill in missing scan data without an error; a cut-off file would train
         // on gray rows, so it is bad input here.
-        return Outcome::Skip(
+        return skip(
             "truncated JPEG: the image's data ends before its end-of-image marker (FF D9)".into(),
         );
     }
@@ -116,23 +142,18 @@ fn process_jpeg(
     if opts.encoding == Encoding::Jpeg && !too_big && !for_gpu {
         if opts.check_decode {
             if let Err(e) = decoder.decode_to_vec(data) {
-                return Outcome::Skip(format!("corrupt JPEG: {e}"));
+                return skip(format!("corrupt JPEG: {e}"));
             }
         }
-        return Outcome::Record {
-            meta: RecordMeta {
-                encoding: Encoding::Jpeg,
-                height: info.height,
-                width: info.width,
-                channels: 3,
-                label,
-            },
-            payload: data.to_vec(),
-            stored: true,
-            for_gpu: false,
-        };
+        return JpegPlan::Store(RecordMeta {
+            encoding: Encoding::Jpeg,
+            height: info.height,
+            width: info.width,
+            channels: 3,
+            label,
+        });
     }
-    match decoder.decode_to_vec(data) {
+    JpegPlan::Done(match decoder.decode_to_vec(data) {
         Ok((info, data)) => finish_pixels(
             Rgb {
                 width: info.width,
@@ -144,7 +165,7 @@ fn process_jpeg(
             for_gpu && !too_big,
         ),
         Err(e) => Outcome::Skip(format!("corrupt JPEG: {e}")),
-    }
+    })
 }
 
 /// Decodes a non-JPEG image with the `image` crate, refusing oversized ones before decoding.
@@ -214,18 +235,18 @@ fn finish_pixels(rgb: Rgb, label: u32, opts: &ConvertOptions, for_gpu: bool) -> 
         }
     };
     match result {
-        Ok((px, encoding)) => Outcome::Record {
-            meta: RecordMeta {
+        Ok((px, encoding)) => record(
+            RecordMeta {
                 encoding,
                 height: px.height,
                 width: px.width,
                 channels: 3,
                 label,
             },
-            payload: px.data,
-            stored: false,
+            px.data,
+            false,
             for_gpu,
-        },
+        ),
         Err(reason) => Outcome::Skip(reason),
     }
 }

@@ -1,0 +1,181 @@
+//! What a conversion is asked to do: its options, their checks, and the flags recorded in
+//! the manifest.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::part::Part;
+use super::source::{Layout, Source};
+use crate::record::Encoding;
+use crate::writer::DEFAULT_SHARD_BYTES;
+use crate::FormatError;
+
+/// Most worker threads a conversion starts.
+pub const MAX_JOBS: usize = 1024;
+
+/// How `raw` encoding fits images to the fixed size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResizeMode {
+    /// Scale so the shorter side fits, then crop the center.
+    #[default]
+    ShorterSide,
+    /// Scale each axis independently to the target size.
+    Stretch,
+}
+
+/// What to convert and how.
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// The images.
+    pub source: Source,
+    /// The output directory (created if missing; must not hold a dataset).
+    pub out: PathBuf,
+    /// `Jpeg` stores JPEG bytes (original when possible); `Raw` stores decoded pixels.
+    pub encoding: Encoding,
+    /// JPEG encoding: images whose long side exceeds this are resized and re-encoded.
+    pub max_side: Option<u32>,
+    /// Quality of re-encoded JPEGs (1..=100).
+    pub quality: u8,
+    /// Raw encoding: the fixed `(width, height)` every image is resized to.
+    pub raw_size: Option<(u32, u32)>,
+    /// Raw encoding: how images are fitted to `raw_size`.
+    pub resize: ResizeMode,
+    /// Worker threads (default: all cores).
+    pub jobs: Option<usize>,
+    /// Target shard size in bytes.
+    pub shard_bytes: u64,
+    /// If set, split into this many shards by count instead (fewer if inputs are skipped).
+    pub shards: Option<u64>,
+    /// Continue a killed conversion in `out` instead of refusing.
+    pub resume: bool,
+    /// Fail on the first bad input (no manifest) instead of skipping it.
+    pub strict: bool,
+    /// Images with more pixels are rejected as bad input without being decoded.
+    pub max_pixels: u64,
+    /// Input files larger than this are skipped without being read
+    /// (default [`crate::DEFAULT_MAX_FILE_SIZE`]).
+    pub max_file_size: u64,
+    /// Re-encode JPEGs the GPU hardware decoder cannot take as baseline 4:2:0.
+    pub gpu_friendly: bool,
+    /// Decode every JPEG that is stored unchanged, to skip corrupt ones now rather than at
+    /// training time (default on; off trusts any file whose headers parse).
+    pub check_decode: bool,
+    /// How an ImageFolder source is read: class subdirectories, or one class of unlabelled
+    /// images (`Auto`: flat exactly when the folder has no subdirectory).
+    pub layout: Layout,
+    /// Convert only this part of the sorted listing, into `out/part-IIIII-of-NNNNN/` with a
+    /// part manifest, for `merge` to join (see [`Part`]); `None` converts everything
+    /// into `out`.
+    pub part: Option<Part>,
+    /// Test hook: fail (as if killed) once this many records have been written.
+    #[doc(hidden)]
+    pub fail_after: Option<u64>,
+}
+
+impl ConvertOptions {
+    /// Options with the CLI's defaults for `source` → `out`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::{ConvertOptions, Source};
+    /// let o = ConvertOptions::new(Source::ImageFolder("photos".into()), "out");
+    /// assert_eq!(o.quality, 90);
+    /// assert_eq!(o.shard_bytes, 1 << 30);
+    /// ```
+    pub fn new(source: Source, out: impl Into<PathBuf>) -> Self {
+        ConvertOptions {
+            source,
+            out: out.into(),
+            encoding: Encoding::Jpeg,
+            max_side: None,
+            quality: 90,
+            raw_size: None,
+            resize: ResizeMode::ShorterSide,
+            jobs: None,
+            shard_bytes: DEFAULT_SHARD_BYTES,
+            shards: None,
+            resume: false,
+            strict: false,
+            max_pixels: 100_000_000,
+            max_file_size: crate::DEFAULT_MAX_FILE_SIZE,
+            gpu_friendly: false,
+            check_decode: true,
+            layout: Layout::Auto,
+            part: None,
+            fail_after: None,
+        }
+    }
+
+    pub(super) fn validate(&self) -> Result<(), FormatError> {
+        let bad = |s: &str| Err(FormatError::InvalidOptions(s.into()));
+        if !(1..=100).contains(&self.quality) {
+            return bad("quality must be in 1..=100");
+        }
+        match (self.encoding, self.raw_size) {
+            (Encoding::Raw, None) => return bad("raw encoding needs a size (--size WxH)"),
+            (Encoding::Raw, Some((w, h))) if w == 0 || h == 0 || w > 65535 || h > 65535 => {
+                return bad("raw size must be between 1x1 and 65535x65535")
+            }
+            (Encoding::Jpeg, Some(_)) => return bad("--size applies to raw encoding only"),
+            _ => {}
+        }
+        if self.max_side == Some(0) {
+            return bad("max side must be positive");
+        }
+        if self.max_side.is_some_and(|m| m > 65535) {
+            return bad("max side must be at most 65535 (the JPEG limit)");
+        }
+        if self.shards == Some(0) || self.shard_bytes == 0 {
+            return bad("shard size and shard count must be positive");
+        }
+        if self.jobs == Some(0) {
+            return bad("jobs must be positive");
+        }
+        // Each job holds a chunk of decoded images in memory: the count is bounded before
+        // any thread or buffer exists.
+        if let Some(j) = self.jobs.filter(|&j| j > MAX_JOBS) {
+            return Err(FormatError::InvalidOptions(format!(
+                "jobs {j} is more than {MAX_JOBS}"
+            )));
+        }
+        if self.max_pixels == 0 {
+            return bad("max pixels must be positive");
+        }
+        if self.max_file_size == 0 {
+            return bad("max file size must be positive");
+        }
+        Ok(())
+    }
+
+    /// The options that shape the output, recorded in the manifest (not jobs or resume).
+    pub(super) fn output_flags(&self) -> BTreeMap<String, String> {
+        let mut f = BTreeMap::new();
+        f.insert("encoding".into(), self.encoding.to_string());
+        if let Some(m) = self.max_side {
+            f.insert("max_side".into(), m.to_string());
+        }
+        f.insert("quality".into(), self.quality.to_string());
+        if let Some((w, h)) = self.raw_size {
+            f.insert("size".into(), format!("{w}x{h}"));
+            let r = match self.resize {
+                ResizeMode::ShorterSide => "shorter-side",
+                ResizeMode::Stretch => "stretch",
+            };
+            f.insert("resize".into(), r.into());
+        }
+        match self.shards {
+            Some(n) => f.insert("shards".into(), n.to_string()),
+            None => f.insert("shard_size".into(), self.shard_bytes.to_string()),
+        };
+        f.insert("max_pixels".into(), self.max_pixels.to_string());
+        f.insert("max_file_size".into(), self.max_file_size.to_string());
+        f.insert("gpu_friendly".into(), self.gpu_friendly.to_string());
+        f.insert("check_decode".into(), self.check_decode.to_string());
+        f.insert("strict".into(), self.strict.to_string());
+        if self.layout != Layout::Auto {
+            f.insert("layout".into(), self.layout.to_string());
+        }
+        f
+    }
+}

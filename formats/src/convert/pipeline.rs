@@ -1,0 +1,229 @@
+//! The conversion's data flow: worker threads read and check inputs in chunks, in parallel,
+//! and one writer takes their results in input order, so the output never depends on which
+//! thread finished first.
+
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+
+use rayon::prelude::*;
+
+use super::journal::{save_journal, Totals};
+use super::options::ConvertOptions;
+use super::report::{Progress, Skipped};
+use super::source;
+use super::transcode::{self, Outcome, Processed};
+use crate::buffer_pool::BufferPool;
+use crate::input_file::{read_input_into, refusal_reason};
+use crate::record::HEADER_LEN;
+use crate::writer::{DatasetWriter, TXN_BYTES};
+use crate::FormatError;
+
+/// Processes `inputs` (the tail of the listing from `first`) and writes them in order.
+pub(super) fn run(
+    options: &ConvertOptions,
+    inputs: &[source::Input],
+    first: usize,
+    fingerprint: u32,
+    writer: &mut DatasetWriter,
+    totals: &mut Totals,
+    progress: &dyn Progress,
+) -> Result<(), FormatError> {
+    let jobs = options
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .thread_name(|i| format!("stoker-convert-{i}"))
+        .build()
+        .map_err(|e| FormatError::InvalidOptions(format!("cannot start {jobs} threads: {e}")))?;
+    let chunk = (jobs * 16).max(16);
+    // Input buffers come back from the writer once their transaction commits, so the pages
+    // of one transaction's worth of inputs are faulted in once, not once per file.
+    let buffers = Arc::new(BufferPool::new(2 * TXN_BYTES));
+    writer.set_buffer_pool(buffers.clone());
+    let buffers = &buffers;
+    // The workers read on while the writer commits a transaction, up to this many bytes.
+    let ahead = &ReadAhead::new(TXN_BYTES / 2);
+    let (tx, rx) = mpsc::sync_channel::<Vec<Processed>>(64);
+    std::thread::scope(|scope| {
+        let producer = scope.spawn(move || {
+            for part in inputs.chunks(chunk) {
+                if !ahead.wait_for_room() {
+                    break; // the writer stopped on an error
+                }
+                let done: Vec<Processed> = pool.install(|| {
+                    part.par_iter()
+                        .map(|input| {
+                            let read = match &input.refused {
+                                Some(reason) => Err(reason.clone()),
+                                None => read_input_into(
+                                    &input.path,
+                                    options.max_file_size,
+                                    buffers.take(),
+                                )
+                                .map_err(|e| refusal_reason(&e)),
+                            };
+                            match read {
+                                Ok(data) => transcode::process(data, input.label, options),
+                                Err(reason) => Processed {
+                                    outcome: Outcome::Skip(reason),
+                                    jpeg: None,
+                                    other_image: false,
+                                    input_bytes: 0,
+                                },
+                            }
+                        })
+                        .collect()
+                });
+                ahead.add(done.iter().map(held_bytes).sum());
+                if tx.send(done).is_err() {
+                    break; // the writer stopped on an error
+                }
+            }
+        });
+        let mut pos = first;
+        let result = (|| {
+            for batch in rx.iter() {
+                ahead.taken(batch.iter().map(held_bytes).sum());
+                for p in batch {
+                    let input = &inputs[pos - first];
+                    write_one(
+                        options,
+                        input,
+                        p,
+                        pos,
+                        fingerprint,
+                        writer,
+                        totals,
+                        progress,
+                    )?;
+                    pos += 1;
+                }
+            }
+            Ok(())
+        })();
+        ahead.close();
+        drop(rx);
+        let _ = producer.join();
+        result
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_one(
+    options: &ConvertOptions,
+    input: &source::Input,
+    p: Processed,
+    pos: usize,
+    fingerprint: u32,
+    writer: &mut DatasetWriter,
+    totals: &mut Totals,
+    progress: &dyn Progress,
+) -> Result<(), FormatError> {
+    match p.outcome {
+        Outcome::Skip(reason) => {
+            if options.strict {
+                return Err(FormatError::StrictInput {
+                    path: input.path.clone(),
+                    reason,
+                });
+            }
+            progress.skipped(&input.path, &reason);
+            totals.skipped.push(Skipped {
+                path: input.path.clone(),
+                reason,
+            });
+        }
+        Outcome::Record {
+            meta,
+            payload,
+            crc32c,
+            stored,
+            for_gpu,
+        } => {
+            if let Some(n) = options.fail_after {
+                if writer.next_index() >= n {
+                    return Err(FormatError::Injected {
+                        written: writer.next_index(),
+                    });
+                }
+            }
+            let value_len = (HEADER_LEN + payload.len()) as u64;
+            if writer.roll_if_needed(value_len)?.is_some() {
+                // A shard was finished before this input: save how far we got.
+                save_journal(&options.out, fingerprint, pos, writer, totals)?;
+            }
+            writer.push_owned(meta, payload, crc32c)?;
+            if stored {
+                totals.stored += 1;
+            } else {
+                totals.transcoded += 1;
+            }
+            totals.audit.reencoded_for_gpu += u64::from(for_gpu);
+        }
+    }
+    if let Some(c) = &p.jpeg {
+        totals.audit.add_jpeg(c);
+    }
+    totals.audit.other_images += u64::from(p.other_image);
+    totals.input_bytes += p.input_bytes;
+    progress.advance(1, p.input_bytes);
+    Ok(())
+}
+
+/// Payload bytes a worker's result holds.
+fn held_bytes(p: &Processed) -> usize {
+    match &p.outcome {
+        Outcome::Record { payload, .. } => payload.len(),
+        Outcome::Skip(_) => 0,
+    }
+}
+
+/// Bytes the workers have read that the writer has not yet taken.
+///
+/// The workers start a chunk only while this is at most `max`, so they keep reading while
+/// the writer is busy committing a transaction, and hold at most `max` plus one chunk.
+struct ReadAhead {
+    /// Bytes waiting, and whether the writer has stopped (then nobody waits any more).
+    state: Mutex<(usize, bool)>,
+    room: Condvar,
+    max: usize,
+}
+
+impl ReadAhead {
+    fn new(max: usize) -> ReadAhead {
+        ReadAhead {
+            state: Mutex::new((0, false)),
+            room: Condvar::new(),
+            max,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, bool)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until there is room for another chunk; false when the writer has stopped.
+    fn wait_for_room(&self) -> bool {
+        let mut s = self.lock();
+        while s.0 > self.max && !s.1 {
+            s = self.room.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        !s.1
+    }
+
+    fn add(&self, bytes: usize) {
+        self.lock().0 += bytes;
+    }
+
+    fn taken(&self, bytes: usize) {
+        let mut s = self.lock();
+        s.0 = s.0.saturating_sub(bytes);
+        self.room.notify_all();
+    }
+
+    /// The writer stopped: wake and release any waiting worker.
+    fn close(&self) {
+        self.lock().1 = true;
+        self.room.notify_all();
+    }
+}

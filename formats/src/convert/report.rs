@@ -1,0 +1,74 @@
+//! What a conversion tells its caller: progress while it runs, the inputs it skipped, and
+//! the report at the end.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::audit::Audit;
+
+/// Receives progress while converting. All methods have empty defaults.
+pub trait Progress: Sync {
+    /// Called once with the number of inputs.
+    fn start(&self, _inputs: u64) {}
+    /// Called as inputs are finished (in input order): how many, and their source bytes.
+    fn advance(&self, _inputs: u64, _bytes: u64) {}
+    /// Called for each skipped input.
+    fn skipped(&self, _path: &Path, _reason: &str) {}
+    /// Called once when done (also on failure).
+    fn finish(&self) {}
+}
+
+/// A [`Progress`] that reports nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// An input that was not converted, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// The input file.
+    pub path: PathBuf,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// The outcome of a conversion; `written + skipped.len() == inputs` holds for every
+/// conversion that ran (not for a part found `already_done`, whose skips are not recorded).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConvertReport {
+    /// Input files found.
+    pub inputs: u64,
+    /// Records written.
+    pub written: u64,
+    /// Inputs not converted, with reasons, in input order.
+    pub skipped: Vec<Skipped>,
+    /// Files directly in an ImageFolder root: in no class folder, so not inputs (not counted).
+    pub ignored: Vec<PathBuf>,
+    /// The ImageFolder source was converted as one class of unlabelled images (label 0).
+    #[serde(default)]
+    pub flat: bool,
+    /// Shard files written.
+    pub shards: u64,
+    /// Bytes of all shard files.
+    pub bytes: u64,
+    /// Bytes of the source files read.
+    pub input_bytes: u64,
+    /// Wall time of this run in seconds.
+    pub seconds: f64,
+    /// Records that are the original JPEG bytes.
+    pub stored: u64,
+    /// Records that were decoded and re-encoded (or stored raw).
+    pub transcoded: u64,
+    /// Records carried over from an interrupted run (`--resume`).
+    pub resumed: u64,
+    /// JPEG compatibility audit.
+    pub audit: Audit,
+    /// The output directory.
+    pub out: PathBuf,
+    /// With `resume` and a part: the part was already finished by an earlier run (a task
+    /// retried after it completed), so nothing was converted; `written` and `resumed` are
+    /// its record count.
+    #[serde(default)]
+    pub already_done: bool,
+}
