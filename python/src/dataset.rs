@@ -2,13 +2,11 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use stoker_formats::{ConvertOptions, Encoding, Progress, ResizeMode, Source};
+use stoker_formats::{ConvertOptions, Encoding, ResizeMode, Source};
 
 use crate::errors::format_error;
 
@@ -95,56 +93,13 @@ pub(crate) fn convert<'py>(
     opts.gpu_friendly = gpu_friendly;
     opts.check_decode = check;
     let show = progress.unwrap_or_else(|| std::io::stderr().is_terminal());
-    let bar = Bar::new(show);
+    let bar = stoker_formats::convert::TerminalBar::new(show, false);
     let report = py
         .detach(|| stoker_formats::convert(&opts, &bar))
         .map_err(format_error)?;
     let json = serde_json::to_string(&report)
         .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
     json_to_py(py, &json)
-}
-
-/// The conversion's progress bar on stderr: images, images/s, MB/s, ETA (the CLI's).
-struct Bar {
-    bar: ProgressBar,
-    bytes: AtomicU64,
-}
-
-impl Bar {
-    fn new(show: bool) -> Self {
-        let target = if show {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        };
-        let bar = ProgressBar::with_draw_target(Some(0), target);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{bar:30} {pos}/{len} images  {per_sec}  {msg}  ETA {eta}",
-            )
-            .expect("valid template"),
-        );
-        Bar {
-            bar,
-            bytes: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Progress for Bar {
-    fn start(&self, inputs: u64) {
-        self.bar.set_length(inputs);
-    }
-    fn advance(&self, inputs: u64, bytes: u64) {
-        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.bar.inc(inputs);
-        let secs = self.bar.elapsed().as_secs_f64().max(1e-3);
-        self.bar
-            .set_message(format!("{:.1} MB/s", total as f64 / 1e6 / secs));
-    }
-    fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
 }
 
 /// A converted dataset, opened read-only: ``len(ds)``, ``ds.classes``, ``ds.manifest``

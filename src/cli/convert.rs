@@ -4,12 +4,10 @@
 
 use std::io::IsTerminal;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use stoker::formats::{self, ConvertOptions, Encoding, Layout, Progress, ResizeMode, Source};
+use stoker::formats::{self, ConvertOptions, Encoding, Layout, ResizeMode, Source};
 
 /// Flags of `stoker convert`.
 #[derive(Debug, clap::Args)]
@@ -152,63 +150,13 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
-/// Progress bar on stderr (hidden when stderr is not a terminal): images/s, MB/s, ETA.
-struct Bar {
-    bar: ProgressBar,
-    bytes: AtomicU64,
-    verbose: bool,
-}
-
-impl Bar {
-    /// A bar on stderr when it is a terminal, hidden otherwise.
-    fn new(verbose: bool) -> Self {
-        let target = if std::io::stderr().is_terminal() {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        };
-        let bar = ProgressBar::with_draw_target(Some(0), target);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{bar:30} {pos}/{len} images  {per_sec}  {msg}  ETA {eta}",
-            )
-            .expect("valid template"),
-        );
-        Bar {
-            bar,
-            bytes: AtomicU64::new(0),
-            verbose,
-        }
-    }
-}
-
-impl Progress for Bar {
-    fn start(&self, inputs: u64) {
-        self.bar.set_length(inputs);
-    }
-    fn advance(&self, inputs: u64, bytes: u64) {
-        let total = self.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.bar.inc(inputs);
-        let secs = self.bar.elapsed().as_secs_f64().max(1e-3);
-        self.bar
-            .set_message(format!("{:.1} MB/s", total as f64 / 1e6 / secs));
-    }
-    fn skipped(&self, path: &Path, reason: &str) {
-        if self.verbose {
-            self.bar
-                .suspend(|| eprintln!("skipped {}: {reason}", path.display()));
-        }
-    }
-    fn finish(&self) {
-        self.bar.finish_and_clear();
-    }
-}
-
 /// Runs `stoker convert`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let opts = options(&args)?;
-    let progress = Bar::new(args.verbose);
+    // On stderr when it is a terminal; skipped inputs listed with --verbose.
+    let progress =
+        formats::convert::TerminalBar::new(std::io::stderr().is_terminal(), args.verbose);
     let report = formats::convert(&opts, &progress)?;
     if report.flat && args.layout == Layout::Auto {
         // Said once, so that a user who expected class sub-folders sees that every

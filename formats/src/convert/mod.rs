@@ -6,6 +6,8 @@
 //! conversion got, so `resume` can continue a killed run and still produce the same bytes.
 
 pub mod audit;
+#[cfg(feature = "progress-bar")]
+mod bar;
 mod journal;
 pub(crate) mod lock;
 mod markers;
@@ -22,6 +24,8 @@ use std::time::Instant;
 use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
 use crate::writer::WriterOptions;
 use crate::FormatError;
+#[cfg(feature = "progress-bar")]
+pub use bar::TerminalBar;
 use journal::prepare_output;
 pub use journal::JOURNAL_FILE;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS};
