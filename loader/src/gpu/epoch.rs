@@ -11,7 +11,7 @@ use crossbeam_channel::Receiver;
 
 use super::nvml::Sampler;
 use super::producer::produce;
-use super::shared::{account_gpu, Shared};
+use super::shared::{reuse_slot, Shared};
 use crate::batch::{Batch, Images};
 use crate::error::LoaderError;
 use crate::pipeline::{EpochPlan, EpochStream, Next};
@@ -119,9 +119,8 @@ fn account_finished(shared: &Shared) {
     let mut back = Vec::new();
     while let Ok(mut slot) = shared.free_rx.try_recv() {
         if slot.in_flight.is_some() && slot.ready.try_is_complete().unwrap_or(false) {
-            if let Ok(Some((prev, h2d_ms, kernel_ms))) = slot.begin_host_writes() {
-                account_gpu(shared, prev, h2d_ms, kernel_ms);
-            }
+            // Accounting only: nothing here could act on a failure.
+            let _ = reuse_slot(shared, &mut slot);
         }
         back.push(slot);
     }

@@ -14,7 +14,7 @@ use stoker_formats::DatasetReader;
 use super::assembly::{enqueue, Copies};
 use super::read_ahead::Prepared;
 use super::records::{check_record, stage_oversize, Checked, HostStaging, ReaderState, Staged};
-use super::shared::{account_gpu, Shared};
+use super::shared::{reuse_slot, Shared};
 use super::staging::Slot;
 use crate::batch::Batch;
 use crate::error::{driver_err, LoaderError};
@@ -59,13 +59,9 @@ pub(super) fn build_batch_nvjpeg(
         Some(Prepared::Records(records)) => records.into_iter().map(Some).collect(),
         _ => Vec::new(),
     };
-    match slot.begin_host_writes() {
-        Ok(Some((prev, h2d_ms, kernel_ms))) => account_gpu(shared, prev, h2d_ms, kernel_ms),
-        Ok(None) => {}
-        Err(e) => {
-            give_back(slot);
-            return Some(Err(e));
-        }
+    if let Err(e) = reuse_slot(shared, &mut slot) {
+        give_back(slot);
+        return Some(Err(e));
     }
     let mut progress = Progress::new(plan, k);
     if let Err(e) = wait_for_arena(shared, &slot, decode_stream) {

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::assembly::{enqueue, Copies};
 use super::records::{stage_position, ReaderState, Staged};
-use super::shared::{account_gpu, Shared};
+use super::shared::{reuse_slot, Shared};
 use super::staging::Slot;
 use crate::batch::Batch;
 use crate::error::{driver_err, LoaderError};
@@ -27,13 +27,9 @@ pub(super) fn build_batch(
         let _ = shared.free_tx.try_send(slot);
     };
     // Counters of the previous use of this slot, and the pinned-reuse wait.
-    match slot.begin_host_writes() {
-        Ok(Some((prev, h2d_ms, kernel_ms))) => account_gpu(shared, prev, h2d_ms, kernel_ms),
-        Ok(None) => {}
-        Err(e) => {
-            give_back(slot);
-            return Some(Err(e));
-        }
+    if let Err(e) = reuse_slot(shared, &mut slot) {
+        give_back(slot);
+        return Some(Err(e));
     }
     let range = plan.batch_range(k);
     let n = range.len();

@@ -13,8 +13,9 @@ use stoker_formats::Dataset;
 
 use super::kernel::{KernelDtype, TransformArgs, TransformKernel};
 use super::registered::RegisteredMaps;
-use super::staging::{InFlight, Slot, SlotSizes};
+use super::staging::{Slot, SlotSizes};
 use crate::config::Output;
+use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::transform::Transform;
 
@@ -131,8 +132,15 @@ impl Drop for Shared {
 /// How often blocked producer calls look at the stop flag.
 pub(super) const POLL: Duration = Duration::from_millis(20);
 
-/// Adds a finished slot use to the H2D and transform counters (GPU time from events).
-pub(super) fn account_gpu(shared: &Shared, prev: InFlight, h2d_ms: f32, kernel_ms: f32) {
+/// Waits until `slot`'s previous use has completed ([`Slot::begin_host_writes`]) and adds
+/// that use to the H2D and transform counters (GPU time from events).
+///
+/// # Errors
+/// As [`Slot::begin_host_writes`]: the previous copy or kernel failed.
+pub(super) fn reuse_slot(shared: &Shared, slot: &mut Slot) -> Result<(), LoaderError> {
+    let Some((prev, h2d_ms, kernel_ms)) = slot.begin_host_writes()? else {
+        return Ok(());
+    };
     let ms = |v: f32| Duration::from_secs_f64(f64::from(v.max(0.0)) / 1e3);
     shared
         .metrics
@@ -140,4 +148,5 @@ pub(super) fn account_gpu(shared: &Shared, prev: InFlight, h2d_ms: f32, kernel_m
     shared
         .metrics
         .record(Stage::Transform, prev.images, prev.out_bytes, ms(kernel_ms));
+    Ok(())
 }
