@@ -1,9 +1,8 @@
 //! Buffers of record payloads, recycled from the writer back to the converter's readers.
 //!
 //! A reader fills one buffer per input file; a JPEG stored unchanged keeps that buffer as
-//! its payload, which the writer copies once, into the transaction's page, and returns here
-//! once the transaction has committed. The next reads refill it without a fresh allocation,
-//! so its pages are not faulted in again.
+//! its payload, which the writer writes to the shard file and then returns here. The next
+//! reads refill it without a fresh allocation, so its pages are not faulted in again.
 
 use std::sync::Mutex;
 

@@ -47,6 +47,7 @@ mod input_file;
 mod inspect;
 mod lmdb_meta;
 mod lmdb_walk;
+mod lmdb_write;
 mod manifest;
 mod merge;
 mod record;

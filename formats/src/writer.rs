@@ -5,11 +5,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use heed::types::Bytes;
-use heed::{Database, Env, EnvFlags, EnvOpenOptions, PutFlags};
-
 use crate::buffer_pool::BufferPool;
 use crate::convert::audit::Audit;
+use crate::lmdb_write::TreeWriter;
 use crate::manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
@@ -19,10 +17,8 @@ use crate::FormatError;
 
 /// Default target size of one shard: 1 GiB.
 pub const DEFAULT_SHARD_BYTES: u64 = 1 << 30;
-/// Records are buffered and written in transactions of about this many bytes.
-pub(crate) const TXN_BYTES: usize = 64 << 20;
-/// Smallest memory map a shard starts with.
-const INITIAL_MAP: usize = 16 << 20;
+/// Below this much free space, a failed write reported as EIO is taken for a full disk.
+const NEARLY_FULL: u64 = 128 << 20;
 
 /// How [`DatasetWriter`] cuts shards.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,7 +97,7 @@ pub struct DatasetWriter {
     payload_bytes: u64,
     /// Recorded in the manifest of one part of a partitioned conversion.
     part: Option<PartInfo>,
-    /// Where payload buffers go once their transaction has committed.
+    /// Where payload buffers go once written.
     pool: Option<Arc<BufferPool>>,
 }
 
@@ -118,27 +114,12 @@ impl std::fmt::Debug for DatasetWriter {
 struct ShardBuilder {
     tmp_path: PathBuf,
     file: String,
-    env: Env,
-    db: Database<Bytes, Bytes>,
+    tree: TreeWriter,
     first_index: u64,
     count: u64,
     /// Bytes of values (header + payload) pushed into this shard.
     value_bytes: u64,
-    map_size: usize,
-    page_size: usize,
-    /// Records not yet committed, in index order.
-    pending: Vec<Pending>,
-    /// Bytes of values (header + payload) in `pending`: a transaction is committed when this
-    /// reaches `TXN_BYTES`, so commit points depend on record sizes alone.
-    pending_bytes: usize,
     pool: Option<Arc<BufferPool>>,
-}
-
-/// A record waiting for its transaction.
-struct Pending {
-    index: u64,
-    header: [u8; HEADER_LEN],
-    payload: Vec<u8>,
 }
 
 impl DatasetWriter {
@@ -213,8 +194,8 @@ impl DatasetWriter {
     }
 
     /// [`DatasetWriter::push`] of a payload the writer takes over, with its CRC32C computed
-    /// by the caller (the converter's workers, in parallel): the bytes are copied once, into
-    /// the transaction's page.
+    /// by the caller (the converter's workers, in parallel): the bytes go from `payload` to
+    /// the shard file in one write, and the buffer to the writer's pool, if it has one.
     pub(crate) fn push_owned(
         &mut self,
         meta: RecordMeta,
@@ -267,18 +248,8 @@ impl DatasetWriter {
         }
         let index = self.next_index;
         let b = self.current.as_mut().expect("shard just started");
-        b.pending.push(Pending {
-            index,
-            header: header.to_bytes(),
-            payload,
-        });
-        b.pending_bytes += value_len;
-        b.count += 1;
-        b.value_bytes += value_len as u64;
-        if b.pending_bytes >= TXN_BYTES {
-            if let Err(e) = b.flush() {
-                return Err(self.space_error(e));
-            }
+        if let Err(e) = b.append(index, &header.to_bytes(), payload) {
+            return Err(self.space_error(e));
         }
         self.next_index += 1;
         self.payload_bytes += payload_len as u64;
@@ -407,8 +378,8 @@ impl DatasetWriter {
         out_of_space(e, &self.out_dir, self.next_index, bytes)
     }
 
-    /// Sends payload buffers to `pool` once their transaction has committed, for the
-    /// converter's readers to fill again.
+    /// Sends payload buffers to `pool` once written, for the converter's readers to fill
+    /// again.
     pub(crate) fn set_buffer_pool(&mut self, pool: Arc<BufferPool>) {
         self.pool = Some(pool);
     }
@@ -450,7 +421,7 @@ pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64)
         }
         // LMDB reports a short write as EIO: the disk filled, or the file reached the
         // process's file size limit.
-        Some(libc::EIO) if free.is_some_and(|f| f < (TXN_BYTES as u64) * 2) => {
+        Some(libc::EIO) if free.is_some_and(|f| f < NEARLY_FULL) => {
             format!("disk full{free_text}; the write failed with an I/O error")
         }
         Some(libc::EIO) if at_file_size_limit(&path) => {
@@ -523,129 +494,38 @@ impl ShardBuilder {
     ) -> Result<ShardBuilder, FormatError> {
         let file = shard_file_name(i);
         let tmp_path = out_dir.join(format!("{file}.tmp"));
-        match std::fs::remove_file(&tmp_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(FormatError::io(&tmp_path, e)),
-        }
-        let mut opts = EnvOpenOptions::new();
-        opts.map_size(INITIAL_MAP).max_dbs(0);
-        // SAFETY: NO_LOCK: this writer is the only user of the temporary file (its name is
-        // private to one conversion, and a second conversion into the same directory is refused
-        // by the converter); NO_SYNC: the file is synced once with `force_sync` before it is
-        // renamed into place, and an unsynced temporary file never counts as finished.
-        unsafe {
-            opts.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_LOCK | EnvFlags::NO_SYNC);
-        }
-        // SAFETY: the file was just removed, so this process creates it and nothing else maps it.
-        let env = unsafe { opts.open(&tmp_path) }.map_err(|e| FormatError::lmdb(&tmp_path, e))?;
-        let mut wtxn = env
-            .write_txn()
-            .map_err(|e| FormatError::lmdb(&tmp_path, e))?;
-        let db = env
-            .create_database::<Bytes, Bytes>(&mut wtxn, None)
-            .map_err(|e| FormatError::lmdb(&tmp_path, e))?;
-        wtxn.commit().map_err(|e| FormatError::lmdb(&tmp_path, e))?;
-        let page_size = env.stat().page_size as usize;
+        let tree = TreeWriter::create(&tmp_path).map_err(|e| FormatError::io(&tmp_path, e))?;
         Ok(ShardBuilder {
             tmp_path,
             file,
-            env,
-            db,
+            tree,
             first_index,
             count: 0,
             value_bytes: 0,
-            map_size: INITIAL_MAP,
-            page_size,
-            pending: Vec::new(),
-            pending_bytes: 0,
             pool,
         })
     }
 
-    /// Upper bound of the file space `value_len` bytes take, including LMDB overhead.
-    fn space_bound(&self, value_len: usize) -> usize {
-        let ps = self.page_size;
-        // Values larger than about half a page go to their own overflow pages.
-        if value_len + 8 + 16 > ps / 2 - 16 {
-            (value_len + 16).div_ceil(ps) * ps + 64
-        } else {
-            2 * (value_len + 8 + 16)
-        }
-    }
-
-    /// Commits the pending values in one write transaction, growing the map first if needed.
-    fn flush(&mut self) -> Result<(), FormatError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let need: usize = self
-            .pending
-            .iter()
-            .map(|p| self.space_bound(HEADER_LEN + p.payload.len()))
-            .sum();
-        let info = self.env.info();
-        let used = (info.last_page_number + 1) * self.page_size;
-        // Branch pages, copy-on-write of the last leaf and branch path, free-list pages.
-        let need = used + need + need / 16 + 64 * self.page_size + (1 << 20);
-        if need > self.map_size {
-            let new = need.max(self.map_size * 2).next_multiple_of(1 << 20);
-            // SAFETY: no transaction of this environment is active: every write transaction
-            // is committed before `flush` returns, and no read transaction is ever opened.
-            unsafe { self.env.resize(new) }.map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
-            self.map_size = new;
-        }
-        let mut wtxn = self
-            .env
-            .write_txn()
-            .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
-        for p in &self.pending {
-            let payload = &p.payload[..];
-            let key = shard::key(p.index);
-            // LMDB reserves the value's space in its page and the record is written there
-            // directly: the same bytes, flags and order as a copying put, so the same file.
-            // `NO_OVERWRITE` comes with this call; with `APPEND` and keys that only ascend
-            // (record indices) no key ever exists already.
-            let existing = self
-                .db
-                .get_or_put_reserved_with_flags(
-                    &mut wtxn,
-                    PutFlags::APPEND,
-                    &key,
-                    HEADER_LEN + payload.len(),
-                    |space| {
-                        space.write_all(&p.header)?;
-                        space.write_all(payload)
-                    },
-                )
-                .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
-            debug_assert!(existing.is_none(), "record keys ascend");
-        }
-        wtxn.commit()
-            .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
-        self.pending_bytes = 0;
-        for p in self.pending.drain(..) {
-            if let Some(pool) = &self.pool {
-                pool.give(p.payload);
-            }
+    /// Writes the record `index` into the file and hands its payload buffer back to the
+    /// pool, if any.
+    fn append(&mut self, index: u64, header: &[u8], payload: Vec<u8>) -> Result<(), FormatError> {
+        self.tree
+            .append(shard::key(index), header, &payload)
+            .map_err(|e| FormatError::io(&self.tmp_path, e))?;
+        self.count += 1;
+        self.value_bytes += (header.len() + payload.len()) as u64;
+        if let Some(pool) = &self.pool {
+            pool.give(payload);
         }
         Ok(())
     }
 
-    /// Commits, syncs, closes and renames the shard; returns its manifest entry.
-    fn finish(mut self) -> Result<ShardEntry, FormatError> {
-        self.flush()?;
-        self.env
-            .force_sync()
-            .map_err(|e| FormatError::lmdb(&self.tmp_path, e))?;
-        let closing = self.env.prepare_for_closing();
-        closing.wait();
-        // LMDB creates the file 0600; a dataset is meant to be read by other users and jobs.
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&self.tmp_path, std::fs::Permissions::from_mode(0o644))
-                .map_err(|e| FormatError::io(&self.tmp_path, e))?;
-        }
+    /// Completes, syncs, closes and renames the shard; returns its manifest entry.
+    fn finish(self) -> Result<ShardEntry, FormatError> {
+        let io = |e| FormatError::io(&self.tmp_path, e);
+        let (file, _) = self.tree.finish().map_err(io)?;
+        file.sync_all().map_err(io)?;
+        drop(file);
         let (bytes, digest) = crate::digest::xxh3_of_written(&self.tmp_path)?;
         let entry = ShardEntry {
             file: self.file.clone(),

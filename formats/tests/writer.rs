@@ -310,57 +310,107 @@ fn every_payload_is_a_slice_of_its_shards_mapped_bytes() {
     }
 }
 
-/// The writer fills LMDB's reserved value space instead of handing LMDB a copy to put: the
-/// shard must stay the file a copying put makes (same pages, same bytes), or datasets and
-/// their digests would change with the writer's internals.
+/// stoker writes shard files itself (formats/src/lmdb_write.rs), not through LMDB: LMDB must
+/// read them as one of its own environments. Values at every size boundary of the layout
+/// (empty, inline up to LMDB's node limit, the first overflow size, overflow runs that end
+/// exactly on a page and one byte past it), across many leaf pages and a three-level tree,
+/// read back through LMDB's cursor and by key; LMDB's own counts agree with the file.
 #[test]
-fn reserved_value_writes_make_the_same_shard_bytes_as_a_copying_put() {
+fn lmdb_reads_the_shards_stoker_writes_record_for_record() {
     use heed::types::Bytes;
-    use heed::{EnvFlags, EnvOpenOptions, PutFlags};
+    use heed::{EnvFlags, EnvOpenOptions};
+    const HEADER: usize = stoker_formats::HEADER_LEN;
+    // A leaf node is 8 bytes of header, the 8-byte key and the value; LMDB keeps values of
+    // nodes over 2,038 bytes on overflow pages, whose first 16 bytes are a page header.
+    let node_max_value = 2038 - 16;
+    let mut payload_lens = vec![
+        0,
+        1,
+        node_max_value - HEADER - 1,
+        node_max_value - HEADER,
+        node_max_value - HEADER + 1,
+        4096 - 16 - HEADER,
+        4096 - 16 - HEADER + 1,
+        3 * 4096 - 16 - HEADER,
+        300_000,
+    ];
+    // Then enough small records for branch pages above branch pages.
+    payload_lens.extend((0..15_000).map(|i| i % 40));
+    let write = |path: &std::path::Path| {
+        let mut w = DatasetWriter::create(path, WriterOptions::default()).unwrap();
+        let mut values = Vec::new();
+        for (i, &len) in payload_lens.iter().enumerate() {
+            let payload: Vec<u8> = (0..len).map(|b| (b * 31 + i) as u8).collect();
+            w.push(jpeg(i as u32 % 5), &payload).unwrap();
+            values.push(payload);
+        }
+        let classes = (0..5).map(|c| format!("c{c}")).collect();
+        w.finish(classes, Provenance::stoker("test")).unwrap();
+        values
+    };
     let dir = tempfile::tempdir().unwrap();
-    let mut w = DatasetWriter::create(dir.path().join("ds"), WriterOptions::default()).unwrap();
-    // Small values (in the leaf pages) and large ones (on overflow pages), across leaf splits.
-    let mut values = Vec::new();
-    for i in 0..600u32 {
-        let len = if i % 7 == 0 {
-            9_000 + i as usize
-        } else {
-            40 + i as usize % 300
-        };
-        let payload: Vec<u8> = (0..len).map(|b| (b as u32 * 31 + i) as u8).collect();
-        w.push(jpeg(i % 5), &payload).unwrap();
-        values.push(payload);
-    }
-    w.finish(vec!["c".into()], Provenance::stoker("test"))
-        .unwrap();
-    let ours = std::fs::read(dir.path().join("ds/shard-00000.lmdb")).unwrap();
+    let values = write(&dir.path().join("a"));
+    let shard = dir.path().join("a/shard-00000.lmdb");
 
-    // The same records put the copying way, with the writer's environment settings.
-    let copy_path = dir.path().join("copy.lmdb");
     let mut opts = EnvOpenOptions::new();
-    opts.map_size(16 << 20).max_dbs(0);
-    // SAFETY: as in the writer: a private new file, synced explicitly, used by this thread.
-    unsafe { opts.flags(EnvFlags::NO_SUB_DIR | EnvFlags::NO_LOCK | EnvFlags::NO_SYNC) };
-    // SAFETY: the file is new and nothing else maps it.
-    let env = unsafe { opts.open(&copy_path) }.unwrap();
-    let mut t = env.write_txn().unwrap();
-    let db = env.create_database::<Bytes, Bytes>(&mut t, None).unwrap();
-    t.commit().unwrap();
-    let ds = Dataset::open(dir.path().join("ds")).unwrap();
-    let reader = ds.reader().unwrap();
-    let mut t = env.write_txn().unwrap();
-    for (i, payload) in values.iter().enumerate() {
-        let record = reader.get(i as u64).unwrap();
-        assert_eq!(record.payload, &payload[..]);
-        let mut value = record.header.to_bytes().to_vec();
-        value.extend_from_slice(payload);
-        db.put_with_flags(&mut t, PutFlags::APPEND, &(i as u64).to_be_bytes(), &value)
-            .unwrap();
-    }
-    t.commit().unwrap();
-    env.force_sync().unwrap();
+    opts.map_size(64 << 20).max_dbs(0);
+    // SAFETY: a finished shard nothing writes, opened read-only without a lock file.
+    unsafe { opts.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY | EnvFlags::NO_LOCK) };
+    // SAFETY: as above; this test is the only user of the file.
+    let env = unsafe { opts.open(&shard) }.unwrap();
+    let t = env.read_txn().unwrap();
+    let db = env
+        .open_database::<Bytes, Bytes>(&t, None)
+        .unwrap()
+        .unwrap();
+    let stat = db.stat(&t).unwrap();
+    assert_eq!(stat.entries, values.len());
+    assert_eq!(stat.depth, 3, "{stat:?}");
+    let file_pages = std::fs::metadata(&shard).unwrap().len() as usize / 4096;
+    assert_eq!(
+        2 + stat.branch_pages + stat.leaf_pages + stat.overflow_pages,
+        file_pages,
+        "every page but the two meta pages belongs to the tree: {stat:?}"
+    );
+    assert_eq!(env.stat().page_size, 4096);
+    let through_cursor: Vec<(Vec<u8>, Vec<u8>)> = db
+        .iter(&t)
+        .unwrap()
+        .map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec())).unwrap())
+        .collect();
+    assert!(db
+        .get(&t, &(values.len() as u64).to_be_bytes())
+        .unwrap()
+        .is_none());
+    drop(t);
+    // One environment per file and process: close this one before the dataset opens it.
     env.prepare_for_closing().wait();
-    let copied = std::fs::read(&copy_path).unwrap();
-    assert_eq!(ours.len(), copied.len());
-    assert!(ours == copied, "shard bytes differ from a copying put");
+
+    assert_eq!(through_cursor.len(), values.len());
+    let ds = Dataset::open(dir.path().join("a")).unwrap();
+    let reader = ds.reader().unwrap();
+    for (i, (key, value)) in through_cursor.iter().enumerate() {
+        assert_eq!(key[..], (i as u64).to_be_bytes(), "keys in order");
+        let record = reader.get(i as u64).unwrap();
+        assert_eq!(&value[..HEADER], &record.header.to_bytes()[..]);
+        assert_eq!(
+            &value[HEADER..],
+            &values[i][..],
+            "record {i} through the cursor"
+        );
+        assert_eq!(record.payload, &values[i][..], "record {i} by key");
+        record.check_crc().unwrap();
+    }
+    let v = stoker_formats::verify(&ds, false).unwrap();
+    assert!(v.ok(), "{:?}", &v.bad[..v.bad.len().min(3)]);
+    drop(reader);
+    drop(ds);
+
+    // The same records give the same file, byte for byte.
+    write(&dir.path().join("b"));
+    let again = std::fs::read(dir.path().join("b/shard-00000.lmdb")).unwrap();
+    assert!(
+        std::fs::read(&shard).unwrap() == again,
+        "same records, same file"
+    );
 }

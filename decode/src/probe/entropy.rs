@@ -34,28 +34,12 @@ pub fn entropy_coded_end(data: &[u8], start: usize) -> usize {
     data.len()
 }
 
-/// The position of the first `0xFF` byte, eight bytes at a time: a word holds
-/// an `0xFF` byte exactly when its complement holds a zero byte. Compressed
-/// data has few `0xFF` bytes, so most words are skipped whole (a byte-by-byte
-/// scan shows in profiles of progressive files, which [`probe`](super::probe)
-/// reads to their end).
+/// The position of the first `0xFF` byte. Compressed data has few of them (about one in
+/// 256 bytes, each followed by a stuffed `0x00`), so a vectorised search skips most of the
+/// bytes: [`probe`](super::probe) reads progressive files to their end, and store-mode
+/// conversion every file, so this scan shows in both profiles.
 fn next_ff(data: &[u8]) -> Option<usize> {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let mut words = data.chunks_exact(8);
-    let mut base = 0;
-    for w in &mut words {
-        let x = !u64::from_le_bytes(w.try_into().expect("8 bytes"));
-        if x.wrapping_sub(LO) & !x & HI != 0 {
-            return w.iter().position(|&b| b == 0xFF).map(|j| base + j);
-        }
-        base += 8;
-    }
-    words
-        .remainder()
-        .iter()
-        .position(|&b| b == 0xFF)
-        .map(|j| base + j)
+    memchr::memchr(0xFF, data)
 }
 
 #[cfg(test)]

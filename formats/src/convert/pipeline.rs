@@ -14,8 +14,11 @@ use super::transcode::{self, Outcome, Processed};
 use crate::buffer_pool::BufferPool;
 use crate::input_file::{read_input_into, refusal_reason};
 use crate::record::HEADER_LEN;
-use crate::writer::{DatasetWriter, TXN_BYTES};
+use crate::writer::DatasetWriter;
 use crate::FormatError;
+
+/// How far the readers may get ahead of the writer, in payload bytes.
+const READ_AHEAD_BYTES: usize = 32 << 20;
 
 /// Processes `inputs` (the tail of the listing from `first`) and writes them in order.
 pub(super) fn run(
@@ -36,13 +39,13 @@ pub(super) fn run(
         .build()
         .map_err(|e| FormatError::InvalidOptions(format!("cannot start {jobs} threads: {e}")))?;
     let chunk = (jobs * 16).max(16);
-    // Input buffers come back from the writer once their transaction commits, so the pages
-    // of one transaction's worth of inputs are faulted in once, not once per file.
-    let buffers = Arc::new(BufferPool::new(2 * TXN_BYTES));
+    // Input buffers come back from the writer once written, so the pages of the read-ahead
+    // window are faulted in once, not once per file.
+    let buffers = Arc::new(BufferPool::new(2 * READ_AHEAD_BYTES));
     writer.set_buffer_pool(buffers.clone());
     let buffers = &buffers;
-    // The workers read on while the writer commits a transaction, up to this many bytes.
-    let ahead = &ReadAhead::new(TXN_BYTES / 2);
+    // The workers read on while the writer writes, up to this many bytes.
+    let ahead = &ReadAhead::new(READ_AHEAD_BYTES);
     let (tx, rx) = mpsc::sync_channel::<Vec<Processed>>(64);
     std::thread::scope(|scope| {
         let producer = scope.spawn(move || {
@@ -181,7 +184,7 @@ fn held_bytes(p: &Processed) -> usize {
 /// Bytes the workers have read that the writer has not yet taken.
 ///
 /// The workers start a chunk only while this is at most `max`, so they keep reading while
-/// the writer is busy committing a transaction, and hold at most `max` plus one chunk.
+/// the writer is busy writing, and hold at most `max` plus one chunk.
 struct ReadAhead {
     /// Bytes waiting, and whether the writer has stopped (then nobody waits any more).
     state: Mutex<(usize, bool)>,

@@ -1,0 +1,429 @@
+//! Writing a shard's LMDB file without LMDB: an append-only B-tree of ascending 8-byte keys,
+//! in the file format LMDB reads (see [`crate::lmdb_meta`] and [`crate::lmdb_walk`] for the
+//! layout).
+//!
+//! Why not LMDB's own write path, which earlier versions used: it copies every value into a
+//! `malloc`ed page buffer and from there into the file at commit, and a transaction's map
+//! space must be sized before its first put, so a whole transaction had to be read before it
+//! could be written. Store-mode conversion ran at half the speed of `cp -r` of the same tree
+//! (docs/BENCHMARKS.md, "Store path"). A shard is the one case LMDB's writer is most general
+//! for and a file format needs least of: one writer, keys that only ascend, nothing ever
+//! updated or deleted, no free pages. Written here, each value goes from the reader's buffer
+//! to the file in one `writev` as soon as it arrives, pages are written once, in ascending
+//! order, and the file is the same for the same records on every machine (fixed page size,
+//! no uninitialised page space). LMDB (heed, py-lmdb) reads it like any other environment;
+//! tests read every record back through LMDB and through [`crate::lmdb_walk`].
+//!
+//! What is written, page by page in ascending page numbers: a value whose leaf node would be
+//! larger than LMDB's `me_nodemax` goes to a run of overflow pages written as soon as it
+//! arrives, its node pointing there; smaller values go inline into the current leaf page;
+//! a full leaf page is written when the next node does not fit; at the end the branch
+//! levels are written bottom-up (children spread evenly, so every branch page has at least
+//! two), then the two meta pages: page 0 the empty environment (transaction 0) and page 1
+//! the tree (transaction 1), as LMDB leaves a new environment after one commit.
+
+use std::fs::File;
+use std::io::{IoSlice, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Page size of every shard stoker writes, on every machine (LMDB reads the page size from
+/// the file).
+pub(crate) const PAGE: usize = 4096;
+const PAGE_HEADER: usize = 16;
+const NODE_HEADER: usize = 8;
+const KEY: usize = 8;
+/// LMDB's `me_nodemax` for this page size: a leaf node (header, key, value) larger than this
+/// keeps its value on overflow pages.
+const NODE_MAX: usize = (((PAGE - PAGE_HEADER) / 2) & !1) - 2;
+const P_BRANCH: u16 = 0x01;
+const P_LEAF: u16 = 0x02;
+const P_OVERFLOW: u16 = 0x04;
+const P_META: u16 = 0x08;
+const F_BIGDATA: u16 = 0x01;
+const MDB_MAGIC: u32 = 0xBEEF_C0DE;
+const MDB_DATA_VERSION: u32 = 1;
+/// The free-page tree's flags as LMDB persists them for a single-file environment:
+/// `MDB_INTEGERKEY` (its keys) and `MDB_NOSUBDIR` (the environment's).
+const FREE_TREE_FLAGS: u16 = 0x0008 | 0x4000;
+const P_INVALID: u64 = u64::MAX;
+static ZEROS: [u8; PAGE] = [0; PAGE];
+
+/// Counts LMDB keeps for a tree (`MDB_db`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TreeStat {
+    pub depth: u16,
+    pub branch_pages: u64,
+    pub leaf_pages: u64,
+    pub overflow_pages: u64,
+    pub entries: u64,
+    /// Root page, `P_INVALID` for an empty tree.
+    pub root: u64,
+}
+
+/// One shard file being written.
+pub(crate) struct TreeWriter {
+    file: File,
+    /// The page the next write starts at; pages are written in ascending order.
+    next_pg: u64,
+    /// The leaf page being filled; its page number is given when it is written.
+    leaf: Box<[u8; PAGE]>,
+    lower: usize,
+    upper: usize,
+    leaf_first_key: [u8; KEY],
+    /// First key and page number of every written leaf, in key order.
+    leaves: Vec<([u8; KEY], u64)>,
+    stat: TreeStat,
+    last_key: Option<[u8; KEY]>,
+}
+
+impl TreeWriter {
+    /// Creates (or truncates) `path`, mode 0644.
+    pub(crate) fn create(path: &Path) -> std::io::Result<TreeWriter> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(path)?;
+        // The meta pages are written last, once the tree is known.
+        file.seek(SeekFrom::Start(2 * PAGE as u64))?;
+        Ok(TreeWriter {
+            file,
+            next_pg: 2,
+            leaf: Box::new([0; PAGE]),
+            lower: PAGE_HEADER,
+            upper: PAGE,
+            leaf_first_key: [0; KEY],
+            leaves: Vec::new(),
+            stat: TreeStat::default(),
+            last_key: None,
+        })
+    }
+
+    /// Appends the value `head ++ body` under `key`, which must be larger than every key
+    /// appended before.
+    pub(crate) fn append(
+        &mut self,
+        key: [u8; KEY],
+        head: &[u8],
+        body: &[u8],
+    ) -> std::io::Result<()> {
+        if self.last_key.is_some_and(|last| last >= key) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "shard keys must ascend",
+            ));
+        }
+        let len = head.len() + body.len();
+        let size = u32::try_from(len).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("a value of {len} bytes is larger than LMDB's 4 GiB"),
+            )
+        })?;
+        let big = NODE_HEADER + KEY + len > NODE_MAX;
+        let node = NODE_HEADER + KEY + if big { 8 } else { len };
+        let node = node + node % 2;
+        if self.upper - self.lower < node + 2 {
+            self.write_leaf()?;
+        }
+        let mut at_node = [0u8; NODE_HEADER + KEY + 8];
+        at_node[..2].copy_from_slice(&(size as u16).to_le_bytes());
+        at_node[2..4].copy_from_slice(&((size >> 16) as u16).to_le_bytes());
+        at_node[4..6].copy_from_slice(&(if big { F_BIGDATA } else { 0 }).to_le_bytes());
+        at_node[6..8].copy_from_slice(&(KEY as u16).to_le_bytes());
+        at_node[8..16].copy_from_slice(&key);
+        let start = self.upper - node;
+        if big {
+            let pgno = self.write_overflow(head, body)?;
+            at_node[16..24].copy_from_slice(&pgno.to_le_bytes());
+            self.leaf[start..start + 24].copy_from_slice(&at_node);
+        } else {
+            let v = start + NODE_HEADER + KEY;
+            self.leaf[start..v].copy_from_slice(&at_node[..16]);
+            self.leaf[v..v + head.len()].copy_from_slice(head);
+            self.leaf[v + head.len()..v + len].copy_from_slice(body);
+            self.leaf[v + len..start + node].fill(0);
+        }
+        if self.lower == PAGE_HEADER {
+            self.leaf_first_key = key;
+        }
+        self.leaf[self.lower..self.lower + 2].copy_from_slice(&(start as u16).to_le_bytes());
+        self.lower += 2;
+        self.upper = start;
+        self.stat.entries += 1;
+        self.last_key = Some(key);
+        Ok(())
+    }
+
+    /// Writes `head ++ body` on a run of overflow pages; returns the run's first page.
+    fn write_overflow(&mut self, head: &[u8], body: &[u8]) -> std::io::Result<u64> {
+        let len = head.len() + body.len();
+        let pages = (PAGE_HEADER + len).div_ceil(PAGE);
+        let pgno = self.next_pg;
+        let mut header = [0u8; PAGE_HEADER];
+        header[..8].copy_from_slice(&pgno.to_le_bytes());
+        header[10..12].copy_from_slice(&P_OVERFLOW.to_le_bytes());
+        header[12..16].copy_from_slice(&(pages as u32).to_le_bytes());
+        let pad = pages * PAGE - PAGE_HEADER - len;
+        let mut parts = [
+            IoSlice::new(&header),
+            IoSlice::new(head),
+            IoSlice::new(body),
+            IoSlice::new(&ZEROS[..pad]),
+        ];
+        write_all_vectored(&mut self.file, &mut parts)?;
+        self.next_pg += pages as u64;
+        self.stat.overflow_pages += pages as u64;
+        Ok(pgno)
+    }
+
+    /// Writes the current leaf page and starts an empty one.
+    fn write_leaf(&mut self) -> std::io::Result<()> {
+        let pgno = self.next_pg;
+        let (lower, upper) = (self.lower, self.upper);
+        page_header(&mut self.leaf[..], pgno, P_LEAF, lower, upper);
+        self.leaf[lower..upper].fill(0);
+        self.file.write_all(&self.leaf[..])?;
+        self.next_pg += 1;
+        self.stat.leaf_pages += 1;
+        self.leaves.push((self.leaf_first_key, pgno));
+        self.lower = PAGE_HEADER;
+        self.upper = PAGE;
+        Ok(())
+    }
+
+    /// Writes the last leaf, the branch pages and the meta pages; returns the file (not
+    /// synced) and the tree's counts.
+    pub(crate) fn finish(mut self) -> std::io::Result<(File, TreeStat)> {
+        if self.lower > PAGE_HEADER {
+            self.write_leaf()?;
+        }
+        let mut level = std::mem::take(&mut self.leaves);
+        if !level.is_empty() {
+            self.stat.depth = 1;
+        }
+        while level.len() > 1 {
+            level = self.write_branch_level(&level)?;
+            self.stat.depth += 1;
+        }
+        self.stat.root = level.first().map_or(P_INVALID, |&(_, pgno)| pgno);
+        let last_pg = self.next_pg - 1;
+        let map_size = self.next_pg * PAGE as u64;
+        let mut metas = vec![0u8; 2 * PAGE];
+        meta_page(
+            &mut metas[..PAGE],
+            0,
+            map_size,
+            &TreeStat {
+                root: P_INVALID,
+                ..TreeStat::default()
+            },
+            1,
+            0,
+        );
+        meta_page(&mut metas[PAGE..], 1, map_size, &self.stat, last_pg, 1);
+        self.file.write_all_at(&metas, 0)?;
+        Ok((self.file, self.stat))
+    }
+
+    /// Writes the branch pages above `children` (first key, page), spread evenly; returns
+    /// the level above.
+    fn write_branch_level(
+        &mut self,
+        children: &[([u8; KEY], u64)],
+    ) -> std::io::Result<Vec<([u8; KEY], u64)>> {
+        // The first node of a branch page has no key (LMDB ignores it); the others a key.
+        let first = NODE_HEADER + 2;
+        let other = NODE_HEADER + KEY + 2;
+        let per_page = 1 + (PAGE - PAGE_HEADER - first) / other;
+        let pages = children.len().div_ceil(per_page);
+        let mut above = Vec::with_capacity(pages);
+        let mut page = [0u8; PAGE];
+        let mut rest = children;
+        for p in 0..pages {
+            let take = children.len() / pages + usize::from(p < children.len() % pages);
+            let (group, tail) = rest.split_at(take);
+            rest = tail;
+            page.fill(0);
+            let (mut lower, mut upper) = (PAGE_HEADER, PAGE);
+            for (i, (key, child)) in group.iter().enumerate() {
+                let ksize = if i == 0 { 0 } else { KEY };
+                let node = NODE_HEADER + ksize;
+                upper -= node;
+                page[upper..upper + 2].copy_from_slice(&(*child as u16).to_le_bytes());
+                page[upper + 2..upper + 4].copy_from_slice(&((*child >> 16) as u16).to_le_bytes());
+                page[upper + 4..upper + 6].copy_from_slice(&((*child >> 32) as u16).to_le_bytes());
+                page[upper + 6..upper + 8].copy_from_slice(&(ksize as u16).to_le_bytes());
+                page[upper + 8..upper + 8 + ksize].copy_from_slice(&key[..ksize]);
+                page[lower..lower + 2].copy_from_slice(&(upper as u16).to_le_bytes());
+                lower += 2;
+            }
+            let pgno = self.next_pg;
+            page_header(&mut page, pgno, P_BRANCH, lower, upper);
+            self.file.write_all(&page)?;
+            self.next_pg += 1;
+            self.stat.branch_pages += 1;
+            above.push((group[0].0, pgno));
+        }
+        Ok(above)
+    }
+}
+
+fn page_header(page: &mut [u8], pgno: u64, flags: u16, lower: usize, upper: usize) {
+    page[..8].copy_from_slice(&pgno.to_le_bytes());
+    page[8..10].fill(0);
+    page[10..12].copy_from_slice(&flags.to_le_bytes());
+    page[12..14].copy_from_slice(&(lower as u16).to_le_bytes());
+    page[14..16].copy_from_slice(&(upper as u16).to_le_bytes());
+}
+
+/// Fills meta page `pgno` (`page` is zeroed): the environment, the empty free-page tree and
+/// the record tree `main`.
+fn meta_page(page: &mut [u8], pgno: u64, map_size: u64, main: &TreeStat, last_pg: u64, txnid: u64) {
+    page_header(page, pgno, P_META, 0, 0);
+    page[16..20].copy_from_slice(&MDB_MAGIC.to_le_bytes());
+    page[20..24].copy_from_slice(&MDB_DATA_VERSION.to_le_bytes());
+    page[32..40].copy_from_slice(&map_size.to_le_bytes());
+    let free = TreeStat {
+        root: P_INVALID,
+        ..TreeStat::default()
+    };
+    tree(&mut page[40..88], PAGE as u32, FREE_TREE_FLAGS, &free);
+    tree(&mut page[88..136], 0, 0, main);
+    page[136..144].copy_from_slice(&last_pg.to_le_bytes());
+    page[144..152].copy_from_slice(&txnid.to_le_bytes());
+}
+
+/// One `MDB_db`: `pad` (the page size in the free tree), flags, depth, page counts, entries,
+/// root.
+fn tree(b: &mut [u8], pad: u32, flags: u16, t: &TreeStat) {
+    b[..4].copy_from_slice(&pad.to_le_bytes());
+    b[4..6].copy_from_slice(&flags.to_le_bytes());
+    b[6..8].copy_from_slice(&t.depth.to_le_bytes());
+    for (i, v) in [
+        t.branch_pages,
+        t.leaf_pages,
+        t.overflow_pages,
+        t.entries,
+        t.root,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// `Write::write_all_vectored`, which is not stable: writes every byte of `parts`.
+fn write_all_vectored(file: &mut File, mut parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        match file.write_vectored(parts) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut parts, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// stoker's own readers of the raw file (the meta check `Dataset::open` runs and the
+    /// walk `verify` uses on a damaged shard) see the tree as written: its counts, root and
+    /// depth, and every key and value in order.
+    #[test]
+    fn meta_check_and_walk_see_the_tree_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.lmdb");
+        let mut w = TreeWriter::create(&path).unwrap();
+        let value = |i: u64| -> Vec<u8> {
+            let len = match i % 97 {
+                0 => 9_000 + i as usize,
+                1 => NODE_MAX - NODE_HEADER - KEY + 1,
+                _ => (i % 50) as usize,
+            };
+            (0..len).map(|b| (b as u64 * 7 + i) as u8).collect()
+        };
+        let n = 40_000u64;
+        for i in 0..n {
+            let v = value(i);
+            let (head, body) = v.split_at(v.len().min(3));
+            w.append(i.to_be_bytes(), head, body).unwrap();
+        }
+        let (_, stat) = w.finish().unwrap();
+        let file = File::open(&path).unwrap();
+        let len = file.metadata().unwrap().len();
+        assert_eq!(len % PAGE as u64, 0);
+        assert_eq!(
+            2 + stat.branch_pages + stat.leaf_pages + stat.overflow_pages,
+            len / PAGE as u64
+        );
+        assert_eq!(stat.depth, 3);
+        crate::lmdb_meta::check(&file, len, n).unwrap();
+        let tree = crate::lmdb_meta::record_tree(&file, len).unwrap();
+        assert_eq!(tree.root, Some(stat.root));
+        assert_eq!((tree.depth, tree.entries), (stat.depth, n));
+        let mut i = 0u64;
+        crate::lmdb_walk::walk_records(&file, len, &mut |item| {
+            let (key, v) = item.unwrap();
+            assert_eq!(key, i.to_be_bytes());
+            assert_eq!(v, value(i), "value {i}");
+            i += 1;
+        })
+        .unwrap();
+        assert_eq!(i, n);
+    }
+
+    /// Every branch page has at least two children, however many leaves there are: LMDB's
+    /// search through a branch page assumes it.
+    #[test]
+    fn branch_pages_never_hold_a_single_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        let mut w = TreeWriter::create(&path).unwrap();
+        let per_page = 1 + (PAGE - PAGE_HEADER - NODE_HEADER - 2) / (NODE_HEADER + KEY + 2);
+        for leaves in [2, per_page, per_page + 1, 2 * per_page + 1] {
+            let children: Vec<([u8; KEY], u64)> = (0..leaves as u64)
+                .map(|i| (i.to_be_bytes(), i + 2))
+                .collect();
+            let above = w.write_branch_level(&children).unwrap();
+            assert_eq!(above.len(), leaves.div_ceil(per_page));
+            assert!(above
+                .iter()
+                .all(|(k, _)| children.iter().any(|(c, _)| c == k)));
+        }
+        let mut spread = Vec::new();
+        w.finish().unwrap();
+        let file = File::open(&path).unwrap();
+        for p in 2..file.metadata().unwrap().len() / PAGE as u64 {
+            let mut page = [0u8; PAGE];
+            file.read_exact_at(&mut page, p * PAGE as u64).unwrap();
+            if u16::from_le_bytes([page[10], page[11]]) == P_BRANCH {
+                spread.push((usize::from(u16::from_le_bytes([page[12], page[13]])) - 16) / 2);
+            }
+        }
+        assert_eq!(spread.len(), 1 + 1 + 2 + 3);
+        assert!(spread.iter().all(|&c| c >= 2), "{spread:?}");
+    }
+
+    /// A key that does not ascend is refused (the tree would be unsearchable), and the
+    /// writer goes on.
+    #[test]
+    fn keys_that_do_not_ascend_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = TreeWriter::create(&dir.path().join("t")).unwrap();
+        w.append(5u64.to_be_bytes(), b"a", b"").unwrap();
+        for key in [5u64, 4] {
+            let e = w.append(key.to_be_bytes(), b"b", b"").unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        }
+        w.append(6u64.to_be_bytes(), b"c", b"").unwrap();
+        assert_eq!(w.finish().unwrap().1.entries, 2);
+    }
+}
