@@ -545,7 +545,7 @@ fn cpu_share_matches_cpu_and_routes_add_up() {
     );
 }
 
-/// With `cpu_share_auto` the share moves batch to batch (within 2–50 %): each
+/// With `cpu_share_auto` the share moves batch to batch (0, or 2–50 %): each
 /// batch's share is the end of the batch, its pixels are the CPU decoder's,
 /// and the counters add up.
 #[test]

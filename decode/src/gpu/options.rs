@@ -75,9 +75,12 @@ pub struct GpuDecoderOptions {
     /// fixed: the share moves toward the fraction at which the CPUs take as
     /// long over it as the calling thread takes over the engines' part
     /// (parsing and submitting, and waiting for engines still busy with
-    /// earlier batches). It grows while the CPUs finish first and shrinks
-    /// while the engines' part waits for them. Starts from `cpu_share` (0:
-    /// 0.1) and stays within 0.02..=0.5 (0.02 keeps it measured).
+    /// earlier batches), within 0.02..=0.5, starting from `cpu_share` (0:
+    /// 0.1). It is switched off (0) while batches with it, balanced, are not
+    /// at least 1 % faster than batches without it (the CPUs too slow to
+    /// matter, or their work slowing the engines' part more than they add);
+    /// one probe batch the other way, every 16 batches and less often (up to
+    /// every 256) while the choice holds, keeps both rates measured.
     /// [`GpuDecoder::cpu_share_now`](crate::GpuDecoder::cpu_share_now) says where it stands. Default false.
     pub cpu_share_auto: bool,
     /// Call `nvjpegDecodeBatchedPreAllocate` on each hardware lane's state

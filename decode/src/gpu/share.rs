@@ -133,11 +133,16 @@ impl CpuShare {
         timings: &mut DecodeTimings,
         (n_hw, t_hw): (usize, f64),
     ) {
-        if let Some(Ok(done)) = &done {
-            timings.cpu_share_s += done.seconds;
-            if done.decoded.is_ok() {
-                self.control.update(n_hw, t_hw, list.len(), done.seconds);
+        match &done {
+            Some(Ok(done)) => {
+                timings.cpu_share_s += done.seconds;
+                if done.decoded.is_ok() {
+                    self.control.update(n_hw, t_hw, list.len(), done.seconds);
+                }
             }
+            // A batch without the share: the rate to compare with.
+            None if list.is_empty() => self.control.update(n_hw, t_hw, 0, 0.0),
+            _ => {}
         }
         match done {
             None => {}
@@ -264,53 +269,127 @@ impl ShareJob {
     }
 }
 
-/// The CPU share's fraction, fixed or adjusted batch by batch
-/// ([`GpuDecoderOptions::cpu_share_auto`]).
-#[derive(Debug, Clone, Copy)]
+/// The CPU share in force for the next batch.
+///
+/// Fixed (`cpu_share`), or with `cpu_share_auto` chosen from measurements.
+/// While the share is on it moves toward its balance point (both sides take
+/// as long). The controller keeps two running rates: with the share, the
+/// engines' part and the CPUs' images per second added (what a balanced batch
+/// gets, measured while both run, so an engines' part slowed by the CPUs'
+/// work counts against the share); without it, the engines' part alone. The
+/// share stays on only while the first beats the second by
+/// [`ShareControl::MARGIN`]; otherwise it is off (0). One batch in
+/// `probe_every` runs the other way, so that a change (other work on the
+/// CPUs, other images) is noticed: from [`ShareControl::PROBE_EVERY`], doubled
+/// up to [`ShareControl::PROBE_MAX`] each time a probe confirms the choice.
 struct ShareControl {
+    /// The share for the next batch.
     fraction: f64,
     auto: bool,
+    /// The share used while on: moves toward the balance point.
+    balance: f64,
+    /// Running images per second with the share (balanced), and without it.
+    rate_on: Option<f64>,
+    rate_off: Option<f64>,
+    /// Whether the share is on, as chosen from the two rates.
+    on: bool,
+    /// Whether the next batch is a probe of the state not chosen.
+    probing: bool,
+    since_probe: u32,
+    probe_every: u32,
 }
 
 impl ShareControl {
     /// Where the automatic share starts when `cpu_share` is 0.
     const START: f64 = 0.1;
-    /// Bounds of the automatic share: never 0, so that it stays measured.
+    /// Bounds of the automatic share while on.
     const MIN: f64 = 0.02;
     const MAX: f64 = 0.5;
     /// How far one batch moves the share toward its balance point: a batch's
     /// timings are noisy, and a step changes the next batch's split.
     const GAIN: f64 = 0.3;
+    /// Weight of a new batch in the running rate of the state in use (a probe
+    /// replaces the other state's rate: the old value is stale).
+    const RATE_WEIGHT: f64 = 0.3;
+    /// The share stays on only when it is at least this much faster.
+    const MARGIN: f64 = 0.01;
+    const PROBE_EVERY: u32 = 16;
+    const PROBE_MAX: u32 = 256;
 
     fn new(options: &GpuDecoderOptions) -> ShareControl {
         let asked = share_fraction(options.cpu_share);
-        if options.cpu_share_auto {
-            let start = if asked > 0.0 { asked } else { Self::START };
-            ShareControl {
-                fraction: start.clamp(Self::MIN, Self::MAX),
-                auto: true,
-            }
+        let start = if options.cpu_share_auto {
+            (if asked > 0.0 { asked } else { Self::START }).clamp(Self::MIN, Self::MAX)
         } else {
-            ShareControl {
-                fraction: asked,
-                auto: false,
-            }
+            asked
+        };
+        ShareControl {
+            fraction: start,
+            auto: options.cpu_share_auto,
+            balance: start,
+            rate_on: None,
+            rate_off: None,
+            on: true,
+            probing: false,
+            since_probe: 0,
+            probe_every: Self::PROBE_EVERY,
         }
     }
 
     /// One batch: the engines' part took `t_hw` seconds for `n_hw` images on
-    /// the calling thread while the CPUs took `t_cpu` for `n_cpu`. The balance
-    /// point is the share at which both would take as long at these rates.
+    /// the calling thread while the CPUs took `t_cpu` for `n_cpu` (0 and 0.0
+    /// for a batch without the share). Sets the next batch's share.
     fn update(&mut self, n_hw: usize, t_hw: f64, n_cpu: usize, t_cpu: f64) {
-        if !self.auto || n_hw == 0 || n_cpu == 0 || t_hw <= 0.0 || t_cpu <= 0.0 {
+        if !self.auto {
             return;
         }
-        let (r_hw, r_cpu) = (n_hw as f64 / t_hw, n_cpu as f64 / t_cpu);
-        let balance = r_cpu / (r_hw + r_cpu);
-        let next = self.fraction + Self::GAIN * (balance - self.fraction);
-        if next.is_finite() {
-            self.fraction = next.clamp(Self::MIN, Self::MAX);
+        let rate = |n: usize, t: f64| (n > 0 && t > 0.0 && t.is_finite()).then(|| n as f64 / t);
+        let (r_hw, r_cpu) = (rate(n_hw, t_hw), rate(n_cpu, t_cpu));
+        // A side with images but no usable time says nothing about either rate.
+        if (n_hw > 0 && r_hw.is_none()) || (n_cpu > 0 && r_cpu.is_none()) {
+            return;
         }
+        let fresh = std::mem::take(&mut self.probing);
+        let mix = |old: Option<f64>, new: f64| match old {
+            Some(old) if !fresh => old + Self::RATE_WEIGHT * (new - old),
+            _ => new,
+        };
+        match (r_hw, r_cpu) {
+            (_, Some(r_cpu)) => {
+                self.rate_on = Some(mix(self.rate_on, r_hw.unwrap_or(0.0) + r_cpu));
+                if let Some(r_hw) = r_hw {
+                    let balance = r_cpu / (r_hw + r_cpu);
+                    self.balance += Self::GAIN * (balance - self.balance);
+                    self.balance = self.balance.clamp(Self::MIN, Self::MAX);
+                }
+            }
+            (Some(r_hw), None) => self.rate_off = Some(mix(self.rate_off, r_hw)),
+            (None, None) => {
+                self.probing = fresh;
+                return;
+            }
+        }
+        // First the share on, then off, then whichever is faster.
+        let on = match (self.rate_on, self.rate_off) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(with), Some(without)) => {
+                let choice = with > without * (1.0 + Self::MARGIN);
+                if choice != self.on {
+                    self.on = choice;
+                    self.probe_every = Self::PROBE_EVERY;
+                } else if fresh {
+                    self.probe_every = (self.probe_every * 2).min(Self::PROBE_MAX);
+                }
+                self.since_probe += 1;
+                if self.since_probe >= self.probe_every {
+                    self.since_probe = 0;
+                    self.probing = true;
+                }
+                self.on != self.probing
+            }
+        };
+        self.fraction = if on { self.balance } else { 0.0 };
     }
 }
 
@@ -346,43 +425,104 @@ fn share_threads(asked: usize, lanes: usize, cores: usize) -> usize {
 mod tests {
     use super::*;
 
-    /// Simulates batches of 256: the engines' part runs at `hw` img/s, the
-    /// CPUs at `cpu` img/s; returns the share after `batches` batches.
-    fn settle(options: &GpuDecoderOptions, hw: f64, cpu: f64, batches: usize) -> f64 {
+    /// Simulates batches of 256 on a machine where the engines' part runs at
+    /// `hw(share)` img/s (it may slow down while the CPUs decode a share) and
+    /// the CPUs at `cpu` img/s. Returns the controller and the images per
+    /// second over the last `tail` of `batches` batches.
+    fn run(
+        options: &GpuDecoderOptions,
+        hw: impl Fn(f64) -> f64,
+        cpu: f64,
+        batches: usize,
+        tail: usize,
+    ) -> (ShareControl, f64) {
         let mut c = ShareControl::new(options);
-        for _ in 0..batches {
+        let (mut images, mut seconds) = (0.0, 0.0);
+        for b in 0..batches {
             let n_cpu = (256.0 * c.fraction).round() as usize;
             let n_hw = 256 - n_cpu;
-            c.update(n_hw, n_hw as f64 / hw, n_cpu, n_cpu as f64 / cpu);
+            let (t_hw, t_cpu) = (n_hw as f64 / hw(c.fraction), n_cpu as f64 / cpu);
+            if b >= batches - tail {
+                images += 256.0;
+                seconds += t_hw.max(t_cpu);
+            }
+            c.update(n_hw, t_hw, n_cpu, t_cpu);
         }
-        c.fraction
+        (c, images / seconds)
+    }
+
+    fn auto() -> GpuDecoderOptions {
+        GpuDecoderOptions {
+            cpu_share_auto: true,
+            ..GpuDecoderOptions::default()
+        }
     }
 
     #[test]
     fn the_automatic_cpu_share_settles_where_both_sides_take_as_long() {
-        let auto = GpuDecoderOptions {
-            cpu_share_auto: true,
-            ..GpuDecoderOptions::default()
-        };
-        // Engines 24k img/s, CPUs 6k img/s: both take as long at 6 / 30 = 0.2.
-        let f = settle(&auto, 24_000.0, 6_000.0, 30);
-        assert!((f - 0.2).abs() < 0.01, "{f}");
+        // Engines 24k img/s, CPUs 6k img/s: both take as long at 6 / 30 = 0.2,
+        // where the batch runs at 30k img/s instead of 24k.
+        let (c, rate) = run(&auto(), |_| 24_000.0, 6_000.0, 40, 16);
+        assert!((c.balance - 0.2).abs() < 0.01, "{}", c.balance);
+        assert!(c.on && c.fraction == c.balance);
+        // One batch in 16 measures the rate without the share.
+        assert!(rate > 29_000.0 && rate < 30_000.0, "{rate}");
         // From a high start it comes down to the same point.
         let high = GpuDecoderOptions {
             cpu_share: 0.45,
-            ..auto
+            ..auto()
         };
-        assert!((settle(&high, 24_000.0, 6_000.0, 30) - 0.2).abs() < 0.01);
-        // Slow CPUs: the share stays at its floor (still measured), never 0.
-        assert_eq!(settle(&auto, 24_000.0, 10.0, 30), ShareControl::MIN);
+        assert!((run(&high, |_| 24_000.0, 6_000.0, 40, 1).0.balance - 0.2).abs() < 0.01);
         // Engines slower than the CPUs: capped at half the batch.
-        assert_eq!(settle(&auto, 1_000.0, 9_000.0, 30), ShareControl::MAX);
+        assert_eq!(
+            run(&auto(), |_| 1_000.0, 9_000.0, 40, 1).0.balance,
+            ShareControl::MAX
+        );
+    }
+
+    /// A share that does not help goes to 0: the CPUs are too slow to matter,
+    /// or decoding on them slows the engines' part (its host side competes
+    /// for the cores) by more than they add. The batches then run at the
+    /// engines' rate but for probe batches, fewer and fewer.
+    #[test]
+    fn the_automatic_cpu_share_backs_off_to_zero_when_it_does_not_help() {
+        for (hw, cpu) in [
+            (Box::new(|_| 24_000.0) as Box<dyn Fn(f64) -> f64>, 200.0),
+            // 6k img/s of CPU decoding, but the engines lose 40 % while it runs.
+            (
+                Box::new(|f: f64| if f > 0.0 { 14_400.0 } else { 24_000.0 }),
+                6_000.0,
+            ),
+        ] {
+            let (c, rate) = run(&auto(), &hw, cpu, 600, 300);
+            assert!(!c.on, "the share was kept");
+            assert!(c.fraction == 0.0 || c.probing);
+            assert!(
+                c.probe_every > ShareControl::PROBE_EVERY,
+                "probes confirmed the choice"
+            );
+            assert!(rate > 0.98 * 24_000.0, "{rate}");
+        }
+    }
+
+    /// The probes notice when the share starts to help (the engines' part got
+    /// slower, e.g. larger images): it comes back on.
+    #[test]
+    fn the_automatic_cpu_share_comes_back_when_it_helps_again() {
+        let mut c = run(&auto(), |_| 24_000.0, 200.0, 100, 1).0;
+        assert!(!c.on);
+        for _ in 0..2 * ShareControl::PROBE_MAX {
+            let n_cpu = (256.0 * c.fraction).round() as usize;
+            let n_hw = 256 - n_cpu;
+            c.update(n_hw, n_hw as f64 / 8_000.0, n_cpu, n_cpu as f64 / 8_000.0);
+        }
+        assert!(c.on, "rates on {:?} off {:?}", c.rate_on, c.rate_off);
         // Degenerate timings change nothing.
-        let mut c = ShareControl::new(&auto);
-        c.update(0, 0.0, 10, 0.01);
-        c.update(100, 0.01, 10, 0.0);
+        let before = (c.fraction, c.rate_on, c.rate_off);
+        c.update(0, 0.0, 0, 0.0);
         c.update(100, f64::NAN, 10, 0.01);
-        assert_eq!(c.fraction, ShareControl::START);
+        c.update(100, 0.01, 10, f64::INFINITY);
+        assert_eq!((c.fraction, c.rate_on, c.rate_off), before);
     }
 
     #[test]
@@ -391,11 +531,9 @@ mod tests {
             cpu_share: 0.25,
             ..GpuDecoderOptions::default()
         };
-        assert_eq!(settle(&fixed, 24_000.0, 6_000.0, 30), 0.25);
-        assert_eq!(
-            settle(&GpuDecoderOptions::default(), 24_000.0, 6_000.0, 30),
-            0.0
-        );
+        assert_eq!(run(&fixed, |_| 24_000.0, 6_000.0, 30, 1).0.fraction, 0.25);
+        let none = GpuDecoderOptions::default();
+        assert_eq!(run(&none, |_| 24_000.0, 6_000.0, 30, 1).0.fraction, 0.0);
     }
 
     #[test]
