@@ -21,6 +21,13 @@
 //! levels are written bottom-up (children spread evenly, so every branch page has at least
 //! two), then the two meta pages: page 0 the empty environment (transaction 0) and page 1
 //! the tree (transaction 1), as LMDB leaves a new environment after one commit.
+//!
+//! The shard's digest (xxh3-64 of the whole file, in file order) would need a second pass over
+//! the file, because the meta pages come first and are known last. When the writer is told the
+//! value sizes to come ([`predict_meta`]), it computes the meta pages from them first, writes
+//! the file front to back and hashes it as it goes; at the end it checks that the meta pages
+//! it wrote are the tree's. If they are not (an input changed size, or was skipped), it
+//! rewrites them and the caller hashes the file afterwards.
 
 use std::fs::File;
 use std::io::{IoSlice, Seek, SeekFrom, Write};
@@ -61,44 +68,190 @@ pub(crate) struct TreeStat {
     pub root: u64,
 }
 
+/// The meta pages of a shard file: page 0, then page 1.
+pub(crate) type MetaPages = Box<[u8; 2 * PAGE]>;
+
+/// Where a value goes, decided from its length alone (so that [`predict_meta`] and the
+/// writer agree).
+struct Placement {
+    /// Its node does not fit in the current leaf: write the leaf first.
+    new_leaf: bool,
+    /// On overflow pages (this many), not inline.
+    overflow_pages: Option<u64>,
+    /// Bytes of its node in the leaf (even).
+    node: usize,
+}
+
+/// The page arithmetic of the tree, without the bytes: what the writer and [`predict_meta`]
+/// share.
+#[derive(Debug, Clone)]
+struct Layout {
+    /// The page the next write starts at; pages are written in ascending order.
+    next_pg: u64,
+    /// Free space of the current leaf: node offsets end at `lower`, nodes start at `upper`.
+    lower: usize,
+    upper: usize,
+    stat: TreeStat,
+}
+
+impl Layout {
+    fn new() -> Layout {
+        Layout {
+            next_pg: 2,
+            lower: PAGE_HEADER,
+            upper: PAGE,
+            stat: TreeStat::default(),
+        }
+    }
+
+    /// Places a value of `len` bytes (at most `u32::MAX`) and advances the page counts.
+    fn place(&mut self, len: usize) -> Placement {
+        let big = NODE_HEADER + KEY + len > NODE_MAX;
+        let node = NODE_HEADER + KEY + if big { 8 } else { len };
+        let node = node + node % 2;
+        let new_leaf = self.upper - self.lower < node + 2;
+        if new_leaf {
+            self.leaf_written();
+        }
+        let overflow_pages = big.then(|| (PAGE_HEADER + len).div_ceil(PAGE) as u64);
+        if let Some(pages) = overflow_pages {
+            self.next_pg += pages;
+            self.stat.overflow_pages += pages;
+        }
+        self.lower += 2;
+        self.upper -= node;
+        self.stat.entries += 1;
+        Placement {
+            new_leaf,
+            overflow_pages,
+            node,
+        }
+    }
+
+    fn leaf_written(&mut self) {
+        self.next_pg += 1;
+        self.stat.leaf_pages += 1;
+        self.lower = PAGE_HEADER;
+        self.upper = PAGE;
+    }
+
+    /// Counts the last leaf and the branch levels above `leaves` leaves; returns the meta
+    /// pages of the finished tree.
+    fn finish(mut self) -> (MetaPages, TreeStat) {
+        if self.lower > PAGE_HEADER {
+            self.leaf_written();
+        }
+        let mut level = self.stat.leaf_pages;
+        self.stat.root = self.next_pg - 1;
+        if level == 0 {
+            self.stat.root = P_INVALID;
+        } else {
+            self.stat.depth = 1;
+        }
+        while level > 1 {
+            level = level.div_ceil(BRANCH_CHILDREN as u64);
+            self.next_pg += level;
+            self.stat.branch_pages += level;
+            self.stat.depth += 1;
+            self.stat.root = self.next_pg - 1;
+        }
+        (meta_pages(self.next_pg, &self.stat), self.stat)
+    }
+}
+
+/// The meta pages a shard of values of `lens` bytes gets, in order; `None` when a value is
+/// longer than LMDB's 4 GiB.
+pub(crate) fn predict_meta(lens: impl IntoIterator<Item = u64>) -> Option<MetaPages> {
+    let mut layout = Layout::new();
+    for len in lens {
+        u32::try_from(len).ok()?;
+        layout.place(len as usize);
+    }
+    Some(layout.finish().0)
+}
+
+/// Children of one branch page at most: the first node has no key (LMDB ignores it), the
+/// others an 8-byte key; each needs a 2-byte offset.
+const BRANCH_CHILDREN: usize =
+    1 + (PAGE - PAGE_HEADER - (NODE_HEADER + 2)) / (NODE_HEADER + KEY + 2);
+
+/// The two meta pages of a file of `pages` pages holding the record tree `main`.
+fn meta_pages(pages: u64, main: &TreeStat) -> MetaPages {
+    let mut metas: MetaPages = Box::new([0; 2 * PAGE]);
+    let map_size = pages * PAGE as u64;
+    let empty = TreeStat {
+        root: P_INVALID,
+        ..TreeStat::default()
+    };
+    meta_page(&mut metas[..PAGE], 0, map_size, &empty, 1, 0);
+    meta_page(&mut metas[PAGE..], 1, map_size, main, pages - 1, 1);
+    metas
+}
+
+impl TreeStat {
+    /// Pages of a file holding this tree: the two meta pages and the tree's.
+    pub(crate) fn file_pages(&self) -> u64 {
+        2 + self.branch_pages + self.leaf_pages + self.overflow_pages
+    }
+}
+
 /// One shard file being written.
 pub(crate) struct TreeWriter {
     file: File,
-    /// The page the next write starts at; pages are written in ascending order.
-    next_pg: u64,
+    layout: Layout,
+    /// The meta pages written first (from predicted sizes), and the hash of everything
+    /// written so far, in file order.
+    streamed: Option<(MetaPages, xxhash_rust::xxh3::Xxh3)>,
     /// The leaf page being filled; its page number is given when it is written.
     leaf: Box<[u8; PAGE]>,
-    lower: usize,
-    upper: usize,
     leaf_first_key: [u8; KEY],
     /// First key and page number of every written leaf, in key order.
     leaves: Vec<([u8; KEY], u64)>,
-    stat: TreeStat,
     last_key: Option<[u8; KEY]>,
 }
 
 impl TreeWriter {
-    /// Creates (or truncates) `path`, mode 0644.
-    pub(crate) fn create(path: &Path) -> std::io::Result<TreeWriter> {
+    /// Creates (or truncates) `path`, mode 0644. With `predicted` (from [`predict_meta`]),
+    /// the meta pages are written first and the file is hashed as it is written.
+    pub(crate) fn create(path: &Path, predicted: Option<MetaPages>) -> std::io::Result<TreeWriter> {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o644)
             .open(path)?;
-        // The meta pages are written last, once the tree is known.
-        file.seek(SeekFrom::Start(2 * PAGE as u64))?;
+        let streamed = match predicted {
+            Some(metas) => {
+                file.write_all(&metas[..])?;
+                let mut hash = xxhash_rust::xxh3::Xxh3::new();
+                hash.update(&metas[..]);
+                Some((metas, hash))
+            }
+            // The meta pages are written last, once the tree is known.
+            None => {
+                file.seek(SeekFrom::Start(2 * PAGE as u64))?;
+                None
+            }
+        };
         Ok(TreeWriter {
             file,
-            next_pg: 2,
+            layout: Layout::new(),
+            streamed,
             leaf: Box::new([0; PAGE]),
-            lower: PAGE_HEADER,
-            upper: PAGE,
             leaf_first_key: [0; KEY],
             leaves: Vec::new(),
-            stat: TreeStat::default(),
             last_key: None,
         })
+    }
+
+    /// Writes all of `parts` at the end of the file (and into the running hash).
+    fn emit(&mut self, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+        if let Some((_, hash)) = &mut self.streamed {
+            for p in parts.iter() {
+                hash.update(p);
+            }
+        }
+        write_all_vectored(&mut self.file, parts)
     }
 
     /// Appends the value `head ++ body` under `key`, which must be larger than every key
@@ -122,21 +275,26 @@ impl TreeWriter {
                 format!("a value of {len} bytes is larger than LMDB's 4 GiB"),
             )
         })?;
-        let big = NODE_HEADER + KEY + len > NODE_MAX;
-        let node = NODE_HEADER + KEY + if big { 8 } else { len };
-        let node = node + node % 2;
-        if self.upper - self.lower < node + 2 {
-            self.write_leaf()?;
-        }
+        let (lower, upper) = (self.layout.lower, self.layout.upper);
+        let first_pg = self.layout.next_pg;
+        let place = self.layout.place(len);
+        let (lower, upper) = if place.new_leaf {
+            self.write_leaf(first_pg, lower, upper)?;
+            (PAGE_HEADER, PAGE)
+        } else {
+            (lower, upper)
+        };
+        let big = place.overflow_pages.is_some();
         let mut at_node = [0u8; NODE_HEADER + KEY + 8];
         at_node[..2].copy_from_slice(&(size as u16).to_le_bytes());
         at_node[2..4].copy_from_slice(&((size >> 16) as u16).to_le_bytes());
         at_node[4..6].copy_from_slice(&(if big { F_BIGDATA } else { 0 }).to_le_bytes());
         at_node[6..8].copy_from_slice(&(KEY as u16).to_le_bytes());
         at_node[8..16].copy_from_slice(&key);
-        let start = self.upper - node;
-        if big {
-            let pgno = self.write_overflow(head, body)?;
+        let start = upper - place.node;
+        if let Some(pages) = place.overflow_pages {
+            let pgno = first_pg + u64::from(place.new_leaf);
+            self.write_overflow(pgno, pages, head, body)?;
             at_node[16..24].copy_from_slice(&pgno.to_le_bytes());
             self.leaf[start..start + 24].copy_from_slice(&at_node);
         } else {
@@ -144,101 +302,84 @@ impl TreeWriter {
             self.leaf[start..v].copy_from_slice(&at_node[..16]);
             self.leaf[v..v + head.len()].copy_from_slice(head);
             self.leaf[v + head.len()..v + len].copy_from_slice(body);
-            self.leaf[v + len..start + node].fill(0);
+            self.leaf[v + len..start + place.node].fill(0);
         }
-        if self.lower == PAGE_HEADER {
+        if lower == PAGE_HEADER {
             self.leaf_first_key = key;
         }
-        self.leaf[self.lower..self.lower + 2].copy_from_slice(&(start as u16).to_le_bytes());
-        self.lower += 2;
-        self.upper = start;
-        self.stat.entries += 1;
+        self.leaf[lower..lower + 2].copy_from_slice(&(start as u16).to_le_bytes());
         self.last_key = Some(key);
         Ok(())
     }
 
-    /// Writes `head ++ body` on a run of overflow pages; returns the run's first page.
-    fn write_overflow(&mut self, head: &[u8], body: &[u8]) -> std::io::Result<u64> {
+    /// Writes `head ++ body` on the run of `pages` overflow pages from `pgno`.
+    fn write_overflow(
+        &mut self,
+        pgno: u64,
+        pages: u64,
+        head: &[u8],
+        body: &[u8],
+    ) -> std::io::Result<()> {
         let len = head.len() + body.len();
-        let pages = (PAGE_HEADER + len).div_ceil(PAGE);
-        let pgno = self.next_pg;
         let mut header = [0u8; PAGE_HEADER];
         header[..8].copy_from_slice(&pgno.to_le_bytes());
         header[10..12].copy_from_slice(&P_OVERFLOW.to_le_bytes());
         header[12..16].copy_from_slice(&(pages as u32).to_le_bytes());
-        let pad = pages * PAGE - PAGE_HEADER - len;
+        let pad = pages as usize * PAGE - PAGE_HEADER - len;
         let mut parts = [
             IoSlice::new(&header),
             IoSlice::new(head),
             IoSlice::new(body),
             IoSlice::new(&ZEROS[..pad]),
         ];
-        write_all_vectored(&mut self.file, &mut parts)?;
-        self.next_pg += pages as u64;
-        self.stat.overflow_pages += pages as u64;
-        Ok(pgno)
+        self.emit(&mut parts)
     }
 
-    /// Writes the current leaf page and starts an empty one.
-    fn write_leaf(&mut self) -> std::io::Result<()> {
-        let pgno = self.next_pg;
-        let (lower, upper) = (self.lower, self.upper);
-        page_header(&mut self.leaf[..], pgno, P_LEAF, lower, upper);
-        self.leaf[lower..upper].fill(0);
-        self.file.write_all(&self.leaf[..])?;
-        self.next_pg += 1;
-        self.stat.leaf_pages += 1;
+    /// Writes the current leaf page as page `pgno`; its nodes fill `lower..` and `upper..`.
+    fn write_leaf(&mut self, pgno: u64, lower: usize, upper: usize) -> std::io::Result<()> {
+        let mut leaf = std::mem::replace(&mut self.leaf, Box::new([0; PAGE]));
+        page_header(&mut leaf[..], pgno, P_LEAF, lower, upper);
+        leaf[lower..upper].fill(0);
+        self.emit(&mut [IoSlice::new(&leaf[..])])?;
         self.leaves.push((self.leaf_first_key, pgno));
-        self.lower = PAGE_HEADER;
-        self.upper = PAGE;
+        self.leaf = leaf;
         Ok(())
     }
 
-    /// Writes the last leaf, the branch pages and the meta pages; returns the file (not
-    /// synced) and the tree's counts.
-    pub(crate) fn finish(mut self) -> std::io::Result<(File, TreeStat)> {
-        if self.lower > PAGE_HEADER {
-            self.write_leaf()?;
+    /// Writes the last leaf, the branch pages and the meta pages. Returns the file (not
+    /// synced), the tree's counts, and the file's xxh3-64 when it was hashed as written
+    /// (the meta pages written first were the tree's).
+    pub(crate) fn finish(mut self) -> std::io::Result<(File, TreeStat, Option<u64>)> {
+        let (lower, upper) = (self.layout.lower, self.layout.upper);
+        let last_leaf_pg = self.layout.next_pg;
+        let (metas, stat) = self.layout.clone().finish();
+        if lower > PAGE_HEADER {
+            self.write_leaf(last_leaf_pg, lower, upper)?;
         }
         let mut level = std::mem::take(&mut self.leaves);
-        if !level.is_empty() {
-            self.stat.depth = 1;
-        }
+        let mut next_pg = last_leaf_pg + u64::from(lower > PAGE_HEADER);
         while level.len() > 1 {
-            level = self.write_branch_level(&level)?;
-            self.stat.depth += 1;
+            level = self.write_branch_level(&level, &mut next_pg)?;
         }
-        self.stat.root = level.first().map_or(P_INVALID, |&(_, pgno)| pgno);
-        let last_pg = self.next_pg - 1;
-        let map_size = self.next_pg * PAGE as u64;
-        let mut metas = vec![0u8; 2 * PAGE];
-        meta_page(
-            &mut metas[..PAGE],
-            0,
-            map_size,
-            &TreeStat {
-                root: P_INVALID,
-                ..TreeStat::default()
-            },
-            1,
-            0,
-        );
-        meta_page(&mut metas[PAGE..], 1, map_size, &self.stat, last_pg, 1);
-        self.file.write_all_at(&metas, 0)?;
-        Ok((self.file, self.stat))
+        debug_assert_eq!(level.first().map_or(P_INVALID, |l| l.1), stat.root);
+        let digest = match self.streamed.take() {
+            Some((written, hash)) if written == metas => Some(hash.digest()),
+            _ => {
+                self.file.write_all_at(&metas[..], 0)?;
+                None
+            }
+        };
+        Ok((self.file, stat, digest))
     }
 
-    /// Writes the branch pages above `children` (first key, page), spread evenly; returns
-    /// the level above.
+    /// Writes the branch pages above `children` (first key, page) from page `next_pg`,
+    /// spread evenly; returns the level above.
     fn write_branch_level(
         &mut self,
         children: &[([u8; KEY], u64)],
+        next_pg: &mut u64,
     ) -> std::io::Result<Vec<([u8; KEY], u64)>> {
-        // The first node of a branch page has no key (LMDB ignores it); the others a key.
-        let first = NODE_HEADER + 2;
-        let other = NODE_HEADER + KEY + 2;
-        let per_page = 1 + (PAGE - PAGE_HEADER - first) / other;
-        let pages = children.len().div_ceil(per_page);
+        let pages = children.len().div_ceil(BRANCH_CHILDREN);
         let mut above = Vec::with_capacity(pages);
         let mut page = [0u8; PAGE];
         let mut rest = children;
@@ -250,21 +391,20 @@ impl TreeWriter {
             let (mut lower, mut upper) = (PAGE_HEADER, PAGE);
             for (i, (key, child)) in group.iter().enumerate() {
                 let ksize = if i == 0 { 0 } else { KEY };
-                let node = NODE_HEADER + ksize;
-                upper -= node;
-                page[upper..upper + 2].copy_from_slice(&(*child as u16).to_le_bytes());
-                page[upper + 2..upper + 4].copy_from_slice(&((*child >> 16) as u16).to_le_bytes());
-                page[upper + 4..upper + 6].copy_from_slice(&((*child >> 32) as u16).to_le_bytes());
-                page[upper + 6..upper + 8].copy_from_slice(&(ksize as u16).to_le_bytes());
-                page[upper + 8..upper + 8 + ksize].copy_from_slice(&key[..ksize]);
+                upper -= NODE_HEADER + ksize;
+                let n = &mut page[upper..upper + NODE_HEADER + ksize];
+                n[..2].copy_from_slice(&(*child as u16).to_le_bytes());
+                n[2..4].copy_from_slice(&((*child >> 16) as u16).to_le_bytes());
+                n[4..6].copy_from_slice(&((*child >> 32) as u16).to_le_bytes());
+                n[6..8].copy_from_slice(&(ksize as u16).to_le_bytes());
+                n[8..].copy_from_slice(&key[..ksize]);
                 page[lower..lower + 2].copy_from_slice(&(upper as u16).to_le_bytes());
                 lower += 2;
             }
-            let pgno = self.next_pg;
+            let pgno = *next_pg;
             page_header(&mut page, pgno, P_BRANCH, lower, upper);
-            self.file.write_all(&page)?;
-            self.next_pg += 1;
-            self.stat.branch_pages += 1;
+            self.emit(&mut [IoSlice::new(&page)])?;
+            *next_pg += 1;
             above.push((group[0].0, pgno));
         }
         Ok(above)
@@ -341,7 +481,6 @@ mod tests {
     fn meta_check_and_walk_see_the_tree_as_written() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.lmdb");
-        let mut w = TreeWriter::create(&path).unwrap();
         let value = |i: u64| -> Vec<u8> {
             let len = match i % 97 {
                 0 => 9_000 + i as usize,
@@ -351,12 +490,8 @@ mod tests {
             (0..len).map(|b| (b as u64 * 7 + i) as u8).collect()
         };
         let n = 40_000u64;
-        for i in 0..n {
-            let v = value(i);
-            let (head, body) = v.split_at(v.len().min(3));
-            w.append(i.to_be_bytes(), head, body).unwrap();
-        }
-        let (_, stat) = w.finish().unwrap();
+        let (_, stat, digest) = write(&path, None, (0..n).map(value));
+        assert_eq!(digest, None, "not hashed without predicted sizes");
         let file = File::open(&path).unwrap();
         let len = file.metadata().unwrap().len();
         assert_eq!(len % PAGE as u64, 0);
@@ -386,13 +521,14 @@ mod tests {
     fn branch_pages_never_hold_a_single_child() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
-        let mut w = TreeWriter::create(&path).unwrap();
-        let per_page = 1 + (PAGE - PAGE_HEADER - NODE_HEADER - 2) / (NODE_HEADER + KEY + 2);
+        let mut w = TreeWriter::create(&path, None).unwrap();
+        let per_page = BRANCH_CHILDREN;
+        let mut next_pg = 2;
         for leaves in [2, per_page, per_page + 1, 2 * per_page + 1] {
             let children: Vec<([u8; KEY], u64)> = (0..leaves as u64)
                 .map(|i| (i.to_be_bytes(), i + 2))
                 .collect();
-            let above = w.write_branch_level(&children).unwrap();
+            let above = w.write_branch_level(&children, &mut next_pg).unwrap();
             assert_eq!(above.len(), leaves.div_ceil(per_page));
             assert!(above
                 .iter()
@@ -417,7 +553,7 @@ mod tests {
     #[test]
     fn keys_that_do_not_ascend_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = TreeWriter::create(&dir.path().join("t")).unwrap();
+        let mut w = TreeWriter::create(&dir.path().join("t"), None).unwrap();
         w.append(5u64.to_be_bytes(), b"a", b"").unwrap();
         for key in [5u64, 4] {
             let e = w.append(key.to_be_bytes(), b"b", b"").unwrap_err();
@@ -425,5 +561,56 @@ mod tests {
         }
         w.append(6u64.to_be_bytes(), b"c", b"").unwrap();
         assert_eq!(w.finish().unwrap().1.entries, 2);
+    }
+
+    /// Writes `values` under keys 0, 1, … into `path`.
+    fn write(
+        path: &Path,
+        predicted: Option<MetaPages>,
+        values: impl Iterator<Item = Vec<u8>>,
+    ) -> (File, TreeStat, Option<u64>) {
+        let mut w = TreeWriter::create(path, predicted).unwrap();
+        for (i, v) in values.enumerate() {
+            let (head, body) = v.split_at(v.len().min(3));
+            w.append((i as u64).to_be_bytes(), head, body).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    /// Told the sizes to come, the writer hashes the file as it writes it: the digest is the
+    /// file's, and the file is the one written without a prediction. A wrong prediction
+    /// (one value longer, one fewer, one more) gives the same file and no digest, so the
+    /// caller hashes the file instead.
+    #[test]
+    fn a_file_hashed_as_written_is_the_same_file_with_its_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let lens: Vec<usize> = (0..3_000)
+            .map(|i| match i % 11 {
+                0 => 20_000 + i,
+                1 => NODE_MAX - NODE_HEADER - KEY,
+                2 => NODE_MAX - NODE_HEADER - KEY + 1,
+                _ => i % 300,
+            })
+            .collect();
+        let values = || lens.iter().map(|&l| vec![(l % 251) as u8; l]);
+        let plain = dir.path().join("plain");
+        write(&plain, None, values());
+        let want = std::fs::read(&plain).unwrap();
+        let sizes = |lens: &[usize]| predict_meta(lens.iter().map(|&l| l as u64));
+
+        let streamed = dir.path().join("streamed");
+        let (_, _, digest) = write(&streamed, sizes(&lens), values());
+        assert_eq!(digest, Some(xxhash_rust::xxh3::xxh3_64(&want)));
+        assert!(std::fs::read(&streamed).unwrap() == want);
+
+        let mut longer = lens.clone();
+        longer[1_500] += 5_000;
+        let (shorter, more) = (&lens[..lens.len() - 1], [&lens[..], &[10]].concat());
+        for wrong in [sizes(&longer), sizes(shorter), sizes(&more)] {
+            let (_, _, digest) = write(&streamed, wrong, values());
+            assert_eq!(digest, None);
+            assert!(std::fs::read(&streamed).unwrap() == want);
+        }
+        assert!(predict_meta([u64::from(u32::MAX) + 1]).is_none());
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::buffer_pool::BufferPool;
 use crate::convert::audit::Audit;
-use crate::lmdb_write::TreeWriter;
+use crate::lmdb_write::{predict_meta, MetaPages, TreeWriter, PAGE};
 use crate::manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
@@ -99,6 +99,11 @@ pub struct DatasetWriter {
     part: Option<PartInfo>,
     /// Where payload buffers go once written.
     pool: Option<Arc<BufferPool>>,
+    /// Value lengths the records of the next shard are expected to have (see
+    /// [`DatasetWriter::expect_next_shard`]).
+    expected: Option<Vec<u64>>,
+    /// Shards whose file was hashed as it was written (not read again).
+    hashed_as_written: u64,
 }
 
 impl std::fmt::Debug for DatasetWriter {
@@ -167,6 +172,8 @@ impl DatasetWriter {
             payload_bytes: 0,
             part: None,
             pool: None,
+            expected: None,
+            hashed_as_written: 0,
         })
     }
 
@@ -243,6 +250,7 @@ impl DatasetWriter {
                 self.done.len(),
                 self.next_index,
                 self.pool.clone(),
+                self.expected.take().and_then(predict_meta),
             );
             self.current = Some(started.map_err(|e| self.space_error(e))?);
         }
@@ -273,9 +281,16 @@ impl DatasetWriter {
             return Ok(None);
         }
         let b = self.current.take().expect("checked above");
-        let entry = b.finish().map_err(|e| self.space_error(e))?;
+        let entry = self.finish_shard(b)?;
         self.done.push(entry.clone());
         Ok(Some(entry))
+    }
+
+    fn finish_shard(&mut self, b: ShardBuilder) -> Result<ShardEntry, FormatError> {
+        let (entry, hashed_as_written) = b.finish().map_err(|e| self.space_error(e))?;
+        self.hashed_as_written += u64::from(hashed_as_written);
+        tracing::debug!(shard = %entry.file, hashed_as_written, "shard finished");
+        Ok(entry)
     }
 
     fn check_meta(&mut self, meta: &RecordMeta, len: usize) -> Result<(), FormatError> {
@@ -336,7 +351,7 @@ impl DatasetWriter {
         audit: Option<Audit>,
     ) -> Result<Manifest, FormatError> {
         if let Some(b) = self.current.take() {
-            let entry = b.finish().map_err(|e| self.space_error(e))?;
+            let entry = self.finish_shard(b)?;
             self.done.push(entry);
         }
         let bytes = self.done.iter().map(|s| s.bytes).sum();
@@ -382,6 +397,34 @@ impl DatasetWriter {
     /// again.
     pub(crate) fn set_buffer_pool(&mut self, pool: Arc<BufferPool>) {
         self.pool = Some(pool);
+    }
+
+    /// Whether a shard is open (the next record goes into it unless it is full).
+    pub(crate) fn shard_open(&self) -> bool {
+        self.current.is_some()
+    }
+
+    /// Before the record that starts a new shard: the value lengths (header + payload) that
+    /// it and the records after it are expected to have. The writer keeps those that would
+    /// go into the shard and lays its file out from them first, so that the file is hashed
+    /// as it is written instead of read again at the end; when the records turn out
+    /// otherwise, the shard is the same and the file is hashed afterwards.
+    pub(crate) fn expect_next_shard(&mut self, lens: impl IntoIterator<Item = u64>) {
+        let (mut count, mut bytes) = (0u64, 0u64);
+        let fits = |count: u64, bytes: u64, len: u64| match self.options.records_per_shard {
+            Some(n) => count < n,
+            None => count == 0 || bytes + len <= self.options.shard_bytes,
+        };
+        let mut kept = Vec::new();
+        for len in lens {
+            if !fits(count, bytes, len) {
+                break;
+            }
+            kept.push(len);
+            count += 1;
+            bytes += len;
+        }
+        self.expected = Some(kept);
     }
 
     /// Marks the dataset as one part of a partitioned conversion.
@@ -491,10 +534,12 @@ impl ShardBuilder {
         i: usize,
         first_index: u64,
         pool: Option<Arc<BufferPool>>,
+        predicted: Option<MetaPages>,
     ) -> Result<ShardBuilder, FormatError> {
         let file = shard_file_name(i);
         let tmp_path = out_dir.join(format!("{file}.tmp"));
-        let tree = TreeWriter::create(&tmp_path).map_err(|e| FormatError::io(&tmp_path, e))?;
+        let tree =
+            TreeWriter::create(&tmp_path, predicted).map_err(|e| FormatError::io(&tmp_path, e))?;
         Ok(ShardBuilder {
             tmp_path,
             file,
@@ -521,12 +566,16 @@ impl ShardBuilder {
     }
 
     /// Completes, syncs, closes and renames the shard; returns its manifest entry.
-    fn finish(self) -> Result<ShardEntry, FormatError> {
+    fn finish(self) -> Result<(ShardEntry, bool), FormatError> {
         let io = |e| FormatError::io(&self.tmp_path, e);
-        let (file, _) = self.tree.finish().map_err(io)?;
+        let (file, stat, streamed) = self.tree.finish().map_err(io)?;
         file.sync_all().map_err(io)?;
         drop(file);
-        let (bytes, digest) = crate::digest::xxh3_of_written(&self.tmp_path)?;
+        let (bytes, digest) = match streamed {
+            Some(digest) => (stat.file_pages() * PAGE as u64, digest),
+            None => crate::digest::xxh3_of_written(&self.tmp_path)?,
+        };
+        let hashed_as_written = streamed.is_some();
         let entry = ShardEntry {
             file: self.file.clone(),
             first_index: self.first_index,
@@ -540,6 +589,109 @@ impl ShardBuilder {
         let fin = dir.join(&self.file);
         std::fs::rename(&self.tmp_path, &fin).map_err(|e| FormatError::io(&fin, e))?;
         sync_dir(dir);
-        Ok(entry)
+        Ok((entry, hashed_as_written))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `lens` as records, shards cut every 3 MB; before each shard's first record
+    /// `expect(i)` gives the value lengths expected from record `i` on, if any. Returns every
+    /// file's bytes and the manifest.
+    fn write(
+        dir: &Path,
+        lens: &[usize],
+        expect: impl Fn(usize) -> Option<Vec<u64>>,
+    ) -> (Vec<(String, Vec<u8>)>, Manifest, u64) {
+        let opts = WriterOptions {
+            shard_bytes: 1 << 20,
+            ..WriterOptions::default()
+        };
+        let mut w = DatasetWriter::create(dir, opts).unwrap();
+        let meta = RecordMeta {
+            encoding: Encoding::Jpeg,
+            height: 1,
+            width: 1,
+            channels: 3,
+            label: 0,
+        };
+        for (i, &len) in lens.iter().enumerate() {
+            w.roll_if_needed((HEADER_LEN + len) as u64).unwrap();
+            if let Some(expected) = expect(i).filter(|_| !w.shard_open()) {
+                w.expect_next_shard(expected);
+            }
+            w.push(meta, &vec![(i % 251) as u8; len]).unwrap();
+        }
+        // Finish the last shard first, to read the count.
+        w.roll_if_needed((1 << 20) + 1).unwrap();
+        let hashed = w.hashed_as_written;
+        let m = w
+            .finish(vec!["c".into()], Provenance::stoker("test"))
+            .unwrap();
+        let files = m
+            .shards
+            .iter()
+            .map(|s| (s.file.clone(), std::fs::read(dir.join(&s.file)).unwrap()))
+            .collect();
+        (files, m, hashed)
+    }
+
+    /// Shards laid out from the expected sizes and hashed as written are the shards written
+    /// without expectations, with the same digests; so are shards whose expectations were
+    /// wrong (hashed afterwards).
+    #[test]
+    fn expected_sizes_change_how_a_shard_is_hashed_not_what_is_written() {
+        let lens: Vec<usize> = (0..400)
+            .map(|i| [40_000, 700, 2_100, 0][i % 4] + i)
+            .collect();
+        let value = |l: usize| (HEADER_LEN + l) as u64;
+        let dir = tempfile::tempdir().unwrap();
+        let (want, want_manifest, _) = write(&dir.path().join("plain"), &lens, |_| None);
+        assert!(want.len() >= 3, "several shards");
+        for (name, expect) in [
+            (
+                "right",
+                Box::new(|i: usize| Some(lens[i..].iter().map(|&l| value(l)).collect()))
+                    as Box<dyn Fn(usize) -> Option<Vec<u64>>>,
+            ),
+            (
+                "one longer",
+                Box::new(|i: usize| {
+                    Some(
+                        lens[i..]
+                            .iter()
+                            .enumerate()
+                            .map(|(k, &l)| value(l) + 5_000 * u64::from(k == 5))
+                            .collect(),
+                    )
+                }),
+            ),
+            (
+                "cut short",
+                Box::new(|i: usize| Some(lens[i..].iter().take(3).map(|&l| value(l)).collect())),
+            ),
+        ] {
+            let (got, manifest, hashed) = write(&dir.path().join(name), &lens, expect);
+            // Every shard when right; none when wrong (every shard's expectation is off
+            // by whole pages). An expectation off by less than the layout notices is
+            // harmless: the meta pages written first are checked, not the sizes.
+            assert_eq!(
+                hashed,
+                if name == "right" {
+                    want.len() as u64
+                } else {
+                    0
+                },
+                "{name}"
+            );
+            assert!(got == want, "{name}: different shard bytes");
+            assert_eq!(manifest.to_json(), want_manifest.to_json(), "{name}");
+        }
+        for (s, (_, bytes)) in want_manifest.shards.iter().zip(&want) {
+            assert_eq!(s.xxh3, Some(xxhash_rust::xxh3::xxh3_64(bytes)));
+            assert_eq!(s.bytes, bytes.len() as u64);
+        }
     }
 }

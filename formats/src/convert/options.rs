@@ -107,6 +107,12 @@ impl ConvertOptions {
         }
     }
 
+    /// Whether JPEG inputs are stored byte for byte, so that a record's size is its file's
+    /// size plus the header (unless the file changes, or is not a JPEG).
+    pub(super) fn stores_originals(&self) -> bool {
+        self.encoding == Encoding::Jpeg && self.max_side.is_none() && !self.gpu_friendly
+    }
+
     pub(super) fn validate(&self) -> Result<(), FormatError> {
         let bad = |s: &str| Err(FormatError::InvalidOptions(s.into()));
         if !(1..=100).contains(&self.quality) {

@@ -88,10 +88,9 @@ pub(super) fn run(
             for batch in rx.iter() {
                 ahead.taken(batch.iter().map(held_bytes).sum());
                 for p in batch {
-                    let input = &inputs[pos - first];
                     write_one(
                         options,
-                        input,
+                        &inputs[pos - first..],
                         p,
                         pos,
                         fingerprint,
@@ -111,10 +110,11 @@ pub(super) fn run(
     })
 }
 
+/// Writes the result of `inputs[0]` (the inputs from it to the end of the listing).
 #[allow(clippy::too_many_arguments)]
 fn write_one(
     options: &ConvertOptions,
-    input: &source::Input,
+    inputs: &[source::Input],
     p: Processed,
     pos: usize,
     fingerprint: u32,
@@ -122,6 +122,7 @@ fn write_one(
     totals: &mut Totals,
     progress: &dyn Progress,
 ) -> Result<(), FormatError> {
+    let input = &inputs[0];
     match p.outcome {
         Outcome::Skip(reason) => {
             if options.strict {
@@ -155,6 +156,11 @@ fn write_one(
                 // A shard was finished before this input: save how far we got.
                 save_journal(&options.out, fingerprint, pos, writer, totals)?;
             }
+            if !writer.shard_open() && options.stores_originals() {
+                writer.expect_next_shard(
+                    std::iter::once(value_len).chain(expected_value_lens(&inputs[1..])),
+                );
+            }
             writer.push_owned(meta, payload, crc32c)?;
             if stored {
                 totals.stored += 1;
@@ -171,6 +177,17 @@ fn write_one(
     totals.input_bytes += p.input_bytes;
     progress.advance(1, p.input_bytes);
     Ok(())
+}
+
+/// The value lengths the inputs will have as records when stored unchanged: each file's
+/// size (at the time of asking) plus the record header; refused inputs make no record. Lazy:
+/// the writer asks for as many as its next shard holds.
+fn expected_value_lens(inputs: &[source::Input]) -> impl Iterator<Item = u64> + '_ {
+    inputs
+        .iter()
+        .filter(|i| i.refused.is_none())
+        .map_while(|i| std::fs::metadata(&i.path).ok())
+        .map(|m| m.len() + HEADER_LEN as u64)
 }
 
 /// Payload bytes a worker's result holds.
