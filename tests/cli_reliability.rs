@@ -100,7 +100,7 @@ fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identicall
     assert!(o.status.success(), "{}", text(&o));
 
     // The process's file size limit (50 KiB: sh counts 512-byte blocks) stands in for a
-    // full disk: LMDB's short write surfaces the same way. SIGXFSZ is ignored so the write
+    // full disk: the shard's short write surfaces the same way. SIGXFSZ is ignored so the write
     // fails instead of killing the process.
     let mut c = Command::new("sh");
     c.arg("-c")

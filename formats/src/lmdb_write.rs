@@ -19,8 +19,9 @@
 //! arrives, its node pointing there; smaller values go inline into the current leaf page;
 //! a full leaf page is written when the next node does not fit; at the end the branch
 //! levels are written bottom-up (children spread evenly, so every branch page has at least
-//! two), then the two meta pages: page 0 the empty environment (transaction 0) and page 1
-//! the tree (transaction 1), as LMDB leaves a new environment after one commit.
+//! two), then [`TAIL_PAGES`] zero pages, then the two meta pages: page 0 the empty
+//! environment (transaction 0) and page 1 the tree (transaction 1), as LMDB leaves a new
+//! environment after one commit.
 //!
 //! The shard's digest (xxh3-64 of the whole file, in file order) would need a second pass over
 //! the file, because the meta pages come first and are known last. When the writer is told the
@@ -176,9 +177,10 @@ const BRANCH_CHILDREN: usize =
     1 + (PAGE - PAGE_HEADER - (NODE_HEADER + 2)) / (NODE_HEADER + KEY + 2);
 
 /// The two meta pages of a file of `pages` pages holding the record tree `main`.
+/// `pages` counts the used pages (meta pages and tree); the file has [`TAIL_PAGES`] more.
 fn meta_pages(pages: u64, main: &TreeStat) -> MetaPages {
     let mut metas: MetaPages = Box::new([0; 2 * PAGE]);
-    let map_size = pages * PAGE as u64;
+    let map_size = (pages + TAIL_PAGES) * PAGE as u64;
     let empty = TreeStat {
         root: P_INVALID,
         ..TreeStat::default()
@@ -189,11 +191,18 @@ fn meta_pages(pages: u64, main: &TreeStat) -> MetaPages {
 }
 
 impl TreeStat {
-    /// Pages of a file holding this tree: the two meta pages and the tree's.
+    /// Pages of a file holding this tree: the two meta pages, the tree's and the tail.
     pub(crate) fn file_pages(&self) -> u64 {
-        2 + self.branch_pages + self.leaf_pages + self.overflow_pages
+        2 + self.branch_pages + self.leaf_pages + self.overflow_pages + TAIL_PAGES
     }
 }
+
+/// Zero pages after the last used page. LMDB trusts the offsets in a tree page: a damaged
+/// node offset, key size or count (16-bit each) can make it read up to about 128 KiB past
+/// the page's start, and past the end of the file a mapped read is SIGBUS. The last leaf and
+/// the branch pages are written last, so these pages keep every such read inside the file
+/// (where the reader's own checks then refuse the record) at the cost of 132 KiB per shard.
+const TAIL_PAGES: u64 = 33;
 
 /// One shard file being written.
 pub(crate) struct TreeWriter {
@@ -362,6 +371,9 @@ impl TreeWriter {
             level = self.write_branch_level(&level, &mut next_pg)?;
         }
         debug_assert_eq!(level.first().map_or(P_INVALID, |l| l.1), stat.root);
+        for _ in 0..TAIL_PAGES {
+            self.emit(&mut [IoSlice::new(&ZEROS)])?;
+        }
         let digest = match self.streamed.take() {
             Some((written, hash)) if written == metas => Some(hash.digest()),
             _ => {
@@ -495,10 +507,7 @@ mod tests {
         let file = File::open(&path).unwrap();
         let len = file.metadata().unwrap().len();
         assert_eq!(len % PAGE as u64, 0);
-        assert_eq!(
-            2 + stat.branch_pages + stat.leaf_pages + stat.overflow_pages,
-            len / PAGE as u64
-        );
+        assert_eq!(stat.file_pages(), len / PAGE as u64);
         assert_eq!(stat.depth, 3);
         crate::lmdb_meta::check(&file, len, n).unwrap();
         let tree = crate::lmdb_meta::record_tree(&file, len).unwrap();

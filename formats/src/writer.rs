@@ -273,11 +273,7 @@ impl DatasetWriter {
         let Some(b) = &self.current else {
             return Ok(None);
         };
-        let full = match self.options.records_per_shard {
-            Some(n) => b.count >= n,
-            None => b.count > 0 && b.value_bytes + value_len > self.options.shard_bytes,
-        };
-        if !full {
+        if self.fits(b.count, b.value_bytes, value_len) {
             return Ok(None);
         }
         let b = self.current.take().expect("checked above");
@@ -411,20 +407,25 @@ impl DatasetWriter {
     /// otherwise, the shard is the same and the file is hashed afterwards.
     pub(crate) fn expect_next_shard(&mut self, lens: impl IntoIterator<Item = u64>) {
         let (mut count, mut bytes) = (0u64, 0u64);
-        let fits = |count: u64, bytes: u64, len: u64| match self.options.records_per_shard {
-            Some(n) => count < n,
-            None => count == 0 || bytes + len <= self.options.shard_bytes,
-        };
         let mut kept = Vec::new();
         for len in lens {
-            if !fits(count, bytes, len) {
+            if !self.fits(count, bytes, len) {
                 break;
             }
             kept.push(len);
             count += 1;
-            bytes += len;
+            bytes = bytes.saturating_add(len);
         }
         self.expected = Some(kept);
+    }
+
+    /// Whether a value of `len` bytes goes into a shard that holds `count` records of
+    /// `bytes` bytes (else it starts the next shard).
+    fn fits(&self, count: u64, bytes: u64, len: u64) -> bool {
+        match self.options.records_per_shard {
+            Some(n) => count < n,
+            None => count == 0 || bytes.saturating_add(len) <= self.options.shard_bytes,
+        }
     }
 
     /// Marks the dataset as one part of a partitioned conversion.
@@ -442,8 +443,8 @@ impl DatasetWriter {
 }
 
 /// `e` as [`FormatError::OutOfSpace`] when its OS error means the disk, a quota or the file
-/// size limit ran out (LMDB reports a failed write of its pages as EIO on some systems: then
-/// the free space decides), else `e` unchanged.
+/// size limit ran out (a failed write can surface as EIO on some file systems: then the free
+/// space decides), else `e` unchanged.
 pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64) -> FormatError {
     let (path, code) = match &e {
         FormatError::Io { path, source } => (path.clone(), source.raw_os_error()),
@@ -462,8 +463,8 @@ pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64)
             "file size limit reached (the process's RLIMIT_FSIZE or the file system's largest file)"
                 .to_string()
         }
-        // LMDB reports a short write as EIO: the disk filled, or the file reached the
-        // process's file size limit.
+        // A short write reported as EIO: the disk filled, or the file reached the process's
+        // file size limit.
         Some(libc::EIO) if free.is_some_and(|f| f < NEARLY_FULL) => {
             format!("disk full{free_text}; the write failed with an I/O error")
         }
