@@ -45,6 +45,7 @@ mod digest;
 mod error;
 mod input_file;
 mod inspect;
+mod lmdb_layout;
 mod lmdb_meta;
 mod lmdb_walk;
 mod lmdb_write;

@@ -17,14 +17,10 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-const MDB_MAGIC: u32 = 0xBEEF_C0DE;
-const MDB_DATA_VERSION: u32 = 1;
-const P_META: u16 = 0x08;
-const P_INVALID: u64 = u64::MAX;
-/// The free-page tree always has integer keys.
-const MDB_INTEGERKEY: u16 = 0x08;
-/// The only environment flag a stoker shard persists (a single-file environment).
-const MDB_NOSUBDIR: u16 = 0x4000;
+use crate::lmdb_layout::{
+    MDB_DATA_VERSION, MDB_INTEGERKEY, MDB_MAGIC, MDB_NOSUBDIR, P_INVALID, P_META,
+};
+
 /// Deeper B-trees would need more records than a file can hold.
 const MAX_DEPTH: u16 = 32;
 /// Bytes of one meta page that LMDB reads.

@@ -16,14 +16,8 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use crate::lmdb_layout::{F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW};
 use crate::lmdb_meta::RecordTree;
-
-const PAGE_HEADER: usize = 16;
-const NODE_HEADER: usize = 8;
-const P_BRANCH: u16 = 0x01;
-const P_LEAF: u16 = 0x02;
-const P_OVERFLOW: u16 = 0x04;
-const F_BIGDATA: u16 = 0x01;
 
 /// One key and its value, or what was wrong where one was expected.
 pub(crate) type Item = Result<(Vec<u8>, Vec<u8>), String>;

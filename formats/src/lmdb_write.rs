@@ -35,26 +35,20 @@ use std::io::{IoSlice, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
+use crate::lmdb_layout::{
+    F_BIGDATA, MDB_DATA_VERSION, MDB_INTEGERKEY, MDB_MAGIC, MDB_NOSUBDIR, NODE_HEADER, PAGE_HEADER,
+    P_BRANCH, P_INVALID, P_LEAF, P_META, P_OVERFLOW,
+};
+
 /// Page size of every shard stoker writes, on every machine (LMDB reads the page size from
 /// the file).
 pub(crate) const PAGE: usize = 4096;
-const PAGE_HEADER: usize = 16;
-const NODE_HEADER: usize = 8;
 const KEY: usize = 8;
 /// LMDB's `me_nodemax` for this page size: a leaf node (header, key, value) larger than this
 /// keeps its value on overflow pages.
 const NODE_MAX: usize = (((PAGE - PAGE_HEADER) / 2) & !1) - 2;
-const P_BRANCH: u16 = 0x01;
-const P_LEAF: u16 = 0x02;
-const P_OVERFLOW: u16 = 0x04;
-const P_META: u16 = 0x08;
-const F_BIGDATA: u16 = 0x01;
-const MDB_MAGIC: u32 = 0xBEEF_C0DE;
-const MDB_DATA_VERSION: u32 = 1;
-/// The free-page tree's flags as LMDB persists them for a single-file environment:
-/// `MDB_INTEGERKEY` (its keys) and `MDB_NOSUBDIR` (the environment's).
-const FREE_TREE_FLAGS: u16 = 0x0008 | 0x4000;
-const P_INVALID: u64 = u64::MAX;
+/// The free-page tree's flags as LMDB persists them for a single-file environment.
+const FREE_TREE_FLAGS: u16 = MDB_INTEGERKEY | MDB_NOSUBDIR;
 static ZEROS: [u8; PAGE] = [0; PAGE];
 
 /// Counts LMDB keeps for a tree (`MDB_db`).
