@@ -2,66 +2,16 @@
 //! files, cut-off JPEGs, a full disk (the file size limit), a damaged dataset under `bench`
 //! and an unreadable sub-directory. Photos from the repository's `examples/data/sample`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
-
-/// Runs `cmd`, killing it and failing the test after `limit` (a hang is a failure).
-fn run_within(mut cmd: Command, limit: Duration) -> Output {
-    let child = cmd
-        .env_remove("STOKER_TEST_FAIL_AFTER")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("stoker starts");
-    let id = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("stoker ran"),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(id.to_string()).status();
-            panic!("{cmd:?} did not finish within {limit:?}");
-        }
-    }
-}
+use common::{files, p, run_within, text, SAMPLE};
 
 fn stoker(args: &[&str]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_stoker"));
-    c.args(args);
-    run_within(c, Duration::from_secs(120))
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
+    common::stoker_within(args, common::LIMIT)
 }
 
 #[test]

@@ -8,17 +8,17 @@
 //! Photos from the repository's `examples/data/sample`, copied into bigger synthetic trees
 //! where a conversion must last long enough to be killed in the middle.
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{files, stoker_within as stoker, text, LIMIT, SAMPLE, STOKER};
 
 use stoker::formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
 use stoker::loader::{Loader, OnError, Output as LoaderOutput, Shuffle, Transform};
-
-const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
-const STOKER: &str = env!("CARGO_BIN_EXE_stoker");
 
 /// A small deterministic generator (splitmix64), so every run tries the same faults.
 struct Rng(u64);
@@ -55,57 +55,6 @@ fn bigger_tree(root: &Path, copies: usize) {
         }
     }
 }
-
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            let name = e.file_name().to_string_lossy().into_owned();
-            (name, std::fs::read(e.path()).unwrap())
-        })
-        .collect()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// Runs `stoker args` to the end, failing on a hang (over `limit`) or a signal.
-fn stoker(args: &[&str], limit: Duration) -> Output {
-    let child = Command::new(STOKER)
-        .args(args)
-        .env_remove("STOKER_TEST_FAIL_AFTER")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let id = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(limit) {
-        Ok(o) => o.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &id.to_string()]).status();
-            panic!("stoker {args:?} hung (over {limit:?})");
-        }
-    };
-    assert!(
-        out.status.signal().is_none(),
-        "stoker {args:?} died of a signal: {}",
-        text(&out)
-    );
-    out
-}
-
-const LIMIT: Duration = Duration::from_secs(120);
 
 /// One loader epoch on the CPU that must end (with batches or errors), never crash.
 /// Returns the records it replaced or the batches that were errors.

@@ -1,0 +1,80 @@
+//! Helpers the CLI integration tests share: running the built `stoker` binary with a time
+//! limit, printing its output on failure, and reading a dataset directory for comparison.
+//! Each test file uses some of them.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// The binary under test.
+pub const STOKER: &str = env!("CARGO_BIN_EXE_stoker");
+/// The photos every CLI test converts (the repository's `examples/data/sample`).
+pub const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
+/// How long one `stoker` command may take before the test calls it a hang.
+pub const LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `cmd` to the end and returns its output. A hang (over `limit`: the process is
+/// killed) or a death by signal fails the test.
+pub fn run_within(mut cmd: Command, limit: Duration) -> Output {
+    let child = cmd
+        .env_remove("STOKER_TEST_FAIL_AFTER")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("the command ran"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &id.to_string()]).status();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+    };
+    assert!(
+        out.status.signal().is_none(),
+        "{cmd:?} died of a signal: {}",
+        text(&out)
+    );
+    out
+}
+
+/// `stoker args`, through [`run_within`] with `limit`.
+pub fn stoker_within(args: &[&str], limit: Duration) -> Output {
+    let mut c = Command::new(STOKER);
+    c.args(args);
+    run_within(c, limit)
+}
+
+/// Exit status, stdout and stderr, for failure messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `path` as a command-line argument.
+pub fn p(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 path")
+}
+
+/// Every file directly in `dir`, by name: two conversions are equal when these are.
+pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect()
+}
