@@ -249,12 +249,7 @@ impl TreeWriter {
 
     /// Writes all of `parts` at the end of the file (and into the running hash).
     fn emit(&mut self, parts: &mut [IoSlice<'_>]) -> std::io::Result<()> {
-        if let Some((_, hash)) = &mut self.streamed {
-            for p in parts.iter() {
-                hash.update(p);
-            }
-        }
-        write_all_vectored(&mut self.file, parts)
+        emit(&mut self.file, &mut self.streamed, parts)
     }
 
     /// Appends the value `head ++ body` under `key`, which must be larger than every key
@@ -340,12 +335,14 @@ impl TreeWriter {
 
     /// Writes the current leaf page as page `pgno`; its nodes fill `lower..` and `upper..`.
     fn write_leaf(&mut self, pgno: u64, lower: usize, upper: usize) -> std::io::Result<()> {
-        let mut leaf = std::mem::replace(&mut self.leaf, Box::new([0; PAGE]));
-        page_header(&mut leaf[..], pgno, P_LEAF, lower, upper);
-        leaf[lower..upper].fill(0);
-        self.emit(&mut [IoSlice::new(&leaf[..])])?;
+        page_header(&mut self.leaf[..], pgno, P_LEAF, lower, upper);
+        self.leaf[lower..upper].fill(0);
+        emit(
+            &mut self.file,
+            &mut self.streamed,
+            &mut [IoSlice::new(&self.leaf[..])],
+        )?;
         self.leaves.push((self.leaf_first_key, pgno));
-        self.leaf = leaf;
         Ok(())
     }
 
@@ -365,9 +362,7 @@ impl TreeWriter {
             level = self.write_branch_level(&level, &mut next_pg)?;
         }
         debug_assert_eq!(level.first().map_or(P_INVALID, |l| l.1), stat.root);
-        for _ in 0..TAIL_PAGES {
-            self.emit(&mut [IoSlice::new(&ZEROS)])?;
-        }
+        self.emit(&mut [IoSlice::new(&ZEROS); TAIL_PAGES as usize])?;
         let digest = match self.streamed.take() {
             Some((written, hash)) if written == metas => Some(hash.digest()),
             _ => {
@@ -460,6 +455,21 @@ fn tree(b: &mut [u8], pad: u32, flags: u16, t: &TreeStat) {
     {
         b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
     }
+}
+
+/// Writes all of `parts` at the end of `file`, and into the running hash of a file hashed as
+/// it is written (a free function, so that the leaf page can be written from `self`).
+fn emit(
+    file: &mut File,
+    streamed: &mut Option<(MetaPages, xxhash_rust::xxh3::Xxh3)>,
+    parts: &mut [IoSlice<'_>],
+) -> std::io::Result<()> {
+    if let Some((_, hash)) = streamed {
+        for p in parts.iter() {
+            hash.update(p);
+        }
+    }
+    write_all_vectored(file, parts)
 }
 
 /// `Write::write_all_vectored`, which is not stable: writes every byte of `parts`.
