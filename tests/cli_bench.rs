@@ -4,8 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use stoker::decode::{probe, Limits};
-use stoker::formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+mod common;
+
+use common::{jpeg_meta, sample_photos};
+use stoker::formats::{DatasetWriter, Provenance, WriterOptions};
 
 const STAGES: [&str; 6] = [
     "read",
@@ -36,15 +38,7 @@ fn make_dataset(out: &Path, n: usize) {
     let mut w = DatasetWriter::create(out, opts).unwrap();
     for (i, f) in files.iter().take(n).enumerate() {
         let data = std::fs::read(f).unwrap();
-        let info = probe(&data, &Limits::default()).unwrap();
-        let meta = RecordMeta {
-            encoding: Encoding::Jpeg,
-            height: info.height,
-            width: info.width,
-            channels: 3,
-            label: (i % 2) as u32,
-        };
-        w.push(meta, &data).unwrap();
+        w.push(jpeg_meta(&data, (i % 2) as u32), &data).unwrap();
     }
     w.finish(
         vec!["a".into(), "b".into()],
@@ -243,25 +237,10 @@ fn explicit_cuda_without_a_gpu_says_so() {
 /// The in-repo sample photos (`examples/data/sample`) written unchanged into a
 /// dataset under `out`.
 fn sample_dataset(out: &Path) {
-    let root = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample"));
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .flat_map(|class| std::fs::read_dir(class.unwrap().path()).unwrap())
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
     let mut w = DatasetWriter::create(out, WriterOptions::default()).unwrap();
-    for f in &files {
+    for f in &sample_photos() {
         let data = std::fs::read(f).unwrap();
-        let info = probe(&data, &Limits::default()).unwrap();
-        let meta = RecordMeta {
-            encoding: Encoding::Jpeg,
-            height: info.height,
-            width: info.width,
-            channels: 3,
-            label: 0,
-        };
-        w.push(meta, &data).unwrap();
+        w.push(jpeg_meta(&data, 0), &data).unwrap();
     }
     w.finish(vec!["a".into()], Provenance::stoker("cli_bench test"))
         .unwrap();

@@ -1,9 +1,11 @@
 //! `stoker decode --backend auto` and the loader's `Device::Auto` decide with the same rule
 //! (`stoker_loader::AutoChoice`) and say the same thing when they fall back to the CPU.
 
+mod common;
+
 use std::process::Command;
 
-use stoker_formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+use stoker_formats::{Dataset, DatasetWriter, Provenance, WriterOptions};
 use stoker_loader::{AutoChoice, Device, Loader, Placement};
 
 const PHOTO: &str = concat!(
@@ -13,16 +15,8 @@ const PHOTO: &str = concat!(
 
 /// A one-record dataset of `jpeg` (its size from the header).
 fn dataset(dir: &std::path::Path, jpeg: &[u8]) -> Dataset {
-    let info = stoker_decode::probe(jpeg, &stoker_decode::Limits::default()).unwrap();
     let mut w = DatasetWriter::create(dir, WriterOptions::default()).unwrap();
-    let meta = RecordMeta {
-        encoding: Encoding::Jpeg,
-        height: info.height,
-        width: info.width,
-        channels: 3,
-        label: 0,
-    };
-    w.push(meta, jpeg).unwrap();
+    w.push(common::jpeg_meta(jpeg, 0), jpeg).unwrap();
     w.finish(vec![], Provenance::stoker("cli_decode test"))
         .unwrap();
     Dataset::open(dir).unwrap()

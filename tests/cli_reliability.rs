@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{files, p, run_within, text, SAMPLE};
+use common::{files, jpeg_meta, p, run_within, sample_photos, text, SAMPLE};
 
 fn stoker(args: &[&str]) -> Output {
     common::stoker_within(args, common::LIMIT)
@@ -94,26 +94,13 @@ fn short_cpu_bench(ds: &Path) -> Output {
 
 #[test]
 fn bench_on_a_dataset_whose_records_fail_says_so_and_exits_nonzero() {
-    use stoker::formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    use stoker::formats::{DatasetWriter, Provenance, WriterOptions};
     let dir = tempfile::tempdir().unwrap();
     let ds = dir.path().join("ds");
     let mut w = DatasetWriter::create(&ds, WriterOptions::default()).unwrap();
-    let mut photos: Vec<PathBuf> = ["caer", "leptonica", "opencv"]
-        .iter()
-        .flat_map(|c| std::fs::read_dir(Path::new(SAMPLE).join(c)).unwrap())
-        .map(|e| e.unwrap().path())
-        .collect();
-    photos.sort();
-    for (i, path) in photos.iter().enumerate() {
+    for (i, path) in sample_photos().iter().enumerate() {
         let bytes = std::fs::read(path).unwrap();
-        let info = stoker_decode::probe(&bytes, &Default::default()).unwrap();
-        let meta = RecordMeta {
-            encoding: Encoding::Jpeg,
-            height: info.height,
-            width: info.width,
-            channels: 3,
-            label: 0,
-        };
+        let meta = jpeg_meta(&bytes, 0);
         // Every third record: JPEG-looking bytes that do not decode (a valid CRC, so only
         // decoding finds them).
         let payload = if i % 3 == 0 {

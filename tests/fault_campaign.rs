@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{files, stoker_within as stoker, text, LIMIT, SAMPLE, STOKER};
+use common::{files, sample_photos, stoker_within as stoker, text, LIMIT, SAMPLE, STOKER};
 
 use stoker::formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
 use stoker::loader::{Loader, OnError, Output as LoaderOutput, Shuffle, Transform};
@@ -33,16 +33,6 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-}
-
-fn sample_photos() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = ["caer", "leptonica", "opencv"]
-        .iter()
-        .flat_map(|c| std::fs::read_dir(Path::new(SAMPLE).join(c)).unwrap())
-        .map(|e| e.unwrap().path())
-        .collect();
-    v.sort();
-    v
 }
 
 /// An ImageFolder tree of `copies` copies of every sample photo, in 3 classes.

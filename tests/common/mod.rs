@@ -5,9 +5,11 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+
+use stoker::formats::{Encoding, RecordMeta};
 
 /// The binary under test.
 pub const STOKER: &str = env!("CARGO_BIN_EXE_stoker");
@@ -77,4 +79,27 @@ pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
             (name, std::fs::read(e.path()).unwrap())
         })
         .collect()
+}
+
+/// Every photo of [`SAMPLE`] (its three class folders), in path order.
+pub fn sample_photos() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = ["caer", "leptonica", "opencv"]
+        .iter()
+        .flat_map(|c| std::fs::read_dir(Path::new(SAMPLE).join(c)).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The record fields of the JPEG `data` stored unchanged: its size from its header.
+pub fn jpeg_meta(data: &[u8], label: u32) -> RecordMeta {
+    let info = stoker::decode::probe(data, &stoker::decode::Limits::default()).unwrap();
+    RecordMeta {
+        encoding: Encoding::Jpeg,
+        height: info.height,
+        width: info.width,
+        channels: 3,
+        label,
+    }
 }
