@@ -276,15 +276,28 @@ impl LoaderBuilder {
         self
     }
 
-    /// GPU path, raw records: page-lock the dataset's memory map at build
+    /// GPU path, raw records: page-lock the dataset's memory map
     /// (`cuMemHostRegister`, read-only) and copy each record to the device straight
-    /// from it, with no host copy into pinned staging (default `true`). Used only
-    /// when the shards together take at most half the machine's memory (they stay
-    /// resident while the loader lives; registering reads them into the page cache)
-    /// and the driver accepts the registration; otherwise, or when `false`, the
-    /// reader threads stage records in pinned memory. `stats().backend`
-    /// says which is in use. Images larger than a staging stride still go through
-    /// staging (resized on the CPU). Each batch's records go in one
+    /// from it, with no host copy into pinned staging (default `true`).
+    ///
+    /// When the shards together fit in [`LoaderBuilder::page_lock_limit`] (half the
+    /// machine's memory by default) they are locked whole at build and stay
+    /// resident while the loader lives (registering reads them into the page
+    /// cache). A larger dataset is locked as a moving window: each epoch's batches
+    /// are cut into runs whose records lie in shards taking at most half the limit,
+    /// and a thread locks the next run's shards while the current one is read and
+    /// unlocks each run's once its copies are done. That needs an order that stays
+    /// in a few shards at a time ([`crate::Shuffle::Sequential`], or
+    /// [`crate::Shuffle::Quasi`] with blocks of about a shard or less); an epoch
+    /// whose batches each read more than a window holds (a whole-dataset shuffle)
+    /// is staged, and says so in the log.
+    ///
+    /// Records the map cannot give (the driver refused a registration, a
+    /// replacement for a bad record outside the window, images larger than a
+    /// staging stride, which are resized on the CPU) go through pinned staging,
+    /// which is then allocated on first use: a loader whose every record comes
+    /// from the map allocates none. With `false`, the reader threads stage every
+    /// record in pinned memory. `stats().backend` says which is in use. Each batch's records go in one
     /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record on older
     /// drivers, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
     /// set when the loader is built).
@@ -306,6 +319,32 @@ impl LoaderBuilder {
     /// ```
     pub fn zero_copy_h2d(mut self, on: bool) -> Self {
         self.config.zero_copy = on;
+        self
+    }
+
+    /// GPU path, raw records: the most of the dataset's map that may be
+    /// page-locked at once, in bytes (default: half the machine's memory). A
+    /// dataset that fits is locked whole; a larger one as a moving window of half
+    /// this size, two windows at a time ([`LoaderBuilder::zero_copy_h2d`]). Not
+    /// divided among the processes on the node: they map the same shard files, so
+    /// their registrations lock the same page-cache pages. `0` stages every
+    /// record in pinned memory. Ignored by the CPU path and by JPEG datasets.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Device, Loader, Shuffle};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train-raw")?)
+    ///     .device(Device::Cuda(0))
+    ///     // a shard-local order, so that an epoch moves through windows of shards
+    ///     .shuffle(Shuffle::Quasi { seed: 0, block: 4096 })
+    ///     .page_lock_limit(32 << 30)
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn page_lock_limit(mut self, bytes: u64) -> Self {
+        self.config.page_lock_limit = Some(bytes);
         self
     }
 
@@ -523,6 +562,7 @@ impl Loader {
                 write_combined: false,
                 streaming_stores: true,
                 zero_copy: true,
+                page_lock_limit: None,
                 prefetch_next_epoch: true,
             },
             resume: None,

@@ -92,6 +92,9 @@ pub struct LoaderConfig {
     pub(crate) streaming_stores: bool,
     /// GPU path: copy raw records straight from the page-locked dataset map.
     pub(crate) zero_copy: bool,
+    /// GPU path: the most of the dataset's map page-locked at once (`None`: half
+    /// the machine's memory).
+    pub(crate) page_lock_limit: Option<u64>,
     /// Start epoch e+1's pipeline when epoch e's last batch is handed out.
     pub(crate) prefetch_next_epoch: bool,
 }

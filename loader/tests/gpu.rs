@@ -498,6 +498,78 @@ fn batches_come_waited_on_the_users_stream_and_staging_options_change_nothing() 
 }
 
 #[test]
+fn a_raw_dataset_over_the_page_lock_limit_moves_a_window_over_it_with_the_same_batches() {
+    let Some(ctx) = gpu_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // 96 raw 500×375 images (54 MB), two per shard (1.3 MB): over a 40 MiB limit,
+    // so windows of 20 MiB (15 shards) move over it. A quasi-random order with
+    // blocks of one shard reads 8 shards per batch of 16; a whole-dataset
+    // shuffle about 13, more than a 10 MiB limit's windows hold.
+    let ds = common::bench_raw_dataset_in_shards(dir.path(), 96, 1_300_000);
+    assert_eq!(ds.manifest().shards.len(), 48);
+    let build = |shuffle: Shuffle, zero_copy: bool| {
+        let limit = match shuffle {
+            Shuffle::Global { .. } => 10 << 20,
+            _ => 40 << 20,
+        };
+        Loader::builder(ds.clone())
+            .batch_size(16)
+            .shuffle(shuffle)
+            .transform(train_transform(96))
+            .output(Output::F16Nchw)
+            .device(Device::Cuda(0))
+            .workers(2)
+            .prefetch(2)
+            .zero_copy_h2d(zero_copy)
+            .page_lock_limit(limit)
+            .build()
+            .unwrap()
+    };
+    let pixel_staging_of_one_slot = 16 * 500 * 375 * 3;
+    for shuffle in [
+        Shuffle::Sequential,
+        Shuffle::Quasi { seed: 3, block: 2 },
+        Shuffle::Global { seed: 3 },
+    ] {
+        let windowed = build(shuffle, true);
+        let staged = build(shuffle, false);
+        let backend = windowed.stats().backend;
+        assert!(backend.contains("moving page-locked window"), "{backend}");
+        // Built without pixel staging: every record is to come from the map.
+        assert!(
+            windowed.stats().pinned_bytes < pixel_staging_of_one_slot,
+            "{} pinned bytes at build",
+            windowed.stats().pinned_bytes
+        );
+        for epoch in 0..2 {
+            // An epoch left after two batches ends its windows; the next one runs.
+            for (i, (w, s)) in windowed.epoch(epoch).zip(staged.epoch(epoch)).enumerate() {
+                let (w, s) = (w.unwrap(), s.unwrap());
+                assert_eq!((&w.indices, &w.labels), (&s.indices, &s.labels));
+                assert_eq!(
+                    host_values(&w, &ctx),
+                    host_values(&s, &ctx),
+                    "{shuffle:?} epoch {epoch} batch {i}: same records, same kernel, same pixels"
+                );
+                if epoch == 0 && i == 1 {
+                    break;
+                }
+            }
+        }
+        let pinned = windowed.stats().pinned_bytes;
+        match shuffle {
+            // A whole-dataset shuffle has no window plan: staged, each slot then
+            // allocating its pixel staging.
+            Shuffle::Global { .. } => assert!(pinned >= pixel_staging_of_one_slot, "{pinned}"),
+            // Every record came from a window: still no pixel staging.
+            _ => assert!(pinned < pixel_staging_of_one_slot, "{shuffle:?}: {pinned}"),
+        }
+    }
+}
+
+#[test]
 fn gpu_stats_name_the_backend_and_sample_utilization() {
     let Some(ctx) = gpu_or_skip() else {
         return;

@@ -236,15 +236,17 @@ fn copy_records(
         .enumerate()
         .map(|(i, s)| match s.source {
             // SAFETY: `stage_one` took `addr..addr + bytes` from a record payload
-            // that `Shared::direct` contains: a page-locked, read-only map of a
-            // finished shard that nobody writes, registered until `Shared` drops,
-            // after its streams are synchronized.
+            // inside a map of `Shared::direct`: a read-only map of a finished shard
+            // that nobody writes, mapped while `Shared::dataset` lives, page-locked
+            // until `Shared` drops after its streams are synchronized (whole) or
+            // until an event after this batch's copies completes (a window:
+            // `producer` releases it only after its last batch is enqueued).
             Some(addr) => unsafe { std::slice::from_raw_parts(addr as *const u8, s.bytes) },
             None => sources.staged(i, s.bytes),
         })
         .collect();
     // SAFETY (of the copies below): each source is a record in `Shared::direct`
-    // (see above: never written, registered longer than any copy) or this
+    // (see above: never written, mapped and registered longer than any copy) or this
     // slot's staging, not written again before `h2d_end` completes
     // (`Slot::begin_host_writes`); each holds `bytes ≤ stride`.
     if shared.batch_copies.load(Ordering::Relaxed) {

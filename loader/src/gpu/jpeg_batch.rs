@@ -293,17 +293,17 @@ fn check_left<'a, 'r: 'a>(
                     todo.push((i, payload, label, p));
                     Ok(())
                 } else {
-                    let staged = match slot.pinned.as_mut_slice() {
-                        Ok(pinned) => stage_oversize(
+                    // Allocated with the slot on this route (never lazy).
+                    let staged = slot.pinned_pixels().and_then(|(pinned, _)| {
+                        stage_oversize(
                             &host,
                             index,
                             label,
                             payload,
                             (decoder, &mut *scratch, &mut *resizer),
                             &mut pinned[i * pinned_stride..(i + 1) * pinned_stride],
-                        ),
-                        Err(e) => Err(driver_err("pinned staging access", e)),
-                    };
+                        )
+                    });
                     staged.map(|s| {
                         progress
                             .regions

@@ -55,7 +55,8 @@
 //! the compute stream waits for the decode before the transform); images larger than a
 //! staging stride are decoded, cropped and resized on the CPU and copied. Raw
 //! (pre-decoded) records go to the device straight from the dataset's memory map,
-//! page-locked at build (`registered`), in one `cuMemcpyBatchAsync` per batch
+//! page-locked at build (`registered`) or, over the page-lock limit, as a moving
+//! window of shards (`window_plan`, `window_locker`), in one `cuMemcpyBatchAsync` per batch
 //! (`batch_copy`; [`crate::LoaderBuilder::zero_copy_h2d`]); where that is not
 //! possible the reader pool copies them into pinned staging (non-temporal stores,
 //! [`copy_streaming`]) and one H2D copy per batch goes on the copy stream.
@@ -98,6 +99,8 @@ mod setup;
 mod shared;
 pub(crate) mod staging;
 mod stream_copy;
+mod window_locker;
+mod window_plan;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
@@ -174,13 +177,15 @@ pub(crate) fn build(
     let size = config.transform.out_size();
     let (mean, std) = config.transform.mean_std();
     let (dtype, args) = assembly::transform_args(size, config.output, mean, std);
-    let sizes = setup::slot_sizes(config, size, dtype, nvjpeg.is_some());
+    // Before the ring: a ring for records from the page-locked map allocates no
+    // pixel staging up front.
+    let direct = setup::register_direct(&ctx, &copy, config, nvjpeg.is_some());
+    let sizes = setup::slot_sizes(config, size, dtype, nvjpeg.is_some(), &direct);
     let (slots, prefetch) = setup::ring(config, &sizes)?;
     let want_device = setup::device_memory(&ctx, slots, &sizes, ordinal)?;
     let (free_tx, free_rx) = setup::fill_ring(&ctx, &compute, sizes, slots, config.write_combined)?;
     let workers = config.workers.max(1);
     let pool = setup::reader_pool(workers)?;
-    let direct = setup::register_direct(&ctx, config, nvjpeg.is_some());
     let batched = setup::batched_copies(&direct);
 
     metrics.set_backend(setup::describe(ordinal, &nvjpeg, &direct, batched, workers));
@@ -193,7 +198,7 @@ pub(crate) fn build(
     tracing::info!(
         device = ordinal,
         slots,
-        pinned_mib = (slots * sizes.pinned_bytes()) >> 20,
+        pinned_mib = sizes.pinned_bytes_of(slots, if sizes.lazy_pixels { 0 } else { slots }) >> 20,
         device_mib = want_device >> 20,
         nvml,
         "GPU loader ready"
@@ -218,6 +223,7 @@ pub(crate) fn build(
             prefetch,
             sizes,
             slots: AtomicUsize::new(slots),
+            pixel_staging: AtomicUsize::new(if sizes.lazy_pixels { 0 } else { slots }),
             free_tx,
             free_rx,
             write_combined: config.write_combined,

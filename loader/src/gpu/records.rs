@@ -10,7 +10,7 @@ use std::time::Instant;
 use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{DatasetReader, Encoding};
 
-use super::registered::RegisteredMaps;
+use super::registered::{DirectMaps, RegisteredMaps};
 use super::shared::Shared;
 use super::stream_copy::copy_streaming;
 use crate::error::LoaderError;
@@ -88,15 +88,20 @@ impl ReaderState {
     }
 }
 
-/// Resolves sample position `pos` (with replacements) and stages it into `dst`.
+/// Resolves sample position `pos` (with replacements) and stages it into `dst`,
+/// or points at it in `direct` (the page-locked maps this batch may copy from).
 pub(super) fn stage_position(
     shared: &Shared,
     plan: &EpochPlan,
     pos: usize,
     state: &mut ReaderState,
     dst: &mut [u8],
+    direct: Option<&RegisteredMaps>,
 ) -> Result<Staged, LoaderError> {
-    let host = HostStaging::new(shared, plan);
+    let host = HostStaging {
+        direct,
+        ..HostStaging::new(shared, plan)
+    };
     let mut index = plan.order[pos];
     let mut attempt = 0;
     loop {
@@ -116,14 +121,16 @@ pub(super) struct HostStaging<'a> {
     pub(super) draw: Draw<'a>,
     /// Output side: images larger than their staging are resized to `size × size`.
     pub(super) size: u32,
-    /// Raw records inside these page-locked maps are copied from there.
+    /// Raw records inside these page-locked maps are copied from there (the
+    /// whole dataset's, or the window of the batch being built).
     pub(super) direct: Option<&'a RegisteredMaps>,
     /// Raw records are staged with streaming stores.
     pub(super) streaming_stores: bool,
 }
 
 impl<'a> HostStaging<'a> {
-    /// `shared`'s settings, for the epoch of `plan`.
+    /// `shared`'s settings, for the epoch of `plan`; `direct` is the whole
+    /// dataset's map when it is locked whole (a window's is the batch's own).
     pub(super) fn new(shared: &'a Shared, plan: &EpochPlan) -> HostStaging<'a> {
         HostStaging {
             metrics: &shared.metrics,
@@ -133,7 +140,10 @@ impl<'a> HostStaging<'a> {
                 epoch: plan.epoch,
             },
             size: shared.size,
-            direct: shared.direct.as_ref(),
+            direct: match &shared.direct {
+                Some(DirectMaps::Whole(maps)) => Some(maps),
+                _ => None,
+            },
             streaming_stores: shared.streaming_stores,
         }
     }

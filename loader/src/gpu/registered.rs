@@ -20,8 +20,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
-use cudarc::driver::{CudaContext, DriverError};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 use stoker_formats::Dataset;
+
+use super::window_locker::{Locker, Registrar};
 
 /// Page-locks `len` bytes at `ptr` for the device (`cuMemHostRegister`).
 ///
@@ -70,10 +72,10 @@ impl std::fmt::Debug for RegisteredMaps {
 
 impl RegisteredMaps {
     /// Page-locks every shard of `dataset` for `ctx`'s device, or says why not
-    /// (the caller then stages through pinned buffers):
+    /// (the caller then stages through pinned buffers, or locks a moving window,
+    /// `window_locker`):
     /// - the shards together exceed `max_bytes` (they would all stay resident);
-    /// - a shard's mapping could not be found;
-    /// - the driver refused (e.g. a kernel that does not allow pinning file pages).
+    /// - as [`RegisteredMaps::register_shards`].
     ///
     /// Registering reads any page not yet in the page cache from disk.
     pub(crate) fn register(
@@ -81,14 +83,29 @@ impl RegisteredMaps {
         dataset: &Dataset,
         max_bytes: u64,
     ) -> Result<RegisteredMaps, String> {
-        let total: u64 = dataset.manifest().shards.iter().map(|s| s.bytes).sum();
+        let total = total_bytes(dataset);
         if total > max_bytes {
             return Err(format!(
-                "the shards hold {} MiB, more than the {} MiB allowed to stay page-locked (half the memory)",
+                "the shards hold {} MiB, more than the {} MiB allowed to stay page-locked",
                 total >> 20,
                 max_bytes >> 20
             ));
         }
+        let all: Vec<usize> = (0..dataset.manifest().shards.len()).collect();
+        RegisteredMaps::register_shards(ctx, dataset, &all)
+    }
+
+    /// Page-locks the shards `shards` (positions in the manifest) of `dataset`
+    /// for `ctx`'s device, or says why not:
+    /// - a shard's mapping could not be found;
+    /// - the driver refused (e.g. a kernel that does not allow pinning file pages).
+    ///
+    /// Registering reads any page not yet in the page cache from disk.
+    pub(crate) fn register_shards(
+        ctx: &Arc<CudaContext>,
+        dataset: &Dataset,
+        shards: &[usize],
+    ) -> Result<RegisteredMaps, String> {
         ctx.bind_to_thread()
             .map_err(|e| format!("binding the CUDA context: {e}"))?;
         let page = page_size();
@@ -97,22 +114,21 @@ impl RegisteredMaps {
             ctx: Arc::clone(ctx),
             _dataset: dataset.clone(),
         };
+        let entries = &dataset.manifest().shards;
         let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
-        let registered = dataset
-            .manifest()
-            .shards
-            .iter()
-            .enumerate()
-            .try_for_each(
-                |(i, entry)| match dataset.shard_bytes(i).filter(|b| !b.is_empty()) {
-                    Some(bytes) => maps.add(&mut table, &entry.file, bytes, page),
-                    None if entry.count == 0 => Ok(()),
-                    None => Err(format!(
-                        "the memory map of shard {} was not found",
-                        entry.file
-                    )),
-                },
-            );
+        let registered = shards.iter().try_for_each(|&i| {
+            let entry = entries
+                .get(i)
+                .ok_or_else(|| format!("the dataset has no shard {i}"))?;
+            match dataset.shard_bytes(i).filter(|b| !b.is_empty()) {
+                Some(bytes) => maps.add(&mut table, &entry.file, bytes, page),
+                None if entry.count == 0 => Ok(()),
+                None => Err(format!(
+                    "the memory map of shard {} was not found",
+                    entry.file
+                )),
+            }
+        });
         // Released before `maps` can drop on an error: its `Drop` takes the lock too.
         drop(table);
         registered.map(|()| maps)
@@ -204,6 +220,59 @@ impl Drop for RegisteredMaps {
             // user this is, and the copies that read it have completed (see above).
             if let Err(e) = unsafe { host_unregister(start as *const u8) } {
                 tracing::warn!("cuMemHostUnregister failed: {e}");
+            }
+        }
+    }
+}
+
+/// How raw records reach the device from the dataset's map.
+pub(crate) enum DirectMaps {
+    /// The whole dataset, page-locked at build.
+    Whole(RegisteredMaps),
+    /// A moving window of shards, locked per epoch ahead of the producer.
+    Windowed(Locker<CudaRegistrar>),
+}
+
+impl std::fmt::Debug for DirectMaps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirectMaps::Whole(maps) => f.debug_tuple("Whole").field(maps).finish(),
+            DirectMaps::Windowed(locker) => f.debug_tuple("Windowed").field(locker).finish(),
+        }
+    }
+}
+
+/// Bytes of every shard of `dataset` (what locking it whole pins).
+pub(crate) fn total_bytes(dataset: &Dataset) -> u64 {
+    dataset.manifest().shards.iter().map(|s| s.bytes).sum()
+}
+
+/// Locks windows of shards for [`super::window_locker::Locker`] on a CUDA
+/// device, and waits for copies with events recorded on the copy stream.
+pub(crate) struct CudaRegistrar {
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) dataset: Dataset,
+    /// The stream that copies records out of the windows: waited for whole when
+    /// a fence could not be recorded.
+    pub(crate) copy: Arc<CudaStream>,
+}
+
+impl Registrar for CudaRegistrar {
+    type Maps = RegisteredMaps;
+    /// An event after the copies that read the window; `None` when it could not
+    /// be recorded (the whole copy stream is waited for instead).
+    type Fence = Option<CudaEvent>;
+
+    fn lock(&self, shards: &[usize]) -> Result<RegisteredMaps, String> {
+        RegisteredMaps::register_shards(&self.ctx, &self.dataset, shards)
+    }
+
+    fn wait(&self, fence: Option<CudaEvent>) {
+        if fence.as_ref().is_none_or(|ev| ev.synchronize().is_err()) {
+            // The maps are unlocked after this returns: a copy still reading
+            // them must be done first, whatever failed.
+            if let Err(e) = self.copy.synchronize() {
+                tracing::warn!("waiting for the copies of a page-locked window: {e}");
             }
         }
     }

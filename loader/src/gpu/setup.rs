@@ -13,8 +13,9 @@ use stoker_formats::{Dataset, Encoding};
 use super::batch_copy;
 use super::device::{stream_priority, visible_devices};
 use super::kernel::KernelDtype;
-use super::registered::{self, RegisteredMaps};
+use super::registered::{self, CudaRegistrar, DirectMaps, RegisteredMaps};
 use super::staging::{Slot, SlotSizes};
+use super::window_locker::{self, Locker};
 use crate::config::{Device, LoaderConfig};
 use crate::error::{driver_err, LoaderError};
 use crate::metrics::{Metrics, Stage};
@@ -200,6 +201,7 @@ pub(super) fn slot_sizes(
     size: u32,
     dtype: KernelDtype,
     nvjpeg: bool,
+    direct: &Option<DirectMaps>,
 ) -> SlotSizes {
     let batch = config.batch_size as usize;
     let stride = staging_stride(&config.dataset, size);
@@ -212,6 +214,9 @@ pub(super) fn slot_sizes(
             stride
         },
         out_bytes: batch * 3 * size as usize * size as usize * dtype.size(),
+        // Raw records from the page-locked map need no staging: it is allocated
+        // only by a slot that meets a record the map cannot give.
+        lazy_pixels: !nvjpeg && direct.is_some(),
     }
 }
 
@@ -316,25 +321,60 @@ pub(super) fn reader_pool(workers: usize) -> Result<rayon::ThreadPool, LoaderErr
 }
 
 /// Raw records: the dataset's map, page-locked, when allowed and possible, so
-/// that records are copied to the device straight from it.
+/// that records are copied to the device straight from it: whole when it fits
+/// the page-lock limit, else as a moving window of half the limit
+/// (`window_locker`).
 pub(super) fn register_direct(
     ctx: &Arc<CudaContext>,
+    copy: &Arc<CudaStream>,
     config: &LoaderConfig,
     nvjpeg: bool,
-) -> Option<RegisteredMaps> {
+) -> Option<DirectMaps> {
     if nvjpeg || !config.zero_copy {
         return None;
     }
+    let limit = config
+        .page_lock_limit
+        .or_else(registered::half_of_memory)
+        .unwrap_or(0);
+    let total = registered::total_bytes(&config.dataset);
+    if total > limit {
+        let window = limit / window_locker::LIVE as u64;
+        if window == 0 {
+            tracing::info!("raw records: staged through pinned memory (no page-lock limit)");
+            return None;
+        }
+        let registrar = CudaRegistrar {
+            ctx: Arc::clone(ctx),
+            dataset: config.dataset.clone(),
+            copy: Arc::clone(copy),
+        };
+        return match Locker::start(registrar, window) {
+            Ok(locker) => {
+                tracing::info!(
+                    dataset_mib = total >> 20,
+                    window_mib = window >> 20,
+                    "raw records: the dataset is over the page-lock limit; each epoch moves a page-locked window over it"
+                );
+                Some(DirectMaps::Windowed(locker))
+            }
+            Err(e) => {
+                tracing::info!(
+                    "raw records: staged through pinned memory (no locking thread: {e})"
+                );
+                None
+            }
+        };
+    }
     let started = std::time::Instant::now();
-    let max = registered::half_of_memory().unwrap_or(0);
-    match RegisteredMaps::register(ctx, &config.dataset, max) {
+    match RegisteredMaps::register(ctx, &config.dataset, limit) {
         Ok(maps) => {
             tracing::info!(
                 mib = maps.bytes() >> 20,
                 ms = started.elapsed().as_millis() as u64,
                 "raw records: dataset map page-locked, records go to the device from it"
             );
-            Some(maps)
+            Some(DirectMaps::Whole(maps))
         }
         Err(reason) => {
             tracing::info!("raw records: staged through pinned memory ({reason})");
@@ -346,7 +386,7 @@ pub(super) fn register_direct(
 /// Whether records from the registered map go in one batched copy per batch:
 /// where the driver has it, unless `STOKER_H2D_PER_RECORD=1` (a diagnostic,
 /// read here at build) asks for one copy per record.
-pub(super) fn batched_copies(direct: &Option<RegisteredMaps>) -> bool {
+pub(super) fn batched_copies(direct: &Option<DirectMaps>) -> bool {
     let per_record = std::env::var_os("STOKER_H2D_PER_RECORD").is_some_and(|v| v == "1");
     direct.is_some() && !per_record && batch_copy::supported()
 }
@@ -355,7 +395,7 @@ pub(super) fn batched_copies(direct: &Option<RegisteredMaps>) -> bool {
 pub(super) fn describe(
     ordinal: usize,
     nvjpeg: &Option<Mutex<GpuDecoder>>,
-    direct: &Option<RegisteredMaps>,
+    direct: &Option<DirectMaps>,
     batched: bool,
     workers: usize,
 ) -> String {
@@ -373,9 +413,15 @@ pub(super) fn describe(
             }
         }
         None => match direct {
-            Some(maps) => format!(
+            Some(DirectMaps::Whole(maps)) => format!(
                 "cuda:{ordinal}, raw records: zero-copy H2D from the page-locked dataset map ({} MiB, {}), {workers} reader threads",
                 maps.bytes() >> 20,
+                if batched { "one batched copy per batch" } else { "one copy per record" }
+            ),
+            Some(DirectMaps::Windowed(locker)) => format!(
+                "cuda:{ordinal}, raw records: zero-copy H2D from a moving page-locked window of the dataset map ({} MiB × {}, {}), {workers} reader threads",
+                locker.window_bytes() >> 20,
+                window_locker::LIVE,
                 if batched { "one batched copy per batch" } else { "one copy per record" }
             ),
             None => format!("cuda:{ordinal}, raw records: pinned staging + H2D, {workers} reader threads"),
@@ -392,7 +438,8 @@ pub(super) fn report(
     want_device: usize,
     host_threads: u64,
 ) {
-    metrics.set_pinned_bytes((slots * sizes.pinned_bytes()) as u64);
+    let with_pixels = if sizes.lazy_pixels { 0 } else { slots };
+    metrics.set_pinned_bytes(sizes.pinned_bytes_of(slots, with_pixels) as u64);
     metrics.set_device_bytes(want_device as u64);
     metrics.set_queue_capacity(prefetch as u64);
     metrics.set_threads(Stage::Read, host_threads);
@@ -456,9 +503,14 @@ mod tests {
             stride: 500 * 375 * 3,
             pinned_stride: 500 * 375 * 3,
             out_bytes: out,
+            lazy_pixels: false,
         };
         assert_eq!(raw.pinned_bytes(), 256 * 500 * 375 * 3 + params);
         assert_eq!(raw.device_bytes(), raw.pinned_bytes() + out);
+        // Pixel staging counted only for the slots that hold theirs.
+        assert_eq!(raw.pinned_bytes_of(4, 4), 4 * raw.pinned_bytes());
+        assert_eq!(raw.pinned_bytes_of(4, 0), 4 * params);
+        assert_eq!(raw.pinned_bytes_of(4, 1), 4 * params + 256 * 500 * 375 * 3);
         // nvJPEG route: the host stages only CPU-resized oversize images.
         let jpeg = SlotSizes {
             pinned_stride: 224 * 224 * 3,

@@ -2,7 +2,7 @@
 //! its streams, the transform kernel, the decoder, the staging ring's free list
 //! and the settings the stages read; plus the counters they all feed.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use stoker_decode::{GpuDecoder, Limits};
 use stoker_formats::Dataset;
 
 use super::kernel::{KernelDtype, TransformArgs, TransformKernel};
-use super::registered::RegisteredMaps;
+use super::registered::DirectMaps;
 use super::staging::{Slot, SlotSizes};
 use crate::config::Output;
 use crate::error::LoaderError;
@@ -78,6 +78,10 @@ pub(crate) struct Shared {
     /// keeps every batch alive (`producer::take_slot`), shrinks when a slot is
     /// lost to a panic; the reported pinned/device bytes are `slots × sizes`.
     pub(crate) slots: AtomicUsize,
+    /// Slots holding their pixel staging: all of them, or (`sizes.lazy_pixels`)
+    /// those that met a record the page-locked map could not give; with `slots`,
+    /// what the reported pinned bytes count.
+    pub(crate) pixel_staging: AtomicUsize,
     /// Free slots of the staging ring. Unbounded, so that a slot given back
     /// never blocks; it holds at most `slots` slots.
     pub(crate) free_tx: Sender<Box<Slot>>,
@@ -87,11 +91,13 @@ pub(crate) struct Shared {
     pub(crate) write_combined: bool,
     /// Raw records are staged with streaming stores (`LoaderBuilder::streaming_staging_stores`).
     pub(crate) streaming_stores: bool,
-    /// Raw records: the dataset's map, page-locked; records inside it are copied
-    /// to the device from there (`LoaderBuilder::zero_copy_h2d`). `None` on the
-    /// nvJPEG route. Registered until this struct drops, after its streams are
-    /// synchronized, so no queued copy reads it unregistered.
-    pub(crate) direct: Option<RegisteredMaps>,
+    /// Raw records: the dataset's map, page-locked whole or as a moving window;
+    /// records inside it are copied to the device from there
+    /// (`LoaderBuilder::zero_copy_h2d`). `None` on the nvJPEG route. Whole: registered
+    /// until this struct drops, after its streams are synchronized; windowed: each
+    /// window unlocked after an event that follows its last copy (`window_locker`);
+    /// so no queued copy reads a map unregistered.
+    pub(crate) direct: Option<DirectMaps>,
     /// Records from `direct` go in one `cuMemcpyBatchAsync` per batch: set only
     /// where the driver has it (13 and later), cleared if the call fails (one
     /// copy per record from then on); never set again.
@@ -149,4 +155,17 @@ pub(super) fn reuse_slot(shared: &Shared, slot: &mut Slot) -> Result<(), LoaderE
         .metrics
         .record(Stage::Transform, prev.images, prev.out_bytes, ms(kernel_ms));
     Ok(())
+}
+
+/// Reports the pinned and device memory of the slots alive, pixel staging
+/// counted for the slots holding theirs.
+pub(super) fn report_slot_memory(shared: &Shared) {
+    let slots = shared.slots.load(Ordering::Acquire);
+    let with_pixels = shared.pixel_staging.load(Ordering::Acquire);
+    shared
+        .metrics
+        .set_pinned_bytes(shared.sizes.pinned_bytes_of(slots, with_pixels) as u64);
+    shared
+        .metrics
+        .set_device_bytes((slots * shared.sizes.device_bytes()) as u64);
 }

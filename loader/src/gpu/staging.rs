@@ -1,5 +1,6 @@
 //! The staging ring: `K` slots allocated once at build. Each slot owns a pinned
-//! host staging buffer (record pixels are written there by the reader threads),
+//! host staging buffer (record pixels are written there by the reader threads;
+//! allocated on first use when raw records are copied from the page-locked map),
 //! the device arena it is copied into, the per-image kernel parameters (pinned
 //! and device), the batch tensor the kernel writes, and the events that order
 //! host writes, the copy stream, the compute stream and the consumer.
@@ -44,12 +45,28 @@ pub(crate) struct SlotSizes {
     pub(crate) pinned_stride: usize,
     /// Bytes of the batch tensor (`batch * 3 * size * size * dtype`).
     pub(crate) out_bytes: usize,
+    /// The pixel staging is allocated on first use ([`Slot::pinned_pixels`]), not
+    /// with the slot: raw records copied from the page-locked dataset map need
+    /// none.
+    pub(crate) lazy_pixels: bool,
 }
 
 impl SlotSizes {
-    /// Pinned host bytes of one slot.
+    /// Pinned host bytes of one slot, pixel staging included (what the ring is
+    /// sized by, so that slots allocating theirs later stay in the budget).
     pub(crate) fn pinned_bytes(&self) -> usize {
-        self.batch * self.pinned_stride + self.batch * std::mem::size_of::<ImageParams>()
+        self.pixel_bytes() + self.batch * std::mem::size_of::<ImageParams>()
+    }
+
+    /// Pinned bytes of one slot's pixel staging.
+    pub(crate) fn pixel_bytes(&self) -> usize {
+        self.batch * self.pinned_stride
+    }
+
+    /// Pinned bytes of `slots` slots, `with_pixels` of which hold their pixel
+    /// staging.
+    pub(crate) fn pinned_bytes_of(&self, slots: usize, with_pixels: usize) -> usize {
+        slots * (self.pinned_bytes() - self.pixel_bytes()) + with_pixels * self.pixel_bytes()
     }
 
     /// Device bytes of one slot.
@@ -68,8 +85,11 @@ pub(crate) struct InFlight {
 
 /// One slot of the ring (see the module docs for the reuse rules).
 pub(crate) struct Slot {
-    /// Staging for image pixels: image `i` at `i * pinned_stride`.
-    pub(crate) pinned: PinnedHostSlice<u8>,
+    /// Staging for image pixels: image `i` at `i * pinned_stride`; `None` until
+    /// first used when `sizes.lazy_pixels` ([`Slot::pinned_pixels`]).
+    pinned: Option<PinnedHostSlice<u8>>,
+    /// `pinned` is allocated write-combined.
+    write_combined: bool,
     /// Staging for the per-image kernel parameters.
     pub(crate) pinned_params: PinnedHostSlice<ImageParams>,
     /// Device copy of `pinned`.
@@ -119,23 +139,14 @@ impl Slot {
         sizes: SlotSizes,
         write_combined: bool,
     ) -> Result<Slot, LoaderError> {
-        let staging = sizes.batch * sizes.pinned_stride;
         let arena_bytes = sizes.batch * sizes.stride;
-        // Write-combined only when asked (`LoaderBuilder::write_combined_staging`):
-        // the host only writes this buffer, except a CPU decode of a JPEG record of
-        // a raw dataset, which is then slow but correct.
-        let flags = if write_combined {
-            cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED
+        let pinned = if sizes.lazy_pixels {
+            None
         } else {
-            0
+            Some(alloc_pixels(ctx, sizes, write_combined)?)
         };
-        // SAFETY: the contents are uninitialized bytes / zero-valid scalars; the
-        // host writes every byte it later copies (see `begin_host_writes`); `flags`
-        // is 0 (cached page-locked memory) or WRITECOMBINED, both valid for
-        // cuMemHostAlloc and both readable by the device.
-        let pinned = unsafe { ctx.alloc_pinned_with_flags::<u8>(staging, flags) }
-            .map_err(|e| oom("pinned staging (cuMemHostAlloc)", staging, e))?;
-        // SAFETY: as above; always cached (small, written field by field).
+        // SAFETY: the contents are zero-valid scalars, each written before it is
+        // copied; always cached page-locked memory (small, written field by field).
         let pinned_params = unsafe { ctx.alloc_pinned_with_flags::<ImageParams>(sizes.batch, 0) }
             .map_err(|e| {
             oom(
@@ -174,6 +185,7 @@ impl Slot {
             in_flight: None,
             compute: Arc::clone(compute),
             pinned,
+            write_combined,
             pinned_params,
             arena,
             params,
@@ -222,6 +234,58 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// The slot's pixel staging, writable: allocated here on first use when
+    /// `sizes.lazy_pixels`. The flag says whether it was allocated by this call
+    /// (for the memory counters).
+    ///
+    /// # Errors
+    /// [`LoaderError::Gpu`] when pinned memory runs out, or cudarc's wait before
+    /// a host access fails.
+    pub(crate) fn pinned_pixels(&mut self) -> Result<(&mut [u8], bool), LoaderError> {
+        let allocated = self.pinned.is_none();
+        if allocated {
+            let ctx = Arc::clone(self.compute.context());
+            self.pinned = Some(alloc_pixels(&ctx, self.sizes, self.write_combined)?);
+        }
+        let pixels = match self.pinned.as_mut() {
+            Some(p) => p
+                .as_mut_slice()
+                .map_err(|e| driver_err("pinned staging access", e))?,
+            None => &mut [],
+        };
+        Ok((pixels, allocated))
+    }
+
+    /// Whether the pixel staging is allocated.
+    pub(crate) fn has_pixels(&self) -> bool {
+        self.pinned.is_some()
+    }
+}
+
+/// The pixel staging of a slot of `sizes`.
+fn alloc_pixels(
+    ctx: &Arc<CudaContext>,
+    sizes: SlotSizes,
+    write_combined: bool,
+) -> Result<PinnedHostSlice<u8>, LoaderError> {
+    let staging = sizes.pixel_bytes();
+    // Write-combined only when asked (`LoaderBuilder::write_combined_staging`):
+    // the host only writes this buffer, except a CPU decode of a JPEG record of
+    // a raw dataset, which is then slow but correct.
+    let flags = if write_combined {
+        cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED
+    } else {
+        0
+    };
+    // SAFETY: the contents are uninitialized bytes; the host writes every byte it
+    // later copies (see `begin_host_writes`); `flags` is 0 (cached page-locked
+    // memory) or WRITECOMBINED, both valid for cuMemHostAlloc and both readable
+    // by the device.
+    unsafe { ctx.alloc_pinned_with_flags::<u8>(staging, flags) }
+        .map_err(|e| oom("pinned staging (cuMemHostAlloc)", staging, e))
+}
+
 /// A slot's pinned buffers, readable, and the device buffers they are copied
 /// into: every H2D copy of a batch goes through here.
 ///
@@ -242,10 +306,13 @@ impl Slot {
     /// # Errors
     /// [`LoaderError::Gpu`] if cudarc's wait before a host access fails.
     pub(crate) fn h2d_sources(&self) -> Result<H2dSources<'_>, LoaderError> {
-        let pixels = self
-            .pinned
-            .as_slice()
-            .map_err(|e| driver_err("pinned staging access", e))?;
+        let pixels = match &self.pinned {
+            Some(p) => p
+                .as_slice()
+                .map_err(|e| driver_err("pinned staging access", e))?,
+            // Not allocated: nothing was staged (`Slot::pinned_pixels`).
+            None => &[],
+        };
         let params = self
             .pinned_params
             .as_slice()

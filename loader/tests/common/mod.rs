@@ -22,11 +22,17 @@ pub fn bench_jpeg(i: usize) -> Vec<u8> {
 /// `n` bench photos (label `i % 5`) decoded once on the CPU (a full decode) and stored as
 /// raw RGB records: the same pixels a JPEG dataset of them decodes to.
 pub fn bench_raw_dataset(dir: &Path, n: usize) -> Dataset {
+    bench_raw_dataset_in_shards(dir, n, stoker_formats::DEFAULT_SHARD_BYTES)
+}
+
+/// [`bench_raw_dataset`] in shards of about `shard_bytes` each.
+pub fn bench_raw_dataset_in_shards(dir: &Path, n: usize, shard_bytes: u64) -> Dataset {
     let decoder = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default());
     let mut w = DatasetWriter::create(
         dir,
         WriterOptions {
             encoding: Some(Encoding::Raw),
+            shard_bytes,
             ..WriterOptions::default()
         },
     )

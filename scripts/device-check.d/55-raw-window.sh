@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Raw records over a dataset larger than the page-locked window (device-check part, see
+# scripts/device-check.sh; issue 21 item 3). The raw bench set x4 (2,048 records, 1.1 GB)
+# in 64 MiB shards, read in dataset order:
+#   raw_seq         locked whole (it fits the default limit): the same-run peer
+#   raw_seq_window  a 640 MiB page-lock limit: windows of 320 MiB (5 shards; a batch
+#                   reads at most 4) move over it, the next one locked while the
+#                   current one is read
+# Rows (examples/gpu_consumer): h2d_<kind>_gb_s / _wall_gb_s / _fed_gb_s beside
+# h2d_pinned_ceiling_gb_s (goal >= 0.95x), pinned_<kind>_mib (no pixel staging: the
+# ring's kernel parameters only), fed_<kind>_*; from the loader's per-epoch summary
+# line: window:lock_gb_s (how fast windows are locked) and window:producer_waited_ms
+# (time the producer waited for a window: > 0 means locking set the pace).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+: "${BIN:?}" "${DATA:?}" "${OUT:?}"
+T="$OUT/table.tsv"
+row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$T"; }
+[ -x "$BIN/gpu_consumer" ] || { row raw_window missing exit "gpu_consumer not in BIN"; exit 1; }
+status=0
+for limit in none 640; do
+  extra=() log="$OUT/gpu-consumer-raw-seq.log"
+  if [ "$limit" != none ]; then
+    extra=(--page-lock-limit-mib "$limit")
+    log="$OUT/gpu-consumer-raw-seq-window.log"
+  fi
+  RUST_LOG=stoker_loader=info timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw \
+    --repeat 4 --shard-mib 64 --sequential --epochs 4 --batch-size 256 --size 224 \
+    "${extra[@]}" --tsv "$T" >"$log" 2>&1
+  rc=$?
+  tail -n 25 "$log"
+  row "gpu_consumer_raw_seq_limit_$limit" "$rc" exit "examples/gpu_consumer --raw --sequential --shard-mib 64 ${extra[*]}"
+  [ "$rc" -eq 0 ] || status=1
+done
+# The windowed run's per-epoch summaries (tracing key=value): the last epoch's figures.
+w="$OUT/gpu-consumer-raw-seq-window.log"
+if grep -q "page-locked windows of the epoch" "$w"; then
+  # Without the terminal colours tracing may add.
+  line="$(sed 's/\x1b\[[0-9;]*m//g' "$w" | grep "page-locked windows of the epoch" | tail -n 1)"
+  for key in windows lock_gb_s producer_waited_ms locked_mib; do
+    v="$(printf '%s\n' "$line" | sed -n "s/.*$key=\([0-9.]*\).*/\1/p")"
+    row "window:$key" "${v:-?}" - "last epoch's summary line, $w"
+  done
+else
+  row "window:summary" missing - "no window summary in $w (backend line says why)"
+  status=1
+fi
+exit "$status"
