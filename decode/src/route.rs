@@ -25,21 +25,28 @@ pub enum Route {
     /// [`GpuDecoderOptions::gpu_huffman_share`](crate::GpuDecoderOptions::gpu_huffman_share)
     /// gives it beside the hardware engines.
     NvjpegGpuHuffman,
+    /// CPU decode of an image the CUDA decoder would have taken (a progressive
+    /// file, or one the engines refuse) that
+    /// [`GpuDecoderOptions::cpu_offload`](crate::GpuDecoderOptions::cpu_offload)
+    /// moved to the CPU share's threads, to run beside the engines; pixels
+    /// copied from pinned staging.
+    CpuOffload,
 }
 
 impl Route {
     /// Every route, in display order.
-    pub const ALL: [Route; 6] = [
+    pub const ALL: [Route; 7] = [
         Route::CpuZune,
         Route::CpuFallback,
         Route::NvjpegHardware,
         Route::NvjpegCuda,
         Route::CpuShare,
         Route::NvjpegGpuHuffman,
+        Route::CpuOffload,
     ];
 
     /// Stable short name (`cpu-zune`, `cpu-fallback`, `nvjpeg-hw`,
-    /// `nvjpeg-cuda`, `cpu-share`, `nvjpeg-gpu-huffman`).
+    /// `nvjpeg-cuda`, `cpu-share`, `nvjpeg-gpu-huffman`, `cpu-offload`).
     pub fn name(self) -> &'static str {
         match self {
             Route::CpuZune => "cpu-zune",
@@ -48,6 +55,7 @@ impl Route {
             Route::NvjpegCuda => "nvjpeg-cuda",
             Route::CpuShare => "cpu-share",
             Route::NvjpegGpuHuffman => "nvjpeg-gpu-huffman",
+            Route::CpuOffload => "cpu-offload",
         }
     }
 
@@ -67,6 +75,7 @@ impl Route {
             Route::NvjpegCuda => 3,
             Route::CpuShare => 4,
             Route::NvjpegGpuHuffman => 5,
+            Route::CpuOffload => 6,
         }
     }
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{bench_dir, conformance_rows, data_dir, jpegs_in, psnr};
+use common::{bench_dir, conformance_rows, data_dir, jpegs_in, jpegs_under, psnr};
 use stoker_decode::{
     cuda_context, nvjpeg::NvJpeg, BatchUse, CpuDecoder, DecodeError, GpuDecoder, GpuDecoderOptions,
     LoadError, Region, Route,
@@ -392,10 +392,57 @@ fn gpu_matches_cpu_on_the_bench_set() {
     } else {
         Route::NvjpegCuda
     };
+    // Without engines every image is a CUDA-decoder image, some of which the
+    // offload may give to the CPUs.
     assert!(
-        routes.iter().all(|r| *r == want),
+        routes
+            .iter()
+            .all(|r| *r == want || (!dec.has_hardware() && *r == Route::CpuOffload)),
         "bench set is baseline 4:2:0: every image should take {want}"
     );
+}
+
+/// The corpus photographs the hardware engines refuse but nvJPEG's CUDA
+/// decoder takes (progressive files, mostly).
+fn cuda_decoder_photos() -> Vec<PathBuf> {
+    jpegs_under(&data_dir().join("imagefolder"))
+        .into_iter()
+        .filter(|f| {
+            let data = std::fs::read(f).unwrap();
+            stoker_decode::probe(&data, &Default::default())
+                .is_ok_and(|i| !i.hardware_decodable() && i.nvjpeg_decodable())
+        })
+        .collect()
+}
+
+#[test]
+fn cuda_decoder_images_offloaded_to_the_cpus_decode_as_on_the_cpu() {
+    let files = cuda_decoder_photos();
+    // The photographs are 23 % progressive (testdata/README.md).
+    assert!(files.len() >= 16, "{} CUDA-decoder photos", files.len());
+    for offload in [true, false] {
+        let options = GpuDecoderOptions {
+            cpu_offload: offload,
+            ..Default::default()
+        };
+        let Some((ctx, mut dec)) = gpu_with(options) else {
+            return;
+        };
+        let files: Vec<(PathBuf, bool)> = files.iter().map(|p| (p.clone(), true)).collect();
+        // Pixels as the CPU's on every route; the first batch offloads a
+        // quarter, then the split follows the measured times.
+        let routes = compare(&mut dec, &ctx, &files, files.len().min(32));
+        println!(
+            "offload {offload}: routes {}, offloaded now {:.2}",
+            dec.route_counts(),
+            dec.cpu_offload_now()
+        );
+        assert_eq!(routes.len(), files.len());
+        assert_eq!(routes.contains(&Route::CpuOffload), offload, "{routes:?}");
+        if !offload {
+            assert_eq!(dec.cpu_offload_now(), 0.0);
+        }
+    }
 }
 
 #[test]

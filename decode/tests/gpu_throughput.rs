@@ -7,7 +7,9 @@
 //! and `ROWSPAN\t<row>\t<unix start s>\t<unix end s>` around each timed loop
 //! (the device check averages `nvidia-smi dmon`'s `jpg` column over it).
 //! Environment: `STOKER_BENCH_DIR` (default: the bench set, `stoker_testdata::bench_dir()`),
-//! `STOKER_BENCH_SECONDS` (default 5), `STOKER_BENCH_BATCH` (default 256).
+//! `STOKER_BENCH_SECONDS` (default 5), `STOKER_BENCH_BATCH` (default 256),
+//! `STOKER_BENCH_CASES` (comma-separated row names: only those cases; default all),
+//! `STOKER_BENCH_TAG` (appended to every row name, e.g. `_mixed` for another set).
 
 mod common;
 
@@ -35,6 +37,12 @@ fn gpu_decode_throughput() {
         .unwrap_or_else(|_| common::bench_dir());
     let seconds: f64 = env("STOKER_BENCH_SECONDS", 5.0);
     let batch: usize = env("STOKER_BENCH_BATCH", 256);
+    let tag: String = env("STOKER_BENCH_TAG", String::new());
+    let only: Vec<String> = env("STOKER_BENCH_CASES", String::new())
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
     let paths = common::jpegs_in(&dir);
     let files: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let n = files.len();
@@ -63,7 +71,7 @@ fn gpu_decode_throughput() {
     }
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     row(
-        "decode_cpu_all_cores",
+        &format!("decode_cpu_all_cores{tag}"),
         done as f64 / start.elapsed().as_secs_f64(),
         "img/s",
         &format!("{cores} threads, zune-jpeg"),
@@ -120,6 +128,17 @@ fn gpu_decode_throughput() {
     };
     let cases: Vec<Case> = vec![
         Case::new("decode_gpu_hw_lanes4", GpuDecoderOptions::default(), batch),
+        // CUDA-decoder images (progressive files) all on the CUDA decoder: the
+        // peer of the default's offload to the CPU share's threads (the same on
+        // the bench set, which has none).
+        Case::new(
+            "decode_gpu_hw_lanes4_no_offload",
+            GpuDecoderOptions {
+                cpu_offload: false,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
         Case::new("decode_gpu_hw_lanes1", lanes(1), batch),
         Case::new("decode_gpu_hw_lanes8", lanes(8), batch),
         // The CPU share on its own pool (default: cores - lanes - 2 threads)...
@@ -239,7 +258,11 @@ fn gpu_decode_throughput() {
             )
         },
     ];
-    for case in cases {
+    for mut case in cases {
+        if !only.is_empty() && !only.contains(&case.label) {
+            continue;
+        }
+        case.label += &tag;
         measure(&ctx, &case, &inputs, max, seconds);
     }
 }
@@ -348,13 +371,14 @@ fn measure(
         rate,
         "img/s",
         &format!(
-            "batch {b}; {}; engines {:?}; lanes {}; prealloc {}; lane handles {}; cpu share {:.3}; {}",
+            "batch {b}; {}; engines {:?}; lanes {}; prealloc {}; lane handles {}; cpu share {:.3}; offload {:.3}; {}",
             routes.join(" "),
             dec.hardware_engines(),
             case.options.hardware_lanes,
             dec.hardware_preallocated(),
             dec.hardware_lane_handles(),
             dec.cpu_share_now(),
+            dec.cpu_offload_now(),
             if case.overlap {
                 "2 output sets on 2 streams"
             } else {

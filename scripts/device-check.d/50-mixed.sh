@@ -9,7 +9,9 @@
 #                   (23 % progressive, 65 px to 1.3 kpx), 28 classes
 # Rows: mixed:<set>:gpu_decode and :end_to_end (stoker bench), mixed:<set>:torchvision
 # (decode_jpeg on the GPU, CPU fallback for the files it rejects), the ratios
-# mixed:mixed_vs_baseline (goal >= 0.9) and mixed:<set>_vs_torchvision (goal >= 1.5), and
+# mixed:mixed_vs_baseline (goal >= 0.9) and mixed:<set>_vs_torchvision (goal >= 1.5), the
+# decoder alone with and without the offload of CUDA-decoder images to the CPUs
+# (decode_gpu_hw_lanes4{,_no_offload}_{mixed,baseline}, stoker-decode-gpu_throughput), and
 # the loader's fed ratio at ResNet-50 pace on the mixed set (rows fed_jpeg_mixed_*,
 # examples/gpu_consumer; goal >= 0.99).
 set -uo pipefail
@@ -99,6 +101,21 @@ with open(table, "a") as fh:
 for r in rows:
     print(*r, sep="\t")
 PY
+
+# The decoder alone on the mixed set, same run: CUDA-decoder images offloaded to the CPU
+# share's threads as measured (the default) vs all on the CUDA decoder, beside the
+# engines alone on the same sizes (rows decode_gpu_hw_lanes4{,_no_offload}_{mixed,baseline}).
+if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
+  for set in mixed mixed-baseline; do
+    tag="_${set#mixed-}"
+    [ "$set" = mixed ] && tag=_mixed
+    STOKER_BENCH_DIR="$DATA/$set" STOKER_BENCH_TAG="$tag" STOKER_BENCH_SECONDS="$SECS" \
+      STOKER_BENCH_CASES=decode_gpu_hw_lanes4,decode_gpu_hw_lanes4_no_offload \
+      timeout 120 "$BIN/stoker-decode-gpu_throughput" --ignored --nocapture --test-threads=1 \
+      >"$OUT/mixed-decode-throughput$tag.log" 2>&1 || status=1
+    grep -P '^ROW\t' "$OUT/mixed-decode-throughput$tag.log" | cut -f2- | tee -a "$T"
+  done
+fi
 
 # The loader at ResNet-50 pace (the consumer's default rate) on the mixed set, 8 copies.
 if [ -x "$BIN/gpu_consumer" ] && [ -d "$DATA/mixed" ]; then

@@ -13,7 +13,7 @@ use super::cuda::CudaPath;
 use super::hardware::{self, Hardware};
 use super::huffman::GpuHuffman;
 use super::options::{BatchUse, GpuDecoderOptions};
-use super::share::CpuShare;
+use super::share::{CpuShare, MainPart};
 use super::staging::PinnedRing;
 use super::{fallback, routing};
 use crate::nvjpeg::NvJpeg;
@@ -249,6 +249,25 @@ impl GpuDecoder {
         self.share.fraction()
     }
 
+    /// The fraction of each batch's CUDA-decoder images (progressive files,
+    /// others the engines refuse) decoded on the CPU share's threads now
+    /// ([`GpuDecoderOptions::cpu_offload`]; 0 when it is off or has found that
+    /// offloading does not pay).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions};
+    /// # let ctx = cuda_context(0)?;
+    /// let mut dec = GpuDecoder::new(&ctx, GpuDecoderOptions::default())?;
+    /// // ... decode_batch calls ...
+    /// println!("CUDA-decoder images on the CPUs now: {:.0} %", 100.0 * dec.cpu_offload_now());
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
+    pub fn cpu_offload_now(&self) -> f64 {
+        self.share.offload_fraction()
+    }
+
     /// Wall-clock seconds per phase of [`decode_batch`](Self::decode_batch),
     /// summed over the calls since creation or the last
     /// [`reset_timings`](Self::reset_timings).
@@ -417,9 +436,10 @@ impl GpuDecoder {
         let (infos, mut plan) = routing::plan(self.route_all(inputs, &out_lens));
         self.timings.probe_s += started.elapsed().as_secs_f64();
         // 1b. The CPU share: the last hardware-decodable images of the batch,
-        //     decoded on the CPUs while the engines decode the rest.
+        //     and the offloaded CUDA-decoder images, decoded on the CPUs while
+        //     the engines decode the rest.
         let hw_count = plan.hw.len();
-        let share_list = self.share.split(&mut plan.hw);
+        let share_list = self.share.split(&mut plan.hw, &mut plan.cuda);
         // 1c. The GPU-Huffman share: the hardware-decodable images just before the
         //     CPU share's, decoded by the GPU-hybrid backend beside the engines.
         let mut gpu_list = self.huffman.split(hw_count, &mut plan.hw);
@@ -448,7 +468,7 @@ impl GpuDecoder {
 
         // The shares on threads of their own while this thread runs steps 3 and 4.
         let (ctx, cpu) = (&self.ctx, &*self.cpu);
-        let (share_done, huffman_done, engines_part) = std::thread::scope(|s| {
+        let (share_done, huffman_done, main_part) = std::thread::scope(|s| {
             let gpu_list = &gpu_list;
             let huffman = huffman_job.map(|job| s.spawn(move || job.run(ctx, inputs, gpu_list)));
             let share_list = &share_list;
@@ -460,12 +480,17 @@ impl GpuDecoder {
                 engines_part = hardware::decode_stage(hw, ctx, staging, timings, batch, &mut plan);
             }
             // 4. CUDA decoder.
+            let (cuda_started, n_cuda) = (Instant::now(), plan.cuda.len());
             self.cuda
                 .decode_stage(ctx, &mut self.timings, batch, &mut plan);
+            let main_part = MainPart {
+                engines: engines_part,
+                cuda: (n_cuda, cuda_started.elapsed().as_secs_f64()),
+            };
             (
                 share.map(|j| j.join()),
                 huffman.map(|j| j.join()),
-                engines_part,
+                main_part,
             )
         });
 
@@ -480,7 +505,7 @@ impl GpuDecoder {
             &share_list,
             &mut plan,
             timings,
-            engines_part,
+            main_part,
         );
         // 5. CPU for the rest, copied to the device.
         fallback::decode_stage(cpu, timings, batch, &mut plan);

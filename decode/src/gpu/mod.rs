@@ -19,6 +19,7 @@ mod device;
 mod fallback;
 mod hardware;
 mod huffman;
+mod offload;
 mod options;
 mod routing;
 mod share;

@@ -83,6 +83,19 @@ pub struct GpuDecoderOptions {
     /// every 256) while the choice holds, keeps both rates measured.
     /// [`GpuDecoder::cpu_share_now`](crate::GpuDecoder::cpu_share_now) says where it stands. Default false.
     pub cpu_share_auto: bool,
+    /// Decode some of each batch's CUDA-decoder images (progressive files, and
+    /// others the hardware engines refuse) on the CPU share's threads beside
+    /// the engines, instead of on the CUDA decoder after them
+    /// ([`Route::CpuOffload`](crate::Route::CpuOffload)). How many is chosen
+    /// from what each batch measured: the count moves until the calling
+    /// thread's time (engines, then the CUDA decoder) and the share threads'
+    /// time match, and drops to none when even one image would lengthen the
+    /// batch (then one image every 16 to 256 batches keeps the CPUs' cost
+    /// measured). Makes the share's thread pool (`cpu_share_threads`) even
+    /// without a CPU share. Batches without such images are not affected.
+    /// [`GpuDecoder::cpu_offload_now`](crate::GpuDecoder::cpu_offload_now)
+    /// says where it stands. Default true.
+    pub cpu_offload: bool,
     /// Call `nvjpegDecodeBatchedPreAllocate` on each hardware lane's state
     /// when it is created, so the engines' device memory comes from a pool
     /// sized up front instead of being allocated while decoding (NVIDIA's
@@ -127,6 +140,7 @@ impl Default for GpuDecoderOptions {
             cpu_share: 0.0,
             cpu_share_threads: 0,
             cpu_share_auto: false,
+            cpu_offload: true,
             hardware_preallocate: true,
             hardware_handle_per_lane: false,
             hardware_states_per_lane: 1,

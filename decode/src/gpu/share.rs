@@ -1,7 +1,9 @@
-//! The CPU share: the last hardware-decodable images of each batch, decoded
-//! on the CPUs (a thread pool of the decoder's own) into pinned staging while
-//! the engines decode the rest, then copied to their outputs on a stream of
-//! its own ([`GpuDecoderOptions::cpu_share`], [`GpuDecoderOptions::cpu_share_auto`]).
+//! The CPU share: the last hardware-decodable images of each batch, and some
+//! of its CUDA-decoder images (`offload`), decoded on the CPUs (a thread pool
+//! of the decoder's own) into pinned staging while the engines decode the
+//! rest, then copied to their outputs on a stream of its own
+//! ([`GpuDecoderOptions::cpu_share`], [`GpuDecoderOptions::cpu_share_auto`],
+//! [`GpuDecoderOptions::cpu_offload`]).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use cudarc::driver::{CudaContext, CudaStream, DriverError, PinnedHostSlice};
 use rayon::prelude::*;
 
 use super::batch::{Batch, Decoded, Plan};
+use super::offload::{Measured, OffloadControl};
 use super::options::{share_fraction, GpuDecoderOptions};
 use super::staging::PinnedRing;
 use crate::{CpuDecoder, DecodeError, DecodeTimings, ImageInfo, Route};
@@ -28,16 +31,33 @@ pub(super) struct CpuShare {
     /// The share in use: `cpu_share`, or with `cpu_share_auto` the
     /// controller's current fraction.
     control: ShareControl,
+    /// How many CUDA-decoder images go to the share's threads.
+    offload: OffloadControl,
+    /// The current batch's list holds its hardware images first, then this
+    /// many offloaded CUDA-decoder images (set by `split`).
+    offloaded: usize,
+    /// CUDA-decoder images of the current batch before the split.
+    cuda_total: usize,
 }
 
 /// One image of the share: its index, its offset in the staging, the bytes
 /// of it to copy, and the decode's outcome.
 type SharePart = (usize, usize, Range<usize>, Decoded);
 
+/// The calling thread's part of a batch, for the controllers: the engines'
+/// images and seconds, then the CUDA decoder's.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct MainPart {
+    pub(super) engines: (usize, f64),
+    pub(super) cuda: (usize, f64),
+}
+
 /// One batch's share, owned by the thread that decodes it.
 pub(super) struct ShareJob {
     /// Index of `buf` in the ring.
     k: usize,
+    /// The list's images from this position on are offloaded CUDA-decoder images.
+    offloaded_from: usize,
     /// Pinned, at least the share's total RGB bytes, not read by queued device work.
     buf: PinnedHostSlice<u8>,
     pool: Option<Arc<rayon::ThreadPool>>,
@@ -51,6 +71,9 @@ pub(super) struct ShareDone {
     decoded: Result<Vec<SharePart>, DriverError>,
     /// Wall time of the decode.
     seconds: f64,
+    /// Thread time of the decodes of the hardware images and of the
+    /// offloaded ones (to split the wall time between the two controllers).
+    thread_s: [f64; 2],
 }
 
 impl CpuShare {
@@ -61,15 +84,24 @@ impl CpuShare {
         options: &GpuDecoderOptions,
     ) -> Result<CpuShare, DecodeError> {
         let control = ShareControl::new(options);
+        let offload = OffloadControl::new(options.cpu_offload);
         let stream = ctx.new_stream()?;
         Ok(CpuShare {
             staging: PinnedRing::default(),
             stream,
-            pool: (control.fraction > 0.0)
+            pool: (control.fraction > 0.0 || offload.enabled())
                 .then(|| share_pool(options))
                 .flatten(),
             control,
+            offload,
+            offloaded: 0,
+            cuda_total: 0,
         })
+    }
+
+    /// The fraction of each batch's CUDA-decoder images decoded on the CPUs now.
+    pub(super) fn offload_fraction(&self) -> f64 {
+        self.offload.fraction()
     }
 
     /// The fraction of each batch's hardware images decoded on the CPUs now.
@@ -77,11 +109,17 @@ impl CpuShare {
         self.control.fraction
     }
 
-    /// Step 1b: the share's images, taken from the end of `hw`.
-    pub(super) fn split(&self, hw: &mut Vec<usize>) -> Vec<usize> {
+    /// Step 1b: the share's images, taken from the end of `hw`, then the
+    /// offloaded ones, taken from the end of `cuda`.
+    pub(super) fn split(&mut self, hw: &mut Vec<usize>, cuda: &mut Vec<usize>) -> Vec<usize> {
         let hw_count = hw.len() as f64;
         let take = ((hw_count * self.control.fraction).round() as usize).min(hw.len());
-        hw.split_off(hw.len() - take)
+        let mut list = hw.split_off(hw.len() - take);
+        self.cuda_total = cuda.len();
+        let offload = self.offload.take(cuda.len()).min(cuda.len());
+        self.offloaded = offload;
+        list.extend(cuda.split_off(cuda.len() - offload));
+        list
     }
 
     /// The share's pixels go through pinned staging and are copied on the
@@ -110,6 +148,7 @@ impl CpuShare {
         {
             Ok((k, buf)) => Some(ShareJob {
                 k,
+                offloaded_from: list.len() - self.offloaded.min(list.len()),
                 buf,
                 pool: self.pool.clone(),
             }),
@@ -121,9 +160,9 @@ impl CpuShare {
         }
     }
 
-    /// Step 4b: updates the automatic share, then copies the share's pixels
-    /// (pinned, asynchronous) on the share stream and has the caller's stream
-    /// join it; what could not be staged goes to the CPU stage.
+    /// Step 4b: updates the automatic share and the offload, then copies the
+    /// share's pixels (pinned, asynchronous) on the share stream and has the
+    /// caller's stream join it; what could not be staged goes to the CPU stage.
     pub(super) fn finish(
         &mut self,
         done: Option<std::thread::Result<ShareDone>>,
@@ -131,17 +170,41 @@ impl CpuShare {
         list: &[usize],
         plan: &mut Plan,
         timings: &mut DecodeTimings,
-        (n_hw, t_hw): (usize, f64),
+        main: MainPart,
     ) {
+        let (n_hw, t_hw) = main.engines;
+        let offloaded = self.offloaded.min(list.len());
+        let n_share = list.len() - offloaded;
         match &done {
             Some(Ok(done)) => {
                 timings.cpu_share_s += done.seconds;
                 if done.decoded.is_ok() {
-                    self.control.update(n_hw, t_hw, list.len(), done.seconds);
+                    // The wall time split between the two kinds of images by
+                    // the thread time each took.
+                    let [t_share, t_off] = done.thread_s;
+                    let total = t_share + t_off;
+                    let part = |t: f64| {
+                        if total > 0.0 {
+                            done.seconds * t / total
+                        } else {
+                            0.0
+                        }
+                    };
+                    if n_share > 0 || offloaded == 0 {
+                        self.control.update(n_hw, t_hw, n_share, part(t_share));
+                    } else {
+                        // Only offloaded images on the CPUs: the engines' rate
+                        // without the share.
+                        self.control.update(n_hw, t_hw, 0, 0.0);
+                    }
+                    self.offload_update(main, offloaded, part(t_off), done.seconds);
                 }
             }
-            // A batch without the share: the rate to compare with.
-            None if list.is_empty() => self.control.update(n_hw, t_hw, 0, 0.0),
+            // A batch without the share: the rates to compare with.
+            None if list.is_empty() => {
+                self.control.update(n_hw, t_hw, 0, 0.0);
+                self.offload_update(main, 0, 0.0, 0.0);
+            }
             _ => {}
         }
         match done {
@@ -184,6 +247,22 @@ impl CpuShare {
         }
     }
 
+    /// The offload's update from one batch's measurements.
+    fn offload_update(&mut self, main: MainPart, offloaded: usize, offloaded_s: f64, share_s: f64) {
+        let (n_cuda, cuda_s) = main.cuda;
+        self.offload.update(
+            self.cuda_total,
+            Measured {
+                n_cuda,
+                cuda_s,
+                main_s: main.engines.1 + cuda_s,
+                n_offloaded: offloaded,
+                offloaded_s,
+                share_s,
+            },
+        );
+    }
+
     /// Queues the copy of every decoded image's needed bytes from `buf` to
     /// its output on the share stream and records the results.
     fn copy_out(
@@ -193,11 +272,17 @@ impl CpuShare {
         batch: Batch<'_>,
         plan: &mut Plan,
     ) {
+        let offloaded_from = decoded.len() - self.offloaded.min(decoded.len());
         // Nothing queued reads the buffer (its event was waited for in
         // `take`), so this returns at once.
         match buf.as_slice() {
             Ok(host) => {
-                for (i, off, span, r) in decoded {
+                for (at, (i, off, span, r)) in decoded.into_iter().enumerate() {
+                    let route = if at >= offloaded_from {
+                        Route::CpuOffload
+                    } else {
+                        Route::CpuShare
+                    };
                     plan.results[i] = Some(r.and_then(|(info, _)| {
                         // An empty region copies nothing.
                         if !span.is_empty() {
@@ -215,7 +300,7 @@ impl CpuShare {
                                 )
                             }?;
                         }
-                        Ok((info, Route::CpuShare))
+                        Ok((info, route))
                     }));
                 }
             }
@@ -247,24 +332,37 @@ impl ShareJob {
             parts
                 .into_par_iter()
                 .map(|(i, off, out)| {
+                    let t = Instant::now();
                     let r = cpu.decode_region_routed(batch.inputs[i], out, batch.usage.region(i));
                     let span = r
                         .as_ref()
                         .map_or(0..0, |(info, _)| batch.usage.needed(i, info));
-                    (i, off, span, r)
+                    ((i, off, span, r), t.elapsed().as_secs_f64())
                 })
                 .collect::<Vec<_>>()
         };
         let pool = self.pool.as_deref();
-        let decoded = self.buf.as_mut_slice().map(|slice| match pool {
+        let timed = self.buf.as_mut_slice().map(|slice| match pool {
             Some(pool) => pool.install(|| decode_all(slice)),
             None => decode_all(slice),
+        });
+        let mut thread_s = [0.0; 2];
+        let decoded = timed.map(|parts| {
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(at, (part, secs))| {
+                    thread_s[usize::from(at >= self.offloaded_from)] += secs;
+                    part
+                })
+                .collect()
         });
         ShareDone {
             k: self.k,
             buf: self.buf,
             decoded,
             seconds: started.elapsed().as_secs_f64(),
+            thread_s,
         }
     }
 }
