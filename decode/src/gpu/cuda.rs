@@ -1,6 +1,7 @@
 //! Step 4 of a batch: nvJPEG's CUDA decoder (hybrid backend, decoupled
-//! API) for what the engines do not take. Host phases (Huffman decoding on
-//! the CPU) run in parallel over the slots; transfers and device phases are
+//! API, its own handle) for what the engines do not take, on a thread of its
+//! own beside them ([`CudaPath::decode_list`]). Host phases (Huffman decoding
+//! on the CPU) run in parallel over the slots; transfers and device phases are
 //! queued on the caller's stream.
 
 use std::sync::Arc;
@@ -77,15 +78,33 @@ impl CudaPath {
         if plan.cuda.is_empty() {
             return;
         }
+        let list = std::mem::take(&mut plan.cuda);
+        let done = self.decode_list(ctx, batch, list);
+        done.apply(batch, plan, timings);
+    }
+
+    /// Step 4 on a list taken out of the plan (so that it can run on a thread
+    /// of its own beside the engines): binds `ctx` to this thread, decodes
+    /// `list` and says what failed and how long it took.
+    pub(super) fn decode_list(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        batch: Batch<'_>,
+        list: Vec<usize>,
+    ) -> CudaDone {
         let started = Instant::now();
-        let failed = self.decode(ctx, batch, &plan.cuda);
-        timings.cuda_s += started.elapsed().as_secs_f64();
-        for &i in &plan.cuda {
-            if !failed.contains(&i) {
-                plan.results[i] = Some(Ok((batch.info(i).clone(), Route::NvjpegCuda)));
+        let failed = match ctx.bind_to_thread() {
+            Ok(()) => self.decode(ctx, batch, &list),
+            Err(e) => {
+                tracing::debug!("binding the CUDA context for the CUDA decoder failed ({e})");
+                list.clone()
             }
+        };
+        CudaDone {
+            list,
+            failed,
+            seconds: started.elapsed().as_secs_f64(),
         }
-        plan.cpu.extend(failed);
     }
 
     /// Decodes the list with the CUDA decoder: host phases in parallel over the
@@ -146,6 +165,41 @@ impl CudaPath {
                 })
                 .collect()
         })
+    }
+}
+
+/// What [`CudaPath::decode_list`] did with its list.
+pub(super) struct CudaDone {
+    list: Vec<usize>,
+    /// The images of `list` the CUDA decoder could not decode.
+    failed: Vec<usize>,
+    seconds: f64,
+}
+
+impl CudaDone {
+    /// Images the CUDA decoder decoded, and its wall time.
+    pub(super) fn part(&self) -> (usize, f64) {
+        (self.list.len() - self.failed.len(), self.seconds)
+    }
+
+    /// Every image of a list whose thread was lost: each goes to the CPU.
+    pub(super) fn lost(list: Vec<usize>) -> CudaDone {
+        CudaDone {
+            failed: list.clone(),
+            list,
+            seconds: 0.0,
+        }
+    }
+
+    /// Records the results in `plan` (the failures go to the CPU) and the time.
+    pub(super) fn apply(self, batch: Batch<'_>, plan: &mut Plan, timings: &mut DecodeTimings) {
+        timings.cuda_s += self.seconds;
+        for &i in &self.list {
+            if !self.failed.contains(&i) {
+                plan.results[i] = Some(Ok((batch.info(i).clone(), Route::NvjpegCuda)));
+            }
+        }
+        plan.cpu.extend(self.failed);
     }
 }
 

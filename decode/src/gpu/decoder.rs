@@ -1,6 +1,7 @@
 //! [`GpuDecoder`]: the decoders of every route, created once, and
 //! [`GpuDecoder::decode_batch_for`], which runs a batch through the stages in
-//! order (route, engines with the shares beside them, CUDA decoder, CPU).
+//! order (route; the engines, with the shares and the CUDA decoder beside
+//! them; the CPU).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,6 +10,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtrMut};
 
 use super::batch::{Batch, Decoded, Plan};
+use super::cuda::CudaDone;
 use super::cuda::CudaPath;
 use super::hardware::{self, Hardware};
 use super::huffman::GpuHuffman;
@@ -466,33 +468,52 @@ impl GpuDecoder {
         let share_job = self.share.start(&self.ctx, batch, &share_list, &mut plan);
         let huffman_job = self.huffman.start(&self.ctx, batch, &gpu_list, &mut plan);
 
-        // The shares on threads of their own while this thread runs steps 3 and 4.
+        // The shares and the CUDA decoder on threads of their own while this
+        // thread runs the engines (step 3): the CUDA decoder's host phases
+        // (Huffman decoding on the CPU) would otherwise add their whole time to
+        // the batch after the engines' part.
         let (ctx, cpu) = (&self.ctx, &*self.cpu);
-        let (share_done, huffman_done, main_part) = std::thread::scope(|s| {
+        let cuda_list = std::mem::take(&mut plan.cuda);
+        let (share_done, huffman_done, engines_part, cuda_done) = std::thread::scope(|s| {
             let gpu_list = &gpu_list;
             let huffman = huffman_job.map(|job| s.spawn(move || job.run(ctx, inputs, gpu_list)));
             let share_list = &share_list;
             let share = share_job.map(|job| s.spawn(move || job.run(cpu, batch, share_list)));
+            // 4. CUDA decoder, beside the engines.
+            let cuda_path = &mut self.cuda;
+            let cuda = (!cuda_list.is_empty()).then(|| {
+                let list = cuda_list.clone();
+                s.spawn(move || cuda_path.decode_list(ctx, batch, list))
+            });
             // 3. Hardware engines.
             let mut engines_part = (0usize, 0.0f64);
             if let Some(hw) = self.hw.as_mut().filter(|_| !plan.hw.is_empty()) {
                 let (staging, timings) = (&mut self.staging, &mut self.timings);
                 engines_part = hardware::decode_stage(hw, ctx, staging, timings, batch, &mut plan);
             }
-            // 4. CUDA decoder.
-            let (cuda_started, n_cuda) = (Instant::now(), plan.cuda.len());
-            self.cuda
-                .decode_stage(ctx, &mut self.timings, batch, &mut plan);
-            let main_part = MainPart {
-                engines: engines_part,
-                cuda: (n_cuda, cuda_started.elapsed().as_secs_f64()),
-            };
+            let cuda_done = cuda.map(|j| {
+                j.join().unwrap_or_else(|_| {
+                    tracing::warn!("the CUDA decoder's thread panicked; its images go to the CPU");
+                    CudaDone::lost(cuda_list.clone())
+                })
+            });
             (
                 share.map(|j| j.join()),
                 huffman.map(|j| j.join()),
-                main_part,
+                engines_part,
+                cuda_done,
             )
         });
+        let main_part = MainPart {
+            engines: engines_part,
+            cuda: cuda_done.as_ref().map_or((0, 0.0), CudaDone::part),
+        };
+        if let Some(done) = cuda_done {
+            done.apply(batch, &mut plan, &mut self.timings);
+        }
+        // 4'. Images a failed engine lane gave back to the CUDA decoder.
+        self.cuda
+            .decode_stage(ctx, &mut self.timings, batch, &mut plan);
 
         // 4a. The GPU-Huffman share back on the caller's stream.
         let timings = &mut self.timings;

@@ -84,12 +84,12 @@ pub struct GpuDecoderOptions {
     /// [`GpuDecoder::cpu_share_now`](crate::GpuDecoder::cpu_share_now) says where it stands. Default false.
     pub cpu_share_auto: bool,
     /// Decode some of each batch's CUDA-decoder images (progressive files, and
-    /// others the hardware engines refuse) on the CPU share's threads beside
-    /// the engines, instead of on the CUDA decoder after them
-    /// ([`Route::CpuOffload`](crate::Route::CpuOffload)). How many is chosen
-    /// from what each batch measured: the count moves until the calling
-    /// thread's time (engines, then the CUDA decoder) and the share threads'
-    /// time match, and drops to none when even one image would lengthen the
+    /// others the hardware engines refuse) on the CPU share's threads instead
+    /// of on the CUDA decoder, which runs beside the engines but several times
+    /// slower per image ([`Route::CpuOffload`](crate::Route::CpuOffload)). How
+    /// many is chosen from what each batch measured: the count moves until the
+    /// GPU side's time (the longer of the engines' part and the CUDA
+    /// decoder's) and the share threads' time match, and drops to none when even one image would lengthen the
     /// batch (then one image every 16 to 256 batches keeps the CPUs' cost
     /// measured). Makes the share's thread pool (`cpu_share_threads`) even
     /// without a CPU share. Batches without such images are not affected.

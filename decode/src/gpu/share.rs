@@ -44,8 +44,9 @@ pub(super) struct CpuShare {
 /// of it to copy, and the decode's outcome.
 type SharePart = (usize, usize, Range<usize>, Decoded);
 
-/// The calling thread's part of a batch, for the controllers: the engines'
-/// images and seconds, then the CUDA decoder's.
+/// The GPU side of a batch, for the controllers: the engines' images and
+/// seconds (on the calling thread), and the CUDA decoder's (beside them, on a
+/// thread of its own).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct MainPart {
     pub(super) engines: (usize, f64),
@@ -255,7 +256,8 @@ impl CpuShare {
             Measured {
                 n_cuda,
                 cuda_s,
-                main_s: main.engines.1 + cuda_s,
+                // The CUDA decoder runs beside the engines.
+                main_s: main.engines.1.max(cuda_s),
                 n_offloaded: offloaded,
                 offloaded_s,
                 share_s,
