@@ -26,4 +26,4 @@ mod staging;
 
 pub use decoder::GpuDecoder;
 pub use device::cuda_context;
-pub use options::{BatchUse, GpuDecoderOptions};
+pub use options::{BatchUse, GpuDecoderOptions, WaitMode};

@@ -63,7 +63,7 @@ impl CpuShare {
         let control = ShareControl::new(options);
         let stream = ctx.new_stream()?;
         Ok(CpuShare {
-            staging: PinnedRing::default(),
+            staging: PinnedRing::new(options.waits),
             stream,
             pool: (control.fraction > 0.0)
                 .then(|| share_pool(options))

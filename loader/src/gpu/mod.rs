@@ -177,7 +177,7 @@ pub(crate) fn build(
     let sizes = setup::slot_sizes(config, size, dtype, nvjpeg.is_some());
     let (slots, prefetch) = setup::ring(config, &sizes)?;
     let want_device = setup::device_memory(&ctx, slots, &sizes, ordinal)?;
-    let (free_tx, free_rx) = setup::fill_ring(&ctx, &compute, sizes, slots, config.write_combined)?;
+    let (free_tx, free_rx) = setup::fill_ring(&ctx, &compute, sizes, slots, config)?;
     let workers = config.workers.max(1);
     let pool = setup::reader_pool(workers)?;
     let direct = setup::register_direct(&ctx, config, nvjpeg.is_some());

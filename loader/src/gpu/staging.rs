@@ -23,6 +23,8 @@ use cudarc::driver::{
     ValidAsZeroBits,
 };
 
+use stoker_decode::WaitMode;
+
 use super::kernel::ImageParams;
 use crate::error::driver_err;
 use crate::LoaderError;
@@ -119,6 +121,23 @@ impl Slot {
         sizes: SlotSizes,
         write_combined: bool,
     ) -> Result<Slot, LoaderError> {
+        Self::with_waits(ctx, compute, sizes, write_combined, WaitMode::Spin)
+    }
+
+    /// [`Slot::new`], with the host's waits on the slot's events (staging
+    /// reuse, batch ready) done as `wait` says: [`WaitMode::Block`] makes
+    /// them blocking-sync events. The ring's slots are made here; a slot
+    /// added later by `producer::grow` comes from `new` and spins.
+    ///
+    /// # Errors
+    /// As [`Slot::new`].
+    pub(crate) fn with_waits(
+        ctx: &Arc<CudaContext>,
+        compute: &Arc<CudaStream>,
+        sizes: SlotSizes,
+        write_combined: bool,
+        wait: WaitMode,
+    ) -> Result<Slot, LoaderError> {
         let staging = sizes.batch * sizes.pinned_stride;
         let arena_bytes = sizes.batch * sizes.stride;
         // Write-combined only when asked (`LoaderBuilder::write_combined_staging`):
@@ -161,10 +180,13 @@ impl Slot {
         let arena_ptr = device_address(&arena, compute);
         let params_ptr = device_address(&params, compute);
         let out_ptr = device_address(&out, compute);
-        let timed = |what| {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| driver_err(what, e))
+        // Timed events (the counters read their elapsed times); a blocking one
+        // keeps timing, the flags being exclusive only with DISABLE_TIMING.
+        let flags = match wait {
+            WaitMode::Block => CUevent_flags::CU_EVENT_BLOCKING_SYNC,
+            _ => CUevent_flags::CU_EVENT_DEFAULT,
         };
+        let timed = |what| ctx.new_event(Some(flags)).map_err(|e| driver_err(what, e));
         let slot = Slot {
             h2d_start: timed("cuEventCreate")?,
             h2d_end: timed("cuEventCreate")?,
