@@ -197,12 +197,61 @@ fn bad_input_is_a_clear_error() {
         ("--batch", "0", "batch"),
         ("--seconds", "0", "seconds"),
         ("--device", "gpu", "cuda:N"),
+        ("--gpu-waits", "yield", "spin or block"),
     ] {
         let out = stoker(&["bench", ds.to_str().unwrap(), flag, value]);
         assert!(!out.status.success(), "{flag} {value} accepted");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want), "{flag} {value}: {err}");
         assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
+/// `--gpu-waits` is accepted on any machine, listed in `--help`, and the rows it is
+/// for say how much CPU time the process spent: `end_to_end` everywhere,
+/// `gpu_decode` (with the mode it resolved to) where a GPU measured it. On the GPU
+/// machine this runs the blocking decoder for real.
+#[test]
+fn gpu_waits_are_accepted_and_the_rows_give_cpu_seconds() {
+    let help = stoker(&["bench", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--gpu-waits"), "{help}");
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    make_dataset(&ds, 16);
+    let out = stoker(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--gpu-waits",
+        "block",
+        "--json",
+        "--seconds",
+        "0.3",
+        "--batch",
+        "8",
+        "--size",
+        "64",
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let e2e = &v["stages"]["end_to_end"];
+    let cpu = e2e["cpu_s"].as_f64().unwrap_or_else(|| panic!("{e2e}"));
+    let busy = e2e["cores_busy"].as_f64().unwrap();
+    assert!(cpu > 0.0 && busy > 0.0, "{e2e}");
+    let gpu = &v["stages"]["gpu_decode"];
+    if gpu["img_per_s"].is_null() {
+        println!("gpu_decode not measured here: {}", gpu["reason"]);
+    } else {
+        assert_eq!(gpu["blocking_waits"], 1.0, "{gpu}");
+        assert!(gpu["cpu_s"].as_f64().unwrap() >= 0.0, "{gpu}");
+        assert!(
+            gpu["note"].as_str().unwrap().contains("host waits block"),
+            "{gpu}"
+        );
     }
 }
 

@@ -75,3 +75,40 @@ fn decode_backend_auto_falls_back_for_the_reason_the_loader_gives() {
         }
     }
 }
+
+/// `--gpu-waits` sets how the nvJPEG decoder waits; without a GPU the image is
+/// decoded on the CPU as before, with a note that the flag did not apply.
+#[test]
+fn gpu_waits_decode_on_the_gpu_or_say_the_cpu_decoded() {
+    let help = Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .args(["decode", "--help"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--gpu-waits"));
+    let out = Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .args(["decode", PHOTO, "--gpu-waits", "block", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    if v["backend"] == "nvjpeg" {
+        assert_eq!(v["gpu_waits"], "block", "{v}");
+    } else {
+        assert!(v["gpu_waits"].is_null(), "{v}");
+        let notes = v["notes"].as_array().unwrap();
+        assert!(
+            notes.iter().any(|n| n
+                .as_str()
+                .unwrap()
+                .starts_with("--gpu-waits block applies to the nvJPEG decoder")),
+            "{v}"
+        );
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .args(["decode", PHOTO, "--gpu-waits", "yield"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("expected auto, spin or block"), "{err}");
+}

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use common::{bench_dir, conformance_rows, data_dir, jpegs_in, jpegs_under, psnr};
 use stoker_decode::{
     cuda_context, nvjpeg::NvJpeg, BatchUse, CpuDecoder, DecodeError, GpuDecoder, GpuDecoderOptions,
-    LoadError, Region, Route,
+    LoadError, Region, Route, WaitMode,
 };
 
 /// PSNR at or above which two decodes of the same file agree (README: IDCT
@@ -592,6 +592,23 @@ fn cpu_share_matches_cpu_and_routes_add_up() {
     );
 }
 
+/// Blocking waits with a CPU share (the case they are for): every host wait
+/// of the decoder, and the test's own wait for the outputs, sleeps on a
+/// blocking event; the pixels and routes are those of the spinning decoder.
+#[test]
+fn blocking_waits_with_a_cpu_share_match_cpu_and_routes_add_up() {
+    share_matches_cpu_and_routes_add_up(
+        GpuDecoderOptions {
+            cpu_share: 0.33,
+            waits: WaitMode::Block,
+            ..GpuDecoderOptions::default()
+        },
+        Route::CpuShare,
+        0.33,
+        96,
+    );
+}
+
 /// With `cpu_share_auto` the share moves batch to batch (0, or 2–50 %): each
 /// batch's share is the end of the batch, its pixels are the CPU decoder's,
 /// and the counters add up.
@@ -635,9 +652,15 @@ fn share_matches_cpu_and_routes_add_up(
     share: f32,
     batch: usize,
 ) {
+    let asked = options.waits;
     let Some((ctx, mut dec)) = gpu_with(options) else {
         return;
     };
+    // Resolved when the decoder was made; an explicit mode is kept.
+    assert_ne!(dec.wait_mode(), WaitMode::Auto);
+    if asked != WaitMode::Auto {
+        assert_eq!(dec.wait_mode(), asked);
+    }
     let files = jpegs_in(&bench_dir());
     assert!(files.len() > batch);
     let cpu = CpuDecoder::new(Default::default());
@@ -656,7 +679,7 @@ fn share_matches_cpu_and_routes_add_up(
             _ => f64::from(share),
         };
         let got = dec.decode_batch(&inputs, &mut outputs, &stream);
-        stream.synchronize().unwrap();
+        dec.wait_mode().synchronize(&stream).unwrap();
         let mut in_share = 0usize;
         for (k, r) in got.iter().enumerate() {
             let (info, route) = r
@@ -807,6 +830,14 @@ fn hardware_options_decode_the_same_pixels() {
             "one lane",
             GpuDecoderOptions {
                 hardware_lanes: 1,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+        (
+            "blocking waits, two states per lane",
+            GpuDecoderOptions {
+                waits: WaitMode::Block,
+                hardware_states_per_lane: 2,
                 ..GpuDecoderOptions::default()
             },
         ),

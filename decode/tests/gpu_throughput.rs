@@ -6,6 +6,9 @@
 //! `# timings <row>: ...` ([`stoker_decode::DecodeTimings`] of the timed loop)
 //! and `ROWSPAN\t<row>\t<unix start s>\t<unix end s>` around each timed loop
 //! (the device check averages `nvidia-smi dmon`'s `jpg` column over it).
+//! `gpu_decode_wait_modes` (for `scripts/device-check.d/60-blocking.sh`) decodes the
+//! same batches with spinning and with blocking host waits, with and without a CPU
+//! share, and prints img/s and this process's CPU seconds for each.
 //! Environment: `STOKER_BENCH_DIR` (default: the bench set, `stoker_testdata::bench_dir()`),
 //! `STOKER_BENCH_SECONDS` (default 5), `STOKER_BENCH_BATCH` (default 256),
 //! `STOKER_BENCH_CASES` (comma-separated row names: only those cases; default all),
@@ -15,7 +18,7 @@ mod common;
 
 use std::time::Instant;
 
-use stoker_decode::{cuda_context, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits};
+use stoker_decode::{cuda_context, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits, WaitMode};
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -394,4 +397,128 @@ fn measure(
         "us/img",
         "decode_batch wall time per image, host side",
     );
+}
+
+/// User + system CPU time of this process, in seconds.
+fn process_cpu_s() -> f64 {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `ru` is writable memory of the size of `rusage`; getrusage fills
+    // it on success (0), checked before it is read.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    assert_eq!(rc, 0, "getrusage failed");
+    // SAFETY: getrusage returned 0, so the struct is initialized.
+    let ru = unsafe { ru.assume_init() };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    s(ru.ru_utime) + s(ru.ru_stime)
+}
+
+fn ratio_row(name: &str, value: f64, note: &str) {
+    println!("\nROW\t{name}\t{value:.3}\tratio\t{note}");
+}
+
+/// Spinning vs blocking host waits on the same batches: per case, a `spin` and
+/// a `block` row (img/s, with the CPU seconds and busy cores in the note), their
+/// CPU seconds and busy cores as rows of their own, and the ratios block / spin
+/// of CPU seconds per image and of img/s. The decoder's own waits are what is
+/// compared: the loop never waits for the outputs itself (the decoder waits for
+/// the stream before the engines rewrite them).
+#[test]
+#[ignore = "measurement for the GPU machine; run with --ignored"]
+fn gpu_decode_wait_modes() {
+    let dir = std::env::var("STOKER_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| common::bench_dir());
+    let seconds: f64 = env("STOKER_BENCH_SECONDS", 5.0);
+    let batch: usize = env("STOKER_BENCH_BATCH", 256);
+    let files: Vec<Vec<u8>> = common::jpegs_in(&dir)
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let max = inputs
+        .iter()
+        .map(|f| {
+            stoker_decode::probe(f, &Limits::default())
+                .unwrap()
+                .rgb_len()
+        })
+        .max()
+        .unwrap();
+    let ctx = match cuda_context(0) {
+        Ok(c) => c,
+        Err(e) => return stoker_testdata::gpu_skip(e),
+    };
+    let cases = [
+        ("hw_lanes4", GpuDecoderOptions::default()),
+        (
+            "hw_lanes4_cpu_share25",
+            GpuDecoderOptions {
+                cpu_share: 0.25,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+    ];
+    for (case, options) in cases {
+        let mut per_mode = Vec::new();
+        for mode in [WaitMode::Spin, WaitMode::Block] {
+            let options = GpuDecoderOptions {
+                waits: mode,
+                ..options.clone()
+            };
+            let mut dec = match GpuDecoder::new(&ctx, options) {
+                Ok(d) => d,
+                Err(e) => return stoker_testdata::gpu_skip(format!("{case}: {e}")),
+            };
+            assert_eq!(dec.wait_mode(), mode);
+            let stream = ctx.new_stream().unwrap();
+            let b = batch.min(inputs.len());
+            let mut outs: Vec<_> = (0..b)
+                .map(|_| stream.alloc_zeros::<u8>(max).unwrap())
+                .collect();
+            // Warm-up: initializes the batched states and the staging.
+            dec.decode_batch(&inputs[..b], &mut outs, &stream);
+            mode.synchronize(&stream).unwrap();
+            let label = format!("blocking:{case}:{mode}");
+            let (cpu0, start, span_start) = (process_cpu_s(), Instant::now(), unix_now());
+            let (mut done, mut k) = (0usize, 0usize);
+            while start.elapsed().as_secs_f64() < seconds {
+                let chunk: Vec<&[u8]> = (0..b).map(|i| inputs[(k + i) % inputs.len()]).collect();
+                k = (k + b) % inputs.len();
+                let r = dec.decode_batch(&chunk, &mut outs, &stream);
+                assert!(r.iter().all(Result::is_ok));
+                done += b;
+            }
+            mode.synchronize(&stream).unwrap();
+            let secs = start.elapsed().as_secs_f64();
+            let cpu = process_cpu_s() - cpu0;
+            println!("\nROWSPAN\t{label}\t{span_start:.3}\t{:.3}", unix_now());
+            let rate = done as f64 / secs;
+            let note = format!(
+                "batch {b}; {cpu:.2} s CPU (user+sys) in {secs:.2} s, {:.2} cores busy; cpu share {:.2}",
+                cpu / secs,
+                dec.cpu_share_now()
+            );
+            row(&label, rate, "img/s", &note);
+            println!("\nROW\t{label}_cpu_s\t{cpu:.2}\ts\tuser+sys over {secs:.2} s");
+            println!(
+                "\nROW\t{label}_cores_busy\t{:.2}\tcores\tCPU seconds per second",
+                cpu / secs
+            );
+            println!("\n# timings {label}: {}", dec.timings());
+            per_mode.push((rate, cpu / done.max(1) as f64));
+        }
+        let [(spin_rate, spin_cpu), (block_rate, block_cpu)] = per_mode[..] else {
+            unreachable!("two modes measured");
+        };
+        ratio_row(
+            &format!("blocking:{case}:cpu_per_img_block_vs_spin"),
+            block_cpu / spin_cpu,
+            "CPU seconds per image, block / spin (below 1: CPU saved)",
+        );
+        ratio_row(
+            &format!("blocking:{case}:img_per_s_block_vs_spin"),
+            block_rate / spin_rate,
+            "throughput, block / spin (1: no loss)",
+        );
+    }
 }

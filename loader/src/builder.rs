@@ -193,6 +193,45 @@ impl LoaderBuilder {
         self
     }
 
+    /// GPU path: how the host threads that wait for the GPU (the producer
+    /// waiting for a staging slot or a batch's arena, the decoder's waits on
+    /// its staging and engine states) spend the wait
+    /// ([`stoker_decode::WaitMode`]): spinning on a core, or asleep until the
+    /// driver wakes them so the core serves the reader threads and the
+    /// decoder's CPU share meanwhile. Default [`WaitMode::Auto`]: blocking when
+    /// the decoder has a CPU share ([`LoaderBuilder::gpu_cpu_share`], or
+    /// `cpu_share` / `cpu_share_auto` in [`LoaderBuilder::gpu_decoder`]),
+    /// spinning otherwise; the environment variable `STOKER_GPU_WAITS=spin|block`,
+    /// read when the loader is built, decides `Auto` instead (a diagnostic).
+    /// Overrides the `waits` of [`LoaderBuilder::gpu_decoder`]'s options unless
+    /// `Auto`. Ignored by the CPU path.
+    ///
+    /// [`WaitMode::Auto`]: stoker_decode::WaitMode::Auto
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_decode::WaitMode;
+    /// use stoker_loader::{Device, Loader};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?)
+    ///     .device(Device::Cuda(0))
+    ///     .gpu_waits(WaitMode::Block) // free the cores while the GPU works
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn gpu_waits(mut self, mode: stoker_decode::WaitMode) -> Self {
+        self.config.gpu_waits = mode;
+        self
+    }
+
+    /// The configuration as set so far, before `build` fills in the node's
+    /// defaults: for tests of where a setting lands.
+    #[cfg(test)]
+    pub(crate) fn into_config(self) -> LoaderConfig {
+        self.config
+    }
+
     /// GPU path: the stream your training step runs on. Every batch is handed out
     /// already made to wait for its data on `stream` (a GPU-side wait, no host
     /// synchronization), so [`crate::gpu::CudaImages`]' views are readable at once
@@ -558,6 +597,7 @@ impl Loader {
                 on_error: OnError::Replace,
                 gpu_cpu_share: None,
                 gpu_decoder: None,
+                gpu_waits: stoker_decode::WaitMode::Auto,
                 cuda_stream: None,
                 write_combined: false,
                 streaming_stores: true,

@@ -84,6 +84,9 @@ pub struct LoaderConfig {
     /// `Device::Cuda` with JPEG records: the nvJPEG decoder's options (`None`:
     /// its defaults); `gpu_cpu_share` still applies on top.
     pub(crate) gpu_decoder: Option<stoker_decode::GpuDecoderOptions>,
+    /// GPU path: how the host waits on the GPU, the loader's own waits and the
+    /// decoder's (`Auto`: the decoder's options decide).
+    pub(crate) gpu_waits: stoker_decode::WaitMode,
     /// GPU path: every batch is handed out already waited on this stream.
     pub(crate) cuda_stream: Option<Arc<CudaStream>>,
     /// GPU path: allocate the pinned staging write-combined.

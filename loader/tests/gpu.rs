@@ -305,6 +305,29 @@ fn gpu_batches_with_the_whole_cpu_share_equal_cpu_batches() {
     );
 }
 
+/// With blocking waits (the loader's staging and batch-ready events and the
+/// decoder's, all made with `CU_EVENT_BLOCKING_SYNC`), batches are the same as
+/// with spinning ones: only how the host thread waits changes.
+#[test]
+fn gpu_batches_with_blocking_waits_equal_cpu_batches() {
+    let Some(ctx) = gpu_or_skip() else {
+        return;
+    };
+    let options = stoker_decode::GpuDecoderOptions {
+        waits: stoker_decode::WaitMode::Block,
+        ..stoker_loader::gpu::decoder_defaults()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let n = 100;
+    compare_paths(
+        &bench_dataset(dir.path(), n, 40, &[]),
+        n,
+        &ctx,
+        false,
+        Some(options),
+    );
+}
+
 #[test]
 fn gpu_transform_equals_cpu_transform_on_raw_records() {
     let Some(ctx) = gpu_or_skip() else {

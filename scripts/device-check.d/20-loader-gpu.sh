@@ -16,7 +16,7 @@ nvidia-smi --query-gpu=name,driver_version,utilization.gpu,utilization.jpeg --fo
 # 1. Correctness on the GPU (GPU batches = CPU batches within tolerance, same
 #    labels/indices, every sample once, same bad-record policy, memory flat).
 if [ -x "$BIN/stoker-loader-gpu" ]; then
-  timeout 150 "$BIN/stoker-loader-gpu" --test-threads 1 --nocapture 2>&1 | tee "$OUT/loader-gpu-tests.log" | tail -n 30
+  timeout 180 "$BIN/stoker-loader-gpu" --test-threads 1 --nocapture 2>&1 | tee "$OUT/loader-gpu-tests.log" | tail -n 30
   rc=${PIPESTATUS[0]}
   skipped=$(grep -c '^STOKER-GPU-SKIP' "$OUT/loader-gpu-tests.log" || true)
   row loader_gpu_tests "$rc" exit "loader/tests/gpu.rs; ${skipped} skipped (must be 0 here)"

@@ -2,14 +2,17 @@
 //! already in host memory, into device buffers allocated once, per route —
 //! the hardware JPEG engines where the files allow them, then the CUDA
 //! (hybrid) decoder alone for contrast. The CPU fallback's capacity is the
-//! `cpu_decode` row.
+//! `cpu_decode` row. The row also says how much CPU time this process spent
+//! meanwhile (user + system: the host's waits, spinning or blocking as
+//! [`WaitMode`] says, and nvJPEG's host work).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{CudaContext, CudaSlice};
-use stoker_decode::{probe, GpuDecoder, GpuDecoderOptions, Limits, Route};
+use stoker_decode::{probe, GpuDecoder, GpuDecoderOptions, Limits, Route, WaitMode};
 
+use super::host::process_cpu_time;
 use super::report::StageReport;
 
 /// One timed run of a decoder configuration.
@@ -18,15 +21,23 @@ struct RouteRun {
     img_per_s: f64,
     routes: String,
     failed: u64,
+    /// Seconds of the timed loop.
+    secs: f64,
+    /// This process's CPU seconds (user + system) over the timed loop.
+    cpu_s: Option<f64>,
+    /// How the host waited, resolved.
+    waits: WaitMode,
 }
 
 /// Decodes for about `budget`: the first half with the hardware engines enabled
-/// (the default decoder), the second half with the CUDA decoder only.
+/// (the default decoder), the second half with the CUDA decoder only; the host
+/// waits as `waits` says.
 pub fn measure(
     ctx: &Arc<CudaContext>,
     payloads: &[Vec<u8>],
     batch: usize,
     budget: Duration,
+    waits: WaitMode,
     tick: &(dyn Fn(f64) + Sync),
 ) -> StageReport {
     if payloads.is_empty() {
@@ -42,9 +53,9 @@ pub fn measure(
         None => return StageReport::skipped("no sampled record has a readable JPEG header"),
     };
     let half = budget / 2;
-    let hw = run(ctx, payloads, batch, max_len, half, true);
+    let hw = run(ctx, payloads, batch, max_len, half, true, waits);
     tick(0.5);
-    let cuda = run(ctx, payloads, batch, max_len, half, false);
+    let cuda = run(ctx, payloads, batch, max_len, half, false, waits);
     tick(1.0);
     match (hw, cuda) {
         (Ok((hw, engines)), cuda) => {
@@ -70,8 +81,23 @@ pub fn measure(
             if hw.failed > 0 {
                 note.push_str(&format!(", {} failed", hw.failed));
             }
+            note.push_str(&format!("; host waits {}", hw.waits));
+            if let Some(cpu) = hw.cpu_s {
+                let busy = cpu / hw.secs;
+                note.push_str(&format!(
+                    ", host CPU {cpu:.2} s user+sys in {:.2} s, {busy:.2} cores busy on average",
+                    hw.secs
+                ));
+                row = row
+                    .with("cpu_s", cpu)
+                    .with("cores_busy", busy)
+                    .with("seconds", hw.secs);
+            }
             row.note = note;
-            row.with("failed", hw.failed as f64)
+            row.with("failed", hw.failed as f64).with(
+                "blocking_waits",
+                f64::from(u8::from(hw.waits == WaitMode::Block)),
+            )
         }
         (Err(e), _) => StageReport::skipped(format!("the nvJPEG decoder is unavailable: {e}")),
     }
@@ -86,9 +112,11 @@ fn run(
     max_len: usize,
     budget: Duration,
     hardware: bool,
+    waits: WaitMode,
 ) -> Result<(RouteRun, Engines), String> {
     let options = GpuDecoderOptions {
         hardware,
+        waits,
         ..GpuDecoderOptions::default()
     };
     let mut dec = GpuDecoder::new(ctx, options).map_err(|e| e.to_string())?;
@@ -105,12 +133,15 @@ fn run(
             .collect();
         next = (next + batch) % payloads.len();
         let results = dec.decode_batch(&inputs, outs.as_mut_slice(), &stream);
-        stream.synchronize().map_err(|e| e.to_string())?;
+        dec.wait_mode()
+            .synchronize(&stream)
+            .map_err(|e| e.to_string())?;
         let ok = results.iter().filter(|r| r.is_ok()).count() as u64;
         Ok((ok, results.len() as u64 - ok))
     };
     one_batch(&mut dec)?; // warm-up: lazy allocations inside nvJPEG
     let before = dec.route_counts();
+    let cpu0 = process_cpu_time();
     let start = Instant::now();
     let (mut ok, mut failed) = (0u64, 0u64);
     while start.elapsed() < budget {
@@ -119,6 +150,10 @@ fn run(
         failed += f;
     }
     let secs = start.elapsed().as_secs_f64().max(1e-9);
+    let cpu_s = match (cpu0, process_cpu_time()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a).as_secs_f64()),
+        _ => None,
+    };
     let after = dec.route_counts();
     let routes = Route::ALL
         .iter()
@@ -133,6 +168,9 @@ fn run(
             img_per_s: ok as f64 / secs,
             routes,
             failed,
+            secs,
+            cpu_s,
+            waits: dec.wait_mode(),
         },
         engines,
     ))

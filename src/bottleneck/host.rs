@@ -34,3 +34,32 @@ pub fn available_cores() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_cpu_time_grows_with_busy_work() {
+        let before = process_cpu_time().expect("getrusage works on Linux");
+        // Spin on this thread for a wall-clock while: CPU time, not sleep.
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(200) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let after = process_cpu_time().unwrap();
+        // The kernel's accounting is tick-grained: allow a generous margin.
+        assert!(
+            after >= before + Duration::from_millis(100),
+            "{before:?} -> {after:?} after 200 ms of busy work"
+        );
+        // Sleeping costs (almost) none.
+        std::thread::sleep(Duration::from_millis(200));
+        let slept = process_cpu_time().unwrap();
+        assert!(
+            slept - after < Duration::from_millis(100),
+            "{after:?} -> {slept:?}"
+        );
+    }
+}

@@ -360,7 +360,14 @@ impl<'a> Measurement<'a> {
         let tick = |f: f64| self.progress.advance(f);
         self.progress.stage("gpu_decode");
         let gpu_decode_alone = gpu.as_ref().map(|(ctx, _)| {
-            gpu_decode::measure(ctx, &sample.payloads, opts.batch, self.budget, &tick)
+            gpu_decode::measure(
+                ctx,
+                &sample.payloads,
+                opts.batch,
+                self.budget,
+                opts.waits,
+                &tick,
+            )
         });
 
         self.progress.stage("end_to_end");

@@ -1,6 +1,8 @@
 //! What a bench run is asked to do: the device, batch, output size, time per
 //! stage, simulated step and threads; and the progress callback it reports to.
 
+use stoker_decode::WaitMode;
+
 use super::error::BenchError;
 
 /// Most threads `--threads` may ask for.
@@ -61,6 +63,11 @@ pub struct BenchOptions {
     /// Threads for CPU stages; 0 = this process's share of the node (every core
     /// for a single process, [`stoker_loader::launcher::NodeShare`]).
     pub threads: usize,
+    /// How the GPU stages' host threads wait for the GPU (the decoder's and
+    /// the loader's setting, [`stoker_loader::LoaderBuilder::gpu_waits`]):
+    /// compare `spin` and `block` by the `cpu_s` of the `gpu_decode` and
+    /// `end_to_end` rows.
+    pub waits: WaitMode,
 }
 
 impl Default for BenchOptions {
@@ -72,6 +79,7 @@ impl Default for BenchOptions {
             seconds: 2.0,
             consumer_ms: 0.0,
             threads: 0,
+            waits: WaitMode::Auto,
         }
     }
 }

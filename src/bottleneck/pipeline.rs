@@ -66,6 +66,7 @@ fn build_loader(
         )
         .output(Output::F32Nchw)
         .device(device)
+        .gpu_waits(opts.waits)
         .build()
 }
 
@@ -301,6 +302,8 @@ fn summarize(
         ("process_cpu_util", proc_util),
         ("system_cpu_util", sys_util),
         ("img_per_cpu_s", cpu_secs.map(|c| images as f64 / c)),
+        ("cpu_s", cpu_secs),
+        ("cores_busy", cpu_secs.map(|c| c / secs)),
         ("fed_ratio", fed_ratio),
         ("gpu_util", gpu_util),
         ("loader_decode_capacity", caps.decode),

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use stoker::bottleneck::{self, BenchOptions, DeviceChoice, Progress};
+use stoker_decode::WaitMode;
 
 /// Flags of `stoker bench`.
 #[derive(Debug, clap::Args)]
@@ -34,6 +35,12 @@ pub struct Args {
     /// process's share of the node: the cores divided by the processes on it).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// How the GPU stages wait for the GPU: auto (block when the decoder has a
+    /// CPU share, else spin), spin (poll on a core), block (sleep until the
+    /// driver wakes the thread). The gpu_decode and end_to_end rows give the
+    /// CPU seconds spent (cpu_s), to compare the two.
+    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(WaitMode))]
+    pub gpu_waits: WaitMode,
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -62,6 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         seconds: args.seconds,
         consumer_ms: args.consumer_ms,
         threads: args.threads,
+        waits: args.gpu_waits,
     };
     let bar = ProgressBar::new(100);
     bar.set_style(

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use stoker::loader::AutoChoice;
-use stoker_decode::{cuda_context, probe, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits};
+use stoker_decode::{
+    cuda_context, probe, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits, WaitMode,
+};
 
 /// Which decoder to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -44,6 +46,11 @@ pub struct Args {
     /// Files larger than this many bytes are refused without being read.
     #[arg(long, default_value_t = stoker::formats::DEFAULT_MAX_FILE_SIZE)]
     pub max_file_size: u64,
+    /// How the nvJPEG decoder waits for the GPU: auto, spin (poll on a core) or
+    /// block (sleep until the driver wakes the thread). The CPU backend
+    /// ignores it.
+    #[arg(long, default_value = "auto", value_parser = clap::value_parser!(WaitMode))]
+    pub gpu_waits: WaitMode,
 }
 
 /// Runs `stoker decode`: exit 0 when the image decodes, 1 when it does not.
@@ -55,8 +62,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_scan_work: args.max_scan_work,
     };
     let mut notes = Vec::new();
-    let gpu = open_gpu(args.backend, limits, &mut notes)?;
+    let gpu = open_gpu(args.backend, limits, args.gpu_waits, &mut notes)?;
     let backend = if gpu.is_some() { "nvjpeg" } else { "cpu" };
+    let waits = gpu.as_ref().map(GpuDecoder::wait_mode);
+    if waits.is_none() && args.gpu_waits != WaitMode::Auto {
+        notes.push(format!(
+            "--gpu-waits {} applies to the nvJPEG decoder; this image was decoded on the CPU",
+            args.gpu_waits
+        ));
+    }
     let header = probe(&data, &limits);
     let decoded = match gpu {
         Some(mut g) => g.decode_to_host(&data),
@@ -72,6 +86,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "backend": backend,
             "info": header.as_ref().ok(),
             "route": decoded.as_ref().ok().map(|(_, r, _)| r),
+            "gpu_waits": waits.map(WaitMode::name),
             "error": decoded.as_ref().err().map(|e| e.to_string()).or_else(|| truncated.then(|| TRUNCATED.to_string())),
             "truncated": truncated,
             "notes": notes,
@@ -131,7 +146,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         match &decoded {
             Ok(_) if truncated => println!("decoded      no: {TRUNCATED}"),
-            Ok((_, route, _)) => println!("decoded      yes, route {route} (backend {backend})"),
+            Ok((_, route, _)) => match waits {
+                Some(w) => {
+                    println!("decoded      yes, route {route} (backend {backend}, host waits {w})")
+                }
+                None => println!("decoded      yes, route {route} (backend {backend})"),
+            },
             Err(e) => println!("decoded      no: {e}"),
         }
         for n in &notes {
@@ -151,12 +171,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The nvJPEG decoder `backend` asks for, or `None` to decode on the CPU. `auto` decides
+/// The nvJPEG decoder `backend` asks for (waiting as `waits` says), or `None` to decode on the CPU. `auto` decides
 /// as the loader's `Device::Auto` does ([`AutoChoice`], for one process: local rank 0)
 /// and notes why it fell back, in the loader's words.
 fn open_gpu(
     backend: Backend,
     limits: Limits,
+    waits: WaitMode,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Option<GpuDecoder>> {
     let open = |ordinal| {
@@ -165,6 +186,7 @@ fn open_gpu(
                 &ctx,
                 GpuDecoderOptions {
                     limits,
+                    waits,
                     ..GpuDecoderOptions::default()
                 },
             )

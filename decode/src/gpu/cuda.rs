@@ -11,6 +11,7 @@ use cudarc::driver::{CudaContext, CudaEvent};
 
 use super::batch::{Batch, Plan};
 use super::device::record_or_synchronize;
+use super::options::WaitMode;
 use crate::nvjpeg::{
     Backend, DecodeParams, Decoder, DecoderState, DeviceBuffer, Handle, JpegStream, NvJpeg,
     OutputImage, PinnedBuffer,
@@ -28,6 +29,8 @@ pub(super) struct CudaSlot {
     /// it on the device. Needed when consecutive calls come on different
     /// streams (the loader alternates two), which do not order each other.
     pub(super) device_free: Option<CudaEvent>,
+    /// How the host waits for `free`: the kind of event recorded.
+    wait: WaitMode,
     params: DecodeParams,
     jstream: JpegStream,
     /// Owns the pinned and device buffers attached to it.
@@ -43,8 +46,13 @@ pub(super) struct CudaPath {
 
 impl CudaPath {
     /// A default-backend handle, a hybrid decoder and `states` slots (at
-    /// least one), on the context current on this thread.
-    pub(super) fn new(lib: &'static NvJpeg, states: usize) -> Result<CudaPath, DecodeError> {
+    /// least one), on the context current on this thread; the host waits for
+    /// a slot as `wait` says.
+    pub(super) fn new(
+        lib: &'static NvJpeg,
+        states: usize,
+        wait: WaitMode,
+    ) -> Result<CudaPath, DecodeError> {
         let handle = Handle::new(lib, Backend::Default)?;
         let decoder = Decoder::new(&handle, Backend::Hybrid)?;
         let mut slots = Vec::new();
@@ -59,6 +67,7 @@ impl CudaPath {
             slots.push(CudaSlot {
                 free: None,
                 device_free: None,
+                wait,
                 params,
                 jstream,
                 state,
@@ -244,14 +253,14 @@ impl CudaSlot {
         unsafe { self.state.transfer_to_device(&self.jstream, stream) }?;
         // The transfer reads the slot's pinned buffer: the slot's next
         // host phase waits for this event (not for the whole stream).
-        self.free = record_or_synchronize(stream, "a slot event")?;
+        self.free = record_or_synchronize(stream, self.wait, "a slot event")?;
         // SAFETY: as above; the device phase reads the slot's device buffer,
         // ordered after the transfer on the same stream, and writes `img`
         // (caller's contract); the next transfer waits for `device_free`.
         let device = unsafe { self.state.decode_device(img, stream) };
         // Recorded whatever the call returned: a failed call may still
         // have queued work that reads the device buffer.
-        self.device_free = record_or_synchronize(stream, "a slot event")?;
+        self.device_free = record_or_synchronize(stream, self.wait, "a slot event")?;
         device?;
         Ok(())
     }

@@ -14,7 +14,7 @@ use super::cuda::CudaDone;
 use super::cuda::CudaPath;
 use super::hardware::{self, Hardware};
 use super::huffman::GpuHuffman;
-use super::options::{BatchUse, GpuDecoderOptions};
+use super::options::{BatchUse, GpuDecoderOptions, WaitMode};
 use super::share::{CpuShare, MainPart};
 use super::staging::PinnedRing;
 use super::{fallback, routing};
@@ -147,8 +147,10 @@ impl GpuDecoder {
     /// [`DecodeError::Cuda`] when the library or driver refuses.
     pub fn new(
         ctx: &Arc<CudaContext>,
-        options: GpuDecoderOptions,
+        mut options: GpuDecoderOptions,
     ) -> Result<GpuDecoder, DecodeError> {
+        // Decided once: every stage below reads the resolved mode.
+        options.waits = options.wait_mode();
         let lib = NvJpeg::load()?;
         ctx.bind_to_thread()?;
         let hw = if options.hardware {
@@ -162,7 +164,7 @@ impl GpuDecoder {
         } else {
             None
         };
-        let cuda = CudaPath::new(lib, options.cuda_states)?;
+        let cuda = CudaPath::new(lib, options.cuda_states, options.waits)?;
         let share = CpuShare::new(ctx, &options)?;
         Ok(GpuDecoder {
             ctx: ctx.clone(),
@@ -171,12 +173,32 @@ impl GpuDecoder {
             counters: RouteCounters::default(),
             hw,
             cuda,
-            staging: PinnedRing::default(),
+            staging: PinnedRing::new(options.waits),
             share,
             huffman: GpuHuffman::new(lib, ctx, &options),
             timings: DecodeTimings::default(),
             options,
         })
+    }
+
+    /// How this decoder's host waits spend their time: its options'
+    /// [`waits`](GpuDecoderOptions::waits), resolved when it was made
+    /// ([`WaitMode::Spin`] or [`WaitMode::Block`]). A caller waiting for the
+    /// decoder's outputs can wait the same way with [`WaitMode::synchronize`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions, WaitMode};
+    /// let ctx = cuda_context(0)?;
+    /// let options = GpuDecoderOptions { cpu_share: 0.2, ..Default::default() };
+    /// let dec = GpuDecoder::new(&ctx, options)?;
+    /// let stream = ctx.new_stream()?;
+    /// // ... decode_batch(..., &stream) ...
+    /// dec.wait_mode().synchronize(&stream)?;
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
+    pub fn wait_mode(&self) -> WaitMode {
+        self.options.waits
     }
 
     /// True when the hardware JPEG engines are in use.
@@ -319,7 +341,7 @@ impl GpuDecoder {
                 outputs: 0,
             }))?;
         let mut pixels = stream.clone_dtoh(&out[0])?;
-        stream.synchronize()?;
+        self.options.waits.synchronize(&stream)?;
         pixels.truncate(info.rgb_len());
         Ok((info, route, pixels))
     }
@@ -565,7 +587,7 @@ impl GpuDecoder {
         }
         let waiting = Instant::now();
         let waited = stream
-            .record_event(None)
+            .record_event(Some(self.options.waits.event_flags()))
             .and_then(|ev| ev.synchronize())
             .or_else(|_| stream.synchronize());
         self.timings.stream_wait_s += waiting.elapsed().as_secs_f64();

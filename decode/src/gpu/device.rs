@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
+use super::options::WaitMode;
 use crate::DecodeError;
 
 /// Returns a CUDA context on device `ordinal`, or [`DecodeError::NoGpu`] saying
@@ -39,14 +41,58 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DecodeError> {
     })
 }
 
-/// An event recorded on `stream` now, or, when it cannot be recorded, `None`
-/// after waiting for the stream on the host instead (logged as `what`): either
-/// way the caller can tell when the work queued so far is done.
+impl WaitMode {
+    /// The flags of an event the host may wait on. cudarc takes one flag, so
+    /// a blocking event keeps timing (a timestamp per record, no other cost);
+    /// spinning ones disable it, as cudarc's default does.
+    pub fn event_flags(self) -> CUevent_flags {
+        match self {
+            WaitMode::Block => CUevent_flags::CU_EVENT_BLOCKING_SYNC,
+            _ => CUevent_flags::CU_EVENT_DISABLE_TIMING,
+        }
+    }
+
+    /// Waits on the host until the work queued on `stream` so far is done:
+    /// with [`WaitMode::Block`], on a blocking event recorded now (a stream
+    /// synchronize spins or blocks as the context says, see [`WaitMode`]),
+    /// falling back to the stream synchronize when the event cannot be
+    /// made; otherwise the stream synchronize. `Auto` here spins: resolve
+    /// it first ([`WaitMode::resolve`]).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use stoker_decode::{cuda_context, WaitMode};
+    /// let ctx = cuda_context(0)?;
+    /// let stream = ctx.new_stream()?;
+    /// // ... queue work on `stream` ...
+    /// WaitMode::Block.synchronize(&stream)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The driver's error from the wait (an earlier asynchronous failure on
+    /// the stream shows here).
+    pub fn synchronize(self, stream: &CudaStream) -> Result<(), DriverError> {
+        if self == WaitMode::Block {
+            match stream.record_event(Some(self.event_flags())) {
+                Ok(ev) => return ev.synchronize(),
+                Err(e) => tracing::debug!("blocking wait event failed ({e}); synchronizing"),
+            }
+        }
+        stream.synchronize()
+    }
+}
+
+/// An event recorded on `stream` now, made for `wait`, or, when it cannot be
+/// recorded, `None` after waiting for the stream on the host instead (logged
+/// as `what`): either way the caller can tell when the work queued so far is
+/// done.
 pub(super) fn record_or_synchronize(
     stream: &CudaStream,
+    wait: WaitMode,
     what: &str,
-) -> Result<Option<CudaEvent>, cudarc::driver::DriverError> {
-    match stream.record_event(None) {
+) -> Result<Option<CudaEvent>, DriverError> {
+    match stream.record_event(Some(wait.event_flags())) {
         Ok(ev) => Ok(Some(ev)),
         Err(e) => {
             tracing::warn!("recording {what} failed ({e}); synchronizing");

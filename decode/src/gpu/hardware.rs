@@ -9,7 +9,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream};
 
 use super::batch::{Batch, Plan};
 use super::device::record_or_synchronize;
-use super::options::GpuDecoderOptions;
+use super::options::{GpuDecoderOptions, WaitMode};
 use super::staging::{stage_bitstreams, PinnedRing};
 use crate::nvjpeg::{Backend, BatchedState, Handle, JpegStream, NvJpeg, NvjpegStatus, OutputImage};
 use crate::{DecodeError, DecodeTimings, ImageInfo, Route};
@@ -64,12 +64,19 @@ pub(super) struct HwLane {
     handle: Option<Arc<Handle>>,
     /// Internal stream; joined into the caller's stream after each batch.
     pub(super) stream: Arc<CudaStream>,
+    /// How the host waits for a state's previous batch: the kind of event
+    /// recorded.
+    wait: WaitMode,
 }
 
 impl HwLane {
     /// A batched lane on nvJPEG's GPU-hybrid backend (Huffman decoding on the
     /// GPU), or `None` (logged) when the library or device refuses it.
-    pub(super) fn gpu_hybrid(lib: &'static NvJpeg, ctx: &Arc<CudaContext>) -> Option<HwLane> {
+    pub(super) fn gpu_hybrid(
+        lib: &'static NvJpeg,
+        ctx: &Arc<CudaContext>,
+        wait: WaitMode,
+    ) -> Option<HwLane> {
         let lane = Handle::new(lib, Backend::GpuHybrid).and_then(|handle| {
             let state = BatchedState::new(&handle)?;
             Ok(HwLane {
@@ -77,6 +84,7 @@ impl HwLane {
                 turn: 0,
                 handle: Some(handle),
                 stream: ctx.new_stream()?,
+                wait,
             })
         });
         lane.map_err(|e| {
@@ -135,7 +143,7 @@ impl HwLane {
             ls.batch_size = 0;
         }
         // Whatever the call queued, the state is busy until the stream passes here.
-        ls.done = record_or_synchronize(&self.stream, "a lane state event")?;
+        ls.done = record_or_synchronize(&self.stream, self.wait, "a lane state event")?;
         r
     }
 }
@@ -280,6 +288,7 @@ impl Hardware {
             turn: 0,
             handle: own,
             stream: ctx.new_stream()?,
+            wait: options.waits,
         })
     }
 

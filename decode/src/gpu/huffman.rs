@@ -45,9 +45,9 @@ impl GpuHuffman {
     ) -> GpuHuffman {
         let fraction = share_fraction(options.gpu_huffman_share);
         GpuHuffman {
-            staging: PinnedRing::default(),
+            staging: PinnedRing::new(options.waits),
             lane: if fraction > 0.0 {
-                HwLane::gpu_hybrid(lib, ctx)
+                HwLane::gpu_hybrid(lib, ctx, options.waits)
             } else {
                 None
             },

@@ -27,4 +27,4 @@ mod staging;
 
 pub use decoder::GpuDecoder;
 pub use device::cuda_context;
-pub use options::{BatchUse, GpuDecoderOptions};
+pub use options::{BatchUse, GpuDecoderOptions, WaitMode};

@@ -128,6 +128,126 @@ pub struct GpuDecoderOptions {
     /// out-of-range values are clamped, NaN is 0. When the backend cannot be
     /// created the images stay on the engines (logged once).
     pub gpu_huffman_share: f32,
+    /// How the host waits for the GPU ([`WaitMode`]): spinning on a core, or
+    /// asleep until the driver wakes it. Default [`WaitMode::Auto`]: blocking
+    /// waits when the decoder has a CPU share ([`cpu_share`](Self::cpu_share) > 0 or
+    /// [`cpu_share_auto`](Self::cpu_share_auto)), whose threads need the cores a
+    /// spinning wait would take; spinning otherwise, where nothing else on the
+    /// host is waiting for a core and a spin answers soonest.
+    pub waits: WaitMode,
+}
+
+/// How a thread that waits on the host for the GPU (a staging buffer's or a
+/// lane state's event, the outputs of a batch) spends the wait.
+///
+/// CUDA's default scheduling (`CU_CTX_SCHED_AUTO`, which is a spin when the
+/// process has fewer contexts than cores) spins: the waiting thread keeps a
+/// core busy polling, and answers within microseconds. A blocking wait puts
+/// the thread to sleep on an event created with `CU_EVENT_BLOCKING_SYNC`, and
+/// the core is free for other work (the CPU share's decodes, a loader's
+/// readers) until the driver wakes it, a little later than a spin would have
+/// noticed.
+///
+/// Only stoker's own waits change: events created with the blocking flag (and
+/// a stream wait done as a wait on such an event). The context's scheduling
+/// flag is left alone because the primary context is shared with everything
+/// else in the process (a training framework's own synchronizations would
+/// change with it), and the flag is only sure to apply when set before the
+/// context is first made active, which a library cannot arrange. Waits
+/// inside nvJPEG, if any, follow the context's policy, which the application
+/// sets (`cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync)` before its first
+/// CUDA call).
+///
+/// [`WaitMode::Auto`] is resolved once, when the decoder (or loader) is built
+/// ([`WaitMode::resolve`]); the environment variable `STOKER_GPU_WAITS`
+/// (`spin` or `block`), a diagnostic, decides it there instead of the rule.
+///
+/// # Examples
+/// ```
+/// use stoker_decode::{GpuDecoderOptions, WaitMode};
+/// let o = GpuDecoderOptions { waits: WaitMode::Block, ..GpuDecoderOptions::default() };
+/// assert_eq!(o.wait_mode(), WaitMode::Block);
+/// assert_eq!("spin".parse::<WaitMode>(), Ok(WaitMode::Spin));
+/// // Without a CPU share, Auto spins (unless STOKER_GPU_WAITS says otherwise).
+/// # if std::env::var_os("STOKER_GPU_WAITS").is_none() {
+/// assert_eq!(GpuDecoderOptions::default().wait_mode(), WaitMode::Spin);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum WaitMode {
+    /// Block when the host has other work for the cores, spin otherwise: for
+    /// the decoder, when it has a CPU share ([`GpuDecoderOptions::wait_mode`]).
+    #[default]
+    Auto,
+    /// Spin on a core until the GPU is done (CUDA's default).
+    Spin,
+    /// Sleep until the driver signals the event.
+    Block,
+}
+
+/// The environment variable that decides [`WaitMode::Auto`] when set.
+const WAITS_ENV: &str = "STOKER_GPU_WAITS";
+
+impl WaitMode {
+    /// `Spin` or `Block`: `self` unless it is [`WaitMode::Auto`], which becomes
+    /// what `STOKER_GPU_WAITS` says (`spin` or `block`; anything else is
+    /// logged and ignored), else `Block` when `host_has_work`, else `Spin`.
+    ///
+    /// # Examples
+    /// ```
+    /// use stoker_decode::WaitMode;
+    /// assert_eq!(WaitMode::Spin.resolve(true), WaitMode::Spin);
+    /// # if std::env::var_os("STOKER_GPU_WAITS").is_none() {
+    /// assert_eq!(WaitMode::Auto.resolve(true), WaitMode::Block);
+    /// assert_eq!(WaitMode::Auto.resolve(false), WaitMode::Spin);
+    /// # }
+    /// ```
+    pub fn resolve(self, host_has_work: bool) -> WaitMode {
+        if self != WaitMode::Auto {
+            return self;
+        }
+        if let Some(v) = std::env::var_os(WAITS_ENV) {
+            match v.to_str().map(str::parse::<WaitMode>) {
+                Some(Ok(m)) if m != WaitMode::Auto => return m,
+                _ => tracing::warn!("{WAITS_ENV}={v:?} ignored: expected spin or block"),
+            }
+        }
+        if host_has_work {
+            WaitMode::Block
+        } else {
+            WaitMode::Spin
+        }
+    }
+
+    /// The name [`FromStr`](std::str::FromStr) reads: `auto`, `spin`, `block`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitMode::Auto => "auto",
+            WaitMode::Spin => "spin",
+            WaitMode::Block => "block",
+        }
+    }
+}
+
+impl std::fmt::Display for WaitMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for WaitMode {
+    type Err = String;
+
+    /// Parses `auto`, `spin`, `block`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(WaitMode::Auto),
+            "spin" => Ok(WaitMode::Spin),
+            "block" => Ok(WaitMode::Block),
+            _ => Err(format!("`{s}`: expected auto, spin or block")),
+        }
+    }
 }
 
 impl Default for GpuDecoderOptions {
@@ -145,7 +265,18 @@ impl Default for GpuDecoderOptions {
             hardware_handle_per_lane: false,
             hardware_states_per_lane: 1,
             gpu_huffman_share: 0.0,
+            waits: WaitMode::Auto,
         }
+    }
+}
+
+impl GpuDecoderOptions {
+    /// How a decoder built with these options waits: [`waits`](Self::waits)
+    /// resolved ([`WaitMode::resolve`]), the host having other work when a CPU
+    /// share is configured.
+    pub fn wait_mode(&self) -> WaitMode {
+        let share = share_fraction(self.cpu_share) > 0.0 || self.cpu_share_auto;
+        self.waits.resolve(share)
     }
 }
 
@@ -187,5 +318,42 @@ mod tests {
         assert!(o.hardware_preallocate);
         assert!(!o.hardware_handle_per_lane);
         assert_eq!(o.hardware_lanes, 4);
+        assert_eq!(o.waits, WaitMode::Auto);
+    }
+
+    #[test]
+    fn wait_modes_parse_and_print_their_names() {
+        for m in [WaitMode::Auto, WaitMode::Spin, WaitMode::Block] {
+            assert_eq!(m.to_string().parse::<WaitMode>(), Ok(m));
+        }
+        assert!("yield".parse::<WaitMode>().is_err());
+    }
+
+    #[test]
+    fn an_explicit_wait_mode_is_kept_and_auto_follows_the_cpu_share() {
+        let with = |waits, cpu_share, cpu_share_auto| GpuDecoderOptions {
+            waits,
+            cpu_share,
+            cpu_share_auto,
+            ..GpuDecoderOptions::default()
+        };
+        assert_eq!(with(WaitMode::Spin, 0.3, false).wait_mode(), WaitMode::Spin);
+        assert_eq!(
+            with(WaitMode::Block, 0.0, false).wait_mode(),
+            WaitMode::Block
+        );
+        // The environment override decides Auto on a machine that sets it.
+        if std::env::var_os(WAITS_ENV).is_none() {
+            assert_eq!(with(WaitMode::Auto, 0.0, false).wait_mode(), WaitMode::Spin);
+            assert_eq!(
+                with(WaitMode::Auto, 0.25, false).wait_mode(),
+                WaitMode::Block
+            );
+            assert_eq!(with(WaitMode::Auto, 0.0, true).wait_mode(), WaitMode::Block);
+            assert_eq!(
+                with(WaitMode::Auto, f32::NAN, false).wait_mode(),
+                WaitMode::Spin
+            );
+        }
     }
 }

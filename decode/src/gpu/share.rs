@@ -88,7 +88,7 @@ impl CpuShare {
         let offload = OffloadControl::new(options.cpu_offload);
         let stream = ctx.new_stream()?;
         Ok(CpuShare {
-            staging: PinnedRing::default(),
+            staging: PinnedRing::new(options.waits),
             stream,
             pool: (control.fraction > 0.0 || offload.enabled())
                 .then(|| share_pool(options))

@@ -6,19 +6,31 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, PinnedHostSlice};
 
 use super::device::record_or_synchronize;
+use super::options::WaitMode;
 use crate::DecodeError;
 
 /// Two pinned host buffers used in turn, each with the event after which the
 /// device no longer reads it: a batch waits (on that event, never on a whole
 /// stream) only until the batch before last is done with its buffer.
-#[derive(Default)]
 pub(super) struct PinnedRing {
     bufs: [Option<PinnedHostSlice<u8>>; 2],
     free: [Option<CudaEvent>; 2],
     next: usize,
+    /// How the host waits for a buffer: the kind of event `put` records.
+    wait: WaitMode,
 }
 
 impl PinnedRing {
+    /// An empty ring whose waits are `wait`'s (resolved).
+    pub(super) fn new(wait: WaitMode) -> PinnedRing {
+        PinnedRing {
+            bufs: [None, None],
+            free: [None, None],
+            next: 0,
+            wait,
+        }
+    }
+
     /// The next buffer, with at least `len` bytes, once the device no longer
     /// reads it. Give it back with [`put`](Self::put) and the same index.
     pub(super) fn take(
@@ -54,7 +66,7 @@ impl PinnedRing {
     /// Returns buffer `k`, which work queued on `stream` so far may still read.
     pub(super) fn put(&mut self, k: usize, buf: PinnedHostSlice<u8>, stream: &CudaStream) {
         // Without the event (or the wait) the next user could overwrite it in flight.
-        match record_or_synchronize(stream, "a staging event") {
+        match record_or_synchronize(stream, self.wait, "a staging event") {
             Ok(ev) => self.free[k] = ev,
             Err(e) => tracing::warn!("stream synchronize failed: {e}"),
         }

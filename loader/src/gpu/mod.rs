@@ -183,7 +183,7 @@ pub(crate) fn build(
     let sizes = setup::slot_sizes(config, size, dtype, nvjpeg.is_some(), &direct);
     let (slots, prefetch) = setup::ring(config, &sizes)?;
     let want_device = setup::device_memory(&ctx, slots, &sizes, ordinal)?;
-    let (free_tx, free_rx) = setup::fill_ring(&ctx, &compute, sizes, slots, config.write_combined)?;
+    let (free_tx, free_rx) = setup::fill_ring(&ctx, &compute, sizes, slots, config)?;
     let workers = config.workers.max(1);
     let pool = setup::reader_pool(workers)?;
     let batched = setup::batched_copies(&direct);
@@ -227,6 +227,7 @@ pub(crate) fn build(
             free_tx,
             free_rx,
             write_combined: config.write_combined,
+            waits: setup::wait_mode(config),
             streaming_stores: config.streaming_stores,
             batch_copies: AtomicBool::new(batched),
             direct,

@@ -359,6 +359,7 @@ fn grow(shared: &Shared) -> Result<Box<Slot>, LoaderError> {
         &shared.compute,
         shared.sizes,
         shared.write_combined,
+        shared.waits,
     )?;
     let total = shared.slots.fetch_add(1, Ordering::AcqRel) + 1;
     if !shared.sizes.lazy_pixels {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::{Receiver, Sender};
 use cudarc::driver::{CudaContext, CudaStream};
-use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions, Limits};
+use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions, Limits, WaitMode};
 use stoker_formats::{Dataset, Encoding};
 
 use super::batch_copy;
@@ -35,7 +35,19 @@ fn decoder_options(config: &LoaderConfig) -> GpuDecoderOptions {
     if options.cpu_share_threads == 0 {
         options.cpu_share_threads = cpu_share_threads(config.node_cores, options.hardware_lanes);
     }
+    if config.gpu_waits != WaitMode::Auto {
+        options.waits = config.gpu_waits;
+    }
     options
+}
+
+/// How the loader's host waits on its own events (a slot's staging reuse and
+/// batch ready) spend the wait: the builder's setting
+/// ([`crate::LoaderBuilder::gpu_waits`]), `Auto` resolved by the decoder's rule
+/// (blocking when its options give it a CPU share), so that the loader and its
+/// decoder wait alike.
+pub(super) fn wait_mode(config: &LoaderConfig) -> WaitMode {
+    decoder_options(config).wait_mode()
 }
 
 /// Threads for the decoder's CPU share on `cores` (this process's share of the
@@ -290,18 +302,21 @@ pub(super) fn device_memory(
 /// Both ends of the staging ring's free list.
 type FreeList = (Sender<Box<Slot>>, Receiver<Box<Slot>>);
 
-/// The free list of the staging ring, holding `slots` new slots.
+/// The free list of the staging ring, holding `slots` new slots (pinned
+/// staging and waits as `config` says).
 pub(super) fn fill_ring(
     ctx: &Arc<CudaContext>,
     compute: &Arc<CudaStream>,
     sizes: SlotSizes,
     slots: usize,
-    write_combined: bool,
+    config: &LoaderConfig,
 ) -> Result<FreeList, LoaderError> {
+    let wait = wait_mode(config);
+    tracing::debug!(%wait, "GPU loader host waits");
     // Unbounded: a slot added by `producer::grow` must always find its place back.
     let (free_tx, free_rx) = crossbeam_channel::unbounded();
     for _ in 0..slots {
-        let slot = Slot::new(ctx, compute, sizes, write_combined)?;
+        let slot = Slot::new(ctx, compute, sizes, config.write_combined, wait)?;
         // Cannot fail: the receiver is alive.
         let _ = free_tx.try_send(Box::new(slot));
     }
@@ -530,6 +545,40 @@ mod tests {
         assert_eq!(ring_slots(4, 100, 300), Some(3));
         assert_eq!(ring_slots(4, 100, 299), None);
         assert_eq!(ring_slots(0, 100, u64::MAX), Some(3));
+    }
+
+    #[test]
+    fn the_builders_wait_mode_reaches_the_decoder_and_the_slots() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = dataset(dir.path(), Encoding::Jpeg, 500, 375);
+        let config = |b: crate::LoaderBuilder| b.into_config();
+        // An explicit mode is kept by both, whatever the CPU share.
+        let block = config(crate::Loader::builder(ds.clone()).gpu_waits(WaitMode::Block));
+        assert_eq!(decoder_options(&block).waits, WaitMode::Block);
+        assert_eq!(wait_mode(&block), WaitMode::Block);
+        let spin = config(
+            crate::Loader::builder(ds.clone())
+                .gpu_cpu_share(0.2)
+                .gpu_waits(WaitMode::Spin),
+        );
+        assert_eq!(wait_mode(&spin), WaitMode::Spin);
+        // The builder's mode overrides the decoder options' own.
+        let over = config(
+            crate::Loader::builder(ds.clone())
+                .gpu_decoder(GpuDecoderOptions {
+                    waits: WaitMode::Block,
+                    ..decoder_defaults()
+                })
+                .gpu_waits(WaitMode::Spin),
+        );
+        assert_eq!(decoder_options(&over).waits, WaitMode::Spin);
+        // Auto follows the CPU share (unless the environment decides it).
+        if std::env::var_os("STOKER_GPU_WAITS").is_none() {
+            let plain = config(crate::Loader::builder(ds.clone()));
+            assert_eq!(wait_mode(&plain), WaitMode::Spin);
+            let shared = config(crate::Loader::builder(ds).gpu_cpu_share(0.2));
+            assert_eq!(wait_mode(&shared), WaitMode::Block);
+        }
     }
 
     #[test]

@@ -89,6 +89,9 @@ pub(crate) struct Shared {
     /// Pinned staging is write-combined (`LoaderBuilder::write_combined_staging`),
     /// for slots added later too.
     pub(crate) write_combined: bool,
+    /// How the host waits on the slots' events, for slots added later too
+    /// (`setup::wait_mode`).
+    pub(crate) waits: stoker_decode::WaitMode,
     /// Raw records are staged with streaming stores (`LoaderBuilder::streaming_staging_stores`).
     pub(crate) streaming_stores: bool,
     /// Raw records: the dataset's map, page-locked whole or as a moving window;

@@ -24,6 +24,8 @@ use cudarc::driver::{
     ValidAsZeroBits,
 };
 
+use stoker_decode::WaitMode;
+
 use super::kernel::ImageParams;
 use crate::error::driver_err;
 use crate::LoaderError;
@@ -128,7 +130,9 @@ impl std::fmt::Debug for Slot {
 }
 
 impl Slot {
-    /// Allocates one slot on `ctx`; device buffers live on `compute`.
+    /// Allocates one slot on `ctx`; device buffers live on `compute`. The
+    /// host's waits on the slot's events (staging reuse, batch ready) are done
+    /// as `wait` says: [`WaitMode::Block`] makes them blocking-sync events.
     ///
     /// # Errors
     /// [`LoaderError::Gpu`] naming the allocation and its size when pinned or
@@ -138,6 +142,7 @@ impl Slot {
         compute: &Arc<CudaStream>,
         sizes: SlotSizes,
         write_combined: bool,
+        wait: WaitMode,
     ) -> Result<Slot, LoaderError> {
         let arena_bytes = sizes.batch * sizes.stride;
         let pinned = if sizes.lazy_pixels {
@@ -172,10 +177,13 @@ impl Slot {
         let arena_ptr = device_address(&arena, compute);
         let params_ptr = device_address(&params, compute);
         let out_ptr = device_address(&out, compute);
-        let timed = |what| {
-            ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| driver_err(what, e))
+        // Timed events (the counters read their elapsed times); a blocking one
+        // keeps timing, the flags being exclusive only with DISABLE_TIMING.
+        let flags = match wait {
+            WaitMode::Block => CUevent_flags::CU_EVENT_BLOCKING_SYNC,
+            _ => CUevent_flags::CU_EVENT_DEFAULT,
         };
+        let timed = |what| ctx.new_event(Some(flags)).map_err(|e| driver_err(what, e));
         let slot = Slot {
             h2d_start: timed("cuEventCreate")?,
             h2d_end: timed("cuEventCreate")?,
