@@ -10,6 +10,9 @@
 #   OUT  = $OUT          (comes back; full logs go there)
 # and appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
 # The short table is printed last. PARTS=GLOB (e.g. PARTS="20-*") runs only matching parts.
+# All parts together take longer than one device call may run (600 s): split them over calls,
+# the issue's acceptance first, e.g. PARTS="[15]*" DECODE_SECONDS=2 BENCH_SECONDS=2 (decode,
+# mixed data, raw window), then PARTS="[26]*" PART_TIMEOUT=400 (loader, blocking waits).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -f .device/bin.tar.gz ] && [ ! -d .device/bin ]; then

@@ -27,32 +27,16 @@ fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
-fn row(name: &str, value: f64, unit: &str, note: &str) {
-    // Leading newline: the test harness prints "test name ... " without one.
-    println!("\nROW\t{name}\t{value:.1}\t{unit}\t{note}");
-}
-
-#[test]
-#[ignore = "measurement for the GPU machine; run with --ignored"]
-fn gpu_decode_throughput() {
+/// The files of `STOKER_BENCH_DIR` (default: the bench set), read, and the
+/// largest RGB output among them.
+fn bench_files() -> (Vec<Vec<u8>>, usize) {
     let dir = std::env::var("STOKER_BENCH_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| common::bench_dir());
-    let seconds: f64 = env("STOKER_BENCH_SECONDS", 5.0);
-    let batch: usize = env("STOKER_BENCH_BATCH", 256);
-    let tag: String = env("STOKER_BENCH_TAG", String::new());
-    let only: Vec<String> = env("STOKER_BENCH_CASES", String::new())
-        .split(',')
-        .filter(|c| !c.is_empty())
-        .map(str::to_owned)
+    let files: Vec<Vec<u8>> = common::jpegs_in(&dir)
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
         .collect();
-    let paths = common::jpegs_in(&dir);
-    let files: Vec<Vec<u8>> = paths.iter().map(|p| std::fs::read(p).unwrap()).collect();
-    let n = files.len();
-
-    // CPU reference in the same run: all cores, rayon.
-    let cpu = CpuDecoder::new(Limits::default());
-    let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
     let max = files
         .iter()
         .map(|f| {
@@ -62,6 +46,31 @@ fn gpu_decode_throughput() {
         })
         .max()
         .unwrap();
+    (files, max)
+}
+
+fn row(name: &str, value: f64, unit: &str, note: &str) {
+    // Leading newline: the test harness prints "test name ... " without one.
+    println!("\nROW\t{name}\t{value:.1}\t{unit}\t{note}");
+}
+
+#[test]
+#[ignore = "measurement for the GPU machine; run with --ignored"]
+fn gpu_decode_throughput() {
+    let (files, max) = bench_files();
+    let seconds: f64 = env("STOKER_BENCH_SECONDS", 5.0);
+    let batch: usize = env("STOKER_BENCH_BATCH", 256);
+    let tag: String = env("STOKER_BENCH_TAG", String::new());
+    let only: Vec<String> = env("STOKER_BENCH_CASES", String::new())
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let n = files.len();
+
+    // CPU reference in the same run: all cores, rayon.
+    let cpu = CpuDecoder::new(Limits::default());
+    let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
     let mut host: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; max]).collect();
     let (mut done, start) = (0usize, Instant::now());
     while start.elapsed().as_secs_f64() < seconds.min(3.0) {
@@ -425,25 +434,10 @@ fn ratio_row(name: &str, value: f64, note: &str) {
 #[test]
 #[ignore = "measurement for the GPU machine; run with --ignored"]
 fn gpu_decode_wait_modes() {
-    let dir = std::env::var("STOKER_BENCH_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| common::bench_dir());
+    let (files, max) = bench_files();
     let seconds: f64 = env("STOKER_BENCH_SECONDS", 5.0);
     let batch: usize = env("STOKER_BENCH_BATCH", 256);
-    let files: Vec<Vec<u8>> = common::jpegs_in(&dir)
-        .iter()
-        .map(|p| std::fs::read(p).unwrap())
-        .collect();
     let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
-    let max = inputs
-        .iter()
-        .map(|f| {
-            stoker_decode::probe(f, &Limits::default())
-                .unwrap()
-                .rgb_len()
-        })
-        .max()
-        .unwrap();
     let ctx = match cuda_context(0) {
         Ok(c) => c,
         Err(e) => return stoker_testdata::gpu_skip(e),
