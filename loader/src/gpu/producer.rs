@@ -272,11 +272,12 @@ impl<'s> WindowWalk<'s> {
     }
 
     /// An event after everything enqueued on the copy stream (`None` if it could
-    /// not be recorded: the locker then waits for the whole stream).
+    /// not be recorded: the locker then waits for the whole stream), waited for
+    /// as the loader's other host waits are (`Shared::waits`).
     fn fence(&self) -> Option<CudaEvent> {
         self.shared
             .copy
-            .record_event(None)
+            .record_event(Some(self.shared.waits.event_flags()))
             .map_err(|e| tracing::warn!("recording a page-locked window's fence: {e}"))
             .ok()
     }
