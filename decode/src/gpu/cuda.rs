@@ -4,6 +4,7 @@
 //! on the CPU) run in parallel over the slots; transfers and device phases are
 //! queued on the caller's stream.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -116,64 +117,44 @@ impl CudaPath {
         }
     }
 
-    /// Decodes the list with the CUDA decoder: host phases in parallel over the
-    /// slots, then transfer and device phases on the caller's stream. Returns
+    /// Decodes the list with the CUDA decoder: one thread per slot takes the
+    /// list's next image, runs its host phase and queues its transfer and
+    /// device phases on the caller's stream, until the list is done. Returns
     /// the failures.
+    ///
+    /// Why not rounds of one image per slot: each round waited for its
+    /// slowest host phase, and the images this path gets (progressive files
+    /// of any size) differ in cost by far more than baseline ones.
     fn decode(&mut self, ctx: &Arc<CudaContext>, batch: Batch<'_>, list: &[usize]) -> Vec<usize> {
-        let mut failed = Vec::new();
-        let slots = self.slots.len();
-        for chunk in list.chunks(slots) {
-            let host = self.host_phases(ctx, batch, chunk);
-            for ((slot, &i), h) in self.slots.iter_mut().zip(chunk).zip(host) {
-                let info = batch.info(i);
-                let r = h.and_then(|()| {
-                    let mut img = OutputImage::interleaved(batch.dst[i], info.width as usize * 3);
-                    // SAFETY: the host phase of this slot succeeded (`h`); the
-                    // output holds width*3*height bytes (checked in step 1).
-                    unsafe { slot.device_phases(&mut img, batch) }
-                });
-                if let Err(e) = r {
-                    tracing::debug!("nvJPEG CUDA path failed on image {i}: {e}; using the CPU");
-                    failed.push(i);
-                }
-            }
-        }
-        failed
-    }
-
-    /// The host phase of each image of `chunk` (at most one per slot), each
-    /// slot on its own thread.
-    fn host_phases(
-        &mut self,
-        ctx: &Arc<CudaContext>,
-        batch: Batch<'_>,
-        chunk: &[usize],
-    ) -> Vec<Result<(), DecodeError>> {
-        std::thread::scope(|s| {
+        let next = AtomicUsize::new(0);
+        let threads = self.slots.len().min(list.len());
+        let next = &next;
+        let taken: Vec<(Vec<usize>, Vec<usize>)> = std::thread::scope(|s| {
             let joins: Vec<_> = self
                 .slots
                 .iter_mut()
-                .zip(chunk)
-                .map(|(slot, &i)| {
-                    let data = batch.inputs[i];
-                    s.spawn(move || -> Result<(), DecodeError> {
-                        ctx.bind_to_thread()?;
-                        slot.host_phase(data)
-                    })
-                })
+                .take(threads)
+                .map(|slot| s.spawn(move || slot.decode_from(ctx, batch, list, next)))
                 .collect();
             joins
                 .into_iter()
-                .map(|j| {
-                    j.join().unwrap_or_else(|_| {
-                        Err(DecodeError::Panicked {
-                            decoder: "nvjpeg",
-                            message: "host-phase thread panicked".into(),
-                        })
-                    })
-                })
+                .map(|j| j.join().unwrap_or_else(|_| (Vec::new(), Vec::new())))
                 .collect()
-        })
+        });
+        let mut failed: Vec<usize> = taken.iter().flat_map(|(_, f)| f.iter().copied()).collect();
+        // An image whose thread panicked before it said how the image went
+        // (its slot's images are not in any thread's account): the CPU.
+        let accounted: usize = taken.iter().map(|(done, f)| done.len() + f.len()).sum();
+        if accounted < list.len() {
+            tracing::warn!("a CUDA-decoder thread panicked; its images go to the CPU");
+            let seen: std::collections::HashSet<usize> = taken
+                .iter()
+                .flat_map(|(done, f)| done.iter().chain(f))
+                .copied()
+                .collect();
+            failed.extend(list.iter().copied().filter(|i| !seen.contains(i)));
+        }
+        failed
     }
 }
 
@@ -213,6 +194,48 @@ impl CudaDone {
 }
 
 impl CudaSlot {
+    /// One slot's thread of [`CudaPath::decode`]: binds `ctx`, then takes the
+    /// images of `list` at the positions `next` hands out, one at a time.
+    /// Returns the images decoded and those that failed.
+    fn decode_from(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        batch: Batch<'_>,
+        list: &[usize],
+        next: &AtomicUsize,
+    ) -> (Vec<usize>, Vec<usize>) {
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        let bound = ctx.bind_to_thread();
+        loop {
+            let at = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&i) = list.get(at) else {
+                return (done, failed);
+            };
+            let r = match &bound {
+                Ok(()) => self.decode_one(batch, i),
+                Err(e) => Err(DecodeError::Cuda(*e)),
+            };
+            match r {
+                Ok(()) => done.push(i),
+                Err(e) => {
+                    tracing::debug!("nvJPEG CUDA path failed on image {i}: {e}; using the CPU");
+                    failed.push(i);
+                }
+            }
+        }
+    }
+
+    /// Image `i` of `batch` through this slot: host phase, then its transfer
+    /// and device phases queued on the caller's stream.
+    fn decode_one(&mut self, batch: Batch<'_>, i: usize) -> Result<(), DecodeError> {
+        self.host_phase(batch.inputs[i])?;
+        let info = batch.info(i);
+        let mut img = OutputImage::interleaved(batch.dst[i], info.width as usize * 3);
+        // SAFETY: the host phase of this slot succeeded (above); the output
+        // holds width*3*height bytes (checked in step 1).
+        unsafe { self.device_phases(&mut img, batch) }
+    }
+
     /// Parses `data` and runs the host phase on this slot.
     fn host_phase(&mut self, data: &[u8]) -> Result<(), DecodeError> {
         // The slot's previous transfer (this batch's earlier round or an
