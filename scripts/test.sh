@@ -16,8 +16,10 @@ scripts/python-test.sh
 # 8 mutants per baseline file and 40 per progressive one (about 4,300 cases, as many as
 # the old corpus with the bench set gave at 4 and 20).
 cargo run --quiet --release -p zune-patch-check -- testdata 8 40
-# The device check's Python helpers: the `nvidia-smi dmon` parser and the peer-row writer (no GPU needed).
+# The device check's Python helpers: the `nvidia-smi dmon` parser, the pace verdict and the
+# peer-row writer (no GPU needed).
 python3 scripts/device-check.d/dmon_jpg_test.py
+python3 scripts/device-check.d/decode_bound_test.py
 python3 scripts/device-check.d/peer_rows_test.py
 # The source-shape check (module cycles, file and function length) on made-up crates.
 python3 scripts/arch_check_test.py

@@ -82,6 +82,11 @@ if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
   else
     printf '%s\t%s\t%s\t%s\n' decode_jpg_util - % "nvidia-smi dmon unavailable" >>"$T"
   fi
+  # Issue 21 item 2: whether the engines or the host set the pace of the main rows
+  # (rows <row>_host_busy_pct and <row>_bound; decode_bound.py, tested by decode_bound_test.py).
+  python3 "$(dirname "$0")/decode_bound.py" "$T" decode_gpu_hw_lanes4 decode_gpu_hw_lanes7 \
+    decode_gpu_hw_lanes4_overlap decode_gpu_hw_lanes4_overlap_states2 >>"$T" ||
+    printf '%s\t%s\t%s\t%s\n' decode_bound - - "decode_bound.py failed" >>"$T"
   grep -E '^# (timings|nvJPEG|hardware)' "$OUT/decode_throughput.log"
   cat "$OUT/decode_throughput.log"
 else
