@@ -14,7 +14,9 @@
 //! A range can be registered once per process, and every loader over one dataset
 //! shares its memory map: registrations are counted in a process-wide table and
 //! undone when the last loader using them drops. They are PORTABLE, so loaders on
-//! several devices share them too.
+//! several devices share them too. A dataset over the page-lock limit is locked a
+//! window of shards at a time ([`DirectMaps::Windowed`], `window_locker`), through
+//! the same table, so shards two consecutive windows share stay locked.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

@@ -356,7 +356,9 @@ pub(super) fn register_direct(
     if total > limit {
         let window = limit / window_locker::LIVE as u64;
         if window == 0 {
-            tracing::info!("raw records: staged through pinned memory (no page-lock limit)");
+            tracing::info!(
+                "raw records: staged through pinned memory (a page-lock limit of {limit} bytes)"
+            );
             return None;
         }
         let registrar = CudaRegistrar {
