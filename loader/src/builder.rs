@@ -336,10 +336,10 @@ impl LoaderBuilder {
     /// staging stride, which are resized on the CPU) go through pinned staging,
     /// which is then allocated on first use: a loader whose every record comes
     /// from the map allocates none. With `false`, the reader threads stage every
-    /// record in pinned memory. `stats().backend` says which is in use. Each batch's records go in one
-    /// `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy per record on older
-    /// drivers, or with the diagnostic environment variable `STOKER_H2D_PER_RECORD=1`
-    /// set when the loader is built).
+    /// record in pinned memory. `stats().backend` says which is in use. Each
+    /// batch's records go in one `cuMemcpyBatchAsync` (CUDA 13 drivers; one copy
+    /// per record on older drivers, or with the diagnostic environment variable
+    /// `STOKER_H2D_PER_RECORD=1` set when the loader is built).
     ///
     /// Why: the device reads pinned memory more slowly while the host writes to
     /// memory at the same time, and staging writes every byte once; reads (the

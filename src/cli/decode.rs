@@ -171,8 +171,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The nvJPEG decoder `backend` asks for (waiting as `waits` says), or `None` to decode on the CPU. `auto` decides
-/// as the loader's `Device::Auto` does ([`AutoChoice`], for one process: local rank 0)
+/// The nvJPEG decoder `backend` asks for (waiting as `waits` says), or `None` to decode
+/// on the CPU. `auto` decides as the loader's `Device::Auto` does ([`AutoChoice`], for one process: local rank 0)
 /// and notes why it fell back, in the loader's words.
 fn open_gpu(
     backend: Backend,

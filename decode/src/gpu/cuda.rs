@@ -89,29 +89,22 @@ impl CudaPath {
             return;
         }
         let list = std::mem::take(&mut plan.cuda);
-        let done = self.decode_list(ctx, batch, list);
-        done.apply(batch, plan, timings);
+        self.decode_list(ctx, batch, &list)
+            .apply(&list, batch, plan, timings);
     }
 
     /// Step 4 on a list taken out of the plan (so that it can run on a thread
-    /// of its own beside the engines): binds `ctx` to this thread, decodes
-    /// `list` and says what failed and how long it took.
+    /// of its own beside the engines): decodes `list` and says what failed and
+    /// how long it took. The slots' threads bind `ctx` themselves.
     pub(super) fn decode_list(
         &mut self,
         ctx: &Arc<CudaContext>,
         batch: Batch<'_>,
-        list: Vec<usize>,
+        list: &[usize],
     ) -> CudaDone {
         let started = Instant::now();
-        let failed = match ctx.bind_to_thread() {
-            Ok(()) => self.decode(ctx, batch, &list),
-            Err(e) => {
-                tracing::debug!("binding the CUDA context for the CUDA decoder failed ({e})");
-                list.clone()
-            }
-        };
+        let failed = self.decode(ctx, batch, list);
         CudaDone {
-            list,
             failed,
             seconds: started.elapsed().as_secs_f64(),
         }
@@ -160,31 +153,37 @@ impl CudaPath {
 
 /// What [`CudaPath::decode_list`] did with its list.
 pub(super) struct CudaDone {
-    list: Vec<usize>,
-    /// The images of `list` the CUDA decoder could not decode.
+    /// The images of the list the CUDA decoder could not decode.
     failed: Vec<usize>,
     seconds: f64,
 }
 
 impl CudaDone {
-    /// Images the CUDA decoder decoded, and its wall time.
-    pub(super) fn part(&self) -> (usize, f64) {
-        (self.list.len() - self.failed.len(), self.seconds)
+    /// Images of `list` (the list decoded) the CUDA decoder decoded, and its
+    /// wall time.
+    pub(super) fn part(&self, list: &[usize]) -> (usize, f64) {
+        (list.len() - self.failed.len(), self.seconds)
     }
 
     /// Every image of a list whose thread was lost: each goes to the CPU.
-    pub(super) fn lost(list: Vec<usize>) -> CudaDone {
+    pub(super) fn lost(list: &[usize]) -> CudaDone {
         CudaDone {
-            failed: list.clone(),
-            list,
+            failed: list.to_vec(),
             seconds: 0.0,
         }
     }
 
-    /// Records the results in `plan` (the failures go to the CPU) and the time.
-    pub(super) fn apply(self, batch: Batch<'_>, plan: &mut Plan, timings: &mut DecodeTimings) {
+    /// Records the results of `list` (the list decoded) in `plan` (the
+    /// failures go to the CPU) and the time.
+    pub(super) fn apply(
+        self,
+        list: &[usize],
+        batch: Batch<'_>,
+        plan: &mut Plan,
+        timings: &mut DecodeTimings,
+    ) {
         timings.cuda_s += self.seconds;
-        for &i in &self.list {
+        for &i in list {
             if !self.failed.contains(&i) {
                 plan.results[i] = Some(Ok((batch.info(i).clone(), Route::NvjpegCuda)));
             }

@@ -502,11 +502,9 @@ impl GpuDecoder {
             let share_list = &share_list;
             let share = share_job.map(|job| s.spawn(move || job.run(cpu, batch, share_list)));
             // 4. CUDA decoder, beside the engines.
-            let cuda_path = &mut self.cuda;
-            let cuda = (!cuda_list.is_empty()).then(|| {
-                let list = cuda_list.clone();
-                s.spawn(move || cuda_path.decode_list(ctx, batch, list))
-            });
+            let (cuda_path, list) = (&mut self.cuda, &cuda_list);
+            let cuda = (!list.is_empty())
+                .then(|| s.spawn(move || cuda_path.decode_list(ctx, batch, list)));
             // 3. Hardware engines.
             let mut engines_part = (0usize, 0.0f64);
             if let Some(hw) = self.hw.as_mut().filter(|_| !plan.hw.is_empty()) {
@@ -516,7 +514,7 @@ impl GpuDecoder {
             let cuda_done = cuda.map(|j| {
                 j.join().unwrap_or_else(|_| {
                     tracing::warn!("the CUDA decoder's thread panicked; its images go to the CPU");
-                    CudaDone::lost(cuda_list.clone())
+                    CudaDone::lost(list)
                 })
             });
             (
@@ -528,10 +526,10 @@ impl GpuDecoder {
         });
         let main_part = MainPart {
             engines: engines_part,
-            cuda: cuda_done.as_ref().map_or((0, 0.0), CudaDone::part),
+            cuda: cuda_done.as_ref().map_or((0, 0.0), |d| d.part(&cuda_list)),
         };
         if let Some(done) = cuda_done {
-            done.apply(batch, &mut plan, &mut self.timings);
+            done.apply(&cuda_list, batch, &mut plan, &mut self.timings);
         }
         // 4'. Images a failed engine lane gave back to the CUDA decoder.
         self.cuda
@@ -586,10 +584,7 @@ impl GpuDecoder {
             return;
         }
         let waiting = Instant::now();
-        let waited = stream
-            .record_event(Some(self.options.waits.event_flags()))
-            .and_then(|ev| ev.synchronize())
-            .or_else(|_| stream.synchronize());
+        let waited = self.options.waits.synchronize(stream);
         self.timings.stream_wait_s += waiting.elapsed().as_secs_f64();
         if let Err(e) = waited {
             tracing::warn!(

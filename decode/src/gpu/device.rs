@@ -56,8 +56,8 @@ impl WaitMode {
     /// with [`WaitMode::Block`], on a blocking event recorded now (a stream
     /// synchronize spins or blocks as the context says, see [`WaitMode`]),
     /// falling back to the stream synchronize when the event cannot be
-    /// made; otherwise the stream synchronize. `Auto` here spins: resolve
-    /// it first ([`WaitMode::resolve`]).
+    /// made or waited on; otherwise the stream synchronize. `Auto` here
+    /// spins: resolve it first ([`WaitMode::resolve`]).
     ///
     /// # Examples
     /// ```no_run
@@ -74,9 +74,12 @@ impl WaitMode {
     /// the stream shows here).
     pub fn synchronize(self, stream: &CudaStream) -> Result<(), DriverError> {
         if self == WaitMode::Block {
-            match stream.record_event(Some(self.event_flags())) {
-                Ok(ev) => return ev.synchronize(),
-                Err(e) => tracing::debug!("blocking wait event failed ({e}); synchronizing"),
+            match stream
+                .record_event(Some(self.event_flags()))
+                .and_then(|ev| ev.synchronize())
+            {
+                Ok(()) => return Ok(()),
+                Err(e) => tracing::debug!("blocking wait on an event failed ({e}); synchronizing"),
             }
         }
         stream.synchronize()

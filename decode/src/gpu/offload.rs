@@ -93,7 +93,8 @@ impl OffloadControl {
         self.fraction
     }
 
-    /// How many of a batch's `n_cuda` CUDA-decoder images go to the CPUs.
+    /// How many of a batch's `n_cuda` CUDA-decoder images go to the CPUs (at
+    /// most `n_cuda`).
     pub(super) fn take(&mut self, n_cuda: usize) -> usize {
         if !self.enabled || n_cuda == 0 {
             return 0;

@@ -89,9 +89,9 @@ pub struct GpuDecoderOptions {
     /// slower per image ([`Route::CpuOffload`](crate::Route::CpuOffload)). How
     /// many is chosen from what each batch measured: the count moves until the
     /// GPU side's time (the longer of the engines' part and the CUDA
-    /// decoder's) and the share threads' time match, and drops to none when even one image would lengthen the
-    /// batch (then one image every 16 to 256 batches keeps the CPUs' cost
-    /// measured). Makes the share's thread pool (`cpu_share_threads`) even
+    /// decoder's) and the share threads' time match, and drops to none when
+    /// even one image would lengthen the batch (then one image every 16 to 256
+    /// batches keeps the CPUs' cost measured). Makes the share's thread pool (`cpu_share_threads`) even
     /// without a CPU share. Batches without such images are not affected.
     /// [`GpuDecoder::cpu_offload_now`](crate::GpuDecoder::cpu_offload_now)
     /// says where it stands. Default true.

@@ -105,6 +105,12 @@ impl CpuShare {
         self.offload.fraction()
     }
 
+    /// Where the offloaded CUDA-decoder images start in the current batch's
+    /// share list of `len` images (they end it; `split` put them there).
+    fn first_offloaded(&self, len: usize) -> usize {
+        len - self.offloaded.min(len)
+    }
+
     /// The fraction of each batch's hardware images decoded on the CPUs now.
     pub(super) fn fraction(&self) -> f64 {
         self.control.fraction
@@ -117,9 +123,8 @@ impl CpuShare {
         let take = ((hw_count * self.control.fraction).round() as usize).min(hw.len());
         let mut list = hw.split_off(hw.len() - take);
         self.cuda_total = cuda.len();
-        let offload = self.offload.take(cuda.len()).min(cuda.len());
-        self.offloaded = offload;
-        list.extend(cuda.split_off(cuda.len() - offload));
+        self.offloaded = self.offload.take(cuda.len());
+        list.extend(cuda.split_off(cuda.len() - self.offloaded));
         list
     }
 
@@ -149,7 +154,7 @@ impl CpuShare {
         {
             Ok((k, buf)) => Some(ShareJob {
                 k,
-                offloaded_from: list.len() - self.offloaded.min(list.len()),
+                offloaded_from: self.first_offloaded(list.len()),
                 buf,
                 pool: self.pool.clone(),
             }),
@@ -174,8 +179,8 @@ impl CpuShare {
         main: MainPart,
     ) {
         let (n_hw, t_hw) = main.engines;
-        let offloaded = self.offloaded.min(list.len());
-        let n_share = list.len() - offloaded;
+        let n_share = self.first_offloaded(list.len());
+        let offloaded = list.len() - n_share;
         match &done {
             Some(Ok(done)) => {
                 timings.cpu_share_s += done.seconds;
@@ -274,7 +279,7 @@ impl CpuShare {
         batch: Batch<'_>,
         plan: &mut Plan,
     ) {
-        let offloaded_from = decoded.len() - self.offloaded.min(decoded.len());
+        let offloaded_from = self.first_offloaded(decoded.len());
         // Nothing queued reads the buffer (its event was waited for in
         // `take`), so this returns at once.
         match buf.as_slice() {

@@ -198,7 +198,7 @@ pub(crate) fn build(
     tracing::info!(
         device = ordinal,
         slots,
-        pinned_mib = sizes.pinned_bytes_of(slots, if sizes.lazy_pixels { 0 } else { slots }) >> 20,
+        pinned_mib = sizes.pinned_bytes_of(slots, sizes.with_pixels_at_build(slots)) >> 20,
         device_mib = want_device >> 20,
         nvml,
         "GPU loader ready"
@@ -223,7 +223,7 @@ pub(crate) fn build(
             prefetch,
             sizes,
             slots: AtomicUsize::new(slots),
-            pixel_staging: AtomicUsize::new(if sizes.lazy_pixels { 0 } else { slots }),
+            pixel_staging: AtomicUsize::new(sizes.with_pixels_at_build(slots)),
             free_tx,
             free_rx,
             write_combined: config.write_combined,

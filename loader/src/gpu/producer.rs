@@ -110,10 +110,11 @@ fn produce_batches<'r>(
             Some(Some(maps)) => maps,
             None => None,
         };
-        let direct = match &shared.direct {
-            Some(DirectMaps::Whole(maps)) => Some(maps),
-            _ => window.as_deref(),
-        };
+        let direct = shared
+            .direct
+            .as_ref()
+            .and_then(DirectMaps::whole)
+            .or(window.as_deref());
         let built = catch_unwind(AssertUnwindSafe(|| match &shared.nvjpeg {
             Some(decoder) => {
                 build_batch_nvjpeg(shared, plan, k, slot, state, decoder, stop, prepared)

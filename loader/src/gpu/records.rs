@@ -140,10 +140,7 @@ impl<'a> HostStaging<'a> {
                 epoch: plan.epoch,
             },
             size: shared.size,
-            direct: match &shared.direct {
-                Some(DirectMaps::Whole(maps)) => Some(maps),
-                _ => None,
-            },
+            direct: shared.direct.as_ref().and_then(DirectMaps::whole),
             streaming_stores: shared.streaming_stores,
         }
     }

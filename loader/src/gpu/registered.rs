@@ -244,6 +244,17 @@ impl std::fmt::Debug for DirectMaps {
     }
 }
 
+impl DirectMaps {
+    /// The whole dataset's maps, when it is locked whole (a window's maps are
+    /// the batch's own, taken by the producer).
+    pub(crate) fn whole(&self) -> Option<&RegisteredMaps> {
+        match self {
+            DirectMaps::Whole(maps) => Some(maps),
+            DirectMaps::Windowed(_) => None,
+        }
+    }
+}
+
 /// Bytes of every shard of `dataset` (what locking it whole pins).
 pub(crate) fn total_bytes(dataset: &Dataset) -> u64 {
     dataset.manifest().shards.iter().map(|s| s.bytes).sum()

@@ -455,8 +455,8 @@ pub(super) fn report(
     want_device: usize,
     host_threads: u64,
 ) {
-    let with_pixels = if sizes.lazy_pixels { 0 } else { slots };
-    metrics.set_pinned_bytes(sizes.pinned_bytes_of(slots, with_pixels) as u64);
+    metrics
+        .set_pinned_bytes(sizes.pinned_bytes_of(slots, sizes.with_pixels_at_build(slots)) as u64);
     metrics.set_device_bytes(want_device as u64);
     metrics.set_queue_capacity(prefetch as u64);
     metrics.set_threads(Stage::Read, host_threads);

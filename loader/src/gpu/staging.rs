@@ -65,6 +65,16 @@ impl SlotSizes {
         self.batch * self.pinned_stride
     }
 
+    /// Slots of a new ring of `slots` that hold their pixel staging from the
+    /// start: all of them, or none when it is allocated on first use.
+    pub(crate) fn with_pixels_at_build(&self, slots: usize) -> usize {
+        if self.lazy_pixels {
+            0
+        } else {
+            slots
+        }
+    }
+
     /// Pinned bytes of `slots` slots, `with_pixels` of which hold their pixel
     /// staging.
     pub(crate) fn pinned_bytes_of(&self, slots: usize, with_pixels: usize) -> usize {
