@@ -2,13 +2,21 @@
 //! API, its own handle) for what the engines do not take, on a thread of its
 //! own beside them ([`CudaPath::decode_list`]). Host phases (Huffman decoding
 //! on the CPU) run in parallel over the slots; transfers and device phases are
-//! queued on the caller's stream.
+//! queued on the path's own stream, ordered after the caller's work before the
+//! engines start and joined back into the caller's stream after.
+//!
+//! Why a stream of its own: the engines' stage makes the caller's stream wait
+//! for their lanes, and their lanes wait for what the caller's stream holds
+//! when they start. On the caller's stream, CUDA-decoder work queued after
+//! either point waited for all the engines' work (and the slots' host threads,
+//! which wait for their transfers, with it), although the two write different
+//! outputs.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use cudarc::driver::{CudaContext, CudaEvent};
+use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
 use super::batch::{Batch, Plan};
 use super::device::record_or_synchronize;
@@ -21,14 +29,15 @@ use crate::{DecodeError, DecodeTimings, Route};
 
 /// One CUDA-decoder state with its buffers.
 pub(super) struct CudaSlot {
-    /// Recorded on the caller's stream after this slot's last host-to-device
+    /// Recorded on the path's stream after this slot's last host-to-device
     /// transfer, which reads the slot's pinned buffer: the next host phase on
     /// this slot waits for it (and for nothing else).
     pub(super) free: Option<CudaEvent>,
     /// Recorded after this slot's last `nvjpegDecodeJpegDevice`, which reads
     /// the slot's device buffer: the next transfer into that buffer waits for
-    /// it on the device. Needed when consecutive calls come on different
-    /// streams (the loader alternates two), which do not order each other.
+    /// it on the device. Needed when consecutive uses come on different
+    /// streams (the path's own, or the caller's when joining them failed),
+    /// which do not order each other.
     pub(super) device_free: Option<CudaEvent>,
     /// How the host waits for `free`: the kind of event recorded.
     wait: WaitMode,
@@ -43,17 +52,22 @@ pub(super) struct CudaPath {
     /// At least one. The decoder and the handle are held by the slots' objects
     /// and released after the last of them.
     pub(super) slots: Vec<CudaSlot>,
+    /// Where the slots queue their transfers and device phases, between
+    /// [`begin`](Self::begin) and [`end`](Self::end).
+    pub(super) stream: Arc<CudaStream>,
 }
 
 impl CudaPath {
-    /// A default-backend handle, a hybrid decoder and `states` slots (at
-    /// least one), on the context current on this thread; the host waits for
-    /// a slot as `wait` says.
+    /// A default-backend handle, a hybrid decoder, a stream on `ctx` and
+    /// `states` slots (at least one), on the context current on this thread;
+    /// the host waits for a slot as `wait` says.
     pub(super) fn new(
         lib: &'static NvJpeg,
+        ctx: &Arc<CudaContext>,
         states: usize,
         wait: WaitMode,
     ) -> Result<CudaPath, DecodeError> {
+        let stream = ctx.new_stream()?;
         let handle = Handle::new(lib, Backend::Default)?;
         let decoder = Decoder::new(&handle, Backend::Hybrid)?;
         let mut slots = Vec::new();
@@ -74,7 +88,33 @@ impl CudaPath {
                 state,
             });
         }
-        Ok(CudaPath { slots })
+        Ok(CudaPath { slots, stream })
+    }
+
+    /// Orders the path's stream after what the caller's stream holds so far
+    /// (the waits on the outputs' earlier uses). Called before the engines
+    /// start, so that it does not also wait for them. `false`: it failed, and
+    /// the list must be decoded on the caller's stream (`on_own` false).
+    pub(super) fn begin(&self, caller: &CudaStream) -> bool {
+        match self.stream.join(caller) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    "ordering the CUDA decoder's stream failed ({e}); using the caller's"
+                );
+                false
+            }
+        }
+    }
+
+    /// Has the caller's stream wait for what the path queued since
+    /// [`begin`](Self::begin), or the host when that fails. `Err`: neither
+    /// could be done, and the path's images cannot be trusted.
+    pub(super) fn end(&self, caller: &CudaStream) -> Result<(), DriverError> {
+        caller.join(&self.stream).or_else(|e| {
+            tracing::warn!("joining the CUDA decoder's stream failed ({e}); synchronizing");
+            self.stream.synchronize()
+        })
     }
 
     /// Step 4: decodes the plan's CUDA list; what fails goes to the CPU.
@@ -89,20 +129,53 @@ impl CudaPath {
             return;
         }
         let list = std::mem::take(&mut plan.cuda);
-        self.decode_list(ctx, batch, &list)
-            .apply(&list, batch, plan, timings);
+        let on_own = self.begin(batch.stream);
+        let done = self.decode_list(ctx, batch, &list, on_own);
+        self.finish(done, on_own, &list, batch, plan, timings);
+    }
+
+    /// After [`decode_list`](Self::decode_list): joins the path's stream back
+    /// into the caller's (when `on_own`), then records `done`'s results.
+    pub(super) fn finish(
+        &self,
+        done: CudaDone,
+        on_own: bool,
+        list: &[usize],
+        batch: Batch<'_>,
+        plan: &mut Plan,
+        timings: &mut DecodeTimings,
+    ) {
+        let ended = if on_own {
+            self.end(batch.stream)
+        } else {
+            Ok(())
+        };
+        done.apply(list, batch, plan, timings, ended);
     }
 
     /// Step 4 on a list taken out of the plan (so that it can run on a thread
     /// of its own beside the engines): decodes `list` and says what failed and
-    /// how long it took. The slots' threads bind `ctx` themselves.
+    /// how long it took. The slots' threads bind `ctx` themselves. `on_own`:
+    /// [`begin`](Self::begin) succeeded, and the work goes on the path's
+    /// stream (the caller then calls [`end`](Self::end)); otherwise on the
+    /// caller's.
     pub(super) fn decode_list(
         &mut self,
         ctx: &Arc<CudaContext>,
         batch: Batch<'_>,
         list: &[usize],
+        on_own: bool,
     ) -> CudaDone {
         let started = Instant::now();
+        let stream = self.stream.clone();
+        let batch = if on_own {
+            Batch {
+                stream: &stream,
+                ..batch
+            }
+        } else {
+            batch
+        };
         let failed = self.decode(ctx, batch, list);
         CudaDone {
             failed,
@@ -112,7 +185,7 @@ impl CudaPath {
 
     /// Decodes the list with the CUDA decoder: one thread per slot takes the
     /// list's next image, runs its host phase and queues its transfer and
-    /// device phases on the caller's stream, until the list is done. Returns
+    /// device phases on `batch.stream`, until the list is done. Returns
     /// the failures.
     ///
     /// Why not rounds of one image per slot: each round waited for its
@@ -174,18 +247,23 @@ impl CudaDone {
     }
 
     /// Records the results of `list` (the list decoded) in `plan` (the
-    /// failures go to the CPU) and the time.
+    /// failures go to the CPU) and the time. `ended`: what
+    /// [`CudaPath::end`] returned (an error fails the images decoded).
     pub(super) fn apply(
         self,
         list: &[usize],
         batch: Batch<'_>,
         plan: &mut Plan,
         timings: &mut DecodeTimings,
+        ended: Result<(), DriverError>,
     ) {
         timings.cuda_s += self.seconds;
         for &i in list {
             if !self.failed.contains(&i) {
-                plan.results[i] = Some(Ok((batch.info(i).clone(), Route::NvjpegCuda)));
+                plan.results[i] = Some(match ended {
+                    Ok(()) => Ok((batch.info(i).clone(), Route::NvjpegCuda)),
+                    Err(e) => Err(DecodeError::Cuda(e)),
+                });
             }
         }
         plan.cpu.extend(self.failed);
@@ -204,7 +282,13 @@ impl CudaSlot {
         next: &AtomicUsize,
     ) -> (Vec<usize>, Vec<usize>) {
         let (mut done, mut failed) = (Vec::new(), Vec::new());
-        let bound = ctx.bind_to_thread();
+        // A failed bind may only report an error an earlier drop recorded on
+        // the context (cudarc's `bind_to_thread` returns that first, once):
+        // one more try, so that it does not fail this thread's every image.
+        let bound = ctx.bind_to_thread().or_else(|e| {
+            tracing::debug!("binding the context on a CUDA-decoder thread: {e}; again");
+            ctx.bind_to_thread()
+        });
         loop {
             let at = next.fetch_add(1, Ordering::Relaxed);
             let Some(&i) = list.get(at) else {
@@ -225,7 +309,7 @@ impl CudaSlot {
     }
 
     /// Image `i` of `batch` through this slot: host phase, then its transfer
-    /// and device phases queued on the caller's stream.
+    /// and device phases queued on `batch.stream`.
     fn decode_one(&mut self, batch: Batch<'_>, i: usize) -> Result<(), DecodeError> {
         self.host_phase(batch.inputs[i])?;
         let info = batch.info(i);
@@ -249,8 +333,8 @@ impl CudaSlot {
         unsafe { self.state.decode_host(&self.params, &self.jstream) }
     }
 
-    /// Queues the transfer and device phases of this slot's image on the
-    /// caller's stream, writing `img`, with the events that guard the slot's
+    /// Queues the transfer and device phases of this slot's image on
+    /// `batch.stream`, writing `img`, with the events that guard the slot's
     /// buffers.
     ///
     /// # Safety

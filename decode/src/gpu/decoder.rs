@@ -94,7 +94,7 @@ impl Drop for GpuDecoder {
         if let Err(e) = self.ctx.bind_to_thread() {
             tracing::warn!("GpuDecoder drop: binding the context failed ({e})");
         }
-        let mut streams: Vec<&Arc<CudaStream>> = vec![&self.share.stream];
+        let mut streams: Vec<&Arc<CudaStream>> = vec![&self.share.stream, &self.cuda.stream];
         if let Some(hw) = &self.hw {
             streams.extend(hw.lanes.iter().map(|l| &l.stream));
         }
@@ -164,7 +164,7 @@ impl GpuDecoder {
         } else {
             None
         };
-        let cuda = CudaPath::new(lib, options.cuda_states, options.waits)?;
+        let cuda = CudaPath::new(lib, ctx, options.cuda_states, options.waits)?;
         let share = CpuShare::new(ctx, &options)?;
         Ok(GpuDecoder {
             ctx: ctx.clone(),
@@ -496,6 +496,7 @@ impl GpuDecoder {
         // the batch after the engines' part.
         let (ctx, cpu) = (&self.ctx, &*self.cpu);
         let cuda_list = std::mem::take(&mut plan.cuda);
+        let cuda_on_own = !cuda_list.is_empty() && self.cuda.begin(stream);
         let (share_done, huffman_done, engines_part, cuda_done) = std::thread::scope(|s| {
             let gpu_list = &gpu_list;
             let huffman = huffman_job.map(|job| s.spawn(move || job.run(ctx, inputs, gpu_list)));
@@ -504,7 +505,7 @@ impl GpuDecoder {
             // 4. CUDA decoder, beside the engines.
             let (cuda_path, list) = (&mut self.cuda, &cuda_list);
             let cuda = (!list.is_empty())
-                .then(|| s.spawn(move || cuda_path.decode_list(ctx, batch, list)));
+                .then(|| s.spawn(move || cuda_path.decode_list(ctx, batch, list, cuda_on_own)));
             // 3. Hardware engines.
             let mut engines_part = (0usize, 0.0f64);
             if let Some(hw) = self.hw.as_mut().filter(|_| !plan.hw.is_empty()) {
@@ -529,7 +530,8 @@ impl GpuDecoder {
             cuda: cuda_done.as_ref().map_or((0, 0.0), |d| d.part(&cuda_list)),
         };
         if let Some(done) = cuda_done {
-            done.apply(&cuda_list, batch, &mut plan, &mut self.timings);
+            let timings = &mut self.timings;
+            (self.cuda).finish(done, cuda_on_own, &cuda_list, batch, &mut plan, timings);
         }
         // 4'. Images a failed engine lane gave back to the CUDA decoder.
         self.cuda
