@@ -229,7 +229,18 @@ impl CudaImages {
         match stream.handle() {
             // SAFETY: the reserved handles are valid in every context; a caller's
             // handle is valid and outlives the batch by this function's contract.
-            Some(handle) => unsafe { self.wait_raw(handle)? },
+            Some(handle) => {
+                unsafe { self.wait_raw(handle)? };
+                // The per-thread default stream is the one of the thread that
+                // uses the handle, and the release is recorded by whichever
+                // thread drops the batch: the legacy stream too, whose events
+                // complete only after every blocking stream's earlier work
+                // (each thread's default stream included).
+                if stream == ConsumerStream::PerThread {
+                    // SAFETY: as above, a reserved handle.
+                    unsafe { self.wait_raw(0x1 as CUstream)? };
+                }
+            }
             None => self
                 .slot()
                 .ready

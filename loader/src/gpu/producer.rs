@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 use stoker_formats::DatasetReader;
 
 use super::jpeg_batch::build_batch_nvjpeg;
 use super::raw_batch::build_batch;
 use super::read_ahead::{read_ahead, Prepared};
-use super::records::ReaderState;
+use super::records::{ReaderState, ThreadStates};
 use super::registered::{CudaRegistrar, DirectMaps, RegisteredMaps};
 use super::shared::{report_slot_memory, Shared, POLL};
 use super::staging::Slot;
@@ -84,6 +85,8 @@ fn produce_batches<'r>(
     // Raw records over a dataset too large to lock whole: the page-locked
     // windows this epoch moves through (ended, whatever happens, on drop).
     let mut walk = WindowWalk::start(shared, plan);
+    // The reader pool's states, kept over the epoch's raw batches.
+    let states = ThreadStates::new(shared.pool.current_num_threads());
     for k in plan.start_batch..plan.num_batches {
         // Taken before the slot so that the read-ahead of k+1 starts at once.
         let prepared = match ahead {
@@ -119,7 +122,7 @@ fn produce_batches<'r>(
             Some(decoder) => {
                 build_batch_nvjpeg(shared, plan, k, slot, state, decoder, stop, prepared)
             }
-            None => build_batch(shared, plan, k, slot, stop, direct),
+            None => build_batch(shared, plan, k, slot, stop, direct, &states),
         }));
         drop(window);
         if let Some(w) = walk.as_mut() {
@@ -273,12 +276,14 @@ impl<'s> WindowWalk<'s> {
     }
 
     /// An event after everything enqueued on the copy stream (`None` if it could
-    /// not be recorded: the locker then waits for the whole stream), waited for
-    /// as the loader's other host waits are (`Shared::waits`).
+    /// not be recorded: the locker then waits for the whole stream). Always a
+    /// blocking one, whatever `Shared::waits` says: the locker's thread waits
+    /// for it off the batches' path, about a training step each time, which
+    /// spinning would take a core for.
     fn fence(&self) -> Option<CudaEvent> {
         self.shared
             .copy
-            .record_event(Some(self.shared.waits.event_flags()))
+            .record_event(Some(CUevent_flags::CU_EVENT_BLOCKING_SYNC))
             .map_err(|e| tracing::warn!("recording a page-locked window's fence: {e}"))
             .ok()
     }

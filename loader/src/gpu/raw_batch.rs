@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rayon::prelude::*;
 
 use super::assembly::{enqueue, Copies};
-use super::records::{stage_position, ReaderState, Staged};
+use super::records::{stage_position, ReaderState, Staged, ThreadStates};
 use super::registered::RegisteredMaps;
 use super::shared::{report_slot_memory, reuse_slot, Shared};
 use super::staging::Slot;
@@ -18,7 +18,8 @@ use crate::pipeline::EpochPlan;
 
 /// Builds batch `k` into `slot`, copying raw records from `direct` (the
 /// page-locked maps this batch may read) where they lie in it; `None` if stopped
-/// meanwhile (the slot goes back).
+/// meanwhile (the slot goes back). The reader pool's threads read with the
+/// epoch's `states`.
 pub(super) fn build_batch(
     shared: &Shared,
     plan: &EpochPlan,
@@ -26,6 +27,7 @@ pub(super) fn build_batch(
     mut slot: Box<Slot>,
     stop: &AtomicBool,
     direct: Option<&RegisteredMaps>,
+    states: &ThreadStates,
 ) -> Option<Result<Batch, LoaderError>> {
     let give_back = |slot: Box<Slot>| {
         let _ = shared.free_tx.try_send(slot);
@@ -62,13 +64,13 @@ pub(super) fn build_batch(
                 .par_chunks_mut(stride)
                 .zip(positions.par_iter())
                 .map_init(
-                    || ReaderState::new(shared),
+                    || states.lend(|| ReaderState::new(shared)),
                     |state, (dst, &pos)| stage(pos, state, dst),
                 )
                 .collect()
         })
     } else {
-        match stage_without_pixels(shared, &mut slot, &positions, &stage) {
+        match stage_without_pixels(shared, &mut slot, &positions, states, &stage) {
             Ok(staged) => staged,
             Err(e) => {
                 give_back(slot);
@@ -124,6 +126,7 @@ fn stage_without_pixels<F>(
     shared: &Shared,
     slot: &mut Slot,
     positions: &[usize],
+    states: &ThreadStates,
     stage: &F,
 ) -> Result<Vec<Result<Staged, LoaderError>>, LoaderError>
 where
@@ -136,8 +139,9 @@ where
         positions
             .par_iter()
             .map_init(
-                || (ReaderState::new(shared), vec![0u8; stride]),
-                |(state, own), &pos| {
+                || states.lend(|| ReaderState::new(shared)),
+                |lent, &pos| {
+                    let (state, own) = lent.with_spill(stride);
                     let s = stage(pos, state, own)?;
                     let spilled = s.source.is_none().then(|| own[..s.bytes].to_vec());
                     Ok((s, spilled))

@@ -3,8 +3,11 @@
 //! records decoded on the CPU; images larger than a staging stride cropped and
 //! resized on the CPU first). The record → pixels step is the CPU path's own
 //! ([`crate::pixels`]), so both crop the same pixels. Each reader thread keeps
-//! its own [`ReaderState`].
+//! its own [`ReaderState`], lent from [`ThreadStates`] for one epoch.
 
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use stoker_decode::{CpuDecoder, Limits};
@@ -68,7 +71,7 @@ pub(super) struct Staged {
     pub(super) source: Option<usize>,
 }
 
-/// Per-reader-thread state, made once per rayon split.
+/// Per-reader-thread state (see [`ThreadStates`]).
 pub(super) struct ReaderState {
     pub(super) reader: Result<DatasetReader, String>,
     pub(super) decoder: CpuDecoder,
@@ -84,6 +87,102 @@ impl ReaderState {
             decoder: CpuDecoder::new(shared.limits),
             scratch: Vec::new(),
             resizer: CropResizer::new(shared.size),
+        }
+    }
+}
+
+/// The reader pool's states for one epoch, one per pool thread, lent to each
+/// rayon split and kept across the epoch's batches, with a spill buffer.
+///
+/// Why not one per split: making a [`ReaderState`] opens a reader, which checks
+/// every shard file and starts a read transaction in each (about 10 µs per
+/// shard), and a batch has tens of splits: on a dataset of hundreds of shards
+/// (the ones read through a moving page-locked window) that was tens of
+/// milliseconds per batch, longer than copying it. Made again each epoch, so
+/// that a shard file replaced meanwhile is still found (`Dataset::reader`).
+/// A pool thread's place in [`ThreadStates`]: its state and spill buffer.
+type Kept = Mutex<Option<(ReaderState, Vec<u8>)>>;
+
+pub(super) struct ThreadStates {
+    /// One per pool thread: `None` until that thread first needs it, and while
+    /// it is lent.
+    states: Vec<Kept>,
+    /// States made so far (for the tests).
+    made: AtomicUsize,
+}
+
+impl ThreadStates {
+    /// Room for a pool of `threads` threads.
+    pub(super) fn new(threads: usize) -> ThreadStates {
+        ThreadStates {
+            states: (0..threads).map(|_| Mutex::new(None)).collect(),
+            made: AtomicUsize::new(0),
+        }
+    }
+
+    /// The state of the pool thread this runs on (made by `make` on its first
+    /// use), or one made for this call off the pool or when that one is lent
+    /// already (a split started while another waits on the same thread).
+    pub(super) fn lend(&self, make: impl FnOnce() -> ReaderState) -> Lent<'_> {
+        let home = rayon::current_thread_index().and_then(|i| self.states.get(i));
+        let kept = home.and_then(|m| m.try_lock().ok().and_then(|mut g| g.take()));
+        let state = kept.unwrap_or_else(|| {
+            self.made.fetch_add(1, Ordering::Relaxed);
+            (make(), Vec::new())
+        });
+        Lent {
+            state: Some(state),
+            home,
+        }
+    }
+
+    /// States made so far.
+    #[cfg(test)]
+    fn made(&self) -> usize {
+        self.made.load(Ordering::Relaxed)
+    }
+}
+
+/// A [`ReaderState`] and a spill buffer lent by [`ThreadStates::lend`]; back
+/// to its thread's place when dropped (kept if that place is taken).
+pub(super) struct Lent<'a> {
+    /// `Some` until dropped.
+    state: Option<(ReaderState, Vec<u8>)>,
+    home: Option<&'a Kept>,
+}
+
+impl Lent<'_> {
+    /// The state and the spill buffer, grown to `len` bytes.
+    pub(super) fn with_spill(&mut self, len: usize) -> (&mut ReaderState, &mut [u8]) {
+        let (state, spill) = self.state.as_mut().expect("lent until dropped");
+        if spill.len() < len {
+            spill.resize(len, 0);
+        }
+        (state, &mut spill[..len])
+    }
+}
+
+impl Deref for Lent<'_> {
+    type Target = ReaderState;
+    fn deref(&self) -> &ReaderState {
+        &self.state.as_ref().expect("lent until dropped").0
+    }
+}
+
+impl DerefMut for Lent<'_> {
+    fn deref_mut(&mut self) -> &mut ReaderState {
+        &mut self.state.as_mut().expect("lent until dropped").0
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let (Some(home), Some(state)) = (self.home, self.state.take()) {
+            if let Ok(mut place) = home.try_lock() {
+                if place.is_none() {
+                    *place = Some(state);
+                }
+            }
         }
     }
 }
@@ -488,5 +587,42 @@ mod tests {
             Err(e) => assert_eq!(e.record_index(), Some(0), "{e}"),
             Ok(s) => panic!("a truncated JPEG was staged: {s:?}"),
         }
+    }
+
+    #[test]
+    fn reader_states_are_made_once_per_pool_thread_over_an_epochs_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = dataset(dir.path(), Encoding::Raw, (2, 2, 3), &[7; 12]);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let states = ThreadStates::new(pool.current_num_threads());
+        let read: usize = pool.install(|| {
+            use rayon::prelude::*;
+            (0..20)
+                .map(|_batch| {
+                    (0..256)
+                        .into_par_iter()
+                        .map_init(
+                            || states.lend(|| state(&ds)),
+                            |lent, _| {
+                                let (st, spill) = lent.with_spill(12);
+                                spill.copy_from_slice(&[1; 12]);
+                                st.reader.as_ref().unwrap().get(0).unwrap().payload.len()
+                            },
+                        )
+                        .sum::<usize>()
+                })
+                .sum()
+        });
+        assert_eq!(read, 20 * 256 * 12);
+        // Per split, as before, this was one per split of every batch (dozens).
+        let made = states.made();
+        assert!((1..=2).contains(&made), "{made} states made for 2 threads");
+        // Off the pool: a state of its own, not kept.
+        drop(states.lend(|| state(&ds)));
+        drop(states.lend(|| state(&ds)));
+        assert_eq!(states.made(), made + 2);
     }
 }

@@ -108,8 +108,7 @@ impl RegisteredMaps {
         dataset: &Dataset,
         shards: &[usize],
     ) -> Result<RegisteredMaps, String> {
-        ctx.bind_to_thread()
-            .map_err(|e| format!("binding the CUDA context: {e}"))?;
+        bind(ctx).map_err(|e| format!("binding the CUDA context: {e}"))?;
         let page = page_size();
         let mut maps = RegisteredMaps {
             ranges: Vec::new(),
@@ -204,7 +203,7 @@ impl Drop for RegisteredMaps {
     /// and earlier users' loaders before theirs. Failures are logged.
     fn drop(&mut self) {
         let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
-        let bound = self.ctx.bind_to_thread();
+        let bound = bind(&self.ctx);
         for &(start, _) in &self.ranges {
             let Some((_, users)) = table.get_mut(&start) else {
                 continue;
@@ -289,6 +288,17 @@ impl Registrar for CudaRegistrar {
             }
         }
     }
+}
+
+/// Binds `ctx` to this thread. cudarc's `bind_to_thread` first returns (once)
+/// any error an earlier drop recorded on the context, which says nothing of
+/// this bind: logged, and the bind tried again, so that such an error does not
+/// leave a window unlocked or a registration in place.
+fn bind(ctx: &CudaContext) -> Result<(), cudarc::driver::DriverError> {
+    ctx.bind_to_thread().or_else(|e| {
+        tracing::debug!("binding the CUDA context: {e}; again");
+        ctx.bind_to_thread()
+    })
 }
 
 /// The page size of this machine (4 KiB when it cannot be asked).

@@ -17,9 +17,11 @@
 //! after that batch's copies) with [`Locker::release_window`]; when the epoch
 //! ends or stops, [`Locker::end`] with a fence after its last copies drops
 //! whatever of it is left. A window's maps are only dropped (unlocked) after its
-//! fence completes.
+//! fence completes. Should the thread die (a panic), every window asked for
+//! after that comes back unlocked, saying why, and its records are staged.
 
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -81,6 +83,9 @@ struct State<M, F> {
     releases: VecDeque<(Release, F)>,
     /// Set by `Drop`: release everything and stop.
     shutdown: bool,
+    /// Set when the thread panicked: what it said. Nothing is locked or
+    /// released any more (what is locked stays so until the `Locker` drops).
+    dead: Option<String>,
 }
 
 struct Inner<M, F> {
@@ -121,6 +126,7 @@ impl<R: Registrar> Locker<R> {
                 live: Vec::new(),
                 releases: VecDeque::new(),
                 shutdown: false,
+                dead: None,
             }),
             changed: Condvar::new(),
         });
@@ -128,7 +134,15 @@ impl<R: Registrar> Locker<R> {
             let inner = Arc::clone(&inner);
             std::thread::Builder::new()
                 .name("stoker-gpu-lock".into())
-                .spawn(move || run(&registrar, &inner))?
+                .spawn(move || {
+                    let ran = catch_unwind(AssertUnwindSafe(|| run(&registrar, &inner)));
+                    if let Err(panic) = ran {
+                        let why = crate::pipeline::panic_message(&panic);
+                        tracing::error!("the page-locking thread {why}; later windows are staged");
+                        inner.lock().dead = Some(why);
+                        inner.changed.notify_all();
+                    }
+                })?
         };
         Ok(Locker {
             inner,
@@ -155,8 +169,8 @@ impl<R: Registrar> Locker<R> {
         token
     }
 
-    /// Waits until window `w` of epoch `token` is locked (or failed to be);
-    /// `None` once `stop` is set.
+    /// Waits until window `w` of epoch `token` is locked (or failed to be, or
+    /// the locking thread is dead); `None` once `stop` is set.
     pub(crate) fn wait_window(
         &self,
         token: u64,
@@ -169,6 +183,12 @@ impl<R: Registrar> Locker<R> {
                 return Some(Taken {
                     locked: locked.clone(),
                     lock_time: *took,
+                });
+            }
+            if let Some(why) = &st.dead {
+                return Some(Taken {
+                    locked: Err(format!("the page-locking thread {why}")),
+                    lock_time: Duration::ZERO,
                 });
             }
             if stop.load(Ordering::Acquire) || st.shutdown {
@@ -303,6 +323,8 @@ mod tests {
         peak: Arc<AtomicUsize>,
         /// Windows whose lock fails: those holding this shard.
         refuse: Option<usize>,
+        /// Windows whose lock panics: those holding this shard.
+        panics: Option<usize>,
     }
 
     struct FakeMaps {
@@ -327,6 +349,9 @@ mod tests {
             if self.refuse.is_some_and(|r| shards.contains(&r)) {
                 return Err("refused".into());
             }
+            if self.panics.is_some_and(|r| shards.contains(&r)) {
+                panic!("a driver call went wrong");
+            }
             let mut l = self.locked.lock().unwrap();
             l.extend_from_slice(shards);
             self.peak.fetch_max(l.len(), Ordering::SeqCst);
@@ -343,12 +368,20 @@ mod tests {
     }
 
     fn fake(refuse: Option<usize>) -> (Locker<Fake>, Arc<Mutex<Vec<usize>>>, Arc<AtomicUsize>) {
+        fake_with(refuse, None)
+    }
+
+    fn fake_with(
+        refuse: Option<usize>,
+        panics: Option<usize>,
+    ) -> (Locker<Fake>, Arc<Mutex<Vec<usize>>>, Arc<AtomicUsize>) {
         let locked = Arc::new(Mutex::new(Vec::new()));
         let peak = Arc::new(AtomicUsize::new(0));
         let f = Fake {
             locked: Arc::clone(&locked),
             peak: Arc::clone(&peak),
             refuse,
+            panics,
         };
         (Locker::start(f, 1 << 20).unwrap(), locked, peak)
     }
@@ -439,6 +472,28 @@ mod tests {
         assert!(locked.lock().unwrap().iter().all(|&s| s >= 7));
         drop(locker);
         assert!(locked.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn when_the_locking_thread_dies_the_producer_gets_unlocked_windows_instead_of_waiting() {
+        let (locker, locked, _) = fake_with(None, Some(1));
+        let stop = AtomicBool::new(false);
+        let token = locker.begin(vec![vec![0], vec![1], vec![2]]);
+        let first = locker.wait_window(token, 0, &stop).unwrap();
+        assert_eq!(shards_of(&first), vec![0]);
+        drop(first);
+        locker.release_window(token, 0, done());
+        for w in 1..3 {
+            let got = locker.wait_window(token, w, &stop).unwrap();
+            let why = got.locked.err().expect("not locked");
+            assert!(why.contains("a driver call went wrong"), "{why}");
+        }
+        locker.end(token, done());
+        // A new epoch does not wait either.
+        let next = locker.begin(vec![vec![5]]);
+        assert!(locker.wait_window(next, 0, &stop).unwrap().locked.is_err());
+        drop(locker);
+        assert!(locked.lock().unwrap().is_empty(), "unlocked when dropped");
     }
 
     #[test]
