@@ -7,7 +7,9 @@ use std::time::Duration;
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use stoker_loader::{Device, LoaderState, Next, OnError, Output, Shuffle, Transform};
+use stoker_loader::{
+    Device, LoaderBuilder, LoaderState, Next, OnError, Output, Shuffle, Transform,
+};
 
 use crate::batch::Batch;
 use crate::dataset::{json_to_py, Dataset};
@@ -34,6 +36,15 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 /// batches. ``prefetch``: batches in flight; ``workers``: CPU threads;
 /// ``on_error``: ``"replace"`` a bad record by the next sample or ``"raise"``.
 ///
+/// GPU path only (ignored on the CPU): ``pinned_memory``, the bytes of pinned staging
+/// the loader may allocate (default: its share of the node's memory);
+/// ``page_lock_limit``, the most bytes of a raw dataset kept page-locked for direct
+/// copies (default half the memory; a larger dataset moves a window of shards through
+/// it, with ``shuffle="quasi"`` or ``False``); ``gpu_waits``, how host threads wait for
+/// the GPU: ``"spin"``, ``"block"`` (the core serves the reader threads meanwhile) or
+/// ``"auto"`` (blocking when there is a CPU share); ``gpu_cpu_share``, the fraction of
+/// each batch's engine-decodable JPEGs decoded on the CPUs beside the JPEG engines.
+///
 /// Iterate with ``for images, labels in loader`` (the epoch set by ``set_epoch``,
 /// else the one after the last finished) or ``loader.epoch(e)``.
 #[pyclass(module = "stoker", frozen)]
@@ -50,7 +61,8 @@ impl Loader {
         data, batch_size=256, *, shuffle=None, seed=0, quasi_block=512, drop_last=false,
         crop="random", size=224, resize=None, hflip=0.0, mean=None, std=None,
         dtype="float32", layout=None, device="auto", rank=None, world_size=None,
-        prefetch=None, workers=None, on_error="replace", prefetch_next_epoch=true
+        prefetch=None, workers=None, on_error="replace", prefetch_next_epoch=true,
+        pinned_memory=None, page_lock_limit=None, gpu_waits="auto", gpu_cpu_share=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -76,6 +88,10 @@ impl Loader {
         workers: Option<usize>,
         on_error: &str,
         prefetch_next_epoch: bool,
+        pinned_memory: Option<u64>,
+        page_lock_limit: Option<u64>,
+        gpu_waits: &str,
+        gpu_cpu_share: Option<f32>,
     ) -> PyResult<Self> {
         let dataset = match data.cast::<Dataset>() {
             Ok(ds) => ds.get().inner.clone(),
@@ -137,6 +153,13 @@ impl Loader {
         if let Some(p) = prefetch {
             builder = builder.prefetch(p);
         }
+        let gpu = GpuSettings {
+            pinned_memory,
+            page_lock_limit,
+            waits: gpu_waits,
+            cpu_share: gpu_cpu_share,
+        };
+        builder = gpu.apply(builder)?;
         let inner = py.detach(|| builder.build()).map_err(loader_error)?;
         Ok(Loader {
             inner: Arc::new(inner),
@@ -386,6 +409,46 @@ fn parse_device(device: &str) -> PyResult<Device> {
             .and_then(|n| n.parse().ok())
             .map(Device::Cuda)
             .ok_or_else(|| bad("device", d, "\"auto\", \"cpu\", \"cuda\" or \"cuda:N\"")),
+    }
+}
+
+/// The GPU path's settings (ignored on the CPU path), as `Loader` takes them.
+struct GpuSettings<'a> {
+    pinned_memory: Option<u64>,
+    page_lock_limit: Option<u64>,
+    waits: &'a str,
+    cpu_share: Option<f32>,
+}
+
+impl GpuSettings<'_> {
+    /// `builder` with these settings, or a `ValueError` naming the bad one.
+    fn apply(&self, mut builder: LoaderBuilder) -> PyResult<LoaderBuilder> {
+        let waits: stoker_decode::WaitMode = self
+            .waits
+            .parse()
+            .map_err(|_| bad("gpu_waits", self.waits, "\"auto\", \"spin\" or \"block\""))?;
+        builder = builder.gpu_waits(waits);
+        if let Some(bytes) = self.pinned_memory {
+            if bytes == 0 {
+                return Err(PyValueError::new_err(
+                    "pinned_memory=0: want a number of bytes above 0",
+                ));
+            }
+            builder = builder.pinned_memory(bytes);
+        }
+        if let Some(bytes) = self.page_lock_limit {
+            builder = builder.page_lock_limit(bytes);
+        }
+        if let Some(share) = self.cpu_share {
+            // The builder clamps; a value outside is more likely a mistake.
+            if !(0.0..=1.0).contains(&share) {
+                return Err(PyValueError::new_err(format!(
+                    "gpu_cpu_share={share}: want a fraction from 0.0 to 1.0"
+                )));
+            }
+            builder = builder.gpu_cpu_share(share);
+        }
+        Ok(builder)
     }
 }
 

@@ -129,6 +129,10 @@ class Loader:
         workers: Optional[int] = None,
         on_error: str = "replace",
         prefetch_next_epoch: bool = True,
+        pinned_memory: Optional[int] = None,
+        page_lock_limit: Optional[int] = None,
+        gpu_waits: str = "auto",
+        gpu_cpu_share: Optional[float] = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Epoch: ...

@@ -7,6 +7,8 @@ torchvision's DataLoader + decode_jpeg(device="cuda") as the peer, all in one ru
 Rows (`name<TAB>value<TAB>unit<TAB>note`) are appended to TABLE:
 - python_dlpack_shares_memory: 1 when torch.from_dlpack(images).data_ptr() is the
   batch's device pointer (and a tensor kept alive past 8 more batches is unchanged);
+- python_gpu_settings: 1 when pinned_memory=1 is refused naming it and a loader with
+  gpu_waits="block" gives a batch (the GPU-only keyword arguments reach the GPU loader);
 - python_loader_gpu_img_s: the loader alone through Python (each batch taken with
   torch.from_dlpack on the current stream), steady state (epochs 1..);
 - rust_loader_gpu_img_s / python_vs_rust: examples/gpu_consumer's loader-alone row over
@@ -82,6 +84,24 @@ def check_sharing(loader, dev, tsv):
     ok = same_ptr and unchanged and y.dtype == torch.int64
     row(tsv, "python_dlpack_shares_memory", int(ok), "bool",
         f"data_ptr equal: {same_ptr}; kept tensor unchanged after 8 batches: {unchanged}; {x.device} {x.dtype}")
+    return ok
+
+
+def check_gpu_settings(ds, device, tsv):
+    """The GPU-only keyword arguments reach the GPU loader: a 1-byte pinned_memory is
+    refused naming the setting, and blocking waits give a batch."""
+    try:
+        stoker.Loader(ds, BATCH, size=SIZE, device=device, rank=0, world_size=1, pinned_memory=1)
+        refused = "no error"
+    except (ValueError, stoker.StokerError) as e:
+        refused = str(e)
+    loader = stoker.Loader(ds, BATCH, size=SIZE, device=device, rank=0, world_size=1, gpu_waits="block")
+    images, _ = next(iter(loader.epoch(0)))
+    shape = tuple(torch.from_dlpack(images).shape)
+    loader.cancel_prefetch()
+    ok = "pinned_memory" in refused and shape == (BATCH, 3, SIZE, SIZE)
+    row(tsv, "python_gpu_settings", int(ok), "bool",
+        f"pinned_memory=1: {refused[:80]!r}; gpu_waits='block' batch {shape}")
     return ok
 
 
@@ -242,6 +262,8 @@ def main():
         print(loader.stats(), flush=True)
         loader.cancel_prefetch()
         del loader
+        if dev.type == "cuda":
+            ok = check_gpu_settings(ds, a.device, a.tsv) and ok
         if dev.type == "cuda":
             try:
                 tv, ver = torchvision_peer(a.jpeg_dir, a.repeat, a.epochs, dev)

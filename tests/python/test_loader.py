@@ -82,6 +82,20 @@ def test_batches_equal_the_rust_loaders_for_the_same_settings(sample_dataset, ru
         assert g["pixels"] == w["pixels"], f"pixels of batch {g['index']} differ"
 
 
+def test_gpu_only_settings_are_taken_and_leave_cpu_batches_unchanged(sample_dataset, rust_batches):
+    # The GPU path's memory and wait settings: accepted with every value a user may
+    # give, and the CPU path's batches are the Rust loader's, as without them.
+    want = rust_batches(sample_dataset, epoch=1, **rust_args())
+    for gpu in [
+        dict(pinned_memory=1 << 20, page_lock_limit=0, gpu_waits="block", gpu_cpu_share=0.0),
+        dict(pinned_memory=1 << 40, page_lock_limit=1 << 40, gpu_waits="spin", gpu_cpu_share=1.0),
+        dict(gpu_waits="auto", gpu_cpu_share=0.25),
+    ]:
+        got = python_batches(python_loader(sample_dataset, **gpu).epoch(1))
+        assert [g["pixels"] for g in got] == [w["pixels"] for w in want], gpu
+        assert [g["indices"] for g in got] == [w["indices"] for w in want], gpu
+
+
 def test_shapes_dtypes_and_labels(sample_dataset):
     ds = stoker.Dataset(sample_dataset)
     for dtype, layout, np_dtype, shape in [
@@ -246,10 +260,18 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
         dict(rank=0),
         dict(prefetch=0),
         dict(workers=0),
+        dict(gpu_waits="sometimes"),
+        dict(gpu_cpu_share=1.5),
+        dict(gpu_cpu_share=-0.1),
+        dict(pinned_memory=0),
     ]
     for bad in bad_settings:
         with pytest.raises(ValueError):
             stoker.Loader(sample_dataset, 4, **bad)
+    with pytest.raises(ValueError, match="gpu_waits.*spin"):
+        stoker.Loader(sample_dataset, 4, gpu_waits="sleep")
+    with pytest.raises(OverflowError):
+        stoker.Loader(sample_dataset, 4, page_lock_limit=-1)
     with pytest.raises(ValueError, match="batch_size"):
         stoker.Loader(sample_dataset, 0)
     with pytest.raises(TypeError):
