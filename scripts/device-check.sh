@@ -35,6 +35,9 @@ done
 # A safety net only: the library must find nvJPEG by itself.
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RUST_BACKTRACE=1
+# tracing colours its key=value fields even into files unless told not to: the parts
+# read those fields.
+export NO_COLOR=1
 # nvImageCodec, the second GPU-decode peer, when device-prepare.sh packed it: importable
 # by every part's python3 (benches/peers/nvimagecodec_decode.py, compare.py).
 if [ -f .device/nvimgcodec.tar.gz ]; then
@@ -61,12 +64,12 @@ for part in scripts/device-check.d/${PARTS:-*}.sh; do
   printf '%s\t%s\t%s\t%s\n' "part:$name" "$rc" "exit" "$(( $(date +%s) - start )) s" >>"$OUT/table.tsv"
   [ "$rc" -eq 0 ] || status=1
 done
-# A GPU test that finds no GPU prints one line starting STOKER-GPU-SKIP (stoker_testdata::
+# A GPU test that finds no GPU prints one line holding STOKER-GPU-SKIP (stoker_testdata::
 # gpu_skip); on this machine that is a failure, whichever part ran it.
-gpu_skips=$(cat "$log" "$OUT"/*.log 2>/dev/null | grep -c '^STOKER-GPU-SKIP' || true)
+gpu_skips=$(cat "$log" "$OUT"/*.log 2>/dev/null | grep -c 'STOKER-GPU-SKIP' || true)
 printf '%s\t%s\t%s\t%s\n' "gpu_test_skips" "$gpu_skips" "tests" "must be 0 on the GPU machine" >>"$OUT/table.tsv"
 if [ "$gpu_skips" -ne 0 ]; then
-  grep -h '^STOKER-GPU-SKIP' "$log" "$OUT"/*.log 2>/dev/null | sort -u | head -20
+  grep -ho 'STOKER-GPU-SKIP.*' "$log" "$OUT"/*.log 2>/dev/null | sort -u | head -20
   status=1
 fi
 # At most 8 files come back from $OUT: keep the table and the main log, pack the rest.

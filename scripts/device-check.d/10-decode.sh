@@ -21,7 +21,7 @@ run_tests() { # name binary args...
   local summary
   summary="$(grep -E '^test result' "$OUT/$name.log" | tail -1 | sed 's/^test result: //')"
   local skips
-  skips="$(grep -c '^STOKER-GPU-SKIP' "$OUT/$name.log" || true)"
+  skips="$(grep -c 'STOKER-GPU-SKIP' "$OUT/$name.log" || true)"
   printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "exit" "${summary:-no summary}; ${skips} skipped" >>"$T"
   [ "$rc" -eq 0 ] && [ "$skips" -eq 0 ] || status=1
   cat "$OUT/$name.log"
@@ -30,7 +30,7 @@ run_tests() { # name binary args...
 # 1. Correctness: GPU output vs CPU output on the conformance corpus and the bench set,
 #    every route exercised (the test asserts it), bad images failing alone.
 run_tests decode_gpu_tests "$BIN/stoker-decode-gpu" --nocapture --test-threads=1
-grep -E '^routes:' "$OUT/decode_gpu_tests.log" | sed 's/^/# /'
+grep -o 'routes: .*' "$OUT/decode_gpu_tests.log" | sed 's/^/# /'
 # CPU conformance on this machine too (same binary as CI).
 run_tests decode_cpu_conformance "$BIN/stoker-decode-conformance" --test-threads=1
 
@@ -69,7 +69,7 @@ if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
     fi
   fi
   STOKER_BENCH_SECONDS="${DECODE_SECONDS:-5}" "$BIN/stoker-decode-gpu_throughput" \
-    --ignored --nocapture --test-threads=1 >"$OUT/decode_throughput.log" 2>&1 || status=1
+    gpu_decode_throughput --exact --ignored --nocapture --test-threads=1 >"$OUT/decode_throughput.log" 2>&1 || status=1
   if [ -n "$dmon_pid" ]; then
     sleep 1 # one more sample after the last span
     kill "$dmon_pid" 2>/dev/null

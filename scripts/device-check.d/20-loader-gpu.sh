@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version,utilization.gpu,utilization.jpeg --fo
 if [ -x "$BIN/stoker-loader-gpu" ]; then
   timeout 180 "$BIN/stoker-loader-gpu" --test-threads 1 --nocapture 2>&1 | tee "$OUT/loader-gpu-tests.log" | tail -n 30
   rc=${PIPESTATUS[0]}
-  skipped=$(grep -c '^STOKER-GPU-SKIP' "$OUT/loader-gpu-tests.log" || true)
+  skipped=$(grep -c 'STOKER-GPU-SKIP' "$OUT/loader-gpu-tests.log" || true)
   row loader_gpu_tests "$rc" exit "loader/tests/gpu.rs; ${skipped} skipped (must be 0 here)"
 else
   row loader_gpu_tests missing exit "stoker-loader-gpu not in BIN"
@@ -34,7 +34,7 @@ if [ -x "$BIN/gpu_consumer" ]; then
   timeout 80 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 5 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg.log" | tail -n 25
   row gpu_consumer_jpeg "${PIPESTATUS[0]}" exit "examples/gpu_consumer, jpeg"
-  verdict=$(grep -o 'verdict=.*' "$OUT/gpu-consumer-jpeg.log" | tail -n 1 | tr '\t' ' ')
+  verdict=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/gpu-consumer-jpeg.log" | grep -o 'verdict=.*' | tail -n 1 | tr '\t' ' ')
   row gpu_util_verdict_jpeg - text "${verdict:-no NVML verdict logged}"
   # 2a. The same with 4x the records (64 batches per epoch): each epoch starts with an
   #     empty pipeline (one batch of decode, ~13 ms), which weighs on the fed ratio

@@ -111,7 +111,7 @@ if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
     [ "$set" = mixed ] && tag=_mixed
     STOKER_BENCH_DIR="$DATA/$set" STOKER_BENCH_TAG="$tag" STOKER_BENCH_SECONDS="$SECS" \
       STOKER_BENCH_CASES=decode_gpu_hw_lanes4,decode_gpu_hw_lanes4_no_offload \
-      timeout 120 "$BIN/stoker-decode-gpu_throughput" --ignored --nocapture --test-threads=1 \
+      timeout 120 "$BIN/stoker-decode-gpu_throughput" gpu_decode_throughput --exact --ignored --nocapture --test-threads=1 \
       >"$OUT/mixed-decode-throughput$tag.log" 2>&1 || status=1
     grep -P '^ROW\t' "$OUT/mixed-decode-throughput$tag.log" | cut -f2- | tee -a "$T"
   done

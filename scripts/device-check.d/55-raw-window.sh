@@ -32,14 +32,18 @@ for limit in none 640; do
   row "gpu_consumer_raw_seq_limit_$limit" "$rc" exit "examples/gpu_consumer --raw --sequential --shard-mib 64 ${extra[*]}"
   [ "$rc" -eq 0 ] || status=1
 done
-# The windowed run's per-epoch summaries (tracing key=value): the last epoch's figures.
+# The windowed run's per-epoch summaries (tracing key=value): the figures of the last
+# epoch with the most windows (the epoch started early and cancelled after the fed
+# epochs also logs one, cut short).
 w="$OUT/gpu-consumer-raw-seq-window.log"
 if grep -q "page-locked windows of the epoch" "$w"; then
   # Without the terminal colours tracing may add.
-  line="$(sed 's/\x1b\[[0-9;]*m//g' "$w" | grep "page-locked windows of the epoch" | tail -n 1)"
+  line="$(sed 's/\x1b\[[0-9;]*m//g' "$w" | grep "page-locked windows of the epoch" |
+    awk '{ n = 0; if (match($0, /windows=[0-9]+/)) n = substr($0, RSTART + 8, RLENGTH - 8) + 0
+           if (n >= most) { most = n; keep = $0 } } END { print keep }')"
   for key in windows lock_gb_s producer_waited_ms locked_mib; do
     v="$(printf '%s\n' "$line" | sed -n "s/.*$key=\([0-9.]*\).*/\1/p")"
-    row "window:$key" "${v:-?}" - "last epoch's summary line, $w"
+    row "window:$key" "${v:-?}" - "last full epoch's summary line, $w"
   done
 else
   row "window:summary" missing - "no window summary in $w (backend line says why)"

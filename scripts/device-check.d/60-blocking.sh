@@ -9,7 +9,7 @@
 #      blocking:<case>:cpu_per_img_block_vs_spin / img_per_s_block_vs_spin.
 #   2. `stoker bench --gpu-waits spin|block` on the converted bench set: rows
 #      blocking:bench:<stage>:<mode> (img/s) and blocking:bench:<stage>:<mode>_cpu_s for
-#      gpu_decode and end_to_end, and blocking:bench:<stage>:cpu_s_block_vs_spin.
+#      gpu_decode and end_to_end, and blocking:bench:<stage>:cpu_per_img_block_vs_spin.
 #   3. The GPU tests of the blocking mode (decoder pixels and routes under Block).
 # Needs in $BIN: stoker, stoker-decode-gpu_throughput, stoker-decode-gpu; in $DATA: bench/.
 set -uo pipefail
@@ -31,7 +31,7 @@ if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
     >"$OUT/blocking-decode.log" 2>&1 || status=1
   grep -P '^ROW\t' "$OUT/blocking-decode.log" | cut -f2- >>"$T"
   grep -E '^# timings' "$OUT/blocking-decode.log"
-  grep -q '^STOKER-GPU-SKIP' "$OUT/blocking-decode.log" && status=1
+  grep -q 'STOKER-GPU-SKIP' "$OUT/blocking-decode.log" && status=1
 else
   row blocking:decode missing - "stoker-decode-gpu_throughput not carried"
   status=1
@@ -87,7 +87,7 @@ fi
 if [ -x "$BIN/stoker-decode-gpu" ]; then
   "$BIN/stoker-decode-gpu" blocking --nocapture --test-threads=1 >"$OUT/blocking-tests.log" 2>&1
   rc=$?
-  skips="$(grep -c '^STOKER-GPU-SKIP' "$OUT/blocking-tests.log" || true)"
+  skips="$(grep -c 'STOKER-GPU-SKIP' "$OUT/blocking-tests.log" || true)"
   summary="$(grep -E '^test result' "$OUT/blocking-tests.log" | tail -1 | sed 's/^test result: //')"
   row blocking_gpu_tests "$rc" exit "${summary:-no summary}; ${skips} skipped"
   [ "$rc" -eq 0 ] && [ "$skips" -eq 0 ] || status=1

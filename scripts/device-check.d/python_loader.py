@@ -263,7 +263,11 @@ def main():
         loader.cancel_prefetch()
         del loader
         if dev.type == "cuda":
-            ok = check_gpu_settings(ds, a.device, a.tsv) and ok
+            try:
+                ok = check_gpu_settings(ds, a.device, a.tsv) and ok
+            except Exception as e:  # a row, and the peer below still runs
+                row(a.tsv, "python_gpu_settings", 0, "bool", f"failed: {e!r}"[:200])
+                ok = False
         if dev.type == "cuda":
             try:
                 tv, ver = torchvision_peer(a.jpeg_dir, a.repeat, a.epochs, dev)
