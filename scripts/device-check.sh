@@ -10,9 +10,14 @@
 #   OUT  = $OUT          (comes back; full logs go there)
 # and appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
 # The short table is printed last. PARTS=GLOB (e.g. PARTS="20-*") runs only matching parts.
-# All parts together take longer than one device call may run (600 s): split them over calls,
-# the issue's acceptance first, e.g. PARTS="[15]*" DECODE_SECONDS=2 BENCH_SECONDS=2 (decode,
-# mixed data, raw window), then PARTS="[26]*" PART_TIMEOUT=400 (loader, blocking waits).
+# All parts together take longer than one device call may run (600 s), and a session's
+# device time (15 min, start-up included) holds about two calls. Issue 21's acceptance in
+# one call (estimated 380-450 s: decode, mixed data, raw window, blocking waits):
+#   PARTS="[156]*" DECODE_SECONDS=2 BENCH_SECONDS=2 BLOCKING_SECONDS=2 bash scripts/device-check.sh
+# then, at once while the machine is warm (about 200-250 s: the loader's GPU tests, one
+# JPEG and one raw loader run):
+#   PARTS="2*" QUICK=1 PART_TIMEOUT=280 bash scripts/device-check.sh
+# Parts 30 and 40-* (bench, node share, Python) need a session of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -f .device/bin.tar.gz ] && [ ! -d .device/bin ]; then

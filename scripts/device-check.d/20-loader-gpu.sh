@@ -4,7 +4,10 @@
 #   stoker-loader-gpu             (loader/tests/gpu.rs: GPU vs CPU batches, bad records, flat memory)
 #   stoker-loader-stoker_loader   (loader unit tests: NVRTC compile of transform.cu, kernel reference)
 # and $DATA/bench (512 ImageNet-like JPEGs). Appends rows to $OUT/table.tsv.
+# QUICK=1: the tests, one JPEG and one raw loader run only (no variants, no probe: about
+# half the time), for a device session short of time.
 set -uo pipefail
+quick="${QUICK:-0}"
 : "${BIN:?}" "${DATA:?}" "${OUT:?}"
 row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$OUT/table.tsv"; }
 
@@ -36,6 +39,8 @@ if [ -x "$BIN/gpu_consumer" ]; then
   row gpu_consumer_jpeg "${PIPESTATUS[0]}" exit "examples/gpu_consumer, jpeg"
   verdict=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/gpu-consumer-jpeg.log" | grep -o 'verdict=.*' | tail -n 1 | tr '\t' ' ')
   row gpu_util_verdict_jpeg - text "${verdict:-no NVML verdict logged}"
+fi
+if [ -x "$BIN/gpu_consumer" ] && [ "$quick" != 1 ]; then
   # 2a. The same with 4x the records (64 batches per epoch): each epoch starts with an
   #     empty pipeline (one batch of decode, ~13 ms), which weighs on the fed ratio
   #     in proportion to 1 / batches per epoch (rows jpeg_x32_*). Batches are handed
@@ -55,6 +60,8 @@ if [ -x "$BIN/gpu_consumer" ]; then
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 3 --cpu-share 0.15 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg-cpu15.log" | tail -n 25
   row gpu_consumer_jpeg_cpu15 "${PIPESTATUS[0]}" exit "examples/gpu_consumer --cpu-share 0.15, jpeg"
+fi
+if [ -x "$BIN/gpu_consumer" ]; then
   # 3. Raw pre-decoded records (H2D-bound): loader H2D GB/s vs the pinned ceiling.
   #    2,048 records (8 batches per epoch), 3 fed epochs: with 4 batches per epoch
   #    the per-epoch start and end weighed on the fed figures more than the stages.
@@ -63,6 +70,8 @@ if [ -x "$BIN/gpu_consumer" ]; then
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw.log" | tail -n 25
   row gpu_consumer_raw "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw"
+fi
+if [ -x "$BIN/gpu_consumer" ] && [ "$quick" != 1 ]; then
   # 3'. The same with one cuMemcpyHtoDAsync per record (rows raw_per_record_*).
   STOKER_H2D_PER_RECORD=1 timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 \
     --tag _per_record --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-per-record.log" | tail -n 25
@@ -81,13 +90,12 @@ if [ -x "$BIN/gpu_consumer" ]; then
   timeout 60 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw --repeat 4 --epochs 4 --memcpy-staging \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-raw-memcpy.log" | tail -n 25
   row gpu_consumer_raw_memcpy "${PIPESTATUS[0]}" exit "examples/gpu_consumer --raw --memcpy-staging"
-else
-  row gpu_consumer missing exit "gpu_consumer not in BIN"
 fi
+[ -x "$BIN/gpu_consumer" ] || row gpu_consumer missing exit "gpu_consumer not in BIN"
 # 4. Where H2D time goes: pinned copies of one raw batch alone, in a ring, after idle
 #    gaps, beside a kernel that fills the GPU, beside host threads copying or reading
 #    (rows h2d_probe_*; examples/h2d_probe.rs).
-if [ -x "$BIN/h2d_probe" ]; then
+if [ -x "$BIN/h2d_probe" ] && [ "$quick" != 1 ]; then
   timeout 60 "$BIN/h2d_probe" --threads 1,4,8,16 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/h2d-probe.log" | tail -n 40
   row h2d_probe "${PIPESTATUS[0]}" exit "examples/h2d_probe"
 fi
