@@ -66,10 +66,12 @@ pub struct GpuDecoderOptions {
     /// With [`GpuDecoderOptions::cpu_share_auto`], the starting share.
     pub cpu_share: f32,
     /// Threads that decode the CPU share, in a pool of the decoder's own (made
-    /// with the decoder when a share is configured). 0 (the default): the machine's cores minus
+    /// with the decoder when a share or the offload is configured). 0 (the default): the machine's cores minus
     /// `hardware_lanes` minus 2 (the calling thread and one more), at least 1,
     /// so that the lanes' host-side parsing, which feeds the engines, keeps
-    /// cores of its own instead of being time-sliced with CPU decoding.
+    /// cores of its own instead of being time-sliced with CPU decoding; with
+    /// the offload alone (no CPU share), minus `cuda_states` too, the CUDA
+    /// decoder's threads, busy whenever the pool is.
     pub cpu_share_threads: usize,
     /// Adjust the CPU share after every batch instead of keeping `cpu_share`
     /// fixed: the share moves toward the fraction at which the CPUs take as

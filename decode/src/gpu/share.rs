@@ -502,7 +502,7 @@ impl ShareControl {
 /// rayon's global pool decodes the share).
 fn share_pool(options: &GpuDecoderOptions) -> Option<Arc<rayon::ThreadPool>> {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let n = share_threads(options.cpu_share_threads, options.hardware_lanes, cores);
+    let n = share_threads(options, cores);
     match rayon::ThreadPoolBuilder::new()
         .num_threads(n)
         .thread_name(|i| format!("stoker-cpu-share-{i}"))
@@ -516,14 +516,20 @@ fn share_pool(options: &GpuDecoderOptions) -> Option<Arc<rayon::ThreadPool>> {
     }
 }
 
-/// Threads for the CPU share: `asked`, or with 0 the cores left after the
-/// hardware lanes and two more threads (the caller's and one spare), at least 1.
-fn share_threads(asked: usize, lanes: usize, cores: usize) -> usize {
-    if asked > 0 {
-        asked
-    } else {
-        cores.saturating_sub(lanes + 2).max(1)
+/// Threads for the CPU share: `cpu_share_threads`, or with 0 the cores left
+/// after the hardware lanes and two more threads (the caller's and one spare),
+/// at least 1. When the pool only takes CUDA-decoder images (the offload, no
+/// CPU share), the CUDA decoder's slot threads are busy whenever it is, and
+/// are left their cores too.
+fn share_threads(options: &GpuDecoderOptions, cores: usize) -> usize {
+    if options.cpu_share_threads > 0 {
+        return options.cpu_share_threads;
     }
+    let share = share_fraction(options.cpu_share) > 0.0 || options.cpu_share_auto;
+    let cuda = if share { 0 } else { options.cuda_states };
+    cores
+        .saturating_sub(options.hardware_lanes + cuda + 2)
+        .max(1)
 }
 
 #[cfg(test)]
@@ -643,12 +649,26 @@ mod tests {
 
     #[test]
     fn the_cpu_share_leaves_cores_to_the_lanes() {
-        // 16 cores and 4 lanes: 10 share threads.
-        assert_eq!(share_threads(0, 4, 16), 10);
-        assert_eq!(share_threads(0, 8, 16), 6);
+        let with = |lanes, share: f32, threads| GpuDecoderOptions {
+            hardware_lanes: lanes,
+            cuda_states: 4,
+            cpu_share: share,
+            cpu_share_threads: threads,
+            ..GpuDecoderOptions::default()
+        };
+        // 16 cores and 4 lanes with a CPU share: 10 share threads.
+        assert_eq!(share_threads(&with(4, 0.15, 0), 16), 10);
+        assert_eq!(share_threads(&with(8, 0.15, 0), 16), 6);
+        let auto = GpuDecoderOptions {
+            cpu_share_auto: true,
+            ..with(4, 0.0, 0)
+        };
+        assert_eq!(share_threads(&auto, 16), 10);
+        // The offload alone: the CUDA decoder's 4 slot threads keep theirs.
+        assert_eq!(share_threads(&with(4, 0.0, 0), 16), 6);
         // Never none, and an explicit count wins.
-        assert_eq!(share_threads(0, 4, 2), 1);
-        assert_eq!(share_threads(0, 4, 6), 1);
-        assert_eq!(share_threads(3, 4, 2), 3);
+        assert_eq!(share_threads(&with(4, 0.15, 0), 2), 1);
+        assert_eq!(share_threads(&with(4, 0.0, 0), 6), 1);
+        assert_eq!(share_threads(&with(4, 0.0, 3), 2), 3);
     }
 }
