@@ -180,7 +180,7 @@ fn run(args: &Args) -> Res<()> {
     let iters = consumer.calibrate(args.batch_size, args.target_rate)?;
 
     let alone = loader_alone(&mut table, args, &kind, &loader, &stream)?;
-    let fed = fed_epochs(args, &loader, &ctx, &mut consumer, iters)?;
+    let fed = fed_epochs(args, &loader, &ctx, &mut consumer, iters, alone.epochs + 1)?;
     fed_rows(&mut table, &kind, &alone, &fed);
 
     // 3. Pinned H2D ceiling, same process (the peer of the loader's H2D figure).
@@ -411,7 +411,15 @@ impl Consumer {
         let base = self.time_step(0)?;
         let probe = 200_000u32;
         let slope = (self.time_step(probe)? - base) / f64::from(probe);
-        let iters = (((target_s - base) / slope).max(0.0)) as u32;
+        if slope.is_nan() || slope <= 0.0 {
+            return Err(format!(
+                "calibrating the step: {probe} iterations took no longer than none"
+            )
+            .into());
+        }
+        // At most a thousand times the probe: a mismeasured slope must not make a
+        // step that runs past the script's time limit.
+        let iters = ((target_s - base) / slope).clamp(0.0, f64::from(probe) * 1e3) as u32;
         let step_s = self.time_step(iters)?;
         println!(
             "step: {iters} iterations = {:.2} ms per batch of {} (target {:.2} ms)",
@@ -501,21 +509,25 @@ struct Fed {
     stats: Stats,
 }
 
-/// 2. Fed: the consumer loop fed by the loader, epochs 1.., then the same loop
-///    on a resident batch; memory sampled after every epoch.
+/// 2. Fed: the consumer loop fed by the loader, `epochs - 1` epochs from
+///    `first`, then the same loop on a resident batch; memory sampled after
+///    every epoch. `first` is the epoch after the last one the loader ran, so
+///    that its early start is used, as in training, rather than dropped and
+///    the pipeline filled again from cold inside the timed loop.
 fn fed_epochs(
     args: &Args,
     loader: &Loader,
     ctx: &Arc<CudaContext>,
     consumer: &mut Consumer,
     iters: u32,
+    first: u64,
 ) -> Res<Fed> {
     let stream = consumer.stream.clone();
     loader.reset_stats();
     let mut mem = Vec::new();
     let t = Instant::now();
     let mut fed_images = 0usize;
-    for epoch in 1..args.epochs.max(2) {
+    for epoch in first..first + args.epochs.max(2) - 1 {
         for batch in loader.epoch(epoch) {
             let batch = batch?;
             let Images::Cuda(d) = &batch.images else {

@@ -108,7 +108,7 @@ fn run(args: &Args) -> Res<()> {
     // Host threads touching memory while the ring copies.
     let record = 500 * 375 * 3;
     let src: Vec<u8> = (0..1usize << 29).map(|i| (i * 7 + 3) as u8).collect();
-    let max_threads = args.threads.iter().copied().max().unwrap_or(1);
+    let max_threads = args.threads.iter().copied().max().unwrap_or(1).max(1);
     host_cases(&mut table, &mut rig, &src, record, max_threads)?;
     after_rewrite_cases(&mut table, &mut rig, &src, max_threads)?;
     record_cases(&mut table, &mut rig, &src, record)?;
@@ -374,10 +374,12 @@ fn contend(
         std::thread::sleep(Duration::from_millis(150));
         let alone = (moved.load(Ordering::Relaxed) - b0) as f64 / t0.elapsed().as_secs_f64();
         let (b1, t1) = (moved.load(Ordering::Relaxed), Instant::now());
-        let ms = rig.ring_copies()?;
+        let copies = rig.ring_copies();
         let during = (moved.load(Ordering::Relaxed) - b1) as f64 / t1.elapsed().as_secs_f64();
+        // Before anything can return: the scope waits for the host threads,
+        // which run until told to stop.
         stop.store(true, Ordering::Relaxed);
-        Ok((alone / 1e9, ms, during / 1e9))
+        Ok((alone / 1e9, copies?, during / 1e9))
     })
 }
 

@@ -169,7 +169,10 @@ fn child(args: &Args, dataset: &Path) -> Result<(), Box<dyn std::error::Error>> 
         start_ns,
         end_ns,
         fed_ratio: stats.fed_ratio,
-        decode_items: stats.stage(Stage::Decode).map_or(0, |s| s.items),
+        // Not the next epoch's early start, decoded after the last batch.
+        decode_items: stats
+            .stage(Stage::Decode)
+            .map_or(0, |s| s.items.min(stats.images)),
     };
     println!("RESULT {}", serde_json::to_string(&report)?);
     Ok(())

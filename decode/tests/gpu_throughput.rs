@@ -194,6 +194,8 @@ fn gpu_decode_throughput() {
             GpuDecoderOptions {
                 hardware: false,
                 cuda_states: 8,
+                // The CUDA decoder's own rate: none of its images on the CPUs.
+                cpu_offload: false,
                 ..GpuDecoderOptions::default()
             },
             batch,

@@ -25,7 +25,7 @@ timeout 110 "$BIN/node_share" --images "$DATA/bench" --repeat 16 --procs 1,2,4 -
 row node_share_gpu "${PIPESTATUS[0]}" exit "examples/node_share --procs 1,2,4 --device auto, no step"
 # Device::Auto falls back to the CPU when the GPU path cannot start: then these rows are
 # not GPU figures, and the log says why.
-if grep -q 'devices \[cpu' "$OUT/node-share-gpu.log"; then
+if grep -Eq 'devices \[[^]]*cpu' "$OUT/node-share-gpu.log"; then
   row node_share_gpu_device cpu text "some processes ran on the CPU (Device::Auto fell back): not GPU rows"
 else
   row node_share_gpu_device cuda text "every process on the GPU (devices [cuda:0,...] in the log)"

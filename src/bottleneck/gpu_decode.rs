@@ -117,6 +117,9 @@ fn run(
     let options = GpuDecoderOptions {
         hardware,
         waits,
+        // The CUDA-decoder run measures that route alone: none of its images
+        // offloaded to the CPUs.
+        cpu_offload: hardware,
         ..GpuDecoderOptions::default()
     };
     let mut dec = GpuDecoder::new(ctx, options).map_err(|e| e.to_string())?;

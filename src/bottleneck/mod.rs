@@ -325,7 +325,15 @@ impl<'a> Measurement<'a> {
             Some((ctx, _)) => {
                 let tick = |f: f64| self.progress.advance(f);
                 let batch_bytes = (mean_record_bytes * opts.batch as f64).ceil() as usize;
-                let h = pcie::measure_h2d(ctx, batch_bytes, self.budget, &tick)?;
+                // A failed copy is this stage's row, not the run's end.
+                let h = match pcie::measure_h2d(ctx, batch_bytes, self.budget, &tick) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        self.stages.h2d =
+                            StageReport::skipped(format!("the H2D copies failed: {e}"));
+                        return Ok(());
+                    }
+                };
                 let img = h.pinned_gb_per_s * 1e9 / mean_record_bytes.max(1.0);
                 let decoded_bytes = f64::from(opts.size).powi(2) * 3.0;
                 self.caps.h2d = Some(img);
@@ -333,7 +341,7 @@ impl<'a> Measurement<'a> {
                 StageReport::measured(
                     img,
                     format!(
-                        "pinned {:.1} GB/s vs pageable {:.1} GB/s ({:.1}×), {} MB copies; img/s of compressed JPEG ({} img/s as {}² RGB u8)",
+                        "pinned {:.1} GB/s vs pageable {:.1} GB/s ({:.1}×), {} MiB copies; img/s of compressed JPEG ({} img/s as {}² RGB u8)",
                         h.pinned_gb_per_s,
                         h.pageable_gb_per_s,
                         h.pinned_gb_per_s / h.pageable_gb_per_s.max(1e-9),

@@ -174,10 +174,12 @@ struct Window {
     busy: Duration,
     /// Wall time of the window.
     wall: Duration,
-    /// Process CPU time at the window's start.
+    /// Process CPU time at the window's start and end.
     cpu0: Option<Duration>,
-    /// Machine-wide (busy, total) CPU jiffies at the window's start.
+    cpu1: Option<Duration>,
+    /// Machine-wide (busy, total) CPU jiffies at the window's start and end.
     sys0: Option<(u64, u64)>,
+    sys1: Option<(u64, u64)>,
 }
 
 /// Consumes batches, epoch after epoch, until `budget` has passed after the
@@ -197,7 +199,9 @@ fn timed_window(
     let mut cpu0 = process_cpu_time();
     let mut sys0 = system_cpu_jiffies();
     let mut epoch = 0u64;
-    'run: loop {
+    // Read when the budget is spent, before the epoch is dropped: dropping it
+    // stops the loader (joining its producer), which is not the window's.
+    let (wall, cpu1, sys1) = 'run: loop {
         let mut any = false;
         for batch in loader.epoch(epoch) {
             let batch = match batch {
@@ -224,21 +228,23 @@ fn timed_window(
             let el = start.elapsed();
             tick((el.as_secs_f64() / budget.as_secs_f64()).min(1.0));
             if el >= budget {
-                break 'run;
+                break 'run (el, process_cpu_time(), system_cpu_jiffies());
             }
         }
         if !any {
             return Err(format!("the loader produced no batch in epoch {epoch}"));
         }
         epoch += 1;
-    }
+    };
     Ok(Window {
         images,
         batches,
         busy,
-        wall: start.elapsed(),
+        wall,
         cpu0,
+        cpu1,
         sys0,
+        sys1,
     })
 }
 
@@ -254,13 +260,13 @@ fn summarize(
     let (images, busy) = (w.images, w.busy);
     let secs = w.wall.as_secs_f64().max(1e-9);
     let stats = built.loader.stats();
-    let cpu_secs = match (w.cpu0, process_cpu_time()) {
+    let cpu_secs = match (w.cpu0, w.cpu1) {
         (Some(a), Some(b)) => Some((b - a).as_secs_f64()).filter(|s| *s > 0.0),
         _ => None,
     };
     // This process's share of the cores, and the machine's busy fraction.
     let proc_util = cpu_secs.map(|c| (c / (secs * cores.max(1) as f64)).min(1.0));
-    let sys_util = match (w.sys0, system_cpu_jiffies()) {
+    let sys_util = match (w.sys0, w.sys1) {
         (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
             Some(((b1 - b0) as f64 / (t1 - t0) as f64).clamp(0.0, 1.0))
         }
