@@ -254,6 +254,7 @@ fn run_node(
     let exe = std::env::current_exe()?;
     let (tx, rx) = mpsc::channel();
     let mut children: Vec<Child> = Vec::new();
+    let mut errs: Vec<std::thread::JoinHandle<Vec<u8>>> = Vec::new();
     for rank in 0..n {
         let mut cmd = Command::new(&exe);
         cmd.arg("--child")
@@ -282,6 +283,14 @@ fn run_node(
             .stderr(Stdio::piped())
             .spawn()?;
         let stdout = child.stdout.take().expect("piped");
+        // Read as it comes: a child whose logs filled the pipe would block on
+        // its next write and never report.
+        let mut stderr = child.stderr.take().expect("piped");
+        errs.push(std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stderr, &mut all);
+            all
+        }));
         let tx = tx.clone();
         let i = rank as usize;
         std::thread::spawn(move || {
@@ -294,16 +303,16 @@ fn run_node(
     }
     drop(tx);
     let result = collect(&mut children, &rx, n as usize);
-    for (i, mut c) in children.into_iter().enumerate() {
+    for (i, (mut c, err)) in children.into_iter().zip(errs).enumerate() {
         if result.is_err() {
             let _ = c.kill();
         }
-        let out = c.wait_with_output()?;
-        if !out.status.success() || (i == 0 && std::env::var_os("NODE_SHARE_VERBOSE").is_some()) {
+        let status = c.wait()?;
+        let stderr = err.join().unwrap_or_default();
+        if !status.success() || (i == 0 && std::env::var_os("NODE_SHARE_VERBOSE").is_some()) {
             eprintln!(
-                "process {i} ({}):\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
+                "process {i} ({status}):\n{}",
+                String::from_utf8_lossy(&stderr)
             );
         }
     }
