@@ -274,9 +274,9 @@ fn summarize(
     };
     let cpu_util = sys_util.or(proc_util);
     let has_step = !matches!(step, Step::None);
-    // Busy / wall over the timed window: the loader's definition (1 − wait / elapsed)
-    // for a loop that only waits or steps. Not `stats.fed_ratio`: after a reset in
-    // mid-epoch the loader's elapsed still counts from the iterator's creation.
+    // Busy / wall over the timed window, as the step's loop sees it; the loader's
+    // own figure (`Stats::fed_ratio`: 1 − the consumer's wait in `next` / elapsed
+    // since the reset) is given beside it as `loader_fed_ratio`.
     let fed_ratio = has_step.then(|| (busy.as_secs_f64() / secs).min(1.0));
     let gpu_util = step.on_gpu().then(|| (busy.as_secs_f64() / secs).min(1.0));
     let img_per_s = images as f64 / secs;
@@ -311,6 +311,7 @@ fn summarize(
         ("cpu_s", cpu_secs),
         ("cores_busy", cpu_secs.map(|c| c / secs)),
         ("fed_ratio", fed_ratio),
+        ("loader_fed_ratio", has_step.then_some(stats.fed_ratio)),
         ("gpu_util", gpu_util),
         ("loader_decode_capacity", caps.decode),
         ("loader_transform_capacity", caps.transform),
