@@ -5,11 +5,18 @@
 //!   the checks: `stat`, `canonicalize`, `mdb_env_open`, a read transaction).
 //! - `digest_256_mib`: the whole-file digest `verify` computes, XXH3-64 (format version 2)
 //!   beside CRC32C (version 1, the peer), over the same bytes in memory.
+//! - `batch_of_256_from_1024_shards`: a batch's records read by a rayon pool of 16 threads
+//!   (the GPU loader's raw route), with a reader kept per pool thread (what the loader's
+//!   `ThreadStates` does) beside a reader opened per rayon split (the peer: what it did
+//!   before, one `stat` and read transaction per shard for each split of each batch).
 //!
 //! `cargo bench -p stoker-formats --bench open`
 
 use std::hint::black_box;
 use std::path::PathBuf;
+use std::sync::Mutex;
+
+use rayon::prelude::*;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use heed::types::Bytes;
@@ -77,6 +84,48 @@ fn open(c: &mut Criterion) {
         b.iter(|| {
             let ds = Dataset::open(dir.path()).unwrap();
             black_box(ds.reader().unwrap());
+        })
+    });
+    g.finish();
+
+    let ds = Dataset::open(dir.path()).unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(16)
+        .build()
+        .unwrap();
+    // A shuffled batch: 256 records spread over the shards.
+    let batch: Vec<u64> = (0..256u64)
+        .map(|i| (i * 2_654_435_761) % (SHARDS * 16))
+        .collect();
+    let mut g = c.benchmark_group("batch_of_256_from_1024_shards");
+    g.throughput(Throughput::Elements(batch.len() as u64));
+    g.bench_function("reader_per_rayon_split (peer, before)", |b| {
+        b.iter(|| {
+            pool.install(|| {
+                batch
+                    .par_iter()
+                    .map_init(
+                        || ds.reader().unwrap(),
+                        |r, &i| r.get(i).unwrap().payload.len(),
+                    )
+                    .sum::<usize>()
+            })
+        })
+    });
+    // Made once, as the loader makes them once per epoch.
+    let kept: Vec<Mutex<_>> = (0..16).map(|_| Mutex::new(ds.reader().unwrap())).collect();
+    g.bench_function("reader_kept_per_pool_thread", |b| {
+        b.iter(|| {
+            pool.install(|| {
+                batch
+                    .par_iter()
+                    .map(|&i| {
+                        let t = rayon::current_thread_index().unwrap();
+                        let r = kept[t].lock().unwrap();
+                        r.get(i).unwrap().payload.len()
+                    })
+                    .sum::<usize>()
+            })
         })
     });
     g.finish();
