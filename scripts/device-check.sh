@@ -4,8 +4,11 @@
 # `carry: [".device"]` and `bash scripts/device-check.sh`.
 #
 # Each part in scripts/device-check.d/*.sh runs with:
-#   BIN  = .device/bin   (stoker, examples, test executables `<package>-<target>`)
-#   DATA = .device/data  (bench/, mixed/, mixed-baseline/: derived sets, made here first)
+#   BIN  = .device/bin.tar.gz unpacked under /tmp (stoker, examples, test executables
+#          `<package>-<target>`)
+#   DATA = /tmp/stoker-device-data  (bench/, mixed/, mixed-baseline/: derived sets, made
+#          here first, outside the tree: a run on the preparing machine would otherwise
+#          leave them in .device/, past the transfer's 64 MiB)
 #   STOKER_DATA = testdata (the corpus travels with the tree: photographs, conformance/)
 #   OUT  = $OUT          (comes back; full logs go there)
 # and appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
@@ -20,10 +23,13 @@
 # Parts 30 and 40-* (bench, node share, Python) need a session of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [ -f .device/bin.tar.gz ] && [ ! -d .device/bin ]; then
-  tar xzf .device/bin.tar.gz -C .device
+# The binaries are unpacked outside the tree, afresh each run (a second, same-named
+# .device/bin would travel with the next call, past the 64 MiB).
+if [ -z "${BIN:-}" ] && [ -f .device/bin.tar.gz ]; then
+  rm -rf /tmp/stoker-device-bin && mkdir -p /tmp/stoker-device-bin &&
+    tar xzf .device/bin.tar.gz -C /tmp/stoker-device-bin && BIN=/tmp/stoker-device-bin/bin
 fi
-export BIN="${BIN:-$PWD/.device/bin}" DATA="${DATA:-$PWD/.device/data}"
+export BIN="${BIN:-$PWD/.device/bin}" DATA="${DATA:-/tmp/stoker-device-data}"
 export STOKER_DATA="${STOKER_DATA:-$PWD/testdata}" STOKER_BENCH_DIR="${STOKER_BENCH_DIR:-$DATA/bench}"
 export OUT="${OUT:-/tmp/stoker-device-out}"
 mkdir -p "$OUT" "$DATA"

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .device
-mkdir -p .device/bin .device/data
+mkdir -p .device/bin
 cargo build --release --bins --examples
 cargo build --release -p stoker-testdata --bins
 cp target/release/stoker target/release/make-bench-set target/release/make-mixed-set .device/bin/
@@ -78,7 +78,7 @@ if python3 -m maturin --version >/dev/null 2>&1 || python3 -m pip install --quie
     -m python/Cargo.toml -o .device/wheels ||
     echo "note: the Python wheel was not built; part 40-python will say so" >&2
 fi
-du -sh .device .device/bin.tar.gz .device/data
+du -sh .device .device/bin.tar.gz
 total=$(du -sm .device | cut -f1)
 if [ "$total" -gt 60 ]; then
   echo "warning: .device is ${total} MiB; the device tool carries at most 64 MiB with the tree" >&2
