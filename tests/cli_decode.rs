@@ -52,6 +52,8 @@ fn decode_backend_auto_falls_back_for_the_reason_the_loader_gives() {
             // No usable GPU (this machine): both fall back, for the same reason.
             assert_eq!(device, format!("cpu (Device::Auto: {reason})"));
             assert_eq!(v["backend"], "cpu", "{v}");
+            // The route by the name the text output and the counters use.
+            assert_eq!(v["route"], "cpu-zune", "{v}");
             assert_eq!(
                 notes,
                 [format!("Device::Auto fell back to the CPU: {reason}")],

@@ -2,8 +2,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The backend that produced an image's pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+/// The backend that produced an image's pixels. Serialized as its
+/// [`name`](Route::name), the name the CLI, the logs and the counters print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Route {
     /// CPU, zune-jpeg: ordinary interleaved baseline and progressive files.
@@ -77,6 +78,12 @@ impl Route {
             Route::NvjpegGpuHuffman => 5,
             Route::CpuOffload => 6,
         }
+    }
+}
+
+impl serde::Serialize for Route {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
