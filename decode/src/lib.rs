@@ -43,7 +43,7 @@ pub use cpu::{CpuDecoder, Region};
 /// The cudarc version this crate is built against (for device buffers and streams).
 pub use cudarc;
 pub use error::DecodeError;
-pub use gpu::{cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, WaitMode};
+pub use gpu::{bind_context, cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, WaitMode};
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
 pub use probe::{entropy_coded_end, probe, ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
 pub use route::{Route, RouteCounters, RouteCounts};

@@ -19,7 +19,7 @@ use std::time::Instant;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
 use super::batch::{Batch, Plan};
-use super::device::record_or_synchronize;
+use super::device::{bind_context, record_or_synchronize};
 use super::options::WaitMode;
 use crate::nvjpeg::{
     Backend, DecodeParams, Decoder, DecoderState, DeviceBuffer, Handle, JpegStream, NvJpeg,
@@ -282,13 +282,8 @@ impl CudaSlot {
         next: &AtomicUsize,
     ) -> (Vec<usize>, Vec<usize>) {
         let (mut done, mut failed) = (Vec::new(), Vec::new());
-        // A failed bind may only report an error an earlier drop recorded on
-        // the context (cudarc's `bind_to_thread` returns that first, once):
-        // one more try, so that it does not fail this thread's every image.
-        let bound = ctx.bind_to_thread().or_else(|e| {
-            tracing::debug!("binding the context on a CUDA-decoder thread: {e}; again");
-            ctx.bind_to_thread()
-        });
+        // Not `bind_to_thread`: a stale error would fail every image here.
+        let bound = bind_context(ctx);
         loop {
             let at = next.fetch_add(1, Ordering::Relaxed);
             let Some(&i) = list.get(at) else {

@@ -10,6 +10,27 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 use super::options::WaitMode;
 use crate::DecodeError;
 
+/// Binds `ctx` to the calling thread. cudarc's `bind_to_thread` first returns
+/// (once, and clears) any error an earlier drop recorded on the context, which
+/// says nothing of this bind: that error is logged and the bind tried once
+/// more, so that a thread does not give up its work over another's failure.
+///
+/// # Examples
+/// ```no_run
+/// let ctx = stoker_decode::cuda_context(0)?;
+/// std::thread::spawn(move || stoker_decode::bind_context(&ctx)).join().unwrap()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// The driver's error when the second bind fails too.
+pub fn bind_context(ctx: &CudaContext) -> Result<(), DriverError> {
+    ctx.bind_to_thread().or_else(|e| {
+        tracing::debug!("binding the CUDA context: {e}; again");
+        ctx.bind_to_thread()
+    })
+}
+
 /// Returns a CUDA context on device `ordinal`, or [`DecodeError::NoGpu`] saying
 /// why not (no driver library, no device, driver error). Never panics.
 ///

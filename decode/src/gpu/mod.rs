@@ -26,5 +26,5 @@ mod share;
 mod staging;
 
 pub use decoder::GpuDecoder;
-pub use device::cuda_context;
+pub use device::{bind_context, cuda_context};
 pub use options::{BatchUse, GpuDecoderOptions, WaitMode};

@@ -277,8 +277,13 @@ impl GpuDecoderOptions {
     /// resolved ([`WaitMode::resolve`]), the host having other work when a CPU
     /// share is configured.
     pub fn wait_mode(&self) -> WaitMode {
-        let share = share_fraction(self.cpu_share) > 0.0 || self.cpu_share_auto;
-        self.waits.resolve(share)
+        self.waits.resolve(self.has_cpu_share())
+    }
+
+    /// Whether a CPU share of the engines' images is configured (a fixed one
+    /// above 0, or the automatic one).
+    pub(super) fn has_cpu_share(&self) -> bool {
+        share_fraction(self.cpu_share) > 0.0 || self.cpu_share_auto
     }
 }
 

@@ -525,8 +525,11 @@ fn share_threads(options: &GpuDecoderOptions, cores: usize) -> usize {
     if options.cpu_share_threads > 0 {
         return options.cpu_share_threads;
     }
-    let share = share_fraction(options.cpu_share) > 0.0 || options.cpu_share_auto;
-    let cuda = if share { 0 } else { options.cuda_states };
+    let cuda = if options.has_cpu_share() {
+        0
+    } else {
+        options.cuda_states
+    };
     cores
         .saturating_sub(options.hardware_lanes + cuda + 2)
         .max(1)

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
+use stoker_decode::bind_context;
 use stoker_formats::Dataset;
 
 use super::window_locker::{Locker, Registrar};
@@ -108,7 +109,8 @@ impl RegisteredMaps {
         dataset: &Dataset,
         shards: &[usize],
     ) -> Result<RegisteredMaps, String> {
-        bind(ctx).map_err(|e| format!("binding the CUDA context: {e}"))?;
+        // Not `bind_to_thread`: a stale error would leave the window unlocked.
+        bind_context(ctx).map_err(|e| format!("binding the CUDA context: {e}"))?;
         let page = page_size();
         let mut maps = RegisteredMaps {
             ranges: Vec::new(),
@@ -203,7 +205,8 @@ impl Drop for RegisteredMaps {
     /// and earlier users' loaders before theirs. Failures are logged.
     fn drop(&mut self) {
         let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
-        let bound = bind(&self.ctx);
+        // Not `bind_to_thread`: a stale error would leave the registration in place.
+        let bound = bind_context(&self.ctx);
         for &(start, _) in &self.ranges {
             let Some((_, users)) = table.get_mut(&start) else {
                 continue;
@@ -288,17 +291,6 @@ impl Registrar for CudaRegistrar {
             }
         }
     }
-}
-
-/// Binds `ctx` to this thread. cudarc's `bind_to_thread` first returns (once)
-/// any error an earlier drop recorded on the context, which says nothing of
-/// this bind: logged, and the bind tried again, so that such an error does not
-/// leave a window unlocked or a registration in place.
-fn bind(ctx: &CudaContext) -> Result<(), cudarc::driver::DriverError> {
-    ctx.bind_to_thread().or_else(|e| {
-        tracing::debug!("binding the CUDA context: {e}; again");
-        ctx.bind_to_thread()
-    })
 }
 
 /// The page size of this machine (4 KiB when it cannot be asked).
