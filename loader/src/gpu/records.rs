@@ -91,6 +91,9 @@ impl ReaderState {
     }
 }
 
+/// A pool thread's place in [`ThreadStates`]: its state and spill buffer.
+type Kept = Mutex<Option<(ReaderState, Vec<u8>)>>;
+
 /// The reader pool's states for one epoch, one per pool thread, lent to each
 /// rayon split and kept across the epoch's batches, with a spill buffer.
 ///
@@ -100,9 +103,6 @@ impl ReaderState {
 /// (the ones read through a moving page-locked window) that was tens of
 /// milliseconds per batch, longer than copying it. Made again each epoch, so
 /// that a shard file replaced meanwhile is still found (`Dataset::reader`).
-/// A pool thread's place in [`ThreadStates`]: its state and spill buffer.
-type Kept = Mutex<Option<(ReaderState, Vec<u8>)>>;
-
 pub(super) struct ThreadStates {
     /// One per pool thread: `None` until that thread first needs it, and while
     /// it is lent.
@@ -617,7 +617,7 @@ mod tests {
                 .sum()
         });
         assert_eq!(read, 20 * 256 * 12);
-        // Per split, as before, this was one per split of every batch (dozens).
+        // One per rayon split of every batch would be dozens.
         let made = states.made();
         assert!((1..=2).contains(&made), "{made} states made for 2 threads");
         // Off the pool: a state of its own, not kept.
