@@ -47,7 +47,7 @@ done
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export RUST_BACKTRACE=1
 # tracing colours its key=value fields even into files unless told not to: the parts
-# read those fields.
+# read those fields (the one place this is dealt with).
 export NO_COLOR=1
 # nvImageCodec, the second GPU-decode peer, when device-prepare.sh packed it: importable
 # by every part's python3 (benches/peers/nvimagecodec_decode.py, compare.py).

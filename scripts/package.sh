@@ -15,8 +15,8 @@ for c in "${crates[@]}"; do args+=(-p "$c"); done
 # The build goes to this checkout's target/ with the workspace's dev profile (dependencies
 # optimized, as `cargo test` and scripts/downstream.sh build them), so that it reuses their
 # dependencies instead of building every one again, unoptimized, in a target directory of
-# its own (about 6 of CI's minutes on 2 cores). A packaged manifest carries no profile,
-# hence the --config.
+# its own. A packaged manifest carries no profile, hence the --config, which repeats the
+# workspace's [profile.dev] (a difference costs time, not correctness).
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 home="${CARGO_HOME:-$HOME/.cargo}"
 forget_extractions() {

@@ -29,17 +29,14 @@ impl Table {
     /// A value that is not a number (nothing was measured: a ratio over zero)
     /// is written `-`, and the note says so.
     pub fn row(&mut self, name: &str, value: f64, unit: &str, note: &str) {
-        if !value.is_finite() {
-            let note = format!("not measured ({value}); {note}");
-            println!("{name:<40} {:>14} {unit:<8} {note}", "-");
-            if let Some(f) = &mut self.file {
-                let _ = writeln!(f, "{name}\t-\t{unit}\t{note}");
-            }
-            return;
-        }
-        println!("{name:<40} {value:>14.3} {unit:<8} {note}");
+        let (shown, note) = if value.is_finite() {
+            (format!("{value:.3}"), note.to_string())
+        } else {
+            ("-".to_string(), format!("not measured ({value}); {note}"))
+        };
+        println!("{name:<40} {shown:>14} {unit:<8} {note}");
         if let Some(f) = &mut self.file {
-            let _ = writeln!(f, "{name}\t{value:.3}\t{unit}\t{note}");
+            let _ = writeln!(f, "{name}\t{shown}\t{unit}\t{note}");
         }
     }
 }

@@ -37,7 +37,8 @@ if [ -x "$BIN/gpu_consumer" ]; then
   timeout 80 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --repeat 8 --epochs 5 \
     --batch-size 256 --size 224 --tsv "$OUT/table.tsv" 2>&1 | tee "$OUT/gpu-consumer-jpeg.log" | tail -n 25
   row gpu_consumer_jpeg "${PIPESTATUS[0]}" exit "examples/gpu_consumer, jpeg"
-  verdict=$(sed 's/\x1b\[[0-9;]*m//g' "$OUT/gpu-consumer-jpeg.log" | grep -o 'verdict=.*' | tail -n 1 | tr '\t' ' ')
+  # Plain key=value fields: device-check.sh sets NO_COLOR.
+  verdict=$(grep -o 'verdict=.*' "$OUT/gpu-consumer-jpeg.log" | tail -n 1 | tr '\t' ' ')
   row gpu_util_verdict_jpeg - text "${verdict:-no NVML verdict logged}"
 fi
 if [ -x "$BIN/gpu_consumer" ] && [ "$quick" != 1 ]; then

@@ -37,8 +37,8 @@ done
 # epochs also logs one, cut short).
 w="$OUT/gpu-consumer-raw-seq-window.log"
 if grep -q "page-locked windows of the epoch" "$w"; then
-  # Without the terminal colours tracing may add.
-  line="$(sed 's/\x1b\[[0-9;]*m//g' "$w" | grep "page-locked windows of the epoch" |
+  # Plain key=value fields: device-check.sh sets NO_COLOR.
+  line="$(grep "page-locked windows of the epoch" "$w" |
     awk '{ n = 0; if (match($0, /windows=[0-9]+/)) n = substr($0, RSTART + 8, RLENGTH - 8) + 0
            if (n >= most) { most = n; keep = $0 } } END { print keep }')"
   for key in windows lock_gb_s producer_waited_ms locked_mib; do
