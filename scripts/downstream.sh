@@ -12,21 +12,23 @@ if grep -rn --include=Cargo.toml '^\[patch' . --exclude-dir=target; then
   echo "downstream: a [patch] section applies only inside its own workspace, never to a crate depending on stoker" >&2
   exit 1
 fi
-# The downstream crate starts from the workspace's lock file, so it builds the same
-# dependency versions (and CI reuses their compiled artifacts).
+# The downstream crate starts from the workspace's lock file, and builds with the workspace's
+# profile, so it builds the same dependency versions the same way (and CI reuses their
+# compiled artifacts).
+profile=(--config "$root/scripts/outside-profile.toml")
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 cp -r tests/downstream "$work/path-dep"
 cp Cargo.lock "$work/path-dep/"
 sed -i "s|^stoker = { path = \"../..\" }|stoker = { path = \"$root\" }|" "$work/path-dep/Cargo.toml"
 echo "downstream: path dependency"
-cargo run --quiet --manifest-path "$work/path-dep/Cargo.toml" -- "$root/examples/data/sample"
+cargo run --quiet "${profile[@]}" --manifest-path "$work/path-dep/Cargo.toml" -- "$root/examples/data/sample"
 if [ -d .git ] || git rev-parse --git-dir >/dev/null 2>&1; then
   cp -r "$work/path-dep" "$work/git-dep"
   rev="$(git rev-parse HEAD)"
   sed -i "s|^stoker = { path = \"$root\" }|stoker = { git = \"file://$root\", rev = \"$rev\" }|" "$work/git-dep/Cargo.toml"
   echo "downstream: git dependency on file://$root at $rev"
-  CARGO_NET_GIT_FETCH_WITH_CLI=true cargo run --quiet --manifest-path "$work/git-dep/Cargo.toml" -- "$root/examples/data/sample"
+  CARGO_NET_GIT_FETCH_WITH_CLI=true cargo run --quiet "${profile[@]}" --manifest-path "$work/git-dep/Cargo.toml" -- "$root/examples/data/sample"
 else
   echo "downstream: not a git checkout; git-dependency build not run" >&2
   exit 1

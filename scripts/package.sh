@@ -6,11 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 crates=(stoker-zune-jpeg stoker-decode stoker-formats stoker-loader stoker)
 args=()
-own=()
-for c in "${crates[@]}"; do
-  args+=(-p "$c")
-  own+=(--config "profile.dev.package.$c.opt-level=0")
-done
+for c in "${crates[@]}"; do args+=(-p "$c"); done
 # Cargo verifies each package by building it from its packaged sources, against the
 # others through a local registry under the target directory, whose sources it extracts
 # into $CARGO_HOME/registry/src/-<hash of that registry's path>. An extraction of the same
@@ -19,10 +15,9 @@ done
 # The build goes to this checkout's target/ with the workspace's dev profile (dependencies
 # optimized, as `cargo test` and scripts/downstream.sh build them), so that it reuses their
 # dependencies instead of building every one again, unoptimized, in a target directory of
-# its own. A packaged manifest carries no profile, hence the --config, which repeats the
-# workspace's [profile.dev] (a difference costs time, not correctness). Our own crates,
-# built here from the packages as each other's dependencies, have nothing to reuse and are
-# only built, never run: unoptimized, they build in a fraction of the time.
+# its own. A packaged manifest carries no profile, hence scripts/outside-profile.toml. Our
+# zune-jpeg fork, built here from its package as the others' dependency, has nothing to
+# reuse and is only built, never run: unoptimized, it builds in a fraction of the time.
 target="${CARGO_TARGET_DIR:-$PWD/target}"
 home="${CARGO_HOME:-$HOME/.cargo}"
 forget_extractions() {
@@ -34,9 +29,8 @@ forget_extractions
 trap forget_extractions EXIT
 rm -f "$target"/package/*.crate
 cargo package --quiet --allow-dirty --target-dir "$target" \
-  --config 'profile.dev.debug="line-tables-only"' \
-  --config 'profile.dev.package."*".opt-level=2' --config 'profile.dev.package."*".debug=false' \
-  "${own[@]}" "${args[@]}"
+  --config scripts/outside-profile.toml --config 'profile.dev.package.stoker-zune-jpeg.opt-level=0' \
+  "${args[@]}"
 status=0
 for c in "${crates[@]}"; do
   crate=$(ls "$target"/package/"$c"-[0-9]*.crate)
