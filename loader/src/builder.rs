@@ -14,6 +14,11 @@ use crate::launcher::{NodeShare, Placement};
 use crate::loader::{check_resume, Loader};
 use crate::metrics::Metrics;
 use crate::sampler::{LoaderState, Sampler, Shuffle};
+
+/// The most worker threads a loader takes ([`LoaderBuilder::workers`]): far above any
+/// machine's useful count, far below what would exhaust memory in thread stacks and
+/// per-worker batch buffers.
+pub const MAX_WORKERS: usize = 1024;
 use crate::transform::Transform;
 
 use crate::config::{Device, LoaderConfig, Output};
@@ -135,7 +140,8 @@ impl LoaderBuilder {
     /// the available cores divided by the processes on the node, at least 1; all
     /// of them for a single process).
     ///
-    /// The same advice as PyTorch's `DataLoader(num_workers=...)`: the workers of
+    /// At most [`MAX_WORKERS`]. The same advice as PyTorch's
+    /// `DataLoader(num_workers=...)`: the workers of
     /// all processes on a node should not exceed its cores, which the training
     /// processes need too; raise it when [`Loader::stats`] says the loader is
     /// starved on read, decode or transform and the cores are not all busy.
@@ -472,20 +478,31 @@ impl LoaderBuilder {
         config.placement = placement;
         config.node_cores = share.cores;
         config.workers = workers.unwrap_or(share.cores);
-        config.prefetch_explicit = prefetch.is_some();
-        config.prefetch = prefetch.map_or((2 * config.workers as u64).max(2), |p| p as u64);
-        config.pinned_memory = pinned_memory.unwrap_or(share.pinned_bytes);
         let invalid = |field, reason: &str| {
             Err(LoaderError::InvalidConfig {
                 field,
                 reason: reason.to_owned(),
             })
         };
-        if config.prefetch == 0 {
-            return invalid("prefetch", "must be at least 1 batch");
-        }
         if config.workers == 0 {
             return invalid("workers", "must be at least 1 thread");
+        }
+        // Each worker is a thread with a batch buffer of its own: a typo like 10**6
+        // would take the machine's memory before the first batch.
+        if config.workers > MAX_WORKERS {
+            return invalid(
+                "workers",
+                &format!(
+                    "{} threads is more than the {MAX_WORKERS} allowed (this machine has {} cores)",
+                    config.workers, share.cores
+                ),
+            );
+        }
+        config.prefetch_explicit = prefetch.is_some();
+        config.prefetch = prefetch.map_or((2 * config.workers as u64).max(2), |p| p as u64);
+        config.pinned_memory = pinned_memory.unwrap_or(share.pinned_bytes);
+        if config.prefetch == 0 {
+            return invalid("prefetch", "must be at least 1 batch");
         }
         if config.batch_size > u64::from(u32::MAX) {
             return invalid("batch_size", "too large");
@@ -506,7 +523,7 @@ impl LoaderBuilder {
             config.drop_last,
         )?;
         if let Some(state) = &resume {
-            check_resume(state, config.shuffle.seed(), sampler.num_batches())?;
+            check_resume(state, config.shuffle.seed(), &sampler)?;
         }
         let metrics = Arc::new(Metrics::default());
         metrics.set_placement(config.placement, config.rank, config.world);

@@ -90,6 +90,16 @@ pub enum LoaderError {
         /// The epoch asked for.
         requested: u64,
     },
+    /// The loader (or epoch iterator) was built in another process and this one is a
+    /// `fork` of it: the pipeline's threads, and any CUDA context, exist only in the
+    /// parent, so nothing would ever arrive.
+    #[error("this loader was built in process {built}, and process {now} is a fork of it: its threads (and any CUDA context) stay in the parent; build the loader in the process that iterates it (after the fork, e.g. in the worker)")]
+    ForkedProcess {
+        /// The process that built the loader.
+        built: u32,
+        /// This process.
+        now: u32,
+    },
     /// A loader thread could not be started or stopped unexpectedly.
     #[error("loader thread `{thread}` failed: {reason}")]
     Thread {

@@ -161,7 +161,7 @@ pub mod gpu;
 
 pub use backend::AutoChoice;
 pub use batch::{Batch, HostImages, Images};
-pub use builder::LoaderBuilder;
+pub use builder::{LoaderBuilder, MAX_WORKERS};
 pub use config::{DType, Device, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
 pub use gpu::CudaImages;

@@ -3,6 +3,7 @@
 //! counters (wait, handoff, elapsed, bad records at hand-out). The backend behind it
 //! produces the batches (`crate::pipeline`).
 
+use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -30,8 +31,8 @@ pub struct Loader {
     /// was handed out (`LoaderBuilder::prefetch_next_epoch`). Declared before the
     /// backend: its threads stop before the backend's.
     early: Mutex<Option<(u64, Started)>>,
-    /// Declared before the rest so it is dropped (threads joined) first.
-    backend: Box<dyn Pipeline>,
+    /// Dropped (threads joined) by `Drop`, after `early`, or leaked in a forked child.
+    backend: ManuallyDrop<Box<dyn Pipeline>>,
     /// Shared with the epoch iterators, which report how far the consumer got.
     progress: Arc<Mutex<Progress>>,
     /// A resume state not yet applied (taken by the first `epoch` call).
@@ -39,6 +40,8 @@ pub struct Loader {
     sampler: Sampler,
     metrics: Arc<Metrics>,
     config: LoaderConfig,
+    /// The process that built the loader (its threads live there only).
+    pid: u32,
 }
 
 impl Loader {
@@ -52,12 +55,11 @@ impl Loader {
     ) -> Loader {
         let state = resume.unwrap_or(LoaderState {
             seed: config.shuffle.seed(),
-            epoch: 0,
-            position: 0,
+            ..LoaderState::default()
         });
         Loader {
             early: Mutex::new(None),
-            backend,
+            backend: ManuallyDrop::new(backend),
             progress: Arc::new(Mutex::new(Progress {
                 active: None,
                 state,
@@ -66,8 +68,36 @@ impl Loader {
             sampler,
             metrics,
             config,
+            pid: std::process::id(),
         }
     }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        let early = self
+            .early
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if forked(self.pid).is_some() {
+            // In a fork the pipeline's threads (and CUDA context) do not exist: dropping
+            // would wait forever to join them. Leak what the child inherited instead.
+            std::mem::forget(early);
+            return;
+        }
+        // The early start first: its threads stop before the backend's.
+        drop(early);
+        // SAFETY: `backend` is dropped only here, once, and `self` is not used after.
+        unsafe { ManuallyDrop::drop(&mut self.backend) };
+    }
+}
+
+/// `Some(error)` when this process is not `built`, the process that built a loader:
+/// then it is a `fork` of it, where the loader's threads do not exist.
+fn forked(built: u32) -> Option<LoaderError> {
+    let now = std::process::id();
+    (now != built).then_some(LoaderError::ForkedProcess { built, now })
 }
 
 impl std::fmt::Debug for Loader {
@@ -109,7 +139,7 @@ impl Loader {
     pub fn epoch(&self, epoch: u64) -> Epoch<'_> {
         let on_last: Option<Box<dyn FnOnce() + Send + '_>> =
             self.config.prefetch_next_epoch.then(|| {
-                Box::new(move || self.start_early(epoch + 1)) as Box<dyn FnOnce() + Send + '_>
+                Box::new(move || self.start_early_after(epoch)) as Box<dyn FnOnce() + Send + '_>
             });
         self.epoch_with(epoch, on_last, None)
     }
@@ -135,7 +165,7 @@ impl Loader {
         let on_last: Option<Box<dyn FnOnce() + Send + 'static>> =
             self.config.prefetch_next_epoch.then(|| {
                 let me = Arc::clone(self);
-                Box::new(move || me.start_early(epoch + 1)) as Box<dyn FnOnce() + Send>
+                Box::new(move || me.start_early_after(epoch)) as Box<dyn FnOnce() + Send>
             });
         let owner: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(self) as _;
         self.epoch_with(epoch, on_last, Some(owner))
@@ -149,6 +179,10 @@ impl Loader {
         on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
         owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
     ) -> Epoch<'a> {
+        if let Some(e) = forked(self.pid) {
+            let (metrics, progress) = (Arc::clone(&self.metrics), Arc::clone(&self.progress));
+            return Epoch::failed(epoch, e, metrics, progress, false);
+        }
         {
             let mut progress = lock(&self.progress);
             if let Some(running) = progress.active {
@@ -176,6 +210,7 @@ impl Loader {
                 seed: self.config.shuffle.seed(),
                 epoch,
                 position: start_batch,
+                ..LoaderState::default()
             };
         }
         // An early start of this very epoch from its first batch is used as is; any
@@ -274,6 +309,14 @@ impl Loader {
         early.is_some()
     }
 
+    /// [`Loader::start_early`] for the epoch after `epoch` (there is none after
+    /// `u64::MAX`).
+    fn start_early_after(&self, epoch: u64) {
+        if let Some(next) = epoch.checked_add(1) {
+            self.start_early(next);
+        }
+    }
+
     /// Starts `epoch`'s pipeline ahead of the consumer's [`Loader::epoch`] call
     /// (none while a resume state is pending: that call will want another start).
     fn start_early(&self, epoch: u64) {
@@ -325,7 +368,8 @@ impl Loader {
         self.metrics.reset();
     }
 
-    /// Where this loader stands: `(seed, epoch, position)`; feed it to
+    /// Where this loader stands: `(seed, epoch, position)`, and the batch size, ranks and
+    /// dataset length that give `position` its meaning; feed it to
     /// [`crate::LoaderBuilder::resume`] to continue exactly here.
     ///
     /// # Examples
@@ -344,7 +388,12 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn state(&self) -> LoaderState {
-        lock(&self.progress).state
+        LoaderState {
+            batch_size: Some(self.sampler.batch_size()),
+            world_size: Some(self.sampler.world_size()),
+            samples: Some(self.sampler.dataset_len()),
+            ..lock(&self.progress).state
+        }
     }
 
     /// Continue from a saved [`Loader::state`] with this loader (what
@@ -355,8 +404,8 @@ impl Loader {
     ///
     /// # Errors
     ///
-    /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed or lies past
-    /// the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is
+    /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed, batch size,
+    /// number of ranks or dataset length, or lies past the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is
     /// alive (drop it first).
     ///
     /// # Examples
@@ -365,18 +414,14 @@ impl Loader {
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use stoker_loader::{Loader, LoaderState};
     /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
-    /// let state = LoaderState { seed: 0, epoch: 3, position: 10 };
+    /// let state = LoaderState { seed: 0, epoch: 3, position: 10, ..LoaderState::default() };
     /// loader.load_state(state)?;
     /// let next = loader.epoch(3).next().expect("batch 10 of epoch 3")?;
     /// assert_eq!(next.index, 10);
     /// # Ok(()) }
     /// ```
     pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
-        check_resume(
-            &state,
-            self.config.shuffle.seed(),
-            self.sampler.num_batches(),
-        )?;
+        check_resume(&state, self.config.shuffle.seed(), &self.sampler)?;
         let mut progress = lock(&self.progress);
         if let Some(running) = progress.active {
             return Err(LoaderError::EpochInProgress {
@@ -407,19 +452,31 @@ impl Loader {
     }
 }
 
-/// Checks that `state` can resume a loader with `seed` and `num_batches` per epoch.
+/// Checks that `state` can resume a loader with `seed` and `sampler`.
 pub(crate) fn check_resume(
     state: &LoaderState,
     seed: u64,
-    num_batches: u64,
+    sampler: &Sampler,
 ) -> Result<(), LoaderError> {
-    if state.seed != seed {
-        return Err(LoaderError::ResumeMismatch {
-            field: "seed",
-            expected: seed,
-            got: state.seed,
-        });
+    let recorded = [
+        ("seed", Some(state.seed), seed),
+        ("batch_size", state.batch_size, sampler.batch_size()),
+        ("world_size", state.world_size, sampler.world_size()),
+        ("samples", state.samples, sampler.dataset_len()),
+    ];
+    for (field, got, expected) in recorded {
+        match got {
+            Some(got) if got != expected => {
+                return Err(LoaderError::ResumeMismatch {
+                    field,
+                    expected,
+                    got,
+                })
+            }
+            _ => {}
+        }
     }
+    let num_batches = sampler.num_batches();
     if state.position > num_batches {
         return Err(LoaderError::ResumeMismatch {
             field: "position",
@@ -471,6 +528,8 @@ pub struct Epoch<'a> {
     finished: bool,
     /// Whether this iterator registered itself as the active epoch (and must clear it).
     owns_active: bool,
+    /// The process whose pipeline threads feed `stream`.
+    pid: u32,
     /// What must outlive the pipeline (the loader, for [`crate::Loader::epoch_shared`]);
     /// declared last so it is dropped after the stream.
     _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -499,6 +558,7 @@ impl<'a> Epoch<'a> {
             mark_ns: crate::metrics::clock_ns(),
             finished: false,
             owns_active: true,
+            pid: std::process::id(),
             _owner: owner,
         }
     }
@@ -523,6 +583,7 @@ impl<'a> Epoch<'a> {
             mark_ns: crate::metrics::clock_ns(),
             finished: false,
             owns_active,
+            pid: std::process::id(),
             _owner: None,
         }
     }
@@ -577,6 +638,14 @@ impl<'a> Epoch<'a> {
         if let Some(e) = self.pending.take() {
             return Next::Ready(Err(e));
         }
+        if self.stream.is_some() {
+            if let Some(e) = forked(self.pid) {
+                // The threads that would fill the stream stayed in the parent.
+                std::mem::forget(self.stream.take());
+                self.on_last = None;
+                return Next::Ready(Err(e));
+            }
+        }
         let Some(stream) = self.stream.as_mut() else {
             return Next::Done;
         };
@@ -627,7 +696,7 @@ impl<'a> Epoch<'a> {
                 self.finished = true;
                 self.stream = None;
                 let mut p = lock(&self.progress);
-                p.state.epoch = self.epoch + 1;
+                p.state.epoch = self.epoch.saturating_add(1);
                 p.state.position = 0;
             }
         }
@@ -649,7 +718,11 @@ impl Iterator for Epoch<'_> {
 
 impl Drop for Epoch<'_> {
     fn drop(&mut self) {
-        // Stop the backend first (its Drop stops the workers), then account.
+        // Stop the backend first (its Drop stops the workers), then account. In a fork
+        // the workers do not exist, and waiting for them would never end: leak it.
+        if forked(self.pid).is_some() {
+            std::mem::forget(self.stream.take());
+        }
         self.stream = None;
         self.metrics.account_elapsed(&mut self.mark_ns);
         self.metrics.epoch_done(self.finished);

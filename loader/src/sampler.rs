@@ -62,7 +62,13 @@ impl Shuffle {
 ///
 /// Returned by [`crate::Loader::state`] and consumed by [`crate::LoaderBuilder::resume`].
 /// Serializable so it can go into a training checkpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+///
+/// `position` counts batches of one rank's order, so it means the same samples only to a
+/// loader with the same batch size, number of ranks and dataset: [`crate::Loader::state`]
+/// records them, and a resume with any of them different is refused rather than
+/// repeating or skipping samples. (The rank is not recorded: the ranks advance in step,
+/// so rank 0's saved state resumes every rank.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoaderState {
     /// The shuffle seed (checked on resume).
     pub seed: u64,
@@ -70,6 +76,16 @@ pub struct LoaderState {
     pub epoch: u64,
     /// Batches of `epoch` already handed to the consumer on this rank.
     pub position: u64,
+    /// The batch size `position` counts in (checked on resume when given; a state
+    /// written by hand or by an older stoker may leave it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u64>,
+    /// The number of ranks the dataset is split over (checked on resume when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u64>,
+    /// The records in the dataset (checked on resume when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
 }
 
 /// The per-rank order of sample indices for an epoch.
@@ -154,6 +170,16 @@ impl Sampler {
     /// The batch size.
     pub fn batch_size(&self) -> u64 {
         self.batch_size
+    }
+
+    /// The number of ranks the dataset is split over.
+    pub fn world_size(&self) -> u64 {
+        self.world
+    }
+
+    /// The records in the dataset (all ranks).
+    pub fn dataset_len(&self) -> u64 {
+        self.len
     }
 
     /// Samples this rank visits per epoch (before dropping a partial batch).

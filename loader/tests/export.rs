@@ -152,10 +152,19 @@ fn load_state_on_a_running_loader_resumes_exactly() {
     let loader = small(&ds).build().unwrap();
     assert_eq!(loader.epoch(0).count(), 4);
     let state = LoaderState {
-        seed: 5,
         epoch: 3,
         position: 2,
+        ..loader.state()
     };
+    assert_eq!(
+        (
+            state.seed,
+            state.batch_size,
+            state.world_size,
+            state.samples
+        ),
+        (5, Some(4), Some(1), Some(15))
+    );
     loader.load_state(state).unwrap();
     assert_eq!(loader.state(), state);
     assert_eq!(summary(loader.epoch(3)), full[2..]);
@@ -185,6 +194,47 @@ fn load_state_on_a_running_loader_resumes_exactly() {
         ),
         "{err}"
     );
+    // What `position` counts must not change: another batch size, number of ranks or
+    // dataset would repeat or skip samples. A state without them (written by hand, or
+    // by a stoker that did not record them) is taken as is.
+    for (field, changed) in [
+        (
+            "batch_size",
+            LoaderState {
+                batch_size: Some(2),
+                ..state
+            },
+        ),
+        (
+            "world_size",
+            LoaderState {
+                world_size: Some(2),
+                ..state
+            },
+        ),
+        (
+            "samples",
+            LoaderState {
+                samples: Some(16),
+                ..state
+            },
+        ),
+    ] {
+        let err = loader.load_state(changed).unwrap_err();
+        assert!(
+            matches!(err, LoaderError::ResumeMismatch { field: f, .. } if f == field),
+            "{err}"
+        );
+        assert!(err.to_string().contains(field), "{err}");
+    }
+    let bare = LoaderState {
+        seed: 5,
+        epoch: 3,
+        position: 2,
+        ..LoaderState::default()
+    };
+    loader.load_state(bare).unwrap();
+    assert_eq!(loader.state(), state);
     let running = loader.epoch(4);
     let err = loader.load_state(state).unwrap_err();
     assert!(matches!(err, LoaderError::EpochInProgress { .. }), "{err}");

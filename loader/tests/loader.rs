@@ -796,6 +796,7 @@ fn an_early_started_epoch_has_batches_ready_when_the_consumer_asks() {
             seed: 11,
             epoch: 1,
             position: 1,
+            ..Default::default()
         })
         .build()
         .unwrap();
