@@ -1,6 +1,7 @@
 //! `stoker.Loader`, its epoch iterator and its stats.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
@@ -45,8 +46,11 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 /// ``"auto"`` (blocking when there is a CPU share); ``gpu_cpu_share``, the fraction of
 /// each batch's engine-decodable JPEGs decoded on the CPUs beside the JPEG engines.
 ///
-/// Iterate with ``for images, labels in loader`` (the epoch set by ``set_epoch``,
-/// else the one after the last finished) or ``loader.epoch(e)``.
+/// Iterate with ``for images, labels in loader`` (the epoch set by ``set_epoch`` or
+/// ``load_state_dict``, else the one after the last begun: as with a PyTorch
+/// ``DataLoader``, a loop left early with ``break`` does not repeat its epoch) or
+/// ``loader.epoch(e)``. A loader runs in the process that built it: build it after a
+/// ``fork`` (in the worker), not before.
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Loader {
     inner: Arc<stoker_loader::Loader>,
@@ -106,7 +110,11 @@ impl Loader {
         let shuffle = parse_shuffle(shuffle, seed, quasi_block)?;
         let mut transform = match crop {
             "random" => Transform::random_resized_crop(size),
-            "center" => Transform::center_crop(size, resize.unwrap_or(size * 8 / 7)),
+            "center" => {
+                // In u64: `size * 8` overflows u32 for sizes the transform then refuses.
+                let default = u32::try_from(u64::from(size) * 8 / 7).unwrap_or(u32::MAX);
+                Transform::center_crop(size, resize.unwrap_or(default))
+            }
             other => return Err(bad("crop", other, "\"random\" or \"center\"")),
         }
         .hflip(hflip);
@@ -172,12 +180,19 @@ impl Loader {
         self.inner.num_batches() as usize
     }
 
-    /// An iterator over the epoch set by ``set_epoch`` (once), else the epoch after
-    /// the last one finished (``state_dict()["epoch"]``).
+    /// An iterator over the epoch set by ``set_epoch`` or ``load_state_dict`` (once),
+    /// else the epoch after the last one begun.
     fn __iter__(&self) -> Epoch {
-        let epoch = lock(&self.next_epoch)
-            .take()
-            .unwrap_or_else(|| self.inner.state().epoch);
+        let epoch = lock(&self.next_epoch).take().unwrap_or_else(|| {
+            let s = self.inner.state();
+            // Batches of `s.epoch` were handed out and it did not finish: a loop left
+            // early. Running it again would repeat its order and augmentations.
+            if s.position > 0 {
+                s.epoch.saturating_add(1)
+            } else {
+                s.epoch
+            }
+        });
         self.epoch(epoch)
     }
 
@@ -193,6 +208,7 @@ impl Loader {
         Epoch {
             inner: Mutex::new(Some(self.inner.epoch_shared(epoch))),
             len: self.inner.num_batches(),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -210,32 +226,44 @@ impl Loader {
     }
 
     /// Where the loader stands: ``{"seed", "epoch", "position"}`` (batches of
-    /// ``epoch`` already handed out). Save it with the model; ``load_state_dict``
-    /// continues exactly there (torchdata's ``StatefulDataLoader`` convention).
+    /// ``epoch`` already handed out), with the ``"batch_size"``, ``"world_size"`` and
+    /// ``"samples"`` (dataset length) that give ``position`` its meaning. Save it with
+    /// the model; ``load_state_dict`` continues exactly there (torchdata's
+    /// ``StatefulDataLoader`` convention).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.state();
         let d = PyDict::new(py);
         d.set_item("seed", s.seed)?;
         d.set_item("epoch", s.epoch)?;
         d.set_item("position", s.position)?;
+        d.set_item("batch_size", s.batch_size)?;
+        d.set_item("world_size", s.world_size)?;
+        d.set_item("samples", s.samples)?;
         Ok(d)
     }
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
-    /// seed or past the end of the epoch, ``stoker.StokerError`` while an epoch
+    /// seed, batch size, number of ranks or dataset length (where the state gives
+    /// them), or past the end of the epoch; ``stoker.StokerError`` while an epoch
     /// iterator is alive.
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let optional = |key: &str| -> PyResult<Option<u64>> {
+            match state.get_item(key)? {
+                Some(v) if !v.is_none() => v.extract().map(Some),
+                _ => Ok(None),
+            }
+        };
         let get = |key: &str| -> PyResult<u64> {
-            state
-                .get_item(key)?
-                .ok_or_else(|| PyKeyError::new_err(format!("state_dict has no {key:?}")))?
-                .extract()
+            optional(key)?.ok_or_else(|| PyKeyError::new_err(format!("state_dict has no {key:?}")))
         };
         let state = LoaderState {
             seed: get("seed")?,
             epoch: get("epoch")?,
             position: get("position")?,
+            batch_size: optional("batch_size")?,
+            world_size: optional("world_size")?,
+            samples: optional("samples")?,
         };
         self.inner.load_state(state).map_err(loader_error)?;
         *lock(&self.next_epoch) = Some(state.epoch);
@@ -264,6 +292,9 @@ pub(crate) struct Epoch {
     /// `None` once finished or interrupted (dropping it stops the pipeline's work).
     inner: Mutex<Option<stoker_loader::Epoch<'static>>>,
     len: u64,
+    /// Set by `close`: a `__next__` on another thread holds `inner` while it waits,
+    /// and gives it up when it sees this (within one `SIGNAL_CHECK`).
+    closed: AtomicBool,
 }
 
 #[pymethods]
@@ -275,6 +306,9 @@ impl Epoch {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
         let mut guard = lock_detached(py, &self.inner);
         loop {
+            if self.closed.load(Ordering::Acquire) {
+                *guard = None;
+            }
             let Some(epoch) = guard.as_mut() else {
                 return Ok(None);
             };
@@ -301,8 +335,10 @@ impl Epoch {
         self.len as usize
     }
 
-    /// Stops this epoch's work now (also done when the iterator is freed).
+    /// Stops this epoch's work now (also done when the iterator is freed), also while
+    /// another thread waits in ``next``: that ``next`` then ends the iteration.
     fn close(&self, py: Python<'_>) {
+        self.closed.store(true, Ordering::Release);
         *lock_detached(py, &self.inner) = None;
     }
 }
@@ -347,6 +383,20 @@ impl Stats {
 
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         Ok(self.dict(py)?.keys().into_any().try_iter()?.into_any())
+    }
+
+    /// ``stats[key]``, or ``default`` when there is no such counter (as ``dict.get``).
+    #[pyo3(signature = (key, default=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match self.dict(py)?.get_item(key)? {
+            Some(v) => Ok(v),
+            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+        }
     }
 
     fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -170,7 +170,9 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset):
     head = python_batches([next(it), next(it)])
     del it
     state = loader.state_dict()
-    assert state == {"seed": 5, "epoch": 3, "position": 2}
+    # With what gives `position` its meaning: batches of 4, 1 rank, 15 samples.
+    shape = {"batch_size": 4, "world_size": 1, "samples": 15}
+    assert state == {"seed": 5, "epoch": 3, "position": 2, **shape}
     assert [b["indices"] for b in head] == [b["indices"] for b in full[:2]]
 
     # As a checkpoint would: through JSON, into a fresh loader.
@@ -178,12 +180,22 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset):
     resumed.load_state_dict(json.loads(json.dumps(state)))
     tail = python_batches(resumed)
     assert tail == full[2:]
-    assert resumed.state_dict() == {"seed": 5, "epoch": 4, "position": 0}
+    assert resumed.state_dict() == {"seed": 5, "epoch": 4, "position": 0, **shape}
 
     with pytest.raises(ValueError, match="seed"):
         python_loader(sample_dataset, seed=6).load_state_dict(state)
     with pytest.raises(KeyError):
         resumed.load_state_dict({"seed": 5})
+    # Another batch size or number of ranks would repeat or skip samples: refused.
+    with pytest.raises(ValueError, match="batch_size.* 4 in the saved state but 8"):
+        python_loader(sample_dataset, seed=5, batch_size=8).load_state_dict(state)
+    with pytest.raises(ValueError, match="world_size"):
+        python_loader(sample_dataset, seed=5, rank=0, world_size=2).load_state_dict(state)
+    # A state from before these were recorded resumes as it did.
+    bare = {k: state[k] for k in ("seed", "epoch", "position")}
+    resumed = python_loader(sample_dataset, seed=5)
+    resumed.load_state_dict(bare)
+    assert python_batches(resumed) == full[2:]
 
 
 def test_set_epoch_and_plain_iteration_pick_the_epoch(sample_dataset, rust_batches):
@@ -195,6 +207,23 @@ def test_set_epoch_and_plain_iteration_pick_the_epoch(sample_dataset, rust_batch
     assert [b["indices"] for b in second] == [b["indices"] for b in want[1]]
     loader.set_epoch(4)
     assert [b["indices"] for b in python_batches(loader)] == [b["indices"] for b in want[2]]
+
+
+def test_a_loop_left_early_does_not_repeat_its_epoch(sample_dataset, rust_batches):
+    # As with a torch DataLoader: each `for` over the loader is a new epoch, also when
+    # the last one was left with `break` (a steps-per-epoch loop without set_epoch).
+    loader = python_loader(sample_dataset)
+    seen = []
+    for _ in range(3):
+        for batch in loader:
+            seen.append((batch.epoch, batch.indices))
+            break
+    assert [e for e, _ in seen] == [0, 1, 2]
+    want = [rust_batches(sample_dataset, epoch=e, **rust_args())[0]["indices"] for e in (0, 1, 2)]
+    assert [i for _, i in seen] == want
+    # A whole epoch after them is the next one, and then the one after it.
+    assert {b.epoch for b in loader} == {3}
+    assert {b.epoch for b in loader} == {4}
 
 
 def test_ranks_are_disjoint_and_equal(sample_dataset):
@@ -260,6 +289,7 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
         dict(rank=0),
         dict(prefetch=0),
         dict(workers=0),
+        dict(workers=10**6),  # not a million threads and their buffers
         dict(gpu_waits="sometimes"),
         dict(gpu_cpu_share=1.5),
         dict(gpu_cpu_share=-0.1),
@@ -276,6 +306,11 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
         stoker.Loader(sample_dataset, 0)
     with pytest.raises(TypeError):
         stoker.Loader(sample_dataset, "four")
+    # Values that overflowed the arithmetic behind them (a Rust panic, not an Exception).
+    with pytest.raises(ValueError):
+        stoker.Loader(sample_dataset, 4, crop="center", size=2**31, device="cpu")
+    with pytest.raises(ValueError, match="workers"):
+        stoker.Loader(sample_dataset, 4, workers=2**64 - 1, device="cpu")
     # Two epoch iterators at once: the second says why.
     loader = python_loader(sample_dataset)
     it = loader.epoch(0)
@@ -354,6 +389,79 @@ def test_close_from_another_thread_while_next_waits_does_not_deadlock(sample_dat
     # Closed: the iterator ends, and the loader can start another epoch.
     assert next(it, None) is None
     assert len(list(loader.epoch(1))) == 1
+
+
+def test_close_stops_an_iteration_that_another_thread_is_consuming(sample_dataset):
+    # Slow batches, a fast consumer: the consumer is nearly always inside `next`, and
+    # `close` used to wait there until the whole epoch had been handed out.
+    loader = stoker.Loader(
+        sample_dataset, 1, size=1024, workers=1, prefetch=1, device="cpu", prefetch_next_epoch=False
+    )
+    it = loader.epoch(0)
+    got = []
+    first = threading.Event()
+
+    def consume():
+        for batch in it:
+            got.append(batch.index)
+            first.set()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert first.wait(60), "no first batch"
+    it.close()
+    consumer.join(60)
+    assert not consumer.is_alive()
+    assert len(got) < len(it), "close waited for the whole epoch"
+    assert next(it, None) is None
+
+
+def test_a_loader_used_in_a_forked_child_raises_instead_of_hanging(sample_dataset):
+    # A loader built before a fork (multiprocessing's default start method on Linux):
+    # its threads stay in the parent, so the child used to wait forever.
+    loader = python_loader(sample_dataset)
+    it = iter(loader)
+    next(it)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            try:
+                next(it)
+                code = 2
+            except stoker.StokerError as e:
+                code = 0 if "fork" in str(e) else 3
+            try:
+                next(iter(loader.epoch(5)))
+                code = code or 4
+            except stoker.StokerError:
+                pass
+            del it, loader  # dropping them used to hang joining the parent's threads
+            os.write(write, bytes([code]))
+        finally:
+            os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.02)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hangs")
+    assert os.read(read, 1) == b"\x00"
+    os.close(read)
+    # The parent goes on.
+    assert len([next(it)] + list(it)) == len(loader) - 1
+
+
+def test_the_last_epoch_number_runs_without_overflow(sample_dataset):
+    loader = python_loader(sample_dataset)
+    assert len(list(loader.epoch(2**64 - 1))) == len(loader)
+    assert loader.state_dict()["epoch"] == 2**64 - 1
 
 
 def test_an_absurd_batch_size_is_one_batch_of_the_whole_dataset_not_an_abort(sample_dataset):
