@@ -132,6 +132,49 @@ fn bump(map: &mut BTreeMap<String, u64>, key: impl Into<String>) {
 }
 
 impl Audit {
+    /// Checks that counts read back from a conversion journal could have come from
+    /// [`Audit::add_jpeg`] over at most `inputs` inputs: the manifest records them, and
+    /// nothing else would catch an edited one.
+    pub(crate) fn adds_up(&self, inputs: u64) -> Result<(), String> {
+        let files = self.jpeg_files;
+        if files
+            .checked_add(self.other_images)
+            .is_none_or(|n| n > inputs)
+        {
+            return Err(format!(
+                "its audit counts {files} JPEG and {} other images in {inputs} inputs",
+                self.other_images
+            ));
+        }
+        let sum = |m: &BTreeMap<String, u64>| m.values().try_fold(0u64, |a, &v| a.checked_add(v));
+        let by = [
+            ("frame type", &self.by_sof),
+            ("precision", &self.by_precision),
+            ("components", &self.by_components),
+            ("subsampling", &self.by_subsampling),
+            ("color space", &self.by_color_space),
+        ];
+        for (what, m) in by {
+            if sum(m) != Some(files) {
+                return Err(format!(
+                    "its audit by {what} does not add up to {files} JPEGs"
+                ));
+            }
+        }
+        let hardware = self.gpu_hardware_ok.checked_add(self.gpu_hardware_rejected);
+        let each = [
+            self.progressive,
+            self.arithmetic,
+            self.lossless,
+            self.nvjpeg_rejected,
+            self.reencoded_for_gpu,
+        ];
+        if hardware != Some(files) || each.iter().any(|&n| n > files) {
+            return Err(format!("its audit counts do not fit {files} JPEGs"));
+        }
+        Ok(())
+    }
+
     /// Adds one JPEG to the counts.
     pub(crate) fn add_jpeg(&mut self, c: &JpegClass) {
         self.jpeg_files += 1;

@@ -7,7 +7,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::audit::Audit;
+use super::options::ConvertOptions;
 use super::report::Skipped;
+use super::resume_check::check_journal;
+use super::source::Input;
 use crate::manifest::{RawSize, ShardEntry, MANIFEST_FILE};
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions};
 use crate::FormatError;
@@ -105,10 +108,12 @@ fn is_ours(name: &str) -> bool {
             && (name.ends_with(".lmdb") || name.ends_with(".tmp") || name.ends_with("-lock")))
 }
 
-/// Checks what `out` holds; returns the journal to resume from, if any.
+/// Checks what `out` holds; returns the journal to resume from, if any, checked against
+/// `inputs` (the listing being converted) and the shards it names.
 pub(super) fn prepare_output(
     out: &Path,
-    resume: bool,
+    options: &ConvertOptions,
+    inputs: &[Input],
     fingerprint: u32,
 ) -> Result<Option<Journal>, FormatError> {
     let exists = |reason: String| FormatError::OutputExists {
@@ -137,7 +142,7 @@ pub(super) fn prepare_output(
     if entries.is_empty() {
         return Ok(None);
     }
-    if !resume {
+    if !options.resume {
         return Err(exists(
             "holds a partial conversion (no manifest.json); rerun with --resume to continue it, or delete the directory"
                 .into(),
@@ -161,30 +166,8 @@ pub(super) fn prepare_output(
                     .into(),
             ));
         }
-        for s in &j.done {
-            let p = out.join(&s.file);
-            let Some(want) = s.xxh3 else {
-                return Err(exists(
-                    "holds a partial conversion journaled by an older stoker (no xxh3 digests); delete the directory and convert again"
-                        .into(),
-                ));
-            };
-            let (len, got) = crate::digest::xxh3_of(&p)?;
-            if len != s.bytes {
-                return Err(FormatError::ShardSizeMismatch {
-                    shard: p,
-                    got: len,
-                    want: s.bytes,
-                });
-            }
-            if got != want {
-                return Err(FormatError::ShardDigestMismatch {
-                    shard: p,
-                    got,
-                    want,
-                });
-            }
-        }
+        // Before anything is deleted: a journal that is refused leaves the directory as it was.
+        check_journal(out, j, inputs, options)?;
     }
     // Shards finished after the last journal entry (or with no journal) are redone.
     let keep: Vec<String> = journal

@@ -15,6 +15,7 @@ mod options;
 mod part;
 mod pipeline;
 mod report;
+mod resume_check;
 mod source;
 mod transcode;
 
@@ -132,7 +133,7 @@ pub fn convert(
     // Held until this function returns: a second conversion into `out` (fresh or
     // `--resume`) is refused instead of interleaving its shards with ours.
     let _lock = lock::OutputLock::acquire(out)?;
-    let journal = prepare_output(out, options.resume, fingerprint)?;
+    let journal = prepare_output(out, options, inputs, fingerprint)?;
 
     let writer_opts = WriterOptions {
         shard_bytes: options.shard_bytes,
@@ -161,6 +162,21 @@ pub fn convert(
     result?;
 
     let written = writer.next_index();
+    // Every input is a record or a skip; anything else (a journal that slipped through, a
+    // bug in the pipeline) would be a dataset that loses or repeats images yet verifies, so
+    // it is refused before the manifest makes it look finished.
+    let accounted = written.checked_add(totals.skipped.len() as u64);
+    if accounted != Some(inputs.len() as u64) {
+        return Err(FormatError::InvalidManifest {
+            path: out.join(MANIFEST_FILE),
+            reason: format!(
+                "not written: {written} records and {} skipped inputs do not account for the \
+                 {} inputs; delete the directory and convert again",
+                totals.skipped.len(),
+                inputs.len()
+            ),
+        });
+    }
     let mut provenance = Provenance::stoker(options.source.describe());
     provenance.flags = options.output_flags();
     if let Some(p) = options.part {
@@ -186,7 +202,6 @@ pub fn convert(
         out: out.clone(),
         already_done: false,
     };
-    debug_assert_eq!(report.written + report.skipped.len() as u64, report.inputs);
     Ok(report)
 }
 
