@@ -55,7 +55,11 @@ impl Step {
         if ms <= 0.0 {
             return (Step::None, "no step".into());
         }
-        let d = Duration::from_secs_f64(ms / 1000.0);
+        // NaN and the unrepresentable get no step rather than a panic; `BenchOptions`
+        // refuses them before a run gets here.
+        let Ok(d) = Duration::try_from_secs_f64(ms / 1000.0) else {
+            return (Step::None, format!("no step: {ms} ms is not a duration"));
+        };
         match gpu {
             None => (Step::Sleep(d), format!("step {ms} ms sleeps on the host")),
             Some(ctx) => match GpuSpin::new(ctx, d) {
@@ -173,7 +177,8 @@ impl GpuSpin {
         let ms = start
             .elapsed_ms(&end)
             .map_err(|e| format!("cuEventElapsedTime: {e}"))?;
-        Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1000.0))
+        Duration::try_from_secs_f64(f64::from(ms.max(0.0)) / 1000.0)
+            .map_err(|e| format!("cuEventElapsedTime gave {ms} ms: {e}"))
     }
 }
 

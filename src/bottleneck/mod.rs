@@ -66,7 +66,7 @@ use stoker_loader::Placement;
 
 pub use error::BenchError;
 pub use host::available_cores;
-pub use options::{BenchOptions, DeviceChoice, NoProgress, Progress};
+pub use options::{BenchOptions, DeviceChoice, NoProgress, Progress, MAX_CONSUMER_MS, MAX_SECONDS};
 pub use report::{BenchReport, RecordErrors, StageReport, Stages};
 pub use verdict::{Bound, Verdict};
 
@@ -132,7 +132,7 @@ pub fn run(
     };
 
     let dev = device::choose(opts.device, &placement)?;
-    let mut m = Measurement::new(opts, &dev, cores, progress);
+    let mut m = Measurement::new(opts, opts.budget()?, &dev, cores, progress);
     m.read(&ds, &manifest)?;
     let (sample, cpu_failed) = m.cpu_decode(&ds, manifest.encoding)?;
     m.h2d(mean_record_bytes)?;
@@ -187,6 +187,7 @@ struct Measurement<'a> {
 impl<'a> Measurement<'a> {
     fn new(
         opts: &'a BenchOptions,
+        budget: Duration,
         dev: &'a ChosenDevice,
         cores: usize,
         progress: &'a dyn Progress,
@@ -200,7 +201,7 @@ impl<'a> Measurement<'a> {
             opts,
             dev,
             cores,
-            budget: Duration::from_secs_f64(opts.seconds),
+            budget,
             progress,
             stages: Stages::default(),
             caps: Capacities {

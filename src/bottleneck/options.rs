@@ -1,12 +1,21 @@
 //! What a bench run is asked to do: the device, batch, output size, time per
 //! stage, simulated step and threads; and the progress callback it reports to.
 
+use std::time::Duration;
+
 use stoker_decode::WaitMode;
 
 use super::error::BenchError;
 
 /// Most threads `--threads` may ask for.
 const MAX_THREADS: usize = 1024;
+
+/// Longest time per stage a run accepts, in seconds: one day. A longer one is a typo, not
+/// a measurement, and past about 1.8e19 s it would not fit in a [`Duration`] at all.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// Longest simulated step a run accepts, in milliseconds: one day, as for [`MAX_SECONDS`].
+pub const MAX_CONSUMER_MS: f64 = 86_400_000.0;
 
 /// Where the pipeline runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -99,11 +108,29 @@ impl BenchOptions {
                 reason: format!("{} is not a positive number of seconds", self.seconds),
             });
         }
+        if self.seconds > MAX_SECONDS {
+            return Err(BenchError::InvalidOption {
+                option: "seconds",
+                reason: format!(
+                    "{} is more than {MAX_SECONDS} seconds (one day) per stage",
+                    self.seconds
+                ),
+            });
+        }
         if !(self.consumer_ms.is_finite() && self.consumer_ms >= 0.0) {
             return Err(BenchError::InvalidOption {
                 option: "consumer-ms",
                 reason: format!(
                     "{} is not a non-negative number of milliseconds",
+                    self.consumer_ms
+                ),
+            });
+        }
+        if self.consumer_ms > MAX_CONSUMER_MS {
+            return Err(BenchError::InvalidOption {
+                option: "consumer-ms",
+                reason: format!(
+                    "{} is more than {MAX_CONSUMER_MS} milliseconds (one day) per batch",
                     self.consumer_ms
                 ),
             });
@@ -123,6 +150,19 @@ impl BenchOptions {
         }
         Ok(())
     }
+
+    /// The time per stage as a [`Duration`].
+    ///
+    /// # Errors
+    ///
+    /// [`BenchError::InvalidOption`] when `seconds` is not a duration (negative, NaN, too
+    /// large); [`check`](Self::check) has refused those already.
+    pub(crate) fn budget(&self) -> Result<Duration, BenchError> {
+        Duration::try_from_secs_f64(self.seconds).map_err(|e| BenchError::InvalidOption {
+            option: "seconds",
+            reason: format!("{}: {e}", self.seconds),
+        })
+    }
 }
 
 /// Told what is running, for a progress indicator.
@@ -140,4 +180,40 @@ pub struct NoProgress;
 impl Progress for NoProgress {
     fn stage(&self, _name: &str) {}
     fn advance(&self, _fraction: f64) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `seconds: 1e300` reached `Duration::from_secs_f64` and panicked.
+    #[test]
+    fn times_that_are_no_duration_or_past_a_day_are_refused() {
+        for seconds in [1e300, MAX_SECONDS * 1.01, -1.0, f64::NAN, f64::INFINITY] {
+            let opts = BenchOptions {
+                seconds,
+                ..BenchOptions::default()
+            };
+            assert!(opts.check().is_err(), "seconds {seconds}");
+        }
+        for consumer_ms in [1e300, MAX_CONSUMER_MS * 1.01, -1.0, f64::NAN] {
+            let opts = BenchOptions {
+                consumer_ms,
+                ..BenchOptions::default()
+            };
+            assert!(opts.check().is_err(), "consumer_ms {consumer_ms}");
+        }
+        let day = BenchOptions {
+            seconds: MAX_SECONDS,
+            consumer_ms: MAX_CONSUMER_MS,
+            ..BenchOptions::default()
+        };
+        day.check().unwrap();
+        let huge = BenchOptions {
+            seconds: 1e300,
+            ..BenchOptions::default()
+        };
+        assert!(huge.budget().is_err());
+        assert_eq!(day.budget().unwrap(), Duration::from_secs(86_400));
+    }
 }

@@ -25,11 +25,11 @@ pub struct Args {
     /// Output side of the transforms (RandomResizedCrop size).
     #[arg(long, default_value_t = 224)]
     pub size: u32,
-    /// Seconds per stage.
-    #[arg(long, default_value_t = 2.0)]
+    /// Seconds per stage (at most a day).
+    #[arg(long, default_value_t = 2.0, value_parser = parse_seconds)]
     pub seconds: f64,
-    /// Simulated training step per batch in milliseconds (0 = none).
-    #[arg(long, default_value_t = 0.0)]
+    /// Simulated training step per batch in milliseconds (0 = none; at most a day).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_consumer_ms)]
     pub consumer_ms: f64,
     /// Threads for the CPU stages (0 = every core; under torchrun or srun, this
     /// process's share of the node: the cores divided by the processes on it).
@@ -44,6 +44,48 @@ pub struct Args {
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--seconds`: a positive number of seconds up to [`bottleneck::MAX_SECONDS`]. Refused
+/// here, before the dataset is opened, so that a typo costs nothing.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v = parse_number(s)?;
+    if v <= 0.0 {
+        return Err(format!("{s}: want a positive number of seconds"));
+    }
+    if v > bottleneck::MAX_SECONDS {
+        return Err(format!(
+            "{s}: more than {} seconds (one day) per stage",
+            bottleneck::MAX_SECONDS
+        ));
+    }
+    Ok(v)
+}
+
+/// `--consumer-ms`: zero or a positive number of milliseconds up to
+/// [`bottleneck::MAX_CONSUMER_MS`].
+fn parse_consumer_ms(s: &str) -> Result<f64, String> {
+    let v = parse_number(s)?;
+    if v < 0.0 {
+        return Err(format!(
+            "{s}: want zero or a positive number of milliseconds"
+        ));
+    }
+    if v > bottleneck::MAX_CONSUMER_MS {
+        return Err(format!(
+            "{s}: more than {} milliseconds (one day) per batch",
+            bottleneck::MAX_CONSUMER_MS
+        ));
+    }
+    Ok(v)
+}
+
+/// A finite number: Rust's float parser also takes `inf` and `NaN`.
+fn parse_number(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(format!("{s}: want a number")),
+    }
 }
 
 /// A spinner per stage on stderr; indicatif hides it when stderr is not a terminal.
