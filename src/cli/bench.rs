@@ -3,6 +3,7 @@
 //! [`stoker::bottleneck::run`]; the table goes to stdout (or JSON with `--json`),
 //! the progress bar to stderr when it is a terminal.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -10,6 +11,8 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use stoker::bottleneck::{self, BenchOptions, DeviceChoice, Progress};
 use stoker_decode::WaitMode;
+
+use super::output;
 
 /// Flags of `stoker bench`.
 #[derive(Debug, clap::Args)]
@@ -124,19 +127,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("benchmarking {}", args.dataset.display()));
     progress.0.finish_and_clear();
     let report = report?;
+    let mut out = std::io::stdout().lock();
     if args.json {
-        println!("{}", report.to_json());
+        writeln!(out, "{}", report.to_json())?;
     } else {
-        println!("{report}");
+        writeln!(out, "{report}")?;
     }
+    out.flush()?;
     let errors = report.record_errors.total();
     if errors > 0 {
         // The figures stand, but the dataset is damaged: a script must not take them as a
         // clean run.
-        eprintln!(
+        output::note(format_args!(
             "stoker: error: {errors} record(s) of {} failed during the bench; the figures leave them out (run `stoker verify --decode`)",
             args.dataset.display()
-        );
+        ));
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)

@@ -161,10 +161,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if report.flat && args.layout == Layout::Auto {
         // Said once, so that a user who expected class sub-folders sees that every
         // file became one unlabelled class.
-        eprintln!(
+        super::output::note(format_args!(
             "{} has no class sub-folders: converted as one class of unlabelled images (label 0)",
             args.src.display()
-        );
+        ));
     }
 
     if args.json {
@@ -209,12 +209,12 @@ fn options(args: &Args) -> anyhow::Result<ConvertOptions> {
     opts.layout = args.layout;
     opts.part = formats::Part::from_env(args.part, args.parts)?;
     if let Some(p) = opts.part {
-        eprintln!(
+        super::output::note(format_args!(
             "converting part {} of {} (0-based) into {}",
             p.index,
             p.count,
             args.out.join(p.dir_name()).display()
-        );
+        ));
     }
     if let Ok(n) = std::env::var("STOKER_TEST_FAIL_AFTER") {
         // Test hook: simulate a conversion killed after N records.

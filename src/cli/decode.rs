@@ -3,6 +3,7 @@
 //! to reach for when one image misbehaves.
 #![forbid(unsafe_code)]
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -79,6 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // The decoders fill a cut-off file's missing data in without an error.
     let truncated = header.is_ok() && !stoker::formats::jpeg_is_complete(&data);
     let ok = decoded.is_ok() && !truncated;
+    let mut out = std::io::stdout().lock();
     if args.json {
         let v = serde_json::json!({
             "file": args.file,
@@ -91,19 +93,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "truncated": truncated,
             "notes": notes,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        println!(
+        writeln!(
+            out,
             "file         {} ({} bytes)",
             args.file.display(),
             data.len()
-        );
+        )?;
         match &header {
             Ok(i) => {
-                println!("size         {}x{}", i.width, i.height);
-                println!("components   {} ({:?})", i.components, i.color_space);
-                println!("subsampling  {}", i.subsampling);
-                println!(
+                writeln!(out, "size         {}x{}", i.width, i.height)?;
+                writeln!(out, "components   {} ({:?})", i.components, i.color_space)?;
+                writeln!(out, "subsampling  {}", i.subsampling)?;
+                writeln!(
+                    out,
                     "coding       SOF{} {}{}{}, {}-bit, {} scan(s){}",
                     i.sof,
                     if i.progressive {
@@ -124,46 +128,51 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     } else {
                         ""
                     },
-                );
-                println!("restart      {}", i.restart_interval);
-                println!(
+                )?;
+                writeln!(out, "restart      {}", i.restart_interval)?;
+                writeln!(
+                    out,
                     "adobe        {}",
                     i.adobe_transform
                         .map_or("-".to_string(), |t| format!("transform {t}"))
-                );
-                println!(
+                )?;
+                writeln!(
+                    out,
                     "orientation  {}",
                     i.exif_orientation
                         .map_or("-".to_string(), |o| o.to_string())
-                );
-                println!(
+                )?;
+                writeln!(
+                    out,
                     "nvjpeg       hardware engines: {}, CUDA decoder: {}",
                     yes(i.hardware_decodable()),
                     yes(i.nvjpeg_decodable())
-                );
+                )?;
             }
-            Err(e) => println!("header       error: {e}"),
+            Err(e) => writeln!(out, "header       error: {e}")?,
         }
         match &decoded {
-            Ok(_) if truncated => println!("decoded      no: {TRUNCATED}"),
+            Ok(_) if truncated => writeln!(out, "decoded      no: {TRUNCATED}")?,
             Ok((_, route, _)) => match waits {
-                Some(w) => {
-                    println!("decoded      yes, route {route} (backend {backend}, host waits {w})")
-                }
-                None => println!("decoded      yes, route {route} (backend {backend})"),
+                Some(w) => writeln!(
+                    out,
+                    "decoded      yes, route {route} (backend {backend}, host waits {w})"
+                )?,
+                None => writeln!(out, "decoded      yes, route {route} (backend {backend})")?,
             },
-            Err(e) => println!("decoded      no: {e}"),
+            Err(e) => writeln!(out, "decoded      no: {e}")?,
         }
         for n in &notes {
-            println!("note         {n}");
+            writeln!(out, "note         {n}")?;
         }
     }
     if let (Some(path), Ok((info, _, pixels))) = (&args.output, &decoded) {
         write_png(path, info.width, info.height, pixels)?;
         if !args.json {
-            println!("wrote        {}", path.display());
+            writeln!(out, "wrote        {}", path.display())?;
         }
     }
+    out.flush()?;
     Ok(if ok {
         ExitCode::SUCCESS
     } else {
@@ -218,14 +227,16 @@ fn yes(b: bool) -> &'static str {
     }
 }
 
+/// Writes `rgb` as a PNG at `path`, which appears only once complete: a full disk leaves
+/// neither a truncated image nor a clobbered earlier one.
 fn write_png(path: &std::path::Path, width: u32, height: u32, rgb: &[u8]) -> anyhow::Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut enc = png::Encoder::new(std::io::BufWriter::new(file), width, height);
-    enc.set_color(png::ColorType::Rgb);
-    enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc.write_header().context("writing PNG header")?;
-    w.write_image_data(rgb).context("writing PNG data")?;
-    w.finish().context("finishing PNG")?;
-    Ok(())
+    super::output::write_file_atomically(path, |file| {
+        let mut enc = png::Encoder::new(file, width, height);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut w = enc.write_header().context("writing PNG header")?;
+        w.write_image_data(rgb).context("writing PNG data")?;
+        w.finish().context("finishing PNG")?;
+        Ok(())
+    })
 }

@@ -10,6 +10,7 @@ mod convert;
 mod decode;
 mod inspect;
 mod merge;
+mod output;
 mod verify;
 
 /// stoker: keeps training GPUs fed.
@@ -55,8 +56,11 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader of our output stopped reading (`| head`): end quietly, as tools
+        // killed by SIGPIPE do, but not with success, since the output was cut short.
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::from(output::BROKEN_PIPE_STATUS),
         Err(e) => {
-            eprintln!("stoker: error: {e:#}");
+            output::note(format_args!("stoker: error: {e:#}"));
             ExitCode::FAILURE
         }
     }

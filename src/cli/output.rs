@@ -1,0 +1,135 @@
+//! Where results leave the process: stdout, stderr and files the user names. The
+//! standard macros (`println!`, `eprintln!`) panic when a write fails, and a file
+//! created at its final name is visible half-written; this module is the one place
+//! that does neither.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, ErrorKind, Write};
+use std::path::Path;
+
+use anyhow::Context;
+
+/// Exit status when the reader of stdout went away (EPIPE): 128 + SIGPIPE, the status a
+/// shell reports for a C tool that SIGPIPE ended, so `set -o pipefail` scripts see stoker
+/// as they see `cat`. Rust ignores SIGPIPE, so the write fails instead of killing us.
+pub const BROKEN_PIPE_STATUS: u8 = 128 + 13;
+
+/// True when `e` was caused by writing to a pipe whose reader has gone (`stoker ... |
+/// head`): not worth an error message, since whoever closed the pipe wanted no more.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes one line to stderr, ignoring failure: when stderr itself cannot be written
+/// (closed, full) there is nowhere left to report to, and a panic would only replace
+/// the exit status the caller chose.
+pub fn note(args: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{args}");
+}
+
+/// Writes `path` through `fill` so that it appears only complete: the bytes go to a
+/// temporary file in the same directory (same file system, so the rename cannot copy),
+/// which is flushed, synced and renamed over `path` only when `fill` and every write
+/// succeeded. On any failure the temporary file is removed and an existing `path` is left
+/// as it was.
+///
+/// # Errors
+///
+/// When `path` names no file, the temporary file cannot be created or written (a full
+/// disk, a file-size limit), `fill` fails, or the rename fails (`path` is a directory).
+pub fn write_file_atomically(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let name = path
+        .file_name()
+        .with_context(|| format!("{}: not a file name", path.display()))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // Hidden and named after the process, so two runs writing the same output never share
+    // a temporary file and a leftover from a killed run is recognisable.
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".stoker-{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let create = || OpenOptions::new().write(true).create_new(true).open(&tmp);
+    let file = match create() {
+        // Left by a killed earlier process that had our id: no live process owns it.
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            let _ = std::fs::remove_file(&tmp);
+            create()
+        }
+        r => r,
+    }
+    .with_context(|| {
+        format!(
+            "creating {} (written first as {})",
+            path.display(),
+            tmp.display()
+        )
+    })?;
+    let mut guard = RemoveOnDrop {
+        path: &tmp,
+        armed: true,
+    };
+    let mut w = BufWriter::new(file);
+    fill(&mut w).with_context(|| format!("writing {}", path.display()))?;
+    // `into_inner` flushes and reports the error that dropping a BufWriter would swallow.
+    let file = w
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))?;
+    drop(file);
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
+    guard.armed = false;
+    // Best effort: makes the rename durable where a directory can be synced.
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Removes the temporary file while armed, so that every early return (and a panic in
+/// `fill`) cleans up; disarmed once the file has been renamed into place.
+struct RemoveOnDrop<'a> {
+    path: &'a Path,
+    armed: bool,
+}
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = std::fs::remove_file(self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_fill_leaves_the_old_file_and_no_temporary() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let path = dir.join("out.png");
+        std::fs::write(&path, b"old").unwrap();
+        let r = write_file_atomically(&path, |w| {
+            w.write_all(b"partial")?;
+            anyhow::bail!("cut off")
+        });
+        assert!(r.is_err());
+        assert_eq!(std::fs::read(&path).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1);
+        write_file_atomically(&path, |w| Ok(w.write_all(b"new")?)).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(std::fs::read_dir(dir).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,208 @@
+//! Regression tests for where results leave the `stoker` binary: float options that are no
+//! `Duration` (`bench --seconds 1e300` panicked), stdout that cannot be written (`decode` and
+//! `bench` panicked on /dev/full and on a closed pipe), and `decode -o` on a full disk
+//! (it left a truncated PNG at the final name and clobbered the previous file first).
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::{p, run_within, text, LIMIT, SAMPLE, STOKER};
+
+const PHOTO: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/data/sample/caer/tent.jpg"
+);
+
+/// `stoker args` run by `sh -c script`, the binary and its arguments as `"$0" "$@"`.
+fn stoker_in_shell(shell: &str, script: &str, args: &[&str]) -> Output {
+    let mut c = Command::new(shell);
+    c.arg("-c").arg(script).arg(STOKER).args(args);
+    run_within(c, LIMIT)
+}
+
+/// `stoker args` with stdout on /dev/full, where every write fails with ENOSPC.
+fn into_dev_full(args: &[&str]) -> Output {
+    stoker_in_shell("sh", r#"exec "$0" "$@" >/dev/full"#, args)
+}
+
+/// `stoker args` writing into a pipe whose reader has already gone: the shell fills the pipe
+/// until a write fails (SIGPIPE ignored, so it gets EPIPE) and only then starts stoker, so
+/// its first write meets a closed pipe whatever the timing. bash exits with stoker's status.
+fn into_closed_pipe(args: &[&str]) -> Output {
+    stoker_in_shell(
+        "bash",
+        r#"{ trap '' PIPE; while printf x 2>/dev/null; do :; done; exec "$0" "$@"; } | true; exit "${PIPESTATUS[0]}""#,
+        args,
+    )
+}
+
+fn assert_no_panic(o: &Output) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() != Some(101) && !err.contains("panicked"),
+        "{}",
+        text(o)
+    );
+}
+
+/// The bundled sample converted into `dir/ds`.
+fn sample_dataset(dir: &Path) -> std::path::PathBuf {
+    let ds = dir.join("ds");
+    let o = common::stoker_within(&["convert", SAMPLE, p(&ds), "--no-check"], LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    ds
+}
+
+/// A quick CPU bench of `ds`, with `extra` flags.
+fn bench_args<'a>(ds: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
+        "bench",
+        p(ds),
+        "--device",
+        "cpu",
+        "--seconds",
+        "0.1",
+        "--batch",
+        "4",
+        "--size",
+        "32",
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn bench_durations_past_a_day_are_refused_when_parsed_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    for (flag, value) in [
+        ("--seconds", "1e300"),
+        ("--seconds", "90000"),
+        ("--consumer-ms", "1e300"),
+        ("--consumer-ms", "1e20"),
+        ("--seconds", "inf"),
+    ] {
+        let mut args = vec![
+            "bench",
+            p(&ds),
+            "--device",
+            "cpu",
+            "--batch",
+            "4",
+            "--size",
+            "32",
+            flag,
+            value,
+        ];
+        if flag != "--seconds" {
+            args.extend(["--seconds", "0.1"]);
+        }
+        let o = common::stoker_within(&args, LIMIT);
+        assert_no_panic(&o);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(flag) && (err.contains("one day") || err.contains("want a number")),
+            "{flag} {value}: {}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
+fn results_on_a_full_stdout_are_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["decode", PHOTO, "--backend", "cpu"],
+        vec!["decode", PHOTO, "--backend", "cpu", "--json"],
+        bench_args(&ds, &[]),
+        bench_args(&ds, &["--json"]),
+        vec!["inspect", p(&ds)],
+        vec!["verify", p(&ds)],
+    ];
+    for args in runs {
+        let o = into_dev_full(&args);
+        assert_no_panic(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("No space left on device"),
+            "{args:?}: {}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_with_the_sigpipe_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let runs: Vec<Vec<&str>> = vec![
+        vec!["decode", PHOTO, "--backend", "cpu"],
+        bench_args(&ds, &[]),
+        vec!["inspect", p(&ds)],
+    ];
+    for args in runs {
+        let o = into_closed_pipe(&args);
+        assert_no_panic(&o);
+        // 128 + SIGPIPE, as a shell reports for a C tool the signal ended; no message.
+        assert_eq!(o.status.code(), Some(141), "{args:?}: {}", text(&o));
+        assert!(o.stderr.is_empty(), "{args:?}: {}", text(&o));
+    }
+}
+
+/// `stoker decode PHOTO -o out` under a 10 KiB file size limit (SIGXFSZ ignored, so the
+/// write fails with EFBIG as on a full disk): the PNG is larger, so its write fails.
+fn decode_to_png_with_a_small_file_limit(out: &Path) -> Output {
+    stoker_in_shell(
+        "sh",
+        // sh counts 512-byte blocks.
+        r#"trap '' XFSZ; ulimit -f 20; exec "$0" "$@""#,
+        &["decode", PHOTO, "--backend", "cpu", "-o", p(out)],
+    )
+}
+
+/// The names in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn decode_output_png_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("out.png");
+
+    // No earlier file: nothing at all is left.
+    let o = decode_to_png_with_a_small_file_limit(&png);
+    assert_no_panic(&o);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+
+    // An earlier file: still there, byte for byte.
+    std::fs::write(&png, b"the previous image").unwrap();
+    let o = decode_to_png_with_a_small_file_limit(&png);
+    assert_no_panic(&o);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("out.png"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(std::fs::read(&png).unwrap(), b"the previous image");
+    assert_eq!(names(dir.path()), ["out.png"]);
+
+    // Without the limit the PNG replaces it whole, and no temporary file stays behind.
+    let o = common::stoker_within(&["decode", PHOTO, "--backend", "cpu", "-o", p(&png)], LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    let written = std::fs::read(&png).unwrap();
+    assert!(written.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    assert!(written.len() > 10 * 1024);
+    assert_eq!(names(dir.path()), ["out.png"]);
+}
