@@ -22,6 +22,7 @@
 //!
 //! Without a GPU it prints why and exits with status 2.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,6 +38,8 @@ use stoker::formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, 
 use stoker::loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker::loader::{Device, Images, Loader, Output, Shuffle, Stage, Stats, Transform};
 
+#[path = "common/exit.rs"]
+mod exit;
 #[path = "common/results.rs"]
 mod results;
 
@@ -152,10 +155,7 @@ fn main() -> std::process::ExitCode {
         .init();
     match run(&args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("gpu_consumer: {e}");
-            std::process::ExitCode::from(2)
-        }
+        Err(e) => exit::failure("gpu_consumer", e.as_ref(), 2),
     }
 }
 
@@ -171,7 +171,7 @@ fn run(args: &Args) -> Res<()> {
     let dataset = open_dataset(args, &mut tmp)?;
     let kind = row_kind(args, &dataset);
     let loader = build_loader(args, &dataset, &stream)?;
-    println!("{}", loader.stats().backend);
+    writeln!(std::io::stdout(), "{}", loader.stats().backend)?;
     let mut consumer = Consumer::new(
         &ctx,
         &stream,
@@ -181,7 +181,7 @@ fn run(args: &Args) -> Res<()> {
 
     let alone = loader_alone(&mut table, args, &kind, &loader, &stream)?;
     let fed = fed_epochs(args, &loader, &ctx, &mut consumer, iters, alone.epochs + 1)?;
-    fed_rows(&mut table, &kind, &alone, &fed);
+    fed_rows(&mut table, &kind, &alone, &fed)?;
 
     // 3. Pinned H2D ceiling, same process (the peer of the loader's H2D figure).
     let ceiling = pinned_ceiling(&ctx, &stream)?;
@@ -190,7 +190,7 @@ fn run(args: &Args) -> Res<()> {
         ceiling,
         "GB/s",
         "256 MiB pinned -> device, 20 copies, same process",
-    );
+    )?;
 
     // Pinned host memory the loader holds after every epoch ran: raw records copied
     // from the page-locked map allocate no pixel staging.
@@ -199,7 +199,7 @@ fn run(args: &Args) -> Res<()> {
         loader.stats().pinned_bytes as f64 / f64::from(1 << 20),
         "MiB",
         "Stats::pinned_bytes after the run (staging ring; the page-locked map not counted)",
-    );
+    )?;
 
     // 4. Memory flat after the first fed epoch.
     if let (Some(&(dev1, rss1)), Some(&(devn, rssn))) = (fed.mem.first(), fed.mem.last()) {
@@ -213,13 +213,13 @@ fn run(args: &Args) -> Res<()> {
                 "device used after epoch 1 vs last ({} epochs), acceptance < 1",
                 fed.mem.len()
             ),
-        );
+        )?;
         table.row(
             &format!("mem_{kind}_rss_growth_pct"),
             100.0 * rg,
             "%",
             "host RSS, same epochs, acceptance < 1",
-        );
+        )?;
     }
     Ok(())
 }
@@ -235,14 +235,15 @@ fn open_dataset(args: &Args, tmp: &mut TempDir) -> Res<Dataset> {
             let _ = std::fs::remove_dir_all(&path);
             tmp.0 = Some(path.clone());
             let ds = convert(dir, &path, args.raw, args.repeat, args.shard_mib)?;
-            println!(
+            writeln!(
+                std::io::stdout(),
                 "dataset: {} records ({}, {} MiB in {} shards) in {}",
                 ds.len(),
                 if args.raw { "raw" } else { "jpeg" },
                 ds.manifest().bytes >> 20,
                 ds.manifest().shards.len(),
                 path.display()
-            );
+            )?;
             ds
         }
         (None, None) => return Err("give --dataset or --jpeg-dir".into()),
@@ -421,12 +422,13 @@ impl Consumer {
         // step that runs past the script's time limit.
         let iters = ((target_s - base) / slope).clamp(0.0, f64::from(probe) * 1e3) as u32;
         let step_s = self.time_step(iters)?;
-        println!(
+        writeln!(
+            std::io::stdout(),
             "step: {iters} iterations = {:.2} ms per batch of {} (target {:.2} ms)",
             step_s * 1e3,
             batch_size,
             target_s * 1e3
-        );
+        )?;
         Ok(iters)
     }
 }
@@ -475,7 +477,7 @@ fn loader_alone(
             "F16 NCHW {} RRC+flip+norm, batch {}, epoch 0 (warm-up included)",
             args.size, args.batch_size
         ),
-    );
+    )?;
     let steady_epochs = args.steady_epochs.max(1);
     // The loader's counters over the steady state alone (H2D rows below).
     loader.reset_stats();
@@ -489,7 +491,7 @@ fn loader_alone(
             "F16 NCHW {} RRC+flip+norm, batch {}, epochs 1-{steady_epochs} (steady state; acceptance row)",
             args.size, args.batch_size
         ),
-    );
+    )?;
     Ok(Alone {
         steady,
         stats: alone_stats,
@@ -565,7 +567,7 @@ fn fed_epochs(
 
 /// The rows of the fed epochs, then the H2D rows of both phases and the fed
 /// epochs' transform, route, utilization and nvJPEG host-time rows.
-fn fed_rows(table: &mut results::Table, kind: &str, alone: &Alone, fed: &Fed) {
+fn fed_rows(table: &mut results::Table, kind: &str, alone: &Alone, fed: &Fed) -> Res<()> {
     let (fed_rate, resident_rate, stats) = (fed.rate, fed.resident_rate, &fed.stats);
     let (steady, alone_stats, steady_epochs) = (alone.steady, &alone.stats, alone.epochs);
     table.row(
@@ -573,25 +575,25 @@ fn fed_rows(table: &mut results::Table, kind: &str, alone: &Alone, fed: &Fed) {
         fed_rate,
         "img/s",
         "consumer loop fed by the loader",
-    );
+    )?;
     table.row(
         &format!("fed_{kind}_resident_img_s"),
         resident_rate,
         "img/s",
         "same loop, batch already in GPU memory",
-    );
+    )?;
     table.row(
         &format!("fed_{kind}_throughput_ratio"),
         fed_rate / resident_rate,
         "ratio",
         "acceptance >= 0.98",
-    );
+    )?;
     table.row(
         &format!("fed_{kind}_fed_ratio"),
         stats.fed_ratio,
         "ratio",
         "loader.stats().fed_ratio, acceptance >= 0.99",
-    );
+    )?;
     // H2D: the copy rate (bytes / copy-stream time between the events around each
     // batch's copy) in the steady state of the loader alone (the throughput phase,
     // acceptance row) and in the fed epochs (a kernel fills the GPU, the loader is
@@ -614,7 +616,7 @@ fn fed_rows(table: &mut results::Table, kind: &str, alone: &Alone, fed: &Fed) {
             &format!(
                 "loader alone, epochs 1-{steady_epochs}: H2D copy rate (bytes / copy-stream time from events)"
             ),
-        );
+        )?;
         table.row(
             &format!("h2d_{kind}_wall_gb_s"),
             // Images delivered, not bytes counted: the counters also hold the first
@@ -622,7 +624,7 @@ fn fed_rows(table: &mut results::Table, kind: &str, alone: &Alone, fed: &Fed) {
             steady * per_image / 1e9,
             "GB/s",
             "same epochs: images delivered per second x H2D bytes per image",
-        );
+        )?;
     }
     if let Some((gbs, _)) = copy_rate(stats) {
         table.row(
@@ -630,21 +632,21 @@ fn fed_rows(table: &mut results::Table, kind: &str, alone: &Alone, fed: &Fed) {
             gbs,
             "GB/s",
             "fed epochs (consumer kernel on the GPU, loader throttled): H2D copy rate",
-        );
+        )?;
     }
-    fed_stage_rows(table, kind, stats);
+    fed_stage_rows(table, kind, stats)
 }
 
 /// The fed epochs' transform capacity, decode routes, utilization, nvJPEG host
 /// time and the loader's verdict.
-fn fed_stage_rows(table: &mut results::Table, kind: &str, stats: &Stats) {
+fn fed_stage_rows(table: &mut results::Table, kind: &str, stats: &Stats) -> Res<()> {
     if let Some(tr) = stats.stage(Stage::Transform) {
         table.row(
             &format!("transform_{kind}_img_s"),
             tr.capacity_per_s,
             "img/s",
             "fused kernel capacity from CUDA events",
-        );
+        )?;
     }
     for (route, n) in &stats.decode_routes {
         table.row(
@@ -652,7 +654,7 @@ fn fed_stage_rows(table: &mut results::Table, kind: &str, stats: &Stats) {
             *n as f64,
             "images",
             "decode route counts",
-        );
+        )?;
     }
     if let Some(u) = &stats.utilization {
         for (unit, v) in [("gpu", u.gpu), ("jpeg", u.jpeg), ("cpu", u.cpu)] {
@@ -662,10 +664,10 @@ fn fed_stage_rows(table: &mut results::Table, kind: &str, stats: &Stats) {
                     v,
                     "%",
                     "mean over the fed epochs (loader.stats().utilization)",
-                );
+                )?;
             }
         }
-        println!("utilization: {}", u.verdict());
+        writeln!(std::io::stdout(), "utilization: {}", u.verdict())?;
     }
     if let Some(t) = &stats.gpu_decode {
         table.row(
@@ -673,10 +675,11 @@ fn fed_stage_rows(table: &mut results::Table, kind: &str, stats: &Stats) {
             t.host_us_per_image(),
             "us",
             "nvJPEG decode_batch wall time per image, fed epochs (stats.gpu_decode)",
-        );
-        println!("nvJPEG host time: {t}");
+        )?;
+        writeln!(std::io::stdout(), "nvJPEG host time: {t}")?;
     }
-    println!("{}", stats.verdict());
+    writeln!(std::io::stdout(), "{}", stats.verdict())?;
+    Ok(())
 }
 
 /// Copies 256 MiB from pinned host memory to the device 20 times, timed with events.

@@ -23,6 +23,7 @@
 //!
 //! Without a GPU it prints why and exits with status 2.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -37,6 +38,8 @@ use stoker::decode::cudarc::driver::{
 };
 use stoker::decode::cudarc::nvrtc::compile_ptx;
 
+#[path = "common/exit.rs"]
+mod exit;
 #[path = "h2d_probe/host_load.rs"]
 mod host_load;
 #[path = "common/results.rs"]
@@ -70,7 +73,7 @@ struct Args {
     threads: Vec<usize>,
     /// Total host write rates (GB/s) at which the largest thread count copies with
     /// non-temporal stores, paced evenly, in the `paced` cases.
-    #[arg(long, value_delimiter = ',', default_value = "32,40,48,56")]
+    #[arg(long, value_delimiter = ',', default_value = "32,40,48,56", value_parser = parse_rate)]
     paced: Vec<f64>,
     /// Append result rows to this TSV file.
     #[arg(long)]
@@ -81,13 +84,18 @@ struct Args {
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+/// A `--paced` rate: a positive, finite number of GB/s (pacing divides by it).
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s}: want a positive number of GB/s")),
+    }
+}
+
 fn main() -> std::process::ExitCode {
     match run(&Args::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("h2d_probe: {e}");
-            std::process::ExitCode::from(2)
-        }
+        Err(e) => exit::failure("h2d_probe", e.as_ref(), 2),
     }
 }
 
@@ -142,7 +150,7 @@ fn single_case(
         gb(20.0 * n as f64, ms),
         "GB/s",
         "one 256 MiB pinned buffer x20, back to back",
-    );
+    )?;
     Ok(())
 }
 
@@ -218,7 +226,7 @@ fn ring_cases(table: &mut results::Table, rig: &mut Rig) -> Res<()> {
             "{} pinned buffers of {} B, round robin",
             args.slots, args.bytes
         ),
-    );
+    )?;
     let ms = rig.gap_copies()?;
     table.row(
         "h2d_probe_gaps_gb_s",
@@ -228,7 +236,7 @@ fn ring_cases(table: &mut results::Table, rig: &mut Rig) -> Res<()> {
             "ring, one copy at a time, host idle {} ms between",
             args.gap_ms
         ),
-    );
+    )?;
     Ok(())
 }
 
@@ -301,7 +309,7 @@ fn busy_cases(table: &mut results::Table, rig: &mut Rig, spinner: &mut Spinner) 
                 "ring{} while a kernel fills every SM (busy to the end: {still_busy})",
                 if gaps { ", gaps" } else { "" }
             ),
-        );
+        )?;
     }
     Ok(())
 }
@@ -331,13 +339,13 @@ fn host_cases(
             gb(rig.total, dma_ms),
             "GB/s",
             &format!("ring while {threads} host threads {what}"),
-        );
+        )?;
         table.row(
             &format!("h2d_probe_{name}{threads}_host_gb_s"),
             host_during,
             "GB/s",
             &format!("those threads meanwhile (alone: {host_alone:.1} GB/s)"),
-        );
+        )?;
     }
     Ok(())
 }
@@ -419,7 +427,7 @@ fn after_rewrite_cases(
             &format!(
                 "each slot copied alone right after {max_threads} host threads rewrote it ({name})"
             ),
-        );
+        )?;
     }
     Ok(())
 }
@@ -562,11 +570,14 @@ fn record_cases(table: &mut results::Table, rig: &mut Rig, src: &[u8], record: u
             gb(scattered, ms),
             "GB/s",
             &format!("{per_batch} copies of one record per batch from pinned memory, shuffled, {n} streams"),
-        );
+        )?;
     }
     match registered {
         Ok(()) => filemap_cases(table, ctx, &sc, args.bytes, dev)?,
-        Err(e) => println!("h2d_probe: registering a file map failed: {e}"),
+        Err(e) => writeln!(
+            std::io::stdout(),
+            "h2d_probe: registering a file map failed: {e}"
+        )?,
     }
     drop(map);
     let _ = std::fs::remove_file(&file_path);
@@ -592,7 +603,7 @@ fn filemap_cases(
             gb(scattered, ms),
             "GB/s",
             &format!("same from a page-locked file map (page cache), {n} streams"),
-        );
+        )?;
     }
     let whole = batch_bytes.min(map_len);
     let whole_ms = timed(copy, || {
@@ -618,24 +629,24 @@ fn filemap_cases(
         gb(scattered, ms),
         "GB/s",
         "same records, one cuMemcpyBatchAsync per batch",
-    );
+    )?;
     let ms = sm_gather(ctx, copy, map, sc.order, sc.per_batch, sc.copies, dev)?;
     table.row(
         "h2d_probe_filemap_records_smgather_gb_s",
         gb((sc.copies * sc.per_batch * GATHER_BYTES) as f64, ms),
         "GB/s",
         "same records (16-byte aligned, 562,496 B) read by a kernel from the mapped page cache",
-    );
+    )?;
     table.row(
         "h2d_probe_filemap_batches_gb_s",
         gb((sc.copies * whole) as f64, whole_ms),
         "GB/s",
         "whole batches (one copy each) from the page-locked file map",
-    );
+    )?;
     copy.synchronize()?;
     // SAFETY: registered above; every copy reading it has completed.
     if let Err(e) = unsafe { sys::cuMemHostUnregister(map.as_ptr().cast_mut().cast()) }.result() {
-        eprintln!("cuMemHostUnregister: {e}");
+        let _ = writeln!(std::io::stderr(), "cuMemHostUnregister: {e}");
     }
     Ok(())
 }

@@ -13,14 +13,28 @@
 //!
 //! The settings mean what `stoker.Loader`'s arguments of the same names mean.
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use stoker_formats::Dataset;
 use stoker_loader::{Device, Images, Loader, Output, Shuffle, Transform};
 
-fn main() -> anyhow::Result<()> {
+#[path = "common/exit.rs"]
+mod exit;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        // A reader that stops early (`| head`) ends the dump quietly, not with a panic.
+        Err(e) => exit::failure("loader_dump", e.as_ref(), 1),
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
     let mut args = std::env::args().skip(1);
     let dataset = args
         .next()
@@ -48,7 +62,14 @@ fn main() -> anyhow::Result<()> {
     }
     let transform = match opt.crop.as_str() {
         "random" => Transform::random_resized_crop(opt.size),
-        "center" => Transform::center_crop(opt.size, opt.size * 8 / 7),
+        "center" => {
+            let resize = opt
+                .size
+                .checked_mul(8)
+                .with_context(|| format!("--size {} is too large", opt.size))?
+                / 7;
+            Transform::center_crop(opt.size, resize)
+        }
         other => bail!("--crop {other}: want random or center"),
     }
     .hflip(opt.hflip);
@@ -78,7 +99,11 @@ fn main() -> anyhow::Result<()> {
         let t0 = Instant::now();
         let mut images = 0u64;
         let mut touched = 0f64;
-        for epoch in opt.epoch..opt.epoch + epochs {
+        let end = opt
+            .epoch
+            .checked_add(epochs)
+            .context("--epoch + --time is past the last epoch number")?;
+        for epoch in opt.epoch..end {
             for batch in loader.epoch(epoch) {
                 let batch = batch?;
                 images += batch.len() as u64;
@@ -87,7 +112,8 @@ fn main() -> anyhow::Result<()> {
         }
         let secs = t0.elapsed().as_secs_f64();
         let stats = loader.stats();
-        println!(
+        writeln!(
+            out,
             "{}",
             serde_json::json!({
                 "images": images,
@@ -97,7 +123,7 @@ fn main() -> anyhow::Result<()> {
                 "fed_ratio": stats.fed_ratio,
                 "touched": touched,
             })
-        );
+        )?;
         return Ok(());
     }
 
@@ -127,7 +153,8 @@ fn main() -> anyhow::Result<()> {
             };
             std::fs::write(dir.join(format!("batch-{}.bin", batch.index)), bytes)?;
         }
-        println!(
+        writeln!(
+            out,
             "{}",
             serde_json::json!({
                 "epoch": batch.epoch,
@@ -136,7 +163,7 @@ fn main() -> anyhow::Result<()> {
                 "labels": batch.labels,
                 "shape": images.shape(),
             })
-        );
+        )?;
     }
     Ok(())
 }

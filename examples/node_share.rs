@@ -42,6 +42,8 @@ use stoker::formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
 use stoker::loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker::loader::{Device, Loader, Output, Shuffle, Stage, Transform};
 
+#[path = "common/exit.rs"]
+mod exit;
 #[path = "common/results.rs"]
 mod results;
 
@@ -73,8 +75,8 @@ struct Args {
     /// Worker threads of every process (0: the loader's default, the node share).
     #[arg(long, default_value_t = 0)]
     workers: usize,
-    /// Stand-in training step per batch, milliseconds of sleep (0: none).
-    #[arg(long, default_value_t = 0.0)]
+    /// Stand-in training step per batch, milliseconds of sleep (0: none; at most a day).
+    #[arg(long, default_value_t = 0.0, value_parser = parse_step_ms)]
     consumer_ms: f64,
     /// Appended to every row name.
     #[arg(long, default_value = "")]
@@ -97,6 +99,15 @@ struct Report {
     end_ns: u128,
     fed_ratio: f64,
     decode_items: u64,
+}
+
+/// `--consumer-ms`: a step from zero to a day, refused before any process starts (a
+/// negative, NaN or huge value is no [`Duration`]).
+fn parse_step_ms(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=86_400_000.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s}: want milliseconds from 0 to 86400000 (a day)")),
+    }
 }
 
 fn device(s: &str) -> Result<Device, String> {
@@ -135,14 +146,15 @@ fn child(args: &Args, dataset: &Path) -> Result<(), Box<dyn std::error::Error>> 
         .device(device(&args.device)?)
         .distributed_from_env()
         .build()?;
-    let step = Duration::from_secs_f64(args.consumer_ms / 1000.0);
+    let step = Duration::try_from_secs_f64(args.consumer_ms / 1000.0)
+        .map_err(|e| format!("--consumer-ms {}: {e}", args.consumer_ms))?;
     for batch in loader.epoch(0) {
         batch?;
     }
     // The next epoch started early; it would run before the others are ready.
     loader.cancel_prefetch();
     loader.reset_stats();
-    println!("READY");
+    writeln!(std::io::stdout(), "READY")?;
     std::io::stdout().flush()?;
     let mut go = String::new();
     std::io::stdin().read_line(&mut go)?;
@@ -158,7 +170,7 @@ fn child(args: &Args, dataset: &Path) -> Result<(), Box<dyn std::error::Error>> 
     let end_ns = now_ns();
     loader.cancel_prefetch();
     let stats = loader.stats();
-    eprintln!("{stats}");
+    let _ = writeln!(std::io::stderr(), "{stats}");
     let report = Report {
         rank: stats.slice.map_or(0, |[rank, _]| rank),
         workers: stats
@@ -174,7 +186,11 @@ fn child(args: &Args, dataset: &Path) -> Result<(), Box<dyn std::error::Error>> 
             .stage(Stage::Decode)
             .map_or(0, |s| s.items.min(stats.images)),
     };
-    println!("RESULT {}", serde_json::to_string(&report)?);
+    writeln!(
+        std::io::stdout(),
+        "RESULT {}",
+        serde_json::to_string(&report)?
+    )?;
     Ok(())
 }
 
@@ -310,7 +326,8 @@ fn run_node(
         let status = c.wait()?;
         let stderr = err.join().unwrap_or_default();
         if !status.success() || (i == 0 && std::env::var_os("NODE_SHARE_VERBOSE").is_some()) {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "process {i} ({status}):\n{}",
                 String::from_utf8_lossy(&stderr)
             );
@@ -395,19 +412,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+fn main() -> std::process::ExitCode {
+    match run(&Args::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => exit::failure("node_share", e.as_ref(), 1),
+    }
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(dataset) = &args.child {
-        return child(&args, dataset);
+        return child(args, dataset);
     }
     device(&args.device)?;
     if args.procs.is_empty() || args.procs.contains(&0) {
         return Err("--procs: counts of at least 1".into());
     }
     let tmp = tempfile::tempdir()?;
-    let (out, records) = prepare(&args, tmp.path())?;
-    let runs = rounds(&args, &out)?;
-    write_rows(&args, records, &runs)?;
+    let (out, records) = prepare(args, tmp.path())?;
+    let runs = rounds(args, &out)?;
+    write_rows(args, records, &runs)?;
     Ok(())
 }
 
@@ -424,7 +447,7 @@ fn prepare(args: &Args, tmp: &Path) -> Result<(PathBuf, u64), Box<dyn std::error
     convert(&ConvertOptions::new(source, &out), &NoProgress)?;
     let records = Dataset::open(&out)?.len();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    println!(
+    writeln!(std::io::stdout(),
         "node_share: {records} records from {} (x{}), {cores} cores, device {}, batch {}, size {}, {} timed epochs, step {} ms",
         args.images.display(),
         args.repeat,
@@ -433,7 +456,7 @@ fn prepare(args: &Args, tmp: &Path) -> Result<(PathBuf, u64), Box<dyn std::error
         args.size,
         args.epochs,
         args.consumer_ms
-    );
+    )?;
     Ok((out, records))
 }
 
@@ -449,7 +472,7 @@ fn rounds(args: &Args, out: &Path) -> Result<Vec<(u64, Run)>, Box<dyn std::error
         for &n in &order {
             let reports = run_node(args, out, n)?;
             let run = summarize(&reports);
-            println!(
+            writeln!(std::io::stdout(),
                 "round {round}: {n} process(es), {} workers in all, devices [{}]: {:.0} img/s aggregate, decode {:.0} img/s, fed min {:.3} mean {:.3}",
                 run.workers,
                 reports.iter().map(|r| r.device.split(' ').next().unwrap_or("")).collect::<Vec<_>>().join(","),
@@ -457,7 +480,7 @@ fn rounds(args: &Args, out: &Path) -> Result<Vec<(u64, Run)>, Box<dyn std::error
                 run.decode_per_s,
                 run.fed_min,
                 run.fed_mean
-            );
+            )?;
             runs.push((n, run));
         }
     }
@@ -498,25 +521,25 @@ fn write_rows(
             of(n, |r| r.img_per_s),
             "img/s",
             &note,
-        );
+        )?;
         table.row(
             &format!("{name}_decode_img_per_s"),
             of(n, |r| r.decode_per_s),
             "img/s",
             &note,
-        );
+        )?;
         table.row(
             &format!("{name}_fed_min"),
             of(n, |r| r.fed_min),
             "ratio",
             "lowest per-process fed ratio",
-        );
+        )?;
         table.row(
             &format!("{name}_fed_mean"),
             of(n, |r| r.fed_mean),
             "ratio",
             "mean per-process fed ratio",
-        );
+        )?;
         if n != 1 && reference.is_finite() {
             // The ratio per round (each run against the 1-process run of its round), then the median.
             let ratios: Vec<f64> = (0..args.rounds)
@@ -537,7 +560,7 @@ fn write_rows(
                 median(ratios),
                 "x",
                 &format!("aggregate img/s of {n} processes / 1 process, per round: {per_round}"),
-            );
+            )?;
         }
     }
     Ok(())

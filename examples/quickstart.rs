@@ -7,13 +7,36 @@
 //! ```
 
 use std::error::Error;
+use std::io::{ErrorKind, Write};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Instant;
 
 use stoker::formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
 use stoker::loader::{Device, Loader, Output, Shuffle, Transform};
 
-fn main() -> Result<(), Box<dyn Error>> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        // Whoever read our stdout stopped (`| head`): end quietly, with the status a shell
+        // gives a tool that SIGPIPE ended (Rust ignores the signal, so the write fails).
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == ErrorKind::BrokenPipe) =>
+        {
+            ExitCode::from(128 + 13)
+        }
+        Err(e) => {
+            // Nothing is left to report to when stderr fails too.
+            let _ = writeln!(std::io::stderr(), "quickstart: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The run; every line goes to a locked stdout whose write errors are returned.
+fn run() -> Result<(), Box<dyn Error>> {
+    let mut stdout = std::io::stdout().lock();
     let src = std::env::args_os()
         .nth(1)
         .map(PathBuf::from)
@@ -27,7 +50,8 @@ fn main() -> Result<(), Box<dyn Error>> {
         &ConvertOptions::new(Source::ImageFolder(src.clone()), &out),
         &NoProgress,
     )?;
-    println!(
+    writeln!(
+        stdout,
         "converted {}: {} written, {} skipped, {} shard(s), {:.1} MB in {:.2} s",
         src.display(),
         report.written,
@@ -35,9 +59,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         report.shards,
         report.bytes as f64 / 1e6,
         t.elapsed().as_secs_f64()
-    );
+    )?;
     for s in &report.skipped {
-        println!("  skipped {}: {}", s.path.display(), s.reason);
+        writeln!(stdout, "  skipped {}: {}", s.path.display(), s.reason)?;
     }
 
     // 2. Iterate: the same builder a training loop uses.
@@ -56,7 +80,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .device(Device::Auto)
         .prefetch(2)
         .build()?;
-    println!("classes: {}", classes.join(", "));
+    writeln!(stdout, "classes: {}", classes.join(", "))?;
     for epoch in 0..3 {
         let t = Instant::now();
         let mut images = 0usize;
@@ -67,19 +91,21 @@ fn main() -> Result<(), Box<dyn Error>> {
                     Some(h) => format!("host memory, shape {:?} {:?}", h.shape(), h.dtype()),
                     None => "CUDA device memory".to_string(),
                 };
-                println!(
+                writeln!(
+                    stdout,
                     "first batch: {place}, labels {:?}, indices {:?}",
                     batch.labels, batch.indices
-                );
+                )?;
             }
             images += batch.len();
         }
-        println!(
+        writeln!(
+            stdout,
             "epoch {epoch}: {images} images in {:.3} s ({:.0} img/s)",
             t.elapsed().as_secs_f64(),
             images as f64 / t.elapsed().as_secs_f64()
-        );
+        )?;
     }
-    println!("{}", loader.stats());
+    writeln!(stdout, "{}", loader.stats())?;
     Ok(())
 }

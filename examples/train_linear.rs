@@ -10,7 +10,9 @@
 //! The loader part is the first half of `main`; everything after `for batch in
 //! loader.epoch(epoch)` is what your training step replaces.
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
@@ -19,7 +21,18 @@ use stoker_loader::{Loader, Output, Shuffle, Transform};
 const SIZE: u32 = 32;
 const FEATURES: usize = 3 * (SIZE as usize) * (SIZE as usize);
 
-fn main() -> anyhow::Result<()> {
+#[path = "common/exit.rs"]
+mod exit;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => exit::failure("train_linear", e.as_ref(), 1),
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
     let mut args = std::env::args().skip(1);
     let folder = args
         .next()
@@ -36,13 +49,14 @@ fn main() -> anyhow::Result<()> {
     )?;
     let ds = Dataset::open(&out)?;
     let classes = ds.manifest().classes.len().max(1);
-    println!(
+    writeln!(
+        stdout,
         "dataset: {} images, {} classes from {} ({} skipped)",
         ds.len(),
         classes,
         folder.display(),
         report.skipped.len()
-    );
+    )?;
 
     // 2. The loader: random resized crops with flips, normalized f32 NCHW, on the CPU.
     let loader = Loader::builder(ds.clone())
@@ -105,13 +119,14 @@ fn main() -> anyhow::Result<()> {
                 *p -= scale * g;
             }
         }
-        println!(
+        writeln!(
+            stdout,
             "epoch {epoch:>2}: loss {:.3}, train accuracy {:.1}% (chance {:.1}%)",
             loss_sum / seen.max(1) as f64,
             100.0 * correct as f64 / seen.max(1) as f64,
             100.0 / classes as f64
-        );
+        )?;
     }
-    println!("{}", loader.stats());
+    writeln!(stdout, "{}", loader.stats())?;
     Ok(())
 }

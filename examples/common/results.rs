@@ -28,15 +28,26 @@ impl Table {
     /// One result row.
     /// A value that is not a number (nothing was measured: a ratio over zero)
     /// is written `-`, and the note says so.
-    pub fn row(&mut self, name: &str, value: f64, unit: &str, note: &str) {
+    ///
+    /// # Errors
+    ///
+    /// When stdout or the TSV file cannot be written (closed pipe, full disk): a run whose
+    /// rows are lost stops rather than measuring on unseen. Both are tried, so a failing
+    /// TSV file still leaves the row on stdout.
+    pub fn row(&mut self, name: &str, value: f64, unit: &str, note: &str) -> std::io::Result<()> {
         let (shown, note) = if value.is_finite() {
             (format!("{value:.3}"), note.to_string())
         } else {
             ("-".to_string(), format!("not measured ({value}); {note}"))
         };
-        println!("{name:<40} {shown:>14} {unit:<8} {note}");
-        if let Some(f) = &mut self.file {
-            let _ = writeln!(f, "{name}\t{shown}\t{unit}\t{note}");
-        }
+        let tsv = match &mut self.file {
+            Some(f) => writeln!(f, "{name}\t{shown}\t{unit}\t{note}"),
+            None => Ok(()),
+        };
+        writeln!(
+            std::io::stdout().lock(),
+            "{name:<40} {shown:>14} {unit:<8} {note}"
+        )?;
+        tsv
     }
 }

@@ -93,8 +93,9 @@ pub fn host_loop(
     let mut mine = 0f64;
     while !stop.load(Ordering::Relaxed) {
         if let Some(rate) = rate {
-            // Evenly paced: no further ahead than `mine / rate` seconds.
-            let due = Duration::from_secs_f64(mine / rate);
+            // Evenly paced: no further ahead than `mine / rate` seconds. A rate that makes
+            // no duration (`--paced` refuses those) paces nothing rather than panicking.
+            let due = Duration::try_from_secs_f64(mine / rate).unwrap_or_default();
             if let Some(wait) = due.checked_sub(start.elapsed()) {
                 std::thread::sleep(wait);
             }
