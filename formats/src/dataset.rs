@@ -218,7 +218,8 @@ impl DatasetReader {
     /// # Errors
     ///
     /// [`FormatError::IndexOutOfRange`], [`FormatError::MissingRecord`],
-    /// [`FormatError::BadHeader`], [`FormatError::TruncatedRecord`] or an LMDB error.
+    /// [`FormatError::BadHeader`], [`FormatError::TruncatedRecord`], or
+    /// [`FormatError::DamagedShard`] when a page on the way to the record is damaged.
     ///
     /// # Examples
     ///
@@ -232,10 +233,11 @@ impl DatasetReader {
         };
         let shard = &self.dataset.inner.shards[si];
         let key = self.dataset.inner.manifest.shards[si].key_of(index);
-        let value = shard
-            .db
-            .get(&self.txns[si], &shard::key(key))
-            .map_err(|e| FormatError::lmdb(&shard.path, e))?
+        let value = crate::lmdb_lookup::get(shard.mapped(), &shard.tree, &shard::key(key))
+            .map_err(|reason| FormatError::DamagedShard {
+                shard: shard.path.clone(),
+                reason,
+            })?
             .ok_or_else(|| FormatError::MissingRecord {
                 shard: shard.path.clone(),
                 index,

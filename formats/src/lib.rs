@@ -46,6 +46,7 @@ mod error;
 mod input_file;
 mod inspect;
 mod lmdb_layout;
+mod lmdb_lookup;
 mod lmdb_meta;
 mod lmdb_walk;
 mod lmdb_write;

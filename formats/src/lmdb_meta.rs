@@ -134,8 +134,8 @@ pub(crate) struct RecordTree {
 }
 
 /// Checks the meta pages of the shard open as `file` (`len` bytes), which should hold
-/// `records` records. Returns what is wrong, in words.
-pub(crate) fn check(file: &File, len: u64, records: u64) -> Result<(), String> {
+/// `records` records, and returns its record tree; or what is wrong, in words.
+pub(crate) fn check(file: &File, len: u64, records: u64) -> Result<RecordTree, String> {
     let tree = record_tree(file, len)?;
     if tree.entries != records {
         return Err(format!(
@@ -143,7 +143,7 @@ pub(crate) fn check(file: &File, len: u64, records: u64) -> Result<(), String> {
             tree.entries
         ));
     }
-    Ok(())
+    Ok(tree)
 }
 
 /// Checks both meta pages of `file` (`len` bytes) and returns the record tree of the current

@@ -4,6 +4,10 @@
 //! heed refuses to open the same environment twice in one process, so open shards are kept
 //! in a process-wide table of weak references: a second [`crate::Dataset::open`] of the same
 //! files reuses the mapping of the first.
+//!
+//! Records are looked up in a map of our own ([`crate::lmdb_lookup`], every offset
+//! checked), not through LMDB, which trusts its pages; LMDB's environment serves `verify`'s
+//! iteration of shards whose digest matched.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -13,6 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 
+use crate::lmdb_meta::RecordTree;
 use crate::FormatError;
 
 /// The identity of a file on disk, to tell a replaced shard from the one already mapped.
@@ -33,71 +38,17 @@ pub(crate) struct OpenShard {
     /// The unnamed database holding the records.
     pub db: Database<Bytes, Bytes>,
     id: FileId,
-    /// Where LMDB mapped the file (`OpenShard::mapped`), found on first use.
-    map: OnceLock<(usize, usize)>,
+    /// The file, mapped read-only: record payloads are slices of it.
+    map: memmap2::Mmap,
+    /// The record tree of the current meta page (checked when the shard was opened).
+    pub tree: RecordTree,
 }
 
 impl OpenShard {
-    /// The whole shard file as LMDB mapped it: record payloads handed out by readers
-    /// are slices of these bytes. Empty when the mapping cannot be found (a shard
-    /// without records, or a system without `/proc/self/maps`).
+    /// The whole shard file as mapped: record payloads handed out by readers are slices of
+    /// these bytes.
     pub(crate) fn mapped(&self) -> &[u8] {
-        let (addr, len) = *self.map.get_or_init(|| self.find_map().unwrap_or((0, 0)));
-        if addr == 0 || len == 0 {
-            return &[];
-        }
-        // SAFETY: `find_map` found the mapping that contains a value LMDB handed out
-        // for this environment, maps the file from offset 0 and spans at least the
-        // file (`len` bytes at `addr`): LMDB's own read-only MAP_SHARED map of the
-        // file, made when the environment was opened. It lives as long as
-        // `self.env`, which `&self` borrows, and every byte below the file length
-        // (`len` is the file length) is backed by the file. Nobody writes a
-        // finished shard (see `open_shard`), so the bytes do not change while
-        // borrowed; a file replaced on disk gets a new inode and is not this mapping.
-        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
-    }
-
-    /// Finds LMDB's memory map of this file: the mapping that holds the first
-    /// record's value (LMDB does not say where it mapped a file unless asked for a
-    /// fixed address). `(address, bytes backed by the file)`.
-    fn find_map(&self) -> Option<(usize, usize)> {
-        let txn = self.env.read_txn().ok()?;
-        let (_, value) = self.db.first(&txn).ok()??;
-        let inside = value.as_ptr() as usize;
-        drop(txn);
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        // The inode is not compared: on overlay filesystems the maps show the
-        // underlying file's, not the one `stat` gives.
-        let file = usize::try_from(self.id.len).ok()?;
-        maps.lines().find_map(|line| {
-            let m = MapsLine::parse(line)?;
-            (m.start <= inside && inside < m.end && m.offset == 0 && m.end - m.start >= file)
-                .then_some((m.start, file))
-        })
-    }
-}
-
-/// One line of `/proc/self/maps`: `start-end perms offset dev inode [path]`.
-#[derive(Debug, PartialEq, Eq)]
-struct MapsLine {
-    start: usize,
-    end: usize,
-    offset: u64,
-}
-
-impl MapsLine {
-    fn parse(line: &str) -> Option<MapsLine> {
-        let mut f = line.split_ascii_whitespace();
-        let (start, end) = f.next()?.split_once('-')?;
-        let _perms = f.next()?;
-        let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-        let _dev = f.next()?;
-        let _inode: u64 = f.next()?.parse().ok()?;
-        Some(MapsLine {
-            start: usize::from_str_radix(start, 16).ok()?,
-            end: usize::from_str_radix(end, 16).ok()?,
-            offset,
-        })
+        &self.map
     }
 }
 
@@ -189,12 +140,17 @@ pub(crate) fn open_shard(
         }
         return Err(FormatError::ShardReplaced { shard: canonical });
     }
-    crate::lmdb_meta::check(&file, id.len, records).map_err(|reason| {
+    let tree = crate::lmdb_meta::check(&file, id.len, records).map_err(|reason| {
         FormatError::DamagedShard {
             shard: canonical.clone(),
             reason,
         }
     })?;
+    // SAFETY: a read-only map of a finished shard, which nobody writes (see the NO_LOCK
+    // flag below): its bytes do not change while borrowed. A file replaced on disk has a
+    // new inode (`check_unchanged`); one truncated in place is caught by the same check
+    // between epochs, and is documented (docs/FORMAT.md) as unsupported while read.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FormatError::io(&canonical, e))?;
     // The map only needs to cover the file: LMDB raises it to the last used page if needed.
     let page = 1u64 << 16;
     let map_size = round_up(id.len.max(page), page) as usize;
@@ -243,7 +199,8 @@ pub(crate) fn open_shard(
         env,
         db,
         id,
-        map: OnceLock::new(),
+        map,
+        tree,
     });
     reg.retain(|_, w| w.strong_count() > 0);
     reg.insert(canonical, Arc::downgrade(&shard));
@@ -253,33 +210,4 @@ pub(crate) fn open_shard(
 /// Key of dataset index `index`: u64 big-endian, so LMDB's byte order is index order.
 pub(crate) fn key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::MapsLine;
-
-    #[test]
-    fn maps_lines_parse_with_and_without_a_path() {
-        assert_eq!(
-            MapsLine::parse(
-                "7f1c2a000000-7f1c2a410000 r--s 00000000 08:01 1835042   /data/shard-00000.lmdb"
-            ),
-            Some(MapsLine {
-                start: 0x7f1c_2a00_0000,
-                end: 0x7f1c_2a41_0000,
-                offset: 0
-            })
-        );
-        assert_eq!(
-            MapsLine::parse("55d0c1a00000-55d0c1a21000 rw-p 00001000 00:00 0"),
-            Some(MapsLine {
-                start: 0x55d0_c1a0_0000,
-                end: 0x55d0_c1a2_1000,
-                offset: 0x1000
-            })
-        );
-        assert_eq!(MapsLine::parse("garbage"), None);
-        assert_eq!(MapsLine::parse(""), None);
-    }
 }

@@ -8,7 +8,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use stoker_formats::{
-    convert, verify, ConvertOptions, ConvertReport, Dataset, FormatError, NoProgress, Source,
+    convert, verify, ConvertOptions, ConvertReport, Dataset, DatasetWriter, Encoding, FormatError,
+    NoProgress, Provenance, RecordMeta, Source, WriterOptions,
 };
 
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
@@ -265,6 +266,87 @@ fn damaged_lmdb_meta_pages_no_longer_crash_open_verify_or_reads() {
     println!("meta-page flips: {refused} refused on open, {found_by_verify} opened and reported by verify");
     assert!(refused > 100, "{refused}");
     assert!(verify(&Dataset::open(&out).unwrap(), false).unwrap().ok());
+}
+
+/// The pages of `shard` (`psize` bytes each) that hold the record tree: branch (flag 0x01)
+/// and leaf (0x02) pages, found by their headers.
+fn tree_pages(shard: &[u8], psize: usize) -> Vec<usize> {
+    (2..shard.len() / psize)
+        .filter(|&p| {
+            let h = &shard[p * psize..];
+            u64::from_le_bytes(h[..8].try_into().unwrap()) == p as u64
+                && matches!(u16::from_le_bytes([h[10], h[11]]), 1 | 2)
+        })
+        .collect()
+}
+
+#[test]
+fn damaged_branch_and_leaf_pages_no_longer_crash_reads() {
+    // 600 small records: leaf pages under a branch page, as in any real shard.
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    for i in 0..600u32 {
+        let meta = RecordMeta {
+            encoding: Encoding::Raw,
+            height: 1,
+            width: 4,
+            channels: 3,
+            label: 0,
+        };
+        let payload: Vec<u8> = (0..12).map(|b| (i as u8).wrapping_add(b)).collect();
+        w.push(meta, &payload).unwrap();
+    }
+    w.finish(vec!["c".into()], Provenance::stoker("test"))
+        .unwrap();
+    let shard = dir.path().join("shard-00000.lmdb");
+    let orig = std::fs::read(&shard).unwrap();
+    let psize = 4096;
+    let pages = tree_pages(&orig, psize);
+    assert!(
+        pages.len() >= 3,
+        "want a branch page and leaves, got {pages:?}"
+    );
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap();
+    let (mut tried, mut refused, mut failed_reads) = (0, 0, 0u64);
+    // Each page's header and node pointers, and the first node headers at `upper`:
+    // `lower` zeroed and node flags of 0x7f/0xfe/0xff each crashed LMDB's lookup.
+    for &p in &pages {
+        let upper = usize::from(u16::from_le_bytes([
+            orig[p * psize + 14],
+            orig[p * psize + 15],
+        ]));
+        let bytes = (0..48).chain(upper..(upper + 48).min(psize));
+        for pos in bytes.map(|b| p * psize + b) {
+            for value in [0x00, 0xff, 0x7f, orig[pos] ^ 0x80] {
+                if value == orig[pos] {
+                    continue;
+                }
+                std::os::unix::fs::FileExt::write_all_at(&f, &[value], pos as u64).unwrap();
+                tried += 1;
+                match Dataset::open(dir.path()) {
+                    Err(_) => refused += 1,
+                    Ok(ds) => {
+                        let r = ds.reader().unwrap();
+                        for i in 0..ds.len() {
+                            failed_reads += u64::from(r.get(i).is_err());
+                        }
+                    }
+                }
+                std::os::unix::fs::FileExt::write_all_at(&f, &orig[pos..pos + 1], pos as u64)
+                    .unwrap();
+            }
+        }
+    }
+    println!(
+        "tree-page damage: {tried} tried over {} pages, {refused} refused on open, {failed_reads} record reads failed with an error",
+        pages.len()
+    );
+    assert!(failed_reads > 0);
+    let ds = Dataset::open(dir.path()).unwrap();
+    assert!(verify(&ds, false).unwrap().ok());
 }
 
 #[test]

@@ -1,0 +1,154 @@
+//! Looking one record up in a shard's memory map without LMDB.
+//!
+//! LMDB trusts its pages: one damaged byte (a page's `lower`, a node's flags or offset)
+//! sent `mdb_get` outside the map, and `inspect`, `bench` and the loader died of SIGSEGV.
+//! This descent reads the same B+tree (layout in [`crate::lmdb_walk`]) as plain slices of
+//! the map: every page number, node offset, key and value is checked against its page and
+//! the map, and the tree's depth bounds the descent, so a damaged page is an error in
+//! words. It costs what `mdb_get` did: one page per level and a binary search in each.
+
+use std::cmp::Ordering;
+
+use crate::lmdb_layout::{F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW};
+use crate::lmdb_meta::RecordTree;
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+/// A checked view of the pages of one shard's map.
+struct Pages<'m> {
+    map: &'m [u8],
+    tree: &'m RecordTree,
+}
+
+impl<'m> Pages<'m> {
+    /// Page `pgno`, which must be a page of the tree that names itself `pgno`.
+    fn page(&self, pgno: u64) -> Result<&'m [u8], String> {
+        let psize = self.tree.psize as usize;
+        let start = (pgno >= 2 && pgno <= self.tree.last_pg)
+            .then(|| usize::try_from(pgno).ok()?.checked_mul(psize))
+            .flatten()
+            .ok_or_else(|| format!("page number {pgno} is outside the tree"))?;
+        let page = self
+            .map
+            .get(start..start + psize)
+            .ok_or_else(|| format!("page {pgno} lies past the end of the file"))?;
+        if u64_at(page, 0) != pgno {
+            return Err(format!("page {pgno} names itself differently"));
+        }
+        Ok(page)
+    }
+
+    /// The offset of node `i` of a page with `count` nodes and pointer array end `lower`.
+    fn node(pgno: u64, page: &[u8], lower: usize, i: usize) -> Result<(usize, &[u8]), String> {
+        let off = usize::from(u16_at(page, PAGE_HEADER + 2 * i));
+        if off < lower || off + NODE_HEADER > page.len() {
+            return Err(format!("page {pgno}: node {i} lies outside the page"));
+        }
+        let ksize = usize::from(u16_at(page, off + 6));
+        let key = page
+            .get(off + NODE_HEADER..off + NODE_HEADER + ksize)
+            .ok_or_else(|| format!("page {pgno}: the key of node {i} runs past the page"))?;
+        Ok((off, key))
+    }
+
+    /// The value stored in the leaf node at `off` of page `pgno`, whose key has `ksize` bytes.
+    fn value(
+        &self,
+        pgno: u64,
+        page: &'m [u8],
+        off: usize,
+        ksize: usize,
+    ) -> Result<&'m [u8], String> {
+        let size = usize::from(u16_at(page, off)) | usize::from(u16_at(page, off + 2)) << 16;
+        let data = off + NODE_HEADER + ksize;
+        match u16_at(page, off + 4) {
+            0 => page
+                .get(data..data + size)
+                .ok_or_else(|| format!("page {pgno}: a value runs past the page")),
+            F_BIGDATA => {
+                let at = page.get(data..data + 8).ok_or_else(|| {
+                    format!("page {pgno}: an overflow page number runs past the page")
+                })?;
+                let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
+                let first = self.page(opg)?;
+                if u16_at(first, 10) != P_OVERFLOW {
+                    return Err(format!("page {opg}: not an overflow page"));
+                }
+                // `page` checked that the first page lies in the map; the value's end must too.
+                let start = opg as usize * self.tree.psize as usize + PAGE_HEADER;
+                self.map.get(start..start + size).ok_or_else(|| {
+                    format!("page {opg}: a value of {size} bytes runs past the file")
+                })
+            }
+            flags => Err(format!(
+                "page {pgno}: node flags {flags:#x} (stoker writes none)"
+            )),
+        }
+    }
+}
+
+/// The value stored under `key` in the record tree `tree` of the shard mapped as `map`:
+/// `Ok(None)` when the tree has no such key, `Err` (what is wrong, and where) when a page
+/// on the way is damaged.
+pub(crate) fn get<'m>(
+    map: &'m [u8],
+    tree: &'m RecordTree,
+    key: &[u8],
+) -> Result<Option<&'m [u8]>, String> {
+    let pages = Pages { map, tree };
+    let Some(mut pgno) = tree.root else {
+        return Ok(None);
+    };
+    for level in 1..=tree.depth {
+        let page = pages.page(pgno)?;
+        let lower = usize::from(u16_at(page, 12));
+        if lower < PAGE_HEADER || lower > page.len() || (lower - PAGE_HEADER) % 2 != 0 {
+            return Err(format!("page {pgno}: bad node count"));
+        }
+        let count = (lower - PAGE_HEADER) / 2;
+        let want = if level < tree.depth { P_BRANCH } else { P_LEAF };
+        let flags = u16_at(page, 10);
+        if flags != want || count == 0 {
+            return Err(format!(
+                "page {pgno} (level {level} of {}): flags {flags:#x}, {count} nodes",
+                tree.depth
+            ));
+        }
+        if want == P_BRANCH {
+            // The child whose range holds `key`: the last node with a key ≤ `key`, node 0
+            // standing for everything below node 1 (its key is not read, as in LMDB).
+            let (mut lo, mut hi) = (1, count);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if Pages::node(pgno, page, lower, mid)?.1 <= key {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            let (off, _) = Pages::node(pgno, page, lower, lo - 1)?;
+            pgno = u64::from(u16_at(page, off))
+                | u64::from(u16_at(page, off + 2)) << 16
+                | u64::from(u16_at(page, off + 4)) << 32;
+            continue;
+        }
+        let (mut lo, mut hi) = (0, count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (off, k) = Pages::node(pgno, page, lower, mid)?;
+            match k.cmp(key) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return pages.value(pgno, page, off, k.len()).map(Some),
+            }
+        }
+        return Ok(None);
+    }
+    Err(format!("the tree's depth is {}", tree.depth))
+}
