@@ -17,7 +17,7 @@ const PHOTO: &str = concat!(
 fn dataset(dir: &std::path::Path, jpeg: &[u8]) -> Dataset {
     let mut w = DatasetWriter::create(dir, WriterOptions::default()).unwrap();
     w.push(common::jpeg_meta(jpeg, 0), jpeg).unwrap();
-    w.finish(vec![], Provenance::stoker("cli_decode test"))
+    w.finish(vec!["c".into()], Provenance::stoker("cli_decode test"))
         .unwrap();
     Dataset::open(dir).unwrap()
 }

@@ -56,7 +56,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         writer.push(meta, &jpeg)?;
     }
     std::fs::write(out.join("params.txt"), params)?;
-    writer.finish(vec![], Provenance::stoker("crop_parity: the bench set"))?;
+    writer.finish(
+        vec!["c".into()],
+        Provenance::stoker("crop_parity: the bench set"),
+    )?;
     let loader = Loader::builder(Dataset::open(tmp.path())?)
         .batch_size(1)
         .shuffle(Shuffle::Sequential)

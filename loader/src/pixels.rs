@@ -228,6 +228,18 @@ pub(crate) fn read_checked<'r>(
     record
         .check_crc()
         .map_err(|source| LoaderError::Read { index, source })?;
+    // A label past the class list would reach the training step as an out-of-range class
+    // (a device-side assert in a CUDA loss); `verify` reports the same records.
+    let classes = reader.dataset().manifest().classes.len();
+    if record.header.label as usize >= classes {
+        return Err(LoaderError::UnusableRecord {
+            index,
+            reason: format!(
+                "label {} is outside the class list ({classes} classes)",
+                record.header.label
+            ),
+        });
+    }
     metrics.record(
         Stage::Read,
         1,
@@ -398,9 +410,36 @@ mod tests {
             };
             w.push(meta, payload).unwrap();
         }
-        w.finish(vec![], Provenance::stoker("pixels unit test"))
+        let classes = (0..4).map(|c| c.to_string()).collect();
+        w.finish(classes, Provenance::stoker("pixels unit test"))
             .unwrap();
         Dataset::open(dir).unwrap()
+    }
+
+    #[test]
+    fn a_label_outside_the_class_list_is_an_unusable_record_not_a_batch_label() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+        for label in [1, 3] {
+            let meta = RecordMeta {
+                encoding: Encoding::Raw,
+                height: 6,
+                width: 8,
+                channels: 3,
+                label,
+            };
+            w.push(meta, &rgb()).unwrap();
+        }
+        w.finish(vec!["a".into(), "b".into()], Provenance::stoker("labels"))
+            .unwrap();
+        let reader = Dataset::open(dir.path()).unwrap().reader().unwrap();
+        let metrics = Metrics::default();
+        assert_eq!(read_checked(&reader, 0, &metrics).unwrap().header.label, 1);
+        let err = read_checked(&reader, 1, &metrics).unwrap_err();
+        assert!(
+            matches!(&err, LoaderError::UnusableRecord { index: 1, reason } if reason.contains("label 3 is outside the class list (2 classes)")),
+            "{err}"
+        );
     }
 
     fn gray() -> Vec<u8> {

@@ -424,7 +424,8 @@ fn eval_center_crop_of_a_raw_dataset_is_the_exact_pixels() {
         };
         w.push(meta, &pattern(i)).unwrap();
     }
-    w.finish(vec![], stoker_formats::Provenance::stoker("synthetic raw"))
+    let classes = (0..6).map(|c| c.to_string()).collect();
+    w.finish(classes, stoker_formats::Provenance::stoker("synthetic raw"))
         .unwrap();
     let ds = Dataset::open(dir.path()).unwrap();
     let loader = Loader::builder(ds)

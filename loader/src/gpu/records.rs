@@ -403,7 +403,8 @@ mod tests {
             label: 9,
         };
         w.push(meta, payload).unwrap();
-        w.finish(vec![], Provenance::stoker("gpu staging unit test"))
+        let classes = (0..10).map(|c| c.to_string()).collect();
+        w.finish(classes, Provenance::stoker("gpu staging unit test"))
             .unwrap();
         Dataset::open(dir).unwrap()
     }
