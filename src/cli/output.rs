@@ -3,7 +3,7 @@
 //! created at its final name is visible half-written; this module is the one place
 //! that does neither.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, ErrorKind, Write};
 use std::path::Path;
 
@@ -31,10 +31,10 @@ pub fn note(args: std::fmt::Arguments<'_>) {
 }
 
 /// Writes `path` through `fill` so that it appears only complete: the bytes go to a
-/// temporary file in the same directory (same file system, so the rename cannot copy),
-/// which is flushed, synced and renamed over `path` only when `fill` and every write
-/// succeeded. On any failure the temporary file is removed and an existing `path` is left
-/// as it was.
+/// temporary file in the same directory (same file system, so the rename cannot copy;
+/// `tempfile` names it and removes it on every early return or panic), which is flushed,
+/// synced and renamed over `path` only when `fill` and every write succeeded. On any
+/// failure an existing `path` is left as it was.
 ///
 /// # Errors
 ///
@@ -51,32 +51,20 @@ pub fn write_file_atomically(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    // Hidden and named after the process, so two runs writing the same output never share
-    // a temporary file and a leftover from a killed run is recognisable.
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".stoker-{}.tmp", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let create = || OpenOptions::new().write(true).create_new(true).open(&tmp);
-    let file = match create() {
-        // Left by a killed earlier process that had our id: no live process owns it.
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            let _ = std::fs::remove_file(&tmp);
-            create()
-        }
-        r => r,
-    }
-    .with_context(|| {
-        format!(
-            "creating {} (written first as {})",
-            path.display(),
-            tmp.display()
-        )
-    })?;
-    let mut guard = RemoveOnDrop {
-        path: &tmp,
-        armed: true,
-    };
+    let mut prefix = std::ffi::OsString::from(".");
+    prefix.push(name);
+    let tmp = tempfile::Builder::new()
+        .prefix(&prefix)
+        .suffix(".stoker.tmp")
+        .tempfile_in(dir)
+        .with_context(|| {
+            format!(
+                "creating a temporary file for {} in {}",
+                path.display(),
+                dir.display()
+            )
+        })?;
+    let (file, tmp_path) = tmp.into_parts();
     let mut w = BufWriter::new(file);
     fill(&mut w).with_context(|| format!("writing {}", path.display()))?;
     // `into_inner` flushes and reports the error that dropping a BufWriter would swallow.
@@ -87,28 +75,15 @@ pub fn write_file_atomically(
     file.sync_all()
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming into {}", path.display()))?;
-    guard.armed = false;
+    tmp_path
+        .persist(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("renaming into {}", path.display()))?;
     // Best effort: makes the rename durable where a directory can be synced.
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())
-}
-
-/// Removes the temporary file while armed, so that every early return (and a panic in
-/// `fill`) cleans up; disarmed once the file has been renamed into place.
-struct RemoveOnDrop<'a> {
-    path: &'a Path,
-    armed: bool,
-}
-
-impl Drop for RemoveOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = std::fs::remove_file(self.path);
-        }
-    }
 }
 
 #[cfg(test)]
