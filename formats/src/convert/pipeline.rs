@@ -1,10 +1,15 @@
-//! The conversion's data flow: worker threads read and check inputs in chunks, in parallel,
-//! and one writer takes their results in input order, so the output never depends on which
-//! thread finished first.
+//! The conversion's data flow: worker threads read and transcode inputs in parallel, taking
+//! them one at a time in listing order, and one writer takes their results in input order,
+//! so the output never depends on which thread finished first.
+//!
+//! Memory is bounded by bytes, not by a count of files: a worker takes its next input only
+//! while the results waiting for the writer hold at most [`READ_AHEAD_BYTES`]. So at most
+//! that plus one record per worker is held, whether a record is a 40 kB JPEG or 100 MB of
+//! raw pixels.
 
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
-
-use rayon::prelude::*;
 
 use super::journal::{save_journal, Totals};
 use super::options::ConvertOptions;
@@ -20,8 +25,15 @@ use crate::FormatError;
 /// Inputs stat'ed ahead for one shard's layout at most (about 0.1 s on a local disk).
 const EXPECTED_MAX: usize = 1 << 16;
 
-/// How far the readers may get ahead of the writer, in payload bytes.
-const READ_AHEAD_BYTES: usize = 32 << 20;
+/// How far the workers may get ahead of the writer, in payload bytes. Enough to keep them
+/// busy while the writer writes; more only makes stored JPEGs pass through more memory than
+/// the CPU caches hold (and fault more fresh pages in), which slows a store-mode conversion.
+const READ_AHEAD_BYTES: usize = 8 << 20;
+
+/// A worker sends its results to the writer once it has this many, or this many payload
+/// bytes (so a large record is sent at once), or before it waits.
+const BATCH_INPUTS: usize = 16;
+const BATCH_BYTES: usize = 1 << 20;
 
 /// Processes `inputs` (the tail of the listing from `first`) and writes them in order.
 pub(super) fn run(
@@ -41,76 +53,122 @@ pub(super) fn run(
         .thread_name(|i| format!("stoker-convert-{i}"))
         .build()
         .map_err(|e| FormatError::InvalidOptions(format!("cannot start {jobs} threads: {e}")))?;
-    let chunk = (jobs * 16).max(16);
     // Input buffers come back from the writer once written, so the pages of the read-ahead
     // window are faulted in once, not once per file.
     let buffers = Arc::new(BufferPool::new(2 * READ_AHEAD_BYTES));
     writer.set_buffer_pool(buffers.clone());
     let buffers = &buffers;
-    // The workers read on while the writer writes, up to this many bytes.
-    let ahead = &ReadAhead::new(READ_AHEAD_BYTES);
-    let (tx, rx) = mpsc::sync_channel::<Vec<Processed>>(64);
+    // Results of skipped inputs hold no payload, so a count bounds them too.
+    let ahead = &ReadAhead::new(READ_AHEAD_BYTES, (jobs * 64).max(1024));
+    let (tx, rx) = mpsc::channel::<Vec<(usize, Processed)>>();
     std::thread::scope(|scope| {
-        let producer = scope.spawn(move || {
-            for part in inputs.chunks(chunk) {
-                if !ahead.wait_for_room() {
-                    break; // the writer stopped on an error
-                }
-                let done: Vec<Processed> = pool.install(|| {
-                    part.par_iter()
-                        .map(|input| {
-                            let read = match &input.refused {
-                                Some(reason) => Err(reason.clone()),
-                                None => read_input_into(
-                                    &input.path,
-                                    options.max_file_size,
-                                    buffers.take(),
-                                )
-                                .map_err(|e| refusal_reason(&e)),
-                            };
-                            match read {
-                                Ok(data) => transcode::process(data, input.label, options),
-                                Err(reason) => Processed {
-                                    outcome: Outcome::Skip(reason),
-                                    jpeg: None,
-                                    other_image: false,
-                                    input_bytes: 0,
-                                },
-                            }
-                        })
-                        .collect()
-                });
-                ahead.add(done.iter().map(held_bytes).sum());
-                if tx.send(done).is_err() {
-                    break; // the writer stopped on an error
-                }
-            }
+        let workers = scope.spawn(move || {
+            let tx = &tx;
+            // Every pool thread runs this loop once: `jobs` workers.
+            pool.broadcast(|_| work(inputs, options, buffers, ahead, tx));
         });
-        let mut pos = first;
         let result = (|| {
-            for batch in rx.iter() {
-                ahead.taken(batch.iter().map(held_bytes).sum());
-                for p in batch {
-                    write_one(
-                        options,
-                        &inputs[pos - first..],
-                        p,
-                        pos,
-                        fingerprint,
-                        writer,
-                        totals,
-                        progress,
-                    )?;
-                    pos += 1;
-                }
+            // Results that arrived before the one the writer needs next.
+            let mut early = BTreeMap::new();
+            for pos in 0..inputs.len() {
+                let p = loop {
+                    if let Some(p) = early.remove(&pos) {
+                        break p;
+                    }
+                    match rx.recv() {
+                        Ok(batch) => early.extend(batch),
+                        // The workers stopped early: `convert` finds inputs unaccounted for.
+                        Err(_) => return Ok(()),
+                    }
+                };
+                let bytes = held_bytes(&p);
+                write_one(
+                    options,
+                    &inputs[pos..],
+                    p,
+                    first + pos,
+                    fingerprint,
+                    writer,
+                    totals,
+                    progress,
+                )?;
+                ahead.taken(bytes);
             }
             Ok(())
         })();
         ahead.close();
         drop(rx);
-        let _ = producer.join();
+        let _ = workers.join();
         result
     })
+}
+
+/// One worker: takes inputs from `ahead` until none is left or the writer stops, and sends
+/// their results to the writer in small batches (one wake-up of the writer per batch, not
+/// per input, which is most of the pipeline's cost for small stored JPEGs).
+fn work(
+    inputs: &[source::Input],
+    options: &ConvertOptions,
+    buffers: &BufferPool,
+    ahead: &ReadAhead,
+    tx: &mpsc::Sender<Vec<(usize, Processed)>>,
+) {
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0;
+    // False when the writer has stopped on an error.
+    let send = |batch: &mut Vec<_>| batch.is_empty() || tx.send(std::mem::take(batch)).is_ok();
+    loop {
+        let i = match ahead.next(inputs.len(), false) {
+            Next::Input(i) => i,
+            Next::Done => break,
+            // Results kept here while waiting could be the ones the writer needs before it
+            // makes room: they go first.
+            Next::Full => {
+                batch_bytes = 0;
+                if !send(&mut batch) {
+                    return;
+                }
+                match ahead.next(inputs.len(), true) {
+                    Next::Input(i) => i,
+                    Next::Done | Next::Full => break,
+                }
+            }
+        };
+        let p = process(&inputs[i], options, buffers);
+        let bytes = held_bytes(&p);
+        ahead.add(bytes);
+        batch.push((i, p));
+        batch_bytes += bytes;
+        if batch.len() >= BATCH_INPUTS || batch_bytes >= BATCH_BYTES {
+            batch_bytes = 0;
+            if !send(&mut batch) {
+                return;
+            }
+        }
+    }
+    send(&mut batch);
+}
+
+/// Reads and transcodes one input; never panics (a panic in a decoder makes the input a
+/// skip that says so, instead of stopping the other workers' inputs from being written).
+fn process(input: &source::Input, options: &ConvertOptions, buffers: &BufferPool) -> Processed {
+    let skip = |reason| Processed {
+        outcome: Outcome::Skip(reason),
+        jpeg: None,
+        other_image: false,
+        input_bytes: 0,
+    };
+    if let Some(reason) = &input.refused {
+        return skip(reason.clone());
+    }
+    let data = match read_input_into(&input.path, options.max_file_size, buffers.take()) {
+        Ok(data) => data,
+        Err(e) => return skip(refusal_reason(&e)),
+    };
+    catch_unwind(AssertUnwindSafe(|| {
+        transcode::process(data, input.label, options)
+    }))
+    .unwrap_or_else(|_| skip("stoker failed on this file (a panic, printed above)".into()))
 }
 
 /// Writes the result of `inputs[0]` (the inputs from it to the end of the listing).
@@ -203,52 +261,112 @@ fn held_bytes(p: &Processed) -> usize {
     }
 }
 
-/// Bytes the workers have read that the writer has not yet taken.
+/// The inputs handed to workers and the bytes of their results the writer has not yet
+/// taken.
 ///
-/// The workers start a chunk only while this is at most `max`, so they keep reading while
-/// the writer is busy writing, and hold at most `max` plus one chunk.
+/// A worker takes the next input only while those bytes are at most `max` and fewer than
+/// `window` inputs are between the writer and the next input. Held memory only grows when a
+/// worker takes an input, and each worker works on one input at a time, so results and work
+/// in progress together hold at most `max` plus one record per worker. The input the writer
+/// waits for has always been taken, so waiting here never stops the writer.
 struct ReadAhead {
-    /// Bytes waiting, and whether the writer has stopped (then nobody waits any more).
-    state: Mutex<(usize, bool)>,
+    state: Mutex<AheadState>,
     room: Condvar,
     max: usize,
+    window: usize,
+}
+
+/// What [`ReadAhead::next`] hands a worker.
+enum Next {
+    /// This input is the worker's.
+    Input(usize),
+    /// No room now.
+    Full,
+    /// Every input is handed out, or the writer has stopped.
+    Done,
+}
+
+struct AheadState {
+    /// The next input to hand out (an index into the inputs `run` was given).
+    next: usize,
+    /// Inputs the writer has taken (written or skipped).
+    taken: usize,
+    /// Payload bytes of results not yet taken.
+    held: usize,
+    /// The writer has stopped: nobody waits, nothing more is handed out.
+    closed: bool,
+    /// Workers waiting for room.
+    waiting: usize,
 }
 
 impl ReadAhead {
-    fn new(max: usize) -> ReadAhead {
+    fn new(max: usize, window: usize) -> ReadAhead {
         ReadAhead {
-            state: Mutex::new((0, false)),
+            state: Mutex::new(AheadState {
+                next: 0,
+                taken: 0,
+                held: 0,
+                closed: false,
+                waiting: 0,
+            }),
             room: Condvar::new(),
             max,
+            window,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (usize, bool)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AheadState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits until there is room for another chunk; false when the writer has stopped.
-    fn wait_for_room(&self) -> bool {
+    /// Hands out the next of `end` inputs when there is room; waits for room if `wait`,
+    /// else says that there is none.
+    ///
+    /// A worker that found no room waits until the writer has taken half of what is held,
+    /// not just one result: woken for every result written, the workers would each take
+    /// one input at a time and take turns with the writer for the CPU.
+    fn next(&self, end: usize, wait: bool) -> Next {
         let mut s = self.lock();
-        while s.0 > self.max && !s.1 {
-            s = self.room.wait(s).unwrap_or_else(|e| e.into_inner());
+        if wait && !self.room_for(&s, 1) {
+            s.waiting += 1;
+            while !s.closed && s.next < end && !self.room_for(&s, 2) {
+                s = self.room.wait(s).unwrap_or_else(|e| e.into_inner());
+            }
+            s.waiting -= 1;
         }
-        !s.1
+        if s.closed || s.next >= end {
+            return Next::Done;
+        }
+        if !wait && !self.room_for(&s, 1) {
+            return Next::Full;
+        }
+        s.next += 1;
+        Next::Input(s.next - 1)
     }
 
+    /// Whether results and inputs ahead of the writer are at most `1 / part` of the bounds.
+    fn room_for(&self, s: &AheadState, part: usize) -> bool {
+        s.held <= self.max / part && s.next - s.taken < self.window / part
+    }
+
+    /// A worker finished an input whose result holds `bytes`.
     fn add(&self, bytes: usize) {
-        self.lock().0 += bytes;
+        self.lock().held += bytes;
     }
 
+    /// The writer took the next input's result, which held `bytes`.
     fn taken(&self, bytes: usize) {
         let mut s = self.lock();
-        s.0 = s.0.saturating_sub(bytes);
-        self.room.notify_all();
+        s.held = s.held.saturating_sub(bytes);
+        s.taken += 1;
+        if s.waiting > 0 && self.room_for(&s, 2) {
+            self.room.notify_all();
+        }
     }
 
     /// The writer stopped: wake and release any waiting worker.
     fn close(&self) {
-        self.lock().1 = true;
+        self.lock().closed = true;
         self.room.notify_all();
     }
 }
