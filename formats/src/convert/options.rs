@@ -6,12 +6,21 @@ use std::path::PathBuf;
 
 use super::part::Part;
 use super::source::{Layout, Source};
-use crate::record::Encoding;
+use crate::record::{Encoding, HEADER_LEN};
 use crate::writer::DEFAULT_SHARD_BYTES;
 use crate::FormatError;
 
 /// Most worker threads a conversion starts.
 pub const MAX_JOBS: usize = 1024;
+
+/// The largest record (header and payload) a shard can store: LMDB's values are at most
+/// `u32::MAX` bytes.
+const MAX_VALUE_LEN: u64 = u32::MAX as u64;
+
+/// Bytes of a raw record of `w × h` RGB pixels, header included.
+fn raw_value_len(w: u32, h: u32) -> u64 {
+    u64::from(w) * u64::from(h) * 3 + HEADER_LEN as u64
+}
 
 /// How `raw` encoding fits images to the fixed size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -122,6 +131,16 @@ impl ConvertOptions {
             (Encoding::Raw, None) => return bad("raw encoding needs a size (--size WxH)"),
             (Encoding::Raw, Some((w, h))) if w == 0 || h == 0 || w > 65535 || h > 65535 => {
                 return bad("raw size must be between 1x1 and 65535x65535")
+            }
+            // Refused before any image is decoded: every record would fail to be written,
+            // after a buffer of that size was allocated for each worker.
+            (Encoding::Raw, Some((w, h))) if raw_value_len(w, h) > MAX_VALUE_LEN => {
+                return Err(FormatError::InvalidOptions(format!(
+                    "raw size {w}x{h} makes records of {} bytes ({w}x{h}x3 pixels + \
+                     {HEADER_LEN}-byte header), over the record limit of {MAX_VALUE_LEN} bytes \
+                     (4 GiB, LMDB's largest value); choose a smaller --size",
+                    raw_value_len(w, h)
+                )))
             }
             (Encoding::Jpeg, Some(_)) => return bad("--size applies to raw encoding only"),
             _ => {}
