@@ -234,6 +234,11 @@ pub enum FormatError {
         /// Why, and what to do.
         reason: String,
     },
+    /// The caller's [`crate::Progress::cancelled`] asked the conversion to stop. The output
+    /// directory is left as a kill would leave it: `--resume` continues from the last
+    /// finished shard.
+    #[error("conversion cancelled; what was finished stays in the output directory: convert again with --resume (resume=True) to continue")]
+    Cancelled,
     /// A failure injected by a test (see `ConvertOptions::fail_after`).
     #[error("injected failure after {written} records")]
     Injected {

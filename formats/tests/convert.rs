@@ -332,6 +332,49 @@ fn interrupted_conversion_looks_unfinished_refuses_rerun_and_resumes_identically
     assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
 }
 
+/// Asks to stop once `after` inputs were written, as Python's binding does on Ctrl-C.
+struct CancelAfter {
+    after: u64,
+    done: std::sync::atomic::AtomicU64,
+}
+
+impl stoker_formats::Progress for CancelAfter {
+    fn advance(&self, inputs: u64, _bytes: u64) {
+        self.done
+            .fetch_add(inputs, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn cancelled(&self) -> bool {
+        self.done.load(std::sync::atomic::Ordering::Relaxed) >= self.after
+    }
+}
+
+#[test]
+fn a_cancelled_conversion_stops_unfinished_and_resumes_identically() {
+    let src = data("imagefolder");
+    let out = tempfile::tempdir().unwrap();
+    let clean = out.path().join("clean");
+    let mut o = folder_opts(&src, &clean);
+    o.shard_bytes = 2 << 20;
+    o.check_decode = false;
+    let full = convert(&o, &NoProgress).unwrap();
+
+    let stopped = out.path().join("stopped");
+    let mut c = o.clone();
+    c.out = stopped.clone();
+    let cancel = CancelAfter {
+        after: 100,
+        done: Default::default(),
+    };
+    let e = convert(&c, &cancel).unwrap_err();
+    assert!(matches!(e, FormatError::Cancelled), "{e}");
+    assert!(e.to_string().contains("--resume"), "{e}");
+    assert!(!stopped.join("manifest.json").exists());
+    c.resume = true;
+    let resumed = convert(&c, &NoProgress).unwrap();
+    assert_eq!(resumed.written, full.written);
+    assert_eq!(dir_bytes(&clean), dir_bytes(&stopped));
+}
+
 #[test]
 fn flipped_byte_in_a_shard_is_caught() {
     let src = stoker_testdata::bench_dir();

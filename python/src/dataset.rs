@@ -2,11 +2,13 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use stoker_formats::{ConvertOptions, Encoding, ResizeMode, Source};
+use stoker_formats::{ConvertOptions, Encoding, Progress, ResizeMode, Source};
 
 use crate::errors::format_error;
 
@@ -29,7 +31,9 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 ///
 /// Raises ``ValueError`` for bad options, ``FileNotFoundError`` for a missing
 /// source, ``stoker.StokerError`` for the rest (an output that already holds a
-/// dataset, a bad input with ``strict=True``, ...).
+/// dataset, a bad input with ``strict=True``, ...). Ctrl-C stops the conversion
+/// within a fraction of a second (``KeyboardInterrupt``); what was finished stays, and
+/// ``resume=True`` continues it.
 #[pyfunction]
 #[pyo3(signature = (
     src, out, *, list=None, encoding="jpeg", max_side=None, quality=90, size=None,
@@ -93,13 +97,78 @@ pub(crate) fn convert<'py>(
     opts.gpu_friendly = gpu_friendly;
     opts.check_decode = check;
     let show = progress.unwrap_or_else(|| std::io::stderr().is_terminal());
-    let bar = stoker_formats::convert::TerminalBar::new(show, false);
-    let report = py
-        .detach(|| stoker_formats::convert(&opts, &bar))
-        .map_err(format_error)?;
+    let bar = Cancellable {
+        bar: stoker_formats::convert::TerminalBar::new(show, false),
+        cancel: AtomicBool::new(false),
+    };
+    let report = convert_interruptibly(py, &opts, &bar)?;
     let json = serde_json::to_string(&report)
         .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
     json_to_py(py, &json)
+}
+
+/// How often a conversion's caller looks for Ctrl-C.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// The progress bar, plus the flag that stops the conversion on Ctrl-C.
+struct Cancellable {
+    bar: stoker_formats::convert::TerminalBar,
+    cancel: AtomicBool,
+}
+
+impl Progress for Cancellable {
+    fn start(&self, inputs: u64) {
+        self.bar.start(inputs);
+    }
+    fn advance(&self, inputs: u64, bytes: u64) {
+        self.bar.advance(inputs, bytes);
+    }
+    fn skipped(&self, path: &Path, reason: &str) {
+        self.bar.skipped(path, reason);
+    }
+    fn finish(&self) {
+        self.bar.finish();
+    }
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// Runs the conversion on another thread while this one, holding the GIL only to look,
+/// checks for Ctrl-C: Python's handler only sets a flag, so a conversion run here with the
+/// GIL released went on to the end (minutes to hours) before `KeyboardInterrupt`.
+fn convert_interruptibly(
+    py: Python<'_>,
+    opts: &ConvertOptions,
+    bar: &Cancellable,
+) -> PyResult<stoker_formats::ConvertReport> {
+    std::thread::scope(|scope| {
+        let caller = std::thread::current();
+        let job = scope.spawn(move || {
+            let report = stoker_formats::convert(opts, bar);
+            caller.unpark();
+            report
+        });
+        let mut interrupted = None;
+        while !job.is_finished() {
+            py.detach(|| std::thread::park_timeout(SIGNAL_CHECK));
+            if interrupted.is_none() {
+                if let Err(e) = py.check_signals() {
+                    bar.cancel.store(true, Ordering::Relaxed);
+                    interrupted = Some(e);
+                }
+            }
+        }
+        let report = job
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match (report, interrupted) {
+            // Also when the conversion finished meanwhile: the user asked to stop.
+            (_, Some(interrupt)) => Err(interrupt),
+            (Ok(report), None) => Ok(report),
+            (Err(e), None) => Err(format_error(e)),
+        }
+    })
 }
 
 /// A converted dataset, opened read-only: ``len(ds)``, ``ds.classes``, ``ds.manifest``

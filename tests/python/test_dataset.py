@@ -1,12 +1,17 @@
 """stoker.convert and stoker.Dataset."""
 
 import json
+import os
+import shutil
+import signal
 import subprocess
+import threading
+from pathlib import Path
 
 import pytest
 
 import stoker
-from conftest import SAMPLE
+from conftest import REPO, SAMPLE
 
 
 def test_convert_report_has_the_cli_json_keys(tmp_path, stoker_cli):
@@ -54,3 +59,24 @@ def test_dataset_len_classes_manifest_and_records(sample_dataset):
     a = [b.indices for b in stoker.Loader(ds, 4, device="cpu", size=16)]
     b = [b.indices for b in stoker.Loader(str(sample_dataset), 4, device="cpu", size=16)]
     assert a == b
+
+
+def test_ctrl_c_stops_a_conversion_and_resume_finishes_it(tmp_path):
+    # Python's handler only sets a flag: a conversion that never looked at it ran to
+    # the end before KeyboardInterrupt, however long that took.
+    photos = REPO / "testdata" / "imagefolder"
+    src = tmp_path / "src"
+    for copy in range(2):
+        shutil.copytree(photos, src / f"copy{copy}", ignore=shutil.ignore_patterns("*.tsv"))
+    out = tmp_path / "ds"
+    # Re-encoded to 64 px: slow enough that the conversion is far from done at 0.3 s.
+    options = dict(max_side=64, jobs=2, shard_size=1 << 16, progress=False)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        stoker.convert(src, out, **options)
+    timer.join()
+    assert not (out / "manifest.json").exists(), "the conversion ran to its end first"
+    report = stoker.convert(src, out, resume=True, **options)
+    assert report["written"] + len(report["skipped"]) == report["inputs"] == 2 * 164
+    assert report["resumed"] < report["written"]

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use super::journal::{save_journal, Totals};
 use super::options::ConvertOptions;
@@ -34,6 +35,9 @@ const READ_AHEAD_BYTES: usize = 8 << 20;
 /// bytes (so a large record is sent at once), or before it waits.
 const BATCH_INPUTS: usize = 16;
 const BATCH_BYTES: usize = 1 << 20;
+
+/// How often a writer waiting for results asks [`Progress::cancelled`].
+const CANCEL_POLL: Duration = Duration::from_millis(100);
 
 /// Processes `inputs` (the tail of the listing from `first`) and writes them in order.
 pub(super) fn run(
@@ -72,13 +76,17 @@ pub(super) fn run(
             let mut early = BTreeMap::new();
             for pos in 0..inputs.len() {
                 let p = loop {
+                    if progress.cancelled() {
+                        return Err(FormatError::Cancelled);
+                    }
                     if let Some(p) = early.remove(&pos) {
                         break p;
                     }
-                    match rx.recv() {
+                    match rx.recv_timeout(CANCEL_POLL) {
                         Ok(batch) => early.extend(batch),
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
                         // The workers stopped early: `convert` finds inputs unaccounted for.
-                        Err(_) => return Ok(()),
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
                     }
                 };
                 let bytes = held_bytes(&p);

@@ -17,6 +17,13 @@ pub trait Progress: Sync {
     fn skipped(&self, _path: &Path, _reason: &str) {}
     /// Called once when done (also on failure).
     fn finish(&self) {}
+    /// Polled by the writer before each input and every 100 ms while it waits: `true`
+    /// stops the conversion with [`crate::FormatError::Cancelled`] (e.g. on Ctrl-C where
+    /// the signal does not end the process, as in Python), leaving the output as a kill
+    /// would, resumable.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// A [`Progress`] that reports nothing.
