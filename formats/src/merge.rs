@@ -101,9 +101,17 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
                 ..s.clone()
             });
         }
-        samples += m.samples;
-        bytes += m.bytes;
-        payload_bytes += m.payload_bytes;
+        // Each part's manifest was checked alone; forged ones could still add up past u64.
+        let total = |sum: u64, part: u64, what: &str| {
+            sum.checked_add(part)
+                .ok_or_else(|| FormatError::InvalidManifest {
+                    path: dir.join(MANIFEST_FILE),
+                    reason: format!("the parts' {what} add up past 2^64"),
+                })
+        };
+        samples = total(samples, m.samples, "samples")?;
+        bytes = total(bytes, m.bytes, "bytes")?;
+        payload_bytes = total(payload_bytes, m.payload_bytes, "payload bytes")?;
         if let Some(a) = &m.audit {
             add_audit(audit.get_or_insert_with(Audit::default), a);
         }
@@ -322,27 +330,31 @@ fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatError {
     FormatError::io(to, e)
 }
 
-/// Adds the counts of `b` to `a`.
+/// Adds the counts of `b` to `a` (saturating: the counts only inform, and forged part
+/// manifests must not wrap them into plausible small numbers).
 fn add_audit(a: &mut Audit, b: &Audit) {
     let add = |x: &mut std::collections::BTreeMap<String, u64>,
                y: &std::collections::BTreeMap<String, u64>| {
         for (k, v) in y {
-            *x.entry(k.clone()).or_default() += v;
+            let n = x.entry(k.clone()).or_default();
+            *n = n.saturating_add(*v);
         }
     };
-    a.jpeg_files += b.jpeg_files;
-    a.other_images += b.other_images;
+    a.jpeg_files = a.jpeg_files.saturating_add(b.jpeg_files);
+    a.other_images = a.other_images.saturating_add(b.other_images);
     add(&mut a.by_sof, &b.by_sof);
     add(&mut a.by_precision, &b.by_precision);
     add(&mut a.by_components, &b.by_components);
     add(&mut a.by_subsampling, &b.by_subsampling);
     add(&mut a.by_color_space, &b.by_color_space);
-    a.progressive += b.progressive;
-    a.arithmetic += b.arithmetic;
-    a.lossless += b.lossless;
-    a.gpu_hardware_ok += b.gpu_hardware_ok;
-    a.gpu_hardware_rejected += b.gpu_hardware_rejected;
-    a.nvjpeg_rejected += b.nvjpeg_rejected;
+    a.progressive = a.progressive.saturating_add(b.progressive);
+    a.arithmetic = a.arithmetic.saturating_add(b.arithmetic);
+    a.lossless = a.lossless.saturating_add(b.lossless);
+    a.gpu_hardware_ok = a.gpu_hardware_ok.saturating_add(b.gpu_hardware_ok);
+    a.gpu_hardware_rejected = a
+        .gpu_hardware_rejected
+        .saturating_add(b.gpu_hardware_rejected);
+    a.nvjpeg_rejected = a.nvjpeg_rejected.saturating_add(b.nvjpeg_rejected);
     add(&mut a.hardware_reject_reasons, &b.hardware_reject_reasons);
-    a.reencoded_for_gpu += b.reencoded_for_gpu;
+    a.reencoded_for_gpu = a.reencoded_for_gpu.saturating_add(b.reencoded_for_gpu);
 }

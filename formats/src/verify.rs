@@ -97,6 +97,7 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
         DigestKind::Crc32c
     };
     let mut checked = 0u64;
+    let mut payload_bytes = 0u64;
     let mut decoded = 0u64;
     for (si, entry) in m.shards.iter().enumerate() {
         let shard_path = reader.shard_path(si).to_path_buf();
@@ -137,8 +138,9 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
                 }
             }
         }
-        let (n, to_decode, mut problems) = shard.finish();
+        let ((n, payload), to_decode, mut problems) = shard.finish();
         checked += n;
+        payload_bytes = payload_bytes.saturating_add(payload);
         let decode_problems: Vec<Problem> = to_decode
             .par_iter()
             .filter_map(|(index, h, payload)| match decoder.decode_to_vec(payload) {
@@ -160,6 +162,18 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
             index,
             problem,
         }));
+    }
+    // The manifest's total is what inspect and the loader's sizing trust; it can only be
+    // compared when every record was read.
+    if bad.is_empty() && checked == m.samples && payload_bytes != m.payload_bytes {
+        bad.push(BadRecord {
+            shard: crate::manifest::MANIFEST_FILE.into(),
+            index: None,
+            problem: format!(
+                "payload_bytes is {} but the records hold {payload_bytes} bytes",
+                m.payload_bytes
+            ),
+        });
     }
     Ok(VerifyReport {
         samples: m.samples,
@@ -189,6 +203,8 @@ struct ShardCheck<'a, 'm> {
     end: u64,
     decode: bool,
     checked: u64,
+    /// Payload bytes of the records whose header and CRC were good.
+    payload_bytes: u64,
     to_decode: Vec<ToDecode<'a>>,
     problems: Vec<Problem>,
 }
@@ -204,6 +220,7 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
             end: entry.first_index.saturating_add(entry.count),
             decode,
             checked: 0,
+            payload_bytes: 0,
             to_decode: Vec::new(),
             problems: Vec::new(),
         }
@@ -255,6 +272,7 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
             Ok(h) => h,
             Err(e) => return self.problem(Some(index), e.to_string()),
         };
+        self.payload_bytes = self.payload_bytes.saturating_add(u64::from(h.payload_len));
         let m = self.m;
         if h.encoding != m.encoding {
             self.problem(
@@ -307,13 +325,14 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
         }
     }
 
-    /// Records checked, JPEGs to decode, problems.
-    fn finish(mut self) -> (u64, Vec<ToDecode<'a>>, Vec<Problem>) {
+    /// Records checked and their payload bytes, JPEGs to decode, problems.
+    fn finish(mut self) -> ((u64, u64), Vec<ToDecode<'a>>, Vec<Problem>) {
         if self.expect < self.end {
             let (expect, end) = (self.expect, self.end);
             self.problem(Some(expect), format!("records {expect}..{end} are missing"));
         }
-        (self.checked, self.to_decode, self.problems)
+        let counted = (self.checked, self.payload_bytes);
+        (counted, self.to_decode, self.problems)
     }
 }
 

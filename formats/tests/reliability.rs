@@ -490,3 +490,24 @@ fn format_version_1_datasets_are_still_read_and_verified_by_crc32c() {
     assert!(!v.ok());
     assert!(v.bad[0].problem.contains("CRC32C"), "{:?}", v.bad);
 }
+
+#[test]
+fn a_manifest_payload_total_that_the_records_do_not_hold_fails_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |i| (i % 3) as u32);
+    assert!(verify(&Dataset::open(&out).unwrap(), false).unwrap().ok());
+    let path = out.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["payload_bytes"] = 1.into();
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    let v = verify(&Dataset::open(&out).unwrap(), false).unwrap();
+    assert!(!v.ok());
+    assert!(
+        v.bad
+            .iter()
+            .any(|b| b.shard == "manifest.json" && b.problem.contains("payload_bytes is 1")),
+        "{:?}",
+        v.bad
+    );
+}
