@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyKeyError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use stoker_loader::{
@@ -101,7 +101,10 @@ impl Loader {
             Ok(ds) => ds.get().inner.clone(),
             Err(_) => {
                 let path: PathBuf = data.extract().map_err(|_| {
-                    PyValueError::new_err("data: want a dataset path or a stoker.Dataset")
+                    PyTypeError::new_err(format!(
+                        "data: want a dataset path or a stoker.Dataset, not {}",
+                        data.get_type()
+                    ))
                 })?;
                 py.detach(|| stoker_formats::Dataset::open(&path))
                     .map_err(crate::errors::format_error)?

@@ -306,6 +306,8 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
         stoker.Loader(sample_dataset, 0)
     with pytest.raises(TypeError):
         stoker.Loader(sample_dataset, "four")
+    with pytest.raises(TypeError, match="NoneType"):
+        stoker.Loader(None)
     # Values that overflowed the arithmetic behind them (a Rust panic, not an Exception).
     with pytest.raises(ValueError):
         stoker.Loader(sample_dataset, 4, crop="center", size=2**31, device="cpu")
