@@ -282,15 +282,21 @@ fn strict_fails_on_first_bad_input_without_manifest() {
     assert!(Dataset::open(&ds_dir).is_err());
 }
 
-#[test]
-fn interrupted_conversion_looks_unfinished_refuses_rerun_and_resumes_identically() {
-    let src = data("imagefolder");
-    let out = tempfile::tempdir().unwrap();
-    let clean = out.path().join("clean");
-    let mut o = folder_opts(&src, &clean);
+/// The photos stored (not test-decoded) in shards of 2 MiB into `out`, uninterrupted: the
+/// reference an interrupted and resumed conversion must equal. Its options and report.
+fn clean_conversion(out: &Path) -> (ConvertOptions, ConvertReport) {
+    let mut o = folder_opts(&data("imagefolder"), out);
     o.shard_bytes = 2 << 20;
     o.check_decode = false;
     let full = convert(&o, &NoProgress).unwrap();
+    (o, full)
+}
+
+#[test]
+fn interrupted_conversion_looks_unfinished_refuses_rerun_and_resumes_identically() {
+    let out = tempfile::tempdir().unwrap();
+    let (o, full) = clean_conversion(&out.path().join("clean"));
+    let clean = o.out.clone();
 
     let killed = out.path().join("killed");
     let mut k = o.clone();
@@ -350,13 +356,9 @@ impl stoker_formats::Progress for CancelAfter {
 
 #[test]
 fn a_cancelled_conversion_stops_unfinished_and_resumes_identically() {
-    let src = data("imagefolder");
     let out = tempfile::tempdir().unwrap();
-    let clean = out.path().join("clean");
-    let mut o = folder_opts(&src, &clean);
-    o.shard_bytes = 2 << 20;
-    o.check_decode = false;
-    let full = convert(&o, &NoProgress).unwrap();
+    let (o, full) = clean_conversion(&out.path().join("clean"));
+    let clean = o.out.clone();
 
     let stopped = out.path().join("stopped");
     let mut c = o.clone();

@@ -6,18 +6,8 @@
 
 mod common;
 
-use common::rss_bytes;
-use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use common::{rss_bytes, sample_dataset};
 use stoker_loader::{Loader, LoaderError, Output, Shuffle, Transform};
-
-const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
-
-fn sample_dataset(dir: &std::path::Path) -> Dataset {
-    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), dir.join("ds"));
-    o.check_decode = false;
-    convert(&o, &NoProgress).unwrap();
-    Dataset::open(dir.join("ds")).unwrap()
-}
 
 #[test]
 fn batch_size_100000_on_15_images_no_longer_allocates_100000_image_buffers() {

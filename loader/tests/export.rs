@@ -3,27 +3,17 @@
 //! running loader. Data: the in-repo sample photos (`examples/data/sample`), converted
 //! in the test.
 
-use std::path::Path;
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use common::sample_dataset;
+use stoker_formats::Dataset;
 use stoker_loader::dlpack::{sys, ManagedTensor};
 use stoker_loader::{
     Images, Loader, LoaderBuilder, LoaderError, LoaderState, Next, Output, Shuffle, Transform,
 };
-
-fn sample_dataset(dir: &Path) -> Dataset {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/data/sample");
-    let out = dir.join("ds");
-    let report = convert(
-        &ConvertOptions::new(Source::ImageFolder(src), &out),
-        &NoProgress,
-    )
-    .expect("convert the sample photos");
-    assert_eq!(report.written, 15, "{:?}", report.skipped);
-    Dataset::open(out).unwrap()
-}
 
 fn small(ds: &Dataset) -> LoaderBuilder {
     Loader::builder(ds.clone())

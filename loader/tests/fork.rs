@@ -6,20 +6,13 @@
 //!
 //! Alone in its own test binary: it forks, and a fork copies only the calling thread.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use common::sample_dataset;
 use stoker_loader::{Loader, LoaderError, Transform};
-
-const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
-
-fn sample_dataset(dir: &std::path::Path) -> Dataset {
-    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), dir.join("ds"));
-    o.check_decode = false;
-    convert(&o, &NoProgress).unwrap();
-    Dataset::open(dir.join("ds")).unwrap()
-}
 
 /// What the child checks; its exit code says which check failed (0: all held).
 fn child(loader: Arc<Loader>, mut running: stoker_loader::Epoch<'static>) -> i32 {

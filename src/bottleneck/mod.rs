@@ -66,7 +66,10 @@ use stoker_loader::Placement;
 
 pub use error::BenchError;
 pub use host::available_cores;
-pub use options::{BenchOptions, DeviceChoice, NoProgress, Progress, MAX_CONSUMER_MS, MAX_SECONDS};
+pub use options::{
+    check_consumer_ms, check_seconds, BenchOptions, DeviceChoice, NoProgress, Progress,
+    MAX_CONSUMER_MS, MAX_SECONDS,
+};
 pub use report::{BenchReport, RecordErrors, StageReport, Stages};
 pub use verdict::{Bound, Verdict};
 

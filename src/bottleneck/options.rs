@@ -93,6 +93,42 @@ impl Default for BenchOptions {
     }
 }
 
+/// `Ok` for a stage length the bench can run: a finite number of seconds above 0, at most
+/// [`MAX_SECONDS`]. The CLI's parser and [`BenchOptions`]' check share it.
+///
+/// # Errors
+///
+/// What is wrong with `seconds`, in words.
+pub fn check_seconds(seconds: f64) -> Result<(), String> {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(format!("{seconds} is not a positive number of seconds"));
+    }
+    if seconds > MAX_SECONDS {
+        return Err(format!(
+            "{seconds} is more than {MAX_SECONDS} seconds (one day) per stage"
+        ));
+    }
+    Ok(())
+}
+
+/// `Ok` for a simulated training step: a finite number of milliseconds, 0 (none) up to
+/// [`MAX_CONSUMER_MS`].
+///
+/// # Errors
+///
+/// What is wrong with `ms`, in words.
+pub fn check_consumer_ms(ms: f64) -> Result<(), String> {
+    if !(ms.is_finite() && ms >= 0.0) {
+        return Err(format!("{ms} is not a non-negative number of milliseconds"));
+    }
+    if ms > MAX_CONSUMER_MS {
+        return Err(format!(
+            "{ms} is more than {MAX_CONSUMER_MS} milliseconds (one day) per batch"
+        ));
+    }
+    Ok(())
+}
+
 impl BenchOptions {
     /// Refuses options no stage can run with.
     pub(crate) fn check(&self) -> Result<(), BenchError> {
@@ -102,39 +138,9 @@ impl BenchOptions {
                 reason: "must be at least 1".into(),
             });
         }
-        if !(self.seconds.is_finite() && self.seconds > 0.0) {
-            return Err(BenchError::InvalidOption {
-                option: "seconds",
-                reason: format!("{} is not a positive number of seconds", self.seconds),
-            });
-        }
-        if self.seconds > MAX_SECONDS {
-            return Err(BenchError::InvalidOption {
-                option: "seconds",
-                reason: format!(
-                    "{} is more than {MAX_SECONDS} seconds (one day) per stage",
-                    self.seconds
-                ),
-            });
-        }
-        if !(self.consumer_ms.is_finite() && self.consumer_ms >= 0.0) {
-            return Err(BenchError::InvalidOption {
-                option: "consumer-ms",
-                reason: format!(
-                    "{} is not a non-negative number of milliseconds",
-                    self.consumer_ms
-                ),
-            });
-        }
-        if self.consumer_ms > MAX_CONSUMER_MS {
-            return Err(BenchError::InvalidOption {
-                option: "consumer-ms",
-                reason: format!(
-                    "{} is more than {MAX_CONSUMER_MS} milliseconds (one day) per batch",
-                    self.consumer_ms
-                ),
-            });
-        }
+        let invalid = |option, reason| BenchError::InvalidOption { option, reason };
+        check_seconds(self.seconds).map_err(|r| invalid("seconds", r))?;
+        check_consumer_ms(self.consumer_ms).map_err(|r| invalid("consumer-ms", r))?;
         if self.size == 0 {
             return Err(BenchError::InvalidOption {
                 option: "size",

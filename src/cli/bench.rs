@@ -53,15 +53,7 @@ pub struct Args {
 /// here, before the dataset is opened, so that a typo costs nothing.
 fn parse_seconds(s: &str) -> Result<f64, String> {
     let v = parse_number(s)?;
-    if v <= 0.0 {
-        return Err(format!("{s}: want a positive number of seconds"));
-    }
-    if v > bottleneck::MAX_SECONDS {
-        return Err(format!(
-            "{s}: more than {} seconds (one day) per stage",
-            bottleneck::MAX_SECONDS
-        ));
-    }
+    bottleneck::check_seconds(v).map_err(|reason| format!("{s}: {reason}"))?;
     Ok(v)
 }
 
@@ -69,17 +61,7 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 /// [`bottleneck::MAX_CONSUMER_MS`].
 fn parse_consumer_ms(s: &str) -> Result<f64, String> {
     let v = parse_number(s)?;
-    if v < 0.0 {
-        return Err(format!(
-            "{s}: want zero or a positive number of milliseconds"
-        ));
-    }
-    if v > bottleneck::MAX_CONSUMER_MS {
-        return Err(format!(
-            "{s}: more than {} milliseconds (one day) per batch",
-            bottleneck::MAX_CONSUMER_MS
-        ));
-    }
+    bottleneck::check_consumer_ms(v).map_err(|reason| format!("{s}: {reason}"))?;
     Ok(v)
 }
 

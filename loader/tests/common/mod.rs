@@ -5,8 +5,20 @@
 use std::path::{Path, PathBuf};
 
 use stoker_formats::{
-    Dataset, DatasetWriter, Encoding, Provenance, RecordHeader, RecordMeta, WriterOptions,
+    convert, ConvertOptions, Dataset, DatasetWriter, Encoding, NoProgress, Provenance,
+    RecordHeader, RecordMeta, Source, WriterOptions,
 };
+
+/// The repository's 15 sample photos (`examples/data/sample`, 3 classes) converted into
+/// `dir/ds` (stored as they are, not test-decoded).
+pub fn sample_dataset(dir: &Path) -> Dataset {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/data/sample");
+    let mut o = ConvertOptions::new(Source::ImageFolder(src), dir.join("ds"));
+    o.check_decode = false;
+    let report = convert(&o, &NoProgress).expect("convert the sample photos");
+    assert_eq!(report.written, 15, "{:?}", report.skipped);
+    Dataset::open(dir.join("ds")).unwrap()
+}
 
 /// The test corpus (`<repo>/testdata`, or `$STOKER_DATA`).
 pub fn data_dir() -> PathBuf {
