@@ -96,35 +96,7 @@ fn run() -> anyhow::Result<()> {
     let loader = builder.build()?;
 
     if let Some(epochs) = opt.time_epochs {
-        let t0 = Instant::now();
-        let mut images = 0u64;
-        let mut touched = 0f64;
-        let end = opt
-            .epoch
-            .checked_add(epochs)
-            .context("--epoch + --time is past the last epoch number")?;
-        for epoch in opt.epoch..end {
-            for batch in loader.epoch(epoch) {
-                let batch = batch?;
-                images += batch.len() as u64;
-                touched += first_value(&batch.images);
-            }
-        }
-        let secs = t0.elapsed().as_secs_f64();
-        let stats = loader.stats();
-        writeln!(
-            out,
-            "{}",
-            serde_json::json!({
-                "images": images,
-                "seconds": secs,
-                "images_per_s": images as f64 / secs,
-                "loader_images_per_s": stats.images_per_s,
-                "fed_ratio": stats.fed_ratio,
-                "touched": touched,
-            })
-        )?;
-        return Ok(());
+        return time_epochs(&loader, opt.epoch, epochs, &mut out);
     }
 
     if let Some(dir) = &opt.pixels {
@@ -165,6 +137,43 @@ fn run() -> anyhow::Result<()> {
             })
         )?;
     }
+    Ok(())
+}
+
+/// `--time N`: runs epochs `first..first + N` and prints one JSON line of throughput.
+fn time_epochs(
+    loader: &Loader,
+    first: u64,
+    epochs: u64,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let mut images = 0u64;
+    let mut touched = 0f64;
+    let end = first
+        .checked_add(epochs)
+        .context("--epoch + --time is past the last epoch number")?;
+    for epoch in first..end {
+        for batch in loader.epoch(epoch) {
+            let batch = batch?;
+            images += batch.len() as u64;
+            touched += first_value(&batch.images);
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let stats = loader.stats();
+    writeln!(
+        out,
+        "{}",
+        serde_json::json!({
+            "images": images,
+            "seconds": secs,
+            "images_per_s": images as f64 / secs,
+            "loader_images_per_s": stats.images_per_s,
+            "fed_ratio": stats.fed_ratio,
+            "touched": touched,
+        })
+    )?;
     Ok(())
 }
 

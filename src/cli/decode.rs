@@ -101,56 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.file.display(),
             data.len()
         )?;
-        match &header {
-            Ok(i) => {
-                writeln!(out, "size         {}x{}", i.width, i.height)?;
-                writeln!(out, "components   {} ({:?})", i.components, i.color_space)?;
-                writeln!(out, "subsampling  {}", i.subsampling)?;
-                writeln!(
-                    out,
-                    "coding       SOF{} {}{}{}, {}-bit, {} scan(s){}",
-                    i.sof,
-                    if i.progressive {
-                        "progressive"
-                    } else {
-                        "sequential"
-                    },
-                    if i.arithmetic {
-                        ", arithmetic"
-                    } else {
-                        ", Huffman"
-                    },
-                    if i.lossless { ", lossless" } else { "" },
-                    i.bit_depth,
-                    i.scans,
-                    if i.multi_scan_sequential {
-                        " (not interleaved)"
-                    } else {
-                        ""
-                    },
-                )?;
-                writeln!(out, "restart      {}", i.restart_interval)?;
-                writeln!(
-                    out,
-                    "adobe        {}",
-                    i.adobe_transform
-                        .map_or("-".to_string(), |t| format!("transform {t}"))
-                )?;
-                writeln!(
-                    out,
-                    "orientation  {}",
-                    i.exif_orientation
-                        .map_or("-".to_string(), |o| o.to_string())
-                )?;
-                writeln!(
-                    out,
-                    "nvjpeg       hardware engines: {}, CUDA decoder: {}",
-                    yes(i.hardware_decodable()),
-                    yes(i.nvjpeg_decodable())
-                )?;
-            }
-            Err(e) => writeln!(out, "header       error: {e}")?,
-        }
+        write_header(&mut out, &header)?;
         match &decoded {
             Ok(_) if truncated => writeln!(out, "decoded      no: {TRUNCATED}")?,
             Ok((_, route, _)) => match waits {
@@ -178,6 +129,64 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The text lines `stoker decode` prints for the image's header (or its error).
+fn write_header(
+    out: &mut impl Write,
+    header: &Result<stoker_decode::ImageInfo, stoker_decode::DecodeError>,
+) -> std::io::Result<()> {
+    match &header {
+        Ok(i) => {
+            writeln!(out, "size         {}x{}", i.width, i.height)?;
+            writeln!(out, "components   {} ({:?})", i.components, i.color_space)?;
+            writeln!(out, "subsampling  {}", i.subsampling)?;
+            writeln!(
+                out,
+                "coding       SOF{} {}{}{}, {}-bit, {} scan(s){}",
+                i.sof,
+                if i.progressive {
+                    "progressive"
+                } else {
+                    "sequential"
+                },
+                if i.arithmetic {
+                    ", arithmetic"
+                } else {
+                    ", Huffman"
+                },
+                if i.lossless { ", lossless" } else { "" },
+                i.bit_depth,
+                i.scans,
+                if i.multi_scan_sequential {
+                    " (not interleaved)"
+                } else {
+                    ""
+                },
+            )?;
+            writeln!(out, "restart      {}", i.restart_interval)?;
+            writeln!(
+                out,
+                "adobe        {}",
+                i.adobe_transform
+                    .map_or("-".to_string(), |t| format!("transform {t}"))
+            )?;
+            writeln!(
+                out,
+                "orientation  {}",
+                i.exif_orientation
+                    .map_or("-".to_string(), |o| o.to_string())
+            )?;
+            writeln!(
+                out,
+                "nvjpeg       hardware engines: {}, CUDA decoder: {}",
+                yes(i.hardware_decodable()),
+                yes(i.nvjpeg_decodable())
+            )?;
+        }
+        Err(e) => writeln!(out, "header       error: {e}")?,
+    }
+    Ok(())
 }
 
 /// The nvJPEG decoder `backend` asks for (waiting as `waits` says), or `None` to decode

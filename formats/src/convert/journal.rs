@@ -9,8 +9,6 @@ use serde::{Deserialize, Serialize};
 use super::audit::Audit;
 use super::options::ConvertOptions;
 use super::report::Skipped;
-use super::resume_check::check_journal;
-use super::source::Input;
 use crate::manifest::{RawSize, ShardEntry, MANIFEST_FILE};
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions};
 use crate::FormatError;
@@ -108,13 +106,13 @@ fn is_ours(name: &str) -> bool {
             && (name.ends_with(".lmdb") || name.ends_with(".tmp") || name.ends_with("-lock")))
 }
 
-/// Checks what `out` holds; returns the journal to resume from, if any, checked against
-/// `inputs` (the listing being converted) and the shards it names.
+/// Checks what `out` holds; returns the journal to resume from, if any, after `check`
+/// accepted it (against the listing being converted and the shards it names).
 pub(super) fn prepare_output(
     out: &Path,
     options: &ConvertOptions,
-    inputs: &[Input],
     fingerprint: u32,
+    check: impl FnOnce(&Journal) -> Result<(), FormatError>,
 ) -> Result<Option<Journal>, FormatError> {
     let exists = |reason: String| FormatError::OutputExists {
         path: out.to_path_buf(),
@@ -167,7 +165,7 @@ pub(super) fn prepare_output(
             ));
         }
         // Before anything is deleted: a journal that is refused leaves the directory as it was.
-        check_journal(out, j, inputs, options)?;
+        check(j)?;
     }
     // Shards finished after the last journal entry (or with no journal) are redone.
     let keep: Vec<String> = journal

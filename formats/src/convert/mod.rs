@@ -133,7 +133,9 @@ pub fn convert(
     // Held until this function returns: a second conversion into `out` (fresh or
     // `--resume`) is refused instead of interleaving its shards with ours.
     let _lock = lock::OutputLock::acquire(out)?;
-    let journal = prepare_output(out, options, inputs, fingerprint)?;
+    let journal = prepare_output(out, options, fingerprint, |j| {
+        resume_check::check_journal(out, j, inputs, options)
+    })?;
 
     let writer_opts = WriterOptions {
         shard_bytes: options.shard_bytes,
@@ -162,21 +164,7 @@ pub fn convert(
     result?;
 
     let written = writer.next_index();
-    // Every input is a record or a skip; anything else (a journal that slipped through, a
-    // bug in the pipeline) would be a dataset that loses or repeats images yet verifies, so
-    // it is refused before the manifest makes it look finished.
-    let accounted = written.checked_add(totals.skipped.len() as u64);
-    if accounted != Some(inputs.len() as u64) {
-        return Err(FormatError::InvalidManifest {
-            path: out.join(MANIFEST_FILE),
-            reason: format!(
-                "not written: {written} records and {} skipped inputs do not account for the \
-                 {} inputs; delete the directory and convert again",
-                totals.skipped.len(),
-                inputs.len()
-            ),
-        });
-    }
+    check_accounting(out, written, totals.skipped.len(), inputs.len())?;
     let mut provenance = Provenance::stoker(options.source.describe());
     provenance.flags = options.output_flags();
     if let Some(p) = options.part {
@@ -203,6 +191,27 @@ pub fn convert(
         already_done: false,
     };
     Ok(report)
+}
+
+/// Every input is a record or a skip; anything else (a journal that slipped through, a bug
+/// in the pipeline) would be a dataset that loses or repeats images yet verifies, so it is
+/// refused before the manifest makes it look finished.
+fn check_accounting(
+    out: &Path,
+    written: u64,
+    skipped: usize,
+    inputs: usize,
+) -> Result<(), FormatError> {
+    if written.checked_add(skipped as u64) == Some(inputs as u64) {
+        return Ok(());
+    }
+    Err(FormatError::InvalidManifest {
+        path: out.join(MANIFEST_FILE),
+        reason: format!(
+            "not written: {written} records and {skipped} skipped inputs do not account for \
+             the {inputs} inputs; delete the directory and convert again"
+        ),
+    })
 }
 
 /// The manifest of the part in `out` when it is finished and is exactly part `want` (same
