@@ -39,7 +39,7 @@ use crate::config::{LoaderConfig, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream, Next, Pipeline};
-use crate::pixels::{load_record, Dest, Draw, Place};
+use crate::pixels::{large_image_turn, load_record, Dest, Draw, Place};
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
 use crate::transform::Transform;
@@ -491,6 +491,7 @@ impl Worker {
             seed: plan.seed,
             epoch: plan.epoch,
         };
+        let large = large_image_turn(reader, index);
         let loaded = load_record(
             reader,
             index,
@@ -498,7 +499,16 @@ impl Worker {
             (&self.decoder, &mut self.pixels),
             Dest::Scratch,
             metrics,
-        )?;
+        );
+        let loaded = match loaded {
+            Ok(l) => l,
+            Err(e) => {
+                if large.is_some() {
+                    self.pixels = Vec::new();
+                }
+                return Err(e);
+            }
+        };
 
         let t_transform = Instant::now();
         let src: &[u8] = match loaded.place {
@@ -544,7 +554,12 @@ impl Worker {
             }
         };
         metrics.record(Stage::Transform, 1, out_bytes as u64, t_transform.elapsed());
-        Ok(loaded.label)
+        let label = loaded.label;
+        if large.is_some() {
+            // Not kept for the next image: see LARGE_IMAGE_BYTES.
+            self.pixels = Vec::new();
+        }
+        Ok(label)
     }
 }
 

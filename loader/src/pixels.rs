@@ -137,9 +137,7 @@ pub(crate) fn load_record<'r>(
                 Place::Payload
             } else {
                 let rgb = w as usize * h as usize * 3;
-                if scratch.len() < rgb {
-                    scratch.resize(rgb, 0);
-                }
+                grow_scratch(scratch, rgb, index)?;
                 if c == 3 {
                     scratch[..rgb].copy_from_slice(record.payload);
                 } else {
@@ -196,9 +194,7 @@ pub(crate) fn decode_jpeg(
     let (out, place): (&mut [u8], Place) = match dest {
         Dest::Slot(slot) if need <= slot.len() => (slot, Place::Slot),
         Dest::Slot(_) | Dest::Scratch => {
-            if scratch.len() < need {
-                scratch.resize(need, 0);
-            }
+            grow_scratch(scratch, need, index)?;
             (scratch, Place::Scratch)
         }
     };
@@ -216,6 +212,40 @@ pub(crate) fn decode_jpeg(
 
 /// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
 /// payload bytes, the time taken): the first step of every backend for every record.
+/// Grows `scratch` to at least `need` bytes, or fails for record `index` when the memory is
+/// not there: a plain `resize` would abort the process.
+fn grow_scratch(scratch: &mut Vec<u8>, need: usize, index: u64) -> Result<(), LoaderError> {
+    if scratch.len() < need {
+        scratch
+            .try_reserve_exact(need - scratch.len())
+            .map_err(|_| LoaderError::UnusableRecord {
+                index,
+                reason: format!("the {need} bytes of its pixels cannot be allocated"),
+            })?;
+        scratch.resize(need, 0);
+    }
+    Ok(())
+}
+
+/// Decoded images above this many bytes (about 22 Mpx of RGB) are loaded one at a time
+/// in the process ([`large_image_turn`]), and their scratch is freed after: otherwise every
+/// worker could hold one at once (16 workers × a 100 Mpx image is 4.8 GB, more with the
+/// decoder's own buffers), where ordinary photos need a small part of that.
+pub(crate) const LARGE_IMAGE_BYTES: u64 = 64 << 20;
+
+/// The turn of a worker loading record `index`, when its header says it decodes to more
+/// than [`LARGE_IMAGE_BYTES`]: held while it is decoded and transformed. `None` (no wait)
+/// for the others, and for a record that cannot be read (its load reports why).
+pub(crate) fn large_image_turn(
+    reader: &DatasetReader,
+    index: u64,
+) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let h = reader.get(index).ok()?.header;
+    let bytes = u64::from(h.width) * u64::from(h.height) * 3;
+    (bytes > LARGE_IMAGE_BYTES).then(|| TURN.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
 pub(crate) fn read_checked<'r>(
     reader: &'r DatasetReader,
     index: u64,
