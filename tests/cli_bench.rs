@@ -205,6 +205,20 @@ fn bad_input_is_a_clear_error() {
         assert!(err.contains(want), "{flag} {value}: {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+
+    // Options the loader refuses leave the whole pipeline unmeasured: a failure, though the
+    // other stages ran (it exited 0 with the row "not measured").
+    let out = stoker(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--seconds",
+        "0.1",
+        "--size",
+        "100000",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("end_to_end not measured"), "{err}");
 }
 
 /// `--gpu-waits` is accepted on any machine, listed in `--help`, and the rows it is

@@ -124,6 +124,9 @@ struct Candidate {
 
 /// Formats an img/s figure with thousands separators ("9,800").
 pub fn fmt_rate(v: f64) -> String {
+    if v.is_nan() {
+        return "-".to_string();
+    }
     if !v.is_finite() {
         return "∞".to_string();
     }

@@ -116,6 +116,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         writeln!(out, "{report}")?;
     }
     out.flush()?;
+    // The whole pipeline always has a path (the CPU's when there is no GPU): a run that
+    // could not measure it (a loader that cannot be built, an empty dataset) is a failure,
+    // whatever the other rows say.
+    if let Some(reason) = &report.stages.end_to_end.reason {
+        output::note(format_args!(
+            "stoker: error: end_to_end not measured: {reason}"
+        ));
+        return Ok(ExitCode::FAILURE);
+    }
     let errors = report.record_errors.total();
     if errors > 0 {
         // The figures stand, but the dataset is damaged: a script must not take them as a
