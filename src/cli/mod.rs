@@ -60,7 +60,7 @@ pub fn main() -> ExitCode {
         // killed by SIGPIPE do, but not with success, since the output was cut short.
         Err(e) if output::is_broken_pipe(&e) => ExitCode::from(output::BROKEN_PIPE_STATUS),
         Err(e) => {
-            output::note(format_args!("stoker: error: {e:#}"));
+            output::note(format_args!("stoker: error: {}", output::message(&e)));
             ExitCode::FAILURE
         }
     }

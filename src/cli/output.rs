@@ -23,6 +23,25 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// `e` and its causes, joined by ": ", leaving out a cause whose text the message already
+/// ends with: stoker's errors print their source in their own message (so the Python
+/// exceptions and `to_string` have it), and anyhow's `{:#}` repeated it ("No such file or
+/// directory (os error 2): No such file or directory (os error 2)").
+pub fn message(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.ends_with(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
 /// Writes one line to stderr, ignoring failure: when stderr itself cannot be written
 /// (closed, full) there is nowhere left to report to, and a panic would only replace
 /// the exit status the caller chose.
@@ -89,6 +108,23 @@ pub fn write_file_atomically(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::from(ErrorKind::NotFound);
+        let e = anyhow::Error::new(stoker_formats::FormatError::Io {
+            path: "x/manifest.json".into(),
+            source: io,
+        })
+        .context("opening x");
+        assert_eq!(
+            message(&e),
+            format!(
+                "opening x: x/manifest.json: {}",
+                std::io::Error::from(ErrorKind::NotFound)
+            )
+        );
+    }
 
     #[test]
     fn a_failed_fill_leaves_the_old_file_and_no_temporary() {
