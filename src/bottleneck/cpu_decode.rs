@@ -48,6 +48,7 @@ pub fn measure(
     let next = AtomicUsize::new(0);
     let decoded = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
+    let running = AtomicUsize::new(0);
     let failed_once: Vec<AtomicBool> = payloads.iter().map(|_| AtomicBool::new(false)).collect();
     let pixels = AtomicU64::new(0);
     // The largest decoded size, so each thread allocates its buffer once.
@@ -62,10 +63,19 @@ pub fn measure(
     std::thread::scope(|s| {
         for t in 0..threads {
             let (next, decoded, failed, pixels) = (&next, &decoded, &failed, &pixels);
+            let running = &running;
             let failed_once = &failed_once;
             let decoder = &decoder;
             s.spawn(move || {
-                let mut out = vec![0u8; max_rgb_len];
+                // Threads × the largest image may not fit (a dataset of huge images on many
+                // cores, a `ulimit -v`): a thread whose buffer cannot be had does not run,
+                // and the figures count the threads that did.
+                let mut out = Vec::new();
+                if out.try_reserve_exact(max_rgb_len).is_err() {
+                    return;
+                }
+                out.resize(max_rgb_len, 0);
+                running.fetch_add(1, Ordering::Relaxed);
                 let mut since_tick = 0u32;
                 while start.elapsed() < budget {
                     let i = next.fetch_add(1, Ordering::Relaxed) % payloads.len();
@@ -103,7 +113,7 @@ pub fn measure(
     Some(CpuDecodeFigures {
         img_per_s: decoded as f64 / secs,
         mpix_per_s: pixels.into_inner() as f64 / 1e6 / secs,
-        threads,
+        threads: running.into_inner(),
         decoded,
         failed: failed.into_inner(),
         failed_records: failed_once
