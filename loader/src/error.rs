@@ -65,7 +65,7 @@ pub enum LoaderError {
         reason: String,
     },
     /// Replacing a bad record failed this many times in a row: the data is mostly unreadable.
-    #[error("record {index} and the {attempts} samples after it in this epoch's order are all unreadable")]
+    #[error("record {index} and the {attempts} samples after it in this epoch's order are all unusable (unreadable, undecodable or invalid)")]
     TooManyBadRecords {
         /// Dataset index of the first bad record.
         index: u64,
