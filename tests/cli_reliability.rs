@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use common::{files, jpeg_meta, p, run_within, sample_photos, text, SAMPLE};
+use common::{jpeg_meta, p, run_within, sample_photos, text, SAMPLE};
 
 fn stoker(args: &[&str]) -> Output {
     common::stoker_within(args, common::LIMIT)
@@ -72,7 +72,10 @@ fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identicall
     );
     let o = stoker(&[&["convert", SAMPLE, p(&limited), "--resume"][..], &flags].concat());
     assert!(o.status.success(), "{}", text(&o));
-    assert!(files(&clean) == files(&limited), "resumed output differs");
+    assert!(
+        stoker_testdata::files_in(&clean) == stoker_testdata::files_in(&limited),
+        "resumed output differs"
+    );
 }
 
 /// `stoker bench` on `ds` for 0.3 s on the CPU, batches of 4 at 32×32: the run both

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{files, sample_photos, stoker_within as stoker, text, LIMIT, SAMPLE, STOKER};
+use common::{sample_photos, stoker_within as stoker, text, LIMIT, SAMPLE, STOKER};
 
 use stoker::formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
 use stoker::loader::{Loader, OnError, Output as LoaderOutput, Shuffle, Transform};
@@ -158,7 +158,7 @@ fn kills_at_random_points_of_convert_then_resume_equal_a_clean_run() {
     );
     assert!(o.status.success(), "{}", text(&o));
     let clean_time = t0.elapsed();
-    let want = files(&clean);
+    let want = stoker_testdata::files_in(&clean);
     let mut rng = Rng(7);
     let (mut kills, mut mid_run, mut finished_first, mut resumes) = (0, 0, 0, 0);
     for trial in 0..16 {
@@ -202,7 +202,7 @@ fn kills_at_random_points_of_convert_then_resume_equal_a_clean_run() {
             resumes += 1;
         }
         assert!(
-            files(&out) == want,
+            stoker_testdata::files_in(&out) == want,
             "trial {trial}: output after a kill at {delay:?} differs from the clean run"
         );
     }
@@ -234,7 +234,7 @@ fn concurrent_writers_on_one_output_directory() {
         LIMIT,
     );
     assert!(o.status.success(), "{}", text(&o));
-    let want = files(&clean);
+    let want = stoker_testdata::files_in(&clean);
     let (mut refused_locked, mut refused_other) = (0, 0);
     let mut rng = Rng(4);
     let trials = 10;
@@ -282,7 +282,7 @@ fn concurrent_writers_on_one_output_directory() {
             refused_other += 1;
         }
         assert!(
-            files(&out) == want,
+            stoker_testdata::files_in(&out) == want,
             "trial {trial}: the surviving dataset differs from the clean run"
         );
     }

@@ -46,19 +46,6 @@ fn sorted_files(root: &Path) -> Vec<(PathBuf, u32)> {
     out
 }
 
-fn dir_bytes(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
-            )
-        })
-        .collect()
-}
-
 fn check_accounting(r: &ConvertReport) {
     assert_eq!(
         r.written + r.skipped.len() as u64,
@@ -135,8 +122,8 @@ fn conversion_is_deterministic_across_runs_and_thread_counts() {
         convert(&o, &NoProgress).unwrap();
         dirs.push(d);
     }
-    let a = dir_bytes(&dirs[0]);
-    let b = dir_bytes(&dirs[1]);
+    let a = stoker_testdata::files_in(&dirs[0]);
+    let b = stoker_testdata::files_in(&dirs[1]);
     assert!(a.len() > 3, "expected several shards: {:?}", a.keys());
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
     for (name, bytes) in &a {
@@ -311,7 +298,7 @@ fn interrupted_conversion_looks_unfinished_refuses_rerun_and_resumes_identically
         Err(FormatError::Io { .. })
     ));
     // Finished shards exist (the journal names them); the rest is a .tmp file.
-    let names: Vec<String> = dir_bytes(&killed).into_keys().collect();
+    let names: Vec<String> = stoker_testdata::files_in(&killed).into_keys().collect();
     assert!(names.iter().any(|n| n.ends_with(".lmdb.tmp")), "{names:?}");
 
     // A plain rerun refuses with a clear message.
@@ -327,8 +314,8 @@ fn interrupted_conversion_looks_unfinished_refuses_rerun_and_resumes_identically
     assert!(resumed.resumed > 0, "{resumed:?}");
     assert_eq!(resumed.written, full.written);
     assert_eq!(resumed.audit, full.audit);
-    let a = dir_bytes(&clean);
-    let b = dir_bytes(&killed);
+    let a = stoker_testdata::files_in(&clean);
+    let b = stoker_testdata::files_in(&killed);
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
     for (name, bytes) in &a {
         assert!(bytes == &b[name], "{name} differs after resume");
@@ -374,7 +361,10 @@ fn a_cancelled_conversion_stops_unfinished_and_resumes_identically() {
     c.resume = true;
     let resumed = convert(&c, &NoProgress).unwrap();
     assert_eq!(resumed.written, full.written);
-    assert_eq!(dir_bytes(&clean), dir_bytes(&stopped));
+    assert_eq!(
+        stoker_testdata::files_in(&clean),
+        stoker_testdata::files_in(&stopped)
+    );
 }
 
 #[test]

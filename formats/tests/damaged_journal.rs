@@ -4,7 +4,6 @@
 //! against the listing and the shards on disk and refuses one that does not add up, without
 //! deleting anything.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -30,17 +29,6 @@ fn killed(dir: &Path) -> ConvertOptions {
     o
 }
 
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            let name = e.file_name().to_string_lossy().into_owned();
-            (name, std::fs::read(e.path()).unwrap())
-        })
-        .collect()
-}
-
 /// Edits the journal of `o`, resumes, and checks that the resume is refused with a message
 /// that names the journal and says what to do, and that no file was touched.
 fn refused_after(edit: impl FnOnce(&mut Value)) -> String {
@@ -54,7 +42,7 @@ fn refused_after(edit: impl FnOnce(&mut Value)) -> String {
     );
     edit(&mut j);
     std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
-    let before = files(&o.out);
+    let before = stoker_testdata::files_in(&o.out);
     let e = convert(&o, &NoProgress).expect_err("a journal that does not add up is refused");
     let msg = e.to_string();
     assert!(
@@ -66,7 +54,7 @@ fn refused_after(edit: impl FnOnce(&mut Value)) -> String {
     assert!(!o.out.join("manifest.json").exists());
     // Everything but LMDB's `-lock` files (none are left by our writer) is as it was.
     assert_eq!(
-        files(&o.out),
+        stoker_testdata::files_in(&o.out),
         before,
         "a refused resume changed the directory"
     );

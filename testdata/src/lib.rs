@@ -33,6 +33,23 @@ mod mixed_set;
 pub use bench_set::{make_bench_set, BenchSetError, BENCH_FILES, BENCH_HEIGHT, BENCH_WIDTH};
 pub use mixed_set::{make_mixed_set, plan_file, FilePlan, Kind, Mix, MIXED_FILES, MIXED_VERSION};
 
+/// Every file directly in `dir`, by name, with its bytes: two conversions (or an
+/// interrupted one resumed, and a clean one) are equal when these are.
+///
+/// # Panics
+///
+/// When `dir` or a file in it cannot be read: a test's own output should be there.
+pub fn files_in(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect()
+}
+
 /// The corpus root: `$STOKER_DATA` when set, else `<repo>/testdata`.
 pub fn dir() -> PathBuf {
     std::env::var_os("STOKER_DATA")

@@ -3,7 +3,6 @@
 //! Each test file uses some of them.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -67,18 +66,6 @@ pub fn text(o: &Output) -> String {
 /// `path` as a command-line argument.
 pub fn p(path: &Path) -> &str {
     path.to_str().expect("a UTF-8 path")
-}
-
-/// Every file directly in `dir`, by name: two conversions are equal when these are.
-pub fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            let name = e.file_name().to_string_lossy().into_owned();
-            (name, std::fs::read(e.path()).unwrap())
-        })
-        .collect()
 }
 
 /// Every photo of [`SAMPLE`] (its three class folders), in path order.
