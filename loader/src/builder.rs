@@ -468,7 +468,17 @@ impl LoaderBuilder {
         } = self;
         let placement = match placement {
             Some(p) => p,
-            None => Placement::from_env()?,
+            None => match Placement::from_env() {
+                Ok(p) => p,
+                // Rank and world were given (or are 0 of 1): the variables only set the
+                // node-share defaults and the device, and a broken one must not refuse
+                // what the caller said explicitly.
+                Err(e) if ranks != Ranks::Launcher => {
+                    tracing::warn!(%e, "launcher variables ignored: rank and world were given");
+                    Placement::single()
+                }
+                Err(e) => return Err(e),
+            },
         };
         if ranks == Ranks::Launcher {
             config.rank = placement.rank;

@@ -253,6 +253,8 @@ def test_rank_and_world_size_default_to_the_launchers_variables(sample_dataset, 
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(ValueError, match="RANK"):
         python_loader(sample_dataset)
+    # Given explicitly, rank and world size win over a broken environment.
+    assert python_batches(python_loader(sample_dataset, rank=1, world_size=3)) == explicit
 
 
 def test_stats_are_a_mapping_and_print_the_rust_table(sample_dataset):
