@@ -29,6 +29,9 @@ const KEPT_BAD_INDICES: usize = 64;
 #[derive(Debug, Default)]
 struct BadRecords {
     count: u64,
+    /// Every distinct index met (at most the dataset's length): a record met again, in a
+    /// later epoch or as a failed replacement, is counted once here.
+    seen: std::collections::HashSet<u64>,
     /// The first [`KEPT_BAD_INDICES`] distinct indices.
     indices: Vec<u64>,
 }
@@ -160,7 +163,7 @@ impl Metrics {
     pub fn bad_record(&self, index: u64) -> bool {
         let mut bad = self.bad.lock().unwrap_or_else(|p| p.into_inner());
         bad.count += 1;
-        if bad.indices.contains(&index) {
+        if !bad.seen.insert(index) {
             return false;
         }
         if bad.indices.len() < KEPT_BAD_INDICES {
@@ -373,6 +376,7 @@ impl Metrics {
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
             bad_records: bad.count,
+            bad_distinct: bad.seen.len() as u64,
             bad_indices: bad.indices.clone(),
             queue_mean: if samples > 0 {
                 self.queue_sum.load(Relaxed) as f64 / samples as f64
@@ -500,7 +504,10 @@ mod tests {
         assert!(!m.bad_record(5));
         assert!(m.bad_record(6));
         let s = m.snapshot();
-        assert_eq!((s.bad_records, s.bad_indices.clone()), (3, vec![5, 6]));
+        assert_eq!(
+            (s.bad_records, s.bad_distinct, s.bad_indices.clone()),
+            (3, 2, vec![5, 6])
+        );
         m.reset();
         assert_eq!(m.snapshot().images, 0);
     }

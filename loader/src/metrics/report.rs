@@ -96,6 +96,12 @@ impl Stats {
             vec![(String::new(), self.bad_records as f64)],
         );
         gauge(
+            "bad_records_distinct",
+            "Distinct records among bad_records_total.",
+            "gauge",
+            vec![(String::new(), self.bad_distinct as f64)],
+        );
+        gauge(
             "queue_mean",
             "Mean finished batches waiting per next().",
             "gauge",
@@ -183,8 +189,8 @@ impl fmt::Display for Stats {
         if self.bad_records > 0 {
             writeln!(
                 f,
-                "  bad records: {} (indices {:?})",
-                self.bad_records, self.bad_indices
+                "  bad records: {} met, {} distinct (indices {:?})",
+                self.bad_records, self.bad_distinct, self.bad_indices
             )?;
         }
         if let Some(p) = &self.placement {

@@ -148,6 +148,9 @@ pub struct Stats {
     /// batch they were met in is handed out (so batches built ahead and never handed
     /// out count nothing).
     pub bad_records: u64,
+    /// Distinct records among `bad_records` (a bad record is met again in every epoch,
+    /// and as each failed replacement).
+    pub bad_distinct: u64,
     /// The first distinct bad record indices.
     pub bad_indices: Vec<u64>,
     /// Mean number of finished batches waiting when the consumer asked for one.
