@@ -124,7 +124,7 @@ impl Dataset {
             .try_for_each(|s| s.check_unchanged())
     }
 
-    /// Opens a reader: one read transaction per shard. Make one per thread.
+    /// Opens a reader. Make one per thread.
     ///
     /// Each shard file is first checked to be the one opened (same inode and size): a shard
     /// replaced or truncated since [`Dataset::open`] is an error here rather than a SIGBUS
@@ -132,21 +132,13 @@ impl Dataset {
     ///
     /// # Errors
     ///
-    /// [`FormatError::ShardChanged`], or an LMDB error starting a read transaction.
+    /// [`FormatError::ShardChanged`], or an I/O error when a shard file is gone.
     pub fn reader(&self) -> Result<DatasetReader, FormatError> {
-        let mut txns = Vec::with_capacity(self.inner.shards.len());
         for s in &self.inner.shards {
             s.check_unchanged()?;
-            let txn = s
-                .env
-                .clone()
-                .static_read_txn()
-                .map_err(|e| FormatError::lmdb(&s.path, e))?;
-            txns.push(txn);
         }
         Ok(DatasetReader {
             dataset: self.clone(),
-            txns,
         })
     }
 
@@ -190,18 +182,17 @@ impl Dataset {
 
 /// Reads records of a [`Dataset`]; payloads are borrowed from the memory map (no copy).
 ///
-/// A reader holds one LMDB read transaction per shard; create one per thread.
+/// Records are found by stoker's own checked lookup in the shards' maps, not through LMDB
+/// transactions; create one reader per thread.
 pub struct DatasetReader {
     dataset: Dataset,
-    // Declared after `dataset` is irrelevant: each `RoTxn<'static>` owns a clone of its `Env`.
-    txns: Vec<RoTxn<'static, WithoutTls>>,
 }
 
 impl std::fmt::Debug for DatasetReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatasetReader")
             .field("root", &self.dataset.root())
-            .field("shards", &self.txns.len())
+            .field("shards", &self.dataset.inner.shards.len())
             .finish()
     }
 }
@@ -245,15 +236,25 @@ impl DatasetReader {
         RecordHeader::parse_value(value, &shard.path, index)
     }
 
+    /// An LMDB read transaction on shard `shard`, for [`DatasetReader::raw_iter`] (only
+    /// `verify` walks shards through LMDB, and only those whose digest matched).
+    pub(crate) fn read_txn(&self, shard: usize) -> Result<RoTxn<'static, WithoutTls>, FormatError> {
+        let s = &self.dataset.inner.shards[shard];
+        s.env
+            .clone()
+            .static_read_txn()
+            .map_err(|e| FormatError::lmdb(&s.path, e))
+    }
+
     /// Iterates over every key/value of shard `shard` in key order, without looking up by
     /// index: used by `verify` to find stray, missing or misnumbered keys.
-    pub(crate) fn raw_iter(
+    pub(crate) fn raw_iter<'t>(
         &self,
         shard: usize,
-    ) -> Result<heed::RoIter<'_, heed::types::Bytes, heed::types::Bytes>, FormatError> {
+        txn: &'t RoTxn<'static, WithoutTls>,
+    ) -> Result<heed::RoIter<'t, heed::types::Bytes, heed::types::Bytes>, FormatError> {
         let s = &self.dataset.inner.shards[shard];
-        s.db.iter(&self.txns[shard])
-            .map_err(|e| FormatError::lmdb(&s.path, e))
+        s.db.iter(txn).map_err(|e| FormatError::lmdb(&s.path, e))
     }
 
     pub(crate) fn check_unchanged(&self, shard: usize) -> Result<(), FormatError> {

@@ -65,8 +65,9 @@ impl VerifyReport {
 ///
 /// # Errors
 ///
-/// Only failures to start at all (LMDB refusing a read transaction, a shard changed since
-/// the dataset was opened); problems with the data are collected in [`VerifyReport::bad`].
+/// Only failures to start at all (a shard changed since the dataset was opened); problems
+/// with the data, an LMDB transaction refused on a shard included, are collected in
+/// [`VerifyReport::bad`].
 ///
 /// # Examples
 ///
@@ -101,9 +102,15 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
     let mut decoded = 0u64;
     for (si, entry) in m.shards.iter().enumerate() {
         let shard_path = reader.shard_path(si).to_path_buf();
+        // Before the check, which borrows the values it reads through this transaction.
+        let txn = reader.read_txn(si);
         let mut shard = ShardCheck::new(m, entry, &shard_path, decode);
         match whole_file_problem(&reader, si, entry, kind) {
-            None => match reader.raw_iter(si) {
+            None => match txn
+                .as_ref()
+                .map_err(ToString::to_string)
+                .and_then(|t| reader.raw_iter(si, t).map_err(|e| e.to_string()))
+            {
                 Ok(iter) => {
                     for item in iter {
                         match item {

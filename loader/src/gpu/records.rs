@@ -98,11 +98,11 @@ type Kept = Mutex<Option<(ReaderState, Vec<u8>)>>;
 /// rayon split and kept across the epoch's batches, with a spill buffer.
 ///
 /// Why not one per split: making a [`ReaderState`] opens a reader, which checks
-/// every shard file and starts a read transaction in each (about 10 µs per
-/// shard), and a batch has tens of splits: on a dataset of hundreds of shards
-/// (the ones read through a moving page-locked window) that was tens of
-/// milliseconds per batch, longer than copying it. Made again each epoch, so
-/// that a shard file replaced meanwhile is still found (`Dataset::reader`).
+/// every shard file (a `stat` each), and a batch has tens of splits: on a dataset
+/// of hundreds of shards (the ones read through a moving page-locked window) that
+/// is thousands of `stat`s per batch (docs/BENCHMARKS.md, "A batch's readers on a
+/// dataset of many shards"). Made again each epoch, so that a shard file replaced
+/// meanwhile is still found (`Dataset::reader`).
 pub(super) struct ThreadStates {
     /// One per pool thread: `None` until that thread first needs it, and while
     /// it is lent.
