@@ -3,7 +3,6 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
@@ -11,6 +10,7 @@ use pyo3::types::PyBytes;
 use stoker_formats::{ConvertOptions, Encoding, Progress, ResizeMode, Source};
 
 use crate::errors::format_error;
+use crate::signals::SIGNAL_CHECK;
 
 /// `json.loads(text)`: the Rust reports are serde structs; their JSON is the dict.
 pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -106,9 +106,6 @@ pub(crate) fn convert<'py>(
         .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
     json_to_py(py, &json)
 }
-
-/// How often a conversion's caller looks for Ctrl-C.
-const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
 /// The progress bar, plus the flag that stops the conversion on Ctrl-C.
 struct Cancellable {

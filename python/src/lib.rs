@@ -27,6 +27,7 @@ mod capsule;
 mod dataset;
 mod errors;
 mod loader;
+mod signals;
 
 use pyo3::prelude::*;
 

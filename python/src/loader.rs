@@ -15,10 +15,7 @@ use stoker_loader::{
 use crate::batch::Batch;
 use crate::dataset::{json_to_py, Dataset};
 use crate::errors::loader_error;
-
-/// How long one wait for a batch may block before Python gets the GIL back to look for
-/// Ctrl-C (`check_signals`): short enough to feel immediate, long enough to cost nothing.
-const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+use crate::signals::SIGNAL_CHECK;
 
 /// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
 /// the CPU), crops, flips and normalizes into batches, and reports whether it keeps up.
