@@ -472,8 +472,29 @@ impl Worker {
     }
 
     /// Reads, decodes and transforms record `index` into image `slot` of `buffer`; returns
-    /// its label.
+    /// its label. A large image takes its turn for this and leaves no scratch behind
+    /// ([`crate::pixels::LARGE_IMAGE_BYTES`]).
     fn load_one(
+        &mut self,
+        plan: &EpochPlan,
+        index: u64,
+        slot: usize,
+        buffer: &mut HostBuffer,
+    ) -> Result<u32, LoaderError> {
+        let large = self
+            .reader
+            .as_ref()
+            .ok()
+            .and_then(|reader| large_image_turn(reader, index));
+        let label = self.load_and_transform(plan, index, slot, buffer);
+        if large.is_some() {
+            self.pixels = Vec::new();
+        }
+        label
+    }
+
+    /// [`Self::load_one`]'s work.
+    fn load_and_transform(
         &mut self,
         plan: &EpochPlan,
         index: u64,
@@ -491,7 +512,6 @@ impl Worker {
             seed: plan.seed,
             epoch: plan.epoch,
         };
-        let large = large_image_turn(reader, index);
         let loaded = load_record(
             reader,
             index,
@@ -499,16 +519,7 @@ impl Worker {
             (&self.decoder, &mut self.pixels),
             Dest::Scratch,
             metrics,
-        );
-        let loaded = match loaded {
-            Ok(l) => l,
-            Err(e) => {
-                if large.is_some() {
-                    self.pixels = Vec::new();
-                }
-                return Err(e);
-            }
-        };
+        )?;
 
         let t_transform = Instant::now();
         let src: &[u8] = match loaded.place {
@@ -554,12 +565,7 @@ impl Worker {
             }
         };
         metrics.record(Stage::Transform, 1, out_bytes as u64, t_transform.elapsed());
-        let label = loaded.label;
-        if large.is_some() {
-            // Not kept for the next image: see LARGE_IMAGE_BYTES.
-            self.pixels = Vec::new();
-        }
-        Ok(label)
+        Ok(loaded.label)
     }
 }
 
