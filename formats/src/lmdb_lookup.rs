@@ -9,11 +9,16 @@
 
 use std::cmp::Ordering;
 
-use crate::lmdb_layout::{
-    check_named, check_pgno, leaf_value, node_child, node_count, node_key, node_offset, u16_at,
-    LeafValue, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW,
-};
+use crate::lmdb_layout::{F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW};
 use crate::lmdb_meta::RecordTree;
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
 
 /// A checked view of the pages of one shard's map.
 struct Pages<'m> {
@@ -24,21 +29,32 @@ struct Pages<'m> {
 impl<'m> Pages<'m> {
     /// Page `pgno`, which must be a page of the tree that names itself `pgno`.
     fn page(&self, pgno: u64) -> Result<&'m [u8], String> {
-        check_pgno(pgno, self.tree.last_pg)?;
         let psize = self.tree.psize as usize;
-        let page = usize::try_from(pgno)
-            .ok()
-            .and_then(|p| p.checked_mul(psize))
-            .and_then(|start| self.map.get(start..start + psize))
+        let start = (pgno >= 2 && pgno <= self.tree.last_pg)
+            .then(|| usize::try_from(pgno).ok()?.checked_mul(psize))
+            .flatten()
+            .ok_or_else(|| format!("page number {pgno} is outside the tree"))?;
+        let page = self
+            .map
+            .get(start..start + psize)
             .ok_or_else(|| format!("page {pgno} lies past the end of the file"))?;
-        check_named(pgno, page)?;
+        if u64_at(page, 0) != pgno {
+            return Err(format!("page {pgno} names itself differently"));
+        }
         Ok(page)
     }
 
-    /// Node `i` of page `pgno` (pointers ending at `lower`): its offset and key.
+    /// The offset of node `i` of a page with `count` nodes and pointer array end `lower`.
     fn node(pgno: u64, page: &[u8], lower: usize, i: usize) -> Result<(usize, &[u8]), String> {
-        let off = node_offset(pgno, page, lower, i)?;
-        Ok((off, node_key(pgno, page, off)?))
+        let off = usize::from(u16_at(page, PAGE_HEADER + 2 * i));
+        if off < lower || off + NODE_HEADER > page.len() {
+            return Err(format!("page {pgno}: node {i} lies outside the page"));
+        }
+        let ksize = usize::from(u16_at(page, off + 6));
+        let key = page
+            .get(off + NODE_HEADER..off + NODE_HEADER + ksize)
+            .ok_or_else(|| format!("page {pgno}: the key of node {i} runs past the page"))?;
+        Ok((off, key))
     }
 
     /// The value stored in the leaf node at `off` of page `pgno`, whose key has `ksize` bytes.
@@ -49,9 +65,17 @@ impl<'m> Pages<'m> {
         off: usize,
         ksize: usize,
     ) -> Result<&'m [u8], String> {
-        match leaf_value(pgno, page, off, ksize)? {
-            LeafValue::Inline(v) => Ok(v),
-            LeafValue::Overflow { pgno: opg, size } => {
+        let size = usize::from(u16_at(page, off)) | usize::from(u16_at(page, off + 2)) << 16;
+        let data = off + NODE_HEADER + ksize;
+        match u16_at(page, off + 4) {
+            0 => page
+                .get(data..data + size)
+                .ok_or_else(|| format!("page {pgno}: a value runs past the page")),
+            F_BIGDATA => {
+                let at = page.get(data..data + 8).ok_or_else(|| {
+                    format!("page {pgno}: an overflow page number runs past the page")
+                })?;
+                let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
                 let first = self.page(opg)?;
                 if u16_at(first, 10) != P_OVERFLOW {
                     return Err(format!("page {opg}: not an overflow page"));
@@ -62,6 +86,9 @@ impl<'m> Pages<'m> {
                     format!("page {opg}: a value of {size} bytes runs past the file")
                 })
             }
+            flags => Err(format!(
+                "page {pgno}: node flags {flags:#x} (stoker writes none)"
+            )),
         }
     }
 }
@@ -80,7 +107,11 @@ pub(crate) fn get<'m>(
     };
     for level in 1..=tree.depth {
         let page = pages.page(pgno)?;
-        let (lower, count) = node_count(pgno, page)?;
+        let lower = usize::from(u16_at(page, 12));
+        if lower < PAGE_HEADER || lower > page.len() || (lower - PAGE_HEADER) % 2 != 0 {
+            return Err(format!("page {pgno}: bad node count"));
+        }
+        let count = (lower - PAGE_HEADER) / 2;
         let want = if level < tree.depth { P_BRANCH } else { P_LEAF };
         let flags = u16_at(page, 10);
         if flags != want || count == 0 {
@@ -102,7 +133,9 @@ pub(crate) fn get<'m>(
                 }
             }
             let (off, _) = Pages::node(pgno, page, lower, lo - 1)?;
-            pgno = node_child(page, off);
+            pgno = u64::from(u16_at(page, off))
+                | u64::from(u16_at(page, off + 2)) << 16
+                | u64::from(u16_at(page, off + 4)) << 32;
             continue;
         }
         let (mut lo, mut hi) = (0, count);

@@ -16,10 +16,7 @@ use std::collections::HashSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use crate::lmdb_layout::{
-    check_named, check_pgno, leaf_value, node_child, node_count, node_key, node_offset, u16_at,
-    LeafValue, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW,
-};
+use crate::lmdb_layout::{F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW};
 use crate::lmdb_meta::RecordTree;
 
 /// One key and its value, or what was wrong where one was expected.
@@ -32,9 +29,15 @@ struct Walker<'f> {
     seen: HashSet<u64>,
 }
 
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
 impl Walker<'_> {
     fn page(&mut self, pgno: u64) -> Result<Vec<u8>, String> {
-        check_pgno(pgno, self.tree.last_pg)?;
+        if pgno < 2 || pgno > self.tree.last_pg {
+            return Err(format!("page number {pgno} is outside the tree"));
+        }
         if !self.seen.insert(pgno) {
             return Err(format!("page {pgno} is reached twice (a cycle)"));
         }
@@ -42,15 +45,27 @@ impl Walker<'_> {
         self.file
             .read_exact_at(&mut buf, pgno * self.tree.psize)
             .map_err(|e| format!("page {pgno}: {e}"))?;
-        check_named(pgno, &buf)?;
+        if u64::from_le_bytes(buf[..8].try_into().expect("8 bytes")) != pgno {
+            return Err(format!("page {pgno} names itself differently"));
+        }
         Ok(buf)
     }
 
     /// The node offsets of a branch or leaf page.
     fn nodes(&self, pgno: u64, page: &[u8]) -> Result<Vec<usize>, String> {
-        let (lower, count) = node_count(pgno, page)?;
-        (0..count)
-            .map(|i| node_offset(pgno, page, lower, i))
+        let lower = usize::from(u16_at(page, 12));
+        if lower < PAGE_HEADER || lower > page.len() || (lower - PAGE_HEADER) % 2 != 0 {
+            return Err(format!("page {pgno}: bad node count"));
+        }
+        (0..(lower - PAGE_HEADER) / 2)
+            .map(|i| {
+                let off = usize::from(u16_at(page, PAGE_HEADER + 2 * i));
+                if off < lower || off + NODE_HEADER > page.len() {
+                    Err(format!("page {pgno}: node {i} lies outside the page"))
+                } else {
+                    Ok(off)
+                }
+            })
             .collect()
     }
 
@@ -69,7 +84,11 @@ impl Walker<'_> {
         match u16_at(&page, 10) {
             P_BRANCH => {
                 for off in nodes {
-                    self.walk(node_child(&page, off), level + 1, out);
+                    let n = &page[off..];
+                    let child = u64::from(u16_at(n, 0))
+                        | u64::from(u16_at(n, 2)) << 16
+                        | u64::from(u16_at(n, 4)) << 32;
+                    self.walk(child, level + 1, out);
                 }
             }
             P_LEAF => {
@@ -84,28 +103,44 @@ impl Walker<'_> {
     }
 
     fn leaf_node(&mut self, pgno: u64, page: &[u8], off: usize) -> Item {
-        let key = node_key(pgno, page, off)?;
-        let value = match leaf_value(pgno, page, off, key.len())? {
-            LeafValue::Inline(v) => v.to_vec(),
-            LeafValue::Overflow { pgno: opg, size } => {
-                let first = self.page(opg)?;
-                if u16_at(&first, 10) != P_OVERFLOW {
-                    return Err(format!("page {opg}: not an overflow page"));
-                }
-                let start = opg * self.tree.psize + PAGE_HEADER as u64;
-                if start + size as u64 > self.len {
-                    return Err(format!(
-                        "page {opg}: a value of {size} bytes runs past the file"
-                    ));
-                }
-                let mut v = vec![0u8; size];
-                self.file
-                    .read_exact_at(&mut v, start)
-                    .map_err(|e| format!("page {opg}: {e}"))?;
-                v
+        let n = &page[off..];
+        let size = usize::from(u16_at(n, 0)) | usize::from(u16_at(n, 2)) << 16;
+        let (flags, ksize) = (u16_at(n, 4), usize::from(u16_at(n, 6)));
+        let key_end = NODE_HEADER + ksize;
+        let key = n
+            .get(NODE_HEADER..key_end)
+            .ok_or_else(|| format!("page {pgno}: a key runs past the page"))?
+            .to_vec();
+        let value = if flags == F_BIGDATA {
+            let at = n.get(key_end..key_end + 8).ok_or_else(|| {
+                format!("page {pgno}: an overflow page number runs past the page")
+            })?;
+            let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
+            let first = self.page(opg)?;
+            if u16_at(&first, 10) != P_OVERFLOW {
+                return Err(format!("page {opg}: not an overflow page"));
             }
+            let start = opg * self.tree.psize + PAGE_HEADER as u64;
+            if start + size as u64 > self.len {
+                return Err(format!(
+                    "page {opg}: a value of {size} bytes runs past the file"
+                ));
+            }
+            let mut v = vec![0u8; size];
+            self.file
+                .read_exact_at(&mut v, start)
+                .map_err(|e| format!("page {opg}: {e}"))?;
+            v
+        } else if flags == 0 {
+            n.get(key_end..key_end + size)
+                .ok_or_else(|| format!("page {pgno}: a value runs past the page"))?
+                .to_vec()
+        } else {
+            return Err(format!(
+                "page {pgno}: node flags {flags:#x} (stoker writes none)"
+            ));
         };
-        Ok((key.to_vec(), value))
+        Ok((key, value))
     }
 }
 
