@@ -38,8 +38,7 @@ use stoker::formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, 
 use stoker::loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker::loader::{Device, Images, Loader, Output, Shuffle, Stage, Stats, Transform};
 
-#[path = "common/exit.rs"]
-mod exit;
+use stoker::exit;
 #[path = "common/results.rs"]
 mod results;
 

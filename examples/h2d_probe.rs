@@ -38,8 +38,7 @@ use stoker::decode::cudarc::driver::{
 };
 use stoker::decode::cudarc::nvrtc::compile_ptx;
 
-#[path = "common/exit.rs"]
-mod exit;
+use stoker::exit;
 #[path = "h2d_probe/host_load.rs"]
 mod host_load;
 #[path = "common/results.rs"]

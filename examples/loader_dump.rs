@@ -22,8 +22,7 @@ use anyhow::{bail, Context};
 use stoker_formats::Dataset;
 use stoker_loader::{Device, Images, Loader, Output, Shuffle, Transform};
 
-#[path = "common/exit.rs"]
-mod exit;
+use stoker::exit;
 
 fn main() -> ExitCode {
     match run() {
@@ -62,14 +61,7 @@ fn run() -> anyhow::Result<()> {
     }
     let transform = match opt.crop.as_str() {
         "random" => Transform::random_resized_crop(opt.size),
-        "center" => {
-            let resize = opt
-                .size
-                .checked_mul(8)
-                .with_context(|| format!("--size {} is too large", opt.size))?
-                / 7;
-            Transform::center_crop(opt.size, resize)
-        }
+        "center" => Transform::center_crop_default(opt.size),
         other => bail!("--crop {other}: want random or center"),
     }
     .hflip(opt.hflip);

@@ -42,8 +42,7 @@ use stoker::formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
 use stoker::loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker::loader::{Device, Loader, Output, Shuffle, Stage, Transform};
 
-#[path = "common/exit.rs"]
-mod exit;
+use stoker::exit;
 #[path = "common/results.rs"]
 mod results;
 

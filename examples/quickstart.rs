@@ -7,7 +7,7 @@
 //! ```
 
 use std::error::Error;
-use std::io::{ErrorKind, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -18,19 +18,9 @@ use stoker::loader::{Device, Loader, Output, Shuffle, Transform};
 fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
-        // Whoever read our stdout stopped (`| head`): end quietly, with the status a shell
-        // gives a tool that SIGPIPE ended (Rust ignores the signal, so the write fails).
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .is_some_and(|e| e.kind() == ErrorKind::BrokenPipe) =>
-        {
-            ExitCode::from(128 + 13)
-        }
-        Err(e) => {
-            // Nothing is left to report to when stderr fails too.
-            let _ = writeln!(std::io::stderr(), "quickstart: {e}");
-            ExitCode::FAILURE
-        }
+        // Quiet with status 141 when whoever read our stdout stopped (`| head`), else the
+        // error and its causes on stderr.
+        Err(e) => stoker::exit::failure("quickstart", e.as_ref(), 1),
     }
 }
 

@@ -21,8 +21,7 @@ use stoker_loader::{Loader, Output, Shuffle, Transform};
 const SIZE: u32 = 32;
 const FEATURES: usize = 3 * (SIZE as usize) * (SIZE as usize);
 
-#[path = "common/exit.rs"]
-mod exit;
+use stoker::exit;
 
 fn main() -> ExitCode {
     match run() {

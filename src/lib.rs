@@ -12,3 +12,4 @@ pub use stoker_formats as formats;
 pub use stoker_loader as loader;
 
 pub mod bottleneck;
+pub mod exit;

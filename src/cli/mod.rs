@@ -61,12 +61,8 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        // The reader of our output stopped reading (`| head`): end quietly, as tools
-        // killed by SIGPIPE do, but not with success, since the output was cut short.
-        Err(e) if output::is_broken_pipe(&e) => ExitCode::from(output::BROKEN_PIPE_STATUS),
-        Err(e) => {
-            output::note(format_args!("stoker: error: {}", output::message(&e)));
-            ExitCode::FAILURE
-        }
+        // A closed stdout (`| head`) ends quietly with 141, as tools killed by SIGPIPE do,
+        // not with success, since the output was cut short.
+        Err(e) => stoker::exit::failure("stoker", e.as_ref(), 1),
     }
 }

@@ -4,43 +4,10 @@
 //! that does neither.
 
 use std::fs::File;
-use std::io::{BufWriter, ErrorKind, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use anyhow::Context;
-
-/// Exit status when the reader of stdout went away (EPIPE): 128 + SIGPIPE, the status a
-/// shell reports for a C tool that SIGPIPE ended, so `set -o pipefail` scripts see stoker
-/// as they see `cat`. Rust ignores SIGPIPE, so the write fails instead of killing us.
-pub const BROKEN_PIPE_STATUS: u8 = 128 + 13;
-
-/// True when `e` was caused by writing to a pipe whose reader has gone (`stoker ... |
-/// head`): not worth an error message, since whoever closed the pipe wanted no more.
-pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
-    })
-}
-
-/// `e` and its causes, joined by ": ", leaving out a cause whose text the message already
-/// ends with: stoker's errors print their source in their own message (so the Python
-/// exceptions and `to_string` have it), and anyhow's `{:#}` repeated it ("No such file or
-/// directory (os error 2): No such file or directory (os error 2)").
-pub fn message(e: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in e.chain() {
-        let part = cause.to_string();
-        if text.ends_with(&part) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&part);
-    }
-    text
-}
 
 /// Writes one line to stderr, ignoring failure: when stderr itself cannot be written
 /// (closed, full) there is nowhere left to report to, and a panic would only replace
@@ -108,9 +75,10 @@ pub fn write_file_atomically(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::ErrorKind;
 
     #[test]
-    fn a_cause_already_in_the_message_is_not_repeated() {
+    fn an_anyhow_context_and_a_format_error_print_their_cause_once() {
         let io = std::io::Error::from(ErrorKind::NotFound);
         let e = anyhow::Error::new(stoker_formats::FormatError::Io {
             path: "x/manifest.json".into(),
@@ -118,7 +86,7 @@ mod tests {
         })
         .context("opening x");
         assert_eq!(
-            message(&e),
+            stoker::exit::message(e.as_ref()),
             format!(
                 "opening x: x/manifest.json: {}",
                 std::io::Error::from(ErrorKind::NotFound)

@@ -1,0 +1,90 @@
+//! How a program built on stoker ends on an error: quietly when the reader of its stdout
+//! went away (`… | head`), else with the error and each of its causes once on stderr. The
+//! `stoker` CLI and the examples end this way; a training binary can too.
+
+use std::error::Error;
+use std::io::{ErrorKind, Write};
+use std::process::ExitCode;
+
+/// Exit status when the reader of stdout went away (EPIPE): 128 + SIGPIPE, the status a
+/// shell reports for a C tool that SIGPIPE ended, so `set -o pipefail` scripts see a Rust
+/// program as they see `cat`. Rust ignores SIGPIPE, so the write fails instead of killing.
+pub const BROKEN_PIPE_STATUS: u8 = 128 + 13;
+
+/// True when `e` or one of its causes is a write to a pipe whose reader has gone: not
+/// worth an error message, since whoever closed the pipe wanted no more.
+pub fn is_broken_pipe(e: &(dyn Error + 'static)) -> bool {
+    causes(e).any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
+    })
+}
+
+/// `e` and its causes, joined by ": ", leaving out a cause whose text the message already
+/// ends with: stoker's errors print their source in their own message (so the Python
+/// exceptions and `to_string` carry it), and walking the sources would repeat it ("No
+/// such file or directory (os error 2): No such file or directory (os error 2)").
+pub fn message(e: &(dyn Error + 'static)) -> String {
+    let mut text = String::new();
+    for cause in causes(e) {
+        let part = cause.to_string();
+        if text.ends_with(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+/// The exit code for `e`: [`BROKEN_PIPE_STATUS`] without a word for a closed pipe, else
+/// `status` after `program: error: <message>` on stderr (a failed write to stderr is
+/// ignored: there is nowhere left to say it, and a panic would only change the status).
+pub fn failure(program: &str, e: &(dyn Error + 'static), status: u8) -> ExitCode {
+    if is_broken_pipe(e) {
+        return ExitCode::from(BROKEN_PIPE_STATUS);
+    }
+    let _ = writeln!(std::io::stderr().lock(), "{program}: error: {}", message(e));
+    ExitCode::from(status)
+}
+
+fn causes<'a>(e: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
+    std::iter::successors(Some(e), |&c| c.source())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "reading x: {}", self.0)
+        }
+    }
+
+    impl Error for Wrapped {
+        fn source(&self) -> Option<&(dyn Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let e = Wrapped(std::io::Error::from(ErrorKind::NotFound));
+        let io = std::io::Error::from(ErrorKind::NotFound);
+        assert_eq!(message(&e), format!("reading x: {io}"));
+        assert!(!is_broken_pipe(&e));
+    }
+
+    #[test]
+    fn a_broken_pipe_is_found_among_the_causes() {
+        let e = Wrapped(std::io::Error::from(ErrorKind::BrokenPipe));
+        assert!(is_broken_pipe(&e));
+        assert_eq!(failure("t", &e, 1), ExitCode::from(BROKEN_PIPE_STATUS));
+    }
+}
