@@ -103,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let transform = if args.eval {
-        Transform::center_crop(args.size, args.size * 8 / 7)
+        Transform::center_crop_default(args.size)
     } else {
         Transform::random_resized_crop(args.size).hflip(0.5)
     }

@@ -110,11 +110,10 @@ impl Loader {
         let shuffle = parse_shuffle(shuffle, seed, quasi_block)?;
         let mut transform = match crop {
             "random" => Transform::random_resized_crop(size),
-            "center" => {
-                // In u64: `size * 8` overflows u32 for sizes the transform then refuses.
-                let default = u32::try_from(u64::from(size) * 8 / 7).unwrap_or(u32::MAX);
-                Transform::center_crop(size, resize.unwrap_or(default))
-            }
+            "center" => match resize {
+                Some(resize) => Transform::center_crop(size, resize),
+                None => Transform::center_crop_default(size),
+            },
             other => return Err(bad("crop", other, "\"random\" or \"center\"")),
         }
         .hflip(hflip);

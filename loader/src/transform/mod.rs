@@ -115,6 +115,15 @@ impl Transform {
         }
     }
 
+    /// The usual evaluation crop: shorter side resized to `size * 8 / 7` (256 for 224,
+    /// torchvision's ImageNet recipe: `Resize(256)`, `CenterCrop(224)`), then the central
+    /// `size × size`. Computed in u64 and saturated, so a size the transform refuses later
+    /// is not first an overflow here.
+    pub fn center_crop_default(size: u32) -> Self {
+        let resize = u32::try_from(u64::from(size) * 8 / 7).unwrap_or(u32::MAX);
+        Self::center_crop(size, resize)
+    }
+
     /// Flip horizontally with probability `p`.
     pub fn hflip(mut self, p: f64) -> Self {
         self.hflip = p;
@@ -396,5 +405,17 @@ mod tests {
             .is_err());
         assert!(Transform::center_crop(224, 200).validate().is_err());
         assert!(Transform::center_crop(224, 256).validate().is_ok());
+    }
+
+    #[test]
+    fn default_center_crop_is_torchvisions_recipe() {
+        assert_eq!(
+            Transform::center_crop_default(224).crop_mode(),
+            CropMode::Center { resize: 256 }
+        );
+        // Saturates instead of overflowing; validation then refuses the size.
+        let huge = Transform::center_crop_default(u32::MAX);
+        assert_eq!(huge.crop_mode(), CropMode::Center { resize: u32::MAX });
+        assert!(huge.validate().is_err());
     }
 }
