@@ -78,9 +78,9 @@ pub enum LoaderError {
         /// Which part of the state disagrees.
         field: &'static str,
         /// The value in this loader.
-        expected: u64,
+        expected: String,
         /// The value in the saved state.
-        got: u64,
+        got: String,
     },
     /// [`crate::Loader::epoch`] was called while another epoch iterator of the same loader is alive.
     #[error("epoch {requested} requested while epoch {running} is still being iterated; drop that iterator first")]

@@ -169,5 +169,5 @@ pub use launcher::{Launcher, Placement};
 pub use loader::{Epoch, Loader};
 pub use metrics::{Stage, Stats};
 pub use pipeline::Next;
-pub use sampler::{LoaderState, Sampler, Shuffle};
+pub use sampler::{LoaderState, Order, Sampler, Shuffle};
 pub use transform::{SampleParams, Transform};

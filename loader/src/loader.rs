@@ -227,6 +227,7 @@ impl Loader {
         // SIGBUS: one `stat` per shard turns that into this epoch's error.
         if let Err(e) = self.config.dataset.check_unchanged() {
             drop(early);
+            self.keep_resume(resume);
             return Epoch::failed(
                 epoch,
                 e.into(),
@@ -252,13 +253,24 @@ impl Loader {
                 Arc::clone(&self.progress),
                 owner,
             ),
-            Err(e) => Epoch::failed(
-                epoch,
-                e,
-                Arc::clone(&self.metrics),
-                Arc::clone(&self.progress),
-                true,
-            ),
+            Err(e) => {
+                self.keep_resume(resume);
+                Epoch::failed(
+                    epoch,
+                    e,
+                    Arc::clone(&self.metrics),
+                    Arc::clone(&self.progress),
+                    true,
+                )
+            }
+        }
+    }
+
+    /// Puts back a resume taken by an epoch that failed to start, so that trying the epoch
+    /// again (the shard is back, memory was freed) still starts at the saved batch.
+    fn keep_resume(&self, resume: Option<LoaderState>) {
+        if resume.is_some() {
+            *self.resume.lock().unwrap_or_else(|p| p.into_inner()) = resume;
         }
     }
 
@@ -392,6 +404,8 @@ impl Loader {
             batch_size: Some(self.sampler.batch_size()),
             world_size: Some(self.sampler.world_size()),
             samples: Some(self.sampler.dataset_len()),
+            drop_last: Some(self.sampler.drop_last()),
+            order: Some(self.sampler.shuffle().order()),
             ..lock(&self.progress).state
         }
     }
@@ -458,11 +472,34 @@ pub(crate) fn check_resume(
     seed: u64,
     sampler: &Sampler,
 ) -> Result<(), LoaderError> {
+    let text = |v: Option<u64>| v.map(|v| v.to_string());
     let recorded = [
-        ("seed", Some(state.seed), seed),
-        ("batch_size", state.batch_size, sampler.batch_size()),
-        ("world_size", state.world_size, sampler.world_size()),
-        ("samples", state.samples, sampler.dataset_len()),
+        ("seed", Some(state.seed.to_string()), seed.to_string()),
+        (
+            "batch_size",
+            text(state.batch_size),
+            sampler.batch_size().to_string(),
+        ),
+        (
+            "world_size",
+            text(state.world_size),
+            sampler.world_size().to_string(),
+        ),
+        (
+            "samples",
+            text(state.samples),
+            sampler.dataset_len().to_string(),
+        ),
+        (
+            "drop_last",
+            state.drop_last.map(|d| d.to_string()),
+            sampler.drop_last().to_string(),
+        ),
+        (
+            "order",
+            state.order.map(|o| o.to_string()),
+            sampler.shuffle().order().to_string(),
+        ),
     ];
     for (field, got, expected) in recorded {
         match got {
@@ -480,8 +517,8 @@ pub(crate) fn check_resume(
     if state.position > num_batches {
         return Err(LoaderError::ResumeMismatch {
             field: "position",
-            expected: num_batches,
-            got: state.position,
+            expected: format!("at most {num_batches}"),
+            got: state.position.to_string(),
         });
     }
     Ok(())

@@ -56,6 +56,61 @@ impl Shuffle {
             Shuffle::Global { seed } | Shuffle::Quasi { seed, .. } => seed,
         }
     }
+
+    /// The kind of order, without the seed.
+    pub fn order(&self) -> Order {
+        match *self {
+            Shuffle::Sequential => Order::Sequential,
+            Shuffle::Global { .. } => Order::Global,
+            Shuffle::Quasi { block, .. } => Order::Quasi { block },
+        }
+    }
+}
+
+/// The kind of order a [`Shuffle`] gives, without its seed: recorded in [`LoaderState`]
+/// so that a state is resumed only into a loader that orders the samples the same way.
+/// Written `sequential`, `global` or `quasi:BLOCK` ([`std::fmt::Display`],
+/// [`std::str::FromStr`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    /// [`Shuffle::Sequential`].
+    Sequential,
+    /// [`Shuffle::Global`].
+    Global,
+    /// [`Shuffle::Quasi`] with this block size.
+    Quasi {
+        /// Records per block.
+        block: u32,
+    },
+}
+
+impl std::fmt::Display for Order {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Order::Sequential => f.write_str("sequential"),
+            Order::Global => f.write_str("global"),
+            Order::Quasi { block } => write!(f, "quasi:{block}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Order {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "sequential" => Ok(Order::Sequential),
+            "global" => Ok(Order::Global),
+            _ => s
+                .strip_prefix("quasi:")
+                .and_then(|b| b.parse().ok())
+                .map(|block| Order::Quasi { block })
+                .ok_or_else(|| {
+                    format!("order {s:?} is not \"sequential\", \"global\" or \"quasi:BLOCK\"")
+                }),
+        }
+    }
 }
 
 /// Where a loader stands: enough to continue exactly where it stopped.
@@ -64,9 +119,9 @@ impl Shuffle {
 /// Serializable so it can go into a training checkpoint.
 ///
 /// `position` counts batches of one rank's order, so it means the same samples only to a
-/// loader with the same batch size, number of ranks and dataset: [`crate::Loader::state`]
-/// records them, and a resume with any of them different is refused rather than
-/// repeating or skipping samples. (The rank is not recorded: the ranks advance in step,
+/// loader with the same batch size, number of ranks, dataset, `drop_last` and kind of
+/// order: [`crate::Loader::state`] records them, and a resume with any of them different
+/// is refused rather than repeating or skipping samples. (The rank is not recorded: the ranks advance in step,
 /// so rank 0's saved state resumes every rank.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoaderState {
@@ -86,6 +141,14 @@ pub struct LoaderState {
     /// The records in the dataset (checked on resume when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,
+    /// Whether each rank's short last batch is dropped: it changes each rank's share, so
+    /// where its slice starts (checked on resume when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_last: Option<bool>,
+    /// The kind of order (checked on resume when given: the seed alone does not tell a
+    /// sequential loader from a shuffled one with seed 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Order>,
 }
 
 /// The per-rank order of sample indices for an epoch.
@@ -160,6 +223,11 @@ impl Sampler {
             batch_size,
             drop_last,
         })
+    }
+
+    /// Whether each rank's short last batch is dropped.
+    pub fn drop_last(&self) -> bool {
+        self.drop_last
     }
 
     /// The shuffle mode.

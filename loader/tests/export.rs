@@ -12,7 +12,8 @@ use common::sample_dataset;
 use stoker_formats::Dataset;
 use stoker_loader::dlpack::{sys, ManagedTensor};
 use stoker_loader::{
-    Images, Loader, LoaderBuilder, LoaderError, LoaderState, Next, Output, Shuffle, Transform,
+    Images, Loader, LoaderBuilder, LoaderError, LoaderState, Next, Order, Output, Shuffle,
+    Transform,
 };
 
 fn small(ds: &Dataset) -> LoaderBuilder {
@@ -132,6 +133,29 @@ fn waits_with_a_deadline_give_the_same_batches_and_count_them_once() {
 }
 
 #[test]
+fn a_resume_survives_an_epoch_that_failed_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let full = summary(small(&ds).build().unwrap().epoch(0));
+    let loader = small(&ds).build().unwrap();
+    loader
+        .load_state(LoaderState {
+            position: 2,
+            ..loader.state()
+        })
+        .unwrap();
+    // The shard is away while the epoch starts, so that start fails...
+    let shard = dir.path().join("ds/shard-00000.lmdb");
+    let away = dir.path().join("shard.away");
+    std::fs::rename(&shard, &away).unwrap();
+    let first = loader.epoch(0).next().expect("the start's error");
+    assert!(first.is_err());
+    std::fs::rename(&away, &shard).unwrap();
+    // ...and the next try still begins at the saved batch.
+    assert_eq!(summary(loader.epoch(0)), full[2..]);
+}
+
+#[test]
 fn load_state_on_a_running_loader_resumes_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let ds = sample_dataset(dir.path());
@@ -154,6 +178,10 @@ fn load_state_on_a_running_loader_resumes_exactly() {
             state.samples
         ),
         (5, Some(4), Some(1), Some(15))
+    );
+    assert_eq!(
+        (state.drop_last, state.order),
+        (Some(false), Some(Order::Global))
     );
     loader.load_state(state).unwrap();
     assert_eq!(loader.state(), state);
@@ -206,6 +234,21 @@ fn load_state_on_a_running_loader_resumes_exactly() {
             "samples",
             LoaderState {
                 samples: Some(16),
+                ..state
+            },
+        ),
+        // Another share per rank, and another order with the same seed.
+        (
+            "drop_last",
+            LoaderState {
+                drop_last: Some(true),
+                ..state
+            },
+        ),
+        (
+            "order",
+            LoaderState {
+                order: Some(Order::Quasi { block: 2 }),
                 ..state
             },
         ),

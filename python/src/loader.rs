@@ -9,7 +9,7 @@ use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use stoker_loader::{
-    Device, LoaderBuilder, LoaderState, Next, OnError, Output, Shuffle, Transform,
+    Device, LoaderBuilder, LoaderState, Next, OnError, Order, Output, Shuffle, Transform,
 };
 
 use crate::batch::Batch;
@@ -20,18 +20,26 @@ use crate::signals::SIGNAL_CHECK;
 /// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
 /// the CPU), crops, flips and normalizes into batches, and reports whether it keeps up.
 ///
-/// ``data`` is a dataset path or a ``stoker.Dataset``. ``shuffle``: ``True`` (a new
+/// ``data`` is a dataset path or a ``stoker.Dataset``. The defaults are a training
+/// loader's (shuffled, random crops); a validation loader wants ``shuffle=False,
+/// crop="center"``. ``shuffle``: ``True`` (the default, also when ``None``: a new
 /// permutation per epoch, from ``seed`` and the epoch), ``False`` (dataset order) or
 /// ``"quasi"`` (page-cache friendly blocks of ``quasi_block`` records). ``crop``:
-/// ``"random"`` (RandomResizedCrop to ``size``) or ``"center"`` (resize the shorter
-/// side to ``resize``, default ``size * 8 / 7``, then a center crop). ``mean``/``std``
+/// ``"random"`` (the default: RandomResizedCrop to ``size``) or ``"center"`` (resize the
+/// shorter side to ``resize``, default ``size * 8 / 7``, then a center crop; the source
+/// window is rounded to whole pixels, so pixels differ slightly from torchvision's
+/// ``Resize`` then ``CenterCrop``, which crops a resized image). ``mean``/``std``
 /// normalize float outputs (``stoker.IMAGENET_MEAN``/``IMAGENET_STD``; default none:
 /// pixels / 255). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``) or
-/// ``"uint8"`` (``layout="nhwc"``, raw pixels). ``device``: ``"auto"`` (the GPU if
-/// usable, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``. ``rank`` and
-/// ``world_size`` default to the launcher's variables (torchrun's ``RANK`` /
-/// ``WORLD_SIZE``, Slurm's); each rank gets a disjoint slice with the same number of
-/// batches. ``prefetch``: batches in flight; ``workers``: CPU threads;
+/// ``"uint8"`` (``layout="nhwc"``, raw pixels); ``torch.float16`` and the like are
+/// taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
+/// ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``). ``rank`` and ``world_size``
+/// default to the launcher's variables (torchrun's ``RANK`` / ``WORLD_SIZE``, Slurm's);
+/// each rank gets an equal share of the epoch's order, the same number of batches on
+/// every rank: as with PyTorch's ``DistributedSampler``, a dataset that does not divide
+/// evenly is padded by repeating the first samples of the order (so a validation epoch
+/// over all ranks may count a few samples twice), or cut with ``drop_last=True``.
+/// ``prefetch``: batches in flight; ``workers``: CPU threads;
 /// ``on_error``: ``"replace"`` a bad record by the next sample or ``"raise"``.
 ///
 /// GPU path only (ignored on the CPU): ``pinned_memory``, the bytes of pinned staging
@@ -47,7 +55,13 @@ use crate::signals::SIGNAL_CHECK;
 /// ``load_state_dict``, else the one after the last begun: as with a PyTorch
 /// ``DataLoader``, a loop left early with ``break`` does not repeat its epoch) or
 /// ``loader.epoch(e)``. A loader runs in the process that built it: build it after a
-/// ``fork`` (in the worker), not before.
+/// ``fork``, not before. It has its own worker threads: do not wrap it in a
+/// ``torch.utils.data.DataLoader`` (each DataLoader worker would read the whole epoch).
+///
+/// Shards are memory-mapped: replace a dataset that is being read by writing the new one
+/// elsewhere and renaming it into place (``mv``), never by copying over it (``cp -r``,
+/// ``rsync --inplace``): a shard cut short under a running epoch ends the process with
+/// SIGBUS.
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Loader {
     inner: Arc<stoker_loader::Loader>,
@@ -61,7 +75,7 @@ impl Loader {
     #[pyo3(signature = (
         data, batch_size=256, *, shuffle=None, seed=0, quasi_block=512, drop_last=false,
         crop="random", size=224, resize=None, hflip=0.0, mean=None, std=None,
-        dtype="float32", layout=None, device="auto", rank=None, world_size=None,
+        dtype=None, layout=None, device=None, rank=None, world_size=None,
         prefetch=None, workers=None, on_error="replace", prefetch_next_epoch=true,
         pinned_memory=None, page_lock_limit=None, gpu_waits="auto", gpu_cpu_share=None
     ))]
@@ -80,9 +94,9 @@ impl Loader {
         hflip: f64,
         mean: Option<[f32; 3]>,
         std: Option<[f32; 3]>,
-        dtype: &str,
+        dtype: Option<&Bound<'_, PyAny>>,
         layout: Option<&str>,
-        device: &str,
+        device: Option<&Bound<'_, PyAny>>,
         rank: Option<usize>,
         world_size: Option<usize>,
         prefetch: Option<usize>,
@@ -109,6 +123,11 @@ impl Loader {
         };
         let shuffle = parse_shuffle(shuffle, seed, quasi_block)?;
         let mut transform = match crop {
+            "random" if resize.is_some() => {
+                return Err(PyValueError::new_err(
+                    "resize applies to crop=\"center\"; crop=\"random\" picks its own scale",
+                ))
+            }
             "random" => Transform::random_resized_crop(size),
             "center" => match resize {
                 Some(resize) => Transform::center_crop(size, resize),
@@ -120,7 +139,8 @@ impl Loader {
         if mean.is_some() || std.is_some() {
             transform = transform.normalize(mean.unwrap_or([0.0; 3]), std.unwrap_or([1.0; 3]));
         }
-        let output = match (dtype, layout) {
+        let dtype = spelled(dtype, "dtype")?;
+        let output = match (dtype.as_deref().unwrap_or("float32"), layout) {
             ("float32", None | Some("nchw")) => Output::F32Nchw,
             ("float16", None | Some("nchw")) => Output::F16Nchw,
             ("uint8", None | Some("nhwc")) => Output::U8Nhwc,
@@ -130,7 +150,7 @@ impl Loader {
                 )))
             }
         };
-        let device = parse_device(device)?;
+        let device = parse_device(spelled(device, "device")?.as_deref().unwrap_or("auto"))?;
         let on_error = match on_error {
             "replace" => OnError::Replace,
             "raise" => OnError::Error,
@@ -225,8 +245,9 @@ impl Loader {
     }
 
     /// Where the loader stands: ``{"seed", "epoch", "position"}`` (batches of
-    /// ``epoch`` already handed out), with the ``"batch_size"``, ``"world_size"`` and
-    /// ``"samples"`` (dataset length) that give ``position`` its meaning. Save it with
+    /// ``epoch`` already handed out), with the ``"batch_size"``, ``"world_size"``,
+    /// ``"samples"`` (dataset length), ``"drop_last"`` and ``"order"`` (``"global"``,
+    /// ``"sequential"`` or ``"quasi:BLOCK"``) that give ``position`` its meaning. Save it with
     /// the model; ``load_state_dict`` continues exactly there (torchdata's
     /// ``StatefulDataLoader`` convention).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -238,13 +259,15 @@ impl Loader {
         d.set_item("batch_size", s.batch_size)?;
         d.set_item("world_size", s.world_size)?;
         d.set_item("samples", s.samples)?;
+        d.set_item("drop_last", s.drop_last)?;
+        d.set_item("order", s.order.map(|o| o.to_string()))?;
         Ok(d)
     }
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
-    /// seed, batch size, number of ranks or dataset length (where the state gives
-    /// them), or past the end of the epoch; ``stoker.StokerError`` while an epoch
+    /// seed, batch size, number of ranks, dataset length, ``drop_last`` or order (where
+    /// the state gives them), or past the end of the epoch; ``stoker.StokerError`` while an epoch
     /// iterator is alive.
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
         let optional = |key: &str| -> PyResult<Option<u64>> {
@@ -263,6 +286,18 @@ impl Loader {
             batch_size: optional("batch_size")?,
             world_size: optional("world_size")?,
             samples: optional("samples")?,
+            drop_last: match state.get_item("drop_last")? {
+                Some(v) if !v.is_none() => Some(v.extract()?),
+                _ => None,
+            },
+            order: match state.get_item("order")? {
+                Some(v) if !v.is_none() => Some(
+                    v.extract::<String>()?
+                        .parse::<Order>()
+                        .map_err(PyValueError::new_err)?,
+                ),
+                _ => None,
+            },
         };
         self.inner.load_state(state).map_err(loader_error)?;
         *lock(&self.next_epoch) = Some(state.epoch);
@@ -499,6 +534,25 @@ impl GpuSettings<'_> {
         }
         Ok(builder)
     }
+}
+
+/// The name of a `dtype` or `device` argument: a string as is, or the `str()` of
+/// another object without its `torch.` prefix (`torch.float16`, `torch.device("cuda:1")`,
+/// `numpy.dtype("uint8")`), which then has to be one of the names.
+fn spelled(arg: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<String>> {
+    let Some(arg) = arg.filter(|a| !a.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(s) = arg.extract::<String>() {
+        return Ok(Some(s));
+    }
+    let text = arg.str().map_err(|_| {
+        PyTypeError::new_err(format!("{name}: want a string, not {}", arg.get_type()))
+    })?;
+    let text = text.to_cow()?;
+    Ok(Some(
+        text.strip_prefix("torch.").unwrap_or(&text).to_owned(),
+    ))
 }
 
 fn bad(name: &str, got: &str, want: &str) -> PyErr {
