@@ -133,6 +133,18 @@ impl HostImages {
         Arc::new(self).to_dlpack()
     }
 
+    /// A DLPack tensor of a copy of the images (the protocol's `copy=True`): memory of
+    /// the consumer's own, which later writes through other exports do not reach.
+    pub fn copy_to_dlpack(&self) -> ManagedTensor {
+        let n = self.len();
+        let copy = match self.buffer() {
+            HostBuffer::U8(v) => HostBuffer::U8(v[..n].to_vec()),
+            HostBuffer::F16(v) => HostBuffer::F16(v[..n].to_vec()),
+            HostBuffer::F32(v) => HostBuffer::F32(v[..n].to_vec()),
+        };
+        HostImages::new(copy, self.shape, None).into_dlpack()
+    }
+
     /// [`HostImages::into_dlpack`] for images shared behind an [`Arc`] (e.g. exported
     /// more than once): the buffer goes back when every tensor and the `Arc` itself are
     /// released. The consumer may write into the tensor; Rust readers of the same

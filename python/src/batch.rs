@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyIndexError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyTuple};
+use pyo3::types::{PyCapsule, PyIterator, PyList, PyTuple};
 use stoker_loader::dlpack::{sys, ConsumerStream, ManagedTensor};
 use stoker_loader::{CudaImages, DType, HostImages};
 
@@ -59,8 +59,9 @@ impl Images {
     /// consumer's ``stream`` (``None``/1: legacy default, 2: per-thread default, -1: no
     /// synchronization, else a ``cudaStream_t``) is made to wait for the batch first.
     /// ``max_version`` is accepted and a legacy capsule returned (every consumer takes
-    /// it); ``copy=True`` and a ``dl_device`` other than the images' raise
-    /// ``BufferError``.
+    /// it; NumPy makes such an array read-only). ``copy=True`` exports a copy of host
+    /// images (the consumer's own memory); on the GPU it, and a ``dl_device`` other than
+    /// the images', raise ``BufferError``.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
@@ -71,18 +72,23 @@ impl Images {
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let _ = max_version;
-        check_export(self.dl_device(), dl_device, copy)?;
-        let tensor = match &self.pixels {
-            Pixels::Host(h) => h.to_dlpack(),
-            Pixels::Cuda(c) => {
-                let stream = ConsumerStream::from_dlpack_arg(stream).map_err(loader_error)?;
-                // SAFETY: DLPack's protocol: a stream handle passed to `__dlpack__` is
-                // a live stream of the tensor's device on which the consumer uses the
-                // tensor, so it outlives the consumer's use of the batch (PyTorch's
-                // and CuPy's streams are pooled and never destroyed).
-                unsafe { c.to_dlpack(stream) }.map_err(loader_error)?
-            }
-        };
+        check_device(self.dl_device(), dl_device)?;
+        let tensor =
+            match &self.pixels {
+                Pixels::Host(h) if copy == Some(true) => h.copy_to_dlpack(),
+                Pixels::Host(h) => h.to_dlpack(),
+                Pixels::Cuda(_) if copy == Some(true) => return Err(PyBufferError::new_err(
+                    "copy=True: stoker does not copy GPU batches; copy the tensor after taking it",
+                )),
+                Pixels::Cuda(c) => {
+                    let stream = ConsumerStream::from_dlpack_arg(stream).map_err(loader_error)?;
+                    // SAFETY: DLPack's protocol: a stream handle passed to `__dlpack__` is
+                    // a live stream of the tensor's device on which the consumer uses the
+                    // tensor, so it outlives the consumer's use of the batch (PyTorch's
+                    // and CuPy's streams are pooled and never destroyed).
+                    unsafe { c.to_dlpack(stream) }.map_err(loader_error)?
+                }
+            };
         into_capsule(py, tensor)
     }
 
@@ -157,8 +163,14 @@ impl Labels {
     ) -> PyResult<Bound<'py, PyCapsule>> {
         // Host memory: no stream to wait on (consumers pass None).
         let _ = (stream, max_version);
-        // A copy per export (at most a batch of int64s), so each tensor owns its own.
-        check_export((sys::K_DL_CPU, 0), dl_device, copy.filter(|c| !c))?;
+        // A copy per export (at most a batch of int64s), so each tensor owns its own; a
+        // consumer that forbids copies is told so, as the protocol asks.
+        check_device((sys::K_DL_CPU, 0), dl_device)?;
+        if copy == Some(false) {
+            return Err(PyBufferError::new_err(
+                "copy=False: labels are exported as a copy of their int64 values",
+            ));
+        }
         into_capsule(py, ManagedTensor::from_vec(self.values.clone()))
     }
 
@@ -184,31 +196,24 @@ impl Labels {
         self.values.clone()
     }
 
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        PyList::new(py, &self.values)?.try_iter()
+    }
+
     fn __repr__(&self) -> String {
         format!("stoker.Labels({:?})", self.values)
     }
 }
 
-/// A DLPack export request the producer cannot honour, as `BufferError` (the protocol's
-/// exception): another device, or a copy.
-fn check_export(
-    ours: (i32, i32),
-    dl_device: Option<(i32, i32)>,
-    copy: Option<bool>,
-) -> PyResult<()> {
-    if let Some(want) = dl_device {
-        if want != ours {
-            return Err(PyBufferError::new_err(format!(
-                "dl_device={want:?}: the batch is on {ours:?} and stoker does not copy it"
-            )));
-        }
+/// A DLPack export to another device than the batch's, which stoker does not do, as
+/// `BufferError` (the protocol's exception).
+fn check_device(ours: (i32, i32), dl_device: Option<(i32, i32)>) -> PyResult<()> {
+    match dl_device {
+        Some(want) if want != ours => Err(PyBufferError::new_err(format!(
+            "dl_device={want:?}: the batch is on {ours:?} and stoker does not move it"
+        ))),
+        _ => Ok(()),
     }
-    if copy == Some(true) {
-        return Err(PyBufferError::new_err(
-            "copy=True: stoker exports its batch memory without a copy",
-        ));
-    }
-    Ok(())
 }
 
 fn dtype_name(dtype: DType) -> &'static str {
@@ -288,6 +293,18 @@ impl Batch {
 
     fn __len__(&self) -> usize {
         2
+    }
+
+    /// ``images, labels = batch``.
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyIterator>> {
+        PyTuple::new(
+            py,
+            [
+                self.images.clone_ref(py).into_any(),
+                self.labels.clone_ref(py).into_any(),
+            ],
+        )?
+        .try_iter()
     }
 
     fn __getitem__(&self, py: Python<'_>, i: isize) -> PyResult<Py<PyAny>> {

@@ -172,8 +172,9 @@ fn convert_interruptibly(
 /// (the ``manifest.json`` as a dict), and ``ds[i]`` → ``(jpeg_or_raw_bytes, label)``
 /// for inspection. Pass it (or its path) to ``stoker.Loader``.
 ///
-/// Raises ``FileNotFoundError`` when ``path`` holds no dataset, ``stoker.StokerError``
-/// when its manifest or shards are invalid.
+/// Raises ``FileNotFoundError`` when ``path`` or its ``manifest.json`` does not exist,
+/// ``stoker.StokerError`` when it is not a dataset directory or its manifest or shards
+/// are invalid. Pickles as its path (a ``spawn``-started process reopens it).
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Dataset {
     pub(crate) inner: stoker_formats::Dataset,
@@ -228,6 +229,17 @@ impl Dataset {
     #[getter]
     fn path(&self) -> PathBuf {
         self.inner.root().to_path_buf()
+    }
+
+    /// Pickled as `stoker.Dataset(path)`: the shards are read-only files, so reopening
+    /// them by path in another process gives the same dataset.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (PathBuf,))> {
+        let root = slf.get().inner.root();
+        Ok((
+            slf.get_type().into_any(),
+            // Absolute, so a process started in another directory finds it too.
+            (std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf()),),
+        ))
     }
 
     fn __repr__(&self) -> String {

@@ -71,6 +71,10 @@ mod tests {
         // run in this process meanwhile.
         let t1 = thread();
         std::thread::sleep(Duration::from_millis(200));
-        assert!(thread() - t1 < Duration::from_millis(50), "{t1:?} -> {:?}", thread());
+        assert!(
+            thread() - t1 < Duration::from_millis(50),
+            "{t1:?} -> {:?}",
+            thread()
+        );
     }
 }

@@ -133,9 +133,7 @@ def test_dlpack_round_trip_through_numpy_shares_memory(sample_dataset):
     assert np.array_equal(a, b)
     # Values are normalized pixels (no mean/std: pixel / 255).
     assert 0.0 <= a.min() and a.max() <= 1.0
-    # The protocol's refusals are BufferError.
-    with pytest.raises(BufferError):
-        images.__dlpack__(copy=True)
+    # The protocol's refusal is BufferError: stoker does not move batches to a device.
     with pytest.raises(BufferError):
         images.__dlpack__(dl_device=(2, 0))
 
@@ -170,8 +168,9 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset):
     head = python_batches([next(it), next(it)])
     del it
     state = loader.state_dict()
-    # With what gives `position` its meaning: batches of 4, 1 rank, 15 samples.
-    shape = {"batch_size": 4, "world_size": 1, "samples": 15}
+    # With what gives `position` its meaning: batches of 4, 1 rank, 15 samples, the
+    # tail kept, a global shuffle.
+    shape = {"batch_size": 4, "world_size": 1, "samples": 15, "drop_last": False, "order": "global"}
     assert state == {"seed": 5, "epoch": 3, "position": 2, **shape}
     assert [b["indices"] for b in head] == [b["indices"] for b in full[:2]]
 
@@ -191,6 +190,15 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset):
         python_loader(sample_dataset, seed=5, batch_size=8).load_state_dict(state)
     with pytest.raises(ValueError, match="world_size"):
         python_loader(sample_dataset, seed=5, rank=0, world_size=2).load_state_dict(state)
+    # So would another share per rank, or another order under the same seed.
+    with pytest.raises(ValueError, match="drop_last"):
+        python_loader(sample_dataset, seed=5, drop_last=True).load_state_dict(state)
+    with pytest.raises(ValueError, match="order.* global in the saved state but quasi:2"):
+        python_loader(sample_dataset, seed=5, shuffle="quasi", quasi_block=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="order"):
+        python_loader(sample_dataset, seed=0, shuffle=False).load_state_dict(dict(state, seed=0))
+    with pytest.raises(ValueError, match="order"):
+        resumed.load_state_dict(dict(state, order="random"))
     # A state from before these were recorded resumes as it did.
     bare = {k: state[k] for k in ("seed", "epoch", "position")}
     resumed = python_loader(sample_dataset, seed=5)
@@ -328,6 +336,69 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
         stoker.convert(stoker.__file__, sample_dataset, progress=False)
     with pytest.raises(ValueError, match="encoding"):
         stoker.convert(sample_dataset, tmp_path / "x", encoding="png", progress=False)
+    with pytest.raises(FileNotFoundError, match="no-such-dataset"):
+        stoker.convert(missing, tmp_path / "y", progress=False)
+    # resize belongs to the center crop; a random crop would silently ignore it.
+    with pytest.raises(ValueError, match="resize"):
+        stoker.Loader(sample_dataset, 4, crop="random", resize=256)
+
+
+def test_dlpack_copy_flag_and_iteration(sample_dataset):
+    images, labels = next(iter(python_loader(sample_dataset, batch_size=5)))
+    shared = np.from_dlpack(images)
+    # copy=True: the consumer's own memory, equal now, untouched by writes elsewhere.
+    own = np.from_dlpack(_Exporter(images, copy=True))
+    assert own.shape == shared.shape and np.array_equal(own, shared)
+    assert own.ctypes.data != shared.ctypes.data
+    # Labels are always a copy, so a consumer that forbids one is told so.
+    with pytest.raises(BufferError, match="copy=False"):
+        labels.__dlpack__(copy=False)
+    assert np.from_dlpack(_Exporter(labels, copy=True)).tolist() == labels.tolist()
+    # Real iteration (not only the sequence protocol), as the stubs say.
+    assert list(labels) == labels.tolist()
+    batch = next(iter(python_loader(sample_dataset, batch_size=5)))
+    assert [type(x).__name__ for x in iter(batch)] == ["Images", "Labels"]
+
+
+class _Exporter:
+    """Passes `copy` to `__dlpack__` on NumPy versions whose `from_dlpack` lacks it."""
+
+    def __init__(self, inner, copy):
+        self.inner, self.copy = inner, copy
+
+    def __dlpack__(self, **kwargs):
+        kwargs.pop("copy", None)
+        return self.inner.__dlpack__(copy=self.copy, **kwargs)
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
+
+
+def test_torch_style_dtype_and_device_objects_are_taken(sample_dataset):
+    class Named:
+        """Stands for torch.float16 / torch.device("cpu"): only its str() matters."""
+
+        def __init__(self, text):
+            self.text = text
+
+        def __str__(self):
+            return self.text
+
+    loader = stoker.Loader(sample_dataset, 4, dtype=Named("torch.float16"), device=Named("cpu"))
+    images, _ = next(iter(loader))
+    assert images.dtype == "float16" and images.device == "cpu"
+    with pytest.raises(ValueError, match="float64"):
+        stoker.Loader(sample_dataset, 4, dtype=Named("torch.float64"), device="cpu")
+
+
+def test_dataset_pickles_as_its_path(sample_dataset):
+    import pickle
+
+    ds = stoker.Dataset(sample_dataset)
+    back = pickle.loads(pickle.dumps(ds))
+    assert len(back) == len(ds) and back.classes == ds.classes
+    assert os.path.samefile(back.path, ds.path)
+    assert back[3] == ds[3]
 
 
 def test_ctrl_c_stops_iteration_promptly_and_the_loader_stays_usable(sample_dataset):

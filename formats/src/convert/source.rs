@@ -119,6 +119,11 @@ fn dir_id(meta: &std::fs::Metadata) -> (u64, u64) {
 }
 
 fn not_a_directory(root: &Path) -> FormatError {
+    // A source that is not there is a missing file (`FileNotFoundError` in Python, the
+    // OS's own words on the CLI), not a bad one.
+    if let Err(e) = std::fs::metadata(root) {
+        return FormatError::io(root, e);
+    }
     FormatError::BadSource {
         path: root.to_path_buf(),
         reason: "not a directory (an ImageFolder source has one subdirectory per class)".into(),
