@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use stoker_loader::{
@@ -136,6 +136,15 @@ impl Loader {
             other => return Err(bad("crop", other, "\"random\" or \"center\"")),
         }
         .hflip(hflip);
+        if mean.into_iter().chain(std).flatten().any(|v| v.abs() > 1.0) {
+            // Pixels are normalized from [0, 1] (as torchvision's ToTensor gives them):
+            // (123.7, 116.3, 103.5) is the usual slip, and every output would be about -2.
+            let text = format!(
+                "mean={mean:?}, std={std:?}: stoker normalizes pixels in [0, 1] (pixel / 255); values over 1 look like 0-255 units (stoker.IMAGENET_MEAN/IMAGENET_STD are in [0, 1])"
+            );
+            let text = std::ffi::CString::new(text).unwrap_or_default();
+            PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)?;
+        }
         if mean.is_some() || std.is_some() {
             transform = transform.normalize(mean.unwrap_or([0.0; 3]), std.unwrap_or([1.0; 3]));
         }

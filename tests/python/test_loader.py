@@ -391,6 +391,16 @@ def test_torch_style_dtype_and_device_objects_are_taken(sample_dataset):
         stoker.Loader(sample_dataset, 4, dtype=Named("torch.float64"), device="cpu")
 
 
+def test_mean_and_std_in_0_255_units_warn(sample_dataset):
+    with pytest.warns(UserWarning, match="0-255 units"):
+        stoker.Loader(sample_dataset, 4, mean=(123.7, 116.3, 103.5), std=(58.4, 57.1, 57.4), device="cpu")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stoker.Loader(sample_dataset, 4, mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD, device="cpu")
+
+
 def test_dataset_pickles_as_its_path(sample_dataset):
     import pickle
 
