@@ -96,9 +96,9 @@ impl LoaderBuilder {
     }
 
     /// Like [`LoaderBuilder::distributed`] with the rank and world the launcher set:
-    /// torchrun's `RANK` / `WORLD_SIZE`, else Slurm's `SLURM_PROCID` /
-    /// `SLURM_NTASKS` (details: [`crate::launcher::Placement::from_vars`]); a single process
-    /// when neither is there. The variables are read by [`LoaderBuilder::build`]
+    /// torchrun's `RANK` / `WORLD_SIZE`, else Horovod's, Open MPI's, MPICH's, else a
+    /// Slurm step's `SLURM_PROCID` / `SLURM_NTASKS` (the order and every variable:
+    /// [`crate::launcher::Placement::from_vars`]); a single process when none is there. The variables are read by [`LoaderBuilder::build`]
     /// (or given with [`LoaderBuilder::placement`]), which reports inconsistent ones.
     ///
     /// # Examples
@@ -443,7 +443,10 @@ impl LoaderBuilder {
     /// cannot be read, [`LoaderError::GpuUnavailable`] for [`Device::Cuda`] without a usable
     /// GPU (or in a build without the GPU path), [`LoaderError::Thread`] if a thread cannot be
     /// started, [`LoaderError::LauncherEnv`] when the launcher's variables (read unless
-    /// [`LoaderBuilder::placement`] gave one) are inconsistent.
+    /// [`LoaderBuilder::placement`] gave one) are inconsistent: with
+    /// [`LoaderBuilder::distributed_from_env`] all of them, otherwise only the local
+    /// figures, which choose the device and the node share
+    /// ([`crate::launcher::Placement::with_ranks_from_vars`]).
     ///
     /// # Examples
     ///
@@ -468,18 +471,15 @@ impl LoaderBuilder {
         } = self;
         let placement = match placement {
             Some(p) => p,
-            None => match Placement::from_env() {
-                Ok(p) => p,
-                // Rank and world were given (or are 0 of 1): the variables only set the
-                // node-share defaults and the device, and a broken one must not refuse
-                // what the caller said explicitly.
-                Err(e) if ranks != Ranks::Launcher => {
-                    tracing::warn!(%e, "launcher variables ignored: rank and world were given");
-                    Placement::single()
-                }
-                Err(e) => return Err(e),
-            },
+            None if ranks == Ranks::Launcher => Placement::from_env()?,
+            // Rank and world were given (or are 0 of 1): the launcher's local figures
+            // still choose the device and the node share; its rank and world, when
+            // missing or broken, give way to the caller's (said in the note).
+            None => Placement::with_ranks_from_env(config.rank, config.world)?,
         };
+        if let Some(note) = &placement.note {
+            tracing::warn!(placement = %placement.describe(), "launcher variables: {note}");
+        }
         if ranks == Ranks::Launcher {
             config.rank = placement.rank;
             config.world = placement.world;
@@ -536,7 +536,7 @@ impl LoaderBuilder {
             check_resume(state, config.shuffle.seed(), &sampler)?;
         }
         let metrics = Arc::new(Metrics::default());
-        metrics.set_placement(config.placement, config.rank, config.world);
+        metrics.set_placement(config.placement.clone(), config.rank, config.world);
         let backend = build_backend(&buffer_config(&config, &sampler)?, &metrics)?;
         Ok(Loader::new(backend, sampler, metrics, config, resume))
     }

@@ -9,21 +9,37 @@ use std::fmt;
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum Launcher {
-    /// `torchrun` / `torch.distributed.run` (or anything that sets `RANK` and
-    /// `WORLD_SIZE` the same way).
+    /// `torchrun` / `torch.distributed.run`, or anything that sets `RANK` and
+    /// `WORLD_SIZE` the same way (DeepSpeed's launcher, Lightning, scripts that export
+    /// them).
     Torchrun,
+    /// Horovod's own launcher (`horovodrun --gloo`): `HOROVOD_RANK`, `HOROVOD_SIZE`, ...
+    Horovod,
+    /// Open MPI's `mpirun` / `mpiexec`: `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, ...
+    OpenMpi,
+    /// The Hydra process manager of MPICH and Intel MPI (`mpiexec`): `PMI_RANK`,
+    /// `PMI_SIZE`, `MPI_LOCALRANKID`, `MPI_LOCALNRANKS`.
+    Mpich,
     /// A Slurm job step (`srun`): `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, ...
     Slurm,
+    /// A PMIx process manager that sets `PMIX_RANK` and no process count: an error
+    /// that asks for rank and world, unless the caller gives them.
+    Pmix,
     /// No launcher variables: a single process.
     Single,
 }
 
 impl Launcher {
-    /// The name used in messages and stats (`torchrun`, `slurm`, `single`).
+    /// The name used in messages and stats (`torchrun`, `horovod`, `openmpi`, `mpich`,
+    /// `slurm`, `pmix`, `single`).
     pub fn name(self) -> &'static str {
         match self {
             Launcher::Torchrun => "torchrun",
+            Launcher::Horovod => "horovod",
+            Launcher::OpenMpi => "openmpi",
+            Launcher::Mpich => "mpich",
             Launcher::Slurm => "slurm",
+            Launcher::Pmix => "pmix",
             Launcher::Single => "single",
         }
     }
@@ -52,6 +68,9 @@ pub enum EnvProblem {
     /// A Slurm tasks-per-node list (`4(x2),3`) does not parse or has no entry
     /// for this node (`SLURM_NODEID`).
     BadTasksPerNode,
+    /// A rank is set but no process count at all (`PMIX_RANK` alone): the job's size
+    /// cannot be known, so rank and world must be given.
+    NoProcessCount,
 }
 
 impl fmt::Display for EnvProblem {
@@ -64,6 +83,9 @@ impl fmt::Display for EnvProblem {
             EnvProblem::LocalWorldAboveWorld => "more processes on this node than in the whole job",
             EnvProblem::BadTasksPerNode => {
                 "not a Slurm tasks-per-node list (like `4(x2),3`) with an entry for this node"
+            }
+            EnvProblem::NoProcessCount => {
+                "a rank without a process count: give rank and world explicitly"
             }
         })
     }

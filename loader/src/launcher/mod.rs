@@ -1,5 +1,6 @@
 //! Which process of which job this is, read once from the launcher's environment
-//! (torchrun, then Slurm, then a single process) into a [`Placement`]; the GPU
+//! (torchrun, Horovod, Open MPI, MPICH, Slurm, else a single process; the order and
+//! the variables: [`Placement::from_vars`]) into a [`Placement`]; the GPU
 //! [`crate::Device::Auto`] takes for it ([`choose_device`]); and this process's fair
 //! share of the node's cores and memory ([`NodeShare`]).
 //!
@@ -39,12 +40,17 @@
 
 mod device;
 mod env;
+mod mpi;
 mod node_share;
 mod placement;
+mod slurm;
+mod torchrun;
+mod vars;
 
 pub use device::choose_device;
 pub(crate) use env::list_vars;
 pub use env::{EnvProblem, EnvVar, Launcher};
 pub(crate) use node_share::memory_total;
 pub use node_share::NodeShare;
-pub use placement::{tasks_on_node, Placement};
+pub use placement::Placement;
+pub use slurm::tasks_on_node;

@@ -1,13 +1,15 @@
-//! [`Placement`]: this process's place in its job, read from torchrun's or Slurm's
-//! variables (or a single process when there are none).
+//! [`Placement`]: this process's place in its job, read from its launcher's variables
+//! (torchrun's, Horovod's, MPI's, Slurm's), or a single process when there are none.
 
-use super::env::{EnvProblem, EnvVar, Launcher};
+use super::env::{EnvProblem, Launcher};
+use super::vars::{Fig, Found, Get, Local, Reading};
+use super::{mpi, slurm, torchrun};
 use crate::error::LoaderError;
 
 /// This process's place in the job: global rank and world size (which slice of
 /// every epoch it loads), and its local rank among the processes on this node
 /// (which GPU it uses, how much of the node it takes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Placement {
     /// Where the figures came from.
     pub launcher: Launcher,
@@ -19,7 +21,29 @@ pub struct Placement {
     pub local_rank: u64,
     /// Processes on this node, `1 ..= world`.
     pub local_world: u64,
+    /// What the reading had to assume or could not use, in words for the user (a
+    /// local count estimated, a Slurm batch step taken as one process, the caller's
+    /// rank and world standing in for missing ones); `None` when the variables said
+    /// everything. In the stats JSON it is `placement.note` (`null` when `None`).
+    #[serde(default)]
+    pub note: Option<String>,
 }
+
+/// A launcher's reader ([`Reading::Absent`] when its variables are not set).
+type Reader = for<'a> fn(Get<'a>) -> Result<Reading<'a>, LoaderError>;
+
+/// The launchers in the order they are asked: the innermost launcher first, since a
+/// process inherits the variables of the launchers around it (`mpirun` inside an
+/// sbatch script sees the batch step's `SLURM_PROCID=0`, torchrun inside `srun`
+/// sees the task's), and its own describe this process.
+const READERS: [Reader; 6] = [
+    torchrun::read,
+    mpi::horovod,
+    mpi::open_mpi,
+    mpi::mpich,
+    slurm::read,
+    mpi::pmix,
+];
 
 impl Placement {
     /// One process alone: rank 0 of 1, local rank 0 of 1.
@@ -37,11 +61,13 @@ impl Placement {
             world: 1,
             local_rank: 0,
             local_world: 1,
+            note: None,
         }
     }
 
     /// Reads the placement from this process's environment ([`Placement::from_vars`]
-    /// over `std::env::var`).
+    /// over `std::env::var_os`; a value that is not UTF-8 is read with its bad bytes
+    /// replaced, so it is reported as not an integer rather than taken as unset).
     ///
     /// # Errors
     ///
@@ -55,66 +81,135 @@ impl Placement {
     /// # Ok::<(), stoker_loader::LoaderError>(())
     /// ```
     pub fn from_env() -> Result<Self, LoaderError> {
-        Placement::from_vars(|name| std::env::var(name).ok())
+        Placement::from_vars(env_var)
     }
 
-    /// Reads the placement from the variables `get` returns (`None`: unset):
+    /// [`Placement::with_ranks_from_vars`] over this process's environment, as
+    /// [`Placement::from_env`] reads it.
     ///
-    /// 1. **torchrun**, when any of `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
-    ///    `LOCAL_WORLD_SIZE` is set: `RANK` and `WORLD_SIZE` are required; `LOCAL_RANK`
-    ///    and `LOCAL_WORLD_SIZE` come together, and when both are absent (a launcher
-    ///    that sets only the global pair) the job is taken to run on one node.
-    /// 2. **Slurm**, when `SLURM_PROCID` is set (srun sets it for every task): the
-    ///    world is `SLURM_STEP_NUM_TASKS` (this step's tasks), else `SLURM_NTASKS`;
-    ///    the local rank is `SLURM_LOCALID`; the tasks on this node are
+    /// # Errors
+    ///
+    /// As [`Placement::with_ranks_from_vars`].
+    pub fn with_ranks_from_env(rank: u64, world: u64) -> Result<Self, LoaderError> {
+        Placement::with_ranks_from_vars(rank, world, env_var)
+    }
+
+    /// Reads the placement from the variables `get` returns (`None`: unset), asking
+    /// the launchers in this order and taking the first whose variables are set:
+    ///
+    /// 1. **torchrun** (and DeepSpeed, Lightning, scripts that export the same names),
+    ///    when any of `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE` is set:
+    ///    `RANK` and `WORLD_SIZE` are required; the local rank is `LOCAL_RANK` and the
+    ///    processes on this node `LOCAL_WORLD_SIZE`, else `LOCAL_SIZE` (DeepSpeed).
+    /// 2. **Horovod** (`horovodrun --gloo`), when any of `HOROVOD_RANK`,
+    ///    `HOROVOD_SIZE`, `HOROVOD_LOCAL_RANK`, `HOROVOD_LOCAL_SIZE` is set: the first
+    ///    two required, the last two together or not at all.
+    /// 3. **Open MPI** (`mpirun`), the same with `OMPI_COMM_WORLD_RANK`,
+    ///    `OMPI_COMM_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`,
+    ///    `OMPI_COMM_WORLD_LOCAL_SIZE`.
+    /// 4. **MPICH / Intel MPI** (Hydra's `mpiexec`), when `PMI_RANK` or `PMI_SIZE`
+    ///    is set: both required; local figures `MPI_LOCALRANKID` and
+    ///    `MPI_LOCALNRANKS`, together or not at all. Without them, inside a Slurm step
+    ///    with the same rank and size (`srun --mpi=pmi2` sets `PMI_RANK` too), Slurm
+    ///    is read instead.
+    /// 5. **Slurm**, when `SLURM_PROCID` is set. In a job step (`srun` sets
+    ///    `SLURM_STEP_ID`, or the older `SLURM_STEPID`): the world is
+    ///    `SLURM_STEP_NUM_TASKS` (this step's tasks), else `SLURM_NTASKS`; the local
+    ///    rank is `SLURM_LOCALID`; the tasks on this node are
     ///    `SLURM_STEP_TASKS_PER_NODE`, else `SLURM_NTASKS_PER_NODE`, else
     ///    `SLURM_TASKS_PER_NODE` (lists like `4(x2),3`, one entry per node, taken at
-    ///    `SLURM_NODEID`, 0 when unset). Without `SLURM_LOCALID` and any of these
-    ///    lists the job is taken to run on one node.
-    /// 3. Otherwise a **single** process.
+    ///    `SLURM_NODEID`, 0 when unset). Without a step id this is the batch script
+    ///    itself, one process however many tasks the job has: a single process, with
+    ///    a note when `SLURM_NTASKS` is more than 1 (start each task with `srun`).
+    /// 6. **PMIx**: `PMIX_RANK` alone says a rank but not the job's size: an error.
+    /// 7. Otherwise a **single** process.
     ///
-    /// A batch script that runs the program directly (no `srun`) with more than one
-    /// task sees its job's `SLURM_NTASKS` and `SLURM_PROCID=0` and is taken as rank 0
-    /// of the job: start each task with `srun`.
+    /// The innermost launcher comes first because a process inherits the variables
+    /// of every launcher around it: `mpirun` in an sbatch script passes the batch
+    /// step's `SLURM_PROCID=0` and `SLURM_NTASKS` to every rank.
+    ///
+    /// When a launcher gives a local rank but no count of the processes on this node
+    /// (`LOCAL_RANK` without `LOCAL_WORLD_SIZE` or `LOCAL_SIZE`), all the job's
+    /// processes are taken to share this node: the count only divides the node's
+    /// cores and pinned memory ([`super::NodeShare`]), and a count too large leaves
+    /// each process less than its share while one too small would let the node's
+    /// processes together pin more memory than it has. When it gives no local rank
+    /// at all, the job is taken to run on this node alone (local figures = global
+    /// ones). Either guess is said in [`Placement::note`].
     ///
     /// # Errors
     ///
     /// [`LoaderError::LauncherEnv`] naming the variables when a value is not a
-    /// non-negative integer, a group is incomplete, a count is 0, a rank is not
-    /// below its count, the node has more processes than the job, or a Slurm
-    /// tasks-per-node list does not parse.
+    /// non-negative integer, a required variable is missing or a pair is half set,
+    /// a count is 0, a rank is not below its count, the node has more processes
+    /// than the job, a Slurm tasks-per-node list does not parse, or a rank comes
+    /// without any count (`PMIX_RANK`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use stoker_loader::launcher::{Launcher, Placement};
+    /// // DeepSpeed's launcher: LOCAL_SIZE rather than LOCAL_WORLD_SIZE.
+    /// let env: HashMap<&str, &str> =
+    ///     [("RANK", "9"), ("WORLD_SIZE", "16"), ("LOCAL_RANK", "1"), ("LOCAL_SIZE", "8")].into();
+    /// let p = Placement::from_vars(|name| env.get(name).map(|v| v.to_string()))?;
+    /// assert_eq!((p.launcher, p.rank, p.world, p.local_rank, p.local_world),
+    ///            (Launcher::Torchrun, 9, 16, 1, 8));
+    /// assert_eq!(p.note, None);
+    /// # Ok::<(), stoker_loader::LoaderError>(())
+    /// ```
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Self, LoaderError> {
-        const TORCHRUN: [&str; 4] = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"];
-        if TORCHRUN.iter().any(|name| get(name).is_some()) {
-            let env = Env {
-                launcher: Launcher::Torchrun,
-                get: &get,
-            };
-            let global = env.pair("RANK", "WORLD_SIZE")?;
-            let local = env.optional_pair("LOCAL_RANK", "LOCAL_WORLD_SIZE")?;
-            return env.placement(global, local);
-        }
-        if get("SLURM_PROCID").is_some() {
-            let env = Env {
-                launcher: Launcher::Slurm,
-                get: &get,
-            };
-            let world_name = if get("SLURM_STEP_NUM_TASKS").is_some() {
-                "SLURM_STEP_NUM_TASKS"
-            } else {
-                "SLURM_NTASKS"
-            };
-            let global = env.pair("SLURM_PROCID", world_name)?;
-            let local = env.slurm_local()?;
-            return env.placement(global, local);
-        }
-        Ok(Placement::single())
+        read(&get, None)
     }
 
-    /// `rank 3 of 8, local rank 3 of 8 (torchrun)`.
+    /// Like [`Placement::from_vars`], for a caller that gives this process's rank and
+    /// world itself (the loader's [`crate::LoaderBuilder::distributed`], or its
+    /// default, rank 0 of 1): the launcher's local figures are still read, since the
+    /// GPU and the node share follow them, but its rank and world are not needed.
+    /// When they are missing or unusable (Lightning sets `LOCAL_RANK` and
+    /// `WORLD_SIZE` but no `RANK`) the placement takes `rank` and `world` instead,
+    /// its world raised to the local count if below it, and [`Placement::note`] says
+    /// why.
+    ///
+    /// # Errors
+    ///
+    /// As [`Placement::from_vars`], except for problems with the launcher's rank and
+    /// world alone: local figures that do not parse or contradict each other (or the
+    /// launcher's own world) still fail, since the device would follow them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use stoker_loader::launcher::{Launcher, Placement};
+    /// // Lightning's DDP launcher: no RANK.
+    /// let env: HashMap<&str, &str> =
+    ///     [("LOCAL_RANK", "1"), ("NODE_RANK", "0"), ("WORLD_SIZE", "4")].into();
+    /// let get = |name: &str| env.get(name).map(|v| v.to_string());
+    /// assert!(Placement::from_vars(get).is_err());
+    /// let p = Placement::with_ranks_from_vars(1, 4, get)?;
+    /// assert_eq!((p.launcher, p.rank, p.world, p.local_rank), (Launcher::Torchrun, 1, 4, 1));
+    /// assert!(p.note.unwrap().contains("RANK unset"));
+    /// # Ok::<(), stoker_loader::LoaderError>(())
+    /// ```
+    pub fn with_ranks_from_vars(
+        rank: u64,
+        world: u64,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, LoaderError> {
+        read(&get, Some((rank, world)))
+    }
+
+    /// `rank 3 of 8, local rank 3 of 8 (torchrun)`, the note after the launcher when
+    /// there is one: `rank 0 of 1, local rank 0 of 1 (single: Slurm batch step, ...)`.
     pub fn describe(&self) -> String {
+        let note = self
+            .note
+            .as_deref()
+            .map_or(String::new(), |n| format!(": {n}"));
         format!(
-            "rank {} of {}, local rank {} of {} ({})",
+            "rank {} of {}, local rank {} of {} ({}{note})",
             self.rank, self.world, self.local_rank, self.local_world, self.launcher
         )
     }
@@ -126,179 +221,130 @@ impl Default for Placement {
     }
 }
 
-/// A launcher's variables, read through `get`.
-struct Env<'a, F: Fn(&str) -> Option<String>> {
-    launcher: Launcher,
-    get: &'a F,
+/// A variable of this process's environment, lossily decoded when not UTF-8.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
-/// An index and its count, each with the variable it came from.
-type Counted = ((&'static str, u64), (&'static str, u64));
-
-impl<F: Fn(&str) -> Option<String>> Env<'_, F> {
-    fn var(&self, name: &'static str) -> EnvVar {
-        EnvVar {
-            name,
-            value: (self.get)(name),
-        }
-    }
-
-    fn error(&self, problem: EnvProblem, names: &[&'static str]) -> LoaderError {
-        LoaderError::LauncherEnv {
-            launcher: self.launcher,
-            problem,
-            variables: names.iter().map(|n| self.var(n)).collect(),
-        }
-    }
-
-    /// `name`'s value as an integer, `None` when unset.
-    fn int(&self, name: &'static str) -> Result<Option<u64>, LoaderError> {
-        match (self.get)(name) {
-            None => Ok(None),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| self.error(EnvProblem::NotAnInteger, &[name])),
-        }
-    }
-
-    /// Two variables that must both be set.
-    fn pair(&self, index: &'static str, count: &'static str) -> Result<Counted, LoaderError> {
-        match self.optional_pair(index, count)? {
-            Some(pair) => Ok(pair),
-            None => Err(self.error(EnvProblem::Incomplete, &[index, count])),
-        }
-    }
-
-    /// Two variables that are both set or both unset.
-    fn optional_pair(
-        &self,
-        index: &'static str,
-        count: &'static str,
-    ) -> Result<Option<Counted>, LoaderError> {
-        match (self.int(index)?, self.int(count)?) {
-            (Some(i), Some(n)) => Ok(Some(((index, i), (count, n)))),
-            (None, None) => Ok(None),
-            _ => Err(self.error(EnvProblem::Incomplete, &[index, count])),
-        }
-    }
-
-    /// Slurm's local rank and the tasks on this node.
-    fn slurm_local(&self) -> Result<Option<Counted>, LoaderError> {
-        const LISTS: [&str; 3] = [
-            "SLURM_STEP_TASKS_PER_NODE",
-            "SLURM_NTASKS_PER_NODE",
-            "SLURM_TASKS_PER_NODE",
-        ];
-        let list = LISTS
-            .iter()
-            .find_map(|&name| (self.get)(name).map(|v| (name, v)));
-        let local_rank = self.int("SLURM_LOCALID")?;
-        let (list_name, list) = match (local_rank, list) {
-            (None, None) => return Ok(None),
-            (Some(_), Some(list)) => list,
-            (Some(_), None) => {
-                return Err(self.error(
-                    EnvProblem::Incomplete,
-                    &[
-                        "SLURM_LOCALID",
-                        "SLURM_STEP_TASKS_PER_NODE",
-                        "SLURM_TASKS_PER_NODE",
-                    ],
-                ))
+/// Asks the launchers in [`READERS`] order; `given`: the caller's rank and world.
+fn read(get: Get<'_>, given: Option<(u64, u64)>) -> Result<Placement, LoaderError> {
+    for reader in READERS {
+        match reader(get)? {
+            Reading::Absent => continue,
+            Reading::Found(found) => return resolve(found, given),
+            Reading::Alone(note) => {
+                return Ok(Placement {
+                    note,
+                    ..Placement::single()
+                })
             }
-            (None, Some((name, _))) => {
-                return Err(self.error(EnvProblem::Incomplete, &["SLURM_LOCALID", name]))
-            }
-        };
-        let node = self.int("SLURM_NODEID")?.unwrap_or(0);
-        let tasks = tasks_on_node(&list, node)
-            .ok_or_else(|| self.error(EnvProblem::BadTasksPerNode, &[list_name, "SLURM_NODEID"]))?;
-        Ok(Some((
-            ("SLURM_LOCALID", local_rank.unwrap_or(0)),
-            (list_name, tasks),
-        )))
+        }
     }
+    Ok(Placement::single())
+}
 
-    /// Checks the figures against each other.
-    fn placement(
-        &self,
-        ((rank_name, rank), (world_name, world)): Counted,
-        local: Option<Counted>,
-    ) -> Result<Placement, LoaderError> {
-        let ((local_rank_name, local_rank), (local_world_name, local_world)) =
-            local.unwrap_or((("", rank), ("", world)));
-        let check = |problem, names: &[&'static str]| {
-            let names: Vec<&'static str> =
-                names.iter().copied().filter(|n| !n.is_empty()).collect();
-            Err(self.error(problem, &names))
-        };
+/// Checks a launcher's figures against each other (the caller's rank and world,
+/// `given`, standing in for the launcher's when those are unusable) and notes what
+/// had to be assumed.
+fn resolve(found: Found<'_>, given: Option<(u64, u64)>) -> Result<Placement, LoaderError> {
+    let Found {
+        vars,
+        global,
+        local,
+    } = found;
+    let mut notes = Vec::new();
+    let global = global.and_then(|((rank_name, rank), (world_name, world))| {
         if world == 0 {
-            return check(EnvProblem::ZeroCount, &[world_name]);
+            Err(vars.error(EnvProblem::ZeroCount, &[world_name]))
+        } else if rank >= world {
+            Err(vars.error(EnvProblem::IndexNotBelowCount, &[rank_name, world_name]))
+        } else {
+            Ok(((rank_name, rank), (world_name, world)))
         }
-        if local_world == 0 {
-            return check(EnvProblem::ZeroCount, &[local_world_name]);
+    });
+    let (from_caller, (rank, world)) = match (global, given) {
+        (Ok(global), _) => (false, global),
+        (Err(e), None) => return Err(e),
+        (Err(e), Some((rank, world))) => {
+            notes.push(format!(
+                "{e}; rank and world are the caller's ({rank} of {world})"
+            ));
+            // Out-of-range figures fail at the sampler, which names them.
+            let world = world.max(1);
+            (true, (("", rank.min(world - 1)), ("", world)))
         }
-        if rank >= world {
-            return check(EnvProblem::IndexNotBelowCount, &[rank_name, world_name]);
-        }
-        if local_rank >= local_world {
-            return check(
-                EnvProblem::IndexNotBelowCount,
-                &[local_rank_name, local_world_name],
-            );
-        }
-        if local_world > world {
-            return check(
-                EnvProblem::LocalWorldAboveWorld,
-                &[local_world_name, world_name],
-            );
-        }
-        Ok(Placement {
-            launcher: self.launcher,
-            rank,
-            world,
-            local_rank,
-            local_world,
-        })
+    };
+    let (local_rank, local_world) = local_figures(local, rank, world, from_caller, &mut notes);
+    let check = |problem, names: &[&'static str]| Err(vars.error(problem, names));
+    if local_world.1 == 0 {
+        return check(EnvProblem::ZeroCount, &[local_world.0]);
     }
+    if local_rank.1 >= local_world.1 {
+        return check(
+            EnvProblem::IndexNotBelowCount,
+            &[local_rank.0, local_world.0],
+        );
+    }
+    if local_world.1 > world.1 && !from_caller {
+        return check(EnvProblem::LocalWorldAboveWorld, &[local_world.0, world.0]);
+    }
+    Ok(Placement {
+        launcher: vars.launcher,
+        rank: rank.1,
+        // The caller's world may be a data-parallel group smaller than the node.
+        world: world.1.max(local_world.1),
+        local_rank: local_rank.1,
+        local_world: local_world.1,
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+    })
 }
 
-/// The entry for node `node` of a Slurm tasks-per-node list: comma-separated
-/// counts, each optionally repeated as `count(xN)` (`"4(x2),3"` is 4, 4, 3).
-///
-/// # Examples
-///
-/// ```
-/// use stoker_loader::launcher::tasks_on_node;
-/// assert_eq!(tasks_on_node("8", 0), Some(8));
-/// assert_eq!(tasks_on_node("4(x2),3", 1), Some(4));
-/// assert_eq!(tasks_on_node("4(x2),3", 2), Some(3));
-/// assert_eq!(tasks_on_node("4(x2),3", 3), None);
-/// assert_eq!(tasks_on_node("four", 0), None);
-/// ```
-pub fn tasks_on_node(list: &str, node: u64) -> Option<u64> {
-    let mut first = 0u64;
-    for entry in list.trim().split(',') {
-        let entry = entry.trim();
-        let (count, repeat) = match entry.split_once('(') {
-            Some((count, rest)) => {
-                let n = rest.strip_prefix('x')?.strip_suffix(')')?;
-                (count, n.parse::<u64>().ok()?)
+/// The local rank and count, estimated (and noted) where the launcher did not give them.
+fn local_figures(
+    local: Local,
+    rank: Fig,
+    world: Fig,
+    from_caller: bool,
+    notes: &mut Vec<String>,
+) -> (Fig, Fig) {
+    match local {
+        Local::Both(local_rank, local_world) => (local_rank, local_world),
+        Local::RankOnly(local_rank, counts) => {
+            // The caller's world says nothing of this launcher's local ranks: at
+            // least as many processes as this one's local rank implies.
+            let n = if from_caller {
+                world.1.max(local_rank.1.saturating_add(1))
+            } else {
+                world.1
+            };
+            // One process in all is alone on its node: nothing was guessed.
+            if n > 1 {
+                notes.push(format!(
+                    "{} is set without {counts}: the job's {n} processes are taken to share \
+                 this node, so this one takes 1/{n} of its cores and pinned memory (less \
+                 than its share if the job spans nodes: set {counts}, or the workers and \
+                 pinned memory)",
+                    local_rank.0
+                ));
             }
-            None => (entry, 1),
-        };
-        let count: u64 = count.parse().ok()?;
-        if repeat == 0 {
-            return None;
+            (local_rank, (world.0, n))
         }
-        if node < first.saturating_add(repeat) {
-            return Some(count);
+        Local::Unset(looked_for) => {
+            if world.1 > 1 {
+                let unset = if looked_for.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({looked_for} unset)")
+                };
+                notes.push(format!(
+                    "no local rank{unset}: the job's {} processes are taken to run on \
+                     this node alone, local rank = rank",
+                    world.1
+                ));
+            }
+            (rank, world)
         }
-        first = first.saturating_add(repeat);
     }
-    None
 }
 
 #[cfg(test)]
@@ -356,12 +402,17 @@ mod tests {
                 rank: 13,
                 world: 16,
                 local_rank: 5,
-                local_world: 8
+                local_world: 8,
+                note: None,
             }
         );
-        // Only the global pair: one node.
+        // A local rank alone in a job of one: nothing to estimate, nothing to say.
+        let p = placement(&[("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")]).unwrap();
+        assert_eq!((p.local_rank, p.local_world, p.note), (0, 1, None));
+        // Only the global pair: one node, and a note that says so.
         let p = placement(&[("RANK", "1"), ("WORLD_SIZE", "3")]).unwrap();
         assert_eq!((p.local_rank, p.local_world), (1, 3));
+        assert!(p.note.unwrap().contains("LOCAL_RANK unset"));
         // Surrounding whitespace is tolerated.
         assert_eq!(
             placement(&[("RANK", " 2 "), ("WORLD_SIZE", "4\n")])
@@ -389,6 +440,7 @@ mod tests {
     #[test]
     fn slurm_reads_the_step_and_the_tasks_on_this_node() {
         let p = placement(&[
+            ("SLURM_STEP_ID", "0"),
             ("SLURM_PROCID", "9"),
             ("SLURM_NTASKS", "16"),
             ("SLURM_LOCALID", "1"),
@@ -403,11 +455,13 @@ mod tests {
                 rank: 9,
                 world: 16,
                 local_rank: 1,
-                local_world: 8
+                local_world: 8,
+                note: None,
             }
         );
         // The step's own figures take precedence over the job's.
         let p = placement(&[
+            ("SLURM_STEPID", "3"),
             ("SLURM_PROCID", "6"),
             ("SLURM_NTASKS", "32"),
             ("SLURM_STEP_NUM_TASKS", "11"),
@@ -423,6 +477,7 @@ mod tests {
         );
         // --ntasks-per-node, a single number.
         let p = placement(&[
+            ("SLURM_STEP_ID", "0"),
             ("SLURM_PROCID", "0"),
             ("SLURM_NTASKS", "8"),
             ("SLURM_LOCALID", "0"),
@@ -431,20 +486,13 @@ mod tests {
         .unwrap();
         assert_eq!(p.local_world, 8);
         // No local figures at all: one node.
-        let p = placement(&[("SLURM_PROCID", "2"), ("SLURM_NTASKS", "4")]).unwrap();
+        let p = placement(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_PROCID", "2"),
+            ("SLURM_NTASKS", "4"),
+        ])
+        .unwrap();
         assert_eq!((p.local_rank, p.local_world), (2, 4));
-    }
-
-    #[test]
-    fn tasks_per_node_lists_parse_with_repeats() {
-        assert_eq!(tasks_on_node("2(x3),1", 0), Some(2));
-        assert_eq!(tasks_on_node("2(x3),1", 2), Some(2));
-        assert_eq!(tasks_on_node("2(x3),1", 3), Some(1));
-        assert_eq!(tasks_on_node("2(x3),1", 4), None);
-        assert_eq!(tasks_on_node("2(x0)", 0), None);
-        assert_eq!(tasks_on_node("2(3)", 0), None);
-        assert_eq!(tasks_on_node("2(x3", 0), None);
-        assert_eq!(tasks_on_node("", 0), None);
     }
 
     #[test]
@@ -480,8 +528,16 @@ mod tests {
                 (t, ZeroCount, vec!["WORLD_SIZE"]),
             ),
             (
-                vec![("RANK", "0"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "0")],
+                vec![
+                    ("RANK", "0"),
+                    ("WORLD_SIZE", "8"),
+                    ("LOCAL_WORLD_SIZE", "8"),
+                ],
                 (t, Incomplete, vec!["LOCAL_RANK", "LOCAL_WORLD_SIZE"]),
+            ),
+            (
+                vec![("RANK", "0"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "8")],
+                (t, IndexNotBelowCount, vec!["LOCAL_RANK", "WORLD_SIZE"]),
             ),
             (
                 vec![
@@ -574,7 +630,11 @@ mod tests {
                 (s, NotAnInteger, vec!["SLURM_PROCID"]),
             ),
         ];
-        for (vars, want) in cases {
+        for (mut vars, want) in cases {
+            // Slurm's variables are read in a job step only.
+            if vars.iter().any(|(name, _)| *name == "SLURM_PROCID") {
+                vars.push(("SLURM_STEP_ID", "0"));
+            }
             assert_eq!(problem(&vars), want, "{vars:?}");
         }
         // The message names the variables and their values.

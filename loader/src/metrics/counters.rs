@@ -351,7 +351,11 @@ impl Metrics {
         let images = self.images.load(Relaxed);
         let samples = self.queue_samples.load(Relaxed);
         // Copied out, so that the lock is not held while the others are taken.
-        let placement = *self.placement.lock().unwrap_or_else(|p| p.into_inner());
+        let placement = self
+            .placement
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         Stats {
             epochs: self.epochs.load(Relaxed),
             epochs_started_early: self.early_epochs.load(Relaxed),
@@ -400,8 +404,8 @@ impl Metrics {
                 .unwrap_or_else(|p| p.into_inner())
                 .mean(),
             gpu_decode: *self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner()),
+            slice: placement.as_ref().map(|(_, s)| *s),
             placement: placement.map(|(p, _)| p),
-            slice: placement.map(|(_, s)| s),
             device: self
                 .device
                 .lock()

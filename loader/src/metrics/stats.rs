@@ -182,7 +182,8 @@ pub struct Stats {
     #[serde(default)]
     pub gpu_decode: Option<DecodeTimings>,
     /// Where this process runs in its job as its launcher says (launcher, rank,
-    /// world, local rank and world); `None` before a loader set it.
+    /// world, local rank and world, and `note`: what the reading had to assume,
+    /// `null` when nothing); `None` before a loader set it.
     #[serde(default)]
     pub placement: Option<Placement>,
     /// The slice of every epoch this loader loads, `[rank, world]` (the
