@@ -20,7 +20,7 @@ pub enum LoaderError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The launcher's environment variables (torchrun's, Slurm's) are incomplete,
+    /// The launcher's environment variables (torchrun's, MPI's, Horovod's, Slurm's) are incomplete,
     /// do not parse, or contradict each other ([`crate::launcher::Placement::from_vars`]).
     #[error("{launcher} environment: {problem} ({})", crate::launcher::list_vars(.variables))]
     LauncherEnv {

@@ -34,8 +34,13 @@ use crate::signals::SIGNAL_CHECK;
 /// ``"uint8"`` (``layout="nhwc"``, raw pixels); ``torch.float16`` and the like are
 /// taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
 /// ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``). ``rank`` and ``world_size``
-/// default to the launcher's variables (torchrun's ``RANK`` / ``WORLD_SIZE``, Slurm's);
-/// each rank gets an equal share of the epoch's order, the same number of batches on
+/// default to the launcher's variables (torchrun's ``RANK`` / ``WORLD_SIZE``, Open MPI's,
+/// MPICH's, Horovod's, an ``srun`` step's); given explicitly, they keep the environment's
+/// local rank (which GPU, what share of the node). What the loader had to assume (a
+/// Slurm batch step without ``srun``, a missing local count) is a ``UserWarning`` and
+/// ``stats()["placement"]["note"]``. Without any launcher (``torch.multiprocessing.spawn``)
+/// pass ``rank``, ``world_size``, ``device="cuda:N"`` and ``workers`` (cores / processes).
+/// Each rank gets an equal share of the epoch's order, the same number of batches on
 /// every rank: as with PyTorch's ``DistributedSampler``, a dataset that does not divide
 /// evenly is padded by repeating the first samples of the order (so a validation epoch
 /// over all ranks may count a few samples twice), or cut with ``drop_last=True``.
@@ -197,6 +202,13 @@ impl Loader {
         };
         builder = gpu.apply(builder)?;
         let inner = py.detach(|| builder.build()).map_err(loader_error)?;
+        // Python shows no `tracing` output: what the placement had to assume (a Slurm
+        // batch step run without srun, a local count guessed) is a warning here.
+        if let Some(note) = inner.stats().placement.and_then(|p| p.note) {
+            let text =
+                std::ffi::CString::new(format!("stoker placement: {note}")).unwrap_or_default();
+            PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)?;
+        }
         Ok(Loader {
             inner: Arc::new(inner),
             next_epoch: Mutex::new(None),

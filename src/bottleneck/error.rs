@@ -35,7 +35,7 @@ pub enum BenchError {
         /// The driver's error.
         reason: String,
     },
-    /// The launcher's variables (torchrun's, Slurm's) are inconsistent.
+    /// The launcher's variables (torchrun's, MPI's, Horovod's, Slurm's) are inconsistent.
     #[error(transparent)]
     Launcher(stoker_loader::LoaderError),
     /// An option is out of range.

@@ -125,7 +125,7 @@ pub struct RunInfo {
     pub seconds: f64,
     /// Simulated training step per batch (ms).
     pub consumer_ms: f64,
-    /// Where this process runs in its job, as its launcher says (torchrun, Slurm,
+    /// Where this process runs in its job, as its launcher says (torchrun, MPI, Horovod, Slurm,
     /// or a single process).
     pub placement: stoker_loader::Placement,
     /// Why `device` was chosen (`--device`, or for `auto` the local rank's GPU or

@@ -265,6 +265,18 @@ def test_rank_and_world_size_default_to_the_launchers_variables(sample_dataset, 
     assert python_batches(python_loader(sample_dataset, rank=1, world_size=3)) == explicit
 
 
+def test_what_the_placement_assumed_is_a_warning(sample_dataset, monkeypatch):
+    # A Slurm batch script running python directly (no srun): one process, not rank 0 of 8.
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    for name in ("SLURM_STEP_ID", "SLURM_STEPID", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.warns(UserWarning, match="Slurm batch step"):
+        loader = stoker.Loader(sample_dataset, 4, device="cpu")
+    assert "Slurm batch step" in loader.stats()["placement"]["note"]
+    assert sum(len(b.indices) for b in loader) == 15
+
+
 def test_stats_are_a_mapping_and_print_the_rust_table(sample_dataset):
     loader = python_loader(sample_dataset)
     for _ in loader:
