@@ -127,32 +127,7 @@ impl Loader {
             }
         };
         let shuffle = parse_shuffle(shuffle, seed, quasi_block)?;
-        let mut transform = match crop {
-            "random" if resize.is_some() => {
-                return Err(PyValueError::new_err(
-                    "resize applies to crop=\"center\"; crop=\"random\" picks its own scale",
-                ))
-            }
-            "random" => Transform::random_resized_crop(size),
-            "center" => match resize {
-                Some(resize) => Transform::center_crop(size, resize),
-                None => Transform::center_crop_default(size),
-            },
-            other => return Err(bad("crop", other, "\"random\" or \"center\"")),
-        }
-        .hflip(hflip);
-        if mean.into_iter().chain(std).flatten().any(|v| v.abs() > 1.0) {
-            // Pixels are normalized from [0, 1] (as torchvision's ToTensor gives them):
-            // (123.7, 116.3, 103.5) is the usual slip, and every output would be about -2.
-            let text = format!(
-                "mean={mean:?}, std={std:?}: stoker normalizes pixels in [0, 1] (pixel / 255); values over 1 look like 0-255 units (stoker.IMAGENET_MEAN/IMAGENET_STD are in [0, 1])"
-            );
-            let text = std::ffi::CString::new(text).unwrap_or_default();
-            PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)?;
-        }
-        if mean.is_some() || std.is_some() {
-            transform = transform.normalize(mean.unwrap_or([0.0; 3]), std.unwrap_or([1.0; 3]));
-        }
+        let transform = transform(py, crop, size, resize, hflip, mean, std)?;
         let dtype = spelled(dtype, "dtype")?;
         let output = match (dtype.as_deref().unwrap_or("float32"), layout) {
             ("float32", None | Some("nchw")) => Output::F32Nchw,
@@ -205,9 +180,7 @@ impl Loader {
         // Python shows no `tracing` output: what the placement had to assume (a Slurm
         // batch step run without srun, a local count guessed) is a warning here.
         if let Some(note) = inner.stats().placement.and_then(|p| p.note) {
-            let text =
-                std::ffi::CString::new(format!("stoker placement: {note}")).unwrap_or_default();
-            PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)?;
+            warn(py, format!("stoker placement: {note}"))?;
         }
         Ok(Loader {
             inner: Arc::new(inner),
@@ -555,6 +528,51 @@ impl GpuSettings<'_> {
         }
         Ok(builder)
     }
+}
+
+/// The per-image transform of the `Loader` arguments; a `UserWarning` for a mean/std
+/// that looks like 0-255 units.
+fn transform(
+    py: Python<'_>,
+    crop: &str,
+    size: u32,
+    resize: Option<u32>,
+    hflip: f64,
+    mean: Option<[f32; 3]>,
+    std: Option<[f32; 3]>,
+) -> PyResult<Transform> {
+    let mut transform = match crop {
+        "random" if resize.is_some() => {
+            return Err(PyValueError::new_err(
+                "resize applies to crop=\"center\"; crop=\"random\" picks its own scale",
+            ))
+        }
+        "random" => Transform::random_resized_crop(size),
+        "center" => match resize {
+            Some(resize) => Transform::center_crop(size, resize),
+            None => Transform::center_crop_default(size),
+        },
+        other => return Err(bad("crop", other, "\"random\" or \"center\"")),
+    }
+    .hflip(hflip);
+    if mean.into_iter().chain(std).flatten().any(|v| v.abs() > 1.0) {
+        // Pixels are normalized from [0, 1] (as torchvision's ToTensor gives them):
+        // (123.7, 116.3, 103.5) is the usual slip, and every output would be about -2.
+        let text = format!(
+            "mean={mean:?}, std={std:?}: stoker normalizes pixels in [0, 1] (pixel / 255); values over 1 look like 0-255 units (stoker.IMAGENET_MEAN/IMAGENET_STD are in [0, 1])"
+        );
+        warn(py, text)?;
+    }
+    if mean.is_some() || std.is_some() {
+        transform = transform.normalize(mean.unwrap_or([0.0; 3]), std.unwrap_or([1.0; 3]));
+    }
+    Ok(transform)
+}
+
+/// `warnings.warn(text, UserWarning)`, pointing at the caller's line.
+fn warn(py: Python<'_>, text: String) -> PyResult<()> {
+    let text = std::ffi::CString::new(text).unwrap_or_default();
+    PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)
 }
 
 /// The name of a `dtype` or `device` argument: a string as is, or the `str()` of
