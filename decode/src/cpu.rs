@@ -336,14 +336,18 @@ impl CpuDecoder {
         }
         let out = &mut out[..need];
         if info.zune_decodable() {
-            match guarded("zune-jpeg", || zune_decode(data, info, out, region)) {
+            match guarded("zune-jpeg", || {
+                zune_decode(data, info, &self.limits, out, region)
+            }) {
                 Ok(()) => return Ok(Route::CpuZune),
                 Err(e) => {
                     tracing::debug!("zune-jpeg failed ({e}); retrying with jpeg-decoder");
                 }
             }
         }
-        guarded("jpeg-decoder", || fallback_decode(data, info, out))?;
+        guarded("jpeg-decoder", || {
+            fallback_decode(data, info, &self.limits, out)
+        })?;
         Ok(Route::CpuFallback)
     }
 }
@@ -369,6 +373,7 @@ fn guarded(
 fn zune_decode(
     data: &[u8],
     info: &ImageInfo,
+    limits: &Limits,
     out: &mut [u8],
     region: Option<Region>,
 ) -> Result<(), DecodeError> {
@@ -380,9 +385,17 @@ fn zune_decode(
         message: e.to_string(),
     };
     // Our own pixel limit was enforced by probe; let zune take any JPEG size.
-    let opts = DecoderOptions::default()
+    // Its scan cap (100 by default) also bounds the work: no more scans than
+    // `max_scan_work` allows over this image, should a file hold more than
+    // the probe counted.
+    let defaults = DecoderOptions::default();
+    let max_scans = usize::try_from(info.scans_allowed(limits))
+        .unwrap_or(usize::MAX)
+        .min(defaults.jpeg_get_max_scans());
+    let opts = defaults
         .set_max_width(usize::from(u16::MAX))
         .set_max_height(usize::from(u16::MAX))
+        .jpeg_set_max_scans(max_scans)
         .set_strict_mode(false)
         .jpeg_set_out_colorspace(if info.color_space == ColorSpace::Gray {
             ZColor::Luma
@@ -424,8 +437,18 @@ fn zune_decode(
     Ok(())
 }
 
-fn fallback_decode(data: &[u8], info: &ImageInfo, out: &mut [u8]) -> Result<(), DecodeError> {
+fn fallback_decode(
+    data: &[u8],
+    info: &ImageInfo,
+    limits: &Limits,
+    out: &mut [u8],
+) -> Result<(), DecodeError> {
     use jpeg_decoder::PixelFormat;
+
+    // jpeg-decoder has no scan cap and decodes every scan it finds (also
+    // after the first of an interleaved sequential file, where the probe
+    // stops counting): bound them before it starts.
+    info.check_scan_work(info.scans_upper_bound(data), limits)?;
 
     let corrupt = |e: jpeg_decoder::Error| match e {
         jpeg_decoder::Error::Unsupported(_) => DecodeError::Corrupt {

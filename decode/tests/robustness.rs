@@ -214,3 +214,65 @@ fn pixel_limit_is_enforced_from_the_header() {
     });
     assert!(exact.decode_to_vec(&small).is_ok());
 }
+
+/// `go__video-005.gray.q50.progressive.jpeg` declared 10000x10000, its scans
+/// after the first repeated 20 times (101 scans), with a comment and a stray
+/// `FF 00` after the first scan: the review's scan bomb (`scan_bomb.py`).
+fn stray_ff00_scan_bomb() -> Vec<u8> {
+    let mut d = core_file("go__video-005.gray.q50.progressive.jpeg");
+    let mut i = 2;
+    let sos = loop {
+        let (marker, len) = (
+            d[i + 1],
+            usize::from(u16::from_be_bytes([d[i + 2], d[i + 3]])),
+        );
+        if marker == 0xC2 {
+            d[i + 5..i + 9].copy_from_slice(&[0x27, 0x10, 0x27, 0x10]);
+        }
+        if marker == 0xDA {
+            break i + 2 + len;
+        }
+        i += 2 + len;
+    };
+    let first_scan_end = stoker_decode::entropy_coded_end(&d, sos);
+    assert_eq!(d[d.len() - 2..], [0xFF, 0xD9]);
+    let mut out = d[..first_scan_end].to_vec();
+    out.extend_from_slice(&[0xFF, 0xFE, 0, 4, b'h', b'i', 0xFF, 0x00]);
+    for _ in 0..20 {
+        out.extend_from_slice(&d[first_scan_end..d.len() - 2]);
+    }
+    out.extend_from_slice(&[0xFF, 0xD9]);
+    out
+}
+
+/// Regression: a stray `FF 00` between segments stopped the header walk after
+/// the first scan, so the work limit saw 1 scan of a 100 MP image and the
+/// decoders then ran all 101 (23 s and 600 MB on the fallback decoder). It must
+/// be refused from the headers.
+#[test]
+fn stray_ff00_scan_bomb_is_refused_before_decoding() {
+    let bomb = stray_ff00_scan_bomb();
+    let start = std::time::Instant::now();
+    let err = CpuDecoder::new(Limits::default())
+        .decode_to_vec(&bomb)
+        .map(|(info, _)| info)
+        .unwrap_err();
+    assert!(
+        matches!(err, DecodeError::TooMuchWork { scans: 101, .. }),
+        "{err}"
+    );
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+}
+
+/// A stray `FF 00` between segments is junk that libjpeg (and Pillow) skip:
+/// right after SOI it decodes to the same pixels as without it.
+#[test]
+fn stray_ff00_after_soi_decodes() {
+    let good = core_file("pillow__Tests__images__hopper.jpg");
+    let mut junk = good.clone();
+    junk.splice(2..2, [0xFF, 0x00]);
+    let dec = CpuDecoder::new(Limits::default());
+    let (_, want) = dec.decode_to_vec(&good).unwrap();
+    let (_, got) = dec.decode_to_vec(&junk).unwrap();
+    assert!(got == want);
+}

@@ -34,6 +34,13 @@ pub fn entropy_coded_end(data: &[u8], start: usize) -> usize {
     data.len()
 }
 
+/// How many times the scan marker code `FF DA` occurs in `data`. Entropy-coded
+/// data cannot hold it (a coded `0xFF` is followed by `00`), so this bounds the
+/// scans a decoder can find, whichever way it reads segment lengths or skips junk.
+pub(crate) fn scan_marker_codes(data: &[u8]) -> u64 {
+    memchr::memmem::find_iter(data, &[0xFF, 0xDA]).count() as u64
+}
+
 /// The position of the first `0xFF` byte. Compressed data has few of them (about one in
 /// 256 bytes, each followed by a stuffed `0x00`), so a vectorised search skips most of the
 /// bytes: [`probe`](super::probe) reads progressive files to their end, and store-mode

@@ -93,6 +93,7 @@ pub(super) fn parse_sof(
         adobe_transform: None,
         adobe_malformed: false,
         sampling,
+        frame_offset: offset,
     };
     Ok(Frame { info, all_ids })
 }

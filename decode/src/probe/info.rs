@@ -135,6 +135,10 @@ pub struct ImageInfo {
     pub adobe_malformed: bool,
     /// Horizontal and vertical sampling factor of each component (first `components` entries valid).
     pub sampling: [(u8, u8); 4],
+    /// Offset of the frame header's marker: where [`scans_upper_bound`](Self::scans_upper_bound)
+    /// starts counting, past any thumbnail in an APP segment before it.
+    #[serde(skip)]
+    pub(crate) frame_offset: usize,
 }
 
 impl ImageInfo {
@@ -171,6 +175,37 @@ impl ImageInfo {
     /// `width * height`.
     pub fn pixels(&self) -> u64 {
         u64::from(self.width) * u64::from(self.height)
+    }
+
+    /// At most how many scans a decoder can find in `data` (the file this was
+    /// probed from): every scan marker code (`FF DA`) from the frame header to
+    /// the end of the data, also those inside a segment whose length a decoder
+    /// may read differently from the header walk. Appended data (a second MPO
+    /// image) counts too, so it errs high.
+    pub(crate) fn scans_upper_bound(&self, data: &[u8]) -> u64 {
+        data.get(self.frame_offset..)
+            .map_or(0, super::entropy::scan_marker_codes)
+    }
+
+    /// [`DecodeError::TooMuchWork`] when `scans` passes over the image exceed
+    /// `limits.max_scan_work`.
+    pub(crate) fn check_scan_work(&self, scans: u64, limits: &Limits) -> Result<(), DecodeError> {
+        let pixels = self.pixels();
+        let work = pixels.saturating_mul(scans);
+        if work > limits.max_scan_work {
+            return Err(DecodeError::TooMuchWork {
+                pixels,
+                scans: u32::try_from(scans).unwrap_or(u32::MAX),
+                work,
+                max_scan_work: limits.max_scan_work,
+            });
+        }
+        Ok(())
+    }
+
+    /// Most scans over this image that `limits.max_scan_work` allows (at least 1).
+    pub(crate) fn scans_allowed(&self, limits: &Limits) -> u64 {
+        (limits.max_scan_work / self.pixels().max(1)).max(1)
     }
 
     /// What nvJPEG's hardware JPEG engines take: single-scan baseline Huffman,

@@ -52,6 +52,8 @@ struct Headers {
     multi_scan: bool,
     component_ids_rgb: bool,
     hit_eoi: bool,
+    /// The walk stopped at the first scan of an interleaved sequential file.
+    single_scan: bool,
 }
 
 /// One marker segment: the marker, where it starts, and its bytes' range
@@ -121,7 +123,11 @@ impl Parser<'_> {
             let marker_at = pos - 1;
             pos += 1;
             match marker {
-                0xD8 | 0x01 | 0xD0..=0xD7 => continue,
+                // `FF 00` outside entropy-coded data is junk, not a marker:
+                // libjpeg skips it (with a warning) and so do the decoders.
+                // Read as a marker, its "length" could run past the end and
+                // stop the walk before the scans that follow.
+                0x00 | 0xD8 | 0x01 | 0xD0..=0xD7 => continue,
                 0xD9 => {
                     h.hit_eoi = true;
                     break;
@@ -231,6 +237,7 @@ impl Parser<'_> {
         if sequential && h.scans == 1 {
             if usize::from(ns) == usize::from(f.info.components) {
                 // Interleaved sequential: the first scan holds the whole image.
+                h.single_scan = true;
                 return Ok(Step::Stop);
             }
             h.multi_scan = true;
@@ -264,16 +271,19 @@ impl Parser<'_> {
             });
         }
         let mut info = f.info;
-        let pixels = u64::from(info.width) * u64::from(info.height);
-        let work = pixels.saturating_mul(u64::from(h.scans));
-        if work > self.limits.max_scan_work {
-            return Err(DecodeError::TooMuchWork {
-                pixels,
-                scans: h.scans.into(),
-                work,
-                max_scan_work: self.limits.max_scan_work,
-            });
-        }
+        // The work limit is checked against every scan a decoder could find,
+        // not only those the walk counted: a walk stopped by a segment whose
+        // length runs past the end (junk read as a marker, say) would count
+        // too few, while the decoders resynchronise and decode the rest. An
+        // interleaved sequential file's decode ends with its first scan (the
+        // fallback decoder counts again before it decodes in full).
+        let scans = if h.single_scan {
+            u64::from(h.scans)
+        } else {
+            let end = if h.hit_eoi { pos } else { d.len() };
+            u64::from(h.scans).max(info.scans_upper_bound(&d[..end]))
+        };
+        info.check_scan_work(scans, self.limits)?;
         info.scans = h.scans;
         info.multi_scan_sequential = h.multi_scan;
         info.exif_orientation = h.exif_orientation;
@@ -320,6 +330,55 @@ mod tests {
             ..Limits::default()
         };
         assert_eq!(probe(&d, &roomy).unwrap().scans, 30);
+    }
+
+    /// SOI, SOF2 8000x8000 one component, then `scans` one-component scans of
+    /// one byte each, with `between` inserted after the first scan, and EOI.
+    fn many_scans(scans: usize, between: &[u8]) -> Vec<u8> {
+        let mut d = vec![0xFF, 0xD8];
+        d.extend_from_slice(&[0xFF, 0xC2, 0, 11, 8, 0x1F, 0x40, 0x1F, 0x40, 1, 1, 0x11, 0]);
+        for i in 0..scans {
+            d.extend_from_slice(&[0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 0, 0, 0x55]);
+            if i == 0 {
+                d.extend_from_slice(between);
+            }
+        }
+        d.extend_from_slice(&[0xFF, 0xD9]);
+        d
+    }
+
+    /// Regression: a stray `FF 00` between segments was read as a marker whose
+    /// "length" ran past the end, which stopped the walk after one scan, so the
+    /// work limit saw 1 scan while the decoders skipped the junk and decoded them all.
+    #[test]
+    fn stray_ff00_between_segments_is_skipped() {
+        let comment_then_ff00 = [0xFF, 0xFE, 0, 4, b'h', b'i', 0xFF, 0x00];
+        let d = many_scans(30, &comment_then_ff00);
+        match probe(&d, &Limits::default()) {
+            Err(DecodeError::TooMuchWork { scans: 30, .. }) => {}
+            other => panic!("want TooMuchWork over 30 scans, got {other:?}"),
+        }
+        let roomy = Limits {
+            max_scan_work: u64::MAX,
+            ..Limits::default()
+        };
+        assert_eq!(probe(&d, &roomy).unwrap().scans, 30);
+        // Right after SOI too (Pillow decodes such a file).
+        let mut d = many_scans(2, &[]);
+        d.splice(2..2, [0xFF, 0x00]);
+        assert_eq!(probe(&d, &roomy).unwrap().scans, 2);
+    }
+
+    /// A segment whose length runs past the end stops the walk where it is;
+    /// the scans after it still count for the work limit.
+    #[test]
+    fn scans_behind_a_segment_running_past_the_end_still_count_as_work() {
+        let app15_past_the_end = [0xFF, 0xEF, 0xFF, 0xFF];
+        let d = many_scans(30, &app15_past_the_end);
+        match probe(&d, &Limits::default()) {
+            Err(DecodeError::TooMuchWork { scans: 30, .. }) => {}
+            other => panic!("want TooMuchWork over 30 scans, got {other:?}"),
+        }
     }
 
     #[test]
