@@ -20,17 +20,15 @@ pub(crate) fn gray_to_rgb(src: &[u8], out: &mut [u8]) {
 
 /// jpeg-decoder's CMYK32 output (each channel `255 - stored`) to RGB.
 ///
-/// Adobe files store CMYK inverted (libjpeg/Pillow convention), so with an
-/// Adobe marker the stored values are `255 - ink` and the ink is what
-/// jpeg-decoder hands back; without one the stored values are the ink.
+/// The stored values are always taken as Adobe's inverted CMYK (`255 - ink`),
+/// so what jpeg-decoder hands back is the ink, whether or not the file has a
+/// (well-formed) Adobe APP14 segment: libjpeg reports CMYK without looking at
+/// one, Pillow reads every CMYK JPEG as inverted (`CMYK;I`), and zune-jpeg
+/// converts the same way, so a file decodes alike on every route.
 /// RGB = (255 - C)(255 - K)/255 per channel, as Pillow converts.
-pub(crate) fn inverted_cmyk_to_rgb(src: &[u8], out: &mut [u8], adobe: bool) {
+pub(crate) fn inverted_cmyk_to_rgb(src: &[u8], out: &mut [u8]) {
     for (o, p) in out.chunks_exact_mut(3).zip(src.chunks_exact(4)) {
-        let (c, m, y, k) = if adobe {
-            (p[0], p[1], p[2], p[3])
-        } else {
-            (255 - p[0], 255 - p[1], 255 - p[2], 255 - p[3])
-        };
+        let (c, m, y, k) = (p[0], p[1], p[2], p[3]);
         let nk = 255 - u32::from(k);
         let ch = |x: u8| ((255 - u32::from(x)) * nk + 127) / 255;
         o[0] = ch(c) as u8;
@@ -53,8 +51,8 @@ mod tests {
     #[test]
     fn cmyk_white_and_black() {
         let mut o = [0u8; 6];
-        // No ink (adobe convention: decoder hands back ink = 0) and full black.
-        inverted_cmyk_to_rgb(&[0, 0, 0, 0, 0, 0, 0, 255], &mut o, true);
+        // No ink (the decoder hands back ink = 0) and full black.
+        inverted_cmyk_to_rgb(&[0, 0, 0, 0, 0, 0, 0, 255], &mut o);
         assert_eq!(o, [255, 255, 255, 0, 0, 0]);
     }
 }

@@ -497,7 +497,7 @@ fn fallback_decode(
         }
         PixelFormat::CMYK32 => {
             let src = pixels.get(..px * 4).ok_or_else(|| short(4))?;
-            color::inverted_cmyk_to_rgb(src, out, info.adobe_transform.is_some());
+            color::inverted_cmyk_to_rgb(src, out);
         }
         PixelFormat::L16 => {
             return Err(DecodeError::Unsupported {

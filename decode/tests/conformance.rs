@@ -229,3 +229,39 @@ fn files_the_hardware_engines_mishandled_are_routed_elsewhere() {
     }
     assert!(n >= 100, "bench set has {n} JPEGs");
 }
+
+/// Regression: a CMYK file without a usable Adobe APP14 segment went to
+/// jpeg-decoder and came out with inverted colors (4.4 dB against Pillow),
+/// which reads every CMYK JPEG as Adobe's inverted CMYK, as zune-jpeg does.
+/// `go__video-001.cmyk.jpeg` with its APP14 cut to 7 bytes (too short for
+/// the transform byte) or removed must decode as the original does.
+#[test]
+fn cmyk_without_a_usable_app14_is_read_as_inverted_cmyk() {
+    let dir = data_dir().join("conformance");
+    let good = std::fs::read(dir.join("core/go__video-001.cmyk.jpeg")).unwrap();
+    // The APP14 "Adobe" segment: FF EE, length 14, at byte 20.
+    assert_eq!(good[20..22], [0xFF, 0xEE]);
+    assert_eq!(good[22..24], [0, 14]);
+    let mut short = good.clone();
+    short.drain(29..36);
+    short[22..24].copy_from_slice(&[0, 7]);
+    let mut none = good.clone();
+    none.drain(20..36);
+    let (_, _, want) = load_png_rgb(&dir.join("ref/go__video-001.cmyk.jpeg.png"));
+    let dec = CpuDecoder::new(Limits::default());
+    for (what, data, want_route) in [
+        (
+            "APP14 cut to 7 bytes",
+            &short,
+            stoker_decode::Route::CpuFallback,
+        ),
+        ("no APP14", &none, stoker_decode::Route::CpuZune),
+    ] {
+        let info = stoker_decode::probe(data, &Limits::default()).unwrap();
+        assert_eq!(info.color_space, stoker_decode::ColorSpace::Cmyk, "{what}");
+        let (_, route, rgb) = dec.decode_to_vec_routed(data).unwrap();
+        assert_eq!(route, want_route, "{what}");
+        let p = psnr(&rgb, &want);
+        assert!(p >= MIN_PSNR, "{what}: PSNR {p:.1} dB");
+    }
+}
