@@ -57,7 +57,10 @@ impl Region {
 ///
 /// Each image is probed first (pixel limit enforced from the header), then
 /// decoded by zune-jpeg when [`ImageInfo::zune_decodable`], else by
-/// jpeg-decoder; a zune-jpeg error is retried with jpeg-decoder. Third-party
+/// jpeg-decoder; a zune-jpeg error is retried with jpeg-decoder, and so is a
+/// decode where zune-jpeg recovered from bad data by filling the rest of the
+/// image (data that merely runs out, a cut-off file, keeps zune's fill: callers
+/// tell such files by their missing end-of-image marker). Third-party
 /// panics are caught and become [`DecodeError::Panicked`]. Gray, CMYK and YCCK
 /// inputs come out as RGB. EXIF orientation is reported, not applied.
 ///
@@ -427,12 +430,23 @@ fn zune_decode(
             ),
         });
     }
-    if info.color_space == ColorSpace::Gray {
-        let px = info.pixels() as usize;
-        dec.decode_into(&mut out[..px]).map_err(corrupt)?;
+    let px = info.pixels() as usize;
+    let gray = info.color_space == ColorSpace::Gray;
+    dec.decode_into(if gray { &mut out[..px] } else { out })
+        .map_err(corrupt)?;
+    // zune-jpeg recovers from bad data by filling the rest of the image (gray
+    // for baseline, zero coefficients for progressive) and returning Ok. When
+    // the data had merely run out (a truncated file, which callers tell by
+    // `jpeg_is_complete`) that fill is the image; otherwise content was lost
+    // where more data followed, and jpeg-decoder gets the file.
+    if let Some(r) = dec.stoker_recovery().filter(|r| !r.data_ran_out) {
+        return Err(DecodeError::Corrupt {
+            decoder: "zune-jpeg",
+            message: format!("recovered from bad data by filling the rest: {}", r.error),
+        });
+    }
+    if gray {
         color::expand_gray_in_place(out, px);
-    } else {
-        dec.decode_into(out).map_err(corrupt)?;
     }
     Ok(())
 }

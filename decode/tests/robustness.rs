@@ -276,3 +276,61 @@ fn stray_ff00_after_soi_decodes() {
     let (_, got) = dec.decode_to_vec(&junk).unwrap();
     assert!(got == want);
 }
+
+/// `data` without its first segment of marker `marker` (one before the first scan).
+fn without_first_segment(data: &[u8], marker: u8) -> Vec<u8> {
+    let mut i = 2;
+    while data[i + 1] != marker {
+        assert_ne!(data[i + 1], 0xDA, "no such segment before the first scan");
+        i += 2 + usize::from(u16::from_be_bytes([data[i + 2], data[i + 3]]));
+    }
+    let len = usize::from(u16::from_be_bytes([data[i + 2], data[i + 3]]));
+    let mut out = data[..i].to_vec();
+    out.extend_from_slice(&data[i + 2 + len..]);
+    out
+}
+
+/// Regression: zune-jpeg's error recovery turned hard decode errors into
+/// images: a progressive file whose first Huffman table is missing decoded
+/// "OK" as uniform gray 128 (Pillow raises). The decoder must see that zune
+/// recovered, retry with jpeg-decoder and, as that refuses it too, say corrupt.
+#[test]
+fn missing_huffman_table_is_corrupt_not_a_gray_image() {
+    let dec = CpuDecoder::new(Limits::default());
+    for name in [
+        "go__video-001.q50.420.progressive.jpeg",
+        "go__video-005.gray.q50.progressive.jpeg",
+    ] {
+        let bad = without_first_segment(&core_file(name), 0xC4);
+        match dec.decode_to_vec_routed(&bad) {
+            Err(e @ DecodeError::Corrupt { .. }) => assert!(e.is_bad_input()),
+            Err(e) => panic!("{name}: want Corrupt, got {e}"),
+            Ok((_, route, _)) => panic!("{name}: decoded via {route}"),
+        }
+    }
+}
+
+/// What zune-jpeg fills in when the data merely runs out (a cut-off file, with
+/// or without an end-of-image marker appended) stays an image: the callers tell
+/// a cut-off file by `jpeg_is_complete`, and Pillow decodes such files too.
+#[test]
+fn data_running_out_still_gives_an_image() {
+    let dec = CpuDecoder::new(Limits::default());
+    for name in [
+        "go__video-001.q50.420.jpeg",
+        "go__video-001.q50.420.progressive.jpeg",
+    ] {
+        let data = core_file(name);
+        let cut = &data[..data.len() * 2 / 3];
+        let mut cut_eoi = cut.to_vec();
+        cut_eoi.extend_from_slice(&[0xFF, 0xD9]);
+        for (what, d) in [("cut", cut), ("cut + EOI", &cut_eoi[..])] {
+            let r = dec.decode_to_vec_routed(d);
+            assert!(
+                matches!(r, Ok((_, stoker_decode::Route::CpuZune, _))),
+                "{name} {what}: {:?}",
+                r.map(|(_, route, _)| route)
+            );
+        }
+    }
+}

@@ -168,6 +168,24 @@ pub struct JpegDecoder<T> {
     /// transformed: `(row_lo, col_lo, col_hi)`. Set by
     /// `decode_mcu_ycbcr_baseline` from `stoker_window`.
     pub(crate) stoker_idct_window: Option<(usize, usize, usize)>,
+    /// stoker patch: the first error this decode recovered from instead of
+    /// returning it (see `stoker_recovery`).
+    pub(crate) stoker_recovery: Option<StokerRecovery>,
+}
+
+/// stoker patch: an error a non-strict decode recovered from instead of
+/// returning it (filling what it could not decode, or stopping the scans
+/// early), as read by [`JpegDecoder::stoker_recovery`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StokerRecovery {
+    /// The error's message.
+    pub error:        alloc::string::String,
+    /// The entropy-coded data had run out where it happened: the input was at
+    /// its end, or the scan's data was cut short by the end-of-image marker
+    /// (a truncated file). When false the decode met bad data with more
+    /// following it (an invalid Huffman code, a missing table, an unknown
+    /// marker) and dropped what followed.
+    pub data_ran_out: bool
 }
 
 impl<T> JpegDecoder<T>
@@ -217,6 +235,7 @@ where
             stoker_row_limit: None,
             stoker_window: None,
             stoker_idct_window: None,
+            stoker_recovery: None,
         }
     }
     /// Decode a buffer already in memory
@@ -870,6 +889,31 @@ where
     pub fn stoker_limit_window(&mut self, x0: usize, y0: usize, x1: usize, y1: usize) {
         self.stoker_row_limit = Some(y1);
         self.stoker_window = Some([x0, y0, x1, y1]);
+    }
+
+    /// stoker patch: the first error the last decode recovered from instead
+    /// of returning it, `None` when it met none. Non-strict mode (the default)
+    /// recovers from a bad Huffman code, a missing table or a stray marker by
+    /// filling the rest of the image (gray 128 for baseline, zero
+    /// coefficients for later progressive scans) and returning `Ok`; this
+    /// says that it did. Recording it changes nothing in the decode.
+    pub fn stoker_recovery(&self) -> Option<&StokerRecovery> {
+        self.stoker_recovery.as_ref()
+    }
+
+    /// stoker patch: records `error` as recovered from (the first one only),
+    /// judging from the reader and the bit stream whether the data had run out.
+    pub(crate) fn stoker_note_recovery(
+        &mut self, error: &dyn core::fmt::Display, stream: &crate::bitstream::BitStream
+    ) {
+        if self.stoker_recovery.is_none() {
+            let data_ran_out =
+                stream.marker == Some(Marker::EOI) || self.stream.eof().unwrap_or(true);
+            self.stoker_recovery = Some(StokerRecovery {
+                error: error.to_string(),
+                data_ran_out
+            });
+        }
     }
 
     pub fn decode_into(&mut self, out: &mut [u8]) -> Result<(), DecodeErrors> {

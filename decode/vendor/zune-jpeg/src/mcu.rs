@@ -213,6 +213,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     if self.options.strict_mode() {
                         return Err(DecodeErrors::FormatStatic("Premature end of buffer"));
                     };
+                    // stoker patch: say that it recovered.
+                    self.stoker_note_recovery(&"Premature end of buffer", &stream);
 
                     error!("Premature end of buffer");
                     break;
@@ -595,6 +597,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                             return if self.options.strict_mode() {
                                 Err(result.err().unwrap())
                             } else {
+                                // stoker patch: say that it recovered.
+                                self.stoker_note_recovery(result.as_ref().unwrap_err(), stream);
                                 error!("{}", result.err().unwrap());
                                 Ok(McuContinuation::Terminate)
                             };
@@ -705,6 +709,11 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 error!(
                     "Marker `{:?}` Found within Huffman Stream, possibly corrupt jpeg",
                     m
+                );
+                // stoker patch: say that it recovered.
+                self.stoker_note_recovery(
+                    &format_args!("Marker {m:?} found where not expected"),
+                    stream
                 );
 
                 self.parse_marker_inner(m)?;

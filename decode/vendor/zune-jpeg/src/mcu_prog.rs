@@ -120,6 +120,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             return if self.options.strict_mode() {
                 Err(result.err().unwrap())
             } else {
+                // stoker patch: say that it recovered.
+                self.stoker_note_recovery(result.as_ref().unwrap_err(), &stream);
                 error!("{}", result.err().unwrap());
                 // Go process it and return as much as we can, exiting here
                 return self.finish_progressive_decoding(&block, pixels);
@@ -157,6 +159,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         return if self.options.strict_mode() {
                             Err(result.err().unwrap())
                         } else {
+                            // stoker patch: say that it recovered.
+                            self.stoker_note_recovery(result.as_ref().unwrap_err(), &stream);
                             error!("{}", result.err().unwrap());
                             break 'eoi;
                         };
@@ -181,6 +185,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                             if self.options.strict_mode() {
                                 return Err(msg);
                             }
+                            // stoker patch: say that it recovered.
+                            self.stoker_note_recovery(&msg, &stream);
                             error!("{:?}", msg);
                             break 'eoi;
                         }
@@ -202,6 +208,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     if self.options.strict_mode() {
                         return Err(e);
                     }
+                    // stoker patch: say that it recovered.
+                    self.stoker_note_recovery(&e, &stream);
                     error!("{}", e);
                     // If we can't get the marker, just break away
                     // allows us to decode some corrupt images
