@@ -576,24 +576,16 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
     let Some(ring) = bytes.and_then(|b| b.checked_mul(batches)) else {
         return Err(too_big("does not fit in 64 bits".into()));
     };
-    if let Some(total) = physical_memory() {
+    if let Some(total) = crate::launcher::memory_total() {
         if ring > total {
             return Err(too_big(format!(
-                "times {batches} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes, more than this machine's {total} bytes of memory"
+                "times {batches} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes, more than the {total} bytes of memory this process may use (the machine's, or its cgroup's limit)"
             )));
         }
     }
     let mut sized = config.clone();
     sized.batch_size = largest;
     Ok(sized)
-}
-
-/// Physical memory in bytes, where `/proc/meminfo` says.
-fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 impl Loader {

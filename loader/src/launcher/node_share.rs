@@ -67,8 +67,8 @@ impl NodeShare {
     }
 
     /// The share of the process at `placement` on this machine: available cores
-    /// from [`std::thread::available_parallelism`], memory from `/proc/meminfo`
-    /// (when it cannot be read the pinned share is unlimited), and, under Slurm,
+    /// from [`std::thread::available_parallelism`], memory from `/proc/meminfo` or a
+    /// lower cgroup limit (when it cannot be read the pinned share is unlimited), and, under Slurm,
     /// `SLURM_CPUS_PER_TASK`.
     ///
     /// # Examples
@@ -80,7 +80,7 @@ impl NodeShare {
     /// ```
     pub fn of_this_machine(placement: &Placement) -> Self {
         let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let memory = memory_total().unwrap_or(u64::MAX);
+        let memory = super::memory::memory_total().unwrap_or(u64::MAX);
         // Only Slurm's own tasks: a torchrun started inside one task shares its CPUs.
         let cpus_per_task = match placement.launcher {
             Launcher::Slurm => std::env::var("SLURM_CPUS_PER_TASK")
@@ -92,31 +92,9 @@ impl NodeShare {
     }
 }
 
-/// The machine's memory (`MemTotal` in `/proc/meminfo`), bytes; `None` when it
-/// cannot be read.
-pub(crate) fn memory_total() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    mem_total(&text)
-}
-
-/// `MemTotal` of a `/proc/meminfo` text, in bytes.
-fn mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_ascii_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mem_total_reads_kib() {
-        let text = "MemTotal:       131891264 kB\nMemFree:         1024 kB\n";
-        assert_eq!(mem_total(text), Some(131_891_264 * 1024));
-        assert_eq!(mem_total("MemFree: 3 kB\n"), None);
-        assert_eq!(mem_total("MemTotal: lots kB\n"), None);
-    }
 
     #[test]
     fn node_share_divides_cores_and_memory_by_the_local_processes() {
