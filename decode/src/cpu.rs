@@ -338,6 +338,14 @@ impl CpuDecoder {
             });
         }
         let out = &mut out[..need];
+        // A Motion-JPEG frame: the decoders get a copy with the standard tables.
+        let with_tables;
+        let data = if info.standard_huffman_tables {
+            with_tables = crate::std_huffman::with_standard_tables(data, info.first_scan_offset);
+            &with_tables[..]
+        } else {
+            data
+        };
         if info.zune_decodable() {
             match guarded("zune-jpeg", || {
                 zune_decode(data, info, &self.limits, out, region)

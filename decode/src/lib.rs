@@ -37,6 +37,7 @@ mod gpu;
 pub mod nvjpeg;
 mod probe;
 mod route;
+mod std_huffman;
 mod timing;
 
 pub use cpu::{CpuDecoder, Region};

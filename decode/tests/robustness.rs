@@ -334,3 +334,61 @@ fn data_running_out_still_gives_an_image() {
         }
     }
 }
+
+/// `data` without any DHT segment before its first scan: a Motion-JPEG frame.
+fn without_huffman_tables(data: &[u8]) -> Vec<u8> {
+    let mut out = data.to_vec();
+    while out[2..]
+        .windows(2)
+        .take_while(|w| w != &[0xFF, 0xDA])
+        .any(|w| w == [0xFF, 0xC4])
+    {
+        out = without_first_segment(&out, 0xC4);
+    }
+    out
+}
+
+/// Motion-JPEG frames leave out their Huffman tables (the format fixes them):
+/// libjpeg-turbo, so Pillow and torchvision, decodes them with the standard
+/// tables, and so does stoker now instead of refusing them.
+#[test]
+fn a_frame_without_huffman_tables_decodes_with_the_standard_ones() {
+    let dec = CpuDecoder::new(Limits::default());
+    let (info, rgb) = dec
+        .decode_to_vec(&core_file("go__video-001.q50.420.jpeg"))
+        .unwrap();
+    // jpeg-encoder writes the standard tables (it does not optimize them).
+    let mut whole = Vec::new();
+    jpeg_encoder::Encoder::new(&mut whole, 85)
+        .encode(
+            &rgb,
+            info.width as u16,
+            info.height as u16,
+            jpeg_encoder::ColorType::Rgb,
+        )
+        .unwrap();
+    let frame = without_huffman_tables(&whole);
+    assert!(frame.len() < whole.len());
+    assert!(
+        !probe(&whole, &Limits::default())
+            .unwrap()
+            .standard_huffman_tables
+    );
+    let probed = probe(&frame, &Limits::default()).unwrap();
+    assert!(probed.standard_huffman_tables);
+    assert!(!probed.nvjpeg_decodable(), "the GPU does not get them");
+    let (_, want) = dec.decode_to_vec(&whole).unwrap();
+    let (_, _, got) = dec.decode_to_vec_routed(&frame).unwrap();
+    assert!(
+        got == want,
+        "the same pixels as with the tables written out"
+    );
+    // Progressive files carry optimized tables scan by scan: without them they
+    // stay corrupt (missing_huffman_table_is_corrupt_not_a_gray_image).
+    let progressive = without_huffman_tables(&core_file("go__video-001.q50.420.progressive.jpeg"));
+    assert!(
+        !probe(&progressive, &Limits::default())
+            .unwrap()
+            .standard_huffman_tables
+    );
+}

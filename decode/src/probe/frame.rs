@@ -93,7 +93,9 @@ pub(super) fn parse_sof(
         adobe_transform: None,
         adobe_malformed: false,
         sampling,
+        standard_huffman_tables: false,
         frame_offset: offset,
+        first_scan_offset: 0,
     };
     Ok(Frame { info, all_ids })
 }

@@ -135,10 +135,17 @@ pub struct ImageInfo {
     pub adobe_malformed: bool,
     /// Horizontal and vertical sampling factor of each component (first `components` entries valid).
     pub sampling: [(u8, u8); 4],
+    /// A sequential Huffman file that defines no table (DHT) before its first scan, as a
+    /// Motion-JPEG frame: decoded on the CPU with the standard tables of ITU T.81 Annex K.3,
+    /// as libjpeg does.
+    pub standard_huffman_tables: bool,
     /// Offset of the frame header's marker: where [`scans_upper_bound`](Self::scans_upper_bound)
     /// starts counting, past any thumbnail in an APP segment before it.
     #[serde(skip)]
     pub(crate) frame_offset: usize,
+    /// Offset of the first scan header's marker: where the standard tables go.
+    #[serde(skip)]
+    pub(crate) first_scan_offset: usize,
 }
 
 impl ImageInfo {
@@ -259,6 +266,7 @@ impl ImageInfo {
             && !matches!(self.subsampling, Subsampling::Other)
             && !self.multi_scan_sequential
             && !self.adobe_malformed
+            && !self.standard_huffman_tables
     }
 
     /// What the fast CPU path (zune-jpeg) decodes correctly; the rest goes to

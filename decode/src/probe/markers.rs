@@ -54,6 +54,10 @@ struct Headers {
     hit_eoi: bool,
     /// The walk stopped at the first scan of an interleaved sequential file.
     single_scan: bool,
+    /// A DHT segment came before the first scan.
+    tables_before_scan: bool,
+    /// Where the first scan header's marker is.
+    first_scan_at: Option<usize>,
 }
 
 /// One marker segment: the marker, where it starts, and its bytes' range
@@ -180,6 +184,7 @@ impl Parser<'_> {
                 h.frame = Some(f);
             }
             0xDA => return self.scan(h, s, seg, complete),
+            0xC4 if h.scans == 0 => h.tables_before_scan = true,
             0xDD if complete && seg.len() >= 2 => {
                 h.restart_interval = u16::from_be_bytes([seg[0], seg[1]]);
             }
@@ -224,6 +229,7 @@ impl Parser<'_> {
             return Err(self.truncated("scan header (SOS)", s.at, s.len + 2));
         }
         let ns = parse_sos(seg, f, s.at)?;
+        h.first_scan_at.get_or_insert(s.at);
         h.scans = h.scans.saturating_add(1);
         if h.scans > MAX_SCANS {
             // Real files use ~10; thousands of tiny scans only make a
@@ -290,6 +296,11 @@ impl Parser<'_> {
         info.adobe_transform = h.adobe_transform;
         info.adobe_malformed = h.adobe_malformed;
         info.restart_interval = h.restart_interval;
+        info.first_scan_offset = h.first_scan_at.unwrap_or(0);
+        // Progressive files define their tables scan by scan (optimized): the standard
+        // ones would only decode garbage there.
+        info.standard_huffman_tables =
+            !h.tables_before_scan && !info.progressive && !info.arithmetic && !info.lossless;
         info.color_space = match (info.components, h.adobe_transform) {
             (1, _) => ColorSpace::Gray,
             (3, Some(0)) => ColorSpace::Rgb,
