@@ -588,6 +588,13 @@ fn lightning_with_rank_and_world_given_keeps_the_local_rank() {
              LOCAL_SIZE, or the workers and pinned memory)"
         )
     );
+    // With a caller's world that is not the job's (a data-parallel group of 2 among
+    // the 4 processes), every process still estimates the node from the launcher's
+    // WORLD_SIZE, so that their shares add up to the node's.
+    for local_rank in ["0", "1", "3"] {
+        let vars = [("LOCAL_RANK", local_rank), ("WORLD_SIZE", "4")];
+        assert_eq!(read_given(0, 2, &vars).unwrap().local_world, 4);
+    }
     // Local figures that contradict each other are refused even then: the device
     // would follow them.
     assert_eq!(
@@ -799,7 +806,13 @@ fn slurm_batch_step_without_srun_is_one_process() {
              tasks that only `srun` starts; start each with `srun` to load one slice per task)"
         )
     );
-    assert_eq!(read_given(0, 1, &vars).unwrap(), read(&vars).unwrap());
+    // A caller that gives its rank and world chose them: no note.
+    assert_eq!(read_given(0, 1, &vars).unwrap(), Placement::single());
+    // A PMI launcher started inside the batch script (prterun, mpiexec.hydra) is the
+    // one that describes this process, not the batch step around it.
+    let mut prterun = vars.to_vec();
+    prterun.push(("PMIX_RANK", "3"));
+    assert_eq!(refused(read(&prterun)).1, EnvProblem::NoProcessCount);
     // A one-task job's batch script is one process as meant: nothing to say.
     assert_eq!(
         read(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "1")]).unwrap(),

@@ -234,9 +234,10 @@ fn read(get: Get<'_>, given: Option<(u64, u64)>) -> Result<Placement, LoaderErro
             Reading::Found(found) => return resolve(found, given),
             Reading::Alone(note) => {
                 return Ok(Placement {
-                    note,
+                    // A caller that gave its rank and world chose them: nothing to say.
+                    note: note.filter(|_| given.is_none()),
                     ..Placement::single()
-                })
+                });
             }
         }
     }
@@ -309,11 +310,15 @@ fn local_figures(
 ) -> (Fig, Fig) {
     match local {
         Local::Both(local_rank, local_world) => (local_rank, local_world),
-        Local::RankOnly(local_rank, counts) => {
-            // The caller's world says nothing of this launcher's local ranks: at
-            // least as many processes as this one's local rank implies.
+        Local::RankOnly(local_rank, counts, launcher_world) => {
+            // The caller's world (a data-parallel group, say) says nothing of this
+            // launcher's local ranks: its own job size where it gives one, so that every
+            // process of the node takes the same share; at least as many processes as
+            // this one's local rank implies.
             let n = if from_caller {
-                world.1.max(local_rank.1.saturating_add(1))
+                launcher_world
+                    .unwrap_or(world.1)
+                    .max(local_rank.1.saturating_add(1))
             } else {
                 world.1
             };

@@ -41,6 +41,11 @@ pub(super) fn read(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
         return Ok(Reading::Absent);
     }
     if !in_step(get) {
+        // A PMI launcher started inside the batch script (prterun, mpiexec.hydra)
+        // describes this process; the readers after this one take it.
+        if get("PMIX_RANK").is_some() || get("PMI_RANK").is_some() {
+            return Ok(Reading::Absent);
+        }
         // A batch script that runs the program directly: one process, although the
         // job's SLURM_NTASKS (inherited, with SLURM_PROCID=0) may count many.
         let tasks = get("SLURM_NTASKS").unwrap_or_default();

@@ -29,7 +29,11 @@ pub(super) fn read(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
                 Some(n) => Local::Both(rank, ("LOCAL_WORLD_SIZE", n)),
                 None => match vars.int("LOCAL_SIZE")? {
                     Some(n) => Local::Both(rank, ("LOCAL_SIZE", n)),
-                    None => Local::RankOnly(rank, "LOCAL_WORLD_SIZE or LOCAL_SIZE"),
+                    None => Local::RankOnly(
+                        rank,
+                        "LOCAL_WORLD_SIZE or LOCAL_SIZE",
+                        vars.int("WORLD_SIZE").ok().flatten(),
+                    ),
                 },
             }
         }

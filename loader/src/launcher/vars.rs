@@ -117,8 +117,10 @@ pub(super) struct Found<'a> {
 pub(super) enum Local {
     /// Both set.
     Both(Fig, Fig),
-    /// A local rank without a count; the `&str` names the count variables looked for.
-    RankOnly(Fig, &'static str),
+    /// A local rank without a count; the `&str` names the count variables looked for,
+    /// and the `Option` holds the launcher's own job size when it parses (Lightning
+    /// sets `WORLD_SIZE` but no `RANK`): the same estimate on every process of a node.
+    RankOnly(Fig, &'static str, Option<u64>),
     /// No local rank: the `&str` names the variable looked for (`""`: none to look for).
     Unset(&'static str),
 }
