@@ -469,8 +469,10 @@ fn fallback_decode(
 
     // jpeg-decoder has no scan cap and decodes every scan it finds (also
     // after the first of an interleaved sequential file, where the probe
-    // stops counting): bound them before it starts.
-    info.check_scan_work(info.scans_upper_bound(data), limits)?;
+    // stops counting) up to its end-of-image marker: bound them before it
+    // starts, not counting data appended after that marker.
+    let end = crate::probe::image_end(data, info.first_scan_offset);
+    info.check_scan_work(info.scans_upper_bound(&data[..end]), limits)?;
 
     let corrupt = |e: jpeg_decoder::Error| match e {
         jpeg_decoder::Error::Unsupported(_) => DecodeError::Corrupt {

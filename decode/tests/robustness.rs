@@ -392,3 +392,20 @@ fn a_frame_without_huffman_tables_decodes_with_the_standard_ones() {
             .standard_huffman_tables
     );
 }
+
+/// Regression: the scan count before jpeg-decoder ran over the whole input, so
+/// data appended after the image (a phone's motion-photo video, a second MPO
+/// image: random bytes hold `FF DA` about once in 64 KiB) refused a good file
+/// as "too much decoding work". Only the image's own scans count.
+#[test]
+fn data_after_the_end_of_image_is_not_counted_as_scans() {
+    let dec = CpuDecoder::new(Limits::default());
+    let name = "jxl__jxl__flower__flower.png.im_q85_asymmetric.jpg";
+    let data = core_file(name);
+    let (_, route, want) = dec.decode_to_vec_routed(&data).unwrap();
+    assert_eq!(route, stoker_decode::Route::CpuFallback, "{name}");
+    let mut trailer = data.clone();
+    trailer.extend_from_slice(&[0xFF, 0xDA].repeat(1000));
+    let (_, _, got) = dec.decode_to_vec_routed(&trailer).unwrap();
+    assert!(got == want);
+}

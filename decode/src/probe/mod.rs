@@ -14,5 +14,6 @@ mod info;
 mod markers;
 
 pub use entropy::entropy_coded_end;
+pub(crate) use entropy::image_end;
 pub use info::{ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
 pub use markers::probe;
