@@ -184,6 +184,9 @@ pub(crate) struct Dataset {
 impl Dataset {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        // Absolute from the start: a pickle made after a `chdir` must still name this
+        // dataset, not whatever the relative path means then.
+        let path = std::path::absolute(&path).unwrap_or(path);
         let inner = py
             .detach(|| stoker_formats::Dataset::open(&path))
             .map_err(format_error)?;
@@ -234,11 +237,9 @@ impl Dataset {
     /// Pickled as `stoker.Dataset(path)`: the shards are read-only files, so reopening
     /// them by path in another process gives the same dataset.
     fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<(Bound<'py, PyAny>, (PathBuf,))> {
-        let root = slf.get().inner.root();
         Ok((
             slf.get_type().into_any(),
-            // Absolute, so a process started in another directory finds it too.
-            (std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf()),),
+            (slf.get().inner.root().to_path_buf(),),
         ))
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyType};
 use stoker_loader::{
     Device, LoaderBuilder, LoaderState, Next, OnError, Order, Output, Shuffle, Transform,
 };
@@ -575,23 +575,27 @@ fn warn(py: Python<'_>, text: String) -> PyResult<()> {
     PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)
 }
 
-/// The name of a `dtype` or `device` argument: a string as is, or the `str()` of
-/// another object without its `torch.` prefix (`torch.float16`, `torch.device("cuda:1")`,
-/// `numpy.dtype("uint8")`), which then has to be one of the names.
+/// The name of a `dtype` or `device` argument: a string, a type's `__name__`
+/// (`numpy.float16`), or another object's `str()` (`torch.float16`,
+/// `torch.device("cuda:1")`, `numpy.dtype("uint8")`), without a `torch.` prefix; it then
+/// has to be one of the names.
 fn spelled(arg: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<String>> {
     let Some(arg) = arg.filter(|a| !a.is_none()) else {
         return Ok(None);
     };
-    if let Ok(s) = arg.extract::<String>() {
-        return Ok(Some(s));
-    }
-    let text = arg.str().map_err(|_| {
-        PyTypeError::new_err(format!("{name}: want a string, not {}", arg.get_type()))
-    })?;
-    let text = text.to_cow()?;
-    Ok(Some(
-        text.strip_prefix("torch.").unwrap_or(&text).to_owned(),
-    ))
+    let text = match arg.extract::<String>() {
+        Ok(s) => s,
+        Err(_) if arg.is_instance_of::<PyType>() => arg.getattr("__name__")?.extract()?,
+        Err(_) => arg
+            .str()
+            .map_err(|_| {
+                PyTypeError::new_err(format!("{name}: want a string, not {}", arg.get_type()))
+            })?
+            .to_cow()?
+            .into_owned(),
+    };
+    let text = text.trim();
+    Ok(Some(text.strip_prefix("torch.").unwrap_or(text).to_owned()))
 }
 
 fn bad(name: &str, got: &str, want: &str) -> PyErr {

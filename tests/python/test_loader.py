@@ -401,6 +401,10 @@ def test_torch_style_dtype_and_device_objects_are_taken(sample_dataset):
     assert images.dtype == "float16" and images.device == "cpu"
     with pytest.raises(ValueError, match="float64"):
         stoker.Loader(sample_dataset, 4, dtype=Named("torch.float64"), device="cpu")
+    # NumPy's scalar types by their name, and "torch."-prefixed strings.
+    for dtype in (np.float16, np.dtype("float16"), "torch.float16"):
+        images, _ = next(iter(stoker.Loader(sample_dataset, 4, dtype=dtype, device="cpu")))
+        assert images.dtype == "float16"
 
 
 def test_mean_and_std_in_0_255_units_warn(sample_dataset):
@@ -421,6 +425,15 @@ def test_dataset_pickles_as_its_path(sample_dataset):
     assert len(back) == len(ds) and back.classes == ds.classes
     assert os.path.samefile(back.path, ds.path)
     assert back[3] == ds[3]
+    # Opened by a relative path, then pickled from another directory: still this one.
+    here = os.getcwd()
+    try:
+        os.chdir(os.path.dirname(sample_dataset))
+        relative = stoker.Dataset(os.path.basename(sample_dataset))
+        os.chdir("/")
+        assert os.path.samefile(pickle.loads(pickle.dumps(relative)).path, sample_dataset)
+    finally:
+        os.chdir(here)
 
 
 def test_ctrl_c_stops_iteration_promptly_and_the_loader_stays_usable(sample_dataset):
