@@ -338,14 +338,7 @@ impl CpuDecoder {
             });
         }
         let out = &mut out[..need];
-        // A Motion-JPEG frame: the decoders get a copy with the standard tables.
-        let with_tables;
-        let data = if info.standard_huffman_tables {
-            with_tables = crate::std_huffman::with_standard_tables(data, info.first_scan_offset);
-            &with_tables[..]
-        } else {
-            data
-        };
+        let data = &*prepared(data, info);
         if info.zune_decodable() {
             match guarded("zune-jpeg", || {
                 zune_decode(data, info, &self.limits, out, region)
@@ -361,6 +354,22 @@ impl CpuDecoder {
         })?;
         Ok(Route::CpuFallback)
     }
+}
+
+/// The bytes the CPU decoders get: `data`, or a copy with what libjpeg assumes written
+/// in, where zune-jpeg and jpeg-decoder would refuse the file or read it otherwise: the
+/// Adobe transform libjpeg reads, the standard Huffman tables of a Motion-JPEG frame.
+fn prepared<'a>(data: &'a [u8], info: &ImageInfo) -> std::borrow::Cow<'a, [u8]> {
+    let mut out = std::borrow::Cow::Borrowed(data);
+    if let Some((at, transform)) = info.adobe_rewrite {
+        if let Some(byte) = out.to_mut().get_mut(at) {
+            *byte = transform;
+        }
+    }
+    if info.standard_huffman_tables {
+        out = crate::std_huffman::with_standard_tables(&out, info.first_scan_offset).into();
+    }
+    out
 }
 
 /// Runs `f`, turning a panic into [`DecodeError::Panicked`].

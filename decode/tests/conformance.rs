@@ -265,3 +265,59 @@ fn cmyk_without_a_usable_app14_is_read_as_inverted_cmyk() {
         assert!(p >= MIN_PSNR, "{what}: PSNR {p:.1} dB");
     }
 }
+
+/// `data` with every APP14 "Adobe" transform byte set to `transform` (those of
+/// thumbnails inside other segments too: they do not matter).
+fn with_adobe_transform(data: &[u8], transform: u8) -> Vec<u8> {
+    let mut out = data.to_vec();
+    let found: Vec<usize> = data
+        .windows(9)
+        .enumerate()
+        .filter(|(_, w)| w[..4] == [0xFF, 0xEE, 0, 14] && &w[4..9] == b"Adobe")
+        .map(|(at, _)| at)
+        .collect();
+    assert!(!found.is_empty(), "an APP14 segment");
+    for at in found {
+        out[at + 4 + 11] = transform;
+    }
+    out
+}
+
+/// zune-jpeg and jpeg-decoder read the APP14 transform alone, and refuse values
+/// other than 0, 1 and 2. libjpeg (Pillow, torchvision) lets a JFIF marker mean
+/// YCbCr whatever APP14 says, takes an unknown transform as YCbCr with 3
+/// components and as YCCK with 4: stoker reads them the same way, so such files
+/// neither come out in the wrong colours (8 and 17 dB before) nor are refused.
+#[test]
+fn the_adobe_transform_is_read_as_libjpeg_reads_it() {
+    let dir = data_dir().join("conformance/core");
+    let dec = CpuDecoder::new(Limits::default());
+    for (name, transforms) in [
+        // JFIF + APP14 transform 1, YCbCr: 0 and 3 still mean YCbCr.
+        ("pillow__Tests__images__pil_sample_rgb.jpg", [0u8, 3, 255]),
+        // APP14 transform 2, YCCK: 1 and 3 are taken as YCCK.
+        ("pillow__Tests__images__pil_sample_cmyk.jpg", [1, 3, 255]),
+    ] {
+        let good = std::fs::read(dir.join(name)).unwrap();
+        let (_, want) = dec.decode_to_vec(&good).unwrap();
+        let color = stoker_decode::probe(&good, &Limits::default())
+            .unwrap()
+            .color_space;
+        for t in transforms {
+            let odd = with_adobe_transform(&good, t);
+            let info = stoker_decode::probe(&odd, &Limits::default()).unwrap();
+            assert_eq!(info.adobe_transform, Some(t), "{name} {t}");
+            assert_eq!(info.color_space, color, "{name} {t}");
+            assert!(!info.nvjpeg_decodable(), "{name} {t}: not for the GPU");
+            let (_, got) = dec
+                .decode_to_vec(&odd)
+                .unwrap_or_else(|e| panic!("{name} {t}: {e}"));
+            let p = psnr(&got, &want);
+            assert!(p >= 60.0, "{name} with transform {t}: {p:.1} dB");
+        }
+    }
+    // Without JFIF, transform 0 is RGB as written (go's RGB file, unchanged).
+    let rgb = std::fs::read(dir.join("go__video-001.rgb.jpeg")).unwrap();
+    let info = stoker_decode::probe(&rgb, &Limits::default()).unwrap();
+    assert_eq!(info.color_space, stoker_decode::ColorSpace::Rgb);
+}

@@ -94,6 +94,7 @@ pub(super) fn parse_sof(
         adobe_malformed: false,
         sampling,
         standard_huffman_tables: false,
+        adobe_rewrite: None,
         frame_offset: offset,
         first_scan_offset: 0,
     };

@@ -146,6 +146,10 @@ pub struct ImageInfo {
     /// Offset of the first scan header's marker: where the standard tables go.
     #[serde(skip)]
     pub(crate) first_scan_offset: usize,
+    /// Where the APP14 transform byte is and the value libjpeg reads it as, when the
+    /// two differ (JFIF with Adobe transform 0, an unknown transform).
+    #[serde(skip)]
+    pub(crate) adobe_rewrite: Option<(usize, u8)>,
 }
 
 impl ImageInfo {
@@ -267,6 +271,7 @@ impl ImageInfo {
             && !self.multi_scan_sequential
             && !self.adobe_malformed
             && !self.standard_huffman_tables
+            && self.adobe_rewrite.is_none()
     }
 
     /// What the fast CPU path (zune-jpeg) decodes correctly; the rest goes to

@@ -56,6 +56,10 @@ struct Headers {
     single_scan: bool,
     /// A DHT segment came before the first scan.
     tables_before_scan: bool,
+    /// A JFIF APP0 segment came before the frame.
+    jfif: bool,
+    /// Where the APP14 transform byte is.
+    adobe_transform_at: usize,
     /// Where the first scan header's marker is.
     first_scan_at: Option<usize>,
 }
@@ -185,6 +189,7 @@ impl Parser<'_> {
             }
             0xDA => return self.scan(h, s, seg, complete),
             0xC4 if h.scans == 0 => h.tables_before_scan = true,
+            0xE0 if seg.starts_with(b"JFIF\0") => h.jfif = true,
             0xDD if complete && seg.len() >= 2 => {
                 h.restart_interval = u16::from_be_bytes([seg[0], seg[1]]);
             }
@@ -194,6 +199,7 @@ impl Parser<'_> {
             0xEE if seg.starts_with(b"Adobe") => {
                 if complete && seg.len() >= 12 {
                     h.adobe_transform = Some(seg[11]);
+                    h.adobe_transform_at = s.start + 11;
                 } else {
                     h.adobe_malformed = true;
                 }
@@ -301,7 +307,21 @@ impl Parser<'_> {
         // ones would only decode garbage there.
         info.standard_huffman_tables =
             !h.tables_before_scan && !info.progressive && !info.arithmetic && !info.lossless;
-        info.color_space = match (info.components, h.adobe_transform) {
+        // libjpeg's reading of APP14 (jdapimin.c), which Pillow and torchvision give:
+        // with 3 components a JFIF marker means YCbCr whatever APP14 says, and an
+        // unknown transform is taken as YCbCr; with 4, an unknown one as YCCK. zune-jpeg
+        // and jpeg-decoder read APP14 alone and refuse unknown values, so the CPU
+        // decoders get a copy with the transform libjpeg uses written in.
+        let transform = match (info.components, h.adobe_transform) {
+            (3, Some(_)) if h.jfif => Some(1),
+            (3, Some(t)) if t > 1 => Some(1),
+            (4, Some(t)) if t != 0 && t != 2 => Some(2),
+            (_, t) => t,
+        };
+        if let (Some(t), true) = (transform, transform != h.adobe_transform) {
+            info.adobe_rewrite = Some((h.adobe_transform_at, t));
+        }
+        info.color_space = match (info.components, transform) {
             (1, _) => ColorSpace::Gray,
             (3, Some(0)) => ColorSpace::Rgb,
             (3, Some(_)) => ColorSpace::YCbCr,
