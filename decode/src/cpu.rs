@@ -360,14 +360,20 @@ impl CpuDecoder {
 /// in, where zune-jpeg and jpeg-decoder would refuse the file or read it otherwise: the
 /// Adobe transform libjpeg reads, the standard Huffman tables of a Motion-JPEG frame.
 fn prepared<'a>(data: &'a [u8], info: &ImageInfo) -> std::borrow::Cow<'a, [u8]> {
-    let mut out = std::borrow::Cow::Borrowed(data);
-    if let Some((at, transform)) = info.adobe_rewrite {
-        if let Some(byte) = out.to_mut().get_mut(at) {
-            *byte = transform;
+    // One copy at most: the tables go in at the first scan, after every APP14 byte
+    // rewritten, so those offsets hold in the copy too.
+    let mut out = if info.standard_huffman_tables {
+        crate::std_huffman::with_standard_tables(data, info.first_scan_offset).into()
+    } else {
+        std::borrow::Cow::Borrowed(data)
+    };
+    if let Some((offsets, transform)) = &info.adobe_rewrite {
+        let bytes = out.to_mut();
+        for &at in offsets {
+            if let Some(byte) = bytes.get_mut(at) {
+                *byte = *transform;
+            }
         }
-    }
-    if info.standard_huffman_tables {
-        out = crate::std_huffman::with_standard_tables(&out, info.first_scan_offset).into();
     }
     out
 }

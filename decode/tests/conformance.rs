@@ -321,3 +321,63 @@ fn the_adobe_transform_is_read_as_libjpeg_reads_it() {
     let info = stoker_decode::probe(&rgb, &Limits::default()).unwrap();
     assert_eq!(info.color_space, stoker_decode::ColorSpace::Rgb);
 }
+
+/// `data` with `segment` inserted at byte `at`.
+fn inserted(data: &[u8], at: usize, segment: &[u8]) -> Vec<u8> {
+    [&data[..at], segment, &data[at..]].concat()
+}
+
+/// An APP14 "Adobe" segment with transform `t`.
+fn app14(t: u8) -> Vec<u8> {
+    let mut s = vec![0xFF, 0xEE, 0, 14];
+    s.extend_from_slice(b"Adobe");
+    s.extend_from_slice(&[0, 100, 0, 0, 0, 0, t]);
+    s
+}
+
+/// libjpeg's finer points, which the review of the rule above found: it settles the
+/// colour space at the first scan header (a JFIF APP0 between scans changes nothing),
+/// takes an APP0 as JFIF only when it holds the 14-byte header, and reads the last
+/// of several APP14 segments, which the decoders must then see in every one.
+#[test]
+fn the_adobe_rule_follows_libjpeg_in_its_details() {
+    let dir = data_dir().join("conformance/core");
+    let dec = CpuDecoder::new(Limits::default());
+    let probe = |d: &[u8]| stoker_decode::probe(d, &Limits::default()).unwrap();
+    let raw = std::fs::read(dir.join("jxl__jxl__flower__flower_small.q85_444_non_interleaved.jpg"))
+        .unwrap();
+    // Without its JFIF APP0 (bytes 2..20), which would decide the colour space.
+    assert_eq!(raw[2..6], [0xFF, 0xE0, 0, 16]);
+    let base = [&raw[..2], &raw[20..]].concat();
+    assert!(probe(&base).multi_scan_sequential);
+    // APP14 transform 0 right after SOI: RGB, as written.
+    let rgb = inserted(&base, 2, &app14(0));
+    assert_eq!(probe(&rgb).color_space, stoker_decode::ColorSpace::Rgb);
+    let (_, want) = dec.decode_to_vec(&rgb).unwrap();
+    // A JFIF APP0 after the first scan: still RGB, the same pixels.
+    let second_scan = rgb
+        .windows(2)
+        .enumerate()
+        .filter(|(_, w)| w == &[0xFF, 0xDA])
+        .nth(1)
+        .unwrap()
+        .0;
+    let mut jfif = vec![0xFF, 0xE0, 0, 16];
+    jfif.extend_from_slice(b"JFIF\0\x01\x01\0\0\x01\0\x01\0\0");
+    let late = inserted(&rgb, second_scan, &jfif);
+    assert_eq!(probe(&late).color_space, stoker_decode::ColorSpace::Rgb);
+    assert!(dec.decode_to_vec(&late).unwrap().1 == want);
+    // A 12-byte "JFIF" APP0 is no JFIF header: still RGB.
+    let short = inserted(
+        &rgb,
+        2,
+        &[&[0xFF, 0xE0, 0, 14][..], b"JFIF\0\x01\x01\0\0\x01\0\x01"].concat(),
+    );
+    assert_eq!(probe(&short).color_space, stoker_decode::ColorSpace::Rgb);
+    // Two APP14 segments, 5 then 1: the last one (YCbCr), in both decoders' eyes.
+    let ycc = inserted(&base, 2, &app14(1));
+    let two = inserted(&ycc, 2, &app14(5));
+    assert_eq!(probe(&two).color_space, stoker_decode::ColorSpace::YCbCr);
+    let (_, ycc_rgb) = dec.decode_to_vec(&ycc).unwrap();
+    assert!(dec.decode_to_vec(&two).unwrap().1 == ycc_rgb);
+}

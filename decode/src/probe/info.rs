@@ -146,10 +146,11 @@ pub struct ImageInfo {
     /// Offset of the first scan header's marker: where the standard tables go.
     #[serde(skip)]
     pub(crate) first_scan_offset: usize,
-    /// Where the APP14 transform byte is and the value libjpeg reads it as, when the
-    /// two differ (JFIF with Adobe transform 0, an unknown transform).
+    /// Where the APP14 transform bytes before the first scan are, and the value libjpeg
+    /// reads (the last one) as, when that differs from what they say (JFIF with Adobe
+    /// transform 0, an unknown transform): the decoders get every one rewritten.
     #[serde(skip)]
-    pub(crate) adobe_rewrite: Option<(usize, u8)>,
+    pub(crate) adobe_rewrite: Option<(Vec<usize>, u8)>,
 }
 
 impl ImageInfo {

@@ -56,10 +56,10 @@ struct Headers {
     single_scan: bool,
     /// A DHT segment came before the first scan.
     tables_before_scan: bool,
-    /// A JFIF APP0 segment came before the frame.
+    /// A JFIF APP0 segment came before the first scan.
     jfif: bool,
-    /// Where the APP14 transform byte is.
-    adobe_transform_at: usize,
+    /// Where the APP14 transform bytes before the first scan are, and their values.
+    adobe_transforms: Vec<(usize, u8)>,
     /// Where the first scan header's marker is.
     first_scan_at: Option<usize>,
 }
@@ -189,7 +189,9 @@ impl Parser<'_> {
             }
             0xDA => return self.scan(h, s, seg, complete),
             0xC4 if h.scans == 0 => h.tables_before_scan = true,
-            0xE0 if seg.starts_with(b"JFIF\0") => h.jfif = true,
+            // libjpeg settles the colour space at the first scan header, and takes
+            // an APP0 as JFIF only when it holds the whole JFIF header (14 bytes).
+            0xE0 if h.scans == 0 && seg.len() >= 14 && seg.starts_with(b"JFIF\0") => h.jfif = true,
             0xDD if complete && seg.len() >= 2 => {
                 h.restart_interval = u16::from_be_bytes([seg[0], seg[1]]);
             }
@@ -198,8 +200,10 @@ impl Parser<'_> {
             }
             0xEE if seg.starts_with(b"Adobe") => {
                 if complete && seg.len() >= 12 {
-                    h.adobe_transform = Some(seg[11]);
-                    h.adobe_transform_at = s.start + 11;
+                    if h.scans == 0 {
+                        h.adobe_transform = Some(seg[11]);
+                        h.adobe_transforms.push((s.start + 11, seg[11]));
+                    }
                 } else {
                     h.adobe_malformed = true;
                 }
@@ -318,8 +322,9 @@ impl Parser<'_> {
             (4, Some(t)) if t != 0 && t != 2 => Some(2),
             (_, t) => t,
         };
-        if let (Some(t), true) = (transform, transform != h.adobe_transform) {
-            info.adobe_rewrite = Some((h.adobe_transform_at, t));
+        if let Some(t) = transform.filter(|&t| h.adobe_transforms.iter().any(|&(_, v)| v != t)) {
+            let offsets = h.adobe_transforms.iter().map(|&(at, _)| at).collect();
+            info.adobe_rewrite = Some((offsets, t));
         }
         info.color_space = match (info.components, transform) {
             (1, _) => ColorSpace::Gray,
