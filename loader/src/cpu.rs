@@ -380,6 +380,12 @@ impl Worker {
                         .unwrap_or_else(|p| p.into_inner());
                 }
             };
+            // A reader that could not be opened (a shard away for a moment, as when a
+            // dataset is renamed into place) is tried again for each epoch, so that one
+            // failed open does not fail this worker's batches for the loader's lifetime.
+            if worker.reader.is_err() {
+                worker.reader = settings.dataset.reader().map_err(|e| e.to_string());
+            }
             worker.work(&job);
         }
     }
