@@ -486,7 +486,7 @@ fn fallback_decode(
     // after the first of an interleaved sequential file, where the probe
     // stops counting) up to its end-of-image marker: bound them before it
     // starts, not counting data appended after that marker.
-    let end = crate::probe::image_end(data, info.first_scan_offset);
+    let end = crate::primary_image_end(data).unwrap_or(data.len());
     info.check_scan_work(info.scans_upper_bound(&data[..end]), limits)?;
 
     let corrupt = |e: jpeg_decoder::Error| match e {

@@ -41,44 +41,6 @@ pub(crate) fn scan_marker_codes(data: &[u8]) -> u64 {
     memchr::memmem::find_iter(data, &[0xFF, 0xDA]).count() as u64
 }
 
-/// One past the end-of-image marker of the image whose first scan header starts at
-/// `first_scan`, found by walking its segments by their lengths and its scans by their
-/// entropy-coded data, as a decoder reads them; `data.len()` when the walk runs off the
-/// end first. What follows (a second MPO image, a phone's motion-photo video) is no
-/// scan of this image, whatever bytes it holds.
-pub(crate) fn image_end(data: &[u8], first_scan: usize) -> usize {
-    let mut pos = first_scan;
-    loop {
-        // The next marker code, past junk and fill bytes.
-        let Some(ff) = data.get(pos..).and_then(next_ff) else {
-            return data.len();
-        };
-        let Some(code_at) = data[pos + ff..].iter().position(|&b| b != 0xFF) else {
-            return data.len();
-        };
-        let at = pos + ff + code_at;
-        match data[at] {
-            0xD9 => return at + 1,
-            // Not segments: junk `FF 00`, stray restarts, SOI, TEM.
-            0x00 | 0x01 | 0xD0..=0xD8 => pos = at + 1,
-            marker => {
-                let Some(len) = data.get(at + 1..at + 3) else {
-                    return data.len();
-                };
-                let end = at + 1 + usize::from(u16::from_be_bytes([len[0], len[1]]));
-                if end > data.len() {
-                    return data.len();
-                }
-                pos = if marker == 0xDA {
-                    entropy_coded_end(data, end)
-                } else {
-                    end.max(at + 3)
-                };
-            }
-        }
-    }
-}
-
 /// The position of the first `0xFF` byte. Compressed data has few of them (about one in
 /// 256 bytes, each followed by a stuffed `0x00`), so a vectorised search skips most of the
 /// bytes: [`probe`](super::probe) reads progressive files to their end, and store-mode
@@ -90,22 +52,6 @@ fn next_ff(data: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn image_end_is_the_first_eoi_a_decoder_reaches() {
-        // A scan (header, data with stuffing), a comment that holds FF D9 and FF DA,
-        // a second scan, EOI, then a trailer full of scan marker codes.
-        let mut d = vec![0xFF, 0xDA, 0x00, 0x03, 0x01, 0x02, 0xFF, 0x00, 0x05];
-        d.extend_from_slice(&[0xFF, 0xFE, 0x00, 0x06, 0xFF, 0xD9, 0xFF, 0xDA]);
-        d.extend_from_slice(&[0xFF, 0xDA, 0x00, 0x03, 0x01, 0x09]);
-        d.extend_from_slice(&[0xFF, 0xD9]);
-        let eoi_end = d.len();
-        d.extend_from_slice(&[0xFF, 0xDA].repeat(100));
-        assert_eq!(image_end(&d, 0), eoi_end);
-        // Without an EOI, or with a length past the end: the data's end.
-        assert_eq!(image_end(&d[..eoi_end - 2], 0), eoi_end - 2);
-        assert_eq!(image_end(&[0xFF, 0xDA, 0x40, 0x00, 1], 0), 5);
-    }
 
     #[test]
     fn entropy_coded_end_ignores_stuffing_and_restarts() {

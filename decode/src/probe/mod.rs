@@ -5,15 +5,17 @@
 //! pixel limit is enforced as soon as the frame header is read, and the scan
 //! walk stops at the first scan for ordinary interleaved sequential files.
 //! `markers` walks the segments, `frame` reads SOF and SOS, `exif` the
-//! orientation, `entropy` skips scan data; `info` holds what is reported.
+//! orientation, `entropy` skips scan data, `image_end` finds where the primary image
+//! ends; `info` holds what is reported.
 
 mod entropy;
 mod exif;
 mod frame;
+mod image_end;
 mod info;
 mod markers;
 
 pub use entropy::entropy_coded_end;
-pub(crate) use entropy::image_end;
+pub use image_end::primary_image_end;
 pub use info::{ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
 pub use markers::probe;

@@ -10,7 +10,6 @@ pub mod audit;
 mod bar;
 mod journal;
 pub(crate) mod lock;
-mod markers;
 mod options;
 mod part;
 mod pipeline;
@@ -47,7 +46,7 @@ pub use source::{Layout, Source};
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn jpeg_is_complete(data: &[u8]) -> bool {
-    markers::primary_image_end(data).is_some()
+    stoker_decode::primary_image_end(data).is_some()
 }
 
 /// Converts `options.source` into a dataset in `options.out`.

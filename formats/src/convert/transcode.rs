@@ -7,10 +7,9 @@ use std::io::Cursor;
 use fast_image_resize::images::Image;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
-use stoker_decode::{probe, CpuDecoder, Limits};
+use stoker_decode::{primary_image_end, probe, CpuDecoder, Limits};
 
 use super::audit::JpegClass;
-use super::markers::primary_image_end;
 use super::options::{ConvertOptions, ResizeMode};
 use crate::record::Encoding;
 use crate::writer::RecordMeta;

@@ -12,11 +12,21 @@
 /// The offset just past the primary image's end-of-image marker (`FF D9`), or `None` when the
 /// data ends first, a second start-of-image marker comes first (a cut-off image followed by
 /// an appended one), no scan came before it, or a segment's length runs past the data.
+/// The converter uses it to tell a cut-off file, and the CPU decoder to count the scans
+/// jpeg-decoder will decode (those of this image, not of what is appended).
+///
+/// # Examples
+/// ```
+/// let jpeg = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"),
+///     "/../testdata/conformance/core/go__video-001.q50.420.jpeg")).unwrap();
+/// assert_eq!(stoker_decode::primary_image_end(&jpeg), Some(jpeg.len()));
+/// assert_eq!(stoker_decode::primary_image_end(&jpeg[..jpeg.len() - 1]), None);
+/// ```
 ///
 /// Bytes that are not a marker where one is expected are skipped up to the next `0xFF`, as
 /// libjpeg does ("extraneous bytes before marker"), and fill bytes (`FF FF …`) before a marker
 /// are allowed.
-pub(crate) fn primary_image_end(data: &[u8]) -> Option<usize> {
+pub fn primary_image_end(data: &[u8]) -> Option<usize> {
     if !data.starts_with(&[0xFF, 0xD8]) {
         return None;
     }
@@ -42,7 +52,7 @@ pub(crate) fn primary_image_end(data: &[u8]) -> Option<usize> {
                 i += len;
                 if code == 0xDA {
                     scans += 1;
-                    i = stoker_decode::entropy_coded_end(data, i);
+                    i = super::entropy::entropy_coded_end(data, i);
                 }
             }
         }
