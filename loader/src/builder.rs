@@ -98,8 +98,9 @@ impl LoaderBuilder {
     /// Like [`LoaderBuilder::distributed`] with the rank and world the launcher set:
     /// torchrun's `RANK` / `WORLD_SIZE`, else Horovod's, Open MPI's, MPICH's, else a
     /// Slurm step's `SLURM_PROCID` / `SLURM_NTASKS` (the order and every variable:
-    /// [`crate::launcher::Placement::from_vars`]); a single process when none is there. The variables are read by [`LoaderBuilder::build`]
-    /// (or given with [`LoaderBuilder::placement`]), which reports inconsistent ones.
+    /// [`crate::launcher::Placement::from_vars`]); a single process when none is there.
+    /// The variables are read by [`LoaderBuilder::build`] (or given with
+    /// [`LoaderBuilder::placement`]), which reports inconsistent ones.
     ///
     /// # Examples
     ///

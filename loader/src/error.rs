@@ -20,8 +20,9 @@ pub enum LoaderError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The launcher's environment variables (torchrun's, MPI's, Horovod's, Slurm's) are incomplete,
-    /// do not parse, or contradict each other ([`crate::launcher::Placement::from_vars`]).
+    /// The launcher's environment variables (torchrun's, MPI's, Horovod's, Slurm's) are
+    /// incomplete, do not parse, or contradict each other
+    /// ([`crate::launcher::Placement::from_vars`]).
     #[error("{launcher} environment: {problem} ({})", crate::launcher::list_vars(.variables))]
     LauncherEnv {
         /// The launcher whose variables were read.

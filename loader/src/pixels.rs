@@ -210,8 +210,6 @@ pub(crate) fn decode_jpeg(
     Ok((info, params, place))
 }
 
-/// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
-/// payload bytes, the time taken): the first step of every backend for every record.
 /// Grows `scratch` to at least `need` bytes, or fails for record `index` when the memory is
 /// not there: a plain `resize` would abort the process.
 fn grow_scratch(scratch: &mut Vec<u8>, need: usize, index: u64) -> Result<(), LoaderError> {
@@ -246,6 +244,8 @@ pub(crate) fn large_image_turn(
     (bytes > LARGE_IMAGE_BYTES).then(|| TURN.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
+/// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
+/// payload bytes, the time taken): the first step of every backend for every record.
 pub(crate) fn read_checked<'r>(
     reader: &'r DatasetReader,
     index: u64,

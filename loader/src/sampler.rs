@@ -121,8 +121,8 @@ impl std::str::FromStr for Order {
 /// `position` counts batches of one rank's order, so it means the same samples only to a
 /// loader with the same batch size, number of ranks, dataset, `drop_last` and kind of
 /// order: [`crate::Loader::state`] records them, and a resume with any of them different
-/// is refused rather than repeating or skipping samples. (The rank is not recorded: the ranks advance in step,
-/// so rank 0's saved state resumes every rank.)
+/// is refused rather than repeating or skipping samples. (The rank is not recorded: the
+/// ranks advance in step, so rank 0's saved state resumes every rank.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LoaderState {
     /// The shuffle seed (checked on resume).

@@ -68,8 +68,8 @@ impl NodeShare {
 
     /// The share of the process at `placement` on this machine: available cores
     /// from [`std::thread::available_parallelism`], memory from `/proc/meminfo` or a
-    /// lower cgroup limit (when it cannot be read the pinned share is unlimited), and, under Slurm,
-    /// `SLURM_CPUS_PER_TASK`.
+    /// lower cgroup limit (when it cannot be read the pinned share is unlimited), and,
+    /// under Slurm, `SLURM_CPUS_PER_TASK`.
     ///
     /// # Examples
     ///

@@ -41,9 +41,10 @@ pub(super) fn read(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
         return Ok(Reading::Absent);
     }
     if !in_step(get) {
-        // A PMI launcher started inside the batch script (prterun, mpiexec.hydra)
-        // describes this process; the readers after this one take it.
-        if get("PMIX_RANK").is_some() || get("PMI_RANK").is_some() {
+        // A PMIx launcher started inside the batch script (prterun) describes this
+        // process: the PMIx reader after this one takes it. (Hydra's PMI_RANK is read
+        // before Slurm.)
+        if get("PMIX_RANK").is_some() {
             return Ok(Reading::Absent);
         }
         // A batch script that runs the program directly: one process, although the
