@@ -73,22 +73,24 @@ impl Images {
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let _ = max_version;
         check_device(self.dl_device(), dl_device)?;
-        let tensor =
-            match &self.pixels {
-                Pixels::Host(h) if copy == Some(true) => h.copy_to_dlpack(),
-                Pixels::Host(h) => h.to_dlpack(),
-                Pixels::Cuda(_) if copy == Some(true) => return Err(PyBufferError::new_err(
-                    "copy=True: stoker does not copy GPU batches; copy the tensor after taking it",
-                )),
-                Pixels::Cuda(c) => {
-                    let stream = ConsumerStream::from_dlpack_arg(stream).map_err(loader_error)?;
-                    // SAFETY: DLPack's protocol: a stream handle passed to `__dlpack__` is
-                    // a live stream of the tensor's device on which the consumer uses the
-                    // tensor, so it outlives the consumer's use of the batch (PyTorch's
-                    // and CuPy's streams are pooled and never destroyed).
-                    unsafe { c.to_dlpack(stream) }.map_err(loader_error)?
-                }
-            };
+        let copy = copy == Some(true);
+        if copy && matches!(self.pixels, Pixels::Cuda(_)) {
+            return Err(PyBufferError::new_err(
+                "copy=True: stoker does not copy GPU batches; copy the tensor after taking it",
+            ));
+        }
+        let tensor = match &self.pixels {
+            Pixels::Host(h) if copy => h.copy_to_dlpack(),
+            Pixels::Host(h) => h.to_dlpack(),
+            Pixels::Cuda(c) => {
+                let stream = ConsumerStream::from_dlpack_arg(stream).map_err(loader_error)?;
+                // SAFETY: DLPack's protocol: a stream handle passed to `__dlpack__` is
+                // a live stream of the tensor's device on which the consumer uses the
+                // tensor, so it outlives the consumer's use of the batch (PyTorch's
+                // and CuPy's streams are pooled and never destroyed).
+                unsafe { c.to_dlpack(stream) }.map_err(loader_error)?
+            }
+        };
         into_capsule(py, tensor)
     }
 

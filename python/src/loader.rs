@@ -241,8 +241,8 @@ impl Loader {
     /// Where the loader stands: ``{"seed", "epoch", "position"}`` (batches of
     /// ``epoch`` already handed out), with the ``"batch_size"``, ``"world_size"``,
     /// ``"samples"`` (dataset length), ``"drop_last"`` and ``"order"`` (``"global"``,
-    /// ``"sequential"`` or ``"quasi:BLOCK"``) that give ``position`` its meaning. Save it with
-    /// the model; ``load_state_dict`` continues exactly there (torchdata's
+    /// ``"sequential"`` or ``"quasi:BLOCK"``) that give ``position`` its meaning. Save it
+    /// with the model; ``load_state_dict`` continues exactly there (torchdata's
     /// ``StatefulDataLoader`` convention).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.state();
@@ -261,15 +261,13 @@ impl Loader {
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
     /// seed, batch size, number of ranks, dataset length, ``drop_last`` or order (where
-    /// the state gives them), or past the end of the epoch; ``stoker.StokerError`` while an epoch
-    /// iterator is alive.
+    /// the state gives them), or past the end of the epoch; ``stoker.StokerError`` while an
+    /// epoch iterator is alive.
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
-        let optional = |key: &str| -> PyResult<Option<u64>> {
-            match state.get_item(key)? {
-                Some(v) if !v.is_none() => v.extract().map(Some),
-                _ => Ok(None),
-            }
-        };
+        // A key that is missing or None: not recorded (a state from an older stoker).
+        let present = |key: &str| Ok::<_, PyErr>(state.get_item(key)?.filter(|v| !v.is_none()));
+        let optional =
+            |key: &str| -> PyResult<Option<u64>> { present(key)?.map(|v| v.extract()).transpose() };
         let get = |key: &str| -> PyResult<u64> {
             optional(key)?.ok_or_else(|| PyKeyError::new_err(format!("state_dict has no {key:?}")))
         };
@@ -280,18 +278,14 @@ impl Loader {
             batch_size: optional("batch_size")?,
             world_size: optional("world_size")?,
             samples: optional("samples")?,
-            drop_last: match state.get_item("drop_last")? {
-                Some(v) if !v.is_none() => Some(v.extract()?),
-                _ => None,
-            },
-            order: match state.get_item("order")? {
-                Some(v) if !v.is_none() => Some(
+            drop_last: present("drop_last")?.map(|v| v.extract()).transpose()?,
+            order: present("order")?
+                .map(|v| {
                     v.extract::<String>()?
                         .parse::<Order>()
-                        .map_err(PyValueError::new_err)?,
-                ),
-                _ => None,
-            },
+                        .map_err(PyValueError::new_err)
+                })
+                .transpose()?,
         };
         self.inner.load_state(state).map_err(loader_error)?;
         *lock(&self.next_epoch) = Some(state.epoch);
