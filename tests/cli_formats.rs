@@ -251,3 +251,32 @@ fn killed_conversion_is_refused_then_resumed() {
     assert_eq!(r["written"], 164);
     assert!(stoker(&["verify", p(&ds)]).status.success());
 }
+
+#[test]
+fn shuffle_and_its_seed_reach_the_manifest_and_a_seed_alone_is_refused() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let out = tempfile::tempdir().unwrap();
+    let ds = out.path().join("ds");
+    let o = stoker(&[
+        "convert",
+        p(&src),
+        p(&ds),
+        "--no-check",
+        "--shuffle",
+        "--seed",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ds.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["provenance"]["flags"]["shuffle"], "3", "{m}");
+    assert_eq!(m["provenance"]["flags"]["order"], "shuffled", "{m}");
+
+    let o = stoker(&["convert", p(&src), p(&out.path().join("x")), "--seed", "3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--shuffle"),
+        "{}",
+        text(&o)
+    );
+}

@@ -53,6 +53,7 @@ mod lmdb_write;
 mod manifest;
 mod merge;
 mod record;
+pub mod seeded;
 mod shard;
 mod verify;
 mod writer;

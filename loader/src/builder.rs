@@ -539,7 +539,11 @@ impl LoaderBuilder {
         let metrics = Arc::new(Metrics::default());
         metrics.set_placement(config.placement.clone(), config.rank, config.world);
         let backend = build_backend(&buffer_config(&config, &sampler)?, &metrics)?;
-        Ok(Loader::new(backend, sampler, metrics, config, resume))
+        let loader = Loader::new(backend, sampler, metrics, config, resume);
+        if let Some(note) = loader.mixing_note() {
+            tracing::warn!("{note}");
+        }
+        Ok(loader)
     }
 }
 

@@ -375,6 +375,22 @@ impl Loader {
         self.metrics.snapshot()
     }
 
+    /// Why this loader's order mixes the classes poorly, when it does (see
+    /// [`crate::mixing_note`]); the builder also logs it as a warning.
+    pub fn mixing_note(&self) -> Option<String> {
+        let m = self.config.dataset.manifest();
+        crate::mixing::mixing_note(
+            self.config.shuffle,
+            self.config.batch_size,
+            self.config.dataset.len(),
+            m.classes.len(),
+            m.provenance
+                .flags
+                .get(stoker_formats::convert::ORDER_FLAG)
+                .map(String::as_str),
+        )
+    }
+
     /// Zeroes the flow counters (e.g. after a warm-up epoch).
     pub fn reset_stats(&self) {
         self.metrics.reset();

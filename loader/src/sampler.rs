@@ -330,64 +330,8 @@ pub(crate) const STREAM_ORDER: u64 = 0x6f72_6465_7200_0001;
 /// See [`STREAM_ORDER`].
 pub(crate) const STREAM_TRANSFORM: u64 = 0x7472_616e_7300_0002;
 
-/// A small deterministic generator (SplitMix64): fast, seedable from a tuple, and identical on
-/// every platform, which is all an order or a crop draw needs.
-#[derive(Debug, Clone)]
-pub(crate) struct Rng {
-    state: u64,
-}
-
-impl Rng {
-    /// A generator seeded from a tuple of words (each one mixed in, so `(1, 2) ≠ (2, 1)`).
-    pub(crate) fn new(words: &[u64]) -> Self {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        for &w in words {
-            state = mix(state ^ mix(w.wrapping_add(0x2545_f491_4f6c_dd1d)));
-        }
-        Rng { state }
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix(self.state)
-    }
-
-    /// Uniform in `[0, 1)` with 53 random bits.
-    pub(crate) fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub(crate) fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.next_f64()
-    }
-
-    /// Uniform integer in `0..n` (`n ≥ 1`), unbiased (Lemire's multiply-and-reject).
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        debug_assert!(n > 0);
-        let threshold = n.wrapping_neg() % n;
-        loop {
-            let m = u128::from(self.next_u64()) * u128::from(n);
-            if (m as u64) >= threshold {
-                return (m >> 64) as u64;
-            }
-        }
-    }
-
-    /// Fisher–Yates.
-    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            items.swap(i, j);
-        }
-    }
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// The generator behind every order and crop draw (shared with the converter's `--shuffle`).
+pub(crate) use stoker_formats::seeded::Rng;
 
 #[cfg(test)]
 mod tests {
@@ -500,16 +444,6 @@ mod tests {
             assert!(blocks.len() as u64 <= QUASI_WINDOW_BLOCKS, "{blocks:?}");
         }
         assert_ne!(order, (0..1000).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn below_is_in_range_and_covers() {
-        let mut rng = Rng::new(&[1]);
-        let mut hit = [0u32; 7];
-        for _ in 0..7000 {
-            hit[rng.below(7) as usize] += 1;
-        }
-        assert!(hit.iter().all(|&h| h > 800), "{hit:?}");
     }
 
     #[test]

@@ -27,7 +27,9 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// ``relative/path,label`` lines), ``encoding`` ("jpeg" or "raw"), ``max_side``,
 /// ``quality``, ``size`` ((width, height), raw encoding), ``resize`` ("shorter-side" or
 /// "stretch"), ``jobs``, ``shard_size`` (bytes), ``shards``, ``resume``, ``strict``,
-/// ``max_pixels``, ``gpu_friendly``, ``check`` (test-decode stored JPEGs).
+/// ``max_pixels``, ``gpu_friendly``, ``check`` (test-decode stored JPEGs), ``shuffle``
+/// (store the records in a random order drawn from ``seed`` instead of class by class, so
+/// that ``Loader(shuffle="quasi")`` still mixes the classes in every batch).
 ///
 /// Raises ``ValueError`` for bad options, ``FileNotFoundError`` for a missing
 /// source, ``stoker.StokerError`` for the rest (an output that already holds a
@@ -39,7 +41,7 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
     src, out, *, list=None, encoding="jpeg", max_side=None, quality=90, size=None,
     resize="shorter-side", jobs=None, shard_size=stoker_formats::DEFAULT_SHARD_BYTES,
     shards=None, resume=false, strict=false, max_pixels=100_000_000, gpu_friendly=false,
-    check=true, progress=None
+    check=true, shuffle=false, seed=None, progress=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn convert<'py>(
@@ -60,6 +62,8 @@ pub(crate) fn convert<'py>(
     max_pixels: u64,
     gpu_friendly: bool,
     check: bool,
+    shuffle: bool,
+    seed: Option<u64>,
     progress: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let source = match list {
@@ -96,6 +100,15 @@ pub(crate) fn convert<'py>(
     opts.max_pixels = max_pixels;
     opts.gpu_friendly = gpu_friendly;
     opts.check_decode = check;
+    opts.shuffle = match (shuffle, seed) {
+        (true, seed) => Some(seed.unwrap_or(0)),
+        (false, None) => None,
+        (false, Some(_)) => {
+            return Err(PyValueError::new_err(
+                "seed= orders the records only with shuffle=True",
+            ))
+        }
+    };
     let show = progress.unwrap_or_else(|| std::io::stderr().is_terminal());
     let bar = Cancellable {
         bar: stoker_formats::convert::TerminalBar::new(show, false),

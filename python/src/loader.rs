@@ -182,6 +182,9 @@ impl Loader {
         if let Some(note) = inner.stats().placement.and_then(|p| p.note) {
             warn(py, format!("stoker placement: {note}"))?;
         }
+        if let Some(note) = inner.mixing_note() {
+            warn(py, format!("stoker: {note}"))?;
+        }
         Ok(Loader {
             inner: Arc::new(inner),
             next_epoch: Mutex::new(None),

@@ -27,6 +27,8 @@ def convert(
     max_pixels: int = 100_000_000,
     gpu_friendly: bool = False,
     check: bool = True,
+    shuffle: bool = False,
+    seed: Optional[int] = None,
     progress: Optional[bool] = None,
 ) -> Dict[str, Any]: ...
 

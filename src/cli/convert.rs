@@ -78,6 +78,14 @@ pub struct Args {
     /// Number of parts (default: SLURM_ARRAY_TASK_COUNT, or STOKER_PARTS).
     #[arg(long, value_name = "N")]
     pub parts: Option<u32>,
+    /// Store the records in a random order (from --seed) instead of the listing's, which
+    /// for an ImageFolder tree is class by class: a loader reading a few shards at a time
+    /// (quasi-random or sequential order) then still sees the classes mixed.
+    #[arg(long)]
+    pub shuffle: bool,
+    /// Seed of --shuffle's order; the same seed gives the same dataset on every machine.
+    #[arg(long, default_value_t = 0, requires = "shuffle")]
+    pub seed: u64,
     /// Print a machine-readable JSON report on stdout.
     #[arg(long)]
     pub json: bool,
@@ -206,6 +214,7 @@ fn options(args: &Args) -> anyhow::Result<ConvertOptions> {
     opts.max_file_size = args.max_file_size;
     opts.gpu_friendly = args.gpu_friendly;
     opts.check_decode = !args.no_check;
+    opts.shuffle = args.shuffle.then_some(args.seed);
     opts.layout = args.layout;
     opts.part = formats::Part::from_env(args.part, args.parts)?;
     if let Some(p) = opts.part {

@@ -7,11 +7,15 @@ import os
 import signal
 import threading
 import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import stoker
+
+REPO = Path(__file__).resolve().parents[2]
 
 # The settings both front ends get (stoker.Loader's names; loader_dump takes the same).
 SMALL = dict(batch_size=4, seed=0, size=32, crop="random", hflip=0.5, dtype="float32")
@@ -275,6 +279,38 @@ def test_what_the_placement_assumed_is_a_warning(sample_dataset, monkeypatch):
         loader = stoker.Loader(sample_dataset, 4, device="cpu")
     assert "Slurm batch step" in loader.stats()["placement"]["note"]
     assert sum(len(b.indices) for b in loader) == 15
+
+
+def test_quasi_order_on_a_class_by_class_dataset_warns_and_shuffle_mends_it(tmp_path):
+    # 100 classes of 20 images (links to one small photo). Stored class by class, a window
+    # of 8 blocks of 10 records crosses about 9 classes; stored shuffled, a batch of 64
+    # holds about 47 of them.
+    photo = REPO / "testdata" / "imagefolder" / "caer" / "tent.jpg"
+    tree = tmp_path / "tree"
+    for c in range(100):
+        (tree / f"c{c:03}").mkdir(parents=True)
+        for i in range(20):
+            (tree / f"c{c:03}" / f"{i}.jpg").symlink_to(photo)
+    plain, mixed = tmp_path / "plain", tmp_path / "mixed"
+    stoker.convert(tree, plain, check=False, progress=False)
+    stoker.convert(tree, mixed, check=False, shuffle=True, seed=5, progress=False)
+    assert stoker.Dataset(plain).manifest["provenance"]["flags"]["order"] == "classes"
+    assert stoker.Dataset(mixed).manifest["provenance"]["flags"]["order"] == "shuffled"
+    with pytest.raises(ValueError, match="shuffle=True"):
+        stoker.convert(tree, tmp_path / "x", seed=5, progress=False)
+
+    def classes_per_batch(path):
+        loader = stoker.Loader(path, 64, shuffle="quasi", quasi_block=10, size=8, device="cpu")
+        return np.mean([len(set(labels.tolist())) for _, labels in loader])
+
+    with pytest.warns(UserWarning, match="stored class by class"):
+        grouped = classes_per_batch(plain)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shuffled = classes_per_batch(mixed)
+    assert grouped < 12 and shuffled > 40, (grouped, shuffled)
+    labels = lambda path: sorted(stoker.Dataset(path)[i][1] for i in range(2000))
+    assert labels(plain) == labels(mixed)
 
 
 def test_stats_are_a_mapping_and_print_the_rust_table(sample_dataset):

@@ -77,7 +77,7 @@ pub fn convert(
 ) -> Result<ConvertReport, FormatError> {
     let t0 = Instant::now();
     options.validate()?;
-    let listing = options.source.list_as(options.layout)?;
+    let listing = ordered_listing(options)?;
     let listing_fingerprint = fingerprint(options, &listing);
     let total = listing.inputs.len() as u64;
     // A part is converted like a whole dataset into its own directory, from its slice of
@@ -164,8 +164,7 @@ pub fn convert(
 
     let written = writer.next_index();
     check_accounting(out, written, totals.skipped.len(), inputs.len())?;
-    let mut provenance = Provenance::stoker(options.source.describe());
-    provenance.flags = options.output_flags();
+    let provenance = provenance(options, &listing);
     if let Some(p) = options.part {
         writer.set_part(part_info(p));
     }
@@ -190,6 +189,44 @@ pub fn convert(
         already_done: false,
     };
     Ok(report)
+}
+
+/// Tag of the stored-order draw, so a `--shuffle` seed and a loader seed of the same value
+/// give unrelated orders.
+const STREAM_STORED_ORDER: u64 = 0x7374_6f72_6500_0003;
+
+/// The manifest flag saying how the records are ordered: `classes` (an ImageFolder listing,
+/// one class after another), `list` (a list file's order), `flat` (one class) or
+/// `shuffled` (`--shuffle`).
+pub const ORDER_FLAG: &str = "order";
+
+/// The inputs in the order their records are stored: the source's, or shuffled.
+fn ordered_listing(options: &ConvertOptions) -> Result<source::Listing, FormatError> {
+    let mut listing = options.source.list_as(options.layout)?;
+    if let Some(seed) = options.shuffle {
+        crate::seeded::Rng::new(&[seed, STREAM_STORED_ORDER]).shuffle(&mut listing.inputs);
+    }
+    Ok(listing)
+}
+
+fn provenance(options: &ConvertOptions, listing: &source::Listing) -> Provenance {
+    let mut provenance = Provenance::stoker(options.source.describe());
+    provenance.flags = options.output_flags();
+    // Not an option, so not in the fingerprint: what order the records are in, for the
+    // loader to tell whether a few shards at a time still mix the classes.
+    provenance
+        .flags
+        .insert(ORDER_FLAG.into(), stored_order(options, listing).into());
+    provenance
+}
+
+fn stored_order(options: &ConvertOptions, listing: &source::Listing) -> &'static str {
+    match (&options.source, options.shuffle) {
+        (_, Some(_)) => "shuffled",
+        (Source::List { .. }, None) => "list",
+        (Source::ImageFolder(_), None) if listing.flat => "flat",
+        (Source::ImageFolder(_), None) => "classes",
+    }
 }
 
 /// Every input is a record or a skip; anything else (a journal that slipped through, a bug

@@ -72,10 +72,16 @@ pub struct ConvertOptions {
     /// How an ImageFolder source is read: class subdirectories, or one class of unlabelled
     /// images (`Auto`: flat exactly when the folder has no subdirectory).
     pub layout: Layout,
-    /// Convert only this part of the sorted listing, into `out/part-IIIII-of-NNNNN/` with a
+    /// Convert only this part of the listing (sorted, or shuffled with `shuffle`), into `out/part-IIIII-of-NNNNN/` with a
     /// part manifest, for `merge` to join (see [`Part`]); `None` converts everything
     /// into `out`.
     pub part: Option<Part>,
+    /// Store the records in a random order drawn from this seed instead of the listing's
+    /// (which for an ImageFolder source is class by class). Readers that keep to a few
+    /// shards at a time (the loader's quasi-random order, a sequential pass) then still see
+    /// every class mixed; a whole-dataset shuffle does not need it. The same seed gives the
+    /// same order on every machine, so parts of a partitioned conversion and `resume` agree.
+    pub shuffle: Option<u64>,
     /// Test hook: fail (as if killed) once this many records have been written.
     #[doc(hidden)]
     pub fail_after: Option<u64>,
@@ -112,6 +118,7 @@ impl ConvertOptions {
             check_decode: true,
             layout: Layout::Auto,
             part: None,
+            shuffle: None,
             fail_after: None,
         }
     }
@@ -200,6 +207,9 @@ impl ConvertOptions {
         f.insert("strict".into(), self.strict.to_string());
         if self.layout != Layout::Auto {
             f.insert("layout".into(), self.layout.to_string());
+        }
+        if let Some(seed) = self.shuffle {
+            f.insert("shuffle".into(), seed.to_string());
         }
         f
     }

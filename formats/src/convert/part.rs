@@ -1,8 +1,9 @@
 //! Partitioned conversion: which slice of the input listing one task of a job array converts,
 //! told by flags or by the launcher's variables (Slurm job arrays, Kubernetes Indexed Jobs).
 //!
-//! Every task lists the whole source and sorts it the same way, so the class → label map
-//! and the slice boundaries agree without any coordination; task `I` of `N` converts inputs
+//! Every task lists the whole source and sorts it (and with `shuffle`, shuffles it) the
+//! same way, so the class → label map and the slice boundaries agree without any
+//! coordination; task `I` of `N` converts inputs
 //! `[I·n/N, (I+1)·n/N)` into `OUT/part-0000I-of-0000N/`, and `merge` joins the parts.
 
 use std::fmt::Write as _;
@@ -46,7 +47,7 @@ impl Part {
         format!("part-{:05}-of-{:05}", self.index, self.count)
     }
 
-    /// The positions in the sorted listing of `inputs` entries that this part converts.
+    /// The positions in the listing (sorted, or shuffled with `shuffle`) of `inputs` entries that this part converts.
     pub fn slice(&self, inputs: u64) -> std::ops::Range<u64> {
         let at = |i: u32| (u128::from(i) * u128::from(inputs) / u128::from(self.count)) as u64;
         at(self.index)..at(self.index + 1)

@@ -1,0 +1,105 @@
+//! The deterministic generator behind the converter's `--shuffle` and the loader's orders
+//! and crop draws: one generator, so a seed means the same thing everywhere.
+
+/// A small deterministic generator (SplitMix64): fast, seedable from a tuple, and identical on
+/// every platform and release, which is all a stored order, an epoch's order or a crop draw
+/// needs. Not for anything secret.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_formats::seeded::Rng;
+/// let mut a: Vec<u32> = (0..10).collect();
+/// let mut b = a.clone();
+/// Rng::new(&[7, 1]).shuffle(&mut a);
+/// Rng::new(&[7, 1]).shuffle(&mut b);
+/// assert_eq!(a, b);
+/// assert_ne!(a, (0..10).collect::<Vec<_>>());
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rng {
+    state: u64,
+}
+
+impl Rng {
+    /// A generator seeded from a tuple of words (each one mixed in, so `(1, 2) ≠ (2, 1)`).
+    pub fn new(words: &[u64]) -> Self {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for &w in words {
+            state = mix(state ^ mix(w.wrapping_add(0x2545_f491_4f6c_dd1d)));
+        }
+        Rng { state }
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(self.state)
+    }
+
+    /// Uniform in `[0, 1)` with 53 random bits.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Uniform in `[lo, hi)`.
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next_f64()
+    }
+
+    /// Uniform integer in `0..n` (`n ≥ 1`), unbiased (Lemire's multiply-and-reject).
+    pub fn below(&mut self, n: u64) -> u64 {
+        debug_assert!(n > 0);
+        let threshold = n.wrapping_neg() % n;
+        loop {
+            let m = u128::from(self.next_u64()) * u128::from(n);
+            if (m as u64) >= threshold {
+                return (m >> 64) as u64;
+            }
+        }
+    }
+
+    /// Fisher–Yates.
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn below_is_in_range_and_covers() {
+        let mut rng = Rng::new(&[1]);
+        let mut hit = [0u32; 7];
+        for _ in 0..7000 {
+            hit[rng.below(7) as usize] += 1;
+        }
+        assert!(hit.iter().all(|&h| h > 800), "{hit:?}");
+    }
+
+    /// Stored datasets and saved loader states depend on these exact values: a change to
+    /// the generator would silently change every `--shuffle` conversion and resumed order.
+    #[test]
+    fn output_is_pinned() {
+        let mut rng = Rng::new(&[0]);
+        let first: Vec<u64> = (0..3).map(|_| rng.next_u64()).collect();
+        assert_eq!(first, PINNED);
+    }
+
+    const PINNED: [u64; 3] = [
+        13_624_239_866_400_845_387,
+        13_661_822_084_099_680_877,
+        15_128_014_372_054_601_538,
+    ];
+}
