@@ -25,8 +25,10 @@
 mod batch;
 mod capsule;
 mod dataset;
+mod epoch;
 mod errors;
 mod loader;
+mod locks;
 mod signals;
 
 use pyo3::prelude::*;
@@ -48,7 +50,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::convert, m)?)?;
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<loader::Loader>()?;
-    m.add_class::<loader::Epoch>()?;
+    m.add_class::<epoch::Epoch>()?;
     m.add_class::<loader::Stats>()?;
     m.add_class::<batch::Batch>()?;
     m.add_class::<batch::Images>()?;

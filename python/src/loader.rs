@@ -1,21 +1,19 @@
 //! `stoker.Loader`, its epoch iterator and its stats.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 use stoker_loader::{
-    Device, LoaderBuilder, LoaderState, Next, OnError, Order, Output, Shuffle, Transform,
+    Device, LoaderBuilder, LoaderState, OnError, Order, Output, Shuffle, Transform,
 };
 
-use crate::batch::Batch;
 use crate::dataset::{json_to_py, Dataset};
+use crate::epoch::{Epoch, PendingEpoch};
 use crate::errors::loader_error;
-use crate::signals::SIGNAL_CHECK;
+use crate::locks::lock;
 
 /// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
 /// the CPU), crops, flips and normalizes into batches, and reports whether it keeps up.
@@ -25,12 +23,13 @@ use crate::signals::SIGNAL_CHECK;
 /// crop="center"``. ``shuffle``: ``True`` (the default, also when ``None``: a new
 /// permutation per epoch, from ``seed`` and the epoch), ``False`` (dataset order) or
 /// ``"quasi"`` (page-cache friendly blocks of ``quasi_block`` records). ``crop``:
-/// ``"random"`` (the default: RandomResizedCrop to ``size``) or ``"center"`` (resize the
+/// ``"random"`` (the default: RandomResizedCrop to ``size``, with torchvision's ``scale``
+/// (0.08, 1.0) and ``ratio`` (3/4, 4/3) unless given) or ``"center"`` (resize the
 /// shorter side to ``resize``, default ``size * 8 / 7``, then a center crop; the source
 /// window is rounded to whole pixels, so pixels differ slightly from torchvision's
 /// ``Resize`` then ``CenterCrop``, which crops a resized image). ``mean``/``std``
 /// normalize float outputs (``stoker.IMAGENET_MEAN``/``IMAGENET_STD``; default none:
-/// pixels / 255). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``) or
+/// pixels / 255; refused with ``dtype="uint8"``, which is raw pixels). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``) or
 /// ``"uint8"`` (``layout="nhwc"``, raw pixels); ``torch.float16`` and the like are
 /// taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
 /// ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``). ``rank`` and ``world_size``
@@ -70,8 +69,9 @@ use crate::signals::SIGNAL_CHECK;
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Loader {
     inner: Arc<stoker_loader::Loader>,
-    /// The epoch the next `iter(loader)` runs, set by `set_epoch` (taken by `__iter__`).
-    next_epoch: Mutex<Option<u64>>,
+    /// The epoch the next `iter(loader)` runs, set by `set_epoch` or `load_state_dict`;
+    /// used up by the first iterator over it that starts.
+    next_epoch: PendingEpoch,
 }
 
 #[pymethods]
@@ -79,7 +79,8 @@ impl Loader {
     #[new]
     #[pyo3(signature = (
         data, batch_size=256, *, shuffle=None, seed=0, quasi_block=512, drop_last=false,
-        crop="random", size=224, resize=None, hflip=0.0, mean=None, std=None,
+        crop="random", size=224, resize=None, scale=None, ratio=None, hflip=0.0, mean=None,
+        std=None,
         dtype=None, layout=None, device=None, rank=None, world_size=None,
         prefetch=None, workers=None, on_error="replace", prefetch_next_epoch=true,
         pinned_memory=None, page_lock_limit=None, gpu_waits="auto", gpu_cpu_share=None
@@ -96,6 +97,8 @@ impl Loader {
         crop: &str,
         size: u32,
         resize: Option<u32>,
+        scale: Option<(f64, f64)>,
+        ratio: Option<(f64, f64)>,
         hflip: f64,
         mean: Option<[f32; 3]>,
         std: Option<[f32; 3]>,
@@ -127,8 +130,19 @@ impl Loader {
             }
         };
         let shuffle = parse_shuffle(shuffle, seed, quasi_block)?;
-        let transform = transform(py, crop, size, resize, hflip, mean, std)?;
         let dtype = spelled(dtype, "dtype")?;
+        let transform = TransformArgs {
+            crop,
+            size,
+            resize,
+            scale,
+            ratio,
+            hflip,
+            mean,
+            std,
+            uint8: dtype.as_deref() == Some("uint8"),
+        }
+        .transform(py)?;
         let output = match (dtype.as_deref().unwrap_or("float32"), layout) {
             ("float32", None | Some("nchw")) => Output::F32Nchw,
             ("float16", None | Some("nchw")) => Output::F16Nchw,
@@ -187,7 +201,7 @@ impl Loader {
         }
         Ok(Loader {
             inner: Arc::new(inner),
-            next_epoch: Mutex::new(None),
+            next_epoch: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -199,7 +213,8 @@ impl Loader {
     /// An iterator over the epoch set by ``set_epoch`` or ``load_state_dict`` (once),
     /// else the epoch after the last one begun.
     fn __iter__(&self) -> Epoch {
-        let epoch = lock(&self.next_epoch).take().unwrap_or_else(|| {
+        let pending = *lock(&self.next_epoch);
+        let epoch = pending.unwrap_or_else(|| {
             let s = self.inner.state();
             // Batches of `s.epoch` were handed out and it did not finish: a loop left
             // early. Running it again would repeat its order and augmentations.
@@ -218,14 +233,16 @@ impl Loader {
         *lock(&self.next_epoch) = Some(epoch);
     }
 
-    /// An iterator over the batches of ``epoch``. One epoch iterator may be alive at a
-    /// time; another raises ``stoker.StokerError`` on its first ``next``.
+    /// An iterator over the batches of ``epoch`` (from the resume position, after
+    /// ``load_state_dict`` of this epoch). One epoch iterator may be alive at a time;
+    /// another raises ``stoker.StokerError`` on its first ``next``.
     fn epoch(&self, epoch: u64) -> Epoch {
-        Epoch {
-            inner: Mutex::new(Some(self.inner.epoch_shared(epoch))),
-            len: self.inner.num_batches(),
-            closed: AtomicBool::new(false),
-        }
+        let inner = self.inner.epoch_shared(epoch);
+        // The epoch has begun (or failed to): the state says where it starts.
+        let s = self.inner.state();
+        let start = if s.epoch == epoch { s.position } else { 0 };
+        let len = self.inner.num_batches().saturating_sub(start);
+        Epoch::new(inner, len, Arc::clone(&self.next_epoch))
     }
 
     /// The loader's counters: a mapping (``stats["fed_ratio"]``, ``stats["stages"]``,
@@ -242,7 +259,9 @@ impl Loader {
     }
 
     /// Where the loader stands: ``{"seed", "epoch", "position"}`` (batches of
-    /// ``epoch`` already handed out), with the ``"batch_size"``, ``"world_size"``,
+    /// ``epoch`` already handed out; after a loop left early this still points into that
+    /// epoch, which ``load_state_dict`` continues, while this loader's own next ``for``
+    /// starts the next epoch), with the ``"batch_size"``, ``"world_size"``,
     /// ``"samples"`` (dataset length), ``"drop_last"`` and ``"order"`` (``"global"``,
     /// ``"sequential"`` or ``"quasi:BLOCK"``) that give ``position`` its meaning. Save it
     /// with the model; ``load_state_dict`` continues exactly there (torchdata's
@@ -307,64 +326,6 @@ impl Loader {
             self.inner.num_batches(),
             self.inner.stats().backend
         )
-    }
-}
-
-/// The batches of one epoch, in order (``stoker.Batch``, which unpacks to
-/// ``images, labels``). Waiting for a batch releases the GIL; Ctrl-C stops it.
-#[pyclass(module = "stoker", frozen)]
-pub(crate) struct Epoch {
-    /// `None` once finished or interrupted (dropping it stops the pipeline's work).
-    inner: Mutex<Option<stoker_loader::Epoch<'static>>>,
-    len: u64,
-    /// Set by `close`: a `__next__` on another thread holds `inner` while it waits,
-    /// and gives it up when it sees this (within one `SIGNAL_CHECK`).
-    closed: AtomicBool,
-}
-
-#[pymethods]
-impl Epoch {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
-        let mut guard = lock_detached(py, &self.inner);
-        loop {
-            if self.closed.load(Ordering::Acquire) {
-                *guard = None;
-            }
-            let Some(epoch) = guard.as_mut() else {
-                return Ok(None);
-            };
-            match py.detach(|| epoch.next_timeout(SIGNAL_CHECK)) {
-                Next::Ready(Ok(batch)) => return Batch::new(py, batch).map(Some),
-                Next::Ready(Err(e)) => return Err(loader_error(e)),
-                Next::Pending => {
-                    if let Err(interrupt) = py.check_signals() {
-                        // Stop the pipeline now, not when the iterator is collected.
-                        *guard = None;
-                        return Err(interrupt);
-                    }
-                }
-                _ => {
-                    *guard = None;
-                    return Ok(None);
-                }
-            }
-        }
-    }
-
-    /// Batches in the epoch.
-    fn __len__(&self) -> usize {
-        self.len as usize
-    }
-
-    /// Stops this epoch's work now (also done when the iterator is freed), also while
-    /// another thread waits in ``next``: that ``next`` then ends the iteration.
-    fn close(&self, py: Python<'_>) {
-        self.closed.store(true, Ordering::Release);
-        *lock_detached(py, &self.inner) = None;
     }
 }
 
@@ -527,43 +488,77 @@ impl GpuSettings<'_> {
     }
 }
 
-/// The per-image transform of the `Loader` arguments; a `UserWarning` for a mean/std
-/// that looks like 0-255 units.
-fn transform(
-    py: Python<'_>,
-    crop: &str,
+/// The `Loader` arguments that make its per-image transform.
+struct TransformArgs<'a> {
+    crop: &'a str,
     size: u32,
     resize: Option<u32>,
+    scale: Option<(f64, f64)>,
+    ratio: Option<(f64, f64)>,
     hflip: f64,
     mean: Option<[f32; 3]>,
     std: Option<[f32; 3]>,
-) -> PyResult<Transform> {
-    let mut transform = match crop {
-        "random" if resize.is_some() => {
-            return Err(PyValueError::new_err(
-                "resize applies to crop=\"center\"; crop=\"random\" picks its own scale",
-            ))
+    /// `dtype="uint8"`: raw pixels, which nothing normalizes.
+    uint8: bool,
+}
+
+impl TransformArgs<'_> {
+    /// The transform, a `ValueError` for arguments that would be ignored, and a
+    /// `UserWarning` for a mean/std that looks like 0-255 units.
+    fn transform(&self, py: Python<'_>) -> PyResult<Transform> {
+        let (mean, std) = (self.mean, self.std);
+        let random = self.crop == "random";
+        let ignored = |what: &str, why: &str| {
+            Err(PyValueError::new_err(format!(
+                "{what} would be ignored: {why}"
+            )))
+        };
+        if random && self.resize.is_some() {
+            return ignored(
+                "resize",
+                "it applies to crop=\"center\"; crop=\"random\" picks its own scale",
+            );
         }
-        "random" => Transform::random_resized_crop(size),
-        "center" => match resize {
-            Some(resize) => Transform::center_crop(size, resize),
-            None => Transform::center_crop_default(size),
-        },
-        other => return Err(bad("crop", other, "\"random\" or \"center\"")),
+        if !random && (self.scale.is_some() || self.ratio.is_some()) {
+            return ignored(
+                "scale/ratio",
+                "they apply to crop=\"random\" (RandomResizedCrop)",
+            );
+        }
+        if self.uint8 && (mean.is_some() || std.is_some()) {
+            return ignored(
+                "mean/std",
+                "dtype=\"uint8\" gives raw pixels; normalize them yourself, or ask for float32/float16",
+            );
+        }
+        let mut transform = match self.crop {
+            "random" => Transform::random_resized_crop(self.size),
+            "center" => match self.resize {
+                Some(resize) => Transform::center_crop(self.size, resize),
+                None => Transform::center_crop_default(self.size),
+            },
+            other => return Err(bad("crop", other, "\"random\" or \"center\"")),
+        }
+        .hflip(self.hflip);
+        if let Some((lo, hi)) = self.scale {
+            transform = transform.scale(lo, hi);
+        }
+        if let Some((lo, hi)) = self.ratio {
+            transform = transform.ratio(lo, hi);
+        }
+        if mean.into_iter().chain(std).flatten().any(|v| v.abs() > 1.0) {
+            // Pixels are normalized from [0, 1] (as torchvision's ToTensor gives them):
+            // (123.7, 116.3, 103.5) is the usual slip, and every output would be about -2.
+            let text = format!(
+                "mean={mean:?}, std={std:?}: stoker normalizes pixels in [0, 1] (pixel / 255); values over 1 look like 0-255 units (stoker.IMAGENET_MEAN/IMAGENET_STD are in [0, 1])"
+            );
+            warn(py, text)?;
+        }
+        if mean.is_some() || std.is_some() {
+            transform = transform.normalize(mean.unwrap_or([0.0; 3]), std.unwrap_or([1.0; 3]));
+        }
+        Ok(transform)
     }
-    .hflip(hflip);
-    if mean.into_iter().chain(std).flatten().any(|v| v.abs() > 1.0) {
-        // Pixels are normalized from [0, 1] (as torchvision's ToTensor gives them):
-        // (123.7, 116.3, 103.5) is the usual slip, and every output would be about -2.
-        let text = format!(
-            "mean={mean:?}, std={std:?}: stoker normalizes pixels in [0, 1] (pixel / 255); values over 1 look like 0-255 units (stoker.IMAGENET_MEAN/IMAGENET_STD are in [0, 1])"
-        );
-        warn(py, text)?;
-    }
-    if mean.is_some() || std.is_some() {
-        transform = transform.normalize(mean.unwrap_or([0.0; 3]), std.unwrap_or([1.0; 3]));
-    }
-    Ok(transform)
 }
 
 /// `warnings.warn(text, UserWarning)`, pointing at the caller's line.
@@ -597,22 +592,4 @@ fn spelled(arg: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<String
 
 fn bad(name: &str, got: &str, want: &str) -> PyErr {
     PyValueError::new_err(format!("{name}={got:?}: want {want}"))
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Locks `m`, waiting without the GIL: its holder may be a thread in `__next__` that
-/// needs the GIL back to finish, so waiting with it could deadlock.
-fn lock_detached<'a, T>(py: Python<'_>, m: &'a Mutex<T>) -> MutexGuard<'a, T> {
-    loop {
-        match m.try_lock() {
-            Ok(guard) => return guard,
-            Err(TryLockError::Poisoned(p)) => return p.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                py.detach(|| std::thread::sleep(Duration::from_millis(1)))
-            }
-        }
-    }
 }

@@ -130,6 +130,8 @@ class Loader:
         crop: str = "random",
         size: int = 224,
         resize: Optional[int] = None,
+        scale: Optional[Tuple[float, float]] = None,
+        ratio: Optional[Tuple[float, float]] = None,
         hflip: float = 0.0,
         mean: Optional[Sequence[float]] = None,
         std: Optional[Sequence[float]] = None,

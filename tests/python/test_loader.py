@@ -238,6 +238,76 @@ def test_a_loop_left_early_does_not_repeat_its_epoch(sample_dataset, rust_batche
     assert {b.epoch for b in loader} == {4}
 
 
+def test_the_epoch_asked_for_runs_once_it_starts(sample_dataset):
+    loader = python_loader(sample_dataset)
+    running = iter(loader)
+    next(running)
+    # Asked for while epoch 0 runs: the iterator that cannot start leaves it pending.
+    loader.set_epoch(2)
+    refused = iter(loader)
+    with pytest.raises(stoker.StokerError):
+        next(refused)
+    del running, refused
+    assert {b.epoch for b in loader} == {2}
+    assert {b.epoch for b in loader} == {3}
+
+    # A resumed epoch taken explicitly uses the resume up; the next `for` goes on.
+    state = python_loader(sample_dataset).state_dict()
+    loader = python_loader(sample_dataset)
+    loader.load_state_dict(dict(state, epoch=5, position=1))
+    rest = loader.epoch(5)
+    assert len(rest) == len(loader) - 1
+    assert len(list(rest)) == len(loader) - 1
+    assert {b.epoch for b in loader} == {6}
+
+
+def test_an_exception_while_waiting_does_not_pass_for_the_end_of_the_epoch(tmp_path):
+    # A signal handler (a watchdog) raising while `next` waits for the first batch.
+    ds = tmp_path / "photos"
+    stoker.convert(REPO / "testdata" / "imagefolder", ds, check=False, progress=False)
+    loader = stoker.Loader(ds, 32, size=224, device="cpu", workers=1, prefetch=1)
+
+    class Watchdog(Exception):
+        pass
+
+    def fire(*_):
+        raise Watchdog()
+
+    it = iter(loader)
+    old = signal.signal(signal.SIGALRM, fire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        with pytest.raises(Watchdog):
+            next(it)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    with pytest.raises(stoker.StokerError, match="stopped by an exception"):
+        next(it)
+    # What the message says: the state continues the epoch where it stopped.
+    resumed = loader.state_dict()
+    loader.load_state_dict(resumed)
+    assert sum(1 for _ in loader) == len(loader) - resumed["position"]
+
+
+def test_scale_ratio_and_arguments_that_would_be_ignored(sample_dataset):
+    def first(**kw):
+        loader = stoker.Loader(sample_dataset, 4, seed=1, size=32, device="cpu", **kw)
+        return np.from_dlpack(next(iter(loader)).images).copy()
+
+    default = first()
+    # RandomResizedCrop(scale=(1, 1), ratio=(r, r)) with r the image's own aspect takes
+    # the whole image; here it is enough that the ranges reach the crop.
+    assert not np.array_equal(first(scale=(0.5, 0.5), ratio=(1.0, 1.0)), default)
+    assert np.array_equal(first(scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)), default)
+    with pytest.raises(ValueError, match="scale"):
+        first(scale=(0.0, 2.0))
+    with pytest.raises(ValueError, match="scale/ratio would be ignored"):
+        first(crop="center", ratio=(1.0, 1.0))
+    with pytest.raises(ValueError, match="mean/std would be ignored"):
+        first(dtype="uint8", mean=stoker.IMAGENET_MEAN)
+
+
 def test_ranks_are_disjoint_and_equal(sample_dataset):
     world = 3
     per_rank = [python_batches(python_loader(sample_dataset, rank=r, world_size=world)) for r in range(world)]

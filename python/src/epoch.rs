@@ -1,0 +1,129 @@
+//! `stoker.Epoch`: the batches of one epoch, for `for` loops and `next()`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use stoker_loader::{LoaderError, Next};
+
+use crate::batch::Batch;
+use crate::errors::{loader_error, StokerError};
+use crate::locks::{lock, lock_detached};
+use crate::signals::SIGNAL_CHECK;
+
+/// The epoch a loader's next `iter(loader)` runs (`set_epoch`, `load_state_dict`), shared
+/// with the iterators so that only one that really starts that epoch uses it up.
+pub(crate) type PendingEpoch = Arc<Mutex<Option<u64>>>;
+
+/// The batches of one epoch, in order (``stoker.Batch``, which unpacks to
+/// ``images, labels``). Waiting for a batch releases the GIL; Ctrl-C stops it.
+#[pyclass(module = "stoker", frozen)]
+pub(crate) struct Epoch {
+    /// `None` once finished or interrupted (dropping it stops the pipeline's work).
+    inner: Mutex<Option<stoker_loader::Epoch<'static>>>,
+    epoch: u64,
+    /// Batches this iterator yields: the epoch's, less those a resume skips.
+    len: u64,
+    /// Set by `close`: a `__next__` on another thread holds `inner` while it waits,
+    /// and gives it up when it sees this (within one `SIGNAL_CHECK`).
+    closed: AtomicBool,
+    /// Set when an exception raised while waiting (Ctrl-C, a signal handler's) stopped
+    /// the epoch: a later `next` raises, where `StopIteration` would pass for a finished
+    /// epoch with its remaining batches silently lost.
+    interrupted: AtomicBool,
+    /// The loader's pending epoch, cleared once this iterator hands out a batch or
+    /// ends, if it is this epoch; an iterator that fails to start (another epoch is
+    /// running) leaves it for the next try.
+    pending: PendingEpoch,
+}
+
+impl Epoch {
+    pub(crate) fn new(
+        inner: stoker_loader::Epoch<'static>,
+        len: u64,
+        pending: PendingEpoch,
+    ) -> Self {
+        Epoch {
+            epoch: inner.epoch(),
+            inner: Mutex::new(Some(inner)),
+            len,
+            closed: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
+            pending,
+        }
+    }
+
+    /// This epoch has started: a pending request for it is used up.
+    fn started(&self) {
+        let mut pending = lock(&self.pending);
+        if *pending == Some(self.epoch) {
+            *pending = None;
+        }
+    }
+}
+
+#[pymethods]
+impl Epoch {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
+        let mut guard = lock_detached(py, &self.inner);
+        loop {
+            if self.closed.load(Ordering::Acquire) {
+                *guard = None;
+            }
+            let Some(epoch) = guard.as_mut() else {
+                if self.interrupted.load(Ordering::Acquire) {
+                    return Err(StokerError::new_err(format!(
+                        "epoch {} was stopped by an exception raised while waiting for a \
+                         batch; its remaining batches are not in this iterator: iterate the \
+                         loader again for the next epoch, or \
+                         loader.load_state_dict(loader.state_dict()) to continue this one",
+                        self.epoch
+                    )));
+                }
+                return Ok(None);
+            };
+            match py.detach(|| epoch.next_timeout(SIGNAL_CHECK)) {
+                Next::Ready(Ok(batch)) => {
+                    self.started();
+                    return Batch::new(py, batch).map(Some);
+                }
+                Next::Ready(Err(e)) => {
+                    // Another epoch iterator is alive: this one never started.
+                    if !matches!(e, LoaderError::EpochInProgress { .. }) {
+                        self.started();
+                    }
+                    return Err(loader_error(e));
+                }
+                Next::Pending => {
+                    if let Err(interrupt) = py.check_signals() {
+                        // Stop the pipeline now, not when the iterator is collected.
+                        *guard = None;
+                        self.interrupted.store(true, Ordering::Release);
+                        return Err(interrupt);
+                    }
+                }
+                _ => {
+                    self.started();
+                    *guard = None;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Batches this iterator yields (after a resume: those left in the epoch).
+    fn __len__(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Stops this epoch's work now (also done when the iterator is freed), also while
+    /// another thread waits in ``next``: that ``next`` then ends the iteration.
+    fn close(&self, py: Python<'_>) {
+        self.closed.store(true, Ordering::Release);
+        *lock_detached(py, &self.inner) = None;
+    }
+}
