@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
-use stoker_loader::{Loader, Output, Shuffle, Transform};
+use stoker_loader::{DrawKey, Loader, Output, Shuffle, Transform};
 
 const IMAGES: usize = 24;
 
@@ -36,8 +36,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let jpeg = std::fs::read(bench.join(format!("{i:05}.jpg")))?;
         let (info, rgb) = decoder.decode_to_vec(&jpeg)?;
         std::fs::write(out.join(format!("{i}.rgb")), &rgb)?;
-        // Sequential shuffle: the loader's seed is 0, and record i is dataset index i.
-        let p = transform.params(seed, epoch, i as u64, info.width, info.height);
+        // Sequential shuffle on one rank: the loader's seed is 0, and record i is dataset
+        // index i at position i of the epoch's order.
+        let p = transform.params(seed, epoch, DrawKey::at(i as u64), info.width, info.height);
         let (x, y, w, h) = p.crop;
         writeln!(
             params,

@@ -11,9 +11,10 @@ use crate::backend::build_backend;
 use crate::config::OnError;
 use crate::error::LoaderError;
 use crate::launcher::{NodeShare, Placement};
-use crate::loader::{check_resume, Loader};
+use crate::loader::Loader;
 use crate::metrics::Metrics;
-use crate::sampler::{LoaderState, Sampler, Shuffle};
+use crate::resume::{check_resume, DatasetFingerprint, LoaderState};
+use crate::sampler::{Sampler, Shuffle};
 
 /// The most worker threads a loader takes ([`LoaderBuilder::workers`]): far above any
 /// machine's useful count, far below what would exhaust memory in thread stacks and
@@ -36,6 +37,8 @@ pub struct LoaderBuilder {
     workers: Option<usize>,
     prefetch: Option<usize>,
     pinned_memory: Option<u64>,
+    /// [`LoaderBuilder::seed`]; `None`: the shuffle's seed.
+    seed: Option<u64>,
 }
 
 /// Where a loader's rank and world come from.
@@ -56,9 +59,36 @@ impl LoaderBuilder {
         self
     }
 
-    /// Epoch order (default [`Shuffle::Global`] with seed 0).
+    /// Epoch order (default [`Shuffle::Global`] with seed 0). Its seed is the loader's
+    /// seed unless [`LoaderBuilder::seed`] gives one.
     pub fn shuffle(mut self, shuffle: Shuffle) -> Self {
         self.config.shuffle = shuffle;
+        self
+    }
+
+    /// The loader's seed: the one seed of every random choice it makes, the order of
+    /// [`Shuffle::Global`] and [`Shuffle::Quasi`] (it replaces the seed inside the
+    /// [`Shuffle`], whichever of `seed` and `shuffle` is called first) and the crops, flips
+    /// and bad-record replacements of any order, [`Shuffle::Sequential`] included. Without
+    /// it, the loader's seed is the shuffle's ([`Shuffle::seed`]: 0 for `Sequential`). It is
+    /// recorded in [`Loader::state`] and checked on resume.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Loader, Shuffle, Transform};
+    /// // A dataset shuffled when it was written, read in order with seeded random crops.
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?)
+    ///     .shuffle(Shuffle::Sequential)
+    ///     .seed(1234)
+    ///     .transform(Transform::random_resized_crop(224).hflip(0.5))
+    ///     .build()?;
+    /// assert_eq!(loader.seed(), 1234);
+    /// # Ok(()) }
+    /// ```
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
         self
     }
 
@@ -440,8 +470,8 @@ impl LoaderBuilder {
     ///
     /// [`LoaderError::InvalidConfig`] for out-of-range settings,
     /// [`LoaderError::EmptyDataset`], [`LoaderError::ResumeMismatch`] when the resume state
-    /// belongs to another seed or lies past the epoch, [`LoaderError::Format`] when the shards
-    /// cannot be read, [`LoaderError::GpuUnavailable`] for [`Device::Cuda`] without a usable
+    /// belongs to another seed, dataset or layout of the epoch, or lies past the epoch,
+    /// [`LoaderError::Format`] when the shards cannot be read, [`LoaderError::GpuUnavailable`] for [`Device::Cuda`] without a usable
     /// GPU (or in a build without the GPU path), [`LoaderError::Thread`] if a thread cannot be
     /// started, [`LoaderError::LauncherEnv`] when the launcher's variables (read unless
     /// [`LoaderBuilder::placement`] gave one) are inconsistent: with
@@ -469,7 +499,12 @@ impl LoaderBuilder {
             workers,
             prefetch,
             pinned_memory,
+            seed,
         } = self;
+        if let Some(seed) = seed {
+            config.shuffle = config.shuffle.with_seed(seed);
+        }
+        config.seed = seed.unwrap_or(config.shuffle.seed());
         let placement = match placement {
             Some(p) => p,
             None if ranks == Ranks::Launcher => Placement::from_env()?,
@@ -534,7 +569,8 @@ impl LoaderBuilder {
             config.drop_last,
         )?;
         if let Some(state) = &resume {
-            check_resume(state, config.shuffle.seed(), &sampler)?;
+            let dataset = DatasetFingerprint::of(config.dataset.manifest());
+            check_resume(state, config.seed, &sampler, dataset)?;
         }
         let metrics = Arc::new(Metrics::default());
         metrics.set_placement(config.placement.clone(), config.rank, config.world);
@@ -605,6 +641,7 @@ impl Loader {
                 dataset,
                 batch_size: 256,
                 shuffle: Shuffle::Global { seed: 0 },
+                seed: 0,
                 drop_last: false,
                 transform: Transform::center_crop(224, 256),
                 output: Output::F32Nchw,
@@ -635,6 +672,7 @@ impl Loader {
             workers: None,
             prefetch: None,
             pinned_memory: None,
+            seed: None,
         }
     }
 }

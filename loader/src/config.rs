@@ -44,8 +44,10 @@ pub enum Output {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum OnError {
-    /// Replace it by the next sample of the epoch's order (the batch stays full), count it in
-    /// [`crate::Stats::bad_records`] with its index, and log it once.
+    /// Replace it by another sample of this rank's share of the epoch, drawn at random from
+    /// the epoch's seed and the position (the batch stays full; the batch fails only when
+    /// the whole share is bad), count it in [`crate::Stats::bad_records`] with its index,
+    /// and log it once.
     Replace,
     /// Return the batch as an `Err` naming the record; iteration can continue.
     Error,
@@ -56,7 +58,12 @@ pub enum OnError {
 pub struct LoaderConfig {
     pub(crate) dataset: Dataset,
     pub(crate) batch_size: u64,
+    /// Its seed is `seed` for [`Shuffle::Global`] and [`Shuffle::Quasi`].
     pub(crate) shuffle: Shuffle,
+    /// The loader's seed: the order's (through `shuffle`), and every random draw's (crops,
+    /// flips, replacements of bad records), whatever the order mode
+    /// ([`crate::LoaderBuilder::seed`]).
+    pub(crate) seed: u64,
     pub(crate) drop_last: bool,
     pub(crate) transform: Transform,
     pub(crate) output: Output,

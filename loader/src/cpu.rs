@@ -42,7 +42,7 @@ use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream,
 use crate::pixels::{large_image_turn, load_record, Dest, Draw, Place};
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
-use crate::transform::Transform;
+use crate::transform::{DrawKey, Transform};
 
 /// What every worker needs to know, fixed at build.
 struct Settings {
@@ -444,7 +444,8 @@ impl Worker {
             let mut index = plan.order[pos];
             let mut attempt = 0;
             let label = loop {
-                match self.load_one(plan, index, slot, &mut buffer) {
+                let key = plan.draw_key(pos, attempt);
+                match self.load_one(plan, (index, key), slot, &mut buffer) {
                     Ok(label) => break label,
                     Err(error) => {
                         if let Err(fatal) =
@@ -477,13 +478,13 @@ impl Worker {
         }))
     }
 
-    /// Reads, decodes and transforms record `index` into image `slot` of `buffer`; returns
-    /// its label. A large image takes its turn for this and leaves no scratch behind
-    /// ([`crate::pixels::LARGE_IMAGE_BYTES`]).
+    /// Reads, decodes and transforms record `index` into image `slot` of `buffer`, with the
+    /// crop and flip drawn at `key`; returns its label. A large image takes its turn for
+    /// this and leaves no scratch behind ([`crate::pixels::LARGE_IMAGE_BYTES`]).
     fn load_one(
         &mut self,
         plan: &EpochPlan,
-        index: u64,
+        (index, key): (u64, DrawKey),
         slot: usize,
         buffer: &mut HostBuffer,
     ) -> Result<u32, LoaderError> {
@@ -492,7 +493,7 @@ impl Worker {
             .as_ref()
             .ok()
             .and_then(|reader| large_image_turn(reader, index));
-        let label = self.load_and_transform(plan, index, slot, buffer);
+        let label = self.load_and_transform(plan, (index, key), slot, buffer);
         if large.is_some() {
             self.pixels = Vec::new();
         }
@@ -503,7 +504,7 @@ impl Worker {
     fn load_and_transform(
         &mut self,
         plan: &EpochPlan,
-        index: u64,
+        (index, key): (u64, DrawKey),
         slot: usize,
         buffer: &mut HostBuffer,
     ) -> Result<u32, LoaderError> {
@@ -517,6 +518,7 @@ impl Worker {
             transform: &settings.transform,
             seed: plan.seed,
             epoch: plan.epoch,
+            key,
         };
         let loaded = load_record(
             reader,

@@ -65,12 +65,14 @@ pub enum LoaderError {
         /// Why it cannot be used.
         reason: String,
     },
-    /// Replacing a bad record failed this many times in a row: the data is mostly unreadable.
-    #[error("record {index} and the {attempts} samples after it in this epoch's order are all unusable (unreadable, undecodable or invalid)")]
+    /// A bad record could not be replaced: random picks from this rank's share of the epoch,
+    /// then a scan of all of it, found no usable record (the share is all bad).
+    #[error("record {index} is unusable and so are the {attempts} replacements tried for it, drawn from and then scanned through this rank's whole share of the epoch (unreadable, undecodable or invalid)")]
     TooManyBadRecords {
-        /// Dataset index of the first bad record.
+        /// Dataset index of the record the order put at the failing position.
         index: u64,
-        /// How many replacements were tried.
+        /// How many replacements were tried (0 when an earlier position of the epoch had
+        /// already found the whole share bad).
         attempts: u32,
     },
     /// A saved [`crate::LoaderState`] does not match the loader it is resumed into.

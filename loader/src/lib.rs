@@ -72,8 +72,12 @@
 //!
 //! - [`sampler`]: the per-rank order of sample indices for an epoch, from
 //!   `(shuffle, seed, epoch, rank, world, drop_last, batch_size)` alone.
+//! - [`resume`]: what a saved [`LoaderState`] records (its dataset's
+//!   [`DatasetFingerprint`] among the rest) and the check that refuses a state that would
+//!   mean other samples.
 //! - [`transform`]: the transform description and the per-sample parameter draw
-//!   ([`transform::Transform::params`]) shared by the CPU and GPU paths.
+//!   ([`transform::Transform::params`], keyed by the sample's [`DrawKey`]) shared by the
+//!   CPU and GPU paths.
 //! - [`pixels`]: record → pixels, the step both backends run for every sample (read, check,
 //!   draw the crop, decode only the crop); [`pixels::sample_pixels`] runs it for one record.
 //! - [`dlpack`]: batches as DLPack tensors for other frameworks.
@@ -108,7 +112,8 @@
 //!    `pipeline::EpochPlan` carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
 //!    bad records (`EpochPlan::replace_failed`: it notes the failed record, which the
-//!    [`Loader`] counts when its batch is handed out, and picks the replacement).
+//!    [`Loader`] counts when its batch is handed out, and picks the replacement: random
+//!    picks over the rank's whole share, then a scan of it).
 //!    `EpochStream::next_batch(deadline)`
 //!    blocks (until `deadline`, if any: then `Next::Pending`) and returns batches **in
 //!    order**; dropping the stream must stop production promptly.
@@ -125,8 +130,9 @@
 //!    `Images::Host(HostImages)` (CPU path) and `Images::Cuda(gpu::CudaImages)` (GPU path).
 //!    `Batch { images, labels: Vec<u32>, indices: Vec<u64>, epoch, index }`.
 //! 4. **Same crops on both paths**: every record goes through `pixels::load_record` (read,
-//!    CRC, [`transform::Transform::params`]`(seed, epoch, sample_index, src_w, src_h)` drawn
-//!    from the image size, crop-only CPU decode), so both backends resize the same rectangle
+//!    CRC, [`transform::Transform::params`]`(seed, epoch, key, src_w, src_h)` drawn from the
+//!    image size, with `key = EpochPlan::draw_key(pos, attempt)`, the sample's place in the
+//!    epoch; crop-only CPU decode), so both backends resize the same rectangle
 //!    ([`SampleParams`]`{ crop: (x, y, w, h), flip }` in source pixels, torchvision
 //!    `RandomResizedCrop` parameterization; eval: resize + center crop).
 //!    [`transform::Transform::out_size`], [`transform::Transform::mean_std`] give the rest.
@@ -153,6 +159,7 @@ pub mod metrics;
 mod mixing;
 pub(crate) mod pipeline;
 pub mod pixels;
+pub mod resume;
 pub mod sampler;
 pub mod transform;
 
@@ -171,5 +178,6 @@ pub use loader::{Epoch, Loader};
 pub use metrics::{Stage, Stats};
 pub use mixing::mixing_note;
 pub use pipeline::Next;
-pub use sampler::{LoaderState, Order, Sampler, Shuffle};
-pub use transform::{SampleParams, Transform};
+pub use resume::{DatasetFingerprint, LoaderState};
+pub use sampler::{Order, Sampler, Shuffle};
+pub use transform::{DrawKey, SampleParams, Transform};

@@ -12,7 +12,8 @@ use crate::config::{LoaderConfig, OnError};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage, Stats};
 use crate::pipeline::{BadLog, EpochPlan, EpochStream, Next, Pipeline};
-use crate::sampler::{LoaderState, Sampler};
+use crate::resume::{check_resume, DatasetFingerprint, LoaderState};
+use crate::sampler::Sampler;
 
 /// An epoch whose pipeline has started: its batches, and the bad records met building
 /// them.
@@ -40,6 +41,8 @@ pub struct Loader {
     sampler: Sampler,
     metrics: Arc<Metrics>,
     config: LoaderConfig,
+    /// `config.dataset`'s, recorded in [`Loader::state`] and checked on resume.
+    fingerprint: DatasetFingerprint,
     /// The process that built the loader (its threads live there only).
     pid: u32,
 }
@@ -54,9 +57,10 @@ impl Loader {
         resume: Option<LoaderState>,
     ) -> Loader {
         let state = resume.unwrap_or(LoaderState {
-            seed: config.shuffle.seed(),
+            seed: config.seed,
             ..LoaderState::default()
         });
+        let fingerprint = DatasetFingerprint::of(config.dataset.manifest());
         Loader {
             early: Mutex::new(None),
             backend: ManuallyDrop::new(backend),
@@ -68,6 +72,7 @@ impl Loader {
             sampler,
             metrics,
             config,
+            fingerprint,
             pid: std::process::id(),
         }
     }
@@ -207,7 +212,7 @@ impl Loader {
         {
             let mut progress = lock(&self.progress);
             progress.state = LoaderState {
-                seed: self.config.shuffle.seed(),
+                seed: self.config.seed,
                 epoch,
                 position: start_batch,
                 ..LoaderState::default()
@@ -247,7 +252,7 @@ impl Loader {
             Ok(started) => Epoch::running(
                 epoch,
                 started,
-                self.sampler.num_batches(),
+                start_batch..self.sampler.num_batches(),
                 on_last,
                 Arc::clone(&self.metrics),
                 Arc::clone(&self.progress),
@@ -279,8 +284,9 @@ impl Loader {
         let bad = Arc::new(BadLog::default());
         let plan = EpochPlan {
             epoch,
-            seed: self.config.shuffle.seed(),
+            seed: self.config.seed,
             order: self.sampler.order(epoch).into(),
+            global_offset: self.sampler.global_position(0),
             batch_size: self.config.batch_size,
             num_batches: self.sampler.num_batches(),
             start_batch,
@@ -396,8 +402,9 @@ impl Loader {
         self.metrics.reset();
     }
 
-    /// Where this loader stands: `(seed, epoch, position)`, and the batch size, ranks and
-    /// dataset length that give `position` its meaning; feed it to
+    /// Where this loader stands: `(seed, epoch, position)`, and the batch size, ranks,
+    /// dataset (length and [`DatasetFingerprint`]), `drop_last` and kind of order that give
+    /// `position` its meaning; feed it to
     /// [`crate::LoaderBuilder::resume`] to continue exactly here.
     ///
     /// # Examples
@@ -422,6 +429,7 @@ impl Loader {
             samples: Some(self.sampler.dataset_len()),
             drop_last: Some(self.sampler.drop_last()),
             order: Some(self.sampler.shuffle().order()),
+            dataset: Some(self.fingerprint),
             ..lock(&self.progress).state
         }
     }
@@ -435,8 +443,10 @@ impl Loader {
     /// # Errors
     ///
     /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed, batch size,
-    /// number of ranks or dataset length, or lies past the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is
-    /// alive (drop it first).
+    /// number of ranks, dataset (its length or, where the state records it, its
+    /// [`DatasetFingerprint`]), `drop_last` or kind of order, or lies past the end of the
+    /// epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is alive (drop it
+    /// first).
     ///
     /// # Examples
     ///
@@ -451,7 +461,7 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
-        check_resume(&state, self.config.shuffle.seed(), &self.sampler)?;
+        check_resume(&state, self.config.seed, &self.sampler, self.fingerprint)?;
         let mut progress = lock(&self.progress);
         if let Some(running) = progress.active {
             return Err(LoaderError::EpochInProgress {
@@ -464,6 +474,12 @@ impl Loader {
         // An early start is for epoch `e + 1` from its first batch: not what comes next.
         drop(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
         Ok(())
+    }
+
+    /// The loader's seed ([`crate::LoaderBuilder::seed`]): the order's (for a shuffled
+    /// order) and every random draw's (crops, flips, bad-record replacements).
+    pub fn seed(&self) -> u64 {
+        self.config.seed
     }
 
     /// Batches per epoch on this rank (the same on every rank).
@@ -480,64 +496,6 @@ impl Loader {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
-}
-
-/// Checks that `state` can resume a loader with `seed` and `sampler`.
-pub(crate) fn check_resume(
-    state: &LoaderState,
-    seed: u64,
-    sampler: &Sampler,
-) -> Result<(), LoaderError> {
-    let text = |v: Option<u64>| v.map(|v| v.to_string());
-    let recorded = [
-        ("seed", Some(state.seed.to_string()), seed.to_string()),
-        (
-            "batch_size",
-            text(state.batch_size),
-            sampler.batch_size().to_string(),
-        ),
-        (
-            "world_size",
-            text(state.world_size),
-            sampler.world_size().to_string(),
-        ),
-        (
-            "samples",
-            text(state.samples),
-            sampler.dataset_len().to_string(),
-        ),
-        (
-            "drop_last",
-            state.drop_last.map(|d| d.to_string()),
-            sampler.drop_last().to_string(),
-        ),
-        (
-            "order",
-            state.order.map(|o| o.to_string()),
-            sampler.shuffle().order().to_string(),
-        ),
-    ];
-    for (field, got, expected) in recorded {
-        match got {
-            Some(got) if got != expected => {
-                return Err(LoaderError::ResumeMismatch {
-                    field,
-                    expected,
-                    got,
-                })
-            }
-            _ => {}
-        }
-    }
-    let num_batches = sampler.num_batches();
-    if state.position > num_batches {
-        return Err(LoaderError::ResumeMismatch {
-            field: "position",
-            expected: format!("at most {num_batches}"),
-            got: state.position.to_string(),
-        });
-    }
-    Ok(())
 }
 
 /// Which epoch is being iterated, and how far the consumer got.
@@ -566,6 +524,8 @@ pub struct Epoch<'a> {
     stream: Option<Box<dyn EpochStream + Send>>,
     /// The bad records met building this epoch's batches, counted at hand-out.
     bad: Option<(Arc<BadLog>, OnError)>,
+    /// The next batch to hand out (the resume position at the start).
+    next: u64,
     /// One past the last batch of the epoch.
     end: u64,
     /// Called once when the last batch is handed out: starts the next epoch's
@@ -592,7 +552,7 @@ impl<'a> Epoch<'a> {
     pub(crate) fn running(
         epoch: u64,
         started: Started,
-        end: u64,
+        batches: std::ops::Range<u64>,
         on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
         metrics: Arc<Metrics>,
         progress: Arc<Mutex<Progress>>,
@@ -603,7 +563,8 @@ impl<'a> Epoch<'a> {
             ready_at_ask: None,
             stream: Some(started.stream),
             bad: Some((started.bad, started.on_error)),
-            end,
+            next: batches.start,
+            end: batches.end,
             on_last,
             pending: None,
             metrics,
@@ -628,6 +589,7 @@ impl<'a> Epoch<'a> {
             ready_at_ask: None,
             stream: None,
             bad: None,
+            next: 0,
             end: 0,
             on_last: None,
             pending: Some(error),
@@ -644,6 +606,34 @@ impl<'a> Epoch<'a> {
     /// The epoch being iterated.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// The items this iterator has left to yield: the batches not handed out yet (for an
+    /// epoch resumed mid-way, from the resume position, not the whole epoch), or 1 for an
+    /// epoch that could not start (its error). Also [`ExactSizeIterator::len`]. (One
+    /// exception: an iterator used in a `fork` of the process that made it yields one
+    /// error and ends.)
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Loader, LoaderState};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// loader.load_state(LoaderState { epoch: 2, position: 3, ..loader.state() })?;
+    /// let mut epoch = loader.epoch(2);
+    /// assert_eq!(epoch.remaining(), loader.num_batches() - 3);
+    /// epoch.next();
+    /// assert_eq!(epoch.len() as u64, loader.num_batches() - 4);
+    /// # Ok(()) }
+    /// ```
+    pub fn remaining(&self) -> u64 {
+        let running = if self.stream.is_some() {
+            self.end.saturating_sub(self.next)
+        } else {
+            0
+        };
+        running + u64::from(self.pending.is_some())
     }
 
     /// Counts the bad records of batch `batch`, being handed out now.
@@ -714,6 +704,7 @@ impl<'a> Epoch<'a> {
             Next::Pending => self.metrics.wait_only(wait),
             Next::Ready(Ok(batch)) => {
                 self.count_bad(batch.index);
+                self.next = batch.index + 1;
                 let t1 = Instant::now();
                 {
                     let mut p = lock(&self.progress);
@@ -735,6 +726,7 @@ impl<'a> Epoch<'a> {
             }
             Next::Ready(Err(_)) => {
                 self.metrics.wait_only(wait);
+                self.next += 1;
                 // Batches come in order, so this error is batch `position`.
                 let position = {
                     let mut p = lock(&self.progress);
@@ -767,7 +759,15 @@ impl Iterator for Epoch<'_> {
             Next::Pending | Next::Done => None,
         }
     }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = usize::try_from(self.remaining()).unwrap_or(usize::MAX);
+        (n, Some(n))
+    }
 }
+
+/// [`Epoch::remaining`].
+impl ExactSizeIterator for Epoch<'_> {}
 
 impl Drop for Epoch<'_> {
     fn drop(&mut self) {

@@ -15,7 +15,9 @@
 //!   [`crate::OnError::Error`], in which case batch `k` is an `Err` naming the record and the
 //!   stream continues with batch `k + 1`.
 //! - Per-sample crop/flip come from [`crate::Transform::params`] with `plan.seed`,
-//!   `plan.epoch` and the dataset index of the sample actually used.
+//!   `plan.epoch` and [`EpochPlan::draw_key`]`(pos, attempt)`: the sample's place in the
+//!   epoch (and which replacement it is), not the record, so that a record used twice in
+//!   an epoch gets two draws.
 //! - The backend keeps at most `prefetch` batches in flight, records the read / decode /
 //!   transform / h2d stages into the shared metrics, and reports how many finished batches
 //!   are waiting ([`EpochStream::ready`]).
@@ -25,6 +27,7 @@
 //!   position.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -32,20 +35,31 @@ use crate::batch::Batch;
 use crate::config::OnError;
 use crate::error::LoaderError;
 use crate::metrics::Metrics;
+use crate::sampler::Rng;
+use crate::transform::DrawKey;
 
-/// How many replacements are tried for one bad sample before the batch fails with
-/// [`LoaderError::TooManyBadRecords`].
-const MAX_REPLACEMENTS: u32 = 16;
+/// Replacements for one bad sample drawn at random from the rank's whole share before
+/// the scan ([`EpochPlan::replacement`]). Bad records cluster (a damaged region of a
+/// shard), so a neighbour in the order is likely bad too; a uniform pick is bad only with
+/// the share's bad fraction, and 32 of them all fail with probability `f³²` (under 10⁻⁹ at
+/// half the share bad).
+const RANDOM_PICKS: u32 = 32;
+
+/// Tags the replacement draws, so they are independent of the order and crop draws.
+const STREAM_REPLACE: u64 = 0x7265_706c_6163_0003;
 
 /// What to produce for one epoch on this rank.
 #[derive(Debug, Clone)]
 pub(crate) struct EpochPlan {
-    /// The epoch number (seeds the transforms).
+    /// The epoch number (seeds the transforms and replacements).
     pub(crate) epoch: u64,
-    /// The shuffle seed (seeds the transforms together with `epoch`).
+    /// The loader's seed (seeds the transforms and replacements together with `epoch`).
     pub(crate) seed: u64,
-    /// This rank's sample indices for the epoch, in order.
+    /// This rank's sample indices for the epoch, in order (not empty).
     pub(crate) order: Arc<[u64]>,
+    /// Position in the epoch's global order of `order[0]`
+    /// ([`crate::Sampler::global_position`]`(0)`).
+    pub(crate) global_offset: u64,
     /// Full batch size; the last batch may be shorter.
     pub(crate) batch_size: u64,
     /// Batches in the epoch.
@@ -66,16 +80,54 @@ impl EpochPlan {
         start..(start + self.batch_size as usize).min(self.order.len())
     }
 
-    /// The sample that stands in for position `pos` after `attempt` (≥ 1) failures: the
-    /// `attempt`-th next sample of this epoch's order, wrapping around. Deterministic, so the
-    /// replacement does not depend on thread timing.
+    /// The key of the crop and flip draw of the record tried at position `pos` after
+    /// `attempt` failures there: the position in the epoch's global order, and the attempt.
+    pub(crate) fn draw_key(&self, pos: usize, attempt: u32) -> DrawKey {
+        DrawKey {
+            position: self.global_offset + pos as u64,
+            attempt,
+        }
+    }
+
+    /// Attempts at one position before its batch fails: the random picks, then a scan of
+    /// the whole share, so a batch fails only when every record of the share is bad.
+    fn max_attempts(&self) -> u32 {
+        let share = u32::try_from(self.order.len()).unwrap_or(u32::MAX);
+        RANDOM_PICKS.saturating_add(share)
+    }
+
+    /// The sample that stands in for position `pos` after `attempt` (≥ 1) failures there.
+    /// The first [`RANDOM_PICKS`] are uniform picks over this rank's whole order, then the
+    /// order is scanned from a random start, wrapping around, until every sample of it has
+    /// been tried. Each is drawn from `(seed, epoch, global position, attempt)` alone, so
+    /// the replacement depends neither on thread timing nor on the number of workers, and
+    /// a resumed epoch replaces as the uninterrupted one did.
     pub(crate) fn replacement(&self, pos: usize, attempt: u32) -> u64 {
-        self.order[(pos + attempt as usize) % self.order.len()]
+        let len = self.order.len() as u64;
+        let position = self.global_offset + pos as u64;
+        let pick = if attempt <= RANDOM_PICKS {
+            Rng::new(&[
+                self.seed,
+                self.epoch,
+                position,
+                u64::from(attempt),
+                STREAM_REPLACE,
+            ])
+            .below(len)
+        } else {
+            let start = Rng::new(&[self.seed, self.epoch, position, STREAM_REPLACE]).below(len);
+            (start + u64::from(attempt - RANDOM_PICKS - 1)) % len
+        };
+        self.order[pick as usize]
     }
 
     /// Notes that record `*current`, tried for position `pos`, failed with `error`, and
     /// moves `*current` to the next replacement (`*attempt` counts them), or returns the
-    /// error that ends the batch ([`OnError::Error`], or too many failures in a row).
+    /// error that ends the batch: [`OnError::Error`]; an error that is not the record's
+    /// (a reader that cannot open, a device error: nothing is noted, another record would
+    /// fail alike); or [`LoaderError::TooManyBadRecords`] once the whole share was tried.
+    /// A share found all bad fails the positions that meet a bad record after that at
+    /// once, instead of scanning it again for each.
     pub(crate) fn replace_failed(
         &self,
         pos: usize,
@@ -83,15 +135,20 @@ impl EpochPlan {
         attempt: &mut u32,
         current: &mut u64,
     ) -> Result<(), LoaderError> {
+        if !is_bad_record(&error) {
+            return Err(error);
+        }
         self.note_bad(pos, *current, &error);
         if self.on_error == OnError::Error {
             return Err(error);
         }
         *attempt += 1;
-        if *attempt > MAX_REPLACEMENTS {
+        let all_bad = self.bad.exhausted.load(Ordering::Acquire);
+        if all_bad || *attempt > self.max_attempts() {
+            self.bad.exhausted.store(true, Ordering::Release);
             return Err(LoaderError::TooManyBadRecords {
                 index: self.order[pos],
-                attempts: MAX_REPLACEMENTS,
+                attempts: *attempt - 1,
             });
         }
         *current = self.replacement(pos, *attempt);
@@ -108,7 +165,7 @@ impl EpochPlan {
             error: error.to_string(),
         };
         self.bad
-            .0
+            .entries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(entry);
@@ -121,7 +178,20 @@ impl EpochPlan {
 /// and never handed out (an early start that is discarded, the batches prefetched when
 /// an epoch is dropped mid-way) count nothing, and no record counts twice.
 #[derive(Debug, Default)]
-pub(crate) struct BadLog(Mutex<Vec<BadEntry>>);
+pub(crate) struct BadLog {
+    entries: Mutex<Vec<BadEntry>>,
+    /// Set when a position tried every record of the share and all failed.
+    exhausted: AtomicBool,
+}
+
+/// Whether `error` is a bad record (replaced under [`OnError::Replace`]) rather than a
+/// failure of the machinery reading it.
+fn is_bad_record(error: &LoaderError) -> bool {
+    matches!(
+        error,
+        LoaderError::Read { .. } | LoaderError::Decode { .. } | LoaderError::UnusableRecord { .. }
+    )
+}
 
 #[derive(Debug)]
 struct BadEntry {
@@ -135,7 +205,7 @@ impl BadLog {
     /// `batch`, which is being handed out.
     pub(crate) fn hand_out(&self, batch: u64, epoch: u64, on_error: OnError, metrics: &Metrics) {
         let handed: Vec<BadEntry> = {
-            let mut entries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
             if entries.is_empty() {
                 return;
             }
@@ -149,7 +219,7 @@ impl BadLog {
             if metrics.bad_record(e.index) {
                 match on_error {
                     OnError::Replace => {
-                        tracing::warn!(index = e.index, epoch, error = %e.error, "bad record replaced by the next sample")
+                        tracing::warn!(index = e.index, epoch, error = %e.error, "bad record replaced by another sample of the epoch")
                     }
                     OnError::Error => {
                         tracing::warn!(index = e.index, epoch, error = %e.error, "bad record: its batch is an error (OnError::Error)")
@@ -209,5 +279,105 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         format!("panicked: {s}")
     } else {
         "panicked".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    fn plan(len: u64, global_offset: u64) -> EpochPlan {
+        EpochPlan {
+            epoch: 2,
+            seed: 9,
+            order: (0..len).map(|i| i * 3 % len).collect(),
+            global_offset,
+            batch_size: 4,
+            num_batches: len.div_ceil(4),
+            start_batch: 0,
+            on_error: OnError::Replace,
+            bad: Arc::default(),
+        }
+    }
+
+    fn bad(index: u64) -> LoaderError {
+        LoaderError::UnusableRecord {
+            index,
+            reason: "test".into(),
+        }
+    }
+
+    #[test]
+    fn replacements_are_random_picks_then_a_scan_of_the_whole_share() {
+        let p = plan(50, 100);
+        // Random picks: spread over the share, not the next neighbours.
+        let picks: HashSet<u64> = (1..=RANDOM_PICKS).map(|a| p.replacement(7, a)).collect();
+        assert!(picks.len() > 16, "{picks:?}");
+        assert_ne!(p.replacement(7, 1), p.order[8]);
+        // Then every sample of the share once.
+        let scan: HashSet<u64> = (RANDOM_PICKS + 1..=p.max_attempts())
+            .map(|a| p.replacement(7, a))
+            .collect();
+        assert_eq!(scan, p.order.iter().copied().collect());
+        // A pure function of (seed, epoch, global position, attempt).
+        assert_eq!(p.replacement(7, 3), plan(50, 100).replacement(7, 3));
+        let other_rank = plan(50, 150);
+        let differ = (1..=RANDOM_PICKS)
+            .filter(|&a| p.replacement(7, a) != other_rank.replacement(7, a))
+            .count();
+        assert!(differ > 16, "{differ} of {RANDOM_PICKS} picks differ");
+    }
+
+    #[test]
+    fn a_position_fails_only_after_trying_the_whole_share_and_the_next_fail_at_once() {
+        let p = plan(10, 0);
+        let (mut attempt, mut current) = (0, p.order[0]);
+        let mut tried = 0;
+        let err = loop {
+            match p.replace_failed(0, bad(current), &mut attempt, &mut current) {
+                Ok(()) => tried += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(tried, RANDOM_PICKS + 10);
+        assert!(
+            matches!(err, LoaderError::TooManyBadRecords { index: 0, attempts } if attempts == tried),
+            "{err}"
+        );
+        let (mut attempt, mut current) = (0, p.order[5]);
+        let err = p
+            .replace_failed(5, bad(current), &mut attempt, &mut current)
+            .unwrap_err();
+        assert!(
+            matches!(err, LoaderError::TooManyBadRecords { attempts: 0, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn only_bad_records_are_replaced_and_noted() {
+        let p = plan(10, 0);
+        let (mut attempt, mut current) = (0, 4);
+        let broken_reader = reader_unavailable("stoker-test", "gone");
+        let err = p
+            .replace_failed(1, broken_reader, &mut attempt, &mut current)
+            .unwrap_err();
+        assert!(matches!(err, LoaderError::Thread { .. }), "{err}");
+        assert_eq!((attempt, current), (0, 4));
+        assert!(p.bad.entries.lock().unwrap().is_empty());
+        p.replace_failed(1, bad(4), &mut attempt, &mut current)
+            .unwrap();
+        assert_eq!(attempt, 1);
+        assert_eq!(current, p.replacement(1, 1));
+        assert_eq!(
+            p.draw_key(1, attempt),
+            DrawKey {
+                position: 1,
+                attempt: 1
+            }
+        );
+        assert_eq!(p.bad.entries.lock().unwrap().len(), 1);
     }
 }

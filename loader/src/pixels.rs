@@ -16,22 +16,29 @@ use stoker_formats::{DatasetReader, Encoding, Record, RecordHeader};
 
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
-use crate::transform::{SampleParams, Transform};
+use crate::transform::{DrawKey, SampleParams, Transform};
 
-/// What a sample's crop and flip are drawn from: the transform, the shuffle seed and the
-/// epoch (the sample index and image size come per record).
+/// What a sample's crop and flip are drawn from: the transform, the loader's seed, the
+/// epoch and the sample's place in the epoch (the image size comes from the record).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Draw<'a> {
     pub(crate) transform: &'a Transform,
     pub(crate) seed: u64,
     pub(crate) epoch: u64,
+    /// Where in the epoch the sample stands (set per record: [`Draw::keyed`]).
+    pub(crate) key: DrawKey,
 }
 
 impl Draw<'_> {
-    /// The crop and flip of sample `index`, a `width × height` image.
-    pub(crate) fn params(&self, index: u64, width: u32, height: u32) -> SampleParams {
+    /// This draw for the sample at `key`.
+    pub(crate) fn keyed(self, key: DrawKey) -> Self {
+        Draw { key, ..self }
+    }
+
+    /// The crop and flip of this sample, a `width × height` image.
+    pub(crate) fn params(&self, width: u32, height: u32) -> SampleParams {
         self.transform
-            .params(self.seed, self.epoch, index, width, height)
+            .params(self.seed, self.epoch, self.key, width, height)
     }
 }
 
@@ -153,7 +160,7 @@ pub(crate) fn load_record<'r>(
                 width: w,
                 height: h,
                 channels: if in_place { u32::from(c) } else { 3 },
-                params: draw.params(index, w, h),
+                params: draw.params(w, h),
                 place,
                 payload: record.payload,
             }
@@ -189,7 +196,7 @@ pub(crate) fn decode_jpeg(
 ) -> Result<(ImageInfo, SampleParams, Place), LoaderError> {
     let info = stoker_decode::probe(payload, decoder.limits())
         .map_err(|source| LoaderError::Decode { index, source })?;
-    let params = draw.params(index, info.width, info.height);
+    let params = draw.params(info.width, info.height);
     let need = info.rgb_len();
     let (out, place): (&mut [u8], Place) = match dest {
         Dest::Slot(slot) if need <= slot.len() => (slot, Place::Slot),
@@ -355,9 +362,11 @@ impl SamplePixels {
 }
 
 /// Reads, checks and decodes record `index` of `reader` as the loader's backends do, with
-/// the crop and flip the loader draws for it in `epoch` under the shuffle seed `seed`
-/// ([`crate::Shuffle::seed`]) with `transform`: the pixels a batch's image is resized from.
-/// For inspecting what the loader feeds a model, one sample at a time.
+/// the crop and flip the loader draws with `transform` in `epoch` under its seed `seed`
+/// ([`crate::Loader::seed`]) at `key`, the sample's place in the epoch (for rank `r`'s
+/// `p`-th sample of the epoch, `DrawKey::at(sampler.global_position(p))`): the pixels a
+/// batch's image is resized from. For inspecting what the loader feeds a model, one sample
+/// at a time.
 ///
 /// # Errors
 ///
@@ -368,10 +377,11 @@ impl SamplePixels {
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use stoker_loader::{pixels::sample_pixels, Transform};
+/// use stoker_loader::{pixels::sample_pixels, transform::DrawKey, Transform};
 /// let reader = stoker_formats::Dataset::open("data/train")?.reader()?;
 /// let transform = Transform::random_resized_crop(224);
-/// let sample = sample_pixels(&reader, 42, &transform, 0, 3)?;
+/// // Record 42, met as the 10th sample of epoch 3's order.
+/// let sample = sample_pixels(&reader, 42, &transform, 0, 3, DrawKey::at(10))?;
 /// let (_x, _y, w, h) = sample.params.crop;
 /// assert_eq!(sample.crop_rgb().len(), (w * h * 3) as usize);
 /// # Ok(()) }
@@ -382,6 +392,7 @@ pub fn sample_pixels(
     transform: &Transform,
     seed: u64,
     epoch: u64,
+    key: DrawKey,
 ) -> Result<SamplePixels, LoaderError> {
     let decoder = CpuDecoder::new(Limits::default());
     let mut scratch = Vec::new();
@@ -389,6 +400,7 @@ pub fn sample_pixels(
         transform,
         seed,
         epoch,
+        key,
     };
     let metrics = Metrics::default();
     let loaded = load_record(
@@ -528,6 +540,7 @@ mod tests {
                 transform: &self.transform,
                 seed: 5,
                 epoch: 2,
+                key: DrawKey::at(0),
             };
             let reader = match name {
                 "jpeg" => &self.jpeg,
@@ -555,7 +568,10 @@ mod tests {
             (on_cpu.width, on_cpu.height, on_cpu.channels),
             (500, 375, 3)
         );
-        assert_eq!(on_cpu.params, f.transform.params(5, 2, 0, 500, 375));
+        assert_eq!(
+            on_cpu.params,
+            f.transform.params(5, 2, DrawKey::at(0), 500, 375)
+        );
         let crop = crop_of(&scratch, 500, on_cpu.params.crop);
 
         let mut slot = vec![0u8; 500 * 375 * 3];
@@ -612,6 +628,7 @@ mod tests {
             transform: &f.transform,
             seed: 0,
             epoch: 0,
+            key: DrawKey::at(0),
         };
         let tools = (&f.decoder, &mut scratch);
         match load_record(&f.jpeg, 1, draw, tools, Dest::Scratch, &f.metrics) {

@@ -16,6 +16,8 @@
 //! operations in distributed training.
 
 use crate::error::LoaderError;
+// Defined beside the resume check; also reachable here, where it used to live.
+pub use crate::resume::LoaderState;
 
 /// How the order of an epoch is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -54,6 +56,24 @@ impl Shuffle {
         match *self {
             Shuffle::Sequential => 0,
             Shuffle::Global { seed } | Shuffle::Quasi { seed, .. } => seed,
+        }
+    }
+
+    /// This shuffle with `seed` in place of its own ([`Shuffle::Sequential`] has none and
+    /// stays as it is).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_loader::Shuffle;
+    /// assert_eq!(Shuffle::Global { seed: 1 }.with_seed(9), Shuffle::Global { seed: 9 });
+    /// assert_eq!(Shuffle::Sequential.with_seed(9), Shuffle::Sequential);
+    /// ```
+    pub fn with_seed(self, seed: u64) -> Shuffle {
+        match self {
+            Shuffle::Sequential => Shuffle::Sequential,
+            Shuffle::Global { .. } => Shuffle::Global { seed },
+            Shuffle::Quasi { block, .. } => Shuffle::Quasi { seed, block },
         }
     }
 
@@ -111,44 +131,6 @@ impl std::str::FromStr for Order {
                 }),
         }
     }
-}
-
-/// Where a loader stands: enough to continue exactly where it stopped.
-///
-/// Returned by [`crate::Loader::state`] and consumed by [`crate::LoaderBuilder::resume`].
-/// Serializable so it can go into a training checkpoint.
-///
-/// `position` counts batches of one rank's order, so it means the same samples only to a
-/// loader with the same batch size, number of ranks, dataset, `drop_last` and kind of
-/// order: [`crate::Loader::state`] records them, and a resume with any of them different
-/// is refused rather than repeating or skipping samples. (The rank is not recorded: the
-/// ranks advance in step, so rank 0's saved state resumes every rank.)
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LoaderState {
-    /// The shuffle seed (checked on resume).
-    pub seed: u64,
-    /// The epoch in progress (or the next epoch, with `position == 0`).
-    pub epoch: u64,
-    /// Batches of `epoch` already handed to the consumer on this rank.
-    pub position: u64,
-    /// The batch size `position` counts in (checked on resume when given; a state
-    /// written by hand or by an older stoker may leave it out).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_size: Option<u64>,
-    /// The number of ranks the dataset is split over (checked on resume when given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub world_size: Option<u64>,
-    /// The records in the dataset (checked on resume when given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub samples: Option<u64>,
-    /// Whether each rank's short last batch is dropped: it changes each rank's share, so
-    /// where its slice starts (checked on resume when given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drop_last: Option<bool>,
-    /// The kind of order (checked on resume when given: the seed alone does not tell a
-    /// sequential loader from a shuffled one with seed 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub order: Option<Order>,
 }
 
 /// The per-rank order of sample indices for an epoch.
@@ -283,6 +265,25 @@ impl Sampler {
         self.samples_per_epoch()
             .saturating_sub(start)
             .min(self.batch_size)
+    }
+
+    /// The position in the epoch's global order of this rank's `pos`-th sample
+    /// (`order(e)[pos]`): ranks take consecutive slices of the global order (extended by
+    /// wrap-around when it does not divide evenly), so positions are distinct across ranks,
+    /// and a padding copy's position lies past the dataset's length. What the sample's
+    /// crop and flip are drawn from ([`crate::transform::DrawKey`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_loader::{Sampler, Shuffle};
+    /// // 10 samples over 3 ranks: shares of 4, the last padded by 2 repeated samples.
+    /// let r2 = Sampler::new(10, Shuffle::Sequential, 2, 3, 4, false).unwrap();
+    /// assert_eq!(r2.order(0), vec![8, 9, 0, 1]);
+    /// assert_eq!(r2.global_position(2), 10);
+    /// ```
+    pub fn global_position(&self, pos: u64) -> u64 {
+        self.rank * self.rank_share() + pos
     }
 
     /// The permutation of `0..len` shared by all ranks for `epoch`.

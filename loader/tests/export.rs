@@ -300,3 +300,116 @@ fn an_oversized_batch_size_or_prefetch_allocates_no_more_than_an_epoch_uses() {
     assert_eq!(batches.len(), 1);
     assert_eq!(batches[0].len(), 15);
 }
+
+#[test]
+fn a_state_from_another_dataset_of_the_same_length_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    // The same 15 photos with one label changed: as long, not the same samples.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = relabelled_copy(&ds, other_dir.path());
+    assert_eq!(other.len(), ds.len());
+
+    let state = LoaderState {
+        position: 2,
+        ..small(&ds).build().unwrap().state()
+    };
+    let fingerprint = state.dataset.expect("the state names its dataset");
+    // Text and JSON: 16 hex digits.
+    let json = serde_json::to_string(&state).unwrap();
+    assert!(
+        json.contains(&format!(r#""dataset":"{fingerprint}""#)),
+        "{json}"
+    );
+    assert_eq!(serde_json::from_str::<LoaderState>(&json).unwrap(), state);
+
+    let err = small(&other).resume(state).build().unwrap_err();
+    assert!(
+        matches!(&err, LoaderError::ResumeMismatch { field: "dataset", got, .. } if *got == fingerprint.to_string()),
+        "{err}"
+    );
+    let running = small(&other).build().unwrap();
+    let err = running.load_state(state).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LoaderError::ResumeMismatch {
+                field: "dataset",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The same dataset, opened again (or moved), resumes; a state without a fingerprint
+    // (an older stoker's) is taken as is.
+    assert!(small(&Dataset::open(ds.root()).unwrap())
+        .resume(state)
+        .build()
+        .is_ok());
+    let older = LoaderState {
+        dataset: None,
+        ..state
+    };
+    running.load_state(older).unwrap();
+}
+
+/// `ds`'s records written again into `dir`, with record 0's label changed.
+fn relabelled_copy(ds: &Dataset, dir: &std::path::Path) -> Dataset {
+    use stoker_formats::{DatasetWriter, Provenance, RecordMeta, WriterOptions};
+    let reader = ds.reader().unwrap();
+    let mut w = DatasetWriter::create(dir, WriterOptions::default()).unwrap();
+    for i in 0..ds.len() {
+        let r = reader.get(i).unwrap();
+        let h = r.header;
+        let label = if i == 0 { (h.label + 1) % 3 } else { h.label };
+        let meta = RecordMeta {
+            encoding: h.encoding,
+            height: h.height,
+            width: h.width,
+            channels: h.channels,
+            label,
+        };
+        w.push(meta, r.payload).unwrap();
+    }
+    w.finish(
+        ds.manifest().classes.clone(),
+        Provenance::stoker("relabelled"),
+    )
+    .unwrap();
+    Dataset::open(dir).unwrap()
+}
+
+#[test]
+fn an_epoch_resumed_mid_way_counts_only_the_batches_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let loader = small(&ds).build().unwrap();
+    assert_eq!(loader.num_batches(), 4);
+    let mut fresh = loader.epoch(0);
+    assert_eq!((fresh.len(), fresh.size_hint()), (4, (4, Some(4))));
+    fresh.next().unwrap().unwrap();
+    assert_eq!(fresh.len(), 3);
+    drop(fresh);
+
+    loader
+        .load_state(LoaderState {
+            epoch: 1,
+            position: 3,
+            ..loader.state()
+        })
+        .unwrap();
+    let mut resumed = loader.epoch(1);
+    assert_eq!(resumed.remaining(), 1);
+    assert_eq!(resumed.len(), 1);
+    assert_eq!(resumed.next().unwrap().unwrap().index, 3);
+    assert_eq!(resumed.len(), 0);
+    assert!(resumed.next().is_none());
+    assert_eq!(resumed.len(), 0);
+    drop(resumed);
+
+    // An epoch that cannot start yields its one error.
+    let _running = loader.epoch(2);
+    let refused = loader.epoch(3);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused.count(), 1);
+}

@@ -233,10 +233,12 @@ fn bad_records_are_replaced_counted_and_reported() {
     bad_indices.sort_unstable();
     assert_eq!(bad_indices, vec![3, 17, 30]);
     assert!(stats.to_string().contains("bad records: 3 met, 3 distinct"));
-    // A second epoch meets the same three again: more met, no more distinct.
+    // A second epoch meets the same three again (and a replacement, drawn at random from
+    // the whole epoch, may meet one of them once more): more met, no more distinct.
     assert_eq!(run_epoch(&loader, 1).len(), 5);
     let stats = loader.stats();
-    assert_eq!((stats.bad_records, stats.bad_distinct), (6, 3), "{stats}");
+    assert!(stats.bad_records >= 6, "{stats}");
+    assert_eq!(stats.bad_distinct, 3, "{stats}");
 
     // With OnError::Error the batches holding them are errors naming the record; the others
     // come through and the epoch still ends.

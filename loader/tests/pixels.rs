@@ -6,7 +6,7 @@ mod common;
 use common::{bench_dataset, bench_jpeg, bench_raw_dataset};
 use stoker_formats::Dataset;
 use stoker_loader::pixels::sample_pixels;
-use stoker_loader::{Loader, Output, Shuffle, Transform};
+use stoker_loader::{DrawKey, Loader, Output, Shuffle, Transform};
 
 const SEED: u64 = 7;
 const EPOCH: u64 = 3;
@@ -29,8 +29,9 @@ fn flip_rows(rgb: &[u8], width: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Every sample of an epoch of the CPU loader is `sample_pixels`' crop of that sample, and
-/// that crop is `Transform::params` of the image's size over the fully decoded image.
+/// Every sample of an epoch of the CPU loader is `sample_pixels`' crop of that sample (drawn
+/// at its position in the epoch), and that crop is `Transform::params` of the image's size
+/// over the fully decoded image.
 fn assert_loader_crops_like_sample_pixels(ds: &Dataset) {
     let transform = identity_crop();
     let loader = Loader::builder(ds.clone())
@@ -49,11 +50,13 @@ fn assert_loader_crops_like_sample_pixels(ds: &Dataset) {
         let batch = batch.unwrap();
         let out = batch.images.as_u8().unwrap();
         for (slot, &index) in batch.indices.iter().enumerate() {
-            let sample = sample_pixels(&reader, index, &transform, SEED, EPOCH).unwrap();
+            let pos = batch.index * 8 + slot as u64;
+            let key = DrawKey::at(loader.sampler().global_position(pos));
+            let sample = sample_pixels(&reader, index, &transform, SEED, EPOCH, key).unwrap();
             assert_eq!((sample.width, sample.height), (500, 375), "record {index}");
             assert_eq!(
                 sample.params,
-                transform.params(SEED, EPOCH, index, 500, 375),
+                transform.params(SEED, EPOCH, key, 500, 375),
                 "record {index}"
             );
             assert_eq!(sample.label, batch.labels[slot], "record {index}");

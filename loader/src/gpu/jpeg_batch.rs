@@ -278,6 +278,7 @@ fn check_left<'a, 'r: 'a>(
             continue;
         }
         let index = progress.current[i];
+        let host = host.keyed(plan.draw_key(progress.positions[i], progress.attempts[i]));
         let checked = match prepared.get_mut(i).and_then(Option::take) {
             Some(c) => c,
             None => check_record(shared, reader, index, decoder.limits()),
@@ -289,7 +290,7 @@ fn check_left<'a, 'r: 'a>(
                 info,
             }) => {
                 if info.rgb_len() <= stride {
-                    let p = host.draw.params(index, info.width, info.height);
+                    let p = host.draw.params(info.width, info.height);
                     todo.push((i, payload, label, p));
                     Ok(())
                 } else {

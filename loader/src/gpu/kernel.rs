@@ -415,7 +415,7 @@ mod tests {
     fn reference_matches_the_cpu_path_on_bench_images() {
         use crate::transform::layout::{self, Normalizer};
         use crate::transform::resize::CropResizer;
-        use crate::transform::{Transform, IMAGENET_MEAN, IMAGENET_STD};
+        use crate::transform::{DrawKey, Transform, IMAGENET_MEAN, IMAGENET_STD};
 
         let dir = stoker_testdata::bench_dir();
         let decoder = stoker_decode::CpuDecoder::new(stoker_decode::Limits::default());
@@ -450,7 +450,7 @@ mod tests {
             };
             for t in &transforms {
                 for epoch in 0..3 {
-                    let p = t.params(7, epoch, i, info.width, info.height);
+                    let p = t.params(7, epoch, DrawKey::at(i), info.width, info.height);
                     flips += usize::from(p.flip);
                     let crop = [
                         p.crop.0 as f32,

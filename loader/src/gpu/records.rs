@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{reader_unavailable, EpochPlan};
 use crate::pixels::{decode_jpeg, load_record, read_checked, Dest, Draw, Place};
 use crate::transform::resize::CropResizer;
-use crate::transform::SampleParams;
+use crate::transform::{DrawKey, SampleParams};
 
 /// A record read, CRC-checked and probed (by the read-ahead or the producer).
 pub(super) struct Checked<'r> {
@@ -204,6 +204,7 @@ pub(super) fn stage_position(
     let mut index = plan.order[pos];
     let mut attempt = 0;
     loop {
+        let host = host.keyed(plan.draw_key(pos, attempt));
         match stage_one(&host, index, state, dst) {
             Ok(s) => return Ok(s),
             Err(error) => plan.replace_failed(pos, error, &mut attempt, &mut index)?,
@@ -237,10 +238,20 @@ impl<'a> HostStaging<'a> {
                 transform: &shared.transform,
                 seed: plan.seed,
                 epoch: plan.epoch,
+                // Set per record (`keyed`).
+                key: DrawKey::default(),
             },
             size: shared.size,
             direct: shared.direct.as_ref().and_then(DirectMaps::whole),
             streaming_stores: shared.streaming_stores,
+        }
+    }
+
+    /// This staging for the sample at `key` ([`EpochPlan::draw_key`]).
+    pub(super) fn keyed(self, key: DrawKey) -> HostStaging<'a> {
+        HostStaging {
+            draw: self.draw.keyed(key),
+            ..self
         }
     }
 }
@@ -433,6 +444,7 @@ mod tests {
                 transform,
                 seed: SEED,
                 epoch: EPOCH,
+                key: DrawKey::at(0),
             },
             size: SIZE,
             direct: None,
@@ -464,7 +476,15 @@ mod tests {
         let mut st = state(&ds);
         let mut dst = vec![0u8; 500 * 375 * 3];
         let staged = stage_one(&host(&metrics, &transform, false), 0, &mut st, &mut dst).unwrap();
-        let cpu = sample_pixels(&ds.reader().unwrap(), 0, &transform, SEED, EPOCH).unwrap();
+        let cpu = sample_pixels(
+            &ds.reader().unwrap(),
+            0,
+            &transform,
+            SEED,
+            EPOCH,
+            DrawKey::at(0),
+        )
+        .unwrap();
         assert_eq!(
             (staged.width, staged.height, staged.channels),
             (500, 375, 3)
@@ -491,7 +511,15 @@ mod tests {
             Metrics::default(),
             Transform::random_resized_crop(SIZE).hflip(0.5),
         );
-        let cpu = sample_pixels(&ds.reader().unwrap(), 0, &transform, SEED, EPOCH).unwrap();
+        let cpu = sample_pixels(
+            &ds.reader().unwrap(),
+            0,
+            &transform,
+            SEED,
+            EPOCH,
+            DrawKey::at(0),
+        )
+        .unwrap();
         let want = CropResizer::new(SIZE)
             .apply(&cpu.rgb, cpu.width, cpu.height, cpu.params.crop)
             .unwrap()
@@ -551,14 +579,25 @@ mod tests {
                 (staged.channels, staged.bytes, staged.source),
                 (1, 48, None)
             );
-            assert_eq!(staged.crop, transform.params(SEED, EPOCH, 0, 8, 6).crop);
+            assert_eq!(
+                staged.crop,
+                transform.params(SEED, EPOCH, DrawKey::at(0), 8, 6).crop
+            );
             assert_eq!(&dst[..48], &gray[..], "streaming stores: {streaming}");
         }
         // An RGB record larger than its stride: resized as the CPU path resizes it.
         let rgb: Vec<u8> = (0..(40 * 30 * 3)).map(|i| (i * 7 % 251) as u8).collect();
         let dir = tempfile::tempdir().unwrap();
         let ds = dataset(dir.path(), Encoding::Raw, (40, 30, 3), &rgb);
-        let cpu = sample_pixels(&ds.reader().unwrap(), 0, &transform, SEED, EPOCH).unwrap();
+        let cpu = sample_pixels(
+            &ds.reader().unwrap(),
+            0,
+            &transform,
+            SEED,
+            EPOCH,
+            DrawKey::at(0),
+        )
+        .unwrap();
         let want = CropResizer::new(SIZE)
             .apply(&cpu.rgb, 40, 30, cpu.params.crop)
             .unwrap()

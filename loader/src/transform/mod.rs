@@ -2,8 +2,12 @@
 //! layout and dtype.
 //!
 //! [`Transform`] is the description; [`Transform::params`] draws the per-sample random
-//! parameters from `(seed, epoch, sample_index)` and the source size alone, so the CPU path
+//! parameters from `(seed, epoch, draw key)` and the source size alone, so the CPU path
 //! (`resize.rs`, `layout.rs`) and the GPU path (`loader/src/gpu/`) crop and flip identically.
+//! The [`DrawKey`] is the sample's place in the epoch (its position in the epoch's global
+//! order, and which replacement of a bad record it is), not the record: a record that
+//! appears twice in an epoch (a bad record's replacement, a distributed padding copy) gets
+//! two independent crops.
 
 pub(crate) mod layout;
 pub(crate) mod resize;
@@ -46,10 +50,11 @@ pub enum CropMode {
 /// use stoker_loader::Transform;
 /// use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 /// let train = Transform::random_resized_crop(224).hflip(0.5).normalize(IMAGENET_MEAN, IMAGENET_STD);
-/// let p = train.params(0, 0, 42, 500, 375);
+/// use stoker_loader::transform::DrawKey;
+/// let p = train.params(0, 0, DrawKey::at(42), 500, 375);
 /// let (x, y, w, h) = p.crop;
 /// assert!(x + w <= 500 && y + h <= 375 && w > 0 && h > 0);
-/// assert_eq!(p, train.params(0, 0, 42, 500, 375)); // a pure function of its inputs
+/// assert_eq!(p, train.params(0, 0, DrawKey::at(42), 500, 375)); // a pure function of its inputs
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Transform {
@@ -71,6 +76,43 @@ pub struct SampleParams {
     pub crop: (u32, u32, u32, u32),
     /// Mirror the output horizontally.
     pub flip: bool,
+}
+
+/// Which draw of an epoch a sample gets: its place in the epoch, not the record it holds.
+///
+/// `position` is the sample's position in the epoch's global order (rank `r`'s position
+/// `p` is [`crate::Sampler::global_position`]`(p)`; a distributed padding copy has a
+/// position past the dataset's length), and `attempt` is 0 for the record the order puts
+/// there, `a` for the `a`-th replacement of a bad one. So a record used twice in an epoch
+/// never gets the same crop and flip twice by construction, and the draw depends on
+/// nothing a worker count or a resume could change.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_loader::transform::DrawKey;
+/// use stoker_loader::Transform;
+/// let t = Transform::random_resized_crop(224).hflip(0.5);
+/// let first = t.params(7, 0, DrawKey::at(3), 500, 375);
+/// let replaced = t.params(7, 0, DrawKey { position: 3, attempt: 1 }, 500, 375);
+/// assert_ne!(first, replaced);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct DrawKey {
+    /// Position in the epoch's global order.
+    pub position: u64,
+    /// 0 for the order's own record, `a ≥ 1` for the `a`-th replacement of a bad one.
+    pub attempt: u32,
+}
+
+impl DrawKey {
+    /// The key of the order's own record at global position `position`.
+    pub fn at(position: u64) -> DrawKey {
+        DrawKey {
+            position,
+            attempt: 0,
+        }
+    }
 }
 
 impl SampleParams {
@@ -217,8 +259,8 @@ impl Transform {
         Ok(())
     }
 
-    /// The crop and flip for one sample: a pure function of `(seed, epoch, sample_index)`, the
-    /// source size and this transform, shared by the CPU and GPU paths.
+    /// The crop and flip for one sample: a pure function of `(seed, epoch, key)` (see
+    /// [`DrawKey`]), the source size and this transform, shared by the CPU and GPU paths.
     ///
     /// Random resized crop follows torchvision's `RandomResizedCrop.get_params`: up to 10
     /// attempts at `area · U(scale)` with aspect `exp(U(ln ratio))`, `w = round(√(area·aspect))`,
@@ -232,18 +274,25 @@ impl Transform {
     /// use stoker_loader::Transform;
     /// let eval = Transform::center_crop(224, 256);
     /// // 500×375 → shorter side 375 scaled to 256; the 224 window is 224·375/256 = 328 source px.
-    /// assert_eq!(eval.params(0, 0, 0, 500, 375).crop, (86, 23, 328, 328));
+    /// let key = stoker_loader::transform::DrawKey::at(0);
+    /// assert_eq!(eval.params(0, 0, key, 500, 375).crop, (86, 23, 328, 328));
     /// ```
     pub fn params(
         &self,
         seed: u64,
         epoch: u64,
-        sample_index: u64,
+        key: DrawKey,
         src_w: u32,
         src_h: u32,
     ) -> SampleParams {
         let (width, height) = (src_w.max(1), src_h.max(1));
-        let mut rng = Rng::new(&[seed, epoch, sample_index, STREAM_TRANSFORM]);
+        let mut rng = Rng::new(&[
+            seed,
+            epoch,
+            key.position,
+            u64::from(key.attempt),
+            STREAM_TRANSFORM,
+        ]);
         let crop = match self.crop {
             CropMode::RandomResized { scale, ratio } => {
                 random_resized(&mut rng, width, height, scale, ratio)
@@ -316,7 +365,7 @@ mod tests {
         let mut flips = 0;
         for i in 0..4000u64 {
             let (sw, sh) = (1 + (i % 7) as u32 * 150, 1 + (i % 5) as u32 * 130);
-            let p = t.params(9, 1, i, sw, sh);
+            let p = t.params(9, 1, DrawKey::at(i), sw, sh);
             let (x, y, w, h) = p.crop;
             assert!(
                 w >= 1 && h >= 1 && x + w <= sw && y + h <= sh,
@@ -335,7 +384,7 @@ mod tests {
         let t = Transform::random_resized_crop(224);
         let (mut small, mut large, n) = (0u32, 0u32, 4000u64);
         for i in 0..n {
-            let (_, _, w, h) = t.params(3, 0, i, 500, 375).crop;
+            let (_, _, w, h) = t.params(3, 0, DrawKey::at(i), 500, 375).crop;
             let frac = f64::from(w * h) / (500.0 * 375.0);
             let aspect = f64::from(w) / f64::from(h);
             assert!((0.07..=1.0).contains(&frac), "{w}×{h}");
@@ -344,21 +393,33 @@ mod tests {
             large += u32::from(frac > 0.7);
         }
         // U(0.08, 1): P(< 0.3) = 0.24, P(> 0.7) = 0.33 before the fit test, which rejects
-        // part of the large ones (a 4/3 crop of > 75% of a 4/3 source's area can't be taller).
+        // part of the large ones (a 4/3 crop of > 75% of a 4/3 source's area can't be taller)
+        // and redraws them: among accepted crops P(< 0.3) ≈ 0.32 and P(> 0.7) ≈ 0.13 (10⁶
+        // draws), bounds here ±6σ for 4000.
         let (small, large) = (f64::from(small) / n as f64, f64::from(large) / n as f64);
-        assert!((0.20..0.32).contains(&small), "P(frac < 0.3) = {small}");
+        assert!((0.28..0.37).contains(&small), "P(frac < 0.3) = {small}");
         assert!((0.10..0.33).contains(&large), "P(frac > 0.7) = {large}");
     }
 
     #[test]
-    fn params_depend_on_seed_epoch_and_index() {
+    fn params_depend_on_seed_epoch_position_and_attempt() {
         let t = Transform::random_resized_crop(224).hflip(0.5);
-        let a = t.params(1, 2, 3, 640, 480);
-        assert_eq!(a, t.params(1, 2, 3, 640, 480));
+        let a = t.params(1, 2, DrawKey::at(3), 640, 480);
+        assert_eq!(a, t.params(1, 2, DrawKey::at(3), 640, 480));
         let others = [
-            t.params(2, 2, 3, 640, 480),
-            t.params(1, 3, 3, 640, 480),
-            t.params(1, 2, 4, 640, 480),
+            t.params(2, 2, DrawKey::at(3), 640, 480),
+            t.params(1, 3, DrawKey::at(3), 640, 480),
+            t.params(1, 2, DrawKey::at(4), 640, 480),
+            t.params(
+                1,
+                2,
+                DrawKey {
+                    position: 3,
+                    attempt: 1,
+                },
+                640,
+                480,
+            ),
         ];
         assert!(others.iter().all(|o| o.crop != a.crop));
     }
@@ -370,22 +431,28 @@ mod tests {
         let t = Transform::random_resized_crop(32)
             .scale(1.0, 1.0)
             .ratio(0.75, 4.0 / 3.0);
-        let p = t.params(0, 0, 0, 1000, 10);
+        let p = t.params(0, 0, DrawKey::at(0), 1000, 10);
         assert_eq!(p.crop, (493, 0, 13, 10));
         // Square inside the range: whole image.
-        let p = t.params(0, 0, 0, 50, 50);
+        let p = t.params(0, 0, DrawKey::at(0), 50, 50);
         assert_eq!(p.crop, (0, 0, 50, 50));
     }
 
     #[test]
     fn center_crop_matches_resize_then_center_crop() {
         let t = Transform::center_crop(224, 256);
-        assert_eq!(t.params(0, 0, 0, 256, 256).crop, (16, 16, 224, 224));
-        assert_eq!(t.params(0, 0, 0, 375, 500).crop, (23, 86, 328, 328));
+        assert_eq!(
+            t.params(0, 0, DrawKey::at(0), 256, 256).crop,
+            (16, 16, 224, 224)
+        );
+        assert_eq!(
+            t.params(0, 0, DrawKey::at(0), 375, 500).crop,
+            (23, 86, 328, 328)
+        );
         // Tiny image: never larger than the source.
-        let (x, y, w, h) = t.params(0, 0, 0, 1, 1).crop;
+        let (x, y, w, h) = t.params(0, 0, DrawKey::at(0), 1, 1).crop;
         assert_eq!((x, y, w, h), (0, 0, 1, 1));
-        assert!(!t.params(0, 0, 0, 256, 256).flip);
+        assert!(!t.params(0, 0, DrawKey::at(0), 256, 256).flip);
     }
 
     #[test]

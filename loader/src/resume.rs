@@ -1,0 +1,279 @@
+//! Resuming: what a saved [`LoaderState`] records, which dataset it was taken on
+//! ([`DatasetFingerprint`]), and the check that refuses a state that would mean other
+//! samples to this loader (`check_resume`, run by the builder and `Loader::load_state`).
+
+use stoker_formats::Manifest;
+
+use crate::error::LoaderError;
+use crate::sampler::{Order, Sampler};
+
+/// Where a loader stands: enough to continue exactly where it stopped.
+///
+/// Returned by [`crate::Loader::state`] and consumed by [`crate::LoaderBuilder::resume`].
+/// Serializable so it can go into a training checkpoint.
+///
+/// `position` counts batches of one rank's order, so it means the same samples only to a
+/// loader with the same seed, batch size, number of ranks, dataset, `drop_last` and kind
+/// of order: [`crate::Loader::state`] records them, and a resume with any of them
+/// different is refused rather than repeating or skipping samples. (The rank is not
+/// recorded: the ranks advance in step, so rank 0's saved state resumes every rank.) The
+/// optional fields may be left out (a state written by hand or by an older stoker): what a
+/// state does not record is not checked.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_loader::LoaderState;
+/// // A state saved by an older stoker (no dataset fingerprint) still loads.
+/// let old: LoaderState = serde_json::from_str(r#"{"seed": 3, "epoch": 1, "position": 5}"#).unwrap();
+/// assert_eq!((old.seed, old.dataset), (3, None));
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LoaderState {
+    /// The loader's seed ([`crate::Loader::seed`]: the order's and every random draw's;
+    /// checked on resume).
+    pub seed: u64,
+    /// The epoch in progress (or the next epoch, with `position == 0`).
+    pub epoch: u64,
+    /// Batches of `epoch` already handed to the consumer on this rank.
+    pub position: u64,
+    /// The batch size `position` counts in (checked on resume when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_size: Option<u64>,
+    /// The number of ranks the dataset is split over (checked on resume when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u64>,
+    /// The records in the dataset (checked on resume when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// Whether each rank's short last batch is dropped: it changes each rank's share, so
+    /// where its slice starts (checked on resume when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_last: Option<bool>,
+    /// The kind of order (checked on resume when given: the seed alone does not tell a
+    /// sequential loader from a shuffled one with seed 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Order>,
+    /// Which dataset `position` counts in (checked on resume when given: two datasets of
+    /// the same length are not the same samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<DatasetFingerprint>,
+}
+
+/// A dataset's identity for [`LoaderState`]: a 64-bit hash of what its manifest says of
+/// its content: the sample count, the payload bytes, the class names, and each shard's
+/// first index, record count, size and digest. Not its path or its shards' file names, so
+/// a dataset moved or copied elsewhere resumes; a dataset rewritten with other records
+/// (or the same records in another order, or other labels) does not.
+///
+/// Written as 16 hex digits ([`std::fmt::Display`], [`std::str::FromStr`], serde): a JSON
+/// number above 2⁵³ does not survive every JSON reader.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use stoker_loader::resume::DatasetFingerprint;
+/// let dataset = stoker_formats::Dataset::open("data/train")?;
+/// let fp = DatasetFingerprint::of(dataset.manifest());
+/// assert_eq!(fp.to_string().parse::<DatasetFingerprint>()?, fp);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub struct DatasetFingerprint(pub u64);
+
+/// Tags the fingerprint's words, so it never equals another hash of the same numbers.
+const FINGERPRINT_TAG: u64 = 0x6461_7461_7365_7401;
+
+impl DatasetFingerprint {
+    /// The fingerprint of the dataset `manifest` describes: no file is read.
+    pub fn of(manifest: &Manifest) -> DatasetFingerprint {
+        let mut words = vec![
+            FINGERPRINT_TAG,
+            manifest.samples,
+            manifest.payload_bytes,
+            manifest.classes.len() as u64,
+        ];
+        for class in &manifest.classes {
+            words.push(class.len() as u64);
+            words.extend(class.as_bytes().chunks(8).map(|chunk| {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                u64::from_le_bytes(word)
+            }));
+        }
+        words.push(manifest.shards.len() as u64);
+        for shard in &manifest.shards {
+            words.extend([
+                shard.first_index,
+                shard.count,
+                shard.bytes,
+                shard.xxh3.unwrap_or(0),
+                shard.crc32c.map_or(0, u64::from),
+            ]);
+        }
+        DatasetFingerprint(crate::sampler::Rng::new(&words).next_u64())
+    }
+}
+
+impl std::fmt::Display for DatasetFingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl std::str::FromStr for DatasetFingerprint {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.len() != 16 {
+            return Err(format!("dataset fingerprint {s:?} is not 16 hex digits"));
+        }
+        u64::from_str_radix(s, 16)
+            .map(DatasetFingerprint)
+            .map_err(|_| format!("dataset fingerprint {s:?} is not hex"))
+    }
+}
+
+impl From<DatasetFingerprint> for String {
+    fn from(fp: DatasetFingerprint) -> String {
+        fp.to_string()
+    }
+}
+
+impl TryFrom<String> for DatasetFingerprint {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// Checks that `state` can resume a loader with seed `seed`, `sampler` and dataset
+/// `dataset`: each thing the state records must be this loader's, and its position
+/// inside the epoch.
+pub(crate) fn check_resume(
+    state: &LoaderState,
+    seed: u64,
+    sampler: &Sampler,
+    dataset: DatasetFingerprint,
+) -> Result<(), LoaderError> {
+    let text = |v: Option<u64>| v.map(|v| v.to_string());
+    let recorded = [
+        ("seed", Some(state.seed.to_string()), seed.to_string()),
+        (
+            "batch_size",
+            text(state.batch_size),
+            sampler.batch_size().to_string(),
+        ),
+        (
+            "world_size",
+            text(state.world_size),
+            sampler.world_size().to_string(),
+        ),
+        (
+            "samples",
+            text(state.samples),
+            sampler.dataset_len().to_string(),
+        ),
+        (
+            "drop_last",
+            state.drop_last.map(|d| d.to_string()),
+            sampler.drop_last().to_string(),
+        ),
+        (
+            "order",
+            state.order.map(|o| o.to_string()),
+            sampler.shuffle().order().to_string(),
+        ),
+        (
+            "dataset",
+            state.dataset.map(|d| d.to_string()),
+            dataset.to_string(),
+        ),
+    ];
+    for (field, got, expected) in recorded {
+        match got {
+            Some(got) if got != expected => {
+                return Err(LoaderError::ResumeMismatch {
+                    field,
+                    expected,
+                    got,
+                })
+            }
+            _ => {}
+        }
+    }
+    let num_batches = sampler.num_batches();
+    if state.position > num_batches {
+        return Err(LoaderError::ResumeMismatch {
+            field: "position",
+            expected: format!("at most {num_batches}"),
+            got: state.position.to_string(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest() -> Manifest {
+        serde_json::from_value(serde_json::json!({
+            "format": "stoker-lmdb",
+            "format_version": 2,
+            "samples": 20,
+            "encoding": "jpeg",
+            "raw_size": null,
+            "classes": ["cat", "dog"],
+            "shards": [
+                {"file": "shard-00000.lmdb", "first_index": 0, "count": 12, "bytes": 4096, "xxh3": "00000000000000aa"},
+                {"file": "shard-00001.lmdb", "first_index": 12, "count": 8, "bytes": 2048, "xxh3": "00000000000000bb"}
+            ],
+            "bytes": 6144,
+            "payload_bytes": 5000,
+            "provenance": {"tool": "stoker", "tool_version": "0", "source": "test", "flags": {}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_fingerprint_follows_the_content_not_the_file_names() {
+        let m = manifest();
+        let fp = DatasetFingerprint::of(&m);
+        let mut renamed = m.clone();
+        renamed.shards[0].file = "elsewhere/shard-00000.lmdb".into();
+        renamed.provenance.source = "another path".into();
+        assert_eq!(DatasetFingerprint::of(&renamed), fp);
+        let changes: [fn(&mut Manifest); 5] = [
+            |m| m.shards[1].xxh3 = Some(0xbc),
+            |m| m.shards[0].bytes += 1,
+            |m| m.classes[1] = "dogs".into(),
+            |m| m.classes.swap(0, 1),
+            |m| m.payload_bytes += 1,
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut other = m.clone();
+            change(&mut other);
+            assert_ne!(DatasetFingerprint::of(&other), fp, "change {i}");
+        }
+    }
+
+    #[test]
+    fn the_fingerprint_is_16_hex_digits_in_text_and_json() {
+        let fp = DatasetFingerprint(0x00ab_cdef_0123_4567);
+        assert_eq!(fp.to_string(), "00abcdef01234567");
+        assert_eq!("00abcdef01234567".parse::<DatasetFingerprint>(), Ok(fp));
+        assert!("abc".parse::<DatasetFingerprint>().is_err());
+        assert!("zzzzzzzzzzzzzzzz".parse::<DatasetFingerprint>().is_err());
+        let state = LoaderState {
+            dataset: Some(fp),
+            ..LoaderState::default()
+        };
+        let json = serde_json::to_string(&state).unwrap();
+        assert!(json.contains(r#""dataset":"00abcdef01234567""#), "{json}");
+        assert_eq!(serde_json::from_str::<LoaderState>(&json).unwrap(), state);
+    }
+}
