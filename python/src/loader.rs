@@ -1,4 +1,4 @@
-//! `stoker.Loader`, its epoch iterator and its stats.
+//! `stoker.Loader` and its stats.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -7,7 +7,8 @@ use pyo3::exceptions::{PyKeyError, PyTypeError, PyUserWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 use stoker_loader::{
-    Device, LoaderBuilder, LoaderState, OnError, Order, Output, Shuffle, Transform,
+    DatasetFingerprint, Device, LoaderBuilder, LoaderState, OnError, Order, Output, Shuffle,
+    Transform,
 };
 
 use crate::dataset::{json_to_py, Dataset};
@@ -44,7 +45,9 @@ use crate::locks::lock;
 /// evenly is padded by repeating the first samples of the order (so a validation epoch
 /// over all ranks may count a few samples twice), or cut with ``drop_last=True``.
 /// ``prefetch``: batches in flight; ``workers``: CPU threads;
-/// ``on_error``: ``"replace"`` a bad record by the next sample or ``"raise"``.
+/// ``on_error``: ``"replace"`` a bad record by another sample of the epoch (drawn from
+/// ``seed``, epoch and position) or ``"raise"``. ``seed`` drives the order and every
+/// random draw (crops, flips, replacements), also with ``shuffle=False``.
 ///
 /// GPU path only (ignored on the CPU): ``pinned_memory``, the bytes of pinned staging
 /// the loader may allocate (default: its share of the node's memory);
@@ -162,6 +165,7 @@ impl Loader {
         let mut builder = stoker_loader::Loader::builder(dataset)
             .batch_size(batch_size)
             .shuffle(shuffle)
+            .seed(seed)
             .drop_last(drop_last)
             .transform(transform)
             .output(output)
@@ -238,10 +242,7 @@ impl Loader {
     /// another raises ``stoker.StokerError`` on its first ``next``.
     fn epoch(&self, epoch: u64) -> Epoch {
         let inner = self.inner.epoch_shared(epoch);
-        // The epoch has begun (or failed to): the state says where it starts.
-        let s = self.inner.state();
-        let start = if s.epoch == epoch { s.position } else { 0 };
-        let len = self.inner.num_batches().saturating_sub(start);
+        let len = inner.remaining();
         Epoch::new(inner, len, Arc::clone(&self.next_epoch))
     }
 
@@ -262,8 +263,9 @@ impl Loader {
     /// ``epoch`` already handed out; after a loop left early this still points into that
     /// epoch, which ``load_state_dict`` continues, while this loader's own next ``for``
     /// starts the next epoch), with the ``"batch_size"``, ``"world_size"``,
-    /// ``"samples"`` (dataset length), ``"drop_last"`` and ``"order"`` (``"global"``,
-    /// ``"sequential"`` or ``"quasi:BLOCK"``) that give ``position`` its meaning. Save it
+    /// ``"samples"`` (dataset length), ``"drop_last"``, ``"order"`` (``"global"``,
+    /// ``"sequential"`` or ``"quasi:BLOCK"``) and ``"dataset"`` (a fingerprint of the
+    /// dataset's manifest: its records, not its path) that give ``position`` its meaning. Save it
     /// with the model; ``load_state_dict`` continues exactly there (torchdata's
     /// ``StatefulDataLoader`` convention).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -277,12 +279,13 @@ impl Loader {
         d.set_item("samples", s.samples)?;
         d.set_item("drop_last", s.drop_last)?;
         d.set_item("order", s.order.map(|o| o.to_string()))?;
+        d.set_item("dataset", s.dataset.map(|f| f.to_string()))?;
         Ok(d)
     }
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
-    /// seed, batch size, number of ranks, dataset length, ``drop_last`` or order (where
+    /// seed, batch size, number of ranks, dataset, ``drop_last`` or order (where
     /// the state gives them), or past the end of the epoch; ``stoker.StokerError`` while an
     /// epoch iterator is alive.
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
@@ -305,6 +308,13 @@ impl Loader {
                 .map(|v| {
                     v.extract::<String>()?
                         .parse::<Order>()
+                        .map_err(PyValueError::new_err)
+                })
+                .transpose()?,
+            dataset: present("dataset")?
+                .map(|v| {
+                    v.extract::<String>()?
+                        .parse::<DatasetFingerprint>()
                         .map_err(PyValueError::new_err)
                 })
                 .transpose()?,

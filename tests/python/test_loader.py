@@ -16,6 +16,7 @@ import pytest
 import stoker
 
 REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "examples" / "data" / "sample"
 
 # The settings both front ends get (stoker.Loader's names; loader_dump takes the same).
 SMALL = dict(batch_size=4, seed=0, size=32, crop="random", hflip=0.5, dtype="float32")
@@ -164,7 +165,7 @@ def test_a_batch_kept_alive_keeps_its_contents_past_the_next_ones(sample_dataset
     assert len(list(loader.epoch(2))) == len(loader)
 
 
-def test_state_dict_resumes_mid_epoch_exactly(sample_dataset):
+def test_state_dict_resumes_mid_epoch_exactly(sample_dataset, tmp_path):
     full = python_batches(python_loader(sample_dataset, seed=5).epoch(3))
     loader = python_loader(sample_dataset, seed=5)
     loader.set_epoch(3)
@@ -173,8 +174,17 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset):
     del it
     state = loader.state_dict()
     # With what gives `position` its meaning: batches of 4, 1 rank, 15 samples, the
-    # tail kept, a global shuffle.
-    shape = {"batch_size": 4, "world_size": 1, "samples": 15, "drop_last": False, "order": "global"}
+    # tail kept, a global shuffle, this dataset.
+    fingerprint = state["dataset"]
+    assert len(fingerprint) == 16 and int(fingerprint, 16) >= 0, fingerprint
+    shape = {
+        "batch_size": 4,
+        "world_size": 1,
+        "samples": 15,
+        "drop_last": False,
+        "order": "global",
+        "dataset": fingerprint,
+    }
     assert state == {"seed": 5, "epoch": 3, "position": 2, **shape}
     assert [b["indices"] for b in head] == [b["indices"] for b in full[:2]]
 
@@ -203,6 +213,11 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset):
         python_loader(sample_dataset, seed=0, shuffle=False).load_state_dict(dict(state, seed=0))
     with pytest.raises(ValueError, match="order"):
         resumed.load_state_dict(dict(state, order="random"))
+    # Another dataset of the same length (re-encoded copies) is refused.
+    other = tmp_path / "other"
+    stoker.convert(SAMPLE, other, max_side=64, progress=False)
+    with pytest.raises(ValueError, match="dataset"):
+        stoker.Loader(other, 4, seed=5, size=32, device="cpu").load_state_dict(state)
     # A state from before these were recorded resumes as it did.
     bare = {k: state[k] for k in ("seed", "epoch", "position")}
     resumed = python_loader(sample_dataset, seed=5)
@@ -288,6 +303,18 @@ def test_an_exception_while_waiting_does_not_pass_for_the_end_of_the_epoch(tmp_p
     resumed = loader.state_dict()
     loader.load_state_dict(resumed)
     assert sum(1 for _ in loader) == len(loader) - resumed["position"]
+
+
+def test_the_seed_drives_crops_also_in_dataset_order(sample_dataset):
+    def first(seed):
+        loader = stoker.Loader(sample_dataset, 4, shuffle=False, seed=seed, size=32, device="cpu")
+        batch = next(iter(loader))
+        return batch.indices, np.from_dlpack(batch.images).copy(), loader.state_dict()["seed"]
+
+    (i1, x1, s1), (i2, x2, s2) = first(1), first(2)
+    assert i1 == i2 == [0, 1, 2, 3]
+    assert not np.array_equal(x1, x2)
+    assert (s1, s2) == (1, 2)
 
 
 def test_scale_ratio_and_arguments_that_would_be_ignored(sample_dataset):
