@@ -59,8 +59,11 @@ impl Region {
 /// decoded by zune-jpeg when [`ImageInfo::zune_decodable`], else by
 /// jpeg-decoder; a zune-jpeg error is retried with jpeg-decoder, and so is a
 /// decode where zune-jpeg recovered from bad data by filling the rest of the
-/// image (data that merely runs out, a cut-off file, keeps zune's fill: callers
-/// tell such files by their missing end-of-image marker). Third-party
+/// image. A file whose entropy-coded data runs out before its last MCU (a
+/// cut-off file, with or without an end-of-image marker appended) is
+/// [`DecodeError::Corrupt`] without a retry: jpeg-decoder would fill it in.
+/// A region decode judges the data it decodes, down to the region's last
+/// rows. Third-party
 /// panics are caught and become [`DecodeError::Panicked`]. Gray, CMYK and YCCK
 /// inputs come out as RGB. EXIF orientation is reported, not applied.
 ///
@@ -344,7 +347,8 @@ impl CpuDecoder {
                 zune_decode(data, info, &self.limits, out, region)
             }) {
                 Ok(()) => return Ok(Route::CpuZune),
-                Err(e) => {
+                Err(ZuneFailure::Damaged(e)) => return Err(e),
+                Err(ZuneFailure::Retry(e)) => {
                     tracing::debug!("zune-jpeg failed ({e}); retrying with jpeg-decoder");
                 }
             }
@@ -379,10 +383,10 @@ fn prepared<'a>(data: &'a [u8], info: &ImageInfo) -> std::borrow::Cow<'a, [u8]> 
 }
 
 /// Runs `f`, turning a panic into [`DecodeError::Panicked`].
-fn guarded(
+fn guarded<E: From<DecodeError>>(
     decoder: &'static str,
-    f: impl FnOnce() -> Result<(), DecodeError>,
-) -> Result<(), DecodeError> {
+    f: impl FnOnce() -> Result<(), E>,
+) -> Result<(), E> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(payload) => {
@@ -391,8 +395,25 @@ fn guarded(
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "non-string panic payload".to_string());
-            Err(DecodeError::Panicked { decoder, message })
+            Err(DecodeError::Panicked { decoder, message }.into())
         }
+    }
+}
+
+/// Why zune-jpeg gave no image.
+enum ZuneFailure {
+    /// An error jpeg-decoder may not share: it gets the file.
+    Retry(DecodeError),
+    /// The entropy-coded data ran out before the last MCU (a cut-off file,
+    /// with or without an end-of-image marker appended, or one cut short by a
+    /// marker): jpeg-decoder would fill the rest with zero bits too, silently
+    /// after a marker, so this is the answer.
+    Damaged(DecodeError),
+}
+
+impl From<DecodeError> for ZuneFailure {
+    fn from(e: DecodeError) -> Self {
+        ZuneFailure::Retry(e)
     }
 }
 
@@ -402,7 +423,7 @@ fn zune_decode(
     limits: &Limits,
     out: &mut [u8],
     region: Option<Region>,
-) -> Result<(), DecodeError> {
+) -> Result<(), ZuneFailure> {
     use zune_core::colorspace::ColorSpace as ZColor;
     use zune_core::options::DecoderOptions;
 
@@ -451,21 +472,29 @@ fn zune_decode(
                 "decoder sees {w}x{h}, header says {}x{}",
                 info.width, info.height
             ),
-        });
+        }
+        .into());
     }
     let px = info.pixels() as usize;
     let gray = info.color_space == ColorSpace::Gray;
     dec.decode_into(if gray { &mut out[..px] } else { out })
         .map_err(corrupt)?;
     // zune-jpeg recovers from bad data by filling the rest of the image (gray
-    // for baseline, zero coefficients for progressive) and returning Ok. When
-    // the data had merely run out (a truncated file, which callers tell by
-    // `jpeg_is_complete`) that fill is the image; otherwise content was lost
-    // where more data followed, and jpeg-decoder gets the file.
-    if let Some(r) = dec.stoker_recovery().filter(|r| !r.data_ran_out) {
-        return Err(DecodeError::Corrupt {
+    // for baseline, zero coefficients for progressive, or zero bits decoded
+    // as coefficients once a scan's data runs out) and returning Ok; the
+    // fork records it. Data that ran out before the last MCU (a cut-off file,
+    // an end-of-image marker appended to one or inserted into a scan) is
+    // damage jpeg-decoder would fill in as well; other bad data (a bad code, a
+    // missing table) it refuses, so it gets those files.
+    if let Some(r) = dec.stoker_recovery() {
+        let e = DecodeError::Corrupt {
             decoder: "zune-jpeg",
             message: format!("recovered from bad data by filling the rest: {}", r.error),
+        };
+        return Err(if r.data_ran_out {
+            ZuneFailure::Damaged(e)
+        } else {
+            ZuneFailure::Retry(e)
         });
     }
     if gray {

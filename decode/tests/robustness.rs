@@ -310,27 +310,185 @@ fn missing_huffman_table_is_corrupt_not_a_gray_image() {
     }
 }
 
-/// What zune-jpeg fills in when the data merely runs out (a cut-off file, with
-/// or without an end-of-image marker appended) stays an image: the callers tell
-/// a cut-off file by `jpeg_is_complete`, and Pillow decodes such files too.
+/// The byte ranges of `data`'s entropy-coded scan data, one per scan (restart
+/// markers inside), up to the marker that ends each scan.
+fn scan_data(data: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut scans = Vec::new();
+    let mut i = 2;
+    while i + 4 <= data.len() && data[i] == 0xFF {
+        let marker = data[i + 1];
+        if marker == 0xD9 {
+            break;
+        }
+        let len = usize::from(u16::from_be_bytes([data[i + 2], data[i + 3]]));
+        i += 2 + len;
+        if marker == 0xDA {
+            let start = i;
+            while i + 1 < data.len()
+                && !(data[i] == 0xFF && data[i + 1] != 0 && !(0xD0..=0xD7).contains(&data[i + 1]))
+            {
+                i += 1;
+            }
+            scans.push(start..i);
+        }
+    }
+    scans
+}
+
+/// Smallish photographs of the ImageFolder corpus: up to three each of
+/// baseline, baseline with restart intervals, and progressive.
+fn photos() -> Vec<(String, Vec<u8>)> {
+    let mut kinds: [Vec<(String, Vec<u8>)>; 3] = Default::default();
+    for path in common::jpegs_under(&data_dir().join("imagefolder")) {
+        let data = std::fs::read(&path).unwrap();
+        let Ok(info) = probe(&data, &Limits::default()) else {
+            continue;
+        };
+        if data.len() > 60_000 || !info.zune_decodable() {
+            continue;
+        }
+        let header = &data[..scan_data(&data).first().map_or(0, |r| r.start)];
+        let restarts = header.windows(2).any(|w| w == [0xFF, 0xDD]);
+        let kind = match (info.progressive, restarts) {
+            (false, false) => 0,
+            (false, true) => 1,
+            (true, _) => 2,
+        };
+        if kinds[kind].len() < 3 {
+            kinds[kind].push((path.display().to_string(), data));
+        }
+    }
+    assert!(
+        kinds.iter().all(|k| !k.is_empty()),
+        "a kind of photo is missing"
+    );
+    kinds.into_iter().flatten().collect()
+}
+
+/// A photograph re-encoded by jpeg-encoder, baseline or progressive, with a
+/// restart interval of `restart` MCUs (0: none).
+fn reencoded(rgb: &[u8], w: u32, h: u32, progressive: bool, restart: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut enc = jpeg_encoder::Encoder::new(&mut out, 85);
+    enc.set_progressive(progressive);
+    enc.set_restart_interval(restart);
+    enc.encode(rgb, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
+        .unwrap();
+    out
+}
+
+/// The test photographs and re-encodings of the first one: baseline and
+/// progressive, with and without restart intervals.
+fn photos_and_variants(dec: &CpuDecoder) -> Vec<(String, Vec<u8>)> {
+    let mut files = photos();
+    let (info, rgb) = dec.decode_to_vec(&files[0].1).unwrap();
+    for (progressive, restart) in [(false, 0), (false, 3), (true, 0), (true, 5)] {
+        files.push((
+            format!(
+                "{} re-encoded, progressive {progressive}, restart {restart}",
+                files[0].0
+            ),
+            reencoded(&rgb, info.width, info.height, progressive, restart),
+        ));
+    }
+    files
+}
+
+fn with_eoi(part: &[u8]) -> Vec<u8> {
+    let mut out = part.to_vec();
+    out.extend_from_slice(&[0xFF, 0xD9]);
+    out
+}
+
+/// Regression: a JPEG cut short and closed with an end-of-image marker (a
+/// "repaired" truncated download) decoded "OK" with black or made-up rows:
+/// zune-jpeg, and jpeg-decoder after it, decode the rest of the scan from
+/// zero bits. Every cut inside a scan's data, with or without the marker,
+/// and an end-of-image marker inserted into a scan, must be Corrupt.
 #[test]
-fn data_running_out_still_gives_an_image() {
+fn scan_data_cut_short_by_eoi_is_corrupt() {
     let dec = CpuDecoder::new(Limits::default());
-    for name in [
-        "go__video-001.q50.420.jpeg",
-        "go__video-001.q50.420.progressive.jpeg",
-    ] {
-        let data = core_file(name);
-        let cut = &data[..data.len() * 2 / 3];
-        let mut cut_eoi = cut.to_vec();
-        cut_eoi.extend_from_slice(&[0xFF, 0xD9]);
-        for (what, d) in [("cut", cut), ("cut + EOI", &cut_eoi[..])] {
-            let r = dec.decode_to_vec_routed(d);
-            assert!(
-                matches!(r, Ok((_, stoker_decode::Route::CpuZune, _))),
-                "{name} {what}: {:?}",
-                r.map(|(_, route, _)| route)
-            );
+    let mut cases = 0;
+    for (name, data) in photos_and_variants(&dec) {
+        let scans = scan_data(&data);
+        assert!(!scans.is_empty(), "{name}: no scan");
+        // Several points in the first and last scan, and the middle of each scan.
+        let (first, last) = (&scans[0], &scans[scans.len() - 1]);
+        let mut cuts: Vec<usize> = [first, last]
+            .iter()
+            .flat_map(|r| [1, 2, 3, 4].map(|k| r.start + r.len() * k / 5))
+            .chain(scans.iter().map(|r| r.start + r.len() / 2))
+            .chain([last.end - 1])
+            .collect();
+        // Right before a restart marker: whole intervals, the rest missing.
+        if let Some(rst) = first.clone().find(|&i| {
+            data[i] == 0xFF
+                && (0xD0..=0xD7).contains(&data[i + 1])
+                && i > first.start + first.len() / 2
+        }) {
+            cuts.push(rst);
+        }
+        for cut in cuts {
+            let eoi_in_scan = {
+                let mut d = with_eoi(&data[..cut]);
+                d.extend_from_slice(&data[cut..]);
+                d
+            };
+            for (what, bad) in [
+                ("cut + EOI", with_eoi(&data[..cut])),
+                ("cut", data[..cut].to_vec()),
+                ("EOI inserted", eoi_in_scan),
+            ] {
+                cases += 1;
+                match dec.decode_to_vec_routed(&bad) {
+                    Err(e @ DecodeError::Corrupt { .. }) => assert!(e.is_bad_input()),
+                    Err(e) => panic!("{name} {what} at {cut}: want Corrupt, got {e}"),
+                    Ok((_, route, _)) => panic!("{name} {what} at {cut}: decoded via {route}"),
+                }
+            }
+        }
+    }
+    assert!(cases > 200, "{cases}");
+}
+
+/// The other side of the check above: what legitimately ends a scan or
+/// interval decodes as before. Restart intervals, fill bytes (`FF FF`)
+/// before the markers, a zero byte before the end-of-image marker, and the
+/// last scan ending right at it.
+#[test]
+fn scans_ending_at_their_markers_still_decode() {
+    let dec = CpuDecoder::new(Limits::default());
+    for (name, data) in photos_and_variants(&dec) {
+        let (_, route, want) = dec
+            .decode_to_vec_routed(&data)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(route, stoker_decode::Route::CpuZune, "{name}");
+        // FF FF fill before every marker that ends a scan or interval.
+        let mut filled = data.clone();
+        let mut at: Vec<usize> = scan_data(&data)
+            .into_iter()
+            .flat_map(|r| {
+                let d = &data;
+                r.clone()
+                    .filter(move |&i| d[i] == 0xFF && (0xD0..=0xD7).contains(&d[i + 1]))
+                    .chain([r.end])
+            })
+            .collect();
+        at.sort_unstable();
+        for &i in at.iter().rev() {
+            filled.splice(i..i, [0xFF, 0xFF]);
+        }
+        let last_end = scan_data(&data).last().unwrap().end;
+        let mut zero_padded = data.clone();
+        zero_padded.insert(last_end, 0);
+        for (what, d) in [
+            ("fill bytes", filled),
+            ("zero byte before EOI", zero_padded),
+        ] {
+            match dec.decode_to_vec_routed(&d) {
+                Ok((_, _, got)) => assert!(got == want, "{name} {what}: other pixels"),
+                Err(e) => panic!("{name} {what}: {e}"),
+            }
         }
     }
 }

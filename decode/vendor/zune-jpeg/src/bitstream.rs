@@ -130,6 +130,15 @@ pub(crate) struct BitStream {
     /// True if we have seen end of image marker.
     /// Don't read anything after that.
     pub seen_eoi:            bool,
+    /// stoker patch (change 13): zero bits `refill` appended since the last
+    /// `reset` that are not in the data (after a marker, after the end of
+    /// image, past the end of the input). They sit below every real bit, so
+    /// the decode has read some of them once `bits_left` drops below this.
+    stoker_fill_bits:        u64,
+    /// stoker patch (change 13): a `reset` dropped the bits of a segment
+    /// after the decode had read some of its fill bits (its data ran out
+    /// before its last MCU).
+    stoker_overran:          bool,
 }
 
 impl BitStream {
@@ -147,6 +156,8 @@ impl BitStream {
             eob_run:             0,
             overread_by:         0,
             seen_eoi:            false,
+            stoker_fill_bits:    0,
+            stoker_overran:      false,
         }
     }
 
@@ -165,6 +176,8 @@ impl BitStream {
             eob_run:             0,
             overread_by:         0,
             seen_eoi:            false,
+            stoker_fill_bits:    0,
+            stoker_overran:      false,
         }
     }
 
@@ -187,6 +200,11 @@ impl BitStream {
         /// to full refill
         macro_rules! refill {
             ($buffer:expr,$byte:expr,$bits_left:expr) => {
+                // stoker patch (change 13): a read at the end of the input gives a
+                // zero byte that is not in the data.
+                if reader.eof().unwrap_or(false) {
+                    self.stoker_fill_bits = self.stoker_fill_bits.saturating_add(8);
+                }
                 // read a byte from the stream
                 $byte = u64::from(reader.read_u8());
                 self.overread_by += usize::from(reader.eof()?);
@@ -228,6 +246,8 @@ impl BitStream {
                                 self.buffer <<= 8;
                                 self.bits_left += 8;
                                 self.aligned_buffer = self.buffer << (64 - self.bits_left);
+                                // stoker patch (change 13): count those zero bits.
+                                self.stoker_fill_bits = self.stoker_fill_bits.saturating_add(8);
                             }
 
                             return Ok(false);
@@ -247,6 +267,8 @@ impl BitStream {
                 self.buffer <<= 32;
                 self.bits_left += 32;
                 self.aligned_buffer = self.buffer << (64 - self.bits_left);
+                // stoker patch (change 13): count those zero bits.
+                self.stoker_fill_bits = self.stoker_fill_bits.saturating_add(32);
                 return Ok(true);
             }
 
@@ -856,11 +878,27 @@ impl BitStream {
     /// everything
     #[cold]
     pub fn reset(&mut self) {
+        // stoker patch (change 13): the segment's data ends here; keep
+        // whether the decode read past it.
+        self.stoker_overran = self.stoker_ran_out();
+        self.stoker_fill_bits = 0;
         self.bits_left = 0;
         self.marker = None;
         self.buffer = 0;
         self.aligned_buffer = 0;
         self.eob_run = 0;
+    }
+}
+
+impl BitStream {
+    /// stoker patch (change 13): whether the decode has read bits that are
+    /// not in the data, in the current segment (it needed more than its data
+    /// held: bits past a marker, the end of image or the end of the input)
+    /// or in one since dropped by `reset`. libjpeg warns "premature end of
+    /// data segment" in the same case; the zero bits decode to made-up
+    /// coefficients.
+    pub(crate) fn stoker_ran_out(&self) -> bool {
+        self.stoker_overran || u64::from(self.bits_left) < self.stoker_fill_bits
     }
 }
 

@@ -907,11 +907,28 @@ where
         &mut self, error: &dyn core::fmt::Display, stream: &crate::bitstream::BitStream
     ) {
         if self.stoker_recovery.is_none() {
-            let data_ran_out =
-                stream.marker == Some(Marker::EOI) || self.stream.eof().unwrap_or(true);
+            // (change 13: an error after the decode read fill bits is one the
+            // made-up zeros caused.)
+            let data_ran_out = stream.stoker_ran_out()
+                || stream.marker == Some(Marker::EOI)
+                || self.stream.eof().unwrap_or(true);
             self.stoker_recovery = Some(StokerRecovery {
                 error: error.to_string(),
                 data_ran_out
+            });
+        }
+    }
+
+    /// stoker patch (change 13): records, as a recovery whose data ran out,
+    /// a decode that read bits past the end of a scan's (or restart
+    /// interval's) data, that is, one whose data ended before its last MCU:
+    /// upstream decodes the rest from zero bits and says nothing. Called
+    /// where a decode returns an image.
+    pub(crate) fn stoker_note_overrun(&mut self, stream: &crate::bitstream::BitStream) {
+        if self.stoker_recovery.is_none() && stream.stoker_ran_out() {
+            self.stoker_recovery = Some(StokerRecovery {
+                error: "scan data ends before its last MCU (premature end of data segment)".into(),
+                data_ran_out: true
             });
         }
     }

@@ -275,6 +275,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         let row_bytes =
                             width * self.options.jpeg_get_out_colorspace().num_components();
                         if pixels_written >= rows.saturating_mul(row_bytes) {
+                            // stoker patch (change 13): judged on what was decoded.
+                            self.stoker_note_overrun(&stream);
                             return Ok(());
                         }
                     }
@@ -284,6 +286,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     McuContinuation::Ok => {}
                     McuContinuation::AnotherSos if all_components_in_first_scan => {
                         warn!("More than one SOS despite already having all components");
+                        // stoker patch (change 13).
+                        self.stoker_note_overrun(&stream);
                         return Ok(());
                     }
                     McuContinuation::AnotherSos => continue 'sos,
@@ -335,6 +339,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         }
 
         trace!("Finished decoding image");
+
+        // stoker patch (change 13): did a scan's data run out before its last MCU?
+        self.stoker_note_overrun(&stream);
 
         Ok(())
     }

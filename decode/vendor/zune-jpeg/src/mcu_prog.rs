@@ -219,6 +219,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
             }
         }
 
+        // stoker patch (change 13): did a scan's data run out before its last MCU?
+        self.stoker_note_overrun(&stream);
+
         self.finish_progressive_decoding(&block, pixels)
     }
 
