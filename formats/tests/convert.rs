@@ -251,6 +251,34 @@ fn truncation_is_judged_on_the_primary_image_not_on_appended_data() {
     assert!(rd.get(0).unwrap().payload == &motion[..]);
 }
 
+/// Regression: a JPEG cut short and closed with an end-of-image marker (a "repaired"
+/// truncated download) passes the truncation check, and the decoders filled its missing
+/// rows in, so convert stored it. The decode check must refuse it, and count it.
+#[test]
+fn a_cut_off_jpeg_closed_with_eoi_is_skipped_as_corrupt() {
+    let good = std::fs::read(stoker_testdata::bench_dir().join("00000.jpg")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::write(a.join("1-good.jpg"), &good).unwrap();
+    let mut repaired = good[..good.len() * 2 / 5].to_vec();
+    repaired.extend_from_slice(&[0xFF, 0xD9]);
+    assert!(stoker_formats::jpeg_is_complete(&repaired));
+    std::fs::write(a.join("2-cut-eoi.jpg"), &repaired).unwrap();
+
+    let out = tempfile::tempdir().unwrap();
+    let r = convert(&folder_opts(dir.path(), out.path()), &NoProgress).unwrap();
+    check_accounting(&r);
+    assert_eq!(r.written, 1, "{:?}", r.skipped);
+    assert_eq!(r.skipped.len(), 1);
+    assert!(r.skipped[0].path.ends_with("2-cut-eoi.jpg"));
+    assert!(
+        r.skipped[0].reason.contains("corrupt"),
+        "{}",
+        r.skipped[0].reason
+    );
+}
+
 #[test]
 fn strict_fails_on_first_bad_input_without_manifest() {
     let (src, _) = bad_input_tree();
