@@ -77,7 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(mut g) => g.decode_to_host(&data),
         None => CpuDecoder::new(limits).decode_to_vec_routed(&data),
     };
-    // The decoders fill a cut-off file's missing data in without an error.
+    // Said first for a cut-off file: the CPU decoder calls it corrupt, nvJPEG may fill it in.
     let truncated = header.is_ok() && !stoker::formats::jpeg_is_complete(&data);
     let ok = decoded.is_ok() && !truncated;
     let mut out = std::io::stdout().lock();
@@ -89,7 +89,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "info": header.as_ref().ok(),
             "route": decoded.as_ref().ok().map(|(_, r, _)| r),
             "gpu_waits": waits.map(WaitMode::name),
-            "error": decoded.as_ref().err().map(|e| e.to_string()).or_else(|| truncated.then(|| TRUNCATED.to_string())),
+            "error": truncated.then(|| TRUNCATED.to_string()).or_else(|| decoded.as_ref().err().map(|e| e.to_string())),
             "truncated": truncated,
             "notes": notes,
         });
@@ -103,7 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )?;
         write_header(&mut out, &header)?;
         match &decoded {
-            Ok(_) if truncated => writeln!(out, "decoded      no: {TRUNCATED}")?,
+            _ if truncated => writeln!(out, "decoded      no: {TRUNCATED}")?,
             Ok((_, route, _)) => match waits {
                 Some(w) => writeln!(
                     out,
@@ -226,7 +226,7 @@ fn open_gpu(
     Ok(None)
 }
 
-const TRUNCATED: &str = "truncated: the image's data ends before its end-of-image marker (FF D9); the decoder would fill the rest in gray";
+const TRUNCATED: &str = "truncated: the image's data ends before its end-of-image marker (FF D9)";
 
 fn yes(b: bool) -> &'static str {
     if b {

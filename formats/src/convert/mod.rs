@@ -34,7 +34,8 @@ pub use report::{ConvertReport, NoProgress, Progress, Skipped};
 pub use source::{Layout, Source};
 
 /// True when `data` is a JPEG whose primary image is complete: its end-of-image marker
-/// comes before the data ends. The decoders fill missing scan data in without an error, so
+/// comes before the data ends. The CPU decoder refuses a cut-off file as corrupt, but a
+/// conversion without `check_decode` does not decode, and nvJPEG may fill the rest in, so
 /// this is how the converter (and `stoker decode`) tell a cut-off file.
 ///
 /// # Examples

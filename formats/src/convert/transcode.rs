@@ -127,8 +127,8 @@ fn process_jpeg(
         return skip(format!("cannot be decoded by stoker: {e}"));
     }
     if primary_image_end(data).is_none() {
-        // The decoders fill in missing scan data without an error; a cut-off file would train
-        // on gray rows, so it is bad input here.
+        // Checked with or without `check_decode` (the CPU decoder also refuses a cut-off
+        // file): a cut-off file would train on gray rows, and this names why it is skipped.
         return skip(
             "truncated JPEG: the image's data ends before its end-of-image marker (FF D9)".into(),
         );
