@@ -21,7 +21,8 @@ pub struct Args {
     #[arg(long)]
     pub list: Option<PathBuf>,
     /// How SRC is read: classes (one subdirectory per class), flat (every image under SRC
-    /// as one class, label 0: unlabelled data), or auto (flat when SRC has no subdirectory).
+    /// as one class, label 0: unlabelled data), or auto (flat when SRC has no subdirectory
+    /// other than hidden ones such as .ipynb_checkpoints and __MACOSX).
     #[arg(long, default_value = "auto", value_parser = parse_layout)]
     pub layout: Layout,
     /// jpeg: store JPEG bytes (originals when possible); raw: store decoded pixels (needs --size).
@@ -173,6 +174,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "{} has no class sub-folders: converted as one class of unlabelled images (label 0)",
             args.src.display()
         ));
+    }
+    // On stderr in every mode (the JSON report holds them too): each may mean the
+    // source was not read as the user meant, though nothing failed.
+    for w in &report.warnings {
+        super::output::note(format_args!("warning: {w}"));
     }
 
     if args.json {

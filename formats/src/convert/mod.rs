@@ -9,6 +9,8 @@ pub mod audit;
 #[cfg(feature = "progress-bar")]
 mod bar;
 mod journal;
+mod list_file;
+mod listing;
 pub(crate) mod lock;
 mod options;
 mod part;
@@ -17,6 +19,7 @@ mod report;
 mod resume_check;
 mod source;
 mod transcode;
+mod walk;
 
 use std::path::Path;
 use std::time::Instant;
@@ -55,7 +58,8 @@ pub fn jpeg_is_complete(data: &[u8]) -> bool {
 /// # Errors
 ///
 /// [`FormatError::OutputExists`] if `out` holds a dataset, a partial conversion (without
-/// `resume`) or unrelated files; [`FormatError::BadSource`]; [`FormatError::StrictInput`] with
+/// `resume`) or unrelated files; [`FormatError::BadSource`], also when a conversion that is
+/// not a [`Part`] skips every input (a part may be empty); [`FormatError::StrictInput`] with
 /// `strict`; [`FormatError::InvalidOptions`]; I/O and LMDB errors. On error no manifest is
 /// written; finished shards and the journal stay for `resume`.
 ///
@@ -114,6 +118,7 @@ pub fn convert(
                 skipped: Vec::new(),
                 ignored: listing.ignored,
                 flat: listing.flat,
+                warnings: listing.warnings,
                 shards: m.shards.len() as u64,
                 bytes: m.bytes,
                 input_bytes: 0,
@@ -165,6 +170,11 @@ pub fn convert(
 
     let written = writer.next_index();
     check_accounting(out, written, totals.skipped.len(), inputs.len())?;
+    if options.part.is_none() && written == 0 {
+        // A part may be empty (more parts than inputs); a whole dataset of nothing is a
+        // wrong source or a tree of unsupported files, not a result.
+        return Err(nothing_converted(&options.source, &totals.skipped));
+    }
     let provenance = provenance(options, &listing);
     if let Some(p) = options.part {
         writer.set_part(part_info(p));
@@ -178,6 +188,7 @@ pub fn convert(
         skipped: totals.skipped,
         ignored: listing.ignored,
         flat: listing.flat,
+        warnings: listing.warnings,
         shards: manifest.shards.len() as u64,
         bytes: manifest.bytes,
         input_bytes: totals.input_bytes,
@@ -249,6 +260,33 @@ fn check_accounting(
              the {inputs} inputs; delete the directory and convert again"
         ),
     })
+}
+
+/// The error of a whole conversion that wrote no record: how many inputs, and why the first
+/// few were skipped.
+fn nothing_converted(source: &Source, skipped: &[report::Skipped]) -> FormatError {
+    const SHOW: usize = 3;
+    let reasons: Vec<String> = skipped
+        .iter()
+        .take(SHOW)
+        .map(|s| format!("{}: {}", s.path.display(), s.reason))
+        .collect();
+    let (path, hint) = match source {
+        Source::ImageFolder(root) => (root, ""),
+        Source::List { root, .. } => (
+            root,
+            " (listed paths are read relative to SRC: is it the directory the list's paths start from?)",
+        ),
+    };
+    FormatError::BadSource {
+        path: path.clone(),
+        reason: format!(
+            "none of the {} inputs could be converted, so no dataset was written{hint}; the first skipped: {}{}",
+            skipped.len(),
+            reasons.join("; "),
+            if skipped.len() > SHOW { "; ..." } else { "" }
+        ),
+    }
 }
 
 /// The manifest of the part in `out` when it is finished and is exactly part `want` (same

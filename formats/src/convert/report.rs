@@ -55,6 +55,12 @@ pub struct ConvertReport {
     /// The ImageFolder source was converted as one class of unlabelled images (label 0).
     #[serde(default)]
     pub flat: bool,
+    /// How the source was read where it may not be what was meant, one sentence each: an
+    /// empty class folder, a hidden folder (`.ipynb_checkpoints`) taken as a class or read
+    /// as part of a flat layout, list rows commented out with `#`. Labels are as listed
+    /// all the same.
+    #[serde(default)]
+    pub warnings: Vec<String>,
     /// Shard files written.
     pub shards: u64,
     /// Bytes of all shard files.

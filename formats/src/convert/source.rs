@@ -1,26 +1,25 @@
 //! Listing the inputs of a conversion in a deterministic order.
 
 use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::list_file::list_file;
+pub(crate) use super::listing::{Input, Listing};
+use super::walk::{class_name, dir_id, sorted_entries, walk};
 use crate::FormatError;
-
-/// Labels of a list file must be below this: the class list has one entry per label up to
-/// the largest, so a stray `4294967295` would otherwise ask for four billion class names.
-pub(crate) const MAX_CLASSES: u32 = 1 << 20;
-
-/// Directories nested deeper than this under a class folder are skipped (and reported).
-const MAX_DEPTH: u32 = 64;
 
 /// Where the images come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    /// An ImageFolder tree: one subdirectory per class (class ids by sorted name), images
-    /// anywhere below it. Files directly in the root are not samples and are ignored.
+    /// An ImageFolder tree: one subdirectory per class (class ids by sorted name, in
+    /// torchvision's order), images anywhere below it, listed in torchvision's order.
+    /// Files directly in the root are not samples and are ignored.
     ImageFolder(PathBuf),
     /// A list file of `relative/path,label` lines; paths are relative to `root`.
-    /// Blank lines and lines starting with `#` are ignored, as is a `path,label` header.
+    /// Blank lines and lines starting with `#` are ignored, as is a `path,label` header;
+    /// paths are trimmed unless CSV-quoted (`"a,b.jpg",0`).
     List {
         /// Directory the listed paths are relative to.
         root: PathBuf,
@@ -33,6 +32,8 @@ pub enum Source {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
     /// `Classes` when the root has a subdirectory, else `Flat` (a folder of images alone).
+    /// Hidden folders (a name starting with `.`, such as `.ipynb_checkpoints`) and
+    /// `__MACOSX` do not count: a folder of images with only those is `Flat`.
     #[default]
     Auto,
     /// One subdirectory per class; files directly in the root are ignored (and reported).
@@ -50,27 +51,6 @@ impl std::fmt::Display for Layout {
             Layout::Flat => "flat",
         })
     }
-}
-
-/// One input file and its label.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Input {
-    pub path: PathBuf,
-    pub label: u32,
-    /// Why the walker already knows this entry cannot be converted (an unreadable or
-    /// repeated directory, a broken symlink): it is skipped and counted like a bad file.
-    pub refused: Option<String>,
-}
-
-/// The inputs in conversion order, and the class names.
-#[derive(Debug)]
-pub(crate) struct Listing {
-    pub inputs: Vec<Input>,
-    pub classes: Vec<String>,
-    /// Files directly in an ImageFolder root: not in any class, so not inputs.
-    pub ignored: Vec<PathBuf>,
-    /// An ImageFolder source was read as one class of unlabelled images.
-    pub flat: bool,
 }
 
 impl Source {
@@ -94,7 +74,7 @@ impl Source {
                 let flat = match layout {
                     Layout::Flat => true,
                     Layout::Classes => false,
-                    Layout::Auto => !has_subdirectory(root)?,
+                    Layout::Auto => !has_class_folder(root)?,
                 };
                 if flat {
                     list_flat(root)
@@ -105,17 +85,6 @@ impl Source {
             Source::List { root, list } => list_file(root, list),
         }
     }
-}
-
-fn sorted_entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>, std::io::Error> {
-    let mut v = std::fs::read_dir(dir)?.collect::<Result<Vec<_>, _>>()?;
-    v.sort_by_key(|e| e.file_name());
-    Ok(v)
-}
-
-/// A directory's identity, to walk each directory once however many links lead to it.
-fn dir_id(meta: &std::fs::Metadata) -> (u64, u64) {
-    (meta.dev(), meta.ino())
 }
 
 fn not_a_directory(root: &Path) -> FormatError {
@@ -130,15 +99,23 @@ fn not_a_directory(root: &Path) -> FormatError {
     }
 }
 
-/// True when `root` has a subdirectory (following symlinks), i.e. looks like classes.
-fn has_subdirectory(root: &Path) -> Result<bool, FormatError> {
+/// True for a folder that tools and systems leave beside the data (`.ipynb_checkpoints`,
+/// `.git`, macOS's `__MACOSX`): hidden, or that one.
+fn is_hidden_folder(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(b".") || name == "__MACOSX"
+}
+
+/// True when `root` has a subdirectory (following symlinks) that is not hidden, i.e. looks
+/// like classes: a folder of images that Jupyter or an unzip left a hidden folder in is
+/// still a folder of images.
+fn has_class_folder(root: &Path) -> Result<bool, FormatError> {
     if !root.is_dir() {
         return Err(not_a_directory(root));
     }
     let entries = sorted_entries(root).map_err(|e| FormatError::io(root, e))?;
-    Ok(entries
-        .iter()
-        .any(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir())))
+    Ok(entries.iter().any(|e| {
+        !is_hidden_folder(&e.file_name()) && std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir())
+    }))
 }
 
 /// Every file under `root` as one class named after the folder, label 0.
@@ -149,22 +126,37 @@ fn list_flat(root: &Path) -> Result<Listing, FormatError> {
     let root_meta = std::fs::metadata(root).map_err(|e| FormatError::io(root, e))?;
     let name = std::fs::canonicalize(root)
         .ok()
-        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .and_then(|p| p.file_name().map(class_name))
         .unwrap_or_else(|| "images".into());
     let mut inputs = Vec::new();
     let mut seen = HashSet::from([dir_id(&root_meta)]);
-    walk(root, 0, &mut inputs, 0, &mut seen);
+    walk(root, 0, &mut inputs, &mut seen);
     if inputs.is_empty() {
         return Err(FormatError::BadSource {
             path: root.to_path_buf(),
             reason: "holds no files to convert".into(),
         });
     }
+    let mut warnings = Vec::new();
+    for entry in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {
+        let path = entry.path();
+        if !is_hidden_folder(&entry.file_name()) || !path.is_dir() {
+            continue;
+        }
+        let n = inputs.iter().filter(|i| i.path.starts_with(&path)).count();
+        if n > 0 {
+            warnings.push(format!(
+                "the hidden folder {} was read too: its {n} file(s) are inputs (a flat layout takes every file under the source)",
+                path.display()
+            ));
+        }
+    }
     Ok(Listing {
         inputs,
         classes: vec![name],
         ignored: Vec::new(),
         flat: true,
+        warnings,
     })
 }
 
@@ -176,6 +168,7 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
     let mut classes = Vec::new();
     let mut inputs = Vec::new();
     let mut ignored = Vec::new();
+    let mut warnings = Vec::new();
     for entry in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {
         let path = entry.path();
         let Ok(meta) = std::fs::metadata(&path) else {
@@ -190,12 +183,26 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
             path: root.to_path_buf(),
             reason: "more than 2^32 classes".into(),
         })?;
-        classes.push(entry.file_name().to_string_lossy().into_owned());
+        let name = class_name(&entry.file_name());
+        if is_hidden_folder(&entry.file_name()) {
+            // torchvision's ImageFolder takes it as a class too; the labels stay the same
+            // as its, and the user hears of it.
+            warnings.push(format!(
+                "class {name:?} (label {label}) is a hidden folder, taken as a class as torchvision's ImageFolder does; remove it (or convert with --list) if it holds no class"
+            ));
+        }
         // Each class walks every directory at most once: a symlink back to the root, the
         // class folder or any folder already listed is a loop (or a duplicate) and is
         // skipped with a reason, so a tree of links cannot multiply the walk.
         let mut seen = HashSet::from([dir_id(&root_meta), dir_id(&meta)]);
-        walk(&path, label, &mut inputs, 0, &mut seen);
+        let before = inputs.len();
+        walk(&path, label, &mut inputs, &mut seen);
+        if inputs.len() == before {
+            warnings.push(format!(
+                "class {name:?} (label {label}) is an empty folder: it keeps its label and has no samples"
+            ));
+        }
+        classes.push(name);
     }
     if classes.is_empty() {
         return Err(FormatError::BadSource {
@@ -210,188 +217,13 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
         classes,
         ignored,
         flat: false,
-    })
-}
-
-fn walk(dir: &Path, label: u32, out: &mut Vec<Input>, depth: u32, seen: &mut HashSet<(u64, u64)>) {
-    let refuse = |out: &mut Vec<Input>, path: PathBuf, reason: String| {
-        out.push(Input {
-            path,
-            label,
-            refused: Some(reason),
-        })
-    };
-    let entries = match sorted_entries(dir) {
-        Ok(v) => v,
-        Err(e) => return refuse(out, dir.to_path_buf(), format!("unreadable directory: {e}")),
-    };
-    for entry in entries {
-        let path = entry.path();
-        let kind = entry.file_type().ok();
-        if kind.is_some_and(|t| t.is_file()) {
-            // The directory entry's type, read with the listing, already says it is a plain
-            // file (not a link, not a directory): no `stat` per image.
-            out.push(Input {
-                path,
-                label,
-                refused: None,
-            });
-            continue;
-        }
-        let is_link = kind.is_some_and(|t| t.is_symlink());
-        // `metadata` follows symlinks; a loop of links or a dangling one fails here.
-        let meta = match std::fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) if is_link => {
-                refuse(out, path, format!("unreadable (broken symlink): {e}"));
-                continue;
-            }
-            Err(e) => {
-                refuse(out, path, format!("unreadable: {e}"));
-                continue;
-            }
-        };
-        if !meta.is_dir() {
-            // Every other entry is an input, image or not: non-images (and non-regular
-            // files) are skipped with a reason when read, never silently dropped.
-            out.push(Input {
-                path,
-                label,
-                refused: None,
-            });
-        } else if !seen.insert(dir_id(&meta)) {
-            refuse(
-                out,
-                path,
-                "directory already listed under this class (a symlink loop or a second link to it)"
-                    .into(),
-            );
-        } else if depth + 1 > MAX_DEPTH {
-            refuse(
-                out,
-                path,
-                format!("directory nested more than {MAX_DEPTH} deep"),
-            );
-        } else {
-            walk(&path, label, out, depth + 1, seen);
-        }
-    }
-}
-
-/// Largest list file read (ImageNet-21k's 14 million lines take under 1 GiB).
-const MAX_LIST_BYTES: u64 = 4 << 30;
-
-fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
-    use std::io::Read;
-    use std::os::unix::fs::FileTypeExt;
-    let io = |e| FormatError::io(list, e);
-    // A FIFO is fine (`--list <(generate)`); a device is not a list.
-    let kind = std::fs::metadata(list).map_err(io)?.file_type();
-    if kind.is_char_device() || kind.is_block_device() || kind.is_dir() || kind.is_socket() {
-        return Err(FormatError::BadSource {
-            path: list.to_path_buf(),
-            reason: "not a file or a pipe".into(),
-        });
-    }
-    let mut text = String::new();
-    std::fs::File::open(list)
-        .map_err(io)?
-        .take(MAX_LIST_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(io)?;
-    if text.len() as u64 > MAX_LIST_BYTES {
-        return Err(FormatError::BadSource {
-            path: list.to_path_buf(),
-            reason: format!("longer than {MAX_LIST_BYTES} bytes"),
-        });
-    }
-    let mut inputs = Vec::new();
-    let mut max_label: Option<u32> = None;
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim_end_matches('\r');
-        if line.trim().is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let bad = |reason: String| FormatError::BadSource {
-            path: list.to_path_buf(),
-            reason: format!("line {}: {reason}", n + 1),
-        };
-        let Some((rel, label)) = line.rsplit_once(',') else {
-            return Err(bad(format!("{line:?} is not `relative/path,label`")));
-        };
-        let label = label.trim();
-        let label: u32 = match label.parse() {
-            Ok(l) => l,
-            Err(_) if inputs.is_empty() && label.eq_ignore_ascii_case("label") => continue,
-            Err(_) => {
-                return Err(bad(format!(
-                    "label {label:?} is not a non-negative integer"
-                )))
-            }
-        };
-        let rel = Path::new(rel.trim());
-        if rel.is_absolute() {
-            return Err(bad(format!("path {} must be relative", rel.display())));
-        }
-        if label >= MAX_CLASSES {
-            return Err(bad(format!(
-                "label {label} is over the limit of {} (labels index the class list, at most {MAX_CLASSES} classes)",
-                MAX_CLASSES - 1
-            )));
-        }
-        max_label = Some(max_label.map_or(label, |m| m.max(label)));
-        inputs.push(Input {
-            path: root.join(rel),
-            label,
-            refused: None,
-        });
-    }
-    if inputs.is_empty() {
-        return Err(FormatError::BadSource {
-            path: list.to_path_buf(),
-            reason: "lists no images".into(),
-        });
-    }
-    let classes = (0..=max_label.unwrap_or(0))
-        .map(|l| l.to_string())
-        .collect();
-    Ok(Listing {
-        inputs,
-        classes,
-        ignored: Vec::new(),
-        flat: false,
+        warnings,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn list_file_parses_header_comments_and_commas_in_paths() {
-        let dir = tempfile::tempdir().unwrap();
-        let list = dir.path().join("l.csv");
-        std::fs::write(&list, "path,label\n# comment\n\na,b.jpg,2\nc.png, 0\r\n").unwrap();
-        let l = Source::List {
-            root: dir.path().into(),
-            list: list.clone(),
-        }
-        .list()
-        .unwrap();
-        assert_eq!(l.inputs.len(), 2);
-        assert_eq!(l.inputs[0].path, dir.path().join("a,b.jpg"));
-        assert_eq!(l.inputs[0].label, 2);
-        assert_eq!(l.inputs[1].label, 0);
-        assert_eq!(l.classes, ["0", "1", "2"]);
-        std::fs::write(&list, "a.jpg,x\n").unwrap();
-        let err = Source::List {
-            root: dir.path().into(),
-            list,
-        }
-        .list()
-        .unwrap_err();
-        assert!(err.to_string().contains("line 1"), "{err}");
-    }
 
     #[test]
     fn image_folder_is_sorted_and_labels_follow_class_names() {
@@ -415,13 +247,98 @@ mod tests {
             .iter()
             .map(|i| (i.path.strip_prefix(dir.path()).unwrap().to_owned(), i.label))
             .collect();
+        // A directory's own files before the directories under it, as torchvision lists.
         let want: Vec<(PathBuf, u32)> = vec![
-            ("a/sub/y.jpg".into(), 0),
             ("a/z.jpg".into(), 0),
+            ("a/sub/y.jpg".into(), 0),
             ("b/1.jpg".into(), 1),
             ("b/2.jpg".into(), 1),
         ];
         assert_eq!(got, want);
+    }
+
+    fn rel(dir: &Path, l: &Listing) -> Vec<String> {
+        l.inputs
+            .iter()
+            .map(|i| {
+                let r = i.path.strip_prefix(dir).unwrap().display().to_string();
+                match &i.refused {
+                    Some(_) => format!("refused {r}"),
+                    None => r,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn files_within_a_class_follow_sorted_os_walk() {
+        // sorted(os.walk("c")) orders directories by path string: "c/a-b" < "c/a.b" <
+        // "c/a/x" ('-' < '.' < '/') although a tree walk would take "c/a" first.
+        let dir = tempfile::tempdir().unwrap();
+        for f in [
+            "c/z.jpg",
+            "c/a/x/1.jpg",
+            "c/a/2.jpg",
+            "c/a-b/3.jpg",
+            "c/a.b/4.jpg",
+            "c/b.jpg",
+        ] {
+            let p = dir.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"x").unwrap();
+        }
+        // A second link to a directory is listed once: where it first comes in the order.
+        std::os::unix::fs::symlink("a", dir.path().join("c/0link")).unwrap();
+        std::os::unix::fs::symlink("..", dir.path().join("c/up")).unwrap();
+        std::os::unix::fs::symlink("gone", dir.path().join("c/dangling.jpg")).unwrap();
+        let l = Source::ImageFolder(dir.path().into()).list().unwrap();
+        assert_eq!(
+            rel(dir.path(), &l),
+            [
+                "c/b.jpg",
+                "refused c/dangling.jpg",
+                "c/z.jpg",
+                "c/0link/2.jpg",
+                "c/0link/x/1.jpg",
+                "refused c/a",
+                "c/a-b/3.jpg",
+                "c/a.b/4.jpg",
+                "refused c/up",
+            ]
+        );
+    }
+
+    #[test]
+    fn non_utf8_class_names_sort_and_read_as_python_sees_them() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        // Latin-1 names, not UTF-8; the last two lossy-decode to the same `�and�`.
+        let names: [&[u8]; 6] = [
+            b"caf\xe9",
+            "\u{ff26}ull".as_bytes(),
+            "\u{4e2d}".as_bytes(),
+            b"z",
+            b"\xf1and\xfb",
+            b"\xf1and\xfa",
+        ];
+        for n in names {
+            let d = dir.path().join(OsStr::from_bytes(n));
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("1.jpg"), b"x").unwrap();
+        }
+        let l = Source::ImageFolder(dir.path().into()).list().unwrap();
+        // torchvision.datasets.ImageFolder(...).classes for the same tree.
+        assert_eq!(
+            l.classes,
+            [
+                "caf\\xe9",
+                "z",
+                "\u{4e2d}",
+                "\\xf1and\\xfa",
+                "\\xf1and\\xfb",
+                "\u{ff26}ull"
+            ]
+        );
     }
 }
 
@@ -480,5 +397,42 @@ mod layout_tests {
             .list_as(Layout::Flat)
             .unwrap_err();
         assert!(e.to_string().contains("no files"), "{e}");
+    }
+
+    #[test]
+    fn hidden_folders_do_not_make_a_flat_folder_a_class_layout() {
+        // A folder of images opened in Jupyter, or unzipped from a macOS archive.
+        for hidden in [".ipynb_checkpoints/a-checkpoint.jpg", "__MACOSX/._a.jpg"] {
+            let dir = tree(&["a.jpg", "b.jpg", hidden]);
+            let l = Source::ImageFolder(dir.path().into()).list().unwrap();
+            assert!(l.flat, "{hidden}");
+            assert_eq!(l.inputs.len(), 3);
+            assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+            assert!(l.warnings[0].contains("hidden folder"), "{:?}", l.warnings);
+            // Asked for classes, it is one class, as torchvision would take it: reported.
+            let c = Source::ImageFolder(dir.path().into())
+                .list_as(Layout::Classes)
+                .unwrap();
+            assert_eq!(c.classes.len(), 1);
+            assert_eq!(c.ignored.len(), 2);
+            assert!(
+                c.warnings[0].contains("is a hidden folder"),
+                "{:?}",
+                c.warnings
+            );
+        }
+    }
+
+    #[test]
+    fn empty_and_hidden_class_folders_keep_their_labels_and_are_reported() {
+        let dir = tree(&[".cache/x.jpg", "cat/1.jpg", "dog/2.jpg"]);
+        std::fs::create_dir(dir.path().join("cow")).unwrap();
+        let l = Source::ImageFolder(dir.path().into()).list().unwrap();
+        assert_eq!(l.classes, [".cache", "cat", "cow", "dog"]);
+        let labels: Vec<_> = l.inputs.iter().map(|i| i.label).collect();
+        assert_eq!(labels, [0, 1, 3]);
+        assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+        assert!(l.warnings[0].contains("\".cache\" (label 0) is a hidden folder"));
+        assert!(l.warnings[1].contains("\"cow\" (label 2) is an empty folder"));
     }
 }

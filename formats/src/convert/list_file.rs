@@ -1,0 +1,240 @@
+//! Reading a list file of `relative/path,label` rows (a CSV file as pandas writes one).
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use super::listing::{Input, Listing};
+use crate::FormatError;
+
+/// Labels of a list file must be below this: the class list has one entry per label up to
+/// the largest, so a stray `4294967295` would otherwise ask for four billion class names.
+pub(crate) const MAX_CLASSES: u32 = 1 << 20;
+
+/// Largest list file read (ImageNet-21k's 14 million lines take under 1 GiB).
+const MAX_LIST_BYTES: u64 = 4 << 30;
+
+/// The inputs of the list file `list`, its paths relative to `root`.
+///
+/// A UTF-8 byte order mark before the first row is dropped. Blank lines and lines starting
+/// with `#` are skipped, and so is a first row whose label is `label`. A path is trimmed of
+/// spaces, or quoted as CSV quotes it (`"a,b.jpg",0`, `""` for a quote inside), which keeps
+/// it exactly.
+pub(crate) fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
+    let text = read_list(list)?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let mut inputs = Vec::new();
+    let mut max_label: Option<u32> = None;
+    // Comment lines that read as rows: (how many, the first one's line number).
+    let mut commented_rows = (0u64, 0usize);
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_end_matches('\r');
+        if let Some(comment) = line.strip_prefix('#') {
+            if split_row(comment).is_ok_and(|(_, l)| l.parse::<u32>().is_ok()) {
+                commented_rows.0 += 1;
+                if commented_rows.1 == 0 {
+                    commented_rows.1 = n + 1;
+                }
+            }
+            continue;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = |reason: String| FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: format!("line {}: {reason}", n + 1),
+        };
+        let (rel, label) = split_row(line).map_err(|e| bad(format!("{line:?} {e}")))?;
+        let label: u32 = match label.parse() {
+            Ok(l) => l,
+            Err(_) if inputs.is_empty() && label.eq_ignore_ascii_case("label") => continue,
+            Err(_) => {
+                return Err(bad(format!(
+                    "label {label:?} is not a non-negative integer"
+                )))
+            }
+        };
+        let rel = Path::new(&*rel);
+        if rel.is_absolute() {
+            return Err(bad(format!("path {} must be relative", rel.display())));
+        }
+        if label >= MAX_CLASSES {
+            return Err(bad(format!(
+                "label {label} is over the limit of {} (labels index the class list, at most {MAX_CLASSES} classes)",
+                MAX_CLASSES - 1
+            )));
+        }
+        max_label = Some(max_label.map_or(label, |m| m.max(label)));
+        inputs.push(Input {
+            path: root.join(rel),
+            label,
+            refused: None,
+        });
+    }
+    if inputs.is_empty() {
+        return Err(FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: "lists no images".into(),
+        });
+    }
+    let mut warnings = Vec::new();
+    if commented_rows.0 > 0 {
+        warnings.push(format!(
+            "{}: {} line(s) starting with # look like `path,label` rows but are comments, \
+             not inputs (the first is line {}); quote a path that starts with #",
+            list.display(),
+            commented_rows.0,
+            commented_rows.1
+        ));
+    }
+    Ok(Listing {
+        inputs,
+        classes: (0..=max_label.unwrap_or(0))
+            .map(|l| l.to_string())
+            .collect(),
+        ignored: Vec::new(),
+        flat: false,
+        warnings,
+    })
+}
+
+/// The list file's text, refusing a device and anything over [`MAX_LIST_BYTES`].
+fn read_list(list: &Path) -> Result<String, FormatError> {
+    use std::io::Read;
+    use std::os::unix::fs::FileTypeExt;
+    let io = |e| FormatError::io(list, e);
+    // A FIFO is fine (`--list <(generate)`); a device is not a list.
+    let kind = std::fs::metadata(list).map_err(io)?.file_type();
+    if kind.is_char_device() || kind.is_block_device() || kind.is_dir() || kind.is_socket() {
+        return Err(FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: "not a file or a pipe".into(),
+        });
+    }
+    let mut text = String::new();
+    std::fs::File::open(list)
+        .map_err(io)?
+        .take(MAX_LIST_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MAX_LIST_BYTES {
+        return Err(FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: format!("longer than {MAX_LIST_BYTES} bytes"),
+        });
+    }
+    Ok(text)
+}
+
+/// A row's path (unquoted, or trimmed) and label (trimmed, quotes dropped). An unquoted
+/// path may hold commas: the label is after the last one.
+fn split_row(line: &str) -> Result<(Cow<'_, str>, &str), &'static str> {
+    let start = line.trim_start();
+    let Some(quoted) = start.strip_prefix('"') else {
+        let (rel, label) = line
+            .rsplit_once(',')
+            .ok_or("is not `relative/path,label`")?;
+        return Ok((Cow::Borrowed(rel.trim()), unquote(label.trim())));
+    };
+    let mut path = String::new();
+    let mut chars = quoted.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if c != '"' {
+            path.push(c);
+            continue;
+        }
+        if quoted[i + 1..].starts_with('"') {
+            path.push('"');
+            chars.next();
+            continue;
+        }
+        let label = quoted[i + 1..]
+            .trim_start()
+            .strip_prefix(',')
+            .ok_or("has text between the quoted path and the `,` before the label")?;
+        return Ok((Cow::Owned(path), unquote(label.trim())));
+    }
+    Err("has a quoted path without its closing quote")
+}
+
+/// `s` without the quotes around it, if it has them.
+fn unquote(s: &str) -> &str {
+    s.strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(text: &str) -> (tempfile::TempDir, Result<Listing, FormatError>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.csv");
+        std::fs::write(&path, text).unwrap();
+        let l = list_file(dir.path(), &path);
+        (dir, l)
+    }
+
+    #[test]
+    fn list_file_parses_header_comments_and_commas_in_paths() {
+        let (dir, l) = list("path,label\n# comment\n\na,b.jpg,2\nc.png, 0\r\n");
+        let l = l.unwrap();
+        assert_eq!(l.inputs.len(), 2);
+        assert_eq!(l.inputs[0].path, dir.path().join("a,b.jpg"));
+        assert_eq!(l.inputs[0].label, 2);
+        assert_eq!(l.inputs[1].label, 0);
+        assert_eq!(l.classes, ["0", "1", "2"]);
+        assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+        let err = list("a.jpg,x\n").1.unwrap_err();
+        assert!(err.to_string().contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn byte_order_mark_is_not_part_of_the_first_path() {
+        let (dir, l) = list("\u{feff}a.jpg,1\nb.jpg,0\n");
+        assert_eq!(l.unwrap().inputs[0].path, dir.path().join("a.jpg"));
+        // Before a header too: the header is still recognized.
+        let (_, l) = list("\u{feff}path,label\na.jpg,1\n");
+        assert_eq!(l.unwrap().inputs.len(), 1);
+    }
+
+    #[test]
+    fn csv_quoted_paths_are_unquoted_as_pandas_writes_them() {
+        let (dir, l) = list(
+            "\"path\",\"label\"\n\"a,b.jpg\",0\n\"say \"\"hi\"\".jpg\" , \"1\"\n\" keep.jpg \",2\n",
+        );
+        let got: Vec<_> = l
+            .unwrap()
+            .inputs
+            .iter()
+            .map(|i| (i.path.clone(), i.label))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (dir.path().join("a,b.jpg"), 0),
+                (dir.path().join("say \"hi\".jpg"), 1),
+                (dir.path().join(" keep.jpg "), 2),
+            ]
+        );
+        let e = list("\"a.jpg,0\n").1.unwrap_err();
+        assert!(e.to_string().contains("closing quote"), "{e}");
+        let e = list("\"a.jpg\"x,0\n").1.unwrap_err();
+        assert!(e.to_string().contains("between the quoted path"), "{e}");
+    }
+
+    #[test]
+    fn commented_out_rows_are_skipped_and_reported() {
+        let (_, l) = list("# made by hand\n#x.jpg,1\na.jpg,0\n#y.jpg,2\n");
+        let l = l.unwrap();
+        assert_eq!(l.inputs.len(), 1);
+        assert_eq!(l.warnings.len(), 1);
+        assert!(
+            l.warnings[0].contains("2 line(s) starting with #"),
+            "{:?}",
+            l.warnings
+        );
+        assert!(l.warnings[0].contains("line 2"), "{:?}", l.warnings);
+    }
+}

@@ -1,0 +1,245 @@
+//! Reading a directory tree in the order torchvision's `ImageFolder` reads it, so that an
+//! ImageFolder tree converted by stoker has the same labels, and the same image at each
+//! index, as `torchvision.datasets.ImageFolder` over the same tree.
+//!
+//! Python sees a file name as text: the bytes decoded as UTF-8, each byte that is not part
+//! of valid UTF-8 becoming the code point U+DC00 + byte (`surrogateescape`). Its `sorted`
+//! orders such names by code point, which differs from the order of the raw bytes once a
+//! name is not UTF-8 (U+DCE9 sorts before U+FF26, byte 0xE9 after 0xEF). [`name_key`] is a
+//! byte string whose byte order is that code point order, and [`class_name`] spells such a
+//! name readably and without loss (`caf\xe9`, Python's `backslashreplace`).
+//!
+//! Within a class, torchvision walks `sorted(os.walk(class_dir, followlinks=True))`: every
+//! directory under the class by its full path string, a directory's own files (sorted)
+//! before the directories under it. [`walk`] visits directories from a queue ordered by
+//! that path, so it lists the same files in the same order without holding the tree.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::listing::Input;
+
+/// Directories nested deeper than this under a class folder are skipped (and reported).
+const MAX_DEPTH: u32 = 64;
+
+/// A byte string whose byte order is Python's order of `name` (decoded as UTF-8 with
+/// `surrogateescape`): valid UTF-8 is kept, and each other byte `b` becomes the UTF-8
+/// form of U+DC00 + `b` (the generalized UTF-8 form of a code point keeps code point
+/// order, surrogates included).
+pub(crate) fn name_key(name: OsString) -> Vec<u8> {
+    let bytes = name.into_vec();
+    if std::str::from_utf8(&bytes).is_ok() {
+        return bytes;
+    }
+    let mut key = Vec::with_capacity(bytes.len() * 3);
+    for chunk in bytes.utf8_chunks() {
+        key.extend_from_slice(chunk.valid().as_bytes());
+        for &b in chunk.invalid() {
+            let cp = 0xDC00 | u32::from(b);
+            key.extend_from_slice(&[
+                0xE0 | (cp >> 12) as u8,
+                0x80 | ((cp >> 6) & 0x3F) as u8,
+                0x80 | (cp & 0x3F) as u8,
+            ]);
+        }
+    }
+    key
+}
+
+/// `name` as text without loss: valid UTF-8 as it is, each other byte as `\xNN` (lower
+/// case hex), as Python's `name.encode("utf-8", "surrogateescape").decode("utf-8",
+/// "backslashreplace")` spells it. Two folders whose names differ only in such bytes keep
+/// different names (`to_string_lossy` would make both `caf�`).
+pub(crate) fn class_name(name: &OsStr) -> String {
+    let mut s = String::with_capacity(name.len());
+    for chunk in name.as_bytes().utf8_chunks() {
+        s.push_str(chunk.valid());
+        for &b in chunk.invalid() {
+            s.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    s
+}
+
+/// The entries of `dir` in Python's order of their names.
+pub(crate) fn sorted_entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>, std::io::Error> {
+    let mut v = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| (name_key(e.file_name()), e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(v.into_iter().map(|(_, e)| e).collect())
+}
+
+/// A directory's identity, to walk each directory once however many links lead to it.
+pub(crate) fn dir_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    (meta.dev(), meta.ino())
+}
+
+/// A directory found under the walked one and not yet listed.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    /// [`name_key`] of its path below the walked directory, `/` before each name: the
+    /// queue's order (unique: two directories cannot have the same path).
+    key: Vec<u8>,
+    path: PathBuf,
+    /// 1 for a directory directly in the walked one.
+    depth: u32,
+    id: (u64, u64),
+}
+
+/// Appends every file under `top` to `out` with `label`, in torchvision's order (see the
+/// module doc), following symlinks.
+///
+/// A directory whose identity is in `seen` (a symlink back to the root or the class, or a
+/// second link to a directory already listed: the first in that order is listed) is not
+/// listed again, nor one nested more than [`MAX_DEPTH`] deep: each becomes a refused
+/// input at its place in the order, so a tree of links cannot multiply the walk. So do an
+/// unreadable directory and a broken symlink (the latter among its directory's files, where
+/// `os.walk` puts it).
+pub(crate) fn walk(top: &Path, label: u32, out: &mut Vec<Input>, seen: &mut HashSet<(u64, u64)>) {
+    let mut queue = BinaryHeap::new();
+    list_dir(top, &[], 0, label, out, &mut queue);
+    // Every directory pushed while listing one has a longer path with that one's as its
+    // prefix, so it sorts after it: popping the smallest visits all in sorted path order.
+    while let Some(Reverse(d)) = queue.pop() {
+        if !seen.insert(d.id) {
+            refuse(
+                out,
+                d.path,
+                label,
+                "directory already listed under this class (a symlink loop or a second link to it)"
+                    .into(),
+            );
+        } else if d.depth > MAX_DEPTH {
+            refuse(
+                out,
+                d.path,
+                label,
+                format!("directory nested more than {MAX_DEPTH} deep"),
+            );
+        } else {
+            list_dir(&d.path, &d.key, d.depth, label, out, &mut queue);
+        }
+    }
+}
+
+fn refuse(out: &mut Vec<Input>, path: PathBuf, label: u32, reason: String) {
+    out.push(Input {
+        path,
+        label,
+        refused: Some(reason),
+    });
+}
+
+/// Appends the files of `dir` (sorted) to `out` and queues its subdirectories.
+fn list_dir(
+    dir: &Path,
+    key: &[u8],
+    depth: u32,
+    label: u32,
+    out: &mut Vec<Input>,
+    queue: &mut BinaryHeap<Reverse<Pending>>,
+) {
+    let entries = match sorted_entries(dir) {
+        Ok(v) => v,
+        Err(e) => {
+            return refuse(
+                out,
+                dir.to_path_buf(),
+                label,
+                format!("unreadable directory: {e}"),
+            )
+        }
+    };
+    let file = |path| Input {
+        path,
+        label,
+        refused: None,
+    };
+    for entry in entries {
+        let path = entry.path();
+        let kind = entry.file_type().ok();
+        if kind.is_some_and(|t| t.is_file()) {
+            // The directory entry's type, read with the listing, already says it is a plain
+            // file (not a link, not a directory): no `stat` per image.
+            out.push(file(path));
+            continue;
+        }
+        // `metadata` follows symlinks; a loop of links or a dangling one fails here.
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if kind.is_some_and(|t| t.is_symlink()) => {
+                refuse(
+                    out,
+                    path,
+                    label,
+                    format!("unreadable (broken symlink): {e}"),
+                );
+                continue;
+            }
+            Err(e) => {
+                refuse(out, path, label, format!("unreadable: {e}"));
+                continue;
+            }
+        };
+        if meta.is_dir() {
+            let mut child = Vec::with_capacity(key.len() + 1 + entry.file_name().len());
+            child.extend_from_slice(key);
+            child.push(b'/');
+            child.extend_from_slice(&name_key(entry.file_name()));
+            queue.push(Reverse(Pending {
+                key: child,
+                path,
+                depth: depth + 1,
+                id: dir_id(&meta),
+            }));
+        } else {
+            // Every other entry is an input, image or not: non-images (and non-regular
+            // files) are skipped with a reason when read, never silently dropped.
+            out.push(file(path));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: &[u8]) -> Vec<u8> {
+        name_key(OsString::from_vec(b.to_vec()))
+    }
+
+    #[test]
+    fn names_sort_by_code_point_with_invalid_bytes_as_surrogates() {
+        // Python puts "\udcf1and" (from b"\xf1and") after U+4E2D and before U+FF26; raw
+        // bytes would put 0xF1 after 0xEF, the first byte of U+FF26.
+        let mut names: Vec<&[u8]> = vec!["Ｆull".as_bytes(), b"\xf1and", "中文".as_bytes(), b"z"];
+        names.sort_by_key(|n| key(n));
+        assert_eq!(
+            names,
+            [
+                b"z".as_slice(),
+                "中文".as_bytes(),
+                b"\xf1and",
+                "Ｆull".as_bytes()
+            ]
+        );
+        assert!(key(b"caf\xe9") < key(b"caf\xe9x"));
+        assert!(key(b"caf\x80") < key(b"caf\xff"));
+        assert_eq!(key(b"plain"), b"plain");
+    }
+
+    #[test]
+    fn class_names_keep_invalid_bytes_as_backslash_escapes() {
+        let n = |b: &[u8]| class_name(OsStr::from_bytes(b));
+        assert_eq!(n(b"caf\xe9"), "caf\\xe9");
+        assert_eq!(n(b"caf\xea"), "caf\\xea");
+        assert_eq!(n("éclair".as_bytes()), "éclair");
+        // A cut-off multi-byte sequence: each of its bytes is escaped.
+        assert_eq!(n(b"a\xe4\xb8"), "a\\xe4\\xb8");
+    }
+}
