@@ -40,6 +40,17 @@ impl Distribution {
     }
 }
 
+/// How many records have one label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClassCount {
+    /// The label.
+    pub label: u32,
+    /// The class name of the label; `None` for a label past the manifest's class list.
+    pub name: Option<String>,
+    /// Records with this label.
+    pub count: u64,
+}
+
 /// What [`inspect`] reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct InspectReport {
@@ -61,8 +72,10 @@ pub struct InspectReport {
     pub encodings: BTreeMap<String, u64>,
     /// Class names.
     pub class_names: Vec<String>,
-    /// Records per class name.
-    pub per_class: BTreeMap<String, u64>,
+    /// Records per label, one entry for every class of the manifest (in label order, those
+    /// with no record too), then one for each label that has records but no class name.
+    /// Keyed by label, not name: two classes can share a name.
+    pub per_class: Vec<ClassCount>,
     /// Image widths.
     pub width: Distribution,
     /// Image heights.
@@ -92,10 +105,11 @@ pub struct InspectReport {
 /// for label in [0, 1, 1] {
 ///     w.push(RecordMeta { encoding: Encoding::Raw, height: 2, width: 2, channels: 1, label }, &[0; 4])?;
 /// }
-/// w.finish(vec!["cat".into(), "dog".into()], Provenance::stoker("doc"))?;
+/// w.finish(vec!["cat".into(), "dog".into(), "cow".into()], Provenance::stoker("doc"))?;
 /// let r = inspect(&Dataset::open(dir.path())?)?;
-/// assert_eq!((r.samples, r.classes), (3, 2));
-/// assert_eq!(r.per_class["dog"], 2);
+/// assert_eq!((r.samples, r.classes), (3, 3));
+/// assert_eq!((r.per_class[1].name.as_deref(), r.per_class[1].count), (Some("dog"), 2));
+/// assert_eq!(r.per_class[2].count, 0); // a class with no record is listed too
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
@@ -117,17 +131,7 @@ pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
         *encodings.entry(r.header.encoding.to_string()).or_insert(0) += 1;
         *per_label.entry(r.header.label).or_insert(0) += 1;
     }
-    let per_class = per_label
-        .into_iter()
-        .map(|(l, c)| {
-            let name = m
-                .classes
-                .get(l as usize)
-                .cloned()
-                .unwrap_or_else(|| format!("label {l} (no class name)"));
-            (name, c)
-        })
-        .collect();
+    let per_class = per_class(&m.classes, per_label);
     Ok(InspectReport {
         samples: m.samples,
         shards: m.shards.len() as u64,
@@ -146,4 +150,51 @@ pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
         audit: m.audit.clone(),
         provenance: m.provenance.clone(),
     })
+}
+
+/// Every class's count in label order (zero for a class without records), then the labels
+/// with records past the class list.
+fn per_class(classes: &[String], mut per_label: BTreeMap<u32, u64>) -> Vec<ClassCount> {
+    let mut out: Vec<ClassCount> = (0u32..)
+        .zip(classes)
+        .map(|(label, name)| ClassCount {
+            label,
+            name: Some(name.clone()),
+            count: per_label.remove(&label).unwrap_or(0),
+        })
+        .collect();
+    out.extend(per_label.into_iter().map(|(label, count)| ClassCount {
+        label,
+        name: None,
+        count,
+    }));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_with_one_name_are_counted_apart_and_empty_ones_listed() {
+        // Two folders whose names once read the same (`caf\u{fffd}`), an empty class, and
+        // a label past the class list.
+        let classes = [
+            "caf\u{fffd}".to_string(),
+            "caf\u{fffd}".into(),
+            "empty".into(),
+        ];
+        let got = per_class(&classes, BTreeMap::from([(0, 2), (1, 3), (7, 1)]));
+        let want = [
+            (0, Some("caf\u{fffd}"), 2),
+            (1, Some("caf\u{fffd}"), 3),
+            (2, Some("empty"), 0),
+            (7, None, 1),
+        ];
+        let got: Vec<_> = got
+            .iter()
+            .map(|c| (c.label, c.name.as_deref(), c.count))
+            .collect();
+        assert_eq!(got, want);
+    }
 }

@@ -66,7 +66,7 @@ pub use convert::{
 pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;
 pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
-pub use inspect::{inspect, Distribution, InspectReport};
+pub use inspect::{inspect, ClassCount, Distribution, InspectReport};
 pub use manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE, OLDEST_FORMAT_VERSION,

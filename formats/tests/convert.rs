@@ -17,7 +17,8 @@ fn folder_opts(src: &Path, out: &Path) -> ConvertOptions {
     ConvertOptions::new(Source::ImageFolder(src.to_path_buf()), out)
 }
 
-/// The ImageFolder order: classes sorted, files sorted (recursively) within each.
+/// The ImageFolder order: classes sorted, files sorted within each. The corpus's class
+/// folders have no subfolders, whose order `source_reading.rs` checks.
 fn sorted_files(root: &Path) -> Vec<(PathBuf, u32)> {
     fn walk(d: &Path, label: u32, out: &mut Vec<(PathBuf, u32)>) {
         let mut v: Vec<_> = std::fs::read_dir(d)
@@ -104,7 +105,11 @@ fn round_trip_stores_original_jpeg_bytes() {
     assert!(verify(&ds, true).unwrap().ok());
     let ins = inspect(&ds).unwrap();
     assert_eq!(ins.samples, r.written);
-    assert_eq!(ins.per_class.values().sum::<u64>(), r.written);
+    assert_eq!(
+        ins.per_class.iter().map(|c| c.count).sum::<u64>(),
+        r.written
+    );
+    assert_eq!(ins.per_class.len() as u64, ins.classes);
 }
 
 #[test]

@@ -63,12 +63,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let per: Vec<String> = r
         .per_class
         .iter()
-        .map(|(k, v)| format!("{k}: {v}"))
+        .map(|c| match &c.name {
+            Some(name) => format!("{} {name}: {}", c.label, c.count),
+            None => format!("{} (no class name): {}", c.label, c.count),
+        })
         .collect();
     const SHOW: usize = 30;
     writeln!(
         out,
-        "per class: {}{}",
+        "per class (label name: records): {}{}",
         per.iter()
             .take(SHOW)
             .cloned()

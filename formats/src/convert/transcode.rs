@@ -177,7 +177,10 @@ fn decode_other(data: &[u8], max_pixels: u64) -> Result<Rgb, String> {
     };
     let (w, h) = image::ImageReader::with_format(Cursor::new(data), format)
         .into_dimensions()
-        .map_err(|e| format!("bad {format:?} header: {e}"))?;
+        .map_err(|e| match e {
+            image::ImageError::Unsupported(_) => unsupported(format, &e),
+            e => format!("bad {format:?} header: {e}"),
+        })?;
     let pixels = u64::from(w) * u64::from(h);
     if pixels > max_pixels {
         return Err(format!(
@@ -193,15 +196,32 @@ fn decode_other(data: &[u8], max_pixels: u64) -> Result<Rgb, String> {
     limits.max_image_height = Some(h);
     limits.max_alloc = Some(pixels.saturating_mul(16).max(1 << 20));
     reader.limits(limits);
-    let img = reader
-        .decode()
-        .map_err(|e| format!("corrupt {format:?}: {e}"))?;
+    let img = reader.decode().map_err(|e| match e {
+        image::ImageError::Unsupported(_) => unsupported(format, &e),
+        e => format!("corrupt {format:?}: {e}"),
+    })?;
     let rgb = img.to_rgb8();
     Ok(Rgb {
         width: rgb.width(),
         height: rgb.height(),
         data: rgb.into_raw(),
     })
+}
+
+/// The skip reason for an image the `image` crate recognizes but this build cannot read: a
+/// format without its feature (AVIF, TGA, ...), or a variant of one it has (then `e` says
+/// which).
+fn unsupported(format: image::ImageFormat, e: &image::ImageError) -> String {
+    match e {
+        image::ImageError::Unsupported(u)
+            if matches!(u.kind(), image::error::UnsupportedErrorKind::Format(_)) =>
+        {
+            format!(
+                "unsupported image format ({format:?}; stoker reads JPEG, PNG, BMP, GIF, WebP, TIFF and PPM/PGM/PBM)"
+            )
+        }
+        e => format!("unsupported image format ({format:?}: {e})"),
+    }
 }
 
 /// Resizes decoded pixels per the options and produces the record (raw or JPEG).

@@ -1,0 +1,268 @@
+//! How a source is read, as found against `torchvision.datasets.ImageFolder` on real-world
+//! trees: labels of non-UTF-8 class folders, the order of files in class subfolders, a flat
+//! folder left with `.ipynb_checkpoints`, list files as spreadsheets write them, PPM/PGM
+//! inputs, and a conversion that writes nothing. Images are real photos from `testdata`.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use stoker_formats::{
+    convert, inspect, ConvertOptions, Dataset, FormatError, NoProgress, Part, Source, MANIFEST_FILE,
+};
+
+/// Small distinct JPEG photos from the corpus.
+fn photos() -> Vec<PathBuf> {
+    [
+        "exiv2/exiv2-bug1137.jpg",
+        "caer/black_cat.jpg",
+        "npmexif/test2.jpg",
+        "caer/guitar.jpg",
+        "opencv/hfs_data_001.jpg",
+        "piexif/02.jpg",
+    ]
+    .iter()
+    .map(|p| stoker_testdata::dir().join("imagefolder").join(p))
+    .collect()
+}
+
+/// Copies `photo` to `root/rel` (raw bytes, so `rel` may be any file name).
+fn put(root: &Path, rel: &[u8], photo: &Path) -> PathBuf {
+    let p = root.join(OsStr::from_bytes(rel));
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::copy(photo, &p).unwrap();
+    p
+}
+
+fn opts(source: Source, out: &Path) -> ConvertOptions {
+    let mut o = ConvertOptions::new(source, out);
+    o.check_decode = false;
+    o.jobs = Some(2);
+    o
+}
+
+/// The payload of every record, in index order.
+fn payloads(out: &Path) -> Vec<Vec<u8>> {
+    let ds = Dataset::open(out).unwrap();
+    let r = ds.reader().unwrap();
+    (0..ds.len())
+        .map(|i| r.get(i).unwrap().payload.to_vec())
+        .collect()
+}
+
+#[test]
+fn non_utf8_class_folders_get_torchvision_labels_and_distinct_names() {
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    // Latin-1 names; the last two once both read `�and�` and their order by raw bytes
+    // put them after `Ｆull` (0xF1 > 0xEF), shifting labels against torchvision.
+    put(src.path(), "Ｆull/1.jpg".as_bytes(), &p[0]);
+    put(src.path(), b"caf\xe9/1.jpg", &p[1]);
+    put(src.path(), b"\xf1and\xfa/1.jpg", &p[2]);
+    put(src.path(), b"\xf1and\xfb/1.jpg", &p[3]);
+    put(src.path(), b"\xf1and\xfb/2.jpg", &p[4]);
+    std::fs::create_dir(src.path().join("zz-empty")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("ds");
+    let r = convert(
+        &opts(Source::ImageFolder(src.path().into()), &out),
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.written, 5);
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    assert!(r.warnings[0].contains("\"zz-empty\" (label 1) is an empty folder"));
+    let ds = Dataset::open(&out).unwrap();
+    // torchvision.datasets.ImageFolder(src).classes, each surrogate `\udcNN` as `\xNN`.
+    assert_eq!(
+        ds.manifest().classes,
+        [
+            "caf\\xe9",
+            "zz-empty",
+            "\\xf1and\\xfa",
+            "\\xf1and\\xfb",
+            "Ｆull"
+        ]
+    );
+    // Counted per label: the two `\xf1and\xNN` classes apart, the empty one listed.
+    let counts: Vec<_> = inspect(&ds)
+        .unwrap()
+        .per_class
+        .iter()
+        .map(|c| (c.label, c.count))
+        .collect();
+    assert_eq!(counts, [(0, 1), (1, 0), (2, 1), (3, 2), (4, 1)]);
+}
+
+#[test]
+fn files_in_class_subfolders_are_stored_in_sorted_os_walk_order() {
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    // sorted(os.walk("c")): c, c/a-b, c/a.b, c/a/x (by path string; '-' < '.' < '/'),
+    // each directory's files before those of the directories under it.
+    let order: [&[u8]; 6] = [
+        b"c/b.jpg",
+        b"c/z.jpg",
+        b"c/a-b/3.jpg",
+        b"c/a.b/4.jpg",
+        b"c/a/x/1.jpg",
+        b"d/0.jpg",
+    ];
+    // Created in another order than the expected one.
+    for (i, rel) in order.iter().enumerate().rev() {
+        put(src.path(), rel, &p[i]);
+    }
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("ds");
+    convert(
+        &opts(Source::ImageFolder(src.path().into()), &out),
+        &NoProgress,
+    )
+    .unwrap();
+    let want: Vec<Vec<u8>> = p.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    assert!(
+        payloads(&out) == want,
+        "records not in sorted(os.walk) order"
+    );
+}
+
+#[test]
+fn flat_folder_with_ipynb_checkpoints_is_not_read_as_one_class_folder() {
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    for (i, photo) in p[..3].iter().enumerate() {
+        put(src.path(), format!("img{i}.jpg").as_bytes(), photo);
+    }
+    put(src.path(), b".ipynb_checkpoints/img0-checkpoint.jpg", &p[0]);
+    put(src.path(), b"__MACOSX/._img0.jpg", &p[0]);
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("ds");
+    let r = convert(
+        &opts(Source::ImageFolder(src.path().into()), &out),
+        &NoProgress,
+    )
+    .unwrap();
+    // Before: one class `.ipynb_checkpoints` of 1 image, the 3 real ones ignored.
+    assert!(r.flat);
+    assert!(r.ignored.is_empty());
+    assert_eq!(r.written, 5);
+    assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+    assert!(r.warnings.iter().all(|w| w.contains("hidden folder")));
+}
+
+#[test]
+fn list_file_with_byte_order_mark_and_csv_quoted_paths_converts_every_row() {
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    put(src.path(), b"a,b.jpg", &p[0]);
+    put(src.path(), b"say \"hi\".jpg", &p[1]);
+    put(src.path(), b"plain.jpg", &p[2]);
+    // As Excel saves "CSV UTF-8" and pandas quotes a path holding a comma or a quote.
+    let list = src.path().join("list.csv");
+    std::fs::write(
+        &list,
+        "\u{feff}path,label\r\n\"a,b.jpg\",1\r\n\"say \"\"hi\"\".jpg\",0\r\nplain.jpg,1\r\n",
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("ds");
+    let source = Source::List {
+        root: src.path().into(),
+        list,
+    };
+    let r = convert(&opts(source, &out), &NoProgress).unwrap();
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+    assert_eq!(r.written, 3);
+}
+
+#[test]
+fn ppm_and_pgm_inputs_are_converted_and_unknown_formats_say_unsupported() {
+    let src = tempfile::tempdir().unwrap();
+    let png = stoker_testdata::dir().join("conformance/ref/pillow__Tests__images__hopper.jpg.png");
+    let img = image::open(&png).unwrap();
+    let class = src.path().join("hopper");
+    std::fs::create_dir(&class).unwrap();
+    img.to_rgb8().save(class.join("hopper.ppm")).unwrap();
+    img.to_luma8().save(class.join("hopper.pgm")).unwrap();
+    // A QOI header: recognized by the image crate, not compiled in.
+    std::fs::write(class.join("x.qoi"), b"qoif\0\0\0\x02\0\0\0\x02\x03\0").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("ds");
+    let r = convert(
+        &opts(Source::ImageFolder(src.path().into()), &out),
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.written, 2, "{:?}", r.skipped);
+    assert_eq!(r.skipped.len(), 1);
+    assert!(
+        r.skipped[0]
+            .reason
+            .starts_with("unsupported image format (Qoi"),
+        "{:?}",
+        r.skipped
+    );
+    let ds = Dataset::open(&out).unwrap();
+    let h = ds.reader().unwrap().get(0).unwrap().header;
+    assert_eq!((h.width, h.height), (img.width(), img.height()));
+}
+
+#[test]
+fn conversion_that_writes_no_record_fails_and_leaves_no_manifest() {
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    put(src.path(), b"imgs/a.jpg", &p[0]);
+    put(src.path(), b"imgs/b.jpg", &p[1]);
+    let list = src.path().join("list.csv");
+    std::fs::write(&list, "a.jpg,0\nb.jpg,1\n").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("ds");
+    // The list's paths are relative to `imgs/`, not to the directory given.
+    let wrong = Source::List {
+        root: src.path().into(),
+        list: list.clone(),
+    };
+    let e = convert(&opts(wrong.clone(), &out), &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::BadSource { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("none of the 2 inputs"), "{msg}");
+    assert!(msg.contains("a.jpg"), "{msg}");
+    assert!(msg.contains("relative to SRC"), "{msg}");
+    assert!(!out.join(MANIFEST_FILE).exists());
+    // The same output directory takes the corrected conversion, without --resume.
+    let right = Source::List {
+        root: src.path().join("imgs"),
+        list,
+    };
+    assert_eq!(convert(&opts(right, &out), &NoProgress).unwrap().written, 2);
+
+    // A part may be empty: more parts than inputs.
+    let parts = tempfile::tempdir().unwrap();
+    let mut o = opts(wrong, parts.path());
+    o.part = Some(Part::new(0, 3).unwrap());
+    let r = convert(&o, &NoProgress).unwrap();
+    assert_eq!((r.inputs, r.written), (0, 0));
+}
+
+#[test]
+fn tree_of_unsupported_files_fails_with_the_first_reasons() {
+    let src = tempfile::tempdir().unwrap();
+    for name in ["a.txt", "b.txt"] {
+        let p = src.path().join("docs").join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"not an image").unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let e = convert(
+        &opts(
+            Source::ImageFolder(src.path().into()),
+            &out.path().join("ds"),
+        ),
+        &NoProgress,
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("none of the 2 inputs"), "{msg}");
+    assert!(msg.contains("a.txt: not an image"), "{msg}");
+    assert!(!out.path().join("ds").join(MANIFEST_FILE).exists());
+}
