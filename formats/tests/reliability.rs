@@ -98,12 +98,14 @@ fn max_file_size_is_settable_and_applies_before_reading() {
     let dir = tempfile::tempdir().unwrap();
     let s = dir.path().join("s");
     std::fs::create_dir_all(s.join("a")).unwrap();
-    std::fs::copy(photo("caer/tent.jpg"), s.join("a/ok.jpg")).unwrap();
-    let size = std::fs::metadata(s.join("a/ok.jpg")).unwrap().len();
+    std::fs::copy(photo("caer/tent.jpg"), s.join("a/big.jpg")).unwrap();
+    let size = std::fs::metadata(s.join("a/big.jpg")).unwrap().len();
+    // A smaller one, so that the conversion writes a record (one of nothing fails).
+    std::fs::copy(photo("caer/black_cat.jpg"), s.join("a/small.jpg")).unwrap();
     let mut o = ConvertOptions::new(Source::ImageFolder(s), dir.path().join("o"));
     o.max_file_size = size - 1;
     let r = convert_within(o, Duration::from_secs(60)).unwrap();
-    assert_eq!(r.written, 0);
+    assert_eq!(r.written, 1);
     assert!(
         r.skipped[0].reason.contains("over the input size limit"),
         "{r:?}"

@@ -112,24 +112,8 @@ pub fn convert(
     };
     if let (Some(p), true) = (options.part, options.resume) {
         if let Some(m) = finished_part(out, &part_info(p))? {
-            return Ok(ConvertReport {
-                inputs: inputs.len() as u64,
-                written: m.samples,
-                skipped: Vec::new(),
-                ignored: listing.ignored,
-                flat: listing.flat,
-                warnings: listing.warnings,
-                shards: m.shards.len() as u64,
-                bytes: m.bytes,
-                input_bytes: 0,
-                seconds: t0.elapsed().as_secs_f64(),
-                stored: 0,
-                transcoded: 0,
-                resumed: m.samples,
-                audit: m.audit.unwrap_or_default(),
-                out: out.clone(),
-                already_done: true,
-            });
+            let n = inputs.len() as u64;
+            return Ok(already_done(m, n, listing, t0, out));
         }
     }
     if !out.join(MANIFEST_FILE).exists() {
@@ -170,11 +154,7 @@ pub fn convert(
 
     let written = writer.next_index();
     check_accounting(out, written, totals.skipped.len(), inputs.len())?;
-    if options.part.is_none() && written == 0 {
-        // A part may be empty (more parts than inputs); a whole dataset of nothing is a
-        // wrong source or a tree of unsupported files, not a result.
-        return Err(nothing_converted(&options.source, &totals.skipped));
-    }
+    check_written(options, written, &totals.skipped)?;
     let provenance = provenance(options, &listing);
     if let Some(p) = options.part {
         writer.set_part(part_info(p));
@@ -201,6 +181,35 @@ pub fn convert(
         already_done: false,
     };
     Ok(report)
+}
+
+/// The report of a part that an earlier run finished: its manifest's counts, nothing
+/// converted now.
+fn already_done(
+    m: crate::manifest::Manifest,
+    inputs: u64,
+    listing: source::Listing,
+    t0: Instant,
+    out: &Path,
+) -> ConvertReport {
+    ConvertReport {
+        inputs,
+        written: m.samples,
+        skipped: Vec::new(),
+        ignored: listing.ignored,
+        flat: listing.flat,
+        warnings: listing.warnings,
+        shards: m.shards.len() as u64,
+        bytes: m.bytes,
+        input_bytes: 0,
+        seconds: t0.elapsed().as_secs_f64(),
+        stored: 0,
+        transcoded: 0,
+        resumed: m.samples,
+        audit: m.audit.unwrap_or_default(),
+        out: out.to_path_buf(),
+        already_done: true,
+    }
 }
 
 /// Tag of the stored-order draw, so a `--shuffle` seed and a loader seed of the same value
@@ -262,23 +271,31 @@ fn check_accounting(
     })
 }
 
-/// The error of a whole conversion that wrote no record: how many inputs, and why the first
-/// few were skipped.
-fn nothing_converted(source: &Source, skipped: &[report::Skipped]) -> FormatError {
+/// Refuses a whole conversion that wrote no record, naming how many inputs there were and
+/// why the first few were skipped: a dataset of nothing is a wrong source or a tree of
+/// unsupported files, not a result. A part may be empty (more parts than inputs).
+fn check_written(
+    options: &ConvertOptions,
+    written: u64,
+    skipped: &[report::Skipped],
+) -> Result<(), FormatError> {
+    if options.part.is_some() || written > 0 {
+        return Ok(());
+    }
     const SHOW: usize = 3;
     let reasons: Vec<String> = skipped
         .iter()
         .take(SHOW)
         .map(|s| format!("{}: {}", s.path.display(), s.reason))
         .collect();
-    let (path, hint) = match source {
+    let (path, hint) = match &options.source {
         Source::ImageFolder(root) => (root, ""),
         Source::List { root, .. } => (
             root,
             " (listed paths are read relative to SRC: is it the directory the list's paths start from?)",
         ),
     };
-    FormatError::BadSource {
+    Err(FormatError::BadSource {
         path: path.clone(),
         reason: format!(
             "none of the {} inputs could be converted, so no dataset was written{hint}; the first skipped: {}{}",
@@ -286,7 +303,7 @@ fn nothing_converted(source: &Source, skipped: &[report::Skipped]) -> FormatErro
             reasons.join("; "),
             if skipped.len() > SHOW { "; ..." } else { "" }
         ),
-    }
+    })
 }
 
 /// The manifest of the part in `out` when it is finished and is exactly part `want` (same
