@@ -280,3 +280,70 @@ fn shuffle_and_its_seed_reach_the_manifest_and_a_seed_alone_is_refused() {
         text(&o)
     );
 }
+
+#[test]
+fn a_conversion_that_writes_no_record_exits_1_naming_the_count_and_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let imgs = dir.path().join("imgs");
+    std::fs::create_dir(&imgs).unwrap();
+    for (name, photo) in [
+        ("a.jpg", "caer/black_cat.jpg"),
+        ("b.jpg", "caer/guitar.jpg"),
+    ] {
+        let from = stoker_testdata::dir().join("imagefolder").join(photo);
+        std::fs::copy(from, imgs.join(name)).unwrap();
+    }
+    let list = dir.path().join("list.csv");
+    std::fs::write(&list, "a.jpg,0\nb.jpg,1\n").unwrap();
+    let ds = dir.path().join("ds");
+    // SRC is the list's folder, not the images' one: every input is missing.
+    let o = stoker(&["convert", p(dir.path()), p(&ds), "--list", p(&list)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("none of the 2 inputs"), "{}", text(&o));
+    assert!(err.contains("a.jpg"), "{}", text(&o));
+    assert!(!ds.join("manifest.json").exists());
+    let o = stoker(&["convert", p(&imgs), p(&ds), "--list", p(&list)]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+#[test]
+fn empty_and_hidden_class_folders_are_warned_of_and_inspect_lists_every_class() {
+    let src = tempfile::tempdir().unwrap();
+    for (rel, photo) in [
+        (".ipynb_checkpoints/x.jpg", "caer/black_cat.jpg"),
+        ("cat/1.jpg", "caer/guitar.jpg"),
+        ("cat/2.jpg", "caer/camera.jpg"),
+    ] {
+        let to = src.path().join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(stoker_testdata::dir().join("imagefolder").join(photo), to).unwrap();
+    }
+    std::fs::create_dir(src.path().join("dog")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let ds = out.path().join("ds");
+    let o = stoker(&["convert", p(src.path()), p(&ds), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let warnings = json(&o)["warnings"].as_array().unwrap().len();
+    assert_eq!(warnings, 2, "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warning: class \".ipynb_checkpoints\" (label 0) is a hidden folder"));
+    assert!(err.contains("warning: class \"dog\" (label 2) is an empty folder"));
+
+    let o = stoker(&["inspect", p(&ds), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        json(&o)["per_class"],
+        serde_json::json!([
+            {"label": 0, "name": ".ipynb_checkpoints", "count": 1},
+            {"label": 1, "name": "cat", "count": 2},
+            {"label": 2, "name": "dog", "count": 0},
+        ])
+    );
+    let o = stoker(&["inspect", p(&ds)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("0 .ipynb_checkpoints: 1, 1 cat: 2, 2 dog: 0"),
+        "{out}"
+    );
+}

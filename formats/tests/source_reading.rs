@@ -8,7 +8,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use stoker_formats::{
-    convert, inspect, ConvertOptions, Dataset, FormatError, NoProgress, Part, Source, MANIFEST_FILE,
+    convert, inspect, ConvertOptions, Dataset, Encoding, FormatError, NoProgress, Part, Source,
+    MANIFEST_FILE,
 };
 
 /// Small distinct JPEG photos from the corpus.
@@ -265,4 +266,22 @@ fn tree_of_unsupported_files_fails_with_the_first_reasons() {
     assert!(msg.contains("none of the 2 inputs"), "{msg}");
     assert!(msg.contains("a.txt: not an image"), "{msg}");
     assert!(!out.path().join("ds").join(MANIFEST_FILE).exists());
+}
+
+#[test]
+fn sixteen_bit_grayscale_png_is_scaled_to_8_bits_not_clipped() {
+    // docs/FORMAT.md: (v + 128) / 257, where PIL's convert("RGB") clips at 255 (1000 -> 255).
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir(src.path().join("gray")).unwrap();
+    let img = image::ImageBuffer::<image::Luma<u16>, _>::from_pixel(4, 4, image::Luma([1000]));
+    img.save(src.path().join("gray/deep.png")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let out = out.path().join("ds");
+    let mut o = opts(Source::ImageFolder(src.path().into()), &out);
+    o.encoding = Encoding::Raw;
+    o.raw_size = Some((4, 4));
+    assert_eq!(convert(&o, &NoProgress).unwrap().written, 1);
+    let px = &payloads(&out)[0];
+    assert_eq!(px.len(), 4 * 4 * 3);
+    assert!(px.iter().all(|&v| u32::from(v) == (1000 + 128) / 257));
 }

@@ -11,7 +11,8 @@ use stoker::formats::{self, Dataset, Distribution};
 pub struct Args {
     /// A converted dataset (the directory with manifest.json and the shards).
     pub dataset: PathBuf,
-    /// Print JSON (with at least samples, shards, classes, bytes).
+    /// Print JSON (with at least samples, shards, classes, bytes, and per_class: one
+    /// {label, name, count} per class in label order, classes without records included).
     #[arg(long)]
     pub json: bool,
 }
