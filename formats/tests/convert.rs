@@ -764,3 +764,24 @@ fn bit_flips_across_the_shard_file_are_always_reported() {
     }
     assert!(checked > 200);
 }
+
+/// A conversion killed after its manifest landed (before its journal was removed or the
+/// process exited) looks unfinished to its caller: `--resume` then reports it finished,
+/// and refuses a finished dataset of other inputs or flags.
+#[test]
+fn resume_of_a_finished_conversion_of_the_same_listing_is_a_no_op() {
+    let out = tempfile::tempdir().unwrap();
+    let (mut o, full) = clean_conversion(&out.path().join("done"));
+    let before = stoker_testdata::files_in(&o.out);
+    // What the killed run leaves: the journal beside the manifest.
+    std::fs::write(o.out.join(stoker_formats::convert::JOURNAL_FILE), b"{}").unwrap();
+    o.resume = true;
+    let again = convert(&o, &NoProgress).unwrap();
+    assert!(again.already_done, "{again:?}");
+    assert_eq!(again.written, full.written);
+    assert_eq!(stoker_testdata::files_in(&o.out), before);
+
+    o.quality = 80;
+    let e = convert(&o, &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+}

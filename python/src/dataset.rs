@@ -117,6 +117,11 @@ pub(crate) fn convert<'py>(
     let report = convert_interruptibly(py, &opts, &bar)?;
     let json = serde_json::to_string(&report)
         .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
+    // What the CLI prints as `warning: ...` (empty or hidden class folders, commented-out
+    // list rows): a UserWarning here.
+    for w in &report.warnings {
+        crate::errors::warn(py, format!("stoker.convert: {w}"))?;
+    }
     json_to_py(py, &json)
 }
 

@@ -1,9 +1,9 @@
 //! Rust errors as Python exceptions: settings the caller got wrong are `ValueError`, a
 //! missing file is `FileNotFoundError`, everything else `stoker.StokerError`; the
-//! message is always the Rust error's.
+//! message is always the Rust error's. What the library only notes is a `UserWarning`.
 
-use pyo3::exceptions::{PyException, PyFileNotFoundError, PyValueError};
-use pyo3::PyErr;
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyUserWarning, PyValueError};
+use pyo3::{PyErr, PyResult, Python};
 use stoker_formats::FormatError;
 use stoker_loader::LoaderError;
 
@@ -36,4 +36,11 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
         | LoaderError::EmptyDataset) => PyValueError::new_err(e.to_string()),
         e => StokerError::new_err(e.to_string()),
     }
+}
+
+/// `warnings.warn(text, UserWarning)`, pointing at the caller's line (Python shows no
+/// `tracing` output, so what the library would log as a warning is said this way).
+pub(crate) fn warn(py: Python<'_>, text: String) -> PyResult<()> {
+    let text = std::ffi::CString::new(text).unwrap_or_default();
+    PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)
 }

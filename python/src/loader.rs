@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyUserWarning, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
 use stoker_loader::{
@@ -13,7 +13,7 @@ use stoker_loader::{
 
 use crate::dataset::{json_to_py, Dataset};
 use crate::epoch::{Epoch, PendingEpoch};
-use crate::errors::loader_error;
+use crate::errors::{loader_error, warn};
 use crate::locks::lock;
 
 /// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
@@ -569,12 +569,6 @@ impl TransformArgs<'_> {
         }
         Ok(transform)
     }
-}
-
-/// `warnings.warn(text, UserWarning)`, pointing at the caller's line.
-fn warn(py: Python<'_>, text: String) -> PyResult<()> {
-    let text = std::ffi::CString::new(text).unwrap_or_default();
-    PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)
 }
 
 /// The name of a `dtype` or `device` argument: a string, a type's `__name__`

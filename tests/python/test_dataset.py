@@ -80,3 +80,21 @@ def test_ctrl_c_stops_a_conversion_and_resume_finishes_it(tmp_path):
     report = stoker.convert(src, out, resume=True, **options)
     assert report["written"] + len(report["skipped"]) == report["inputs"] == 2 * 164
     assert report["resumed"] < report["written"]
+
+
+def test_convert_warns_of_what_it_noted_and_refuses_to_write_nothing(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    (tree / "b").mkdir()
+    shutil.copy(SAMPLE / "caer" / "tent.jpg", tree / "a" / "tent.jpg")
+    with pytest.warns(UserWarning, match="empty folder"):
+        report = stoker.convert(tree, tmp_path / "ds", progress=False)
+    assert report["written"] == 1 and any("empty" in w for w in report["warnings"])
+    assert stoker.Dataset(tmp_path / "ds").classes == ["a", "b"]
+
+    # A list whose paths are relative to another folder: nothing to write, no dataset.
+    listing = tmp_path / "list.csv"
+    listing.write_text("a/tent.jpg,0\n")
+    with pytest.raises(stoker.StokerError, match="none of the 1 inputs"):
+        stoker.convert(tmp_path, tmp_path / "none", list=listing, progress=False)
+    assert not (tmp_path / "none" / "manifest.json").exists()

@@ -110,8 +110,9 @@ pub fn convert(
         end_input: range.end,
         listing: format!("{listing_fingerprint:08x}"),
     };
-    if let (Some(p), true) = (options.part, options.resume) {
-        if let Some(m) = finished_part(out, &part_info(p))? {
+    if options.resume {
+        let want = options.part.map(part_info);
+        if let Some(m) = finished(out, want.as_ref(), listing_fingerprint)? {
             let n = inputs.len() as u64;
             return Ok(already_done(m, n, listing, t0, out));
         }
@@ -155,7 +156,7 @@ pub fn convert(
     let written = writer.next_index();
     check_accounting(out, written, totals.skipped.len(), inputs.len())?;
     check_written(options, written, &totals.skipped)?;
-    let provenance = provenance(options, &listing);
+    let provenance = provenance(options, &listing, listing_fingerprint);
     if let Some(p) = options.part {
         writer.set_part(part_info(p));
     }
@@ -230,16 +231,24 @@ fn ordered_listing(options: &ConvertOptions) -> Result<source::Listing, FormatEr
     Ok(listing)
 }
 
-fn provenance(options: &ConvertOptions, listing: &source::Listing) -> Provenance {
+fn provenance(options: &ConvertOptions, listing: &source::Listing, fingerprint: u32) -> Provenance {
     let mut provenance = Provenance::stoker(options.source.describe());
     provenance.flags = options.output_flags();
-    // Not an option, so not in the fingerprint: what order the records are in, for the
-    // loader to tell whether a few shards at a time still mix the classes.
+    // Not options, so not in the fingerprint: what order the records are in, for the
+    // loader to tell whether a few shards at a time still mix the classes; and the
+    // fingerprint itself, for `--resume` to tell a finished conversion of the same
+    // listing (killed between its manifest and its exit) from another dataset.
     provenance
         .flags
         .insert(ORDER_FLAG.into(), stored_order(options, listing).into());
     provenance
+        .flags
+        .insert(LISTING_FLAG.into(), format!("{fingerprint:08x}"));
+    provenance
 }
+
+/// The manifest flag holding the CRC32C of the listing and the output flags.
+pub const LISTING_FLAG: &str = "listing";
 
 fn stored_order(options: &ConvertOptions, listing: &source::Listing) -> &'static str {
     match (&options.source, options.shuffle) {
@@ -306,18 +315,25 @@ fn check_written(
     })
 }
 
-/// The manifest of the part in `out` when it is finished and is exactly part `want` (same
-/// listing, flags and slice); `None` when `out` holds no finished dataset. A finished
-/// dataset of anything else stays for `prepare_output` to refuse.
-fn finished_part(
+/// The manifest in `out` when it is a finished conversion of this listing (same inputs
+/// and flags; for a part, exactly part `part`); `None` when `out` holds no finished dataset.
+/// A finished dataset of anything else stays for `prepare_output` to refuse.
+fn finished(
     out: &Path,
-    want: &PartInfo,
+    part: Option<&PartInfo>,
+    listing: u32,
 ) -> Result<Option<crate::manifest::Manifest>, FormatError> {
     if !out.join(MANIFEST_FILE).exists() {
         return Ok(None);
     }
     let m = crate::manifest::Manifest::read(out)?;
-    Ok((m.part.as_ref() == Some(want)).then_some(m))
+    let same = m.part.as_ref() == part
+        && m.provenance.flags.get(LISTING_FLAG) == Some(&format!("{listing:08x}"));
+    if same {
+        // Killed after its manifest: the journal may still be there, and is done with.
+        let _ = std::fs::remove_file(out.join(JOURNAL_FILE));
+    }
+    Ok(same.then_some(m))
 }
 
 /// A checksum of everything that determines the output: the input list and the output flags.

@@ -41,7 +41,7 @@ pub struct Skipped {
 }
 
 /// The outcome of a conversion; `written + skipped.len() == inputs` holds for every
-/// conversion that ran (not for a part found `already_done`, whose skips are not recorded).
+/// conversion that ran (not for one found `already_done`, whose skips are not recorded).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ConvertReport {
     /// Input files found.
@@ -79,9 +79,9 @@ pub struct ConvertReport {
     pub audit: Audit,
     /// The output directory.
     pub out: PathBuf,
-    /// With `resume` and a part: the part was already finished by an earlier run (a task
-    /// retried after it completed), so nothing was converted; `written` and `resumed` are
-    /// its record count.
+    /// With `resume`: the output was already finished by an earlier run of the same listing
+    /// and flags (a retried task, a run killed after its manifest landed), so nothing was
+    /// converted; `written` and `resumed` are its record count.
     #[serde(default)]
     pub already_done: bool,
 }
