@@ -287,6 +287,7 @@ impl Loader {
             seed: self.config.seed,
             order: self.sampler.order(epoch).into(),
             global_offset: self.sampler.global_position(0),
+            dataset_len: self.config.dataset.len(),
             batch_size: self.config.batch_size,
             num_batches: self.sampler.num_batches(),
             start_batch,

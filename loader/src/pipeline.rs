@@ -60,6 +60,8 @@ pub(crate) struct EpochPlan {
     /// Position in the epoch's global order of `order[0]`
     /// ([`crate::Sampler::global_position`]`(0)`).
     pub(crate) global_offset: u64,
+    /// Records in the dataset (the last replacements scan all of them).
+    pub(crate) dataset_len: u64,
     /// Full batch size; the last batch may be shorter.
     pub(crate) batch_size: u64,
     /// Batches in the epoch.
@@ -90,43 +92,44 @@ impl EpochPlan {
     }
 
     /// Attempts at one position before its batch fails: the random picks, then a scan of
-    /// the whole share, so a batch fails only when every record of the share is bad.
+    /// the whole dataset, so a batch fails only when every record is bad. A rank's share
+    /// alone would not do: with as many ranks as records (a small validation set) it is
+    /// one record, and its rank alone would fail while the others wait in a collective.
     fn max_attempts(&self) -> u32 {
-        let share = u32::try_from(self.order.len()).unwrap_or(u32::MAX);
-        RANDOM_PICKS.saturating_add(share)
+        let records = u32::try_from(self.dataset_len).unwrap_or(u32::MAX);
+        RANDOM_PICKS.saturating_add(records)
     }
 
     /// The sample that stands in for position `pos` after `attempt` (≥ 1) failures there.
     /// The first [`RANDOM_PICKS`] are uniform picks over this rank's whole order, then the
-    /// order is scanned from a random start, wrapping around, until every sample of it has
-    /// been tried. Each is drawn from `(seed, epoch, global position, attempt)` alone, so
-    /// the replacement depends neither on thread timing nor on the number of workers, and
-    /// a resumed epoch replaces as the uninterrupted one did.
+    /// dataset's records are scanned from a random start, wrapping around, until every one
+    /// has been tried. Each is drawn from `(seed, epoch, global position, attempt)` alone,
+    /// so the replacement depends neither on thread timing nor on the number of workers,
+    /// and a resumed epoch replaces as the uninterrupted one did.
     pub(crate) fn replacement(&self, pos: usize, attempt: u32) -> u64 {
-        let len = self.order.len() as u64;
         let position = self.global_offset + pos as u64;
-        let pick = if attempt <= RANDOM_PICKS {
-            Rng::new(&[
+        if attempt <= RANDOM_PICKS {
+            let pick = Rng::new(&[
                 self.seed,
                 self.epoch,
                 position,
                 u64::from(attempt),
                 STREAM_REPLACE,
             ])
-            .below(len)
-        } else {
-            let start = Rng::new(&[self.seed, self.epoch, position, STREAM_REPLACE]).below(len);
-            (start + u64::from(attempt - RANDOM_PICKS - 1)) % len
-        };
-        self.order[pick as usize]
+            .below(self.order.len() as u64);
+            return self.order[pick as usize];
+        }
+        let len = self.dataset_len.max(1);
+        let start = Rng::new(&[self.seed, self.epoch, position, STREAM_REPLACE]).below(len);
+        (start + u64::from(attempt - RANDOM_PICKS - 1)) % len
     }
 
     /// Notes that record `*current`, tried for position `pos`, failed with `error`, and
     /// moves `*current` to the next replacement (`*attempt` counts them), or returns the
     /// error that ends the batch: [`OnError::Error`]; an error that is not the record's
     /// (a reader that cannot open, a device error: nothing is noted, another record would
-    /// fail alike); or [`LoaderError::TooManyBadRecords`] once the whole share was tried.
-    /// A share found all bad fails the positions that meet a bad record after that at
+    /// fail alike); or [`LoaderError::TooManyBadRecords`] once every record was tried.
+    /// A dataset found all bad fails the positions that meet a bad record after that at
     /// once, instead of scanning it again for each.
     pub(crate) fn replace_failed(
         &self,
@@ -180,7 +183,7 @@ impl EpochPlan {
 #[derive(Debug, Default)]
 pub(crate) struct BadLog {
     entries: Mutex<Vec<BadEntry>>,
-    /// Set when a position tried every record of the share and all failed.
+    /// Set when a position tried every record of the dataset and all failed.
     exhausted: AtomicBool,
 }
 
@@ -294,6 +297,7 @@ mod tests {
             seed: 9,
             order: (0..len).map(|i| i * 3 % len).collect(),
             global_offset,
+            dataset_len: len,
             batch_size: 4,
             num_batches: len.div_ceil(4),
             start_batch: 0,
@@ -310,13 +314,13 @@ mod tests {
     }
 
     #[test]
-    fn replacements_are_random_picks_then_a_scan_of_the_whole_share() {
+    fn replacements_are_random_picks_then_a_scan_of_the_whole_dataset() {
         let p = plan(50, 100);
         // Random picks: spread over the share, not the next neighbours.
         let picks: HashSet<u64> = (1..=RANDOM_PICKS).map(|a| p.replacement(7, a)).collect();
         assert!(picks.len() > 16, "{picks:?}");
         assert_ne!(p.replacement(7, 1), p.order[8]);
-        // Then every sample of the share once.
+        // Then every record of the dataset (here: the share) once.
         let scan: HashSet<u64> = (RANDOM_PICKS + 1..=p.max_attempts())
             .map(|a| p.replacement(7, a))
             .collect();
@@ -331,7 +335,7 @@ mod tests {
     }
 
     #[test]
-    fn a_position_fails_only_after_trying_the_whole_share_and_the_next_fail_at_once() {
+    fn a_position_fails_only_after_trying_every_record_and_the_next_fail_at_once() {
         let p = plan(10, 0);
         let (mut attempt, mut current) = (0, p.order[0]);
         let mut tried = 0;
@@ -354,6 +358,23 @@ mod tests {
             matches!(err, LoaderError::TooManyBadRecords { attempts: 0, .. }),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_share_of_one_bad_record_is_replaced_from_the_rest_of_the_dataset() {
+        // 8 ranks over 3 records: this rank's share is record 1 alone, and it is bad.
+        let p = EpochPlan {
+            order: vec![1].into(),
+            dataset_len: 3,
+            ..plan(1, 5)
+        };
+        let (mut attempt, mut current) = (0, 1);
+        while current == 1 {
+            p.replace_failed(0, bad(current), &mut attempt, &mut current)
+                .unwrap();
+        }
+        assert!(current == 0 || current == 2, "{current}");
+        assert!(attempt <= RANDOM_PICKS + 2, "{attempt}");
     }
 
     #[test]
