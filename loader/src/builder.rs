@@ -568,10 +568,10 @@ impl LoaderBuilder {
             config.batch_size,
             config.drop_last,
         )?;
-        if let Some(state) = &resume {
-            let dataset = DatasetFingerprint::of(config.dataset.manifest());
-            check_resume(state, config.seed, &sampler, dataset)?;
-        }
+        let dataset = DatasetFingerprint::of(config.dataset.manifest());
+        let resume = resume
+            .map(|state| check_resume(&state, config.seed, &sampler, dataset))
+            .transpose()?;
         let metrics = Arc::new(Metrics::default());
         metrics.set_placement(config.placement.clone(), config.rank, config.world);
         let backend = build_backend(&buffer_config(&config, &sampler)?, &metrics)?;

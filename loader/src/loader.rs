@@ -462,7 +462,7 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
-        check_resume(&state, self.config.seed, &self.sampler, self.fingerprint)?;
+        let state = check_resume(&state, self.config.seed, &self.sampler, self.fingerprint)?;
         let mut progress = lock(&self.progress);
         if let Some(running) = progress.active {
             return Err(LoaderError::EpochInProgress {

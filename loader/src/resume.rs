@@ -152,16 +152,24 @@ impl TryFrom<String> for DatasetFingerprint {
 
 /// Checks that `state` can resume a loader with seed `seed`, `sampler` and dataset
 /// `dataset`: each thing the state records must be this loader's, and its position
-/// inside the epoch.
+/// inside the epoch. Returns the state to resume from: a state taken after an epoch's
+/// last batch is the next epoch's start, so that the first `for` after the resume is
+/// not an empty epoch (which would put an epoch-counting training loop one epoch off).
 pub(crate) fn check_resume(
     state: &LoaderState,
     seed: u64,
     sampler: &Sampler,
     dataset: DatasetFingerprint,
-) -> Result<(), LoaderError> {
+) -> Result<LoaderState, LoaderError> {
     let text = |v: Option<u64>| v.map(|v| v.to_string());
+    // Releases before the dataset fingerprint recorded the shuffle's seed, which a
+    // sequential order did not have (0), whatever seed the caller gave.
+    let older_sequential = state.dataset.is_none()
+        && state.seed == 0
+        && matches!(sampler.shuffle(), crate::sampler::Shuffle::Sequential);
+    let state_seed = if older_sequential { seed } else { state.seed };
     let recorded = [
-        ("seed", Some(state.seed.to_string()), seed.to_string()),
+        ("seed", Some(state_seed.to_string()), seed.to_string()),
         (
             "batch_size",
             text(state.batch_size),
@@ -213,7 +221,13 @@ pub(crate) fn check_resume(
             got: state.position.to_string(),
         });
     }
-    Ok(())
+    let mut state = *state;
+    state.seed = seed;
+    if num_batches > 0 && state.position == num_batches && state.epoch < u64::MAX {
+        state.epoch += 1;
+        state.position = 0;
+    }
+    Ok(state)
 }
 
 #[cfg(test)]
@@ -275,5 +289,45 @@ mod tests {
         let json = serde_json::to_string(&state).unwrap();
         assert!(json.contains(r#""dataset":"00abcdef01234567""#), "{json}");
         assert_eq!(serde_json::from_str::<LoaderState>(&json).unwrap(), state);
+    }
+
+    #[test]
+    fn a_state_after_the_last_batch_resumes_at_the_next_epoch() {
+        use crate::sampler::Shuffle;
+        let sampler = Sampler::new(20, Shuffle::Global { seed: 3 }, 0, 1, 4, false).unwrap();
+        let fp = DatasetFingerprint(1);
+        let at = |epoch, position| LoaderState {
+            seed: 3,
+            epoch,
+            position,
+            ..LoaderState::default()
+        };
+        let resumed = check_resume(&at(2, 5), 3, &sampler, fp).unwrap();
+        assert_eq!((resumed.epoch, resumed.position), (3, 0));
+        let resumed = check_resume(&at(2, 4), 3, &sampler, fp).unwrap();
+        assert_eq!((resumed.epoch, resumed.position), (2, 4));
+        assert!(check_resume(&at(2, 6), 3, &sampler, fp).is_err());
+    }
+
+    #[test]
+    fn an_older_sequential_state_recorded_seed_0_whatever_the_loader_seed() {
+        use crate::sampler::Shuffle;
+        let fp = DatasetFingerprint(1);
+        let old = LoaderState {
+            seed: 0,
+            epoch: 1,
+            position: 2,
+            ..LoaderState::default()
+        };
+        let sequential = Sampler::new(20, Shuffle::Sequential, 0, 1, 4, false).unwrap();
+        assert_eq!(check_resume(&old, 5, &sequential, fp).unwrap().seed, 5);
+        // A state with the fingerprint is of this release: its seed is the loader's.
+        let new = LoaderState {
+            dataset: Some(fp),
+            ..old
+        };
+        assert!(check_resume(&new, 5, &sequential, fp).is_err());
+        let global = Sampler::new(20, Shuffle::Global { seed: 5 }, 0, 1, 4, false).unwrap();
+        assert!(check_resume(&old, 5, &global, fp).is_err());
     }
 }

@@ -320,7 +320,8 @@ impl Loader {
                 .transpose()?,
         };
         self.inner.load_state(state).map_err(loader_error)?;
-        *lock(&self.next_epoch) = Some(state.epoch);
+        // The epoch it resumes (the next one for a state taken after an epoch's end).
+        *lock(&self.next_epoch) = Some(self.inner.state().epoch);
         Ok(())
     }
 

@@ -276,6 +276,18 @@ def test_the_epoch_asked_for_runs_once_it_starts(sample_dataset):
     assert {b.epoch for b in loader} == {6}
 
 
+def test_a_state_taken_after_an_epochs_last_batch_resumes_at_the_next_epoch(sample_dataset):
+    # Saved in the loop body of the last batch, before the loop ends.
+    loader = python_loader(sample_dataset)
+    for batch in loader:
+        state = loader.state_dict()
+    assert (state["epoch"], state["position"]) == (0, len(loader))
+    resumed = python_loader(sample_dataset)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict()["epoch"] == 1
+    assert python_batches(resumed) == python_batches(python_loader(sample_dataset).epoch(1))
+
+
 def test_an_exception_while_waiting_does_not_pass_for_the_end_of_the_epoch(tmp_path):
     # A signal handler (a watchdog) raising while `next` waits for the first batch.
     ds = tmp_path / "photos"
