@@ -78,6 +78,17 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
     };
     check_output(out, &dirs)?;
     let loaded = load_parts(out, &dirs)?;
+    // One part may be empty (all its inputs skipped); all of them empty is a conversion
+    // that wrote nothing, refused as a whole conversion's is, before anything is linked.
+    if loaded.iter().all(|(_, m)| m.samples == 0) {
+        return Err(FormatError::BadSource {
+            path: PathBuf::from(&loaded[0].1.provenance.source),
+            reason: format!(
+                "none of the {} parts holds a record (every input was skipped), so no dataset was merged; see each part's convert report for why (for a list, is SRC the directory its paths start from?)",
+                loaded.len()
+            ),
+        });
+    }
 
     // Links from an interrupted merge are replaced: the part directories are the truth
     // until the manifest exists.

@@ -157,6 +157,18 @@ fn killed_part_rerun_with_the_same_index_completes_the_merge() {
         again.already_done && again.written == r.written,
         "{again:?}"
     );
+    // Also a part finished by a release whose manifests had no `listing` flag.
+    let part_dir = root.join(Part::new(1, 4).unwrap().dir_name());
+    let manifest_path = part_dir.join(MANIFEST_FILE);
+    let original = std::fs::read(&manifest_path).unwrap();
+    let mut m: serde_json::Value = serde_json::from_slice(&original).unwrap();
+    m["provenance"]["flags"]
+        .as_object_mut()
+        .unwrap()
+        .remove("listing");
+    std::fs::write(&manifest_path, serde_json::to_vec(&m).unwrap()).unwrap();
+    assert!(convert(&o, &NoProgress).unwrap().already_done);
+    std::fs::write(&manifest_path, original).unwrap();
     // Without --resume the finished part is refused as before.
     o.resume = false;
     let e = convert(&o, &NoProgress).unwrap_err();
@@ -312,4 +324,23 @@ fn more_parts_than_inputs_leaves_empty_parts_that_merge_cleanly() {
     assert_eq!(empty.len(), 0);
     merge(&root, &[]).unwrap();
     assert_same_dataset(&root, &single);
+}
+
+#[test]
+fn parts_that_all_hold_nothing_are_not_merged_into_an_empty_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let list = tmp.path().join("list.csv");
+    std::fs::write(&list, "missing/a.jpg,0\nmissing/b.jpg,1\nmissing/c.jpg,0\n").unwrap();
+    let source = Source::List {
+        root: stoker_testdata::dir(),
+        list,
+    };
+    let root = tmp.path().join("parts");
+    convert_parts(&source, &root, 2);
+    let e = merge(&root, &[]).unwrap_err();
+    assert!(
+        matches!(&e, FormatError::BadSource { reason, .. } if reason.contains("none of the 2 parts")),
+        "{e}"
+    );
+    assert!(!root.join(MANIFEST_FILE).exists());
 }

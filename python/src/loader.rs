@@ -265,7 +265,8 @@ impl Loader {
     /// starts the next epoch), with the ``"batch_size"``, ``"world_size"``,
     /// ``"samples"`` (dataset length), ``"drop_last"``, ``"order"`` (``"global"``,
     /// ``"sequential"`` or ``"quasi:BLOCK"``) and ``"dataset"`` (a fingerprint of the
-    /// dataset's manifest: its records, not its path) that give ``position`` its meaning. Save it
+    /// dataset's manifest: its shards' digests, not its path, so a re-sharded conversion
+    /// of the same images is another dataset) that give ``position`` its meaning. Save it
     /// with the model; ``load_state_dict`` continues exactly there (torchdata's
     /// ``StatefulDataLoader`` convention).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

@@ -186,7 +186,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else if report.already_done {
         writeln!(
             out,
-            "already converted: {} holds this part ({} records); nothing to do",
+            "already converted: {} holds this conversion ({} records); nothing to do",
             report.out.display(),
             report.written
         )?;

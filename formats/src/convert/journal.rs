@@ -119,10 +119,14 @@ pub(super) fn prepare_output(
         reason,
     };
     if out.join(MANIFEST_FILE).exists() {
-        return Err(exists(
+        // With --resume, `convert` has already taken a finished conversion of this very
+        // listing as done: this one is of other inputs, paths or flags.
+        let what = if options.resume {
+            "already holds a finished conversion of other inputs or flags (manifest.json; --resume continues only the same source, spelled the same way, with the same flags); choose another output directory or delete it"
+        } else {
             "already holds a finished dataset (manifest.json); choose another output directory or delete it"
-                .into(),
-        ));
+        };
+        return Err(exists(what.into()));
     }
     let entries = match std::fs::read_dir(out) {
         Ok(rd) => rd

@@ -327,8 +327,15 @@ fn finished(
         return Ok(None);
     }
     let m = crate::manifest::Manifest::read(out)?;
-    let same = m.part.as_ref() == part
-        && m.provenance.flags.get(LISTING_FLAG) == Some(&format!("{listing:08x}"));
+    // A part's `PartInfo` already names its listing (and parts finished by a release
+    // without the flag must still count as done for a job array upgraded mid-way).
+    let same = match part {
+        Some(_) => m.part.as_ref() == part,
+        None => {
+            m.part.is_none()
+                && m.provenance.flags.get(LISTING_FLAG) == Some(&format!("{listing:08x}"))
+        }
+    };
     if same {
         // Killed after its manifest: the journal may still be there, and is done with.
         let _ = std::fs::remove_file(out.join(JOURNAL_FILE));
