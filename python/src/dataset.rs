@@ -3,6 +3,7 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
@@ -113,15 +114,12 @@ pub(crate) fn convert<'py>(
     let bar = Cancellable {
         bar: stoker_formats::convert::TerminalBar::new(show, false),
         cancel: AtomicBool::new(false),
+        notes: Mutex::new(None),
+        noted: Condvar::new(),
     };
     let report = convert_interruptibly(py, &opts, &bar)?;
     let json = serde_json::to_string(&report)
         .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
-    // What the CLI prints as `warning: ...` (empty or hidden class folders, commented-out
-    // list rows): a UserWarning here.
-    for w in &report.warnings {
-        crate::errors::warn(py, format!("stoker.convert: {w}"))?;
-    }
     json_to_py(py, &json)
 }
 
@@ -129,6 +127,30 @@ pub(crate) fn convert<'py>(
 struct Cancellable {
     bar: stoker_formats::convert::TerminalBar,
     cancel: AtomicBool,
+    /// The listing's warnings, handed from the conversion thread to the caller's, which
+    /// raises them as `UserWarning`s while the conversion waits: a warning filter that
+    /// makes them errors (`-W error`) then stops it before anything is written, not after
+    /// the dataset is finished.
+    notes: Mutex<Option<Vec<String>>>,
+    /// Signalled when the caller's thread has raised `notes`.
+    noted: Condvar,
+}
+
+impl Cancellable {
+    /// Raises the warnings handed over, if any (with the GIL), then lets the conversion
+    /// go on; a warning raised as an exception cancels it and is returned.
+    fn raise_notes(&self, py: Python<'_>) -> Option<PyErr> {
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = notes.take()?;
+        let error = pending
+            .into_iter()
+            .find_map(|w| crate::errors::warn(py, format!("stoker.convert: {w}")).err());
+        if error.is_some() {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+        self.noted.notify_all();
+        error
+    }
 }
 
 impl Progress for Cancellable {
@@ -140,6 +162,16 @@ impl Progress for Cancellable {
     }
     fn skipped(&self, path: &Path, reason: &str) {
         self.bar.skipped(path, reason);
+    }
+    fn warnings(&self, warnings: &[String]) {
+        if warnings.is_empty() {
+            return;
+        }
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        *notes = Some(warnings.to_vec());
+        while notes.is_some() {
+            notes = self.noted.wait(notes).unwrap_or_else(|p| p.into_inner());
+        }
     }
     fn finish(&self) {
         self.bar.finish();
@@ -167,6 +199,9 @@ fn convert_interruptibly(
         let mut interrupted = None;
         while !job.is_finished() {
             py.detach(|| std::thread::park_timeout(SIGNAL_CHECK));
+            if let Some(e) = bar.raise_notes(py) {
+                interrupted.get_or_insert(e);
+            }
             if interrupted.is_none() {
                 if let Err(e) = py.check_signals() {
                     bar.cancel.store(true, Ordering::Relaxed);

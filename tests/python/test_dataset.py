@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,13 @@ def test_convert_warns_of_what_it_noted_and_refuses_to_write_nothing(tmp_path):
         report = stoker.convert(tree, tmp_path / "ds", progress=False)
     assert report["written"] == 1 and any("empty" in w for w in report["warnings"])
     assert stoker.Dataset(tmp_path / "ds").classes == ["a", "b"]
+
+    # Warnings made errors (-W error) stop the conversion before anything is written.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="empty folder"):
+            stoker.convert(tree, tmp_path / "strict", progress=False)
+    assert not (tmp_path / "strict").exists()
 
     # A list whose paths are relative to another folder: nothing to write, no dataset.
     listing = tmp_path / "list.csv"

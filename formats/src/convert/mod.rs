@@ -83,6 +83,10 @@ pub fn convert(
     let t0 = Instant::now();
     options.validate()?;
     let listing = ordered_listing(options)?;
+    progress.warnings(&listing.warnings);
+    if progress.cancelled() {
+        return Err(FormatError::Cancelled);
+    }
     let listing_fingerprint = fingerprint(options, &listing);
     let total = listing.inputs.len() as u64;
     // A part is converted like a whole dataset into its own directory, from its slice of

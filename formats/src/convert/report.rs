@@ -15,6 +15,11 @@ pub trait Progress: Sync {
     fn advance(&self, _inputs: u64, _bytes: u64) {}
     /// Called for each skipped input.
     fn skipped(&self, _path: &Path, _reason: &str) {}
+    /// Called once, after the source is listed and before the output is touched, with
+    /// what the listing noted ([`ConvertReport::warnings`]); [`Progress::cancelled`] is
+    /// asked right after, so a caller that treats a warning as an error stops the
+    /// conversion before anything is written.
+    fn warnings(&self, _warnings: &[String]) {}
     /// Called once when done (also on failure).
     fn finish(&self) {}
     /// Polled by the writer before each input and every 100 ms while it waits: `true`
