@@ -347,3 +347,24 @@ fn empty_and_hidden_class_folders_are_warned_of_and_inspect_lists_every_class() 
         "{out}"
     );
 }
+
+/// An open shard holds its map and no file descriptor: a dataset of more shards than the
+/// descriptor limit opens, verifies and inspects (LMDB is opened one shard at a time).
+#[test]
+fn a_dataset_of_more_shards_than_open_files_allowed_verifies() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let out = tempfile::tempdir().unwrap();
+    let ds = out.path().join("ds");
+    let o = stoker(&["convert", p(&src), p(&ds), "--no-check", "--shards", "164"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let shards = std::fs::read_dir(&ds).unwrap().count() - 1;
+    assert!(shards > 100, "{shards} shards");
+    for cmd in ["verify", "inspect"] {
+        let o = Command::new("sh")
+            .args(["-c", "ulimit -n 48 && exec \"$0\" \"$1\" \"$2\""])
+            .args([env!("CARGO_BIN_EXE_stoker"), cmd, p(&ds)])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd}: {}", text(&o));
+    }
+}

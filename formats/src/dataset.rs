@@ -4,8 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use heed::{RoTxn, WithoutTls};
-
 use crate::manifest::Manifest;
 use crate::record::{Record, RecordHeader};
 use crate::shard::{self, OpenShard};
@@ -237,13 +235,10 @@ impl DatasetReader {
     }
 
     /// An LMDB read transaction on shard `shard`, for [`DatasetReader::raw_iter`] (only
-    /// `verify` walks shards through LMDB, and only those whose digest matched).
-    pub(crate) fn read_txn(&self, shard: usize) -> Result<RoTxn<'static, WithoutTls>, FormatError> {
-        let s = &self.dataset.inner.shards[shard];
-        s.env
-            .clone()
-            .static_read_txn()
-            .map_err(|e| FormatError::lmdb(&s.path, e))
+    /// `verify` walks shards through LMDB, one at a time, and only those whose digest
+    /// matched); the shard's LMDB environment is open as long as it lives.
+    pub(crate) fn read_txn(&self, shard: usize) -> Result<crate::shard::ShardTxn, FormatError> {
+        self.dataset.inner.shards[shard].lmdb_txn()
     }
 
     /// Iterates over every key/value of shard `shard` in key order, without looking up by
@@ -251,10 +246,12 @@ impl DatasetReader {
     pub(crate) fn raw_iter<'t>(
         &self,
         shard: usize,
-        txn: &'t RoTxn<'static, WithoutTls>,
+        txn: &'t crate::shard::ShardTxn,
     ) -> Result<heed::RoIter<'t, heed::types::Bytes, heed::types::Bytes>, FormatError> {
         let s = &self.dataset.inner.shards[shard];
-        s.db.iter(txn).map_err(|e| FormatError::lmdb(&s.path, e))
+        txn.db
+            .iter(&txn.txn)
+            .map_err(|e| FormatError::lmdb(&s.path, e))
     }
 
     pub(crate) fn check_unchanged(&self, shard: usize) -> Result<(), FormatError> {

@@ -6,8 +6,10 @@
 //! files reuses the mapping of the first.
 //!
 //! Records are looked up in a map of our own ([`crate::lmdb_lookup`], every offset
-//! checked), not through LMDB, which trusts its pages; LMDB's environment serves `verify`'s
-//! iteration of shards whose digest matched.
+//! checked), not through LMDB, which trusts its pages. An open shard holds that map and no
+//! file descriptor (a dataset of thousands of shards must open under `ulimit -n 1024`);
+//! LMDB's environment is opened only for `verify`'s iteration of shards whose digest
+//! matched, one shard at a time, and closed with its transaction.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -15,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use heed::types::Bytes;
-use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+use heed::{Database, Env, EnvFlags, EnvOpenOptions, RoTxn, WithoutTls};
 
 use crate::lmdb_meta::RecordTree;
 use crate::FormatError;
@@ -33,10 +35,6 @@ struct FileId {
 pub(crate) struct OpenShard {
     /// The canonical path of the file.
     pub path: PathBuf,
-    /// The environment; lives as long as any `Arc<OpenShard>`.
-    pub env: Env<WithoutTls>,
-    /// The unnamed database holding the records.
-    pub db: Database<Bytes, Bytes>,
     id: FileId,
     /// The file, mapped read-only: record payloads are slices of it.
     map: memmap2::Mmap,
@@ -50,6 +48,60 @@ impl OpenShard {
     pub(crate) fn mapped(&self) -> &[u8] {
         &self.map
     }
+
+    /// A read transaction on the shard through LMDB, with its record database, for
+    /// `verify`'s walk of every key. The environment is opened for it and closes with it.
+    pub(crate) fn lmdb_txn(&self) -> Result<ShardTxn, FormatError> {
+        let path = &self.path;
+        // The map only needs to cover the file: LMDB raises it to the last used page if needed.
+        let page = 1u64 << 16;
+        let map_size = round_up(self.id.len.max(page), page) as usize;
+        let mut opts = EnvOpenOptions::new().read_txn_without_tls();
+        opts.map_size(map_size).max_dbs(0);
+        // SAFETY: NO_LOCK is safe here because nobody writes a finished shard: shards are
+        // written under a temporary name and renamed into place only when complete, after
+        // which stoker never modifies them, so no reader can race a writer. READ_ONLY maps
+        // the file without write permission, NO_SUB_DIR names the data file itself
+        // (single-file environment).
+        unsafe {
+            opts.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY | EnvFlags::NO_LOCK);
+        }
+        let env: Env<WithoutTls> = loop {
+            // SAFETY: the mapped file is an immutable, finished shard (see above); one
+            // replaced on disk has a new inode, which the check below tells.
+            match unsafe { opts.open(path) } {
+                // Another walk of this file is closing its environment: wait, then open.
+                Err(heed::Error::EnvAlreadyOpened) => match heed::env_closing_event(path) {
+                    Some(closing) => closing.wait(),
+                    None => std::thread::sleep(std::time::Duration::from_millis(1)),
+                },
+                other => break other.map_err(|e| FormatError::lmdb(path, e))?,
+            }
+        };
+        // LMDB opened the file by name: make sure it is still the one whose meta pages passed.
+        if file_id(path)? != self.id {
+            return Err(FormatError::ShardChanged {
+                shard: path.clone(),
+                what: "replaced since it was opened".into(),
+            });
+        }
+        let txn = env
+            .clone()
+            .static_read_txn()
+            .map_err(|e| FormatError::lmdb(path, e))?;
+        let db = env
+            .open_database::<Bytes, Bytes>(&txn, None)
+            .map_err(|e| FormatError::lmdb(path, e))?
+            .ok_or_else(|| FormatError::lmdb(path, heed::Error::Mdb(heed::MdbError::NotFound)))?;
+        Ok(ShardTxn { txn, db })
+    }
+}
+
+/// An LMDB read transaction over one shard and its record database (see
+/// [`OpenShard::lmdb_txn`]); the environment lives as long as the transaction.
+pub(crate) struct ShardTxn {
+    pub txn: RoTxn<'static, WithoutTls>,
+    pub db: Database<Bytes, Bytes>,
 }
 
 /// The identity of the file the path names now.
@@ -151,53 +203,8 @@ pub(crate) fn open_shard(
     // new inode (`check_unchanged`); one truncated in place is caught by the same check
     // between epochs, and is documented (docs/FORMAT.md) as unsupported while read.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FormatError::io(&canonical, e))?;
-    // The map only needs to cover the file: LMDB raises it to the last used page if needed.
-    let page = 1u64 << 16;
-    let map_size = round_up(id.len.max(page), page) as usize;
-    let mut opts = EnvOpenOptions::new().read_txn_without_tls();
-    opts.map_size(map_size).max_dbs(0);
-    // SAFETY: NO_LOCK is safe here because nobody writes a finished shard: shards are written
-    // under a temporary name and renamed into place only when complete, after which stoker
-    // never modifies them, so no reader can race a writer. READ_ONLY maps the file without
-    // write permission, NO_SUB_DIR names the data file itself (single-file environment).
-    unsafe {
-        opts.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY | EnvFlags::NO_LOCK);
-    }
-    // SAFETY: the mapped file is an immutable, finished shard (see above); the caller that
-    // replaces it on disk gets a new inode, which is detected by `FileId` above before reuse.
-    let env = match unsafe { opts.open(&canonical) } {
-        Err(heed::Error::EnvAlreadyOpened) => {
-            // An earlier `OpenShard` for this file is being dropped on another thread: wait for
-            // its environment to close, then open again.
-            if let Some(closing) = heed::env_closing_event(&canonical) {
-                closing.wait();
-            }
-            // SAFETY: as above.
-            unsafe { opts.open(&canonical) }
-        }
-        other => other,
-    }
-    .map_err(|e| FormatError::lmdb(&canonical, e))?;
-    let rtxn = env
-        .read_txn()
-        .map_err(|e| FormatError::lmdb(&canonical, e))?;
-    let db = env
-        .open_database::<Bytes, Bytes>(&rtxn, None)
-        .map_err(|e| FormatError::lmdb(&canonical, e))?
-        .ok_or_else(|| FormatError::lmdb(&canonical, heed::Error::Mdb(heed::MdbError::NotFound)))?;
-    drop(rtxn);
-    // LMDB opened the file by name: make sure it is still the one whose meta pages passed.
-    let now = file_id(&canonical)?;
-    if now != id {
-        return Err(FormatError::ShardChanged {
-            shard: canonical,
-            what: "replaced while being opened".into(),
-        });
-    }
     let shard = Arc::new(OpenShard {
         path: canonical.clone(),
-        env,
-        db,
         id,
         map,
         tree,
