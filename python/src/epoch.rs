@@ -1,7 +1,7 @@
 //! `stoker.Epoch`: the batches of one epoch, for `for` loops and `next()`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::prelude::*;
 use stoker_loader::{LoaderError, Next};
@@ -15,18 +15,35 @@ use crate::signals::SIGNAL_CHECK;
 /// with the iterators so that only one that really starts that epoch uses it up.
 pub(crate) type PendingEpoch = Arc<Mutex<Option<u64>>>;
 
+/// What an epoch iterator shares with its loader, so that `Loader.close()` can stop it.
+pub(crate) struct EpochShared {
+    /// `None` once finished, interrupted or closed (dropping it stops the pipeline's
+    /// work and lets go of the loader).
+    inner: Mutex<Option<stoker_loader::Epoch<'static>>>,
+    /// Set by `close`: a `__next__` on another thread holds `inner` while it waits,
+    /// and gives it up when it sees this (within one `SIGNAL_CHECK`).
+    closed: AtomicBool,
+}
+
+impl EpochShared {
+    /// Stops the epoch's work now, also while another thread waits in `next` (that `next`
+    /// then ends the iteration).
+    pub(crate) fn close(&self, py: Python<'_>) {
+        self.closed.store(true, Ordering::Release);
+        let epoch = lock_detached(py, &self.inner).take();
+        // Dropping joins the pipeline's threads: not while holding the GIL.
+        py.detach(move || drop(epoch));
+    }
+}
+
 /// The batches of one epoch, in order (``stoker.Batch``, which unpacks to
 /// ``images, labels``). Waiting for a batch releases the GIL; Ctrl-C stops it.
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Epoch {
-    /// `None` once finished or interrupted (dropping it stops the pipeline's work).
-    inner: Mutex<Option<stoker_loader::Epoch<'static>>>,
+    shared: Arc<EpochShared>,
     epoch: u64,
     /// Batches this iterator yields: the epoch's, less those a resume skips.
     len: u64,
-    /// Set by `close`: a `__next__` on another thread holds `inner` while it waits,
-    /// and gives it up when it sees this (within one `SIGNAL_CHECK`).
-    closed: AtomicBool,
     /// Set when an exception raised while waiting (Ctrl-C, a signal handler's) stopped
     /// the epoch: a later `next` raises, where `StopIteration` would pass for a finished
     /// epoch with its remaining batches silently lost.
@@ -45,12 +62,19 @@ impl Epoch {
     ) -> Self {
         Epoch {
             epoch: inner.epoch(),
-            inner: Mutex::new(Some(inner)),
+            shared: Arc::new(EpochShared {
+                inner: Mutex::new(Some(inner)),
+                closed: AtomicBool::new(false),
+            }),
             len,
-            closed: AtomicBool::new(false),
             interrupted: AtomicBool::new(false),
             pending,
         }
+    }
+
+    /// What `Loader.close()` needs to stop this iterator.
+    pub(crate) fn shared(&self) -> Weak<EpochShared> {
+        Arc::downgrade(&self.shared)
     }
 
     /// This epoch has started: a pending request for it is used up.
@@ -69,9 +93,9 @@ impl Epoch {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
-        let mut guard = lock_detached(py, &self.inner);
+        let mut guard = lock_detached(py, &self.shared.inner);
         loop {
-            if self.closed.load(Ordering::Acquire) {
+            if self.shared.closed.load(Ordering::Acquire) {
                 *guard = None;
             }
             let Some(epoch) = guard.as_mut() else {
@@ -123,7 +147,6 @@ impl Epoch {
     /// Stops this epoch's work now (also done when the iterator is freed), also while
     /// another thread waits in ``next``: that ``next`` then ends the iteration.
     fn close(&self, py: Python<'_>) {
-        self.closed.store(true, Ordering::Release);
-        *lock_detached(py, &self.inner) = None;
+        self.shared.close(py);
     }
 }

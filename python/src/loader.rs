@@ -1,7 +1,7 @@
 //! `stoker.Loader` and its stats.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -12,8 +12,8 @@ use stoker_loader::{
 };
 
 use crate::dataset::{json_to_py, Dataset};
-use crate::epoch::{Epoch, PendingEpoch};
-use crate::errors::{loader_error, warn};
+use crate::epoch::{Epoch, EpochShared, PendingEpoch};
+use crate::errors::{loader_error, warn, StokerError};
 use crate::locks::lock;
 
 /// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
@@ -71,7 +71,10 @@ use crate::locks::lock;
 /// SIGBUS.
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Loader {
-    inner: Arc<stoker_loader::Loader>,
+    /// `None` once closed.
+    inner: Mutex<Option<Arc<stoker_loader::Loader>>>,
+    /// The epoch iterators handed out, for `close` to stop (each holds the loader).
+    epochs: Mutex<Vec<Weak<EpochShared>>>,
     /// The epoch the next `iter(loader)` runs, set by `set_epoch` or `load_state_dict`;
     /// used up by the first iterator over it that starts.
     next_epoch: PendingEpoch,
@@ -204,22 +207,54 @@ impl Loader {
             warn(py, format!("stoker: {note}"))?;
         }
         Ok(Loader {
-            inner: Arc::new(inner),
+            inner: Mutex::new(Some(Arc::new(inner))),
+            epochs: Mutex::new(Vec::new()),
             next_epoch: Arc::new(Mutex::new(None)),
         })
     }
 
     /// Batches per epoch on this rank (the same on every rank).
-    fn __len__(&self) -> usize {
-        self.inner.num_batches() as usize
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.inner()?.num_batches() as usize)
+    }
+
+    /// Stops the loader now: its epoch iterators end, its threads are joined and its
+    /// batch buffers and shard maps freed (batches you still hold stay valid). Any later
+    /// use raises ``stoker.StokerError``. Also what leaving a ``with stoker.Loader(...)
+    /// as loader:`` block does; without it the loader is freed when the last reference
+    /// to it goes, which for one caught in a reference cycle (a trainer object in a
+    /// notebook) is only when Python's garbage collector runs.
+    fn close(&self, py: Python<'_>) {
+        let epochs = std::mem::take(&mut *lock(&self.epochs));
+        for e in epochs.iter().filter_map(Weak::upgrade) {
+            e.close(py);
+        }
+        let inner = lock(&self.inner).take();
+        py.detach(move || drop(inner));
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _ty: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
+        self.close(py);
+        false
     }
 
     /// An iterator over the epoch set by ``set_epoch`` or ``load_state_dict`` (once),
     /// else the epoch after the last one begun.
-    fn __iter__(&self) -> Epoch {
+    fn __iter__(&self) -> PyResult<Epoch> {
+        let inner = self.inner()?;
         let pending = *lock(&self.next_epoch);
         let epoch = pending.unwrap_or_else(|| {
-            let s = self.inner.state();
+            let s = inner.state();
             // Batches of `s.epoch` were handed out and it did not finish: a loop left
             // early. Running it again would repeat its order and augmentations.
             if s.position > 0 {
@@ -240,23 +275,28 @@ impl Loader {
     /// An iterator over the batches of ``epoch`` (from the resume position, after
     /// ``load_state_dict`` of this epoch). One epoch iterator may be alive at a time;
     /// another raises ``stoker.StokerError`` on its first ``next``.
-    fn epoch(&self, epoch: u64) -> Epoch {
-        let inner = self.inner.epoch_shared(epoch);
+    fn epoch(&self, epoch: u64) -> PyResult<Epoch> {
+        let inner = self.inner()?.epoch_shared(epoch);
         let len = inner.remaining();
-        Epoch::new(inner, len, Arc::clone(&self.next_epoch))
+        let it = Epoch::new(inner, len, Arc::clone(&self.next_epoch));
+        let mut epochs = lock(&self.epochs);
+        epochs.retain(|e| e.strong_count() > 0);
+        epochs.push(it.shared());
+        Ok(it)
     }
 
     /// The loader's counters: a mapping (``stats["fed_ratio"]``, ``stats["stages"]``,
     /// ``stats["verdict"]``...; ``dict(stats)``) whose ``str()`` is the Rust table.
-    fn stats(&self) -> Stats {
-        Stats {
-            inner: self.inner.stats(),
-        }
+    fn stats(&self) -> PyResult<Stats> {
+        Ok(Stats {
+            inner: self.inner()?.stats(),
+        })
     }
 
     /// Zeroes the flow counters (e.g. after a warm-up epoch).
-    fn reset_stats(&self) {
-        self.inner.reset_stats();
+    fn reset_stats(&self) -> PyResult<()> {
+        self.inner()?.reset_stats();
+        Ok(())
     }
 
     /// Where the loader stands: ``{"seed", "epoch", "position"}`` (batches of
@@ -270,7 +310,7 @@ impl Loader {
     /// with the model; ``load_state_dict`` continues exactly there (torchdata's
     /// ``StatefulDataLoader`` convention).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.state();
+        let s = self.inner()?.state();
         let d = PyDict::new(py);
         d.set_item("seed", s.seed)?;
         d.set_item("epoch", s.epoch)?;
@@ -320,24 +360,37 @@ impl Loader {
                 })
                 .transpose()?,
         };
-        self.inner.load_state(state).map_err(loader_error)?;
+        let inner = self.inner()?;
+        inner.load_state(state).map_err(loader_error)?;
         // The epoch it resumes (the next one for a state taken after an epoch's end).
-        *lock(&self.next_epoch) = Some(self.inner.state().epoch);
+        *lock(&self.next_epoch) = Some(inner.state().epoch);
         Ok(())
     }
 
     /// Stops the next epoch started early (after the last epoch you train); returns
     /// whether one was running.
-    fn cancel_prefetch(&self) -> bool {
-        self.inner.cancel_prefetch()
+    fn cancel_prefetch(&self) -> PyResult<bool> {
+        Ok(self.inner()?.cancel_prefetch())
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "stoker.Loader(batches_per_epoch={}, backend={:?})",
-            self.inner.num_batches(),
-            self.inner.stats().backend
-        )
+        match lock(&self.inner).as_ref() {
+            Some(inner) => format!(
+                "stoker.Loader(batches_per_epoch={}, backend={:?})",
+                inner.num_batches(),
+                inner.stats().backend
+            ),
+            None => "stoker.Loader(closed)".into(),
+        }
+    }
+}
+
+impl Loader {
+    /// The loader, or `StokerError` once closed.
+    fn inner(&self) -> PyResult<Arc<stoker_loader::Loader>> {
+        lock(&self.inner)
+            .clone()
+            .ok_or_else(|| StokerError::new_err("the loader is closed (Loader.close())"))
     }
 }
 

@@ -329,6 +329,30 @@ def test_the_seed_drives_crops_also_in_dataset_order(sample_dataset):
     assert (s1, s2) == (1, 2)
 
 
+def test_close_and_with_free_the_loader_at_once(sample_dataset):
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    before = threads()
+    with stoker.Loader(sample_dataset, 4, size=32, device="cpu", workers=3) as loader:
+        it = iter(loader)
+        kept = next(it)
+        pixels = np.from_dlpack(kept.images).copy()
+        assert threads() >= before + 3
+    # Left the block: threads joined, the iterator ended, the loader refuses more work.
+    assert threads() <= before
+    with pytest.raises(StopIteration):
+        next(it)
+    with pytest.raises(stoker.StokerError, match="closed"):
+        iter(loader)
+    with pytest.raises(stoker.StokerError, match="closed"):
+        loader.state_dict()
+    assert "closed" in repr(loader)
+    loader.close()  # twice is fine
+    # A batch still held stays valid.
+    assert np.array_equal(np.from_dlpack(kept.images), pixels)
+
+
 def test_scale_ratio_and_arguments_that_would_be_ignored(sample_dataset):
     def first(**kw):
         loader = stoker.Loader(sample_dataset, 4, seed=1, size=32, device="cpu", **kw)
