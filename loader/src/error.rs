@@ -86,7 +86,7 @@ pub enum LoaderError {
         got: String,
     },
     /// [`crate::Loader::epoch`] was called while another epoch iterator of the same loader is alive.
-    #[error("epoch {requested} requested while epoch {running} is still being iterated; drop that iterator first")]
+    #[error("epoch {requested} requested while epoch {running} is still being iterated; drop that iterator first (it may be kept alive by a variable, another thread, or a saved exception or traceback, as in a notebook: in Python, `it.close()` or `loader.close()` ends it)")]
     EpochInProgress {
         /// The epoch whose iterator is alive.
         running: u64,
