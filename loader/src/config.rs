@@ -45,8 +45,8 @@ pub enum Output {
 #[non_exhaustive]
 pub enum OnError {
     /// Replace it by another sample of this rank's share of the epoch, drawn at random from
-    /// the epoch's seed and the position (the batch stays full; the batch fails only when
-    /// the whole share is bad), count it in [`crate::Stats::bad_records`] with its index,
+    /// the epoch's seed and the position, or failing that by the next usable record of the
+    /// dataset (the batch stays full; it fails only when every record is bad), count it in [`crate::Stats::bad_records`] with its index,
     /// and log it once.
     Replace,
     /// Return the batch as an `Err` naming the record; iteration can continue.

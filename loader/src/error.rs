@@ -66,13 +66,13 @@ pub enum LoaderError {
         reason: String,
     },
     /// A bad record could not be replaced: random picks from this rank's share of the epoch,
-    /// then a scan of all of it, found no usable record (the share is all bad).
-    #[error("record {index} is unusable and so are the {attempts} replacements tried for it, drawn from and then scanned through this rank's whole share of the epoch (unreadable, undecodable or invalid)")]
+    /// then a scan of the whole dataset, found no usable record (every record is bad).
+    #[error("record {index} is unusable and so are the {attempts} replacements tried for it, drawn from this rank's share of the epoch and then scanned through the whole dataset (unreadable, undecodable or invalid)")]
     TooManyBadRecords {
         /// Dataset index of the record the order put at the failing position.
         index: u64,
         /// How many replacements were tried (0 when an earlier position of the epoch had
-        /// already found the whole share bad).
+        /// already found the whole dataset bad).
         attempts: u32,
     },
     /// A saved [`crate::LoaderState`] does not match the loader it is resumed into.

@@ -152,9 +152,8 @@ impl TryFrom<String> for DatasetFingerprint {
 
 /// Checks that `state` can resume a loader with seed `seed`, `sampler` and dataset
 /// `dataset`: each thing the state records must be this loader's, and its position
-/// inside the epoch. Returns the state to resume from: a state taken after an epoch's
-/// last batch is the next epoch's start, so that the first `for` after the resume is
-/// not an empty epoch (which would put an epoch-counting training loop one epoch off).
+/// inside the epoch. Returns the state to resume from (with the loader's seed, which an
+/// older sequential state did not record).
 pub(crate) fn check_resume(
     state: &LoaderState,
     seed: u64,
@@ -221,12 +220,11 @@ pub(crate) fn check_resume(
             got: state.position.to_string(),
         });
     }
+    // A state taken after an epoch's last batch stays (e, batches): asked for epoch e,
+    // the resumed loader yields nothing, and the caller's loop goes on to e + 1, as the
+    // documented `set_epoch(state.epoch)` / `loader.epoch(state.epoch)` loops expect.
     let mut state = *state;
     state.seed = seed;
-    if num_batches > 0 && state.position == num_batches && state.epoch < u64::MAX {
-        state.epoch += 1;
-        state.position = 0;
-    }
     Ok(state)
 }
 
@@ -292,7 +290,7 @@ mod tests {
     }
 
     #[test]
-    fn a_state_after_the_last_batch_resumes_at_the_next_epoch() {
+    fn a_state_after_the_last_batch_resumes_that_epoch_at_its_end() {
         use crate::sampler::Shuffle;
         let sampler = Sampler::new(20, Shuffle::Global { seed: 3 }, 0, 1, 4, false).unwrap();
         let fp = DatasetFingerprint(1);
@@ -303,9 +301,7 @@ mod tests {
             ..LoaderState::default()
         };
         let resumed = check_resume(&at(2, 5), 3, &sampler, fp).unwrap();
-        assert_eq!((resumed.epoch, resumed.position), (3, 0));
-        let resumed = check_resume(&at(2, 4), 3, &sampler, fp).unwrap();
-        assert_eq!((resumed.epoch, resumed.position), (2, 4));
+        assert_eq!((resumed.epoch, resumed.position), (2, 5));
         assert!(check_resume(&at(2, 6), 3, &sampler, fp).is_err());
     }
 

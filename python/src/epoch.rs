@@ -23,6 +23,9 @@ pub(crate) struct EpochShared {
     /// Set by `close`: a `__next__` on another thread holds `inner` while it waits,
     /// and gives it up when it sees this (within one `SIGNAL_CHECK`).
     closed: AtomicBool,
+    /// Set when `Loader.close()` closed it: `next` then raises, so that a training loop
+    /// on another thread does not take the stop for the end of the epoch.
+    by_loader: AtomicBool,
 }
 
 impl EpochShared {
@@ -34,6 +37,19 @@ impl EpochShared {
         // Dropping joins the pipeline's threads: not while holding the GIL.
         py.detach(move || drop(epoch));
     }
+
+    /// `close`, as `Loader.close()` does it: a later `next` raises.
+    pub(crate) fn close_by_loader(&self, py: Python<'_>) {
+        // An iterator that already ended keeps ending; one that is running (or held by a
+        // thread waiting in `next`) raises from now on. Set before `closed`, which the
+        // waiting thread reads first.
+        let running = self.inner.try_lock().map_or(true, |epoch| epoch.is_some());
+        if running {
+            self.by_loader.store(true, Ordering::Release);
+        }
+        self.close(py);
+    }
+
 }
 
 /// The batches of one epoch, in order (``stoker.Batch``, which unpacks to
@@ -65,6 +81,7 @@ impl Epoch {
             shared: Arc::new(EpochShared {
                 inner: Mutex::new(Some(inner)),
                 closed: AtomicBool::new(false),
+                by_loader: AtomicBool::new(false),
             }),
             len,
             interrupted: AtomicBool::new(false),
@@ -99,6 +116,13 @@ impl Epoch {
                 *guard = None;
             }
             let Some(epoch) = guard.as_mut() else {
+                if self.shared.by_loader.load(Ordering::Acquire) {
+                    return Err(StokerError::new_err(format!(
+                        "epoch {} was stopped by Loader.close(); its remaining batches are not \
+                         in this iterator",
+                        self.epoch
+                    )));
+                }
                 if self.interrupted.load(Ordering::Acquire) {
                     return Err(StokerError::new_err(format!(
                         "epoch {} was stopped by an exception raised while waiting for a \

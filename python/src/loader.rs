@@ -218,7 +218,8 @@ impl Loader {
         Ok(self.inner()?.num_batches() as usize)
     }
 
-    /// Stops the loader now: its epoch iterators end, its threads are joined and its
+    /// Stops the loader now: its epoch iterators end (their next ``next`` raises
+    /// ``stoker.StokerError``), its threads are joined and its
     /// batch buffers and shard maps freed (batches you still hold stay valid). Any later
     /// use raises ``stoker.StokerError``. Also what leaving a ``with stoker.Loader(...)
     /// as loader:`` block does; without it the loader is freed when the last reference
@@ -227,7 +228,7 @@ impl Loader {
     fn close(&self, py: Python<'_>) {
         let epochs = std::mem::take(&mut *lock(&self.epochs));
         for e in epochs.iter().filter_map(Weak::upgrade) {
-            e.close(py);
+            e.close_by_loader(py);
         }
         let inner = lock(&self.inner).take();
         py.detach(move || drop(inner));
@@ -268,8 +269,10 @@ impl Loader {
 
     /// The epoch the next ``for ... in loader`` runs (like
     /// ``DistributedSampler.set_epoch``: the order and augmentations depend on it).
-    fn set_epoch(&self, epoch: u64) {
+    fn set_epoch(&self, epoch: u64) -> PyResult<()> {
+        self.inner()?;
         *lock(&self.next_epoch) = Some(epoch);
+        Ok(())
     }
 
     /// An iterator over the batches of ``epoch`` (from the resume position, after
