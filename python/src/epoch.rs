@@ -49,7 +49,6 @@ impl EpochShared {
         }
         self.close(py);
     }
-
 }
 
 /// The batches of one epoch, in order (``stoker.Batch``, which unpacks to
