@@ -17,15 +17,8 @@ use stoker_loader::{
 
 const SIZE: u32 = 32;
 
-/// Random `SIZE × SIZE` crops of exactly `SIZE × SIZE` source pixels of the 500×375 bench
-/// photos, flipped half the time: the loader's resize is the identity, so its output is
-/// the crop itself.
 fn identity_crop() -> Transform {
-    let area = f64::from(SIZE * SIZE) / (500.0 * 375.0);
-    Transform::random_resized_crop(SIZE)
-        .scale(area, area)
-        .ratio(1.0, 1.0)
-        .hflip(0.5)
+    common::identity_crop(SIZE)
 }
 
 fn builder(ds: &Dataset, workers: usize) -> LoaderBuilder {

@@ -12,15 +12,8 @@ const SEED: u64 = 7;
 const EPOCH: u64 = 3;
 const SIZE: u32 = 32;
 
-/// Square crops of exactly `SIZE × SIZE` source pixels of the 500×375 bench photos at a
-/// random place, so the loader's resize is the identity and its output is the crop itself
-/// (flipped or not).
 fn identity_crop() -> Transform {
-    let area = f64::from(SIZE * SIZE) / (500.0 * 375.0);
-    Transform::random_resized_crop(SIZE)
-        .scale(area, area)
-        .ratio(1.0, 1.0)
-        .hflip(0.5)
+    common::identity_crop(SIZE)
 }
 
 fn flip_rows(rgb: &[u8], width: usize) -> Vec<u8> {

@@ -420,6 +420,19 @@ mod tests {
         Dataset::open(dir).unwrap()
     }
 
+    /// What the CPU path makes of record 0 of `ds` (the GPU path must agree).
+    fn cpu_sample(ds: &Dataset, transform: &Transform) -> crate::pixels::SamplePixels {
+        sample_pixels(
+            &ds.reader().unwrap(),
+            0,
+            transform,
+            SEED,
+            EPOCH,
+            DrawKey::at(0),
+        )
+        .unwrap()
+    }
+
     fn photo() -> Vec<u8> {
         std::fs::read(stoker_testdata::bench_dir().join("00000.jpg")).unwrap()
     }
@@ -476,15 +489,7 @@ mod tests {
         let mut st = state(&ds);
         let mut dst = vec![0u8; 500 * 375 * 3];
         let staged = stage_one(&host(&metrics, &transform, false), 0, &mut st, &mut dst).unwrap();
-        let cpu = sample_pixels(
-            &ds.reader().unwrap(),
-            0,
-            &transform,
-            SEED,
-            EPOCH,
-            DrawKey::at(0),
-        )
-        .unwrap();
+        let cpu = cpu_sample(&ds, &transform);
         assert_eq!(
             (staged.width, staged.height, staged.channels),
             (500, 375, 3)
@@ -511,15 +516,7 @@ mod tests {
             Metrics::default(),
             Transform::random_resized_crop(SIZE).hflip(0.5),
         );
-        let cpu = sample_pixels(
-            &ds.reader().unwrap(),
-            0,
-            &transform,
-            SEED,
-            EPOCH,
-            DrawKey::at(0),
-        )
-        .unwrap();
+        let cpu = cpu_sample(&ds, &transform);
         let want = CropResizer::new(SIZE)
             .apply(&cpu.rgb, cpu.width, cpu.height, cpu.params.crop)
             .unwrap()
@@ -589,15 +586,7 @@ mod tests {
         let rgb: Vec<u8> = (0..(40 * 30 * 3)).map(|i| (i * 7 % 251) as u8).collect();
         let dir = tempfile::tempdir().unwrap();
         let ds = dataset(dir.path(), Encoding::Raw, (40, 30, 3), &rgb);
-        let cpu = sample_pixels(
-            &ds.reader().unwrap(),
-            0,
-            &transform,
-            SEED,
-            EPOCH,
-            DrawKey::at(0),
-        )
-        .unwrap();
+        let cpu = cpu_sample(&ds, &transform);
         let want = CropResizer::new(SIZE)
             .apply(&cpu.rgb, 40, 30, cpu.params.crop)
             .unwrap()

@@ -139,3 +139,14 @@ pub fn rss_bytes() -> u64 {
     // 4 KiB pages (Linux x86-64 / aarch64 defaults); only ratios of this value are compared.
     pages * 4096
 }
+
+/// Random `size × size` crops of exactly `size × size` source pixels of the 500×375 bench
+/// photos, flipped half the time: the loader's resize is the identity, so its output is the
+/// crop itself (flipped or not).
+pub fn identity_crop(size: u32) -> stoker_loader::Transform {
+    let area = f64::from(size * size) / (500.0 * 375.0);
+    stoker_loader::Transform::random_resized_crop(size)
+        .scale(area, area)
+        .ratio(1.0, 1.0)
+        .hflip(0.5)
+}
