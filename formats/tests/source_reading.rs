@@ -35,6 +35,15 @@ fn put(root: &Path, rel: &[u8], photo: &Path) -> PathBuf {
     p
 }
 
+/// Converts the ImageFolder tree `src` with [`opts`]; the temporary directory (kept
+/// alive by the caller), the dataset path in it and the report.
+fn convert_folder(src: &Path) -> (tempfile::TempDir, PathBuf, stoker_formats::ConvertReport) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    let r = convert(&opts(Source::ImageFolder(src.into()), &out), &NoProgress).unwrap();
+    (dir, out, r)
+}
+
 fn opts(source: Source, out: &Path) -> ConvertOptions {
     let mut o = ConvertOptions::new(source, out);
     o.check_decode = false;
@@ -63,13 +72,7 @@ fn non_utf8_class_folders_get_torchvision_labels_and_distinct_names() {
     put(src.path(), b"\xf1and\xfb/1.jpg", &p[3]);
     put(src.path(), b"\xf1and\xfb/2.jpg", &p[4]);
     std::fs::create_dir(src.path().join("zz-empty")).unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let out = out.path().join("ds");
-    let r = convert(
-        &opts(Source::ImageFolder(src.path().into()), &out),
-        &NoProgress,
-    )
-    .unwrap();
+    let (_out_dir, out, r) = convert_folder(src.path());
     assert_eq!(r.written, 5);
     assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
     assert!(r.warnings[0].contains("\"zz-empty\" (label 1) is an empty folder"));
@@ -136,13 +139,7 @@ fn flat_folder_with_ipynb_checkpoints_is_not_read_as_one_class_folder() {
     }
     put(src.path(), b".ipynb_checkpoints/img0-checkpoint.jpg", &p[0]);
     put(src.path(), b"__MACOSX/._img0.jpg", &p[0]);
-    let out = tempfile::tempdir().unwrap();
-    let out = out.path().join("ds");
-    let r = convert(
-        &opts(Source::ImageFolder(src.path().into()), &out),
-        &NoProgress,
-    )
-    .unwrap();
+    let (_out_dir, _, r) = convert_folder(src.path());
     // Before: one class `.ipynb_checkpoints` of 1 image, the 3 real ones ignored.
     assert!(r.flat);
     assert!(r.ignored.is_empty());
@@ -187,13 +184,7 @@ fn ppm_and_pgm_inputs_are_converted_and_unknown_formats_say_unsupported() {
     img.to_luma8().save(class.join("hopper.pgm")).unwrap();
     // A QOI header: recognized by the image crate, not compiled in.
     std::fs::write(class.join("x.qoi"), b"qoif\0\0\0\x02\0\0\0\x02\x03\0").unwrap();
-    let out = tempfile::tempdir().unwrap();
-    let out = out.path().join("ds");
-    let r = convert(
-        &opts(Source::ImageFolder(src.path().into()), &out),
-        &NoProgress,
-    )
-    .unwrap();
+    let (_out_dir, out, r) = convert_folder(src.path());
     assert_eq!(r.written, 2, "{:?}", r.skipped);
     assert_eq!(r.skipped.len(), 1);
     assert!(
