@@ -33,7 +33,14 @@ impl EpochShared {
     /// then ends the iteration).
     pub(crate) fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
-        let epoch = lock_detached(py, &self.inner).take();
+        // Held: a `next` is waiting, on another thread or on this one (a signal handler
+        // that closes the loader runs inside `next`'s wait). Waiting for it here would never
+        // end in the second case; the holder drops the epoch when it sees `closed`.
+        let Ok(mut inner) = self.inner.try_lock() else {
+            return;
+        };
+        let epoch = inner.take();
+        drop(inner);
         // Dropping joins the pipeline's threads: not while holding the GIL.
         py.detach(move || drop(epoch));
     }

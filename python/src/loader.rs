@@ -365,8 +365,11 @@ impl Loader {
         };
         let inner = self.inner()?;
         inner.load_state(state).map_err(loader_error)?;
-        // The epoch it resumes (the next one for a state taken after an epoch's end).
-        *lock(&self.next_epoch) = Some(inner.state().epoch);
+        // The epoch the next `for` runs: the state's, or after its last batch the next one,
+        // as for the loader it was saved from (set_epoch(state["epoch"]) still asks for the
+        // finished one, which then yields nothing).
+        let done = state.position >= inner.num_batches() && state.epoch < u64::MAX;
+        *lock(&self.next_epoch) = Some(state.epoch + u64::from(done));
         Ok(())
     }
 

@@ -291,6 +291,10 @@ def test_a_state_taken_after_an_epochs_last_batch_resumes_past_its_end(sample_da
         seen.append(python_batches(resumed))
     assert seen[0] == []
     assert seen[1] == python_batches(python_loader(sample_dataset).epoch(1))
+    # A plain `for` goes on with the next epoch, as the loader it was saved from does.
+    plain = python_loader(sample_dataset)
+    plain.load_state_dict(state)
+    assert {b.epoch for b in plain} == {1}
 
 
 def test_an_exception_while_waiting_does_not_pass_for_the_end_of_the_epoch(tmp_path):
@@ -359,6 +363,25 @@ def test_close_and_with_free_the_loader_at_once(sample_dataset):
     loader.close()  # twice is fine
     # A batch still held stays valid.
     assert np.array_equal(np.from_dlpack(kept.images), pixels)
+
+
+def test_a_signal_handler_may_close_the_loader_during_a_wait(tmp_path):
+    # A preemption handler (SIGTERM on a cluster) that closes the loader while the
+    # training loop waits in next(): the wait ends with an error, nothing hangs.
+    ds = tmp_path / "photos"
+    stoker.convert(REPO / "testdata" / "imagefolder", ds, check=False, progress=False)
+    loader = stoker.Loader(ds, 32, size=224, device="cpu", workers=1, prefetch=1)
+    it = iter(loader)
+    old = signal.signal(signal.SIGALRM, lambda *_: loader.close())
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        with pytest.raises(stoker.StokerError, match="Loader.close"):
+            next(it)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    with pytest.raises(stoker.StokerError, match="closed"):
+        iter(loader)
 
 
 def test_scale_ratio_and_arguments_that_would_be_ignored(sample_dataset):
