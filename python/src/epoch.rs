@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::thread::ThreadId;
 
 use pyo3::prelude::*;
 use stoker_loader::{LoaderError, Next};
@@ -26,6 +27,26 @@ pub(crate) struct EpochShared {
     /// Set when `Loader.close()` closed it: `next` then raises, so that a training loop
     /// on another thread does not take the stop for the end of the epoch.
     by_loader: AtomicBool,
+    /// The thread holding `inner` in `next`, to tell a close from a signal handler that
+    /// runs inside that `next` (which must not wait for the lock) from one on another
+    /// thread (which waits, so that the threads are joined when `close` returns).
+    holder: Mutex<Option<ThreadId>>,
+}
+
+/// Marks the current thread as `inner`'s holder while alive.
+struct Holding<'a>(&'a Mutex<Option<ThreadId>>);
+
+impl<'a> Holding<'a> {
+    fn new(holder: &'a Mutex<Option<ThreadId>>) -> Self {
+        *lock(holder) = Some(std::thread::current().id());
+        Holding(holder)
+    }
+}
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        *lock(self.0) = None;
+    }
 }
 
 impl EpochShared {
@@ -33,14 +54,16 @@ impl EpochShared {
     /// then ends the iteration).
     pub(crate) fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
-        // Held: a `next` is waiting, on another thread or on this one (a signal handler
-        // that closes the loader runs inside `next`'s wait). Waiting for it here would never
-        // end in the second case; the holder drops the epoch when it sees `closed`.
-        let Ok(mut inner) = self.inner.try_lock() else {
-            return;
+        let epoch = match self.inner.try_lock() {
+            Ok(mut inner) => inner.take(),
+            // Held by this very thread: a signal handler closing the loader runs inside
+            // `next`'s wait, and waiting for the lock would never end. That `next` drops
+            // the epoch when it sees `closed`.
+            Err(_) if *lock(&self.holder) == Some(std::thread::current().id()) => return,
+            // Held by a `next` on another thread: it gives the lock up within one
+            // `SIGNAL_CHECK` once it sees `closed`, and the threads are joined here.
+            Err(_) => lock_detached(py, &self.inner).take(),
         };
-        let epoch = inner.take();
-        drop(inner);
         // Dropping joins the pipeline's threads: not while holding the GIL.
         py.detach(move || drop(epoch));
     }
@@ -88,6 +111,7 @@ impl Epoch {
                 inner: Mutex::new(Some(inner)),
                 closed: AtomicBool::new(false),
                 by_loader: AtomicBool::new(false),
+                holder: Mutex::new(None),
             }),
             len,
             interrupted: AtomicBool::new(false),
@@ -117,6 +141,8 @@ impl Epoch {
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
         let mut guard = lock_detached(py, &self.shared.inner);
+        // Declared after `guard`: dropped first, so the mark goes before the lock does.
+        let _holding = Holding::new(&self.shared.holder);
         loop {
             if self.shared.closed.load(Ordering::Acquire) {
                 *guard = None;
@@ -141,6 +167,10 @@ impl Epoch {
                 return Ok(None);
             };
             match py.detach(|| epoch.next_timeout(SIGNAL_CHECK)) {
+                // Closed while this batch was made: not handed out after `close`.
+                Next::Ready(Ok(_)) if self.shared.closed.load(Ordering::Acquire) => {
+                    *guard = None;
+                }
                 Next::Ready(Ok(batch)) => {
                     self.started();
                     return Batch::new(py, batch).map(Some);

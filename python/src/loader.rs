@@ -368,7 +368,8 @@ impl Loader {
         // The epoch the next `for` runs: the state's, or after its last batch the next one,
         // as for the loader it was saved from (set_epoch(state["epoch"]) still asks for the
         // finished one, which then yields nothing).
-        let done = state.position >= inner.num_batches() && state.epoch < u64::MAX;
+        let batches = inner.num_batches();
+        let done = batches > 0 && state.position >= batches && state.epoch < u64::MAX;
         *lock(&self.next_epoch) = Some(state.epoch + u64::from(done));
         Ok(())
     }

@@ -384,6 +384,35 @@ def test_a_signal_handler_may_close_the_loader_during_a_wait(tmp_path):
         iter(loader)
 
 
+def test_close_from_another_thread_joins_and_hands_out_nothing_more(tmp_path):
+    ds = tmp_path / "photos"
+    stoker.convert(REPO / "testdata" / "imagefolder", ds, check=False, progress=False)
+
+    def threads():
+        return len(os.listdir("/proc/self/task"))
+
+    before = threads()
+    loader = stoker.Loader(ds, 16, size=512, device="cpu", workers=2, prefetch=1)
+    it = iter(loader)
+    got = []
+
+    def consume():
+        try:
+            got.append(next(it))
+        except stoker.StokerError as e:
+            got.append(e)
+
+    waiter = threading.Thread(target=consume)
+    waiter.start()
+    time.sleep(0.005)
+    loader.close()
+    # close() returned: the pipeline's threads are joined (the waiter may still run).
+    assert threads() <= before + 1
+    waiter.join(10)
+    assert len(got) == 1 and isinstance(got[0], stoker.StokerError), got
+    assert "Loader.close" in str(got[0])
+
+
 def test_scale_ratio_and_arguments_that_would_be_ignored(sample_dataset):
     def first(**kw):
         loader = stoker.Loader(sample_dataset, 4, seed=1, size=32, device="cpu", **kw)
