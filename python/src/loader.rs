@@ -6,10 +6,7 @@ use std::sync::{Arc, Mutex, Weak};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
-use stoker_loader::{
-    DatasetFingerprint, Device, LoaderBuilder, LoaderState, OnError, Order, Output, Shuffle,
-    Transform,
-};
+use stoker_loader::{Device, LoaderBuilder, LoaderState, OnError, Output, Shuffle, Transform};
 
 use crate::dataset::{json_to_py, Dataset};
 use crate::epoch::{Epoch, EpochShared, PendingEpoch};
@@ -348,20 +345,8 @@ impl Loader {
             world_size: optional("world_size")?,
             samples: optional("samples")?,
             drop_last: present("drop_last")?.map(|v| v.extract()).transpose()?,
-            order: present("order")?
-                .map(|v| {
-                    v.extract::<String>()?
-                        .parse::<Order>()
-                        .map_err(PyValueError::new_err)
-                })
-                .transpose()?,
-            dataset: present("dataset")?
-                .map(|v| {
-                    v.extract::<String>()?
-                        .parse::<DatasetFingerprint>()
-                        .map_err(PyValueError::new_err)
-                })
-                .transpose()?,
+            order: parsed(present("order")?)?,
+            dataset: parsed(present("dataset")?)?,
         };
         let inner = self.inner()?;
         inner.load_state(state).map_err(loader_error)?;
@@ -631,6 +616,19 @@ impl TransformArgs<'_> {
         }
         Ok(transform)
     }
+}
+
+/// A state key written as text (`Order`, `DatasetFingerprint`), parsed; `None` stays `None`.
+fn parsed<T: std::str::FromStr<Err = String>>(
+    value: Option<Bound<'_, PyAny>>,
+) -> PyResult<Option<T>> {
+    value
+        .map(|v| {
+            v.extract::<String>()?
+                .parse()
+                .map_err(PyValueError::new_err)
+        })
+        .transpose()
 }
 
 /// The name of a `dtype` or `device` argument: a string, a type's `__name__`

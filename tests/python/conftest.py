@@ -37,6 +37,15 @@ def sample_dataset(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def photos_dataset(tmp_path_factory) -> Path:
+    """The test photos (testdata/imagefolder, up to 1.3 kpx) stored as they are: batches
+    slow enough to decode that a test can act while `next` waits."""
+    out = tmp_path_factory.mktemp("photos") / "ds"
+    stoker.convert(REPO / "testdata" / "imagefolder", out, check=False, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
 def stoker_cli() -> Path:
     return _rust_binary("stoker", ["--bin", "stoker"])
 

@@ -2,6 +2,7 @@
 for the same settings, DLPack hand-off through NumPy without copies, batches kept alive
 stay intact, exact resume, disjoint ranks, clear errors."""
 
+import contextlib
 import json
 import os
 import signal
@@ -297,10 +298,21 @@ def test_a_state_taken_after_an_epochs_last_batch_resumes_past_its_end(sample_da
     assert {b.epoch for b in plain} == {1}
 
 
-def test_an_exception_while_waiting_does_not_pass_for_the_end_of_the_epoch(tmp_path):
+@contextlib.contextmanager
+def alarm(handler, seconds=0.01):
+    """`handler` runs on SIGALRM `seconds` from now, inside whatever the block waits in."""
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_an_exception_while_waiting_does_not_pass_for_the_end_of_the_epoch(photos_dataset):
     # A signal handler (a watchdog) raising while `next` waits for the first batch.
-    ds = tmp_path / "photos"
-    stoker.convert(REPO / "testdata" / "imagefolder", ds, check=False, progress=False)
+    ds = photos_dataset
     loader = stoker.Loader(ds, 32, size=224, device="cpu", workers=1, prefetch=1)
 
     class Watchdog(Exception):
@@ -310,14 +322,8 @@ def test_an_exception_while_waiting_does_not_pass_for_the_end_of_the_epoch(tmp_p
         raise Watchdog()
 
     it = iter(loader)
-    old = signal.signal(signal.SIGALRM, fire)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.01)
-        with pytest.raises(Watchdog):
-            next(it)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    with alarm(fire), pytest.raises(Watchdog):
+        next(it)
     with pytest.raises(stoker.StokerError, match="stopped by an exception"):
         next(it)
     # What the message says: the state continues the epoch where it stopped.
@@ -365,28 +371,20 @@ def test_close_and_with_free_the_loader_at_once(sample_dataset):
     assert np.array_equal(np.from_dlpack(kept.images), pixels)
 
 
-def test_a_signal_handler_may_close_the_loader_during_a_wait(tmp_path):
+def test_a_signal_handler_may_close_the_loader_during_a_wait(photos_dataset):
     # A preemption handler (SIGTERM on a cluster) that closes the loader while the
     # training loop waits in next(): the wait ends with an error, nothing hangs.
-    ds = tmp_path / "photos"
-    stoker.convert(REPO / "testdata" / "imagefolder", ds, check=False, progress=False)
+    ds = photos_dataset
     loader = stoker.Loader(ds, 32, size=224, device="cpu", workers=1, prefetch=1)
     it = iter(loader)
-    old = signal.signal(signal.SIGALRM, lambda *_: loader.close())
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.01)
-        with pytest.raises(stoker.StokerError, match="Loader.close"):
-            next(it)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    with alarm(lambda *_: loader.close()), pytest.raises(stoker.StokerError, match="Loader.close"):
+        next(it)
     with pytest.raises(stoker.StokerError, match="closed"):
         iter(loader)
 
 
-def test_close_from_another_thread_joins_and_hands_out_nothing_more(tmp_path):
-    ds = tmp_path / "photos"
-    stoker.convert(REPO / "testdata" / "imagefolder", ds, check=False, progress=False)
+def test_close_from_another_thread_joins_and_hands_out_nothing_more(photos_dataset):
+    ds = photos_dataset
 
     def threads():
         return len(os.listdir("/proc/self/task"))
