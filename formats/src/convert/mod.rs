@@ -112,7 +112,7 @@ pub fn convert(
         inputs: total,
         first_input: range.start,
         end_input: range.end,
-        listing: format!("{listing_fingerprint:08x}"),
+        listing: listing_text(listing_fingerprint),
     };
     if options.resume {
         let want = options.part.map(part_info);
@@ -247,8 +247,13 @@ fn provenance(options: &ConvertOptions, listing: &source::Listing, fingerprint: 
         .insert(ORDER_FLAG.into(), stored_order(options, listing).into());
     provenance
         .flags
-        .insert(LISTING_FLAG.into(), format!("{fingerprint:08x}"));
+        .insert(LISTING_FLAG.into(), listing_text(fingerprint));
     provenance
+}
+
+/// A listing fingerprint as the manifest writes it (part info and flag): 8 hex digits.
+fn listing_text(fingerprint: u32) -> String {
+    format!("{fingerprint:08x}")
 }
 
 /// The manifest flag holding the CRC32C of the listing and the output flags.
@@ -336,8 +341,7 @@ fn finished(
     let same = match part {
         Some(_) => m.part.as_ref() == part,
         None => {
-            m.part.is_none()
-                && m.provenance.flags.get(LISTING_FLAG) == Some(&format!("{listing:08x}"))
+            m.part.is_none() && m.provenance.flags.get(LISTING_FLAG) == Some(&listing_text(listing))
         }
     };
     if same {
