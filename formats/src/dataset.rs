@@ -93,9 +93,9 @@ impl Dataset {
     }
 
     /// Checks that every shard file is still the one [`Dataset::open`] mapped: same device,
-    /// inode and size (one `stat` per shard). A shard replaced or truncated under a running
-    /// reader can kill it with SIGBUS; a loader calls this before each epoch so that a change
-    /// made between epochs is an error instead.
+    /// inode and size (one `stat` per shard), and that no read of its map has failed (see
+    /// [`DatasetReader::check_read`]). A loader calls this before each epoch, so that a
+    /// change made between epochs is an error for the whole epoch.
     ///
     /// # Errors
     ///
@@ -125,8 +125,8 @@ impl Dataset {
     /// Opens a reader. Make one per thread.
     ///
     /// Each shard file is first checked to be the one opened (same inode and size): a shard
-    /// replaced or truncated since [`Dataset::open`] is an error here rather than a SIGBUS
-    /// later. Changes made while a reader reads are not detected; see docs/FORMAT.md.
+    /// replaced or truncated since [`Dataset::open`] is an error here. One cut short while a
+    /// reader reads is found by [`DatasetReader::check_read`]; see docs/FORMAT.md.
     ///
     /// # Errors
     ///
@@ -208,7 +208,8 @@ impl DatasetReader {
     ///
     /// [`FormatError::IndexOutOfRange`], [`FormatError::MissingRecord`],
     /// [`FormatError::BadHeader`], [`FormatError::TruncatedRecord`], or
-    /// [`FormatError::DamagedShard`] when a page on the way to the record is damaged.
+    /// [`FormatError::DamagedShard`] when a page on the way to the record is damaged,
+    /// [`FormatError::ShardUnreadable`] when a page of its shard could not be read.
     ///
     /// # Examples
     ///
@@ -221,8 +222,13 @@ impl DatasetReader {
             });
         };
         let shard = &self.dataset.inner.shards[si];
+        shard.check_readable()?;
         let key = self.dataset.inner.manifest.shards[si].key_of(index);
-        let value = crate::lmdb_lookup::get(shard.mapped(), &shard.tree, &shard::key(key))
+        let found = crate::lmdb_lookup::get(shard.mapped(), &shard.tree, &shard::key(key));
+        // A page of the way down that could not be read was zeros: that, not the damage
+        // the lookup may report for it, is the error.
+        shard.check_readable()?;
+        let value = found
             .map_err(|reason| FormatError::DamagedShard {
                 shard: shard.path.clone(),
                 reason,
@@ -232,6 +238,44 @@ impl DatasetReader {
                 index,
             })?;
         RecordHeader::parse_value(value, &shard.path, index)
+    }
+
+    /// Fails when the bytes of record `index` read so far may not be the file's: a page of
+    /// its shard's map could not be read since the dataset was opened (the file was cut
+    /// short or rewritten in place while in use, or the storage returned an I/O error).
+    /// Such pages read as zeros instead of ending the process with SIGBUS; call this after
+    /// using a record's payload (its CRC, a decode, a copy), as the loader does.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::ShardUnreadable`], or [`FormatError::IndexOutOfRange`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::{Dataset, DatasetWriter, Encoding, FormatError, Provenance, RecordMeta, WriterOptions};
+    /// let dir = tempfile::tempdir()?;
+    /// let mut w = DatasetWriter::create(dir.path(), WriterOptions::default())?;
+    /// for i in 0..64u8 {
+    ///     w.push(RecordMeta { encoding: Encoding::Raw, height: 64, width: 64, channels: 3, label: 0 }, &[i; 64 * 64 * 3])?;
+    /// }
+    /// w.finish(vec!["only".into()], Provenance::stoker("doc example"))?;
+    /// let ds = Dataset::open(dir.path())?;
+    /// let reader = ds.reader()?;
+    /// // The shard is cut short while it is read (`cp` over a dataset in use).
+    /// std::fs::OpenOptions::new().write(true).open(dir.path().join("shard-00000.lmdb"))?.set_len(8192)?;
+    /// let outcome = reader.get(63).and_then(|r| r.check_crc().and_then(|()| reader.check_read(63)));
+    /// assert!(matches!(outcome, Err(FormatError::ShardUnreadable { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_read(&self, index: u64) -> Result<(), FormatError> {
+        let Some(si) = self.dataset.shard_of(index) else {
+            return Err(FormatError::IndexOutOfRange {
+                index,
+                len: self.dataset.len(),
+            });
+        };
+        self.dataset.inner.shards[si].check_readable()
     }
 
     /// An LMDB read transaction on shard `shard`, for [`DatasetReader::raw_iter`] (only

@@ -2,12 +2,14 @@
 //!
 //! Shards that may be shared are read with `read`, not mapped: a shard truncated while it is
 //! hashed gives a short read (reported as a size or digest mismatch), where a mapping would
-//! raise SIGBUS. The writer hashes its own just-written temporary file through a map.
+//! raise SIGBUS. The writer hashes its own just-written temporary file through a map
+//! (guarded: a page the disk cannot give back is an error, see [`crate::map_guard`]).
 
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use crate::map_guard::GuardedMap;
 use crate::FormatError;
 
 /// Which digest to compute.
@@ -75,7 +77,7 @@ pub(crate) fn xxh3_of_written(path: &Path) -> Result<(u64, u64), FormatError> {
     } else {
         (len / 2).next_multiple_of(1 << 16)
     };
-    let map = |offset: u64, len: u64| -> Result<memmap2::Mmap, FormatError> {
+    let map = |offset: u64, len: u64| -> Result<GuardedMap, FormatError> {
         // SAFETY: the map is read-only and dropped before this function returns; the file
         // is the writer's finished temporary shard, written by nobody else while it is
         // mapped (see above), so its bytes and length do not change under the map.
@@ -86,6 +88,7 @@ pub(crate) fn xxh3_of_written(path: &Path) -> Result<(u64, u64), FormatError> {
                 .populate()
                 .map(&file)
         }
+        .map(GuardedMap::new)
         .map_err(|e| FormatError::io(path, e))
     };
     let (first, second) = std::thread::scope(|s| {
@@ -94,10 +97,17 @@ pub(crate) fn xxh3_of_written(path: &Path) -> Result<(u64, u64), FormatError> {
         let second = second.map(|h| h.join().expect("mapping does not panic"));
         (first, second)
     });
+    let (first, second) = (first?, second.transpose()?);
     let mut hash = xxhash_rust::xxh3::Xxh3::new();
-    hash.update(&first?);
-    if let Some(second) = second {
-        hash.update(&second?);
+    hash.update(first.bytes());
+    if let Some(second) = &second {
+        hash.update(second.bytes());
+    }
+    // A page the disk could not give back read as zeros (crate::map_guard).
+    if first.faulted() || second.as_ref().is_some_and(GuardedMap::faulted) {
+        return Err(FormatError::ShardUnreadable {
+            shard: path.to_path_buf(),
+        });
     }
     Ok((len, hash.digest()))
 }

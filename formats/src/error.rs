@@ -87,6 +87,14 @@ pub enum FormatError {
         /// What differs (inode, size).
         what: String,
     },
+    /// A page of a shard's memory map could not be read: the file was cut short or
+    /// rewritten in place while it was in use, or the storage returned an I/O error. Its
+    /// lost pages read as zeros from then on, so every record of the shard is refused.
+    #[error("shard {shard}: a page of the file could not be read while it was mapped (the file was cut short or rewritten in place while in use, or the disk or network file system returned an I/O error); its records are refused until the dataset is reopened")]
+    ShardUnreadable {
+        /// The shard file.
+        shard: PathBuf,
+    },
     /// Another process holds the lock of a conversion's output directory.
     #[error("{path}: another `stoker convert` is writing to this directory (its lock is held); wait for it to finish or stop it")]
     OutputLocked {

@@ -51,6 +51,7 @@ mod lmdb_meta;
 mod lmdb_walk;
 mod lmdb_write;
 mod manifest;
+mod map_guard;
 mod merge;
 mod record;
 pub mod seeded;

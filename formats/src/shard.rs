@@ -20,6 +20,7 @@ use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions, RoTxn, WithoutTls};
 
 use crate::lmdb_meta::RecordTree;
+use crate::map_guard::GuardedMap;
 use crate::FormatError;
 
 /// The identity of a file on disk, to tell a replaced shard from the one already mapped.
@@ -38,8 +39,10 @@ pub(crate) struct OpenShard {
     id: FileId,
     /// LMDB's environment, open only while `verify` walks the shard.
     lmdb: Arc<Mutex<EnvSlot>>,
-    /// The file, mapped read-only: record payloads are slices of it.
-    map: memmap2::Mmap,
+    /// The file, mapped read-only: record payloads are slices of it. A page that cannot be
+    /// read (the file cut short under the map, an I/O error) reads as zeros and marks the
+    /// map, instead of ending the process ([`crate::map_guard`]).
+    map: GuardedMap,
     /// The record tree of the current meta page (checked when the shard was opened).
     pub tree: RecordTree,
 }
@@ -48,7 +51,18 @@ impl OpenShard {
     /// The whole shard file as mapped: record payloads handed out by readers are slices of
     /// these bytes.
     pub(crate) fn mapped(&self) -> &[u8] {
-        &self.map
+        self.map.bytes()
+    }
+
+    /// Fails when a read of the map has failed since it was made (see [`OpenShard::map`]):
+    /// bytes read from it, before or after, may be zeros rather than the file's.
+    pub(crate) fn check_readable(&self) -> Result<(), FormatError> {
+        if self.map.faulted() {
+            return Err(FormatError::ShardUnreadable {
+                shard: self.path.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// A read transaction on the shard through LMDB, with its record database, for
@@ -194,6 +208,7 @@ impl OpenShard {
     /// reader of a mapping whose file shrank would die of SIGBUS on the lost pages; this
     /// check costs one `stat` and runs whenever a reader is made.
     pub(crate) fn check_unchanged(&self) -> Result<(), FormatError> {
+        self.check_readable()?;
         let now = file_id(&self.path)?;
         if now == self.id {
             return Ok(());
@@ -261,10 +276,14 @@ pub(crate) fn open_shard(
     }
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(existing) = reg.get(&canonical).and_then(Weak::upgrade) {
-        if existing.id == id {
+        if existing.id != id {
+            return Err(FormatError::ShardReplaced { shard: canonical });
+        }
+        // A map with pages lost to a failed read is not shared: this open maps the file
+        // afresh (and takes its place here), so that opening again is how to recover.
+        if existing.check_readable().is_ok() {
             return Ok(existing);
         }
-        return Err(FormatError::ShardReplaced { shard: canonical });
     }
     let tree = crate::lmdb_meta::check(&file, id.len, records).map_err(|reason| {
         FormatError::DamagedShard {
@@ -274,9 +293,11 @@ pub(crate) fn open_shard(
     })?;
     // SAFETY: a read-only map of a finished shard, which nobody writes (see the NO_LOCK
     // flag below): its bytes do not change while borrowed. A file replaced on disk has a
-    // new inode (`check_unchanged`); one truncated in place is caught by the same check
-    // between epochs, and is documented (docs/FORMAT.md) as unsupported while read.
+    // new inode (`check_unchanged`). One truncated in place (or a page the storage cannot
+    // deliver) would raise SIGBUS on read: the guard turns that into zeros and a mark
+    // that readers check after reading (`check_readable`).
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FormatError::io(&canonical, e))?;
+    let map = GuardedMap::new(map);
     let shard = Arc::new(OpenShard {
         path: canonical.clone(),
         id,

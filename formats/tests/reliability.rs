@@ -416,6 +416,77 @@ fn shard_truncated_or_replaced_after_open_is_an_error_not_sigbus() {
     assert!(e.to_string().contains("replaced"), "{e}");
 }
 
+/// `cp` over a dataset in use, or an I/O error of the storage under a mapped page: the
+/// reads that hit it are errors for their records, and the process lives on.
+#[test]
+fn shard_cut_short_while_a_reader_reads_fails_its_records_not_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |_| 0);
+    let shard = out.join("shard-00000.lmdb");
+    let orig = std::fs::read(&shard).unwrap();
+    let len = orig.len() as u64;
+    let ds = Dataset::open(&out).unwrap();
+    let reader = ds.reader().unwrap();
+    let read = |i: u64| {
+        reader
+            .get(i)
+            .and_then(|r| r.check_crc())
+            .and_then(|()| reader.check_read(i))
+    };
+    assert!((0..ds.len()).all(|i| read(i).is_ok()));
+    // Evict the file's pages, so that reads fault again, then cut it.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap();
+    // SAFETY: posix_fadvise has no memory-safety preconditions.
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        );
+    }
+    file.set_len(len / 3).unwrap();
+    let outcomes: Vec<_> = (0..ds.len()).map(read).collect();
+    let unreadable = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(FormatError::ShardUnreadable { .. })))
+        .count();
+    assert!(unreadable > 0, "{outcomes:?}");
+    let e = outcomes
+        .iter()
+        .rev()
+        .find_map(|o| o.as_ref().err())
+        .unwrap();
+    assert!(
+        e.to_string()
+            .contains("could not be read while it was mapped"),
+        "{e}"
+    );
+    // Every record read after the first failed page is refused, not just the lost ones.
+    let first = outcomes.iter().position(Result::is_err).unwrap();
+    assert!(outcomes[first..].iter().all(Result::is_err), "{outcomes:?}");
+
+    // The file as it was (as after an I/O error, which changes nothing on disk): the map
+    // still holds zeros where the reads failed, so the dataset stays refused...
+    std::fs::write(&shard, &orig).unwrap();
+    let e = ds.check_unchanged().unwrap_err();
+    assert!(matches!(e, FormatError::ShardUnreadable { .. }), "{e}");
+    assert!(matches!(
+        ds.reader().unwrap_err(),
+        FormatError::ShardUnreadable { .. }
+    ));
+    // ...until it is opened again, even while the old handle lives.
+    let again = Dataset::open(&out).unwrap();
+    let fresh = again.reader().unwrap();
+    assert!(fresh.get(0).unwrap().check_crc().is_ok());
+    assert!(fresh.check_read(0).is_ok());
+    drop(ds);
+}
+
 #[test]
 fn verify_rejects_labels_outside_an_empty_class_list() {
     use stoker_formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};

@@ -539,6 +539,12 @@ impl Worker {
             .resizer
             .apply(src, loaded.width, loaded.height, params.crop)
             .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
+        if loaded.place == Place::Payload {
+            // Resized straight from the shard's map: its pages were still the file's.
+            reader
+                .check_read(index)
+                .map_err(|source| LoaderError::Read { index, source })?;
+        }
         let s = settings.transform.out_size() as usize;
         let per_image = s * s * 3;
         let out_bytes = match buffer {

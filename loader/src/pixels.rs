@@ -172,6 +172,10 @@ pub(crate) fn load_record<'r>(
             reason: "0-pixel image".into(),
         });
     }
+    // The decode or copy read the payload again: its pages were still the file's.
+    reader
+        .check_read(index)
+        .map_err(|source| LoaderError::Read { index, source })?;
     Ok(loaded)
 }
 
@@ -264,6 +268,11 @@ pub(crate) fn read_checked<'r>(
         .map_err(|source| LoaderError::Read { index, source })?;
     record
         .check_crc()
+        .map_err(|source| LoaderError::Read { index, source })?;
+    // The CRC read every payload byte: a page of the shard lost meanwhile (cut short in
+    // place, an I/O error) read as zeros, and is reported here.
+    reader
+        .check_read(index)
         .map_err(|source| LoaderError::Read { index, source })?;
     // A label past the class list would reach the training step as an out-of-range class
     // (a device-side assert in a CUDA loss); `verify` reports the same records.

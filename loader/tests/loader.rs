@@ -811,3 +811,36 @@ fn an_early_started_epoch_has_batches_ready_when_the_consumer_asks() {
     assert_eq!(run_epoch(&resumed, 2), run_epoch(&loader, 2));
     assert_eq!(resumed.stats().epochs_started_early, 1, "epoch 2");
 }
+
+/// `cp` over a dataset while it is read (or the storage failing under a mapped page): the
+/// records the loader could not read are replaced and counted, the process lives on, and
+/// the next epoch is refused until the dataset is opened again.
+#[test]
+fn a_shard_cut_short_mid_epoch_loses_its_records_not_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 64, 16, &[]);
+    let loader = small(&ds).workers(1).prefetch(1).build().unwrap();
+    let mut epoch = loader.epoch(0);
+    let first = epoch.next().unwrap().unwrap();
+    assert_eq!(loader.stats().bad_records, 0);
+    let shard = dir.path().join("shard-00002.lmdb");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(8192)
+        .unwrap();
+    let rest: Vec<Batch> = epoch.map(|b| b.expect("replaced, not failed")).collect();
+    assert_eq!(1 + rest.len(), 8);
+    assert!(rest.iter().all(|b| b.indices.len() == 8));
+    drop(first);
+    let stats = loader.stats();
+    assert!(stats.bad_records > 0, "{stats}");
+    assert!(
+        stats.bad_indices.iter().all(|&i| ds.shard_of(i) == Some(2)),
+        "{:?}",
+        stats.bad_indices
+    );
+    let e = loader.epoch(1).next().unwrap().unwrap_err();
+    assert!(e.to_string().contains("shard-00002.lmdb"), "{e}");
+}

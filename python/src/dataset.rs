@@ -266,7 +266,10 @@ impl Dataset {
         let reader = self.inner.reader().map_err(format_error)?;
         let record = reader.get(i as u64).map_err(format_error)?;
         record.check_crc().map_err(format_error)?;
-        Ok((PyBytes::new(py, record.payload), record.header.label))
+        let bytes = PyBytes::new(py, record.payload);
+        // The copy came from the shard's map: its pages were still the file's.
+        reader.check_read(i as u64).map_err(format_error)?;
+        Ok((bytes, record.header.label))
     }
 
     /// Class names; label ``i`` is ``classes[i]``.

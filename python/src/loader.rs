@@ -64,8 +64,9 @@ use crate::locks::lock;
 ///
 /// Shards are memory-mapped: replace a dataset that is being read by writing the new one
 /// elsewhere and renaming it into place (``mv``), never by copying over it (``cp -r``,
-/// ``rsync --inplace``): a shard cut short under a running epoch ends the process with
-/// SIGBUS.
+/// ``rsync --inplace``): the records of a shard cut short under a running epoch are lost
+/// (skipped and counted in ``stats()["bad_records"]``), and the next epoch raises
+/// ``stoker.StokerError`` until the dataset is opened again.
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Loader {
     /// `None` once closed.

@@ -106,3 +106,33 @@ def test_convert_warns_of_what_it_noted_and_refuses_to_write_nothing(tmp_path):
     with pytest.raises(stoker.StokerError, match="none of the 1 inputs"):
         stoker.convert(tmp_path, tmp_path / "none", list=listing, progress=False)
     assert not (tmp_path / "none" / "manifest.json").exists()
+
+
+def test_a_shard_cut_short_while_read_fails_its_records_not_the_process(tmp_path):
+    # `cp` over a dataset in use cuts its shards short under the map: reads past the cut
+    # used to kill the process with SIGBUS.
+    shutil.copytree(REPO / "testdata" / "imagefolder", tmp_path / "in")
+    out = tmp_path / "ds"
+    stoker.convert(tmp_path / "in", out, shards=2, check=False, progress=False)
+    ds = stoker.Dataset(out)
+    loader = stoker.Loader(ds, 8, device="cpu", size=16, workers=1, prefetch=1, seed=3)
+    batches = iter(loader)
+    next(batches)
+    shard = sorted(out.glob("shard-*.lmdb"))[1]
+    os.truncate(shard, 8192)
+    errors = []
+    for i in range(len(ds)):
+        try:
+            ds[i]
+        except stoker.StokerError as e:
+            errors.append(str(e))
+    # Each item makes a reader, which checks every shard first: its size, and whether a
+    # read of its map (here, by the loader's worker) has failed.
+    assert len(errors) == len(ds) and all(shard.name in e for e in errors), errors[:3]
+    assert "could not be read while it was mapped" in errors[0] or "changed on disk" in errors[0]
+    # The loader's readers were made before the cut: their reads past it fail instead.
+    rest = list(batches)
+    assert len(rest) == len(loader) - 1
+    assert loader.stats()["bad_records"] > 0
+    with pytest.raises(stoker.StokerError, match=shard.name):
+        next(iter(loader))

@@ -290,10 +290,16 @@ fn stage_one(
                 // The CRC was checked (`read_checked`): the device copies exactly
                 // these bytes, which nobody writes.
                 source = Some(payload.as_ptr() as usize);
-            } else if host.streaming_stores {
-                copy_streaming(&mut dst[..payload.len()], payload);
             } else {
-                dst[..payload.len()].copy_from_slice(payload);
+                if host.streaming_stores {
+                    copy_streaming(&mut dst[..payload.len()], payload);
+                } else {
+                    dst[..payload.len()].copy_from_slice(payload);
+                }
+                // Copied from the shard's map: its pages were still the file's.
+                reader
+                    .check_read(index)
+                    .map_err(|source| LoaderError::Read { index, source })?;
             }
         }
         // Too large to stage: crop + resize here (same filter as the CPU path).

@@ -1,0 +1,448 @@
+//! Shard maps whose failed page reads become errors instead of a dead process.
+//!
+//! A read through a file mapping raises SIGBUS when the page cannot be delivered: the file
+//! was cut short under the map (`cp` or `rsync --inplace` over a dataset in use), or the
+//! storage returned an I/O error (a network or FUSE file system, a bad sector). By default
+//! that kills the process, wherever the read happened: in a CRC, a decoder, a copy.
+//!
+//! So every shard map is registered here, and the first registration installs a SIGBUS
+//! handler for the process. A fault inside a registered map gets a page of zeros mapped
+//! over the lost page, and the map is marked as faulted; the read then goes on and sees
+//! zeros, and whoever read records of that map checks the mark afterwards
+//! ([`GuardedMap::faulted`], through `DatasetReader::check_read`) and reports the record as
+//! unreadable. The same approach as Sapling's indexedlog, for the same reason: reading every
+//! record with `pread` would give up the zero-copy read path, and a `setjmp`-style escape
+//! from the faulting instruction is not something Rust code can do soundly.
+//!
+//! A fault anywhere else is passed on unchanged: to the handler installed before ours (a
+//! Rust program's stack-overflow handler, Python's `faulthandler`), or to the default
+//! action, so the process dies of it as it would have without stoker. That last step is
+//! why this is not built on `signal-hook-registry`: it forwards to a previous handler, but
+//! has no way to give a fault back to the default action, and returning from such a fault
+//! runs the faulting instruction again, forever.
+//!
+//! The handler takes no lock and allocates nothing: it reads a fixed table of atomics (one
+//! slot per map, each with a sequence number so that a slot being reused is never read
+//! half-written) and makes one `mmap` system call.
+
+use std::ffi::c_void;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Once, OnceLock};
+
+/// As many slots as the kernel allows mappings per process by default (`vm.max_map_count`
+/// is 65,530), so the table does not run out before the address space does. Each slot is
+/// 32 bytes of zero-initialized static memory, touched only as slots are used.
+const SLOTS: usize = 1 << 16;
+
+/// One registered map. `seq % 4` says its state: 0 free, 1 being filled, 2 in use, 3 being
+/// emptied; every use adds 4, so a reader that sees the same `seq` before and after
+/// reading `start` and `end` read one consistent registration.
+struct Slot {
+    seq: AtomicU64,
+    start: AtomicUsize,
+    end: AtomicUsize,
+    faulted: AtomicBool,
+}
+
+impl Slot {
+    const fn new() -> Self {
+        Self {
+            seq: AtomicU64::new(0),
+            start: AtomicUsize::new(0),
+            end: AtomicUsize::new(0),
+            faulted: AtomicBool::new(false),
+        }
+    }
+}
+
+static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+/// One past the highest slot ever used: the handler looks no further.
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+/// Where the next registration starts looking for a free slot.
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// The page size, set before the handler is installed.
+static PAGE: AtomicUsize = AtomicUsize::new(4096);
+/// The SIGBUS action in place before ours, set before ours is installed.
+static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// Faults handled in registered maps, for tests and diagnostics.
+static HANDLED: AtomicU64 = AtomicU64::new(0);
+
+/// A read-only file map registered with the SIGBUS handler.
+pub(crate) struct GuardedMap {
+    map: memmap2::Mmap,
+    /// The map's slot in [`TABLE`]; `None` when the table was full (then a failed read
+    /// kills the process, as it would without this module).
+    slot: Option<usize>,
+}
+
+impl std::fmt::Debug for GuardedMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedMap")
+            .field("len", &self.map.len())
+            .field("guarded", &self.slot.is_some())
+            .field("faulted", &self.faulted())
+            .finish()
+    }
+}
+
+impl GuardedMap {
+    /// Registers `map`, installing the process's SIGBUS handler on first use.
+    pub(crate) fn new(map: memmap2::Mmap) -> Self {
+        if map.is_empty() {
+            return Self { map, slot: None };
+        }
+        install();
+        let range = map.as_ptr_range();
+        let slot = claim(range.start as usize, range.end as usize);
+        if slot.is_none() {
+            static WARNED: Once = Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "more than {SLOTS} shard maps open: a shard cut short while it is read \
+                     now ends the process (SIGBUS) instead of failing its records"
+                );
+            });
+        }
+        Self { map, slot }
+    }
+
+    /// The mapped bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Whether a read of this map has failed since it was made: its lost pages now read as
+    /// zeros, so nothing read from it can be trusted.
+    pub(crate) fn faulted(&self) -> bool {
+        self.slot
+            .is_some_and(|i| TABLE[i].faulted.load(Ordering::Acquire))
+    }
+}
+
+impl Drop for GuardedMap {
+    fn drop(&mut self) {
+        // Unregistered before `map` is unmapped (fields drop after this), so the handler
+        // never takes an address of a later, unrelated mapping for this one.
+        if let Some(i) = self.slot {
+            release(i);
+        }
+    }
+}
+
+/// Faults handled in registered maps since the process started.
+#[cfg(test)]
+pub(crate) fn handled() -> u64 {
+    HANDLED.load(Ordering::Relaxed)
+}
+
+fn claim(start: usize, end: usize) -> Option<usize> {
+    let hint = NEXT.load(Ordering::Relaxed);
+    for k in 0..SLOTS {
+        let i = (hint + k) % SLOTS;
+        let slot = &TABLE[i];
+        let seq = slot.seq.load(Ordering::Relaxed);
+        if seq % 4 != 0
+            || slot
+                .seq
+                .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            continue;
+        }
+        fence(Ordering::Release);
+        slot.start.store(start, Ordering::Relaxed);
+        slot.end.store(end, Ordering::Relaxed);
+        slot.faulted.store(false, Ordering::Relaxed);
+        slot.seq.store(seq + 2, Ordering::Release);
+        HIGH.fetch_max(i + 1, Ordering::AcqRel);
+        NEXT.store((i + 1) % SLOTS, Ordering::Relaxed);
+        return Some(i);
+    }
+    None
+}
+
+fn release(i: usize) {
+    let slot = &TABLE[i];
+    let seq = slot.seq.load(Ordering::Relaxed);
+    slot.seq.store(seq + 1, Ordering::Relaxed);
+    fence(Ordering::Release);
+    slot.start.store(0, Ordering::Relaxed);
+    slot.end.store(0, Ordering::Relaxed);
+    slot.seq.store(seq + 2, Ordering::Release);
+}
+
+/// The registered slot whose map holds `addr`. Called in the signal handler.
+fn owner(addr: usize) -> Option<&'static Slot> {
+    let high = HIGH.load(Ordering::Acquire).min(SLOTS);
+    TABLE[..high].iter().find(|slot| {
+        let before = slot.seq.load(Ordering::Acquire);
+        if before % 4 != 2 {
+            return false;
+        }
+        let (start, end) = (
+            slot.start.load(Ordering::Relaxed),
+            slot.end.load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        slot.seq.load(Ordering::Relaxed) == before && start <= addr && addr < end
+    })
+}
+
+fn install() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if page > 0 {
+            PAGE.store(page as usize, Ordering::Relaxed);
+        }
+        // SAFETY: an all-zero `sigaction` is a valid value to be overwritten by the query.
+        let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a query (no new action) into a valid, writable `sigaction`.
+        if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut previous) } != 0 {
+            tracing::warn!("cannot read the SIGBUS action; shard read faults stay fatal");
+            return;
+        }
+        // Set before ours is installed: the handler forwards to it from its first call.
+        let _ = PREVIOUS.set(previous);
+        // SAFETY: all-zero is a valid `sigaction` (empty mask, no flags), filled in below.
+        let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
+        ours.sa_sigaction = on_sigbus as *const () as usize;
+        // SA_ONSTACK: a fault on a thread that runs on its alternate signal stack (Rust
+        // threads set one up) is handled there too.
+        ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        // SAFETY: `ours` is a valid action whose handler has the SA_SIGINFO signature and
+        // is async-signal-safe (atomics and one mmap call).
+        if unsafe { libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut()) } != 0 {
+            tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
+        }
+    });
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: the kernel hands an SA_SIGINFO handler a valid siginfo_t; `si_addr` is
+    // meaningful for kernel-raised SIGBUS (si_code > 0) and only used then.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    if code > 0 {
+        if let Some(slot) = owner(addr) {
+            let page = PAGE.load(Ordering::Relaxed);
+            let start = addr & !(page - 1);
+            // SAFETY: the page lies inside a live registered map (its slot is in use, and
+            // a map is unregistered before it is unmapped), which this process only reads:
+            // replacing it with a private page of zeros changes what later reads of that
+            // page see, and nothing else.
+            let zeros = unsafe {
+                libc::mmap(
+                    start as *mut c_void,
+                    page,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            if zeros != libc::MAP_FAILED {
+                slot.faulted.store(true, Ordering::Release);
+                HANDLED.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+    forward(sig, code, info, context);
+}
+
+/// Passes a SIGBUS that is not ours to the action in place before ours.
+fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    let previous = PREVIOUS.get();
+    let handler = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    if handler == libc::SIG_IGN && code <= 0 {
+        // A SIGBUS sent by kill() to a process that ignored it.
+        return;
+    }
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        // SAFETY: all-zero with SIG_DFL is the default action.
+        let mut default: libc::sigaction = unsafe { std::mem::zeroed() };
+        default.sa_sigaction = libc::SIG_DFL;
+        // SAFETY: sigaction and raise are async-signal-safe. With the default action back,
+        // a fault recurs when the faulting instruction runs again, and a sent signal is
+        // raised again (pending until this handler returns): either way the process ends
+        // as it would have without our handler.
+        unsafe {
+            libc::sigaction(sig, &default, std::ptr::null_mut());
+            if code <= 0 {
+                libc::raise(sig);
+            }
+        }
+        return;
+    }
+    let flags = previous.map_or(0, |p| p.sa_flags);
+    if flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: an SA_SIGINFO action's handler has this signature; it gets the
+        // arguments the kernel gave us.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(handler) };
+        f(sig, info, context);
+    } else {
+        // SAFETY: without SA_SIGINFO the handler takes the signal number only.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+        f(sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+
+    fn file_of(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mapped");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![0xA5; len]).unwrap();
+        (dir, path)
+    }
+
+    fn map(path: &std::path::Path) -> memmap2::Mmap {
+        let f = std::fs::File::open(path).unwrap();
+        // SAFETY: a test file; its truncation is what the tests are about.
+        unsafe { memmap2::Mmap::map(&f) }.unwrap()
+    }
+
+    fn truncate(path: &std::path::Path, len: u64) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_read_past_a_cut_reads_zeros_and_marks_the_map() {
+        let (_dir, path) = file_of(64 << 10);
+        let guarded = GuardedMap::new(map(&path));
+        assert_eq!(guarded.bytes()[40_000], 0xA5);
+        assert!(!guarded.faulted());
+        truncate(&path, 4096);
+        let before = handled();
+        let bytes = guarded.bytes();
+        // Pages past the cut, read by a CRC as a reader would.
+        let crc = crc32c::crc32c(&bytes[8192..]);
+        assert_eq!(crc, crc32c::crc32c(&vec![0; bytes.len() - 8192]));
+        assert!(guarded.faulted());
+        assert!(handled() > before);
+        // The page before the cut is still the file's.
+        assert_eq!(bytes[100], 0xA5);
+    }
+
+    #[test]
+    fn maps_come_and_go_on_many_threads_while_one_faults() {
+        let (_dir, path) = file_of(1 << 20);
+        let (_dir2, other) = file_of(16 << 10);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        let g = GuardedMap::new(map(&other));
+                        assert_eq!(g.bytes()[5000], 0xA5);
+                        assert!(!g.faulted());
+                    }
+                });
+            }
+            let guarded = GuardedMap::new(map(&path));
+            truncate(&path, 0);
+            let sum: u64 = guarded.bytes().iter().map(|&b| u64::from(b)).sum();
+            // Before the asserts: a failing one must not leave the other threads running.
+            stop.store(true, Ordering::Relaxed);
+            assert_eq!(sum, 0);
+            assert!(guarded.faulted());
+        });
+    }
+
+    /// Runs `scenario` of this module's `child` test in a new process of this test
+    /// binary and returns how it ended, after checking that the child's own map's fault
+    /// was handled first; a child still running after 60 s (a fault that repeats forever)
+    /// is killed and fails the test.
+    fn run_child(scenario: &str) -> std::process::ExitStatus {
+        let out = tempfile::NamedTempFile::new().unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "map_guard::tests::child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("STOKER_MAP_GUARD_CHILD", scenario)
+            .stdout(out.reopen().unwrap())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let printed = std::fs::read_to_string(out.path()).unwrap();
+                assert!(printed.contains("own fault handled"), "{printed}");
+                return status;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                child.kill().unwrap();
+                panic!("{scenario}: the child still ran after 60 s (a fault handled forever?)");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    extern "C" fn exit_42(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(42) }
+    }
+
+    /// The child process's side of the tests below: a no-op when run as a plain test.
+    #[test]
+    fn child() {
+        let Ok(scenario) = std::env::var("STOKER_MAP_GUARD_CHILD") else {
+            return;
+        };
+        if scenario == "chained" {
+            // SAFETY: a valid SA_SIGINFO action whose handler only calls _exit.
+            unsafe {
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = exit_42 as *const () as usize;
+                action.sa_flags = libc::SA_SIGINFO;
+                assert_eq!(
+                    libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()),
+                    0
+                );
+            }
+        }
+        // Ours is installed, and handles its own map's fault...
+        let (_dir, path) = file_of(64 << 10);
+        let guarded = GuardedMap::new(map(&path));
+        truncate(&path, 0);
+        assert_eq!(guarded.bytes()[30_000], 0);
+        assert!(guarded.faulted());
+        println!("own fault handled");
+        // ...but not a fault in a map it does not know.
+        let (_dir2, other) = file_of(64 << 10);
+        let foreign = map(&other);
+        truncate(&other, 0);
+        let byte = std::hint::black_box(&foreign[..])[30_000];
+        // Not reached: the fault ends the process.
+        std::process::exit(i32::from(byte) + 1);
+    }
+
+    #[test]
+    fn a_fault_in_an_unregistered_map_still_ends_the_process() {
+        let status = run_child("default");
+        assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+    }
+
+    #[test]
+    fn a_fault_in_an_unregistered_map_reaches_the_handler_installed_before() {
+        let status = run_child("chained");
+        assert_eq!(status.code(), Some(42), "{status:?}");
+    }
+}
