@@ -285,7 +285,8 @@ impl Loader {
         let plan = EpochPlan {
             epoch,
             seed: self.config.seed,
-            order: self.sampler.order(epoch).into(),
+            // An `Arc<Vec>`, not `Arc<[u64]>`: no copy of what may be hundreds of MB.
+            order: Arc::new(self.sampler.order(epoch)),
             global_offset: self.sampler.global_position(0),
             dataset_len: self.config.dataset.len(),
             batch_size: self.config.batch_size,

@@ -56,7 +56,7 @@ pub(crate) struct EpochPlan {
     /// The loader's seed (seeds the transforms and replacements together with `epoch`).
     pub(crate) seed: u64,
     /// This rank's sample indices for the epoch, in order (not empty).
-    pub(crate) order: Arc<[u64]>,
+    pub(crate) order: Arc<Vec<u64>>,
     /// Position in the epoch's global order of `order[0]`
     /// ([`crate::Sampler::global_position`]`(0)`).
     pub(crate) global_offset: u64,
@@ -303,7 +303,7 @@ mod tests {
         EpochPlan {
             epoch: 2,
             seed: 9,
-            order: (0..len).map(|i| i * 3 % len).collect(),
+            order: Arc::new((0..len).map(|i| i * 3 % len).collect()),
             global_offset,
             dataset_len: len,
             batch_size: 4,
@@ -375,7 +375,7 @@ mod tests {
     fn a_share_of_one_bad_record_is_replaced_from_the_rest_of_the_dataset() {
         // 8 ranks over 3 records: this rank's share is record 1 alone, and it is bad.
         let p = EpochPlan {
-            order: vec![1].into(),
+            order: Arc::new(vec![1]),
             dataset_len: 3,
             ..plan(1, 5)
         };
