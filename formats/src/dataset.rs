@@ -278,26 +278,6 @@ impl DatasetReader {
         self.dataset.inner.shards[si].check_readable()
     }
 
-    /// An LMDB read transaction on shard `shard`, for [`DatasetReader::raw_iter`] (only
-    /// `verify` walks shards through LMDB, one at a time, and only those whose digest
-    /// matched); the shard's LMDB environment is open as long as it lives.
-    pub(crate) fn read_txn(&self, shard: usize) -> Result<crate::shard::ShardTxn, FormatError> {
-        self.dataset.inner.shards[shard].lmdb_txn()
-    }
-
-    /// Iterates over every key/value of shard `shard` in key order, without looking up by
-    /// index: used by `verify` to find stray, missing or misnumbered keys.
-    pub(crate) fn raw_iter<'t>(
-        &self,
-        shard: usize,
-        txn: &'t crate::shard::ShardTxn,
-    ) -> Result<heed::RoIter<'t, heed::types::Bytes, heed::types::Bytes>, FormatError> {
-        let s = &self.dataset.inner.shards[shard];
-        txn.db
-            .iter(&txn.txn)
-            .map_err(|e| FormatError::lmdb(&s.path, e))
-    }
-
     pub(crate) fn check_unchanged(&self, shard: usize) -> Result<(), FormatError> {
         self.dataset.inner.shards[shard].check_unchanged()
     }

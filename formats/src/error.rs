@@ -16,15 +16,6 @@ pub enum FormatError {
         #[source]
         source: std::io::Error,
     },
-    /// LMDB (through heed) reported an error on a shard.
-    #[error("shard {shard}: LMDB error: {source}")]
-    Lmdb {
-        /// The shard file.
-        shard: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: heed::Error,
-    },
     /// `manifest.json` is missing fields, malformed, or inconsistent with itself.
     #[error("{path}: invalid manifest: {reason}")]
     InvalidManifest {
@@ -259,13 +250,6 @@ impl FormatError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         FormatError::Io {
             path: path.into(),
-            source,
-        }
-    }
-
-    pub(crate) fn lmdb(shard: impl Into<PathBuf>, source: heed::Error) -> Self {
-        FormatError::Lmdb {
-            shard: shard.into(),
             source,
         }
     }

@@ -1,23 +1,19 @@
-//! Opening one shard file (an LMDB environment in a single file) read-only and without a lock
-//! file, and sharing it within the process.
+//! Opening one shard file (an LMDB environment in a single file) read-only, and sharing it
+//! within the process.
 //!
-//! heed refuses to open the same environment twice in one process, so open shards are kept
-//! in a process-wide table of weak references: a second [`crate::Dataset::open`] of the same
-//! files reuses the mapping of the first.
+//! Open shards are kept in a process-wide table of weak references: a second
+//! [`crate::Dataset::open`] of the same files (another loader, a Python `Dataset` per
+//! worker) reuses the mapping of the first instead of mapping the files again.
 //!
 //! Records are looked up in a map of our own ([`crate::lmdb_lookup`], every offset
-//! checked), not through LMDB, which trusts its pages. An open shard holds that map and no
-//! file descriptor (a dataset of thousands of shards must open under `ulimit -n 1024`);
-//! LMDB's environment is opened only for `verify`'s iteration of shards whose digest
-//! matched, one shard at a time, and closed with its transaction.
+//! checked), never through LMDB, which trusts its pages; `verify` walks them with
+//! [`crate::lmdb_walk`]. An open shard holds that map and no file descriptor (a dataset of
+//! thousands of shards must open under `ulimit -n 1024`).
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-
-use heed::types::Bytes;
-use heed::{Database, Env, EnvFlags, EnvOpenOptions, RoTxn, WithoutTls};
 
 use crate::lmdb_meta::RecordTree;
 use crate::map_guard::GuardedMap;
@@ -37,8 +33,6 @@ pub(crate) struct OpenShard {
     /// The canonical path of the file.
     pub path: PathBuf,
     id: FileId,
-    /// LMDB's environment, open only while `verify` walks the shard.
-    lmdb: Arc<Mutex<EnvSlot>>,
     /// The file, mapped read-only: record payloads are slices of it. A page that cannot be
     /// read (the file cut short under the map, an I/O error) reads as zeros and marks the
     /// map, instead of ending the process ([`crate::map_guard`]).
@@ -64,132 +58,6 @@ impl OpenShard {
         }
         Ok(())
     }
-
-    /// A read transaction on the shard through LMDB, with its record database, for
-    /// `verify`'s walk of every key. The environment is opened for the first transaction
-    /// and closed with the last: callers in parallel (verifies of one dataset in a rayon
-    /// pool) share it, since heed would make a second open of the file wait for the first
-    /// to close, which a thread blocked inside a pool need never see.
-    pub(crate) fn lmdb_txn(&self) -> Result<ShardTxn, FormatError> {
-        let path = &self.path;
-        let mut slot = self.lmdb.lock().unwrap_or_else(|p| p.into_inner());
-        let env = match &slot.env {
-            Some(env) => env.clone(),
-            None => {
-                let env = open_env(path, self.id.len)?;
-                // LMDB opened the file by name: make sure it is still the one whose meta
-                // pages passed.
-                if file_id(path)? != self.id {
-                    return Err(FormatError::ShardChanged {
-                        shard: path.clone(),
-                        what: "replaced since it was opened".into(),
-                    });
-                }
-                slot.env = Some(env.clone());
-                env
-            }
-        };
-        let opened = env
-            .clone()
-            .static_read_txn()
-            .map_err(|e| FormatError::lmdb(path, e))
-            .and_then(|txn| {
-                let db = env
-                    .open_database::<Bytes, Bytes>(&txn, None)
-                    .map_err(|e| FormatError::lmdb(path, e))?
-                    .ok_or_else(|| {
-                        FormatError::lmdb(path, heed::Error::Mdb(heed::MdbError::NotFound))
-                    })?;
-                Ok((txn, db))
-            });
-        match opened {
-            Ok((txn, db)) => {
-                slot.users += 1;
-                Ok(ShardTxn {
-                    txn,
-                    db,
-                    _user: EnvUser(Arc::clone(&self.lmdb)),
-                })
-            }
-            Err(e) => {
-                if slot.users == 0 {
-                    slot.env = None;
-                }
-                Err(e)
-            }
-        }
-    }
-}
-
-/// Opens the shard file at `path` (`len` bytes) as a read-only LMDB environment.
-fn open_env(path: &Path, len: u64) -> Result<Env<WithoutTls>, FormatError> {
-    // The map only needs to cover the file: LMDB raises it to the last used page if needed.
-    let page = 1u64 << 16;
-    let map_size = round_up(len.max(page), page) as usize;
-    let mut opts = EnvOpenOptions::new().read_txn_without_tls();
-    opts.map_size(map_size).max_dbs(0);
-    // SAFETY: NO_LOCK is safe here because nobody writes a finished shard: shards are
-    // written under a temporary name and renamed into place only when complete, after
-    // which stoker never modifies them, so no reader can race a writer. READ_ONLY maps
-    // the file without write permission, NO_SUB_DIR names the data file itself
-    // (single-file environment).
-    unsafe {
-        opts.flags(EnvFlags::NO_SUB_DIR | EnvFlags::READ_ONLY | EnvFlags::NO_LOCK);
-    }
-    loop {
-        // SAFETY: the mapped file is an immutable, finished shard (see above); one replaced
-        // on disk has a new inode, which the caller's check tells.
-        match unsafe { opts.open(path) } {
-            // The environment of an `OpenShard` of this file that is being dropped on
-            // another thread is closing: wait, then open.
-            Err(heed::Error::EnvAlreadyOpened) => match heed::env_closing_event(path) {
-                Some(closing) => closing.wait(),
-                None => std::thread::sleep(std::time::Duration::from_millis(1)),
-            },
-            other => return other.map_err(|e| FormatError::lmdb(path, e)),
-        }
-    }
-}
-
-/// The LMDB environment of one shard while transactions on it live.
-#[derive(Default)]
-pub(crate) struct EnvSlot {
-    env: Option<Env<WithoutTls>>,
-    users: usize,
-}
-
-impl std::fmt::Debug for EnvSlot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "EnvSlot {{ open: {}, users: {} }}",
-            self.env.is_some(),
-            self.users
-        )
-    }
-}
-
-/// One transaction's hold on its shard's environment; the last one closes it (and its
-/// file descriptor).
-struct EnvUser(Arc<Mutex<EnvSlot>>);
-
-impl Drop for EnvUser {
-    fn drop(&mut self) {
-        let mut slot = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        slot.users = slot.users.saturating_sub(1);
-        if slot.users == 0 {
-            slot.env = None;
-        }
-    }
-}
-
-/// An LMDB read transaction over one shard and its record database (see
-/// [`OpenShard::lmdb_txn`]); the environment stays open while any such transaction lives.
-pub(crate) struct ShardTxn {
-    pub txn: RoTxn<'static, WithoutTls>,
-    pub db: Database<Bytes, Bytes>,
-    /// Declared after `txn`, so dropped after it.
-    _user: EnvUser,
 }
 
 /// The identity of the file the path names now.
@@ -228,10 +96,6 @@ impl OpenShard {
 fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
     static REG: OnceLock<Mutex<HashMap<PathBuf, Weak<OpenShard>>>> = OnceLock::new();
     REG.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-fn round_up(n: u64, to: u64) -> u64 {
-    n.div_ceil(to) * to
 }
 
 /// Opens (or reuses) the shard at `path`, which the manifest says holds `records` records
@@ -291,8 +155,8 @@ pub(crate) fn open_shard(
             reason,
         }
     })?;
-    // SAFETY: a read-only map of a finished shard, which nobody writes (see the NO_LOCK
-    // flag below): its bytes do not change while borrowed. A file replaced on disk has a
+    // SAFETY: a read-only map of a finished shard, which nobody writes (shards are
+    // written under a temporary name and renamed into place only when complete): its bytes do not change while borrowed. A file replaced on disk has a
     // new inode (`check_unchanged`). One truncated in place (or a page the storage cannot
     // deliver) would raise SIGBUS on read: the guard turns that into zeros and a mark
     // that readers check after reading (`check_readable`).
@@ -301,7 +165,6 @@ pub(crate) fn open_shard(
     let shard = Arc::new(OpenShard {
         path: canonical.clone(),
         id,
-        lmdb: Arc::default(),
         map,
         tree,
     });

@@ -448,10 +448,6 @@ impl DatasetWriter {
 pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64) -> FormatError {
     let (path, code) = match &e {
         FormatError::Io { path, source } => (path.clone(), source.raw_os_error()),
-        FormatError::Lmdb {
-            shard,
-            source: heed::Error::Io(source),
-        } => (shard.clone(), source.raw_os_error()),
         _ => return e,
     };
     let free = fs4::available_space(dir).ok();

@@ -487,6 +487,55 @@ fn shard_cut_short_while_a_reader_reads_fails_its_records_not_the_process() {
     drop(ds);
 }
 
+/// A crafted dataset whose manifest agrees with a forged shard: a leaf node claims a 256 MiB
+/// record (its header agreeing) inside a shard of a few hundred kB. LMDB trusts the node and
+/// hands out a slice past the end of the map, so `verify` walking it through LMDB read past
+/// the file and died of SIGBUS; stoker's own walk names the damage.
+#[test]
+fn verify_survives_a_forged_shard_whose_manifest_digest_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), &out);
+    o.shard_bytes = 200_000;
+    o.check_decode = false;
+    convert(&o, &NoProgress).unwrap();
+    let shard = out.join("shard-00002.lmdb");
+    let mut d = std::fs::read(&shard).unwrap();
+    let ps = 4096;
+    let u16_at = |d: &[u8], o: usize| u16::from_le_bytes([d[o], d[o + 1]]) as usize;
+    // The first leaf page (flag 2, not an overflow page), its first node a big value.
+    let leaf = (0..d.len() / ps)
+        .find(|&i| {
+            u64::from_le_bytes(d[i * ps..i * ps + 8].try_into().unwrap()) == i as u64
+                && u16_at(&d, i * ps + 10) & 2 != 0
+                && u16_at(&d, i * ps + 10) & 4 == 0
+        })
+        .unwrap();
+    let node = leaf * ps + u16_at(&d, leaf * ps + 16);
+    assert_ne!(u16_at(&d, node + 4) & 1, 0, "a value on overflow pages");
+    let overflow = u64::from_le_bytes(d[node + 16..node + 24].try_into().unwrap()) as usize;
+    let header = overflow * ps + 16;
+    let forged: u32 = 1 << 28;
+    d[header + 20..header + 24].copy_from_slice(&forged.to_le_bytes());
+    let crc = crc32c::crc32c(&d[header..header + 28]);
+    d[header + 28..header + 32].copy_from_slice(&crc.to_le_bytes());
+    d[node..node + 4].copy_from_slice(&(32 + forged).to_le_bytes());
+    std::fs::write(&shard, &d).unwrap();
+    // The manifest made to agree, as whoever crafted the shard would.
+    let path = out.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["shards"][2]["xxh3"] = serde_json::json!(format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&d)));
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+
+    let v = verify(&Dataset::open(&out).unwrap(), false).unwrap();
+    assert!(!v.ok());
+    assert!(
+        v.bad.iter().any(|b| b.shard == "shard-00002.lmdb"),
+        "{:?}",
+        v.bad
+    );
+}
+
 #[test]
 fn verify_rejects_labels_outside_an_empty_class_list() {
     use stoker_formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};

@@ -1,9 +1,10 @@
 //! `verify` called in parallel on one dataset, from inside a rayon pool (as a caller that
 //! checks several datasets, or the same one twice, would): every call finishes.
 //!
-//! Each verify walks a shard through an LMDB transaction while it decodes that shard's
-//! records on the pool; when each call opened its own environment, heed made the second
-//! open wait for the first to close, blocking pool threads the first one needed.
+//! Each verify decodes a shard's records on the pool while it holds what it read of that
+//! shard; when verify walked shards through LMDB, whose environments heed opens once per
+//! file, a second call waited for the first to close, blocking pool threads the first one
+//! needed.
 
 use std::sync::mpsc;
 use std::time::Duration;
