@@ -35,7 +35,8 @@ fn load_error_lists_every_candidate_tried() {
         PathBuf::from("/nonexistent/stoker/libnvjpeg.so.13"),
         PathBuf::from("libnvjpeg-does-not-exist.so.99"),
     ];
-    match NvJpeg::load_from(&candidates) {
+    // SAFETY: neither path exists, so no library is loaded.
+    match unsafe { NvJpeg::load_from(&candidates) } {
         Err(LoadError::NotFound { tried }) => {
             assert_eq!(tried.len(), 2);
             assert_eq!(tried[0].0, candidates[0]);

@@ -60,7 +60,9 @@ impl NvJpeg {
     /// [`LoadError::MissingSymbol`] when a library opened but is too old.
     pub fn load() -> Result<&'static NvJpeg, LoadError> {
         LOADED
-            .get_or_init(|| Self::load_from(&Self::candidates()))
+            // SAFETY: the candidates are nvJPEG's names and install places, and the
+            // library named by $STOKER_NVJPEG, which whoever sets it vouches for.
+            .get_or_init(|| unsafe { Self::load_from(&Self::candidates()) })
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -69,19 +71,24 @@ impl NvJpeg {
     ///
     /// # Errors
     /// As [`load`](Self::load).
-    pub fn load_from(candidates: &[PathBuf]) -> Result<NvJpeg, LoadError> {
+    ///
+    /// # Safety
+    /// Each path that loads must be an nvJPEG library: its initializers run, and the
+    /// symbols found under nvJPEG's names are called with nvjpeg.h's signatures. Another
+    /// library exporting those names would be called with the wrong types.
+    pub unsafe fn load_from(candidates: &[PathBuf]) -> Result<NvJpeg, LoadError> {
         let mut tried = Vec::new();
         for path in candidates {
             // SAFETY: opening a shared library runs its initializers; nvJPEG's
             // are side-effect free apart from registering with the CUDA runtime.
             match unsafe { libloading::Library::new(path) } {
                 Ok(lib) => {
-                    // SAFETY: the library is nvJPEG (by name) and the optional
-                    // table's signatures are those of nvjpeg.h; `lib` moves into
+                    // SAFETY: the library is nvJPEG (the caller's promise) and the
+                    // optional table's signatures are those of nvjpeg.h; `lib` moves into
                     // `table` below, which `NvJpeg` keeps beside `optional`.
                     let optional = unsafe { sys::OptionalTable::resolve(&lib) };
-                    // SAFETY: the library is nvJPEG (by name) and the table's
-                    // signatures are those of nvjpeg.h.
+                    // SAFETY: the library is nvJPEG (the caller's promise) and the
+                    // table's signatures are those of nvjpeg.h.
                     let table = unsafe { sys::Table::resolve(lib, path) }?;
                     let prop = |which: c_int| {
                         let mut v: c_int = -1;
