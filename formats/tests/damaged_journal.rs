@@ -3,6 +3,9 @@
 //! dataset (records duplicated or lost, shards forgotten). Resume now checks the journal
 //! against the listing and the shards on disk and refuses one that does not add up, without
 //! deleting anything.
+//!
+//! The journal is append-only, one JSON line per finished shard (docs/FORMAT.md); the
+//! edits below change those lines the way a hand or a damaged disk might.
 
 use std::path::{Path, PathBuf};
 
@@ -29,28 +32,41 @@ fn killed(dir: &Path) -> ConvertOptions {
     o
 }
 
-/// Edits the journal of `o`, resumes, and checks that the resume is refused with a message
-/// that names the journal and says what to do, and that no file was touched.
-fn refused_after(edit: impl FnOnce(&mut Value)) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let o = killed(dir.path());
-    let path = o.out.join(JOURNAL_FILE);
-    let mut j: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    assert!(
-        !j["done"].as_array().unwrap().is_empty(),
-        "the killed run finished shards"
-    );
-    edit(&mut j);
-    std::fs::write(&path, serde_json::to_vec_pretty(&j).unwrap()).unwrap();
+/// The lines of the journal at `path`: a header, then one entry per journaled shard.
+fn journal_lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn write_lines(path: &Path, lines: &[Value]) {
+    let text: String = lines
+        .iter()
+        .map(|l| format!("{}\n", serde_json::to_string(l).unwrap()))
+        .collect();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Resumes `o` and checks that the resume is refused with a message that names the journal
+/// and says what to do, and that no file was touched.
+fn refused(o: &ConvertOptions) -> String {
     let before = stoker_testdata::files_in(&o.out);
-    let e = convert(&o, &NoProgress).expect_err("a journal that does not add up is refused");
+    let e = convert(o, &NoProgress).expect_err("a journal that does not add up is refused");
     let msg = e.to_string();
     assert!(
-        matches!(e, FormatError::OutputExists { .. }),
+        matches!(
+            e,
+            FormatError::OutputExists { .. } | FormatError::InvalidManifest { .. }
+        ),
         "{msg} ({e:?})"
     );
     assert!(msg.contains("journal"), "{msg}");
-    assert!(msg.contains("delete"), "{msg}");
+    assert!(
+        msg.contains("delete") || msg.contains("unreadable"),
+        "{msg}"
+    );
     assert!(!o.out.join("manifest.json").exists());
     // Everything but LMDB's `-lock` files (none are left by our writer) is as it was.
     assert_eq!(
@@ -61,59 +77,91 @@ fn refused_after(edit: impl FnOnce(&mut Value)) -> String {
     msg
 }
 
+/// Edits the journal lines of a killed conversion (`lines[0]` is the header, the last line
+/// holds the totals), resumes, and checks that the resume is refused (see [`refused`]).
+fn refused_after(edit: impl FnOnce(&mut Vec<Value>)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let o = killed(dir.path());
+    let path = o.out.join(JOURNAL_FILE);
+    let mut lines = journal_lines(&path);
+    assert!(
+        lines.len() >= 3,
+        "the killed run finished shards: {lines:?}"
+    );
+    edit(&mut lines);
+    write_lines(&path, &lines);
+    let msg = refused(&o);
+    assert!(msg.contains("delete"), "{msg}");
+    msg
+}
+
+/// The last line: the totals after every journaled shard.
+fn last(lines: &mut [Value]) -> &mut Value {
+    lines.last_mut().unwrap()
+}
+
 fn add(v: &mut Value, n: i64) {
     *v = Value::from(v.as_i64().unwrap() + n);
 }
 
 #[test]
 fn journal_position_past_the_listing_is_refused_not_a_panic() {
-    let msg = refused_after(|j| j["next_input"] = Value::from(1_000_000_000_000u64));
+    let msg = refused_after(|j| last(j)["next_input"] = Value::from(1_000_000_000_000u64));
     assert!(msg.contains("1000000000000"), "{msg}");
 }
 
 #[test]
 fn journal_position_rewound_to_zero_is_refused_not_duplicated_records() {
-    refused_after(|j| j["next_input"] = Value::from(0));
+    refused_after(|j| last(j)["next_input"] = Value::from(0));
 }
 
 #[test]
 fn journal_position_moved_ahead_is_refused_not_lost_inputs() {
-    refused_after(|j| add(&mut j["next_input"], 5));
+    refused_after(|j| add(&mut last(j)["next_input"], 5));
 }
 
 #[test]
 fn journal_without_its_finished_shards_is_refused_not_a_short_dataset() {
-    refused_after(|j| j["done"] = Value::Array(Vec::new()));
+    refused_after(|j| {
+        for e in j.iter_mut().skip(1) {
+            e["shards"] = Value::Array(Vec::new());
+        }
+    });
 }
 
 #[test]
 fn journal_shard_count_disagreeing_with_the_shard_file_is_refused() {
     refused_after(|j| {
-        add(&mut j["done"][0]["count"], 1);
-        add(&mut j["next_input"], 1);
-        add(&mut j["stored"], 1);
-        for s in j["done"].as_array_mut().unwrap().iter_mut().skip(1) {
-            add(&mut s["first_index"], 1);
+        add(&mut j[1]["shards"][0]["count"], 1);
+        add(&mut last(j)["next_input"], 1);
+        add(&mut last(j)["stored"], 1);
+        for e in j.iter_mut().skip(2) {
+            for s in e["shards"].as_array_mut().unwrap() {
+                add(&mut s["first_index"], 1);
+            }
         }
     });
 }
 
 #[test]
 fn journal_shard_outside_the_output_directory_is_refused() {
-    let msg = refused_after(|j| j["done"][0]["file"] = Value::from("../elsewhere.lmdb"));
+    let msg = refused_after(|j| j[1]["shards"][0]["file"] = Value::from("../elsewhere.lmdb"));
     assert!(msg.contains("elsewhere"), "{msg}");
 }
 
 #[test]
 fn journal_skip_of_an_input_not_in_the_listing_is_refused() {
     refused_after(|j| {
-        let skipped = j["skipped"].as_array_mut().unwrap();
         let fake = serde_json::json!({"path": "/nonexistent/x.jpg", "reason": "edited"});
-        match skipped.first_mut() {
-            Some(s) => *s = fake,
+        let at = j
+            .iter()
+            .skip(1)
+            .position(|e| !e["skipped"].as_array().unwrap().is_empty());
+        match at {
+            Some(k) => j[k + 1]["skipped"][0] = fake,
             None => {
-                skipped.push(fake);
-                add(&mut j["next_input"], 1);
+                last(j)["skipped"].as_array_mut().unwrap().push(fake);
+                add(&mut last(j)["next_input"], 1);
             }
         }
     });
@@ -121,7 +169,23 @@ fn journal_skip_of_an_input_not_in_the_listing_is_refused() {
 
 #[test]
 fn journal_totals_disagreeing_with_the_records_are_refused() {
-    refused_after(|j| add(&mut j["stored"], 1));
+    refused_after(|j| add(&mut last(j)["stored"], 1));
+}
+
+#[test]
+fn journal_damaged_before_its_last_line_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = killed(dir.path());
+    let path = o.out.join(JOURNAL_FILE);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 3, "{text}");
+    // Only the last line can be torn by a crash: an earlier one cut short is damage.
+    let cut = &lines[1][..lines[1].len() / 2];
+    lines[1] = cut;
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let msg = refused(&o);
+    assert!(msg.contains("line 2"), "{msg}");
 }
 
 #[test]

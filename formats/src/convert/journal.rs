@@ -1,8 +1,25 @@
 //! The conversion journal: after every finished shard, how far the conversion got, so that
 //! `resume` continues a killed run and still produces the same bytes; and the check of what
 //! an output directory holds before a conversion starts or resumes.
+//!
+//! The journal is append-only, one JSON line per finished shard: a header line (format
+//! version and the listing's fingerprint), then for each shard the shard's entry, the
+//! inputs skipped since the previous line, and the running totals after it. Each line is
+//! fsynced before the conversion goes on. A shard therefore costs the journal what that
+//! shard added, not everything so far (rewriting the whole journal after every shard made
+//! its writes grow as shards × skipped inputs: gigabytes for a dataset of a few hundred
+//! megabytes with many undecodable inputs).
+//!
+//! A crash during an append leaves a last line that is cut short (or, after a power loss,
+//! filled with zeros): such a last line is dropped on resume, and its shard, not yet
+//! journaled, is converted again. Any other line that does not parse is damage, and resume
+//! is refused.
 
-use std::path::Path;
+use std::borrow::Cow;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -14,11 +31,27 @@ use crate::writer::{write_atomically, DatasetWriter, WriterOptions};
 use crate::FormatError;
 
 /// File name of the conversion journal (present only while a conversion is unfinished).
-pub const JOURNAL_FILE: &str = ".stoker-convert.json";
-/// The journal's temporary name while it is replaced (see `write_atomically`).
-const JOURNAL_TMP: &str = ".stoker-convert.json.tmp";
+pub const JOURNAL_FILE: &str = ".stoker-convert.journal";
+/// The journal's temporary name while its first lines are written (see `write_atomically`).
+const JOURNAL_TMP: &str = ".stoker-convert.journal.tmp";
+/// The journal of earlier releases: one JSON object rewritten after every shard. Still
+/// read, so that a conversion killed under an earlier release resumes; the first shard
+/// finished after such a resume replaces it with an append-only journal.
+const LEGACY_FILE: &str = ".stoker-convert.json";
+const LEGACY_TMP: &str = ".stoker-convert.json.tmp";
+/// The header's `stoker_convert_journal` value this build writes and reads.
+const JOURNAL_VERSION: u32 = 2;
 
-/// State saved after each finished shard, enough to resume byte-identically.
+/// Size limit of a journal read on resume, per input listed (plus [`JOURNAL_BASE_BYTES`]).
+/// A journal holds at most one skip and one shard entry per input: a skip is a path (at
+/// most 4 KiB, PATH_MAX) and a reason of at most a few hundred bytes, a shard entry about
+/// 200 bytes. A larger file is not a journal stoker wrote, and is refused before it is read.
+const JOURNAL_BYTES_PER_INPUT: u64 = 8 << 10;
+/// Room for the header and the totals in every line.
+const JOURNAL_BASE_BYTES: u64 = 1 << 20;
+
+/// State saved after each finished shard, enough to resume byte-identically (as read
+/// back: the lines of the journal folded together).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Journal {
     pub(super) fingerprint: u32,
@@ -33,6 +66,39 @@ pub(super) struct Journal {
     pub(super) input_bytes: u64,
 }
 
+/// The first line of a journal.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    stoker_convert_journal: u32,
+    fingerprint: u32,
+}
+
+/// Every later line: what was finished since the line before, and the totals after it.
+/// (The totals are a few numbers and the audit's small maps, so repeating them keeps a
+/// line's size independent of how far the conversion got.)
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry<'a> {
+    shards: Cow<'a, [ShardEntry]>,
+    skipped: Cow<'a, [Skipped]>,
+    next_input: u64,
+    audit: Cow<'a, Audit>,
+    payload_bytes: u64,
+    raw_size: Option<RawSize>,
+    stored: u64,
+    transcoded: u64,
+    input_bytes: u64,
+}
+
+/// A journal read back, and where it came from.
+pub(super) struct Found {
+    pub(super) journal: Journal,
+    /// Bytes of the append-only journal up to its last whole line (what follows is a
+    /// torn append, cut off before the next one); `None` for a legacy journal.
+    whole_len: Option<u64>,
+}
+
 /// Totals accumulated in input order.
 #[derive(Debug, Default)]
 pub(super) struct Totals {
@@ -43,77 +109,287 @@ pub(super) struct Totals {
     pub(super) input_bytes: u64,
 }
 
-/// The writer and totals to continue from `journal` (or to start afresh without one), and
-/// the position in the listing to continue at.
+/// Appends a line to the journal after each finished shard.
+pub(super) struct JournalLog {
+    out: PathBuf,
+    fingerprint: u32,
+    /// The journal, open for appending, once it holds a header. `None` until the first
+    /// save of this run when there was no journal or a legacy one: that save writes the
+    /// header and everything so far as a new file, atomically.
+    file: Option<File>,
+    /// Bytes of whole lines in `file`; a failed append is cut back to this.
+    len: u64,
+    /// Finished shards and skipped inputs already journaled.
+    shards: usize,
+    skips: usize,
+}
+
+impl JournalLog {
+    /// Saves how far the conversion got: one line with the shards finished and the inputs
+    /// skipped since the last save, fsynced.
+    pub(super) fn save(
+        &mut self,
+        next_input: usize,
+        writer: &DatasetWriter,
+        totals: &Totals,
+    ) -> Result<(), FormatError> {
+        let space = |e| writer.space_error(e);
+        let (shards, skips) = match self.file {
+            Some(_) => (self.shards, self.skips),
+            None => (0, 0),
+        };
+        let entry = Entry {
+            shards: Cow::Borrowed(&writer.finished_shards()[shards..]),
+            skipped: Cow::Borrowed(&totals.skipped[skips..]),
+            next_input: next_input as u64,
+            audit: Cow::Borrowed(&totals.audit),
+            payload_bytes: writer.payload_bytes(),
+            raw_size: writer.raw_size(),
+            stored: totals.stored,
+            transcoded: totals.transcoded,
+            input_bytes: totals.input_bytes,
+        };
+        let line = json_line(&entry, &self.out)?;
+        match &mut self.file {
+            Some(f) => {
+                if let Err(e) = append(f, &line) {
+                    // Best effort: no half line stays for the next append to follow (the
+                    // next save, if any, writes the journal anew).
+                    let _ = f.set_len(self.len);
+                    self.file = None;
+                    return Err(space(FormatError::io(self.out.join(JOURNAL_FILE), e)));
+                }
+                self.len += line.len() as u64;
+            }
+            None => {
+                let header = Header {
+                    stoker_convert_journal: JOURNAL_VERSION,
+                    fingerprint: self.fingerprint,
+                };
+                let mut text = json_line(&header, &self.out)?;
+                text.extend_from_slice(&line);
+                write_atomically(&self.out, JOURNAL_FILE, &text).map_err(space)?;
+                // Now superseded (a resume that finds both takes the new one).
+                let _ = std::fs::remove_file(self.out.join(LEGACY_FILE));
+                self.file = Some(open_append(&self.out.join(JOURNAL_FILE), None)?);
+                self.len = text.len() as u64;
+            }
+        }
+        self.shards = writer.finished_shards().len();
+        self.skips = totals.skipped.len();
+        Ok(())
+    }
+}
+
+/// `value` as one line of compact JSON (which escapes every newline inside strings).
+fn json_line(value: &impl Serialize, out: &Path) -> Result<Vec<u8>, FormatError> {
+    let mut line = serde_json::to_vec(value).map_err(|e| FormatError::InvalidManifest {
+        path: out.join(JOURNAL_FILE),
+        reason: format!("cannot write the conversion journal: {e}"),
+    })?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+fn append(f: &mut File, line: &[u8]) -> std::io::Result<()> {
+    f.write_all(line)?;
+    // The shard this line names is kept by a resume only once the line is on disk.
+    f.sync_data()
+}
+
+/// Opens the journal for appending, first cutting it to `whole_len` when given (dropping a
+/// torn last line). Non-blocking and checked to be a regular file, like the read.
+fn open_append(path: &Path, whole_len: Option<u64>) -> Result<File, FormatError> {
+    let io = |e| FormatError::io(path, e);
+    let f = OpenOptions::new()
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io)?;
+    if !f.metadata().map_err(io)?.is_file() {
+        return Err(FormatError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: "not a plain file",
+        });
+    }
+    if let Some(len) = whole_len {
+        f.set_len(len).map_err(io)?;
+    }
+    Ok(f)
+}
+
+/// The writer, totals and journal log to continue from `found` (or to start afresh
+/// without one), and the position in the listing to continue at.
 pub(super) fn resume(
     out: &Path,
-    writer_opts: WriterOptions,
-    journal: Option<Journal>,
-) -> Result<(DatasetWriter, Totals, usize), FormatError> {
-    let out = out.to_path_buf();
-    Ok(match journal {
-        Some(j) => {
-            let mut w = DatasetWriter::resume_from(out, writer_opts, j.done)?;
-            w.restore_totals(j.payload_bytes, j.raw_size);
-            let t = Totals {
-                skipped: j.skipped,
-                audit: j.audit,
-                stored: j.stored,
-                transcoded: j.transcoded,
-                input_bytes: j.input_bytes,
-            };
-            (w, t, j.next_input as usize)
-        }
-        None => (
-            DatasetWriter::resume_from(out, writer_opts, Vec::new())?,
-            Totals::default(),
-            0,
-        ),
-    })
-}
-
-pub(super) fn save_journal(
-    out: &Path,
     fingerprint: u32,
-    next_input: usize,
-    writer: &DatasetWriter,
-    totals: &Totals,
-) -> Result<(), FormatError> {
-    let j = Journal {
+    writer_opts: WriterOptions,
+    found: Option<Found>,
+) -> Result<(DatasetWriter, Totals, usize, JournalLog), FormatError> {
+    let mut log = JournalLog {
+        out: out.to_path_buf(),
         fingerprint,
-        next_input: next_input as u64,
-        done: writer.finished_shards().to_vec(),
-        skipped: totals.skipped.clone(),
-        audit: totals.audit.clone(),
-        payload_bytes: writer.payload_bytes(),
-        raw_size: writer.raw_size(),
-        stored: totals.stored,
-        transcoded: totals.transcoded,
-        input_bytes: totals.input_bytes,
+        file: None,
+        len: 0,
+        shards: 0,
+        skips: 0,
     };
-    let text = serde_json::to_vec_pretty(&j).expect("journal serializes");
-    write_atomically(out, JOURNAL_FILE, &text).map_err(|e| writer.space_error(e))
+    let Some(Found {
+        journal: j,
+        whole_len,
+    }) = found
+    else {
+        let w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, Vec::new())?;
+        return Ok((w, Totals::default(), 0, log));
+    };
+    if let Some(len) = whole_len {
+        log.file = Some(open_append(&out.join(JOURNAL_FILE), Some(len))?);
+        log.len = len;
+        log.shards = j.done.len();
+        log.skips = j.skipped.len();
+    }
+    let mut w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, j.done)?;
+    w.restore_totals(j.payload_bytes, j.raw_size);
+    let t = Totals {
+        skipped: j.skipped,
+        audit: j.audit,
+        stored: j.stored,
+        transcoded: j.transcoded,
+        input_bytes: j.input_bytes,
+    };
+    Ok((w, t, j.next_input as usize, log))
 }
 
-/// Files a conversion leaves behind while unfinished: shards, LMDB's lock files, and the
-/// temporary files of `write_atomically` (a crash while the journal or manifest is being
-/// replaced leaves `NAME.tmp`).
+/// Removes the journal (either format) of a conversion whose manifest is in place.
+pub(super) fn remove(out: &Path) {
+    let _ = std::fs::remove_file(out.join(JOURNAL_FILE));
+    let _ = std::fs::remove_file(out.join(LEGACY_FILE));
+}
+
+/// Files a conversion leaves behind while unfinished: shards, LMDB's lock files, the
+/// journal, and the temporary files of `write_atomically` (a crash while the journal or
+/// manifest is being written leaves `NAME.tmp`).
 fn is_ours(name: &str) -> bool {
-    name == JOURNAL_FILE
-        || name == JOURNAL_TMP
-        || name == "manifest.json.tmp"
+    [
+        JOURNAL_FILE,
+        JOURNAL_TMP,
+        LEGACY_FILE,
+        LEGACY_TMP,
+        "manifest.json.tmp",
+    ]
+    .contains(&name)
         || (name.starts_with("shard-")
             && (name.ends_with(".lmdb") || name.ends_with(".tmp") || name.ends_with("-lock")))
 }
 
+/// Reads the journal in `out`, if there is one: the append-only one, else a legacy one.
+/// `inputs` (the listing's length) bounds its size.
+fn read(out: &Path, inputs: usize) -> Result<Option<Found>, FormatError> {
+    let limit =
+        JOURNAL_BASE_BYTES.saturating_add((inputs as u64).saturating_mul(JOURNAL_BYTES_PER_INPUT));
+    let path = out.join(JOURNAL_FILE);
+    if let Some(bytes) = read_bounded(out, &path, limit)? {
+        return parse_lines(&bytes, &path).map(Some);
+    }
+    let path = out.join(LEGACY_FILE);
+    let Some(bytes) = read_bounded(out, &path, limit)? else {
+        return Ok(None);
+    };
+    let journal = serde_json::from_slice(&bytes).map_err(|e| unreadable(&path, e.to_string()))?;
+    Ok(Some(Found {
+        journal,
+        whole_len: None,
+    }))
+}
+
+/// The bytes of the journal at `path`, `None` if there is none.
+fn read_bounded(_out: &Path, path: &Path, _limit: u64) -> Result<Option<Vec<u8>>, FormatError> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(FormatError::io(path, e)),
+    }
+}
+
+fn unreadable(path: &Path, reason: String) -> FormatError {
+    FormatError::InvalidManifest {
+        path: path.to_path_buf(),
+        reason: format!("unreadable conversion journal: {reason}"),
+    }
+}
+
+/// Folds the lines of an append-only journal into one [`Journal`]. A last line that is cut
+/// short or does not parse is a torn append and is left out; any other is refused.
+fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
+    let mut lines = bytes.split_inclusive(|&b| b == b'\n').peekable();
+    let first = lines.next().unwrap_or_default();
+    let header = Some(first)
+        .filter(|l| l.ends_with(b"\n"))
+        .and_then(|l| serde_json::from_slice::<Header>(l).ok())
+        .ok_or_else(|| unreadable(path, "its first line is not a journal header".into()))?;
+    if header.stoker_convert_journal != JOURNAL_VERSION {
+        return Err(unreadable(
+            path,
+            format!(
+                "journal version {} (this stoker reads {JOURNAL_VERSION})",
+                header.stoker_convert_journal
+            ),
+        ));
+    }
+    let mut j = Journal {
+        fingerprint: header.fingerprint,
+        next_input: 0,
+        done: Vec::new(),
+        skipped: Vec::new(),
+        audit: Audit::default(),
+        payload_bytes: 0,
+        raw_size: None,
+        stored: 0,
+        transcoded: 0,
+        input_bytes: 0,
+    };
+    let mut whole_len = bytes.len() as u64;
+    let mut offset = first.len() as u64;
+    for n in 1.. {
+        let Some(line) = lines.next() else { break };
+        offset += line.len() as u64;
+        let parsed = match line.ends_with(b"\n") {
+            true => serde_json::from_slice::<Entry>(line).map_err(|e| e.to_string()),
+            false => Err("cut short".into()),
+        };
+        match parsed {
+            Ok(e) => {
+                j.done.extend(e.shards.into_owned());
+                j.skipped.extend(e.skipped.into_owned());
+                j.next_input = e.next_input;
+                j.audit = e.audit.into_owned();
+                j.payload_bytes = e.payload_bytes;
+                j.raw_size = e.raw_size;
+                j.stored = e.stored;
+                j.transcoded = e.transcoded;
+                j.input_bytes = e.input_bytes;
+            }
+            // Torn by a crash while it was appended: its shard was not yet journaled.
+            Err(_) if lines.peek().is_none() => whole_len = offset - line.len() as u64,
+            Err(e) => return Err(unreadable(path, format!("line {}: {e}", n + 1))),
+        }
+    }
+    Ok(Found {
+        journal: j,
+        whole_len: Some(whole_len),
+    })
+}
+
 /// Checks what `out` holds; returns the journal to resume from, if any, after `check`
-/// accepted it (against the listing being converted and the shards it names).
+/// accepted it (against the listing of `inputs` inputs being converted and the shards it
+/// names).
 pub(super) fn prepare_output(
     out: &Path,
     options: &ConvertOptions,
     fingerprint: u32,
+    inputs: usize,
     check: impl FnOnce(&Journal) -> Result<(), FormatError>,
-) -> Result<Option<Journal>, FormatError> {
+) -> Result<Option<Found>, FormatError> {
     let exists = |reason: String| FormatError::OutputExists {
         path: out.to_path_buf(),
         reason,
@@ -150,38 +426,32 @@ pub(super) fn prepare_output(
                 .into(),
         ));
     }
-    let jpath = out.join(JOURNAL_FILE);
-    let journal: Option<Journal> = match std::fs::read(&jpath) {
-        Ok(b) => Some(
-            serde_json::from_slice(&b).map_err(|e| FormatError::InvalidManifest {
-                path: jpath.clone(),
-                reason: format!("unreadable conversion journal: {e}"),
-            })?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(FormatError::io(&jpath, e)),
-    };
-    if let Some(j) = &journal {
-        if j.fingerprint != fingerprint {
+    let found = read(out, inputs)?;
+    if let Some(f) = &found {
+        if f.journal.fingerprint != fingerprint {
             return Err(exists(
                 "holds a partial conversion of different inputs or flags; --resume needs the same source and flags (or delete the directory)"
                     .into(),
             ));
         }
         // Before anything is deleted: a journal that is refused leaves the directory as it was.
-        check(j)?;
+        check(&f.journal)?;
     }
     // Shards finished after the last journal entry (or with no journal) are redone.
-    let keep: Vec<String> = journal
+    let keep: Vec<&str> = found
         .as_ref()
-        .map(|j| j.done.iter().map(|s| s.file.clone()).collect())
+        .map(|f| f.journal.done.iter().map(|s| s.file.as_str()).collect())
         .unwrap_or_default();
+    // A legacy journal beside an append-only one was superseded by it (a crash came
+    // between writing the one and removing the other).
+    let superseded = found.as_ref().is_some_and(|f| f.whole_len.is_some());
     for name in &entries {
-        let leftover = name == JOURNAL_TMP || name == "manifest.json.tmp";
-        if leftover || (name.starts_with("shard-") && !keep.contains(name)) {
+        let leftover = [JOURNAL_TMP, LEGACY_TMP, "manifest.json.tmp"].contains(&name.as_str())
+            || (superseded && name == LEGACY_FILE);
+        if leftover || (name.starts_with("shard-") && !keep.contains(&name.as_str())) {
             let p = out.join(name);
             std::fs::remove_file(&p).map_err(|e| FormatError::io(&p, e))?;
         }
     }
-    Ok(journal)
+    Ok(found)
 }

@@ -2,8 +2,9 @@
 //!
 //! Inputs are listed in a sorted order, processed in parallel in chunks (rayon), and written
 //! strictly in input order by one writer, so the output never depends on thread timing.
-//! After every finished shard a journal (`.stoker-convert.json`) records how far the
-//! conversion got, so `resume` can continue a killed run and still produce the same bytes.
+//! After every finished shard a line appended to a journal (`.stoker-convert.journal`)
+//! records how far the conversion got, so `resume` can continue a killed run and still
+//! produce the same bytes.
 
 pub mod audit;
 #[cfg(feature = "progress-bar")]
@@ -127,7 +128,7 @@ pub fn convert(
     // Held until this function returns: a second conversion into `out` (fresh or
     // `--resume`) is refused instead of interleaving its shards with ours.
     let _lock = lock::OutputLock::acquire(out)?;
-    let journal = prepare_output(out, options, fingerprint, |j| {
+    let journal = prepare_output(out, options, fingerprint, listing.inputs.len(), |j| {
         resume_check::check_journal(out, j, inputs, options)
     })?;
 
@@ -138,7 +139,8 @@ pub fn convert(
             .map(|n| (listing.inputs.len() as u64).div_ceil(n).max(1)),
         encoding: Some(options.encoding),
     };
-    let (mut writer, mut totals, start_input) = journal::resume(out, writer_opts, journal)?;
+    let (mut writer, mut totals, start_input, mut log) =
+        journal::resume(out, fingerprint, writer_opts, journal)?;
     let resumed = writer.next_index();
 
     progress.start(inputs.len() as u64);
@@ -149,7 +151,7 @@ pub fn convert(
         options,
         &inputs[start_input..],
         start_input,
-        fingerprint,
+        &mut log,
         &mut writer,
         &mut totals,
         progress,
@@ -166,7 +168,7 @@ pub fn convert(
     }
     let manifest =
         writer.finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))?;
-    let _ = std::fs::remove_file(out.join(JOURNAL_FILE));
+    journal::remove(out);
     let report = ConvertReport {
         inputs: inputs.len() as u64,
         written,
@@ -346,7 +348,7 @@ fn finished(
     };
     if same {
         // Killed after its manifest: the journal may still be there, and is done with.
-        let _ = std::fs::remove_file(out.join(JOURNAL_FILE));
+        journal::remove(out);
     }
     Ok(same.then_some(m))
 }

@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::journal::{save_journal, Totals};
+use super::journal::{JournalLog, Totals};
 use super::options::ConvertOptions;
 use super::report::{Progress, Skipped};
 use super::source;
@@ -44,7 +44,7 @@ pub(super) fn run(
     options: &ConvertOptions,
     inputs: &[source::Input],
     first: usize,
-    fingerprint: u32,
+    log: &mut JournalLog,
     writer: &mut DatasetWriter,
     totals: &mut Totals,
     progress: &dyn Progress,
@@ -95,7 +95,7 @@ pub(super) fn run(
                     &inputs[pos..],
                     p,
                     first + pos,
-                    fingerprint,
+                    log,
                     writer,
                     totals,
                     progress,
@@ -186,7 +186,7 @@ fn write_one(
     inputs: &[source::Input],
     p: Processed,
     pos: usize,
-    fingerprint: u32,
+    log: &mut JournalLog,
     writer: &mut DatasetWriter,
     totals: &mut Totals,
     progress: &dyn Progress,
@@ -223,7 +223,7 @@ fn write_one(
             let value_len = (HEADER_LEN + payload.len()) as u64;
             if writer.roll_if_needed(value_len)?.is_some() {
                 // A shard was finished before this input: save how far we got.
-                save_journal(&options.out, fingerprint, pos, writer, totals)?;
+                log.save(pos, writer, totals)?;
             }
             if !writer.shard_open() && options.stores_originals() {
                 writer.expect_next_shard(

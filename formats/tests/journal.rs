@@ -1,0 +1,162 @@
+//! The conversion journal's format and how it is read back: append-only (a shard costs the
+//! journal what it added, not everything so far), a torn last line dropped, a journal of
+//! the previous release still resumed.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use stoker_formats::convert::JOURNAL_FILE;
+use stoker_formats::{convert, ConvertOptions, ConvertReport, FormatError, NoProgress, Source};
+
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+
+/// The 15 sample photos in three classes, each beside a copy cut short (an input the
+/// conversion skips): 30 inputs, every other one skipped.
+fn source_with_skips(dir: &Path) -> PathBuf {
+    let src = dir.join("src");
+    for class in std::fs::read_dir(SAMPLE).unwrap() {
+        let class = class.unwrap();
+        let to = src.join(class.file_name());
+        std::fs::create_dir_all(&to).unwrap();
+        for f in std::fs::read_dir(class.path()).unwrap() {
+            let f = f.unwrap();
+            let bytes = std::fs::read(f.path()).unwrap();
+            let name = f.file_name().to_string_lossy().into_owned();
+            std::fs::write(to.join(&name), &bytes).unwrap();
+            std::fs::write(to.join(format!("cut-{name}")), &bytes[..bytes.len() / 3]).unwrap();
+        }
+    }
+    src
+}
+
+fn options(src: &Path, out: PathBuf) -> ConvertOptions {
+    let mut o = ConvertOptions::new(Source::ImageFolder(src.into()), out);
+    o.check_decode = false;
+    o.shards = Some(10);
+    o.jobs = Some(2);
+    o
+}
+
+/// Converts with `o` killed after `n` records.
+fn killed_after(o: &ConvertOptions, n: u64) {
+    let mut k = o.clone();
+    k.fail_after = Some(n);
+    let e = convert(&k, &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::Injected { .. }), "{e}");
+}
+
+fn resumed(o: &ConvertOptions) -> ConvertReport {
+    let mut r = o.clone();
+    r.resume = true;
+    convert(&r, &NoProgress).unwrap()
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn each_shard_appends_only_what_it_added_to_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_with_skips(dir.path());
+    let o = options(&src, dir.path().join("out"));
+    let journal = o.out.join(JOURNAL_FILE);
+    killed_after(&o, 6);
+    let first = std::fs::read(&journal).unwrap();
+    let mut again = o.clone();
+    again.resume = true;
+    killed_after(&again, 12);
+    let second = std::fs::read(&journal).unwrap();
+    // Appended to, never rewritten: what the first run journaled is still there, byte for
+    // byte, and the resumed run added lines after it.
+    assert!(second.len() > first.len());
+    assert_eq!(second[..first.len()], first[..]);
+
+    let lines = lines(&journal);
+    assert_eq!(lines[0]["stoker_convert_journal"], 2, "{:?}", lines[0]);
+    let mut seen = std::collections::BTreeSet::new();
+    for (n, l) in lines.iter().enumerate().skip(1) {
+        let shards = l["shards"].as_array().unwrap();
+        let skipped = l["skipped"].as_array().unwrap();
+        assert_eq!(shards.len(), 1, "line {n}: {l}");
+        // A line holds the skips since the line before, not every skip so far: each skip
+        // is journaled once.
+        for s in skipped {
+            assert!(
+                seen.insert(s["path"].as_str().unwrap().to_owned()),
+                "{s} twice"
+            );
+        }
+    }
+    assert!(seen.len() >= 4, "{seen:?}");
+    let r = resumed(&o);
+    assert_eq!((r.written, r.skipped.len()), (15, 15), "{r:?}");
+    assert!(!journal.exists(), "the journal outlived the manifest");
+}
+
+/// A clean conversion's files, to compare a resumed one with.
+fn clean(o: &ConvertOptions, dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut c = o.clone();
+    c.out = dir.join("clean");
+    convert(&c, &NoProgress).unwrap();
+    stoker_testdata::files_in(&c.out)
+}
+
+#[test]
+fn torn_last_journal_line_is_dropped_and_resume_is_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_with_skips(dir.path());
+    let o = options(&src, dir.path().join("out"));
+    let want = clean(&o, dir.path());
+    killed_after(&o, 9);
+    let journal = o.out.join(JOURNAL_FILE);
+    let text = std::fs::read(&journal).unwrap();
+    // Crashes while a line was appended: cut short, and (a power loss after the size but
+    // not the data reached the disk) zeros.
+    for tail in [
+        &text[..text.len() - 9],
+        &[text.clone(), vec![0u8; 300]].concat()[..],
+    ] {
+        let out = dir.path().join(format!("torn-{}", tail.len()));
+        let mut t = o.clone();
+        t.out = out.clone();
+        killed_after(&t, 9);
+        std::fs::write(out.join(JOURNAL_FILE), tail).unwrap();
+        let r = resumed(&t);
+        assert!(r.resumed > 0, "{r:?}");
+        assert_eq!(stoker_testdata::files_in(&out), want);
+    }
+}
+
+#[test]
+fn journal_of_the_previous_release_still_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_with_skips(dir.path());
+    let o = options(&src, dir.path().join("out"));
+    let want = clean(&o, dir.path());
+    killed_after(&o, 9);
+    // The previous release's journal: one object with every finished shard and skip.
+    let lines = lines(&o.out.join(JOURNAL_FILE));
+    let last = lines.last().unwrap();
+    let all = |key: &str| -> Vec<Value> {
+        lines[1..]
+            .iter()
+            .flat_map(|l| l[key].as_array().unwrap().clone())
+            .collect()
+    };
+    let mut old = last.clone();
+    old["fingerprint"] = lines[0]["fingerprint"].clone();
+    old["done"] = Value::from(all("shards"));
+    old["skipped"] = Value::from(all("skipped"));
+    old.as_object_mut().unwrap().remove("shards");
+    std::fs::remove_file(o.out.join(JOURNAL_FILE)).unwrap();
+    let legacy = o.out.join(".stoker-convert.json");
+    std::fs::write(&legacy, serde_json::to_vec_pretty(&old).unwrap()).unwrap();
+    let r = resumed(&o);
+    assert!(r.resumed > 0, "{r:?}");
+    assert_eq!(stoker_testdata::files_in(&o.out), want);
+}
