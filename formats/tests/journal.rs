@@ -1,8 +1,11 @@
 //! The conversion journal's format and how it is read back: append-only (a shard costs the
 //! journal what it added, not everything so far), a torn last line dropped, a journal of
-//! the previous release still resumed.
+//! the previous release still resumed, and anything in its place that is not a file
+//! refused without hanging or filling memory.
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use serde_json::Value;
 use stoker_formats::convert::JOURNAL_FILE;
@@ -159,4 +162,72 @@ fn journal_of_the_previous_release_still_resumes() {
     let r = resumed(&o);
     assert!(r.resumed > 0, "{r:?}");
     assert_eq!(stoker_testdata::files_in(&o.out), want);
+}
+
+/// The shard files in `out` and their bytes (not the journal, which here cannot be read).
+fn shard_files(out: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("shard-"))
+        .map(|n| (n.clone(), std::fs::read(out.join(&n)).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Resumes `o` on another thread and returns its error; a hang fails the test.
+fn resume_error_within(o: &ConvertOptions, limit: Duration) -> FormatError {
+    let mut r = o.clone();
+    r.resume = true;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(convert(&r, &NoProgress));
+    });
+    let got = rx
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("resume did not finish within {limit:?}"));
+    got.expect_err("refused")
+}
+
+#[test]
+fn journal_that_is_a_fifo_a_device_or_huge_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_with_skips(dir.path());
+    for (n, make) in ["fifo", "zero", "sparse"].into_iter().enumerate() {
+        let o = options(&src, dir.path().join(format!("out{n}")));
+        killed_after(&o, 9);
+        let journal = o.out.join(JOURNAL_FILE);
+        std::fs::remove_file(&journal).unwrap();
+        match make {
+            "fifo" => assert!(std::process::Command::new("mkfifo")
+                .arg(&journal)
+                .status()
+                .unwrap()
+                .success()),
+            "zero" => std::os::unix::fs::symlink("/dev/zero", &journal).unwrap(),
+            _ => std::fs::File::create(&journal)
+                .unwrap()
+                .set_len(3 << 30)
+                .unwrap(),
+        }
+        let before = shard_files(&o.out);
+        let e = resume_error_within(&o, Duration::from_secs(30));
+        let msg = e.to_string();
+        assert!(
+            matches!(e, FormatError::OutputExists { .. }),
+            "{make}: {msg}"
+        );
+        assert!(
+            msg.contains(JOURNAL_FILE) && msg.contains("delete"),
+            "{msg}"
+        );
+        let what = match make {
+            "fifo" => "a FIFO",
+            "zero" => "a character device",
+            _ => "3221225472 bytes",
+        };
+        assert!(msg.contains(what), "{make}: {msg}");
+        assert_eq!(shard_files(&o.out), before);
+    }
 }

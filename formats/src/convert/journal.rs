@@ -302,12 +302,32 @@ fn read(out: &Path, inputs: usize) -> Result<Option<Found>, FormatError> {
     }))
 }
 
-/// The bytes of the journal at `path`, `None` if there is none.
-fn read_bounded(_out: &Path, path: &Path, _limit: u64) -> Result<Option<Vec<u8>>, FormatError> {
-    match std::fs::read(path) {
+/// The bytes of the journal at `path`, `None` if there is none. Read like `manifest.json`
+/// (regular files only, a non-blocking open, at most `limit` bytes): anything in its place
+/// that is not a journal stoker wrote (a FIFO would hang the read, a link to `/dev/zero` or a
+/// huge sparse file would fill memory) is refused with what to do.
+fn read_bounded(out: &Path, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, FormatError> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let refuse = |what: String| FormatError::OutputExists {
+        path: out.to_path_buf(),
+        reason: format!(
+            "its conversion journal ({name}) {what}, so it cannot be resumed: delete the \
+             directory and convert again"
+        ),
+    };
+    match crate::read_input_file(path, limit) {
         Ok(b) => Ok(Some(b)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(FormatError::io(path, e)),
+        Err(FormatError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(None)
+        }
+        Err(FormatError::NotRegularFile { kind, .. }) => {
+            Err(refuse(format!("is not a regular file ({kind})")))
+        }
+        Err(FormatError::FileTooLarge { bytes, limit, .. }) => Err(refuse(format!(
+            "is {bytes} bytes, more than a journal of {inputs} inputs can be ({limit} bytes)",
+            inputs = limit.saturating_sub(JOURNAL_BASE_BYTES) / JOURNAL_BYTES_PER_INPUT
+        ))),
+        Err(e) => Err(e),
     }
 }
 
