@@ -45,7 +45,7 @@ fn decode_of_a_cut_off_jpeg_says_truncated_not_decoded_yes() {
 fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identically() {
     let dir = tempfile::tempdir().unwrap();
     let (clean, limited) = (dir.path().join("clean"), dir.path().join("limited"));
-    let flags = ["--shard-size", "30K", "--no-check"];
+    let flags = ["--shard-size", "64K", "--no-check"];
     let o = stoker(&[&["convert", SAMPLE, p(&clean)][..], &flags].concat());
     assert!(o.status.success(), "{}", text(&o));
 

@@ -104,6 +104,9 @@ pub struct DatasetWriter {
     expected: Option<Vec<u64>>,
     /// Shards whose file was hashed as it was written (not read again).
     hashed_as_written: u64,
+    /// With `records_per_shard`: a shard holding fewer record bytes than this takes more
+    /// records (the converter's floor on shard size; 0, no floor, for other writers).
+    min_shard_bytes: u64,
 }
 
 impl std::fmt::Debug for DatasetWriter {
@@ -174,6 +177,7 @@ impl DatasetWriter {
             pool: None,
             expected: None,
             hashed_as_written: 0,
+            min_shard_bytes: 0,
         })
     }
 
@@ -423,9 +427,15 @@ impl DatasetWriter {
     /// `bytes` bytes (else it starts the next shard).
     fn fits(&self, count: u64, bytes: u64, len: u64) -> bool {
         match self.options.records_per_shard {
-            Some(n) => count < n,
+            Some(n) => count < n || bytes < self.min_shard_bytes,
             None => count == 0 || bytes.saturating_add(len) <= self.options.shard_bytes,
         }
+    }
+
+    /// With `records_per_shard`: keeps adding records to a shard until it holds at least
+    /// `bytes` of them, whatever the count.
+    pub(crate) fn set_min_shard_bytes(&mut self, bytes: u64) {
+        self.min_shard_bytes = bytes;
     }
 
     /// Marks the dataset as one part of a partitioned conversion.

@@ -2,7 +2,7 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
@@ -27,7 +27,8 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// (``True``) or never (``False``). Options are the CLI's flags: ``list`` (a file of
 /// ``relative/path,label`` lines), ``encoding`` ("jpeg" or "raw"), ``max_side``,
 /// ``quality``, ``size`` ((width, height), raw encoding), ``resize`` ("shorter-side" or
-/// "stretch"), ``jobs``, ``shard_size`` (bytes), ``shards``, ``resume``, ``strict``,
+/// "stretch"), ``jobs``, ``shard_size`` (bytes, at least 65536), ``shards`` (fewer when
+/// shards would hold under 64 KiB, with a ``UserWarning``), ``resume``, ``strict``,
 /// ``max_pixels``, ``gpu_friendly``, ``check`` (test-decode stored JPEGs), ``shuffle``
 /// (store the records in a random order drawn from ``seed`` instead of class by class, so
 /// that ``Loader(shuffle="quasi")`` still mixes the classes in every batch).
@@ -116,8 +117,18 @@ pub(crate) fn convert<'py>(
         cancel: AtomicBool::new(false),
         notes: Mutex::new(None),
         noted: Condvar::new(),
+        listed: AtomicUsize::new(0),
     };
     let report = convert_interruptibly(py, &opts, &bar)?;
+    // The report's warnings after the listing's are about what was written (fewer shards
+    // than `shards=` asked): raised now, as the dataset is finished.
+    for w in report
+        .warnings
+        .iter()
+        .skip(bar.listed.load(Ordering::Relaxed))
+    {
+        crate::errors::warn(py, format!("stoker.convert: {w}"))?;
+    }
     let json = serde_json::to_string(&report)
         .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
     json_to_py(py, &json)
@@ -134,6 +145,8 @@ struct Cancellable {
     notes: Mutex<Option<Vec<String>>>,
     /// Signalled when the caller's thread has raised `notes`.
     noted: Condvar,
+    /// How many warnings the listing gave (the report's first ones).
+    listed: AtomicUsize,
 }
 
 impl Cancellable {
@@ -164,6 +177,7 @@ impl Progress for Cancellable {
         self.bar.skipped(path, reason);
     }
     fn warnings(&self, warnings: &[String]) {
+        self.listed.store(warnings.len(), Ordering::Relaxed);
         if warnings.is_empty() {
             return;
         }

@@ -43,10 +43,12 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(long, short = 'j')]
     pub jobs: Option<usize>,
-    /// Target shard size, e.g. 512M, 1G, 1000000 (bytes).
+    /// Target shard size, e.g. 512M, 1G, 1000000 (bytes); at least 64K (each shard costs
+    /// about 140 KiB of its own).
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     pub shard_size: u64,
-    /// Split into N shards by count instead of by size.
+    /// Split into N shards by count instead of by size (fewer when that would make shards
+    /// under 64 KiB: each then takes records until it holds 64 KiB, and a warning says so).
     #[arg(long, conflicts_with = "shard_size")]
     pub shards: Option<u64>,
     /// Continue an interrupted conversion in OUT.

@@ -32,7 +32,7 @@ use crate::FormatError;
 pub use bar::TerminalBar;
 use journal::prepare_output;
 pub use journal::JOURNAL_FILE;
-pub use options::{ConvertOptions, ResizeMode, MAX_JOBS};
+pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MIN_SHARD_BYTES};
 pub use part::{Part, MAX_PARTS};
 pub use report::{ConvertReport, NoProgress, Progress, Skipped};
 pub use source::{Layout, Source};
@@ -132,15 +132,19 @@ pub fn convert(
         resume_check::check_journal(out, j, inputs, options)
     })?;
 
+    let per_shard = options
+        .shards
+        .map(|n| (listing.inputs.len() as u64).div_ceil(n).max(1));
     let writer_opts = WriterOptions {
         shard_bytes: options.shard_bytes,
-        records_per_shard: options
-            .shards
-            .map(|n| (listing.inputs.len() as u64).div_ceil(n).max(1)),
+        records_per_shard: per_shard,
         encoding: Some(options.encoding),
     };
     let (mut writer, mut totals, start_input, mut log) =
         journal::resume(out, fingerprint, writer_opts, journal)?;
+    // `--shard-size` below the floor is refused; `--shards N` cannot know its shards' bytes
+    // until they are written, so the writer holds each until it reaches the floor.
+    writer.set_min_shard_bytes(MIN_SHARD_BYTES);
     let resumed = writer.next_index();
 
     progress.start(inputs.len() as u64);
@@ -169,13 +173,15 @@ pub fn convert(
     let manifest =
         writer.finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))?;
     journal::remove(out);
+    let mut warnings = listing.warnings;
+    warnings.extend(per_shard.and_then(|k| options.shard_floor_note(k, &manifest.shards)));
     let report = ConvertReport {
         inputs: inputs.len() as u64,
         written,
         skipped: totals.skipped,
         ignored: listing.ignored,
         flat: listing.flat,
-        warnings: listing.warnings,
+        warnings,
         shards: manifest.shards.len() as u64,
         bytes: manifest.bytes,
         input_bytes: totals.input_bytes,

@@ -63,7 +63,8 @@ pub struct ConvertReport {
     /// How the source was read where it may not be what was meant, one sentence each: an
     /// empty class folder, a hidden folder (`.ipynb_checkpoints`) taken as a class or read
     /// as part of a flat layout, list rows commented out with `#`. Labels are as listed
-    /// all the same.
+    /// all the same. After the conversion, one more when `shards` asked for shards under
+    /// [`super::MIN_SHARD_BYTES`] and fewer, larger ones were written.
     #[serde(default)]
     pub warnings: Vec<String>,
     /// Shard files written.
