@@ -119,7 +119,8 @@ pub fn convert(
         let want = options.part.map(part_info);
         if let Some(m) = finished(out, want.as_ref(), listing_fingerprint)? {
             let n = inputs.len() as u64;
-            return Ok(already_done(m, n, listing, t0, out));
+            let empty = source::empty_classes(&options.source, &listing);
+            return Ok(already_done(m, n, listing, empty, t0, out));
         }
     }
     if !out.join(MANIFEST_FILE).exists() {
@@ -132,9 +133,7 @@ pub fn convert(
         resume_check::check_journal(out, j, inputs, options)
     })?;
 
-    let per_shard = options
-        .shards
-        .map(|n| (listing.inputs.len() as u64).div_ceil(n).max(1));
+    let per_shard = options.records_per_shard(listing.inputs.len());
     let writer_opts = WriterOptions {
         shard_bytes: options.shard_bytes,
         records_per_shard: per_shard,
@@ -167,6 +166,7 @@ pub fn convert(
     check_accounting(out, written, totals.skipped.len(), inputs.len())?;
     check_written(options, written, &totals.skipped)?;
     let provenance = provenance(options, &listing, listing_fingerprint);
+    let empty_classes = source::empty_classes(&options.source, &listing);
     if let Some(p) = options.part {
         writer.set_part(part_info(p));
     }
@@ -182,6 +182,7 @@ pub fn convert(
         ignored: listing.ignored,
         flat: listing.flat,
         warnings,
+        empty_classes,
         shards: manifest.shards.len() as u64,
         bytes: manifest.bytes,
         input_bytes: totals.input_bytes,
@@ -202,6 +203,7 @@ fn already_done(
     m: crate::manifest::Manifest,
     inputs: u64,
     listing: source::Listing,
+    empty_classes: Vec<String>,
     t0: Instant,
     out: &Path,
 ) -> ConvertReport {
@@ -209,6 +211,7 @@ fn already_done(
         inputs,
         written: m.samples,
         skipped: Vec::new(),
+        empty_classes,
         ignored: listing.ignored,
         flat: listing.flat,
         warnings: listing.warnings,

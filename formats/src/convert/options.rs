@@ -199,6 +199,11 @@ impl ConvertOptions {
         Ok(())
     }
 
+    /// With `shards`: the records each shard is asked to hold, out of `inputs` listed.
+    pub(super) fn records_per_shard(&self, inputs: usize) -> Option<u64> {
+        self.shards.map(|n| (inputs as u64).div_ceil(n).max(1))
+    }
+
     /// The note for the report when `--shards` asked for shards smaller than
     /// [`MIN_SHARD_BYTES`] (of `per_shard` records each), so that `written` of the shards
     /// hold more records than asked; `None` when every shard is as asked.

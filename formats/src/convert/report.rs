@@ -67,6 +67,10 @@ pub struct ConvertReport {
     /// [`super::MIN_SHARD_BYTES`] and fewer, larger ones were written.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Names of the ImageFolder class folders with no sample (they keep their labels);
+    /// the warning names the first 20.
+    #[serde(default)]
+    pub empty_classes: Vec<String>,
     /// Shard files written.
     pub shards: u64,
     /// Bytes of all shard files.

@@ -169,6 +169,8 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
     let mut inputs = Vec::new();
     let mut ignored = Vec::new();
     let mut warnings = Vec::new();
+    // Class folders without a sample, as `"name" (label N)`.
+    let mut empty = Vec::new();
     for entry in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {
         let path = entry.path();
         let Ok(meta) = std::fs::metadata(&path) else {
@@ -198,12 +200,11 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
         let before = inputs.len();
         walk(&path, label, &mut inputs, &mut seen);
         if inputs.len() == before {
-            warnings.push(format!(
-                "class {name:?} (label {label}) is an empty folder: it keeps its label and has no samples"
-            ));
+            empty.push(format!("{name:?} (label {label})"));
         }
         classes.push(name);
     }
+    warnings.extend(empty_classes_warning(&empty));
     if classes.is_empty() {
         return Err(FormatError::BadSource {
             path: root.to_path_buf(),
@@ -219,6 +220,50 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
         flat: false,
         warnings,
     })
+}
+
+/// Empty class folders named in the warning; the rest are counted. A tree of thousands
+/// of them (ImageNet-21k subsets) gave a line each on stderr and a Python `UserWarning`
+/// each; the report's `empty_classes` names them all.
+const EMPTY_CLASSES_NAMED: usize = 20;
+
+/// One warning for all the empty class folders in `empty`, if any.
+fn empty_classes_warning(empty: &[String]) -> Option<String> {
+    match empty {
+        [] => None,
+        [one] => Some(format!(
+            "class {one} is an empty folder: it keeps its label and has no samples"
+        )),
+        _ => {
+            let named = empty[..empty.len().min(EMPTY_CLASSES_NAMED)].join(", ");
+            let rest = match empty.len().saturating_sub(EMPTY_CLASSES_NAMED) {
+                0 => String::new(),
+                n => format!(" ... and {n} more (all in the JSON report's empty_classes)"),
+            };
+            Some(format!(
+                "{} class folders are empty: they keep their labels and have no samples: \
+                 {named}{rest}",
+                empty.len()
+            ))
+        }
+    }
+}
+
+/// The classes of an ImageFolder listing that have no input, for the report.
+pub(super) fn empty_classes(source: &Source, listing: &Listing) -> Vec<String> {
+    if !matches!(source, Source::ImageFolder(_)) || listing.flat {
+        return Vec::new();
+    }
+    let mut has = vec![false; listing.classes.len()];
+    for i in &listing.inputs {
+        if let Some(h) = has.get_mut(i.label as usize) {
+            *h = true;
+        }
+    }
+    (listing.classes.iter().zip(has))
+        .filter(|(_, h)| !h)
+        .map(|(c, _)| c.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -434,5 +479,27 @@ mod layout_tests {
         assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
         assert!(l.warnings[0].contains("\".cache\" (label 0) is a hidden folder"));
         assert!(l.warnings[1].contains("\"cow\" (label 2) is an empty folder"));
+    }
+
+    #[test]
+    fn many_empty_class_folders_make_one_warning_naming_twenty() {
+        let dir = tree(&["cat/1.jpg"]);
+        for i in 0..500 {
+            std::fs::create_dir(dir.path().join(format!("e{i:03}"))).unwrap();
+        }
+        let source = Source::ImageFolder(dir.path().into());
+        let l = source.list().unwrap();
+        assert_eq!(l.classes.len(), 501);
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        let w = &l.warnings[0];
+        assert!(w.starts_with("500 class folders are empty"), "{w}");
+        assert!(
+            w.contains("\"e019\" (label 20)") && !w.contains("e020"),
+            "{w}"
+        );
+        assert!(w.contains("and 480 more"), "{w}");
+        let empty = empty_classes(&source, &l);
+        assert_eq!(empty.len(), 500);
+        assert_eq!((empty[0].as_str(), empty[499].as_str()), ("e000", "e499"));
     }
 }
