@@ -367,4 +367,18 @@ fn a_dataset_of_more_shards_than_open_files_allowed_verifies() {
             .unwrap();
         assert!(o.status.success(), "{cmd}: {}", text(&o));
     }
+    // The text summary names the first and last five shards and counts the rest (it printed
+    // a line per shard); the JSON keeps them all.
+    let o = stoker(&["inspect", p(&ds)]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let named = stdout.lines().filter(|l| l.contains(": records ")).count();
+    assert_eq!(named, 10, "{stdout}");
+    let more = format!("... ({} more shards; --json lists them all)", shards - 10);
+    assert!(stdout.contains(&more), "{stdout}");
+    assert!(
+        stdout.contains("shard-00000.lmdb")
+            && stdout.contains(&format!("shard-{:05}.lmdb", shards - 1))
+    );
+    let o = stoker(&["inspect", p(&ds), "--json"]);
+    assert_eq!(json(&o)["shard_files"].as_array().unwrap().len(), shards);
 }

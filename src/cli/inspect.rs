@@ -24,6 +24,35 @@ fn dist(name: &str, d: &Distribution) -> String {
     )
 }
 
+/// Shards listed by name at each end of the text output; the rest are counted (a 10 TB
+/// dataset has ten thousand shards; `--json` lists them all).
+const SHARDS_AT_EACH_END: usize = 5;
+
+/// A line per shard, or, for more than twice [`SHARDS_AT_EACH_END`] + 1, the first and
+/// last few and a line counting those between.
+fn shard_lines(shards: &[formats::ShardEntry]) -> Vec<String> {
+    let line = |s: &formats::ShardEntry| {
+        format!(
+            "{}: records {}..{}, {} bytes",
+            s.file,
+            s.first_index,
+            s.first_index + s.count,
+            s.bytes
+        )
+    };
+    let n = SHARDS_AT_EACH_END;
+    if shards.len() <= 2 * n + 1 {
+        return shards.iter().map(line).collect();
+    }
+    let mut lines: Vec<String> = shards[..n].iter().map(line).collect();
+    lines.push(format!(
+        "... ({} more shards; --json lists them all)",
+        shards.len() - 2 * n
+    ));
+    lines.extend(shards[shards.len() - n..].iter().map(line));
+    lines
+}
+
 /// Runs `stoker inspect`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
@@ -84,15 +113,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             String::new()
         }
     )?;
-    for s in &r.shard_files {
-        writeln!(
-            out,
-            "  {}: records {}..{}, {} bytes",
-            s.file,
-            s.first_index,
-            s.first_index + s.count,
-            s.bytes
-        )?;
+    for line in shard_lines(&r.shard_files) {
+        writeln!(out, "  {line}")?;
     }
     match &r.audit {
         Some(a) => {
