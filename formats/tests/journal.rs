@@ -231,3 +231,26 @@ fn journal_that_is_a_fifo_a_device_or_huge_is_refused_without_reading_it() {
         assert_eq!(shard_files(&o.out), before);
     }
 }
+
+/// A skipped input whose name is not UTF-8 (a Latin-1 name from an old archive): writing it
+/// into the journal used to panic (then, briefly, fail the conversion). It is journaled
+/// exactly, so a resume finds it among the inputs, and the report spells it `\xNN`.
+#[test]
+fn a_skipped_input_named_in_latin_1_is_journaled_and_resumed() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let src = source_with_skips(dir.path());
+    let caer = src.join("caer");
+    let latin1 = caer.join(std::ffi::OsStr::from_bytes(b"caf\xe9-cut.jpg"));
+    std::fs::write(&latin1, b"\xff\xd8 not a whole JPEG").unwrap();
+    let o = options(&src, dir.path().join("out"));
+    let want = clean(&o, dir.path());
+    killed_after(&o, 9);
+    let r = resumed(&o);
+    assert!(r.resumed > 0, "{r:?}");
+    assert_eq!((r.written, r.skipped.len()), (15, 16), "{r:?}");
+    assert!(r.skipped.iter().any(|s| s.path == latin1), "{r:?}");
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains("caf\\\\xe9-cut.jpg"), "{json}");
+    assert_eq!(stoker_testdata::files_in(&o.out), want);
+}

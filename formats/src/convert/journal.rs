@@ -81,7 +81,7 @@ struct Header {
 #[serde(deny_unknown_fields)]
 struct Entry<'a> {
     shards: Cow<'a, [ShardEntry]>,
-    skipped: Cow<'a, [Skipped]>,
+    skipped: Vec<Skip>,
     next_input: u64,
     audit: Cow<'a, Audit>,
     payload_bytes: u64,
@@ -89,6 +89,53 @@ struct Entry<'a> {
     stored: u64,
     transcoded: u64,
     input_bytes: u64,
+}
+
+/// A skipped input as journaled: its path exactly, whatever its bytes, since a resume
+/// checks it against the listing (a report spells it as text, see [`Skipped`]).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Skip {
+    path: ExactPath,
+    reason: String,
+}
+
+/// A path as JSON without loss: a string when it is UTF-8, else its bytes.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum ExactPath {
+    Text(String),
+    Bytes { bytes: Vec<u8> },
+}
+
+impl From<&Skipped> for Skip {
+    fn from(s: &Skipped) -> Self {
+        let path = match s.path.to_str() {
+            Some(text) => ExactPath::Text(text.to_owned()),
+            None => ExactPath::Bytes {
+                bytes: std::os::unix::ffi::OsStrExt::as_bytes(s.path.as_os_str()).to_vec(),
+            },
+        };
+        Skip {
+            path,
+            reason: s.reason.clone(),
+        }
+    }
+}
+
+impl From<Skip> for Skipped {
+    fn from(s: Skip) -> Self {
+        let path = match s.path {
+            ExactPath::Text(text) => PathBuf::from(text),
+            ExactPath::Bytes { bytes } => PathBuf::from(
+                <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes),
+            ),
+        };
+        Skipped {
+            path,
+            reason: s.reason,
+        }
+    }
 }
 
 /// A journal read back, and where it came from.
@@ -140,7 +187,7 @@ impl JournalLog {
         };
         let entry = Entry {
             shards: Cow::Borrowed(&writer.finished_shards()[shards..]),
-            skipped: Cow::Borrowed(&totals.skipped[skips..]),
+            skipped: totals.skipped[skips..].iter().map(Skip::from).collect(),
             next_input: next_input as u64,
             audit: Cow::Borrowed(&totals.audit),
             payload_bytes: writer.payload_bytes(),
@@ -380,7 +427,7 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
         match parsed {
             Ok(e) => {
                 j.done.extend(e.shards.into_owned());
-                j.skipped.extend(e.skipped.into_owned());
+                j.skipped.extend(e.skipped.into_iter().map(Skipped::from));
                 j.next_input = e.next_input;
                 j.audit = e.audit.into_owned();
                 j.payload_bytes = e.payload_bytes;

@@ -39,7 +39,9 @@ impl Progress for NoProgress {}
 /// An input that was not converted, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skipped {
-    /// The input file.
+    /// The input file. In JSON, bytes of a name that are not UTF-8 are written `\xNN` (as
+    /// Python's `backslashreplace` does), so a report of any tree can be written.
+    #[serde(serialize_with = "path_as_text")]
     pub path: PathBuf,
     /// Why it was skipped.
     pub reason: String,
@@ -94,4 +96,8 @@ pub struct ConvertReport {
     /// converted; `written` and `resumed` are its record count.
     #[serde(default)]
     pub already_done: bool,
+}
+
+fn path_as_text<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&super::walk::class_name(path.as_os_str()))
 }
