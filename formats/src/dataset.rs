@@ -122,6 +122,23 @@ impl Dataset {
             .try_for_each(|s| s.check_unchanged())
     }
 
+    /// [`Dataset::check_unchanged`] for the one shard that holds record `index`: what a
+    /// reader of single records checks before each (Python's `Dataset[i]`), one `stat`
+    /// rather than one per shard.
+    ///
+    /// # Errors
+    ///
+    /// As [`Dataset::check_unchanged`], or [`FormatError::IndexOutOfRange`].
+    pub fn check_unchanged_at(&self, index: u64) -> Result<(), FormatError> {
+        let Some(si) = self.shard_of(index) else {
+            return Err(FormatError::IndexOutOfRange {
+                index,
+                len: self.len(),
+            });
+        };
+        self.inner.shards[si].check_unchanged()
+    }
+
     /// Opens a reader. Make one per thread.
     ///
     /// Each shard file is first checked to be the one opened (same inode and size): a shard

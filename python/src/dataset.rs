@@ -245,6 +245,9 @@ fn convert_interruptibly(
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Dataset {
     pub(crate) inner: stoker_formats::Dataset,
+    /// Made once: `Dataset::reader` checks every shard, which `__getitem__` over thousands
+    /// of shards paid for each record; it checks the record's own shard instead.
+    reader: stoker_formats::DatasetReader,
 }
 
 #[pymethods]
@@ -254,10 +257,14 @@ impl Dataset {
         // Absolute from the start: a pickle made after a `chdir` must still name this
         // dataset, not whatever the relative path means then.
         let path = std::path::absolute(&path).unwrap_or(path);
-        let inner = py
-            .detach(|| stoker_formats::Dataset::open(&path))
+        let (inner, reader) = py
+            .detach(|| {
+                let inner = stoker_formats::Dataset::open(&path)?;
+                let reader = inner.reader()?;
+                Ok((inner, reader))
+            })
             .map_err(format_error)?;
-        Ok(Dataset { inner })
+        Ok(Dataset { inner, reader })
     }
 
     fn __len__(&self) -> usize {
@@ -277,12 +284,13 @@ impl Dataset {
                 "index {index} is out of range (dataset has {len} samples)"
             )));
         }
-        let reader = self.inner.reader().map_err(format_error)?;
-        let record = reader.get(i as u64).map_err(format_error)?;
+        let i = i as u64;
+        self.inner.check_unchanged_at(i).map_err(format_error)?;
+        let record = self.reader.get(i).map_err(format_error)?;
         record.check_crc().map_err(format_error)?;
         let bytes = PyBytes::new(py, record.payload);
         // The copy came from the shard's map: its pages were still the file's.
-        reader.check_read(i as u64).map_err(format_error)?;
+        self.reader.check_read(i).map_err(format_error)?;
         Ok((bytes, record.header.label))
     }
 
