@@ -53,6 +53,7 @@ mod lmdb_write;
 mod manifest;
 mod map_guard;
 mod merge;
+mod path_nesting;
 mod record;
 pub mod seeded;
 mod shard;

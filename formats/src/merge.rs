@@ -69,10 +69,15 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
             reason: "already holds a finished dataset (manifest.json); part directories left beside it after a merge can be deleted".into(),
         });
     }
+    // Before anything is created: an `out` inside a part would be made inside it.
+    check_nesting(out, parts)?;
     std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
     let _lock = crate::convert::lock::OutputLock::acquire(out)?;
     let dirs = if parts.is_empty() {
-        find_parts(out)?
+        let found = find_parts(out)?;
+        // A `part-*` entry may be a symlink to anywhere, an ancestor of `out` included.
+        check_nesting(out, &found)?;
+        found
     } else {
         parts.to_vec()
     };
@@ -176,6 +181,32 @@ fn find_parts(out: &Path) -> Result<Vec<PathBuf>, FormatError> {
         });
     }
     Ok(dirs)
+}
+
+/// Refuses an `out` that is a part directory or lies inside one (however spelled, through
+/// symlinks too): the merge ends by removing every part directory, which would remove the
+/// merged dataset with it, after reporting success. A part inside `out` is the usual layout
+/// (`out/part-*`) and is safe: the merge writes only `out`'s own `manifest.json` and
+/// `shard-*.lmdb` links, never into a part, and removing a part leaves those alone.
+fn check_nesting(out: &Path, parts: &[PathBuf]) -> Result<(), FormatError> {
+    let (out_real, _) = crate::path_nesting::resolve(out).map_err(|e| FormatError::io(out, e))?;
+    for dir in parts {
+        // A part that cannot be resolved (missing) is refused by `load_parts` with its own
+        // message; only one that exists can hold `out`.
+        let Ok(dir_real) = std::fs::canonicalize(dir) else {
+            continue;
+        };
+        if crate::path_nesting::is_within(&out_real, &dir_real) {
+            return Err(FormatError::MergeRefused {
+                path: out.to_path_buf(),
+                reason: format!(
+                    "the output is inside the part directory {} (which the merge removes once it is done, output and all); merge into the parts' output root or a directory outside every part",
+                    dir.display()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `out` may hold only the parts and what an interrupted merge left (shard links).

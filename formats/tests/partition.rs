@@ -344,3 +344,49 @@ fn parts_that_all_hold_nothing_are_not_merged_into_an_empty_dataset() {
     );
     assert!(!root.join(MANIFEST_FILE).exists());
 }
+
+#[test]
+fn merge_into_a_directory_inside_a_part_is_refused_and_deletes_nothing() {
+    // `stoker merge out/part-00000-of-00003/merged out/part-0000*` used to merge, then
+    // remove every part, the merged dataset inside part 0 with them, and report success.
+    let tmp = tempfile::tempdir().unwrap();
+    let source =
+        Source::ImageFolder(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample").into());
+    let root = tmp.path().join("out");
+    convert_parts(&source, &root, 3);
+    let dirs: Vec<PathBuf> = (0..3)
+        .map(|i| root.join(Part::new(i, 3).unwrap().dir_name()))
+        .collect();
+    std::os::unix::fs::symlink(&dirs[1], tmp.path().join("link")).unwrap();
+    for out in [
+        dirs[0].join("merged"),
+        dirs[2].join("a/b/../merged"),
+        tmp.path().join("link/merged"),
+        // A part that is an ancestor of OUT through `..`.
+        dirs[0].join("x/.."),
+    ] {
+        let e = merge(&out, &dirs).unwrap_err();
+        assert!(
+            matches!(e, FormatError::MergeRefused { .. })
+                && e.to_string().contains("inside the part directory"),
+            "{}: {e}",
+            out.display()
+        );
+        // Refused before anything was created or removed.
+        assert!(!dirs[0].join("merged").exists());
+        assert!(dirs.iter().all(|d| d.join(MANIFEST_FILE).exists()));
+    }
+    // A `part-*` symlink under OUT that leads to OUT's own parent.
+    let nest = tmp.path().join("nest");
+    let inner = nest.join("part-00000-of-00001");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::os::unix::fs::symlink(&nest, inner.join("part-00000-of-00002")).unwrap();
+    let e = merge(&inner, &[]).unwrap_err();
+    assert!(e.to_string().contains("inside the part directory"), "{e}");
+    assert!(inner.exists());
+    // The parts are whole and still merge into their root.
+    merge(&root, &[]).unwrap();
+    let plain = tmp.path().join("plain");
+    convert(&opts(source, &plain), &NoProgress).unwrap();
+    assert_same_dataset(&root, &plain);
+}
