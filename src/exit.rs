@@ -50,6 +50,22 @@ pub fn failure(program: &str, e: &(dyn Error + 'static), status: u8) -> ExitCode
     ExitCode::from(status)
 }
 
+/// Makes a write past the process's file size limit (`ulimit -f`, RLIMIT_FSIZE, which
+/// batch systems such as Slurm pass on from the submitting shell) fail with EFBIG instead
+/// of killing the process with SIGXFSZ, so the library's "file size limit reached ...
+/// rerun with --resume" error reaches the user instead of a bare signal death (status
+/// 153). CPython ignores SIGXFSZ the same way, which is why the Python API already got
+/// the message. Call it first thing in `main`; it affects the whole process.
+pub fn ignore_file_size_signal() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler, so no code
+    // runs in signal context; `signal` with a valid signal number and SIG_IGN has no
+    // memory-safety preconditions. Its result (the previous disposition, or SIG_ERR) is
+    // not needed: if it failed, the process only keeps the default, as before.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
 fn causes<'a>(e: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
     std::iter::successors(Some(e), |&c| c.source())
 }

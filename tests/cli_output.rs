@@ -153,13 +153,13 @@ fn a_closed_pipe_ends_quietly_with_the_sigpipe_status() {
     }
 }
 
-/// `stoker decode PHOTO -o out` under a 10 KiB file size limit (SIGXFSZ ignored, so the
-/// write fails with EFBIG as on a full disk): the PNG is larger, so its write fails.
+/// `stoker decode PHOTO -o out` under a 10 KiB file size limit (the CLI ignores SIGXFSZ, so
+/// the write fails with EFBIG as on a full disk): the PNG is larger, so its write fails.
 fn decode_to_png_with_a_small_file_limit(out: &Path) -> Output {
     stoker_in_shell(
         "sh",
         // sh counts 512-byte blocks.
-        r#"trap '' XFSZ; ulimit -f 20; exec "$0" "$@""#,
+        r#"trap - XFSZ; ulimit -f 20; exec "$0" "$@""#,
         &["decode", PHOTO, "--backend", "cpu", "-o", p(out)],
     )
 }

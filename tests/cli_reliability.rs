@@ -50,17 +50,13 @@ fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identicall
     assert!(o.status.success(), "{}", text(&o));
 
     // The process's file size limit (50 KiB: sh counts 512-byte blocks) stands in for a
-    // full disk: the shard's short write surfaces the same way. SIGXFSZ is ignored so the write
-    // fails instead of killing the process.
-    let mut c = Command::new("sh");
-    c.arg("-c")
-        .arg(r#"trap '' XFSZ; ulimit -f 100; exec "$@""#)
-        .arg("sh")
-        .arg(env!("CARGO_BIN_EXE_stoker"))
-        .args(["convert", SAMPLE, p(&limited)])
-        .args(flags);
-    let o = run_within(c, Duration::from_secs(120));
-    assert!(!o.status.success(), "{}", text(&o));
+    // full disk: the shard's short write surfaces the same way. SIGXFSZ keeps its default
+    // (kill) here: the CLI itself must ignore it, or it dies with status 153 and no word.
+    let o = under_file_size_limit(
+        100,
+        &[&["convert", SAMPLE, p(&limited)][..], &flags].concat(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("shard-000")
@@ -76,6 +72,36 @@ fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identicall
         stoker_testdata::files_in(&clean) == stoker_testdata::files_in(&limited),
         "resumed output differs"
     );
+}
+
+/// `stoker ARGS` under a file size limit of `blocks` 512-byte blocks, with SIGXFSZ at its
+/// default disposition (`sh` may start with it ignored; `trap - XFSZ` restores it).
+fn under_file_size_limit(blocks: u32, args: &[&str]) -> Output {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!(r#"trap - XFSZ; ulimit -f {blocks}; exec "$@""#))
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_stoker"))
+        .args(args);
+    run_within(c, Duration::from_secs(120))
+}
+
+#[test]
+fn file_size_limit_during_decode_output_is_an_error_not_a_signal_death() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("big.png");
+    let jpeg = Path::new(SAMPLE).join("caer/tent.jpg");
+    // 8 KiB: far below the decoded image's PNG.
+    let o = under_file_size_limit(16, &["decode", p(&jpeg), "--backend", "cpu", "-o", p(&png)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("big.png") && err.contains("File too large"),
+        "{}",
+        text(&o)
+    );
+    // Nothing half-written is left: no PNG, no temporary file.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
 /// `stoker bench` on `ds` for 0.3 s on the CPU, batches of 4 at 32×32: the run both

@@ -39,6 +39,7 @@ enum Command {
 
 /// Parses the flags, runs the subcommand and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
+    stoker::exit::ignore_file_size_signal();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
