@@ -1,7 +1,9 @@
 //! Regression tests for where results leave the `stoker` binary: float options that are no
 //! `Duration` (`bench --seconds 1e300` panicked), stdout that cannot be written (`decode` and
 //! `bench` panicked on /dev/full and on a closed pipe), and `decode -o` on a full disk
-//! (it left a truncated PNG at the final name and clobbered the previous file first).
+//! (it left a truncated PNG at the final name and clobbered the previous file first), and
+//! `decode -o` through a symlink, to a FIFO or /dev/stdout (it replaced the link or device
+//! node with a file of mode 0600).
 
 mod common;
 
@@ -205,4 +207,88 @@ fn decode_output_png_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_one
     assert!(written.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     assert!(written.len() > 10 * 1024);
     assert_eq!(names(dir.path()), ["out.png"]);
+}
+
+/// Decodes PHOTO into `out` with `umask`, returning the output.
+fn decode_with_umask(umask: &str, out: &Path) -> Output {
+    stoker_in_shell(
+        "sh",
+        &format!(r#"umask {umask}; exec "$0" "$@""#),
+        &["decode", PHOTO, "--backend", "cpu", "-o", p(out)],
+    )
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn decode_output_writes_through_symlinks_and_keeps_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let is_png = |path: &Path| {
+        std::fs::read(path)
+            .unwrap()
+            .starts_with(b"\x89PNG\r\n\x1a\n")
+    };
+
+    // A new file gets 0666 less the umask, as any created file does (it was always 0600).
+    let new = dir.path().join("new.png");
+    let o = decode_with_umask("022", &new);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(mode(&new), 0o644);
+    // A replaced file keeps its mode, whatever the umask.
+    std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let o = decode_with_umask("077", &new);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(mode(&new), 0o640);
+    assert!(is_png(&new));
+
+    // A symlink stays a symlink; the PNG lands in its target.
+    let target = dir.path().join("target.png");
+    std::fs::write(&target, b"old").unwrap();
+    let link = dir.path().join("link.png");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = decode_with_umask("022", &link);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(is_png(&target));
+
+    // A symlink to the process's stdout (what /dev/stdout is): the PNG goes down the pipe.
+    let so = dir.path().join("so");
+    std::os::unix::fs::symlink("/proc/self/fd/1", &so).unwrap();
+    let o = decode_with_umask("022", &so);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(std::fs::symlink_metadata(&so)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let png_at = o.stdout.windows(8).position(|w| w == b"\x89PNG\r\n\x1a\n");
+    assert!(png_at.is_some(), "no PNG on stdout: {}", text(&o));
+    let o = decode_with_umask("022", Path::new("/dev/stdout"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.stdout.windows(4).any(|w| w == b"IEND"), "{}", text(&o));
+
+    // A FIFO is written into, not replaced by a file.
+    let fifo = dir.path().join("fifo");
+    let st = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    let o = decode_with_umask("022", &fifo);
+    assert!(o.status.success(), "{}", text(&o));
+    let got = reader.join().unwrap();
+    assert!(got.starts_with(b"\x89PNG\r\n\x1a\n"), "{} bytes", got.len());
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert_eq!(names(dir.path()).len(), 5, "{:?}", names(dir.path()));
 }

@@ -29,7 +29,8 @@ pub enum Backend {
 pub struct Args {
     /// The JPEG file.
     pub file: PathBuf,
-    /// Write the decoded RGB pixels to this PNG file.
+    /// Write the decoded RGB pixels to this PNG file (replaced only once complete; a
+    /// symlink, FIFO or device such as /dev/stdout is written through).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Decoder backend.

@@ -1,10 +1,11 @@
 //! Where results leave the process: stdout, stderr and files the user names. The
 //! standard macros (`println!`, `eprintln!`) panic when a write fails, and a file
 //! created at its final name is visible half-written; this module is the one place
-//! that does neither.
+//! that does neither (and writes through a symlink or to `/dev/stdout` as `>` would).
 
-use std::fs::File;
+use std::fs::{File, Permissions};
 use std::io::{BufWriter, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use anyhow::Context;
@@ -16,18 +17,62 @@ pub fn note(args: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "{args}");
 }
 
-/// Writes `path` through `fill` so that it appears only complete: the bytes go to a
-/// temporary file in the same directory (same file system, so the rename cannot copy;
-/// `tempfile` names it and removes it on every early return or panic), which is flushed,
-/// synced and renamed over `path` only when `fill` and every write succeeded. On any
-/// failure an existing `path` is left as it was.
+/// Writes `path` through `fill`.
+///
+/// A new path or a regular file appears only complete: the bytes go to a temporary file in
+/// the same directory (same file system, so the rename cannot copy; `tempfile` names it
+/// and removes it on every early return or panic), which is flushed, synced and renamed
+/// over `path` only when `fill` and every write succeeded; on any failure an existing
+/// `path` is left as it was. The result has the mode a plain `create` would give (0666
+/// less the umask), or the replaced file's permission bits, so that whoever could read
+/// the old file can read the new one.
+///
+/// A symlink or anything that is not a regular file (`/dev/stdout`, a FIFO, a terminal) is
+/// written through instead, as a shell's `>` would: renaming over it would replace the
+/// link or device node itself (as root, `-o /dev/stdout` turned the system's
+/// `/dev/stdout` into a PNG file) and the bytes would never reach the reader.
 ///
 /// # Errors
 ///
-/// When `path` names no file, the temporary file cannot be created or written (a full
-/// disk, a file-size limit), `fill` fails, or the rename fails (`path` is a directory).
+/// When `path` names no file, the file cannot be created, opened or written (a full disk,
+/// a file-size limit), `fill` fails, or the rename fails (`path` is a directory).
 pub fn write_file_atomically(
     path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => write_through(path, fill),
+        Ok(m) => replace(path, Some(m.permissions().mode() & 0o777), fill),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => replace(path, None, fill),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Opens `path` (following a symlink) and writes into it, no temporary file, no rename.
+fn write_through(
+    path: &Path,
+    fill: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let file = fill_and_flush(path, file, fill)?;
+    // A pipe or a terminal cannot be synced (EINVAL); a file behind a symlink can.
+    if file.metadata().is_ok_and(|m| m.is_file()) {
+        file.sync_all()
+            .with_context(|| format!("syncing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes a temporary file beside `path` and renames it over `path`; `mode` is the
+/// replaced file's permission bits, `None` for a new file.
+fn replace(
+    path: &Path,
+    mode: Option<u32>,
     fill: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     let name = path
@@ -39,9 +84,12 @@ pub fn write_file_atomically(
     };
     let mut prefix = std::ffi::OsString::from(".");
     prefix.push(name);
+    // tempfile's default is 0600 whatever the umask; 0666 is created as 0666 & !umask, the
+    // mode any other new file of this user gets.
     let tmp = tempfile::Builder::new()
         .prefix(&prefix)
         .suffix(".stoker.tmp")
+        .permissions(Permissions::from_mode(0o666))
         .tempfile_in(dir)
         .with_context(|| {
             format!(
@@ -51,13 +99,12 @@ pub fn write_file_atomically(
             )
         })?;
     let (file, tmp_path) = tmp.into_parts();
-    let mut w = BufWriter::new(file);
-    fill(&mut w).with_context(|| format!("writing {}", path.display()))?;
-    // `into_inner` flushes and reports the error that dropping a BufWriter would swallow.
-    let file = w
-        .into_inner()
-        .map_err(|e| e.into_error())
-        .with_context(|| format!("writing {}", path.display()))?;
+    if let Some(mode) = mode {
+        // Set explicitly: the umask would otherwise narrow the replaced file's bits.
+        file.set_permissions(Permissions::from_mode(mode))
+            .with_context(|| format!("setting the mode of {}", tmp_path.display()))?;
+    }
+    let file = fill_and_flush(path, file, fill)?;
     file.sync_all()
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);
@@ -70,6 +117,19 @@ pub fn write_file_atomically(
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+fn fill_and_flush(
+    path: &Path,
+    file: File,
+    fill: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<()>,
+) -> anyhow::Result<File> {
+    let mut w = BufWriter::new(file);
+    fill(&mut w).with_context(|| format!("writing {}", path.display()))?;
+    // `into_inner` flushes and reports the error that dropping a BufWriter would swallow.
+    w.into_inner()
+        .map_err(|e| e.into_error())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
