@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::path::Path;
 
 use super::listing::{Input, Listing};
+use super::own_output::OwnOutput;
 use crate::FormatError;
 
 /// Labels of a list file must be below this: the class list has one entry per label up to
@@ -18,8 +19,8 @@ const MAX_LIST_BYTES: u64 = 4 << 30;
 /// A UTF-8 byte order mark before the first row is dropped. Blank lines and lines starting
 /// with `#` are skipped, and so is a first row whose label is `label`. A path is trimmed of
 /// spaces, or quoted as CSV quotes it (`"a,b.jpg",0`, `""` for a quote inside), which keeps
-/// it exactly.
-pub(crate) fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError> {
+/// it exactly. A row inside the output directory `own` is refused (skipped with a reason).
+pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
     let text = read_list(list)?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mut inputs = Vec::new();
@@ -68,7 +69,7 @@ pub(crate) fn list_file(root: &Path, list: &Path) -> Result<Listing, FormatError
         inputs.push(Input {
             path: root.join(rel),
             label,
-            refused: None,
+            refused: own.refuses_row(rel),
         });
     }
     if inputs.is_empty() {
@@ -172,7 +173,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.csv");
         std::fs::write(&path, text).unwrap();
-        let l = list_file(dir.path(), &path);
+        let l = list_file(dir.path(), &path, &OwnOutput::default());
         (dir, l)
     }
 

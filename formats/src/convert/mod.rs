@@ -14,6 +14,7 @@ mod list_file;
 mod listing;
 pub(crate) mod lock;
 mod options;
+mod own_output;
 mod part;
 mod pipeline;
 mod report;
@@ -239,7 +240,12 @@ pub const ORDER_FLAG: &str = "order";
 
 /// The inputs in the order their records are stored: the source's, or shuffled.
 fn ordered_listing(options: &ConvertOptions) -> Result<source::Listing, FormatError> {
-    let mut listing = options.source.list_as(options.layout)?;
+    // The whole output root (a part's directory is below it): none of it is ever input.
+    let own = match &options.source {
+        Source::ImageFolder(root) => own_output::OwnOutput::in_tree(root, &options.out)?,
+        Source::List { root, .. } => own_output::OwnOutput::for_list(root, &options.out)?,
+    };
+    let mut listing = options.source.list_without(options.layout, &own)?;
     if let Some(seed) = options.shuffle {
         crate::seeded::Rng::new(&[seed, STREAM_STORED_ORDER]).shuffle(&mut listing.inputs);
     }

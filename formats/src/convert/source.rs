@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::list_file::list_file;
 pub(crate) use super::listing::{Input, Listing};
+use super::own_output::OwnOutput;
 use super::walk::{class_name, dir_id, sorted_entries, walk};
 use crate::FormatError;
 
@@ -67,22 +68,32 @@ impl Source {
         self.list_as(Layout::Auto)
     }
 
-    /// The inputs; `layout` applies to an ImageFolder source only.
+    #[cfg(test)]
     pub(crate) fn list_as(&self, layout: Layout) -> Result<Listing, FormatError> {
+        self.list_without(layout, &OwnOutput::default())
+    }
+
+    /// The inputs, leaving out the conversion's output directory `own`; `layout` applies
+    /// to an ImageFolder source only.
+    pub(crate) fn list_without(
+        &self,
+        layout: Layout,
+        own: &OwnOutput,
+    ) -> Result<Listing, FormatError> {
         match self {
             Source::ImageFolder(root) => {
                 let flat = match layout {
                     Layout::Flat => true,
                     Layout::Classes => false,
-                    Layout::Auto => !has_class_folder(root)?,
+                    Layout::Auto => !has_class_folder(root, own)?,
                 };
                 if flat {
-                    list_flat(root)
+                    list_flat(root, own)
                 } else {
-                    list_image_folder(root)
+                    list_image_folder(root, own)
                 }
             }
-            Source::List { root, list } => list_file(root, list),
+            Source::List { root, list } => list_file(root, list, own),
         }
     }
 }
@@ -108,18 +119,19 @@ fn is_hidden_folder(name: &OsStr) -> bool {
 /// True when `root` has a subdirectory (following symlinks) that is not hidden, i.e. looks
 /// like classes: a folder of images that Jupyter or an unzip left a hidden folder in is
 /// still a folder of images.
-fn has_class_folder(root: &Path) -> Result<bool, FormatError> {
+fn has_class_folder(root: &Path, own: &OwnOutput) -> Result<bool, FormatError> {
     if !root.is_dir() {
         return Err(not_a_directory(root));
     }
     let entries = sorted_entries(root).map_err(|e| FormatError::io(root, e))?;
     Ok(entries.iter().any(|e| {
-        !is_hidden_folder(&e.file_name()) && std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir())
+        !is_hidden_folder(&e.file_name())
+            && std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir() && !own.is(&e.path(), &m))
     }))
 }
 
 /// Every file under `root` as one class named after the folder, label 0.
-fn list_flat(root: &Path) -> Result<Listing, FormatError> {
+fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
     if !root.is_dir() {
         return Err(not_a_directory(root));
     }
@@ -130,7 +142,7 @@ fn list_flat(root: &Path) -> Result<Listing, FormatError> {
         .unwrap_or_else(|| "images".into());
     let mut inputs = Vec::new();
     let mut seen = HashSet::from([dir_id(&root_meta)]);
-    walk(root, 0, &mut inputs, &mut seen);
+    walk(root, 0, &mut inputs, &mut seen, own);
     if inputs.is_empty() {
         return Err(FormatError::BadSource {
             path: root.to_path_buf(),
@@ -160,7 +172,7 @@ fn list_flat(root: &Path) -> Result<Listing, FormatError> {
     })
 }
 
-fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
+fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
     if !root.is_dir() {
         return Err(not_a_directory(root));
     }
@@ -181,6 +193,9 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
             ignored.push(path);
             continue;
         }
+        if own.is(&path, &meta) {
+            continue;
+        }
         let label = u32::try_from(classes.len()).map_err(|_| FormatError::BadSource {
             path: root.to_path_buf(),
             reason: "more than 2^32 classes".into(),
@@ -198,7 +213,7 @@ fn list_image_folder(root: &Path) -> Result<Listing, FormatError> {
         // skipped with a reason, so a tree of links cannot multiply the walk.
         let mut seen = HashSet::from([dir_id(&root_meta), dir_id(&meta)]);
         let before = inputs.len();
-        walk(&path, label, &mut inputs, &mut seen);
+        walk(&path, label, &mut inputs, &mut seen, own);
         if inputs.len() == before {
             empty.push(format!("{name:?} (label {label})"));
         }

@@ -22,6 +22,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::listing::Input;
+use super::own_output::OwnOutput;
 
 /// Directories nested deeper than this under a class folder are skipped (and reported).
 const MAX_DEPTH: u32 = 64;
@@ -99,10 +100,17 @@ struct Pending {
 /// listed again, nor one nested more than [`MAX_DEPTH`] deep: each becomes a refused
 /// input at its place in the order, so a tree of links cannot multiply the walk. So do an
 /// unreadable directory and a broken symlink (the latter among its directory's files, where
-/// `os.walk` puts it).
-pub(crate) fn walk(top: &Path, label: u32, out: &mut Vec<Input>, seen: &mut HashSet<(u64, u64)>) {
+/// `os.walk` puts it). The conversion's output directory (`own`) is left out, with all
+/// below it, as if it were not there.
+pub(crate) fn walk(
+    top: &Path,
+    label: u32,
+    out: &mut Vec<Input>,
+    seen: &mut HashSet<(u64, u64)>,
+    own: &OwnOutput,
+) {
     let mut queue = BinaryHeap::new();
-    list_dir(top, &[], 0, label, out, &mut queue);
+    list_dir(top, &[], 0, label, out, &mut queue, own);
     // Every directory pushed while listing one has a longer path with that one's as its
     // prefix, so it sorts after it: popping the smallest visits all in sorted path order.
     while let Some(Reverse(d)) = queue.pop() {
@@ -122,7 +130,7 @@ pub(crate) fn walk(top: &Path, label: u32, out: &mut Vec<Input>, seen: &mut Hash
                 format!("directory nested more than {MAX_DEPTH} deep"),
             );
         } else {
-            list_dir(&d.path, &d.key, d.depth, label, out, &mut queue);
+            list_dir(&d.path, &d.key, d.depth, label, out, &mut queue, own);
         }
     }
 }
@@ -143,6 +151,7 @@ fn list_dir(
     label: u32,
     out: &mut Vec<Input>,
     queue: &mut BinaryHeap<Reverse<Pending>>,
+    own: &OwnOutput,
 ) {
     let entries = match sorted_entries(dir) {
         Ok(v) => v,
@@ -186,6 +195,9 @@ fn list_dir(
                 continue;
             }
         };
+        if meta.is_dir() && own.is(&path, &meta) {
+            continue;
+        }
         if meta.is_dir() {
             let mut child = Vec::with_capacity(key.len() + 1 + entry.file_name().len());
             child.extend_from_slice(key);
