@@ -94,9 +94,10 @@ pub enum FormatError {
     },
     /// The disk (or a quota, or the process's file-size limit) ran out while a shard was
     /// written.
-    #[error("shard {shard}: {cause} after {records} records ({bytes} bytes of shards) were written; make room and rerun with --resume to continue from the last finished shard")]
+    #[error("{}: {cause} after {records} records ({bytes} bytes of shards) were written; make room and rerun with --resume to continue from the last finished shard", written_file(.shard))]
     OutOfSpace {
-        /// The shard being written.
+        /// The file being written: a shard, or the conversion journal or manifest (their
+        /// `.tmp` names) once a shard is finished.
         shard: PathBuf,
         /// "disk full", "disk quota exceeded" or "file size limit reached", with the free
         /// space where known.
@@ -252,5 +253,37 @@ impl FormatError {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// The file an [`FormatError::OutOfSpace`] was writing: "shard PATH" for a shard, the path
+/// alone for the conversion journal and the manifest, which are written through the same
+/// error path ("shard ds/manifest.json.tmp" sent users looking for a broken shard; their
+/// names say what they are).
+fn written_file(path: &std::path::Path) -> String {
+    let shard = path
+        .file_name()
+        .is_some_and(|n| n.as_encoded_bytes().starts_with(b"shard-"));
+    format!("{}{}", if shard { "shard " } else { "" }, path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_space_names_the_journal_and_manifest_as_what_they_are() {
+        let e = |file: &str| {
+            FormatError::OutOfSpace {
+                shard: PathBuf::from("ds").join(file),
+                cause: "disk full".into(),
+                records: 3,
+                bytes: 9,
+            }
+            .to_string()
+        };
+        assert!(e("shard-00001.lmdb.tmp").starts_with("shard ds/shard-00001.lmdb.tmp: disk full"));
+        assert!(e(".stoker-convert.json.tmp").starts_with("ds/.stoker-convert.json.tmp: disk full"));
+        assert!(e("manifest.json.tmp").starts_with("ds/manifest.json.tmp: disk full"));
     }
 }

@@ -463,7 +463,7 @@ pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64)
     let free = fs4::available_space(dir).ok();
     let free_text = free.map_or(String::new(), |f| format!(" ({f} bytes free)"));
     let cause = match code {
-        Some(libc::ENOSPC) => format!("disk full{free_text}"),
+        Some(libc::ENOSPC) => no_space_cause(free, free_inodes(dir)),
         Some(libc::EDQUOT) => "disk quota exceeded".to_string(),
         Some(libc::EFBIG) => {
             "file size limit reached (the process's RLIMIT_FSIZE or the file system's largest file)"
@@ -485,6 +485,26 @@ pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64)
         records,
         bytes,
     }
+}
+
+/// What ENOSPC means, given the bytes and inodes left to an unprivileged user: a file
+/// system can run out of inodes (a tmpfs's `nr_inodes`, millions of small files) with
+/// gigabytes free, and "disk full (38 MB free)" would send the user looking for space.
+fn no_space_cause(free: Option<u64>, free_inodes: Option<u64>) -> String {
+    let free_text = free.map_or(String::new(), |f| format!(" ({f} bytes free)"));
+    if free_inodes == Some(0) {
+        return format!(
+            "no inodes left on the file system (no new file can be created, however much space is free{free_text})"
+        );
+    }
+    format!("disk full{free_text}")
+}
+
+/// Inodes available to an unprivileged user on `dir`'s file system (`f_favail`); `None`
+/// where the file system does not say (some report 0 total inodes: no fixed table).
+fn free_inodes(dir: &Path) -> Option<u64> {
+    let s = rustix::fs::statvfs(dir).ok()?;
+    (s.f_files > 0).then_some(s.f_favail)
 }
 
 /// True when `path` has reached the process's file size limit.
@@ -603,6 +623,20 @@ impl ShardBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_space_with_no_inodes_left_says_so_not_disk_full() {
+        let c = no_space_cause(Some(38_506_496), Some(0));
+        assert!(
+            c.starts_with("no inodes left") && c.contains("38506496 bytes free"),
+            "{c}"
+        );
+        assert_eq!(
+            no_space_cause(Some(4096), Some(10)),
+            "disk full (4096 bytes free)"
+        );
+        assert_eq!(no_space_cause(None, None), "disk full");
+    }
 
     /// Writes `lens` as records, shards cut every 3 MB; before each shard's first record
     /// `expect(i)` gives the value lengths expected from record `i` on, if any. Returns every
