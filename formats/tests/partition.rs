@@ -390,3 +390,20 @@ fn merge_into_a_directory_inside_a_part_is_refused_and_deletes_nothing() {
     convert(&opts(source, &plain), &NoProgress).unwrap();
     assert_same_dataset(&root, &plain);
 }
+
+#[test]
+fn merge_into_a_locked_directory_names_merge_as_a_possible_holder() {
+    // The lock message named only `stoker convert`, also when a merge held it.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    convert_parts(&Source::ImageFolder(photos()), &root, 2);
+    let held = std::fs::File::open(&root).unwrap();
+    fs4::FileExt::try_lock(&held).unwrap();
+    let e = merge(&root, &[]).unwrap_err();
+    assert!(
+        matches!(e, FormatError::OutputLocked { .. }) && e.to_string().contains("`stoker merge`"),
+        "{e}"
+    );
+    drop(held);
+    merge(&root, &[]).unwrap();
+}
