@@ -238,3 +238,34 @@ fn bench_on_a_dataset_whose_every_record_fails_ends_and_exits_nonzero() {
         text(&o)
     );
 }
+
+#[test]
+fn inspect_and_verify_of_an_unfinished_conversion_say_to_resume_it() {
+    // A conversion stopped before its manifest (the injected failure stands in for a kill):
+    // both commands said only "manifest.json: No such file or directory".
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stoker"));
+    c.args([
+        "convert",
+        SAMPLE,
+        p(&out),
+        "--no-check",
+        "--shard-size",
+        "30K",
+    ])
+    .env("STOKER_TEST_FAIL_AFTER", "4");
+    let o = c.output().unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(out.join(".stoker-convert.json").exists(), "{}", text(&o));
+    for cmd in ["inspect", "verify"] {
+        let o = stoker(&[cmd, p(&out)]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("unfinished conversion") && err.contains("stoker convert --resume"),
+            "{cmd}: {}",
+            text(&o)
+        );
+    }
+}

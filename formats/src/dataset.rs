@@ -57,7 +57,7 @@ impl Dataset {
     /// [`FormatError::DamagedShard`], or an LMDB error.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset, FormatError> {
         let root = path.as_ref().to_path_buf();
-        let manifest = Manifest::read(&root)?;
+        let manifest = Manifest::read(&root).map_err(|e| unfinished(&root, e))?;
         let mut shards = Vec::with_capacity(manifest.shards.len());
         for (i, entry) in manifest.shards.iter().enumerate() {
             let p = manifest.shard_path(&root, i);
@@ -301,5 +301,30 @@ impl DatasetReader {
 
     pub(crate) fn shard_path(&self, shard: usize) -> &Path {
         &self.dataset.inner.shards[shard].path
+    }
+}
+
+/// `e` as [`FormatError::UnfinishedConversion`] when it says `root`'s manifest is missing
+/// and the conversion journal is there: "manifest.json: No such file or directory" left
+/// the user to guess that the conversion had stopped and how to finish it.
+fn unfinished(root: &Path, e: FormatError) -> FormatError {
+    // The journal of this release, or of one before the append-only journal.
+    let journal = [
+        crate::convert::JOURNAL_FILE,
+        crate::convert::LEGACY_JOURNAL_FILE,
+    ]
+    .map(|name| root.join(name))
+    .into_iter()
+    .find(|j| j.exists());
+    match (&e, journal) {
+        (FormatError::Io { source, .. }, Some(journal))
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            FormatError::UnfinishedConversion {
+                dir: root.to_path_buf(),
+                journal,
+            }
+        }
+        _ => e,
     }
 }

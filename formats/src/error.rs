@@ -93,6 +93,15 @@ pub enum FormatError {
         /// The output directory.
         path: PathBuf,
     },
+    /// A directory opened as a dataset holds a conversion's journal and no manifest: the
+    /// conversion was stopped (killed, a full disk, `--strict`) before it finished.
+    #[error("{dir}: unfinished conversion (its journal {journal} is there, manifest.json is not); rerun `stoker convert --resume` with the same arguments (Python: `stoker.convert(..., resume=True)`) to finish it")]
+    UnfinishedConversion {
+        /// The directory given.
+        dir: PathBuf,
+        /// Its conversion journal.
+        journal: PathBuf,
+    },
     /// The disk (or a quota, or the process's file-size limit) ran out while a shard was
     /// written.
     #[error("{}: {cause} after {records} records ({bytes} bytes of shards) were written; make room and rerun with --resume to continue from the last finished shard", written_file(.shard))]

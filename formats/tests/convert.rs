@@ -326,10 +326,14 @@ fn interrupted_conversion_looks_unfinished_refuses_rerun_and_resumes_identically
     assert!(matches!(e, FormatError::Injected { written: 100 }), "{e}");
     // Nothing looks finished: no manifest, so the dataset cannot be opened.
     assert!(!killed.join("manifest.json").exists());
-    assert!(matches!(
-        Dataset::open(&killed),
-        Err(FormatError::Io { .. })
-    ));
+    // ... and opening it says it is unfinished and how to finish it (it said only
+    // "manifest.json: No such file or directory").
+    let e = Dataset::open(&killed).unwrap_err();
+    assert!(
+        matches!(e, FormatError::UnfinishedConversion { .. })
+            && e.to_string().contains("stoker convert --resume"),
+        "{e}"
+    );
     // Finished shards exist (the journal names them); the rest is a .tmp file.
     let names: Vec<String> = stoker_testdata::files_in(&killed).into_keys().collect();
     assert!(names.iter().any(|n| n.ends_with(".lmdb.tmp")), "{names:?}");

@@ -20,6 +20,9 @@ pub(crate) fn format_error(e: FormatError) -> PyErr {
         FormatError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
             PyFileNotFoundError::new_err(e.to_string())
         }
+        // Still a missing manifest to a caller catching FileNotFoundError, as before it
+        // had its own message.
+        FormatError::UnfinishedConversion { .. } => PyFileNotFoundError::new_err(e.to_string()),
         FormatError::InvalidOptions(_) => PyValueError::new_err(e.to_string()),
         _ => StokerError::new_err(e.to_string()),
     }

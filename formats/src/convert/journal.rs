@@ -37,7 +37,7 @@ const JOURNAL_TMP: &str = ".stoker-convert.journal.tmp";
 /// The journal of earlier releases: one JSON object rewritten after every shard. Still
 /// read, so that a conversion killed under an earlier release resumes; the first shard
 /// finished after such a resume replaces it with an append-only journal.
-const LEGACY_FILE: &str = ".stoker-convert.json";
+pub(crate) const LEGACY_FILE: &str = ".stoker-convert.json";
 const LEGACY_TMP: &str = ".stoker-convert.json.tmp";
 /// The header's `stoker_convert_journal` value this build writes and reads.
 const JOURNAL_VERSION: u32 = 2;

@@ -33,6 +33,7 @@ use crate::FormatError;
 pub use bar::TerminalBar;
 use journal::prepare_output;
 pub use journal::JOURNAL_FILE;
+pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MIN_SHARD_BYTES};
 pub use part::{Part, MAX_PARTS};
 pub use report::{ConvertReport, NoProgress, Progress, Skipped};
