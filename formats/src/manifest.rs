@@ -203,7 +203,17 @@ impl Manifest {
         let path = dir.join(MANIFEST_FILE);
         // Bounded and regular-file-only like any input: a manifest of a million classes and
         // a thousand shards is a few tens of megabytes.
-        let text = crate::read_input_file(&path, MAX_MANIFEST_BYTES)?;
+        let text = crate::read_input_file(&path, MAX_MANIFEST_BYTES).map_err(|e| match e {
+            // The input limit's message names `--max-file-size`, a convert flag that does
+            // not apply here (and that `inspect` or `verify` do not have).
+            FormatError::FileTooLarge { bytes, limit, .. } => FormatError::InvalidManifest {
+                path: path.clone(),
+                reason: format!(
+                    "{bytes} bytes, over the manifest size limit of {limit} bytes (a manifest of a million classes and a thousand shards is a few tens of MB): not a stoker manifest, or a damaged one"
+                ),
+            },
+            e => e,
+        })?;
         let m: Manifest =
             serde_json::from_slice(&text).map_err(|e| FormatError::InvalidManifest {
                 path: path.clone(),
@@ -306,5 +316,26 @@ impl Manifest {
     /// Path of shard `i` under the dataset root `dir`.
     pub fn shard_path(&self, dir: &Path, i: usize) -> PathBuf {
         dir.join(&self.shards[i].file)
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_manifest_is_refused_without_naming_a_convert_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = std::fs::File::create(dir.path().join(MANIFEST_FILE)).unwrap();
+        // Sparse: no disk space is used.
+        f.set_len(MAX_MANIFEST_BYTES + 1).unwrap();
+        let e = Manifest::read(dir.path()).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            matches!(e, FormatError::InvalidManifest { .. })
+                && text.contains("manifest size limit")
+                && !text.contains("--max-file-size"),
+            "{text}"
+        );
     }
 }
