@@ -171,3 +171,20 @@ fn an_output_that_would_create_other_folders_in_the_source_is_refused() {
     );
     assert!(!data.join("new").exists());
 }
+
+#[test]
+fn an_output_reached_through_a_symlink_in_the_source_is_not_walked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = copy_sample(tmp.path(), "data");
+    let out = tmp.path().join("out");
+    // A class folder holding a link to the output, made by a user's `ln -s`.
+    std::fs::create_dir(&out).unwrap();
+    std::os::unix::fs::symlink(&out, data.join("caer/to_out")).unwrap();
+    let mut o = opts(Source::ImageFolder(data), &out);
+    o.fail_after = Some(3);
+    convert(&o, &NoProgress).unwrap_err();
+    o.fail_after = None;
+    o.resume = true;
+    let r = convert(&o, &NoProgress).unwrap();
+    assert_eq!((r.inputs, r.written), (15, 15), "{:?}", r.skipped);
+}

@@ -48,7 +48,11 @@ impl OwnOutput {
             return Ok(OwnOutput::default());
         };
         let Ok(below) = real.strip_prefix(&root_real) else {
-            return Ok(OwnOutput::default());
+            // Outside the tree, it can still be reached through a symlink in it.
+            return Ok(OwnOutput {
+                id,
+                ..OwnOutput::default()
+            });
         };
         if below.as_os_str().is_empty() {
             // The source itself: refused as a non-empty output directory.
