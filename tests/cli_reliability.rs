@@ -252,12 +252,12 @@ fn inspect_and_verify_of_an_unfinished_conversion_say_to_resume_it() {
         p(&out),
         "--no-check",
         "--shard-size",
-        "30K",
+        "64K",
     ])
     .env("STOKER_TEST_FAIL_AFTER", "4");
     let o = c.output().unwrap();
     assert!(!o.status.success(), "{}", text(&o));
-    assert!(out.join(".stoker-convert.json").exists(), "{}", text(&o));
+    assert!(out.join(".stoker-convert.journal").exists(), "{}", text(&o));
     for cmd in ["inspect", "verify"] {
         let o = stoker(&[cmd, p(&out)]);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));

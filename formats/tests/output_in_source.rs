@@ -97,7 +97,9 @@ fn killed_flat_conversion_into_its_own_folder_resumes_as_flat() {
 
     let out = flat.join("out");
     let mut o = opts(Source::ImageFolder(flat.clone()), &out);
-    o.shards = Some(3); // one record per shard, so some are finished when it is killed
+    // Shards at the 64 KiB floor hold one of these photos each, so some are finished
+    // when it is killed.
+    o.shard_bytes = 64 << 10;
     o.fail_after = Some(2);
     let e = convert(&o, &NoProgress).unwrap_err();
     assert!(matches!(e, FormatError::Injected { .. }), "{e}");
