@@ -138,6 +138,13 @@ pub enum LoaderError {
 }
 
 impl LoaderError {
+    /// `Some(error)` when this process is not `built`, the process that built a loader:
+    /// then it is a `fork` of it, where the loader's threads do not exist.
+    pub(crate) fn if_forked(built: u32) -> Option<LoaderError> {
+        let now = std::process::id();
+        (now != built).then_some(LoaderError::ForkedProcess { built, now })
+    }
+
     /// The dataset index of the record this error is about, if it is about one record.
     ///
     /// # Examples

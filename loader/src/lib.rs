@@ -157,6 +157,7 @@ pub mod launcher;
 mod loader;
 pub mod metrics;
 mod mixing;
+mod order_ahead;
 pub(crate) mod pipeline;
 pub mod pixels;
 pub mod resume;

@@ -11,6 +11,7 @@ use crate::batch::Batch;
 use crate::config::{LoaderConfig, OnError};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage, Stats};
+use crate::order_ahead::OrderAhead;
 use crate::pipeline::{BadLog, EpochPlan, EpochStream, Next, Pipeline};
 use crate::resume::{check_resume, DatasetFingerprint, LoaderState};
 use crate::sampler::Sampler;
@@ -45,6 +46,8 @@ pub struct Loader {
     fingerprint: DatasetFingerprint,
     /// The process that built the loader (its threads live there only).
     pid: u32,
+    /// The next epoch's order, drawn ahead for large datasets when prefetching.
+    order_ahead: OrderAhead,
 }
 
 impl Loader {
@@ -74,6 +77,7 @@ impl Loader {
             config,
             fingerprint,
             pid: std::process::id(),
+            order_ahead: OrderAhead::default(),
         }
     }
 }
@@ -85,10 +89,11 @@ impl Drop for Loader {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if forked(self.pid).is_some() {
+        if LoaderError::if_forked(self.pid).is_some() {
             // In a fork the pipeline's threads (and CUDA context) do not exist: dropping
             // would wait forever to join them. Leak what the child inherited instead.
             std::mem::forget(early);
+            self.order_ahead.forget();
             return;
         }
         // The early start first: its threads stop before the backend's.
@@ -96,13 +101,6 @@ impl Drop for Loader {
         // SAFETY: `backend` is dropped only here, once, and `self` is not used after.
         unsafe { ManuallyDrop::drop(&mut self.backend) };
     }
-}
-
-/// `Some(error)` when this process is not `built`, the process that built a loader:
-/// then it is a `fork` of it, where the loader's threads do not exist.
-fn forked(built: u32) -> Option<LoaderError> {
-    let now = std::process::id();
-    (now != built).then_some(LoaderError::ForkedProcess { built, now })
 }
 
 impl std::fmt::Debug for Loader {
@@ -184,7 +182,7 @@ impl Loader {
         on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
         owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
     ) -> Epoch<'a> {
-        if let Some(e) = forked(self.pid) {
+        if let Some(e) = LoaderError::if_forked(self.pid) {
             let (metrics, progress) = (Arc::clone(&self.metrics), Arc::clone(&self.progress));
             return Epoch::failed(epoch, e, metrics, progress, false);
         }
@@ -286,7 +284,11 @@ impl Loader {
             epoch,
             seed: self.config.seed,
             // An `Arc<Vec>`, not `Arc<[u64]>`: no copy of what may be hundreds of MB.
-            order: Arc::new(self.sampler.order(epoch)),
+            order: Arc::new(self.order_ahead.for_epoch(
+                &self.sampler,
+                epoch,
+                self.config.prefetch_next_epoch,
+            )),
             global_offset: self.sampler.global_position(0),
             dataset_len: self.config.dataset.len(),
             batch_size: self.config.batch_size,
@@ -684,7 +686,7 @@ impl<'a> Epoch<'a> {
             return Next::Ready(Err(e));
         }
         if self.stream.is_some() {
-            if let Some(e) = forked(self.pid) {
+            if let Some(e) = LoaderError::if_forked(self.pid) {
                 // The threads that would fill the stream stayed in the parent.
                 std::mem::forget(self.stream.take());
                 self.on_last = None;
@@ -775,7 +777,7 @@ impl Drop for Epoch<'_> {
     fn drop(&mut self) {
         // Stop the backend first (its Drop stops the workers), then account. In a fork
         // the workers do not exist, and waiting for them would never end: leak it.
-        if forked(self.pid).is_some() {
+        if LoaderError::if_forked(self.pid).is_some() {
             std::mem::forget(self.stream.take());
         }
         self.stream = None;

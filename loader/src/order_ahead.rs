@@ -1,0 +1,98 @@
+//! The next epoch's order, drawn on a thread of its own while the current epoch runs.
+//!
+//! A global shuffle of a large dataset draws a permutation of every record: seconds at 100M
+//! records (docs/BENCHMARKS.md, "Scale"). Drawn when the next epoch starts, that is a pause
+//! of the training loop at every epoch boundary, since the next epoch is started when the
+//! last batch of the current one is handed out. Drawn ahead, it is ready by then. Only for
+//! datasets where the draw takes long enough to matter: below [`DRAW_AHEAD_FROM`] records
+//! it takes milliseconds, and a thread and a second order in memory would buy nothing.
+
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+
+use crate::Sampler;
+
+/// Records from which the next epoch's order is drawn ahead (a global shuffle of 1M
+/// records takes tens of milliseconds on one core).
+pub(crate) const DRAW_AHEAD_FROM: u64 = 1 << 20;
+
+/// An order being drawn ahead, for one epoch.
+#[derive(Debug, Default)]
+pub(crate) struct OrderAhead {
+    ahead: Mutex<Option<(u64, JoinHandle<Vec<u64>>)>>,
+}
+
+impl OrderAhead {
+    /// This rank's order of `epoch`: drawn ahead when the loader starts its epochs early
+    /// (`prefetch`) and the dataset is large.
+    pub(crate) fn for_epoch(&self, sampler: &Sampler, epoch: u64, prefetch: bool) -> Vec<u64> {
+        if prefetch {
+            self.order(sampler, epoch, DRAW_AHEAD_FROM).0
+        } else {
+            sampler.order(epoch)
+        }
+    }
+
+    /// The order of `epoch` for `sampler`: the one drawn ahead if it is for this epoch,
+    /// else drawn here; then, for a sampler of at least `from` records, starts drawing
+    /// the next epoch's. Returns whether the order was drawn ahead.
+    pub(crate) fn order(&self, sampler: &Sampler, epoch: u64, from: u64) -> (Vec<u64>, bool) {
+        let taken = self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // Another epoch's (a loop that jumped epochs): its thread finishes on its own.
+        let drawn = match taken {
+            Some((e, handle)) if e == epoch => handle.join().ok(),
+            _ => None,
+        };
+        let ahead = drawn.is_some();
+        let order = drawn.unwrap_or_else(|| sampler.order(epoch));
+        if let Some(next) = epoch
+            .checked_add(1)
+            .filter(|_| sampler.dataset_len() >= from)
+        {
+            let sampler = sampler.clone();
+            // Without a thread (none could be started), the next epoch draws its own.
+            if let Ok(handle) = std::thread::Builder::new()
+                .name("stoker-order".into())
+                .spawn(move || sampler.order(next))
+            {
+                *self.ahead.lock().unwrap_or_else(|p| p.into_inner()) = Some((next, handle));
+            }
+        }
+        (order, ahead)
+    }
+
+    /// Leaves a thread that is drawing to finish on its own: for a forked child, where it
+    /// does not exist and must not be waited for or detached.
+    pub(crate) fn forget(&self) {
+        let taken = self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take();
+        std::mem::forget(taken);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Shuffle;
+
+    #[test]
+    fn the_next_epochs_order_is_drawn_ahead_and_equals_its_own_draw() {
+        let s = Sampler::new(5000, Shuffle::Global { seed: 4 }, 1, 3, 16, false).unwrap();
+        let ahead = OrderAhead::default();
+        let (first, was_ahead) = ahead.order(&s, 7, 1000);
+        assert_eq!((first, was_ahead), (s.order(7), false));
+        let (second, was_ahead) = ahead.order(&s, 8, 1000);
+        assert_eq!((second, was_ahead), (s.order(8), true));
+        // A jump to another epoch draws that one here; the next is drawn ahead again.
+        assert_eq!(ahead.order(&s, 20, 1000), (s.order(20), false));
+        assert_eq!(ahead.order(&s, 21, 1000), (s.order(21), true));
+    }
+
+    #[test]
+    fn small_datasets_draw_nothing_ahead() {
+        let s = Sampler::new(500, Shuffle::Global { seed: 4 }, 0, 1, 16, false).unwrap();
+        let ahead = OrderAhead::default();
+        ahead.order(&s, 0, 1000);
+        assert_eq!(ahead.order(&s, 1, 1000), (s.order(1), false));
+        assert!(ahead.ahead.lock().unwrap().is_none());
+    }
+}
