@@ -559,6 +559,33 @@ fn verify_rejects_labels_outside_an_empty_class_list() {
     );
 }
 
+/// A list file over the 4 GiB limit (sparse here) is refused by its size, before a byte of
+/// it is read: reading it first took 12.6 s and 4.2 GB to say the same.
+#[test]
+fn a_list_file_over_the_limit_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("huge.csv");
+    std::fs::File::create(&list)
+        .unwrap()
+        .set_len((4 << 30) + 1)
+        .unwrap();
+    let o = ConvertOptions::new(
+        Source::List {
+            root: SAMPLE.into(),
+            list,
+        },
+        dir.path().join("o"),
+    );
+    let started = std::time::Instant::now();
+    let e = convert_within(o, Duration::from_secs(60)).unwrap_err();
+    assert!(e.to_string().contains("longer than"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn jobs_100000_and_a_device_as_list_file_are_refused_before_use() {
     let dir = tempfile::tempdir().unwrap();

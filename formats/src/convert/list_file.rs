@@ -105,12 +105,21 @@ fn read_list(list: &Path) -> Result<String, FormatError> {
     use std::os::unix::fs::FileTypeExt;
     let io = |e| FormatError::io(list, e);
     // A FIFO is fine (`--list <(generate)`); a device is not a list.
-    let kind = std::fs::metadata(list).map_err(io)?.file_type();
+    let meta = std::fs::metadata(list).map_err(io)?;
+    let kind = meta.file_type();
     if kind.is_char_device() || kind.is_block_device() || kind.is_dir() || kind.is_socket() {
         return Err(FormatError::BadSource {
             path: list.to_path_buf(),
             reason: "not a file or a pipe".into(),
         });
+    }
+    let too_long = || FormatError::BadSource {
+        path: list.to_path_buf(),
+        reason: format!("longer than {MAX_LIST_BYTES} bytes"),
+    };
+    // Said before reading it: reading 4 GiB first took seconds and as much memory.
+    if kind.is_file() && meta.len() > MAX_LIST_BYTES {
+        return Err(too_long());
     }
     let mut text = String::new();
     std::fs::File::open(list)
@@ -119,10 +128,7 @@ fn read_list(list: &Path) -> Result<String, FormatError> {
         .read_to_string(&mut text)
         .map_err(io)?;
     if text.len() as u64 > MAX_LIST_BYTES {
-        return Err(FormatError::BadSource {
-            path: list.to_path_buf(),
-            reason: format!("longer than {MAX_LIST_BYTES} bytes"),
-        });
+        return Err(too_long());
     }
     Ok(text)
 }
