@@ -211,9 +211,12 @@ struct BadEntry {
     error: String,
 }
 
+/// Distinct bad records logged one by one; after them a line now and then.
+const LOGGED_BAD_RECORDS: u64 = 20;
+
 impl BadLog {
-    /// Counts (and logs, the first time an index is seen) the bad records of batch
-    /// `batch`, which is being handed out.
+    /// Counts (and logs, the first time an index is seen, for the first
+    /// [`LOGGED_BAD_RECORDS`]) the bad records of batch `batch`, which is being handed out.
     pub(crate) fn hand_out(&self, batch: u64, epoch: u64, on_error: OnError, metrics: &Metrics) {
         let handed: Vec<BadEntry> = {
             let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -227,14 +230,24 @@ impl BadLog {
             handed
         };
         for e in handed {
-            if metrics.bad_record(e.index) {
-                match on_error {
-                    OnError::Replace => {
-                        tracing::warn!(index = e.index, epoch, error = %e.error, "bad record replaced by another sample of the epoch")
-                    }
-                    OnError::Error => {
-                        tracing::warn!(index = e.index, epoch, error = %e.error, "bad record: its batch is an error (OnError::Error)")
-                    }
+            let Some(distinct) = metrics.bad_record_distinct(e.index) else {
+                continue;
+            };
+            // The first ones by name, then a line at each power of two: a shard lost under
+            // a running epoch makes every one of its records bad, which would otherwise be
+            // a line each. All of them are counted in the stats.
+            if distinct > LOGGED_BAD_RECORDS {
+                if distinct.is_power_of_two() {
+                    tracing::warn!(distinct, latest = e.index, epoch, error = %e.error, "bad records so far (counted in the stats; no longer logged one by one)");
+                }
+                continue;
+            }
+            match on_error {
+                OnError::Replace => {
+                    tracing::warn!(index = e.index, epoch, error = %e.error, "bad record replaced by another sample of the epoch")
+                }
+                OnError::Error => {
+                    tracing::warn!(index = e.index, epoch, error = %e.error, "bad record: its batch is an error (OnError::Error)")
                 }
             }
         }
@@ -298,6 +311,47 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+
+    /// A shard lost mid-epoch makes thousands of records bad at once: the first 20 are
+    /// logged by index, then one line per power of two; every one is counted.
+    #[test]
+    fn many_bad_records_log_a_few_lines_and_count_them_all() {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let log = BadLog::default();
+        let metrics = Metrics::default();
+        log.entries
+            .lock()
+            .unwrap()
+            .extend((0..1000).map(|index| BadEntry {
+                batch: 0,
+                index,
+                error: "shard unreadable".into(),
+            }));
+        tracing::subscriber::with_default(subscriber, || {
+            log.hand_out(0, 1, OnError::Replace, &metrics);
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 20 + 5, "{text}"); // then 32, 64, ..., 512
+        assert!(text.contains("distinct=512"), "{text}");
+        let stats = metrics.snapshot();
+        assert_eq!((stats.bad_records, stats.bad_distinct), (1000, 1000));
+    }
 
     fn plan(len: u64, global_offset: u64) -> EpochPlan {
         EpochPlan {

@@ -161,15 +161,21 @@ impl Metrics {
 
     /// Counts a bad record; returns `true` the first time this index is seen (log it then).
     pub fn bad_record(&self, index: u64) -> bool {
+        self.bad_record_distinct(index).is_some()
+    }
+
+    /// [`Metrics::bad_record`], returning how many distinct bad records there are with
+    /// this one when it is new.
+    pub(crate) fn bad_record_distinct(&self, index: u64) -> Option<u64> {
         let mut bad = self.bad.lock().unwrap_or_else(|p| p.into_inner());
         bad.count += 1;
         if !bad.seen.insert(index) {
-            return false;
+            return None;
         }
         if bad.indices.len() < KEPT_BAD_INDICES {
             bad.indices.push(index);
         }
-        true
+        Some(bad.seen.len() as u64)
     }
 
     /// Bytes of host batch buffers (the CPU ring).
