@@ -242,6 +242,15 @@ impl BatchedState {
         outputs: &mut [OutputImage],
         stream: &CudaStream,
     ) -> Result<(), DecodeError> {
+        // The library reads as many entries of each array as the state's batch size:
+        // lengths that differ are a bug here, not something to pass on.
+        assert!(
+            data.len() == lens.len() && lens.len() == outputs.len(),
+            "nvjpegDecodeBatched: {} bitstreams, {} lengths, {} outputs",
+            data.len(),
+            lens.len(),
+            outputs.len()
+        );
         // SAFETY: the handle and state are live and belong together; the
         // caller's contract covers the inputs, the outputs and the batch size;
         // `OutputImage` is a transparent `nvjpegImage_t`.

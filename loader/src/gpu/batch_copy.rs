@@ -66,7 +66,14 @@ pub unsafe fn memcpy_batch_htod_async(
     sizes: &mut [usize],
     stream: sys::CUstream,
 ) -> Result<(), DriverError> {
-    debug_assert!(dsts.len() == srcs.len() && srcs.len() == sizes.len());
+    // Checked in release builds too: the driver reads `dsts.len()` entries of each array.
+    assert!(
+        dsts.len() == srcs.len() && srcs.len() == sizes.len(),
+        "memcpy_batch_htod_async: {} destinations, {} sources, {} sizes",
+        dsts.len(),
+        srcs.len(),
+        sizes.len()
+    );
     // SAFETY: a C struct of enums and integers, each valid as zero (INVALID / 0);
     // the fields the driver reads are set below.
     let mut attr: sys::CUmemcpyAttributes = unsafe { std::mem::zeroed() };
