@@ -56,6 +56,9 @@ impl Dataset {
     /// Missing or invalid manifest, missing shard, [`FormatError::ShardSizeMismatch`],
     /// [`FormatError::DamagedShard`], or an LMDB error.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset, FormatError> {
+        // Also when the shards' maps are shared with an earlier open: a handler installed
+        // since (a DataLoader worker's, faulthandler's) must not take over their faults.
+        crate::map_guard::install();
         let root = path.as_ref().to_path_buf();
         let manifest = Manifest::read(&root).map_err(|e| unfinished(&root, e))?;
         let mut shards = Vec::with_capacity(manifest.shards.len());
@@ -149,6 +152,7 @@ impl Dataset {
     ///
     /// [`FormatError::ShardChanged`], or an I/O error when a shard file is gone.
     pub fn reader(&self) -> Result<DatasetReader, FormatError> {
+        crate::map_guard::install();
         for s in &self.inner.shards {
             s.check_unchanged()?;
         }

@@ -73,6 +73,7 @@ pub use manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE, OLDEST_FORMAT_VERSION,
 };
+pub use map_guard::install as install_read_fault_handler;
 pub use merge::{merge, MergeReport};
 pub use record::{Encoding, Record, RecordHeader, HEADER_LEN, RECORD_MAGIC, RECORD_VERSION};
 pub use verify::{verify, BadRecord, VerifyReport};

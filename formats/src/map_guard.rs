@@ -26,8 +26,8 @@
 //! half-written) and makes one `mmap` system call.
 
 use std::ffi::c_void;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Once, OnceLock};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once};
 
 /// As many slots as the kernel allows mappings per process by default (`vm.max_map_count`
 /// is 65,530), so the table does not run out before the address space does. Each slot is
@@ -62,8 +62,15 @@ static HIGH: AtomicUsize = AtomicUsize::new(0);
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 /// The page size, set before the handler is installed.
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
-/// The SIGBUS action in place before ours, set before ours is installed.
-static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// The SIGBUS action in place before ours, set before ours is installed (again, when
+/// another handler had replaced ours). Each is leaked: a few bytes per reinstall, and the
+/// handler may be reading the one before while a new one is set.
+static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+/// The address of the last fault outside our maps that was passed on: the same one again
+/// means the handler it went to returned without curing it, and it would repeat forever.
+static LAST_FOREIGN: AtomicUsize = AtomicUsize::new(0);
+/// Serializes installs (never taken in the handler).
+static INSTALLING: Mutex<()> = Mutex::new(());
 /// Faults handled in registered maps, for tests and diagnostics.
 static HANDLED: AtomicU64 = AtomicU64::new(0);
 
@@ -188,38 +195,57 @@ fn owner(addr: usize) -> Option<&'static Slot> {
     })
 }
 
-fn install() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
+/// Installs stoker's SIGBUS handler for shard maps, unless it is the one in place: also
+/// after another library replaced it without passing faults on (Python's
+/// `faulthandler.enable()` called late, torch's DataLoader workers), which would turn a
+/// shard read fault back into a dead process. The handler found in its place is where
+/// faults outside shard maps go from then on. Every shard open calls it; a program that
+/// installs a SIGBUS handler of its own afterwards can call it again.
+pub fn install() {
+    static PAGE_SIZE: Once = Once::new();
+    PAGE_SIZE.call_once(|| {
         // SAFETY: sysconf has no memory-safety preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         if page > 0 {
             PAGE.store(page as usize, Ordering::Relaxed);
         }
-        // SAFETY: an all-zero `sigaction` is a valid value to be overwritten by the query.
-        let mut previous: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: a query (no new action) into a valid, writable `sigaction`.
-        if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut previous) } != 0 {
-            tracing::warn!("cannot read the SIGBUS action; shard read faults stay fatal");
-            return;
-        }
-        // Set before ours is installed: the handler forwards to it from its first call.
-        let _ = PREVIOUS.set(previous);
-        // SAFETY: all-zero is a valid `sigaction` (empty mask, no flags), filled in below.
-        let mut ours: libc::sigaction = unsafe { std::mem::zeroed() };
-        ours.sa_sigaction = on_sigbus as *const () as usize;
-        // SA_ONSTACK: a fault on a thread that runs on its alternate signal stack (Rust
-        // threads set one up) is handled there too.
-        ours.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-        // SAFETY: `ours` is a valid action whose handler has the SA_SIGINFO signature and
-        // is async-signal-safe (atomics and one mmap call).
-        if unsafe { libc::sigaction(libc::SIGBUS, &ours, std::ptr::null_mut()) } != 0 {
-            tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
-        }
     });
+    let _turn = INSTALLING.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: an all-zero `sigaction` is a valid value to be overwritten by the query.
+    let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query (no new action) into a valid, writable `sigaction`.
+    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut current) } != 0 {
+        return;
+    }
+    let ours = on_sigbus as *const () as usize;
+    if current.sa_sigaction == ours {
+        return;
+    }
+    // Set before ours is installed: the handler forwards to it from its first call.
+    PREVIOUS.store(Box::into_raw(Box::new(current)), Ordering::Release);
+    // SAFETY: all-zero is a valid `sigaction` (empty mask, no flags), filled in below.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    action.sa_sigaction = ours;
+    // SA_ONSTACK: a fault on a thread that runs on its alternate signal stack (Rust
+    // threads set one up) is handled there too.
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+    // SAFETY: `action` is a valid action whose handler has the SA_SIGINFO signature and is
+    // async-signal-safe (atomics, errno, mmap and sigaction).
+    if unsafe { libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) } != 0 {
+        tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
+    }
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: errno is this thread's; read here and written back below, so that the code
+    // the signal interrupted finds it as it left it.
+    let errno = unsafe { *libc::__errno_location() };
+    handle(sig, info, context);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     // SAFETY: the kernel hands an SA_SIGINFO handler a valid siginfo_t; `si_addr` is
     // meaningful for kernel-raised SIGBUS (si_code > 0) and only used then.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
@@ -251,10 +277,21 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *
     forward(sig, code, info, context);
 }
 
+/// The fault address of `info`.
+fn addr_of(info: *mut libc::siginfo_t) -> usize {
+    // SAFETY: as in `handle`.
+    unsafe { (*info).si_addr() as usize }
+}
+
 /// Passes a SIGBUS that is not ours to the action in place before ours.
 fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
-    let previous = PREVIOUS.get();
-    let handler = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    // SAFETY: a pointer from `Box::into_raw`, never freed (see PREVIOUS), or null.
+    let previous = unsafe { PREVIOUS.load(Ordering::Acquire).as_ref() };
+    let mut handler = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    if code > 0 && LAST_FOREIGN.swap(addr_of(info), Ordering::Relaxed) == addr_of(info) {
+        // The handler it went to last time returned without curing it.
+        handler = libc::SIG_DFL;
+    }
     if handler == libc::SIG_IGN && code <= 0 {
         // A SIGBUS sent by kill() to a process that ignored it.
         return;
@@ -400,23 +437,41 @@ mod tests {
         unsafe { libc::_exit(42) }
     }
 
+    /// A handler that returns without curing anything (Python's faulthandler once it has
+    /// fired): the fault would repeat forever.
+    extern "C" fn do_nothing(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {}
+
+    fn set_handler(f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void)) {
+        // SAFETY: a valid SA_SIGINFO action whose handler is async-signal-safe.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = f as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO;
+            assert_eq!(
+                libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()),
+                0
+            );
+        }
+    }
+
     /// The child process's side of the tests below: a no-op when run as a plain test.
     #[test]
     fn child() {
         let Ok(scenario) = std::env::var("STOKER_MAP_GUARD_CHILD") else {
             return;
         };
-        if scenario == "chained" {
-            // SAFETY: a valid SA_SIGINFO action whose handler only calls _exit.
-            unsafe {
-                let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = exit_42 as *const () as usize;
-                action.sa_flags = libc::SA_SIGINFO;
-                assert_eq!(
-                    libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()),
-                    0
-                );
+        match scenario.as_str() {
+            "chained" => set_handler(exit_42),
+            "loop" => set_handler(do_nothing),
+            "replaced" => {
+                // Ours is installed first, then replaced by a handler that passes nothing
+                // on (as faulthandler.enable() called late does): the next map puts ours
+                // back, in front of it.
+                let (_d, p) = file_of(4096);
+                drop(GuardedMap::new(map(&p)));
+                set_handler(exit_42);
             }
+            _ => {}
         }
         // Ours is installed, and handles its own map's fault...
         let (_dir, path) = file_of(64 << 10);
@@ -444,5 +499,17 @@ mod tests {
     fn a_fault_in_an_unregistered_map_reaches_the_handler_installed_before() {
         let status = run_child("chained");
         assert_eq!(status.code(), Some(42), "{status:?}");
+    }
+
+    #[test]
+    fn a_handler_that_replaced_ours_is_put_behind_it_at_the_next_map() {
+        let status = run_child("replaced");
+        assert_eq!(status.code(), Some(42), "{status:?}");
+    }
+
+    #[test]
+    fn a_fault_the_previous_handler_does_not_cure_ends_the_process_instead_of_repeating() {
+        let status = run_child("loop");
+        assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
     }
 }

@@ -114,32 +114,22 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
             .and_then(|f| {
                 let len = f.metadata().map_err(|e| e.to_string())?.len();
                 crate::lmdb_walk::walk_records(&f, len, &mut |item| match item {
-                    Ok((key, value)) => shard.record(&key, Cow::Owned(value)),
+                    Ok((key, value)) => {
+                        shard.record(&key, Cow::Owned(value));
+                        if shard.pending_bytes >= DECODE_CHUNK_BYTES {
+                            decoded += shard.decode_pending(&decoder);
+                        }
+                    }
                     Err(e) => shard.problem(None, format!("damaged LMDB page: {e}")),
                 })
             });
         if let Err(e) = walked {
             shard.problem(None, format!("records not read: {e}"));
         }
-        let ((n, payload), to_decode, mut problems) = shard.finish();
+        decoded += shard.decode_pending(&decoder);
+        let ((n, payload), problems) = shard.finish();
         checked += n;
         payload_bytes = payload_bytes.saturating_add(payload);
-        let decode_problems: Vec<Problem> = to_decode
-            .par_iter()
-            .filter_map(|(index, h, payload)| match decoder.decode_to_vec(payload) {
-                Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => Some((
-                    Some(*index),
-                    format!(
-                        "decodes to {}x{}, header says {}x{}",
-                        info.width, info.height, h.width, h.height
-                    ),
-                )),
-                Ok(_) => None,
-                Err(e) => Some((Some(*index), format!("does not decode: {e}"))),
-            })
-            .collect();
-        decoded += to_decode.len() as u64;
-        problems.extend(decode_problems);
         bad.extend(problems.into_iter().map(|(index, problem)| BadRecord {
             shard: entry.file.clone(),
             index,
@@ -171,6 +161,10 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
 
 /// A JPEG record to decode: index, header, payload.
 type ToDecode<'a> = (u64, RecordHeader, Cow<'a, [u8]>);
+
+/// JPEG bytes `verify --decode` holds before decoding them: the walk copies every record
+/// out of the file, so a whole shard's (1 GiB by default) would otherwise be in memory.
+const DECODE_CHUNK_BYTES: usize = 64 << 20;
 /// A problem found: the record's index (none for the shard as a whole) and what is wrong.
 type Problem = (Option<u64>, String);
 
@@ -189,6 +183,8 @@ struct ShardCheck<'a, 'm> {
     /// Payload bytes of the records whose header and CRC were good.
     payload_bytes: u64,
     to_decode: Vec<ToDecode<'a>>,
+    /// Payload bytes in `to_decode`.
+    pending_bytes: usize,
     problems: Vec<Problem>,
 }
 
@@ -205,6 +201,7 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
             checked: 0,
             payload_bytes: 0,
             to_decode: Vec::new(),
+            pending_bytes: 0,
             problems: Vec::new(),
         }
     }
@@ -302,20 +299,47 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
                         Cow::Owned(v)
                     }
                 };
+                self.pending_bytes += payload.len();
                 self.to_decode.push((index, h, payload));
             }
             Encoding::Jpeg => {}
         }
     }
 
-    /// Records checked and their payload bytes, JPEGs to decode, problems.
-    fn finish(mut self) -> ((u64, u64), Vec<ToDecode<'a>>, Vec<Problem>) {
+    /// Decodes the JPEGs read so far (on the rayon pool) and lets their bytes go; returns
+    /// how many. Called every [`DECODE_CHUNK_BYTES`], so that a shard's payloads are never
+    /// all held at once.
+    fn decode_pending(&mut self, decoder: &CpuDecoder) -> u64 {
+        let chunk = std::mem::take(&mut self.to_decode);
+        self.pending_bytes = 0;
+        let problems: Vec<Problem> = chunk
+            .par_iter()
+            .filter_map(|(index, h, payload)| match decoder.decode_to_vec(payload) {
+                Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => Some((
+                    Some(*index),
+                    format!(
+                        "decodes to {}x{}, header says {}x{}",
+                        info.width, info.height, h.width, h.height
+                    ),
+                )),
+                Ok(_) => None,
+                Err(e) => Some((Some(*index), format!("does not decode: {e}"))),
+            })
+            .collect();
+        self.problems.extend(problems);
+        chunk.len() as u64
+    }
+
+    /// Records checked and their payload bytes, and the problems (after
+    /// [`ShardCheck::decode_pending`]).
+    fn finish(mut self) -> ((u64, u64), Vec<Problem>) {
+        debug_assert!(self.to_decode.is_empty());
         if self.expect < self.end {
             let (expect, end) = (self.expect, self.end);
             self.problem(Some(expect), format!("records {expect}..{end} are missing"));
         }
         let counted = (self.checked, self.payload_bytes);
-        (counted, self.to_decode, self.problems)
+        (counted, self.problems)
     }
 }
 

@@ -327,7 +327,8 @@ impl Loader {
     /// ```
     pub fn cancel_prefetch(&self) -> bool {
         let early = self.early.lock().unwrap_or_else(|p| p.into_inner()).take();
-        // Dropping the stream stops its producer and returns its batches.
+        // Dropping the stream stops its producer and returns its batches; the order too.
+        self.order_ahead.cancel();
         early.is_some()
     }
 

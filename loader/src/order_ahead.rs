@@ -61,6 +61,11 @@ impl OrderAhead {
         (order, ahead)
     }
 
+    /// Lets go of the order drawn ahead: its thread drops it when it finishes.
+    pub(crate) fn cancel(&self) {
+        drop(self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
     /// Leaves a thread that is drawing to finish on its own: for a forked child, where it
     /// does not exist and must not be waited for or detached.
     pub(crate) fn forget(&self) {
@@ -85,6 +90,10 @@ mod tests {
         // A jump to another epoch draws that one here; the next is drawn ahead again.
         assert_eq!(ahead.order(&s, 20, 1000), (s.order(20), false));
         assert_eq!(ahead.order(&s, 21, 1000), (s.order(21), true));
+        // Cancelled (the loader's `cancel_prefetch`): nothing is kept.
+        ahead.cancel();
+        assert!(ahead.ahead.lock().unwrap().is_none());
+        assert_eq!(ahead.order(&s, 22, 1000), (s.order(22), false));
     }
 
     #[test]

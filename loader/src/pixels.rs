@@ -122,7 +122,8 @@ pub(crate) fn load_record<'r>(
                 dest,
                 metrics,
                 t_decode,
-            )?;
+            )
+            .map_err(|e| unreadable_first(reader, index, e))?;
             Loaded {
                 label: header.label,
                 width: info.width,
@@ -255,6 +256,16 @@ pub(crate) fn large_image_turn(
     (bytes > LARGE_IMAGE_BYTES).then(|| TURN.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
+/// `error` for record `index`, unless a page of its shard could not be read (then its
+/// bytes were zeros, and that is the error to report: a storage fault, not a bad record
+/// that `stoker verify` would find).
+fn unreadable_first(reader: &DatasetReader, index: u64, error: LoaderError) -> LoaderError {
+    match reader.check_read(index) {
+        Err(source) => LoaderError::Read { index, source },
+        Ok(()) => error,
+    }
+}
+
 /// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
 /// payload bytes, the time taken): the first step of every backend for every record.
 pub(crate) fn read_checked<'r>(
@@ -266,11 +277,11 @@ pub(crate) fn read_checked<'r>(
     let record = reader
         .get(index)
         .map_err(|source| LoaderError::Read { index, source })?;
+    // The CRC read every payload byte: a page of the shard lost meanwhile (cut short in
+    // place, an I/O error) read as zeros, and is reported as such, not as a bad CRC.
     record
         .check_crc()
-        .map_err(|source| LoaderError::Read { index, source })?;
-    // The CRC read every payload byte: a page of the shard lost meanwhile (cut short in
-    // place, an I/O error) read as zeros, and is reported here.
+        .map_err(|source| unreadable_first(reader, index, LoaderError::Read { index, source }))?;
     reader
         .check_read(index)
         .map_err(|source| LoaderError::Read { index, source })?;
@@ -442,6 +453,55 @@ mod tests {
     use stoker_formats::{Dataset, DatasetWriter, Provenance, RecordMeta, WriterOptions};
 
     use super::*;
+
+    /// Records past the cut of a shard cut short under its map read as zeros: their CRC
+    /// fails, but the error says the shard could not be read, which is what happened (a
+    /// bad CRC sends users to `stoker verify`, which then finds the file changed or fine).
+    #[test]
+    fn a_record_past_a_cut_is_unreadable_not_a_bad_crc() {
+        let dir = tempfile::tempdir().unwrap();
+        let records: Vec<_> = (0..16u8)
+            .map(|i| (Encoding::Raw, 64, 64, 3, vec![i + 1; 64 * 64 * 3]))
+            .collect();
+        let ds = dataset(dir.path(), &records);
+        let reader = ds.reader().unwrap();
+        let metrics = Metrics::default();
+        assert!(read_checked(&reader, 15, &metrics).is_ok());
+        // Found before the cut (the tree's pages are at the end of the file, and a lookup
+        // after the cut fails on them first); its payload is read after it.
+        let record = reader.get(15).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("shard-00000.lmdb"))
+            .unwrap()
+            .set_len(8192)
+            .unwrap();
+        let crc = record.check_crc().unwrap_err();
+        assert!(matches!(
+            crc,
+            stoker_formats::FormatError::CrcMismatch { .. }
+        ));
+        let e = unreadable_first(
+            &reader,
+            15,
+            LoaderError::Read {
+                index: 15,
+                source: crc,
+            },
+        );
+        assert!(
+            matches!(
+                e,
+                LoaderError::Read {
+                    source: stoker_formats::FormatError::ShardUnreadable { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // And so is every later read of it.
+        assert!(read_checked(&reader, 3, &metrics).is_err());
+    }
 
     /// `records` (encoding, width, height, channels, payload) as a dataset in `dir`; labels
     /// are the channel counts.

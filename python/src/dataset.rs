@@ -285,9 +285,16 @@ impl Dataset {
             )));
         }
         let i = i as u64;
+        // A DataLoader worker (or faulthandler.enable() after the open) may have put its
+        // own SIGBUS handler in place of the one that turns a lost page into an error.
+        stoker_formats::install_read_fault_handler();
         self.inner.check_unchanged_at(i).map_err(format_error)?;
         let record = self.reader.get(i).map_err(format_error)?;
-        record.check_crc().map_err(format_error)?;
+        if let Err(e) = record.check_crc() {
+            // Zeros where a page could not be read: that is the error, not the CRC.
+            self.reader.check_read(i).map_err(format_error)?;
+            return Err(format_error(e));
+        }
         let bytes = PyBytes::new(py, record.payload);
         // The copy came from the shard's map: its pages were still the file's.
         self.reader.check_read(i).map_err(format_error)?;

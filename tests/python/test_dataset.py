@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -138,3 +139,27 @@ def test_a_shard_cut_short_while_read_fails_its_records_not_the_process(tmp_path
     assert loader.stats()["bad_records"] > 0
     with pytest.raises(stoker.StokerError, match=shard.name):
         next(iter(loader))
+
+
+def test_a_cut_shard_read_after_faulthandler_enable_is_still_an_error(tmp_path):
+    # faulthandler.enable() after the dataset was opened replaced stoker's SIGBUS handler,
+    # so a loader reading past the cut killed the process again ("Fatal Python error: Bus
+    # error"). Run apart: a regression would kill pytest itself.
+    out = tmp_path / "ds"
+    stoker.convert(REPO / "testdata" / "imagefolder", out, shards=2, check=False, progress=False)
+    script = f"""
+import faulthandler, os
+import stoker
+ds = stoker.Dataset({str(out)!r})
+faulthandler.enable()
+loader = stoker.Loader(ds, 4, size=16, device="cpu", workers=1, prefetch=1,
+                       prefetch_next_epoch=False)
+for n, _ in enumerate(loader.epoch(0)):
+    if n == 1:
+        shard = sorted(p for p in os.listdir({str(out)!r}) if p.startswith("shard-"))[1]
+        os.truncate(os.path.join({str(out)!r}, shard), 8192)
+print("bad", loader.stats()["bad_records"])
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(run.stdout.split()[-1]) > 0, run.stdout
