@@ -102,6 +102,21 @@ fn file_size_limit_during_decode_output_is_an_error_not_a_signal_death() {
     );
     // Nothing half-written is left: no PNG, no temporary file.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+    // Through a symlink to an earlier PNG: the failed write leaves that file whole (it
+    // was truncated and cut short in place).
+    let prev = dir.path().join("prev.png");
+    std::fs::write(&prev, b"an earlier PNG").unwrap();
+    let link = dir.path().join("link.png");
+    std::os::unix::fs::symlink(&prev, &link).unwrap();
+    let o = under_file_size_limit(
+        16,
+        &["decode", p(&jpeg), "--backend", "cpu", "-o", p(&link)],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(std::fs::read(&prev).unwrap(), b"an earlier PNG");
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
 }
 
 /// `stoker bench` on `ds` for 0.3 s on the CPU, batches of 4 at 32×32: the run both

@@ -27,9 +27,10 @@ pub fn note(args: std::fmt::Arguments<'_>) {
 /// less the umask), or the replaced file's permission bits, so that whoever could read
 /// the old file can read the new one.
 ///
-/// A symlink or anything that is not a regular file (`/dev/stdout`, a FIFO, a terminal) is
-/// written through instead, as a shell's `>` would: renaming over it would replace the
-/// link or device node itself (as root, `-o /dev/stdout` turned the system's
+/// A symlink to a regular file keeps the link: the file it names is the one replaced, the
+/// same way. Anything that is not a regular file (`/dev/stdout`, a FIFO, a terminal, a link
+/// to one) is written through instead, as a shell's `>` would: renaming over it would
+/// replace the link or device node itself (as root, `-o /dev/stdout` turned the system's
 /// `/dev/stdout` into a PNG file) and the bytes would never reach the reader.
 ///
 /// # Errors
@@ -41,6 +42,18 @@ pub fn write_file_atomically(
     fill: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
     match std::fs::symlink_metadata(path) {
+        // A link to a regular file: the file it names is replaced whole, and the link
+        // stays (writing through it left the old file cut short on a failed write).
+        Ok(m) if m.is_symlink() => match std::fs::canonicalize(path) {
+            Ok(target) if target.is_file() => {
+                let mode = std::fs::metadata(&target)
+                    .with_context(|| format!("reading {}", target.display()))?
+                    .permissions()
+                    .mode();
+                replace(&target, Some(mode & 0o777), fill)
+            }
+            _ => write_through(path, fill),
+        },
         Ok(m) if !m.is_file() && !m.is_dir() => write_through(path, fill),
         Ok(m) => replace(path, Some(m.permissions().mode() & 0o777), fill),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => replace(path, None, fill),
