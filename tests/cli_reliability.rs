@@ -170,6 +170,39 @@ fn bench_on_a_dataset_whose_records_fail_says_so_and_exits_nonzero() {
     );
 }
 
+/// A record whose stored CRC is wrong (its JPEG whole) is not timed as a good decode in
+/// `bench`'s sample: it is counted with the unreadable records, as the loader counts it.
+#[test]
+fn bench_sample_skips_a_record_whose_crc_is_wrong() {
+    use stoker::formats::{DatasetWriter, Encoding, Provenance, RecordHeader, WriterOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let mut w = DatasetWriter::create(&ds, WriterOptions::default()).unwrap();
+    for (i, path) in sample_photos().iter().enumerate() {
+        let bytes = std::fs::read(path).unwrap();
+        let meta = jpeg_meta(&bytes, 0);
+        if i == 1 {
+            let header = RecordHeader {
+                encoding: Encoding::Jpeg,
+                height: meta.height,
+                width: meta.width,
+                channels: 3,
+                label: 0,
+                payload_len: bytes.len() as u32,
+                crc32c: crc32c::crc32c(&bytes) ^ 1,
+            };
+            w.push_header_unchecked(header, &bytes).unwrap();
+        } else {
+            w.push(meta, &bytes).unwrap();
+        }
+    }
+    w.finish(vec!["all".into()], Provenance::stoker("t"))
+        .unwrap();
+    let o = short_cpu_bench(&ds);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("1 unreadable records skipped"), "{}", text(&o));
+}
+
 #[test]
 fn unreadable_subdirectory_is_skipped_and_counted_not_fatal() {
     let dir = tempfile::tempdir().unwrap();

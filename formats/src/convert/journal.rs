@@ -43,10 +43,11 @@ const LEGACY_TMP: &str = ".stoker-convert.json.tmp";
 const JOURNAL_VERSION: u32 = 2;
 
 /// Size limit of a journal read on resume, per input listed (plus [`JOURNAL_BASE_BYTES`]).
-/// A journal holds at most one skip and one shard entry per input: a skip is a path (at
-/// most 4 KiB, PATH_MAX) and a reason of at most a few hundred bytes, a shard entry about
-/// 200 bytes. A larger file is not a journal stoker wrote, and is refused before it is read.
-const JOURNAL_BYTES_PER_INPUT: u64 = 8 << 10;
+/// A journal holds at most one skip and one line (a shard entry and the totals, under
+/// 2 KiB) per input. A skip is a path of at most 4 KiB (PATH_MAX), written as up to 16 KiB
+/// when it is not UTF-8 (a list of byte values), and a reason, which may name the path
+/// again. A larger file is not a journal stoker wrote, and is refused before it is read.
+const JOURNAL_BYTES_PER_INPUT: u64 = 32 << 10;
 /// Room for the header and the totals in every line.
 const JOURNAL_BASE_BYTES: u64 = 1 << 20;
 
@@ -521,4 +522,30 @@ pub(super) fn prepare_output(
         }
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The largest skip a journal can hold, a 4 KiB path that is not UTF-8 with a reason
+    /// naming it, fits the per-input allowance with room for a shard's line: a journal
+    /// stoker wrote for such names was refused on resume as too large.
+    #[test]
+    fn the_largest_skip_fits_the_size_limit_per_input() {
+        use std::os::unix::ffi::OsStringExt;
+        let path = PathBuf::from(std::ffi::OsString::from_vec(vec![0xff; 4096]));
+        let skipped = Skipped {
+            reason: format!("cannot read {}: Permission denied", path.display()),
+            path,
+        };
+        let line = serde_json::to_vec(&Skip::from(&skipped)).unwrap();
+        assert!(
+            line.len() as u64 + (2 << 10) <= JOURNAL_BYTES_PER_INPUT,
+            "{} bytes",
+            line.len()
+        );
+        let back = Skipped::from(serde_json::from_slice::<Skip>(&line).unwrap());
+        assert_eq!(back, skipped);
+    }
 }

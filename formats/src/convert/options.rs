@@ -216,7 +216,7 @@ impl ConvertOptions {
         let held = written.iter().any(|s| s.count > per_shard);
         held.then(|| {
             format!(
-                "--shards {n} would make shards of {per_shard} records, smaller than \
+                "{n} shards (--shards, Python shards=) would make shards of {per_shard} records, smaller than \
                  {MIN_SHARD_BYTES} bytes (64 KiB), which cost more in LMDB pages and fsyncs \
                  than they hold; each shard took records until it held 64 KiB: {} shards \
                  written",
