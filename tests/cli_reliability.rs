@@ -136,26 +136,38 @@ fn short_cpu_bench(ds: &Path) -> Output {
     ])
 }
 
-#[test]
-fn bench_on_a_dataset_whose_records_fail_says_so_and_exits_nonzero() {
+/// A dataset in `ds` of the sample photos (label 0), each record pushed by `push` with its
+/// position, JPEG bytes and header: the place for a test to damage some of them.
+fn sample_photo_dataset(
+    ds: &Path,
+    mut push: impl FnMut(
+        &mut stoker::formats::DatasetWriter,
+        usize,
+        Vec<u8>,
+        stoker::formats::RecordMeta,
+    ),
+) {
     use stoker::formats::{DatasetWriter, Provenance, WriterOptions};
-    let dir = tempfile::tempdir().unwrap();
-    let ds = dir.path().join("ds");
-    let mut w = DatasetWriter::create(&ds, WriterOptions::default()).unwrap();
+    let mut w = DatasetWriter::create(ds, WriterOptions::default()).unwrap();
     for (i, path) in sample_photos().iter().enumerate() {
         let bytes = std::fs::read(path).unwrap();
         let meta = jpeg_meta(&bytes, 0);
-        // Every third record: JPEG-looking bytes that do not decode (a valid CRC, so only
-        // decoding finds them).
-        let payload = if i % 3 == 0 {
-            bytes[..64].to_vec()
-        } else {
-            bytes
-        };
-        w.push(meta, &payload).unwrap();
+        push(&mut w, i, bytes, meta);
     }
     w.finish(vec!["all".into()], Provenance::stoker("t"))
         .unwrap();
+}
+
+#[test]
+fn bench_on_a_dataset_whose_records_fail_says_so_and_exits_nonzero() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    sample_photo_dataset(&ds, |w, i, bytes, meta| {
+        // Every third record: JPEG-looking bytes that do not decode (a valid CRC, so only
+        // decoding finds them).
+        let payload = if i % 3 == 0 { &bytes[..64] } else { &bytes[..] };
+        w.push(meta, payload).unwrap();
+    });
     let o = short_cpu_bench(&ds);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(
@@ -174,30 +186,25 @@ fn bench_on_a_dataset_whose_records_fail_says_so_and_exits_nonzero() {
 /// `bench`'s sample: it is counted with the unreadable records, as the loader counts it.
 #[test]
 fn bench_sample_skips_a_record_whose_crc_is_wrong() {
-    use stoker::formats::{DatasetWriter, Encoding, Provenance, RecordHeader, WriterOptions};
+    use stoker::formats::{Encoding, RecordHeader};
     let dir = tempfile::tempdir().unwrap();
     let ds = dir.path().join("ds");
-    let mut w = DatasetWriter::create(&ds, WriterOptions::default()).unwrap();
-    for (i, path) in sample_photos().iter().enumerate() {
-        let bytes = std::fs::read(path).unwrap();
-        let meta = jpeg_meta(&bytes, 0);
-        if i == 1 {
-            let header = RecordHeader {
-                encoding: Encoding::Jpeg,
-                height: meta.height,
-                width: meta.width,
-                channels: 3,
-                label: 0,
-                payload_len: bytes.len() as u32,
-                crc32c: crc32c::crc32c(&bytes) ^ 1,
-            };
-            w.push_header_unchecked(header, &bytes).unwrap();
-        } else {
+    sample_photo_dataset(&ds, |w, i, bytes, meta| {
+        if i != 1 {
             w.push(meta, &bytes).unwrap();
+            return;
         }
-    }
-    w.finish(vec!["all".into()], Provenance::stoker("t"))
-        .unwrap();
+        let header = RecordHeader {
+            encoding: Encoding::Jpeg,
+            height: meta.height,
+            width: meta.width,
+            channels: 3,
+            label: 0,
+            payload_len: bytes.len() as u32,
+            crc32c: crc32c::crc32c(&bytes) ^ 1,
+        };
+        w.push_header_unchecked(header, &bytes).unwrap();
+    });
     let o = short_cpu_bench(&ds);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("1 unreadable records skipped"), "{}", text(&o));
