@@ -42,7 +42,10 @@ fn shards_that_would_be_under_the_floor_take_more_records_and_the_report_says_so
     let r = convert(&o, &NoProgress).unwrap();
     assert_eq!(r.written, 15);
     assert!(r.shards < 15, "{r:?}");
-    let note = r.warnings.iter().find(|w| w.contains("15 shards (--shards"));
+    let note = r
+        .warnings
+        .iter()
+        .find(|w| w.contains("15 shards (--shards"));
     let note = note.unwrap_or_else(|| panic!("no note in {:?}", r.warnings));
     assert!(
         note.contains(&format!("{} shards written", r.shards)),
