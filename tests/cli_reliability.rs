@@ -117,6 +117,17 @@ fn file_size_limit_during_decode_output_is_an_error_not_a_signal_death() {
     assert_eq!(std::fs::read(&prev).unwrap(), b"an earlier PNG");
     assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+
+    // Through a link to a name that does not exist yet: nothing cut short appears there.
+    let dangling = dir.path().join("dangling.png");
+    std::os::unix::fs::symlink("new.png", &dangling).unwrap();
+    let o = under_file_size_limit(
+        16,
+        &["decode", p(&jpeg), "--backend", "cpu", "-o", p(&dangling)],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(!dir.path().join("new.png").exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3);
 }
 
 /// `stoker bench` on `ds` for 0.3 s on the CPU, batches of 4 at 32×32: the run both

@@ -27,7 +27,7 @@
 
 use std::ffi::c_void;
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once};
+use std::sync::Once;
 
 /// As many slots as the kernel allows mappings per process by default (`vm.max_map_count`
 /// is 65,530), so the table does not run out before the address space does. Each slot is
@@ -66,11 +66,11 @@ static PAGE: AtomicUsize = AtomicUsize::new(4096);
 /// another handler had replaced ours). Each is leaked: a few bytes per reinstall, and the
 /// handler may be reading the one before while a new one is set.
 static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
-/// The address of the last fault outside our maps that was passed on: the same one again
-/// means the handler it went to returned without curing it, and it would repeat forever.
-static LAST_FOREIGN: AtomicUsize = AtomicUsize::new(0);
-/// Serializes installs (never taken in the handler).
-static INSTALLING: Mutex<()> = Mutex::new(());
+/// Set once a SIGBUS not ours was passed to the handler before ours. A SIGBUS *sent*
+/// (not a fault) after that is that handler giving up: Python's faulthandler and torch's
+/// worker handler report the fault, put their predecessor (ours) back and raise it again;
+/// passing that on as well would go round between the two forever.
+static FORWARDED: AtomicBool = AtomicBool::new(false);
 /// Faults handled in registered maps, for tests and diagnostics.
 static HANDLED: AtomicU64 = AtomicU64::new(0);
 
@@ -201,16 +201,16 @@ fn owner(addr: usize) -> Option<&'static Slot> {
 /// shard read fault back into a dead process. The handler found in its place is where
 /// faults outside shard maps go from then on. Every shard open calls it; a program that
 /// installs a SIGBUS handler of its own afterwards can call it again.
+///
+/// No lock is taken: a `fork` while another thread installs must not leave the child a
+/// held lock. Two threads installing at once both find the same handler in place and set
+/// the same one behind ours.
 pub fn install() {
-    static PAGE_SIZE: Once = Once::new();
-    PAGE_SIZE.call_once(|| {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if page > 0 {
-            PAGE.store(page as usize, Ordering::Relaxed);
-        }
-    });
-    let _turn = INSTALLING.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: sysconf has no memory-safety preconditions (it reads the auxiliary vector).
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page > 0 {
+        PAGE.store(page as usize, Ordering::Relaxed);
+    }
     // SAFETY: an all-zero `sigaction` is a valid value to be overwritten by the query.
     let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: a query (no new action) into a valid, writable `sigaction`.
@@ -277,21 +277,17 @@ fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     forward(sig, code, info, context);
 }
 
-/// The fault address of `info`.
-fn addr_of(info: *mut libc::siginfo_t) -> usize {
-    // SAFETY: as in `handle`.
-    unsafe { (*info).si_addr() as usize }
-}
-
 /// Passes a SIGBUS that is not ours to the action in place before ours.
 fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     // SAFETY: a pointer from `Box::into_raw`, never freed (see PREVIOUS), or null.
     let previous = unsafe { PREVIOUS.load(Ordering::Acquire).as_ref() };
     let mut handler = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
-    if code > 0 && LAST_FOREIGN.swap(addr_of(info), Ordering::Relaxed) == addr_of(info) {
-        // The handler it went to last time returned without curing it.
+    if code <= 0 && FORWARDED.load(Ordering::Relaxed) && handler != libc::SIG_IGN {
+        // Raised again by the handler it went to (see FORWARDED): end as the default
+        // action ends a SIGBUS.
         handler = libc::SIG_DFL;
     }
+    FORWARDED.store(true, Ordering::Relaxed);
     if handler == libc::SIG_IGN && code <= 0 {
         // A SIGBUS sent by kill() to a process that ignored it.
         return;
@@ -437,9 +433,22 @@ mod tests {
         unsafe { libc::_exit(42) }
     }
 
-    /// A handler that returns without curing anything (Python's faulthandler once it has
-    /// fired): the fault would repeat forever.
-    extern "C" fn do_nothing(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {}
+    /// The handler `reraise` found in place, put back when it fires.
+    static BEFORE_RERAISE: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+
+    /// What Python's faulthandler does: report, put back the handler it replaced, raise the
+    /// signal again. Between it and ours, the signal would go round forever.
+    extern "C" fn reraise(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+        // SAFETY: sigaction and raise are async-signal-safe; the pointer is a leaked box.
+        unsafe {
+            libc::sigaction(
+                sig,
+                BEFORE_RERAISE.load(Ordering::Acquire),
+                std::ptr::null_mut(),
+            );
+            libc::raise(sig);
+        }
+    }
 
     fn set_handler(f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void)) {
         // SAFETY: a valid SA_SIGINFO action whose handler is async-signal-safe.
@@ -462,7 +471,19 @@ mod tests {
         };
         match scenario.as_str() {
             "chained" => set_handler(exit_42),
-            "loop" => set_handler(do_nothing),
+            "loop" => {
+                // Ours first, then faulthandler-like on top (it keeps ours to put back),
+                // then ours again in front of it at the next map.
+                let (_d, p) = file_of(4096);
+                drop(GuardedMap::new(map(&p)));
+                // SAFETY: a query into a valid, writable `sigaction`.
+                unsafe {
+                    let mut ours: libc::sigaction = std::mem::zeroed();
+                    libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut ours);
+                    BEFORE_RERAISE.store(Box::into_raw(Box::new(ours)), Ordering::Release);
+                }
+                set_handler(reraise);
+            }
             "replaced" => {
                 // Ours is installed first, then replaced by a handler that passes nothing
                 // on (as faulthandler.enable() called late does): the next map puts ours
@@ -508,7 +529,7 @@ mod tests {
     }
 
     #[test]
-    fn a_fault_the_previous_handler_does_not_cure_ends_the_process_instead_of_repeating() {
+    fn a_fault_a_later_handler_raises_again_ends_the_process_instead_of_going_round() {
         let status = run_child("loop");
         assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
     }

@@ -254,3 +254,36 @@ fn a_skipped_input_named_in_latin_1_is_journaled_and_resumed() {
     assert!(json.contains("caf\\\\xe9-cut.jpg"), "{json}");
     assert_eq!(stoker_testdata::files_in(&o.out), want);
 }
+
+/// A list file's rows may name paths far longer than PATH_MAX (skipped: the name is too
+/// long to open). The journal names them, twice (path and reason): its size limit grows
+/// with the listing's paths, so such a journal, which stoker wrote, is still resumed.
+#[test]
+fn a_journal_of_very_long_skipped_paths_is_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows = String::new();
+    for (k, class) in ["caer", "leptonica", "opencv"].iter().enumerate() {
+        for f in std::fs::read_dir(std::path::Path::new(SAMPLE).join(class)).unwrap() {
+            let name = f.unwrap().file_name().to_string_lossy().into_owned();
+            rows.push_str(&format!("{class}/{name},{k}\n"));
+            rows.push_str(&format!("{}x.jpg,{k}\n", "long/".repeat(60_000)));
+        }
+    }
+    let list = dir.path().join("list.csv");
+    std::fs::write(&list, rows).unwrap();
+    let mut o = ConvertOptions::new(
+        Source::List {
+            root: SAMPLE.into(),
+            list,
+        },
+        dir.path().join("out"),
+    );
+    o.check_decode = false;
+    o.shard_bytes = 64 << 10;
+    killed_after(&o, 12);
+    let journal = std::fs::metadata(o.out.join(JOURNAL_FILE)).unwrap().len();
+    assert!(journal > (1 << 20) + 30 * (32 << 10), "{journal} bytes");
+    let r = resumed(&o);
+    assert!(r.resumed > 0, "{r:?}");
+    assert_eq!((r.written, r.skipped.len()), (15, 15), "{r:?}");
+}

@@ -44,14 +44,11 @@ pub fn write_file_atomically(
     match std::fs::symlink_metadata(path) {
         // A link to a regular file: the file it names is replaced whole, and the link
         // stays (writing through it left the old file cut short on a failed write).
-        Ok(m) if m.is_symlink() => match std::fs::canonicalize(path) {
-            Ok(target) if target.is_file() => {
-                let mode = std::fs::metadata(&target)
-                    .with_context(|| format!("reading {}", target.display()))?
-                    .permissions()
-                    .mode();
-                replace(&target, Some(mode & 0o777), fill)
-            }
+        Ok(m) if m.is_symlink() => match link_target(path) {
+            // A file (or none yet) in a directory we may write: replaced (or created) whole.
+            Some((target, mode)) if dir_writable(&target) => replace(&target, mode, fill),
+            // A device or pipe, or a file in a directory we may not write (where `>`
+            // still works): written through.
             _ => write_through(path, fill),
         },
         Ok(m) if !m.is_file() && !m.is_dir() => write_through(path, fill),
@@ -59,6 +56,44 @@ pub fn write_file_atomically(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => replace(path, None, fill),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
+}
+
+/// Where the symlink `path` leads, when that is a regular file (with its permission bits)
+/// or nothing yet (a dangling link: `None` bits); `None` for a device, a pipe, a directory
+/// or a loop.
+fn link_target(path: &Path) -> Option<(std::path::PathBuf, Option<u32>)> {
+    match std::fs::metadata(path) {
+        // (A link to a pipe, such as /proc/self/fd/1, is a FIFO here.)
+        Ok(meta) if meta.is_file() => {
+            let target = std::fs::canonicalize(path).ok()?;
+            return Some((target, Some(meta.permissions().mode() & 0o777)));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        _ => return None,
+    }
+    // Dangling: follow the links by hand to the name that does not exist yet.
+    let mut at = path.to_path_buf();
+    for _ in 0..40 {
+        let next = std::fs::read_link(&at).ok()?;
+        at = at.parent()?.join(next);
+        match std::fs::symlink_metadata(&at) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some((at, None)),
+            Ok(m) if m.is_symlink() => continue,
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Whether a temporary file can be made beside `file`.
+fn dir_writable(file: &Path) -> bool {
+    file.parent().is_some_and(|dir| {
+        rustix::fs::access(
+            dir,
+            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+        )
+        .is_ok()
+    })
 }
 
 /// Opens `path` (following a symlink) and writes into it, no temporary file, no rename.

@@ -331,10 +331,13 @@ fn is_ours(name: &str) -> bool {
 }
 
 /// Reads the journal in `out`, if there is one: the append-only one, else a legacy one.
-/// `inputs` (the listing's length) bounds its size.
-fn read(out: &Path, inputs: usize) -> Result<Option<Found>, FormatError> {
-    let limit =
-        JOURNAL_BASE_BYTES.saturating_add((inputs as u64).saturating_mul(JOURNAL_BYTES_PER_INPUT));
+/// The listing (`inputs` inputs, their paths `path_bytes` long in all) bounds its size:
+/// each path may be written twice (a skip and its reason), up to 4 bytes for each of its
+/// own when it is not UTF-8, and a list file's paths can be longer than PATH_MAX.
+fn read(out: &Path, inputs: usize, path_bytes: u64) -> Result<Option<Found>, FormatError> {
+    let limit = JOURNAL_BASE_BYTES
+        .saturating_add((inputs as u64).saturating_mul(JOURNAL_BYTES_PER_INPUT))
+        .saturating_add(path_bytes.saturating_mul(8));
     let path = out.join(JOURNAL_FILE);
     if let Some(bytes) = read_bounded(out, &path, limit)? {
         return parse_lines(&bytes, &path).map(Some);
@@ -372,8 +375,7 @@ fn read_bounded(out: &Path, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, 
             Err(refuse(format!("is not a regular file ({kind})")))
         }
         Err(FormatError::FileTooLarge { bytes, limit, .. }) => Err(refuse(format!(
-            "is {bytes} bytes, more than a journal of {inputs} inputs can be ({limit} bytes)",
-            inputs = limit.saturating_sub(JOURNAL_BASE_BYTES) / JOURNAL_BYTES_PER_INPUT
+            "is {bytes} bytes, more than a journal of these inputs can be ({limit} bytes)"
         ))),
         Err(e) => Err(e),
     }
@@ -455,7 +457,7 @@ pub(super) fn prepare_output(
     out: &Path,
     options: &ConvertOptions,
     fingerprint: u32,
-    inputs: usize,
+    (inputs, path_bytes): (usize, u64),
     check: impl FnOnce(&Journal) -> Result<(), FormatError>,
 ) -> Result<Option<Found>, FormatError> {
     let exists = |reason: String| FormatError::OutputExists {
@@ -494,7 +496,7 @@ pub(super) fn prepare_output(
                 .into(),
         ));
     }
-    let found = read(out, inputs)?;
+    let found = read(out, inputs, path_bytes)?;
     if let Some(f) = &found {
         if f.journal.fingerprint != fingerprint {
             return Err(exists(

@@ -28,3 +28,13 @@ pub(crate) struct Listing {
     /// are as listed all the same.
     pub warnings: Vec<String>,
 }
+
+impl Listing {
+    /// Bytes of all the inputs' paths (what bounds the size of a resume journal).
+    pub(crate) fn path_bytes(&self) -> u64 {
+        self.inputs
+            .iter()
+            .map(|i| i.path.as_os_str().len() as u64)
+            .sum()
+    }
+}

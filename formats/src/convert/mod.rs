@@ -131,7 +131,8 @@ pub fn convert(
     // Held until this function returns: a second conversion into `out` (fresh or
     // `--resume`) is refused instead of interleaving its shards with ours.
     let _lock = lock::OutputLock::acquire(out)?;
-    let journal = prepare_output(out, options, fingerprint, listing.inputs.len(), |j| {
+    let size = (listing.inputs.len(), listing.path_bytes());
+    let journal = prepare_output(out, options, fingerprint, size, |j| {
         resume_check::check_journal(out, j, inputs, options)
     })?;
 
