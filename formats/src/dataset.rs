@@ -54,7 +54,7 @@ impl Dataset {
     /// # Errors
     ///
     /// Missing or invalid manifest, missing shard, [`FormatError::ShardSizeMismatch`],
-    /// [`FormatError::DamagedShard`], or an LMDB error.
+    /// [`FormatError::DamagedShard`], [`FormatError::UnfinishedConversion`], or an I/O error.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset, FormatError> {
         // Also when the shards' maps are shared with an earlier open: a handler installed
         // since (a DataLoader worker's, faulthandler's) must not take over their faults.
@@ -133,13 +133,7 @@ impl Dataset {
     ///
     /// As [`Dataset::check_unchanged`], or [`FormatError::IndexOutOfRange`].
     pub fn check_unchanged_at(&self, index: u64) -> Result<(), FormatError> {
-        let Some(si) = self.shard_of(index) else {
-            return Err(FormatError::IndexOutOfRange {
-                index,
-                len: self.len(),
-            });
-        };
-        self.inner.shards[si].check_unchanged()
+        self.shard_holding(index)?.1.check_unchanged()
     }
 
     /// Opens a reader. Make one per thread.
@@ -185,6 +179,15 @@ impl Dataset {
     /// ```
     pub fn shard_bytes(&self, shard: usize) -> Option<&[u8]> {
         self.inner.shards.get(shard).map(|s| s.mapped())
+    }
+
+    /// The shard holding `index` (its position in `manifest().shards`, and the open shard).
+    fn shard_holding(&self, index: u64) -> Result<(usize, &OpenShard), FormatError> {
+        let si = self.shard_of(index).ok_or(FormatError::IndexOutOfRange {
+            index,
+            len: self.len(),
+        })?;
+        Ok((si, &self.inner.shards[si]))
     }
 
     /// Which shard holds `index`, as a position in `manifest().shards`.
@@ -236,13 +239,7 @@ impl DatasetReader {
     ///
     /// See [`Dataset`].
     pub fn get(&self, index: u64) -> Result<Record<'_>, FormatError> {
-        let Some(si) = self.dataset.shard_of(index) else {
-            return Err(FormatError::IndexOutOfRange {
-                index,
-                len: self.dataset.len(),
-            });
-        };
-        let shard = &self.dataset.inner.shards[si];
+        let (si, shard) = self.dataset.shard_holding(index)?;
         shard.check_readable()?;
         let key = self.dataset.inner.manifest.shards[si].key_of(index);
         let found = crate::lmdb_lookup::get(shard.mapped(), &shard.tree, &shard::key(key));
@@ -290,13 +287,7 @@ impl DatasetReader {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_read(&self, index: u64) -> Result<(), FormatError> {
-        let Some(si) = self.dataset.shard_of(index) else {
-            return Err(FormatError::IndexOutOfRange {
-                index,
-                len: self.dataset.len(),
-            });
-        };
-        self.dataset.inner.shards[si].check_readable()
+        self.dataset.shard_holding(index)?.1.check_readable()
     }
 
     pub(crate) fn check_unchanged(&self, shard: usize) -> Result<(), FormatError> {

@@ -5,8 +5,9 @@
 //! storage returned an I/O error (a network or FUSE file system, a bad sector). By default
 //! that kills the process, wherever the read happened: in a CRC, a decoder, a copy.
 //!
-//! So every shard map is registered here, and the first registration installs a SIGBUS
-//! handler for the process. A fault inside a registered map gets a page of zeros mapped
+//! So every shard map is registered here, and registering installs a SIGBUS handler for
+//! the process (again, in front, when another library has replaced it since; see
+//! [`install`]). A fault inside a registered map gets a page of zeros mapped
 //! over the lost page, and the map is marked as faulted; the read then goes on and sees
 //! zeros, and whoever read records of that map checks the mark afterwards
 //! ([`GuardedMap::faulted`], through `DatasetReader::check_read`) and reports the record as
@@ -93,7 +94,7 @@ impl std::fmt::Debug for GuardedMap {
 }
 
 impl GuardedMap {
-    /// Registers `map`, installing the process's SIGBUS handler on first use.
+    /// Registers `map`, with the process's SIGBUS handler in place ([`install`]).
     pub(crate) fn new(map: memmap2::Mmap) -> Self {
         if map.is_empty() {
             return Self { map, slot: None };

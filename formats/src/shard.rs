@@ -71,10 +71,10 @@ fn file_id(path: &Path) -> Result<FileId, FormatError> {
 }
 
 impl OpenShard {
-    /// Fails when the file at the shard's path is no longer the one mapped: replaced (a
-    /// new inode, as `cp` onto a new name and `mv` give), truncated or grown in place. A
-    /// reader of a mapping whose file shrank would die of SIGBUS on the lost pages; this
-    /// check costs one `stat` and runs whenever a reader is made.
+    /// Fails when a read of the map has failed ([`OpenShard::check_readable`]), or when the
+    /// file at the shard's path is no longer the one mapped: replaced (a new inode, as `cp`
+    /// onto a new name and `mv` give), truncated or grown in place. One `stat`; it runs
+    /// whenever a reader is made, so that a change between epochs fails the whole epoch.
     pub(crate) fn check_unchanged(&self) -> Result<(), FormatError> {
         self.check_readable()?;
         let now = file_id(&self.path)?;

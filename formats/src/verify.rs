@@ -6,7 +6,6 @@ use rayon::prelude::*;
 use serde::Serialize;
 use stoker_decode::{CpuDecoder, Limits};
 
-use std::borrow::Cow;
 use std::path::Path;
 
 use crate::digest::{digest_file, DigestKind};
@@ -115,7 +114,7 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
                 let len = f.metadata().map_err(|e| e.to_string())?.len();
                 crate::lmdb_walk::walk_records(&f, len, &mut |item| match item {
                     Ok((key, value)) => {
-                        shard.record(&key, Cow::Owned(value));
+                        shard.record(&key, value);
                         if shard.pending_bytes >= DECODE_CHUNK_BYTES {
                             decoded += shard.decode_pending(&decoder);
                         }
@@ -160,7 +159,8 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
 }
 
 /// A JPEG record to decode: index, header, payload.
-type ToDecode<'a> = (u64, RecordHeader, Cow<'a, [u8]>);
+/// A JPEG to decode: its index, header and payload (the walk's own copy).
+type ToDecode = (u64, RecordHeader, Vec<u8>);
 
 /// JPEG bytes `verify --decode` holds before decoding them: the walk copies every record
 /// out of the file, so a whole shard's (1 GiB by default) would otherwise be in memory.
@@ -170,7 +170,7 @@ type Problem = (Option<u64>, String);
 
 /// The record checks of one shard, fed its keys and values in key order by the
 /// bounds-checked walk of its tree.
-struct ShardCheck<'a, 'm> {
+struct ShardCheck<'m> {
     m: &'m Manifest,
     shard_path: &'m Path,
     first: u64,
@@ -182,13 +182,13 @@ struct ShardCheck<'a, 'm> {
     checked: u64,
     /// Payload bytes of the records whose header and CRC were good.
     payload_bytes: u64,
-    to_decode: Vec<ToDecode<'a>>,
+    to_decode: Vec<ToDecode>,
     /// Payload bytes in `to_decode`.
     pending_bytes: usize,
     problems: Vec<Problem>,
 }
 
-impl<'a, 'm> ShardCheck<'a, 'm> {
+impl<'m> ShardCheck<'m> {
     fn new(m: &'m Manifest, entry: &ShardEntry, shard_path: &'m Path, decode: bool) -> Self {
         ShardCheck {
             m,
@@ -210,7 +210,7 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
         self.problems.push((index, problem));
     }
 
-    fn record(&mut self, key: &[u8], value: Cow<'a, [u8]>) {
+    fn record(&mut self, key: &[u8], mut value: Vec<u8>) {
         let Ok(k) = <[u8; 8]>::try_from(key) else {
             return self.problem(None, format!("stray key of {} bytes", key.len()));
         };
@@ -292,15 +292,9 @@ impl<'a, 'm> ShardCheck<'a, 'm> {
                 }
             }
             Encoding::Jpeg if self.decode => {
-                let payload = match value {
-                    Cow::Borrowed(v) => Cow::Borrowed(&v[HEADER_LEN..]),
-                    Cow::Owned(mut v) => {
-                        v.drain(..HEADER_LEN);
-                        Cow::Owned(v)
-                    }
-                };
-                self.pending_bytes += payload.len();
-                self.to_decode.push((index, h, payload));
+                value.drain(..HEADER_LEN);
+                self.pending_bytes += value.len();
+                self.to_decode.push((index, h, value));
             }
             Encoding::Jpeg => {}
         }

@@ -198,7 +198,7 @@ impl DatasetWriter {
     ///
     /// [`FormatError::InvalidRecord`] for a mixed encoding, a raw payload whose length is not
     /// `height × width × channels`, a raw size differing from earlier records, or a payload over
-    /// 4 GiB; I/O and LMDB errors.
+    /// 4 GiB; I/O errors.
     pub fn push(&mut self, meta: RecordMeta, payload: &[u8]) -> Result<u64, FormatError> {
         let crc = crc32c::crc32c(payload);
         self.push_owned(meta, payload.to_vec(), crc)
@@ -235,7 +235,7 @@ impl DatasetWriter {
     ///
     /// # Errors
     ///
-    /// I/O and LMDB errors.
+    /// I/O errors.
     pub fn push_header_unchecked(
         &mut self,
         header: RecordHeader,
@@ -335,7 +335,7 @@ impl DatasetWriter {
     ///
     /// # Errors
     ///
-    /// I/O and LMDB errors.
+    /// I/O errors.
     pub fn finish(
         self,
         classes: Vec<String>,
