@@ -39,7 +39,7 @@ use crate::config::{LoaderConfig, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream, Next, Pipeline};
-use crate::pixels::{large_image_turn, load_record, Dest, Draw, Place};
+use crate::pixels::{large_image_turn, load_record, still_readable, Dest, Draw, Place};
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
 use crate::transform::{DrawKey, Transform};
@@ -541,9 +541,7 @@ impl Worker {
             .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
         if loaded.place == Place::Payload {
             // Resized straight from the shard's map: its pages were still the file's.
-            reader
-                .check_read(index)
-                .map_err(|source| LoaderError::Read { index, source })?;
+            still_readable(reader, index)?;
         }
         let s = settings.transform.out_size() as usize;
         let per_image = s * s * 3;

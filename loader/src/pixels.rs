@@ -174,9 +174,7 @@ pub(crate) fn load_record<'r>(
         });
     }
     // The decode or copy read the payload again: its pages were still the file's.
-    reader
-        .check_read(index)
-        .map_err(|source| LoaderError::Read { index, source })?;
+    still_readable(reader, index)?;
     Ok(loaded)
 }
 
@@ -260,10 +258,16 @@ pub(crate) fn large_image_turn(
 /// bytes were zeros, and that is the error to report: a storage fault, not a bad record
 /// that `stoker verify` would find).
 fn unreadable_first(reader: &DatasetReader, index: u64, error: LoaderError) -> LoaderError {
-    match reader.check_read(index) {
-        Err(source) => LoaderError::Read { index, source },
-        Ok(()) => error,
-    }
+    still_readable(reader, index).err().unwrap_or(error)
+}
+
+/// [`DatasetReader::check_read`] as a loader error: called after each read of a record's
+/// payload (its CRC, a decode, a copy), since a page of the shard lost meanwhile reads as
+/// zeros instead of ending the process.
+pub(crate) fn still_readable(reader: &DatasetReader, index: u64) -> Result<(), LoaderError> {
+    reader
+        .check_read(index)
+        .map_err(|source| LoaderError::Read { index, source })
 }
 
 /// Reads record `index`, checks its payload CRC and counts the read stage (one item, its
@@ -282,9 +286,7 @@ pub(crate) fn read_checked<'r>(
     record
         .check_crc()
         .map_err(|source| unreadable_first(reader, index, LoaderError::Read { index, source }))?;
-    reader
-        .check_read(index)
-        .map_err(|source| LoaderError::Read { index, source })?;
+    still_readable(reader, index)?;
     // A label past the class list would reach the training step as an out-of-range class
     // (a device-side assert in a CUDA loss); `verify` reports the same records.
     let classes = reader.dataset().manifest().classes.len();

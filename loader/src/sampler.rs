@@ -381,13 +381,15 @@ fn permutation<T: Copy>(len: u64, rng: &mut Rng, index: impl Fn(u64) -> T) -> Ve
 fn quasi_positions(len: u64, block: u64, rng: &mut Rng, wanted: &Wanted) -> Vec<u64> {
     let mut blocks: Vec<u64> = (0..len.div_ceil(block)).collect();
     rng.shuffle(&mut blocks);
+    // The records of block `b` (the last one may be short).
+    let records = |b: u64| b * block..((b + 1) * block).min(len);
     let mut out = vec![0u64; wanted.take as usize];
     let mut window: Vec<u64> = Vec::new();
     let mut start = 0u64;
     for group in blocks.chunks(QUASI_WINDOW_BLOCKS as usize) {
         let size: u64 = group
             .iter()
-            .map(|&b| ((b + 1) * block).min(len) - b * block)
+            .map(|&b| records(b).end - records(b).start)
             .sum();
         let range = start..start + size;
         start += size;
@@ -399,7 +401,7 @@ fn quasi_positions(len: u64, block: u64, rng: &mut Rng, wanted: &Wanted) -> Vec<
         }
         window.clear();
         for &b in group {
-            window.extend(b * block..((b + 1) * block).min(len));
+            window.extend(records(b));
         }
         rng.shuffle(&mut window);
         for (first, at, count) in wanted.overlaps(range.clone()) {

@@ -19,7 +19,7 @@ use super::stream_copy::copy_streaming;
 use crate::error::LoaderError;
 use crate::metrics::Metrics;
 use crate::pipeline::{reader_unavailable, EpochPlan};
-use crate::pixels::{decode_jpeg, load_record, read_checked, Dest, Draw, Place};
+use crate::pixels::{decode_jpeg, load_record, read_checked, still_readable, Dest, Draw, Place};
 use crate::transform::resize::CropResizer;
 use crate::transform::{DrawKey, SampleParams};
 
@@ -297,9 +297,7 @@ fn stage_one(
                     dst[..payload.len()].copy_from_slice(payload);
                 }
                 // Copied from the shard's map: its pages were still the file's.
-                reader
-                    .check_read(index)
-                    .map_err(|source| LoaderError::Read { index, source })?;
+                still_readable(reader, index)?;
             }
         }
         // Too large to stage: crop + resize here (same filter as the CPU path).
