@@ -8,39 +8,12 @@
 //!
 //! Prints one JSON line per case.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use stoker::loader::{Sampler, Shuffle};
 
-/// The system allocator, counting the bytes live and their high-water mark.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged; the counters only observe.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is the system allocator's.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static HEAP: stoker_testdata::heap::Counting = stoker_testdata::heap::Counting;
 
 /// Rank 0's order the whole-permutation way: all `len` indices in 8 bytes, shuffled, then
 /// the rank's slice copied out.
@@ -55,12 +28,11 @@ fn whole_permutation(s: &Sampler, epoch: u64) -> Vec<u64> {
 }
 
 fn measure(case: &str, n: u64, world: u64, f: impl Fn() -> Vec<u64>) {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = stoker_testdata::heap::start_peak();
     let t = Instant::now();
     let order = std::hint::black_box(f());
     let seconds = t.elapsed().as_secs_f64();
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let peak = stoker_testdata::heap::peak() - base;
     println!(
         "{{\"case\": \"{case}\", \"records\": {n}, \"world\": {world}, \"seconds\": {seconds:.3}, \"peak_mb\": {:.1}, \"kept_mb\": {:.1}}}",
         peak as f64 / 1e6,

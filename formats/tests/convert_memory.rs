@@ -6,41 +6,15 @@
 //! The heap is measured with a counting allocator (this test binary's only one), so each
 //! test here that measures runs alone under a lock.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use stoker_formats::{convert, ConvertOptions, Dataset, Encoding, FormatError, NoProgress, Source};
 
-/// The system allocator, counting the bytes allocated now and the most at any time.
-struct Counting;
-
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-// SAFETY: every call is passed to `System` unchanged; only counters are updated beside it.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's obligations for `alloc` are the same for `System`.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let now = NOW.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `System` with `layout` (see `alloc`).
-        unsafe { System.dealloc(ptr, layout) };
-        NOW.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
-
 #[global_allocator]
-static ALLOC: Counting = Counting;
+static HEAP: stoker_testdata::heap::Counting = stoker_testdata::heap::Counting;
 
 /// `n` photos from the test corpus in one class folder under `dir`.
 fn photos(dir: &Path, n: usize) -> PathBuf {
@@ -75,10 +49,9 @@ fn large_raw_records_are_held_by_bytes_not_by_a_chunk_of_files() {
     let mut o = raw_opts(&src, &dir.path().join("out"), 2000, 2000);
     o.jobs = Some(2);
     let record = 2000 * 2000 * 3;
-    let before = NOW.load(Ordering::Relaxed);
-    PEAK.store(before, Ordering::Relaxed);
+    let before = stoker_testdata::heap::start_peak();
     let r = convert(&o, &NoProgress).unwrap();
-    let peak = PEAK.load(Ordering::Relaxed) - before;
+    let peak = stoker_testdata::heap::peak() - before;
     assert_eq!(r.written, n as u64, "{r:?}");
     assert_eq!(Dataset::open(&o.out).unwrap().len(), n as u64);
     // The converter's read-ahead (at most 32 MiB), one record per worker in progress and
@@ -106,7 +79,7 @@ fn raw_size_whose_records_exceed_4_gib_is_refused_before_any_work() {
         (37838, 37838),
         (65535, 21846),
     ] {
-        let before = NOW.load(Ordering::Relaxed);
+        let before = stoker_testdata::heap::live();
         let e = convert(&raw_opts(&src, &dir.path().join("o"), w, h), &NoProgress).unwrap_err();
         let msg = e.to_string();
         assert!(
@@ -118,7 +91,7 @@ fn raw_size_whose_records_exceed_4_gib_is_refused_before_any_work() {
             "{msg}"
         );
         assert!(!dir.path().join("o").exists(), "nothing is created");
-        assert!(NOW.load(Ordering::Relaxed) < before + (1 << 20));
+        assert!(stoker_testdata::heap::live() < before + (1 << 20));
     }
     // The largest square that fits is still accepted (checked up to the listing only: the
     // source here does not exist).

@@ -14,6 +14,7 @@
 //!   the same sizes, for the GPU machine's mixed-data figures (`make-mixed-set`).
 //! - [`gpu_skip`]: the one line a GPU test prints when it finds no GPU, which
 //!   `scripts/device-check.sh` treats as a failure on the GPU machine.
+//! - [`heap`]: a counting allocator for the tests and benches that measure heap use.
 //!
 //! `STOKER_DATA` and `STOKER_BENCH_DIR` override the two folders (the GPU machine gets a
 //! copy of both, see `scripts/device-prepare.sh`).
@@ -28,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 mod bench_set;
+pub mod heap;
 mod mixed_set;
 
 pub use bench_set::{make_bench_set, BenchSetError, BENCH_FILES, BENCH_HEIGHT, BENCH_WIDTH};
