@@ -85,15 +85,21 @@ fn link_target(path: &Path) -> Option<(std::path::PathBuf, Option<u32>)> {
     None
 }
 
-/// Whether a temporary file can be made beside `file`.
+/// Whether a temporary file can be made beside `file`, as [`replace`] makes it.
 fn dir_writable(file: &Path) -> bool {
-    file.parent().is_some_and(|dir| {
-        rustix::fs::access(
-            dir,
-            rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
-        )
-        .is_ok()
-    })
+    rustix::fs::access(
+        dir_of(file),
+        rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK,
+    )
+    .is_ok()
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 /// Opens `path` (following a symlink) and writes into it, no temporary file, no rename.
@@ -126,10 +132,7 @@ fn replace(
     let name = path
         .file_name()
         .with_context(|| format!("{}: not a file name", path.display()))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = dir_of(path);
     let mut prefix = std::ffi::OsString::from(".");
     prefix.push(name);
     // tempfile's default is 0600 whatever the umask; 0666 is created as 0666 & !umask, the
