@@ -16,6 +16,10 @@
 //! - `decode_cpu_crop_progressive/…`: the same three over the progressive
 //!   photographs of `testdata/imagefolder` (38 files, mixed sizes).
 //!
+//! - `decode_cpu_fallback/stoker_1_core`: wall time (run it pinned), the conformance
+//!   files that take the jpeg-decoder route (sequential in several scans, unusual
+//!   sampling factors); their names are printed, for the PIL peer to decode the same.
+//!
 //! Run: `cargo bench --bench decode` (pin to one core for the per-core figure:
 //! `taskset -c 1 cargo bench --bench decode -- stoker_1_thread`).
 
@@ -219,6 +223,56 @@ fn crop_group(c: &mut Criterion, group: &str, files: Vec<Vec<u8>>) {
     g.finish();
 }
 
+/// The conformance files the CPU decoder sends to jpeg-decoder, with their names.
+fn fallback_set(dec: &CpuDecoder) -> Vec<(String, Vec<u8>)> {
+    let dir = stoker_testdata::dir().join("conformance/core");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
+        .into_iter()
+        .map(|n| {
+            let data = std::fs::read(dir.join(&n)).expect("read");
+            (n, data)
+        })
+        .filter(|(_, data)| {
+            probe(data, dec.limits()).is_ok_and(|i| !i.zune_decodable())
+                && dec
+                    .decode_to_vec_routed(data)
+                    .is_ok_and(|(_, r, _)| r == stoker::decode::Route::CpuFallback)
+        })
+        .collect()
+}
+
+fn cpu_fallback(c: &mut Criterion) {
+    let dec = CpuDecoder::new(Limits::default());
+    let set = fallback_set(&dec);
+    for (name, _) in &set {
+        println!("decode_cpu_fallback file: {name}");
+    }
+    let max = set
+        .iter()
+        .map(|(_, f)| dec.decode_to_vec(f).expect("decodes").1.len())
+        .max()
+        .unwrap_or(0);
+    let mut buf = vec![0u8; max];
+    let mut g = c.benchmark_group("decode_cpu_fallback");
+    g.throughput(Throughput::Elements(set.len() as u64));
+    g.sample_size(10).measurement_time(Duration::from_secs(10));
+    // Wall time, not this thread's CPU time: jpeg-decoder decodes components on
+    // threads of its own. Pin the run to one core for a per-core figure.
+    g.bench_function("stoker_1_core", |b| {
+        b.iter(|| {
+            for (_, f) in &set {
+                dec.decode_into(f, &mut buf).expect("decodes");
+            }
+        })
+    });
+    g.finish();
+}
+
 fn gpu(c: &mut Criterion) {
     let ctx = match cuda_context(0) {
         Ok(ctx) => ctx,
@@ -258,5 +312,12 @@ fn gpu(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, cpu, cpu_crop, cpu_crop_progressive, gpu);
+criterion_group!(
+    benches,
+    cpu,
+    cpu_crop,
+    cpu_crop_progressive,
+    cpu_fallback,
+    gpu
+);
 criterion_main!(benches);

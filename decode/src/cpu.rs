@@ -530,12 +530,21 @@ fn fallback_decode(
     };
     let mut dec = jpeg_decoder::Decoder::new(data);
     // Bound its allocation by our limit (4 bytes per pixel for CMYK, plus slack).
-    dec.set_max_decoding_buffer_size(
-        (info.pixels() as usize)
-            .saturating_mul(4)
-            .saturating_add(1 << 16),
-    );
+    let buffer = (info.pixels() as usize)
+        .saturating_mul(4)
+        .saturating_add(1 << 16);
+    dec.set_max_decoding_buffer_size(buffer);
     let pixels = dec.decode().map_err(corrupt)?;
+    if let Some(padded) = crate::ran_out::padded_at_scan_ends(data) {
+        let mut again = jpeg_decoder::Decoder::new(&padded[..]);
+        again.set_max_decoding_buffer_size(buffer);
+        if again.decode().ok().as_deref() != Some(&pixels[..]) {
+            return Err(DecodeError::Corrupt {
+                decoder: "jpeg-decoder",
+                message: "a scan's data ran out before its last block (a file cut short?)".into(),
+            });
+        }
+    }
     let meta = dec.info().ok_or_else(|| DecodeError::Corrupt {
         decoder: "jpeg-decoder",
         message: "no image info after decode".into(),

@@ -36,6 +36,7 @@ mod error;
 mod gpu;
 pub mod nvjpeg;
 mod probe;
+mod ran_out;
 mod route;
 mod std_huffman;
 mod timing;

@@ -567,3 +567,57 @@ fn data_after_the_end_of_image_is_not_counted_as_scans() {
     let (_, _, got) = dec.decode_to_vec_routed(&trailer).unwrap();
     assert!(got == want);
 }
+
+/// Regression: the files zune-jpeg does not take (sequential files in several
+/// scans, unusual sampling factors) go to jpeg-decoder, which also decodes the
+/// rest of a scan from zero bits once the data runs out, and returned Ok for a
+/// file cut short and closed with an end-of-image marker.
+#[test]
+fn fallback_route_cut_short_by_eoi_is_corrupt() {
+    let dec = CpuDecoder::new(Limits::default());
+    let dir = data_dir().join("conformance/core");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let (mut files, mut cases) = (0, 0);
+    for name in names {
+        let data = core_file(&name);
+        let Ok(info) = probe(&data, dec.limits()) else {
+            continue;
+        };
+        if info.zune_decodable() || info.supported().is_err() {
+            continue;
+        }
+        let Ok((_, route, whole)) = dec.decode_to_vec_routed(&data) else {
+            continue;
+        };
+        assert_eq!(route, stoker_decode::Route::CpuFallback, "{name}");
+        files += 1;
+        let scans = scan_data(&data);
+        let last = &scans[scans.len() - 1];
+        let cuts = [1, 2, 3, 4]
+            .map(|k| last.start + last.len() * k / 5)
+            .into_iter()
+            .chain(scans.iter().map(|r| r.start + r.len() / 2))
+            .chain([last.end - 1]);
+        for cut in cuts {
+            cases += 1;
+            match dec.decode_to_vec_routed(&with_eoi(&data[..cut])) {
+                Err(e @ DecodeError::Corrupt { .. }) => assert!(e.is_bad_input()),
+                Err(e) => panic!("{name} cut + EOI at {cut}: want Corrupt, got {e}"),
+                // The last byte may hold nothing but the padding bits after the
+                // last code, and the zero bits read instead of it the same codes.
+                Ok((_, _, rgb)) if cut == last.end - 1 && rgb == whole => {}
+                Ok((_, route, _)) => {
+                    panic!(
+                        "{name} cut + EOI at {cut} of {}: decoded via {route}",
+                        data.len()
+                    )
+                }
+            }
+        }
+    }
+    assert!(files >= 4 && cases >= 20, "{files} files, {cases} cases");
+}

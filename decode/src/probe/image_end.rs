@@ -27,6 +27,23 @@
 /// libjpeg does ("extraneous bytes before marker"), and fill bytes (`FF FF …`) before a marker
 /// are allowed.
 pub fn primary_image_end(data: &[u8]) -> Option<usize> {
+    walk(data, |_| {})
+}
+
+/// Where each scan's entropy-coded data in the primary image ends: the offset of the
+/// marker (its fill bytes included) that ends the scan. A scan that runs to the end of the
+/// data has none; so does every scan when the primary image has no end (see
+/// [`primary_image_end`]).
+pub(crate) fn scan_data_ends(data: &[u8]) -> Vec<usize> {
+    let mut ends = Vec::new();
+    match walk(data, |end| ends.push(end)) {
+        Some(_) => ends,
+        None => Vec::new(),
+    }
+}
+
+/// The walk of [`primary_image_end`], telling `on_scan_end` where each scan's data ends.
+fn walk(data: &[u8], mut on_scan_end: impl FnMut(usize)) -> Option<usize> {
     if !data.starts_with(&[0xFF, 0xD8]) {
         return None;
     }
@@ -52,7 +69,13 @@ pub fn primary_image_end(data: &[u8]) -> Option<usize> {
                 i += len;
                 if code == 0xDA {
                     scans += 1;
+                    let start = i;
                     i = super::entropy::entropy_coded_end(data, i);
+                    if i < data.len() {
+                        // Back to the first of the fill bytes before the marker's code.
+                        let fill = data[start..i].iter().rev().take_while(|&&b| b == 0xFF);
+                        on_scan_end(i - fill.count());
+                    }
                 }
             }
         }
