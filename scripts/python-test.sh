@@ -11,12 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/python-venv
-if [[ ! -x $venv/bin/python ]]; then
-  # --system-site-packages: a torch installed on the machine is seen by the tests.
-  python3 -m venv --system-site-packages "$venv"
-fi
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  'maturin>=1.9.4,<2' numpy pytest
+scripts/python-venv.sh 'maturin>=1.9.4,<2' numpy pytest >/dev/null
 PATH="$PWD/$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install --quiet \
   --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
 cargo build --quiet --bin stoker --example loader_dump

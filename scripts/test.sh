@@ -4,10 +4,9 @@
 # read is inside the repository (testdata/, examples/data/); nothing beside it is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! python3 -c 'import lmdb' 2>/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check lmdb
-fi
-cargo test --workspace
+# Into the scripts' virtual environment, first on PATH for the tests that run `python3`.
+py=$(scripts/python-venv.sh lmdb)
+PATH="$(dirname "$py"):$PATH" cargo test --workspace
 # The Python package (python/): builds it into a virtual environment under target/ and
 # runs pytest over tests/python (numpy, pytest and maturin come from PyPI).
 scripts/python-test.sh

@@ -108,7 +108,7 @@ pub(crate) fn get<'m>(
     for level in 1..=tree.depth {
         let page = pages.page(pgno)?;
         let lower = usize::from(u16_at(page, 12));
-        if lower < PAGE_HEADER || lower > page.len() || (lower - PAGE_HEADER) % 2 != 0 {
+        if lower < PAGE_HEADER || lower > page.len() || !(lower - PAGE_HEADER).is_multiple_of(2) {
             return Err(format!("page {pgno}: bad node count"));
         }
         let count = (lower - PAGE_HEADER) / 2;

@@ -159,7 +159,7 @@ pub(crate) fn record_tree(file: &File, len: u64) -> Result<RecordTree, String> {
         ));
     }
     let psize = u64::from(psize);
-    if len % psize != 0 || len < 3 * psize {
+    if !len.is_multiple_of(psize) || len < 3 * psize {
         return Err(format!(
             "file size {len} is not a whole number (at least 3) of {psize}-byte pages"
         ));

@@ -54,7 +54,7 @@ impl Walker<'_> {
     /// The node offsets of a branch or leaf page.
     fn nodes(&self, pgno: u64, page: &[u8]) -> Result<Vec<usize>, String> {
         let lower = usize::from(u16_at(page, 12));
-        if lower < PAGE_HEADER || lower > page.len() || (lower - PAGE_HEADER) % 2 != 0 {
+        if lower < PAGE_HEADER || lower > page.len() || !(lower - PAGE_HEADER).is_multiple_of(2) {
             return Err(format!("page {pgno}: bad node count"));
         }
         (0..(lower - PAGE_HEADER) / 2)

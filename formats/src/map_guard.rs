@@ -149,7 +149,7 @@ fn claim(start: usize, end: usize) -> Option<usize> {
         let i = (hint + k) % SLOTS;
         let slot = &TABLE[i];
         let seq = slot.seq.load(Ordering::Relaxed);
-        if seq % 4 != 0
+        if !seq.is_multiple_of(4)
             || slot
                 .seq
                 .compare_exchange(seq, seq + 1, Ordering::Acquire, Ordering::Relaxed)
