@@ -298,9 +298,15 @@ def test_list_file_and_flat_folder(convert, tmp_path):
         (SOURCES[1][0].read_bytes(), 0),
         (SOURCES[1][0].read_bytes(), 2),
     ]
+    # A flat folder; a stored original keeps whatever follows its EOI.
+    trailing = SOURCES[2][0].read_bytes() + b"trailing bytes"
+    (src / "sub" / "t.jpg").write_bytes(trailing)
     m, records = spec.read_dataset(convert(src / "sub"))
     assert m["classes"] == ["sub"] and m["provenance"]["flags"]["order"] == "flat"
-    assert [(r.payload, r.label) for r in records] == [(SOURCES[1][0].read_bytes(), 0)]
+    assert [(r.payload, r.label) for r in records] == [
+        (trailing, 0),
+        (SOURCES[1][0].read_bytes(), 0),
+    ]
 
 
 def test_version_1_manifest(convert, stoker_cli, tmp_path):
