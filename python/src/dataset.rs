@@ -8,7 +8,7 @@ use std::sync::{Condvar, Mutex};
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use stoker_formats::{ConvertOptions, Encoding, Progress, ResizeMode, Source};
+use stoker_formats::{ConvertOptions, Encoding, Layout, Part, Progress, ResizeMode, Source};
 
 use crate::errors::format_error;
 use crate::signals::SIGNAL_CHECK;
@@ -29,9 +29,14 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// ``quality``, ``size`` ((width, height), raw encoding), ``resize`` ("shorter-side" or
 /// "stretch"), ``jobs``, ``shard_size`` (bytes, at least 65536), ``shards`` (fewer when
 /// shards would hold under 64 KiB, with a ``UserWarning``), ``resume``, ``strict``,
-/// ``max_pixels``, ``gpu_friendly``, ``check`` (test-decode stored JPEGs), ``shuffle``
-/// (store the records in a random order drawn from ``seed`` instead of class by class, so
-/// that ``Loader(shuffle="quasi")`` still mixes the classes in every batch).
+/// ``max_pixels``, ``max_file_size`` (bytes; larger inputs are skipped), ``gpu_friendly``,
+/// ``check`` (test-decode stored JPEGs), ``shuffle`` (store the records in a random order
+/// drawn from ``seed`` instead of class by class, so that ``Loader(shuffle="quasi")``
+/// still mixes the classes in every batch), ``layout`` ("auto", "classes" or "flat"),
+/// ``part`` and ``parts`` (convert part ``part`` of ``parts`` into
+/// ``out/part-IIIII-of-NNNNN/``, for :func:`merge`; unlike the CLI, Python does not read
+/// them from Slurm's or Kubernetes' array variables: a training script may run in an
+/// array for other reasons).
 ///
 /// Raises ``ValueError`` for bad options, ``FileNotFoundError`` for a missing
 /// source, ``stoker.StokerError`` for the rest (an output that already holds a
@@ -42,8 +47,9 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 #[pyo3(signature = (
     src, out, *, list=None, encoding="jpeg", max_side=None, quality=90, size=None,
     resize="shorter-side", jobs=None, shard_size=stoker_formats::DEFAULT_SHARD_BYTES,
-    shards=None, resume=false, strict=false, max_pixels=100_000_000, gpu_friendly=false,
-    check=true, shuffle=false, seed=None, progress=None
+    shards=None, resume=false, strict=false, max_pixels=100_000_000,
+    max_file_size=stoker_formats::DEFAULT_MAX_FILE_SIZE, gpu_friendly=false, check=true,
+    shuffle=false, seed=None, layout="auto", part=None, parts=None, progress=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn convert<'py>(
@@ -62,10 +68,14 @@ pub(crate) fn convert<'py>(
     resume: bool,
     strict: bool,
     max_pixels: u64,
+    max_file_size: u64,
     gpu_friendly: bool,
     check: bool,
     shuffle: bool,
     seed: Option<u64>,
+    layout: &str,
+    part: Option<u32>,
+    parts: Option<u32>,
     progress: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let source = match list {
@@ -100,7 +110,29 @@ pub(crate) fn convert<'py>(
     opts.resume = resume;
     opts.strict = strict;
     opts.max_pixels = max_pixels;
+    opts.max_file_size = max_file_size;
     opts.gpu_friendly = gpu_friendly;
+    opts.layout = match layout {
+        "auto" => Layout::Auto,
+        "classes" => Layout::Classes,
+        "flat" => Layout::Flat,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "layout={other:?}: want \"auto\", \"classes\" or \"flat\""
+            )))
+        }
+    };
+    opts.part = match (part, parts) {
+        (None, None) => None,
+        (Some(i), Some(n)) => {
+            Some(Part::new(i, n).map_err(|e| PyValueError::new_err(e.to_string()))?)
+        }
+        _ => {
+            return Err(PyValueError::new_err(
+                "part= and parts= go together: part=I of parts=N",
+            ))
+        }
+    };
     opts.check_decode = check;
     opts.shuffle = match (shuffle, seed) {
         (true, seed) => Some(seed.unwrap_or(0)),
@@ -129,6 +161,31 @@ pub(crate) fn convert<'py>(
     {
         crate::errors::warn(py, format!("stoker.convert: {w}"))?;
     }
+    let json = serde_json::to_string(&report)
+        .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
+    json_to_py(py, &json)
+}
+
+/// Merges the parts of a partitioned conversion (``convert(..., part=I, parts=N)``
+/// into the same ``out``) into one dataset at ``out``, like ``stoker merge``, and
+/// returns its report as a dict with the keys of ``stoker merge --json`` (``parts``,
+/// ``samples``, ``shards``, ``bytes``, ...). ``parts`` lists the part directories
+/// (default: every ``part-*`` directory under ``out``); they must be on ``out``'s file
+/// system, since shards are linked, not copied.
+///
+/// Raises ``FileNotFoundError`` for a missing part, ``stoker.StokerError`` for parts
+/// that are unfinished, missing, duplicated or from different conversions.
+#[pyfunction]
+#[pyo3(signature = (out, parts=None))]
+pub(crate) fn merge<'py>(
+    py: Python<'py>,
+    out: PathBuf,
+    parts: Option<Vec<PathBuf>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let parts = parts.unwrap_or_default();
+    let report = py
+        .detach(|| stoker_formats::merge(&out, &parts))
+        .map_err(format_error)?;
     let json = serde_json::to_string(&report)
         .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
     json_to_py(py, &json)

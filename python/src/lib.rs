@@ -48,6 +48,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
         stoker_loader::transform::IMAGENET_STD.to_vec(),
     )?;
     m.add_function(wrap_pyfunction!(dataset::convert, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::merge, m)?)?;
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<loader::Loader>()?;
     m.add_class::<epoch::Epoch>()?;

@@ -35,6 +35,7 @@ from ._stoker import (
     StokerError,
     __version__,
     convert,
+    merge,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "StokerError",
     "__version__",
     "convert",
+    "merge",
 ]

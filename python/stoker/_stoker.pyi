@@ -1,6 +1,7 @@
 """Type stubs of the extension module (implemented in Rust, python/src)."""
 
 import os
+import pathlib
 from typing import Any, Dict, ItemsView, Iterator, KeysView, List, Optional, Sequence, Tuple, Union, ValuesView
 
 __version__: str
@@ -25,11 +26,20 @@ def convert(
     resume: bool = False,
     strict: bool = False,
     max_pixels: int = 100_000_000,
+    max_file_size: int = 67_108_864,
     gpu_friendly: bool = False,
     check: bool = True,
     shuffle: bool = False,
     seed: Optional[int] = None,
+    layout: str = "auto",
+    part: Optional[int] = None,
+    parts: Optional[int] = None,
     progress: Optional[bool] = None,
+) -> Dict[str, Any]: ...
+
+def merge(
+    out: Union[str, os.PathLike],
+    parts: Optional[Sequence[Union[str, os.PathLike]]] = None,
 ) -> Dict[str, Any]: ...
 
 class Dataset:
@@ -41,7 +51,7 @@ class Dataset:
     @property
     def manifest(self) -> Dict[str, Any]: ...
     @property
-    def path(self) -> str: ...
+    def path(self) -> pathlib.Path: ...
 
 class Images:
     def __dlpack__(

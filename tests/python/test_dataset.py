@@ -45,6 +45,34 @@ def test_convert_options_reach_the_converter(tmp_path):
         stoker.convert(SAMPLE, tmp_path / "q", quality=0, progress=False)
 
 
+def test_convert_has_the_cli_options_for_layout_file_size_and_parts(tmp_path, sample_dataset):
+    # layout="flat": every file of the tree in one unlabelled class.
+    flat = stoker.convert(SAMPLE, tmp_path / "flat", layout="flat", progress=False)
+    assert flat["written"] == 15
+    assert {stoker.Dataset(tmp_path / "flat")[i][1] for i in range(15)} == {0}
+    with pytest.raises(ValueError, match="layout"):
+        stoker.convert(SAMPLE, tmp_path / "bad", layout="folders", progress=False)
+    # max_file_size: the inputs larger than it are skipped.
+    sizes = sorted(p.stat().st_size for p in SAMPLE.rglob("*.jp*g"))
+    limit = sizes[len(sizes) // 2]
+    small = stoker.convert(SAMPLE, tmp_path / "small", max_file_size=limit, progress=False)
+    assert small["written"] == sum(s <= limit for s in sizes) < 15
+    assert len(small["skipped"]) == 15 - small["written"]
+    # Three parts, then merge: the records of one conversion.
+    root = tmp_path / "parts"
+    for i in range(3):
+        stoker.convert(SAMPLE, root, part=i, parts=3, progress=False)
+    report = stoker.merge(root)
+    assert report["parts"] == 3 and report["samples"] == 15
+    merged, whole = stoker.Dataset(root), stoker.Dataset(sample_dataset)
+    assert [merged[i] for i in range(15)] == [whole[i] for i in range(15)]
+    assert isinstance(merged.path, Path)
+    with pytest.raises(ValueError, match="part"):
+        stoker.convert(SAMPLE, tmp_path / "p", part=1, progress=False)
+    with pytest.raises(ValueError):
+        stoker.convert(SAMPLE, tmp_path / "p", part=3, parts=3, progress=False)
+
+
 def test_dataset_len_classes_manifest_and_records(sample_dataset):
     ds = stoker.Dataset(sample_dataset)
     assert len(ds) == 15
