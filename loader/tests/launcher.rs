@@ -28,7 +28,7 @@ const FAKE_GPUS: &str = "STOKER_NODE_PROBE_FAKE_GPUS";
 const GIVEN: &str = "STOKER_NODE_PROBE_GIVEN";
 /// Every launcher variable the placement reads: cleared in the children, so that the
 /// environment the tests run in (a CI job inside Slurm, say) cannot leak in.
-const LAUNCHER_VARS: [&str; 30] = [
+const LAUNCHER_VARS: [&str; 34] = [
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -42,6 +42,10 @@ const LAUNCHER_VARS: [&str; 30] = [
     "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MV2_COMM_WORLD_RANK",
+    "MV2_COMM_WORLD_SIZE",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_SIZE",
     "PMI_RANK",
     "PMI_SIZE",
     "MPI_LOCALRANKID",
@@ -653,6 +657,29 @@ fn open_mpi_mpirun() {
                 "OMPI_COMM_WORLD_LOCAL_SIZE unset".to_owned()
             ]
         )
+    );
+}
+
+#[test]
+fn mvapich_mpirun_rsh() {
+    let vars = [
+        ("MV2_COMM_WORLD_RANK", "6"),
+        ("MV2_COMM_WORLD_SIZE", "16"),
+        ("MV2_COMM_WORLD_LOCAL_RANK", "2"),
+        ("MV2_COMM_WORLD_LOCAL_SIZE", "8"),
+        // mpirun_rsh in an sbatch script: the batch step's variables are inherited.
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "16"),
+    ];
+    assert_eq!(read(&vars).unwrap(), at(Launcher::Mvapich, [6, 16, 2, 8]));
+    assert_eq!(
+        refused(read(&[
+            ("MV2_COMM_WORLD_RANK", "6"),
+            ("MV2_COMM_WORLD_LOCAL_RANK", "2"),
+            ("MV2_COMM_WORLD_LOCAL_SIZE", "8"),
+        ]))
+        .0,
+        Launcher::Mvapich
     );
 }
 

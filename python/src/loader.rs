@@ -31,7 +31,7 @@ use crate::locks::lock;
 /// ``"uint8"`` (``layout="nhwc"``, raw pixels); ``torch.float16`` and the like are
 /// taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
 /// ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``). ``rank`` and ``world_size``
-/// default to the launcher's variables (torchrun's ``RANK`` / ``WORLD_SIZE``, Open MPI's,
+/// default to the launcher's variables (torchrun's ``RANK`` / ``WORLD_SIZE``, Open MPI's, MVAPICH's,
 /// MPICH's, Horovod's, an ``srun`` step's); given explicitly, they keep the environment's
 /// local rank (which GPU, what share of the node). What the loader had to assume (a
 /// Slurm batch step without ``srun``, a missing local count) is a ``UserWarning`` and

@@ -17,6 +17,8 @@ pub enum Launcher {
     Horovod,
     /// Open MPI's `mpirun` / `mpiexec`: `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, ...
     OpenMpi,
+    /// MVAPICH's `mpirun_rsh`: `MV2_COMM_WORLD_RANK`, `MV2_COMM_WORLD_SIZE`, ...
+    Mvapich,
     /// The Hydra process manager of MPICH and Intel MPI (`mpiexec`): `PMI_RANK`,
     /// `PMI_SIZE`, `MPI_LOCALRANKID`, `MPI_LOCALNRANKS`.
     Mpich,
@@ -37,6 +39,7 @@ impl Launcher {
             Launcher::Torchrun => "torchrun",
             Launcher::Horovod => "horovod",
             Launcher::OpenMpi => "openmpi",
+            Launcher::Mvapich => "mvapich",
             Launcher::Mpich => "mpich",
             Launcher::Slurm => "slurm",
             Launcher::Pmix => "pmix",

@@ -1,5 +1,6 @@
 //! The MPI launchers' per-process variables: Horovod's own launcher, Open MPI's
-//! `mpirun`, the Hydra `mpiexec` of MPICH and Intel MPI, and a bare PMIx rank.
+//! `mpirun`, MVAPICH's `mpirun_rsh`, the Hydra `mpiexec` of MPICH, Intel MPI and
+//! MVAPICH, and a bare PMIx rank.
 
 use super::env::{EnvProblem, Launcher};
 use super::slurm;
@@ -38,6 +39,25 @@ pub(super) fn open_mpi(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
             "OMPI_COMM_WORLD_SIZE",
             "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE",
+        ],
+    )
+}
+
+/// MVAPICH's `mpirun_rsh`: `MV2_COMM_WORLD_RANK`, `MV2_COMM_WORLD_SIZE`,
+/// `MV2_COMM_WORLD_LOCAL_RANK`, `MV2_COMM_WORLD_LOCAL_SIZE` (its Hydra `mpiexec` sets
+/// `PMI_RANK` and `PMI_SIZE`, read by [`mpich`]).
+///
+/// # Errors
+///
+/// As [`horovod`].
+pub(super) fn mvapich(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
+    four(
+        Vars::new(Launcher::Mvapich, get),
+        [
+            "MV2_COMM_WORLD_RANK",
+            "MV2_COMM_WORLD_SIZE",
+            "MV2_COMM_WORLD_LOCAL_RANK",
+            "MV2_COMM_WORLD_LOCAL_SIZE",
         ],
     )
 }

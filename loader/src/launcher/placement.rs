@@ -36,10 +36,11 @@ type Reader = for<'a> fn(Get<'a>) -> Result<Reading<'a>, LoaderError>;
 /// process inherits the variables of the launchers around it (`mpirun` inside an
 /// sbatch script sees the batch step's `SLURM_PROCID=0`, torchrun inside `srun`
 /// sees the task's), and its own describe this process.
-const READERS: [Reader; 6] = [
+const READERS: [Reader; 7] = [
     torchrun::read,
     mpi::horovod,
     mpi::open_mpi,
+    mpi::mvapich,
     mpi::mpich,
     slurm::read,
     mpi::pmix,
@@ -107,12 +108,15 @@ impl Placement {
     /// 3. **Open MPI** (`mpirun`), the same with `OMPI_COMM_WORLD_RANK`,
     ///    `OMPI_COMM_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`,
     ///    `OMPI_COMM_WORLD_LOCAL_SIZE`.
-    /// 4. **MPICH / Intel MPI** (Hydra's `mpiexec`), when `PMI_RANK` or `PMI_SIZE`
+    /// 4. **MVAPICH** (`mpirun_rsh`), the same with `MV2_COMM_WORLD_RANK`,
+    ///    `MV2_COMM_WORLD_SIZE`, `MV2_COMM_WORLD_LOCAL_RANK`,
+    ///    `MV2_COMM_WORLD_LOCAL_SIZE`.
+    /// 5. **MPICH / Intel MPI / MVAPICH** (Hydra's `mpiexec`), when `PMI_RANK` or `PMI_SIZE`
     ///    is set: both required; local figures `MPI_LOCALRANKID` and
     ///    `MPI_LOCALNRANKS`, together or not at all. Without them, inside a Slurm step
     ///    with the same rank and size (`srun --mpi=pmi2` sets `PMI_RANK` too), Slurm
     ///    is read instead.
-    /// 5. **Slurm**, when `SLURM_PROCID` is set. In a job step (`srun` sets
+    /// 6. **Slurm**, when `SLURM_PROCID` is set. In a job step (`srun` sets
     ///    `SLURM_STEP_ID`, or the older `SLURM_STEPID`): the world is
     ///    `SLURM_STEP_NUM_TASKS` (this step's tasks), else `SLURM_NTASKS`; the local
     ///    rank is `SLURM_LOCALID`; the tasks on this node are
@@ -121,8 +125,8 @@ impl Placement {
     ///    `SLURM_NODEID`, 0 when unset). Without a step id this is the batch script
     ///    itself, one process however many tasks the job has: a single process, with
     ///    a note when `SLURM_NTASKS` is more than 1 (start each task with `srun`).
-    /// 6. **PMIx**: `PMIX_RANK` alone says a rank but not the job's size: an error.
-    /// 7. Otherwise a **single** process.
+    /// 7. **PMIx**: `PMIX_RANK` alone says a rank but not the job's size: an error.
+    /// 8. Otherwise a **single** process.
     ///
     /// The innermost launcher comes first because a process inherits the variables
     /// of every launcher around it: `mpirun` in an sbatch script passes the batch
