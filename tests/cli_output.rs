@@ -292,3 +292,69 @@ fn decode_output_writes_through_symlinks_and_keeps_modes() {
         .is_fifo());
     assert_eq!(names(dir.path()).len(), 5, "{:?}", names(dir.path()));
 }
+
+/// The width and height of the PNG `bytes`, which must hold one whole image and nothing
+/// after it.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    let mut r = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .expect("a PNG header");
+    let mut buf = vec![0; r.output_buffer_size().unwrap()];
+    let info = r.next_frame(&mut buf).expect("the PNG's pixels");
+    r.finish().expect("the PNG's end");
+    assert!(
+        bytes.ends_with(b"IEND\xae\x42\x60\x82"),
+        "bytes after the PNG"
+    );
+    (info.width, info.height)
+}
+
+#[test]
+fn decode_png_on_stdout_carries_the_png_alone_and_the_report_on_stderr() {
+    // `-o /dev/stdout | cat > x.png` got the report's lines before and after the image.
+    for out in ["/dev/stdout", "/proc/self/fd/1", "/dev/fd/1", "-"] {
+        for json in [false, true] {
+            let mut args = vec!["decode", PHOTO, "--backend", "cpu", "-o", out];
+            if json {
+                args.push("--json");
+            }
+            let o = common::stoker_within(&args, LIMIT);
+            assert!(o.status.success(), "{args:?}: {}", text(&o));
+            let (w, h) = png_size(&o.stdout);
+            assert!(w > 0 && h > 0);
+            let err = String::from_utf8_lossy(&o.stderr);
+            let report = if json {
+                "\"route\": \"cpu-"
+            } else {
+                "decoded      yes"
+            };
+            assert!(err.contains(report), "{args:?}: {}", text(&o));
+        }
+    }
+    // `-o -` is stdout, not a file named `-`; `./-` still names one.
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(STOKER);
+    c.current_dir(dir.path())
+        .args(["decode", PHOTO, "--backend", "cpu", "-o", "-"]);
+    let o = run_within(c, LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    let mut c = Command::new(STOKER);
+    c.current_dir(dir.path())
+        .args(["decode", PHOTO, "--backend", "cpu", "-o", "./-"]);
+    let o = run_within(c, LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("decoded      yes"));
+    png_size(&std::fs::read(dir.path().join("-")).unwrap());
+
+    // Stdout redirected to the very file named by -o: the file ends up the PNG alone.
+    let png = dir.path().join("same.png");
+    let o = stoker_in_shell(
+        "sh",
+        r#"out=$1; shift; exec "$0" "$@" -o "$out" >"$out""#,
+        &[p(&png), "decode", PHOTO, "--backend", "cpu"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    png_size(&std::fs::read(&png).unwrap());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("decoded      yes"));
+}

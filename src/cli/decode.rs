@@ -3,8 +3,8 @@
 //! to reach for when one image misbehaves.
 #![forbid(unsafe_code)]
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -30,7 +30,9 @@ pub struct Args {
     /// The JPEG file.
     pub file: PathBuf,
     /// Write the decoded RGB pixels to this PNG file (replaced only once complete; a
-    /// symlink, FIFO or device such as /dev/stdout is written through).
+    /// symlink, FIFO or device such as /dev/stdout is written through). `-` is stdout (a
+    /// file named - is ./-). When the PNG goes to stdout (`-`, /dev/stdout, or the file
+    /// stdout is redirected to), the report goes to stderr; a terminal is refused.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Decoder backend.
@@ -57,6 +59,16 @@ pub struct Args {
 
 /// Runs `stoker decode`: exit 0 when the image decodes, 1 when it does not.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let png_on_stdout = args
+        .output
+        .as_deref()
+        .is_some_and(|p| p == Path::new(STDOUT) || super::output::is_stdout(p));
+    if png_on_stdout && std::io::stdout().is_terminal() {
+        anyhow::bail!(
+            "-o {}: stdout is a terminal, where PNG bytes are no use; redirect stdout or name a file",
+            args.output.as_deref().unwrap_or(Path::new(STDOUT)).display()
+        );
+    }
     // A device, a FIFO or a huge file is refused before it is read.
     let data = stoker::formats::read_input_file(&args.file, args.max_file_size)?;
     let limits = Limits {
@@ -81,7 +93,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Said first for a cut-off file: the CPU decoder calls it corrupt, nvJPEG may fill it in.
     let truncated = header.is_ok() && !stoker::formats::jpeg_is_complete(&data);
     let ok = decoded.is_ok() && !truncated;
-    let mut out = std::io::stdout().lock();
+    // The report shares no stream with the PNG: `-o /dev/stdout | cat > x.png` got the
+    // report's lines before and after the image.
+    let mut out: Box<dyn Write> = if png_on_stdout {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
     if args.json {
         let v = serde_json::json!({
             "file": args.file,
@@ -119,7 +137,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if let (Some(path), Ok((info, _, pixels))) = (&args.output, &decoded) {
-        write_png(path, info.width, info.height, pixels)?;
+        let png = |w: &mut dyn Write| encode_png(w, info.width, info.height, pixels);
+        if path == Path::new(STDOUT) {
+            super::output::write_stdout(|w| png(w))?;
+        } else {
+            // Appears only once complete: a full disk leaves neither a truncated image
+            // nor a clobbered earlier one.
+            super::output::write_file_atomically(path, |w| png(w))?;
+        }
         if !args.json {
             writeln!(out, "wrote        {}", path.display())?;
         }
@@ -237,16 +262,16 @@ fn yes(b: bool) -> &'static str {
     }
 }
 
-/// Writes `rgb` as a PNG at `path`, which appears only once complete: a full disk leaves
-/// neither a truncated image nor a clobbered earlier one.
-fn write_png(path: &std::path::Path, width: u32, height: u32, rgb: &[u8]) -> anyhow::Result<()> {
-    super::output::write_file_atomically(path, |file| {
-        let mut enc = png::Encoder::new(file, width, height);
-        enc.set_color(png::ColorType::Rgb);
-        enc.set_depth(png::BitDepth::Eight);
-        let mut w = enc.write_header().context("writing PNG header")?;
-        w.write_image_data(rgb).context("writing PNG data")?;
-        w.finish().context("finishing PNG")?;
-        Ok(())
-    })
+/// The `-o` name that means stdout.
+const STDOUT: &str = "-";
+
+/// Writes `rgb` (`width` × `height` pixels) as a PNG into `w`.
+fn encode_png(w: &mut dyn Write, width: u32, height: u32, rgb: &[u8]) -> anyhow::Result<()> {
+    let mut enc = png::Encoder::new(w, width, height);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    let mut w = enc.write_header().context("writing PNG header")?;
+    w.write_image_data(rgb).context("writing PNG data")?;
+    w.finish().context("finishing PNG")?;
+    Ok(())
 }

@@ -17,6 +17,39 @@ pub fn note(args: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "{args}");
 }
 
+/// Whether writing `path` reaches this process's stdout: `path` (its links followed) is the
+/// file, pipe or terminal open as fd 1, as `/dev/stdout`, `/proc/self/fd/1` and
+/// `/dev/fd/1` are, or as a file is that stdout was redirected to. What goes to stdout
+/// besides must then go elsewhere, or it is mixed into the file's bytes. `/dev/null` is no
+/// such file: nothing written there is read back.
+pub fn is_stdout(path: &Path) -> bool {
+    let Ok(out) = rustix::fs::fstat(std::io::stdout()) else {
+        // fd 1 is closed: nothing the path names can be it.
+        return false;
+    };
+    let same = |st: &rustix::fs::Stat| st.st_dev == out.st_dev && st.st_ino == out.st_ino;
+    let null = rustix::fs::stat("/dev/null").is_ok_and(|st| same(&st));
+    rustix::fs::stat(path).is_ok_and(|st| same(&st)) && !null
+}
+
+/// Writes to stdout through `fill` (buffered, flushed before returning), for a file the
+/// user asked for on stdout (`-o -`).
+///
+/// # Errors
+///
+/// When `fill` fails or stdout cannot be written (a closed pipe, a full disk).
+pub fn write_stdout(
+    fill: impl FnOnce(&mut BufWriter<std::io::StdoutLock<'static>>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut w = BufWriter::new(std::io::stdout().lock());
+    fill(&mut w).context("writing stdout")?;
+    // Stdout keeps a line buffer of its own, behind this one.
+    w.into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|mut lock| lock.flush())
+        .context("writing stdout")
+}
+
 /// Writes `path` through `fill`.
 ///
 /// A new path or a regular file appears only complete: the bytes go to a temporary file in
