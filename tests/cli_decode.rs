@@ -114,3 +114,34 @@ fn gpu_waits_decode_on_the_gpu_or_say_the_cpu_decoded() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("expected auto, spin or block"), "{err}");
 }
+
+#[test]
+fn decode_max_file_size_takes_the_units_convert_takes() {
+    // `decode --max-file-size 1M` was refused ("invalid digit") while convert took 64M.
+    let size = std::fs::metadata(PHOTO).unwrap().len();
+    assert!(size > 1024 && size < 1 << 20, "{size}");
+    let run = |limit: &str| {
+        Command::new(env!("CARGO_BIN_EXE_stoker"))
+            .args([
+                "decode",
+                PHOTO,
+                "--backend",
+                "cpu",
+                "--max-file-size",
+                limit,
+            ])
+            .output()
+            .unwrap()
+    };
+    for fits in ["1M", "1MiB", "0.5G", &size.to_string()] {
+        let o = run(fits);
+        assert!(o.status.success(), "{fits}: {o:?}");
+    }
+    let o = run("1K");
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("1024"), "{o:?}");
+    for bad in ["0", "1Q"] {
+        let o = run(bad);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {o:?}");
+    }
+}

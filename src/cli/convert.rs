@@ -134,7 +134,8 @@ fn parse_size(s: &str) -> Result<(u32, u32), String> {
     Ok((p(w)?, p(h)?))
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
+/// A byte count with an optional unit (K, M, G, T: powers of 1024), for every size flag.
+pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {

@@ -47,8 +47,9 @@ pub struct Args {
     /// Decoding work limit (width * height * scans), checked from the headers.
     #[arg(long, default_value_t = Limits::default().max_scan_work)]
     pub max_scan_work: u64,
-    /// Files larger than this many bytes are refused without being read.
-    #[arg(long, default_value_t = stoker::formats::DEFAULT_MAX_FILE_SIZE)]
+    /// Files larger than this are refused without being read, e.g. 64M, 1G, 1000000
+    /// (bytes), as convert's flag of the same name.
+    #[arg(long, default_value = "64M", value_parser = super::convert::parse_bytes)]
     pub max_file_size: u64,
     /// How the nvJPEG decoder waits for the GPU: auto, spin (poll on a core) or
     /// block (sleep until the driver wakes the thread). The CPU backend
