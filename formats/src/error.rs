@@ -26,14 +26,16 @@ pub enum FormatError {
     },
     /// The manifest declares a format version this build cannot read.
     #[error(
-        "{path}: format version {found} is not supported (this build reads version {supported})"
+        "{path}: format version {found} is not supported (this build reads versions {oldest} to {supported})"
     )]
     UnsupportedVersion {
         /// The manifest file.
         path: PathBuf,
         /// The version found.
         found: u32,
-        /// The version this build reads.
+        /// The oldest version this build reads.
+        oldest: u32,
+        /// The newest version this build reads (the one it writes).
         supported: u32,
     },
     /// A shard's file size differs from what the manifest recorded.
@@ -295,5 +297,44 @@ mod tests {
         assert!(e("shard-00001.lmdb.tmp").starts_with("shard ds/shard-00001.lmdb.tmp: disk full"));
         assert!(e(".stoker-convert.json.tmp").starts_with("ds/.stoker-convert.json.tmp: disk full"));
         assert!(e("manifest.json.tmp").starts_with("ds/manifest.json.tmp: disk full"));
+    }
+
+    #[test]
+    fn an_unsupported_version_names_every_version_this_build_reads() {
+        // It said "this build reads version 2", though version 1 datasets are read too.
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = crate::DatasetWriter::create(dir.path(), Default::default()).unwrap();
+        let meta = crate::RecordMeta {
+            encoding: crate::Encoding::Raw,
+            height: 1,
+            width: 1,
+            channels: 1,
+            label: 0,
+        };
+        w.push(meta, &[7]).unwrap();
+        w.finish(vec!["c".into()], crate::Provenance::stoker("t"))
+            .unwrap();
+        let path = dir.path().join(crate::MANIFEST_FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = text.replace("\"format_version\": 2", "\"format_version\": 3");
+        std::fs::write(&path, text).unwrap();
+        let e = crate::Manifest::read(dir.path()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FormatError::UnsupportedVersion {
+                    found: 3,
+                    oldest: 1,
+                    supported: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .ends_with("format version 3 is not supported (this build reads versions 1 to 2)"),
+            "{e}"
+        );
     }
 }

@@ -239,6 +239,7 @@ impl Manifest {
             return Err(FormatError::UnsupportedVersion {
                 path: path.to_path_buf(),
                 found: self.format_version,
+                oldest: OLDEST_FORMAT_VERSION,
                 supported: FORMAT_VERSION,
             });
         }
