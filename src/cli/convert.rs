@@ -22,13 +22,15 @@ pub struct Args {
     pub list: Option<PathBuf>,
     /// How SRC is read: classes (one subdirectory per class), flat (every image under SRC
     /// as one class, label 0: unlabelled data), or auto (flat when SRC has no subdirectory
-    /// other than hidden ones such as .ipynb_checkpoints and __MACOSX).
+    /// other than hidden ones such as .ipynb_checkpoints and __MACOSX). Not with --list,
+    /// whose file gives the labels.
     #[arg(long, default_value = "auto", value_parser = parse_layout)]
     pub layout: Layout,
     /// jpeg: store JPEG bytes (originals when possible); raw: store decoded pixels (needs --size).
     #[arg(long, default_value = "jpeg", value_parser = parse_encoding)]
     pub encoding: Encoding,
-    /// Resize and re-encode images whose longer side exceeds this (jpeg encoding).
+    /// Resize and re-encode images whose longer side exceeds this, keeping the aspect
+    /// ratio (jpeg encoding only).
     #[arg(long)]
     pub max_side: Option<u32>,
     /// Quality of re-encoded JPEGs (1-100).
@@ -37,7 +39,8 @@ pub struct Args {
     /// Fixed size WxH of raw records (raw encoding).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<(u32, u32)>,
-    /// How raw records fit --size: shorter-side (scale, center crop) or stretch.
+    /// How raw records fit --size: shorter-side (scale, center crop) or stretch (raw
+    /// encoding only).
     #[arg(long, default_value = "shorter-side", value_parser = parse_resize)]
     pub resize: ResizeMode,
     /// Worker threads (default: all cores).
@@ -65,7 +68,7 @@ pub struct Args {
     #[arg(long, default_value = "64M", value_parser = parse_bytes)]
     pub max_file_size: u64,
     /// Re-encode JPEGs the GPU hardware decoder cannot take (progressive, 4:1:1, CMYK, ...)
-    /// as baseline 4:2:0.
+    /// as baseline 4:2:0 (jpeg encoding only).
     #[arg(long)]
     pub gpu_friendly: bool,
     /// Store JPEGs after a header check only, without test-decoding them (faster; corrupt

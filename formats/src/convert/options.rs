@@ -81,7 +81,8 @@ pub struct ConvertOptions {
     /// training time (default on; off trusts any file whose headers parse).
     pub check_decode: bool,
     /// How an ImageFolder source is read: class subdirectories, or one class of unlabelled
-    /// images (`Auto`: flat exactly when the folder has no subdirectory).
+    /// images (`Auto`: flat exactly when the folder has no subdirectory). A list source
+    /// refuses anything but `Auto`: its file gives the labels.
     pub layout: Layout,
     /// Convert only this part of the listing (sorted, or shuffled with `shuffle`), into `out/part-IIIII-of-NNNNN/` with a
     /// part manifest, for `merge` to join (see [`Part`]); `None` converts everything
@@ -163,6 +164,7 @@ impl ConvertOptions {
             (Encoding::Jpeg, Some(_)) => return bad("--size applies to raw encoding only"),
             _ => {}
         }
+        self.validate_combinations()?;
         if self.max_side == Some(0) {
             return bad("max side must be positive");
         }
@@ -195,6 +197,32 @@ impl ConvertOptions {
         }
         if self.max_file_size == 0 {
             return bad("max file size must be positive");
+        }
+        Ok(())
+    }
+
+    /// Refuses options that the rest would ignore, as `--size` with JPEG encoding is: each
+    /// was accepted with no effect, and `max_side`, `gpu_friendly` and `layout` were
+    /// recorded in the manifest's flags as if they had shaped the dataset.
+    fn validate_combinations(&self) -> Result<(), FormatError> {
+        let bad = |s: &str| Err(FormatError::InvalidOptions(s.into()));
+        match self.encoding {
+            // `max_side` keeps the aspect ratio whatever `resize` says.
+            Encoding::Jpeg if self.resize != ResizeMode::ShorterSide => {
+                return bad("--resize applies to raw encoding only (with --size)")
+            }
+            Encoding::Raw if self.max_side.is_some() => return bad(
+                "--max-side applies to jpeg encoding only (raw records take the size of --size)",
+            ),
+            Encoding::Raw if self.gpu_friendly => return bad(
+                "--gpu-friendly applies to jpeg encoding only (raw records hold pixels, not JPEGs)",
+            ),
+            _ => {}
+        }
+        if self.layout != Layout::Auto && matches!(self.source, Source::List { .. }) {
+            return bad(
+                "--layout applies to an image folder only (with --list, the list file gives each image its label)",
+            );
         }
         Ok(())
     }
@@ -257,5 +285,55 @@ impl ConvertOptions {
             f.insert("shuffle".into(), seed.to_string());
         }
         f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(o: &ConvertOptions) -> String {
+        match o.validate() {
+            Err(FormatError::InvalidOptions(m)) => m,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn options_that_would_be_ignored_are_refused_not_recorded() {
+        // Each was accepted with no effect; the last three were recorded in the manifest.
+        let folder = ConvertOptions::new(Source::ImageFolder("src".into()), "out");
+        let mut raw = folder.clone();
+        raw.encoding = Encoding::Raw;
+        raw.raw_size = Some((32, 32));
+        raw.resize = ResizeMode::Stretch;
+        raw.validate().unwrap();
+
+        let mut o = folder.clone();
+        o.resize = ResizeMode::Stretch;
+        assert!(refusal(&o).starts_with("--resize applies to raw encoding only"));
+        let mut o = raw.clone();
+        o.max_side = Some(100);
+        assert!(refusal(&o).starts_with("--max-side applies to jpeg encoding only"));
+        let mut o = raw.clone();
+        o.gpu_friendly = true;
+        assert!(refusal(&o).starts_with("--gpu-friendly applies to jpeg encoding only"));
+
+        let list = ConvertOptions::new(
+            Source::List {
+                root: "src".into(),
+                list: "files.csv".into(),
+            },
+            "out",
+        );
+        list.validate().unwrap();
+        for layout in [Layout::Flat, Layout::Classes] {
+            let mut o = list.clone();
+            o.layout = layout;
+            assert!(refusal(&o).starts_with("--layout applies to an image folder only"));
+            let mut o = folder.clone();
+            o.layout = layout;
+            o.validate().unwrap();
+        }
     }
 }
