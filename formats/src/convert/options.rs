@@ -81,8 +81,9 @@ pub struct ConvertOptions {
     /// training time (default on; off trusts any file whose headers parse).
     pub check_decode: bool,
     /// How an ImageFolder source is read: class subdirectories, or one class of unlabelled
-    /// images (`Auto`: flat exactly when the folder has no subdirectory). A list source
-    /// refuses anything but `Auto`: its file gives the labels.
+    /// images (`Auto`: flat exactly when the folder has no subdirectory but hidden ones, any
+    /// name starting with `.` such as `.ipynb_checkpoints`, `__MACOSX` and `out` itself). A
+    /// list source refuses anything but `Auto`: its file gives the labels.
     pub layout: Layout,
     /// Convert only this part of the listing (sorted, or shuffled with `shuffle`), into `out/part-IIIII-of-NNNNN/` with a
     /// part manifest, for `merge` to join (see [`Part`]); `None` converts everything
