@@ -218,13 +218,17 @@ pub enum FormatError {
         /// What is wrong.
         reason: String,
     },
-    /// `--strict`: an input could not be converted.
-    #[error("{path}: {reason} (--strict: stopping, no manifest written)")]
+    /// `--strict`: an input could not be converted. No manifest is written.
+    #[error("{path}: {reason} (--strict: stopping; {})", strict_left(*.resumable))]
     StrictInput {
         /// The input file.
         path: PathBuf,
         /// Why it could not be converted.
         reason: String,
+        /// Whether what was converted before it stays for `resume` (the run continued a
+        /// partial conversion); false when the run began in a new or empty directory and
+        /// took away everything it made there, so that a plain rerun converts.
+        resumable: bool,
     },
     /// Conflicting or out-of-range options.
     #[error("invalid options: {0}")]
@@ -265,6 +269,18 @@ impl FormatError {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// What a [`FormatError::StrictInput`] stop left, and how to go on from it.
+fn strict_left(resumable: bool) -> &'static str {
+    if resumable {
+        "no manifest written; what was converted before it stays: once the input is repaired \
+         in place, --resume (resume=True) continues, or delete the output directory and \
+         convert again"
+    } else {
+        "nothing of this conversion is left in the output directory: fix or remove the input \
+         and convert again"
     }
 }
 

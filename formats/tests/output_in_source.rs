@@ -57,14 +57,16 @@ fn strict_stop_then_resume_into_the_source_tree_equals_a_clean_conversion() {
     let data = copy_sample(tmp.path(), "data");
     let bad = data.join("opencv/zz_bad.jpg");
     std::fs::write(&bad, b"junk").unwrap();
+    // Made by the user beforehand, so the stop (which takes away what it made) leaves it.
     let out = data.join("a_stoker");
+    std::fs::create_dir(&out).unwrap();
     let mut o = opts(Source::ImageFolder(data.clone()), &out);
     o.strict = true;
     let e = convert(&o, &NoProgress).unwrap_err();
     assert!(matches!(e, FormatError::StrictInput { .. }), "{e}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
 
-    // The user fixes the input and resumes, strictly: the output's own leftovers
-    // (`shard-00000.lmdb.tmp`) are not inputs, and `a_stoker` is not a class.
+    // The user fixes the input and resumes, strictly: `a_stoker` is not a class.
     std::fs::remove_file(&bad).unwrap();
     o.resume = true;
     let r = convert(&o, &NoProgress).unwrap();

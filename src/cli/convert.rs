@@ -57,7 +57,9 @@ pub struct Args {
     /// Continue an interrupted conversion in OUT.
     #[arg(long)]
     pub resume: bool,
-    /// Fail on the first bad input (exit 1, no manifest) instead of skipping it.
+    /// Fail on the first bad input (exit 1, no manifest) instead of skipping it. What the
+    /// run made in OUT is taken away, so that once the input is fixed the same command
+    /// converts (a --resume of a partial conversion keeps it for --resume).
     #[arg(long)]
     pub strict: bool,
     /// Reject images with more pixels than this without decoding them.

@@ -20,6 +20,7 @@ mod pipeline;
 mod report;
 mod resume_check;
 mod source;
+mod strict_stop;
 mod transcode;
 mod walk;
 
@@ -64,7 +65,9 @@ pub fn jpeg_is_complete(data: &[u8]) -> bool {
 /// `resume`) or unrelated files; [`FormatError::BadSource`], also when a conversion that is
 /// not a [`Part`] skips every input (a part may be empty); [`FormatError::StrictInput`] with
 /// `strict`; [`FormatError::InvalidOptions`]; I/O and LMDB errors. On error no manifest is
-/// written; finished shards and the journal stay for `resume`.
+/// written; finished shards and the journal stay for `resume`, except after a `strict` stop
+/// of a run that began in a new or empty directory: it takes away what it made there, so
+/// that once the input is fixed a plain rerun converts.
 ///
 /// # Examples
 ///
@@ -125,9 +128,7 @@ pub fn convert(
             return Ok(already_done(m, n, listing, empty, t0, out));
         }
     }
-    if !out.join(MANIFEST_FILE).exists() {
-        std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
-    }
+    let mut made = strict_stop::Made::create(out)?;
     // Held until this function returns: a second conversion into `out` (fresh or
     // `--resume`) is refused instead of interleaving its shards with ours.
     let _lock = lock::OutputLock::acquire(out)?;
@@ -135,6 +136,7 @@ pub fn convert(
     let journal = prepare_output(out, options, fingerprint, size, |j| {
         resume_check::check_journal(out, j, inputs, options)
     })?;
+    made.begins_afresh(journal.is_none());
 
     let per_shard = options.records_per_shard(listing.inputs.len());
     let writer_opts = WriterOptions {
@@ -163,7 +165,7 @@ pub fn convert(
         progress,
     );
     progress.finish();
-    result?;
+    result.map_err(|e| made.after_failure(e, &writer))?;
 
     let written = writer.next_index();
     check_accounting(out, written, totals.skipped.len(), inputs.len())?;

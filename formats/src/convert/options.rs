@@ -68,7 +68,9 @@ pub struct ConvertOptions {
     pub shards: Option<u64>,
     /// Continue a killed conversion in `out` instead of refusing.
     pub resume: bool,
-    /// Fail on the first bad input (no manifest) instead of skipping it.
+    /// Fail on the first bad input (no manifest) instead of skipping it. A run that began
+    /// in a new or empty `out` takes away what it made there; one that continued a partial
+    /// conversion (`resume`) leaves it for `resume`.
     pub strict: bool,
     /// Images with more pixels are rejected as bad input without being decoded.
     pub max_pixels: u64,

@@ -195,9 +195,11 @@ fn write_one(
     match p.outcome {
         Outcome::Skip(reason) => {
             if options.strict {
+                // As a kill leaves it, until `convert` takes a fresh run's output away.
                 return Err(FormatError::StrictInput {
                     path: input.path.clone(),
                     reason,
+                    resumable: true,
                 });
             }
             progress.skipped(&input.path, &reason);
