@@ -27,7 +27,7 @@
 //! half-written) and makes one `mmap` system call.
 
 use std::ffi::c_void;
-use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Once;
 
 /// As many slots as the kernel allows mappings per process by default (`vm.max_map_count`
@@ -63,10 +63,21 @@ static HIGH: AtomicUsize = AtomicUsize::new(0);
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 /// The page size, set before the handler is installed.
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
-/// The SIGBUS action in place before ours, set before ours is installed (again, when
-/// another handler had replaced ours). Each is leaked: a few bytes per reinstall, and the
-/// handler may be reading the one before while a new one is set.
-static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+/// The slot of [`SAVED`] holding the SIGBUS action in place before ours, where faults
+/// outside shard maps go; [`NONE`] until ours is first installed (the default action).
+/// Set before ours is installed (again, when another handler had replaced ours).
+static IN_FORCE: AtomicUsize = AtomicUsize::new(NONE);
+const NONE: usize = usize::MAX;
+/// Slots for the actions ours forwards to, written in turn: ours put back in front of other
+/// libraries' handlers any number of times needs no more memory than this. The one in
+/// force is never written; a handler still reading one that has gone out of force since
+/// sees it change and reads the one in force instead (see [`Saved`]).
+const SAVED_SLOTS: usize = 4;
+static SAVED: [Saved; SAVED_SLOTS] = [const { Saved::new() }; SAVED_SLOTS];
+/// The pid of the process one of whose threads is putting ours in front, or 0: one at a
+/// time, so that [`SAVED`] has one writer. Not a lock a `fork` can leave held: a child
+/// finds its parent's pid here and takes over.
+static INSTALLING: AtomicI32 = AtomicI32::new(0);
 /// Set once a SIGBUS not ours was passed to the handler before ours. A SIGBUS *sent*
 /// (not a fault) after that is that handler giving up: Python's faulthandler and torch's
 /// worker handler report the fault, put their predecessor (ours) back and raise it again;
@@ -196,6 +207,149 @@ fn owner(addr: usize) -> Option<&'static Slot> {
     })
 }
 
+/// A SIGBUS action as ours forwards to it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Action {
+    /// `sa_sigaction`: a handler, `SIG_DFL` or `SIG_IGN`.
+    handler: usize,
+    flags: libc::c_int,
+    /// The signals its `sa_mask` blocks, signal `s` at bit `s - 1`: Linux numbers its
+    /// signals 1 to 64 (128 on MIPS, whose signals above 64 are not kept).
+    mask: u64,
+}
+
+impl Action {
+    const DEFAULT: Action = Action {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        mask: 0,
+    };
+
+    fn of(action: &libc::sigaction) -> Action {
+        let mut mask = 0;
+        for sig in 1..=64 {
+            // SAFETY: sigismember reads a valid set; a number the system has no signal for
+            // is -1, not a member.
+            if unsafe { libc::sigismember(&action.sa_mask, sig) } == 1 {
+                mask |= 1 << (sig - 1);
+            }
+        }
+        Action {
+            handler: action.sa_sigaction,
+            flags: action.sa_flags,
+            mask,
+        }
+    }
+}
+
+/// A slot for an [`Action`]. `seq` is odd while the slot is written and grows by 2 each
+/// time: a reader that sees the same even `seq` before and after reading the fields read
+/// one action whole.
+struct Saved {
+    seq: AtomicU64,
+    handler: AtomicUsize,
+    flags: AtomicI32,
+    mask: AtomicU64,
+}
+
+impl Saved {
+    const fn new() -> Self {
+        Self {
+            seq: AtomicU64::new(0),
+            handler: AtomicUsize::new(0),
+            flags: AtomicI32::new(0),
+            mask: AtomicU64::new(0),
+        }
+    }
+
+    fn fields(&self) -> Action {
+        Action {
+            handler: self.handler.load(Ordering::Relaxed),
+            flags: self.flags.load(Ordering::Relaxed),
+            mask: self.mask.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The action in force behind ours. Called in the signal handler: no lock, and it ends,
+/// since the slot in force is never written; a retry means that slot went out of force
+/// and was reused while it was read ([`SAVED_SLOTS`] - 1 more actions kept meanwhile).
+fn in_force() -> Action {
+    loop {
+        let i = IN_FORCE.load(Ordering::Acquire);
+        if i == NONE {
+            return Action::DEFAULT;
+        }
+        let slot = &SAVED[i];
+        let before = slot.seq.load(Ordering::Acquire);
+        let action = slot.fields();
+        fence(Ordering::Acquire);
+        if before % 2 == 0 && slot.seq.load(Ordering::Relaxed) == before {
+            return action;
+        }
+    }
+}
+
+/// Puts `action` in force behind ours: in the slot after the one in force, unless that one
+/// holds it already. Only the holder of [`Turn`] calls it.
+fn keep(action: Action, _turn: &Turn) {
+    let now = IN_FORCE.load(Ordering::Relaxed);
+    if now != NONE && SAVED[now].fields() == action {
+        return;
+    }
+    let i = if now == NONE {
+        0
+    } else {
+        (now + 1) % SAVED_SLOTS
+    };
+    let slot = &SAVED[i];
+    // Odd while written. A slot left odd by a parent's thread that a fork cut off stays
+    // odd here and ends even, past every value it had.
+    let writing = slot.seq.load(Ordering::Relaxed) | 1;
+    slot.seq.store(writing, Ordering::Relaxed);
+    fence(Ordering::Release);
+    slot.handler.store(action.handler, Ordering::Relaxed);
+    slot.flags.store(action.flags, Ordering::Relaxed);
+    slot.mask.store(action.mask, Ordering::Relaxed);
+    slot.seq.store(writing + 1, Ordering::Release);
+    IN_FORCE.store(i, Ordering::Release);
+}
+
+/// The right to write [`SAVED`] and install ours, held by one thread at a time.
+struct Turn;
+
+impl Turn {
+    /// The turn, if no other thread of this process holds it.
+    fn try_take() -> Option<Turn> {
+        // SAFETY: getpid has no preconditions and is async-signal-safe.
+        let me = unsafe { libc::getpid() };
+        let holder = INSTALLING.load(Ordering::Relaxed);
+        if holder == me {
+            return None;
+        }
+        INSTALLING
+            .compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Turn)
+    }
+
+    /// The turn, once the thread that holds it (installing, a few system calls) is done.
+    fn take() -> Turn {
+        loop {
+            if let Some(turn) = Turn::try_take() {
+                return turn;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        INSTALLING.store(0, Ordering::Release);
+    }
+}
+
 /// Installs stoker's SIGBUS handler for shard maps, unless it is the one in place: also
 /// after another library replaced it without passing faults on (Python's
 /// `faulthandler.enable()` called late, torch's DataLoader workers), which would turn a
@@ -203,38 +357,61 @@ fn owner(addr: usize) -> Option<&'static Slot> {
 /// faults outside shard maps go from then on. Every shard open calls it; a program that
 /// installs a SIGBUS handler of its own afterwards can call it again.
 ///
-/// No lock is taken: a `fork` while another thread installs must not leave the child a
-/// held lock. Two threads installing at once both find the same handler in place and set
-/// the same one behind ours.
+/// When ours is in place this is one `sigaction` query. Otherwise one thread at a time
+/// puts it in front (see [`INSTALLING`]); no lock is taken that a `fork` while another
+/// thread installs could leave held in the child.
 pub fn install() {
     // SAFETY: sysconf has no memory-safety preconditions (it reads the auxiliary vector).
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if page > 0 {
         PAGE.store(page as usize, Ordering::Relaxed);
     }
+    if query().is_none_or(|current| is_ours(&current)) {
+        return;
+    }
+    if !put_in_front(&Turn::take()) {
+        tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
+    }
+}
+
+/// Installs ours in front of the SIGBUS action in place, unless ours is the one in place.
+/// False when the kernel refused. Async-signal-safe.
+fn put_in_front(turn: &Turn) -> bool {
+    // Asked again with the turn held: another thread may have installed ours meanwhile.
+    let Some(current) = query() else {
+        return false;
+    };
+    if is_ours(&current) {
+        return true;
+    }
+    // In force before ours is installed: the handler forwards to it from its first call.
+    keep(Action::of(&current), turn);
+    // SAFETY: `ours()` is a valid action whose handler has the SA_SIGINFO signature and is
+    // async-signal-safe (atomics, errno, mmap and sigaction).
+    unsafe { libc::sigaction(libc::SIGBUS, &ours(), std::ptr::null_mut()) == 0 }
+}
+
+/// The SIGBUS action in place, or `None` when it cannot be asked.
+fn query() -> Option<libc::sigaction> {
     // SAFETY: an all-zero `sigaction` is a valid value to be overwritten by the query.
     let mut current: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: a query (no new action) into a valid, writable `sigaction`.
-    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut current) } != 0 {
-        return;
-    }
-    let ours = on_sigbus as *const () as usize;
-    if current.sa_sigaction == ours {
-        return;
-    }
-    // Set before ours is installed: the handler forwards to it from its first call.
-    PREVIOUS.store(Box::into_raw(Box::new(current)), Ordering::Release);
+    (unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut current) } == 0)
+        .then_some(current)
+}
+
+fn is_ours(action: &libc::sigaction) -> bool {
+    action.sa_sigaction == on_sigbus as *const () as usize
+}
+
+/// Our action: [`on_sigbus`], with SA_ONSTACK so that a fault on a thread that runs on its
+/// alternate signal stack (Rust threads set one up) is handled there too.
+fn ours() -> libc::sigaction {
     // SAFETY: all-zero is a valid `sigaction` (empty mask, no flags), filled in below.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    action.sa_sigaction = ours;
-    // SA_ONSTACK: a fault on a thread that runs on its alternate signal stack (Rust
-    // threads set one up) is handled there too.
+    action.sa_sigaction = on_sigbus as *const () as usize;
     action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-    // SAFETY: `action` is a valid action whose handler has the SA_SIGINFO signature and is
-    // async-signal-safe (atomics, errno, mmap and sigaction).
-    if unsafe { libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()) } != 0 {
-        tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
-    }
+    action
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
@@ -280,9 +457,8 @@ fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
 
 /// Passes a SIGBUS that is not ours to the action in place before ours.
 fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
-    // SAFETY: a pointer from `Box::into_raw`, never freed (see PREVIOUS), or null.
-    let previous = unsafe { PREVIOUS.load(Ordering::Acquire).as_ref() };
-    let mut handler = previous.map_or(libc::SIG_DFL, |p| p.sa_sigaction);
+    let previous = in_force();
+    let mut handler = previous.handler;
     if code <= 0 && FORWARDED.load(Ordering::Relaxed) && handler != libc::SIG_IGN {
         // Raised again by the handler it went to (see FORWARDED): end as the default
         // action ends a SIGBUS.
@@ -309,8 +485,7 @@ fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, cont
         }
         return;
     }
-    let flags = previous.map_or(0, |p| p.sa_flags);
-    if flags & libc::SA_SIGINFO != 0 {
+    if previous.flags & libc::SA_SIGINFO != 0 {
         // SAFETY: an SA_SIGINFO action's handler has this signature; it gets the
         // arguments the kernel gave us.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
@@ -328,6 +503,7 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::unix::process::ExitStatusExt;
+    use std::sync::atomic::AtomicPtr;
     use std::time::{Duration, Instant};
 
     fn file_of(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
