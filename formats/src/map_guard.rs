@@ -359,7 +359,9 @@ impl Drop for Turn {
 ///
 /// When ours is in place this is one `sigaction` query. Otherwise one thread at a time
 /// puts it in front (see [`INSTALLING`]); no lock is taken that a `fork` while another
-/// thread installs could leave held in the child.
+/// thread installs could leave held in the child. What ours replaced comes from the call
+/// that installs it, so a handler another library installs at the same moment is passed
+/// the faults outside shard maps, not skipped.
 pub fn install() {
     // SAFETY: sysconf has no memory-safety preconditions (it reads the auxiliary vector).
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -385,10 +387,24 @@ fn put_in_front(turn: &Turn) -> bool {
         return true;
     }
     // In force before ours is installed: the handler forwards to it from its first call.
-    keep(Action::of(&current), turn);
+    let current = Action::of(&current);
+    keep(current, turn);
+    #[cfg(test)]
+    tests::between_query_and_install();
+    // SAFETY: all-zero is a valid `sigaction`, overwritten by the call.
+    let mut replaced: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: `ours()` is a valid action whose handler has the SA_SIGINFO signature and is
-    // async-signal-safe (atomics, errno, mmap and sigaction).
-    unsafe { libc::sigaction(libc::SIGBUS, &ours(), std::ptr::null_mut()) == 0 }
+    // async-signal-safe (atomics, errno, mmap and sigaction); `replaced` is writable.
+    if unsafe { libc::sigaction(libc::SIGBUS, &ours(), &mut replaced) } != 0 {
+        return false;
+    }
+    // The action ours replaced, from the same call: another library's, when its sigaction
+    // landed after the query. Until it is kept here, a fault outside shard maps goes to
+    // the one it had replaced.
+    if !is_ours(&replaced) && Action::of(&replaced) != current {
+        keep(Action::of(&replaced), turn);
+    }
+    true
 }
 
 /// The SIGBUS action in place, or `None` when it cannot be asked.
@@ -610,6 +626,16 @@ mod tests {
         unsafe { libc::_exit(42) }
     }
 
+    /// Set by the "race" child: another library's `sigaction` lands, once, between
+    /// `install`'s look at the action in place and its own.
+    static RACE: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn between_query_and_install() {
+        if RACE.swap(false, Ordering::Relaxed) {
+            set_handler(exit_42);
+        }
+    }
+
     /// The handler `reraise` found in place, put back when it fires.
     static BEFORE_RERAISE: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -648,6 +674,7 @@ mod tests {
         };
         match scenario.as_str() {
             "chained" => set_handler(exit_42),
+            "race" => RACE.store(true, Ordering::Relaxed),
             "loop" => {
                 // Ours first, then faulthandler-like on top (it keeps ours to put back),
                 // then ours again in front of it at the next map.
@@ -696,6 +723,12 @@ mod tests {
     #[test]
     fn a_fault_in_an_unregistered_map_reaches_the_handler_installed_before() {
         let status = run_child("chained");
+        assert_eq!(status.code(), Some(42), "{status:?}");
+    }
+
+    #[test]
+    fn a_handler_installed_while_ours_is_installed_is_the_one_behind_ours() {
+        let status = run_child("race");
         assert_eq!(status.code(), Some(42), "{status:?}");
     }
 
