@@ -394,7 +394,8 @@ fn put_in_front(turn: &Turn) -> bool {
     // SAFETY: all-zero is a valid `sigaction`, overwritten by the call.
     let mut replaced: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: `ours()` is a valid action whose handler has the SA_SIGINFO signature and is
-    // async-signal-safe (atomics, errno, mmap and sigaction); `replaced` is writable.
+    // async-signal-safe (atomics, errno, mmap, sigaction, pthread_sigmask); `replaced` is
+    // writable.
     if unsafe { libc::sigaction(libc::SIGBUS, &ours(), &mut replaced) } != 0 {
         return false;
     }
@@ -486,31 +487,83 @@ fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, cont
         return;
     }
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        // SAFETY: all-zero with SIG_DFL is the default action.
-        let mut default: libc::sigaction = unsafe { std::mem::zeroed() };
-        default.sa_sigaction = libc::SIG_DFL;
-        // SAFETY: sigaction and raise are async-signal-safe. With the default action back,
-        // a fault recurs when the faulting instruction runs again, and a sent signal is
-        // raised again (pending until this handler returns): either way the process ends
-        // as it would have without our handler.
-        unsafe {
-            libc::sigaction(sig, &default, std::ptr::null_mut());
-            if code <= 0 {
-                libc::raise(sig);
-            }
+        // With the default action back, a fault recurs when the faulting instruction runs
+        // again, and a sent signal is raised again (pending until this handler returns):
+        // either way the process ends as it would have without our handler.
+        set_default(sig);
+        if code <= 0 {
+            // SAFETY: raise is async-signal-safe.
+            unsafe { libc::raise(sig) };
         }
         return;
+    }
+    call(previous, sig, info, context);
+}
+
+/// Calls `previous`'s handler as the kernel would have delivered the signal to it: with
+/// the arguments its SA_SIGINFO flag says, with its `sa_mask` blocked and, unless it asked
+/// for SA_NODEFER, the signal itself (faulthandler's NODEFER lets the signal it raises
+/// again reach the handler it put back at once). A one-shot (SA_RESETHAND) handler
+/// finds the default action in place, as it counts on: a crash reporter that returns
+/// expects the fault to recur into the default action, not into itself.
+fn call(previous: Action, sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    if previous.flags & libc::SA_RESETHAND != 0 {
+        set_default(sig);
+    }
+    let bit = 1u64 << (sig - 1);
+    let mut blocked = previous.mask;
+    if previous.flags & libc::SA_NODEFER == 0 {
+        blocked |= bit;
+    }
+    // SAFETY: all-zero is a valid set, overwritten by the call.
+    let mut was: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pthread_sigmask is async-signal-safe; the sets are valid. The signal was not
+    // blocked where it was delivered (a fault on a blocked SIGBUS kills; a sent one waits),
+    // so unblocking it here gives the handler the mask the kernel would have.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &sigset(blocked), &mut was);
+        if blocked & bit == 0 {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &sigset(bit), std::ptr::null_mut());
+        }
     }
     if previous.flags & libc::SA_SIGINFO != 0 {
         // SAFETY: an SA_SIGINFO action's handler has this signature; it gets the
         // arguments the kernel gave us.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
-            unsafe { std::mem::transmute(handler) };
+            unsafe { std::mem::transmute(previous.handler) };
         f(sig, info, context);
     } else {
         // SAFETY: without SA_SIGINFO the handler takes the signal number only.
-        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(previous.handler) };
         f(sig);
+    }
+    // SAFETY: as above; `was` is the mask this handler ran with.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &was, std::ptr::null_mut()) };
+}
+
+/// Puts the default action in place for `sig`. Async-signal-safe.
+fn set_default(sig: libc::c_int) {
+    // SAFETY: all-zero with SIG_DFL is the default action; sigaction is async-signal-safe.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &default, std::ptr::null_mut());
+    }
+}
+
+/// The set of the signals in `mask` (signal `s` at bit `s - 1`). Async-signal-safe.
+fn sigset(mask: u64) -> libc::sigset_t {
+    // SAFETY: all-zero is a valid set, emptied and filled by calls that are
+    // async-signal-safe and only write the set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in 1..=64 {
+            if mask & (1 << (sig - 1)) != 0 {
+                libc::sigaddset(&mut set, sig);
+            }
+        }
+        set
     }
 }
 

@@ -1,11 +1,15 @@
-//! The SIGBUS guard of shard maps beside other SIGBUS handlers in the same process:
-//! reinstalling in front of other libraries again and again keeps its memory bounded.
+//! The SIGBUS guard of shard maps beside other SIGBUS handlers in the same process: faults
+//! outside shard maps reach the handler installed before ours as the kernel would have
+//! delivered them to it (its flags and mask), and reinstalling in front of other libraries
+//! again and again keeps its memory bounded.
 //!
 //! Each scenario runs in a child process of this test binary: it changes the process's
-//! SIGBUS action. The counting allocator measures the child's heap, where only one
-//! scenario runs.
+//! SIGBUS action and usually ends in a fault. The counting allocator measures the child's
+//! heap, where only one scenario runs.
 
 use std::ffi::c_void;
+use std::os::unix::process::ExitStatusExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use stoker_formats::install_read_fault_handler;
@@ -66,9 +70,62 @@ fn set_info_handler(f: InfoHandler, flags: libc::c_int, mask: &[libc::c_int]) {
     set_action(f as *const () as usize, libc::SA_SIGINFO | flags, mask);
 }
 
+/// Whether `sig` is blocked in the calling thread.
+fn blocked(sig: libc::c_int) -> bool {
+    // SAFETY: a query of the thread's mask into a valid, writable set; both calls are
+    // async-signal-safe.
+    unsafe {
+        let mut now: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut now);
+        libc::sigismember(&now, sig) == 1
+    }
+}
+
 fn exit_now(code: libc::c_int) -> ! {
     // SAFETY: _exit is async-signal-safe and ends the process at once.
     unsafe { libc::_exit(code) }
+}
+
+/// Reads a byte of a map this process never registered, after cutting its file short:
+/// a fault outside every shard map. Returns only if that fault was cured.
+fn foreign_fault() -> u8 {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foreign");
+    std::fs::write(&path, vec![0xA5; 64 << 10]).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    // SAFETY: a file of this test's own; cutting it under the map is the point.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    std::hint::black_box(&map[..])[30_000]
+}
+
+static CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// A one-shot handler (SA_RESETHAND), as crash reporters install: it reports and returns,
+/// counting on the default action being in place when the fault happens again.
+extern "C" fn report_once(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    if CALLS.fetch_add(1, Ordering::Relaxed) > 0 {
+        exit_now(43);
+    }
+}
+
+/// Says whether SIGUSR1, in its action's mask, is blocked while it runs.
+extern "C" fn check_mask(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    exit_now(if blocked(libc::SIGUSR1) { 44 } else { 45 });
+}
+
+/// Says whether SIGBUS is blocked while it runs, as an SA_NODEFER action it must not be.
+extern "C" fn check_nodefer(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    exit_now(if blocked(libc::SIGBUS) { 47 } else { 46 });
+}
+
+extern "C" fn plain(_: libc::c_int) {
+    exit_now(48);
 }
 
 extern "C" fn other_a(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
@@ -104,9 +161,41 @@ fn child() {
         return;
     };
     match scenario.as_str() {
-        "alternate" => alternate(10_000),
-        _ => panic!("no scenario {scenario}"),
+        "resethand" => set_info_handler(report_once, libc::SA_RESETHAND, &[]),
+        "mask" => set_info_handler(check_mask, 0, &[libc::SIGUSR1]),
+        "nodefer" => set_info_handler(check_nodefer, libc::SA_NODEFER, &[]),
+        "plain" => set_action(plain as *const () as usize, 0, &[]),
+        "alternate" => return alternate(10_000),
+        _ => {}
     }
+    install_read_fault_handler();
+    let byte = foreign_fault();
+    // Not reached: the fault ends the process.
+    std::process::exit(i32::from(byte) + 1);
+}
+
+#[test]
+fn a_one_shot_handler_before_ours_is_called_once_and_the_fault_then_ends_the_process() {
+    let (status, _) = run_child("resethand");
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
+
+#[test]
+fn the_handler_before_ours_runs_with_its_own_mask_blocked() {
+    let (status, _) = run_child("mask");
+    assert_eq!(status.code(), Some(44), "{status:?}");
+}
+
+#[test]
+fn an_sa_nodefer_handler_before_ours_runs_with_sigbus_unblocked() {
+    let (status, _) = run_child("nodefer");
+    assert_eq!(status.code(), Some(46), "{status:?}");
+}
+
+#[test]
+fn a_plain_handler_before_ours_is_called_with_the_signal_number() {
+    let (status, _) = run_child("plain");
+    assert_eq!(status.code(), Some(48), "{status:?}");
 }
 
 #[test]
