@@ -1,7 +1,8 @@
-//! The SIGBUS guard of shard maps beside other SIGBUS handlers in the same process: faults
-//! outside shard maps reach the handler installed before ours as the kernel would have
-//! delivered them to it (its flags and mask), and reinstalling in front of other libraries
-//! again and again keeps its memory bounded.
+//! The SIGBUS guard of shard maps beside other SIGBUS handlers in the same process: a fault
+//! outside shard maps reaches the handler installed before ours, as the kernel would have
+//! delivered it (its flags and mask), or the default action; a handler that replaced ours
+//! is put behind ours again; and reinstalling in front of other libraries again and again
+//! keeps its memory bounded.
 //!
 //! Each scenario runs in a child process of this test binary: it changes the process's
 //! SIGBUS action and usually ends in a fault. The counting allocator measures the child's
@@ -9,10 +10,14 @@
 
 use std::ffi::c_void;
 use std::os::unix::process::ExitStatusExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use stoker_formats::install_read_fault_handler;
+use stoker_formats::{
+    install_read_fault_handler, shard_file_name, Dataset, DatasetWriter, Encoding, FormatError,
+    Provenance, RecordMeta, WriterOptions,
+};
 
 #[global_allocator]
 static HEAP: stoker_testdata::heap::Counting = stoker_testdata::heap::Counting;
@@ -44,10 +49,21 @@ fn run_child(scenario: &str) -> (std::process::ExitStatus, String) {
     }
 }
 
+/// Runs a scenario that ends in a fault outside shard maps, after checking that a shard
+/// cut short under its reader failed its records first.
+fn run_to_foreign_fault(scenario: &str) -> std::process::ExitStatus {
+    let (status, printed) = run_child(scenario);
+    assert!(
+        printed.contains("own fault handled"),
+        "{status:?}: {printed}"
+    );
+    status
+}
+
 type InfoHandler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void);
 
-/// Sets `handler` as the SIGBUS action, with `flags` beside SA_SIGINFO and `mask` blocked
-/// while it runs, as another library would.
+/// Sets `handler` as the SIGBUS action, with `flags` and `mask` blocked while it runs, as
+/// another library would.
 fn set_action(handler: usize, flags: libc::c_int, mask: &[libc::c_int]) {
     // SAFETY: a valid action (all-zero, then filled in) whose handler is async-signal-safe
     // and has the signature its flags say.
@@ -102,6 +118,69 @@ fn foreign_fault() -> u8 {
         .set_len(0)
         .unwrap();
     std::hint::black_box(&map[..])[30_000]
+}
+
+/// A dataset of `n` raw records of 4 KiB each, in one shard.
+fn dataset(dir: &Path, n: u32) {
+    let mut w = DatasetWriter::create(dir, WriterOptions::default()).unwrap();
+    for i in 0..n {
+        let meta = RecordMeta {
+            encoding: Encoding::Raw,
+            height: 32,
+            width: 32,
+            channels: 4,
+            label: 0,
+        };
+        w.push(meta, &[i as u8; 4096]).unwrap();
+    }
+    w.finish(vec!["c".into()], Provenance::stoker("t")).unwrap();
+}
+
+/// Opens a dataset (which puts ours in front), runs `before_cut`, cuts its shard short and
+/// reads every record with the reader opened before: returns how many were refused as
+/// unreadable. The process dies instead if a fault in the shard's map is not ours to handle.
+fn shard_cut_under_reader(before_cut: impl FnOnce()) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    dataset(dir.path(), 64);
+    let ds = Dataset::open(dir.path()).unwrap();
+    let reader = ds.reader().unwrap();
+    before_cut();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join(shard_file_name(0)))
+        .unwrap()
+        .set_len(8192)
+        .unwrap();
+    (0..ds.len())
+        .filter(|&i| {
+            matches!(
+                reader.get(i).and_then(|_| reader.check_read(i)),
+                Err(FormatError::ShardUnreadable { .. })
+            )
+        })
+        .count()
+}
+
+extern "C" fn exit_42(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    exit_now(42);
+}
+
+/// The action `reraise` found in place, put back when it fires.
+static BEFORE_RERAISE: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+
+/// What Python's faulthandler does (with SA_NODEFER, as it installs it): report, put back
+/// the handler it replaced, raise the signal again. Between it and ours, the signal would
+/// go round forever.
+extern "C" fn reraise(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    // SAFETY: sigaction and raise are async-signal-safe; the pointer is a leaked box.
+    unsafe {
+        libc::sigaction(
+            sig,
+            BEFORE_RERAISE.load(Ordering::Acquire),
+            std::ptr::null_mut(),
+        );
+        libc::raise(sig);
+    }
 }
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
@@ -161,6 +240,26 @@ fn child() {
         return;
     };
     match scenario.as_str() {
+        "chained" => set_info_handler(exit_42, 0, &[]),
+        "replaced" => {
+            // Ours first, then replaced by a handler that passes nothing on (as
+            // faulthandler.enable() called late does): the next open puts ours back, in
+            // front of it.
+            install_read_fault_handler();
+            set_info_handler(exit_42, 0, &[]);
+        }
+        "loop" => {
+            // Ours first, then faulthandler-like on top (it keeps ours to put back), then
+            // ours again in front of it at the next open.
+            install_read_fault_handler();
+            // SAFETY: a query into a valid, writable `sigaction`.
+            unsafe {
+                let mut ours: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut ours);
+                BEFORE_RERAISE.store(Box::into_raw(Box::new(ours)), Ordering::Release);
+            }
+            set_info_handler(reraise, libc::SA_NODEFER, &[]);
+        }
         "resethand" => set_info_handler(report_once, libc::SA_RESETHAND, &[]),
         "mask" => set_info_handler(check_mask, 0, &[libc::SIGUSR1]),
         "nodefer" => set_info_handler(check_nodefer, libc::SA_NODEFER, &[]),
@@ -168,46 +267,78 @@ fn child() {
         "alternate" => return alternate(10_000),
         _ => {}
     }
-    install_read_fault_handler();
+    // Ours handles a fault in its own map...
+    assert!(shard_cut_under_reader(|| {}) > 0);
+    println!("own fault handled");
+    // ...but not one in a map it does not know.
     let byte = foreign_fault();
     // Not reached: the fault ends the process.
     std::process::exit(i32::from(byte) + 1);
 }
 
 #[test]
+fn a_fault_in_an_unregistered_map_still_ends_the_process() {
+    let status = run_to_foreign_fault("default");
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
+
+#[test]
+fn a_fault_in_an_unregistered_map_reaches_the_handler_installed_before() {
+    let status = run_to_foreign_fault("chained");
+    assert_eq!(status.code(), Some(42), "{status:?}");
+}
+
+#[test]
+fn a_handler_that_replaced_ours_is_put_behind_it_at_the_next_open() {
+    let status = run_to_foreign_fault("replaced");
+    assert_eq!(status.code(), Some(42), "{status:?}");
+}
+
+#[test]
+fn a_fault_a_later_handler_raises_again_ends_the_process_instead_of_going_round() {
+    let status = run_to_foreign_fault("loop");
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
+
+#[test]
 fn a_one_shot_handler_before_ours_is_called_once_and_the_fault_then_ends_the_process() {
-    let (status, _) = run_child("resethand");
+    let status = run_to_foreign_fault("resethand");
     assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
 }
 
 #[test]
 fn the_handler_before_ours_runs_with_its_own_mask_blocked() {
-    let (status, _) = run_child("mask");
+    let status = run_to_foreign_fault("mask");
     assert_eq!(status.code(), Some(44), "{status:?}");
 }
 
 #[test]
 fn an_sa_nodefer_handler_before_ours_runs_with_sigbus_unblocked() {
-    let (status, _) = run_child("nodefer");
+    let status = run_to_foreign_fault("nodefer");
     assert_eq!(status.code(), Some(46), "{status:?}");
 }
 
 #[test]
 fn a_plain_handler_before_ours_is_called_with_the_signal_number() {
-    let (status, _) = run_child("plain");
+    let status = run_to_foreign_fault("plain");
     assert_eq!(status.code(), Some(48), "{status:?}");
+}
+
+/// Printed `key value` of a child, as a number.
+fn printed_number(printed: &str, key: &str) -> usize {
+    printed
+        .split(key)
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no {key:?} in {printed:?}"))
 }
 
 #[test]
 fn reinstalling_in_front_of_other_handlers_keeps_memory_bounded() {
     let (status, printed) = run_child("alternate");
     assert!(status.success(), "{status:?}: {printed}");
-    let grown: usize = printed
-        .split("grown ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{printed}"));
+    let grown = printed_number(&printed, "grown ");
     // 10,000 reinstalls leaked 152 bytes each (1.5 MB).
     assert!(
         grown < 4096,
