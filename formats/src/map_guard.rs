@@ -16,15 +16,24 @@
 //! from the faulting instruction is not something Rust code can do soundly.
 //!
 //! A fault anywhere else is passed on unchanged: to the handler installed before ours (a
-//! Rust program's stack-overflow handler, Python's `faulthandler`), or to the default
-//! action, so the process dies of it as it would have without stoker. That last step is
-//! why this is not built on `signal-hook-registry`: it forwards to a previous handler, but
-//! has no way to give a fault back to the default action, and returning from such a fault
-//! runs the faulting instruction again, forever.
+//! Rust program's stack-overflow handler, Python's `faulthandler`), called as the kernel
+//! would have called it (its signature, its mask, SA_NODEFER, SA_RESETHAND), or to the
+//! default action, so the process dies of it as it would have without stoker. That last
+//! step is why this is not built on `signal-hook-registry`: it forwards to a previous
+//! handler, but has no way to give a fault back to the default action, and returning from
+//! such a fault runs the faulting instruction again, forever.
 //!
-//! The handler takes no lock and allocates nothing: it reads a fixed table of atomics (one
-//! slot per map, each with a sequence number so that a slot being reused is never read
-//! half-written) and makes one `mmap` system call.
+//! When the handler it was passed to returns having put itself (or anything else) in place
+//! of ours, ours goes back in front of it. A library that replaces ours at any other time,
+//! or whose handler jumps out (`siglongjmp`) instead of returning, leaves shard faults
+//! fatal until the next [`install`]: the next open, `Dataset::reader`, or item read from
+//! Python. Nothing here can watch the SIGBUS action between those calls.
+//!
+//! The handler never waits and allocates nothing: it reads fixed tables of atomics (one
+//! slot per map, and a few for the action behind ours, each with a sequence number so that
+//! a slot being reused is never read half-written), tries the install turn without waiting
+//! for it, and makes async-signal-safe system calls: one `mmap` for a fault of ours;
+//! `sigaction` and `pthread_sigmask` for one passed on.
 
 use std::ffi::c_void;
 use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
@@ -358,10 +367,10 @@ impl Drop for Turn {
 /// installs a SIGBUS handler of its own afterwards can call it again.
 ///
 /// When ours is in place this is one `sigaction` query. Otherwise one thread at a time
-/// puts it in front (see [`INSTALLING`]); no lock is taken that a `fork` while another
-/// thread installs could leave held in the child. What ours replaced comes from the call
-/// that installs it, so a handler another library installs at the same moment is passed
-/// the faults outside shard maps, not skipped.
+/// puts it in front, without a lock that a `fork` while another thread installs could
+/// leave held in the child. What ours replaced comes from the call that installs it, so a
+/// handler another library installs at the same moment is passed the faults outside shard
+/// maps, not skipped.
 pub fn install() {
     // SAFETY: sysconf has no memory-safety preconditions (it reads the auxiliary vector).
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -498,6 +507,12 @@ fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, cont
         return;
     }
     call(previous, sig, info, context);
+    // A handler that puts itself (or anything else) in place when called has taken ours
+    // out: put ours back in front of what it left, as the next open would. Skipped when
+    // another thread of this process, or the one this interrupted, is installing.
+    if let Some(turn) = Turn::try_take() {
+        put_in_front(&turn);
+    }
 }
 
 /// Calls `previous`'s handler as the kernel would have delivered the signal to it: with

@@ -1,8 +1,8 @@
 //! The SIGBUS guard of shard maps beside other SIGBUS handlers in the same process: a fault
 //! outside shard maps reaches the handler installed before ours, as the kernel would have
-//! delivered it (its flags and mask), or the default action; a handler that replaced ours
-//! is put behind ours again; and reinstalling in front of other libraries again and again
-//! keeps its memory bounded.
+//! delivered it (its flags and mask), or the default action; a handler that replaced ours,
+//! or puts itself back when called, is put behind ours again; and reinstalling in front of
+//! other libraries again and again keeps its memory bounded.
 //!
 //! Each scenario runs in a child process of this test binary: it changes the process's
 //! SIGBUS action and usually ends in a fault. The counting allocator measures the child's
@@ -207,6 +207,16 @@ extern "C" fn plain(_: libc::c_int) {
     exit_now(48);
 }
 
+/// Puts itself back as the SIGBUS action whenever it is called (SysV-style handlers do,
+/// and so do libraries that want to stay first); a fault reaching it ends the process.
+extern "C" fn rearm(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut c_void) {
+    // SAFETY: the kernel hands an SA_SIGINFO handler a valid siginfo_t.
+    if unsafe { (*info).si_code } > 0 {
+        exit_now(50);
+    }
+    set_info_handler(rearm, 0, &[]);
+}
+
 extern "C" fn other_a(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
     exit_now(61);
 }
@@ -264,6 +274,16 @@ fn child() {
         "mask" => set_info_handler(check_mask, 0, &[libc::SIGUSR1]),
         "nodefer" => set_info_handler(check_nodefer, libc::SA_NODEFER, &[]),
         "plain" => set_action(plain as *const () as usize, 0, &[]),
+        "rearm" => {
+            set_info_handler(rearm, 0, &[]);
+            let unreadable = shard_cut_under_reader(|| {
+                // SAFETY: raise is async-signal-safe. The signal goes to ours, which passes
+                // it to `rearm`, which puts itself in place of ours.
+                unsafe { libc::raise(libc::SIGBUS) };
+            });
+            println!("unreadable {unreadable}");
+            return;
+        }
         "alternate" => return alternate(10_000),
         _ => {}
     }
@@ -332,6 +352,13 @@ fn printed_number(printed: &str, key: &str) -> usize {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no {key:?} in {printed:?}"))
+}
+
+#[test]
+fn a_handler_that_puts_itself_back_when_called_leaves_ours_in_front() {
+    let (status, printed) = run_child("rearm");
+    assert!(status.success(), "{status:?}: {printed}");
+    assert!(printed_number(&printed, "unreadable ") > 0, "{printed}");
 }
 
 #[test]
