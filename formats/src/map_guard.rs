@@ -655,10 +655,9 @@ mod tests {
     }
 
     /// Runs `scenario` of this module's `child` test in a new process of this test
-    /// binary and returns how it ended, after checking that the child's own map's fault
-    /// was handled first; a child still running after 60 s (a fault that repeats forever)
-    /// is killed and fails the test.
-    fn run_child(scenario: &str) -> std::process::ExitStatus {
+    /// binary and returns how it ended and what it printed; a child still running after
+    /// 60 s (a fault that repeats forever, a hang) is killed and fails the test.
+    fn run_child(scenario: &str) -> (std::process::ExitStatus, String) {
         let out = tempfile::NamedTempFile::new().unwrap();
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
@@ -675,9 +674,7 @@ mod tests {
         let started = Instant::now();
         loop {
             if let Some(status) = child.try_wait().unwrap() {
-                let printed = std::fs::read_to_string(out.path()).unwrap();
-                assert!(printed.contains("own fault handled"), "{printed}");
-                return status;
+                return (status, std::fs::read_to_string(out.path()).unwrap());
             }
             if started.elapsed() > Duration::from_secs(60) {
                 child.kill().unwrap();
@@ -723,6 +720,10 @@ mod tests {
         };
         match scenario.as_str() {
             "race" => RACE.store(true, Ordering::Relaxed),
+            "fork" => {
+                let forks = std::env::var("STOKER_MAP_GUARD_FORKS");
+                return fork_while_mapping(forks.map_or(200, |n| n.parse().unwrap()));
+            }
             _ => panic!("no scenario {scenario}"),
         }
         // Ours is installed, and handles its own map's fault...
@@ -743,7 +744,57 @@ mod tests {
 
     #[test]
     fn a_handler_installed_while_ours_is_installed_is_the_one_behind_ours() {
-        let status = run_child("race");
+        let (status, printed) = run_child("race");
+        assert!(printed.contains("own fault handled"), "{printed}");
         assert_eq!(status.code(), Some(42), "{status:?}");
+    }
+
+    /// Forks `forks` times while three threads register maps, each after putting another
+    /// handler in place of ours, so that each registration installs ours and takes the
+    /// turn; each child registers a map and exits. Prints how many children still ran
+    /// 10 s after their fork (killed then): one that inherits the turn, held by a thread it
+    /// does not have, must take it over instead of waiting for it.
+    fn fork_while_mapping(forks: usize) {
+        let (_dir, path) = file_of(16 << 10);
+        let (stop, mut hung) = (AtomicBool::new(false), 0);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        set_handler(exit_42);
+                        drop(GuardedMap::new(map(&path)));
+                    }
+                });
+            }
+            for _ in 0..forks {
+                // SAFETY: the child registers a map and leaves with _exit; what it inherits
+                // mid-install from the parent's threads is what is tested.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    drop(GuardedMap::new(map(&path)));
+                    // SAFETY: _exit ends the child without running the parent's exit code.
+                    unsafe { libc::_exit(0) };
+                }
+                let (started, mut status) = (Instant::now(), 0);
+                // SAFETY: waitpid and kill on our own child, into a valid int.
+                while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+                    if started.elapsed() > Duration::from_secs(10) {
+                        hung += 1;
+                        // SAFETY: as above.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        println!("forks {forks} hung {hung}");
+    }
+
+    #[test]
+    fn children_forked_while_threads_install_ours_never_hang() {
+        let (status, printed) = run_child("fork");
+        assert!(status.success(), "{status:?}: {printed}");
+        assert!(printed.contains("hung 0\n"), "{printed}");
     }
 }
