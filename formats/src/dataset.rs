@@ -60,12 +60,10 @@ impl Dataset {
         // since (a DataLoader worker's, faulthandler's) must not take over their faults.
         crate::map_guard::install();
         let root = path.as_ref().to_path_buf();
-        let manifest = Manifest::read(&root).map_err(|e| unfinished(&root, e))?;
-        let mut shards = Vec::with_capacity(manifest.shards.len());
-        for (i, entry) in manifest.shards.iter().enumerate() {
-            let p = manifest.shard_path(&root, i);
-            shards.push(shard::open_shard(&p, entry.count, entry.bytes)?);
-        }
+        let manifest = read_manifest(&root)?;
+        let shards = (0..manifest.shards.len())
+            .map(|i| open_shard_of(&root, &manifest, i))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Dataset {
             inner: Arc::new(Inner {
                 root,
@@ -181,6 +179,11 @@ impl Dataset {
         self.inner.shards.get(shard).map(|s| s.mapped())
     }
 
+    /// Open shard `i` (a position in `manifest().shards`).
+    pub(crate) fn open_shard(&self, i: usize) -> &Arc<OpenShard> {
+        &self.inner.shards[i]
+    }
+
     /// The shard holding `index` (its position in `manifest().shards`, and the open shard).
     fn shard_holding(&self, index: u64) -> Result<(usize, &OpenShard), FormatError> {
         let si = self.shard_of(index).ok_or(FormatError::IndexOutOfRange {
@@ -289,14 +292,25 @@ impl DatasetReader {
     pub fn check_read(&self, index: u64) -> Result<(), FormatError> {
         self.dataset.shard_holding(index)?.1.check_readable()
     }
+}
 
-    pub(crate) fn check_unchanged(&self, shard: usize) -> Result<(), FormatError> {
-        self.dataset.inner.shards[shard].check_unchanged()
-    }
+/// The manifest of the dataset at `root`, as [`Dataset::open`] reads it (a missing one beside
+/// a conversion journal is [`FormatError::UnfinishedConversion`]). With [`open_shard_of`],
+/// what `verify` uses to open what can be opened of a damaged dataset.
+pub(crate) fn read_manifest(root: &Path) -> Result<Manifest, FormatError> {
+    Manifest::read(root).map_err(|e| unfinished(root, e))
+}
 
-    pub(crate) fn shard_path(&self, shard: usize) -> &Path {
-        &self.dataset.inner.shards[shard].path
-    }
+/// Opens shard `i` of `manifest` (read from `root`) with every check [`Dataset::open`]
+/// makes: a regular file of the manifest's size whose LMDB meta pages are sound and count
+/// the manifest's records.
+pub(crate) fn open_shard_of(
+    root: &Path,
+    manifest: &Manifest,
+    i: usize,
+) -> Result<Arc<OpenShard>, FormatError> {
+    let entry = &manifest.shards[i];
+    shard::open_shard(&manifest.shard_path(root, i), entry.count, entry.bytes)
 }
 
 /// `e` as [`FormatError::UnfinishedConversion`] when it says `root`'s manifest is missing

@@ -16,7 +16,8 @@
 //!   [`Audit`].
 //! - [`merge()`]: joins the parts of a conversion split over a job array
 //!   ([`ConvertOptions::part`]) into one dataset, without copying shards.
-//! - [`verify()`] and [`inspect()`]: check every record; summarize a dataset.
+//! - [`verify()`] and [`inspect()`]: check every record; summarize a dataset. [`verify_dir()`]
+//!   checks a dataset too damaged to open, and names the records of each shard it lost.
 //!
 //! ```
 //! use stoker_formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
@@ -76,5 +77,5 @@ pub use manifest::{
 pub use map_guard::install as install_read_fault_handler;
 pub use merge::{merge, MergeReport};
 pub use record::{Encoding, Record, RecordHeader, HEADER_LEN, RECORD_MAGIC, RECORD_VERSION};
-pub use verify::{verify, BadRecord, VerifyReport};
+pub use verify::{verify, verify_dir, BadRecord, LostCause, LostRecords, VerifyReport};
 pub use writer::{shard_file_name, DatasetWriter, RecordMeta, WriterOptions, DEFAULT_SHARD_BYTES};

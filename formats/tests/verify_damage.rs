@@ -1,0 +1,152 @@
+//! `verify_dir` on datasets too damaged for `Dataset::open`: every shard that can be opened
+//! is checked, and each that cannot is reported with the records it held. Before it, verify
+//! needed an open `Dataset`, so one bad shard hid every record of the others.
+
+use std::path::{Path, PathBuf};
+
+use stoker_formats::{
+    convert, verify, verify_dir, ConvertOptions, Dataset, Layout, LostCause, NoProgress, Source,
+    VerifyReport,
+};
+
+/// The bundled photos converted into several shards of a few MB at `dir/name`.
+fn photos(dir: &Path, name: &str, layout: Layout) -> PathBuf {
+    let out = dir.join(name);
+    let mut o = ConvertOptions::new(
+        Source::ImageFolder(stoker_testdata::dir().join("imagefolder")),
+        &out,
+    );
+    o.check_decode = false;
+    o.shard_bytes = 4 << 20;
+    o.jobs = Some(2);
+    o.layout = layout;
+    convert(&o, &NoProgress).unwrap();
+    out
+}
+
+/// Asserts that `r` counts every sample once, and that shard `si` of `ds` is the one lost,
+/// whole, for `cause`.
+fn assert_lost_shard(ds: &Path, r: &VerifyReport, si: usize, cause: LostCause) {
+    assert_eq!(
+        r.ok_records + r.bad_records + r.lost_records,
+        r.samples,
+        "{r:?}"
+    );
+    let m = stoker_formats::Manifest::read(ds).unwrap();
+    let s = &m.shards[si];
+    assert_eq!(r.lost.len(), 1, "{r:?}");
+    let l = &r.lost[0];
+    assert_eq!(
+        (l.shard.as_str(), l.first_index, l.count, l.cause),
+        (s.file.as_str(), s.first_index, s.count, cause),
+        "{r:?}"
+    );
+    assert_eq!(r.lost_records, s.count);
+    assert_eq!(r.ok_records, m.samples - s.count, "{r:?}");
+    assert!(!r.ok());
+}
+
+#[test]
+fn the_shards_around_a_missing_one_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = photos(dir.path(), "ds", Layout::Auto);
+    std::fs::remove_file(ds.join("shard-00001.lmdb")).unwrap();
+    assert!(Dataset::open(&ds).is_err());
+    let r = verify_dir(&ds, false).unwrap();
+    assert_lost_shard(&ds, &r, 1, LostCause::Missing);
+    assert_eq!(r.opened, r.shards - 1);
+    assert_eq!(r.checked, r.ok_records);
+}
+
+#[test]
+fn a_shard_that_is_not_a_regular_file_is_lost_without_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = photos(dir.path(), "ds", Layout::Auto);
+    let shard = ds.join("shard-00002.lmdb");
+    std::fs::remove_file(&shard).unwrap();
+    // A FIFO would block a plain open for reading until a writer came.
+    let made = std::process::Command::new("mkfifo")
+        .arg(&shard)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let r = verify_dir(&ds, false).unwrap();
+    assert_lost_shard(&ds, &r, 2, LostCause::Damaged);
+    std::fs::remove_file(&shard).unwrap();
+    std::fs::create_dir(&shard).unwrap();
+    let r = verify_dir(&ds, false).unwrap();
+    assert_lost_shard(&ds, &r, 2, LostCause::Damaged);
+}
+
+#[test]
+fn a_shard_whose_meta_pages_disagree_with_the_manifest_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = photos(dir.path(), "ds", Layout::Auto);
+    let shard = ds.join("shard-00000.lmdb");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    // The magic of both meta pages (page size 4096).
+    bytes[16] ^= 0xff;
+    bytes[4096 + 16] ^= 0xff;
+    std::fs::write(&shard, &bytes).unwrap();
+    let r = verify_dir(&ds, false).unwrap();
+    assert_lost_shard(&ds, &r, 0, LostCause::Damaged);
+    assert!(r.lost[0].reason.contains("meta page"), "{r:?}");
+}
+
+/// A shard of another dataset in its place passes every record check; only its digest
+/// tells, and then none of its records can be vouched for, through either entry point.
+#[test]
+fn a_swapped_shard_loses_its_records_though_each_passes_its_checks() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = photos(dir.path(), "ds", Layout::Auto);
+    let other = photos(dir.path(), "other", Layout::Flat);
+    std::fs::copy(other.join("shard-00001.lmdb"), ds.join("shard-00001.lmdb")).unwrap();
+    let r = verify(&Dataset::open(&ds).unwrap(), true).unwrap();
+    assert_lost_shard(&ds, &r, 1, LostCause::Altered);
+    assert_eq!((r.checked, r.decoded), (r.samples, r.samples));
+    let by_dir = verify_dir(&ds, false).unwrap();
+    assert_eq!(by_dir.lost, r.lost);
+}
+
+/// A flipped bit in one payload: the shard's records are lost (the digest says the file is
+/// not the one written), and the record that fails its own CRC is named among them.
+#[test]
+fn a_record_damaged_in_an_altered_shard_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = photos(dir.path(), "ds", Layout::Auto);
+    let shard = ds.join("shard-00002.lmdb");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    // Inside the first JPEG stored past the middle of the file: payload bytes, which the
+    // record's CRC covers.
+    let mid = bytes.len() / 2;
+    let soi = bytes[mid..]
+        .windows(3)
+        .position(|w| w == [0xff, 0xd8, 0xff])
+        .unwrap();
+    bytes[mid + soi + 100] ^= 0x10;
+    std::fs::write(&shard, &bytes).unwrap();
+    let r = verify_dir(&ds, false).unwrap();
+    assert_lost_shard(&ds, &r, 2, LostCause::Altered);
+    let first = r.lost[0].first_index;
+    let named = r.bad.iter().filter_map(|b| b.index).collect::<Vec<_>>();
+    assert!(
+        named
+            .iter()
+            .all(|&i| (first..first + r.lost[0].count).contains(&i)),
+        "{r:?}"
+    );
+    assert!(!named.is_empty(), "no record named: {r:?}");
+}
+
+#[test]
+fn an_intact_dataset_counts_every_record_ok() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = photos(dir.path(), "ds", Layout::Auto);
+    let r = verify_dir(&ds, false).unwrap();
+    assert!(r.ok(), "{r:?}");
+    assert_eq!(
+        (r.ok_records, r.bad_records, r.lost_records),
+        (r.samples, 0, 0)
+    );
+    assert_eq!(r.opened, r.shards);
+}
