@@ -1,11 +1,13 @@
-//! `stoker verify DATASET [--decode]`: one call to [`stoker::formats::verify()`]; exit 0 only
-//! when every record is sound.
+//! `stoker verify DATASET [--decode]`: one call to [`stoker::formats::verify_dir()`]; exit 0
+//! only when every record is sound. A dataset too damaged to open still gets a report (with
+//! `--json`, one JSON document on stdout) that names the records of each shard it lost; only
+//! a manifest that cannot be read is an error (on stderr, as for every command).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use stoker::formats::{self, Dataset};
+use stoker::formats::{self, VerifyReport};
 
 /// Flags of `stoker verify`.
 #[derive(Debug, clap::Args)]
@@ -15,7 +17,8 @@ pub struct Args {
     /// Also decode every JPEG on the CPU.
     #[arg(long)]
     pub decode: bool,
-    /// Print a JSON report.
+    /// Print a JSON report: the counts, every problem ("bad") and the records lost by shard
+    /// ("lost"), also for a dataset whose shards cannot all be opened.
     #[arg(long)]
     pub json: bool,
 }
@@ -23,45 +26,73 @@ pub struct Args {
 /// Runs `stoker verify`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
-    let ds = Dataset::open(&args.dataset)?;
-    let r = formats::verify(&ds, args.decode)?;
+    let r = formats::verify_dir(&args.dataset, args.decode)?;
     if args.json {
         let mut v = serde_json::to_value(&r)?;
         v["ok"] = serde_json::Value::Bool(r.ok());
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        for n in &r.notes {
-            writeln!(out, "note: {n}")?;
-        }
-        for b in &r.bad {
-            match b.index {
-                Some(i) => writeln!(out, "BAD {} record {i}: {}", b.shard, b.problem)?,
-                None => writeln!(out, "BAD {}: {}", b.shard, b.problem)?,
-            }
-        }
-        writeln!(
-            out,
-            "{}: {} of {} records checked{} in {} shard(s), {:.2} s: {}",
-            args.dataset.display(),
-            r.checked,
-            r.samples,
-            if args.decode {
-                format!(", {} decoded", r.decoded)
-            } else {
-                String::new()
-            },
-            r.shards,
-            r.seconds,
-            if r.ok() {
-                "OK".to_string()
-            } else {
-                format!("{} problem(s)", r.bad.len())
-            }
-        )?;
+        write_text(&mut out, &args, &r)?;
     }
+    out.flush()?;
     Ok(if r.ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// The text report: notes, a `BAD` line per problem, a `LOST` line per range of records
+/// lost, and the summary line.
+fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::Result<()> {
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    for b in &r.bad {
+        match b.index {
+            Some(i) => writeln!(out, "BAD {} record {i}: {}", b.shard, b.problem)?,
+            None => writeln!(out, "BAD {}: {}", b.shard, b.problem)?,
+        }
+    }
+    for l in &r.lost {
+        writeln!(
+            out,
+            "LOST {} records {}..{} ({} records): {}",
+            l.shard,
+            l.first_index,
+            l.first_index + l.count,
+            l.count,
+            l.cause
+        )?;
+    }
+    let decoded = if args.decode {
+        format!(", {} decoded", r.decoded)
+    } else {
+        String::new()
+    };
+    let unopened = if r.opened < r.shards {
+        format!(" ({} not opened)", r.shards - r.opened)
+    } else {
+        String::new()
+    };
+    let outcome = if r.ok() {
+        "OK".to_string()
+    } else {
+        format!(
+            "{} problem(s); records: {} OK, {} bad, {} lost",
+            r.bad.len(),
+            r.ok_records,
+            r.bad_records,
+            r.lost_records
+        )
+    };
+    writeln!(
+        out,
+        "{}: {} of {} records checked{decoded} in {} shard(s){unopened}, {:.2} s: {outcome}",
+        args.dataset.display(),
+        r.checked,
+        r.samples,
+        r.shards,
+        r.seconds,
+    )
 }

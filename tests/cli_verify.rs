@@ -1,0 +1,197 @@
+//! `stoker verify` on copies damaged the common ways (a shard cut short, a shard missing, its
+//! meta pages damaged, a shard swapped for another dataset's): each stopped verify at the
+//! dataset open with one error line, no record named and nothing on stdout under `--json`.
+//! Now the other shards are checked and the lost records named, in both outputs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{p, stoker_within, text, LIMIT};
+
+/// The bundled photos converted into 4 shards of a few MB at `dir/name`; `layout` is
+/// passed to `--layout` (`flat` gives the same records labelled 0: shards of the same sizes
+/// and other bytes).
+fn convert(dir: &Path, name: &str, layout: &str) -> PathBuf {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let out = dir.join(name);
+    let o = stoker_within(
+        &[
+            "convert",
+            p(&src),
+            p(&out),
+            "--no-check",
+            "--shard-size",
+            "4M",
+            "--layout",
+            layout,
+            "-j",
+            "2",
+        ],
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    out
+}
+
+/// The manifest's `shards` of `ds`.
+fn shards(ds: &Path) -> Vec<serde_json::Value> {
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ds.join("manifest.json")).unwrap()).unwrap();
+    assert!(m["shards"].as_array().unwrap().len() >= 3, "{m}");
+    m["shards"].as_array().unwrap().clone()
+}
+
+/// Runs `verify` (text and `--json`) on `ds`, whose shard `damaged` is damaged by `cause`
+/// (the JSON `cause`), and checks that both name exactly its records as lost, and that
+/// every record of the other shards was checked and found sound.
+fn assert_only_shard_lost(ds: &Path, damaged: usize, cause: &str, all_read: bool) {
+    let shards = shards(ds);
+    let s = &shards[damaged];
+    let (file, first, count) = (
+        s["file"].as_str().unwrap(),
+        s["first_index"].as_u64().unwrap(),
+        s["count"].as_u64().unwrap(),
+    );
+    let samples: u64 = shards.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+
+    let o = stoker_within(&["verify", p(ds), "--json"], LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&o)));
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["samples"], samples, "{v}");
+    let lost = v["lost"].as_array().unwrap();
+    assert_eq!(lost.len(), 1, "{v}");
+    assert_eq!(lost[0]["shard"], file, "{v}");
+    assert_eq!(lost[0]["first_index"], first, "{v}");
+    assert_eq!(lost[0]["count"], count, "{v}");
+    assert_eq!(lost[0]["cause"], cause, "{v}");
+    assert!(!lost[0]["reason"].as_str().unwrap().is_empty(), "{v}");
+    assert_eq!(v["lost_records"], count, "{v}");
+    assert_eq!(v["ok_records"], samples - count, "{v}");
+    assert_eq!(v["bad_records"], 0, "{v}");
+    // The other shards were read record by record.
+    let checked = if all_read { samples } else { samples - count };
+    assert_eq!(v["checked"], checked, "{v}");
+    let bad = v["bad"].as_array().unwrap();
+    assert!(bad.iter().all(|b| b["shard"] == file), "{v}");
+    assert!(bad.iter().any(|b| b["index"].is_null()), "{v}");
+
+    let o = stoker_within(&["verify", p(ds)], LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let want = format!(
+        "LOST {file} records {first}..{} ({count} records)",
+        first + count
+    );
+    assert!(out.contains(&want), "no {want:?}: {}", text(&o));
+    assert!(out.contains(&format!("BAD {file}: ")), "{}", text(&o));
+    let totals = format!(
+        "{checked} of {samples} records checked in {} shard(s)",
+        shards.len()
+    );
+    assert!(out.contains(&totals), "no {totals:?}: {}", text(&o));
+    let counts = format!("records: {} OK, 0 bad, {count} lost", samples - count);
+    assert!(out.contains(&counts), "no {counts:?}: {}", text(&o));
+}
+
+#[test]
+fn verify_names_the_records_of_a_shard_cut_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = convert(dir.path(), "ds", "auto");
+    let shard = ds.join("shard-00001.lmdb");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap();
+    f.set_len(len - 4096).unwrap();
+    assert_only_shard_lost(&ds, 1, "wrong_size", false);
+}
+
+#[test]
+fn verify_names_the_records_of_a_missing_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = convert(dir.path(), "ds", "auto");
+    std::fs::remove_file(ds.join("shard-00002.lmdb")).unwrap();
+    assert_only_shard_lost(&ds, 2, "missing", false);
+    let o = stoker_within(&["verify", p(&ds)], LIMIT);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("the file is missing"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn verify_names_the_records_of_a_shard_with_a_damaged_meta_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = convert(dir.path(), "ds", "auto");
+    let shard = ds.join("shard-00000.lmdb");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    // The LMDB magic of meta page 0: what a reader trusts first.
+    bytes[16] ^= 0xff;
+    std::fs::write(&shard, &bytes).unwrap();
+    assert_only_shard_lost(&ds, 0, "damaged", false);
+}
+
+#[test]
+fn verify_names_the_records_of_a_shard_swapped_for_another_datasets() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = convert(dir.path(), "ds", "auto");
+    let other = convert(dir.path(), "other", "flat");
+    let (mine, theirs) = (&shards(&ds)[1], &shards(&other)[1]);
+    // Same records and size, other labels: only the digest tells the files apart, and
+    // every record of the stranger passes its own checks.
+    assert_eq!(mine["bytes"], theirs["bytes"]);
+    assert_ne!(mine["xxh3"], theirs["xxh3"]);
+    std::fs::copy(other.join("shard-00001.lmdb"), ds.join("shard-00001.lmdb")).unwrap();
+    assert_only_shard_lost(&ds, 1, "altered", true);
+}
+
+#[test]
+fn verify_names_every_damaged_shard_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = convert(dir.path(), "ds", "auto");
+    let all = shards(&ds);
+    std::fs::remove_file(ds.join("shard-00000.lmdb")).unwrap();
+    let last = all.len() - 1;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ds.join(all[last]["file"].as_str().unwrap()))
+        .unwrap();
+    f.set_len(8192).unwrap();
+    let o = stoker_within(&["verify", p(&ds), "--json"], LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let lost: Vec<(u64, &str)> = v["lost"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["first_index"].as_u64().unwrap(),
+                l["cause"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let first_of_last = all[last]["first_index"].as_u64().unwrap();
+    assert_eq!(lost, [(0, "missing"), (first_of_last, "wrong_size")], "{v}");
+    assert_eq!(v["opened"], all.len() - 2, "{v}");
+}
+
+#[test]
+fn verify_json_of_a_dataset_without_a_manifest_is_an_error_on_stderr_only() {
+    // As every command's --json: a failure to start is `stoker: error: ...` on stderr.
+    let dir = tempfile::tempdir().unwrap();
+    let o = stoker_within(&["verify", p(dir.path()), "--json"], LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(o.stdout.is_empty(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("stoker: error: ") && err.contains("manifest.json"),
+        "{}",
+        text(&o)
+    );
+}
