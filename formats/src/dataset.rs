@@ -46,9 +46,10 @@ impl Dataset {
     /// Opens the dataset whose root directory (holding `manifest.json`) is `path`.
     ///
     /// Every shard is opened read-only without a lock file, so datasets on read-only or shared
-    /// filesystems work. Before LMDB reads a shard, its size is compared with the manifest and
-    /// its two LMDB meta pages are checked (the bytes LMDB trusts first: page size, last page,
-    /// tree roots and flags, record count), a few hundred bytes per shard;
+    /// filesystems work. Before a shard is mapped, its size is compared with the manifest and
+    /// its two LMDB meta pages are checked (page size, last page, tree roots and flags,
+    /// record count), a few hundred bytes per shard; records are then found by stoker's own
+    /// bounds-checked lookup, never through LMDB;
     /// [`crate::verify`] checks every byte against the manifest's digest.
     ///
     /// # Errors

@@ -293,7 +293,7 @@ fn in_force() -> Action {
         let before = slot.seq.load(Ordering::Acquire);
         let action = slot.fields();
         fence(Ordering::Acquire);
-        if before % 2 == 0 && slot.seq.load(Ordering::Relaxed) == before {
+        if before.is_multiple_of(2) && slot.seq.load(Ordering::Relaxed) == before {
             return action;
         }
     }

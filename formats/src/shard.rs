@@ -13,7 +13,8 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::lmdb_meta::RecordTree;
 use crate::map_guard::GuardedMap;
@@ -93,17 +94,53 @@ impl OpenShard {
     }
 }
 
+/// The shards this process has open, by path, so that datasets opened twice share maps.
+struct Registry {
+    /// The process that made it: a child of `fork` makes its own (below).
+    pid: u32,
+    open: Mutex<HashMap<PathBuf, Weak<OpenShard>>>,
+}
+
+/// This process's registry. A child of `fork` inherits its parent's registry as it was at
+/// the fork, locked if a parent thread was opening a shard then, with no thread to unlock
+/// it: a PyTorch `DataLoader` forking its workers while another thread opens a dataset left
+/// workers hung at their first open. So a registry serves only the process that made it;
+/// a child makes a fresh one and leaves the inherited one (and what it holds) unused.
 fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
-    static REG: OnceLock<Mutex<HashMap<PathBuf, Weak<OpenShard>>>> = OnceLock::new();
-    REG.get_or_init(|| Mutex::new(HashMap::new()))
+    static REG: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
+    let pid = std::process::id();
+    let mut current = REG.load(Ordering::Acquire);
+    loop {
+        // SAFETY: a registry, once published, is never freed (leaked below), so the
+        // pointer stays valid for the process's life.
+        if let Some(reg) = unsafe { current.as_ref() } {
+            if reg.pid == pid {
+                return &reg.open;
+            }
+        }
+        let fresh = Box::into_raw(Box::new(Registry {
+            pid,
+            open: Mutex::new(HashMap::new()),
+        }));
+        match REG.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: just published, and never freed.
+            Ok(_) => return unsafe { &(*fresh).open },
+            Err(now) => {
+                // SAFETY: `fresh` was never published; this thread still owns it.
+                drop(unsafe { Box::from_raw(fresh) });
+                current = now;
+            }
+        }
+    }
 }
 
 /// Opens (or reuses) the shard at `path`, which the manifest says holds `records` records
 /// in `bytes` bytes.
 ///
-/// Before LMDB sees the file: its size must be `bytes` and its meta pages must pass
-/// [`crate::lmdb_meta::check`]; after LMDB opened it, the path must still name the same
-/// file (dev, inode, size), so a file replaced meanwhile is not mistaken for the one checked.
+/// Before the file is mapped, its size must be `bytes` and its meta pages must pass
+/// [`crate::lmdb_meta::check`]; a shard already open under the same path is shared only
+/// while it is still the same file (dev, inode, size), so a file replaced meanwhile is not
+/// mistaken for the one checked.
 pub(crate) fn open_shard(
     path: &Path,
     records: u64,
