@@ -96,7 +96,8 @@ pub struct VerifyReport {
     pub opened: u64,
     /// Records whose header, length and CRC were checked.
     pub checked: u64,
-    /// Records decoded (with `decode`).
+    /// JPEG records that decoded, to their header's size (with `decode`); those that did
+    /// not are among the problems.
     pub decoded: u64,
     /// Records read that passed every check, in shards whose digest is the manifest's.
     pub ok_records: u64,
@@ -562,7 +563,7 @@ impl<'m> ShardCheck<'m> {
     }
 
     /// Decodes the JPEGs read so far (on the rayon pool) and lets their bytes go; returns
-    /// how many. Called every [`DECODE_CHUNK_BYTES`], so that a shard's payloads are never
+    /// how many decoded to their header's size. Called every [`DECODE_CHUNK_BYTES`], so that a shard's payloads are never
     /// all held at once.
     fn decode_pending(&mut self, decoder: &CpuDecoder) -> u64 {
         let chunk = std::mem::take(&mut self.to_decode);
@@ -583,8 +584,9 @@ impl<'m> ShardCheck<'m> {
             .collect();
         self.bad_indices
             .extend(problems.iter().filter_map(|(index, _)| *index));
+        let decoded = chunk.len() - problems.len();
         self.problems.extend(problems);
-        chunk.len() as u64
+        decoded as u64
     }
 
     /// What was found (after [`ShardCheck::decode_pending`]): the records not found are

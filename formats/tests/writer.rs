@@ -207,6 +207,8 @@ fn hand_made_bad_records_are_reported_by_reader_and_verify() {
     let bad: Vec<Option<u64>> = v.bad.iter().map(|b| b.index).collect();
     assert_eq!(bad, [Some(1), Some(2), Some(0)], "{:?}", v.bad);
     assert!(v.bad[2].problem.contains("does not decode"), "{:?}", v.bad);
+    // Record 0 was decoded and failed: it does not count as decoded.
+    assert_eq!(v.decoded, 0);
 }
 
 #[test]
