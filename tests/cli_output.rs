@@ -166,16 +166,6 @@ fn decode_to_png_with_a_small_file_limit(out: &Path) -> Output {
     )
 }
 
-/// The names in `dir`, sorted.
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn decode_output_png_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -185,7 +175,11 @@ fn decode_output_png_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_one
     let o = decode_to_png_with_a_small_file_limit(&png);
     assert_no_panic(&o);
     assert!(!o.status.success(), "{}", text(&o));
-    assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    assert!(
+        stoker_testdata::names_in(dir.path()).is_empty(),
+        "{:?}",
+        stoker_testdata::names_in(dir.path())
+    );
 
     // An earlier file: still there, byte for byte.
     std::fs::write(&png, b"the previous image").unwrap();
@@ -198,7 +192,7 @@ fn decode_output_png_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_one
         text(&o)
     );
     assert_eq!(std::fs::read(&png).unwrap(), b"the previous image");
-    assert_eq!(names(dir.path()), ["out.png"]);
+    assert_eq!(stoker_testdata::names_in(dir.path()), ["out.png"]);
 
     // Without the limit the PNG replaces it whole, and no temporary file stays behind.
     let o = common::stoker_within(&["decode", PHOTO, "--backend", "cpu", "-o", p(&png)], LIMIT);
@@ -206,7 +200,7 @@ fn decode_output_png_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_one
     let written = std::fs::read(&png).unwrap();
     assert!(written.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
     assert!(written.len() > 10 * 1024);
-    assert_eq!(names(dir.path()), ["out.png"]);
+    assert_eq!(stoker_testdata::names_in(dir.path()), ["out.png"]);
 }
 
 /// Decodes PHOTO into `out` with `umask`, returning the output.
@@ -290,7 +284,12 @@ fn decode_output_writes_through_symlinks_and_keeps_modes() {
         .unwrap()
         .file_type()
         .is_fifo());
-    assert_eq!(names(dir.path()).len(), 5, "{:?}", names(dir.path()));
+    assert_eq!(
+        stoker_testdata::names_in(dir.path()).len(),
+        5,
+        "{:?}",
+        stoker_testdata::names_in(dir.path())
+    );
 }
 
 /// The width and height of the PNG `bytes`, which must hold one whole image and nothing
@@ -338,7 +337,11 @@ fn decode_png_on_stdout_carries_the_png_alone_and_the_report_on_stderr() {
         .args(["decode", PHOTO, "--backend", "cpu", "-o", "-"]);
     let o = run_within(c, LIMIT);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    assert!(
+        stoker_testdata::names_in(dir.path()).is_empty(),
+        "{:?}",
+        stoker_testdata::names_in(dir.path())
+    );
     let mut c = Command::new(STOKER);
     c.current_dir(dir.path())
         .args(["decode", PHOTO, "--backend", "cpu", "-o", "./-"]);

@@ -658,30 +658,11 @@ mod tests {
     /// binary and returns how it ended and what it printed; a child still running after
     /// 60 s (a fault that repeats forever, a hang) is killed and fails the test.
     fn run_child(scenario: &str) -> (std::process::ExitStatus, String) {
-        let out = tempfile::NamedTempFile::new().unwrap();
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "map_guard::tests::child",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("STOKER_MAP_GUARD_CHILD", scenario)
-            .stdout(out.reopen().unwrap())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return (status, std::fs::read_to_string(out.path()).unwrap());
-            }
-            if started.elapsed() > Duration::from_secs(60) {
-                child.kill().unwrap();
-                panic!("{scenario}: the child still ran after 60 s (a fault handled forever?)");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        stoker_testdata::child::run_test(
+            "map_guard::tests::child",
+            ("STOKER_MAP_GUARD_CHILD", scenario),
+            Duration::from_secs(60),
+        )
     }
 
     extern "C" fn exit_42(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {

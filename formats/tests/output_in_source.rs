@@ -15,15 +15,7 @@ const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/samp
 /// A copy of the sample tree (three classes) at `dir/name`.
 fn copy_sample(dir: &Path, name: &str) -> PathBuf {
     let to = dir.join(name);
-    for class in std::fs::read_dir(SAMPLE).unwrap() {
-        let class = class.unwrap().path();
-        let dst = to.join(class.file_name().unwrap());
-        std::fs::create_dir_all(&dst).unwrap();
-        for f in std::fs::read_dir(&class).unwrap() {
-            let f = f.unwrap().path();
-            std::fs::copy(&f, dst.join(f.file_name().unwrap())).unwrap();
-        }
-    }
+    stoker_testdata::copy_tree(Path::new(SAMPLE), &to);
     to
 }
 

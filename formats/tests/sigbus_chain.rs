@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stoker_formats::{
     install_read_fault_handler, shard_file_name, Dataset, DatasetWriter, Encoding, FormatError,
@@ -28,25 +28,7 @@ const SCENARIO: &str = "STOKER_SIGBUS_CHAIN_CHILD";
 /// ended and what it printed; a child still running after 60 s (a fault handled forever)
 /// is killed and fails the test.
 fn run_child(scenario: &str) -> (std::process::ExitStatus, String) {
-    let out = tempfile::NamedTempFile::new().unwrap();
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(SCENARIO, scenario)
-        .stdout(out.reopen().unwrap())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return (status, std::fs::read_to_string(out.path()).unwrap());
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            child.kill().unwrap();
-            panic!("{scenario}: the child still ran after 60 s (a fault handled forever?)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    stoker_testdata::child::run_test("child", (SCENARIO, scenario), Duration::from_secs(60))
 }
 
 /// Runs a scenario that ends in a fault outside shard maps, after checking that a shard

@@ -16,15 +16,7 @@ const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/samp
 /// listed last (`opencv/zz_bad.jpg`, returned).
 fn tree_with_a_bad_last_input(dir: &Path) -> (PathBuf, PathBuf) {
     let to = dir.join("src");
-    for class in std::fs::read_dir(SAMPLE).unwrap() {
-        let class = class.unwrap().path();
-        let dst = to.join(class.file_name().unwrap());
-        std::fs::create_dir_all(&dst).unwrap();
-        for f in std::fs::read_dir(&class).unwrap() {
-            let f = f.unwrap().path();
-            std::fs::copy(&f, dst.join(f.file_name().unwrap())).unwrap();
-        }
-    }
+    stoker_testdata::copy_tree(Path::new(SAMPLE), &to);
     let bad = to.join("opencv/zz_bad.jpg");
     std::fs::write(&bad, b"not an image").unwrap();
     (to, bad)
@@ -39,15 +31,6 @@ fn strict_opts(src: &Path, out: &Path) -> ConvertOptions {
     o.shard_bytes = MIN_SHARD_BYTES;
     o.jobs = Some(2);
     o
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -68,7 +51,11 @@ fn a_strict_stop_in_a_new_directory_leaves_nothing_and_a_plain_rerun_converts() 
         other => panic!("want StrictInput, got {other}"),
     }
     assert!(e.to_string().contains("convert again"), "{e}");
-    assert!(!tmp.path().join("new").exists(), "{:?}", names(tmp.path()));
+    assert!(
+        !tmp.path().join("new").exists(),
+        "{:?}",
+        stoker_testdata::names_in(tmp.path())
+    );
 
     // The documented path: fix the input, rerun, get a dataset.
     std::fs::remove_file(&bad).unwrap();
@@ -99,7 +86,11 @@ fn a_strict_stop_in_an_empty_directory_leaves_it_there_and_empty() {
         ),
         "{e}"
     );
-    assert!(names(&out).is_empty(), "{:?}", names(&out));
+    assert!(
+        stoker_testdata::names_in(&out).is_empty(),
+        "{:?}",
+        stoker_testdata::names_in(&out)
+    );
     // Kept: the directory was there before the run.
     std::fs::remove_file(&bad).unwrap();
     convert(&strict_opts(&src, &out), &NoProgress).unwrap();
@@ -115,7 +106,7 @@ fn a_strict_stop_of_a_resumed_conversion_keeps_it_for_resume() {
     o.fail_after = Some(4);
     let e = convert(&o, &NoProgress).unwrap_err();
     assert!(matches!(e, FormatError::Injected { .. }), "{e}");
-    let before = names(&out);
+    let before = stoker_testdata::names_in(&out);
     assert!(before.contains(&JOURNAL_FILE.to_string()), "{before:?}");
 
     o.fail_after = None;
@@ -132,7 +123,7 @@ fn a_strict_stop_of_a_resumed_conversion_keeps_it_for_resume() {
         "{e}"
     );
     assert!(e.to_string().contains("--resume"), "{e}");
-    let after = names(&out);
+    let after = stoker_testdata::names_in(&out);
     assert!(after.contains(&JOURNAL_FILE.to_string()), "{after:?}");
     assert!(before
         .iter()

@@ -15,6 +15,8 @@
 //! - [`gpu_skip`]: the one line a GPU test prints when it finds no GPU, which
 //!   `scripts/device-check.sh` treats as a failure on the GPU machine.
 //! - [`heap`]: a counting allocator for the tests and benches that measure heap use.
+//! - [`child::run_test`]: a test run again in a child process; [`copy_tree`],
+//!   [`names_in`] and [`files_in`]: small file-tree helpers of the tests.
 //!
 //! `STOKER_DATA` and `STOKER_BENCH_DIR` override the two folders (the GPU machine gets a
 //! copy of both, see `scripts/device-prepare.sh`).
@@ -29,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 mod bench_set;
+pub mod child;
 pub mod heap;
 mod mixed_set;
 
@@ -50,6 +53,42 @@ pub fn files_in(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
             (name, std::fs::read(e.path()).unwrap())
         })
         .collect()
+}
+
+/// The names of the entries directly in `dir`, sorted.
+///
+/// # Panics
+///
+/// When `dir` cannot be read.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Copies a tree of folders of files (an image folder: one level of class folders) from
+/// `from` to `to`, creating `to`.
+///
+/// # Panics
+///
+/// When a file cannot be read or written.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("creating {}: {e}", to.display()));
+    for entry in
+        std::fs::read_dir(from).unwrap_or_else(|e| panic!("reading {}: {e}", from.display()))
+    {
+        let path = entry.unwrap().path();
+        let dst = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_tree(&path, &dst);
+        } else {
+            std::fs::copy(&path, &dst)
+                .unwrap_or_else(|e| panic!("copying {}: {e}", path.display()));
+        }
+    }
 }
 
 /// The corpus root: `$STOKER_DATA` when set, else `<repo>/testdata`.

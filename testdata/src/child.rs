@@ -1,0 +1,47 @@
+//! One test of the running test binary, run again in a child process: for scenarios that
+//! end the process (a fatal signal, a handler that exits) or need a process of their own.
+
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Runs the test named `test` (an exact name) of this binary in a child process with
+/// `var` set in its environment, and returns its exit status and what it printed on
+/// stdout (stderr is dropped). The child's stdout goes to a file, not a pipe, so that a
+/// child that prints a lot cannot block on a full pipe.
+///
+/// # Panics
+///
+/// When the child cannot be started or still runs after `limit` (it is killed first).
+pub fn run_test(test: &str, var: (&str, &str), limit: Duration) -> (ExitStatus, String) {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let out = std::env::temp_dir().join(format!(
+        "stoker-child-{}-{}.out",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let file = std::fs::File::create(&out).expect("child's stdout file");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(var.0, var.1)
+        .stdout(file)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("child test process");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("child status") {
+            break status;
+        }
+        if started.elapsed() > limit {
+            child.kill().expect("kill child");
+            let _ = child.wait();
+            let _ = std::fs::remove_file(&out);
+            panic!("{test} ({}={}): still ran after {limit:?}", var.0, var.1);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let printed = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    (status, printed)
+}
