@@ -431,12 +431,14 @@ fn is_ours(action: &libc::sigaction) -> bool {
 }
 
 /// Our action: [`on_sigbus`], with SA_ONSTACK so that a fault on a thread that runs on its
-/// alternate signal stack (Rust threads set one up) is handled there too.
+/// alternate signal stack (Rust threads set one up) is handled there too, and SA_RESTART
+/// so that a SIGBUS sent (not a fault) during a system call that the handler behind ours
+/// handles restarts the call, as it would without ours, instead of failing it with EINTR.
 fn ours() -> libc::sigaction {
     // SAFETY: all-zero is a valid `sigaction` (empty mask, no flags), filled in below.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
     action.sa_sigaction = on_sigbus as *const () as usize;
-    action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+    action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESTART;
     action
 }
 

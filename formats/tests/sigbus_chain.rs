@@ -267,6 +267,7 @@ fn child() {
             return;
         }
         "alternate" => return alternate(10_000),
+        "restart" => return restarted_read(),
         _ => {}
     }
     // Ours handles a fault in its own map...
@@ -326,6 +327,40 @@ fn a_plain_handler_before_ours_is_called_with_the_signal_number() {
     assert_eq!(status.code(), Some(48), "{status:?}");
 }
 
+/// A plain handler that returns (a library that notes a sent SIGBUS and goes on).
+extern "C" fn note(_: libc::c_int) {}
+
+/// A SIGBUS sent to a thread blocked in `read`, with ours in front of a handler installed
+/// with SA_RESTART: the read goes on, as it would without ours, and gets the byte written
+/// after the signal. Prints what the read returned.
+fn restarted_read() {
+    set_action(note as *const () as usize, libc::SA_RESTART, &[]);
+    install_read_fault_handler();
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two descriptors into a valid array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // SAFETY: pthread_self has no preconditions.
+        tx.send(unsafe { libc::pthread_self() }).unwrap();
+        let mut byte = 0u8;
+        // SAFETY: a read of one byte into a valid byte from our own pipe.
+        let n = unsafe { libc::read(fds[0], (&mut byte as *mut u8).cast(), 1) };
+        let errno = std::io::Error::last_os_error();
+        (n, byte, errno)
+    });
+    let thread = rx.recv().unwrap();
+    // Time for the reader to block in read.
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: the reader thread is alive (it waits for the byte written below).
+    assert_eq!(unsafe { libc::pthread_kill(thread, libc::SIGBUS) }, 0);
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: a write of one byte from a valid byte into our own pipe.
+    assert_eq!(unsafe { libc::write(fds[1], [7u8].as_ptr().cast(), 1) }, 1);
+    let (n, byte, errno) = reader.join().unwrap();
+    println!("read {n} {byte} ({errno})");
+}
+
 /// Printed `key value` of a child, as a number.
 fn printed_number(printed: &str, key: &str) -> usize {
     printed
@@ -341,6 +376,13 @@ fn a_handler_that_puts_itself_back_when_called_leaves_ours_in_front() {
     let (status, printed) = run_child("rearm");
     assert!(status.success(), "{status:?}: {printed}");
     assert!(printed_number(&printed, "unreadable ") > 0, "{printed}");
+}
+
+#[test]
+fn a_system_call_interrupted_by_a_sent_sigbus_restarts_as_without_ours() {
+    let (status, printed) = run_child("restart");
+    assert!(status.success(), "{status:?}: {printed}");
+    assert!(printed.contains("read 1 7 "), "{printed}");
 }
 
 #[test]
