@@ -514,9 +514,19 @@ fn fallback_decode(
     // jpeg-decoder has no scan cap and decodes every scan it finds (also
     // after the first of an interleaved sequential file, where the probe
     // stops counting) up to its end-of-image marker: bound them before it
-    // starts, not counting data appended after that marker.
+    // starts, not counting data appended after that marker, by the probe's
+    // cap and by the work over this image. The cap also bounds the ran-out
+    // check's copy (64 bytes a scan): millions of empty scans in a small
+    // image held half a gigabyte.
     let end = crate::primary_image_end(data).unwrap_or(data.len());
-    info.check_scan_work(info.scans_upper_bound(&data[..end]), limits)?;
+    let scans = info.scans_upper_bound(&data[..end]);
+    if scans > u64::from(crate::MAX_SCANS) {
+        return Err(DecodeError::Malformed {
+            offset: info.frame_offset,
+            what: "more than 1000 scans",
+        });
+    }
+    info.check_scan_work(scans, limits)?;
 
     let corrupt = |e: jpeg_decoder::Error| match e {
         jpeg_decoder::Error::Unsupported(_) => DecodeError::Corrupt {

@@ -568,6 +568,46 @@ fn data_after_the_end_of_image_is_not_counted_as_scans() {
     assert!(got == want);
 }
 
+/// Regression (hostile input): jpeg-decoder has no scan cap, and the probe stops counting
+/// after the first scan of an interleaved file, so thousands of empty scans appended to
+/// a small image went to jpeg-decoder (and into the ran-out check's copy, 64 bytes a
+/// scan). The probe's cap of 1000 scans now holds on this route too, before decoding.
+#[test]
+fn more_than_1000_scans_on_the_jpeg_decoder_route_are_refused_before_decoding() {
+    let dec = CpuDecoder::new(Limits::default());
+    // 16x16, one interleaved scan, its Cr sampling then set to 1x2 (Cb stays 1x1): a
+    // sampling zune-jpeg does not take. So small that the work limit allows millions of
+    // scans.
+    let mut data = Vec::new();
+    let mut enc = jpeg_encoder::Encoder::new(&mut data, 85);
+    enc.set_sampling_factor(jpeg_encoder::SamplingFactor::F_1_1);
+    enc.encode(&[128u8; 16 * 16 * 3], 16, 16, jpeg_encoder::ColorType::Rgb)
+        .unwrap();
+    let sof = data.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+    // FF C0, length, precision, height, width, 3 components of (id, factors, table).
+    assert_eq!(data[sof + 9], 3);
+    data[sof + 10 + 2 * 3 + 1] = 0x12;
+    let info = probe(&data, dec.limits()).unwrap();
+    assert!(!info.zune_decodable() && !info.multi_scan_sequential);
+    let eoi = data.len() - 2;
+    assert_eq!(data[eoi..], [0xFF, 0xD9]);
+    // An empty scan of component 1: SOS, length 8, one component, table 0, spectral
+    // selection 0..63, no successive approximation.
+    let empty_scan = [0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 63, 0];
+    for (scans, refused) in [(990, false), (1001, true)] {
+        let mut bomb = data[..eoi].to_vec();
+        bomb.extend(empty_scan.repeat(scans));
+        bomb.extend_from_slice(&data[eoi..]);
+        match dec.decode_to_vec_routed(&bomb) {
+            Err(DecodeError::Malformed { what, .. }) => {
+                assert!(refused, "{scans} scans refused: {what}");
+                assert_eq!(what, "more than 1000 scans");
+            }
+            other => assert!(!refused, "{scans} scans: {:?}", other.map(|(_, r, _)| r)),
+        }
+    }
+}
+
 /// Regression: the files zune-jpeg does not take (sequential files in several
 /// scans, unusual sampling factors) go to jpeg-decoder, which also decodes the
 /// rest of a scan from zero bits once the data runs out, and returned Ok for a
