@@ -407,3 +407,28 @@ fn merge_into_a_locked_directory_names_merge_as_a_possible_holder() {
     drop(held);
     merge(&root, &[]).unwrap();
 }
+
+/// Regression: flags the conversion ignores (here `gpu_friendly` with raw encoding) were
+/// refused for a while, but they are recorded in the manifest's flags, which every part of
+/// a merge must share: parts begun with one could be neither finished with it nor merged
+/// without it. They are noted instead, and parts with them finish and merge.
+#[test]
+fn parts_with_an_ignored_flag_finish_and_merge() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+    for index in 0..2 {
+        let mut o = opts(Source::ImageFolder(src.into()), &root);
+        o.encoding = stoker_formats::Encoding::Raw;
+        o.raw_size = Some((16, 16));
+        o.gpu_friendly = true;
+        o.part = Some(Part::new(index, 2).unwrap());
+        let r = convert(&o, &NoProgress).unwrap();
+        assert!(
+            r.warnings[0].starts_with("--gpu-friendly applies to jpeg encoding only"),
+            "{:?}",
+            r.warnings
+        );
+    }
+    assert_eq!(merge(&root, &[]).unwrap().samples, 15);
+}

@@ -88,7 +88,8 @@ pub fn convert(
 ) -> Result<ConvertReport, FormatError> {
     let t0 = Instant::now();
     options.validate()?;
-    let listing = ordered_listing(options)?;
+    let mut listing = ordered_listing(options)?;
+    listing.warnings.splice(0..0, options.ignored_flags());
     progress.warnings(&listing.warnings);
     if progress.cancelled() {
         return Err(FormatError::Cancelled);

@@ -167,7 +167,6 @@ impl ConvertOptions {
             (Encoding::Jpeg, Some(_)) => return bad("--size applies to raw encoding only"),
             _ => {}
         }
-        self.validate_combinations()?;
         if self.max_side == Some(0) {
             return bad("max side must be positive");
         }
@@ -204,30 +203,33 @@ impl ConvertOptions {
         Ok(())
     }
 
-    /// Refuses options that the rest would ignore, as `--size` with JPEG encoding is: each
-    /// was accepted with no effect, and `max_side`, `gpu_friendly` and `layout` were
-    /// recorded in the manifest's flags as if they had shaped the dataset.
-    fn validate_combinations(&self) -> Result<(), FormatError> {
-        let bad = |s: &str| Err(FormatError::InvalidOptions(s.into()));
-        match self.encoding {
-            // `max_side` keeps the aspect ratio whatever `resize` says.
-            Encoding::Jpeg if self.resize != ResizeMode::ShorterSide => {
-                return bad("--resize applies to raw encoding only (with --size)")
-            }
-            Encoding::Raw if self.max_side.is_some() => return bad(
+    /// Notes for the options that the conversion ignores (each was accepted silently).
+    /// Warned of, not refused: they are recorded in the manifest's flags, which a resumed
+    /// run and the parts of a merge must share, so a conversion begun with one (before
+    /// this note, or on another machine) must still be able to finish with it.
+    pub(super) fn ignored_flags(&self) -> Vec<String> {
+        let note = |s: &str| format!("{s}; it is ignored (but recorded in the manifest's flags)");
+        let mut notes = Vec::new();
+        // `max_side` keeps the aspect ratio whatever `resize` says.
+        if self.encoding == Encoding::Jpeg && self.resize != ResizeMode::ShorterSide {
+            notes.push(note("--resize applies to raw encoding only (with --size)"));
+        }
+        if self.encoding == Encoding::Raw && self.max_side.is_some() {
+            notes.push(note(
                 "--max-side applies to jpeg encoding only (raw records take the size of --size)",
-            ),
-            Encoding::Raw if self.gpu_friendly => return bad(
+            ));
+        }
+        if self.encoding == Encoding::Raw && self.gpu_friendly {
+            notes.push(note(
                 "--gpu-friendly applies to jpeg encoding only (raw records hold pixels, not JPEGs)",
-            ),
-            _ => {}
+            ));
         }
         if self.layout != Layout::Auto && matches!(self.source, Source::List { .. }) {
-            return bad(
+            notes.push(note(
                 "--layout applies to an image folder only (with --list, the list file gives each image its label)",
-            );
+            ));
         }
-        Ok(())
+        notes
     }
 
     /// With `shards`: the records each shard is asked to hold, out of `inputs` listed.
@@ -295,32 +297,31 @@ impl ConvertOptions {
 mod tests {
     use super::*;
 
-    fn refusal(o: &ConvertOptions) -> String {
-        match o.validate() {
-            Err(FormatError::InvalidOptions(m)) => m,
-            other => panic!("not refused: {other:?}"),
-        }
-    }
-
     #[test]
-    fn options_that_would_be_ignored_are_refused_not_recorded() {
-        // Each was accepted with no effect; the last three were recorded in the manifest.
+    fn options_that_are_ignored_are_noted() {
+        // Each was accepted with no effect and no word.
+        let noted = |o: &ConvertOptions| {
+            o.validate().unwrap();
+            let notes = o.ignored_flags();
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            notes[0].clone()
+        };
         let folder = ConvertOptions::new(Source::ImageFolder("src".into()), "out");
         let mut raw = folder.clone();
         raw.encoding = Encoding::Raw;
         raw.raw_size = Some((32, 32));
         raw.resize = ResizeMode::Stretch;
-        raw.validate().unwrap();
+        assert!(raw.ignored_flags().is_empty() && folder.ignored_flags().is_empty());
 
         let mut o = folder.clone();
         o.resize = ResizeMode::Stretch;
-        assert!(refusal(&o).starts_with("--resize applies to raw encoding only"));
+        assert!(noted(&o).starts_with("--resize applies to raw encoding only"));
         let mut o = raw.clone();
         o.max_side = Some(100);
-        assert!(refusal(&o).starts_with("--max-side applies to jpeg encoding only"));
+        assert!(noted(&o).starts_with("--max-side applies to jpeg encoding only"));
         let mut o = raw.clone();
         o.gpu_friendly = true;
-        assert!(refusal(&o).starts_with("--gpu-friendly applies to jpeg encoding only"));
+        assert!(noted(&o).starts_with("--gpu-friendly applies to jpeg encoding only"));
 
         let list = ConvertOptions::new(
             Source::List {
@@ -329,14 +330,14 @@ mod tests {
             },
             "out",
         );
-        list.validate().unwrap();
+        assert!(list.ignored_flags().is_empty());
         for layout in [Layout::Flat, Layout::Classes] {
             let mut o = list.clone();
             o.layout = layout;
-            assert!(refusal(&o).starts_with("--layout applies to an image folder only"));
+            assert!(noted(&o).starts_with("--layout applies to an image folder only"));
             let mut o = folder.clone();
             o.layout = layout;
-            o.validate().unwrap();
+            assert!(o.ignored_flags().is_empty());
         }
     }
 }
