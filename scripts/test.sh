@@ -4,9 +4,10 @@
 # read is inside the repository (testdata/, examples/data/); nothing beside it is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Into the scripts' virtual environment, first on PATH for the tests that run `python3`.
+# Into the scripts' virtual environment; the tests that run Python take it from
+# STOKER_PYTHON (not PATH: pyo3's build script reruns whenever PATH changes).
 py=$(scripts/python-venv.sh lmdb)
-PATH="$(dirname "$py"):$PATH" cargo test --workspace
+STOKER_PYTHON="$py" cargo test --workspace
 # The Python package (python/): builds it into a virtual environment under target/ and
 # runs pytest over tests/python (numpy, pytest and maturin come from PyPI).
 scripts/python-test.sh

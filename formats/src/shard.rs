@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, Once, Weak};
 
 use crate::lmdb_meta::RecordTree;
 use crate::map_guard::GuardedMap;
@@ -101,13 +101,28 @@ struct Registry {
     open: Mutex<HashMap<PathBuf, Weak<OpenShard>>>,
 }
 
+/// The registry in use; null until the first open, and again in a child of `fork`.
+static REG: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `pthread_atfork`'s child handler: the child starts without a registry.
+extern "C" fn forget_registry() {
+    REG.store(std::ptr::null_mut(), Ordering::Release);
+}
+
 /// This process's registry. A child of `fork` inherits its parent's registry as it was at
 /// the fork, locked if a parent thread was opening a shard then, with no thread to unlock
 /// it: a PyTorch `DataLoader` forking its workers while another thread opens a dataset left
-/// workers hung at their first open. So a registry serves only the process that made it;
-/// a child makes a fresh one and leaves the inherited one (and what it holds) unused.
+/// workers hung at their first open. So a registry serves only the process that made it: a
+/// child makes a fresh one and leaves the inherited one (and what it holds) unused. The
+/// child learns it is one from the fork handler, or, where a fork skipped the handlers (a
+/// raw `clone`), from the registry's process id (which a reused id could fool).
 fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
-    static REG: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
+    static AT_FORK: Once = Once::new();
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a child handler that only stores to an atomic, which is
+        // async-signal-safe, as a handler run in the child of a threaded fork must be.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_registry)) };
+    });
     let pid = std::process::id();
     let mut current = REG.load(Ordering::Acquire);
     loop {

@@ -296,7 +296,9 @@ fn python_reader_finds_records_of_a_merged_dataset_through_key_base() {
         env!("CARGO_MANIFEST_DIR"),
         "/../tests/python/check_format.py"
     );
-    let run = std::process::Command::new("python3")
+    // STOKER_PYTHON: scripts/test.sh names its venv's python (with `lmdb`) so, not by PATH.
+    let python = std::env::var_os("STOKER_PYTHON").unwrap_or_else(|| "python3".into());
+    let run = std::process::Command::new(python)
         .arg(script)
         .arg(&root)
         .arg(index.to_string())
