@@ -182,6 +182,12 @@ pub(crate) fn merge<'py>(
     out: PathBuf,
     parts: Option<Vec<PathBuf>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    // The CLI's "no parts named" means every part; an empty list given here names none.
+    if parts.as_ref().is_some_and(Vec::is_empty) {
+        return Err(PyValueError::new_err(
+            "parts=[] names no part: leave parts out to merge every part-* directory of out",
+        ));
+    }
     let parts = parts.unwrap_or_default();
     let report = py
         .detach(|| stoker_formats::merge(&out, &parts))

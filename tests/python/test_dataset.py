@@ -62,6 +62,8 @@ def test_convert_has_the_cli_options_for_layout_file_size_and_parts(tmp_path, sa
     root = tmp_path / "parts"
     for i in range(3):
         stoker.convert(SAMPLE, root, part=i, parts=3, progress=False)
+    with pytest.raises(ValueError, match="names no part"):
+        stoker.merge(root, parts=[])
     report = stoker.merge(root)
     assert report["parts"] == 3 and report["samples"] == 15
     merged, whole = stoker.Dataset(root), stoker.Dataset(sample_dataset)
