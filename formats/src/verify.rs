@@ -239,13 +239,7 @@ fn check_shards(m: &Manifest, decode: bool, open: &OpenFn<'_>) -> VerifyReport {
                 r.opened += 1;
                 check_shard(m, entry, &shard, kind, decode, &decoder)
             }
-            Err(e) => {
-                let mut lost = ShardOutcome::default();
-                lost.problems
-                    .push((None, format!("not opened: {}", reason_of(&e))));
-                lost.lose_all(entry, cause_of(&e), reason_of(&e));
-                lost
-            }
+            Err(e) => ShardOutcome::unusable(entry, &e, format!("not opened: {}", reason_of(&e))),
         };
         payload_bytes = payload_bytes.saturating_add(outcome.payload_bytes);
         r.add(entry, outcome);
@@ -309,6 +303,15 @@ struct ShardOutcome {
 }
 
 impl ShardOutcome {
+    /// A shard none of whose records could be read, because of `e`: `problem` is reported
+    /// for the shard, and every record of `entry` is lost.
+    fn unusable(entry: &ShardEntry, e: &FormatError, problem: String) -> Self {
+        let mut o = ShardOutcome::default();
+        o.problems.push((None, problem));
+        o.lose_all(entry, cause_of(e), reason_of(e));
+        o
+    }
+
     /// Counts every record of `entry` lost, for `cause`; the problems found stay.
     fn lose_all(&mut self, entry: &ShardEntry, cause: LostCause, reason: String) {
         self.ok = 0;
@@ -333,12 +336,7 @@ fn check_shard(
         .and_then(|()| File::open(&shard.path).map_err(|e| FormatError::io(&shard.path, e)));
     let mut file = match file {
         Ok(f) => f,
-        Err(e) => {
-            let mut lost = ShardOutcome::default();
-            lost.problems.push((None, reason_of(&e)));
-            lost.lose_all(entry, cause_of(&e), reason_of(&e));
-            return lost;
-        }
+        Err(e) => return ShardOutcome::unusable(entry, &e, reason_of(&e)),
     };
     let whole = whole_file_problem(shard, &mut file, entry, kind);
     let mut check = ShardCheck::new(m, entry, &shard.path, decode);

@@ -112,16 +112,9 @@ pub(crate) fn convert<'py>(
     opts.max_pixels = max_pixels;
     opts.max_file_size = max_file_size;
     opts.gpu_friendly = gpu_friendly;
-    opts.layout = match layout {
-        "auto" => Layout::Auto,
-        "classes" => Layout::Classes,
-        "flat" => Layout::Flat,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "layout={other:?}: want \"auto\", \"classes\" or \"flat\""
-            )))
-        }
-    };
+    opts.layout = layout
+        .parse::<Layout>()
+        .map_err(|e| PyValueError::new_err(format!("layout={e}")))?;
     opts.part = match (part, parts) {
         (None, None) => None,
         (Some(i), Some(n)) => {

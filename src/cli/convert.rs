@@ -24,7 +24,7 @@ pub struct Args {
     /// as one class, label 0: unlabelled data), or auto (flat when SRC has no subdirectory
     /// other than hidden ones such as .ipynb_checkpoints and __MACOSX). Not with --list,
     /// whose file gives the labels.
-    #[arg(long, default_value = "auto", value_parser = parse_layout)]
+    #[arg(long, default_value = "auto", value_parser = str::parse::<Layout>)]
     pub layout: Layout,
     /// jpeg: store JPEG bytes (originals when possible); raw: store decoded pixels (needs --size).
     #[arg(long, default_value = "jpeg", value_parser = parse_encoding)]
@@ -107,15 +107,6 @@ fn parse_encoding(s: &str) -> Result<Encoding, String> {
         "jpeg" => Ok(Encoding::Jpeg),
         "raw" => Ok(Encoding::Raw),
         _ => Err(format!("{s:?}: want jpeg or raw")),
-    }
-}
-
-fn parse_layout(s: &str) -> Result<Layout, String> {
-    match s {
-        "auto" => Ok(Layout::Auto),
-        "classes" => Ok(Layout::Classes),
-        "flat" => Ok(Layout::Flat),
-        _ => Err(format!("{s:?}: want auto, classes or flat")),
     }
 }
 

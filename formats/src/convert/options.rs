@@ -85,7 +85,7 @@ pub struct ConvertOptions {
     /// How an ImageFolder source is read: class subdirectories, or one class of unlabelled
     /// images (`Auto`: flat exactly when the folder has no subdirectory but hidden ones, any
     /// name starting with `.` such as `.ipynb_checkpoints`, `__MACOSX` and `out` itself). A
-    /// list source refuses anything but `Auto`: its file gives the labels.
+    /// list source ignores it (with a warning): its file gives the labels.
     pub layout: Layout,
     /// Convert only this part of the listing (sorted, or shuffled with `shuffle`), into `out/part-IIIII-of-NNNNN/` with a
     /// part manifest, for `merge` to join (see [`Part`]); `None` converts everything

@@ -44,6 +44,20 @@ pub enum Layout {
     Flat,
 }
 
+impl std::str::FromStr for Layout {
+    type Err = String;
+
+    /// `auto`, `classes` or `flat`, as the CLI's `--layout` and Python's `layout=` spell it.
+    fn from_str(s: &str) -> Result<Layout, String> {
+        match s {
+            "auto" => Ok(Layout::Auto),
+            "classes" => Ok(Layout::Classes),
+            "flat" => Ok(Layout::Flat),
+            _ => Err(format!("{s:?}: want auto, classes or flat")),
+        }
+    }
+}
+
 impl std::fmt::Display for Layout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
