@@ -113,7 +113,8 @@
 //!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
 //!    bad records (`EpochPlan::replace_failed`: it notes the failed record, which the
 //!    [`Loader`] counts when its batch is handed out, and picks the replacement: random
-//!    picks over the rank's whole share, then a scan of the whole dataset).
+//!    picks over the rank's share, none twice in a batch nor one of the batch's own, then a
+//!    scan of the whole dataset).
 //!    `EpochStream::next_batch(deadline)`
 //!    blocks (until `deadline`, if any: then `Next::Pending`) and returns batches **in
 //!    order**; dropping the stream must stop production promptly.

@@ -35,14 +35,14 @@ use crate::batch::Batch;
 use crate::config::OnError;
 use crate::error::LoaderError;
 use crate::metrics::Metrics;
-use crate::sampler::Rng;
+use crate::sampler::{Permutation, Rng};
 use crate::transform::DrawKey;
 
-/// Replacements for one bad sample drawn at random from the rank's whole share before
-/// the scan ([`EpochPlan::replacement`]). Bad records cluster (a damaged region of a
-/// shard), so a neighbour in the order is likely bad too; a uniform pick is bad only with
-/// the share's bad fraction, and 32 of them all fail with probability `f³²` (under 10⁻⁹ at
-/// half the share bad).
+/// Replacements for one bad sample drawn at random from the rank's share before the
+/// scan ([`EpochPlan::replacement`]). Bad records cluster (a damaged region of a shard),
+/// so a neighbour in the order is likely bad too; a random pick is bad only with the
+/// share's bad fraction `f`, and 32 distinct ones all fail with probability under `f³²`
+/// (10⁻⁹ at half the share bad).
 const RANDOM_PICKS: u32 = 32;
 
 /// Tags the replacement draws, so they are independent of the order and crop draws.
@@ -101,23 +101,44 @@ impl EpochPlan {
     }
 
     /// The sample that stands in for position `pos` after `attempt` (≥ 1) failures there.
-    /// The first [`RANDOM_PICKS`] are uniform picks over this rank's whole order, then the
-    /// dataset's records are scanned from a random start, wrapping around, until every one
-    /// has been tried. Each is drawn from `(seed, epoch, global position, attempt)` alone,
-    /// so the replacement depends neither on thread timing nor on the number of workers,
-    /// and a resumed epoch replaces as the uninterrupted one did.
+    /// The first [`RANDOM_PICKS`] are picks over this rank's order outside the batch
+    /// holding `pos`, then the dataset's records are scanned from a random start, wrapping
+    /// around, until every one has been tried. The picks of a batch are the first places of
+    /// one random permutation of those outside it, handed out by (attempt, position), so
+    /// no two of the batch's picks, at any positions and attempts, are the same sample,
+    /// and none is one of the batch's own samples: a batch holds a record twice only when
+    /// the order itself does (padding) or the share outside the batch is exhausted. Each is
+    /// drawn from `(seed, epoch, the batch's global position, batch size, position,
+    /// attempt)` alone, so the replacement depends neither on thread timing nor on the
+    /// number of workers, and a resumed epoch replaces as the uninterrupted one did.
     pub(crate) fn replacement(&self, pos: usize, attempt: u32) -> u64 {
         let position = self.global_offset + pos as u64;
         if attempt <= RANDOM_PICKS {
-            let pick = Rng::new(&[
-                self.seed,
-                self.epoch,
-                position,
-                u64::from(attempt),
-                STREAM_REPLACE,
-            ])
-            .below(self.order.len() as u64);
-            return self.order[pick as usize];
+            let batch = self.batch_range(pos as u64 / self.batch_size.max(1));
+            let outside = (self.order.len() - batch.len()) as u64;
+            if outside == 0 {
+                // The share is this one batch: any pick repeats one of its samples.
+                let pick = Rng::new(&[
+                    self.seed,
+                    self.epoch,
+                    position,
+                    u64::from(attempt),
+                    STREAM_REPLACE,
+                ])
+                .below(self.order.len() as u64);
+                return self.order[pick as usize];
+            }
+            let draw = (pos - batch.start) as u64 + self.batch_size * u64::from(attempt - 1);
+            let batch_position = self.global_offset + batch.start as u64;
+            let picks = Permutation::new(
+                &[self.seed, self.epoch, batch_position, STREAM_REPLACE],
+                outside,
+            );
+            let mut pick = picks.at(draw % outside) as usize;
+            if pick >= batch.start {
+                pick += batch.len();
+            }
+            return self.order[pick];
         }
         let len = self.dataset_len.max(1);
         let start = Rng::new(&[self.seed, self.epoch, position, STREAM_REPLACE]).below(len);
@@ -394,6 +415,43 @@ mod tests {
             .filter(|&a| p.replacement(7, a) != other_rank.replacement(7, a))
             .count();
         assert!(differ > 16, "{differ} of {RANDOM_PICKS} picks differ");
+    }
+
+    #[test]
+    fn a_batch_never_picks_a_sample_twice_nor_one_of_its_own() {
+        let p = plan(1000, 40);
+        for batch in [0, 7, 249] {
+            let range = p.batch_range(batch);
+            let own: HashSet<u64> = p.order[range.clone()].iter().copied().collect();
+            let mut picks = HashSet::new();
+            for pos in range {
+                for attempt in 1..=RANDOM_PICKS {
+                    let pick = p.replacement(pos, attempt);
+                    assert!(!own.contains(&pick), "batch {batch}: {pick} is its own");
+                    assert!(picks.insert(pick), "batch {batch}: {pick} twice");
+                }
+            }
+        }
+        // Spread over the share (a permutation's first places, not a stride): the 128
+        // picks of a batch cover all four quarters of the order.
+        let quarters: HashSet<usize> = p
+            .batch_range(3)
+            .flat_map(|pos| (1..=RANDOM_PICKS).map(move |a| (pos, a)))
+            .map(|(pos, a)| {
+                p.order
+                    .iter()
+                    .position(|&x| x == p.replacement(pos, a))
+                    .unwrap()
+                    / 250
+            })
+            .collect();
+        assert_eq!(quarters.len(), 4);
+        // A share smaller than a batch's picks wraps around, still never the batch's own.
+        let small = plan(13, 0);
+        let own: HashSet<u64> = small.order[0..4].iter().copied().collect();
+        assert!((0..4)
+            .flat_map(|pos| (1..=RANDOM_PICKS).map(move |a| (pos, a)))
+            .all(|(pos, a)| !own.contains(&small.replacement(pos, a))));
     }
 
     #[test]

@@ -418,7 +418,7 @@ pub(crate) const STREAM_ORDER: u64 = 0x6f72_6465_7200_0001;
 pub(crate) const STREAM_TRANSFORM: u64 = 0x7472_616e_7300_0002;
 
 /// The generator behind every order and crop draw (shared with the converter's `--shuffle`).
-pub(crate) use stoker_formats::seeded::Rng;
+pub(crate) use stoker_formats::seeded::{Permutation, Rng};
 
 #[cfg(test)]
 mod tests {

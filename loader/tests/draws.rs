@@ -86,6 +86,12 @@ fn a_run_of_bad_records_is_replaced_from_the_whole_share_not_one_neighbour() {
     for item in got {
         let (_, indices, _) = item.as_ref().expect("every batch is replaced, none fails");
         assert_eq!(indices.len(), 8, "a batch is not full");
+        let distinct: std::collections::HashSet<&u64> = indices.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            8,
+            "a batch holds a record twice: {indices:?}"
+        );
         for i in indices {
             assert!(!bad.contains(i), "bad record {i} was yielded");
             *uses.entry(*i).or_default() += 1;
