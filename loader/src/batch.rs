@@ -130,7 +130,8 @@ impl HostImages {
     /// # Ok(()) }
     /// ```
     pub fn into_dlpack(self) -> ManagedTensor {
-        Arc::new(self).to_dlpack()
+        // The tensor is the images' one owner: writable.
+        Arc::new(self).export()
     }
 
     /// A DLPack tensor of a copy of the images (the protocol's `copy=True`): memory of
@@ -142,14 +143,23 @@ impl HostImages {
             HostBuffer::F16(v) => HostBuffer::F16(v[..n].to_vec()),
             HostBuffer::F32(v) => HostBuffer::F32(v[..n].to_vec()),
         };
-        HostImages::new(copy, self.shape, None).into_dlpack()
+        HostImages::new(copy, self.shape, None)
+            .into_dlpack()
+            .copied()
     }
 
     /// [`HostImages::into_dlpack`] for images shared behind an [`Arc`] (e.g. exported
     /// more than once): the buffer goes back when every tensor and the `Arc` itself are
-    /// released. The consumer may write into the tensor; Rust readers of the same
-    /// images ([`HostImages::as_f32`]...) then see those writes.
+    /// released. The memory is shared with the other exports and with Rust readers of
+    /// the same images ([`HostImages::as_f32`]...), so a versioned export is marked
+    /// read-only (NumPy's arrays then are; PyTorch has no read-only tensors and lets
+    /// its writes reach those readers).
     pub fn to_dlpack(self: &Arc<Self>) -> ManagedTensor {
+        self.export().read_only()
+    }
+
+    /// A tensor of the images' buffer, kept alive by a clone of the `Arc`.
+    fn export(self: &Arc<Self>) -> ManagedTensor {
         let data = match self.buffer() {
             HostBuffer::U8(v) => v.as_ptr().cast::<c_void>(),
             HostBuffer::F16(v) => v.as_ptr().cast(),

@@ -10,7 +10,7 @@ use pyo3::types::{PyCapsule, PyIterator, PyList, PyTuple};
 use stoker_loader::dlpack::{sys, ConsumerStream, ManagedTensor};
 use stoker_loader::{CudaImages, DType, HostImages};
 
-use crate::capsule::into_capsule;
+use crate::capsule::{into_capsule, wants_versioned};
 use crate::errors::{loader_error, StokerError};
 
 /// Where the pixels are. Each DLPack export holds a clone of the `Arc`, so the batch
@@ -58,20 +58,21 @@ impl Images {
     /// The DLPack capsule of the images (DLPack's Python protocol). On the GPU the
     /// consumer's ``stream`` (``None``/1: legacy default, 2: per-thread default, -1: no
     /// synchronization, else a ``cudaStream_t``) is made to wait for the batch first.
-    /// ``max_version`` is accepted and a legacy capsule returned (every consumer takes
-    /// it; NumPy makes such an array read-only). ``copy=True`` exports a copy of host
-    /// images (the consumer's own memory); on the GPU it, and a ``dl_device`` other than
-    /// the images', raise ``BufferError``.
+    /// With ``max_version`` ``(1, 0)`` or later (NumPy ≥ 2.1, PyTorch, CuPy and JAX pass
+    /// it) the capsule is DLPack 1.0's versioned one, whose flags say that host images
+    /// are shared (read-only: NumPy's array is; PyTorch has no read-only tensors) and
+    /// that a copy is the consumer's own (writable); without it, the legacy capsule.
+    /// ``copy=True`` exports a copy of host images (the consumer's own memory); on the
+    /// GPU it, and a ``dl_device`` other than the images', raise ``BufferError``.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
         stream: Option<i64>,
-        max_version: Option<Bound<'py, PyAny>>,
+        max_version: Option<(i64, i64)>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        let _ = max_version;
         check_device(self.dl_device(), dl_device)?;
         let copy = copy == Some(true);
         if copy && matches!(self.pixels, Pixels::Cuda(_)) {
@@ -91,7 +92,7 @@ impl Images {
                 unsafe { c.to_dlpack(stream) }.map_err(loader_error)?
             }
         };
-        into_capsule(py, tensor)
+        into_capsule(py, tensor, wants_versioned(max_version))
     }
 
     /// ``(device_type, device_id)``: ``(1, 0)`` for the CPU, ``(2, N)`` for ``cuda:N``.
@@ -159,12 +160,12 @@ impl Labels {
         &self,
         py: Python<'py>,
         stream: Option<i64>,
-        max_version: Option<Bound<'py, PyAny>>,
+        max_version: Option<(i64, i64)>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         // Host memory: no stream to wait on (consumers pass None).
-        let _ = (stream, max_version);
+        let _ = stream;
         // A copy per export (at most a batch of int64s), so each tensor owns its own; a
         // consumer that forbids copies is told so, as the protocol asks.
         check_device((sys::K_DL_CPU, 0), dl_device)?;
@@ -173,7 +174,11 @@ impl Labels {
                 "copy=False: labels are exported as a copy of their int64 values",
             ));
         }
-        into_capsule(py, ManagedTensor::from_vec(self.values.clone()))
+        into_capsule(
+            py,
+            ManagedTensor::from_vec(self.values.clone()),
+            wants_versioned(max_version),
+        )
     }
 
     fn __dlpack_device__(&self) -> (i32, i32) {

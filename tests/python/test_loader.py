@@ -3,6 +3,8 @@ for the same settings, DLPack hand-off through NumPy without copies, batches kep
 stay intact, exact resume, disjoint ranks, clear errors."""
 
 import contextlib
+import ctypes
+import gc
 import json
 import os
 import signal
@@ -597,6 +599,93 @@ def test_dlpack_copy_flag_and_iteration(sample_dataset):
     assert list(labels) == labels.tolist()
     batch = next(iter(python_loader(sample_dataset, batch_size=5)))
     assert [type(x).__name__ for x in iter(batch)] == ["Images", "Labels"]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", ctypes.c_int32 * 2),
+        ("ndim", ctypes.c_int32),
+        ("dtype", ctypes.c_uint8 * 4),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    """DLPack 1.0's struct as dlpack.h lays it out, to read a capsule without a consumer."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint32 * 2),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+READ_ONLY, IS_COPIED = 1, 2
+
+
+def _capsule(capsule):
+    """(name, versioned struct or None) of an unconsumed DLPack capsule."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    name = api.PyCapsule_GetName(capsule)
+    if name != b"dltensor_versioned":
+        return name, None
+    ptr = api.PyCapsule_GetPointer(capsule, name)
+    return name, _DLManagedTensorVersioned.from_address(ptr)
+
+
+def test_consumers_asking_for_dlpack_1_get_the_versioned_struct_and_its_flags(sample_dataset):
+    images, labels = next(iter(python_loader(sample_dataset, batch_size=5)))
+    # No max_version, or one below 1.0: the legacy struct, as before.
+    assert _capsule(images.__dlpack__())[0] == b"dltensor"
+    assert _capsule(images.__dlpack__(max_version=(0, 8)))[0] == b"dltensor"
+    for asked in [(1, 0), (1, 3), (2, 0)]:
+        cap = images.__dlpack__(max_version=asked)  # kept: `v` lives in it
+        name, v = _capsule(cap)
+        assert name == b"dltensor_versioned" and tuple(v.version) == (1, 0), asked
+        # Shared with other exports: read-only. The view is the batch's, as in the legacy one.
+        assert v.flags == READ_ONLY
+        t = v.dl_tensor
+        assert t.data == images.data_ptr and tuple(t.device) == (1, 0)
+        assert tuple(t.shape[i] for i in range(t.ndim)) == images.shape
+        assert tuple(t.dtype) == (2, 32, 1, 0)  # float32, one lane
+    cap = images.__dlpack__(max_version=(1, 0), copy=True)
+    _, copy = _capsule(cap)
+    assert copy.flags == IS_COPIED and copy.dl_tensor.data != images.data_ptr
+    label_cap = labels.__dlpack__(max_version=(1, 0))
+    _, own_labels = _capsule(label_cap)
+    assert own_labels.flags == IS_COPIED and own_labels.dl_tensor.ndim == 1
+    # Unconsumed capsules free their tensors when collected; the loader goes on.
+    del copy, own_labels, cap, label_cap
+    gc.collect()
+    loader = python_loader(sample_dataset, batch_size=1, prefetch=2)
+    for batch in loader:
+        batch.images.__dlpack__(max_version=(1, 0))
+    assert loader.stats()["batches"] == 15
+
+
+@pytest.mark.skipif(
+    tuple(int(x) for x in np.__version__.split(".")[:2]) < (2, 1),
+    reason="NumPy before 2.1 does not ask for versioned DLPack",
+)
+def test_numpy_arrays_follow_the_flags(sample_dataset):
+    images, labels = next(iter(python_loader(sample_dataset, batch_size=5)))
+    shared = np.from_dlpack(images)
+    assert not shared.flags.writeable
+    own = np.from_dlpack(_Exporter(images, copy=True))
+    assert own.flags.writeable
+    own[:] = 0  # the consumer's own memory: the batch is untouched
+    assert shared.max() > 0 and np.array_equal(np.from_dlpack(images), shared)
+    y = np.from_dlpack(labels)
+    assert y.flags.writeable and y.tolist() == labels.tolist()
 
 
 class _Exporter:

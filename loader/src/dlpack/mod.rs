@@ -15,8 +15,12 @@
 //! for the batch, see [`ConsumerStream`]), and [`ManagedTensor::from_vec`] for
 //! labels and indices.
 //!
-//! Only the legacy, unversioned `DLManagedTensor` (Python capsule name `"dltensor"`)
-//! is produced: every consumer accepts it, including those that also know DLPack 1.x.
+//! A tensor goes out as the legacy `DLManagedTensor` ([`ManagedTensor::into_raw`],
+//! Python capsule `"dltensor"`), which every consumer accepts, or as DLPack 1.0's
+//! `DLManagedTensorVersioned` ([`ManagedTensor::into_raw_versioned`], capsule
+//! `"dltensor_versioned"`) to a consumer that asks for it, with flags the legacy struct
+//! cannot carry: host images that other exports and Rust readers share are read-only,
+//! copies are marked as copies ([`ManagedTensor::flags`]).
 //!
 //! # Examples
 //!
@@ -49,7 +53,10 @@ use half::f16;
 
 use crate::config::DType;
 use crate::error::LoaderError;
-use sys::{DLDataType, DLDevice, DLManagedTensor, DLTensor};
+use sys::{
+    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLTensor,
+    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
+};
 
 /// A DLPack tensor that owns the memory it describes.
 ///
@@ -60,6 +67,8 @@ pub struct ManagedTensor {
     /// Allocated by [`ManagedTensor::new`] (a leaked `Box`); valid until the deleter runs,
     /// which happens exactly once: in `Drop`, or by whoever got it from `into_raw`.
     raw: NonNull<DLManagedTensor>,
+    /// `DLPACK_FLAG_BITMASK_*` bits for a versioned export.
+    flags: u64,
 }
 
 // SAFETY: the tensor's context owns only `Send` values (the owner is `Box<dyn Any + Send>`,
@@ -118,7 +127,21 @@ impl ManagedTensor {
         });
         ManagedTensor {
             raw: NonNull::from(Box::leak(managed)),
+            flags: 0,
         }
+    }
+
+    /// Marks the tensor read-only: its memory is shared with other exports or with Rust
+    /// readers, so a consumer writing into it would change what they see.
+    pub(crate) fn read_only(mut self) -> Self {
+        self.flags = (self.flags | DLPACK_FLAG_BITMASK_READ_ONLY) & !DLPACK_FLAG_BITMASK_IS_COPIED;
+        self
+    }
+
+    /// Marks the tensor as a copy made for this consumer alone (writable).
+    pub(crate) fn copied(mut self) -> Self {
+        self.flags = (self.flags | DLPACK_FLAG_BITMASK_IS_COPIED) & !DLPACK_FLAG_BITMASK_READ_ONLY;
+        self
     }
 
     /// A 1-D host tensor that owns `values` (labels, indices).
@@ -139,7 +162,7 @@ impl ManagedTensor {
         // SAFETY: `data` points to `len` elements of `T` (whose DLPack type is
         // `T::DTYPE`) in host memory owned by `values`, which the context keeps (its
         // heap buffer does not move with the `Vec`) and frees when dropped.
-        unsafe { ManagedTensor::new(Box::new(values), data, host(), T::DTYPE, &[len]) }
+        unsafe { ManagedTensor::new(Box::new(values), data, host(), T::DTYPE, &[len]) }.copied()
     }
 
     fn tensor(&self) -> &DLTensor {
@@ -171,6 +194,15 @@ impl ManagedTensor {
         unsafe { std::slice::from_raw_parts(t.strides, t.ndim as usize) }
     }
 
+    /// The `DLPACK_FLAG_BITMASK_*` bits a versioned export carries:
+    /// [`sys::DLPACK_FLAG_BITMASK_READ_ONLY`] for host images shared with other exports
+    /// ([`crate::HostImages::to_dlpack`]), [`sys::DLPACK_FLAG_BITMASK_IS_COPIED`] for
+    /// copies ([`ManagedTensor::from_vec`], [`crate::HostImages::copy_to_dlpack`]), none
+    /// for memory the tensor alone owns or that only the device reads.
+    pub fn flags(&self) -> u64 {
+        self.flags
+    }
+
     /// The address of the first element (a device address for CUDA tensors).
     pub fn data_ptr(&self) -> *const c_void {
         self.tensor().data
@@ -182,6 +214,30 @@ impl ManagedTensor {
         let raw = self.raw.as_ptr();
         std::mem::forget(self);
         raw
+    }
+
+    /// [`ManagedTensor::into_raw`] as DLPack 1.0's versioned struct, with
+    /// [`ManagedTensor::flags`]: for a consumer that asked for it (`max_version ≥ (1, 0)`).
+    /// The caller must call its `deleter` exactly once.
+    pub fn into_raw_versioned(self) -> *mut DLManagedTensorVersioned {
+        let flags = self.flags;
+        // SAFETY: `into_raw` hands over the leaked `Box` of `ManagedTensor::new`, whose
+        // deleter has not run; taking the `Box` back moves its view and context into the
+        // versioned struct, and the legacy struct is freed without its deleter (the
+        // context lives on, released by the versioned deleter).
+        let legacy = unsafe { Box::from_raw(self.into_raw()) };
+        let DLManagedTensor {
+            dl_tensor,
+            manager_ctx,
+            ..
+        } = *legacy;
+        Box::into_raw(Box::new(DLManagedTensorVersioned {
+            version: sys::DLPACK_VERSION,
+            manager_ctx,
+            deleter: Some(delete_versioned),
+            flags,
+            dl_tensor,
+        }))
     }
 }
 
@@ -205,16 +261,43 @@ unsafe extern "C" fn delete(managed: *mut DLManagedTensor) {
     }
     // SAFETY: per the contract, `managed` is the leaked `Box` of `ManagedTensor::new`
     // and `manager_ctx` its leaked `Box<Context>`; nobody uses either after this call.
-    let (managed, ctx) = unsafe {
+    unsafe {
         let managed = Box::from_raw(managed);
-        let ctx = Box::from_raw(managed.manager_ctx.cast::<Context>());
-        (managed, ctx)
-    };
+        release(managed.manager_ctx);
+    }
+}
+
+/// The deleter of a versioned export ([`ManagedTensor::into_raw_versioned`]).
+///
+/// # Safety
+///
+/// `managed` comes from [`ManagedTensor::into_raw_versioned`] and this is the one call
+/// for it.
+unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    if managed.is_null() {
+        return;
+    }
+    // SAFETY: per the contract, `managed` is the leaked `Box` of `into_raw_versioned`
+    // and `manager_ctx` the leaked `Box<Context>` it took over; nobody uses either after
+    // this call.
+    unsafe {
+        let managed = Box::from_raw(managed);
+        release(managed.manager_ctx);
+    }
+}
+
+/// Drops an exported tensor's context (the owner: the batch goes back to the loader).
+///
+/// # Safety
+///
+/// `ctx` is the leaked `Box<Context>` of [`ManagedTensor::new`], released once.
+unsafe fn release(ctx: *mut c_void) {
+    // SAFETY: per the contract.
+    let ctx = unsafe { Box::from_raw(ctx.cast::<Context>()) };
     // Dropping a batch does not panic, but a panic must not unwind into C.
     if catch_unwind(AssertUnwindSafe(move || drop(ctx))).is_err() {
         tracing::error!("panic while releasing a DLPack tensor's batch");
     }
-    drop(managed);
 }
 
 /// The host device.
@@ -402,6 +485,55 @@ mod tests {
         // SAFETY: `raw` came from `into_raw`; this is its one deleter call (the consumer's).
         unsafe { ((*raw).deleter.expect("deleter set"))(raw) };
         assert_eq!(drops.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_versioned_export_carries_the_view_flags_and_one_release() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let mut data = vec![0u8; 6];
+        let ptr = data.as_mut_ptr().cast();
+        // SAFETY: `data` holds 6 bytes and is moved into the owner with the counter.
+        let t = unsafe {
+            ManagedTensor::new(
+                Box::new((data, DropCounter(Arc::clone(&drops)))),
+                ptr,
+                host(),
+                dl_dtype(DType::U8),
+                &[2, 3],
+            )
+        }
+        .read_only();
+        assert_eq!(t.flags(), sys::DLPACK_FLAG_BITMASK_READ_ONLY);
+        let raw = t.into_raw_versioned();
+        // SAFETY: `raw` is live until its deleter runs below.
+        let v = unsafe { &*raw };
+        assert_eq!(v.version, sys::DLPACK_VERSION);
+        assert_eq!(v.flags, sys::DLPACK_FLAG_BITMASK_READ_ONLY);
+        assert_eq!(v.dl_tensor.data, ptr);
+        assert_eq!(v.dl_tensor.ndim, 2);
+        // SAFETY: shape and strides point to `ndim` values in the live context.
+        let (shape, strides) = unsafe {
+            (
+                std::slice::from_raw_parts(v.dl_tensor.shape, 2),
+                std::slice::from_raw_parts(v.dl_tensor.strides, 2),
+            )
+        };
+        assert_eq!((shape, strides), (&[2i64, 3][..], &[3i64, 1][..]));
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "handed out: not released yet"
+        );
+        // SAFETY: the consumer's one deleter call.
+        unsafe { (v.deleter.expect("deleter set"))(raw) };
+        assert_eq!(drops.load(Ordering::SeqCst), 1);
+        // Copies are writable and say so.
+        let labels = ManagedTensor::from_vec(vec![1i64]);
+        assert_eq!(labels.flags(), sys::DLPACK_FLAG_BITMASK_IS_COPIED);
+        assert_eq!(
+            labels.read_only().flags(),
+            sys::DLPACK_FLAG_BITMASK_READ_ONLY
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
-//! The C structs of DLPack's `dlpack.h` (the legacy, unversioned `DLManagedTensor`
-//! that every consumer accepts: `numpy.from_dlpack`, `torch.from_dlpack`, CuPy, JAX,
-//! tch-rs), laid out exactly as in the header so a pointer to them can cross the FFI
-//! boundary. Only what the export needs is declared.
+//! The C structs of DLPack's `dlpack.h`: the legacy, unversioned `DLManagedTensor` that
+//! every consumer accepts (`numpy.from_dlpack`, `torch.from_dlpack`, CuPy, JAX, tch-rs),
+//! and DLPack 1.0's `DLManagedTensorVersioned`, which adds a version and flags (read-only,
+//! copied) for consumers that ask for it. Laid out exactly as in the header so a pointer
+//! to them can cross the FFI boundary. Only what the export needs is declared.
 
 use std::ffi::c_void;
 
@@ -69,4 +70,41 @@ pub struct DLManagedTensor {
     pub manager_ctx: *mut c_void,
     /// Called once by the consumer when it no longer needs the memory.
     pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+/// The DLPack version stoker's versioned tensors declare: 1.0, the first with
+/// `DLManagedTensorVersioned`. Every type stoker exports exists in 1.0, and a consumer
+/// checks only that the major version is one it knows.
+pub const DLPACK_VERSION: DLPackVersion = DLPackVersion { major: 1, minor: 0 };
+
+/// `DLPACK_FLAG_BITMASK_READ_ONLY`: the consumer must not write through the tensor.
+pub const DLPACK_FLAG_BITMASK_READ_ONLY: u64 = 1 << 0;
+/// `DLPACK_FLAG_BITMASK_IS_COPIED`: the memory is a copy the consumer alone uses.
+pub const DLPACK_FLAG_BITMASK_IS_COPIED: u64 = 1 << 1;
+
+/// `DLPackVersion`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DLPackVersion {
+    /// Changes when the ABI does.
+    pub major: u32,
+    /// Changes when the ABI is extended compatibly.
+    pub minor: u32,
+}
+
+/// `DLManagedTensorVersioned` (DLPack ≥ 1.0): a `DLTensor` plus its version, flags, owner
+/// and release function. The field order differs from [`DLManagedTensor`]'s.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLManagedTensorVersioned {
+    /// The DLPack version this struct follows.
+    pub version: DLPackVersion,
+    /// The producer's owner of the memory (opaque to the consumer).
+    pub manager_ctx: *mut c_void,
+    /// Called once by the consumer when it no longer needs the memory.
+    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    /// `DLPACK_FLAG_BITMASK_*` bits.
+    pub flags: u64,
+    /// The view.
+    pub dl_tensor: DLTensor,
 }
