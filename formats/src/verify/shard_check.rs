@@ -1,0 +1,349 @@
+//! The checks of one shard's records, fed in key order by the bounds-checked walk of its
+//! tree ([`crate::lmdb_walk`]), and what they found: records good, bad or lost, and why.
+
+use std::path::Path;
+
+use rayon::prelude::*;
+use serde::Serialize;
+use stoker_decode::CpuDecoder;
+
+use crate::lmdb_walk::Item;
+use crate::record::{Encoding, RecordHeader, HEADER_LEN};
+use crate::{FormatError, Manifest, ShardEntry};
+
+/// Why the records of a [`crate::LostRecords`] range are counted lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum LostCause {
+    /// The shard file is not there.
+    Missing,
+    /// The shard file's size is not the manifest's (cut short, or another file).
+    WrongSize,
+    /// The shard file was not opened: its LMDB meta pages are damaged or disagree with the
+    /// manifest's record count, or it is not a regular file.
+    Damaged,
+    /// The shard file could not be read (an I/O error).
+    Unreadable,
+    /// The shard file's digest is not the manifest's, or the file changed while it was
+    /// checked: it is not the file written, so none of its records can be vouched for
+    /// (those that also fail their own checks are named in [`crate::VerifyReport::bad`]).
+    Altered,
+    /// The shard was read, but these records were not found in its record tree (absent,
+    /// or under a damaged page).
+    NotRead,
+}
+
+impl std::fmt::Display for LostCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LostCause::Missing => "shard file missing",
+            LostCause::WrongSize => "shard file has the wrong size",
+            LostCause::Damaged => "shard file damaged, not opened",
+            LostCause::Unreadable => "shard file unreadable",
+            LostCause::Altered => "shard file altered (digest differs)",
+            LostCause::NotRead => "not found in the shard",
+        })
+    }
+}
+
+/// Records of a shard lost: first index, count, why.
+pub(super) type LostRange = (u64, u64, LostCause, String);
+
+/// What one shard held, as found: `ok + bad` plus the counts in `lost` is the shard's count.
+#[derive(Debug, Default)]
+pub(super) struct ShardOutcome {
+    pub(super) checked: u64,
+    pub(super) decoded: u64,
+    /// Payload bytes of the records whose header and CRC were good.
+    pub(super) payload_bytes: u64,
+    pub(super) ok: u64,
+    pub(super) bad: u64,
+    pub(super) problems: Vec<Problem>,
+    pub(super) lost: Vec<LostRange>,
+}
+
+impl ShardOutcome {
+    /// A shard none of whose records could be read, because of `e`: `problem` is reported
+    /// for the shard, and every record of `entry` is lost.
+    pub(super) fn unusable(entry: &ShardEntry, e: &FormatError, problem: String) -> Self {
+        let mut o = ShardOutcome::default();
+        o.problems.push((None, problem));
+        o.lose_all(entry, cause_of(e), reason_of(e));
+        o
+    }
+
+    /// Counts every record of `entry` lost, for `cause`; the problems found stay.
+    pub(super) fn lose_all(&mut self, entry: &ShardEntry, cause: LostCause, reason: String) {
+        self.ok = 0;
+        self.bad = 0;
+        self.lost = vec![(entry.first_index, entry.count, cause, reason)];
+    }
+}
+
+/// Why `e` kept a shard from being opened or read, without the path (the report names the
+/// shard).
+pub(super) fn reason_of(e: &FormatError) -> String {
+    match e {
+        FormatError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            "the file is missing".into()
+        }
+        FormatError::Io { source, .. } => format!("cannot read: {source}"),
+        FormatError::ShardSizeMismatch { got, want, .. } => {
+            format!("file is {got} bytes, the manifest says {want}")
+        }
+        FormatError::DamagedShard { reason, .. } => reason.clone(),
+        FormatError::ShardChanged { what, .. } => {
+            format!("the file changed while it was checked ({what})")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The [`LostCause`] of the records of a shard that `e` kept from being opened or read.
+pub(super) fn cause_of(e: &FormatError) -> LostCause {
+    match e {
+        FormatError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            LostCause::Missing
+        }
+        FormatError::ShardSizeMismatch { .. } => LostCause::WrongSize,
+        FormatError::DamagedShard { .. } => LostCause::Damaged,
+        FormatError::ShardChanged { .. } | FormatError::ShardReplaced { .. } => LostCause::Altered,
+        _ => LostCause::Unreadable,
+    }
+}
+
+/// A JPEG to decode: its index, header and payload (the walk's own copy).
+type ToDecode = (u64, RecordHeader, Vec<u8>);
+
+/// JPEG bytes `verify --decode` holds before decoding them: the walk copies every record
+/// out of the file, so a whole shard's (1 GiB by default) would otherwise be in memory.
+const DECODE_CHUNK_BYTES: usize = 64 << 20;
+/// A problem found: the record's index (none for the shard as a whole) and what is wrong.
+pub(super) type Problem = (Option<u64>, String);
+
+/// The record checks of one shard, fed its keys and values in key order by the
+/// bounds-checked walk of its tree.
+pub(super) struct ShardCheck<'m> {
+    m: &'m Manifest,
+    shard_path: &'m Path,
+    first: u64,
+    /// LMDB key of the record at `first` (the shard's `key_base`, else `first`).
+    first_key: u64,
+    expect: u64,
+    end: u64,
+    decode: bool,
+    /// Records read in place (each index once).
+    checked: u64,
+    decoded: u64,
+    /// Payload bytes of the records whose header and CRC were good.
+    payload_bytes: u64,
+    to_decode: Vec<ToDecode>,
+    /// Payload bytes in `to_decode`.
+    pending_bytes: usize,
+    problems: Vec<Problem>,
+    /// Indices of records read in place that failed a check (an index may repeat).
+    bad_indices: Vec<u64>,
+    /// Ranges `start..end` of the shard's indices the walk did not find.
+    missing: Vec<(u64, u64)>,
+}
+
+impl<'m> ShardCheck<'m> {
+    pub(super) fn new(
+        m: &'m Manifest,
+        entry: &ShardEntry,
+        shard_path: &'m Path,
+        decode: bool,
+    ) -> Self {
+        ShardCheck {
+            m,
+            shard_path,
+            first: entry.first_index,
+            first_key: entry.first_key(),
+            expect: entry.first_index,
+            end: entry.first_index.saturating_add(entry.count),
+            decode,
+            checked: 0,
+            decoded: 0,
+            payload_bytes: 0,
+            to_decode: Vec::new(),
+            pending_bytes: 0,
+            problems: Vec::new(),
+            bad_indices: Vec::new(),
+            missing: Vec::new(),
+        }
+    }
+
+    pub(super) fn problem(&mut self, index: Option<u64>, problem: String) {
+        self.problems.push((index, problem));
+    }
+
+    /// A problem of record `index`, read in place.
+    fn bad(&mut self, index: u64, problem: String) {
+        self.bad_indices.push(index);
+        self.problems.push((Some(index), problem));
+    }
+
+    /// Records `start..end` were not found.
+    fn missing(&mut self, start: u64, end: u64) {
+        self.missing.push((start, end));
+        self.problem(Some(start), format!("records {start}..{end} are missing"));
+    }
+
+    fn record(&mut self, key: &[u8], mut value: Vec<u8>) {
+        let Ok(k) = <[u8; 8]>::try_from(key) else {
+            return self.problem(None, format!("stray key of {} bytes", key.len()));
+        };
+        let key = u64::from_be_bytes(k);
+        // Keys below the shard's first key cannot be in place; map the rest to indices.
+        let index = match key.checked_sub(self.first_key) {
+            Some(off) => self.first.saturating_add(off),
+            None => {
+                return self.problem(
+                    None,
+                    format!(
+                        "key {key} out of place (shard keys start at {})",
+                        self.first_key
+                    ),
+                )
+            }
+        };
+        let (expect, end) = (self.expect, self.end);
+        if index < expect || index >= end {
+            return self.problem(
+                Some(index),
+                format!(
+                    "key out of place (expected {expect}, shard holds {}..{end})",
+                    self.first
+                ),
+            );
+        }
+        if index > expect {
+            self.missing(expect, index);
+        }
+        self.expect = index + 1;
+        self.checked += 1;
+        let parsed = RecordHeader::parse_value(&value, self.shard_path, index)
+            .and_then(|rec| rec.check_crc().map(|()| rec.header));
+        let h = match parsed {
+            Ok(h) => h,
+            Err(e) => return self.bad(index, e.to_string()),
+        };
+        self.payload_bytes = self.payload_bytes.saturating_add(u64::from(h.payload_len));
+        let m = self.m;
+        if h.encoding != m.encoding {
+            self.bad(
+                index,
+                format!(
+                    "encoding {} differs from the manifest's {}",
+                    h.encoding, m.encoding
+                ),
+            );
+        }
+        if h.label as usize >= m.classes.len() {
+            self.bad(
+                index,
+                format!(
+                    "label {} is outside the class list ({} classes)",
+                    h.label,
+                    m.classes.len()
+                ),
+            );
+        }
+        match h.encoding {
+            Encoding::Raw => {
+                let want = u64::from(h.height) * u64::from(h.width) * u64::from(h.channels);
+                if want != u64::from(h.payload_len) {
+                    self.bad(
+                        index,
+                        format!(
+                            "raw payload {} bytes, {}x{}x{} needs {want}",
+                            h.payload_len, h.height, h.width, h.channels
+                        ),
+                    );
+                }
+                if let Some(rs) = m.raw_size {
+                    if (rs.height, rs.width, rs.channels) != (h.height, h.width, h.channels) {
+                        self.bad(index, "raw size differs from the manifest".into());
+                    }
+                }
+            }
+            Encoding::Jpeg if self.decode => {
+                value.drain(..HEADER_LEN);
+                self.pending_bytes += value.len();
+                self.to_decode.push((index, h, value));
+            }
+            Encoding::Jpeg => {}
+        }
+    }
+
+    /// Takes one item of the walk: a record to check, or what was wrong with a page.
+    pub(super) fn take(&mut self, item: Item, decoder: &CpuDecoder) {
+        match item {
+            Ok((key, value)) => {
+                self.record(&key, value);
+                if self.pending_bytes >= DECODE_CHUNK_BYTES {
+                    self.decoded += self.decode_pending(decoder);
+                }
+            }
+            Err(e) => self.problem(None, format!("damaged LMDB page: {e}")),
+        }
+    }
+
+    /// Decodes the JPEGs read so far (on the rayon pool) and lets their bytes go; returns
+    /// how many decoded to their header's size. Called every [`DECODE_CHUNK_BYTES`], so
+    /// that a shard's payloads are never all held at once.
+    fn decode_pending(&mut self, decoder: &CpuDecoder) -> u64 {
+        let chunk = std::mem::take(&mut self.to_decode);
+        self.pending_bytes = 0;
+        let problems: Vec<Problem> = chunk
+            .par_iter()
+            .filter_map(|(index, h, payload)| match decoder.decode_to_vec(payload) {
+                Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => Some((
+                    Some(*index),
+                    format!(
+                        "decodes to {}x{}, header says {}x{}",
+                        info.width, info.height, h.width, h.height
+                    ),
+                )),
+                Ok(_) => None,
+                Err(e) => Some((Some(*index), format!("does not decode: {e}"))),
+            })
+            .collect();
+        self.bad_indices
+            .extend(problems.iter().filter_map(|(index, _)| *index));
+        let decoded = chunk.len() - problems.len();
+        self.problems.extend(problems);
+        decoded as u64
+    }
+
+    /// What was found, once the JPEGs still held are decoded: the records not found are
+    /// lost, the others good or bad.
+    pub(super) fn finish(mut self, decoder: &CpuDecoder) -> ShardOutcome {
+        self.decoded += self.decode_pending(decoder);
+        if self.expect < self.end {
+            self.missing(self.expect, self.end);
+        }
+        let mut bad = self.bad_indices;
+        bad.sort_unstable();
+        bad.dedup();
+        let bad = bad.len() as u64;
+        let lost = self
+            .missing
+            .into_iter()
+            .map(|(start, end)| {
+                let reason = "not found by the walk of the shard's record tree (absent, or under a damaged page)";
+                (start, end - start, LostCause::NotRead, reason.to_string())
+            })
+            .collect();
+        ShardOutcome {
+            checked: self.checked,
+            decoded: self.decoded,
+            payload_bytes: self.payload_bytes,
+            ok: self.checked - bad,
+            bad,
+            problems: self.problems,
+            lost,
+        }
+    }
+}
