@@ -1,7 +1,9 @@
 //! `stoker verify` on copies damaged the common ways (a shard cut short, a shard missing, its
 //! meta pages damaged, a shard swapped for another dataset's): each stopped verify at the
 //! dataset open with one error line, no record named and nothing on stdout under `--json`.
-//! Now the other shards are checked and the lost records named, in both outputs.
+//! Now the other shards are checked and the lost records named, in both outputs. A shard cut
+//! short lost every record, though those before the cut could be read: now only the others
+//! are named.
 
 mod common;
 
@@ -101,13 +103,112 @@ fn verify_names_the_records_of_a_shard_cut_short() {
     let dir = tempfile::tempdir().unwrap();
     let ds = convert(dir.path(), "ds", "auto");
     let shard = ds.join("shard-00001.lmdb");
-    let len = std::fs::metadata(&shard).unwrap().len();
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(&shard)
         .unwrap();
-    f.set_len(len - 4096).unwrap();
-    assert_only_shard_lost(&ds, 1, "wrong_size", false);
+    // Just past the meta pages: no page of the record tree is left.
+    f.set_len(2 * 4096 + 100).unwrap();
+    assert_only_shard_lost(&ds, 1, "cut_short", false);
+}
+
+/// A shard cut in its middle: the records of the pages before the cut are checked and
+/// counted OK, and the others are named lost, with where the file was cut, as the library
+/// finds them.
+#[test]
+fn verify_of_a_shard_cut_short_names_only_the_records_past_the_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    // Records of 1-3 KB in 64 KiB shards: many leaf pages to cut between.
+    let src = stoker_testdata::dir().join("imagefolder");
+    let ds = dir.path().join("ds");
+    let args = ["--max-side", "56", "--shard-size", "64K", "-j", "2"];
+    let mut argv = vec!["convert", p(&src), p(&ds)];
+    argv.extend(args);
+    let o = stoker_within(&argv, LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    let s = &shards(&ds)[1];
+    let (file, first, count, bytes) = (
+        s["file"].as_str().unwrap(),
+        s["first_index"].as_u64().unwrap(),
+        s["count"].as_u64().unwrap(),
+        s["bytes"].as_u64().unwrap(),
+    );
+    // In the middle of the record tree (meta page 1's `last_pg`, docs/FORMAT.md), not in the
+    // zero pages after it.
+    let meta = std::fs::read(ds.join(file)).unwrap();
+    let last_pg = u64::from_le_bytes(meta[4096 + 136..4096 + 144].try_into().unwrap());
+    let cut = last_pg / 2 * 4096 + 2048;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(ds.join(file))
+        .unwrap();
+    f.set_len(cut).unwrap();
+    let lib = stoker::formats::verify_dir(&ds, false).unwrap();
+
+    let o = stoker_within(&["verify", p(&ds), "--json"], LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&o)));
+    assert_eq!(v["ok"], false, "{v}");
+    let lost = v["lost"].as_array().unwrap();
+    assert!(!lost.is_empty(), "{v}");
+    let at = format!("cut short at byte {cut} of {bytes}");
+    for l in lost {
+        assert_eq!(
+            (l["shard"].as_str(), l["cause"].as_str()),
+            (Some(file), Some("cut_short")),
+            "{v}"
+        );
+        assert!(l["reason"].as_str().unwrap().contains(&at), "{v}");
+        let (a, n) = (
+            l["first_index"].as_u64().unwrap(),
+            l["count"].as_u64().unwrap(),
+        );
+        assert!(first <= a && a + n <= first + count, "{v}");
+    }
+    let ranges: Vec<(u64, u64)> = lost
+        .iter()
+        .map(|l| {
+            (
+                l["first_index"].as_u64().unwrap(),
+                l["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, u64)> = lib.lost.iter().map(|l| (l.first_index, l.count)).collect();
+    assert_eq!(ranges, want, "{v}");
+    let (ok, bad, gone) = (
+        v["ok_records"].as_u64().unwrap(),
+        v["bad_records"].as_u64().unwrap(),
+        v["lost_records"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        (ok, bad, gone),
+        (lib.ok_records, 0, lib.lost_records),
+        "{v}"
+    );
+    assert_eq!(ok + bad + gone, v["samples"].as_u64().unwrap(), "{v}");
+    // Some of the cut shard's records were read, and not all.
+    assert!(gone > 0 && gone < count, "{v}");
+    assert_eq!(v["checked"].as_u64().unwrap(), ok, "{v}");
+
+    let o = stoker_within(&["verify", p(&ds)], LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for (a, n) in ranges {
+        let line = format!(
+            "LOST {file} records {a}..{} ({n} records): shard file cut short",
+            a + n
+        );
+        assert!(out.contains(&line), "no {line:?}: {}", text(&o));
+    }
+    assert!(
+        out.contains(&format!("BAD {file}: the file is {at}")),
+        "{}",
+        text(&o)
+    );
+    let counts = format!("records: {ok} OK, 0 bad, {gone} lost");
+    assert!(out.contains(&counts), "no {counts:?}: {}", text(&o));
 }
 
 #[test]
@@ -177,7 +278,7 @@ fn verify_names_every_damaged_shard_at_once() {
         })
         .collect();
     let first_of_last = all[last]["first_index"].as_u64().unwrap();
-    assert_eq!(lost, [(0, "missing"), (first_of_last, "wrong_size")], "{v}");
+    assert_eq!(lost, [(0, "missing"), (first_of_last, "cut_short")], "{v}");
     assert_eq!(v["opened"], all.len() - 2, "{v}");
 }
 

@@ -2,7 +2,8 @@
 //! the manifest: LMDB trusts its pages and could crash on a damaged one, so the record tree is
 //! walked here instead, every page read with `pread` and every offset, size and page number
 //! checked against the page and the file. A damaged page gives a problem in words, never a
-//! read outside the file.
+//! read outside the file. [`salvage_records`] reads what a shard cut short still holds, with
+//! the same checks, never past the cut.
 //!
 //! Layout (LMDB 0.9 `mdb.c`, 64-bit, little-endian; see [`crate::lmdb_meta`] for the meta
 //! pages): a page starts with `pgno` u64, `pad` u16, `flags` u16 (branch 0x01, leaf 0x02,
@@ -24,8 +25,13 @@ pub(crate) type Item = Result<(Vec<u8>, Vec<u8>), String>;
 
 struct Walker<'f> {
     file: &'f File,
+    /// Bytes of the file that may be read: its length, or where a shard cut short (or
+    /// zeros in the place of its tail) begins. Every read is checked against it, so a page
+    /// past it is a problem, never a short read nor one of bytes that are not the shard's.
     len: u64,
     tree: RecordTree,
+    /// Pages read by the descent and the overflow runs read, so that a cycle or two nodes
+    /// sharing a run is a problem, and the walk ends.
     seen: HashSet<u64>,
 }
 
@@ -33,22 +39,64 @@ fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
 
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
 impl Walker<'_> {
-    fn page(&mut self, pgno: u64) -> Result<Vec<u8>, String> {
+    /// The offset of page `pgno` in the file, when it is a page of the tree whose first
+    /// `bytes` bytes lie before [`Walker::len`].
+    fn locate(&self, pgno: u64, bytes: u64) -> Result<u64, String> {
         if pgno < 2 || pgno > self.tree.last_pg {
             return Err(format!("page number {pgno} is outside the tree"));
         }
+        // `last_pg` lies inside the size the meta pages were checked against: no overflow.
+        let start = pgno * self.tree.psize;
+        if start.saturating_add(bytes) > self.len {
+            return Err(format!(
+                "page {pgno} lies past the end of the file ({} bytes)",
+                self.len
+            ));
+        }
+        Ok(start)
+    }
+
+    /// Page `pgno` of the descent, read once; it must name itself.
+    fn page(&mut self, pgno: u64) -> Result<Vec<u8>, String> {
+        let start = self.locate(pgno, self.tree.psize)?;
         if !self.seen.insert(pgno) {
             return Err(format!("page {pgno} is reached twice (a cycle)"));
         }
         let mut buf = vec![0u8; self.tree.psize as usize];
         self.file
-            .read_exact_at(&mut buf, pgno * self.tree.psize)
+            .read_exact_at(&mut buf, start)
             .map_err(|e| format!("page {pgno}: {e}"))?;
-        if u64::from_le_bytes(buf[..8].try_into().expect("8 bytes")) != pgno {
+        if u64_at(&buf, 0) != pgno {
             return Err(format!("page {pgno} names itself differently"));
         }
         Ok(buf)
+    }
+
+    /// Where the value of the overflow run starting at page `opg` begins: the run's header
+    /// must name itself and be an overflow page. Only the header is read (the value is read
+    /// by its size), so a value that ends before the cut of a shard cut short is read
+    /// although the zeros after it in its run's last page are not there.
+    fn overflow_value(&mut self, opg: u64) -> Result<u64, String> {
+        let start = self.locate(opg, PAGE_HEADER as u64)?;
+        if !self.seen.insert(opg) {
+            return Err(format!("page {opg} is reached twice"));
+        }
+        let mut head = [0u8; PAGE_HEADER];
+        self.file
+            .read_exact_at(&mut head, start)
+            .map_err(|e| format!("page {opg}: {e}"))?;
+        if u64_at(&head, 0) != opg {
+            return Err(format!("page {opg} names itself differently"));
+        }
+        if u16_at(&head, 10) != P_OVERFLOW {
+            return Err(format!("page {opg}: not an overflow page"));
+        }
+        Ok(start + PAGE_HEADER as u64)
     }
 
     /// The node offsets of a branch or leaf page.
@@ -116,11 +164,7 @@ impl Walker<'_> {
                 format!("page {pgno}: an overflow page number runs past the page")
             })?;
             let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
-            let first = self.page(opg)?;
-            if u16_at(&first, 10) != P_OVERFLOW {
-                return Err(format!("page {opg}: not an overflow page"));
-            }
-            let start = opg * self.tree.psize + PAGE_HEADER as u64;
+            let start = self.overflow_value(opg)?;
             if start + size as u64 > self.len {
                 return Err(format!(
                     "page {opg}: a value of {size} bytes runs past the file"
@@ -161,6 +205,97 @@ pub(crate) fn walk_records(file: &File, len: u64, out: &mut dyn FnMut(Item)) -> 
     Ok(())
 }
 
+/// Reads what a shard cut short still holds: the records of the leaf pages that lie wholly
+/// in its first `len` bytes and pass their checks, each with its value when that lies there
+/// too, handed to `out` in key order (or what was wrong). `tree` is the record tree of the
+/// meta pages, checked against the size the file should have; `len` is where the file ends,
+/// or where the zeros that took the place of its tail begin.
+///
+/// The tree is descended from its root when the root page lies before `len` and is sound.
+/// stoker's writer writes the branch pages last (docs/FORMAT.md, "Writing"), so a cut
+/// anywhere before the end of the tree leaves no root: then the leaf pages are found by
+/// reading the pages before the cut in order ([`Walker::scan`]), as they were written.
+pub(crate) fn salvage_records(file: &File, len: u64, tree: RecordTree, out: &mut dyn FnMut(Item)) {
+    let mut w = Walker {
+        file,
+        len,
+        tree,
+        seen: HashSet::new(),
+    };
+    let Some(root) = tree.root else {
+        return;
+    };
+    let want = if tree.depth == 1 { P_LEAF } else { P_BRANCH };
+    if w.peek(root).is_some_and(|p| u16_at(&p, 10) == want) {
+        w.walk(root, 1, out);
+    } else {
+        w.scan(out);
+    }
+}
+
+impl Walker<'_> {
+    /// Page `pgno` when it lies before [`Walker::len`] and names itself; not marked seen.
+    fn peek(&self, pgno: u64) -> Option<Vec<u8>> {
+        let start = self.locate(pgno, self.tree.psize).ok()?;
+        let mut buf = vec![0u8; self.tree.psize as usize];
+        self.file.read_exact_at(&mut buf, start).ok()?;
+        (u64_at(&buf, 0) == pgno).then_some(buf)
+    }
+
+    /// The records of every leaf page among the pages before the cut, in page order: the
+    /// order of their keys in a file stoker wrote (pages in ascending order, every page
+    /// used once). An overflow run is stepped over by its page count, so the bytes of its
+    /// values are never taken for pages; branch pages hold no records. Pages that are none
+    /// of these (damaged) are named, a run of them at once. Each page is read once, so the
+    /// scan ends after at most `len / page size` reads whatever the pages say.
+    fn scan(&mut self, out: &mut dyn FnMut(Item)) {
+        let psize = self.tree.psize;
+        let end = (self.tree.last_pg + 1).min(self.len / psize);
+        // The pages since the last usable one that were not usable, first and last.
+        let mut unusable: Option<(u64, u64)> = None;
+        let mut pgno = 2;
+        while pgno < end {
+            let Some(page) = self.peek(pgno) else {
+                unusable = Some((unusable.map_or(pgno, |(a, _)| a), pgno));
+                pgno += 1;
+                continue;
+            };
+            name_unusable(unusable.take(), out);
+            match u16_at(&page, 10) {
+                P_LEAF => match self.nodes(pgno, &page) {
+                    Ok(nodes) => {
+                        for off in nodes {
+                            out(self.leaf_node(pgno, &page, off));
+                        }
+                    }
+                    Err(e) => out(Err(e)),
+                },
+                P_OVERFLOW => {
+                    // The run's page count, in place of `lower` and `upper`.
+                    let run = u32::from_le_bytes(page[12..16].try_into().expect("4 bytes"));
+                    pgno = pgno.saturating_add(u64::from(run.max(1)));
+                    continue;
+                }
+                P_BRANCH => {}
+                flags => out(Err(format!(
+                    "page {pgno}: flags {flags:#x} are not a tree page"
+                ))),
+            }
+            pgno += 1;
+        }
+        name_unusable(unusable, out);
+    }
+}
+
+/// Names the pages `first..=last` that [`Walker::scan`] could not use, if any.
+fn name_unusable(run: Option<(u64, u64)>, out: &mut dyn FnMut(Item)) {
+    if let Some((first, last)) = run {
+        out(Err(format!(
+            "pages {first}..={last} do not name themselves (damaged, or not a tree page)"
+        )));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
@@ -195,5 +330,14 @@ mod tests {
             let rec = r.get(i as u64).unwrap();
             assert_eq!(&value[crate::HEADER_LEN..], rec.payload, "record {i}");
         }
+
+        // Cut before the root (the last page of the tree): the scan of the pages before it
+        // finds every leaf the descent found, in the same order, with the same values.
+        let tree = crate::lmdb_meta::record_tree(&f, len).unwrap();
+        assert!(tree.depth > 1);
+        let cut = tree.last_pg * tree.psize;
+        let mut scanned = Vec::new();
+        super::salvage_records(&f, cut, tree, &mut |item| scanned.push(item.unwrap()));
+        assert_eq!(scanned, got);
     }
 }

@@ -5,7 +5,8 @@
 //! pages, or swapped for another file) cannot be opened as a [`Dataset`]; [`verify_dir`]
 //! opens each shard on its own, with the same checks, so that the report names what every
 //! shard that could not be opened held (the manifest's `first_index` and `count`) beside the
-//! records of the others.
+//! records of the others. Of a shard cut short, only the records past the cut are lost: the
+//! others are read and checked (`verify/cut.rs`).
 
 use std::fs::File;
 use std::path::Path;
@@ -19,6 +20,7 @@ use crate::digest::{digest_file, DigestKind};
 use crate::shard::OpenShard;
 use crate::{Dataset, FormatError, Manifest, ShardEntry};
 
+mod cut;
 mod shard_check;
 
 pub use shard_check::LostCause;
@@ -104,7 +106,10 @@ impl VerifyReport {
 /// be crafted together): damage is named by record, and no byte of a shard can crash
 /// `verify`. A shard whose digest differs has all its records counted lost
 /// ([`LostCause::Altered`]); its records are still read, so that those damaged themselves
-/// are named too.
+/// are named too. The exception is a shard whose bytes are zeros from some point to its
+/// end, the last page of its tree included (a copy cut short into a file of its full
+/// size): the records before the zeros are counted as those of a shard cut short there
+/// ([`LostCause::CutShort`]).
 ///
 /// A dataset too damaged for [`Dataset::open`] is checked with [`verify_dir`].
 ///
@@ -138,6 +143,15 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
 /// is checked. A shard that fails them is reported with the records it held (from the
 /// manifest) in [`VerifyReport::lost`], and the other shards are checked as [`verify`]
 /// checks them.
+///
+/// A shard shorter than the manifest says (a copy cut short) is refused by
+/// [`Dataset::open`], but not wholly lost here: its meta pages are checked against the size
+/// it should have, and each record whose leaf page (and value, on an overflow run) lies
+/// before the cut and passes its checks is checked and counted as usual; only the others
+/// are lost, as exact ranges, for [`LostCause::CutShort`], the reason saying at which byte
+/// the file ends. Those records are vouched for by their own checks alone (the digest
+/// covers the whole file), and the shard itself is named among the problems, so the report
+/// is not [`VerifyReport::ok`] even when no record was lost.
 ///
 /// # Errors
 ///
@@ -206,6 +220,10 @@ fn check_shards(m: &Manifest, decode: bool, open: &OpenFn<'_>) -> VerifyReport {
                 r.opened += 1;
                 check_shard(m, entry, &shard, kind, decode, &decoder)
             }
+            // Refused for the loader, but what lies before the cut can still be checked.
+            Err(FormatError::ShardSizeMismatch { shard, got, want }) if got < want => {
+                cut::check_cut_shard(m, entry, &shard, got, decode, &decoder)
+            }
             Err(e) => ShardOutcome::unusable(entry, &e, format!("not opened: {}", reason_of(&e))),
         };
         payload_bytes = payload_bytes.saturating_add(outcome.payload_bytes);
@@ -272,6 +290,11 @@ fn check_shard(
         Err(e) => return ShardOutcome::unusable(entry, &e, reason_of(&e)),
     };
     let whole = whole_file_problem(shard, &mut file, entry, kind);
+    if let Some((LostCause::Altered, problem)) = &whole {
+        if let Some(o) = cut::check_zero_tail(m, entry, shard, &file, problem, decode, decoder) {
+            return o;
+        }
+    }
     let mut check = ShardCheck::new(m, entry, &shard.path, decode);
     if let Some((_, problem)) = &whole {
         check.problem(None, problem.clone());

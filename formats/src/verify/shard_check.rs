@@ -18,8 +18,14 @@ use crate::{FormatError, Manifest, ShardEntry};
 pub enum LostCause {
     /// The shard file is not there.
     Missing,
-    /// The shard file's size is not the manifest's (cut short, or another file).
+    /// The shard file is larger than the manifest says, or its size changed while it was
+    /// checked: another file.
     WrongSize,
+    /// The shard file is shorter than the manifest says (a copy cut short), or holds only
+    /// zeros from some byte to its end, its size kept: these records are not in the intact
+    /// pages before the cut (the records that are were checked as usual, and the reason says
+    /// where the file was cut).
+    CutShort,
     /// The shard file was not opened: its LMDB meta pages are damaged or disagree with the
     /// manifest's record count, or it is not a regular file.
     Damaged,
@@ -39,6 +45,7 @@ impl std::fmt::Display for LostCause {
         f.write_str(match self {
             LostCause::Missing => "shard file missing",
             LostCause::WrongSize => "shard file has the wrong size",
+            LostCause::CutShort => "shard file cut short",
             LostCause::Damaged => "shard file damaged, not opened",
             LostCause::Unreadable => "shard file unreadable",
             LostCause::Altered => "shard file altered (digest differs)",
