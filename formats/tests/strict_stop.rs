@@ -6,9 +6,10 @@
 //! `resume`. Photos from the repository's `examples/data/sample`.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use stoker_formats::convert::{JOURNAL_FILE, MIN_SHARD_BYTES};
-use stoker_formats::{convert, ConvertOptions, Dataset, FormatError, NoProgress, Source};
+use stoker_formats::{convert, ConvertOptions, Dataset, FormatError, NoProgress, Progress, Source};
 
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
 
@@ -136,4 +137,76 @@ fn a_strict_stop_of_a_resumed_conversion_keeps_it_for_resume() {
     assert_eq!(r.written, 16);
     assert!(r.resumed > 0);
     assert_eq!(Dataset::open(&out).unwrap().len(), 16);
+}
+
+/// Swaps the output directory for another when the last good input has been written: the
+/// writer's next input is the bad one, and the strict stop follows with nothing written
+/// in between.
+struct SwapAfter {
+    /// The good inputs: the swap comes after this many.
+    inputs: u64,
+    done: AtomicU64,
+    out: PathBuf,
+    moved: PathBuf,
+    /// What the directory put at the output's path holds: one file of a shard's name, or
+    /// nothing.
+    with_file: bool,
+}
+
+impl Progress for SwapAfter {
+    fn advance(&self, inputs: u64, _bytes: u64) {
+        if self.done.fetch_add(inputs, Ordering::SeqCst) + inputs == self.inputs {
+            std::fs::rename(&self.out, &self.moved).unwrap();
+            std::fs::create_dir(&self.out).unwrap();
+            if self.with_file {
+                std::fs::write(self.out.join("shard-00000.lmdb"), b"not the run's").unwrap();
+            }
+        }
+    }
+}
+
+/// The clean-up removed the run's files by path: with the output directory renamed away
+/// and another put in its place during the run, it deleted that directory's file of the
+/// same name as the run's first shard (and that directory, had it been empty), and left
+/// the run's own files where they were. It now removes them from the directory the run
+/// holds open, wherever that is now.
+#[test]
+fn a_strict_stop_after_the_output_was_swapped_removes_nothing_from_the_new_one() {
+    for with_file in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, bad) = tree_with_a_bad_last_input(tmp.path());
+        let out = tmp.path().join("ds");
+        let swap = SwapAfter {
+            inputs: 15,
+            done: AtomicU64::new(0),
+            out: out.clone(),
+            moved: tmp.path().join("ds.moved"),
+            with_file,
+        };
+        let e = convert(&strict_opts(&src, &out), &swap).unwrap_err();
+        match &e {
+            FormatError::StrictInput { path, .. } => assert_eq!(path, &bad, "{e}"),
+            other => panic!("want StrictInput, got {other}"),
+        }
+        assert_eq!(
+            swap.done.load(Ordering::SeqCst),
+            15,
+            "the swap came too early"
+        );
+        assert!(
+            out.is_dir(),
+            "with_file {with_file}: the directory put at the output's path was removed"
+        );
+        let theirs = stoker_testdata::names_in(&out);
+        if with_file {
+            assert_eq!(theirs, ["shard-00000.lmdb"], "its file was removed");
+            let kept = std::fs::read(out.join("shard-00000.lmdb")).unwrap();
+            assert_eq!(kept, b"not the run's");
+        } else {
+            assert!(theirs.is_empty(), "{theirs:?}");
+        }
+        // What the run made went from the directory it wrote, now under the other name.
+        let mine = stoker_testdata::names_in(&swap.moved);
+        assert!(mine.is_empty(), "with_file {with_file}: {mine:?}");
+    }
 }

@@ -16,7 +16,7 @@ use crate::FormatError;
 #[derive(Debug)]
 pub(crate) struct OutputLock {
     /// The open directory; closing it releases the lock.
-    _dir: File,
+    dir: File,
 }
 
 impl OutputLock {
@@ -24,12 +24,18 @@ impl OutputLock {
     pub(crate) fn acquire(out: &Path) -> Result<OutputLock, FormatError> {
         let dir = File::open(out).map_err(|e| FormatError::io(out, e))?;
         match fs4::FileExt::try_lock(&dir) {
-            Ok(()) => Ok(OutputLock { _dir: dir }),
+            Ok(()) => Ok(OutputLock { dir }),
             Err(fs4::TryLockError::WouldBlock) => Err(FormatError::OutputLocked {
                 path: out.to_path_buf(),
             }),
             Err(fs4::TryLockError::Error(e)) => Err(FormatError::io(out, e)),
         }
+    }
+
+    /// The locked directory, open: the one this conversion writes, wherever its path leads
+    /// now (what a `--strict` stop removes is removed from it).
+    pub(crate) fn dir(&self) -> &File {
+        &self.dir
     }
 }
 

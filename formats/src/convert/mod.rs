@@ -132,7 +132,7 @@ pub fn convert(
     let mut made = strict_stop::Made::create(out)?;
     // Held until this function returns: a second conversion into `out` (fresh or
     // `--resume`) is refused instead of interleaving its shards with ours.
-    let _lock = lock::OutputLock::acquire(out)?;
+    let output_lock = lock::OutputLock::acquire(out)?;
     let size = (listing.inputs.len(), listing.path_bytes());
     let journal = prepare_output(out, options, fingerprint, size, |j| {
         resume_check::check_journal(out, j, inputs, options)
@@ -166,7 +166,7 @@ pub fn convert(
         progress,
     );
     progress.finish();
-    result.map_err(|e| made.after_failure(e, &writer))?;
+    result.map_err(|e| made.after_failure(e, &writer, output_lock.dir()))?;
 
     let written = writer.next_index();
     check_accounting(out, written, totals.skipped.len(), inputs.len())?;

@@ -11,7 +11,15 @@
 //! Only names this run wrote are removed (its shards by the writer's own list, the shard
 //! it was writing, the journal it started), and directories only when empty, so a file
 //! someone else put in the directory meanwhile stays, and with it the directory.
+//!
+//! The files are removed from the directory the run holds open (and locked), by their
+//! names in it (`unlinkat`), never by a path: were the output directory renamed away and
+//! another put at its path during the run, a path would lead into that other directory,
+//! and its files of the same names would go. The directories are removed only while their
+//! path still names the directory the run holds.
 
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::journal::JOURNAL_FILE;
@@ -67,37 +75,47 @@ impl Made {
 
     /// After the conversion failed with `e`: for a [`FormatError::StrictInput`] of a run
     /// that began afresh, removes what it made (`writer`'s shards, the shard it was
-    /// writing, the journal, the directories it created); says in the error what was left.
-    /// Any other error is returned as it is, everything left for `resume`.
-    pub(super) fn after_failure(&self, e: FormatError, writer: &DatasetWriter) -> FormatError {
+    /// writing, the journal, the directories it created) from `dir`, the output directory
+    /// the run holds open; says in the error what was left. Any other error is returned as
+    /// it is, everything left for `resume`.
+    pub(super) fn after_failure(
+        &self,
+        e: FormatError,
+        writer: &DatasetWriter,
+        dir: &File,
+    ) -> FormatError {
         let FormatError::StrictInput { path, reason, .. } = e else {
             return e;
         };
+        let done = writer.finished_shards();
+        let mut names: Vec<String> = done.iter().map(|s| s.file.clone()).collect();
+        names.push(format!("{}.tmp", shard_file_name(done.len())));
+        names.push(JOURNAL_FILE.to_string());
         FormatError::StrictInput {
             path,
             reason,
-            resumable: !(self.fresh && self.take_away(writer)),
+            resumable: !(self.fresh && self.take_away(dir, &names)),
         }
     }
 
-    /// Removes what this run made; false when something could not be removed.
-    fn take_away(&self, writer: &DatasetWriter) -> bool {
-        let done = writer.finished_shards();
-        let mut files: Vec<PathBuf> = done.iter().map(|s| self.out.join(&s.file)).collect();
-        files.push(
-            self.out
-                .join(format!("{}.tmp", shard_file_name(done.len()))),
-        );
-        files.push(self.out.join(JOURNAL_FILE));
+    /// Removes the files `names` from `dir` (the output directory, open), then the
+    /// directories this run created, while empty and while `out` still names `dir`; false
+    /// when a file could not be removed.
+    fn take_away(&self, dir: &File, names: &[String]) -> bool {
         let mut all = true;
-        for f in files {
-            match std::fs::remove_file(&f) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    tracing::warn!(file = %f.display(), error = %e, "--strict stop: not removed");
+        for name in names {
+            match rustix::fs::unlinkat(dir, name.as_str(), rustix::fs::AtFlags::empty()) {
+                Err(e) if e != rustix::io::Errno::NOENT => {
+                    let file = self.out.join(name);
+                    let error = std::io::Error::from(e);
+                    tracing::warn!(file = %file.display(), %error, "--strict stop: not removed");
                     all = false;
                 }
                 _ => {}
             }
+        }
+        if !self.names_dir(dir) {
+            return all;
         }
         // Empty directories only: anything else put there stays, and so does its directory.
         for d in &self.dirs {
@@ -106,5 +124,15 @@ impl Made {
             }
         }
         all
+    }
+
+    /// Whether the path of the output directory still leads to `dir` (same device and
+    /// inode), so that removing it by that path removes the run's own directory.
+    fn names_dir(&self, dir: &File) -> bool {
+        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+        match (dir.metadata(), std::fs::symlink_metadata(&self.out)) {
+            (Ok(held), Ok(now)) => id(held) == id(now),
+            _ => false,
+        }
     }
 }
