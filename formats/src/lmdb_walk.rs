@@ -1,6 +1,5 @@
-//! Reading a shard's records without LMDB, for `verify` on a shard whose digest differs from
-//! the manifest: LMDB trusts its pages and could crash on a damaged one, so the record tree is
-//! walked here instead, every page read with `pread` and every offset, size and page number
+//! Reading a shard's records without LMDB, for `verify`, which may meet damaged shards: LMDB
+//! trusts its pages and could crash on a damaged one, so the record tree is walked here instead, every page read with `pread` and every offset, size and page number
 //! checked against the page and the file. A damaged page gives a problem in words, never a
 //! read outside the file. [`salvage_records`] reads what a shard cut short still holds, with
 //! the same checks, never past the cut.
