@@ -579,7 +579,33 @@ impl LoaderBuilder {
         if let Some(note) = loader.mixing_note() {
             tracing::warn!("{note}");
         }
+        if let Some(note) = loader.workers_note() {
+            tracing::warn!("{note}");
+        }
         Ok(loader)
+    }
+}
+
+impl Loader {
+    /// Why the `workers` asked for ([`LoaderBuilder::workers`]) are more threads than this
+    /// process's share of the node's cores, when they are (PyTorch's `DataLoader` warns
+    /// alike); the builder also logs it as a warning. The default never is.
+    pub fn workers_note(&self) -> Option<String> {
+        let (workers, cores) = (self.config.workers, self.config.node_cores);
+        if workers <= cores {
+            return None;
+        }
+        let procs = self.config.placement.local_world;
+        let share = if procs > 1 {
+            format!("this process's share of the node ({procs} processes on it)")
+        } else {
+            "this process".to_owned()
+        };
+        Some(format!(
+            "workers={workers}: more threads than the {cores} cores {share} may use; the extra \
+             threads do not make the loader faster, they take turns on those cores with the \
+             training processes (leave workers unset for {cores})"
+        ))
     }
 }
 

@@ -41,7 +41,7 @@ pub struct Loader {
     resume: Mutex<Option<LoaderState>>,
     sampler: Sampler,
     metrics: Arc<Metrics>,
-    config: LoaderConfig,
+    pub(crate) config: LoaderConfig,
     /// `config.dataset`'s, recorded in [`Loader::state`] and checked on resume.
     fingerprint: DatasetFingerprint,
     /// The process that built the loader (its threads live there only).

@@ -79,3 +79,32 @@ fn shard_truncated_between_epochs_is_an_epoch_error_not_sigbus() {
     };
     assert!(e.to_string().contains("changed on disk"), "{e}");
 }
+
+#[test]
+fn more_workers_than_cores_build_with_a_note_as_pytorch_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let over = Loader::builder(ds.clone())
+        .workers(cores + 1)
+        .build()
+        .unwrap();
+    let note = over
+        .workers_note()
+        .expect("a note for more threads than cores");
+    assert!(note.contains(&format!("workers={}", cores + 1)), "{note}");
+    // The batches are the same as ever: a note, not a refusal.
+    assert_eq!(over.epoch(0).filter(|b| b.is_ok()).count(), 1);
+    // The default is the process's share, and one thread fits any share.
+    assert!(Loader::builder(ds.clone())
+        .build()
+        .unwrap()
+        .workers_note()
+        .is_none());
+    assert!(Loader::builder(ds)
+        .workers(1)
+        .build()
+        .unwrap()
+        .workers_note()
+        .is_none());
+}

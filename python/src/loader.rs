@@ -196,14 +196,7 @@ impl Loader {
         };
         builder = gpu.apply(builder)?;
         let inner = py.detach(|| builder.build()).map_err(loader_error)?;
-        // Python shows no `tracing` output: what the placement had to assume (a Slurm
-        // batch step run without srun, a local count guessed) is a warning here.
-        if let Some(note) = inner.stats().placement.and_then(|p| p.note) {
-            warn(py, format!("stoker placement: {note}"))?;
-        }
-        if let Some(note) = inner.mixing_note() {
-            warn(py, format!("stoker: {note}"))?;
-        }
+        warn_notes(py, &inner)?;
         Ok(Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
@@ -620,6 +613,22 @@ impl TransformArgs<'_> {
 }
 
 /// A state key written as text (`Order`, `DatasetFingerprint`), parsed; `None` stays `None`.
+/// What the builder logs through `tracing`, which Python does not show, as warnings: what
+/// the placement had to assume (a Slurm batch step run without srun, a local count
+/// guessed), an order that mixes classes poorly, more workers than cores.
+fn warn_notes(py: Python<'_>, inner: &stoker_loader::Loader) -> PyResult<()> {
+    if let Some(note) = inner.stats().placement.and_then(|p| p.note) {
+        warn(py, format!("stoker placement: {note}"))?;
+    }
+    for note in [inner.mixing_note(), inner.workers_note()]
+        .into_iter()
+        .flatten()
+    {
+        warn(py, format!("stoker: {note}"))?;
+    }
+    Ok(())
+}
+
 fn parsed<T: std::str::FromStr<Err = String>>(
     value: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Option<T>> {

@@ -474,6 +474,16 @@ def test_what_the_placement_assumed_is_a_warning(sample_dataset, monkeypatch):
     assert sum(len(b.indices) for b in loader) == 15
 
 
+def test_more_workers_than_cores_is_a_warning(sample_dataset):
+    cores = len(os.sched_getaffinity(0))
+    with pytest.warns(UserWarning, match=f"workers={cores + 1}: more threads than"):
+        loader = stoker.Loader(sample_dataset, 4, device="cpu", workers=cores + 1)
+    assert sum(len(b.indices) for b in loader) == 15
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stoker.Loader(sample_dataset, 4, device="cpu")
+
+
 def test_quasi_order_on_a_class_by_class_dataset_warns_and_shuffle_mends_it(tmp_path):
     # 100 classes of 20 images (links to one small photo). Stored class by class, a window
     # of 8 blocks of 10 records crosses about 9 classes; stored shuffled, a batch of 64
