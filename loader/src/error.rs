@@ -85,6 +85,18 @@ pub enum LoaderError {
         /// The value in the saved state.
         got: String,
     },
+    /// [`crate::Loader::epoch`] was asked for another epoch than the one a resumed
+    /// state continues ([`crate::Loader::load_state`], [`crate::LoaderBuilder::resume`]);
+    /// the state stays pending.
+    #[error("the resumed state continues epoch {saved} at batch {position}, but epoch {requested} was asked: start the loop at epoch {saved} (`Loader::state().epoch`; Python: iterate the loader, or set_epoch({saved})), or build the loader without the state to start afresh")]
+    ResumeEpoch {
+        /// The epoch of the pending state.
+        saved: u64,
+        /// The batches of it already consumed.
+        position: u64,
+        /// The epoch asked for.
+        requested: u64,
+    },
     /// [`crate::Loader::epoch`] was called while another epoch iterator of the same loader is alive.
     #[error("epoch {requested} requested while epoch {running} is still being iterated; drop that iterator first (it may be kept alive by a variable, another thread, or a saved exception or traceback, as in a notebook: in Python, `it.close()` or `loader.close()` ends it)")]
     EpochInProgress {

@@ -13,8 +13,10 @@ use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage, Stats};
 use crate::order_ahead::OrderAhead;
 use crate::pipeline::{BadLog, EpochPlan, EpochStream, Next, Pipeline};
-use crate::resume::{check_resume, DatasetFingerprint, LoaderState};
+use crate::resume::{resume_start, DatasetFingerprint, LoaderState};
 use crate::sampler::Sampler;
+
+mod checkpoint;
 
 /// An epoch whose pipeline has started: its batches, and the bad records met building
 /// them.
@@ -203,9 +205,13 @@ impl Loader {
             progress.active = Some(epoch);
         }
         let resume = self.resume.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let start_batch = match resume {
-            Some(state) if state.epoch == epoch => state.position,
-            _ => 0,
+        let start_batch = match resume_start(resume.as_ref(), epoch, self.num_batches()) {
+            Ok(start) => start,
+            Err(e) => {
+                self.keep_resume(resume);
+                let (metrics, progress) = (Arc::clone(&self.metrics), Arc::clone(&self.progress));
+                return Epoch::failed(epoch, e, metrics, progress, true);
+            }
         };
         {
             let mut progress = lock(&self.progress);
@@ -405,80 +411,6 @@ impl Loader {
     /// Zeroes the flow counters (e.g. after a warm-up epoch).
     pub fn reset_stats(&self) {
         self.metrics.reset();
-    }
-
-    /// Where this loader stands: `(seed, epoch, position)`, and the batch size, ranks,
-    /// dataset (length and [`DatasetFingerprint`]), `drop_last` and kind of order that give
-    /// `position` its meaning; feed it to
-    /// [`crate::LoaderBuilder::resume`] to continue exactly here.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stoker_loader::{Loader, LoaderState};
-    /// # let dataset = stoker_formats::Dataset::open("data")?;
-    /// // At checkpoint time:
-    /// # let loader = Loader::builder(dataset.clone()).build()?;
-    /// std::fs::write("loader.json", serde_json::to_string(&loader.state())?)?;
-    /// // After a restart: the same settings, plus the saved state.
-    /// let state: LoaderState = serde_json::from_str(&std::fs::read_to_string("loader.json")?)?;
-    /// let loader = Loader::builder(dataset).resume(state).build()?;
-    /// for batch in loader.epoch(state.epoch) { /* continues after the consumed batches */ }
-    /// # Ok(()) }
-    /// ```
-    pub fn state(&self) -> LoaderState {
-        LoaderState {
-            batch_size: Some(self.sampler.batch_size()),
-            world_size: Some(self.sampler.world_size()),
-            samples: Some(self.sampler.dataset_len()),
-            drop_last: Some(self.sampler.drop_last()),
-            order: Some(self.sampler.shuffle().order()),
-            dataset: Some(self.fingerprint),
-            ..lock(&self.progress).state
-        }
-    }
-
-    /// Continue from a saved [`Loader::state`] with this loader (what
-    /// [`crate::LoaderBuilder::resume`] does at build time, for a loader that already runs, as
-    /// torch's `load_state_dict`): the next [`Loader::epoch`] call for `state.epoch`
-    /// skips the `state.position` batches already consumed, and [`Loader::state`]
-    /// reports `state` until then.
-    ///
-    /// # Errors
-    ///
-    /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed, batch size,
-    /// number of ranks, dataset (its length or, where the state records it, its
-    /// [`DatasetFingerprint`]), `drop_last` or kind of order, or lies past the end of the
-    /// epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is alive (drop it
-    /// first).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stoker_loader::{Loader, LoaderState};
-    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
-    /// let state = LoaderState { seed: 0, epoch: 3, position: 10, ..LoaderState::default() };
-    /// loader.load_state(state)?;
-    /// let next = loader.epoch(3).next().expect("batch 10 of epoch 3")?;
-    /// assert_eq!(next.index, 10);
-    /// # Ok(()) }
-    /// ```
-    pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
-        let state = check_resume(&state, self.config.seed, &self.sampler, self.fingerprint)?;
-        let mut progress = lock(&self.progress);
-        if let Some(running) = progress.active {
-            return Err(LoaderError::EpochInProgress {
-                running,
-                requested: state.epoch,
-            });
-        }
-        progress.state = state;
-        *self.resume.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
-        // An early start is for epoch `e + 1` from its first batch: not what comes next.
-        drop(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
-        Ok(())
     }
 
     /// The loader's seed ([`crate::LoaderBuilder::seed`]): the order's (for a shuffled

@@ -228,6 +228,36 @@ pub(crate) fn check_resume(
     Ok(state)
 }
 
+/// The first batch of `epoch` given the state pending from [`crate::Loader::load_state`] or
+/// [`crate::LoaderBuilder::resume`]: its position for its own epoch, 0 for the epoch after
+/// a state saved at its epoch's end, 0 with no state.
+///
+/// # Errors
+///
+/// [`LoaderError::ResumeEpoch`] for any other epoch: a loop that starts at epoch 0 after
+/// a resume would otherwise drop the state without a word and train the epochs it had
+/// done again.
+pub(crate) fn resume_start(
+    pending: Option<&LoaderState>,
+    epoch: u64,
+    num_batches: u64,
+) -> Result<u64, LoaderError> {
+    match pending {
+        None => Ok(0),
+        Some(state) if state.epoch == epoch => Ok(state.position),
+        Some(state)
+            if state.position >= num_batches && state.epoch.checked_add(1) == Some(epoch) =>
+        {
+            Ok(0)
+        }
+        Some(state) => Err(LoaderError::ResumeEpoch {
+            saved: state.epoch,
+            position: state.position,
+            requested: epoch,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

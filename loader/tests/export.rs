@@ -156,6 +156,53 @@ fn a_resume_survives_an_epoch_that_failed_to_start() {
 }
 
 #[test]
+fn a_loop_that_starts_at_another_epoch_than_the_resumed_one_is_told_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let full = summary(small(&ds).build().unwrap().epoch(2));
+    let state = LoaderState {
+        epoch: 2,
+        position: 2,
+        ..small(&ds).build().unwrap().state()
+    };
+    // `for epoch in 0..4` after a resume used to drop the state at epoch 0 and train
+    // epochs 0 and 1 again, then all of epoch 2.
+    let loader = small(&ds).resume(state).build().unwrap();
+    let first = loader
+        .epoch(0)
+        .next()
+        .expect("an error, not an empty epoch");
+    let err = first.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LoaderError::ResumeEpoch {
+                saved: 2,
+                position: 2,
+                requested: 0
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("start the loop at epoch 2"),
+        "{err}"
+    );
+    // The state stays pending, for the epoch it continues.
+    assert_eq!(loader.state(), state);
+    assert_eq!(summary(loader.epoch(2)), full[2..]);
+    // A state saved after its epoch's last batch continues with the next epoch.
+    let done = LoaderState {
+        position: 4,
+        ..state
+    };
+    loader.load_state(done).unwrap();
+    assert_eq!(loader.epoch(3).count(), 4);
+    loader.load_state(done).unwrap();
+    assert!(loader.epoch(4).next().unwrap().is_err());
+}
+
+#[test]
 fn load_state_on_a_running_loader_resumes_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let ds = sample_dataset(dir.path());

@@ -34,6 +34,7 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
         LoaderError::Format(e) => format_error(e),
         e @ (LoaderError::InvalidConfig { .. }
         | LoaderError::ResumeMismatch { .. }
+        | LoaderError::ResumeEpoch { .. }
         | LoaderError::DlpackStream { .. }
         | LoaderError::LauncherEnv { .. }
         | LoaderError::EmptyDataset) => PyValueError::new_err(e.to_string()),

@@ -267,8 +267,10 @@ impl Loader {
     }
 
     /// An iterator over the batches of ``epoch`` (from the resume position, after
-    /// ``load_state_dict`` of this epoch). One epoch iterator may be alive at a time;
-    /// another raises ``stoker.StokerError`` on its first ``next``.
+    /// ``load_state_dict`` of this epoch; after ``load_state_dict`` of another epoch its
+    /// first ``next`` raises ``ValueError``, and the state stays pending). One epoch
+    /// iterator may be alive at a time; another raises ``stoker.StokerError`` on its
+    /// first ``next``.
     fn epoch(&self, epoch: u64) -> PyResult<Epoch> {
         let inner = self.inner()?.epoch_shared(epoch);
         let len = inner.remaining();
