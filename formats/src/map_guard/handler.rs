@@ -1,0 +1,146 @@
+//! The SIGBUS handler: a fault in a registered map gets a page of zeros; any other SIGBUS
+//! is passed to the action behind ours, as the kernel would have delivered it.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use super::action::{set_default, sigset, Action};
+use super::behind::in_force;
+use super::front::{put_in_front, Entry};
+use super::registry::owner;
+use super::turn::Turn;
+
+/// Ours, as installed.
+pub(super) const ENTRY: Entry = on_sigbus;
+
+/// The page size, set before the handler is installed.
+static PAGE: AtomicUsize = AtomicUsize::new(4096);
+/// Set once a SIGBUS not ours was passed to the handler before ours. A SIGBUS *sent*
+/// (not a fault) after that is that handler giving up: Python's faulthandler and torch's
+/// worker handler report the fault, put their predecessor (ours) back and raise it again;
+/// passing that on as well would go round between the two forever.
+static FORWARDED: AtomicBool = AtomicBool::new(false);
+
+/// Records the page size, for the handler to map zeros over whole pages.
+pub(super) fn learn_page_size() {
+    // SAFETY: sysconf has no memory-safety preconditions (it reads the auxiliary vector).
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page > 0 {
+        PAGE.store(page as usize, Ordering::Relaxed);
+    }
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: errno is this thread's; read here and written back below, so that the code
+    // the signal interrupted finds it as it left it.
+    let errno = unsafe { *libc::__errno_location() };
+    handle(sig, info, context);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: the kernel hands an SA_SIGINFO handler a valid siginfo_t; `si_addr` is
+    // meaningful for kernel-raised SIGBUS (si_code > 0) and only used then.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    if code > 0 {
+        if let Some(slot) = owner(addr) {
+            let page = PAGE.load(Ordering::Relaxed);
+            let start = addr & !(page - 1);
+            // SAFETY: the page lies inside a live registered map (its slot is in use, and
+            // a map is unregistered before it is unmapped), which this process only reads:
+            // replacing it with a private page of zeros changes what later reads of that
+            // page see, and nothing else.
+            let zeros = unsafe {
+                libc::mmap(
+                    start as *mut c_void,
+                    page,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            if zeros != libc::MAP_FAILED {
+                slot.mark_faulted();
+                return;
+            }
+        }
+    }
+    forward(sig, code, info, context);
+}
+
+/// Passes a SIGBUS that is not ours to the action in place before ours.
+fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    let previous = in_force();
+    let mut handler = previous.handler;
+    if code <= 0 && FORWARDED.load(Ordering::Relaxed) && handler != libc::SIG_IGN {
+        // Raised again by the handler it went to (see FORWARDED): end as the default
+        // action ends a SIGBUS.
+        handler = libc::SIG_DFL;
+    }
+    FORWARDED.store(true, Ordering::Relaxed);
+    if handler == libc::SIG_IGN && code <= 0 {
+        // A SIGBUS sent by kill() to a process that ignored it.
+        return;
+    }
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        // With the default action back, a fault recurs when the faulting instruction runs
+        // again, and a sent signal is raised again (pending until this handler returns):
+        // either way the process ends as it would have without our handler.
+        set_default(sig);
+        if code <= 0 {
+            // SAFETY: raise is async-signal-safe.
+            unsafe { libc::raise(sig) };
+        }
+        return;
+    }
+    call(previous, sig, info, context);
+    // A handler that puts itself (or anything else) in place when called has taken ours
+    // out: put ours back in front of what it left, as the next open would. Skipped when
+    // another thread of this process, or the one this interrupted, is installing.
+    if let Some(turn) = Turn::try_take() {
+        put_in_front(&turn, ENTRY);
+    }
+}
+
+/// Calls `previous`'s handler as the kernel would have delivered the signal to it: with
+/// the arguments its SA_SIGINFO flag says, with its `sa_mask` blocked and, unless it asked
+/// for SA_NODEFER, the signal itself (faulthandler's NODEFER lets the signal it raises
+/// again reach the handler it put back at once). A one-shot (SA_RESETHAND) handler
+/// finds the default action in place, as it counts on: a crash reporter that returns
+/// expects the fault to recur into the default action, not into itself.
+fn call(previous: Action, sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    if previous.flags & libc::SA_RESETHAND != 0 {
+        set_default(sig);
+    }
+    let bit = 1u64 << (sig - 1);
+    let mut blocked = previous.mask;
+    if previous.flags & libc::SA_NODEFER == 0 {
+        blocked |= bit;
+    }
+    // SAFETY: all-zero is a valid set, overwritten by the call.
+    let mut was: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pthread_sigmask is async-signal-safe; the sets are valid. The signal was not
+    // blocked where it was delivered (a fault on a blocked SIGBUS kills; a sent one waits),
+    // so unblocking it here gives the handler the mask the kernel would have.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &sigset(blocked), &mut was);
+        if blocked & bit == 0 {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &sigset(bit), std::ptr::null_mut());
+        }
+    }
+    if previous.flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: an SA_SIGINFO action's handler has this signature; it gets the
+        // arguments the kernel gave us.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(previous.handler) };
+        f(sig, info, context);
+    } else {
+        // SAFETY: without SA_SIGINFO the handler takes the signal number only.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(previous.handler) };
+        f(sig);
+    }
+    // SAFETY: as above; `was` is the mask this handler ran with.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &was, std::ptr::null_mut()) };
+}

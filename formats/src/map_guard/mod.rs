@@ -1,0 +1,135 @@
+//! Shard maps whose failed page reads become errors instead of a dead process.
+//!
+//! A read through a file mapping raises SIGBUS when the page cannot be delivered: the file
+//! was cut short under the map (`cp` or `rsync --inplace` over a dataset in use), or the
+//! storage returned an I/O error (a network or FUSE file system, a bad sector). By default
+//! that kills the process, wherever the read happened: in a CRC, a decoder, a copy.
+//!
+//! So every shard map is registered here, and registering installs a SIGBUS handler for
+//! the process (again, in front, when another library has replaced it since; see
+//! [`install`]). A fault inside a registered map gets a page of zeros mapped
+//! over the lost page, and the map is marked as faulted; the read then goes on and sees
+//! zeros, and whoever read records of that map checks the mark afterwards
+//! ([`GuardedMap::faulted`], through `DatasetReader::check_read`) and reports the record as
+//! unreadable. The same approach as Sapling's indexedlog, for the same reason: reading every
+//! record with `pread` would give up the zero-copy read path, and a `setjmp`-style escape
+//! from the faulting instruction is not something Rust code can do soundly.
+//!
+//! A fault anywhere else is passed on unchanged: to the handler installed before ours (a
+//! Rust program's stack-overflow handler, Python's `faulthandler`), called as the kernel
+//! would have called it (its signature, its mask, SA_NODEFER, SA_RESETHAND), or to the
+//! default action, so the process dies of it as it would have without stoker. That last
+//! step is why this is not built on `signal-hook-registry`: it forwards to a previous
+//! handler, but has no way to give a fault back to the default action, and returning from
+//! such a fault runs the faulting instruction again, forever.
+//!
+//! When the handler it was passed to returns having put itself (or anything else) in place
+//! of ours, ours goes back in front of it. A library that replaces ours at any other time,
+//! or whose handler jumps out (`siglongjmp`) instead of returning, leaves shard faults
+//! fatal until the next [`install`]: the next open, `Dataset::reader`, or item read from
+//! Python. Nothing here can watch the SIGBUS action between those calls.
+//!
+//! The handler never waits and allocates nothing: it reads fixed tables of atomics (one
+//! slot per map, and a few for the action behind ours, each with a sequence number so that
+//! a slot being reused is never read half-written), tries the install turn without waiting
+//! for it, and makes async-signal-safe system calls: one `mmap` for a fault of ours;
+//! `sigaction` and `pthread_sigmask` for one passed on.
+
+mod action;
+mod behind;
+mod front;
+mod handler;
+mod registry;
+#[cfg(test)]
+mod tests;
+mod turn;
+
+use std::sync::Once;
+
+use front::{is_ours, put_in_front};
+use handler::ENTRY;
+use registry::{claim, faulted, release, SLOTS};
+use turn::Turn;
+
+/// A read-only file map registered with the SIGBUS handler.
+pub(crate) struct GuardedMap {
+    map: memmap2::Mmap,
+    /// The map's slot in the registry; `None` when the table was full (then a failed read
+    /// kills the process, as it would without this module).
+    slot: Option<usize>,
+}
+
+impl std::fmt::Debug for GuardedMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedMap")
+            .field("len", &self.map.len())
+            .field("guarded", &self.slot.is_some())
+            .field("faulted", &self.faulted())
+            .finish()
+    }
+}
+
+impl GuardedMap {
+    /// Registers `map`, with the process's SIGBUS handler in place ([`install`]).
+    pub(crate) fn new(map: memmap2::Mmap) -> Self {
+        if map.is_empty() {
+            return Self { map, slot: None };
+        }
+        install();
+        let range = map.as_ptr_range();
+        let slot = claim(range.start as usize, range.end as usize);
+        if slot.is_none() {
+            static WARNED: Once = Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "more than {SLOTS} shard maps open: a shard cut short while it is read \
+                     now ends the process (SIGBUS) instead of failing its records"
+                );
+            });
+        }
+        Self { map, slot }
+    }
+
+    /// The mapped bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Whether a read of this map has failed since it was made: its lost pages now read as
+    /// zeros, so nothing read from it can be trusted.
+    pub(crate) fn faulted(&self) -> bool {
+        self.slot.is_some_and(faulted)
+    }
+}
+
+impl Drop for GuardedMap {
+    fn drop(&mut self) {
+        // Unregistered before `map` is unmapped (fields drop after this), so the handler
+        // never takes an address of a later, unrelated mapping for this one.
+        if let Some(i) = self.slot {
+            release(i);
+        }
+    }
+}
+
+/// Installs stoker's SIGBUS handler for shard maps, unless it is the one in place: also
+/// after another library replaced it without passing faults on (Python's
+/// `faulthandler.enable()` called late, torch's DataLoader workers), which would turn a
+/// shard read fault back into a dead process. The handler found in its place is where
+/// faults outside shard maps go from then on. Every shard open calls it; a program that
+/// installs a SIGBUS handler of its own afterwards can call it again.
+///
+/// When ours is in place this is one `sigaction` query. Otherwise one thread at a time
+/// puts it in front, without a lock that a `fork` while another thread installs could
+/// leave held in the child. What ours replaced comes from the call that installs it, so a
+/// handler another library installs at the same moment is passed the faults outside shard
+/// maps, not skipped.
+pub fn install() {
+    handler::learn_page_size();
+    if action::query().is_none_or(|current| is_ours(&current, ENTRY)) {
+        return;
+    }
+    if !put_in_front(&Turn::take(), ENTRY) {
+        tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
+    }
+}

@@ -1,0 +1,200 @@
+//! The guard's own tests; those beside other SIGBUS handlers are in tests/sigbus_chain.rs.
+
+use std::ffi::c_void;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use super::registry::handled;
+use super::GuardedMap;
+
+fn file_of(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mapped");
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&vec![0xA5; len]).unwrap();
+    (dir, path)
+}
+
+fn map(path: &std::path::Path) -> memmap2::Mmap {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: a test file; its truncation is what the tests are about.
+    unsafe { memmap2::Mmap::map(&f) }.unwrap()
+}
+
+fn truncate(path: &std::path::Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+#[test]
+fn a_read_past_a_cut_reads_zeros_and_marks_the_map() {
+    let (_dir, path) = file_of(64 << 10);
+    let guarded = GuardedMap::new(map(&path));
+    assert_eq!(guarded.bytes()[40_000], 0xA5);
+    assert!(!guarded.faulted());
+    truncate(&path, 4096);
+    let before = handled();
+    let bytes = guarded.bytes();
+    // Pages past the cut, read by a CRC as a reader would.
+    let crc = crc32c::crc32c(&bytes[8192..]);
+    assert_eq!(crc, crc32c::crc32c(&vec![0; bytes.len() - 8192]));
+    assert!(guarded.faulted());
+    assert!(handled() > before);
+    // The page before the cut is still the file's.
+    assert_eq!(bytes[100], 0xA5);
+}
+
+#[test]
+fn maps_come_and_go_on_many_threads_while_one_faults() {
+    let (_dir, path) = file_of(1 << 20);
+    let (_dir2, other) = file_of(16 << 10);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = GuardedMap::new(map(&other));
+                    assert_eq!(g.bytes()[5000], 0xA5);
+                    assert!(!g.faulted());
+                }
+            });
+        }
+        let guarded = GuardedMap::new(map(&path));
+        truncate(&path, 0);
+        let sum: u64 = guarded.bytes().iter().map(|&b| u64::from(b)).sum();
+        // Before the asserts: a failing one must not leave the other threads running.
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(sum, 0);
+        assert!(guarded.faulted());
+    });
+}
+
+/// Runs `scenario` of this module's `child` test in a new process of this test
+/// binary and returns how it ended and what it printed; a child still running after
+/// 60 s (a fault that repeats forever, a hang) is killed and fails the test.
+fn run_child(scenario: &str) -> (std::process::ExitStatus, String) {
+    stoker_testdata::child::run_test(
+        "map_guard::tests::child",
+        ("STOKER_MAP_GUARD_CHILD", scenario),
+        Duration::from_secs(60),
+    )
+}
+
+extern "C" fn exit_42(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(42) }
+}
+
+/// Set by the "race" child: another library's `sigaction` lands, once, between
+/// `install`'s look at the action in place and its own.
+static RACE: AtomicBool = AtomicBool::new(false);
+
+pub(super) fn between_query_and_install() {
+    if RACE.swap(false, Ordering::Relaxed) {
+        set_handler(exit_42);
+    }
+}
+
+fn set_handler(f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void)) {
+    // SAFETY: a valid SA_SIGINFO action whose handler is async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = f as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO;
+        assert_eq!(
+            libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// The child process's side of the tests below: a no-op when run as a plain test.
+#[test]
+fn child() {
+    let Ok(scenario) = std::env::var("STOKER_MAP_GUARD_CHILD") else {
+        return;
+    };
+    match scenario.as_str() {
+        "race" => RACE.store(true, Ordering::Relaxed),
+        "fork" => {
+            let forks = std::env::var("STOKER_MAP_GUARD_FORKS");
+            return fork_while_mapping(forks.map_or(200, |n| n.parse().unwrap()));
+        }
+        _ => panic!("no scenario {scenario}"),
+    }
+    // Ours is installed, and handles its own map's fault...
+    let (_dir, path) = file_of(64 << 10);
+    let guarded = GuardedMap::new(map(&path));
+    truncate(&path, 0);
+    assert_eq!(guarded.bytes()[30_000], 0);
+    assert!(guarded.faulted());
+    println!("own fault handled");
+    // ...but not a fault in a map it does not know.
+    let (_dir2, other) = file_of(64 << 10);
+    let foreign = map(&other);
+    truncate(&other, 0);
+    let byte = std::hint::black_box(&foreign[..])[30_000];
+    // Not reached: the fault ends the process.
+    std::process::exit(i32::from(byte) + 1);
+}
+
+#[test]
+fn a_handler_installed_while_ours_is_installed_is_the_one_behind_ours() {
+    let (status, printed) = run_child("race");
+    assert!(printed.contains("own fault handled"), "{printed}");
+    assert_eq!(status.code(), Some(42), "{status:?}");
+}
+
+/// Forks `forks` times while three threads register maps, each after putting another
+/// handler in place of ours, so that each registration installs ours and takes the
+/// turn; each child registers a map and exits. Prints how many children still ran
+/// 10 s after their fork (killed then): one that inherits the turn, held by a thread it
+/// does not have, must take it over instead of waiting for it.
+fn fork_while_mapping(forks: usize) {
+    let (_dir, path) = file_of(16 << 10);
+    let (stop, mut hung) = (AtomicBool::new(false), 0);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    set_handler(exit_42);
+                    drop(GuardedMap::new(map(&path)));
+                }
+            });
+        }
+        for _ in 0..forks {
+            // SAFETY: the child registers a map and leaves with _exit; what it inherits
+            // mid-install from the parent's threads is what is tested.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                drop(GuardedMap::new(map(&path)));
+                // SAFETY: _exit ends the child without running the parent's exit code.
+                unsafe { libc::_exit(0) };
+            }
+            let (started, mut status) = (Instant::now(), 0);
+            // SAFETY: waitpid and kill on our own child, into a valid int.
+            while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+                if started.elapsed() > Duration::from_secs(10) {
+                    hung += 1;
+                    // SAFETY: as above.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    println!("forks {forks} hung {hung}");
+}
+
+#[test]
+fn children_forked_while_threads_install_ours_never_hang() {
+    let (status, printed) = run_child("fork");
+    assert!(status.success(), "{status:?}: {printed}");
+    assert!(printed.contains("hung 0\n"), "{printed}");
+}
