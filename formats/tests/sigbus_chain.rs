@@ -2,7 +2,9 @@
 //! outside shard maps reaches the handler installed before ours, as the kernel would have
 //! delivered it (its flags and mask), or the default action; a handler that replaced ours,
 //! or puts itself back when called, is put behind ours again; and reinstalling in front of
-//! other libraries again and again keeps its memory bounded.
+//! other libraries again and again keeps its memory bounded. A library that passes faults
+//! back to ours (it saved ours when it installed itself) does not make the two go round
+//! forever.
 //!
 //! Each scenario runs in a child process of this test binary: it changes the process's
 //! SIGBUS action and usually ends in a fault. The counting allocator measures the child's
@@ -147,6 +149,19 @@ extern "C" fn exit_42(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
     exit_now(42);
 }
 
+/// The SIGBUS action in place, as another library saves it before installing its own.
+fn current_action() -> *mut libc::sigaction {
+    // SAFETY: a query into a valid, writable `sigaction`.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        assert_eq!(
+            libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut current),
+            0
+        );
+        Box::into_raw(Box::new(current))
+    }
+}
+
 /// The action `reraise` found in place, put back when it fires.
 static BEFORE_RERAISE: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
 
@@ -163,6 +178,28 @@ extern "C" fn reraise(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void)
         );
         libc::raise(sig);
     }
+}
+
+/// The action `call_back` replaced: the one it passes signals on to.
+static BEFORE_CALL_BACK: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+
+/// What a library that chains to the handler it replaced does with a SIGBUS it does not
+/// handle (the JVM's, Go's, wasmtime's handlers): calls that handler directly, with the
+/// arguments it got. Only installed where that handler is an SA_SIGINFO one (ours).
+extern "C" fn call_back(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: the saved action is a leaked box, never freed; its handler has the SA_SIGINFO
+    // signature, as this test installs it only over ours.
+    unsafe {
+        let previous = &*BEFORE_CALL_BACK.load(Ordering::Acquire);
+        let f: InfoHandler = std::mem::transmute(previous.sa_sigaction);
+        f(sig, info, context);
+    }
+}
+
+/// Installs `call_back`, keeping the action it replaces to pass signals on to.
+fn install_call_back() {
+    BEFORE_CALL_BACK.store(current_action(), Ordering::Release);
+    set_info_handler(call_back, 0, &[]);
 }
 
 static CALLS: AtomicUsize = AtomicUsize::new(0);
@@ -244,13 +281,15 @@ fn child() {
             // Ours first, then faulthandler-like on top (it keeps ours to put back), then
             // ours again in front of it at the next open.
             install_read_fault_handler();
-            // SAFETY: a query into a valid, writable `sigaction`.
-            unsafe {
-                let mut ours: libc::sigaction = std::mem::zeroed();
-                libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut ours);
-                BEFORE_RERAISE.store(Box::into_raw(Box::new(ours)), Ordering::Release);
-            }
+            BEFORE_RERAISE.store(current_action(), Ordering::Release);
             set_info_handler(reraise, libc::SA_NODEFER, &[]);
+        }
+        "call_back" => {
+            // Ours in front of exit_42, then a library that passes signals not its own to
+            // the handler it replaced (ours), then ours in front of it at the next open.
+            set_info_handler(exit_42, 0, &[]);
+            install_read_fault_handler();
+            install_call_back();
         }
         "resethand" => set_info_handler(report_once, libc::SA_RESETHAND, &[]),
         "mask" => set_info_handler(check_mask, 0, &[libc::SIGUSR1]),
@@ -301,6 +340,14 @@ fn a_handler_that_replaced_ours_is_put_behind_it_at_the_next_open() {
 fn a_fault_a_later_handler_raises_again_ends_the_process_instead_of_going_round() {
     let status = run_to_foreign_fault("loop");
     assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
+
+/// It overflowed the stack (SIGSEGV): ours passed the fault to that library, which passed
+/// it to ours, which passed it to that library again.
+#[test]
+fn a_fault_passed_to_a_library_that_calls_ours_back_reaches_the_handler_before_ours() {
+    let status = run_to_foreign_fault("call_back");
+    assert_eq!(status.code(), Some(42), "{status:?}");
 }
 
 #[test]

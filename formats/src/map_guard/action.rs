@@ -1,6 +1,8 @@
 //! SIGBUS actions as plain values, and the few `sigaction` and signal-set calls made on
 //! them; every function here is async-signal-safe.
 
+use std::mem::MaybeUninit;
+
 /// A SIGBUS action as ours forwards to it.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct Action {
@@ -55,18 +57,38 @@ pub(super) fn set_default(sig: libc::c_int) {
     }
 }
 
-/// The set of the signals in `mask` (signal `s` at bit `s - 1`).
-pub(super) fn sigset(mask: u64) -> libc::sigset_t {
-    // SAFETY: all-zero is a valid set, emptied and filled by calls that are
-    // async-signal-safe and only write the set.
+/// Blocks the signals in `block` for this thread, then unblocks those in `unblock`; the
+/// mask it had goes to `was`. Signal `s` is bit `s - 1`.
+pub(super) fn change_mask(block: u64, unblock: u64, was: &mut MaybeUninit<libc::sigset_t>) {
+    let mut set = MaybeUninit::uninit();
+    // SAFETY: pthread_sigmask is async-signal-safe; `set` is filled before each use and
+    // `was` is writable.
     unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
+        fill(&mut set, block);
+        libc::pthread_sigmask(libc::SIG_BLOCK, set.as_ptr(), was.as_mut_ptr());
+        if unblock != 0 {
+            fill(&mut set, unblock);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, set.as_ptr(), std::ptr::null_mut());
+        }
+    }
+}
+
+/// Gives this thread back the mask `change_mask` found.
+pub(super) fn restore_mask(was: &libc::sigset_t) {
+    // SAFETY: pthread_sigmask is async-signal-safe; `was` is a valid set.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, was, std::ptr::null_mut()) };
+}
+
+/// Makes `set` the set of the signals in `mask` (signal `s` at bit `s - 1`).
+fn fill(set: &mut MaybeUninit<libc::sigset_t>, mask: u64) {
+    // SAFETY: sigemptyset initializes the set; sigaddset only writes it; both are
+    // async-signal-safe.
+    unsafe {
+        libc::sigemptyset(set.as_mut_ptr());
         for sig in 1..=64 {
             if mask & (1 << (sig - 1)) != 0 {
-                libc::sigaddset(&mut set, sig);
+                libc::sigaddset(set.as_mut_ptr(), sig);
             }
         }
-        set
     }
 }

@@ -2,16 +2,35 @@
 //! is passed to the action behind ours, as the kernel would have delivered it.
 
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use super::action::{set_default, sigset, Action};
-use super::behind::in_force;
-use super::front::{put_in_front, Entry};
+use super::action::{change_mask, restore_mask, set_default, Action};
+use super::behind::behind;
+use super::front::{put_in_front, Entries};
 use super::registry::owner;
 use super::turn::Turn;
 
-/// Ours, as installed.
-pub(super) const ENTRY: Entry = on_sigbus;
+/// Ours: one function per generation, each passing signals outside shard maps on to the
+/// action behind its generation ([`super::behind`]).
+pub(super) static ENTRIES: Entries = [
+    on_sigbus::<0>,
+    on_sigbus::<1>,
+    on_sigbus::<2>,
+    on_sigbus::<3>,
+    on_sigbus::<4>,
+    on_sigbus::<5>,
+    on_sigbus::<6>,
+    on_sigbus::<7>,
+    on_sigbus::<8>,
+    on_sigbus::<9>,
+    on_sigbus::<10>,
+    on_sigbus::<11>,
+    on_sigbus::<12>,
+    on_sigbus::<13>,
+    on_sigbus::<14>,
+    on_sigbus::<15>,
+];
 
 /// The page size, set before the handler is installed.
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
@@ -30,16 +49,21 @@ pub(super) fn learn_page_size() {
     }
 }
 
-extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+/// Ours as generation `G`.
+extern "C" fn on_sigbus<const G: usize>(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut c_void,
+) {
     // SAFETY: errno is this thread's; read here and written back below, so that the code
     // the signal interrupted finds it as it left it.
     let errno = unsafe { *libc::__errno_location() };
-    handle(sig, info, context);
+    handle(G, sig, info, context);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
-fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+fn handle(g: usize, sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     // SAFETY: the kernel hands an SA_SIGINFO handler a valid siginfo_t; `si_addr` is
     // meaningful for kernel-raised SIGBUS (si_code > 0) and only used then.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
@@ -67,12 +91,20 @@ fn handle(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
             }
         }
     }
-    forward(sig, code, info, context);
+    forward(g, sig, code, info, context);
 }
 
-/// Passes a SIGBUS that is not ours to the action in place before ours.
-fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
-    let previous = in_force();
+/// Passes a SIGBUS that is not ours to the action behind generation `g`.
+fn forward(
+    g: usize,
+    sig: libc::c_int,
+    code: libc::c_int,
+    info: *mut libc::siginfo_t,
+    context: *mut c_void,
+) {
+    // None only for a generation reused while this read it: the action its entry stood in
+    // front of is gone, so there is nothing to pass the signal to but the default action.
+    let previous = behind(g).unwrap_or(Action::DEFAULT);
     let mut handler = previous.handler;
     if code <= 0 && FORWARDED.load(Ordering::Relaxed) && handler != libc::SIG_IGN {
         // Raised again by the handler it went to (see FORWARDED): end as the default
@@ -100,7 +132,7 @@ fn forward(sig: libc::c_int, code: libc::c_int, info: *mut libc::siginfo_t, cont
     // out: put ours back in front of what it left, as the next open would. Skipped when
     // another thread of this process, or the one this interrupted, is installing.
     if let Some(turn) = Turn::try_take() {
-        put_in_front(&turn, ENTRY);
+        put_in_front(&turn, &ENTRIES);
     }
 }
 
@@ -119,17 +151,13 @@ fn call(previous: Action, sig: libc::c_int, info: *mut libc::siginfo_t, context:
     if previous.flags & libc::SA_NODEFER == 0 {
         blocked |= bit;
     }
-    // SAFETY: all-zero is a valid set, overwritten by the call.
-    let mut was: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pthread_sigmask is async-signal-safe; the sets are valid. The signal was not
-    // blocked where it was delivered (a fault on a blocked SIGBUS kills; a sent one waits),
-    // so unblocking it here gives the handler the mask the kernel would have.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &sigset(blocked), &mut was);
-        if blocked & bit == 0 {
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &sigset(bit), std::ptr::null_mut());
-        }
-    }
+    // The signal was not blocked where it was delivered (a fault on a blocked SIGBUS
+    // kills; a sent one waits), so unblocking it here gives the handler the mask the
+    // kernel would have. Only the mask to restore stays on the stack while the handler
+    // runs: on a 8 KiB alternate stack (Rust's), a handler that raises the signal again
+    // has room for little more than two kernel signal frames (3.3 KiB each with AVX-512).
+    let mut was = MaybeUninit::uninit();
+    change_mask(blocked, bit & !blocked, &mut was);
     if previous.flags & libc::SA_SIGINFO != 0 {
         // SAFETY: an SA_SIGINFO action's handler has this signature; it gets the
         // arguments the kernel gave us.
@@ -141,6 +169,6 @@ fn call(previous: Action, sig: libc::c_int, info: *mut libc::siginfo_t, context:
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(previous.handler) };
         f(sig);
     }
-    // SAFETY: as above; `was` is the mask this handler ran with.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &was, std::ptr::null_mut()) };
+    // SAFETY: written by change_mask.
+    restore_mask(unsafe { was.assume_init_ref() });
 }

@@ -21,7 +21,10 @@
 //! default action, so the process dies of it as it would have without stoker. That last
 //! step is why this is not built on `signal-hook-registry`: it forwards to a previous
 //! handler, but has no way to give a fault back to the default action, and returning from
-//! such a fault runs the faulting instruction again, forever.
+//! such a fault runs the faulting instruction again, forever. "Before ours" is the action
+//! in place when that copy of ours was installed: ours is installed as one of a few entry
+//! functions, a generation each, so that a library that keeps ours to pass its own signals
+//! on to, and that ours is later put in front of, does not get them back ([`behind`]).
 //!
 //! When the handler it was passed to returns having put itself (or anything else) in place
 //! of ours, ours goes back in front of it. A library that replaces ours at any other time,
@@ -30,10 +33,10 @@
 //! Python. Nothing here can watch the SIGBUS action between those calls.
 //!
 //! The handler never waits and allocates nothing: it reads fixed tables of atomics (one
-//! slot per map, and a few for the action behind ours, each with a sequence number so that
-//! a slot being reused is never read half-written), tries the install turn without waiting
-//! for it, and makes async-signal-safe system calls: one `mmap` for a fault of ours;
-//! `sigaction` and `pthread_sigmask` for one passed on.
+//! slot per map, and one per generation for the action behind it, each with a sequence
+//! number so that a slot being reused is never read half-written), tries the install turn
+//! without waiting for it, and makes async-signal-safe system calls: one `mmap` for a fault
+//! of ours; `sigaction` and `pthread_sigmask` for one passed on.
 
 mod action;
 mod behind;
@@ -47,7 +50,7 @@ mod turn;
 use std::sync::Once;
 
 use front::{is_ours, put_in_front};
-use handler::ENTRY;
+use handler::ENTRIES;
 use registry::{claim, faulted, release, SLOTS};
 use turn::Turn;
 
@@ -116,8 +119,10 @@ impl Drop for GuardedMap {
 /// after another library replaced it without passing faults on (Python's
 /// `faulthandler.enable()` called late, torch's DataLoader workers), which would turn a
 /// shard read fault back into a dead process. The handler found in its place is where
-/// faults outside shard maps go from then on. Every shard open calls it; a program that
-/// installs a SIGBUS handler of its own afterwards can call it again.
+/// faults outside shard maps go from then on (a library that kept the copy of ours it
+/// replaced still passes its signals to the action behind that copy). Every shard open
+/// calls it; a program that installs a SIGBUS handler of its own afterwards can call it
+/// again.
 ///
 /// When ours is in place this is one `sigaction` query. Otherwise one thread at a time
 /// puts it in front, without a lock that a `fork` while another thread installs could
@@ -126,10 +131,10 @@ impl Drop for GuardedMap {
 /// maps, not skipped.
 pub fn install() {
     handler::learn_page_size();
-    if action::query().is_none_or(|current| is_ours(&current, ENTRY)) {
+    if action::query().is_none_or(|current| is_ours(&current, &ENTRIES)) {
         return;
     }
-    if !put_in_front(&Turn::take(), ENTRY) {
+    if !put_in_front(&Turn::take(), &ENTRIES) {
         tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
     }
 }

@@ -5,8 +5,12 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::action::query;
+use super::behind::GENERATIONS;
+use super::front::generation_of;
+use super::handler::ENTRIES;
 use super::registry::handled;
-use super::GuardedMap;
+use super::{install, GuardedMap};
 
 fn file_of(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -125,6 +129,7 @@ fn child() {
             let forks = std::env::var("STOKER_MAP_GUARD_FORKS");
             return fork_while_mapping(forks.map_or(200, |n| n.parse().unwrap()));
         }
+        "generations" => return generations_reused(),
         _ => panic!("no scenario {scenario}"),
     }
     // Ours is installed, and handles its own map's fault...
@@ -197,4 +202,53 @@ fn children_forked_while_threads_install_ours_never_hang() {
     let (status, printed) = run_child("fork");
     assert!(status.success(), "{status:?}: {printed}");
     assert!(printed.contains("hung 0\n"), "{printed}");
+}
+
+/// Each generation is told apart by its entry's address, so no two may share one (as
+/// identical functions folded into one by the compiler or linker would).
+#[test]
+fn every_generation_has_an_entry_of_its_own() {
+    let mut addresses: Vec<usize> = ENTRIES.iter().map(|&entry| entry as usize).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    assert_eq!(addresses.len(), ENTRIES.len());
+}
+
+/// Puts ours in front of an action of its own (exit_42, blocking real-time signal
+/// `34 + i`): the generation ours is installed as.
+fn in_front_of(i: usize) -> usize {
+    // SAFETY: a valid SA_SIGINFO action whose handler is async-signal-safe.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = exit_42 as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO;
+        libc::sigaddset(&mut action.sa_mask, 34 + i as libc::c_int);
+        assert_eq!(
+            libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    install();
+    generation_of(query().unwrap().sa_sigaction, &ENTRIES).unwrap()
+}
+
+/// Ours in front of one more action than there are generations, and of one of them again.
+fn generations_reused() {
+    let first: Vec<usize> = (0..GENERATIONS).map(in_front_of).collect();
+    let mut distinct = first.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), GENERATIONS, "{first:?}");
+    // In front of an action it stood in front of already: the same generation.
+    assert_eq!(in_front_of(3), first[3]);
+    // One action more: the least recently used generation, not the one in place (3).
+    assert_eq!(in_front_of(GENERATIONS), first[0]);
+    println!("generations reused");
+}
+
+#[test]
+fn ours_in_front_of_an_action_again_is_the_same_generation_and_the_oldest_is_reused() {
+    let (status, printed) = run_child("generations");
+    assert!(status.success(), "{status:?}: {printed}");
+    assert!(printed.contains("generations reused"), "{printed}");
 }
