@@ -291,6 +291,13 @@ fn child() {
             install_read_fault_handler();
             install_call_back();
         }
+        "call_back_twice" => {
+            // That library behind ours, then installed again: the handler it passes
+            // signals on to (ours) passes them to it.
+            install_call_back();
+            install_read_fault_handler();
+            install_call_back();
+        }
         "resethand" => set_info_handler(report_once, libc::SA_RESETHAND, &[]),
         "mask" => set_info_handler(check_mask, 0, &[libc::SIGUSR1]),
         "nodefer" => set_info_handler(check_nodefer, libc::SA_NODEFER, &[]),
@@ -348,6 +355,14 @@ fn a_fault_a_later_handler_raises_again_ends_the_process_instead_of_going_round(
 fn a_fault_passed_to_a_library_that_calls_ours_back_reaches_the_handler_before_ours() {
     let status = run_to_foreign_fault("call_back");
     assert_eq!(status.code(), Some(42), "{status:?}");
+}
+
+/// It overflowed the stack (SIGSEGV), as above; with no handler before ours left to
+/// reach, the fault ends the process as the default action does.
+#[test]
+fn a_fault_ours_is_called_back_with_while_passing_it_on_ends_the_process() {
+    let status = run_to_foreign_fault("call_back_twice");
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
 }
 
 #[test]

@@ -47,13 +47,17 @@ pub(super) fn query() -> Option<libc::sigaction> {
         .then_some(current)
 }
 
-/// Puts the default action in place for `sig`.
+/// Puts the default action in place for `sig`. Zeroed in place rather than built and
+/// moved, which a debug build does with two copies on the stack: it runs on top of two
+/// kernel signal frames when a handler ours passed a signal to raises it again.
 pub(super) fn set_default(sig: libc::c_int) {
-    // SAFETY: all-zero with SIG_DFL is the default action; sigaction is async-signal-safe.
+    let mut default = MaybeUninit::<libc::sigaction>::uninit();
+    // SAFETY: all-zero with SIG_DFL is the default action; sigaction is async-signal-safe
+    // and reads the action it is given.
     unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(sig, &default, std::ptr::null_mut());
+        default.as_mut_ptr().write_bytes(0, 1);
+        (*default.as_mut_ptr()).sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, default.as_ptr(), std::ptr::null_mut());
     }
 }
 

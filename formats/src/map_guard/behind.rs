@@ -25,7 +25,7 @@ use super::turn::Turn;
 
 /// How many actions ours can stand in front of before one generation is reused: far more
 /// SIGBUS handlers than a process has (a runtime's, faulthandler's, a DataLoader
-/// worker's).
+/// worker's), and few enough for a bit each in a mark ([`super::mark`]).
 pub(super) const GENERATIONS: usize = 16;
 
 static BEHIND: [Saved; GENERATIONS] = [const { Saved::new() }; GENERATIONS];

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use super::action::{change_mask, restore_mask, set_default, Action};
 use super::behind::behind;
 use super::front::{put_in_front, Entries};
+use super::mark;
 use super::registry::owner;
 use super::turn::Turn;
 
@@ -94,7 +95,10 @@ fn handle(g: usize, sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut 
     forward(g, sig, code, info, context);
 }
 
-/// Passes a SIGBUS that is not ours to the action behind generation `g`.
+/// Passes a SIGBUS that is not ours to the action behind generation `g`. Not inlined: a
+/// local of its frame is where it runs for [`mark`], which compares that place between
+/// calls of this function, so it must be the same function each time.
+#[inline(never)]
 fn forward(
     g: usize,
     sig: libc::c_int,
@@ -102,6 +106,16 @@ fn forward(
     info: *mut libc::siginfo_t,
     context: *mut c_void,
 ) {
+    let frame = 0u8;
+    let here = std::hint::black_box(&frame) as *const u8 as usize;
+    if mark::passing(info, here) & 1 << g != 0 {
+        // Called back with the signal this generation is passing on: the handler it
+        // passed it to passes it back. Passing it on again would go round until the stack
+        // overflows; it ends as it would with no handler left to take it.
+        mark::give_up(info);
+        end_as_default(sig, code);
+        return;
+    }
     // None only for a generation reused while this read it: the action its entry stood in
     // front of is gone, so there is nothing to pass the signal to but the default action.
     let previous = behind(g).unwrap_or(Action::DEFAULT);
@@ -117,22 +131,33 @@ fn forward(
         return;
     }
     if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        // With the default action back, a fault recurs when the faulting instruction runs
-        // again, and a sent signal is raised again (pending until this handler returns):
-        // either way the process ends as it would have without our handler.
-        set_default(sig);
-        if code <= 0 {
-            // SAFETY: raise is async-signal-safe.
-            unsafe { libc::raise(sig) };
-        }
+        end_as_default(sig, code);
         return;
     }
+    let was = mark::enter(info, g, here);
     call(previous, sig, info, context);
+    if mark::leave(info, was, here) {
+        // A generation called back with it took the default action: putting ours back in
+        // front of that would catch the fault again when it recurs.
+        return;
+    }
     // A handler that puts itself (or anything else) in place when called has taken ours
     // out: put ours back in front of what it left, as the next open would. Skipped when
     // another thread of this process, or the one this interrupted, is installing.
     if let Some(turn) = Turn::try_take() {
         put_in_front(&turn, &ENTRIES);
+    }
+}
+
+/// Ends the signal as the default action would. With the default action back, a fault
+/// recurs when the faulting instruction runs again, and a sent signal is raised again
+/// (pending until this handler returns): either way the process ends as it would have
+/// without our handler.
+fn end_as_default(sig: libc::c_int, code: libc::c_int) {
+    set_default(sig);
+    if code <= 0 {
+        // SAFETY: raise is async-signal-safe.
+        unsafe { libc::raise(sig) };
     }
 }
 

@@ -42,6 +42,7 @@ mod action;
 mod behind;
 mod front;
 mod handler;
+mod mark;
 mod registry;
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,7 @@ use super::action::query;
 use super::behind::GENERATIONS;
 use super::front::generation_of;
 use super::handler::ENTRIES;
+use super::mark;
 use super::registry::handled;
 use super::{install, GuardedMap};
 
@@ -202,6 +203,56 @@ fn children_forked_while_threads_install_ours_never_hang() {
     let (status, printed) = run_child("fork");
     assert!(status.success(), "{status:?}: {printed}");
     assert!(printed.contains("hung 0\n"), "{printed}");
+}
+
+/// A siginfo as the kernel delivers it: zeros past the fields.
+fn fresh_siginfo() -> Box<libc::siginfo_t> {
+    // SAFETY: all-zero is a valid siginfo_t.
+    Box::new(unsafe { std::mem::zeroed() })
+}
+
+#[test]
+fn a_mark_is_seen_below_the_frame_that_made_it_and_put_back_after() {
+    let mut info = fresh_siginfo();
+    let info: *mut libc::siginfo_t = &mut *info;
+    assert_eq!(mark::passing(info, 5000), 0);
+    let outer = mark::enter(info, 3, 5000);
+    // Called back, deeper on the stack: generation 3 is passing it on.
+    assert_eq!(mark::passing(info, 4000), 1 << 3);
+    let inner = mark::enter(info, 7, 4000);
+    assert_eq!(mark::passing(info, 3000), 1 << 3 | 1 << 7);
+    assert!(!mark::leave(info, inner, 4000));
+    assert_eq!(mark::passing(info, 3000), 1 << 3);
+    assert!(!mark::leave(info, outer, 5000));
+    // SAFETY: a siginfo_t is 128 bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(info.cast::<u8>(), 128) };
+    assert!(bytes.iter().all(|&b| b == 0), "{bytes:?}");
+}
+
+#[test]
+fn a_mark_left_by_a_handler_that_jumped_out_is_dead_to_the_next_signal_in_its_place() {
+    let mut info = fresh_siginfo();
+    let info: *mut libc::siginfo_t = &mut *info;
+    // Never left: the handler it was passed to jumped out, and (before Linux 4.20) the
+    // next signal's siginfo, at the same place, keeps the mark.
+    let _ = mark::enter(info, 3, 5000);
+    assert_eq!(mark::passing(info, 5000), 0);
+    let again = mark::enter(info, 3, 5000);
+    assert_eq!(mark::passing(info, 4000), 1 << 3);
+    assert!(!mark::leave(info, again, 5000));
+}
+
+#[test]
+fn giving_up_is_seen_by_every_generation_passing_the_signal_on() {
+    let mut info = fresh_siginfo();
+    let info: *mut libc::siginfo_t = &mut *info;
+    let outer = mark::enter(info, 3, 5000);
+    let inner = mark::enter(info, 7, 4000);
+    // Generation 3 called back below both.
+    assert_ne!(mark::passing(info, 3000) & 1 << 3, 0);
+    mark::give_up(info);
+    assert!(mark::leave(info, inner, 4000));
+    assert!(mark::leave(info, outer, 5000));
 }
 
 /// Each generation is told apart by its entry's address, so no two may share one (as
