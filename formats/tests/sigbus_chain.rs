@@ -4,7 +4,7 @@
 //! or puts itself back when called, is put behind ours again; and reinstalling in front of
 //! other libraries again and again keeps its memory bounded. A library that passes faults
 //! back to ours (it saved ours when it installed itself) does not make the two go round
-//! forever.
+//! forever, and a program that recovers from SIGBUS (siglongjmp) keeps recovering.
 //!
 //! Each scenario runs in a child process of this test binary: it changes the process's
 //! SIGBUS action and usually ends in a fault. The counting allocator measures the child's
@@ -86,9 +86,9 @@ fn exit_now(code: libc::c_int) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// Reads a byte of a map this process never registered, after cutting its file short:
-/// a fault outside every shard map. Returns only if that fault was cured.
-fn foreign_fault() -> u8 {
+/// A map this process never registers, of a file then cut short: reading it faults outside
+/// every shard map.
+fn cut_map() -> (tempfile::TempDir, memmap2::Mmap) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("foreign");
     std::fs::write(&path, vec![0xA5; 64 << 10]).unwrap();
@@ -101,6 +101,13 @@ fn foreign_fault() -> u8 {
         .unwrap()
         .set_len(0)
         .unwrap();
+    (dir, map)
+}
+
+/// Reads a byte of a [`cut_map`]: a fault outside every shard map. Returns only if that
+/// fault was cured.
+fn foreign_fault() -> u8 {
+    let (_dir, map) = cut_map();
     std::hint::black_box(&map[..])[30_000]
 }
 
@@ -178,6 +185,12 @@ extern "C" fn reraise(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void)
         );
         libc::raise(sig);
     }
+}
+
+/// Installs `reraise` with `flags`, keeping the action it replaces to put back.
+fn install_reraise(flags: libc::c_int) {
+    BEFORE_RERAISE.store(current_action(), Ordering::Release);
+    set_info_handler(reraise, flags, &[]);
 }
 
 /// The action `call_back` replaced: the one it passes signals on to.
@@ -281,8 +294,15 @@ fn child() {
             // Ours first, then faulthandler-like on top (it keeps ours to put back), then
             // ours again in front of it at the next open.
             install_read_fault_handler();
-            BEFORE_RERAISE.store(current_action(), Ordering::Release);
-            set_info_handler(reraise, libc::SA_NODEFER, &[]);
+            install_reraise(libc::SA_NODEFER);
+        }
+        "reraise_twice" => {
+            // faulthandler-like without SA_NODEFER (its raise waits until it returns),
+            // behind ours, then installed again: what it puts back and raises to is ours,
+            // in front of it.
+            install_reraise(0);
+            install_read_fault_handler();
+            install_reraise(0);
         }
         "call_back" => {
             // Ours in front of exit_42, then a library that passes signals not its own to
@@ -314,6 +334,7 @@ fn child() {
         }
         "alternate" => return alternate(10_000),
         "restart" => return restarted_read(),
+        "recover" => return recovered_again_and_again(),
         _ => {}
     }
     // Ours handles a fault in its own map...
@@ -346,6 +367,12 @@ fn a_handler_that_replaced_ours_is_put_behind_it_at_the_next_open() {
 #[test]
 fn a_fault_a_later_handler_raises_again_ends_the_process_instead_of_going_round() {
     let status = run_to_foreign_fault("loop");
+    assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+}
+
+#[test]
+fn a_fault_a_handler_raises_again_to_ours_in_front_of_itself_ends_the_process() {
+    let status = run_to_foreign_fault("reraise_twice");
     assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
 }
 
@@ -421,6 +448,78 @@ fn restarted_read() {
     assert_eq!(unsafe { libc::write(fds[1], [7u8].as_ptr().cast(), 1) }, 1);
     let (n, byte, errno) = reader.join().unwrap();
     println!("read {n} {byte} ({errno})");
+}
+
+/// glibc's `sigjmp_buf` (200 bytes on x86-64, 312 on aarch64), with room to spare.
+#[repr(C, align(16))]
+struct JumpBuf(std::cell::UnsafeCell<[u64; 64]>);
+
+// SAFETY: used by one thread: the one that sets it and the handler that jumps to it, which
+// runs on that thread (the faults and signals it recovers from are that thread's own).
+unsafe impl Sync for JumpBuf {}
+
+static JUMP: JumpBuf = JumpBuf(std::cell::UnsafeCell::new([0; 64]));
+
+extern "C" {
+    // glibc's sigsetjmp is a macro for __sigsetjmp.
+    #[cfg_attr(target_env = "gnu", link_name = "__sigsetjmp")]
+    fn sigsetjmp(env: *mut JumpBuf, save_mask: libc::c_int) -> libc::c_int;
+    fn siglongjmp(env: *mut JumpBuf, value: libc::c_int) -> !;
+}
+
+/// Recovers from a SIGBUS by jumping back to where [`survives`] began, as programs that
+/// probe memory or read files that may shrink do.
+extern "C" fn jump_back(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    // SAFETY: set by `survives`, whose frame is live: the signal came from its `f`.
+    unsafe { siglongjmp(JUMP.0.get().cast(), 1) }
+}
+
+/// Runs `f`: true when a SIGBUS in it was recovered from by [`jump_back`].
+#[inline(never)]
+fn survives(f: impl FnOnce()) -> bool {
+    // SAFETY: sigsetjmp returns a second time (nonzero) only by `jump_back` while `f` runs;
+    // the frames it jumps over (`f`'s, the handlers') hold nothing to drop, and this frame
+    // uses none of its locals after that second return.
+    if unsafe { sigsetjmp(JUMP.0.get().cast(), 1) } != 0 {
+        return true;
+    }
+    f();
+    false
+}
+
+/// A program that recovers from SIGBUS (`jump_back`, installed before ours), with ours in
+/// front of it: faults outside shard maps, and SIGBUS it raises itself, are each passed to
+/// it and recovered from, not just the first. Prints how many of six were.
+fn recovered_again_and_again() {
+    set_info_handler(jump_back, 0, &[]);
+    assert!(shard_cut_under_reader(|| {}) > 0);
+    println!("own fault handled");
+    let (_dir, map) = cut_map();
+    let byte = map.as_ptr().wrapping_add(30_000);
+    let mut recovered = 0;
+    for round in 0..3 {
+        // SAFETY: a byte of a live map; reading it faults, which is the point.
+        if survives(|| _ = std::hint::black_box(unsafe { byte.read_volatile() })) {
+            println!("fault {round} recovered");
+            recovered += 1;
+        }
+        // SAFETY: raise is always safe to call.
+        if survives(|| _ = unsafe { libc::raise(libc::SIGBUS) }) {
+            println!("raise {round} recovered");
+            recovered += 1;
+        }
+    }
+    println!("recovered {recovered}");
+}
+
+/// The first SIGBUS passed to such a handler was the last: a later one it raised itself
+/// was taken for that handler giving up, and ended the process.
+#[test]
+fn a_handler_before_ours_that_recovers_from_sigbus_recovers_every_time() {
+    let (status, printed) = run_child("recover");
+    assert!(status.success(), "{status:?}: {printed}");
+    assert!(printed.contains("own fault handled"), "{printed}");
+    assert_eq!(printed_number(&printed, "recovered "), 6, "{printed}");
 }
 
 /// Printed `key value` of a child, as a number.

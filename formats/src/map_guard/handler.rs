@@ -2,12 +2,11 @@
 //! is passed to the action behind ours, as the kernel would have delivered it.
 
 use std::ffi::c_void;
-use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::action::{change_mask, restore_mask, set_default, Action};
+use super::action::{change_mask, pending, query, set_default, set_mask, Action};
 use super::behind::behind;
-use super::front::{put_in_front, Entries};
+use super::front::{generation_of, put_in_front, Entries};
 use super::mark;
 use super::registry::owner;
 use super::turn::Turn;
@@ -35,11 +34,6 @@ pub(super) static ENTRIES: Entries = [
 
 /// The page size, set before the handler is installed.
 static PAGE: AtomicUsize = AtomicUsize::new(4096);
-/// Set once a SIGBUS not ours was passed to the handler before ours. A SIGBUS *sent*
-/// (not a fault) after that is that handler giving up: Python's faulthandler and torch's
-/// worker handler report the fault, put their predecessor (ours) back and raise it again;
-/// passing that on as well would go round between the two forever.
-static FORWARDED: AtomicBool = AtomicBool::new(false);
 
 /// Records the page size, for the handler to map zeros over whole pages.
 pub(super) fn learn_page_size() {
@@ -50,7 +44,9 @@ pub(super) fn learn_page_size() {
     }
 }
 
-/// Ours as generation `G`.
+/// Ours as generation `G`. A fault in a registered map ends here; anything else goes to
+/// [`forward`] from this frame, with no frame in between: every frame counts on a small
+/// alternate stack (see [`forward`]).
 extern "C" fn on_sigbus<const G: usize>(
     sig: libc::c_int,
     info: *mut libc::siginfo_t,
@@ -59,45 +55,61 @@ extern "C" fn on_sigbus<const G: usize>(
     // SAFETY: errno is this thread's; read here and written back below, so that the code
     // the signal interrupted finds it as it left it.
     let errno = unsafe { *libc::__errno_location() };
-    handle(G, sig, info, context);
+    // SAFETY: the kernel hands an SA_SIGINFO handler a valid siginfo_t, and so does a
+    // handler that calls ours as the one it replaced (null only from a broken one).
+    let code = if info.is_null() {
+        0
+    } else {
+        unsafe { (*info).si_code }
+    };
+    if code <= 0 || !zeros_over_lost_page(info) {
+        forward(G, sig, code, info, context);
+    }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
-fn handle(g: usize, sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
-    // SAFETY: the kernel hands an SA_SIGINFO handler a valid siginfo_t; `si_addr` is
-    // meaningful for kernel-raised SIGBUS (si_code > 0) and only used then.
-    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    if code > 0 {
-        if let Some(slot) = owner(addr) {
-            let page = PAGE.load(Ordering::Relaxed);
-            let start = addr & !(page - 1);
-            // SAFETY: the page lies inside a live registered map (its slot is in use, and
-            // a map is unregistered before it is unmapped), which this process only reads:
-            // replacing it with a private page of zeros changes what later reads of that
-            // page see, and nothing else.
-            let zeros = unsafe {
-                libc::mmap(
-                    start as *mut c_void,
-                    page,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                    -1,
-                    0,
-                )
-            };
-            if zeros != libc::MAP_FAILED {
-                slot.mark_faulted();
-                return;
-            }
-        }
+/// For a fault (`si_code` > 0) at an address in a registered map: maps a page of zeros
+/// over the page that could not be read and marks the map. False when the address is in
+/// no registered map, or the kernel refused the mapping.
+fn zeros_over_lost_page(info: *mut libc::siginfo_t) -> bool {
+    // SAFETY: a fault's siginfo (si_code > 0) holds the address that faulted.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let Some(slot) = owner(addr) else {
+        return false;
+    };
+    let page = PAGE.load(Ordering::Relaxed);
+    let start = addr & !(page - 1);
+    // SAFETY: the page lies inside a live registered map (its slot is in use, and a map is
+    // unregistered before it is unmapped), which this process only reads: replacing it
+    // with a private page of zeros changes what later reads of that page see, and nothing
+    // else.
+    let zeros = unsafe {
+        libc::mmap(
+            start as *mut c_void,
+            page,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    if zeros == libc::MAP_FAILED {
+        return false;
     }
-    forward(g, sig, code, info, context);
+    slot.mark_faulted();
+    true
 }
 
 /// Passes a SIGBUS that is not ours to the action behind generation `g`. Not inlined: a
 /// local of its frame is where it runs for [`mark`], which compares that place between
 /// calls of this function, so it must be the same function each time.
+///
+/// Only what is needed after the handler returns is kept in this frame and in
+/// [`call`]'s; the rest is done in functions that have returned by then. All of it may be
+/// on a small alternate stack: Rust gives each thread 8 KiB, and a handler that raises
+/// the signal again while this runs (Python's faulthandler) adds a second kernel signal
+/// frame there (3.3 KiB each with AVX-512), on which ours runs again.
 #[inline(never)]
 fn forward(
     g: usize,
@@ -116,37 +128,63 @@ fn forward(
         end_as_default(sig, code);
         return;
     }
+    let Some(previous) = handler_behind(g, sig, code) else {
+        return;
+    };
+    let was = mark::enter(info, g, here);
+    call(&previous, sig, info, context);
+    if !mark::leave(info, was, here) {
+        after_call(sig, &previous);
+    }
+    // Otherwise a generation called back with it took the default action: putting ours
+    // back in front of that would catch the fault again when it recurs.
+}
+
+/// The action behind generation `g` when it has a handler to call; else the signal is
+/// ended here as that action (the default one, or ignored) would end it.
+fn handler_behind(g: usize, sig: libc::c_int, code: libc::c_int) -> Option<Action> {
     // None only for a generation reused while this read it: the action its entry stood in
     // front of is gone, so there is nothing to pass the signal to but the default action.
     let previous = behind(g).unwrap_or(Action::DEFAULT);
-    let mut handler = previous.handler;
-    if code <= 0 && FORWARDED.load(Ordering::Relaxed) && handler != libc::SIG_IGN {
-        // Raised again by the handler it went to (see FORWARDED): end as the default
-        // action ends a SIGBUS.
-        handler = libc::SIG_DFL;
-    }
-    FORWARDED.store(true, Ordering::Relaxed);
-    if handler == libc::SIG_IGN && code <= 0 {
+    match previous.handler {
         // A SIGBUS sent by kill() to a process that ignored it.
-        return;
+        libc::SIG_IGN if code <= 0 => None,
+        libc::SIG_DFL | libc::SIG_IGN => {
+            end_as_default(sig, code);
+            None
+        }
+        _ => Some(previous),
     }
-    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
-        end_as_default(sig, code);
-        return;
-    }
-    let was = mark::enter(info, g, here);
-    call(previous, sig, info, context);
-    if mark::leave(info, was, here) {
-        // A generation called back with it took the default action: putting ours back in
-        // front of that would catch the fault again when it recurs.
-        return;
-    }
+}
+
+/// Once the handler `previous` returned: puts ours back in front when it took ours out,
+/// and gives the default action a signal it raised straight back to itself.
+fn after_call(sig: libc::c_int, previous: &Action) {
     // A handler that puts itself (or anything else) in place when called has taken ours
     // out: put ours back in front of what it left, as the next open would. Skipped when
     // another thread of this process, or the one this interrupted, is installing.
     if let Some(turn) = Turn::try_take() {
         put_in_front(&turn, &ENTRIES);
     }
+    if raised_back(sig, previous) {
+        set_default(sig);
+    }
+}
+
+/// Whether the handler just called raised `sig` again while it was blocked, to have it
+/// delivered once it returns, with the action in place passing it straight back to that
+/// handler. Python's faulthandler raises the signal again after putting back the handler
+/// it replaced, to end the process; when that is the copy of ours standing in front of
+/// faulthandler itself (which installed itself twice), the signal would go round between
+/// the two for ever. Without SA_NODEFER the raise waits for this handler to return, so
+/// it is seen here; with it, the raise reaches the copy of ours at once, inside the
+/// handler's call, and that case is not caught.
+fn raised_back(sig: libc::c_int, previous: &Action) -> bool {
+    pending(sig)
+        && query()
+            .and_then(|now| generation_of(now.handler, &ENTRIES))
+            .and_then(behind)
+            .is_some_and(|now| now == *previous)
 }
 
 /// Ends the signal as the default action would. With the default action back, a fault
@@ -167,22 +205,20 @@ fn end_as_default(sig: libc::c_int, code: libc::c_int) {
 /// again reach the handler it put back at once). A one-shot (SA_RESETHAND) handler
 /// finds the default action in place, as it counts on: a crash reporter that returns
 /// expects the fault to recur into the default action, not into itself.
-fn call(previous: Action, sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
+fn call(previous: &Action, sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     if previous.flags & libc::SA_RESETHAND != 0 {
         set_default(sig);
     }
     let bit = 1u64 << (sig - 1);
-    let mut blocked = previous.mask;
-    if previous.flags & libc::SA_NODEFER == 0 {
-        blocked |= bit;
-    }
+    let blocked = if previous.flags & libc::SA_NODEFER == 0 {
+        previous.mask | bit
+    } else {
+        previous.mask
+    };
     // The signal was not blocked where it was delivered (a fault on a blocked SIGBUS
     // kills; a sent one waits), so unblocking it here gives the handler the mask the
-    // kernel would have. Only the mask to restore stays on the stack while the handler
-    // runs: on a 8 KiB alternate stack (Rust's), a handler that raises the signal again
-    // has room for little more than two kernel signal frames (3.3 KiB each with AVX-512).
-    let mut was = MaybeUninit::uninit();
-    change_mask(blocked, bit & !blocked, &mut was);
+    // kernel would have.
+    let was = change_mask(blocked, bit & !blocked);
     if previous.flags & libc::SA_SIGINFO != 0 {
         // SAFETY: an SA_SIGINFO action's handler has this signature; it gets the
         // arguments the kernel gave us.
@@ -194,6 +230,5 @@ fn call(previous: Action, sig: libc::c_int, info: *mut libc::siginfo_t, context:
         let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(previous.handler) };
         f(sig);
     }
-    // SAFETY: written by change_mask.
-    restore_mask(unsafe { was.assume_init_ref() });
+    set_mask(was);
 }

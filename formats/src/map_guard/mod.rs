@@ -32,11 +32,20 @@
 //! fatal until the next [`install`]: the next open, `Dataset::reader`, or item read from
 //! Python. Nothing here can watch the SIGBUS action between those calls.
 //!
+//! Nothing about a signal passed on is kept for the next one, so a handler that recovers
+//! from SIGBUS by jumping out gets every one, not just the first. What stops a signal
+//! going round between ours and another handler is in the signal itself: a mark in its
+//! siginfo for a handler that calls ours back with it ([`mark`]), and for one that raises
+//! it again, the generations (the copy of ours it puts back passes it further down) or,
+//! when the raised signal would come straight back to it, the default action.
+//!
 //! The handler never waits and allocates nothing: it reads fixed tables of atomics (one
 //! slot per map, and one per generation for the action behind it, each with a sequence
 //! number so that a slot being reused is never read half-written), tries the install turn
 //! without waiting for it, and makes async-signal-safe system calls: one `mmap` for a fault
-//! of ours; `sigaction` and `pthread_sigmask` for one passed on.
+//! of ours; `sigaction`, `sigpending` and `pthread_sigmask` for one passed on. It keeps
+//! its frames small: it may run on an 8 KiB alternate signal stack under two kernel
+//! signal frames (see `handler::forward`).
 
 mod action;
 mod behind;
@@ -50,7 +59,7 @@ mod turn;
 
 use std::sync::Once;
 
-use front::{is_ours, put_in_front};
+use front::{generation_of, put_in_front};
 use handler::ENTRIES;
 use registry::{claim, faulted, release, SLOTS};
 use turn::Turn;
@@ -132,7 +141,7 @@ impl Drop for GuardedMap {
 /// maps, not skipped.
 pub fn install() {
     handler::learn_page_size();
-    if action::query().is_none_or(|current| is_ours(&current, &ENTRIES)) {
+    if action::query().is_none_or(|current| generation_of(current.handler, &ENTRIES).is_some()) {
         return;
     }
     if !put_in_front(&Turn::take(), &ENTRIES) {

@@ -280,7 +280,7 @@ fn in_front_of(i: usize) -> usize {
         );
     }
     install();
-    generation_of(query().unwrap().sa_sigaction, &ENTRIES).unwrap()
+    generation_of(query().unwrap().handler, &ENTRIES).unwrap()
 }
 
 /// Ours in front of one more action than there are generations, and of one of them again.
