@@ -11,6 +11,7 @@ use super::front::generation_of;
 use super::handler::ENTRIES;
 use super::mark;
 use super::registry::handled;
+use super::turn::Turn;
 use super::{install, GuardedMap};
 
 fn file_of(len: usize) -> (tempfile::TempDir, std::path::PathBuf) {
@@ -130,6 +131,7 @@ fn child() {
             let forks = std::env::var("STOKER_MAP_GUARD_FORKS");
             return fork_while_mapping(forks.map_or(200, |n| n.parse().unwrap()));
         }
+        "pid namespace" => return fork_into_a_new_pid_namespace(),
         "generations" => return generations_reused(),
         _ => panic!("no scenario {scenario}"),
     }
@@ -302,4 +304,93 @@ fn ours_in_front_of_an_action_again_is_the_same_generation_and_the_oldest_is_reu
     let (status, printed) = run_child("generations");
     assert!(status.success(), "{status:?}: {printed}");
     assert!(printed.contains("generations reused"), "{printed}");
+}
+
+/// Exit codes of the processes of [`fork_into_a_new_pid_namespace`].
+const NO_NAMESPACES: i32 = 3;
+const HUNG: i32 = 4;
+
+/// Waits up to `limit` for child `pid`: its exit code, or [`HUNG`] (it is killed then).
+fn wait_for(pid: libc::pid_t, limit: Duration) -> i32 {
+    let (started, mut status) = (Instant::now(), 0);
+    // SAFETY: waitpid and kill on our own child, into a valid int.
+    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+        if started.elapsed() > limit {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return HUNG;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        128 + libc::WTERMSIG(status)
+    }
+}
+
+/// Ends a forked process.
+fn exit_child(code: i32) -> ! {
+    // SAFETY: _exit ends the child without running the parent's exit code.
+    unsafe { libc::_exit(code) }
+}
+
+/// The first process of a pid namespace (pid 1, as a container's is) forks a child into
+/// a new pid namespace while the install turn is held (as by a thread of it in the middle
+/// of installing ours): the child is pid 1 too, so the turn it inherits names its own pid,
+/// as if one of its own threads held it. The child replaces ours and installs it again.
+/// Prints how the child ended: 0, or [`HUNG`] when it waited for a turn no thread of it
+/// holds.
+fn fork_into_a_new_pid_namespace() {
+    // SAFETY: each child below makes system calls, touches atomics and leaves with _exit;
+    // the one that installs ours takes no lock another thread could have held at the fork.
+    let outer = unsafe { libc::fork() };
+    if outer == 0 {
+        // A user namespace needs a process of one thread: this fork of the test's.
+        // SAFETY: unshare changes only namespaces, which this process's children enter.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID) } != 0 {
+            exit_child(NO_NAMESPACES);
+        }
+        // SAFETY: as above.
+        let first = unsafe { libc::fork() };
+        if first == 0 {
+            // Pid 1. Held for good, as by a thread in the middle of installing ours.
+            std::mem::forget(Turn::take());
+            // SAFETY: as above.
+            if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+                exit_child(NO_NAMESPACES);
+            }
+            // SAFETY: as above.
+            let child = unsafe { libc::fork() };
+            if child == 0 {
+                // Pid 1 again.
+                set_handler(exit_42);
+                install();
+                exit_child(0);
+            }
+            exit_child(wait_for(child, Duration::from_secs(5)));
+        }
+        exit_child(wait_for(first, Duration::from_secs(20)));
+    }
+    match wait_for(outer, Duration::from_secs(30)) {
+        NO_NAMESPACES => println!("no pid namespaces here"),
+        code => println!("child {code}"),
+    }
+}
+
+/// A child inherits the turn as its parent's thread held it; it used to take it over only
+/// when the turn named another process than itself, and waited for ever when it named its
+/// own pid (1, from the parent's pid namespace).
+#[test]
+fn a_child_forked_while_the_turn_names_its_own_pid_still_installs() {
+    let (status, printed) = run_child("pid namespace");
+    assert!(status.success(), "{status:?}: {printed}");
+    if printed.contains("no pid namespaces") {
+        eprintln!("skipped: this system does not let a test make pid namespaces");
+        return;
+    }
+    assert!(printed.contains("child 0\n"), "{printed}");
 }
