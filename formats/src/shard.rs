@@ -13,8 +13,8 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex, Once, Weak};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::lmdb_meta::RecordTree;
 use crate::map_guard::GuardedMap;
@@ -115,14 +115,19 @@ extern "C" fn forget_registry() {
 /// workers hung at their first open. So a registry serves only the process that made it: a
 /// child makes a fresh one and leaves the inherited one (and what it holds) unused. The
 /// child learns it is one from the fork handler, or, where a fork skipped the handlers (a
-/// raw `clone`), from the registry's process id (which a reused id could fool).
+/// raw `clone`, or a fork while the first open registers them), from the registry's
+/// process id (which a reused id could fool).
 fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
-    static AT_FORK: Once = Once::new();
-    AT_FORK.call_once(|| {
+    // Not a `Once`, for the same reason: a fork while another thread runs one leaves it
+    // running for good in the child, which then waits for it at its first open.
+    static AT_FORK: AtomicBool = AtomicBool::new(false);
+    if !AT_FORK.swap(true, Ordering::Relaxed) {
         // SAFETY: registers a child handler that only stores to an atomic, which is
         // async-signal-safe, as a handler run in the child of a threaded fork must be.
         unsafe { libc::pthread_atfork(None, None, Some(forget_registry)) };
-    });
+        #[cfg(test)]
+        tests::while_registering();
+    }
     let pid = std::process::id();
     let mut current = REG.load(Ordering::Acquire);
     loop {
@@ -228,4 +233,74 @@ pub(crate) fn open_shard(
 /// Key of dataset index `index`: u64 big-endian, so LMDB's byte order is index order.
 pub(crate) fn key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::registry;
+
+    /// Set by the child test below: another thread forks while this one registers the
+    /// fork handler, at the first open.
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    /// The process that fork made.
+    static FORKED: AtomicI32 = AtomicI32::new(0);
+
+    /// Called by the first open, once the fork handler is registered.
+    pub(super) fn while_registering() {
+        if !ARMED.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let forker = std::thread::spawn(|| {
+            // SAFETY: the child looks up the registry and leaves with _exit; what it
+            // inherits from the first open, midway, is what is tested.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let _ = registry();
+                // SAFETY: _exit ends the child without running the parent's exit code.
+                unsafe { libc::_exit(0) };
+            }
+            pid
+        });
+        FORKED.store(forker.join().unwrap(), Ordering::Relaxed);
+    }
+
+    /// The child process's side of the test below: a no-op when run as a plain test.
+    #[test]
+    fn child() {
+        if std::env::var("STOKER_SHARD_CHILD").is_err() {
+            return;
+        }
+        ARMED.store(true, Ordering::Relaxed);
+        let _ = registry();
+        let (pid, started, mut status) = (FORKED.load(Ordering::Relaxed), Instant::now(), 0);
+        assert!(pid > 0, "no fork");
+        // SAFETY: waitpid and kill on our own child, into a valid int.
+        while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+            if started.elapsed() > Duration::from_secs(5) {
+                println!("child hung");
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        println!("child exited {status}");
+    }
+
+    /// The first open registered the fork handler in a `Once`: a child forked meanwhile
+    /// found it still running, with no thread to finish it, and waited for it for ever at
+    /// its own first open (in about 1 of 30 runs of tests/fork_open.rs).
+    #[test]
+    fn a_child_forked_while_the_first_open_registers_the_fork_handler_opens_too() {
+        let (status, printed) = stoker_testdata::child::run_test(
+            "shard::tests::child",
+            ("STOKER_SHARD_CHILD", "fork while registering"),
+            Duration::from_secs(60),
+        );
+        assert!(status.success(), "{status:?}: {printed}");
+        assert!(printed.contains("child exited 0\n"), "{printed}");
+    }
 }
