@@ -279,6 +279,16 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
                 ),
             )
         };
+        let part = crate::convert::Part {
+            index: p.index,
+            count: p.count,
+        };
+        if let Err(e) = part.validate() {
+            return Err(refuse(
+                dir,
+                format!("its manifest names no valid part: {e}"),
+            ));
+        }
         if p.count != fp.count {
             return Err(differs("the number of parts"));
         }
@@ -299,11 +309,7 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
                 return Err(differs("the raw image size"));
             }
         }
-        let want = crate::convert::Part {
-            index: p.index,
-            count: p.count,
-        }
-        .slice(p.inputs);
+        let want = part.slice(p.inputs);
         if (p.first_input, p.end_input) != (want.start, want.end) {
             return Err(refuse(
                 dir,

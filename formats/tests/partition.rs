@@ -226,6 +226,20 @@ fn merge_refuses_missing_duplicated_and_foreign_parts() {
     .unwrap_err();
     assert!(e.to_string().contains("number of parts"), "{e}");
 
+    // A part whose manifest names no valid part (edited, or damaged): refused, not a
+    // division by zero.
+    let manifest_path = dir(1, 3).join(MANIFEST_FILE);
+    let original = std::fs::read(&manifest_path).unwrap();
+    for (index, count) in [(1, 0), (7, 3)] {
+        let mut m: serde_json::Value = serde_json::from_slice(&original).unwrap();
+        m["part"]["index"] = index.into();
+        m["part"]["count"] = count.into();
+        std::fs::write(&manifest_path, serde_json::to_vec(&m).unwrap()).unwrap();
+        let e = merge(&root, &[]).unwrap_err();
+        assert!(e.to_string().contains("names no valid part"), "{e}");
+    }
+    std::fs::write(&manifest_path, original).unwrap();
+
     // A plain dataset is not a part.
     let plain = tmp.path().join("plain");
     convert(&opts(source.clone(), &plain), &NoProgress).unwrap();

@@ -184,6 +184,9 @@ impl ConvertOptions {
                 self.shard_bytes
             )));
         }
+        if let Some(part) = &self.part {
+            part.validate()?;
+        }
         if self.jobs == Some(0) {
             return bad("jobs must be positive");
         }
@@ -339,5 +342,24 @@ mod tests {
             o.layout = layout;
             assert!(o.ignored_flags().is_empty());
         }
+    }
+
+    #[test]
+    fn a_part_built_from_its_fields_is_checked_not_a_panic() {
+        // `Part`'s fields are public: these reached `convert` and panicked there (a slice
+        // out of range, a division by zero).
+        for (index, count) in [(5, 2), (2, 2), (0, 0), (0, u32::MAX)] {
+            let mut o = ConvertOptions::new(Source::ImageFolder("src".into()), "out");
+            o.part = Some(Part { index, count });
+            let err = o.validate().unwrap_err();
+            assert!(
+                matches!(err, FormatError::PartSelection { .. }),
+                "{index}/{count}: {err}"
+            );
+            assert_eq!(Part { index, count }.slice(15), 0..0);
+        }
+        let mut o = ConvertOptions::new(Source::ImageFolder("src".into()), "out");
+        o.part = Some(Part { index: 1, count: 2 });
+        o.validate().unwrap();
     }
 }

@@ -48,9 +48,28 @@ impl Part {
     }
 
     /// The positions in the listing (sorted, or shuffled with `shuffle`) of `inputs` entries that this part converts.
+    /// Empty for a part that [`Part::validate`] refuses (its fields are public).
     pub fn slice(&self, inputs: u64) -> std::ops::Range<u64> {
+        if self.validate().is_err() {
+            return 0..0;
+        }
         let at = |i: u32| (u128::from(i) * u128::from(inputs) / u128::from(self.count)) as u64;
         at(self.index)..at(self.index + 1)
+    }
+
+    /// Checks a part built from its public fields (or read from a manifest) as
+    /// [`Part::new`] checks its arguments.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::PartSelection`] unless `index < count <= MAX_PARTS`.
+    pub fn validate(&self) -> Result<(), FormatError> {
+        check(
+            self.index,
+            self.count,
+            format!("part {} of {}", self.index, self.count),
+        )
+        .map(drop)
     }
 
     /// Reads the part from this process's flags and environment; see [`Part::from_vars`].
