@@ -582,7 +582,14 @@ impl LoaderBuilder {
         if let Some(note) = loader.mixing_note() {
             tracing::warn!("{note}");
         }
-        if let Some(note) = loader.workers_note() {
+        for note in [
+            loader.workers_note(),
+            loader.ranks_note(),
+            loader.empty_epochs_note(),
+        ]
+        .into_iter()
+        .flatten()
+        {
             tracing::warn!("{note}");
         }
         Ok(loader)
@@ -590,6 +597,41 @@ impl LoaderBuilder {
 }
 
 impl Loader {
+    /// Why every epoch of this loader is empty, when it is: `drop_last` with a batch size
+    /// above this rank's share of the dataset drops the one partial batch there is, and a
+    /// training loop would run without a word. The builder also logs it as a warning.
+    pub fn empty_epochs_note(&self) -> Option<String> {
+        let sampler = self.sampler();
+        (sampler.num_batches() == 0).then(|| {
+            format!(
+                "every epoch is empty: drop_last drops the only batch, as batch_size {} is \
+                 above the {} samples of this rank's share ({} samples over {} ranks); lower \
+                 the batch size or turn drop_last off",
+                sampler.batch_size(),
+                sampler.dataset_len() / sampler.world_size().max(1),
+                sampler.dataset_len(),
+                sampler.world_size()
+            )
+        })
+    }
+
+    /// Why this loader reads the whole dataset although the launcher started several
+    /// processes, when it does: built without [`LoaderBuilder::distributed_from_env`] (or
+    /// with `distributed(_, 1)`) under torchrun, Slurm or MPI, every process would load
+    /// the same batches in the same order. The builder also logs it as a warning.
+    pub fn ranks_note(&self) -> Option<String> {
+        let placement = &self.config.placement;
+        (self.config.world == 1 && placement.world > 1).then(|| {
+            format!(
+                "the launcher ({}) started {} processes, but this loader reads the whole \
+                 dataset as one: every process gets the same batches; call \
+                 .distributed_from_env() (or .distributed(rank, world)) to give each its \
+                 share",
+                placement.launcher, placement.world
+            )
+        })
+    }
+
     /// Why the `workers` asked for ([`LoaderBuilder::workers`]) are more threads than this
     /// process's share of the node's cores, when they are (PyTorch's `DataLoader` warns
     /// alike); the builder also logs it as a warning. The default never is.

@@ -108,3 +108,35 @@ fn more_workers_than_cores_build_with_a_note_as_pytorch_warns() {
         .workers_note()
         .is_none());
 }
+
+#[test]
+fn drop_last_with_a_batch_above_the_share_is_a_note_not_a_silent_empty_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    // The README's batch_size(256).drop_last(true) on the 15 sample photos.
+    let empty = Loader::builder(ds.clone())
+        .batch_size(256)
+        .drop_last(true)
+        .build()
+        .unwrap();
+    assert_eq!(empty.num_batches(), 0);
+    let note = empty.empty_epochs_note().expect("a note");
+    assert!(note.contains("batch_size 256 is above the 15 samples"), "{note}");
+    let two_ranks = Loader::builder(ds.clone())
+        .batch_size(8)
+        .drop_last(true)
+        .distributed(1, 2)
+        .build()
+        .unwrap();
+    assert_eq!(two_ranks.num_batches(), 0);
+    assert!(two_ranks.empty_epochs_note().unwrap().contains("7 samples"));
+    // One batch, partial, without drop_last; full batches with it: no note.
+    for (batch, drop_last) in [(256, false), (4, true)] {
+        let loader = Loader::builder(ds.clone())
+            .batch_size(batch)
+            .drop_last(drop_last)
+            .build()
+            .unwrap();
+        assert!(loader.empty_epochs_note().is_none(), "{batch} {drop_last}");
+    }
+}

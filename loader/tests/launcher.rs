@@ -445,6 +445,13 @@ fn a_given_placement_is_used_without_reading_the_environment() {
         table.contains("placement: rank 5 of 8, local rank 5 of 8 (torchrun), loads slice 0 of 1"),
         "{table}"
     );
+    // ...and warns: each of the 8 processes would train on the same batches.
+    let note = whole.ranks_note().expect("a note");
+    assert!(
+        note.contains("started 8 processes") && note.contains(".distributed_from_env()"),
+        "{note}"
+    );
+    assert_eq!(loader.ranks_note(), None);
 }
 
 /// `Placement::from_vars` over `vars` (no process environment involved).

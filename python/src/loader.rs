@@ -617,14 +617,19 @@ impl TransformArgs<'_> {
 /// A state key written as text (`Order`, `DatasetFingerprint`), parsed; `None` stays `None`.
 /// What the builder logs through `tracing`, which Python does not show, as warnings: what
 /// the placement had to assume (a Slurm batch step run without srun, a local count
-/// guessed), an order that mixes classes poorly, more workers than cores.
+/// guessed), an order that mixes classes poorly, more workers than cores, epochs that
+/// drop_last leaves empty.
 fn warn_notes(py: Python<'_>, inner: &stoker_loader::Loader) -> PyResult<()> {
     if let Some(note) = inner.stats().placement.and_then(|p| p.note) {
         warn(py, format!("stoker placement: {note}"))?;
     }
-    for note in [inner.mixing_note(), inner.workers_note()]
-        .into_iter()
-        .flatten()
+    for note in [
+        inner.mixing_note(),
+        inner.workers_note(),
+        inner.empty_epochs_note(),
+    ]
+    .into_iter()
+    .flatten()
     {
         warn(py, format!("stoker: {note}"))?;
     }

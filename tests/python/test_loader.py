@@ -484,6 +484,12 @@ def test_more_workers_than_cores_is_a_warning(sample_dataset):
         stoker.Loader(sample_dataset, 4, device="cpu")
 
 
+def test_drop_last_leaving_every_epoch_empty_is_a_warning(sample_dataset):
+    with pytest.warns(UserWarning, match="every epoch is empty"):
+        loader = stoker.Loader(sample_dataset, 256, device="cpu", drop_last=True)
+    assert list(loader) == []
+
+
 def test_quasi_order_on_a_class_by_class_dataset_warns_and_shuffle_mends_it(tmp_path):
     # 100 classes of 20 images (links to one small photo). Stored class by class, a window
     # of 8 blocks of 10 records crosses about 9 classes; stored shuffled, a batch of 64
