@@ -335,6 +335,38 @@ fn unfinished(root: &Path, e: FormatError) -> FormatError {
                 journal,
             }
         }
+        (FormatError::Io { source, .. }, None)
+            if source.kind() == std::io::ErrorKind::NotFound && root.is_dir() =>
+        {
+            FormatError::NotADataset {
+                dir: root.to_path_buf(),
+                hint: not_a_dataset_hint(root),
+            }
+        }
         _ => e,
+    }
+}
+
+/// What to do with a directory that has no manifest, from a look at its first entries:
+/// part directories want a merge, anything else a conversion.
+fn not_a_dataset_hint(root: &Path) -> String {
+    let parts = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(100_000)
+        .filter(|e| e.file_name().as_encoded_bytes().starts_with(b"part-"))
+        .count();
+    if parts > 0 {
+        format!(
+            "it holds {parts} part director{} of a partitioned conversion: merge them into one \
+             dataset first (`stoker merge {}`; Python: `stoker.merge`; Rust: `stoker::formats::merge`)",
+            if parts == 1 { "y" } else { "ies" },
+            root.display()
+        )
+    } else {
+        "convert images into a dataset first (`stoker convert SOURCE OUT`; Python: \
+         `stoker.convert`; Rust: `stoker::formats::convert`) and open OUT"
+            .to_string()
     }
 }

@@ -95,6 +95,15 @@ pub enum FormatError {
         /// The output directory.
         path: PathBuf,
     },
+    /// A directory opened as a dataset has no `manifest.json` (and no conversion journal):
+    /// images not yet converted, or the root of a partitioned conversion not yet merged.
+    #[error("{dir}: not a stoker dataset (no manifest.json); {hint}")]
+    NotADataset {
+        /// The directory given.
+        dir: PathBuf,
+        /// What to do, from what the directory holds.
+        hint: String,
+    },
     /// A directory opened as a dataset holds a conversion's journal and no manifest: the
     /// conversion was stopped (killed, a full disk, `--strict`) before it finished.
     #[error("{dir}: unfinished conversion (its journal {journal} is there, manifest.json is not); rerun `stoker convert --resume` with the same arguments (Python: `stoker.convert(..., resume=True)`) to finish it")]

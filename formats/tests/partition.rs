@@ -448,3 +448,27 @@ fn parts_with_an_ignored_flag_finish_and_merge() {
     }
     assert_eq!(merge(&root, &[]).unwrap().samples, 15);
 }
+
+#[test]
+fn opening_images_or_unmerged_parts_says_what_to_do() {
+    // Both said only "manifest.json: No such file or directory".
+    let e = Dataset::open(photos()).unwrap_err();
+    assert!(
+        matches!(e, FormatError::NotADataset { .. }) && e.to_string().contains("stoker convert"),
+        "{e}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    convert_parts(&Source::ImageFolder(photos()), &root, 3);
+    let e = Dataset::open(&root).unwrap_err();
+    assert!(
+        e.to_string().contains("holds 3 part directories")
+            && e.to_string().contains("stoker merge"),
+        "{e}"
+    );
+    // A path that is not there stays the file system's error.
+    let e = Dataset::open(tmp.path().join("nowhere")).unwrap_err();
+    assert!(matches!(e, FormatError::Io { .. }), "{e}");
+    merge(&root, &[]).unwrap();
+    Dataset::open(&root).unwrap();
+}

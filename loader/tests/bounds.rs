@@ -121,7 +121,10 @@ fn drop_last_with_a_batch_above_the_share_is_a_note_not_a_silent_empty_loop() {
         .unwrap();
     assert_eq!(empty.num_batches(), 0);
     let note = empty.empty_epochs_note().expect("a note");
-    assert!(note.contains("batch_size 256 is above the 15 samples"), "{note}");
+    assert!(
+        note.contains("batch_size 256 is above the 15 samples"),
+        "{note}"
+    );
     let two_ranks = Loader::builder(ds.clone())
         .batch_size(8)
         .drop_last(true)
