@@ -107,6 +107,15 @@ struct Shared {
     free_rx: Receiver<HostBuffer>,
 }
 
+impl Drop for Shared {
+    /// Frees the ring's idle buffers now. A bounded crossbeam channel keeps what it holds
+    /// until its last sender goes, and every batch handed out holds a sender (to come
+    /// back): one batch kept past its loader held the whole ring.
+    fn drop(&mut self) {
+        while self.free_rx.try_recv().is_ok() {}
+    }
+}
+
 /// The CPU backend (see the module docs).
 pub(crate) struct CpuPipeline {
     shared: Arc<Shared>,

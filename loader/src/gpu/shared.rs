@@ -135,6 +135,10 @@ impl Drop for Shared {
         // A stale error recorded earlier must not stop the waits below.
         let _ = self.ctx.check_err();
         self.synchronize_streams("at GPU loader teardown");
+        // The idle slots (device memory and pinned staging) go now: the bounded channel
+        // would keep them for as long as any batch handed out (each holds a sender to
+        // come back) is alive. Each slot's Drop orders its frees after its events.
+        while self.free_rx.try_recv().is_ok() {}
     }
 }
 
