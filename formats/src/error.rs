@@ -148,13 +148,6 @@ pub enum FormatError {
         /// The limit.
         limit: u64,
     },
-    /// The same shard file is already open in this process with different contents
-    /// (it was replaced on disk while an older [`crate::Dataset`] still maps it).
-    #[error("shard {shard}: already open in this process with different contents; drop the old Dataset first")]
-    ShardReplaced {
-        /// The shard file.
-        shard: PathBuf,
-    },
     /// The index is not in `0..len`.
     #[error("index {index} is out of range (dataset has {len} samples)")]
     IndexOutOfRange {

@@ -160,7 +160,8 @@ fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
 /// Before the file is mapped, its size must be `bytes` and its meta pages must pass
 /// [`crate::lmdb_meta::check`]; a shard already open under the same path is shared only
 /// while it is still the same file (dev, inode, size), so a file replaced meanwhile is not
-/// mistaken for the one checked.
+/// mistaken for the one checked: the new file is opened beside the old one, which lives
+/// on for whoever still holds it (a loader over the dataset that was `mv`ed away).
 pub(crate) fn open_shard(
     path: &Path,
     records: u64,
@@ -197,12 +198,10 @@ pub(crate) fn open_shard(
     }
     let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(existing) = reg.get(&canonical).and_then(Weak::upgrade) {
-        if existing.id != id {
-            return Err(FormatError::ShardReplaced { shard: canonical });
-        }
-        // A map with pages lost to a failed read is not shared: this open maps the file
-        // afresh (and takes its place here), so that opening again is how to recover.
-        if existing.check_readable().is_ok() {
+        // A map with pages lost to a failed read is not shared either: this open maps
+        // the file afresh (and takes its place here), so that opening again is how to
+        // recover.
+        if existing.id == id && existing.check_readable().is_ok() {
             return Ok(existing);
         }
     }

@@ -416,6 +416,36 @@ fn shard_truncated_or_replaced_after_open_is_an_error_not_sigbus() {
     assert!(e.to_string().contains("replaced"), "{e}");
 }
 
+#[test]
+fn a_dataset_replaced_on_disk_reopens_while_the_old_one_is_still_held() {
+    // The natural swap in a long job: `new = Loader(path); old.close()`. The new open was
+    // refused ("already open in this process with different contents") for as long as
+    // anything held the old dataset, a saved exception's traceback included.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    sample_dataset(&out, |_| 0);
+    let old = Dataset::open(&out).unwrap();
+    let old_reader = old.reader().unwrap();
+    let old_first = old_reader.get(0).unwrap().payload.to_vec();
+
+    let next = dir.path().join("next");
+    sample_dataset(&next, |i| (i % 2) as u32);
+    let away = dir.path().join("away");
+    std::fs::rename(&out, &away).unwrap();
+    std::fs::rename(&next, &out).unwrap();
+    std::fs::remove_dir_all(&away).unwrap();
+
+    let new = Dataset::open(&out).unwrap();
+    assert!(verify(&new, false).unwrap().ok());
+    assert_eq!(new.reader().unwrap().get(1).unwrap().header.label, 1);
+    // The old one reads what it mapped, and knows it was replaced.
+    assert_eq!(old_reader.get(0).unwrap().payload, &old_first[..]);
+    assert!(old.reader().unwrap_err().to_string().contains("replaced"));
+    // Opened again: the new files are shared, not mapped twice.
+    let again = Dataset::open(&out).unwrap();
+    assert_eq!(again.reader().unwrap().get(1).unwrap().header.label, 1);
+}
+
 /// `cp` over a dataset in use, or an I/O error of the storage under a mapped page: the
 /// reads that hit it are errors for their records, and the process lives on.
 #[test]

@@ -115,7 +115,7 @@ pub(super) fn cause_of(e: &FormatError) -> LostCause {
         }
         FormatError::ShardSizeMismatch { .. } => LostCause::WrongSize,
         FormatError::DamagedShard { .. } => LostCause::Damaged,
-        FormatError::ShardChanged { .. } | FormatError::ShardReplaced { .. } => LostCause::Altered,
+        FormatError::ShardChanged { .. } => LostCause::Altered,
         _ => LostCause::Unreadable,
     }
 }
