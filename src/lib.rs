@@ -13,3 +13,4 @@ pub use stoker_loader as loader;
 
 pub mod bottleneck;
 pub mod exit;
+pub mod stop_cleanup;

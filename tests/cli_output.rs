@@ -203,6 +203,66 @@ fn decode_output_png_on_a_full_disk_keeps_the_old_file_and_leaves_no_partial_one
     assert_eq!(stoker_testdata::names_in(dir.path()), ["out.png"]);
 }
 
+#[test]
+fn decode_output_stopped_by_a_signal_leaves_no_temporary_file() {
+    // `timeout` or Ctrl-C in a retry loop: each stop left a `.out.png*.stoker.tmp` (48
+    // after 60 runs), since a signal ends the process without destructors.
+    let big = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/imagefolder/opencv/data_aloeL.jpg"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("out.png");
+    let (mut stopped, mut with_temp) = (0, 0);
+    for round in 0..40u64 {
+        let mut child = Command::new(STOKER)
+            .args(["decode", big, "--backend", "cpu", "-o", p(&png)])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Stop it at a different point of each run: while decoding, writing or renaming.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(5 + round * 8);
+        while std::time::Instant::now() < until {
+            let names = stoker_testdata::names_in(dir.path());
+            if names.iter().any(|n| n.ends_with(".stoker.tmp")) {
+                with_temp += 1;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let signal = [libc_sig::INT, libc_sig::TERM, libc_sig::HUP][round as usize % 3];
+        let _ = Command::new("kill")
+            .args([format!("-{signal}"), child.id().to_string()])
+            .status();
+        let status = child.wait().unwrap();
+        if status.success() {
+            // Finished first: a whole PNG.
+            assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+        } else {
+            use std::os::unix::process::ExitStatusExt;
+            assert!(status.signal().is_some(), "round {round}: {status:?}");
+            stopped += 1;
+        }
+        let names = stoker_testdata::names_in(dir.path());
+        assert!(
+            names.iter().all(|n| n == "out.png"),
+            "round {round}: {names:?}"
+        );
+    }
+    // The stops did land while the temporary file existed.
+    assert!(
+        stopped >= 10 && with_temp >= 5,
+        "{stopped} stopped, {with_temp} with a temporary file"
+    );
+}
+
+/// Signal names for `kill -NAME`.
+mod libc_sig {
+    pub const INT: &str = "INT";
+    pub const TERM: &str = "TERM";
+    pub const HUP: &str = "HUP";
+}
+
 /// Decodes PHOTO into `out` with `umask`, returning the output.
 fn decode_with_umask(umask: &str, out: &Path) -> Output {
     stoker_in_shell(

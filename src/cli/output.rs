@@ -166,22 +166,38 @@ fn replace(
         .file_name()
         .with_context(|| format!("{}: not a file name", path.display()))?;
     let dir = dir_of(path);
+    // Named before it exists, so that a stop (Ctrl-C, `timeout`) at any point after this
+    // removes it: a stop skips `tmp_path`'s destructor. The process id keeps concurrent
+    // runs apart; a name left by a killed run with the same id gets a random one.
     let mut prefix = std::ffi::OsString::from(".");
     prefix.push(name);
+    prefix.push(format!(".{}", std::process::id()));
+    stoker::stop_cleanup::remove_on_stop(
+        &dir.join(format!("{}.stoker.tmp", prefix.to_string_lossy())),
+    );
     // tempfile's default is 0600 whatever the umask; 0666 is created as 0666 & !umask, the
     // mode any other new file of this user gets.
-    let tmp = tempfile::Builder::new()
-        .prefix(&prefix)
-        .suffix(".stoker.tmp")
-        .permissions(Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .with_context(|| {
-            format!(
-                "creating a temporary file for {} in {}",
-                path.display(),
-                dir.display()
-            )
-        })?;
+    let create = |random: usize| {
+        tempfile::Builder::new()
+            .prefix(&prefix)
+            .rand_bytes(random)
+            .suffix(".stoker.tmp")
+            .permissions(Permissions::from_mode(0o666))
+            .tempfile_in(dir)
+    };
+    let tmp = match create(0) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => create(6).inspect(|t| {
+            stoker::stop_cleanup::remove_on_stop(t.path());
+        }),
+        other => other,
+    }
+    .with_context(|| {
+        format!(
+            "creating a temporary file for {} in {}",
+            path.display(),
+            dir.display()
+        )
+    })?;
     let (file, tmp_path) = tmp.into_parts();
     if let Some(mode) = mode {
         // Set explicitly: the umask would otherwise narrow the replaced file's bits.
@@ -192,8 +208,9 @@ fn replace(
     file.sync_all()
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);
-    tmp_path
-        .persist(path)
+    let persisted = tmp_path.persist(path);
+    stoker::stop_cleanup::forget();
+    persisted
         .map_err(|e| e.error)
         .with_context(|| format!("renaming into {}", path.display()))?;
     // Best effort: makes the rename durable where a directory can be synced.

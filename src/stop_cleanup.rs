@@ -1,0 +1,69 @@
+//! Takes away a temporary file (the one `stoker decode -o` writes before renaming it into
+//! place) when the process is stopped by SIGINT, SIGTERM or SIGHUP (Ctrl-C, `timeout`, a
+//! closed terminal): those end a Rust process without running destructors, and each stop
+//! left a `.NAME*.stoker.tmp` behind (48 after 60 interrupted runs in a retry loop).
+//! SIGKILL cannot be caught. One file at a time: a program writing one output per run.
+
+use std::ffi::{c_char, c_int, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Once;
+
+/// The temporary file to remove on a stop; null when none. Each path is leaked, never
+/// freed: a handler running on another thread may still be reading the one just replaced.
+static TEMPORARY: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
+
+const SIGNALS: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Removes `path` if the process is stopped by SIGINT, SIGTERM or SIGHUP before [`forget`]
+/// is called (replacing any path given before), then stops it by that signal as it would
+/// have been. Installs the handlers at the first call; a signal ignored then stays ignored.
+pub fn remove_on_stop(path: &Path) {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(install);
+    if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
+        TEMPORARY.store(c.into_raw(), Ordering::SeqCst);
+    }
+}
+
+/// The temporary file is gone or renamed into place: nothing to remove any more.
+pub fn forget() {
+    TEMPORARY.store(std::ptr::null_mut(), Ordering::SeqCst);
+}
+
+fn install() {
+    for sig in SIGNALS {
+        // SAFETY: a zeroed `sigaction` is a valid value; the handler below is
+        // async-signal-safe (an atomic load, unlink, signal, raise), and the query of
+        // the old action into a valid, writable struct. A signal the shell set to be
+        // ignored (`nohup`, a background job's SIGINT) stays ignored.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop as *const () as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Removes the temporary file, then stops the process by the same signal with its
+/// default action, so the exit status is what it would have been (130 for Ctrl-C).
+extern "C" fn on_stop(sig: c_int) {
+    let path = TEMPORARY.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    // SAFETY: `path` is null or a leaked, never-freed C string; unlink, signal and
+    // raise are async-signal-safe.
+    unsafe {
+        if !path.is_null() {
+            libc::unlink(path);
+        }
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
