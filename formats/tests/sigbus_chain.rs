@@ -335,6 +335,7 @@ fn child() {
         "alternate" => return alternate(10_000),
         "restart" => return restarted_read(),
         "recover" => return recovered_again_and_again(),
+        "two_sent" => return two_sent_while_the_first_is_handled(),
         _ => {}
     }
     // Ours handles a fault in its own map...
@@ -520,6 +521,44 @@ fn a_handler_before_ours_that_recovers_from_sigbus_recovers_every_time() {
     assert!(status.success(), "{status:?}: {printed}");
     assert!(printed.contains("own fault handled"), "{printed}");
     assert_eq!(printed_number(&printed, "recovered "), 6, "{printed}");
+}
+
+static SLOW_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// A handler that takes a while (a crash reporter writing a dump, a runtime doing its
+/// own work), counts its calls, and returns.
+extern "C" fn slow_count(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void) {
+    SLOW_CALLS.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: usleep is async-signal-safe.
+    unsafe { libc::usleep(200_000) };
+}
+
+/// Two SIGBUS sent to the main thread 50 ms apart, the second while the handler before
+/// ours still runs on the first: both reach it, as they would without ours.
+fn two_sent_while_the_first_is_handled() {
+    set_info_handler(slow_count, 0, &[]);
+    install_read_fault_handler();
+    // SAFETY: pthread_self has no preconditions.
+    let main = unsafe { libc::pthread_self() } as usize;
+    let sender = std::thread::spawn(move || {
+        for _ in 0..2 {
+            // SAFETY: the main thread is alive: it waits for this thread below.
+            unsafe { libc::pthread_kill(main as libc::pthread_t, libc::SIGBUS) };
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    sender.join().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    println!("calls {}", SLOW_CALLS.load(Ordering::SeqCst));
+}
+
+/// The second was taken for the handler raising the signal back to itself, and given the
+/// default action: the process died of SIGBUS.
+#[test]
+fn a_sigbus_sent_while_the_handler_before_ours_runs_reaches_it_too() {
+    let (status, printed) = run_child("two_sent");
+    assert!(status.success(), "{status:?}: {printed}");
+    assert_eq!(printed_number(&printed, "calls "), 2, "{printed}");
 }
 
 /// Printed `key value` of a child, as a number.

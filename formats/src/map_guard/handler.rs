@@ -132,9 +132,10 @@ fn forward(
         return;
     };
     let was = mark::enter(info, g, here);
+    let before = query();
     call(&previous, sig, info, context);
     if !mark::leave(info, was, here) {
-        after_call(sig, &previous);
+        after_call(sig, &previous, before);
     }
     // Otherwise a generation called back with it took the default action: putting ours
     // back in front of that would catch the fault again when it recurs.
@@ -159,7 +160,13 @@ fn handler_behind(g: usize, sig: libc::c_int, code: libc::c_int) -> Option<Actio
 
 /// Once the handler `previous` returned: puts ours back in front when it took ours out,
 /// and gives the default action a signal it raised straight back to itself.
-fn after_call(sig: libc::c_int, previous: &Action) {
+fn after_call(sig: libc::c_int, previous: &Action, before: Option<Action>) {
+    // A handler that changed the action and left the signal pending raised it back to
+    // itself (faulthandler puts back what it replaced, then raises). One that left the
+    // action alone may have been sent another SIGBUS while it ran (another thread, another
+    // process): that goes to it as usual, unless it keeps coming back round after round,
+    // which is a handler raising it to itself through an action it set to the same value.
+    let changed = query() != before;
     // A handler that puts itself (or anything else) in place when called has taken ours
     // out: put ours back in front of what it left, as the next open would. Skipped when
     // another thread of this process, or the one this interrupted, is installing.
@@ -167,9 +174,23 @@ fn after_call(sig: libc::c_int, previous: &Action) {
         put_in_front(&turn, &ENTRIES);
     }
     if raised_back(sig, previous) {
-        set_default(sig);
+        let rounds = UNCHANGED_ROUNDS.fetch_add(1, Ordering::SeqCst) + 1;
+        if changed || rounds >= ROUNDS_BEFORE_DEFAULT {
+            UNCHANGED_ROUNDS.store(0, Ordering::SeqCst);
+            set_default(sig);
+        }
+    } else {
+        UNCHANGED_ROUNDS.store(0, Ordering::SeqCst);
     }
 }
+
+/// Calls in a row after which the handler behind ours, which left the action alone,
+/// found SIGBUS pending again; see [`after_call`].
+static UNCHANGED_ROUNDS: AtomicUsize = AtomicUsize::new(0);
+
+/// So many such rounds in a row are a handler raising the signal to itself, not signals
+/// sent while it ran (a second one sent during its call is the first round).
+const ROUNDS_BEFORE_DEFAULT: usize = 4;
 
 /// Whether the handler just called raised `sig` again while it was blocked, to have it
 /// delivered once it returns, with the action in place passing it straight back to that
