@@ -69,7 +69,7 @@ impl Images {
         &self,
         py: Python<'py>,
         stream: Option<i64>,
-        max_version: Option<(i64, i64)>,
+        max_version: Option<Bound<'py, PyAny>>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
@@ -92,7 +92,7 @@ impl Images {
                 unsafe { c.to_dlpack(stream) }.map_err(loader_error)?
             }
         };
-        into_capsule(py, tensor, wants_versioned(max_version))
+        into_capsule(py, tensor, wants_versioned(max_version.as_ref()))
     }
 
     /// ``(device_type, device_id)``: ``(1, 0)`` for the CPU, ``(2, N)`` for ``cuda:N``.
@@ -160,7 +160,7 @@ impl Labels {
         &self,
         py: Python<'py>,
         stream: Option<i64>,
-        max_version: Option<(i64, i64)>,
+        max_version: Option<Bound<'py, PyAny>>,
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
@@ -177,7 +177,7 @@ impl Labels {
         into_capsule(
             py,
             ManagedTensor::from_vec(self.values.clone()),
-            wants_versioned(max_version),
+            wants_versioned(max_version.as_ref()),
         )
     }
 

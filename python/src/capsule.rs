@@ -19,9 +19,15 @@ const DLTENSOR: &CStr = c"dltensor";
 const DLTENSOR_VERSIONED: &CStr = c"dltensor_versioned";
 
 /// Which struct a consumer is given: the versioned one when its `max_version` (the
-/// `__dlpack__` argument) has a major version of 1 or more, the legacy one otherwise.
-pub(crate) fn wants_versioned(max_version: Option<(i64, i64)>) -> bool {
-    matches!(max_version, Some((major, _)) if major >= 1)
+/// `__dlpack__` argument, `(major, minor)`) has a major version of 1 or more, the legacy
+/// one otherwise. Read leniently: anything else (a list, a bare major, a float) gets the
+/// legacy struct, as every `max_version` did before versioned export, rather than an
+/// error a consumer would not retry from.
+pub(crate) fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> bool {
+    max_version
+        .and_then(|v| v.get_item(0).ok())
+        .and_then(|major| major.extract::<i64>().ok())
+        .is_some_and(|major| major >= 1)
 }
 
 /// Wraps `tensor` in a `"dltensor_versioned"` capsule when `versioned`, else in a

@@ -246,6 +246,12 @@ impl Loader {
         let inner = self.inner()?;
         let pending = *lock(&self.next_epoch);
         let epoch = pending.unwrap_or_else(|| {
+            // A loaded state not yet taken (an epoch asked for another one failed): its
+            // epoch, or the next after a state saved at its epoch's end.
+            if let Some(s) = inner.pending_resume() {
+                let done = s.position >= inner.num_batches() && inner.num_batches() > 0;
+                return s.epoch.saturating_add(u64::from(done));
+            }
             let s = inner.state();
             // Batches of `s.epoch` were handed out and it did not finish: a loop left
             // early. Running it again would repeat its order and augmentations.

@@ -198,6 +198,15 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset, tmp_path):
     assert tail == full[2:]
     assert resumed.state_dict() == {"seed": 5, "epoch": 4, "position": 0, **shape}
 
+    # Another epoch asked for first is refused, and the state stays: the next plain `for`
+    # continues it (it asked for epoch 4, past the state, and was refused again).
+    again = python_loader(sample_dataset, seed=5)
+    again.load_state_dict(state)
+    again.set_epoch(5)
+    with pytest.raises(ValueError, match="continues epoch 3 at batch 2"):
+        list(again)
+    assert python_batches(again) == full[2:]
+
     with pytest.raises(ValueError, match="seed"):
         python_loader(sample_dataset, seed=6).load_state_dict(state)
     with pytest.raises(KeyError):
@@ -676,6 +685,12 @@ def test_consumers_asking_for_dlpack_1_get_the_versioned_struct_and_its_flags(sa
     cap = images.__dlpack__(max_version=(1, 0), copy=True)
     _, copy = _capsule(cap)
     assert copy.flags == IS_COPIED and copy.dl_tensor.data != images.data_ptr
+    # A max_version that is no (major, minor) tuple of ints gets the legacy struct, as
+    # before, not an error a consumer would not retry from.
+    for odd in [[1, 0], (1,), (1, 0, 0), (1.0, 0), (2**70, 0), "1.0", ()]:
+        assert _capsule(images.__dlpack__(max_version=odd))[0] in (b"dltensor", b"dltensor_versioned"), odd
+    assert _capsule(images.__dlpack__(max_version=[1, 0]))[0] == b"dltensor_versioned"
+    assert _capsule(images.__dlpack__(max_version=(1.0, 0)))[0] == b"dltensor"
     label_cap = labels.__dlpack__(max_version=(1, 0))
     _, own_labels = _capsule(label_cap)
     assert own_labels.flags == IS_COPIED and own_labels.dl_tensor.ndim == 1

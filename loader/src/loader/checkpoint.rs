@@ -83,4 +83,11 @@ impl Loader {
         drop(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
         Ok(())
     }
+
+    /// The state [`Loader::load_state`] or [`crate::LoaderBuilder::resume`] left pending,
+    /// until an epoch takes it: the epoch to run next, for a front end that picks it
+    /// (Python's `for` over the loader).
+    pub fn pending_resume(&self) -> Option<LoaderState> {
+        *self.resume.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
