@@ -115,9 +115,16 @@ fn salvage(
     );
     crate::lmdb_walk::salvage_records(file, cut, tree, &mut |item| check.take(item, decoder));
     let mut outcome = check.finish(decoder);
-    for (_, _, cause, reason) in &mut outcome.lost {
-        *cause = LostCause::CutShort;
-        *reason = format!("{at}: not in the intact pages before the cut");
+    // The records after the last one found are the cut's; a gap between records found lies
+    // in pages before the cut, lost to damage there (a bad page, a broken overflow run).
+    let end = entry.first_index.saturating_add(entry.count);
+    for (start, count, cause, reason) in &mut outcome.lost {
+        if start.saturating_add(*count) == end {
+            *cause = LostCause::CutShort;
+            *reason = format!("{at}: not in the intact pages before the cut");
+        } else {
+            *reason = format!("{reason}, before the cut");
+        }
     }
     outcome
 }
