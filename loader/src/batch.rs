@@ -94,7 +94,8 @@ impl HostImages {
         }
     }
 
-    /// The values if the output is `f16`.
+    /// The values if the output is `f16` ([`crate::half::f16`], re-exported so that a caller
+    /// names the same `half` version).
     pub fn as_f16(&self) -> Option<&[f16]> {
         match self.buffer() {
             HostBuffer::F16(v) => Some(&v[..self.len()]),
@@ -217,7 +218,8 @@ impl Images {
         self.host().and_then(HostImages::as_u8)
     }
 
-    /// Host `f16` values, if that is what this batch holds.
+    /// Host `f16` values, if that is what this batch holds ([`crate::half::f16`], re-exported
+    /// so that a caller names the same `half` version).
     pub fn as_f16(&self) -> Option<&[f16]> {
         self.host().and_then(HostImages::as_f16)
     }
