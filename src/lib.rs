@@ -5,9 +5,39 @@
 //! ([`decode`]), and a loader ([`loader`]) streams batches into a training loop
 //! while counting where the time goes.
 //!
-//! This crate re-exports the three library crates, and the versions of [`cudarc`] and
-//! [`half`] that their public types use (device buffers and streams, `f16` batches); it
-//! ships the `stoker` CLI.
+//! This crate re-exports the three library crates, the versions of [`cudarc`] and [`half`]
+//! that their public types use (device buffers and streams, `f16` batches), and
+//! [`exit`], how a program built on stoker ends on an error. It also ships the `stoker`
+//! CLI.
+//!
+//! ```no_run
+//! use stoker::formats::Dataset;
+//! use stoker::loader::{Loader, Output, Transform};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let loader = Loader::builder(Dataset::open("data/train")?)
+//!     .transform(Transform::random_resized_crop(224).hflip(0.5))
+//!     .output(Output::F16Nchw)
+//!     .build()?;
+//! for batch in loader.epoch(0) {
+//!     let batch = batch?;
+//!     let pixels: Option<&[stoker::half::f16]> = batch.images.as_f16(); // None on the GPU path
+//!     let _ = (pixels, &batch.labels);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! - `cli` (on by default): the `stoker` binary and `bottleneck`, the stage benchmark
+//!   behind `stoker bench`, whose advice names the CLI's flags. A crate that uses the
+//!   library alone turns it off, which leaves out the CLI's dependencies (clap, indicatif,
+//!   tracing-subscriber and the crates below them):
+//!
+//! ```toml
+//! [dependencies]
+//! stoker = { version = "0.1", default-features = false }
+//! ```
 
 pub use stoker_decode as decode;
 pub use stoker_formats as formats;
@@ -18,6 +48,7 @@ pub use stoker_loader::gpu::cudarc;
 /// The `half` whose `f16` the loader hands out (`loader::HostImages::as_f16`).
 pub use stoker_loader::half;
 
+#[cfg(feature = "cli")]
 pub mod bottleneck;
 pub mod exit;
 pub mod stop_cleanup;
