@@ -21,6 +21,10 @@
 //! ```
 //!
 //! Without a GPU it prints why and exits with status 2.
+//!
+//! A measurement tool of this repository (the device check runs it), not a template to copy:
+//! beside `stoker` it uses clap, tracing-subscriber and the rows module
+//! `examples/common/results.rs`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -22,6 +22,10 @@
 //! ```
 //!
 //! Without a GPU it prints why and exits with status 2.
+//!
+//! A measurement tool of this repository (the device check runs it), not a template to copy:
+//! beside `stoker` it uses clap, memmap2 and the modules `examples/common/results.rs` and
+//! `examples/h2d_probe/host_load.rs`.
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -12,6 +12,9 @@
 //! ```
 //!
 //! The settings mean what `stoker.Loader`'s arguments of the same names mean.
+//!
+//! A cross-check tool of this repository (the Python tests and `benches/python_iteration.py`
+//! run it): beside `stoker` it uses anyhow and serde_json.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,10 +22,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use stoker_formats::Dataset;
-use stoker_loader::{Device, Images, Loader, Output, Shuffle, Transform};
-
 use stoker::exit;
+use stoker::formats::Dataset;
+use stoker::loader::{DType, Device, Images, Loader, Output, Shuffle, Transform};
 
 fn main() -> ExitCode {
     match run() {
@@ -101,8 +103,8 @@ fn run() -> anyhow::Result<()> {
         };
         if let Some(dir) = &opt.pixels {
             let bytes: Vec<u8> = match images.dtype() {
-                stoker_loader::DType::U8 => images.as_u8().unwrap_or_default().to_vec(),
-                stoker_loader::DType::F16 => images
+                DType::U8 => images.as_u8().unwrap_or_default().to_vec(),
+                DType::F16 => images
                     .as_f16()
                     .unwrap_or_default()
                     .iter()

@@ -30,6 +30,10 @@
 //! `node_share<TAG>_<N>p_img_per_s` (median aggregate), `_decode_img_per_s`
 //! (aggregate decode-stage images per second over the same span), `_fed_min` /
 //! `_fed_mean` (per-process fed ratio), `_ratio_vs_1p`.
+//!
+//! A measurement tool of this repository (the device check runs it), not a template to copy:
+//! beside `stoker` it uses clap, serde, serde_json and the rows module
+//! `examples/common/results.rs`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -5,6 +5,10 @@
 //! ```sh
 //! cargo run --release --example quickstart [-- IMAGE_FOLDER]
 //! ```
+//!
+//! Copied into a crate of your own, it needs `stoker` (`default-features = false` is
+//! enough) and `tempfile`, and an image folder as its argument: the default is the sample
+//! folder of this repository.
 
 use std::error::Error;
 use std::io::Write;

@@ -1,27 +1,30 @@
 //! The smallest drop-in training loop on the loader's CPU output: a linear (softmax)
-//! classifier over 32×32 crops of `<repo>/testdata/imagefolder` (164 photographs, one
-//! class per source package), trained with plain SGD, printing the loss per epoch and the
-//! loader's stats (stage table, fed ratio, verdict).
+//! classifier over 32×32 crops of an image folder (one sub-folder per class; here
+//! `<repo>/testdata/imagefolder`, 164 photographs, one class per source package), trained
+//! with plain SGD, printing the loss per epoch and the loader's stats (stage table, fed
+//! ratio, verdict).
 //!
 //! ```text
 //! cargo run --release --example train_linear            # or: -- IMAGEFOLDER_DIR EPOCHS
 //! ```
 //!
-//! The loader part is the first half of `main`; everything after `for batch in
-//! loader.epoch(epoch)` is what your training step replaces.
+//! The loader part is the first half of `run`; everything after `for batch in
+//! loader.epoch(epoch)` is what your training step replaces. Copied into a crate of your
+//! own, it needs `stoker` (`default-features = false` is enough) and `tempfile`, and the
+//! folder as its first argument: the default is a folder of this repository.
 
+use std::error::Error;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
-use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
-use stoker_loader::{Loader, Output, Shuffle, Transform};
+use stoker::exit;
+use stoker::formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use stoker::loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
+use stoker::loader::{Loader, Output, Shuffle, Transform};
 
 const SIZE: u32 = 32;
 const FEATURES: usize = 3 * (SIZE as usize) * (SIZE as usize);
-
-use stoker::exit;
 
 fn main() -> ExitCode {
     match run() {
@@ -30,13 +33,13 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> anyhow::Result<()> {
+fn run() -> Result<(), Box<dyn Error>> {
     let mut stdout = std::io::stdout().lock();
     let mut args = std::env::args().skip(1);
     let folder = args
         .next()
         .map(PathBuf::from)
-        .unwrap_or_else(|| stoker_testdata::dir().join("imagefolder"));
+        .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/imagefolder").into());
     let epochs: u64 = args.next().map(|e| e.parse()).transpose()?.unwrap_or(15);
 
     // 1. Convert the image folder once (here into a temp dir; normally `stoker convert`).
