@@ -40,8 +40,19 @@
 //! ([`dlpack`]): [`HostImages::into_dlpack`], [`CudaImages::to_dlpack`] (which first makes
 //! the consumer's stream wait for the batch). The consumer's deleter hands the buffer (host
 //! ring) or slot (GPU ring) back, so a tensor kept alive is never overwritten. DLPack
-//! consumers (tch-rs, anything with a C DLPack import, and in Python `torch.from_dlpack`,
-//! `numpy.from_dlpack` through the `stoker` package) take them without a copy.
+//! consumers take them without a copy: in Python `torch.from_dlpack` and `numpy.from_dlpack`
+//! through the `stoker` package, in C or C++ anything with a DLPack import (libtorch's
+//! `at::fromDLPack` takes [`dlpack::ManagedTensor::into_raw`]'s pointer).
+//!
+//! tch-rs has no DLPack import. Its `Tensor::from_blob` (unsafe) makes a writable tensor
+//! over memory it does not own: give it [`dlpack::ManagedTensor::data_ptr`],
+//! [`dlpack::ManagedTensor::shape`] and [`dlpack::ManagedTensor::strides`] (in elements,
+//! as `from_blob` takes them), the `Kind` of the batch's [`DType`] and the `Device` the
+//! memory is on. Take a host batch with [`HostImages::into_dlpack`], whose memory no other
+//! export shares; for a GPU batch, [`CudaImages::to_dlpack`] makes the stream it is given
+//! wait for the batch: give it the stream tch reads on. Keep the [`dlpack::ManagedTensor`]
+//! alive as long as the tch tensor or any view of it: dropping it hands the memory back to
+//! the loader, which overwrites it.
 //!
 //! candle builds its tensors from slices it copies (candle tensors own their storage), so
 //! a CPU batch goes in with one copy, on the `Device::Cpu` path:

@@ -1,9 +1,10 @@
 //! DLPack export: a batch handed to any DLPack consumer without a copy.
 //!
-//! DLPack is the hand-off between array libraries (`torch.from_dlpack`,
-//! `numpy.from_dlpack`, CuPy, JAX, tch-rs's `Tensor::from_dlpack`...). A
-//! [`ManagedTensor`] describes the memory of a batch (host or device pointer,
-//! shape, strides, element type) and **owns** what keeps that memory alive: the
+//! DLPack is the hand-off between array libraries (in Python `torch.from_dlpack`,
+//! `numpy.from_dlpack`, CuPy, JAX; in C++ libtorch's `at::fromDLPack`...). tch-rs has no
+//! DLPack import: the crate docs' [Other frameworks](crate#other-frameworks) say how a
+//! tch user takes a batch. A [`ManagedTensor`] describes the memory of a batch (host or
+//! device pointer, shape, strides, element type) and **owns** what keeps that memory alive: the
 //! [`crate::HostImages`] / [`crate::CudaImages`] themselves. The consumer calls the
 //! tensor's deleter when it frees its tensor; only then is the batch dropped, and
 //! only then does its buffer (host ring) or slot (GPU ring) go back to the loader to

@@ -1,5 +1,5 @@
 //! The C structs of DLPack's `dlpack.h`: the legacy, unversioned `DLManagedTensor` that
-//! every consumer accepts (`numpy.from_dlpack`, `torch.from_dlpack`, CuPy, JAX, tch-rs),
+//! every consumer accepts (`numpy.from_dlpack`, `torch.from_dlpack`, CuPy, JAX, libtorch),
 //! and DLPack 1.0's `DLManagedTensorVersioned`, which adds a version and flags (read-only,
 //! copied) for consumers that ask for it. Laid out exactly as in the header so a pointer
 //! to them can cross the FFI boundary. Only what the export needs is declared.
