@@ -38,6 +38,17 @@
 //! assert!(verify(&ds, false)?.ok());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Features
+//!
+//! - `progress-bar` (off by default): `convert::TerminalBar`, a [`Progress`] that draws a
+//!   conversion's images, images/s, MB/s and ETA as a bar on stderr (the `stoker` CLI's
+//!   and the Python package's). It brings indicatif, a terminal crate the library itself
+//!   does without; [`NoProgress`] or a [`Progress`] of your own need no feature.
+//!
+//! ```toml
+//! stoker-formats = { version = "0.1", features = ["progress-bar"] }
+//! ```
 
 mod buffer_pool;
 pub mod convert;
