@@ -9,7 +9,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::report::Progress;
 
-/// A [`Progress`] drawn as a bar on stderr.
+/// A [`Progress`] drawn as a bar on stderr. Needs the crate's `progress-bar` feature (off
+/// by default; the `stoker` CLI turns it on).
 ///
 /// # Examples
 ///
