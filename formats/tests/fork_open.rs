@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
 
@@ -50,19 +50,9 @@ fn fork_and_wait(dir: &Path, limit: Duration) -> bool {
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
     assert!(pid > 0, "fork failed");
-    let (started, mut status) = (Instant::now(), 0);
-    // SAFETY: waitpid and kill on our own child, into a valid int.
-    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-        if started.elapsed() > limit {
-            // SAFETY: as above.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let Some(status) = stoker_testdata::child::wait_forked(pid, limit) else {
+        return true;
+    };
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child failed: {status}"

@@ -45,3 +45,23 @@ pub fn run_test(test: &str, var: (&str, &str), limit: Duration) -> (ExitStatus, 
     let _ = std::fs::remove_file(&out);
     (status, printed)
 }
+
+/// Waits up to `limit` for the forked child `pid` (a process made with `fork`, which
+/// `std::process` cannot wait for): its wait status, or `None` when it still ran, after
+/// which it is killed and reaped.
+pub fn wait_forked(pid: i32, limit: Duration) -> Option<i32> {
+    let (started, mut status) = (Instant::now(), 0);
+    // SAFETY: waitpid and kill on the caller's own child, into a valid int.
+    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
+        if started.elapsed() > limit {
+            // SAFETY: as above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Some(status)
+}

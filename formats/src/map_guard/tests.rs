@@ -312,23 +312,10 @@ const HUNG: i32 = 4;
 
 /// Waits up to `limit` for child `pid`: its exit code, or [`HUNG`] (it is killed then).
 fn wait_for(pid: libc::pid_t, limit: Duration) -> i32 {
-    let (started, mut status) = (Instant::now(), 0);
-    // SAFETY: waitpid and kill on our own child, into a valid int.
-    while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-        if started.elapsed() > limit {
-            // SAFETY: as above.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, &mut status, 0);
-            }
-            return HUNG;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        128 + libc::WTERMSIG(status)
+    match stoker_testdata::child::wait_forked(pid, limit) {
+        None => HUNG,
+        Some(status) if libc::WIFEXITED(status) => libc::WEXITSTATUS(status),
+        Some(status) => 128 + libc::WTERMSIG(status),
     }
 }
 
