@@ -4,6 +4,7 @@ example), built with cargo if `scripts/python-test.sh` has not built them."""
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -25,6 +26,16 @@ def _rust_binary(relative: str, cargo_args: list) -> Path:
         subprocess.run(["cargo", "build", "--quiet", *cargo_args], cwd=REPO, check=True)
     assert path.exists(), f"{path} was not built"
     return path
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """Python's own Ctrl-C handler while the test runs: a process a non-interactive shell
+    starts in the background (`nohup ... &`, some CI runners) inherits SIGINT ignored, and
+    Python then keeps ignoring it, so a test of what Ctrl-C does could never see it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")

@@ -94,7 +94,7 @@ def test_dataset_len_classes_manifest_and_records(sample_dataset):
     assert a == b
 
 
-def test_ctrl_c_stops_a_conversion_and_resume_finishes_it(tmp_path):
+def test_ctrl_c_stops_a_conversion_and_resume_finishes_it(tmp_path, ctrl_c_raises):
     # Python's handler only sets a flag: a conversion that never looked at it ran to
     # the end before KeyboardInterrupt, however long that took.
     photos = REPO / "testdata" / "imagefolder"

@@ -783,7 +783,7 @@ def test_dataset_pickles_as_its_path(sample_dataset):
         os.chdir(here)
 
 
-def test_ctrl_c_stops_iteration_promptly_and_the_loader_stays_usable(sample_dataset):
+def test_ctrl_c_stops_iteration_promptly_and_the_loader_stays_usable(sample_dataset, ctrl_c_raises):
     # Big batches from one worker: the consumer spends its time waiting in `next`.
     loader = stoker.Loader(
         sample_dataset, 15, size=512, workers=1, prefetch=1, device="cpu", prefetch_next_epoch=False
