@@ -20,11 +20,18 @@ const SIGNALS: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 /// is called (replacing any path given before), then stops it by that signal as it would
 /// have been. Installs the handlers at the first call; a signal ignored then stays ignored.
 pub fn remove_on_stop(path: &Path) {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(install);
+    prepare();
     if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
         TEMPORARY.store(c.into_raw(), Ordering::SeqCst);
     }
+}
+
+/// Installs the handlers now (what [`remove_on_stop`] does at its first call): called
+/// before the file is created, the window between its creation and its registration is a
+/// store, not three system calls.
+pub fn prepare() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(install);
 }
 
 /// The temporary file is gone or renamed into place: nothing to remove any more.
@@ -47,21 +54,33 @@ fn install() {
             }
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_stop as *const () as usize;
+            // A second stop (systemd sends SIGTERM and SIGHUP together) waits for the
+            // first's handler, which might otherwise be cut between taking the path and
+            // removing the file.
             libc::sigemptyset(&mut action.sa_mask);
+            for other in SIGNALS {
+                libc::sigaddset(&mut action.sa_mask, other);
+            }
             libc::sigaction(sig, &action, std::ptr::null_mut());
         }
     }
 }
 
 /// Removes the temporary file, then stops the process by the same signal with its
-/// default action, so the exit status is what it would have been (130 for Ctrl-C).
+/// default action, so the exit status is what it would have been (130 for Ctrl-C). As
+/// process 1 (a container started without an init), where the kernel drops signals whose
+/// action is the default, it exits with the status a shell reports for the signal
+/// instead: going on without the file would only fail later.
 extern "C" fn on_stop(sig: c_int) {
     let path = TEMPORARY.swap(std::ptr::null_mut(), Ordering::SeqCst);
-    // SAFETY: `path` is null or a leaked, never-freed C string; unlink, signal and
-    // raise are async-signal-safe.
+    // SAFETY: `path` is null or a leaked, never-freed C string; unlink, getpid, _exit,
+    // signal and raise are async-signal-safe.
     unsafe {
         if !path.is_null() {
             libc::unlink(path);
+        }
+        if libc::getpid() == 1 {
+            libc::_exit(128 + sig);
         }
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);

@@ -153,6 +153,16 @@ fn a_closed_pipe_ends_quietly_with_the_sigpipe_status() {
         assert_eq!(o.status.code(), Some(141), "{args:?}: {}", text(&o));
         assert!(o.stderr.is_empty(), "{args:?}: {}", text(&o));
     }
+    // A PNG on stdout (its report goes to stderr): png wraps the broken pipe in its own
+    // error, which ended in "writing PNG data: Broken pipe" and status 1.
+    let o = into_closed_pipe(&["decode", PHOTO, "--backend", "cpu", "-o", "-"]);
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(141), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("error"),
+        "{}",
+        text(&o)
+    );
 }
 
 /// `stoker decode PHOTO -o out` under a 10 KiB file size limit (the CLI ignores SIGXFSZ, so
@@ -246,7 +256,7 @@ fn decode_output_stopped_by_a_signal_leaves_no_temporary_file() {
         let names = stoker_testdata::names_in(dir.path());
         assert!(
             names.iter().all(|n| n == "out.png"),
-            "round {round}: {names:?}"
+            "round {round} ({status:?}): {names:?}"
         );
     }
     // The stops did land while the temporary file existed.

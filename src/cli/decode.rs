@@ -271,8 +271,23 @@ fn encode_png(w: &mut dyn Write, width: u32, height: u32, rgb: &[u8]) -> anyhow:
     let mut enc = png::Encoder::new(w, width, height);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);
-    let mut w = enc.write_header().context("writing PNG header")?;
-    w.write_image_data(rgb).context("writing PNG data")?;
-    w.finish().context("finishing PNG")?;
+    let mut w = enc
+        .write_header()
+        .map_err(io_of)
+        .context("writing PNG header")?;
+    w.write_image_data(rgb)
+        .map_err(io_of)
+        .context("writing PNG data")?;
+    w.finish().map_err(io_of).context("finishing PNG")?;
     Ok(())
+}
+
+/// png's error as the `io::Error` it wraps when it is one: png 0.18 exposes it only
+/// through the deprecated `Error::cause`, so a closed pipe (`-o - | head`) was not seen
+/// as one and ended in an error message and status 1 instead of quietly.
+fn io_of(e: png::EncodingError) -> anyhow::Error {
+    match e {
+        png::EncodingError::IoError(io) => io.into(),
+        other => other.into(),
+    }
 }

@@ -3,6 +3,7 @@
 //! created at its final name is visible half-written; this module is the one place
 //! that does neither (and writes through a symlink or to `/dev/stdout` as `>` would).
 
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, Permissions};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -166,39 +167,13 @@ fn replace(
         .file_name()
         .with_context(|| format!("{}: not a file name", path.display()))?;
     let dir = dir_of(path);
-    // Named before it exists, so that a stop (Ctrl-C, `timeout`) at any point after this
-    // removes it: a stop skips `tmp_path`'s destructor. The process id keeps concurrent
-    // runs apart; a name left by a killed run with the same id gets a random one.
-    let mut prefix = std::ffi::OsString::from(".");
-    prefix.push(name);
-    prefix.push(format!(".{}", std::process::id()));
-    stoker::stop_cleanup::remove_on_stop(
-        &dir.join(format!("{}.stoker.tmp", prefix.to_string_lossy())),
-    );
-    // tempfile's default is 0600 whatever the umask; 0666 is created as 0666 & !umask, the
-    // mode any other new file of this user gets.
-    let create = |random: usize| {
-        tempfile::Builder::new()
-            .prefix(&prefix)
-            .rand_bytes(random)
-            .suffix(".stoker.tmp")
-            .permissions(Permissions::from_mode(0o666))
-            .tempfile_in(dir)
-    };
-    let tmp = match create(0) {
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => create(6).inspect(|t| {
-            stoker::stop_cleanup::remove_on_stop(t.path());
-        }),
-        other => other,
-    }
-    .with_context(|| {
+    let (file, tmp_path) = create_temporary(dir, name).with_context(|| {
         format!(
             "creating a temporary file for {} in {}",
             path.display(),
             dir.display()
         )
     })?;
-    let (file, tmp_path) = tmp.into_parts();
     if let Some(mode) = mode {
         // Set explicitly: the umask would otherwise narrow the replaced file's bits.
         file.set_permissions(Permissions::from_mode(mode))
@@ -218,6 +193,56 @@ fn replace(
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Creates `.NAME.PID.RANDOM.stoker.tmp` in `dir`, registered with
+/// [`stoker::stop_cleanup`] before it exists: a stop (Ctrl-C, `timeout`) skips the
+/// destructor that would remove it, and registered after its creation, a stop in between
+/// would leave it. The name is registered before the exclusive create, so it must be
+/// nobody else's: 64 random bits beside the process id, a new draw if it exists.
+fn create_temporary(dir: &Path, name: &OsStr) -> std::io::Result<(File, tempfile::TempPath)> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::os::unix::fs::OpenOptionsExt;
+    stoker::stop_cleanup::prepare();
+    let mut last = None;
+    for _ in 0..16 {
+        // Seeded from the OS's randomness for each state: a draw no other run repeats.
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let mut file_name = OsString::from(".");
+        file_name.push(name);
+        file_name.push(format!(".{}.{random:016x}.stoker.tmp", std::process::id()));
+        let path = dir.join(file_name);
+        stoker::stop_cleanup::remove_on_stop(&path);
+        // 0666 is created as 0666 & !umask, the mode any other new file of this user gets.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o666)
+            .open(&path)
+        {
+            Ok(file) => {
+                // Owns the name from here: removed when dropped, renamed by `persist`.
+                return match tempfile::TempPath::try_from_path(&path) {
+                    Ok(owner) => Ok((file, owner)),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&path);
+                        stoker::stop_cleanup::forget();
+                        Err(e)
+                    }
+                };
+            }
+            Err(e) => {
+                stoker::stop_cleanup::forget();
+                if e.kind() != std::io::ErrorKind::AlreadyExists {
+                    return Err(e);
+                }
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.expect("16 tries"))
 }
 
 fn fill_and_flush(
