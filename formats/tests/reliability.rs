@@ -443,7 +443,12 @@ fn a_dataset_replaced_on_disk_reopens_while_the_old_one_is_still_held() {
     assert!(old.reader().unwrap_err().to_string().contains("replaced"));
     // Opened again: the new files are shared, not mapped twice.
     let again = Dataset::open(&out).unwrap();
-    assert_eq!(again.reader().unwrap().get(1).unwrap().header.label, 1);
+    let (r1, r2) = (new.reader().unwrap(), again.reader().unwrap());
+    assert_eq!(r2.get(1).unwrap().header.label, 1);
+    assert_eq!(
+        r1.get(1).unwrap().payload.as_ptr(),
+        r2.get(1).unwrap().payload.as_ptr()
+    );
 }
 
 /// `cp` over a dataset in use, or an I/O error of the storage under a mapped page: the

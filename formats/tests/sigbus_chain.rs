@@ -533,22 +533,23 @@ extern "C" fn slow_count(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void
     unsafe { libc::usleep(200_000) };
 }
 
-/// Two SIGBUS sent to the main thread 50 ms apart, the second while the handler before
-/// ours still runs on the first: both reach it, as they would without ours.
+/// Twenty SIGBUS sent to the main thread 50 ms apart, faster than the handler before ours
+/// (200 ms) takes them: each reaches it that would without ours (the kernel merges those
+/// sent while one is pending), and the process lives.
 fn two_sent_while_the_first_is_handled() {
     set_info_handler(slow_count, 0, &[]);
     install_read_fault_handler();
     // SAFETY: pthread_self has no preconditions.
     let main = unsafe { libc::pthread_self() } as usize;
     let sender = std::thread::spawn(move || {
-        for _ in 0..2 {
+        for _ in 0..20 {
             // SAFETY: the main thread is alive: it waits for this thread below.
             unsafe { libc::pthread_kill(main as libc::pthread_t, libc::SIGBUS) };
             std::thread::sleep(Duration::from_millis(50));
         }
     });
     sender.join().unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(800));
     println!("calls {}", SLOW_CALLS.load(Ordering::SeqCst));
 }
 
@@ -558,7 +559,9 @@ fn two_sent_while_the_first_is_handled() {
 fn a_sigbus_sent_while_the_handler_before_ours_runs_reaches_it_too() {
     let (status, printed) = run_child("two_sent");
     assert!(status.success(), "{status:?}: {printed}");
-    assert_eq!(printed_number(&printed, "calls "), 2, "{printed}");
+    // One call per 200 ms while sends keep coming (merged while pending), about five.
+    let calls = printed_number(&printed, "calls ");
+    assert!((2..=20).contains(&calls), "{printed}");
 }
 
 /// Printed `key value` of a child, as a number.

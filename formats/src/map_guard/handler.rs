@@ -189,8 +189,12 @@ fn after_call(sig: libc::c_int, previous: &Action, before: Option<Action>) {
 static UNCHANGED_ROUNDS: AtomicUsize = AtomicUsize::new(0);
 
 /// So many such rounds in a row are a handler raising the signal to itself, not signals
-/// sent while it ran (a second one sent during its call is the first round).
-const ROUNDS_BEFORE_DEFAULT: usize = 4;
+/// sent while it ran (a second one sent during its call is the first round; a sender
+/// faster than a slow handler, 20 sends 50 ms apart to a 200 ms handler, makes five).
+/// The count is process-wide (no thread-local storage is async-signal-safe in a
+/// `dlopen`ed extension); a handler raising to itself costs that many calls before the
+/// default action.
+const ROUNDS_BEFORE_DEFAULT: usize = 32;
 
 /// Whether the handler just called raised `sig` again while it was blocked, to have it
 /// delivered once it returns, with the action in place passing it straight back to that
