@@ -237,7 +237,7 @@ pub(crate) fn key(index: u64) -> [u8; 8] {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use super::registry;
 
@@ -274,19 +274,12 @@ mod tests {
         }
         ARMED.store(true, Ordering::Relaxed);
         let _ = registry();
-        let (pid, started, mut status) = (FORKED.load(Ordering::Relaxed), Instant::now(), 0);
+        let pid = FORKED.load(Ordering::Relaxed);
         assert!(pid > 0, "no fork");
-        // SAFETY: waitpid and kill on our own child, into a valid int.
-        while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-            if started.elapsed() > Duration::from_secs(5) {
-                println!("child hung");
-                // SAFETY: as above.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        match stoker_testdata::child::wait_forked(pid, Duration::from_secs(5)) {
+            Some(status) => println!("child exited {status}"),
+            None => println!("child hung"),
         }
-        println!("child exited {status}");
     }
 
     /// The first open registered the fork handler in a `Once`: a child forked meanwhile

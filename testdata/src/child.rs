@@ -61,7 +61,8 @@ pub fn wait_forked(pid: i32, limit: Duration) -> Option<i32> {
             }
             return None;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        // Short: callers fork thousands of children that each live well under a millisecond.
+        std::thread::sleep(Duration::from_micros(100));
     }
     Some(status)
 }

@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::action::query;
 use super::behind::GENERATIONS;
@@ -184,15 +184,8 @@ fn fork_while_mapping(forks: usize) {
                 // SAFETY: _exit ends the child without running the parent's exit code.
                 unsafe { libc::_exit(0) };
             }
-            let (started, mut status) = (Instant::now(), 0);
-            // SAFETY: waitpid and kill on our own child, into a valid int.
-            while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == 0 {
-                if started.elapsed() > Duration::from_secs(10) {
-                    hung += 1;
-                    // SAFETY: as above.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-                std::thread::sleep(Duration::from_micros(100));
+            if stoker_testdata::child::wait_forked(pid, Duration::from_secs(10)).is_none() {
+                hung += 1;
             }
         }
         stop.store(true, Ordering::Relaxed);
