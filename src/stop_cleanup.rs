@@ -1,8 +1,7 @@
 //! Takes away a temporary file (the one `stoker decode -o` writes before renaming it into
 //! place) when the process is stopped by SIGINT, SIGTERM or SIGHUP (Ctrl-C, `timeout`, a
-//! closed terminal): those end a Rust process without running destructors, and each stop
-//! left a `.NAME*.stoker.tmp` behind (48 after 60 interrupted runs in a retry loop).
-//! SIGKILL cannot be caught. One file at a time: a program writing one output per run.
+//! closed terminal): those end a Rust process without running destructors, so each stop
+//! would leave a `.NAME*.stoker.tmp` behind. SIGKILL cannot be caught. One file at a time: a program writing one output per run.
 
 use std::ffi::{c_char, c_int, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -20,18 +19,11 @@ const SIGNALS: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 /// is called (replacing any path given before), then stops it by that signal as it would
 /// have been. Installs the handlers at the first call; a signal ignored then stays ignored.
 pub fn remove_on_stop(path: &Path) {
-    prepare();
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(install);
     if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
         TEMPORARY.store(c.into_raw(), Ordering::SeqCst);
     }
-}
-
-/// Installs the handlers now (what [`remove_on_stop`] does at its first call): called
-/// before the file is created, the window between its creation and its registration is a
-/// store, not three system calls.
-pub fn prepare() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(install);
 }
 
 /// The temporary file is gone or renamed into place: nothing to remove any more.

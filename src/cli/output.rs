@@ -203,7 +203,6 @@ fn replace(
 fn create_temporary(dir: &Path, name: &OsStr) -> std::io::Result<(File, tempfile::TempPath)> {
     use std::hash::{BuildHasher, Hasher};
     use std::os::unix::fs::OpenOptionsExt;
-    stoker::stop_cleanup::prepare();
     let mut last = None;
     for _ in 0..16 {
         // Seeded from the OS's randomness for each state: a draw no other run repeats.
