@@ -579,10 +579,8 @@ impl LoaderBuilder {
         metrics.set_placement(config.placement.clone(), config.rank, config.world);
         let backend = build_backend(&buffer_config(&config, &sampler)?, &metrics)?;
         let loader = Loader::new(backend, sampler, metrics, config, resume);
-        if let Some(note) = loader.mixing_note() {
-            tracing::warn!("{note}");
-        }
         for note in [
+            loader.mixing_note(),
             loader.workers_note(),
             loader.ranks_note(),
             loader.empty_epochs_note(),
