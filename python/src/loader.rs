@@ -246,11 +246,9 @@ impl Loader {
         let inner = self.inner()?;
         let pending = *lock(&self.next_epoch);
         let epoch = pending.unwrap_or_else(|| {
-            // A loaded state not yet taken (an epoch asked for another one failed): its
-            // epoch, or the next after a state saved at its epoch's end.
-            if let Some(s) = inner.pending_resume() {
-                let done = s.position >= inner.num_batches() && inner.num_batches() > 0;
-                return s.epoch.saturating_add(u64::from(done));
+            // A loaded state not yet taken (an epoch asked for another one failed).
+            if let Some(epoch) = inner.pending_epoch() {
+                return epoch;
             }
             let s = inner.state();
             // Batches of `s.epoch` were handed out and it did not finish: a loop left
@@ -352,12 +350,9 @@ impl Loader {
         };
         let inner = self.inner()?;
         inner.load_state(state).map_err(loader_error)?;
-        // The epoch the next `for` runs: the state's, or after its last batch the next one,
-        // as for the loader it was saved from (set_epoch(state["epoch"]) still asks for the
-        // finished one, which then yields nothing).
-        let batches = inner.num_batches();
-        let done = batches > 0 && state.position >= batches && state.epoch < u64::MAX;
-        *lock(&self.next_epoch) = Some(state.epoch + u64::from(done));
+        // The epoch the next `for` runs (set_epoch(state["epoch"]) still asks for a finished
+        // one, which then yields nothing).
+        *lock(&self.next_epoch) = inner.pending_epoch();
         Ok(())
     }
 
@@ -620,7 +615,6 @@ impl TransformArgs<'_> {
     }
 }
 
-/// A state key written as text (`Order`, `DatasetFingerprint`), parsed; `None` stays `None`.
 /// What the builder logs through `tracing`, which Python does not show, as warnings: what
 /// the placement had to assume (a Slurm batch step run without srun, a local count
 /// guessed), an order that mixes classes poorly, more workers than cores, epochs that
@@ -642,6 +636,7 @@ fn warn_notes(py: Python<'_>, inner: &stoker_loader::Loader) -> PyResult<()> {
     Ok(())
 }
 
+/// A state key written as text (`Order`, `DatasetFingerprint`), parsed; `None` stays `None`.
 fn parsed<T: std::str::FromStr<Err = String>>(
     value: Option<Bound<'_, PyAny>>,
 ) -> PyResult<Option<T>> {

@@ -84,10 +84,14 @@ impl Loader {
         Ok(())
     }
 
-    /// The state [`Loader::load_state`] or [`crate::LoaderBuilder::resume`] left pending,
-    /// until an epoch takes it: the epoch to run next, for a front end that picks it
-    /// (Python's `for` over the loader).
-    pub fn pending_resume(&self) -> Option<LoaderState> {
-        *self.resume.lock().unwrap_or_else(|p| p.into_inner())
+    /// The epoch the state [`Loader::load_state`] or [`crate::LoaderBuilder::resume`] left
+    /// pending continues, until an epoch takes it: its own, or the next one for a state
+    /// saved after its epoch's last batch (which the loader it came from would run next).
+    /// For a front end that picks the epoch (Python's `for` over the loader).
+    pub fn pending_epoch(&self) -> Option<u64> {
+        let state = (*self.resume.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let batches = self.num_batches();
+        let done = batches > 0 && state.position >= batches;
+        Some(state.epoch.saturating_add(u64::from(done)))
     }
 }
