@@ -61,10 +61,32 @@ impl Rng {
 
     /// Fisher–Yates.
     pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        self.shuffle_while(items, || true);
+    }
+
+    /// [`Rng::shuffle`], asking `go_on` every 2¹⁶ swaps whether to finish: a shuffle of
+    /// a hundred million items takes seconds, and one nobody waits for any more (a
+    /// loader dropped while it draws the next epoch's order) should not go on. Returns
+    /// whether it finished; when it did, `items` are exactly as [`Rng::shuffle`] leaves
+    /// them (the same draws).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::seeded::Rng;
+    /// let mut a: Vec<u32> = (0..1 << 18).collect();
+    /// assert!(!Rng::new(&[7]).shuffle_while(&mut a, || false));
+    /// ```
+    pub fn shuffle_while<T>(&mut self, items: &mut [T], mut go_on: impl FnMut() -> bool) -> bool {
+        const ASK_EVERY: usize = 1 << 16;
         for i in (1..items.len()).rev() {
+            if i % ASK_EVERY == 0 && !go_on() {
+                return false;
+            }
             let j = self.below(i as u64 + 1) as usize;
             items.swap(i, j);
         }
+        true
     }
 }
 
@@ -138,6 +160,28 @@ fn mix(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shuffle_asked_to_stop_stops_and_one_left_to_finish_draws_as_shuffle() {
+        let whole: Vec<u32> = (0..300_000).collect();
+        let mut plain = whole.clone();
+        Rng::new(&[3, 4]).shuffle(&mut plain);
+        let mut asked = 0;
+        let mut finished = whole.clone();
+        assert!(Rng::new(&[3, 4]).shuffle_while(&mut finished, || {
+            asked += 1;
+            true
+        }));
+        assert_eq!(finished, plain);
+        assert_eq!(asked, 300_000 / (1 << 16));
+        let mut stopped = whole.clone();
+        let mut left = 2;
+        assert!(!Rng::new(&[3, 4]).shuffle_while(&mut stopped, || {
+            left -= 1;
+            left > 0
+        }));
+        assert_ne!(stopped, plain);
+    }
 
     #[test]
     fn below_is_in_range_and_covers() {

@@ -288,7 +288,7 @@ impl Sampler {
 
     /// The permutation of `0..len` shared by all ranks for `epoch`.
     pub fn global_order(&self, epoch: u64) -> Vec<u64> {
-        self.global_positions(epoch, 0, self.len)
+        finished(self.global_positions(epoch, 0, self.len, &|| true))
     }
 
     /// This rank's sample indices for `epoch`, in the order they are yielded; batch `k` is
@@ -298,34 +298,44 @@ impl Sampler {
     /// whole permutation (in 4-byte indices below 2³² records), a quasi shuffle builds only
     /// the windows this rank reads, and a sequential order builds nothing else.
     pub fn order(&self, epoch: u64) -> Vec<u64> {
+        finished(self.order_while(epoch, &|| true))
+    }
+
+    /// [`Sampler::order`], asking `go_on` now and then (every 2¹⁶ swaps or 2²⁰ entries)
+    /// whether to finish: `None` when told to stop. For the order drawn ahead
+    /// (`order_ahead`), which nobody may wait for any more.
+    pub(crate) fn order_while(&self, epoch: u64, go_on: &dyn Fn() -> bool) -> Option<Vec<u64>> {
         let take = self.samples_per_epoch();
-        self.global_positions(epoch, self.rank * self.rank_share(), take)
+        self.global_positions(epoch, self.rank * self.rank_share(), take, go_on)
     }
 
     /// `take` entries of the epoch's global order from position `from`, wrapping around
     /// past the end (`take ≤ len`): what [`Sampler::order`] and
-    /// [`Sampler::global_order`] return.
-    fn global_positions(&self, epoch: u64, from: u64, take: u64) -> Vec<u64> {
+    /// [`Sampler::global_order`] return. `None` when `go_on` said to stop.
+    fn global_positions(
+        &self,
+        epoch: u64,
+        from: u64,
+        take: u64,
+        go_on: &dyn Fn() -> bool,
+    ) -> Option<Vec<u64>> {
         let len = self.len;
         let wanted = Wanted::new(from % len, take, len);
         match self.shuffle {
-            Shuffle::Sequential => wanted.positions().collect(),
+            Shuffle::Sequential => Some(wanted.positions().collect()),
             Shuffle::Global { seed } => {
                 let mut rng = Rng::new(&[seed, epoch, STREAM_ORDER]);
                 if len <= 1 << 32 {
-                    let perm = permutation(len, &mut rng, |i| i as u32);
-                    wanted
-                        .positions()
-                        .map(|p| u64::from(perm[p as usize]))
-                        .collect()
+                    let perm = permutation(len, &mut rng, |i| i as u32, go_on)?;
+                    wanted.pick(|p| u64::from(perm[p as usize]), go_on)
                 } else {
-                    let perm = permutation(len, &mut rng, |i| i);
-                    wanted.positions().map(|p| perm[p as usize]).collect()
+                    let perm = permutation(len, &mut rng, |i| i, go_on)?;
+                    wanted.pick(|p| perm[p as usize], go_on)
                 }
             }
             Shuffle::Quasi { seed, block } => {
                 let mut rng = Rng::new(&[seed, epoch, STREAM_ORDER]);
-                quasi_positions(len, u64::from(block), &mut rng, &wanted)
+                quasi_positions(len, u64::from(block), &mut rng, &wanted, go_on)
             }
         }
     }
@@ -349,6 +359,24 @@ impl Wanted {
         (self.from..self.from + self.take).map(|p| p % self.len)
     }
 
+    /// `entry` of each position, in the order they are yielded; `None` when `go_on`,
+    /// asked every 2²⁰ entries, says to stop.
+    fn pick(&self, entry: impl Fn(u64) -> u64, go_on: &dyn Fn() -> bool) -> Option<Vec<u64>> {
+        const ASK_EVERY: u64 = 1 << 20;
+        let mut out = Vec::with_capacity(self.take as usize);
+        let mut start = self.from;
+        let end = self.from + self.take;
+        while start < end {
+            if start > self.from && !go_on() {
+                return None;
+            }
+            let stop = end.min(start + ASK_EVERY);
+            out.extend((start..stop).map(|p| entry(p % self.len)));
+            start = stop;
+        }
+        Some(out)
+    }
+
     /// For global positions `range`, the index in the kept order of each kept one, as
     /// (first kept position, its index, how many follow on).
     fn overlaps(&self, range: std::ops::Range<u64>) -> impl Iterator<Item = (u64, usize, u64)> {
@@ -368,17 +396,32 @@ impl Wanted {
 
 /// A random permutation of `0..len` drawn by `rng`, in indices made by `index` (4 bytes
 /// where they fit: half the memory, and a faster shuffle, for the same draws).
-fn permutation<T: Copy>(len: u64, rng: &mut Rng, index: impl Fn(u64) -> T) -> Vec<T> {
+fn permutation<T: Copy>(
+    len: u64,
+    rng: &mut Rng,
+    index: impl Fn(u64) -> T,
+    go_on: &dyn Fn() -> bool,
+) -> Option<Vec<T>> {
     let mut perm: Vec<T> = (0..len).map(index).collect();
-    rng.shuffle(&mut perm);
-    perm
+    rng.shuffle_while(&mut perm, go_on).then_some(perm)
+}
+
+/// The result of a draw that was never told to stop.
+fn finished(drawn: Option<Vec<u64>>) -> Vec<u64> {
+    drawn.unwrap_or_else(|| unreachable!("a draw whose go_on is always true finishes"))
 }
 
 /// The kept positions of a quasi order: blocks of `block` records visited in a random
 /// order, the records of each window of [`QUASI_WINDOW_BLOCKS`] blocks shuffled together.
 /// Windows holding no kept position are not built: their shuffle's draws are made and
 /// dropped, so the windows after them get the same draws as in the whole order.
-fn quasi_positions(len: u64, block: u64, rng: &mut Rng, wanted: &Wanted) -> Vec<u64> {
+fn quasi_positions(
+    len: u64,
+    block: u64,
+    rng: &mut Rng,
+    wanted: &Wanted,
+    go_on: &dyn Fn() -> bool,
+) -> Option<Vec<u64>> {
     let mut blocks: Vec<u64> = (0..len.div_ceil(block)).collect();
     rng.shuffle(&mut blocks);
     // The records of block `b` (the last one may be short).
@@ -387,6 +430,9 @@ fn quasi_positions(len: u64, block: u64, rng: &mut Rng, wanted: &Wanted) -> Vec<
     let mut window: Vec<u64> = Vec::new();
     let mut start = 0u64;
     for group in blocks.chunks(QUASI_WINDOW_BLOCKS as usize) {
+        if !go_on() {
+            return None;
+        }
         let size: u64 = group
             .iter()
             .map(|&b| records(b).end - records(b).start)
@@ -409,7 +455,7 @@ fn quasi_positions(len: u64, block: u64, rng: &mut Rng, wanted: &Wanted) -> Vec<
             out[at..at + count as usize].copy_from_slice(&window[from..from + count as usize]);
         }
     }
-    out
+    Some(out)
 }
 
 /// Stream tags keep the order draw and the per-sample transform draws independent.
