@@ -26,8 +26,9 @@ use crate::locks::lock;
 /// shorter side to ``resize``, default ``size * 8 / 7``, then a center crop; the source
 /// window is rounded to whole pixels, so pixels differ slightly from torchvision's
 /// ``Resize`` then ``CenterCrop``, which crops a resized image). ``mean``/``std``
-/// normalize float outputs (``stoker.IMAGENET_MEAN``/``IMAGENET_STD``; default none:
-/// pixels / 255; refused with ``dtype="uint8"``, which is raw pixels). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``) or
+/// normalize float outputs (``stoker.IMAGENET_MEAN``/``IMAGENET_STD``; given together or
+/// not at all; default none: pixels / 255; refused with ``dtype="uint8"``, which is raw
+/// pixels). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``) or
 /// ``"uint8"`` (``layout="nhwc"``, raw pixels); ``torch.float16`` and the like are
 /// taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
 /// ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``). ``rank`` and ``world_size``
@@ -585,6 +586,13 @@ impl TransformArgs<'_> {
                 "dtype=\"uint8\" gives raw pixels; normalize them yourself, or ask for float32/float16",
             );
         }
+        if mean.is_some() != std.is_some() {
+            // Normalizing by one of the two alone is almost always a forgotten argument
+            // (torchvision's Normalize takes both), and the outputs would look plausible.
+            return Err(PyValueError::new_err(format!(
+                "mean={mean:?}, std={std:?}: give mean and std together (as torchvision's Normalize); to only center, pass std=(1.0, 1.0, 1.0), to only scale, mean=(0.0, 0.0, 0.0)"
+            )));
+        }
         let mut transform = match self.crop {
             "random" => Transform::random_resized_crop(self.size),
             "center" => match self.resize {
@@ -608,8 +616,8 @@ impl TransformArgs<'_> {
             );
             warn(py, text)?;
         }
-        if mean.is_some() || std.is_some() {
-            transform = transform.normalize(mean.unwrap_or([0.0; 3]), std.unwrap_or([1.0; 3]));
+        if let (Some(mean), Some(std)) = (mean, std) {
+            transform = transform.normalize(mean, std);
         }
         Ok(transform)
     }

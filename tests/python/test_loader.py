@@ -438,6 +438,13 @@ def test_scale_ratio_and_arguments_that_would_be_ignored(sample_dataset):
         first(crop="center", ratio=(1.0, 1.0))
     with pytest.raises(ValueError, match="mean/std would be ignored"):
         first(dtype="uint8", mean=stoker.IMAGENET_MEAN)
+    # One without the other would normalize plausibly and wrongly (std 1 or mean 0).
+    with pytest.raises(ValueError, match="give mean and std together"):
+        first(mean=stoker.IMAGENET_MEAN)
+    with pytest.raises(ValueError, match="give mean and std together"):
+        first(std=stoker.IMAGENET_STD)
+    centered = first(mean=(0.5, 0.5, 0.5), std=(1.0, 1.0, 1.0))
+    np.testing.assert_allclose(centered, default - 0.5, atol=1e-6)
 
 
 def test_ranks_are_disjoint_and_equal(sample_dataset):
