@@ -186,10 +186,11 @@ impl LoaderBuilder {
     /// on the node, [`crate::launcher::NodeShare::pinned_bytes`]). A ring of
     /// `prefetch + 2` slots that does not fit is built with fewer slots (a lower
     /// prefetch, at least one batch in flight); when even that does not fit,
-    /// [`LoaderBuilder::build`] fails naming this setting. The dataset map
-    /// page-locked for raw records ([`LoaderBuilder::zero_copy_h2d`]) is not
-    /// counted: every process on the node locks the same page-cache pages.
-    /// Ignored by the CPU path.
+    /// [`LoaderBuilder::build`] fails naming this setting. It bounds this
+    /// loader's ring: loaders of one process each size theirs against their own
+    /// setting. The dataset map page-locked for raw records
+    /// ([`LoaderBuilder::page_lock_limit`]) is not counted: every process on the
+    /// node locks the same page-cache pages. Ignored by the CPU path.
     pub fn pinned_memory(mut self, bytes: u64) -> Self {
         self.pinned_memory = Some(bytes);
         self
@@ -357,10 +358,12 @@ impl LoaderBuilder {
     /// from it, with no host copy into pinned staging (default `true`).
     ///
     /// When the shards together fit in [`LoaderBuilder::page_lock_limit`] (half the
-    /// machine's memory by default) they are locked whole at build and stay
-    /// resident while the loader lives (registering reads them into the page
-    /// cache). A larger dataset is locked as a moving window: each epoch's batches
-    /// are cut into runs whose records lie in shards taking at most half the limit,
+    /// machine's memory by default; a limit for the whole process, so what its
+    /// other loaders keep locked is taken off it) they are locked whole at build
+    /// and stay resident while the loader lives (registering reads them into the
+    /// page cache). A larger dataset is locked as a moving window: each epoch's
+    /// batches are cut into runs whose records lie in shards taking at most half
+    /// of what is left of the limit,
     /// and a thread locks the next run's shards while the current one is read and
     /// unlocks each run's once its copies are done. That needs an order that stays
     /// in a few shards at a time ([`crate::Shuffle::Sequential`], or
@@ -398,13 +401,26 @@ impl LoaderBuilder {
         self
     }
 
-    /// GPU path, raw records: the most of the dataset's map that may be
-    /// page-locked at once, in bytes (default: half the machine's memory). A
-    /// dataset that fits is locked whole; a larger one as a moving window of half
-    /// this size, two windows at a time ([`LoaderBuilder::zero_copy_h2d`]). Not
-    /// divided among the processes on the node: they map the same shard files, so
-    /// their registrations lock the same page-cache pages. `0` stages every
-    /// record in pinned memory. Ignored by the CPU path and by JPEG datasets.
+    /// GPU path, raw records: the most bytes of dataset maps this process may
+    /// keep page-locked at once, all its loaders together, in bytes (default: half
+    /// the machine's memory). A loader locks only what keeps the process's total
+    /// within its own limit: a dataset that fits in what the process's other
+    /// loaders leave is locked whole; a larger one as a moving window of half of
+    /// what is left, two windows at a time ([`LoaderBuilder::zero_copy_h2d`]); with
+    /// nothing left its records are staged in pinned memory. The log says which,
+    /// naming the bytes the other loaders hold. Shards another loader over the
+    /// same files has locked are shared and count once (a [`Dataset`] opened again
+    /// while open shares its maps). So a training and a validation loader, or a
+    /// loader over a dataset replaced on disk beside the old loader still reading
+    /// the old files, never lock more than the limit together.
+    ///
+    /// A window is checked against the limit when it is locked: a loader built
+    /// later may have taken what was left, and the window's records are then
+    /// staged (warned). Not divided among the processes on the node: they map the
+    /// same shard files, so their registrations lock the same page-cache pages. The
+    /// staging ring's pinned buffers are not counted here
+    /// ([`LoaderBuilder::pinned_memory`]). `0` stages every record in pinned
+    /// memory. Ignored by the CPU path and by JPEG datasets.
     ///
     /// # Examples
     ///

@@ -49,9 +49,10 @@ use crate::locks::lock;
 ///
 /// GPU path only (ignored on the CPU): ``pinned_memory``, the bytes of pinned staging
 /// the loader may allocate (default: its share of the node's memory);
-/// ``page_lock_limit``, the most bytes of a raw dataset kept page-locked for direct
-/// copies (default half the memory; a larger dataset moves a window of shards through
-/// it, with ``shuffle="quasi"`` or ``False``); ``gpu_waits``, how host threads wait for
+/// ``page_lock_limit``, the most bytes of raw datasets this process keeps page-locked
+/// for direct copies, all its loaders together (default half the memory; a dataset
+/// larger than what the others leave moves a window of shards through the rest, with
+/// ``shuffle="quasi"`` or ``False``); ``gpu_waits``, how host threads wait for
 /// the GPU: ``"spin"``, ``"block"`` (the core serves the reader threads meanwhile) or
 /// ``"auto"`` (blocking when there is a CPU share); ``gpu_cpu_share``, the fraction of
 /// each batch's engine-decodable JPEGs decoded on the CPUs beside the JPEG engines.

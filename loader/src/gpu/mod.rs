@@ -56,7 +56,9 @@
 //! staging stride are decoded, cropped and resized on the CPU and copied. Raw
 //! (pre-decoded) records go to the device straight from the dataset's memory map,
 //! page-locked at build (`registered`) or, over the page-lock limit, as a moving
-//! window of shards (`window_plan`, `window_locker`), in one `cuMemcpyBatchAsync` per batch
+//! window of shards (`window_plan`, `window_locker`); the limit holds for the
+//! whole process, whose page-locked bytes `lock_ledger` counts across loaders.
+//! Each batch's records go in one `cuMemcpyBatchAsync`
 //! (`batch_copy`; [`crate::LoaderBuilder::zero_copy_h2d`]); where that is not
 //! possible the reader pool copies them into pinned staging (non-temporal stores,
 //! [`copy_streaming`]) and one H2D copy per batch goes on the copy stream.
@@ -89,6 +91,7 @@ mod epoch;
 pub mod handoff;
 mod jpeg_batch;
 pub mod kernel;
+mod lock_ledger;
 pub mod nvml;
 mod producer;
 mod raw_batch;

@@ -17,8 +17,11 @@
 //! several devices share them too. A dataset over the page-lock limit is locked a
 //! window of shards at a time ([`DirectMaps::Windowed`], `window_locker`), through
 //! the same table, so shards two consecutive windows share stay locked.
+//!
+//! The page-lock limit holds for the process: every registration reserves its
+//! shards' bytes in one ledger (`lock_ledger`) first, under the table's lock, and
+//! gives them back once unregistered; a range loaders share is reserved once.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys;
@@ -26,6 +29,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 use stoker_decode::bind_context;
 use stoker_formats::Dataset;
 
+use super::lock_ledger::{Ledger, Ranges, Reservation};
 use super::window_locker::{Locker, Registrar};
 
 /// Page-locks `len` bytes at `ptr` for the device (`cuMemHostRegister`).
@@ -49,10 +53,77 @@ unsafe fn host_unregister(ptr: *const u8) -> Result<(), DriverError> {
     unsafe { sys::cuMemHostUnregister(ptr.cast_mut().cast()) }.result()
 }
 
-/// Registered ranges of this process: start → (length, users).
-fn table() -> &'static Mutex<HashMap<usize, (usize, usize)>> {
-    static TABLE: OnceLock<Mutex<HashMap<usize, (usize, usize)>>> = OnceLock::new();
-    TABLE.get_or_init(|| Mutex::new(HashMap::new()))
+/// The bytes this process keeps page-locked, all loaders together.
+static LEDGER: Ledger = Ledger::new();
+
+/// Registered ranges of this process. Its lock is held across each set of
+/// registrations and unregistrations, and the ledger's reservations change only
+/// under it: a range is never seen as registered before the driver has it, nor
+/// as free before the driver has let it go.
+fn table() -> &'static Mutex<Ranges<'static>> {
+    static TABLE: OnceLock<Mutex<Ranges<'static>>> = OnceLock::new();
+    TABLE.get_or_init(|| Mutex::new(Ranges::default()))
+}
+
+/// The table, locked; taken over from a thread that panicked holding it (every
+/// change to it is a single insert or removal, so it is whole between them).
+fn lock_table() -> std::sync::MutexGuard<'static, Ranges<'static>> {
+    table().lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Bytes of `dataset`'s shards page-locked already in this process (by loaders
+/// over the same shard maps: a dataset opened again while open shares them), and the bytes the process holds page-locked in
+/// all: what [`super::lock_ledger::route`] decides from.
+pub(crate) fn locked_now(dataset: &Dataset) -> (u64, u64) {
+    let table = lock_table();
+    let shards = dataset.manifest().shards.iter().enumerate();
+    let shared = shards
+        .filter(|(i, _)| {
+            dataset
+                .shard_bytes(*i)
+                .is_some_and(|b| !b.is_empty() && table.contains(b.as_ptr() as usize))
+        })
+        .map(|(_, entry)| entry.bytes)
+        .sum();
+    (shared, LEDGER.held())
+}
+
+/// A shard's mapping as registered: whole pages from `start`, `len` bytes, and
+/// `charge`, its bytes in the manifest (what the ledger counts).
+struct Span<'d> {
+    file: &'d str,
+    start: usize,
+    len: usize,
+    charge: u64,
+}
+
+/// The span of shard `i` of `dataset`: `None` for an empty shard (nothing to
+/// register); an error when its map was not found.
+fn span(dataset: &Dataset, i: usize, page: usize) -> Result<Option<Span<'_>>, String> {
+    let entry = dataset
+        .manifest()
+        .shards
+        .get(i)
+        .ok_or_else(|| format!("the dataset has no shard {i}"))?;
+    match dataset.shard_bytes(i).filter(|b| !b.is_empty()) {
+        Some(bytes) => {
+            let start = bytes.as_ptr() as usize;
+            debug_assert_eq!(start % page, 0, "mappings start on a page");
+            Ok(Some(Span {
+                file: &entry.file,
+                start,
+                // Whole pages: the last one is backed by the file up to its end and
+                // zero-filled after it; pages past it are not mapped for reading.
+                len: bytes.len().div_ceil(page) * page,
+                charge: entry.bytes,
+            }))
+        }
+        None if entry.count == 0 => Ok(None),
+        None => Err(format!(
+            "the memory map of shard {} was not found",
+            entry.file
+        )),
+    }
 }
 
 /// The shards of a dataset, page-locked for the device while this lives.
@@ -75,31 +146,23 @@ impl std::fmt::Debug for RegisteredMaps {
 
 impl RegisteredMaps {
     /// Page-locks every shard of `dataset` for `ctx`'s device, or says why not
-    /// (the caller then stages through pinned buffers, or locks a moving window,
-    /// `window_locker`):
-    /// - the shards together exceed `max_bytes` (they would all stay resident);
-    /// - as [`RegisteredMaps::register_shards`].
+    /// (the caller then stages through pinned buffers), as
+    /// [`RegisteredMaps::register_shards`].
     ///
     /// Registering reads any page not yet in the page cache from disk.
     pub(crate) fn register(
         ctx: &Arc<CudaContext>,
         dataset: &Dataset,
-        max_bytes: u64,
+        limit: u64,
     ) -> Result<RegisteredMaps, String> {
-        let total = total_bytes(dataset);
-        if total > max_bytes {
-            return Err(format!(
-                "the shards hold {} MiB, more than the {} MiB allowed to stay page-locked",
-                total >> 20,
-                max_bytes >> 20
-            ));
-        }
         let all: Vec<usize> = (0..dataset.manifest().shards.len()).collect();
-        RegisteredMaps::register_shards(ctx, dataset, &all)
+        RegisteredMaps::register_shards(ctx, dataset, &all, limit)
     }
 
     /// Page-locks the shards `shards` (positions in the manifest) of `dataset`
     /// for `ctx`'s device, or says why not:
+    /// - the shards not yet registered would take the process past `limit`
+    ///   bytes page-locked (the ledger's refusal, naming what it holds);
     /// - a shard's mapping could not be found;
     /// - the driver refused (e.g. a kernel that does not allow pinning file pages).
     ///
@@ -108,66 +171,69 @@ impl RegisteredMaps {
         ctx: &Arc<CudaContext>,
         dataset: &Dataset,
         shards: &[usize],
+        limit: u64,
     ) -> Result<RegisteredMaps, String> {
         // Not `bind_to_thread`: a stale error would leave the window unlocked.
         bind_context(ctx).map_err(|e| format!("binding the CUDA context: {e}"))?;
         let page = page_size();
+        let spans = shards
+            .iter()
+            .filter_map(|&i| span(dataset, i, page).transpose())
+            .collect::<Result<Vec<Span<'_>>, String>>()?;
         let mut maps = RegisteredMaps {
             ranges: Vec::new(),
             ctx: Arc::clone(ctx),
             _dataset: dataset.clone(),
         };
-        let entries = &dataset.manifest().shards;
-        let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
-        let registered = shards.iter().try_for_each(|&i| {
-            let entry = entries
-                .get(i)
-                .ok_or_else(|| format!("the dataset has no shard {i}"))?;
-            match dataset.shard_bytes(i).filter(|b| !b.is_empty()) {
-                Some(bytes) => maps.add(&mut table, &entry.file, bytes, page),
-                None if entry.count == 0 => Ok(()),
-                None => Err(format!(
-                    "the memory map of shard {} was not found",
-                    entry.file
-                )),
+        let mut table = lock_table();
+        let new = table.unregistered(spans.iter().map(|s| (s.start, s.charge)));
+        let registered = match LEDGER.reserve(new, limit) {
+            // What is left of `reserved` on an error (the shards not registered)
+            // is given back when it drops.
+            Ok(mut reserved) => {
+                let added = spans
+                    .iter()
+                    .try_for_each(|s| maps.add(&mut table, s, &mut reserved));
+                // Every new range took its charge: nothing reserved is left unowned.
+                debug_assert!(added.is_err() || reserved.bytes() == 0);
+                added
             }
-        });
+            Err(refused) => Err(refused.to_string()),
+        };
         // Released before `maps` can drop on an error: its `Drop` takes the lock too.
         drop(table);
         registered.map(|()| maps)
     }
 
-    /// Registers the mapping `bytes` of shard `file` (or counts one more user of
-    /// its registration) and adds it to `self`.
+    /// Registers `span` (or counts one more user of its registration) and adds
+    /// it to `self`; a new registration takes its bytes out of `reserved`.
     fn add(
         &mut self,
-        table: &mut HashMap<usize, (usize, usize)>,
-        file: &str,
-        bytes: &[u8],
-        page: usize,
+        table: &mut Ranges<'static>,
+        span: &Span<'_>,
+        reserved: &mut Reservation<'static>,
     ) -> Result<(), String> {
-        let start = bytes.as_ptr() as usize;
-        // Whole pages: the last one is backed by the file up to its end and
-        // zero-filled after it; pages past it are not mapped for reading.
-        let len = bytes.len().div_ceil(page) * page;
-        debug_assert_eq!(start % page, 0, "mappings start on a page");
-        match table.get_mut(&start) {
+        let Span {
+            file, start, len, ..
+        } = *span;
+        match table.join(start, len) {
             // Another loader over this dataset registered it.
-            Some((l, users)) if *l == len => *users += 1,
-            Some((l, _)) => {
+            Ok(true) => {}
+            Err(other) => {
                 return Err(format!(
-                    "shard {file} is registered with {l} bytes, not {len}"
+                    "shard {file} is registered with {} bytes, not {len}",
+                    other.0
                 ))
             }
-            None => {
+            Ok(false) => {
                 // SAFETY: `start..start + len` lies in the shard's read-only mapping
-                // (every page of it holds file bytes), which `self._dataset` keeps
-                // alive until the registration is undone in `Drop` (by the last
-                // user); READ_ONLY is what a read-only mapping needs, PORTABLE makes
-                // it usable from every context.
+                // (every page of it holds file bytes; `span`), which `self._dataset`
+                // keeps alive until the registration is undone in `Drop` (by the
+                // last user); READ_ONLY is what a read-only mapping needs, PORTABLE
+                // makes it usable from every context.
                 unsafe {
                     host_register(
-                        bytes.as_ptr(),
+                        start as *const u8,
                         len,
                         sys::CU_MEMHOSTREGISTER_READ_ONLY | sys::CU_MEMHOSTREGISTER_PORTABLE,
                     )
@@ -178,7 +244,7 @@ impl RegisteredMaps {
                         len >> 20
                     )
                 })?;
-                table.insert(start, (len, 1));
+                table.insert(start, len, reserved.split_off(span.charge));
             }
         }
         self.ranges.push((start, len));
@@ -200,30 +266,33 @@ impl RegisteredMaps {
 }
 
 impl Drop for RegisteredMaps {
-    /// Undoes the registrations this was the last user of; the loader's streams
-    /// were synchronized before (`Shared`'s `Drop` runs before its fields drop),
-    /// and earlier users' loaders before theirs. Failures are logged.
+    /// Undoes the registrations this was the last user of, and gives their bytes
+    /// back to the ledger; the loader's streams were synchronized before
+    /// (`Shared`'s `Drop` runs before its fields drop), and earlier users'
+    /// loaders before theirs. Failures are logged, and the bytes of a
+    /// registration not undone stay counted: its pages may stay locked.
     fn drop(&mut self) {
-        let mut table = table().lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = lock_table();
         // Not `bind_to_thread`: a stale error would leave the registration in place.
         let bound = bind_context(&self.ctx);
         for &(start, _) in &self.ranges {
-            let Some((_, users)) = table.get_mut(&start) else {
+            let Some(charge) = table.leave(start) else {
                 continue;
             };
-            *users -= 1;
-            if *users > 0 {
-                continue;
-            }
-            table.remove(&start);
             if let Err(e) = &bound {
                 tracing::warn!("unregistering the dataset's memory map: {e}");
+                charge.keep();
                 continue;
             }
-            // SAFETY: `start` began a registration made in `register` whose last
-            // user this is, and the copies that read it have completed (see above).
-            if let Err(e) = unsafe { host_unregister(start as *const u8) } {
-                tracing::warn!("cuMemHostUnregister failed: {e}");
+            // SAFETY: `start` began a registration made in `register_shards` whose
+            // last user this is, and the copies that read it have completed (see
+            // above).
+            match unsafe { host_unregister(start as *const u8) } {
+                Ok(()) => drop(charge),
+                Err(e) => {
+                    tracing::warn!("cuMemHostUnregister failed: {e}");
+                    charge.keep();
+                }
             }
         }
     }
@@ -267,6 +336,9 @@ pub(crate) fn total_bytes(dataset: &Dataset) -> u64 {
 pub(crate) struct CudaRegistrar {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) dataset: Dataset,
+    /// The loader's page-lock limit, which each window's reservation is checked
+    /// against (with what the process's other loaders hold).
+    pub(crate) limit: u64,
     /// The stream that copies records out of the windows: waited for whole when
     /// a fence could not be recorded.
     pub(crate) copy: Arc<CudaStream>,
@@ -279,7 +351,7 @@ impl Registrar for CudaRegistrar {
     type Fence = Option<CudaEvent>;
 
     fn lock(&self, shards: &[usize]) -> Result<RegisteredMaps, String> {
-        RegisteredMaps::register_shards(&self.ctx, &self.dataset, shards)
+        RegisteredMaps::register_shards(&self.ctx, &self.dataset, shards, self.limit)
     }
 
     fn wait(&self, fence: Option<CudaEvent>) {
@@ -300,8 +372,9 @@ fn page_size() -> usize {
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
-/// Half the machine's memory (`MemTotal` in `/proc/meminfo`), the most the
-/// dataset's map may keep page-locked; `None` when it cannot be read. Not divided
+/// Half the machine's memory (`MemTotal` in `/proc/meminfo`), the most this
+/// process's loaders may keep page-locked of their datasets' maps, all together,
+/// unless `page_lock_limit` says; `None` when it cannot be read. Not divided
 /// among the processes on the node (unlike their staging,
 /// [`crate::launcher::NodeShare`]): they map the same shard files, so their
 /// registrations lock the same page-cache pages.

@@ -13,6 +13,7 @@ use stoker_formats::{Dataset, Encoding};
 use super::batch_copy;
 use super::device::{stream_priority, visible_devices};
 use super::kernel::KernelDtype;
+use super::lock_ledger::{self, Route};
 use super::registered::{self, CudaRegistrar, DirectMaps, RegisteredMaps};
 use super::staging::{Slot, SlotSizes};
 use super::window_locker::{self, Locker};
@@ -337,8 +338,9 @@ pub(super) fn reader_pool(workers: usize) -> Result<rayon::ThreadPool, LoaderErr
 
 /// Raw records: the dataset's map, page-locked, when allowed and possible, so
 /// that records are copied to the device straight from it: whole when it fits
-/// the page-lock limit, else as a moving window of half the limit
-/// (`window_locker`).
+/// what the process's other loaders leave of the page-lock limit, else as a
+/// moving window of half of what is left (`window_locker`); the choice is
+/// [`lock_ledger::route`]'s.
 pub(super) fn register_direct(
     ctx: &Arc<CudaContext>,
     copy: &Arc<CudaStream>,
@@ -353,36 +355,47 @@ pub(super) fn register_direct(
         .or_else(registered::half_of_memory)
         .unwrap_or(0);
     let total = registered::total_bytes(&config.dataset);
-    if total > limit {
-        let window = limit / window_locker::LIVE as u64;
-        if window == 0 {
+    // Everything the process holds is other loaders': this one has locked nothing yet.
+    let (shared, others) = registered::locked_now(&config.dataset);
+    match lock_ledger::route(total, shared, others, limit) {
+        Route::Whole => register_whole(ctx, config, limit),
+        Route::Staged if others == 0 => {
             tracing::info!(
                 "raw records: staged through pinned memory (a page-lock limit of {limit} bytes)"
             );
-            return None;
+            None
         }
-        let registrar = CudaRegistrar {
-            ctx: Arc::clone(ctx),
-            dataset: config.dataset.clone(),
-            copy: Arc::clone(copy),
-        };
-        return match Locker::start(registrar, window) {
-            Ok(locker) => {
-                tracing::info!(
-                    dataset_mib = total >> 20,
-                    window_mib = window >> 20,
-                    "raw records: the dataset is over the page-lock limit; each epoch moves a page-locked window over it"
-                );
-                Some(DirectMaps::Windowed(locker))
+        Route::Staged => {
+            tracing::info!(
+                "raw records: staged through pinned memory (a page-lock limit of {limit} bytes for the process, {others} bytes of which its other loaders hold page-locked)"
+            );
+            None
+        }
+        Route::Window { window } => {
+            let registrar = CudaRegistrar {
+                ctx: Arc::clone(ctx),
+                dataset: config.dataset.clone(),
+                limit,
+                copy: Arc::clone(copy),
+            };
+            match Locker::start(registrar, window) {
+                Ok(locker) => {
+                    log_window(total, window, others);
+                    Some(DirectMaps::Windowed(locker))
+                }
+                Err(e) => {
+                    tracing::info!(
+                        "raw records: staged through pinned memory (no locking thread: {e})"
+                    );
+                    None
+                }
             }
-            Err(e) => {
-                tracing::info!(
-                    "raw records: staged through pinned memory (no locking thread: {e})"
-                );
-                None
-            }
-        };
+        }
     }
+}
+
+/// Page-locks the whole dataset at build, or says why not (its records are then staged).
+fn register_whole(ctx: &Arc<CudaContext>, config: &LoaderConfig, limit: u64) -> Option<DirectMaps> {
     let started = std::time::Instant::now();
     match RegisteredMaps::register(ctx, &config.dataset, limit) {
         Ok(maps) => {
@@ -397,6 +410,26 @@ pub(super) fn register_direct(
             tracing::info!("raw records: staged through pinned memory ({reason})");
             None
         }
+    }
+}
+
+/// Says that the dataset (`total` bytes) moves windows of `window` bytes, and
+/// why: over the page-lock limit, or over what the process's other loaders,
+/// holding `others` bytes, leave of it.
+fn log_window(total: u64, window: u64, others: u64) {
+    if others == 0 {
+        tracing::info!(
+            dataset_mib = total >> 20,
+            window_mib = window >> 20,
+            "raw records: the dataset is over the page-lock limit; each epoch moves a page-locked window over it"
+        );
+    } else {
+        tracing::info!(
+            dataset_mib = total >> 20,
+            window_mib = window >> 20,
+            others_mib = others >> 20,
+            "raw records: the dataset is over what this process's other loaders leave of the page-lock limit; each epoch moves a page-locked window over it"
+        );
     }
 }
 
