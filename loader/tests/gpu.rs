@@ -36,6 +36,14 @@ fn gpu_or_skip() -> Option<Arc<CudaContext>> {
     gpu().map_err(stoker_testdata::gpu_skip).ok()
 }
 
+/// Held by each test that page-locks a raw dataset's map: the page-lock limit
+/// holds for the whole process, so a test with a small limit would see what a
+/// test running beside it holds locked, and route otherwise.
+fn page_locking_alone() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn train_transform(size: u32) -> Transform {
     Transform::random_resized_crop(size)
         .hflip(0.5)
@@ -333,6 +341,7 @@ fn gpu_transform_equals_cpu_transform_on_raw_records() {
     let Some(ctx) = gpu_or_skip() else {
         return;
     };
+    let _alone = page_locking_alone();
     let dir = tempfile::tempdir().unwrap();
     let n = 48;
     compare_paths(
@@ -435,6 +444,7 @@ fn batches_come_waited_on_the_users_stream_and_staging_options_change_nothing() 
     let Some(ctx) = gpu_or_skip() else {
         return;
     };
+    let _alone = page_locking_alone();
     let dir = tempfile::tempdir().unwrap();
     let n = 48;
     let ds = common::bench_raw_dataset(dir.path(), n);
@@ -525,6 +535,7 @@ fn a_raw_dataset_over_the_page_lock_limit_moves_a_window_over_it_with_the_same_b
     let Some(ctx) = gpu_or_skip() else {
         return;
     };
+    let _alone = page_locking_alone();
     let dir = tempfile::tempdir().unwrap();
     // 96 raw 500×375 images (54 MB), two per shard (1.3 MB): over a 40 MiB limit,
     // so windows of 20 MiB (15 shards) move over it. A quasi-random order with
@@ -590,6 +601,62 @@ fn a_raw_dataset_over_the_page_lock_limit_moves_a_window_over_it_with_the_same_b
             _ => assert!(pinned < pixel_staging_of_one_slot, "{shuffle:?}: {pinned}"),
         }
     }
+}
+
+#[test]
+fn loaders_of_one_process_share_its_page_lock_limit() {
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    let _alone = page_locking_alone();
+    // Two datasets of 24 raw 500×375 images (13.5 MB, 12 shards of two): either
+    // fits a 24 MiB limit alone, not both.
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = common::bench_raw_dataset_in_shards(a_dir.path(), 24, 1_300_000);
+    let b = common::bench_raw_dataset_in_shards(b_dir.path(), 24, 1_300_000);
+    let build = |ds: &stoker_formats::Dataset| {
+        Loader::builder(ds.clone())
+            .batch_size(4)
+            .shuffle(Shuffle::Sequential)
+            .transform(train_transform(96))
+            .output(Output::F16Nchw)
+            .device(Device::Cuda(0))
+            .workers(2)
+            .prefetch(2)
+            .page_lock_limit(24 << 20)
+            .build()
+            .unwrap()
+    };
+    let whole = |l: &Loader| {
+        l.stats()
+            .backend
+            .contains("from the page-locked dataset map")
+    };
+    let train = build(&a);
+    assert!(whole(&train), "{}", train.stats().backend);
+    // A second loader over the same open dataset joins its registrations, which
+    // count once: locked whole too.
+    let again = build(&a);
+    assert!(whole(&again), "{}", again.stats().backend);
+    // The other dataset gets what is left: a moving window, not a whole lock
+    // that would take the process past its limit.
+    let val = build(&b);
+    let backend = val.stats().backend;
+    assert!(backend.contains("moving page-locked window"), "{backend}");
+    let mut batches = 0;
+    for batch in val.epoch(0) {
+        batch.unwrap();
+        batches += 1;
+    }
+    assert_eq!(batches, 6);
+    // Every window fitted beside the training set's lock: no record staged.
+    let pixel_staging_of_one_slot = 4 * 500 * 375 * 3;
+    let pinned = val.stats().pinned_bytes;
+    assert!(pinned < pixel_staging_of_one_slot, "{pinned} pinned bytes");
+    // Once the training loaders are gone, the whole limit is free again.
+    drop((train, again, val));
+    let val = build(&b);
+    assert!(whole(&val), "{}", val.stats().backend);
 }
 
 #[test]
