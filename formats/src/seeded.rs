@@ -79,12 +79,19 @@ impl Rng {
     /// ```
     pub fn shuffle_while<T>(&mut self, items: &mut [T], mut go_on: impl FnMut() -> bool) -> bool {
         const ASK_EVERY: usize = 1 << 16;
-        for i in (1..items.len()).rev() {
-            if i % ASK_EVERY == 0 && !go_on() {
+        // Fisher–Yates from the end, a run of ASK_EVERY swaps between questions (not a
+        // test in every swap: the loop is the hot part of a global order's draw).
+        let mut end = items.len();
+        while end > 1 {
+            let start = end.saturating_sub(ASK_EVERY).max(1);
+            for i in (start..end).rev() {
+                let j = self.below(i as u64 + 1) as usize;
+                items.swap(i, j);
+            }
+            end = start;
+            if end > 1 && !go_on() {
                 return false;
             }
-            let j = self.below(i as u64 + 1) as usize;
-            items.swap(i, j);
         }
         true
     }
