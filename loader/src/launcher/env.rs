@@ -74,6 +74,10 @@ pub enum EnvProblem {
     /// A rank is set but no process count at all (`PMIX_RANK` alone): the job's size
     /// cannot be known, so rank and world must be given.
     NoProcessCount,
+    /// `LOCAL_RANK` without `RANK`: PyTorch Lightning's ddp, ddp_spawn and ddp_notebook
+    /// strategies start their processes so, and give the global rank to the trainer
+    /// only; it cannot be derived without the processes per node.
+    NoGlobalRank,
 }
 
 impl fmt::Display for EnvProblem {
@@ -89,6 +93,9 @@ impl fmt::Display for EnvProblem {
             }
             EnvProblem::NoProcessCount => {
                 "a rank without a process count: give rank and world explicitly"
+            }
+            EnvProblem::NoGlobalRank => {
+                "LOCAL_RANK without RANK, as PyTorch Lightning's ddp, ddp_spawn and ddp_notebook strategies start their processes: give rank and world explicitly (Python: rank=trainer.global_rank, world_size=trainer.world_size)"
             }
         })
     }

@@ -522,6 +522,15 @@ mod tests {
             ),
             (
                 vec![("LOCAL_RANK", "1")],
+                (t, NoGlobalRank, vec!["RANK", "WORLD_SIZE", "LOCAL_RANK"]),
+            ),
+            // PyTorch Lightning's ddp strategy: no RANK.
+            (
+                vec![("LOCAL_RANK", "1"), ("WORLD_SIZE", "2"), ("NODE_RANK", "0")],
+                (t, NoGlobalRank, vec!["RANK", "WORLD_SIZE", "LOCAL_RANK"]),
+            ),
+            (
+                vec![("RANK", "1"), ("LOCAL_RANK", "1")],
                 (t, Incomplete, vec!["RANK", "WORLD_SIZE"]),
             ),
             (

@@ -21,7 +21,16 @@ pub(super) fn read(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
     if !vars.any_set(&NAMES) {
         return Ok(Reading::Absent);
     }
-    let global = vars.pair("RANK", "WORLD_SIZE");
+    let global = match vars.pair("RANK", "WORLD_SIZE") {
+        Err(LoaderError::LauncherEnv {
+            problem: EnvProblem::Incomplete,
+            ..
+        }) if !vars.is_set("RANK") && vars.is_set("LOCAL_RANK") => Err(vars.error(
+            EnvProblem::NoGlobalRank,
+            &["RANK", "WORLD_SIZE", "LOCAL_RANK"],
+        )),
+        other => other,
+    };
     let local = match vars.int("LOCAL_RANK")? {
         Some(rank) => {
             let rank = ("LOCAL_RANK", rank);
