@@ -1,7 +1,14 @@
 //! `stoker.Epoch`: the batches of one epoch, for `for` loops and `next()`.
+//!
+//! An iterator starts its epoch at its first `next`, not when it is made, and a new one
+//! stops the loader's earlier ones. Training frameworks need both: PyTorch Lightning
+//! calls `iter()` once only to check that the loader is iterable, sets the epoch
+//! (`sampler.set_epoch`) after `iter()` and before the first batch, ends an epoch after
+//! `len()` batches without the `next` that would end the iterator, and builds the next
+//! epoch's iterator before it drops the last one (`CombinedLoader`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::ThreadId;
 
 use pyo3::prelude::*;
@@ -16,17 +23,49 @@ use crate::signals::SIGNAL_CHECK;
 /// with the iterators so that only one that really starts that epoch uses it up.
 pub(crate) type PendingEpoch = Arc<Mutex<Option<u64>>>;
 
-/// What an epoch iterator shares with its loader, so that `Loader.close()` can stop it.
+/// Which epoch an iterator runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Which {
+    /// `loader.epoch(e)`.
+    Fixed(u64),
+    /// `iter(loader)`: the loader's next epoch as it stands at the first `next`
+    /// ([`next_epoch_of`]).
+    Next,
+}
+
+/// Where an iterator stands.
+enum Run {
+    /// Made, no `next` yet: holds the loader to start the epoch with.
+    Unstarted(Arc<stoker_loader::Loader>),
+    /// Started (dropping it stops the pipeline's work and lets go of the loader). Boxed:
+    /// the epoch is large, and made once per iterator.
+    Running(Box<stoker_loader::Epoch<'static>>),
+    /// Finished, interrupted or closed.
+    Ended,
+}
+
+/// Why an iterator was stopped from outside, for the error its next `next` raises
+/// (`0`: it was not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum StoppedBy {
+    /// `Loader.close()`.
+    Close = 1,
+    /// A newer iterator of the same loader, or `load_state_dict`.
+    Newer = 2,
+}
+
+/// What an epoch iterator shares with its loader, so that `Loader.close()` and newer
+/// iterators can stop it.
 pub(crate) struct EpochShared {
-    /// `None` once finished, interrupted or closed (dropping it stops the pipeline's
-    /// work and lets go of the loader).
-    inner: Mutex<Option<stoker_loader::Epoch<'static>>>,
+    inner: Mutex<Run>,
     /// Set by `close`: a `__next__` on another thread holds `inner` while it waits,
     /// and gives it up when it sees this (within one `SIGNAL_CHECK`).
     closed: AtomicBool,
-    /// Set when `Loader.close()` closed it: `next` then raises, so that a training loop
-    /// on another thread does not take the stop for the end of the epoch.
-    by_loader: AtomicBool,
+    /// A [`StoppedBy`] when it was stopped from outside while it had batches to give:
+    /// `next` then raises, so that a training loop on another thread does not take the
+    /// stop for the end of the epoch.
+    stopped_by: AtomicU8,
     /// The thread holding `inner` in `next`, to tell a close from a signal handler that
     /// runs inside that `next` (which must not wait for the lock) from one on another
     /// thread (which waits, so that the threads are joined when `close` returns).
@@ -54,41 +93,79 @@ impl EpochShared {
     /// then ends the iteration).
     pub(crate) fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
-        let epoch = match self.inner.try_lock() {
-            Ok(mut inner) => inner.take(),
+        let run = match self.inner.try_lock() {
+            Ok(mut inner) => std::mem::replace(&mut *inner, Run::Ended),
             // Held by this very thread: a signal handler closing the loader runs inside
             // `next`'s wait, and waiting for the lock would never end. That `next` drops
             // the epoch when it sees `closed`.
             Err(_) if *lock(&self.holder) == Some(std::thread::current().id()) => return,
             // Held by a `next` on another thread: it gives the lock up within one
             // `SIGNAL_CHECK` once it sees `closed`, and the threads are joined here.
-            Err(_) => lock_detached(py, &self.inner).take(),
+            Err(_) => std::mem::replace(&mut *lock_detached(py, &self.inner), Run::Ended),
         };
         // Dropping joins the pipeline's threads: not while holding the GIL.
-        py.detach(move || drop(epoch));
+        py.detach(move || drop(run));
     }
 
-    /// `close`, as `Loader.close()` does it: a later `next` raises.
-    pub(crate) fn close_by_loader(&self, py: Python<'_>) {
-        // An iterator that already ended keeps ending; one that is running (or held by a
-        // thread waiting in `next`) raises from now on. Set before `closed`, which the
-        // waiting thread reads first.
-        let running = self.inner.try_lock().map_or(true, |epoch| epoch.is_some());
-        if running {
-            self.by_loader.store(true, Ordering::Release);
+    /// `close`, from outside the iterator (`Loader.close()`, a newer iterator): a later
+    /// `next` raises, saying `by`.
+    pub(crate) fn stop(&self, py: Python<'_>, by: StoppedBy) {
+        // An iterator that already ended keeps ending; one that has not started, is
+        // running, or is held by a thread waiting in `next` raises from now on. Set
+        // before `closed`, which the waiting thread reads first.
+        let ended = self
+            .inner
+            .try_lock()
+            .is_ok_and(|run| matches!(*run, Run::Ended));
+        if !ended {
+            self.stopped_by.store(by as u8, Ordering::Release);
         }
         self.close(py);
     }
 }
 
+/// The epoch `iter(loader)` runs when it starts: the one set by `set_epoch` or
+/// `load_state_dict` (`pending`), else a loaded state not yet taken (an epoch that asked
+/// for another one failed), else the one after the last begun (a loop left early does
+/// not repeat its order and augmentations, as with a PyTorch `DataLoader`).
+pub(crate) fn next_epoch_of(inner: &stoker_loader::Loader, pending: &PendingEpoch) -> u64 {
+    if let Some(epoch) = *lock(pending) {
+        return epoch;
+    }
+    if let Some(epoch) = inner.pending_epoch() {
+        return epoch;
+    }
+    let s = inner.state();
+    if s.position > 0 {
+        s.epoch.saturating_add(1)
+    } else {
+        s.epoch
+    }
+}
+
+/// Batches an iterator of `epoch` would yield if it started now: the epoch's, less
+/// those a pending resume of it skips.
+fn batches_left(inner: &stoker_loader::Loader, epoch: u64) -> u64 {
+    let batches = inner.num_batches();
+    let s = inner.state();
+    if inner.pending_epoch() == Some(epoch) && s.epoch == epoch {
+        batches.saturating_sub(s.position)
+    } else {
+        batches
+    }
+}
+
 /// The batches of one epoch, in order (``stoker.Batch``, which unpacks to
-/// ``images, labels``). Waiting for a batch releases the GIL; Ctrl-C stops it.
+/// ``images, labels``). The epoch starts at the first ``next``; a newer iterator of the
+/// same loader (or ``load_state_dict``) stops this one. Waiting for a batch releases the
+/// GIL; Ctrl-C stops it.
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Epoch {
     shared: Arc<EpochShared>,
-    epoch: u64,
-    /// Batches this iterator yields: the epoch's, less those a resume skips.
-    len: u64,
+    which: Which,
+    /// The epoch and the batches this iterator yields (the epoch's, less those a resume
+    /// skips), set when it starts.
+    started_as: OnceLock<(u64, u64)>,
     /// Set when an exception raised while waiting (Ctrl-C, a signal handler's) stopped
     /// the epoch: a later `next` raises, where `StopIteration` would pass for a finished
     /// epoch with its remaining batches silently lost.
@@ -100,36 +177,89 @@ pub(crate) struct Epoch {
 }
 
 impl Epoch {
+    /// An iterator over `which` epoch of `loader`, not started.
     pub(crate) fn new(
-        inner: stoker_loader::Epoch<'static>,
-        len: u64,
+        loader: Arc<stoker_loader::Loader>,
+        which: Which,
         pending: PendingEpoch,
     ) -> Self {
         Epoch {
-            epoch: inner.epoch(),
             shared: Arc::new(EpochShared {
-                inner: Mutex::new(Some(inner)),
+                inner: Mutex::new(Run::Unstarted(loader)),
                 closed: AtomicBool::new(false),
-                by_loader: AtomicBool::new(false),
+                stopped_by: AtomicU8::new(0),
                 holder: Mutex::new(None),
             }),
-            len,
+            which,
+            started_as: OnceLock::new(),
             interrupted: AtomicBool::new(false),
             pending,
         }
     }
 
-    /// What `Loader.close()` needs to stop this iterator.
+    /// What `Loader.close()` and newer iterators need to stop this one.
     pub(crate) fn shared(&self) -> Weak<EpochShared> {
         Arc::downgrade(&self.shared)
     }
 
+    /// The epoch this iterator runs if it starts now.
+    fn epoch_to_start(&self, loader: &stoker_loader::Loader) -> u64 {
+        match self.which {
+            Which::Fixed(epoch) => epoch,
+            Which::Next => next_epoch_of(loader, &self.pending),
+        }
+    }
+
+    /// Starts the epoch of `loader` this iterator runs.
+    fn start(&self, py: Python<'_>, loader: &Arc<stoker_loader::Loader>) -> Run {
+        let epoch = self.epoch_to_start(loader);
+        let it = py.detach(|| loader.epoch_shared(epoch));
+        // `set` fails only for a second start, which `Run` rules out.
+        let _ = self.started_as.set((epoch, it.remaining()));
+        Run::Running(Box::new(it))
+    }
+
     /// This epoch has started: a pending request for it is used up.
     fn started(&self) {
+        let Some(&(epoch, _)) = self.started_as.get() else {
+            return;
+        };
         let mut pending = lock(&self.pending);
-        if *pending == Some(self.epoch) {
+        if *pending == Some(epoch) {
             *pending = None;
         }
+    }
+
+    /// The error of a `next` after a stop from outside or an interrupt; `None` when the
+    /// iterator simply ended.
+    fn ended_error(&self) -> Option<PyErr> {
+        let epoch = self
+            .started_as
+            .get()
+            .map_or_else(|| "not started".to_owned(), |(e, _)| format!("epoch {e}"));
+        let by = self.shared.stopped_by.load(Ordering::Acquire);
+        if by == StoppedBy::Close as u8 {
+            return Some(StokerError::new_err(format!(
+                "this iterator ({epoch}) was stopped by Loader.close(); its remaining batches \
+                 are not in it"
+            )));
+        }
+        if by == StoppedBy::Newer as u8 {
+            return Some(StokerError::new_err(format!(
+                "this iterator ({epoch}) was stopped by a newer iter(loader), \
+                 loader.epoch(...) or load_state_dict of the same loader: one iterator \
+                 runs at a time, the newest; its remaining batches are not in this one"
+            )));
+        }
+        if self.interrupted.load(Ordering::Acquire) {
+            return Some(StokerError::new_err(format!(
+                "this iterator ({epoch}) was stopped by an exception raised while waiting \
+                 for a batch; its remaining batches are not in it: iterate the loader again \
+                 for the next epoch, or loader.load_state_dict(loader.state_dict()) to \
+                 continue this one"
+            )));
+        }
+        None
     }
 }
 
@@ -145,31 +275,22 @@ impl Epoch {
         let _holding = Holding::new(&self.shared.holder);
         loop {
             if self.shared.closed.load(Ordering::Acquire) {
-                *guard = None;
+                *guard = Run::Ended;
             }
-            let Some(epoch) = guard.as_mut() else {
-                if self.shared.by_loader.load(Ordering::Acquire) {
-                    return Err(StokerError::new_err(format!(
-                        "epoch {} was stopped by Loader.close(); its remaining batches are not \
-                         in this iterator",
-                        self.epoch
-                    )));
-                }
-                if self.interrupted.load(Ordering::Acquire) {
-                    return Err(StokerError::new_err(format!(
-                        "epoch {} was stopped by an exception raised while waiting for a \
-                         batch; its remaining batches are not in this iterator: iterate the \
-                         loader again for the next epoch, or \
-                         loader.load_state_dict(loader.state_dict()) to continue this one",
-                        self.epoch
-                    )));
-                }
-                return Ok(None);
+            if let Run::Unstarted(loader) = &*guard {
+                let loader = Arc::clone(loader);
+                *guard = self.start(py, &loader);
+            }
+            let Run::Running(epoch) = &mut *guard else {
+                return match self.ended_error() {
+                    Some(e) => Err(e),
+                    None => Ok(None),
+                };
             };
             match py.detach(|| epoch.next_timeout(SIGNAL_CHECK)) {
                 // Closed while this batch was made: not handed out after `close`.
                 Next::Ready(Ok(_)) if self.shared.closed.load(Ordering::Acquire) => {
-                    *guard = None;
+                    *guard = Run::Ended;
                 }
                 Next::Ready(Ok(batch)) => {
                     self.started();
@@ -185,23 +306,35 @@ impl Epoch {
                 Next::Pending => {
                     if let Err(interrupt) = py.check_signals() {
                         // Stop the pipeline now, not when the iterator is collected.
-                        *guard = None;
+                        *guard = Run::Ended;
                         self.interrupted.store(true, Ordering::Release);
                         return Err(interrupt);
                     }
                 }
                 _ => {
                     self.started();
-                    *guard = None;
+                    *guard = Run::Ended;
                     return Ok(None);
                 }
             }
         }
     }
 
-    /// Batches this iterator yields (after a resume: those left in the epoch).
-    fn __len__(&self) -> usize {
-        self.len as usize
+    /// Batches this iterator yields (after a resume: those left in the epoch); before
+    /// its first ``next``, those it would yield if it started now.
+    fn __len__(&self, py: Python<'_>) -> usize {
+        if let Some(&(_, len)) = self.started_as.get() {
+            return len as usize;
+        }
+        match &*lock_detached(py, &self.shared.inner) {
+            // Started meanwhile.
+            _ if self.started_as.get().is_some() => {
+                self.started_as.get().map_or(0, |&(_, len)| len as usize)
+            }
+            Run::Unstarted(loader) => batches_left(loader, self.epoch_to_start(loader)) as usize,
+            // Stopped before it started.
+            _ => 0,
+        }
     }
 
     /// Stops this epoch's work now (also done when the iterator is freed), also while

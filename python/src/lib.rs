@@ -29,6 +29,7 @@ mod epoch;
 mod errors;
 mod loader;
 mod locks;
+mod sampler;
 mod signals;
 
 use pyo3::prelude::*;
@@ -52,6 +53,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<loader::Loader>()?;
     m.add_class::<epoch::Epoch>()?;
+    m.add_class::<sampler::LoaderSampler>()?;
     m.add_class::<loader::Stats>()?;
     m.add_class::<batch::Batch>()?;
     m.add_class::<batch::Images>()?;

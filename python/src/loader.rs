@@ -9,9 +9,10 @@ use pyo3::types::{PyDict, PyType};
 use stoker_loader::{Device, LoaderBuilder, LoaderState, OnError, Output, Shuffle, Transform};
 
 use crate::dataset::{json_to_py, Dataset};
-use crate::epoch::{Epoch, EpochShared, PendingEpoch};
+use crate::epoch::{Epoch, EpochShared, PendingEpoch, StoppedBy, Which};
 use crate::errors::{loader_error, warn, StokerError};
 use crate::locks::lock;
+use crate::sampler::LoaderSampler;
 
 /// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
 /// the CPU), crops, flips and normalizes into batches, and reports whether it keeps up.
@@ -60,7 +61,9 @@ use crate::locks::lock;
 /// Iterate with ``for images, labels in loader`` (the epoch set by ``set_epoch`` or
 /// ``load_state_dict``, else the one after the last begun: as with a PyTorch
 /// ``DataLoader``, a loop left early with ``break`` does not repeat its epoch) or
-/// ``loader.epoch(e)``. A loader runs in the process that built it: build it after a
+/// ``loader.epoch(e)``. An iterator starts its epoch at its first ``next``, and one
+/// iterator runs at a time: a newer one stops the older ones (as training frameworks
+/// expect; PyTorch Lightning's ``sampler.set_epoch`` is ``loader.sampler.set_epoch``). A loader runs in the process that built it: build it after a
 /// ``fork``, not before. It has its own worker threads: do not wrap it in a
 /// ``torch.utils.data.DataLoader`` (each DataLoader worker would read the whole epoch).
 ///
@@ -219,10 +222,7 @@ impl Loader {
     /// to it goes, which for one caught in a reference cycle (a trainer object in a
     /// notebook) is only when Python's garbage collector runs.
     fn close(&self, py: Python<'_>) {
-        let epochs = std::mem::take(&mut *lock(&self.epochs));
-        for e in epochs.iter().filter_map(Weak::upgrade) {
-            e.close_by_loader(py);
-        }
+        self.stop_iterators(py, StoppedBy::Close);
         let inner = lock(&self.inner).take();
         py.detach(move || drop(inner));
     }
@@ -243,25 +243,10 @@ impl Loader {
     }
 
     /// An iterator over the epoch set by ``set_epoch`` or ``load_state_dict`` (once),
-    /// else the epoch after the last one begun.
-    fn __iter__(&self) -> PyResult<Epoch> {
-        let inner = self.inner()?;
-        let pending = *lock(&self.next_epoch);
-        let epoch = pending.unwrap_or_else(|| {
-            // A loaded state not yet taken (an epoch asked for another one failed).
-            if let Some(epoch) = inner.pending_epoch() {
-                return epoch;
-            }
-            let s = inner.state();
-            // Batches of `s.epoch` were handed out and it did not finish: a loop left
-            // early. Running it again would repeat its order and augmentations.
-            if s.position > 0 {
-                s.epoch.saturating_add(1)
-            } else {
-                s.epoch
-            }
-        });
-        self.epoch(epoch)
+    /// else the epoch after the last one begun, as they stand at its first ``next``. It
+    /// stops this loader's earlier iterators.
+    fn __iter__(&self, py: Python<'_>) -> PyResult<Epoch> {
+        self.iterator(py, Which::Next)
     }
 
     /// The epoch the next ``for ... in loader`` runs (like
@@ -274,17 +259,26 @@ impl Loader {
 
     /// An iterator over the batches of ``epoch`` (from the resume position, after
     /// ``load_state_dict`` of this epoch; after ``load_state_dict`` of another epoch its
-    /// first ``next`` raises ``ValueError``, and the state stays pending). One epoch
-    /// iterator may be alive at a time; another raises ``stoker.StokerError`` on its
-    /// first ``next``.
-    fn epoch(&self, epoch: u64) -> PyResult<Epoch> {
-        let inner = self.inner()?.epoch_shared(epoch);
-        let len = inner.remaining();
-        let it = Epoch::new(inner, len, Arc::clone(&self.next_epoch));
-        let mut epochs = lock(&self.epochs);
-        epochs.retain(|e| e.strong_count() > 0);
-        epochs.push(it.shared());
-        Ok(it)
+    /// first ``next`` raises ``ValueError``, and the state stays pending). It starts at
+    /// its first ``next``, and stops this loader's earlier iterators: their next ``next``
+    /// raises ``stoker.StokerError``.
+    fn epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<Epoch> {
+        self.iterator(py, Which::Fixed(epoch))
+    }
+
+    /// An object whose ``set_epoch(epoch)`` is the loader's: frameworks that call
+    /// ``dataloader.sampler.set_epoch`` at each epoch (PyTorch Lightning, Accelerate)
+    /// then set stoker's epoch too. Nothing else of a torch ``Sampler``.
+    #[getter]
+    fn sampler(slf: &Bound<'_, Self>) -> LoaderSampler {
+        LoaderSampler::new(slf.clone().into_any().unbind())
+    }
+
+    /// ``None``: the loader makes its own batches. There for frameworks that read a
+    /// loader's ``batch_sampler`` whenever it has a ``sampler`` (PyTorch Lightning).
+    #[getter]
+    fn batch_sampler(&self) -> Option<()> {
+        None
     }
 
     /// The loader's counters: a mapping (``stats["fed_ratio"]``, ``stats["stages"]``,
@@ -329,9 +323,11 @@ impl Loader {
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
     /// seed, batch size, number of ranks, dataset, ``drop_last`` or order (where
-    /// the state gives them), or past the end of the epoch; ``stoker.StokerError`` while an
-    /// epoch iterator is alive.
+    /// the state gives them), or past the end of the epoch. It stops this loader's
+    /// iterators, as a newer one would (their next ``next`` raises
+    /// ``stoker.StokerError``).
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
+        let py = state.py();
         // A key that is missing or None: not recorded (a state from an older stoker).
         let present = |key: &str| Ok::<_, PyErr>(state.get_item(key)?.filter(|v| !v.is_none()));
         let optional =
@@ -351,6 +347,9 @@ impl Loader {
             dataset: parsed(present("dataset")?)?,
         };
         let inner = self.inner()?;
+        // An iterator made before (Lightning makes one to check the loader is iterable,
+        // then restores a checkpoint) would run from where it was, not from here.
+        self.stop_iterators(py, StoppedBy::Newer);
         inner.load_state(state).map_err(loader_error)?;
         // The epoch the next `for` runs (set_epoch(state["epoch"]) still asks for a finished
         // one, which then yields nothing).
@@ -377,6 +376,23 @@ impl Loader {
 }
 
 impl Loader {
+    /// A new iterator over `which` epoch, after stopping the earlier ones.
+    fn iterator(&self, py: Python<'_>, which: Which) -> PyResult<Epoch> {
+        let inner = self.inner()?;
+        self.stop_iterators(py, StoppedBy::Newer);
+        let it = Epoch::new(inner, which, Arc::clone(&self.next_epoch));
+        lock(&self.epochs).push(it.shared());
+        Ok(it)
+    }
+
+    /// Stops every iterator of this loader (each joins its pipeline's threads).
+    fn stop_iterators(&self, py: Python<'_>, by: StoppedBy) {
+        let epochs = std::mem::take(&mut *lock(&self.epochs));
+        for e in epochs.iter().filter_map(Weak::upgrade) {
+            e.stop(py, by);
+        }
+    }
+
     /// The loader, or `StokerError` once closed.
     fn inner(&self) -> PyResult<Arc<stoker_loader::Loader>> {
         lock(&self.inner)

@@ -269,13 +269,13 @@ def test_the_epoch_asked_for_runs_once_it_starts(sample_dataset):
     loader = python_loader(sample_dataset)
     running = iter(loader)
     next(running)
-    # Asked for while epoch 0 runs: the iterator that cannot start leaves it pending.
+    # Asked for while epoch 0 runs: a newer iterator stops the running one (its next
+    # `next` raises, not a quiet end of the epoch) and runs the epoch asked for.
     loader.set_epoch(2)
-    refused = iter(loader)
-    with pytest.raises(stoker.StokerError):
-        next(refused)
-    del running, refused
-    assert {b.epoch for b in loader} == {2}
+    newer = iter(loader)
+    with pytest.raises(stoker.StokerError, match="newer iter"):
+        next(running)
+    assert {b.epoch for b in newer} == {2}
     assert {b.epoch for b in loader} == {3}
 
     # A resumed epoch taken explicitly uses the resume up; the next `for` goes on.
@@ -286,6 +286,58 @@ def test_the_epoch_asked_for_runs_once_it_starts(sample_dataset):
     assert len(rest) == len(loader) - 1
     assert len(list(rest)) == len(loader) - 1
     assert {b.epoch for b in loader} == {6}
+
+
+def test_what_training_frameworks_do_to_a_loader(sample_dataset):
+    """The calls PyTorch Lightning and Accelerate make (their review, F1/F2/F7): each
+    used to raise "epoch 1 requested while epoch 0 is still being iterated", or ran
+    stoker's own epoch count instead of the framework's."""
+    def epochs_of(it, n=None):
+        return [b.epoch for _, b in zip(range(n if n is not None else 10**9), it)]
+
+    loader = python_loader(sample_dataset)
+    n = len(loader)
+    assert n > 1
+    # `sampler.set_epoch` is the loader's; `batch_sampler` is there, and None.
+    assert loader.batch_sampler is None and loader.sampler.loader is loader
+    # An iterator made only to check that the loader is iterable starts nothing.
+    check = iter(loader)
+    assert len(check) == n
+    # The epoch is set after iter() and before the first batch (Lightning's fit loop).
+    it = iter(loader)
+    loader.sampler.set_epoch(4)
+    assert epochs_of(it, n) == [4] * n
+    # An epoch ended after len() batches, without the `next` that ends the iterator,
+    # and the next epoch's iterator built before the old one is dropped
+    # (CombinedLoader): the new one runs the next epoch, the old one is stopped.
+    newer = iter(loader)
+    assert epochs_of(newer, 1) == [5]
+    with pytest.raises(stoker.StokerError, match="stopped by a newer"):
+        next(it)
+    with pytest.raises(stoker.StokerError, match="not started"):
+        next(check)
+    # A checkpoint restored after an iterator was made (Lightning checks iterability
+    # first), then the same epoch set again by the framework: continues the state.
+    state = dict(loader.state_dict(), epoch=7, position=1)
+    made = iter(loader)
+    loader.load_state_dict(state)
+    with pytest.raises(stoker.StokerError, match="stopped by a newer"):
+        next(newer)
+    it = iter(loader)
+    assert len(it) == n - 1
+    loader.sampler.set_epoch(7)
+    batches = list(it)
+    assert [b.epoch for b in batches] == [7] * (n - 1)
+    assert batches[0].index == 1
+    del made
+    # A loader built again for every epoch follows the framework's epochs (before, each
+    # new loader ran epoch 0: the same order and crops every epoch).
+    firsts = []
+    for epoch in range(3):
+        fresh = python_loader(sample_dataset)
+        fresh.sampler.set_epoch(epoch)
+        firsts.append(tuple(next(iter(fresh)).indices))
+    assert len(set(firsts)) == 3
 
 
 def test_a_state_taken_after_an_epochs_last_batch_resumes_past_its_end(sample_dataset):
@@ -596,14 +648,14 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
         stoker.Loader(sample_dataset, 4, crop="center", size=2**31, device="cpu")
     with pytest.raises(ValueError, match="workers"):
         stoker.Loader(sample_dataset, 4, workers=2**64 - 1, device="cpu")
-    # Two epoch iterators at once: the second says why.
+    # Two epoch iterators at once: the older one says why it stopped.
     loader = python_loader(sample_dataset)
     it = loader.epoch(0)
     next(it)
-    with pytest.raises(stoker.StokerError, match="still being iterated"):
-        next(iter(loader.epoch(1)))
-    it.close()
-    assert len(list(loader.epoch(1))) == len(loader)
+    newer = loader.epoch(1)
+    with pytest.raises(stoker.StokerError, match="stopped by a newer"):
+        next(it)
+    assert len(list(newer)) == len(loader)
     # Converting into a directory that already holds a dataset.
     with pytest.raises(stoker.StokerError):
         stoker.convert(stoker.__file__, sample_dataset, progress=False)
