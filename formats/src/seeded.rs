@@ -191,6 +191,23 @@ mod tests {
     }
 
     #[test]
+    fn the_shuffle_is_the_plain_fisher_yates_loop() {
+        // The loop as it was before the shuffle could be stopped: the orders of every
+        // saved state depend on these draws.
+        for len in [0usize, 1, 2, 65_535, 65_536, 65_537, 200_003] {
+            let mut plain: Vec<u32> = (0..len as u32).collect();
+            let mut rng = Rng::new(&[11, len as u64]);
+            for i in (1..plain.len()).rev() {
+                let j = rng.below(i as u64 + 1) as usize;
+                plain.swap(i, j);
+            }
+            let mut now: Vec<u32> = (0..len as u32).collect();
+            Rng::new(&[11, len as u64]).shuffle(&mut now);
+            assert_eq!(now, plain, "{len}");
+        }
+    }
+
+    #[test]
     fn below_is_in_range_and_covers() {
         let mut rng = Rng::new(&[1]);
         let mut hit = [0u32; 7];

@@ -194,6 +194,6 @@ pub use loader::{Epoch, Loader};
 pub use metrics::{Stage, Stats};
 pub use mixing::mixing_note;
 pub use pipeline::Next;
-pub use resume::{DatasetFingerprint, LoaderState};
+pub use resume::{DatasetFingerprint, LoaderState, DRAWS_VERSION};
 pub use sampler::{Order, Sampler, Shuffle};
 pub use transform::{DrawKey, SampleParams, Transform};

@@ -396,6 +396,51 @@ mod tests {
         }
     }
 
+    /// A few draws of each kind `DRAWS_VERSION` covers, pinned: a change to the rules
+    /// fails here, and must raise `DRAWS_VERSION` (states saved under the old rules are
+    /// then refused instead of resumed with other samples) before these are updated.
+    #[test]
+    fn the_draws_are_those_of_draws_version_1() {
+        use crate::resume::DRAWS_VERSION;
+        use crate::sampler::{Sampler, Shuffle};
+        use crate::transform::{DrawKey, Transform};
+        assert_eq!(
+            DRAWS_VERSION, 1,
+            "update the pinned draws below with the version"
+        );
+        let order = |shuffle| {
+            Sampler::new(1000, shuffle, 1, 3, 16, false)
+                .unwrap()
+                .order(3)
+        };
+        let global = order(Shuffle::Global { seed: 7 });
+        let quasi = order(Shuffle::Quasi { seed: 7, block: 8 });
+        let crop = Transform::random_resized_crop(224).hflip(0.5);
+        let crops: Vec<_> = (0..4)
+            .map(|at| {
+                let p = crop.params(9, 2, DrawKey::at(at), 500, 375);
+                (p.crop, p.flip)
+            })
+            .collect();
+        let p = plan(50, 100);
+        let replacements: Vec<u64> = [1, 2, RANDOM_PICKS, RANDOM_PICKS + 1, RANDOM_PICKS + 7]
+            .into_iter()
+            .map(|a| p.replacement(7, a))
+            .collect();
+        assert_eq!(global[..8], [308, 901, 201, 104, 266, 683, 621, 528]);
+        assert_eq!(quasi[..8], [246, 764, 992, 762, 994, 480, 453, 766]);
+        assert_eq!(
+            crops,
+            [
+                ((85, 169, 265, 203), true),
+                ((36, 2, 380, 358), false),
+                ((145, 21, 298, 332), true),
+                ((246, 8, 193, 257), true)
+            ]
+        );
+        assert_eq!(replacements, [46, 22, 45, 31, 37]);
+    }
+
     #[test]
     fn replacements_are_random_picks_then_a_scan_of_the_whole_dataset() {
         let p = plan(50, 100);

@@ -7,6 +7,15 @@ use stoker_formats::Manifest;
 use crate::error::LoaderError;
 use crate::sampler::{Order, Sampler};
 
+/// The version of the rules that turn a seed, an epoch and a position into samples: the
+/// epoch's order ([`Sampler::order`]), each sample's crop and flip
+/// ([`crate::transform::Transform::params`] keyed by [`crate::transform::DrawKey`]) and
+/// the records that stand in for bad ones. Recorded in [`LoaderState::draws`]: a state
+/// resumes exactly only under the same rules, so one saved under others is refused
+/// rather than continued with other crops or replacements. Raise it with any change to
+/// those rules (a test pins a few draws of each).
+pub const DRAWS_VERSION: u32 = 1;
+
 /// Where a loader stands: enough to continue exactly where it stopped.
 ///
 /// Returned by [`crate::Loader::state`] and consumed by [`crate::LoaderBuilder::resume`].
@@ -58,6 +67,27 @@ pub struct LoaderState {
     /// the same length are not the same samples).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<DatasetFingerprint>,
+    /// The [`DRAWS_VERSION`] of the stoker that saved the state (checked on resume when
+    /// given; a state without it, from a stoker before 2026-12-03, resumes its order
+    /// exactly but may get other crops, flips and bad-record replacements, and says so).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draws: Option<u32>,
+}
+
+impl LoaderState {
+    /// What a state without [`LoaderState::draws`] cannot promise, for the warning its
+    /// resume gives; `None` for a state that records them.
+    pub fn unversioned_note(&self) -> Option<String> {
+        self.draws.is_none().then(|| {
+            format!(
+                "the resumed state records no draw rules (saved by a stoker before 2026-12-03, \
+                 or written by hand): epoch {} continues at batch {} in the same order, but its \
+                 crops, flips and bad-record replacements are this stoker's (rules {DRAWS_VERSION}), \
+                 which may not be those of the run that saved it",
+                self.epoch, self.position
+            )
+        })
+    }
 }
 
 /// A dataset's identity for [`LoaderState`]: a 64-bit hash of what its manifest says of
@@ -212,6 +242,15 @@ pub(crate) fn check_resume(
             _ => {}
         }
     }
+    if let Some(got) = state.draws.filter(|&d| d != DRAWS_VERSION) {
+        return Err(LoaderError::ResumeMismatch {
+            field: "draws",
+            expected: format!(
+                "{DRAWS_VERSION} (this stoker's rules for orders, crops, flips and bad-record replacements)"
+            ),
+            got: got.to_string(),
+        });
+    }
     let num_batches = sampler.num_batches();
     if state.position > num_batches {
         return Err(LoaderError::ResumeMismatch {
@@ -223,6 +262,9 @@ pub(crate) fn check_resume(
     // A state taken after an epoch's last batch stays (e, batches): asked for epoch e,
     // the resumed loader yields nothing, and the caller's loop goes on to e + 1, as the
     // documented `set_epoch(state.epoch)` / `loader.epoch(state.epoch)` loops expect.
+    if let Some(note) = state.unversioned_note() {
+        tracing::warn!("{note}");
+    }
     let mut state = *state;
     state.seed = seed;
     Ok(state)
@@ -333,6 +375,34 @@ mod tests {
         let resumed = check_resume(&at(2, 5), 3, &sampler, fp).unwrap();
         assert_eq!((resumed.epoch, resumed.position), (2, 5));
         assert!(check_resume(&at(2, 6), 3, &sampler, fp).is_err());
+    }
+
+    #[test]
+    fn a_state_saved_under_other_draw_rules_is_refused_and_one_without_them_warns() {
+        use crate::sampler::Shuffle;
+        let sampler = Sampler::new(20, Shuffle::Global { seed: 3 }, 0, 1, 4, false).unwrap();
+        let fp = DatasetFingerprint(1);
+        let with = |draws| LoaderState {
+            seed: 3,
+            epoch: 1,
+            position: 2,
+            draws,
+            ..LoaderState::default()
+        };
+        assert!(check_resume(&with(Some(DRAWS_VERSION)), 3, &sampler, fp).is_ok());
+        let other = check_resume(&with(Some(DRAWS_VERSION + 1)), 3, &sampler, fp).unwrap_err();
+        assert!(
+            matches!(other, LoaderError::ResumeMismatch { field: "draws", .. }),
+            "{other}"
+        );
+        assert!(other.to_string().contains("crops"), "{other}");
+        // Older states (no `draws`) still resume, with a note saying what may differ.
+        assert!(check_resume(&with(None), 3, &sampler, fp).is_ok());
+        let note = with(None).unversioned_note().unwrap();
+        assert!(note.contains("epoch 1 continues at batch 2"), "{note}");
+        assert_eq!(with(Some(DRAWS_VERSION)).unversioned_note(), None);
+        let json = serde_json::to_string(&with(Some(DRAWS_VERSION))).unwrap();
+        assert!(json.contains(r#""draws":1"#), "{json}");
     }
 
     #[test]

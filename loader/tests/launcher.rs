@@ -583,16 +583,20 @@ fn lightning_with_rank_and_world_given_keeps_the_local_rank() {
         refused(read(&vars)),
         (
             Launcher::Torchrun,
-            EnvProblem::Incomplete,
-            vec!["RANK unset".to_owned(), "WORLD_SIZE=\"4\"".to_owned()]
+            EnvProblem::NoGlobalRank,
+            vec![
+                "RANK unset".to_owned(),
+                "WORLD_SIZE=\"4\"".to_owned(),
+                "LOCAL_RANK=\"1\"".to_owned()
+            ]
         )
     );
     assert_eq!(
         read_given(1, 4, &vars).unwrap(),
         noted(
             at(Launcher::Torchrun, [1, 4, 1, 4]),
-            "torchrun environment: incomplete: these variables are set together or not at \
-             all (RANK unset, WORLD_SIZE=\"4\"); rank and world are the caller's (1 of 4); \
+            "torchrun environment: LOCAL_RANK without RANK (as PyTorch Lightning's own \
+             launchers start processes); rank and world are the caller's (1 of 4); \
              LOCAL_RANK is set without LOCAL_WORLD_SIZE or LOCAL_SIZE: the job's 4 processes \
              are taken to share this node, so this one takes 1/4 of its cores and pinned \
              memory (less than its share if the job spans nodes: set LOCAL_WORLD_SIZE or \
@@ -961,7 +965,7 @@ fn simulated_node_lightning_with_rank_and_world_given_keeps_the_local_ranks() {
         );
         assert_eq!((p.placement.local_rank, p.placement.local_world), (rank, N));
         assert!(
-            note.contains("RANK unset") && note.contains("1/4 of its cores"),
+            note.contains("LOCAL_RANK without RANK") && note.contains("1/4 of its cores"),
             "{note}"
         );
         assert!(p.stats_line.contains(note), "{}", p.stats_line);

@@ -302,8 +302,10 @@ impl Loader {
     /// ``"samples"`` (dataset length), ``"drop_last"``, ``"order"`` (``"global"``,
     /// ``"sequential"`` or ``"quasi:BLOCK"``) and ``"dataset"`` (a fingerprint of the
     /// dataset's manifest: its shards' digests, not its path, so a re-sharded conversion
-    /// of the same images is another dataset) that give ``position`` its meaning. Save it
-    /// with the model; ``load_state_dict`` continues exactly there (torchdata's
+    /// of the same images is another dataset) that give ``position`` its meaning, and
+    /// ``"draws"`` (the version of the rules for orders, crops, flips and bad-record
+    /// replacements: a state saved under other rules is refused, one without it warns).
+    /// Save it with the model; ``load_state_dict`` continues exactly there (torchdata's
     /// ``StatefulDataLoader`` convention).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner()?.state();
@@ -317,6 +319,7 @@ impl Loader {
         d.set_item("drop_last", s.drop_last)?;
         d.set_item("order", s.order.map(|o| o.to_string()))?;
         d.set_item("dataset", s.dataset.map(|f| f.to_string()))?;
+        d.set_item("draws", s.draws)?;
         Ok(d)
     }
 
@@ -345,12 +348,16 @@ impl Loader {
             drop_last: present("drop_last")?.map(|v| v.extract()).transpose()?,
             order: parsed(present("order")?)?,
             dataset: parsed(present("dataset")?)?,
+            draws: present("draws")?.map(|v| v.extract()).transpose()?,
         };
         let inner = self.inner()?;
         // An iterator made before (Lightning makes one to check the loader is iterable,
         // then restores a checkpoint) would run from where it was, not from here.
         self.stop_iterators(py, StoppedBy::Newer);
         inner.load_state(state).map_err(loader_error)?;
+        if let Some(note) = state.unversioned_note() {
+            warn(py, format!("stoker: {note}"))?;
+        }
         // The epoch the next `for` runs (set_epoch(state["epoch"]) still asks for a finished
         // one, which then yields nothing).
         *lock(&self.next_epoch) = inner.pending_epoch();

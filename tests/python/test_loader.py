@@ -187,6 +187,7 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset, tmp_path):
         "drop_last": False,
         "order": "global",
         "dataset": fingerprint,
+        "draws": 1,
     }
     assert state == {"seed": 5, "epoch": 3, "position": 2, **shape}
     assert [b["indices"] for b in head] == [b["indices"] for b in full[:2]]
@@ -230,10 +231,15 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset, tmp_path):
     stoker.convert(SAMPLE, other, max_side=64, progress=False)
     with pytest.raises(ValueError, match="dataset"):
         stoker.Loader(other, 4, seed=5, size=32, device="cpu").load_state_dict(state)
-    # A state from before these were recorded resumes as it did.
+    # A state saved under other rules for orders, crops and replacements is refused.
+    with pytest.raises(ValueError, match="draws.* 2 in the saved state but 1 .*crops"):
+        python_loader(sample_dataset, seed=5).load_state_dict(dict(state, draws=2))
+    # A state from before these were recorded resumes as it did, saying what it cannot
+    # promise (crops and replacements of the stoker that saved it).
     bare = {k: state[k] for k in ("seed", "epoch", "position")}
     resumed = python_loader(sample_dataset, seed=5)
-    resumed.load_state_dict(bare)
+    with pytest.warns(UserWarning, match="records no draw rules"):
+        resumed.load_state_dict(bare)
     assert python_batches(resumed) == full[2:]
 
 

@@ -194,7 +194,7 @@ impl Placement {
     /// assert!(Placement::from_vars(get).is_err());
     /// let p = Placement::with_ranks_from_vars(1, 4, get)?;
     /// assert_eq!((p.launcher, p.rank, p.world, p.local_rank), (Launcher::Torchrun, 1, 4, 1));
-    /// assert!(p.note.unwrap().contains("RANK unset"));
+    /// assert!(p.note.unwrap().contains("LOCAL_RANK without RANK"));
     /// # Ok::<(), stoker_loader::LoaderError>(())
     /// ```
     pub fn with_ranks_from_vars(
@@ -271,8 +271,19 @@ fn resolve(found: Found<'_>, given: Option<(u64, u64)>) -> Result<Placement, Loa
         (Ok(global), _) => (false, global),
         (Err(e), None) => return Err(e),
         (Err(e), Some((rank, world))) => {
+            let why = match e {
+                // The expected case with rank and world given: not a fault to fix.
+                LoaderError::LauncherEnv {
+                    problem: EnvProblem::NoGlobalRank,
+                    launcher,
+                    ..
+                } => format!(
+                    "{launcher} environment: LOCAL_RANK without RANK (as PyTorch Lightning's own launchers start processes)"
+                ),
+                e => e.to_string(),
+            };
             notes.push(format!(
-                "{e}; rank and world are the caller's ({rank} of {world})"
+                "{why}; rank and world are the caller's ({rank} of {world})"
             ));
             // Out-of-range figures fail at the sampler, which names them.
             let world = world.max(1);

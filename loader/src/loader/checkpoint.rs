@@ -37,6 +37,7 @@ impl Loader {
             drop_last: Some(self.sampler.drop_last()),
             order: Some(self.sampler.shuffle().order()),
             dataset: Some(self.fingerprint),
+            draws: Some(crate::resume::DRAWS_VERSION),
             ..lock(&self.progress).state
         }
     }
