@@ -25,6 +25,9 @@ const MIN_RECORD_BYTES: u64 = 40;
 pub const FORMAT_NAME: &str = "stoker-lmdb";
 
 /// The dataset description stored in `manifest.json`.
+///
+/// Unknown fields here (and in [`Provenance`], the audit and [`PartInfo`]) are read past:
+/// they only inform. Those of [`ShardEntry`] and [`RawSize`] are refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     /// Always `"stoker-lmdb"`.
@@ -76,7 +79,10 @@ pub struct PartInfo {
 }
 
 /// Fixed `height × width × channels` of a raw dataset.
+///
+/// Unknown fields are refused, as in [`ShardEntry`]: these say how every record is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RawSize {
     /// Height in pixels.
     pub height: u32,
@@ -87,7 +93,14 @@ pub struct RawSize {
 }
 
 /// One shard file.
+///
+/// Unknown fields are refused: an entry's fields say where its records are, and a reader
+/// that read past one it did not know would take other records for them (v2 readers built
+/// before `key_base` do exactly that with a merged dataset). A new field that changes where
+/// or how records are read also raises [`FORMAT_VERSION`], so that builds from before this
+/// rule refuse it too (docs/FORMAT.md, "Fields a reader does not know").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ShardEntry {
     /// File name relative to the dataset root (`shard-00000.lmdb`).
     pub file: String,
@@ -192,6 +205,34 @@ impl Provenance {
     }
 }
 
+/// The two fields every version of the manifest has, read before the rest.
+#[derive(Deserialize)]
+struct Identity {
+    format: String,
+    format_version: u32,
+}
+
+impl Identity {
+    /// Refuses another format, or a version this build does not read.
+    fn check(&self, path: &Path) -> Result<(), FormatError> {
+        if self.format != FORMAT_NAME {
+            return Err(FormatError::InvalidManifest {
+                path: path.to_path_buf(),
+                reason: format!("format is {:?}, want {FORMAT_NAME:?}", self.format),
+            });
+        }
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&self.format_version) {
+            return Err(FormatError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                found: self.format_version,
+                oldest: OLDEST_FORMAT_VERSION,
+                supported: FORMAT_VERSION,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Manifest {
     /// Reads and validates `DIR/manifest.json`.
     ///
@@ -214,11 +255,16 @@ impl Manifest {
             },
             e => e,
         })?;
-        let m: Manifest =
-            serde_json::from_slice(&text).map_err(|e| FormatError::InvalidManifest {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let invalid = |e: serde_json::Error| FormatError::InvalidManifest {
+            path: path.clone(),
+            reason: e.to_string(),
+        };
+        // The version first: a newer version may change any other field (a new encoding, a
+        // field gone), and then "version 3 is not supported" says what to do where a
+        // parse error ("unknown variant `webp`") would not.
+        let id: Identity = serde_json::from_slice(&text).map_err(invalid)?;
+        id.check(&path)?;
+        let m: Manifest = serde_json::from_slice(&text).map_err(invalid)?;
         m.validate(&path)?;
         Ok(m)
     }
@@ -229,20 +275,11 @@ impl Manifest {
             path: path.to_path_buf(),
             reason,
         };
-        if self.format != FORMAT_NAME {
-            return Err(bad(format!(
-                "format is {:?}, want {FORMAT_NAME:?}",
-                self.format
-            )));
+        Identity {
+            format: self.format.clone(),
+            format_version: self.format_version,
         }
-        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&self.format_version) {
-            return Err(FormatError::UnsupportedVersion {
-                path: path.to_path_buf(),
-                found: self.format_version,
-                oldest: OLDEST_FORMAT_VERSION,
-                supported: FORMAT_VERSION,
-            });
-        }
+        .check(path)?;
         let mut next = 0u64;
         let mut bytes = 0u64;
         for s in &self.shards {

@@ -1,0 +1,186 @@
+//! What one stoker build meets of another's: manifests of older and newer builds, parts of
+//! one partitioned conversion finished by two builds, and what `--resume` says about
+//! journals and finished datasets another build left. Older builds' outputs are made here
+//! from this build's, edited into the shapes those builds wrote (docs/FORMAT.md says which).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use stoker_formats::{
+    convert, merge, verify, ConvertOptions, Dataset, FormatError, Manifest, NoProgress, Part,
+    Source, MANIFEST_FILE,
+};
+
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+
+/// Store-mode options (no decoding check, no re-encoding) over the 15 sample photos.
+fn options(out: &Path) -> ConvertOptions {
+    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), out);
+    o.check_decode = false;
+    o.shards = Some(3);
+    o.jobs = Some(2);
+    o
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Rewrites the manifest in `dir` through `edit`.
+fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut Value)) {
+    let path = dir.join(MANIFEST_FILE);
+    let mut m = read_json(&path);
+    edit(&mut m);
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+}
+
+/// Removes the provenance flags builds before 0f8f3b5 did not write (`listing`, `order`).
+fn as_written_before_derived_flags(m: &mut Value) {
+    let flags = m["provenance"]["flags"].as_object_mut().unwrap();
+    flags.remove("listing");
+    flags.remove("order");
+}
+
+/// A converted copy of the sample in `dir/name`.
+fn sample_dataset(dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    convert(&options(&out), &NoProgress).unwrap();
+    out
+}
+
+fn assert_reads_and_verifies(dir: &Path) {
+    let ds = Dataset::open(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let report = verify(&ds, false).unwrap();
+    assert!(report.ok(), "{}: {report:?}", dir.display());
+}
+
+#[test]
+fn a_newer_manifest_is_refused_by_its_version_even_when_the_rest_does_not_parse() {
+    // It was refused by its parse ("unknown variant `webp`"), which tells the user nothing
+    // about upgrading.
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(tmp.path(), "v3");
+    edit_manifest(&ds, |m| {
+        m["format_version"] = 3.into();
+        m["encoding"] = "webp".into();
+        m.as_object_mut().unwrap().remove("payload_bytes");
+        m["shards"][0]["stride"] = 2.into();
+    });
+    for e in [
+        Manifest::read(&ds).unwrap_err(),
+        Dataset::open(&ds).unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                e,
+                FormatError::UnsupportedVersion {
+                    found: 3,
+                    oldest: 1,
+                    supported: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+    // Another format altogether is named as such, whatever its version.
+    edit_manifest(&ds, |m| m["format"] = "other-format".into());
+    let e = Manifest::read(&ds).unwrap_err();
+    assert!(
+        matches!(e, FormatError::InvalidManifest { .. }) && e.to_string().contains("other-format"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_unknown_field_in_a_shard_entry_is_refused_and_an_informational_one_is_not() {
+    // A shard entry's fields say where its records are; `"key_stride": 2` was read past,
+    // and `verify` and `inspect` passed a dataset whose writer meant other keys.
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(tmp.path(), "ds");
+    let original = std::fs::read(ds.join(MANIFEST_FILE)).unwrap();
+    edit_manifest(&ds, |m| m["shards"][1]["key_stride"] = 2.into());
+    let e = Dataset::open(&ds).unwrap_err();
+    assert!(
+        matches!(e, FormatError::InvalidManifest { .. }) && e.to_string().contains("key_stride"),
+        "{e}"
+    );
+
+    // Fields that only inform: at the top level, in provenance, audit and part.
+    std::fs::write(ds.join(MANIFEST_FILE), &original).unwrap();
+    edit_manifest(&ds, |m| {
+        m["made_on"] = "a laptop".into();
+        m["provenance"]["commit"] = "abc1234".into();
+        m["audit"]["webp_files"] = 0.into();
+    });
+    assert_reads_and_verifies(&ds);
+}
+
+#[test]
+fn an_unknown_field_in_raw_size_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("raw");
+    let mut o = options(&out);
+    o.encoding = stoker_formats::Encoding::Raw;
+    o.raw_size = Some((8, 6));
+    convert(&o, &NoProgress).unwrap();
+    assert_reads_and_verifies(&out);
+    edit_manifest(&out, |m| m["raw_size"]["dtype"] = "u16".into());
+    let e = Dataset::open(&out).unwrap_err();
+    assert!(
+        matches!(e, FormatError::InvalidManifest { .. }) && e.to_string().contains("dtype"),
+        "{e}"
+    );
+}
+
+#[test]
+fn manifests_in_the_shapes_older_builds_wrote_still_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Version 1 (405544c and before 6fc02d7): CRC-32C of each shard file, no
+    // `max_file_size`, `listing` or `order` flag.
+    let v1 = sample_dataset(tmp.path(), "v1");
+    edit_manifest(&v1, |m| {
+        m["format_version"] = 1.into();
+        for s in m["shards"].as_array_mut().unwrap() {
+            let bytes = std::fs::read(v1.join(s["file"].as_str().unwrap())).unwrap();
+            let s = s.as_object_mut().unwrap();
+            s.remove("xxh3");
+            s.insert("crc32c".into(), crc32c::crc32c(&bytes).into());
+        }
+        as_written_before_derived_flags(m);
+        m["provenance"]["flags"]
+            .as_object_mut()
+            .unwrap()
+            .remove("max_file_size");
+    });
+    // Version 2 before the derived flags (6fc02d7 to 491dcbd).
+    let v2 = sample_dataset(tmp.path(), "v2");
+    edit_manifest(&v2, as_written_before_derived_flags);
+    // Parts and their merge (key_base).
+    let parts = tmp.path().join("parts");
+    for index in 0..3 {
+        let mut o = options(&parts);
+        o.part = Some(Part::new(index, 3).unwrap());
+        convert(&o, &NoProgress).unwrap();
+    }
+    // Parts of 22daa13 to 491dcbd: no derived flags either.
+    for index in 0..3 {
+        let part = parts.join(Part::new(index, 3).unwrap().dir_name());
+        edit_manifest(&part, as_written_before_derived_flags);
+        assert_reads_and_verifies(&part);
+    }
+    for dir in [&v1, &v2] {
+        assert_reads_and_verifies(dir);
+    }
+    merge(&parts, &[]).unwrap();
+    assert_reads_and_verifies(&parts);
+    let m = read_json(&parts.join(MANIFEST_FILE));
+    assert!(
+        m["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s.get("key_base").is_some()),
+        "{m}"
+    );
+}
