@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::convert::audit::Audit;
-use crate::manifest::{Manifest, PartInfo, ShardEntry, MANIFEST_FILE};
+use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
 use crate::writer::{shard_file_name, write_atomically};
 use crate::FormatError;
 
@@ -143,7 +143,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
         shards,
         bytes,
         payload_bytes,
-        provenance: first.provenance.clone(),
+        provenance: merged_provenance(&loaded),
         audit,
         part: None,
     };
@@ -269,16 +269,8 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     }
     loaded.sort_by_key(|(_, _, p)| p.index);
     let (first_dir, first, fp) = &loaded[0];
+    let raw_size = loaded.iter().find_map(|(_, m, _)| m.raw_size);
     for (dir, m, p) in &loaded {
-        let differs = |what: &str| {
-            refuse(
-                dir,
-                format!(
-                    "{what} differs from {}'s: the parts come from different conversions",
-                    first_dir.display()
-                ),
-            )
-        };
         let part = crate::convert::Part {
             index: p.index,
             count: p.count,
@@ -289,25 +281,18 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
                 format!("its manifest names no valid part: {e}"),
             ));
         }
-        if p.count != fp.count {
-            return Err(differs("the number of parts"));
-        }
-        if p.listing != fp.listing || p.inputs != fp.inputs {
-            return Err(differs("the input listing (files, labels or output flags)"));
-        }
-        if m.provenance != first.provenance {
-            return Err(differs("the provenance (source, flags or stoker version)"));
-        }
-        if m.format_version != first.format_version || m.format != first.format {
-            return Err(differs("the format version"));
-        }
-        if m.classes != first.classes || m.encoding != first.encoding {
-            return Err(differs("the class list or encoding"));
-        }
-        if let (Some(a), Some(b)) = (m.raw_size, loaded.iter().find_map(|(_, m, _)| m.raw_size)) {
-            if a != b {
-                return Err(differs("the raw image size"));
-            }
+        let raw = match (m.raw_size, raw_size) {
+            (Some(a), Some(b)) if a != b => Some(("the raw image size".into(), dbg(a), dbg(b))),
+            _ => None,
+        };
+        if let Some((what, here, there)) = difference((m, p), (first, fp)).or(raw) {
+            return Err(refuse(
+                dir,
+                format!(
+                    "{what} is {here} here but {there} in {}: the parts come from different conversions",
+                    first_dir.display()
+                ),
+            ));
         }
         let want = part.slice(p.inputs);
         if (p.first_input, p.end_input) != (want.start, want.end) {
@@ -349,6 +334,102 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
         ));
     }
     Ok(loaded.into_iter().map(|(d, m, _)| (d, m)).collect())
+}
+
+/// Flags of `provenance` that a conversion derives from its listing, which `part.listing`
+/// already covers, and that older builds did not write (`order` before 081b84b, `listing`
+/// before 2b78cbc): a part finished by such a build and one finished after an upgrade are
+/// parts of one conversion (and `convert --resume` keeps the older one as done), so a part
+/// without them still merges.
+const DERIVED_FLAGS: [&str; 2] = [crate::convert::LISTING_FLAG, crate::convert::ORDER_FLAG];
+
+/// A difference between a part and the first part where parts of one conversion agree:
+/// what differs, its value in the part and in the first. Derived flags count only where
+/// both parts have them.
+fn difference(
+    (m, p): (&Manifest, &PartInfo),
+    (first, fp): (&Manifest, &PartInfo),
+) -> Option<(String, String, String)> {
+    let pairs = [
+        ("the number of parts", dbg(p.count), dbg(fp.count)),
+        (
+            "the input listing (files, labels and output flags, `part.listing`)",
+            dbg(&p.listing),
+            dbg(&fp.listing),
+        ),
+        ("the number of inputs listed", dbg(p.inputs), dbg(fp.inputs)),
+        ("the format", dbg(&m.format), dbg(&first.format)),
+        (
+            "the format version",
+            dbg(m.format_version),
+            dbg(first.format_version),
+        ),
+        (
+            "the encoding",
+            dbg(m.encoding.to_string()),
+            dbg(first.encoding.to_string()),
+        ),
+        (
+            "the number of classes",
+            dbg(m.classes.len()),
+            dbg(first.classes.len()),
+        ),
+        (
+            "the provenance's tool",
+            dbg(&m.provenance.tool),
+            dbg(&first.provenance.tool),
+        ),
+        (
+            "the provenance's stoker version",
+            dbg(&m.provenance.tool_version),
+            dbg(&first.provenance.tool_version),
+        ),
+        (
+            "the provenance's source",
+            dbg(&m.provenance.source),
+            dbg(&first.provenance.source),
+        ),
+    ];
+    if let Some((what, here, there)) = pairs.into_iter().find(|(_, a, b)| a != b) {
+        return Some((what.into(), here, there));
+    }
+    if let Some((i, (a, b))) = (m.classes.iter().zip(&first.classes))
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+    {
+        return Some((format!("the name of class {i}"), dbg(a), dbg(b)));
+    }
+    let (here, there) = (&m.provenance.flags, &first.provenance.flags);
+    let mut names: Vec<&String> = here.keys().chain(there.keys()).collect();
+    names.sort();
+    names.dedup();
+    names.into_iter().find_map(|name| {
+        let (a, b) = (here.get(name), there.get(name));
+        let derived = DERIVED_FLAGS.contains(&name.as_str());
+        if a == b || (derived && (a.is_none() || b.is_none())) {
+            return None;
+        }
+        let shown = |v: Option<&String>| v.map_or_else(|| "absent".into(), dbg);
+        Some((format!("the provenance flag `{name}`"), shown(a), shown(b)))
+    })
+}
+
+/// The merged dataset's provenance: the parts' (which agree but for derived flags that
+/// some may lack), with each derived flag from a part that has it.
+fn merged_provenance(parts: &[(PathBuf, Manifest)]) -> Provenance {
+    let mut provenance = parts[0].1.provenance.clone();
+    for name in DERIVED_FLAGS {
+        let found = parts.iter().find_map(|(_, m)| m.provenance.flags.get(name));
+        if let Some(value) = found {
+            provenance.flags.insert(name.into(), value.clone());
+        }
+    }
+    provenance
+}
+
+/// `v` as a message shows a value: strings quoted.
+fn dbg(v: impl std::fmt::Debug) -> String {
+    format!("{v:?}")
 }
 
 fn check_size(path: &Path, s: &ShardEntry) -> Result<(), FormatError> {

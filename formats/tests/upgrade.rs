@@ -34,7 +34,8 @@ fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut Value)) {
     std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
 }
 
-/// Removes the provenance flags builds before 0f8f3b5 did not write (`listing`, `order`).
+/// Removes the provenance flags that builds before 081b84b and 2b78cbc did not write
+/// (`order`, `listing`).
 fn as_written_before_derived_flags(m: &mut Value) {
     let flags = m["provenance"]["flags"].as_object_mut().unwrap();
     flags.remove("listing");
@@ -183,4 +184,103 @@ fn manifests_in_the_shapes_older_builds_wrote_still_read() {
             .any(|s| s.get("key_base").is_some()),
         "{m}"
     );
+}
+
+/// Converts the sample in three parts under `root`; returns the part directories.
+fn convert_parts(root: &Path) -> Vec<PathBuf> {
+    (0..3)
+        .map(|index| {
+            let mut o = options(root);
+            o.part = Some(Part::new(index, 3).unwrap());
+            convert(&o, &NoProgress).unwrap().out
+        })
+        .collect()
+}
+
+#[test]
+fn parts_of_one_conversion_finished_by_two_builds_merge() {
+    // A job array upgraded mid-way: the parts finished before the upgrade lack the derived
+    // flags `listing` and `order`, and merge refused them as "from different conversions",
+    // though `part.listing` showed one conversion and `convert --resume` kept them as done.
+    let tmp = tempfile::tempdir().unwrap();
+    let single = sample_dataset(tmp.path(), "single");
+    let want = Dataset::open(&single)
+        .unwrap()
+        .manifest()
+        .provenance
+        .clone();
+    // The older part first (the merged provenance starts from it), then last.
+    for old in [0, 2] {
+        let root = tmp.path().join(format!("old-{old}"));
+        let parts = convert_parts(&root);
+        edit_manifest(&parts[old], as_written_before_derived_flags);
+        merge(&root, &[]).unwrap_or_else(|e| panic!("older part {old}: {e}"));
+        assert_reads_and_verifies(&root);
+        let merged = Dataset::open(&root).unwrap();
+        assert_eq!(merged.manifest().provenance, want, "older part {old}");
+        let (a, b) = (merged.reader().unwrap(), Dataset::open(&single).unwrap());
+        let b = b.reader().unwrap();
+        for i in 0..15 {
+            assert_eq!(a.get(i).unwrap().payload, b.get(i).unwrap().payload);
+        }
+    }
+}
+
+/// Merges the parts of a fresh conversion in `root` after `edit` changed part 1's
+/// manifest; returns the refusal.
+fn merge_refusal(root: &Path, edit: impl FnOnce(&mut Value)) -> String {
+    let parts = convert_parts(root);
+    edit_manifest(&parts[1], edit);
+    let e = merge(root, &[]).unwrap_err();
+    assert!(matches!(e, FormatError::MergeRefused { .. }), "{e}");
+    assert!(!root.join(MANIFEST_FILE).exists());
+    e.to_string()
+}
+
+/// A name, an edit of part 1's manifest, and what the refusal must say.
+type Case = (&'static str, fn(&mut Value), &'static str);
+
+#[test]
+fn parts_that_differ_are_refused_naming_the_field_and_both_values() {
+    // It said only "the provenance (source, flags or stoker version) differs".
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: [Case; 5] = [
+        (
+            "flag",
+            |m| m["provenance"]["flags"]["strict"] = "true".into(),
+            "the provenance flag `strict` is \"true\" here but \"false\" in ",
+        ),
+        (
+            "missing flag",
+            |m| {
+                let flags = m["provenance"]["flags"].as_object_mut().unwrap();
+                flags.remove("max_file_size");
+            },
+            "the provenance flag `max_file_size` is absent here but \"67108864\" in ",
+        ),
+        // A derived flag still counts where both parts have it.
+        (
+            "derived flag",
+            |m| m["provenance"]["flags"]["order"] = "shuffled".into(),
+            "the provenance flag `order` is \"shuffled\" here but \"classes\" in ",
+        ),
+        (
+            "source",
+            |m| m["provenance"]["source"] = "elsewhere".into(),
+            "the provenance's source is \"elsewhere\" here but ",
+        ),
+        (
+            "version",
+            |m| m["provenance"]["tool_version"] = "0.0.9".into(),
+            "the provenance's stoker version is \"0.0.9\" here but \"",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let msg = merge_refusal(&tmp.path().join(name), edit);
+        assert!(
+            msg.contains(want)
+                && msg.contains("part-00000-of-00003: the parts come from different conversions"),
+            "{name}: {msg}"
+        );
+    }
 }
