@@ -113,6 +113,26 @@ pub enum FormatError {
         /// Its conversion journal.
         journal: PathBuf,
     },
+    /// A conversion journal that `--resume` cannot read back: a damaged line, or not a
+    /// journal stoker wrote.
+    #[error("{path}: unreadable conversion journal: {reason}")]
+    UnreadableJournal {
+        /// The journal file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A conversion journal of another journal version, so of another stoker build: this
+    /// one cannot continue it.
+    #[error("{path}: conversion journal version {found}, written by {} stoker (this build reads version {supported}); continue the conversion with that build, or convert into a new directory", newer_or_older(*.found, *.supported))]
+    JournalVersion {
+        /// The journal file.
+        path: PathBuf,
+        /// The version in its header.
+        found: u32,
+        /// The version this build writes and reads.
+        supported: u32,
+    },
     /// The disk (or a quota, or the process's file-size limit) ran out while a shard was
     /// written.
     #[error("{}: {cause} after {records} records ({bytes} bytes of shards) were written; make room and rerun with --resume to continue from the last finished shard", written_file(.shard))]
@@ -271,6 +291,15 @@ impl FormatError {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// Who wrote a journal of version `found`, seen from a build that reads `supported`.
+fn newer_or_older(found: u32, supported: u32) -> &'static str {
+    if found > supported {
+        "a newer"
+    } else {
+        "an older"
     }
 }
 

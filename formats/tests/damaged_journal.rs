@@ -58,7 +58,7 @@ fn refused(o: &ConvertOptions) -> String {
     assert!(
         matches!(
             e,
-            FormatError::OutputExists { .. } | FormatError::InvalidManifest { .. }
+            FormatError::OutputExists { .. } | FormatError::UnreadableJournal { .. }
         ),
         "{msg} ({e:?})"
     );

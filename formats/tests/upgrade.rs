@@ -284,3 +284,158 @@ fn parts_that_differ_are_refused_naming_the_field_and_both_values() {
         );
     }
 }
+
+/// Resumes `o` and returns its refusal, checking that the directory was left as it was.
+fn resume_refusal(o: &ConvertOptions) -> FormatError {
+    let before = stoker_testdata::files_in(&o.out);
+    let mut r = o.clone();
+    r.resume = true;
+    let e = convert(&r, &NoProgress).unwrap_err();
+    assert_eq!(stoker_testdata::files_in(&o.out), before, "{e}");
+    e
+}
+
+#[test]
+fn resume_of_a_finished_dataset_without_a_listing_flag_says_an_older_build_made_it() {
+    // A retried job whose dataset an older build finished was told the dataset holds
+    // "other inputs or flags", which may well be false: no listing was recorded.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = sample_dataset(tmp.path(), "ds");
+    edit_manifest(&out, as_written_before_derived_flags);
+    let e = resume_refusal(&options(&out));
+    let msg = e.to_string();
+    assert!(
+        matches!(e, FormatError::OutputExists { .. })
+            && msg.contains("made by an older stoker")
+            && msg.contains("cannot tell")
+            && msg.contains("convert into a new directory"),
+        "{msg}"
+    );
+    // One that records its listing is of other inputs or flags when that differs.
+    let out = sample_dataset(tmp.path(), "other");
+    let mut o = options(&out);
+    o.quality = 80;
+    let msg = resume_refusal(&o).to_string();
+    assert!(
+        msg.contains("other inputs or flags") && !msg.contains("older stoker"),
+        "{msg}"
+    );
+}
+
+/// A conversion of the sample into `out`, killed after two of its three shards; returns
+/// its options.
+fn killed(out: &Path) -> ConvertOptions {
+    let mut o = options(out);
+    o.fail_after = Some(11);
+    let e = convert(&o, &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::Injected { .. }), "{e}");
+    o.fail_after = None;
+    o
+}
+
+/// Rewrites the append-only journal in `out` as the one object that builds before
+/// e7392a2 wrote to `.stoker-convert.json`, through `edit`.
+fn as_legacy_journal(out: &Path, edit: impl FnOnce(&mut Value)) {
+    let path = out.join(stoker_formats::convert::JOURNAL_FILE);
+    let lines: Vec<Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let all = |key: &str| -> Vec<Value> {
+        lines[1..]
+            .iter()
+            .flat_map(|l| l[key].as_array().unwrap().clone())
+            .collect()
+    };
+    let mut old = lines.last().unwrap().clone();
+    old["fingerprint"] = lines[0]["fingerprint"].clone();
+    old["done"] = Value::from(all("shards"));
+    old["skipped"] = Value::from(all("skipped"));
+    old.as_object_mut().unwrap().remove("shards");
+    edit(&mut old);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(
+        out.join(".stoker-convert.json"),
+        serde_json::to_vec_pretty(&old).unwrap(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn resume_of_a_journal_another_build_wrote_says_the_build_may_be_why() {
+    // A conversion killed under 405544c (format version 1) and resumed by a later build
+    // was said to be "of different inputs or flags": it was not, but that build's shards
+    // and fingerprint cannot be continued.
+    let tmp = tempfile::tempdir().unwrap();
+    let o = killed(&tmp.path().join("v1"));
+    as_legacy_journal(&o.out, |j| {
+        j["fingerprint"] = 1529401926.into();
+        for s in j["done"].as_array_mut().unwrap() {
+            let s = s.as_object_mut().unwrap();
+            s.remove("xxh3");
+            s.insert("crc32c".into(), 1.into());
+        }
+    });
+    let msg = resume_refusal(&o).to_string();
+    assert!(
+        msg.contains("format version 1") && msg.contains("convert into a new directory"),
+        "{msg}"
+    );
+
+    // A legacy journal (392abf7 to 491dcbd) of another fingerprint, and an append-only one.
+    let o = killed(&tmp.path().join("legacy"));
+    as_legacy_journal(&o.out, |j| j["fingerprint"] = 7.into());
+    let msg = resume_refusal(&o).to_string();
+    assert!(
+        msg.contains("older stoker")
+            && msg.contains("listed them differently")
+            && msg.contains("convert into a new directory"),
+        "{msg}"
+    );
+    let o = killed(&tmp.path().join("append-only"));
+    let mut other = o.clone();
+    other.quality = 80;
+    let msg = resume_refusal(&other).to_string();
+    assert!(
+        msg.contains("different inputs or flags")
+            && msg.contains("listed them differently")
+            && msg.contains("convert into a new directory"),
+        "{msg}"
+    );
+    // The same legacy journal with its own fingerprint still resumes.
+    let o = killed(&tmp.path().join("same"));
+    as_legacy_journal(&o.out, |_| {});
+    let mut r = o.clone();
+    r.resume = true;
+    assert!(convert(&r, &NoProgress).unwrap().resumed > 0);
+}
+
+#[test]
+fn a_journal_of_a_newer_version_is_refused_as_a_journal_not_a_manifest() {
+    // It said "invalid manifest: unreadable conversion journal: journal version 3".
+    let tmp = tempfile::tempdir().unwrap();
+    let o = killed(&tmp.path().join("out"));
+    let path = o.out.join(stoker_formats::convert::JOURNAL_FILE);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let text = text.replacen(
+        "\"stoker_convert_journal\":2",
+        "\"stoker_convert_journal\":3",
+        1,
+    );
+    std::fs::write(&path, text).unwrap();
+    let e = resume_refusal(&o);
+    let msg = e.to_string();
+    assert!(
+        matches!(
+            e,
+            FormatError::JournalVersion {
+                found: 3,
+                supported: 2,
+                ..
+            }
+        ) && msg.contains("newer stoker")
+            && !msg.contains("manifest"),
+        "{msg}"
+    );
+}

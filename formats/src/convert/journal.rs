@@ -39,7 +39,9 @@ const JOURNAL_TMP: &str = ".stoker-convert.journal.tmp";
 /// finished after such a resume replaces it with an append-only journal.
 pub(crate) const LEGACY_FILE: &str = ".stoker-convert.json";
 const LEGACY_TMP: &str = ".stoker-convert.json.tmp";
-/// The header's `stoker_convert_journal` value this build writes and reads.
+/// The header's `stoker_convert_journal` value this build writes and reads; raised when
+/// the lines change or the fingerprint is computed differently, so that each build says
+/// that another one wrote the journal instead of blaming the inputs.
 const JOURNAL_VERSION: u32 = 2;
 
 /// Size limit of a journal read on resume, per input listed (plus [`JOURNAL_BASE_BYTES`]).
@@ -382,9 +384,9 @@ fn read_bounded(out: &Path, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, 
 }
 
 fn unreadable(path: &Path, reason: String) -> FormatError {
-    FormatError::InvalidManifest {
+    FormatError::UnreadableJournal {
         path: path.to_path_buf(),
-        reason: format!("unreadable conversion journal: {reason}"),
+        reason,
     }
 }
 
@@ -398,13 +400,11 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
         .and_then(|l| serde_json::from_slice::<Header>(l).ok())
         .ok_or_else(|| unreadable(path, "its first line is not a journal header".into()))?;
     if header.stoker_convert_journal != JOURNAL_VERSION {
-        return Err(unreadable(
-            path,
-            format!(
-                "journal version {} (this stoker reads {JOURNAL_VERSION})",
-                header.stoker_convert_journal
-            ),
-        ));
+        return Err(FormatError::JournalVersion {
+            path: path.to_path_buf(),
+            found: header.stoker_convert_journal,
+            supported: JOURNAL_VERSION,
+        });
     }
     let mut j = Journal {
         fingerprint: header.fingerprint,
@@ -465,14 +465,11 @@ pub(super) fn prepare_output(
         reason,
     };
     if out.join(MANIFEST_FILE).exists() {
-        // With --resume, `convert` has already taken a finished conversion of this very
-        // listing as done: this one is of other inputs, paths or flags.
-        let what = if options.resume {
-            "already holds a finished conversion of other inputs or flags (manifest.json; --resume continues only the same source, spelled the same way, with the same flags); choose another output directory or delete it"
-        } else {
-            "already holds a finished dataset (manifest.json); choose another output directory or delete it"
-        };
-        return Err(exists(what.into()));
+        // With --resume, `convert` has already answered for a finished dataset (done, or
+        // refused saying why): this one was finished since.
+        return Err(exists(
+            "already holds a finished dataset (manifest.json); choose another output directory or delete it".into(),
+        ));
     }
     let entries = match std::fs::read_dir(out) {
         Ok(rd) => rd
@@ -498,13 +495,8 @@ pub(super) fn prepare_output(
     }
     let found = read(out, inputs, path_bytes)?;
     if let Some(f) = &found {
-        if f.journal.fingerprint != fingerprint {
-            return Err(exists(
-                "holds a partial conversion of different inputs or flags; --resume needs the same source and flags (or delete the directory)"
-                    .into(),
-            ));
-        }
         // Before anything is deleted: a journal that is refused leaves the directory as it was.
+        same_conversion(f, fingerprint).map_err(|why| exists(why.into()))?;
         check(&f.journal)?;
     }
     // Shards finished after the last journal entry (or with no journal) are redone.
@@ -524,6 +516,24 @@ pub(super) fn prepare_output(
         }
     }
     Ok(found)
+}
+
+/// Refuses a journal of another conversion, saying why where the build that wrote it can
+/// be the reason: the fingerprint covers the listing, so a build that lists a source
+/// differently gives it another fingerprint too.
+fn same_conversion(f: &Found, fingerprint: u32) -> Result<(), &'static str> {
+    let legacy = f.whole_len.is_none();
+    if legacy && f.journal.done.iter().any(|s| s.xxh3.is_none()) {
+        // Format version 1 (CRC-32C shard digests): its shards cannot go into a version 2
+        // dataset, whatever its fingerprint (which builds before 8aa1570, such as 405544c,
+        // computed without the `max_file_size` flag, so it differs anyway).
+        return Err("holds a partial conversion by a stoker of format version 1 (its journal, .stoker-convert.json, lists shards with CRC-32C digests, not xxh3); this build writes version 2 and cannot continue it: convert into a new directory (or delete this one and convert again)");
+    }
+    match (f.journal.fingerprint == fingerprint, legacy) {
+        (true, _) => Ok(()),
+        (false, true) => Err("holds a partial conversion of different inputs or flags, journaled by an older stoker (.stoker-convert.json): its fingerprint of the listing and flags differs from this one's, because the source, its files or the flags differ, or because that build listed them differently; --resume continues only the same conversion: rerun with the same source, spelled the same way, and the same flags, or convert into a new directory (or delete this one)"),
+        (false, false) => Err("holds a partial conversion of different inputs or flags: its journal's fingerprint of the listing and flags differs from this one's, because the source, its files or the flags differ, or because the stoker that wrote it listed them differently; --resume continues only the same conversion: rerun with the same source, spelled the same way, and the same flags, or convert into a new directory (or delete this one)"),
+    }
 }
 
 #[cfg(test)]

@@ -348,7 +348,10 @@ fn check_written(
 
 /// The manifest in `out` when it is a finished conversion of this listing (same inputs
 /// and flags; for a part, exactly part `part`); `None` when `out` holds no finished dataset.
-/// A finished dataset of anything else stays for `prepare_output` to refuse.
+///
+/// # Errors
+///
+/// [`FormatError::OutputExists`] for a finished dataset of anything else, saying why.
 fn finished(
     out: &Path,
     part: Option<&PartInfo>,
@@ -366,14 +369,42 @@ fn finished(
             m.part.is_none() && m.provenance.flags.get(LISTING_FLAG) == Some(&listing_text(listing))
         }
     };
-    if same {
-        // Killed after its manifest: the journal may still be there, and is done with.
-        journal::remove(out);
+    if !same {
+        return Err(FormatError::OutputExists {
+            path: out.to_path_buf(),
+            reason: not_this_conversion(&m, part).into(),
+        });
     }
-    Ok(same.then_some(m))
+    // Killed after its manifest: the journal may still be there, and is done with.
+    journal::remove(out);
+    Ok(Some(m))
+}
+
+/// Why the finished dataset `m` is not the conversion `--resume` was asked to finish
+/// (`part`, or a whole dataset), and what to do.
+fn not_this_conversion(m: &crate::manifest::Manifest, part: Option<&PartInfo>) -> &'static str {
+    match (part, &m.part) {
+        (None, Some(_)) => return "already holds one part of a partitioned conversion (manifest.json with `part`), not a whole dataset; choose another output directory or delete it",
+        (Some(_), None) => return "already holds a finished dataset that is not a part of a partitioned conversion (manifest.json without `part`); choose another output directory or delete it",
+        _ => {}
+    }
+    // A plain dataset finished by a build before 2b78cbc has no listing flag. Taking it as
+    // done, as a part of such a build is (its `part.listing` is there to compare), would
+    // take any dataset made from the same source string and flags as this listing, though
+    // its files may have changed since: so it is refused, saying so.
+    if part.is_none() && !m.provenance.flags.contains_key(LISTING_FLAG) {
+        return "already holds a finished dataset made by an older stoker, which did not record which inputs it converted (no `listing` flag in manifest.json), so --resume cannot tell whether it is this conversion: if that run converted this same source with these flags, it is finished and there is nothing to do; otherwise convert into a new directory (or delete this one)";
+    }
+    "already holds a finished conversion of other inputs or flags (manifest.json: its listing fingerprint differs from this one's, because the source, its files or the flags differ, or because the stoker that made it listed them differently; --resume continues only the same source, spelled the same way, with the same flags); choose another output directory or delete it"
 }
 
 /// A checksum of everything that determines the output: the input list and the output flags.
+///
+/// Part of the format: journals, manifests (`listing`) and parts (`part.listing`) carry
+/// it, and `--resume` and `merge` compare it across builds. A build that computes it
+/// differently for the same inputs makes older work look like another conversion; so an
+/// output flag is added to `output_flags` only where it is not at its default (as `layout`
+/// and `shuffle` are), and a change to what is hashed raises the journal version.
 fn fingerprint(options: &ConvertOptions, listing: &source::Listing) -> u32 {
     let mut crc = 0u32;
     for input in &listing.inputs {

@@ -262,6 +262,9 @@ impl ConvertOptions {
     }
 
     /// The options that shape the output, recorded in the manifest (not jobs or resume).
+    /// They are hashed into the conversion's fingerprint, so a flag added here is written
+    /// only where it is not at its default: otherwise every conversion's fingerprint would
+    /// change, and `--resume` and `merge` would refuse what older builds began.
     pub(super) fn output_flags(&self) -> BTreeMap<String, String> {
         let mut f = BTreeMap::new();
         f.insert("encoding".into(), self.encoding.to_string());
