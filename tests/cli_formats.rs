@@ -389,3 +389,45 @@ fn a_dataset_of_more_shards_than_open_files_allowed_verifies() {
     let o = stoker(&["inspect", p(&ds), "--json"]);
     assert_eq!(json(&o)["shard_files"].as_array().unwrap().len(), shards);
 }
+
+/// `inspect` names the format version, and says what a version 1 dataset's digests are: a
+/// version 1 dataset looked like any other there (only `verify` said so).
+#[test]
+fn inspect_shows_the_format_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
+    let o = stoker(&["convert", sample, p(&ds), "--no-check"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = stoker(&["inspect", p(&ds)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("format version: 2\n"), "{}", text(&o));
+    assert_eq!(
+        json(&stoker(&["inspect", p(&ds), "--json"]))["format_version"],
+        2
+    );
+
+    // The same dataset as a version 1 build described it: CRC-32C of each shard file.
+    let path = ds.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["format_version"] = 1.into();
+    for s in m["shards"].as_array_mut().unwrap() {
+        let bytes = std::fs::read(ds.join(s["file"].as_str().unwrap())).unwrap();
+        let s = s.as_object_mut().unwrap();
+        s.remove("xxh3");
+        s.insert("crc32c".into(), crc32c::crc32c(&bytes).into());
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    let o = stoker(&["inspect", p(&ds)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("format version: 1 (shard digests are CRC32C"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        json(&stoker(&["inspect", p(&ds), "--json"]))["format_version"],
+        1
+    );
+}

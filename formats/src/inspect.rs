@@ -122,6 +122,8 @@ pub struct ClassCount {
 /// What [`inspect`] reports.
 #[derive(Debug, Clone, Serialize)]
 pub struct InspectReport {
+    /// The manifest's format version (1: CRC32C shard digests; 2: xxh3-64).
+    pub format_version: u32,
     /// Number of samples.
     pub samples: u64,
     /// Number of shards.
@@ -196,6 +198,7 @@ pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
     }
     let per_class = per_class(&m.classes, per_label);
     Ok(InspectReport {
+        format_version: m.format_version,
         samples: m.samples,
         shards: m.shards.len() as u64,
         classes: m.classes.len() as u64,

@@ -11,7 +11,7 @@ use stoker::formats::{self, Dataset, Distribution};
 pub struct Args {
     /// A converted dataset (the directory with manifest.json and the shards).
     pub dataset: PathBuf,
-    /// Print JSON (with at least samples, shards, classes, bytes, and per_class: one
+    /// Print JSON (with at least format_version, samples, shards, classes, bytes, and per_class: one
     /// {label, name, count} per class in label order, classes without records included).
     #[arg(long)]
     pub json: bool,
@@ -63,6 +63,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     writeln!(out, "dataset: {}", args.dataset.display())?;
+    // Version 1 reads, but its whole-file digests are the weaker ones (docs/FORMAT.md,
+    // "Version 1"): said here too, not only by `verify`.
+    let older = match r.format_version {
+        1 => " (shard digests are CRC32C, the weaker kind; convert again for version 2)",
+        _ => "",
+    };
+    writeln!(out, "format version: {}{older}", r.format_version)?;
     writeln!(
         out,
         "samples: {}  shards: {}  classes: {}  encoding: {}{}",
