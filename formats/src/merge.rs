@@ -269,7 +269,8 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     }
     loaded.sort_by_key(|(_, _, p)| p.index);
     let (first_dir, first, fp) = &loaded[0];
-    let raw_size = loaded.iter().find_map(|(_, m, _)| m.raw_size);
+    // An empty part has no raw size: compare with the first part that has one.
+    let raw = loaded.iter().find_map(|(d, m, _)| Some((d, m.raw_size?)));
     for (dir, m, p) in &loaded {
         let part = crate::convert::Part {
             index: p.index,
@@ -281,16 +282,24 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
                 format!("its manifest names no valid part: {e}"),
             ));
         }
-        let raw = match (m.raw_size, raw_size) {
-            (Some(a), Some(b)) if a != b => Some(("the raw image size".into(), dbg(a), dbg(b))),
+        let raw = match (m.raw_size, raw) {
+            (Some(a), Some((raw_dir, b))) if a != b => {
+                let wxhxc = |r: crate::manifest::RawSize| {
+                    format!("{}x{}x{}", r.width, r.height, r.channels)
+                };
+                Some(("the raw image size".into(), wxhxc(a), wxhxc(b), raw_dir))
+            }
             _ => None,
         };
-        if let Some((what, here, there)) = difference((m, p), (first, fp)).or(raw) {
+        let other = difference((m, p), (first, fp))
+            .map(|(what, here, there)| (what, here, there, first_dir))
+            .or(raw);
+        if let Some((what, here, there, other_dir)) = other {
             return Err(refuse(
                 dir,
                 format!(
                     "{what} is {here} here but {there} in {}: the parts come from different conversions",
-                    first_dir.display()
+                    other_dir.display()
                 ),
             ));
         }

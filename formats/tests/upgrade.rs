@@ -285,6 +285,38 @@ fn parts_that_differ_are_refused_naming_the_field_and_both_values() {
     }
 }
 
+#[test]
+fn parts_of_another_raw_size_are_refused_naming_the_part_compared_with() {
+    // Part 0 of 4 is empty (2 inputs), so part 1 is the one with a raw size to compare.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    for name in ["tent.jpg", "puppy.jpg"] {
+        std::fs::create_dir_all(src.join("caer")).unwrap();
+        std::fs::copy(
+            Path::new(SAMPLE).join("caer").join(name),
+            src.join("caer").join(name),
+        )
+        .unwrap();
+    }
+    let root = tmp.path().join("parts");
+    let parts: Vec<PathBuf> = (0..4)
+        .map(|index| {
+            let mut o = ConvertOptions::new(Source::ImageFolder(src.clone()), &root);
+            o.encoding = stoker_formats::Encoding::Raw;
+            o.raw_size = Some((8, 6));
+            o.part = Some(Part::new(index, 4).unwrap());
+            convert(&o, &NoProgress).unwrap().out
+        })
+        .collect();
+    edit_manifest(&parts[3], |m| m["raw_size"]["height"] = 7.into());
+    let msg = merge(&root, &[]).unwrap_err().to_string();
+    let want = format!(
+        "the raw image size is 8x7x3 here but 8x6x3 in {}:",
+        parts[1].display()
+    );
+    assert!(msg.contains(&want), "{msg}");
+}
+
 /// Resumes `o` and returns its refusal, checking that the directory was left as it was.
 fn resume_refusal(o: &ConvertOptions) -> FormatError {
     let before = stoker_testdata::files_in(&o.out);
