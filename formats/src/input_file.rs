@@ -3,6 +3,7 @@
 //! device file, a pipe or a multi-gigabyte file is refused before any of it is read.
 
 use std::fs::{File, FileType, Metadata, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -104,6 +105,65 @@ pub(crate) fn read_input_into(
         });
     }
     Ok(data)
+}
+
+/// Reads `len` bytes from byte `offset` of the file at `path` (a member of a tar shard)
+/// into `buf` (recycled: its contents are discarded, its capacity is used), if `len` is
+/// at most `limit`.
+///
+/// The size is known from the tar's header, so a member over the limit is refused before
+/// the tar is opened; the range is checked against the open file's size before a buffer
+/// of `len` bytes exists, so a tar cut short since it was listed is an error, not a short
+/// record or an allocation of what the header claimed.
+pub(crate) fn read_range_into(
+    path: &Path,
+    offset: u64,
+    len: u64,
+    limit: u64,
+    mut buf: Vec<u8>,
+) -> Result<Vec<u8>, FormatError> {
+    if len > limit {
+        return Err(FormatError::FileTooLarge {
+            path: path.to_path_buf(),
+            bytes: len,
+            limit,
+        });
+    }
+    let io = |e| FormatError::io(path, e);
+    let file: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.file_type().is_file() {
+        return Err(FormatError::NotRegularFile {
+            path: path.to_path_buf(),
+            kind: kind_of(&meta.file_type()),
+        });
+    }
+    if offset.checked_add(len).is_none_or(|end| end > meta.len()) {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!(
+                "the tar is {} bytes now, and this member's {len} bytes from byte {offset} run past its end: it changed since it was listed",
+                meta.len()
+            ),
+        )));
+    }
+    // Through the file's own `read_buf` (`Take` passes it on): the bytes go into the
+    // buffer's spare capacity without zeroing it first, as `read_input_into` does.
+    (&file).seek(SeekFrom::Start(offset)).map_err(io)?;
+    buf.clear();
+    buf.reserve_exact(usize::try_from(len).unwrap_or(usize::MAX));
+    (&file).take(len).read_to_end(&mut buf).map_err(io)?;
+    if buf.len() as u64 != len {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the tar ended before this member's data did: it changed since it was listed",
+        )));
+    }
+    Ok(buf)
 }
 
 /// Reads `file` to its end into `buf` (cleared first), stopping once more than `limit` bytes

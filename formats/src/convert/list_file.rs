@@ -67,9 +67,8 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
         }
         max_label = Some(max_label.map_or(label, |m| m.max(label)));
         inputs.push(Input {
-            path: root.join(rel),
-            label,
             refused: own.refuses_row(rel),
+            ..Input::file(root.join(rel), label)
         });
     }
     if inputs.is_empty() {
@@ -95,6 +94,7 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
             .collect(),
         ignored: Vec::new(),
         flat: false,
+        webdataset: false,
         warnings,
     })
 }

@@ -1,4 +1,5 @@
-//! The converter: an image folder or list file in, LMDB shards and `manifest.json` out.
+//! The converter: an image folder, list file or WebDataset tar shards in, LMDB shards and
+//! `manifest.json` out.
 //!
 //! Inputs are listed in a sorted order, processed in parallel in chunks (rayon), and written
 //! strictly in input order by one writer, so the output never depends on thread timing.
@@ -21,8 +22,10 @@ mod report;
 mod resume_check;
 mod source;
 mod strict_stop;
+mod tar_index;
 mod transcode;
 mod walk;
+mod webdataset;
 
 use std::path::Path;
 use std::time::Instant;
@@ -181,12 +184,13 @@ pub fn convert(
     journal::remove(out);
     let mut warnings = listing.warnings;
     warnings.extend(per_shard.and_then(|k| options.shard_floor_note(k, &manifest.shards)));
-    let report = ConvertReport {
+    Ok(ConvertReport {
         inputs: inputs.len() as u64,
         written,
         skipped: totals.skipped,
         ignored: listing.ignored,
         flat: listing.flat,
+        webdataset: listing.webdataset,
         warnings,
         empty_classes,
         shards: manifest.shards.len() as u64,
@@ -199,8 +203,7 @@ pub fn convert(
         audit: totals.audit,
         out: out.clone(),
         already_done: false,
-    };
-    Ok(report)
+    })
 }
 
 /// The report of a part that an earlier run finished: its manifest's counts, nothing
@@ -220,6 +223,7 @@ fn already_done(
         empty_classes,
         ignored: listing.ignored,
         flat: listing.flat,
+        webdataset: listing.webdataset,
         warnings: listing.warnings,
         shards: m.shards.len() as u64,
         bytes: m.bytes,
@@ -239,8 +243,8 @@ fn already_done(
 const STREAM_STORED_ORDER: u64 = 0x7374_6f72_6500_0003;
 
 /// The manifest flag saying how the records are ordered: `classes` (an ImageFolder listing,
-/// one class after another), `list` (a list file's order), `flat` (one class) or
-/// `shuffled` (`--shuffle`).
+/// one class after another), `list` (a list file's order), `flat` (one class),
+/// `webdataset` (the shards' order) or `shuffled` (`--shuffle`).
 pub const ORDER_FLAG: &str = "order";
 
 /// The inputs in the order their records are stored: the source's, or shuffled.
@@ -285,6 +289,7 @@ fn stored_order(options: &ConvertOptions, listing: &source::Listing) -> &'static
     match (&options.source, options.shuffle) {
         (_, Some(_)) => "shuffled",
         (Source::List { .. }, None) => "list",
+        (Source::ImageFolder(_), None) if listing.webdataset => "webdataset",
         (Source::ImageFolder(_), None) if listing.flat => "flat",
         (Source::ImageFolder(_), None) => "classes",
     }
@@ -328,7 +333,16 @@ fn check_written(
         .take(SHOW)
         .map(|s| format!("{}: {}", s.path.display(), s.reason))
         .collect();
+    let tars = (skipped.iter().take(SHOW)).any(|s| {
+        s.path
+            .extension()
+            .is_some_and(|x| x.eq_ignore_ascii_case("tar"))
+    });
     let (path, hint) = match &options.source {
+        Source::ImageFolder(root) if tars => (
+            root,
+            " (WebDataset tar shards convert with --layout webdataset; Python: layout=\"webdataset\")",
+        ),
         Source::ImageFolder(root) => (root, ""),
         Source::List { root, .. } => (
             root,

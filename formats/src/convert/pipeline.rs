@@ -18,7 +18,7 @@ use super::report::{Progress, Skipped};
 use super::source;
 use super::transcode::{self, Outcome, Processed};
 use crate::buffer_pool::BufferPool;
-use crate::input_file::{read_input_into, refusal_reason};
+use crate::input_file::refusal_reason;
 use crate::record::HEADER_LEN;
 use crate::writer::DatasetWriter;
 use crate::FormatError;
@@ -169,7 +169,7 @@ fn process(input: &source::Input, options: &ConvertOptions, buffers: &BufferPool
     if let Some(reason) = &input.refused {
         return skip(reason.clone());
     }
-    let data = match read_input_into(&input.path, options.max_file_size, buffers.take()) {
+    let data = match input.read_into(options.max_file_size, buffers.take()) {
         Ok(data) => data,
         Err(e) => return skip(refusal_reason(&e)),
     };
@@ -250,17 +250,18 @@ fn write_one(
     Ok(())
 }
 
-/// The value lengths the inputs will have as records when stored unchanged: each file's
-/// size (at the time of asking) plus the record header; refused inputs make no record. Lazy:
-/// the writer asks for as many as its next shard holds, up to [`EXPECTED_MAX`] (a `stat`
-/// each, on the writer's thread; a shard of more records is hashed after it is written).
+/// The value lengths the inputs will have as records when stored unchanged: each input's
+/// size (a file's at the time of asking) plus the record header; refused inputs make no
+/// record. Lazy: the writer asks for as many as its next shard holds, up to
+/// [`EXPECTED_MAX`] (a `stat` per file, on the writer's thread; a shard of more records is
+/// hashed after it is written).
 fn expected_value_lens(inputs: &[source::Input]) -> impl Iterator<Item = u64> + '_ {
     inputs
         .iter()
         .take(EXPECTED_MAX)
         .filter(|i| i.refused.is_none())
-        .map_while(|i| std::fs::metadata(&i.path).ok())
-        .map(|m| m.len() + HEADER_LEN as u64)
+        .map_while(|i| i.size_now())
+        .map(|len| len + HEADER_LEN as u64)
 }
 
 /// Payload bytes a worker's result holds.

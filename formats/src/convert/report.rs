@@ -57,11 +57,17 @@ pub struct ConvertReport {
     pub written: u64,
     /// Inputs not converted, with reasons, in input order.
     pub skipped: Vec<Skipped>,
-    /// Files directly in an ImageFolder root: in no class folder, so not inputs (not counted).
+    /// Files directly in an ImageFolder root: in no class folder, so not inputs (not
+    /// counted); for WebDataset shards, the folder's entries that are not `.tar` files.
     pub ignored: Vec<PathBuf>,
     /// The ImageFolder source was converted as one class of unlabelled images (label 0).
     #[serde(default)]
     pub flat: bool,
+    /// The source was read as WebDataset tar shards (`--layout webdataset`, or `auto` on a
+    /// `.tar` file or a folder of only `.tar` files); skipped samples are named
+    /// `TAR:MEMBER`.
+    #[serde(default)]
+    pub webdataset: bool,
     /// How the source was read where it may not be what was meant, one sentence each: an
     /// empty class folder, a hidden folder (`.ipynb_checkpoints`) taken as a class or read
     /// as part of a flat layout, list rows commented out with `#`. Labels are as listed

@@ -9,6 +9,7 @@ use super::list_file::list_file;
 pub(crate) use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
 use super::walk::{class_name, dir_id, sorted_entries, walk};
+use super::webdataset::{list_webdataset, looks_like_shards};
 use crate::FormatError;
 
 /// Where the images come from.
@@ -16,7 +17,9 @@ use crate::FormatError;
 pub enum Source {
     /// An ImageFolder tree: one subdirectory per class (class ids by sorted name, in
     /// torchvision's order), images anywhere below it, listed in torchvision's order.
-    /// Files directly in the root are not samples and are ignored.
+    /// Files directly in the root are not samples and are ignored. How the path is read
+    /// is [`ConvertOptions::layout`](super::ConvertOptions::layout): also a folder of
+    /// unlabelled images, or WebDataset tar shards (a `.tar` file or a folder of them).
     ImageFolder(PathBuf),
     /// A list file of `relative/path,label` lines; paths are relative to `root`.
     /// Blank lines and lines starting with `#` are ignored, as is a `path,label` header;
@@ -29,12 +32,14 @@ pub enum Source {
     },
 }
 
-/// How an ImageFolder source's directory is read.
+/// How an ImageFolder source's path is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
-    /// `Classes` when the root has a subdirectory, else `Flat` (a folder of images alone).
-    /// Hidden folders (a name starting with `.`, such as `.ipynb_checkpoints`) and
-    /// `__MACOSX` do not count: a folder of images with only those is `Flat`.
+    /// `WebDataset` for a `.tar` file or a folder holding only `.tar` files (hidden
+    /// entries aside); else `Classes` when the root has a subdirectory, else `Flat` (a
+    /// folder of images alone). Hidden folders (a name starting with `.`, such as
+    /// `.ipynb_checkpoints`) and `__MACOSX` do not count: a folder of images with only
+    /// those is `Flat`.
     #[default]
     Auto,
     /// One subdirectory per class; files directly in the root are ignored (and reported).
@@ -42,18 +47,29 @@ pub enum Layout {
     /// Unlabelled images: every file under the root, at any depth, is an input of the one
     /// class named after the root folder, label 0.
     Flat,
+    /// WebDataset tar shards: the path is a tar file, or a folder whose `.tar` files
+    /// (not its subfolders) are the shards, in order of their names. A sample is the
+    /// members sharing a key (the member path up to the first dot of its base name); its
+    /// image (`jpg`, `png`, `webp`, ...) is an input, read in place from the tar, its
+    /// label the decimal text of its `cls` member, and the classes are the labels as text
+    /// (`"0"` to the largest). Without any `cls` member the shards are read as one class
+    /// of unlabelled images, label 0. docs/FORMAT.md, "How a source is read", has the
+    /// details and what is skipped.
+    WebDataset,
 }
 
 impl std::str::FromStr for Layout {
     type Err = String;
 
-    /// `auto`, `classes` or `flat`, as the CLI's `--layout` and Python's `layout=` spell it.
+    /// `auto`, `classes`, `flat` or `webdataset`, as the CLI's `--layout` and Python's
+    /// `layout=` spell it.
     fn from_str(s: &str) -> Result<Layout, String> {
         match s {
             "auto" => Ok(Layout::Auto),
             "classes" => Ok(Layout::Classes),
             "flat" => Ok(Layout::Flat),
-            _ => Err(format!("{s:?}: want auto, classes or flat")),
+            "webdataset" => Ok(Layout::WebDataset),
+            _ => Err(format!("{s:?}: want auto, classes, flat or webdataset")),
         }
     }
 }
@@ -64,6 +80,7 @@ impl std::fmt::Display for Layout {
             Layout::Auto => "auto",
             Layout::Classes => "classes",
             Layout::Flat => "flat",
+            Layout::WebDataset => "webdataset",
         })
     }
 }
@@ -95,18 +112,14 @@ impl Source {
         own: &OwnOutput,
     ) -> Result<Listing, FormatError> {
         match self {
-            Source::ImageFolder(root) => {
-                let flat = match layout {
-                    Layout::Flat => true,
-                    Layout::Classes => false,
-                    Layout::Auto => !has_class_folder(root, own)?,
-                };
-                if flat {
-                    list_flat(root, own)
-                } else {
-                    list_image_folder(root, own)
-                }
-            }
+            Source::ImageFolder(root) => match layout {
+                Layout::WebDataset => list_webdataset(root, own),
+                Layout::Flat => list_flat(root, own),
+                Layout::Classes => list_image_folder(root, own),
+                Layout::Auto if looks_like_shards(root, own) => list_webdataset(root, own),
+                Layout::Auto if has_class_folder(root, own)? => list_image_folder(root, own),
+                Layout::Auto => list_flat(root, own),
+            },
             Source::List { root, list } => list_file(root, list, own),
         }
     }
@@ -164,6 +177,18 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
         });
     }
     let mut warnings = Vec::new();
+    let tars = (inputs.iter())
+        .filter(|i| {
+            i.path
+                .extension()
+                .is_some_and(|x| x.eq_ignore_ascii_case("tar"))
+        })
+        .count();
+    if tars > 0 {
+        warnings.push(format!(
+            "{tars} .tar file(s) are read as images (flat layout) and will be skipped: WebDataset tar shards convert with --layout webdataset (Python: layout=\"webdataset\")"
+        ));
+    }
     for entry in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {
         let path = entry.path();
         if !is_hidden_folder(&entry.file_name()) || !path.is_dir() {
@@ -182,6 +207,7 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
         classes: vec![name],
         ignored: Vec::new(),
         flat: true,
+        webdataset: false,
         warnings,
     })
 }
@@ -247,6 +273,7 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
         classes,
         ignored,
         flat: false,
+        webdataset: false,
         warnings,
     })
 }
@@ -280,7 +307,7 @@ fn empty_classes_warning(empty: &[String]) -> Option<String> {
 
 /// The classes of an ImageFolder listing that have no input, for the report.
 pub(super) fn empty_classes(source: &Source, listing: &Listing) -> Vec<String> {
-    if !matches!(source, Source::ImageFolder(_)) || listing.flat {
+    if !matches!(source, Source::ImageFolder(_)) || listing.flat || listing.webdataset {
         return Vec::new();
     }
     let mut has = vec![false; listing.classes.len()];

@@ -136,11 +136,7 @@ pub(crate) fn walk(
 }
 
 fn refuse(out: &mut Vec<Input>, path: PathBuf, label: u32, reason: String) {
-    out.push(Input {
-        path,
-        label,
-        refused: Some(reason),
-    });
+    out.push(Input::refused(path, label, reason));
 }
 
 /// Appends the files of `dir` (sorted) to `out` and queues its subdirectories.
@@ -164,11 +160,7 @@ fn list_dir(
             )
         }
     };
-    let file = |path| Input {
-        path,
-        label,
-        refused: None,
-    };
+    let file = |path| Input::file(path, label);
     for entry in entries {
         let path = entry.path();
         let kind = entry.file_type().ok();

@@ -1,0 +1,620 @@
+//! Listing WebDataset tar shards: a `.tar` file, or the `.tar` files directly in a folder
+//! (by name, in Python's `sorted` order), each read member by member in tar order, the
+//! members grouped into samples by key as WebDataset groups them; each sample's image is an
+//! input, read in place from the tar, labelled by its `cls` member.
+//!
+//! A folder's subfolders are not read: WebDataset datasets keep their splits side by side
+//! (`train/`, `val/`), and a recursive walk would merge them into one dataset.
+//!
+//! A sample's key is its members' path up to the first dot of the base name
+//! (`n01440764/x_293.jpg` and `n01440764/x_293.cls` are the sample `n01440764/x_293`), its
+//! fields what follows (compared in lower case), and consecutive members with the same key
+//! are one sample: WebDataset's `base_plus_ext` and `group_by_keys`. Members whose base
+//! name has no dot, or starts with one (macOS's `._x.jpg`), belong to no sample.
+//!
+//! Each sample is one input, skipped with a reason (`TAR:MEMBER` in reports) when it has no
+//! image, more than one, a member that is a link or another non-file, a `cls` that is not a
+//! label, or a key already listed (keys name samples; a repeat is a shard listed twice, or
+//! a sample whose members are not consecutive). A shard that cannot be opened, holds no
+//! sample or is damaged is one input of its own (named by the tar's path), skipped with
+//! the reason and the byte where the damage is; the samples before the damage are kept.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::list_file::MAX_CLASSES;
+use super::listing::{member_name, Input, InputBytes, Listing};
+use super::own_output::OwnOutput;
+use super::tar_index::{Damage, End, Kind, Member, TarMembers};
+use super::walk::{class_name, sorted_entries};
+use crate::FormatError;
+
+/// Fields that are a sample's image: the formats the converter reads (it tells them by
+/// their bytes; these names only pick the member).
+const IMAGE_FIELDS: [&str; 12] = [
+    "jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm", "pbm", "pnm",
+];
+
+/// The field holding a sample's label as decimal text, as WebDataset's ImageNet shards
+/// have it.
+const LABEL_FIELD: &str = "cls";
+
+/// A `cls` member larger than this is not a label (a number below [`MAX_CLASSES`] and
+/// some white space), and is not read.
+const MAX_CLS_BYTES: u64 = 64;
+
+/// Fields not converted that the warning names; the rest are counted.
+const FIELDS_NAMED: usize = 12;
+
+/// True when `name` ends in `.tar` (any case).
+fn is_tar_name(name: &OsStr) -> bool {
+    let n = name.as_bytes();
+    n.len() > 4 && n[n.len() - 4..].eq_ignore_ascii_case(b".tar")
+}
+
+/// True for the names of compressed tar shards, which cannot be read in place.
+fn is_compressed_tar(name: &OsStr) -> bool {
+    let n = name.to_string_lossy().to_ascii_lowercase();
+    [
+        ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2", ".tar.lz4",
+    ]
+    .iter()
+    .any(|s| n.ends_with(s))
+}
+
+fn is_hidden(name: &OsStr) -> bool {
+    name.as_bytes().starts_with(b".") || name == "__MACOSX"
+}
+
+/// True when `root` is a `.tar` file, or a folder whose entries (hidden ones and the
+/// conversion's output `own` aside) are all `.tar` files, at least one: what `Auto`
+/// reads as WebDataset shards. Read as a flat folder, every shard would be skipped as
+/// "not an image" or too large.
+pub(crate) fn looks_like_shards(root: &Path, own: &OwnOutput) -> bool {
+    let Ok(meta) = std::fs::metadata(root) else {
+        return false;
+    };
+    if meta.is_file() {
+        return root.file_name().is_some_and(is_tar_name);
+    }
+    let Ok(entries) = sorted_entries(root) else {
+        return false;
+    };
+    let mut tars = 0;
+    for e in entries {
+        let Ok(m) = std::fs::metadata(e.path()) else {
+            return false;
+        };
+        if is_hidden(&e.file_name()) || (m.is_dir() && own.is(&e.path(), &m)) {
+            continue;
+        }
+        if !m.is_file() || !is_tar_name(&e.file_name()) {
+            return false;
+        }
+        tars += 1;
+    }
+    tars > 0
+}
+
+/// The samples of the WebDataset shards at `root` (a `.tar` file or a folder of them).
+///
+/// # Errors
+///
+/// [`FormatError::Io`] when `root` cannot be read; [`FormatError::BadSource`] when a
+/// folder holds no `.tar` file.
+pub(crate) fn list_webdataset(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
+    let Found {
+        shards,
+        ignored,
+        mut warnings,
+    } = find_shards(root, own)?;
+    let mut state = State::default();
+    for (i, tar) in shards.iter().enumerate() {
+        read_shard(tar, i, &mut state);
+    }
+    warnings.extend(state.notes());
+    let (inputs, classes) = decide_labels(state.items, unlabelled_name(root), &mut warnings);
+    Ok(Listing {
+        inputs,
+        classes,
+        ignored,
+        flat: false,
+        webdataset: true,
+        warnings,
+    })
+}
+
+/// What a WebDataset source path holds.
+struct Found {
+    /// The shards, in order.
+    shards: Vec<PathBuf>,
+    /// The folder's other entries.
+    ignored: Vec<PathBuf>,
+    /// A warning for compressed shards among them.
+    warnings: Vec<String>,
+}
+
+/// The shards at `root`: the file itself, or the folder's `.tar` files.
+fn find_shards(root: &Path, own: &OwnOutput) -> Result<Found, FormatError> {
+    let meta = std::fs::metadata(root).map_err(|e| FormatError::io(root, e))?;
+    if !meta.is_dir() {
+        return Ok(Found {
+            shards: vec![root.to_path_buf()],
+            ignored: Vec::new(),
+            warnings: Vec::new(),
+        });
+    }
+    let (mut shards, mut ignored, mut compressed) = (Vec::new(), Vec::new(), Vec::new());
+    for e in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {
+        let (path, name) = (e.path(), e.file_name());
+        if std::fs::metadata(&path).is_ok_and(|m| m.is_dir() && own.is(&path, &m)) {
+            continue;
+        }
+        if is_tar_name(&name) && !is_hidden(&name) {
+            shards.push(path);
+        } else {
+            if is_compressed_tar(&name) {
+                compressed.push(path.clone());
+            }
+            ignored.push(path);
+        }
+    }
+    let hint = compressed.first().map(|c| {
+        format!(
+            "compressed shards are not read ({} of them, e.g. {}): stoker reads each member in place, which a compressed stream does not allow; decompress them first (gunzip, zstd -d)",
+            compressed.len(),
+            c.display()
+        )
+    });
+    if shards.is_empty() {
+        return Err(FormatError::BadSource {
+            path: root.to_path_buf(),
+            reason: format!(
+                "holds no .tar shards (a WebDataset source is a .tar file or a folder of them; subfolders are not read){}",
+                hint.map(|h| format!("; {h}")).unwrap_or_default()
+            ),
+        });
+    }
+    Ok(Found {
+        shards,
+        ignored,
+        warnings: hint.into_iter().collect(),
+    })
+}
+
+/// A sample's label as its `cls` member gave it.
+enum Label {
+    /// No `cls` member.
+    Missing,
+    Valid(u32),
+    /// Why the `cls` member is not a label.
+    Bad(String),
+}
+
+/// One input as listed, before labels are decided (they depend on whether any sample
+/// has a `cls` member).
+struct Item {
+    input: Input,
+    label: Label,
+}
+
+/// What reading the shards gathers.
+#[derive(Default)]
+struct State {
+    items: Vec<Item>,
+    /// Each key listed (its xxh3-128: a set of ImageNet's 1.3 million keys then takes
+    /// tens of MB, not the keys' text), and the shard it came from.
+    keys: HashMap<u128, usize>,
+    /// Shards by index, for naming where a repeated key was first seen.
+    shard_names: Vec<PathBuf>,
+    /// Members of fields that are not converted, by field.
+    other_fields: BTreeMap<String, u64>,
+    /// Members that belong to no sample (no key).
+    keyless: u64,
+    /// Shards that end without the end-of-archive marker.
+    no_marker: Vec<PathBuf>,
+}
+
+impl State {
+    /// Warnings about what was not read, or may be missing.
+    fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.other_fields.is_empty() || self.keyless > 0 {
+            let mut fields: Vec<_> = self.other_fields.iter().collect();
+            fields.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let mut named: Vec<String> = (fields.iter().take(FIELDS_NAMED))
+                .map(|(f, n)| format!("{f} ({n})"))
+                .collect();
+            if fields.len() > FIELDS_NAMED {
+                named.push(format!("{} more fields", fields.len() - FIELDS_NAMED));
+            }
+            if self.keyless > 0 {
+                named.push(format!(
+                    "members without a key and extension ({})",
+                    self.keyless
+                ));
+            }
+            notes.push(format!(
+                "tar members that are not a sample's image or cls were not read: {}",
+                named.join(", ")
+            ));
+        }
+        if let Some(first) = self.no_marker.first() {
+            notes.push(format!(
+                "{} shard(s) end without tar's end-of-archive blocks (e.g. {}): a shard cut short between two members looks the same, so samples after its last one may be missing",
+                self.no_marker.len(),
+                first.display()
+            ));
+        }
+        notes
+    }
+
+    /// Records `key` as listed from shard `shard`; where it was listed before, if it was.
+    fn first_seen(&mut self, key: &[u8], shard: usize) -> Option<usize> {
+        match self.keys.entry(xxhash_rust::xxh3::xxh3_128(key)) {
+            Entry::Occupied(e) => Some(*e.get()),
+            Entry::Vacant(e) => {
+                e.insert(shard);
+                None
+            }
+        }
+    }
+}
+
+/// The members of one sample, as grouped.
+struct Group {
+    key: Vec<u8>,
+    /// Its first image member.
+    image: Option<Member>,
+    /// The field of each image member.
+    image_fields: Vec<String>,
+    cls: Vec<Member>,
+    /// The first member that is not a file.
+    not_a_file: Option<String>,
+    /// Its fields, for a skip reason (the first few).
+    fields: Vec<String>,
+}
+
+impl Group {
+    fn new(key: &[u8]) -> Group {
+        Group {
+            key: key.to_vec(),
+            image: None,
+            image_fields: Vec::new(),
+            cls: Vec::new(),
+            not_a_file: None,
+            fields: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, m: Member, field: String, other_fields: &mut BTreeMap<String, u64>) {
+        let is_image = IMAGE_FIELDS.contains(&field.as_str());
+        if (is_image || field == LABEL_FIELD) && self.not_a_file.is_none() {
+            if let Kind::Other(kind) = m.kind {
+                self.not_a_file = Some(format!(
+                    "{} is {kind} in the tar, not a file",
+                    String::from_utf8_lossy(&m.name)
+                ));
+            }
+        }
+        if self.fields.len() < 8 {
+            self.fields.push(field.clone());
+        }
+        if is_image {
+            self.image_fields.push(field);
+            self.image.get_or_insert(m);
+        } else if field == LABEL_FIELD {
+            self.cls.push(m);
+        } else {
+            *other_fields.entry(field).or_default() += 1;
+        }
+    }
+}
+
+/// A member's sample key and field (lower case); `None` for a member of no sample.
+fn split_name(name: &[u8]) -> Option<(&[u8], String)> {
+    let base = name.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+    let dot = name[base..].iter().position(|&b| b == b'.')?;
+    if dot == 0 {
+        return None;
+    }
+    let field = String::from_utf8_lossy(&name[base + dot + 1..]).to_ascii_lowercase();
+    Some((&name[..base + dot], field))
+}
+
+/// Opens the shard `tar` for positioned reads: a regular file (never a FIFO, which could
+/// block), and its length.
+fn open_shard(tar: &Path) -> Result<(File, u64), String> {
+    let meta = std::fs::metadata(tar).map_err(|e| format!("unreadable: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(tar)
+        .map_err(|e| format!("unreadable: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("unreadable: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    Ok((file, meta.len()))
+}
+
+/// Lists the samples of shard number `index`, `tar`, into `state`.
+fn read_shard(tar: &Path, index: usize, state: &mut State) {
+    state.shard_names.push(tar.to_path_buf());
+    let refuse = |state: &mut State, reason: String| {
+        state.items.push(Item {
+            input: Input::refused(tar.to_path_buf(), 0, reason),
+            label: Label::Missing,
+        })
+    };
+    let (file, len) = match open_shard(tar) {
+        Ok(f) => f,
+        Err(reason) => return refuse(state, reason),
+    };
+    let shard = Shard {
+        path: Arc::new(tar.to_path_buf()),
+        file: &file,
+        index,
+    };
+    let before = state.items.len();
+    let mut members = TarMembers::new(&file, len);
+    let mut group: Option<Group> = None;
+    loop {
+        let m = match members.next_member() {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(d) => {
+                let lost = group.take().and_then(|g| shard.finish_before(g, &d, state));
+                let reason = damage_reason(&d, len, lost, state.items.len() == before);
+                return refuse(state, reason);
+            }
+        };
+        if m.kind == Kind::Directory {
+            continue;
+        }
+        let Some((key, field)) = split_name(&m.name) else {
+            state.keyless += 1;
+            continue;
+        };
+        let g = match &mut group {
+            Some(g) if g.key == key => g,
+            _ => {
+                if let Some(done) = group.take() {
+                    shard.finish(done, state);
+                }
+                group.insert(Group::new(key))
+            }
+        };
+        g.add(m, field, &mut state.other_fields);
+    }
+    if let Some(done) = group.take() {
+        shard.finish(done, state);
+    }
+    if state.items.len() == before {
+        return refuse(
+            state,
+            format!("holds no samples: no member with a key and an extension in its {len} bytes (an empty or zero-filled tar?)"),
+        );
+    }
+    if members.end() == End::Eof {
+        state.no_marker.push(tar.to_path_buf());
+    }
+}
+
+/// The skip reason of a shard damaged as `d` says, `len` bytes long; `lost` is the key of
+/// the sample that was being read there, `first` whether nothing before it was a sample.
+fn damage_reason(d: &Damage, len: u64, lost: Option<Vec<u8>>, first: bool) -> String {
+    if d.at == 0 && first {
+        return d.reason.clone();
+    }
+    let lost = lost
+        .map(|k| {
+            format!(
+                ", nor the sample {} being read there",
+                String::from_utf8_lossy(&k)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "damaged tar at byte {}: {}; the rest of the shard ({} bytes) is not read{lost}",
+        d.at,
+        d.reason,
+        len.saturating_sub(d.at)
+    )
+}
+
+/// The shard being read.
+struct Shard<'f> {
+    path: Arc<PathBuf>,
+    file: &'f File,
+    index: usize,
+}
+
+impl Shard<'_> {
+    /// Finishes `g`, the sample open when the walk stopped at damage `d`, when it is
+    /// whole: the damaged member is another sample's, or (its name unknown) `g` already has
+    /// its image and label. Else `g` is lost with the rest of the shard: its key.
+    fn finish_before(&self, g: Group, d: &Damage, state: &mut State) -> Option<Vec<u8>> {
+        let whole = match d.member.as_deref().and_then(split_name) {
+            Some((key, _)) => key != g.key,
+            None => g.image.is_some() && !g.cls.is_empty(),
+        };
+        if whole {
+            self.finish(g, state);
+            return None;
+        }
+        Some(g.key)
+    }
+
+    /// Turns the members of one sample into its input.
+    fn finish(&self, g: Group, state: &mut State) {
+        let tar = self.path.as_path();
+        let name = member_name(tar, g.image.as_ref().map_or(&g.key, |m| &m.name));
+        let first = state.first_seen(&g.key, self.index);
+        let label = match g.cls.as_slice() {
+            [] => Label::Missing,
+            [m] if m.kind == Kind::File => read_label(self.file, m),
+            [_] => Label::Bad("its cls member is not a file".into()),
+            [..] => Label::Bad(format!(
+                "{} cls members: which label is the sample's is not known",
+                g.cls.len()
+            )),
+        };
+        let refused = if let Some(first) = first {
+            Some(repeated_key_reason(
+                &state.shard_names[first],
+                first == self.index,
+            ))
+        } else if let Some(r) = g.not_a_file {
+            Some(r)
+        } else if g.image.is_none() {
+            Some(format!(
+                "no image member ({}); it has: {}",
+                IMAGE_FIELDS.join(", "),
+                g.fields.join(", ")
+            ))
+        } else if g.image_fields.len() > 1 {
+            Some(format!(
+                "more than one image member ({}): which one is the sample's is not known",
+                g.image_fields.join(", ")
+            ))
+        } else {
+            None
+        };
+        let bytes = match (&g.image, &refused) {
+            (Some(m), None) => InputBytes::TarMember {
+                tar: self.path.clone(),
+                offset: m.offset,
+                len: m.size,
+            },
+            _ => InputBytes::File,
+        };
+        let input = Input {
+            path: name,
+            label: 0,
+            refused,
+            bytes,
+        };
+        state.items.push(Item { input, label });
+    }
+}
+
+fn repeated_key_reason(first: &Path, same_shard: bool) -> String {
+    if same_shard {
+        return "its key repeats a sample listed earlier in this shard (a sample's members must be consecutive in the tar)".into();
+    }
+    format!(
+        "its key repeats a sample listed from {} (keys name samples: is a shard there twice?)",
+        first.display()
+    )
+}
+
+/// The label in the `cls` member `m` of `file`: decimal text (surrounding white space
+/// allowed, as Python's `int` takes it) below [`MAX_CLASSES`].
+fn read_label(file: &File, m: &Member) -> Label {
+    let bad = |what: String| {
+        Label::Bad(format!(
+            "its cls {what} is not a label: want a decimal integer from 0 to {}",
+            MAX_CLASSES - 1
+        ))
+    };
+    if m.size > MAX_CLS_BYTES {
+        return bad(format!("of {} bytes", m.size));
+    }
+    let mut buf = vec![0u8; m.size as usize];
+    if let Err(e) = file.read_exact_at(&mut buf, m.offset) {
+        return Label::Bad(format!("its cls member is unreadable: {e}"));
+    }
+    let text = String::from_utf8_lossy(&buf);
+    match text.trim().parse::<u32>() {
+        Ok(l) if l < MAX_CLASSES => Label::Valid(l),
+        _ => bad(format!("{:?}", text.trim())),
+    }
+}
+
+/// The class name of an unlabelled source: the folder's name, or the tar's without
+/// `.tar`.
+fn unlabelled_name(root: &Path) -> String {
+    let real = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let name = if real.is_dir() {
+        real.file_name()
+    } else {
+        real.file_stem()
+    };
+    name.map(class_name).unwrap_or_else(|| "images".into())
+}
+
+/// The inputs with their labels, and the class names. When no sample has a `cls` member
+/// the shards are unlabelled data (as WebDataset holds image-text sets): every sample is
+/// label 0 of one class named `unlabelled`, with a warning. Otherwise a sample without one
+/// is skipped, and the classes are the labels as text, `"0"` to the largest.
+fn decide_labels(
+    items: Vec<Item>,
+    unlabelled: String,
+    warnings: &mut Vec<String>,
+) -> (Vec<Input>, Vec<String>) {
+    let labelled = items.iter().any(|i| !matches!(i.label, Label::Missing));
+    if !labelled {
+        let samples = items.iter().filter(|i| i.input.refused.is_none()).count();
+        warnings.push(format!(
+            "no sample has a cls member (its label): the {samples} samples are converted as one class of unlabelled images, {unlabelled:?}, label 0"
+        ));
+        let inputs = items.into_iter().map(|i| i.input).collect();
+        return (inputs, vec![unlabelled]);
+    }
+    let mut max = 0;
+    let inputs = (items.into_iter())
+        .map(|Item { mut input, label }| {
+            match label {
+                Label::Valid(l) => {
+                    input.label = l;
+                    max = max.max(l);
+                }
+                Label::Bad(reason) => {
+                    input.refused.get_or_insert(reason);
+                }
+                Label::Missing => {
+                    input.refused.get_or_insert_with(|| {
+                        "no cls member (its label), which the other samples have".into()
+                    });
+                }
+            }
+            if input.refused.is_some() {
+                input.bytes = InputBytes::File;
+            }
+            input
+        })
+        .collect();
+    (inputs, (0..=max).map(|l| l.to_string()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_fields_split_as_webdataset_splits_them() {
+        let split =
+            |n: &[u8]| split_name(n).map(|(k, f)| (String::from_utf8_lossy(k).into_owned(), f));
+        let some = |k: &str, f: &str| Some((k.to_string(), f.to_string()));
+        assert_eq!(
+            split(b"n014/ILSVRC_293.JPEG"),
+            some("n014/ILSVRC_293", "jpeg")
+        );
+        // The first dot of the base name, not of the path.
+        assert_eq!(split(b"a.b/c.seg.png"), some("a.b/c", "seg.png"));
+        assert_eq!(split(b"c.cls"), some("c", "cls"));
+        for none in [&b"README"[..], b"d/._c.jpg", b".hidden", b"dir/"] {
+            assert_eq!(split(none), None, "{:?}", String::from_utf8_lossy(none));
+        }
+    }
+}
