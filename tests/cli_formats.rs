@@ -431,3 +431,141 @@ fn inspect_shows_the_format_version() {
         1
     );
 }
+
+/// The sample photos as two WebDataset shards in `dir` (`a.tar`: the first class; `b.tar`:
+/// the others), each photo `{class}/{stem}.jpg` with its label in `{class}/{stem}.cls`, the
+/// labels those of the ImageFolder tree; a last sample in `b.tar` has a cls that is not a
+/// number.
+fn sample_shards(dir: &Path) -> Vec<(u32, std::path::PathBuf)> {
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/sample");
+    let mut classes: Vec<_> = std::fs::read_dir(&sample)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    classes.sort();
+    let mut photos = Vec::new();
+    for (label, class) in classes.iter().enumerate() {
+        let mut files: Vec<_> = std::fs::read_dir(class)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        photos.extend(files.into_iter().map(|f| (label as u32, f)));
+    }
+    std::fs::create_dir_all(dir).unwrap();
+    let append = |b: &mut tar::Builder<std::fs::File>, name: &str, data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        b.append_data(&mut h, name, data).unwrap();
+    };
+    let mut a = tar::Builder::new(std::fs::File::create(dir.join("a.tar")).unwrap());
+    let mut b = tar::Builder::new(std::fs::File::create(dir.join("b.tar")).unwrap());
+    for (label, f) in &photos {
+        let key = format!("{label}/{}", f.file_stem().unwrap().to_str().unwrap());
+        let shard = if *label == 0 { &mut a } else { &mut b };
+        append(shard, &format!("{key}.jpg"), &std::fs::read(f).unwrap());
+        append(
+            shard,
+            &format!("{key}.cls"),
+            format!("{label}\n").as_bytes(),
+        );
+    }
+    append(&mut b, "9/bad.jpg", &std::fs::read(&photos[0].1).unwrap());
+    append(&mut b, "9/bad.cls", b"n01440764");
+    a.into_inner().unwrap();
+    b.into_inner().unwrap();
+    photos
+}
+
+/// Every record of the dataset at `ds` as (label, payload).
+fn records(ds: &Path) -> Vec<(u32, Vec<u8>)> {
+    let ds = stoker::formats::Dataset::open(ds).unwrap();
+    let r = ds.reader().unwrap();
+    (0..ds.len())
+        .map(|i| {
+            let rec = r.get(i).unwrap();
+            (rec.header.label, rec.payload.to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn webdataset_shards_convert_like_the_image_folder_and_name_skipped_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let shards = dir.path().join("shards");
+    let photos = sample_shards(&shards);
+    let help = String::from_utf8_lossy(&stoker(&["convert", "--help"]).stdout).into_owned();
+    assert!(
+        help.contains("webdataset") && help.contains("TAR:MEMBER"),
+        "{help}"
+    );
+
+    let ds = dir.path().join("ds");
+    let o = stoker(&[
+        "convert",
+        "--layout",
+        "webdataset",
+        p(&shards),
+        p(&ds),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = json(&o);
+    assert_eq!(r["webdataset"], true, "{r}");
+    assert_eq!(
+        (r["inputs"].as_u64(), r["written"].as_u64()),
+        (Some(16), Some(15))
+    );
+    let skipped = &r["skipped"][0];
+    assert_eq!(
+        skipped["path"],
+        format!("{}:9/bad.jpg", shards.join("b.tar").display())
+    );
+    assert!(
+        skipped["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("its cls \"n01440764\" is not a label"),
+        "{r}"
+    );
+    // The same records as the photos converted from their folder, in the same order.
+    let folder = dir.path().join("folder");
+    let sample = photos[0].1.parent().unwrap().parent().unwrap();
+    assert!(stoker(&["convert", p(sample), p(&folder)]).status.success());
+    assert_eq!(records(&ds), records(&folder));
+
+    // `auto` on a folder of only .tar files says it read them as shards; the summary names
+    // the skipped member.
+    let auto = dir.path().join("auto");
+    let o = stoker(&["convert", p(&shards), p(&auto)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("read as WebDataset tar shards"),
+        "{}",
+        text(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("b.tar:9/bad.jpg: its cls"), "{}", text(&o));
+
+    // Parts and merge make the one-shot dataset.
+    let parts = dir.path().join("parts");
+    for i in ["0", "1", "2"] {
+        let o = stoker(&[
+            "convert",
+            "--layout",
+            "webdataset",
+            p(&shards),
+            p(&parts),
+            "--part",
+            i,
+            "--parts",
+            "3",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    assert!(stoker(&["merge", p(&parts)]).status.success());
+    assert_eq!(records(&parts), records(&ds));
+    assert!(stoker(&["verify", p(&parts)]).status.success());
+}

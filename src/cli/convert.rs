@@ -12,7 +12,8 @@ use stoker::formats::{self, ConvertOptions, Encoding, Layout, ResizeMode, Source
 /// Flags of `stoker convert`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The images: an ImageFolder tree (one subdirectory per class), or with --list the
+    /// The images: an ImageFolder tree (one subdirectory per class), WebDataset tar shards
+    /// (a .tar file or a folder of them, --layout webdataset), or with --list the
     /// directory the listed paths are relative to.
     pub src: PathBuf,
     /// Output directory for the shards and manifest.json (new or empty).
@@ -21,9 +22,13 @@ pub struct Args {
     #[arg(long)]
     pub list: Option<PathBuf>,
     /// How SRC is read: classes (one subdirectory per class), flat (every image under SRC
-    /// as one class, label 0: unlabelled data), or auto (flat when SRC has no subdirectory
-    /// other than hidden ones such as .ipynb_checkpoints and __MACOSX). Not with --list,
-    /// whose file gives the labels.
+    /// as one class, label 0: unlabelled data), webdataset (tar shards: SRC a .tar file or
+    /// a folder whose .tar files, by name and not in subfolders, are the shards; a sample's
+    /// image member, jpg/png/webp/..., is read in place, labelled by its cls member;
+    /// skipped samples are named TAR:MEMBER), or auto (webdataset when SRC is a .tar file
+    /// or a folder of only .tar files, else flat when SRC has no subdirectory other than
+    /// hidden ones such as .ipynb_checkpoints and __MACOSX, else classes). Not with
+    /// --list, whose file gives the labels.
     #[arg(long, default_value = "auto", value_parser = str::parse::<Layout>)]
     pub layout: Layout,
     /// jpeg: store JPEG bytes (originals when possible); raw: store decoded pixels (needs --size).
@@ -65,8 +70,8 @@ pub struct Args {
     /// Reject images with more pixels than this without decoding them.
     #[arg(long, default_value_t = 100_000_000)]
     pub max_pixels: u64,
-    /// Skip input files larger than this without reading them, e.g. 64M, 1G (uncompressed
-    /// TIFF or PNG inputs may need more than the default).
+    /// Skip input files (or tar members) larger than this without reading them, e.g. 64M,
+    /// 1G (uncompressed TIFF or PNG inputs may need more than the default).
     #[arg(long, default_value = "64M", value_parser = parse_bytes)]
     pub max_file_size: u64,
     /// Re-encode JPEGs the GPU hardware decoder cannot take (progressive, 4:1:1, CMYK, ...)
@@ -171,6 +176,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // file became one unlabelled class.
         super::output::note(format_args!(
             "{} has no class sub-folders: converted as one class of unlabelled images (label 0)",
+            args.src.display()
+        ));
+    }
+    if report.webdataset && args.layout == Layout::Auto {
+        super::output::note(format_args!(
+            "{} holds only .tar files: read as WebDataset tar shards (--layout webdataset)",
             args.src.display()
         ));
     }
@@ -283,7 +294,15 @@ fn print_summary(
             )?;
         }
     }
-    if !report.ignored.is_empty() {
+    if !report.ignored.is_empty() && report.webdataset {
+        writeln!(
+            out,
+            "ignored {} entries of {} that are not .tar shards (subfolders are not read), e.g. {}",
+            report.ignored.len(),
+            args.src.display(),
+            report.ignored[0].display()
+        )?;
+    } else if !report.ignored.is_empty() {
         writeln!(
             out,
             "ignored {} file(s) directly under {} (not in a class folder; --layout flat takes every file as one class), e.g. {}",

@@ -23,7 +23,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Convert an image folder or list file into LMDB shards.
+    /// Convert an image folder, list file or WebDataset tar shards into LMDB shards.
     Convert(convert::Args),
     /// Join the parts of a partitioned conversion (convert --part) into one dataset.
     Merge(merge::Args),
