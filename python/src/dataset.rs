@@ -18,10 +18,10 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
     py.import("json")?.call_method1("loads", (text,))
 }
 
-/// Converts an image folder (one subdirectory per class) or a list file into a
-/// dataset of LMDB shards, like ``stoker convert``, and returns its report as a dict
-/// with the keys of ``stoker convert --json`` (``inputs``, ``written``, ``skipped``,
-/// ``shards``, ``bytes``, ``seconds``, ``audit``, ...).
+/// Converts an image folder (one subdirectory per class), a list file or WebDataset tar
+/// shards into a dataset of LMDB shards, like ``stoker convert``, and returns its report
+/// as a dict with the keys of ``stoker convert --json`` (``inputs``, ``written``,
+/// ``skipped``, ``shards``, ``bytes``, ``seconds``, ``audit``, ...).
 ///
 /// A progress bar is drawn on stderr when it is a terminal (``progress=None``), always
 /// (``True``) or never (``False``). Options are the CLI's flags: ``list`` (a file of
@@ -32,7 +32,10 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// ``max_pixels``, ``max_file_size`` (bytes; larger inputs are skipped), ``gpu_friendly``,
 /// ``check`` (test-decode stored JPEGs), ``shuffle`` (store the records in a random order
 /// drawn from ``seed`` instead of class by class, so that ``Loader(shuffle="quasi")``
-/// still mixes the classes in every batch), ``layout`` ("auto", "classes" or "flat"),
+/// still mixes the classes in every batch), ``layout`` ("auto", "classes", "flat" or
+/// "webdataset": ``src`` a ``.tar`` file or a folder of them, each sample's image read in
+/// place and labelled by its ``cls`` member, skipped samples named ``TAR:MEMBER``; "auto"
+/// picks it for a ``.tar`` file or a folder of only ``.tar`` files),
 /// ``part`` and ``parts`` (convert part ``part`` of ``parts`` into
 /// ``out/part-IIIII-of-NNNNN/``, for :func:`merge`; unlike the CLI, Python does not read
 /// them from Slurm's or Kubernetes' array variables: a training script may run in an

@@ -1,7 +1,7 @@
 """stoker: keeps training GPUs fed.
 
-Convert an image folder once into LMDB shards, then iterate batches that any DLPack
-consumer (PyTorch, NumPy, CuPy, JAX) takes without a copy::
+Convert an image folder (or WebDataset tar shards) once into LMDB shards, then iterate
+batches that any DLPack consumer (PyTorch, NumPy, CuPy, JAX) takes without a copy::
 
     import stoker, torch
 
