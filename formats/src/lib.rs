@@ -11,7 +11,8 @@
 //!   (payloads are `&[u8]` into the memory map), shards opened read-only without a lock file.
 //! - [`DatasetWriter`]: writes records in index order; shards are renamed into place when
 //!   complete and the manifest comes last, so an interrupted write never looks finished.
-//! - [`convert()`]: an ImageFolder tree or list file into a dataset, in parallel and
+//! - [`convert()`]: an ImageFolder tree, list file or WebDataset tar shards
+//!   ([`Layout::WebDataset`], members read in place) into a dataset, in parallel and
 //!   deterministically, skipping and reporting bad inputs, with a JPEG compatibility
 //!   [`Audit`].
 //! - [`merge()`]: joins the parts of a conversion split over a job array
