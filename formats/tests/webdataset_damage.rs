@@ -237,3 +237,36 @@ fn tar_files_among_other_files_read_as_images_say_how_to_read_them() {
     );
     assert_eq!(Dataset::open(tmp.path().join("out")).unwrap().len(), 1);
 }
+
+#[test]
+fn every_cut_and_header_byte_flip_of_a_shard_converts_or_is_refused_never_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tar = tmp.path().join("m.tar");
+    let starts = good_shard(&tar, 2);
+    let good = std::fs::read(&tar).unwrap();
+    let mut mutants = Vec::new();
+    for &s in &starts {
+        let s = s as usize;
+        // The name, size, checksum, type, magic and prefix fields of each header.
+        for at in [0, 99, 124, 130, 135, 148, 154, 156, 257, 262, 345, 499] {
+            let mut m = good.clone();
+            m[s + at] ^= 0xFF;
+            mutants.push((format!("flip {s}+{at}"), m));
+        }
+        for cut in [s, s + 1, s + 511, s + 512, s + 513] {
+            mutants.push((format!("cut {cut}"), good[..cut].to_vec()));
+        }
+    }
+    assert_eq!(mutants.len(), 4 * 17);
+    for (i, (what, bytes)) in mutants.iter().enumerate() {
+        std::fs::write(&tar, bytes).unwrap();
+        let mut o = opts(&tar, &tmp.path().join(format!("out{i}")));
+        o.check_decode = false;
+        let t0 = Instant::now();
+        match convert(&o, &NoProgress) {
+            Ok(r) => assert_eq!(r.written + r.skipped.len() as u64, r.inputs, "{what}"),
+            Err(e) => assert!(matches!(e, FormatError::BadSource { .. }), "{what}: {e}"),
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{what}");
+    }
+}
