@@ -555,7 +555,8 @@ fn unlabelled_name(root: &Path) -> String {
 
 /// The inputs with their labels, and the class names. When no sample has a `cls` member
 /// the shards are unlabelled data (as WebDataset holds image-text sets): every sample is
-/// label 0 of one class named `unlabelled`, with a warning. Otherwise a sample without one
+/// label 0 of one class, named by the argument `unlabelled` (the folder's or the tar's
+/// name), with a warning. Otherwise a sample without one
 /// is skipped, and the classes are the labels as text, `"0"` to the largest.
 fn decide_labels(
     items: Vec<Item>,
