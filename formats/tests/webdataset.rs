@@ -339,6 +339,47 @@ fn shards_without_any_cls_are_one_class_of_unlabelled_images() {
     assert_eq!(ds.manifest().classes, ["laion-00000"]);
 }
 
+/// Regression: `Auto` read a folder of ImageNet's per-class train tars (`n01440764.tar`,
+/// ...; the label is the tar's name, no sample has a `cls`) as WebDataset shards, and so
+/// as one unlabelled class, exit 0; it must refuse them and say what to do.
+#[test]
+fn auto_refuses_per_class_tars_without_cls_and_says_to_unpack_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (jpg, _) = images();
+    let train = tmp.path().join("imagenet_train");
+    std::fs::create_dir(&train).unwrap();
+    for class in ["n01440764", "n01443537"] {
+        let entries = vec![
+            file(&format!("{class}_1.JPEG"), jpg.clone()),
+            file(&format!("{class}_2.JPEG"), jpg.clone()),
+        ];
+        write_tar(&train.join(format!("{class}.tar")), Style::Gnu, &entries);
+    }
+    let e = convert(
+        &opts(&train, Layout::Auto, &tmp.path().join("auto")),
+        &NoProgress,
+    )
+    .unwrap_err();
+    let FormatError::BadSource { path, reason } = &e else {
+        panic!("{e:?}");
+    };
+    assert_eq!(path, &train);
+    assert!(
+        reason.contains("no sample has a cls member")
+            && reason.contains("unpack each into a folder")
+            && reason.contains("--layout webdataset"),
+        "{reason}"
+    );
+    assert!(!tmp.path().join("auto").exists());
+    // Asked for, the same tars are unlabelled data, as documented.
+    let r = convert(
+        &opts(&train, Layout::WebDataset, &tmp.path().join("asked")),
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.written, 4);
+}
+
 #[test]
 fn strict_stops_at_the_first_bad_sample_and_a_member_over_the_size_limit_is_not_read() {
     let tmp = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@ use super::list_file::list_file;
 pub(crate) use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
 use super::walk::{class_name, dir_id, sorted_entries, walk};
-use super::webdataset::{list_webdataset, looks_like_shards};
+use super::webdataset::{list_webdataset, looks_like_shards, Chosen};
 use crate::FormatError;
 
 /// Where the images come from.
@@ -113,10 +113,12 @@ impl Source {
     ) -> Result<Listing, FormatError> {
         match self {
             Source::ImageFolder(root) => match layout {
-                Layout::WebDataset => list_webdataset(root, own),
+                Layout::WebDataset => list_webdataset(root, own, Chosen::Asked),
                 Layout::Flat => list_flat(root, own),
                 Layout::Classes => list_image_folder(root, own),
-                Layout::Auto if looks_like_shards(root, own) => list_webdataset(root, own),
+                Layout::Auto if looks_like_shards(root, own) => {
+                    list_webdataset(root, own, Chosen::ByAuto)
+                }
                 Layout::Auto if has_class_folder(root, own)? => list_image_folder(root, own),
                 Layout::Auto => list_flat(root, own),
             },

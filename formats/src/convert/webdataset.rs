@@ -102,13 +102,27 @@ pub(crate) fn looks_like_shards(root: &Path, own: &OwnOutput) -> bool {
     tars > 0
 }
 
+/// How the WebDataset layout was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Chosen {
+    /// The caller asked for it (`--layout webdataset`).
+    Asked,
+    /// `Auto` picked it because the source holds only `.tar` files.
+    ByAuto,
+}
+
 /// The samples of the WebDataset shards at `root` (a `.tar` file or a folder of them).
 ///
 /// # Errors
 ///
 /// [`FormatError::Io`] when `root` cannot be read; [`FormatError::BadSource`] when a
-/// folder holds no `.tar` file.
-pub(crate) fn list_webdataset(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
+/// folder holds no `.tar` file, or when `Auto` picked this layout and no sample has a
+/// label (see [`decide_labels`]).
+pub(crate) fn list_webdataset(
+    root: &Path,
+    own: &OwnOutput,
+    chosen: Chosen,
+) -> Result<Listing, FormatError> {
     let Found {
         shards,
         ignored,
@@ -119,7 +133,19 @@ pub(crate) fn list_webdataset(root: &Path, own: &OwnOutput) -> Result<Listing, F
         read_shard(tar, i, &mut state);
     }
     warnings.extend(state.notes());
-    let (inputs, classes) = decide_labels(state.items, unlabelled_name(root), &mut warnings);
+    let unlabelled = match chosen {
+        Chosen::Asked => Some(unlabelled_name(root)),
+        Chosen::ByAuto => None,
+    };
+    let Some((inputs, classes)) = decide_labels(state.items, unlabelled, &mut warnings) else {
+        // A folder of per-class tars (ImageNet's train tars, `n01440764.tar`, ...) looks
+        // like shards to `Auto`; read as WebDataset it would be one unlabelled class, every
+        // label lost, and the run would still succeed.
+        return Err(FormatError::BadSource {
+            path: root.to_path_buf(),
+            reason: "read as WebDataset tar shards (it holds only .tar files), but no sample has a cls member (its label): if each .tar is one class (as ImageNet's train tars are), unpack each into a folder of its own and convert the folders (ImageFolder); to convert unlabelled shards as one class, pass --layout webdataset (Python: layout=\"webdataset\")".into(),
+        });
+    };
     Ok(Listing {
         inputs,
         classes,
@@ -556,21 +582,23 @@ fn unlabelled_name(root: &Path) -> String {
 /// The inputs with their labels, and the class names. When no sample has a `cls` member
 /// the shards are unlabelled data (as WebDataset holds image-text sets): every sample is
 /// label 0 of one class, named by the argument `unlabelled` (the folder's or the tar's
-/// name), with a warning. Otherwise a sample without one
-/// is skipped, and the classes are the labels as text, `"0"` to the largest.
+/// name), with a warning; `None` there (the layout was not asked for) means no listing.
+/// Otherwise a sample without one is skipped, and the classes are the labels as text,
+/// `"0"` to the largest.
 fn decide_labels(
     items: Vec<Item>,
-    unlabelled: String,
+    unlabelled: Option<String>,
     warnings: &mut Vec<String>,
-) -> (Vec<Input>, Vec<String>) {
+) -> Option<(Vec<Input>, Vec<String>)> {
     let labelled = items.iter().any(|i| !matches!(i.label, Label::Missing));
     if !labelled {
+        let unlabelled = unlabelled?;
         let samples = items.iter().filter(|i| i.input.refused.is_none()).count();
         warnings.push(format!(
             "no sample has a cls member (its label): the {samples} samples are converted as one class of unlabelled images, {unlabelled:?}, label 0"
         ));
         let inputs = items.into_iter().map(|i| i.input).collect();
-        return (inputs, vec![unlabelled]);
+        return Some((inputs, vec![unlabelled]));
     }
     let mut max = 0;
     let inputs = (items.into_iter())
@@ -595,7 +623,7 @@ fn decide_labels(
             input
         })
         .collect();
-    (inputs, (0..=max).map(|l| l.to_string()).collect())
+    Some((inputs, (0..=max).map(|l| l.to_string()).collect()))
 }
 
 #[cfg(test)]
