@@ -14,8 +14,9 @@
 //!
 //! Each sample is one input, skipped with a reason (`TAR:MEMBER` in reports) when it has no
 //! image, more than one, a member that is a link or another non-file, a `cls` that is not a
-//! label, or a key already listed (keys name samples; a repeat is a shard listed twice, or
-//! a sample whose members are not consecutive). A shard that cannot be opened, holds no
+//! label, or a key already listed in its shard (a sample whose members are not
+//! consecutive). A key an earlier shard had is converted, with one warning: shards written
+//! by independent workers each number their samples from zero, as WebDataset allows. A shard that cannot be opened, holds no
 //! sample or is damaged is one input of its own (named by the tar's path), skipped with
 //! the reason and the byte where the damage is; the samples before the damage are kept.
 
@@ -235,10 +236,12 @@ struct Item {
 struct State {
     items: Vec<Item>,
     /// Each key listed (its xxh3-128: a set of ImageNet's 1.3 million keys then takes
-    /// tens of MB, not the keys' text), and the shard it came from.
+    /// tens of MB, not the keys' text), and the last shard it came from.
     keys: HashMap<u128, usize>,
-    /// Shards by index, for naming where a repeated key was first seen.
-    shard_names: Vec<PathBuf>,
+    /// Samples whose key an earlier shard had too (converted: see [`State::seen_here`]),
+    /// and the first of them as (key, shard).
+    repeated_across: u64,
+    first_repeat: Option<(String, PathBuf)>,
     /// Members of fields that are not converted, by field.
     other_fields: BTreeMap<String, u64>,
     /// Members that belong to no sample (no key).
@@ -271,6 +274,13 @@ impl State {
                 named.join(", ")
             ));
         }
+        if let Some((key, tar)) = &self.first_repeat {
+            notes.push(format!(
+                "{} sample(s) have a key an earlier shard has too (e.g. {key:?} in {}): converted, each named by its shard; if a shard is listed twice, its samples are in the dataset twice",
+                self.repeated_across,
+                tar.display()
+            ));
+        }
         if let Some(first) = self.no_marker.first() {
             notes.push(format!(
                 "{} shard(s) end without tar's end-of-archive blocks (e.g. {}): a shard cut short between two members looks the same, so samples after its last one may be missing",
@@ -281,13 +291,24 @@ impl State {
         notes
     }
 
-    /// Records `key` as listed from shard `shard`; where it was listed before, if it was.
-    fn first_seen(&mut self, key: &[u8], shard: usize) -> Option<usize> {
+    /// Records `key` as listed from shard `shard` (at `tar`); true when this shard listed
+    /// it before. A key an earlier shard listed is only counted: WebDataset groups samples
+    /// within a shard, shards written by independent workers each number their samples
+    /// from `000000`, and inputs are named `TAR:MEMBER`, unique across shards anyway.
+    fn seen_here(&mut self, key: &[u8], shard: usize, tar: &Path) -> bool {
         match self.keys.entry(xxhash_rust::xxh3::xxh3_128(key)) {
-            Entry::Occupied(e) => Some(*e.get()),
+            Entry::Occupied(mut e) if *e.get() != shard => {
+                e.insert(shard);
+                self.repeated_across += 1;
+                self.first_repeat.get_or_insert_with(|| {
+                    (String::from_utf8_lossy(key).into_owned(), tar.to_path_buf())
+                });
+                false
+            }
+            Entry::Occupied(_) => true,
             Entry::Vacant(e) => {
                 e.insert(shard);
-                None
+                false
             }
         }
     }
@@ -375,7 +396,6 @@ fn open_shard(tar: &Path) -> Result<(File, u64), String> {
 
 /// Lists the samples of shard number `index`, `tar`, into `state`.
 fn read_shard(tar: &Path, index: usize, state: &mut State) {
-    state.shard_names.push(tar.to_path_buf());
     let refuse = |state: &mut State, reason: String| {
         state.items.push(Item {
             input: Input::refused(tar.to_path_buf(), 0, reason),
@@ -485,7 +505,7 @@ impl Shard<'_> {
     fn finish(&self, g: Group, state: &mut State) {
         let tar = self.path.as_path();
         let name = member_name(tar, g.image.as_ref().map_or(&g.key, |m| &m.name));
-        let first = state.first_seen(&g.key, self.index);
+        let repeated = state.seen_here(&g.key, self.index, tar);
         let label = match g.cls.as_slice() {
             [] => Label::Missing,
             [m] if m.kind == Kind::File => read_label(self.file, m),
@@ -495,11 +515,8 @@ impl Shard<'_> {
                 g.cls.len()
             )),
         };
-        let refused = if let Some(first) = first {
-            Some(repeated_key_reason(
-                &state.shard_names[first],
-                first == self.index,
-            ))
+        let refused = if repeated {
+            Some("its key repeats a sample listed earlier in this shard (a sample's members must be consecutive in the tar)".into())
         } else if let Some(r) = g.not_a_file {
             Some(r)
         } else if g.image.is_none() {
@@ -532,16 +549,6 @@ impl Shard<'_> {
         };
         state.items.push(Item { input, label });
     }
-}
-
-fn repeated_key_reason(first: &Path, same_shard: bool) -> String {
-    if same_shard {
-        return "its key repeats a sample listed earlier in this shard (a sample's members must be consecutive in the tar)".into();
-    }
-    format!(
-        "its key repeats a sample listed from {} (keys name samples: is a shard there twice?)",
-        first.display()
-    )
 }
 
 /// The label in the `cls` member `m` of `file`: decimal text (surrounding white space
