@@ -338,6 +338,40 @@ fn shards_without_any_cls_are_one_class_of_unlabelled_images() {
     assert_eq!(ds.manifest().classes, ["laion-00000"]);
 }
 
+/// Regression: a member name (a PAX `path`, up to 1 MiB) was kept whole in each input,
+/// group and member, so a listing's memory grew with the names' bytes (300 samples with
+/// 1 MB keys took 316 MB). A name over PATH_MAX is refused, named by its first bytes only.
+#[test]
+fn member_names_over_path_max_are_refused_and_named_by_their_first_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (jpg, _) = images();
+    let tar = tmp.path().join("a.tar");
+    let long = format!("d/{}", "k".repeat(5000));
+    let entries = vec![
+        file("d/ok.jpg", jpg.clone()),
+        file("d/ok.cls", "1"),
+        file(&format!("{long}.jpg"), jpg.clone()),
+        file("d/ok2.jpg", jpg.clone()),
+        file("d/ok2.cls", "0"),
+    ];
+    write_tar(&tar, Style::Pax, &entries);
+    let r = convert(
+        &opts(&tar, Layout::WebDataset, &tmp.path().join("out")),
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!((r.inputs, r.written), (3, 2), "{:?}", reasons(&r));
+    let got = reasons(&r);
+    let shown = format!("{}:{}...", tar.display(), &long[..100]);
+    assert_eq!(got[0].0, shown);
+    assert!(
+        got[0]
+            .1
+            .starts_with("its tar member name is 5006 bytes, over the limit of 4096"),
+        "{got:?}"
+    );
+}
+
 /// Regression: `Auto` read a folder of ImageNet's per-class train tars (`n01440764.tar`,
 /// ...; the label is the tar's name, no sample has a `cls`) as WebDataset shards, and so
 /// as one unlabelled class, exit 0; it must refuse them and say what to do.

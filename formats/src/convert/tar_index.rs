@@ -29,6 +29,14 @@ const BLOCK: u64 = 512;
 /// attributes are larger, but far below this.
 pub(crate) const MAX_EXTENSION_BYTES: u64 = 1 << 20;
 
+/// Longest member name kept (Linux's `PATH_MAX`): a longer one is cut to
+/// [`NAME_SHOWN`] bytes as soon as it is read, so what a listing holds per member does not
+/// grow with names a PAX header or GNU long name may make up to [`MAX_EXTENSION_BYTES`].
+pub(crate) const MAX_NAME_BYTES: usize = 4096;
+
+/// Bytes kept of a name over [`MAX_NAME_BYTES`], to name it in a skip reason.
+pub(crate) const NAME_SHOWN: usize = 100;
+
 /// What a member is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -43,8 +51,11 @@ pub(crate) enum Kind {
 /// One member of the archive.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Member {
-    /// Its path in the archive, as stored (a PAX `path` or GNU long name when there is one).
+    /// Its path in the archive, as stored (a PAX `path` or GNU long name when there is one);
+    /// only its first [`NAME_SHOWN`] bytes when `name_bytes` is over [`MAX_NAME_BYTES`].
     pub name: Vec<u8>,
+    /// The length of the name as stored.
+    pub name_bytes: usize,
     pub kind: Kind,
     /// Where its data starts in the file.
     pub offset: u64,
@@ -169,9 +180,14 @@ impl<'f> TarMembers<'f> {
                 }
                 _ => {}
             }
-            let name = (pending.pax_path.take())
+            let mut name = (pending.pax_path.take())
                 .or(pending.long_name.take())
                 .unwrap_or(header.name);
+            let name_bytes = name.len();
+            if name_bytes > MAX_NAME_BYTES {
+                name.truncate(NAME_SHOWN);
+                name.shrink_to_fit();
+            }
             let size = pending.pax_size.unwrap_or(header.size);
             let kind = kind_of(header.typeflag, &name);
             let mut offset = data;
@@ -189,6 +205,7 @@ impl<'f> TarMembers<'f> {
             self.pos = self.data_end(at, &name, offset, stored)?;
             return Ok(Some(Member {
                 name,
+                name_bytes,
                 kind,
                 offset,
                 size: stored,

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use super::list_file::MAX_CLASSES;
 use super::listing::{member_name, Input, InputBytes, Listing};
 use super::own_output::OwnOutput;
-use super::tar_index::{Damage, End, Kind, Member, TarMembers};
+use super::tar_index::{Damage, End, Kind, Member, TarMembers, MAX_NAME_BYTES, NAME_SHOWN};
 use super::walk::{class_name, sorted_entries};
 use crate::FormatError;
 
@@ -52,6 +52,9 @@ const MAX_CLS_BYTES: u64 = 64;
 
 /// Fields not converted that the warning names; the rest are counted.
 const FIELDS_NAMED: usize = 12;
+
+/// Fields of a sample kept to name in its skip reason.
+const FIELDS_KEPT: usize = 8;
 
 /// True when `name` ends in `.tar` (any case).
 fn is_tar_name(name: &OsStr) -> bool {
@@ -319,9 +322,12 @@ struct Group {
     key: Vec<u8>,
     /// Its first image member.
     image: Option<Member>,
-    /// The field of each image member.
+    /// How many image members it has, and the fields of the first [`FIELDS_KEPT`].
+    images: usize,
     image_fields: Vec<String>,
-    cls: Vec<Member>,
+    /// Its first `cls` member, and how many it has.
+    cls: Option<Member>,
+    cls_count: usize,
     /// The first member that is not a file.
     not_a_file: Option<String>,
     /// Its fields, for a skip reason (the first few).
@@ -333,8 +339,10 @@ impl Group {
         Group {
             key: key.to_vec(),
             image: None,
+            images: 0,
             image_fields: Vec::new(),
-            cls: Vec::new(),
+            cls: None,
+            cls_count: 0,
             not_a_file: None,
             fields: Vec::new(),
         }
@@ -350,14 +358,19 @@ impl Group {
                 ));
             }
         }
-        if self.fields.len() < 8 {
+        // Bounded, so that a hostile sample of a million members holds a few names.
+        if self.fields.len() < FIELDS_KEPT {
             self.fields.push(field.clone());
         }
         if is_image {
-            self.image_fields.push(field);
+            self.images += 1;
+            if self.image_fields.len() < FIELDS_KEPT {
+                self.image_fields.push(field);
+            }
             self.image.get_or_insert(m);
         } else if field == LABEL_FIELD {
-            self.cls.push(m);
+            self.cls_count += 1;
+            self.cls.get_or_insert(m);
         } else {
             *other_fields.entry(field).or_default() += 1;
         }
@@ -427,6 +440,25 @@ fn read_shard(tar: &Path, index: usize, state: &mut State) {
         if m.kind == Kind::Directory {
             continue;
         }
+        if m.name_bytes > MAX_NAME_BYTES {
+            // Its key is not known (the name was cut as it was read): the member is an
+            // input of its own, refused.
+            if let Some(done) = group.take() {
+                shard.finish(done, state);
+            }
+            state.items.push(Item {
+                input: Input::refused(
+                    member_name(tar, &[&m.name[..], "...".as_bytes()].concat()),
+                    0,
+                    format!(
+                        "its tar member name is {} bytes, over the limit of {MAX_NAME_BYTES} (PATH_MAX): not read (named here by its first {NAME_SHOWN} bytes)",
+                        m.name_bytes
+                    ),
+                ),
+                label: Label::Missing,
+            });
+            continue;
+        }
         let Some((key, field)) = split_name(&m.name) else {
             state.keyless += 1;
             continue;
@@ -492,7 +524,7 @@ impl Shard<'_> {
     fn finish_before(&self, g: Group, d: &Damage, state: &mut State) -> Option<Vec<u8>> {
         let whole = match d.member.as_deref().and_then(split_name) {
             Some((key, _)) => key != g.key,
-            None => g.image.is_some() && !g.cls.is_empty(),
+            None => g.image.is_some() && g.cls.is_some(),
         };
         if whole {
             self.finish(g, state);
@@ -506,14 +538,14 @@ impl Shard<'_> {
         let tar = self.path.as_path();
         let name = member_name(tar, g.image.as_ref().map_or(&g.key, |m| &m.name));
         let repeated = state.seen_here(&g.key, self.index, tar);
-        let label = match g.cls.as_slice() {
-            [] => Label::Missing,
-            [m] if m.kind == Kind::File => read_label(self.file, m),
-            [_] => Label::Bad("its cls member is not a file".into()),
-            [..] => Label::Bad(format!(
+        let label = match &g.cls {
+            None => Label::Missing,
+            Some(_) if g.cls_count > 1 => Label::Bad(format!(
                 "{} cls members: which label is the sample's is not known",
-                g.cls.len()
+                g.cls_count
             )),
+            Some(m) if m.kind == Kind::File => read_label(self.file, m),
+            Some(_) => Label::Bad("its cls member is not a file".into()),
         };
         let refused = if repeated {
             Some("its key repeats a sample listed earlier in this shard (a sample's members must be consecutive in the tar)".into())
@@ -525,7 +557,7 @@ impl Shard<'_> {
                 IMAGE_FIELDS.join(", "),
                 g.fields.join(", ")
             ))
-        } else if g.image_fields.len() > 1 {
+        } else if g.images > 1 {
             Some(format!(
                 "more than one image member ({}): which one is the sample's is not known",
                 g.image_fields.join(", ")
