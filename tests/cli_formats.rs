@@ -569,3 +569,43 @@ fn webdataset_shards_convert_like_the_image_folder_and_name_skipped_members() {
     assert_eq!(records(&parts), records(&ds));
     assert!(stoker(&["verify", p(&parts)]).status.success());
 }
+
+/// Regression: the messages around tar shards pointed the wrong way: auto on one `.tar`
+/// said it "holds only .tar files", a failed `--layout webdataset` run hinted to pass
+/// `--layout webdataset`, and a folder of `.tar.gz` shards under auto ended in "not an
+/// image" without saying to decompress them.
+#[test]
+fn tar_shard_messages_fit_what_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let shards = dir.path().join("shards");
+    sample_shards(&shards);
+    let o = stoker(&[
+        "convert",
+        p(&shards.join("a.tar")),
+        p(&dir.path().join("one")),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("a.tar is a .tar file: read as WebDataset tar shards"),
+        "{err}"
+    );
+
+    let junk = dir.path().join("junk");
+    std::fs::create_dir(&junk).unwrap();
+    std::fs::write(junk.join("s0.tar"), vec![b'x'; 2048]).unwrap();
+    let args = ["convert", "--layout", "webdataset", p(&junk)];
+    let o = stoker(&[&args[..], &[p(&dir.path().join("o2"))]].concat());
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not a tar archive"), "{err}");
+    assert!(!err.contains("convert with --layout webdataset"), "{err}");
+
+    let gz = dir.path().join("gz");
+    std::fs::create_dir(&gz).unwrap();
+    std::fs::write(gz.join("s0.tar.gz"), vec![0x1f, 0x8b, 8, 0, 0, 0]).unwrap();
+    let o = stoker(&["convert", p(&gz), p(&dir.path().join("o3"))]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("decompress them first"), "{err}");
+}

@@ -180,8 +180,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ));
     }
     if report.webdataset && args.layout == Layout::Auto {
+        let what = if args.src.is_dir() {
+            "holds only .tar files"
+        } else {
+            "is a .tar file"
+        };
         super::output::note(format_args!(
-            "{} holds only .tar files: read as WebDataset tar shards (--layout webdataset)",
+            "{} {what}: read as WebDataset tar shards (--layout webdataset)",
             args.src.display()
         ));
     }

@@ -173,7 +173,7 @@ pub fn convert(
 
     let written = writer.next_index();
     check_accounting(out, written, totals.skipped.len(), inputs.len())?;
-    check_written(options, written, &totals.skipped)?;
+    check_written(options, listing.webdataset, written, &totals.skipped)?;
     let provenance = provenance(options, &listing, listing_fingerprint);
     let empty_classes = source::empty_classes(&options.source, &listing);
     if let Some(p) = options.part {
@@ -321,6 +321,7 @@ fn check_accounting(
 /// unsupported files, not a result. A part may be empty (more parts than inputs).
 fn check_written(
     options: &ConvertOptions,
+    webdataset: bool,
     written: u64,
     skipped: &[report::Skipped],
 ) -> Result<(), FormatError> {
@@ -333,22 +334,23 @@ fn check_written(
         .take(SHOW)
         .map(|s| format!("{}: {}", s.path.display(), s.reason))
         .collect();
-    let tars = (skipped.iter().take(SHOW)).any(|s| {
-        s.path
-            .extension()
-            .is_some_and(|x| x.eq_ignore_ascii_case("tar"))
-    });
+    // A hint to read them as shards only when they were not (a damaged shard's path ends
+    // in .tar under --layout webdataset too).
+    let shown = || skipped.iter().take(SHOW).filter_map(|s| s.path.file_name());
+    let hint = (!webdataset)
+        .then(|| {
+            let tars = shown().any(webdataset::is_tar_name);
+            webdataset::shards_as_images_hint(tars, shown().any(webdataset::is_compressed_tar))
+        })
+        .flatten();
     let (path, hint) = match &options.source {
-        Source::ImageFolder(root) if tars => (
-            root,
-            " (WebDataset tar shards convert with --layout webdataset; Python: layout=\"webdataset\")",
-        ),
-        Source::ImageFolder(root) => (root, ""),
+        Source::ImageFolder(root) => (root, hint.map(|h| format!(" ({h})"))),
         Source::List { root, .. } => (
             root,
-            " (listed paths are read relative to SRC: is it the directory the list's paths start from?)",
+            Some(" (listed paths are read relative to SRC: is it the directory the list's paths start from?)".into()),
         ),
     };
+    let hint = hint.unwrap_or_default();
     Err(FormatError::BadSource {
         path: path.clone(),
         reason: format!(

@@ -9,7 +9,10 @@ use super::list_file::list_file;
 pub(crate) use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
 use super::walk::{class_name, dir_id, sorted_entries, walk};
-use super::webdataset::{list_webdataset, looks_like_shards, Chosen};
+use super::webdataset::{
+    is_compressed_tar, is_tar_name, list_webdataset, looks_like_shards, shards_as_images_hint,
+    Chosen,
+};
 use crate::FormatError;
 
 /// Where the images come from.
@@ -179,16 +182,16 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
         });
     }
     let mut warnings = Vec::new();
-    let tars = (inputs.iter())
-        .filter(|i| {
-            i.path
-                .extension()
-                .is_some_and(|x| x.eq_ignore_ascii_case("tar"))
-        })
-        .count();
-    if tars > 0 {
+    let count = |is: fn(&OsStr) -> bool| {
+        (inputs.iter())
+            .filter(|i| i.path.file_name().is_some_and(is))
+            .count()
+    };
+    let (tars, compressed) = (count(is_tar_name), count(is_compressed_tar));
+    if let Some(hint) = shards_as_images_hint(tars > 0, compressed > 0) {
         warnings.push(format!(
-            "{tars} .tar file(s) are read as images (flat layout) and will be skipped: WebDataset tar shards convert with --layout webdataset (Python: layout=\"webdataset\")"
+            "{} tar file(s) are read as images (flat layout) and will be skipped: {hint}",
+            tars + compressed
         ));
     }
     for entry in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {

@@ -57,19 +57,29 @@ const FIELDS_NAMED: usize = 12;
 const FIELDS_KEPT: usize = 8;
 
 /// True when `name` ends in `.tar` (any case).
-fn is_tar_name(name: &OsStr) -> bool {
+pub(crate) fn is_tar_name(name: &OsStr) -> bool {
     let n = name.as_bytes();
     n.len() > 4 && n[n.len() - 4..].eq_ignore_ascii_case(b".tar")
 }
 
 /// True for the names of compressed tar shards, which cannot be read in place.
-fn is_compressed_tar(name: &OsStr) -> bool {
+pub(crate) fn is_compressed_tar(name: &OsStr) -> bool {
     let n = name.to_string_lossy().to_ascii_lowercase();
     [
         ".tar.gz", ".tgz", ".tar.zst", ".tar.xz", ".tar.bz2", ".tar.lz4",
     ]
     .iter()
     .any(|s| n.ends_with(s))
+}
+
+/// The hint for a conversion that read `.tar` files (`tars`) or compressed shards
+/// (`compressed`) as images, when WebDataset was not the layout; `None` when neither.
+pub(crate) fn shards_as_images_hint(tars: bool, compressed: bool) -> Option<&'static str> {
+    match (tars, compressed) {
+        (true, _) => Some("WebDataset tar shards convert with --layout webdataset; Python: layout=\"webdataset\""),
+        (false, true) => Some("compressed tar shards (.tar.gz, .tar.zst, ...) cannot be read in place: decompress them first (gunzip, zstd -d), then convert the .tar files"),
+        (false, false) => None,
+    }
 }
 
 fn is_hidden(name: &OsStr) -> bool {
