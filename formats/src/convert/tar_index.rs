@@ -544,6 +544,50 @@ mod tests {
         assert_eq!(m[3].kind, Kind::Other("a symbolic link"));
     }
 
+    /// `header` with the ustar prefix `prefix`, its checksum made again.
+    fn with_prefix(mut b: Vec<u8>, prefix: &[u8]) -> Vec<u8> {
+        b[345..345 + prefix.len()].copy_from_slice(prefix);
+        b[148..156].copy_from_slice(b"        ");
+        let sum: u64 = b.iter().map(|&x| u64::from(x)).sum();
+        b[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        b
+    }
+
+    /// A PAX `size` places the next header, not the ustar field: Python's tarfile writes
+    /// a member of 8 GiB or more with its size in a PAX record only (the field is 0 here).
+    #[test]
+    fn a_pax_size_record_places_the_next_header() {
+        let data = vec![b'd'; 1000];
+        let pax = b"13 size=1000\n";
+        let mut t = header(b"PaxHeader", pax.len() as u64, b'x');
+        t.extend(padded(pax));
+        t.extend(header(b"big.jpg", 0, b'0'));
+        t.extend(padded(&data));
+        t.extend(header(b"big.cls", 1, b'0'));
+        t.extend(padded(b"7"));
+        t.extend([0u8; 1024]);
+        let (m, end) = walk(&t);
+        assert_eq!(end, Ok(End::Marker));
+        assert_eq!((m[0].offset, m[0].size), (1536, 1000));
+        assert_eq!(m[1].name, b"big.cls");
+        assert_eq!(&t[m[1].offset as usize..][..1], b"7");
+    }
+
+    /// POSIX ustar splits a name over 100 bytes into prefix and name: the member is their
+    /// join, so `a/x.jpg` and `b/x.jpg` stay two samples.
+    #[test]
+    fn a_ustar_prefix_is_joined_to_the_name() {
+        let mut t = with_prefix(header(b"x.jpg", 1, b'0'), b"a/long");
+        t.extend(padded(b"1"));
+        t.extend(with_prefix(header(b"x.jpg", 1, b'0'), b"b/long"));
+        t.extend(padded(b"2"));
+        t.extend([0u8; 1024]);
+        let (m, end) = walk(&t);
+        assert_eq!(end, Ok(End::Marker));
+        let names: Vec<_> = m.iter().map(|m| m.name.clone()).collect();
+        assert_eq!(names, [b"a/long/x.jpg".to_vec(), b"b/long/x.jpg".to_vec()]);
+    }
+
     #[test]
     fn damage_is_named_at_its_byte_and_nothing_is_allocated_for_a_claimed_size() {
         // A 10 GiB member claimed in a 1 KiB file.
