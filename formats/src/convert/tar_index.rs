@@ -3,7 +3,8 @@
 //! place (nothing is extracted, and member data is never read here).
 //!
 //! Reads POSIX ustar (with its name prefix), GNU (long names, base-256 sizes, sparse
-//! members skipped whole) and PAX (`path` and `size` records of an extended header), as
+//! members skipped whole) and PAX (`path` and `size` records of an extended header; the
+//! `GNU.sparse.*` ones mark a sparse member and give its name), as
 //! Python's `tarfile` and GNU tar write them. Every header is checked (its checksum, its
 //! numeric fields) and every size against the file's length before it is used, so a damaged
 //! or hostile file is a [`Damage`] naming the byte where it went wrong, never a read or an
@@ -101,6 +102,12 @@ struct Pending {
     long_name: Option<Vec<u8>>,
     pax_path: Option<Vec<u8>>,
     pax_size: Option<u64>,
+    /// A PAX header had `GNU.sparse.*` records: GNU tar's `--sparse` in POSIX format, whose
+    /// data is a sparse map and the stored parts, not the file.
+    sparse: bool,
+    /// The member's real name under PAX sparse (`GNU.sparse.name`); the header's is
+    /// `GNUSparseFile.PID/...`.
+    sparse_name: Option<Vec<u8>>,
     /// Where the first of them starts, for a damage report.
     from: Option<u64>,
 }
@@ -180,7 +187,8 @@ impl<'f> TarMembers<'f> {
                 }
                 _ => {}
             }
-            let mut name = (pending.pax_path.take())
+            let mut name = (pending.sparse_name.take())
+                .or(pending.pax_path.take())
                 .or(pending.long_name.take())
                 .unwrap_or(header.name);
             let name_bytes = name.len();
@@ -189,7 +197,10 @@ impl<'f> TarMembers<'f> {
                 name.shrink_to_fit();
             }
             let size = pending.pax_size.unwrap_or(header.size);
-            let kind = kind_of(header.typeflag, &name);
+            let kind = match kind_of(header.typeflag, &name) {
+                Kind::File if pending.sparse => Kind::Other(SPARSE),
+                kind => kind,
+            };
             let mut offset = data;
             if header.sparse_extended {
                 offset = self.skip_sparse_map(at, &name, data)?;
@@ -327,6 +338,10 @@ fn has_no_data(typeflag: u8) -> bool {
     matches!(typeflag, b'1'..=b'6')
 }
 
+/// A sparse member's kind, in GNU or PAX format: its data is not the file's bytes in
+/// order, so it cannot be read in place.
+const SPARSE: &str = "a sparse file (tar --sparse; re-create the shard without --sparse)";
+
 fn kind_of(typeflag: u8, name: &[u8]) -> Kind {
     match typeflag {
         // An old (pre-POSIX) archive marks a directory by a trailing slash.
@@ -338,7 +353,7 @@ fn kind_of(typeflag: u8, name: &[u8]) -> Kind {
         b'3' => Kind::Other("a character device"),
         b'4' => Kind::Other("a block device"),
         b'6' => Kind::Other("a FIFO"),
-        b'S' => Kind::Other("a GNU sparse file"),
+        b'S' => Kind::Other(SPARSE),
         _ => Kind::Other("a tar member of an unknown type"),
     }
 }
@@ -425,7 +440,8 @@ fn octal(field: &[u8]) -> Result<u64, String> {
 }
 
 /// Reads the records of a PAX extended header (`LEN KEY=VALUE\n`, LEN counting the whole
-/// record) into `pending`: `path` and `size`, the two that change which bytes a member is.
+/// record) into `pending`: `path` and `size`, the two that change which bytes a member is,
+/// and GNU's sparse records, which make its bytes not the file's.
 fn read_pax(mut bytes: &[u8], pending: &mut Pending) -> Result<(), String> {
     let bad = |what: &str| Err(format!("malformed PAX header: {what}"));
     while !bytes.is_empty() {
@@ -458,6 +474,13 @@ fn read_pax(mut bytes: &[u8], pending: &mut Pending) -> Result<(), String> {
                     None => return bad("a size that is not a decimal number"),
                 }
             }
+            // PAX sparse (formats 0.0 to 1.0): which records come depends on the version;
+            // any of them makes the member sparse.
+            b"GNU.sparse.name" => {
+                pending.sparse = true;
+                pending.sparse_name = (!value.is_empty()).then(|| value.to_vec());
+            }
+            k if k.starts_with(b"GNU.sparse.") => pending.sparse = true,
             _ => {}
         }
     }
@@ -542,6 +565,31 @@ mod tests {
         assert_eq!(m[2].size, 1);
         assert_eq!(&t[m[2].offset as usize..][..1], b"7");
         assert_eq!(m[3].kind, Kind::Other("a symbolic link"));
+    }
+
+    /// GNU tar's `--sparse --format=posix` (1.0): the real name in `GNU.sparse.name`, the
+    /// header's a `GNUSparseFile.PID/` one, the data a map then the stored parts. The
+    /// member keeps its real name (its sample's key) and is not a file.
+    #[test]
+    fn a_pax_sparse_member_has_its_real_name_and_is_not_a_file() {
+        let pax = b"22 GNU.sparse.major=1\n22 GNU.sparse.minor=0\n27 GNU.sparse.name=d/a.jpg\n";
+        let mut t = header(b"PaxHeader", pax.len() as u64, b'x');
+        t.extend(padded(pax));
+        t.extend(header(b"d/GNUSparseFile.9644/a.jpg", 3, b'0'));
+        t.extend(padded(b"1\n0"));
+        t.extend(header(b"d/a.cls", 1, b'0'));
+        t.extend(padded(b"7"));
+        t.extend([0u8; 1024]);
+        let (m, end) = walk(&t);
+        assert_eq!(end, Ok(End::Marker));
+        assert_eq!(
+            (m[0].name.as_slice(), m[0].kind),
+            (&b"d/a.jpg"[..], Kind::Other(SPARSE))
+        );
+        assert_eq!(
+            (m[1].name.as_slice(), m[1].kind),
+            (&b"d/a.cls"[..], Kind::File)
+        );
     }
 
     /// `header` with the ustar prefix `prefix`, its checksum made again.
