@@ -156,6 +156,24 @@ pub enum FormatError {
         /// What it is.
         kind: &'static str,
     },
+    /// A tar shard is not the file that was listed (another file now, or changed in size or
+    /// modification time), so its members' byte ranges are not trusted.
+    #[error(
+        "{path}: the tar changed since it was listed ({listed_len} bytes then, {len_now} now{}): its member at byte {offset} is not read",
+        if *.replaced { ", and another file" } else { "" }
+    )]
+    TarChanged {
+        /// The tar.
+        path: PathBuf,
+        /// Where the member's data starts.
+        offset: u64,
+        /// Its length when listed.
+        listed_len: u64,
+        /// Its length now (or the bytes a read got before the file ended).
+        len_now: u64,
+        /// Whether the path now names another file (device and inode differ).
+        replaced: bool,
+    },
     /// An input is larger than the size limit, so it is not read.
     #[error(
         "{path}: {bytes} bytes is over the input size limit of {limit} bytes (--max-file-size)"

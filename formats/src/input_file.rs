@@ -4,7 +4,7 @@
 
 use std::fs::{File, FileType, Metadata, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::FormatError;
@@ -30,13 +30,18 @@ fn kind_of(t: &FileType) -> &'static str {
     }
 }
 
-fn check(path: &Path, meta: &Metadata, limit: u64) -> Result<(), FormatError> {
+fn check_regular(path: &Path, meta: &Metadata) -> Result<(), FormatError> {
     if !meta.file_type().is_file() {
         return Err(FormatError::NotRegularFile {
             path: path.to_path_buf(),
             kind: kind_of(&meta.file_type()),
         });
     }
+    Ok(())
+}
+
+fn check(path: &Path, meta: &Metadata, limit: u64) -> Result<(), FormatError> {
+    check_regular(path, meta)?;
     if meta.len() > limit {
         return Err(FormatError::FileTooLarge {
             path: path.to_path_buf(),
@@ -47,12 +52,54 @@ fn check(path: &Path, meta: &Metadata, limit: u64) -> Result<(), FormatError> {
     Ok(())
 }
 
+/// Opens `path` (symlinks followed) for reading if it is a regular file: checked with
+/// `stat` before the open (a device is never opened) and with `fstat` after it (in case
+/// another file was swapped in). The open is non-blocking, so a FIFO swapped in at the
+/// last moment cannot hang the caller, and never makes a terminal the controlling one.
+///
+/// # Errors
+///
+/// [`FormatError::NotRegularFile`], or [`FormatError::Io`] when it cannot be opened.
+pub(crate) fn open_regular(path: &Path) -> Result<(File, Metadata), FormatError> {
+    let io = |e| FormatError::io(path, e);
+    check_regular(path, &std::fs::metadata(path).map_err(io)?)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    check_regular(path, &meta)?;
+    Ok((file, meta))
+}
+
+/// Which file a path named when it was listed: a file re-opened later to read part of it
+/// (a tar shard) must be the same one, unchanged, or the listed byte ranges mean nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+}
+
+impl FileIdentity {
+    pub(crate) fn of(meta: &Metadata) -> FileIdentity {
+        FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        }
+    }
+}
+
 /// Reads the whole file at `path` (symlinks followed) if it is a regular file of at most
 /// `limit` bytes.
 ///
-/// The type and size are checked with `stat` before the file is opened (a device is never
-/// opened), again on the open file (in case it was swapped in between), and the read stops
-/// at `limit + 1` bytes (in case the file grows). The open is non-blocking, so a FIFO
+/// The type is checked with `stat` before the file is opened (a device is never opened),
+/// type and size again on the open file (in case it was swapped in between), and the read
+/// stops at `limit + 1` bytes (in case the file grows). The open is non-blocking, so a FIFO
 /// swapped in at the last moment cannot hang the caller.
 ///
 /// # Errors
@@ -88,13 +135,7 @@ pub(crate) fn read_input_into(
     buf: Vec<u8>,
 ) -> Result<Vec<u8>, FormatError> {
     let io = |e| FormatError::io(path, e);
-    check(path, &std::fs::metadata(path).map_err(io)?, limit)?;
-    let file: File = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
+    let (file, meta) = open_regular(path)?;
     check(path, &meta, limit)?;
     let data = read_bounded(&file, meta.len(), limit, buf).map_err(io)?;
     if data.len() as u64 > limit {
@@ -107,16 +148,18 @@ pub(crate) fn read_input_into(
     Ok(data)
 }
 
-/// Reads `len` bytes from byte `offset` of the file at `path` (a member of a tar shard)
-/// into `buf` (recycled: its contents are discarded, its capacity is used), if `len` is
-/// at most `limit`.
+/// Reads `len` bytes from byte `offset` of the file at `path` (a member of a tar shard,
+/// the file `listed` when it was listed) into `buf` (recycled: its contents are discarded,
+/// its capacity is used), if `len` is at most `limit`.
 ///
 /// The size is known from the tar's header, so a member over the limit is refused before
-/// the tar is opened; the range is checked against the open file's size before a buffer
-/// of `len` bytes exists, so a tar cut short since it was listed is an error, not a short
-/// record or an allocation of what the header claimed.
+/// the tar is opened. The open file must be the listed one, unchanged (same device, inode,
+/// size and modification time) before a buffer of `len` bytes exists: a tar cut short or
+/// replaced since it was listed is an error, not a short record, bytes read at stale
+/// offsets, or an allocation of what a header claimed.
 pub(crate) fn read_range_into(
     path: &Path,
+    listed: &FileIdentity,
     offset: u64,
     len: u64,
     limit: u64,
@@ -129,39 +172,32 @@ pub(crate) fn read_range_into(
             limit,
         });
     }
-    let io = |e| FormatError::io(path, e);
-    let file: File = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.file_type().is_file() {
-        return Err(FormatError::NotRegularFile {
-            path: path.to_path_buf(),
-            kind: kind_of(&meta.file_type()),
-        });
-    }
-    if offset.checked_add(len).is_none_or(|end| end > meta.len()) {
-        return Err(io(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!(
-                "the tar is {} bytes now, and this member's {len} bytes from byte {offset} run past its end: it changed since it was listed",
-                meta.len()
-            ),
-        )));
+    let changed = |len_now: u64, replaced: bool| FormatError::TarChanged {
+        path: path.to_path_buf(),
+        offset,
+        listed_len: listed.len,
+        len_now,
+        replaced,
+    };
+    let (file, meta) = open_regular(path)?;
+    let now = FileIdentity::of(&meta);
+    let past_end = offset.checked_add(len).is_none_or(|end| end > now.len);
+    if now != *listed || past_end {
+        return Err(changed(
+            now.len,
+            (now.dev, now.ino) != (listed.dev, listed.ino),
+        ));
     }
     // Through the file's own `read_buf` (`Take` passes it on): the bytes go into the
-    // buffer's spare capacity without zeroing it first, as `read_input_into` does.
+    // buffer's spare capacity without zeroing it first, as `read_input_into`'s do, and no
+    // further than `len` whatever capacity a recycled buffer has.
+    let io = |e| FormatError::io(path, e);
     (&file).seek(SeekFrom::Start(offset)).map_err(io)?;
     buf.clear();
     buf.reserve_exact(usize::try_from(len).unwrap_or(usize::MAX));
     (&file).take(len).read_to_end(&mut buf).map_err(io)?;
-    if buf.len() as u64 != len {
-        return Err(io(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "the tar ended before this member's data did: it changed since it was listed",
-        )));
+    if (buf.len() as u64) < len {
+        return Err(changed(offset + buf.len() as u64, false));
     }
     Ok(buf)
 }
@@ -211,6 +247,11 @@ pub(crate) fn refusal_reason(e: &FormatError) -> String {
             format!("{bytes} bytes is over the input size limit of {limit} bytes (--max-file-size)")
         }
         FormatError::Io { source, .. } => format!("unreadable: {source}"),
+        FormatError::TarChanged { path, .. } => {
+            let full = e.to_string();
+            let prefix = format!("{}: ", path.display());
+            full.strip_prefix(&prefix).unwrap_or(&full).to_string()
+        }
         other => other.to_string(),
     }
 }
@@ -218,6 +259,60 @@ pub(crate) fn refusal_reason(e: &FormatError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tar replaced by another file since it was listed (same size: the ranges would
+    /// fit) or cut short is refused, never read at the listed offsets.
+    #[test]
+    fn a_range_is_read_only_from_the_file_that_was_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let tar = dir.path().join("a.tar");
+        std::fs::write(&tar, b"0123456789").unwrap();
+        let listed = FileIdentity::of(&std::fs::metadata(&tar).unwrap());
+        let read = |listed: &FileIdentity| read_range_into(&tar, listed, 2, 3, 1 << 20, Vec::new());
+        assert_eq!(read(&listed).unwrap(), b"234");
+
+        let other = dir.path().join("b.tar");
+        std::fs::write(&other, b"abcdefghij").unwrap();
+        std::fs::rename(&other, &tar).unwrap();
+        let e = read(&listed).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FormatError::TarChanged {
+                    replaced: true,
+                    listed_len: 10,
+                    len_now: 10,
+                    offset: 2,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(
+            refusal_reason(&e).starts_with("the tar changed since it was listed"),
+            "{e}"
+        );
+
+        let listed = FileIdentity::of(&std::fs::metadata(&tar).unwrap());
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&tar)
+            .unwrap()
+            .set_len(4)
+            .unwrap();
+        let e = read(&listed).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FormatError::TarChanged {
+                    replaced: false,
+                    len_now: 4,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
 
     #[test]
     fn fifo_is_refused_without_blocking() {

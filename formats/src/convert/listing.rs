@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::input_file::{read_input_into, read_range_into};
+use crate::input_file::{read_input_into, read_range_into, FileIdentity};
 use crate::FormatError;
 
 /// One input and its label.
@@ -30,10 +30,17 @@ pub(crate) enum InputBytes {
     File,
     /// `len` bytes from byte `offset` of the tar file `tar`, read in place.
     TarMember {
-        tar: Arc<PathBuf>,
+        tar: Arc<ListedTar>,
         offset: u64,
         len: u64,
     },
+}
+
+/// A tar shard as listed: its members' byte ranges hold only while it is this file.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct ListedTar {
+    pub path: PathBuf,
+    pub id: FileIdentity,
 }
 
 impl Input {
@@ -63,12 +70,13 @@ impl Input {
     /// # Errors
     ///
     /// [`FormatError::NotRegularFile`], [`FormatError::FileTooLarge`],
-    /// [`FormatError::Io`] (also for a tar that changed since it was listed).
+    /// [`FormatError::Io`], [`FormatError::TarChanged`] for a tar that changed since it
+    /// was listed.
     pub(crate) fn read_into(&self, limit: u64, buf: Vec<u8>) -> Result<Vec<u8>, FormatError> {
         match &self.bytes {
             InputBytes::File => read_input_into(&self.path, limit, buf),
             InputBytes::TarMember { tar, offset, len } => {
-                read_range_into(tar, *offset, *len, limit, buf)
+                read_range_into(&tar.path, &tar.id, *offset, *len, limit, buf)
             }
         }
     }

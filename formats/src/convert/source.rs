@@ -2,13 +2,12 @@
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::list_file::list_file;
 pub(crate) use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
-use super::walk::{class_name, dir_id, sorted_entries, walk};
+use super::walk::{class_name, dir_id, is_hidden, sorted_entries, walk};
 use super::webdataset::{
     is_compressed_tar, is_tar_name, list_webdataset, looks_like_shards, shards_as_images_hint,
     Chosen,
@@ -142,12 +141,6 @@ fn not_a_directory(root: &Path) -> FormatError {
     }
 }
 
-/// True for a folder that tools and systems leave beside the data (`.ipynb_checkpoints`,
-/// `.git`, macOS's `__MACOSX`): hidden, or that one.
-fn is_hidden_folder(name: &OsStr) -> bool {
-    name.as_bytes().starts_with(b".") || name == "__MACOSX"
-}
-
 /// True when `root` has a subdirectory (following symlinks) that is not hidden, i.e. looks
 /// like classes: a folder of images that Jupyter or an unzip left a hidden folder in is
 /// still a folder of images.
@@ -157,7 +150,7 @@ fn has_class_folder(root: &Path, own: &OwnOutput) -> Result<bool, FormatError> {
     }
     let entries = sorted_entries(root).map_err(|e| FormatError::io(root, e))?;
     Ok(entries.iter().any(|e| {
-        !is_hidden_folder(&e.file_name())
+        !is_hidden(&e.file_name())
             && std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir() && !own.is(&e.path(), &m))
     }))
 }
@@ -196,7 +189,7 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
     }
     for entry in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {
         let path = entry.path();
-        if !is_hidden_folder(&entry.file_name()) || !path.is_dir() {
+        if !is_hidden(&entry.file_name()) || !path.is_dir() {
             continue;
         }
         let n = inputs.iter().filter(|i| i.path.starts_with(&path)).count();
@@ -246,7 +239,7 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
             reason: "more than 2^32 classes".into(),
         })?;
         let name = class_name(&entry.file_name());
-        if is_hidden_folder(&entry.file_name()) {
+        if is_hidden(&entry.file_name()) {
             // torchvision's ImageFolder takes it as a class too; the labels stay the same
             // as its, and the user hears of it.
             warnings.push(format!(

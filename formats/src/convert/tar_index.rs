@@ -165,7 +165,7 @@ impl<'f> TarMembers<'f> {
             if block.iter().all(|&b| b == 0) {
                 return self.finish(End::Marker, &pending);
             }
-            let header = parse_header(&block).map_err(|reason| self.damage(at, None, reason))?;
+            let header = parse_header(&block).map_err(|reason| damage(at, None, reason))?;
             let data = at + BLOCK;
             match header.typeflag {
                 b'L' | b'x' | b'X' => {
@@ -175,7 +175,7 @@ impl<'f> TarMembers<'f> {
                         pending.long_name = Some(until_nul(&bytes).to_vec());
                     } else {
                         read_pax(&bytes, &mut pending)
-                            .map_err(|reason| self.damage(at, None, reason))?;
+                            .map_err(|reason| damage(at, None, reason))?;
                     }
                     continue;
                 }
@@ -227,7 +227,7 @@ impl<'f> TarMembers<'f> {
     /// Ends the walk at `end`, unless extended headers were waiting for their member.
     fn finish(&mut self, end: End, pending: &Pending) -> Result<Option<Member>, Damage> {
         if let Some(from) = pending.from {
-            return Err(self.damage(
+            return Err(damage(
                 from,
                 None,
                 "the archive ends after an extended header (a long name or PAX header), before the member it describes".into(),
@@ -243,7 +243,7 @@ impl<'f> TarMembers<'f> {
             return Ok(None);
         }
         if self.len - at < BLOCK && at == 0 {
-            return Err(self.damage(
+            return Err(damage(
                 at,
                 None,
                 format!(
@@ -253,7 +253,7 @@ impl<'f> TarMembers<'f> {
             ));
         }
         if self.len - at < BLOCK {
-            return Err(self.damage(
+            return Err(damage(
                 at,
                 None,
                 format!(
@@ -265,7 +265,7 @@ impl<'f> TarMembers<'f> {
         let mut block = [0u8; BLOCK as usize];
         self.file
             .read_exact_at(&mut block, at)
-            .map_err(|e| self.damage(at, None, format!("unreadable: {e}")))?;
+            .map_err(|e| damage(at, None, format!("unreadable: {e}")))?;
         Ok(Some(block))
     }
 
@@ -274,7 +274,7 @@ impl<'f> TarMembers<'f> {
     fn data_end(&self, at: u64, name: &[u8], offset: u64, size: u64) -> Result<u64, Damage> {
         let end = offset.checked_add(size).filter(|&e| e <= self.len);
         let Some(end) = end else {
-            return Err(self.damage(
+            return Err(damage(
                 at,
                 Some(name.to_vec()),
                 format!(
@@ -291,7 +291,7 @@ impl<'f> TarMembers<'f> {
     /// The data of the extended header at `at`, read after checking its size.
     fn extension(&mut self, at: u64, header: &Header) -> Result<Vec<u8>, Damage> {
         if header.size > MAX_EXTENSION_BYTES {
-            return Err(self.damage(
+            return Err(damage(
                 at,
                 None,
                 format!(
@@ -305,7 +305,7 @@ impl<'f> TarMembers<'f> {
         let mut bytes = vec![0u8; header.size as usize];
         self.file
             .read_exact_at(&mut bytes, data)
-            .map_err(|e| self.damage(at, None, format!("unreadable: {e}")))?;
+            .map_err(|e| damage(at, None, format!("unreadable: {e}")))?;
         Ok(bytes)
     }
 
@@ -313,7 +313,7 @@ impl<'f> TarMembers<'f> {
     fn skip_sparse_map(&self, at: u64, name: &[u8], mut next: u64) -> Result<u64, Damage> {
         loop {
             let Some(block) = self.block(next)? else {
-                return Err(self.damage(
+                return Err(damage(
                     at,
                     Some(name.to_vec()),
                     "the file is cut short inside a sparse member's map".into(),
@@ -326,10 +326,10 @@ impl<'f> TarMembers<'f> {
             }
         }
     }
+}
 
-    fn damage(&self, at: u64, member: Option<Vec<u8>>, reason: String) -> Damage {
-        Damage { at, member, reason }
-    }
+fn damage(at: u64, member: Option<Vec<u8>>, reason: String) -> Damage {
+    Damage { at, member, reason }
 }
 
 /// Types whose data Python's tarfile does not skip: hard and symbolic links, character

@@ -209,6 +209,13 @@ fn list_dir(
     }
 }
 
+/// True for an entry that tools and systems leave beside the data (`.ipynb_checkpoints`,
+/// `.git`, macOS's `__MACOSX`): hidden, or that one.
+pub(crate) fn is_hidden(name: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    name.as_bytes().starts_with(b".") || name == "__MACOSX"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

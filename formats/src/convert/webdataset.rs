@@ -23,17 +23,18 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::list_file::MAX_CLASSES;
-use super::listing::{member_name, Input, InputBytes, Listing};
+use super::listing::{member_name, Input, InputBytes, ListedTar, Listing};
 use super::own_output::OwnOutput;
 use super::tar_index::{Damage, End, Kind, Member, TarMembers, MAX_NAME_BYTES, NAME_SHOWN};
-use super::walk::{class_name, sorted_entries};
+use super::walk::{class_name, is_hidden, sorted_entries};
+use crate::input_file::{open_regular, refusal_reason, FileIdentity};
 use crate::FormatError;
 
 /// Fields that are a sample's image: the formats the converter reads (it tells them by
@@ -80,10 +81,6 @@ pub(crate) fn shards_as_images_hint(tars: bool, compressed: bool) -> Option<&'st
         (false, true) => Some("compressed tar shards (.tar.gz, .tar.zst, ...) cannot be read in place: decompress them first (gunzip, zstd -d), then convert the .tar files"),
         (false, false) => None,
     }
-}
-
-fn is_hidden(name: &OsStr) -> bool {
-    name.as_bytes().starts_with(b".") || name == "__MACOSX"
 }
 
 /// True when `root` is a `.tar` file, or a folder whose entries (hidden ones and the
@@ -398,25 +395,6 @@ fn split_name(name: &[u8]) -> Option<(&[u8], String)> {
     Some((&name[..base + dot], field))
 }
 
-/// Opens the shard `tar` for positioned reads: a regular file (never a FIFO, which could
-/// block), and its length.
-fn open_shard(tar: &Path) -> Result<(File, u64), String> {
-    let meta = std::fs::metadata(tar).map_err(|e| format!("unreadable: {e}"))?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(tar)
-        .map_err(|e| format!("unreadable: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("unreadable: {e}"))?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
-    }
-    Ok((file, meta.len()))
-}
-
 /// Lists the samples of shard number `index`, `tar`, into `state`.
 fn read_shard(tar: &Path, index: usize, state: &mut State) {
     let refuse = |state: &mut State, reason: String| {
@@ -425,12 +403,18 @@ fn read_shard(tar: &Path, index: usize, state: &mut State) {
             label: Label::Missing,
         })
     };
-    let (file, len) = match open_shard(tar) {
+    // Opened as any input is (never a FIFO, which could block); its identity is kept, so
+    // that a member is read only from this same file.
+    let (file, meta) = match open_regular(tar) {
         Ok(f) => f,
-        Err(reason) => return refuse(state, reason),
+        Err(e) => return refuse(state, refusal_reason(&e)),
     };
+    let len = meta.len();
     let shard = Shard {
-        path: Arc::new(tar.to_path_buf()),
+        tar: Arc::new(ListedTar {
+            path: tar.to_path_buf(),
+            id: FileIdentity::of(&meta),
+        }),
         file: &file,
         index,
     };
@@ -522,7 +506,7 @@ fn damage_reason(d: &Damage, len: u64, lost: Option<Vec<u8>>, first: bool) -> St
 
 /// The shard being read.
 struct Shard<'f> {
-    path: Arc<PathBuf>,
+    tar: Arc<ListedTar>,
     file: &'f File,
     index: usize,
 }
@@ -545,7 +529,7 @@ impl Shard<'_> {
 
     /// Turns the members of one sample into its input.
     fn finish(&self, g: Group, state: &mut State) {
-        let tar = self.path.as_path();
+        let tar = self.tar.path.as_path();
         let name = member_name(tar, g.image.as_ref().map_or(&g.key, |m| &m.name));
         let repeated = state.seen_here(&g.key, self.index, tar);
         let label = match &g.cls {
@@ -577,7 +561,7 @@ impl Shard<'_> {
         };
         let bytes = match (&g.image, &refused) {
             (Some(m), None) => InputBytes::TarMember {
-                tar: self.path.clone(),
+                tar: self.tar.clone(),
                 offset: m.offset,
                 len: m.size,
             },
