@@ -10,7 +10,8 @@
 //! (`n01440764/x_293.jpg` and `n01440764/x_293.cls` are the sample `n01440764/x_293`), its
 //! fields what follows (compared in lower case), and consecutive members with the same key
 //! are one sample: WebDataset's `base_plus_ext` and `group_by_keys`. Members whose base
-//! name has no dot, or starts with one (macOS's `._x.jpg`), belong to no sample.
+//! name has no dot, or starts with one (macOS's `._x.jpg`), belong to no sample, as do
+//! metadata members (`__meta__/...`, which WebDataset's `skip_meta` drops).
 //!
 //! Each sample is one input, skipped with a reason (`TAR:MEMBER` in reports) when it has no
 //! image, more than one, a member that is a link or another non-file, a `cls` that is not a
@@ -256,6 +257,8 @@ struct State {
     other_fields: BTreeMap<String, u64>,
     /// Members that belong to no sample (no key).
     keyless: u64,
+    /// Metadata members (`__meta__/...`), left out as WebDataset's `skip_meta` leaves them.
+    meta: u64,
     /// Shards that end without the end-of-archive marker.
     no_marker: Vec<PathBuf>,
 }
@@ -264,7 +267,7 @@ impl State {
     /// Warnings about what was not read, or may be missing.
     fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
-        if !self.other_fields.is_empty() || self.keyless > 0 {
+        if !self.other_fields.is_empty() || self.keyless > 0 || self.meta > 0 {
             let mut fields: Vec<_> = self.other_fields.iter().collect();
             fields.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
             let mut named: Vec<String> = (fields.iter().take(FIELDS_NAMED))
@@ -278,6 +281,9 @@ impl State {
                     "members without a key and extension ({})",
                     self.keyless
                 ));
+            }
+            if self.meta > 0 {
+                named.push(format!("metadata members, __NAME__/... ({})", self.meta));
             }
             notes.push(format!(
                 "tar members that are not a sample's image or cls were not read: {}",
@@ -453,6 +459,10 @@ fn read_shard(tar: &Path, index: usize, state: &mut State) {
             });
             continue;
         }
+        if is_meta(&m.name) {
+            state.meta += 1;
+            continue;
+        }
         let Some((key, field)) = split_name(&m.name) else {
             state.keyless += 1;
             continue;
@@ -577,8 +587,22 @@ impl Shard<'_> {
     }
 }
 
-/// The label in the `cls` member `m` of `file`: decimal text (surrounding white space
-/// allowed, as Python's `int` takes it) below [`MAX_CLASSES`].
+/// True for a metadata member, which WebDataset's readers skip (`skip_meta`, the pattern
+/// `__[^/]*__($|/)` at the name's start): its first path component is `__NAME__`.
+fn is_meta(name: &[u8]) -> bool {
+    let first = name.split(|&b| b == b'/').next().unwrap_or(name);
+    first.len() >= 4 && first.starts_with(b"__") && first.ends_with(b"__")
+}
+
+/// The label in `text`: ASCII white space (space, tab, CR, LF, form feed) around an
+/// optional `+` and decimal digits, below [`MAX_CLASSES`]. Python's `int` also takes
+/// `-0`, `1_000` and vertical tab; those are refused here, as is Unicode white space.
+fn parse_label(text: &[u8]) -> Option<u32> {
+    let digits = std::str::from_utf8(text.trim_ascii()).ok()?;
+    digits.parse::<u32>().ok().filter(|&l| l < MAX_CLASSES)
+}
+
+/// The label in the `cls` member `m` of `file` (see [`parse_label`]).
 fn read_label(file: &File, m: &Member) -> Label {
     let bad = |what: String| {
         Label::Bad(format!(
@@ -593,10 +617,9 @@ fn read_label(file: &File, m: &Member) -> Label {
     if let Err(e) = file.read_exact_at(&mut buf, m.offset) {
         return Label::Bad(format!("its cls member is unreadable: {e}"));
     }
-    let text = String::from_utf8_lossy(&buf);
-    match text.trim().parse::<u32>() {
-        Ok(l) if l < MAX_CLASSES => Label::Valid(l),
-        _ => bad(format!("{:?}", text.trim())),
+    match parse_label(&buf) {
+        Some(l) => Label::Valid(l),
+        None => bad(format!("{:?}", String::from_utf8_lossy(buf.trim_ascii()))),
     }
 }
 
@@ -677,6 +700,49 @@ mod tests {
         assert_eq!(split(b"c.cls"), some("c", "cls"));
         for none in [&b"README"[..], b"d/._c.jpg", b".hidden", b"dir/"] {
             assert_eq!(split(none), None, "{:?}", String::from_utf8_lossy(none));
+        }
+    }
+
+    #[test]
+    fn metadata_members_are_those_webdataset_skips() {
+        for meta in [
+            &b"__meta__/m_1.jpg"[..],
+            b"__key__",
+            b"__a__b__/x.cls",
+            b"____",
+        ] {
+            assert!(is_meta(meta), "{:?}", String::from_utf8_lossy(meta));
+        }
+        for not in [
+            &b"d/__meta__/x.jpg"[..],
+            b"__meta_/x.jpg",
+            b"__x.jpg",
+            b"___",
+        ] {
+            assert!(!is_meta(not), "{:?}", String::from_utf8_lossy(not));
+        }
+    }
+
+    /// Exactly what FORMAT.md says a cls holds; `"\u{2007}3"` was taken (Unicode trim),
+    /// which Python's `int(bytes)` refuses.
+    #[test]
+    fn labels_are_ascii_trimmed_decimal_text() {
+        for (text, want) in [(&b" 3\n"[..], 3), (b"+3", 3), (b"0003", 3), (b"\t7\r\n", 7)] {
+            assert_eq!(parse_label(text), Some(want), "{text:?}");
+        }
+        assert_eq!(parse_label(b"1048575"), Some(1_048_575));
+        let bad = [
+            "1048576",
+            "-0",
+            "1_000",
+            "3.0",
+            "0x10",
+            "",
+            "\u{2007}3",
+            "\u{663}",
+        ];
+        for text in bad {
+            assert_eq!(parse_label(text.as_bytes()), None, "{text:?}");
         }
     }
 }
