@@ -362,7 +362,7 @@ fn member_names_over_path_max_are_refused_and_named_by_their_first_bytes() {
     .unwrap();
     assert_eq!((r.inputs, r.written), (3, 2), "{:?}", reasons(&r));
     let got = reasons(&r);
-    let shown = format!("{}:{}...", tar.display(), &long[..100]);
+    let shown = format!("{}:{}...kkkkkkkkkkkk.jpg", tar.display(), &long[..100]);
     assert_eq!(got[0].0, shown);
     assert!(
         got[0]

@@ -30,13 +30,16 @@ const BLOCK: u64 = 512;
 /// attributes are larger, but far below this.
 pub(crate) const MAX_EXTENSION_BYTES: u64 = 1 << 20;
 
-/// Longest member name kept (Linux's `PATH_MAX`): a longer one is cut to
-/// [`NAME_SHOWN`] bytes as soon as it is read, so what a listing holds per member does not
+/// Longest member name kept (Linux's `PATH_MAX`): a longer one is cut to its first
+/// [`NAME_SHOWN`] bytes, `...` and its last [`NAME_TAIL`] as soon as it is read, so what a listing holds per member does not
 /// grow with names a PAX header or GNU long name may make up to [`MAX_EXTENSION_BYTES`].
 pub(crate) const MAX_NAME_BYTES: usize = 4096;
 
-/// Bytes kept of a name over [`MAX_NAME_BYTES`], to name it in a skip reason.
+/// Bytes kept of the start of a name over [`MAX_NAME_BYTES`], to name it in a skip reason.
 pub(crate) const NAME_SHOWN: usize = 100;
+
+/// Bytes kept of its end: its extension, which tells a sample's members apart.
+const NAME_TAIL: usize = 16;
 
 /// What a member is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +56,7 @@ pub(crate) enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Member {
     /// Its path in the archive, as stored (a PAX `path` or GNU long name when there is one);
-    /// only its first [`NAME_SHOWN`] bytes when `name_bytes` is over [`MAX_NAME_BYTES`].
+    /// cut (see [`MAX_NAME_BYTES`]) when `name_bytes` is over it.
     pub name: Vec<u8>,
     /// The length of the name as stored.
     pub name_bytes: usize,
@@ -193,8 +196,7 @@ impl<'f> TarMembers<'f> {
                 .unwrap_or(header.name);
             let name_bytes = name.len();
             if name_bytes > MAX_NAME_BYTES {
-                name.truncate(NAME_SHOWN);
-                name.shrink_to_fit();
+                name = [&name[..NAME_SHOWN], b"...", &name[name_bytes - NAME_TAIL..]].concat();
             }
             let size = pending.pax_size.unwrap_or(header.size);
             let kind = match kind_of(header.typeflag, &name) {

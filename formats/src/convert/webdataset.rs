@@ -448,10 +448,10 @@ fn read_shard(tar: &Path, index: usize, state: &mut State) {
             }
             state.items.push(Item {
                 input: Input::refused(
-                    member_name(tar, &[&m.name[..], "...".as_bytes()].concat()),
+                    member_name(tar, &m.name),
                     0,
                     format!(
-                        "its tar member name is {} bytes, over the limit of {MAX_NAME_BYTES} (PATH_MAX): not read (named here by its first {NAME_SHOWN} bytes)",
+                        "its tar member name is {} bytes, over the limit of {MAX_NAME_BYTES} (PATH_MAX): not read (named here by its first {NAME_SHOWN} bytes and its end)",
                         m.name_bytes
                     ),
                 ),
