@@ -332,6 +332,13 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn cancel_prefetch(&self) -> bool {
+        if LoaderError::if_forked(self.pid).is_some() {
+            // In a fork the threads of the early start and of the order drawn ahead do
+            // not exist: stopping them would wait forever (or panic joining). Leak them.
+            std::mem::forget(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
+            self.order_ahead.forget();
+            return false;
+        }
         let early = self.early.lock().unwrap_or_else(|p| p.into_inner()).take();
         // Dropping the stream stops its producer and returns its batches; the order too.
         self.order_ahead.cancel();

@@ -107,6 +107,14 @@ impl EpochShared {
         py.detach(move || drop(run));
     }
 
+    /// What [`EpochShared::stop`] tells a later `next`, without taking the lock or
+    /// joining anything: for a fork, where the lock may be held by a thread that does not
+    /// exist there.
+    pub(crate) fn mark_stopped(&self, by: StoppedBy) {
+        self.stopped_by.store(by as u8, Ordering::Release);
+        self.closed.store(true, Ordering::Release);
+    }
+
     /// `close`, from outside the iterator (`Loader.close()`, a newer iterator): a later
     /// `next` raises, saying `by`.
     pub(crate) fn stop(&self, py: Python<'_>, by: StoppedBy) {

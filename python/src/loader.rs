@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex, Weak};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
-use stoker_loader::{Device, LoaderBuilder, LoaderState, OnError, Output, Shuffle, Transform};
+use stoker_loader::{
+    Device, LoaderBuilder, LoaderError, LoaderState, OnError, Output, Shuffle, Transform,
+};
 
 use crate::dataset::{json_to_py, Dataset};
 use crate::epoch::{Epoch, EpochShared, PendingEpoch, StoppedBy, Which};
@@ -81,6 +83,9 @@ pub(crate) struct Loader {
     /// The epoch the next `iter(loader)` runs, set by `set_epoch` or `load_state_dict`;
     /// used up by the first iterator over it that starts.
     next_epoch: PendingEpoch,
+    /// The process that built it: in a fork, the iterators' threads and locks may belong
+    /// to threads that do not exist, so nothing waits for them.
+    pid: u32,
 }
 
 #[pymethods]
@@ -206,6 +211,7 @@ impl Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
             next_epoch: Arc::new(Mutex::new(None)),
+            pid: std::process::id(),
         })
     }
 
@@ -222,8 +228,13 @@ impl Loader {
     /// to it goes, which for one caught in a reference cycle (a trainer object in a
     /// notebook) is only when Python's garbage collector runs.
     fn close(&self, py: Python<'_>) {
-        self.stop_iterators(py, StoppedBy::Close);
-        let inner = lock(&self.inner).take();
+        // Under the iterators' lock: an iterator made meanwhile is either in the list
+        // stopped here or finds the loader closed (`iterator`).
+        let (inner, epochs) = {
+            let mut epochs = lock(&self.epochs);
+            (lock(&self.inner).take(), std::mem::take(&mut *epochs))
+        };
+        self.stop(py, epochs, StoppedBy::Close);
         py.detach(move || drop(inner));
     }
 
@@ -351,16 +362,25 @@ impl Loader {
             draws: present("draws")?.map(|v| v.extract()).transpose()?,
         };
         let inner = self.inner()?;
-        // An iterator made before (Lightning makes one to check the loader is iterable,
-        // then restores a checkpoint) would run from where it was, not from here.
+        // The state is checked before any iterator is stopped: a refused one leaves a
+        // running epoch alone. A running one makes the load wait for it to be stopped.
+        let loaded = match inner.load_state(state) {
+            Err(LoaderError::EpochInProgress { .. }) => {
+                self.stop_iterators(py, StoppedBy::Newer);
+                inner.load_state(state)
+            }
+            loaded => loaded,
+        };
+        loaded.map_err(loader_error)?;
+        // Iterators made before and not started (Lightning makes one to check that the
+        // loader is iterable, then restores a checkpoint) were made for what came before.
         self.stop_iterators(py, StoppedBy::Newer);
-        inner.load_state(state).map_err(loader_error)?;
+        // The epoch the next `for` runs (set_epoch(state["epoch"]) still asks for a finished
+        // one, which then yields nothing); set before the warning, which may raise.
+        *lock(&self.next_epoch) = inner.pending_epoch();
         if let Some(note) = state.unversioned_note() {
             warn(py, format!("stoker: {note}"))?;
         }
-        // The epoch the next `for` runs (set_epoch(state["epoch"]) still asks for a finished
-        // one, which then yields nothing).
-        *lock(&self.next_epoch) = inner.pending_epoch();
         Ok(())
     }
 
@@ -385,18 +405,30 @@ impl Loader {
 impl Loader {
     /// A new iterator over `which` epoch, after stopping the earlier ones.
     fn iterator(&self, py: Python<'_>, which: Which) -> PyResult<Epoch> {
-        let inner = self.inner()?;
+        self.inner()?;
         self.stop_iterators(py, StoppedBy::Newer);
-        let it = Epoch::new(inner, which, Arc::clone(&self.next_epoch));
-        lock(&self.epochs).push(it.shared());
+        // The loader taken and the iterator listed under one lock, which `close` takes.
+        let mut epochs = lock(&self.epochs);
+        let it = Epoch::new(self.inner()?, which, Arc::clone(&self.next_epoch));
+        epochs.push(it.shared());
         Ok(it)
     }
 
     /// Stops every iterator of this loader (each joins its pipeline's threads).
     fn stop_iterators(&self, py: Python<'_>, by: StoppedBy) {
         let epochs = std::mem::take(&mut *lock(&self.epochs));
+        self.stop(py, epochs, by);
+    }
+
+    /// Stops `epochs`; in a fork only marks them (see `pid`): their next `next` raises.
+    fn stop(&self, py: Python<'_>, epochs: Vec<Weak<EpochShared>>, by: StoppedBy) {
+        let forked = std::process::id() != self.pid;
         for e in epochs.iter().filter_map(Weak::upgrade) {
-            e.stop(py, by);
+            if forked {
+                e.mark_stopped(by);
+            } else {
+                e.stop(py, by);
+            }
         }
     }
 
@@ -614,7 +646,9 @@ impl TransformArgs<'_> {
             // Normalizing by one of the two alone is almost always a forgotten argument
             // (torchvision's Normalize takes both), and the outputs would look plausible.
             return Err(PyValueError::new_err(format!(
-                "mean={mean:?}, std={std:?}: give mean and std together (as torchvision's Normalize); to only center, pass std=(1.0, 1.0, 1.0), to only scale, mean=(0.0, 0.0, 0.0)"
+                "mean={}, std={}: give mean and std together (as torchvision's Normalize); to only center, pass std=(1.0, 1.0, 1.0), to only scale, mean=(0.0, 0.0, 0.0)",
+                triple(mean),
+                triple(std)
             )));
         }
         let mut transform = match self.crop {
@@ -636,7 +670,9 @@ impl TransformArgs<'_> {
             // Pixels are normalized from [0, 1] (as torchvision's ToTensor gives them):
             // (123.7, 116.3, 103.5) is the usual slip, and every output would be about -2.
             let text = format!(
-                "mean={mean:?}, std={std:?}: stoker normalizes pixels in [0, 1] (pixel / 255); values over 1 look like 0-255 units (stoker.IMAGENET_MEAN/IMAGENET_STD are in [0, 1])"
+                "mean={}, std={}: stoker normalizes pixels in [0, 1] (pixel / 255); values over 1 look like 0-255 units (stoker.IMAGENET_MEAN/IMAGENET_STD are in [0, 1])",
+                triple(mean),
+                triple(std)
             );
             warn(py, text)?;
         }
@@ -645,6 +681,11 @@ impl TransformArgs<'_> {
         }
         Ok(transform)
     }
+}
+
+/// A mean or std as Python spells it: `(0.485, 0.456, 0.406)`, or `None`.
+fn triple(v: Option<[f32; 3]>) -> String {
+    v.map_or_else(|| "None".into(), |[a, b, c]| format!("({a}, {b}, {c})"))
 }
 
 /// What the builder logs through `tracing`, which Python does not show, as warnings: what

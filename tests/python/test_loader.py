@@ -980,6 +980,84 @@ def test_a_loader_used_in_a_forked_child_raises_instead_of_hanging(sample_datase
     assert len([next(it)] + list(it)) == len(loader) - 1
 
 
+def test_a_refused_or_warning_load_state_dict_leaves_the_loader_as_it_was_or_whole(sample_dataset):
+    import warnings
+
+    loader = python_loader(sample_dataset)
+    it = iter(loader)
+    first = next(it)
+    # Refused (another batch size): the running iterator goes on.
+    with pytest.raises(ValueError, match="batch_size"):
+        loader.load_state_dict(dict(loader.state_dict(), batch_size=8))
+    assert [b.index for b in it] == list(range(first.index + 1, len(loader)))
+    # A warning turned into an error still leaves the load whole: the next `for`
+    # continues the loaded state, not the epoch set before.
+    loader.set_epoch(3)
+    bare = {"seed": 0, "epoch": 1, "position": 2}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="records no draw rules"):
+            loader.load_state_dict(bare)
+    assert [(b.epoch, b.index) for b in loader] == [(1, i) for i in range(2, len(loader))]
+
+
+def test_a_fork_taken_while_a_thread_waits_for_a_batch_does_not_hang_the_child(sample_dataset):
+    # The child inherits the iterator's lock held by a thread that does not exist there:
+    # iter(loader), load_state_dict, cancel_prefetch and close must not wait for it.
+    import threading
+
+    loader = python_loader(sample_dataset, batch_size=1)
+    running = threading.Event()
+    stop = threading.Event()
+
+    def train():
+        for epoch in range(10**6):
+            for _ in loader.epoch(epoch):
+                running.set()
+                if stop.is_set():
+                    return
+
+    thread = threading.Thread(target=train, daemon=True)
+    thread.start()
+    assert running.wait(30)
+    try:
+        for _ in range(3):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    try:
+                        next(iter(loader))
+                        code = 2
+                    except stoker.StokerError as e:
+                        code = 0 if "fork" in str(e) else 3
+                    try:
+                        loader.load_state_dict(dict(loader.state_dict(), position=0))
+                        code = code or 4
+                    except stoker.StokerError:
+                        pass
+                    if loader.cancel_prefetch():
+                        code = code or 5
+                    loader.close()
+                    os.write(write, bytes([code]))
+                finally:
+                    os._exit(0)
+            os.close(write)
+            deadline = time.monotonic() + 30
+            while not os.waitpid(pid, os.WNOHANG)[0]:
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    pytest.fail("the forked child hangs")
+                time.sleep(0.02)
+            assert os.read(read, 1) == b"\x00"
+            os.close(read)
+    finally:
+        stop.set()
+        thread.join(30)
+
+
 def test_the_last_epoch_number_runs_without_overflow(sample_dataset):
     loader = python_loader(sample_dataset)
     assert len(list(loader.epoch(2**64 - 1))) == len(loader)

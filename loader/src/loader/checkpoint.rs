@@ -55,7 +55,7 @@ impl Loader {
     /// number of ranks, dataset (its length or, where the state records it, its
     /// [`DatasetFingerprint`]), `drop_last` or kind of order, or lies past the end of the
     /// epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is alive (drop it
-    /// first).
+    /// first); [`LoaderError::ForkedProcess`] in a fork of the process that built it.
     ///
     /// # Examples
     ///
@@ -70,6 +70,11 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
+        // In a fork, dropping the early start below would wait for threads that do not
+        // exist there.
+        if let Some(e) = LoaderError::if_forked(self.pid) {
+            return Err(e);
+        }
         let state = check_resume(&state, self.config.seed, &self.sampler, self.fingerprint)?;
         let mut progress = lock(&self.progress);
         if let Some(running) = progress.active {
