@@ -271,6 +271,17 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     let (first_dir, first, fp) = &loaded[0];
     // An empty part has no raw size: compare with the first part that has one.
     let raw = loaded.iter().find_map(|(d, m, _)| Some((d, m.raw_size?)));
+    // A derived flag that some parts lack: compare with the first part that has it, so
+    // that parts which have it agree among themselves whatever the first part lacks.
+    let derived: Vec<(&str, &PathBuf, &String)> = DERIVED_FLAGS
+        .iter()
+        .filter_map(|&name| {
+            let (dir, m, _) = loaded
+                .iter()
+                .find(|(_, m, _)| m.provenance.flags.contains_key(name))?;
+            Some((name, dir, &m.provenance.flags[name]))
+        })
+        .collect();
     for (dir, m, p) in &loaded {
         let part = crate::convert::Part {
             index: p.index,
@@ -291,9 +302,19 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
             }
             _ => None,
         };
+        let flag = derived.iter().find_map(|&(name, flag_dir, value)| {
+            let here = m.provenance.flags.get(name).filter(|v| *v != value)?;
+            Some((
+                format!("the provenance flag `{name}`"),
+                dbg(here),
+                dbg(value),
+                flag_dir,
+            ))
+        });
         let other = difference((m, p), (first, fp))
             .map(|(what, here, there)| (what, here, there, first_dir))
-            .or(raw);
+            .or(raw)
+            .or(flag);
         if let Some((what, here, there, other_dir)) = other {
             return Err(refuse(
                 dir,

@@ -286,6 +286,26 @@ fn parts_that_differ_are_refused_naming_the_field_and_both_values() {
 }
 
 #[test]
+fn parts_that_have_a_derived_flag_agree_on_it_when_the_first_lacks_it() {
+    // The first part (an older build's) lacks `order`; parts 1 and 2 disagree on it, and
+    // were compared only with the first (the regression review's r11).
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    let parts = convert_parts(&root);
+    edit_manifest(&parts[0], as_written_before_derived_flags);
+    edit_manifest(&parts[2], |m| {
+        m["provenance"]["flags"]["order"] = "shuffled".into()
+    });
+    let e = merge(&root, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("the provenance flag `order` is \"shuffled\" here but \"classes\" in ")
+            && e.contains("part-00001-of-00003"),
+        "{e}"
+    );
+    assert!(!root.join(MANIFEST_FILE).exists());
+}
+
+#[test]
 fn parts_of_another_raw_size_are_refused_naming_the_part_compared_with() {
     // Part 0 of 4 is empty (2 inputs), so part 1 is the one with a raw size to compare.
     let tmp = tempfile::tempdir().unwrap();
