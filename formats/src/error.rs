@@ -156,11 +156,11 @@ pub enum FormatError {
         /// What it is.
         kind: &'static str,
     },
-    /// A tar shard is not the file that was listed (another file now, or changed in size or
-    /// modification time), so its members' byte ranges are not trusted.
+    /// A tar shard is not the file that was listed (another file now, or another size), so
+    /// its members' byte ranges are not trusted.
     #[error(
-        "{path}: the tar changed since it was listed ({listed_len} bytes then, {len_now} now{}): its member at byte {offset} is not read",
-        if *.replaced { ", and another file" } else { "" }
+        "{path}: the tar changed since it was listed ({}): its member at byte {offset} is not read",
+        if *.replaced { "another file at that path now".to_owned() } else { format!("{listed_len} bytes then, {len_now} now") }
     )]
     TarChanged {
         /// The tar.

@@ -70,6 +70,9 @@ pub(crate) struct EpochShared {
     /// runs inside that `next` (which must not wait for the lock) from one on another
     /// thread (which waits, so that the threads are joined when `close` returns).
     holder: Mutex<Option<ThreadId>>,
+    /// The process that made it: in a fork its lock may be held by a thread that does
+    /// not exist there, so nothing there waits for the lock.
+    pid: u32,
 }
 
 /// Marks the current thread as `inner`'s holder while alive.
@@ -93,6 +96,10 @@ impl EpochShared {
     /// then ends the iteration).
     pub(crate) fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
+        if self.forked().is_some() {
+            // Its pipeline's threads are the parent's; what the child inherited leaks.
+            return;
+        }
         let run = match self.inner.try_lock() {
             Ok(mut inner) => std::mem::replace(&mut *inner, Run::Ended),
             // Held by this very thread: a signal handler closing the loader runs inside
@@ -105,6 +112,15 @@ impl EpochShared {
         };
         // Dropping joins the pipeline's threads: not while holding the GIL.
         py.detach(move || drop(run));
+    }
+
+    /// The error of using this iterator in a fork of the process that made it.
+    fn forked(&self) -> Option<LoaderError> {
+        let now = std::process::id();
+        (now != self.pid).then_some(LoaderError::ForkedProcess {
+            built: self.pid,
+            now,
+        })
     }
 
     /// What [`EpochShared::stop`] tells a later `next`, without taking the lock or
@@ -197,6 +213,7 @@ impl Epoch {
                 closed: AtomicBool::new(false),
                 stopped_by: AtomicU8::new(0),
                 holder: Mutex::new(None),
+                pid: std::process::id(),
             }),
             which,
             started_as: OnceLock::new(),
@@ -278,6 +295,11 @@ impl Epoch {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
+        // Before the lock, which a parent thread waiting in `next` at the fork holds for
+        // good in the child.
+        if let Some(e) = self.shared.forked() {
+            return Err(loader_error(e));
+        }
         let mut guard = lock_detached(py, &self.shared.inner);
         // Declared after `guard`: dropped first, so the mark goes before the lock does.
         let _holding = Holding::new(&self.shared.holder);

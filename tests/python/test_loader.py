@@ -1009,10 +1009,12 @@ def test_a_fork_taken_while_a_thread_waits_for_a_batch_does_not_hang_the_child(s
     loader = python_loader(sample_dataset, batch_size=1)
     running = threading.Event()
     stop = threading.Event()
+    current = []
 
     def train():
         for epoch in range(10**6):
-            for _ in loader.epoch(epoch):
+            current[:] = [loader.epoch(epoch)]
+            for _ in current[0]:
                 running.set()
                 if stop.is_set():
                     return
@@ -1027,11 +1029,19 @@ def test_a_fork_taken_while_a_thread_waits_for_a_batch_does_not_hang_the_child(s
             if pid == 0:
                 code = 1
                 try:
+                    # The thread's own iterator, whose lock that thread may hold.
+                    inherited = current[0]
+                    try:
+                        next(inherited)
+                        code = 6
+                    except stoker.StokerError as e:
+                        code = 0 if "fork" in str(e) else 7
+                    inherited.close()
                     try:
                         next(iter(loader))
-                        code = 2
+                        code = code or 2
                     except stoker.StokerError as e:
-                        code = 0 if "fork" in str(e) else 3
+                        code = code or (0 if "fork" in str(e) else 3)
                     try:
                         loader.load_state_dict(dict(loader.state_dict(), position=0))
                         code = code or 4

@@ -155,7 +155,10 @@ pub(crate) fn list_webdataset(
         // label lost, and the run would still succeed.
         return Err(FormatError::BadSource {
             path: root.to_path_buf(),
-            reason: "read as WebDataset tar shards (it holds only .tar files), but no sample has a cls member (its label): if each .tar is one class (as ImageNet's train tars are), unpack each into a folder of its own and convert the folders (ImageFolder); to convert unlabelled shards as one class, pass --layout webdataset (Python: layout=\"webdataset\")".into(),
+            reason: format!(
+                "read as WebDataset tar shards ({}), but no sample has a cls member (its label): if each .tar is one class (as ImageNet's train tars are), unpack each into a folder of its own and convert the folders (ImageFolder); to convert unlabelled shards as one class, pass --layout webdataset (Python: layout=\"webdataset\")",
+                if root.is_dir() { "it holds only .tar files" } else { "it is a .tar file" }
+            ),
         });
     };
     Ok(Listing {
