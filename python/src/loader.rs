@@ -337,7 +337,8 @@ impl Loader {
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
     /// seed, batch size, number of ranks, dataset, ``drop_last`` or order (where
-    /// the state gives them), or past the end of the epoch. It stops this loader's
+    /// the state gives them), or past the end of the epoch (a refused state leaves the
+    /// loader and its iterators as they were). A state it takes stops this loader's
     /// iterators, as a newer one would (their next ``next`` raises
     /// ``stoker.StokerError``).
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
