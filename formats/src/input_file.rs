@@ -154,8 +154,8 @@ pub(crate) fn read_input_into(
 /// its capacity is used), if `len` is at most `limit`.
 ///
 /// The size is known from the tar's header, so a member over the limit is refused before
-/// the tar is opened. The open file must be the listed one, unchanged (same device, inode,
-/// size and modification time) before a buffer of `len` bytes exists: a tar cut short or
+/// the tar is opened. The open file must be the listed one, unchanged (same device, inode
+/// and size, [`FileIdentity`]) before a buffer of `len` bytes exists: a tar cut short or
 /// replaced since it was listed is an error, not a short record, bytes read at stale
 /// offsets, or an allocation of what a header claimed.
 pub(crate) fn read_range_into(

@@ -356,14 +356,15 @@ impl Epoch {
         if let Some(&(_, len)) = self.started_as.get() {
             return len as usize;
         }
-        match &*lock_detached(py, &self.shared.inner) {
-            // Started meanwhile.
-            _ if self.started_as.get().is_some() => {
-                self.started_as.get().map_or(0, |&(_, len)| len as usize)
+        match (
+            &*lock_detached(py, &self.shared.inner),
+            self.started_as.get(),
+        ) {
+            (Run::Unstarted(loader), _) => {
+                batches_left(loader, self.epoch_to_start(loader)) as usize
             }
-            Run::Unstarted(loader) => batches_left(loader, self.epoch_to_start(loader)) as usize,
-            // Stopped before it started.
-            _ => 0,
+            // Started meanwhile, or stopped before it started.
+            (_, started) => started.map_or(0, |&(_, len)| len as usize),
         }
     }
 

@@ -406,7 +406,7 @@ impl Loader {
 impl Loader {
     /// A new iterator over `which` epoch, after stopping the earlier ones.
     fn iterator(&self, py: Python<'_>, which: Which) -> PyResult<Epoch> {
-        self.inner()?;
+        // A closed loader has no iterators left to stop; it is refused under the lock.
         self.stop_iterators(py, StoppedBy::Newer);
         // The loader taken and the iterator listed under one lock, which `close` takes.
         let mut epochs = lock(&self.epochs);
