@@ -4,7 +4,7 @@
 //! produces the batches (`crate::pipeline`).
 
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::batch::Batch;
@@ -335,7 +335,13 @@ impl Loader {
         if LoaderError::if_forked(self.pid).is_some() {
             // In a fork the threads of the early start and of the order drawn ahead do
             // not exist: stopping them would wait forever (or panic joining). Leak them.
-            std::mem::forget(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
+            // `try_lock`: a parent thread that held the lock at the fork never releases
+            // it here, and whatever it guards is the parent's anyway.
+            match self.early.try_lock() {
+                Ok(mut g) => std::mem::forget(g.take()),
+                Err(TryLockError::Poisoned(p)) => std::mem::forget(p.into_inner().take()),
+                Err(TryLockError::WouldBlock) => {}
+            }
             self.order_ahead.forget();
             return false;
         }

@@ -8,7 +8,7 @@
 //! it takes milliseconds, and a thread and a second order in memory would buy nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 
 use crate::Sampler;
@@ -109,8 +109,14 @@ impl OrderAhead {
 
     /// Leaves a thread that is drawing to finish on its own: for a forked child, where it
     /// does not exist and must not be waited for or detached.
+    /// `try_lock`: a parent thread that held the lock at the fork never releases it in the
+    /// child, where waiting for it would hang.
     pub(crate) fn forget(&self) {
-        let taken = self.ahead.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let taken = match self.ahead.try_lock() {
+            Ok(mut g) => g.take(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().take(),
+            Err(TryLockError::WouldBlock) => None,
+        };
         std::mem::forget(taken);
     }
 }
@@ -177,5 +183,23 @@ mod tests {
         ahead.order(&s, 0, 1000);
         assert_eq!(ahead.order(&s, 1, 1000), (s.order(1), false));
         assert!(ahead.ahead.lock().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_forked_child_forgets_the_draw_without_waiting_for_a_lock_its_parent_held() {
+        // In a fork, a lock some parent thread held at the fork stays held forever; here a
+        // thread holds it until `forget` has returned (which waited forever before).
+        let ahead = Arc::new(OrderAhead::default());
+        let (held, release) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _guard = ahead.ahead.lock().unwrap();
+                held.wait();
+                release.wait();
+            });
+            held.wait();
+            ahead.forget();
+            release.wait();
+        });
     }
 }
