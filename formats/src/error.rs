@@ -270,6 +270,36 @@ pub enum FormatError {
         /// took away everything it made there, so that a plain rerun converts.
         resumable: bool,
     },
+    /// A sample handed to [`crate::SampleWriter`] has a label with no class: the writer
+    /// was given `classes` names and the label is not below their count (or, without
+    /// names, the label is over the limit of class labels).
+    #[error("{sample}: label {label} is out of range: the dataset has {classes} classes (labels 0 to {})", .classes.saturating_sub(1))]
+    LabelOutOfRange {
+        /// The sample's name.
+        sample: PathBuf,
+        /// Its label.
+        label: u32,
+        /// How many classes there are (labels `0..classes`).
+        classes: u32,
+    },
+    /// A [`crate::SampleWriter`] stopped on an earlier error (which was returned then) and
+    /// took its output away; it takes no more samples.
+    #[error("{out}: this sample writer stopped on an earlier error ({reason}) and removed what it had written; start a new one")]
+    WriterStopped {
+        /// Its output directory.
+        out: PathBuf,
+        /// The earlier error.
+        reason: String,
+    },
+    /// A [`crate::SampleWriter`] was finished with no record: no sample was written, or
+    /// every one was skipped. Nothing is left in the output directory.
+    #[error("{out}: no dataset was written: {reason}")]
+    NoSamples {
+        /// The output directory.
+        out: PathBuf,
+        /// How many samples were given and why the first few were skipped.
+        reason: String,
+    },
     /// Conflicting or out-of-range options.
     #[error("invalid options: {0}")]
     InvalidOptions(String),

@@ -15,6 +15,9 @@
 //!   ([`Layout::WebDataset`], members read in place) into a dataset, in parallel and
 //!   deterministically, skipping and reporting bad inputs, with a JPEG compatibility
 //!   [`Audit`].
+//! - [`SampleWriter`]: the same dataset from samples handed over one at a time (encoded
+//!   image bytes and a label), for images that are not files (a Hugging Face dataset, a
+//!   database), each processed exactly as `convert` processes a file.
 //! - [`merge()`]: joins the parts of a conversion split over a job array
 //!   ([`ConvertOptions::part`]) into one dataset, without copying shards.
 //! - [`verify()`] and [`inspect()`]: check every record; summarize a dataset. [`verify_dir()`]
@@ -76,7 +79,7 @@ mod writer;
 pub use convert::audit::Audit;
 pub use convert::{
     convert, jpeg_is_complete, ConvertOptions, ConvertReport, Layout, NoProgress, Part, Progress,
-    ResizeMode, Skipped, Source, MAX_PARTS,
+    ResizeMode, SampleOptions, SampleWriter, Skipped, Source, MAX_PARTS,
 };
 pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;

@@ -1,5 +1,5 @@
 //! The converter: an image folder, list file or WebDataset tar shards in, LMDB shards and
-//! `manifest.json` out.
+//! `manifest.json` out; and [`SampleWriter`], the same out of samples a caller hands over.
 //!
 //! Inputs are listed in a sorted order, processed in parallel in chunks (rayon), and written
 //! strictly in input order by one writer, so the output never depends on thread timing.
@@ -20,6 +20,7 @@ mod part;
 mod pipeline;
 mod report;
 mod resume_check;
+mod samples;
 mod source;
 mod strict_stop;
 mod tar_index;
@@ -41,6 +42,7 @@ pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MIN_SHARD_BYTES};
 pub use part::{Part, MAX_PARTS};
 pub use report::{ConvertReport, NoProgress, Progress, Skipped};
+pub use samples::{SampleOptions, SampleWriter, WRITTEN_ORDER};
 pub use source::{Layout, Source};
 
 /// True when `data` is a JPEG whose primary image is complete: its end-of-image marker

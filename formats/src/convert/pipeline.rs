@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -90,16 +91,16 @@ pub(super) fn run(
                     }
                 };
                 let bytes = held_bytes(&p);
-                write_one(
-                    options,
-                    &inputs[pos..],
-                    p,
-                    first + pos,
-                    log,
-                    writer,
-                    totals,
+                let sink = Sink {
+                    writer: &mut *writer,
+                    totals: &mut *totals,
                     progress,
-                )?;
+                    log: Some((&mut *log, first + pos)),
+                };
+                let rest = &inputs[pos + 1..];
+                write_one(options, &inputs[pos].path, p, sink, || {
+                    expected_value_lens(rest)
+                })?;
                 ahead.taken(bytes);
             }
             Ok(())
@@ -160,51 +161,72 @@ fn work(
 /// Reads and transcodes one input; never panics (a panic in a decoder makes the input a
 /// skip that says so, instead of stopping the other workers' inputs from being written).
 fn process(input: &source::Input, options: &ConvertOptions, buffers: &BufferPool) -> Processed {
-    let skip = |reason| Processed {
+    if let Some(reason) = &input.refused {
+        return skipped(reason.clone());
+    }
+    match input.read_into(options.max_file_size, buffers.take()) {
+        Ok(data) => process_bytes(data, input.label, options),
+        Err(e) => skipped(refusal_reason(&e)),
+    }
+}
+
+/// Transcodes one input's bytes, however they were got (a file, a tar member, a sample a
+/// caller handed to [`super::SampleWriter`]); never panics.
+pub(super) fn process_bytes(data: Vec<u8>, label: u32, options: &ConvertOptions) -> Processed {
+    catch_unwind(AssertUnwindSafe(|| {
+        transcode::process(data, label, options)
+    }))
+    .unwrap_or_else(|_| skipped("stoker failed on this file (a panic, printed above)".into()))
+}
+
+/// The result of an input skipped before it was transcoded.
+pub(super) fn skipped(reason: String) -> Processed {
+    Processed {
         outcome: Outcome::Skip(reason),
         jpeg: None,
         other_image: false,
         input_bytes: 0,
-    };
-    if let Some(reason) = &input.refused {
-        return skip(reason.clone());
     }
-    let data = match input.read_into(options.max_file_size, buffers.take()) {
-        Ok(data) => data,
-        Err(e) => return skip(refusal_reason(&e)),
-    };
-    catch_unwind(AssertUnwindSafe(|| {
-        transcode::process(data, input.label, options)
-    }))
-    .unwrap_or_else(|_| skip("stoker failed on this file (a panic, printed above)".into()))
 }
 
-/// Writes the result of `inputs[0]` (the inputs from it to the end of the listing).
-#[allow(clippy::too_many_arguments)]
-fn write_one(
+/// Where a written result goes: the writer, the totals, the progress, and for a
+/// conversion the journal, saved (with the position of the input) when a shard is finished.
+pub(super) struct Sink<'a> {
+    pub writer: &'a mut DatasetWriter,
+    pub totals: &'a mut Totals,
+    pub progress: &'a dyn Progress,
+    pub log: Option<(&'a mut JournalLog, usize)>,
+}
+
+/// Writes the result `p` of the input called `name`. `expected` gives, when asked, the
+/// value lengths that it and the inputs after it are expected to have (see
+/// [`DatasetWriter::expect_next_shard`]).
+pub(super) fn write_one<I: Iterator<Item = u64>>(
     options: &ConvertOptions,
-    inputs: &[source::Input],
+    name: &Path,
     p: Processed,
-    pos: usize,
-    log: &mut JournalLog,
-    writer: &mut DatasetWriter,
-    totals: &mut Totals,
-    progress: &dyn Progress,
+    sink: Sink<'_>,
+    expected: impl FnOnce() -> I,
 ) -> Result<(), FormatError> {
-    let input = &inputs[0];
+    let Sink {
+        writer,
+        totals,
+        progress,
+        log,
+    } = sink;
     match p.outcome {
         Outcome::Skip(reason) => {
             if options.strict {
                 // As a kill leaves it, until `convert` takes a fresh run's output away.
                 return Err(FormatError::StrictInput {
-                    path: input.path.clone(),
+                    path: name.to_path_buf(),
                     reason,
                     resumable: true,
                 });
             }
-            progress.skipped(&input.path, &reason);
+            progress.skipped(name, &reason);
             totals.skipped.push(Skipped {
-                path: input.path.clone(),
+                path: name.to_path_buf(),
                 reason,
             });
         }
@@ -225,12 +247,12 @@ fn write_one(
             let value_len = (HEADER_LEN + payload.len()) as u64;
             if writer.roll_if_needed(value_len)?.is_some() {
                 // A shard was finished before this input: save how far we got.
-                log.save(pos, writer, totals)?;
+                if let Some((log, pos)) = log {
+                    log.save(pos, writer, totals)?;
+                }
             }
             if !writer.shard_open() && options.stores_originals() {
-                writer.expect_next_shard(
-                    std::iter::once(value_len).chain(expected_value_lens(&inputs[1..])),
-                );
+                writer.expect_next_shard(std::iter::once(value_len).chain(expected()));
             }
             writer.push_owned(meta, payload, crc32c)?;
             if stored {
@@ -265,7 +287,7 @@ fn expected_value_lens(inputs: &[source::Input]) -> impl Iterator<Item = u64> + 
 }
 
 /// Payload bytes a worker's result holds.
-fn held_bytes(p: &Processed) -> usize {
+pub(super) fn held_bytes(p: &Processed) -> usize {
     match &p.outcome {
         Outcome::Record { payload, .. } => payload.len(),
         Outcome::Skip(_) => 0,

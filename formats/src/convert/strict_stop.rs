@@ -27,6 +27,18 @@ use crate::manifest::MANIFEST_FILE;
 use crate::writer::{shard_file_name, DatasetWriter};
 use crate::FormatError;
 
+/// The names of the files `writer` has written so far in its directory: its finished
+/// shards, and the shard it is writing under its temporary name and under the name it gets
+/// once finished (a writer that failed while finishing it may have renamed it).
+pub(super) fn written_names(writer: &DatasetWriter) -> Vec<String> {
+    let done = writer.finished_shards();
+    let mut names: Vec<String> = done.iter().map(|s| s.file.clone()).collect();
+    let next = shard_file_name(done.len());
+    names.push(format!("{next}.tmp"));
+    names.push(next);
+    names
+}
+
 /// The directories a conversion is about to create for its output, and whether it then
 /// began afresh in it.
 #[derive(Debug)]
@@ -87,9 +99,7 @@ impl Made {
         let FormatError::StrictInput { path, reason, .. } = e else {
             return e;
         };
-        let done = writer.finished_shards();
-        let mut names: Vec<String> = done.iter().map(|s| s.file.clone()).collect();
-        names.push(format!("{}.tmp", shard_file_name(done.len())));
+        let mut names = written_names(writer);
         names.push(JOURNAL_FILE.to_string());
         FormatError::StrictInput {
             path,
@@ -101,7 +111,7 @@ impl Made {
     /// Removes the files `names` from `dir` (the output directory, open), then the
     /// directories this run created, while empty and while `out` still names `dir`; false
     /// when a file could not be removed.
-    fn take_away(&self, dir: &File, names: &[String]) -> bool {
+    pub(super) fn take_away(&self, dir: &File, names: &[String]) -> bool {
         let mut all = true;
         for name in names {
             match rustix::fs::unlinkat(dir, name.as_str(), rustix::fs::AtFlags::empty()) {

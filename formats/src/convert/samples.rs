@@ -1,0 +1,629 @@
+//! A dataset written from samples a caller hands over one at a time (encoded image bytes
+//! and a label), for images that are not files: a Hugging Face dataset's parquet column, a
+//! TFRecord, a database. Each sample gets exactly the processing `convert` gives a file
+//! (`pipeline::process_bytes`, then `pipeline::write_one`), so the records are the ones a
+//! conversion of the same images in the same order writes.
+//!
+//! Samples are buffered in chunks; a full chunk is transcoded on a thread pool while the
+//! caller fills the next, and its results are written in the order the samples came. At
+//! most two chunks are held: the one being filled and the one being transcoded.
+//!
+//! The output is never visible as complete before [`SampleWriter::finish`] returns: the
+//! manifest is written last and atomically, and a writer dropped unfinished (an error, a
+//! Python exception, Ctrl-C) or stopped by an error takes away everything it wrote.
+
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::journal::Totals;
+use super::lock::OutputLock;
+use super::options::{ConvertOptions, ResizeMode};
+use super::pipeline::{self, Sink};
+use super::report::{ConvertReport, NoProgress};
+use super::strict_stop::{written_names, Made};
+use super::transcode::{Outcome, Processed};
+use crate::input_file::refusal_reason;
+use crate::manifest::{Provenance, MANIFEST_FILE};
+use crate::record::{Encoding, HEADER_LEN};
+use crate::writer::{DatasetWriter, WriterOptions, DEFAULT_SHARD_BYTES};
+use crate::FormatError;
+
+/// A chunk is transcoded once it holds this many input bytes, so that a chunk of large
+/// images is not held many times over (the converter's read-ahead bound).
+const CHUNK_BYTES: usize = 8 << 20;
+/// ... or this many samples, so that small images are transcoded in chunks large enough
+/// to keep every thread busy, yet a failure is reported soon after its sample.
+const CHUNK_SAMPLES: usize = 1024;
+
+/// The `order` flag of a dataset written from samples: the order they were written in.
+pub const WRITTEN_ORDER: &str = "written";
+
+/// How samples are turned into records: [`ConvertOptions`]' fields that apply to samples
+/// (not the source, layout, shuffle, parts, resume or a shard count, which need a listing
+/// known in advance), with the same defaults.
+#[derive(Debug, Clone)]
+pub struct SampleOptions {
+    /// Where the samples came from, for the manifest's `provenance.source` (e.g.
+    /// `"hf:cifar10/train"`).
+    pub source: String,
+    /// As [`ConvertOptions::encoding`].
+    pub encoding: Encoding,
+    /// As [`ConvertOptions::max_side`].
+    pub max_side: Option<u32>,
+    /// As [`ConvertOptions::quality`].
+    pub quality: u8,
+    /// As [`ConvertOptions::raw_size`].
+    pub raw_size: Option<(u32, u32)>,
+    /// As [`ConvertOptions::resize`].
+    pub resize: ResizeMode,
+    /// As [`ConvertOptions::jobs`].
+    pub jobs: Option<usize>,
+    /// As [`ConvertOptions::shard_bytes`].
+    pub shard_bytes: u64,
+    /// As [`ConvertOptions::strict`]: a sample that cannot be converted stops the writer
+    /// with [`FormatError::StrictInput`] (from a later `write` or from `finish`, since
+    /// samples are transcoded in chunks), and the writer takes its output away.
+    pub strict: bool,
+    /// As [`ConvertOptions::max_pixels`].
+    pub max_pixels: u64,
+    /// As [`ConvertOptions::max_file_size`]: larger samples are skipped.
+    pub max_file_size: u64,
+    /// As [`ConvertOptions::gpu_friendly`].
+    pub gpu_friendly: bool,
+    /// As [`ConvertOptions::check_decode`].
+    pub check_decode: bool,
+}
+
+impl SampleOptions {
+    /// Options with `convert`'s defaults, the samples described as `source`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let o = stoker_formats::SampleOptions::new("hf:beans/train");
+    /// assert_eq!((o.quality, o.check_decode), (90, true));
+    /// ```
+    pub fn new(source: impl Into<String>) -> SampleOptions {
+        let c = ConvertOptions::new(super::Source::ImageFolder(PathBuf::new()), "");
+        SampleOptions {
+            source: source.into(),
+            encoding: c.encoding,
+            max_side: c.max_side,
+            quality: c.quality,
+            raw_size: c.raw_size,
+            resize: c.resize,
+            jobs: c.jobs,
+            shard_bytes: DEFAULT_SHARD_BYTES,
+            strict: c.strict,
+            max_pixels: c.max_pixels,
+            max_file_size: c.max_file_size,
+            gpu_friendly: c.gpu_friendly,
+            check_decode: c.check_decode,
+        }
+    }
+
+    /// The conversion options that process a sample as `convert` processes a file into
+    /// `out` (the source is never read: samples come from the caller).
+    fn as_convert(&self, out: PathBuf) -> ConvertOptions {
+        let mut c = ConvertOptions::new(super::Source::ImageFolder(PathBuf::new()), out);
+        c.encoding = self.encoding;
+        c.max_side = self.max_side;
+        c.quality = self.quality;
+        c.raw_size = self.raw_size;
+        c.resize = self.resize;
+        c.jobs = self.jobs;
+        c.shard_bytes = self.shard_bytes;
+        c.strict = self.strict;
+        c.max_pixels = self.max_pixels;
+        c.max_file_size = self.max_file_size;
+        c.gpu_friendly = self.gpu_friendly;
+        c.check_decode = self.check_decode;
+        c
+    }
+}
+
+/// A sample waiting to be transcoded.
+struct Pending {
+    data: Vec<u8>,
+    label: u32,
+}
+
+/// A chunk on the thread pool: its samples' names (in order) and where its results come.
+struct InFlight {
+    names: Vec<PathBuf>,
+    results: mpsc::Receiver<Vec<Processed>>,
+}
+
+/// Writes a dataset from samples: encoded images (JPEG, PNG, or any format `convert`
+/// reads) with their labels, in the order given.
+///
+/// The result is laid out as a conversion's is (shards, then a manifest with the class
+/// names, the output flags, the audit and `provenance.source` as given), so
+/// [`crate::Dataset::open`], `stoker verify`, `stoker inspect` and the loader read it.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_formats::{Dataset, SampleOptions, SampleWriter};
+/// let photo = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample/caer/tent.jpg");
+/// let out = tempfile::tempdir()?;
+/// let classes = vec!["tent".to_string(), "other".to_string()];
+/// let mut w = SampleWriter::create(out.path().join("ds"), SampleOptions::new("example"), Some(classes))?;
+/// w.write(std::fs::read(photo)?, 0, "tent.jpg")?;
+/// w.write(b"not an image".as_slice(), 1, "bad")?; // skipped and reported, like a bad file
+/// let report = w.finish()?;
+/// assert_eq!((report.written, report.skipped.len()), (1, 1));
+/// assert_eq!(Dataset::open(out.path().join("ds"))?.manifest().classes, ["tent", "other"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SampleWriter {
+    /// The processing options, as a conversion's; `out` is the output directory.
+    options: Arc<ConvertOptions>,
+    /// Class names as given; `None`: `"0"` to the largest label, as for a list file.
+    classes: Option<Vec<String>>,
+    /// The largest label given (which names the classes when `classes` is `None`).
+    max_label: Option<u32>,
+    source: String,
+    pool: Arc<rayon::ThreadPool>,
+    /// Samples given since the last chunk went to the pool, and their names and bytes.
+    pending: Vec<Pending>,
+    pending_names: Vec<PathBuf>,
+    pending_bytes: usize,
+    /// Samples in a chunk are at most this many (fewer for large raw records).
+    chunk_samples: usize,
+    in_flight: Option<InFlight>,
+    /// `None` once the writer has finished, or stopped on an error.
+    writer: Option<DatasetWriter>,
+    totals: Totals,
+    /// Samples given to `write` (each becomes a record or a skip).
+    samples: u64,
+    /// Records per label, for the classes that got none.
+    per_label: Vec<u64>,
+    warnings: Vec<String>,
+    /// What this writer created (the directories) and holds (the lock, until dropped).
+    made: Made,
+    lock: OutputLock,
+    /// The error that stopped the writer, once one has.
+    stopped: Option<String>,
+    /// Names of the files written, kept for the clean-up when `writer` is gone.
+    written: Vec<String>,
+    /// The manifest is written: nothing is taken away on drop.
+    finished: bool,
+    /// The process that made the writer: a forked child's copy never touches the output.
+    pid: u32,
+    t0: Instant,
+}
+
+impl std::fmt::Debug for SampleWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SampleWriter")
+            .field("out", &self.options.out)
+            .field("samples", &self.samples)
+            .field("finished", &self.finished)
+            .field("stopped", &self.stopped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SampleWriter {
+    /// Starts a dataset in `out` (created if missing; an existing one must be empty).
+    /// `classes` names the labels (label `i` is `classes[i]`); without them the dataset's
+    /// classes are `"0"` to the largest label written, as for a list file.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::InvalidOptions`] for bad options or an empty `classes`;
+    /// [`FormatError::OutputExists`] when `out` holds a dataset or anything else;
+    /// [`FormatError::OutputLocked`] while another writer or conversion writes into it;
+    /// I/O errors.
+    pub fn create(
+        out: impl Into<PathBuf>,
+        options: SampleOptions,
+        classes: Option<Vec<String>>,
+    ) -> Result<SampleWriter, FormatError> {
+        let source = options.source.clone();
+        let options = options.as_convert(out.into());
+        options.validate()?;
+        if classes.as_ref().is_some_and(Vec::is_empty) {
+            return Err(FormatError::InvalidOptions(
+                "classes is empty: give one name per label, or none for classes named by their label".into(),
+            ));
+        }
+        let jobs = options
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(jobs)
+            .thread_name(|i| format!("stoker-write-{i}"))
+            .build()
+            .map_err(|e| {
+                FormatError::InvalidOptions(format!("cannot start {jobs} threads: {e}"))
+            })?;
+        let out = options.out.clone();
+        let mut made = Made::create(&out)?;
+        // Held until the writer is dropped: a second writer or a conversion into `out`
+        // is refused instead of interleaving its shards with ours.
+        let lock = OutputLock::acquire(&out)?;
+        let writer = refuse_nonempty(&out).and_then(|()| {
+            DatasetWriter::create(
+                &out,
+                WriterOptions {
+                    shard_bytes: options.shard_bytes,
+                    records_per_shard: None,
+                    encoding: Some(options.encoding),
+                },
+            )
+        });
+        let writer = match writer {
+            Ok(w) => w,
+            Err(e) => {
+                // Only the directories this call created, and only when empty.
+                made.take_away(lock.dir(), &[]);
+                return Err(e);
+            }
+        };
+        // The directory was empty: everything in it from now on is this writer's.
+        made.begins_afresh(true);
+        // A raw record is its pixels whatever the input's size: a chunk holds at most
+        // `CHUNK_BYTES` of them, but always enough to give every thread work.
+        let chunk_samples = match options.raw_size {
+            Some((w, h)) if options.encoding == Encoding::Raw => {
+                let record = (w as usize) * (h as usize) * 3 + HEADER_LEN;
+                (CHUNK_BYTES / record).clamp(2 * jobs, CHUNK_SAMPLES)
+            }
+            _ => CHUNK_SAMPLES,
+        };
+        Ok(SampleWriter {
+            warnings: options.ignored_flags(),
+            options: Arc::new(options),
+            per_label: vec![0; classes.as_ref().map_or(0, Vec::len)],
+            classes,
+            max_label: None,
+            source,
+            pool: Arc::new(pool),
+            pending: Vec::new(),
+            pending_names: Vec::new(),
+            pending_bytes: 0,
+            chunk_samples,
+            in_flight: None,
+            writer: Some(writer),
+            totals: Totals::default(),
+            samples: 0,
+            made,
+            lock,
+            stopped: None,
+            written: Vec::new(),
+            finished: false,
+            pid: std::process::id(),
+            t0: Instant::now(),
+        })
+    }
+
+    /// The output directory.
+    pub fn out(&self) -> &Path {
+        &self.options.out
+    }
+
+    /// Notes on options that have no effect (as [`ConvertReport::warnings`] has them).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Samples given to [`SampleWriter::write`] so far.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Adds a sample: `image` is an encoded image (JPEG, PNG, ...), `label` its class, and
+    /// `name` what reports call it if it is skipped (empty: `sample N`, `N` counting the
+    /// samples from 0). The sample is transcoded later, with others, so a sample that
+    /// cannot be converted is skipped (or, with `strict`, stops the writer) at a later
+    /// call or at [`SampleWriter::finish`].
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::LabelOutOfRange`] for a label without a class (the writer goes on;
+    /// the sample is not taken). Otherwise an error stops the writer and takes its output
+    /// away: [`FormatError::StrictInput`], I/O errors, and [`FormatError::WriterStopped`]
+    /// for every call after such an error.
+    pub fn write(
+        &mut self,
+        image: impl Into<Vec<u8>>,
+        label: u32,
+        name: &str,
+    ) -> Result<(), FormatError> {
+        self.usable()?;
+        let name = match name {
+            "" => PathBuf::from(format!("sample {}", self.samples)),
+            name => PathBuf::from(name),
+        };
+        let classes = self
+            .classes
+            .as_ref()
+            .map_or(super::list_file::MAX_CLASSES, |c| c.len() as u32);
+        if label >= classes {
+            return Err(FormatError::LabelOutOfRange {
+                sample: name,
+                label,
+                classes,
+            });
+        }
+        let data = image.into();
+        self.max_label = Some(self.max_label.map_or(label, |m| m.max(label)));
+        self.samples += 1;
+        self.pending_bytes += data.len();
+        self.pending.push(Pending { data, label });
+        self.pending_names.push(name);
+        if self.pending.len() >= self.chunk_samples || self.pending_bytes >= CHUNK_BYTES {
+            self.submit().map_err(|e| self.stop(e))?;
+        }
+        Ok(())
+    }
+
+    /// Transcodes and writes the samples still held, then writes the manifest: the dataset
+    /// is complete only now. Returns the report `convert` would give (`inputs` counts the
+    /// samples, `ignored` is empty).
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::NoSamples`] when no record was written; the errors of
+    /// [`SampleWriter::write`]. On error nothing is left in the output directory.
+    pub fn finish(mut self) -> Result<ConvertReport, FormatError> {
+        self.usable()?;
+        let done = self
+            .submit()
+            .and_then(|()| self.drain())
+            .and_then(|()| self.write_manifest());
+        done.map_err(|e| self.stop(e))
+    }
+
+    /// Refuses a stopped writer, or its copy in a forked child (the thread pool is not
+    /// there, and the output is the parent's).
+    fn usable(&self) -> Result<(), FormatError> {
+        let reason = match &self.stopped {
+            Some(reason) => reason.clone(),
+            None if std::process::id() != self.pid => "it was created in another process: a writer cannot be used in a fork of the process that made it".into(),
+            None => return Ok(()),
+        };
+        Err(FormatError::WriterStopped {
+            out: self.options.out.clone(),
+            reason,
+        })
+    }
+
+    /// Writes the chunk on the pool, then hands the samples held to the pool.
+    fn submit(&mut self) -> Result<(), FormatError> {
+        self.drain()?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::take(&mut self.pending);
+        let names = std::mem::take(&mut self.pending_names);
+        self.pending_bytes = 0;
+        let options = Arc::clone(&self.options);
+        let (tx, results) = mpsc::channel();
+        self.pool.spawn(move || {
+            let processed = chunk
+                .into_par_iter()
+                .map(|s| process(s, &options))
+                .collect::<Vec<_>>();
+            // The writer may have been dropped meanwhile: nobody wants the results.
+            let _ = tx.send(processed);
+        });
+        self.in_flight = Some(InFlight { names, results });
+        Ok(())
+    }
+
+    /// Waits for the chunk on the pool, if any, and writes its results in order.
+    fn drain(&mut self) -> Result<(), FormatError> {
+        let Some(chunk) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let results = chunk
+            .results
+            .recv()
+            .map_err(|_| FormatError::WriterStopped {
+                out: self.options.out.clone(),
+                reason: "a transcoding thread stopped without a result".into(),
+            })?;
+        let lens: Vec<Option<u64>> = results.iter().map(value_len).collect();
+        let writer = self
+            .writer
+            .as_mut()
+            .expect("a usable writer has its writer");
+        for (i, (p, name)) in results.into_iter().zip(&chunk.names).enumerate() {
+            let label = match &p.outcome {
+                Outcome::Record { meta, .. } => Some(meta.label as usize),
+                Outcome::Skip(_) => None,
+            };
+            let sink = Sink {
+                writer: &mut *writer,
+                totals: &mut self.totals,
+                progress: &NoProgress,
+                log: None,
+            };
+            let rest = &lens[i + 1..];
+            pipeline::write_one(&self.options, name, p, sink, || {
+                rest.iter().map_while(|&l| l)
+            })?;
+            if let Some(n) = label.and_then(|l| self.per_label.get_mut(l)) {
+                *n += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the last shard and writes the manifest.
+    fn write_manifest(&mut self) -> Result<ConvertReport, FormatError> {
+        let writer = self
+            .writer
+            .as_ref()
+            .expect("a usable writer has its writer");
+        let written = writer.next_index();
+        let skipped = &self.totals.skipped;
+        if written == 0 {
+            return Err(FormatError::NoSamples {
+                out: self.options.out.clone(),
+                reason: nothing_written(self.samples, skipped),
+            });
+        }
+        if written + skipped.len() as u64 != self.samples {
+            return Err(FormatError::InvalidManifest {
+                path: self.options.out.join(MANIFEST_FILE),
+                reason: format!(
+                    "not written: {written} records and {} skipped samples do not account for the {} samples given",
+                    skipped.len(),
+                    self.samples
+                ),
+            });
+        }
+        let classes = match &self.classes {
+            Some(c) => c.clone(),
+            None => (0..=self.max_label.unwrap_or(0))
+                .map(|l| l.to_string())
+                .collect(),
+        };
+        let mut provenance = Provenance::stoker(self.source.clone());
+        provenance.flags = self.options.output_flags();
+        provenance
+            .flags
+            .insert(super::ORDER_FLAG.into(), WRITTEN_ORDER.into());
+        let writer = self.writer.take().expect("checked above");
+        // From here the writer is gone: a failure takes away the files by these names.
+        self.written = written_names(&writer);
+        let audit = self.totals.audit.clone();
+        let manifest = writer.finish_with_audit(classes, provenance, Some(audit))?;
+        self.finished = true;
+        let empty_classes = match &self.classes {
+            Some(c) => c
+                .iter()
+                .zip(&self.per_label)
+                .filter(|(_, &n)| n == 0)
+                .map(|(c, _)| c.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        let totals = std::mem::take(&mut self.totals);
+        Ok(ConvertReport {
+            inputs: self.samples,
+            written,
+            skipped: totals.skipped,
+            ignored: Vec::new(),
+            flat: false,
+            webdataset: false,
+            warnings: std::mem::take(&mut self.warnings),
+            empty_classes,
+            shards: manifest.shards.len() as u64,
+            bytes: manifest.bytes,
+            input_bytes: totals.input_bytes,
+            seconds: self.t0.elapsed().as_secs_f64(),
+            stored: totals.stored,
+            transcoded: totals.transcoded,
+            resumed: 0,
+            audit: totals.audit,
+            out: self.options.out.clone(),
+            already_done: false,
+        })
+    }
+
+    /// Stops the writer after `e`: takes away everything it wrote (the manifest first, if
+    /// finishing got that far) and the directories it created, and returns `e` (a strict
+    /// stop saying that nothing is left).
+    fn stop(&mut self, e: FormatError) -> FormatError {
+        self.stopped = Some(e.to_string());
+        self.pending.clear();
+        self.in_flight = None;
+        let mut names = vec![MANIFEST_FILE.to_string(), format!("{MANIFEST_FILE}.tmp")];
+        match self.writer.take() {
+            Some(w) => names.extend(written_names(&w)),
+            None => names.append(&mut self.written),
+        }
+        let all = self.made.take_away(self.lock.dir(), &names);
+        match e {
+            FormatError::StrictInput { path, reason, .. } => FormatError::StrictInput {
+                path,
+                reason,
+                resumable: !all,
+            },
+            e => e,
+        }
+    }
+}
+
+impl Drop for SampleWriter {
+    /// Unfinished, the output is taken away: a writer dropped on an error, an exception or
+    /// Ctrl-C leaves no dataset, complete-looking or not. A forked child's copy leaves the
+    /// parent's output alone.
+    fn drop(&mut self) {
+        if !self.finished && self.stopped.is_none() && std::process::id() == self.pid {
+            self.stop(FormatError::Cancelled);
+        }
+    }
+}
+
+/// Transcodes one sample as `convert` transcodes a file of the same bytes (a sample over
+/// `max_file_size` is skipped as such a file is).
+fn process(s: Pending, options: &ConvertOptions) -> Processed {
+    let len = s.data.len() as u64;
+    if len > options.max_file_size {
+        return pipeline::skipped(refusal_reason(&FormatError::FileTooLarge {
+            path: PathBuf::new(),
+            bytes: len,
+            limit: options.max_file_size,
+        }));
+    }
+    pipeline::process_bytes(s.data, s.label, options)
+}
+
+/// The value length a result's record has (header and payload), `None` for a skip.
+fn value_len(p: &Processed) -> Option<u64> {
+    match &p.outcome {
+        Outcome::Record { payload, .. } => Some((HEADER_LEN + payload.len()) as u64),
+        Outcome::Skip(_) => None,
+    }
+}
+
+/// Why a writer that wrote no record has no dataset: how many samples it was given, and
+/// why the first few were skipped.
+fn nothing_written(samples: u64, skipped: &[super::Skipped]) -> String {
+    if samples == 0 {
+        return "no sample was written".into();
+    }
+    const SHOW: usize = 3;
+    let reasons: Vec<String> = skipped
+        .iter()
+        .take(SHOW)
+        .map(|s| format!("{}: {}", s.path.display(), s.reason))
+        .collect();
+    format!(
+        "none of the {samples} samples could be converted; the first skipped: {}{}",
+        reasons.join("; "),
+        if skipped.len() > SHOW { "; ..." } else { "" }
+    )
+}
+
+/// Refuses an output directory that holds anything: a dataset, a conversion's leftovers or
+/// unrelated files (which a failed writer's clean-up must never have to tell from its own).
+fn refuse_nonempty(out: &Path) -> Result<(), FormatError> {
+    let exists = |reason: String| FormatError::OutputExists {
+        path: out.to_path_buf(),
+        reason,
+    };
+    if out.join(MANIFEST_FILE).exists() {
+        return Err(exists(
+            "already holds a finished dataset (manifest.json); choose another output directory or delete it".into(),
+        ));
+    }
+    let mut entries = std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))?;
+    match entries.next() {
+        None => Ok(()),
+        Some(Ok(e)) => Err(exists(format!(
+            "is not empty (found {:?}); write into a new or empty directory",
+            e.file_name()
+        ))),
+        Some(Err(e)) => Err(FormatError::io(out, e)),
+    }
+}

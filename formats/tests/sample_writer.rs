@@ -1,0 +1,362 @@
+//! `SampleWriter`: a dataset from samples handed over in memory must hold the records a
+//! conversion of the same files in the same order writes (stored JPEGs, re-encoded ones,
+//! raw pixels, transcoded PNGs), skip and count what it cannot convert, and never leave a
+//! dataset (complete-looking or not) behind when it fails, stops or is dropped unfinished.
+//! Photos from the test corpus (`<repo>/testdata/imagefolder`) and `examples/data/sample`.
+
+use std::path::{Path, PathBuf};
+
+use stoker_formats::convert::{MIN_SHARD_BYTES, ORDER_FLAG, WRITTEN_ORDER};
+use stoker_formats::{
+    convert, verify, ConvertOptions, Dataset, Encoding, FormatError, NoProgress, ResizeMode,
+    SampleOptions, SampleWriter, Source,
+};
+
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+
+/// Class names and files of an ImageFolder tree (class folders of files, no deeper) in
+/// the order `convert` lists them: classes sorted, files sorted within each.
+fn listing(root: &Path) -> (Vec<String>, Vec<(PathBuf, u32)>) {
+    let sorted = |d: &Path| {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    };
+    let dirs: Vec<PathBuf> = sorted(root).into_iter().filter(|p| p.is_dir()).collect();
+    let names = dirs
+        .iter()
+        .map(|d| d.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
+    let mut files = Vec::new();
+    for (label, d) in dirs.iter().enumerate() {
+        files.extend(sorted(d).into_iter().map(|f| (f, label as u32)));
+    }
+    (names, files)
+}
+
+/// Small shards (several per dataset) and two threads, as `convert` is given them.
+fn sample_options() -> SampleOptions {
+    let mut o = SampleOptions::new("test samples");
+    o.shard_bytes = MIN_SHARD_BYTES;
+    o.jobs = Some(2);
+    o
+}
+
+/// The conversion of `src` with the same options as `s`.
+fn convert_options(src: &Path, out: &Path, s: &SampleOptions) -> ConvertOptions {
+    let mut c = ConvertOptions::new(Source::ImageFolder(src.to_path_buf()), out);
+    c.encoding = s.encoding;
+    c.max_side = s.max_side;
+    c.raw_size = s.raw_size;
+    c.resize = s.resize;
+    c.shard_bytes = s.shard_bytes;
+    c.jobs = s.jobs;
+    c.check_decode = s.check_decode;
+    c.gpu_friendly = s.gpu_friendly;
+    c
+}
+
+/// Writes the files of `src` as samples, in `convert`'s order, into `out`.
+fn write_files(src: &Path, out: &Path, o: &SampleOptions) -> stoker_formats::ConvertReport {
+    let (classes, files) = listing(src);
+    let mut w = SampleWriter::create(out, o.clone(), Some(classes)).unwrap();
+    for (f, label) in &files {
+        w.write(std::fs::read(f).unwrap(), *label, f.to_str().unwrap())
+            .unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// The two datasets hold the same records (header and payload), classes and shards (the
+/// shard files' sizes and digests, so their bytes), and audit.
+fn assert_same_records(a: &Path, b: &Path) {
+    let (a, b) = (Dataset::open(a).unwrap(), Dataset::open(b).unwrap());
+    assert_eq!(a.len(), b.len());
+    let (ma, mb) = (a.manifest(), b.manifest());
+    assert_eq!(ma.classes, mb.classes);
+    assert_eq!(ma.encoding, mb.encoding);
+    assert_eq!(ma.raw_size, mb.raw_size);
+    assert_eq!(ma.shards, mb.shards);
+    assert_eq!(ma.audit, mb.audit);
+    let (ra, rb) = (a.reader().unwrap(), b.reader().unwrap());
+    for i in 0..a.len() {
+        let (x, y) = (ra.get(i).unwrap(), rb.get(i).unwrap());
+        assert_eq!(x.header, y.header, "record {i}");
+        assert_eq!(x.payload, y.payload, "record {i}");
+    }
+}
+
+#[test]
+fn stored_jpegs_are_the_records_convert_writes() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+    let conv = convert(
+        &convert_options(&src, &tmp.path().join("c"), &o),
+        &NoProgress,
+    )
+    .unwrap();
+    // The corpus is over one chunk of samples (8 MiB): chunks go through the pool while
+    // the next is filled.
+    let report = write_files(&src, &tmp.path().join("w"), &o);
+    assert_same_records(&tmp.path().join("c"), &tmp.path().join("w"));
+    assert!(report.shards > 1, "{report:?}");
+    assert_eq!(
+        (
+            report.inputs,
+            report.written,
+            report.stored,
+            report.skipped.len()
+        ),
+        (conv.inputs, conv.written, conv.stored, conv.skipped.len())
+    );
+    assert_eq!(
+        report.stored, report.written,
+        "passthrough stores every JPEG"
+    );
+    let ds = Dataset::open(tmp.path().join("w")).unwrap();
+    let flags = &ds.manifest().provenance.flags;
+    assert_eq!(flags[ORDER_FLAG], WRITTEN_ORDER);
+    assert_eq!(ds.manifest().provenance.source, "test samples");
+    assert!(verify(&ds, true).unwrap().ok());
+}
+
+#[test]
+fn reencoded_and_raw_records_are_the_ones_convert_writes() {
+    let src = Path::new(SAMPLE);
+    let mut small = sample_options();
+    small.max_side = Some(64);
+    let mut raw = sample_options();
+    raw.encoding = Encoding::Raw;
+    raw.raw_size = Some((40, 24));
+    raw.resize = ResizeMode::Stretch;
+    for (what, o) in [("max_side", small), ("raw", raw)] {
+        let tmp = tempfile::tempdir().unwrap();
+        convert(
+            &convert_options(src, &tmp.path().join("c"), &o),
+            &NoProgress,
+        )
+        .unwrap();
+        let report = write_files(src, &tmp.path().join("w"), &o);
+        assert_eq!(report.transcoded, report.written, "{what}: {report:?}");
+        assert_same_records(&tmp.path().join("c"), &tmp.path().join("w"));
+    }
+}
+
+/// A PNG in memory, of `w × h` pixels.
+fn png(w: u32, h: u32) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([x as u8, y as u8, 128]));
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+#[test]
+fn a_png_is_transcoded_as_convert_transcodes_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    std::fs::write(src.join("a/p.png"), png(37, 21)).unwrap();
+    let o = sample_options();
+    convert(
+        &convert_options(&src, &tmp.path().join("c"), &o),
+        &NoProgress,
+    )
+    .unwrap();
+    let report = write_files(&src, &tmp.path().join("w"), &o);
+    assert_eq!((report.written, report.transcoded), (1, 1), "{report:?}");
+    assert_eq!(report.audit.other_images, 1);
+    assert_same_records(&tmp.path().join("c"), &tmp.path().join("w"));
+    let ds = Dataset::open(tmp.path().join("w")).unwrap();
+    let r = ds.reader().unwrap();
+    let rec = r.get(0).unwrap();
+    assert_eq!(rec.header.encoding, Encoding::Jpeg);
+    assert_eq!((rec.header.width, rec.header.height), (37, 21));
+}
+
+fn photo(name: &str) -> Vec<u8> {
+    std::fs::read(Path::new(SAMPLE).join(name)).unwrap()
+}
+
+#[test]
+fn bad_samples_are_skipped_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ds");
+    let mut w = SampleWriter::create(&out, sample_options(), None).unwrap();
+    let tent = photo("caer/tent.jpg");
+    w.write(tent.as_slice(), 0, "tent").unwrap();
+    w.write(b"not an image".as_slice(), 1, "text").unwrap();
+    w.write(&tent[..tent.len() / 2], 2, "").unwrap();
+    w.write(Vec::new(), 1, "empty").unwrap();
+    w.write(photo("caer/puppy.jpg"), 3, "puppy").unwrap();
+    let r = w.finish().unwrap();
+    assert_eq!((r.inputs, r.written), (5, 2), "{r:?}");
+    let skipped: Vec<(String, &str)> = r
+        .skipped
+        .iter()
+        .map(|s| (s.path.display().to_string(), s.reason.as_str()))
+        .collect();
+    assert_eq!(skipped[0].0, "text");
+    assert!(skipped[0].1.contains("not an image"), "{skipped:?}");
+    // A sample written without a name is called by its position.
+    assert_eq!(skipped[1].0, "sample 2");
+    assert!(skipped[1].1.contains("truncated JPEG"), "{skipped:?}");
+    assert_eq!(skipped[2], ("empty".to_string(), "empty file"));
+    // Without class names, the classes are the labels given, up to the largest.
+    let ds = Dataset::open(&out).unwrap();
+    assert_eq!(ds.manifest().classes, ["0", "1", "2", "3"]);
+    let reader = ds.reader().unwrap();
+    assert_eq!(reader.get(1).unwrap().header.label, 3);
+}
+
+#[test]
+fn a_strict_stop_leaves_no_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Made by the writer (with its parent), so taken away with it.
+    let out = tmp.path().join("new/ds");
+    let mut o = sample_options();
+    o.strict = true;
+    let mut w = SampleWriter::create(&out, o.clone(), None).unwrap();
+    let (_, files) = listing(&stoker_testdata::dir().join("imagefolder"));
+    // A chunk's worth of good samples first, so shards are on disk at the stop. The bad
+    // one stops a later `write` (its chunk is transcoded while the next is filled).
+    let mut samples: Vec<(Vec<u8>, &str)> = files
+        .iter()
+        .map(|(f, _)| (std::fs::read(f).unwrap(), ""))
+        .collect();
+    samples.insert(100, (b"junk".to_vec(), "the bad one"));
+    let mut e = None;
+    for (data, name) in samples {
+        if let Err(err) = w.write(data, 0, name) {
+            e = Some(err);
+            break;
+        }
+    }
+    let e = e.unwrap_or_else(|| w.finish().unwrap_err());
+    match &e {
+        FormatError::StrictInput {
+            path, resumable, ..
+        } => {
+            assert_eq!(path, Path::new("the bad one"), "{e}");
+            assert!(!resumable, "{e}");
+        }
+        other => panic!("want StrictInput, got {other}"),
+    }
+    assert!(
+        !tmp.path().join("new").exists(),
+        "{:?}",
+        stoker_testdata::names_in(tmp.path())
+    );
+
+    // In a directory that was there (empty) before, the directory stays, empty.
+    let out = tmp.path().join("there");
+    std::fs::create_dir(&out).unwrap();
+    let mut w = SampleWriter::create(&out, o, None).unwrap();
+    w.write(photo("caer/tent.jpg"), 0, "tent").unwrap();
+    w.write(b"junk".as_slice(), 0, "junk").unwrap();
+    let e = w.finish().unwrap_err();
+    assert!(matches!(e, FormatError::StrictInput { .. }), "{e}");
+    assert!(stoker_testdata::names_in(&out).is_empty());
+}
+
+#[test]
+fn a_writer_dropped_unfinished_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ds");
+    let mut w = SampleWriter::create(&out, sample_options(), None).unwrap();
+    let (_, files) = listing(&stoker_testdata::dir().join("imagefolder"));
+    // Twice the corpus is over two chunks: the first is written when the third starts.
+    for (f, label) in files.iter().chain(&files) {
+        w.write(std::fs::read(f).unwrap(), *label, "").unwrap();
+    }
+    // Chunks were written: finished shards (and one being written) are on disk.
+    let names = stoker_testdata::names_in(&out);
+    assert!(
+        names.iter().any(|n| n.ends_with(".lmdb")),
+        "nothing was on disk yet, so the test shows nothing: {names:?}"
+    );
+    drop(w);
+    assert!(!out.exists(), "{:?}", stoker_testdata::names_in(&out));
+}
+
+#[test]
+fn no_record_is_no_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ds");
+    let e = SampleWriter::create(&out, sample_options(), None)
+        .unwrap()
+        .finish()
+        .unwrap_err();
+    assert!(matches!(e, FormatError::NoSamples { .. }), "{e}");
+    assert!(!out.exists());
+    let mut w = SampleWriter::create(&out, sample_options(), None).unwrap();
+    w.write(b"junk".as_slice(), 0, "junk").unwrap();
+    let e = w.finish().unwrap_err();
+    assert!(e.to_string().contains("junk: not an image"), "{e}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn an_output_holding_anything_or_being_written_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    convert(
+        &convert_options(Path::new(SAMPLE), &ds, &sample_options()),
+        &NoProgress,
+    )
+    .unwrap();
+    let before = stoker_testdata::files_in(&ds);
+    let e = SampleWriter::create(&ds, sample_options(), None).unwrap_err();
+    assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+    assert_eq!(stoker_testdata::files_in(&ds), before);
+
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), b"mine").unwrap();
+    let e = SampleWriter::create(&other, sample_options(), None).unwrap_err();
+    assert!(e.to_string().contains("notes.txt"), "{e}");
+    assert_eq!(stoker_testdata::names_in(&other), ["notes.txt"]);
+
+    let out = tmp.path().join("busy");
+    let first = SampleWriter::create(&out, sample_options(), None).unwrap();
+    let e = SampleWriter::create(&out, sample_options(), None).unwrap_err();
+    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    let mut o = convert_options(Path::new(SAMPLE), &out, &sample_options());
+    o.resume = true;
+    let e = convert(&o, &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    drop(first);
+}
+
+#[test]
+fn a_label_without_a_class_is_refused_and_the_writer_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ds");
+    let classes = vec!["a".to_string(), "b".to_string()];
+    let mut w = SampleWriter::create(&out, sample_options(), Some(classes)).unwrap();
+    let e = w.write(photo("caer/tent.jpg"), 2, "tent").unwrap_err();
+    match &e {
+        FormatError::LabelOutOfRange {
+            sample,
+            label,
+            classes,
+        } => assert_eq!(
+            (sample.as_path(), *label, *classes),
+            (Path::new("tent"), 2, 2)
+        ),
+        other => panic!("want LabelOutOfRange, got {other}"),
+    }
+    assert!(e.to_string().contains("labels 0 to 1"), "{e}");
+    w.write(photo("caer/tent.jpg"), 1, "tent").unwrap();
+    let r = w.finish().unwrap();
+    assert_eq!((r.inputs, r.written), (1, 1));
+    assert_eq!(r.empty_classes, ["a"]);
+    assert_eq!(Dataset::open(&out).unwrap().manifest().classes, ["a", "b"]);
+
+    let e = SampleWriter::create(tmp.path().join("x"), sample_options(), Some(vec![])).unwrap_err();
+    assert!(matches!(e, FormatError::InvalidOptions(_)), "{e}");
+    assert!(!tmp.path().join("x").exists());
+}
