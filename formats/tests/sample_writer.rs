@@ -360,3 +360,21 @@ fn a_label_without_a_class_is_refused_and_the_writer_goes_on() {
     assert!(matches!(e, FormatError::InvalidOptions(_)), "{e}");
     assert!(!tmp.path().join("x").exists());
 }
+
+#[test]
+fn a_sample_over_max_file_size_is_skipped_as_such_a_file_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut o = sample_options();
+    let tent = photo("caer/tent.jpg");
+    o.max_file_size = tent.len() as u64 - 1;
+    let mut w = SampleWriter::create(tmp.path().join("ds"), o, None).unwrap();
+    w.write(tent.as_slice(), 0, "tent").unwrap();
+    w.write(&tent[..], 0, "tent again").unwrap();
+    let e = w.finish().unwrap_err();
+    let want = format!(
+        "tent: {} bytes is over the input size limit of {} bytes",
+        tent.len(),
+        tent.len() - 1
+    );
+    assert!(e.to_string().contains(&want), "{e}");
+}

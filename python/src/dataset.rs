@@ -86,24 +86,8 @@ pub(crate) fn convert<'py>(
         None => Source::ImageFolder(src),
     };
     let mut opts = ConvertOptions::new(source, out);
-    opts.encoding = match encoding {
-        "jpeg" => Encoding::Jpeg,
-        "raw" => Encoding::Raw,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "encoding={other:?}: want \"jpeg\" or \"raw\""
-            )))
-        }
-    };
-    opts.resize = match resize {
-        "shorter-side" => ResizeMode::ShorterSide,
-        "stretch" => ResizeMode::Stretch,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "resize={other:?}: want \"shorter-side\" or \"stretch\""
-            )))
-        }
-    };
+    opts.encoding = parse_encoding(encoding)?;
+    opts.resize = parse_resize(resize)?;
     opts.max_side = max_side;
     opts.quality = quality;
     opts.raw_size = size;
@@ -160,6 +144,28 @@ pub(crate) fn convert<'py>(
     let json = serde_json::to_string(&report)
         .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
     json_to_py(py, &json)
+}
+
+/// The `encoding=` keyword of `convert` and `Writer`.
+pub(crate) fn parse_encoding(encoding: &str) -> PyResult<Encoding> {
+    match encoding {
+        "jpeg" => Ok(Encoding::Jpeg),
+        "raw" => Ok(Encoding::Raw),
+        other => Err(PyValueError::new_err(format!(
+            "encoding={other:?}: want \"jpeg\" or \"raw\""
+        ))),
+    }
+}
+
+/// The `resize=` keyword of `convert` and `Writer`.
+pub(crate) fn parse_resize(resize: &str) -> PyResult<ResizeMode> {
+    match resize {
+        "shorter-side" => Ok(ResizeMode::ShorterSide),
+        "stretch" => Ok(ResizeMode::Stretch),
+        other => Err(PyValueError::new_err(format!(
+            "resize={other:?}: want \"shorter-side\" or \"stretch\""
+        ))),
+    }
 }
 
 /// Merges the parts of a partitioned conversion (``convert(..., part=I, parts=N)``

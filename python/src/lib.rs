@@ -7,6 +7,8 @@
 //!
 //! - `dataset`: `stoker.convert(src, out, **options)` (the converter's report as a
 //!   dict, the keys of `stoker convert --json`) and `stoker.Dataset(path)`.
+//! - `writer`: `stoker.Writer(out, classes)`, a dataset from samples written one at a
+//!   time (encoded image bytes and a label), a context manager.
 //! - `loader`: `stoker.Loader(...)`, its epoch iterator (GIL released while waiting,
 //!   Ctrl-C checked between bounded waits), `stats()`, `state_dict()` /
 //!   `load_state_dict()`.
@@ -31,6 +33,7 @@ mod loader;
 mod locks;
 mod sampler;
 mod signals;
+mod writer;
 
 use pyo3::prelude::*;
 
@@ -51,6 +54,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::convert, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::merge, m)?)?;
     m.add_class::<dataset::Dataset>()?;
+    m.add_class::<writer::Writer>()?;
     m.add_class::<loader::Loader>()?;
     m.add_class::<epoch::Epoch>()?;
     m.add_class::<sampler::LoaderSampler>()?;

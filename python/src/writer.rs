@@ -1,0 +1,291 @@
+//! `stoker.Writer`: a dataset from samples written one at a time (encoded image bytes and a
+//! label), over [`stoker_formats::SampleWriter`].
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes};
+use stoker_formats::{FormatError, SampleOptions, SampleWriter};
+
+use crate::dataset::{json_to_py, parse_encoding, parse_resize};
+use crate::errors::format_error;
+use crate::locks::lock_detached;
+
+/// Writes a dataset from samples: encoded images (JPEG, PNG, ... as bytes) and their
+/// labels, for images that are not files in a folder (a Hugging Face dataset, a database,
+/// TFRecords). Each sample is converted exactly as ``stoker.convert`` converts a file
+/// with the same options, and the result is the same kind of dataset::
+///
+///     with stoker.Writer("data/train", classes=names) as w:
+///         for image_bytes, label in samples:
+///             w.write(image_bytes, label)
+///     print(w.report["written"])
+///
+/// ``classes`` names the labels (label ``i`` is ``classes[i]``; a label with no name is
+/// a ``ValueError``); without it the classes are ``"0"`` to the largest label. ``source``
+/// is recorded in the manifest as where the samples came from. The other keywords are
+/// ``stoker.convert``'s: ``encoding``, ``max_side``, ``quality``, ``size``, ``resize``,
+/// ``jobs``, ``shard_size``, ``strict``, ``max_pixels``, ``max_file_size``,
+/// ``gpu_friendly``, ``check``.
+///
+/// ``out`` must be new or empty, and nothing is a dataset until ``close()`` (or the end
+/// of a ``with`` block without an exception) writes the manifest and returns the report
+/// dict ``stoker.convert`` returns. An exception in the ``with`` block, ``abort()``, or a
+/// writer garbage-collected unclosed takes away everything it wrote. Samples are
+/// transcoded in chunks on ``jobs`` threads while later ones are written (the GIL is
+/// released meanwhile), so a bad sample is skipped, or with ``strict=True`` raises, at a
+/// later ``write`` or at ``close``; an error that stops the writer takes its output away,
+/// and every later call raises.
+///
+/// Calls from several threads take turns (samples are stored in the order the calls
+/// run). A writer belongs to the process that made it: in a forked child it raises, and
+/// its garbage collection there leaves the parent's output alone.
+#[pyclass(module = "stoker", frozen)]
+pub(crate) struct Writer {
+    /// `None` once closed or aborted. Boxed: the writer is aligned to 64 bytes (a
+    /// cache-padded field inside), more than Python allocates objects with, which pyo3
+    /// checks (a panic that aborts the process).
+    inner: Mutex<Option<Box<SampleWriter>>>,
+    /// The report of `close()`, as JSON, once it has run.
+    report: Mutex<Option<String>>,
+    /// The error `close()` failed with, which closed the writer without a dataset.
+    failed: Mutex<Option<String>>,
+    out: PathBuf,
+    /// The process that made the writer (a fork's copy refuses before taking any lock).
+    pid: u32,
+}
+
+#[pymethods]
+impl Writer {
+    #[new]
+    #[pyo3(signature = (
+        out, classes=None, *, source=None, encoding="jpeg", max_side=None, quality=90,
+        size=None, resize="shorter-side", jobs=None,
+        shard_size=stoker_formats::DEFAULT_SHARD_BYTES, strict=false,
+        max_pixels=100_000_000, max_file_size=stoker_formats::DEFAULT_MAX_FILE_SIZE,
+        gpu_friendly=false, check=true
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        out: PathBuf,
+        classes: Option<Vec<String>>,
+        source: Option<String>,
+        encoding: &str,
+        max_side: Option<u32>,
+        quality: u8,
+        size: Option<(u32, u32)>,
+        resize: &str,
+        jobs: Option<usize>,
+        shard_size: u64,
+        strict: bool,
+        max_pixels: u64,
+        max_file_size: u64,
+        gpu_friendly: bool,
+        check: bool,
+    ) -> PyResult<Writer> {
+        let mut o = SampleOptions::new(source.unwrap_or_else(|| "stoker.Writer".into()));
+        o.encoding = parse_encoding(encoding)?;
+        o.resize = parse_resize(resize)?;
+        o.max_side = max_side;
+        o.quality = quality;
+        o.raw_size = size;
+        o.jobs = jobs;
+        o.shard_bytes = shard_size;
+        o.strict = strict;
+        o.max_pixels = max_pixels;
+        o.max_file_size = max_file_size;
+        o.gpu_friendly = gpu_friendly;
+        o.check_decode = check;
+        let at = out.clone();
+        let w = py
+            .detach(|| SampleWriter::create(at, o, classes))
+            .map_err(format_error)?;
+        for note in w.warnings() {
+            crate::errors::warn(py, format!("stoker.Writer: {note}"))?;
+        }
+        Ok(Writer {
+            inner: Mutex::new(Some(Box::new(w))),
+            report: Mutex::new(None),
+            failed: Mutex::new(None),
+            out,
+            pid: std::process::id(),
+        })
+    }
+
+    /// Adds a sample: ``image`` is the encoded image (``bytes``, ``bytearray``, or any
+    /// object with the buffer protocol and one-byte items, such as a ``memoryview`` or a
+    /// NumPy ``uint8`` array of the file's bytes), ``label`` its class, ``name`` what the
+    /// report calls it if it is skipped (default ``"sample N"``, counting from 0).
+    #[pyo3(signature = (image, label, name=None))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        image: &Bound<'_, PyAny>,
+        label: u32,
+        name: Option<&str>,
+    ) -> PyResult<()> {
+        self.check_process()?;
+        let data = image_bytes(image)?;
+        let mut inner = lock_detached(py, &self.inner);
+        let w = inner.as_mut().ok_or_else(|| self.closed_error(py))?;
+        py.detach(|| w.write(data, label, name.unwrap_or("")))
+            .map_err(writer_error)
+    }
+
+    /// Converts the samples still held, writes the manifest, and returns the report (a
+    /// dict with the keys of ``stoker.convert``'s; ``inputs`` counts the samples). Once
+    /// closed, ``close()`` returns the same report again and ``write`` raises.
+    fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.check_process()?;
+        let mut inner = lock_detached(py, &self.inner);
+        let json = match inner.take() {
+            Some(w) => {
+                let report = py.detach(|| w.finish()).map_err(|e| {
+                    *lock_detached(py, &self.failed) = Some(e.to_string());
+                    writer_error(e)
+                })?;
+                let json = serde_json::to_string(&report)
+                    .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
+                *lock_detached(py, &self.report) = Some(json.clone());
+                json
+            }
+            None => lock_detached(py, &self.report)
+                .clone()
+                .ok_or_else(|| self.closed_error(py))?,
+        };
+        json_to_py(py, &json)
+    }
+
+    /// The same as ``close()``.
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.close(py)
+    }
+
+    /// Stops without a dataset: takes away everything this writer wrote. Does nothing on
+    /// a writer already closed or aborted.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_process()?;
+        let taken = lock_detached(py, &self.inner).take();
+        // The clean-up removes files: not with the GIL held.
+        py.detach(move || drop(taken));
+        Ok(())
+    }
+
+    /// The report of ``close()``, or ``None`` before it.
+    #[getter]
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let json = lock_detached(py, &self.report).clone();
+        json.map(|j| json_to_py(py, &j)).transpose()
+    }
+
+    /// Whether the writer is closed or aborted.
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        lock_detached(py, &self.inner).is_none()
+    }
+
+    /// The output directory.
+    #[getter]
+    fn out(&self) -> PathBuf {
+        self.out.clone()
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// Closes the writer after a block that ended normally, aborts it after an exception
+    /// (which goes on).
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        ty: Option<&Bound<'_, PyAny>>,
+        _value: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if ty.is_some() {
+            self.abort(py)?;
+        } else if !self.closed(py) {
+            self.close(py)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let state = if self.closed(py) { "closed" } else { "open" };
+        format!(
+            "stoker.Writer({:?}, {state})",
+            self.out.display().to_string()
+        )
+    }
+}
+
+impl Writer {
+    fn closed_error(&self, py: Python<'_>) -> PyErr {
+        let why = match lock_detached(py, &self.failed).as_deref() {
+            Some(e) => format!(" (close() failed, leaving no dataset: {e})"),
+            None => String::new(),
+        };
+        PyValueError::new_err(format!(
+            "stoker.Writer({:?}) is closed{why}",
+            self.out.display().to_string()
+        ))
+    }
+
+    /// Refuses use in a forked child before any lock is taken: a lock held by a thread of
+    /// the parent at the fork is held forever in the child.
+    fn check_process(&self) -> PyResult<()> {
+        if std::process::id() == self.pid {
+            return Ok(());
+        }
+        Err(crate::errors::StokerError::new_err(format!(
+            "stoker.Writer({:?}) was created in another process: a writer cannot be used in a fork of the process that made it (make one in each process, into its own directory)",
+            self.out.display().to_string()
+        )))
+    }
+}
+
+/// The bytes of an encoded image, copied once from `bytes` or `bytearray` (the writer
+/// keeps them until their chunk is converted, and a stored JPEG's bytes become its record),
+/// or through a `memoryview` from any other buffer of one-byte items.
+fn image_bytes(image: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(b) = image.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(b) = image.cast::<PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    // The limited API this module is built for (abi3, Python 3.9) has no buffer protocol
+    // before 3.11: a memoryview's `tobytes()` makes one more copy.
+    let py = image.py();
+    let view = py
+        .import("builtins")?
+        .getattr("memoryview")?
+        .call1((image,))
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "image must be the encoded image's bytes (bytes, bytearray, memoryview or a uint8 array), not {}",
+                image.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+            ))
+        })?;
+    let itemsize: usize = view.getattr("itemsize")?.extract()?;
+    if itemsize != 1 {
+        return Err(PyTypeError::new_err(format!(
+            "image must be bytes of an encoded image; this buffer has items of {itemsize} bytes (an array of decoded pixels or of another dtype than uint8?)"
+        )));
+    }
+    let bytes = view.call_method0("tobytes")?;
+    Ok(bytes.cast::<PyBytes>()?.as_bytes().to_vec())
+}
+
+/// The exception for an error of the writer: a label without a class is the caller's
+/// argument (`ValueError`), the rest as every other format error.
+fn writer_error(e: FormatError) -> PyErr {
+    match e {
+        e @ FormatError::LabelOutOfRange { .. } => PyValueError::new_err(e.to_string()),
+        e => format_error(e),
+    }
+}

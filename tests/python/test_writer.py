@@ -1,0 +1,187 @@
+"""`stoker.Writer`: a dataset from samples in memory, as `stoker.convert` makes one from
+files (same records for the same images and options), a context manager that leaves no
+dataset when its block raises, and clear errors for what it refuses."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import stoker
+from conftest import SAMPLE
+
+
+def _photos():
+    """The sample photos as (bytes, label, name) in `convert`'s order, and the classes."""
+    classes = sorted(p.name for p in SAMPLE.iterdir() if p.is_dir())
+    samples = []
+    for label, c in enumerate(classes):
+        for f in sorted((SAMPLE / c).iterdir()):
+            samples.append((f.read_bytes(), label, f"{c}/{f.name}"))
+    return classes, samples
+
+
+def _records(path):
+    ds = stoker.Dataset(path)
+    return ds.classes, [ds[i] for i in range(len(ds))]
+
+
+def test_written_samples_are_the_records_convert_writes(tmp_path, sample_dataset):
+    classes, samples = _photos()
+    with stoker.Writer(tmp_path / "w", classes=classes, source="sample photos") as w:
+        for data, label, name in samples:
+            w.write(data, label, name)
+    report = w.report
+    assert report["written"] == report["inputs"] == len(samples)
+    assert report["stored"] == len(samples) and report["skipped"] == []
+    assert w.closed
+    # The keys of `stoker.convert`'s report.
+    assert set(report) == set(stoker.convert(SAMPLE, tmp_path / "c", progress=False))
+    assert _records(tmp_path / "w") == _records(sample_dataset)
+    manifest = stoker.Dataset(tmp_path / "w").manifest
+    assert manifest["provenance"]["source"] == "sample photos"
+    assert manifest["provenance"]["flags"]["order"] == "written"
+
+
+def test_reencoded_records_match_convert_too(tmp_path):
+    classes, samples = _photos()
+    stoker.convert(SAMPLE, tmp_path / "c", max_side=48, progress=False)
+    with stoker.Writer(tmp_path / "w", classes, max_side=48, jobs=2) as w:
+        for data, label, _ in samples:
+            w.write(data, label)
+    assert w.report["transcoded"] == len(samples)
+    assert _records(tmp_path / "w") == _records(tmp_path / "c")
+
+
+def test_bytearray_memoryview_and_numpy_buffers_are_the_same_bytes(tmp_path):
+    _, samples = _photos()
+    data = samples[0][0]
+    out = tmp_path / "ds"
+    with stoker.Writer(out) as w:
+        w.write(data, 0)
+        w.write(bytearray(data), 1)
+        w.write(memoryview(data), 2)
+        w.write(np.frombuffer(data, dtype=np.uint8), 3)
+        # A slice of a larger buffer, not starting at its beginning.
+        padded = np.frombuffer(b"xx" + data, dtype=np.uint8)
+        w.write(padded[2:], 4)
+    classes, records = _records(out)
+    assert classes == ["0", "1", "2", "3", "4"]
+    assert records == [(data, label) for label in range(5)]
+
+
+def test_what_is_not_encoded_bytes_is_a_type_error(tmp_path):
+    with stoker.Writer(tmp_path / "ds") as w:
+        with pytest.raises(TypeError, match="encoded image"):
+            w.write("photo.jpg", 0)
+        with pytest.raises(TypeError, match="encoded image"):
+            w.write(7, 0)
+        with pytest.raises(TypeError, match="items of 4 bytes"):
+            w.write(np.zeros(8, dtype=np.float32), 0)
+        w.write(_photos()[1][0][0], 0)
+    assert w.report["written"] == 1
+
+
+def test_an_exception_in_the_block_leaves_nothing(tmp_path):
+    _, samples = _photos()
+    out = tmp_path / "new" / "ds"
+    with pytest.raises(RuntimeError, match="boom"):
+        with stoker.Writer(out, shard_size=65536, check=False) as w:
+            for data, label, _ in samples * 60:
+                w.write(data, label)
+            # Enough was written for shards to be on disk.
+            assert any(n.endswith(".lmdb") for n in os.listdir(out)), os.listdir(out)
+            raise RuntimeError("boom")
+    assert not (tmp_path / "new").exists()
+    assert w.closed and w.report is None
+
+
+def test_bad_samples_are_skipped_or_with_strict_stop_the_writer(tmp_path):
+    _, samples = _photos()
+    with stoker.Writer(tmp_path / "ok") as w:
+        w.write(samples[0][0], 0, "good")
+        w.write(b"not a picture", 0, "text")
+    assert w.report["written"] == 1
+    assert [s["path"] for s in w.report["skipped"]] == ["text"]
+
+    w = stoker.Writer(tmp_path / "strict", strict=True)
+    w.write(samples[0][0], 0)
+    w.write(b"not a picture", 0, "text")
+    with pytest.raises(stoker.StokerError, match="text: not an image"):
+        w.close()
+    assert not (tmp_path / "strict").exists()
+    with pytest.raises(ValueError, match="is closed .close.. failed.*text: not an image"):
+        w.write(samples[0][0], 0)
+
+    # Stopped by a `write`, the writer says so at every later call.
+    w = stoker.Writer(tmp_path / "strict", strict=True, check=False)
+    w.write(b"not a picture", 0, "text")
+    with pytest.raises(stoker.StokerError, match="text: not an image"):
+        for _ in range(3000):
+            w.write(samples[0][0], 0)
+    assert not (tmp_path / "strict").exists()
+    with pytest.raises(stoker.StokerError, match="stopped on an earlier error"):
+        w.write(samples[0][0], 0)
+    w.abort()
+
+
+def test_refusals_are_clear(tmp_path, sample_dataset):
+    with pytest.raises(stoker.StokerError, match="already holds a finished dataset"):
+        stoker.Writer(sample_dataset)
+    with stoker.Writer(tmp_path / "ds", ["a", "b"]) as w:
+        with pytest.raises(stoker.StokerError, match="lock"):
+            stoker.Writer(tmp_path / "ds")
+        with pytest.raises(ValueError, match="label 2 is out of range"):
+            w.write(_photos()[1][0][0], 2)
+        with pytest.raises(OverflowError):
+            w.write(_photos()[1][0][0], -1)
+        w.write(_photos()[1][0][0], 1)
+    report = w.close()
+    assert report == w.report and report["empty_classes"] == ["a"]
+    with pytest.raises(ValueError, match="is closed"):
+        w.write(b"", 0)
+    with pytest.raises(ValueError, match="encoding"):
+        stoker.Writer(tmp_path / "x", encoding="png")
+    with pytest.raises(stoker.StokerError, match="no dataset was written"):
+        stoker.Writer(tmp_path / "empty").close()
+    assert not (tmp_path / "empty").exists()
+
+
+def test_the_written_dataset_loads(tmp_path):
+    classes, samples = _photos()
+    with stoker.Writer(tmp_path / "ds", classes) as w:
+        for data, label, _ in samples:
+            w.write(data, label)
+    loader = stoker.Loader(tmp_path / "ds", 5, device="cpu", size=16, seed=1)
+    labels = []
+    for images, y in loader:
+        assert np.from_dlpack(images).shape == (5, 3, 16, 16)
+        labels.extend(np.from_dlpack(y).tolist())
+    assert sorted(labels) == sorted(label for _, label, _ in samples)
+
+
+def test_a_forked_child_cannot_use_or_remove_the_parents_writer(tmp_path):
+    _, samples = _photos()
+    code = f"""
+import os, sys, stoker
+w = stoker.Writer({str(tmp_path / "ds")!r})
+w.write(open({str(SAMPLE / "caer" / "tent.jpg")!r}, "rb").read(), 0)
+pid = os.fork()
+if pid == 0:
+    try:
+        w.write(b"x", 0)
+        os._exit(3)
+    except stoker.StokerError as e:
+        ok = "another process" in str(e)
+    del w
+    os._exit(0 if ok else 4)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+print(w.close()["written"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
+    assert len(stoker.Dataset(tmp_path / "ds")) == 1
