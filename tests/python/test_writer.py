@@ -185,3 +185,26 @@ print(w.close()["written"])
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
     assert len(stoker.Dataset(tmp_path / "ds")) == 1
+
+
+def test_writes_from_several_threads_take_turns(tmp_path):
+    import threading
+
+    _, samples = _photos()
+    w = stoker.Writer(tmp_path / "ds", check=False)
+    assert isinstance(w.out, os.PathLike) and not w.closed
+
+    def write_all(label):
+        for data, _, _ in samples:
+            w.write(data, label)
+
+    threads = [threading.Thread(target=write_all, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    report = w.close()
+    assert report["written"] == 4 * len(samples)
+    _, records = _records(tmp_path / "ds")
+    for label in range(4):
+        assert sorted(d for d, y in records if y == label) == sorted(d for d, _, _ in samples)

@@ -6,7 +6,9 @@
 //!
 //! Samples are buffered in chunks; a full chunk is transcoded on a thread pool while the
 //! caller fills the next, and its results are written in the order the samples came. At
-//! most two chunks are held: the one being filled and the one being transcoded.
+//! most two chunks are held, the one being filled and the one being transcoded, each of at
+//! most [`CHUNK_BYTES`] of samples plus the one that filled it (and of raw records, whose
+//! size does not follow the input's, at most about [`CHUNK_BYTES`] too).
 //!
 //! The output is never visible as complete before [`SampleWriter::finish`] returns: the
 //! manifest is written last and atomically, and a writer dropped unfinished (an error, a
@@ -28,7 +30,7 @@ use super::transcode::{Outcome, Processed};
 use crate::input_file::refusal_reason;
 use crate::manifest::{Provenance, MANIFEST_FILE};
 use crate::record::{Encoding, HEADER_LEN};
-use crate::writer::{DatasetWriter, WriterOptions, DEFAULT_SHARD_BYTES};
+use crate::writer::{DatasetWriter, WriterOptions};
 use crate::FormatError;
 
 /// A chunk is transcoded once it holds this many input bytes, so that a chunk of large
@@ -96,7 +98,7 @@ impl SampleOptions {
             raw_size: c.raw_size,
             resize: c.resize,
             jobs: c.jobs,
-            shard_bytes: DEFAULT_SHARD_BYTES,
+            shard_bytes: c.shard_bytes,
             strict: c.strict,
             max_pixels: c.max_pixels,
             max_file_size: c.max_file_size,
@@ -268,11 +270,12 @@ impl SampleWriter {
         // The directory was empty: everything in it from now on is this writer's.
         made.begins_afresh(true);
         // A raw record is its pixels whatever the input's size: a chunk holds at most
-        // `CHUNK_BYTES` of them, but always enough to give every thread work.
+        // `CHUNK_BYTES` of them, but always one per thread (as `convert` holds one record
+        // per worker).
         let chunk_samples = match options.raw_size {
             Some((w, h)) if options.encoding == Encoding::Raw => {
                 let record = (w as usize) * (h as usize) * 3 + HEADER_LEN;
-                (CHUNK_BYTES / record).clamp(2 * jobs, CHUNK_SAMPLES)
+                (CHUNK_BYTES / record).max(jobs).min(CHUNK_SAMPLES)
             }
             _ => CHUNK_SAMPLES,
         };
