@@ -313,6 +313,14 @@ fn an_output_holding_anything_or_being_written_is_refused() {
     assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
     assert_eq!(stoker_testdata::files_in(&ds), before);
 
+    // And the other way: `convert --resume` into a written dataset says what it is.
+    let written = tmp.path().join("written");
+    write_files(Path::new(SAMPLE), &written, &sample_options());
+    let mut o = convert_options(Path::new(SAMPLE), &written, &sample_options());
+    o.resume = true;
+    let e = convert(&o, &NoProgress).unwrap_err();
+    assert!(e.to_string().contains("written from samples"), "{e}");
+
     let other = tmp.path().join("other");
     std::fs::create_dir(&other).unwrap();
     std::fs::write(other.join("notes.txt"), b"mine").unwrap();

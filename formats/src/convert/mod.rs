@@ -406,6 +406,10 @@ fn not_this_conversion(m: &crate::manifest::Manifest, part: Option<&PartInfo>) -
         (Some(_), None) => return "already holds a finished dataset that is not a part of a partitioned conversion (manifest.json without `part`); choose another output directory or delete it",
         _ => {}
     }
+    // Written from samples, it has no listing either, and is no older build's work.
+    if m.provenance.flags.get(ORDER_FLAG).map(String::as_str) == Some(WRITTEN_ORDER) {
+        return "already holds a dataset written from samples (SampleWriter, Python's stoker.Writer), not a conversion that --resume could finish; choose another output directory or delete it";
+    }
     // A plain dataset finished by a build before 2b78cbc has no listing flag. Taking it as
     // done, as a part of such a build is (its `part.listing` is there to compare), would
     // take any dataset made from the same source string and flags as this listing, though
