@@ -177,14 +177,16 @@ impl Writer {
     /// The report of ``close()``, or ``None`` before it.
     #[getter]
     fn report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.check_process()?;
         let json = lock_detached(py, &self.report).clone();
         json.map(|j| json_to_py(py, &j)).transpose()
     }
 
     /// Whether the writer is closed or aborted.
     #[getter]
-    fn closed(&self, py: Python<'_>) -> bool {
-        lock_detached(py, &self.inner).is_none()
+    fn closed(&self, py: Python<'_>) -> PyResult<bool> {
+        self.check_process()?;
+        Ok(lock_detached(py, &self.inner).is_none())
     }
 
     /// The output directory.
@@ -208,14 +210,18 @@ impl Writer {
     ) -> PyResult<bool> {
         if ty.is_some() {
             self.abort(py)?;
-        } else if !self.closed(py) {
+        } else if !self.closed(py)? {
             self.close(py)?;
         }
         Ok(false)
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let state = if self.closed(py) { "closed" } else { "open" };
+        let state = match self.closed(py) {
+            Ok(true) => "closed",
+            Ok(false) => "open",
+            Err(_) => "of another process",
+        };
         format!(
             "stoker.Writer({:?}, {state})",
             self.out.display().to_string()

@@ -175,6 +175,12 @@ if pid == 0:
         os._exit(3)
     except stoker.StokerError as e:
         ok = "another process" in str(e)
+    try:
+        w.closed
+        ok = False
+    except stoker.StokerError:
+        pass
+    ok = ok and "of another process" in repr(w)
     del w
     os._exit(0 if ok else 4)
 _, status = os.waitpid(pid, 0)
