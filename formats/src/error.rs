@@ -273,7 +273,7 @@ pub enum FormatError {
     /// A sample handed to [`crate::SampleWriter`] has a label with no class: the writer
     /// was given `classes` names and the label is not below their count (or, without
     /// names, the label is over the limit of class labels).
-    #[error("{sample}: label {label} is out of range: the dataset has {classes} classes (labels 0 to {})", .classes.saturating_sub(1))]
+    #[error("{sample}: label {label} is out of range: labels must be below {classes} (the number of class names given; without names, the limit of class labels)")]
     LabelOutOfRange {
         /// The sample's name.
         sample: PathBuf,
