@@ -42,7 +42,7 @@ pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MIN_SHARD_BYTES};
 pub use part::{Part, MAX_PARTS};
 pub use report::{ConvertReport, NoProgress, Progress, Skipped};
-pub use samples::{SampleOptions, SampleWriter, WRITTEN_ORDER};
+pub use samples::{SampleOptions, SampleWriter};
 pub use source::{Layout, Source};
 
 /// True when `data` is a JPEG whose primary image is complete: its end-of-image marker
@@ -248,6 +248,10 @@ const STREAM_STORED_ORDER: u64 = 0x7374_6f72_6500_0003;
 /// one class after another), `list` (a list file's order), `flat` (one class),
 /// `webdataset` (the shards' order) or `shuffled` (`--shuffle`).
 pub const ORDER_FLAG: &str = "order";
+
+/// The [`ORDER_FLAG`] of a dataset written from samples ([`SampleWriter`]): the order they
+/// were written in.
+pub const WRITTEN_ORDER: &str = "written";
 
 /// The inputs in the order their records are stored: the source's, or shuffled.
 fn ordered_listing(options: &ConvertOptions) -> Result<source::Listing, FormatError> {

@@ -40,9 +40,6 @@ const CHUNK_BYTES: usize = 8 << 20;
 /// to keep every thread busy, yet a failure is reported soon after its sample.
 const CHUNK_SAMPLES: usize = 1024;
 
-/// The `order` flag of a dataset written from samples: the order they were written in.
-pub const WRITTEN_ORDER: &str = "written";
-
 /// How samples are turned into records: [`ConvertOptions`]' fields that apply to samples
 /// (not the source, layout, shuffle, parts, resume or a shard count, which need a listing
 /// known in advance), with the same defaults.
@@ -89,7 +86,7 @@ impl SampleOptions {
     /// assert_eq!((o.quality, o.check_decode), (90, true));
     /// ```
     pub fn new(source: impl Into<String>) -> SampleOptions {
-        let c = ConvertOptions::new(super::Source::ImageFolder(PathBuf::new()), "");
+        let c = ConvertOptions::new(super::source::Source::ImageFolder(PathBuf::new()), "");
         SampleOptions {
             source: source.into(),
             encoding: c.encoding,
@@ -110,7 +107,7 @@ impl SampleOptions {
     /// The conversion options that process a sample as `convert` processes a file into
     /// `out` (the source is never read: samples come from the caller).
     fn as_convert(&self, out: PathBuf) -> ConvertOptions {
-        let mut c = ConvertOptions::new(super::Source::ImageFolder(PathBuf::new()), out);
+        let mut c = ConvertOptions::new(super::source::Source::ImageFolder(PathBuf::new()), out);
         c.encoding = self.encoding;
         c.max_side = self.max_side;
         c.quality = self.quality;
@@ -493,7 +490,7 @@ impl SampleWriter {
         provenance.flags = self.options.output_flags();
         provenance
             .flags
-            .insert(super::ORDER_FLAG.into(), WRITTEN_ORDER.into());
+            .insert(super::ORDER_FLAG.into(), super::WRITTEN_ORDER.into());
         let writer = self.writer.take().expect("checked above");
         // From here the writer is gone: a failure takes away the files by these names.
         self.written = written_names(&writer);
@@ -591,7 +588,7 @@ fn value_len(p: &Processed) -> Option<u64> {
 
 /// Why a writer that wrote no record has no dataset: how many samples it was given, and
 /// why the first few were skipped.
-fn nothing_written(samples: u64, skipped: &[super::Skipped]) -> String {
+fn nothing_written(samples: u64, skipped: &[super::report::Skipped]) -> String {
     if samples == 0 {
         return "no sample was written".into();
     }
