@@ -174,8 +174,8 @@ impl GpuSpin {
             .stream
             .record_event(flags)
             .map_err(|e| format!("cuEventRecord: {e}"))?;
-        let ms = start
-            .elapsed_ms(&end)
+        // Not cudarc's `elapsed_ms`: it needs a CUDA 12.8 driver (see the loader's).
+        let ms = stoker_loader::gpu::event_elapsed_ms(&start, &end)
             .map_err(|e| format!("cuEventElapsedTime: {e}"))?;
         Duration::try_from_secs_f64(f64::from(ms.max(0.0)) / 1000.0)
             .map_err(|e| format!("cuEventElapsedTime gave {ms} ms: {e}"))

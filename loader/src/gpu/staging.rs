@@ -238,15 +238,11 @@ impl Slot {
         self.h2d_end
             .synchronize()
             .map_err(|e| driver_err("cuEventSynchronize (staging reuse)", e))?;
-        let h2d_ms = self
-            .h2d_start
-            .elapsed_ms(&self.h2d_end)
+        let h2d_ms = super::event_time::elapsed_ms(&self.h2d_start, &self.h2d_end)
             .map_err(|e| driver_err("cuEventElapsedTime (h2d)", e))?;
         // The batch of the previous use was handed over and dropped, so its kernel
         // is normally long done: this rarely blocks.
-        let kernel_ms = self
-            .kernel_start
-            .elapsed_ms(&self.ready)
+        let kernel_ms = super::event_time::elapsed_ms(&self.kernel_start, &self.ready)
             .map_err(|e| driver_err("cuEventElapsedTime (transform)", e))?;
         Ok(Some((prev, h2d_ms, kernel_ms)))
     }
