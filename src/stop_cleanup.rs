@@ -2,6 +2,14 @@
 //! place) when the process is stopped by SIGINT, SIGTERM or SIGHUP (Ctrl-C, `timeout`, a
 //! closed terminal): those end a Rust process without running destructors, so each stop
 //! would leave a `.NAME*.stoker.tmp` behind. SIGKILL cannot be caught. One file at a time: a program writing one output per run.
+//!
+//! The CLI installs the handlers for every subcommand ([`install`]), temporary file or
+//! not: as process 1 of a container (`docker run IMAGE stoker convert ...`, a Kubernetes
+//! pod whose command execs stoker) the kernel drops a signal whose action is the
+//! default, so without a handler SIGTERM (`docker stop`, a pod's eviction or deletion)
+//! and Ctrl-C did nothing and the conversion ran on until SIGKILL at the end of the
+//! grace period. With it, such a stop ends stoker at once with the status a shell
+//! reports for the signal, leaving the output as a kill does (`--resume` continues).
 
 use std::ffi::{c_char, c_int, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -19,8 +27,7 @@ const SIGNALS: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 /// is called (replacing any path given before), then stops it by that signal as it would
 /// have been. Installs the handlers at the first call; a signal ignored then stays ignored.
 pub fn remove_on_stop(path: &Path) {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(install);
+    install();
     if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
         TEMPORARY.store(c.into_raw(), Ordering::SeqCst);
     }
@@ -31,7 +38,16 @@ pub fn forget() {
     TEMPORARY.store(std::ptr::null_mut(), Ordering::SeqCst);
 }
 
-fn install() {
+/// Installs the stop handlers (once; later calls do nothing): SIGINT, SIGTERM and SIGHUP
+/// then end the process as their default action would, also as process 1, after removing
+/// the temporary file given to [`remove_on_stop`], if any. A signal ignored at the first
+/// call stays ignored.
+pub fn install() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(install_handlers);
+}
+
+fn install_handlers() {
     for sig in SIGNALS {
         // SAFETY: a zeroed `sigaction` is a valid value; the handler below is
         // async-signal-safe (an atomic load, unlink, signal, raise), and the query of

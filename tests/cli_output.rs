@@ -266,6 +266,52 @@ fn decode_output_stopped_by_a_signal_leaves_no_temporary_file() {
     );
 }
 
+/// Whether process `pid` has a handler for signal `sig` (its `SigCgt` mask in
+/// /proc/PID/status), `None` while that cannot be read.
+fn catches(pid: u32, sig: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+    let mask = u64::from_str_radix(mask.trim(), 16).ok()?;
+    Some(mask & (1 << (sig - 1)) != 0)
+}
+
+#[test]
+fn every_subcommand_stops_on_sigterm_also_as_process_1() {
+    // As process 1 of a container (`exec stoker convert` in a pod, as in
+    // examples/cluster/convert-job.yaml) the kernel drops a signal left at its default
+    // action: `stoker convert` ignored SIGTERM and ran on until SIGKILL ended the grace
+    // period. A handler makes the stop land there too; this checks the handler (a
+    // long-running bench, not a `decode -o`, which had one already) and that the stop
+    // still ends the process by SIGTERM. (Running it as process 1 needs a PID namespace,
+    // which CI cannot count on.)
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let o = common::stoker_within(&["convert", SAMPLE, p(&ds)], LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut child = Command::new(STOKER)
+        .args(["bench", p(&ds), "--device", "cpu", "--seconds", "30"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut caught = None;
+    while std::time::Instant::now() < deadline {
+        caught = catches(child.id(), 15);
+        if caught == Some(true) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let status = child.wait().unwrap();
+    assert_eq!(caught, Some(true), "stoker bench has no SIGTERM handler");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(15), "{status:?}");
+}
+
 /// Signal names for `kill -NAME`.
 mod libc_sig {
     pub const INT: &str = "INT";

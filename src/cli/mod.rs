@@ -40,6 +40,8 @@ enum Command {
 /// Parses the flags, runs the subcommand and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
     stoker::exit::ignore_file_size_signal();
+    // As process 1 of a container, SIGTERM and Ctrl-C would otherwise be dropped.
+    stoker::stop_cleanup::install();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
