@@ -22,12 +22,35 @@ pub(crate) struct OutputLock {
 impl OutputLock {
     /// Takes the lock of the existing directory `out`, or says who holds it.
     pub(crate) fn acquire(out: &Path) -> Result<OutputLock, FormatError> {
+        Self::acquire_with(out, fs4::FileExt::try_lock)
+    }
+
+    /// [`OutputLock::acquire`] with the locking call given, so that tests can play a file
+    /// system without locks.
+    ///
+    /// A file system that has no `flock` at all (an NFSv3 mount whose lock daemon is not
+    /// reachable: `ENOLCK`; FUSE or SMB mounts without lock support: `ENOSYS`,
+    /// `EOPNOTSUPP`) used to refuse every conversion and merge into it with a bare "No
+    /// locks available". The lock only keeps a second stoker from writing the same
+    /// directory (and `flock` is local to one machine on some network file systems
+    /// anyway), so there the work goes on unlocked, with a warning saying so.
+    fn acquire_with(
+        out: &Path,
+        try_lock: impl FnOnce(&File) -> Result<(), fs4::TryLockError>,
+    ) -> Result<OutputLock, FormatError> {
         let dir = File::open(out).map_err(|e| FormatError::io(out, e))?;
-        match fs4::FileExt::try_lock(&dir) {
+        match try_lock(&dir) {
             Ok(()) => Ok(OutputLock { dir }),
             Err(fs4::TryLockError::WouldBlock) => Err(FormatError::OutputLocked {
                 path: out.to_path_buf(),
             }),
+            Err(fs4::TryLockError::Error(e)) if no_locks_here(&e) => {
+                tracing::warn!(
+                    "cannot lock {} ({e}): its file system has no file locks, so nothing stops a second `stoker convert` or `merge` from writing into it at the same time; make sure only one does",
+                    out.display()
+                );
+                Ok(OutputLock { dir })
+            }
             Err(fs4::TryLockError::Error(e)) => Err(FormatError::io(out, e)),
         }
     }
@@ -37,6 +60,15 @@ impl OutputLock {
     pub(crate) fn dir(&self) -> &File {
         &self.dir
     }
+}
+
+/// Whether a failed `flock` means that the file system has no locks at all, rather than
+/// that this lock could not be had.
+fn no_locks_here(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOLCK | libc::ENOSYS | libc::EOPNOTSUPP)
+    )
 }
 
 #[cfg(test)]
@@ -54,5 +86,24 @@ mod tests {
         assert!(e.to_string().contains("another `stoker convert`"), "{e}");
         drop(first);
         OutputLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_file_system_without_locks_converts_unlocked_other_errors_still_refuse() {
+        let dir = tempfile::tempdir().unwrap();
+        let failing = |errno| {
+            move |_: &File| {
+                Err(fs4::TryLockError::Error(std::io::Error::from_raw_os_error(
+                    errno,
+                )))
+            }
+        };
+        // NFSv3 without its lock daemon, FUSE/SMB without lock support.
+        for errno in [libc::ENOLCK, libc::ENOSYS, libc::EOPNOTSUPP] {
+            OutputLock::acquire_with(dir.path(), failing(errno))
+                .unwrap_or_else(|e| panic!("errno {errno}: {e}"));
+        }
+        let e = OutputLock::acquire_with(dir.path(), failing(libc::EIO)).unwrap_err();
+        assert!(e.to_string().contains("os error 5"), "{e}");
     }
 }
