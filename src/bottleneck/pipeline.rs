@@ -9,7 +9,7 @@ use stoker_formats::Dataset;
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker_loader::{Device, Loader, Output, Shuffle, Stage, Stats, Transform};
 
-use stoker_loader::metrics::system_cpu_jiffies;
+use stoker_loader::metrics::cpu_busy_reading;
 
 use super::consumer::Step;
 use super::host::process_cpu_time;
@@ -23,8 +23,10 @@ pub struct EndToEnd {
     pub stage: StageReport,
     /// Consumer busy time / wall time; `None` without a step.
     pub fed_ratio: Option<f64>,
-    /// Busy fraction of all CPUs, machine-wide (`/proc/stat`), during the timed
-    /// window: what the input-bound rule reads; falls back to this process's share.
+    /// Busy fraction of the CPUs this process may use during the timed window
+    /// (`stoker_loader::metrics::cpu_busy_reading`: the machine's, or in a container
+    /// with fewer CPUs its cgroup's): what the input-bound rule reads; falls back to
+    /// this process's share.
     pub cpu_util: Option<f64>,
     /// GPU busy fraction, when the step runs on the GPU.
     pub gpu_util: Option<f64>,
@@ -197,7 +199,7 @@ fn timed_window(
     let mut warmed = false;
     let mut start = Instant::now();
     let mut cpu0 = process_cpu_time();
-    let mut sys0 = system_cpu_jiffies();
+    let mut sys0 = cpu_busy_reading();
     let mut epoch = 0u64;
     // Read when the budget is spent, before the epoch is dropped: dropping it
     // stops the loader (joining its producer), which is not the window's.
@@ -219,7 +221,7 @@ fn timed_window(
                 loader.reset_stats();
                 start = Instant::now();
                 cpu0 = process_cpu_time();
-                sys0 = system_cpu_jiffies();
+                sys0 = cpu_busy_reading();
                 continue;
             }
             busy += took;
@@ -228,7 +230,7 @@ fn timed_window(
             let el = start.elapsed();
             tick((el.as_secs_f64() / budget.as_secs_f64()).min(1.0));
             if el >= budget {
-                break 'run (el, process_cpu_time(), system_cpu_jiffies());
+                break 'run (el, process_cpu_time(), cpu_busy_reading());
             }
         }
         if !any {
@@ -264,11 +266,11 @@ fn summarize(
         (Some(a), Some(b)) => Some((b - a).as_secs_f64()).filter(|s| *s > 0.0),
         _ => None,
     };
-    // This process's share of the cores, and the machine's busy fraction.
+    // This process's share of the cores, and how busy the CPUs it may use are.
     let proc_util = cpu_secs.map(|c| (c / (secs * cores.max(1) as f64)).min(1.0));
     let sys_util = match (w.sys0, w.sys1) {
         (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
-            Some(((b1 - b0) as f64 / (t1 - t0) as f64).clamp(0.0, 1.0))
+            Some((b1.saturating_sub(b0) as f64 / (t1 - t0) as f64).clamp(0.0, 1.0))
         }
         _ => None,
     };
@@ -283,7 +285,7 @@ fn summarize(
     let caps = loader_capacities(&stats, built);
 
     let mut note = format!(
-        "loader {} path, {} batches of {} ({}² f32 NCHW, RandomResizedCrop+flip+normalize), this process {:.0}% of {} cores, machine CPU {:.0}% busy, {step_note}",
+        "loader {} path, {} batches of {} ({}² f32 NCHW, RandomResizedCrop+flip+normalize), this process {:.0}% of {} cores, CPUs {:.0}% busy, {step_note}",
         if built.gpu_path { "GPU" } else { "CPU" },
         w.batches,
         opts.batch,

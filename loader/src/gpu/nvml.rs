@@ -180,15 +180,16 @@ fn sample(
             }
         }
     });
-    let mut cpu_prev = crate::metrics::system_cpu_jiffies();
+    let mut cpu_prev = crate::metrics::cpu_busy_reading();
     // Every 100 ms until the sender is dropped (then `Disconnected`, at once).
     while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
         stopped.recv_timeout(Duration::from_millis(100))
     {
-        let cpu_now = crate::metrics::system_cpu_jiffies();
+        let cpu_now = crate::metrics::cpu_busy_reading();
         let cpu = match (cpu_prev, cpu_now) {
             (Some((b0, t0)), Some((b1, t1))) if t1 > t0 => {
-                Some(100.0 * (b1 - b0) as f64 / (t1 - t0) as f64)
+                // A cgroup may hold more than this process: at most all its CPUs.
+                Some((100.0 * b1.saturating_sub(b0) as f64 / (t1 - t0) as f64).min(100.0))
             }
             _ => None,
         };

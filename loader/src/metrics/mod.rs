@@ -9,10 +9,12 @@
 //! text exposition ([`Stats::to_prometheus`]).
 
 mod counters;
+mod cpu_busy;
 mod report;
 mod stats;
 
 pub(crate) use counters::clock_ns;
 pub(crate) use counters::UtilizationSums;
 pub use counters::{system_cpu_jiffies, Metrics};
+pub use cpu_busy::cpu_busy_reading;
 pub use stats::{Stage, StageStats, Stats, Utilization, FED_THRESHOLD};

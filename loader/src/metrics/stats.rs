@@ -56,7 +56,8 @@ impl Stage {
 /// Mean utilizations over an interval, in percent (`None`: not measured here).
 ///
 /// The GPU path samples them every 100 ms while an epoch runs: GPU and JPEG
-/// engines through NVML where the driver has it, host CPUs from `/proc/stat`.
+/// engines through NVML where the driver has it, CPUs from [`crate::metrics::cpu_busy_reading`]
+/// (the machine's `/proc/stat`, or the container's CPU time over the CPUs it may use).
 ///
 /// # Examples
 ///
@@ -71,7 +72,8 @@ pub struct Utilization {
     pub gpu: Option<f64>,
     /// JPEG engines, NVML's JPG utilization.
     pub jpeg: Option<f64>,
-    /// Host CPUs (all cores), from `/proc/stat`.
+    /// The CPUs this process may use: all the machine's (`/proc/stat`), or in a container
+    /// or allocation with fewer, its cgroup's CPU time over theirs.
     pub cpu: Option<f64>,
     /// Samples taken.
     pub samples: u64,
