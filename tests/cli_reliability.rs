@@ -335,3 +335,21 @@ fn inspect_and_verify_of_an_unfinished_conversion_say_to_resume_it() {
         );
     }
 }
+
+#[test]
+fn convert_into_a_log_says_how_far_it_got() {
+    // In a container stderr is a pipe (`kubectl logs`) or a Slurm job's output file, where
+    // a progress bar draws nothing: a conversion of hours printed nothing until its end.
+    // There it writes a line at the start and then once a minute.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    let o = stoker(&["convert", SAMPLE, p(&out)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("progress: 0/15 images (0.0%)")),
+        "{}",
+        text(&o)
+    );
+}

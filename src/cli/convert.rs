@@ -6,6 +6,7 @@ use std::io::IsTerminal;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use stoker::formats::{self, ConvertOptions, Encoding, Layout, ResizeMode, Source};
 
@@ -167,9 +168,17 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let opts = options(&args)?;
-    // On stderr when it is a terminal; skipped inputs listed with --verbose.
-    let progress =
-        formats::convert::TerminalBar::new(std::io::stderr().is_terminal(), args.verbose);
+    // On stderr: a bar on a terminal, else (kubectl logs, a Slurm job's output file) a
+    // line a minute, which a bar would not draw there; skipped inputs listed with --verbose.
+    let progress = if std::io::stderr().is_terminal() {
+        formats::convert::TerminalBar::new(true, args.verbose)
+    } else {
+        formats::convert::TerminalBar::log_lines(
+            Duration::from_secs(60),
+            args.verbose,
+            Box::new(std::io::stderr()),
+        )
+    };
     let report = formats::convert(&opts, &progress)?;
     if report.flat && args.layout == Layout::Auto {
         // Said once, so that a user who expected class sub-folders sees that every
