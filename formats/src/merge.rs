@@ -477,16 +477,30 @@ fn check_size(path: &Path, s: &ShardEntry) -> Result<(), FormatError> {
 }
 
 fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatError {
-    if e.raw_os_error() == Some(libc::EXDEV) {
-        return FormatError::MergeRefused {
-            path: from.to_path_buf(),
-            reason: format!(
-                "on another file system than {}; merge links shards instead of copying them, so give an output root on the parts' file system",
-                to.display()
-            ),
-        };
+    let refused = |reason: String| FormatError::MergeRefused {
+        path: from.to_path_buf(),
+        reason,
+    };
+    match e.raw_os_error() {
+        Some(libc::EXDEV) => refused(format!(
+            "on another file system than {}; merge links shards instead of copying them, so give an output root on the parts' file system",
+            to.display()
+        )),
+        // A bare "Operation not permitted" naming the link, not the shard, left the
+        // operator to guess: a merge run as another user than the conversion tasks (a
+        // separate Job's securityContext, an interactive shell) meets the kernel's
+        // fs.protected_hardlinks, which forbids linking other users' files.
+        Some(libc::EPERM) => refused(format!(
+            "cannot be hard-linked as {} ({e}): the shard belongs to another user and the kernel (fs.protected_hardlinks) forbids linking other users' files, or the file system has no hard links; run merge as the user that converted the parts",
+            to.display()
+        )),
+        // Object-storage FUSE mounts and some others have no hard links at all.
+        Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EMLINK) => refused(format!(
+            "cannot be hard-linked as {} ({e}): merge links shards instead of copying them, which this file system does not allow; convert onto a file system with hard links (or in one part)",
+            to.display()
+        )),
+        _ => FormatError::io(to, e),
     }
-    FormatError::io(to, e)
 }
 
 /// Adds the counts of `b` to `a` (saturating: the counts only inform, and forged part
@@ -516,4 +530,42 @@ fn add_audit(a: &mut Audit, b: &Audit) {
     a.nvjpeg_rejected = a.nvjpeg_rejected.saturating_add(b.nvjpeg_rejected);
     add(&mut a.hardware_reject_reasons, &b.hardware_reject_reasons);
     a.reencoded_for_gpu = a.reencoded_for_gpu.saturating_add(b.reencoded_for_gpu);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_link_says_why_and_names_the_shard() {
+        let (from, to) = (
+            Path::new("/parts/part-00000-of-00002/shard-00000.lmdb"),
+            Path::new("/out/shard-00000.lmdb"),
+        );
+        let says =
+            |errno: i32| link_error(from, to, std::io::Error::from_raw_os_error(errno)).to_string();
+        let eperm = says(libc::EPERM);
+        assert!(
+            eperm.contains("part-00000-of-00002/shard-00000.lmdb"),
+            "{eperm}"
+        );
+        assert!(
+            eperm.contains("protected_hardlinks") && eperm.contains("run merge as the user"),
+            "{eperm}"
+        );
+        for errno in [libc::ENOSYS, libc::EOPNOTSUPP] {
+            let e = says(errno);
+            assert!(
+                e.contains("does not allow") && e.contains("hard links"),
+                "{e}"
+            );
+        }
+        assert!(says(libc::EXDEV).contains("another file system"));
+        // Anything else stays the I/O error it is, on the link's path.
+        assert!(
+            says(libc::EIO).starts_with("/out/shard-00000.lmdb"),
+            "{}",
+            says(libc::EIO)
+        );
+    }
 }
