@@ -216,7 +216,7 @@ pub(crate) fn open_shard(
     // new inode (`check_unchanged`). One truncated in place (or a page the storage cannot
     // deliver) would raise SIGBUS on read: the guard turns that into zeros and a mark
     // that readers check after reading (`check_readable`).
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FormatError::io(&canonical, e))?;
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| map_error(&canonical, id.len, e))?;
     let map = GuardedMap::new(map);
     let shard = Arc::new(OpenShard {
         path: canonical.clone(),
@@ -229,6 +229,48 @@ pub(crate) fn open_shard(
     Ok(shard)
 }
 
+/// The error of a failed map of the shard at `path` (`len` bytes). Every shard of an open
+/// dataset stays mapped, so a dataset needs address space for all of it and one map per
+/// shard: under `ulimit -v` (RLIMIT_AS, set on some clusters' login and batch nodes) or
+/// past `vm.max_map_count` the map fails with a bare "Cannot allocate memory" naming one
+/// shard, which read like a lack of RAM. `ENOMEM` gets the limits and what to change.
+fn map_error(path: &Path, len: u64, e: std::io::Error) -> FormatError {
+    if e.raw_os_error() != Some(libc::ENOMEM) {
+        return FormatError::io(path, e);
+    }
+    let address_space = rustix::process::getrlimit(rustix::process::Resource::As).current;
+    let maps = std::fs::read_to_string("/proc/self/maps").map(|m| m.lines().count());
+    let max_maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    let reason = map_refusal(len, address_space, maps.ok().zip(max_maps));
+    FormatError::io(
+        path,
+        std::io::Error::new(e.kind(), format!("{e}: {reason}")),
+    )
+}
+
+/// Why mapping `len` more bytes may have been refused, given the address-space limit and
+/// `(maps, vm.max_map_count)` where known.
+fn map_refusal(len: u64, address_space: Option<u64>, maps: Option<(usize, usize)>) -> String {
+    let mut why = format!(
+        "mapping this shard ({len} bytes) was refused; an open dataset keeps every shard mapped, so it needs address space for all its bytes and one map per shard"
+    );
+    if let Some(limit) = address_space {
+        why.push_str(&format!(
+            "; this process's address space is limited to {limit} bytes (ulimit -v, RLIMIT_AS): raise or remove that limit"
+        ));
+    }
+    if let Some((maps, max)) = maps {
+        if maps + 64 >= max {
+            why.push_str(&format!(
+                "; the process holds {maps} maps of vm.max_map_count {max}: raise that sysctl or convert with fewer, larger shards (--shard-size)"
+            ));
+        }
+    }
+    why
+}
+
 /// Key of dataset index `index`: u64 big-endian, so LMDB's byte order is index order.
 pub(crate) fn key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
@@ -236,6 +278,31 @@ pub(crate) fn key(index: u64) -> [u8; 8] {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_refused_map_names_the_limit_that_refused_it() {
+        use super::{map_error, map_refusal};
+        use std::path::Path;
+        let path = Path::new("/data/ds/shard-00722.lmdb");
+        let e = map_error(path, 4096, std::io::Error::from_raw_os_error(libc::ENOMEM)).to_string();
+        assert!(e.starts_with("/data/ds/shard-00722.lmdb: "), "{e}");
+        assert!(e.contains("every shard mapped"), "{e}");
+        let why = map_refusal(1 << 30, Some(200 << 20), Some((65_500, 65_530)));
+        assert!(
+            why.contains("limited to 209715200 bytes (ulimit -v"),
+            "{why}"
+        );
+        assert!(why.contains("vm.max_map_count 65530"), "{why}");
+        // Far from the map limit, no word of it; without an address-space limit, none.
+        let why = map_refusal(1 << 30, None, Some((100, 65_530)));
+        assert!(
+            !why.contains("ulimit") && !why.contains("max_map_count"),
+            "{why}"
+        );
+        // Other errors are passed on as they are.
+        let e = map_error(path, 4096, std::io::Error::from_raw_os_error(libc::EACCES));
+        assert!(!e.to_string().contains("mapped"), "{e}");
+    }
     use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
     use std::time::Duration;
 
