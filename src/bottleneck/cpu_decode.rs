@@ -66,7 +66,9 @@ pub fn measure(
             let running = &running;
             let failed_once = &failed_once;
             let decoder = &decoder;
-            s.spawn(move || {
+            // A thread that cannot start (a container's pids limit below its cores) is
+            // one fewer, as one without its buffer below: the figures count those that ran.
+            let _ = std::thread::Builder::new().spawn_scoped(s, move || {
                 // Threads × the largest image may not fit (a dataset of huge images on many
                 // cores, a `ulimit -v`): a thread whose buffer cannot be had does not run,
                 // and the figures count the threads that did.

@@ -57,7 +57,11 @@ pub(super) fn run(
         .num_threads(jobs)
         .thread_name(|i| format!("stoker-convert-{i}"))
         .build()
-        .map_err(|e| FormatError::InvalidOptions(format!("cannot start {jobs} threads: {e}")))?;
+        .map_err(|e| {
+            FormatError::InvalidOptions(format!(
+                "cannot start {jobs} threads: {e}; lower --jobs (a container's or job's process limit, pids.max or ulimit -u, may be below its cores)"
+            ))
+        })?;
     // Input buffers come back from the writer once written, so the pages of the read-ahead
     // window are faulted in once, not once per file.
     let buffers = Arc::new(BufferPool::new(2 * READ_AHEAD_BYTES));

@@ -11,6 +11,50 @@ use crate::lmdb_walk::Item;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
 use crate::{FormatError, Manifest, ShardEntry};
 
+/// The threads `verify --decode` decodes on, started at its first use; `None` (decode on
+/// the calling thread, with a warning) where they cannot be started. rayon's global pool
+/// panics instead ("The global thread pool has not been initialized"), which a container
+/// or job with a process limit (pids.max, `ulimit -u`) below its CPUs hit at once: every
+/// `stoker verify`, with or without `--decode`, ended in that panic.
+fn decode_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("stoker-verify-{i}"))
+            .build()
+            .map_err(|e| {
+                tracing::warn!("cannot start threads to decode on ({e}): decoding on one thread");
+            })
+            .ok()
+    })
+    .as_ref()
+}
+
+/// The problems of the records of `chunk` whose JPEG does not decode to its header's
+/// size, decoded on `pool`, or on this thread without one.
+fn decode_chunk(
+    pool: Option<&rayon::ThreadPool>,
+    decoder: &CpuDecoder,
+    chunk: &[(u64, RecordHeader, Vec<u8>)],
+) -> Vec<Problem> {
+    let check =
+        |(index, h, payload): &(u64, RecordHeader, Vec<u8>)| match decoder.decode_to_vec(payload) {
+            Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => Some((
+                Some(*index),
+                format!(
+                    "decodes to {}x{}, header says {}x{}",
+                    info.width, info.height, h.width, h.height
+                ),
+            )),
+            Ok(_) => None,
+            Err(e) => Some((Some(*index), format!("does not decode: {e}"))),
+        };
+    match pool {
+        Some(pool) => pool.install(|| chunk.par_iter().filter_map(check).collect()),
+        None => chunk.iter().filter_map(check).collect(),
+    }
+}
+
 /// Why the records of a [`crate::LostRecords`] range are counted lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -297,26 +341,17 @@ impl<'m> ShardCheck<'m> {
         }
     }
 
-    /// Decodes the JPEGs read so far (on the rayon pool) and lets their bytes go; returns
-    /// how many decoded to their header's size. Called every [`DECODE_CHUNK_BYTES`], so
-    /// that a shard's payloads are never all held at once.
+    /// Decodes the JPEGs read so far (on [`decode_pool`], else on this thread) and lets
+    /// their bytes go; returns how many decoded to their header's size. Called every
+    /// [`DECODE_CHUNK_BYTES`], so that a shard's payloads are never all held at once.
     fn decode_pending(&mut self, decoder: &CpuDecoder) -> u64 {
         let chunk = std::mem::take(&mut self.to_decode);
         self.pending_bytes = 0;
-        let problems: Vec<Problem> = chunk
-            .par_iter()
-            .filter_map(|(index, h, payload)| match decoder.decode_to_vec(payload) {
-                Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => Some((
-                    Some(*index),
-                    format!(
-                        "decodes to {}x{}, header says {}x{}",
-                        info.width, info.height, h.width, h.height
-                    ),
-                )),
-                Ok(_) => None,
-                Err(e) => Some((Some(*index), format!("does not decode: {e}"))),
-            })
-            .collect();
+        if chunk.is_empty() {
+            // Nothing to decode (no --decode): no threads needed.
+            return 0;
+        }
+        let problems = decode_chunk(decode_pool(), decoder, &chunk);
         self.bad_indices
             .extend(problems.iter().filter_map(|(index, _)| *index));
         let decoded = chunk.len() - problems.len();
@@ -352,5 +387,45 @@ impl<'m> ShardCheck<'m> {
             problems: self.problems,
             lost,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding_without_threads_finds_what_the_pool_finds() {
+        // Where no thread can be started (a pids limit below the cores), `verify --decode`
+        // decodes on the calling thread instead of panicking in rayon's global pool.
+        let photo = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/data/sample/caer/tent.jpg"
+        ))
+        .unwrap();
+        let info = stoker_decode::probe(&photo, &stoker_decode::Limits::default()).unwrap();
+        let header = |w, h| RecordHeader {
+            encoding: Encoding::Jpeg,
+            height: h,
+            width: w,
+            channels: 3,
+            label: 0,
+            payload_len: 0,
+            crc32c: 0,
+        };
+        let chunk = vec![
+            (0, header(info.width, info.height), photo.clone()),
+            (1, header(info.width + 1, info.height), photo.clone()),
+            (2, header(8, 8), photo[..photo.len() / 3].to_vec()),
+        ];
+        let decoder = CpuDecoder::new(stoker_decode::Limits::default());
+        let alone = decode_chunk(None, &decoder, &chunk);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        assert_eq!(alone, decode_chunk(Some(&pool), &decoder, &chunk));
+        let bad: Vec<_> = alone.iter().map(|(i, _)| *i).collect();
+        assert_eq!(bad, [Some(1), Some(2)], "{alone:?}");
     }
 }
