@@ -400,3 +400,47 @@ fn flat_folder_converts_as_one_class_and_layout_flag_decides_mixed_folders() {
         assert_eq!(ds.manifest().classes, classes, "{layout}");
     }
 }
+
+#[test]
+fn a_part_chosen_by_a_job_array_says_so_and_how_to_convert_everything() {
+    // A Slurm array whose tasks each convert a dataset of their own (an array over
+    // datasets) got one slice of each, exit 0, with nothing but the part's name to say
+    // why: the message names the variables and how to opt out.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    let mut c = stoker();
+    c.args([
+        "convert",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample"),
+        out.to_str().unwrap(),
+    ]);
+    c.env("SLURM_ARRAY_TASK_ID", "3")
+        .env("SLURM_ARRAY_TASK_MIN", "0")
+        .env("SLURM_ARRAY_TASK_COUNT", "4");
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("SLURM_ARRAY_TASK_ID=3") && err.contains("unset them"),
+        "{}",
+        text(&o)
+    );
+    // Asked for with the flags, the part needs no such word.
+    let mut c = stoker();
+    c.args([
+        "convert",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample"),
+        out.to_str().unwrap(),
+        "--part",
+        "0",
+        "--parts",
+        "4",
+    ]);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("job array"),
+        "{}",
+        text(&o)
+    );
+}

@@ -164,6 +164,27 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
+/// Where the part came from when no flag asked for one: a job array's variables, which
+/// any task of an array sees, also one that converts a whole dataset of its own (an array
+/// over datasets). That task got one slice of its dataset, exit 0, with nothing but the
+/// part's name to say why.
+fn part_source(from_flags: bool) -> String {
+    let vars: Vec<String> = formats::Part::ENV_VARS
+        .iter()
+        .filter_map(|name| {
+            let v = std::env::var(name).ok().filter(|v| !v.trim().is_empty())?;
+            Some(format!("{name}={v}"))
+        })
+        .collect();
+    if from_flags || vars.is_empty() {
+        return String::new();
+    }
+    format!(
+        ", as the job array's {} say: one slice per task, for `stoker merge`; to convert every input in this task, unset them",
+        vars.join(", ")
+    )
+}
+
 /// Runs `stoker convert`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
@@ -249,10 +270,11 @@ fn options(args: &Args) -> anyhow::Result<ConvertOptions> {
     opts.part = formats::Part::from_env(args.part, args.parts)?;
     if let Some(p) = opts.part {
         super::output::note(format_args!(
-            "converting part {} of {} (0-based) into {}",
+            "converting part {} of {} (0-based) into {}{}",
             p.index,
             p.count,
-            args.out.join(p.dir_name()).display()
+            args.out.join(p.dir_name()).display(),
+            part_source(args.part.or(args.parts).is_some())
         ));
     }
     if let Ok(n) = std::env::var("STOKER_TEST_FAIL_AFTER") {

@@ -23,6 +23,16 @@ pub struct Part {
 }
 
 impl Part {
+    /// The launcher variables [`Part::from_vars`] reads, in its order: Slurm's array task
+    /// and Kubernetes' Indexed Job completion index, and `STOKER_PARTS`.
+    pub const ENV_VARS: [&'static str; 5] = [
+        "SLURM_ARRAY_TASK_ID",
+        "SLURM_ARRAY_TASK_MIN",
+        "SLURM_ARRAY_TASK_COUNT",
+        "JOB_COMPLETION_INDEX",
+        "STOKER_PARTS",
+    ];
+
     /// Part `index` of `count`.
     ///
     /// # Errors
@@ -124,13 +134,7 @@ impl Part {
             note("--parts", &n);
         }
         let mut raw = Vec::new();
-        for name in [
-            "SLURM_ARRAY_TASK_ID",
-            "SLURM_ARRAY_TASK_MIN",
-            "SLURM_ARRAY_TASK_COUNT",
-            "JOB_COMPLETION_INDEX",
-            "STOKER_PARTS",
-        ] {
+        for name in Part::ENV_VARS {
             let v = get(name).filter(|v| !v.trim().is_empty());
             if let Some(v) = &v {
                 note(name, v);
