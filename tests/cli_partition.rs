@@ -263,9 +263,16 @@ fn slurm_recipe_runs_per_task_and_merges() {
     let o = run(task("1"));
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("already converted"), "{}", text(&o));
-    let mut merge = task("0");
-    merge.env("STOKER_STEP", "merge");
-    let o = run(merge);
+    let merge = || {
+        let mut c = task("0");
+        c.env("STOKER_STEP", "merge");
+        c
+    };
+    let o = run(merge());
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same(&out, &single);
+    // The merge job requeued after it finished (a node lost) succeeds again.
+    let o = run(merge());
     assert!(o.status.success(), "{}", text(&o));
     assert_same(&out, &single);
 }
@@ -340,6 +347,18 @@ fn kubernetes_recipe_runs_per_index_and_merges() {
         assert!(o.status.success(), "{name}: {}", text(&o));
     }
     let o = run(pod(&scripts[1]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same(&out, &single);
+    // The merge pod retried after its merge finished (evicted while removing the parts,
+    // or lost with its node): it waited forever for parts the merge had removed, or failed
+    // on the finished dataset. Now it succeeds at once.
+    let retried = pod(&scripts[1]).spawn().expect("sh starts");
+    let (_, o) = wait_all(
+        vec![("merge retry".into(), retried)],
+        Duration::from_secs(60),
+    )
+    .pop()
+    .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert_same(&out, &single);
 }
