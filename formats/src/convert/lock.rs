@@ -28,12 +28,13 @@ impl OutputLock {
     /// [`OutputLock::acquire`] with the locking call given, so that tests can play a file
     /// system without locks.
     ///
-    /// A file system that has no `flock` at all (an NFSv3 mount whose lock daemon is not
-    /// reachable: `ENOLCK`; FUSE or SMB mounts without lock support: `ENOSYS`,
-    /// `EOPNOTSUPP`) used to refuse every conversion and merge into it with a bare "No
-    /// locks available". The lock only keeps a second stoker from writing the same
-    /// directory (and `flock` is local to one machine on some network file systems
-    /// anyway), so there the work goes on unlocked, with a warning saying so.
+    /// A file system whose directory locks fail as unsupported (`ENOLCK`, `ENOSYS`,
+    /// `EOPNOTSUPP`: one that passes a directory's `flock` to its server and cannot take
+    /// it there) used to refuse every conversion and merge into it with a bare "No locks
+    /// available". NFS, Lustre, FUSE and SMB mounts are not among them: Linux locks their
+    /// directories locally, on one machine. The lock only keeps a second stoker from
+    /// writing the same directory, so there the work goes on unlocked, with a warning
+    /// saying so.
     fn acquire_with(
         out: &Path,
         try_lock: impl FnOnce(&File) -> Result<(), fs4::TryLockError>,
