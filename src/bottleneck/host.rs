@@ -34,6 +34,14 @@ pub(crate) fn load_average() -> Option<f64> {
         .ok()
 }
 
+/// The machine's online CPUs (`sysconf(_SC_NPROCESSORS_ONLN)`), at least 1: what the
+/// load average is measured against, whatever share of them this process may use.
+pub(crate) fn machine_cpus() -> usize {
+    // SAFETY: sysconf takes a constant name and has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
 /// Logical cores available to this process.
 pub fn available_cores() -> usize {
     std::thread::available_parallelism()

@@ -159,6 +159,7 @@ pub fn run(
             cores: available_cores(),
             gpu: dev.gpu.as_ref().map(|(_, name)| name.clone()),
             load_avg_start,
+            machine_cpus: host::machine_cpus(),
         },
         stages,
         fed_ratio,

@@ -104,6 +104,9 @@ pub struct MachineInfo {
     /// 1-minute load average when the run started (`/proc/loadavg`), `null` where unknown:
     /// other processes on the cores lower every CPU figure.
     pub load_avg_start: Option<f64>,
+    /// The machine's online CPUs, which the load average counts: in a container limited
+    /// to fewer (`cores`), the host's load says little about the CPUs this process gets.
+    pub machine_cpus: usize,
 }
 
 /// What was benchmarked and with which settings.
@@ -205,8 +208,11 @@ impl fmt::Display for BenchReport {
             self.machine.cores,
             self.machine.gpu.as_deref().unwrap_or("none")
         )?;
+        // The load counts the whole machine's runnable tasks: compared with its CPUs, not
+        // with a container's share of them (a busy 128-CPU node is not a busy 16-CPU pod).
+        let cpus = self.machine.cores.max(self.machine.machine_cpus);
         match self.machine.load_avg_start {
-            Some(l) if l > 0.5 * self.machine.cores as f64 => writeln!(
+            Some(l) if l > 0.5 * cpus as f64 => writeln!(
                 f,
                 ", load average {l:.2} at start: other processes share the cores, CPU figures are below an idle machine's"
             )?,
@@ -272,6 +278,7 @@ mod tests {
                 cores: 2,
                 gpu: None,
                 load_avg_start: Some(3.5),
+                machine_cpus: 2,
             },
             stages,
             fed_ratio: None,
@@ -319,5 +326,16 @@ mod tests {
             .last()
             .unwrap()
             .starts_with("verdict: decode-bound"));
+    }
+
+    #[test]
+    fn a_busy_host_is_not_a_busy_container() {
+        // 2 CPUs of a 64-CPU node at load 3.5: the host is mostly idle, so no warning
+        // that other processes share this process's cores.
+        let mut r = sample();
+        r.machine.machine_cpus = 64;
+        let t = r.to_string();
+        assert!(t.contains("load average 3.50 at start\n"), "{t}");
+        assert!(!t.contains("other processes share the cores"), "{t}");
     }
 }
