@@ -72,7 +72,8 @@ impl TerminalBar {
 
     /// Progress for a log: no bar, but a line into `out` (stderr in the CLI) when the
     /// conversion starts and then at most once per `every` as inputs finish: `progress:
-    /// 1200/50000 images (2.4%), 310 img/s, 41.2 MB/s, ETA 2m 37s`.
+    /// 1200/50000 images (2.4%) in 4 seconds, 310 img/s, 41.2 MB/s, ETA 2 minutes` (the
+    /// time since the start, as a Slurm output file has no timestamps).
     ///
     /// # Examples
     ///
@@ -119,7 +120,8 @@ impl TerminalBar {
         // A log that cannot be written loses a progress line, not the conversion.
         let _ = writeln!(
             state.1,
-            "progress: {pos}/{len} images ({pct:.1}%), {rate:.0} img/s, {:.1} MB/s, ETA {eta}",
+            "progress: {pos}/{len} images ({pct:.1}%) in {}, {rate:.0} img/s, {:.1} MB/s, ETA {eta}",
+            indicatif::HumanDuration(self.bar.elapsed()),
             bytes as f64 / 1e6 / secs
         );
     }
