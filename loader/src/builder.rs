@@ -600,6 +600,7 @@ impl LoaderBuilder {
             loader.workers_note(),
             loader.ranks_note(),
             loader.empty_epochs_note(),
+            loader.memory_note(),
         ]
         .into_iter()
         .flatten()
@@ -646,6 +647,24 @@ impl Loader {
         })
     }
 
+    /// Why the CPU path's batches in flight may not fit in memory, when they take more than
+    /// half of what this process may use (a container's limit) counting every loader process
+    /// on the node: each checks its own ring against the whole limit at build, and together
+    /// with the training they could pass it, and the OOM killer ends processes without a
+    /// word. The builder also logs it as a warning.
+    pub fn memory_note(&self) -> Option<String> {
+        if !self.stats().backend.starts_with("cpu") {
+            return None;
+        }
+        let (bytes, batches) = cpu_ring(&self.config, self.sampler());
+        let total = crate::launcher::memory_total()?;
+        crate::launcher::rings_note(
+            bytes?.saturating_mul(batches),
+            self.config.placement.local_world,
+            total,
+        )
+    }
+
     /// Why the `workers` asked for ([`LoaderBuilder::workers`]) are more threads than this
     /// process's share of the node's cores, when they are (PyTorch's `DataLoader` warns
     /// alike); the builder also logs it as a warning. The default never is.
@@ -675,15 +694,8 @@ impl Loader {
 fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfig, LoaderError> {
     let largest = sampler.batch_len(0).max(1);
     let side = u64::from(config.transform.out_size());
-    let elem: u64 = match config.output {
-        Output::U8Nhwc => 1,
-        Output::F16Nchw => 2,
-        Output::F32Nchw => 4,
-    };
-    let bytes = side
-        .checked_mul(side)
-        .and_then(|px| px.checked_mul(3 * elem))
-        .and_then(|img| img.checked_mul(largest));
+    let elem = elem_bytes(config.output);
+    let (bytes, batches) = cpu_ring(config, sampler);
     let too_big = |what: String| {
         LoaderError::InvalidConfig {
         field: "batch_size",
@@ -693,12 +705,6 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
         ),
     }
     };
-    // The CPU path keeps `prefetch + workers` batches in its ring, with prefetch capped by
-    // the batches an epoch has (CpuPipeline::build).
-    let batches = config
-        .prefetch
-        .min(sampler.num_batches().max(1))
-        .saturating_add(config.workers as u64);
     let Some(ring) = bytes.and_then(|b| b.checked_mul(batches)) else {
         return Err(too_big("does not fit in 64 bits".into()));
     };
@@ -712,6 +718,27 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
     let mut sized = config.clone();
     sized.batch_size = largest;
     Ok(sized)
+}
+
+fn elem_bytes(output: Output) -> u64 {
+    match output {
+        Output::U8Nhwc => 1,
+        Output::F16Nchw => 2,
+        Output::F32Nchw => 4,
+    }
+}
+
+/// The bytes of one batch buffer (`None` past 64 bits) and the batches the CPU path keeps
+/// in its ring: `prefetch + workers`, prefetch capped by the batches an epoch has
+/// (CpuPipeline::build).
+fn cpu_ring(config: &LoaderConfig, sampler: &Sampler) -> (Option<u64>, u64) {
+    let side = u64::from(config.transform.out_size());
+    let bytes = side
+        .checked_mul(side)
+        .and_then(|px| px.checked_mul(3 * elem_bytes(config.output)))
+        .and_then(|img| img.checked_mul(sampler.batch_len(0).max(1)));
+    let batches = config.prefetch.min(sampler.num_batches().max(1));
+    (bytes, batches.saturating_add(config.workers as u64))
 }
 
 impl Loader {

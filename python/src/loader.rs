@@ -692,7 +692,7 @@ fn triple(v: Option<[f32; 3]>) -> String {
 /// What the builder logs through `tracing`, which Python does not show, as warnings: what
 /// the placement had to assume (a Slurm batch step run without srun, a local count
 /// guessed), an order that mixes classes poorly, more workers than cores, epochs that
-/// drop_last leaves empty.
+/// drop_last leaves empty, batches in flight that may not fit in a container's memory.
 fn warn_notes(py: Python<'_>, inner: &stoker_loader::Loader) -> PyResult<()> {
     if let Some(note) = inner.stats().placement.and_then(|p| p.note) {
         warn(py, format!("stoker placement: {note}"))?;
@@ -701,6 +701,7 @@ fn warn_notes(py: Python<'_>, inner: &stoker_loader::Loader) -> PyResult<()> {
         inner.mixing_note(),
         inner.workers_note(),
         inner.empty_epochs_note(),
+        inner.memory_note(),
     ]
     .into_iter()
     .flatten()

@@ -14,6 +14,24 @@ pub(crate) fn memory_total() -> Option<u64> {
     Some(limit.map_or(total, |l| l.min(total)))
 }
 
+/// Why rings of `ring` bytes in each of `processes` loader processes may not fit in the
+/// `total` bytes this process may use, when together they take more than half of it (the
+/// rest is the training's): a batch check against the whole limit passed each of them.
+pub(crate) fn rings_note(ring: u64, processes: u64, total: u64) -> Option<String> {
+    let all = ring.saturating_mul(processes.max(1));
+    let others = if processes > 1 {
+        format!(" and as much in each of the {processes} processes on this node")
+    } else {
+        String::new()
+    };
+    (all > total / 2).then(|| {
+        format!(
+            "the batches in flight take {ring} bytes in this process{others}, {:.0}% of the {total} bytes of memory it may use (the machine's, or its cgroup's limit); with the training's own memory that can pass the limit, where the kernel's OOM killer ends processes without a message: lower batch_size, prefetch or workers",
+            100.0 * all as f64 / total.max(1) as f64
+        )
+    })
+}
+
 /// `MemTotal` of a `/proc/meminfo` text, in bytes.
 fn mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
@@ -66,6 +84,25 @@ mod tests {
         assert_eq!(mem_total(text), Some(131_891_264 * 1024));
         assert_eq!(mem_total("MemFree: 3 kB\n"), None);
         assert_eq!(mem_total("MemTotal: lots kB\n"), None);
+    }
+
+    #[test]
+    fn rings_over_half_the_memory_of_all_the_node_s_processes_are_noted() {
+        const GIB: u64 = 1 << 30;
+        // One process whose 925 MB ring nearly fills a 940 MB container: OOM-killed (137).
+        let note = rings_note(925_000_000, 1, 940 << 20).expect("noted");
+        assert!(
+            note.contains("94% of the") && note.contains("lower batch_size"),
+            "{note}"
+        );
+        // Eight processes of 3 GiB each in a 32 GiB pod: each passed the build's check.
+        let note = rings_note(3 * GIB, 8, 32 * GIB).expect("noted");
+        assert!(
+            note.contains("each of the 8 processes") && note.contains("75%"),
+            "{note}"
+        );
+        // Room to spare.
+        assert_eq!(rings_note(GIB, 8, 32 * GIB), None);
     }
 
     #[test]
