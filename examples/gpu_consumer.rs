@@ -406,7 +406,7 @@ impl Consumer {
         let b = self
             .stream
             .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        Ok(f64::from(a.elapsed_ms(&b)?) / 5e3)
+        Ok(f64::from(stoker_loader::gpu::event_elapsed_ms(&a, &b)?) / 5e3)
     }
 
     /// Calibrates: iterations so that one step takes batch / target_rate seconds.
@@ -698,7 +698,7 @@ fn pinned_ceiling(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Res<f64> 
         stream.memcpy_htod(&host, &mut dev)?;
     }
     let b = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-    let ms = f64::from(a.elapsed_ms(&b)?);
+    let ms = f64::from(stoker_loader::gpu::event_elapsed_ms(&a, &b)?);
     Ok(20.0 * n as f64 / (ms / 1e3) / 1e9)
 }
 

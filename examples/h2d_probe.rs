@@ -515,7 +515,9 @@ impl Scatter<'_> {
         }
         let end = copy.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         end.synchronize()?;
-        Ok(f64::from(start.elapsed_ms(&end)?))
+        Ok(f64::from(stoker_loader::gpu::event_elapsed_ms(
+            &start, &end,
+        )?))
     }
 }
 
@@ -763,7 +765,7 @@ fn timed(stream: &Arc<CudaStream>, f: impl FnOnce() -> Res<()>) -> Res<f64> {
     f()?;
     let b = stream.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
     b.synchronize()?;
-    Ok(f64::from(a.elapsed_ms(&b)?))
+    Ok(f64::from(stoker_loader::gpu::event_elapsed_ms(&a, &b)?))
 }
 
 /// Whether everything enqueued on `stream` so far has completed.

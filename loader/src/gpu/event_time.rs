@@ -100,6 +100,8 @@ mod tests {
             "src",
             "python/src",
             "formats/src",
+            "examples",
+            "benches",
         ] {
             scan(&root.join(dir), &mut offenders);
         }
