@@ -2,7 +2,7 @@
 //! label), over [`stoker_formats::SampleWriter`].
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -11,7 +11,7 @@ use stoker_formats::{FormatError, SampleOptions, SampleWriter};
 
 use crate::dataset::{json_to_py, parse_encoding, parse_resize};
 use crate::errors::format_error;
-use crate::locks::lock_detached;
+use crate::locks::{lock_detached, Turn, Turns};
 
 /// Writes a dataset from samples: encoded images (JPEG, PNG, ... as bytes) and their
 /// labels, for images that are not files in a folder (a Hugging Face dataset, a database,
@@ -48,6 +48,9 @@ pub(crate) struct Writer {
     /// cache-padded field inside), more than Python allocates objects with, which pyo3
     /// checks (a panic that aborts the process).
     inner: Mutex<Option<Box<SampleWriter>>>,
+    /// Taken before `inner`, so that calls from several threads get it in the order they
+    /// came (see [`Turns`]).
+    turns: Turns,
     /// The report of `close()`, as JSON, once it has run.
     report: Mutex<Option<String>>,
     /// The error `close()` failed with, which closed the writer without a dataset.
@@ -108,6 +111,7 @@ impl Writer {
         }
         Ok(Writer {
             inner: Mutex::new(Some(Box::new(w))),
+            turns: Turns::default(),
             report: Mutex::new(None),
             failed: Mutex::new(None),
             out,
@@ -129,8 +133,8 @@ impl Writer {
     ) -> PyResult<()> {
         self.check_process()?;
         let data = image_bytes(image)?;
-        let mut inner = lock_detached(py, &self.inner);
-        let w = inner.as_mut().ok_or_else(|| self.closed_error(py))?;
+        let mut inner = self.inner(py);
+        let w = inner.writer.as_mut().ok_or_else(|| self.closed_error(py))?;
         py.detach(|| w.write(data, label, name.unwrap_or("")))
             .map_err(writer_error)
     }
@@ -140,8 +144,8 @@ impl Writer {
     /// closed, ``close()`` returns the same report again and ``write`` raises.
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.check_process()?;
-        let mut inner = lock_detached(py, &self.inner);
-        let json = match inner.take() {
+        let mut inner = self.inner(py);
+        let json = match inner.writer.take() {
             Some(w) => {
                 let report = py.detach(|| w.finish()).map_err(|e| {
                     *lock_detached(py, &self.failed) = Some(e.to_string());
@@ -168,7 +172,7 @@ impl Writer {
     /// a writer already closed or aborted.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
         self.check_process()?;
-        let taken = lock_detached(py, &self.inner).take();
+        let taken = self.inner(py).writer.take();
         // The clean-up removes files: not with the GIL held.
         py.detach(move || drop(taken));
         Ok(())
@@ -186,7 +190,7 @@ impl Writer {
     #[getter]
     fn closed(&self, py: Python<'_>) -> PyResult<bool> {
         self.check_process()?;
-        Ok(lock_detached(py, &self.inner).is_none())
+        Ok(self.inner(py).writer.is_none())
     }
 
     /// The output directory.
@@ -229,7 +233,23 @@ impl Writer {
     }
 }
 
+/// The writer, held in the caller's turn.
+struct Held<'a> {
+    /// Dropped first: the lock is free before the next caller's turn comes.
+    writer: MutexGuard<'a, Option<Box<SampleWriter>>>,
+    _turn: Turn<'a>,
+}
+
 impl Writer {
+    /// Waits for the caller's turn, then locks the writer.
+    fn inner(&self, py: Python<'_>) -> Held<'_> {
+        let turn = self.turns.take(py);
+        Held {
+            writer: lock_detached(py, &self.inner),
+            _turn: turn,
+        }
+    }
+
     fn closed_error(&self, py: Python<'_>) -> PyErr {
         let why = match lock_detached(py, &self.failed).as_deref() {
             Some(e) => format!(" (close() failed, leaving no dataset: {e})"),

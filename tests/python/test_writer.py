@@ -214,3 +214,32 @@ def test_writes_from_several_threads_take_turns(tmp_path):
     _, records = _records(tmp_path / "ds")
     for label in range(4):
         assert sorted(d for d, y in records if y == label) == sorted(d for d, _, _ in samples)
+
+
+def test_abort_from_another_thread_gets_its_turn_while_threads_write(tmp_path):
+    # abort() polled for the lock that writing threads took back at once: it waited until
+    # they stopped (once, until the disk was full).
+    import threading
+    import time
+
+    w = stoker.Writer(tmp_path / "ds", check=False)
+    deadline = time.monotonic() + 20
+
+    def write_junk():
+        try:
+            while time.monotonic() < deadline:
+                w.write(b"not an image", 0)
+        except ValueError:
+            pass  # closed: the abort got its turn
+
+    threads = [threading.Thread(target=write_junk) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    w.abort()
+    took = time.monotonic() - t0
+    for t in threads:
+        t.join()
+    assert took < 3, f"abort() waited {took:.1f} s for its turn"
+    assert w.closed and not (tmp_path / "ds").exists()
