@@ -291,6 +291,19 @@ pub enum FormatError {
         /// The earlier error.
         reason: String,
     },
+    /// [`FormatError::OutOfSpace`] in a [`crate::SampleWriter`], which has no `--resume` to
+    /// continue from its last shard: it took its output away.
+    #[error("{}: {cause} after {records} records ({bytes} bytes of shards) were written; the writer stopped and removed what it had written: make room and write the samples again with a new writer", written_file(.shard))]
+    WriterOutOfSpace {
+        /// The file being written: a shard, or the manifest's `.tmp`.
+        shard: PathBuf,
+        /// As [`FormatError::OutOfSpace`]'s.
+        cause: String,
+        /// Records written before.
+        records: u64,
+        /// Bytes of shards finished before.
+        bytes: u64,
+    },
     /// A [`crate::SampleWriter`] was finished with no record: no sample was written, or
     /// every one was skipped. Nothing is left in the output directory.
     #[error("{out}: no dataset was written: {reason}")]

@@ -243,3 +243,26 @@ def test_abort_from_another_thread_gets_its_turn_while_threads_write(tmp_path):
         t.join()
     assert took < 3, f"abort() waited {took:.1f} s for its turn"
     assert w.closed and not (tmp_path / "ds").exists()
+
+
+def test_a_writer_out_of_space_says_what_is_left_and_no_resume(tmp_path):
+    # It said "make room and rerun with --resume to continue from the last finished
+    # shard", which a writer has no way to do: it had removed its output.
+    code = f"""
+import resource, signal, stoker
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+data = open({str(SAMPLE / "caer" / "tent.jpg")!r}, "rb").read()
+try:
+    with stoker.Writer({str(tmp_path / "ds")!r}, check=False) as w:
+        for _ in range(200):
+            w.write(data, 0)
+except stoker.StokerError as e:
+    print(e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "file size limit reached" in out.stdout, out.stdout
+    assert "--resume" not in out.stdout, out.stdout
+    assert "removed what it had written" in out.stdout, out.stdout
+    assert not (tmp_path / "ds").exists()

@@ -531,8 +531,23 @@ impl SampleWriter {
 
     /// Stops the writer after `e`: takes away everything it wrote (the manifest first, if
     /// finishing got that far) and the directories it created, and returns `e` (a strict
-    /// stop saying that nothing is left).
+    /// stop saying that nothing is left, a full disk as [`FormatError::WriterOutOfSpace`]).
     fn stop(&mut self, e: FormatError) -> FormatError {
+        // The writer's own words: `OutOfSpace` tells a conversion to `--resume`.
+        let e = match e {
+            FormatError::OutOfSpace {
+                shard,
+                cause,
+                records,
+                bytes,
+            } => FormatError::WriterOutOfSpace {
+                shard,
+                cause,
+                records,
+                bytes,
+            },
+            e => e,
+        };
         self.stopped = Some(e.to_string());
         self.pending.clear();
         self.in_flight = None;
