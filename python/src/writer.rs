@@ -120,9 +120,10 @@ impl Writer {
     }
 
     /// Adds a sample: ``image`` is the encoded image (``bytes``, ``bytearray``, or any
-    /// object with the buffer protocol and one-byte items, such as a ``memoryview`` or a
-    /// NumPy ``uint8`` array of the file's bytes), ``label`` its class, ``name`` what the
-    /// report calls it if it is skipped (default ``"sample N"``, counting from 0).
+    /// one-dimensional object with the buffer protocol and one-byte items, such as a
+    /// ``memoryview`` or a NumPy ``uint8`` array of the file's bytes), ``label`` its class,
+    /// ``name`` what the report calls it if it is skipped (default ``"sample N"``, counting
+    /// from 0).
     #[pyo3(signature = (image, label, name=None))]
     fn write(
         &self,
@@ -301,6 +302,15 @@ fn image_bytes(image: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     if itemsize != 1 {
         return Err(PyTypeError::new_err(format!(
             "image must be bytes of an encoded image; this buffer has items of {itemsize} bytes (an array of decoded pixels or of another dtype than uint8?)"
+        )));
+    }
+    // Encoded bytes are one-dimensional: more dimensions are an image already decoded (an
+    // HF dataset in numpy format), which would be skipped as "not an image" one by one.
+    let ndim: usize = view.getattr("ndim")?.extract()?;
+    if ndim != 1 {
+        let shape = view.getattr("shape")?.repr()?;
+        return Err(PyTypeError::new_err(format!(
+            "image must be the encoded image's bytes (one dimension); this buffer has shape {shape}: decoded pixels? give the file's bytes (an HF Image column cast with decode=False)"
         )));
     }
     let bytes = view.call_method0("tobytes")?;

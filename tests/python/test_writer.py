@@ -266,3 +266,13 @@ except stoker.StokerError as e:
     assert "--resume" not in out.stdout, out.stdout
     assert "removed what it had written" in out.stdout, out.stdout
     assert not (tmp_path / "ds").exists()
+
+
+def test_decoded_pixels_are_a_type_error_not_a_skip(tmp_path):
+    # An HF dataset in numpy format hands over (H, W, 3) uint8 arrays: each was skipped as
+    # "not an image", and the user learnt why only from the report after the whole run.
+    with stoker.Writer(tmp_path / "ds") as w:
+        with pytest.raises(TypeError, match=r"shape \(4, 5, 3\).*decoded pixels"):
+            w.write(np.zeros((4, 5, 3), dtype=np.uint8), 0)
+        w.write(_photos()[1][0][0], 0)
+    assert w.report["written"] == 1 and w.report["skipped"] == []
