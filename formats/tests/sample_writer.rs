@@ -386,3 +386,16 @@ fn a_sample_over_max_file_size_is_skipped_as_such_a_file_is() {
     );
     assert!(e.to_string().contains(&want), "{e}");
 }
+
+#[test]
+fn duplicate_class_names_are_refused() {
+    // Two labels of one name were written as two classes nobody could tell apart (a
+    // class-name lookup finds the first); Hugging Face's ClassLabel refuses them too.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("new").join("ds");
+    let classes = ["cat", "dog", "cat"].map(String::from).to_vec();
+    let e = SampleWriter::create(&out, sample_options(), Some(classes)).unwrap_err();
+    assert!(matches!(e, FormatError::InvalidOptions(_)), "{e}");
+    assert!(e.to_string().contains("\"cat\" is labels 0 and 2"), "{e}");
+    assert!(!tmp.path().join("new").exists());
+}

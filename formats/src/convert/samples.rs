@@ -214,7 +214,8 @@ impl SampleWriter {
     ///
     /// # Errors
     ///
-    /// [`FormatError::InvalidOptions`] for bad options or an empty `classes`;
+    /// [`FormatError::InvalidOptions`] for bad options, an empty `classes` or one that
+    /// names two labels alike;
     /// [`FormatError::OutputExists`] when `out` holds a dataset or anything else;
     /// [`FormatError::OutputLocked`] while another writer or conversion writes into it;
     /// I/O errors.
@@ -230,6 +231,9 @@ impl SampleWriter {
             return Err(FormatError::InvalidOptions(
                 "classes is empty: give one name per label, or none for classes named by their label".into(),
             ));
+        }
+        if let Some(c) = &classes {
+            refuse_duplicates(c)?;
         }
         let jobs = options
             .jobs
@@ -618,6 +622,20 @@ fn nothing_written(samples: u64, skipped: &[super::report::Skipped]) -> String {
         reasons.join("; "),
         if skipped.len() > SHOW { "; ..." } else { "" }
     )
+}
+
+/// Refuses class names given twice: their labels would be two classes that nothing
+/// tells apart (a lookup by name finds the first).
+fn refuse_duplicates(classes: &[String]) -> Result<(), FormatError> {
+    let mut first = std::collections::HashMap::with_capacity(classes.len());
+    for (label, name) in classes.iter().enumerate() {
+        if let Some(earlier) = first.insert(name.as_str(), label) {
+            return Err(FormatError::InvalidOptions(format!(
+                "classes has a name twice: {name:?} is labels {earlier} and {label}; class names must be unique"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses an output directory that holds anything: a dataset, a conversion's leftovers or
