@@ -378,7 +378,15 @@ fn a_sample_over_max_file_size_is_skipped_as_such_a_file_is() {
     let mut w = SampleWriter::create(tmp.path().join("ds"), o, None).unwrap();
     w.write(tent.as_slice(), 0, "tent").unwrap();
     w.write(&tent[..], 0, "tent again").unwrap();
+    // Its size alone (a caller that need not copy it) gets the same skip; a size within
+    // the limit is not a skip and is refused.
+    w.write_too_large(tent.len() as u64, 0, "tent unread")
+        .unwrap();
+    let e = w.write_too_large(10, 0, "small").unwrap_err();
+    assert!(matches!(e, FormatError::InvalidOptions(_)), "{e}");
+    assert_eq!(w.samples(), 3);
     let e = w.finish().unwrap_err();
+    assert!(e.to_string().contains("none of the 3 samples"), "{e}");
     let want = format!(
         "tent: {} bytes is over the input size limit of {} bytes",
         tent.len(),

@@ -56,6 +56,8 @@ pub(crate) struct Writer {
     /// The error `close()` failed with, which closed the writer without a dataset.
     failed: Mutex<Option<String>>,
     out: PathBuf,
+    /// Larger samples are skipped, so they are not copied.
+    max_file_size: u64,
     /// The process that made the writer (a fork's copy refuses before taking any lock).
     pid: u32,
 }
@@ -115,6 +117,7 @@ impl Writer {
             report: Mutex::new(None),
             failed: Mutex::new(None),
             out,
+            max_file_size,
             pid: std::process::id(),
         })
     }
@@ -133,11 +136,15 @@ impl Writer {
         name: Option<&str>,
     ) -> PyResult<()> {
         self.check_process()?;
-        let data = image_bytes(image)?;
+        let image = image_bytes(image, self.max_file_size)?;
         let mut inner = self.inner(py);
         let w = inner.writer.as_mut().ok_or_else(|| self.closed_error(py))?;
-        py.detach(|| w.write(data, label, name.unwrap_or("")))
-            .map_err(writer_error)
+        let name = name.unwrap_or("");
+        py.detach(|| match image {
+            Image::Bytes(data) => w.write(data, label, name),
+            Image::TooLarge(bytes) => w.write_too_large(bytes, label, name),
+        })
+        .map_err(writer_error)
     }
 
     /// Converts the samples still held, writes the manifest, and returns the report (a
@@ -277,13 +284,24 @@ impl Writer {
 
 /// The bytes of an encoded image, copied once from `bytes` or `bytearray` (the writer
 /// keeps them until their chunk is converted, and a stored JPEG's bytes become its record),
-/// or through a `memoryview` from any other buffer of one-byte items.
-fn image_bytes(image: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+/// or through a `memoryview` from any other buffer of one-byte items; of a sample over
+/// `max_file_size`, only the size.
+fn image_bytes(image: &Bound<'_, PyAny>, max_file_size: u64) -> PyResult<Image> {
+    // A sample the writer skips for its size is not copied (nor are its two copies made
+    // through a memoryview): only its size is needed.
+    let fits = |len: usize| len as u64 <= max_file_size;
     if let Ok(b) = image.cast::<PyBytes>() {
-        return Ok(b.as_bytes().to_vec());
+        let b = b.as_bytes();
+        return Ok(match fits(b.len()) {
+            true => Image::Bytes(b.to_vec()),
+            false => Image::TooLarge(b.len() as u64),
+        });
     }
     if let Ok(b) = image.cast::<PyByteArray>() {
-        return Ok(b.to_vec());
+        return Ok(match fits(b.len()) {
+            true => Image::Bytes(b.to_vec()),
+            false => Image::TooLarge(b.len() as u64),
+        });
     }
     // The limited API this module is built for (abi3, Python 3.9) has no buffer protocol
     // before 3.11: a memoryview's `tobytes()` makes one more copy.
@@ -313,8 +331,20 @@ fn image_bytes(image: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
             "image must be the encoded image's bytes (one dimension); this buffer has shape {shape}: decoded pixels? give the file's bytes (an HF Image column cast with decode=False)"
         )));
     }
+    let len: usize = view.getattr("nbytes")?.extract()?;
+    if !fits(len) {
+        return Ok(Image::TooLarge(len as u64));
+    }
     let bytes = view.call_method0("tobytes")?;
-    Ok(bytes.cast::<PyBytes>()?.as_bytes().to_vec())
+    Ok(Image::Bytes(bytes.cast::<PyBytes>()?.as_bytes().to_vec()))
+}
+
+/// A sample as `write` takes it.
+enum Image {
+    /// Its bytes, copied.
+    Bytes(Vec<u8>),
+    /// Its size, over the writer's `max_file_size`: skipped without being copied.
+    TooLarge(u64),
 }
 
 /// The exception for an error of the writer: a label without a class is the caller's

@@ -276,3 +276,27 @@ def test_decoded_pixels_are_a_type_error_not_a_skip(tmp_path):
             w.write(np.zeros((4, 5, 3), dtype=np.uint8), 0)
         w.write(_photos()[1][0][0], 0)
     assert w.report["written"] == 1 and w.report["skipped"] == []
+
+
+def test_a_sample_over_max_file_size_is_skipped_without_a_copy(tmp_path):
+    # It was copied whole (a NumPy array twice) before being skipped for its size: a 2 GB
+    # sample took 4 GB more.
+    code = f"""
+import resource, numpy as np, stoker
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+big = b"\\xff" * (256 << 20)
+array = np.frombuffer(big, dtype=np.uint8)
+before = peak_mb()
+with stoker.Writer({str(tmp_path / "ds")!r}) as w:
+    w.write(open({str(SAMPLE / "caer" / "tent.jpg")!r}, "rb").read(), 0)
+    w.write(big, 0, "big")
+    w.write(array, 0, "array")
+print(peak_mb() - before)
+print([s["path"] + ": " + s["reason"] for s in w.report["skipped"]])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    grew, skipped = out.stdout.splitlines()
+    assert int(grew) < 100, f"peak memory grew by {grew} MB"
+    assert skipped.count("268435456 bytes is over the input size limit of 67108864") == 2, skipped

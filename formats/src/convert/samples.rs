@@ -126,7 +126,10 @@ impl SampleOptions {
 
 /// A sample waiting to be transcoded.
 struct Pending {
+    /// The bytes, empty for a sample over the size limit given without them.
     data: Vec<u8>,
+    /// The sample's size.
+    len: u64,
     label: u32,
 }
 
@@ -340,6 +343,37 @@ impl SampleWriter {
         name: &str,
     ) -> Result<(), FormatError> {
         self.usable()?;
+        let data = image.into();
+        let len = data.len() as u64;
+        self.take(data, len, label, name)
+    }
+
+    /// Adds a sample of `bytes` bytes, over [`SampleOptions::max_file_size`], without its
+    /// bytes: it is skipped as too large, as [`SampleWriter::write`] would skip it, and the
+    /// caller need not copy it first (a 2 GB sample would take 2 GB more).
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::InvalidOptions`] when `bytes` is not over the limit (give the bytes to
+    /// `write`); otherwise as [`SampleWriter::write`].
+    pub fn write_too_large(
+        &mut self,
+        bytes: u64,
+        label: u32,
+        name: &str,
+    ) -> Result<(), FormatError> {
+        self.usable()?;
+        if bytes <= self.options.max_file_size {
+            return Err(FormatError::InvalidOptions(format!(
+                "a sample of {bytes} bytes is not over the input size limit of {} bytes: write its bytes",
+                self.options.max_file_size
+            )));
+        }
+        self.take(Vec::new(), bytes, label, name)
+    }
+
+    /// Takes a sample of `len` bytes (`data`, or nothing for one over the size limit).
+    fn take(&mut self, data: Vec<u8>, len: u64, label: u32, name: &str) -> Result<(), FormatError> {
         let name = match name {
             "" => PathBuf::from(format!("sample {}", self.samples)),
             name => PathBuf::from(name),
@@ -355,11 +389,10 @@ impl SampleWriter {
                 classes,
             });
         }
-        let data = image.into();
         self.max_label = Some(self.max_label.map_or(label, |m| m.max(label)));
         self.samples += 1;
         self.pending_bytes += data.len();
-        self.pending.push(Pending { data, label });
+        self.pending.push(Pending { data, len, label });
         self.pending_names.push(name);
         if self.pending.len() >= self.chunk_samples || self.pending_bytes >= CHUNK_BYTES {
             self.submit().map_err(|e| self.stop(e))?;
@@ -586,7 +619,7 @@ impl Drop for SampleWriter {
 /// Transcodes one sample as `convert` transcodes a file of the same bytes (a sample over
 /// `max_file_size` is skipped as such a file is).
 fn process(s: Pending, options: &ConvertOptions) -> Processed {
-    let len = s.data.len() as u64;
+    let len = s.len;
     if len > options.max_file_size {
         return pipeline::skipped(refusal_reason(&FormatError::FileTooLarge {
             path: PathBuf::new(),
