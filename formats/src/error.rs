@@ -88,9 +88,9 @@ pub enum FormatError {
         /// The shard file.
         shard: PathBuf,
     },
-    /// Another process holds the lock of a conversion's or merge's output directory (which
-    /// of the two cannot be told: both take the same lock).
-    #[error("{path}: another `stoker convert` or `stoker merge` is writing to this directory (its lock is held); wait for it to finish or stop it")]
+    /// Another process (or writer) holds the lock of a conversion's, merge's or sample
+    /// writer's output directory (which of them cannot be told: all take the same lock).
+    #[error("{path}: another `stoker convert`, `stoker merge` or `stoker.Writer` (SampleWriter) is writing to this directory (its lock is held); wait for it to finish or stop it")]
     OutputLocked {
         /// The output directory.
         path: PathBuf,
