@@ -212,7 +212,7 @@ impl Writer {
     }
 
     /// Closes the writer after a block that ended normally, aborts it after an exception
-    /// (which goes on).
+    /// (which goes on; in a forked child, leaving the parent's writer alone).
     fn __exit__(
         &self,
         py: Python<'_>,
@@ -221,6 +221,11 @@ impl Writer {
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         if ty.is_some() {
+            // In a forked child the writer is the parent's, which abort() refuses: the
+            // block's own exception goes on, not that refusal.
+            if std::process::id() != self.pid {
+                return Ok(false);
+            }
             self.abort(py)?;
         } else if !self.closed(py)? {
             self.close(py)?;

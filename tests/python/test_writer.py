@@ -301,3 +301,28 @@ print([s["path"] + ": " + s["reason"] for s in w.report["skipped"]])
     grew, skipped = out.stdout.splitlines()
     assert int(grew) < 100, f"peak memory grew by {grew} MB"
     assert skipped.count("268435456 bytes is over the input size limit of 67108864") == 2, skipped
+
+
+def test_a_forked_childs_exception_in_the_block_is_not_replaced(tmp_path):
+    # __exit__ aborted, which in a child raised StokerError in place of the block's own
+    # exception (the child's traceback then named the writer, not what went wrong).
+    code = f"""
+import os, stoker
+w = stoker.Writer({str(tmp_path / "ds")!r})
+w.write(open({str(SAMPLE / "caer" / "tent.jpg")!r}, "rb").read(), 0)
+pid = os.fork()
+if pid == 0:
+    try:
+        with w:
+            raise KeyError("the child's own")
+    except KeyError:
+        os._exit(0)
+    except BaseException:
+        os._exit(5)
+    os._exit(6)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status), w.close()["written"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1"]
