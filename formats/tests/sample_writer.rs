@@ -407,3 +407,19 @@ fn duplicate_class_names_are_refused() {
     assert!(e.to_string().contains("\"cat\" is labels 0 and 2"), "{e}");
     assert!(!tmp.path().join("new").exists());
 }
+
+#[test]
+fn an_output_that_is_a_file_or_a_dangling_link_says_so() {
+    // Both said only "File exists (os error 17)", from creating the directory.
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"mine").unwrap();
+    let e = SampleWriter::create(&file, sample_options(), None).unwrap_err();
+    assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+    assert!(e.to_string().contains("is a file, not a directory"), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"mine");
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(tmp.path().join("gone"), &link).unwrap();
+    let e = SampleWriter::create(&link, sample_options(), None).unwrap_err();
+    assert!(e.to_string().contains("symbolic link to a missing"), "{e}");
+}
