@@ -326,3 +326,36 @@ print(os.waitstatus_to_exitcode(status), w.close()["written"])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "1"]
+
+
+def test_abort_stops_the_chunk_being_transcoded(tmp_path):
+    # The chunk on the pool went on transcoding (seconds of every core) after abort()
+    # had returned, for results nobody would take.
+    import time
+
+    def pool_threads():
+        tasks = os.listdir("/proc/self/task")
+        names = []
+        for t in tasks:
+            try:
+                with open(f"/proc/self/task/{t}/comm") as f:
+                    names.append(f.read().strip())
+            except OSError:
+                pass  # the thread ended meanwhile
+        return [n for n in names if n.startswith("stoker-write")]
+
+    data = (SAMPLE / "caer" / "tent.jpg").read_bytes()
+    w = stoker.Writer(tmp_path / "ds", max_side=32, jobs=1)
+    for _ in range(8 * 2**20 // len(data) + 2):  # 8 MiB, a chunk: on the pool now, seconds of work
+        w.write(data, 0)
+    # A thread takes its name once it runs, which on a busy machine can be a while.
+    t0 = time.monotonic()
+    while not pool_threads() and time.monotonic() - t0 < 10:
+        time.sleep(0.01)
+    assert pool_threads()
+    w.abort()
+    t0 = time.monotonic()
+    while pool_threads() and time.monotonic() - t0 < 10:
+        time.sleep(0.01)
+    took = time.monotonic() - t0
+    assert took < 0.5, f"the pool worked {took:.1f} s after abort()"

@@ -15,6 +15,7 @@
 //! Python exception, Ctrl-C) or stopped by an error takes away everything it wrote.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 
@@ -177,6 +178,9 @@ pub struct SampleWriter {
     /// Samples in a chunk are at most this many (fewer for large raw records).
     chunk_samples: usize,
     in_flight: Option<InFlight>,
+    /// Set when the writer stops: the chunk on the pool skips its samples not yet begun
+    /// instead of transcoding them for nobody, after `abort` or a drop has returned.
+    cancel: Arc<AtomicBool>,
     /// `None` once the writer has finished, or stopped on an error.
     writer: Option<DatasetWriter>,
     totals: Totals,
@@ -296,6 +300,7 @@ impl SampleWriter {
             pending_bytes: 0,
             chunk_samples,
             in_flight: None,
+            cancel: Arc::new(AtomicBool::new(false)),
             writer: Some(writer),
             totals: Totals::default(),
             samples: 0,
@@ -441,11 +446,15 @@ impl SampleWriter {
         let names = std::mem::take(&mut self.pending_names);
         self.pending_bytes = 0;
         let options = Arc::clone(&self.options);
+        let cancel = Arc::clone(&self.cancel);
         let (tx, results) = mpsc::channel();
         self.pool.spawn(move || {
             let processed = chunk
                 .into_par_iter()
-                .map(|s| process(s, &options))
+                .map(|s| match cancel.load(Ordering::Relaxed) {
+                    true => pipeline::skipped("the writer stopped".into()),
+                    false => process(s, &options),
+                })
                 .collect::<Vec<_>>();
             // The writer may have been dropped meanwhile: nobody wants the results.
             let _ = tx.send(processed);
@@ -586,6 +595,7 @@ impl SampleWriter {
             e => e,
         };
         self.stopped = Some(e.to_string());
+        self.cancel.store(true, Ordering::Relaxed);
         self.pending.clear();
         self.in_flight = None;
         let mut names = vec![MANIFEST_FILE.to_string(), format!("{MANIFEST_FILE}.tmp")];
