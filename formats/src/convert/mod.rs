@@ -334,15 +334,14 @@ fn check_written(
     if options.part.is_some() || written > 0 {
         return Ok(());
     }
-    const SHOW: usize = 3;
-    let reasons: Vec<String> = skipped
-        .iter()
-        .take(SHOW)
-        .map(|s| format!("{}: {}", s.path.display(), s.reason))
-        .collect();
     // A hint to read them as shards only when they were not (a damaged shard's path ends
     // in .tar under --layout webdataset too).
-    let shown = || skipped.iter().take(SHOW).filter_map(|s| s.path.file_name());
+    let shown = || {
+        skipped
+            .iter()
+            .take(report::SKIPS_SHOWN)
+            .filter_map(|s| s.path.file_name())
+    };
     let hint = (!webdataset)
         .then(|| {
             let tars = shown().any(webdataset::is_tar_name);
@@ -360,10 +359,9 @@ fn check_written(
     Err(FormatError::BadSource {
         path: path.clone(),
         reason: format!(
-            "none of the {} inputs could be converted, so no dataset was written{hint}; the first skipped: {}{}",
+            "none of the {} inputs could be converted, so no dataset was written{hint}; the first skipped: {}",
             skipped.len(),
-            reasons.join("; "),
-            if skipped.len() > SHOW { "; ..." } else { "" }
+            report::first_skipped(skipped),
         ),
     })
 }

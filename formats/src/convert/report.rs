@@ -47,6 +47,25 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// How many skips are shown when a conversion or writer that wrote nothing says why.
+pub(crate) const SKIPS_SHOWN: usize = 3;
+
+/// The first [`SKIPS_SHOWN`] skips, "path: reason" joined by "; ", then "; ..." when there
+/// are more: why a conversion or writer wrote nothing.
+pub(crate) fn first_skipped(skipped: &[Skipped]) -> String {
+    let reasons: Vec<String> = skipped
+        .iter()
+        .take(SKIPS_SHOWN)
+        .map(|s| format!("{}: {}", s.path.display(), s.reason))
+        .collect();
+    let more = if skipped.len() > SKIPS_SHOWN {
+        "; ..."
+    } else {
+        ""
+    };
+    format!("{}{more}", reasons.join("; "))
+}
+
 /// The outcome of a conversion; `written + skipped.len() == inputs` holds for every
 /// conversion that ran (not for one found `already_done`, whose skips are not recorded).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

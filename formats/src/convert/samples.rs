@@ -654,16 +654,9 @@ fn nothing_written(samples: u64, skipped: &[super::report::Skipped]) -> String {
     if samples == 0 {
         return "no sample was written".into();
     }
-    const SHOW: usize = 3;
-    let reasons: Vec<String> = skipped
-        .iter()
-        .take(SHOW)
-        .map(|s| format!("{}: {}", s.path.display(), s.reason))
-        .collect();
     format!(
-        "none of the {samples} samples could be converted; the first skipped: {}{}",
-        reasons.join("; "),
-        if skipped.len() > SHOW { "; ..." } else { "" }
+        "none of the {samples} samples could be converted; the first skipped: {}",
+        super::report::first_skipped(skipped)
     )
 }
 
