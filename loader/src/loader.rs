@@ -95,7 +95,7 @@ impl Drop for Loader {
             // In a fork the pipeline's threads (and CUDA context) do not exist: dropping
             // would wait forever to join them. Leak what the child inherited instead.
             std::mem::forget(early);
-            self.order_ahead.forget();
+            self.order_ahead.forget_owned();
             return;
         }
         // The early start first: its threads stop before the backend's.

@@ -119,11 +119,33 @@ impl OrderAhead {
         };
         std::mem::forget(taken);
     }
+
+    /// [`OrderAhead::forget`] for its owner, which needs no lock: the forked child's
+    /// loader, being dropped, whose parent may have held the lock at the fork (then
+    /// `forget` can take nothing, and `Drop` would join a thread that is not there).
+    pub(crate) fn forget_owned(&mut self) {
+        std::mem::forget(
+            self.ahead
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+    }
 }
 
 impl Drop for OrderAhead {
+    /// Through `get_mut`, not a lock: in a forked child whose parent held the lock at the
+    /// fork, [`OrderAhead::forget`] had to leave the draw in place, and a `lock()` here
+    /// would wait forever.
     fn drop(&mut self) {
-        self.cancel();
+        let taken = self
+            .ahead
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(drawing) = taken {
+            drawing.stop();
+        }
     }
 }
 
@@ -201,5 +223,25 @@ mod tests {
             ahead.forget();
             release.wait();
         });
+    }
+
+    #[test]
+    fn a_forked_childs_loader_drops_without_waiting_for_a_lock_its_parent_held() {
+        // As in a fork whose parent thread held the lock at the fork: locked for good.
+        // Dropping then locked it again (OrderAhead::drop's cancel) and waited forever.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let s = Sampler::new(10, Shuffle::Global { seed: 1 }, 1, 3, 2, false).unwrap();
+            let ahead = OrderAhead::default();
+            ahead.order(&s, 0, 1);
+            std::mem::forget(ahead.ahead.lock().unwrap());
+            ahead.forget();
+            // (The test's drawing thread exists, so the drop may join it.)
+            drop(ahead);
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("dropped without waiting for the held lock");
     }
 }
