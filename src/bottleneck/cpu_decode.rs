@@ -60,47 +60,54 @@ pub fn measure(
     let decoder = CpuDecoder::new(Limits::default());
     let cpu0 = process_cpu_time();
     let start = Instant::now();
+    let work = |t: usize| {
+        // Threads × the largest image may not fit (a dataset of huge images on many
+        // cores, a `ulimit -v`): a thread whose buffer cannot be had does not run,
+        // and the figures count the threads that did.
+        let mut out = Vec::new();
+        if out.try_reserve_exact(max_rgb_len).is_err() {
+            return;
+        }
+        out.resize(max_rgb_len, 0);
+        running.fetch_add(1, Ordering::Relaxed);
+        let mut since_tick = 0u32;
+        while start.elapsed() < budget {
+            let i = next.fetch_add(1, Ordering::Relaxed) % payloads.len();
+            match decoder.decode_into(&payloads[i], &mut out) {
+                Ok(info) => {
+                    decoded.fetch_add(1, Ordering::Relaxed);
+                    pixels.fetch_add(
+                        u64::from(info.width) * u64::from(info.height),
+                        Ordering::Relaxed,
+                    );
+                }
+                Err(_) => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    failed_once[i].store(true, Ordering::Relaxed);
+                }
+            }
+            since_tick += 1;
+            if t == 0 && since_tick >= 16 {
+                since_tick = 0;
+                tick((start.elapsed().as_secs_f64() / budget.as_secs_f64()).min(1.0));
+            }
+        }
+    };
     std::thread::scope(|s| {
-        for t in 0..threads {
-            let (next, decoded, failed, pixels) = (&next, &decoded, &failed, &pixels);
-            let running = &running;
-            let failed_once = &failed_once;
-            let decoder = &decoder;
-            // A thread that cannot start (a container's pids limit below its cores) is
-            // one fewer, as one without its buffer below: the figures count those that ran.
-            let _ = std::thread::Builder::new().spawn_scoped(s, move || {
-                // Threads × the largest image may not fit (a dataset of huge images on many
-                // cores, a `ulimit -v`): a thread whose buffer cannot be had does not run,
-                // and the figures count the threads that did.
-                let mut out = Vec::new();
-                if out.try_reserve_exact(max_rgb_len).is_err() {
-                    return;
-                }
-                out.resize(max_rgb_len, 0);
-                running.fetch_add(1, Ordering::Relaxed);
-                let mut since_tick = 0u32;
-                while start.elapsed() < budget {
-                    let i = next.fetch_add(1, Ordering::Relaxed) % payloads.len();
-                    match decoder.decode_into(&payloads[i], &mut out) {
-                        Ok(info) => {
-                            decoded.fetch_add(1, Ordering::Relaxed);
-                            pixels.fetch_add(
-                                u64::from(info.width) * u64::from(info.height),
-                                Ordering::Relaxed,
-                            );
-                        }
-                        Err(_) => {
-                            failed.fetch_add(1, Ordering::Relaxed);
-                            failed_once[i].store(true, Ordering::Relaxed);
-                        }
-                    }
-                    since_tick += 1;
-                    if t == 0 && since_tick >= 16 {
-                        since_tick = 0;
-                        tick((start.elapsed().as_secs_f64() / budget.as_secs_f64()).min(1.0));
-                    }
-                }
-            });
+        // A thread that cannot start (a container's pids limit below its cores) is one
+        // fewer, as one without its buffer: the figures count those that ran. With none,
+        // this thread decodes: else every sampled record read as undecodable, and the
+        // report sent the user to `stoker verify --decode` over sound records.
+        let work = &work;
+        let started = (0..threads)
+            .filter(|&t| {
+                std::thread::Builder::new()
+                    .spawn_scoped(s, move || work(t))
+                    .is_ok()
+            })
+            .count();
+        if started == 0 {
+            work(0);
         }
     });
     let secs = start.elapsed().as_secs_f64().max(1e-9);
