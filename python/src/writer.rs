@@ -168,6 +168,10 @@ impl Writer {
                 .clone()
                 .ok_or_else(|| self.closed_error(py))?,
         };
+        // The turn ends before json.loads runs Python code: a signal handler, a profile
+        // hook or a finalizer run there that used this writer (`w.abort()` on SIGTERM)
+        // waited for the turn its own thread held, forever.
+        drop(inner);
         json_to_py(py, &json)
     }
 

@@ -359,3 +359,33 @@ def test_abort_stops_the_chunk_being_transcoded(tmp_path):
         time.sleep(0.01)
     took = time.monotonic() - t0
     assert took < 0.5, f"the pool worked {took:.1f} s after abort()"
+
+
+def test_python_code_run_by_close_may_use_the_writer(tmp_path):
+    # close() parsed its report with json.loads while its thread held the writer's turn:
+    # Python code run there (a signal handler calling w.abort() on SIGTERM, a finalizer,
+    # here a profile hook) that used the writer waited for that turn forever.
+    script = """
+import sys, stoker
+w = stoker.Writer(sys.argv[1], check=False)
+w.write(open(sys.argv[2], "rb").read(), 0)
+seen = []
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "loads" and not seen:
+        seen.append(w.closed)
+sys.setprofile(hook)
+report = w.close()
+sys.setprofile(None)
+print(seen, report["written"])
+"""
+    _, samples = _photos()
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(samples[0][0])
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "ds"), str(photo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[True]", "1"], done.stdout
