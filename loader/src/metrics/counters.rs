@@ -435,7 +435,12 @@ impl Metrics {
 /// ```
 pub fn system_cpu_jiffies() -> Option<(u64, u64)> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    stat_line_jiffies(text.lines().find(|l| l.starts_with("cpu "))?)
+}
+
+/// `(busy, total)` jiffies of one `cpu`/`cpuN` line of `/proc/stat` (idle and iowait
+/// are not busy; guest time is already in user time).
+pub(crate) fn stat_line_jiffies(line: &str) -> Option<(u64, u64)> {
     let v: Vec<u64> = line
         .split_whitespace()
         .skip(1)

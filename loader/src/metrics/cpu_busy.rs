@@ -5,9 +5,14 @@
 //! CPUs (a CPU quota, a cpuset, a Slurm allocation), a loader using all 16 read as 12 %
 //! busy, and a node busy with other tenants read as the loader's own load, so the rule
 //! ("GPU under 70 % while the CPUs are over 85 %") said the wrong thing in both
-//! directions. Where fewer CPUs are available than the machine has, the figure is the
-//! CPU time of this process's cgroup (the container, the job step) over the available
-//! CPUs' time instead, or this process's own CPU time where no cgroup counter can be read.
+//! directions. Where the process may run on only some CPUs (its affinity: a cpuset
+//! container, a Slurm allocation, `taskset`, `numactl`), the figure is how busy those CPUs
+//! are (their `/proc/stat` lines). Where a CPU quota leaves fewer CPUs available than the
+//! machine has but every CPU may run it, it is the CPU time of this process's cgroup (the
+//! container, the job step) over the available CPUs' time, or this process's own CPU time
+//! where no cgroup counter can be read. Not the cgroup's time for an affinity alone: there
+//! the cgroup is often the host's root or a session shared with other processes, whose
+//! time divided by this process's CPUs read as a busy machine.
 
 use std::path::Path;
 
@@ -29,8 +34,14 @@ use std::path::Path;
 pub fn cpu_busy_reading() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if !restricted(machine_cpus(&stat), available) {
+    let machine = machine_cpus(&stat);
+    if !restricted(machine, available) {
         return super::system_cpu_jiffies();
+    }
+    if let Some(cpus) = affinity().filter(|cpus| restricted(machine, cpus.len())) {
+        if let Some(reading) = cpus_jiffies(&stat, &cpus) {
+            return Some(reading);
+        }
     }
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let busy_ns = cgroup_usage_ns(&cgroups, Path::new("/sys/fs/cgroup")).or_else(process_ns)?;
@@ -41,6 +52,48 @@ pub fn cpu_busy_reading() -> Option<(u64, u64)> {
 /// Whether this process may use fewer CPUs than the machine has (`machine` 0: unknown).
 fn restricted(machine: usize, available: usize) -> bool {
     machine > 0 && available < machine
+}
+
+/// The CPUs this process may run on (`sched_getaffinity`), `None` where that cannot be
+/// read (more than `CPU_SETSIZE` CPUs).
+fn affinity() -> Option<Vec<usize>> {
+    // SAFETY: an all-zero `cpu_set_t` is a valid (empty) set; the call writes at most
+    // `size_of::<cpu_set_t>()` bytes into it, and `CPU_ISSET` reads it in bounds.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        Some(
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect(),
+        )
+    }
+}
+
+/// `(busy, total)` jiffies of the CPUs `cpus`, summed over their `cpuN` lines of a
+/// `/proc/stat` text; `None` when none of them has a line.
+fn cpus_jiffies(stat: &str, cpus: &[usize]) -> Option<(u64, u64)> {
+    let mut found = false;
+    let (mut busy, mut total) = (0u64, 0u64);
+    for line in stat.lines() {
+        let Some(n) = line
+            .strip_prefix("cpu")
+            .and_then(|rest| rest.split_ascii_whitespace().next())
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        if cpus.contains(&n) {
+            if let Some((b, t)) = super::counters::stat_line_jiffies(line) {
+                found = true;
+                busy += b;
+                total += t;
+            }
+        }
+    }
+    found.then_some((busy, total))
 }
 
 /// The machine's CPUs: the `cpuN` lines of a `/proc/stat` text.
@@ -109,6 +162,20 @@ mod tests {
         assert!(restricted(128, 16));
         // /proc/stat unreadable: nothing to compare, the machine figure (if any) stays.
         assert!(!restricted(0, 4));
+    }
+
+    #[test]
+    fn an_affinity_reads_how_busy_its_own_cpus_are() {
+        // `taskset -c 1` beside a busy CPU 0: CPU 1 is idle whoever keeps CPU 0 busy
+        // (the cgroup figure, the host's root there, read it as 100 % busy).
+        let stat = "cpu  110 0 0 100 0 0 0 0\ncpu0 100 0 0 0 0 0 0 0\ncpu1 10 0 0 90 5 0 0 0\n\
+                    cpu2 1 0 0 1 0 0 0 0\nintr 1\n";
+        assert_eq!(cpus_jiffies(stat, &[1]), Some((10, 105)));
+        assert_eq!(cpus_jiffies(stat, &[0, 1]), Some((110, 205)));
+        assert_eq!(cpus_jiffies(stat, &[7]), None);
+        // This process's own affinity is a set of CPUs that exist.
+        let mine = affinity().expect("sched_getaffinity");
+        assert!(!mine.is_empty());
     }
 
     #[test]
