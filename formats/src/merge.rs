@@ -494,8 +494,9 @@ fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatError {
             "cannot be hard-linked as {} ({e}): the shard belongs to another user and the kernel (fs.protected_hardlinks) forbids linking other users' files, or the file system has no hard links; run merge as the user that converted the parts",
             to.display()
         )),
-        // Object-storage FUSE mounts and some others have no hard links at all.
-        Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EMLINK) => refused(format!(
+        // Object-storage FUSE mounts and some others have no hard links at all. (EMLINK,
+        // a shard already at its file system's link limit, stays the I/O error it is.)
+        Some(libc::ENOSYS | libc::EOPNOTSUPP) => refused(format!(
             "cannot be hard-linked as {} ({e}): merge links shards instead of copying them, which this file system does not allow; convert onto a file system with hard links (or in one part)",
             to.display()
         )),
@@ -561,6 +562,8 @@ mod tests {
             );
         }
         assert!(says(libc::EXDEV).contains("another file system"));
+        // Too many links is not a file system without links.
+        assert!(!says(libc::EMLINK).contains("does not allow"));
         // Anything else stays the I/O error it is, on the link's path.
         assert!(
             says(libc::EIO).starts_with("/out/shard-00000.lmdb"),
