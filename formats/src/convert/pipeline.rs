@@ -50,18 +50,7 @@ pub(super) fn run(
     totals: &mut Totals,
     progress: &dyn Progress,
 ) -> Result<(), FormatError> {
-    let jobs = options
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .thread_name(|i| format!("stoker-convert-{i}"))
-        .build()
-        .map_err(|e| {
-            FormatError::InvalidOptions(format!(
-                "cannot start {jobs} threads: {e}; lower --jobs (a container's or job's process limit, pids.max or ulimit -u, may be below its cores)"
-            ))
-        })?;
+    let (pool, jobs) = thread_pool(options, "stoker-convert")?;
     // Input buffers come back from the writer once written, so the pages of the read-ahead
     // window are faulted in once, not once per file.
     let buffers = Arc::new(BufferPool::new(2 * READ_AHEAD_BYTES));
@@ -160,6 +149,27 @@ fn work(
         }
     }
     send(&mut batch);
+}
+
+/// The threads that transcode inputs (`options.jobs`, else one per available CPU), named
+/// `name-N`, and how many they are.
+pub(super) fn thread_pool(
+    options: &ConvertOptions,
+    name: &'static str,
+) -> Result<(rayon::ThreadPool, usize), FormatError> {
+    let jobs = options
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .thread_name(move |i| format!("{name}-{i}"))
+        .build()
+        .map_err(|e| {
+            FormatError::InvalidOptions(format!(
+                "cannot start {jobs} threads: {e}; lower --jobs (a container's or job's process limit, pids.max or ulimit -u, may be below its cores)"
+            ))
+        })?;
+    Ok((pool, jobs))
 }
 
 /// Reads and transcodes one input; never panics (a panic in a decoder makes the input a

@@ -242,16 +242,7 @@ impl SampleWriter {
         if let Some(c) = &classes {
             refuse_duplicates(c)?;
         }
-        let jobs = options
-            .jobs
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(jobs)
-            .thread_name(|i| format!("stoker-write-{i}"))
-            .build()
-            .map_err(|e| {
-                FormatError::InvalidOptions(format!("cannot start {jobs} threads: {e}"))
-            })?;
+        let (pool, jobs) = pipeline::thread_pool(&options, "stoker-write")?;
         let out = options.out.clone();
         let mut made = Made::create(&out)?;
         // Held until the writer is dropped: a second writer or a conversion into `out`
