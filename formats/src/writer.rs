@@ -61,6 +61,18 @@ pub fn shard_file_name(i: usize) -> String {
     format!("shard-{i:05}.lmdb")
 }
 
+/// Refuses an output directory `out` that holds a finished dataset (a manifest): nothing
+/// writes over one.
+pub(crate) fn refuse_finished(out: &Path) -> Result<(), FormatError> {
+    if out.join(MANIFEST_FILE).exists() {
+        return Err(FormatError::OutputExists {
+            path: out.to_path_buf(),
+            reason: "already holds a finished dataset (manifest.json); choose another output directory or delete it".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Writes a dataset record by record, in index order.
 ///
 /// Nothing under `out_dir` looks finished until [`DatasetWriter::finish`] returns: shards are
@@ -141,12 +153,7 @@ impl DatasetWriter {
         options: WriterOptions,
     ) -> Result<DatasetWriter, FormatError> {
         let out_dir = out_dir.as_ref().to_path_buf();
-        if out_dir.join(MANIFEST_FILE).exists() {
-            return Err(FormatError::OutputExists {
-                path: out_dir,
-                reason: "already holds a finished dataset (manifest.json); choose another output directory or delete it".into(),
-            });
-        }
+        refuse_finished(&out_dir)?;
         std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
         Self::resume_from(out_dir, options, Vec::new())
     }

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use super::audit::Audit;
 use super::options::ConvertOptions;
 use super::report::Skipped;
-use crate::manifest::{RawSize, ShardEntry, MANIFEST_FILE};
+use crate::manifest::{RawSize, ShardEntry};
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions};
 use crate::FormatError;
 
@@ -464,13 +464,9 @@ pub(super) fn prepare_output(
         path: out.to_path_buf(),
         reason,
     };
-    if out.join(MANIFEST_FILE).exists() {
-        // With --resume, `convert` has already answered for a finished dataset (done, or
-        // refused saying why): this one was finished since.
-        return Err(exists(
-            "already holds a finished dataset (manifest.json); choose another output directory or delete it".into(),
-        ));
-    }
+    // With --resume, `convert` has already answered for a finished dataset (done, or
+    // refused saying why): this one was finished since.
+    crate::writer::refuse_finished(out)?;
     let entries = match std::fs::read_dir(out) {
         Ok(rd) => rd
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))

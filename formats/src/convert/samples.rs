@@ -672,11 +672,7 @@ fn refuse_nonempty(out: &Path) -> Result<(), FormatError> {
         path: out.to_path_buf(),
         reason,
     };
-    if out.join(MANIFEST_FILE).exists() {
-        return Err(exists(
-            "already holds a finished dataset (manifest.json); choose another output directory or delete it".into(),
-        ));
-    }
+    crate::writer::refuse_finished(out)?;
     let mut entries = std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))?;
     match entries.next() {
         None => Ok(()),
