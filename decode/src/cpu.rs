@@ -8,6 +8,7 @@ use rayon::prelude::*;
 use zune_core::bytestream::{ZByteIoError, ZSeekFrom};
 
 use crate::color;
+use crate::threads::in_pool;
 use crate::{probe, ColorSpace, DecodeError, ImageInfo, Limits, Route, RouteCounters, RouteCounts};
 
 /// A rectangle of an image, in pixels: columns `x..x + width`, rows `y..y + height`.
@@ -285,7 +286,10 @@ impl CpuDecoder {
     }
 
     /// Decodes every input into the output of the same index, in parallel on
-    /// the current rayon pool. One result per image; a bad image fails alone.
+    /// the current rayon pool, or, called from outside one, on stoker's decode
+    /// pool (one thread per available CPU, made on first use; where no thread
+    /// can start, one image after another on this thread). One result per
+    /// image; a bad image fails alone.
     ///
     /// # Examples
     /// ```
@@ -317,11 +321,17 @@ impl CpuDecoder {
                 })
                 .collect();
         }
-        inputs
-            .par_iter()
-            .zip(outputs.par_iter_mut())
-            .map(|(data, out)| self.decode_into(data, out))
-            .collect()
+        in_pool(|parallel| {
+            if parallel {
+                (inputs.par_iter().zip(outputs.par_iter_mut()))
+                    .map(|(data, out)| self.decode_into(data, out))
+                    .collect()
+            } else {
+                (inputs.iter().zip(outputs.iter_mut()))
+                    .map(|(data, out)| self.decode_into(data, out))
+                    .collect()
+            }
+        })
     }
 
     /// Decodes an already probed image (only `region` need be right when given).

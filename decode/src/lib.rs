@@ -39,6 +39,7 @@ mod probe;
 mod ran_out;
 mod route;
 mod std_huffman;
+mod threads;
 mod timing;
 
 pub use cpu::{CpuDecoder, Region};

@@ -25,6 +25,7 @@ use crate::nvjpeg::{
     Backend, DecodeParams, Decoder, DecoderState, DeviceBuffer, Handle, JpegStream, NvJpeg,
     OutputImage, PinnedBuffer,
 };
+use crate::threads::spawn_or_run;
 use crate::{DecodeError, DecodeTimings, Route};
 
 /// One CUDA-decoder state with its buffers.
@@ -200,7 +201,11 @@ impl CudaPath {
                 .slots
                 .iter_mut()
                 .take(threads)
-                .map(|slot| s.spawn(move || slot.decode_from(ctx, batch, list, next)))
+                .map(|slot| {
+                    spawn_or_run(s, "stoker-cuda-slot", move || {
+                        slot.decode_from(ctx, batch, list, next)
+                    })
+                })
                 .collect();
             joins
                 .into_iter()

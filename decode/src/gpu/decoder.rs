@@ -19,6 +19,7 @@ use super::share::{CpuShare, MainPart};
 use super::staging::PinnedRing;
 use super::{fallback, routing};
 use crate::nvjpeg::NvJpeg;
+use crate::threads::spawn_or_run;
 use crate::{
     probe, CpuDecoder, DecodeError, DecodeTimings, ImageInfo, Route, RouteCounters, RouteCounts,
 };
@@ -490,22 +491,23 @@ impl GpuDecoder {
         let share_job = self.share.start(&self.ctx, batch, &share_list, &mut plan);
         let huffman_job = self.huffman.start(&self.ctx, batch, &gpu_list, &mut plan);
 
-        // The shares and the CUDA decoder on threads of their own while this
-        // thread runs the engines (step 3): the CUDA decoder's host phases
-        // (Huffman decoding on the CPU) would otherwise add their whole time to
-        // the batch after the engines' part.
+        // The shares and the CUDA decoder on threads of their own while this thread runs the
+        // engines (step 3): the CUDA decoder's host phases (Huffman decoding on the CPU)
+        // would otherwise add their whole time to the batch after the engines' part.
         let (ctx, cpu) = (&self.ctx, &*self.cpu);
         let cuda_list = std::mem::take(&mut plan.cuda);
         let cuda_on_own = !cuda_list.is_empty() && self.cuda.begin(stream);
         let (share_done, huffman_done, engines_part, cuda_done) = std::thread::scope(|s| {
             let gpu_list = &gpu_list;
-            let huffman = huffman_job.map(|job| s.spawn(move || job.run(ctx, inputs, gpu_list)));
+            let huffman = huffman_job.map(|job| move || job.run(ctx, inputs, gpu_list));
+            let huffman = huffman.map(|f| spawn_or_run(s, "stoker-gpu-huffman", f));
             let share_list = &share_list;
-            let share = share_job.map(|job| s.spawn(move || job.run(cpu, batch, share_list)));
+            let share = share_job.map(|job| move || job.run(cpu, batch, share_list));
+            let share = share.map(|f| spawn_or_run(s, "stoker-cpu-share", f));
             // 4. CUDA decoder, beside the engines.
             let (cuda_path, list) = (&mut self.cuda, &cuda_list);
-            let cuda = (!list.is_empty())
-                .then(|| s.spawn(move || cuda_path.decode_list(ctx, batch, list, cuda_on_own)));
+            let cuda_job = move || cuda_path.decode_list(ctx, batch, list, cuda_on_own);
+            let cuda = (!list.is_empty()).then(|| spawn_or_run(s, "stoker-cuda-decode", cuda_job));
             // 3. Hardware engines.
             let mut engines_part = (0usize, 0.0f64);
             if let Some(hw) = self.hw.as_mut().filter(|_| !plan.hw.is_empty()) {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 
 use super::batch::{Batch, Plan};
+use crate::threads::in_pool;
 use crate::{CpuDecoder, DecodeError, DecodeTimings, ImageInfo, Route};
 
 /// A CPU decode: info, route and the RGB pixels.
@@ -24,14 +25,18 @@ pub(super) fn decode_stage(
         return;
     }
     let started = Instant::now();
-    let decoded: Vec<(usize, CpuDecoded)> = plan
-        .cpu
-        .par_iter()
-        .map(|&i| {
-            let r = cpu.decode_region_to_vec_routed(batch.inputs[i], batch.usage.region(i));
-            (i, r)
-        })
-        .collect();
+    let one = |&i: &usize| {
+        let r = cpu.decode_region_to_vec_routed(batch.inputs[i], batch.usage.region(i));
+        (i, r)
+    };
+    let list = &plan.cpu;
+    let decoded: Vec<(usize, CpuDecoded)> = in_pool(|parallel| {
+        if parallel {
+            list.par_iter().map(one).collect()
+        } else {
+            list.iter().map(one).collect()
+        }
+    });
     for (i, r) in decoded {
         plan.results[i] = Some(r.and_then(|(info, route, pixels)| {
             let span = batch.usage.needed(i, &info);

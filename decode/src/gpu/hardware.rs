@@ -12,6 +12,7 @@ use super::device::record_or_synchronize;
 use super::options::{GpuDecoderOptions, WaitMode};
 use super::staging::{stage_bitstreams, PinnedRing};
 use crate::nvjpeg::{Backend, BatchedState, Handle, JpegStream, NvJpeg, NvjpegStatus, OutputImage};
+use crate::threads::spawn_or_run;
 use crate::{DecodeError, DecodeTimings, ImageInfo, Route};
 
 /// The batch size (whole decoder, split over the lanes) that
@@ -368,7 +369,9 @@ impl Hardware {
                 let bytes: usize = chunk.iter().map(|&i| batch.inputs[i].len()).sum();
                 let (part, tail) = std::mem::take(&mut rest).split_at_mut(bytes);
                 rest = tail;
-                joins.push(s.spawn(move || run_lane(lane, ctx, batch, chunk, part, k)));
+                joins.push(spawn_or_run(s, "stoker-nvjpeg-lane", move || {
+                    run_lane(lane, ctx, batch, chunk, part, k)
+                }));
             }
             joins
                 .into_iter()

@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use super::batch::{Decoded, Plan};
 use crate::nvjpeg::JpegStream;
+use crate::threads::{in_pool, pool_threads};
 use crate::{probe, DecodeError, ImageInfo, Limits, Route};
 
 /// Step 1 runs on rayon from this many images up.
@@ -30,7 +31,7 @@ pub(super) fn route_batch(
     let n = inputs.len();
     let most = match &check {
         Some((streams, _)) => streams.len().max(1),
-        None => rayon::current_num_threads(),
+        None => pool_threads(),
     };
     let parts = if n >= PARALLEL_ROUTE_MIN {
         most.min(n / ROUTE_CHUNK_MIN).max(1)
@@ -56,25 +57,32 @@ pub(super) fn route_batch(
             .map(|i| route_one(stream.as_deref_mut(), limits, inputs[i], out_lens[i]))
             .collect()
     };
-    match check {
-        Some((streams, _)) if parts > 1 => streams[..parts]
-            .par_iter_mut()
-            .enumerate()
-            .map(|(p, s)| run(p, Some(s)))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .flatten()
-            .collect(),
-        Some((streams, _)) => run(0, streams.first_mut()),
-        None if parts > 1 => (0..parts)
-            .into_par_iter()
-            .map(|p| run(p, None))
-            .collect::<Vec<_>>()
-            .into_iter()
-            .flatten()
-            .collect(),
-        None => run(0, None),
-    }
+    let chunks: Vec<Vec<Decoded>> = match check {
+        // Without a pool the chunks run one after another, each with its own stream as in
+        // parallel; the results are the same.
+        Some((streams, _)) if parts > 1 => in_pool(|parallel| {
+            let streams = &mut streams[..parts];
+            if parallel {
+                (streams.par_iter_mut().enumerate())
+                    .map(|(p, s)| run(p, Some(s)))
+                    .collect()
+            } else {
+                (streams.iter_mut().enumerate())
+                    .map(|(p, s)| run(p, Some(s)))
+                    .collect()
+            }
+        }),
+        Some((streams, _)) => vec![run(0, streams.first_mut())],
+        None if parts > 1 => in_pool(|parallel| {
+            if parallel {
+                (0..parts).into_par_iter().map(|p| run(p, None)).collect()
+            } else {
+                (0..parts).map(|p| run(p, None)).collect()
+            }
+        }),
+        None => vec![run(0, None)],
+    };
+    chunks.into_iter().flatten().collect()
 }
 
 /// Step 1 for one image: probe (pixel limit, unsupported features), check the

@@ -16,6 +16,7 @@ use super::batch::{Batch, Decoded, Plan};
 use super::offload::{Measured, OffloadControl};
 use super::options::{share_fraction, GpuDecoderOptions};
 use super::staging::PinnedRing;
+use crate::threads::in_pool;
 use crate::{CpuDecoder, DecodeError, DecodeTimings, ImageInfo, Route};
 
 /// The share's staging, stream, threads and fraction.
@@ -26,7 +27,7 @@ pub(super) struct CpuShare {
     /// engines' work on the caller's stream; the caller's stream joins it.
     pub(super) stream: Arc<CudaStream>,
     /// The share's threads (`cpu_share_threads`), made with the decoder when
-    /// a share is configured; `None`: rayon's global pool.
+    /// a share is configured; `None`: stoker's decode pool (see `threads::in_pool`).
     pool: Option<Arc<rayon::ThreadPool>>,
     /// The share in use: `cpu_share`, or with `cpu_share_auto` the
     /// controller's current fraction.
@@ -326,7 +327,7 @@ impl ShareJob {
     /// parts of the staging, in the share's pool.
     pub(super) fn run(mut self, cpu: &CpuDecoder, batch: Batch<'_>, list: &[usize]) -> ShareDone {
         let started = Instant::now();
-        let decode_all = |slice: &mut [u8]| {
+        let decode_all = |slice: &mut [u8], parallel: bool| {
             let mut parts = Vec::with_capacity(list.len());
             let (mut rest, mut off) = (slice, 0usize);
             for &i in list {
@@ -336,22 +337,24 @@ impl ShareJob {
                 rest = tail;
                 off += len;
             }
-            parts
-                .into_par_iter()
-                .map(|(i, off, out)| {
-                    let t = Instant::now();
-                    let r = cpu.decode_region_routed(batch.inputs[i], out, batch.usage.region(i));
-                    let span = r
-                        .as_ref()
-                        .map_or(0..0, |(info, _)| batch.usage.needed(i, info));
-                    ((i, off, span, r), t.elapsed().as_secs_f64())
-                })
-                .collect::<Vec<_>>()
+            let one = |(i, off, out): (usize, usize, &mut [u8])| {
+                let t = Instant::now();
+                let r = cpu.decode_region_routed(batch.inputs[i], out, batch.usage.region(i));
+                let span = r
+                    .as_ref()
+                    .map_or(0..0, |(info, _)| batch.usage.needed(i, info));
+                ((i, off, span, r), t.elapsed().as_secs_f64())
+            };
+            if parallel {
+                parts.into_par_iter().map(one).collect::<Vec<_>>()
+            } else {
+                parts.into_iter().map(one).collect::<Vec<_>>()
+            }
         };
         let pool = self.pool.as_deref();
         let timed = self.buf.as_mut_slice().map(|slice| match pool {
-            Some(pool) => pool.install(|| decode_all(slice)),
-            None => decode_all(slice),
+            Some(pool) => pool.install(|| decode_all(slice, true)),
+            None => in_pool(|parallel| decode_all(slice, parallel)),
         });
         let mut thread_s = [0.0; 2];
         let decoded = timed.map(|parts| {
@@ -499,7 +502,7 @@ impl ShareControl {
 }
 
 /// The CPU share's pool (`None`, with a warning, if it cannot be made: then
-/// rayon's global pool decodes the share).
+/// stoker's decode pool, or the calling thread, decodes the share).
 fn share_pool(options: &GpuDecoderOptions) -> Option<Arc<rayon::ThreadPool>> {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     let n = share_threads(options, cores);
@@ -510,7 +513,9 @@ fn share_pool(options: &GpuDecoderOptions) -> Option<Arc<rayon::ThreadPool>> {
     {
         Ok(pool) => Some(Arc::new(pool)),
         Err(e) => {
-            tracing::warn!("CPU share pool of {n} threads failed ({e}); using rayon's");
+            tracing::warn!(
+                "CPU share pool of {n} threads failed ({e}); using stoker's decode pool"
+            );
             None
         }
     }
