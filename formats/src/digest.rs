@@ -92,9 +92,17 @@ pub(crate) fn xxh3_of_written(path: &Path) -> Result<(u64, u64), FormatError> {
         .map_err(|e| FormatError::io(path, e))
     };
     let (first, second) = std::thread::scope(|s| {
-        let second = (split < len).then(|| s.spawn(|| map(split, len - split)));
+        // Where no thread can start (a process limit), this thread maps both halves.
+        let second = (split < len).then(|| {
+            std::thread::Builder::new()
+                .name("stoker-digest".into())
+                .spawn_scoped(s, || map(split, len - split))
+        });
         let first = map(0, split);
-        let second = second.map(|h| h.join().expect("mapping does not panic"));
+        let second = second.map(|h| match h {
+            Ok(h) => h.join().expect("mapping does not panic"),
+            Err(_) => map(split, len - split),
+        });
         (first, second)
     });
     let (first, second) = (first?, second.transpose()?);

@@ -316,6 +316,15 @@ pub enum FormatError {
     /// Conflicting or out-of-range options.
     #[error("invalid options: {0}")]
     InvalidOptions(String),
+    /// The threads the work runs on could not start: most often a container's or job's
+    /// process limit below the threads asked for.
+    #[error("cannot start {what}: {reason}; lower --jobs (Python: jobs=), or raise the process limit (a container's or job's pids.max, or ulimit -u), which may be below the threads stoker starts")]
+    Threads {
+        /// Which threads, and how many.
+        what: String,
+        /// The system's reason.
+        reason: String,
+    },
     /// The part of a partitioned conversion could not be told from the flags and the
     /// launcher's variables (missing, unparsable or inconsistent).
     #[error("which part to convert: {reason} ({given})")]

@@ -181,10 +181,7 @@ impl CpuPipeline {
             let handle = std::thread::Builder::new()
                 .name(name.clone())
                 .spawn(move || Worker::run(shared))
-                .map_err(|e| LoaderError::Thread {
-                    thread: name,
-                    reason: e.to_string(),
-                })?;
+                .map_err(|e| LoaderError::thread_start(name, e))?;
             // On error above, `pipeline` drops and joins the threads already started.
             pipeline.workers.push(handle);
         }

@@ -150,6 +150,18 @@ pub enum LoaderError {
 }
 
 impl LoaderError {
+    /// The error of a loader thread (`thread`) that could not start: the system's reason,
+    /// and what to change, since it is most often a process limit below the threads asked
+    /// for (not something wrong with the data).
+    pub(crate) fn thread_start(thread: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        LoaderError::Thread {
+            thread: thread.into(),
+            reason: format!(
+                "cannot start: {reason}; the process limit (a container's or job's pids.max, or ulimit -u) may be below the threads the loader starts: ask for fewer workers (workers=, LoaderBuilder::workers) or raise the limit"
+            ),
+        }
+    }
+
     /// `Some(error)` when this process is not `built`, the process that built a loader:
     /// then it is a `fork` of it, where the loader's threads do not exist.
     pub(crate) fn if_forked(built: u32) -> Option<LoaderError> {

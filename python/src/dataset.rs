@@ -270,11 +270,19 @@ fn convert_interruptibly(
 ) -> PyResult<stoker_formats::ConvertReport> {
     std::thread::scope(|scope| {
         let caller = std::thread::current();
-        let job = scope.spawn(move || {
-            let report = stoker_formats::convert(opts, bar);
-            caller.unpark();
-            report
-        });
+        let job = std::thread::Builder::new()
+            .name("stoker-convert".into())
+            .spawn_scoped(scope, move || {
+                let report = stoker_formats::convert(opts, bar);
+                caller.unpark();
+                report
+            })
+            .map_err(|e| {
+                format_error(stoker_formats::FormatError::Threads {
+                    what: "the conversion's thread".into(),
+                    reason: e.to_string(),
+                })
+            })?;
         let mut interrupted = None;
         while !job.is_finished() {
             py.detach(|| std::thread::park_timeout(SIGNAL_CHECK));

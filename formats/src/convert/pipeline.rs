@@ -60,11 +60,17 @@ pub(super) fn run(
     let ahead = &ReadAhead::new(READ_AHEAD_BYTES, (jobs * 64).max(1024));
     let (tx, rx) = mpsc::channel::<Vec<(usize, Processed)>>();
     std::thread::scope(|scope| {
-        let workers = scope.spawn(move || {
-            let tx = &tx;
-            // Every pool thread runs this loop once: `jobs` workers.
-            pool.broadcast(|_| work(inputs, options, buffers, ahead, tx));
-        });
+        let workers = std::thread::Builder::new()
+            .name("stoker-convert-feed".into())
+            .spawn_scoped(scope, move || {
+                let tx = &tx;
+                // Every pool thread runs this loop once: `jobs` workers.
+                pool.broadcast(|_| work(inputs, options, buffers, ahead, tx));
+            })
+            .map_err(|e| FormatError::Threads {
+                what: format!("the thread that hands inputs to {jobs} workers"),
+                reason: e.to_string(),
+            })?;
         let result = (|| {
             // Results that arrived before the one the writer needs next.
             let mut early = BTreeMap::new();
@@ -164,10 +170,9 @@ pub(super) fn thread_pool(
         .num_threads(jobs)
         .thread_name(move |i| format!("{name}-{i}"))
         .build()
-        .map_err(|e| {
-            FormatError::InvalidOptions(format!(
-                "cannot start {jobs} threads: {e}; lower --jobs (a container's or job's process limit, pids.max or ulimit -u, may be below its cores)"
-            ))
+        .map_err(|e| FormatError::Threads {
+            what: format!("{jobs} threads"),
+            reason: e.to_string(),
         })?;
     Ok((pool, jobs))
 }

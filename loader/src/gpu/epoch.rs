@@ -40,10 +40,7 @@ impl GpuEpoch {
             std::thread::Builder::new()
                 .name("stoker-gpu".into())
                 .spawn(move || produce(&shared, &plan, &tx, &stop))
-                .map_err(|e| LoaderError::Thread {
-                    thread: "stoker-gpu".into(),
-                    reason: e.to_string(),
-                })?
+                .map_err(|e| LoaderError::thread_start("stoker-gpu", e))?
         };
         let sampler = Sampler::start_for(&shared.ctx, Some(Arc::clone(&shared.metrics)));
         Ok(GpuEpoch {

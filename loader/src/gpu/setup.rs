@@ -330,10 +330,7 @@ pub(super) fn reader_pool(workers: usize) -> Result<rayon::ThreadPool, LoaderErr
         .num_threads(workers)
         .thread_name(|i| format!("stoker-gpu-reader-{i}"))
         .build()
-        .map_err(|e| LoaderError::Thread {
-            thread: "stoker-gpu-reader".into(),
-            reason: e.to_string(),
-        })
+        .map_err(|e| LoaderError::thread_start("stoker-gpu-reader", e))
 }
 
 /// Raw records: the dataset's map, page-locked, when allowed and possible, so
