@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes};
+use pyo3::types::{PyBool, PyByteArray, PyBytes};
 use stoker_formats::{FormatError, SampleOptions, SampleWriter};
 
 use crate::dataset::{json_to_py, parse_encoding, parse_resize};
@@ -132,10 +132,11 @@ impl Writer {
         &self,
         py: Python<'_>,
         image: &Bound<'_, PyAny>,
-        label: u32,
+        label: &Bound<'_, PyAny>,
         name: Option<&str>,
     ) -> PyResult<()> {
         self.check_process()?;
+        let label = class_index(label)?;
         let image = image_bytes(image, self.max_file_size)?;
         let mut inner = self.inner(py);
         let w = inner.writer.as_mut().ok_or_else(|| self.closed_error(py))?;
@@ -354,6 +355,28 @@ enum Image {
     Bytes(Vec<u8>),
     /// Its size, over the writer's `max_file_size`: skipped without being copied.
     TooLarge(u64),
+}
+
+/// A label as a class index: a Python or NumPy integer (anything with `__index__`) from 0
+/// up. Not a bool: `True` would be stored as class 1 without a word.
+fn class_index(label: &Bound<'_, PyAny>) -> PyResult<u32> {
+    if label.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "label {label}: a class index (int) is expected, not a bool"
+        )));
+    }
+    let index: i64 = match label.extract() {
+        Ok(index) => index,
+        // Any other error (a float, a str) is TypeError's own message.
+        Err(e) if !e.is_instance_of::<PyOverflowError>(label.py()) => return Err(e),
+        Err(_) => i64::MAX,
+    };
+    u32::try_from(index).map_err(|_| {
+        PyValueError::new_err(format!(
+            "label {label} is out of range: labels are class indices, from 0 to {}",
+            u32::MAX
+        ))
+    })
 }
 
 /// The exception for an error of the writer: a label without a class is the caller's

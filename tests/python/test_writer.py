@@ -136,8 +136,16 @@ def test_refusals_are_clear(tmp_path, sample_dataset):
             stoker.Writer(tmp_path / "ds")
         with pytest.raises(ValueError, match="label 2 is out of range"):
             w.write(_photos()[1][0][0], 2)
-        with pytest.raises(OverflowError):
+        # A bare OverflowError before; True went in as class 1.
+        with pytest.raises(ValueError, match="label -1 is out of range: labels are class"):
             w.write(_photos()[1][0][0], -1)
+        with pytest.raises(ValueError, match=f"label {2**70} is out of range"):
+            w.write(_photos()[1][0][0], 2**70)
+        with pytest.raises(TypeError, match="label True: a class index"):
+            w.write(_photos()[1][0][0], True)
+        with pytest.raises(TypeError, match="float"):
+            w.write(_photos()[1][0][0], 1.0)
+        w.write(_photos()[1][0][0], np.int64(1))
         w.write(_photos()[1][0][0], 1)
     report = w.close()
     assert report == w.report and report["empty_classes"] == ["a"]
