@@ -709,9 +709,14 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
         return Err(too_big("does not fit in 64 bits".into()));
     };
     if let Some(total) = crate::launcher::memory_total() {
-        if ring > total {
+        let held = crate::launcher::memory_in_use();
+        if ring.saturating_add(held) > total {
+            let held = match held {
+                0 => String::new(),
+                held => format!(", which with the {held} bytes this process already holds is"),
+            };
             return Err(too_big(format!(
-                "times {batches} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes, more than the {total} bytes of memory this process may use (the machine's, or its cgroup's limit)"
+                "times {batches} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes{held} more than the {total} bytes of memory this process may use (the machine's, or its cgroup's limit)"
             )));
         }
     }

@@ -32,11 +32,26 @@ pub(crate) fn rings_note(ring: u64, processes: u64, total: u64) -> Option<String
     })
 }
 
-/// `MemTotal` of a `/proc/meminfo` text, in bytes.
-fn mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+/// The anonymous memory this process holds now (`RssAnon`: its heap, stacks and pinned
+/// buffers, not file pages the kernel can drop), bytes; 0 when it cannot be read. A ring
+/// that fits the limit only without it cannot be filled without the OOM killer.
+pub(crate) fn memory_in_use() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| kib_field(&status, "RssAnon:"))
+        .unwrap_or(0)
+}
+
+/// A `Name:   N kB` field of a `/proc` text, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
     let kib: u64 = line.split_ascii_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
+}
+
+/// `MemTotal` of a `/proc/meminfo` text, in bytes.
+fn mem_total(meminfo: &str) -> Option<u64> {
+    kib_field(meminfo, "MemTotal:")
 }
 
 /// The lowest memory limit over this process's cgroups (`/proc/self/cgroup` lines) and
@@ -84,6 +99,17 @@ mod tests {
         assert_eq!(mem_total(text), Some(131_891_264 * 1024));
         assert_eq!(mem_total("MemFree: 3 kB\n"), None);
         assert_eq!(mem_total("MemTotal: lots kB\n"), None);
+    }
+
+    #[test]
+    fn this_process_holds_some_anonymous_memory() {
+        let held = vec![1u8; 8 << 20];
+        assert!(memory_in_use() >= 8 << 20, "{}", memory_in_use());
+        drop(held);
+        assert_eq!(
+            kib_field("RssAnon:\t  2048 kB\n", "RssAnon:"),
+            Some(2 << 20)
+        );
     }
 
     #[test]

@@ -51,7 +51,7 @@ mod vars;
 pub use device::choose_device;
 pub(crate) use env::list_vars;
 pub use env::{EnvProblem, EnvVar, Launcher};
-pub(crate) use memory::{memory_total, rings_note};
+pub(crate) use memory::{memory_in_use, memory_total, rings_note};
 pub use node_share::NodeShare;
 pub use placement::Placement;
 pub use slurm::tasks_on_node;
