@@ -352,4 +352,15 @@ fn convert_into_a_log_says_how_far_it_got() {
         "{}",
         text(&o)
     );
+    // --quiet: no progress line (a job that only wants warnings in its log had no way).
+    let quiet = dir.path().join("quiet");
+    let o = stoker(&["convert", "-q", SAMPLE, p(&quiet)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("progress:"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("15"),
+        "{}",
+        text(&o)
+    );
 }

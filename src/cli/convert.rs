@@ -106,6 +106,10 @@ pub struct Args {
     /// Print every skipped file (the JSON report always lists them).
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// No progress bar, and no progress lines where stderr is not a terminal (a job's log);
+    /// warnings, errors and the summary still print.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 fn parse_encoding(s: &str) -> Result<Encoding, String> {
@@ -190,8 +194,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let opts = options(&args)?;
     // On stderr: a bar on a terminal, else (kubectl logs, a Slurm job's output file) a
-    // line a minute, which a bar would not draw there; skipped inputs listed with --verbose.
-    let progress = if std::io::stderr().is_terminal() {
+    // line a minute, which a bar would not draw there; neither with --quiet. Skipped inputs
+    // are listed with --verbose.
+    let progress = if args.quiet {
+        formats::convert::TerminalBar::new(false, args.verbose)
+    } else if std::io::stderr().is_terminal() {
         formats::convert::TerminalBar::new(true, args.verbose)
     } else {
         formats::convert::TerminalBar::log_lines(
