@@ -11,6 +11,7 @@ use pyo3::types::PyBytes;
 use stoker_formats::{ConvertOptions, Encoding, Layout, Part, Progress, ResizeMode, Source};
 
 use crate::errors::format_error;
+use crate::logging::Call;
 use crate::signals::SIGNAL_CHECK;
 
 /// `json.loads(text)`: the Rust reports are serde structs; their JSON is the dict.
@@ -81,6 +82,7 @@ pub(crate) fn convert<'py>(
     parts: Option<u32>,
     progress: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let _logs = Call::new(py);
     let source = match list {
         Some(list) => Source::List { root: src, list },
         None => Source::ImageFolder(src),
@@ -184,6 +186,7 @@ pub(crate) fn merge<'py>(
     out: PathBuf,
     parts: Option<Vec<PathBuf>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let _logs = Call::new(py);
     // The CLI's "no parts named" means every part; an empty list given here names none.
     if parts.as_ref().is_some_and(Vec::is_empty) {
         return Err(PyValueError::new_err(
@@ -286,6 +289,8 @@ fn convert_interruptibly(
         let mut interrupted = None;
         while !job.is_finished() {
             py.detach(|| std::thread::park_timeout(SIGNAL_CHECK));
+            // A conversion runs for minutes to hours: its log is not kept to the end.
+            crate::logging::deliver(py);
             if let Some(e) = bar.raise_notes(py) {
                 interrupted.get_or_insert(e);
             }
@@ -327,6 +332,7 @@ pub(crate) struct Dataset {
 impl Dataset {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let _logs = Call::new(py);
         // Absolute from the start: a pickle made after a `chdir` must still name this
         // dataset, not whatever the relative path means then.
         let path = std::path::absolute(&path).unwrap_or(path);
@@ -350,6 +356,7 @@ impl Dataset {
         py: Python<'py>,
         index: i64,
     ) -> PyResult<(Bound<'py, PyBytes>, u32)> {
+        let _logs = Call::often(py);
         let len = self.inner.len() as i64;
         let i = if index < 0 { index + len } else { index };
         if !(0..len).contains(&i) {

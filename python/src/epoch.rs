@@ -17,6 +17,7 @@ use stoker_loader::{LoaderError, Next};
 use crate::batch::Batch;
 use crate::errors::{loader_error, StokerError};
 use crate::locks::{lock, lock_detached};
+use crate::logging::Call;
 use crate::signals::SIGNAL_CHECK;
 
 /// The epoch a loader's next `iter(loader)` runs (`set_epoch`, `load_state_dict`), shared
@@ -295,6 +296,9 @@ impl Epoch {
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
+        // Before `guard`: dropped after it, so the events go to Python's handlers with
+        // the iterator unlocked.
+        let _logs = Call::often(py);
         // Before the lock, which a parent thread waiting in `next` at the fork holds for
         // good in the child.
         if let Some(e) = self.shared.forked() {
@@ -371,6 +375,7 @@ impl Epoch {
     /// Stops this epoch's work now (also done when the iterator is freed), also while
     /// another thread waits in ``next``: that ``next`` then ends the iteration.
     fn close(&self, py: Python<'_>) {
+        let _logs = Call::new(py);
         self.shared.close(py);
     }
 }

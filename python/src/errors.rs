@@ -1,6 +1,7 @@
 //! Rust errors as Python exceptions: settings the caller got wrong are `ValueError`, a
 //! missing file is `FileNotFoundError`, everything else `stoker.StokerError`; the
-//! message is always the Rust error's. What the library only notes is a `UserWarning`.
+//! message is always the Rust error's. What the library notes for the caller to act on is
+//! a `UserWarning`; the rest of what it logs goes to `logging` (`crate::logging`).
 
 use pyo3::exceptions::{PyException, PyFileNotFoundError, PyUserWarning, PyValueError};
 use pyo3::{PyErr, PyResult, Python};
@@ -44,8 +45,8 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
     }
 }
 
-/// `warnings.warn(text, UserWarning)`, pointing at the caller's line (Python shows no
-/// `tracing` output, so what the library would log as a warning is said this way).
+/// `warnings.warn(text, UserWarning)`, pointing at the caller's line: for a note the
+/// caller should act on, which a log record on a logger nobody watches would hide.
 pub(crate) fn warn(py: Python<'_>, text: String) -> PyResult<()> {
     let text = std::ffi::CString::new(text).unwrap_or_default();
     PyErr::warn(py, &py.get_type::<PyUserWarning>(), &text, 1)

@@ -16,6 +16,8 @@
 //!   (`__dlpack__`, `__dlpack_device__`) over [`stoker_loader::dlpack`].
 //! - `capsule`: the one FFI piece: a DLPack tensor in a `"dltensor"` capsule.
 //! - `errors`: Rust errors → `ValueError`, `FileNotFoundError` or `stoker.StokerError`.
+//! - `logging`: the crates' `tracing` events → Python's `logging` (logger `stoker`),
+//!   queued and delivered on the caller's thread.
 //!
 //! ```python
 //! import stoker, numpy as np
@@ -31,6 +33,7 @@ mod epoch;
 mod errors;
 mod loader;
 mod locks;
+mod logging;
 mod sampler;
 mod signals;
 mod writer;
@@ -41,6 +44,11 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    logging::install(py);
+    m.add_function(wrap_pyfunction!(logging::deliver_logs, m)?)?;
+    // What the loader's threads log after the program's last call to stoker.
+    py.import("atexit")?
+        .call_method1("register", (m.getattr("_deliver_logs")?,))?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("StokerError", py.get_type::<errors::StokerError>())?;
     m.add(

@@ -14,6 +14,7 @@ use crate::dataset::{json_to_py, Dataset};
 use crate::epoch::{Epoch, EpochShared, PendingEpoch, StoppedBy, Which};
 use crate::errors::{loader_error, warn, StokerError};
 use crate::locks::lock;
+use crate::logging::Call;
 use crate::sampler::LoaderSampler;
 
 /// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
@@ -130,6 +131,7 @@ impl Loader {
         gpu_waits: &str,
         gpu_cpu_share: Option<f32>,
     ) -> PyResult<Self> {
+        let _logs = Call::new(py);
         let dataset = match data.cast::<Dataset>() {
             Ok(ds) => ds.get().inner.clone(),
             Err(_) => {
@@ -205,8 +207,17 @@ impl Loader {
             cpu_share: gpu_cpu_share,
         };
         builder = gpu.apply(builder)?;
-        let inner = py.detach(|| builder.build()).map_err(loader_error)?;
-        warn_notes(py, &inner)?;
+        // The builder logs the notes that `warn_notes` raises: held back, then forgotten.
+        let (built, mut held) = crate::logging::holding(|| py.detach(|| builder.build()));
+        let inner = built.map_err(loader_error)?;
+        let notes = notes(&inner);
+        for (logged, _) in &notes {
+            held.handed_over(logged);
+        }
+        drop(held);
+        for (_, warning) in notes {
+            warn(py, warning)?;
+        }
         Ok(Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
@@ -228,6 +239,7 @@ impl Loader {
     /// to it goes, which for one caught in a reference cycle (a trainer object in a
     /// notebook) is only when Python's garbage collector runs.
     fn close(&self, py: Python<'_>) {
+        let _logs = Call::new(py);
         // Under the iterators' lock: an iterator made meanwhile is either in the list
         // stopped here or finds the loader closed (`iterator`).
         let (inner, epochs) = {
@@ -257,6 +269,7 @@ impl Loader {
     /// else the epoch after the last one begun, as they stand at its first ``next``. It
     /// stops this loader's earlier iterators.
     fn __iter__(&self, py: Python<'_>) -> PyResult<Epoch> {
+        let _logs = Call::new(py);
         self.iterator(py, Which::Next)
     }
 
@@ -274,6 +287,7 @@ impl Loader {
     /// its first ``next``, and stops this loader's earlier iterators: their next ``next``
     /// raises ``stoker.StokerError``.
     fn epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<Epoch> {
+        let _logs = Call::new(py);
         self.iterator(py, Which::Fixed(epoch))
     }
 
@@ -343,6 +357,7 @@ impl Loader {
     /// ``stoker.StokerError``).
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
         let py = state.py();
+        let _logs = Call::new(py);
         // A key that is missing or None: not recorded (a state from an older stoker).
         let present = |key: &str| Ok::<_, PyErr>(state.get_item(key)?.filter(|v| !v.is_none()));
         let optional =
@@ -365,13 +380,22 @@ impl Loader {
         let inner = self.inner()?;
         // The state is checked before any iterator is stopped: a refused one leaves a
         // running epoch alone. A running one makes the load wait for it to be stopped.
-        let loaded = match inner.load_state(state) {
+        // `load_state` logs the note raised below: held back, then forgotten.
+        let note = state.unversioned_note();
+        let (loaded, mut held) = crate::logging::holding(|| inner.load_state(state));
+        let loaded = match loaded {
             Err(LoaderError::EpochInProgress { .. }) => {
                 self.stop_iterators(py, StoppedBy::Newer);
-                inner.load_state(state)
+                let (loaded, again) = crate::logging::holding(|| inner.load_state(state));
+                drop(std::mem::replace(&mut held, again));
+                loaded
             }
             loaded => loaded,
         };
+        if let Some(note) = &note {
+            held.handed_over(note);
+        }
+        drop(held);
         loaded.map_err(loader_error)?;
         // Iterators made before and not started (Lightning makes one to check that the
         // loader is iterable, then restores a checkpoint) were made for what came before.
@@ -379,7 +403,7 @@ impl Loader {
         // The epoch the next `for` runs (set_epoch(state["epoch"]) still asks for a finished
         // one, which then yields nothing); set before the warning, which may raise.
         *lock(&self.next_epoch) = inner.pending_epoch();
-        if let Some(note) = state.unversioned_note() {
+        if let Some(note) = note {
             warn(py, format!("stoker: {note}"))?;
         }
         Ok(())
@@ -387,7 +411,8 @@ impl Loader {
 
     /// Stops the next epoch started early (after the last epoch you train); returns
     /// whether one was running.
-    fn cancel_prefetch(&self) -> PyResult<bool> {
+    fn cancel_prefetch(&self, py: Python<'_>) -> PyResult<bool> {
+        let _logs = Call::new(py);
         Ok(self.inner()?.cancel_prefetch())
     }
 
@@ -689,13 +714,20 @@ fn triple(v: Option<[f32; 3]>) -> String {
     v.map_or_else(|| "None".into(), |[a, b, c]| format!("({a}, {b}, {c})"))
 }
 
-/// What the builder logs through `tracing`, which Python does not show, as warnings: what
-/// the placement had to assume (a Slurm batch step run without srun, a local count
-/// guessed), an order that mixes classes poorly, more workers than cores, epochs that
-/// drop_last leaves empty, batches in flight that may not fit in a container's memory.
-fn warn_notes(py: Python<'_>, inner: &stoker_loader::Loader) -> PyResult<()> {
+/// The builder's notes that Python hands over as `UserWarning`s: what the placement had
+/// to assume (a Slurm batch step run without srun, a local count guessed), an order that
+/// mixes classes poorly, more workers than cores, epochs that drop_last leaves empty,
+/// batches in flight that may not fit in a container's memory. Each as `(the message the
+/// builder logs it with, the warning)`: the logged one is not delivered to `logging` too.
+/// (`ranks_note`, worded for Rust callers, reaches Python as the builder's log event
+/// only.)
+fn notes(inner: &stoker_loader::Loader) -> Vec<(String, String)> {
+    let mut notes = Vec::new();
     if let Some(note) = inner.stats().placement.and_then(|p| p.note) {
-        warn(py, format!("stoker placement: {note}"))?;
+        notes.push((
+            format!("launcher variables: {note}"),
+            format!("stoker placement: {note}"),
+        ));
     }
     for note in [
         inner.mixing_note(),
@@ -706,9 +738,9 @@ fn warn_notes(py: Python<'_>, inner: &stoker_loader::Loader) -> PyResult<()> {
     .into_iter()
     .flatten()
     {
-        warn(py, format!("stoker: {note}"))?;
+        notes.push((note.clone(), format!("stoker: {note}")));
     }
-    Ok(())
+    notes
 }
 
 /// A state key written as text (`Order`, `DatasetFingerprint`), parsed; `None` stays `None`.

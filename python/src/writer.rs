@@ -12,6 +12,7 @@ use stoker_formats::{FormatError, SampleOptions, SampleWriter};
 use crate::dataset::{json_to_py, parse_encoding, parse_resize};
 use crate::errors::format_error;
 use crate::locks::{lock_detached, Turn, Turns};
+use crate::logging::Call;
 
 /// Writes a dataset from samples: encoded images (JPEG, PNG, ... as bytes) and their
 /// labels, for images that are not files in a folder (a Hugging Face dataset, a database,
@@ -91,6 +92,7 @@ impl Writer {
         gpu_friendly: bool,
         check: bool,
     ) -> PyResult<Writer> {
+        let _logs = Call::new(py);
         let mut o = SampleOptions::new(source.unwrap_or_else(|| "stoker.Writer".into()));
         o.encoding = parse_encoding(encoding)?;
         o.resize = parse_resize(resize)?;
@@ -135,6 +137,7 @@ impl Writer {
         label: &Bound<'_, PyAny>,
         name: Option<&str>,
     ) -> PyResult<()> {
+        let _logs = Call::often(py);
         self.check_process()?;
         let label = class_index(label)?;
         let image = image_bytes(image, self.max_file_size)?;
@@ -152,6 +155,7 @@ impl Writer {
     /// dict with the keys of ``stoker.convert``'s; ``inputs`` counts the samples). Once
     /// closed, ``close()`` returns the same report again and ``write`` raises.
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let _logs = Call::new(py);
         self.check_process()?;
         let mut inner = self.inner(py);
         let json = match inner.writer.take() {
@@ -184,6 +188,7 @@ impl Writer {
     /// Stops without a dataset: takes away everything this writer wrote. Does nothing on
     /// a writer already closed or aborted.
     fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        let _logs = Call::new(py);
         self.check_process()?;
         let taken = self.inner(py).writer.take();
         // The clean-up removes files: not with the GIL held.
