@@ -207,17 +207,7 @@ impl Loader {
             cpu_share: gpu_cpu_share,
         };
         builder = gpu.apply(builder)?;
-        // The builder logs the notes that `warn_notes` raises: held back, then forgotten.
-        let (built, mut held) = crate::logging::holding(|| py.detach(|| builder.build()));
-        let inner = built.map_err(loader_error)?;
-        let notes = notes(&inner);
-        for (logged, _) in &notes {
-            held.handed_over(logged);
-        }
-        drop(held);
-        for (_, warning) in notes {
-            warn(py, warning)?;
-        }
+        let inner = build(py, builder)?;
         Ok(Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
@@ -712,6 +702,22 @@ impl TransformArgs<'_> {
 /// A mean or std as Python spells it: `(0.485, 0.456, 0.406)`, or `None`.
 fn triple(v: Option<[f32; 3]>) -> String {
     v.map_or_else(|| "None".into(), |[a, b, c]| format!("({a}, {b}, {c})"))
+}
+
+/// The loader, its notes raised as `UserWarning`s ([`notes`]). The builder logs them too:
+/// those events are held back and forgotten, the others delivered.
+fn build(py: Python<'_>, builder: LoaderBuilder) -> PyResult<stoker_loader::Loader> {
+    let (built, mut held) = crate::logging::holding(|| py.detach(|| builder.build()));
+    let inner = built.map_err(loader_error)?;
+    let notes = notes(&inner);
+    for (logged, _) in &notes {
+        held.handed_over(logged);
+    }
+    drop(held);
+    for (_, warning) in notes {
+        warn(py, warning)?;
+    }
+    Ok(inner)
 }
 
 /// The builder's notes that Python hands over as `UserWarning`s: what the placement had
