@@ -1,0 +1,260 @@
+"""What the Rust crates log (`tracing`) reaches Python's `logging`, under "stoker"."""
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+
+import pytest
+
+import stoker
+from conftest import REPO, SAMPLE
+
+
+def _stoker_records(caplog):
+    return [r for r in caplog.records if r.name == "stoker" or r.name.startswith("stoker.")]
+
+
+@pytest.fixture
+def torchrun_of_4(monkeypatch):
+    """The variables torchrun sets for rank 0 of 4 processes on one node."""
+    for name, value in dict(RANK="0", WORLD_SIZE="4", LOCAL_RANK="0", LOCAL_WORLD_SIZE="4").items():
+        monkeypatch.setenv(name, value)
+
+
+def test_a_builder_warning_only_the_log_had_reaches_logging_as_a_warning(
+    caplog, sample_dataset, torchrun_of_4
+):
+    # A loader told it is the only rank while the launcher started 4: the builder logs a
+    # warning (`tracing::warn!`), which the Python package used to lose.
+    caplog.set_level(logging.WARNING, logger="stoker")
+    with stoker.Loader(sample_dataset, 4, device="cpu", rank=0, world_size=1, workers=1):
+        pass
+    [record] = [r for r in _stoker_records(caplog) if "started 4 processes" in r.getMessage()]
+    assert record.name == "stoker.loader"
+    assert record.levelno == logging.WARNING
+    # Where the event is, not where Python delivered it.
+    assert record.pathname.endswith("builder.rs") and record.lineno > 0
+
+
+def test_a_note_raised_as_userwarning_is_not_logged_again(caplog, sample_dataset):
+    caplog.set_level(logging.DEBUG, logger="stoker")
+    workers = 4 * (os.cpu_count() or 1) + 8
+    with pytest.warns(UserWarning, match=f"workers={workers}: more threads") as raised:
+        stoker.Loader(sample_dataset, 4, device="cpu", workers=workers).close()
+    assert len([w for w in raised if "more threads" in str(w.message)]) == 1
+    # The builder logs the same note; the binding hands it over once, as the warning.
+    logged = [r.getMessage() for r in _stoker_records(caplog)]
+    assert not [m for m in logged if "more threads" in m], logged
+
+
+def test_bad_records_replaced_by_the_loader_are_logged_as_warnings(caplog, tmp_path):
+    # A shard cut short under a running loader: its records are bad, replaced, and each of
+    # the first ones is a WARNING on "stoker.loader" with its index.
+    shutil.copytree(REPO / "testdata" / "imagefolder", tmp_path / "in")
+    out = tmp_path / "ds"
+    stoker.convert(tmp_path / "in", out, shards=2, check=False, progress=False)
+    caplog.set_level(logging.WARNING, logger="stoker")
+    loader = stoker.Loader(out, 8, device="cpu", size=16, workers=1, prefetch=1, seed=3)
+    batches = iter(loader)
+    next(batches)
+    os.truncate(sorted(out.glob("shard-*.lmdb"))[1], 8192)
+    list(batches)
+    bad = loader.stats()["bad_records"]
+    loader.close()
+    assert bad > 0
+    replaced = [r for r in _stoker_records(caplog) if "bad record replaced" in r.getMessage()]
+    assert replaced and all(r.levelno == logging.WARNING for r in replaced)
+    assert all(r.name == "stoker.loader" and " index=" in r.getMessage() for r in replaced)
+
+
+def test_events_of_the_conversion_threads_arrive_in_order_with_their_time(caplog, tmp_path):
+    # `stoker.convert` runs the conversion on threads of its own (the caller's thread
+    # only waits and looks for Ctrl-C): each shard it finishes is a DEBUG event there.
+    caplog.set_level(logging.DEBUG, logger="stoker")
+    before = time.time()
+    report = stoker.convert(SAMPLE, tmp_path / "ds", shard_size=65536, progress=False)
+    after = time.time()
+    finished = [r for r in _stoker_records(caplog) if r.getMessage().startswith("shard finished")]
+    assert len(finished) == report["shards"] > 1
+    assert all(r.name == "stoker.formats" and r.levelno == logging.DEBUG for r in finished)
+    names = [r.getMessage().split("shard=")[1].split()[0] for r in finished]
+    assert names == sorted(names), names
+    # The time each shard was finished, not the time of delivery.
+    times = [r.created for r in finished]
+    assert before <= times[0] <= times[-1] <= after
+    assert times == sorted(times)
+
+
+def test_nothing_is_queued_or_delivered_for_a_disabled_or_quiet_logger(caplog, tmp_path):
+    caplog.set_level(logging.DEBUG, logger="stoker")
+    logger = logging.getLogger("stoker")
+    logger.disabled = True
+    try:
+        stoker.convert(SAMPLE, tmp_path / "off", shard_size=65536, progress=False)
+    finally:
+        logger.disabled = False
+    assert _stoker_records(caplog) == []
+    # Filtered where they happen, not kept for later: a later call delivers none of them.
+    stoker.Dataset(tmp_path / "off")
+    assert _stoker_records(caplog) == []
+
+    # A level above DEBUG on the crate's own logger stops them too.
+    logging.getLogger("stoker.formats").setLevel(logging.INFO)
+    try:
+        stoker.convert(SAMPLE, tmp_path / "quiet", shard_size=65536, progress=False)
+    finally:
+        logging.getLogger("stoker.formats").setLevel(logging.NOTSET)
+    assert _stoker_records(caplog) == []
+
+    # The same call with the logger on: the events were there to be stopped.
+    stoker.convert(SAMPLE, tmp_path / "on", shard_size=65536, progress=False)
+    assert any(r.getMessage().startswith("shard finished") for r in _stoker_records(caplog))
+
+
+_FORKS = """
+import logging, os, sys, threading, time
+import stoker
+
+src, base = sys.argv[1], sys.argv[2]
+
+class Keep(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+keep = Keep()
+log = logging.getLogger("stoker")
+log.addHandler(keep)
+log.setLevel(logging.DEBUG)
+
+# The parent converts on another thread while it forks: its conversion threads emit
+# (taking the queue's lock) at any moment, and leave events queued at the fork.
+stop = threading.Event()
+
+def convert_again_and_again():
+    n = 0
+    while not stop.is_set():
+        stoker.convert(src, f"{base}/parent-{n}", shard_size=65536, progress=False)
+        n += 1
+
+worker = threading.Thread(target=convert_again_and_again)
+worker.start()
+failed = []
+for i in range(8):
+    time.sleep(0.03 * (i + 1))
+    pid = os.fork()
+    if pid == 0:
+        keep.records.clear()
+        report = stoker.convert(src, f"{base}/child-{i}", shard_size=65536, progress=False)
+        finished = [r for r in keep.records if r.getMessage().startswith("shard finished")]
+        # Its own events, each once: none of the parent's queued ones.
+        os._exit(0 if len(finished) == report["shards"] else 3)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            status = "hung"
+            break
+        time.sleep(0.01)
+    if status != 0:
+        failed.append((i, status))
+stop.set()
+worker.join()
+parent = [r for r in keep.records if r.getMessage().startswith("shard finished")]
+print("failed", failed, "parent events", len(parent))
+sys.exit(1 if failed or not parent else 0)
+"""
+
+
+def test_a_forked_child_logs_its_own_events_while_the_parent_logs_on(tmp_path):
+    # Forks taken while a conversion thread emits: a child must neither wait for the
+    # parent's queue lock nor deliver the parent's events. Run apart: a hang would stop
+    # pytest itself, and forking pytest's process copies its own threads.
+    run = subprocess.run(
+        [sys.executable, "-c", _FORKS, str(SAMPLE), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, (run.stdout, run.stderr[-2000:])
+
+
+_SHUTDOWN = """
+import logging, sys, threading, time
+import stoker
+
+logging.basicConfig(level=logging.DEBUG, format="%(name)s %(message)s")
+
+def convert():
+    stoker.convert(sys.argv[1], sys.argv[2], shard_size=65536, check=False, progress=False)
+
+# A daemon thread still converting when the interpreter exits: the conversion threads
+# log on through finalization.
+threading.Thread(target=convert, daemon=True).start()
+time.sleep(float(sys.argv[3]))
+print("exiting", flush=True)
+"""
+
+
+@pytest.mark.parametrize("after", [0.05, 0.3])
+def test_events_during_interpreter_shutdown_end_with_the_process(tmp_path, after):
+    run = subprocess.run(
+        [sys.executable, "-c", _SHUTDOWN, str(REPO / "testdata" / "imagefolder"),
+         str(tmp_path / "ds"), str(after)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "exiting" in run.stdout
+    for bad in ("panicked", "Fatal Python error", "Traceback"):
+        assert bad not in run.stderr, run.stderr[-2000:]
+
+
+_SUBINTERPRETER = """
+import sys
+import _xxsubinterpreters as interpreters
+import stoker
+
+interp = interpreters.create()
+interpreters.run_string(interp, '''
+import logging, sys, stoker
+records = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append(record)
+logging.getLogger("stoker").addHandler(Keep())
+logging.getLogger("stoker").setLevel(logging.DEBUG)
+report = stoker.convert(%r, %r, shard_size=65536, progress=False)
+finished = [r for r in records if r.getMessage().startswith("shard finished")]
+assert len(finished) == report["shards"], (len(finished), report["shards"])
+''')
+interpreters.destroy(interp)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="uses 3.11's _xxsubinterpreters")
+def test_a_sub_interpreter_gets_its_events_in_its_own_logging(tmp_path):
+    script = _SUBINTERPRETER % (str(SAMPLE), str(tmp_path / "ds"))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-2000:]
+
+
+def test_no_warning_filter_turns_a_log_event_into_an_exception(tmp_path, sample_dataset, torchrun_of_4):
+    # `-W error` makes UserWarnings raise; a log record is not a warning, so a warning
+    # logged by the builder does not stop the loader.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        stoker.Loader(sample_dataset, 4, device="cpu", rank=0, world_size=1, workers=1).close()
