@@ -18,6 +18,9 @@ batches that any DLPack consumer (PyTorch, NumPy, CuPy, JAX) takes without a cop
             ...
         print(loader.stats())
 
+What the Rust crates log goes to Python's ``logging``, under the logger ``stoker``
+(``stoker.formats``, ``stoker.loader``, ``stoker.decode``).
+
 Everything here is implemented in Rust (the ``stoker._stoker`` extension module);
 this file only re-exports it.
 """

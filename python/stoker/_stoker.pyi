@@ -10,6 +10,10 @@ IMAGENET_STD: List[float]
 
 class StokerError(Exception): ...
 
+# Hands the log events queued by stoker's threads to `logging` (registered with atexit;
+# every stoker call does it when it returns).
+def _deliver_logs() -> None: ...
+
 def convert(
     src: Union[str, os.PathLike],
     out: Union[str, os.PathLike],
