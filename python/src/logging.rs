@@ -83,17 +83,17 @@ const LOGGERS: [(&str, &str); 4] = [
 /// DEBUG, and 5 for TRACE, which `logging` has no name for (as `pyo3-log` maps it).
 const PYTHON_LEVELS: [i64; 5] = [40, 30, 20, 10, 5];
 
-/// Events held for delivery at most. A loader's bad records and a decoder's fallbacks
-/// are logged with limits of their own; this bounds the memory of a flood at DEBUG from
-/// threads between two calls.
-pub(crate) const CAPACITY: usize = 1024;
+/// Events held for delivery at most: the bound on the memory of a flood between two
+/// calls (at DEBUG, the CPU decoder's fallback is an event per image; the loader's bad
+/// records have a limit of their own).
+const CAPACITY: usize = 1024;
 
 /// How verbose each of [`LOGGERS`] is in Python, as a verbosity: 0 nothing, 1 errors, 2
 /// warnings too, ... 5 everything. Written only by [`refresh`] (with the GIL), read by
 /// every thread's events. Warnings until Python is asked (Python's default).
 static LEVELS: [AtomicU8; 4] = [const { AtomicU8::new(2) }; 4];
 
-/// When the levels were last read, in ms after [`clock_start`]: `next` reads them at most
+/// When the levels were last read, in ms of [`elapsed_ms`]: `next` reads them at most
 /// once a second.
 static LAST_REFRESH_MS: AtomicU64 = AtomicU64::new(0);
 
@@ -402,7 +402,7 @@ fn logger_of(target: &str) -> usize {
 }
 
 /// An event, formatted on the thread that emitted it.
-pub(crate) struct Record {
+struct Record {
     /// Index in [`LOGGERS`].
     logger: usize,
     /// 1 (error) to 5 (trace), see [`verbosity`].
@@ -530,7 +530,7 @@ fn queue() -> &'static Queue {
     }
 }
 
-/// Milliseconds since the first call: a clock for [`around_often`].
+/// Milliseconds since the first call: a clock for [`Call::often`].
 fn elapsed_ms() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
