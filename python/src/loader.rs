@@ -403,7 +403,9 @@ impl Loader {
     /// whether one was running.
     fn cancel_prefetch(&self, py: Python<'_>) -> PyResult<bool> {
         let _logs = Call::new(py);
-        Ok(self.inner()?.cancel_prefetch())
+        let inner = self.inner()?;
+        // Stopping the early start joins its threads: not with the GIL held.
+        Ok(py.detach(|| inner.cancel_prefetch()))
     }
 
     fn __repr__(&self) -> String {

@@ -8,10 +8,12 @@
 //! Most events come from threads Python knows nothing about: the conversion thread and
 //! its rayon pool, the writer's transcoding threads, the loader's workers and its next
 //! epoch's early start. Taking the GIL on the emitting thread (what `pyo3-log` does for
-//! the `log` crate; its documentation shows the deadlock) would deadlock wherever this
-//! module waits for such a thread while it holds the GIL: an `Epoch`, a `Loader` or an
-//! unclosed `Writer` that Python frees joins its threads in `Drop` with the GIL held, and
-//! `Loader.stats()` takes, with the GIL, the metrics lock the workers take. So the
+//! the `log` crate; its documentation shows the deadlock) would deadlock wherever the
+//! binding waits for such a thread while it holds the GIL. The calls release it while they
+//! wait (`detach`), but not everything can: an `Epoch`, a `Loader` or an unclosed `Writer`
+//! that Python frees joins its threads in `Drop` with the GIL held (a reference count or
+//! the garbage collector decides when), and `Loader.stats()` takes, with the GIL, the
+//! metrics locks the workers take. So the
 //! subscriber installed here never touches Python: it compares the event's level with
 //! Python's levels, read earlier into atomics, formats the event, and puts it in a
 //! bounded queue ([`CAPACITY`] events; past that they are dropped and counted, and the
