@@ -258,3 +258,43 @@ def test_no_warning_filter_turns_a_log_event_into_an_exception(tmp_path, sample_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         stoker.Loader(sample_dataset, 4, device="cpu", rank=0, world_size=1, workers=1).close()
+
+
+# zune-jpeg refuses this file's bad Huffman code and the CPU decoder retries it with
+# jpeg-decoder (which refuses it too): a DEBUG event on "stoker.decode" from the loader's
+# worker threads for each copy decoded, and a bad record replaced by a good one.
+_FALLBACK_JPEG = REPO / "testdata" / "conformance" / "corrupt" / "pillow__Tests__images__hopper_bad_exif.jpg"
+
+_DROPPED_WHILE_WORKERS_LOG = """
+import logging, sys
+import stoker
+
+logging.basicConfig(level=logging.DEBUG, format="%(name)s %(levelname)s %(message)s")
+for _ in range(20):
+    loader = stoker.Loader(sys.argv[1], 4, device="cpu", size=32, workers=2, prefetch=64)
+    epoch = iter(loader)
+    next(epoch)
+    # Freed with the GIL held, while its workers decode ahead and log each image: the
+    # last reference to the loader joins them there. A worker that took the GIL to log
+    # would wait for it forever.
+    del epoch, loader
+print("done", flush=True)
+"""
+
+
+def test_a_loader_freed_with_the_gil_while_its_workers_log_does_not_deadlock(tmp_path):
+    (tmp_path / "in" / "a").mkdir(parents=True)
+    good = sorted(SAMPLE.rglob("*.jpg"))
+    for i in range(512):
+        source = _FALLBACK_JPEG if i % 2 else good[i % len(good)]
+        shutil.copy(source, tmp_path / "in" / "a" / f"{i:03}.jpg")
+    stoker.convert(tmp_path / "in", tmp_path / "ds", check=False, progress=False)
+    run = subprocess.run(
+        [sys.executable, "-c", _DROPPED_WHILE_WORKERS_LOG, str(tmp_path / "ds")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]
+    # The workers' events arrived, at their crate's logger and level.
+    assert "stoker.decode DEBUG zune-jpeg failed" in run.stderr, run.stderr[-2000:]
