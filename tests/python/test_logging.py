@@ -25,6 +25,37 @@ def torchrun_of_4(monkeypatch):
         monkeypatch.setenv(name, value)
 
 
+# A JPEG of 317 bytes: quick to decode.
+_SMALL_JPEG = REPO / "testdata" / "conformance" / "core" / "pydicom__SC_rgb_small_odd_jpeg.jpg"
+
+
+def _fallback_jpeg() -> bytes:
+    """`_SMALL_JPEG` with a scan of all one bits, a Huffman code no table has: zune-jpeg
+    refuses it, and the CPU decoder retries it with jpeg-decoder (which refuses it too).
+    A DEBUG event on "stoker.decode" from the loader's worker threads for each decode,
+    and a bad record the loader replaces."""
+    data = bytearray(_SMALL_JPEG.read_bytes())
+    at = 2
+    while data[at + 1] != 0xDA:  # segments up to the start of scan
+        at += 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    scan = at + 2 + int.from_bytes(data[at + 2 : at + 4], "big")
+    end = data.rindex(b"\xff\xd9")
+    data[scan:end] = (b"\xff\x00" * (end - scan))[: end - scan]
+    return bytes(data)
+
+
+def _mixed_folder(root, n):
+    """`n` images in one class: 3 in 4 are `_fallback_jpeg()`, the rest `_SMALL_JPEG`."""
+    (root / "a").mkdir(parents=True)
+    bad = _fallback_jpeg()
+    for i in range(n):
+        path = root / "a" / f"{i:04}.jpg"
+        if i % 4:
+            path.write_bytes(bad)
+        else:
+            shutil.copy(_SMALL_JPEG, path)
+
+
 def test_a_builder_warning_only_the_log_had_reaches_logging_as_a_warning(
     caplog, sample_dataset, torchrun_of_4
 ):
@@ -191,27 +222,31 @@ def test_a_forked_child_logs_its_own_events_while_the_parent_logs_on(tmp_path):
 
 
 _SHUTDOWN = """
-import logging, sys, threading, time
+import logging, sys
 import stoker
 
-logging.basicConfig(level=logging.DEBUG, format="%(name)s %(message)s")
-
-def convert():
-    stoker.convert(sys.argv[1], sys.argv[2], shard_size=65536, check=False, progress=False)
-
-# A daemon thread still converting when the interpreter exits: the conversion threads
-# log on through finalization.
-threading.Thread(target=convert, daemon=True).start()
-time.sleep(float(sys.argv[3]))
+logging.basicConfig(level=logging.DEBUG, format="%(name)s %(levelname)s %(message)s")
+loader = stoker.Loader(sys.argv[1], 4, device="cpu", size=16, workers=2, prefetch=64)
+epoch = iter(loader)
+next(epoch)
+if sys.argv[2] == "cycle":
+    # Freed by the last collection of finalization, or never.
+    keep = [loader, epoch]
+    keep.append(keep)
+    del loader, epoch
 print("exiting", flush=True)
 """
 
 
-@pytest.mark.parametrize("after", [0.05, 0.3])
-def test_events_during_interpreter_shutdown_end_with_the_process(tmp_path, after):
+@pytest.mark.parametrize("held", ["global", "cycle"])
+def test_events_through_interpreter_shutdown_end_with_the_process(tmp_path, held):
+    # The interpreter exits while the loader's workers decode ahead, logging each image:
+    # their events after the last delivery (atexit's) are never delivered, and nothing
+    # touches Python to say them.
+    _mixed_folder(tmp_path / "in", 512)
+    stoker.convert(tmp_path / "in", tmp_path / "ds", check=False, progress=False)
     run = subprocess.run(
-        [sys.executable, "-c", _SHUTDOWN, str(REPO / "testdata" / "imagefolder"),
-         str(tmp_path / "ds"), str(after)],
+        [sys.executable, "-c", _SHUTDOWN, str(tmp_path / "ds"), held],
         capture_output=True,
         text=True,
         timeout=120,
@@ -220,6 +255,7 @@ def test_events_during_interpreter_shutdown_end_with_the_process(tmp_path, after
     assert "exiting" in run.stdout
     for bad in ("panicked", "Fatal Python error", "Traceback"):
         assert bad not in run.stderr, run.stderr[-2000:]
+    assert "stoker.decode DEBUG zune-jpeg failed" in run.stderr
 
 
 _SUBINTERPRETER = """
@@ -260,11 +296,6 @@ def test_no_warning_filter_turns_a_log_event_into_an_exception(tmp_path, sample_
         stoker.Loader(sample_dataset, 4, device="cpu", rank=0, world_size=1, workers=1).close()
 
 
-# zune-jpeg refuses this file's bad Huffman code and the CPU decoder retries it with
-# jpeg-decoder (which refuses it too): a DEBUG event on "stoker.decode" from the loader's
-# worker threads for each copy decoded, and a bad record replaced by a good one.
-_FALLBACK_JPEG = REPO / "testdata" / "conformance" / "corrupt" / "pillow__Tests__images__hopper_bad_exif.jpg"
-
 _DROPPED_WHILE_WORKERS_LOG = """
 import logging, sys
 import stoker
@@ -283,11 +314,7 @@ print("done", flush=True)
 
 
 def test_a_loader_freed_with_the_gil_while_its_workers_log_does_not_deadlock(tmp_path):
-    (tmp_path / "in" / "a").mkdir(parents=True)
-    good = sorted(SAMPLE.rglob("*.jpg"))
-    for i in range(512):
-        source = _FALLBACK_JPEG if i % 2 else good[i % len(good)]
-        shutil.copy(source, tmp_path / "in" / "a" / f"{i:03}.jpg")
+    _mixed_folder(tmp_path / "in", 512)
     stoker.convert(tmp_path / "in", tmp_path / "ds", check=False, progress=False)
     run = subprocess.run(
         [sys.executable, "-c", _DROPPED_WHILE_WORKERS_LOG, str(tmp_path / "ds")],
@@ -298,3 +325,41 @@ def test_a_loader_freed_with_the_gil_while_its_workers_log_does_not_deadlock(tmp
     assert run.returncode == 0 and "done" in run.stdout, run.stderr[-2000:]
     # The workers' events arrived, at their crate's logger and level.
     assert "stoker.decode DEBUG zune-jpeg failed" in run.stderr, run.stderr[-2000:]
+
+
+def test_past_the_queue_bound_events_are_dropped_and_counted(caplog, tmp_path):
+    # The workers decode the epoch ahead, a DEBUG event per fallback (about 3600: bad
+    # records, each replaced by another sample, 3 in 4 of them bad again), while the
+    # caller makes two stoker calls: one of them finds more than the 1024 the queue keeps,
+    # and says how many it dropped.
+    _mixed_folder(tmp_path / "in", 1200)
+    stoker.convert(tmp_path / "in", tmp_path / "ds", check=False, progress=False)
+    caplog.set_level(logging.DEBUG, logger="stoker")
+
+    def read():
+        return next(s["items"] for s in loader.stats()["stages"] if s["stage"] == "read")
+
+    deliveries = []
+    with stoker.Loader(tmp_path / "ds", 100, device="cpu", size=16, workers=2, prefetch=16,
+                       shuffle=False) as loader:
+        epoch = iter(loader)
+        for _ in range(2):
+            before = len(_stoker_records(caplog))
+            next(epoch)
+            deliveries.append(_stoker_records(caplog)[before:])
+            # `stats()` delivers nothing: wait until the workers have read (and logged)
+            # all they can hold, the whole epoch.
+            last, still = read(), 0
+            while still < 10:
+                time.sleep(0.03)
+                now = read()
+                still = still + 1 if now == last else 0
+                last = now
+    dropped = [r for d in deliveries for r in d if "were dropped" in r.getMessage()]
+    assert dropped, [len(d) for d in deliveries]
+    assert all(r.name == "stoker" and r.levelno == logging.WARNING for r in dropped)
+    for d in deliveries:
+        # The queue's bound at most, then the count of those dropped.
+        assert len(d) <= 1024 + 1, len(d)
+        assert all("were dropped" not in r.getMessage() for r in d[:-1])
+    assert sum(int(r.getMessage().split()[0]) for r in dropped) > 0
