@@ -49,8 +49,10 @@
 //! does not exist in the child may hold forever, and whose events are the parent's, is
 //! left alone. Nothing outside a Python call touches Python, so events after the last
 //! delivery (the `atexit` one) or during finalization stay queued and end with the
-//! process. PyO3 refuses to import the module into a second interpreter, so the queue has
-//! one interpreter to deliver to.
+//! process. A sub-interpreter that imports stoker gets a copy of the module from CPython
+//! (PyO3's refusal of sub-interpreters is in the init, which the copy does not run): a
+//! call made there delivers what is queued to that interpreter's `logging`, with the
+//! levels either interpreter read last; the queue itself holds only Rust data.
 //!
 //! The subscriber is the global default of this extension module's own copy of
 //! `tracing` (the Rust crates are linked into it): the `stoker` CLI, Rust programs and
