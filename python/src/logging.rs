@@ -65,6 +65,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use tracing::field::{Field, Visit};
@@ -217,11 +218,13 @@ pub(crate) fn deliver(py: Python<'_>) {
     let Ok(logging) = py.import("logging") else {
         return;
     };
-    for r in &records {
+    for (n, r) in records.iter().enumerate() {
         if let Err(e) = emit(py, &logging, r) {
-            // A handler's own errors are `logging`'s to report; this is a filter or a
-            // handler that raised past it.
-            e.write_unraisable(py, None);
+            if interrupted(py, e) {
+                let rest = (records.len() - n - 1) as u64;
+                queue().dropped.fetch_add(dropped + rest, Ordering::Relaxed);
+                return;
+            }
         }
     }
     if dropped > 0 {
@@ -229,16 +232,37 @@ pub(crate) fn deliver(py: Python<'_>) {
             l.call_method1(
                 "warning",
                 (
-                    "%d log events of stoker's threads were dropped: more than %d waited for delivery to logging",
+                    "%d log events of stoker's threads were dropped: more than %d waited for delivery to logging, or a KeyboardInterrupt cut a delivery short",
                     dropped,
                     CAPACITY,
                 ),
             )
         });
         if let Err(e) = said {
-            e.write_unraisable(py, None);
+            if interrupted(py, e) {
+                queue().dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
         }
     }
+}
+
+/// Reports an exception that a delivery got from `logging`; true for a
+/// `KeyboardInterrupt` (Ctrl-C landed while a handler ran), which is said again for the
+/// caller's next bytecode, as it cannot leave a `Drop`: the delivery then stops.
+fn interrupted(py: Python<'_>, e: PyErr) -> bool {
+    if !e.is_instance_of::<PyKeyboardInterrupt>(py) {
+        // A handler's own errors are `logging`'s to report; this is a filter or a
+        // handler that raised past it.
+        e.write_unraisable(py, None);
+        return false;
+    }
+    let again = py
+        .import("_thread")
+        .and_then(|t| t.call_method0("interrupt_main"));
+    if again.is_err() {
+        e.write_unraisable(py, None);
+    }
+    true
 }
 
 /// `stoker._deliver_logs()`: what [`deliver`] does, for `atexit`, so that what the

@@ -363,3 +363,37 @@ def test_past_the_queue_bound_events_are_dropped_and_counted(caplog, tmp_path):
         assert len(d) <= 1024 + 1, len(d)
         assert all("were dropped" not in r.getMessage() for r in d[:-1])
     assert sum(int(r.getMessage().split()[0]) for r in dropped) > 0
+
+
+def test_ctrl_c_in_a_log_handler_reaches_the_caller(tmp_path, ctrl_c_raises):
+    # A KeyboardInterrupt raised while a handler runs (Ctrl-C landing there) is not
+    # swallowed by the delivery: it reaches the caller, here stopping the conversion (the
+    # events it cut off are counted at the next delivery), and delivery goes on after.
+    class InterruptedOnce(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.records = []
+            self.interrupted = False
+
+        def emit(self, record):
+            if not self.interrupted:
+                self.interrupted = True
+                raise KeyboardInterrupt
+            self.records.append(record)
+
+    logger = logging.getLogger("stoker")
+    handler = InterruptedOnce()
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            stoker.convert(SAMPLE, tmp_path / "ds", shard_size=65536, progress=False)
+            for _ in range(1000):  # where the interrupt is seen, if not in the call
+                pass
+        handler.records.clear()
+        report = stoker.convert(SAMPLE, tmp_path / "ds2", shard_size=65536, progress=False)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    finished = [r for r in handler.records if r.getMessage().startswith("shard finished")]
+    assert len(finished) == report["shards"]
