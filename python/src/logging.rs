@@ -7,24 +7,29 @@
 //!
 //! Most events come from threads Python knows nothing about: the conversion thread and
 //! its rayon pool, the writer's transcoding threads, the loader's workers and its next
-//! epoch's early start. Taking the GIL on the emitting thread (what `pyo3-log` does for
-//! the `log` crate; its documentation shows the deadlock) would deadlock wherever the
-//! binding waits for such a thread while it holds the GIL. The calls release it while they
-//! wait (`detach`), but not everything can: an `Epoch`, a `Loader` or an unclosed `Writer`
-//! that Python frees joins its threads in `Drop` with the GIL held (a reference count or
-//! the garbage collector decides when), and `Loader.stats()` takes, with the GIL, the
-//! metrics locks the workers take. So the
-//! subscriber installed here never touches Python: it compares the event's level with
-//! Python's levels, read earlier into atomics, formats the event, and puts it in a
-//! bounded queue ([`CAPACITY`] events; past that they are dropped and counted, and the
-//! count is logged as a warning with the next delivery). The queue is emptied into
-//! `logging` on the thread of a Python call, holding the GIL and none of stoker's locks
-//! (a handler may call stoker again): when each call that may emit returns (also with an
-//! exception: `convert`, `merge`, `Dataset(...)`, the writer's and the loader's methods,
-//! each `next` of an epoch), every [`SIGNAL_CHECK`](crate::signals::SIGNAL_CHECK) while
-//! `stoker.convert` runs (its caller wakes that often for Ctrl-C), and at interpreter
-//! exit (`atexit`). A record keeps the time and the Rust file and line of its event, not
-//! of its delivery.
+//! epoch's early start. Taking the GIL on the emitting thread would deadlock wherever the
+//! binding waits for such a thread while it holds the GIL. The calls release it while
+//! they wait (`detach`), but not everything can: an `Epoch`, a `Loader` or an unclosed
+//! `Writer` that Python frees joins its threads in `Drop` with the GIL held (a reference
+//! count or the garbage collector decides when), and `Loader.stats()` takes, with the
+//! GIL, the metrics locks the workers take. That rules out `pyo3-log` (0.13.5 fits our
+//! PyO3, but it calls Python on the emitting thread, and its documentation shows this
+//! deadlock; it also bridges the `log` crate, which would need `tracing`'s `log` feature
+//! in every crate of the workspace build, the CLI's too). So the subscriber installed
+//! here never touches Python: it compares the event's level with Python's levels, read
+//! earlier into atomics, formats the event, and puts it in a bounded queue ([`CAPACITY`]
+//! events; past that they are dropped and counted, and the count is logged as a warning
+//! with the next delivery).
+//!
+//! The queue is emptied into `logging` on the thread of a Python call, holding the GIL
+//! and none of stoker's locks (a handler may call stoker again): when each call that may
+//! emit returns (also with an exception: `convert`, `merge`, `Dataset(...)`, the
+//! writer's and the loader's methods, each `next` of an epoch), every
+//! [`SIGNAL_CHECK`](crate::signals::SIGNAL_CHECK) while `stoker.convert` runs (its caller
+//! wakes that often for Ctrl-C), and at interpreter exit (`atexit`). A record keeps the
+//! time and the Rust file and line of its event, not of its delivery. A
+//! `KeyboardInterrupt` raised in a handler (Ctrl-C landing there) ends the delivery and is
+//! raised again for the caller ([`interrupted`]).
 //!
 //! # What it costs
 //!
