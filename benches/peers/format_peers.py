@@ -48,6 +48,7 @@ import io
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -55,6 +56,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from peer_common import timed  # noqa: E402  (the timing loop every peer script shares)
+
 REPO = os.path.dirname(os.path.dirname(HERE))
 PHOTOS = os.path.join(REPO, "testdata", "imagefolder")
 
@@ -130,6 +134,16 @@ def shard_paths(path, suffix):
 # Stage 1: writing
 
 
+def cpu_now(children=False):
+    """CPU seconds (user + system) of this process's threads, and with `children` also of its
+    finished, waited-for child processes (DataLoader workers, the `stoker convert` run).
+
+    Read beside the wall time: the machine is shared, so wall time alone does not say
+    whether a peer is slower or was only given less of the CPU."""
+    who = [resource.RUSAGE_SELF] + ([resource.RUSAGE_CHILDREN] if children else [])
+    return sum(resource.getrusage(w).ru_utime + resource.getrusage(w).ru_stime for w in who)
+
+
 def import_peer(peer):
     """Imports what `peer` needs, so that no clock counts an import."""
     if peer.startswith("stoker"):
@@ -151,15 +165,18 @@ def write_one(peer, out, a):
         data_bytes = dir_bytes(src)
         n = sum(len(fs) for _, fs in class_files()) * a.copies
         os.sync()
+        c0 = cpu_now(children=True)
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         seconds = time.perf_counter() - t0
+        cpu = cpu_now(children=True) - c0
     else:
         import_peer(peer)  # torch comes with the peers' imports: seconds, not the writer's cost
         data, classes = samples(a.copies)
         n = len(data)
         data_bytes = sum(len(b) for _, b, _ in data)
         os.sync()  # the previous writer's dirty pages are not this one's cost
+        c0 = cpu_now()
         t0 = time.perf_counter()
         if peer.startswith("stoker"):
             import stoker
@@ -186,6 +203,7 @@ def write_one(peer, out, a):
         else:
             raise SystemExit(f"unknown writer {peer}")
         seconds = time.perf_counter() - t0
+        cpu = cpu_now() - c0
     t1 = time.perf_counter()
     os.sync()
     sync_s = time.perf_counter() - t1
@@ -195,6 +213,7 @@ def write_one(peer, out, a):
         "samples": n,
         "data_bytes": data_bytes,
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "sync_seconds": sync_s,
         "out_bytes": dir_bytes(out),
     }
@@ -242,11 +261,23 @@ READ_MDS = {}  # one StreamingDataset per process: it registers its local dir in
 
 def read_one(peer, path, a):
     import_peer(peer)
-    read_pass(peer, path)  # warms the page cache and the peer's own start-up
-    t0 = time.perf_counter()
-    n, nbytes, labels = read_pass(peer, path)
-    seconds = time.perf_counter() - t0
-    return {"stage": "read", "peer": peer, "samples": n, "data_bytes": nbytes, "label_sum": labels, "seconds": seconds}
+    # A pass over stoker's records takes a tenth of a second: whole passes are repeated for
+    # at least `--read-seconds` (peer_common.timed), after one untimed pass that warms the
+    # page cache and the peer's own start-up.
+    found = []
+
+    def one_pass():
+        found.append(read_pass(peer, path))
+        return found[-1][0]
+
+    one_pass()
+    c0 = cpu_now()
+    n, seconds = timed(one_pass, a.read_seconds, warmup=0)
+    cpu = cpu_now() - c0
+    passes = len(found) - 1
+    _, nbytes, labels = found[-1]
+    return {"stage": "read", "peer": peer, "samples": n, "data_bytes": nbytes * passes, "label_sum": labels,
+            "passes": passes, "seconds": seconds, "cpu_seconds": cpu}
 
 
 # ---------------------------------------------------------------------------------------
@@ -292,6 +323,7 @@ def e2e_one(peer, path, a, seed):
 
     import_peer(peer)
     images = 0
+    c0 = cpu_now(children=True)
     t0 = time.perf_counter()
     if peer == "stoker":
         import stoker
@@ -332,8 +364,10 @@ def e2e_one(peer, path, a, seed):
             assert x.shape[1:] == (3, 224, 224) and x.dtype == torch.float32
             images += x.shape[0]
         workers = a.workers
+        del loader  # its workers end and are waited for, so their CPU time is counted
     seconds = time.perf_counter() - t0
-    return {"stage": "e2e", "peer": peer, "samples": images, "seconds": seconds, "workers": workers}
+    cpu = cpu_now(children=True) - c0
+    return {"stage": "e2e", "peer": peer, "samples": images, "seconds": seconds, "cpu_seconds": cpu, "workers": workers}
 
 
 # ---------------------------------------------------------------------------------------
@@ -342,8 +376,10 @@ def e2e_one(peer, path, a, seed):
 
 def child(a, *args):
     cmd = [sys.executable, os.path.abspath(__file__), "--one", *map(str, args)] + common_args(a)
+    load = os.getloadavg()[0]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     row = json.loads(out.stdout.strip().splitlines()[-1])
+    row["loadavg_1min_before"] = load
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
 
@@ -352,6 +388,7 @@ def common_args(a):
     return [
         "--work", a.work, "--copies", str(a.copies), "--shard-mb", str(a.shard_mb),
         "--stoker-bin", a.stoker_bin, "--batch", str(a.batch), "--workers", str(a.workers),
+        "--read-seconds", str(a.read_seconds),
     ]
 
 
@@ -424,58 +461,53 @@ def rows_of(rows, stage, peer):
     return [r for r in rows if r["stage"] == stage and r["peer"] == peer]
 
 
+def per_repeat_ratios(rows, stage, mine, peer):
+    """`mine`'s samples/s over `peer`'s, one ratio per repeat (both measured in that repeat)."""
+    by_rep = {}
+    for r in rows:
+        if r["stage"] == stage:
+            by_rep.setdefault(r["repeat"], {})[r["peer"]] = r
+    return [
+        (v[mine]["samples"] / v[mine]["seconds"]) / (v[peer]["samples"] / v[peer]["seconds"])
+        for v in by_rep.values()
+        if mine in v and peer in v
+    ]
+
+
 def report(rows, a):
+    """Markdown tables: medians over the repeats; ratios are medians of per-repeat ratios."""
     print("machine:", json.dumps(machine()))
     print("versions:", json.dumps(versions()))
     med = statistics.median
-
-    def ratio(x, y):
-        return f"{x / y:.2f}×" if y else "–"
-
-    w = [r for r in rows if r["stage"] == "write"]
-    if w:
-        print("\n| writer | samples/s | MB/s (input) | s to close | + os.sync() s | output MB | vs stoker.Writer default |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        base = None
-        for peer in WRITERS:
-            m = rows_of(w, "write", peer)
-            if not m:
-                continue
-            s = med(x["seconds"] for x in m)
-            sps = m[0]["samples"] / s
-            if peer == "stoker":
-                base = sps
-            print(
-                f"| {peer} | {sps:,.0f} | {m[0]['data_bytes'] / s / 1e6:,.0f} | {s:.2f} "
-                f"| {med(x['sync_seconds'] for x in m):.2f} | {m[0]['out_bytes'] / 1e6:,.1f} "
-                f"| {ratio(sps, base) if base else '–'} |"
-            )
-        per_rep = {}
-        for x in w:
-            per_rep.setdefault(x["repeat"], {})[x["peer"]] = x["seconds"]
-        for peer in ["wds", "mds"]:
-            rs = [v[peer] / v["stoker-nocheck"] for v in per_rep.values() if peer in v and "stoker-nocheck" in v]
-            if rs:
-                print(f"stoker-nocheck / {peer} samples/s, median of per-repeat ratios: {med(rs):.2f}×")
-    for stage, peers in [("read", READERS), ("e2e", LOADERS)]:
+    tables = [
+        ("write", WRITERS, "stoker-nocheck"),
+        ("read", READERS, "stoker"),
+        ("e2e", LOADERS, "stoker"),
+    ]
+    for stage, peers, mine in tables:
         rs = [r for r in rows if r["stage"] == stage]
         if not rs:
             continue
-        print(f"\n| {stage} | samples/s | {'MB/s' if stage == 'read' else 'workers'} | s | stoker / peer (median of per-repeat ratios) |")
-        print("|---|---:|---:|---:|---:|")
-        per_rep = {}
-        for x in rs:
-            per_rep.setdefault(x["repeat"], {})[x["peer"]] = x
+        extra = " | + os.sync() s | output MB" if stage == "write" else ""
+        print(f"\n| {stage} | samples/s | MB/s | s | CPU s | samples per CPU-s{extra} | {mine} / this (median of per-repeat ratios) |")
+        print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if stage == "write" else "") + "---:|")
         for peer in peers:
             m = rows_of(rs, stage, peer)
+            if not m:
+                continue
+            n = m[0]["samples"]
             s = med(x["seconds"] for x in m)
-            sps = m[0]["samples"] / s
-            extra = f"{m[0]['data_bytes'] / s / 1e6:,.0f}" if stage == "read" else str(m[0].get("workers"))
-            ratios = [
-                (v["stoker"]["samples"] / v["stoker"]["seconds"]) / (v[peer]["samples"] / v[peer]["seconds"])
-                for v in per_rep.values() if peer in v and "stoker" in v
-            ]
-            print(f"| {peer} | {sps:,.0f} | {extra} | {s:.2f} | {med(ratios):.2f}× |")
+            cpu = med(x["cpu_seconds"] for x in m)
+            mb = f"{m[0]['data_bytes'] / s / 1e6:,.0f}" if "data_bytes" in m[0] else "–"
+            cells = [peer, f"{n / s:,.0f}", mb, f"{s:.2f}", f"{cpu:.2f}", f"{n / cpu:,.0f}"]
+            if stage == "write":
+                cells += [f"{med(x['sync_seconds'] for x in m):.2f}", f"{m[0]['out_bytes'] / 1e6:,.1f}"]
+            ratios = per_repeat_ratios(rows, stage, mine, peer)
+            cells.append(f"{med(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})" if ratios else "–")
+            print("| " + " | ".join(cells) + " |")
+    loads = [r["loadavg_1min_before"] for r in rows if "loadavg_1min_before" in r]
+    if loads:
+        print(f"\n1-minute load average before each measurement: {min(loads):.1f}–{max(loads):.1f} (2 = both cores busy)")
 
 
 def main():
@@ -487,6 +519,7 @@ def main():
     p.add_argument("--stoker-bin", default=os.path.join(REPO, "target", "release", "stoker"))
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers of the peers")
+    p.add_argument("--read-seconds", type=float, default=2.0, help="time whole read passes for at least this long")
     p.add_argument("--stages", default="write,read,e2e")
     p.add_argument("--markdown", action="store_true", help="(the report is always markdown tables)")
     p.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
