@@ -34,13 +34,15 @@ so `stoker convert` of the copied tree and every writer see the same samples in 
 
 Needs (not in the repository's requirements; install into a venv of its own):
     python3 -m venv /tmp/peers-venv
-    /tmp/peers-venv/bin/pip install webdataset==1.0.2 mosaicml-streaming==0.13.0 torchvision pillow numpy 'maturin>=1.9.4,<2'
-    /tmp/peers-venv/bin/pip install --no-build-isolation ./python     # stoker, release build
+    /tmp/peers-venv/bin/pip install webdataset==1.0.2 mosaicml-streaming==0.13.0 torchvision pillow 'maturin>=1.9.4,<2'
     cargo build --release --bin stoker                                # for the convert rows
+    PATH=/tmp/peers-venv/bin:$PATH /tmp/peers-venv/bin/pip install --no-build-isolation --no-deps ./python
+(mosaicml-streaming brings torch; the registry has only its CUDA build, several GB with
+its nvidia-* wheels, which runs on the CPU here.)
 
-Run (about 10 minutes on the 2-core CPU machine):
-    /tmp/peers-venv/bin/python benches/peers/format_peers.py --work /tmp/format-peers \
-        --copies 20 --repeats 3 --stoker-bin target/release/stoker --markdown
+Run (about 8 minutes on the 2-core CPU machine; tables on stdout, every measurement as a
+JSON line on stderr and in WORK/rows.json):
+    /tmp/peers-venv/bin/python benches/peers/format_peers.py --work /tmp/format-peers --copies 20 --repeats 5
 """
 
 import argparse
@@ -223,51 +225,53 @@ def write_one(peer, out, a):
 # Stage 2: reading records, no decode
 
 
-def read_pass(peer, path):
-    """One pass over every sample: (samples, payload bytes, label sum), nothing decoded."""
-    n = nbytes = labels = 0
+def open_reader(peer, path):
+    """The peer's dataset object, opened once per process, outside the clock."""
     if peer == "stoker":
         import stoker
 
-        ds = stoker.Dataset(path)
+        return stoker.Dataset(path)
+    if peer == "wds":
+        import webdataset as wds
+
+        return wds.WebDataset(shard_paths(path, ".tar"), shardshuffle=False)
+    if peer == "mds":
+        from streaming import StreamingDataset
+
+        return StreamingDataset(local=path, shuffle=False, batch_size=1)
+    raise SystemExit(f"unknown reader {peer}")
+
+
+def read_pass(peer, ds):
+    """One pass over every sample: (samples, payload bytes, label sum), nothing decoded."""
+    n = nbytes = labels = 0
+    if peer == "stoker":
+        # The Python API's record access: (the JPEG's bytes, label), copied out of the map.
         for i in range(len(ds)):
             jpeg, label = ds[i]
             n += 1
             nbytes += len(jpeg)
             labels += label
-    elif peer == "wds":
-        import webdataset as wds
-
-        ds = wds.WebDataset(shard_paths(path, ".tar"), shardshuffle=False)
-        for s in ds:
-            n += 1
-            nbytes += len(s["jpg"])
-            labels += int(s["cls"])  # stored as decimal text, as WebDataset writes ints
-    elif peer == "mds":
-        from streaming import StreamingDataset
-
-        ds = READ_MDS.setdefault(path, StreamingDataset(local=path, shuffle=False, batch_size=1))
+    else:
+        # WebDataset stores the label as decimal text (its encoder's way with ints);
+        # streaming's MDS "int" column comes back as an int.
         for s in ds:
             n += 1
             nbytes += len(s["jpg"])
             labels += int(s["cls"])
-    else:
-        raise SystemExit(f"unknown reader {peer}")
     return n, nbytes, labels
-
-
-READ_MDS = {}  # one StreamingDataset per process: it registers its local dir in shared memory
 
 
 def read_one(peer, path, a):
     import_peer(peer)
+    ds = open_reader(peer, path)
     # A pass over stoker's records takes a tenth of a second: whole passes are repeated for
     # at least `--read-seconds` (peer_common.timed), after one untimed pass that warms the
     # page cache and the peer's own start-up.
     found = []
 
     def one_pass():
-        found.append(read_pass(peer, path))
+        found.append(read_pass(peer, ds))
         return found[-1][0]
 
     one_pass()
@@ -521,7 +525,6 @@ def main():
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers of the peers")
     p.add_argument("--read-seconds", type=float, default=2.0, help="time whole read passes for at least this long")
     p.add_argument("--stages", default="write,read,e2e")
-    p.add_argument("--markdown", action="store_true", help="(the report is always markdown tables)")
     p.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args()
     a.work = os.path.abspath(a.work)
