@@ -16,7 +16,10 @@ the median of `--repeats` reported:
   read    every sample's bytes and label once, nothing decoded (the format's own cost):
           `stoker.Dataset[i]` for i in order, `webdataset.WebDataset(urls)` iteration,
           `streaming.StreamingDataset(local=...)` iteration. Page cache warm for all: one
-          untimed pass in the same process first (the machine does not let us drop caches).
+          untimed pass in the same process first.
+  cold    (only with --stages cold) the same, each pass after dropping the dataset's files
+          from the page cache (fdatasync + posix_fadvise DONTNEED per file, as `stoker
+          bench` does; checked with `fincore`), the dataset opened inside the clock.
   e2e     one epoch into batches of 64 float32 tensors 3x224x224, RandomResizedCrop(224) +
           horizontal flip (0.5) + ImageNet normalize: stoker.Loader(device="cpu") vs
           WebDataset + PIL + torchvision transforms in a torch DataLoader (2 workers) vs
@@ -284,6 +287,54 @@ def read_one(peer, path, a):
             "passes": passes, "seconds": seconds, "cpu_seconds": cpu}
 
 
+def drop_from_page_cache(path):
+    """Drops the dataset's files from the page cache as `stoker bench` does for its cold
+    read: fdatasync + posix_fadvise(DONTNEED) per file (no root needed, and unlike
+    drop_caches it leaves the rest of a shared machine's cache alone). Returns the fraction
+    of the bytes still resident afterwards, per util-linux `fincore` (pages another process
+    has mapped stay), so a failed drop is reported instead of passed off as cold."""
+    files = [os.path.join(root, f) for root, _dirs, fs in os.walk(path) for f in fs]
+    for f in files:
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES,SIZE", *files],
+                         check=True, capture_output=True, text=True).stdout.split()
+    res, size = sum(map(int, out[0::2])), sum(map(int, out[1::2]))
+    return res / size if size else 0.0
+
+
+def cold_one(peer, path, a):
+    """`--cold-passes` passes, each after dropping the dataset's pages; the dataset object is
+    opened inside the clock (after the drop: stoker's shard map must not exist while the
+    pages are dropped, or they stay), so each pass is open + one read of every record."""
+    import gc
+
+    import_peer(peer)
+    read_pass(peer, open_reader(peer, path))  # the peer's own first-use costs, untimed
+    gc.collect()
+    n = nbytes = 0
+    seconds = cpu = 0.0
+    resident = []
+    for _ in range(a.cold_passes):
+        resident.append(drop_from_page_cache(path))
+        c0 = cpu_now()
+        t0 = time.perf_counter()
+        ds = open_reader(peer, path)
+        k, b, _labels = read_pass(peer, ds)
+        seconds += time.perf_counter() - t0
+        cpu += cpu_now() - c0
+        n += k
+        nbytes += b
+        del ds
+        gc.collect()
+    return {"stage": "cold", "peer": peer, "samples": n, "data_bytes": nbytes, "passes": a.cold_passes,
+            "seconds": seconds, "cpu_seconds": cpu, "resident_after_drop": max(resident)}
+
+
 # ---------------------------------------------------------------------------------------
 # Stage 3: end to end, to batches of float tensors
 
@@ -392,7 +443,7 @@ def common_args(a):
     return [
         "--work", a.work, "--copies", str(a.copies), "--shard-mb", str(a.shard_mb),
         "--stoker-bin", a.stoker_bin, "--batch", str(a.batch), "--workers", str(a.workers),
-        "--read-seconds", str(a.read_seconds),
+        "--read-seconds", str(a.read_seconds), "--cold-passes", str(a.cold_passes),
     ]
 
 
@@ -427,6 +478,10 @@ def run(a):
         for r in range(a.repeats):
             for peer in rotated(READERS, r):
                 rows.append(dict(child(a, "read", peer, dataset_dir(a, peer)), repeat=r))
+    if "cold" in stages:
+        for r in range(a.repeats):
+            for peer in rotated(READERS, r):
+                rows.append(dict(child(a, "cold", peer, dataset_dir(a, peer)), repeat=r))
     if "e2e" in stages:
         for r in range(a.repeats):
             for peer in rotated(LOADERS, r):
@@ -486,6 +541,7 @@ def report(rows, a):
     tables = [
         ("write", WRITERS, "stoker-nocheck"),
         ("read", READERS, "stoker"),
+        ("cold", READERS, "stoker"),
         ("e2e", LOADERS, "stoker"),
     ]
     for stage, peers, mine in tables:
@@ -509,6 +565,9 @@ def report(rows, a):
             ratios = per_repeat_ratios(rows, stage, mine, peer)
             cells.append(f"{med(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f})" if ratios else "–")
             print("| " + " | ".join(cells) + " |")
+        if stage == "cold":
+            worst = max(r["resident_after_drop"] for r in rs)
+            print(f"\nstill resident after the drops: at most {worst:.1%} of a dataset's bytes")
     loads = [r["loadavg_1min_before"] for r in rows if "loadavg_1min_before" in r]
     if loads:
         print(f"\n1-minute load average before each measurement: {min(loads):.1f}–{max(loads):.1f} (2 = both cores busy)")
@@ -524,7 +583,8 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers of the peers")
     p.add_argument("--read-seconds", type=float, default=2.0, help="time whole read passes for at least this long")
-    p.add_argument("--stages", default="write,read,e2e")
+    p.add_argument("--cold-passes", type=int, default=3, help="cold read passes per measurement")
+    p.add_argument("--stages", default="write,read,e2e", help="of write,read,cold,e2e")
     p.add_argument("--one", nargs="+", help=argparse.SUPPRESS)
     a = p.parse_args()
     a.work = os.path.abspath(a.work)
@@ -535,6 +595,8 @@ def main():
             row = write_one(peer, path, a)
         elif stage == "read":
             row = read_one(peer, path, a)
+        elif stage == "cold":
+            row = cold_one(peer, path, a)
         else:
             row = e2e_one(peer, path, a, int(rest[0]))
         print(json.dumps(row), flush=True)
