@@ -3,7 +3,7 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
@@ -126,14 +126,14 @@ pub(crate) fn convert<'py>(
         }
     };
     let show = progress.unwrap_or_else(|| std::io::stderr().is_terminal());
-    let bar = Cancellable {
+    let bar = Arc::new(Cancellable {
         bar: stoker_formats::convert::TerminalBar::new(show, false),
         cancel: AtomicBool::new(false),
         notes: Mutex::new(None),
         noted: Condvar::new(),
         listed: AtomicUsize::new(0),
-    };
-    let report = convert_interruptibly(py, &opts, &bar)?;
+    });
+    let report = convert_interruptibly(py, Arc::new(opts), Arc::clone(&bar))?;
     // The report's warnings after the listing's are about what was written (fewer shards
     // than `shards=` asked): raised now, as the dataset is finished.
     for w in report
@@ -266,17 +266,24 @@ impl Progress for Cancellable {
 /// Runs the conversion on another thread while this one, holding the GIL only to look,
 /// checks for Ctrl-C: Python's handler only sets a flag, so a conversion run here with the
 /// GIL released went on to the end (minutes to hours) before `KeyboardInterrupt`.
+///
+/// The conversion's thread owns what it uses (not a scoped thread borrowing this frame):
+/// a daemon thread still in `convert` at interpreter exit is ended by CPython 3.11–3.13
+/// with `pthread_exit` when it asks for the GIL back, which pops this frame without
+/// waiting for a scoped thread, and the conversion then read a dead stack (a SIGSEGV at
+/// exit). Now it goes on with its own data until the process ends.
 fn convert_interruptibly(
     py: Python<'_>,
-    opts: &ConvertOptions,
-    bar: &Cancellable,
+    opts: Arc<ConvertOptions>,
+    bar: Arc<Cancellable>,
 ) -> PyResult<stoker_formats::ConvertReport> {
-    std::thread::scope(|scope| {
-        let caller = std::thread::current();
-        let job = std::thread::Builder::new()
+    let caller = std::thread::current();
+    let job = {
+        let bar = Arc::clone(&bar);
+        std::thread::Builder::new()
             .name("stoker-convert".into())
-            .spawn_scoped(scope, move || {
-                let report = stoker_formats::convert(opts, bar);
+            .spawn(move || {
+                let report = stoker_formats::convert(&opts, &*bar);
                 caller.unpark();
                 report
             })
@@ -285,32 +292,32 @@ fn convert_interruptibly(
                     what: "the conversion's thread".into(),
                     reason: e.to_string(),
                 })
-            })?;
-        let mut interrupted = None;
-        while !job.is_finished() {
-            py.detach(|| std::thread::park_timeout(SIGNAL_CHECK));
-            // A conversion runs for minutes to hours: its log is not kept to the end.
-            crate::logging::deliver(py);
-            if let Some(e) = bar.raise_notes(py) {
-                interrupted.get_or_insert(e);
-            }
-            if interrupted.is_none() {
-                if let Err(e) = py.check_signals() {
-                    bar.cancel.store(true, Ordering::Relaxed);
-                    interrupted = Some(e);
-                }
+            })?
+    };
+    let mut interrupted = None;
+    while !job.is_finished() {
+        py.detach(|| std::thread::park_timeout(SIGNAL_CHECK));
+        // A conversion runs for minutes to hours: its log is not kept to the end.
+        crate::logging::deliver(py);
+        if let Some(e) = bar.raise_notes(py) {
+            interrupted.get_or_insert(e);
+        }
+        if interrupted.is_none() {
+            if let Err(e) = py.check_signals() {
+                bar.cancel.store(true, Ordering::Relaxed);
+                interrupted = Some(e);
             }
         }
-        let report = job
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        match (report, interrupted) {
-            // Also when the conversion finished meanwhile: the user asked to stop.
-            (_, Some(interrupt)) => Err(interrupt),
-            (Ok(report), None) => Ok(report),
-            (Err(e), None) => Err(format_error(e)),
-        }
-    })
+    }
+    let report = job
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    match (report, interrupted) {
+        // Also when the conversion finished meanwhile: the user asked to stop.
+        (_, Some(interrupt)) => Err(interrupt),
+        (Ok(report), None) => Ok(report),
+        (Err(e), None) => Err(format_error(e)),
+    }
 }
 
 /// A converted dataset, opened read-only: ``len(ds)``, ``ds.classes``, ``ds.manifest``
