@@ -17,8 +17,8 @@
 # device time (15 min, start-up included) holds about two calls. Issue 21's acceptance in
 # one call (estimated 380-450 s: decode, mixed data, raw window, blocking waits):
 #   PARTS="[156]*" DECODE_SECONDS=2 BENCH_SECONDS=2 BLOCKING_SECONDS=2 bash scripts/device-check.sh
-# then, at once while the machine is warm (about 200-250 s: the loader's GPU tests, one
-# JPEG and one raw loader run):
+# then, at once while the machine is warm (about 250-300 s: the loader's GPU tests, one
+# JPEG and one raw loader run, and the GPU path under a process limit):
 #   PARTS="2*" QUICK=1 PART_TIMEOUT=280 bash scripts/device-check.sh
 # Parts 30 and 40-* (bench, node share, Python) need a session of their own.
 set -uo pipefail
