@@ -270,6 +270,18 @@ pub enum FormatError {
         /// took away everything it made there, so that a plain rerun converts.
         resumable: bool,
     },
+    /// A [`crate::SampleWriter`] with `strict` met a sample it could not convert: it
+    /// stopped and took away what it had written (`removed`; false when some of it could
+    /// not be removed). Its own words: a writer has no `--resume` and no input file.
+    #[error("{}: {reason} (strict: the writer stopped; {})", .sample.display(), strict_sample_left(*.removed))]
+    StrictSample {
+        /// The sample's name (as given to `write`, or "sample N").
+        sample: PathBuf,
+        /// Why it could not be converted.
+        reason: String,
+        /// Whether everything the writer had written was removed.
+        removed: bool,
+    },
     /// A sample handed to [`crate::SampleWriter`] has a label with no class: the writer
     /// was given `classes` names and the label is not below their count (or, without
     /// names, the label is over the limit of class labels).
@@ -382,6 +394,17 @@ fn strict_left(resumable: bool) -> &'static str {
     } else {
         "nothing of this conversion is left in the output directory: fix or remove the input \
          and convert again"
+    }
+}
+
+/// What a [`FormatError::StrictSample`] stop left, and how to go on from it.
+fn strict_sample_left(removed: bool) -> &'static str {
+    if removed {
+        "it removed what it had written: fix or leave out this sample and write the samples \
+         again with a new writer"
+    } else {
+        "some of what it had written could not be removed: delete the output directory, then \
+         write the samples again with a new writer"
     }
 }
 

@@ -237,13 +237,20 @@ fn a_strict_stop_leaves_no_dataset() {
     }
     let e = e.unwrap_or_else(|| w.finish().unwrap_err());
     match &e {
-        FormatError::StrictInput {
-            path, resumable, ..
+        FormatError::StrictSample {
+            sample, removed, ..
         } => {
-            assert_eq!(path, Path::new("the bad one"), "{e}");
-            assert!(!resumable, "{e}");
+            assert_eq!(sample, Path::new("the bad one"), "{e}");
+            assert!(removed, "{e}");
+            // It said "convert again" and "--resume", which a writer has not.
+            let text = e.to_string();
+            assert!(
+                text.contains("write the samples again with a new writer"),
+                "{e}"
+            );
+            assert!(!text.contains("convert") && !text.contains("resume"), "{e}");
         }
-        other => panic!("want StrictInput, got {other}"),
+        other => panic!("want StrictSample, got {other}"),
     }
     assert!(
         !tmp.path().join("new").exists(),
@@ -258,7 +265,7 @@ fn a_strict_stop_leaves_no_dataset() {
     w.write(photo("caer/tent.jpg"), 0, "tent").unwrap();
     w.write(b"junk".as_slice(), 0, "junk").unwrap();
     let e = w.finish().unwrap_err();
-    assert!(matches!(e, FormatError::StrictInput { .. }), "{e}");
+    assert!(matches!(e, FormatError::StrictSample { .. }), "{e}");
     assert!(stoker_testdata::names_in(&out).is_empty());
 }
 

@@ -64,7 +64,7 @@ pub struct SampleOptions {
     /// As [`ConvertOptions::shard_bytes`].
     pub shard_bytes: u64,
     /// As [`ConvertOptions::strict`]: a sample that cannot be converted stops the writer
-    /// with [`FormatError::StrictInput`] (from a later `write` or from `finish`, since
+    /// with [`FormatError::StrictSample`] (from a later `write` or from `finish`, since
     /// samples are transcoded in chunks), and the writer takes its output away.
     pub strict: bool,
     /// As [`ConvertOptions::max_pixels`].
@@ -330,7 +330,7 @@ impl SampleWriter {
     ///
     /// [`FormatError::LabelOutOfRange`] for a label without a class (the writer goes on;
     /// the sample is not taken). Otherwise an error stops the writer and takes its output
-    /// away: [`FormatError::StrictInput`], I/O errors, and [`FormatError::WriterStopped`]
+    /// away: [`FormatError::StrictSample`], I/O errors, and [`FormatError::WriterStopped`]
     /// for every call after such an error.
     pub fn write(
         &mut self,
@@ -596,10 +596,10 @@ impl SampleWriter {
         }
         let all = self.made.take_away(self.lock.dir(), &names);
         match e {
-            FormatError::StrictInput { path, reason, .. } => FormatError::StrictInput {
-                path,
+            FormatError::StrictInput { path, reason, .. } => FormatError::StrictSample {
+                sample: path,
                 reason,
-                resumable: !all,
+                removed: all,
             },
             e => e,
         }
