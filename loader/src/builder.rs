@@ -708,15 +708,13 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
     let Some(ring) = bytes.and_then(|b| b.checked_mul(batches)) else {
         return Err(too_big("does not fit in 64 bits".into()));
     };
+    // The anonymous memory this process already holds is counted where the ring is
+    // allocated (`CpuPipeline::build`): the GPU path, also `Device::Auto` on a GPU, has no
+    // such ring, and a training process holding most of the memory must still build one.
     if let Some(total) = crate::launcher::memory_total() {
-        let held = crate::launcher::memory_in_use();
-        if ring.saturating_add(held) > total {
-            let held = match held {
-                0 => String::new(),
-                held => format!(", which with the {held} bytes this process already holds is"),
-            };
+        if ring > total {
             return Err(too_big(format!(
-                "times {batches} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes{held} more than the {total} bytes of memory this process may use (the machine's, or its cgroup's limit)"
+                "times {batches} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes, more than the {total} bytes of memory this process may use (the machine's, or its cgroup's limit)"
             )));
         }
     }

@@ -148,6 +148,8 @@ impl CpuPipeline {
             prefetch: config.prefetch,
             limits: Limits::default(),
         };
+        // Written as it is allocated, so resident from the start.
+        ring_fits_beside_held(&settings, slots as u64)?;
         let (free_tx, free_rx) = crossbeam_channel::bounded(slots);
         let mut ring_bytes = 0u64;
         for _ in 0..slots {
@@ -187,6 +189,41 @@ impl CpuPipeline {
         }
         Ok(pipeline)
     }
+}
+
+/// Refuses a ring of `slots` batch buffers that fits the memory this process may use only
+/// without the anonymous memory it already holds (`RssAnon`): the buffers are zeroed as
+/// they are allocated, and the OOM killer would then end the process with no message.
+/// Checked here, where the ring is allocated: the GPU path has no such ring.
+///
+/// # Errors
+///
+/// [`LoaderError::InvalidConfig`] (`batch_size`).
+fn ring_fits_beside_held(settings: &Settings, slots: u64) -> Result<(), LoaderError> {
+    let Some(total) = crate::launcher::memory_total() else {
+        return Ok(());
+    };
+    let s = u64::from(settings.transform.out_size());
+    let elem: u64 = match settings.output {
+        Output::U8Nhwc => 1,
+        Output::F16Nchw => 2,
+        Output::F32Nchw => 4,
+    };
+    let ring = (settings.buffer_images as u64)
+        .saturating_mul(s.saturating_mul(s).saturating_mul(3 * elem))
+        .saturating_mul(slots);
+    let held = crate::launcher::memory_in_use();
+    if ring.saturating_add(held) <= total {
+        return Ok(());
+    }
+    Err(LoaderError::InvalidConfig {
+        field: "batch_size",
+        reason: format!(
+            "a batch of {} images of {s}x{s}x3 ({} bytes each) times {slots} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes, which with the {held} bytes this process already holds is more than the {total} bytes of memory this process may use (the machine's, or its cgroup's limit); lower batch_size or the output size",
+            settings.buffer_images,
+            3 * elem,
+        ),
+    })
 }
 
 /// A full-batch buffer of the configured output.

@@ -7,7 +7,8 @@
 mod common;
 
 use common::{rss_bytes, sample_dataset};
-use stoker_loader::{Loader, LoaderError, Output, Shuffle, Transform};
+use stoker_loader::launcher::NodeShare;
+use stoker_loader::{Device, Loader, LoaderError, Output, Placement, Shuffle, Transform};
 
 #[test]
 fn batch_size_100000_on_15_images_no_longer_allocates_100000_image_buffers() {
@@ -142,4 +143,53 @@ fn drop_last_with_a_batch_above_the_share_is_a_note_not_a_silent_empty_loop() {
             .unwrap();
         assert!(loader.empty_epochs_note().is_none(), "{batch} {drop_last}");
     }
+}
+
+/// The check that adds what the process already holds (`RssAnon`) to the CPU ring was made
+/// for every device: a GPU loader, which allocates no CPU ring, was refused in a training
+/// process holding most of the memory. It belongs to the CPU path, which still refuses.
+#[test]
+fn a_gpu_loader_is_not_refused_for_a_cpu_ring_beside_the_memory_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    // The memory this process may use: the pinned share of one process is half of it.
+    let total = 2 * NodeShare::of_this_machine(&Placement::single()).pinned_bytes;
+    if !(1 << 30..u64::MAX / 4).contains(&total) {
+        eprintln!("skipped: the memory this process may use is unknown, or under 1 GiB");
+        return;
+    }
+    // What the training process holds: 256 MiB, written so that they are resident.
+    let held = vec![1u8; 256 << 20];
+    // A ring just under the memory (within 64 MiB and a step of the output size): it fits
+    // alone, not beside `held`. 15 images × side² × 3 f32 per batch, 1 + workers batches.
+    let target = total - (64 << 20);
+    let per_side2 = 15 * 3 * 4;
+    let batches = target.div_ceil(per_side2 * 16000 * 16000).max(2);
+    let side = ((target / (per_side2 * batches)) as f64).sqrt() as u32;
+    let build = |device| {
+        Loader::builder(ds.clone())
+            .batch_size(15)
+            .transform(Transform::center_crop(side, side))
+            .output(Output::F32Nchw)
+            .workers(batches as usize - 1)
+            .prefetch(1)
+            .device(device)
+            .build()
+    };
+    let refused = |built: &Result<Loader, LoaderError>| {
+        matches!(
+            built,
+            Err(LoaderError::InvalidConfig {
+                field: "batch_size",
+                ..
+            })
+        )
+    };
+    // No GPU has ordinal 999: the GPU path's own error, not the CPU ring's.
+    let gpu = build(Device::Cuda(999));
+    assert!(!refused(&gpu), "{:?}", gpu.err());
+    // The CPU path allocates that ring: refused before allocating it.
+    let cpu = build(Device::Cpu);
+    assert!(refused(&cpu), "{:?}", cpu.as_ref().err());
+    drop(held);
 }
