@@ -372,20 +372,23 @@ impl Loader {
         // running epoch alone. A running one makes the load wait for it to be stopped.
         // `load_state` logs the note raised below: held back, then forgotten.
         let note = state.unversioned_note();
-        let (loaded, mut held) = crate::logging::holding(|| inner.load_state(state));
+        // Both loads log it (the check comes before the refusal of a running epoch).
+        let hand_over = |mut held: crate::logging::Held| {
+            if let Some(note) = &note {
+                held.handed_over(note);
+            }
+        };
+        let (loaded, held) = crate::logging::holding(|| inner.load_state(state));
+        hand_over(held);
         let loaded = match loaded {
             Err(LoaderError::EpochInProgress { .. }) => {
                 self.stop_iterators(py, StoppedBy::Newer);
-                let (loaded, again) = crate::logging::holding(|| inner.load_state(state));
-                drop(std::mem::replace(&mut held, again));
+                let (loaded, held) = crate::logging::holding(|| inner.load_state(state));
+                hand_over(held);
                 loaded
             }
             loaded => loaded,
         };
-        if let Some(note) = &note {
-            held.handed_over(note);
-        }
-        drop(held);
         loaded.map_err(loader_error)?;
         // Iterators made before and not started (Lightning makes one to check that the
         // loader is iterable, then restores a checkpoint) were made for what came before.

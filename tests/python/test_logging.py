@@ -397,3 +397,22 @@ def test_ctrl_c_in_a_log_handler_reaches_the_caller(tmp_path, ctrl_c_raises):
         logger.setLevel(logging.NOTSET)
     finished = [r for r in handler.records if r.getMessage().startswith("shard finished")]
     assert len(finished) == report["shards"]
+
+
+def test_a_resumed_note_is_not_logged_again_when_an_epoch_was_running(caplog, sample_dataset):
+    # `load_state_dict` during an epoch: the loader refuses the state first (the epoch is in
+    # progress), the binding stops the epoch and loads again. Both loads log the note of a
+    # state without draw rules; the first one's event was queued and delivered beside the
+    # UserWarning.
+    caplog.set_level(logging.DEBUG, logger="stoker")
+    loader = stoker.Loader(sample_dataset, 4, device="cpu", workers=1, size=16)
+    state = loader.state_dict()
+    del state["draws"]
+    running = iter(loader)
+    next(running)
+    with pytest.warns(UserWarning, match="records no draw rules") as raised:
+        loader.load_state_dict(state)
+    loader.close()
+    assert len([w for w in raised if "records no draw rules" in str(w.message)]) == 1
+    logged = [r.getMessage() for r in _stoker_records(caplog)]
+    assert not [m for m in logged if "records no draw rules" in m], logged
