@@ -10,6 +10,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{Scope, ScopedJoinHandle};
+use std::time::{Duration, Instant};
 
 /// A job started by [`spawn_or_run`]: on its own thread, or already done on the caller's.
 pub(crate) enum Started<'scope, T> {
@@ -56,7 +57,8 @@ where
     match spawned {
         Ok(handle) => Started::Thread(handle),
         Err(e) => {
-            warn_once(&format!("cannot start thread {name} ({e})"));
+            static SAID: OnceLock<()> = OnceLock::new();
+            warn_once(&SAID, &format!("cannot start thread {name} ({e})"));
             let f = job.lock().unwrap_or_else(PoisonError::into_inner).take();
             let f = f.expect("a thread that did not start did not take its job");
             Started::Done(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
@@ -88,30 +90,48 @@ pub(crate) fn pool_threads() -> usize {
     host_pool().map_or(1, rayon::ThreadPool::current_num_threads)
 }
 
-/// The pool of [`in_pool`], one thread per available CPU, made on first use;
-/// `None` (after one warning) when its threads cannot start. Not rayon's global pool:
-/// building that one panics where threads cannot start, and this one says so instead.
+/// The pool of [`in_pool`], one thread per available CPU, made on first use; `None`
+/// (with one warning per process) while its threads cannot start, tried again at most
+/// every [`POOL_RETRY`]: a shared pod's `pids.max` may be reached only for a moment. Not
+/// rayon's global pool: building that one panics where threads cannot start.
 fn host_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        if refuse_spawn_for_tests() {
-            return None;
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    static FAILED_AT: Mutex<Option<Instant>> = Mutex::new(None);
+    static SAID: OnceLock<()> = OnceLock::new();
+    if let Some(pool) = POOL.get() {
+        return Some(pool);
+    }
+    if refuse_spawn_for_tests() {
+        return None;
+    }
+    let mut failed_at = FAILED_AT.lock().unwrap_or_else(PoisonError::into_inner);
+    // Made by another thread while this one waited for the lock.
+    if let Some(pool) = POOL.get() {
+        return Some(pool);
+    }
+    if failed_at.is_some_and(|t| t.elapsed() < POOL_RETRY) {
+        return None;
+    }
+    let built = rayon::ThreadPoolBuilder::new()
+        .thread_name(|i| format!("stoker-decode-{i}"))
+        .build();
+    match built {
+        Ok(pool) => Some(POOL.get_or_init(|| pool)),
+        Err(e) => {
+            *failed_at = Some(Instant::now());
+            warn_once(&SAID, &format!("cannot start the decode threads ({e})"));
+            None
         }
-        let built = rayon::ThreadPoolBuilder::new()
-            .thread_name(|i| format!("stoker-decode-{i}"))
-            .build();
-        built
-            .map_err(|e| warn_once(&format!("cannot start the decode threads ({e})")))
-            .ok()
-    })
-    .as_ref()
+    }
 }
 
-/// One warning per process: a process limit stays for the process's life, and a
+/// How long [`host_pool`] waits before it tries again to start its threads.
+const POOL_RETRY: Duration = Duration::from_secs(10);
+
+/// One warning per process and kind (`said`): a process limit usually stays, and a
 /// warning per batch would flood the log.
-fn warn_once(what: &str) {
-    static SAID: OnceLock<()> = OnceLock::new();
-    if SAID.set(()).is_ok() {
+fn warn_once(said: &OnceLock<()>, what: &str) {
+    if said.set(()).is_ok() {
         tracing::warn!(
             "{what}; decoding on the calling thread instead, more slowly (a container's or job's process limit, pids.max or ulimit -u, may be below the threads stoker starts)"
         );
