@@ -60,7 +60,9 @@ pub struct Manifest {
     pub part: Option<PartInfo>,
 }
 
-/// Which slice of a conversion's input listing one part holds (see [`Manifest::part`]).
+/// Which slice of a conversion's input listing one part holds (see [`Manifest::part`]), or,
+/// with `written`, which part of a writing from several processes ([`crate::SampleWriter`]
+/// with a part) it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartInfo {
     /// This part's index, `0..count`.
@@ -74,8 +76,17 @@ pub struct PartInfo {
     /// End (exclusive) of the part's inputs.
     pub end_input: u64,
     /// CRC32C of the whole listing (paths, labels, classes) and the output flags, written
-    /// as 8 hex digits: equal in every part of one conversion.
+    /// as 8 hex digits: equal in every part of one conversion. For a written part, of what
+    /// the writers of one writing must agree on: the classes and the output flags.
     pub listing: String,
+    /// A part written by a [`crate::SampleWriter`], which has no listing: its samples
+    /// follow the previous part's, so `merge` checks no slice. Such a part has `inputs` 0,
+    /// `first_input` 0 and `end_input` the samples given to it, so that a `merge` built
+    /// before this field (which reads past it) refuses every set of written parts: its
+    /// slice check wants `0..0` of a 0-input listing, which only an empty part has, and it
+    /// refuses parts that are all empty. Absent (false) in a converted part.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub written: bool,
 }
 
 /// Fixed `height × width × channels` of a raw dataset.

@@ -1,5 +1,6 @@
-//! Joining the parts of a partitioned conversion (`convert --part I --parts N`) into one
-//! dataset, without copying record data.
+//! Joining the parts of a partitioned conversion (`convert --part I --parts N`), or of a
+//! writing from several processes (`SampleWriter` with a part), into one dataset, without
+//! copying record data.
 //!
 //! Each part's shards are hard-linked into the output root under their dataset-wide names,
 //! and the manifest lists them in part order; each shard keeps the keys its part gave it
@@ -36,7 +37,10 @@ pub struct MergeReport {
 /// `out`) into one dataset in `out`.
 ///
 /// The parts must be the complete set `0..N` of one conversion: same listing, output
-/// flags, format version and stoker version. Shards are hard-linked (so `out` must be on
+/// flags, format version and stoker version; or of one writing (parts a
+/// [`crate::SampleWriter`] wrote with [`crate::SampleOptions::part`]): same classes, output
+/// flags, format version and stoker version, the samples of each part following the
+/// previous part's. Converted and written parts never merge together. Shards are hard-linked (so `out` must be on
 /// the same file system as the parts); the merged dataset reads exactly like a
 /// single-process conversion of the same inputs: same indices, labels and record bytes.
 ///
@@ -268,6 +272,7 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
         loaded.push((dir.clone(), m, p));
     }
     loaded.sort_by_key(|(_, _, p)| p.index);
+    check_kinds(&loaded)?;
     let (first_dir, first, fp) = &loaded[0];
     // An empty part has no raw size: compare with the first part that has one.
     let raw = loaded.iter().find_map(|(d, m, _)| Some((d, m.raw_size?)));
@@ -324,8 +329,10 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
                 ),
             ));
         }
+        // A written part has no listing to slice: its samples simply follow the previous
+        // part's.
         let want = part.slice(p.inputs);
-        if (p.first_input, p.end_input) != (want.start, want.end) {
+        if !p.written && (p.first_input, p.end_input) != (want.start, want.end) {
             return Err(refuse(
                 dir,
                 format!(
@@ -335,6 +342,17 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
             ));
         }
     }
+    check_complete(out, &loaded)?;
+    Ok(loaded.into_iter().map(|(d, m, _)| (d, m)).collect())
+}
+
+/// Refuses a part given twice, or a set that is not every part `0..count`.
+fn check_complete(out: &Path, loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), FormatError> {
+    let refuse = |path: &Path, reason: String| FormatError::MergeRefused {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let fp = &loaded[0].2;
     for w in loaded.windows(2) {
         if w[0].2.index == w[1].2.index {
             return Err(refuse(
@@ -363,7 +381,29 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
             ),
         ));
     }
-    Ok(loaded.into_iter().map(|(d, m, _)| (d, m)).collect())
+    Ok(())
+}
+
+/// Refuses written parts (`SampleWriter` with a part) mixed with converted ones: they are
+/// never parts of one dataset, and a written part has no slice to check.
+fn check_kinds(loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), FormatError> {
+    let kind = |p: &PartInfo| match p.written {
+        true => "written from samples (stoker.Writer / SampleWriter with a part)",
+        false => "converted (convert --part)",
+    };
+    let (first_dir, _, fp) = &loaded[0];
+    match loaded.iter().find(|(_, _, p)| p.written != fp.written) {
+        None => Ok(()),
+        Some((dir, _, p)) => Err(FormatError::MergeRefused {
+            path: dir.clone(),
+            reason: format!(
+                "this part was {} but {} was {}: written and converted parts are never one dataset; merge each kind in its own output root",
+                kind(p),
+                first_dir.display(),
+                kind(fp)
+            ),
+        }),
+    }
 }
 
 /// Flags of `provenance` that a conversion derives from its listing, which `part.listing`
@@ -383,7 +423,7 @@ fn difference(
     let pairs = [
         ("the number of parts", dbg(p.count), dbg(fp.count)),
         (
-            "the input listing (files, labels and output flags, `part.listing`)",
+            "the input listing (files, labels and output flags, `part.listing`; for written parts, the classes and output flags)",
             dbg(&p.listing),
             dbg(&fp.listing),
         ),

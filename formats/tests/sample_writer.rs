@@ -430,3 +430,202 @@ fn an_output_that_is_a_file_or_a_dangling_link_says_so() {
     let e = SampleWriter::create(&link, sample_options(), None).unwrap_err();
     assert!(e.to_string().contains("symbolic link to a missing"), "{e}");
 }
+
+/// Writes `files` (with `classes`) as part `index` of `count` of a writing into `out`.
+fn write_part(
+    out: &Path,
+    o: &SampleOptions,
+    classes: &[String],
+    files: &[(PathBuf, u32)],
+    (index, count): (u32, u32),
+) -> stoker_formats::ConvertReport {
+    let mut o = o.clone();
+    o.part = Some(stoker_formats::Part::new(index, count).unwrap());
+    let mut w = SampleWriter::create(out, o, Some(classes.to_vec())).unwrap();
+    for (f, label) in files {
+        w.write(std::fs::read(f).unwrap(), *label, f.to_str().unwrap())
+            .unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// The records of a dataset by index: (header fields that do not depend on the shard,
+/// payload), with the labels.
+fn records(ds: &Path) -> Vec<(u32, Vec<u8>)> {
+    let ds = Dataset::open(ds).unwrap();
+    let r = ds.reader().unwrap();
+    (0..ds.len())
+        .map(|i| {
+            let rec = r.get(i).unwrap();
+            (rec.header.label, rec.payload.to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn parts_written_apart_merge_into_what_one_writer_writes() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+    let whole = tmp.path().join("whole");
+    write_files(&src, &whole, &o);
+    let out = tmp.path().join("parts");
+    let n = files.len();
+    // Three contiguous slices, as `datasets`' `shard(contiguous=True)` cuts them, written
+    // in an order other than the parts' own.
+    let cuts = [0, n / 3, 2 * n / 3, n];
+    for index in [2u32, 0, 1] {
+        let i = index as usize;
+        let report = write_part(&out, &o, &classes, &files[cuts[i]..cuts[i + 1]], (index, 3));
+        assert_eq!(report.out, out.join(format!("part-{index:05}-of-00003")));
+        let part = Dataset::open(&report.out)
+            .unwrap()
+            .manifest()
+            .part
+            .clone()
+            .unwrap();
+        assert!(part.written);
+        assert_eq!(
+            (part.inputs, part.first_input, part.end_input),
+            (0, 0, (cuts[i + 1] - cuts[i]) as u64)
+        );
+    }
+    let report = stoker_formats::merge(&out, &[]).unwrap();
+    assert_eq!((report.parts, report.samples), (3, n as u64));
+    assert!(!out.join("part-00000-of-00003").exists());
+    let merged = Dataset::open(&out).unwrap();
+    let m = merged.manifest();
+    assert_eq!(m.part, None);
+    assert_eq!(m.classes, classes);
+    assert_eq!(m.provenance.flags[ORDER_FLAG], WRITTEN_ORDER);
+    let single = Dataset::open(&whole).unwrap();
+    assert_eq!(m.audit, single.manifest().audit);
+    assert_eq!(m.encoding, single.manifest().encoding);
+    assert!(verify(&merged, true).unwrap().ok());
+    // The headers hold each payload's CRC too, so equal labels and payloads are equal
+    // records.
+    let (a, b) = (records(&out), records(&whole));
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        assert!(x == y, "record {i} differs");
+    }
+    let (ra, rb) = (merged.reader().unwrap(), single.reader().unwrap());
+    for i in 0..merged.len() {
+        assert_eq!(
+            ra.get(i).unwrap().header,
+            rb.get(i).unwrap().header,
+            "record {i}"
+        );
+    }
+}
+
+#[test]
+fn an_empty_written_part_merges() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+    let out = tmp.path().join("parts");
+    write_part(&out, &o, &classes, &files, (0, 2));
+    let empty = write_part(&out, &o, &classes, &[], (1, 2));
+    assert_eq!(empty.written, 0);
+    let report = stoker_formats::merge(&out, &[]).unwrap();
+    assert_eq!(report.samples, files.len() as u64);
+    // Empty parts only are no dataset.
+    let none = tmp.path().join("none");
+    write_part(&none, &o, &classes, &[], (0, 2));
+    write_part(&none, &o, &classes, &[], (1, 2));
+    assert!(stoker_formats::merge(&none, &[]).is_err());
+}
+
+/// Whether `merge(out)` is refused with a message containing `says`.
+fn assert_merge_refused(out: &Path, says: &str) {
+    match stoker_formats::merge(out, &[]) {
+        Err(e @ FormatError::MergeRefused { .. }) => {
+            assert!(e.to_string().contains(says), "{e}")
+        }
+        other => panic!("merge not refused: {other:?}"),
+    }
+    assert!(!out.join("manifest.json").exists());
+}
+
+#[test]
+fn written_parts_that_are_not_one_writing_are_refused() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    let half = files.len() / 2;
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+
+    // Different classes.
+    let out = tmp.path().join("classes");
+    write_part(&out, &o, &classes, &files[..half], (0, 2));
+    let mut other = classes.clone();
+    other.push("extra".into());
+    write_part(&out, &o, &other, &files[half..], (1, 2));
+    assert_merge_refused(&out, "part.listing");
+
+    // Different output options.
+    let out = tmp.path().join("options");
+    write_part(&out, &o, &classes, &files[..half], (0, 2));
+    let mut q = o.clone();
+    q.max_side = Some(64);
+    write_part(&out, &q, &classes, &files[half..], (1, 2));
+    assert_merge_refused(&out, "part.listing");
+
+    // A missing part.
+    let out = tmp.path().join("missing");
+    write_part(&out, &o, &classes, &files[..half], (0, 3));
+    write_part(&out, &o, &classes, &files[half..], (2, 3));
+    assert_merge_refused(&out, "missing part(s) 1");
+
+    // A written part with a converted one.
+    let out = tmp.path().join("mixed");
+    let mut c = convert_options(&src, &out, &o);
+    c.part = Some(stoker_formats::Part::new(0, 2).unwrap());
+    convert(&c, &NoProgress).unwrap();
+    write_part(&out, &o, &classes, &files[half..], (1, 2));
+    assert_merge_refused(&out, "written and converted parts");
+}
+
+#[test]
+fn a_written_part_is_refused_where_a_part_cannot_go() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+    let mut p = o.clone();
+    p.part = Some(stoker_formats::Part::new(0, 2).unwrap());
+    let out = tmp.path().join("ds");
+
+    // Without classes.
+    let e = SampleWriter::create(&out, p.clone(), None).unwrap_err();
+    assert!(matches!(e, FormatError::InvalidOptions(_)), "{e}");
+
+    // Two writers on one part: the second is refused, the first goes on.
+    let mut first = SampleWriter::create(&out, p.clone(), Some(classes.clone())).unwrap();
+    let e = SampleWriter::create(&out, p.clone(), Some(classes.clone())).unwrap_err();
+    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    // A writer on another part writes beside it.
+    let mut q = o.clone();
+    q.part = Some(stoker_formats::Part::new(1, 2).unwrap());
+    let other = SampleWriter::create(&out, q, Some(classes.clone())).unwrap();
+    first
+        .write(std::fs::read(&files[0].0).unwrap(), files[0].1, "")
+        .unwrap();
+    // An abandoned part takes away its own directory only.
+    drop(other);
+    assert!(!out.join("part-00001-of-00002").exists());
+    assert!(out.join("part-00000-of-00002").exists());
+    first.finish().unwrap();
+    // A finished part is not written again.
+    let e = SampleWriter::create(&out, p.clone(), Some(classes.clone())).unwrap_err();
+    assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+
+    // An output root holding a finished dataset.
+    let done = tmp.path().join("done");
+    write_files(&src, &done, &o);
+    let e = SampleWriter::create(&done, p, Some(classes)).unwrap_err();
+    assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+}

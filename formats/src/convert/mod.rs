@@ -111,8 +111,7 @@ pub fn convert(
                 out: options.out.join(p.dir_name()),
                 ..options.clone()
             };
-            let mut fp = crc32c::crc32c_append(listing_fingerprint, &p.index.to_le_bytes());
-            fp = crc32c::crc32c_append(fp, &p.count.to_le_bytes());
+            let fp = part_fingerprint(listing_fingerprint, p);
             (&part_options, p.slice(total), fp)
         }
     };
@@ -125,6 +124,7 @@ pub fn convert(
         first_input: range.start,
         end_input: range.end,
         listing: listing_text(listing_fingerprint),
+        written: false,
     };
     if options.resume {
         let want = options.part.map(part_info);
@@ -283,8 +283,15 @@ fn provenance(options: &ConvertOptions, listing: &source::Listing, fingerprint: 
     provenance
 }
 
+/// The journal fingerprint of part `p` of the conversion of listing `listing`: a part's
+/// journal is resumed only by the same part.
+fn part_fingerprint(listing: u32, p: Part) -> u32 {
+    let fp = crc32c::crc32c_append(listing, &p.index.to_le_bytes());
+    crc32c::crc32c_append(fp, &p.count.to_le_bytes())
+}
+
 /// A listing fingerprint as the manifest writes it (part info and flag): 8 hex digits.
-fn listing_text(fingerprint: u32) -> String {
+pub(crate) fn listing_text(fingerprint: u32) -> String {
     format!("{fingerprint:08x}")
 }
 

@@ -29,7 +29,7 @@ use super::report::{ConvertReport, NoProgress};
 use super::strict_stop::{written_names, Made};
 use super::transcode::{Outcome, Processed};
 use crate::input_file::refusal_reason;
-use crate::manifest::{Provenance, MANIFEST_FILE};
+use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
 use crate::record::{Encoding, HEADER_LEN};
 use crate::writer::{DatasetWriter, WriterOptions};
 use crate::FormatError;
@@ -42,8 +42,9 @@ const CHUNK_BYTES: usize = 8 << 20;
 const CHUNK_SAMPLES: usize = 1024;
 
 /// How samples are turned into records: [`ConvertOptions`]' fields that apply to samples
-/// (not the source, layout, shuffle, parts, resume or a shard count, which need a listing
-/// known in advance), with the same defaults.
+/// (not the source, layout, shuffle, resume or a shard count, which need a listing known in
+/// advance), with the same defaults; and a part, for writing one dataset from several
+/// processes.
 #[derive(Debug, Clone)]
 pub struct SampleOptions {
     /// Where the samples came from, for the manifest's `provenance.source` (e.g.
@@ -75,6 +76,11 @@ pub struct SampleOptions {
     pub gpu_friendly: bool,
     /// As [`ConvertOptions::check_decode`].
     pub check_decode: bool,
+    /// Write part `index` of `count` of one dataset, into `out/part-IIIII-of-NNNNN/` (as
+    /// `convert --part` names its parts), for [`crate::merge`] to join: the merged dataset
+    /// holds part 0's samples, then part 1's, and so on. Needs the classes (a part cannot
+    /// know the largest label the others see), the same in every part, as are the options.
+    pub part: Option<super::Part>,
 }
 
 impl SampleOptions {
@@ -102,6 +108,7 @@ impl SampleOptions {
             max_file_size: c.max_file_size,
             gpu_friendly: c.gpu_friendly,
             check_decode: c.check_decode,
+            part: None,
         }
     }
 
@@ -200,6 +207,9 @@ pub struct SampleWriter {
     finished: bool,
     /// The process that made the writer: a forked child's copy never touches the output.
     pid: u32,
+    /// The part this writer writes (`options.out` is its part directory), with the
+    /// fingerprint of what every part of the writing must agree on.
+    part: Option<(super::Part, u32)>,
     t0: Instant,
 }
 
@@ -215,14 +225,17 @@ impl std::fmt::Debug for SampleWriter {
 }
 
 impl SampleWriter {
-    /// Starts a dataset in `out` (created if missing; an existing one must be empty).
-    /// `classes` names the labels (label `i` is `classes[i]`); without them the dataset's
+    /// Starts a dataset in `out` (created if missing; an existing one must be empty), or,
+    /// with [`SampleOptions::part`], a part of one in `out/part-IIIII-of-NNNNN/` (the part
+    /// directory must be new or empty, and `out` hold no finished dataset). `classes` names
+    /// the labels (label `i` is `classes[i]`); without them the dataset's
     /// classes are `"0"` to the largest label written, as for a list file.
     ///
     /// # Errors
     ///
     /// [`FormatError::InvalidOptions`] for bad options, an empty `classes` or one that
-    /// names two labels alike;
+    /// names two labels alike, a part without `classes`;
+    /// [`FormatError::PartSelection`] for a part whose index is not below its count;
     /// [`FormatError::OutputExists`] when `out` holds a dataset or anything else;
     /// [`FormatError::OutputLocked`] while another writer or conversion writes into it;
     /// I/O errors.
@@ -232,8 +245,19 @@ impl SampleWriter {
         classes: Option<Vec<String>>,
     ) -> Result<SampleWriter, FormatError> {
         let source = options.source.clone();
-        let options = options.as_convert(out.into());
+        let part = options.part;
+        let root: PathBuf = out.into();
+        // A part is written like a whole dataset into its own directory, as `convert
+        // --part` writes one: the lock, the refusals and the clean-up are that directory's.
+        let dir = match part {
+            Some(p) => root.join(p.dir_name()),
+            None => root.clone(),
+        };
+        let options = options.as_convert(dir);
         options.validate()?;
+        if let Some(p) = part {
+            check_part(p, &root, classes.as_deref())?;
+        }
         if classes.as_ref().is_some_and(Vec::is_empty) {
             return Err(FormatError::InvalidOptions(
                 "classes is empty: give one name per label, or none for classes named by their label".into(),
@@ -278,6 +302,7 @@ impl SampleWriter {
             }
             _ => CHUNK_SAMPLES,
         };
+        let part = part.map(|p| (p, written_fingerprint(&options, classes.as_deref())));
         Ok(SampleWriter {
             warnings: options.ignored_flags(),
             options: Arc::new(options),
@@ -301,11 +326,12 @@ impl SampleWriter {
             written: Vec::new(),
             finished: false,
             pid: std::process::id(),
+            part,
             t0: Instant::now(),
         })
     }
 
-    /// The output directory.
+    /// The output directory (a part's own directory, for a writer with a part).
     pub fn out(&self) -> &Path {
         &self.options.out
     }
@@ -402,7 +428,8 @@ impl SampleWriter {
     ///
     /// # Errors
     ///
-    /// [`FormatError::NoSamples`] when no record was written; the errors of
+    /// [`FormatError::NoSamples`] when no record was written (a part may be empty); the
+    /// errors of
     /// [`SampleWriter::write`]. On error nothing is left in the output directory.
     pub fn finish(mut self) -> Result<ConvertReport, FormatError> {
         self.usable()?;
@@ -501,7 +528,9 @@ impl SampleWriter {
             .expect("a usable writer has its writer");
         let written = writer.next_index();
         let skipped = &self.totals.skipped;
-        if written == 0 {
+        // One part may be empty, as a converted part may; `merge` refuses a writing with
+        // no record at all.
+        if written == 0 && self.part.is_none() {
             return Err(FormatError::NoSamples {
                 out: self.options.out.clone(),
                 reason: nothing_written(self.samples, skipped),
@@ -528,7 +557,18 @@ impl SampleWriter {
         provenance
             .flags
             .insert(super::ORDER_FLAG.into(), super::WRITTEN_ORDER.into());
-        let writer = self.writer.take().expect("checked above");
+        let mut writer = self.writer.take().expect("checked above");
+        if let Some((p, fingerprint)) = self.part {
+            writer.set_part(PartInfo {
+                index: p.index,
+                count: p.count,
+                inputs: 0,
+                first_input: 0,
+                end_input: self.samples,
+                listing: super::listing_text(fingerprint),
+                written: true,
+            });
+        }
         // From here the writer is gone: a failure takes away the files by these names.
         self.written = written_names(&writer);
         let audit = self.totals.audit.clone();
@@ -649,6 +689,38 @@ fn nothing_written(samples: u64, skipped: &[super::report::Skipped]) -> String {
         "none of the {samples} samples could be converted; the first skipped: {}",
         super::report::first_skipped(skipped)
     )
+}
+
+/// Refuses a part that cannot join the others: without classes, or in an output root that
+/// already holds a finished dataset (a merged writing: its parts are gone, and a new part
+/// beside it would never merge).
+fn check_part(
+    part: super::Part,
+    root: &Path,
+    classes: Option<&[String]>,
+) -> Result<(), FormatError> {
+    part.validate()?;
+    if classes.is_none() {
+        return Err(FormatError::InvalidOptions(format!(
+            "part {} of {}: a writer with a part needs classes (one name per label): the parts of one dataset must name the same classes, and a part cannot know the largest label the others write",
+            part.index, part.count
+        )));
+    }
+    crate::writer::refuse_finished(root)
+}
+
+/// The fingerprint of what the parts of one writing must agree on, so that `merge` refuses
+/// parts written with other classes or output options: the classes and the output flags
+/// that a conversion's listing fingerprint covers, after a tag that no conversion's
+/// listing (paths and labels first) hashes alike by design.
+fn written_fingerprint(options: &ConvertOptions, classes: Option<&[String]>) -> u32 {
+    let mut crc = crc32c::crc32c(b"stoker.Writer part\0");
+    for c in classes.unwrap_or_default() {
+        crc = crc32c::crc32c_append(crc, c.as_bytes());
+        crc = crc32c::crc32c_append(crc, b"\0");
+    }
+    let flags = serde_json::to_string(&options.output_flags()).expect("flags serialize");
+    crc32c::crc32c_append(crc, flags.as_bytes())
 }
 
 /// Refuses class names given twice: their labels would be two classes that nothing
