@@ -104,17 +104,7 @@ pub(crate) fn convert<'py>(
     opts.layout = layout
         .parse::<Layout>()
         .map_err(|e| PyValueError::new_err(format!("layout={e}")))?;
-    opts.part = match (part, parts) {
-        (None, None) => None,
-        (Some(i), Some(n)) => {
-            Some(Part::new(i, n).map_err(|e| PyValueError::new_err(e.to_string()))?)
-        }
-        _ => {
-            return Err(PyValueError::new_err(
-                "part= and parts= go together: part=I of parts=N",
-            ))
-        }
-    };
+    opts.part = parse_part(part, parts)?;
     opts.check_decode = check;
     opts.shuffle = match (shuffle, seed) {
         (true, seed) => Some(seed.unwrap_or(0)),
@@ -170,8 +160,22 @@ pub(crate) fn parse_resize(resize: &str) -> PyResult<ResizeMode> {
     }
 }
 
+/// The part `part=`/`parts=` ask for (both or neither), as `convert` and `Writer` take them.
+pub(crate) fn parse_part(part: Option<u32>, parts: Option<u32>) -> PyResult<Option<Part>> {
+    match (part, parts) {
+        (None, None) => Ok(None),
+        (Some(i), Some(n)) => Part::new(i, n)
+            .map(Some)
+            .map_err(|e| PyValueError::new_err(e.to_string())),
+        _ => Err(PyValueError::new_err(
+            "part= and parts= go together: part=I of parts=N",
+        )),
+    }
+}
+
 /// Merges the parts of a partitioned conversion (``convert(..., part=I, parts=N)``
-/// into the same ``out``) into one dataset at ``out``, like ``stoker merge``, and
+/// into the same ``out``), or of a writing (``Writer(out, ..., part=I, parts=N)``), into
+/// one dataset at ``out``, like ``stoker merge``, and
 /// returns its report as a dict with the keys of ``stoker merge --json`` (``parts``,
 /// ``samples``, ``shards``, ``bytes``, ...). ``parts`` lists the part directories
 /// (default: every ``part-*`` directory under ``out``); they must be on ``out``'s file

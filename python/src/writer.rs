@@ -31,6 +31,14 @@ use crate::logging::Call;
 /// ``jobs``, ``shard_size``, ``strict``, ``max_pixels``, ``max_file_size``,
 /// ``gpu_friendly``, ``check``.
 ///
+/// ``part`` and ``parts`` (both or neither) write part ``part`` of ``parts`` of one
+/// dataset into ``out/part-IIIII-of-NNNNN/``, as ``stoker.convert(..., part=, parts=)``
+/// names its parts, so that several processes can each write a contiguous slice of the
+/// samples and :func:`merge` then joins the parts into ``out``: the merged dataset reads
+/// exactly like one writer fed part 0's samples, then part 1's, and so on. Every part
+/// needs the same ``classes`` (required with a part) and output keywords, and one part
+/// may be empty.
+///
 /// ``out`` must be new or empty, and nothing is a dataset until ``close()`` (or the end
 /// of a ``with`` block without an exception) writes the manifest and returns the report
 /// dict ``stoker.convert`` returns. An exception in the ``with`` block, ``abort()``, or a
@@ -71,7 +79,7 @@ impl Writer {
         size=None, resize="shorter-side", jobs=None,
         shard_size=stoker_formats::DEFAULT_SHARD_BYTES, strict=false,
         max_pixels=100_000_000, max_file_size=stoker_formats::DEFAULT_MAX_FILE_SIZE,
-        gpu_friendly=false, check=true
+        gpu_friendly=false, check=true, part=None, parts=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -91,6 +99,8 @@ impl Writer {
         max_file_size: u64,
         gpu_friendly: bool,
         check: bool,
+        part: Option<u32>,
+        parts: Option<u32>,
     ) -> PyResult<Writer> {
         let _logs = Call::new(py);
         let mut o = SampleOptions::new(source.unwrap_or_else(|| "stoker.Writer".into()));
@@ -106,13 +116,15 @@ impl Writer {
         o.max_file_size = max_file_size;
         o.gpu_friendly = gpu_friendly;
         o.check_decode = check;
-        let at = out.clone();
+        o.part = crate::dataset::parse_part(part, parts)?;
         let w = py
-            .detach(|| SampleWriter::create(at, o, classes))
+            .detach(|| SampleWriter::create(out, o, classes))
             .map_err(format_error)?;
         for note in w.warnings() {
             crate::errors::warn(py, format!("stoker.Writer: {note}"))?;
         }
+        // A part's own directory: where its shards and manifest are.
+        let out = w.out().to_path_buf();
         Ok(Writer {
             inner: Mutex::new(Some(Box::new(w))),
             turns: Turns::default(),
@@ -211,7 +223,7 @@ impl Writer {
         Ok(self.inner(py).writer.is_none())
     }
 
-    /// The output directory.
+    /// The output directory (with a part, the part's own directory under ``out``).
     #[getter]
     fn out(&self) -> PathBuf {
         self.out.clone()

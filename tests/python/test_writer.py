@@ -397,3 +397,57 @@ print(seen, report["written"])
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["[True]", "1"], done.stdout
+
+
+def _write_part(out, index, parts, classes, samples):
+    """One process's share of a writing: part `index` of `parts` (run in a spawned
+    process, so at module level)."""
+    with stoker.Writer(out, classes=classes, part=index, parts=parts) as w:
+        for data, label, name in samples:
+            w.write(data, label, name)
+    return w.report["written"]
+
+
+def test_parts_written_by_several_processes_merge_into_one_writers_dataset(tmp_path):
+    import multiprocessing
+
+    classes, samples = _photos()
+    with stoker.Writer(tmp_path / "one", classes=classes) as w:
+        for data, label, name in samples:
+            w.write(data, label, name)
+    # Contiguous halves, as `datasets`' `shard(num_shards=2, index=i, contiguous=True)`
+    # cuts them; spawn, as `datasets.map(num_proc=)` and CUDA users must.
+    half = len(samples) // 2
+    out = tmp_path / "parts"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        written = pool.starmap(
+            _write_part,
+            [(out, 0, 2, classes, samples[:half]), (out, 1, 2, classes, samples[half:])],
+        )
+    assert written == [half, len(samples) - half]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "part-00000-of-00002",
+        "part-00001-of-00002",
+    ]
+    report = stoker.merge(out)
+    assert (report["parts"], report["samples"]) == (2, len(samples))
+    assert _records(out) == _records(tmp_path / "one")
+    assert stoker.Dataset(out).manifest.get("part") is None
+
+
+def test_a_writer_part_needs_both_keywords_and_classes(tmp_path):
+    classes, _ = _photos()
+    with pytest.raises(ValueError, match="go together"):
+        stoker.Writer(tmp_path / "a", classes=classes, part=0)
+    with pytest.raises(ValueError, match="part 2 of 2|--part 2 --parts 2"):
+        stoker.Writer(tmp_path / "a", classes=classes, part=2, parts=2)
+    with pytest.raises(ValueError, match="needs classes"):
+        stoker.Writer(tmp_path / "a", part=0, parts=2)
+    # An aborted part takes away its own directory, not its siblings'.
+    done = stoker.Writer(tmp_path / "b", classes=classes, part=0, parts=2)
+    w = stoker.Writer(tmp_path / "b", classes=classes, part=1, parts=2)
+    assert w.out == tmp_path / "b" / "part-00001-of-00002"
+    w.abort()
+    assert not w.out.exists() and done.out.exists()
+    done.abort()
