@@ -93,7 +93,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
         return Err(FormatError::BadSource {
             path: PathBuf::from(&loaded[0].1.provenance.source),
             reason: format!(
-                "none of the {} parts holds a record (every input was skipped), so no dataset was merged; see each part's convert report for why (for a list, is SRC the directory its paths start from?)",
+                "none of the {} parts holds a record (every input or sample was skipped), so no dataset was merged; see each part's convert or writer report for why (for a list, is SRC the directory its paths start from?)",
                 loaded.len()
             ),
         });

@@ -36,8 +36,8 @@ use crate::logging::Call;
 /// names its parts, so that several processes can each write a contiguous slice of the
 /// samples and :func:`merge` then joins the parts into ``out``: the merged dataset reads
 /// exactly like one writer fed part 0's samples, then part 1's, and so on. Every part
-/// needs the same ``classes`` (required with a part) and output keywords, and one part
-/// may be empty.
+/// needs the same ``classes`` (required with a part), ``source`` and output keywords, and
+/// one part may be empty.
 ///
 /// ``out`` must be new or empty, and nothing is a dataset until ``close()`` (or the end
 /// of a ``with`` block without an exception) writes the manifest and returns the report
