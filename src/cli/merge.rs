@@ -1,5 +1,5 @@
-//! `stoker merge OUT [PART...]`: the parts of a partitioned conversion → one dataset, by one
-//! call to [`stoker::formats::merge`].
+//! `stoker merge OUT [PART...]`: the parts of a partitioned conversion, or of a writing
+//! (`SampleWriter` with a part), → one dataset, by one call to [`stoker::formats::merge`].
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -10,8 +10,8 @@ use stoker::formats;
 /// Flags of `stoker merge`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Output root: the merged dataset's directory, where `convert --part` wrote its
-    /// part-IIIII-of-NNNNN directories.
+    /// Output root: the merged dataset's directory, where `convert --part` (or writers with
+    /// a part) wrote its part-IIIII-of-NNNNN directories.
     pub out: PathBuf,
     /// Part directories to merge (default: every part-* directory under OUT). They must be
     /// on OUT's file system: shards are linked, not copied.

@@ -25,7 +25,8 @@ struct Cli {
 enum Command {
     /// Convert an image folder, list file or WebDataset tar shards into LMDB shards.
     Convert(convert::Args),
-    /// Join the parts of a partitioned conversion (convert --part) into one dataset.
+    /// Join the parts of a partitioned conversion (convert --part), or of a writing from
+    /// several processes (stoker.Writer(part=, parts=)), into one dataset.
     Merge(merge::Args),
     /// Summarize a converted dataset.
     Inspect(inspect::Args),
