@@ -629,3 +629,35 @@ fn a_written_part_is_refused_where_a_part_cannot_go() {
     let e = SampleWriter::create(&done, p, Some(classes)).unwrap_err();
     assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
 }
+
+/// A merge built before `part.written` reads past the field, so it sees written parts as
+/// this build does with the field removed: converted parts, which its slice check refuses
+/// (a written part's listing has 0 inputs, and only an empty part holds `0..0` of it).
+#[test]
+fn a_merge_that_does_not_know_written_parts_refuses_them() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+    let forget = |out: &Path| {
+        for e in std::fs::read_dir(out).unwrap() {
+            let path = e.unwrap().path().join("manifest.json");
+            let text = std::fs::read_to_string(&path).unwrap();
+            let mut json: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let written = json["part"].as_object_mut().unwrap().remove("written");
+            assert_eq!(written, Some(serde_json::Value::Bool(true)));
+            std::fs::write(&path, json.to_string()).unwrap();
+        }
+    };
+    // Every part non-empty; and an empty part 0 (whose `0..0` passes) before a full one.
+    let out = tmp.path().join("two");
+    write_part(&out, &o, &classes, &files[..1], (0, 2));
+    write_part(&out, &o, &classes, &files[1..2], (1, 2));
+    forget(&out);
+    assert_merge_refused(&out, "holds inputs 0..1, but part 0 of 2 is 0..0");
+    let out = tmp.path().join("empty-first");
+    write_part(&out, &o, &classes, &[], (0, 2));
+    write_part(&out, &o, &classes, &files, (1, 2));
+    forget(&out);
+    assert_merge_refused(&out, "but part 1 of 2 is 0..0");
+}
