@@ -4,6 +4,8 @@
 //! dataset (complete-looking or not) behind when it fails, stops or is dropped unfinished.
 //! Photos from the test corpus (`<repo>/testdata/imagefolder`) and `examples/data/sample`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use stoker_formats::convert::{MIN_SHARD_BYTES, ORDER_FLAG, WRITTEN_ORDER};
@@ -11,6 +13,8 @@ use stoker_formats::{
     convert, verify, ConvertOptions, Dataset, Encoding, FormatError, NoProgress, ResizeMode,
     SampleOptions, SampleWriter, Source,
 };
+
+use common::records;
 
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
 
@@ -447,19 +451,6 @@ fn write_part(
             .unwrap();
     }
     w.finish().unwrap()
-}
-
-/// The records of a dataset by index: (header fields that do not depend on the shard,
-/// payload), with the labels.
-fn records(ds: &Path) -> Vec<(u32, Vec<u8>)> {
-    let ds = Dataset::open(ds).unwrap();
-    let r = ds.reader().unwrap();
-    (0..ds.len())
-        .map(|i| {
-            let rec = r.get(i).unwrap();
-            (rec.header.label, rec.payload.to_vec())
-        })
-        .collect()
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! for any thread count, across a kill and `resume`, and when converted in parts and merged;
 //! the manifest says how its records are ordered.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -9,6 +11,8 @@ use stoker_formats::convert::ORDER_FLAG;
 use stoker_formats::{
     convert, merge, verify, ConvertOptions, Dataset, FormatError, NoProgress, Part, Source,
 };
+
+use common::records;
 
 fn photos() -> PathBuf {
     stoker_testdata::dir().join("imagefolder")
@@ -22,18 +26,6 @@ fn opts(out: &Path, shuffle: Option<u64>) -> ConvertOptions {
     o.jobs = Some(2);
     o.shuffle = shuffle;
     o
-}
-
-/// Every record as (label, payload), in index order.
-fn records(path: &Path) -> Vec<(u32, Vec<u8>)> {
-    let ds = Dataset::open(path).unwrap();
-    let r = ds.reader().unwrap();
-    (0..ds.len())
-        .map(|i| {
-            let rec = r.get(i).unwrap();
-            (rec.header.label, rec.payload.to_vec())
-        })
-        .collect()
 }
 
 fn flags(path: &Path) -> BTreeMap<String, String> {
