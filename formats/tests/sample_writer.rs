@@ -652,3 +652,38 @@ fn a_merge_that_does_not_know_written_parts_refuses_them() {
     forget(&out);
     assert_merge_refused(&out, "but part 1 of 2 is 0..0");
 }
+
+/// A merge locks the output root alone while it runs; a part started meanwhile would be
+/// written beside the dataset it is making (its part directory never merged, or removed
+/// with the merged parts). So a part's writer holds the root shared, and is refused while
+/// the root is locked alone, taking away the part directory it made.
+#[test]
+fn a_part_is_not_written_while_its_root_is_merged() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+    let mut p = o.clone();
+    p.part = Some(stoker_formats::Part::new(0, 3).unwrap());
+    let out = tmp.path().join("ds");
+    std::fs::create_dir(&out).unwrap();
+    // What `merge` holds on the root while it links the parts.
+    let merging = std::fs::File::open(&out).unwrap();
+    // fs4's flock, as `merge` takes it (std's `File::try_lock` needs a newer Rust).
+    fs4::FileExt::try_lock(&merging).unwrap();
+    let e = SampleWriter::create(&out, p.clone(), Some(classes.clone())).unwrap_err();
+    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    drop(merging);
+
+    // And while parts are written, a merge into their root is refused.
+    let mut w = SampleWriter::create(&out, p, Some(classes.clone())).unwrap();
+    write_part(&out, &o, &classes, &files[..1], (1, 3));
+    write_part(&out, &o, &classes, &files[1..2], (2, 3));
+    let e = stoker_formats::merge(&out, &[]).unwrap_err();
+    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    w.write(std::fs::read(&files[2].0).unwrap(), files[2].1, "")
+        .unwrap();
+    w.finish().unwrap();
+    assert_eq!(stoker_formats::merge(&out, &[]).unwrap().samples, 3);
+}

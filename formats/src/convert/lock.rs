@@ -25,6 +25,13 @@ impl OutputLock {
         Self::acquire_with(out, fs4::FileExt::try_lock)
     }
 
+    /// Takes a shared lock of the existing directory `out`, as each part's writer holds on
+    /// the output root: any number of them at once, but none while [`OutputLock::acquire`]
+    /// holds it (a merge into the root), nor that while they do.
+    pub(crate) fn acquire_shared(out: &Path) -> Result<OutputLock, FormatError> {
+        Self::acquire_with(out, fs4::FileExt::try_lock_shared)
+    }
+
     /// [`OutputLock::acquire`] with the locking call given, so that tests can play a file
     /// system without locks.
     ///

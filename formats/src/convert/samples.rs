@@ -200,6 +200,11 @@ pub struct SampleWriter {
     /// What this writer created (the directories) and holds (the lock, until dropped).
     made: Made,
     lock: OutputLock,
+    /// For a part, a shared lock on the output root, held as long as the part's own: the
+    /// writers of one writing share the root, while `merge` (or a whole conversion or
+    /// writer) into it, which locks it alone, is refused until they are done, and refuses
+    /// them while it runs.
+    _root_lock: Option<OutputLock>,
     /// The error that stopped the writer, once one has.
     stopped: Option<String>,
     /// Names of the files written, kept for the clean-up when `writer` is gone.
@@ -238,7 +243,8 @@ impl SampleWriter {
     /// names two labels alike, a part without `classes`;
     /// [`FormatError::PartSelection`] for a part whose index is not below its count;
     /// [`FormatError::OutputExists`] when `out` holds a dataset or anything else;
-    /// [`FormatError::OutputLocked`] while another writer or conversion writes into it;
+    /// [`FormatError::OutputLocked`] while another writer or conversion writes into it (for
+    /// a part: into its part directory, or a merge or whole conversion into `out`);
     /// I/O errors.
     pub fn create(
         out: impl Into<PathBuf>,
@@ -273,6 +279,17 @@ impl SampleWriter {
         // Held until the writer is dropped: a second writer or a conversion into `out`
         // is refused instead of interleaving its shards with ours.
         let lock = OutputLock::acquire(&out)?;
+        let root_lock = match part {
+            Some(_) => OutputLock::acquire_shared(&root).map(Some),
+            None => Ok(None),
+        };
+        let root_lock = match root_lock {
+            Ok(l) => l,
+            Err(e) => {
+                made.take_away(lock.dir(), &[]);
+                return Err(e);
+            }
+        };
         let writer = refuse_nonempty(&out).and_then(|()| {
             DatasetWriter::create(
                 &out,
@@ -323,6 +340,7 @@ impl SampleWriter {
             samples: 0,
             made,
             lock,
+            _root_lock: root_lock,
             stopped: None,
             written: Vec::new(),
             finished: false,
