@@ -654,9 +654,9 @@ fn a_merge_that_does_not_know_written_parts_refuses_them() {
 }
 
 /// A merge locks the output root alone while it runs; a part started meanwhile would be
-/// written beside the dataset it is making (its part directory never merged, or removed
-/// with the merged parts). So a part's writer holds the root shared, and is refused while
-/// the root is locked alone, taking away the part directory it made.
+/// written beside the dataset it is making (its part directory never merged). So a part's
+/// writer starts with the root locked shared, and is refused while the root is locked
+/// alone, taking away the part directory it made.
 #[test]
 fn a_part_is_not_written_while_its_root_is_merged() {
     let src = stoker_testdata::dir().join("imagefolder");
@@ -676,12 +676,12 @@ fn a_part_is_not_written_while_its_root_is_merged() {
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     drop(merging);
 
-    // And while parts are written, a merge into their root is refused.
+    // A merge started after a part finds it, unfinished, and refuses the set; and the
+    // root is not left locked while the part is written (a forked child would keep it).
     let mut w = SampleWriter::create(&out, p, Some(classes.clone())).unwrap();
     write_part(&out, &o, &classes, &files[..1], (1, 3));
     write_part(&out, &o, &classes, &files[1..2], (2, 3));
-    let e = stoker_formats::merge(&out, &[]).unwrap_err();
-    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    assert_merge_refused(&out, "unfinished part");
     w.write(std::fs::read(&files[2].0).unwrap(), files[2].1, "")
         .unwrap();
     w.finish().unwrap();

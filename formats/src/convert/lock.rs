@@ -25,9 +25,9 @@ impl OutputLock {
         Self::acquire_with(out, fs4::FileExt::try_lock)
     }
 
-    /// Takes a shared lock of the existing directory `out`, as each part's writer holds on
-    /// the output root: any number of them at once, but none while [`OutputLock::acquire`]
-    /// holds it (a merge into the root), nor that while they do.
+    /// Takes a shared lock of the existing directory `out`, as each part's writer takes on
+    /// the output root while it starts: any number of them at once, but none while
+    /// [`OutputLock::acquire`] holds it (a merge into the root), nor that while they do.
     pub(crate) fn acquire_shared(out: &Path) -> Result<OutputLock, FormatError> {
         Self::acquire_with(out, fs4::FileExt::try_lock_shared)
     }

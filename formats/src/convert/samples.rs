@@ -200,11 +200,6 @@ pub struct SampleWriter {
     /// What this writer created (the directories) and holds (the lock, until dropped).
     made: Made,
     lock: OutputLock,
-    /// For a part, a shared lock on the output root, held as long as the part's own: the
-    /// writers of one writing share the root, while `merge` (or a whole conversion or
-    /// writer) into it, which locks it alone, is refused until they are done, and refuses
-    /// them while it runs.
-    _root_lock: Option<OutputLock>,
     /// The error that stopped the writer, once one has.
     stopped: Option<String>,
     /// Names of the files written, kept for the clean-up when `writer` is gone.
@@ -279,11 +274,16 @@ impl SampleWriter {
         // Held until the writer is dropped: a second writer or a conversion into `out`
         // is refused instead of interleaving its shards with ours.
         let lock = OutputLock::acquire(&out)?;
+        // For a part, the output root locked shared until the part directory is ready: the
+        // writers of one writing share it, but none starts while a merge (or a whole
+        // conversion or writer), which locks it alone, writes there; and a merge that
+        // starts later finds this part's directory, unfinished until its manifest. Not held
+        // longer: a forked child would keep it, and refuse the merge, after `finish`.
         let root_lock = match part {
             Some(_) => OutputLock::acquire_shared(&root).map(Some),
             None => Ok(None),
         };
-        let root_lock = match root_lock {
+        let _root_lock = match root_lock {
             Ok(l) => l,
             Err(e) => {
                 made.take_away(lock.dir(), &[]);
@@ -340,7 +340,6 @@ impl SampleWriter {
             samples: 0,
             made,
             lock,
-            _root_lock: root_lock,
             stopped: None,
             written: Vec::new(),
             finished: false,
