@@ -694,17 +694,8 @@ impl Loader {
 fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfig, LoaderError> {
     let largest = sampler.batch_len(0).max(1);
     let side = u64::from(config.transform.out_size());
-    let elem = elem_bytes(config.output);
     let (bytes, batches) = cpu_ring(config, sampler);
-    let too_big = |what: String| {
-        LoaderError::InvalidConfig {
-        field: "batch_size",
-        reason: format!(
-            "a batch of {largest} images of {side}x{side}x3 ({} bytes each) {what}; lower batch_size or the output size",
-            3 * elem
-        ),
-    }
-    };
+    let too_big = |what: String| crate::config::batch_too_big(largest, side, config.output, &what);
     let Some(ring) = bytes.and_then(|b| b.checked_mul(batches)) else {
         return Err(too_big("does not fit in 64 bits".into()));
     };
@@ -723,14 +714,6 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
     Ok(sized)
 }
 
-fn elem_bytes(output: Output) -> u64 {
-    match output {
-        Output::U8Nhwc => 1,
-        Output::F16Nchw => 2,
-        Output::F32Nchw => 4,
-    }
-}
-
 /// The bytes of one batch buffer (`None` past 64 bits) and the batches the CPU path keeps
 /// in its ring: `prefetch + workers`, prefetch capped by the batches an epoch has
 /// (CpuPipeline::build).
@@ -738,7 +721,7 @@ fn cpu_ring(config: &LoaderConfig, sampler: &Sampler) -> (Option<u64>, u64) {
     let side = u64::from(config.transform.out_size());
     let bytes = side
         .checked_mul(side)
-        .and_then(|px| px.checked_mul(3 * elem_bytes(config.output)))
+        .and_then(|px| px.checked_mul(3 * config.output.value_bytes()))
         .and_then(|img| img.checked_mul(sampler.batch_len(0).max(1)));
     let batches = config.prefetch.min(sampler.num_batches().max(1));
     (bytes, batches.saturating_add(config.workers as u64))

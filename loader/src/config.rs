@@ -8,6 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use stoker_formats::Dataset;
 
+use crate::error::LoaderError;
 use crate::launcher::Placement;
 use crate::sampler::Shuffle;
 use crate::transform::Transform;
@@ -38,6 +39,29 @@ pub enum Output {
     F16Nchw,
     /// `[n, 3, h, w]` normalized `f32`.
     F32Nchw,
+}
+
+impl Output {
+    /// Bytes of one pixel channel value in a batch of this output.
+    pub(crate) fn value_bytes(self) -> u64 {
+        match self {
+            Output::U8Nhwc => 1,
+            Output::F16Nchw => 2,
+            Output::F32Nchw => 4,
+        }
+    }
+}
+
+/// The refusal of a batch of `images` images of `side`×`side`×3 values of `output` that
+/// `what` (does not fit in 64 bits, needs more memory than there is...).
+pub(crate) fn batch_too_big(images: u64, side: u64, output: Output, what: &str) -> LoaderError {
+    LoaderError::InvalidConfig {
+        field: "batch_size",
+        reason: format!(
+            "a batch of {images} images of {side}x{side}x3 ({} bytes each) {what}; lower batch_size or the output size",
+            3 * output.value_bytes()
+        ),
+    }
 }
 
 /// What to do with a record that cannot be read or decoded.

@@ -204,26 +204,18 @@ fn ring_fits_beside_held(settings: &Settings, slots: u64) -> Result<(), LoaderEr
         return Ok(());
     };
     let s = u64::from(settings.transform.out_size());
-    let elem: u64 = match settings.output {
-        Output::U8Nhwc => 1,
-        Output::F16Nchw => 2,
-        Output::F32Nchw => 4,
-    };
-    let ring = (settings.buffer_images as u64)
-        .saturating_mul(s.saturating_mul(s).saturating_mul(3 * elem))
-        .saturating_mul(slots);
+    let images = settings.buffer_images as u64;
+    let image = s
+        .saturating_mul(s)
+        .saturating_mul(3 * settings.output.value_bytes());
+    let ring = images.saturating_mul(image).saturating_mul(slots);
     let held = crate::launcher::memory_in_use();
     if ring.saturating_add(held) <= total {
         return Ok(());
     }
-    Err(LoaderError::InvalidConfig {
-        field: "batch_size",
-        reason: format!(
-            "a batch of {} images of {s}x{s}x3 ({} bytes each) times {slots} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes, which with the {held} bytes this process already holds is more than the {total} bytes of memory this process may use (the machine's, or its cgroup's limit); lower batch_size or the output size",
-            settings.buffer_images,
-            3 * elem,
-        ),
-    })
+    Err(crate::config::batch_too_big(images, s, settings.output, &format!(
+        "times {slots} batches in flight (prefetch, at most an epoch's batches, + workers) needs {ring} bytes, which with the {held} bytes this process already holds is more than the {total} bytes of memory this process may use (the machine's, or its cgroup's limit)"
+    )))
 }
 
 /// A full-batch buffer of the configured output.
@@ -248,11 +240,7 @@ fn new_buffer(settings: &Settings) -> Result<HostBuffer, LoaderError> {
         .buffer_images
         .checked_mul(s * s * 3)
         .ok_or_else(|| too_large(None))?;
-    let bytes = n.checked_mul(match settings.output {
-        Output::U8Nhwc => 1,
-        Output::F16Nchw => 2,
-        Output::F32Nchw => 4,
-    });
+    let bytes = n.checked_mul(settings.output.value_bytes() as usize);
     match settings.output {
         Output::U8Nhwc => zeroed(n, 0u8).map(HostBuffer::U8),
         Output::F16Nchw => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
