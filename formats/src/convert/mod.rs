@@ -442,7 +442,17 @@ fn fingerprint(options: &ConvertOptions, listing: &source::Listing) -> u32 {
         crc = crc32c::crc32c_append(crc, input.path.as_os_str().as_encoded_bytes());
         crc = crc32c::crc32c_append(crc, &input.label.to_le_bytes());
     }
-    for c in &listing.classes {
+    with_classes_and_flags(crc, &listing.classes, options)
+}
+
+/// `crc` continued over the class names (each ended by a NUL) and the output flags as
+/// JSON: the tail of a conversion's [`fingerprint`] and of a written part's.
+pub(super) fn with_classes_and_flags(
+    mut crc: u32,
+    classes: &[String],
+    options: &ConvertOptions,
+) -> u32 {
+    for c in classes {
         crc = crc32c::crc32c_append(crc, c.as_bytes());
         crc = crc32c::crc32c_append(crc, b"\0");
     }

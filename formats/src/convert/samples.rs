@@ -279,10 +279,7 @@ impl SampleWriter {
         // conversion or writer), which locks it alone, writes there; and a merge that
         // starts later finds this part's directory, unfinished until its manifest. Not held
         // longer: a forked child would keep it, and refuse the merge, after `finish`.
-        let root_lock = match part {
-            Some(_) => OutputLock::acquire_shared(&root).map(Some),
-            None => Ok(None),
-        };
+        let root_lock = part.map(|_| OutputLock::acquire_shared(&root)).transpose();
         let _root_lock = match root_lock {
             Ok(l) => l,
             Err(e) => {
@@ -732,13 +729,8 @@ fn check_part(
 /// that a conversion's listing fingerprint covers, after a tag that no conversion's
 /// listing (paths and labels first) hashes alike by design.
 fn written_fingerprint(options: &ConvertOptions, classes: Option<&[String]>) -> u32 {
-    let mut crc = crc32c::crc32c(b"stoker.Writer part\0");
-    for c in classes.unwrap_or_default() {
-        crc = crc32c::crc32c_append(crc, c.as_bytes());
-        crc = crc32c::crc32c_append(crc, b"\0");
-    }
-    let flags = serde_json::to_string(&options.output_flags()).expect("flags serialize");
-    crc32c::crc32c_append(crc, flags.as_bytes())
+    let tag = crc32c::crc32c(b"stoker.Writer part\0");
+    super::with_classes_and_flags(tag, classes.unwrap_or_default(), options)
 }
 
 /// Refuses class names given twice: their labels would be two classes that nothing
