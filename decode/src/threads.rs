@@ -138,8 +138,8 @@ fn warn_once(said: &OnceLock<()>, what: &str) {
     }
 }
 
-/// Tests of the fallbacks make every start fail in their process (the test binary's
-/// own `threads_fallback` run sets it before anything else starts).
+/// Tests of the fallbacks make every start fail in their process (the child that
+/// `without_threads_the_same_work_runs_on_the_callers_thread` runs sets it).
 fn refuse_spawn_for_tests() -> bool {
     cfg!(test) && std::env::var_os("STOKER_TEST_REFUSE_THREADS").is_some()
 }

@@ -373,19 +373,17 @@ impl Loader {
         // `load_state` logs the note raised below: held back, then forgotten.
         let note = state.unversioned_note();
         // Both loads log it (the check comes before the refusal of a running epoch).
-        let hand_over = |mut held: crate::logging::Held| {
+        let load = || {
+            let (loaded, mut held) = crate::logging::holding(|| inner.load_state(state));
             if let Some(note) = &note {
                 held.handed_over(note);
             }
+            loaded
         };
-        let (loaded, held) = crate::logging::holding(|| inner.load_state(state));
-        hand_over(held);
-        let loaded = match loaded {
+        let loaded = match load() {
             Err(LoaderError::EpochInProgress { .. }) => {
                 self.stop_iterators(py, StoppedBy::Newer);
-                let (loaded, held) = crate::logging::holding(|| inner.load_state(state));
-                hand_over(held);
-                loaded
+                load()
             }
             loaded => loaded,
         };
