@@ -352,7 +352,7 @@ fn convert_into_a_log_says_how_far_it_got() {
         "{}",
         text(&o)
     );
-    // --quiet: no progress line (a job that only wants warnings in its log had no way).
+    // --quiet: no progress line, for a job log meant to hold only warnings and errors.
     let quiet = dir.path().join("quiet");
     let o = stoker(&["convert", "-q", SAMPLE, p(&quiet)]);
     assert!(o.status.success(), "{}", text(&o));

@@ -246,7 +246,7 @@ fn a_strict_stop_leaves_no_dataset() {
         } => {
             assert_eq!(sample, Path::new("the bad one"), "{e}");
             assert!(removed, "{e}");
-            // It said "convert again" and "--resume", which a writer has not.
+            // A writer has no `convert` to run again and no `--resume`: its words, not convert's.
             let text = e.to_string();
             assert!(
                 text.contains("write the samples again with a new writer"),

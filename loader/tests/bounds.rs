@@ -145,9 +145,9 @@ fn drop_last_with_a_batch_above_the_share_is_a_note_not_a_silent_empty_loop() {
     }
 }
 
-/// The check that adds what the process already holds (`RssAnon`) to the CPU ring was made
-/// for every device: a GPU loader, which allocates no CPU ring, was refused in a training
-/// process holding most of the memory. It belongs to the CPU path, which still refuses.
+/// What the process already holds (`RssAnon`) counts only beside the CPU ring: a GPU
+/// loader allocates no such ring, and a training process holding most of the memory must
+/// still build one. The CPU path, which allocates it, still refuses.
 #[test]
 fn a_gpu_loader_is_not_refused_for_a_cpu_ring_beside_the_memory_held() {
     let dir = tempfile::tempdir().unwrap();

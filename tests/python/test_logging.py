@@ -60,7 +60,7 @@ def test_a_builder_warning_only_the_log_had_reaches_logging_as_a_warning(
     caplog, sample_dataset, torchrun_of_4
 ):
     # A loader told it is the only rank while the launcher started 4: the builder logs a
-    # warning (`tracing::warn!`), which the Python package used to lose.
+    # warning (`tracing::warn!`), which reaches Python only through this bridge.
     caplog.set_level(logging.WARNING, logger="stoker")
     with stoker.Loader(sample_dataset, 4, device="cpu", rank=0, world_size=1, workers=1):
         pass
@@ -402,8 +402,7 @@ def test_ctrl_c_in_a_log_handler_reaches_the_caller(tmp_path, ctrl_c_raises):
 def test_a_resumed_note_is_not_logged_again_when_an_epoch_was_running(caplog, sample_dataset):
     # `load_state_dict` during an epoch: the loader refuses the state first (the epoch is in
     # progress), the binding stops the epoch and loads again. Both loads log the note of a
-    # state without draw rules; the first one's event was queued and delivered beside the
-    # UserWarning.
+    # state without draw rules; neither event may reach logging beside the UserWarning.
     caplog.set_level(logging.DEBUG, logger="stoker")
     loader = stoker.Loader(sample_dataset, 4, device="cpu", workers=1, size=16)
     state = loader.state_dict()

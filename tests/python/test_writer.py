@@ -136,7 +136,8 @@ def test_refusals_are_clear(tmp_path, sample_dataset):
             stoker.Writer(tmp_path / "ds")
         with pytest.raises(ValueError, match="label 2 is out of range"):
             w.write(_photos()[1][0][0], 2)
-        # A bare OverflowError before; True went in as class 1.
+        # Labels are class indices: a negative or too large one is named, and True is not
+        # taken as class 1.
         with pytest.raises(ValueError, match="label -1 is out of range: labels are class"):
             w.write(_photos()[1][0][0], -1)
         with pytest.raises(ValueError, match=f"label {2**70} is out of range"):
