@@ -203,6 +203,39 @@ print(w.close()["written"])
     assert len(stoker.Dataset(tmp_path / "ds")) == 1
 
 
+def test_a_forked_child_does_not_keep_the_output_locked_after_the_parent_aborts(tmp_path):
+    # A DataLoader worker forked while a Writer is open shares its directory lock: the
+    # next Writer into that directory was refused until every such child had exited.
+    code = f"""
+import os, sys, stoker
+data = open({str(SAMPLE / "caer" / "tent.jpg")!r}, "rb").read()
+for part in (None, 1):
+    out = {str(tmp_path)!r} + "/ds-" + str(part)
+    args = dict(part=part, parts=2, classes=["a"]) if part is not None else {{}}
+    w = stoker.Writer(out, **args)
+    w.write(data, 0)
+    r, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(wfd)
+        os.read(r, 1)  # alive, holding its copies, until the parent says
+        os._exit(0)
+    os.close(r)
+    w.abort()
+    try:
+        again = stoker.Writer(out, **args)
+        again.write(data, 0)
+        print("free", again.close()["written"])
+    except stoker.StokerError as e:
+        print("locked:", e)
+    os.close(wfd)
+    os.waitpid(pid, 0)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["free 1", "free 1"], out.stdout
+
+
 def test_writes_from_several_threads_take_turns(tmp_path):
     import threading
 

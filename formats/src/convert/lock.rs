@@ -15,8 +15,15 @@ use crate::FormatError;
 /// Holds the lock until dropped.
 #[derive(Debug)]
 pub(crate) struct OutputLock {
-    /// The open directory; closing it releases the lock.
+    /// The open directory; unlocking or closing it releases the lock.
     dir: File,
+    /// The process that took the lock. A `flock` belongs to the open file description,
+    /// which a forked child (a PyTorch DataLoader worker, a `multiprocessing` fork) shares:
+    /// closing only the taker's descriptor would leave the directory locked until every
+    /// such child has exited, refusing the next writer into it. So the taker unlocks
+    /// before it closes, and a child's copy only closes (unlocking there would free the
+    /// directory while the taker still writes it).
+    pid: u32,
 }
 
 impl OutputLock {
@@ -48,7 +55,7 @@ impl OutputLock {
     ) -> Result<OutputLock, FormatError> {
         let dir = File::open(out).map_err(|e| FormatError::io(out, e))?;
         match try_lock(&dir) {
-            Ok(()) => Ok(OutputLock { dir }),
+            Ok(()) => Ok(OutputLock::held(dir)),
             Err(fs4::TryLockError::WouldBlock) => Err(FormatError::OutputLocked {
                 path: out.to_path_buf(),
             }),
@@ -57,9 +64,16 @@ impl OutputLock {
                     "cannot lock {} ({e}): its file system has no file locks, so nothing stops a second `stoker convert` or `merge` from writing into it at the same time; make sure only one does",
                     out.display()
                 );
-                Ok(OutputLock { dir })
+                Ok(OutputLock::held(dir))
             }
             Err(fs4::TryLockError::Error(e)) => Err(FormatError::io(out, e)),
+        }
+    }
+
+    fn held(dir: File) -> OutputLock {
+        OutputLock {
+            dir,
+            pid: std::process::id(),
         }
     }
 
@@ -67,6 +81,15 @@ impl OutputLock {
     /// now (what a `--strict` stop removes is removed from it).
     pub(crate) fn dir(&self) -> &File {
         &self.dir
+    }
+}
+
+impl Drop for OutputLock {
+    fn drop(&mut self) {
+        if std::process::id() == self.pid {
+            // An error leaves the lock to the close that follows, as before.
+            let _ = fs4::FileExt::unlock(&self.dir);
+        }
     }
 }
 
@@ -94,6 +117,28 @@ mod tests {
         assert!(e.to_string().contains("another `stoker convert`"), "{e}");
         drop(first);
         OutputLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_shared_copy_of_the_locked_directory_keeps_no_lock_after_the_taker_drops_it() {
+        // A forked child shares the lock's open file description; a second descriptor to
+        // it in this process plays that child's copy.
+        let dir = tempfile::tempdir().unwrap();
+        let lock = OutputLock::acquire(dir.path()).unwrap();
+        let childs_copy = lock.dir().try_clone().unwrap();
+        drop(lock);
+        let again = OutputLock::acquire(dir.path()).expect("the copy still held the lock");
+        drop(childs_copy);
+
+        // The child dropping its copy (of a lock taken by another process) closes it
+        // without unlocking: the taker's lock holds.
+        let childs_copy = OutputLock {
+            dir: again.dir().try_clone().unwrap(),
+            pid: std::process::id().wrapping_add(1),
+        };
+        drop(childs_copy);
+        let e = OutputLock::acquire(dir.path()).unwrap_err();
+        assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
     }
 
     #[test]
