@@ -59,18 +59,18 @@ pub(super) fn run(
     // Results of skipped inputs hold no payload, so a count bounds them too.
     let ahead = &ReadAhead::new(READ_AHEAD_BYTES, (jobs * 64).max(1024));
     let (tx, rx) = mpsc::channel::<Vec<(usize, Processed)>>();
-    std::thread::scope(|scope| {
-        let workers = std::thread::Builder::new()
-            .name("stoker-convert-feed".into())
-            .spawn_scoped(scope, move || {
-                let tx = &tx;
-                // Every pool thread runs this loop once: `jobs` workers.
-                pool.broadcast(|_| work(inputs, options, buffers, ahead, tx));
-            })
-            .map_err(|e| FormatError::Threads {
-                what: format!("the thread that hands inputs to {jobs} workers"),
-                reason: e.to_string(),
-            })?;
+    // The pool's threads work, this thread writes: `jobs` threads besides the caller's,
+    // none started per run. The job (and `tx` with it) is dropped once every worker has
+    // returned, which the writer sees as the channel closing.
+    pool.in_place_scope(|scope| {
+        scope.spawn_broadcast(move |_, _| {
+            // A worker that panics stops only itself (decoders' panics are already caught
+            // per input): `convert` then finds its inputs unaccounted for, an error, as
+            // when any worker stops early. Not caught, it would end this scope in a panic.
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                work(inputs, options, buffers, ahead, &tx)
+            }));
+        });
         let result = (|| {
             // Results that arrived before the one the writer needs next.
             let mut early = BTreeMap::new();
@@ -104,9 +104,9 @@ pub(super) fn run(
             }
             Ok(())
         })();
+        // Stops the workers, which the scope then waits for.
         ahead.close();
         drop(rx);
-        let _ = workers.join();
         result
     })
 }
