@@ -424,6 +424,57 @@ fn merge_into_a_locked_directory_names_merge_as_a_possible_holder() {
     merge(&root, &[]).unwrap();
 }
 
+/// Regression: a converted part took no lock on its output root while it started (a
+/// written part did), so it could start while `merge` held the root, in a part directory
+/// the merge might then remove or leave beside the merged dataset. It now starts as a
+/// written part does: the root locked shared, which the other parts share and a merge
+/// does not.
+#[test]
+fn a_converted_part_does_not_start_while_its_root_is_merged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    std::fs::create_dir(&root).unwrap();
+    let part = |index: u32| {
+        let mut o = opts(Source::ImageFolder(photos()), &root);
+        o.part = Some(Part::new(index, 2).unwrap());
+        o
+    };
+    // What `merge` holds on the root while it links the parts (fs4's flock, as it takes
+    // it: std's `File::try_lock` needs a newer Rust).
+    let merging = std::fs::File::open(&root).unwrap();
+    fs4::FileExt::try_lock(&merging).unwrap();
+    let e = convert(&part(0), &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    // The part directory it made is taken away again.
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+    drop(merging);
+
+    // What another part holds while it starts: parts start side by side.
+    let starting = std::fs::File::open(&root).unwrap();
+    fs4::FileExt::try_lock_shared(&starting).unwrap();
+    for index in 0..2 {
+        convert(&part(index), &NoProgress).unwrap();
+    }
+    let e = merge(&root, &[]).unwrap_err();
+    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    drop(starting);
+    assert_eq!(merge(&root, &[]).unwrap().parts, 2);
+
+    // A part rerun after the merge (a retried task) is refused, not converted beside the
+    // merged dataset, where nothing would merge it; with --resume too.
+    for resume in [false, true] {
+        let mut o = part(1);
+        o.resume = resume;
+        let e = convert(&o, &NoProgress).unwrap_err();
+        assert!(
+            matches!(e, FormatError::OutputExists { .. }) && e.to_string().contains("merged"),
+            "{e}"
+        );
+        assert!(!root.join(Part::new(1, 2).unwrap().dir_name()).exists());
+    }
+    Dataset::open(&root).unwrap();
+}
+
 /// Regression: flags the conversion ignores (here `gpu_friendly` with raw encoding) were
 /// refused for a while, but they are recorded in the manifest's flags, which every part of
 /// a merge must share: parts begun with one could be neither finished with it nor merged

@@ -619,6 +619,7 @@ fn a_written_part_is_refused_where_a_part_cannot_go() {
     write_files(&src, &done, &o);
     let e = SampleWriter::create(&done, p, Some(classes)).unwrap_err();
     assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+    assert!(!done.join("part-00000-of-00002").exists());
 }
 
 /// A merge built before `part.written` reads past the field, so it sees written parts as

@@ -10,6 +10,7 @@
 pub mod audit;
 #[cfg(feature = "progress-bar")]
 mod bar;
+mod claim;
 mod journal;
 mod list_file;
 mod listing;
@@ -67,7 +68,10 @@ pub fn jpeg_is_complete(data: &[u8]) -> bool {
 /// # Errors
 ///
 /// [`FormatError::OutputExists`] if `out` holds a dataset, a partial conversion (without
-/// `resume`) or unrelated files; [`FormatError::BadSource`], also when a conversion that is
+/// `resume`) or unrelated files, or, for a [`Part`], when `out` (the output root) holds a
+/// finished dataset; [`FormatError::OutputLocked`] while another conversion writes into
+/// `out`, or, for a part, into its part directory, or a merge into `out`;
+/// [`FormatError::BadSource`], also when a conversion that is
 /// not a [`Part`] skips every input (a part may be empty); [`FormatError::StrictInput`] with
 /// `strict`; [`FormatError::InvalidOptions`]; I/O and LMDB errors. On error no manifest is
 /// written; finished shards and the journal stay for `resume`, except after a `strict` stop
@@ -134,14 +138,14 @@ pub fn convert(
             return Ok(already_done(m, n, listing, empty, t0, out));
         }
     }
-    let mut made = strict_stop::Made::create(out)?;
-    // Held until this function returns: a second conversion into `out` (fresh or
+    // `out` locked until this function returns: a second conversion into it (fresh or
     // `--resume`) is refused instead of interleaving its shards with ours.
-    let output_lock = lock::OutputLock::acquire(out)?;
+    let claim = claim::Claim::new(out, options.part.is_some())?;
     let size = (listing.inputs.len(), listing.path_bytes());
     let journal = prepare_output(out, options, fingerprint, size, |j| {
         resume_check::check_journal(out, j, inputs, options)
     })?;
+    let (mut made, output_lock) = claim.ready();
     made.begins_afresh(journal.is_none());
 
     let per_shard = options.records_per_shard(listing.inputs.len());

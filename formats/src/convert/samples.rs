@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use super::claim::Claim;
 use super::journal::Totals;
 use super::lock::OutputLock;
 use super::options::{ConvertOptions, ResizeMode};
@@ -258,7 +259,7 @@ impl SampleWriter {
         let options = options.as_convert(dir);
         options.validate()?;
         if let Some(p) = part {
-            check_part(p, &root, classes.as_deref())?;
+            check_part(p, classes.as_deref())?;
         }
         if classes.as_ref().is_some_and(Vec::is_empty) {
             return Err(FormatError::InvalidOptions(
@@ -270,23 +271,10 @@ impl SampleWriter {
         }
         let (pool, jobs) = pipeline::thread_pool(&options, "stoker-write")?;
         let out = options.out.clone();
-        let mut made = Made::create(&out)?;
-        // Held until the writer is dropped: a second writer or a conversion into `out`
-        // is refused instead of interleaving its shards with ours.
-        let lock = OutputLock::acquire(&out)?;
-        // For a part, the output root locked shared until the part directory is ready: the
-        // writers of one writing share it, but none starts while a merge (or a whole
-        // conversion or writer), which locks it alone, writes there; and a merge that
-        // starts later finds this part's directory, unfinished until its manifest. Not held
-        // longer: a forked child would keep it, and refuse the merge, after `finish`.
-        let root_lock = part.map(|_| OutputLock::acquire_shared(&root)).transpose();
-        let _root_lock = match root_lock {
-            Ok(l) => l,
-            Err(e) => {
-                made.take_away(lock.dir(), &[]);
-                return Err(e);
-            }
-        };
+        // `out` locked until the writer is dropped: a second writer or a conversion into
+        // it is refused instead of interleaving its shards with ours. A part's root is
+        // locked shared until its directory is ready, as a converted part's is.
+        let claim = Claim::new(&out, part.is_some())?;
         let writer = refuse_nonempty(&out).and_then(|()| {
             DatasetWriter::create(
                 &out,
@@ -301,10 +289,11 @@ impl SampleWriter {
             Ok(w) => w,
             Err(e) => {
                 // Only the directories this call created, and only when empty.
-                made.take_away(lock.dir(), &[]);
+                claim.made.take_away(claim.lock.dir(), &[]);
                 return Err(e);
             }
         };
+        let (mut made, lock) = claim.ready();
         // The directory was empty: everything in it from now on is this writer's.
         made.begins_afresh(true);
         // A raw record is its pixels whatever the input's size: a chunk holds at most
@@ -706,14 +695,9 @@ fn nothing_written(samples: u64, skipped: &[super::report::Skipped]) -> String {
     )
 }
 
-/// Refuses a part that cannot join the others: without classes, or in an output root that
-/// already holds a finished dataset (a merged writing: its parts are gone, and a new part
-/// beside it would never merge).
-fn check_part(
-    part: super::Part,
-    root: &Path,
-    classes: Option<&[String]>,
-) -> Result<(), FormatError> {
+/// Refuses a part that cannot join the others: out of range, or without classes. (An
+/// output root that holds a finished dataset is refused once it is locked: see `claim`.)
+fn check_part(part: super::Part, classes: Option<&[String]>) -> Result<(), FormatError> {
     part.validate()?;
     if classes.is_none() {
         return Err(FormatError::InvalidOptions(format!(
@@ -721,7 +705,7 @@ fn check_part(
             part.index, part.count
         )));
     }
-    crate::writer::refuse_finished(root)
+    Ok(())
 }
 
 /// The fingerprint of what the parts of one writing must agree on, so that `merge` refuses

@@ -1,0 +1,115 @@
+//! Claiming an output directory before anything is written into it: the directory made
+//! (noting which directories were created, for a clean-up) and locked; and for one part of
+//! a partitioned conversion or of a writing from several processes, the output root locked
+//! shared while the part directory gets ready.
+//!
+//! `convert --part` and a [`super::SampleWriter`] with a part both start here, so that they
+//! keep out of a `merge` of their root in one way: the merge locks the root alone, the
+//! start of each part locks it shared (any number of parts at once, none while a merge
+//! runs), and a merge that starts once a part is under way finds the part's directory,
+//! unfinished until its manifest.
+
+use std::path::Path;
+
+use super::lock::OutputLock;
+use super::strict_stop::Made;
+use crate::manifest::MANIFEST_FILE;
+use crate::FormatError;
+
+/// An output directory made and locked; for a part, with its root locked shared until
+/// [`Claim::ready`].
+#[derive(Debug)]
+pub(super) struct Claim {
+    /// The directories created for the output, for a clean-up to remove.
+    pub(super) made: Made,
+    /// The output directory's own lock, for as long as it is written.
+    pub(super) lock: OutputLock,
+    /// For a part: its output root, locked shared. `None` for a whole dataset.
+    root: Option<OutputLock>,
+}
+
+impl Claim {
+    /// Makes `out` and locks it; for a part (`out` is `ROOT/part-IIIII-of-NNNNN`), locks
+    /// ROOT shared too and refuses it when it holds a finished dataset (checked under the
+    /// lock, so a merge that finished meanwhile is seen). A refused ROOT leaves none of the
+    /// directories this call created.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::OutputLocked`] while another conversion or writer holds `out`, or,
+    /// for a part, a merge or a whole conversion holds ROOT;
+    /// [`FormatError::OutputExists`] for an `out` that is no directory, or a ROOT that
+    /// holds a finished dataset; I/O errors.
+    pub(super) fn new(out: &Path, part: bool) -> Result<Claim, FormatError> {
+        let made = Made::create(out)?;
+        let lock = OutputLock::acquire(out)?;
+        if !part {
+            return Ok(Claim {
+                made,
+                lock,
+                root: None,
+            });
+        }
+        // `parent` of a relative `part-...` alone is the empty path: the current directory.
+        let root = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        match OutputLock::acquire_shared(root).and_then(|l| refuse_merged(root).map(|()| l)) {
+            Ok(root) => Ok(Claim {
+                made,
+                lock,
+                root: Some(root),
+            }),
+            Err(e) => {
+                // Only the directories this call created, and only while empty.
+                made.take_away(lock.dir(), &[]);
+                Err(e)
+            }
+        }
+    }
+
+    /// The output directory is ready (checked, or cleaned for a resumed conversion): a merge
+    /// that starts from now on finds it, so the root is unlocked. Not held longer: a forked
+    /// child would keep the lock, and refuse the merge after the part is finished.
+    pub(super) fn ready(self) -> (Made, OutputLock) {
+        let Claim { made, lock, root } = self;
+        drop(root);
+        (made, lock)
+    }
+}
+
+/// Refuses a part in an output root that holds a finished dataset: the parts there were
+/// merged (and removed), and a part beside the merged dataset would never be merged.
+fn refuse_merged(root: &Path) -> Result<(), FormatError> {
+    if root.join(MANIFEST_FILE).exists() {
+        return Err(FormatError::OutputExists {
+            path: root.to_path_buf(),
+            reason: "already holds a finished dataset (manifest.json): its parts were merged, and a part written beside it would never be; to write the parts again, choose another output directory or delete it".into(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_is_claimed_beside_other_parts_not_during_a_merge() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        let part = |i: u32| root.join(format!("part-{i:05}-of-00002"));
+        let first = Claim::new(&part(0), true).unwrap();
+        // Another part starts while the first still holds the root.
+        let second = Claim::new(&part(1), true).unwrap();
+        // A merge (or a whole conversion) locks the root alone: not while a part starts.
+        let e = OutputLock::acquire(&root).unwrap_err();
+        assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+        drop((first.ready(), second.ready()));
+        let merging = OutputLock::acquire(&root).unwrap();
+        let e = Claim::new(&part(0), true).unwrap_err();
+        assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+        drop(merging);
+    }
+}
