@@ -338,10 +338,12 @@ pub enum FormatError {
         reason: String,
     },
     /// The part of a partitioned conversion could not be told from the flags and the
-    /// launcher's variables (missing, unparsable or inconsistent).
-    #[error("which part to convert: {reason} ({given})")]
+    /// launcher's variables (missing, unparsable or inconsistent), or a part given to
+    /// [`crate::Part::new`] or a writer is out of range.
+    #[error("which part: {reason} ({given})")]
     PartSelection {
-        /// The flags and variables that were read, as `NAME=value` (or "nothing set").
+        /// The flags and variables that were read, as `NAME=value` (or "nothing set"), or
+        /// for a part given as values, `part I of N`.
         given: String,
         /// What is wrong and what to set.
         reason: String,

@@ -257,10 +257,7 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     let mut loaded: Vec<(PathBuf, Manifest, PartInfo)> = Vec::new();
     for dir in dirs {
         if !dir.join(MANIFEST_FILE).exists() {
-            return Err(refuse(
-                dir,
-                "unfinished part (no manifest.json): rerun its task (the same `convert --part`, with --resume to continue it)".into(),
-            ));
+            return Err(refuse(dir, unfinished(dir)));
         }
         let m = Manifest::read(dir)?;
         let Some(p) = m.part.clone() else {
@@ -344,6 +341,27 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     }
     check_complete(out, &loaded)?;
     Ok(loaded.into_iter().map(|(d, m, _)| (d, m)).collect())
+}
+
+/// Why the part directory `dir`, which has no manifest, cannot be merged, and how it is
+/// finished. A converted part has a journal once its first shard is written; a written
+/// part never has one, and cannot be resumed: its writer, if it still runs, finishes it,
+/// else the part is written again. Without a journal the directory could be either.
+fn unfinished(dir: &Path) -> String {
+    let converted = "rerun its task (the same `convert --part`, with --resume to continue it)";
+    let journals = [
+        crate::convert::JOURNAL_FILE,
+        crate::convert::LEGACY_JOURNAL_FILE,
+    ];
+    if journals.iter().any(|j| dir.join(j).exists()) {
+        return format!(
+            "unfinished part (no manifest.json), converted (it holds a conversion journal): {converted}"
+        );
+    }
+    format!(
+        "unfinished part (no manifest.json): if it is converted (convert --part), {converted}; if it is written (stoker.Writer or SampleWriter with a part), wait for its writer to finish it, or if that writer was killed, {}",
+        crate::convert::REWRITE_PART
+    )
 }
 
 /// Refuses a part given twice, or a set that is not every part `0..count`.

@@ -622,6 +622,74 @@ fn a_written_part_is_refused_where_a_part_cannot_go() {
     assert!(!done.join("part-00000-of-00002").exists());
 }
 
+/// Regression: a writer's part out of range was refused in the CLI's words ("which part
+/// to convert: ... (--part 5 --parts 3)"), which a writer has not.
+#[test]
+fn a_part_out_of_range_is_refused_in_a_writers_words() {
+    let tmp = tempfile::tempdir().unwrap();
+    let e = stoker_formats::Part::new(5, 3).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "which part: part index 5 is not below the number of parts 3 (part 5 of 3)"
+    );
+    let mut o = sample_options();
+    o.part = Some(stoker_formats::Part { index: 0, count: 0 });
+    let e = SampleWriter::create(tmp.path(), o, Some(vec!["a".into()])).unwrap_err();
+    assert!(
+        matches!(e, FormatError::PartSelection { .. })
+            && e.to_string().contains("(part 0 of 0)")
+            && !e.to_string().contains("--part")
+            && !e.to_string().contains("convert"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+}
+
+/// Regression: a written part whose writer was killed before `finish` was met by `merge`
+/// with "rerun its task (the same `convert --part`, with --resume ...)": a writer has no
+/// resume, and a new writer refused the directory as "not empty" with no word of what to do.
+/// Both now say what works: delete the part directory and write the part again.
+#[test]
+fn a_killed_writers_part_is_written_again_not_resumed() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+    let out = tmp.path().join("parts");
+    write_part(&out, &o, &classes, &files[..2], (0, 2));
+    // What a writer of part 1 killed while writing its first shard leaves (a writer that
+    // fails or is dropped takes its files away; a kill gives it no chance).
+    let part = out.join("part-00001-of-00002");
+    std::fs::create_dir(&part).unwrap();
+    std::fs::write(part.join("shard-00000.lmdb.tmp"), b"cut short").unwrap();
+
+    let e = stoker_formats::merge(&out, &[]).unwrap_err();
+    let said = e.to_string();
+    assert!(
+        said.contains("unfinished part")
+            && said.contains("delete this part directory and write the part again"),
+        "{said}"
+    );
+    let mut p = o.clone();
+    p.part = Some(stoker_formats::Part::new(1, 2).unwrap());
+    let e = SampleWriter::create(&out, p, Some(classes.clone())).unwrap_err();
+    let said = e.to_string();
+    assert!(
+        matches!(e, FormatError::OutputExists { .. })
+            && said.contains("killed")
+            && said.contains("delete this part directory and write the part again")
+            && !said.contains("resume"),
+        "{said}"
+    );
+    // Which is the way on.
+    std::fs::remove_dir_all(&part).unwrap();
+    write_part(&out, &o, &classes, &files[2..], (1, 2));
+    assert_eq!(
+        stoker_formats::merge(&out, &[]).unwrap().samples,
+        files.len() as u64
+    );
+}
+
 /// A merge built before `part.written` reads past the field, so it sees written parts as
 /// this build does with the field removed: converted parts, which its slice check refuses
 /// (a written part's listing has 0 inputs, and only an empty part holds `0..0` of it).

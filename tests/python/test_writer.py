@@ -3,6 +3,7 @@ files (same records for the same images and options), a context manager that lea
 dataset when its block raises, and clear errors for what it refuses."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -485,3 +486,39 @@ def test_a_writer_part_needs_both_keywords_and_classes(tmp_path):
     w.abort()
     assert not w.out.exists() and done.out.exists()
     done.abort()
+
+
+def test_a_killed_writers_part_is_written_again_by_a_new_writer(tmp_path):
+    """Regression: `merge` told a written part whose writer was killed to rerun `convert
+    --part` with `--resume`, which a writer has not, and a new writer of the part refused
+    its directory as "not empty" without saying what to do. What works, and what both now
+    say: delete the part directory and write the part again."""
+    classes, samples = _photos()
+    out = tmp_path / "parts"
+    _write_part(out, 0, 2, classes, samples)
+    # Killed after its first chunk of samples (8 MB) was written as shards.
+    code = f"""
+import os, pathlib, stoker
+sample = pathlib.Path({str(SAMPLE)!r})
+classes = {classes!r}
+w = stoker.Writer({str(out)!r}, classes=classes, part=1, parts=2, shard_size=65536, check=False)
+for _ in range(40):
+    for label, c in enumerate(classes):
+        for f in sorted((sample / c).iterdir()):
+            w.write(f.read_bytes(), label)
+os._exit(0)
+"""
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert killed.returncode == 0, killed.stderr
+    part = out / "part-00001-of-00002"
+    assert any(p.name.startswith("shard-") for p in part.iterdir())
+    with pytest.raises(stoker.StokerError, match="unfinished part") as e:
+        stoker.merge(out)
+    assert "delete this part directory and write the part again" in str(e.value)
+    with pytest.raises(stoker.StokerError, match="killed") as e:
+        stoker.Writer(out, classes=classes, part=1, parts=2)
+    assert "delete this part directory and write the part again" in str(e.value)
+    assert "resume" not in str(e.value)
+    shutil.rmtree(part)
+    _write_part(out, 1, 2, classes, samples)
+    assert stoker.merge(out)["samples"] == 2 * len(samples)

@@ -43,6 +43,7 @@ pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MIN_SHARD_BYTES};
 pub use part::{Part, MAX_PARTS};
 pub use report::{ConvertReport, NoProgress, Progress, Skipped};
+pub(crate) use samples::REWRITE_PART;
 pub use samples::{SampleOptions, SampleWriter};
 pub use source::{Layout, Source};
 

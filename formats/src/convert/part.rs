@@ -49,7 +49,8 @@ impl Part {
     /// # Ok::<(), stoker_formats::FormatError>(())
     /// ```
     pub fn new(index: u32, count: u32) -> Result<Part, FormatError> {
-        check(index, count, format!("--part {index} --parts {count}"))
+        // Not the CLI's flags: a caller of `new` may be a writer, or Python's `part=`.
+        check(index, count, format!("part {index} of {count}"))
     }
 
     /// The part directory's name under the output root: `part-00003-of-00008`.
@@ -74,12 +75,7 @@ impl Part {
     ///
     /// [`FormatError::PartSelection`] unless `index < count <= MAX_PARTS`.
     pub fn validate(&self) -> Result<(), FormatError> {
-        check(
-            self.index,
-            self.count,
-            format!("part {} of {}", self.index, self.count),
-        )
-        .map(drop)
+        Part::new(self.index, self.count).map(drop)
     }
 
     /// Reads the part from this process's flags and environment; see [`Part::from_vars`].

@@ -275,7 +275,7 @@ impl SampleWriter {
         // it is refused instead of interleaving its shards with ours. A part's root is
         // locked shared until its directory is ready, as a converted part's is.
         let claim = Claim::new(&out, part.is_some())?;
-        let writer = refuse_nonempty(&out).and_then(|()| {
+        let writer = refuse_nonempty(&out, part.is_some()).and_then(|()| {
             DatasetWriter::create(
                 &out,
                 WriterOptions {
@@ -733,19 +733,31 @@ fn refuse_duplicates(classes: &[String]) -> Result<(), FormatError> {
 
 /// Refuses an output directory that holds anything: a dataset, a conversion's leftovers or
 /// unrelated files (which a failed writer's clean-up must never have to tell from its own).
-fn refuse_nonempty(out: &Path) -> Result<(), FormatError> {
+/// For a part (`part`), what is there is most likely what a writer of the same part left
+/// when it was killed: no writer continues one, so the way on is to delete it.
+fn refuse_nonempty(out: &Path, part: bool) -> Result<(), FormatError> {
     let exists = |reason: String| FormatError::OutputExists {
         path: out.to_path_buf(),
         reason,
     };
     crate::writer::refuse_finished(out)?;
     let mut entries = std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))?;
+    let what_to_do = match part {
+        // The part directory is locked, so no writer runs there now.
+        true => format!("a writer of this part was killed before it finished; {REWRITE_PART}"),
+        false => "write into a new or empty directory".into(),
+    };
     match entries.next() {
         None => Ok(()),
         Some(Ok(e)) => Err(exists(format!(
-            "is not empty (found {:?}); write into a new or empty directory",
+            "is not empty (found {:?}); {what_to_do}",
             e.file_name()
         ))),
         Some(Err(e)) => Err(FormatError::io(out, e)),
     }
 }
+
+/// How a written part that has no manifest is finished: a writer killed before `finish`
+/// left its directory (one that failed or was dropped takes its files away), and a writer
+/// starts only in an empty directory.
+pub(crate) const REWRITE_PART: &str = "a writer cannot continue a part: delete this part directory and write the part again with a new writer (Python: stoker.Writer(out, classes, part=I, parts=N)), giving it all of the part's samples";
