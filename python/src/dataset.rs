@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBool, PyBytes};
 use stoker_formats::{ConvertOptions, Encoding, Layout, Part, Progress, ResizeMode, Source};
 
 use crate::errors::format_error;
@@ -42,7 +42,8 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// them from Slurm's or Kubernetes' array variables: a training script may run in an
 /// array for other reasons).
 ///
-/// Raises ``ValueError`` for bad options, ``FileNotFoundError`` for a missing
+/// Raises ``TypeError`` for a ``part`` or ``parts`` that is not an int (a bool is not),
+/// ``ValueError`` for bad options, ``FileNotFoundError`` for a missing
 /// source, ``stoker.StokerError`` for the rest (an output that already holds a
 /// dataset, a bad input with ``strict=True``, ...). Ctrl-C stops the conversion
 /// within a fraction of a second (``KeyboardInterrupt``); what was finished stays, and
@@ -78,8 +79,8 @@ pub(crate) fn convert<'py>(
     shuffle: bool,
     seed: Option<u64>,
     layout: &str,
-    part: Option<u32>,
-    parts: Option<u32>,
+    part: Option<Bound<'py, PyAny>>,
+    parts: Option<Bound<'py, PyAny>>,
     progress: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
@@ -104,7 +105,7 @@ pub(crate) fn convert<'py>(
     opts.layout = layout
         .parse::<Layout>()
         .map_err(|e| PyValueError::new_err(format!("layout={e}")))?;
-    opts.part = parse_part(part, parts)?;
+    opts.part = parse_part(part.as_ref(), parts.as_ref())?;
     opts.check_decode = check;
     opts.shuffle = match (shuffle, seed) {
         (true, seed) => Some(seed.unwrap_or(0)),
@@ -161,16 +162,62 @@ pub(crate) fn parse_resize(resize: &str) -> PyResult<ResizeMode> {
 }
 
 /// The part `part=`/`parts=` ask for (both or neither), as `convert` and `Writer` take them.
-pub(crate) fn parse_part(part: Option<u32>, parts: Option<u32>) -> PyResult<Option<Part>> {
-    match (part, parts) {
-        (None, None) => Ok(None),
-        (Some(i), Some(n)) => Part::new(i, n)
-            .map(Some)
-            .map_err(|e| PyValueError::new_err(e.to_string())),
-        _ => Err(PyValueError::new_err(
-            "part= and parts= go together: part=I of parts=N",
-        )),
+///
+/// The values come as Python objects, not `u32`s, for messages that name the keyword:
+/// PyO3 would take `True` as 1 (a bool is an int to Python), so `part=True` wrote part 1,
+/// and a negative value raised a bare `OverflowError`. A bool or a non-integer is a
+/// `TypeError`, a value out of range a `ValueError`; an object with `__index__` (a NumPy
+/// integer) counts as an int.
+pub(crate) fn parse_part(
+    part: Option<&Bound<'_, PyAny>>,
+    parts: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Part>> {
+    let (index, count) = match (part, parts) {
+        (None, None) => return Ok(None),
+        (Some(i), Some(n)) => (part_number("part", i)?, part_number("parts", n)?),
+        _ => {
+            return Err(PyValueError::new_err(
+                "part= and parts= go together: part=I of parts=N",
+            ))
+        }
+    };
+    let max = i64::from(stoker_formats::MAX_PARTS);
+    let reason = if count < 1 {
+        "parts= must be at least 1".to_string()
+    } else if count > max {
+        format!("parts= is at most {max}")
+    } else if index < 0 || index >= count {
+        format!("part= must be 0 to parts - 1 (here 0 to {})", count - 1)
+    } else {
+        let (index, count) = (index as u32, count as u32);
+        return Part::new(index, count).map(Some).map_err(format_error);
+    };
+    Err(PyValueError::new_err(format!(
+        "part={index}, parts={count}: {reason}"
+    )))
+}
+
+/// The integer given as `name=` (`part=` or `parts=`), refusing a bool.
+fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    if value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name}={value} is a bool: {name}= takes an int"
+        )));
     }
+    value.extract::<i64>().map_err(|e| {
+        if e.is_instance_of::<PyOverflowError>(value.py()) {
+            PyValueError::new_err(format!(
+                "{name}={value} is out of range: at most {} parts",
+                stoker_formats::MAX_PARTS
+            ))
+        } else {
+            let kind = value
+                .get_type()
+                .name()
+                .map_or_else(|_| "?".to_string(), |n| n.to_string());
+            PyTypeError::new_err(format!("{name}= takes an int, not {kind}"))
+        }
+    })
 }
 
 /// Merges the parts of a partitioned conversion (``convert(..., part=I, parts=N)``

@@ -37,7 +37,10 @@ use crate::logging::Call;
 /// samples and :func:`merge` then joins the parts into ``out``: the merged dataset reads
 /// exactly like one writer fed part 0's samples, then part 1's, and so on. Every part
 /// needs the same ``classes`` (required with a part), ``source`` and output keywords, and
-/// one part may be empty.
+/// one part may be empty. ``part`` and ``parts`` are ints (not bools; a ``TypeError``
+/// otherwise), ``0 <= part < parts`` (a ``ValueError`` otherwise), as for ``convert``. A
+/// writer cannot resume: a part whose writer was killed before ``close()`` is written
+/// again, by a new writer given all its samples, once its directory is deleted.
 ///
 /// ``out`` must be new or empty, and nothing is a dataset until ``close()`` (or the end
 /// of a ``with`` block without an exception) writes the manifest and returns the report
@@ -99,8 +102,8 @@ impl Writer {
         max_file_size: u64,
         gpu_friendly: bool,
         check: bool,
-        part: Option<u32>,
-        parts: Option<u32>,
+        part: Option<Bound<'_, PyAny>>,
+        parts: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Writer> {
         let _logs = Call::new(py);
         let mut o = SampleOptions::new(source.unwrap_or_else(|| "stoker.Writer".into()));
@@ -116,7 +119,7 @@ impl Writer {
         o.max_file_size = max_file_size;
         o.gpu_friendly = gpu_friendly;
         o.check_decode = check;
-        o.part = crate::dataset::parse_part(part, parts)?;
+        o.part = crate::dataset::parse_part(part.as_ref(), parts.as_ref())?;
         let w = py
             .detach(|| SampleWriter::create(out, o, classes))
             .map_err(format_error)?;

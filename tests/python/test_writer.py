@@ -475,7 +475,7 @@ def test_a_writer_part_needs_both_keywords_and_classes(tmp_path):
     classes, _ = _photos()
     with pytest.raises(ValueError, match="go together"):
         stoker.Writer(tmp_path / "a", classes=classes, part=0)
-    with pytest.raises(ValueError, match="part 2 of 2|--part 2 --parts 2"):
+    with pytest.raises(ValueError, match="part=2, parts=2"):
         stoker.Writer(tmp_path / "a", classes=classes, part=2, parts=2)
     with pytest.raises(ValueError, match="needs classes"):
         stoker.Writer(tmp_path / "a", part=0, parts=2)
@@ -486,6 +486,41 @@ def test_a_writer_part_needs_both_keywords_and_classes(tmp_path):
     w.abort()
     assert not w.out.exists() and done.out.exists()
     done.abort()
+
+
+@pytest.mark.parametrize("make", ["Writer", "convert"])
+def test_part_and_parts_are_ints_in_range_named_by_their_keyword(tmp_path, make):
+    """Regression: `part=True` was taken as part 1, `part=-1` raised a bare `OverflowError`,
+    and a part out of range was told in the CLI's words ("--part 3 --parts 3"). `Writer`
+    and `convert` check the two keywords alike, before anything is made."""
+    classes, _ = _photos()
+    out = tmp_path / "out"
+
+    def start(**kw):
+        if make == "Writer":
+            return stoker.Writer(out, classes=classes, **kw)
+        return stoker.convert(SAMPLE, out, progress=False, **kw)
+
+    for kw, error, says in [
+        (dict(part=True, parts=2), TypeError, "part=True is a bool"),
+        (dict(part=0, parts=True), TypeError, "parts=True is a bool"),
+        (dict(part=1.0, parts=2), TypeError, "part= takes an int, not float"),
+        (dict(part=0, parts="2"), TypeError, "parts= takes an int, not str"),
+        (dict(part=-1, parts=3), ValueError, r"part=-1, parts=3: part= must be 0 to parts - 1"),
+        (dict(part=3, parts=3), ValueError, r"part=3, parts=3: .* \(here 0 to 2\)"),
+        (dict(part=0, parts=0), ValueError, "part=0, parts=0: parts= must be at least 1"),
+        (dict(part=0, parts=100_000), ValueError, "parts= is at most 99999"),
+        (dict(part=2**70, parts=3), ValueError, f"part={2**70} is out of range"),
+    ]:
+        with pytest.raises(error, match=says) as e:
+            start(**kw)
+        assert "--part" not in str(e.value), e.value
+    assert not out.exists()
+    if make == "Writer":
+        # A NumPy integer is an int (it has `__index__`).
+        w = start(part=np.int64(1), parts=np.uint8(2))
+        assert w.out == out / "part-00001-of-00002"
+        w.abort()
 
 
 def test_a_killed_writers_part_is_written_again_by_a_new_writer(tmp_path):
