@@ -171,7 +171,8 @@ AUDIT_FIELDS = [
 ]
 SUBSAMPLINGS = {"4:2:0", "4:4:4", "4:2:2", "4:4:0", "4:1:1", "4:1:0", "gray", "nonstandard"}
 COLOR_SPACES = {"ycbcr", "gray", "rgb", "cmyk", "ycck", "other"}
-ORDERS = {"classes", "flat", "list", "shuffled"}
+ORDERS = {"classes", "flat", "list", "webdataset", "shuffled", "written"}
+PART_FIELDS = ["index", "count", "inputs", "first_input", "end_input", "listing"]
 RECORD_MIN_BYTES = 40  # "a record takes at least 40 bytes: key and header"
 
 
@@ -317,35 +318,80 @@ def read_manifest(directory):
     )
     if "shuffle" in flags:
         _require(re.fullmatch(r"[0-9]+", flags["shuffle"]), "flags.shuffle is not a seed")
-    _require(
-        re.fullmatch(r"[0-9a-f]{8}", flags.get("listing", "")), "flags.listing is not 8 hex digits"
-    )
+    written = flags["order"] == "written"
+    if written:
+        # "A dataset written from samples has no listing, and no `listing` flag."
+        _require("listing" not in flags, "a written dataset has a listing flag")
+    else:
+        _require(
+            re.fullmatch(r"[0-9a-f]{8}", flags.get("listing", "")),
+            "flags.listing is not 8 hex digits",
+        )
     _require(flags.get("encoding") == m["encoding"], "flags.encoding differs from encoding")
     if "audit" in m:
         check_audit(m["audit"])
     if "part" in m:
-        p = m["part"]
+        check_part(m, written)
+    return m
+
+
+def output_flags_json(flags):
+    """FORMAT.md "Written parts": the output flags, a written part's `provenance.flags`
+    without `order`, as one compact JSON object (keys in byte order, no whitespace,
+    non-ASCII characters not escaped)."""
+    kept = {k: v for k, v in flags.items() if k != "order"}
+    return json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def written_part_listing(classes, flags):
+    """FORMAT.md "Written parts": a written part's `listing`, the CRC-32C (8 hex digits) of
+    `stoker.Writer part` and a NUL byte, each class name followed by a NUL byte, then the
+    output flags as JSON."""
+    data = b"stoker.Writer part\0"
+    data += b"".join(c.encode("utf-8") + b"\0" for c in classes)
+    data += output_flags_json(flags).encode("utf-8")
+    return f"{crc32c(data):08x}"
+
+
+def check_part(m, written):
+    """A part's manifest: "Partitioned conversion and merge" (a converted part) and
+    "Written parts" (`written: true`)."""
+    p = m["part"]
+    flags = m["provenance"]["flags"]
+    _require(isinstance(p, dict), f"part {p!r} is not an object")
+    # `written` is `true` in a written part, left out (false) in a converted one.
+    _require(
+        list(p) == PART_FIELDS + (["written"] if written else []),
+        f"part fields {list(p)} (expected {PART_FIELDS}, and `written` in a written part)",
+    )
+    _require(p.get("written", True) is True, "part.written is there but not true")
+    _require(
+        all(_is_uint(p[k]) for k in ("index", "count", "inputs", "first_input", "end_input")),
+        "part counts",
+    )
+    _require(p["index"] < p["count"], "part.index >= part.count")
+    _require(re.fullmatch(r"[0-9a-f]{8}", p["listing"]), "part.listing is not 8 hex digits")
+    if written:
+        # "`inputs` is 0, `first_input` 0 and `end_input` the number of samples given to
+        # the part (records and skips)".
+        _require(p["inputs"] == 0 and p["first_input"] == 0, "written part: inputs, first_input")
+        _require(m["samples"] <= p["end_input"], "written part holds more records than samples")
         _require(
-            isinstance(p, dict)
-            and list(p) == ["index", "count", "inputs", "first_input", "end_input", "listing"],
-            f"part fields {p!r}",
+            p["listing"] == written_part_listing(m["classes"], flags),
+            "written part: part.listing is not the fingerprint of its classes and flags",
         )
-        _require(
-            all(_is_uint(p[k]) for k in ("index", "count", "inputs", "first_input", "end_input")),
-            "part counts",
-        )
-        _require(p["index"] < p["count"], "part.index >= part.count")
+    else:
         # "converts positions floor(I·n/N) .. floor((I+1)·n/N) of the n inputs"
         n, i, c = p["inputs"], p["index"], p["count"]
         _require(
             p["first_input"] == i * n // c and p["end_input"] == (i + 1) * n // c, "part slice"
         )
         _require(
-            m["samples"] <= p["end_input"] - p["first_input"], "part holds more samples than inputs"
+            m["samples"] <= p["end_input"] - p["first_input"],
+            "part holds more samples than inputs",
         )
         _require(p["listing"] == flags["listing"], "part.listing differs from flags.listing")
-        _require(all("key_base" not in s for s in m["shards"]), "a part's keys start at 0")
-    return m
+    _require(all("key_base" not in s for s in m["shards"]), "a part's keys start at 0")
 
 
 # ---------------------------------------------------------------------------------------

@@ -3,9 +3,9 @@
 The reader these tests use, `format_spec_reader.py` beside this file, was written from
 docs/FORMAT.md alone (no stoker code, no `lmdb` module, no stoker package inside it; the
 standard library and numpy). Here the `stoker` CLI writes datasets of every kind the
-converter makes, and the reader must read every byte of them the way FORMAT.md says:
-manifest fields and digests, the LMDB pages and their layout, keys, record headers and
-CRCs, and records equal to their sources (JPEG bytes, PNG pixels, or the stoker package's
+converter makes (and `stoker.Writer` written parts), and the reader must read every byte of
+them the way FORMAT.md says: manifest fields and digests, the LMDB pages and their layout,
+keys, record headers and CRCs, and records equal to their sources (JPEG bytes, PNG pixels, or the stoker package's
 `Dataset[i]` as the oracle for resized pixels). The damage tests show the reader fails
 where FORMAT.md says a reader must. (The `lmdb` module appears only in one test, to write a
 shard the way older builds did; that test is skipped where the module is missing.) When one
@@ -208,6 +208,53 @@ def test_an_empty_part_and_its_merge(convert, stoker_cli, tmp_path):
     subprocess.run([str(stoker_cli), "merge", str(out)], check=True, capture_output=True)
     m, records = spec.read_dataset(out)
     assert [r.payload for r in records] == [f.read_bytes() for f, _ in SOURCES[:2]]
+
+
+def test_written_parts_and_their_merge(tmp_path):
+    """Parts written by `stoker.Writer` read as FORMAT.md's "Written parts" says: `part`
+    with `written: true`, `inputs` 0, and a `listing` recomputed here from the classes and
+    the flags; their merge reads like one writer's dataset of all the samples."""
+    samples = [(label, f.read_bytes()) for f, label in SOURCES]
+    cuts = [0, 6, 6, len(samples)]  # part 1 is empty
+    out = tmp_path / "parts"
+    listings = set()
+    for i in range(3):
+        with stoker.Writer(out, classes=CLASSES, part=i, parts=3, check=False) as w:
+            for label, data in samples[cuts[i] : cuts[i + 1]]:
+                w.write(data, label)
+        m, records = spec.read_dataset(out / f"part-{i:05d}-of-00003")
+        p, flags = m["part"], m["provenance"]["flags"]
+        assert p == {
+            "index": i,
+            "count": 3,
+            "inputs": 0,
+            "first_input": 0,
+            "end_input": cuts[i + 1] - cuts[i],
+            "listing": p["listing"],
+            "written": True,
+        }
+        assert flags["order"] == "written" and "listing" not in flags
+        # FORMAT.md's recipe, spelled out once more here.
+        flags_json = json.dumps(
+            {k: v for k, v in flags.items() if k != "order"},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        data = b"stoker.Writer part\0" + b"".join(c.encode() + b"\0" for c in CLASSES)
+        assert p["listing"] == f"{spec.crc32c(data + flags_json.encode()):08x}"
+        listings.add(p["listing"])
+        assert [(r.label, r.payload) for r in records] == samples[cuts[i] : cuts[i + 1]]
+    assert len(listings) == 1
+    stoker.merge(out)
+    m, records = spec.read_dataset(out)
+    assert "part" not in m and m["provenance"]["flags"]["order"] == "written"
+    assert [(r.label, r.payload) for r in records] == samples
+    # A part written with other classes has another listing (and is not merged with these).
+    with stoker.Writer(tmp_path / "other", classes=CLASSES[::-1], part=0, parts=1) as w:
+        pass
+    m, _ = spec.read_dataset(tmp_path / "other" / "part-00000-of-00001")
+    assert m["part"]["listing"] not in listings
 
 
 def test_raw_pixels_inline_and_on_overflow_pages(convert):
