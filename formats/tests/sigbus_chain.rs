@@ -187,8 +187,23 @@ extern "C" fn reraise(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void)
     }
 }
 
-/// Installs `reraise` with `flags`, keeping the action it replaces to put back.
+/// Installs `reraise` with `flags`, keeping the action it replaces to put back, and gives
+/// this thread the alternate signal stack faulthandler gives the thread that enables it
+/// (`SIGSTKSZ * 2`): with SA_NODEFER its raise puts a second kernel signal frame on that
+/// stack, and two of them (3.6 KiB each with AVX-512) and the handlers' frames between them
+/// overflow the 8 KiB one Rust gives its threads (a SIGSEGV instead of the SIGBUS).
 fn install_reraise(flags: libc::c_int) {
+    // SAFETY: getauxval reads the auxiliary vector; 0 where the kernel gives no entry.
+    let min = unsafe { libc::getauxval(libc::AT_MINSIGSTKSZ) } as usize;
+    let size = libc::SIGSTKSZ + if min == 0 { libc::SIGSTKSZ } else { min };
+    let stack = Box::leak(vec![0u8; size].into_boxed_slice());
+    let alt = libc::stack_t {
+        ss_sp: stack.as_mut_ptr().cast(),
+        ss_flags: 0,
+        ss_size: size,
+    };
+    // SAFETY: the stack is leaked, so it outlives every signal this thread takes on it.
+    assert_eq!(unsafe { libc::sigaltstack(&alt, std::ptr::null_mut()) }, 0);
     BEFORE_RERAISE.store(current_action(), Ordering::Release);
     set_info_handler(reraise, flags, &[]);
 }

@@ -107,9 +107,11 @@ fn zeros_over_lost_page(info: *mut libc::siginfo_t) -> bool {
 ///
 /// Only what is needed after the handler returns is kept in this frame and in
 /// [`call`]'s; the rest is done in functions that have returned by then. All of it may be
-/// on a small alternate stack: Rust gives each thread 8 KiB, and a handler that raises
-/// the signal again while this runs (Python's faulthandler) adds a second kernel signal
-/// frame there (3.3 KiB each with AVX-512), on which ours runs again.
+/// on a small alternate stack, and a handler that raises the signal again while this runs
+/// (Python's faulthandler) adds a second kernel signal frame there (3.3–3.6 KiB each with
+/// AVX-512), on which ours runs again. faulthandler's own stack (`SIGSTKSZ` +
+/// `AT_MINSIGSTKSZ`, 11.6 KiB there) holds both; the 8 KiB Rust gives its threads does not
+/// on such a CPU, where that fault then ends the process with SIGSEGV, not SIGBUS.
 #[inline(never)]
 fn forward(
     g: usize,
