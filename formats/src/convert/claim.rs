@@ -70,8 +70,9 @@ impl Claim {
     }
 
     /// The output directory is ready (checked, or cleaned for a resumed conversion): a merge
-    /// that starts from now on finds it, so the root is unlocked. Not held longer: a forked
-    /// child would keep the lock, and refuse the merge after the part is finished.
+    /// that starts from now on finds it, so the root is unlocked. Held for the whole part, a
+    /// merge started early would only say the root is locked, not which parts are still
+    /// unfinished.
     pub(super) fn ready(self) -> (Made, OutputLock) {
         let Claim { made, lock, root } = self;
         drop(root);
