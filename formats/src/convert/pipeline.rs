@@ -64,13 +64,11 @@ pub(super) fn run(
     // returned, which the writer sees as the channel closing.
     pool.in_place_scope(|scope| {
         scope.spawn_broadcast(move |_, _| {
-            // A worker that panics stops only itself (decoders' panics are already caught
-            // per input): `convert` then finds its inputs unaccounted for, an error, as
-            // when any worker stops early. Not caught, it would end this scope in a panic.
-            let _ = catch_unwind(AssertUnwindSafe(|| {
-                work(inputs, options, buffers, ahead, &tx)
-            }));
+            worker(ahead, || work(inputs, options, buffers, ahead, &tx));
         });
+        // Stops the workers when the writer returns, or panics: a worker waiting for room
+        // would otherwise wait for ever, and the scope's end with it.
+        let _stop = StopWorkers(ahead);
         let result = (|| {
             // Results that arrived before the one the writer needs next.
             let mut early = BTreeMap::new();
@@ -104,11 +102,30 @@ pub(super) fn run(
             }
             Ok(())
         })();
-        // Stops the workers, which the scope then waits for.
-        ahead.close();
+        // With `_stop`, stops the workers, which the scope then waits for.
         drop(rx);
         result
     })
+}
+
+/// Runs one worker's loop `work`. A worker that panics (decoders' panics are already caught
+/// per input) stops the others: the input it held never reaches the writer, which would
+/// wait for it while the others fill the read-ahead window and then wait for room, for
+/// ever. Stopped, they return, the channel closes, and `convert` finds inputs unaccounted
+/// for, an error. Not caught, the panic would end `run`'s scope in a panic.
+fn worker(ahead: &ReadAhead, work: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(work)).is_err() {
+        ahead.close();
+    }
+}
+
+/// Closes the read-ahead when dropped: the writer has stopped, however it stopped.
+struct StopWorkers<'a>(&'a ReadAhead);
+
+impl Drop for StopWorkers<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 /// One worker: takes inputs from `ahead` until none is left or the writer stops, and sends
@@ -420,5 +437,43 @@ impl ReadAhead {
     fn close(&self) {
         self.lock().closed = true;
         self.room.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `ReadAhead` with no room left, and a thread waiting for room in it: what it
+    /// is handed is sent on the receiver returned (nothing while it still waits).
+    fn full_with_a_waiting_worker() -> (&'static ReadAhead, mpsc::Receiver<bool>) {
+        // Leaked: a worker that never stops outlives the test.
+        let ahead: &'static ReadAhead = Box::leak(Box::new(ReadAhead::new(0, 2)));
+        assert!(matches!(ahead.next(10, false), Next::Input(0)));
+        assert!(matches!(ahead.next(10, false), Next::Input(1)));
+        assert!(matches!(ahead.next(10, false), Next::Full));
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || tx.send(matches!(ahead.next(10, true), Next::Done)));
+        // It waits: the writer has taken nothing.
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        (ahead, rx)
+    }
+
+    #[test]
+    fn a_panicking_worker_releases_the_workers_waiting_for_room() {
+        let (ahead, released) = full_with_a_waiting_worker();
+        // Holding input 0, which the writer waits for, this worker panics.
+        worker(ahead, || panic!("a worker's bug, injected"));
+        assert_eq!(released.recv_timeout(Duration::from_secs(10)), Ok(true));
+    }
+
+    #[test]
+    fn a_panicking_writer_releases_the_workers_waiting_for_room() {
+        let (ahead, released) = full_with_a_waiting_worker();
+        let _ = catch_unwind(|| {
+            let _stop = StopWorkers(ahead);
+            panic!("a writer's bug, injected");
+        });
+        assert_eq!(released.recv_timeout(Duration::from_secs(10)), Ok(true));
     }
 }
