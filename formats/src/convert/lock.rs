@@ -120,6 +120,21 @@ mod tests {
     }
 
     #[test]
+    fn dropping_one_of_two_shared_locks_in_one_process_keeps_the_other() {
+        // Two parts' writers in one process lock their root shared, each through its own
+        // open of it: the first one's unlock must not free the root from under the second
+        // (as it would if the lock were the process's, like an fcntl lock).
+        let dir = tempfile::tempdir().unwrap();
+        let first = OutputLock::acquire_shared(dir.path()).unwrap();
+        let second = OutputLock::acquire_shared(dir.path()).unwrap();
+        drop(first);
+        let e = OutputLock::acquire(dir.path()).unwrap_err();
+        assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+        drop(second);
+        OutputLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
     fn a_shared_copy_of_the_locked_directory_keeps_no_lock_after_the_taker_drops_it() {
         // A forked child shares the lock's open file description; a second descriptor to
         // it in this process plays that child's copy.
