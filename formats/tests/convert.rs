@@ -791,3 +791,57 @@ fn resume_of_a_finished_conversion_of_the_same_listing_is_a_no_op() {
     let e = convert(&o, &NoProgress).unwrap_err();
     assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
 }
+
+/// A slow writer: each written input takes `pause`, and a stop is asked for once `after`
+/// were written, noting when.
+struct SlowThenCancel {
+    after: u64,
+    pause: std::time::Duration,
+    done: std::sync::atomic::AtomicU64,
+    asked: std::sync::OnceLock<std::time::Instant>,
+}
+
+impl stoker_formats::Progress for SlowThenCancel {
+    fn advance(&self, inputs: u64, _bytes: u64) {
+        std::thread::sleep(self.pause);
+        self.done
+            .fetch_add(inputs, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn cancelled(&self) -> bool {
+        let stop = self.done.load(std::sync::atomic::Ordering::Relaxed) >= self.after;
+        if stop {
+            self.asked.get_or_init(std::time::Instant::now);
+        }
+        stop
+    }
+}
+
+#[test]
+fn a_cancel_while_the_workers_wait_for_room_returns_promptly() {
+    // Raw 1024x1024 records hold 3 MiB each: a few fill the read-ahead window (8 MiB),
+    // and the writer, slowed, leaves the workers waiting for room when the stop comes.
+    // The stop must wake them, or the conversion never returns.
+    let out = tempfile::tempdir().unwrap();
+    let mut o = folder_opts(&data("imagefolder"), &out.path().join("stopped"));
+    o.encoding = Encoding::Raw;
+    o.raw_size = Some((1024, 1024));
+    o.jobs = Some(2);
+    let progress = std::sync::Arc::new(SlowThenCancel {
+        after: 2,
+        pause: std::time::Duration::from_secs(1),
+        done: Default::default(),
+        asked: Default::default(),
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = progress.clone();
+    std::thread::spawn(move || {
+        let r = convert(&o, &*p);
+        let _ = tx.send((r.map(|r| r.written), std::time::Instant::now()));
+    });
+    let (r, returned) = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a cancelled conversion still running after a minute");
+    assert!(matches!(r, Err(FormatError::Cancelled)), "{r:?}");
+    let waited = returned - *progress.asked.get().unwrap();
+    assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
+}
