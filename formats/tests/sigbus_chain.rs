@@ -189,7 +189,8 @@ extern "C" fn reraise(sig: libc::c_int, _: *mut libc::siginfo_t, _: *mut c_void)
 
 /// Installs `reraise` with `flags`, keeping the action it replaces to put back, and gives
 /// this thread the alternate signal stack faulthandler gives the thread that enables it
-/// (`SIGSTKSZ * 2`): with SA_NODEFER its raise puts a second kernel signal frame on that
+/// (`SIGSTKSZ` + `AT_MINSIGSTKSZ`, or twice `SIGSTKSZ` where the kernel gives no minimum,
+/// since CPython 3.11): with SA_NODEFER its raise puts a second kernel signal frame on that
 /// stack, and two of them (3.6 KiB each with AVX-512) and the handlers' frames between them
 /// overflow the 8 KiB one Rust gives its threads (a SIGSEGV instead of the SIGBUS).
 fn install_reraise(flags: libc::c_int) {

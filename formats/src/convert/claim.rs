@@ -9,6 +9,7 @@
 //! runs), and a merge that starts once a part is under way finds the part's directory,
 //! unfinished until its manifest.
 
+use std::fs::File;
 use std::path::Path;
 
 use super::lock::OutputLock;
@@ -41,9 +42,9 @@ impl Claim {
     /// [`FormatError::OutputExists`] for an `out` that is no directory, or a ROOT that
     /// holds a finished dataset; I/O errors.
     pub(super) fn new(out: &Path, part: bool) -> Result<Claim, FormatError> {
-        let made = Made::create(out)?;
-        let lock = OutputLock::acquire(out)?;
         if !part {
+            let made = Made::create(out)?;
+            let lock = OutputLock::acquire(out)?;
             return Ok(Claim {
                 made,
                 lock,
@@ -55,18 +56,28 @@ impl Claim {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        match OutputLock::acquire_shared(root).and_then(|l| refuse_merged(root).map(|()| l)) {
-            Ok(root) => Ok(Claim {
-                made,
-                lock,
-                root: Some(root),
-            }),
-            Err(e) => {
-                // Only the directories this call created, and only while empty.
-                made.take_away(lock.dir(), &[]);
-                Err(e)
-            }
-        }
+        // The root first, locked shared, and only then the part directory in it: a merge
+        // holds the root alone while it looks for parts, so it never finds a part directory
+        // of a start it is about to refuse (and then refuses the merge for that part).
+        let root_made = Made::create(root)?;
+        let root_lock =
+            match OutputLock::acquire_shared(root).and_then(|l| refuse_merged(root).map(|()| l)) {
+                Ok(l) => l,
+                Err(e) => {
+                    // Only the directories this call created, and only while empty.
+                    if let Ok(dir) = File::open(root) {
+                        root_made.take_away(&dir, &[]);
+                    }
+                    return Err(e);
+                }
+            };
+        let made = Made::create(out)?.with_ancestors(root_made);
+        let lock = OutputLock::acquire(out)?;
+        Ok(Claim {
+            made,
+            lock,
+            root: Some(root_lock),
+        })
     }
 
     /// The output directory is ready (checked, or cleaned for a resumed conversion): a merge
@@ -111,6 +122,28 @@ mod tests {
         let merging = OutputLock::acquire(&root).unwrap();
         let e = Claim::new(&part(0), true).unwrap_err();
         assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+        // A part refused there leaves no directory for the merge's scan to find.
+        let third = root.join("part-00002-of-00003");
+        let e = Claim::new(&third, true).unwrap_err();
+        assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+        assert!(!third.exists());
         drop(merging);
+
+        // A root the refused part created is taken away with it.
+        let new_root = tmp.path().join("new");
+        let merged = |r: &Path| std::fs::write(r.join(MANIFEST_FILE), b"{}");
+        std::fs::create_dir(&new_root).unwrap();
+        merged(&new_root).unwrap();
+        let e = Claim::new(&new_root.join("part-00000-of-00001"), true).unwrap_err();
+        assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+        assert!(!new_root.join("part-00000-of-00001").exists());
+        let deep = tmp.path().join("a/b");
+        let claim = Claim::new(&deep.join("part-00000-of-00001"), true).unwrap();
+        let (made, lock) = claim.ready();
+        assert!(made.take_away(lock.dir(), &[]));
+        assert!(
+            !tmp.path().join("a").exists(),
+            "the root and its parent, made here, go too"
+        );
     }
 }

@@ -101,6 +101,13 @@ impl Made {
         })
     }
 
+    /// Adds the directories `ancestors` created (those of a directory above this output,
+    /// made first), to be taken away after this output's own.
+    pub(super) fn with_ancestors(mut self, ancestors: Made) -> Made {
+        self.dirs.extend(ancestors.dirs);
+        self
+    }
+
     /// Records whether the run begins afresh (no journal to continue).
     pub(super) fn begins_afresh(&mut self, fresh: bool) {
         self.fresh = fresh;
