@@ -206,10 +206,18 @@ fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     }
     value.extract::<i64>().map_err(|e| {
         if e.is_instance_of::<PyOverflowError>(value.py()) {
-            PyValueError::new_err(format!(
-                "{name}={value} is out of range: at most {} parts",
-                stoker_formats::MAX_PARTS
-            ))
+            // `str` of an int past 4300 digits raises: then the message goes without it.
+            let shown = value.str().map(|s| s.to_string()).unwrap_or_default();
+            let sign = value.lt(0).unwrap_or(false);
+            let (what, hint) = match (name, sign) {
+                (_, true) => ("a negative int", "it counts from 0".to_string()),
+                ("part", false) => ("too large", "it is below parts=".to_string()),
+                _ => (
+                    "too large",
+                    format!("at most {} parts", stoker_formats::MAX_PARTS),
+                ),
+            };
+            PyValueError::new_err(format!("{name}={shown} is {what}: {hint}"))
         } else {
             let kind = value
                 .get_type()
