@@ -70,6 +70,7 @@ mod manifest;
 mod map_guard;
 mod merge;
 mod path_nesting;
+mod read_ahead;
 mod record;
 pub mod seeded;
 mod shard;

@@ -102,6 +102,67 @@ pub(crate) fn get<'m>(
     key: &[u8],
 ) -> Result<Option<&'m [u8]>, String> {
     let pages = Pages { map, tree };
+    match leaf_node(&pages, key)? {
+        Some(node) => pages
+            .value(node.pgno, node.page, node.off, node.ksize)
+            .map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Where in `map` the value stored under `key` lies, found as [`get`] finds it but without
+/// reading the value's own pages: for read-ahead ([`crate::read_ahead`]), which must not
+/// wait for the pages it is about to ask for. An overflow value's first page is not
+/// checked here; reading the value ([`get`]) checks it.
+pub(crate) fn span(
+    map: &[u8],
+    tree: &RecordTree,
+    key: &[u8],
+) -> Result<Option<std::ops::Range<usize>>, String> {
+    let pages = Pages { map, tree };
+    let Some(node) = leaf_node(&pages, key)? else {
+        return Ok(None);
+    };
+    let (page, off) = (node.page, node.off);
+    let size = usize::from(u16_at(page, off)) | usize::from(u16_at(page, off + 2)) << 16;
+    let data = off + NODE_HEADER + node.ksize;
+    let start = match u16_at(page, off + 4) {
+        F_BIGDATA => {
+            let at = page.get(data..data + 8).ok_or_else(|| {
+                format!(
+                    "page {}: an overflow page number runs past the page",
+                    node.pgno
+                )
+            })?;
+            let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
+            usize::try_from(opg)
+                .ok()
+                .and_then(|p| p.checked_mul(tree.psize as usize))
+                .and_then(|p| p.checked_add(PAGE_HEADER))
+                .ok_or_else(|| format!("page {opg}: outside the map"))?
+        }
+        // In the leaf page itself, which the lookup has just read.
+        _ => node.pgno as usize * tree.psize as usize + data,
+    };
+    let end = start
+        .checked_add(size)
+        .filter(|&end| end <= map.len())
+        .ok_or_else(|| format!("a value of {size} bytes at {start} runs past the file"))?;
+    Ok(Some(start..end))
+}
+
+/// The leaf node holding `key`: its page (number and bytes), offset in the page and key
+/// length.
+struct LeafNode<'m> {
+    pgno: u64,
+    page: &'m [u8],
+    off: usize,
+    ksize: usize,
+}
+
+/// Descends the tree of `pages` to the leaf node of `key`; `None` when there is none.
+fn leaf_node<'m>(pages: &Pages<'m>, key: &[u8]) -> Result<Option<LeafNode<'m>>, String> {
+    let tree = pages.tree;
     let Some(mut pgno) = tree.root else {
         return Ok(None);
     };
@@ -145,7 +206,14 @@ pub(crate) fn get<'m>(
             match k.cmp(key) {
                 Ordering::Less => lo = mid + 1,
                 Ordering::Greater => hi = mid,
-                Ordering::Equal => return pages.value(pgno, page, off, k.len()).map(Some),
+                Ordering::Equal => {
+                    return Ok(Some(LeafNode {
+                        pgno,
+                        page,
+                        off,
+                        ksize: k.len(),
+                    }))
+                }
             }
         }
         return Ok(None);

@@ -49,6 +49,16 @@ impl OpenShard {
         self.map.bytes()
     }
 
+    /// Asks the kernel to read `bytes` of the map into the page cache ahead of their use
+    /// ([`crate::read_ahead`]).
+    ///
+    /// # Errors
+    ///
+    /// The refused `madvise`'s.
+    pub(crate) fn will_need(&self, bytes: std::ops::Range<usize>) -> std::io::Result<()> {
+        self.map.will_need(bytes)
+    }
+
     /// Fails when a read of the map has failed since it was made (see [`OpenShard::map`]):
     /// bytes read from it, before or after, may be zeros rather than the file's.
     pub(crate) fn check_readable(&self) -> Result<(), FormatError> {

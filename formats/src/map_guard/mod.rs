@@ -108,6 +108,21 @@ impl GuardedMap {
         &self.map
     }
 
+    /// Asks the kernel to read the pages of `bytes` (a range of the map) into the page
+    /// cache, without waiting for them (`madvise(MADV_WILLNEED)`): a hint, which changes no
+    /// byte of the map and moves no page into it, so the guard's mark is unaffected.
+    ///
+    /// # Errors
+    ///
+    /// The `madvise` error (a range outside the map is refused before it is asked).
+    pub(crate) fn will_need(&self, bytes: std::ops::Range<usize>) -> std::io::Result<()> {
+        if bytes.start > bytes.end || bytes.end > self.map.len() {
+            return Err(std::io::ErrorKind::InvalidInput.into());
+        }
+        self.map
+            .advise_range(memmap2::Advice::WillNeed, bytes.start, bytes.len())
+    }
+
     /// Whether a read of this map has failed since it was made: its lost pages now read as
     /// zeros, so nothing read from it can be trusted.
     pub(crate) fn faulted(&self) -> bool {
