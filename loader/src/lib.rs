@@ -161,6 +161,7 @@
 mod backend;
 mod batch;
 mod builder;
+mod cache_ahead;
 mod config;
 mod cpu;
 pub mod dlpack;

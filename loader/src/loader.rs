@@ -303,8 +303,10 @@ impl Loader {
             on_error: self.config.on_error,
             bad: Arc::clone(&bad),
         };
+        let dataset = &self.config.dataset;
+        let stream = self.backend.start_epoch(plan.clone())?;
         Ok(Started {
-            stream: self.backend.start_epoch(plan)?,
+            stream: crate::cache_ahead::beside(stream, &plan, dataset, self.config.prefetch),
             bad,
             on_error: self.config.on_error,
         })
