@@ -46,10 +46,6 @@ pub(crate) fn beside(
     if !enabled() {
         return stream;
     }
-    let Ok(reader) = dataset.reader() else {
-        // The workers' own readers report why.
-        return stream;
-    };
     let progress = Arc::new(Progress {
         handed: AtomicU64::new(plan.start_batch),
         stop: AtomicBool::new(false),
@@ -61,10 +57,15 @@ pub(crate) fn beside(
         window: prefetch.saturating_add(EXTRA_BATCHES),
         from: plan.batch_range(plan.start_batch).start,
     };
-    let theirs = Arc::clone(&progress);
+    let (theirs, dataset) = (Arc::clone(&progress), dataset.clone());
     let started = std::thread::Builder::new()
         .name("stoker-read-ahead".into())
         .spawn(move || {
+            // Opened here, not on the consumer's thread: a reader `stat`s every shard.
+            // One that cannot open reads nothing ahead; the workers' readers say why.
+            let Ok(reader) = dataset.reader() else {
+                return;
+            };
             walk.run(&theirs, &mut |records| {
                 reader.will_need(records);
             })
