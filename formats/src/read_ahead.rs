@@ -19,8 +19,9 @@ use crate::shard;
 
 /// Spans of one shard nearer than this are advised as one: for records stored in order
 /// (a sequential epoch) the leaf pages between their values are read with them, in one
-/// call instead of one per record. 64 KiB: the few pages between neighbours, never a
-/// record skipped by a shuffled order (a record is larger).
+/// call instead of one per record. 64 KiB: the few pages between neighbours; when two
+/// records of a shuffled order happen to lie that close, at most that much is read that
+/// nobody asked for.
 const JOIN_GAP: usize = 64 << 10;
 
 /// Page-aligned byte ranges of shard maps to advise, in the order they were asked for.
