@@ -26,6 +26,14 @@ use crate::pipeline::{EpochPlan, EpochStream, Next};
 /// claim next, whose reads should be done by the time they start them.
 const EXTRA_BATCHES: u64 = 2;
 
+/// At most this many bytes of records (by the dataset's mean record size) are advised past
+/// the consumer: a prefetch set far beyond what an epoch uses (the CPU ring clamps it to
+/// the epoch) would otherwise read the whole epoch ahead, and on a dataset larger than the
+/// page cache evict pages before their batch is built. 1 GiB: a few times what the default
+/// prefetch gives with large batches of large records (batch 256 of 224² raw pixels, 150 kB
+/// each, is 38 MB a batch).
+const MAX_AHEAD_BYTES: u64 = 1 << 30;
+
 /// Records advised per call: few enough that the consumer's progress is looked at often,
 /// enough that a sequential order's neighbours join into long ranges.
 const CHUNK: usize = 64;
@@ -54,7 +62,7 @@ pub(crate) fn beside(
         order: Arc::clone(&plan.order),
         batch_size: plan.batch_size,
         num_batches: plan.num_batches,
-        window: prefetch.saturating_add(EXTRA_BATCHES),
+        window: window(prefetch, plan.batch_size, mean_record_bytes(dataset)),
         from: plan.batch_range(plan.start_batch).start,
     };
     let (theirs, dataset) = (Arc::clone(&progress), dataset.clone());
@@ -79,6 +87,25 @@ pub(crate) fn beside(
         }),
         Err(_) => stream,
     }
+}
+
+/// Batches past the consumer to advise: those being built (`prefetch`) and
+/// [`EXTRA_BATCHES`], at most [`MAX_AHEAD_BYTES`] of records of `record_bytes`, and at
+/// least the next batch.
+fn window(prefetch: u64, batch_size: u64, record_bytes: u64) -> u64 {
+    let batch_bytes = batch_size.saturating_mul(record_bytes).max(1);
+    prefetch
+        .saturating_add(EXTRA_BATCHES)
+        .min(MAX_AHEAD_BYTES / batch_bytes)
+        .max(1)
+}
+
+/// The mean size of a record in the shards (their bytes over their records).
+fn mean_record_bytes(dataset: &Dataset) -> u64 {
+    let shards = &dataset.manifest().shards;
+    let bytes: u64 = shards.iter().map(|s| s.bytes).sum();
+    let records: u64 = shards.iter().map(|s| s.count).sum();
+    bytes / records.max(1)
 }
 
 /// How far the consumer got, shared with the read-ahead thread.
@@ -191,6 +218,22 @@ mod tests {
             window,
             from: 0,
         }
+    }
+
+    #[test]
+    fn the_window_is_prefetch_and_two_batches_at_most_a_gib_at_least_one_batch() {
+        // ImageNet-like JPEG records (110 kB), batch 256, default prefetch: prefetch + 2.
+        assert_eq!(window(4, 256, 110_000), 6);
+        // A prefetch far past an epoch's batches: as many batches as fit in 1 GiB.
+        assert_eq!(
+            window(1_000_000_000, 256, 110_000),
+            (1 << 30) / (256 * 110_000)
+        );
+        assert_eq!(window(u64::MAX, u64::MAX, u64::MAX), 1);
+        // Batches larger than the budget: still the next one.
+        assert_eq!(window(4, 4096, 1 << 20), 1);
+        // An empty dataset's mean of 0 bytes does not divide by zero.
+        assert_eq!(window(4, 64, 0), 6);
     }
 
     #[test]
