@@ -57,25 +57,15 @@ impl<'m> Pages<'m> {
         Ok((off, key))
     }
 
-    /// The value stored in the leaf node at `off` of page `pgno`, whose key has `ksize` bytes.
-    fn value(
-        &self,
-        pgno: u64,
-        page: &'m [u8],
-        off: usize,
-        ksize: usize,
-    ) -> Result<&'m [u8], String> {
-        let size = usize::from(u16_at(page, off)) | usize::from(u16_at(page, off + 2)) << 16;
-        let data = off + NODE_HEADER + ksize;
-        match u16_at(page, off + 4) {
-            0 => page
-                .get(data..data + size)
-                .ok_or_else(|| format!("page {pgno}: a value runs past the page")),
-            F_BIGDATA => {
-                let at = page.get(data..data + 8).ok_or_else(|| {
-                    format!("page {pgno}: an overflow page number runs past the page")
-                })?;
-                let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
+    /// The value stored in `node`: checked to lie in its leaf page, or, for an overflow
+    /// value, to start on an overflow page and end in the map.
+    fn value(&self, node: &LeafNode<'m>) -> Result<&'m [u8], String> {
+        match node.place()? {
+            Place::Leaf(bytes) => node
+                .page
+                .get(bytes)
+                .ok_or_else(|| format!("page {}: a value runs past the page", node.pgno)),
+            Place::Overflow { opg, size } => {
                 let first = self.page(opg)?;
                 if u16_at(first, 10) != P_OVERFLOW {
                     return Err(format!("page {opg}: not an overflow page"));
@@ -85,6 +75,33 @@ impl<'m> Pages<'m> {
                 self.map.get(start..start + size).ok_or_else(|| {
                     format!("page {opg}: a value of {size} bytes runs past the file")
                 })
+            }
+        }
+    }
+}
+
+/// Where a leaf node's value lies, as its node says.
+enum Place {
+    /// These bytes of the leaf page itself.
+    Leaf(std::ops::Range<usize>),
+    /// `size` bytes from the start of overflow page `opg`'s data.
+    Overflow { opg: u64, size: usize },
+}
+
+impl LeafNode<'_> {
+    /// Where the value lies, read from the node alone (nothing checked beyond its page).
+    fn place(&self) -> Result<Place, String> {
+        let (page, off, pgno) = (self.page, self.off, self.pgno);
+        let size = usize::from(u16_at(page, off)) | usize::from(u16_at(page, off + 2)) << 16;
+        let data = off + NODE_HEADER + self.ksize;
+        match u16_at(page, off + 4) {
+            0 => Ok(Place::Leaf(data..data + size)),
+            F_BIGDATA => {
+                let at = page.get(data..data + 8).ok_or_else(|| {
+                    format!("page {pgno}: an overflow page number runs past the page")
+                })?;
+                let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
+                Ok(Place::Overflow { opg, size })
             }
             flags => Err(format!(
                 "page {pgno}: node flags {flags:#x} (stoker writes none)"
@@ -103,9 +120,7 @@ pub(crate) fn get<'m>(
 ) -> Result<Option<&'m [u8]>, String> {
     let pages = Pages { map, tree };
     match leaf_node(&pages, key)? {
-        Some(node) => pages
-            .value(node.pgno, node.page, node.off, node.ksize)
-            .map(Some),
+        Some(node) => pages.value(&node).map(Some),
         None => Ok(None),
     }
 }
@@ -123,26 +138,21 @@ pub(crate) fn span(
     let Some(node) = leaf_node(&pages, key)? else {
         return Ok(None);
     };
-    let (page, off) = (node.page, node.off);
-    let size = usize::from(u16_at(page, off)) | usize::from(u16_at(page, off + 2)) << 16;
-    let data = off + NODE_HEADER + node.ksize;
-    let start = match u16_at(page, off + 4) {
-        F_BIGDATA => {
-            let at = page.get(data..data + 8).ok_or_else(|| {
-                format!(
-                    "page {}: an overflow page number runs past the page",
-                    node.pgno
-                )
-            })?;
-            let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
-            usize::try_from(opg)
-                .ok()
-                .and_then(|p| p.checked_mul(tree.psize as usize))
-                .and_then(|p| p.checked_add(PAGE_HEADER))
-                .ok_or_else(|| format!("page {opg}: outside the map"))?
-        }
+    let psize = tree.psize as usize;
+    let (start, size) = match node.place()? {
         // In the leaf page itself, which the lookup has just read.
-        _ => node.pgno as usize * tree.psize as usize + data,
+        Place::Leaf(bytes) if bytes.end <= node.page.len() => {
+            (node.pgno as usize * psize + bytes.start, bytes.len())
+        }
+        Place::Leaf(_) => return Err(format!("page {}: a value runs past the page", node.pgno)),
+        Place::Overflow { opg, size } => {
+            let start = usize::try_from(opg)
+                .ok()
+                .and_then(|p| p.checked_mul(psize))
+                .and_then(|p| p.checked_add(PAGE_HEADER))
+                .ok_or_else(|| format!("page {opg}: outside the map"))?;
+            (start, size)
+        }
     };
     let end = start
         .checked_add(size)
