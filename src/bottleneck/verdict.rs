@@ -336,7 +336,12 @@ fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (Str
                     fmt_rate(first.img_per_s)
                 ),
             },
-            "move shards to local NVMe, keep them in page cache, or store smaller images",
+            if c.read_cold {
+                "move shards to local NVMe, keep them in page cache, or store smaller images"
+            } else {
+                // Reads from the page cache: faster storage would not move it.
+                "reads come from the page cache at this pace: store smaller images"
+            },
         ),
         Bound::Decode => match path {
             PipelinePath::Cpu => (
@@ -484,6 +489,17 @@ mod tests {
             v.text
         );
         assert!(v.text.contains("NVMe"));
+
+        // Warm (a dataset the page cache holds): faster storage is not the advice.
+        c.read_cold = false;
+        let v = judge(&c);
+        assert!(
+            v.text.starts_with("storage-bound: storage read (warm)"),
+            "{}",
+            v.text
+        );
+        assert!(!v.text.contains("NVMe"), "{}", v.text);
+        assert!(v.text.contains("from the page cache"), "{}", v.text);
     }
 
     #[test]

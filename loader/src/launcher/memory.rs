@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// The memory this process may use, bytes: `MemTotal`, or a cgroup's lower limit;
 /// `None` when `/proc/meminfo` cannot be read.
-pub(crate) fn memory_total() -> Option<u64> {
+pub fn memory_total() -> Option<u64> {
     let total = mem_total(&std::fs::read_to_string("/proc/meminfo").ok()?)?;
     let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let limit = cgroup_limit(&cgroups, Path::new("/sys/fs/cgroup"));
