@@ -137,16 +137,28 @@ impl Walk {
         usize::try_from(end).map_or(self.order.len(), |e| e.min(self.order.len()))
     }
 
+    /// The first position of the order not yet handed out once `handed` batches have been:
+    /// the start of batch `handed`, at most the order's end.
+    fn handed_end(&self, handed: u64) -> usize {
+        let start = handed.min(self.num_batches).saturating_mul(self.batch_size);
+        usize::try_from(start).map_or(self.order.len(), |s| s.min(self.order.len()))
+    }
+
     /// Hands the records of the window to `advise` as the consumer moves, in order and
     /// each once, until the order's end or `progress.stop`; waits (parked) while the window
-    /// is done.
+    /// is done. Records of batches already handed out are skipped: when the workers read
+    /// faster than this thread finds records (cold leaf pages on a slow file system, many
+    /// workers), advising them would only read again what may already have been evicted,
+    /// and keep this thread busy for nothing for the rest of the epoch.
     fn run(&self, progress: &Progress, advise: &mut dyn FnMut(&[u64])) {
         let mut next = self.from;
         while next < self.order.len() {
             if progress.stop.load(Ordering::Acquire) {
                 return;
             }
-            let end = self.end(progress.handed.load(Ordering::Acquire));
+            let handed = progress.handed.load(Ordering::Acquire);
+            next = next.max(self.handed_end(handed));
+            let end = self.end(handed);
             if next >= end {
                 // Woken by each batch handed out, and by the stop; the timeout only
                 // bounds a missed wake-up.
@@ -246,6 +258,29 @@ mod tests {
         assert_eq!(w.end(13), 1000);
         assert_eq!(w.end(16), 1000);
         assert_eq!(w.end(u64::MAX), 1000);
+    }
+
+    #[test]
+    fn records_of_batches_already_handed_out_are_not_advised() {
+        // The consumer is at batch 10 before the thread looks: batches 0 to 9 are read.
+        let w = walk(1000, 64, 3);
+        let progress = Progress {
+            handed: AtomicU64::new(10),
+            stop: AtomicBool::new(false),
+        };
+        let mut advised = Vec::new();
+        // Batches 10 to 12 are advised, and the walk then waits: stopped once it has them.
+        w.run(&progress, &mut |records| {
+            advised.extend_from_slice(records);
+            if advised.len() >= 3 * 64 {
+                progress.stop.store(true, Ordering::Release);
+            }
+        });
+        let order: Vec<u64> = (0..1000).rev().collect();
+        assert_eq!(advised, order[640..832]);
+        // Past the last batch: nothing left to advise.
+        assert_eq!(w.handed_end(16), 1000);
+        assert_eq!(w.handed_end(u64::MAX), 1000);
     }
 
     #[test]
