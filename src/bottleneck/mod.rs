@@ -268,6 +268,7 @@ impl<'a> Measurement<'a> {
         self.caps.read = Some(read_rps);
         self.caps.read_mb_per_s = Some(read_mb);
         self.caps.read_cold = read_cold;
+        self.caps.read_cached = memory.is_some_and(|m| dataset_bytes <= m / 2);
         Ok(())
     }
 
