@@ -172,6 +172,42 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_shard_cut_short_under_read_ahead_fails_its_reads_and_not_the_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+        for i in 0..1024u32 {
+            let meta = RecordMeta {
+                encoding: Encoding::Raw,
+                height: 8,
+                width: 8,
+                channels: 3,
+                label: 0,
+            };
+            w.push(meta, &[i as u8; 8 * 8 * 3]).unwrap();
+        }
+        w.finish(vec!["only".into()], Provenance::stoker("test"))
+            .unwrap();
+        let ds = Dataset::open(dir.path()).unwrap();
+        let reader = ds.reader().unwrap();
+        let shard = dir.path().join("shard-00000.lmdb");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&shard)
+            .unwrap()
+            .set_len(8192)
+            .unwrap();
+        // The lookups fault on the pages cut away (SIGBUS): the guard's zeros, no value found.
+        let all: Vec<u64> = (0..1024).collect();
+        assert_eq!(reader.will_need(&all), 0);
+        // The fault was the read-ahead's (nothing else has read since the cut), and marked
+        // the map for the readers that come after it.
+        assert!(matches!(
+            reader.check_read(0),
+            Err(crate::FormatError::ShardUnreadable { .. })
+        ));
+    }
+
     fn spans(pushes: &[(usize, Range<usize>)], map_len: usize) -> Vec<(usize, Range<usize>)> {
         let mut s = Spans::default();
         for (shard, value) in pushes {
