@@ -34,13 +34,20 @@ const EXTRA_BATCHES: u64 = 2;
 /// each, is 38 MB a batch).
 const MAX_AHEAD_BYTES: u64 = 1 << 30;
 
-/// Records advised per call: few enough that the consumer's progress is looked at often,
-/// enough that a sequential order's neighbours join into long ranges.
-const CHUNK: usize = 64;
+/// Records advised per call: few enough that the consumer's progress (and the stop an
+/// epoch's drop waits for) is looked at often, since finding a record can fault in its
+/// leaf page from slow storage; enough that a sequential order's neighbours join into
+/// long ranges (16 raw 224² records are 2.4 MB).
+const CHUNK: usize = 16;
 
-/// Whether read-ahead is on: unless `STOKER_READ_AHEAD` is `0`.
+/// Whether read-ahead is on: unless `STOKER_READ_AHEAD` is `0`, `false`, `off` or `no`.
 fn enabled() -> bool {
-    std::env::var_os("STOKER_READ_AHEAD").is_none_or(|v| v != "0")
+    std::env::var("STOKER_READ_AHEAD").map_or(true, |v| {
+        !matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "0" | "false" | "off" | "no"
+        )
+    })
 }
 
 /// `stream` with the read-ahead of `plan`'s records beside it, or `stream` itself when

@@ -287,7 +287,7 @@ mod tests {
     fn a_dataset_in_half_the_memory_is_bounded_by_warm_reads_a_larger_one_by_cold() {
         use super::steady_read;
         let gb = 1u64 << 30;
-        // 3.9 GB in 23.5 GB: later epochs come from the page cache.
+        // 4 GiB in 23 GiB: later epochs come from the page cache.
         assert_eq!(
             steady_read(Some(900.0), 6_000.0, 4 * gb, Some(23 * gb)),
             (6_000.0, false)
