@@ -213,6 +213,10 @@ data = open({str(SAMPLE / "caer" / "tent.jpg")!r}, "rb").read()
 for part in (None, 1):
     out = {str(tmp_path)!r} + "/ds-" + str(part)
     args = dict(part=part, parts=2, classes=["a"]) if part is not None else {{}}
+    # Made beforehand, so that the abort leaves it (a writer takes away only the
+    # directories it made): the next writer then locks the very directory the child's
+    # copy of the lock is on.
+    os.makedirs(out + ("/part-00001-of-00002" if part is not None else ""))
     w = stoker.Writer(out, **args)
     w.write(data, 0)
     r, wfd = os.pipe()
