@@ -227,8 +227,8 @@ impl<'a> Measurement<'a> {
         let warm_rps = st.records_per_s(st.warm_mb_per_s);
         let dataset_bytes: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
         let memory = stoker_loader::launcher::memory_total();
-        let (read_mb, read_cold) =
-            storage::steady_read(st.cold_mb_per_s, st.warm_mb_per_s, dataset_bytes, memory);
+        let cached = storage::fits_page_cache(dataset_bytes, memory);
+        let (read_mb, read_cold) = storage::steady_read(st.cold_mb_per_s, st.warm_mb_per_s, cached);
         let read_rps = st.records_per_s(read_mb);
         let mut note = match st.cold_mb_per_s {
             Some(cold) => format!(
@@ -247,7 +247,7 @@ impl<'a> Measurement<'a> {
                 st.threads
             ),
         };
-        if let (Some(_), false, Some(m)) = (st.cold_mb_per_s, read_cold, memory) {
+        if let (Some(_), Some(m)) = (st.cold_mb_per_s, memory.filter(|_| cached)) {
             note.push_str(&format!(
                 "; warm counts: the dataset ({:.1} GB) fits in half the {:.1} GB this process may use, so only a first epoch reads cold",
                 dataset_bytes as f64 / 1e9,
@@ -268,7 +268,7 @@ impl<'a> Measurement<'a> {
         self.caps.read = Some(read_rps);
         self.caps.read_mb_per_s = Some(read_mb);
         self.caps.read_cold = read_cold;
-        self.caps.read_cached = memory.is_some_and(|m| dataset_bytes <= m / 2);
+        self.caps.read_cached = cached;
         Ok(())
     }
 

@@ -49,22 +49,23 @@ impl StorageFigures {
     }
 }
 
+/// Whether a dataset of `dataset_bytes` stays in the page cache after a first epoch: it
+/// fits in half the memory the process may use (`memory`; the rest is the training's
+/// own). Not when the memory size is unknown.
+pub fn fits_page_cache(dataset_bytes: u64, memory: Option<u64>) -> bool {
+    memory.is_some_and(|m| dataset_bytes <= m / 2)
+}
+
 /// The read rate that bounds training, MB/s, and whether it is the cold one.
 ///
-/// A dataset that fits in half the memory the process may use (`memory`; the rest is the
-/// training's own) stays in the page cache after a first epoch, so every later epoch
-/// reads it warm: the cold rate bounds that first epoch only, and naming it as the bound
+/// A dataset that fits in the page cache ([`fits_page_cache`]) is read warm by every epoch
+/// after the first: the cold rate bounds that first epoch only, and naming it as the bound
 /// of the whole run sent users to faster storage they did not need (the bench set, 50
-/// MB, was "storage-bound" on a 128 GB machine). A larger dataset, or an unknown memory
-/// size, is read cold every epoch.
-pub fn steady_read(
-    cold_mb_per_s: Option<f64>,
-    warm_mb_per_s: f64,
-    dataset_bytes: u64,
-    memory: Option<u64>,
-) -> (f64, bool) {
+/// MB, was "storage-bound" on a 128 GB machine). A larger dataset, or one of unknown
+/// fit, is read cold every epoch.
+pub fn steady_read(cold_mb_per_s: Option<f64>, warm_mb_per_s: f64, cached: bool) -> (f64, bool) {
     match cold_mb_per_s {
-        Some(cold) if memory.is_none_or(|m| dataset_bytes > m / 2) => (cold, true),
+        Some(cold) if !cached => (cold, true),
         _ => (warm_mb_per_s, false),
     }
 }
@@ -285,32 +286,43 @@ fn residency(f: &File, path: &Path) -> Result<(u64, u64), BenchError> {
 mod tests {
     #[test]
     fn a_dataset_in_half_the_memory_is_bounded_by_warm_reads_a_larger_one_by_cold() {
-        use super::steady_read;
+        use super::{fits_page_cache, steady_read};
         let gb = 1u64 << 30;
         // 4 GiB in 23 GiB: later epochs come from the page cache.
         assert_eq!(
-            steady_read(Some(900.0), 6_000.0, 4 * gb, Some(23 * gb)),
+            steady_read(Some(900.0), 6_000.0, fits_page_cache(4 * gb, Some(23 * gb))),
             (6_000.0, false)
         );
         // Exactly half still fits; a byte more does not.
         assert_eq!(
-            steady_read(Some(900.0), 6_000.0, 8 * gb, Some(16 * gb)),
+            steady_read(Some(900.0), 6_000.0, fits_page_cache(8 * gb, Some(16 * gb))),
             (6_000.0, false)
         );
         assert_eq!(
-            steady_read(Some(900.0), 6_000.0, 8 * gb + 1, Some(16 * gb)),
+            steady_read(
+                Some(900.0),
+                6_000.0,
+                fits_page_cache(8 * gb + 1, Some(16 * gb))
+            ),
             (900.0, true)
         );
         // ImageNet raw (190 GB) on a 128 GB machine: cold every epoch.
         assert_eq!(
-            steady_read(Some(900.0), 6_000.0, 190 * gb, Some(128 * gb)),
+            steady_read(
+                Some(900.0),
+                6_000.0,
+                fits_page_cache(190 * gb, Some(128 * gb))
+            ),
             (900.0, true)
         );
         // Memory unknown: cold, as before.
-        assert_eq!(steady_read(Some(900.0), 6_000.0, gb, None), (900.0, true));
+        assert_eq!(
+            steady_read(Some(900.0), 6_000.0, fits_page_cache(gb, None)),
+            (900.0, true)
+        );
         // No cold figure (the drop did not take): warm either way.
         assert_eq!(
-            steady_read(None, 6_000.0, 190 * gb, Some(128 * gb)),
+            steady_read(None, 6_000.0, fits_page_cache(190 * gb, Some(128 * gb))),
             (6_000.0, false)
         );
     }
