@@ -362,6 +362,11 @@ impl Manifest {
         s
     }
 
+    /// Bytes of every shard file the manifest lists.
+    pub fn shard_bytes(&self) -> u64 {
+        self.shards.iter().map(|s| s.bytes).sum()
+    }
+
     /// Path of shard `i` under the dataset root `dir`.
     pub fn shard_path(&self, dir: &Path, i: usize) -> PathBuf {
         dir.join(&self.shards[i].file)

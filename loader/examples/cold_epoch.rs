@@ -106,7 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         images += batch?.len() as u64;
     }
     let secs = t0.elapsed().as_secs_f64();
-    let shard_bytes: u64 = ds.manifest().shards.iter().map(|s| s.bytes).sum();
+    let shard_bytes = ds.manifest().shard_bytes();
     let mb = images as f64 * shard_bytes as f64 / ds.len().max(1) as f64 / 1e6;
     println!(
         "{{\"order\": \"{}\", \"read_ahead\": {}, \"warm\": {}, \"images\": {images}, \"seconds\": {secs:.3}, \"img_per_s\": {:.1}, \"mb_per_s\": {:.1}}}",

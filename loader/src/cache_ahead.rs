@@ -110,9 +110,8 @@ fn window(prefetch: u64, batch_size: u64, record_bytes: u64) -> u64 {
 /// The mean size of a record in the shards (their bytes over their records).
 fn mean_record_bytes(dataset: &Dataset) -> u64 {
     let shards = &dataset.manifest().shards;
-    let bytes: u64 = shards.iter().map(|s| s.bytes).sum();
     let records: u64 = shards.iter().map(|s| s.count).sum();
-    bytes / records.max(1)
+    dataset.manifest().shard_bytes() / records.max(1)
 }
 
 /// How far the consumer got, shared with the read-ahead thread.

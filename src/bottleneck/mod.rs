@@ -225,7 +225,7 @@ impl<'a> Measurement<'a> {
         let tick = |f: f64| self.progress.advance(f);
         let st = storage::measure(&files, ds.len(), self.cores, self.budget, &tick)?;
         let warm_rps = st.records_per_s(st.warm_mb_per_s);
-        let dataset_bytes: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
+        let dataset_bytes = manifest.shard_bytes();
         let memory = stoker_loader::launcher::memory_total();
         let cached = storage::fits_page_cache(dataset_bytes, memory);
         let (read_mb, read_cold) = storage::steady_read(st.cold_mb_per_s, st.warm_mb_per_s, cached);

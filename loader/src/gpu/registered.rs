@@ -328,7 +328,7 @@ impl DirectMaps {
 
 /// Bytes of every shard of `dataset` (what locking it whole pins).
 pub(crate) fn total_bytes(dataset: &Dataset) -> u64 {
-    dataset.manifest().shards.iter().map(|s| s.bytes).sum()
+    dataset.manifest().shard_bytes()
 }
 
 /// Locks windows of shards for [`super::window_locker::Locker`] on a CUDA
