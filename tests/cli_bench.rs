@@ -111,13 +111,20 @@ fn json_has_every_stage_a_verdict_and_the_fed_ratio() {
     }
     if !gpu {
         println!("no GPU here: the GPU stages must be null with a reason");
-        for name in ["h2d", "gpu_decode", "transform"] {
+        for name in ["h2d", "gpu_decode"] {
             assert!(v["stages"][name]["img_per_s"].is_null(), "{name}");
             assert!(v["stages"][name]["reason"]
                 .as_str()
                 .unwrap()
                 .starts_with("no GPU"));
         }
+        // The transforms of the path that ran, the CPU's.
+        let transform = &v["stages"]["transform"];
+        assert!(transform["img_per_s"].is_number(), "{stdout}");
+        assert!(
+            transform["note"].as_str().unwrap().contains("CPU path"),
+            "{stdout}"
+        );
     }
     // The storage read of 24 records is far faster than decoding them.
     let read = v["stages"]["read"]["img_per_s"].as_f64().unwrap();
@@ -294,6 +301,67 @@ fn explicit_cuda_without_a_gpu_says_so() {
     } else {
         assert!(!out.status.success());
         assert!(err.contains("no usable GPU"), "{err}");
+    }
+}
+
+/// Raw records have nothing to decode: on the CPU path the transforms set the pace, and
+/// the verdict names them, not the storage read that is far faster (it did: "storage-bound
+/// … end to end 4% of the bound").
+#[test]
+fn raw_records_on_the_cpu_are_transform_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("raw");
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/sample");
+    let out = stoker(&[
+        "convert",
+        "-q",
+        "--encoding",
+        "raw",
+        "--size",
+        "160x160",
+        sample.to_str().unwrap(),
+        ds.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = stoker(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--json",
+        "--device",
+        "cpu",
+        "--seconds",
+        "0.5",
+        "--batch",
+        "8",
+        "--size",
+        "224",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let transform = v["stages"]["transform"]["img_per_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the CPU transform row is measured:\n{stdout}"));
+    let read = v["stages"]["read"]["img_per_s"].as_f64().unwrap();
+    assert!(v["stages"]["cpu_decode"]["img_per_s"].is_null(), "{stdout}");
+    // The slower of the two in series is the bound (no H2D, no step here).
+    let text = v["verdict"]["text"].as_str().unwrap();
+    if transform < read {
+        assert_eq!(v["verdict"]["bound"], "transform", "{text}");
+        assert!(
+            text.starts_with("transform-bound: CPU transforms"),
+            "{text}"
+        );
+    } else {
+        assert_eq!(v["verdict"]["bound"], "storage", "{text}");
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! The stage benchmark behind `stoker bench` (not the criterion benches in
 //! `benches/`): measure each stage of the input pipeline alone —
-//! storage read, CPU decode, host-to-device copies, GPU decode, GPU transforms —
+//! storage read, CPU decode, host-to-device copies, GPU decode, transforms —
 //! then the whole pipeline through the loader with a simulated training step,
 //! and name the stage that bounds it ([`verdict::judge`]). Every capacity is in
 //! images per second so they compare directly.
@@ -32,7 +32,8 @@
 //! - [`pcie`]: opening the GPU without panicking; pinned vs pageable H2D.
 //! - [`gpu_decode`]: [`stoker_decode::GpuDecoder`] alone, hardware engines then the CUDA decoder.
 //! - [`pipeline`]: end to end through [`stoker_loader::Loader`]; on its GPU path, the
-//!   loader's own decode and transform counters give the GPU decode and transform rows.
+//!   loader's own decode and transform counters give the GPU decode and transform rows; on
+//!   its CPU path, the transform counters give the CPU transform row (what bounds raw records).
 //! - [`consumer`]: the simulated training step (a busy GPU kernel, or a host sleep).
 //! - [`report`]: the table and the JSON.
 //! - [`verdict`]: the bound, by how much, what would move it, and the closed-loop
@@ -409,22 +410,26 @@ impl<'a> Measurement<'a> {
         self.stages.end_to_end = e2e.stage;
 
         let no_gpu_reason = &self.dev.no_gpu_reason;
-        let (gpu_decode, transform) = match gpu {
-            None => (
-                StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
-                StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
-            ),
-            Some(_) => (
-                match gpu_decode_alone {
-                    Some(row) if row.img_per_s.is_some() => row,
-                    // The decoder alone could not run: the loader's counters, if any.
-                    _ => pipeline::gpu_decode_from_loader(&loader_caps),
-                },
-                pipeline::gpu_transform_from_loader(&loader_caps),
-            ),
+        let gpu_decode = match gpu {
+            None => StageReport::skipped(format!("no GPU: {no_gpu_reason}")),
+            Some(_) => match gpu_decode_alone {
+                Some(row) if row.img_per_s.is_some() => row,
+                // The decoder alone could not run: the loader's counters, if any.
+                _ => pipeline::gpu_decode_from_loader(&loader_caps),
+            },
+        };
+        // The transforms of the path that ran: on the CPU path they are a stage of their
+        // own, the one that bounds raw records.
+        let transform = if loader_caps.gpu_path {
+            let row = pipeline::gpu_transform_from_loader(&loader_caps);
+            caps.transform = row.img_per_s;
+            row
+        } else {
+            let row = pipeline::cpu_transform_from_loader(&loader_caps);
+            caps.cpu_transform = row.img_per_s;
+            row
         };
         caps.gpu_decode = gpu_decode.img_per_s;
-        caps.transform = transform.img_per_s;
         self.stages.gpu_decode = gpu_decode;
         self.stages.transform = transform;
         if gpu.is_some() && !loader_caps.gpu_path {

@@ -41,6 +41,8 @@ pub struct LoaderCapacities {
     pub decode: Option<f64>,
     /// Transform stage, img/s.
     pub transform: Option<f64>,
+    /// Threads the transform stage ran on.
+    pub transform_threads: u64,
     /// H2D stage, img/s (GPU path).
     pub h2d: Option<f64>,
     /// Images per decode route (`nvjpeg_hw`, `cpu_zune`, …).
@@ -353,6 +355,7 @@ fn loader_capacities(stats: &Stats, built: &BuiltLoader) -> LoaderCapacities {
     LoaderCapacities {
         decode: capacity(Stage::Decode),
         transform: capacity(Stage::Transform),
+        transform_threads: stats.stage(Stage::Transform).map_or(0, |s| s.threads),
         h2d: capacity(Stage::H2d),
         routes,
         gpu_path: built.gpu_path,
@@ -390,6 +393,24 @@ pub fn gpu_transform_from_loader(caps: &LoaderCapacities) -> StageReport {
             "loader GPU path transform kernel counters during end to end",
         ),
         None => StageReport::skipped("the loader's GPU path recorded no transform time"),
+    }
+}
+
+/// The transform row of the CPU path, from the loader's transform counters there: the
+/// crop, resize, flip and normalize that bound raw records, which have nothing to decode.
+pub fn cpu_transform_from_loader(caps: &LoaderCapacities) -> StageReport {
+    match caps.transform {
+        Some(v) if !caps.gpu_path => StageReport::measured(
+            v,
+            format!(
+                "loader CPU path transform counters during end to end, {} threads (CPU transforms: no GPU transforms on this path)",
+                caps.transform_threads
+            ),
+        )
+        .with("threads", caps.transform_threads as f64),
+        _ => StageReport::skipped(
+            "the loader's CPU path recorded no transform time (see the end_to_end row)",
+        ),
     }
 }
 

@@ -74,7 +74,7 @@ pub struct Stages {
     pub h2d: StageReport,
     /// GPU decode.
     pub gpu_decode: StageReport,
-    /// GPU transforms.
+    /// Transforms: on the GPU path the fused kernel, on the CPU path the loader's CPU transforms.
     pub transform: StageReport,
     /// The whole pipeline through the loader.
     pub end_to_end: StageReport,

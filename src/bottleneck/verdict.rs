@@ -41,6 +41,9 @@ pub enum Bound {
     Pcie,
     /// GPU transforms.
     Gpu,
+    /// CPU transforms (the CPU path's crop, resize, flip and normalize), which set the
+    /// pace where nothing is decoded (raw records) or decode is cheap.
+    Transform,
     /// The training step itself: the input keeps up.
     Consumer,
     /// Every stage alone is faster than the step, yet the pipeline starves it:
@@ -56,6 +59,7 @@ impl Bound {
             Bound::Decode => "decode",
             Bound::Pcie => "pcie",
             Bound::Gpu => "gpu",
+            Bound::Transform => "transform",
             Bound::Consumer => "consumer",
             Bound::Loader => "loader",
         }
@@ -93,6 +97,8 @@ pub struct Capacities {
     pub gpu_decode: Option<f64>,
     /// GPU transforms.
     pub transform: Option<f64>,
+    /// CPU transforms, from the loader's CPU path counters (its threads together).
+    pub cpu_transform: Option<f64>,
     /// The simulated step's demand: batch / step time.
     pub consumer: Option<f64>,
     /// Measured end-to-end throughput.
@@ -267,6 +273,7 @@ fn candidates(c: &Capacities, path: PipelinePath) -> Vec<Candidate> {
     match path {
         PipelinePath::Cpu => {
             push(Bound::Decode, "CPU decode", c.cpu_decode);
+            push(Bound::Transform, "CPU transforms", c.cpu_transform);
             push(Bound::Pcie, "H2D", c.h2d);
         }
         PipelinePath::Gpu => {
@@ -383,6 +390,14 @@ fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (Str
                 fmt_rate(first.img_per_s)
             ),
             "lower the output size or fuse the transforms into one kernel",
+        ),
+        Bound::Transform => (
+            format!(
+                "transform-bound: CPU transforms {} img/s on {} cores",
+                fmt_rate(first.img_per_s),
+                c.cores.max(1)
+            ),
+            "run the transforms on the GPU (--device cuda), add cores, or lower the output size",
         ),
         Bound::Consumer => (
             format!(
@@ -653,6 +668,48 @@ mod tests {
         let none = judge(&Capacities::default());
         assert_eq!(none.bound, None);
         assert!(none.text.starts_with("no verdict"));
+    }
+
+    #[test]
+    fn cpu_transforms_bound_raw_records_on_the_cpu_path() {
+        // Raw records: nothing to decode, a warm read far above what the CPU
+        // transforms manage. Storage was named before, at 4 % of the end-to-end rate.
+        let c = Capacities {
+            path: Some(PipelinePath::Cpu),
+            read: Some(67_663.0),
+            read_mb_per_s: Some(10_319.0),
+            read_cached: true,
+            cpu_transform: Some(2_900.0),
+            end_to_end: Some(2_605.0),
+            cores: 2,
+            ..Default::default()
+        };
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Transform), "{}", v.text);
+        assert!(
+            v.text.starts_with(
+                "transform-bound: CPU transforms 2,900 img/s on 2 cores < storage read (warm) 67,663 img/s"
+            ),
+            "{}",
+            v.text
+        );
+        assert!(v.text.contains("--device cuda"), "{}", v.text);
+        assert!(v.text.ends_with("= 90% of the bound"), "{}", v.text);
+        assert_eq!(Bound::Transform.name(), "transform");
+
+        // With JPEG records the slower of decode and transforms is named.
+        let mut c = cpu_caps();
+        c.cpu_transform = Some(30_000.0);
+        assert_eq!(judge(&c).bound, Some(Bound::Decode));
+        c.cpu_transform = Some(900.0);
+        assert_eq!(judge(&c).bound, Some(Bound::Transform));
+    }
+
+    #[test]
+    fn cpu_transforms_do_not_count_on_the_gpu_path() {
+        let mut c = gpu_caps();
+        c.cpu_transform = Some(10.0);
+        assert_eq!(judge(&c).bound, Some(Bound::Decode));
     }
 
     #[test]
