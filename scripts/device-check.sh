@@ -20,7 +20,7 @@
 # then, at once while the machine is warm (about 250-300 s: the loader's GPU tests, one
 # JPEG and one raw loader run, and the GPU path under a process limit):
 #   PARTS="2*" QUICK=1 PART_TIMEOUT=280 bash scripts/device-check.sh
-# Parts 30 and 40-* (bench, node share, Python) need a session of their own.
+# Parts 30, 35 and 40-* (bench, cold epochs, node share, Python) need a session of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The binaries are unpacked outside the tree, afresh each run (a second, same-named

@@ -8,16 +8,17 @@
 //! ```
 //!
 //! Flags: `--dataset DIR` (a converted dataset), `--order sequential|global`, `--batch N`,
-//! `--size PX`, `--workers N`, `--prefetch N`, `--warm` (keep the page cache: the cost of
-//! the hints when nothing is read from storage). Prints one JSON line: images/s, and MB/s
-//! of shard bytes (records × mean stored bytes per record).
+//! `--size PX`, `--workers N`, `--prefetch N`, `--device cpu|cuda|cuda:N` (the loader's
+//! backend; default cpu), `--warm` (keep the page cache: the cost of the hints when
+//! nothing is read from storage). Prints one JSON line: images/s, and MB/s of shard bytes
+//! (records × mean stored bytes per record).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Instant;
 
 use stoker_formats::Dataset;
-use stoker_loader::{Loader, Output, Shuffle, Transform};
+use stoker_loader::{Device, Loader, Output, Shuffle, Transform};
 
 struct Args {
     dataset: String,
@@ -26,6 +27,7 @@ struct Args {
     size: u32,
     workers: usize,
     prefetch: Option<usize>,
+    device: Device,
     warm: bool,
 }
 
@@ -37,6 +39,7 @@ fn parse() -> Result<Args, String> {
         size: 64,
         workers: 2,
         prefetch: None,
+        device: Device::Cpu,
         warm: false,
     };
     let mut it = std::env::args().skip(1);
@@ -50,6 +53,7 @@ fn parse() -> Result<Args, String> {
             "--size" => args.size = num(value()?)? as u32,
             "--workers" => args.workers = num(value()?)?,
             "--prefetch" => args.prefetch = Some(num(value()?)?),
+            "--device" => args.device = device(&value()?)?,
             "--warm" => args.warm = true,
             other => return Err(format!("unknown flag {other}")),
         }
@@ -58,6 +62,20 @@ fn parse() -> Result<Args, String> {
         return Err("--dataset DIR is needed".into());
     }
     Ok(args)
+}
+
+/// `cpu`, `cuda` (device 0) or `cuda:N`. Unlike `Device::Auto`, a missing GPU is an
+/// error here: a CPU figure must not pass for a GPU one.
+fn device(v: &str) -> Result<Device, String> {
+    match v {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => v
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| format!("--device {v}: expected cpu, cuda or cuda:N")),
+    }
 }
 
 /// Drops the shard files' pages from the page cache, as `stoker bench`'s storage stage
@@ -88,6 +106,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .shuffle(shuffle)
         .transform(Transform::center_crop_default(args.size))
         .output(Output::U8Nhwc)
+        .device(args.device)
         .workers(args.workers);
     if let Some(p) = args.prefetch {
         builder = builder.prefetch(p);
@@ -109,9 +128,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shard_bytes = ds.manifest().shard_bytes();
     let mb = images as f64 * shard_bytes as f64 / ds.len().max(1) as f64 / 1e6;
     println!(
-        "{{\"order\": \"{}\", \"read_ahead\": {}, \"warm\": {}, \"images\": {images}, \"seconds\": {secs:.3}, \"img_per_s\": {:.1}, \"mb_per_s\": {:.1}}}",
+        "{{\"order\": \"{}\", \"device\": \"{}\", \"STOKER_READ_AHEAD\": {:?}, \"warm\": {}, \"images\": {images}, \"seconds\": {secs:.3}, \"img_per_s\": {:.1}, \"mb_per_s\": {:.1}}}",
         args.order,
-        std::env::var("STOKER_READ_AHEAD").map_or(true, |v| v != "0"),
+        match args.device {
+            Device::Cuda(n) => format!("cuda:{n}"),
+            _ => "cpu".to_string(),
+        },
+        // As set (the loader reads 0, false, off and no as off).
+        std::env::var("STOKER_READ_AHEAD").unwrap_or_default(),
         args.warm,
         images as f64 / secs,
         mb / secs
