@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes};
+use pyo3::types::PyBytes;
 use stoker_formats::{ConvertOptions, Encoding, Layout, Part, Progress, ResizeMode, Source};
 
+use crate::args::{self, Bounds};
 use crate::errors::format_error;
 use crate::logging::Call;
 use crate::signals::SIGNAL_CHECK;
@@ -42,8 +43,9 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// them from Slurm's or Kubernetes' array variables: a training script may run in an
 /// array for other reasons).
 ///
-/// Raises ``TypeError`` for a ``part`` or ``parts`` that is not an int (a bool is not),
-/// ``ValueError`` for bad options, ``FileNotFoundError`` for a missing
+/// Raises ``TypeError`` for an argument of the wrong type (a bool is not an int),
+/// ``ValueError`` for bad options (a number out of range, named by its keyword),
+/// ``FileNotFoundError`` for a missing
 /// source, ``stoker.StokerError`` for the rest (an output that already holds a
 /// dataset, a bad input with ``strict=True``, ...). Ctrl-C stops the conversion
 /// within a fraction of a second (``KeyboardInterrupt``); what was finished stays, and
@@ -63,21 +65,21 @@ pub(crate) fn convert<'py>(
     out: PathBuf,
     list: Option<PathBuf>,
     encoding: &str,
-    max_side: Option<u32>,
-    quality: u8,
-    size: Option<(u32, u32)>,
+    #[pyo3(from_py_with = args::max_side)] max_side: Option<u32>,
+    #[pyo3(from_py_with = args::quality)] quality: u8,
+    #[pyo3(from_py_with = args::raw_size)] size: Option<(u32, u32)>,
     resize: &str,
-    jobs: Option<usize>,
-    shard_size: u64,
-    shards: Option<u64>,
+    #[pyo3(from_py_with = args::jobs)] jobs: Option<usize>,
+    #[pyo3(from_py_with = args::shard_size)] shard_size: u64,
+    #[pyo3(from_py_with = args::shards)] shards: Option<u64>,
     resume: bool,
     strict: bool,
-    max_pixels: u64,
-    max_file_size: u64,
+    #[pyo3(from_py_with = args::max_pixels)] max_pixels: u64,
+    #[pyo3(from_py_with = args::max_file_size)] max_file_size: u64,
     gpu_friendly: bool,
     check: bool,
     shuffle: bool,
-    seed: Option<u64>,
+    #[pyo3(from_py_with = args::convert_seed)] seed: Option<u64>,
     layout: &str,
     part: Option<Bound<'py, PyAny>>,
     parts: Option<Bound<'py, PyAny>>,
@@ -163,11 +165,9 @@ pub(crate) fn parse_resize(resize: &str) -> PyResult<ResizeMode> {
 
 /// The part `part=`/`parts=` ask for (both or neither), as `convert` and `Writer` take them.
 ///
-/// The values come as Python objects, not `u32`s, for messages that name the keyword:
-/// PyO3 would take `True` as 1 (a bool is an int to Python), so `part=True` wrote part 1,
-/// and a negative value raised a bare `OverflowError`. A bool or a non-integer is a
-/// `TypeError`, a value out of range a `ValueError`; an object with `__index__` (a NumPy
-/// integer) counts as an int.
+/// The values come as Python objects, not `u32`s, for a message that says what is wrong
+/// with the two together (`part=3, parts=3`); each is read as every int argument is
+/// ([`args::int`]: a bool is a `TypeError`, not part 1).
 pub(crate) fn parse_part(
     part: Option<&Bound<'_, PyAny>>,
     parts: Option<&Bound<'_, PyAny>>,
@@ -197,35 +197,16 @@ pub(crate) fn parse_part(
     )))
 }
 
-/// The integer given as `name=` (`part=` or `parts=`), refusing a bool.
+/// The integer given as `name=` (`part=` or `parts=`). Any `i64` passes, for
+/// `parse_part` to say what is wrong with the two together; past it, the hint is the
+/// bound that matters.
 fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
-    if value.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
-            "{name}={value} is a bool: {name}= takes an int"
-        )));
-    }
-    value.extract::<i64>().map_err(|e| {
-        if e.is_instance_of::<PyOverflowError>(value.py()) {
-            // `str` of an int past 4300 digits raises: then the message goes without it.
-            let shown = value.str().map(|s| s.to_string()).unwrap_or_default();
-            let sign = value.lt(0).unwrap_or(false);
-            let (what, hint) = match (name, sign) {
-                (_, true) => ("a negative int", "it counts from 0".to_string()),
-                ("part", false) => ("too large", "it is below parts=".to_string()),
-                _ => (
-                    "too large",
-                    format!("at most {} parts", stoker_formats::MAX_PARTS),
-                ),
-            };
-            PyValueError::new_err(format!("{name}={shown} is {what}: {hint}"))
-        } else {
-            let kind = value
-                .get_type()
-                .name()
-                .map_or_else(|_| "?".to_string(), |n| n.to_string());
-            PyTypeError::new_err(format!("{name}= takes an int, not {kind}"))
-        }
-    })
+    let above = match name {
+        "part" => "it is below parts=".to_string(),
+        _ => format!("at most {} parts", stoker_formats::MAX_PARTS),
+    };
+    let bounds = Bounds::at_least(i64::MIN.into()).saying("it counts from 0", &above);
+    args::int(value, name, bounds)
 }
 
 /// Merges the parts of a partitioned conversion (``convert(..., part=I, parts=N)``

@@ -26,6 +26,7 @@
 //!     x = np.from_dlpack(images)      # float32 [64, 3, 224, 224], no copy
 //! ```
 
+mod args;
 mod batch;
 mod capsule;
 mod dataset;

@@ -10,6 +10,7 @@ use stoker_loader::{
     Device, LoaderBuilder, LoaderError, LoaderState, OnError, Output, Shuffle, Transform,
 };
 
+use crate::args;
 use crate::dataset::{json_to_py, Dataset};
 use crate::epoch::{Epoch, EpochShared, PendingEpoch, StoppedBy, Which};
 use crate::errors::{loader_error, warn, StokerError};
@@ -61,6 +62,11 @@ use crate::sampler::LoaderSampler;
 /// ``"auto"`` (blocking when there is a CPU share); ``gpu_cpu_share``, the fraction of
 /// each batch's engine-decodable JPEGs decoded on the CPUs beside the JPEG engines.
 ///
+/// A bool where a number is wanted is a ``TypeError`` (``batch_size=True`` is not a
+/// batch of one, nor ``hflip=True`` a flip of every image), and so is a float where an
+/// int is; a number out of range (a negative count, a ``nan``) is a ``ValueError``
+/// naming its keyword.
+///
 /// Iterate with ``for images, labels in loader`` (the epoch set by ``set_epoch`` or
 /// ``load_state_dict``, else the one after the last begun: as with a PyTorch
 /// ``DataLoader``, a loop left early with ``break`` does not repeat its epoch) or
@@ -104,32 +110,32 @@ impl Loader {
     fn new(
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
-        batch_size: usize,
+        #[pyo3(from_py_with = args::batch_size)] batch_size: usize,
         shuffle: Option<&Bound<'_, PyAny>>,
-        seed: u64,
-        quasi_block: u32,
+        #[pyo3(from_py_with = args::seed)] seed: u64,
+        #[pyo3(from_py_with = args::quasi_block)] quasi_block: u32,
         drop_last: bool,
         crop: &str,
-        size: u32,
-        resize: Option<u32>,
-        scale: Option<(f64, f64)>,
-        ratio: Option<(f64, f64)>,
-        hflip: f64,
-        mean: Option<[f32; 3]>,
-        std: Option<[f32; 3]>,
+        #[pyo3(from_py_with = args::crop_size)] size: u32,
+        #[pyo3(from_py_with = args::resize)] resize: Option<u32>,
+        #[pyo3(from_py_with = args::scale)] scale: Option<(f64, f64)>,
+        #[pyo3(from_py_with = args::ratio)] ratio: Option<(f64, f64)>,
+        #[pyo3(from_py_with = args::hflip)] hflip: f64,
+        #[pyo3(from_py_with = args::mean)] mean: Option<[f32; 3]>,
+        #[pyo3(from_py_with = args::std)] std: Option<[f32; 3]>,
         dtype: Option<&Bound<'_, PyAny>>,
         layout: Option<&str>,
         device: Option<&Bound<'_, PyAny>>,
-        rank: Option<usize>,
-        world_size: Option<usize>,
-        prefetch: Option<usize>,
-        workers: Option<usize>,
+        #[pyo3(from_py_with = args::rank)] rank: Option<usize>,
+        #[pyo3(from_py_with = args::world_size)] world_size: Option<usize>,
+        #[pyo3(from_py_with = args::prefetch)] prefetch: Option<usize>,
+        #[pyo3(from_py_with = args::workers)] workers: Option<usize>,
         on_error: &str,
         prefetch_next_epoch: bool,
-        pinned_memory: Option<u64>,
-        page_lock_limit: Option<u64>,
+        #[pyo3(from_py_with = args::pinned_memory)] pinned_memory: Option<u64>,
+        #[pyo3(from_py_with = args::page_lock_limit)] page_lock_limit: Option<u64>,
         gpu_waits: &str,
-        gpu_cpu_share: Option<f32>,
+        #[pyo3(from_py_with = args::gpu_cpu_share)] gpu_cpu_share: Option<f32>,
     ) -> PyResult<Self> {
         let _logs = Call::new(py);
         let dataset = match data.cast::<Dataset>() {
@@ -265,7 +271,7 @@ impl Loader {
 
     /// The epoch the next ``for ... in loader`` runs (like
     /// ``DistributedSampler.set_epoch``: the order and augmentations depend on it).
-    fn set_epoch(&self, epoch: u64) -> PyResult<()> {
+    fn set_epoch(&self, #[pyo3(from_py_with = args::epoch)] epoch: u64) -> PyResult<()> {
         self.inner()?;
         *lock(&self.next_epoch) = Some(epoch);
         Ok(())
@@ -276,7 +282,11 @@ impl Loader {
     /// first ``next`` raises ``ValueError``, and the state stays pending). It starts at
     /// its first ``next``, and stops this loader's earlier iterators: their next ``next``
     /// raises ``stoker.StokerError``.
-    fn epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<Epoch> {
+    fn epoch(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::epoch)] epoch: u64,
+    ) -> PyResult<Epoch> {
         let _logs = Call::new(py);
         self.iterator(py, Which::Fixed(epoch))
     }
@@ -595,23 +605,12 @@ impl GpuSettings<'_> {
             .map_err(|_| bad("gpu_waits", self.waits, "\"auto\", \"spin\" or \"block\""))?;
         builder = builder.gpu_waits(waits);
         if let Some(bytes) = self.pinned_memory {
-            if bytes == 0 {
-                return Err(PyValueError::new_err(
-                    "pinned_memory=0: want a number of bytes above 0",
-                ));
-            }
             builder = builder.pinned_memory(bytes);
         }
         if let Some(bytes) = self.page_lock_limit {
             builder = builder.page_lock_limit(bytes);
         }
         if let Some(share) = self.cpu_share {
-            // The builder clamps; a value outside is more likely a mistake.
-            if !(0.0..=1.0).contains(&share) {
-                return Err(PyValueError::new_err(format!(
-                    "gpu_cpu_share={share}: want a fraction from 0.0 to 1.0"
-                )));
-            }
             builder = builder.gpu_cpu_share(share);
         }
         Ok(builder)

@@ -26,7 +26,11 @@ impl LoaderSampler {
 impl LoaderSampler {
     /// The epoch the loader's next iterator runs (``Loader.set_epoch``); also an
     /// iterator made but not started yet (its first ``next`` is after this call).
-    fn set_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
+    fn set_epoch(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = crate::args::epoch)] epoch: u64,
+    ) -> PyResult<()> {
         self.loader.call_method1(py, "set_epoch", (epoch,))?;
         Ok(())
     }

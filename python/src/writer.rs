@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes};
 use stoker_formats::{FormatError, SampleOptions, SampleWriter};
 
+use crate::args;
 use crate::dataset::{json_to_py, parse_encoding, parse_resize};
 use crate::errors::format_error;
 use crate::locks::{lock_detached, Turn, Turns};
@@ -29,7 +30,8 @@ use crate::logging::Call;
 /// is recorded in the manifest as where the samples came from. The other keywords are
 /// ``stoker.convert``'s: ``encoding``, ``max_side``, ``quality``, ``size``, ``resize``,
 /// ``jobs``, ``shard_size``, ``strict``, ``max_pixels``, ``max_file_size``,
-/// ``gpu_friendly``, ``check``.
+/// ``gpu_friendly``, ``check``, checked alike (a ``TypeError`` for a bool where a number
+/// is wanted, a ``ValueError`` naming the keyword for a number out of range).
 ///
 /// ``part`` and ``parts`` (both or neither) write part ``part`` of ``parts`` of one
 /// dataset into ``out/part-IIIII-of-NNNNN/``, as ``stoker.convert(..., part=, parts=)``
@@ -91,15 +93,15 @@ impl Writer {
         classes: Option<Vec<String>>,
         source: Option<String>,
         encoding: &str,
-        max_side: Option<u32>,
-        quality: u8,
-        size: Option<(u32, u32)>,
+        #[pyo3(from_py_with = args::max_side)] max_side: Option<u32>,
+        #[pyo3(from_py_with = args::quality)] quality: u8,
+        #[pyo3(from_py_with = args::raw_size)] size: Option<(u32, u32)>,
         resize: &str,
-        jobs: Option<usize>,
-        shard_size: u64,
+        #[pyo3(from_py_with = args::jobs)] jobs: Option<usize>,
+        #[pyo3(from_py_with = args::shard_size)] shard_size: u64,
         strict: bool,
-        max_pixels: u64,
-        max_file_size: u64,
+        #[pyo3(from_py_with = args::max_pixels)] max_pixels: u64,
+        #[pyo3(from_py_with = args::max_file_size)] max_file_size: u64,
         gpu_friendly: bool,
         check: bool,
         part: Option<Bound<'_, PyAny>>,

@@ -1,0 +1,392 @@
+//! Numeric arguments, checked before they become Rust settings.
+//!
+//! PyO3 alone takes `True` for the int 1 (a bool is an int to Python), so
+//! `Loader(batch_size=True)` made batches of one and `hflip=True` flipped every image;
+//! it raises a bare `OverflowError` for `jobs=-1`, whose message does not name the
+//! keyword. Here a bool or another type is a `TypeError`, and a value out of range (or a
+//! float that is not finite) a `ValueError`, each naming the keyword.
+//!
+//! The keywords with a range have their extractor below, for
+//! `#[pyo3(from_py_with = args::NAME)]`: the signature keeps its default
+//! (`quality=90`), and the ranges are in one list. The bounds the Rust options check
+//! again with more to say (`jobs` past the most threads, `shard_size` under 64 KiB,
+//! `size` past 16384) are left to them.
+
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBool;
+
+/// The integer types arguments become.
+pub(crate) trait Int: TryFrom<i128> {
+    /// The type's largest value.
+    const MAX: i128;
+}
+
+macro_rules! int_types {
+    ($($t:ty),*) => { $(impl Int for $t { const MAX: i128 = <$t>::MAX as i128; })* };
+}
+int_types!(u8, u32, u64, usize, i64);
+
+/// The values an int argument takes, and what a value outside them is told.
+#[derive(Clone, Copy)]
+pub(crate) struct Bounds<'a> {
+    min: i128,
+    /// `None`: the type's largest value.
+    max: Option<i128>,
+    /// Said of a value below `min` or above `max` instead of the bound itself, where
+    /// the bound is not the point (`part=`: "it is below parts=").
+    below: Option<&'a str>,
+    above: Option<&'a str>,
+}
+
+impl<'a> Bounds<'a> {
+    /// `min` up to the type's largest value.
+    pub(crate) fn at_least(min: i128) -> Self {
+        Bounds {
+            min,
+            max: None,
+            below: None,
+            above: None,
+        }
+    }
+
+    /// `min` to `max`.
+    pub(crate) fn between(min: i128, max: i128) -> Self {
+        Bounds {
+            max: Some(max),
+            ..Bounds::at_least(min)
+        }
+    }
+
+    /// What a value below, or above, the bounds is told.
+    pub(crate) fn saying(self, below: &'a str, above: &'a str) -> Self {
+        Bounds {
+            below: Some(below),
+            above: Some(above),
+            ..self
+        }
+    }
+}
+
+/// `value`, the argument `name=`, as a `T` within `bounds`: a `TypeError` for a bool or
+/// a non-integer, a `ValueError` out of range. Anything with `__index__` (a NumPy
+/// integer) is an int.
+pub(crate) fn int<T: Int>(value: &Bound<'_, PyAny>, name: &str, bounds: Bounds<'_>) -> PyResult<T> {
+    refuse_bool(value, name, "an int")?;
+    let max = bounds.max.unwrap_or(T::MAX).min(T::MAX);
+    // `None`: past the 128-bit ints, and out of range.
+    let n = match value.extract::<i128>() {
+        Ok(n) => Some(n),
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => None,
+        Err(_) => return Err(wrong_type(value, name, "an int")),
+    };
+    let fits = n.filter(|n| (bounds.min..=max).contains(n));
+    if let Some(n) = fits.and_then(|n| T::try_from(n).ok()) {
+        return Ok(n);
+    }
+    let negative = n.map_or_else(|| value.lt(0).unwrap_or(false), |n| n < 0);
+    let below = n.map_or(negative, |n| n < bounds.min);
+    let what = match (below, negative) {
+        (true, true) => "a negative int",
+        (true, false) => "too small",
+        (false, _) => "too large",
+    };
+    let range = match bounds.max {
+        Some(max) => format!("want {} to {max}", bounds.min),
+        None if below => format!("want at least {}", bounds.min),
+        None => format!("want at most {max}"),
+    };
+    let hint = match (below, bounds.below, bounds.above) {
+        (true, Some(hint), _) | (false, _, Some(hint)) => hint.to_string(),
+        _ => range,
+    };
+    Err(PyValueError::new_err(format!(
+        "{name}={} is {what}: {hint}",
+        shown(value)
+    )))
+}
+
+/// `value`, the argument `name=`, as a float for which `ok` holds (`want` says which):
+/// a `TypeError` for a bool or a non-number, a `ValueError` otherwise. An int is a
+/// float, as everywhere in Python.
+pub(crate) fn float(
+    value: &Bound<'_, PyAny>,
+    name: &str,
+    ok: impl Fn(f64) -> bool,
+    want: &str,
+) -> PyResult<f64> {
+    refuse_bool(value, name, "a float")?;
+    match value.extract::<f64>() {
+        Ok(x) if ok(x) => Ok(x),
+        Ok(_) => Err(PyValueError::new_err(format!(
+            "{name}={}: want {want}",
+            shown(value)
+        ))),
+        // An int past the floats.
+        Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => Err(PyValueError::new_err(
+            format!("{name}={} is too large: want {want}", shown(value)),
+        )),
+        Err(_) => Err(wrong_type(value, name, "a float")),
+    }
+}
+
+/// The `TypeError` for a bool given where `kind` (an int, a float) is wanted.
+fn refuse_bool(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyResult<()> {
+    if value.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name}={value} is a bool: {name}= takes {kind}"
+        )));
+    }
+    Ok(())
+}
+
+fn wrong_type(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyErr {
+    let type_name = value
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_string(), |n| n.to_string());
+    PyTypeError::new_err(format!("{name}= takes {kind}, not {type_name}"))
+}
+
+/// `str(value)`, or nothing where Python refuses it (an int past 4300 digits).
+fn shown(value: &Bound<'_, PyAny>) -> String {
+    value.str().map(|s| s.to_string()).unwrap_or_default()
+}
+
+/// `None`, or `value` through `get`.
+fn optional<T>(
+    value: &Bound<'_, PyAny>,
+    get: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<Option<T>> {
+    if value.is_none() {
+        return Ok(None);
+    }
+    get(value).map(Some)
+}
+
+/// Two values, `name[0]` and `name[1]`, through `get`.
+fn pair<T>(
+    value: &Bound<'_, PyAny>,
+    name: &str,
+    get: impl Fn(&Bound<'_, PyAny>, &str) -> PyResult<T>,
+) -> PyResult<(T, T)> {
+    let [a, b] = items::<2>(value, name)?;
+    Ok((
+        get(&a, &format!("{name}[0]"))?,
+        get(&b, &format!("{name}[1]"))?,
+    ))
+}
+
+/// The `N` items of a tuple or list given as `name=`.
+fn items<'py, const N: usize>(
+    value: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<[Bound<'py, PyAny>; N]> {
+    let wrong = || {
+        let type_name = value
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_string(), |n| n.to_string());
+        PyTypeError::new_err(format!(
+            "{name}= takes a tuple of {N} numbers, not {type_name}"
+        ))
+    };
+    // A str is a sequence too: of characters.
+    if value.is_instance_of::<pyo3::types::PyString>() {
+        return Err(wrong());
+    }
+    let items: Vec<Bound<'py, PyAny>> = value.extract().map_err(|_| wrong())?;
+    let len = items.len();
+    items
+        .try_into()
+        .map_err(|_| PyValueError::new_err(format!("{name}= takes {N} numbers, not {len}")))
+}
+
+// The keywords. Counts start at 1; seeds, ranks and epochs at 0.
+
+/// `quality=` of `convert` and `Writer`.
+pub(crate) fn quality(v: &Bound<'_, PyAny>) -> PyResult<u8> {
+    int(v, "quality", Bounds::between(1, 100))
+}
+
+/// `max_side=` of `convert` and `Writer` (the JPEG limit).
+pub(crate) fn max_side(v: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+    optional(v, |v| int(v, "max_side", Bounds::between(1, 65535)))
+}
+
+/// `size=(width, height)` of `convert` and `Writer` (raw records).
+pub(crate) fn raw_size(v: &Bound<'_, PyAny>) -> PyResult<Option<(u32, u32)>> {
+    optional(v, |v| {
+        pair(v, "size", |v, name| int(v, name, Bounds::between(1, 65535)))
+    })
+}
+
+/// `jobs=` of `convert` and `Writer`.
+pub(crate) fn jobs(v: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    optional(v, |v| int(v, "jobs", Bounds::at_least(1)))
+}
+
+/// `shard_size=` of `convert` and `Writer`.
+pub(crate) fn shard_size(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    int(v, "shard_size", Bounds::at_least(1))
+}
+
+/// `shards=` of `convert`.
+pub(crate) fn shards(v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    optional(v, |v| int(v, "shards", Bounds::at_least(1)))
+}
+
+/// `max_pixels=` of `convert` and `Writer`.
+pub(crate) fn max_pixels(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    int(v, "max_pixels", Bounds::at_least(1))
+}
+
+/// `max_file_size=` of `convert` and `Writer`.
+pub(crate) fn max_file_size(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    int(v, "max_file_size", Bounds::at_least(1))
+}
+
+/// `seed=` of `convert`.
+pub(crate) fn convert_seed(v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    optional(v, seed)
+}
+
+/// `seed=` of `Loader`.
+pub(crate) fn seed(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    int(v, "seed", Bounds::at_least(0))
+}
+
+/// `batch_size=` of `Loader`.
+pub(crate) fn batch_size(v: &Bound<'_, PyAny>) -> PyResult<usize> {
+    int(v, "batch_size", Bounds::at_least(1))
+}
+
+/// `quasi_block=` of `Loader`.
+pub(crate) fn quasi_block(v: &Bound<'_, PyAny>) -> PyResult<u32> {
+    int(v, "quasi_block", Bounds::at_least(1))
+}
+
+/// `size=` of `Loader` (the output side).
+pub(crate) fn crop_size(v: &Bound<'_, PyAny>) -> PyResult<u32> {
+    int(v, "size", Bounds::at_least(1))
+}
+
+/// `resize=` of `Loader`.
+pub(crate) fn resize(v: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+    optional(v, |v| int(v, "resize", Bounds::at_least(1)))
+}
+
+/// `rank=` of `Loader`.
+pub(crate) fn rank(v: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    optional(v, |v| int(v, "rank", Bounds::at_least(0)))
+}
+
+/// `world_size=` of `Loader`.
+pub(crate) fn world_size(v: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    optional(v, |v| int(v, "world_size", Bounds::at_least(1)))
+}
+
+/// `prefetch=` of `Loader`.
+pub(crate) fn prefetch(v: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    optional(v, |v| int(v, "prefetch", Bounds::at_least(1)))
+}
+
+/// `workers=` of `Loader`.
+pub(crate) fn workers(v: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+    optional(v, |v| int(v, "workers", Bounds::at_least(1)))
+}
+
+/// `pinned_memory=` of `Loader`.
+pub(crate) fn pinned_memory(v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    optional(v, |v| int(v, "pinned_memory", Bounds::at_least(1)))
+}
+
+/// `page_lock_limit=` of `Loader` (0: stage every record).
+pub(crate) fn page_lock_limit(v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    optional(v, |v| int(v, "page_lock_limit", Bounds::at_least(0)))
+}
+
+/// `epoch` of `Loader.set_epoch`, `Loader.epoch` and `loader.sampler.set_epoch`.
+pub(crate) fn epoch(v: &Bound<'_, PyAny>) -> PyResult<u64> {
+    int(v, "epoch", Bounds::at_least(0))
+}
+
+/// A fraction from 0 to 1.
+fn fraction(x: f64) -> bool {
+    (0.0..=1.0).contains(&x)
+}
+
+/// `hflip=` of `Loader`, a probability.
+pub(crate) fn hflip(v: &Bound<'_, PyAny>) -> PyResult<f64> {
+    float(v, "hflip", fraction, "a probability from 0.0 to 1.0")
+}
+
+/// `gpu_cpu_share=` of `Loader` (the builder would clamp; a value outside is more likely
+/// a mistake).
+pub(crate) fn gpu_cpu_share(v: &Bound<'_, PyAny>) -> PyResult<Option<f32>> {
+    optional(v, |v| {
+        float(v, "gpu_cpu_share", fraction, "a fraction from 0.0 to 1.0").map(|x| x as f32)
+    })
+}
+
+/// `scale=(lo, hi)` of `Loader`, fractions of the image's area (`lo <= hi` is the
+/// transform's check).
+pub(crate) fn scale(v: &Bound<'_, PyAny>) -> PyResult<Option<(f64, f64)>> {
+    optional(v, |v| {
+        pair(v, "scale", |v, name| {
+            float(
+                v,
+                name,
+                |x| x > 0.0 && x <= 1.0,
+                "a fraction of the area, above 0.0 and at most 1.0",
+            )
+        })
+    })
+}
+
+/// `ratio=(lo, hi)` of `Loader`, aspect ratios.
+pub(crate) fn ratio(v: &Bound<'_, PyAny>) -> PyResult<Option<(f64, f64)>> {
+    optional(v, |v| {
+        pair(v, "ratio", |v, name| {
+            float(
+                v,
+                name,
+                |x| x > 0.0 && x.is_finite(),
+                "a finite aspect ratio above 0",
+            )
+        })
+    })
+}
+
+/// `mean=` of `Loader`: three finite numbers.
+pub(crate) fn mean(v: &Bound<'_, PyAny>) -> PyResult<Option<[f32; 3]>> {
+    optional(v, |v| {
+        channels(v, "mean", |x| (x as f32).is_finite(), "a finite number")
+    })
+}
+
+/// `std=` of `Loader`: three finite numbers, none 0.
+pub(crate) fn std(v: &Bound<'_, PyAny>) -> PyResult<Option<[f32; 3]>> {
+    optional(v, |v| {
+        channels(
+            v,
+            "std",
+            |x| (x as f32).is_finite() && x as f32 != 0.0,
+            "a finite number other than 0",
+        )
+    })
+}
+
+/// One value per RGB channel, `name[0]` to `name[2]`.
+fn channels(
+    value: &Bound<'_, PyAny>,
+    name: &str,
+    ok: impl Fn(f64) -> bool + Copy,
+    want: &str,
+) -> PyResult<[f32; 3]> {
+    let mut out = [0.0; 3];
+    for (i, item) in items::<3>(value, name)?.iter().enumerate() {
+        out[i] = float(item, &format!("{name}[{i}]"), ok, want)? as f32;
+    }
+    Ok(out)
+}

@@ -1,0 +1,179 @@
+"""Numeric arguments of every entry point: a bool or another type is a `TypeError`, a
+value out of range or a float that is not finite a `ValueError`, each naming its keyword.
+
+Regression: PyO3 took `True` as the int 1 (`Loader(batch_size=True)` made batches of
+one, `hflip=True` flipped every image, `rank=True` was rank 1), and a negative or huge
+value raised a bare `OverflowError` ("can't convert negative int to unsigned") that did not
+say which keyword it was. Every case fails while the arguments are read, before anything
+is opened or written."""
+
+import inspect
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import stoker
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "data" / "sample"
+
+
+def _convert(tmp_path, **kw):
+    return stoker.convert(SAMPLE, tmp_path / "out", progress=False, **kw)
+
+
+def _writer(tmp_path, **kw):
+    return stoker.Writer(tmp_path / "out", classes=["a"], **kw)
+
+
+def _loader(tmp_path, **kw):
+    # Never opened: the arguments are refused first.
+    return stoker.Loader(tmp_path / "no-dataset", device="cpu", **kw)
+
+
+MAKERS = {"convert": _convert, "Writer": _writer, "Loader": _loader}
+
+# The int keywords: counts (0 refused) and seeds, ranks and limits that start at 0.
+COUNTS = {
+    "convert": ["max_side", "quality", "jobs", "shard_size", "shards", "max_pixels", "max_file_size"],
+    "Writer": ["max_side", "quality", "jobs", "shard_size", "max_pixels", "max_file_size"],
+    "Loader": [
+        "batch_size", "quasi_block", "size", "resize", "world_size", "prefetch", "workers",
+        "pinned_memory",
+    ],
+}
+FROM_0 = {"convert": ["seed"], "Loader": ["seed", "rank", "page_lock_limit"]}
+INTS = [
+    *[(maker, kw, True) for maker, kws in COUNTS.items() for kw in kws],
+    *[(maker, kw, False) for maker, kws in FROM_0.items() for kw in kws],
+]
+
+
+def _int_cases():
+    for maker, kw, counts in INTS:
+        cases = [
+            (True, TypeError, rf"^{kw}=True is a bool: {kw}= takes an int"),
+            (1.5, TypeError, rf"^{kw}= takes an int, not float"),
+            (math.nan, TypeError, rf"^{kw}= takes an int, not float"),
+            ("3", TypeError, rf"^{kw}= takes an int, not str"),
+            (-1, ValueError, rf"^{kw}=-1 is a negative int: want "),
+            (2**64, ValueError, rf"^{kw}={2**64} is too large: want "),
+            # Past 4300 digits `str` of an int raises: the message goes without the value.
+            (10**5000, ValueError, rf"^{kw}= is too large: want "),
+        ]
+        if counts:
+            cases.append((0, ValueError, rf"^{kw}=0 is too small: want (at least )?1"))
+        for value, error, says in cases:
+            label = "10**5000" if value == 10**5000 else repr(value)
+            yield pytest.param(maker, kw, value, error, says, id=f"{maker}-{kw}={label}")
+
+
+@pytest.mark.parametrize("maker, kw, value, error, says", list(_int_cases()))
+def test_int_arguments_refuse_bools_other_types_and_values_out_of_range(
+    tmp_path, maker, kw, value, error, says
+):
+    with pytest.raises(error, match=says):
+        MAKERS[maker](tmp_path, **{kw: value})
+    assert not (tmp_path / "out").exists()
+
+
+def _float_cases():
+    for kw in ("hflip", "gpu_cpu_share"):
+        for value, error, says in [
+            (True, TypeError, rf"^{kw}=True is a bool: {kw}= takes a float"),
+            ("0.5", TypeError, rf"^{kw}= takes a float, not str"),
+            (math.nan, ValueError, rf"^{kw}=nan: want "),
+            (math.inf, ValueError, rf"^{kw}=inf: want "),
+            (-0.5, ValueError, rf"^{kw}=-0.5: want "),
+            (1.5, ValueError, rf"^{kw}=1.5: want "),
+            (10**5000, ValueError, rf"^{kw}= is too large: want "),
+        ]:
+            label = "10**5000" if value == 10**5000 else repr(value)
+            yield pytest.param(kw, value, error, says, id=f"{kw}={label}")
+    # Tuples: each item is named by its place.
+    for kw, size in (("scale", 2), ("ratio", 2), ("mean", 3), ("std", 3)):
+        ok = (0.5,) * size
+        for value, error, says in [
+            ((True,) + ok[1:], TypeError, rf"^{kw}\[0\]=True is a bool"),
+            (ok[:-1] + (math.nan,), ValueError, rf"^{kw}\[{size - 1}\]=nan: want "),
+            (ok[:-1] + (math.inf,), ValueError, rf"^{kw}\[{size - 1}\]=inf: want "),
+            (ok[:-1] + ("x",), TypeError, rf"^{kw}\[{size - 1}\]= takes a float, not str"),
+            ("ab", TypeError, rf"^{kw}= takes a tuple of {size} numbers, not str"),
+            (ok[1:], ValueError, rf"^{kw}= takes {size} numbers, not {size - 1}"),
+        ]:
+            yield pytest.param(kw, value, error, says, id=f"{kw}={value!r}")
+    for kw, bad in (("scale", 0.0), ("scale", 1.5), ("ratio", 0.0), ("ratio", -1.0), ("std", 0.0)):
+        value = (bad, 0.5, 0.5) if kw == "std" else (bad, 0.5)
+        yield pytest.param(kw, value, ValueError, rf"^{kw}\[0\]={bad}: want ", id=f"{kw}={value!r}")
+
+
+@pytest.mark.parametrize("kw, value, error, says", list(_float_cases()))
+def test_float_arguments_refuse_bools_and_values_that_are_not_finite_or_in_range(
+    tmp_path, kw, value, error, says
+):
+    kws = {kw: value}
+    if kw in ("mean", "std"):
+        # Given together, or the pair is refused first.
+        kws = {"mean": (0.5,) * 3, "std": (0.5,) * 3, kw: value}
+    with pytest.raises(error, match=says):
+        _loader(tmp_path, **kws)
+
+
+@pytest.mark.parametrize("maker", ["convert", "Writer"])
+@pytest.mark.parametrize(
+    "value, error, says",
+    [
+        ((True, 8), TypeError, r"^size\[0\]=True is a bool"),
+        ((8, -1), ValueError, r"^size\[1\]=-1 is a negative int: want 1 to 65535"),
+        ((8, 2**64), ValueError, rf"^size\[1\]={2**64} is too large: want 1 to 65535"),
+        ((8, 0), ValueError, r"^size\[1\]=0 is too small: want 1 to 65535"),
+        ((8, 8.0), TypeError, r"^size\[1\]= takes an int, not float"),
+        ((8,), ValueError, r"^size= takes 2 numbers, not 1"),
+    ],    ids=["bool", "negative", "2**64", "0", "float", "one number"],
+)
+def test_the_raw_size_pair_is_two_ints_in_range(tmp_path, maker, value, error, says):
+    with pytest.raises(error, match=says):
+        MAKERS[maker](tmp_path, size=value, encoding="raw")
+
+
+@pytest.mark.parametrize("call", ["set_epoch", "epoch", "sampler.set_epoch"])
+@pytest.mark.parametrize(
+    "value, error, says",
+    [
+        (True, TypeError, r"^epoch=True is a bool: epoch= takes an int"),
+        (1.0, TypeError, r"^epoch= takes an int, not float"),
+        (-1, ValueError, r"^epoch=-1 is a negative int: want at least 0"),
+        (2**64, ValueError, rf"^epoch={2**64} is too large: want at most {2**64 - 1}"),
+    ],    ids=["bool", "float", "negative", "2**64"],
+)
+def test_epoch_numbers_are_ints_from_0(sample_dataset, call, value, error, says):
+    loader = stoker.Loader(sample_dataset, 4, device="cpu")
+    target = loader.sampler if call.startswith("sampler.") else loader
+    with pytest.raises(error, match=says):
+        getattr(target, call.split(".")[-1])(value)
+    loader.close()
+
+
+def test_numpy_numbers_ints_for_floats_and_none_for_optionals_are_taken(sample_dataset, tmp_path):
+    loader = stoker.Loader(
+        sample_dataset, np.int64(4), seed=np.uint64(2**64 - 1), size=np.int32(16),
+        hflip=1, scale=[np.float32(0.5), 1], ratio=None, workers=None,
+        mean=np.array(stoker.IMAGENET_MEAN), std=stoker.IMAGENET_STD, device="cpu",
+    )
+    assert np.from_dlpack(next(iter(loader)).images).shape == (4, 3, 16, 16)
+    loader.set_epoch(np.int64(3))
+    loader.close()
+    w = _writer(tmp_path, quality=np.uint8(80), jobs=np.int16(1), max_side=None)
+    w.abort()
+
+
+def test_signatures_keep_their_defaults():
+    """The checks are `from_py_with` extractors: the defaults `help()` shows stay."""
+    loader = inspect.signature(stoker.Loader).parameters
+    defaults = (loader["batch_size"].default, loader["seed"].default, loader["size"].default)
+    assert defaults == (256, 0, 224)
+    assert loader["hflip"].default == 0.0 and loader["rank"].default is None
+    convert = inspect.signature(stoker.convert).parameters
+    assert (convert["quality"].default, convert["max_pixels"].default) == (90, 100_000_000)
+
