@@ -351,8 +351,9 @@ impl Loader {
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
     /// seed, batch size, number of ranks, dataset, ``drop_last`` or order (where
-    /// the state gives them), or past the end of the epoch (a refused state leaves the
-    /// loader and its iterators as they were). A state it takes stops this loader's
+    /// the state gives them), or past the end of the epoch, or a negative number, and
+    /// ``TypeError`` for a number that is not an int (a bool is not; a refused state leaves
+    /// the loader and its iterators as they were). A state it takes stops this loader's
     /// iterators, as a newer one would (their next ``next`` raises
     /// ``stoker.StokerError``).
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
@@ -360,8 +361,12 @@ impl Loader {
         let _logs = Call::new(py);
         // A key that is missing or None: not recorded (a state from an older stoker).
         let present = |key: &str| Ok::<_, PyErr>(state.get_item(key)?.filter(|v| !v.is_none()));
-        let optional =
-            |key: &str| -> PyResult<Option<u64>> { present(key)?.map(|v| v.extract()).transpose() };
+        // Numbers as the int arguments are checked (`True` is not epoch 1), named by key.
+        let optional = |key: &str| -> PyResult<Option<u64>> {
+            present(key)?
+                .map(|v| args::int(&v, &format!("state[{key:?}]"), args::Bounds::at_least(0)))
+                .transpose()
+        };
         let get = |key: &str| -> PyResult<u64> {
             optional(key)?.ok_or_else(|| PyKeyError::new_err(format!("state_dict has no {key:?}")))
         };
@@ -375,7 +380,9 @@ impl Loader {
             drop_last: present("drop_last")?.map(|v| v.extract()).transpose()?,
             order: parsed(present("order")?)?,
             dataset: parsed(present("dataset")?)?,
-            draws: present("draws")?.map(|v| v.extract()).transpose()?,
+            draws: present("draws")?
+                .map(|v| args::int(&v, "state[\"draws\"]", args::Bounds::at_least(0)))
+                .transpose()?,
         };
         let inner = self.inner()?;
         // The state is checked before any iterator is stopped: a refused one leaves a

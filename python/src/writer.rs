@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes};
+use pyo3::types::{PyByteArray, PyBytes};
 use stoker_formats::{FormatError, SampleOptions, SampleWriter};
 
-use crate::args;
+use crate::args::{self, Bounds};
 use crate::dataset::{json_to_py, parse_encoding, parse_resize};
 use crate::errors::format_error;
 use crate::locks::{lock_detached, Turn, Turns};
@@ -382,23 +382,10 @@ enum Image {
 /// A label as a class index: a Python or NumPy integer (anything with `__index__`) from 0
 /// up. Not a bool: `True` would be stored as class 1 without a word.
 fn class_index(label: &Bound<'_, PyAny>) -> PyResult<u32> {
-    if label.is_instance_of::<PyBool>() {
-        return Err(PyTypeError::new_err(format!(
-            "label {label}: a class index (int) is expected, not a bool"
-        )));
-    }
-    let index: i64 = match label.extract() {
-        Ok(index) => index,
-        // Any other error (a float, a str) is TypeError's own message.
-        Err(e) if !e.is_instance_of::<PyOverflowError>(label.py()) => return Err(e),
-        Err(_) => i64::MAX,
-    };
-    u32::try_from(index).map_err(|_| {
-        PyValueError::new_err(format!(
-            "label {label} is out of range: labels are class indices, from 0 to {}",
-            u32::MAX
-        ))
-    })
+    let above = format!("labels are class indices, at most {}", u32::MAX);
+    let bounds =
+        Bounds::between(0, u32::MAX.into()).saying("labels are class indices, from 0", &above);
+    args::int(label, "label", bounds)
 }
 
 /// The exception for an error of the writer: a label without a class is the caller's

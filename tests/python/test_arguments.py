@@ -177,3 +177,23 @@ def test_signatures_keep_their_defaults():
     convert = inspect.signature(stoker.convert).parameters
     assert (convert["quality"].default, convert["max_pixels"].default) == (90, 100_000_000)
 
+
+@pytest.mark.parametrize(
+    "key", ["seed", "epoch", "position", "batch_size", "world_size", "samples", "draws"]
+)
+@pytest.mark.parametrize(
+    "value, error, says",
+    [
+        (True, TypeError, r'^state\["KEY"\]=True is a bool: state\["KEY"\]= takes an int'),
+        (1.5, TypeError, r'^state\["KEY"\]= takes an int, not float'),
+        (-1, ValueError, r'^state\["KEY"\]=-1 is a negative int: want at least 0'),
+    ],    ids=["bool", "float", "negative"],
+)
+def test_the_numbers_of_a_state_dict_are_ints_from_0(sample_dataset, key, value, error, says):
+    """`True` was epoch 1 (or position 1) to `load_state_dict`, -1 a bare `OverflowError`."""
+    loader = stoker.Loader(sample_dataset, 4, device="cpu")
+    state = loader.state_dict()
+    with pytest.raises(error, match=says.replace("KEY", key)):
+        loader.load_state_dict({**state, key: value})
+    assert loader.state_dict() == state
+    loader.close()
