@@ -12,7 +12,7 @@
 //! again with more to say (`jobs` past the most threads, `shard_size` under 64 KiB,
 //! `size` past 16384) are left to them.
 
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
@@ -309,6 +309,27 @@ pub(crate) fn page_lock_limit(v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
 /// `epoch` of `Loader.set_epoch`, `Loader.epoch` and `loader.sampler.set_epoch`.
 pub(crate) fn epoch(v: &Bound<'_, PyAny>) -> PyResult<u64> {
     int(v, "epoch", Bounds::at_least(0))
+}
+
+/// A sequence index (`Dataset[i]`, `labels[i]`, `batch[i]`), taken as a list takes one: a
+/// bool is an int there, and an int past the index range is an `IndexError`, where PyO3
+/// alone raises a bare `OverflowError`.
+pub(crate) fn index(v: &Bound<'_, PyAny>) -> PyResult<isize> {
+    match v.extract::<isize>() {
+        Ok(i) => Ok(i),
+        Err(e) if e.is_instance_of::<PyOverflowError>(v.py()) => Err(PyIndexError::new_err(
+            format!("index {} is out of range", shown(v)),
+        )),
+        Err(_) => {
+            let type_name = v
+                .get_type()
+                .name()
+                .map_or_else(|_| "?".to_string(), |n| n.to_string());
+            Err(PyTypeError::new_err(format!(
+                "indices must be integers, not {type_name}"
+            )))
+        }
+    }
 }
 
 /// A fraction from 0 to 1.

@@ -10,6 +10,7 @@ use pyo3::types::{PyCapsule, PyIterator, PyList, PyTuple};
 use stoker_loader::dlpack::{sys, ConsumerStream, ManagedTensor};
 use stoker_loader::{CudaImages, DType, HostImages};
 
+use crate::args;
 use crate::capsule::{into_capsule, wants_versioned};
 use crate::errors::{loader_error, StokerError};
 
@@ -189,7 +190,7 @@ impl Labels {
         self.values.len()
     }
 
-    fn __getitem__(&self, index: isize) -> PyResult<i64> {
+    fn __getitem__(&self, #[pyo3(from_py_with = args::index)] index: isize) -> PyResult<i64> {
         let len = self.values.len() as isize;
         let i = if index < 0 { index + len } else { index };
         if !(0..len).contains(&i) {
@@ -314,7 +315,11 @@ impl Batch {
         .try_iter()
     }
 
-    fn __getitem__(&self, py: Python<'_>, i: isize) -> PyResult<Py<PyAny>> {
+    fn __getitem__(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::index)] i: isize,
+    ) -> PyResult<Py<PyAny>> {
         match i {
             0 | -2 => Ok(self.images.clone_ref(py).into_any()),
             1 | -1 => Ok(self.labels.clone_ref(py).into_any()),

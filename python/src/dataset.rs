@@ -401,9 +401,10 @@ impl Dataset {
     fn __getitem__<'py>(
         &self,
         py: Python<'py>,
-        index: i64,
+        #[pyo3(from_py_with = args::index)] index: isize,
     ) -> PyResult<(Bound<'py, PyBytes>, u32)> {
         let _logs = Call::often(py);
+        let index = index as i64;
         let len = self.inner.len() as i64;
         let i = if index < 0 { index + len } else { index };
         if !(0..len).contains(&i) {

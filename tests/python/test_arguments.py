@@ -197,3 +197,22 @@ def test_the_numbers_of_a_state_dict_are_ints_from_0(sample_dataset, key, value,
         loader.load_state_dict({**state, key: value})
     assert loader.state_dict() == state
     loader.close()
+
+
+def test_indices_are_taken_as_a_list_takes_them(sample_dataset):
+    """`Dataset[i]`, `labels[i]` and `batch[i]`: a bool is an int as for a list, an int past
+    the index range an `IndexError` (PyO3 alone raised a bare `OverflowError`), another
+    type a `TypeError`."""
+    ds = stoker.Dataset(sample_dataset)
+    batch = next(iter(stoker.Loader(sample_dataset, 4, device="cpu", size=32)))
+    for seq, n in [(ds, 15), (batch.labels, 4), (batch, 2)]:
+        assert len(seq) == n
+        assert seq[True] == seq[1] and seq[np.int64(-1)] == seq[n - 1]
+        for huge in (2**63, -(2**63) - 1, 2**64, 10**5000):
+            with pytest.raises(IndexError):
+                seq[huge]
+        with pytest.raises(IndexError):
+            seq[n]
+        for wrong in (1.0, "1", None):
+            with pytest.raises(TypeError, match="^indices must be integers, not "):
+                seq[wrong]
