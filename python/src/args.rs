@@ -12,9 +12,11 @@
 //! again with more to say (`jobs` past the most threads, `shard_size` under 64 KiB,
 //! `size` past 16384) are left to them.
 
+use std::path::PathBuf;
+
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBool;
+use pyo3::types::{PyBool, PyInt, PyString};
 
 /// The integer types arguments become.
 pub(crate) trait Int: TryFrom<i128> {
@@ -74,8 +76,19 @@ impl<'a> Bounds<'a> {
 pub(crate) fn int<T: Int>(value: &Bound<'_, PyAny>, name: &str, bounds: Bounds<'_>) -> PyResult<T> {
     refuse_bool(value, name, "an int")?;
     let max = bounds.max.unwrap_or(T::MAX).min(T::MAX);
+    // The int itself first, as Python's own int arguments take it (`operator.index`):
+    // PyO3's 128-bit extraction of an object with `__index__` also asks it for `>>`.
+    let int = if value.is_instance_of::<PyInt>() {
+        value.clone()
+    } else {
+        value
+            .py()
+            .import("operator")?
+            .call_method1("index", (value,))
+            .map_err(|_| wrong_type(value, name, "an int"))?
+    };
     // `None`: past the 128-bit ints, and out of range.
-    let n = match value.extract::<i128>() {
+    let n = match int.extract::<i128>() {
         Ok(n) => Some(n),
         Err(e) if e.is_instance_of::<PyOverflowError>(value.py()) => None,
         Err(_) => return Err(wrong_type(value, name, "an int")),
@@ -84,7 +97,7 @@ pub(crate) fn int<T: Int>(value: &Bound<'_, PyAny>, name: &str, bounds: Bounds<'
     if let Some(n) = fits.and_then(|n| T::try_from(n).ok()) {
         return Ok(n);
     }
-    let negative = n.map_or_else(|| value.lt(0).unwrap_or(false), |n| n < 0);
+    let negative = n.map_or_else(|| int.lt(0).unwrap_or(false), |n| n < 0);
     let below = n.map_or(negative, |n| n < bounds.min);
     let what = match (below, negative) {
         (true, true) => "a negative int",
@@ -132,7 +145,11 @@ pub(crate) fn float(
 
 /// The `TypeError` for a bool given where `kind` (an int, a float) is wanted.
 fn refuse_bool(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyResult<()> {
-    if value.is_instance_of::<PyBool>() {
+    // NumPy's bool is no Python bool, but it converts to 1.0 as quietly.
+    let ty = value.get_type();
+    let numpy_bool = ty.module().is_ok_and(|m| m == "numpy")
+        && ty.name().is_ok_and(|n| n == "bool" || n == "bool_");
+    if value.is_instance_of::<PyBool>() || numpy_bool {
         return Err(PyTypeError::new_err(format!(
             "{name}={value} is a bool: {name}= takes {kind}"
         )));
@@ -141,11 +158,7 @@ fn refuse_bool(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyResult<()>
 }
 
 fn wrong_type(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyErr {
-    let type_name = value
-        .get_type()
-        .name()
-        .map_or_else(|_| "?".to_string(), |n| n.to_string());
-    PyTypeError::new_err(format!("{name}= takes {kind}, not {type_name}"))
+    PyTypeError::new_err(format!("{name}= takes {kind}, not {}", type_name(value)))
 }
 
 /// `str(value)`, or nothing where Python refuses it (an int past 4300 digits).
@@ -182,24 +195,72 @@ fn items<'py, const N: usize>(
     value: &Bound<'py, PyAny>,
     name: &str,
 ) -> PyResult<[Bound<'py, PyAny>; N]> {
-    let wrong = || {
-        let type_name = value
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".to_string(), |n| n.to_string());
-        PyTypeError::new_err(format!(
-            "{name}= takes a tuple of {N} numbers, not {type_name}"
-        ))
-    };
-    // A str is a sequence too: of characters.
-    if value.is_instance_of::<pyo3::types::PyString>() {
+    let what = format!("a tuple of {N} numbers");
+    let len = sequence(value, name, &what)?;
+    if len != N {
+        return Err(PyValueError::new_err(format!(
+            "{name}= takes {N} numbers, not {len}"
+        )));
+    }
+    let mut out = Vec::with_capacity(N);
+    for i in 0..N {
+        out.push(value.get_item(i)?);
+    }
+    Ok(out
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("N items were read")))
+}
+
+/// Up to `max` items of a sequence given as `name=`, each through `get` (given the item
+/// and its index).
+///
+/// Not PyO3's `Vec` extraction, which reserves as many slots as the sequence says it has
+/// before reading any: `classes=range(10**12)` aborted the process on that allocation.
+/// Here the length is checked against `max` first and nothing is reserved by it, so a
+/// long lazy sequence of the wrong items stops at its first item.
+pub(crate) fn list<'py, T>(
+    value: &Bound<'py, PyAny>,
+    name: &str,
+    what: &str,
+    max: usize,
+    get: impl Fn(&Bound<'py, PyAny>, usize) -> PyResult<T>,
+) -> PyResult<Vec<T>> {
+    let len = sequence(value, name, what)?;
+    if len > max {
+        return Err(PyValueError::new_err(format!(
+            "{name}= has {len} items: at most {max}"
+        )));
+    }
+    let mut out = Vec::new();
+    for i in 0..len {
+        out.push(get(&value.get_item(i)?, i)?);
+    }
+    Ok(out)
+}
+
+/// Whether `value` is a sequence (a list, tuple, range, NumPy array; not a str, whose
+/// items would be its characters) and its length, or the `TypeError` saying `name=` takes
+/// `what`.
+fn sequence(value: &Bound<'_, PyAny>, name: &str, what: &str) -> PyResult<usize> {
+    let wrong = || PyTypeError::new_err(format!("{name}= takes {what}, not {}", type_name(value)));
+    // The C API's check, which PyO3's own `Vec` extraction makes: true for whatever has
+    // `__getitem__` and is not a dict (a NumPy array is no `collections.abc.Sequence`,
+    // which `cast::<PySequence>` asks for).
+    // SAFETY: `value` is a live object for the call; `PySequence_Check` only reads its
+    // type's slots and cannot fail.
+    let is_sequence = unsafe { pyo3::ffi::PySequence_Check(value.as_ptr()) } == 1;
+    if !is_sequence || value.is_instance_of::<PyString>() {
         return Err(wrong());
     }
-    let items: Vec<Bound<'py, PyAny>> = value.extract().map_err(|_| wrong())?;
-    let len = items.len();
-    items
-        .try_into()
-        .map_err(|_| PyValueError::new_err(format!("{name}= takes {N} numbers, not {len}")))
+    value.len().map_err(|_| wrong())
+}
+
+/// The name of `value`'s type, for messages.
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_string(), |n| n.to_string())
 }
 
 // The keywords. Counts start at 1; seeds, ranks and epochs at 0.
@@ -309,6 +370,33 @@ pub(crate) fn page_lock_limit(v: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
 /// `epoch` of `Loader.set_epoch`, `Loader.epoch` and `loader.sampler.set_epoch`.
 pub(crate) fn epoch(v: &Bound<'_, PyAny>) -> PyResult<u64> {
     int(v, "epoch", Bounds::at_least(0))
+}
+
+/// `classes=` of `Writer`: class names, at most one per label (labels are `u32`s).
+pub(crate) fn classes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
+    optional(v, |v| {
+        list(
+            v,
+            "classes",
+            "a list of str",
+            u32::MAX as usize,
+            |item, i| {
+                item.extract::<String>()
+                    .map_err(|_| wrong_type(item, &format!("classes[{i}]"), "a str"))
+            },
+        )
+    })
+}
+
+/// `parts=` of `merge`: part directories, at most as many as a conversion has parts.
+pub(crate) fn parts(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<PathBuf>>> {
+    optional(v, |v| {
+        let max = stoker_formats::MAX_PARTS as usize;
+        list(v, "parts", "a list of paths", max, |item, i| {
+            item.extract::<PathBuf>()
+                .map_err(|_| wrong_type(item, &format!("parts[{i}]"), "a path"))
+        })
+    })
 }
 
 /// A sequence index (`Dataset[i]`, `labels[i]`, `batch[i]`), taken as a list takes one: a

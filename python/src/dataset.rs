@@ -224,7 +224,7 @@ fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 pub(crate) fn merge<'py>(
     py: Python<'py>,
     out: PathBuf,
-    parts: Option<Vec<PathBuf>>,
+    #[pyo3(from_py_with = args::parts)] parts: Option<Vec<PathBuf>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
     // The CLI's "no parts named" means every part; an empty list given here names none.

@@ -90,7 +90,7 @@ impl Writer {
     fn new(
         py: Python<'_>,
         out: PathBuf,
-        classes: Option<Vec<String>>,
+        #[pyo3(from_py_with = args::classes)] classes: Option<Vec<String>>,
         source: Option<String>,
         encoding: &str,
         #[pyo3(from_py_with = args::max_side)] max_side: Option<u32>,

@@ -9,6 +9,8 @@ is opened or written."""
 
 import inspect
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -216,3 +218,79 @@ def test_indices_are_taken_as_a_list_takes_them(sample_dataset):
         for wrong in (1.0, "1", None):
             with pytest.raises(TypeError, match="^indices must be integers, not "):
                 seq[wrong]
+
+
+# Run in a child: before the fix these aborted the process (an allocation of as many
+# slots as the sequence claims) or read for ever (an object without an end).
+_SEQUENCES = r'''
+import sys, stoker
+kind, arg, where = sys.argv[1:]
+
+class Endless:
+    """Items for ever and no length: `__getitem__` never raises IndexError."""
+    def __getitem__(self, i):
+        return 0.5
+
+value = range(10**12) if kind == "long" else Endless()
+try:
+    if arg == "classes":
+        stoker.Writer(where, classes=value)
+    elif arg == "parts":
+        stoker.merge(where, parts=value)
+    elif arg == "size":  # the raw size pair, the Writer's
+        stoker.Writer(where, encoding="raw", size=value)
+    else:
+        stoker.Loader(where, device="cpu", **{arg: value})
+except (TypeError, ValueError) as e:
+    print(type(e).__name__, e)
+'''
+
+
+@pytest.mark.parametrize("kind", ["long", "endless"])
+@pytest.mark.parametrize("arg", ["scale", "ratio", "mean", "std", "size", "classes", "parts"])
+def test_long_or_endless_sequences_are_refused_without_reading_them(tmp_path, kind, arg):
+    run = subprocess.run(
+        [sys.executable, "-c", _SEQUENCES, kind, arg, str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    if kind == "endless":
+        assert run.stdout.startswith(f"TypeError {arg}= takes "), run.stdout
+    elif arg in ("classes", "parts"):
+        assert run.stdout.startswith(f"ValueError {arg}= has 1000000000000 items: at most"), run.stdout
+    else:
+        assert run.stdout.startswith(f"ValueError {arg}= takes "), run.stdout
+        assert "not 1000000000000" in run.stdout, run.stdout
+
+
+def test_short_lazy_sequences_of_the_wrong_items_stop_at_the_first(tmp_path):
+    with pytest.raises(TypeError, match=r"^classes\[0\]= takes a str, not int"):
+        stoker.Writer(tmp_path / "out", classes=range(10**9))
+    with pytest.raises(TypeError, match=r"^parts\[0\]= takes a path, not int"):
+        stoker.merge(tmp_path / "out", parts=range(99_999))
+    with pytest.raises(TypeError, match=r"^classes= takes a list of str, not str"):
+        stoker.Writer(tmp_path / "out", classes="abc")
+
+
+class _OnlyIndex:
+    """An int by `__index__` alone, as `operator.index` takes one."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __index__(self):
+        return self.n
+
+
+def test_index_only_ints_are_taken_and_numpy_bools_are_bools(sample_dataset):
+    loader = stoker.Loader(sample_dataset, _OnlyIndex(4), size=_OnlyIndex(16), device="cpu")
+    assert np.from_dlpack(next(iter(loader)).images).shape == (4, 3, 16, 16)
+    loader.close()
+    with pytest.raises(ValueError, match=r"^batch_size=.* is a negative int"):
+        stoker.Loader(sample_dataset, _OnlyIndex(-4), device="cpu")
+    with pytest.raises(TypeError, match=r"^hflip=True is a bool: hflip= takes a float"):
+        stoker.Loader(sample_dataset, 4, hflip=np.True_, device="cpu")
+    with pytest.raises(TypeError, match=r"^mean\[0\]=True is a bool"):
+        stoker.Loader(sample_dataset, 4, mean=(np.True_, 0.5, 0.5), device="cpu")
+    with pytest.raises(TypeError, match=r"^batch_size=True is a bool"):
+        stoker.Loader(sample_dataset, np.True_, device="cpu")
