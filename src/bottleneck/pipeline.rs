@@ -53,13 +53,22 @@ pub struct LoaderCapacities {
     pub gpu_path_reason: Option<String>,
 }
 
-/// Builds the bench's loader: RandomResizedCrop(size) + flip + normalize to f32 NCHW.
+/// Builds the bench's loader: RandomResizedCrop(size) + flip + normalize to f32 NCHW. On
+/// the CPU path its workers are the `cores` the CPU stages use (`--threads`), so that its
+/// decode and transforms run on the cores the verdict names.
 fn build_loader(
     ds: &Dataset,
     opts: &BenchOptions,
     device: Device,
+    cores: usize,
 ) -> Result<Loader, stoker_loader::LoaderError> {
-    Loader::builder(ds.clone())
+    let builder = Loader::builder(ds.clone());
+    let builder = if device == Device::Cpu {
+        builder.workers(cores)
+    } else {
+        builder
+    };
+    builder
         .batch_size(opts.batch)
         .shuffle(Shuffle::Global { seed: 0 })
         .drop_last(false)
@@ -92,7 +101,9 @@ pub fn end_to_end(
     budget: Duration,
     tick: &(dyn Fn(f64) + Sync),
 ) -> (EndToEnd, LoaderCapacities) {
-    let skipped = |reason: String| {
+    // A row with the reason; the capacities still say which path was built, so that the
+    // transform row and the verdict speak of that path when it fails mid-run.
+    let skipped = |reason: String, built: Option<&BuiltLoader>| {
         (
             EndToEnd {
                 stage: StageReport::skipped(reason),
@@ -101,12 +112,16 @@ pub fn end_to_end(
                 gpu_util: None,
                 bad_records: 0,
             },
-            LoaderCapacities::default(),
+            LoaderCapacities {
+                gpu_path: built.is_some_and(|b| b.gpu_path),
+                gpu_path_reason: built.and_then(|b| b.gpu_path_reason.clone()),
+                ..LoaderCapacities::default()
+            },
         )
     };
-    let built = match open_loader(ds, opts, gpu) {
+    let built = match open_loader(ds, opts, gpu, cores) {
         Ok(b) => b,
-        Err(reason) => return skipped(reason),
+        Err(reason) => return skipped(reason, None),
     };
     let (mut step, step_note) = Step::new(
         opts.consumer_ms,
@@ -118,7 +133,7 @@ pub fn end_to_end(
     );
     let window = match timed_window(&built.loader, &mut step, budget, tick) {
         Ok(w) => w,
-        Err(reason) => return skipped(reason),
+        Err(reason) => return skipped(reason, Some(&built)),
     };
     summarize(&built, &step, &step_note, &window, opts, cores)
 }
@@ -140,22 +155,23 @@ fn open_loader(
     ds: &Dataset,
     opts: &BenchOptions,
     gpu: Option<(&Arc<CudaContext>, usize)>,
+    cores: usize,
 ) -> Result<BuiltLoader, String> {
     let mut path_note = String::new();
     let mut gpu_path_reason = None;
     let (loader, gpu_path) = match gpu {
-        Some((_, ordinal)) => match build_loader(ds, opts, Device::Cuda(ordinal)) {
+        Some((_, ordinal)) => match build_loader(ds, opts, Device::Cuda(ordinal), cores) {
             Ok(l) => (l, true),
             Err(e) => {
                 path_note = format!("; GPU path unavailable ({e}), ran the CPU path");
                 gpu_path_reason = Some(e.to_string());
-                match build_loader(ds, opts, Device::Cpu) {
+                match build_loader(ds, opts, Device::Cpu, cores) {
                     Ok(l) => (l, false),
                     Err(e) => return Err(format!("the loader could not be built: {e}")),
                 }
             }
         },
-        None => match build_loader(ds, opts, Device::Cpu) {
+        None => match build_loader(ds, opts, Device::Cpu, cores) {
             Ok(l) => (l, false),
             Err(e) => return Err(format!("the loader could not be built: {e}")),
         },

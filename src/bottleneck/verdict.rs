@@ -114,6 +114,9 @@ pub struct Capacities {
 /// The one-line conclusion.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
+    /// The path judged (the one end to end ran): which stages are in series, and whether
+    /// the `transform` row is the GPU kernel's or the CPU's.
+    pub path: PipelinePath,
     /// The bounding stage; `None` when nothing was measured.
     pub bound: Option<Bound>,
     /// The stage the bound is compared against (next slowest in series).
@@ -197,6 +200,7 @@ pub fn judge(c: &Capacities) -> Verdict {
 
     if stages.is_empty() {
         return Verdict {
+            path,
             bound: None,
             next: None,
             margin: None,
@@ -221,6 +225,7 @@ pub fn judge(c: &Capacities) -> Verdict {
 
     if let Some(text) = loader_bound_text(c, first, second) {
         return Verdict {
+            path,
             bound: Some(Bound::Loader),
             next: second.map(|s| s.label.to_string()),
             margin,
@@ -239,6 +244,7 @@ pub fn judge(c: &Capacities) -> Verdict {
         ));
     }
     Verdict {
+        path,
         bound: Some(first.bound),
         next: second.map(|s| s.label.to_string()),
         margin,
@@ -272,8 +278,13 @@ fn candidates(c: &Capacities, path: PipelinePath) -> Vec<Candidate> {
     push(Bound::Storage, read_label, c.read);
     match path {
         PipelinePath::Cpu => {
-            push(Bound::Decode, "CPU decode", c.cpu_decode);
-            push(Bound::Transform, "CPU transforms", c.cpu_transform);
+            match cpu_work(c) {
+                Some((bound, v)) => push(bound, "CPU decode and transforms", Some(v)),
+                None => {
+                    push(Bound::Decode, "CPU decode", c.cpu_decode);
+                    push(Bound::Transform, "CPU transforms", c.cpu_transform);
+                }
+            }
             push(Bound::Pcie, "H2D", c.h2d);
         }
         PipelinePath::Gpu => {
@@ -284,6 +295,49 @@ fn candidates(c: &Capacities, path: PipelinePath) -> Vec<Candidate> {
     }
     push(Bound::Consumer, "the training step", c.consumer);
     stages
+}
+
+/// The CPU path's decode and transforms as one stage: the loader's workers do both, one
+/// after the other on the same cores, so together they manage `1 / (1/decode +
+/// 1/transforms)` images a second, not the slower one's rate. Named by the one that takes
+/// more of the workers' time. `None` unless both were measured.
+fn cpu_work(c: &Capacities) -> Option<(Bound, f64)> {
+    let (d, t) = (positive(c.cpu_decode)?, positive(c.cpu_transform)?);
+    let bound = if d <= t {
+        Bound::Decode
+    } else {
+        Bound::Transform
+    };
+    Some((bound, 1.0 / (1.0 / d + 1.0 / t)))
+}
+
+/// How the CPU path's bound reads, with the other half of the workers' time beside it
+/// when both were measured.
+fn cpu_head(c: &Capacities, first: Candidate) -> String {
+    let ((name, label, own), (other_label, other)) = match first.bound {
+        Bound::Transform => (
+            ("transform", "CPU transforms", c.cpu_transform),
+            ("CPU decode", c.cpu_decode),
+        ),
+        _ => (
+            ("decode", "CPU decode", c.cpu_decode),
+            ("CPU transforms", c.cpu_transform),
+        ),
+    };
+    let own = positive(own).unwrap_or(first.img_per_s);
+    let cores = match c.cores.max(1) {
+        1 => "1 core".to_string(),
+        n => format!("{n} cores"),
+    };
+    let mut head = format!("{name}-bound: {label} {} img/s on {cores}", fmt_rate(own));
+    if let Some(other) = positive(other) {
+        head.push_str(&format!(
+            ", {} img/s with the {other_label} ({} img/s) on the same cores",
+            fmt_rate(first.img_per_s),
+            fmt_rate(other)
+        ));
+    }
+    head
 }
 
 /// The closed loop: capacities say the step is the limit, but the measured
@@ -358,11 +412,7 @@ fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (Str
         ),
         Bound::Decode => match path {
             PipelinePath::Cpu => (
-                format!(
-                    "decode-bound: CPU decode {} img/s on {} cores",
-                    fmt_rate(first.img_per_s),
-                    c.cores.max(1)
-                ),
+                cpu_head(c, first),
                 "decode on the GPU (--device cuda), add cores, or store lower-resolution images",
             ),
             PipelinePath::Gpu => (
@@ -392,11 +442,7 @@ fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (Str
             "lower the output size or fuse the transforms into one kernel",
         ),
         Bound::Transform => (
-            format!(
-                "transform-bound: CPU transforms {} img/s on {} cores",
-                fmt_rate(first.img_per_s),
-                c.cores.max(1)
-            ),
+            cpu_head(c, first),
             "run the transforms on the GPU (--device cuda), add cores, or lower the output size",
         ),
         Bound::Consumer => (
@@ -697,12 +743,32 @@ mod tests {
         assert!(v.text.ends_with("= 90% of the bound"), "{}", v.text);
         assert_eq!(Bound::Transform.name(), "transform");
 
-        // With JPEG records the slower of decode and transforms is named.
+        // With JPEG records decode and transforms share the workers: together they manage
+        // 1 / (1/1,950 + 1/5,850) = 1,463 img/s, the bound the end to end is held to, named
+        // by the one that takes more of the time.
         let mut c = cpu_caps();
-        c.cpu_transform = Some(30_000.0);
-        assert_eq!(judge(&c).bound, Some(Bound::Decode));
+        c.cpu_transform = Some(5_850.0);
+        c.end_to_end = Some(1_390.0);
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Decode));
+        assert!(
+            v.text.starts_with(
+                "decode-bound: CPU decode 1,950 img/s on 2 cores, 1,463 img/s with the CPU transforms (5,850 img/s) on the same cores < storage read (cold) 95,000"
+            ),
+            "{}",
+            v.text
+        );
+        assert!(v.text.ends_with("= 95% of the bound"), "{}", v.text);
         c.cpu_transform = Some(900.0);
-        assert_eq!(judge(&c).bound, Some(Bound::Transform));
+        let v = judge(&c);
+        assert_eq!(v.bound, Some(Bound::Transform));
+        assert!(
+            v.text.starts_with(
+                "transform-bound: CPU transforms 900 img/s on 2 cores, 616 img/s with the CPU decode (1,950 img/s) on the same cores"
+            ),
+            "{}",
+            v.text
+        );
     }
 
     #[test]
