@@ -72,6 +72,15 @@ for part in scripts/device-check.d/${PARTS:-*}.sh; do
   start=$(date +%s)
   timeout "${PART_TIMEOUT:-240}" bash "$part" >>"$log" 2>&1
   rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    # A part's own `timeout CMD` puts CMD in a process group of its own, which the kill
+    # of the part's group does not reach: what it ran would go on beside the next part
+    # (and write into $OUT while it is packed). Every such command runs from $BIN or
+    # from the parts' folder.
+    pkill -KILL -f -- "$BIN/" 2>/dev/null
+    pkill -KILL -f -- "device-check.d/" 2>/dev/null
+    echo "part $name timed out after ${PART_TIMEOUT:-240} s; what it still ran was killed" >>"$log"
+  fi
   printf '%s\t%s\t%s\t%s\n' "part:$name" "$rc" "exit" "$(( $(date +%s) - start )) s" >>"$OUT/table.tsv"
   [ "$rc" -eq 0 ] || status=1
 done
