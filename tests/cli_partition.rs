@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use stoker::formats::Dataset;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
+/// Seven photos in three classes: quick to convert.
+const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
 /// Store mode, small shards so each part holds several, one thread per process.
 const FLAGS: [&str; 5] = ["--no-check", "--shard-size", "1M", "-j", "1"];
 
@@ -462,4 +464,39 @@ fn a_part_chosen_by_a_job_array_says_so_and_how_to_convert_everything() {
         "{}",
         text(&o)
     );
+}
+
+#[test]
+fn an_output_that_is_or_lies_below_a_file_is_refused_naming_the_file() {
+    // Was "d/file/out: Not a directory (os error 20)" from convert, and "File exists
+    // (os error 17)" from a merge into a file.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let below = file.join("out");
+    let part = ["--part", "0", "--parts", "2"];
+    let cases: [(&[&str], &Path); 6] = [
+        (&["convert", SAMPLE], &file),
+        (
+            &["convert", SAMPLE, part[0], part[1], part[2], part[3]],
+            &file,
+        ),
+        (&["merge"], &file),
+        (&["convert", SAMPLE], &below),
+        (
+            &["convert", SAMPLE, part[0], part[1], part[2], part[3]],
+            &below,
+        ),
+        (&["merge"], &below),
+    ];
+    for (args, out) in cases {
+        let mut c = stoker();
+        c.args(args).arg(out);
+        let o = run(c);
+        assert_eq!(o.status.code(), Some(1), "{args:?} {out:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        let said = format!("{}: is a file, not a directory", file.display());
+        assert!(err.contains(&said), "{args:?} {out:?}: {}", text(&o));
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
 }

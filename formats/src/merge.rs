@@ -67,6 +67,7 @@ pub struct MergeReport {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> {
+    crate::convert::refuse_non_directory(out)?;
     if out.join(MANIFEST_FILE).exists() {
         return Err(FormatError::OutputExists {
             path: out.to_path_buf(),

@@ -154,6 +154,7 @@ impl DatasetWriter {
     ) -> Result<DatasetWriter, FormatError> {
         let out_dir = out_dir.as_ref().to_path_buf();
         refuse_finished(&out_dir)?;
+        crate::convert::refuse_non_directory(&out_dir)?;
         std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
         Self::resume_from(out_dir, options, Vec::new())
     }

@@ -16,6 +16,7 @@ mod list_file;
 mod listing;
 pub(crate) mod lock;
 mod options;
+mod out_path;
 mod own_output;
 mod part;
 mod pipeline;
@@ -41,6 +42,7 @@ use journal::prepare_output;
 pub use journal::JOURNAL_FILE;
 pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MIN_SHARD_BYTES};
+pub(crate) use out_path::refuse_non_directory;
 pub use part::{Part, MAX_PARTS};
 pub use report::{ConvertReport, NoProgress, Progress, Skipped};
 pub(crate) use samples::REWRITE_PART;
@@ -98,8 +100,7 @@ pub fn convert(
 ) -> Result<ConvertReport, FormatError> {
     let t0 = Instant::now();
     options.validate()?;
-    let mut listing = ordered_listing(options)?;
-    listing.warnings.splice(0..0, options.ignored_flags());
+    let listing = checked_listing(options)?;
     progress.warnings(&listing.warnings);
     if progress.cancelled() {
         return Err(FormatError::Cancelled);
@@ -257,6 +258,16 @@ pub const ORDER_FLAG: &str = "order";
 /// The [`ORDER_FLAG`] of a dataset written from samples ([`SampleWriter`]): the order they
 /// were written in.
 pub const WRITTEN_ORDER: &str = "written";
+
+/// [`ordered_listing`] with the ignored flags' warnings, once the output is known to be
+/// possible. Refused before the source is listed (minutes, for millions of files): an
+/// output that cannot be a directory. Checked again where the output is made.
+fn checked_listing(options: &ConvertOptions) -> Result<source::Listing, FormatError> {
+    out_path::refuse_non_directory(&options.out)?;
+    let mut listing = ordered_listing(options)?;
+    listing.warnings.splice(0..0, options.ignored_flags());
+    Ok(listing)
+}
 
 /// The inputs in the order their records are stored: the source's, or shuffled.
 fn ordered_listing(options: &ConvertOptions) -> Result<source::Listing, FormatError> {

@@ -39,26 +39,6 @@ pub(super) fn written_names(writer: &DatasetWriter) -> Vec<String> {
     names
 }
 
-/// Refuses an output path that is there but is no directory: a file, or a symbolic link
-/// to nothing (creating the directory said only "File exists").
-fn refuse_non_directory(out: &Path) -> Result<(), FormatError> {
-    let Ok(link) = std::fs::symlink_metadata(out) else {
-        return Ok(());
-    };
-    let reason = match std::fs::metadata(out) {
-        Ok(m) if m.is_dir() => return Ok(()),
-        Ok(_) => "is a file, not a directory: the output is a directory (new or empty)",
-        Err(_) if link.file_type().is_symlink() => {
-            "is a symbolic link to a missing directory: create its target, or choose another output directory"
-        }
-        Err(e) => return Err(FormatError::io(out, e)),
-    };
-    Err(FormatError::OutputExists {
-        path: out.to_path_buf(),
-        reason: reason.into(),
-    })
-}
-
 /// The directories a conversion is about to create for its output, and whether it then
 /// began afresh in it.
 #[derive(Debug)]
@@ -90,7 +70,7 @@ impl Made {
             }
             at = d.parent();
         }
-        refuse_non_directory(out)?;
+        super::out_path::refuse_non_directory(out)?;
         if !out.join(MANIFEST_FILE).exists() {
             std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
         }
