@@ -467,6 +467,28 @@ fn a_part_chosen_by_a_job_array_says_so_and_how_to_convert_everything() {
 }
 
 #[test]
+fn a_part_into_a_merged_root_is_refused_before_it_says_it_converts() {
+    // The part's note ("converting part 0 of 2 ... into ds/part-...") came before the
+    // refusal, as if the part had begun.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    convert_single(Path::new(SAMPLE), &out, &FLAGS);
+    let mut c = stoker();
+    c.arg("convert").arg(SAMPLE).arg(&out);
+    c.args(FLAGS).args(["--part", "0", "--parts", "2"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("already holds a finished dataset"),
+        "{}",
+        text(&o)
+    );
+    assert!(!err.contains("converting part"), "{}", text(&o));
+    assert!(!out.join("part-00000-of-00002").exists());
+}
+
+#[test]
 fn an_output_that_is_or_lies_below_a_file_is_refused_naming_the_file() {
     // Was "d/file/out: Not a directory (os error 20)" from convert, and "File exists
     // (os error 17)" from a merge into a file.
@@ -497,6 +519,7 @@ fn an_output_that_is_or_lies_below_a_file_is_refused_naming_the_file() {
         let err = String::from_utf8_lossy(&o.stderr);
         let said = format!("{}: is a file, not a directory", file.display());
         assert!(err.contains(&said), "{args:?} {out:?}: {}", text(&o));
+        assert!(!err.contains("converting part"), "{}", text(&o));
     }
     assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
 }

@@ -4,10 +4,12 @@
 
 use std::io::IsTerminal;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use stoker::formats::convert::Progress;
 use stoker::formats::{self, ConvertOptions, Encoding, Layout, ResizeMode, Source};
 
 /// Flags of `stoker convert`.
@@ -189,6 +191,60 @@ fn part_source(from_flags: bool) -> String {
     )
 }
 
+/// Which part is converted, and where it came from, when there is one.
+fn part_note(args: &Args, part: Option<formats::Part>) -> Option<String> {
+    let p = part?;
+    Some(format!(
+        "converting part {} of {} (0-based) into {}{}",
+        p.index,
+        p.count,
+        args.out.join(p.dir_name()).display(),
+        part_source(args.part.or(args.parts).is_some())
+    ))
+}
+
+/// The progress of a conversion, preceded by a note said once the conversion starts
+/// writing: a note said before [`formats::convert`] was called came before its refusals
+/// (an output root already merged, a part locked), as if the part had begun.
+struct Announced<'a> {
+    note: Option<String>,
+    said: AtomicBool,
+    inner: &'a dyn Progress,
+}
+
+impl Announced<'_> {
+    /// Says the note, the first time only.
+    fn say(&self) {
+        if let Some(note) = &self.note {
+            if !self.said.swap(true, Ordering::Relaxed) {
+                super::output::note(format_args!("{note}"));
+            }
+        }
+    }
+}
+
+impl Progress for Announced<'_> {
+    fn start(&self, inputs: u64) {
+        self.say();
+        self.inner.start(inputs);
+    }
+    fn advance(&self, inputs: u64, bytes: u64) {
+        self.inner.advance(inputs, bytes);
+    }
+    fn skipped(&self, path: &Path, reason: &str) {
+        self.inner.skipped(path, reason);
+    }
+    fn warnings(&self, warnings: &[String]) {
+        self.inner.warnings(warnings);
+    }
+    fn finish(&self) {
+        self.inner.finish();
+    }
+    fn cancelled(&self) -> bool {
+        self.inner.cancelled()
+    }
+}
+
 /// Runs `stoker convert`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
@@ -207,7 +263,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Box::new(std::io::stderr()),
         )
     };
+    let progress = Announced {
+        note: part_note(&args, opts.part),
+        said: AtomicBool::new(false),
+        inner: &progress,
+    };
     let report = formats::convert(&opts, &progress)?;
+    // A part finished by an earlier run (`--resume`) never starts.
+    progress.say();
     if report.flat && args.layout == Layout::Auto {
         // Said once, so that a user who expected class sub-folders sees that every
         // file became one unlabelled class.
@@ -248,7 +311,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The flags as [`ConvertOptions`]; says which part is converted when there is one.
+/// The flags as [`ConvertOptions`].
 fn options(args: &Args) -> anyhow::Result<ConvertOptions> {
     let source = match &args.list {
         Some(list) => Source::List {
@@ -275,15 +338,6 @@ fn options(args: &Args) -> anyhow::Result<ConvertOptions> {
     opts.shuffle = args.shuffle.then_some(args.seed);
     opts.layout = args.layout;
     opts.part = formats::Part::from_env(args.part, args.parts)?;
-    if let Some(p) = opts.part {
-        super::output::note(format_args!(
-            "converting part {} of {} (0-based) into {}{}",
-            p.index,
-            p.count,
-            args.out.join(p.dir_name()).display(),
-            part_source(args.part.or(args.parts).is_some())
-        ));
-    }
     if let Ok(n) = std::env::var("STOKER_TEST_FAIL_AFTER") {
         // Test hook: simulate a conversion killed after N records.
         opts.fail_after = n.parse().ok();

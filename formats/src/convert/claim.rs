@@ -93,7 +93,7 @@ impl Claim {
 
 /// Refuses a part in an output root that holds a finished dataset: the parts there were
 /// merged (and removed), and a part beside the merged dataset would never be merged.
-fn refuse_merged(root: &Path) -> Result<(), FormatError> {
+pub(super) fn refuse_merged(root: &Path) -> Result<(), FormatError> {
     if root.join(MANIFEST_FILE).exists() {
         return Err(FormatError::OutputExists {
             path: root.to_path_buf(),

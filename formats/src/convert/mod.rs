@@ -261,9 +261,13 @@ pub const WRITTEN_ORDER: &str = "written";
 
 /// [`ordered_listing`] with the ignored flags' warnings, once the output is known to be
 /// possible. Refused before the source is listed (minutes, for millions of files): an
-/// output that cannot be a directory. Checked again where the output is made.
+/// output that cannot be a directory, a part's root that was merged. Both are checked
+/// again where the output is claimed, under its lock.
 fn checked_listing(options: &ConvertOptions) -> Result<source::Listing, FormatError> {
     out_path::refuse_non_directory(&options.out)?;
+    if options.part.is_some() {
+        claim::refuse_merged(&options.out)?;
+    }
     let mut listing = ordered_listing(options)?;
     listing.warnings.splice(0..0, options.ignored_flags());
     Ok(listing)
