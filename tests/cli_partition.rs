@@ -523,3 +523,34 @@ fn an_output_that_is_or_lies_below_a_file_is_refused_naming_the_file() {
     }
     assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
 }
+
+#[test]
+fn a_part_that_cannot_make_its_directory_leaves_no_root_it_made() {
+    // The root and its parents were made, then the part directory in it could not be
+    // (here: its path over PATH_MAX), and the empty directories stayed.
+    let dir = tempfile::tempdir().unwrap();
+    let top = dir.path().join("top");
+    let mut root = top.clone();
+    while root.as_os_str().len() + 201 < 4070 {
+        root.push("a".repeat(200));
+    }
+    // 4085 bytes: the root fits in PATH_MAX (4096 with its NUL), its part directory not.
+    root.push("b".repeat(4085 - root.as_os_str().len() - 1));
+    assert_eq!(root.as_os_str().len(), 4085);
+    let mut c = stoker();
+    c.arg("convert").arg(SAMPLE).arg(&root);
+    c.args(FLAGS).args(["--part", "0", "--parts", "2"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("File name too long"), "{}", text(&o));
+    assert!(!top.exists(), "the directories the part made stayed");
+    // A root that was there before stays.
+    std::fs::create_dir_all(&root).unwrap();
+    let mut c = stoker();
+    c.arg("convert").arg(SAMPLE).arg(&root);
+    c.args(FLAGS).args(["--part", "0", "--parts", "2"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(root.is_dir());
+}

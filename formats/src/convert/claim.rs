@@ -12,7 +12,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use super::lock::OutputLock;
+use super::lock::{same_dir, OutputLock};
 use super::strict_stop::Made;
 use crate::manifest::MANIFEST_FILE;
 use crate::FormatError;
@@ -59,25 +59,21 @@ impl Claim {
         // The root first, locked shared, and only then the part directory in it: a merge
         // holds the root alone while it looks for parts, so it never finds a part directory
         // of a start it is about to refuse (and then refuses the merge for that part).
-        let root_made = Made::create(root)?;
-        let root_lock =
-            match OutputLock::acquire_shared(root).and_then(|l| refuse_merged(root).map(|()| l)) {
-                Ok(l) => l,
-                Err(e) => {
-                    // Only the directories this call created, and only while empty.
-                    if let Ok(dir) = File::open(root) {
-                        root_made.take_away(&dir, &[]);
-                    }
-                    return Err(e);
-                }
-            };
-        let made = Made::create(out)?.with_ancestors(root_made);
-        let lock = OutputLock::acquire(out)?;
-        Ok(Claim {
-            made,
-            lock,
-            root: Some(root_lock),
-        })
+        let (root_made, root_lock) = lock_root(root)?;
+        let part = Made::create(out).and_then(|made| Ok((made, OutputLock::acquire(out)?)));
+        match part {
+            Ok((made, lock)) => Ok(Claim {
+                made: made.with_ancestors(root_made),
+                lock,
+                root: Some(root_lock),
+            }),
+            Err(e) => {
+                // A part directory this call made but could not lock stays: it is another
+                // start's (of the same part) that locked it first, and so does the root.
+                give_up_root(root_made, root_lock);
+                Err(e)
+            }
+        }
     }
 
     /// The output directory is ready (checked, or cleaned for a resumed conversion): a merge
@@ -88,6 +84,66 @@ impl Claim {
         let Claim { made, lock, root } = self;
         drop(root);
         (made, lock)
+    }
+
+    /// Gives the output up before anything was written into it: the directories this call
+    /// created are taken away while empty (a part's root only once no other part holds it).
+    pub(super) fn abandon(self) {
+        let Claim { made, lock, root } = self;
+        // Our own shared lock on the root would keep it from ever looking unused.
+        drop(root);
+        made.take_away(lock.dir(), &[]);
+    }
+}
+
+/// How many times a part starts again when the root it locked was removed meanwhile.
+const ROOT_TRIES: u32 = 3;
+
+/// Makes a part's output root and locks it shared; refuses it when it holds a finished
+/// dataset. A refused root leaves none of the directories this call created.
+///
+/// Another part that gives up in a root it made removes the root while it is empty and
+/// nobody locks it ([`super::lock::remove_if_unused`]); this start may have made or opened
+/// it just before, and would then hold a lock on a removed directory while its part
+/// directory made a new root at the path, unguarded from a merge. So the lock counts only
+/// while the path still leads to the directory locked; otherwise the start begins again.
+fn lock_root(root: &Path) -> Result<(Made, OutputLock), FormatError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let made = Made::create(root)?.shared();
+        let locked = OutputLock::acquire_shared(root).and_then(|l| refuse_merged(root).map(|()| l));
+        let gone = match locked {
+            Ok(l) if same_dir(l.dir(), root) => return Ok((made, l)),
+            Ok(_) => std::io::Error::other("the directory was removed while this part locked it"),
+            Err(FormatError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                source
+            }
+            Err(e) => {
+                // Only the directories this call created, and only while empty.
+                if let Ok(dir) = File::open(root) {
+                    made.take_away(&dir, &[]);
+                }
+                return Err(e);
+            }
+        };
+        if tries == ROOT_TRIES {
+            return Err(FormatError::io(root, gone));
+        }
+    }
+}
+
+/// After a part failed to claim its directory: unlocks the root and takes away the
+/// directories `root_made` notes, the root only while it is empty and no other part holds
+/// it.
+fn give_up_root(root_made: Made, root_lock: OutputLock) {
+    // The same open directory, unlocked with `root_lock`: what the path must still name.
+    let held = root_lock.dir().try_clone();
+    drop(root_lock);
+    if let Ok(dir) = held {
+        root_made.take_away(&dir, &[]);
     }
 }
 

@@ -8,6 +8,7 @@
 //! newer Rust than this workspace's minimum.
 
 use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::FormatError;
@@ -93,6 +94,32 @@ impl Drop for OutputLock {
     }
 }
 
+/// Removes `root`, a part's output root that this process made, when it is empty and
+/// provably nobody else uses it: locked alone (no other part is starting in it, holding it
+/// shared, and no merge or conversion holds it), and still the directory at its path.
+/// A start that made or opened it just before and locks it once it is gone sees so and
+/// begins again (`claim::lock_root`). False when it stays.
+pub(crate) fn remove_if_unused(root: &Path) -> bool {
+    let Ok(dir) = File::open(root) else {
+        return false;
+    };
+    // Not `OutputLock`, which goes on unlocked on a file system without locks: there
+    // nothing proves the root unused, so it stays. The lock goes with `dir`.
+    if fs4::FileExt::try_lock(&dir).is_err() {
+        return false;
+    }
+    same_dir(&dir, root) && std::fs::remove_dir(root).is_ok()
+}
+
+/// Whether `path` still leads to the open directory `dir` (same device and inode).
+pub(crate) fn same_dir(dir: &File, path: &Path) -> bool {
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    match (dir.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(held), Ok(now)) => id(held) == id(now),
+        _ => false,
+    }
+}
+
 /// Whether a failed `flock` means that the file system has no locks at all, rather than
 /// that this lock could not be had.
 fn no_locks_here(e: &std::io::Error) -> bool {
@@ -173,5 +200,28 @@ mod tests {
         }
         let e = OutputLock::acquire_with(dir.path(), failing(libc::EIO)).unwrap_err();
         assert!(e.to_string().contains("os error 5"), "{e}");
+    }
+
+    #[test]
+    fn a_root_is_removed_only_while_empty_and_nobody_locks_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        std::fs::create_dir(&root).unwrap();
+        // Another part is starting in it: it holds the root shared, its directory not yet
+        // made.
+        let other = OutputLock::acquire_shared(&root).unwrap();
+        assert!(!remove_if_unused(&root));
+        assert!(root.is_dir());
+        drop(other);
+        // Its directory made (and the root unlocked, as once it is ready).
+        std::fs::create_dir(root.join("part-00001-of-00002")).unwrap();
+        assert!(!remove_if_unused(&root));
+        std::fs::remove_dir(root.join("part-00001-of-00002")).unwrap();
+        // A merge holds it.
+        let merging = OutputLock::acquire(&root).unwrap();
+        assert!(!remove_if_unused(&root));
+        drop(merging);
+        assert!(remove_if_unused(&root));
+        assert!(!root.exists());
     }
 }

@@ -289,7 +289,7 @@ impl SampleWriter {
             Ok(w) => w,
             Err(e) => {
                 // Only the directories this call created, and only when empty.
-                claim.made.take_away(claim.lock.dir(), &[]);
+                claim.abandon();
                 return Err(e);
             }
         };

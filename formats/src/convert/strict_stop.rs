@@ -51,6 +51,11 @@ pub(super) struct Made {
     /// Whether this run began in a directory holding no conversion (no journal to
     /// continue), so that every shard and the journal in it are its own.
     fresh: bool,
+    /// Of `dirs`, the output root of a part, which other parts lock shared while they
+    /// start in it: removed only while nobody holds it (see
+    /// [`super::lock::remove_if_unused`]), where an empty directory may still be one
+    /// that another part is about to write into.
+    shared_root: Option<PathBuf>,
 }
 
 impl Made {
@@ -78,13 +83,21 @@ impl Made {
             out: out.to_path_buf(),
             dirs,
             fresh: false,
+            shared_root: None,
         })
+    }
+
+    /// Marks the output directory as a part's output root, which other parts share.
+    pub(super) fn shared(mut self) -> Made {
+        self.shared_root = Some(self.out.clone());
+        self
     }
 
     /// Adds the directories `ancestors` created (those of a directory above this output,
     /// made first), to be taken away after this output's own.
     pub(super) fn with_ancestors(mut self, ancestors: Made) -> Made {
         self.dirs.extend(ancestors.dirs);
+        self.shared_root = self.shared_root.or(ancestors.shared_root);
         self
     }
 
@@ -137,7 +150,12 @@ impl Made {
         }
         // Empty directories only: anything else put there stays, and so does its directory.
         for d in &self.dirs {
-            if std::fs::remove_dir(d).is_err() {
+            let removed = if self.shared_root.as_ref() == Some(d) {
+                super::lock::remove_if_unused(d)
+            } else {
+                std::fs::remove_dir(d).is_ok()
+            };
+            if !removed {
                 break;
             }
         }
