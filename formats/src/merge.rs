@@ -76,8 +76,43 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
     }
     // Before anything is created: an `out` inside a part would be made inside it.
     check_nesting(out, parts)?;
+    if parts.is_empty() && std::fs::symlink_metadata(out).is_err() {
+        // Made and then refused, a mistyped root was left behind as an empty directory.
+        return Err(FormatError::MergeRefused {
+            path: out.to_path_buf(),
+            reason: "does not exist, so it holds no part directories (part-IIIII-of-NNNNN) to merge: give the root that `stoker convert --part I --parts N SRC OUT` wrote them into, or the part directories after it".into(),
+        });
+    }
+    let made = missing_dirs(out);
     std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
-    let _lock = crate::convert::lock::OutputLock::acquire(out)?;
+    let lock = crate::convert::lock::OutputLock::acquire(out)?;
+    let merged = merge_locked(out, parts);
+    if merged.is_err() {
+        // A refused merge leaves no directory it made. Removed under the lock, so no part
+        // is starting in it (a part locks its root shared while it starts); empty only.
+        for d in &made {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    }
+    drop(lock);
+    merged
+}
+
+/// The directories of `path` that do not exist, itself first, then its missing ancestors.
+fn missing_dirs(path: &Path) -> Vec<PathBuf> {
+    path.ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .take_while(|a| {
+            std::fs::symlink_metadata(a).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        })
+        .map(Path::to_path_buf)
+        .collect()
+}
+
+/// [`merge`] once `out` is made and locked.
+fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> {
     let dirs = if parts.is_empty() {
         let found = find_parts(out)?;
         // A `part-*` entry may be a symlink to anywhere, an ancestor of `out` included.
@@ -258,7 +293,13 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     let mut loaded: Vec<(PathBuf, Manifest, PartInfo)> = Vec::new();
     for dir in dirs {
         if !dir.join(MANIFEST_FILE).exists() {
-            return Err(refuse(dir, unfinished(dir)));
+            let reason = match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => unfinished(dir),
+                Ok(_) => "is not a directory: a part is the directory that `convert --part` or a writer with a part wrote".into(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => "does not exist".into(),
+                Err(e) => format!("cannot be read: {e}"),
+            };
+            return Err(refuse(dir, reason));
         }
         let m = Manifest::read(dir)?;
         let Some(p) = m.part.clone() else {

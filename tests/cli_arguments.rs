@@ -1,0 +1,50 @@
+//! Regression tests for arguments that name the wrong thing, through the built `stoker`
+//! binary: paths that do not exist or are files where directories are expected, names
+//! that are not UTF-8, list files that are not text. Each gets a clear error (or its
+//! result) and leaves nothing behind.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::process::{Command, Output};
+
+use common::{run_within, text, LIMIT, STOKER};
+
+fn stoker(args: &[&OsStr]) -> Output {
+    let mut c = Command::new(STOKER);
+    c.args(args);
+    run_within(c, LIMIT)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn a_refused_merge_leaves_no_directory_it_made() {
+    // `stoker merge TYPO` made TYPO, then said it held no parts, and the empty directory
+    // stayed; so did a new output directory whose named parts were refused.
+    let dir = tempfile::tempdir().unwrap();
+    let typo = dir.path().join("typo/out");
+    let o = stoker(&["merge".as_ref(), typo.as_os_str()]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(stderr(&o).contains("does not exist"), "{}", text(&o));
+    assert!(!dir.path().join("typo").exists());
+
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let missing = dir.path().join("missing");
+    for (part, said) in [(&file, "is not a directory"), (&missing, "does not exist")] {
+        let new = dir.path().join("new/out");
+        let o = stoker(&["merge".as_ref(), new.as_os_str(), part.as_os_str()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let err = stderr(&o);
+        // Was "unfinished part (no manifest.json): ... rerun its task".
+        assert!(
+            err.contains(said) && !err.contains("unfinished"),
+            "{}",
+            text(&o)
+        );
+        assert!(!dir.path().join("new").exists(), "{}", text(&o));
+    }
+}
