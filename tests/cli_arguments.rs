@@ -6,9 +6,10 @@
 mod common;
 
 use std::ffi::OsStr;
+use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{run_within, text, LIMIT, STOKER};
+use common::{run_within, text, LIMIT, SAMPLE, STOKER};
 
 fn stoker(args: &[&OsStr]) -> Output {
     let mut c = Command::new(STOKER);
@@ -46,5 +47,28 @@ fn a_refused_merge_leaves_no_directory_it_made() {
             text(&o)
         );
         assert!(!dir.path().join("new").exists(), "{}", text(&o));
+    }
+}
+
+#[test]
+fn reading_a_file_or_a_missing_path_as_a_dataset_says_which() {
+    // "photo.jpg/manifest.json: Not a directory (os error 20)"; "gone/manifest.json: No
+    // such file or directory".
+    let dir = tempfile::tempdir().unwrap();
+    let photo = Path::new(SAMPLE).join("caer/tent.jpg");
+    let gone = dir.path().join("gone");
+    for cmd in ["inspect", "verify"] {
+        let o = stoker(&[cmd.as_ref(), photo.as_os_str()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let err = stderr(&o);
+        let said = format!("{}: not a stoker dataset", photo.display());
+        assert!(
+            err.contains(&said) && err.contains("not a directory"),
+            "{err}"
+        );
+        let o = stoker(&[cmd.as_ref(), gone.as_os_str()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let said = format!("{}: No such file or directory", gone.display());
+        assert!(stderr(&o).contains(&said), "{}", text(&o));
     }
 }

@@ -343,6 +343,25 @@ fn unfinished(root: &Path, e: FormatError) -> FormatError {
                 hint: not_a_dataset_hint(root),
             }
         }
+        // "ds/manifest.json: No such file or directory" said that a manifest was missing
+        // from a directory that is not there at all.
+        (FormatError::Io { source, .. }, None)
+            if source.kind() == std::io::ErrorKind::NotFound
+                && std::fs::symlink_metadata(root).is_err() =>
+        {
+            FormatError::io(root, std::io::Error::from_raw_os_error(libc::ENOENT))
+        }
+        // "photo.jpg/manifest.json: Not a directory".
+        (FormatError::Io { source, .. }, None)
+            if source.raw_os_error() == Some(libc::ENOTDIR) && !root.is_dir() =>
+        {
+            FormatError::NotADataset {
+                dir: root.to_path_buf(),
+                hint: "it is not a directory: a dataset is the directory that holds \
+                       manifest.json and the shards (`stoker decode FILE` looks at one image)"
+                    .into(),
+            }
+        }
         _ => e,
     }
 }
