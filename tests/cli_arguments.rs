@@ -72,3 +72,22 @@ fn reading_a_file_or_a_missing_path_as_a_dataset_says_which() {
         assert!(stderr(&o).contains(&said), "{}", text(&o));
     }
 }
+
+#[test]
+fn a_list_file_that_is_not_utf8_is_refused_naming_the_line() {
+    // "stream did not contain valid UTF-8".
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.csv");
+    std::fs::write(&list, b"caer/tent.jpg,0\ncaer/caf\xe9.jpg,1\n").unwrap();
+    let out = dir.path().join("ds");
+    let o = stoker(&[
+        "convert".as_ref(),
+        "--list".as_ref(),
+        list.as_os_str(),
+        SAMPLE.as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(stderr(&o).contains("line 2: not UTF-8"), "{}", text(&o));
+    assert!(!out.exists());
+}

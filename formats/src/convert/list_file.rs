@@ -121,16 +121,28 @@ fn read_list(list: &Path) -> Result<String, FormatError> {
     if kind.is_file() && meta.len() > MAX_LIST_BYTES {
         return Err(too_long());
     }
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     std::fs::File::open(list)
         .map_err(io)?
         .take(MAX_LIST_BYTES + 1)
-        .read_to_string(&mut text)
+        .read_to_end(&mut bytes)
         .map_err(io)?;
-    if text.len() as u64 > MAX_LIST_BYTES {
+    if bytes.len() as u64 > MAX_LIST_BYTES {
         return Err(too_long());
     }
-    Ok(text)
+    // "stream did not contain valid UTF-8" said neither where nor why.
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let line = 1 + e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
+        FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: format!(
+                "line {line}: not UTF-8 text (byte {at}): a list file is UTF-8 text, which cannot \
+                 name a file whose name is not UTF-8 (convert its folder as an ImageFolder \
+                 tree instead) nor be a binary file"
+            ),
+        }
+    })
 }
 
 /// A row's path (unquoted, or trimmed) and label (trimmed, quotes dropped). An unquoted
