@@ -6,6 +6,7 @@
 mod common;
 
 use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -71,6 +72,32 @@ fn reading_a_file_or_a_missing_path_as_a_dataset_says_which() {
         let said = format!("{}: No such file or directory", gone.display());
         assert!(stderr(&o).contains(&said), "{}", text(&o));
     }
+}
+
+#[test]
+fn json_reports_of_an_output_whose_name_is_not_utf8_print() {
+    // The conversion and the merge succeeded, then their reports failed to print ("path
+    // contains invalid UTF-8 characters", exit 1).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(OsStr::from_bytes(b"caf\xe9"));
+    let flags = ["--no-check", "--json", "-q"].map(OsStr::new);
+    let convert = |extra: &[&str]| {
+        let mut args = vec![OsStr::new("convert"), OsStr::new(SAMPLE), out.as_os_str()];
+        args.extend(flags);
+        args.extend(extra.iter().map(OsStr::new));
+        stoker(&args)
+    };
+    for o in [
+        convert(&["--part", "0", "--parts", "1"]),
+        stoker(&["merge".as_ref(), "--json".as_ref(), out.as_os_str()]),
+    ] {
+        assert!(o.status.success(), "{}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let shown = v["out"].as_str().unwrap();
+        assert!(shown.contains("caf\\xe9"), "{shown}");
+    }
+    let o = stoker(&["verify".as_ref(), out.as_os_str()]);
+    assert!(o.status.success(), "{}", text(&o));
 }
 
 #[test]

@@ -477,3 +477,20 @@ fn decode_png_on_stdout_carries_the_png_alone_and_the_report_on_stderr() {
     png_size(&std::fs::read(&png).unwrap());
     assert!(String::from_utf8_lossy(&o.stderr).contains("decoded      yes"));
 }
+
+#[test]
+fn decode_json_of_a_file_whose_name_is_not_utf8_names_it_with_escapes() {
+    // `json!` of the path panicked (status 101).
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let jpeg = dir.path().join(std::ffi::OsStr::from_bytes(b"caf\xe9.jpg"));
+    std::fs::copy(PHOTO, &jpeg).unwrap();
+    let mut c = Command::new(STOKER);
+    c.args(["decode", "--backend", "cpu", "--json"]).arg(&jpeg);
+    let o = run_within(c, LIMIT);
+    assert_no_panic(&o);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let file = v["file"].as_str().unwrap();
+    assert!(file.ends_with("caf\\xe9.jpg"), "{file}");
+}

@@ -21,7 +21,8 @@ use crate::FormatError;
 /// What [`merge`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MergeReport {
-    /// The merged dataset's root.
+    /// The merged dataset's root (in JSON, its bytes that are not UTF-8 as `\xNN`).
+    #[serde(serialize_with = "crate::convert::path_as_text")]
     pub out: PathBuf,
     /// Parts joined.
     pub parts: u32,

@@ -103,7 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if args.json {
         let v = serde_json::json!({
-            "file": args.file,
+            "file": super::output::path_text(&args.file),
             "bytes": data.len(),
             "backend": backend,
             "info": header.as_ref().ok(),

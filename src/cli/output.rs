@@ -33,6 +33,20 @@ pub fn is_stdout(path: &Path) -> bool {
     rustix::fs::stat(path).is_ok_and(|st| same(&st)) && !null
 }
 
+/// `path` as text without loss, for JSON, which holds no bytes that are not UTF-8 (serde
+/// refuses such a path, and `json!` panicked): valid UTF-8 as it is, each other byte as
+/// `\xNN`, as the conversion report writes its paths.
+pub fn path_text(path: &Path) -> String {
+    let mut s = String::new();
+    for chunk in path.as_os_str().as_encoded_bytes().utf8_chunks() {
+        s.push_str(chunk.valid());
+        for &b in chunk.invalid() {
+            s.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    s
+}
+
 /// Writes to stdout through `fill` (buffered, flushed before returning), for a file the
 /// user asked for on stdout (`-o -`).
 ///

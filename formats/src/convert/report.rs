@@ -78,6 +78,8 @@ pub struct ConvertReport {
     pub skipped: Vec<Skipped>,
     /// Files directly in an ImageFolder root: in no class folder, so not inputs (not
     /// counted); for WebDataset shards, the folder's entries that are not `.tar` files.
+    /// In JSON, written as [`Skipped::path`] is.
+    #[serde(serialize_with = "paths_as_text")]
     pub ignored: Vec<PathBuf>,
     /// The ImageFolder source was converted as one class of unlabelled images (label 0).
     #[serde(default)]
@@ -114,7 +116,8 @@ pub struct ConvertReport {
     pub resumed: u64,
     /// JPEG compatibility audit.
     pub audit: Audit,
-    /// The output directory.
+    /// The output directory. In JSON, written as [`Skipped::path`] is.
+    #[serde(serialize_with = "path_as_text")]
     pub out: PathBuf,
     /// With `resume`: the output was already finished by an earlier run of the same listing
     /// and flags (a retried task, a run killed after its manifest landed), so nothing was
@@ -123,6 +126,13 @@ pub struct ConvertReport {
     pub already_done: bool,
 }
 
-fn path_as_text<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+/// A path as JSON text, its bytes that are not UTF-8 as `\xNN`: serde's own refuses such a
+/// path, and a report of a conversion that succeeded failed to print (exit 1).
+pub(crate) fn path_as_text<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&super::walk::class_name(path.as_os_str()))
+}
+
+/// [`path_as_text`] for each of `paths`.
+fn paths_as_text<S: serde::Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(|p| super::walk::class_name(p.as_os_str())))
 }
