@@ -479,6 +479,39 @@ fn decode_png_on_stdout_carries_the_png_alone_and_the_report_on_stderr() {
 }
 
 #[test]
+fn a_full_stdout_is_named_as_stdout_also_after_help_and_a_finished_conversion() {
+    // "No space left on device" alone, after a conversion that succeeded, read as if the
+    // dataset's disk were full; `--help` into /dev/full exited 0 having printed nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let runs: [&[&str]; 5] = [
+        &["--help"],
+        &["--version"],
+        &["convert", "--help"],
+        &["convert", SAMPLE, p(&ds), "--no-check", "-q"],
+        &["inspect", p(&ds)],
+    ];
+    for args in runs {
+        let o = into_dev_full(args);
+        assert_no_panic(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("writing to stdout: No space left on device"),
+            "{args:?}: {}",
+            text(&o)
+        );
+    }
+    // Only the report was lost: the dataset is there, whole.
+    let o = common::stoker_within(&["verify", p(&ds)], LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    // A closed pipe after --help still ends quietly.
+    let o = into_closed_pipe(&["--help"]);
+    assert_eq!(o.status.code(), Some(141), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", text(&o));
+}
+
+#[test]
 fn decode_json_of_a_file_whose_name_is_not_utf8_names_it_with_escapes() {
     // `json!` of the path panicked (status 101).
     use std::os::unix::ffi::OsStrExt;

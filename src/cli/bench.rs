@@ -109,7 +109,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("benchmarking {}", args.dataset.display()));
     progress.0.finish_and_clear();
     let report = report?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout();
     if args.json {
         writeln!(out, "{}", report.to_json())?;
     } else {

@@ -247,7 +247,7 @@ impl Progress for Announced<'_> {
 
 /// Runs `stoker convert`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout();
     let opts = options(&args)?;
     // On stderr: a bar on a terminal, else (kubectl logs, a Slurm job's output file) a
     // line a minute, which a bar would not draw there; neither with --quiet. Skipped inputs

@@ -99,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out: Box<dyn Write> = if png_on_stdout {
         Box::new(std::io::stderr().lock())
     } else {
-        Box::new(std::io::stdout().lock())
+        Box::new(super::output::stdout())
     };
     if args.json {
         let v = serde_json::json!({

@@ -55,7 +55,7 @@ fn shard_lines(shards: &[formats::ShardEntry]) -> Vec<String> {
 
 /// Runs `stoker inspect`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout();
     let ds = Dataset::open(&args.dataset)?;
     let r = formats::inspect(&ds)?;
     if args.json {

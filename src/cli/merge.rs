@@ -24,7 +24,7 @@ pub struct Args {
 /// Runs `stoker merge`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = formats::merge(&args.out, &args.parts)?;
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
     } else {

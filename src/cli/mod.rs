@@ -43,7 +43,10 @@ pub fn main() -> ExitCode {
     stoker::exit::ignore_file_size_signal();
     // As process 1 of a container, SIGTERM and Ctrl-C would otherwise be dropped.
     stoker::stop_cleanup::install();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return flag_error(&e),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // Colour only on a terminal, and never with NO_COLOR set (no-color.org): a log file
@@ -68,5 +71,22 @@ pub fn main() -> ExitCode {
         // A closed stdout (`| head`) ends quietly with 141, as tools killed by SIGPIPE do,
         // not with success, since the output was cut short.
         Err(e) => stoker::exit::failure("stoker", e.as_ref(), 1),
+    }
+}
+
+/// Prints clap's message for flags it did not run with (a usage error on stderr, or
+/// `--help` / `--version` on stdout) and gives its status. `Cli::parse` exits 0 after
+/// `--help` also when stdout could not be written (`stoker --help > /dev/full`).
+fn flag_error(e: &clap::Error) -> ExitCode {
+    let printed = e
+        .print()
+        .and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
+    match printed {
+        Err(io) if !e.use_stderr() => {
+            let io = std::io::Error::new(io.kind(), format!("writing to stdout: {io}"));
+            stoker::exit::failure("stoker", &io, 1)
+        }
+        // Clap's statuses: 0 for help and version, 2 for a usage error.
+        _ => ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)),
     }
 }

@@ -33,6 +33,30 @@ pub fn is_stdout(path: &Path) -> bool {
     rustix::fs::stat(path).is_ok_and(|st| same(&st)) && !null
 }
 
+/// Stdout for a command's results, locked. A failed write says that stdout failed: a bare
+/// "No space left on device" after a conversion that succeeded read as if the dataset's
+/// own disk were full. The error keeps its kind, so a closed pipe still ends quietly.
+pub fn stdout() -> Stdout {
+    Stdout(std::io::stdout().lock())
+}
+
+/// See [`stdout`].
+pub struct Stdout(std::io::StdoutLock<'static>);
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).map_err(on_stdout)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().map_err(on_stdout)
+    }
+}
+
+fn on_stdout(e: std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("writing to stdout: {e}"))
+}
+
 /// `path` as text without loss, for JSON, which holds no bytes that are not UTF-8 (serde
 /// refuses such a path, and `json!` panicked): valid UTF-8 as it is, each other byte as
 /// `\xNN`, as the conversion report writes its paths.

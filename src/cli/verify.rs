@@ -25,7 +25,7 @@ pub struct Args {
 
 /// Runs `stoker verify`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
+    let mut out = super::output::stdout();
     let r = formats::verify_dir(&args.dataset, args.decode)?;
     if args.json {
         let mut v = serde_json::to_value(&r)?;
