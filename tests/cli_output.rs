@@ -512,6 +512,47 @@ fn a_full_stdout_is_named_as_stdout_also_after_help_and_a_finished_conversion() 
 }
 
 #[test]
+fn decode_refuses_an_output_that_is_its_input_a_directory_or_below_a_file() {
+    // `-o photo.jpg photo.jpg` replaced the JPEG with its PNG; a directory said "renaming
+    // into DIR: Is a directory", and a path below a file "reading f/x.png: Not a directory",
+    // both after the whole report.
+    let dir = tempfile::tempdir().unwrap();
+    let jpeg = dir.path().join("photo.jpg");
+    std::fs::copy(PHOTO, &jpeg).unwrap();
+    let original = std::fs::read(&jpeg).unwrap();
+    let link = dir.path().join("link.jpg");
+    std::os::unix::fs::symlink(&jpeg, &link).unwrap();
+    let hard = dir.path().join("hard.jpg");
+    std::fs::hard_link(&jpeg, &hard).unwrap();
+    let cases = [
+        (jpeg.clone(), "is the input file"),
+        (link, "is the input file"),
+        (hard, "is the input file"),
+        (dir.path().to_path_buf(), "is a directory"),
+        (jpeg.join("x.png"), "is a file, not a directory"),
+        (jpeg.join("a/x.png"), "is a file, not a directory"),
+    ];
+    for (out, said) in cases {
+        let args = ["decode", p(&jpeg), "--backend", "cpu", "-o", p(&out)];
+        let o = common::stoker_within(&args, LIMIT);
+        assert_eq!(o.status.code(), Some(1), "{out:?}: {}", text(&o));
+        assert!(
+            o.stdout.is_empty(),
+            "{out:?}: refused after the report: {}",
+            text(&o)
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(said),
+            "{out:?}: {}",
+            text(&o)
+        );
+        assert_eq!(std::fs::read(&jpeg).unwrap(), original, "{out:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 3, "a temporary file stayed: {left:?}");
+}
+
+#[test]
 fn decode_json_of_a_file_whose_name_is_not_utf8_names_it_with_escapes() {
     // `json!` of the path panicked (status 101).
     use std::os::unix::ffi::OsStrExt;

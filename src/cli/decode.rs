@@ -70,6 +70,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.output.as_deref().unwrap_or(Path::new(STDOUT)).display()
         );
     }
+    if let Some(path) = args.output.as_deref().filter(|p| *p != Path::new(STDOUT)) {
+        refuse_output(path, &args.file)?;
+    }
     // A device, a FIFO or a huge file is refused before it is read.
     let data = stoker::formats::read_input_file(&args.file, args.max_file_size)?;
     let limits = Limits {
@@ -156,6 +159,41 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Refuses an `-o` path that cannot take the PNG, before anything is decoded: the input
+/// file itself (`-o photo.jpg` replaced the JPEG with its PNG), a directory ("renaming
+/// into DIR: Is a directory" after the report), or a path below a file ("reading
+/// file/x.png: Not a directory").
+fn refuse_output(output: &Path, input: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let id = |m: &std::fs::Metadata| (m.dev(), m.ino());
+    let shown = output.display();
+    match std::fs::metadata(output) {
+        Ok(m) if m.is_dir() => anyhow::bail!(
+            "-o {shown}: is a directory; name the PNG file to write, e.g. {}",
+            output.join("decoded.png").display()
+        ),
+        Ok(m) if std::fs::metadata(input).is_ok_and(|i| m.is_file() && id(&i) == id(&m)) => {
+            anyhow::bail!(
+                "-o {shown}: is the input file {}, which the PNG would replace; name another file",
+                input.display()
+            )
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            let file = output
+                .ancestors()
+                .skip(1)
+                .find(|a| std::fs::metadata(a).is_ok_and(|m| !m.is_dir()))
+                .unwrap_or(output);
+            anyhow::bail!(
+                "-o {shown}: {} is a file, not a directory, so nothing can be written in it",
+                file.display()
+            )
+        }
+        // A new file, or one to replace; any other failure is the write's to report.
+        _ => Ok(()),
+    }
 }
 
 /// The text lines `stoker decode` prints for the image's header (or its error).
