@@ -167,7 +167,13 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     if n.is_nan() || n <= 0.0 {
         return Err(format!("{s:?}: must be positive"));
     }
-    Ok((n * mult as f64) as u64)
+    // `0.5` (bytes) truncated to 0, refused later as "shard size ... must be positive"
+    // though it was.
+    let bytes = n * mult as f64;
+    if bytes < 1.0 {
+        return Err(format!("{s:?}: less than one byte"));
+    }
+    Ok(bytes as u64)
 }
 
 /// Where the part came from when no flag asked for one: a job array's variables, which
@@ -425,6 +431,8 @@ mod tests {
         assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
         assert_eq!(parse_bytes("1000"), Ok(1000));
         assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("0.5").is_err());
+        assert_eq!(parse_bytes("0.5K"), Ok(512));
         assert!(parse_bytes("1Q").is_err());
         assert_eq!(parse_size("224x160"), Ok((224, 160)));
         assert!(parse_size("224").is_err());
