@@ -118,3 +118,111 @@ fn a_list_file_that_is_not_utf8_is_refused_naming_the_line() {
     assert!(stderr(&o).contains("line 2: not UTF-8"), "{}", text(&o));
     assert!(!out.exists());
 }
+
+/// `bytes` with the size in its first SOF0 frame header set to `side`×`side`.
+fn claiming_side(mut bytes: Vec<u8>, side: u16) -> Vec<u8> {
+    let at = bytes
+        .windows(2)
+        .position(|w| w == [0xFF, 0xC0])
+        .expect("a baseline JPEG");
+    let side = side.to_be_bytes();
+    bytes[at + 5..at + 7].copy_from_slice(&side);
+    bytes[at + 7..at + 9].copy_from_slice(&side);
+    bytes
+}
+
+/// A PNG whose header claims `side`×`side` RGB pixels, with one row of data.
+fn png_claiming_side(side: u32) -> Vec<u8> {
+    fn crc(bytes: &[u8]) -> u32 {
+        let mut c = !0u32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 == 1 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+    fn chunk(out: &mut Vec<u8>, kind: &[u8], data: &[u8]) {
+        out.extend((data.len() as u32).to_be_bytes());
+        let start = out.len();
+        out.extend(kind);
+        out.extend(data);
+        let c = crc(&out[start..]);
+        out.extend(c.to_be_bytes());
+    }
+    let mut ihdr = side.to_be_bytes().repeat(2);
+    ihdr.extend([8, 2, 0, 0, 0]);
+    // zlib, one stored block: the filter byte and a row of black pixels (at most 64 KiB).
+    let row = vec![0u8; 1 + (side as usize * 3).min(60_000)];
+    let mut idat = vec![0x78, 0x01, 0x01];
+    idat.extend((row.len() as u16).to_le_bytes());
+    idat.extend((!(row.len() as u16)).to_le_bytes());
+    idat.extend(&row);
+    let (a, b) = row.iter().fold((1u32, 0u32), |(a, b), &x| {
+        let a = (a + u32::from(x)) % 65521;
+        (a, (b + a) % 65521)
+    });
+    idat.extend(((b << 16) | a).to_be_bytes());
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    chunk(&mut png, b"IHDR", &ihdr);
+    chunk(&mut png, b"IDAT", &idat);
+    chunk(&mut png, b"IEND", &[]);
+    png
+}
+
+#[test]
+fn with_max_pixels_raised_an_image_larger_than_memory_is_refused_not_an_abort() {
+    // Files of a few KB claiming 38000x38000 (4.3 GB) and 30000x30000 pixels, under a
+    // 2 GB address-space limit: the decoders' failed allocation aborted `convert` and
+    // `decode` (SIGABRT), losing the whole run.
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("src/a");
+    std::fs::create_dir_all(&class).unwrap();
+    let baseline = std::fs::read(Path::new(SAMPLE).join("opencv/data_stuff.jpg")).unwrap();
+    let huge_jpeg = class.join("huge.jpg");
+    std::fs::write(&huge_jpeg, claiming_side(baseline.clone(), 38000)).unwrap();
+    std::fs::write(class.join("huge.png"), png_claiming_side(30000)).unwrap();
+    std::fs::write(class.join("fine.jpg"), baseline).unwrap();
+    let limited = |args: &[&OsStr]| {
+        let mut c = Command::new("sh");
+        c.args(["-c", r#"ulimit -v 2000000 && exec "$0" "$@""#]);
+        c.arg(STOKER).args(args);
+        run_within(c, LIMIT)
+    };
+    let raised = ["--max-pixels", "18446744073709551615"].map(OsStr::new);
+    let (src, out) = (dir.path().join("src"), dir.path().join("ds"));
+    let mut args = vec![OsStr::new("convert"), OsStr::new("-j"), OsStr::new("1")];
+    args.extend(raised);
+    args.extend([src.as_os_str(), out.as_os_str()]);
+    let o = limited(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let report = String::from_utf8_lossy(&o.stdout);
+    for name in ["huge.jpg", "huge.png"] {
+        let said = format!("{name}: its ");
+        assert!(report.contains(&said), "{name}: {}", text(&o));
+    }
+    assert!(
+        report.contains("more than this process could allocate"),
+        "{}",
+        text(&o)
+    );
+    let mut args = vec![
+        OsStr::new("decode"),
+        OsStr::new("--backend"),
+        OsStr::new("cpu"),
+    ];
+    args.extend(raised);
+    args.push(huge_jpeg.as_os_str());
+    let o = limited(&args);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("more than this process could allocate"),
+        "{}",
+        text(&o)
+    );
+}

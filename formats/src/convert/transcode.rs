@@ -7,7 +7,7 @@ use std::io::Cursor;
 use fast_image_resize::images::Image;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
-use stoker_decode::{primary_image_end, probe, CpuDecoder, Limits};
+use stoker_decode::{primary_image_end, probe, CpuDecoder, ImageInfo, Limits};
 
 use super::audit::JpegClass;
 use super::options::{ConvertOptions, ResizeMode};
@@ -140,8 +140,8 @@ fn process_jpeg(
     let decoder = CpuDecoder::new(*limits);
     if opts.encoding == Encoding::Jpeg && !too_big && !for_gpu {
         if opts.check_decode {
-            if let Err(e) = decoder.decode_to_vec(data) {
-                return skip(format!("corrupt JPEG: {e}"));
+            if let Err(reason) = decode_jpeg(&decoder, data, &info) {
+                return skip(reason);
             }
         }
         return JpegPlan::Store(RecordMeta {
@@ -152,18 +152,34 @@ fn process_jpeg(
             label,
         });
     }
-    JpegPlan::Done(match decoder.decode_to_vec(data) {
-        Ok((info, data)) => finish_pixels(
-            Rgb {
-                width: info.width,
-                height: info.height,
-                data,
-            },
-            label,
-            opts,
-            for_gpu && !too_big,
-        ),
-        Err(e) => Outcome::Skip(format!("corrupt JPEG: {e}")),
+    JpegPlan::Done(match decode_jpeg(&decoder, data, &info) {
+        Ok(rgb) => finish_pixels(rgb, label, opts, for_gpu && !too_big),
+        Err(reason) => Outcome::Skip(reason),
+    })
+}
+
+/// Decodes the JPEG `data`, whose header reads as `info`. The decoder allocates its pixels
+/// (and a progressive file's coefficients, 16 bits a sample) infallibly: with `max_pixels`
+/// raised, a file of a few bytes can claim more than the memory the process may have, and
+/// the failed allocation aborted the whole conversion. Asked for first, such an image is
+/// skipped instead, saying why.
+fn decode_jpeg(decoder: &CpuDecoder, data: &[u8], info: &ImageInfo) -> Result<Rgb, String> {
+    let rgb_bytes = info.rgb_len() as u64;
+    let need = rgb_bytes * if info.progressive { 3 } else { 1 };
+    if !can_allocate(need) {
+        return Err(format!(
+            "its {}x{} pixels need about {need} bytes to decode, more than this process could \
+             allocate (lower --max-pixels, or convert it with more memory)",
+            info.width, info.height
+        ));
+    }
+    let (info, data) = decoder
+        .decode_to_vec(data)
+        .map_err(|e| format!("corrupt JPEG: {e}"))?;
+    Ok(Rgb {
+        width: info.width,
+        height: info.height,
+        data,
     })
 }
 
@@ -196,16 +212,34 @@ fn decode_other(data: &[u8], max_pixels: u64) -> Result<Rgb, String> {
     limits.max_image_height = Some(h);
     limits.max_alloc = Some(pixels.saturating_mul(16).max(1 << 20));
     reader.limits(limits);
-    let img = reader.decode().map_err(|e| match e {
+    let failed = |e: image::ImageError| match e {
         image::ImageError::Unsupported(_) => unsupported(format, &e),
         e => format!("corrupt {format:?}: {e}"),
-    })?;
+    };
+    let decoder = reader.into_decoder().map_err(failed)?;
+    // The decoder's buffer and its RGB copy. `image` allocates them infallibly: with
+    // `max_pixels` raised, a file of a few bytes can claim more than the memory the process
+    // may have, and the failed allocation aborted the whole conversion. Asked for first,
+    // such an image is skipped instead, saying why.
+    let need = image::ImageDecoder::total_bytes(&decoder).saturating_add(pixels.saturating_mul(3));
+    if !can_allocate(need) {
+        return Err(format!(
+            "its {w}x{h} pixels need {need} bytes to decode, more than this process could \
+             allocate (lower --max-pixels, or convert it with more memory)"
+        ));
+    }
+    let img = image::DynamicImage::from_decoder(decoder).map_err(failed)?;
     let rgb = img.to_rgb8();
     Ok(Rgb {
         width: rgb.width(),
         height: rgb.height(),
         data: rgb.into_raw(),
     })
+}
+
+/// Whether `bytes` can be allocated now (and are freed at once).
+fn can_allocate(bytes: u64) -> bool {
+    usize::try_from(bytes).is_ok_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok())
 }
 
 /// The skip reason for an image the `image` crate recognizes but this build cannot read: a
