@@ -435,6 +435,33 @@ fn an_output_that_is_a_file_or_a_dangling_link_says_so() {
     assert!(e.to_string().contains("symbolic link to a missing"), "{e}");
 }
 
+#[test]
+fn a_refused_part_writer_names_the_file_in_its_way_and_leaves_no_root_it_made() {
+    // A root below a file said "Not a directory (os error 20)"; a root made for a part
+    // whose own directory could not be made (here: its path over PATH_MAX) stayed, empty.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut o = sample_options();
+    o.part = Some(stoker_formats::Part::new(0, 2).unwrap());
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"mine").unwrap();
+    let classes = || Some(vec!["a".to_string(), "b".to_string()]);
+    for root in [file.clone(), file.join("out")] {
+        let e = SampleWriter::create(&root, o.clone(), classes()).unwrap_err();
+        let said = format!("{}: is a file, not a directory", file.display());
+        assert!(e.to_string().contains(&said), "{e}");
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"mine");
+    let top = tmp.path().join("top");
+    let mut root = top.clone();
+    while root.as_os_str().len() + 201 < 4070 {
+        root.push("a".repeat(200));
+    }
+    root.push("b".repeat(4085 - root.as_os_str().len() - 1));
+    let e = SampleWriter::create(&root, o, classes()).unwrap_err();
+    assert!(e.to_string().contains("File name too long"), "{e}");
+    assert!(!top.exists(), "the directories the part made stayed");
+}
+
 /// Writes `files` (with `classes`) as part `index` of `count` of a writing into `out`.
 fn write_part(
     out: &Path,
