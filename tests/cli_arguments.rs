@@ -119,6 +119,28 @@ fn a_list_file_that_is_not_utf8_is_refused_naming_the_line() {
     assert!(!out.exists());
 }
 
+#[test]
+fn a_list_label_past_u32_is_said_to_be_over_the_limit() {
+    // It was "not a non-negative integer", which it is.
+    let dir = tempfile::tempdir().unwrap();
+    let list = dir.path().join("list.csv");
+    let out = dir.path().join("ds");
+    std::fs::write(&list, b"caer/tent.jpg,99999999999\n").unwrap();
+    let o = stoker(&[
+        "convert".as_ref(),
+        "--list".as_ref(),
+        list.as_os_str(),
+        SAMPLE.as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        stderr(&o).contains("label 99999999999 is over the limit"),
+        "{}",
+        text(&o)
+    );
+}
+
 /// `bytes` with the size in its first SOF0 frame header set to `side`×`side`.
 fn claiming_side(mut bytes: Vec<u8>, side: u16) -> Vec<u8> {
     let at = bytes

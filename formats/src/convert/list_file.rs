@@ -46,7 +46,9 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
             reason: format!("line {}: {reason}", n + 1),
         };
         let (rel, label) = split_row(line).map_err(|e| bad(format!("{line:?} {e}")))?;
-        let label: u32 = match label.parse() {
+        // Parsed wider than a label, so that a label too large is told so, not called "not
+        // a non-negative integer".
+        let label: u64 = match label.parse() {
             Ok(l) => l,
             Err(_) if inputs.is_empty() && label.eq_ignore_ascii_case("label") => continue,
             Err(_) => {
@@ -59,12 +61,12 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
         if rel.is_absolute() {
             return Err(bad(format!("path {} must be relative", rel.display())));
         }
-        if label >= MAX_CLASSES {
+        let Some(label) = u32::try_from(label).ok().filter(|&l| l < MAX_CLASSES) else {
             return Err(bad(format!(
                 "label {label} is over the limit of {} (labels index the class list, at most {MAX_CLASSES} classes)",
                 MAX_CLASSES - 1
             )));
-        }
+        };
         max_label = Some(max_label.map_or(label, |m| m.max(label)));
         inputs.push(Input {
             refused: own.refuses_row(rel),

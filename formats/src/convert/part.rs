@@ -148,11 +148,12 @@ impl Part {
         let mut vals = [None; 5];
         for (slot, (name, v)) in vals.iter_mut().zip(&raw) {
             if let Some(v) = v {
-                *slot = Some(
-                    v.trim()
-                        .parse::<u32>()
-                        .map_err(|_| err(format!("{name}={v:?} is not a non-negative integer")))?,
-                );
+                *slot = Some(v.trim().parse::<u32>().map_err(|_| {
+                    err(format!(
+                        "{name}={v:?} is not an integer from 0 to {}",
+                        u32::MAX
+                    ))
+                })?);
             }
         }
         let [slurm_id, slurm_min, slurm_count, k8s_index, stoker_parts] = vals;
@@ -340,6 +341,9 @@ mod tests {
         assert!(e.contains("SLURM_ARRAY_TASK_COUNT"), "{e}");
         let e = from(None, None, &[("STOKER_PARTS", "x")]).unwrap_err();
         assert!(e.contains("STOKER_PARTS=\"x\""), "{e}");
+        // A non-negative integer, but too large: not called "not a non-negative integer".
+        let e = from(None, None, &[("STOKER_PARTS", "99999999999")]).unwrap_err();
+        assert!(e.contains("from 0 to 4294967295"), "{e}");
         let e = from(None, Some(4), &[]).unwrap_err();
         assert!(e.contains("no part index"), "{e}");
         let e = from(Some(4), Some(4), &[]).unwrap_err();
