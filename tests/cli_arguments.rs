@@ -248,3 +248,29 @@ fn with_max_pixels_raised_an_image_larger_than_memory_is_refused_not_an_abort() 
         text(&o)
     );
 }
+
+#[test]
+fn a_manifest_naming_a_shard_with_no_name_is_invalid() {
+    // An empty shard file name passed the manifest's checks and named the dataset
+    // directory itself, opened as a shard ("not a regular file").
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let o = stoker(&[
+        "convert".as_ref(),
+        "--no-check".as_ref(),
+        "-q".as_ref(),
+        SAMPLE.as_ref(),
+        ds.as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let path = ds.join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["shards"][0]["file"] = "".into();
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    for cmd in ["inspect", "verify"] {
+        let o = stoker(&[cmd.as_ref(), ds.as_os_str()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let said = "invalid manifest: shard file name \"\" is not a plain name";
+        assert!(stderr(&o).contains(said), "{cmd}: {}", text(&o));
+    }
+}

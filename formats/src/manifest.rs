@@ -324,7 +324,12 @@ impl Manifest {
             if s.first_key().checked_add(s.count).is_none() {
                 return Err(bad(format!("shard {} key_base overflows", s.file)));
             }
-            if s.file.contains('/') || s.file.contains('\\') || s.file.starts_with('.') {
+            // Empty, it named the dataset directory itself, read as a shard.
+            if s.file.is_empty()
+                || s.file.contains('/')
+                || s.file.contains('\\')
+                || s.file.starts_with('.')
+            {
                 return Err(bad(format!(
                     "shard file name {:?} is not a plain name",
                     s.file
