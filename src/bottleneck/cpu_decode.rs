@@ -32,7 +32,8 @@ pub struct CpuDecodeFigures {
 
 /// Decodes `payloads` round-robin on `threads` threads for about `budget`.
 ///
-/// Returns `None` when nothing decoded (every payload failed, or none given).
+/// Returns `None` when nothing decoded (every payload failed, or none given). However
+/// short the budget, it decodes until one image decoded or every payload was tried.
 /// The decoder is the library's routed [`CpuDecoder`], shared by all threads,
 /// exactly as the loader's CPU path uses it.
 pub fn measure(
@@ -71,7 +72,13 @@ pub fn measure(
         out.resize(max_rgb_len, 0);
         running.fetch_add(1, Ordering::Relaxed);
         let mut since_tick = 0u32;
-        while start.elapsed() < budget {
+        // Past the budget, still until one image decoded or every payload was tried: a
+        // budget shorter than one decode would otherwise decode nothing, and nothing
+        // decoded reads as every record undecodable.
+        while start.elapsed() < budget
+            || (decoded.load(Ordering::Relaxed) == 0
+                && next.load(Ordering::Relaxed) < payloads.len())
+        {
             let i = next.fetch_add(1, Ordering::Relaxed) % payloads.len();
             match decoder.decode_into(&payloads[i], &mut out) {
                 Ok(info) => {
@@ -132,4 +139,24 @@ pub fn measure(
         img_per_cpu_s: cpu_secs.map(|c| decoded as f64 / c),
         routes: decoder.route_counts().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `stoker bench --seconds 1e-9` said every sampled record was undecodable and exited 1.
+    #[test]
+    fn a_budget_shorter_than_one_decode_still_decodes_one() {
+        let payloads: Vec<Vec<u8>> = stoker_testdata::bench_files(3)
+            .iter()
+            .map(|p| std::fs::read(p).unwrap())
+            .collect();
+        let f = measure(&payloads, 2, Duration::from_nanos(1), &|_| {}).expect("one decoded");
+        assert!(f.decoded >= 1 && f.failed == 0, "{f:?}");
+
+        // Only undecodable payloads: every one tried, then None.
+        let junk = vec![b"\xff\xd8\xff\xdb junk".to_vec(); 2];
+        assert!(measure(&junk, 2, Duration::from_nanos(1), &|_| {}).is_none());
+    }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use stoker_decode::WaitMode;
+use stoker_loader::transform::MAX_OUTPUT_SIZE;
 
 use super::error::BenchError;
 
@@ -101,14 +102,27 @@ impl Default for BenchOptions {
 /// What is wrong with `seconds`, in words.
 pub fn check_seconds(seconds: f64) -> Result<(), String> {
     if !(seconds.is_finite() && seconds > 0.0) {
-        return Err(format!("{seconds} is not a positive number of seconds"));
+        return Err(format!(
+            "{} is not a positive number of seconds",
+            shown(seconds)
+        ));
     }
     if seconds > MAX_SECONDS {
         return Err(format!(
-            "{seconds} is more than {MAX_SECONDS} seconds (one day) per stage"
+            "{} is more than {MAX_SECONDS} seconds (one day) per stage",
+            shown(seconds)
         ));
     }
     Ok(())
+}
+
+/// A number as the user might have typed it: `1e308` printed in full is 309 digits.
+fn shown(x: f64) -> String {
+    if x.is_finite() && x.abs() >= 1e9 {
+        format!("{x:e}")
+    } else {
+        x.to_string()
+    }
 }
 
 /// `Ok` for a simulated training step: a finite number of milliseconds, 0 (none) up to
@@ -119,11 +133,15 @@ pub fn check_seconds(seconds: f64) -> Result<(), String> {
 /// What is wrong with `ms`, in words.
 pub fn check_consumer_ms(ms: f64) -> Result<(), String> {
     if !(ms.is_finite() && ms >= 0.0) {
-        return Err(format!("{ms} is not a non-negative number of milliseconds"));
+        return Err(format!(
+            "{} is not a non-negative number of milliseconds",
+            shown(ms)
+        ));
     }
     if ms > MAX_CONSUMER_MS {
         return Err(format!(
-            "{ms} is more than {MAX_CONSUMER_MS} milliseconds (one day) per batch"
+            "{} is more than {MAX_CONSUMER_MS} milliseconds (one day) per batch",
+            shown(ms)
         ));
     }
     Ok(())
@@ -145,6 +163,13 @@ impl BenchOptions {
             return Err(BenchError::InvalidOption {
                 option: "size",
                 reason: "must be at least 1".into(),
+            });
+        }
+        // The loader's limit, said before any stage runs rather than after all of them.
+        if self.size > MAX_OUTPUT_SIZE {
+            return Err(BenchError::InvalidOption {
+                option: "size",
+                reason: format!("{} is more than {MAX_OUTPUT_SIZE}", self.size),
             });
         }
         // Every decode thread holds a buffer of the largest image.
@@ -221,5 +246,26 @@ mod tests {
         };
         assert!(huge.budget().is_err());
         assert_eq!(day.budget().unwrap(), Duration::from_secs(86_400));
+        // Said as typed, not in 301 digits.
+        assert_eq!(
+            check_seconds(1e300).unwrap_err(),
+            "1e300 is more than 86400 seconds (one day) per stage"
+        );
+        assert_eq!(
+            check_seconds(-1.5).unwrap_err(),
+            "-1.5 is not a positive number of seconds"
+        );
+    }
+
+    /// An output side past the loader's limit was refused only after every stage had run.
+    #[test]
+    fn an_output_size_past_the_loaders_limit_is_refused_before_any_stage() {
+        let opts = |size| BenchOptions {
+            size,
+            ..BenchOptions::default()
+        };
+        opts(MAX_OUTPUT_SIZE).check().unwrap();
+        let err = opts(MAX_OUTPUT_SIZE + 1).check().unwrap_err().to_string();
+        assert!(err.contains("size") && err.contains("16384"), "{err}");
     }
 }

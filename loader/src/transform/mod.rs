@@ -15,6 +15,9 @@ pub(crate) mod resize;
 use crate::error::LoaderError;
 use crate::sampler::{Rng, STREAM_TRANSFORM};
 
+/// The largest output side a transform takes: a 16384² f32 batch of one image is 3 GiB.
+pub const MAX_OUTPUT_SIZE: u32 = 16384;
+
 /// ImageNet channel means (RGB, in `[0, 1]` units), the usual argument to
 /// [`Transform::normalize`].
 pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
@@ -224,8 +227,11 @@ impl Transform {
                 reason,
             })
         };
-        if self.size == 0 || self.size > 16384 {
-            return bad(format!("output size {} is not in 1..=16384", self.size));
+        if self.size == 0 || self.size > MAX_OUTPUT_SIZE {
+            return bad(format!(
+                "output size {} is not in 1..={MAX_OUTPUT_SIZE}",
+                self.size
+            ));
         }
         if !(0.0..=1.0).contains(&self.hflip) {
             return bad(format!("flip probability {} is not in [0, 1]", self.hflip));
