@@ -80,7 +80,7 @@ mod writer;
 pub use convert::audit::Audit;
 pub use convert::{
     convert, jpeg_is_complete, ConvertOptions, ConvertReport, Layout, NoProgress, Part, Progress,
-    ResizeMode, SampleOptions, SampleWriter, Skipped, Source, MAX_PARTS,
+    ResizeMode, SampleOptions, SampleWriter, Skipped, Source, MAX_PARTS, MAX_SIDE,
 };
 pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;

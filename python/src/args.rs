@@ -272,13 +272,15 @@ pub(crate) fn quality(v: &Bound<'_, PyAny>) -> PyResult<u8> {
 
 /// `max_side=` of `convert` and `Writer` (the JPEG limit).
 pub(crate) fn max_side(v: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
-    optional(v, |v| int(v, "max_side", Bounds::between(1, 65535)))
+    let max = i128::from(stoker_formats::MAX_SIDE);
+    optional(v, |v| int(v, "max_side", Bounds::between(1, max)))
 }
 
 /// `size=(width, height)` of `convert` and `Writer` (raw records).
 pub(crate) fn raw_size(v: &Bound<'_, PyAny>) -> PyResult<Option<(u32, u32)>> {
     optional(v, |v| {
-        pair(v, "size", |v, name| int(v, name, Bounds::between(1, 65535)))
+        let max = i128::from(stoker_formats::MAX_SIDE);
+        pair(v, "size", |v, name| int(v, name, Bounds::between(1, max)))
     })
 }
 

@@ -41,7 +41,7 @@ pub use bar::TerminalBar;
 use journal::prepare_output;
 pub use journal::JOURNAL_FILE;
 pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
-pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MIN_SHARD_BYTES};
+pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MAX_SIDE, MIN_SHARD_BYTES};
 pub(crate) use out_path::refuse_non_directory;
 pub use part::{Part, MAX_PARTS};
 pub(crate) use report::path_as_text;

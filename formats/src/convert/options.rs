@@ -13,6 +13,10 @@ use crate::FormatError;
 /// Most worker threads a conversion starts.
 pub const MAX_JOBS: usize = 1024;
 
+/// The longest side a stored image may have, raw or re-encoded: JPEG's limit (its frame
+/// header's 16-bit width and height).
+pub const MAX_SIDE: u32 = 65_535;
+
 /// The largest record (header and payload) a shard can store: LMDB's values are at most
 /// `u32::MAX` bytes.
 const MAX_VALUE_LEN: u64 = u32::MAX as u64;
@@ -151,7 +155,7 @@ impl ConvertOptions {
         }
         match (self.encoding, self.raw_size) {
             (Encoding::Raw, None) => return bad("raw encoding needs a size (--size WxH)"),
-            (Encoding::Raw, Some((w, h))) if w == 0 || h == 0 || w > 65535 || h > 65535 => {
+            (Encoding::Raw, Some((w, h))) if w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE => {
                 return bad("raw size must be between 1x1 and 65535x65535")
             }
             // Refused before any image is decoded: every record would fail to be written,
@@ -170,7 +174,7 @@ impl ConvertOptions {
         if self.max_side == Some(0) {
             return bad("max side must be positive");
         }
-        if self.max_side.is_some_and(|m| m > 65535) {
+        if self.max_side.is_some_and(|m| m > MAX_SIDE) {
             return bad("max side must be at most 65535 (the JPEG limit)");
         }
         if self.shards == Some(0) || self.shard_bytes == 0 {
