@@ -91,11 +91,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let header = probe(&data, &limits);
     if let Ok(info) = &header {
-        // The decoders allocate the pixels (and a progressive file's coefficients, 16 bits a
-        // sample) infallibly: with --max-pixels raised, a file of a few bytes can claim more
-        // than the memory this process may have, and the failed allocation aborted it.
-        let need = info.rgb_len() * if info.progressive { 3 } else { 1 };
-        if Vec::<u8>::new().try_reserve_exact(need).is_err() {
+        // The decoders allocate what a decode needs infallibly: with --max-pixels raised, a
+        // file of a few bytes can claim more than the memory this process may have, and the
+        // failed allocation aborted it.
+        let need = info.decode_bytes();
+        let fits =
+            usize::try_from(need).is_ok_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok());
+        if !fits {
             anyhow::bail!(
                 "{}: its {}x{} pixels need about {need} bytes to decode, more than this process could allocate; lower --max-pixels",
                 args.file.display(),

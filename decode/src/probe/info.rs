@@ -167,6 +167,14 @@ impl ImageInfo {
         self.width as usize * self.height as usize * 3
     }
 
+    /// Bytes a CPU decode of the file allocates at once, about: its RGB pixels, and for a
+    /// progressive file the coefficients of every component too (16 bits a sample, kept
+    /// until the last scan), which is three times the pixels in all. The decoders allocate
+    /// these infallibly; a caller that took a raised pixel limit asks for them first.
+    pub fn decode_bytes(&self) -> u64 {
+        self.rgb_len() as u64 * if self.progressive { 3 } else { 1 }
+    }
+
     /// True for 3-component files whose chroma is sampled at a lower rate
     /// than luma (anything but 4:4:4).
     pub fn chroma_subsampled(&self) -> bool {

@@ -164,8 +164,7 @@ fn process_jpeg(
 /// the failed allocation aborted the whole conversion. Asked for first, such an image is
 /// skipped instead, saying why.
 fn decode_jpeg(decoder: &CpuDecoder, data: &[u8], info: &ImageInfo) -> Result<Rgb, String> {
-    let rgb_bytes = info.rgb_len() as u64;
-    let need = rgb_bytes * if info.progressive { 3 } else { 1 };
+    let need = info.decode_bytes();
     if !can_allocate(need) {
         return Err(format!(
             "its {}x{} pixels need about {need} bytes to decode, more than this process could \
