@@ -226,19 +226,36 @@ fn bad_input_is_a_clear_error() {
         assert!(!err.contains("panicked"), "{err}");
     }
 
-    // Options the loader refuses leave the whole pipeline unmeasured: a failure, though the
-    // other stages ran (it exited 0 with the row "not measured").
-    let out = stoker(&[
-        "bench",
-        ds.to_str().unwrap(),
-        "--seconds",
-        "0.1",
-        "--size",
-        "100000",
-    ]);
+    // An output side past the loader's limit is refused before any stage runs (it was
+    // refused by the loader, after every other stage had run).
+    let out = stoker(&["bench", ds.to_str().unwrap(), "--size", "100000"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("`size`") && err.contains("16384"), "{err}");
+    assert!(out.stdout.is_empty(), "stages ran before the refusal");
+
+    // A pipeline that cannot be measured is a failure, though the other stages ran (it
+    // exited 0 with the row "not measured"): here every record is undecodable, so the
+    // loader finds no usable one.
+    let bad = dir.path().join("undecodable");
+    undecodable_dataset(&bad, 4);
+    let out = stoker(&["bench", bad.to_str().unwrap(), "--seconds", "0.1"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("end_to_end not measured"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `n` records whose headers say JPEG (from a bench photo) and whose payloads are not one.
+fn undecodable_dataset(out: &Path, n: usize) {
+    let photo = std::fs::read(&stoker_testdata::bench_files(1)[0]).unwrap();
+    let mut w = DatasetWriter::create(out, WriterOptions::default()).unwrap();
+    for i in 0..n {
+        let junk = format!("record {i}: not a JPEG, though its header says so").into_bytes();
+        w.push(jpeg_meta(&photo, 0), &junk).unwrap();
+    }
+    w.finish(vec!["a".into()], Provenance::stoker("cli_bench test"))
+        .unwrap();
 }
 
 /// `--gpu-waits` is accepted on any machine, listed in `--help`, and the rows it is
