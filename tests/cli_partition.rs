@@ -554,3 +554,65 @@ fn a_part_that_cannot_make_its_directory_leaves_no_root_it_made() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(root.is_dir());
 }
+
+#[test]
+fn parts_and_merge_go_through_a_root_that_is_a_symbolic_link() {
+    // A part took the link's own inode for the root's, so every start "found the root
+    // removed" and gave up: "link: the directory was removed while this part locked it".
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    for i in ["0", "1"] {
+        let mut c = stoker();
+        c.arg("convert").arg(SAMPLE).arg(&link);
+        c.args(FLAGS).args(["--part", i, "--parts", "2"]);
+        let o = run(c);
+        assert!(o.status.success(), "part {i}: {}", text(&o));
+    }
+    let mut c = stoker();
+    c.arg("merge").arg(&link);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    let single = dir.path().join("single");
+    convert_single(Path::new(SAMPLE), &single, &FLAGS);
+    assert_same(&link, &single);
+    assert!(link.is_symlink());
+}
+
+#[test]
+fn a_refused_merge_or_part_takes_away_only_directories_it_made() {
+    // `new/../x` was missing while `new` was, and so taken for made by this run: a refused
+    // merge, or a part stopped by --strict, removed the user's empty `x` and left `new`.
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x");
+    std::fs::create_dir(&x).unwrap();
+    let through = |name: &str| dir.path().join(name).join("..").join("x");
+    let mut c = stoker();
+    c.arg("merge")
+        .arg(through("new"))
+        .arg(dir.path().join("no-such-part"));
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(x.is_dir(), "the merge removed a directory it did not make");
+    assert!(
+        !dir.path().join("new").exists(),
+        "the merge left a directory it made"
+    );
+
+    let src = dir.path().join("src");
+    std::fs::create_dir_all(src.join("c")).unwrap();
+    std::fs::write(src.join("c/bad.jpg"), b"\xff\xd8\xff not a JPEG").unwrap();
+    let mut c = stoker();
+    c.arg("convert").arg(&src).arg(through("other"));
+    c.args(FLAGS)
+        .args(["--strict", "--part", "0", "--parts", "1"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(x.is_dir(), "the part removed a directory it did not make");
+    assert!(
+        !dir.path().join("other").exists(),
+        "the part left a directory it made"
+    );
+}

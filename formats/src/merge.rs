@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::convert::audit::Audit;
+use crate::convert::lock::OutputLock;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
 use crate::writer::{shard_file_name, write_atomically};
 use crate::FormatError;
@@ -84,16 +85,17 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
             reason: "does not exist, so it holds no part directories (part-IIIII-of-NNNNN) to merge: give the root that `stoker convert --part I --parts N SRC OUT` wrote them into, or the part directories after it".into(),
         });
     }
-    let made = missing_dirs(out);
-    std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
-    let lock = crate::convert::lock::OutputLock::acquire(out)?;
+    let (made, lock) = lock_out(out)?;
     let merged = merge_locked(out, parts);
     if merged.is_err() {
         // A refused merge leaves no directory it made. Removed under the lock, so no part
-        // is starting in it (a part locks its root shared while it starts); empty only.
-        for d in &made {
-            if std::fs::remove_dir(d).is_err() {
-                break;
+        // is starting in it (a part locks its root shared while it starts); empty only, and
+        // `out` only while the path still names the directory locked.
+        if crate::convert::lock::same_dir(lock.dir(), out) {
+            for d in &made {
+                if std::fs::remove_dir(d).is_err() {
+                    break;
+                }
             }
         }
     }
@@ -101,15 +103,26 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
     merged
 }
 
-/// The directories of `path` that do not exist, itself first, then its missing ancestors.
-fn missing_dirs(path: &Path) -> Vec<PathBuf> {
-    path.ancestors()
-        .filter(|a| !a.as_os_str().is_empty())
-        .take_while(|a| {
-            std::fs::symlink_metadata(a).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
-        })
-        .map(Path::to_path_buf)
-        .collect()
+/// Makes `out` and locks it alone; returns the directories made, deepest first.
+///
+/// A part that gave up in a root it made removes it while empty and unlocked: a lock
+/// taken just then is on that removed directory, and `out` would be a new one nobody
+/// guards. So the lock counts only while the path still leads to it; otherwise again.
+fn lock_out(out: &Path) -> Result<(Vec<PathBuf>, OutputLock), FormatError> {
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        made.extend(crate::convert::out_path::make_dirs(out)?);
+        let lock = OutputLock::acquire(out)?;
+        if crate::convert::lock::same_dir(lock.dir(), out) {
+            return Ok((made, lock));
+        }
+    }
+    Err(FormatError::MergeRefused {
+        path: out.to_path_buf(),
+        reason:
+            "parts starting in it removed it three times while this merge locked it; merge again"
+                .into(),
+    })
 }
 
 /// [`merge`] once `out` is made and locked.

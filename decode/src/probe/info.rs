@@ -172,7 +172,10 @@ impl ImageInfo {
     /// until the last scan), which is three times the pixels in all. The decoders allocate
     /// these infallibly; a caller that took a raised pixel limit asks for them first.
     pub fn decode_bytes(&self) -> u64 {
-        self.rgb_len() as u64 * if self.progressive { 3 } else { 1 }
+        // In u64: `rgb_len` is a usize, which a 32-bit target overflows for the very sizes
+        // this is asked about.
+        let rgb = u64::from(self.width) * u64::from(self.height) * 3;
+        rgb * if self.progressive { 3 } else { 1 }
     }
 
     /// True for 3-component files whose chroma is sampled at a lower rate

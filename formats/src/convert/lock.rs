@@ -103,6 +103,11 @@ pub(crate) fn remove_if_unused(root: &Path) -> bool {
     let Ok(dir) = File::open(root) else {
         return false;
     };
+    // Looked at before the lock: a root with anything in it stays, and taking its lock
+    // alone even for a moment would refuse a part starting there.
+    if std::fs::read_dir(root).map_or(true, |mut d| d.next().is_some()) {
+        return false;
+    }
     // Not `OutputLock`, which goes on unlocked on a file system without locks: there
     // nothing proves the root unused, so it stays. The lock goes with `dir`.
     if fs4::FileExt::try_lock(&dir).is_err() {
@@ -111,10 +116,12 @@ pub(crate) fn remove_if_unused(root: &Path) -> bool {
     same_dir(&dir, root) && std::fs::remove_dir(root).is_ok()
 }
 
-/// Whether `path` still leads to the open directory `dir` (same device and inode).
+/// Whether `path` still leads to the open directory `dir` (same device and inode),
+/// through a symbolic link too: an output root may be one (`out -> /scratch/out`). What is
+/// removed by path is never the link: `remove_dir` of a link fails.
 pub(crate) fn same_dir(dir: &File, path: &Path) -> bool {
     let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-    match (dir.metadata(), std::fs::symlink_metadata(path)) {
+    match (dir.metadata(), std::fs::metadata(path)) {
         (Ok(held), Ok(now)) => id(held) == id(now),
         _ => false,
     }

@@ -16,7 +16,7 @@ mod list_file;
 mod listing;
 pub(crate) mod lock;
 mod options;
-mod out_path;
+pub(crate) mod out_path;
 mod own_output;
 mod part;
 mod pipeline;

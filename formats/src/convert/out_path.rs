@@ -1,7 +1,7 @@
 //! What an output path must be before anything is made at it: a directory, or a path
 //! that can become one.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::FormatError;
 
@@ -48,4 +48,58 @@ pub(crate) fn refuse_non_directory(out: &Path) -> Result<(), FormatError> {
         });
     }
     Ok(())
+}
+
+/// Makes the directory `out` and its missing ancestors, one `mkdir` each from the nearest
+/// that exists down, and returns those this call created, deepest first: what a refused
+/// or abandoned output may take away again.
+///
+/// Only a `mkdir` that succeeded counts: a path that was merely missing may still lead to
+/// a directory once its ancestors exist (`new/../x` is the user's `x` once `new` is made),
+/// and another process may make the same directory first.
+///
+/// # Errors
+///
+/// I/O errors making a directory (the ones made before it stay, and are not returned).
+pub(crate) fn make_dirs(out: &Path) -> Result<Vec<PathBuf>, FormatError> {
+    let missing: Vec<&Path> = out
+        .ancestors()
+        .filter(|a| !a.as_os_str().is_empty())
+        .take_while(|a| {
+            std::fs::symlink_metadata(a).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        })
+        .collect();
+    let mut made = Vec::new();
+    for dir in missing.iter().rev() {
+        match std::fs::create_dir(dir) {
+            Ok(()) => made.push(dir.to_path_buf()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(FormatError::io(dir, e)),
+        }
+    }
+    // Whatever the path's form (`a/.`), `out` itself is a directory from here on.
+    std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
+    made.reverse();
+    Ok(made)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_directories_this_call_made_are_returned() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path();
+        assert_eq!(
+            make_dirs(&t.join("a/b")).unwrap(),
+            vec![t.join("a/b"), t.join("a")]
+        );
+        assert!(make_dirs(&t.join("a/b")).unwrap().is_empty());
+        // `new/../x` names the existing `x` once `new` is made: only `new` is this call's.
+        std::fs::create_dir(t.join("x")).unwrap();
+        let made = make_dirs(&t.join("new/../x")).unwrap();
+        assert_eq!(made, vec![t.join("new")]);
+        assert!(t.join("x").is_dir());
+    }
 }

@@ -66,19 +66,13 @@ impl Made {
     ///
     /// When a directory cannot be created.
     pub(super) fn create(out: &Path) -> Result<Made, FormatError> {
-        let mut dirs = Vec::new();
-        let mut at = Some(out);
-        while let Some(d) = at.filter(|d| !d.as_os_str().is_empty()) {
-            match std::fs::symlink_metadata(d) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => dirs.push(d.to_path_buf()),
-                _ => break,
-            }
-            at = d.parent();
-        }
         super::out_path::refuse_non_directory(out)?;
-        if !out.join(MANIFEST_FILE).exists() {
-            std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
-        }
+        // A finished dataset is not made again (a `--resume` of it says so later).
+        let dirs = if out.join(MANIFEST_FILE).exists() {
+            Vec::new()
+        } else {
+            super::out_path::make_dirs(out)?
+        };
         Ok(Made {
             out: out.to_path_buf(),
             dirs,
