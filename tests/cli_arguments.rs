@@ -125,20 +125,23 @@ fn a_list_label_past_u32_is_said_to_be_over_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let list = dir.path().join("list.csv");
     let out = dir.path().join("ds");
-    std::fs::write(&list, b"caer/tent.jpg,99999999999\n").unwrap();
-    let o = stoker(&[
-        "convert".as_ref(),
-        "--list".as_ref(),
-        list.as_os_str(),
-        SAMPLE.as_ref(),
-        out.as_os_str(),
-    ]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        stderr(&o).contains("label 99999999999 is over the limit"),
-        "{}",
-        text(&o)
-    );
+    // Past u32, and past u64 too.
+    for label in ["99999999999", "99999999999999999999999"] {
+        std::fs::write(&list, format!("caer/tent.jpg,{label}\n")).unwrap();
+        let o = stoker(&[
+            "convert".as_ref(),
+            "--list".as_ref(),
+            list.as_os_str(),
+            SAMPLE.as_ref(),
+            out.as_os_str(),
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            stderr(&o).contains(&format!("label {label} is over the limit")),
+            "{}",
+            text(&o)
+        );
+    }
 }
 
 /// `bytes` with the size in its first SOF0 frame header set to `side`×`side`.

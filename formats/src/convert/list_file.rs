@@ -48,8 +48,11 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
         let (rel, label) = split_row(line).map_err(|e| bad(format!("{line:?} {e}")))?;
         // Parsed wider than a label, so that a label too large is told so, not called "not
         // a non-negative integer".
+        let text = label;
         let label: u64 = match label.parse() {
             Ok(l) => l,
+            // Digits past even a u64: as much over the limit as one that fits.
+            Err(_) if !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit()) => u64::MAX,
             Err(_) if inputs.is_empty() && label.eq_ignore_ascii_case("label") => continue,
             Err(_) => {
                 return Err(bad(format!(
@@ -63,7 +66,7 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
         }
         let Some(label) = u32::try_from(label).ok().filter(|&l| l < MAX_CLASSES) else {
             return Err(bad(format!(
-                "label {label} is over the limit of {} (labels index the class list, at most {MAX_CLASSES} classes)",
+                "label {text} is over the limit of {} (labels index the class list, at most {MAX_CLASSES} classes)",
                 MAX_CLASSES - 1
             )));
         };
