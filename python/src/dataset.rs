@@ -413,9 +413,7 @@ impl Dataset {
             )));
         }
         let i = i as u64;
-        // A DataLoader worker (or faulthandler.enable() after the open) may have put its
-        // own SIGBUS handler in place of the one that turns a lost page into an error.
-        stoker_formats::install_read_fault_handler();
+        crate::signals::guard_shard_reads();
         self.inner.check_unchanged_at(i).map_err(format_error)?;
         let record = self.reader.get(i).map_err(format_error)?;
         if let Err(e) = record.check_crc() {

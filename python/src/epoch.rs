@@ -308,6 +308,9 @@ impl Epoch {
         // Declared after `guard`: dropped first, so the mark goes before the lock does.
         let _holding = Holding::new(&self.shared.holder);
         loop {
+            // Also on each wait's turn: the loader's threads read shards while this one
+            // waits, and another Python thread may replace the handler meanwhile.
+            crate::signals::guard_shard_reads();
             if self.shared.closed.load(Ordering::Acquire) {
                 *guard = Run::Ended;
             }

@@ -193,3 +193,46 @@ print("bad", loader.stats()["bad_records"])
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert int(run.stdout.split()[-1]) > 0, run.stdout
+
+
+@pytest.mark.parametrize(
+    "replace_handler",
+    [
+        # Its handler ended the process: "Fatal Python error: Bus error".
+        "faulthandler.enable()",
+        # Its C handler returned to the faulting read, which faulted again forever.
+        "signal.signal(signal.SIGBUS, lambda *a: None)",
+    ],
+)
+def test_a_sigbus_handler_set_mid_epoch_does_not_take_shard_faults(tmp_path, replace_handler):
+    # A handler installed after the epoch began (the shards opened, their readers made)
+    # replaced stoker's until the next open: the loader's reads past a cut then crashed or
+    # hung the process. Each `next` puts stoker's back in front before the loader's threads
+    # read on; the pause lets them finish the batch they read ahead, which a handler set
+    # meanwhile would still take (nothing in Python can close that window). Run apart: a
+    # regression would kill or hang pytest itself.
+    out = tmp_path / "ds"
+    stoker.convert(REPO / "testdata" / "imagefolder", out, shards=2, check=False, progress=False)
+    script = f"""
+import faulthandler, os, signal, time
+import stoker
+out = {str(out)!r}
+loader = stoker.Loader(out, 4, size=16, device="cpu", workers=1, prefetch=1,
+                       prefetch_next_epoch=False, shuffle=False, crop="center")
+batches = iter(loader)
+next(batches)
+time.sleep(2)
+{replace_handler}
+for shard in os.listdir(out):
+    if shard.startswith("shard-"):
+        os.truncate(os.path.join(out, shard), 4096)
+try:
+    for _ in batches:
+        pass
+except stoker.StokerError as e:
+    print("error:", e)
+print("bad", loader.stats()["bad_records"])
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert int(run.stdout.split()[-1]) > 0, run.stdout
