@@ -157,6 +157,41 @@ fn refuse_bool(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyResult<()>
     Ok(())
 }
 
+/// A str given as `name=`, named in the error: a `TypeError` for another type, a
+/// `ValueError` for a str that cannot be UTF-8 (a lone surrogate, as `os.fsdecode` makes of
+/// undecodable bytes), where PyO3 alone says "takes a str, not str" or a bare
+/// `UnicodeEncodeError`.
+pub(crate) fn text(value: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
+    if !value.is_instance_of::<PyString>() {
+        return Err(wrong_type(value, name, "a str"));
+    }
+    value.extract::<String>().map_err(|e| {
+        PyValueError::new_err(format!(
+            "{name}={} is not UTF-8 text: {}",
+            value.repr().map(|r| r.to_string()).unwrap_or_default(),
+            e.value(value.py())
+        ))
+    })
+}
+
+/// Text given as `name=` (a state dict's `order`, `dataset`) parsed into a `T`; `None`
+/// stays `None`.
+pub(crate) fn parsed<T: std::str::FromStr<Err = String>>(
+    value: Option<Bound<'_, PyAny>>,
+    name: &str,
+) -> PyResult<Option<T>> {
+    value
+        .map(|v| text(&v, name)?.parse().map_err(PyValueError::new_err))
+        .transpose()
+}
+
+/// A bool given as `name=` (Python's or NumPy's; not an int), named in the error.
+pub(crate) fn boolean(value: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
+    value
+        .extract::<bool>()
+        .map_err(|_| wrong_type(value, name, "a bool"))
+}
+
 fn wrong_type(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyErr {
     PyTypeError::new_err(format!("{name}= takes {kind}, not {}", type_name(value)))
 }
@@ -382,12 +417,19 @@ pub(crate) fn classes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
             "classes",
             "a list of str",
             u32::MAX as usize,
-            |item, i| {
-                item.extract::<String>()
-                    .map_err(|_| wrong_type(item, &format!("classes[{i}]"), "a str"))
-            },
+            |item, i| text(item, &format!("classes[{i}]")),
         )
     })
+}
+
+/// `source=` of `Writer`, recorded in the manifest.
+pub(crate) fn source(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    optional(v, |v| text(v, "source"))
+}
+
+/// `name=` of `Writer.write`, what the report calls a skipped sample.
+pub(crate) fn sample_name(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    optional(v, |v| text(v, "name"))
 }
 
 /// `parts=` of `merge`: part directories, at most as many as a conversion has parts.

@@ -352,8 +352,9 @@ impl Loader {
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
     /// seed, batch size, number of ranks, dataset, ``drop_last`` or order (where
     /// the state gives them), or past the end of the epoch, or a negative number, and
-    /// ``TypeError`` for a number that is not an int (a bool is not; a refused state leaves
-    /// the loader and its iterators as they were). A state it takes stops this loader's
+    /// ``TypeError`` for a number that is not an int (a bool is not), an ``order`` or
+    /// ``dataset`` that is not a str or a ``drop_last`` that is not a bool (a refused
+    /// state leaves the loader and its iterators as they were). A state it takes stops this loader's
     /// iterators, as a newer one would (their next ``next`` raises
     /// ``stoker.StokerError``).
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
@@ -377,9 +378,11 @@ impl Loader {
             batch_size: optional("batch_size")?,
             world_size: optional("world_size")?,
             samples: optional("samples")?,
-            drop_last: present("drop_last")?.map(|v| v.extract()).transpose()?,
-            order: parsed(present("order")?)?,
-            dataset: parsed(present("dataset")?)?,
+            drop_last: present("drop_last")?
+                .map(|v| args::boolean(&v, "state[\"drop_last\"]"))
+                .transpose()?,
+            order: args::parsed(present("order")?, "state[\"order\"]")?,
+            dataset: args::parsed(present("dataset")?, "state[\"dataset\"]")?,
             draws: present("draws")?
                 .map(|v| args::int(&v, "state[\"draws\"]", args::Bounds::at_least(0)))
                 .transpose()?,
@@ -756,19 +759,6 @@ fn notes(inner: &stoker_loader::Loader) -> Vec<(String, String)> {
         notes.push((note.clone(), format!("stoker: {note}")));
     }
     notes
-}
-
-/// A state key written as text (`Order`, `DatasetFingerprint`), parsed; `None` stays `None`.
-fn parsed<T: std::str::FromStr<Err = String>>(
-    value: Option<Bound<'_, PyAny>>,
-) -> PyResult<Option<T>> {
-    value
-        .map(|v| {
-            v.extract::<String>()?
-                .parse()
-                .map_err(PyValueError::new_err)
-        })
-        .transpose()
 }
 
 /// The name of a `dtype` or `device` argument: a string, a type's `__name__`

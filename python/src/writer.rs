@@ -91,7 +91,7 @@ impl Writer {
         py: Python<'_>,
         out: PathBuf,
         #[pyo3(from_py_with = args::classes)] classes: Option<Vec<String>>,
-        source: Option<String>,
+        #[pyo3(from_py_with = args::source)] source: Option<String>,
         encoding: &str,
         #[pyo3(from_py_with = args::max_side)] max_side: Option<u32>,
         #[pyo3(from_py_with = args::quality)] quality: u8,
@@ -152,7 +152,7 @@ impl Writer {
         py: Python<'_>,
         image: &Bound<'_, PyAny>,
         label: &Bound<'_, PyAny>,
-        name: Option<&str>,
+        #[pyo3(from_py_with = args::sample_name)] name: Option<String>,
     ) -> PyResult<()> {
         let _logs = Call::often(py);
         self.check_process()?;
@@ -160,7 +160,7 @@ impl Writer {
         let image = image_bytes(image, self.max_file_size)?;
         let mut inner = self.inner(py);
         let w = inner.writer.as_mut().ok_or_else(|| self.closed_error(py))?;
-        let name = name.unwrap_or("");
+        let name = name.as_deref().unwrap_or("");
         py.detach(|| match image {
             Image::Bytes(data) => w.write(data, label, name),
             Image::TooLarge(bytes) => w.write_too_large(bytes, label, name),

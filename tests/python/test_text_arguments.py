@@ -1,0 +1,63 @@
+"""Arguments that are text or flags (class names, a sample's name, the manifest's source,
+the state dict's `order`, `dataset` and `drop_last`): another type is a `TypeError`, a str
+that cannot be UTF-8 (a lone surrogate, as `os.fsdecode` makes of undecodable bytes) a
+`ValueError`, each naming its argument.
+
+Regression: PyO3 alone said "'int' object is not an instance of 'str'" or a bare
+`UnicodeEncodeError` without the argument's name, and for a class name with a surrogate
+"classes[0]= takes a str, not str"."""
+
+import pytest
+
+import stoker
+
+SURROGATE = "caf\udce9"  # os.fsdecode(b"caf\xe9") on a UTF-8 system
+
+
+@pytest.mark.parametrize(
+    "kw, error, says",
+    [
+        ({"classes": ["a", SURROGATE]}, ValueError, r"^classes\[1\]='caf\\udce9' is not UTF-8 text"),
+        ({"classes": ["a", 5]}, TypeError, r"^classes\[1\]= takes a str, not int"),
+        ({"source": SURROGATE}, ValueError, r"^source='caf\\udce9' is not UTF-8 text"),
+        ({"source": b"hf:x"}, TypeError, r"^source= takes a str, not bytes"),
+    ],
+    ids=["class-surrogate", "class-int", "source-surrogate", "source-bytes"],
+)
+def test_writer_text_arguments_name_themselves(tmp_path, kw, error, says):
+    kw.setdefault("classes", ["a"])
+    with pytest.raises(error, match=says):
+        stoker.Writer(tmp_path / "out", **kw)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_samples_name_is_a_str_named_by_its_keyword(tmp_path, sample_dataset):
+    image, _ = stoker.Dataset(sample_dataset)[0]
+    with stoker.Writer(tmp_path / "out", classes=["a"]) as w:
+        with pytest.raises(TypeError, match=r"^name= takes a str, not int"):
+            w.write(image, 0, 5)
+        with pytest.raises(ValueError, match=r"^name='caf\\udce9' is not UTF-8 text"):
+            w.write(image, 0, SURROGATE)
+        # Refused before it was taken: the writer goes on.
+        w.write(image, 0, "kept")
+    assert w.report["written"] == 1
+
+
+@pytest.mark.parametrize(
+    "key, value, error, says",
+    [
+        ("drop_last", "no", TypeError, r'^state\["drop_last"\]= takes a bool, not str'),
+        ("drop_last", 1, TypeError, r'^state\["drop_last"\]= takes a bool, not int'),
+        ("order", 5, TypeError, r'^state\["order"\]= takes a str, not int'),
+        ("order", b"global", TypeError, r'^state\["order"\]= takes a str, not bytes'),
+        ("dataset", [], TypeError, r'^state\["dataset"\]= takes a str, not list'),
+        ("dataset", SURROGATE, ValueError, r'^state\["dataset"\]=.* is not UTF-8 text'),
+    ],
+)
+def test_the_text_and_flags_of_a_state_dict_name_their_key(sample_dataset, key, value, error, says):
+    loader = stoker.Loader(sample_dataset, 4, device="cpu")
+    state = loader.state_dict()
+    with pytest.raises(error, match=says):
+        loader.load_state_dict({**state, key: value})
+    assert loader.state_dict() == state
+    loader.close()
