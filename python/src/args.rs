@@ -422,6 +422,20 @@ pub(crate) fn classes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
     })
 }
 
+/// A path given as `name=`, refused with a `ValueError` when it holds a NUL byte, as
+/// Python's own file functions refuse it ("embedded null byte"): no file name can hold
+/// one, and the operating system's refusal came back as a `stoker.StokerError` whose
+/// message showed the NUL as nothing.
+pub(crate) fn path(path: PathBuf, name: &str) -> PyResult<PathBuf> {
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
+        return Err(PyValueError::new_err(format!(
+            "{name}={:?}: a path cannot hold a NUL byte",
+            path.display().to_string()
+        )));
+    }
+    Ok(path)
+}
+
 /// `source=` of `Writer`, recorded in the manifest.
 pub(crate) fn source(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     optional(v, |v| text(v, "source"))
@@ -437,8 +451,11 @@ pub(crate) fn parts(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<PathBuf>>> {
     optional(v, |v| {
         let max = stoker_formats::MAX_PARTS as usize;
         list(v, "parts", "a list of paths", max, |item, i| {
-            item.extract::<PathBuf>()
-                .map_err(|_| wrong_type(item, &format!("parts[{i}]"), "a path"))
+            let name = format!("parts[{i}]");
+            let part = item
+                .extract::<PathBuf>()
+                .map_err(|_| wrong_type(item, &name, "a path"))?;
+            path(part, &name)
         })
     })
 }

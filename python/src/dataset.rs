@@ -86,6 +86,8 @@ pub(crate) fn convert<'py>(
     progress: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
+    let (src, out) = (args::path(src, "src")?, args::path(out, "out")?);
+    let list = list.map(|l| args::path(l, "list")).transpose()?;
     let source = match list {
         Some(list) => Source::List { root: src, list },
         None => Source::ImageFolder(src),
@@ -227,6 +229,7 @@ pub(crate) fn merge<'py>(
     #[pyo3(from_py_with = args::parts)] parts: Option<Vec<PathBuf>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
+    let out = args::path(out, "out")?;
     // The CLI's "no parts named" means every part; an empty list given here names none.
     if parts.as_ref().is_some_and(Vec::is_empty) {
         return Err(PyValueError::new_err(
@@ -380,6 +383,7 @@ impl Dataset {
     #[new]
     fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let _logs = Call::new(py);
+        let path = args::path(path, "path")?;
         // Absolute from the start: a pickle made after a `chdir` must still name this
         // dataset, not whatever the relative path means then.
         let path = std::path::absolute(&path).unwrap_or(path);

@@ -147,6 +147,7 @@ impl Loader {
                         data.get_type()
                     ))
                 })?;
+                let path = args::path(path, "data")?;
                 py.detach(|| stoker_formats::Dataset::open(&path))
                     .map_err(crate::errors::format_error)?
             }

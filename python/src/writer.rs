@@ -108,6 +108,7 @@ impl Writer {
         parts: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Writer> {
         let _logs = Call::new(py);
+        let out = args::path(out, "out")?;
         let mut o = SampleOptions::new(source.unwrap_or_else(|| "stoker.Writer".into()));
         o.encoding = parse_encoding(encoding)?;
         o.resize = parse_resize(resize)?;

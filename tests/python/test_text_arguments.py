@@ -1,15 +1,21 @@
 """Arguments that are text or flags (class names, a sample's name, the manifest's source,
 the state dict's `order`, `dataset` and `drop_last`): another type is a `TypeError`, a str
 that cannot be UTF-8 (a lone surrogate, as `os.fsdecode` makes of undecodable bytes) a
-`ValueError`, each naming its argument.
+`ValueError`, each naming its argument; so is a path holding a NUL byte, as Python's own
+file functions refuse it.
 
 Regression: PyO3 alone said "'int' object is not an instance of 'str'" or a bare
 `UnicodeEncodeError` without the argument's name, and for a class name with a surrogate
-"classes[0]= takes a str, not str"."""
+"classes[0]= takes a str, not str"; a path with a NUL was a `stoker.StokerError` from the
+operating system's refusal, whose message showed the NUL as nothing."""
+
+from pathlib import Path
 
 import pytest
 
 import stoker
+
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "data" / "sample"
 
 SURROGATE = "caf\udce9"  # os.fsdecode(b"caf\xe9") on a UTF-8 system
 
@@ -61,3 +67,25 @@ def test_the_text_and_flags_of_a_state_dict_name_their_key(sample_dataset, key, 
         loader.load_state_dict({**state, key: value})
     assert loader.state_dict() == state
     loader.close()
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda t, bad: stoker.convert(bad, t / "out", progress=False), "src"),
+        (lambda t, bad: stoker.convert(SAMPLE, bad, progress=False), "out"),
+        (lambda t, bad: stoker.convert(SAMPLE, t / "out", list=bad, progress=False), "list"),
+        (lambda t, bad: stoker.merge(bad), "out"),
+        (lambda t, bad: stoker.merge(t / "out", parts=[t, bad]), r"parts\[1\]"),
+        (lambda t, bad: stoker.Writer(bad), "out"),
+        (lambda t, bad: stoker.Dataset(bad), "path"),
+        (lambda t, bad: stoker.Loader(bad, device="cpu"), "data"),
+    ],
+    ids=["convert-src", "convert-out", "convert-list", "merge-out", "merge-parts", "Writer",
+         "Dataset", "Loader"],
+)
+def test_a_path_with_a_nul_byte_is_a_value_error_naming_it(tmp_path, call, name):
+    bad = str(tmp_path / "a\x00b")
+    with pytest.raises(ValueError, match=rf"^{name}=.*a path cannot hold a NUL byte"):
+        call(tmp_path, bad)
+    assert not (tmp_path / "out").exists()
