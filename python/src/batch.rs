@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyBufferError, PyIndexError};
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyIterator, PyList, PyTuple};
+use pyo3::types::{PyCapsule, PyInt, PyIterator, PyList, PyTuple};
 use stoker_loader::dlpack::{sys, ConsumerStream, ManagedTensor};
 use stoker_loader::{CudaImages, DType, HostImages};
 
@@ -71,10 +71,10 @@ impl Images {
         py: Python<'py>,
         stream: Option<i64>,
         max_version: Option<Bound<'py, PyAny>>,
-        dl_device: Option<(i32, i32)>,
+        dl_device: Option<Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        check_device(self.dl_device(), dl_device)?;
+        check_device(self.dl_device(), dl_device.as_ref())?;
         let copy = copy == Some(true);
         if copy && matches!(self.pixels, Pixels::Cuda(_)) {
             return Err(PyBufferError::new_err(
@@ -162,14 +162,14 @@ impl Labels {
         py: Python<'py>,
         stream: Option<i64>,
         max_version: Option<Bound<'py, PyAny>>,
-        dl_device: Option<(i32, i32)>,
+        dl_device: Option<Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         // Host memory: no stream to wait on (consumers pass None).
         let _ = stream;
         // A copy per export (at most a batch of int64s), so each tensor owns its own; a
         // consumer that forbids copies is told so, as the protocol asks.
-        check_device((sys::K_DL_CPU, 0), dl_device)?;
+        check_device((sys::K_DL_CPU, 0), dl_device.as_ref())?;
         if copy == Some(false) {
             return Err(PyBufferError::new_err(
                 "copy=False: labels are exported as a copy of their int64 values",
@@ -214,14 +214,27 @@ impl Labels {
 }
 
 /// A DLPack export to another device than the batch's, which stoker does not do, as
-/// `BufferError` (the protocol's exception).
-fn check_device(ours: (i32, i32), dl_device: Option<(i32, i32)>) -> PyResult<()> {
-    match dl_device {
-        Some(want) if want != ours => Err(PyBufferError::new_err(format!(
-            "dl_device={want:?}: the batch is on {ours:?} and stoker does not move it"
-        ))),
-        _ => Ok(()),
+/// `BufferError` (the protocol's exception). The pair is read as Python ints: a device
+/// type or number past `i32` (which no device has) is another device, where PyO3's
+/// `(i32, i32)` raised a bare `OverflowError`.
+fn check_device(ours: (i32, i32), dl_device: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+    let Some(want) = dl_device else {
+        return Ok(());
+    };
+    let shown = want.repr().map(|r| r.to_string()).unwrap_or_default();
+    let (kind, id) = want
+        .extract::<(Bound<'_, PyInt>, Bound<'_, PyInt>)>()
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "dl_device={shown}: want a (device_type, device_id) tuple of ints"
+            ))
+        })?;
+    if (kind.extract::<i32>().ok(), id.extract::<i32>().ok()) == (Some(ours.0), Some(ours.1)) {
+        return Ok(());
     }
+    Err(PyBufferError::new_err(format!(
+        "dl_device={shown}: the batch is on {ours:?} and stoker does not move it"
+    )))
 }
 
 fn dtype_name(dtype: DType) -> &'static str {

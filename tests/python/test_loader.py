@@ -144,6 +144,14 @@ def test_dlpack_round_trip_through_numpy_shares_memory(sample_dataset):
     # The protocol's refusal is BufferError: stoker does not move batches to a device.
     with pytest.raises(BufferError):
         images.__dlpack__(dl_device=(2, 0))
+    # A device past any C int is another device too, not a bare OverflowError; what is
+    # not a pair of ints says what it wants. Labels are read alike.
+    for producer in (images, labels):
+        with pytest.raises(BufferError, match=r"dl_device=\(18446744073709551616, 0\)"):
+            producer.__dlpack__(dl_device=(2**64, 0))
+        with pytest.raises(TypeError, match=r"dl_device='cpu': want a \(device_type, device_id\)"):
+            producer.__dlpack__(dl_device="cpu")
+        assert producer.__dlpack__(dl_device=(1, 0)) is not None
 
 
 def test_a_batch_kept_alive_keeps_its_contents_past_the_next_ones(sample_dataset):
