@@ -306,6 +306,11 @@ impl Progress for Cancellable {
     }
 }
 
+/// How long a cancelled conversion is waited for before its caller gets the exception
+/// anyway: far longer than a conversion takes to stop between inputs (a fraction of a
+/// second), so that a `resume=True` right after finds it stopped.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Runs the conversion on another thread while this one, holding the GIL only to look,
 /// checks for Ctrl-C: Python's handler only sets a flag, so a conversion run here with the
 /// GIL released went on to the end (minutes to hours) before `KeyboardInterrupt`.
@@ -338,6 +343,7 @@ fn convert_interruptibly(
             })?
     };
     let mut interrupted = None;
+    let mut cancelled_at = None;
     while !job.is_finished() {
         py.detach(|| std::thread::park_timeout(SIGNAL_CHECK));
         // A conversion runs for minutes to hours: its log is not kept to the end.
@@ -350,6 +356,16 @@ fn convert_interruptibly(
                 bar.cancel.store(true, Ordering::Relaxed);
                 interrupted = Some(e);
             }
+        }
+        // A cancelled conversion stops at its next input, but not inside a system call
+        // that never returns: opening a `list=` pipe that nobody writes waited forever,
+        // Ctrl-C or not. Past the grace its thread is left to end with the process.
+        let past_grace = |_: &mut PyErr| {
+            let since = *cancelled_at.get_or_insert_with(std::time::Instant::now);
+            since.elapsed() > CANCEL_GRACE
+        };
+        if let Some(interrupt) = interrupted.take_if(past_grace) {
+            return Err(interrupt);
         }
     }
     let report = job

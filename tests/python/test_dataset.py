@@ -115,6 +115,28 @@ def test_ctrl_c_stops_a_conversion_and_resume_finishes_it(tmp_path, ctrl_c_raise
     assert report["resumed"] < report["written"]
 
 
+def test_ctrl_c_stops_a_conversion_stuck_opening_a_list_pipe_nobody_writes(tmp_path):
+    # Ctrl-C cancelled the conversion and then waited for its thread, which was blocked
+    # in open() on the FIFO for good: the call never returned. Run apart: a regression
+    # would hang pytest itself.
+    fifo = tmp_path / "list"
+    os.mkfifo(fifo)
+    script = f"""
+import os, signal, threading, time
+import stoker
+signal.signal(signal.SIGINT, signal.default_int_handler)
+threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    stoker.convert({str(SAMPLE)!r}, {str(tmp_path / "out")!r}, list={str(fifo)!r}, progress=False)
+except KeyboardInterrupt:
+    print("interrupted after", round(time.monotonic() - start))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and "interrupted after" in run.stdout, (run.stdout, run.stderr[-2000:])
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
 def test_convert_warns_of_what_it_noted_and_refuses_to_write_nothing(tmp_path):
     tree = tmp_path / "tree"
     (tree / "a").mkdir(parents=True)
