@@ -150,12 +150,35 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
     }
 
     // Links from an interrupted merge are replaced: the part directories are the truth
-    // until the manifest exists.
+    // until the manifest exists. A merge refused while linking takes its links away again.
     remove_shards(out)?;
+    let manifest = match link_parts(out, &loaded) {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = remove_shards(out);
+            return Err(e);
+        }
+    };
+    // The merge is done; part directories are only extra names for the same shards now.
+    for (dir, _) in &loaded {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(MergeReport {
+        out: out.to_path_buf(),
+        parts: loaded.len() as u32,
+        samples: manifest.samples,
+        shards: manifest.shards.len() as u64,
+        bytes: manifest.bytes,
+    })
+}
+
+/// Links every part's shards into `out` under the merged names and writes the merged
+/// manifest: the merge's one visible result, written last.
+fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, FormatError> {
     let mut shards = Vec::new();
     let mut audit: Option<Audit> = None;
     let (mut samples, mut bytes, mut payload_bytes) = (0u64, 0u64, 0u64);
-    for (dir, m) in &loaded {
+    for (dir, m) in loaded {
         for s in &m.shards {
             let from = dir.join(&s.file);
             check_size(&from, s)?;
@@ -197,24 +220,14 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
         shards,
         bytes,
         payload_bytes,
-        provenance: merged_provenance(&loaded),
+        provenance: merged_provenance(loaded),
         audit,
         part: None,
     };
     let path = out.join(MANIFEST_FILE);
     manifest.validate(&path)?;
     write_atomically(out, MANIFEST_FILE, manifest.to_json().as_bytes())?;
-    // The merge is done; part directories are only extra names for the same shards now.
-    for (dir, _) in &loaded {
-        let _ = std::fs::remove_dir_all(dir);
-    }
-    Ok(MergeReport {
-        out: out.to_path_buf(),
-        parts: loaded.len() as u32,
-        samples: manifest.samples,
-        shards: manifest.shards.len() as u64,
-        bytes: manifest.bytes,
-    })
+    Ok(manifest)
 }
 
 /// The `part-*` directories under `out`, sorted.
@@ -316,6 +329,15 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
             return Err(refuse(dir, reason));
         }
         let m = Manifest::read(dir)?;
+        // Its shards as a reader will find them (sizes, LMDB meta pages): a part damaged in
+        // place would otherwise merge into a dataset that says it is finished and does not
+        // open, its part directory removed.
+        if let Err(e) = crate::Dataset::open(dir) {
+            return Err(refuse(
+                dir,
+                format!("its shards do not open ({e}); convert or write this part again"),
+            ));
+        }
         let Some(p) = m.part.clone() else {
             return Err(refuse(
                 dir,

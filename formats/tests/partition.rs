@@ -523,3 +523,31 @@ fn opening_images_or_unmerged_parts_says_what_to_do() {
     merge(&root, &[]).unwrap();
     Dataset::open(&root).unwrap();
 }
+
+#[test]
+fn a_part_damaged_in_place_is_refused_and_nothing_is_merged() {
+    // A part whose shard was zeroed in place (same size) merged into a dataset that said it
+    // was finished, did not open ("damaged LMDB file: meta page 0"), and the part directory
+    // holding the only other name of the shards was removed.
+    let tmp = tempfile::tempdir().unwrap();
+    let source = Source::ImageFolder(photos());
+    let root = tmp.path().join("parts");
+    convert_parts(&source, &root, 2);
+    let part1 = root.join(Part::new(1, 2).unwrap().dir_name());
+    let shard = Dataset::open(&part1).unwrap().manifest().shard_path(&part1, 0);
+    let len = std::fs::metadata(&shard).unwrap().len() as usize;
+    std::fs::write(&shard, vec![0u8; len]).unwrap();
+
+    let e = merge(&root, &[]).unwrap_err();
+    let said = e.to_string();
+    assert!(said.contains(&*part1.to_string_lossy()), "{said}");
+    assert!(said.contains("do not open"), "{said}");
+    assert!(!root.join(MANIFEST_FILE).exists());
+    assert!(part1.join(MANIFEST_FILE).exists(), "the damaged part was removed");
+    let links: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("shard-"))
+        .collect();
+    assert!(links.is_empty(), "links left in the root: {links:?}");
+}
