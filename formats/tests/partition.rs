@@ -534,7 +534,10 @@ fn a_part_damaged_in_place_is_refused_and_nothing_is_merged() {
     let root = tmp.path().join("parts");
     convert_parts(&source, &root, 2);
     let part1 = root.join(Part::new(1, 2).unwrap().dir_name());
-    let shard = Dataset::open(&part1).unwrap().manifest().shard_path(&part1, 0);
+    let shard = Dataset::open(&part1)
+        .unwrap()
+        .manifest()
+        .shard_path(&part1, 0);
     let len = std::fs::metadata(&shard).unwrap().len() as usize;
     std::fs::write(&shard, vec![0u8; len]).unwrap();
 
@@ -543,7 +546,10 @@ fn a_part_damaged_in_place_is_refused_and_nothing_is_merged() {
     assert!(said.contains(&*part1.to_string_lossy()), "{said}");
     assert!(said.contains("do not open"), "{said}");
     assert!(!root.join(MANIFEST_FILE).exists());
-    assert!(part1.join(MANIFEST_FILE).exists(), "the damaged part was removed");
+    assert!(
+        part1.join(MANIFEST_FILE).exists(),
+        "the damaged part was removed"
+    );
     let links: Vec<_> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

@@ -327,6 +327,15 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// Puts the SIGBUS handler that turns a shard read fault into a bad record back in front,
+/// before a batch's reads: a library that installs its own after the dataset was opened
+/// (Python's `faulthandler.enable()`, a DataLoader worker's, a user's `signal.signal`)
+/// would make a shard cut short while it is read kill the process. One `sigaction`
+/// query per batch when ours is in place.
+pub(crate) fn guard_reads() {
+    stoker_formats::install_read_fault_handler();
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;

@@ -844,3 +844,47 @@ fn a_shard_cut_short_mid_epoch_loses_its_records_not_the_process() {
     let e = loader.epoch(1).next().unwrap().unwrap_err();
     assert!(e.to_string().contains("shard-00002.lmdb"), "{e}");
 }
+
+/// A SIGBUS handler installed after the loader was built (Python's `faulthandler.enable()`,
+/// a user's `signal.signal`) took shard read faults away from the guard: a shard cut short
+/// mid-epoch then killed the process. Each batch's reads put the guard back in front. Run
+/// in a child process: the handler is the whole process's, and a failure kills it.
+#[test]
+fn a_sigbus_handler_installed_mid_epoch_does_not_take_shard_faults_away() {
+    const NAME: &str = "a_sigbus_handler_installed_mid_epoch_does_not_take_shard_faults_away";
+    const CHILD: &str = "STOKER_TEST_SIGBUS_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{:?}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the child died: {text}");
+        assert!(text.contains("1 passed"), "the child ran no test: {text}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 64, 16, &[]);
+    let loader = small(&ds).workers(1).prefetch(1).build().unwrap();
+    let mut epoch = loader.epoch(0);
+    let first = epoch.next().unwrap().unwrap();
+    // Another library's handler, which does not pass faults on: the default, death.
+    // SAFETY: SIG_DFL is a valid disposition for SIGBUS; nothing else runs in this child.
+    unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("shard-00002.lmdb"))
+        .unwrap()
+        .set_len(8192)
+        .unwrap();
+    let rest: Vec<Batch> = epoch.map(|b| b.expect("replaced, not failed")).collect();
+    assert_eq!(1 + rest.len(), 8);
+    drop(first);
+    assert!(loader.stats().bad_records > 0);
+}
