@@ -121,6 +121,13 @@ fn lock_root(root: &Path) -> Result<(Made, OutputLock), FormatError> {
             {
                 source
             }
+            // A part giving up in an empty root it made locks it alone for a moment, to
+            // see that nobody uses it; a merge holds it for the whole merge. A start that
+            // meets the lock looks again a little later before it says so.
+            Err(FormatError::OutputLocked { .. }) if tries < ROOT_TRIES => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            }
             Err(e) => {
                 // Only the directories this call created, and only while empty.
                 if let Ok(dir) = File::open(root) {

@@ -16,6 +16,10 @@ use crate::FormatError;
 /// it. A path that cannot be read at all (a missing permission) is left to the creation
 /// of the directory to report.
 pub(crate) fn refuse_non_directory(out: &Path) -> Result<(), FormatError> {
+    // By components: `dang/` (a trailing separator, or `/.`) follows a link to a missing
+    // directory and reads as missing, where `dang` reads as the link it is.
+    let out: PathBuf = out.components().collect();
+    let out = out.as_path();
     for at in out.ancestors().filter(|a| !a.as_os_str().is_empty()) {
         let link = match std::fs::symlink_metadata(at) {
             Ok(link) => link,
@@ -62,24 +66,46 @@ pub(crate) fn refuse_non_directory(out: &Path) -> Result<(), FormatError> {
 ///
 /// I/O errors making a directory (the ones made before it stay, and are not returned).
 pub(crate) fn make_dirs(out: &Path) -> Result<Vec<PathBuf>, FormatError> {
-    let missing: Vec<&Path> = out
-        .ancestors()
-        .filter(|a| !a.as_os_str().is_empty())
+    // Its prefixes by components, shortest first: `Path::ancestors` of `x/.` starts with
+    // `x/.` itself, which cannot be made while `x` is missing.
+    let prefixes: Vec<PathBuf> = out
+        .components()
+        .scan(PathBuf::new(), |at, c| {
+            at.push(c);
+            Some(at.clone())
+        })
+        .collect();
+    let missing = prefixes
+        .iter()
+        .rev()
         .take_while(|a| {
             std::fs::symlink_metadata(a).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
         })
-        .collect();
-    let mut made = Vec::new();
-    for dir in missing.iter().rev() {
-        match std::fs::create_dir(dir) {
-            Ok(()) => made.push(dir.to_path_buf()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(FormatError::io(dir, e)),
-        }
-    }
-    // Whatever the path's form (`a/.`), `out` itself is a directory from here on.
-    std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e))?;
+        .count();
+    let mut made: Vec<PathBuf> = Vec::new();
+    let made_all = prefixes[prefixes.len() - missing..]
+        .iter()
+        .try_for_each(|dir| {
+            match std::fs::create_dir(dir) {
+                Ok(()) => made.push(dir.clone()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(FormatError::io(dir, e)),
+            }
+            Ok(())
+        });
     made.reverse();
+    // `out` itself is a directory from here on, whatever the path's form.
+    let made_all =
+        made_all.and_then(|()| std::fs::create_dir_all(out).map_err(|e| FormatError::io(out, e)));
+    if let Err(e) = made_all {
+        // What this call made is taken away again, deepest first, while empty.
+        for dir in &made {
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
+        }
+        return Err(e);
+    }
     Ok(made)
 }
 
@@ -101,5 +127,28 @@ mod tests {
         let made = make_dirs(&t.join("new/../x")).unwrap();
         assert_eq!(made, vec![t.join("new")]);
         assert!(t.join("x").is_dir());
+        // A trailing `/.`: its directories are made (it failed, "No such file or directory").
+        assert_eq!(
+            make_dirs(&t.join("n/x/.")).unwrap(),
+            vec![t.join("n/x"), t.join("n")]
+        );
+        // A failure takes away what the call made: `f/d` cannot be made below a file.
+        std::fs::write(t.join("file"), b"").unwrap();
+        assert!(make_dirs(&t.join("m/file2/../../file/d")).is_err());
+        assert!(
+            !t.join("m").exists(),
+            "the directories made before the failure stayed"
+        );
+    }
+
+    #[test]
+    fn a_link_to_nothing_is_named_with_or_without_a_trailing_separator() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dang = tmp.path().join("dang");
+        std::os::unix::fs::symlink(tmp.path().join("missing"), &dang).unwrap();
+        for out in [dang.clone(), tmp.path().join("dang/")] {
+            let e = refuse_non_directory(&out).unwrap_err().to_string();
+            assert!(e.contains("symbolic link to a missing directory"), "{e}");
+        }
     }
 }
