@@ -52,7 +52,7 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
         let label: u64 = match label.parse() {
             Ok(l) => l,
             // Digits past even a u64: as much over the limit as one that fits.
-            Err(_) if !label.is_empty() && label.bytes().all(|b| b.is_ascii_digit()) => u64::MAX,
+            Err(_) if all_digits(label.strip_prefix('+').unwrap_or(label)) => u64::MAX,
             Err(_) if inputs.is_empty() && label.eq_ignore_ascii_case("label") => continue,
             Err(_) => {
                 return Err(bad(format!(
@@ -186,6 +186,11 @@ fn unquote(s: &str) -> &str {
     s.strip_prefix('"')
         .and_then(|s| s.strip_suffix('"'))
         .unwrap_or(s)
+}
+
+/// Whether `s` is digits only (and some): an integer, whatever its size.
+fn all_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]
