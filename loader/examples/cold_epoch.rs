@@ -67,14 +67,9 @@ fn parse() -> Result<Args, String> {
 /// `cpu`, `cuda` (device 0) or `cuda:N`. Unlike `Device::Auto`, a missing GPU is an
 /// error here: a CPU figure must not pass for a GPU one.
 fn device(v: &str) -> Result<Device, String> {
-    match v {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::Cuda(0)),
-        _ => v
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .map(Device::Cuda)
-            .ok_or_else(|| format!("--device {v}: expected cpu, cuda or cuda:N")),
+    match v.parse::<Device>() {
+        Ok(Device::Auto) | Err(_) => Err(format!("--device {v}: expected cpu, cuda or cuda:N")),
+        Ok(d) => Ok(d),
     }
 }
 

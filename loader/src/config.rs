@@ -29,6 +29,33 @@ pub enum Device {
     Auto,
 }
 
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    /// `auto`, `cpu`, `cuda` (device 0) or `cuda:N`, as the CLI, the Python `device=` and
+    /// the examples take them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_loader::Device;
+    /// assert_eq!("cuda:1".parse::<Device>(), Ok(Device::Cuda(1)));
+    /// assert!("gpu".parse::<Device>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Device::Auto),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("`{s}`: expected auto, cpu, cuda or cuda:N")),
+        }
+    }
+}
+
 /// Layout and element type of the batch images.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]

@@ -587,16 +587,13 @@ fn parse_shuffle(shuffle: Option<&Bound<'_, PyAny>>, seed: u64, block: u32) -> P
 }
 
 fn parse_device(device: &str) -> PyResult<Device> {
-    match device {
-        "auto" => Ok(Device::Auto),
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::Cuda(0)),
-        d => d
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .map(Device::Cuda)
-            .ok_or_else(|| bad("device", d, "\"auto\", \"cpu\", \"cuda\" or \"cuda:N\"")),
-    }
+    device.parse().map_err(|_| {
+        bad(
+            "device",
+            device,
+            "\"auto\", \"cpu\", \"cuda\" or \"cuda:N\"",
+        )
+    })
 }
 
 /// The GPU path's settings (ignored on the CPU path), as `Loader` takes them.

@@ -44,16 +44,12 @@ impl std::str::FromStr for DeviceChoice {
     /// assert!("gpu".parse::<DeviceChoice>().is_err());
     /// ```
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "auto" => Ok(DeviceChoice::Auto),
-            "cpu" => Ok(DeviceChoice::Cpu),
-            "cuda" => Ok(DeviceChoice::Cuda(0)),
-            _ => s
-                .strip_prefix("cuda:")
-                .and_then(|n| n.parse().ok())
-                .map(DeviceChoice::Cuda)
-                .ok_or_else(|| format!("`{s}`: expected auto, cpu, cuda or cuda:N")),
-        }
+        Ok(match s.parse::<stoker_loader::Device>()? {
+            stoker_loader::Device::Cpu => DeviceChoice::Cpu,
+            stoker_loader::Device::Cuda(n) => DeviceChoice::Cuda(n),
+            stoker_loader::Device::Auto => DeviceChoice::Auto,
+            other => return Err(format!("`{s}`: {other:?} is no device a bench runs on")),
+        })
     }
 }
 
