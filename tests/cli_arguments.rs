@@ -100,6 +100,17 @@ fn json_reports_of_an_output_whose_name_is_not_utf8_print() {
     assert!(o.status.success(), "{}", text(&o));
 }
 
+/// `stoker convert --list LIST SAMPLE OUT`.
+fn convert_list(list: &Path, out: &Path) -> Output {
+    stoker(&[
+        "convert".as_ref(),
+        "--list".as_ref(),
+        list.as_os_str(),
+        SAMPLE.as_ref(),
+        out.as_os_str(),
+    ])
+}
+
 #[test]
 fn a_list_file_that_is_not_utf8_is_refused_naming_the_line() {
     // "stream did not contain valid UTF-8".
@@ -107,13 +118,7 @@ fn a_list_file_that_is_not_utf8_is_refused_naming_the_line() {
     let list = dir.path().join("list.csv");
     std::fs::write(&list, b"caer/tent.jpg,0\ncaer/caf\xe9.jpg,1\n").unwrap();
     let out = dir.path().join("ds");
-    let o = stoker(&[
-        "convert".as_ref(),
-        "--list".as_ref(),
-        list.as_os_str(),
-        SAMPLE.as_ref(),
-        out.as_os_str(),
-    ]);
+    let o = convert_list(&list, &out);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(stderr(&o).contains("line 2: not UTF-8"), "{}", text(&o));
     assert!(!out.exists());
@@ -128,13 +133,7 @@ fn a_list_label_past_u32_is_said_to_be_over_the_limit() {
     // Past u32, and past u64 too.
     for label in ["99999999999", "99999999999999999999999"] {
         std::fs::write(&list, format!("caer/tent.jpg,{label}\n")).unwrap();
-        let o = stoker(&[
-            "convert".as_ref(),
-            "--list".as_ref(),
-            list.as_os_str(),
-            SAMPLE.as_ref(),
-            out.as_os_str(),
-        ]);
+        let o = convert_list(&list, &out);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         assert!(
             stderr(&o).contains(&format!("label {label} is over the limit")),

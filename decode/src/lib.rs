@@ -49,8 +49,8 @@ pub use error::DecodeError;
 pub use gpu::{bind_context, cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, WaitMode};
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
 pub use probe::{
-    entropy_coded_end, primary_image_end, probe, ColorSpace, ImageInfo, Limits, Subsampling,
-    MAX_SCANS,
+    can_allocate, entropy_coded_end, primary_image_end, probe, ColorSpace, ImageInfo, Limits,
+    Subsampling, MAX_SCANS,
 };
 pub use route::{Route, RouteCounters, RouteCounts};
 pub use timing::DecodeTimings;

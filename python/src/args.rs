@@ -291,7 +291,7 @@ fn sequence(value: &Bound<'_, PyAny>, name: &str, what: &str) -> PyResult<usize>
 }
 
 /// The name of `value`'s type, for messages.
-fn type_name(value: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
     value
         .get_type()
         .name()
@@ -469,15 +469,10 @@ pub(crate) fn index(v: &Bound<'_, PyAny>) -> PyResult<isize> {
         Err(e) if e.is_instance_of::<PyOverflowError>(v.py()) => Err(PyIndexError::new_err(
             format!("index {} is out of range", shown(v)),
         )),
-        Err(_) => {
-            let type_name = v
-                .get_type()
-                .name()
-                .map_or_else(|_| "?".to_string(), |n| n.to_string());
-            Err(PyTypeError::new_err(format!(
-                "indices must be integers, not {type_name}"
-            )))
-        }
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "indices must be integers, not {}",
+            type_name(v)
+        ))),
     }
 }
 

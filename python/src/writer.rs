@@ -346,7 +346,7 @@ fn image_bytes(image: &Bound<'_, PyAny>, max_file_size: u64) -> PyResult<Image> 
         .map_err(|_| {
             PyTypeError::new_err(format!(
                 "image must be the encoded image's bytes (bytes, bytearray, memoryview or a uint8 array), not {}",
-                image.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+                crate::args::type_name(image)
             ))
         })?;
     let itemsize: usize = view.getattr("itemsize")?.extract()?;

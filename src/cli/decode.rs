@@ -95,9 +95,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // file of a few bytes can claim more than the memory this process may have, and the
         // failed allocation aborted it.
         let need = info.decode_bytes();
-        let fits =
-            usize::try_from(need).is_ok_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok());
-        if !fits {
+        if !stoker_decode::can_allocate(need) {
             anyhow::bail!(
                 "{}: its {}x{} pixels need about {need} bytes to decode, more than this process could allocate; lower --max-pixels",
                 args.file.display(),

@@ -320,3 +320,10 @@ impl ImageInfo {
         Err(DecodeError::Unsupported { what })
     }
 }
+
+/// Whether `bytes` can be allocated now (the memory is freed at once). Asked before a
+/// decode whose buffers the decoders allocate infallibly ([`ImageInfo::decode_bytes`]): a
+/// failed allocation there aborts the process, here it is an answer.
+pub fn can_allocate(bytes: u64) -> bool {
+    usize::try_from(bytes).is_ok_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok())
+}

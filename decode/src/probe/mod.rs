@@ -18,5 +18,5 @@ mod markers;
 pub use entropy::entropy_coded_end;
 pub use image_end::primary_image_end;
 pub(crate) use image_end::scan_data_ends;
-pub use info::{ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
+pub use info::{can_allocate, ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
 pub use markers::probe;

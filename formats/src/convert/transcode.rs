@@ -7,7 +7,7 @@ use std::io::Cursor;
 use fast_image_resize::images::Image;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
-use stoker_decode::{primary_image_end, probe, CpuDecoder, ImageInfo, Limits};
+use stoker_decode::{can_allocate, primary_image_end, probe, CpuDecoder, ImageInfo, Limits};
 
 use super::audit::JpegClass;
 use super::options::{ConvertOptions, ResizeMode};
@@ -234,11 +234,6 @@ fn decode_other(data: &[u8], max_pixels: u64) -> Result<Rgb, String> {
         height: rgb.height(),
         data: rgb.into_raw(),
     })
-}
-
-/// Whether `bytes` can be allocated now (and are freed at once).
-fn can_allocate(bytes: u64) -> bool {
-    usize::try_from(bytes).is_ok_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok())
 }
 
 /// The skip reason for an image the `image` crate recognizes but this build cannot read: a
