@@ -812,6 +812,16 @@ fn an_early_started_epoch_has_batches_ready_when_the_consumer_asks() {
     assert_eq!(resumed.stats().epochs_started_early, 1, "epoch 2");
 }
 
+/// Cuts `shard` to its first two pages, as `cp` over it does while it is read.
+fn cut_short(shard: &std::path::Path) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(shard)
+        .unwrap()
+        .set_len(8192)
+        .unwrap();
+}
+
 /// `cp` over a dataset while it is read (or the storage failing under a mapped page): the
 /// records the loader could not read are replaced and counted, the process lives on, and
 /// the next epoch is refused until the dataset is opened again.
@@ -823,13 +833,7 @@ fn a_shard_cut_short_mid_epoch_loses_its_records_not_the_process() {
     let mut epoch = loader.epoch(0);
     let first = epoch.next().unwrap().unwrap();
     assert_eq!(loader.stats().bad_records, 0);
-    let shard = dir.path().join("shard-00002.lmdb");
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&shard)
-        .unwrap()
-        .set_len(8192)
-        .unwrap();
+    cut_short(&dir.path().join("shard-00002.lmdb"));
     let rest: Vec<Batch> = epoch.map(|b| b.expect("replaced, not failed")).collect();
     assert_eq!(1 + rest.len(), 8);
     assert!(rest.iter().all(|b| b.indices.len() == 8));
@@ -845,9 +849,9 @@ fn a_shard_cut_short_mid_epoch_loses_its_records_not_the_process() {
     assert!(e.to_string().contains("shard-00002.lmdb"), "{e}");
 }
 
-/// A SIGBUS handler installed after the loader was built (Python's `faulthandler.enable()`,
-/// a user's `signal.signal`) took shard read faults away from the guard: a shard cut short
-/// mid-epoch then killed the process. Each batch's reads put the guard back in front. Run
+/// A SIGBUS handler installed mid-epoch (Python's `faulthandler.enable()`, a user's
+/// `signal.signal`) took shard read faults away from the guard: a shard cut short later in
+/// the epoch then killed the process. Each batch's reads put the guard back in front. Run
 /// in a child process: the handler is the whole process's, and a failure kills it.
 #[test]
 fn a_sigbus_handler_installed_mid_epoch_does_not_take_shard_faults_away() {
@@ -873,18 +877,20 @@ fn a_sigbus_handler_installed_mid_epoch_does_not_take_shard_faults_away() {
     let ds = bench_dataset(dir.path(), 64, 16, &[]);
     let loader = small(&ds).workers(1).prefetch(1).build().unwrap();
     let mut epoch = loader.epoch(0);
-    let first = epoch.next().unwrap().unwrap();
+    let mut held = vec![epoch.next().unwrap().unwrap()];
     // Another library's handler, which does not pass faults on: the default, death.
-    // SAFETY: SIG_DFL is a valid disposition for SIGBUS; nothing else runs in this child.
+    // SAFETY: SIG_DFL is a valid disposition for SIGBUS; the child runs this test alone.
     unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.path().join("shard-00002.lmdb"))
-        .unwrap()
-        .set_len(8192)
-        .unwrap();
+    // The guard comes back when a batch's reads start. A batch already being read when
+    // the handler was replaced reads on without it (the window this does not close): the
+    // cut waits until more batches were taken than can be in flight (1 ready, 1 being
+    // built, 1 handed over), so that a batch has started since.
+    for _ in 0..3 {
+        held.push(epoch.next().unwrap().unwrap());
+    }
+    cut_short(&dir.path().join("shard-00002.lmdb"));
     let rest: Vec<Batch> = epoch.map(|b| b.expect("replaced, not failed")).collect();
-    assert_eq!(1 + rest.len(), 8);
-    drop(first);
+    assert_eq!(held.len() + rest.len(), 8);
+    drop(held);
     assert!(loader.stats().bad_records > 0);
 }
