@@ -82,10 +82,7 @@ fn flag_error(e: &clap::Error) -> ExitCode {
         .print()
         .and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
     match printed {
-        Err(io) if !e.use_stderr() => {
-            let io = std::io::Error::new(io.kind(), format!("writing to stdout: {io}"));
-            stoker::exit::failure("stoker", &io, 1)
-        }
+        Err(io) if !e.use_stderr() => stoker::exit::failure("stoker", &output::on_stdout(io), 1),
         // Clap's statuses: 0 for help and version, 2 for a usage error.
         _ => ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)),
     }

@@ -53,22 +53,15 @@ impl Write for Stdout {
     }
 }
 
-fn on_stdout(e: std::io::Error) -> std::io::Error {
+/// `e`, said to be stdout's.
+pub fn on_stdout(e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("writing to stdout: {e}"))
 }
 
 /// `path` as text without loss, for JSON, which holds no bytes that are not UTF-8 (serde
-/// refuses such a path, and `json!` panicked): valid UTF-8 as it is, each other byte as
-/// `\xNN`, as the conversion report writes its paths.
+/// refuses such a path, and `json!` panicked): as the conversion report writes its paths.
 pub fn path_text(path: &Path) -> String {
-    let mut s = String::new();
-    for chunk in path.as_os_str().as_encoded_bytes().utf8_chunks() {
-        s.push_str(chunk.valid());
-        for &b in chunk.invalid() {
-            s.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    s
+    stoker_formats::lossless_text(path.as_os_str())
 }
 
 /// Writes to stdout through `fill` (buffered, flushed before returning), for a file the

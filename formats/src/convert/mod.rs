@@ -28,6 +28,7 @@ mod strict_stop;
 mod tar_index;
 mod transcode;
 mod walk;
+pub use walk::lossless_text;
 mod webdataset;
 
 use std::path::Path;

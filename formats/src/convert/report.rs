@@ -129,10 +129,14 @@ pub struct ConvertReport {
 /// A path as JSON text, its bytes that are not UTF-8 as `\xNN`: serde's own refuses such a
 /// path, and a report of a conversion that succeeded failed to print (exit 1).
 pub(crate) fn path_as_text<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&super::walk::class_name(path.as_os_str()))
+    s.serialize_str(&super::walk::lossless_text(path.as_os_str()))
 }
 
 /// [`path_as_text`] for each of `paths`.
 fn paths_as_text<S: serde::Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
-    s.collect_seq(paths.iter().map(|p| super::walk::class_name(p.as_os_str())))
+    s.collect_seq(
+        paths
+            .iter()
+            .map(|p| super::walk::lossless_text(p.as_os_str())),
+    )
 }

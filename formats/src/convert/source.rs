@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::list_file::list_file;
 pub(crate) use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
-use super::walk::{class_name, dir_id, is_hidden, sorted_entries, walk};
+use super::walk::{dir_id, is_hidden, lossless_text, sorted_entries, walk};
 use super::webdataset::{
     is_compressed_tar, is_tar_name, list_webdataset, looks_like_shards, shards_as_images_hint,
     Chosen,
@@ -163,7 +163,7 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
     let root_meta = std::fs::metadata(root).map_err(|e| FormatError::io(root, e))?;
     let name = std::fs::canonicalize(root)
         .ok()
-        .and_then(|p| p.file_name().map(class_name))
+        .and_then(|p| p.file_name().map(lossless_text))
         .unwrap_or_else(|| "images".into());
     let mut inputs = Vec::new();
     let mut seen = HashSet::from([dir_id(&root_meta)]);
@@ -238,7 +238,7 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
             path: root.to_path_buf(),
             reason: "more than 2^32 classes".into(),
         })?;
-        let name = class_name(&entry.file_name());
+        let name = lossless_text(&entry.file_name());
         if is_hidden(&entry.file_name()) {
             // torchvision's ImageFolder takes it as a class too; the labels stay the same
             // as its, and the user hears of it.

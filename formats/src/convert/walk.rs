@@ -6,7 +6,7 @@
 //! of valid UTF-8 becoming the code point U+DC00 + byte (`surrogateescape`). Its `sorted`
 //! orders such names by code point, which differs from the order of the raw bytes once a
 //! name is not UTF-8 (U+DCE9 sorts before U+FF26, byte 0xE9 after 0xEF). [`name_key`] is a
-//! byte string whose byte order is that code point order, and [`class_name`] spells such a
+//! byte string whose byte order is that code point order, and [`lossless_text`] spells such a
 //! name readably and without loss (`caf\xe9`, Python's `backslashreplace`).
 //!
 //! Within a class, torchvision walks `sorted(os.walk(class_dir, followlinks=True))`: every
@@ -51,11 +51,12 @@ pub(crate) fn name_key(name: OsString) -> Vec<u8> {
     key
 }
 
-/// `name` as text without loss: valid UTF-8 as it is, each other byte as `\xNN` (lower
-/// case hex), as Python's `name.encode("utf-8", "surrogateescape").decode("utf-8",
-/// "backslashreplace")` spells it. Two folders whose names differ only in such bytes keep
-/// different names (`to_string_lossy` would make both `caf�`).
-pub(crate) fn class_name(name: &OsStr) -> String {
+/// `name` (a class folder's, a path) as text without loss: valid UTF-8 as it is, each
+/// other byte as `\xNN` (lower case hex), as Python's `name.encode("utf-8",
+/// "surrogateescape").decode("utf-8", "backslashreplace")` spells it. Two folders whose
+/// names differ only in such bytes keep different names (`to_string_lossy` would make
+/// both `caf�`), and JSON, which holds only UTF-8, can hold any path this way.
+pub fn lossless_text(name: &OsStr) -> String {
     let mut s = String::with_capacity(name.len());
     for chunk in name.as_bytes().utf8_chunks() {
         s.push_str(chunk.valid());
@@ -246,7 +247,7 @@ mod tests {
 
     #[test]
     fn class_names_keep_invalid_bytes_as_backslash_escapes() {
-        let n = |b: &[u8]| class_name(OsStr::from_bytes(b));
+        let n = |b: &[u8]| lossless_text(OsStr::from_bytes(b));
         assert_eq!(n(b"caf\xe9"), "caf\\xe9");
         assert_eq!(n(b"caf\xea"), "caf\\xea");
         assert_eq!(n("éclair".as_bytes()), "éclair");

@@ -34,7 +34,7 @@ use super::list_file::MAX_CLASSES;
 use super::listing::{member_name, Input, InputBytes, ListedTar, Listing};
 use super::own_output::OwnOutput;
 use super::tar_index::{Damage, End, Kind, Member, TarMembers, MAX_NAME_BYTES, NAME_SHOWN};
-use super::walk::{class_name, is_hidden, sorted_entries};
+use super::walk::{is_hidden, lossless_text, sorted_entries};
 use crate::input_file::{open_regular, refusal_reason, FileIdentity};
 use crate::FormatError;
 
@@ -635,7 +635,7 @@ fn unlabelled_name(root: &Path) -> String {
     } else {
         real.file_stem()
     };
-    name.map(class_name).unwrap_or_else(|| "images".into())
+    name.map(lossless_text).unwrap_or_else(|| "images".into())
 }
 
 /// The inputs with their labels, and the class names. When no sample has a `cls` member
