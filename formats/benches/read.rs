@@ -1,6 +1,7 @@
 //! Read path: every record of a converted dataset through `DatasetReader::get` (zero-copy from
 //! the memory map, header checked) with and without the payload CRC, beside reading the same
-//! JPEG files with `std::fs::read` (the peer), all from the page cache, in the same run.
+//! JPEG files with `std::fs::read` (the peer), all from the page cache, in the same run;
+//! and the CRC read with the SIGBUS guard's per-record check in front of it.
 //!
 //! `cargo bench -p stoker-formats --bench read`
 
@@ -60,6 +61,29 @@ fn read(c: &mut Criterion) {
     g.bench_function("dataset_get_check_crc", |b| {
         b.iter(|| {
             for i in 0..n {
+                let r = reader.get(i).unwrap();
+                r.check_crc().unwrap();
+                black_box(r.payload);
+            }
+        })
+    });
+    // The SIGBUS guard put back in front before each record's read: a `sigaction` query
+    // each time (`install`), or at most once a millisecond per thread (`refresh`, what
+    // the loader does before each record).
+    g.bench_function("dataset_get_check_crc_install_each", |b| {
+        b.iter(|| {
+            for i in 0..n {
+                stoker_formats::install_read_fault_handler();
+                let r = reader.get(i).unwrap();
+                r.check_crc().unwrap();
+                black_box(r.payload);
+            }
+        })
+    });
+    g.bench_function("dataset_get_check_crc_refresh", |b| {
+        b.iter(|| {
+            for i in 0..n {
+                stoker_formats::refresh_read_fault_handler();
                 let r = reader.get(i).unwrap();
                 r.check_crc().unwrap();
                 black_box(r.payload);

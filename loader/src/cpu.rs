@@ -449,7 +449,6 @@ impl Worker {
 
     /// Builds batch `k`; `None` if the job was stopped meanwhile.
     fn build_batch(&mut self, job: &Job, k: u64) -> Option<Result<Batch, LoaderError>> {
-        crate::pipeline::guard_reads();
         let plan = &job.plan;
         if let Err(reason) = &self.reader {
             // Not a bad record: this worker cannot read at all. Fail the batch, count nothing.

@@ -328,12 +328,14 @@ pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Puts the SIGBUS handler that turns a shard read fault into a bad record back in front,
-/// before a batch's reads: a library that installs its own after the dataset was opened
+/// before a record's reads: a library that installs its own after the dataset was opened
 /// (Python's `faulthandler.enable()`, a DataLoader worker's, a user's `signal.signal`)
-/// would make a shard cut short while it is read kill the process. One `sigaction`
-/// query per batch when ours is in place.
+/// would make a shard cut short while it is read kill the process. Per record, not per
+/// batch: a batch already being read when the handler was replaced would read the rest of
+/// its records unguarded. Checked at most once a millisecond per thread
+/// ([`stoker_formats::refresh_read_fault_handler`]).
 pub(crate) fn guard_reads() {
-    stoker_formats::install_read_fault_handler();
+    stoker_formats::refresh_read_fault_handler();
 }
 
 #[cfg(test)]

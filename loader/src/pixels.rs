@@ -249,6 +249,7 @@ pub(crate) fn large_image_turn(
     index: u64,
 ) -> Option<std::sync::MutexGuard<'static, ()>> {
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    crate::pipeline::guard_reads();
     let h = reader.get(index).ok()?.header;
     let bytes = u64::from(h.width) * u64::from(h.height) * 3;
     (bytes > LARGE_IMAGE_BYTES).then(|| TURN.lock().unwrap_or_else(|p| p.into_inner()))
@@ -277,6 +278,7 @@ pub(crate) fn read_checked<'r>(
     index: u64,
     metrics: &Metrics,
 ) -> Result<Record<'r>, LoaderError> {
+    crate::pipeline::guard_reads();
     let t_read = Instant::now();
     let record = reader
         .get(index)

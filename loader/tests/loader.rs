@@ -671,9 +671,9 @@ fn reset_stats_mid_epoch_counts_only_time_after_the_reset() {
     let mut epoch = loader.epoch(0);
     epoch.next().unwrap().unwrap();
     // Consumer work before the reset: must not be counted after it.
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(300));
     loader.reset_stats();
-    let since_reset = std::time::Instant::now();
+    let since_reset = Instant::now();
     epoch.next().unwrap().unwrap();
     let mid = loader.stats();
     assert!(mid.elapsed_s > 0.0, "a snapshot mid-epoch has elapsed time");
@@ -786,7 +786,7 @@ fn an_early_started_epoch_has_batches_ready_when_the_consumer_asks() {
     let loader = small(&ds).build().unwrap();
     let _ = run_epoch(&loader, 0);
     // The consumer works on epoch 0's last batch meanwhile.
-    std::thread::sleep(std::time::Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(1500));
     loader.reset_stats();
     let mut epoch = loader.epoch(1);
     let first = epoch.next().expect("a batch").expect("no error");
@@ -851,7 +851,7 @@ fn a_shard_cut_short_mid_epoch_loses_its_records_not_the_process() {
 
 /// A SIGBUS handler installed mid-epoch (Python's `faulthandler.enable()`, a user's
 /// `signal.signal`) took shard read faults away from the guard: a shard cut short later in
-/// the epoch then killed the process. Each batch's reads put the guard back in front. Run
+/// the epoch then killed the process. The loader's reads put the guard back in front. Run
 /// in a child process: the handler is the whole process's, and a failure kills it.
 #[test]
 fn a_sigbus_handler_installed_mid_epoch_does_not_take_shard_faults_away() {
@@ -892,5 +892,82 @@ fn a_sigbus_handler_installed_mid_epoch_does_not_take_shard_faults_away() {
     let rest: Vec<Batch> = epoch.map(|b| b.expect("replaced, not failed")).collect();
     assert_eq!(held.len() + rest.len(), 8);
     drop(held);
+    assert!(loader.stats().bad_records > 0);
+}
+
+/// Records the loader has read so far (its read stage's count, which grows as a batch is
+/// read, record by record).
+fn records_read(loader: &Loader) -> u64 {
+    let stats = loader.stats();
+    let read = stats.stages.iter().find(|s| s.stage == Stage::Read);
+    read.map_or(0, |s| s.items)
+}
+
+/// Waits until the loader has read more than `n` records.
+fn wait_until_read_past(loader: &Loader, n: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let read = records_read(loader);
+        if read > n {
+            return read;
+        }
+        assert!(Instant::now() < deadline, "stuck at {read} records read");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// A SIGBUS handler installed while a batch is being read: the records that batch reads
+/// afterwards are guarded too (the guard comes back before each record's read, not only
+/// before each batch's, at most a refresh interval late). With the guard put back per batch, the shard cut short here, in
+/// the batch's second half, killed the process. In a child process, as above.
+#[test]
+fn a_sigbus_handler_installed_mid_batch_does_not_take_the_rest_of_its_faults_away() {
+    const NAME: &str =
+        "a_sigbus_handler_installed_mid_batch_does_not_take_the_rest_of_its_faults_away";
+    const CHILD: &str = "STOKER_TEST_SIGBUS_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{:?}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the child died: {text}");
+        assert!(text.contains("1 passed"), "the child ran no test: {text}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // One batch of the whole dataset, read in order by one worker: shard 3 holds its last
+    // 16 records.
+    let ds = bench_dataset(dir.path(), 64, 16, &[]);
+    let loader = small(&ds)
+        .batch_size(64)
+        .shuffle(Shuffle::Sequential)
+        .workers(1)
+        .prefetch(1)
+        .build()
+        .unwrap();
+    let mut epoch = loader.epoch(0);
+    wait_until_read_past(&loader, 1);
+    // SAFETY: SIG_DFL is a valid disposition for SIGBUS; the child runs this test alone.
+    unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+    // The reader puts the guard back in front before a record's read, once a check is
+    // older than the refresh interval: after a record read once that time has passed.
+    std::thread::sleep(2 * stoker_formats::READ_FAULT_HANDLER_REFRESH);
+    let replaced_at = records_read(&loader);
+    let cut_at = wait_until_read_past(&loader, replaced_at);
+    cut_short(&dir.path().join("shard-00003.lmdb"));
+    assert!(
+        cut_at < 40,
+        "the batch was read too fast to cut mid-batch ({cut_at} read)"
+    );
+    let batch = epoch.next().unwrap().expect("replaced, not failed");
+    assert_eq!(batch.indices.len(), 64);
+    assert!(epoch.next().is_none());
     assert!(loader.stats().bad_records > 0);
 }

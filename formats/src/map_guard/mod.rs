@@ -29,8 +29,9 @@
 //! When the handler it was passed to returns having put itself (or anything else) in place
 //! of ours, ours goes back in front of it. A library that replaces ours at any other time,
 //! or whose handler jumps out (`siglongjmp`) instead of returning, leaves shard faults
-//! fatal until the next [`install`]: the next open, `Dataset::reader`, or item read from
-//! Python. Nothing here can watch the SIGBUS action between those calls.
+//! fatal until the next [`install`]: the next open, `Dataset::reader`, record read by the
+//! loader, or item read from Python. Nothing here can watch the SIGBUS action between
+//! those calls.
 //!
 //! Nothing about a signal passed on is kept for the next one, so a handler that recovers
 //! from SIGBUS by jumping out gets every one, not just the first. What stops a signal
@@ -57,7 +58,9 @@ mod registry;
 mod tests;
 mod turn;
 
+use std::cell::Cell;
 use std::sync::Once;
+use std::time::{Duration, Instant};
 
 use front::{generation_of, put_in_front};
 use handler::ENTRIES;
@@ -162,4 +165,31 @@ pub fn install() {
     if !put_in_front(&Turn::take(), &ENTRIES) {
         tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
     }
+}
+
+/// How long a thread reads shards between two [`refresh`] checks.
+pub const REFRESH_INTERVAL: Duration = Duration::from_millis(1);
+
+/// [`install`], unless this thread did it in the last [`REFRESH_INTERVAL`]: for a reader
+/// that calls it before each record. Per record, a handler installed by another library
+/// while a batch is being read no longer has the rest of that batch's reads, but a
+/// `sigaction` per record cost a third more on a warm CRC read of a 47 KB record on the
+/// 2-core VM, where the system call's page-table switch leaves the next record's pages
+/// to be found again (docs/BENCHMARKS.md, "The SIGBUS guard per record"). Once a
+/// millisecond per thread costs nothing measurable, and leaves a replaced handler at most
+/// that long, plus the record being read, to see a fault first.
+pub fn refresh() {
+    thread_local! {
+        static CHECKED: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    let now = Instant::now();
+    CHECKED.with(|checked| {
+        if checked
+            .get()
+            .is_none_or(|at| now.saturating_duration_since(at) >= REFRESH_INTERVAL)
+        {
+            install();
+            checked.set(Some(now));
+        }
+    });
 }

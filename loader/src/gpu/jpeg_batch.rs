@@ -42,7 +42,6 @@ pub(super) fn build_batch_nvjpeg(
     stop: &AtomicBool,
     prepared: Option<Prepared<'_>>,
 ) -> Option<Result<Batch, LoaderError>> {
-    crate::pipeline::guard_reads();
     // This batch decodes on its own stream of the pair (see `Shared::decode`).
     let decode_stream = &shared.decode[(k % 2) as usize];
     // A slot given back without its batch may have decodes in flight into its

@@ -29,7 +29,6 @@ pub(super) fn build_batch(
     direct: Option<&RegisteredMaps>,
     states: &ThreadStates,
 ) -> Option<Result<Batch, LoaderError>> {
-    crate::pipeline::guard_reads();
     let give_back = |slot: Box<Slot>| {
         let _ = shared.free_tx.try_send(slot);
     };
