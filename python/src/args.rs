@@ -436,6 +436,33 @@ pub(crate) fn path(path: PathBuf, name: &str) -> PyResult<PathBuf> {
     Ok(path)
 }
 
+/// `copy=` of `__dlpack__`.
+pub(crate) fn copy(v: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
+    optional(v, |v| boolean(v, "copy"))
+}
+
+/// `stream=` of `__dlpack__`, as the Python array API standard has it: `None`, or an
+/// int of at least -1 (-1: no synchronization; CUDA's 1 and 2: the legacy and
+/// per-thread default streams; above 2, a stream handle), 0 being disallowed as
+/// ambiguous. A bool or another type is a `TypeError` (as PyTorch's), and any other int
+/// a `ValueError` naming `stream=`, for host batches too (where a valid stream is
+/// ignored, as PyTorch ignores it for CPU tensors): `stream=2**70` was a bare
+/// `OverflowError`. A handle is a pointer, which user space keeps under 2**63.
+pub(crate) fn stream(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
+    const WANT: &str = "want None, -1 (no synchronization), 1 or 2 (CUDA's legacy and \
+                        per-thread default streams) or a stream handle above 2";
+    optional(v, |v| {
+        let bounds = Bounds::at_least(-1).saying(WANT, "a stream handle is at most 2**63 - 1");
+        let stream: i64 = int(v, "stream", bounds)?;
+        if stream == 0 {
+            return Err(PyValueError::new_err(format!(
+                "stream=0 is ambiguous in DLPack and disallowed: {WANT}"
+            )));
+        }
+        Ok(stream)
+    })
+}
+
 /// `source=` of `Writer`, recorded in the manifest.
 pub(crate) fn source(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
     optional(v, |v| text(v, "source"))

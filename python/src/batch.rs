@@ -58,7 +58,10 @@ impl Images {
 impl Images {
     /// The DLPack capsule of the images (DLPack's Python protocol). On the GPU the
     /// consumer's ``stream`` (``None``/1: legacy default, 2: per-thread default, -1: no
-    /// synchronization, else a ``cudaStream_t``) is made to wait for the batch first.
+    /// synchronization, else a ``cudaStream_t``) is made to wait for the batch first;
+    /// host images have no stream to wait on and ignore a valid one, as PyTorch's CPU
+    /// tensors do. A ``stream`` that is no int is a ``TypeError``, one below -1, 0 or past
+    /// a pointer's range a ``ValueError``, on either device.
     /// With ``max_version`` ``(1, 0)`` or later (NumPy ≥ 2.1, PyTorch, CuPy and JAX pass
     /// it) the capsule is DLPack 1.0's versioned one, whose flags say that host images
     /// are shared (read-only: NumPy's array is; PyTorch has no read-only tensors) and
@@ -69,10 +72,10 @@ impl Images {
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<i64>,
+        #[pyo3(from_py_with = args::stream)] stream: Option<i64>,
         max_version: Option<Bound<'py, PyAny>>,
         dl_device: Option<Bound<'py, PyAny>>,
-        copy: Option<bool>,
+        #[pyo3(from_py_with = args::copy)] copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         check_device(self.dl_device(), dl_device.as_ref())?;
         let copy = copy == Some(true);
@@ -160,12 +163,13 @@ impl Labels {
     fn __dlpack__<'py>(
         &self,
         py: Python<'py>,
-        stream: Option<i64>,
+        #[pyo3(from_py_with = args::stream)] stream: Option<i64>,
         max_version: Option<Bound<'py, PyAny>>,
         dl_device: Option<Bound<'py, PyAny>>,
-        copy: Option<bool>,
+        #[pyo3(from_py_with = args::copy)] copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        // Host memory: no stream to wait on (consumers pass None).
+        // Host memory: no stream to wait on (consumers pass None); a valid one is
+        // ignored, an invalid one was refused by `args::stream`.
         let _ = stream;
         // A copy per export (at most a batch of int64s), so each tensor owns its own; a
         // consumer that forbids copies is told so, as the protocol asks.
