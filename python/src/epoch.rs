@@ -357,8 +357,13 @@ impl Epoch {
         }
     }
 
-    /// Batches this iterator yields (after a resume: those left in the epoch); before
-    /// its first ``next``, those it would yield if it started now.
+    /// Batches of the epoch this iterator runs (after a resume: those left in the
+    /// epoch), as ``len()`` of a PyTorch ``DataLoader`` iterator: the total, not those
+    /// still to come, so that a progress bar or a framework counting ``i + 1 == len(it)``
+    /// reads the epoch's length whenever it asks. Fixed at the first ``next``, and kept
+    /// after ``close()`` or a stop (the epoch had that many batches; the iterator gives
+    /// no more). Before the first ``next``, those it would yield if it started now: 0
+    /// once it cannot start (closed, or stopped by a newer iterator).
     fn __len__(&self, py: Python<'_>) -> usize {
         if let Some(&(_, len)) = self.started_as.get() {
             return len as usize;
