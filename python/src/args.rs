@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 
 /// The integer types arguments become.
 pub(crate) trait Int: TryFrom<i128> {
@@ -422,11 +422,31 @@ pub(crate) fn classes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
     })
 }
 
-/// A path given as `name=`, refused with a `ValueError` when it holds a NUL byte, as
-/// Python's own file functions refuse it ("embedded null byte"): no file name can hold
-/// one, and the operating system's refusal came back as a `stoker.StokerError` whose
-/// message showed the NUL as nothing.
-pub(crate) fn path(path: PathBuf, name: &str) -> PyResult<PathBuf> {
+/// A path given as `name=`, as `open()` takes one: a str, `bytes` (the file name's own
+/// bytes, which need not be UTF-8 on Unix) or an `os.PathLike` whose `__fspath__` gives
+/// either; another type is a `TypeError` naming `name=`. One holding a NUL byte is a
+/// `ValueError`, as Python's own file functions refuse it ("embedded null byte"): no file
+/// name can hold one, and the operating system's refusal came back as a
+/// `stoker.StokerError` whose message showed the NUL as nothing.
+///
+/// Not PyO3's `PathBuf` extraction, which refused `bytes` (`b"ds-\xff"`, a directory
+/// `os.listdir(b".")` names) with a message that did not name the argument.
+pub(crate) fn path(value: &Bound<'_, PyAny>, name: &str) -> PyResult<PathBuf> {
+    let py = value.py();
+    let fspath = py
+        .import("os")?
+        .call_method1("fspath", (value,))
+        .map_err(|e| {
+            if e.is_instance_of::<PyTypeError>(py) {
+                wrong_type(value, name, "a path")
+            } else {
+                e
+            }
+        })?;
+    let path = match fspath.cast::<PyBytes>() {
+        Ok(bytes) => path_of_bytes(bytes)?,
+        Err(_) => fspath.extract::<PathBuf>()?,
+    };
     if path.as_os_str().as_encoded_bytes().contains(&0) {
         return Err(PyValueError::new_err(format!(
             "{name}={:?}: a path cannot hold a NUL byte",
@@ -434,6 +454,24 @@ pub(crate) fn path(path: PathBuf, name: &str) -> PyResult<PathBuf> {
         )));
     }
     Ok(path)
+}
+
+/// The path a `bytes` file name stands for: on Unix its bytes as they are.
+#[cfg(unix)]
+fn path_of_bytes(bytes: &Bound<'_, PyBytes>) -> PyResult<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    Ok(std::ffi::OsStr::from_bytes(bytes.as_bytes()).into())
+}
+
+/// The path a `bytes` file name stands for: elsewhere what `os.fsdecode` makes of it, as
+/// Python's own file functions take it.
+#[cfg(not(unix))]
+fn path_of_bytes(bytes: &Bound<'_, PyBytes>) -> PyResult<PathBuf> {
+    bytes
+        .py()
+        .import("os")?
+        .call_method1("fsdecode", (bytes,))?
+        .extract()
 }
 
 /// `copy=` of `__dlpack__`.
@@ -478,11 +516,7 @@ pub(crate) fn parts(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<PathBuf>>> {
     optional(v, |v| {
         let max = stoker_formats::MAX_PARTS as usize;
         list(v, "parts", "a list of paths", max, |item, i| {
-            let name = format!("parts[{i}]");
-            let part = item
-                .extract::<PathBuf>()
-                .map_err(|_| wrong_type(item, &name, "a path"))?;
-            path(part, &name)
+            path(item, &format!("parts[{i}]"))
         })
     })
 }

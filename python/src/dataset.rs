@@ -61,9 +61,9 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn convert<'py>(
     py: Python<'py>,
-    src: PathBuf,
-    out: PathBuf,
-    list: Option<PathBuf>,
+    src: Bound<'py, PyAny>,
+    out: Bound<'py, PyAny>,
+    list: Option<Bound<'py, PyAny>>,
     encoding: &str,
     #[pyo3(from_py_with = args::max_side)] max_side: Option<u32>,
     #[pyo3(from_py_with = args::quality)] quality: u8,
@@ -86,8 +86,8 @@ pub(crate) fn convert<'py>(
     progress: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
-    let (src, out) = (args::path(src, "src")?, args::path(out, "out")?);
-    let list = list.map(|l| args::path(l, "list")).transpose()?;
+    let (src, out) = (args::path(&src, "src")?, args::path(&out, "out")?);
+    let list = list.map(|l| args::path(&l, "list")).transpose()?;
     let source = match list {
         Some(list) => Source::List { root: src, list },
         None => Source::ImageFolder(src),
@@ -225,11 +225,11 @@ fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 #[pyo3(signature = (out, parts=None))]
 pub(crate) fn merge<'py>(
     py: Python<'py>,
-    out: PathBuf,
+    out: Bound<'py, PyAny>,
     #[pyo3(from_py_with = args::parts)] parts: Option<Vec<PathBuf>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
-    let out = args::path(out, "out")?;
+    let out = args::path(&out, "out")?;
     // The CLI's "no parts named" means every part; an empty list given here names none.
     if parts.as_ref().is_some_and(Vec::is_empty) {
         return Err(PyValueError::new_err(
@@ -397,7 +397,7 @@ pub(crate) struct Dataset {
 #[pymethods]
 impl Dataset {
     #[new]
-    fn new(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+    fn new(py: Python<'_>, path: &Bound<'_, PyAny>) -> PyResult<Self> {
         let _logs = Call::new(py);
         let path = args::path(path, "path")?;
         // Absolute from the start: a pickle made after a `chdir` must still name this

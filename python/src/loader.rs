@@ -1,6 +1,5 @@
 //! `stoker.Loader` and its stats.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
@@ -141,13 +140,16 @@ impl Loader {
         let dataset = match data.cast::<Dataset>() {
             Ok(ds) => ds.get().inner.clone(),
             Err(_) => {
-                let path: PathBuf = data.extract().map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "data: want a dataset path or a stoker.Dataset, not {}",
-                        data.get_type()
-                    ))
+                let path = args::path(data, "data").map_err(|e| {
+                    if e.is_instance_of::<PyTypeError>(py) {
+                        PyTypeError::new_err(format!(
+                            "data: want a dataset path or a stoker.Dataset, not {}",
+                            data.get_type()
+                        ))
+                    } else {
+                        e
+                    }
                 })?;
-                let path = args::path(path, "data")?;
                 py.detach(|| stoker_formats::Dataset::open(&path))
                     .map_err(crate::errors::format_error)?
             }

@@ -89,7 +89,7 @@ impl Writer {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        out: PathBuf,
+        out: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::classes)] classes: Option<Vec<String>>,
         #[pyo3(from_py_with = args::source)] source: Option<String>,
         encoding: &str,

@@ -15,10 +15,10 @@ class StokerError(Exception): ...
 def _deliver_logs() -> None: ...
 
 def convert(
-    src: Union[str, os.PathLike],
-    out: Union[str, os.PathLike],
+    src: Union[str, bytes, os.PathLike],
+    out: Union[str, bytes, os.PathLike],
     *,
-    list: Optional[Union[str, os.PathLike]] = None,
+    list: Optional[Union[str, bytes, os.PathLike]] = None,
     encoding: str = "jpeg",
     max_side: Optional[int] = None,
     quality: int = 90,
@@ -42,14 +42,14 @@ def convert(
 ) -> Dict[str, Any]: ...
 
 def merge(
-    out: Union[str, os.PathLike],
-    parts: Optional[Sequence[Union[str, os.PathLike]]] = None,
+    out: Union[str, bytes, os.PathLike],
+    parts: Optional[Sequence[Union[str, bytes, os.PathLike]]] = None,
 ) -> Dict[str, Any]: ...
 
 class Writer:
     def __init__(
         self,
-        out: Union[str, os.PathLike],
+        out: Union[str, bytes, os.PathLike],
         classes: Optional[Sequence[str]] = None,
         *,
         source: Optional[str] = None,
@@ -82,7 +82,7 @@ class Writer:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool: ...
 
 class Dataset:
-    def __init__(self, path: Union[str, os.PathLike]) -> None: ...
+    def __init__(self, path: Union[str, bytes, os.PathLike]) -> None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, index: int) -> Tuple[bytes, int]: ...
     @property
@@ -179,7 +179,7 @@ class Stats:
 class Loader:
     def __init__(
         self,
-        data: Union[str, os.PathLike, Dataset],
+        data: Union[str, bytes, os.PathLike, Dataset],
         batch_size: int = 256,
         *,
         shuffle: Union[bool, str, None] = None,
