@@ -1,4 +1,6 @@
-//! Numeric arguments, checked before they become Rust settings.
+//! Arguments, checked before they become Rust settings: numbers, text and flags, paths
+//! and DLPack's `stream=`, each error naming its keyword in the message itself (PyO3
+//! names it only in the exception's `__notes__`, which `str(e)` and log lines omit).
 //!
 //! PyO3 alone takes `True` for the int 1 (a bool is an int to Python), so
 //! `Loader(batch_size=True)` made batches of one and `hflip=True` flipped every image;
@@ -190,6 +192,30 @@ pub(crate) fn boolean(value: &Bound<'_, PyAny>, name: &str) -> PyResult<bool> {
     value
         .extract::<bool>()
         .map_err(|_| wrong_type(value, name, "a bool"))
+}
+
+/// A str given as `name=` that must be one of `choices`, as the spelling in `choices`: a
+/// `TypeError` for another type and a `ValueError` for another str, each naming `name=`
+/// (PyO3 alone named the keyword only in the exception's `__notes__`). `&'static`, so
+/// that the signature keeps its literal default (`encoding="jpeg"`), which `help()` shows.
+pub(crate) fn choice(
+    value: &Bound<'_, PyAny>,
+    name: &str,
+    choices: &[&'static str],
+) -> PyResult<&'static str> {
+    let got = text(value, name)?;
+    if let Some(&known) = choices.iter().find(|&&c| c == got) {
+        return Ok(known);
+    }
+    let quoted: Vec<String> = choices.iter().map(|c| format!("{c:?}")).collect();
+    let want = match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => "nothing".to_owned(),
+    };
+    Err(PyValueError::new_err(format!(
+        "{name}={got:?}: want {want}"
+    )))
 }
 
 fn wrong_type(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyErr {
@@ -472,6 +498,70 @@ fn path_of_bytes(bytes: &Bound<'_, PyBytes>) -> PyResult<PathBuf> {
         .import("os")?
         .call_method1("fsdecode", (bytes,))?
         .extract()
+}
+
+/// The str keywords with a fixed set of values, each an extractor for
+/// `#[pyo3(from_py_with = args::NAME)]` (see [`choice`]).
+macro_rules! choices {
+    ($($(#[$doc:meta])* $f:ident = $name:literal [$($c:literal),+];)*) => {$(
+        $(#[$doc])*
+        pub(crate) fn $f(v: &Bound<'_, PyAny>) -> PyResult<&'static str> {
+            choice(v, $name, &[$($c),+])
+        }
+    )*};
+}
+
+choices! {
+    /// `encoding=` of `convert` and `Writer`.
+    encoding = "encoding" ["jpeg", "raw"];
+    /// `resize=` of `convert` and `Writer`.
+    resize_mode = "resize" ["shorter-side", "stretch"];
+    /// `layout=` of `convert`: how the source is laid out.
+    source_layout = "layout" ["auto", "classes", "flat", "webdataset"];
+    /// `crop=` of `Loader`.
+    crop = "crop" ["random", "center"];
+    /// `on_error=` of `Loader`.
+    on_error = "on_error" ["replace", "raise"];
+    /// `gpu_waits=` of `Loader`.
+    gpu_waits = "gpu_waits" ["auto", "spin", "block"];
+}
+
+/// `layout=` of `Loader` (checked with `dtype=`).
+pub(crate) fn output_layout(v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    optional(v, |v| text(v, "layout"))
+}
+
+/// The bool keywords, each an extractor for `#[pyo3(from_py_with = args::NAME)]` that
+/// names its keyword in the `TypeError` (PyO3 alone named it only in `__notes__`).
+macro_rules! flags {
+    ($($(#[$doc:meta])* $f:ident;)*) => {$(
+        $(#[$doc])*
+        pub(crate) fn $f(v: &Bound<'_, PyAny>) -> PyResult<bool> {
+            boolean(v, stringify!($f))
+        }
+    )*};
+}
+
+flags! {
+    /// `resume=` of `convert`.
+    resume;
+    /// `strict=` of `convert` and `Writer`.
+    strict;
+    /// `gpu_friendly=` of `convert` and `Writer`.
+    gpu_friendly;
+    /// `check=` of `convert` and `Writer`.
+    check;
+    /// `shuffle=` of `convert`.
+    shuffle;
+    /// `drop_last=` of `Loader`.
+    drop_last;
+    /// `prefetch_next_epoch=` of `Loader`.
+    prefetch_next_epoch;
+}
+
+/// `progress=` of `convert` (`None`: when stderr is a terminal).
+pub(crate) fn progress(v: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
+    optional(v, |v| boolean(v, "progress"))
 }
 
 /// `copy=` of `__dlpack__`.

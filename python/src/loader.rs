@@ -113,8 +113,8 @@ impl Loader {
         shuffle: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = args::seed)] seed: u64,
         #[pyo3(from_py_with = args::quasi_block)] quasi_block: u32,
-        drop_last: bool,
-        crop: &str,
+        #[pyo3(from_py_with = args::drop_last)] drop_last: bool,
+        #[pyo3(from_py_with = args::crop)] crop: &str,
         #[pyo3(from_py_with = args::crop_size)] size: u32,
         #[pyo3(from_py_with = args::resize)] resize: Option<u32>,
         #[pyo3(from_py_with = args::scale)] scale: Option<(f64, f64)>,
@@ -123,17 +123,17 @@ impl Loader {
         #[pyo3(from_py_with = args::mean)] mean: Option<[f32; 3]>,
         #[pyo3(from_py_with = args::std)] std: Option<[f32; 3]>,
         dtype: Option<&Bound<'_, PyAny>>,
-        layout: Option<&str>,
+        #[pyo3(from_py_with = args::output_layout)] layout: Option<String>,
         device: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = args::rank)] rank: Option<usize>,
         #[pyo3(from_py_with = args::world_size)] world_size: Option<usize>,
         #[pyo3(from_py_with = args::prefetch)] prefetch: Option<usize>,
         #[pyo3(from_py_with = args::workers)] workers: Option<usize>,
-        on_error: &str,
-        prefetch_next_epoch: bool,
+        #[pyo3(from_py_with = args::on_error)] on_error: &str,
+        #[pyo3(from_py_with = args::prefetch_next_epoch)] prefetch_next_epoch: bool,
         #[pyo3(from_py_with = args::pinned_memory)] pinned_memory: Option<u64>,
         #[pyo3(from_py_with = args::page_lock_limit)] page_lock_limit: Option<u64>,
-        gpu_waits: &str,
+        #[pyo3(from_py_with = args::gpu_waits)] gpu_waits: &str,
         #[pyo3(from_py_with = args::gpu_cpu_share)] gpu_cpu_share: Option<f32>,
     ) -> PyResult<Self> {
         let _logs = Call::new(py);
@@ -168,7 +168,7 @@ impl Loader {
             uint8: dtype.as_deref() == Some("uint8"),
         }
         .transform(py)?;
-        let output = match (dtype.as_deref().unwrap_or("float32"), layout) {
+        let output = match (dtype.as_deref().unwrap_or("float32"), layout.as_deref()) {
             ("float32", None | Some("nchw")) => Output::F32Nchw,
             ("float16", None | Some("nchw")) => Output::F16Nchw,
             ("uint8", None | Some("nhwc")) => Output::U8Nhwc,

@@ -9,8 +9,10 @@ Regression: PyO3 alone said "'int' object is not an instance of 'str'" or a bare
 "classes[0]= takes a str, not str"; a path with a NUL was a `stoker.StokerError` from the
 operating system's refusal, whose message showed the NUL as nothing."""
 
+import inspect
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import stoker
@@ -89,3 +91,79 @@ def test_a_path_with_a_nul_byte_is_a_value_error_naming_it(tmp_path, call, name)
     with pytest.raises(ValueError, match=rf"^{name}=.*a path cannot hold a NUL byte"):
         call(tmp_path, bad)
     assert not (tmp_path / "out").exists()
+
+
+def _convert(tmp_path, **kw):
+    return stoker.convert(SAMPLE, tmp_path / "out", progress=kw.pop("progress", False), **kw)
+
+
+def _writer(tmp_path, **kw):
+    return stoker.Writer(tmp_path / "out", classes=["a"], **kw)
+
+
+def _loader(tmp_path, **kw):
+    # Never opened: the arguments are refused first.
+    return stoker.Loader(tmp_path / "no-dataset", device="cpu", **kw)
+
+
+MAKERS = {"convert": _convert, "Writer": _writer, "Loader": _loader}
+
+
+@pytest.mark.parametrize(
+    "maker, key, value, error, says",
+    [
+        ("convert", "encoding", 5, TypeError, r"^encoding= takes a str, not int"),
+        ("convert", "encoding", "png", ValueError, r'^encoding="png": want "jpeg" or "raw"'),
+        ("convert", "resize", b"stretch", TypeError, r"^resize= takes a str, not bytes"),
+        ("convert", "layout", 3, TypeError, r"^layout= takes a str, not int"),
+        ("convert", "layout", "grid", ValueError,
+         r'^layout="grid": want "auto", "classes", "flat" or "webdataset"'),
+        ("convert", "strict", "yes", TypeError, r"^strict= takes a bool, not str"),
+        ("convert", "resume", 1, TypeError, r"^resume= takes a bool, not int"),
+        ("convert", "gpu_friendly", None, TypeError, r"^gpu_friendly= takes a bool, not NoneType"),
+        ("convert", "check", 0, TypeError, r"^check= takes a bool, not int"),
+        ("convert", "shuffle", "no", TypeError, r"^shuffle= takes a bool, not str"),
+        ("convert", "progress", 1, TypeError, r"^progress= takes a bool, not int"),
+        ("Writer", "encoding", 5, TypeError, r"^encoding= takes a str, not int"),
+        ("Writer", "resize", 3, TypeError, r"^resize= takes a str, not int"),
+        ("Writer", "resize", SURROGATE, ValueError, r"^resize='caf\\udce9' is not UTF-8 text"),
+        ("Writer", "strict", "yes", TypeError, r"^strict= takes a bool, not str"),
+        ("Writer", "gpu_friendly", 1, TypeError, r"^gpu_friendly= takes a bool, not int"),
+        ("Writer", "check", [], TypeError, r"^check= takes a bool, not list"),
+        ("Loader", "crop", 5, TypeError, r"^crop= takes a str, not int"),
+        ("Loader", "crop", "middle", ValueError, r'^crop="middle": want "random" or "center"'),
+        ("Loader", "on_error", 1, TypeError, r"^on_error= takes a str, not int"),
+        ("Loader", "gpu_waits", 2, TypeError, r"^gpu_waits= takes a str, not int"),
+        ("Loader", "layout", 3, TypeError, r"^layout= takes a str, not int"),
+        ("Loader", "drop_last", "no", TypeError, r"^drop_last= takes a bool, not str"),
+        ("Loader", "prefetch_next_epoch", 1, TypeError,
+         r"^prefetch_next_epoch= takes a bool, not int"),
+    ],
+    ids=lambda v: v if isinstance(v, str) and v.isidentifier() else None,
+)
+def test_str_and_bool_keywords_name_themselves_in_the_message(tmp_path, maker, key, value, error, says):
+    """PyO3 alone said "'int' object is not an instance of 'str'", naming the keyword only
+    in the exception's `__notes__`, which a log line or `str(e)` does not show."""
+    with pytest.raises(error, match=says):
+        MAKERS[maker](tmp_path, **{key: value})
+    assert not (tmp_path / "out").exists()
+
+
+def test_str_and_bool_keywords_keep_their_defaults_and_take_their_values(tmp_path, sample_dataset):
+    convert = inspect.signature(stoker.convert).parameters
+    assert [convert[k].default for k in ("encoding", "resize", "layout", "strict", "progress")] == [
+        "jpeg", "shorter-side", "auto", False, None,
+    ]
+    loader = inspect.signature(stoker.Loader).parameters
+    assert [loader[k].default for k in ("crop", "on_error", "gpu_waits", "drop_last", "layout")] == [
+        "random", "replace", "auto", False, None,
+    ]
+    stoker.Loader(
+        sample_dataset, 4, crop="center", on_error="raise", gpu_waits="spin", drop_last=True,
+        prefetch_next_epoch=np.bool_(False), layout="nhwc", dtype="uint8", device="cpu",
+    ).close()
+    report = stoker.convert(
+        SAMPLE, tmp_path / "out", encoding="raw", size=(8, 8), resize="stretch", layout="classes",
+        strict=True, check=False, shuffle=True, progress=False,
+    )
+    assert report["written"] == 15
