@@ -16,7 +16,7 @@
 
 use std::path::PathBuf;
 
-use pyo3::exceptions::{PyIndexError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
 
@@ -278,7 +278,8 @@ fn items<'py, const N: usize>(
 /// Not PyO3's `Vec` extraction, which reserves as many slots as the sequence says it has
 /// before reading any: `classes=range(10**12)` aborted the process on that allocation.
 /// Here the length is checked against `max` first and nothing is reserved by it, so a
-/// long lazy sequence of the wrong items stops at its first item.
+/// long lazy sequence of the wrong items stops at its first item; the list grows as
+/// items come, and a growth the allocator refuses is a `MemoryError`, not an abort.
 pub(crate) fn list<'py, T>(
     value: &Bound<'py, PyAny>,
     name: &str,
@@ -294,7 +295,11 @@ pub(crate) fn list<'py, T>(
     }
     let mut out = Vec::new();
     for i in 0..len {
-        out.push(get(&value.get_item(i)?, i)?);
+        let item = get(&value.get_item(i)?, i)?;
+        out.try_reserve(1).map_err(|_| {
+            PyMemoryError::new_err(format!("{name}=: out of memory after {i} items"))
+        })?;
+        out.push(item);
     }
     Ok(out)
 }
@@ -435,16 +440,33 @@ pub(crate) fn epoch(v: &Bound<'_, PyAny>) -> PyResult<u64> {
     int(v, "epoch", Bounds::at_least(0))
 }
 
-/// `classes=` of `Writer`: class names, at most one per label (labels are `u32`s).
+/// The most bytes of `manifest.json` a dataset is opened with (`stoker_formats`'
+/// `MAX_MANIFEST_BYTES`, which that crate does not export).
+const MANIFEST_BYTES: usize = 256 << 20;
+/// The least a class name takes in the manifest: its two quotes and a comma.
+const CLASS_BYTES: usize = 3;
+
+/// `classes=` of `Writer`: class names, as many as a dataset's manifest can hold (each
+/// takes its UTF-8 bytes and [`CLASS_BYTES`] of [`MANIFEST_BYTES`]). More could never be
+/// opened: a lazy sequence claiming 4e9 names (the label range) was read in full, its
+/// memory growing until the OOM killer ended the process; now it is refused before its
+/// first item, and one whose names run past the manifest's bytes stops there.
 pub(crate) fn classes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
     optional(v, |v| {
-        list(
-            v,
-            "classes",
-            "a list of str",
-            u32::MAX as usize,
-            |item, i| text(item, &format!("classes[{i}]")),
-        )
+        let bytes = std::cell::Cell::new(0usize);
+        let max = MANIFEST_BYTES / CLASS_BYTES;
+        list(v, "classes", "a list of str", max, |item, i| {
+            let name = text(item, &format!("classes[{i}]"))?;
+            bytes.set(bytes.get() + name.len() + CLASS_BYTES);
+            if bytes.get() > MANIFEST_BYTES {
+                return Err(PyValueError::new_err(format!(
+                    "classes= names more than a dataset's manifest holds ({} MiB) by \
+                     classes[{i}]: no dataset with these classes could be opened",
+                    MANIFEST_BYTES >> 20
+                )));
+            }
+            Ok(name)
+        })
     })
 }
 
