@@ -88,7 +88,7 @@ pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
 pub use inspect::{inspect, ClassCount, Distribution, InspectReport};
 pub use manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION,
-    MANIFEST_FILE, OLDEST_FORMAT_VERSION,
+    MANIFEST_FILE, MAX_MANIFEST_BYTES, OLDEST_FORMAT_VERSION,
 };
 pub use map_guard::install as install_read_fault_handler;
 pub use map_guard::refresh as refresh_read_fault_handler;

@@ -14,8 +14,9 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 /// CRC32C (which a consistent rewrite of a record header leaves unchanged, since each record
 /// carries its own CRC) by an xxh3-64 digest; version 1 datasets are still read.
 pub const FORMAT_VERSION: u32 = 2;
-/// Largest `manifest.json` read.
-const MAX_MANIFEST_BYTES: u64 = 256 << 20;
+/// Largest `manifest.json` read: a dataset whose manifest is larger cannot be opened (so a
+/// writer can refuse class lists that would make one).
+pub const MAX_MANIFEST_BYTES: u64 = 256 << 20;
 /// Oldest format version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 /// The least a record takes in a shard file: its 32-byte header and 8-byte key. Bounds the

@@ -440,9 +440,8 @@ pub(crate) fn epoch(v: &Bound<'_, PyAny>) -> PyResult<u64> {
     int(v, "epoch", Bounds::at_least(0))
 }
 
-/// The most bytes of `manifest.json` a dataset is opened with (`stoker_formats`'
-/// `MAX_MANIFEST_BYTES`, which that crate does not export).
-const MANIFEST_BYTES: usize = 256 << 20;
+/// The most bytes of `manifest.json` a dataset is opened with.
+const MANIFEST_BYTES: usize = stoker_formats::MAX_MANIFEST_BYTES as usize;
 /// The least a class name takes in the manifest: its two quotes and a comma.
 const CLASS_BYTES: usize = 3;
 
