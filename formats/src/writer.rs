@@ -524,12 +524,24 @@ fn at_file_size_limit(path: &Path) -> bool {
     }
 }
 
-/// Writes `dir/name` via `name.tmp`, fsync and rename, then syncs the directory.
+/// Writes `dir/name` via `name.tmp`, fsync and rename, then syncs the directory. Mode 0644
+/// less the umask, as the shards (docs/FORMAT.md): a leftover `name.tmp` is removed first,
+/// since an existing file keeps its mode.
 pub(crate) fn write_atomically(dir: &Path, name: &str, data: &[u8]) -> Result<(), FormatError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = dir.join(format!("{name}.tmp"));
     let fin = dir.join(name);
+    match std::fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(FormatError::io(&tmp, e)),
+        _ => {}
+    }
     {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| FormatError::io(&tmp, e))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&tmp)
+            .map_err(|e| FormatError::io(&tmp, e))?;
         f.write_all(data).map_err(|e| FormatError::io(&tmp, e))?;
         f.sync_all().map_err(|e| FormatError::io(&tmp, e))?;
     }
