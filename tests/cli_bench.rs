@@ -483,3 +483,52 @@ fn bench_under_torchrun_says_which_rank_local_rank_device_and_launcher() {
     );
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `--consumer-ms` longer than `--seconds` could hold: the end-to-end stage runs whole
+/// steps (a warm-up and at least one timed one), so it overran `--seconds` by two steps (two
+/// days at the limits), and its fed ratio rested on one or two steps. Refused before any
+/// stage, naming both options; a step that fits still runs.
+#[test]
+fn a_step_too_long_for_the_stage_time_is_refused_before_any_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    make_dataset(&ds, 4);
+    let limit = std::time::Duration::from_secs(60);
+    let bench = |seconds: &str, ms: &str| {
+        let args = [
+            "bench",
+            common::p(&ds),
+            "--device",
+            "cpu",
+            "--batch",
+            "4",
+            "--size",
+            "32",
+            "--seconds",
+            seconds,
+            "--consumer-ms",
+            ms,
+        ];
+        common::stoker_within(&args, limit)
+    };
+    for (seconds, ms) in [("0.1", "86400000"), ("1", "300"), ("86400", "86400000")] {
+        let started = std::time::Instant::now();
+        let o = bench(seconds, ms);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{seconds} s, {ms} ms: {}",
+            common::text(&o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("--seconds") && err.contains("--consumer-ms") && !err.contains("panicked"),
+            "{err}"
+        );
+        assert!(o.stdout.is_empty(), "stages ran before the refusal");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+    // Four steps fit: it runs.
+    let o = bench("0.2", "50");
+    assert!(o.status.success(), "{}", common::text(&o));
+}

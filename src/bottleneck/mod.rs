@@ -68,8 +68,8 @@ use stoker_loader::Placement;
 pub use error::BenchError;
 pub use host::available_cores;
 pub use options::{
-    check_consumer_ms, check_seconds, BenchOptions, DeviceChoice, NoProgress, Progress,
-    MAX_CONSUMER_MS, MAX_SECONDS,
+    check_consumer_ms, check_seconds, check_step_fits, BenchOptions, DeviceChoice, NoProgress,
+    Progress, MAX_CONSUMER_MS, MAX_SECONDS, MIN_STEPS_PER_STAGE,
 };
 pub use report::{BenchReport, RecordErrors, StageReport, Stages};
 pub use verdict::{Bound, Verdict};

@@ -18,6 +18,14 @@ pub const MAX_SECONDS: f64 = 86_400.0;
 /// Longest simulated step a run accepts, in milliseconds: one day, as for [`MAX_SECONDS`].
 pub const MAX_CONSUMER_MS: f64 = 86_400_000.0;
 
+/// Fewest simulated steps the time per stage must hold. The end-to-end stage runs whole
+/// steps (one to warm up, then steps until the time is spent), and its fed ratio is the
+/// steps' busy time over the window's wall time: with one or two steps that ratio says
+/// where the window's edges fell rather than how well the loader keeps up, and a step
+/// longer than the stage overran `--seconds` by two steps. Refused up front
+/// ([`check_step_fits`]) rather than cut short, as a step cut short has no busy time.
+pub const MIN_STEPS_PER_STAGE: f64 = 4.0;
+
 /// Where the pipeline runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceChoice {
@@ -143,6 +151,38 @@ pub fn check_consumer_ms(ms: f64) -> Result<(), String> {
     Ok(())
 }
 
+/// `Ok` when `seconds` per stage holds [`MIN_STEPS_PER_STAGE`] simulated steps of
+/// `consumer_ms` (always, with no step). Both are in range already ([`check_seconds`],
+/// [`check_consumer_ms`]).
+///
+/// # Errors
+///
+/// What to change, in words naming both options.
+///
+/// # Examples
+///
+/// ```
+/// use stoker::bottleneck::check_step_fits;
+/// assert!(check_step_fits(2.0, 500.0).is_ok());
+/// assert!(check_step_fits(2.0, 0.0).is_ok());
+/// let err = check_step_fits(2.0, 5000.0).unwrap_err();
+/// assert!(err.contains("--seconds") && err.contains("--consumer-ms"));
+/// ```
+pub fn check_step_fits(seconds: f64, consumer_ms: f64) -> Result<(), String> {
+    if consumer_ms * MIN_STEPS_PER_STAGE <= seconds * 1000.0 {
+        return Ok(());
+    }
+    let steps = MIN_STEPS_PER_STAGE;
+    Err(format!(
+        "--consumer-ms {} does not fit {steps} times in --seconds {}: the fed ratio needs several \
+         steps per stage; raise --seconds to at least {} or lower --consumer-ms to at most {}",
+        shown(consumer_ms),
+        shown(seconds),
+        shown(consumer_ms * steps / 1000.0),
+        shown(seconds * 1000.0 / steps),
+    ))
+}
+
 impl BenchOptions {
     /// Refuses options no stage can run with.
     pub(crate) fn check(&self) -> Result<(), BenchError> {
@@ -155,6 +195,7 @@ impl BenchOptions {
         let invalid = |option, reason| BenchError::InvalidOption { option, reason };
         check_seconds(self.seconds).map_err(|r| invalid("seconds", r))?;
         check_consumer_ms(self.consumer_ms).map_err(|r| invalid("consumer-ms", r))?;
+        check_step_fits(self.seconds, self.consumer_ms).map_err(|r| invalid("consumer-ms", r))?;
         if self.size == 0 {
             return Err(BenchError::InvalidOption {
                 option: "size",
@@ -232,7 +273,7 @@ mod tests {
         }
         let day = BenchOptions {
             seconds: MAX_SECONDS,
-            consumer_ms: MAX_CONSUMER_MS,
+            consumer_ms: MAX_CONSUMER_MS / MIN_STEPS_PER_STAGE,
             ..BenchOptions::default()
         };
         day.check().unwrap();
@@ -250,6 +291,34 @@ mod tests {
         assert_eq!(
             check_seconds(-1.5).unwrap_err(),
             "-1.5 is not a positive number of seconds"
+        );
+    }
+
+    /// A step of a day with two seconds per stage ran the end-to-end stage for two days.
+    #[test]
+    fn a_step_that_does_not_fit_four_times_in_the_stage_is_refused() {
+        let opts = |seconds, consumer_ms| BenchOptions {
+            seconds,
+            consumer_ms,
+            ..BenchOptions::default()
+        };
+        opts(2.0, 500.0).check().unwrap();
+        opts(2.0, 0.0).check().unwrap();
+        for (s, ms) in [
+            (2.0, 501.0),
+            (0.1, MAX_CONSUMER_MS),
+            (MAX_SECONDS, MAX_CONSUMER_MS),
+        ] {
+            let err = opts(s, ms).check().unwrap_err().to_string();
+            assert!(
+                err.contains("--seconds") && err.contains("--consumer-ms"),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            check_step_fits(1.0, 300.0).unwrap_err(),
+            "--consumer-ms 300 does not fit 4 times in --seconds 1: the fed ratio needs several \
+             steps per stage; raise --seconds to at least 1.2 or lower --consumer-ms to at most 250"
         );
     }
 

@@ -31,7 +31,8 @@ pub struct Args {
     /// Seconds per stage (at most a day).
     #[arg(long, default_value_t = 2.0, value_parser = parse_seconds)]
     pub seconds: f64,
-    /// Simulated training step per batch in milliseconds (0 = none; at most a day).
+    /// Simulated training step per batch in milliseconds (0 = none; at most a day, and
+    /// at most a quarter of --seconds, as the fed ratio needs several steps per stage).
     #[arg(long, default_value_t = 0.0, value_parser = parse_consumer_ms)]
     pub consumer_ms: f64,
     /// Threads for the CPU stages (0 = every core; under torchrun or srun, this
@@ -73,6 +74,16 @@ fn parse_number(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `reason` as clap prints a usage error of `stoker bench`, and clap's status for one.
+fn usage_error(reason: String) -> ExitCode {
+    let mut cmd =
+        <Args as clap::Args>::augment_args(clap::Command::new("bench")).bin_name("stoker bench");
+    let e = cmd.error(clap::error::ErrorKind::ArgumentConflict, reason);
+    // A failed write to stderr is ignored: there is nowhere left to say it.
+    let _ = e.print();
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+}
+
 /// A spinner per stage on stderr; indicatif hides it when stderr is not a terminal.
 struct Bar(ProgressBar);
 
@@ -89,6 +100,11 @@ impl Progress for Bar {
 
 /// Runs the benchmark and prints the table (or JSON).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Each flag's own range is clap's; the two together are checked here, before the
+    // dataset is opened, and said as clap says a usage error (status 2).
+    if let Err(reason) = bottleneck::check_step_fits(args.seconds, args.consumer_ms) {
+        return Ok(usage_error(reason));
+    }
     let opts = BenchOptions {
         device: args.device,
         batch: args.batch,
