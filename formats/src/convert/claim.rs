@@ -10,7 +10,9 @@
 //! unfinished until its manifest.
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use rustix::io::Errno;
 
 use super::lock::{same_dir, OutputLock};
 use super::strict_stop::Made;
@@ -60,7 +62,7 @@ impl Claim {
         // holds the root alone while it looks for parts, so it never finds a part directory
         // of a start it is about to refuse (and then refuses the merge for that part).
         let (root_made, root_lock) = lock_root(root)?;
-        let part = Made::create(out).and_then(|made| Ok((made, OutputLock::acquire(out)?)));
+        let part = claim_part_dir(out, root);
         match part {
             Ok((made, lock)) => Ok(Claim {
                 made: made.with_ancestors(root_made),
@@ -68,8 +70,8 @@ impl Claim {
                 root: Some(root_lock),
             }),
             Err(e) => {
-                // A part directory this call made but could not lock stays: it is another
-                // start's (of the same part) that locked it first, and so does the root.
+                // A part directory this call found and could not lock stays: it is another
+                // start's (of the same part), and so does the root.
                 give_up_root(root_made, root_lock);
                 Err(e)
             }
@@ -93,6 +95,90 @@ impl Claim {
         // Our own shared lock on the root would keep it from ever looking unused.
         drop(root);
         made.take_away(lock.dir(), &[]);
+    }
+}
+
+/// Makes the part directory `out` in `root` (which exists, locked shared) and locks it, or
+/// locks the one there.
+///
+/// Made in place, the directory would be visible before its lock: another start of the
+/// same part (a requeue while the first still runs) could lock it first, as a directory it
+/// found, and this one would have to leave it as that start's; that start, stopped by
+/// `--strict`, takes away only what it made, and the empty part directory stayed. So it is
+/// made under a hidden name, locked, and renamed into place only if nothing is there
+/// (`RENAME_NOREPLACE`): whoever made the directory at `out` holds its lock, and the start
+/// that loses the rename removes the hidden directory it made, leaving nothing.
+fn claim_part_dir(out: &Path, root: &Path) -> Result<(Made, OutputLock), FormatError> {
+    super::out_path::refuse_non_directory(out)?;
+    let missing =
+        std::fs::symlink_metadata(out).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+    if let (true, Some(name)) = (missing, out.file_name()) {
+        if let Some(claimed) = make_locked(out, root, name)? {
+            return Ok(claimed);
+        }
+    }
+    // There already (found, or another start's that won the rename), or on a file system
+    // that cannot rename without replacing: as any output directory.
+    let made = Made::create(out)?;
+    let lock = OutputLock::acquire(out)?;
+    Ok((made, lock))
+}
+
+/// How many hidden names [`make_locked`] tries: one left by a start that died between its
+/// `mkdir` and its rename may hold the first (a container's process is often pid 1 each
+/// time).
+const CLAIM_NAME_TRIES: u32 = 16;
+
+/// [`claim_part_dir`]'s making of `out` (named `name`, in `root`) under a hidden name,
+/// locked, then renamed into place; `None` when something is at `out` by then, or the
+/// file system has no `RENAME_NOREPLACE`, the hidden directory removed again.
+fn make_locked(
+    out: &Path,
+    root: &Path,
+    name: &std::ffi::OsStr,
+) -> Result<Option<(Made, OutputLock)>, FormatError> {
+    let hidden = make_hidden(root, name)?;
+    let lock = match OutputLock::acquire(&hidden) {
+        Ok(lock) => lock,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&hidden);
+            return Err(e);
+        }
+    };
+    #[cfg(test)]
+    tests::before_part_lock();
+    let cwd = rustix::fs::CWD;
+    let flags = rustix::fs::RenameFlags::NOREPLACE;
+    match rustix::fs::renameat_with(cwd, &hidden, cwd, out, flags) {
+        Ok(()) => Ok(Some((Made::made_here(out), lock))),
+        Err(e) => {
+            // Ours alone (nobody else knows its name), empty, and locked only by us.
+            let _ = std::fs::remove_dir(&hidden);
+            drop(lock);
+            match e {
+                Errno::EXIST | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP => Ok(None),
+                e => Err(FormatError::io(out, std::io::Error::from(e))),
+            }
+        }
+    }
+}
+
+/// Makes a new hidden directory in `root` for the part directory `name`:
+/// `.part-IIIII-of-NNNNN.claim-PID-K` (not `part-*`, which a merge would take for a part).
+fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<PathBuf, FormatError> {
+    let mut k = 0;
+    loop {
+        let mut hidden_name = std::ffi::OsString::from(".");
+        hidden_name.push(name);
+        hidden_name.push(format!(".claim-{}-{k}", std::process::id()));
+        let hidden = root.join(hidden_name);
+        match std::fs::create_dir(&hidden) {
+            Ok(()) => return Ok(hidden),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k + 1 < CLAIM_NAME_TRIES => {
+                k += 1
+            }
+            Err(e) => return Err(FormatError::io(&hidden, e)),
+        }
     }
 }
 
@@ -168,7 +254,55 @@ pub(super) fn refuse_merged(root: &Path) -> Result<(), FormatError> {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
     use super::*;
+
+    /// The other start's move in a race, made deterministic.
+    type Hook = Box<dyn FnOnce()>;
+
+    thread_local! {
+        /// Run once, on this thread, just before a part's start locks its part directory.
+        static BEFORE_PART_LOCK: RefCell<Option<Hook>> = RefCell::new(None);
+    }
+
+    pub(super) fn before_part_lock() {
+        // Taken before it runs: the other start it plays comes through here too.
+        if let Some(f) = BEFORE_PART_LOCK.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// Two starts of one part under `--strict` (a requeue while the first still ran): this
+    /// one made the part directory, and the other locked it first, as one it had found.
+    /// This one gave the directory up as the other's; the other, stopped by `--strict`
+    /// before writing anything, took away only what it had made, which was not the
+    /// directory: an empty part directory stayed.
+    #[test]
+    fn two_starts_of_one_part_leave_no_empty_part_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        std::fs::create_dir(&root).unwrap();
+        let part = root.join("part-00000-of-00002");
+        let other: Rc<RefCell<Option<Claim>>> = Rc::default();
+        let (slot, at) = (other.clone(), part.clone());
+        BEFORE_PART_LOCK.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                *slot.borrow_mut() = Some(Claim::new(&at, true).unwrap());
+            }))
+        });
+        let e = Claim::new(&part, true).unwrap_err();
+        assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+        let other = other.borrow_mut().take().expect("the other start ran");
+        // The other one stops (`--strict`, nothing written): it takes away what it made.
+        let (made, lock) = other.ready();
+        made.take_away(lock.dir(), &[]);
+        drop(lock);
+        assert!(!part.exists(), "an empty part directory stayed");
+        let left: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
 
     #[test]
     fn a_part_is_claimed_beside_other_parts_not_during_a_merge() {

@@ -81,6 +81,16 @@ impl Made {
         })
     }
 
+    /// `out`, which this run has just made itself (its parent existed).
+    pub(super) fn made_here(out: &Path) -> Made {
+        Made {
+            out: out.to_path_buf(),
+            dirs: vec![out.to_path_buf()],
+            fresh: false,
+            shared_root: None,
+        }
+    }
+
     /// Marks the output directory as a part's output root, which other parts share.
     pub(super) fn shared(mut self) -> Made {
         self.shared_root = Some(self.out.clone());
