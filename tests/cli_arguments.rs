@@ -251,6 +251,42 @@ fn with_max_pixels_raised_an_image_larger_than_memory_is_refused_not_an_abort() 
     );
 }
 
+/// Two files claiming 14000x14000 pixels (588 MB each to decode) under a 1 GB
+/// address-space limit: one decode fits, two at once do not. With `-j 2` each thread's
+/// memory check passed before the other thread had allocated (the test hook makes that
+/// certain), and the second allocation aborted `convert` (SIGABRT), losing the run. The
+/// memory a check finds is now held for the decode: the second decode waits for the first.
+#[test]
+fn concurrent_decodes_that_would_not_fit_together_wait_instead_of_aborting() {
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("src/a");
+    std::fs::create_dir_all(&class).unwrap();
+    let baseline = std::fs::read(Path::new(SAMPLE).join("opencv/data_stuff.jpg")).unwrap();
+    for name in ["big0.jpg", "big1.jpg"] {
+        std::fs::write(class.join(name), claiming_side(baseline.clone(), 14000)).unwrap();
+    }
+    std::fs::write(class.join("fine.jpg"), baseline).unwrap();
+    let (src, out) = (dir.path().join("src"), dir.path().join("ds"));
+    let mut c = Command::new("sh");
+    c.args(["-c", r#"ulimit -v 1000000 && exec "$0" "$@""#]);
+    c.arg(STOKER)
+        .args(["convert", "-j", "2", "--max-pixels", "18446744073709551615"])
+        .args([&src, &out])
+        .env("STOKER_TEST_DECODE_RENDEZVOUS", "2");
+    let o = run_within(c, LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    let report = String::from_utf8_lossy(&o.stdout);
+    // Each was decoded (and skipped for its missing data), none refused for memory.
+    for name in ["big0.jpg", "big1.jpg"] {
+        assert!(
+            report.contains(&format!("{name}: corrupt JPEG")),
+            "{name}: {}",
+            text(&o)
+        );
+    }
+    assert!(!report.contains("could allocate"), "{}", text(&o));
+}
+
 #[test]
 fn a_manifest_naming_a_shard_with_no_name_is_invalid() {
     // An empty shard file name passed the manifest's checks and named the dataset

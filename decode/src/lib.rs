@@ -34,6 +34,7 @@ mod color;
 mod cpu;
 mod error;
 mod gpu;
+mod memory;
 pub mod nvjpeg;
 mod probe;
 mod ran_out;
@@ -47,6 +48,7 @@ pub use cpu::{CpuDecoder, Region};
 pub use cudarc;
 pub use error::DecodeError;
 pub use gpu::{bind_context, cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, WaitMode};
+pub use memory::DecodeMemory;
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
 pub use probe::{
     can_allocate, entropy_coded_end, primary_image_end, probe, ColorSpace, ImageInfo, Limits,

@@ -348,6 +348,10 @@ fn options(args: &Args) -> anyhow::Result<ConvertOptions> {
         // Test hook: simulate a conversion killed after N records.
         opts.fail_after = n.parse().ok();
     }
+    if let Ok(n) = std::env::var("STOKER_TEST_DECODE_RENDEZVOUS") {
+        // Test hook: N decodes past their memory checks before any allocates.
+        opts.decode_rendezvous = n.parse().ok();
+    }
     Ok(opts)
 }
 

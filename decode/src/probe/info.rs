@@ -323,7 +323,9 @@ impl ImageInfo {
 
 /// Whether `bytes` can be allocated now (the memory is freed at once). Asked before a
 /// decode whose buffers the decoders allocate infallibly ([`ImageInfo::decode_bytes`]): a
-/// failed allocation there aborts the process, here it is an answer.
+/// failed allocation there aborts the process, here it is an answer. It holds for this
+/// moment only: decodes that may run at once, on several threads, reserve their bytes
+/// with [`DecodeMemory::reserve`](crate::DecodeMemory::reserve) instead.
 pub fn can_allocate(bytes: u64) -> bool {
     usize::try_from(bytes).is_ok_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok())
 }

@@ -104,6 +104,10 @@ pub struct ConvertOptions {
     /// Test hook: fail (as if killed) once this many records have been written.
     #[doc(hidden)]
     pub fail_after: Option<u64>,
+    /// Test hook: a decode that has its memory waits (at most two seconds) until this many
+    /// have theirs, so that their memory checks all come before their allocations.
+    #[doc(hidden)]
+    pub decode_rendezvous: Option<u32>,
 }
 
 impl ConvertOptions {
@@ -139,6 +143,7 @@ impl ConvertOptions {
             part: None,
             shuffle: None,
             fail_after: None,
+            decode_rendezvous: None,
         }
     }
 

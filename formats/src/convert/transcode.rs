@@ -3,11 +3,13 @@
 //! so the output never depends on which thread ran it.
 
 use std::io::Cursor;
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use fast_image_resize::images::Image;
 use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
-use stoker_decode::{can_allocate, primary_image_end, probe, CpuDecoder, ImageInfo, Limits};
+use stoker_decode::{primary_image_end, probe, CpuDecoder, DecodeMemory, ImageInfo, Limits};
 
 use super::audit::JpegClass;
 use super::options::{ConvertOptions, ResizeMode};
@@ -97,7 +99,7 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
             JpegPlan::Done(outcome) => outcome,
         }
     } else {
-        match decode_other(data, opts.max_pixels) {
+        match decode_other(data, opts) {
             Ok(rgb) => {
                 p.other_image = true;
                 finish_pixels(rgb, label, opts, false)
@@ -140,7 +142,7 @@ fn process_jpeg(
     let decoder = CpuDecoder::new(*limits);
     if opts.encoding == Encoding::Jpeg && !too_big && !for_gpu {
         if opts.check_decode {
-            if let Err(reason) = decode_jpeg(&decoder, data, &info) {
+            if let Err(reason) = decode_jpeg(&decoder, data, &info, opts) {
                 return skip(reason);
             }
         }
@@ -152,7 +154,7 @@ fn process_jpeg(
             label,
         });
     }
-    JpegPlan::Done(match decode_jpeg(&decoder, data, &info) {
+    JpegPlan::Done(match decode_jpeg(&decoder, data, &info, opts) {
         Ok(rgb) => finish_pixels(rgb, label, opts, for_gpu && !too_big),
         Err(reason) => Outcome::Skip(reason),
     })
@@ -163,15 +165,22 @@ fn process_jpeg(
 /// raised, a file of a few bytes can claim more than the memory the process may have, and
 /// the failed allocation aborted the whole conversion. Asked for first, such an image is
 /// skipped instead, saying why.
-fn decode_jpeg(decoder: &CpuDecoder, data: &[u8], info: &ImageInfo) -> Result<Rgb, String> {
+fn decode_jpeg(
+    decoder: &CpuDecoder,
+    data: &[u8],
+    info: &ImageInfo,
+    opts: &ConvertOptions,
+) -> Result<Rgb, String> {
     let need = info.decode_bytes();
-    if !can_allocate(need) {
+    // Held until the pixels are decoded: the other workers' decodes count against it.
+    let Some(_held) = DecodeMemory::reserve(need) else {
         return Err(format!(
             "its {}x{} pixels need about {need} bytes to decode, more than this process could \
              allocate (lower --max-pixels, or convert it with more memory)",
             info.width, info.height
         ));
-    }
+    };
+    rendezvous(opts.decode_rendezvous);
     let (info, data) = decoder
         .decode_to_vec(data)
         .map_err(|e| format!("corrupt JPEG: {e}"))?;
@@ -183,7 +192,8 @@ fn decode_jpeg(decoder: &CpuDecoder, data: &[u8], info: &ImageInfo) -> Result<Rg
 }
 
 /// Decodes a non-JPEG image with the `image` crate, refusing oversized ones before decoding.
-fn decode_other(data: &[u8], max_pixels: u64) -> Result<Rgb, String> {
+fn decode_other(data: &[u8], opts: &ConvertOptions) -> Result<Rgb, String> {
+    let max_pixels = opts.max_pixels;
     let reader = image::ImageReader::new(Cursor::new(data))
         .with_guessed_format()
         .map_err(|e| format!("unreadable: {e}"))?;
@@ -221,12 +231,13 @@ fn decode_other(data: &[u8], max_pixels: u64) -> Result<Rgb, String> {
     // may have, and the failed allocation aborted the whole conversion. Asked for first,
     // such an image is skipped instead, saying why.
     let need = image::ImageDecoder::total_bytes(&decoder).saturating_add(pixels.saturating_mul(3));
-    if !can_allocate(need) {
+    let Some(_held) = DecodeMemory::reserve(need) else {
         return Err(format!(
             "its {w}x{h} pixels need {need} bytes to decode, more than this process could \
              allocate (lower --max-pixels, or convert it with more memory)"
         ));
-    }
+    };
+    rendezvous(opts.decode_rendezvous);
     let img = image::DynamicImage::from_decoder(decoder).map_err(failed)?;
     let rgb = img.to_rgb8();
     Ok(Rgb {
@@ -234,6 +245,30 @@ fn decode_other(data: &[u8], max_pixels: u64) -> Result<Rgb, String> {
         height: rgb.height(),
         data: rgb.into_raw(),
     })
+}
+
+/// Test hook ([`ConvertOptions::decode_rendezvous`]): a decode that has its memory waits,
+/// at most two seconds, until `n` decodes have theirs.
+fn rendezvous(n: Option<u32>) {
+    static ARRIVED: Mutex<u32> = Mutex::new(0);
+    static ALL: Condvar = Condvar::new();
+    let Some(n) = n else {
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut arrived = ARRIVED.lock().unwrap_or_else(PoisonError::into_inner);
+    *arrived += 1;
+    ALL.notify_all();
+    while *arrived < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        arrived = ALL
+            .wait_timeout(arrived, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
 }
 
 /// The skip reason for an image the `image` crate recognizes but this build cannot read: a
