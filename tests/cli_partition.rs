@@ -466,6 +466,45 @@ fn a_part_chosen_by_a_job_array_says_so_and_how_to_convert_everything() {
     );
 }
 
+/// A failed task of an 8-part Slurm array resubmitted alone (`sbatch --array=5`, as the
+/// example script once said): an array of one task, so part 0 of 1, the whole dataset
+/// converted into `part-00000-of-00001` beside the others, which the merge then refused.
+/// Now refused at once, naming the other parts' count and the flags to pass.
+#[test]
+fn one_task_resubmitted_alone_is_refused_beside_parts_of_another_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    let mut c = stoker();
+    c.arg("convert").arg(SAMPLE).arg(&out).args(FLAGS);
+    c.args(["--part", "2", "--parts", "8"]);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut c = stoker();
+    c.arg("convert")
+        .arg(SAMPLE)
+        .arg(&out)
+        .args(FLAGS)
+        .arg("--resume");
+    c.env("SLURM_ARRAY_TASK_ID", "5")
+        .env("SLURM_ARRAY_TASK_MIN", "5")
+        .env("SLURM_ARRAY_TASK_COUNT", "1");
+    let o = run(c);
+    assert!(!o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("part-00002-of-00008") && err.contains("--parts 8"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.join("part-00000-of-00001").exists(), "{}", text(&o));
+    // The same part of the same count goes on.
+    let mut c = stoker();
+    c.arg("convert").arg(SAMPLE).arg(&out).args(FLAGS);
+    c.args(["--resume", "--part", "5", "--parts", "8"]);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
 #[test]
 fn a_part_into_a_merged_root_is_refused_before_it_says_it_converts() {
     // The part's note ("converting part 0 of 2 ... into ds/part-...") came before the

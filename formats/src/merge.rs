@@ -276,11 +276,17 @@ fn check_nesting(out: &Path, parts: &[PathBuf]) -> Result<(), FormatError> {
     Ok(())
 }
 
-/// `out` may hold only the parts and what an interrupted merge left (shard links).
+/// `out` may hold only the parts and what an interrupted merge left (shard links); a part
+/// start that died while it made its directory left an empty hidden one, removed here
+/// (the merge holds `out` alone: no start is under way).
 fn check_output(out: &Path, dirs: &[PathBuf]) -> Result<(), FormatError> {
     for e in std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))? {
         let e = e.map_err(|e| FormatError::io(out, e))?;
         let name = e.file_name().to_string_lossy().into_owned();
+        if crate::convert::claim::is_claim_leftover(&name) && std::fs::remove_dir(e.path()).is_ok()
+        {
+            continue;
+        }
         let ours = is_merge_leftover(&name)
             || name.starts_with("part-")
             || dirs.iter().any(|d| d == &e.path());

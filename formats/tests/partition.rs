@@ -270,6 +270,28 @@ fn merge_interrupted_before_its_manifest_is_redone() {
     assert_same_dataset(&root, &plain);
 }
 
+/// A part start killed between making its directory under a hidden name and renaming it
+/// into place leaves that empty directory: the merge took it for something foreign and
+/// refused the root. It is removed now; one that is not empty is still refused.
+#[test]
+fn merge_removes_the_empty_directory_a_part_start_killed_midway_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = Source::ImageFolder(photos());
+    let root = tmp.path().join("parts");
+    convert_parts(&source, &root, 2);
+    let full = root.join(".part-00001-of-00002.claim-7-0");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), b"not a claim's").unwrap();
+    let e = merge(&root, &[]).unwrap_err();
+    assert!(e.to_string().contains(".claim-7-0"), "{e}");
+    std::fs::remove_file(full.join("x")).unwrap();
+    merge(&root, &[]).unwrap();
+    assert!(!full.exists());
+    let plain = tmp.path().join("plain");
+    convert(&opts(source, &plain), &NoProgress).unwrap();
+    assert_same_dataset(&root, &plain);
+}
+
 #[test]
 fn verify_reads_keys_through_key_base_and_reports_a_wrong_one() {
     let tmp = tempfile::tempdir().unwrap();

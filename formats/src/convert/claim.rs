@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use rustix::io::Errno;
 
 use super::lock::{same_dir, OutputLock};
+use super::part::parse_dir_name;
 use super::strict_stop::Made;
 use crate::manifest::MANIFEST_FILE;
 use crate::FormatError;
@@ -42,7 +43,7 @@ impl Claim {
     /// [`FormatError::OutputLocked`] while another conversion or writer holds `out`, or,
     /// for a part, a merge or a whole conversion holds ROOT;
     /// [`FormatError::OutputExists`] for an `out` that is no directory, or a ROOT that
-    /// holds a finished dataset; I/O errors.
+    /// holds a finished dataset or parts of another number of parts; I/O errors.
     pub(super) fn new(out: &Path, part: bool) -> Result<Claim, FormatError> {
         if !part {
             let made = Made::create(out)?;
@@ -62,7 +63,7 @@ impl Claim {
         // holds the root alone while it looks for parts, so it never finds a part directory
         // of a start it is about to refuse (and then refuses the merge for that part).
         let (root_made, root_lock) = lock_root(root)?;
-        let part = claim_part_dir(out, root);
+        let part = refuse_other_counts(out, root).and_then(|()| claim_part_dir(out, root));
         match part {
             Ok((made, lock)) => Ok(Claim {
                 made: made.with_ancestors(root_made),
@@ -163,6 +164,16 @@ fn make_locked(
     }
 }
 
+/// Whether `name` in a parts' root is a hidden directory of [`make_hidden`]'s: left there
+/// only by a start that died between making it and renaming it into place, once no start
+/// holds the root (a merge, which holds it alone, removes such a one while it is empty).
+pub(crate) fn is_claim_leftover(name: &str) -> bool {
+    name.starts_with(".part-") && name.contains(CLAIM_MARK)
+}
+
+/// What [`make_hidden`] puts after a part directory's name, before the pid.
+const CLAIM_MARK: &str = ".claim-";
+
 /// Makes a new hidden directory in `root` for the part directory `name`:
 /// `.part-IIIII-of-NNNNN.claim-PID-K` (not `part-*`, which a merge would take for a part).
 fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<PathBuf, FormatError> {
@@ -170,7 +181,7 @@ fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<PathBuf, FormatErr
     loop {
         let mut hidden_name = std::ffi::OsString::from(".");
         hidden_name.push(name);
-        hidden_name.push(format!(".claim-{}-{k}", std::process::id()));
+        hidden_name.push(format!("{CLAIM_MARK}{}-{k}", std::process::id()));
         let hidden = root.join(hidden_name);
         match std::fs::create_dir(&hidden) {
             Ok(()) => return Ok(hidden),
@@ -180,6 +191,39 @@ fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<PathBuf, FormatErr
             Err(e) => return Err(FormatError::io(&hidden, e)),
         }
     }
+}
+
+/// Refuses the part `out` in a `root` that holds parts of a conversion into another number
+/// of parts: a merge would refuse them together, after this part's whole conversion. The
+/// usual way in is a rerun of one failed task as a job of its own (Slurm's `sbatch
+/// --array=5` is an array of one task, which makes it part 0 of 1: the whole dataset).
+fn refuse_other_counts(out: &Path, root: &Path) -> Result<(), FormatError> {
+    let Some((_, count)) = out
+        .file_name()
+        .and_then(|n| parse_dir_name(&n.to_string_lossy()))
+    else {
+        return Ok(());
+    };
+    let entries = match std::fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(e) => return Err(FormatError::io(root, e)),
+    };
+    for entry in entries {
+        let name = entry.map_err(|e| FormatError::io(root, e))?.file_name();
+        let name = name.to_string_lossy();
+        match parse_dir_name(&name) {
+            Some((_, other)) if other != count => {
+                return Err(FormatError::OutputExists {
+                    path: root.to_path_buf(),
+                    reason: format!(
+                        "holds {name}, a part of a conversion into {other} parts, and this is a part of {count}: a merge would refuse them together. To rerun one part, name its number and the count the others have (--part I --parts {other}; a Slurm job of that one task, `--array=I`, counts as an array of 1); to convert into {count} parts, choose another output directory"
+                    ),
+                });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// How many times a part starts again when the root it locked was removed meanwhile.

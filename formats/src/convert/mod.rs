@@ -10,7 +10,7 @@
 pub mod audit;
 #[cfg(feature = "progress-bar")]
 mod bar;
-mod claim;
+pub(crate) mod claim;
 mod journal;
 mod list_file;
 mod listing;

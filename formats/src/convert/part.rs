@@ -229,6 +229,17 @@ impl Part {
     }
 }
 
+/// `(index, count)` of a part directory's name, `part-IIIII-of-NNNNN` ([`Part::dir_name`]).
+pub(crate) fn parse_dir_name(name: &str) -> Option<(u64, u64)> {
+    let (index, count) = name.strip_prefix("part-")?.split_once("-of-")?;
+    let number = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    Some((number(index)?, number(count)?))
+}
+
 fn check(index: u32, count: u32, given: String) -> Result<Part, FormatError> {
     let reason = if count == 0 {
         "the number of parts must be positive".to_string()
@@ -259,6 +270,26 @@ mod tests {
             vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
         })
         .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_part_directory_name_gives_its_index_and_count_back() {
+        let p = Part::new(3, 8).unwrap();
+        assert_eq!(parse_dir_name(&p.dir_name()), Some((3, 8)));
+        assert_eq!(
+            parse_dir_name("part-123456-of-200000"),
+            Some((123_456, 200_000))
+        );
+        for other in [
+            "part--of-8",
+            "part-3-of-",
+            "part-3-of-8x",
+            ".part-00003-of-00008.claim-1-0",
+            "part-+3-of-8",
+            "shard-00000.lmdb",
+        ] {
+            assert_eq!(parse_dir_name(other), None, "{other}");
+        }
     }
 
     #[test]
