@@ -215,13 +215,25 @@ fn merge_refuses_missing_duplicated_and_foreign_parts() {
         "{e}"
     );
 
-    // Different part count.
-    let mut o = opts(source.clone(), &other);
+    // Different part count: refused by the start in a root of another count's parts, so
+    // written in a root of its own (as parts copied together from two runs would be).
+    let e = convert(
+        &{
+            let mut o = opts(source.clone(), &other);
+            o.part = Some(Part::new(1, 2).unwrap());
+            o
+        },
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("--parts 3"), "{e}");
+    let halves = tmp.path().join("halves");
+    let mut o = opts(source.clone(), &halves);
     o.part = Some(Part::new(1, 2).unwrap());
     convert(&o, &NoProgress).unwrap();
     let e = merge(
         &root,
-        &[dir(0, 3), other.join(Part::new(1, 2).unwrap().dir_name())],
+        &[dir(0, 3), halves.join(Part::new(1, 2).unwrap().dir_name())],
     )
     .unwrap_err();
     assert!(e.to_string().contains("number of parts"), "{e}");
