@@ -442,30 +442,53 @@ pub(crate) fn epoch(v: &Bound<'_, PyAny>) -> PyResult<u64> {
 
 /// The most bytes of `manifest.json` a dataset is opened with.
 const MANIFEST_BYTES: usize = stoker_formats::MAX_MANIFEST_BYTES as usize;
-/// The least a class name takes in the manifest: its two quotes and a comma.
-const CLASS_BYTES: usize = 3;
+/// What a class name costs besides its UTF-8 bytes, counted against [`MANIFEST_BYTES`]:
+/// its `String` (24 bytes) and its heap block's least overhead. More than the 3 bytes it
+/// takes in the manifest (two quotes and a comma), so names within the bound also fit a
+/// manifest that can be opened.
+const CLASS_COST: usize = 32;
 
-/// `classes=` of `Writer`: class names, as many as a dataset's manifest can hold (each
-/// takes its UTF-8 bytes and [`CLASS_BYTES`] of [`MANIFEST_BYTES`]). More could never be
-/// opened: a lazy sequence claiming 4e9 names (the label range) was read in full, its
-/// memory growing until the OOM killer ended the process; now it is refused before its
-/// first item, and one whose names run past the manifest's bytes stops there.
+/// `classes=` of `Writer`: class names, each counted as its UTF-8 bytes and
+/// [`CLASS_COST`], at most [`MANIFEST_BYTES`] in all: what a dataset's manifest can hold,
+/// and a bound on what the copy of the names takes here. A lazy sequence claiming 4e9 cheap
+/// names (the label range, the bound before) was read in full, its memory growing until
+/// the OOM killer ended the process, and 60 million one-letter names (240 MB by the
+/// manifest's count) took 3.4 GB; now more than 8,388,608 names are refused before the
+/// first is read, and names past the bound stop where they cross it, each measured before
+/// it is copied.
 pub(crate) fn classes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
     optional(v, |v| {
-        let bytes = std::cell::Cell::new(0usize);
-        let max = MANIFEST_BYTES / CLASS_BYTES;
-        list(v, "classes", "a list of str", max, |item, i| {
-            let name = text(item, &format!("classes[{i}]"))?;
-            bytes.set(bytes.get() + name.len() + CLASS_BYTES);
-            if bytes.get() > MANIFEST_BYTES {
-                return Err(PyValueError::new_err(format!(
-                    "classes= names more than a dataset's manifest holds ({} MiB) by \
-                     classes[{i}]: no dataset with these classes could be opened",
-                    MANIFEST_BYTES >> 20
-                )));
-            }
-            Ok(name)
-        })
+        let spent = std::cell::Cell::new(0usize);
+        let over = |i: usize| {
+            PyValueError::new_err(format!(
+                "classes= is over the limit of {} MiB of class names (each counted as its \
+                 UTF-8 bytes and {CLASS_COST} more) at classes[{i}]: a dataset's manifest \
+                 holds no more",
+                MANIFEST_BYTES >> 20
+            ))
+        };
+        list(
+            v,
+            "classes",
+            "a list of str",
+            MANIFEST_BYTES / CLASS_COST,
+            |item, i| {
+                // A str's length in characters is at most its UTF-8 length: one over the
+                // bound by that is refused before it is copied.
+                if let Ok(s) = item.cast::<PyString>() {
+                    if s.len()?.saturating_add(CLASS_COST) > MANIFEST_BYTES - spent.get() {
+                        return Err(over(i));
+                    }
+                }
+                let name = text(item, &format!("classes[{i}]"))?;
+                let cost = name.len() + CLASS_COST;
+                if cost > MANIFEST_BYTES - spent.get() {
+                    return Err(over(i));
+                }
+                spent.set(spent.get() + cost);
+                Ok(name)
+            },
+        )
     })
 }
 
@@ -480,11 +503,16 @@ pub(crate) fn classes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<String>>> {
 /// `os.listdir(b".")` names) with a message that did not name the argument.
 pub(crate) fn path(value: &Bound<'_, PyAny>, name: &str) -> PyResult<PathBuf> {
     let py = value.py();
+    // A value that is a path by type but whose `__fspath__` failed keeps that error: the
+    // message of the user's own `__fspath__` is what says why.
+    let path_by_type = value.is_instance_of::<PyString>()
+        || value.is_instance_of::<PyBytes>()
+        || value.hasattr("__fspath__")?;
     let fspath = py
         .import("os")?
         .call_method1("fspath", (value,))
         .map_err(|e| {
-            if e.is_instance_of::<PyTypeError>(py) {
+            if e.is_instance_of::<PyTypeError>(py) && !path_by_type {
                 wrong_type(value, name, "a path")
             } else {
                 e
@@ -594,9 +622,9 @@ pub(crate) fn copy(v: &Bound<'_, PyAny>) -> PyResult<Option<bool>> {
 /// int of at least -1 (-1: no synchronization; CUDA's 1 and 2: the legacy and
 /// per-thread default streams; above 2, a stream handle), 0 being disallowed as
 /// ambiguous. A bool or another type is a `TypeError` (as PyTorch's), and any other int
-/// a `ValueError` naming `stream=`, for host batches too (where a valid stream is
-/// ignored, as PyTorch ignores it for CPU tensors): `stream=2**70` was a bare
-/// `OverflowError`. A handle is a pointer, which user space keeps under 2**63.
+/// a `ValueError` naming `stream=`, on either device (`stream=2**70` was a bare
+/// `OverflowError`); host batches then take only `None` and -1 ([`host_stream`]). A
+/// handle is a pointer, which user space keeps under 2**63.
 pub(crate) fn stream(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
     const WANT: &str = "want None, -1 (no synchronization), 1 or 2 (CUDA's legacy and \
                         per-thread default streams) or a stream handle above 2";
@@ -610,6 +638,20 @@ pub(crate) fn stream(v: &Bound<'_, PyAny>) -> PyResult<Option<i64>> {
         }
         Ok(stream)
     })
+}
+
+/// `stream=` given to a host batch's `__dlpack__`: the array API standard accepts only
+/// `None` "on CPU and other device types without streams"; -1 (no synchronization) is
+/// taken too, as PyTorch's CPU tensors take it. Another stream is a `BufferError`, as
+/// NumPy raises: a consumer that follows the protocol asks `__dlpack_device__` first and
+/// passes no stream for host memory, so one passed means it took the batch for a GPU's.
+pub(crate) fn host_stream(stream: Option<i64>) -> PyResult<()> {
+    match stream {
+        None | Some(-1) => Ok(()),
+        Some(s) => Err(pyo3::exceptions::PyBufferError::new_err(format!(
+            "stream={s}: these are host (CPU) memory, which has no stream; pass None"
+        ))),
+    }
 }
 
 /// `source=` of `Writer`, recorded in the manifest.

@@ -59,9 +59,9 @@ impl Images {
     /// The DLPack capsule of the images (DLPack's Python protocol). On the GPU the
     /// consumer's ``stream`` (``None``/1: legacy default, 2: per-thread default, -1: no
     /// synchronization, else a ``cudaStream_t``) is made to wait for the batch first;
-    /// host images have no stream to wait on and ignore a valid one, as PyTorch's CPU
-    /// tensors do. A ``stream`` that is no int is a ``TypeError``, one below -1, 0 or past
-    /// a pointer's range a ``ValueError``, on either device.
+    /// host images have no stream and take only ``None`` or -1 (another is a
+    /// ``BufferError``, as NumPy raises). A ``stream`` that is no int is a ``TypeError``,
+    /// one below -1, 0 or past a pointer's range a ``ValueError``, on either device.
     /// With ``max_version`` ``(1, 0)`` or later (NumPy ≥ 2.1, PyTorch, CuPy and JAX pass
     /// it) the capsule is DLPack 1.0's versioned one, whose flags say that host images
     /// are shared (read-only: NumPy's array is; PyTorch has no read-only tensors) and
@@ -83,6 +83,9 @@ impl Images {
             return Err(PyBufferError::new_err(
                 "copy=True: stoker does not copy GPU batches; copy the tensor after taking it",
             ));
+        }
+        if matches!(self.pixels, Pixels::Host(_)) {
+            args::host_stream(stream)?;
         }
         let tensor = match &self.pixels {
             Pixels::Host(h) if copy => h.copy_to_dlpack(),
@@ -168,9 +171,8 @@ impl Labels {
         dl_device: Option<Bound<'py, PyAny>>,
         #[pyo3(from_py_with = args::copy)] copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
-        // Host memory: no stream to wait on (consumers pass None); a valid one is
-        // ignored, an invalid one was refused by `args::stream`.
-        let _ = stream;
+        // Host memory: no stream to wait on.
+        args::host_stream(stream)?;
         // A copy per export (at most a batch of int64s), so each tensor owns its own; a
         // consumer that forbids copies is told so, as the protocol asks.
         check_device((sys::K_DL_CPU, 0), dl_device.as_ref())?;

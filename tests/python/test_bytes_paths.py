@@ -112,3 +112,19 @@ def test_other_types_are_still_a_type_error_naming_the_argument(tmp_path):
         stoker.Writer(bytearray(b"/tmp/x"))
     with pytest.raises(TypeError, match=r"data: want a dataset path or a stoker.Dataset"):
         stoker.Loader(5, device="cpu")
+
+
+def test_an_error_inside_a_users_fspath_is_kept():
+    # Rewritten as "takes a path, not Bad", the user's own message was lost.
+    class Bad:
+        def __fspath__(self):
+            raise TypeError("inner bug")
+
+    class Returns5:
+        def __fspath__(self):
+            return 5
+
+    with pytest.raises(TypeError, match=r"inner bug"):
+        stoker.Dataset(Bad())
+    with pytest.raises(TypeError, match=r"Returns5\.__fspath__\(\) to return str or bytes, not int"):
+        stoker.Dataset(Returns5())

@@ -2,8 +2,9 @@
 standard has it: `None`, or an int of at least -1 (-1: no synchronization; 1 and 2: CUDA's
 default streams; above 2: a stream handle), 0 being disallowed as ambiguous. Another type
 is a `TypeError` (as PyTorch's `__dlpack__` raises), any other int a `ValueError` naming
-`stream=`, for host and device batches alike; host batches ignore a valid stream, as
-PyTorch's CPU tensors do.
+`stream=`, for host and device batches alike. Host batches have no stream: they take only
+`None` ("on CPU ... only None is accepted", the standard) and -1 (as PyTorch's CPU tensors
+do); another valid stream is a `BufferError`, as NumPy raises.
 
 Regression: `stream=2**70` raised a bare `OverflowError` that did not name the argument,
 a str or a float one of PyO3's `TypeError`s naming it only in `__notes__`, and host batches
@@ -40,10 +41,17 @@ def test_a_bad_stream_is_refused_naming_it_on_host_batches(host_batch, part, str
 
 
 @pytest.mark.parametrize("part", ["images", "labels"])
-@pytest.mark.parametrize("stream", [None, -1, 1, 2, 0x7F00_0000_1000, 2**63 - 1])
-def test_a_valid_stream_is_ignored_by_host_batches(host_batch, part, stream):
+@pytest.mark.parametrize("stream", [None, -1])
+def test_no_stream_is_taken_by_host_batches(host_batch, part, stream):
     capsule = getattr(host_batch, part).__dlpack__(stream=stream)
     assert type(capsule).__name__ == "PyCapsule"
+
+
+@pytest.mark.parametrize("part", ["images", "labels"])
+@pytest.mark.parametrize("stream", [1, 2, 0x7F00_0000_1000, 2**63 - 1])
+def test_a_cuda_stream_given_to_host_batches_is_a_buffer_error(host_batch, part, stream):
+    with pytest.raises(BufferError, match=rf"^stream={stream}: these are host \(CPU\) memory"):
+        getattr(host_batch, part).__dlpack__(stream=stream)
 
 
 def test_copy_is_a_bool_named_in_the_error(host_batch):
