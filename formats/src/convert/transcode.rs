@@ -100,7 +100,8 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
         }
     } else {
         match decode_other(data, opts) {
-            Ok(rgb) => {
+            // The memory stays held until the pixels are encoded and dropped.
+            Ok((rgb, _held)) => {
                 p.other_image = true;
                 finish_pixels(rgb, label, opts, false)
             }
@@ -155,7 +156,8 @@ fn process_jpeg(
         });
     }
     JpegPlan::Done(match decode_jpeg(&decoder, data, &info, opts) {
-        Ok(rgb) => finish_pixels(rgb, label, opts, for_gpu && !too_big),
+        // The memory stays held until the pixels are encoded and dropped.
+        Ok((rgb, _held)) => finish_pixels(rgb, label, opts, for_gpu && !too_big),
         Err(reason) => Outcome::Skip(reason),
     })
 }
@@ -164,16 +166,16 @@ fn process_jpeg(
 /// (and a progressive file's coefficients, 16 bits a sample) infallibly: with `max_pixels`
 /// raised, a file of a few bytes can claim more than the memory the process may have, and
 /// the failed allocation aborted the whole conversion. Asked for first, such an image is
-/// skipped instead, saying why.
+/// skipped instead, saying why. The memory is returned held with the pixels: the other
+/// workers' decodes count it until the caller has resized and encoded them.
 fn decode_jpeg(
     decoder: &CpuDecoder,
     data: &[u8],
     info: &ImageInfo,
     opts: &ConvertOptions,
-) -> Result<Rgb, String> {
+) -> Result<(Rgb, DecodeMemory), String> {
     let need = info.decode_bytes();
-    // Held until the pixels are decoded: the other workers' decodes count against it.
-    let Some(_held) = DecodeMemory::reserve(need) else {
+    let Some(held) = DecodeMemory::reserve(need) else {
         return Err(format!(
             "its {}x{} pixels need about {need} bytes to decode, more than this process could \
              allocate (lower --max-pixels, or convert it with more memory)",
@@ -184,15 +186,17 @@ fn decode_jpeg(
     let (info, data) = decoder
         .decode_to_vec(data)
         .map_err(|e| format!("corrupt JPEG: {e}"))?;
-    Ok(Rgb {
+    let rgb = Rgb {
         width: info.width,
         height: info.height,
         data,
-    })
+    };
+    Ok((rgb, held))
 }
 
-/// Decodes a non-JPEG image with the `image` crate, refusing oversized ones before decoding.
-fn decode_other(data: &[u8], opts: &ConvertOptions) -> Result<Rgb, String> {
+/// Decodes a non-JPEG image with the `image` crate, refusing oversized ones before decoding;
+/// the memory held with the pixels, as [`decode_jpeg`].
+fn decode_other(data: &[u8], opts: &ConvertOptions) -> Result<(Rgb, DecodeMemory), String> {
     let max_pixels = opts.max_pixels;
     let reader = image::ImageReader::new(Cursor::new(data))
         .with_guessed_format()
@@ -231,7 +235,7 @@ fn decode_other(data: &[u8], opts: &ConvertOptions) -> Result<Rgb, String> {
     // may have, and the failed allocation aborted the whole conversion. Asked for first,
     // such an image is skipped instead, saying why.
     let need = image::ImageDecoder::total_bytes(&decoder).saturating_add(pixels.saturating_mul(3));
-    let Some(_held) = DecodeMemory::reserve(need) else {
+    let Some(held) = DecodeMemory::reserve(need) else {
         return Err(format!(
             "its {w}x{h} pixels need {need} bytes to decode, more than this process could \
              allocate (lower --max-pixels, or convert it with more memory)"
@@ -240,11 +244,12 @@ fn decode_other(data: &[u8], opts: &ConvertOptions) -> Result<Rgb, String> {
     rendezvous(opts.decode_rendezvous);
     let img = image::DynamicImage::from_decoder(decoder).map_err(failed)?;
     let rgb = img.to_rgb8();
-    Ok(Rgb {
+    let rgb = Rgb {
         width: rgb.width(),
         height: rgb.height(),
         data: rgb.into_raw(),
-    })
+    };
+    Ok((rgb, held))
 }
 
 /// Test hook ([`ConvertOptions::decode_rendezvous`]): a decode that has its memory waits,
