@@ -12,8 +12,6 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use rustix::io::Errno;
-
 use super::lock::{same_dir, OutputLock};
 use super::part::parse_dir_name;
 use super::strict_stop::Made;
@@ -152,14 +150,16 @@ fn make_locked(
     let flags = rustix::fs::RenameFlags::NOREPLACE;
     match rustix::fs::renameat_with(cwd, &hidden, cwd, out, flags) {
         Ok(()) => Ok(Some((Made::made_here(out), lock))),
-        Err(e) => {
-            // Ours alone (nobody else knows its name), empty, and locked only by us.
+        Err(_) => {
+            // Ours alone (nobody else knows its name), empty, and locked only by us. On
+            // EEXIST the part directory is there (another start's); on any other error
+            // the file system cannot rename without replacing (EINVAL on NFS, 9p, FUSE
+            // without rename2; a seccomp sandbox's EPERM or ENOSYS): made in place, as
+            // before, with the race between two starts of one part left open there. A
+            // real error comes back from that.
             let _ = std::fs::remove_dir(&hidden);
             drop(lock);
-            match e {
-                Errno::EXIST | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP => Ok(None),
-                e => Err(FormatError::io(out, std::io::Error::from(e))),
-            }
+            Ok(None)
         }
     }
 }
