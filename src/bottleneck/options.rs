@@ -169,17 +169,28 @@ pub fn check_consumer_ms(ms: f64) -> Result<(), String> {
 /// assert!(err.contains("--seconds") && err.contains("--consumer-ms"));
 /// ```
 pub fn check_step_fits(seconds: f64, consumer_ms: f64) -> Result<(), String> {
-    if consumer_ms * MIN_STEPS_PER_STAGE <= seconds * 1000.0 {
+    let steps = MIN_STEPS_PER_STAGE;
+    let fits = |seconds: f64, consumer_ms: f64| consumer_ms * steps / 1000.0 <= seconds;
+    if fits(seconds, consumer_ms) {
         return Ok(());
     }
-    let steps = MIN_STEPS_PER_STAGE;
+    // The values suggested are rounded to a thousandth, the way they are typed, and
+    // moved a thousandth further while the rounding would make them refused again.
+    let mut more_seconds = (consumer_ms * steps).ceil() / 1000.0;
+    while !fits(more_seconds, consumer_ms) {
+        more_seconds += 0.001;
+    }
+    let mut fewer_ms = (seconds * 1000.0 / steps * 1000.0).floor() / 1000.0;
+    while fewer_ms > 0.0 && !fits(seconds, fewer_ms) {
+        fewer_ms -= 0.001;
+    }
     Err(format!(
         "--consumer-ms {} does not fit {steps} times in --seconds {}: the fed ratio needs several \
          steps per stage; raise --seconds to at least {} or lower --consumer-ms to at most {}",
         shown(consumer_ms),
         shown(seconds),
-        shown(consumer_ms * steps / 1000.0),
-        shown(seconds * 1000.0 / steps),
+        shown(more_seconds),
+        shown(fewer_ms.max(0.0)),
     ))
 }
 
@@ -320,6 +331,27 @@ mod tests {
             "--consumer-ms 300 does not fit 4 times in --seconds 1: the fed ratio needs several \
              steps per stage; raise --seconds to at least 1.2 or lower --consumer-ms to at most 250"
         );
+    }
+
+    /// The values the refusal suggests are taken: `--consumer-ms 1001` suggested
+    /// `--seconds 4.004`, which the rounding of 4.004 × 1000 refused again.
+    #[test]
+    fn the_values_a_refusal_suggests_are_taken() {
+        for ms in [1001.0, 500.1, 1003.0, 333.3, 0.7, 86_400_000.0] {
+            for s in [0.001, 0.3, 1.0, 2.0, 4.0] {
+                let Err(err) = check_step_fits(s, ms) else {
+                    continue;
+                };
+                let number = |after: &str| -> f64 {
+                    let rest = &err[err.find(after).unwrap() + after.len()..];
+                    rest.split_whitespace().next().unwrap().parse().unwrap()
+                };
+                let (more_s, fewer_ms) = (number("at least "), number("at most "));
+                assert!(check_step_fits(more_s, ms).is_ok(), "{err}");
+                assert!(check_step_fits(s, fewer_ms).is_ok(), "{err}");
+                assert!(more_s < s.max(ms * 4.0 / 1000.0) + 0.002, "{err}");
+            }
+        }
     }
 
     /// An output side past the loader's limit was refused only after every stage had run.
