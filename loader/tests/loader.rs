@@ -822,6 +822,32 @@ fn cut_short(shard: &std::path::Path) {
         .unwrap();
 }
 
+/// Set in a child process that runs one test alone.
+const SIGBUS_CHILD: &str = "STOKER_TEST_SIGBUS_CHILD";
+
+/// Outside the child: runs test `name` in a child process of its own (a test that sets
+/// the process's SIGBUS handler, and that a failure kills), checks that it passed, and
+/// returns true. In the child: false, and the test runs.
+fn ran_in_a_child(name: &str) -> bool {
+    if std::env::var_os(SIGBUS_CHILD).is_some() {
+        return false;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--test-threads=1", "--nocapture"])
+        .env(SIGBUS_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{:?}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the child died: {text}");
+    assert!(text.contains("1 passed"), "the child ran no test: {text}");
+    true
+}
+
 /// `cp` over a dataset while it is read (or the storage failing under a mapped page): the
 /// records the loader could not read are replaced and counted, the process lives on, and
 /// the next epoch is refused until the dataset is opened again.
@@ -856,21 +882,7 @@ fn a_shard_cut_short_mid_epoch_loses_its_records_not_the_process() {
 #[test]
 fn a_sigbus_handler_installed_mid_epoch_does_not_take_shard_faults_away() {
     const NAME: &str = "a_sigbus_handler_installed_mid_epoch_does_not_take_shard_faults_away";
-    const CHILD: &str = "STOKER_TEST_SIGBUS_CHILD";
-    if std::env::var_os(CHILD).is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{:?}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "the child died: {text}");
-        assert!(text.contains("1 passed"), "the child ran no test: {text}");
+    if ran_in_a_child(NAME) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -924,21 +936,7 @@ fn wait_until_read_past(loader: &Loader, n: u64) -> u64 {
 fn a_sigbus_handler_installed_mid_batch_does_not_take_the_rest_of_its_faults_away() {
     const NAME: &str =
         "a_sigbus_handler_installed_mid_batch_does_not_take_the_rest_of_its_faults_away";
-    const CHILD: &str = "STOKER_TEST_SIGBUS_CHILD";
-    if std::env::var_os(CHILD).is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--test-threads=1", "--nocapture"])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{:?}\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "the child died: {text}");
-        assert!(text.contains("1 passed"), "the child ran no test: {text}");
+    if ran_in_a_child(NAME) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

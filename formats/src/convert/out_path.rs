@@ -216,29 +216,24 @@ mod tests {
         let root = tmp.path().join("root");
         let out = root.join("part-0");
         std::fs::create_dir(&root).unwrap();
-        let (r, o) = (root.clone(), out.clone());
-        let mut once = true;
-        let made = make_dirs_racing(&out, move |dir| {
-            if dir == o && std::mem::take(&mut once) {
-                std::fs::remove_dir(&r).unwrap();
-            }
-        })
-        .unwrap();
+        let race = || {
+            let (r, o) = (root.clone(), out.clone());
+            let mut once = true;
+            make_dirs_racing(&out, move |dir| {
+                if dir == o && std::mem::take(&mut once) {
+                    std::fs::remove_dir(&r).unwrap();
+                }
+            })
+            .unwrap()
+        };
+        let made = race();
         assert!(out.is_dir());
         // `root` is this call's now: it made it.
         assert_eq!(made, vec![out.clone(), root.clone()]);
 
         // One this call made and the other process took away: made again, named once.
         std::fs::remove_dir_all(&root).unwrap();
-        let (r, o) = (root.clone(), out.clone());
-        let mut once = true;
-        let made = make_dirs_racing(&out, move |dir| {
-            if dir == o && std::mem::take(&mut once) {
-                std::fs::remove_dir(&r).unwrap();
-            }
-        })
-        .unwrap();
-        assert_eq!(made, vec![out.clone(), root.clone()]);
+        assert_eq!(race(), vec![out.clone(), root.clone()]);
     }
 
     /// A parent that vanishes every time: a bounded number of attempts, then the error,
