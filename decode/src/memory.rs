@@ -15,10 +15,12 @@ use crate::probe::can_allocate;
 /// it, and would never give them back to it).
 static HELD: Mutex<Held> = Mutex::new(Held { pid: 0, bytes: 0 });
 
+/// [`HELD`]'s count: `bytes` reserved in the process `pid`.
 struct Held {
     pid: u32,
     bytes: u64,
 }
+
 /// Told each time a [`DecodeMemory`] ends, for the decodes waiting on one.
 static ENDED: Condvar = Condvar::new();
 

@@ -145,7 +145,7 @@ fn make_locked(
         }
     };
     #[cfg(test)]
-    tests::before_part_lock();
+    tests::before_part_rename();
     let cwd = rustix::fs::CWD;
     let flags = rustix::fs::RenameFlags::NOREPLACE;
     match rustix::fs::renameat_with(cwd, &hidden, cwd, out, flags) {
@@ -204,11 +204,7 @@ fn refuse_other_counts(out: &Path, root: &Path) -> Result<(), FormatError> {
     else {
         return Ok(());
     };
-    let entries = match std::fs::read_dir(root) {
-        Ok(entries) => entries,
-        Err(e) => return Err(FormatError::io(root, e)),
-    };
-    for entry in entries {
+    for entry in std::fs::read_dir(root).map_err(|e| FormatError::io(root, e))? {
         let name = entry.map_err(|e| FormatError::io(root, e))?.file_name();
         let name = name.to_string_lossy();
         match parse_dir_name(&name) {
@@ -307,13 +303,14 @@ mod tests {
     type Hook = Box<dyn FnOnce()>;
 
     thread_local! {
-        /// Run once, on this thread, just before a part's start locks its part directory.
-        static BEFORE_PART_LOCK: RefCell<Option<Hook>> = RefCell::new(None);
+        /// Run once, on this thread, when a part's start has made and locked its hidden part
+        /// directory, just before it renames it into place.
+        static BEFORE_PART_RENAME: RefCell<Option<Hook>> = RefCell::new(None);
     }
 
-    pub(super) fn before_part_lock() {
+    pub(super) fn before_part_rename() {
         // Taken before it runs: the other start it plays comes through here too.
-        if let Some(f) = BEFORE_PART_LOCK.with(|h| h.borrow_mut().take()) {
+        if let Some(f) = BEFORE_PART_RENAME.with(|h| h.borrow_mut().take()) {
             f();
         }
     }
@@ -331,7 +328,7 @@ mod tests {
         let part = root.join("part-00000-of-00002");
         let other: Rc<RefCell<Option<Claim>>> = Rc::default();
         let (slot, at) = (other.clone(), part.clone());
-        BEFORE_PART_LOCK.with(|h| {
+        BEFORE_PART_RENAME.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || {
                 *slot.borrow_mut() = Some(Claim::new(&at, true).unwrap());
             }))
