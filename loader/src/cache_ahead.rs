@@ -82,6 +82,8 @@ pub(crate) fn beside(
                 return;
             };
             walk.run(&theirs, &mut |records| {
+                // Finding the records' values walks the shard's B-tree pages in its map.
+                crate::pipeline::guard_reads();
                 reader.will_need(records);
             })
         });

@@ -444,8 +444,8 @@ pub(crate) fn epoch(v: &Bound<'_, PyAny>) -> PyResult<u64> {
 const MANIFEST_BYTES: usize = stoker_formats::MAX_MANIFEST_BYTES as usize;
 /// What a class name costs besides its UTF-8 bytes, counted against [`MANIFEST_BYTES`]:
 /// its `String` (24 bytes) and its heap block's least overhead. More than the 3 bytes it
-/// takes in the manifest (two quotes and a comma), so names within the bound also fit a
-/// manifest that can be opened.
+/// takes in the manifest (two quotes and a comma); a name of characters JSON escapes
+/// takes more there than its UTF-8 bytes, which this bound does not count.
 const CLASS_COST: usize = 32;
 
 /// `classes=` of `Writer`: class names, each counted as its UTF-8 bytes and
@@ -507,7 +507,7 @@ pub(crate) fn path(value: &Bound<'_, PyAny>, name: &str) -> PyResult<PathBuf> {
     // message of the user's own `__fspath__` is what says why.
     let path_by_type = value.is_instance_of::<PyString>()
         || value.is_instance_of::<PyBytes>()
-        || value.hasattr("__fspath__")?;
+        || value.get_type().hasattr("__fspath__")?;
     let fspath = py
         .import("os")?
         .call_method1("fspath", (value,))

@@ -174,14 +174,28 @@ pub fn check_step_fits(seconds: f64, consumer_ms: f64) -> Result<(), String> {
     if fits(seconds, consumer_ms) {
         return Ok(());
     }
+    if !(seconds.is_finite() && consumer_ms.is_finite()) {
+        // The options' parsers refuse these first; no suggestion is computed from them.
+        return Err(format!(
+            "--seconds {seconds} and --consumer-ms {consumer_ms} must be finite numbers"
+        ));
+    }
     // The values suggested are rounded to a thousandth, the way they are typed, and
     // moved a thousandth further while the rounding would make them refused again.
+    // At most a few steps for the values the parsers allow (past about 1e12, where a
+    // thousandth is below a float's spacing, the loops stop at once on their bound).
     let mut more_seconds = (consumer_ms * steps).ceil() / 1000.0;
-    while !fits(more_seconds, consumer_ms) {
+    for _ in 0..4 {
+        if fits(more_seconds, consumer_ms) {
+            break;
+        }
         more_seconds += 0.001;
     }
     let mut fewer_ms = (seconds * 1000.0 / steps * 1000.0).floor() / 1000.0;
-    while fewer_ms > 0.0 && !fits(seconds, fewer_ms) {
+    for _ in 0..4 {
+        if fewer_ms <= 0.0 || fits(seconds, fewer_ms) {
+            break;
+        }
         fewer_ms -= 0.001;
     }
     Err(format!(
@@ -352,6 +366,9 @@ mod tests {
                 assert!(more_s < s.max(ms * 4.0 / 1000.0) + 0.002, "{err}");
             }
         }
+        // Not finite (the parsers refuse these first): an error, not a search for ever.
+        assert!(check_step_fits(2.0, f64::NAN).is_err());
+        assert!(check_step_fits(f64::NAN, 1.0).is_err());
     }
 
     /// An output side past the loader's limit was refused only after every stage had run.

@@ -126,5 +126,13 @@ def test_an_error_inside_a_users_fspath_is_kept():
 
     with pytest.raises(TypeError, match=r"inner bug"):
         stoker.Dataset(Bad())
+    # os.fspath looks on the type: an instance's own attribute makes no path.
+    class Plain:
+        pass
+
+    not_a_path = Plain()
+    not_a_path.__fspath__ = lambda: "/tmp"
+    with pytest.raises(TypeError, match=r"^path= takes a path, not Plain"):
+        stoker.Dataset(not_a_path)
     with pytest.raises(TypeError, match=r"Returns5\.__fspath__\(\) to return str or bytes, not int"):
         stoker.Dataset(Returns5())

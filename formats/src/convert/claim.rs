@@ -212,7 +212,7 @@ fn refuse_other_counts(out: &Path, root: &Path) -> Result<(), FormatError> {
                 return Err(FormatError::OutputExists {
                     path: root.to_path_buf(),
                     reason: format!(
-                        "holds {name}, a part of a conversion into {other} parts, and this is a part of {count}: a merge would refuse them together. To rerun one part, name its number and the count the others have (--part I --parts {other}; a Slurm job of that one task, `--array=I`, counts as an array of 1); to convert into {count} parts, choose another output directory"
+                        "holds {name}, a part of a conversion into {other} parts, and this is a part of {count}: a merge would refuse them together. To rerun one part, name its number and the count the others have (--part I --parts {other}, or part=/parts= in Python; a Slurm job of that one task, `--array=I`, counts as an array of 1); to convert into {count} parts, choose another output directory or remove the part-*-of-{other:05} directories"
                     ),
                 });
             }

@@ -106,6 +106,10 @@ pub(super) fn build_batch_nvjpeg(
         // Replacements (later rounds) go where an image of an earlier round
         // failed: those wait for the stream, earlier rounds included.
         let outputs_idle = std::mem::take(&mut first_round);
+        // The decoder's host side reads the payloads from the shard maps here, on this
+        // thread, for records the read-ahead thread checked perhaps a whole training
+        // step ago (`read_checked` guarded that thread's reads, not this one's).
+        crate::pipeline::guard_reads();
         let results = decode_into_arena(
             shared,
             &mut slot,
@@ -280,7 +284,11 @@ fn check_left<'a, 'r: 'a>(
         let index = progress.current[i];
         let host = host.keyed(plan.draw_key(progress.positions[i], progress.attempts[i]));
         let checked = match prepared.get_mut(i).and_then(Option::take) {
-            Some(c) => c,
+            // Checked on the read-ahead thread; an oversize one is decoded here.
+            Some(c) => {
+                crate::pipeline::guard_reads();
+                c
+            }
             None => check_record(shared, reader, index, decoder.limits()),
         };
         let outcome = match checked {
