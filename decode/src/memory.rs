@@ -13,12 +13,38 @@ use crate::probe::can_allocate;
 /// Bytes held by the [`DecodeMemory`]s alive in this process, and the process: a child
 /// forked while other threads held some starts from nothing (those threads are not in
 /// it, and would never give them back to it).
-static HELD: Mutex<Held> = Mutex::new(Held { pid: 0, bytes: 0 });
+static HELD: Mutex<Held> = Mutex::new(Held::new(0));
 
-/// [`HELD`]'s count: `bytes` reserved in the process `pid`.
+/// [`HELD`]'s count: `bytes` reserved in the process `pid`, and the queue of the decodes
+/// waiting for some: they are served in the order they came, so a large image does not
+/// wait for ever while small ones, each fitting beside the others, keep the count up.
 struct Held {
     pid: u32,
     bytes: u64,
+    /// The ticket the next decode that has to wait takes.
+    next: u64,
+    /// The ticket of the waiting decode served next (`== next`: nobody waits).
+    serving: u64,
+}
+
+impl Held {
+    const fn new(pid: u32) -> Held {
+        Held {
+            pid,
+            bytes: 0,
+            next: 0,
+            serving: 0,
+        }
+    }
+
+    /// Takes `bytes` when they fit on top of what is held.
+    fn take(&mut self, bytes: u64, fits: &impl Fn(u64) -> bool) -> bool {
+        let fit = fits(self.bytes.saturating_add(bytes));
+        if fit {
+            self.bytes = self.bytes.saturating_add(bytes);
+        }
+        fit
+    }
 }
 
 /// Told each time a [`DecodeMemory`] ends, for the decodes waiting on one.
@@ -50,7 +76,10 @@ impl DecodeMemory {
     /// for a decode: when they could be allocated on top of every other reservation in
     /// the process, at once; when not, but other decodes hold reservations, once enough of
     /// them have ended; `None` when they could not be allocated with no other decode in
-    /// progress, the image's own answer whatever the threads do.
+    /// progress, the image's own answer whatever the threads do. Those that wait are
+    /// served in the order they came, and while one waits a new one waits behind it even
+    /// where it would fit: otherwise small images, each fitting beside the others, could
+    /// keep a large one waiting until the whole conversion ran dry.
     ///
     /// The memory the other decodes already use is counted twice (allocated, and held),
     /// so a decode may wait when memory is short that would in fact have fit; it is never
@@ -63,16 +92,36 @@ impl DecodeMemory {
     fn reserve_with(bytes: u64, fits: impl Fn(u64) -> bool) -> Option<DecodeMemory> {
         let pid = std::process::id();
         let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        loop {
-            if held.pid != pid {
-                *held = Held { pid, bytes: 0 };
-            }
-            if fits(held.bytes.saturating_add(bytes)) {
-                held.bytes = held.bytes.saturating_add(bytes);
+        if held.pid != pid {
+            // A fork's child: its parent's reservations and waiters are not in it.
+            *held = Held::new(pid);
+        }
+        // Nobody waiting: at once when it fits, refused when it could not fit alone.
+        if held.next == held.serving {
+            if held.take(bytes, &fits) {
                 return Some(DecodeMemory { bytes, pid });
             }
             if held.bytes == 0 {
                 return None;
+            }
+        }
+        // Behind those already waiting, each served when it fits or is alone.
+        let ticket = held.next;
+        held.next += 1;
+        loop {
+            if held.serving == ticket {
+                let taken = held.take(bytes, &fits);
+                if taken || held.bytes == 0 {
+                    held.serving += 1;
+                    ENDED.notify_all();
+                    // A refused one is not made even for a moment: its drop would give back
+                    // bytes it never held, and take the lock this thread holds.
+                    return if taken {
+                        Some(DecodeMemory { bytes, pid })
+                    } else {
+                        None
+                    };
+                }
             }
             held = ENDED.wait(held).unwrap_or_else(PoisonError::into_inner);
         }
@@ -96,6 +145,18 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// Returns once a reservation waits in the queue.
+    fn wait_until_one_waits() {
+        loop {
+            let held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+            if held.next != held.serving {
+                return;
+            }
+            drop(held);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 
     /// The tests share the process's count: one at a time.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -124,6 +185,64 @@ mod tests {
         // What could not fit alone is refused at once, not waited for.
         assert!(DecodeMemory::reserve_with(1001, free).is_none());
         assert_eq!(HELD.lock().unwrap().bytes, 0);
+    }
+
+    /// A large image that had to wait was overtaken by every small one that fitted beside
+    /// the decodes in progress: with one worker always decoding, it waited for ever.
+    #[test]
+    fn a_decode_that_waits_is_not_overtaken_by_later_ones_that_fit() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        let free = |n: u64| n <= 1000;
+        let small = DecodeMemory::reserve_with(600, free).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let large_tx = tx.clone();
+        let large = std::thread::spawn(move || {
+            let held = DecodeMemory::reserve_with(900, free);
+            let _ = large_tx.send("large");
+            held.map(|h| h.bytes)
+        });
+        // The large one is queued once it holds a ticket.
+        wait_until_one_waits();
+        let later = std::thread::spawn(move || {
+            let held = DecodeMemory::reserve_with(100, free);
+            let _ = tx.send("later");
+            held.map(|h| h.bytes)
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "the later decode (600 + 100 fits) went ahead of the one waiting"
+        );
+        drop(small);
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("large"));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("later"));
+        assert_eq!(large.join().unwrap(), Some(900));
+        assert_eq!(later.join().unwrap(), Some(100));
+        assert_eq!(HELD.lock().unwrap().bytes, 0);
+    }
+
+    /// A waiting decode that cannot fit alone is refused once the others ended, and the
+    /// one behind it is served.
+    #[test]
+    fn a_waiting_decode_that_cannot_fit_alone_is_refused_and_the_next_served() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        // Fits alone up to 1000; a check made while 600 are held fails for anything.
+        let first = DecodeMemory::reserve_with(600, |n: u64| n <= 1000).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let too_large = std::thread::spawn(move || {
+            DecodeMemory::reserve_with(1001, |n: u64| n <= 1000).map(|h| h.bytes)
+        });
+        wait_until_one_waits();
+        let behind = std::thread::spawn(move || {
+            let held = DecodeMemory::reserve_with(500, |n: u64| n <= 1000);
+            let _ = tx.send(());
+            held.map(|h| h.bytes)
+        });
+        assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+        drop(first);
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the one behind was served");
+        assert_eq!(too_large.join().unwrap(), None);
+        assert_eq!(behind.join().unwrap(), Some(500));
     }
 
     /// A child forked while another thread held a reservation starts from nothing: that
