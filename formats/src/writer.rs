@@ -304,18 +304,19 @@ impl DatasetWriter {
     fn check_meta(&mut self, meta: &RecordMeta, len: usize) -> Result<(), FormatError> {
         let index = self.next_index;
         let bad = |reason: String| FormatError::InvalidRecord { index, reason };
-        match self.encoding {
-            Some(e) if e != meta.encoding => {
-                return Err(bad(format!(
-                    "encoding {} differs from the dataset's {e}",
-                    meta.encoding
-                )))
-            }
-            _ => self.encoding = Some(meta.encoding),
+        if let Some(e) = self.encoding.filter(|e| *e != meta.encoding) {
+            return Err(bad(format!(
+                "encoding {} differs from the dataset's {e}",
+                meta.encoding
+            )));
         }
         if meta.encoding == Encoding::Raw {
-            let want = u64::from(meta.height) * u64::from(meta.width) * u64::from(meta.channels);
-            if want != len as u64 {
+            // At most 2⁷² for u32 sides and u8 channels: past u64 no payload can match.
+            let want = u64::from(meta.height)
+                .checked_mul(u64::from(meta.width))
+                .and_then(|px| px.checked_mul(u64::from(meta.channels)));
+            if want != Some(len as u64) {
+                let want = want.map_or("more than 2^64".into(), |w| w.to_string());
                 return Err(bad(format!(
                     "raw payload is {len} bytes, {}x{}x{} needs {want}",
                     meta.height, meta.width, meta.channels
@@ -336,6 +337,8 @@ impl DatasetWriter {
                 _ => self.raw_size = Some(size),
             }
         }
+        // Only once the record is accepted: a refused first record fixes nothing.
+        self.encoding = Some(meta.encoding);
         Ok(())
     }
 

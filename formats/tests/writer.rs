@@ -417,3 +417,23 @@ fn lmdb_reads_the_shards_stoker_writes_record_for_record() {
         "same records, same file"
     );
 }
+
+#[test]
+fn raw_size_past_u64_is_an_invalid_record_not_an_overflow_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    let huge = RecordMeta {
+        channels: 255,
+        ..raw(u32::MAX, u32::MAX, 0)
+    };
+    // `height × width × channels` in u64 panicked (debug) or wrapped (release).
+    let e = w.push(huge, &[1, 2, 3]).unwrap_err();
+    assert!(
+        matches!(&e, FormatError::InvalidRecord { index: 0, reason } if reason.contains("2^64")),
+        "{e}"
+    );
+    // The refused record fixed nothing: a JPEG dataset may still start here.
+    w.push(jpeg(0), b"jpeg").unwrap();
+    let m = w.finish(vec!["x".into()], Provenance::stoker("t")).unwrap();
+    assert_eq!((m.samples, m.encoding), (1, Encoding::Jpeg));
+}
