@@ -624,9 +624,11 @@ impl<'a> Epoch<'a> {
         self.advance(Some(deadline))
     }
 
-    /// [`Epoch::next_until`] with a deadline `timeout` from now.
+    /// [`Epoch::next_until`] with a deadline `timeout` from now. A timeout past what an
+    /// [`Instant`] can hold (`Duration::MAX`, say) waits without a deadline, as `next` does.
     pub fn next_timeout(&mut self, timeout: Duration) -> Next {
-        self.advance(Some(Instant::now() + timeout))
+        // `Instant + Duration` panics on overflow: a caller's "wait forever" is no deadline.
+        self.advance(Instant::now().checked_add(timeout))
     }
 
     fn advance(&mut self, deadline: Option<Instant>) -> Next {
