@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::sample_dataset;
-use stoker_loader::{Loader, Next, Transform};
+use stoker_loader::{Loader, Next, Sampler, Shuffle, Transform};
 
 fn small(ds: stoker_formats::Dataset) -> stoker_loader::LoaderBuilder {
     Loader::builder(ds)
@@ -34,4 +34,15 @@ fn next_timeout_of_duration_max_waits_instead_of_panicking() {
     }
     assert_eq!(rest, 3);
     assert!(matches!(epoch.next_timeout(Duration::MAX), Next::Done));
+}
+
+#[test]
+fn sampler_batch_len_past_u64_is_zero_not_an_overflow_panic() {
+    let s = Sampler::new(10, Shuffle::Sequential, 1, 2, 4, false).unwrap();
+    assert_eq!(s.batch_len(u64::MAX), 0);
+    assert_eq!(s.batch_len(1), 1);
+    let huge = Sampler::new(10, Shuffle::Sequential, 0, 1, u64::MAX, false).unwrap();
+    assert_eq!((huge.batch_len(0), huge.batch_len(2)), (10, 0));
+    // Past the share, saturated: still past the dataset, as a padding position is.
+    assert_eq!(s.global_position(u64::MAX), u64::MAX);
 }
