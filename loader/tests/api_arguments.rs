@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::sample_dataset;
-use stoker_loader::{Loader, Next, Sampler, Shuffle, Transform};
+use stoker_loader::{Loader, LoaderError, Next, Output, Sampler, Shuffle, Transform};
 
 fn small(ds: stoker_formats::Dataset) -> stoker_loader::LoaderBuilder {
     Loader::builder(ds)
@@ -45,4 +45,40 @@ fn sampler_batch_len_past_u64_is_zero_not_an_overflow_panic() {
     assert_eq!((huge.batch_len(0), huge.batch_len(2)), (10, 0));
     // Past the share, saturated: still past the dataset, as a padding position is.
     assert_eq!(s.global_position(u64::MAX), u64::MAX);
+}
+
+#[test]
+fn normalize_std_so_small_that_pixels_overflow_is_refused_not_infinite_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    // std 1e-45 passed the "finite, nonzero" check and filled every batch with ±inf.
+    for (mean, std) in [
+        ([0.0; 3], [1e-45; 3]),
+        ([f32::MAX; 3], [f32::MIN_POSITIVE; 3]),
+    ] {
+        let built = small(ds.clone())
+            .transform(Transform::center_crop(8, 8).normalize(mean, std))
+            .build();
+        let Err(e) = built else {
+            panic!("mean {mean:?} / std {std:?} was accepted");
+        };
+        assert!(
+            matches!(&e, LoaderError::InvalidConfig { field: "transform", reason } if reason.contains("f32")),
+            "{e}"
+        );
+    }
+    // Fine in f32, infinite in f16: refused for F16Nchw only.
+    let t = Transform::center_crop(8, 8).normalize([0.5; 3], [1e-6; 3]);
+    let half = small(ds.clone())
+        .transform(t)
+        .output(Output::F16Nchw)
+        .build();
+    assert!(
+        matches!(&half, Err(LoaderError::InvalidConfig { field: "transform", reason }) if reason.contains("F16Nchw")),
+        "{:?}",
+        half.err()
+    );
+    let full = small(ds).transform(t).build().unwrap();
+    let batch = full.epoch(0).next().unwrap().unwrap();
+    assert!(batch.images.as_f32().unwrap().iter().all(|v| v.is_finite()));
 }
