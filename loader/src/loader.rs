@@ -695,8 +695,12 @@ impl<'a> Epoch<'a> {
                 self.finished = true;
                 self.stream = None;
                 let mut p = lock(&self.progress);
-                p.state.epoch = self.epoch.saturating_add(1);
-                p.state.position = 0;
+                // "The next epoch from its start"; after epoch u64::MAX there is none, and
+                // (u64::MAX, 0) would replay it on resume: say "this epoch, at its end".
+                (p.state.epoch, p.state.position) = match self.epoch.checked_add(1) {
+                    Some(next) => (next, 0),
+                    None => (self.epoch, self.end),
+                };
             }
         }
         item

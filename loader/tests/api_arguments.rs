@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::sample_dataset;
-use stoker_loader::{Loader, LoaderError, Next, Output, Sampler, Shuffle, Transform};
+use stoker_loader::{Loader, LoaderError, LoaderState, Next, Output, Sampler, Shuffle, Transform};
 
 fn small(ds: stoker_formats::Dataset) -> stoker_loader::LoaderBuilder {
     Loader::builder(ds)
@@ -81,4 +81,18 @@ fn normalize_std_so_small_that_pixels_overflow_is_refused_not_infinite_batches()
     let full = small(ds).transform(t).build().unwrap();
     let batch = full.epoch(0).next().unwrap().unwrap();
     assert!(batch.images.as_f32().unwrap().iter().all(|v| v.is_finite()));
+}
+
+#[test]
+fn state_after_epoch_u64_max_does_not_replay_it_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let loader = small(ds.clone()).build().unwrap();
+    assert_eq!(loader.epoch(u64::MAX).count(), 4);
+    let state = loader.state();
+    // Was (u64::MAX, 0): "epoch u64::MAX from its start", replayed in full on resume.
+    assert_eq!((state.epoch, state.position), (u64::MAX, 4));
+    let resumed = small(ds).resume(state).build().unwrap();
+    assert_eq!(resumed.epoch(u64::MAX).count(), 0);
+    let _: LoaderState = resumed.state();
 }
