@@ -8,7 +8,10 @@ mod common;
 use std::time::Duration;
 
 use common::sample_dataset;
-use stoker_loader::{Loader, LoaderError, LoaderState, Next, Output, Sampler, Shuffle, Transform};
+use stoker_decode::GpuDecoderOptions;
+use stoker_loader::{
+    Device, Loader, LoaderError, LoaderState, Next, Output, Sampler, Shuffle, Transform,
+};
 
 fn small(ds: stoker_formats::Dataset) -> stoker_loader::LoaderBuilder {
     Loader::builder(ds)
@@ -95,4 +98,34 @@ fn state_after_epoch_u64_max_does_not_replay_it_on_resume() {
     let resumed = small(ds).resume(state).build().unwrap();
     assert_eq!(resumed.epoch(u64::MAX).count(), 0);
     let _: LoaderState = resumed.state();
+}
+
+#[test]
+fn gpu_decoder_options_with_absurd_counts_are_refused_at_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    // Public fields set directly: a million CUDA states would be created one by one on
+    // the GPU machine until its memory ran out; lanes past usize overflowed the thread
+    // count. Refused for Auto too, so the same program fails alike on a CPU machine.
+    for device in [Device::Cuda(0), Device::Auto] {
+        let options = GpuDecoderOptions {
+            cuda_states: 1_000_000,
+            ..GpuDecoderOptions::default()
+        };
+        let built = small(ds.clone())
+            .device(device)
+            .gpu_decoder(options)
+            .build();
+        assert!(
+            matches!(&built, Err(LoaderError::InvalidConfig { field: "gpu_decoder", reason }) if reason.contains("cuda_states")),
+            "{device:?}: {:?}",
+            built.err()
+        );
+    }
+    // Ignored by the CPU path, as documented.
+    let options = GpuDecoderOptions {
+        hardware_lanes: usize::MAX,
+        ..GpuDecoderOptions::default()
+    };
+    small(ds).gpu_decoder(options).build().unwrap();
 }
