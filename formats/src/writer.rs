@@ -204,9 +204,9 @@ impl DatasetWriter {
     ///
     /// # Errors
     ///
-    /// [`FormatError::InvalidRecord`] for a mixed encoding, a raw payload whose length is not
-    /// `height × width × channels`, a raw size differing from earlier records, or a payload over
-    /// 4 GiB; I/O errors.
+    /// [`FormatError::InvalidRecord`] for a mixed encoding, a raw record with a zero
+    /// dimension or a payload whose length is not `height × width × channels`, a raw size
+    /// differing from earlier records, or a payload over 4 GiB; I/O errors.
     pub fn push(&mut self, meta: RecordMeta, payload: &[u8]) -> Result<u64, FormatError> {
         let crc = crc32c::crc32c(payload);
         self.push_owned(meta, payload.to_vec(), crc)
@@ -311,6 +311,14 @@ impl DatasetWriter {
             )));
         }
         if meta.encoding == Encoding::Raw {
+            // Accepted, such a record would be refused by every reader of pixels (the
+            // loader: "unusable record") long after the writing: say so now.
+            if meta.height == 0 || meta.width == 0 || meta.channels == 0 {
+                return Err(bad(format!(
+                    "raw record of {}x{}x{} has no pixels: height, width and channels must be at least 1",
+                    meta.height, meta.width, meta.channels
+                )));
+            }
             // At most 2⁷² for u32 sides and u8 channels: past u64 no payload can match.
             let want = u64::from(meta.height)
                 .checked_mul(u64::from(meta.width))
