@@ -125,6 +125,15 @@ pub enum DecodeError {
         /// Number of outputs.
         outputs: usize,
     },
+    /// A [`crate::GpuDecoderOptions`] field (public, so set to anything) out of range;
+    /// checked by [`crate::GpuDecoderOptions::validate`] before anything is created.
+    #[error("invalid GPU decoder option `{field}`: {reason}")]
+    InvalidOptions {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
     /// `decode_batch_for` got a different number of regions than inputs.
     #[error("batch shape: {inputs} inputs but {regions} regions")]
     RegionsShape {

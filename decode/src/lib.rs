@@ -47,7 +47,10 @@ pub use cpu::{CpuDecoder, Region};
 /// The cudarc version this crate is built against (for device buffers and streams).
 pub use cudarc;
 pub use error::DecodeError;
-pub use gpu::{bind_context, cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, WaitMode};
+pub use gpu::{
+    bind_context, cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, WaitMode,
+    MAX_DECODER_STATES, MAX_SHARE_THREADS,
+};
 pub use memory::DecodeMemory;
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
 pub use probe::{

@@ -358,6 +358,20 @@ impl Manifest {
         if (self.encoding == Encoding::Raw) != self.raw_size.is_some() && self.samples > 0 {
             return Err(bad("raw_size must be given exactly for raw datasets".into()));
         }
+        if let Some(r) = self.raw_size {
+            // A record's payload length is a u32: a larger raw size names records that
+            // cannot exist, and readers that size buffers by it (the GPU path's staging)
+            // would overflow on it.
+            let record = u64::from(r.height)
+                .checked_mul(u64::from(r.width))
+                .and_then(|px| px.checked_mul(u64::from(r.channels)));
+            if record.is_none_or(|b| b > u64::from(u32::MAX)) {
+                return Err(bad(format!(
+                    "raw_size {}x{}x{} is more than the 4 GiB a record holds",
+                    r.height, r.width, r.channels
+                )));
+            }
+        }
         Ok(())
     }
 

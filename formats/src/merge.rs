@@ -432,6 +432,16 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
 /// part never has one, and cannot be resumed: its writer, if it still runs, finishes it,
 /// else the part is written again. Without a journal the directory could be either.
 fn unfinished(dir: &Path) -> String {
+    // The root the parts were converted into, given as a part: told to rerun tasks
+    // that all finished, a user would convert everything again.
+    if find_parts(dir).is_ok() {
+        return format!(
+            "holds part directories (part-IIIII-of-NNNNN): it is the root of a partitioned \
+             conversion, not a part; merge it into itself (`stoker merge {0}`, Rust \
+             `merge(root, &[])`) or give its part directories",
+            dir.display()
+        );
+    }
     let converted = "rerun its task (the same `convert --part`, with --resume to continue it)";
     let journals = [
         crate::convert::JOURNAL_FILE,

@@ -204,9 +204,9 @@ impl DatasetWriter {
     ///
     /// # Errors
     ///
-    /// [`FormatError::InvalidRecord`] for a mixed encoding, a raw payload whose length is not
-    /// `height × width × channels`, a raw size differing from earlier records, or a payload over
-    /// 4 GiB; I/O errors.
+    /// [`FormatError::InvalidRecord`] for a mixed encoding, a raw record with a zero
+    /// dimension or a payload whose length is not `height × width × channels`, a raw size
+    /// differing from earlier records, or a payload over 4 GiB; I/O errors.
     pub fn push(&mut self, meta: RecordMeta, payload: &[u8]) -> Result<u64, FormatError> {
         let crc = crc32c::crc32c(payload);
         self.push_owned(meta, payload.to_vec(), crc)
@@ -304,18 +304,27 @@ impl DatasetWriter {
     fn check_meta(&mut self, meta: &RecordMeta, len: usize) -> Result<(), FormatError> {
         let index = self.next_index;
         let bad = |reason: String| FormatError::InvalidRecord { index, reason };
-        match self.encoding {
-            Some(e) if e != meta.encoding => {
-                return Err(bad(format!(
-                    "encoding {} differs from the dataset's {e}",
-                    meta.encoding
-                )))
-            }
-            _ => self.encoding = Some(meta.encoding),
+        if let Some(e) = self.encoding.filter(|e| *e != meta.encoding) {
+            return Err(bad(format!(
+                "encoding {} differs from the dataset's {e}",
+                meta.encoding
+            )));
         }
         if meta.encoding == Encoding::Raw {
-            let want = u64::from(meta.height) * u64::from(meta.width) * u64::from(meta.channels);
-            if want != len as u64 {
+            // Accepted, such a record would be refused by every reader of pixels (the
+            // loader: "unusable record") long after the writing: say so now.
+            if meta.height == 0 || meta.width == 0 || meta.channels == 0 {
+                return Err(bad(format!(
+                    "raw record of {}x{}x{} has no pixels: height, width and channels must be at least 1",
+                    meta.height, meta.width, meta.channels
+                )));
+            }
+            // At most 2⁷² for u32 sides and u8 channels: past u64 no payload can match.
+            let want = u64::from(meta.height)
+                .checked_mul(u64::from(meta.width))
+                .and_then(|px| px.checked_mul(u64::from(meta.channels)));
+            if want != Some(len as u64) {
+                let want = want.map_or("more than 2^64".into(), |w| w.to_string());
                 return Err(bad(format!(
                     "raw payload is {len} bytes, {}x{}x{} needs {want}",
                     meta.height, meta.width, meta.channels
@@ -336,6 +345,8 @@ impl DatasetWriter {
                 _ => self.raw_size = Some(size),
             }
         }
+        // Only once the record is accepted: a refused first record fixes nothing.
+        self.encoding = Some(meta.encoding);
         Ok(())
     }
 

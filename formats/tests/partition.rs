@@ -591,3 +591,21 @@ fn a_part_damaged_in_place_is_refused_and_nothing_is_merged() {
         .collect();
     assert!(links.is_empty(), "links left in the root: {links:?}");
 }
+
+#[test]
+fn the_root_given_as_a_part_is_named_a_root_not_an_unfinished_part() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    convert_parts(&Source::ImageFolder(photos()), &root, 2);
+    // `merge(out, &[root])`: was "unfinished part (no manifest.json) ... rerun its task",
+    // sending the user to convert again parts that had all finished.
+    let e = merge(&tmp.path().join("merged"), std::slice::from_ref(&root)).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, FormatError::MergeRefused { .. })
+            && text.contains("root of a partitioned conversion")
+            && !text.contains("rerun"),
+        "{text}"
+    );
+    merge(&root, &[]).unwrap();
+}

@@ -385,6 +385,32 @@ fn manifest_samples_2_pow_63_is_refused_naming_the_value() {
 }
 
 #[test]
+fn manifest_raw_size_past_a_record_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    let meta = RecordMeta {
+        encoding: Encoding::Raw,
+        height: 2,
+        width: 2,
+        channels: 3,
+        label: 0,
+    };
+    w.push(meta, &[7; 12]).unwrap();
+    w.finish(vec!["c".into()], Provenance::stoker("t")).unwrap();
+    // Opened fine, and the GPU path sized its staging by `height × width × channels`
+    // in usize: an overflow panic (debug) or a wrapped size (release).
+    let path = dir.path().join("manifest.json");
+    let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    m["raw_size"] = serde_json::json!({"height": u32::MAX, "width": u32::MAX, "channels": 255});
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    let e = Dataset::open(dir.path()).unwrap_err();
+    assert!(
+        matches!(e, FormatError::InvalidManifest { .. }) && e.to_string().contains("4 GiB"),
+        "{e}"
+    );
+}
+
+#[test]
 fn shard_truncated_or_replaced_after_open_is_an_error_not_sigbus() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("o");

@@ -417,3 +417,49 @@ fn lmdb_reads_the_shards_stoker_writes_record_for_record() {
         "same records, same file"
     );
 }
+
+#[test]
+fn raw_size_past_u64_is_an_invalid_record_not_an_overflow_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    let huge = RecordMeta {
+        channels: 255,
+        ..raw(u32::MAX, u32::MAX, 0)
+    };
+    // `height × width × channels` in u64 panicked (debug) or wrapped (release).
+    let e = w.push(huge, &[1, 2, 3]).unwrap_err();
+    assert!(
+        matches!(&e, FormatError::InvalidRecord { index: 0, reason } if reason.contains("2^64")),
+        "{e}"
+    );
+    // The refused record fixed nothing: a JPEG dataset may still start here.
+    w.push(jpeg(0), b"jpeg").unwrap();
+    let m = w.finish(vec!["x".into()], Provenance::stoker("t")).unwrap();
+    assert_eq!((m.samples, m.encoding), (1, Encoding::Jpeg));
+}
+
+#[test]
+fn raw_record_without_pixels_is_refused_at_push_not_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    // 0×0×3 with an empty payload (or 8×8×0) matched its size and was written; every
+    // loader epoch then refused each such record as unusable.
+    for (h, wd, c) in [(0, 0, 3), (8, 8, 0), (0, 8, 1)] {
+        let meta = RecordMeta {
+            channels: c,
+            ..raw(h, wd, 0)
+        };
+        let e = w.push(meta, &[]).unwrap_err();
+        assert!(
+            matches!(&e, FormatError::InvalidRecord { index: 0, reason } if reason.contains("no pixels")),
+            "{e}"
+        );
+    }
+    w.push(raw(1, 2, 0), &[1, 2]).unwrap();
+    assert_eq!(
+        w.finish(vec!["x".into()], Provenance::stoker("t"))
+            .unwrap()
+            .samples,
+        1
+    );
+}

@@ -124,6 +124,19 @@ pub(crate) fn build_backend(
         metrics.set_device(choice.describe());
         cpu(&format!(" ({note})"))
     };
+    if let Some(options) = config
+        .gpu_decoder
+        .as_ref()
+        .filter(|_| config.device != Device::Cpu)
+    {
+        // Public fields, so any count: refused here for Auto too, whether or not a GPU
+        // takes them, as the same program would fail on the GPU machine (or take its
+        // memory one nvJPEG state at a time).
+        options.validate().map_err(|e| LoaderError::InvalidConfig {
+            field: "gpu_decoder",
+            reason: e.to_string(),
+        })?;
+    }
     match config.device {
         Device::Cpu => {
             metrics.set_device("cpu".to_owned());

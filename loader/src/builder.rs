@@ -579,6 +579,17 @@ impl LoaderBuilder {
             );
         }
         config.transform.validate()?;
+        let largest = config.transform.largest_normalized();
+        if config.output == Output::F16Nchw && largest > half::f16::MAX.to_f32() {
+            // Past 65504 a half is inf: the batch would hold infinities, not an error.
+            return invalid(
+                "transform",
+                &format!(
+                    "normalize mean / std maps pixels to {largest}, past the F16Nchw range \
+                     (65504); widen std or use Output::F32Nchw"
+                ),
+            );
+        }
         let sampler = Sampler::new(
             config.dataset.len(),
             config.shuffle,

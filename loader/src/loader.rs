@@ -624,9 +624,11 @@ impl<'a> Epoch<'a> {
         self.advance(Some(deadline))
     }
 
-    /// [`Epoch::next_until`] with a deadline `timeout` from now.
+    /// [`Epoch::next_until`] with a deadline `timeout` from now. A timeout past what an
+    /// [`Instant`] can hold (`Duration::MAX`, say) waits without a deadline, as `next` does.
     pub fn next_timeout(&mut self, timeout: Duration) -> Next {
-        self.advance(Some(Instant::now() + timeout))
+        // `Instant + Duration` panics on overflow: a caller's "wait forever" is no deadline.
+        self.advance(Instant::now().checked_add(timeout))
     }
 
     fn advance(&mut self, deadline: Option<Instant>) -> Next {
@@ -693,8 +695,12 @@ impl<'a> Epoch<'a> {
                 self.finished = true;
                 self.stream = None;
                 let mut p = lock(&self.progress);
-                p.state.epoch = self.epoch.saturating_add(1);
-                p.state.position = 0;
+                // "The next epoch from its start"; after epoch u64::MAX there is none, and
+                // (u64::MAX, 0) would replay it on resume: say "this epoch, at its end".
+                (p.state.epoch, p.state.position) = match self.epoch.checked_add(1) {
+                    Some(next) => (next, 0),
+                    None => (self.epoch, self.end),
+                };
             }
         }
         item

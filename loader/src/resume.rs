@@ -42,7 +42,9 @@ pub struct LoaderState {
     /// The loader's seed ([`crate::Loader::seed`]: the order's and every random draw's;
     /// checked on resume).
     pub seed: u64,
-    /// The epoch in progress (or the next epoch, with `position == 0`).
+    /// The epoch in progress (or the next epoch, with `position == 0`; after the last
+    /// batch of epoch `u64::MAX`, which has no next, that epoch with `position` its batch
+    /// count).
     pub epoch: u64,
     /// Batches of `epoch` already handed to the consumer on this rank.
     pub position: u64,

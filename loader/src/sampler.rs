@@ -259,9 +259,13 @@ impl Sampler {
         }
     }
 
-    /// Samples in batch `batch` (all full except possibly the last one without `drop_last`).
+    /// Samples in batch `batch` (all full except possibly the last one without `drop_last`;
+    /// 0 past the epoch's last batch, however far past).
     pub fn batch_len(&self, batch: u64) -> u64 {
-        let start = batch * self.batch_size;
+        // A batch past the end may start past u64: it has no samples, like any other.
+        let Some(start) = batch.checked_mul(self.batch_size) else {
+            return 0;
+        };
         self.samples_per_epoch()
             .saturating_sub(start)
             .min(self.batch_size)
@@ -283,7 +287,11 @@ impl Sampler {
     /// assert_eq!(r2.global_position(2), 10);
     /// ```
     pub fn global_position(&self, pos: u64) -> u64 {
-        self.rank * self.rank_share() + pos
+        // Saturating: a `pos` past this rank's share (any u64 a caller passes) is past the
+        // dataset either way, and must not panic in a debug build.
+        self.rank
+            .saturating_mul(self.rank_share())
+            .saturating_add(pos)
     }
 
     /// The permutation of `0..len` shared by all ranks for `epoch`.
@@ -306,7 +314,7 @@ impl Sampler {
     /// (`order_ahead`), which nobody may wait for any more.
     pub(crate) fn order_while(&self, epoch: u64, go_on: &dyn Fn() -> bool) -> Option<Vec<u64>> {
         let take = self.samples_per_epoch();
-        self.global_positions(epoch, self.rank * self.rank_share(), take, go_on)
+        self.global_positions(epoch, self.global_position(0), take, go_on)
     }
 
     /// `take` entries of the epoch's global order from position `from`, wrapping around

@@ -144,12 +144,16 @@ impl GpuDecoder {
     /// CUDA path.
     ///
     /// # Errors
-    /// [`DecodeError::Load`] when nvJPEG is missing, [`DecodeError::Nvjpeg`] /
-    /// [`DecodeError::Cuda`] when the library or driver refuses.
+    /// [`DecodeError::InvalidOptions`] for counts out of range
+    /// ([`GpuDecoderOptions::validate`]), [`DecodeError::Load`] when nvJPEG is missing,
+    /// [`DecodeError::Nvjpeg`] / [`DecodeError::Cuda`] when the library or driver refuses.
     pub fn new(
         ctx: &Arc<CudaContext>,
         mut options: GpuDecoderOptions,
     ) -> Result<GpuDecoder, DecodeError> {
+        // Before any state: `cuda_states: usize::MAX` would create states until the GPU's
+        // memory ran out, `hardware_states_per_lane` reserve a Vec past the address space.
+        options.validate()?;
         // Decided once: every stage below reads the resolved mode.
         options.waits = options.wait_mode();
         let lib = NvJpeg::load()?;

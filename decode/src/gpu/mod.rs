@@ -27,4 +27,4 @@ mod staging;
 
 pub use decoder::GpuDecoder;
 pub use device::{bind_context, cuda_context};
-pub use options::{BatchUse, GpuDecoderOptions, WaitMode};
+pub use options::{BatchUse, GpuDecoderOptions, WaitMode, MAX_DECODER_STATES, MAX_SHARE_THREADS};

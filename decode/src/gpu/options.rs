@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use crate::{ImageInfo, Limits, Region};
+use crate::{DecodeError, ImageInfo, Limits, Region};
 
 /// How a caller of [`GpuDecoder::decode_batch_for`](crate::GpuDecoder::decode_batch_for) will use a batch's outputs,
 /// so the decoder can skip work the caller does not need.
@@ -272,7 +272,62 @@ impl Default for GpuDecoderOptions {
     }
 }
 
+/// The most hardware lanes, CUDA-decoder states or hardware states per lane a
+/// [`GpuDecoder`](crate::GpuDecoder) creates: each holds nvJPEG state and device buffers
+/// (a lane also a thread), and a few per engine already keep the engines busy; far
+/// above that is a typo that would take the GPU's memory one state at a time.
+pub const MAX_DECODER_STATES: usize = 256;
+
+/// The most threads the CPU share's pool starts ([`GpuDecoderOptions::cpu_share_threads`]),
+/// as the loader's `MAX_WORKERS`: far above any machine's cores, far below what would
+/// exhaust memory in thread stacks.
+pub const MAX_SHARE_THREADS: usize = 1024;
+
 impl GpuDecoderOptions {
+    /// Checks the counts a caller may set to anything through the public fields:
+    /// [`GpuDecoder::new`](crate::GpuDecoder::new) calls it before it creates anything.
+    ///
+    /// # Errors
+    ///
+    /// [`DecodeError::InvalidOptions`] for `hardware_lanes`, `cuda_states` or
+    /// `hardware_states_per_lane` above [`MAX_DECODER_STATES`], or `cpu_share_threads`
+    /// above [`MAX_SHARE_THREADS`]. Zero is taken as one (or, for `cpu_share_threads`,
+    /// as "from the cores"), as before.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_decode::GpuDecoderOptions;
+    /// assert!(GpuDecoderOptions::default().validate().is_ok());
+    /// let typo = GpuDecoderOptions { cuda_states: 1_000_000, ..Default::default() };
+    /// assert!(typo.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), DecodeError> {
+        let counts = [
+            ("hardware_lanes", self.hardware_lanes, MAX_DECODER_STATES),
+            ("cuda_states", self.cuda_states, MAX_DECODER_STATES),
+            (
+                "hardware_states_per_lane",
+                self.hardware_states_per_lane,
+                MAX_DECODER_STATES,
+            ),
+            (
+                "cpu_share_threads",
+                self.cpu_share_threads,
+                MAX_SHARE_THREADS,
+            ),
+        ];
+        for (field, value, max) in counts {
+            if value > max {
+                return Err(DecodeError::InvalidOptions {
+                    field,
+                    reason: format!("{value} is more than the {max} allowed"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// How a decoder built with these options waits: [`waits`](Self::waits)
     /// resolved ([`WaitMode::resolve`]), the host having other work when a CPU
     /// share is configured.
@@ -326,6 +381,35 @@ mod tests {
         assert!(!o.hardware_handle_per_lane);
         assert_eq!(o.hardware_lanes, 4);
         assert_eq!(o.waits, WaitMode::Auto);
+    }
+
+    #[test]
+    fn counts_set_through_public_fields_past_their_limit_are_refused() {
+        assert!(GpuDecoderOptions::default().validate().is_ok());
+        let at_limit = GpuDecoderOptions {
+            hardware_lanes: MAX_DECODER_STATES,
+            cuda_states: MAX_DECODER_STATES,
+            hardware_states_per_lane: MAX_DECODER_STATES,
+            cpu_share_threads: MAX_SHARE_THREADS,
+            ..GpuDecoderOptions::default()
+        };
+        assert!(at_limit.validate().is_ok());
+        // `cuda_states: usize::MAX` made GpuDecoder::new create states until the GPU's
+        // memory ran out; `hardware_states_per_lane` reserved a Vec past the address space.
+        for set in [
+            |o: &mut GpuDecoderOptions| o.hardware_lanes = usize::MAX,
+            |o: &mut GpuDecoderOptions| o.cuda_states = MAX_DECODER_STATES + 1,
+            |o: &mut GpuDecoderOptions| o.hardware_states_per_lane = usize::MAX,
+            |o: &mut GpuDecoderOptions| o.cpu_share_threads = 1 << 40,
+        ] {
+            let mut o = GpuDecoderOptions::default();
+            set(&mut o);
+            let e = o.validate().unwrap_err();
+            assert!(
+                matches!(e, DecodeError::InvalidOptions { .. }),
+                "{o:?}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -64,7 +64,8 @@ fn cpu_share_threads(cores: usize, lanes: usize) -> usize {
 /// batch in flight). `None` when not even 3 fit.
 fn ring_slots(prefetch: usize, slot_bytes: usize, budget: u64) -> Option<usize> {
     let fit = budget / (slot_bytes.max(1) as u64);
-    let want = prefetch.max(1) + 2;
+    // Saturating: `LoaderBuilder::prefetch(usize::MAX)` asks for as many as fit.
+    let want = prefetch.max(1).saturating_add(2);
     (fit >= 3).then(|| want.min(usize::try_from(fit).unwrap_or(usize::MAX)))
 }
 
@@ -577,6 +578,14 @@ mod tests {
         assert_eq!(ring_slots(4, 100, 300), Some(3));
         assert_eq!(ring_slots(4, 100, 299), None);
         assert_eq!(ring_slots(0, 100, u64::MAX), Some(3));
+    }
+
+    #[test]
+    fn prefetch_usize_max_is_a_ring_the_pinned_share_fits_not_an_overflow() {
+        // `prefetch + 2` overflowed: a panic in a debug build, in release a ring of one
+        // slot (below the three one batch in flight needs).
+        assert_eq!(ring_slots(usize::MAX, 100, 1_000), Some(10));
+        assert_eq!(ring_slots(usize::MAX, 100, 299), None);
     }
 
     #[test]

@@ -219,6 +219,20 @@ impl Transform {
         (self.mean, self.std)
     }
 
+    /// The largest `|(v − mean) / std|` over pixel values `v` in `[0, 1]` and the three
+    /// channels, computed in f32 as the batch values are: the normalization is linear in
+    /// `v`, so the ends 0 and 1 bound it.
+    pub(crate) fn largest_normalized(&self) -> f32 {
+        let mut largest = 0.0f32;
+        for (m, s) in self.mean.iter().zip(&self.std) {
+            for v in [0.0f32, 1.0] {
+                // Finite mean and nonzero finite std (checked first): no NaN, at worst inf.
+                largest = largest.max(((v - m) / s).abs());
+            }
+        }
+        largest
+    }
+
     /// Checks the settings once, at build time.
     pub(crate) fn validate(&self) -> Result<(), LoaderError> {
         let bad = |reason: String| {
@@ -241,6 +255,15 @@ impl Transform {
         {
             return bad(format!(
                 "normalize mean {:?} / std {:?} must be finite with std ≠ 0",
+                self.mean, self.std
+            ));
+        }
+        let largest = self.largest_normalized();
+        if !largest.is_finite() {
+            // A std of 1e-45 passes the check above, yet every pixel but the mean would be
+            // ±inf in the batch: a loss of NaN many steps later instead of an error here.
+            return bad(format!(
+                "normalize mean {:?} / std {:?} maps pixels past the f32 range ({largest})",
                 self.mean, self.std
             ));
         }
