@@ -505,9 +505,7 @@ pub(crate) fn path(value: &Bound<'_, PyAny>, name: &str) -> PyResult<PathBuf> {
     let py = value.py();
     // A value that is a path by type but whose `__fspath__` failed keeps that error: the
     // message of the user's own `__fspath__` is what says why.
-    let path_by_type = value.is_instance_of::<PyString>()
-        || value.is_instance_of::<PyBytes>()
-        || value.get_type().hasattr("__fspath__")?;
+    let path_by_type = is_path_by_type(value)?;
     let fspath = py
         .import("os")?
         .call_method1("fspath", (value,))
@@ -529,6 +527,15 @@ pub(crate) fn path(value: &Bound<'_, PyAny>, name: &str) -> PyResult<PathBuf> {
         )));
     }
     Ok(path)
+}
+
+/// Whether `value` is a path by its type (str, bytes, or a type with `__fspath__`, where
+/// `os.fspath` looks): a `TypeError` from [`path`] for such a one is the user's own
+/// `__fspath__`'s, whose message says why, and is kept as it is.
+pub(crate) fn is_path_by_type(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(value.is_instance_of::<PyString>()
+        || value.is_instance_of::<PyBytes>()
+        || value.get_type().hasattr("__fspath__")?)
 }
 
 /// The path a `bytes` file name stands for: on Unix its bytes as they are.

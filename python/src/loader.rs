@@ -140,8 +140,9 @@ impl Loader {
         let dataset = match data.cast::<Dataset>() {
             Ok(ds) => ds.get().inner.clone(),
             Err(_) => {
+                let path_by_type = args::is_path_by_type(data)?;
                 let path = args::path(data, "data").map_err(|e| {
-                    if e.is_instance_of::<PyTypeError>(py) {
+                    if e.is_instance_of::<PyTypeError>(py) && !path_by_type {
                         PyTypeError::new_err(format!(
                             "data: want a dataset path or a stoker.Dataset, not {}",
                             data.get_type()

@@ -136,3 +136,11 @@ def test_an_error_inside_a_users_fspath_is_kept():
         stoker.Dataset(not_a_path)
     with pytest.raises(TypeError, match=r"Returns5\.__fspath__\(\) to return str or bytes, not int"):
         stoker.Dataset(Returns5())
+    # The Loader, which also takes a Dataset, rewrote every TypeError as "want a dataset
+    # path or a stoker.Dataset".
+    with pytest.raises(TypeError, match=r"inner bug"):
+        stoker.Loader(Bad(), 4)
+    with pytest.raises(TypeError, match=r"Returns5\.__fspath__\(\) to return str or bytes, not int"):
+        stoker.Loader(Returns5(), 4)
+    with pytest.raises(TypeError, match=r"^data: want a dataset path or a stoker\.Dataset, not .*Plain"):
+        stoker.Loader(not_a_path, 4)
