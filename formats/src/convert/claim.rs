@@ -136,7 +136,9 @@ fn make_locked(
     root: &Path,
     name: &std::ffi::OsStr,
 ) -> Result<Option<(Made, OutputLock)>, FormatError> {
-    let hidden = make_hidden(root, name)?;
+    let Some(hidden) = make_hidden(root, name)? else {
+        return Ok(None);
+    };
     let lock = match OutputLock::acquire(&hidden) {
         Ok(lock) => lock,
         Err(e) => {
@@ -175,8 +177,11 @@ pub(crate) fn is_claim_leftover(name: &str) -> bool {
 const CLAIM_MARK: &str = ".claim-";
 
 /// Makes a new hidden directory in `root` for the part directory `name`:
-/// `.part-IIIII-of-NNNNN.claim-PID-K` (not `part-*`, which a merge would take for a part).
-fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<PathBuf, FormatError> {
+/// `.part-IIIII-of-NNNNN.claim-PID-K` (not `part-*`, which a merge would take for a part);
+/// `None` when [`CLAIM_NAME_TRIES`] names are all taken: leftovers of starts that died
+/// there (only a merge removes them, and it waits for this part), so the part directory is
+/// made in place instead, as on a file system that cannot rename without replacing.
+fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<Option<PathBuf>, FormatError> {
     let mut k = 0;
     loop {
         let mut hidden_name = std::ffi::OsString::from(".");
@@ -184,9 +189,12 @@ fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<PathBuf, FormatErr
         hidden_name.push(format!("{CLAIM_MARK}{}-{k}", std::process::id()));
         let hidden = root.join(hidden_name);
         match std::fs::create_dir(&hidden) {
-            Ok(()) => return Ok(hidden),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && k + 1 < CLAIM_NAME_TRIES => {
-                k += 1
+            Ok(()) => return Ok(Some(hidden)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                k += 1;
+                if k == CLAIM_NAME_TRIES {
+                    return Ok(None);
+                }
             }
             Err(e) => return Err(FormatError::io(&hidden, e)),
         }
@@ -343,6 +351,24 @@ mod tests {
         assert!(!part.exists(), "an empty part directory stayed");
         let left: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// Starts that died between making their hidden directory and renaming it (a
+    /// container's process is pid 1 each time) took every hidden name this one tries: the
+    /// part could never start again until someone removed them by hand.
+    #[test]
+    fn a_part_starts_when_every_hidden_name_is_a_leftover() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        std::fs::create_dir(&root).unwrap();
+        for k in 0..CLAIM_NAME_TRIES {
+            let leftover = format!(".part-00001-of-00002{CLAIM_MARK}{}-{k}", std::process::id());
+            std::fs::create_dir(root.join(leftover)).unwrap();
+        }
+        let part = root.join("part-00001-of-00002");
+        let claim = Claim::new(&part, true).unwrap();
+        assert!(part.is_dir());
+        drop(claim.ready());
     }
 
     #[test]
