@@ -163,7 +163,11 @@ pub fn install() {
         return;
     }
     if !put_in_front(&Turn::take(), &ENTRIES) {
-        tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
+        // Once: the loader calls this before records, up to once a millisecond a thread.
+        static WARNED: Once = Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!("cannot install the SIGBUS handler; shard read faults stay fatal");
+        });
     }
 }
 
