@@ -212,7 +212,10 @@ impl LoaderBuilder {
     /// [`crate::gpu::decoder_defaults`], the decoder's defaults with two states
     /// per hardware lane: start from those to change one option).
     /// [`LoaderBuilder::gpu_cpu_share`], when also set, overrides `cpu_share`.
-    /// Ignored by the CPU path and for raw records.
+    /// Used only by the GPU path with JPEG records, but checked
+    /// ([`stoker_decode::GpuDecoderOptions::validate`]) by every build but
+    /// [`Device::Cpu`]'s, so that a program refused on a GPU machine is refused on a
+    /// machine without one too.
     ///
     /// # Examples
     ///

@@ -325,6 +325,17 @@ impl GpuDecoderOptions {
                 });
             }
         }
+        // Each lane preallocates its states: the product is what takes GPU memory.
+        let states = self.hardware_lanes * self.hardware_states_per_lane;
+        if states > MAX_DECODER_STATES {
+            return Err(DecodeError::InvalidOptions {
+                field: "hardware_states_per_lane",
+                reason: format!(
+                    "{} per lane on {} hardware lanes is {states} decoder states, more than the {MAX_DECODER_STATES} allowed",
+                    self.hardware_states_per_lane, self.hardware_lanes
+                ),
+            });
+        }
         Ok(())
     }
 
@@ -387,9 +398,9 @@ mod tests {
     fn counts_set_through_public_fields_past_their_limit_are_refused() {
         assert!(GpuDecoderOptions::default().validate().is_ok());
         let at_limit = GpuDecoderOptions {
-            hardware_lanes: MAX_DECODER_STATES,
+            hardware_lanes: 16,
             cuda_states: MAX_DECODER_STATES,
-            hardware_states_per_lane: MAX_DECODER_STATES,
+            hardware_states_per_lane: MAX_DECODER_STATES / 16,
             cpu_share_threads: MAX_SHARE_THREADS,
             ..GpuDecoderOptions::default()
         };
@@ -401,6 +412,11 @@ mod tests {
             |o: &mut GpuDecoderOptions| o.cuda_states = MAX_DECODER_STATES + 1,
             |o: &mut GpuDecoderOptions| o.hardware_states_per_lane = usize::MAX,
             |o: &mut GpuDecoderOptions| o.cpu_share_threads = 1 << 40,
+            // Each count within its limit, their product (the lanes' states) past it.
+            |o: &mut GpuDecoderOptions| {
+                o.hardware_lanes = MAX_DECODER_STATES;
+                o.hardware_states_per_lane = MAX_DECODER_STATES;
+            },
         ] {
             let mut o = GpuDecoderOptions::default();
             set(&mut o);

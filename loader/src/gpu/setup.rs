@@ -55,8 +55,12 @@ pub(super) fn wait_mode(config: &LoaderConfig) -> WaitMode {
 /// node): the decoder's own rule (the cores left after the hardware lanes' parsing
 /// threads and two more, at least 1) applied to the share instead of the machine,
 /// so that eight processes on a node do not each start a pool for every core.
+/// At most the decoder's [`stoker_decode::MAX_SHARE_THREADS`], which it refuses past: a
+/// node of more cores still builds.
 fn cpu_share_threads(cores: usize, lanes: usize) -> usize {
-    cores.saturating_sub(lanes + 2).max(1)
+    cores
+        .saturating_sub(lanes.saturating_add(2))
+        .clamp(1, stoker_decode::MAX_SHARE_THREADS)
 }
 
 /// Slots of the staging ring: `prefetch + 2`, or fewer when that many would take
@@ -628,5 +632,9 @@ mod tests {
         assert_eq!(cpu_share_threads(16, 4), 10);
         // One of 8 processes on 16 cores (2 each): one thread, never 0.
         assert_eq!(cpu_share_threads(2, 4), 1);
+        // A process alone on a node of 2048 cores: within what the decoder takes (it
+        // refused the 2042 this gave, and the loader failed to build).
+        assert_eq!(cpu_share_threads(2048, 4), stoker_decode::MAX_SHARE_THREADS);
+        assert_eq!(cpu_share_threads(usize::MAX, usize::MAX), 1);
     }
 }
