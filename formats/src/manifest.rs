@@ -104,6 +104,16 @@ pub struct RawSize {
     pub channels: u8,
 }
 
+impl RawSize {
+    /// The bytes of a record of this size, `height × width × channels`; `None` past u64
+    /// (u32 sides and u8 channels reach 2⁷²), which no record can be.
+    pub fn bytes(&self) -> Option<u64> {
+        u64::from(self.height)
+            .checked_mul(u64::from(self.width))
+            .and_then(|px| px.checked_mul(u64::from(self.channels)))
+    }
+}
+
 /// One shard file.
 ///
 /// Unknown fields are refused: an entry's fields say where its records are, and a reader
@@ -362,10 +372,7 @@ impl Manifest {
             // A record's payload length is a u32: a larger raw size names records that
             // cannot exist, and readers that size buffers by it (the GPU path's staging)
             // would overflow on it.
-            let record = u64::from(r.height)
-                .checked_mul(u64::from(r.width))
-                .and_then(|px| px.checked_mul(u64::from(r.channels)));
-            if record.is_none_or(|b| b > u64::from(u32::MAX)) {
+            if r.bytes().is_none_or(|b| b > u64::from(u32::MAX)) {
                 return Err(bad(format!(
                     "raw_size {}x{}x{} is more than the 4 GiB a record holds",
                     r.height, r.width, r.channels

@@ -319,10 +319,12 @@ impl DatasetWriter {
                     meta.height, meta.width, meta.channels
                 )));
             }
-            // At most 2⁷² for u32 sides and u8 channels: past u64 no payload can match.
-            let want = u64::from(meta.height)
-                .checked_mul(u64::from(meta.width))
-                .and_then(|px| px.checked_mul(u64::from(meta.channels)));
+            let size = RawSize {
+                height: meta.height,
+                width: meta.width,
+                channels: meta.channels,
+            };
+            let want = size.bytes();
             if want != Some(len as u64) {
                 let want = want.map_or("more than 2^64".into(), |w| w.to_string());
                 return Err(bad(format!(
@@ -330,11 +332,6 @@ impl DatasetWriter {
                     meta.height, meta.width, meta.channels
                 )));
             }
-            let size = RawSize {
-                height: meta.height,
-                width: meta.width,
-                channels: meta.channels,
-            };
             match self.raw_size {
                 Some(s) if s != size => {
                     return Err(bad(format!(
