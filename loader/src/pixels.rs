@@ -251,7 +251,8 @@ pub(crate) fn large_image_turn(
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     crate::pipeline::guard_reads();
     let h = reader.get(index).ok()?.header;
-    let bytes = u64::from(h.width) * u64::from(h.height) * 3;
+    // Saturating: a damaged header's sides can multiply past u64 (its load says why).
+    let bytes = (u64::from(h.width) * u64::from(h.height)).saturating_mul(3);
     (bytes > LARGE_IMAGE_BYTES).then(|| TURN.lock().unwrap_or_else(|p| p.into_inner()))
 }
 

@@ -9,7 +9,7 @@ use stoker_decode::CpuDecoder;
 
 use crate::lmdb_walk::Item;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
-use crate::{FormatError, Manifest, ShardEntry};
+use crate::{FormatError, Manifest, RawSize, ShardEntry};
 
 /// The threads `verify --decode` decodes on, started at its first use; `None` (decode on
 /// the calling thread, with a warning) where they cannot be started. rayon's global pool
@@ -303,8 +303,15 @@ impl<'m> ShardCheck<'m> {
         }
         match h.encoding {
             Encoding::Raw => {
-                let want = u64::from(h.height) * u64::from(h.width) * u64::from(h.channels);
-                if want != u64::from(h.payload_len) {
+                let size = RawSize {
+                    height: h.height,
+                    width: h.width,
+                    channels: h.channels,
+                };
+                // Checked: a damaged header's sides can multiply past u64.
+                let want = size.bytes();
+                if want != Some(u64::from(h.payload_len)) {
+                    let want = want.map_or("more than 2^64".into(), |w| w.to_string());
                     self.bad(
                         index,
                         format!(
@@ -314,7 +321,7 @@ impl<'m> ShardCheck<'m> {
                     );
                 }
                 if let Some(rs) = m.raw_size {
-                    if (rs.height, rs.width, rs.channels) != (h.height, h.width, h.channels) {
+                    if rs != size {
                         self.bad(index, "raw size differs from the manifest".into());
                     }
                 }
