@@ -96,16 +96,8 @@ impl DecodeMemory {
             // A fork's child: its parent's reservations and waiters are not in it.
             *held = Held::new(pid);
         }
-        // Nobody waiting: at once when it fits, refused when it could not fit alone.
-        if held.next == held.serving {
-            if held.take(bytes, &fits) {
-                return Some(DecodeMemory { bytes, pid });
-            }
-            if held.bytes == 0 {
-                return None;
-            }
-        }
-        // Behind those already waiting, each served when it fits or is alone.
+        // In turn behind those already waiting (with nobody waiting, served at once), each
+        // served when it fits or is alone.
         let ticket = held.next;
         held.next += 1;
         loop {
