@@ -94,6 +94,8 @@ pub use map_guard::install as install_read_fault_handler;
 pub use map_guard::refresh as refresh_read_fault_handler;
 pub use map_guard::REFRESH_INTERVAL as READ_FAULT_HANDLER_REFRESH;
 pub use merge::{merge, MergeReport};
-pub use record::{Encoding, Record, RecordHeader, HEADER_LEN, RECORD_MAGIC, RECORD_VERSION};
+pub use record::{
+    Encoding, Record, RecordHeader, HEADER_LEN, RAW_CHANNELS, RECORD_MAGIC, RECORD_VERSION,
+};
 pub use verify::{verify, verify_dir, BadRecord, LostCause, LostRecords, VerifyReport};
 pub use writer::{shard_file_name, DatasetWriter, RecordMeta, WriterOptions, DEFAULT_SHARD_BYTES};

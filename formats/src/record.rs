@@ -27,6 +27,9 @@ pub const RECORD_MAGIC: [u8; 4] = *b"STKR";
 pub const RECORD_VERSION: u16 = 1;
 /// Size of the fixed record header in bytes.
 pub const HEADER_LEN: usize = 32;
+/// The channel counts a raw record may have: gray or RGB, as the loader reads them. The
+/// writer refuses others and `verify` reports them.
+pub const RAW_CHANNELS: [u8; 2] = [1, 3];
 
 /// How a record's payload is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use crate::lmdb_write::{predict_meta, MetaPages, TreeWriter, PAGE};
 use crate::manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
 };
-use crate::record::{Encoding, RecordHeader, HEADER_LEN};
+use crate::record::{Encoding, RecordHeader, HEADER_LEN, RAW_CHANNELS};
 use crate::shard;
 use crate::FormatError;
 
@@ -119,6 +119,9 @@ pub struct DatasetWriter {
     /// With `records_per_shard`: a shard holding fewer record bytes than this takes more
     /// records (the converter's floor on shard size; 0, no floor, for other writers).
     min_shard_bytes: u64,
+    /// The largest label pushed through the checked path and the first record that has
+    /// it: checked against the classes given to [`DatasetWriter::finish`].
+    max_label: Option<(u32, u64)>,
 }
 
 impl std::fmt::Debug for DatasetWriter {
@@ -186,6 +189,7 @@ impl DatasetWriter {
             expected: None,
             hashed_as_written: 0,
             min_shard_bytes: 0,
+            max_label: None,
         })
     }
 
@@ -319,6 +323,12 @@ impl DatasetWriter {
                     meta.height, meta.width, meta.channels
                 )));
             }
+            if !RAW_CHANNELS.contains(&meta.channels) {
+                return Err(bad(format!(
+                    "raw record of {}x{}x{} has {} channels: a raw record holds gray (1) or RGB (3) pixels, the ones the loader reads",
+                    meta.height, meta.width, meta.channels, meta.channels
+                )));
+            }
             let size = RawSize {
                 height: meta.height,
                 width: meta.width,
@@ -344,14 +354,20 @@ impl DatasetWriter {
         }
         // Only once the record is accepted: a refused first record fixes nothing.
         self.encoding = Some(meta.encoding);
+        if self.max_label.is_none_or(|(m, _)| meta.label > m) {
+            self.max_label = Some((meta.label, index));
+        }
         Ok(())
     }
 
-    /// Finishes the last shard and writes `manifest.json`; returns the manifest.
+    /// Finishes the last shard and writes `manifest.json`; returns the manifest. Label `i`
+    /// names `classes[i]`.
     ///
     /// # Errors
     ///
-    /// I/O errors.
+    /// [`FormatError::InvalidRecord`] when a record pushed with [`DatasetWriter::push`] has
+    /// a label outside `classes` (the loader and `verify` would refuse it): no manifest is
+    /// written, so the dataset never looks finished; I/O errors.
     pub fn finish(
         self,
         classes: Vec<String>,
@@ -366,6 +382,18 @@ impl DatasetWriter {
         provenance: Provenance,
         audit: Option<Audit>,
     ) -> Result<Manifest, FormatError> {
+        // Before the last shard is renamed: a dataset every epoch would refuse records of
+        // is a mistake in the caller's classes or labels, best heard of now.
+        if let Some((label, index)) = self.max_label.filter(|(l, _)| *l as usize >= classes.len()) {
+            return Err(FormatError::InvalidRecord {
+                index,
+                reason: format!(
+                    "label {label} is outside the class list given to finish ({} classes): label i names classes[i], so give at least {} class names",
+                    classes.len(),
+                    u64::from(label) + 1
+                ),
+            });
+        }
         if let Some(b) = self.current.take() {
             let entry = self.finish_shard(b)?;
             self.done.push(entry);

@@ -599,17 +599,22 @@ fn verify_survives_a_forged_shard_whose_manifest_digest_matches() {
 
 #[test]
 fn verify_rejects_labels_outside_an_empty_class_list() {
-    use stoker_formats::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+    use stoker_formats::{DatasetWriter, Encoding, Provenance, RecordHeader, WriterOptions};
     let dir = tempfile::tempdir().unwrap();
     let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
-    let meta = RecordMeta {
-        encoding: Encoding::Raw,
+    // Unchecked: `finish` refuses a label outside its classes; a dataset written by
+    // another tool (or damaged) can still have one.
+    // (Not decoded below: JPEG bytes or not, only the label is wrong.)
+    let header = RecordHeader {
+        encoding: Encoding::Jpeg,
         height: 1,
         width: 1,
         channels: 1,
         label: 0,
+        payload_len: 1,
+        crc32c: crc32c::crc32c(&[9]),
     };
-    w.push(meta, &[9]).unwrap();
+    w.push_header_unchecked(header, &[9]).unwrap();
     w.finish(vec![], Provenance::stoker("t")).unwrap();
     let v = verify(&Dataset::open(dir.path()).unwrap(), false).unwrap();
     assert!(!v.ok());

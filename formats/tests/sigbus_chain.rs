@@ -117,9 +117,9 @@ fn dataset(dir: &Path, n: u32) {
     for i in 0..n {
         let meta = RecordMeta {
             encoding: Encoding::Raw,
-            height: 32,
-            width: 32,
-            channels: 4,
+            height: 64,
+            width: 64,
+            channels: 1,
             label: 0,
         };
         w.push(meta, &[i as u8; 4096]).unwrap();

@@ -218,7 +218,8 @@ fn same_dataset_opens_twice_and_reads_from_threads() {
     for i in 0..100u32 {
         w.push(jpeg(i), &i.to_be_bytes()).unwrap();
     }
-    w.finish(vec![], Provenance::stoker("t")).unwrap();
+    let classes = (0..100).map(|i| i.to_string()).collect();
+    w.finish(classes, Provenance::stoker("t")).unwrap();
     let a = Dataset::open(dir.path()).unwrap();
     let b = Dataset::open(dir.path()).unwrap(); // heed alone refuses this
     std::thread::scope(|s| {
@@ -284,8 +285,8 @@ fn every_payload_is_a_slice_of_its_shards_mapped_bytes() {
     for (i, p) in payloads.iter().enumerate() {
         w.push(jpeg(i as u32), p).unwrap();
     }
-    w.finish(vec!["a".into()], Provenance::stoker("test"))
-        .unwrap();
+    let classes = (0..20).map(|i| i.to_string()).collect();
+    w.finish(classes, Provenance::stoker("test")).unwrap();
     let ds = Dataset::open(dir.path()).unwrap();
     let shards = ds.manifest().shards.len();
     assert_eq!(shards, 3);
@@ -422,8 +423,9 @@ fn lmdb_reads_the_shards_stoker_writes_record_for_record() {
 fn raw_size_past_u64_is_an_invalid_record_not_an_overflow_panic() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    // (2^32 - 1)^2 × 3 is past 2^64.
     let huge = RecordMeta {
-        channels: 255,
+        channels: 3,
         ..raw(u32::MAX, u32::MAX, 0)
     };
     // `height × width × channels` in u64 panicked (debug) or wrapped (release).
@@ -462,4 +464,101 @@ fn raw_record_without_pixels_is_refused_at_push_not_at_load() {
             .samples,
         1
     );
+}
+
+#[test]
+fn raw_record_of_other_than_one_or_three_channels_is_refused_at_push() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    // 2×2×4 with its 16 bytes was written, and every loader epoch refused the record.
+    for c in [2u8, 4, 255] {
+        let meta = RecordMeta {
+            channels: c,
+            ..raw(2, 2, 0)
+        };
+        let e = w.push(meta, &vec![7; 4 * usize::from(c)]).unwrap_err();
+        assert!(
+            matches!(&e, FormatError::InvalidRecord { index: 0, reason } if reason.contains(&format!("has {c} channels"))),
+            "{e}"
+        );
+    }
+    let rgb = RecordMeta {
+        channels: 3,
+        ..raw(2, 2, 0)
+    };
+    w.push(rgb, &[7; 12]).unwrap();
+    let m = w.finish(vec!["x".into()], Provenance::stoker("t")).unwrap();
+    assert_eq!(m.samples, 1);
+}
+
+#[test]
+fn a_label_outside_the_classes_given_to_finish_leaves_no_finished_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    for label in [0, 2, 1, 2] {
+        w.push(jpeg(label), b"jpeg").unwrap();
+    }
+    // Two names for labels 0..=2: every epoch would refuse records 1 and 3.
+    let e = w
+        .finish(vec!["a".into(), "b".into()], Provenance::stoker("t"))
+        .unwrap_err();
+    assert!(
+        matches!(&e, FormatError::InvalidRecord { index: 1, reason }
+            if reason.contains("label 2 is outside the class list given to finish (2 classes)")
+                && reason.contains("at least 3 class names")),
+        "{e}"
+    );
+    assert!(!dir.path().join("manifest.json").exists());
+    assert!(Dataset::open(dir.path()).is_err());
+
+    // Enough names: the same records finish.
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    for label in [0, 2, 1, 2] {
+        w.push(jpeg(label), b"jpeg").unwrap();
+    }
+    let m = w
+        .finish(
+            vec!["a".into(), "b".into(), "c".into()],
+            Provenance::stoker("t"),
+        )
+        .unwrap();
+    assert_eq!(m.samples, 4);
+}
+
+#[test]
+fn verify_reports_a_raw_record_of_other_than_one_or_three_channels() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    let rgb = RecordMeta {
+        channels: 3,
+        ..raw(2, 2, 0)
+    };
+    w.push(rgb, &[7; 12]).unwrap();
+    // As another tool (or this writer before the check) could write it: 12 bytes of
+    // 3×1×4, which the loader refuses.
+    let rgba = RecordHeader {
+        encoding: Encoding::Raw,
+        height: 3,
+        width: 1,
+        channels: 4,
+        label: 0,
+        payload_len: 12,
+        crc32c: crc32c::crc32c(&[7; 12]),
+    };
+    w.push_header_unchecked(rgba, &[7; 12]).unwrap();
+    w.finish(vec!["x".into()], Provenance::stoker("t")).unwrap();
+    let v = stoker_formats::verify(&Dataset::open(dir.path()).unwrap(), false).unwrap();
+    let problems: Vec<(Option<u64>, &str)> = v
+        .bad
+        .iter()
+        .map(|b| (b.index, b.problem.as_str()))
+        .collect();
+    assert!(
+        problems.contains(&(
+            Some(1),
+            "raw record with 4 channels (a raw record holds 1 or 3)"
+        )),
+        "{problems:?}"
+    );
+    assert!(problems.iter().all(|(i, _)| *i == Some(1)), "{problems:?}");
 }

@@ -343,7 +343,7 @@ pub(crate) fn raw_payload_len(
 ) -> Result<usize, LoaderError> {
     let (w, h, c) = (header.width, header.height, header.channels);
     let want = w as usize * h as usize * c as usize;
-    if w == 0 || h == 0 || payload_len != want || !(c == 1 || c == 3) {
+    if w == 0 || h == 0 || payload_len != want || !stoker_formats::RAW_CHANNELS.contains(&c) {
         return Err(LoaderError::UnusableRecord {
             index,
             reason: format!(
@@ -536,15 +536,19 @@ mod tests {
     fn a_label_outside_the_class_list_is_an_unusable_record_not_a_batch_label() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+        // Unchecked: `finish` refuses a label outside its classes; a dataset written by
+        // another tool (or damaged) can still have one.
         for label in [1, 3] {
-            let meta = RecordMeta {
+            let header = RecordHeader {
                 encoding: Encoding::Raw,
                 height: 6,
                 width: 8,
                 channels: 3,
                 label,
+                payload_len: rgb().len() as u32,
+                crc32c: crc32c::crc32c(&rgb()),
             };
-            w.push(meta, &rgb()).unwrap();
+            w.push_header_unchecked(header, &rgb()).unwrap();
         }
         w.finish(vec!["a".into(), "b".into()], Provenance::stoker("labels"))
             .unwrap();

@@ -320,6 +320,15 @@ impl<'m> ShardCheck<'m> {
                         ),
                     );
                 }
+                if !crate::RAW_CHANNELS.contains(&h.channels) {
+                    self.bad(
+                        index,
+                        format!(
+                            "raw record with {} channels (a raw record holds 1 or 3)",
+                            h.channels
+                        ),
+                    );
+                }
                 if let Some(rs) = m.raw_size {
                     if rs != size {
                         self.bad(index, "raw size differs from the manifest".into());
