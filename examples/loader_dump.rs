@@ -36,10 +36,16 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
+    const USAGE: &str = "usage: loader_dump DATASET [--batch-size N] [--seed N] [--epoch N] [--size N] [--crop random|center] [--hflip P] [--dtype float32|float16|uint8] [--rank R --world-size W] [--workers N] [--prefetch N] [--pixels DIR] [--time EPOCHS] [--drop-last]";
     let mut args = std::env::args().skip(1);
-    let dataset = args
-        .next()
-        .context("usage: loader_dump DATASET [options]")?;
+    let dataset = args.next().context(USAGE)?;
+    if dataset == "-h" || dataset == "--help" {
+        writeln!(out, "{USAGE}")?;
+        return Ok(());
+    }
+    if dataset.starts_with('-') {
+        bail!("unknown flag {dataset}; {USAGE}");
+    }
     let mut opt = Options::default();
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));

@@ -31,8 +31,19 @@ fn main() -> ExitCode {
 /// The run; every line goes to a locked stdout whose write errors are returned.
 fn run() -> Result<(), Box<dyn Error>> {
     let mut stdout = std::io::stdout().lock();
-    let src = std::env::args_os()
-        .nth(1)
+    let arg = std::env::args_os().nth(1);
+    // `--help` was taken for an image folder ("--help: No such file or directory").
+    match arg.as_ref().and_then(|a| a.to_str()) {
+        Some("-h" | "--help") => {
+            writeln!(stdout, "usage: quickstart [IMAGE_FOLDER]  (default: this repository's examples/data/sample)")?;
+            return Ok(());
+        }
+        Some(flag) if flag.starts_with('-') => {
+            return Err(format!("unknown flag {flag}; usage: quickstart [IMAGE_FOLDER]").into())
+        }
+        _ => {}
+    }
+    let src = arg
         .map(PathBuf::from)
         .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample").into());
     let work = tempfile::tempdir()?;

@@ -35,6 +35,18 @@ fn main() -> ExitCode {
 
 fn run() -> Result<(), Box<dyn Error>> {
     let mut stdout = std::io::stdout().lock();
+    const USAGE: &str = "usage: train_linear [IMAGEFOLDER_DIR [EPOCHS]]  (default: this repository's testdata/imagefolder, 15 epochs)";
+    // A flag was taken for an image folder.
+    match std::env::args().nth(1).as_deref() {
+        Some("-h" | "--help") => {
+            writeln!(stdout, "{USAGE}")?;
+            return Ok(());
+        }
+        Some(flag) if flag.starts_with('-') => {
+            return Err(format!("unknown flag {flag}; {USAGE}").into())
+        }
+        _ => {}
+    }
     let mut args = std::env::args().skip(1);
     let folder = args
         .next()

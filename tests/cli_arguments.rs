@@ -71,6 +71,18 @@ fn reading_a_file_or_a_missing_path_as_a_dataset_says_which() {
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         let said = format!("{}: No such file or directory", gone.display());
         assert!(stderr(&o).contains(&said), "{}", text(&o));
+        // Was "…/manifest.json: not a stoker dataset (no manifest.json); it is not a
+        // directory", of the manifest itself.
+        let manifest = dir.path().join("manifest.json");
+        std::fs::write(&manifest, "{}").unwrap();
+        let o = stoker(&[cmd.as_ref(), manifest.as_os_str()]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let said = format!(
+            "{}: not a stoker dataset; it is the manifest file itself: give the dataset's directory, {}",
+            manifest.display(),
+            dir.path().display()
+        );
+        assert!(stderr(&o).contains(&said), "{}", text(&o));
     }
 }
 
@@ -311,4 +323,13 @@ fn a_manifest_naming_a_shard_with_no_name_is_invalid() {
         let said = "invalid manifest: shard file name \"\" is not a plain name";
         assert!(stderr(&o).contains(said), "{cmd}: {}", text(&o));
     }
+}
+
+#[test]
+fn the_help_says_how_to_see_more_of_the_log() {
+    // STOKER_LOG was read but named nowhere a CLI user looks.
+    let o = stoker(&["--help".as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("STOKER_LOG=info"), "{out}");
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, MANIFEST_FILE};
 use crate::record::{Record, RecordHeader};
 use crate::shard::{self, OpenShard};
 use crate::FormatError;
@@ -357,12 +357,27 @@ fn unfinished(root: &Path, e: FormatError) -> FormatError {
         {
             FormatError::NotADataset {
                 dir: root.to_path_buf(),
-                hint: "it is not a directory: a dataset is the directory that holds \
-                       manifest.json and the shards (`stoker decode FILE` looks at one image)"
-                    .into(),
+                hint: not_a_directory_hint(root),
             }
         }
         _ => e,
+    }
+}
+
+/// What to do with `root`, a file given as a dataset: a dataset's own manifest names its
+/// directory.
+fn not_a_directory_hint(root: &Path) -> String {
+    let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
+    match parent {
+        Some(dir) if root.file_name() == Some(MANIFEST_FILE.as_ref()) && dir.is_dir() => {
+            format!(
+                "it is the manifest file itself: give the dataset's directory, {}",
+                dir.display()
+            )
+        }
+        _ => "it is a file, not a directory: a dataset is the directory that holds \
+              manifest.json and the shards (`stoker decode FILE` looks at one image)"
+            .into(),
     }
 }
 
@@ -378,13 +393,14 @@ fn not_a_dataset_hint(root: &Path) -> String {
         .count();
     if parts > 0 {
         format!(
-            "it holds {parts} part director{} of a partitioned conversion: merge them into one \
-             dataset first (`stoker merge {}`; Python: `stoker.merge`; Rust: `stoker::formats::merge`)",
+            "it has no manifest.json and holds {parts} part director{} of a partitioned \
+             conversion: merge them into one dataset first (`stoker merge {}`; Python: `stoker.merge`; Rust: `stoker::formats::merge`)",
             if parts == 1 { "y" } else { "ies" },
             root.display()
         )
     } else {
-        "convert images into a dataset first (`stoker convert SOURCE OUT`; Python: \
+        "it has no manifest.json: convert images into a dataset first (`stoker convert \
+         SOURCE OUT`; Python: \
          `stoker.convert`; Rust: `stoker::formats::convert`) and open OUT"
             .to_string()
     }

@@ -95,9 +95,10 @@ pub enum FormatError {
         /// The output directory.
         path: PathBuf,
     },
-    /// A directory opened as a dataset has no `manifest.json` (and no conversion journal):
-    /// images not yet converted, or the root of a partitioned conversion not yet merged.
-    #[error("{dir}: not a stoker dataset (no manifest.json); {hint}")]
+    /// A path opened as a dataset is a file, or a directory without `manifest.json` (and
+    /// no conversion journal): images not yet converted, or the root of a partitioned
+    /// conversion not yet merged.
+    #[error("{dir}: not a stoker dataset; {hint}")]
     NotADataset {
         /// The directory given.
         dir: PathBuf,

@@ -526,7 +526,8 @@ fn parts_with_an_ignored_flag_finish_and_merge() {
         o.part = Some(Part::new(index, 2).unwrap());
         let r = convert(&o, &NoProgress).unwrap();
         assert!(
-            r.warnings[0].starts_with("--gpu-friendly applies to jpeg encoding only"),
+            r.warnings[0]
+                .starts_with("--gpu-friendly (Python gpu_friendly=) applies to jpeg encoding only"),
             "{:?}",
             r.warnings
         );

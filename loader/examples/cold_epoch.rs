@@ -55,6 +55,10 @@ fn parse() -> Result<Args, String> {
             "--prefetch" => args.prefetch = Some(num(value()?)?),
             "--device" => args.device = device(&value()?)?,
             "--warm" => args.warm = true,
+            "-h" | "--help" => {
+                println!("usage: cold_epoch [--dataset DIR] [--order sequential|global] [--batch N] [--size N] [--workers N] [--prefetch N] [--device cpu|cuda|cuda:N] [--warm]");
+                std::process::exit(0);
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }

@@ -19,11 +19,17 @@ use stoker_loader::{DrawKey, Loader, Output, Shuffle, Transform};
 const IMAGES: usize = 24;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let out = PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .ok_or("usage: crop_parity OUT_DIR")?,
-    );
+    const USAGE: &str = "usage: crop_parity OUT_DIR";
+    let out = std::env::args().nth(1).ok_or(USAGE)?;
+    // `--help` made a directory of that name and wrote 24 images into it.
+    if out == "-h" || out == "--help" {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    if out.starts_with('-') {
+        return Err(format!("unknown flag {out}; {USAGE}").into());
+    }
+    let out = PathBuf::from(out);
     std::fs::create_dir_all(&out)?;
     let bench = stoker_testdata::bench_dir();
     let tmp = tempfile::tempdir()?;

@@ -65,6 +65,10 @@ fn parse() -> Result<Args, String> {
                 }
             }
             "--eval" => args.eval = true,
+            "-h" | "--help" => {
+                println!("usage: loader_throughput [--images DIR] [--batch N] [--size N] [--workers N] [--prefetch N] [--epochs N] [--output f32|f16|u8] [--eval]");
+                std::process::exit(0);
+            }
             other => return Err(format!("unknown flag {other}")),
         }
     }

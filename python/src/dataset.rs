@@ -219,8 +219,8 @@ fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 /// (default: every ``part-*`` directory under ``out``); they must be on ``out``'s file
 /// system, since shards are linked, not copied.
 ///
-/// Raises ``FileNotFoundError`` for a missing part, ``stoker.StokerError`` for parts
-/// that are unfinished, missing, duplicated or from different conversions.
+/// Raises ``stoker.StokerError`` for parts that do not exist, are unfinished, missing,
+/// duplicated or from different conversions, and for an ``out`` that holds no parts.
 #[pyfunction]
 #[pyo3(signature = (out, parts=None))]
 pub(crate) fn merge<'py>(
@@ -383,9 +383,9 @@ fn convert_interruptibly(
 /// (the ``manifest.json`` as a dict), and ``ds[i]`` → ``(jpeg_or_raw_bytes, label)``
 /// for inspection. Pass it (or its path) to ``stoker.Loader``.
 ///
-/// Raises ``FileNotFoundError`` when ``path`` or its ``manifest.json`` does not exist,
-/// ``stoker.StokerError`` when it is not a dataset directory or its manifest or shards
-/// are invalid. Pickles as its path (a ``spawn``-started process reopens it).
+/// Raises ``FileNotFoundError`` when ``path`` does not exist or is not a dataset (a file,
+/// a folder of images, parts not yet merged: no ``manifest.json``; the message says
+/// what to do), ``stoker.StokerError`` when its manifest or shards are invalid. Pickles as its path (a ``spawn``-started process reopens it).
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Dataset {
     pub(crate) inner: stoker_formats::Dataset,

@@ -173,10 +173,14 @@ impl Loader {
             ("float32", None | Some("nchw")) => Output::F32Nchw,
             ("float16", None | Some("nchw")) => Output::F16Nchw,
             ("uint8", None | Some("nhwc")) => Output::U8Nhwc,
-            (d, l) => {
+            (_, l) => {
+                // As the caller wrote them, in Python's spelling (not Rust's `Some(..)`).
+                let given = |v: Option<&str>| v.map_or("None".to_string(), |v| format!("{v:?}"));
                 return Err(PyValueError::new_err(format!(
-                    "dtype={d:?}, layout={l:?}: want float32 or float16 with layout \"nchw\", or uint8 with \"nhwc\""
-                )))
+                    "dtype={}, layout={}: want float32 or float16 with layout \"nchw\", or uint8 with \"nhwc\"",
+                    given(dtype.as_deref()),
+                    given(l)
+                )));
             }
         };
         let device = parse_device(spelled(device, "device")?.as_deref().unwrap_or("auto"))?;

@@ -30,8 +30,8 @@ pub struct Args {
     /// image member, jpg/png/webp/..., is read in place, labelled by its cls member;
     /// skipped samples are named TAR:MEMBER), or auto (webdataset when SRC is a .tar file
     /// or a folder of only .tar files, else flat when SRC has no subdirectory other than
-    /// hidden ones such as .ipynb_checkpoints and __MACOSX, else classes). Not with
-    /// --list, whose file gives the labels.
+    /// hidden ones such as .ipynb_checkpoints and __MACOSX, else classes). With --list,
+    /// whose file gives the labels, it is ignored (a warning says so).
     #[arg(long, default_value = "auto", value_parser = str::parse::<Layout>)]
     pub layout: Layout,
     /// jpeg: store JPEG bytes (originals when possible); raw: store decoded pixels (needs --size).

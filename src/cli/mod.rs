@@ -15,7 +15,14 @@ mod verify;
 
 /// stoker: keeps training GPUs fed.
 #[derive(Debug, Parser)]
-#[command(name = "stoker", version, about, long_about = None)]
+#[command(
+    name = "stoker",
+    version,
+    about,
+    long_about = None,
+    after_help = "Logging: warnings and errors go to stderr; STOKER_LOG=info (or debug, or a \
+                  filter such as stoker_loader=debug) shows more, NO_COLOR=1 turns colour off."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -294,3 +294,24 @@ def test_index_only_ints_are_taken_and_numpy_bools_are_bools(sample_dataset):
         stoker.Loader(sample_dataset, 4, mean=(np.True_, 0.5, 0.5), device="cpu")
     with pytest.raises(TypeError, match=r"^batch_size=True is a bool"):
         stoker.Loader(sample_dataset, np.True_, device="cpu")
+
+
+def test_option_errors_name_the_python_keyword_not_only_the_cli_flag(tmp_path):
+    # They named only `--size WxH` and "512M": a Python caller who wrote that got a
+    # TypeError next.
+    with pytest.raises(ValueError, match=r"Python size=\(W, H\)"):
+        _convert(tmp_path, encoding="raw")
+    with pytest.raises(ValueError, match=r"Python size=\(W, H\)"):
+        _writer(tmp_path, encoding="raw")
+    with pytest.raises(ValueError, match=r"Python shard_size= takes an int, e.g. 512 << 20"):
+        _convert(tmp_path, shard_size=1000)
+    with pytest.raises(ValueError, match=r"Python size=\) applies to raw encoding only"):
+        _convert(tmp_path, size=(8, 8))
+    with pytest.warns(UserWarning, match=r"--max-side \(Python max_side=\) applies to jpeg"):
+        _convert(tmp_path, encoding="raw", size=(8, 8), max_side=100)
+
+
+def test_a_manifest_file_given_as_a_dataset_names_its_directory(tmp_path):
+    (tmp_path / "manifest.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="it is the manifest file itself: give the dataset's directory"):
+        stoker.Dataset(tmp_path / "manifest.json")

@@ -647,6 +647,11 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
     for bad in bad_settings:
         with pytest.raises(ValueError):
             stoker.Loader(sample_dataset, 4, **bad)
+    # The output pair as the caller wrote it, in Python's spelling.
+    with pytest.raises(ValueError, match=r"^dtype=None, layout=\"nhwc\": want"):
+        stoker.Loader(sample_dataset, 4, layout="nhwc")
+    with pytest.raises(ValueError, match=r"^dtype=\"bfloat16\", layout=None: want"):
+        stoker.Loader(sample_dataset, 4, dtype="bfloat16")
     with pytest.raises(ValueError, match="gpu_waits.*spin"):
         stoker.Loader(sample_dataset, 4, gpu_waits="sleep")
     # Once a bare OverflowError; test_arguments.py checks every numeric keyword.

@@ -159,7 +159,9 @@ impl ConvertOptions {
             return bad("quality must be in 1..=100");
         }
         match (self.encoding, self.raw_size) {
-            (Encoding::Raw, None) => return bad("raw encoding needs a size (--size WxH)"),
+            (Encoding::Raw, None) => {
+                return bad("raw encoding needs a size (--size WxH, Python size=(W, H))")
+            }
             (Encoding::Raw, Some((w, h))) if w == 0 || h == 0 || w > MAX_SIDE || h > MAX_SIDE => {
                 return bad("raw size must be between 1x1 and 65535x65535")
             }
@@ -173,7 +175,9 @@ impl ConvertOptions {
                     raw_value_len(w, h)
                 )))
             }
-            (Encoding::Jpeg, Some(_)) => return bad("--size applies to raw encoding only"),
+            (Encoding::Jpeg, Some(_)) => {
+                return bad("a size (--size, Python size=) applies to raw encoding only")
+            }
             _ => {}
         }
         if self.max_side == Some(0) {
@@ -189,7 +193,7 @@ impl ConvertOptions {
             return Err(FormatError::InvalidOptions(format!(
                 "shard size {} bytes is below the minimum of {MIN_SHARD_BYTES} bytes (64 KiB): \
                  each shard costs about 140 KiB of LMDB pages and four fsyncs whatever it \
-                 holds; the size is in bytes (e.g. 512M, 1G)",
+                 holds; the size is in bytes (--shard-size 512M or 1G; Python shard_size= takes an int, e.g. 512 << 20)",
                 self.shard_bytes
             )));
         }
@@ -224,21 +228,23 @@ impl ConvertOptions {
         let mut notes = Vec::new();
         // `max_side` keeps the aspect ratio whatever `resize` says.
         if self.encoding == Encoding::Jpeg && self.resize != ResizeMode::ShorterSide {
-            notes.push(note("--resize applies to raw encoding only (with --size)"));
+            notes.push(note(
+                "--resize (Python resize=) applies to raw encoding only (with a size)",
+            ));
         }
         if self.encoding == Encoding::Raw && self.max_side.is_some() {
             notes.push(note(
-                "--max-side applies to jpeg encoding only (raw records take the size of --size)",
+                "--max-side (Python max_side=) applies to jpeg encoding only (raw records take the size of --size, Python size=)",
             ));
         }
         if self.encoding == Encoding::Raw && self.gpu_friendly {
             notes.push(note(
-                "--gpu-friendly applies to jpeg encoding only (raw records hold pixels, not JPEGs)",
+                "--gpu-friendly (Python gpu_friendly=) applies to jpeg encoding only (raw records hold pixels, not JPEGs)",
             ));
         }
         if self.layout != Layout::Auto && matches!(self.source, Source::List { .. }) {
             notes.push(note(
-                "--layout applies to an image folder only (with --list, the list file gives each image its label)",
+                "--layout (Python layout=) applies to an image folder only (with a list file, it gives each image its label)",
             ));
         }
         notes
@@ -330,13 +336,16 @@ mod tests {
 
         let mut o = folder.clone();
         o.resize = ResizeMode::Stretch;
-        assert!(noted(&o).starts_with("--resize applies to raw encoding only"));
+        assert!(noted(&o).starts_with("--resize (Python resize=) applies to raw encoding only"));
         let mut o = raw.clone();
         o.max_side = Some(100);
-        assert!(noted(&o).starts_with("--max-side applies to jpeg encoding only"));
+        assert!(
+            noted(&o).starts_with("--max-side (Python max_side=) applies to jpeg encoding only")
+        );
         let mut o = raw.clone();
         o.gpu_friendly = true;
-        assert!(noted(&o).starts_with("--gpu-friendly applies to jpeg encoding only"));
+        assert!(noted(&o)
+            .starts_with("--gpu-friendly (Python gpu_friendly=) applies to jpeg encoding only"));
 
         let list = ConvertOptions::new(
             Source::List {
@@ -349,7 +358,7 @@ mod tests {
         for layout in [Layout::Flat, Layout::Classes] {
             let mut o = list.clone();
             o.layout = layout;
-            assert!(noted(&o).starts_with("--layout applies to an image folder only"));
+            assert!(noted(&o).starts_with("--layout (Python layout=) applies to an image folder only"));
             let mut o = folder.clone();
             o.layout = layout;
             assert!(o.ignored_flags().is_empty());
