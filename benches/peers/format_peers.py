@@ -555,11 +555,15 @@ def report(rows, a):
             m = rows_of(rs, stage, peer)
             if not m:
                 continue
-            n = m[0]["samples"]
+            # Per repeat, then the median: a read repeat times as many whole passes as fit
+            # in --read-seconds, so its sample count differs from repeat to repeat (the
+            # first repeat's count over the median time overstated or understated it).
+            rate = med(x["samples"] / x["seconds"] for x in m)
             s = med(x["seconds"] for x in m)
             cpu = med(x["cpu_seconds"] for x in m)
-            mb = f"{m[0]['data_bytes'] / s / 1e6:,.0f}" if "data_bytes" in m[0] else "–"
-            cells = [peer, f"{n / s:,.0f}", mb, f"{s:.2f}", f"{cpu:.2f}", f"{n / cpu:,.0f}"]
+            per_cpu = med(x["samples"] / x["cpu_seconds"] for x in m)
+            mb = f"{med(x['data_bytes'] / x['seconds'] for x in m) / 1e6:,.0f}" if "data_bytes" in m[0] else "–"
+            cells = [peer, f"{rate:,.0f}", mb, f"{s:.2f}", f"{cpu:.2f}", f"{per_cpu:,.0f}"]
             if stage == "write":
                 cells += [f"{med(x['sync_seconds'] for x in m):.2f}", f"{m[0]['out_bytes'] / 1e6:,.1f}"]
             ratios = per_repeat_ratios(rows, stage, mine, peer)
