@@ -136,7 +136,7 @@ pub enum FormatError {
     },
     /// The disk (or a quota, or the process's file-size limit) ran out while a shard was
     /// written.
-    #[error("{}: {cause} after {records} records ({bytes} bytes of shards) were written; make room and rerun with --resume to continue from the last finished shard", written_file(.shard))]
+    #[error("{}: {cause} after {records} records ({bytes} bytes of shards) were written; make room and rerun with --resume (Python resume=True) to continue from the last finished shard", written_file(.shard))]
     OutOfSpace {
         /// The file being written: a shard, or the conversion journal or manifest (their
         /// `.tmp` names) once a shard is finished.
@@ -177,7 +177,7 @@ pub enum FormatError {
     },
     /// An input is larger than the size limit, so it is not read.
     #[error(
-        "{path}: {bytes} bytes is over the input size limit of {limit} bytes (--max-file-size)"
+        "{path}: {bytes} bytes is over the input size limit of {limit} bytes (--max-file-size, Python max_file_size=)"
     )]
     FileTooLarge {
         /// The input.

@@ -245,7 +245,7 @@ pub(crate) fn refusal_reason(e: &FormatError) -> String {
     match e {
         FormatError::NotRegularFile { kind, .. } => format!("not a regular file ({kind})"),
         FormatError::FileTooLarge { bytes, limit, .. } => {
-            format!("{bytes} bytes is over the input size limit of {limit} bytes (--max-file-size)")
+            format!("{bytes} bytes is over the input size limit of {limit} bytes (--max-file-size, Python max_file_size=)")
         }
         FormatError::Io { source, .. } => format!("unreadable: {source}"),
         FormatError::TarChanged { path, .. } => {
@@ -388,6 +388,6 @@ mod tests {
             matches!(e, FormatError::FileTooLarge { bytes, .. } if bytes == 3 << 30),
             "{e}"
         );
-        assert_eq!(refusal_reason(&e), format!("3221225472 bytes is over the input size limit of {DEFAULT_MAX_FILE_SIZE} bytes (--max-file-size)"));
+        assert_eq!(refusal_reason(&e), format!("3221225472 bytes is over the input size limit of {DEFAULT_MAX_FILE_SIZE} bytes (--max-file-size, Python max_file_size=)"));
     }
 }

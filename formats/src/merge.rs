@@ -82,7 +82,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
         // Made and then refused, a mistyped root was left behind as an empty directory.
         return Err(FormatError::MergeRefused {
             path: out.to_path_buf(),
-            reason: "does not exist, so it holds no part directories (part-IIIII-of-NNNNN) to merge: give the root that `stoker convert --part I --parts N SRC OUT` wrote them into, or the part directories after it".into(),
+            reason: "does not exist, so it holds no part directories (part-IIIII-of-NNNNN) to merge: give the root that `stoker convert --part I --parts N SRC OUT` (Python `stoker.convert(src, out, part=i, parts=n)`) wrote them into, or the part directories after it".into(),
         });
     }
     let (made, lock) = lock_out(out)?;
@@ -244,7 +244,7 @@ fn find_parts(out: &Path) -> Result<Vec<PathBuf>, FormatError> {
     if dirs.is_empty() {
         return Err(FormatError::MergeRefused {
             path: out.to_path_buf(),
-            reason: "no part directories (part-IIIII-of-NNNNN) to merge; run `stoker convert --part I --parts N SRC OUT` for each part first".into(),
+            reason: "no part directories (part-IIIII-of-NNNNN) to merge; run `stoker convert --part I --parts N SRC OUT` (Python `stoker.convert(src, out, part=i, parts=n)`) for each part first".into(),
         });
     }
     Ok(dirs)
@@ -437,8 +437,8 @@ fn unfinished(dir: &Path) -> String {
     if find_parts(dir).is_ok() {
         return format!(
             "holds part directories (part-IIIII-of-NNNNN): it is the root of a partitioned \
-             conversion, not a part; merge it into itself (`stoker merge {0}`, Rust \
-             `merge(root, &[])`) or give its part directories",
+             conversion, not a part; merge it into itself (`stoker merge {0}`, Python \
+             `stoker.merge(root)`, Rust `merge(root, &[])`) or give its part directories",
             dir.display()
         );
     }

@@ -274,7 +274,7 @@ fn map_refusal(len: u64, address_space: Option<u64>, maps: Option<(usize, usize)
     if let Some((maps, max)) = maps {
         if maps + 64 >= max {
             why.push_str(&format!(
-                "; the process holds {maps} maps of vm.max_map_count {max}: raise that sysctl or convert with fewer, larger shards (--shard-size)"
+                "; the process holds {maps} maps of vm.max_map_count {max}: raise that sysctl or convert with fewer, larger shards (--shard-size, Python shard_size=)"
             ));
         }
     }

@@ -605,6 +605,7 @@ fn the_root_given_as_a_part_is_named_a_root_not_an_unfinished_part() {
     assert!(
         matches!(e, FormatError::MergeRefused { .. })
             && text.contains("root of a partitioned conversion")
+            && text.contains("Python `stoker.merge(root)`")
             && !text.contains("rerun"),
         "{text}"
     );

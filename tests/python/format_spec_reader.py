@@ -255,6 +255,10 @@ def read_manifest(directory):
             f"raw_size {raw_size!r} is not {{height, width, channels}}",
         )
         _require(all(_is_uint(v) and v > 0 for v in raw_size.values()), "raw_size values")
+        _require(
+            raw_size["height"] * raw_size["width"] * raw_size["channels"] <= 2**32 - 1,
+            "raw_size: height × width × channels past 2^32 - 1 (a record's payload length is a u32)",
+        )
     classes = m["classes"]
     _require(isinstance(classes, list) and all(isinstance(c, str) for c in classes), "classes")
 

@@ -543,6 +543,17 @@ MANIFEST_DAMAGE = {
 }
 
 
+def test_a_raw_size_past_a_records_length_is_an_invalid_manifest(raw_dataset, tmp_path):
+    # FORMAT.md: at most 2^32 - 1 bytes, as the Rust reader checks at open.
+    ds = tmp_path / "ds"
+    shutil.copytree(raw_dataset, ds)
+    m = json.loads((ds / "manifest.json").read_text())
+    m["raw_size"] = {"height": 65536, "width": 65536, "channels": 1}
+    (ds / "manifest.json").write_text(json.dumps(m, indent=2) + "\n")
+    with pytest.raises(spec.SpecError, match=r"past 2\^32 - 1"):
+        spec.read_dataset(ds)
+
+
 @pytest.mark.parametrize("damage", list(MANIFEST_DAMAGE))
 def test_damaged_manifest_fails(jpeg_dataset, tmp_path, damage):
     ds = tmp_path / "ds"

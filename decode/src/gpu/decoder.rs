@@ -358,8 +358,9 @@ impl GpuDecoder {
     /// # Errors (per image)
     /// Every [`probe`] error; [`DecodeError::Unsupported`];
     /// [`DecodeError::OutputTooSmall`]; the CPU backend's error when nvJPEG
-    /// and the CPU both fail; [`DecodeError::BatchShape`] (every image) when
-    /// the slice lengths differ; [`DecodeError::Cuda`] for driver failures.
+    /// and the CPU both fail; [`DecodeError::BatchShape`] (every image, or every
+    /// output when there are more) when the slice lengths differ;
+    /// [`DecodeError::Cuda`] for driver failures.
     pub fn decode_batch<O: DevicePtrMut<u8>>(
         &mut self,
         inputs: &[&[u8]],
@@ -627,18 +628,19 @@ impl GpuDecoder {
 }
 
 /// The error of every image when the outputs or the regions do not match the
-/// inputs one to one, else `None`.
+/// inputs one to one, else `None`: one per input, output or region, whichever are more
+/// (no inputs and some outputs is an error too, not an empty success).
 fn shape_errors(n: usize, outputs: usize, usage: BatchUse<'_>) -> Option<Vec<Decoded>> {
     if outputs != n {
         return Some(
-            (0..n)
+            (0..n.max(outputs))
                 .map(|_| Err(DecodeError::BatchShape { inputs: n, outputs }))
                 .collect(),
         );
     }
     let regions = usage.regions.filter(|r| r.len() != n)?;
     Some(
-        (0..n)
+        (0..n.max(regions.len()))
             .map(|_| {
                 Err(DecodeError::RegionsShape {
                     inputs: n,
@@ -652,6 +654,7 @@ fn shape_errors(n: usize, outputs: usize, usage: BatchUse<'_>) -> Option<Vec<Dec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Region;
 
     /// The loader moves a decoder into its GPU worker thread.
     #[test]
@@ -659,5 +662,44 @@ mod tests {
         fn assert_send<T: Send>() {}
         assert_send::<GpuDecoder>();
         assert_send::<GpuDecoderOptions>();
+    }
+
+    /// No inputs and some outputs (or regions) returned no result at all, which a
+    /// caller reading one result per output took for success.
+    #[test]
+    fn no_inputs_and_some_outputs_or_regions_is_a_shape_error_not_an_empty_success() {
+        let errs = shape_errors(0, 3, BatchUse::default()).expect("a shape error");
+        assert_eq!(errs.len(), 3);
+        assert!(errs.iter().all(|r| matches!(
+            r,
+            Err(DecodeError::BatchShape {
+                inputs: 0,
+                outputs: 3
+            })
+        )));
+        let regions = [Region {
+            x: 0,
+            y: 0,
+            width: 1,
+            height: 1,
+        }; 2];
+        let usage = BatchUse {
+            regions: Some(&regions),
+            ..BatchUse::default()
+        };
+        let errs = shape_errors(0, 0, usage).expect("a shape error");
+        assert_eq!(errs.len(), 2);
+        assert!(errs.iter().all(|r| matches!(
+            r,
+            Err(DecodeError::RegionsShape {
+                inputs: 0,
+                regions: 2
+            })
+        )));
+        assert!(shape_errors(0, 0, BatchUse::default()).is_none());
+        assert_eq!(
+            shape_errors(2, 1, BatchUse::default()).map(|e| e.len()),
+            Some(2)
+        );
     }
 }

@@ -485,7 +485,7 @@ pub(super) fn prepare_output(
     }
     if !options.resume {
         return Err(exists(
-            "holds a partial conversion (no manifest.json); rerun with --resume to continue it, or delete the directory"
+            "holds a partial conversion (no manifest.json); rerun with --resume (Python resume=True) to continue it, or delete the directory"
                 .into(),
         ));
     }

@@ -358,7 +358,9 @@ mod tests {
         for layout in [Layout::Flat, Layout::Classes] {
             let mut o = list.clone();
             o.layout = layout;
-            assert!(noted(&o).starts_with("--layout (Python layout=) applies to an image folder only"));
+            assert!(
+                noted(&o).starts_with("--layout (Python layout=) applies to an image folder only")
+            );
             let mut o = folder.clone();
             o.layout = layout;
             assert!(o.ignored_flags().is_empty());

@@ -243,7 +243,7 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
             // torchvision's ImageFolder takes it as a class too; the labels stay the same
             // as its, and the user hears of it.
             warnings.push(format!(
-                "class {name:?} (label {label}) is a hidden folder, taken as a class as torchvision's ImageFolder does; remove it (or convert with --list) if it holds no class"
+                "class {name:?} (label {label}) is a hidden folder, taken as a class as torchvision's ImageFolder does; remove it (or convert with a list file: --list, Python list=) if it holds no class"
             ));
         }
         // Each class walks every directory at most once: a symlink back to the root, the
@@ -262,7 +262,7 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
         return Err(FormatError::BadSource {
             path: root.to_path_buf(),
             reason:
-                "no class subdirectories (an ImageFolder source has one subdirectory per class; --layout flat converts a folder of unlabelled images as one class)"
+                "no class subdirectories (an ImageFolder source has one subdirectory per class; --layout flat, Python layout=\"flat\", converts a folder of unlabelled images as one class)"
                     .into(),
         });
     }

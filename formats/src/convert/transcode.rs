@@ -386,7 +386,7 @@ fn resize_to(src: Rgb, w: u32, h: u32, mode: ResizeMode) -> Result<Rgb, String> 
 fn encode_jpeg(px: &Rgb, quality: u8) -> Result<Vec<u8>, String> {
     let (Ok(w), Ok(h)) = (u16::try_from(px.width), u16::try_from(px.height)) else {
         return Err(format!(
-            "{}x{} is too large to encode as JPEG (65535 max per side); use --max-side",
+            "{}x{} is too large to encode as JPEG (65535 max per side); use --max-side (Python max_side=)",
             px.width, px.height
         ));
     };
