@@ -52,3 +52,9 @@ pub use stoker_loader::half;
 pub mod bottleneck;
 pub mod exit;
 pub mod stop_cleanup;
+
+/// The README's Rust code, compiled by `cargo test` as a doctest (its blocks are
+/// `no_run`: they need a dataset), so that what a new user copies from it builds.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeRustCode;
