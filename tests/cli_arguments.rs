@@ -83,6 +83,13 @@ fn reading_a_file_or_a_missing_path_as_a_dataset_says_which() {
             dir.path().display()
         );
         assert!(stderr(&o).contains(&said), "{}", text(&o));
+        // From inside the dataset: the manifest's parent is "", which is ".".
+        let mut inside = Command::new(STOKER);
+        inside.arg(cmd).arg("manifest.json").current_dir(dir.path());
+        let o = run_within(inside, LIMIT);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let said = "manifest.json: not a stoker dataset; it is the manifest file itself: give the dataset's directory, .";
+        assert!(stderr(&o).contains(said), "{}", text(&o));
     }
 }
 

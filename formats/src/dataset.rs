@@ -367,7 +367,11 @@ fn unfinished(root: &Path, e: FormatError) -> FormatError {
 /// What to do with `root`, a file given as a dataset: a dataset's own manifest names its
 /// directory.
 fn not_a_directory_hint(root: &Path) -> String {
-    let parent = root.parent().filter(|p| !p.as_os_str().is_empty());
+    // `manifest.json` given from inside its dataset has the parent "": it is ".".
+    let parent = root.parent().map(|p| match p.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => p,
+    });
     match parent {
         Some(dir) if root.file_name() == Some(MANIFEST_FILE.as_ref()) && dir.is_dir() => {
             format!(

@@ -442,7 +442,7 @@ fn unfinished(dir: &Path) -> String {
             dir.display()
         );
     }
-    let converted = "rerun its task (the same `convert --part`, with --resume to continue it)";
+    let converted = "rerun its task (the same `convert --part`, with --resume, Python resume=True, to continue it)";
     let journals = [
         crate::convert::JOURNAL_FILE,
         crate::convert::LEGACY_JOURNAL_FILE,

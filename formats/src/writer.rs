@@ -209,8 +209,9 @@ impl DatasetWriter {
     /// # Errors
     ///
     /// [`FormatError::InvalidRecord`] for a mixed encoding, a raw record with a zero
-    /// dimension or a payload whose length is not `height × width × channels`, a raw size
-    /// differing from earlier records, or a payload over 4 GiB; I/O errors.
+    /// dimension, with other than 1 or 3 channels ([`crate::RAW_CHANNELS`]) or with a
+    /// payload whose length is not `height × width × channels`, a raw size differing from
+    /// earlier records, or a payload over 4 GiB; I/O errors.
     pub fn push(&mut self, meta: RecordMeta, payload: &[u8]) -> Result<u64, FormatError> {
         let crc = crc32c::crc32c(payload);
         self.push_owned(meta, payload.to_vec(), crc)
@@ -239,7 +240,12 @@ impl DatasetWriter {
             payload_len,
             crc32c,
         };
-        self.push_record(header, payload)
+        let index = self.push_record(header, payload)?;
+        // Once written: a record refused or lost to an I/O error is not checked at finish.
+        if self.max_label.is_none_or(|(m, _)| meta.label > m) {
+            self.max_label = Some((meta.label, index));
+        }
+        Ok(index)
     }
 
     /// Appends a record with the header exactly as given: payload length and CRC are not
@@ -354,9 +360,6 @@ impl DatasetWriter {
         }
         // Only once the record is accepted: a refused first record fixes nothing.
         self.encoding = Some(meta.encoding);
-        if self.max_label.is_none_or(|(m, _)| meta.label > m) {
-            self.max_label = Some((meta.label, index));
-        }
         Ok(())
     }
 
@@ -367,13 +370,37 @@ impl DatasetWriter {
     ///
     /// [`FormatError::InvalidRecord`] when a record pushed with [`DatasetWriter::push`] has
     /// a label outside `classes` (the loader and `verify` would refuse it): no manifest is
-    /// written, so the dataset never looks finished; I/O errors.
+    /// written, so the dataset never looks finished. [`DatasetWriter::check_classes`] makes
+    /// the same check without giving the writer up. I/O errors.
     pub fn finish(
         self,
         classes: Vec<String>,
         provenance: Provenance,
     ) -> Result<Manifest, FormatError> {
         self.finish_with_audit(classes, provenance, None)
+    }
+
+    /// Whether `classes` names every label pushed with [`DatasetWriter::push`] so far, as
+    /// [`DatasetWriter::finish`] requires; the writer stays usable either way.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::InvalidRecord`] naming the first record with the largest label, when
+    /// that label is `classes.len()` or more.
+    pub fn check_classes(&self, classes: &[String]) -> Result<(), FormatError> {
+        match self.max_label {
+            Some((label, index)) if label as usize >= classes.len() => {
+                Err(FormatError::InvalidRecord {
+                    index,
+                    reason: format!(
+                        "label {label} is outside the class list given to finish ({} classes): label i names classes[i], so give at least {} class names",
+                        classes.len(),
+                        u64::from(label) + 1
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn finish_with_audit(
@@ -384,16 +411,7 @@ impl DatasetWriter {
     ) -> Result<Manifest, FormatError> {
         // Before the last shard is renamed: a dataset every epoch would refuse records of
         // is a mistake in the caller's classes or labels, best heard of now.
-        if let Some((label, index)) = self.max_label.filter(|(l, _)| *l as usize >= classes.len()) {
-            return Err(FormatError::InvalidRecord {
-                index,
-                reason: format!(
-                    "label {label} is outside the class list given to finish ({} classes): label i names classes[i], so give at least {} class names",
-                    classes.len(),
-                    u64::from(label) + 1
-                ),
-            });
-        }
+        self.check_classes(&classes)?;
         if let Some(b) = self.current.take() {
             let entry = self.finish_shard(b)?;
             self.done.push(entry);

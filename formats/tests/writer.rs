@@ -498,6 +498,14 @@ fn a_label_outside_the_classes_given_to_finish_leaves_no_finished_dataset() {
     for label in [0, 2, 1, 2] {
         w.push(jpeg(label), b"jpeg").unwrap();
     }
+    // Checked without giving the writer up.
+    let two: Vec<String> = vec!["a".into(), "b".into()];
+    assert!(matches!(
+        w.check_classes(&two),
+        Err(FormatError::InvalidRecord { index: 1, .. })
+    ));
+    let three: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+    w.check_classes(&three).unwrap();
     // Two names for labels 0..=2: every epoch would refuse records 1 and 3.
     let e = w
         .finish(vec!["a".into(), "b".into()], Provenance::stoker("t"))

@@ -856,7 +856,10 @@ def read_dataset(directory, layout=True):
             r.label < len(m["classes"]),
             f"{where}: label {r.label} with {len(m['classes'])} classes",
         )
-        _require(r.channels == 3, f"{where}: {r.channels} channels (stoker convert writes RGB)")
+        # FORMAT.md: a raw record holds gray (1) or RGB (3) pixels; a JPEG record's header
+        # says 3 (its decode's RGB).
+        allowed = (1, 3) if enc == 1 else (3,)
+        _require(r.channels in allowed, f"{where}: {r.channels} channels, want one of {allowed}")
         if enc == 1:
             rs = m["raw_size"]
             _require(

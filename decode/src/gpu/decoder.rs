@@ -353,7 +353,8 @@ impl GpuDecoder {
 
     /// Decodes `inputs[i]` into `outputs[i]` (RGB HWC u8, `rgb_len()` bytes
     /// from offset 0), queued on `stream`. One result per input, with the route
-    /// that decoded it. A failing image leaves its output untouched and fails alone.
+    /// that decoded it (on a shape error, one per input, output or region,
+    /// whichever are more). A failing image leaves its output untouched and fails alone.
     ///
     /// # Errors (per image)
     /// Every [`probe`] error; [`DecodeError::Unsupported`];
@@ -423,7 +424,7 @@ impl GpuDecoder {
     /// the CPU routes (the CPU share, files nvJPEG cannot take) the pixels
     /// outside each image's region, which are neither decoded in full nor
     /// copied. Results and errors are those of `decode_batch`, plus
-    /// [`DecodeError::RegionsShape`] (every image) when `usage.regions` has a
+    /// [`DecodeError::RegionsShape`] (every image, or every region when there are more) when `usage.regions` has a
     /// different length than `inputs`.
     ///
     /// # Examples
