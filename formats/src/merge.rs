@@ -424,7 +424,48 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
         }
     }
     check_complete(out, &loaded)?;
+    check_distinct(&loaded)?;
     Ok(loaded.into_iter().map(|(d, m, _)| (d, m)).collect())
+}
+
+/// Refuses written parts that hold the same records byte for byte: every process of a
+/// distributed writing was given all the samples rather than its share, the classic
+/// mistake of a loop that was not split by rank, and the merged dataset would hold each
+/// sample once per process. Their shards' sizes, record counts and digests are equal
+/// (a writer makes the same file of the same records); parts without records, and
+/// shards without a digest (from old builds), are not compared. Converted parts hold
+/// disjoint slices of one listing, so this is only asked of written ones.
+fn check_distinct(loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), FormatError> {
+    type Fingerprint = Vec<(u64, u64, Option<u64>, Option<u32>)>;
+    let mut seen: std::collections::HashMap<Fingerprint, (&PathBuf, u32)> =
+        std::collections::HashMap::new();
+    for (dir, m, p) in loaded {
+        let digested = m
+            .shards
+            .iter()
+            .all(|s| s.xxh3.is_some() || s.crc32c.is_some());
+        if !p.written || m.samples == 0 || !digested {
+            continue;
+        }
+        let fingerprint = m
+            .shards
+            .iter()
+            .map(|s| (s.count, s.bytes, s.xxh3, s.crc32c))
+            .collect();
+        if let Some((first_dir, first)) = seen.get(&fingerprint) {
+            return Err(FormatError::MergeRefused {
+                path: dir.clone(),
+                reason: format!(
+                    "part {} holds exactly the records of part {first} ({}: the same {} samples, byte for byte): each writer was given all of the samples, not its share. Give writer i of n only its own samples (e.g. `dataset.shard(n, i)` or `samples[i::n]`) and write the parts again",
+                    p.index,
+                    first_dir.display(),
+                    m.samples
+                ),
+            });
+        }
+        seen.insert(fingerprint, (dir, p.index));
+    }
+    Ok(())
 }
 
 /// Why the part directory `dir`, which has no manifest, cannot be merged, and how it is

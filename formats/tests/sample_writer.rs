@@ -783,3 +783,35 @@ fn a_part_is_not_written_while_its_root_is_merged() {
     w.finish().unwrap();
     assert_eq!(stoker_formats::merge(&out, &[]).unwrap().samples, 3);
 }
+
+#[test]
+fn written_parts_that_each_hold_every_sample_are_refused() {
+    // Each process of a writing looped over the whole dataset instead of its share: the
+    // merge joined them silently into a dataset with every sample twice.
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    let tmp = tempfile::tempdir().unwrap();
+    let o = sample_options();
+    let out = tmp.path().join("twice");
+    write_part(&out, &o, &classes, &files, (0, 2));
+    write_part(&out, &o, &classes, &files, (1, 2));
+    assert_merge_refused(&out, "part 1 holds exactly the records of part 0");
+    assert_merge_refused(
+        &out,
+        "each writer was given all of the samples, not its share",
+    );
+    // Nothing was lost: both parts are still there, and each opens.
+    for i in 0..2 {
+        let part = out.join(format!("part-{i:05}-of-00002"));
+        assert_eq!(Dataset::open(&part).unwrap().len(), files.len() as u64);
+    }
+    // The same samples split by rank merge.
+    let out = tmp.path().join("split");
+    let half = files.len() / 2;
+    write_part(&out, &o, &classes, &files[..half], (0, 2));
+    write_part(&out, &o, &classes, &files[half..], (1, 2));
+    assert_eq!(
+        stoker_formats::merge(&out, &[]).unwrap().samples,
+        files.len() as u64
+    );
+}

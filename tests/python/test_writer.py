@@ -568,3 +568,16 @@ os._exit(0)
     shutil.rmtree(part)
     _write_part(out, 1, 2, classes, samples)
     assert stoker.merge(out)["samples"] == 2 * len(samples)
+
+
+def test_parts_that_each_got_every_sample_are_refused_at_merge(tmp_path):
+    # Every process looped over the whole dataset, not its share (`dataset.shard` was
+    # forgotten): the merged dataset held each sample once per process.
+    classes, samples = _photos()
+    out = tmp_path / "parts"
+    for index in range(2):
+        _write_part(out, index, 2, classes, samples)
+    with pytest.raises(stoker.StokerError, match="part 1 holds exactly the records of part 0"):
+        stoker.merge(out)
+    assert not (out / "manifest.json").exists()
+    assert len(stoker.Dataset(out / "part-00001-of-00002")) == len(samples)
