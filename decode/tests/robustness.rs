@@ -661,3 +661,22 @@ fn fallback_route_cut_short_by_eoi_is_corrupt() {
     }
     assert!(files >= 4 && cases >= 20, "{files} files, {cases} cases");
 }
+
+/// No inputs and some outputs returned no result at all, which a caller reading one result
+/// per output took for success.
+#[test]
+fn no_inputs_and_some_outputs_is_a_shape_error_per_output() {
+    let dec = CpuDecoder::new(Limits::default());
+    let (mut a, mut b) = ([0u8; 3], [0u8; 3]);
+    let mut outputs: Vec<&mut [u8]> = vec![&mut a, &mut b];
+    let results = dec.decode_batch(&[], &mut outputs);
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|r| matches!(
+        r,
+        Err(DecodeError::BatchShape {
+            inputs: 0,
+            outputs: 2
+        })
+    )));
+    assert!(dec.decode_batch(&[], &mut []).is_empty());
+}

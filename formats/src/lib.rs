@@ -69,6 +69,7 @@ mod lmdb_write;
 mod manifest;
 mod map_guard;
 mod merge;
+mod out_of_space;
 mod path_nesting;
 mod read_ahead;
 mod record;
