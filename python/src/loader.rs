@@ -45,7 +45,12 @@ use crate::sampler::LoaderSampler;
 /// Each rank gets an equal share of the epoch's order, the same number of batches on
 /// every rank: as with PyTorch's ``DistributedSampler``, a dataset that does not divide
 /// evenly is padded by repeating the first samples of the order (so a validation epoch
-/// over all ranks may count a few samples twice), or cut with ``drop_last=True``.
+/// over all ranks may count a few samples twice). ``drop_last=True`` cuts that tail *and*
+/// each rank's last partial batch, as ``DistributedSampler(drop_last=True)`` with
+/// ``DataLoader(drop_last=True)`` would. Unlike ``DistributedSampler``, whose rank ``r``
+/// takes every ``world_size``-th sample from ``r``, a rank takes a consecutive slice of
+/// the order: code that gathers ranks' results by interleaving them must use each
+/// batch's ``indices`` (or join the ranks in rank order) instead.
 /// ``prefetch``: batches in flight; ``workers``: CPU threads;
 /// ``on_error``: ``"replace"`` a bad record by another sample of the epoch (drawn from
 /// ``seed``, epoch and position) or ``"raise"``. ``seed`` drives the order and every
