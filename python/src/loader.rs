@@ -5,9 +5,7 @@ use std::sync::{Arc, Mutex, Weak};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyType};
-use stoker_loader::{
-    Device, LoaderBuilder, LoaderError, LoaderState, OnError, Output, Shuffle, Transform,
-};
+use stoker_loader::{Device, LoaderBuilder, LoaderError, LoaderState, OnError, Shuffle, Transform};
 
 use crate::args;
 use crate::dataset::{json_to_py, Dataset};
@@ -174,7 +172,7 @@ impl Loader {
             uint8: dtype.as_deref() == Some("uint8"),
         }
         .transform(py)?;
-        let output = output(dtype.as_deref(), layout.as_deref())?;
+        let output = args::output(dtype.as_deref(), layout.as_deref())?;
         let device = parse_device(spelled(device, "device")?.as_deref().unwrap_or("auto"))?;
         let on_error = match on_error {
             "replace" => OnError::Replace,
@@ -783,22 +781,4 @@ fn spelled(arg: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<String
 
 fn bad(name: &str, got: &str, want: &str) -> PyErr {
     PyValueError::new_err(format!("{name}={got:?}: want {want}"))
-}
-
-/// The batch layout of `dtype=` and `layout=`; an error names both as the caller wrote
-/// them, in Python's spelling (not Rust's `Some(..)`).
-fn output(dtype: Option<&str>, layout: Option<&str>) -> PyResult<Output> {
-    match (dtype.unwrap_or("float32"), layout) {
-        ("float32", None | Some("nchw")) => Ok(Output::F32Nchw),
-        ("float16", None | Some("nchw")) => Ok(Output::F16Nchw),
-        ("uint8", None | Some("nhwc")) => Ok(Output::U8Nhwc),
-        _ => {
-            let given = |v: Option<&str>| v.map_or("None".to_string(), |v| format!("{v:?}"));
-            Err(PyValueError::new_err(format!(
-                "dtype={}, layout={}: want float32 or float16 with layout \"nchw\", or uint8 with \"nhwc\"",
-                given(dtype),
-                given(layout)
-            )))
-        }
-    }
 }
