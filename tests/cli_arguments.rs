@@ -88,7 +88,7 @@ fn reading_a_file_or_a_missing_path_as_a_dataset_says_which() {
         inside.arg(cmd).arg("manifest.json").current_dir(dir.path());
         let o = run_within(inside, LIMIT);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-        let said = "manifest.json: not a stoker dataset; it is the manifest file itself: give the dataset's directory, .";
+        let said = "manifest.json: not a stoker dataset; it is the manifest file itself: give the dataset's directory, the current directory (.)";
         assert!(stderr(&o).contains(said), "{}", text(&o));
     }
 }

@@ -374,10 +374,11 @@ fn not_a_directory_hint(root: &Path) -> String {
     });
     match parent {
         Some(dir) if root.file_name() == Some(MANIFEST_FILE.as_ref()) && dir.is_dir() => {
-            format!(
-                "it is the manifest file itself: give the dataset's directory, {}",
-                dir.display()
-            )
+            let dir = match dir == Path::new(".") {
+                true => "the current directory (.)".to_string(),
+                false => dir.display().to_string(),
+            };
+            format!("it is the manifest file itself: give the dataset's directory, {dir}")
         }
         _ => "it is a file, not a directory: a dataset is the directory that holds \
               manifest.json and the shards (`stoker decode FILE` looks at one image)"

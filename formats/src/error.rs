@@ -136,7 +136,7 @@ pub enum FormatError {
     },
     /// The disk (or a quota, or the process's file-size limit) ran out while a shard was
     /// written.
-    #[error("{}: {cause} after {records} records ({bytes} bytes of shards) were written; make room; a conversion continues from the last finished shard when rerun with --resume (Python resume=True)", written_file(.shard))]
+    #[error("{}: {cause} after {records} records ({bytes} bytes of shards) were written; make room, then run again; a conversion rerun with --resume (Python resume=True) continues from the last finished shard", written_file(.shard))]
     OutOfSpace {
         /// The file being written: a shard, or the conversion journal or manifest (their
         /// `.tmp` names) once a shard is finished.

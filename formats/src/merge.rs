@@ -456,7 +456,7 @@ fn check_distinct(loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), Format
             return Err(FormatError::MergeRefused {
                 path: dir.clone(),
                 reason: format!(
-                    "part {} holds exactly the records of part {first} ({}: the same {} samples, byte for byte): each writer was given all of the samples, not its share. Give writer i of n only its own samples (e.g. `dataset.shard(n, i)` or `samples[i::n]`) and write the parts again",
+                    "part {} holds the same records as part {first} ({}: {} records, byte for byte): the writers were given the same samples, usually each of them all the samples rather than its share. Give writer i of n only its own share (e.g. `ds.shard(num_shards=n, index=i, contiguous=True)`) and write the parts again",
                     p.index,
                     first_dir.display(),
                     m.samples
