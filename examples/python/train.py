@@ -108,9 +108,9 @@ def main():
             dt = time.perf_counter() - t0
             print(f"epoch {epoch}: loss {loss_sum / max(seen, 1):.3f}, {seen / dt:.0f} images/s on {on}")
         loader.cancel_prefetch()
-        stats = loader.stats()
-        print(stats)
-        print(stats["verdict"])
+        # The stage table, ending with the verdict ("is the GPU fed?"); the same figures are
+        # keys of the dict (stats["verdict"], stats["fed_ratio"], ...).
+        print(loader.stats())
 
 
 if __name__ == "__main__":
