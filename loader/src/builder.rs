@@ -93,9 +93,17 @@ impl LoaderBuilder {
     }
 
     /// Drop the last partial batch (and, when distributed, the tail that does not divide
-    /// evenly); default `false`.
+    /// evenly); default `false`. [`LoaderBuilder::drop_partial_batch`] sets the first apart.
     pub fn drop_last(mut self, drop: bool) -> Self {
         self.config.drop_last = drop;
+        self
+    }
+
+    /// Drop each rank's short last batch or keep it, whatever `drop_last` (default: as
+    /// `drop_last`): `.drop_last(true).drop_partial_batch(false)` cuts the uneven tail, so no
+    /// sample is seen twice, and keeps the partial batch ([`Sampler::with_drop_partial_batch`]).
+    pub fn drop_partial_batch(mut self, drop: bool) -> Self {
+        self.config.drop_partial_batch = Some(drop);
         self
     }
 
@@ -600,7 +608,8 @@ impl LoaderBuilder {
             config.world,
             config.batch_size,
             config.drop_last,
-        )?;
+        )?
+        .with_drop_partial_batch(config.drop_partial_batch.unwrap_or(config.drop_last));
         let dataset = DatasetFingerprint::of(config.dataset.manifest());
         let resume = resume
             .map(|state| check_resume(&state, config.seed, &sampler, dataset))
@@ -626,24 +635,6 @@ impl LoaderBuilder {
 }
 
 impl Loader {
-    /// Why every epoch of this loader is empty, when it is: `drop_last` with a batch size
-    /// above this rank's share of the dataset drops the one partial batch there is, and a
-    /// training loop would run without a word. The builder also logs it as a warning.
-    pub fn empty_epochs_note(&self) -> Option<String> {
-        let sampler = self.sampler();
-        (sampler.num_batches() == 0).then(|| {
-            format!(
-                "every epoch is empty: drop_last drops the only batch, as batch_size {} is \
-                 above the {} samples of this rank's share ({} samples over {} ranks); lower \
-                 the batch size or turn drop_last off",
-                sampler.batch_size(),
-                sampler.dataset_len() / sampler.world_size().max(1),
-                sampler.dataset_len(),
-                sampler.world_size()
-            )
-        })
-    }
-
     /// Why this loader reads the whole dataset although the launcher started several
     /// processes, when it does: built without [`LoaderBuilder::distributed_from_env`] (or
     /// with `distributed(_, 1)`) under torchrun, Slurm or MPI, every process would load
@@ -755,6 +746,7 @@ impl Loader {
                 shuffle: Shuffle::Global { seed: 0 },
                 seed: 0,
                 drop_last: false,
+                drop_partial_batch: None,
                 transform: Transform::center_crop(224, 256),
                 output: Output::F32Nchw,
                 device: Device::Cpu,

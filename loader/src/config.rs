@@ -116,6 +116,8 @@ pub struct LoaderConfig {
     /// ([`crate::LoaderBuilder::seed`]).
     pub(crate) seed: u64,
     pub(crate) drop_last: bool,
+    /// Each rank's short last batch dropped; `None`: as `drop_last`.
+    pub(crate) drop_partial_batch: Option<bool>,
     pub(crate) transform: Transform,
     pub(crate) output: Output,
     pub(crate) device: Device,

@@ -82,7 +82,7 @@
 //! Public:
 //!
 //! - [`sampler`]: the per-rank order of sample indices for an epoch, from
-//!   `(shuffle, seed, epoch, rank, world, drop_last, batch_size)` alone.
+//!   `(shuffle, seed, epoch, rank, world, drop_last, drop_partial_batch, batch_size)` alone.
 //! - [`resume`]: what a saved [`LoaderState`] records (its dataset's
 //!   [`DatasetFingerprint`] among the rest) and the check that refuses a state that would
 //!   mean other samples.
@@ -136,7 +136,7 @@
 //!    `backend::build_backend` for [`Device::Cuda`] (and for [`Device::Auto`] when a GPU is
 //!    present, falling back to the CPU backend when `gpu::build` returns
 //!    [`LoaderError::GpuUnavailable`]). [`LoaderConfig`] has `pub(crate)` fields:
-//!    dataset, batch_size, shuffle, drop_last, transform, output, device, rank, world, prefetch,
+//!    dataset, batch_size, shuffle, drop_last, drop_partial_batch, transform, output, device, rank, world, prefetch,
 //!    workers, on_error, and the GPU path's options.
 //! 3. **Batches**: [`Batch`] is one struct for both paths; [`Images`] is an enum:
 //!    `Images::Host(HostImages)` (CPU path) and `Images::Cuda(gpu::CudaImages)` (GPU path).

@@ -751,3 +751,27 @@ impl std::fmt::Debug for Epoch<'_> {
             .finish()
     }
 }
+
+impl Loader {
+    /// Why every epoch of this loader is empty, when it is: dropping partial batches
+    /// (`drop_last`) with a batch size above this rank's share of the dataset drops the one
+    /// batch there is, and a training loop would run without a word. The builder also logs
+    /// it as a warning.
+    pub fn empty_epochs_note(&self) -> Option<String> {
+        let sampler = self.sampler();
+        let (len, world) = (sampler.dataset_len(), sampler.world_size().max(1));
+        let share = match sampler.drop_last() {
+            true => len / world,
+            false => len.div_ceil(world),
+        };
+        (sampler.num_batches() == 0).then(|| {
+            format!(
+                "every epoch is empty: drop_last drops the only batch, as batch_size {} is \
+                 above the {share} samples of this rank's share ({len} samples over {world} \
+                 ranks); lower the batch size, or keep the partial batch \
+                 (drop_partial_batch false) or turn drop_last off",
+                sampler.batch_size(),
+            )
+        })
+    }
+}

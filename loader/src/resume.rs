@@ -22,7 +22,7 @@ pub const DRAWS_VERSION: u32 = 1;
 /// Serializable so it can go into a training checkpoint.
 ///
 /// `position` counts batches of one rank's order, so it means the same samples only to a
-/// loader with the same seed, batch size, number of ranks, dataset, `drop_last` and kind
+/// loader with the same seed, batch size, number of ranks, dataset, `drop_last`, `drop_partial_batch` and kind
 /// of order: [`crate::Loader::state`] records them, and a resume with any of them
 /// different is refused rather than repeating or skipping samples. (The rank is not
 /// recorded: the ranks advance in step, so rank 0's saved state resumes every rank.) The
@@ -61,6 +61,10 @@ pub struct LoaderState {
     /// where its slice starts (checked on resume when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drop_last: Option<bool>,
+    /// Whether each rank's short last batch is dropped: it changes the number of batches
+    /// (checked on resume when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_partial_batch: Option<bool>,
     /// The kind of order (checked on resume when given: the seed alone does not tell a
     /// sequential loader from a shuffled one with seed 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +226,11 @@ pub(crate) fn check_resume(
             sampler.drop_last().to_string(),
         ),
         (
+            "drop_partial_batch",
+            state.drop_partial_batch.map(|d| d.to_string()),
+            sampler.drop_partial_batch().to_string(),
+        ),
+        (
             "order",
             state.order.map(|o| o.to_string()),
             sampler.shuffle().order().to_string(),
@@ -377,6 +386,30 @@ mod tests {
         let resumed = check_resume(&at(2, 5), 3, &sampler, fp).unwrap();
         assert_eq!((resumed.epoch, resumed.position), (2, 5));
         assert!(check_resume(&at(2, 6), 3, &sampler, fp).is_err());
+    }
+
+    #[test]
+    fn a_state_saved_with_partial_batches_kept_is_refused_where_they_are_dropped() {
+        use crate::sampler::Shuffle;
+        // 18 samples over 2 ranks, batches of 4: 9 each, 3 batches kept or 2 without the
+        // partial one; the batches counted differ, so the state must not resume.
+        let cut = Sampler::new(18, Shuffle::Global { seed: 3 }, 0, 2, 4, true).unwrap();
+        let keep = cut.clone().with_drop_partial_batch(false);
+        assert_eq!((cut.num_batches(), keep.num_batches()), (2, 3));
+        let fp = DatasetFingerprint(1);
+        let state = |drop_partial_batch| LoaderState {
+            seed: 3,
+            epoch: 1,
+            position: 2,
+            drop_last: Some(true),
+            drop_partial_batch,
+            ..LoaderState::default()
+        };
+        let e = check_resume(&state(Some(false)), 3, &cut, fp).unwrap_err();
+        assert!(e.to_string().contains("drop_partial_batch"), "{e}");
+        check_resume(&state(Some(false)), 3, &keep, fp).unwrap();
+        // A state from before the setting records nothing, and is not checked on it.
+        check_resume(&state(None), 3, &keep, fp).unwrap();
     }
 
     #[test]

@@ -1,17 +1,19 @@
 //! The order in which an epoch visits the dataset, per rank.
 //!
 //! The order is a pure function of `(shuffle, seed, epoch, len, rank, world, batch_size,
-//! drop_last)`: it never depends on thread timing, the number of workers or the device, so a
+//! drop_last, drop_partial_batch)`: it never depends on thread timing, the number of workers or the device, so a
 //! run is reproducible, the CPU and GPU paths see the same samples, and a resumed run continues
 //! with exactly the samples it would have seen.
 //!
 //! # Distribution
 //!
 //! All ranks draw the same global permutation of `0..len`. With `drop_last`, each rank gets
-//! `len / world` samples and only whole batches (the tail is dropped); otherwise each rank gets
-//! `ceil(len / world)` samples, the permutation being extended by wrap-around (its first samples
-//! are repeated) to `world · ceil(len / world)`, and the last batch may be partial — with the
-//! same size on every rank. Rank `r` takes the `r`-th contiguous slice. Either way **every rank
+//! `len / world` samples (the tail is dropped); otherwise each rank gets `ceil(len / world)`
+//! samples, the permutation being extended by wrap-around (its first samples are repeated)
+//! to `world · ceil(len / world)`. Each rank's last batch may be partial — with the same size
+//! on every rank — unless it is dropped: by default with `drop_last` (PyTorch's
+//! `DistributedSampler` and `DataLoader` `drop_last` together), or as
+//! [`Sampler::with_drop_partial_batch`] says (the two apart). Rank `r` takes the `r`-th contiguous slice. Either way **every rank
 //! yields the same number of batches of the same sizes**: uneven batch counts hang collective
 //! operations in distributed training.
 
@@ -158,7 +160,10 @@ pub struct Sampler {
     world: u64,
     /// `batch_size ≥ 1`.
     batch_size: u64,
+    /// The uneven tail is cut (else padded).
     drop_last: bool,
+    /// Each rank's short last batch is dropped.
+    drop_partial: bool,
 }
 
 impl Sampler {
@@ -204,12 +209,38 @@ impl Sampler {
             world,
             batch_size,
             drop_last,
+            drop_partial: drop_last,
         })
     }
 
-    /// Whether each rank's short last batch is dropped.
+    /// This sampler with each rank's short last batch dropped or kept as `drop` says,
+    /// whatever `drop_last`: with `drop_last` and `false`, the uneven tail is cut (no
+    /// sample twice) and the partial batch kept, as `DistributedSampler(drop_last=True)`
+    /// with a `DataLoader` that keeps it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_loader::{Sampler, Shuffle};
+    /// // 15 samples over 2 ranks, batches of 2: 7 samples each, the last batch of 1 kept.
+    /// let s = Sampler::new(15, Shuffle::Sequential, 1, 2, 2, true)?.with_drop_partial_batch(false);
+    /// assert_eq!((s.num_batches(), s.batch_len(3), s.order(0)), (4, 1, vec![7, 8, 9, 10, 11, 12, 13]));
+    /// # Ok::<(), stoker_loader::LoaderError>(())
+    /// ```
+    pub fn with_drop_partial_batch(mut self, drop: bool) -> Self {
+        self.drop_partial = drop;
+        self
+    }
+
+    /// Whether the tail that does not divide evenly over the ranks is cut (else padded
+    /// by repeating the first samples of the order).
     pub fn drop_last(&self) -> bool {
         self.drop_last
+    }
+
+    /// Whether each rank's short last batch is dropped (by default, as `drop_last`).
+    pub fn drop_partial_batch(&self) -> bool {
+        self.drop_partial
     }
 
     /// The shuffle mode.
@@ -243,7 +274,7 @@ impl Sampler {
 
     /// Samples this rank yields per epoch (the same on every rank).
     pub fn samples_per_epoch(&self) -> u64 {
-        if self.drop_last {
+        if self.drop_partial {
             self.num_batches() * self.batch_size
         } else {
             self.rank_share()
@@ -252,14 +283,14 @@ impl Sampler {
 
     /// Batches per epoch (the same on every rank).
     pub fn num_batches(&self) -> u64 {
-        if self.drop_last {
+        if self.drop_partial {
             self.rank_share() / self.batch_size
         } else {
             self.rank_share().div_ceil(self.batch_size)
         }
     }
 
-    /// Samples in batch `batch` (all full except possibly the last one without `drop_last`;
+    /// Samples in batch `batch` (all full except possibly the last one, unless it is dropped;
     /// 0 past the epoch's last batch, however far past).
     pub fn batch_len(&self, batch: u64) -> u64 {
         // A batch past the end may start past u64: it has no samples, like any other.
@@ -524,15 +555,20 @@ mod tests {
             for n in [1u64, 7, 10, 33, 100, 257] {
                 for world in [1u64, 2, 3, 4, 8] {
                     for batch in [1u64, 3, 4, 16] {
-                        for drop_last in [false, true] {
+                        for (drop_last, drop_partial) in
+                            [(false, false), (true, true), (true, false), (false, true)]
+                        {
                             let samplers: Vec<Sampler> = (0..world)
                                 .map(|r| {
-                                    Sampler::new(n, shuffle, r, world, batch, drop_last).unwrap()
+                                    Sampler::new(n, shuffle, r, world, batch, drop_last)
+                                        .unwrap()
+                                        .with_drop_partial_batch(drop_partial)
                                 })
                                 .collect();
                             let nb = samplers[0].num_batches();
-                            let ctx =
-                                format!("{shuffle:?} n={n} w={world} b={batch} drop={drop_last}");
+                            let ctx = format!(
+                                "{shuffle:?} n={n} w={world} b={batch} drop={drop_last}/{drop_partial}"
+                            );
                             let mut seen = HashSet::new();
                             let mut covered = HashSet::new();
                             for s in &samplers {
@@ -547,7 +583,7 @@ mod tests {
                                     "{ctx}"
                                 );
                                 assert_eq!(order.len() as u64, sizes.iter().sum::<u64>(), "{ctx}");
-                                if drop_last {
+                                if drop_partial {
                                     assert!(sizes.iter().all(|&x| x == batch), "{ctx}");
                                 }
                                 for &i in &order {
@@ -561,11 +597,21 @@ mod tests {
                                     }
                                 }
                             }
-                            if !drop_last {
-                                assert_eq!(covered.len() as u64, n, "{ctx}: samples missing");
+                            let share = if drop_last {
+                                n / world
                             } else {
-                                let per_rank = n / world;
-                                assert_eq!(nb, per_rank / batch, "{ctx}");
+                                n.div_ceil(world)
+                            };
+                            let want = match drop_partial {
+                                true => share / batch,
+                                false => share.div_ceil(batch),
+                            };
+                            assert_eq!(nb, want, "{ctx}");
+                            // Nothing but the cut tail (fewer than `world` samples) and the
+                            // dropped partial batches is left out.
+                            if !drop_partial {
+                                let kept = if drop_last { world * (n / world) } else { n };
+                                assert_eq!(covered.len() as u64, kept, "{ctx}: samples missing");
                             }
                         }
                     }

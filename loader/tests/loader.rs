@@ -970,3 +970,33 @@ fn a_sigbus_handler_installed_mid_batch_does_not_take_the_rest_of_its_faults_awa
     assert!(epoch.next().is_none());
     assert!(loader.stats().bad_records > 0);
 }
+
+#[test]
+fn the_uneven_tail_cut_with_the_partial_batch_kept() {
+    // What a validation epoch wants, as `DistributedSampler(drop_last=True)` with a
+    // `DataLoader` that keeps its partial batch: no sample on two ranks, nothing else lost.
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 15, 16, &[]);
+    let epoch = |rank, drop_partial: Option<bool>| {
+        let mut b = small(&ds)
+            .batch_size(2)
+            .shuffle(Shuffle::Sequential)
+            .distributed(rank, 2)
+            .drop_last(true);
+        if let Some(d) = drop_partial {
+            b = b.drop_partial_batch(d);
+        }
+        let loader = b.build().unwrap();
+        let batches: Vec<Vec<u64>> = loader.epoch(0).map(|b| b.unwrap().indices).collect();
+        (batches, loader.state().drop_partial_batch)
+    };
+    let (kept, state) = epoch(1, Some(false));
+    assert_eq!(kept, [vec![7, 8], vec![9, 10], vec![11, 12], vec![13]]);
+    assert_eq!(state, Some(false));
+    let (rank0, _) = epoch(0, Some(false));
+    assert_eq!(rank0.concat(), (0..7).collect::<Vec<u64>>());
+    // drop_last alone drops both, as before.
+    let (dropped, state) = epoch(1, None);
+    assert_eq!(dropped, [vec![7, 8], vec![9, 10], vec![11, 12]]);
+    assert_eq!(state, Some(true));
+}

@@ -45,7 +45,9 @@ use crate::sampler::LoaderSampler;
 /// evenly is padded by repeating the first samples of the order (so a validation epoch
 /// over all ranks may count a few samples twice). ``drop_last=True`` cuts that tail *and*
 /// each rank's last partial batch, as ``DistributedSampler(drop_last=True)`` with
-/// ``DataLoader(drop_last=True)`` would. Unlike ``DistributedSampler``, whose rank ``r``
+/// ``DataLoader(drop_last=True)`` would; ``drop_partial_batch`` (default: as ``drop_last``)
+/// sets the second apart: ``drop_last=True, drop_partial_batch=False`` sees no sample twice
+/// and keeps the partial batch. Unlike ``DistributedSampler``, whose rank ``r``
 /// takes every ``world_size``-th sample from ``r``, a rank takes a consecutive slice of
 /// the order: code that gathers ranks' results by interleaving them must use each
 /// batch's ``indices`` (or join the ranks in rank order) instead.
@@ -102,7 +104,7 @@ impl Loader {
     #[new]
     #[pyo3(signature = (
         data, batch_size=256, *, shuffle=None, seed=0, quasi_block=512, drop_last=false,
-        crop="random", size=224, resize=None, scale=None, ratio=None, hflip=0.0, mean=None,
+        drop_partial_batch=None, crop="random", size=224, resize=None, scale=None, ratio=None, hflip=0.0, mean=None,
         std=None,
         dtype=None, layout=None, device=None, rank=None, world_size=None,
         prefetch=None, workers=None, on_error="replace", prefetch_next_epoch=true,
@@ -117,6 +119,7 @@ impl Loader {
         #[pyo3(from_py_with = args::seed)] seed: u64,
         #[pyo3(from_py_with = args::quasi_block)] quasi_block: u32,
         #[pyo3(from_py_with = args::drop_last)] drop_last: bool,
+        drop_partial_batch: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = args::crop)] crop: &str,
         #[pyo3(from_py_with = args::crop_size)] size: u32,
         #[pyo3(from_py_with = args::resize)] resize: Option<u32>,
@@ -189,6 +192,9 @@ impl Loader {
             .device(device)
             .on_error(on_error)
             .prefetch_next_epoch(prefetch_next_epoch);
+        if let Some(d) = drop_partial_batch {
+            builder = builder.drop_partial_batch(args::boolean(d, "drop_partial_batch")?);
+        }
         builder = match (rank, world_size) {
             (Some(r), Some(w)) => builder.distributed(r, w),
             (None, None) => builder.distributed_from_env(),
@@ -322,7 +328,8 @@ impl Loader {
     /// ``epoch`` already handed out; after a loop left early this still points into that
     /// epoch, which ``load_state_dict`` continues, while this loader's own next ``for``
     /// starts the next epoch), with the ``"batch_size"``, ``"world_size"``,
-    /// ``"samples"`` (dataset length), ``"drop_last"``, ``"order"`` (``"global"``,
+    /// ``"samples"`` (dataset length), ``"drop_last"``, ``"drop_partial_batch"``,
+    /// ``"order"`` (``"global"``,
     /// ``"sequential"`` or ``"quasi:BLOCK"``) and ``"dataset"`` (a fingerprint of the
     /// dataset's manifest: its shards' digests, not its path, so a re-sharded conversion
     /// of the same images is another dataset) that give ``position`` its meaning, and
@@ -340,6 +347,7 @@ impl Loader {
         d.set_item("world_size", s.world_size)?;
         d.set_item("samples", s.samples)?;
         d.set_item("drop_last", s.drop_last)?;
+        d.set_item("drop_partial_batch", s.drop_partial_batch)?;
         d.set_item("order", s.order.map(|o| o.to_string()))?;
         d.set_item("dataset", s.dataset.map(|f| f.to_string()))?;
         d.set_item("draws", s.draws)?;
@@ -348,7 +356,7 @@ impl Loader {
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
-    /// seed, batch size, number of ranks, dataset, ``drop_last`` or order (where
+    /// seed, batch size, number of ranks, dataset, ``drop_last``, ``drop_partial_batch`` or order (where
     /// the state gives them), or past the end of the epoch, or a negative number, and
     /// ``TypeError`` for a number that is not an int (a bool is not), an ``order`` or
     /// ``dataset`` that is not a str or a ``drop_last`` that is not a bool (a refused
@@ -378,6 +386,9 @@ impl Loader {
             samples: optional("samples")?,
             drop_last: present("drop_last")?
                 .map(|v| args::boolean(&v, "state[\"drop_last\"]"))
+                .transpose()?,
+            drop_partial_batch: present("drop_partial_batch")?
+                .map(|v| args::boolean(&v, "state[\"drop_partial_batch\"]"))
                 .transpose()?,
             order: args::parsed(present("order")?, "state[\"order\"]")?,
             dataset: args::parsed(present("dataset")?, "state[\"dataset\"]")?,

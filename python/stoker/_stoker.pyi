@@ -186,6 +186,7 @@ class Loader:
         seed: int = 0,
         quasi_block: int = 512,
         drop_last: bool = False,
+        drop_partial_batch: Optional[bool] = None,
         crop: str = "random",
         size: int = 224,
         resize: Optional[int] = None,

@@ -193,6 +193,7 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset, tmp_path):
         "world_size": 1,
         "samples": 15,
         "drop_last": False,
+        "drop_partial_batch": False,
         "order": "global",
         "dataset": fingerprint,
         "draws": 1,
@@ -228,6 +229,8 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset, tmp_path):
     # So would another share per rank, or another order under the same seed.
     with pytest.raises(ValueError, match="drop_last"):
         python_loader(sample_dataset, seed=5, drop_last=True).load_state_dict(state)
+    with pytest.raises(ValueError, match="drop_partial_batch"):
+        python_loader(sample_dataset, seed=5, drop_partial_batch=True).load_state_dict(state)
     with pytest.raises(ValueError, match="order.* global in the saved state but quasi:2"):
         python_loader(sample_dataset, seed=5, shuffle="quasi", quasi_block=2).load_state_dict(state)
     with pytest.raises(ValueError, match="order"):
@@ -570,6 +573,23 @@ def test_drop_last_leaving_every_epoch_empty_is_a_warning(sample_dataset):
     with pytest.warns(UserWarning, match="every epoch is empty"):
         loader = stoker.Loader(sample_dataset, 256, device="cpu", drop_last=True)
     assert list(loader) == []
+
+
+def test_drop_last_with_the_partial_batch_kept_is_distributed_samplers_drop_last(sample_dataset):
+    # DistributedSampler(drop_last=True) over 15 samples and 2 ranks gives each 7, and a
+    # DataLoader(batch_size=2) keeps the last one alone: 4 batches, no sample twice. With
+    # drop_last alone, the partial batch goes too (3 batches).
+    def indices(rank, **kw):
+        loader = stoker.Loader(sample_dataset, 2, shuffle=False, drop_last=True, rank=rank,
+                               world_size=2, size=32, device="cpu", **kw)
+        return [list(b.indices) for b in loader], len(loader), loader.state_dict()
+    kept, n, state = indices(1, drop_partial_batch=False)
+    assert (kept, n) == ([[7, 8], [9, 10], [11, 12], [13]], 4)
+    assert state["drop_partial_batch"] is False
+    assert sum(indices(0, drop_partial_batch=False)[0], []) == list(range(7))
+    assert indices(1)[0] == [[7, 8], [9, 10], [11, 12]]
+    with pytest.raises(TypeError, match="drop_partial_batch"):
+        stoker.Loader(sample_dataset, 2, device="cpu", drop_partial_batch=1)
 
 
 def test_quasi_order_on_a_class_by_class_dataset_warns_and_shuffle_mends_it(tmp_path):

@@ -35,6 +35,7 @@ impl Loader {
             world_size: Some(self.sampler.world_size()),
             samples: Some(self.sampler.dataset_len()),
             drop_last: Some(self.sampler.drop_last()),
+            drop_partial_batch: Some(self.sampler.drop_partial_batch()),
             order: Some(self.sampler.shuffle().order()),
             dataset: Some(self.fingerprint),
             draws: Some(crate::resume::DRAWS_VERSION),
