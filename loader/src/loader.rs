@@ -753,10 +753,10 @@ impl std::fmt::Debug for Epoch<'_> {
 }
 
 impl Loader {
-    /// Why every epoch of this loader is empty, when it is: dropping partial batches
-    /// (`drop_last`) with a batch size above this rank's share of the dataset drops the one
-    /// batch there is, and a training loop would run without a word. The builder also logs
-    /// it as a warning.
+    /// Why every epoch of this loader is empty, when it is: `drop_last` over more ranks
+    /// than samples cuts them all, and dropping partial batches (by default with
+    /// `drop_last`) with a batch size above this rank's share drops the one batch there is;
+    /// a training loop would run without a word. The builder also logs it as a warning.
     pub fn empty_epochs_note(&self) -> Option<String> {
         let sampler = self.sampler();
         let (len, world) = (sampler.dataset_len(), sampler.world_size().max(1));
@@ -764,14 +764,18 @@ impl Loader {
             true => len / world,
             false => len.div_ceil(world),
         };
-        (sampler.num_batches() == 0).then(|| {
-            format!(
-                "every epoch is empty: drop_last drops the only batch, as batch_size {} is \
-                 above the {share} samples of this rank's share ({len} samples over {world} \
-                 ranks); lower the batch size, or keep the partial batch \
-                 (drop_partial_batch false) or turn drop_last off",
+        (sampler.num_batches() == 0).then(|| match share {
+            0 => format!(
+                "every epoch is empty: drop_last cuts all {len} samples, fewer than the \
+                 {world} ranks; turn drop_last off"
+            ),
+            _ => format!(
+                "every epoch is empty: dropping the partial batch (drop_partial_batch, by \
+                 default as drop_last) drops the only batch, as batch_size {} is above the \
+                 {share} samples of this rank's share ({len} samples over {world} ranks); \
+                 lower the batch size or keep the partial batch (drop_partial_batch false)",
                 sampler.batch_size(),
-            )
+            ),
         })
     }
 }

@@ -57,12 +57,13 @@ pub struct LoaderState {
     /// The records in the dataset (checked on resume when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,
-    /// Whether each rank's short last batch is dropped: it changes each rank's share, so
-    /// where its slice starts (checked on resume when given).
+    /// Whether the tail that does not divide evenly over the ranks is cut: it changes each
+    /// rank's share, so where its slice starts (checked on resume when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drop_last: Option<bool>,
     /// Whether each rank's short last batch is dropped: it changes the number of batches
-    /// (checked on resume when given).
+    /// (checked on resume; a state without it, from before 2026-12-04, dropped them
+    /// exactly with `drop_last`, and is checked on that).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drop_partial_batch: Option<bool>,
     /// The kind of order (checked on resume when given: the seed alone does not tell a
@@ -227,7 +228,11 @@ pub(crate) fn check_resume(
         ),
         (
             "drop_partial_batch",
-            state.drop_partial_batch.map(|d| d.to_string()),
+            // A state from before the field dropped partial batches exactly with drop_last.
+            state
+                .drop_partial_batch
+                .or(state.drop_last)
+                .map(|d| d.to_string()),
             sampler.drop_partial_batch().to_string(),
         ),
         (
@@ -408,8 +413,16 @@ mod tests {
         let e = check_resume(&state(Some(false)), 3, &cut, fp).unwrap_err();
         assert!(e.to_string().contains("drop_partial_batch"), "{e}");
         check_resume(&state(Some(false)), 3, &keep, fp).unwrap();
-        // A state from before the setting records nothing, and is not checked on it.
-        check_resume(&state(None), 3, &keep, fp).unwrap();
+        // A state from before the setting dropped partial batches with drop_last: this
+        // one (drop_last true) did, and does not resume where they are kept.
+        assert!(check_resume(&state(None), 3, &keep, fp).is_err());
+        check_resume(&state(None), 3, &cut, fp).unwrap();
+        // One that records neither is not checked on either.
+        let bare = LoaderState {
+            drop_last: None,
+            ..state(None)
+        };
+        check_resume(&bare, 3, &keep, fp).unwrap();
     }
 
     #[test]

@@ -1000,3 +1000,34 @@ fn the_uneven_tail_cut_with_the_partial_batch_kept() {
     assert_eq!(dropped, [vec![7, 8], vec![9, 10], vec![11, 12]]);
     assert_eq!(state, Some(true));
 }
+
+#[test]
+fn an_empty_epoch_is_told_by_its_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 15, 16, &[]);
+    // More ranks than samples: the cut tail is everything.
+    let cut = small(&ds)
+        .distributed(0, 16)
+        .drop_last(true)
+        .build()
+        .unwrap();
+    let note = cut.empty_epochs_note().expect("empty");
+    assert!(note.contains("drop_last cuts all 15 samples"), "{note}");
+    // Padded, then the one partial batch dropped: drop_last is off, and not blamed.
+    let dropped = small(&ds)
+        .batch_size(16)
+        .drop_partial_batch(true)
+        .build()
+        .unwrap();
+    let note = dropped.empty_epochs_note().expect("empty");
+    assert!(
+        note.contains("dropping the partial batch") && !note.contains("turn drop_last off"),
+        "{note}"
+    );
+    assert!(small(&ds)
+        .batch_size(16)
+        .build()
+        .unwrap()
+        .empty_epochs_note()
+        .is_none());
+}

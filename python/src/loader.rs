@@ -359,7 +359,7 @@ impl Loader {
     /// seed, batch size, number of ranks, dataset, ``drop_last``, ``drop_partial_batch`` or order (where
     /// the state gives them), or past the end of the epoch, or a negative number, and
     /// ``TypeError`` for a number that is not an int (a bool is not), an ``order`` or
-    /// ``dataset`` that is not a str or a ``drop_last`` that is not a bool (a refused
+    /// ``dataset`` that is not a str or a ``drop_last`` / ``drop_partial_batch`` that is not a bool (a refused
     /// state leaves the loader and its iterators as they were). A state it takes stops this loader's
     /// iterators, as a newer one would (their next ``next`` raises
     /// ``stoker.StokerError``).
@@ -740,7 +740,8 @@ fn build(py: Python<'_>, builder: LoaderBuilder) -> PyResult<stoker_loader::Load
 
 /// The builder's notes that Python hands over as `UserWarning`s: what the placement had
 /// to assume (a Slurm batch step run without srun, a local count guessed), an order that
-/// mixes classes poorly, more workers than cores, epochs that drop_last leaves empty,
+/// mixes classes poorly, more workers than cores, epochs that drop_last or
+/// drop_partial_batch leaves empty,
 /// batches in flight that may not fit in a container's memory. Each as `(the message the
 /// builder logs it with, the warning)`: the logged one is not delivered to `logging` too.
 /// (`ranks_note`, worded for Rust callers, reaches Python as the builder's log event

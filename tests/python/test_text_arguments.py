@@ -56,6 +56,7 @@ def test_a_samples_name_is_a_str_named_by_its_keyword(tmp_path, sample_dataset):
     [
         ("drop_last", "no", TypeError, r'^state\["drop_last"\]= takes a bool, not str'),
         ("drop_last", 1, TypeError, r'^state\["drop_last"\]= takes a bool, not int'),
+        ("drop_partial_batch", "no", TypeError, r'^state\["drop_partial_batch"\]= takes a bool, not str'),
         ("order", 5, TypeError, r'^state\["order"\]= takes a str, not int'),
         ("order", b"global", TypeError, r'^state\["order"\]= takes a str, not bytes'),
         ("dataset", [], TypeError, r'^state\["dataset"\]= takes a str, not list'),
