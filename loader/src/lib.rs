@@ -136,8 +136,8 @@
 //!    `backend::build_backend` for [`Device::Cuda`] (and for [`Device::Auto`] when a GPU is
 //!    present, falling back to the CPU backend when `gpu::build` returns
 //!    [`LoaderError::GpuUnavailable`]). [`LoaderConfig`] has `pub(crate)` fields:
-//!    dataset, batch_size, shuffle, drop_last, drop_partial_batch, transform, output, device, rank, world, prefetch,
-//!    workers, on_error, and the GPU path's options.
+//!    dataset, batch_size, shuffle, drop_last, drop_partial_batch, transform, output, device,
+//!    rank, world, prefetch, workers, on_error, and the GPU path's options.
 //! 3. **Batches**: [`Batch`] is one struct for both paths; [`Images`] is an enum:
 //!    `Images::Host(HostImages)` (CPU path) and `Images::Cuda(gpu::CudaImages)` (GPU path).
 //!    `Batch { images, labels: Vec<u32>, indices: Vec<u64>, epoch, index }`.

@@ -759,11 +759,11 @@ impl Loader {
     /// a training loop would run without a word. The builder also logs it as a warning.
     pub fn empty_epochs_note(&self) -> Option<String> {
         let sampler = self.sampler();
-        let (len, world) = (sampler.dataset_len(), sampler.world_size().max(1));
-        let share = match sampler.drop_last() {
-            true => len / world,
-            false => len.div_ceil(world),
-        };
+        let (len, world, share) = (
+            sampler.dataset_len(),
+            sampler.world_size(),
+            sampler.rank_share(),
+        );
         (sampler.num_batches() == 0).then(|| match share {
             0 => format!(
                 "every epoch is empty: drop_last cuts all {len} samples, fewer than the \

@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use stoker_decode::{CpuDecoder, ImageInfo, Limits, Region};
-use stoker_formats::{DatasetReader, Encoding, Record, RecordHeader};
+use stoker_formats::{DatasetReader, Encoding, RawSize, Record, RecordHeader, RAW_CHANNELS};
 
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
@@ -342,8 +342,15 @@ pub(crate) fn raw_payload_len(
     payload_len: usize,
 ) -> Result<usize, LoaderError> {
     let (w, h, c) = (header.width, header.height, header.channels);
-    let want = w as usize * h as usize * c as usize;
-    if w == 0 || h == 0 || payload_len != want || !stoker_formats::RAW_CHANNELS.contains(&c) {
+    // The writer's checked product: a damaged header's sides can multiply past u64.
+    let size = RawSize {
+        height: h,
+        width: w,
+        channels: c,
+    };
+    let want = size.bytes();
+    if w == 0 || h == 0 || want != Some(payload_len as u64) || !RAW_CHANNELS.contains(&c) {
+        let want = want.map_or("more than 2^64".into(), |b| b.to_string());
         return Err(LoaderError::UnusableRecord {
             index,
             reason: format!(
@@ -351,7 +358,7 @@ pub(crate) fn raw_payload_len(
             ),
         });
     }
-    Ok(want)
+    Ok(payload_len)
 }
 
 /// One sample's pixels as a loader backend resizes them: RGB HWC, `width × height`, with
@@ -530,6 +537,26 @@ mod tests {
         w.finish(classes, Provenance::stoker("pixels unit test"))
             .unwrap();
         Dataset::open(dir).unwrap()
+    }
+
+    /// Sides multiplied unchecked: a damaged header (its own CRC right) past u64 panicked
+    /// in a debug build.
+    #[test]
+    fn a_raw_header_whose_sides_multiply_past_u64_is_an_unusable_record() {
+        let header = RecordHeader {
+            encoding: Encoding::Raw,
+            height: u32::MAX,
+            width: u32::MAX,
+            channels: 3,
+            label: 0,
+            payload_len: 12,
+            crc32c: 0,
+        };
+        let err = raw_payload_len(7, &header, 12).unwrap_err();
+        assert!(
+            matches!(&err, LoaderError::UnusableRecord { index: 7, reason } if reason.contains("more than 2^64")),
+            "{err}"
+        );
     }
 
     #[test]

@@ -22,12 +22,12 @@ pub const DRAWS_VERSION: u32 = 1;
 /// Serializable so it can go into a training checkpoint.
 ///
 /// `position` counts batches of one rank's order, so it means the same samples only to a
-/// loader with the same seed, batch size, number of ranks, dataset, `drop_last`, `drop_partial_batch` and kind
-/// of order: [`crate::Loader::state`] records them, and a resume with any of them
-/// different is refused rather than repeating or skipping samples. (The rank is not
-/// recorded: the ranks advance in step, so rank 0's saved state resumes every rank.) The
-/// optional fields may be left out (a state written by hand or by an older stoker): what a
-/// state does not record is not checked.
+/// loader with the same seed, batch size, number of ranks, dataset, `drop_last`,
+/// `drop_partial_batch` and kind of order: [`crate::Loader::state`] records them, and a
+/// resume with any of them different is refused rather than repeating or skipping samples.
+/// (The rank is not recorded: the ranks advance in step, so rank 0's saved state resumes
+/// every rank.) The optional fields may be left out (a state written by hand or by an older
+/// stoker): what a state does not record is not checked.
 ///
 /// # Examples
 ///

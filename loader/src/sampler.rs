@@ -1,9 +1,9 @@
 //! The order in which an epoch visits the dataset, per rank.
 //!
 //! The order is a pure function of `(shuffle, seed, epoch, len, rank, world, batch_size,
-//! drop_last, drop_partial_batch)`: it never depends on thread timing, the number of workers or the device, so a
-//! run is reproducible, the CPU and GPU paths see the same samples, and a resumed run continues
-//! with exactly the samples it would have seen.
+//! drop_last, drop_partial_batch)`: it never depends on thread timing, the number of workers
+//! or the device, so a run is reproducible, the CPU and GPU paths see the same samples, and a
+//! resumed run continues with exactly the samples it would have seen.
 //!
 //! # Distribution
 //!
@@ -13,9 +13,9 @@
 //! to `world · ceil(len / world)`. Each rank's last batch may be partial — with the same size
 //! on every rank — unless it is dropped: by default with `drop_last` (PyTorch's
 //! `DistributedSampler` and `DataLoader` `drop_last` together), or as
-//! [`Sampler::with_drop_partial_batch`] says (the two apart). Rank `r` takes the `r`-th contiguous slice. Either way **every rank
-//! yields the same number of batches of the same sizes**: uneven batch counts hang collective
-//! operations in distributed training.
+//! [`Sampler::with_drop_partial_batch`] says (the two apart). Rank `r` takes the `r`-th
+//! contiguous slice. Either way **every rank yields the same number of batches of the same
+//! sizes**: uneven batch counts hang collective operations in distributed training.
 
 use crate::error::LoaderError;
 // Defined beside the resume check; also reachable here, where it used to live.
@@ -223,8 +223,10 @@ impl Sampler {
     /// ```
     /// use stoker_loader::{Sampler, Shuffle};
     /// // 15 samples over 2 ranks, batches of 2: 7 samples each, the last batch of 1 kept.
-    /// let s = Sampler::new(15, Shuffle::Sequential, 1, 2, 2, true)?.with_drop_partial_batch(false);
-    /// assert_eq!((s.num_batches(), s.batch_len(3), s.order(0)), (4, 1, vec![7, 8, 9, 10, 11, 12, 13]));
+    /// let s = Sampler::new(15, Shuffle::Sequential, 1, 2, 2, true)?
+    ///     .with_drop_partial_batch(false);
+    /// assert_eq!((s.num_batches(), s.batch_len(3)), (4, 1));
+    /// assert_eq!(s.order(0), vec![7, 8, 9, 10, 11, 12, 13]);
     /// # Ok::<(), stoker_loader::LoaderError>(())
     /// ```
     pub fn with_drop_partial_batch(mut self, drop: bool) -> Self {
@@ -264,7 +266,7 @@ impl Sampler {
     }
 
     /// Samples this rank visits per epoch (before dropping a partial batch).
-    fn rank_share(&self) -> u64 {
+    pub(crate) fn rank_share(&self) -> u64 {
         if self.drop_last {
             self.len / self.world
         } else {

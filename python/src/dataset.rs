@@ -385,7 +385,8 @@ fn convert_interruptibly(
 ///
 /// Raises ``FileNotFoundError`` when ``path`` does not exist or is not a dataset (a file,
 /// a folder of images, parts not yet merged: no ``manifest.json``; the message says
-/// what to do), ``stoker.StokerError`` when its manifest or shards are invalid. Pickles as its path (a ``spawn``-started process reopens it).
+/// what to do), ``stoker.StokerError`` when its manifest or shards are invalid. Pickles
+/// as its path (a ``spawn``-started process reopens it).
 #[pyclass(module = "stoker", frozen)]
 pub(crate) struct Dataset {
     pub(crate) inner: stoker_formats::Dataset,

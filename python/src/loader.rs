@@ -356,13 +356,13 @@ impl Loader {
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
-    /// seed, batch size, number of ranks, dataset, ``drop_last``, ``drop_partial_batch`` or order (where
-    /// the state gives them), or past the end of the epoch, or a negative number, and
-    /// ``TypeError`` for a number that is not an int (a bool is not), an ``order`` or
-    /// ``dataset`` that is not a str or a ``drop_last`` / ``drop_partial_batch`` that is not a bool (a refused
-    /// state leaves the loader and its iterators as they were). A state it takes stops this loader's
-    /// iterators, as a newer one would (their next ``next`` raises
-    /// ``stoker.StokerError``).
+    /// seed, batch size, number of ranks, dataset, ``drop_last``, ``drop_partial_batch`` or
+    /// order (where the state gives them), or past the end of the epoch, or a negative
+    /// number, and ``TypeError`` for a number that is not an int (a bool is not), an
+    /// ``order`` or ``dataset`` that is not a str or a ``drop_last`` /
+    /// ``drop_partial_batch`` that is not a bool (a refused state leaves the loader and its
+    /// iterators as they were). A state it takes stops this loader's iterators, as a newer
+    /// one would (their next ``next`` raises ``stoker.StokerError``).
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {
         let py = state.py();
         let _logs = Call::new(py);

@@ -424,8 +424,8 @@ impl GpuDecoder {
     /// the CPU routes (the CPU share, files nvJPEG cannot take) the pixels
     /// outside each image's region, which are neither decoded in full nor
     /// copied. Results and errors are those of `decode_batch`, plus
-    /// [`DecodeError::RegionsShape`] (every image, or every region when there are more) when `usage.regions` has a
-    /// different length than `inputs`.
+    /// [`DecodeError::RegionsShape`] (every image, or every region when there are more)
+    /// when `usage.regions` has a different length than `inputs`.
     ///
     /// # Examples
     /// ```no_run

@@ -11,8 +11,7 @@ use crate::resume::DatasetFingerprint;
 impl Loader {
     /// Where this loader stands: `(seed, epoch, position)`, and the batch size, ranks,
     /// dataset (length and [`DatasetFingerprint`]), `drop_last`, `drop_partial_batch` and
-    /// kind of order that give
-    /// `position` its meaning; feed it to
+    /// kind of order that give `position` its meaning; feed it to
     /// [`crate::LoaderBuilder::resume`] to continue exactly here.
     ///
     /// # Examples
@@ -56,9 +55,9 @@ impl Loader {
     /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed, batch size,
     /// number of ranks, dataset (its length or, where the state records it, its
     /// [`DatasetFingerprint`]), `drop_last`, `drop_partial_batch` or kind of order, or lies
-    /// past the end of the
-    /// epoch; [`LoaderError::EpochInProgress`] while an epoch iterator is alive (drop it
-    /// first); [`LoaderError::ForkedProcess`] in a fork of the process that built it.
+    /// past the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator
+    /// is alive (drop it first); [`LoaderError::ForkedProcess`] in a fork of the process
+    /// that built it.
     ///
     /// # Examples
     ///
