@@ -39,6 +39,8 @@ pub struct LoaderBuilder {
     pinned_memory: Option<u64>,
     /// [`LoaderBuilder::seed`]; `None`: the shuffle's seed.
     seed: Option<u64>,
+    /// [`LoaderBuilder::indices`]; `None`: every record.
+    indices: Option<Vec<u64>>,
 }
 
 /// Where a loader's rank and world come from.
@@ -53,6 +55,21 @@ enum Ranks {
 }
 
 impl LoaderBuilder {
+    /// Draws each epoch from the records `indices` of the dataset instead of from all of
+    /// them, as PyTorch's `Subset` or FFCV's `indices`: a train/validation split, or
+    /// classes kept out, of one converted dataset; a quick run on a fraction. Everything
+    /// else counts in them: shuffling, the split over ranks, `drop_last`, the batches per
+    /// epoch, the records that stand in for bad ones, and [`LoaderState`]. An index given
+    /// twice is drawn twice an epoch; a sequential order yields them in the order given.
+    /// Batches report the records' own indices. See [`Sampler::with_indices`].
+    ///
+    /// [`LoaderBuilder::build`] fails with [`LoaderError::InvalidConfig`] (`indices`) for an
+    /// empty list or an index past the dataset's last record.
+    pub fn indices(mut self, indices: Vec<u64>) -> Self {
+        self.indices = Some(indices);
+        self
+    }
+
     /// Images per batch (default 256).
     pub fn batch_size(mut self, n: usize) -> Self {
         self.config.batch_size = n as u64;
@@ -530,6 +547,7 @@ impl LoaderBuilder {
             prefetch,
             pinned_memory,
             seed,
+            indices,
         } = self;
         if let Some(seed) = seed {
             config.shuffle = config.shuffle.with_seed(seed);
@@ -610,6 +628,10 @@ impl LoaderBuilder {
             config.drop_last,
         )?
         .with_drop_partial_batch(config.drop_partial_batch.unwrap_or(config.drop_last));
+        let sampler = match indices {
+            Some(indices) => sampler.with_indices(indices, config.dataset.len())?,
+            None => sampler,
+        };
         let dataset = DatasetFingerprint::of(config.dataset.manifest());
         let resume = resume
             .map(|state| check_resume(&state, config.seed, &sampler, dataset))
@@ -631,64 +653,6 @@ impl LoaderBuilder {
             tracing::warn!("{note}");
         }
         Ok(loader)
-    }
-}
-
-impl Loader {
-    /// Why this loader reads the whole dataset although the launcher started several
-    /// processes, when it does: built without [`LoaderBuilder::distributed_from_env`] (or
-    /// with `distributed(_, 1)`) under torchrun, Slurm or MPI, every process would load
-    /// the same batches in the same order. The builder also logs it as a warning.
-    pub fn ranks_note(&self) -> Option<String> {
-        let placement = &self.config.placement;
-        (self.config.world == 1 && placement.world > 1).then(|| {
-            format!(
-                "the launcher ({}) started {} processes, but this loader reads the whole \
-                 dataset as one: every process gets the same batches; call \
-                 .distributed_from_env() (or .distributed(rank, world)) to give each its \
-                 share",
-                placement.launcher, placement.world
-            )
-        })
-    }
-
-    /// Why the CPU path's batches in flight may not fit in memory, when they take more than
-    /// half of what this process may use (a container's limit) counting every loader process
-    /// on the node: each checks its own ring against the whole limit at build, and together
-    /// with the training they could pass it, and the OOM killer ends processes without a
-    /// word. The builder also logs it as a warning.
-    pub fn memory_note(&self) -> Option<String> {
-        if !self.stats().backend.starts_with("cpu") {
-            return None;
-        }
-        let (bytes, batches) = cpu_ring(&self.config, self.sampler());
-        let total = crate::launcher::memory_total()?;
-        crate::launcher::rings_note(
-            bytes?.saturating_mul(batches),
-            self.config.placement.local_world,
-            total,
-        )
-    }
-
-    /// Why the `workers` asked for ([`LoaderBuilder::workers`]) are more threads than this
-    /// process's share of the node's cores, when they are (PyTorch's `DataLoader` warns
-    /// alike); the builder also logs it as a warning. The default never is.
-    pub fn workers_note(&self) -> Option<String> {
-        let (workers, cores) = (self.config.workers, self.config.node_cores);
-        if workers <= cores {
-            return None;
-        }
-        let procs = self.config.placement.local_world;
-        let share = if procs > 1 {
-            format!("this process's share of the node ({procs} processes on it)")
-        } else {
-            "this process".to_owned()
-        };
-        Some(format!(
-            "workers={workers}: more threads than the {cores} cores {share} may use; the extra \
-             threads do not make the loader faster, they take turns on those cores with the \
-             training processes (leave workers unset for {cores})"
-        ))
     }
 }
 
@@ -722,7 +686,7 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
 /// The bytes of one batch buffer (`None` past 64 bits) and the batches the CPU path keeps
 /// in its ring: `prefetch + workers`, prefetch capped by the batches an epoch has
 /// (CpuPipeline::build).
-fn cpu_ring(config: &LoaderConfig, sampler: &Sampler) -> (Option<u64>, u64) {
+pub(crate) fn cpu_ring(config: &LoaderConfig, sampler: &Sampler) -> (Option<u64>, u64) {
     let side = u64::from(config.transform.out_size());
     let bytes = side
         .checked_mul(side)
@@ -777,6 +741,7 @@ impl Loader {
             prefetch: None,
             pinned_memory: None,
             seed: None,
+            indices: None,
         }
     }
 }

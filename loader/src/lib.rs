@@ -196,5 +196,5 @@ pub use metrics::{Stage, Stats};
 pub use mixing::mixing_note;
 pub use pipeline::Next;
 pub use resume::{DatasetFingerprint, LoaderState, DRAWS_VERSION};
-pub use sampler::{Order, Sampler, Shuffle};
+pub use sampler::{Order, Sampler, Selection, Shuffle};
 pub use transform::{DrawKey, SampleParams, Transform};

@@ -17,6 +17,7 @@ use crate::resume::{resume_start, DatasetFingerprint, LoaderState};
 use crate::sampler::Sampler;
 
 mod checkpoint;
+mod notes;
 
 /// An epoch whose pipeline has started: its batches, and the bad records met building
 /// them.
@@ -296,7 +297,8 @@ impl Loader {
                 self.config.prefetch_next_epoch,
             )),
             global_offset: self.sampler.global_position(0),
-            dataset_len: self.config.dataset.len(),
+            dataset_len: self.sampler.dataset_len(),
+            indices: self.sampler.shared_indices(),
             batch_size: self.config.batch_size,
             num_batches: self.sampler.num_batches(),
             start_batch,
@@ -749,33 +751,5 @@ impl std::fmt::Debug for Epoch<'_> {
             .field("epoch", &self.epoch)
             .field("finished", &self.finished)
             .finish()
-    }
-}
-
-impl Loader {
-    /// Why every epoch of this loader is empty, when it is: `drop_last` over more ranks
-    /// than samples cuts them all, and dropping partial batches (by default with
-    /// `drop_last`) with a batch size above this rank's share drops the one batch there is;
-    /// a training loop would run without a word. The builder also logs it as a warning.
-    pub fn empty_epochs_note(&self) -> Option<String> {
-        let sampler = self.sampler();
-        let (len, world, share) = (
-            sampler.dataset_len(),
-            sampler.world_size(),
-            sampler.rank_share(),
-        );
-        (sampler.num_batches() == 0).then(|| match share {
-            0 => format!(
-                "every epoch is empty: drop_last cuts all {len} samples, fewer than the \
-                 {world} ranks; turn drop_last off"
-            ),
-            _ => format!(
-                "every epoch is empty: dropping the partial batch (drop_partial_batch, by \
-                 default as drop_last) drops the only batch, as batch_size {} is above the \
-                 {share} samples of this rank's share ({len} samples over {world} ranks); \
-                 lower the batch size or keep the partial batch (drop_partial_batch false)",
-                sampler.batch_size(),
-            ),
-        })
     }
 }

@@ -60,8 +60,12 @@ pub(crate) struct EpochPlan {
     /// Position in the epoch's global order of `order[0]`
     /// ([`crate::Sampler::global_position`]`(0)`).
     pub(crate) global_offset: u64,
-    /// Records in the dataset (the last replacements scan all of them).
+    /// Samples the epoch draws from (the last replacements scan all of them): the
+    /// dataset's records, or the indices a subset loader was given.
     pub(crate) dataset_len: u64,
+    /// The records of a subset loader ([`crate::LoaderBuilder::indices`]): scan position
+    /// `i` is record `indices[i]`; `None`, record `i`.
+    pub(crate) indices: Option<Arc<[u64]>>,
     /// Full batch size; the last batch may be shorter.
     pub(crate) batch_size: u64,
     /// Batches in the epoch.
@@ -142,7 +146,12 @@ impl EpochPlan {
         }
         let len = self.dataset_len.max(1);
         let start = Rng::new(&[self.seed, self.epoch, position, STREAM_REPLACE]).below(len);
-        (start + u64::from(attempt - RANDOM_PICKS - 1)) % len
+        let at = (start + u64::from(attempt - RANDOM_PICKS - 1)) % len;
+        // A subset loader scans its own records: a validation split must not be padded
+        // with training images.
+        self.indices
+            .as_ref()
+            .map_or(at, |indices| indices[at as usize])
     }
 
     /// Notes that record `*current`, tried for position `pos`, failed with `error`, and
@@ -392,6 +401,7 @@ mod tests {
             order: Arc::new((0..len).map(|i| i * 3 % len).collect()),
             global_offset,
             dataset_len: len,
+            indices: None,
             batch_size: 4,
             num_batches: len.div_ceil(4),
             start_batch: 0,
@@ -545,6 +555,7 @@ mod tests {
         let p = EpochPlan {
             order: Arc::new(vec![1]),
             dataset_len: 3,
+            indices: None,
             ..plan(1, 5)
         };
         let (mut attempt, mut current) = (0, 1);
@@ -554,6 +565,29 @@ mod tests {
         assert!(current == 0 || current == 2, "{current}");
         assert!(attempt > RANDOM_PICKS, "{attempt}");
         assert_eq!(p.bad.entries.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_subset_loader_scans_its_own_records_for_replacements() {
+        // A validation split of records 10, 20 and 30 of a larger dataset, over 8 ranks:
+        // this rank's share is record 20 alone, and it is bad.
+        let p = EpochPlan {
+            order: Arc::new(vec![20]),
+            dataset_len: 3,
+            indices: Some(Arc::from(vec![10, 20, 30])),
+            ..plan(1, 5)
+        };
+        for pos_attempt in RANDOM_PICKS + 1..RANDOM_PICKS + 4 {
+            let r = p.replacement(0, pos_attempt);
+            assert!(
+                [10, 20, 30].contains(&r),
+                "{r} is not one of the subset's records"
+            );
+        }
+        let (mut attempt, mut current) = (0, 20);
+        p.replace_failed(0, bad(current), &mut attempt, &mut current)
+            .unwrap();
+        assert!(current == 10 || current == 30, "{current}");
     }
 
     #[test]

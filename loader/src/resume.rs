@@ -5,7 +5,7 @@
 use stoker_formats::Manifest;
 
 use crate::error::LoaderError;
-use crate::sampler::{Order, Sampler};
+use crate::sampler::{Order, Sampler, Selection};
 
 /// The version of the rules that turn a seed, an epoch and a position into samples: the
 /// epoch's order ([`Sampler::order`]), each sample's crop and flip
@@ -22,8 +22,8 @@ pub const DRAWS_VERSION: u32 = 1;
 /// Serializable so it can go into a training checkpoint.
 ///
 /// `position` counts batches of one rank's order, so it means the same samples only to a
-/// loader with the same seed, batch size, number of ranks, dataset, `drop_last`,
-/// `drop_partial_batch` and kind of order: [`crate::Loader::state`] records them, and a
+/// loader with the same seed, batch size, number of ranks, dataset, records drawn from
+/// (all, or the same `indices`), `drop_last`, `drop_partial_batch` and kind of order: [`crate::Loader::state`] records them, and a
 /// resume with any of them different is refused rather than repeating or skipping samples.
 /// (The rank is not recorded: the ranks advance in step, so rank 0's saved state resumes
 /// every rank.) The optional fields may be left out (a state written by hand or by an older
@@ -54,9 +54,14 @@ pub struct LoaderState {
     /// The number of ranks the dataset is split over (checked on resume when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u64>,
-    /// The records in the dataset (checked on resume when given).
+    /// The samples an epoch draws from: the dataset's records, or the number of indices
+    /// given to [`crate::LoaderBuilder::indices`] (checked on resume when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,
+    /// Which records: all of the dataset's, or which indices (checked on resume when
+    /// given; states from before 2026-12-04 do not record it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub indices: Option<Selection>,
     /// Whether the tail that does not divide evenly over the ranks is cut: it changes each
     /// rank's share, so where its slice starts (checked on resume when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -215,6 +220,12 @@ pub(crate) fn check_resume(
             "world_size",
             text(state.world_size),
             sampler.world_size().to_string(),
+        ),
+        // Before `samples`: a list of other indices is the better reason to give.
+        (
+            "indices",
+            state.indices.map(|s| s.to_string()),
+            sampler.selection().to_string(),
         ),
         (
             "samples",

@@ -16,10 +16,20 @@
 //! [`Sampler::with_drop_partial_batch`] says (the two apart). Rank `r` takes the `r`-th
 //! contiguous slice. Either way **every rank yields the same number of batches of the same
 //! sizes**: uneven batch counts hang collective operations in distributed training.
+//!
+//! # Part of a dataset
+//!
+//! With [`Sampler::with_indices`], an epoch draws from a list of record indices instead
+//! of `0..len`: the order is drawn over the list's positions exactly as over a dataset of
+//! that many records, and each position stands for its record.
 
 use crate::error::LoaderError;
 // Defined beside the resume check; also reachable here, where it used to live.
 pub use crate::resume::LoaderState;
+
+mod subset;
+pub use subset::Selection;
+use subset::Subset;
 
 /// How the order of an epoch is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -151,8 +161,10 @@ impl std::str::FromStr for Order {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sampler {
-    /// Records in the dataset (> 0).
+    /// Samples an epoch draws from (> 0): the dataset's records, or the subset's positions.
     len: u64,
+    /// The records drawn from, when not the whole dataset.
+    subset: Option<Subset>,
     shuffle: Shuffle,
     /// `rank < world`.
     rank: u64,
@@ -204,6 +216,7 @@ impl Sampler {
         }
         Ok(Sampler {
             len,
+            subset: None,
             shuffle,
             rank,
             world,
@@ -234,6 +247,56 @@ impl Sampler {
         self
     }
 
+    /// This sampler drawing from the records `indices` of a dataset of `records` instead
+    /// of from all of them (as PyTorch's `Subset`, FFCV's `indices`): a train/validation
+    /// split or a class kept out of one converted dataset, a quick run on a fraction. An
+    /// index given twice is drawn twice an epoch. A sequential order yields them in the
+    /// order given; a shuffled order is drawn over them sorted, so it depends on which
+    /// indices were given and the seed, not on the list's order, and a quasi order's
+    /// blocks are runs of nearby records. Batches report the records' own indices.
+    ///
+    /// # Errors
+    ///
+    /// [`LoaderError::InvalidConfig`] (`indices`) for an empty list or an index of
+    /// `records` or more.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_loader::{Sampler, Shuffle};
+    /// // Every third record of 10, in batches of 2.
+    /// let s = Sampler::new(10, Shuffle::Sequential, 0, 1, 2, false)?
+    ///     .with_indices(vec![0, 3, 6, 9], 10)?;
+    /// assert_eq!((s.num_batches(), s.order(0)), (2, vec![0, 3, 6, 9]));
+    /// # Ok::<(), stoker_loader::LoaderError>(())
+    /// ```
+    pub fn with_indices(mut self, indices: Vec<u64>, records: u64) -> Result<Self, LoaderError> {
+        let sort = self.shuffle != Shuffle::Sequential;
+        let subset = Subset::new(indices, records, sort)?;
+        self.len = subset.len();
+        self.subset = Some(subset);
+        Ok(self)
+    }
+
+    /// The record indices an epoch draws from ([`Sampler::with_indices`]), sorted for a
+    /// shuffled order; `None` for the whole dataset.
+    pub fn indices(&self) -> Option<&[u64]> {
+        self.subset.as_ref().map(Subset::indices)
+    }
+
+    /// The indices of [`Sampler::indices`], shared (the epoch's plan scans them for
+    /// replacements).
+    pub(crate) fn shared_indices(&self) -> Option<std::sync::Arc<[u64]>> {
+        self.subset.as_ref().map(Subset::shared)
+    }
+
+    /// Which records an epoch draws from, as [`LoaderState::indices`] records it.
+    pub fn selection(&self) -> Selection {
+        self.subset
+            .as_ref()
+            .map_or(Selection::All, Subset::selection)
+    }
+
     /// Whether the tail that does not divide evenly over the ranks is cut (else padded
     /// by repeating the first samples of the order).
     pub fn drop_last(&self) -> bool {
@@ -260,7 +323,8 @@ impl Sampler {
         self.world
     }
 
-    /// The records in the dataset (all ranks).
+    /// The samples an epoch draws from (all ranks): the dataset's records, or as many as
+    /// [`Sampler::with_indices`] was given.
     pub fn dataset_len(&self) -> u64 {
         self.len
     }
@@ -327,7 +391,8 @@ impl Sampler {
             .saturating_add(pos)
     }
 
-    /// The permutation of `0..len` shared by all ranks for `epoch`.
+    /// The permutation of `0..len` shared by all ranks for `epoch` (of the indices given
+    /// to [`Sampler::with_indices`], when they were).
     pub fn global_order(&self, epoch: u64) -> Vec<u64> {
         finished(self.global_positions(epoch, 0, self.len, &|| true))
     }
@@ -351,9 +416,26 @@ impl Sampler {
     }
 
     /// `take` entries of the epoch's global order from position `from`, wrapping around
-    /// past the end (`take ≤ len`): what [`Sampler::order`] and
+    /// past the end (`take ≤ len`), as records: what [`Sampler::order`] and
     /// [`Sampler::global_order`] return. `None` when `go_on` said to stop.
     fn global_positions(
+        &self,
+        epoch: u64,
+        from: u64,
+        take: u64,
+        go_on: &dyn Fn() -> bool,
+    ) -> Option<Vec<u64>> {
+        let mut drawn = self.positions_drawn(epoch, from, take, go_on)?;
+        if let Some(subset) = &self.subset {
+            for p in &mut drawn {
+                *p = subset.get(*p);
+            }
+        }
+        Some(drawn)
+    }
+
+    /// [`Sampler::global_positions`] as positions in `0..len`.
+    fn positions_drawn(
         &self,
         epoch: u64,
         from: u64,

@@ -448,6 +448,27 @@ impl Dataset {
         Ok((bytes, record.header.label))
     }
 
+    /// Every record's label in index order (``labels()[i]`` is ``self[i][1]``), to choose
+    /// records by class for ``Loader(indices=...)``: ``[i for i, l in
+    /// enumerate(ds.labels()) if l in keep]``. Reads each record's header, not its image.
+    /// Raises ``stoker.StokerError`` naming the first record whose header is damaged.
+    fn labels(&self, py: Python<'_>) -> PyResult<Vec<u32>> {
+        let _logs = Call::new(py);
+        crate::signals::guard_shard_reads();
+        self.inner.check_unchanged().map_err(format_error)?;
+        py.detach(|| {
+            (0..self.inner.len())
+                .map(|i| {
+                    let label = self.reader.get(i)?.header.label;
+                    // A page that could not be read reads as zeros: no label at all.
+                    self.reader.check_read(i)?;
+                    Ok(label)
+                })
+                .collect::<Result<Vec<u32>, stoker_formats::FormatError>>()
+        })
+        .map_err(format_error)
+    }
+
     /// Class names; label ``i`` is ``classes[i]``.
     #[getter]
     fn classes(&self) -> Vec<String> {

@@ -32,11 +32,13 @@ mod capsule;
 mod dataset;
 mod epoch;
 mod errors;
+mod indices;
 mod loader;
 mod locks;
 mod logging;
 mod sampler;
 mod signals;
+mod stats;
 mod writer;
 
 use pyo3::prelude::*;
@@ -67,7 +69,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::Loader>()?;
     m.add_class::<epoch::Epoch>()?;
     m.add_class::<sampler::LoaderSampler>()?;
-    m.add_class::<loader::Stats>()?;
+    m.add_class::<stats::Stats>()?;
     m.add_class::<batch::Batch>()?;
     m.add_class::<batch::Images>()?;
     m.add_class::<batch::Labels>()?;

@@ -8,12 +8,13 @@ use pyo3::types::{PyDict, PyType};
 use stoker_loader::{Device, LoaderBuilder, LoaderError, LoaderState, OnError, Shuffle, Transform};
 
 use crate::args;
-use crate::dataset::{json_to_py, Dataset};
+use crate::dataset::Dataset;
 use crate::epoch::{Epoch, EpochShared, PendingEpoch, StoppedBy, Which};
 use crate::errors::{loader_error, warn, StokerError};
 use crate::locks::lock;
 use crate::logging::Call;
 use crate::sampler::LoaderSampler;
+use crate::stats::Stats;
 
 /// The loader: reads a dataset in a deterministic order, decodes (nvJPEG on the GPU or
 /// the CPU), crops, flips and normalizes into batches, and reports whether it keeps up.
@@ -51,6 +52,13 @@ use crate::sampler::LoaderSampler;
 /// takes every ``world_size``-th sample from ``r``, a rank takes a consecutive slice of
 /// the order: code that gathers ranks' results by interleaving them must use each
 /// batch's ``indices`` (or join the ranks in rank order) instead.
+/// ``indices``: draw from these records only (a list, ``range`` or integer array of
+/// record indices, as ``torch.utils.data.Subset`` or FFCV's ``indices``): a train /
+/// validation split or some classes of one converted dataset, a quick run on a fraction.
+/// Shuffling, ranks, ``drop_last``, ``len()``, replacements of bad records and
+/// ``state_dict()`` all count in them; an index given twice is drawn twice an epoch; with
+/// ``shuffle=False`` they come in the order given. ``Dataset.labels()`` gives every
+/// record's label, to choose by class.
 /// ``prefetch``: batches in flight; ``workers``: CPU threads;
 /// ``on_error``: ``"replace"`` a bad record by another sample of the epoch (drawn from
 /// ``seed``, epoch and position) or ``"raise"``. ``seed`` drives the order and every
@@ -104,7 +112,7 @@ impl Loader {
     #[new]
     #[pyo3(signature = (
         data, batch_size=256, *, shuffle=None, seed=0, quasi_block=512, drop_last=false,
-        drop_partial_batch=None, crop="random", size=224, resize=None, scale=None, ratio=None, hflip=0.0, mean=None,
+        drop_partial_batch=None, indices=None, crop="random", size=224, resize=None, scale=None, ratio=None, hflip=0.0, mean=None,
         std=None,
         dtype=None, layout=None, device=None, rank=None, world_size=None,
         prefetch=None, workers=None, on_error="replace", prefetch_next_epoch=true,
@@ -120,6 +128,7 @@ impl Loader {
         #[pyo3(from_py_with = args::quasi_block)] quasi_block: u32,
         #[pyo3(from_py_with = args::drop_last)] drop_last: bool,
         drop_partial_batch: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = crate::indices::indices)] indices: Option<Vec<u64>>,
         #[pyo3(from_py_with = args::crop)] crop: &str,
         #[pyo3(from_py_with = args::crop_size)] size: u32,
         #[pyo3(from_py_with = args::resize)] resize: Option<u32>,
@@ -194,6 +203,9 @@ impl Loader {
             .prefetch_next_epoch(prefetch_next_epoch);
         if let Some(d) = drop_partial_batch {
             builder = builder.drop_partial_batch(args::boolean(d, "drop_partial_batch")?);
+        }
+        if let Some(indices) = indices {
+            builder = builder.indices(indices);
         }
         builder = match (rank, world_size) {
             (Some(r), Some(w)) => builder.distributed(r, w),
@@ -346,6 +358,7 @@ impl Loader {
         d.set_item("batch_size", s.batch_size)?;
         d.set_item("world_size", s.world_size)?;
         d.set_item("samples", s.samples)?;
+        d.set_item("indices", s.indices.map(|i| i.to_string()))?;
         d.set_item("drop_last", s.drop_last)?;
         d.set_item("drop_partial_batch", s.drop_partial_batch)?;
         d.set_item("order", s.order.map(|o| o.to_string()))?;
@@ -384,6 +397,7 @@ impl Loader {
             batch_size: optional("batch_size")?,
             world_size: optional("world_size")?,
             samples: optional("samples")?,
+            indices: args::parsed(present("indices")?, "state[\"indices\"]")?,
             drop_last: present("drop_last")?
                 .map(|v| args::boolean(&v, "state[\"drop_last\"]"))
                 .transpose()?,
@@ -485,91 +499,6 @@ impl Loader {
         lock(&self.inner)
             .clone()
             .ok_or_else(|| StokerError::new_err("the loader is closed (Loader.close())"))
-    }
-}
-
-/// The loader's counters. A read-only mapping of the fields of the Rust ``Stats``
-/// (``epochs``, ``batches``, ``images``, ``images_per_s``, ``fed_ratio``,
-/// ``consumer_wait_s``, ``stages`` (the per-stage table), ``backend``...) plus
-/// ``verdict``; ``str(stats)`` is the same table and verdict the Rust loader prints.
-#[pyclass(module = "stoker", frozen, mapping)]
-pub(crate) struct Stats {
-    inner: stoker_loader::Stats,
-}
-
-impl Stats {
-    fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = json_to_py(py, &self.inner.to_json())?.cast_into::<PyDict>()?;
-        d.set_item("verdict", self.inner.verdict())?;
-        Ok(d)
-    }
-}
-
-#[pymethods]
-impl Stats {
-    /// A plain dict of the counters.
-    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.dict(py)
-    }
-
-    fn __getitem__<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
-        self.dict(py)?
-            .get_item(key)?
-            .ok_or_else(|| PyKeyError::new_err(key.to_owned()))
-    }
-
-    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.dict(py)?.len())
-    }
-
-    fn __contains__(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
-        self.dict(py)?.contains(key)
-    }
-
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(self.dict(py)?.keys().into_any().try_iter()?.into_any())
-    }
-
-    /// ``stats[key]``, or ``default`` when there is no such counter (as ``dict.get``).
-    #[pyo3(signature = (key, default=None))]
-    fn get<'py>(
-        &self,
-        py: Python<'py>,
-        key: &str,
-        default: Option<Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        match self.dict(py)?.get_item(key)? {
-            Some(v) => Ok(v),
-            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
-        }
-    }
-
-    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.dict(py)?.call_method0("keys")
-    }
-
-    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.dict(py)?.call_method0("items")
-    }
-
-    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.dict(py)?.call_method0("values")
-    }
-
-    /// The stats as JSON (the Rust ``Stats::to_json``).
-    fn to_json(&self) -> String {
-        self.inner.to_json()
-    }
-
-    fn __str__(&self) -> String {
-        self.inner.to_string()
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "stoker.Stats(images={}, images_per_s={:.1}, fed_ratio={:.3})",
-            self.inner.images, self.inner.images_per_s, self.inner.fed_ratio
-        )
     }
 }
 

@@ -2,7 +2,7 @@
 
 import os
 import pathlib
-from typing import Any, Dict, ItemsView, Iterator, KeysView, List, Optional, Sequence, Tuple, Union, ValuesView
+from typing import Any, Dict, ItemsView, Iterable, Iterator, KeysView, List, Optional, Sequence, Tuple, Union, ValuesView
 
 __version__: str
 IMAGENET_MEAN: List[float]
@@ -85,6 +85,7 @@ class Dataset:
     def __init__(self, path: Union[str, bytes, os.PathLike]) -> None: ...
     def __len__(self) -> int: ...
     def __getitem__(self, index: int) -> Tuple[bytes, int]: ...
+    def labels(self) -> List[int]: ...
     @property
     def classes(self) -> List[str]: ...
     @property
@@ -187,6 +188,8 @@ class Loader:
         quasi_block: int = 512,
         drop_last: bool = False,
         drop_partial_batch: Optional[bool] = None,
+        # Record indices: a list, a range, a NumPy or torch integer array.
+        indices: Optional[Iterable[int]] = None,
         crop: str = "random",
         size: int = 224,
         resize: Optional[int] = None,

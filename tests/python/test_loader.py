@@ -192,6 +192,7 @@ def test_state_dict_resumes_mid_epoch_exactly(sample_dataset, tmp_path):
         "batch_size": 4,
         "world_size": 1,
         "samples": 15,
+        "indices": "all",
         "drop_last": False,
         "drop_partial_batch": False,
         "order": "global",

@@ -10,7 +10,7 @@ use crate::resume::DatasetFingerprint;
 
 impl Loader {
     /// Where this loader stands: `(seed, epoch, position)`, and the batch size, ranks,
-    /// dataset (length and [`DatasetFingerprint`]), `drop_last`, `drop_partial_batch` and
+    /// dataset (length and [`DatasetFingerprint`]), records drawn from, `drop_last`, `drop_partial_batch` and
     /// kind of order that give `position` its meaning; feed it to
     /// [`crate::LoaderBuilder::resume`] to continue exactly here.
     ///
@@ -34,6 +34,7 @@ impl Loader {
             batch_size: Some(self.sampler.batch_size()),
             world_size: Some(self.sampler.world_size()),
             samples: Some(self.sampler.dataset_len()),
+            indices: Some(self.sampler.selection()),
             drop_last: Some(self.sampler.drop_last()),
             drop_partial_batch: Some(self.sampler.drop_partial_batch()),
             order: Some(self.sampler.shuffle().order()),
@@ -54,7 +55,7 @@ impl Loader {
     ///
     /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed, batch size,
     /// number of ranks, dataset (its length or, where the state records it, its
-    /// [`DatasetFingerprint`]), `drop_last`, `drop_partial_batch` or kind of order, or lies
+    /// [`DatasetFingerprint`]), records drawn from, `drop_last`, `drop_partial_batch` or kind of order, or lies
     /// past the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator
     /// is alive (drop it first); [`LoaderError::ForkedProcess`] in a fork of the process
     /// that built it.

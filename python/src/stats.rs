@@ -1,0 +1,92 @@
+//! `stoker.Stats`: a loader's counters as a read-only mapping.
+
+use pyo3::exceptions::PyKeyError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::dataset::json_to_py;
+
+/// The loader's counters. A read-only mapping of the fields of the Rust ``Stats``
+/// (``epochs``, ``batches``, ``images``, ``images_per_s``, ``fed_ratio``,
+/// ``consumer_wait_s``, ``stages`` (the per-stage table), ``backend``...) plus
+/// ``verdict``; ``str(stats)`` is the same table and verdict the Rust loader prints.
+#[pyclass(module = "stoker", frozen, mapping)]
+pub(crate) struct Stats {
+    pub(crate) inner: stoker_loader::Stats,
+}
+
+impl Stats {
+    fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = json_to_py(py, &self.inner.to_json())?.cast_into::<PyDict>()?;
+        d.set_item("verdict", self.inner.verdict())?;
+        Ok(d)
+    }
+}
+
+#[pymethods]
+impl Stats {
+    /// A plain dict of the counters.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        self.dict(py)
+    }
+
+    fn __getitem__<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
+        self.dict(py)?
+            .get_item(key)?
+            .ok_or_else(|| PyKeyError::new_err(key.to_owned()))
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        Ok(self.dict(py)?.len())
+    }
+
+    fn __contains__(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
+        self.dict(py)?.contains(key)
+    }
+
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(self.dict(py)?.keys().into_any().try_iter()?.into_any())
+    }
+
+    /// ``stats[key]``, or ``default`` when there is no such counter (as ``dict.get``).
+    #[pyo3(signature = (key, default=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match self.dict(py)?.get_item(key)? {
+            Some(v) => Ok(v),
+            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+        }
+    }
+
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.dict(py)?.call_method0("keys")
+    }
+
+    fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.dict(py)?.call_method0("items")
+    }
+
+    fn values<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.dict(py)?.call_method0("values")
+    }
+
+    /// The stats as JSON (the Rust ``Stats::to_json``).
+    fn to_json(&self) -> String {
+        self.inner.to_json()
+    }
+
+    fn __str__(&self) -> String {
+        self.inner.to_string()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "stoker.Stats(images={}, images_per_s={:.1}, fed_ratio={:.3})",
+            self.inner.images, self.inner.images_per_s, self.inner.fed_ratio
+        )
+    }
+}
