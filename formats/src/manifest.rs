@@ -88,6 +88,14 @@ pub struct PartInfo {
     /// refuses parts that are all empty. Absent (false) in a converted part.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub written: bool,
+    /// A written part's records as one number, 16 hex digits: the wrapping sum over its
+    /// records of a hash of each one's header (which holds its payload's CRC32C), the same
+    /// for the same records in any order and any shards, so that `merge` refuses parts
+    /// whose writers were each given every sample even when they wrote them in another
+    /// order. Only informs (read past by builds before 2026-12-04); absent in a converted
+    /// part, and in written parts of those builds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<String>,
 }
 
 /// Fixed `height × width × channels` of a raw dataset.

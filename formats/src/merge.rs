@@ -9,6 +9,7 @@
 //! `merge` replaces, and every part directory is still whole; after it is written the part
 //! directories are removed (their shards live on through the links).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -428,42 +429,56 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     Ok(loaded.into_iter().map(|(d, m, _)| (d, m)).collect())
 }
 
-/// Refuses written parts that hold the same records byte for byte: every process of a
-/// distributed writing was given all the samples rather than its share, the classic
-/// mistake of a loop that was not split by rank, and the merged dataset would hold each
-/// sample once per process. Their shards' sizes, record counts and digests are equal
-/// (a writer makes the same file of the same records); parts without records, and
-/// shards without a digest (from old builds), are not compared. Converted parts hold
-/// disjoint slices of one listing, so this is only asked of written ones.
+/// Refuses written parts that hold the same records: every process of a distributed
+/// writing was given all the samples rather than its share, the classic mistake of a
+/// loop that was not split by rank, and the merged dataset would hold each sample once
+/// per process. Byte for byte, their shards' sizes, record counts and digests are equal
+/// (a writer makes the same file of the same records); in another order (each process
+/// shuffled its own way) or other shards, their `part.records` sums and sample counts
+/// are. Parts without records, shards without a digest and parts without a sum (from
+/// older builds) are not compared. Converted parts hold disjoint slices of one listing,
+/// so this is only asked of written ones.
 fn check_distinct(loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), FormatError> {
     type Fingerprint = Vec<(u64, u64, Option<u64>, Option<u32>)>;
-    let mut seen: std::collections::HashMap<Fingerprint, (&PathBuf, u32)> =
-        std::collections::HashMap::new();
+    let mut bytes_seen: HashMap<Fingerprint, (&PathBuf, u32)> = HashMap::new();
+    let mut records_seen: HashMap<(u64, &str), (&PathBuf, u32)> = HashMap::new();
+    let refused = |dir: &PathBuf, index: u32, first: (&PathBuf, u32), how: &str, n: u64| {
+        FormatError::MergeRefused {
+            path: dir.clone(),
+            reason: format!(
+                "part {index} holds the same records as part {} ({}: {n} records, {how}): the writers were given the same samples, usually each of them all the samples rather than its share. Give writer i of n only its own share (e.g. `ds.shard(num_shards=n, index=i, contiguous=True)`) and write the parts again",
+                first.1,
+                first.0.display(),
+            ),
+        }
+    };
     for (dir, m, p) in loaded {
+        if !p.written || m.samples == 0 {
+            continue;
+        }
         let digested = m
             .shards
             .iter()
             .all(|s| s.xxh3.is_some() || s.crc32c.is_some());
-        if !p.written || m.samples == 0 || !digested {
-            continue;
+        if digested {
+            let fingerprint = m
+                .shards
+                .iter()
+                .map(|s| (s.count, s.bytes, s.xxh3, s.crc32c))
+                .collect();
+            if let Some(&first) = bytes_seen.get(&fingerprint) {
+                return Err(refused(dir, p.index, first, "byte for byte", m.samples));
+            }
+            bytes_seen.insert(fingerprint, (dir, p.index));
         }
-        let fingerprint = m
-            .shards
-            .iter()
-            .map(|s| (s.count, s.bytes, s.xxh3, s.crc32c))
-            .collect();
-        if let Some((first_dir, first)) = seen.get(&fingerprint) {
-            return Err(FormatError::MergeRefused {
-                path: dir.clone(),
-                reason: format!(
-                    "part {} holds the same records as part {first} ({}: {} records, byte for byte): the writers were given the same samples, usually each of them all the samples rather than its share. Give writer i of n only its own share (e.g. `ds.shard(num_shards=n, index=i, contiguous=True)`) and write the parts again",
-                    p.index,
-                    first_dir.display(),
-                    m.samples
-                ),
-            });
+        // The same records in another order, or cut into other shards.
+        if let Some(records) = p.records.as_deref() {
+            if let Some(&first) = records_seen.get(&(m.samples, records)) {
+                let how = "in another order or other shards";
+                return Err(refused(dir, p.index, first, how, m.samples));
+            }
+            records_seen.insert((m.samples, records), (dir, p.index));
         }
-        seen.insert(fingerprint, (dir, p.index));
     }
     Ok(())
 }

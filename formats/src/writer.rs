@@ -121,6 +121,17 @@ pub struct DatasetWriter {
     /// The largest label pushed through the checked path and the first record that has
     /// it: checked against the classes given to [`DatasetWriter::finish`].
     max_label: Option<(u32, u64)>,
+    /// [`DatasetWriter::records_sum`].
+    records_sum: u64,
+}
+
+/// A record's term in a written part's `part.records`: its header's last 8 bytes (the
+/// payload's CRC32C, then the header's own, which covers the encoding, size, label and
+/// payload length), as a little-endian u64, mixed by splitmix64's finalizer so that the
+/// sum of the terms tells multisets of records apart (docs/FORMAT.md, "Written parts").
+pub(crate) fn record_term(header: &[u8; HEADER_LEN]) -> u64 {
+    let crcs: [u8; 8] = header[24..32].try_into().expect("8 bytes");
+    crate::seeded::mix(u64::from_le_bytes(crcs))
 }
 
 impl std::fmt::Debug for DatasetWriter {
@@ -189,6 +200,7 @@ impl DatasetWriter {
             hashed_as_written: 0,
             min_shard_bytes: 0,
             max_label: None,
+            records_sum: 0,
         })
     }
 
@@ -277,9 +289,11 @@ impl DatasetWriter {
         }
         let index = self.next_index;
         let b = self.current.as_mut().expect("shard just started");
-        if let Err(e) = b.append(index, &header.to_bytes(), payload) {
+        let bytes = header.to_bytes();
+        if let Err(e) = b.append(index, &bytes, payload) {
             return Err(self.space_error(e));
         }
+        self.records_sum = self.records_sum.wrapping_add(record_term(&bytes));
         self.next_index += 1;
         self.payload_bytes += payload_len as u64;
         Ok(index)
@@ -502,6 +516,12 @@ impl DatasetWriter {
     /// Marks the dataset as one part of a partitioned conversion.
     pub(crate) fn set_part(&mut self, part: PartInfo) {
         self.part = Some(part);
+    }
+
+    /// The sum of [`record_term`] over the records written so far: the same for the same
+    /// records in any order and any shards (a written part's `part.records`).
+    pub(crate) fn records_sum(&self) -> u64 {
+        self.records_sum
     }
 
     pub(crate) fn payload_bytes(&self) -> u64 {

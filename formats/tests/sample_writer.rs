@@ -805,6 +805,24 @@ fn written_parts_that_each_hold_every_sample_are_refused() {
         let part = out.join(format!("part-{i:05}-of-00002"));
         assert_eq!(Dataset::open(&part).unwrap().len(), files.len() as u64);
     }
+    // Each process shuffled the samples its own way: other shard files, the same records.
+    let out = tmp.path().join("shuffled");
+    let reversed: Vec<_> = files.iter().rev().cloned().collect();
+    write_part(&out, &o, &classes, &files, (0, 2));
+    write_part(&out, &o, &classes, &reversed, (1, 2));
+    assert_merge_refused(&out, "part 1 holds the same records as part 0 (");
+    assert_merge_refused(&out, "records, in another order or other shards)");
+    let part = |i: u32| {
+        let m = Dataset::open(out.join(format!("part-{i:05}-of-00002"))).unwrap();
+        m.manifest().part.clone().unwrap().records.unwrap()
+    };
+    assert_eq!((part(0).len(), part(0)), (16, part(1)));
+    // One sample fewer, or another, is other records.
+    let out = tmp.path().join("one_less");
+    write_part(&out, &o, &classes, &files, (0, 2));
+    write_part(&out, &o, &classes, &reversed[1..], (1, 2));
+    let merged = stoker_formats::merge(&out, &[]).unwrap();
+    assert_eq!(merged.samples, 2 * files.len() as u64 - 1);
     // The same samples split by rank merge.
     let out = tmp.path().join("split");
     let half = files.len() / 2;

@@ -363,11 +363,15 @@ def check_part(m, written):
     p = m["part"]
     flags = m["provenance"]["flags"]
     _require(isinstance(p, dict), f"part {p!r} is not an object")
-    # `written` is `true` in a written part, left out (false) in a converted one.
+    # `written` is `true` in a written part, left out (false) in a converted one; a
+    # written part's `records` follows it (parts of builds before 2026-12-04 lack it).
+    extra = ["written"] + (["records"] if "records" in p else []) if written else []
     _require(
-        list(p) == PART_FIELDS + (["written"] if written else []),
-        f"part fields {list(p)} (expected {PART_FIELDS}, and `written` in a written part)",
+        list(p) == PART_FIELDS + extra,
+        f"part fields {list(p)} (expected {PART_FIELDS}, and `written`, `records` in a written part)",
     )
+    if "records" in p:
+        _require(re.fullmatch(r"[0-9a-f]{16}", p["records"]), "part.records is not 16 hex digits")
     _require(p.get("written", True) is True, "part.written is there but not true")
     _require(
         all(_is_uint(p[k]) for k in ("index", "count", "inputs", "first_input", "end_input")),
@@ -881,7 +885,31 @@ def read_dataset(directory, layout=True):
         payload_bytes == m["payload_bytes"],
         f"payload_bytes is {m['payload_bytes']}, records hold {payload_bytes}",
     )
+    if "records" in m.get("part", {}):
+        _require(
+            m["part"]["records"] == f"{records_sum(records):016x}",
+            "part.records is not the sum over the records of FORMAT.md's terms",
+        )
     return m, records
+
+
+def records_sum(records):
+    """FORMAT.md "Written parts", `records`: the sum modulo 2^64 of mix(v), v being bytes
+    24..32 of each record's header (payload CRC-32C, then the header's own) as a
+    little-endian u64, mix being splitmix64's finalizer."""
+    mask = (1 << 64) - 1
+    total = 0
+    for r in records:
+        crc = crc32c(r.payload)
+        head = RECORD_HEADER.pack(
+            RECORD_MAGIC, 1, r.encoding, r.channels, r.height, r.width, r.label,
+            len(r.payload), crc, 0,
+        )[:28]
+        z = crc | crc32c(head) << 32
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        total = (total + (z ^ (z >> 31))) & mask
+    return total
 
 
 def pixels(record):

@@ -232,6 +232,7 @@ def test_written_parts_and_their_merge(tmp_path):
             "end_input": cuts[i + 1] - cuts[i],
             "listing": p["listing"],
             "written": True,
+            "records": f"{spec.records_sum(records):016x}",
         }
         assert flags["order"] == "written" and "listing" not in flags
         # FORMAT.md's recipe, spelled out once more here.

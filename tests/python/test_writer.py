@@ -582,3 +582,10 @@ def test_parts_that_each_got_every_sample_are_refused_at_merge(tmp_path):
         stoker.merge(out)
     assert not (out / "manifest.json").exists()
     assert len(stoker.Dataset(out / "part-00001-of-00002")) == len(samples)
+    # Each process shuffled every sample its own way: other shards, the same records.
+    out = tmp_path / "shuffled"
+    _write_part(out, 0, 2, classes, samples)
+    _write_part(out, 1, 2, classes, samples[::-1])
+    with pytest.raises(stoker.StokerError, match="in another order or other shards"):
+        stoker.merge(out)
+    assert not (out / "manifest.json").exists()

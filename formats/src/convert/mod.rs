@@ -133,6 +133,7 @@ pub fn convert(
         end_input: range.end,
         listing: listing_text(listing_fingerprint),
         written: false,
+        records: None,
     };
     if options.resume {
         let want = options.part.map(part_info);

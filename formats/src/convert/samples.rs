@@ -571,6 +571,7 @@ impl SampleWriter {
                 end_input: self.samples,
                 listing: super::listing_text(fingerprint),
                 written: true,
+                records: Some(format!("{:016x}", writer.records_sum())),
             });
         }
         // From here the writer is gone: a failure takes away the files by these names.
