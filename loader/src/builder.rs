@@ -680,6 +680,7 @@ fn buffer_config(config: &LoaderConfig, sampler: &Sampler) -> Result<LoaderConfi
     }
     let mut sized = config.clone();
     sized.batch_size = largest;
+    sized.epoch_batches = sampler.num_batches().max(1);
     Ok(sized)
 }
 
@@ -733,6 +734,7 @@ impl Loader {
                 zero_copy: true,
                 page_lock_limit: None,
                 prefetch_next_epoch: true,
+                epoch_batches: u64::MAX,
             },
             resume: None,
             ranks: Ranks::Single,

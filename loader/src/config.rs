@@ -160,6 +160,9 @@ pub struct LoaderConfig {
     pub(crate) page_lock_limit: Option<u64>,
     /// Start epoch e+1's pipeline when epoch e's last batch is handed out.
     pub(crate) prefetch_next_epoch: bool,
+    /// Batches in this rank's epoch, as the sampler counts them (set at build): no more
+    /// are ever in flight, so the CPU ring holds no more (`u64::MAX` until known).
+    pub(crate) epoch_batches: u64,
 }
 
 /// Element type of a batch tensor.

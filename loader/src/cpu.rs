@@ -133,12 +133,13 @@ impl CpuPipeline {
         drop(config.dataset.reader()?);
         let workers = config.workers.max(1);
         // The ring is sized by what an epoch can use, not by the settings alone: a batch
-        // never holds more images than the dataset has, and no more batches than an epoch
-        // has are ever in flight, so an oversized batch size or prefetch (a typo, a
-        // script's 10**9) costs nothing instead of exhausting memory.
+        // never holds more images than the dataset has, and no more batches than this
+        // rank's epoch has (a share of the ranks, of `indices`) are ever in flight, so an
+        // oversized batch size or prefetch (a typo, a script's 10**9) costs nothing
+        // instead of exhausting memory.
         let len = config.dataset.len().max(1);
         let buffer_images = config.batch_size.clamp(1, len);
-        let epoch_batches = len.div_ceil(buffer_images);
+        let epoch_batches = len.div_ceil(buffer_images).min(config.epoch_batches);
         let slots = config.prefetch.min(epoch_batches) as usize + workers;
         let settings = Settings {
             dataset: config.dataset.clone(),

@@ -66,8 +66,10 @@ pub enum LoaderError {
         reason: String,
     },
     /// A bad record could not be replaced: random picks from this rank's share of the epoch,
-    /// then a scan of the whole dataset, found no usable record (every record is bad).
-    #[error("record {index} is unusable and so are the {attempts} replacements tried for it, drawn from this rank's share of the epoch and then scanned through the whole dataset (unreadable, undecodable or invalid)")]
+    /// then a scan of the whole dataset (of the records given to
+    /// [`crate::LoaderBuilder::indices`], for a loader over part of it), found no usable
+    /// record (every record is bad).
+    #[error("record {index} is unusable and so are the {attempts} replacements tried for it, drawn from this rank's share of the epoch and then scanned through every record the loader draws from (unreadable, undecodable or invalid)")]
     TooManyBadRecords {
         /// Dataset index of the record the order put at the failing position.
         index: u64,

@@ -82,7 +82,8 @@
 //! Public:
 //!
 //! - [`sampler`]: the per-rank order of sample indices for an epoch, from
-//!   `(shuffle, seed, epoch, rank, world, drop_last, drop_partial_batch, batch_size)` alone.
+//!   `(shuffle, seed, epoch, rank, world, drop_last, drop_partial_batch, batch_size)` and
+//!   the records drawn from (all, or [`LoaderBuilder::indices`]) alone.
 //! - [`resume`]: what a saved [`LoaderState`] records (its dataset's
 //!   [`DatasetFingerprint`] among the rest) and the check that refuses a state that would
 //!   mean other samples.

@@ -58,8 +58,9 @@ pub struct LoaderState {
     /// given to [`crate::LoaderBuilder::indices`] (checked on resume when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<u64>,
-    /// Which records: all of the dataset's, or which indices (checked on resume when
-    /// given; states from before 2026-12-04 do not record it).
+    /// Which records: all of the dataset's, or which indices (checked on resume; a state
+    /// from before 2026-12-04 does not record it, and drew from every record when it
+    /// records its `dataset`, which stokers that had no subsets did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub indices: Option<Selection>,
     /// Whether the tail that does not divide evenly over the ranks is cut: it changes each
@@ -221,10 +222,22 @@ pub(crate) fn check_resume(
             text(state.world_size),
             sampler.world_size().to_string(),
         ),
-        // Before `samples`: a list of other indices is the better reason to give.
+        // Before `indices`: a sequential order keeps the list as given, a shuffled one
+        // sorts it, so another order would read as other indices.
+        (
+            "order",
+            state.order.map(|o| o.to_string()),
+            sampler.shuffle().order().to_string(),
+        ),
+        // Before `samples`: a list of other indices is the better reason to give. A state
+        // that records its dataset but not `indices` was saved by a stoker that had no
+        // subsets: it drew from every record.
         (
             "indices",
-            state.indices.map(|s| s.to_string()),
+            state
+                .indices
+                .or(state.dataset.map(|_| Selection::All))
+                .map(|s| s.to_string()),
             sampler.selection().to_string(),
         ),
         (
@@ -245,11 +258,6 @@ pub(crate) fn check_resume(
                 .or(state.drop_last)
                 .map(|d| d.to_string()),
             sampler.drop_partial_batch().to_string(),
-        ),
-        (
-            "order",
-            state.order.map(|o| o.to_string()),
-            sampler.shuffle().order().to_string(),
         ),
         (
             "dataset",

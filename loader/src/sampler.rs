@@ -1,7 +1,7 @@
 //! The order in which an epoch visits the dataset, per rank.
 //!
-//! The order is a pure function of `(shuffle, seed, epoch, len, rank, world, batch_size,
-//! drop_last, drop_partial_batch)`: it never depends on thread timing, the number of workers
+//! The order is a pure function of `(shuffle, seed, epoch, len or indices, rank, world,
+//! batch_size, drop_last, drop_partial_batch)`: it never depends on thread timing, the number of workers
 //! or the device, so a run is reproducible, the CPU and GPU paths see the same samples, and a
 //! resumed run continues with exactly the samples it would have seen.
 //!

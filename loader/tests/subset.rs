@@ -110,22 +110,38 @@ fn a_state_resumes_only_into_a_loader_over_the_same_records() {
     let mut other = every_third();
     other[0] = 1;
     assert_eq!(refused(small(&ds).indices(other)), "indices");
-    // A state of the whole dataset does not resume a loader over part of it.
+    // Another order of the same records is told as such (a sequential order keeps the
+    // list as given, so its selection differs too).
+    let sequential = small(&ds)
+        .shuffle(Shuffle::Sequential)
+        .seed(11)
+        .indices(every_third());
+    assert_eq!(refused(sequential), "order");
+    // A state of the whole dataset does not resume a loader over part of it, nor does one
+    // saved before states recorded `indices` (it has a dataset fingerprint, so it was
+    // saved by a stoker without subsets) into one with as many records in another order.
     let whole = small(&ds).build().unwrap().state();
-    let e = small(&ds)
-        .indices(every_third())
-        .resume(whole)
-        .build()
-        .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            LoaderError::ResumeMismatch {
-                field: "indices",
-                ..
-            }
-        ),
-        "{e}"
+    let whole_refused = |b: LoaderBuilder, state| match b.resume(state).build() {
+        Err(LoaderError::ResumeMismatch { field, .. }) => field,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert_eq!(
+        whole_refused(small(&ds).indices(every_third()), whole),
+        "indices"
+    );
+    let older = stoker_loader::LoaderState {
+        indices: None,
+        ..whole
+    };
+    let reordered: Vec<u64> = (0..60).rev().collect();
+    let sequential = small(&ds).shuffle(Shuffle::Sequential).seed(11);
+    let older = stoker_loader::LoaderState {
+        order: Some(stoker_loader::Order::Sequential),
+        ..older
+    };
+    assert_eq!(
+        whole_refused(sequential.indices(reordered), older),
+        "indices"
     );
 }
 
@@ -161,4 +177,21 @@ fn an_index_past_the_dataset_or_an_empty_list_is_a_clear_error() {
     );
     let e = small(&ds).indices(vec![]).build().unwrap_err();
     assert!(e.to_string().contains("`indices`"), "{e}");
+}
+
+#[test]
+fn the_batch_ring_holds_no_more_batches_than_the_subsets_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 60, 25, &[]);
+    // Three records: one batch an epoch, so one batch in flight and one per worker,
+    // however many the prefetch asks for (it was sized from the 60 records: 8 + 1).
+    let loader = small(&ds)
+        .batch_size(256)
+        .workers(1)
+        .prefetch(8)
+        .indices(vec![0, 1, 2])
+        .build()
+        .unwrap();
+    let batch_bytes = 3 * 32 * 32 * 3;
+    assert_eq!(loader.stats().host_bytes, 2 * batch_bytes);
 }

@@ -1,27 +1,38 @@
 //! `Loader(indices=...)`: the record indices a loader draws from, taken from any iterable
-//! of ints (a list, a `range`, a NumPy or torch integer array), each checked by position.
+//! of ints (a list, a `range`, a NumPy or torch integer array), each checked by position
+//! against the dataset as it is read.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyList, PyRange, PyString, PyTuple};
 
-/// The indices of `value` (`None`: every record). Arrays are turned into a list first
-/// (`tolist()`: Python ints at once, not one array scalar per element).
+/// The most indices a list may hold: 64 for every record (an index may repeat, to draw
+/// it more often), or 2²⁴, whichever is more. Past it the list is a mistake (an endless
+/// iterator, a `range` over another dataset) that would take all the memory.
+fn most(records: u64) -> u64 {
+    records.saturating_mul(64).max(1 << 24)
+}
+
+/// Signals are looked at every this many indices: a long list stops at Ctrl-C.
+const SIGNALS_EVERY: usize = 1 << 16;
+
+/// The indices of `value` into a dataset of `records` (`None`: every record). Arrays are
+/// turned into a list first (`tolist()`: Python ints at once, not one array scalar per
+/// element).
 ///
 /// # Errors
 ///
 /// `TypeError` for a text, something not iterable, or an element that is not an int (a
-/// bool, a float), naming its position; `ValueError` for a negative element or one past
-/// 2⁶⁴. An index past the dataset is the builder's `StokerError`-free `ValueError`.
-pub(crate) fn indices(value: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u64>>> {
-    if value.is_none() {
+/// bool, a float), naming its position; `ValueError` for an element that is negative or
+/// not below `records`, at the first such one, or for more than [`most`] of them.
+pub(crate) fn indices(
+    value: Option<&Bound<'_, PyAny>>,
+    records: u64,
+) -> PyResult<Option<Vec<u64>>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(None);
-    }
-    let kind = value
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_default();
+    };
+    let kind = type_name(value);
     let not_a_list = || {
         PyTypeError::new_err(format!(
             "indices= takes a sequence of record indices (ints: a list, a range, an integer array), not {kind}"
@@ -41,44 +52,64 @@ pub(crate) fn indices(value: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u64>>> {
         _ => value.clone(),
     };
     let iter = items.try_iter().map_err(|_| not_a_list())?;
-    let mut out = Vec::with_capacity(items.len().unwrap_or(0));
+    let most = most(records);
+    // What the length says, within reason: it is checked below, one element at a time.
+    let hint = items.len().unwrap_or(0).min(1 << 20);
+    let mut out = Vec::with_capacity(hint);
     for (at, item) in iter.enumerate() {
-        let item = item?;
-        if item.is_instance_of::<PyBool>() {
-            return Err(PyTypeError::new_err(format!(
-                "indices[{at}] is a bool, not a record index (an int)"
+        if at % SIGNALS_EVERY == SIGNALS_EVERY - 1 {
+            value.py().check_signals()?;
+        }
+        if at as u64 >= most {
+            return Err(PyValueError::new_err(format!(
+                "indices= holds more than {most} indices (64 for each of the dataset's {records} records): an endless iterator?"
             )));
         }
-        match item.extract::<u64>() {
-            Ok(i) => out.push(i),
-            Err(_) => return Err(element_error(&item, at)),
-        }
+        out.push(index(&item?, at, records)?);
     }
     Ok(Some(out))
 }
 
-/// Why element `at` is no record index.
-fn element_error(item: &Bound<'_, PyAny>, at: usize) -> PyErr {
-    let py = item.py();
-    let int = py
+/// Element `at` as a record index below `records`.
+fn index(item: &Bound<'_, PyAny>, at: usize, records: u64) -> PyResult<u64> {
+    if item.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "indices[{at}] is a bool, not a record index (an int; for a mask, give np.flatnonzero(mask))"
+        )));
+    }
+    if let Ok(i) = item.extract::<u64>() {
+        if i < records {
+            return Ok(i);
+        }
+        return Err(past(at, &i.to_string(), records));
+    }
+    let int = item
+        .py()
         .import("operator")
         .and_then(|op| op.call_method1("index", (item,)));
-    match int {
+    Err(match int {
         Ok(int) if int.lt(0).unwrap_or(false) => PyValueError::new_err(format!(
             "indices[{at}] is {int}: record indices count from 0"
         )),
-        Ok(int) => PyValueError::new_err(format!(
-            "indices[{at}] is {int}, past any dataset (2^64 records)"
+        Ok(int) => past(at, &int.to_string(), records),
+        Err(_) => PyTypeError::new_err(format!(
+            "indices[{at}] is a {}, not a record index (an int)",
+            type_name(item)
         )),
-        Err(_) => {
-            let kind = item
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default();
-            PyTypeError::new_err(format!(
-                "indices[{at}] is a {kind}, not a record index (an int)"
-            ))
-        }
-    }
+    })
+}
+
+fn past(at: usize, index: &str, records: u64) -> PyErr {
+    PyValueError::new_err(format!(
+        "indices[{at}] is {index}, past the dataset's last record (it holds {records} records, 0..={})",
+        records.saturating_sub(1)
+    ))
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
 }

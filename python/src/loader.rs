@@ -128,7 +128,7 @@ impl Loader {
         #[pyo3(from_py_with = args::quasi_block)] quasi_block: u32,
         #[pyo3(from_py_with = args::drop_last)] drop_last: bool,
         drop_partial_batch: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = crate::indices::indices)] indices: Option<Vec<u64>>,
+        indices: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = args::crop)] crop: &str,
         #[pyo3(from_py_with = args::crop_size)] size: u32,
         #[pyo3(from_py_with = args::resize)] resize: Option<u32>,
@@ -170,6 +170,8 @@ impl Loader {
                     .map_err(crate::errors::format_error)?
             }
         };
+        // Read against the dataset: the first index past it stops the reading.
+        let indices = crate::indices::indices(indices, dataset.len())?;
         let shuffle = parse_shuffle(shuffle, seed, quasi_block)?;
         let dtype = spelled(dtype, "dtype")?;
         let transform = TransformArgs {
@@ -340,7 +342,9 @@ impl Loader {
     /// ``epoch`` already handed out; after a loop left early this still points into that
     /// epoch, which ``load_state_dict`` continues, while this loader's own next ``for``
     /// starts the next epoch), with the ``"batch_size"``, ``"world_size"``,
-    /// ``"samples"`` (dataset length), ``"drop_last"``, ``"drop_partial_batch"``,
+    /// ``"samples"`` (the dataset's length, or the number of ``indices``), ``"indices"``
+    /// (``"all"``, or a fingerprint of the ``indices`` list), ``"drop_last"``,
+    /// ``"drop_partial_batch"``,
     /// ``"order"`` (``"global"``,
     /// ``"sequential"`` or ``"quasi:BLOCK"``) and ``"dataset"`` (a fingerprint of the
     /// dataset's manifest: its shards' digests, not its path, so a re-sharded conversion
@@ -369,10 +373,11 @@ impl Loader {
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
     /// first batch not yet handed out. Raises ``ValueError`` for a state of another
-    /// seed, batch size, number of ranks, dataset, ``drop_last``, ``drop_partial_batch`` or
-    /// order (where the state gives them), or past the end of the epoch, or a negative
-    /// number, and ``TypeError`` for a number that is not an int (a bool is not), an
-    /// ``order`` or ``dataset`` that is not a str or a ``drop_last`` /
+    /// seed, batch size, number of ranks, dataset, ``indices``, ``drop_last``,
+    /// ``drop_partial_batch`` or order (where the state gives them), or past the end of the
+    /// epoch, or a negative number, and ``TypeError`` for a number that is not an int (a
+    /// bool is not), an ``order``, ``indices`` or ``dataset`` that is not a str or a
+    /// ``drop_last`` /
     /// ``drop_partial_batch`` that is not a bool (a refused state leaves the loader and its
     /// iterators as they were). A state it takes stops this loader's iterators, as a newer
     /// one would (their next ``next`` raises ``stoker.StokerError``).

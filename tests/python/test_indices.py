@@ -96,10 +96,33 @@ def test_a_state_resumes_only_over_the_same_records(sample_dataset):
         (np.array([True]), TypeError, r"^indices\[0\] is a bool"),
         ("0,1", TypeError, r"^indices= takes a sequence of record indices .*, not str"),
         (3, TypeError, r"^indices= takes a sequence of record indices .*, not int"),
-        ([2**64], ValueError, r"past any dataset"),
+        ([2**64], ValueError, r"^indices\[0\] is 18446744073709551616, past the dataset's last record"),
+        # Read against the dataset: the first index past it stops the reading.
+        (range(10**12), ValueError, r"^indices\[15\] is 15, past the dataset's last record"),
+        (range(2**62), ValueError, r"^indices\[15\] is 15, past"),
     ],
-    ids=["past", "empty", "negative", "float", "bool", "float-array", "bool-array", "str", "int", "huge"],
+    ids=[
+        "past", "empty", "negative", "float", "bool", "float-array", "bool-array", "str", "int",
+        "huge", "long-range", "longer-range",
+    ],
 )
 def test_bad_indices_are_named_by_position(sample_dataset, given, error, says):
     with pytest.raises(error, match=says):
         loader(sample_dataset, indices=given)
+
+
+def test_an_endless_iterator_of_indices_is_refused_not_read_to_the_end(sample_dataset):
+    import itertools
+
+    with pytest.raises(ValueError, match=r"more than 16777216 indices .*an endless iterator"):
+        loader(sample_dataset, indices=itertools.cycle([0, 1]))
+
+
+def test_a_boolean_mask_is_pointed_to_flatnonzero(sample_dataset):
+    mask = np.zeros(15, dtype=bool)
+    mask[::2] = True
+    with pytest.raises(TypeError, match=r"np\.flatnonzero\(mask\)"):
+        loader(sample_dataset, indices=mask)
+    ld = loader(sample_dataset, indices=np.flatnonzero(mask), shuffle=False)
+    assert [i for b, _ in epoch_indices(ld) for i in b] == list(range(0, 15, 2))
+
