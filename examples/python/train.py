@@ -6,10 +6,13 @@
 
 DATA is a converted dataset (a directory with manifest.json) or an image folder (one
 subdirectory per class), which is converted into a temporary directory first; the
-default is the 15 bundled sample photos. Batches come on the loader's device
-(``--device auto``: the GPU when stoker can use one, else the CPU) and reach torch
-through DLPack without a copy; the model follows them. Prints the loss and images/s per
-epoch, then the loader's stage table and verdict ("is the GPU fed?").
+default is the 15 bundled sample photos. ``--val-fraction`` holds records out of the
+same dataset for validation (``indices=``: two loaders over one conversion, a shuffled
+training loader with random crops and an unshuffled validation loader with centre
+crops). Batches come on the loader's device (``--device auto``: the GPU when stoker can
+use one, else the CPU) and reach torch through DLPack without a copy; the model follows
+them. Prints the loss, validation accuracy and images/s per epoch, then the training
+loader's stage table and verdict ("is the GPU fed?").
 """
 
 import argparse
@@ -56,6 +59,30 @@ def dataset_path(data, tmp: Path) -> Path:
     return out
 
 
+def split(n: int, fraction: float):
+    """Record indices to train on and to hold out: a fixed random `fraction` of the `n`
+    records (at least one when `fraction` > 0, and never all of them)."""
+    if not 0 <= fraction < 1:
+        raise SystemExit(f"--val-fraction {fraction}: want 0 <= f < 1")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0)).tolist()
+    held = min(max(round(n * fraction), 1 if fraction > 0 else 0), n - 1)
+    return sorted(order[held:]), sorted(order[:held])
+
+
+@torch.no_grad()
+def accuracy(model, val, epoch: int) -> float:
+    """Top-1 accuracy over one validation epoch."""
+    model.eval()
+    right = total = 0
+    for images, labels in val.epoch(epoch):
+        x = torch.from_dlpack(images)
+        y = torch.from_dlpack(labels).to(x.device)
+        right += (model.to(x.device)(x).argmax(1) == y).sum().item()
+        total += y.numel()
+    model.train()
+    return right / max(total, 1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", nargs="?", help="dataset or image folder (default: the bundled sample)")
@@ -65,25 +92,39 @@ def main():
     p.add_argument("--device", default="auto", help='"auto", "cpu", "cuda" or "cuda:N"')
     p.add_argument("--workers", type=int, help="CPU decode threads (default: all cores)")
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument(
+        "--val-fraction", type=float, default=0.2, help="records held out for validation (0: none)"
+    )
     args = p.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         ds = stoker.Dataset(dataset_path(args.data, Path(tmp)))
-        loader = stoker.Loader(
-            ds,
-            args.batch_size,
-            shuffle=True,
-            seed=0,
-            crop="random",
+        train_idx, val_idx = split(len(ds), args.val_fraction)
+        common = dict(
             size=args.size,
-            hflip=0.5,
             mean=stoker.IMAGENET_MEAN,
             std=stoker.IMAGENET_STD,
             dtype="float32",
             device=args.device,
             workers=args.workers,
         )
-        print(f"{len(ds)} images, {len(ds.classes)} classes, {len(loader)} batches per epoch")
+        loader = stoker.Loader(
+            ds,
+            args.batch_size,
+            indices=train_idx,
+            shuffle=True,
+            seed=0,
+            crop="random",
+            hflip=0.5,
+            **common,
+        )
+        val = None
+        if val_idx:
+            val = stoker.Loader(ds, args.batch_size, indices=val_idx, shuffle=False, crop="center", **common)
+        print(
+            f"{len(ds)} images ({len(train_idx)} to train, {len(val_idx)} to validate), "
+            f"{len(ds.classes)} classes, {len(loader)} batches per epoch"
+        )
         model = SmallCNN(len(ds.classes))
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
         on = None  # the device the batches arrive on; the model follows them
@@ -106,8 +147,11 @@ def main():
             if on is not None and on.type == "cuda":
                 torch.cuda.synchronize(on)
             dt = time.perf_counter() - t0
-            print(f"epoch {epoch}: loss {loss_sum / max(seen, 1):.3f}, {seen / dt:.0f} images/s on {on}")
+            acc = "" if val is None else f", validation accuracy {accuracy(model, val, epoch):.2f}"
+            print(f"epoch {epoch}: loss {loss_sum / max(seen, 1):.3f}{acc}, {seen / dt:.0f} images/s on {on}")
         loader.cancel_prefetch()
+        if val is not None:
+            val.cancel_prefetch()
         # The stage table, ending with the verdict ("is the GPU fed?"); the same figures are
         # keys of the dict (stats["verdict"], stats["fed_ratio"], ...).
         print(loader.stats())
