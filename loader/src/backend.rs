@@ -105,24 +105,36 @@ impl AutoChoice {
 
 /// Picks the backend for `config.device`; [`Device::Auto`] takes the local rank's
 /// GPU ([`AutoChoice::for_local_rank`]) and falls back to the CPU, saying why, when
-/// there is none or it cannot be used.
+/// there is none or it cannot be used. With the backend, the warning that a GPU the
+/// driver reports could not be used (a machine without one falls back as expected, and
+/// only logs it).
 pub(crate) fn build_backend(
     config: &LoaderConfig,
     metrics: &Arc<Metrics>,
-) -> Result<Box<dyn Pipeline>, LoaderError> {
+) -> Result<(Box<dyn Pipeline>, Option<String>), LoaderError> {
     let cpu = |why: &str| -> Result<Box<dyn Pipeline>, LoaderError> {
         let pipeline = CpuPipeline::build(config, Arc::clone(metrics))?;
         metrics.set_backend(format!("cpu, {} workers{why}", config.workers));
         Ok(Box::new(pipeline))
     };
-    let fall_back = |choice: AutoChoice| {
+    let fall_back = |choice: AutoChoice, visible: Option<usize>| {
         let note = choice.fallback_note().unwrap_or_default();
         // Said once, here; `Stats::backend` keeps saying it.
+        let mut warning = None;
         if let AutoChoice::Cpu { reason } = &choice {
-            tracing::info!(%reason, "Device::Auto: no usable GPU, loading on the CPU");
+            match visible {
+                None => tracing::info!(%reason, "Device::Auto: no usable GPU, loading on the CPU"),
+                Some(ordinal) => {
+                    warning = Some(format!(
+                        "device auto: cuda:{ordinal} is there but cannot be used, so batches are \
+                         loaded on the CPU: {reason}; device=\"cuda\" (Rust Device::Cuda) \
+                         makes this an error"
+                    ))
+                }
+            }
         }
         metrics.set_device(choice.describe());
-        cpu(&format!(" ({note})"))
+        Ok((cpu(&format!(" ({note})"))?, warning))
     };
     if let Some(options) = config
         .gpu_decoder
@@ -140,24 +152,27 @@ pub(crate) fn build_backend(
     match config.device {
         Device::Cpu => {
             metrics.set_device("cpu".to_owned());
-            cpu("")
+            Ok((cpu("")?, None))
         }
         Device::Cuda(n) => {
             metrics.set_device(format!("cuda:{n}"));
-            Ok(Box::new(crate::gpu::build(config, Arc::clone(metrics))?))
+            Ok((
+                Box::new(crate::gpu::build(config, Arc::clone(metrics))?),
+                None,
+            ))
         }
         Device::Auto => {
             let choice = AutoChoice::for_local_rank(config.placement.local_rank);
             let AutoChoice::Gpu { ordinal, .. } = choice else {
-                return fall_back(choice);
+                return fall_back(choice, None);
             };
             let mut gpu_config = config.clone();
             gpu_config.device = Device::Cuda(ordinal);
             metrics.set_device(choice.describe());
             match crate::gpu::build(&gpu_config, Arc::clone(metrics)) {
-                Ok(gpu) => Ok(Box::new(gpu)),
+                Ok(gpu) => Ok((Box::new(gpu), None)),
                 Err(LoaderError::GpuUnavailable { reason }) => {
-                    fall_back(AutoChoice::unavailable(reason))
+                    fall_back(AutoChoice::unavailable(reason), Some(ordinal))
                 }
                 Err(e) => Err(e),
             }

@@ -638,7 +638,8 @@ impl LoaderBuilder {
             .transpose()?;
         let metrics = Arc::new(Metrics::default());
         metrics.set_placement(config.placement.clone(), config.rank, config.world);
-        let backend = build_backend(&buffer_config(&config, &sampler)?, &metrics)?;
+        let (backend, gpu_fallback) = build_backend(&buffer_config(&config, &sampler)?, &metrics)?;
+        config.gpu_fallback = gpu_fallback;
         let loader = Loader::new(backend, sampler, metrics, config, resume);
         for note in [
             loader.mixing_note(),
@@ -646,6 +647,7 @@ impl LoaderBuilder {
             loader.ranks_note(),
             loader.empty_epochs_note(),
             loader.memory_note(),
+            loader.gpu_fallback_note(),
         ]
         .into_iter()
         .flatten()
@@ -735,6 +737,7 @@ impl Loader {
                 page_lock_limit: None,
                 prefetch_next_epoch: true,
                 epoch_batches: u64::MAX,
+                gpu_fallback: None,
             },
             resume: None,
             ranks: Ranks::Single,

@@ -163,6 +163,8 @@ pub struct LoaderConfig {
     /// Batches in this rank's epoch, as the sampler counts them (set at build): no more
     /// are ever in flight, so the CPU ring holds no more (`u64::MAX` until known).
     pub(crate) epoch_batches: u64,
+    /// [`crate::Loader::gpu_fallback_note`], set at build.
+    pub(crate) gpu_fallback: Option<String>,
 }
 
 /// Element type of a batch tensor.

@@ -416,7 +416,9 @@ impl Loader {
         crate::mixing::mixing_note(
             self.config.shuffle,
             self.config.batch_size,
-            self.config.dataset.len(),
+            // A loader over part of the dataset draws from its sorted indices: a random
+            // part keeps the class runs, each shorter by the same fraction.
+            self.sampler.dataset_len(),
             m.classes.len(),
             m.provenance
                 .flags

@@ -83,6 +83,7 @@ fn cuda_without_a_gpu_is_a_typed_error_and_auto_falls_back_to_the_cpu() {
         // With a GPU: Cuda(0) builds and Auto takes it; both give device batches.
         for device in [Device::Cuda(0), Device::Auto] {
             let l = loader(ds.clone(), device, Output::F16Nchw, 8).expect("a GPU loader");
+            assert_eq!(l.gpu_fallback_note(), None, "{device:?}");
             let mut seen = 0;
             for batch in l.epoch(0) {
                 let batch = batch.unwrap();
@@ -102,6 +103,9 @@ fn cuda_without_a_gpu_is_a_typed_error_and_auto_falls_back_to_the_cpu() {
         Ok(_) => panic!("Device::Cuda(0) built without a GPU"),
     }
     let auto = loader(ds, Device::Auto, Output::F16Nchw, 8).expect("Auto falls back to the CPU");
+    // No GPU at all is the expected CPU run, logged but not warned of (a warning is for a
+    // GPU the driver reports that could not be used).
+    assert_eq!(auto.gpu_fallback_note(), None);
     let mut seen = 0;
     for batch in auto.epoch(0) {
         let batch = batch.unwrap();

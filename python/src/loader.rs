@@ -317,6 +317,21 @@ impl Loader {
         LoaderSampler::new(slf.clone().into_any().unbind())
     }
 
+    /// Images per batch (the last batch of an epoch may hold fewer), as a ``DataLoader``'s
+    /// ``batch_size``.
+    #[getter]
+    fn batch_size(&self) -> PyResult<u64> {
+        Ok(self.inner()?.sampler().batch_size())
+    }
+
+    /// Whether the tail that does not divide over the ranks is cut (and, unless
+    /// ``drop_partial_batch`` says otherwise, each rank's partial batch), as a
+    /// ``DataLoader``'s ``drop_last``.
+    #[getter]
+    fn drop_last(&self) -> PyResult<bool> {
+        Ok(self.inner()?.sampler().drop_last())
+    }
+
     /// ``None``: the loader makes its own batches. There for frameworks that read a
     /// loader's ``batch_sampler`` whenever it has a ``sampler`` (PyTorch Lightning).
     #[getter]
@@ -676,7 +691,8 @@ fn build(py: Python<'_>, builder: LoaderBuilder) -> PyResult<stoker_loader::Load
 /// to assume (a Slurm batch step run without srun, a local count guessed), an order that
 /// mixes classes poorly, more workers than cores, epochs that drop_last or
 /// drop_partial_batch leaves empty,
-/// batches in flight that may not fit in a container's memory. Each as `(the message the
+/// batches in flight that may not fit in a container's memory, a GPU the driver reports
+/// that `device="auto"` could not use. Each as `(the message the
 /// builder logs it with, the warning)`: the logged one is not delivered to `logging` too.
 /// (`ranks_note`, worded for Rust callers, reaches Python as the builder's log event
 /// only.)
@@ -693,6 +709,7 @@ fn notes(inner: &stoker_loader::Loader) -> Vec<(String, String)> {
         inner.workers_note(),
         inner.empty_epochs_note(),
         inner.memory_note(),
+        inner.gpu_fallback_note(),
     ]
     .into_iter()
     .flatten()

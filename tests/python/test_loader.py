@@ -1114,3 +1114,12 @@ def test_an_absurd_batch_size_is_one_batch_of_the_whole_dataset_not_an_abort(sam
     batches = list(loader)
     assert len(batches) == len(loader) == 1
     assert np.from_dlpack(batches[0].images).shape == (15, 3, 16, 16)
+
+
+def test_batch_size_and_drop_last_read_back_as_a_dataloaders(sample_dataset):
+    loader = python_loader(sample_dataset, batch_size=6, drop_last=True)
+    assert (loader.batch_size, loader.drop_last) == (6, True)
+    assert len(loader) == 15 // 6
+    loader.close()
+    with pytest.raises(stoker.StokerError, match="closed"):
+        loader.batch_size

@@ -9,6 +9,15 @@ use crate::builder::cpu_ring;
 use crate::LoaderBuilder;
 
 impl Loader {
+    /// Why a [`crate::Device::Auto`] loader runs on the CPU although the driver reports a
+    /// GPU, when it does: the GPU could not be used (nvJPEG or NVRTC missing, its memory
+    /// taken); a training run would go on many times slower without a word. A machine
+    /// without a GPU falls back as expected, without a note (it is only logged, at info
+    /// level). The builder also logs it as a warning.
+    pub fn gpu_fallback_note(&self) -> Option<String> {
+        self.config.gpu_fallback.clone()
+    }
+
     /// Why this loader reads the whole dataset although the launcher started several
     /// processes, when it does: built without [`LoaderBuilder::distributed_from_env`] (or
     /// with `distributed(_, 1)`) under torchrun, Slurm or MPI, every process would load
