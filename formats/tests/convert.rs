@@ -552,6 +552,34 @@ fn max_side_resizes_and_reencodes_only_large_images() {
     }
 }
 
+#[test]
+fn a_jpeg_made_again_keeps_its_sources_exif_orientation() {
+    // Pillow's hopper in orientations 2 to 8, 128x128, made again at 32x32 (--max-side).
+    // The loader does not turn the pixels (as torchvision's decoders by default), so the
+    // tag is all that says which way is up: the stored original keeps it, and so must a
+    // JPEG made again (it was dropped).
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    let core = data("conformance/core");
+    for o in 2..=8 {
+        let name = format!("pillow__Tests__images__hopper_orientation_{o}.jpg");
+        std::fs::copy(core.join(&name), src.join("a").join(&name)).unwrap();
+    }
+    let mut o = folder_opts(&src, &tmp.path().join("small"));
+    o.max_side = Some(32);
+    let r = convert(&o, &NoProgress).unwrap();
+    assert_eq!((r.written, r.transcoded), (7, 7), "{r:?}");
+    let ds = Dataset::open(tmp.path().join("small")).unwrap();
+    let rd = ds.reader().unwrap();
+    for (i, want) in (2..=8).enumerate() {
+        let rec = rd.get(i as u64).unwrap();
+        let info = stoker_decode::probe(rec.payload, &Default::default()).unwrap();
+        assert_eq!((info.width, info.height), (32, 32));
+        assert_eq!(info.exif_orientation, Some(want), "record {i}");
+    }
+}
+
 /// The conformance corpus: every file written or skipped with a reason, and the audit counts
 /// agree with what expectations.tsv says the files are.
 #[test]

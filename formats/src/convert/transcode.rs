@@ -103,7 +103,7 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
             // The memory stays held until the pixels are encoded and dropped.
             Ok((rgb, _held)) => {
                 p.other_image = true;
-                finish_pixels(rgb, label, opts, false)
+                finish_pixels(rgb, label, opts, false, None)
             }
             Err(reason) => Outcome::Skip(reason),
         }
@@ -157,7 +157,10 @@ fn process_jpeg(
     }
     JpegPlan::Done(match decode_jpeg(&decoder, data, &info, opts) {
         // The memory stays held until the pixels are encoded and dropped.
-        Ok((rgb, _held)) => finish_pixels(rgb, label, opts, for_gpu && !too_big),
+        Ok((rgb, _held)) => {
+            let for_gpu = for_gpu && !too_big;
+            finish_pixels(rgb, label, opts, for_gpu, info.exif_orientation)
+        }
         Err(reason) => Outcome::Skip(reason),
     })
 }
@@ -292,8 +295,17 @@ fn unsupported(format: image::ImageFormat, e: &image::ImageError) -> String {
     }
 }
 
-/// Resizes decoded pixels per the options and produces the record (raw or JPEG).
-fn finish_pixels(rgb: Rgb, label: u32, opts: &ConvertOptions, for_gpu: bool) -> Outcome {
+/// Resizes decoded pixels per the options and produces the record (raw or JPEG). A JPEG
+/// made again keeps the source's EXIF `orientation` (2..=8), as the stored original
+/// would have: the pixels are not turned (the loader, like torchvision's decoders by
+/// default, does not turn them either), and the tag is not lost for whoever reads it.
+fn finish_pixels(
+    rgb: Rgb,
+    label: u32,
+    opts: &ConvertOptions,
+    for_gpu: bool,
+    orientation: Option<u16>,
+) -> Outcome {
     let result = match opts.encoding {
         Encoding::Raw => {
             let (w, h) = opts.raw_size.expect("validated: raw needs a size");
@@ -308,7 +320,7 @@ fn finish_pixels(rgb: Rgb, label: u32, opts: &ConvertOptions, for_gpu: bool) -> 
                 _ => Ok(rgb),
             };
             rgb.and_then(|px| {
-                encode_jpeg(&px, opts.quality).map(|data| {
+                encode_jpeg(&px, opts.quality, orientation).map(|data| {
                     (
                         Rgb {
                             width: px.width,
@@ -382,8 +394,9 @@ fn resize_to(src: Rgb, w: u32, h: u32, mode: ResizeMode) -> Result<Rgb, String> 
     })
 }
 
-/// Baseline, 4:2:0, Huffman-coded JPEG at `quality`: what every GPU decoder path takes.
-fn encode_jpeg(px: &Rgb, quality: u8) -> Result<Vec<u8>, String> {
+/// Baseline, 4:2:0, Huffman-coded JPEG at `quality`: what every GPU decoder path takes;
+/// with an EXIF `orientation` other than 1 (the default), an APP1 segment holding it.
+fn encode_jpeg(px: &Rgb, quality: u8, orientation: Option<u16>) -> Result<Vec<u8>, String> {
     let (Ok(w), Ok(h)) = (u16::try_from(px.width), u16::try_from(px.height)) else {
         return Err(format!(
             "{}x{} is too large to encode as JPEG (65535 max per side); use --max-side (Python max_side=)",
@@ -393,9 +406,28 @@ fn encode_jpeg(px: &Rgb, quality: u8) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(px.data.len() / 8);
     let mut enc = Encoder::new(&mut out, quality);
     enc.set_sampling_factor(SamplingFactor::R_4_2_0);
+    if let Some(o) = orientation.filter(|o| (2..=8).contains(o)) {
+        enc.add_app_segment(1, exif_orientation(o))
+            .map_err(|e| format!("JPEG encode: {e}"))?;
+    }
     enc.encode(&px.data, w, h, ColorType::Rgb)
         .map_err(|e| format!("JPEG encode: {e}"))?;
     Ok(out)
+}
+
+/// An APP1 EXIF payload holding only IFD0's Orientation tag (0x0112, one SHORT):
+/// `Exif\0\0`, a little-endian TIFF header, one IFD entry, no next IFD.
+fn exif_orientation(o: u16) -> Vec<u8> {
+    let mut v = b"Exif\0\0II*\0".to_vec();
+    v.extend(8u32.to_le_bytes()); // IFD0 right after the TIFF header
+    v.extend(1u16.to_le_bytes()); // one entry
+    v.extend(0x0112u16.to_le_bytes());
+    v.extend(3u16.to_le_bytes()); // SHORT
+    v.extend(1u32.to_le_bytes());
+    v.extend(o.to_le_bytes());
+    v.extend([0, 0]); // the value field's other two bytes
+    v.extend(0u32.to_le_bytes()); // no next IFD
+    v
 }
 
 #[cfg(test)]
@@ -416,7 +448,7 @@ mod tests {
             height: 17,
             data: (0..33 * 17 * 3).map(|i| (i % 251) as u8).collect(),
         };
-        let jpeg = encode_jpeg(&px, 90).unwrap();
+        let jpeg = encode_jpeg(&px, 90, None).unwrap();
         let info = probe(&jpeg, &Limits::default()).unwrap();
         assert_eq!((info.width, info.height), (33, 17));
         assert!(info.hardware_decodable());
