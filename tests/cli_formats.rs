@@ -609,3 +609,47 @@ fn tar_shard_messages_fit_what_was_given() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("decompress them first"), "{err}");
 }
+
+#[test]
+fn a_validation_list_takes_the_train_sets_class_names() {
+    const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
+    let dir = tempfile::tempdir().unwrap();
+    let train = dir.path().join("train");
+    let o = stoker(&["convert", SAMPLE, p(&train), "--no-check"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // Rows labelled by the sample's class names (its folders), one class left out.
+    let list = dir.path().join("val.csv");
+    std::fs::write(&list, "caer/camera.jpg,caer\nopencv/fruits.jpg,opencv\n").unwrap();
+    let val = dir.path().join("val");
+    let o = stoker(&[
+        "convert",
+        SAMPLE,
+        p(&val),
+        "--list",
+        p(&list),
+        "--classes",
+        p(&train),
+        "--no-check",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let classes = |ds: &std::path::Path| {
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(ds.join("manifest.json")).unwrap()).unwrap();
+        m["classes"].clone()
+    };
+    assert_eq!(classes(&val), classes(&train));
+    assert_eq!(
+        classes(&val),
+        serde_json::json!(["caer", "leptonica", "opencv"])
+    );
+    // Class names belong to a list conversion.
+    let o = stoker(&[
+        "convert",
+        SAMPLE,
+        p(&dir.path().join("x")),
+        "--classes",
+        p(&train),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--list"), "{}", text(&o));
+}

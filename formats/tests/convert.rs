@@ -873,3 +873,74 @@ fn a_cancel_while_the_workers_wait_for_room_returns_promptly() {
     let waited = returned - *progress.asked.get().unwrap();
     assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
 }
+
+#[test]
+fn a_list_labelled_by_class_name_takes_the_classes_given() {
+    // A validation list in the train set's class names: label i is classes[i] whichever
+    // classes the list holds, so train and validation labels agree.
+    let src = stoker_testdata::bench_dir();
+    let tmp = tempfile::tempdir().unwrap();
+    let classes: Vec<String> = ["n01", "n02", "n03", "n04"].map(String::from).to_vec();
+    let names = tmp.path().join("classes.txt");
+    std::fs::write(&names, " n01\nn02\n\nn03 \nn04\n").unwrap();
+    assert_eq!(
+        stoker_formats::convert::class_names(&names).unwrap(),
+        classes
+    );
+    let list = tmp.path().join("val.csv");
+    // Class names, an index, and no row of n01.
+    std::fs::write(
+        &list,
+        "path,label\n00000.jpg,n03\n00001.jpg,n02\n00002.jpg,3\n",
+    )
+    .unwrap();
+    let opts = |out: &str, classes: Option<Vec<String>>| {
+        let mut o = ConvertOptions::new(
+            Source::List {
+                root: src.clone(),
+                list: list.clone(),
+            },
+            tmp.path().join(out),
+        );
+        o.classes = classes;
+        o.check_decode = false;
+        o
+    };
+    convert(&opts("val", Some(classes.clone())), &NoProgress).unwrap();
+    let ds = Dataset::open(tmp.path().join("val")).unwrap();
+    assert_eq!(ds.manifest().classes, classes);
+    let rd = ds.reader().unwrap();
+    let labels: Vec<u32> = (0..3).map(|i| rd.get(i).unwrap().header.label).collect();
+    assert_eq!(labels, [2, 1, 3]);
+    // A dataset's classes are read as such.
+    let from_dataset = stoker_formats::convert::class_names(&tmp.path().join("val")).unwrap();
+    assert_eq!(from_dataset, classes);
+
+    // Without the names, a name is not a label; with them, an unknown one is named.
+    let e = convert(&opts("none", None), &NoProgress)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("line 2: label \"n03\" is not a non-negative integer"),
+        "{e}"
+    );
+    assert!(e.contains("--classes"), "{e}");
+    let short = Some(classes[..2].to_vec());
+    let e = convert(&opts("short", short), &NoProgress)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("line 2: class \"n03\" is not one of the 2 classes given"),
+        "{e}"
+    );
+    // Names given twice, or to an image folder, are refused before anything is listed.
+    let twice = Some(vec!["a".into(), "b".into(), "a".into()]);
+    let e = convert(&opts("twice", twice), &NoProgress)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"a\" is given twice (classes 0 and 2)"), "{e}");
+    let mut folder = ConvertOptions::new(Source::ImageFolder(src.clone()), tmp.path().join("f"));
+    folder.classes = Some(classes);
+    let e = convert(&folder, &NoProgress).unwrap_err().to_string();
+    assert!(e.contains("apply to a list conversion"), "{e}");
+}

@@ -38,6 +38,10 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// "webdataset": ``src`` a ``.tar`` file or a folder of them, each sample's image read in
 /// place and labelled by its ``cls`` member, skipped samples named ``TAR:MEMBER``; "auto"
 /// picks it for a ``.tar`` file or a folder of only ``.tar`` files),
+/// ``classes`` (with ``list``: the class names, label ``i`` naming ``classes[i]``, and a
+/// row's label may then be a class name: a list of str, a ``stoker.Dataset`` or the path
+/// of a dataset, whose classes are taken (the train set's, for its validation list), or of
+/// a text file of one name a line),
 /// ``part`` and ``parts`` (convert part ``part`` of ``parts`` into
 /// ``out/part-IIIII-of-NNNNN/``, for :func:`merge`; unlike the CLI, Python does not read
 /// them from Slurm's or Kubernetes' array variables: a training script may run in an
@@ -56,7 +60,8 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
     resize="shorter-side", jobs=None, shard_size=stoker_formats::DEFAULT_SHARD_BYTES,
     shards=None, resume=false, strict=false, max_pixels=100_000_000,
     max_file_size=stoker_formats::DEFAULT_MAX_FILE_SIZE, gpu_friendly=false, check=true,
-    shuffle=false, seed=None, layout="auto", part=None, parts=None, progress=None
+    shuffle=false, seed=None, layout="auto", part=None, parts=None, progress=None,
+    classes=None
 ))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn convert<'py>(
@@ -84,6 +89,7 @@ pub(crate) fn convert<'py>(
     part: Option<Bound<'py, PyAny>>,
     parts: Option<Bound<'py, PyAny>>,
     #[pyo3(from_py_with = args::progress)] progress: Option<bool>,
+    classes: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
     let (src, out) = (args::path(&src, "src")?, args::path(&out, "out")?);
@@ -93,6 +99,7 @@ pub(crate) fn convert<'py>(
         None => Source::ImageFolder(src),
     };
     let mut opts = ConvertOptions::new(source, out);
+    opts.classes = parse_classes(classes.as_ref())?;
     opts.encoding = parse_encoding(encoding)?;
     opts.resize = parse_resize(resize)?;
     opts.max_side = max_side;
@@ -510,4 +517,45 @@ fn repr(root: &Path, len: u64, classes: usize) -> String {
         "stoker.Dataset({:?}, samples={len}, classes={classes})",
         root.display().to_string()
     )
+}
+
+/// `convert(classes=...)`: a list of names, a `stoker.Dataset`'s classes, or the path of
+/// a dataset or of a file of names (`stoker_formats::convert::class_names`).
+fn parse_classes(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<String>>> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(ds) = value.cast::<Dataset>() {
+        return Ok(Some(ds.get().inner.manifest().classes.clone()));
+    }
+    if args::is_path_by_type(value)? {
+        let path = args::path(value, "classes")?;
+        return stoker_formats::convert::class_names(&path)
+            .map(Some)
+            .map_err(format_error);
+    }
+    let kind = |v: &Bound<'_, PyAny>| {
+        v.get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default()
+    };
+    let iter = value.try_iter().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "classes= takes a list of class names, a stoker.Dataset, or the path of a dataset or of a file of names, not {}",
+            kind(value)
+        ))
+    })?;
+    let mut names = Vec::new();
+    for (i, item) in iter.enumerate() {
+        let item = item?;
+        let name = item.extract::<String>().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(format!(
+                "classes[{i}] is of type {}, not a class name (a str)",
+                kind(&item)
+            ))
+        })?;
+        names.push(name);
+    }
+    Ok(Some(names))
 }

@@ -39,6 +39,8 @@ def convert(
     part: Optional[int] = None,
     parts: Optional[int] = None,
     progress: Optional[bool] = None,
+    # With list=: the class names (a list, a Dataset, or a dataset's or a names file's path).
+    classes: Optional[Union[Sequence[str], "Dataset", str, bytes, os.PathLike]] = None,
 ) -> Dict[str, Any]: ...
 
 def merge(

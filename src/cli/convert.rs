@@ -24,6 +24,12 @@ pub struct Args {
     /// A list file of `relative/path,label` lines instead of an ImageFolder tree.
     #[arg(long)]
     pub list: Option<PathBuf>,
+    /// With --list: the class names, label i naming the i-th; a row's label may then be a
+    /// class name as well as an index. A dataset directory (its classes: give the train
+    /// set to its validation list, so that their labels agree) or a text file, one name a
+    /// line.
+    #[arg(long, value_name = "DATASET_OR_FILE", requires = "list")]
+    pub classes: Option<PathBuf>,
     /// How SRC is read: classes (one subdirectory per class), flat (every image under SRC
     /// as one class, label 0: unlabelled data), webdataset (tar shards: SRC a .tar file or
     /// a folder whose .tar files, by name and not in subfolders, are the shards; a sample's
@@ -327,6 +333,9 @@ fn options(args: &Args) -> anyhow::Result<ConvertOptions> {
         None => Source::ImageFolder(args.src.clone()),
     };
     let mut opts = ConvertOptions::new(source, &args.out);
+    if let Some(path) = &args.classes {
+        opts.classes = Some(formats::convert::class_names(path)?);
+    }
     opts.encoding = args.encoding;
     opts.max_side = args.max_side;
     opts.quality = args.quality;

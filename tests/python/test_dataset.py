@@ -258,3 +258,23 @@ print("bad", loader.stats()["bad_records"])
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert int(run.stdout.split()[-1]) > 0, run.stdout
+
+
+def test_a_list_labelled_by_class_name_takes_the_classes_given(sample_dataset, tmp_path):
+    train = stoker.Dataset(sample_dataset)
+    lst = tmp_path / "val.csv"
+    lst.write_text("path,label\ncaer/camera.jpg,caer\nopencv/data_butterfly.jpg,opencv\n")
+    for i, classes in enumerate([train, str(sample_dataset), list(train.classes)]):
+        out = tmp_path / f"val{i}"
+        stoker.convert(SAMPLE, out, list=lst, classes=classes, check=False, progress=False)
+        val = stoker.Dataset(out)
+        assert val.classes == train.classes
+        assert val.labels() == [train.classes.index("caer"), train.classes.index("opencv")]
+    with pytest.raises(TypeError, match=r"classes\[1\] is of type int, not a class name"):
+        stoker.convert(SAMPLE, tmp_path / "bad", list=lst, classes=["caer", 1])
+    with pytest.raises(TypeError, match=r"classes= takes a list of class names"):
+        stoker.convert(SAMPLE, tmp_path / "bad", list=lst, classes=3)
+    with pytest.raises(ValueError, match="apply to a list conversion"):
+        stoker.convert(SAMPLE, tmp_path / "bad", classes=["a"])
+    with pytest.raises(stoker.StokerError, match='class "opencv" is not one of the 2 classes'):
+        stoker.convert(SAMPLE, tmp_path / "bad", list=lst, classes=["caer", "leptonica"])

@@ -1,6 +1,7 @@
 //! Reading a list file of `relative/path,label` rows (a CSV file as pandas writes one).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::Path;
 
 use super::listing::{Input, Listing};
@@ -20,7 +21,20 @@ const MAX_LIST_BYTES: u64 = 4 << 30;
 /// with `#` are skipped, and so is a first row whose label is `label`. A path is trimmed of
 /// spaces, or quoted as CSV quotes it (`"a,b.jpg",0`, `""` for a quote inside), which keeps
 /// it exactly. A row inside the output directory `own` is refused (skipped with a reason).
-pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
+/// With `classes`, a label is one of their names, or else an index into them, and they
+/// are the listing's classes.
+pub(crate) fn list_file(
+    root: &Path,
+    list: &Path,
+    own: &OwnOutput,
+    classes: Option<&[String]>,
+) -> Result<Listing, FormatError> {
+    let names: Option<HashMap<&str, u32>> = classes.map(|c| {
+        c.iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i as u32))
+            .collect()
+    });
     let text = read_list(list)?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mut inputs = Vec::new();
@@ -46,30 +60,15 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
             reason: format!("line {}: {reason}", n + 1),
         };
         let (rel, label) = split_row(line).map_err(|e| bad(format!("{line:?} {e}")))?;
-        // Parsed wider than a label, so that a label too large is told so, not called "not
-        // a non-negative integer".
-        let text = label;
-        let label: u64 = match label.parse() {
-            Ok(l) => l,
-            // Digits past even a u64: as much over the limit as one that fits.
-            Err(_) if all_digits(label.strip_prefix('+').unwrap_or(label)) => u64::MAX,
-            Err(_) if inputs.is_empty() && label.eq_ignore_ascii_case("label") => continue,
-            Err(_) => {
-                return Err(bad(format!(
-                    "label {label:?} is not a non-negative integer"
-                )))
-            }
+        let label = match row_label(label, names.as_ref(), inputs.is_empty()) {
+            Ok(Some(label)) => label,
+            Ok(None) => continue, // the `path,label` header
+            Err(reason) => return Err(bad(reason)),
         };
         let rel = Path::new(&*rel);
         if rel.is_absolute() {
             return Err(bad(format!("path {} must be relative", rel.display())));
         }
-        let Some(label) = u32::try_from(label).ok().filter(|&l| l < MAX_CLASSES) else {
-            return Err(bad(format!(
-                "label {text} is over the limit of {} (labels index the class list, at most {MAX_CLASSES} classes)",
-                MAX_CLASSES - 1
-            )));
-        };
         max_label = Some(max_label.map_or(label, |m| m.max(label)));
         inputs.push(Input {
             refused: own.refuses_row(rel),
@@ -94,14 +93,115 @@ pub(crate) fn list_file(root: &Path, list: &Path, own: &OwnOutput) -> Result<Lis
     }
     Ok(Listing {
         inputs,
-        classes: (0..=max_label.unwrap_or(0))
-            .map(|l| l.to_string())
-            .collect(),
+        classes: match classes {
+            Some(c) => c.to_vec(),
+            None => (0..=max_label.unwrap_or(0))
+                .map(|l| l.to_string())
+                .collect(),
+        },
         ignored: Vec::new(),
         flat: false,
         webdataset: false,
         warnings,
     })
+}
+
+/// The label of a row whose label column reads `text`: with class `names`, the class of
+/// that name, or else an index below their count; without, a non-negative integer below
+/// [`MAX_CLASSES`]. `None` for a `label` header (`first`: no row read yet).
+fn row_label(
+    text: &str,
+    names: Option<&HashMap<&str, u32>>,
+    first: bool,
+) -> Result<Option<u32>, String> {
+    let header = first && text.eq_ignore_ascii_case("label");
+    if let Some(names) = names {
+        if let Some(&i) = names.get(text) {
+            return Ok(Some(i));
+        }
+        return match text.parse::<u64>() {
+            Ok(i) if i < names.len() as u64 => Ok(Some(i as u32)),
+            Ok(i) => Err(format!(
+                "label {i} is past the {} classes given (--classes, Python classes=)",
+                names.len()
+            )),
+            Err(_) if header => Ok(None),
+            Err(_) => Err(format!(
+                "class {text:?} is not one of the {} classes given (--classes, Python classes=)",
+                names.len()
+            )),
+        };
+    }
+    // Parsed wider than a label, so that a label too large is told so, not called "not
+    // a non-negative integer".
+    let label: u64 = match text.parse() {
+        Ok(l) => l,
+        // Digits past even a u64: as much over the limit as one that fits.
+        Err(_) if all_digits(text.strip_prefix('+').unwrap_or(text)) => u64::MAX,
+        Err(_) if header => return Ok(None),
+        Err(_) => {
+            return Err(format!(
+                "label {text:?} is not a non-negative integer (to label rows by class name, give the class names: --classes FILE or a dataset, Python classes=)"
+            ))
+        }
+    };
+    match u32::try_from(label).ok().filter(|&l| l < MAX_CLASSES) {
+        Some(label) => Ok(Some(label)),
+        None => Err(format!(
+            "label {text} is over the limit of {} (labels index the class list, at most {MAX_CLASSES} classes)",
+            MAX_CLASSES - 1
+        )),
+    }
+}
+
+/// Refuses class names given to an image folder conversion (`list` false: its classes are
+/// its folders), and an empty list, a name given twice or more than [`MAX_CLASSES`] names.
+pub(crate) fn check_classes(classes: &[String], list: bool) -> Result<(), FormatError> {
+    let bad = |s: String| Err(FormatError::InvalidOptions(s));
+    if !list {
+        return bad("class names (--classes, Python classes=) apply to a list conversion (--list): an image folder's classes are its folders".into());
+    }
+    if classes.is_empty() {
+        return bad("the class names (--classes, Python classes=) are empty".into());
+    }
+    if classes.len() as u64 > u64::from(MAX_CLASSES) {
+        return bad(format!(
+            "{} class names is more than the {MAX_CLASSES} a dataset may have",
+            classes.len()
+        ));
+    }
+    let mut seen = HashMap::new();
+    for (i, name) in classes.iter().enumerate() {
+        if let Some(first) = seen.insert(name.as_str(), i) {
+            return bad(format!(
+                "class name {name:?} is given twice (classes {first} and {i}): label i names classes[i], so each name once"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The class names at `path` for [`super::ConvertOptions::classes`]: a dataset's (a
+/// directory with a `manifest.json`: give the train set to its validation list), or a
+/// text file's, one name a line (surrounding spaces trimmed, blank lines skipped).
+///
+/// # Errors
+///
+/// I/O errors; [`FormatError::BadSource`] for a file that is not UTF-8 text, or a
+/// directory that is not a dataset.
+pub fn class_names(path: &Path) -> Result<Vec<String>, FormatError> {
+    if path.is_dir() {
+        return Ok(crate::Manifest::read(path)?.classes);
+    }
+    let text = read_list(path)?;
+    Ok(text
+        .strip_prefix('\u{feff}')
+        .unwrap_or(&text)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
 }
 
 /// The list file's text, refusing a device and anything over [`MAX_LIST_BYTES`].
@@ -201,7 +301,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.csv");
         std::fs::write(&path, text).unwrap();
-        let l = list_file(dir.path(), &path, &OwnOutput::default());
+        let l = list_file(dir.path(), &path, &OwnOutput::default(), None);
         (dir, l)
     }
 

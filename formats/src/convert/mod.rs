@@ -28,6 +28,7 @@ mod strict_stop;
 mod tar_index;
 mod transcode;
 mod walk;
+pub use list_file::class_names;
 pub use walk::lossless_text;
 mod webdataset;
 
@@ -283,7 +284,10 @@ fn ordered_listing(options: &ConvertOptions) -> Result<source::Listing, FormatEr
         Source::ImageFolder(root) => own_output::OwnOutput::in_tree(root, &options.out)?,
         Source::List { root, .. } => own_output::OwnOutput::for_list(root, &options.out)?,
     };
-    let mut listing = options.source.list_without(options.layout, &own)?;
+    let mut listing =
+        options
+            .source
+            .list_without(options.layout, &own, options.classes.as_deref())?;
     if let Some(seed) = options.shuffle {
         crate::seeded::Rng::new(&[seed, STREAM_STORED_ORDER]).shuffle(&mut listing.inputs);
     }

@@ -103,15 +103,16 @@ impl Source {
 
     #[cfg(test)]
     pub(crate) fn list_as(&self, layout: Layout) -> Result<Listing, FormatError> {
-        self.list_without(layout, &OwnOutput::default())
+        self.list_without(layout, &OwnOutput::default(), None)
     }
 
     /// The inputs, leaving out the conversion's output directory `own`; `layout` applies
-    /// to an ImageFolder source only.
+    /// to an ImageFolder source only, `classes` (the class names of `--classes`) to a list.
     pub(crate) fn list_without(
         &self,
         layout: Layout,
         own: &OwnOutput,
+        classes: Option<&[String]>,
     ) -> Result<Listing, FormatError> {
         match self {
             Source::ImageFolder(root) => match layout {
@@ -124,7 +125,7 @@ impl Source {
                 Layout::Auto if has_class_folder(root, own)? => list_image_folder(root, own),
                 Layout::Auto => list_flat(root, own),
             },
-            Source::List { root, list } => list_file(root, list, own),
+            Source::List { root, list } => list_file(root, list, own, classes),
         }
     }
 }
