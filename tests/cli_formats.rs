@@ -619,7 +619,11 @@ fn a_validation_list_takes_the_train_sets_class_names() {
     assert!(o.status.success(), "{}", text(&o));
     // Rows labelled by the sample's class names (its folders), one class left out.
     let list = dir.path().join("val.csv");
-    std::fs::write(&list, "caer/camera.jpg,caer\nopencv/fruits.jpg,opencv\n").unwrap();
+    std::fs::write(
+        &list,
+        "caer/camera.jpg,caer\nopencv/data_butterfly.jpg,opencv\n",
+    )
+    .unwrap();
     let val = dir.path().join("val");
     let o = stoker(&[
         "convert",
@@ -638,6 +642,9 @@ fn a_validation_list_takes_the_train_sets_class_names() {
         m["classes"].clone()
     };
     assert_eq!(classes(&val), classes(&train));
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(val.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["samples"], 2);
     assert_eq!(
         classes(&val),
         serde_json::json!(["caer", "leptonica", "opencv"])

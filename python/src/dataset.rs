@@ -548,6 +548,16 @@ fn parse_classes(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<String
     })?;
     let mut names = Vec::new();
     for (i, item) in iter.enumerate() {
+        // A dataset has at most 2^20 classes: an endless iterator stops there, and Ctrl-C
+        // stops a long one.
+        if i % (1 << 16) == (1 << 16) - 1 {
+            value.py().check_signals()?;
+        }
+        if i >= 1 << 20 {
+            return Err(PyValueError::new_err(
+                "classes= holds more than 1048576 names, the most a dataset may have: an endless iterator?",
+            ));
+        }
         let item = item?;
         let name = item.extract::<String>().map_err(|_| {
             pyo3::exceptions::PyTypeError::new_err(format!(

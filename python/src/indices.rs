@@ -62,7 +62,7 @@ pub(crate) fn indices(
         }
         if at as u64 >= most {
             return Err(PyValueError::new_err(format!(
-                "indices= holds more than {most} indices (64 for each of the dataset's {records} records): an endless iterator?"
+                "indices= holds more than {most} indices (the larger of 64 for each of the dataset's {records} records and 2^24): an endless iterator?"
             )));
         }
         out.push(index(&item?, at, records)?);

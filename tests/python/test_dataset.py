@@ -278,3 +278,12 @@ def test_a_list_labelled_by_class_name_takes_the_classes_given(sample_dataset, t
         stoker.convert(SAMPLE, tmp_path / "bad", classes=["a"])
     with pytest.raises(stoker.StokerError, match='class "opencv" is not one of the 2 classes'):
         stoker.convert(SAMPLE, tmp_path / "bad", list=lst, classes=["caer", "leptonica"])
+
+
+def test_an_endless_iterator_of_class_names_is_refused(tmp_path):
+    import itertools
+
+    lst = tmp_path / "val.csv"
+    lst.write_text("caer/camera.jpg,caer\n")
+    with pytest.raises(ValueError, match="more than 1048576 names"):
+        stoker.convert(SAMPLE, tmp_path / "out", list=lst, classes=itertools.repeat("a"))

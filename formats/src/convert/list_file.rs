@@ -60,7 +60,7 @@ pub(crate) fn list_file(
             reason: format!("line {}: {reason}", n + 1),
         };
         let (rel, label) = split_row(line).map_err(|e| bad(format!("{line:?} {e}")))?;
-        let label = match row_label(label, names.as_ref(), inputs.is_empty()) {
+        let label = match row_label(&label, names.as_ref(), inputs.is_empty()) {
             Ok(Some(label)) => label,
             Ok(None) => continue, // the `path,label` header
             Err(reason) => return Err(bad(reason)),
@@ -116,8 +116,20 @@ fn row_label(
 ) -> Result<Option<u32>, String> {
     let header = first && text.eq_ignore_ascii_case("label");
     if let Some(names) = names {
+        if header {
+            return Ok(None);
+        }
         if let Some(&i) = names.get(text) {
-            return Ok(Some(i));
+            // A number that names one class and indexes another is ambiguous (an
+            // ImageFolder's classes "0", "1", "10", "2" sort so): refused, not guessed.
+            match text.parse::<u64>() {
+                Ok(n) if n != u64::from(i) && n < names.len() as u64 => {
+                    return Err(format!(
+                        "label {text:?} is the name of class {i} and the index of another: write the class's name in a way that is not a number, or give classes whose numeric names are their own indices"
+                    ))
+                }
+                _ => return Ok(Some(i)),
+            }
         }
         return match text.parse::<u64>() {
             Ok(i) if i < names.len() as u64 => Ok(Some(i as u32)),
@@ -191,6 +203,12 @@ pub(crate) fn check_classes(classes: &[String], list: bool) -> Result<(), Format
 /// directory that is not a dataset.
 pub fn class_names(path: &Path) -> Result<Vec<String>, FormatError> {
     if path.is_dir() {
+        if !path.join(crate::MANIFEST_FILE).exists() {
+            return Err(FormatError::BadSource {
+                path: path.to_path_buf(),
+                reason: "a directory without manifest.json: give a dataset (whose classes are taken) or a text file of class names, one a line".into(),
+            });
+        }
         return Ok(crate::Manifest::read(path)?.classes);
     }
     let text = read_list(path)?;
@@ -250,11 +268,17 @@ fn read_list(list: &Path) -> Result<String, FormatError> {
     })
 }
 
-/// A row's path (unquoted, or trimmed) and label (trimmed, quotes dropped). An unquoted
-/// path may hold commas: the label is after the last one.
-fn split_row(line: &str) -> Result<(Cow<'_, str>, &str), &'static str> {
+/// A row's path (unquoted, or trimmed) and label (trimmed, unquoted as CSV quotes it). An
+/// unquoted path may hold commas: the label is after the last one, or, quoted, after the
+/// comma before its opening quote (a class name such as `"tench, Tinca tinca"`).
+fn split_row(line: &str) -> Result<(Cow<'_, str>, Cow<'_, str>), &'static str> {
     let start = line.trim_start();
     let Some(quoted) = start.strip_prefix('"') else {
+        if let Some(open) = quoted_label_start(line.trim_end()) {
+            if let Some(rel) = line[..open].trim_end().strip_suffix(',') {
+                return Ok((Cow::Borrowed(rel.trim()), unquote(line[open..].trim())));
+            }
+        }
         let (rel, label) = line
             .rsplit_once(',')
             .ok_or("is not `relative/path,label`")?;
@@ -281,11 +305,32 @@ fn split_row(line: &str) -> Result<(Cow<'_, str>, &str), &'static str> {
     Err("has a quoted path without its closing quote")
 }
 
-/// `s` without the quotes around it, if it has them.
-fn unquote(s: &str) -> &str {
-    s.strip_prefix('"')
-        .and_then(|s| s.strip_suffix('"'))
-        .unwrap_or(s)
+/// Where the quoted last field of `line` opens, when `line` ends with a quote: the quote
+/// before which no doubled `""` pair continues.
+fn quoted_label_start(line: &str) -> Option<usize> {
+    let inner = line.strip_suffix('"')?;
+    let bytes = inner.as_bytes();
+    let mut i = bytes.len();
+    while i > 0 {
+        i -= 1;
+        if bytes[i] == b'"' {
+            if i > 0 && bytes[i - 1] == b'"' {
+                i -= 1; // an escaped quote inside the field
+                continue;
+            }
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// `s` without the quotes around it, if it has them, a doubled quote inside read as one.
+fn unquote(s: &str) -> Cow<'_, str> {
+    match s.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(inner) if inner.contains("\"\"") => Cow::Owned(inner.replace("\"\"", "\"")),
+        Some(inner) => Cow::Borrowed(inner),
+        None => Cow::Borrowed(s),
+    }
 }
 
 /// Whether `s` is digits only (and some): an integer, whatever its size.
@@ -303,6 +348,32 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let l = list_file(dir.path(), &path, &OwnOutput::default(), None);
         (dir, l)
+    }
+
+    fn named(text: &str, classes: &[&str]) -> Result<Vec<u32>, String> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.csv");
+        std::fs::write(&path, text).unwrap();
+        let classes: Vec<String> = classes.iter().map(|c| c.to_string()).collect();
+        list_file(dir.path(), &path, &OwnOutput::default(), Some(&classes))
+            .map(|l| l.inputs.iter().map(|i| i.label).collect())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn class_names_are_read_as_csv_quotes_them_and_a_number_may_not_mean_two_classes() {
+        // As Python's csv and pandas write names with commas and quotes.
+        let classes = ["tench, Tinca tinca", "say \"hi\"", "label"];
+        let rows = "path,label\nx.jpg,\"tench, Tinca tinca\"\n\"a,b.jpg\",\"say \"\"hi\"\"\"\ny.jpg,label\n";
+        assert_eq!(named(rows, &classes).unwrap(), [0, 1, 2]);
+        // ImageFolder's numbered classes sort "0", "1", "10", "2": "2" names class 3.
+        let numbered = ["0", "1", "10", "2"];
+        assert_eq!(named("a.jpg,10\nb.jpg,1\n", &numbered).unwrap(), [2, 1]);
+        let e = named("a.jpg,2\n", &numbered).unwrap_err();
+        assert!(
+            e.contains("\"2\" is the name of class 3 and the index of another"),
+            "{e}"
+        );
     }
 
     #[test]
