@@ -117,12 +117,13 @@ pub(crate) fn build_backend(
         metrics.set_backend(format!("cpu, {} workers{why}", config.workers));
         Ok(Box::new(pipeline))
     };
-    let fall_back = |choice: AutoChoice, visible: Option<usize>| {
+    // `unusable`: the GPU the driver reported, which could not be used.
+    let fall_back = |choice: AutoChoice, unusable: Option<usize>| {
         let note = choice.fallback_note().unwrap_or_default();
         // Said once, here; `Stats::backend` keeps saying it.
         let mut warning = None;
         if let AutoChoice::Cpu { reason } = &choice {
-            match visible {
+            match unusable {
                 None => tracing::info!(%reason, "Device::Auto: no usable GPU, loading on the CPU"),
                 Some(ordinal) => {
                     warning = Some(format!(

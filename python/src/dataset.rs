@@ -534,16 +534,10 @@ fn parse_classes(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<String
             .map(Some)
             .map_err(format_error);
     }
-    let kind = |v: &Bound<'_, PyAny>| {
-        v.get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default()
-    };
     let iter = value.try_iter().map_err(|_| {
         pyo3::exceptions::PyTypeError::new_err(format!(
             "classes= takes a list of class names, a stoker.Dataset, or the path of a dataset or of a file of names, not {}",
-            kind(value)
+            args::type_name(value)
         ))
     })?;
     let mut names = Vec::new();
@@ -562,7 +556,7 @@ fn parse_classes(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Vec<String
         let name = item.extract::<String>().map_err(|_| {
             pyo3::exceptions::PyTypeError::new_err(format!(
                 "classes[{i}] is of type {}, not a class name (a str)",
-                kind(&item)
+                args::type_name(&item)
             ))
         })?;
         names.push(name);

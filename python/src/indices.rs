@@ -6,6 +6,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyList, PyRange, PyString, PyTuple};
 
+use crate::args::type_name;
+
 /// The most indices a list may hold: 64 for every record (an index may repeat, to draw
 /// it more often), or 2²⁴, whichever is more. Past it the list is a mistake (an endless
 /// iterator, a `range` over another dataset) that would take all the memory.
@@ -104,12 +106,4 @@ fn past(at: usize, index: &str, records: u64) -> PyErr {
         "indices[{at}] is {index}, past the dataset's last record (it holds {records} records, 0..={})",
         records.saturating_sub(1)
     ))
-}
-
-fn type_name(value: &Bound<'_, PyAny>) -> String {
-    value
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_default()
 }

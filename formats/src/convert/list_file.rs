@@ -119,28 +119,20 @@ fn row_label(
         if header {
             return Ok(None);
         }
-        if let Some(&i) = names.get(text) {
+        let count = names.len() as u64;
+        return match (names.get(text), text.parse::<u64>().ok()) {
             // A number that names one class and indexes another is ambiguous (an
             // ImageFolder's classes "0", "1", "10", "2" sort so): refused, not guessed.
-            match text.parse::<u64>() {
-                Ok(n) if n != u64::from(i) && n < names.len() as u64 => {
-                    return Err(format!(
-                        "label {text:?} is the name of class {i} and the index of another: write the class's name in a way that is not a number, or give classes whose numeric names are their own indices"
-                    ))
-                }
-                _ => return Ok(Some(i)),
-            }
-        }
-        return match text.parse::<u64>() {
-            Ok(i) if i < names.len() as u64 => Ok(Some(i as u32)),
-            Ok(i) => Err(format!(
-                "label {i} is past the {} classes given (--classes, Python classes=)",
-                names.len()
+            (Some(&i), Some(n)) if n != u64::from(i) && n < count => Err(format!(
+                "label {text:?} is the name of class {i} and the index of another: write the class's name in a way that is not a number, or give classes whose numeric names are their own indices"
             )),
-            Err(_) if header => Ok(None),
-            Err(_) => Err(format!(
-                "class {text:?} is not one of the {} classes given (--classes, Python classes=)",
-                names.len()
+            (Some(&i), _) => Ok(Some(i)),
+            (None, Some(n)) if n < count => Ok(Some(n as u32)),
+            (None, Some(n)) => Err(format!(
+                "label {n} is past the {count} classes given (--classes, Python classes=)"
+            )),
+            (None, None) => Err(format!(
+                "class {text:?} is not one of the {count} classes given (--classes, Python classes=)"
             )),
         };
     }
