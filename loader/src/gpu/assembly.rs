@@ -24,10 +24,12 @@ pub(super) enum Copies<'a> {
     /// registered dataset map), copied record by record into the arena.
     Staged { bytes: usize, by_record: bool },
     /// Decoded into the arena by nvJPEG on a decode stream (joined by the compute
-    /// stream); only these `(pinned offset, arena offset, len)` regions (CPU-resized
-    /// oversize images) come from pinned memory.
+    /// stream), image `i` at `offsets[i]` (packed, `arena_pack`); only these
+    /// `(pinned offset, arena offset, len)` regions (CPU-resized images) come from
+    /// pinned memory.
     Decoded {
         regions: &'a [(usize, usize, usize)],
+        offsets: &'a [usize],
     },
 }
 
@@ -41,14 +43,18 @@ pub(super) fn enqueue(
     copies: Copies<'_>,
 ) -> Result<Batch, LoaderError> {
     let n = images.len();
-    if let Err(e) = write_params(&mut slot, images) {
+    let offsets = match copies {
+        Copies::Staged { .. } => None,
+        Copies::Decoded { offsets, .. } => Some(offsets),
+    };
+    if let Err(e) = write_params(&mut slot, images, offsets) {
         // This batch's decodes may still be writing the arena.
         return_failed_slot(shared, slot);
         return Err(e);
     }
     let h2d_bytes = match copies {
         Copies::Staged { bytes, .. } => bytes,
-        Copies::Decoded { regions } => regions.iter().map(|r| r.2).sum(),
+        Copies::Decoded { regions, .. } => regions.iter().map(|r| r.2).sum(),
     };
     debug_assert!(
         n <= slot.params.len() && slot.sizes.batch * slot.sizes.stride <= slot.arena.len()
@@ -65,8 +71,13 @@ pub(super) fn enqueue(
     Ok(hand_over(shared, plan, k, slot, images, h2d_bytes))
 }
 
-/// Writes the kernel parameters of `images` into the slot's pinned parameters.
-fn write_params(slot: &mut Slot, images: &[Staged]) -> Result<(), LoaderError> {
+/// Writes the kernel parameters of `images` into the slot's pinned parameters:
+/// image `i` at `offsets[i]` in the arena, or at `i * stride` without offsets.
+fn write_params(
+    slot: &mut Slot,
+    images: &[Staged],
+    offsets: Option<&[usize]>,
+) -> Result<(), LoaderError> {
     let stride = slot.sizes.stride;
     let params = slot
         .pinned_params
@@ -74,7 +85,7 @@ fn write_params(slot: &mut Slot, images: &[Staged]) -> Result<(), LoaderError> {
         .map_err(|e| driver_err("pinned parameters access", e))?;
     for (i, s) in images.iter().enumerate() {
         params[i] = ImageParams {
-            src_offset: (i * stride) as u64,
+            src_offset: offsets.map_or(i * stride, |o| o[i]) as u64,
             src_width: s.width,
             src_height: s.height,
             src_pitch: s.width * s.channels,
@@ -124,7 +135,7 @@ fn queue_copies(
                 .wait(&slot.h2d_end)
                 .map_err(|e| driver_err("cuStreamWaitEvent (h2d done)", e))?;
         }
-        Copies::Decoded { regions } => {
+        Copies::Decoded { regions, .. } => {
             // nvJPEG wrote the arena on a decode stream, which the compute stream
             // joined: the parameters and the CPU-resized oversize images follow
             // on the compute stream.
@@ -158,8 +169,8 @@ fn queue_transform(shared: &Shared, slot: &mut Slot, n: usize) -> Result<(), Loa
     slot.kernel_start
         .record(compute)
         .map_err(|e| driver_err("cuEventRecord", e))?;
-    // SAFETY: `arena` holds the n staged images at `i * stride` with the sizes
-    // in `params` (written by `write_params`, copied before the kernel by
+    // SAFETY: `arena` holds the n staged images at their offsets (`i * stride`,
+    // or their disjoint places of `ArenaPack`) with the sizes in `params` (written by `write_params`, copied before the kernel by
     // `queue_copies`); crop boxes come from `Transform::params` and lie inside
     // their images; `out_index < n ≤ batch` and `out` holds `batch` images of the
     // configured size and dtype; the compute stream waited for every consumer

@@ -1,16 +1,18 @@
 //! A batch of JPEG records through nvJPEG: the records are checked (by the
 //! read-ahead or here), decoded straight into the slot's device arena on decode
-//! stream `k % 2`, failures replaced, oversize images resized on the CPU; then
-//! the batch goes to [`super::assembly`] for the transform.
+//! stream `k % 2` (packed by size, [`super::arena_pack`]), failures replaced,
+//! images that do not fit resized on the CPU; then the batch goes to
+//! [`super::assembly`] for the transform.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use cudarc::driver::{CudaStream, CudaViewMut};
+use cudarc::driver::CudaStream;
 use stoker_decode::{BatchUse, CpuDecoder, DecodeError, GpuDecoder, ImageInfo, Region, Route};
 use stoker_formats::DatasetReader;
 
+use super::arena_pack::{ArenaPack, ArenaPart};
 use super::assembly::{enqueue, Copies};
 use super::read_ahead::Prepared;
 use super::records::{check_record, stage_oversize, Checked, HostStaging, ReaderState, Staged};
@@ -27,8 +29,9 @@ use crate::transform::SampleParams;
 /// producer thread (bytes borrowed from the memory map) and decoded by `decoder`
 /// straight into the slot's arena on decode stream `k % 2` (hardware engines, the
 /// CUDA decoder or the CPU, per image). A record that fails is replaced as on the
-/// CPU path; an image larger than a staging stride is decoded, cropped and resized
-/// on the CPU and copied. `None` if stopped meanwhile (the slot goes back).
+/// CPU path; an image larger than what the batch leaves of the arena is decoded,
+/// cropped and resized on the CPU and copied. `None` if stopped meanwhile (the
+/// slot goes back).
 // The producer's pieces of state, passed as they are (bundling them would only
 // move the borrows into a struct built once per batch).
 #[allow(clippy::too_many_arguments)]
@@ -63,7 +66,13 @@ pub(super) fn build_batch_nvjpeg(
         give_back(slot);
         return Some(Err(e));
     }
-    let mut progress = Progress::new(plan, k);
+    let mut progress = match Progress::new(plan, k, &slot) {
+        Ok(progress) => progress,
+        Err(e) => {
+            give_back(slot);
+            return Some(Err(e));
+        }
+    };
     if let Err(e) = wait_for_arena(shared, &slot, decode_stream) {
         give_back(slot);
         return Some(Err(e));
@@ -82,7 +91,7 @@ pub(super) fn build_batch_nvjpeg(
                 return Some(Err(reader_unavailable("stoker-gpu", reason)));
             }
         };
-        // 1. Read and check what is left; oversize images go through the CPU.
+        // 1. Read and check what is left; images that do not fit go through the CPU.
         let cpu = (&state.decoder, &mut state.scratch, &mut state.resizer);
         let todo = match check_left(
             shared,
@@ -130,6 +139,7 @@ pub(super) fn build_batch_nvjpeg(
         give_back(slot);
         return Some(Err(driver_err("cuStreamWaitEvent (decode done)", e)));
     }
+    let offsets = progress.pack.offsets();
     let images: Vec<Staged> = progress.done.into_iter().flatten().collect();
     Some(enqueue(
         shared,
@@ -139,13 +149,15 @@ pub(super) fn build_batch_nvjpeg(
         &images,
         Copies::Decoded {
             regions: &progress.regions,
+            offsets: &offsets,
         },
     ))
 }
 
 /// An image of the batch to decode on the device: its position in the batch,
-/// its JPEG bytes, its label and its crop and flip.
-type Todo<'a> = (usize, &'a [u8], u32, SampleParams);
+/// its JPEG bytes, its label, its crop and flip, and its place in the arena
+/// (`(offset, bytes)`).
+type Todo<'a> = (usize, &'a [u8], u32, SampleParams, (usize, usize));
 
 /// Where each position of a batch stands across the decode rounds.
 struct Progress {
@@ -157,21 +169,32 @@ struct Progress {
     attempts: Vec<u32>,
     /// Each position's image once staged (decoded, or resized on the CPU).
     done: Vec<Option<Staged>>,
-    /// `(pinned offset, arena offset, len)` of the CPU-resized oversize images.
+    /// `(pinned offset, arena offset, len)` of the CPU-resized images.
     regions: Vec<(usize, usize, usize)>,
+    /// Each position's place in the slot's arena.
+    pack: ArenaPack,
 }
 
 impl Progress {
-    fn new(plan: &EpochPlan, k: u64) -> Progress {
+    fn new(plan: &EpochPlan, k: u64, slot: &Slot) -> Result<Progress, LoaderError> {
         let positions: Vec<usize> = plan.batch_range(k).collect();
         let n = positions.len();
-        Progress {
+        let sizes = &slot.sizes;
+        // On this route the pinned stride is one CPU-resized output.
+        let pack = ArenaPack::new(sizes.batch * sizes.stride, n, sizes.pinned_stride).ok_or_else(
+            || LoaderError::InvalidConfig {
+                field: "size",
+                reason: "the output images do not fit the device arena's budget per image".into(),
+            },
+        )?;
+        Ok(Progress {
             current: positions.iter().map(|&p| plan.order[p]).collect(),
             attempts: vec![0u32; n],
             done: vec![None; n],
             regions: Vec::new(),
+            pack,
             positions,
-        }
+        })
     }
 
     /// Moves position `i` to its next replacement after `error`, or returns the
@@ -199,7 +222,7 @@ impl Progress {
         todo: &[Todo<'_>],
         results: Vec<Result<(ImageInfo, Route), DecodeError>>,
     ) -> Result<(), LoaderError> {
-        for (&(i, _, label, p), result) in todo.iter().zip(results) {
+        for (&(i, _, label, p, _), result) in todo.iter().zip(results) {
             let index = self.current[i];
             match result {
                 Ok((info, route)) => {
@@ -258,12 +281,12 @@ fn wait_for_arena(
 }
 
 /// Reads and checks the records of the positions not done yet (the
-/// read-ahead's checks first, where it made them): those that fit a staging
-/// stride are returned for the device decode, each with its crop drawn from the
-/// header (the decoder needs only the crop: the kernel's taps stay inside the
-/// crop box); larger ones are decoded, cropped and resized on the CPU into the
-/// slot's pinned staging. Failed records are replaced; `Err` is the error that
-/// ends the batch.
+/// read-ahead's checks first, where it made them): those that get a place in
+/// the arena are returned for the device decode, each with its crop drawn from
+/// the header (the decoder needs only the crop: the kernel's taps stay inside
+/// the crop box); the others are decoded, cropped and resized on the CPU into
+/// the slot's pinned staging. Failed records are replaced; `Err` is the error
+/// that ends the batch.
 fn check_left<'a, 'r: 'a>(
     shared: &Shared,
     plan: &EpochPlan,
@@ -274,7 +297,6 @@ fn check_left<'a, 'r: 'a>(
     progress: &mut Progress,
 ) -> Result<Vec<Todo<'a>>, LoaderError> {
     let host = HostStaging::new(shared, plan);
-    let stride = slot.sizes.stride;
     let pinned_stride = slot.sizes.pinned_stride;
     let mut todo: Vec<Todo<'a>> = Vec::new();
     for i in 0..progress.done.len() {
@@ -284,7 +306,7 @@ fn check_left<'a, 'r: 'a>(
         let index = progress.current[i];
         let host = host.keyed(plan.draw_key(progress.positions[i], progress.attempts[i]));
         let checked = match prepared.get_mut(i).and_then(Option::take) {
-            // Checked on the read-ahead thread; an oversize one is decoded here.
+            // Checked on the read-ahead thread; one without a place is decoded here.
             Some(c) => {
                 crate::pipeline::guard_reads();
                 c
@@ -297,9 +319,9 @@ fn check_left<'a, 'r: 'a>(
                 label,
                 info,
             }) => {
-                if info.rgb_len() <= stride {
+                if let Some(place) = progress.pack.place(i, info.rgb_len()) {
                     let p = host.draw.params(info.width, info.height);
-                    todo.push((i, payload, label, p));
+                    todo.push((i, payload, label, p, place));
                     Ok(())
                 } else {
                     // Allocated with the slot on this route (never lazy).
@@ -314,9 +336,8 @@ fn check_left<'a, 'r: 'a>(
                         )
                     });
                     staged.map(|s| {
-                        progress
-                            .regions
-                            .push((i * pinned_stride, i * stride, s.bytes));
+                        let at = progress.pack.cpu_place(i);
+                        progress.regions.push((i * pinned_stride, at, s.bytes));
                         progress.done[i] = Some(s);
                     })
                 }
@@ -330,8 +351,8 @@ fn check_left<'a, 'r: 'a>(
     Ok(todo)
 }
 
-/// Decodes `todo` straight into the slot's arena (image `i` at `i * stride`)
-/// on `decode_stream`, and moves the decoder's phase times and the decode
+/// Decodes `todo` straight into the slot's arena (each image at its place) on
+/// `decode_stream`, and moves the decoder's phase times and the decode
 /// counters into the loader's stats.
 fn decode_into_arena(
     shared: &Shared,
@@ -341,26 +362,17 @@ fn decode_into_arena(
     todo: &[Todo<'_>],
     outputs_idle: bool,
 ) -> Vec<Result<(ImageInfo, Route), DecodeError>> {
-    let stride = slot.sizes.stride;
     let t_decode = Instant::now();
     let results = {
-        let mut views: Vec<Option<CudaViewMut<'_, u8>>> = slot
-            .arena
-            .as_view_mut()
-            .chunks_exact_mut(stride)
-            .map(Some)
-            .collect();
-        let mut outs: Vec<CudaViewMut<'_, u8>> = todo
-            .iter()
-            .filter_map(|(i, ..)| views.get_mut(*i).and_then(Option::take))
-            .collect();
+        let places: Vec<(usize, usize)> = todo.iter().map(|t| t.4).collect();
+        let mut carved = ArenaPart::carve(&mut slot.arena, &places, decode_stream);
         let inputs: Vec<&[u8]> = todo.iter().map(|t| t.1).collect();
         let regions: Vec<Region> = todo.iter().map(|t| t.3.region()).collect();
         let usage = BatchUse {
             outputs_idle,
             regions: Some(&regions),
         };
-        let r = dec.decode_batch_for(&inputs, &mut outs, decode_stream, usage);
+        let r = dec.decode_batch_for(&inputs, carved.parts.as_mut_slice(), decode_stream, usage);
         // The decoder's phase times move into the loader's stats.
         shared.metrics.add_gpu_decode_timings(&dec.timings());
         dec.reset_timings();

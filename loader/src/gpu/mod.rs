@@ -52,8 +52,9 @@
 //! engines, the CUDA decoder, or the CPU per image), which writes RGB straight
 //! into the slot's device arena on one of two decode streams (alternating by
 //! batch; each waits only for the last kernel that read the slot's arena, and
-//! the compute stream waits for the decode before the transform); images larger than a
-//! staging stride are decoded, cropped and resized on the CPU and copied. Raw
+//! the compute stream waits for the decode before the transform), packed there by size
+//! (`arena_pack`); an image larger than what its batch leaves of the arena is decoded,
+//! cropped and resized on the CPU and copied. Raw
 //! (pre-decoded) records go to the device straight from the dataset's memory map,
 //! page-locked at build (`registered`) or, over the page-lock limit, as a moving
 //! window of shards (`window_plan`, `window_locker`); the limit holds for the
@@ -84,6 +85,7 @@
 //! # Ok(()) }
 //! ```
 
+mod arena_pack;
 mod assembly;
 pub(crate) mod batch_copy;
 mod device;

@@ -10,6 +10,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use stoker_decode::{DecodeError, GpuDecoder, GpuDecoderOptions, Limits, WaitMode};
 use stoker_formats::{Dataset, Encoding};
 
+use super::arena_pack::ARENA_ALIGN;
 use super::batch_copy;
 use super::device::{stream_priority, visible_devices};
 use super::kernel::KernelDtype;
@@ -21,8 +22,10 @@ use crate::config::{Device, LoaderConfig};
 use crate::error::{driver_err, LoaderError};
 use crate::metrics::{Metrics, Stage};
 
-/// Pixels reserved per image in the staging ring for JPEG datasets (640×480):
-/// larger images are cropped and resized on the CPU before staging.
+/// Pixels budgeted per image in a slot's device arena for JPEG datasets (640×480):
+/// the images of a batch are packed, so one above the budget is decoded on the
+/// device while the batch fits (`arena_pack`); what does not fit is cropped and
+/// resized on the CPU before staging.
 pub const JPEG_STAGING_PIXELS: usize = 640 * 480;
 
 /// The nvJPEG decoder's options: the builder's (or [`decoder_defaults`]), with
@@ -101,12 +104,14 @@ pub fn decoder_defaults() -> GpuDecoderOptions {
 fn staging_stride(dataset: &Dataset, size: u32) -> usize {
     let manifest = dataset.manifest();
     let out = size as usize * size as usize * 3;
-    let per_image = match (manifest.encoding, &manifest.raw_size) {
-        (Encoding::Raw, Some(r)) => r.width as usize * r.height as usize * usize::from(r.channels),
-        _ => JPEG_STAGING_PIXELS * 3,
-    };
-    // Oversized images are staged as their CPU-resized `size × size` RGB output.
-    per_image.max(out)
+    match (manifest.encoding, &manifest.raw_size) {
+        // Oversized images are staged as their CPU-resized `size × size` RGB output.
+        (Encoding::Raw, Some(r)) => {
+            (r.width as usize * r.height as usize * usize::from(r.channels)).max(out)
+        }
+        // Packed at aligned places, each at least one such output (`ArenaPack`).
+        _ => (JPEG_STAGING_PIXELS * 3).max(out.next_multiple_of(ARENA_ALIGN)),
+    }
 }
 
 /// The device `config` asks for: `Device::Cuda(n)`, or for `Device::Auto` the
@@ -544,6 +549,11 @@ mod tests {
         assert_eq!(staging_stride(&ds, 224), JPEG_STAGING_PIXELS * 3);
         // The bench images (500×375) are staged as they are.
         assert!(500 * 375 * 3 <= staging_stride(&ds, 224));
+        // An output above the budget: a place per image holds one, aligned.
+        assert_eq!(
+            staging_stride(&ds, 555),
+            (555 * 555 * 3usize).next_multiple_of(256)
+        );
     }
 
     #[test]
