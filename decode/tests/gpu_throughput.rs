@@ -151,6 +151,26 @@ fn gpu_decode_throughput() {
             },
             batch,
         ),
+        // The offload's pool with more threads than its default (cores - lanes - 2 -
+        // cuda_states): on mixed data, whether the CPUs or the GPU side bound the
+        // progressive files (rows ..._mixed in scripts/device-check.d/50-mixed.sh).
+        Case::new(
+            "decode_gpu_hw_lanes4_offload_threads10",
+            GpuDecoderOptions {
+                cpu_share_threads: cores.saturating_sub(6).max(1),
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
+        Case::new(
+            "decode_gpu_hw_lanes4_offload_threads12_cuda2",
+            GpuDecoderOptions {
+                cpu_share_threads: cores.saturating_sub(4).max(1),
+                cuda_states: 2,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
         Case::new("decode_gpu_hw_lanes1", lanes(1), batch),
         Case::new("decode_gpu_hw_lanes8", lanes(8), batch),
         // The CPU share on its own pool (default: cores - lanes - 2 threads)...

@@ -387,6 +387,87 @@ fn gpu_bad_records_follow_the_cpu_policy() {
     assert_eq!(gs.bad_records, 2);
 }
 
+/// The corpus photographs as they are (65 px to 1.3 kpx, a quarter progressive, some
+/// grayscale): the batches of the CPU path, and the images above the arena's budget per
+/// image (640×480) decoded on the device beside smaller ones, not resized on the CPU
+/// (`arena_pack`).
+#[test]
+fn photos_of_every_size_load_on_the_gpu_as_on_the_cpu() {
+    let Some(ctx) = gpu_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = common::data_dir().join("imagefolder");
+    let mut o = stoker_formats::ConvertOptions::new(
+        stoker_formats::Source::ImageFolder(src),
+        dir.path().join("ds"),
+    );
+    o.check_decode = false;
+    let n = stoker_formats::convert(&o, &stoker_formats::NoProgress)
+        .unwrap()
+        .written as usize;
+    let ds = stoker_formats::Dataset::open(dir.path().join("ds")).unwrap();
+    compare_paths(&ds, n, &ctx, false, None);
+    let reader = ds.reader().unwrap();
+    let above = (0..n as u64)
+        .filter(|&i| {
+            let payload = reader.get(i).unwrap().payload;
+            let info = stoker_decode::probe(payload, &stoker_decode::Limits::default()).unwrap();
+            info.rgb_len() > stoker_loader::gpu::JPEG_STAGING_PIXELS * 3
+        })
+        .count() as u64;
+    let l = loader(ds, Device::Cuda(0), Output::U8Nhwc, 16).unwrap();
+    assert_eq!(l.epoch(0).map(|b| b.unwrap().len()).sum::<usize>(), n);
+    let routes = l.stats().decode_routes;
+    let resized = routes.get("cpu_resize_oversize").copied().unwrap_or(0);
+    println!("{above} of {n} photos above 640x480; routes {routes:?}");
+    assert!(above > 0, "the corpus has large photos");
+    assert!(
+        resized < above,
+        "{resized} of {above} large photos resized on the CPU"
+    );
+}
+
+/// A subset (`LoaderBuilder::indices`, a held-out split) on the GPU path: the CPU path's
+/// batches of the same records, each record of the subset once per epoch, none outside it.
+/// The GPU path sizes its rings and page-locking from the epoch's batch count, which a
+/// subset changes.
+#[test]
+fn a_subset_loads_on_the_gpu_as_on_the_cpu() {
+    let Some(ctx) = gpu_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 60, 30, &[]);
+    let subset: Vec<u64> = (0..60).filter(|i| i % 3 != 1).rev().collect();
+    let build = |device| {
+        loader_builder(ds.clone(), device, Output::U8Nhwc, 8)
+            .indices(subset.clone())
+            .build()
+            .unwrap()
+    };
+    let (cpu, gpu_loader) = (build(Device::Cpu), build(Device::Cuda(0)));
+    for epoch in 0..2 {
+        let mut seen = BTreeSet::new();
+        for (c, g) in cpu.epoch(epoch).zip(gpu_loader.epoch(epoch)) {
+            let (c, g) = (c.unwrap(), g.unwrap());
+            assert!(matches!(g.images, Images::Cuda(_)));
+            assert_eq!((&c.indices, &c.labels), (&g.indices, &g.labels));
+            let a = agreement(
+                &host_values(&c, &ctx),
+                &host_values(&g, &ctx),
+                Output::U8Nhwc,
+            );
+            assert!(a.psnr >= 30.0 && a.mean_abs <= 2.0, "{a:?}");
+            for &i in &g.indices {
+                assert!(subset.contains(&i), "record {i} is not in the subset");
+                assert!(seen.insert(i), "record {i} twice in epoch {epoch}");
+            }
+        }
+        assert_eq!(seen.len(), subset.len(), "epoch {epoch}");
+    }
+}
+
 #[test]
 fn gpu_memory_is_flat_over_five_epochs() {
     let Some(ctx) = gpu_or_skip() else {

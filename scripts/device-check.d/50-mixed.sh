@@ -11,7 +11,8 @@
 # (decode_jpeg on the GPU, CPU fallback for the files it rejects), the ratios
 # mixed:mixed_vs_baseline (goal >= 0.9) and mixed:<set>_vs_torchvision (goal >= 1.5), the
 # decoder alone with and without the offload of CUDA-decoder images to the CPUs
-# (decode_gpu_hw_lanes4{,_no_offload}_{mixed,baseline}, stoker-decode-gpu_throughput), and
+# (decode_gpu_hw_lanes4{,_no_offload,_offload_threads10,_offload_threads12_cuda2}_{mixed,
+# baseline}, stoker-decode-gpu_throughput: the last two give the offload more threads), and
 # the loader's fed ratio at ResNet-50 pace on the mixed set (rows fed_jpeg_mixed_*,
 # examples/gpu_consumer; goal >= 0.99).
 set -uo pipefail
@@ -110,7 +111,7 @@ if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
     tag="_${set#mixed-}"
     [ "$set" = mixed ] && tag=_mixed
     STOKER_BENCH_DIR="$DATA/$set" STOKER_BENCH_TAG="$tag" STOKER_BENCH_SECONDS="$SECS" \
-      STOKER_BENCH_CASES=decode_gpu_hw_lanes4,decode_gpu_hw_lanes4_no_offload \
+      STOKER_BENCH_CASES=decode_gpu_hw_lanes4,decode_gpu_hw_lanes4_no_offload,decode_gpu_hw_lanes4_offload_threads10,decode_gpu_hw_lanes4_offload_threads12_cuda2 \
       timeout 120 "$BIN/stoker-decode-gpu_throughput" gpu_decode_throughput --exact --ignored --nocapture --test-threads=1 \
       >"$OUT/mixed-decode-throughput$tag.log" 2>&1 || status=1
     grep -P '^ROW\t' "$OUT/mixed-decode-throughput$tag.log" | cut -f2- | tee -a "$T"
