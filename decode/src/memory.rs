@@ -6,20 +6,80 @@
 //! that answer kept for the length of a decode: the bytes of every decode in progress in
 //! the process count against the next one.
 
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 
 use crate::probe::can_allocate;
 
-/// Bytes held by the [`DecodeMemory`]s alive in this process, and the process: a child
-/// forked while other threads held some starts from nothing (those threads are not in
-/// it, and would never give them back to it).
-static HELD: Mutex<Held> = Mutex::new(Held::new(0));
-
-/// [`HELD`]'s count: `bytes` reserved in the process `pid`, and the queue of the decodes
-/// waiting for some: they are served in the order they came, so a large image does not
-/// wait for ever while small ones, each fitting beside the others, keep the count up.
-struct Held {
+/// The count of the [`DecodeMemory`]s alive in one process.
+///
+/// A child of `fork` gets a count of its own, made afresh ([`state`]), not the parent's
+/// reset: a parent thread inside [`DecodeMemory::reserve`] at the fork holds the lock, and
+/// in the child no thread is left to release it. Every decode of a child forked while the
+/// parent converted (a PyTorch `DataLoader` worker, a `multiprocessing` fork) then waited
+/// for ever at its first image; CI saw one such child in about 200 forks.
+#[derive(Debug)]
+struct State {
+    /// The process it counts for.
     pid: u32,
+    held: Mutex<Held>,
+    /// Told each time a [`DecodeMemory`] ends, for the decodes waiting on one.
+    ended: Condvar,
+}
+
+/// The state in use; null until the first reservation, and again in a child of `fork`.
+static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `pthread_atfork`'s child handler: the child starts without a state.
+extern "C" fn forget_state() {
+    STATE.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// This process's state, made at its first use. The child learns it is one from the fork
+/// handler, or, where a fork skipped the handlers (a raw `clone`, or a fork while the
+/// first use registers them), from the state's process id. A state is never freed: one
+/// left behind by a fork is simply not used again.
+fn state() -> &'static State {
+    // Not a `Once`: a fork while another thread runs one leaves it running for good in
+    // the child.
+    static AT_FORK: AtomicBool = AtomicBool::new(false);
+    if !AT_FORK.swap(true, Ordering::Relaxed) {
+        // SAFETY: registers a child handler that only stores to an atomic, which is
+        // async-signal-safe, as a handler run in the child of a threaded fork must be.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_state)) };
+    }
+    let pid = std::process::id();
+    let mut current = STATE.load(Ordering::Acquire);
+    loop {
+        // SAFETY: a published state is never freed (leaked below), so the pointer stays
+        // valid for the process's life.
+        if let Some(state) = unsafe { current.as_ref() } {
+            if state.pid == pid {
+                return state;
+            }
+        }
+        let fresh = Box::into_raw(Box::new(State {
+            pid,
+            held: Mutex::new(Held::new()),
+            ended: Condvar::new(),
+        }));
+        match STATE.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: just published, and never freed.
+            Ok(_) => return unsafe { &*fresh },
+            Err(now) => {
+                // SAFETY: `fresh` was never published; this thread still owns it.
+                drop(unsafe { Box::from_raw(fresh) });
+                current = now;
+            }
+        }
+    }
+}
+
+/// A [`State`]'s count: `bytes` reserved, and the queue of the decodes waiting for some:
+/// they are served in the order they came, so a large image does not wait for ever while
+/// small ones, each fitting beside the others, keep the count up.
+#[derive(Debug)]
+struct Held {
     bytes: u64,
     /// The ticket the next decode that has to wait takes.
     next: u64,
@@ -28,9 +88,8 @@ struct Held {
 }
 
 impl Held {
-    const fn new(pid: u32) -> Held {
+    const fn new() -> Held {
         Held {
-            pid,
             bytes: 0,
             next: 0,
             serving: 0,
@@ -47,9 +106,6 @@ impl Held {
     }
 }
 
-/// Told each time a [`DecodeMemory`] ends, for the decodes waiting on one.
-static ENDED: Condvar = Condvar::new();
-
 /// Bytes reserved for one decode, given back when dropped. A thread holds one at a time:
 /// one that asks for a second while it holds one may wait for itself.
 ///
@@ -65,10 +121,10 @@ static ENDED: Condvar = Condvar::new();
 #[derive(Debug)]
 #[must_use = "the bytes are reserved only while this is alive"]
 pub struct DecodeMemory {
-    /// Counted in [`HELD`] until dropped.
+    /// Counted in `state` until dropped.
     bytes: u64,
-    /// The process it was counted in.
-    pid: u32,
+    /// The count of the process it was made in.
+    state: &'static State,
 }
 
 impl DecodeMemory {
@@ -90,12 +146,8 @@ impl DecodeMemory {
 
     /// [`reserve`](Self::reserve) with the allocation check given, for tests.
     fn reserve_with(bytes: u64, fits: impl Fn(u64) -> bool) -> Option<DecodeMemory> {
-        let pid = std::process::id();
-        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.pid != pid {
-            // A fork's child: its parent's reservations and waiters are not in it.
-            *held = Held::new(pid);
-        }
+        let state = state();
+        let mut held = state.held.lock().unwrap_or_else(PoisonError::into_inner);
         // In turn behind those already waiting (with nobody waiting, served at once), each
         // served when it fits or is alone.
         let ticket = held.next;
@@ -105,29 +157,38 @@ impl DecodeMemory {
                 let taken = held.take(bytes, &fits);
                 if taken || held.bytes == 0 {
                     held.serving += 1;
-                    ENDED.notify_all();
+                    state.ended.notify_all();
                     // A refused one is not made even for a moment: its drop would give back
                     // bytes it never held, and take the lock this thread holds.
                     return if taken {
-                        Some(DecodeMemory { bytes, pid })
+                        Some(DecodeMemory { bytes, state })
                     } else {
                         None
                     };
                 }
             }
-            held = ENDED.wait(held).unwrap_or_else(PoisonError::into_inner);
+            held = state
+                .ended
+                .wait(held)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 }
 
 impl Drop for DecodeMemory {
     fn drop(&mut self) {
-        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        // One made before a fork, dropped in the child, was never counted there.
-        if held.pid == self.pid {
-            held.bytes = held.bytes.saturating_sub(self.bytes);
+        // One made before a fork, dropped in the child, was never counted there; its
+        // parent's lock may be held for good there, so it is not touched.
+        if !std::ptr::eq(self.state, state()) {
+            return;
         }
-        ENDED.notify_all();
+        let mut held = self
+            .state
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        held.bytes = held.bytes.saturating_sub(self.bytes);
+        self.state.ended.notify_all();
     }
 }
 
@@ -141,7 +202,7 @@ mod tests {
     /// Returns once a reservation waits in the queue.
     fn wait_until_one_waits() {
         loop {
-            let held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+            let held = state().held.lock().unwrap_or_else(PoisonError::into_inner);
             if held.next != held.serving {
                 return;
             }
@@ -176,7 +237,7 @@ mod tests {
         assert!(second.join().unwrap());
         // What could not fit alone is refused at once, not waited for.
         assert!(DecodeMemory::reserve_with(1001, free).is_none());
-        assert_eq!(HELD.lock().unwrap().bytes, 0);
+        assert_eq!(state().held.lock().unwrap().bytes, 0);
     }
 
     /// A large image that had to wait was overtaken by every small one that fitted beside
@@ -209,7 +270,7 @@ mod tests {
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("later"));
         assert_eq!(large.join().unwrap(), Some(900));
         assert_eq!(later.join().unwrap(), Some(100));
-        assert_eq!(HELD.lock().unwrap().bytes, 0);
+        assert_eq!(state().held.lock().unwrap().bytes, 0);
     }
 
     /// A waiting decode that cannot fit alone is refused once the others ended, and the
@@ -245,26 +306,55 @@ mod tests {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         let free = |n: u64| n <= 1000;
         let parents = DecodeMemory::reserve_with(700, free).unwrap();
-        // SAFETY: the child only takes HELD's lock (not held by anyone at the fork: the
-        // reservation above is counted, not locked) and ends with _exit; SIGALRM ends it
-        // if it waits.
+        assert_eq!(
+            reserve_in_a_child(free),
+            0,
+            "the child waited or was refused"
+        );
+        drop(parents);
+    }
+
+    /// A child forked while another thread held the count's lock (inside `reserve`, as
+    /// the parent's conversion threads are at every image) gets a count of its own: the
+    /// parent's lock is never released there.
+    #[test]
+    fn a_child_forked_while_a_thread_holds_the_lock_does_not_wait_for_it() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let held = state().held.lock().unwrap_or_else(PoisonError::into_inner);
+            locked_tx.send(()).unwrap();
+            let _ = release_rx.recv();
+            drop(held);
+        });
+        locked_rx.recv().unwrap();
+        let status = reserve_in_a_child(|n: u64| n <= 1000);
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert_eq!(status, 0, "the child waited for its parent's lock");
+    }
+
+    /// Forks a child that reserves 700 bytes under `free` and says whether it got them:
+    /// its wait status (0: got them; SIGALRM after 5 s: it waited).
+    fn reserve_in_a_child(free: fn(u64) -> bool) -> i32 {
+        // SAFETY: the child only reserves and ends with _exit (no unwinding, no atexit
+        // handlers of the parent's test harness); SIGALRM ends it if it waits.
         let child = unsafe { libc::fork() };
         assert!(child >= 0, "fork failed");
         if child == 0 {
+            // SAFETY: plain system calls in the child.
             unsafe { libc::alarm(5) };
             let code = match DecodeMemory::reserve_with(700, free) {
                 Some(_) => 0,
                 None => 1,
             };
+            // SAFETY: as above.
             unsafe { libc::_exit(code) };
         }
         let mut status = 0;
         // SAFETY: waits for the child forked above.
         assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
-        assert!(
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-            "the child waited or was refused: status {status:#x}"
-        );
-        drop(parents);
+        status
     }
 }
