@@ -53,7 +53,6 @@ for b in $keep; do [ -e ".device/bin/$b" ] || echo "warning: $b was not built" >
 tar czf .device/bin.tar.gz -C .device bin && rm -rf .device/bin
 # No data is carried: testdata/ travels with the tree, and device-check.sh derives the bench
 # and mixed sets there with make-bench-set and make-mixed-set.
-cp -r benches/peers .device/peers 2>/dev/null || true
 # Optional peer: NVIDIA nvImageCodec (not installed on the GPU machine). Its wheel is fetched
 # once into .whl/ (git-ignored) and travels trimmed to what the JPEG peer loads, for the
 # device's Python 3.12: the module, the core library and the nvJPEG extension (~13 MB

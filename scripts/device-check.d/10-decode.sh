@@ -94,7 +94,8 @@ else
 fi
 
 # 3. Peer in the same run: torchvision batched GPU decode of the same files.
-PEERS="$(dirname "$BIN")/peers"
+# The peers travel with the tree (the binaries are unpacked elsewhere).
+PEERS="$(cd "$(dirname "$0")/../.." && pwd)/benches/peers"
 if [ -f "$PEERS/torchvision_decode.py" ]; then
   python3 "$PEERS/torchvision_decode.py" "$DATA/bench" --device cuda --batch 256 --seconds "${DECODE_SECONDS:-5}" \
     >"$OUT/torchvision_decode.log" 2>&1
