@@ -20,7 +20,7 @@ use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DeviceSlice, SyncOnDrop};
 
 /// Alignment of every place in the arena: what `cuMemAlloc` gives the arena itself.
-pub(crate) const ARENA_ALIGN: usize = 256;
+pub(super) const ARENA_ALIGN: usize = 256;
 
 /// The places of one batch's images in an arena of `len` bytes.
 #[derive(Debug)]

@@ -170,7 +170,8 @@ fn queue_transform(shared: &Shared, slot: &mut Slot, n: usize) -> Result<(), Loa
         .record(compute)
         .map_err(|e| driver_err("cuEventRecord", e))?;
     // SAFETY: `arena` holds the n staged images at their offsets (`i * stride`,
-    // or their disjoint places of `ArenaPack`) with the sizes in `params` (written by `write_params`, copied before the kernel by
+    // or their disjoint places of `ArenaPack`) with the sizes in `params`
+    // (written by `write_params`, copied before the kernel by
     // `queue_copies`); crop boxes come from `Transform::params` and lie inside
     // their images; `out_index < n ≤ batch` and `out` holds `batch` images of the
     // configured size and dtype; the compute stream waited for every consumer
