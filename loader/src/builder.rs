@@ -264,10 +264,9 @@ impl LoaderBuilder {
     /// its staging and engine states) spend the wait
     /// ([`stoker_decode::WaitMode`]): spinning on a core, or asleep until the
     /// driver wakes them so the core serves the reader threads and the
-    /// decoder's CPU share meanwhile. Default [`WaitMode::Auto`]: blocking when
-    /// the decoder has a CPU share ([`LoaderBuilder::gpu_cpu_share`], or
-    /// `cpu_share` / `cpu_share_auto` in [`LoaderBuilder::gpu_decoder`]),
-    /// spinning otherwise; the environment variable `STOKER_GPU_WAITS=spin|block`,
+    /// decoder's CPU share meanwhile. Default [`WaitMode::Auto`]: spinning, even
+    /// beside a CPU share (blocking saved no CPU time there and cost 15 % of
+    /// the throughput on the H200, docs/BENCHMARKS.md run 7); the environment variable `STOKER_GPU_WAITS=spin|block`,
     /// read when the loader is built, decides `Auto` instead (a diagnostic).
     /// Overrides the `waits` of [`LoaderBuilder::gpu_decoder`]'s options unless
     /// `Auto`. Ignored by the CPU path.

@@ -71,7 +71,7 @@ use crate::stats::Stats;
 /// larger than what the others leave moves a window of shards through the rest, with
 /// ``shuffle="quasi"`` or ``False``); ``gpu_waits``, how host threads wait for
 /// the GPU: ``"spin"``, ``"block"`` (the core serves the reader threads meanwhile) or
-/// ``"auto"`` (blocking when there is a CPU share); ``gpu_cpu_share``, the fraction of
+/// ``"auto"`` (spin, which measured best); ``gpu_cpu_share``, the fraction of
 /// each batch's engine-decodable JPEGs decoded on the CPUs beside the JPEG engines.
 ///
 /// A bool where a number is wanted is a ``TypeError`` (``batch_size=True`` is not a

@@ -39,8 +39,8 @@ pub struct Args {
     /// process's share of the node: the cores divided by the processes on it).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// How the GPU stages wait for the GPU: auto (block when the decoder has a
-    /// CPU share, else spin), spin (poll on a core), block (sleep until the
+    /// How the GPU stages wait for the GPU: auto (spin: blocking was measured
+    /// to save no CPU time), spin (poll on a core), block (sleep until the
     /// driver wakes the thread). The gpu_decode and end_to_end rows give the
     /// CPU seconds spent (cpu_s), to compare the two.
     #[arg(long, default_value = "auto", value_parser = clap::value_parser!(WaitMode))]

@@ -627,12 +627,12 @@ mod tests {
                 .gpu_waits(WaitMode::Spin),
         );
         assert_eq!(decoder_options(&over).waits, WaitMode::Spin);
-        // Auto follows the CPU share (unless the environment decides it).
+        // Auto spins, with a CPU share too (unless the environment decides it).
         if std::env::var_os("STOKER_GPU_WAITS").is_none() {
             let plain = config(crate::Loader::builder(ds.clone()));
             assert_eq!(wait_mode(&plain), WaitMode::Spin);
             let shared = config(crate::Loader::builder(ds).gpu_cpu_share(0.2));
-            assert_eq!(wait_mode(&shared), WaitMode::Block);
+            assert_eq!(wait_mode(&shared), WaitMode::Spin);
         }
     }
 
