@@ -58,7 +58,9 @@ pub struct DecodeTimings {
     pub hw_lane_max_s: f64,
     /// The CUDA (hybrid) path: host phases, transfers and device phases queued.
     pub cuda_s: f64,
-    /// The CPU path for what nvJPEG rejects or fails on, with its copies queued.
+    /// The CPU path for what nvJPEG rejects or fails on, with its copies queued
+    /// (what it rejects from the start is decoded beside the engines: that part
+    /// overlaps `hw_lanes_s`).
     pub cpu_s: f64,
     /// The CPU share's decode on its own thread (overlaps the lanes).
     pub cpu_share_s: f64,

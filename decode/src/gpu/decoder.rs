@@ -1,10 +1,10 @@
 //! [`GpuDecoder`]: the decoders of every route, created once, and
 //! [`GpuDecoder::decode_batch_for`], which runs a batch through the stages in
-//! order (route; the engines, with the shares and the CUDA decoder beside
-//! them; the CPU).
+//! order (route; the engines, with the shares, the CUDA decoder and the
+//! images routed to the CPU beside them; the CPU for what failed).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaContext, CudaStream, DevicePtrMut};
@@ -13,9 +13,9 @@ use super::batch::{Batch, Decoded, Plan};
 use super::cuda::CudaDone;
 use super::cuda::CudaPath;
 use super::hardware::{self, Hardware};
-use super::huffman::GpuHuffman;
+use super::huffman::{GpuHuffman, HuffmanDone};
 use super::options::{BatchUse, GpuDecoderOptions, WaitMode};
-use super::share::{CpuShare, MainPart};
+use super::share::{CpuShare, MainPart, ShareDone};
 use super::staging::PinnedRing;
 use super::{fallback, routing};
 use crate::nvjpeg::NvJpeg;
@@ -503,7 +503,18 @@ impl GpuDecoder {
         let (ctx, cpu) = (&self.ctx, &*self.cpu);
         let cuda_list = std::mem::take(&mut plan.cuda);
         let cuda_on_own = !cuda_list.is_empty() && self.cuda.begin(stream);
-        let (share_done, huffman_done, engines_part, cuda_done) = std::thread::scope(|s| {
+        // The images routed to the CPU from the start (CMYK, say), decoded on the
+        // host meanwhile too: after the engines, one such image cost a mixed batch
+        // a third of its time (H200, run 7). Copied to the device after step 4.
+        let early_cpu = std::mem::take(&mut plan.cpu);
+        let beside = std::thread::scope(|s| {
+            let early = (!early_cpu.is_empty()).then(|| {
+                let list = &early_cpu;
+                spawn_or_run(s, "stoker-cpu-route", move || {
+                    let started = Instant::now();
+                    (fallback::decode_list(cpu, batch, list), started.elapsed())
+                })
+            });
             let gpu_list = &gpu_list;
             let huffman = huffman_job.map(|job| move || job.run(ctx, inputs, gpu_list));
             let huffman = huffman.map(|f| spawn_or_run(s, "stoker-gpu-huffman", f));
@@ -526,43 +537,68 @@ impl GpuDecoder {
                     CudaDone::lost(list)
                 })
             });
-            (
-                share.map(|j| j.join()),
-                huffman.map(|j| j.join()),
-                engines_part,
-                cuda_done,
-            )
+            Beside {
+                share: share.map(|j| j.join()),
+                huffman: huffman.map(|j| j.join()),
+                engines: engines_part,
+                cuda: cuda_done,
+                early_cpu: early.map(|j| j.join()),
+            }
         });
-        let main_part = MainPart {
-            engines: engines_part,
-            cuda: cuda_done.as_ref().map_or((0, 0.0), |d| d.part(&cuda_list)),
+        let lists = Lists {
+            share: &share_list,
+            gpu: &gpu_list,
+            cuda: &cuda_list,
+            early_cpu: &early_cpu,
         };
-        if let Some(done) = cuda_done {
-            let timings = &mut self.timings;
-            (self.cuda).finish(done, cuda_on_own, &cuda_list, batch, &mut plan, timings);
-        }
-        // 4'. Images a failed engine lane gave back to the CUDA decoder.
-        self.cuda
-            .decode_stage(ctx, &mut self.timings, batch, &mut plan);
-
-        // 4a. The GPU-Huffman share back on the caller's stream.
-        let timings = &mut self.timings;
-        self.huffman
-            .finish(ctx, huffman_done, batch, &gpu_list, &mut plan, timings);
-        // 4b. The CPU share's pixels copied on the share stream.
-        self.share.finish(
-            share_done,
-            batch,
-            &share_list,
-            &mut plan,
-            timings,
-            main_part,
-        );
-        // 5. CPU for the rest, copied to the device.
-        fallback::decode_stage(cpu, timings, batch, &mut plan);
+        self.finish_stages(beside, lists, cuda_on_own, batch, &mut plan);
 
         drop(guards);
         self.tally(plan, n, call_started)
+    }
+
+    /// Steps 4' to 5 of [`decode_batch_for`](Self::decode_batch_for): what ran
+    /// beside the engines back into the plan (and its pixels onto the device),
+    /// then the CPU for what is left.
+    fn finish_stages(
+        &mut self,
+        beside: Beside,
+        lists: Lists<'_>,
+        cuda_on_own: bool,
+        batch: Batch<'_>,
+        plan: &mut Plan,
+    ) {
+        let ctx = &self.ctx;
+        let main_part = MainPart {
+            engines: beside.engines,
+            cuda: (beside.cuda.as_ref()).map_or((0, 0.0), |d| d.part(lists.cuda)),
+        };
+        if let Some(done) = beside.cuda {
+            let timings = &mut self.timings;
+            (self.cuda).finish(done, cuda_on_own, lists.cuda, batch, plan, timings);
+        }
+        // 4'. Images a failed engine lane gave back to the CUDA decoder.
+        self.cuda.decode_stage(ctx, &mut self.timings, batch, plan);
+
+        // 4a. The GPU-Huffman share back on the caller's stream.
+        let timings = &mut self.timings;
+        (self.huffman).finish(ctx, beside.huffman, batch, lists.gpu, plan, timings);
+        // 4b. The CPU share's pixels copied on the share stream.
+        (self.share).finish(beside.share, batch, lists.share, plan, timings, main_part);
+        // 4c. The images routed to the CPU, decoded meanwhile, copied to the device.
+        match beside.early_cpu {
+            Some(Ok((decoded, took))) => {
+                timings.cpu_s += took.as_secs_f64();
+                fallback::deliver(batch, decoded, plan);
+            }
+            Some(Err(_)) => {
+                tracing::warn!("the CPU route's thread panicked; its images are decoded again");
+                plan.cpu.extend_from_slice(lists.early_cpu);
+            }
+            None => {}
+        }
+        // 5. CPU for the rest (failed on the GPU, left by a share), copied to the device.
+        fallback::decode_stage(&self.cpu, timings, batch, plan);
     }
 
     /// Step 1 of [`decode_batch`](Self::decode_batch) for every input; see
@@ -626,6 +662,25 @@ impl GpuDecoder {
             })
             .collect()
     }
+}
+
+/// What the stages beside the engines (and the engines) gave back.
+struct Beside {
+    share: Option<std::thread::Result<ShareDone>>,
+    huffman: Option<std::thread::Result<HuffmanDone>>,
+    /// Images and seconds of the engines' part (the CPU share's balance).
+    engines: (usize, f64),
+    cuda: Option<CudaDone>,
+    /// The images routed to the CPU from the start, decoded, and how long it took.
+    early_cpu: Option<std::thread::Result<(fallback::CpuResults, Duration)>>,
+}
+
+/// The images each stage beside the engines took.
+struct Lists<'a> {
+    share: &'a [usize],
+    gpu: &'a [usize],
+    cuda: &'a [usize],
+    early_cpu: &'a [usize],
 }
 
 /// The error of every image when the outputs or the regions do not match the
