@@ -10,21 +10,14 @@
 //!   GPU memory (the ratio of the two throughputs) and the loader's fed ratio;
 //! - `h2d`: the loader's H2D copy rate (GB/s) in the steady state and in the fed epochs,
 //!   and what it delivered (images per second × bytes per image), next to a pinned-copy
-//!   ceiling measured in the same process (the raw route's acceptance;
-//!   `examples/h2d_probe` breaks the gap down);
+//!   ceiling measured in the same process (`examples/h2d_probe` breaks the gap down);
 //! - device memory and RSS after each epoch.
 //!
 //! Results are printed and, with `--tsv FILE`, appended as `name<TAB>value<TAB>unit<TAB>note`.
-//!
-//! ```text
-//! cargo run --release --example gpu_consumer -- --jpeg-dir target/stoker-testdata/bench-v1 --epochs 5
-//! ```
-//!
 //! Without a GPU it prints why and exits with status 2.
-//!
+//! `cargo run --release --example gpu_consumer -- --jpeg-dir target/stoker-testdata/bench-v1`
 //! A measurement tool of this repository (the device check runs it), not a template to copy:
-//! beside `stoker` it uses clap, tracing-subscriber and the rows module
-//! `examples/common/results.rs`.
+//! beside `stoker` it uses clap, tracing-subscriber and `examples/common/results.rs`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -139,6 +132,11 @@ struct Args {
     /// Images per second the stand-in training step consumes.
     #[arg(long, default_value_t = 4700.0)]
     target_rate: f64,
+    /// The step as this many launches sharing its iterations. 1 holds every SM for
+    /// the whole step; a real one is hundreds of short kernels, between which the
+    /// loader's higher-priority streams get the SMs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    step_kernels: u32,
     /// Append result rows to this TSV file.
     #[arg(long)]
     tsv: Option<PathBuf>,
@@ -179,6 +177,7 @@ fn run(args: &Args) -> Res<()> {
         &ctx,
         &stream,
         args.batch_size * 3 * (args.size as usize).pow(2) * 2,
+        args.step_kernels,
     )?;
     let iters = consumer.calibrate(args.batch_size, args.target_rate)?;
 
@@ -351,12 +350,19 @@ struct Consumer {
     resident_ptr: u64,
     /// Bytes of one F16 NCHW batch, read once per step.
     batch_bytes: usize,
+    /// Kernel launches per step.
+    kernels: u32,
     stream: Arc<CudaStream>,
 }
 
 impl Consumer {
     /// Compiles the kernel and allocates its sink and the resident batch on `stream`.
-    fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, batch_bytes: usize) -> Res<Self> {
+    fn new(
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        batch_bytes: usize,
+        kernels: u32,
+    ) -> Res<Self> {
         let module = ctx.load_module(compile_ptx(BUSY_CU)?)?;
         let busy = module.load_function("busy")?;
         let sink = stream.alloc_zeros::<f32>(4096)?;
@@ -373,23 +379,29 @@ impl Consumer {
             _module: module,
             resident_ptr,
             batch_bytes,
+            kernels,
             stream: stream.clone(),
         })
     }
 
-    /// Enqueues one step of `iters` iterations reading the batch at `ptr`.
+    /// Enqueues one step of `iters` iterations reading the batch at `ptr`, as
+    /// `kernels` launches (the first reads the batch).
     fn step(&mut self, iters: u32, ptr: u64) -> Res<()> {
         let cfg = LaunchConfig {
             grid_dim: (1024, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let n = self.batch_bytes as u64;
-        let mut b = self.stream.launch_builder(&self.busy);
-        b.arg(&ptr).arg(&n).arg(&iters).arg(&mut self.sink);
-        // SAFETY: `busy(const u8*, u64, u32, float*)`: ptr addresses `n` bytes of
-        // device memory (a batch tensor or `resident`), sink has ≥ 1024 floats.
-        unsafe { b.launch(cfg) }?;
+        for k in 0..self.kernels {
+            let n = if k == 0 { self.batch_bytes as u64 } else { 0 };
+            let share = iters / self.kernels + u32::from(k < iters % self.kernels);
+            let mut b = self.stream.launch_builder(&self.busy);
+            b.arg(&ptr).arg(&n).arg(&share).arg(&mut self.sink);
+            // SAFETY: `busy(const u8*, u64, u32, float*)`: ptr addresses at least
+            // `n` bytes of device memory (a batch tensor or `resident`; 0 reads
+            // none), sink has ≥ 1024 floats.
+            unsafe { b.launch(cfg) }?;
+        }
         Ok(())
     }
 
@@ -427,7 +439,8 @@ impl Consumer {
         let step_s = self.time_step(iters)?;
         writeln!(
             std::io::stdout(),
-            "step: {iters} iterations = {:.2} ms per batch of {} (target {:.2} ms)",
+            "step: {iters} iterations in {} kernel(s) = {:.2} ms per batch of {} (target {:.2} ms)",
+            self.kernels,
             step_s * 1e3,
             batch_size,
             target_s * 1e3

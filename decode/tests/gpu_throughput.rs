@@ -269,6 +269,19 @@ fn gpu_decode_throughput() {
                 batch,
             )
         },
+        // Overlapped, the engines are the bound (run 7: 93 % busy) and the host has
+        // room: does the automatic CPU share add the spare cores' images now?
+        Case {
+            overlap: true,
+            ..Case::new(
+                "decode_gpu_hw_lanes4_overlap_cpu_share_auto",
+                GpuDecoderOptions {
+                    cpu_share_auto: true,
+                    ..GpuDecoderOptions::default()
+                },
+                batch,
+            )
+        },
         // The GPU-hybrid backend (Huffman on the SMs) alone, for its capacity...
         Case::new(
             "decode_gpu_gpu_huffman_only",

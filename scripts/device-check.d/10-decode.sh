@@ -85,7 +85,8 @@ if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
   # Issue 21 item 2: whether the engines or the host set the pace of the main rows
   # (rows <row>_host_busy_pct and <row>_bound; decode_bound.py, tested by decode_bound_test.py).
   python3 "$(dirname "$0")/decode_bound.py" "$T" decode_gpu_hw_lanes4 decode_gpu_hw_lanes7 \
-    decode_gpu_hw_lanes4_overlap decode_gpu_hw_lanes4_overlap_states2 >>"$T" ||
+    decode_gpu_hw_lanes4_overlap decode_gpu_hw_lanes4_overlap_states2 \
+    decode_gpu_hw_lanes4_overlap_cpu_share_auto >>"$T" ||
     printf '%s\t%s\t%s\t%s\n' decode_bound - - "decode_bound.py failed" >>"$T"
   grep -E '^# (timings|nvJPEG|hardware)' "$OUT/decode_throughput.log"
   cat "$OUT/decode_throughput.log"
@@ -104,7 +105,8 @@ if [ -f "$PEERS/torchvision_decode.py" ]; then
     decode_gpu_hw_lanes4_batch512 decode_gpu_hw_lanes4_overlap decode_gpu_hw_lanes4_overlap_states2
     decode_gpu_gpu_huffman_only decode_gpu_hw_lanes4_overlap_gpu_huffman40
     decode_gpu_hw_lanes4_cpu_share25 decode_gpu_hw_lanes4_cpu_share15
-    decode_gpu_hw_lanes4_cpu_share25_all_cores decode_gpu_hw_lanes4_cpu_share_auto"
+    decode_gpu_hw_lanes4_cpu_share25_all_cores decode_gpu_hw_lanes4_cpu_share_auto
+    decode_gpu_hw_lanes4_overlap_cpu_share_auto"
   # shellcheck disable=SC2086 # OURS is a list of row names
   python3 "$(dirname "$0")/peer_rows.py" "$OUT/torchvision_decode.log" "$T" \
     --name torchvision_decode_jpeg_cuda --suffix vs_torchvision $OURS

@@ -2,7 +2,7 @@
 # The Python package (issue 17) on the GPU machine. Needs:
 #   .device/wheels/stoker-*.whl   (built by scripts/device-prepare.sh; abi3, any CPython >= 3.9)
 #   $BIN/gpu_consumer             (the Rust loader's row in the same run)
-#   $DATA/bench                   (512 ImageNet-like JPEGs)
+#   $DATA/bench, $DATA/mixed      (512 ImageNet-like JPEGs; the mixed set)
 #   python3 with torch (CUDA) and torchvision (the peer) — installed on the machine.
 # Appends rows to $OUT/table.tsv (see python_loader.py for each row).
 set -uo pipefail
@@ -22,6 +22,16 @@ python3 -m pip install --quiet --no-deps --no-index --target "$site" "$wheel" ||
   row python_package install-failed - "$wheel"
   exit 1
 }
-PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" timeout 420 python3 "$here/python_loader.py" "$DATA/bench" \
-  --tsv "$OUT/table.tsv" --repeat 8 --epochs 4 --rust-consumer "$BIN/gpu_consumer" 2>&1 | tee "$OUT/python-loader.log" | tail -n 40
-exit "${PIPESTATUS[0]}"
+PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" timeout 300 python3 "$here/python_loader.py" "$DATA/bench" \
+  --tsv "$OUT/table.tsv" --repeat 8 --epochs 4 --rust-consumer "$BIN/gpu_consumer" --resnet50 2>&1 |
+  tee "$OUT/python-loader.log" | tail -n 40
+status="${PIPESTATUS[0]}"
+# The fed ratio of a real ResNet-50 step on mixed data (issue 21): the mixed set
+# (25 % progressive, ImageNet-like sizes) x8, two fed epochs.
+if [ -d "$DATA/mixed" ]; then
+  PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" timeout 150 python3 "$here/python_loader.py" "$DATA/mixed" \
+    --tsv "$OUT/table.tsv" --repeat 8 --epochs 2 --resnet50-only --tag _mixed 2>&1 |
+    tee "$OUT/python-resnet50-mixed.log" | tail -n 12
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+exit "$status"

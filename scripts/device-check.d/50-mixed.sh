@@ -14,7 +14,7 @@
 # (decode_gpu_hw_lanes4{,_no_offload,_offload_threads10,_offload_threads12_cuda2}_{mixed,
 # baseline}, stoker-decode-gpu_throughput: the last two give the offload more threads), and
 # the loader's fed ratio at ResNet-50 pace on the mixed set (rows fed_jpeg_mixed_*,
-# examples/gpu_consumer; goal >= 0.99).
+# examples/gpu_consumer; goal >= 0.99; fed_jpeg_mixed_k256_*: the step as 256 kernels).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${BIN:?}" "${DATA:?}" "${OUT:?}" "${STOKER_DATA:?}"
@@ -124,6 +124,15 @@ if [ -x "$BIN/gpu_consumer" ] && [ -d "$DATA/mixed" ]; then
     --batch-size "$BATCH" --size 224 --tsv "$T" 2>&1 | tee "$OUT/gpu-consumer-mixed.log" | tail -n 25
   rc=${PIPESTATUS[0]}
   row gpu_consumer_mixed "$rc" exit "examples/gpu_consumer --jpeg-dir mixed --tag _mixed"
+  [ "$rc" -eq 0 ] || status=1
+  # The same step as 256 shorter kernels (about a real ResNet-50 step's count): between
+  # two, the loader's higher-priority streams get the SMs, as in training; the one-kernel
+  # step above leaves them only the SMs it does not fill, for the whole step.
+  timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/mixed" --repeat 8 --epochs 3 --tag _mixed_k256 \
+    --step-kernels 256 --batch-size "$BATCH" --size 224 --tsv "$T" 2>&1 |
+    tee "$OUT/gpu-consumer-mixed-k256.log" | tail -n 12
+  rc=${PIPESTATUS[0]}
+  row gpu_consumer_mixed_k256 "$rc" exit "examples/gpu_consumer --jpeg-dir mixed --step-kernels 256 --tag _mixed_k256"
   [ "$rc" -eq 0 ] || status=1
 fi
 exit $status

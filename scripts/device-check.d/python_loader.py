@@ -16,6 +16,12 @@ Rows (`name<TAB>value<TAB>unit<TAB>note`) are appended to TABLE:
 - python_fed_ratio / python_fed_vs_resident: a torch step sized to 4,700 img/s (ResNet-50
   bf16 training on an H200) fed by the loader; the loader's fed ratio (goal >= 0.99) and
   the fed loop's rate over the same loop on a resident batch;
+- python_resnet50<tag>_fed_ratio / _img_s / _vs_resident (with --resnet50): a real
+  torchvision ResNet-50 training step (bf16 autocast, channels-last, SGD) fed by the
+  loader, beside the same steps on a resident batch: the fed ratio at ResNet-50 pace
+  with a real model's many short kernels (the matmul and gpu_consumer stand-ins hold
+  the SMs longer per kernel than a real step does). With --resnet50-only (and --tag,
+  e.g. _mixed over the mixed set) only these rows are made.
 - torchvision_dataloader_gpu_img_s / python_vs_torchvision: torch DataLoader reading the
   files + decode_jpeg(device="cuda") + the same crop/flip/normalize on the GPU.
 
@@ -175,6 +181,55 @@ def fed(loader, dev, epochs, tsv):
         stats["verdict"].replace("\t", " "))
 
 
+def fed_resnet50(loader, dev, epochs, tsv, tag):
+    """A real ResNet-50 training step fed by the loader, and on a resident batch."""
+    import torch.nn.functional as F
+    import torchvision
+
+    torch.backends.cudnn.benchmark = True
+    model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step(x, y):
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x.contiguous(memory_format=torch.channels_last)), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    x0 = torch.randn(BATCH, 3, SIZE, SIZE, device=dev, dtype=torch.float16)
+    y0 = torch.zeros(BATCH, dtype=torch.long, device=dev)
+    for _ in range(8):  # cuDNN's algorithm search and the allocator's warm-up
+        step(x0, y0)
+    sync(dev)
+    n = len(loader) * epochs
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step(x0, y0)
+    sync(dev)
+    resident_steps = n / (time.perf_counter() - t0)
+    loader.reset_stats()
+    t0, seen, steps = time.perf_counter(), 0, 0
+    for e in range(epochs):
+        for images, labels in loader.epoch(200 + e):
+            x = torch.from_dlpack(images)
+            y = torch.from_dlpack(labels).to(dev, dtype=torch.long, non_blocking=True) % 1000
+            step(x, y)
+            seen += x.shape[0]
+            steps += 1
+    sync(dev)
+    dt = time.perf_counter() - t0
+    stats = loader.stats()
+    name = f"python_resnet50{tag}"
+    row(tsv, f"{name}_fed_ratio", f"{stats['fed_ratio']:.4f}", "ratio",
+        f"torchvision ResNet-50 training step (bf16 autocast, channels-last, SGD), batch {BATCH}, "
+        f"{epochs} epochs of {len(loader)} batches; goal >= 0.99")
+    row(tsv, f"{name}_img_s", f"{seen / dt:.0f}", "img/s",
+        f"same steps on a resident batch: {resident_steps * BATCH:.0f} img/s")
+    row(tsv, f"{name}_vs_resident", f"{steps / dt / resident_steps:.3f}", "ratio",
+        stats["verdict"].replace("\t", " "))
+
+
 def rust_peer(consumer, jpeg_dir, repeat, epochs):
     with tempfile.NamedTemporaryFile("r", suffix=".tsv") as t:
         subprocess.run(
@@ -240,6 +295,9 @@ def main():
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--rust-consumer")
+    p.add_argument("--resnet50", action="store_true", help="also the real ResNet-50 fed rows")
+    p.add_argument("--resnet50-only", action="store_true", help="only the ResNet-50 fed rows")
+    p.add_argument("--tag", default="", help="appended to the ResNet-50 rows' names")
     a = p.parse_args()
     dev = torch.device(a.device)
     print(f"stoker {stoker.__version__}, torch {torch.__version__}, device {dev}", flush=True)
@@ -247,6 +305,10 @@ def main():
         ds = make_dataset(a.jpeg_dir, a.repeat, Path(tmp))
         loader = make_loader(ds, a.device)
         print(repr(loader), flush=True)
+        if a.resnet50_only:
+            fed_resnet50(loader, dev, a.epochs, a.tsv, a.tag)
+            print(loader.stats(), flush=True)
+            return 0
         ok = check_sharing(loader, dev, a.tsv)
         py = loader_alone(loader, dev, a.epochs)
         row(a.tsv, "python_loader_gpu_img_s", f"{py:.0f}", "img/s",
@@ -260,6 +322,9 @@ def main():
                 row(a.tsv, "rust_loader_gpu_img_s", "-", "img/s", "gpu_consumer gave no loader row")
         fed(loader, dev, a.epochs, a.tsv)
         print(loader.stats(), flush=True)
+        if a.resnet50:
+            fed_resnet50(loader, dev, a.epochs, a.tsv, a.tag)
+            print(loader.stats(), flush=True)
         loader.cancel_prefetch()
         del loader
         if dev.type == "cuda":
