@@ -95,7 +95,6 @@ pub mod handoff;
 mod jpeg_batch;
 pub mod kernel;
 mod lock_ledger;
-mod lock_threads;
 pub mod nvml;
 mod producer;
 mod raw_batch;

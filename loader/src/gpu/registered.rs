@@ -30,7 +30,6 @@ use stoker_decode::bind_context;
 use stoker_formats::Dataset;
 
 use super::lock_ledger::{Ledger, Ranges, Reservation};
-use super::lock_threads::{lock_threads, on_threads};
 use super::window_locker::{Locker, Registrar};
 
 /// Page-locks `len` bytes at `ptr` for the device (`cuMemHostRegister`).
@@ -192,7 +191,9 @@ impl RegisteredMaps {
             // What is left of `reserved` on an error (the shards not registered)
             // is given back when it drops.
             Ok(mut reserved) => {
-                let added = maps.add_all(&mut table, &spans, &mut reserved);
+                let added = spans
+                    .iter()
+                    .try_for_each(|s| maps.add(&mut table, s, &mut reserved));
                 // Every new range took its charge: nothing reserved is left unowned.
                 debug_assert!(added.is_err() || reserved.bytes() == 0);
                 added
@@ -204,65 +205,50 @@ impl RegisteredMaps {
         registered.map(|()| maps)
     }
 
-    /// Registers the spans not registered yet, on [`lock_threads`] threads at
-    /// once, and adds every span to `self` (counting one more user of those
-    /// another loader registered); each new registration takes its bytes out of
-    /// `reserved`. Under the table's lock (`table`), so no other loader sees a
-    /// range before the driver has it. On an error, what did register is in
-    /// `self` (undone when it drops) and the first error is returned.
-    fn add_all(
+    /// Registers `span` (or counts one more user of its registration) and adds
+    /// it to `self`; a new registration takes its bytes out of `reserved`.
+    fn add(
         &mut self,
         table: &mut Ranges<'static>,
-        spans: &[Span<'_>],
+        span: &Span<'_>,
         reserved: &mut Reservation<'static>,
     ) -> Result<(), String> {
-        // Each start once: a window may name a shard twice.
-        let mut fresh: Vec<&Span<'_>> = Vec::new();
-        for span in spans {
-            if !table.contains(span.start) && fresh.iter().all(|f| f.start != span.start) {
-                fresh.push(span);
+        let Span {
+            file, start, len, ..
+        } = *span;
+        match table.join(start, len) {
+            // Another loader over this dataset registered it.
+            Ok(true) => {}
+            Err(other) => {
+                return Err(format!(
+                    "shard {file} is registered with {} bytes, not {len}",
+                    other.0
+                ))
+            }
+            Ok(false) => {
+                // SAFETY: `start..start + len` lies in the shard's read-only mapping
+                // (every page of it holds file bytes; `span`), which `self._dataset`
+                // keeps alive until the registration is undone in `Drop` (by the
+                // last user); READ_ONLY is what a read-only mapping needs, PORTABLE
+                // makes it usable from every context.
+                unsafe {
+                    host_register(
+                        start as *const u8,
+                        len,
+                        sys::CU_MEMHOSTREGISTER_READ_ONLY | sys::CU_MEMHOSTREGISTER_PORTABLE,
+                    )
+                }
+                .map_err(|e| {
+                    format!(
+                        "cuMemHostRegister of shard {file} ({} MiB) failed: {e}",
+                        len >> 20
+                    )
+                })?;
+                table.insert(start, len, reserved.split_off(span.charge));
             }
         }
-        let ctx = &self.ctx;
-        let results = on_threads(
-            &fresh,
-            lock_threads(),
-            || bind_context(ctx).is_ok(),
-            |s| register_span(s),
-        );
-        let mut first_error = None;
-        for (span, result) in fresh.iter().zip(results) {
-            match result {
-                Ok(()) => {
-                    table.insert(span.start, span.len, reserved.split_off(span.charge));
-                    self.ranges.push((span.start, span.len));
-                }
-                Err(e) => first_error = first_error.or(Some(e)),
-            }
-        }
-        // The spans registered before (by another loader, or named twice here).
-        let mut fresh_used = vec![false; fresh.len()];
-        for span in spans {
-            if let Some(k) = fresh.iter().position(|f| f.start == span.start) {
-                if !fresh_used[k] {
-                    fresh_used[k] = true;
-                    continue;
-                }
-            }
-            match table.join(span.start, span.len) {
-                Ok(true) => self.ranges.push((span.start, span.len)),
-                // Its registration just failed.
-                Ok(false) => {}
-                Err(other) => {
-                    let e = format!(
-                        "shard {} is registered with {} bytes, not {}",
-                        span.file, other.0, span.len
-                    );
-                    first_error = first_error.or(Some(e));
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        self.ranges.push((start, len));
+        Ok(())
     }
 
     /// Whether `bytes` lies wholly inside one registered range.
@@ -289,28 +275,19 @@ impl Drop for RegisteredMaps {
         let mut table = lock_table();
         // Not `bind_to_thread`: a stale error would leave the registration in place.
         let bound = bind_context(&self.ctx);
-        let last: Vec<(usize, Reservation<'static>)> = self
-            .ranges
-            .iter()
-            .filter_map(|&(start, _)| table.leave(start).map(|charge| (start, charge)))
-            .collect();
-        if let Err(e) = &bound {
-            tracing::warn!("unregistering the dataset's memory map: {e}");
-            last.into_iter().for_each(|(_, charge)| charge.keep());
-            return;
-        }
-        let ctx = &self.ctx;
-        let undone = on_threads(
-            &last,
-            lock_threads(),
-            || bind_context(ctx).is_ok(),
-            // SAFETY: each `start` began a registration made in `register_shards`
-            // whose last user this is, and the copies that read it have completed
-            // (see above).
-            |&(start, _)| unsafe { host_unregister(start as *const u8) },
-        );
-        for ((_, charge), result) in last.into_iter().zip(undone) {
-            match result {
+        for &(start, _) in &self.ranges {
+            let Some(charge) = table.leave(start) else {
+                continue;
+            };
+            if let Err(e) = &bound {
+                tracing::warn!("unregistering the dataset's memory map: {e}");
+                charge.keep();
+                continue;
+            }
+            // SAFETY: `start` began a registration made in `register_shards` whose
+            // last user this is, and the copies that read it have completed (see
+            // above).
+            match unsafe { host_unregister(start as *const u8) } {
                 Ok(()) => drop(charge),
                 Err(e) => {
                     tracing::warn!("cuMemHostUnregister failed: {e}");
@@ -386,28 +363,6 @@ impl Registrar for CudaRegistrar {
             }
         }
     }
-}
-
-/// Page-locks `span` (`cuMemHostRegister`), read-only and portable.
-fn register_span(span: &Span<'_>) -> Result<(), String> {
-    // SAFETY: `span` lies in its shard's read-only mapping (every page of it holds
-    // file bytes; `span`), which the `RegisteredMaps` it is added to keeps alive
-    // until the registration is undone in `Drop` (by the last user); READ_ONLY is
-    // what a read-only mapping needs, PORTABLE makes it usable from every context.
-    unsafe {
-        host_register(
-            span.start as *const u8,
-            span.len,
-            sys::CU_MEMHOSTREGISTER_READ_ONLY | sys::CU_MEMHOSTREGISTER_PORTABLE,
-        )
-    }
-    .map_err(|e| {
-        format!(
-            "cuMemHostRegister of shard {} ({} MiB) failed: {e}",
-            span.file,
-            span.len >> 20
-        )
-    })
 }
 
 /// The page size of this machine (4 KiB when it cannot be asked).
