@@ -36,6 +36,7 @@ mod error;
 mod gpu;
 mod memory;
 pub mod nvjpeg;
+mod per_process;
 mod probe;
 mod ran_out;
 mod route;
@@ -53,6 +54,9 @@ pub use gpu::{
 };
 pub use memory::DecodeMemory;
 pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
+/// For stoker-formats' own per-process state; not part of the decode API.
+#[doc(hidden)]
+pub use per_process::PerProcess;
 pub use probe::{
     can_allocate, entropy_coded_end, primary_image_end, probe, ColorSpace, ImageInfo, Limits,
     Subsampling, MAX_SCANS,

@@ -6,9 +6,9 @@
 //! that answer kept for the length of a decode: the bytes of every decode in progress in
 //! the process count against the next one.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
 
+use crate::per_process::PerProcess;
 use crate::probe::can_allocate;
 
 /// The count of the [`DecodeMemory`]s alive in one process.
@@ -20,59 +20,18 @@ use crate::probe::can_allocate;
 /// for ever at its first image; CI saw one such child in about 200 forks.
 #[derive(Debug)]
 struct State {
-    /// The process it counts for.
-    pid: u32,
     held: Mutex<Held>,
     /// Told each time a [`DecodeMemory`] ends, for the decodes waiting on one.
     ended: Condvar,
 }
 
-/// The state in use; null until the first reservation, and again in a child of `fork`.
-static STATE: AtomicPtr<State> = AtomicPtr::new(std::ptr::null_mut());
-
-/// `pthread_atfork`'s child handler: the child starts without a state.
-extern "C" fn forget_state() {
-    STATE.store(std::ptr::null_mut(), Ordering::Release);
-}
-
-/// This process's state, made at its first use. The child learns it is one from the fork
-/// handler, or, where a fork skipped the handlers (a raw `clone`, or a fork while the
-/// first use registers them), from the state's process id. A state is never freed: one
-/// left behind by a fork is simply not used again.
+/// This process's state, made at its first use; the parent's is left as it was.
 fn state() -> &'static State {
-    // Not a `Once`: a fork while another thread runs one leaves it running for good in
-    // the child.
-    static AT_FORK: AtomicBool = AtomicBool::new(false);
-    if !AT_FORK.swap(true, Ordering::Relaxed) {
-        // SAFETY: registers a child handler that only stores to an atomic, which is
-        // async-signal-safe, as a handler run in the child of a threaded fork must be.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_state)) };
-    }
-    let pid = std::process::id();
-    let mut current = STATE.load(Ordering::Acquire);
-    loop {
-        // SAFETY: a published state is never freed (leaked below), so the pointer stays
-        // valid for the process's life.
-        if let Some(state) = unsafe { current.as_ref() } {
-            if state.pid == pid {
-                return state;
-            }
-        }
-        let fresh = Box::into_raw(Box::new(State {
-            pid,
-            held: Mutex::new(Held::new()),
-            ended: Condvar::new(),
-        }));
-        match STATE.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            // SAFETY: just published, and never freed.
-            Ok(_) => return unsafe { &*fresh },
-            Err(now) => {
-                // SAFETY: `fresh` was never published; this thread still owns it.
-                drop(unsafe { Box::from_raw(fresh) });
-                current = now;
-            }
-        }
-    }
+    static STATE: PerProcess<State> = PerProcess::new();
+    STATE.get_or_init(|| State {
+        held: Mutex::new(Held::new()),
+        ended: Condvar::new(),
+    })
 }
 
 /// A [`State`]'s count: `bytes` reserved, and the queue of the decodes waiting for some:

@@ -8,9 +8,12 @@
 //! process down for that, so here the same work runs on the calling thread instead: the
 //! results are the same, only not in parallel.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{Scope, ScopedJoinHandle};
 use std::time::{Duration, Instant};
+
+use crate::per_process::PerProcess;
 
 /// A job started by [`spawn_or_run`]: on its own thread, or already done on the caller's.
 pub(crate) enum Started<'scope, T> {
@@ -57,7 +60,7 @@ where
     match spawned {
         Ok(handle) => Started::Thread(handle),
         Err(e) => {
-            static SAID: OnceLock<()> = OnceLock::new();
+            static SAID: AtomicBool = AtomicBool::new(false);
             warn_once(&SAID, &format!("cannot start thread {name} ({e})"));
             let f = job.lock().unwrap_or_else(PoisonError::into_inner).take();
             let f = f.expect("a thread that did not start did not take its job");
@@ -94,19 +97,24 @@ pub(crate) fn pool_threads() -> usize {
 /// (with one warning per process) while its threads cannot start, tried again at most
 /// every [`POOL_RETRY`]: a shared pod's `pids.max` may be reached only for a moment. Not
 /// rayon's global pool: building that one panics where threads cannot start.
+///
+/// One per process: a child of `fork` (a PyTorch `DataLoader` worker) has none of its
+/// parent's pool threads, and work installed on that pool there waited for ever.
 fn host_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
-    static FAILED_AT: Mutex<Option<Instant>> = Mutex::new(None);
-    static SAID: OnceLock<()> = OnceLock::new();
-    if let Some(pool) = POOL.get() {
+    static HOST: PerProcess<HostPool> = PerProcess::new();
+    let host = HOST.get_or_init(HostPool::default);
+    if let Some(pool) = host.pool.get() {
         return Some(pool);
     }
     if refuse_spawn_for_tests() {
         return None;
     }
-    let mut failed_at = FAILED_AT.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut failed_at = host
+        .failed_at
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
     // Made by another thread while this one waited for the lock.
-    if let Some(pool) = POOL.get() {
+    if let Some(pool) = host.pool.get() {
         return Some(pool);
     }
     if failed_at.is_some_and(|t| t.elapsed() < POOL_RETRY) {
@@ -116,22 +124,37 @@ fn host_pool() -> Option<&'static rayon::ThreadPool> {
         .thread_name(|i| format!("stoker-decode-{i}"))
         .build();
     match built {
-        Ok(pool) => Some(POOL.get_or_init(|| pool)),
+        Ok(pool) => Some(host.pool.get_or_init(|| pool)),
         Err(e) => {
             *failed_at = Some(Instant::now());
-            warn_once(&SAID, &format!("cannot start the decode threads ({e})"));
+            warn_once(
+                &host.said,
+                &format!("cannot start the decode threads ({e})"),
+            );
             None
         }
     }
+}
+
+/// One process's [`host_pool`].
+#[derive(Default)]
+struct HostPool {
+    /// Set once, by the thread holding `failed_at`.
+    pool: OnceLock<rayon::ThreadPool>,
+    /// When starting the pool's threads last failed; held while a thread starts them.
+    failed_at: Mutex<Option<Instant>>,
+    /// The failure was told.
+    said: AtomicBool,
 }
 
 /// How long [`host_pool`] waits before it tries again to start its threads.
 const POOL_RETRY: Duration = Duration::from_secs(10);
 
 /// One warning per process and kind (`said`): a process limit usually stays, and a
-/// warning per batch would flood the log.
-fn warn_once(said: &OnceLock<()>, what: &str) {
-    if said.set(()).is_ok() {
+/// warning per batch would flood the log. An atomic, not a `OnceLock`: one being set by
+/// another thread at a fork stays locked for good in the child.
+fn warn_once(said: &AtomicBool, what: &str) {
+    if !said.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             "{what}; decoding on the calling thread instead, more slowly (a container's or job's process limit, pids.max or ulimit -u, may be below the threads stoker starts)"
         );

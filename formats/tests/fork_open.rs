@@ -2,13 +2,14 @@
 //! its worker processes while the training process opens a dataset on another thread)
 //! must give children that can open datasets too. Each child inherits the memory of
 //! whatever the parent's threads held at the fork, locks included, but not the threads
-//! that would release them.
+//! that would release them; nor the threads of a pool the parent started, such as the
+//! one `verify` decodes on.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use stoker_formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
 
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
 
@@ -58,4 +59,36 @@ fn fork_and_wait(dir: &Path, limit: Duration) -> bool {
         "child failed: {status}"
     );
     false
+}
+
+/// A child forked after its parent verified with `--decode` (a `DataLoader` worker forked
+/// once the training process checked its data) verifies too: verify's decode pool was
+/// the parent's there, without its threads, and the child's first decode waited for ever.
+#[test]
+fn a_child_forked_after_a_decoding_verify_verifies_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ds");
+    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), &out);
+    o.check_decode = false;
+    convert(&o, &NoProgress).unwrap();
+    let ds = Dataset::open(&out).unwrap();
+    let verified = |ds: &Dataset| verify(ds, true).is_ok_and(|r| r.ok() && r.decoded > 0);
+    assert!(verified(&ds), "the parent's verify failed");
+    // SAFETY: the child only verifies and leaves with _exit; what it inherits from the
+    // parent's verify is what is tested.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // A panic must not unwind into the test harness's copy in the child.
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| verified(&ds)))
+            .unwrap_or(false);
+        // SAFETY: _exit ends the child without running the parent's exit code.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    assert!(pid > 0, "fork failed");
+    let status = stoker_testdata::child::wait_forked(pid, Duration::from_secs(30));
+    assert_eq!(
+        status,
+        Some(0),
+        "the child's verify failed, or (None) still ran 30 s after the fork"
+    );
 }

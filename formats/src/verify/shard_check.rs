@@ -2,10 +2,11 @@
 //! tree ([`crate::lmdb_walk`]), and what they found: records good, bad or lost, and why.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
 use rayon::prelude::*;
 use serde::Serialize;
-use stoker_decode::CpuDecoder;
+use stoker_decode::{CpuDecoder, PerProcess};
 
 use crate::lmdb_walk::Item;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
@@ -16,18 +17,24 @@ use crate::{FormatError, Manifest, RawSize, ShardEntry};
 /// panics instead ("The global thread pool has not been initialized"), which a container
 /// or job with a process limit (pids.max, `ulimit -u`) below its CPUs hit at once: every
 /// `stoker verify`, with or without `--decode`, ended in that panic.
+///
+/// One per process: a child of `fork` (a PyTorch `DataLoader` worker) has none of its
+/// parent's pool threads, and its decodes installed on that pool waited for ever.
 fn decode_pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| {
-        rayon::ThreadPoolBuilder::new()
-            .thread_name(|i| format!("stoker-verify-{i}"))
-            .build()
-            .map_err(|e| {
-                tracing::warn!("cannot start threads to decode on ({e}): decoding on one thread");
-            })
-            .ok()
-    })
-    .as_ref()
+    static POOL: PerProcess<OnceLock<Option<rayon::ThreadPool>>> = PerProcess::new();
+    POOL.get_or_init(OnceLock::new)
+        .get_or_init(|| {
+            rayon::ThreadPoolBuilder::new()
+                .thread_name(|i| format!("stoker-verify-{i}"))
+                .build()
+                .map_err(|e| {
+                    tracing::warn!(
+                        "cannot start threads to decode on ({e}): decoding on one thread"
+                    );
+                })
+                .ok()
+        })
+        .as_ref()
 }
 
 /// The problems of the records of `chunk` whose JPEG does not decode to its header's
