@@ -15,12 +15,13 @@
 # The short table is printed last. PARTS=GLOB (e.g. PARTS="20-*") runs only matching parts.
 # All parts together take longer than one device call may run (600 s), and a session's
 # device time (15 min, start-up included) holds about two calls. Issue 21's acceptance in
-# one call (estimated 380-450 s: decode, mixed data, raw window, blocking waits):
-#   PARTS="[156]*" DECODE_SECONDS=2 BENCH_SECONDS=2 BLOCKING_SECONDS=2 bash scripts/device-check.sh
-# then, at once while the machine is warm (about 250-300 s: the loader's GPU tests, one
-# JPEG and one raw loader run, and the GPU path under a process limit):
-#   PARTS="2*" QUICK=1 PART_TIMEOUT=280 bash scripts/device-check.sh
-# Parts 30, 35 and 40-* (bench, cold epochs, node share, Python) need a session of their own.
+# one call (run 8: 320 s for decode, mixed data and the raw window; part 60, the blocking
+# waits, adds about 60 s):
+#   PARTS="[15]*" PART_TIMEOUT=200 DECODE_SECONDS=2 BENCH_SECONDS=2 bash scripts/device-check.sh
+# then, at once while the machine is warm (not yet run on this code: the loader's GPU
+# tests and runs, the Python package's GPU rows with a real ResNet-50 fed on mixed data):
+#   PARTS="[24]0-[lp]*" QUICK=1 PART_TIMEOUT=300 bash scripts/device-check.sh
+# Parts 30, 35 and 40-node-share (bench, cold epochs, node share) need a session of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The binaries are unpacked outside the tree, afresh each run (a second, same-named

@@ -94,6 +94,17 @@ else
   printf '%s\t%s\t%s\t%s\n' decode_throughput missing - "stoker-decode-gpu_throughput not carried" >>"$T"
 fi
 
+# 2b. Does a decode call wait for unrelated work on another stream (a synchronization inside
+#     the call) or only for SMs? Rows beside_{hw,cuda}_{alone,one_block,all_sms}_ms and
+#     beside_*_waits_for_other_streams (decode/tests/gpu_beside.rs).
+if [ -x "$BIN/stoker-decode-gpu_beside" ]; then
+  timeout 120 "$BIN/stoker-decode-gpu_beside" gpu_decode_beside_other_work --exact --ignored --nocapture \
+    >"$OUT/decode_beside.log" 2>&1 || status=1
+  grep -P '^ROW\t' "$OUT/decode_beside.log" | cut -f2- | tee -a "$T"
+else
+  printf '%s\t%s\t%s\t%s\n' decode_beside missing - "stoker-decode-gpu_beside not carried" >>"$T"
+fi
+
 # 3. Peer in the same run: torchvision batched GPU decode of the same files.
 # The peers travel with the tree (the binaries are unpacked elsewhere).
 PEERS="$(cd "$(dirname "$0")/../.." && pwd)/benches/peers"

@@ -118,6 +118,14 @@ if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
   done
 fi
 
+# The same question as part 10's beside_* rows on the mixed set: does a decode call wait
+# for another stream's work (rows beside_{hw,cuda}_mixed_*)?
+if [ -x "$BIN/stoker-decode-gpu_beside" ]; then
+  STOKER_BENCH_DIR="$DATA/mixed" STOKER_BENCH_TAG=_mixed timeout 120 "$BIN/stoker-decode-gpu_beside" \
+    gpu_decode_beside_other_work --exact --ignored --nocapture >"$OUT/mixed-decode-beside.log" 2>&1 || status=1
+  grep -P '^ROW\t' "$OUT/mixed-decode-beside.log" | cut -f2- | tee -a "$T"
+fi
+
 # The loader at ResNet-50 pace (the consumer's default rate) on the mixed set, 8 copies.
 if [ -x "$BIN/gpu_consumer" ] && [ -d "$DATA/mixed" ]; then
   timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/mixed" --repeat 8 --epochs 3 --tag _mixed \

@@ -1,0 +1,221 @@
+//! Does a decode call wait for unrelated work on another stream? For
+//! `scripts/device-check.d/10-decode.sh` (the bench set) and `50-mixed.sh` (the mixed set).
+//!
+//! Why: fed by a training step, the loader's hardware-engine calls took as long as one
+//! step (H200 run 8: 97 % of the decoder's host time inside `nvjpegDecodeBatched`, about
+//! 55 ms per batch beside a 54.6 ms step), also when the step left the SMs free between
+//! short kernels. A call that synchronizes the context (an allocation or free inside the
+//! library, say) waits for every stream's queued work; one that only competes for SMs does
+//! not wait for a kernel that holds a single SM. So each decoder kind is timed three ways:
+//! alone, beside a one-block kernel on another stream (a wait here is a synchronization),
+//! and beside a kernel that fills every SM (SM contention).
+//!
+//! `#[ignore]`d: it measures. Prints `ROW\tname\tvalue\tunit\tnote` lines:
+//! `beside_<kind><tag>_{alone,one_block,all_sms}_ms` (host time of one `decode_batch`
+//! call, median of 3) and `…_done_ms` (until its outputs are on the device), and
+//! `beside_<kind><tag>_waits_for_other_streams` (1 when the call beside the one-block
+//! kernel took over half of that kernel's time). Environment: `STOKER_BENCH_DIR`,
+//! `STOKER_BENCH_BATCH` (default 256), `STOKER_BENCH_TAG`, as `gpu_throughput.rs`.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stoker_decode::cudarc::driver::{
+    CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
+};
+use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions, Limits};
+
+/// Spins until `ns` nanoseconds of the GPU's global timer have passed.
+const SPIN_CU: &str = r#"
+extern "C" __global__ void spin(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"#;
+
+/// How long the other stream's kernel runs: far above any batch's decode time.
+const OTHER_MS: u64 = 300;
+
+fn row(name: &str, value: f64, unit: &str, note: &str) {
+    println!("\nROW\t{name}\t{value:.1}\t{unit}\t{note}");
+}
+
+/// What runs on the other stream meanwhile.
+#[derive(Clone, Copy)]
+enum Beside {
+    Nothing,
+    /// One block of one thread: one SM, the rest idle.
+    OneBlock,
+    /// Enough blocks of 256 threads to fill every SM for the whole time.
+    AllSms,
+}
+
+/// Host milliseconds of one `decode_batch_idle_outputs` call and until its outputs are
+/// done, with `beside` running on `other` (started 5 ms before the call).
+fn one_call(
+    dec: &mut GpuDecoder,
+    spin: &CudaFunction,
+    (stream, other): (&Arc<CudaStream>, &Arc<CudaStream>),
+    inputs: &[&[u8]],
+    outs: &mut [stoker_decode::cudarc::driver::CudaSlice<u8>],
+    beside: Beside,
+) -> (f64, f64) {
+    let blocks = match beside {
+        Beside::Nothing => 0,
+        Beside::OneBlock => 1,
+        Beside::AllSms => 4096,
+    };
+    if blocks > 0 {
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (if blocks == 1 { 1 } else { 256 }, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let ns = OTHER_MS * 1_000_000;
+        let mut b = other.launch_builder(spin);
+        b.arg(&ns);
+        // SAFETY: `spin(unsigned long long)` reads its argument only.
+        unsafe { b.launch(cfg) }.expect("launching the other stream's kernel");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let started = Instant::now();
+    let r = dec.decode_batch_idle_outputs(inputs, outs, stream);
+    let host = started.elapsed().as_secs_f64() * 1e3;
+    assert!(r.iter().all(Result::is_ok), "a decode failed");
+    stream.synchronize().unwrap();
+    let done = started.elapsed().as_secs_f64() * 1e3;
+    other.synchronize().unwrap();
+    (host, done)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+#[ignore = "measurement for the GPU machine; run with --ignored"]
+fn gpu_decode_beside_other_work() {
+    let ctx: Arc<CudaContext> = match cuda_context(0) {
+        Ok(c) => c,
+        Err(e) => {
+            stoker_testdata::gpu_skip(e);
+            return;
+        }
+    };
+    let dir = std::env::var("STOKER_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| common::bench_dir());
+    let batch: usize = std::env::var("STOKER_BENCH_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    let tag = std::env::var("STOKER_BENCH_TAG").unwrap_or_default();
+    let files: Vec<Vec<u8>> = common::jpegs_in(&dir)
+        .iter()
+        .take(batch)
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+    let lens: Vec<usize> = (inputs.iter())
+        .map(|f| {
+            stoker_decode::probe(f, &Limits::default())
+                .unwrap()
+                .rgb_len()
+        })
+        .collect();
+    let module = ctx
+        .load_module(stoker_decode::cudarc::nvrtc::compile_ptx(SPIN_CU).unwrap())
+        .unwrap();
+    let spin = module.load_function("spin").unwrap();
+    let (stream, other) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let kinds = [
+        ("hw", GpuDecoderOptions::default()),
+        (
+            "cuda",
+            GpuDecoderOptions {
+                hardware: false,
+                cpu_offload: false,
+                ..GpuDecoderOptions::default()
+            },
+        ),
+    ];
+    for (kind, options) in kinds {
+        let name = format!("beside_{kind}{tag}");
+        let mut dec = match GpuDecoder::new(&ctx, options) {
+            Ok(d) => d,
+            Err(e) => {
+                stoker_testdata::gpu_skip(format!("{name}: {e}"));
+                continue;
+            }
+        };
+        let mut outs: Vec<_> = (lens.iter())
+            .map(|&n| stream.alloc_zeros::<u8>(n.max(1)).unwrap())
+            .collect();
+        stream.synchronize().unwrap();
+        // Warm-up: states initialized, buffers grown to this batch.
+        for _ in 0..2 {
+            one_call(
+                &mut dec,
+                &spin,
+                (&stream, &other),
+                &inputs,
+                &mut outs,
+                Beside::Nothing,
+            );
+        }
+        let mut ms = Vec::new();
+        for (what, beside) in [
+            ("alone", Beside::Nothing),
+            ("one_block", Beside::OneBlock),
+            ("all_sms", Beside::AllSms),
+        ] {
+            let runs: Vec<(f64, f64)> = (0..3)
+                .map(|_| {
+                    one_call(
+                        &mut dec,
+                        &spin,
+                        (&stream, &other),
+                        &inputs,
+                        &mut outs,
+                        beside,
+                    )
+                })
+                .collect();
+            let host = median(runs.iter().map(|r| r.0).collect());
+            let done = median(runs.iter().map(|r| r.1).collect());
+            let note = format!(
+                "{} images, {} ms kernel on another stream ({what}); median of 3",
+                inputs.len(),
+                if matches!(beside, Beside::Nothing) {
+                    0
+                } else {
+                    OTHER_MS
+                }
+            );
+            row(
+                &format!("{name}_{what}_ms"),
+                host,
+                "ms",
+                &format!("host time of the call; {note}"),
+            );
+            row(
+                &format!("{name}_{what}_done_ms"),
+                done,
+                "ms",
+                &format!("until the outputs are done; {note}"),
+            );
+            ms.push(host);
+        }
+        let waits = ms[1] > OTHER_MS as f64 / 2.0;
+        println!(
+            "\nROW\t{name}_waits_for_other_streams\t{}\tbool\thost time beside a one-block kernel: {:.1} ms (alone {:.1} ms)",
+            u8::from(waits),
+            ms[1],
+            ms[0]
+        );
+    }
+}
