@@ -33,17 +33,8 @@ fn a_child_forked_after_a_batch_decode_decodes_too() {
         .collect();
     assert!(photos.len() > 1, "photos in {}", dir.display());
     assert!(decode_all(&photos), "the parent's decode failed");
-    // SAFETY: the child only decodes and leaves with _exit; what it inherits from the
-    // parent's decode is what is tested.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // A panic must not unwind into the test harness's copy in the child.
-        let ok = std::panic::catch_unwind(|| decode_all(&photos)).unwrap_or(false);
-        // SAFETY: _exit ends the child without running the parent's exit code.
-        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-    }
-    assert!(pid > 0, "fork failed");
-    let status = stoker_testdata::child::wait_forked(pid, Duration::from_secs(30));
+    let status =
+        stoker_testdata::child::check_in_fork(Duration::from_secs(30), || decode_all(&photos));
     assert_eq!(
         status,
         Some(0),

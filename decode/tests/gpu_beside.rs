@@ -156,16 +156,19 @@ fn gpu_decode_beside_other_work() {
             .map(|&n| stream.alloc_zeros::<u8>(n.max(1)).unwrap())
             .collect();
         stream.synchronize().unwrap();
-        // Warm-up: states initialized, buffers grown to this batch.
-        for _ in 0..2 {
+        let mut call = |beside| {
             one_call(
                 &mut dec,
                 &spin,
                 (&stream, &other),
                 &inputs,
                 &mut outs,
-                Beside::Nothing,
-            );
+                beside,
+            )
+        };
+        // Warm-up: states initialized, buffers grown to this batch.
+        for _ in 0..2 {
+            call(Beside::Nothing);
         }
         let mut ms = Vec::new();
         for (what, beside) in [
@@ -173,18 +176,7 @@ fn gpu_decode_beside_other_work() {
             ("one_block", Beside::OneBlock),
             ("all_sms", Beside::AllSms),
         ] {
-            let runs: Vec<(f64, f64)> = (0..3)
-                .map(|_| {
-                    one_call(
-                        &mut dec,
-                        &spin,
-                        (&stream, &other),
-                        &inputs,
-                        &mut outs,
-                        beside,
-                    )
-                })
-                .collect();
+            let runs: Vec<(f64, f64)> = (0..3).map(|_| call(beside)).collect();
             let host = median(runs.iter().map(|r| r.0).collect());
             let done = median(runs.iter().map(|r| r.1).collect());
             let note = format!(

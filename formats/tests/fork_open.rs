@@ -74,18 +74,7 @@ fn a_child_forked_after_a_decoding_verify_verifies_too() {
     let ds = Dataset::open(&out).unwrap();
     let verified = |ds: &Dataset| verify(ds, true).is_ok_and(|r| r.ok() && r.decoded > 0);
     assert!(verified(&ds), "the parent's verify failed");
-    // SAFETY: the child only verifies and leaves with _exit; what it inherits from the
-    // parent's verify is what is tested.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        // A panic must not unwind into the test harness's copy in the child.
-        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| verified(&ds)))
-            .unwrap_or(false);
-        // SAFETY: _exit ends the child without running the parent's exit code.
-        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-    }
-    assert!(pid > 0, "fork failed");
-    let status = stoker_testdata::child::wait_forked(pid, Duration::from_secs(30));
+    let status = stoker_testdata::child::check_in_fork(Duration::from_secs(30), || verified(&ds));
     assert_eq!(
         status,
         Some(0),

@@ -152,32 +152,42 @@ def make_step(dev):
     return step, k, x0
 
 
-def fed(loader, dev, epochs, tsv):
-    step, k, x0 = make_step(dev)
-    # The same loop on a resident batch: what the step alone sustains.
+def fed_loop(loader, dev, epochs, seed, step_resident, step_fed):
+    """The same steps on a resident batch, then fed by the loader (`step_fed(images,
+    labels)` returns the images it took): resident steps/s, fed images/s, fed steps/s and
+    the loader's stats over the fed epochs."""
     sync(dev)
-    t0 = time.perf_counter()
     n = len(loader) * epochs
+    t0 = time.perf_counter()
     for _ in range(n):
-        step(x0, k)
+        step_resident()
     sync(dev)
     resident_steps = n / (time.perf_counter() - t0)
     loader.reset_stats()
     t0, seen, steps = time.perf_counter(), 0, 0
     for e in range(epochs):
-        for images, _ in loader.epoch(100 + e):
-            x = torch.from_dlpack(images)
-            step(x, k)
-            seen += x.shape[0]
+        for images, labels in loader.epoch(seed + e):
+            seen += step_fed(images, labels)
             steps += 1
     sync(dev)
     dt = time.perf_counter() - t0
-    stats = loader.stats()
+    return resident_steps, seen / dt, steps / dt, loader.stats()
+
+
+def fed(loader, dev, epochs, tsv):
+    step, k, x0 = make_step(dev)
+
+    def fed_step(images, _labels):
+        x = torch.from_dlpack(images)
+        step(x, k)
+        return x.shape[0]
+
+    resident, img_s, steps_s, stats = fed_loop(loader, dev, epochs, 100, lambda: step(x0, k), fed_step)
     row(tsv, "python_fed_ratio", f"{stats['fed_ratio']:.4f}", "ratio",
         f"torch step sized to {PACE:.0f} img/s ({k} matmuls), {epochs} epochs; goal >= 0.99")
-    row(tsv, "python_fed_img_s", f"{seen / dt:.0f}", "img/s", f"resident batch: {resident_steps * BATCH:.0f} img/s")
+    row(tsv, "python_fed_img_s", f"{img_s:.0f}", "img/s", f"resident batch: {resident * BATCH:.0f} img/s")
     # Steps per second, fed vs resident: the same loop, so partial batches do not count.
-    row(tsv, "python_fed_vs_resident", f"{steps / dt / resident_steps:.3f}", "ratio",
+    row(tsv, "python_fed_vs_resident", f"{steps_s / resident:.3f}", "ratio",
         stats["verdict"].replace("\t", " "))
 
 
@@ -197,37 +207,22 @@ def fed_resnet50(loader, dev, epochs, tsv, tag):
         loss.backward()
         opt.step()
 
+    def fed_step(images, labels):
+        x = torch.from_dlpack(images)
+        step(x, torch.from_dlpack(labels).to(dev, dtype=torch.long, non_blocking=True) % 1000)
+        return x.shape[0]
+
     x0 = torch.randn(BATCH, 3, SIZE, SIZE, device=dev, dtype=torch.float16)
     y0 = torch.zeros(BATCH, dtype=torch.long, device=dev)
     for _ in range(8):  # cuDNN's algorithm search and the allocator's warm-up
         step(x0, y0)
-    sync(dev)
-    n = len(loader) * epochs
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step(x0, y0)
-    sync(dev)
-    resident_steps = n / (time.perf_counter() - t0)
-    loader.reset_stats()
-    t0, seen, steps = time.perf_counter(), 0, 0
-    for e in range(epochs):
-        for images, labels in loader.epoch(200 + e):
-            x = torch.from_dlpack(images)
-            y = torch.from_dlpack(labels).to(dev, dtype=torch.long, non_blocking=True) % 1000
-            step(x, y)
-            seen += x.shape[0]
-            steps += 1
-    sync(dev)
-    dt = time.perf_counter() - t0
-    stats = loader.stats()
+    resident, img_s, steps_s, stats = fed_loop(loader, dev, epochs, 200, lambda: step(x0, y0), fed_step)
     name = f"python_resnet50{tag}"
     row(tsv, f"{name}_fed_ratio", f"{stats['fed_ratio']:.4f}", "ratio",
         f"torchvision ResNet-50 training step (bf16 autocast, channels-last, SGD), batch {BATCH}, "
         f"{epochs} epochs of {len(loader)} batches; goal >= 0.99")
-    row(tsv, f"{name}_img_s", f"{seen / dt:.0f}", "img/s",
-        f"same steps on a resident batch: {resident_steps * BATCH:.0f} img/s")
-    row(tsv, f"{name}_vs_resident", f"{steps / dt / resident_steps:.3f}", "ratio",
-        stats["verdict"].replace("\t", " "))
+    row(tsv, f"{name}_img_s", f"{img_s:.0f}", "img/s", f"same steps on a resident batch: {resident * BATCH:.0f} img/s")
+    row(tsv, f"{name}_vs_resident", f"{steps_s / resident:.3f}", "ratio", stats["verdict"].replace("\t", " "))
 
 
 def rust_peer(consumer, jpeg_dir, repeat, epochs):

@@ -46,6 +46,28 @@ pub fn run_test(test: &str, var: (&str, &str), limit: Duration) -> (ExitStatus, 
     (status, printed)
 }
 
+/// Forks; the child runs `check` and leaves with `_exit` (0 when `check` returned true, 1
+/// when it returned false or panicked), never returning into the test harness. Returns the
+/// child's wait status, or `None` when it still ran after `limit` (it is killed): for "a
+/// child of `fork` can still do this" tests, where a hang must fail the test.
+///
+/// # Panics
+///
+/// When `fork` fails.
+pub fn check_in_fork(limit: Duration, check: impl FnOnce() -> bool) -> Option<i32> {
+    // SAFETY: the child runs only `check`, what the caller tests a forked child for, and
+    // leaves with _exit, so nothing of the parent's test harness runs in it.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // A panic must not unwind into the harness's copy in the child.
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check)).unwrap_or(false);
+        // SAFETY: ends the child without running the parent's exit code.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    assert!(pid > 0, "fork failed");
+    wait_forked(pid, limit)
+}
+
 /// Waits up to `limit` for the forked child `pid` (a process made with `fork`, which
 /// `std::process` cannot wait for): its wait status, or `None` when it still ran, after
 /// which it is killed and reaped.
