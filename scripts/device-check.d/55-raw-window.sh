@@ -3,6 +3,7 @@
 # scripts/device-check.sh; issue 21 item 3). The raw bench set x4 (2,048 records, 1.1 GB)
 # in 64 MiB shards, read in dataset order:
 #   raw_seq         locked whole (it fits the default limit): the same-run peer
+#   raw_seq_staged  staged through pinned memory (the route a 0 page-lock limit takes)
 #   raw_seq_window  a 640 MiB page-lock limit: windows of 320 MiB (5 shards; a batch
 #                   reads at most 4) move over it, the next one locked while the
 #                   current one is read
@@ -18,12 +19,15 @@ T="$OUT/table.tsv"
 row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$T"; }
 [ -x "$BIN/gpu_consumer" ] || { row raw_window missing exit "gpu_consumer not in BIN"; exit 1; }
 status=0
-for limit in none 640; do
+# Third: the same dataset staged through pinned memory (`--staged`, what a page-lock limit
+# of 0 gives), the same-run peer of the window (run 8: the window delivered 0.27 of the
+# ceiling, staging 0.87 in run 6).
+for limit in none 640 staged; do
   extra=() log="$OUT/gpu-consumer-raw-seq.log"
-  if [ "$limit" != none ]; then
-    extra=(--page-lock-limit-mib "$limit")
-    log="$OUT/gpu-consumer-raw-seq-window.log"
-  fi
+  case "$limit" in
+    640) extra=(--page-lock-limit-mib "$limit") log="$OUT/gpu-consumer-raw-seq-window.log" ;;
+    staged) extra=(--staged) log="$OUT/gpu-consumer-raw-seq-staged.log" ;;
+  esac
   RUST_LOG=stoker_loader=info timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw \
     --repeat 4 --shard-mib 64 --sequential --epochs 4 --batch-size 256 --size 224 \
     "${extra[@]}" --tsv "$T" >"$log" 2>&1
