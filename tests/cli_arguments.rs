@@ -291,7 +291,12 @@ fn concurrent_decodes_that_would_not_fit_together_wait_instead_of_aborting() {
     c.arg(STOKER)
         .args(["convert", "-j", "2", "--max-pixels", "18446744073709551615"])
         .args([&src, &out])
-        .env("STOKER_TEST_DECODE_RENDEZVOUS", "2");
+        .env("STOKER_TEST_DECODE_RENDEZVOUS", "2")
+        // One malloc arena: glibc otherwise reserves 64 MiB of address space for each
+        // thread's own arena at its first allocation, and a thread doing that between a
+        // decode's memory check and its allocation (CI, under load: the 588 MB allocation
+        // that had just been found to fit aborted) takes the margin this test leaves.
+        .env("MALLOC_ARENA_MAX", "1");
     let o = run_within(c, LIMIT);
     assert!(o.status.success(), "{}", text(&o));
     let report = String::from_utf8_lossy(&o.stdout);
