@@ -49,7 +49,9 @@ enum Beside {
     Nothing,
     /// One block of one thread: one SM, the rest idle.
     OneBlock,
-    /// Enough blocks of 256 threads to fill every SM for the whole time.
+    /// 1024 blocks of 256 threads: every SM's threads nearly all taken (an H200's 132
+    /// SMs hold 8 such blocks each) for the whole time, in one wave, as the consumer
+    /// step of `examples/gpu_consumer.rs` takes them.
     AllSms,
 }
 
@@ -66,7 +68,7 @@ fn one_call(
     let blocks = match beside {
         Beside::Nothing => 0,
         Beside::OneBlock => 1,
-        Beside::AllSms => 4096,
+        Beside::AllSms => 1024,
     };
     if blocks > 0 {
         let cfg = LaunchConfig {
