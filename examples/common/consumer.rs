@@ -44,6 +44,7 @@ pub struct Consumer {
     batch_bytes: usize,
     /// Kernel launches per step.
     kernels: u32,
+    /// The stream the step runs on (the consumer's, which the loader's batches wait on).
     pub stream: Arc<CudaStream>,
 }
 
