@@ -108,19 +108,10 @@ fn gpu_decode_beside_other_work() {
             return;
         }
     };
-    let dir = std::env::var("STOKER_BENCH_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| common::bench_dir());
-    let batch: usize = std::env::var("STOKER_BENCH_BATCH")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
-    let tag = std::env::var("STOKER_BENCH_TAG").unwrap_or_default();
-    let files: Vec<Vec<u8>> = common::jpegs_in(&dir)
-        .iter()
-        .take(batch)
-        .map(|p| std::fs::read(p).unwrap())
-        .collect();
+    let batch: usize = common::env_or("STOKER_BENCH_BATCH", 256);
+    let tag: String = common::env_or("STOKER_BENCH_TAG", String::new());
+    let mut files = common::measured_files();
+    files.truncate(batch);
     let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
     let lens: Vec<usize> = (inputs.iter())
         .map(|f| {

@@ -20,23 +20,12 @@ use std::time::Instant;
 
 use stoker_decode::{cuda_context, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits, WaitMode};
 
-fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+use common::env_or as env;
 
 /// The files of `STOKER_BENCH_DIR` (default: the bench set), read, and the
 /// largest RGB output among them.
 fn bench_files() -> (Vec<Vec<u8>>, usize) {
-    let dir = std::env::var("STOKER_BENCH_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| common::bench_dir());
-    let files: Vec<Vec<u8>> = common::jpegs_in(&dir)
-        .iter()
-        .map(|p| std::fs::read(p).unwrap())
-        .collect();
+    let files = common::measured_files();
     let max = files
         .iter()
         .map(|f| {

@@ -16,6 +16,25 @@ pub fn bench_dir() -> PathBuf {
     stoker_testdata::bench_dir()
 }
 
+/// The measurement tests' setting `name` (`STOKER_BENCH_SECONDS`, ...), else `default`
+/// (also when it does not parse).
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The files the measurement tests decode, read: the JPEGs of `STOKER_BENCH_DIR`, else
+/// of the bench set.
+pub fn measured_files() -> Vec<Vec<u8>> {
+    let dir = std::env::var("STOKER_BENCH_DIR").map_or_else(|_| bench_dir(), PathBuf::from);
+    jpegs_in(&dir)
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect()
+}
+
 /// The `.jpg`/`.jpeg` files of `dir`, sorted by name.
 pub fn jpegs_in(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
