@@ -294,8 +294,8 @@ fn concurrent_decodes_that_would_not_fit_together_wait_instead_of_aborting() {
         .env("STOKER_TEST_DECODE_RENDEZVOUS", "2")
         // One malloc arena: glibc otherwise reserves 64 MiB of address space for each
         // thread's own arena at its first allocation, and a thread doing that between a
-        // decode's memory check and its allocation (CI, under load: the 588 MB allocation
-        // that had just been found to fit aborted) takes the margin this test leaves.
+        // decode's memory check and its allocation takes the margin this test leaves,
+        // so the allocation just found to fit aborts (it did, under load).
         .env("MALLOC_ARENA_MAX", "1");
     let o = run_within(c, LIMIT);
     assert!(o.status.success(), "{}", text(&o));

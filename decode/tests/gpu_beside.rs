@@ -1,10 +1,9 @@
 //! Does a decode call wait for unrelated work on another stream? For
 //! `scripts/device-check.d/10-decode.sh` (the bench set) and `50-mixed.sh` (the mixed set).
 //!
-//! Why: fed by a training step, the loader's hardware-engine calls took as long as one
-//! step (H200 run 8: 97 % of the decoder's host time inside `nvjpegDecodeBatched`, about
-//! 55 ms per batch beside a 54.6 ms step), also when the step left the SMs free between
-//! short kernels. A call that synchronizes the context (an allocation or free inside the
+//! Why: fed by a training step, the loader's hardware-engine calls (`nvjpegDecodeBatched`,
+//! nearly all of the decoder's host time) took about as long as one step per batch, also
+//! when the step left the SMs free between short kernels (docs/BENCHMARKS.md). A call that synchronizes the context (an allocation or free inside the
 //! library, say) waits for every stream's queued work; one that only competes for SMs does
 //! not wait for a kernel that holds a single SM. So each decoder kind is timed three ways:
 //! alone, beside a one-block kernel on another stream (a wait here is a synchronization),

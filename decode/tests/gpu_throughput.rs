@@ -258,7 +258,7 @@ fn gpu_decode_throughput() {
                 batch,
             )
         },
-        // Overlapped, the engines are the bound (run 7: 93 % busy) and the host has
+        // Overlapped, the engines rather than the host are the bound and the host has
         // room: does the automatic CPU share add the spare cores' images now?
         Case {
             overlap: true,

@@ -131,8 +131,9 @@ impl Consumer {
         let most = f64::from(probe) * 1e3;
         let mut iters = ((target_s - base) / slope).clamp(0.0, most) as u32;
         let mut step_s = self.time_step(iters)?;
-        // The time is not quite linear in the iterations when they are split over many
-        // launches (256 launches came out 40 % long): corrected from what was measured.
+        // The time is not linear in the iterations once they are split over many
+        // launches (each launch's start and its last, partly idle wave): corrected
+        // from what was measured.
         for _ in 0..3 {
             if (step_s - target_s).abs() <= 0.02 * target_s || step_s <= base {
                 break;

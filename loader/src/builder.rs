@@ -265,9 +265,10 @@ impl LoaderBuilder {
     /// ([`stoker_decode::WaitMode`]): spinning on a core, or asleep until the
     /// driver wakes them so the core serves the reader threads and the
     /// decoder's CPU share meanwhile. Default [`WaitMode::Auto`]: spinning, even
-    /// beside a CPU share (blocking saved no CPU time there and cost 15 % of
-    /// the throughput on the H200, docs/BENCHMARKS.md run 7); the environment variable `STOKER_GPU_WAITS=spin|block`,
-    /// read when the loader is built, decides `Auto` instead (a diagnostic).
+    /// beside a CPU share, where blocking was measured to save no CPU time and to
+    /// cost throughput (docs/BENCHMARKS.md); the environment variable
+    /// `STOKER_GPU_WAITS=spin|block`, read when the loader is built, decides `Auto`
+    /// instead (a diagnostic).
     /// Overrides the `waits` of [`LoaderBuilder::gpu_decoder`]'s options unless
     /// `Auto`. Ignored by the CPU path.
     ///

@@ -20,8 +20,8 @@ row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$T"; }
 [ -x "$BIN/gpu_consumer" ] || { row raw_window missing exit "gpu_consumer not in BIN"; exit 1; }
 status=0
 # Third: the same dataset staged through pinned memory (`--staged`, what a page-lock limit
-# of 0 gives), the same-run peer of the window (run 8: the window delivered 0.27 of the
-# ceiling, staging 0.87 in run 6).
+# of 0 gives), the same-run peer of the window: which of the two routes a dataset over
+# the limit should take is decided from these two rows.
 for limit in none 640 staged; do
   extra=() log="$OUT/gpu-consumer-raw-seq.log"
   case "$limit" in

@@ -504,9 +504,8 @@ impl GpuDecoder {
         let cuda_list = std::mem::take(&mut plan.cuda);
         let cuda_on_own = !cuda_list.is_empty() && self.cuda.begin(stream);
         // The images routed to the CPU from the start (CMYK, say), decoded on the
-        // host meanwhile too: after the engines, the two or three such images of a
-        // mixed batch cost it a third of its time (H200, run 7). Copied to the device
-        // after step 4.
+        // host meanwhile too: after the engines, a whole CPU decode of a large image
+        // is added to every batch that has one. Copied to the device after step 4.
         let early_cpu = std::mem::take(&mut plan.cpu);
         let beside = std::thread::scope(|s| {
             let early = (!early_cpu.is_empty()).then(|| {

@@ -132,8 +132,8 @@ pub struct GpuDecoderOptions {
     pub gpu_huffman_share: f32,
     /// How the host waits for the GPU ([`WaitMode`]): spinning on a core, or
     /// asleep until the driver wakes it. Default [`WaitMode::Auto`], which
-    /// spins: on the H200, blocking waits saved no CPU time per image and cost
-    /// 15 % of throughput with a CPU share (docs/BENCHMARKS.md, run 7).
+    /// spins: blocking waits were measured to save no CPU time per image and to
+    /// cost throughput beside a CPU share (see [`WaitMode`]).
     pub waits: WaitMode,
 }
 
@@ -163,9 +163,9 @@ pub struct GpuDecoderOptions {
 /// `STOKER_GPU_WAITS` (`spin` or `block`, a diagnostic) says. Blocking was
 /// measured where it should pay, beside a CPU share's threads, and did not:
 /// the waits are short (a batch's engines or copies), and a woken thread
-/// answers late enough to cost more than the core it freed gave
-/// (docs/BENCHMARKS.md, H200 run 7: the same CPU time per image, 15 % fewer
-/// images per second). `Block` stays for machines where cores are scarcer.
+/// answers late enough to cost more than the core it freed gave (the same CPU
+/// time per image, fewer images per second; figures in docs/BENCHMARKS.md).
+/// `Block` stays for machines where cores are scarcer.
 ///
 /// # Examples
 /// ```
@@ -450,7 +450,7 @@ mod tests {
         // The environment override decides Auto on a machine that sets it.
         if std::env::var_os(WAITS_ENV).is_none() {
             assert_eq!(with(WaitMode::Auto, 0.0, false).wait_mode(), WaitMode::Spin);
-            // Run 7 (H200): blocking beside a CPU share saved no CPU and cost 15 %.
+            // Blocking beside a CPU share saved no CPU and cost throughput: Auto spins.
             assert_eq!(
                 with(WaitMode::Auto, 0.25, false).wait_mode(),
                 WaitMode::Spin

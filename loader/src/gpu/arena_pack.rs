@@ -5,9 +5,8 @@
 //! after another, each at an [`ARENA_ALIGN`] boundary, so an image above the budget is
 //! decoded on the device as long as the batch as a whole fits. ImageNet-like sets have a
 //! tail of images above 640×480 (one in eight of the mixed set), and with a fixed place
-//! per image each of those was decoded, cropped and resized on the producer thread: the
-//! loader ran at 2.7k img/s on that set where the decoder alone gives 11.5k
-//! (docs/BENCHMARKS.md, "Mixed data").
+//! per image each of those was decoded, cropped and resized on the producer thread, which
+//! then set the loader's pace far below its decoder's.
 //!
 //! Only an image larger than what is left goes through the CPU, and the pack keeps room
 //! for it: every place holds at least one CPU-resized output (`size² · 3` bytes, the
