@@ -17,7 +17,7 @@ use crate::probe::can_allocate;
 /// reset: a parent thread inside [`DecodeMemory::reserve`] at the fork holds the lock, and
 /// in the child no thread is left to release it. Every decode of a child forked while the
 /// parent converted (a PyTorch `DataLoader` worker, a `multiprocessing` fork) then waited
-/// for ever at its first image; CI saw one such child in about 200 forks.
+/// for ever at its first image.
 #[derive(Debug)]
 struct State {
     held: Mutex<Held>,
