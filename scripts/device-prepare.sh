@@ -44,7 +44,7 @@ for line in sys.stdin:
     print("test binary:", name)
 '
 # Keep only what scripts/device-check.d/*.sh runs (the transfer is capped at 64 MiB).
-keep=" stoker make-bench-set make-mixed-set gpu_consumer h2d_probe node_share cold_epoch stoker-decode-gpu stoker-decode-gpu_throughput stoker-decode-gpu_beside stoker-decode-conformance stoker-loader-gpu stoker-loader-stoker_loader "
+keep=" stoker make-bench-set make-mixed-set gpu_consumer h2d_probe node_share cold_epoch stoker-decode-gpu stoker-decode-gpu_throughput stoker-decode-gpu_beside stoker-decode-gpu_memory stoker-decode-conformance stoker-loader-gpu stoker-loader-stoker_loader "
 for f in .device/bin/*; do
   case "$keep" in *" $(basename "$f") "*) strip "$f" ;; *) rm -f "$f" ;; esac
 done

@@ -49,11 +49,11 @@ pub use cpu::{CpuDecoder, Region};
 pub use cudarc;
 pub use error::DecodeError;
 pub use gpu::{
-    bind_context, cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, WaitMode,
+    bind_context, cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, NvjpegMemory, WaitMode,
     MAX_DECODER_STATES, MAX_SHARE_THREADS,
 };
 pub use memory::DecodeMemory;
-pub use nvjpeg::{LoadError, NvJpeg, NvjpegStatus};
+pub use nvjpeg::{BlockStats, LoadError, NvJpeg, NvjpegMemoryStats, NvjpegStatus};
 /// For stoker-formats' own per-process state; not part of the decode API.
 #[doc(hidden)]
 pub use per_process::PerProcess;

@@ -3,17 +3,24 @@
 //!
 //! Why: fed by a training step, the loader's hardware-engine calls (`nvjpegDecodeBatched`,
 //! nearly all of the decoder's host time) took about as long as one step per batch, also
-//! when the step left the SMs free between short kernels (docs/BENCHMARKS.md). A call that synchronizes the context (an allocation or free inside the
-//! library, say) waits for every stream's queued work; one that only competes for SMs does
-//! not wait for a kernel that holds a single SM. So each decoder kind is timed three ways:
-//! alone, beside a one-block kernel on another stream (a wait here is a synchronization),
-//! and beside a kernel that fills every SM (SM contention).
+//! when the step left the SMs free between short kernels (docs/BENCHMARKS.md). A call
+//! that synchronizes the context (an allocation or free inside the library, say) waits for
+//! every stream's queued work; one that only competes for SMs does not wait for a kernel
+//! that holds a single SM. So each decoder kind is timed three ways: alone, beside a
+//! one-block kernel on another stream (a wait here is a synchronization), and beside a
+//! kernel that fills every SM (SM contention). Each call decodes other files than the one
+//! before (on a set larger than a batch), so buffers grow and shrink as in a loader; each
+//! kind runs with nvJPEG's allocators and with stoker's caches (`NvjpegMemory::Cached`),
+//! which free nothing while decoding.
 //!
 //! `#[ignore]`d: it measures. Prints `ROW\tname\tvalue\tunit\tnote` lines:
 //! `beside_<kind><tag>_{alone,one_block,all_sms}_ms` (host time of one `decode_batch`
-//! call, median of 3) and `…_done_ms` (until its outputs are on the device), and
+//! call, median of 3) and `…_done_ms` (until its outputs are on the device),
 //! `beside_<kind><tag>_waits_for_other_streams` (1 when the call beside the one-block
-//! kernel took over half of that kernel's time). Environment: `STOKER_BENCH_DIR`,
+//! kernel took over half of that kernel's time), and for the `_cached` kinds
+//! `beside_<kind><tag>_{device,pinned}_released` (blocks the caches gave back to CUDA
+//! over the measured calls: each such free would wait for the device). Kinds: `hw`,
+//! `cuda`, `hw_cached`, `cuda_cached`. Environment: `STOKER_BENCH_DIR`,
 //! `STOKER_BENCH_BATCH` (default 256), `STOKER_BENCH_TAG`, as `gpu_throughput.rs`.
 
 mod common;
@@ -24,7 +31,9 @@ use std::time::{Duration, Instant};
 use stoker_decode::cudarc::driver::{
     CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions, Limits};
+use stoker_decode::{
+    cuda_context, GpuDecoder, GpuDecoderOptions, Limits, NvjpegMemory, NvjpegMemoryStats,
+};
 
 /// Spins until `ns` nanoseconds of the GPU's global timer have passed.
 const SPIN_CU: &str = r#"
@@ -92,6 +101,16 @@ fn one_call(
     (host, done)
 }
 
+/// The `k`-th call's batch: `batch` files from a window that moves by a third of a batch
+/// per call, so that (on a set larger than a batch) each call brings other sizes, and
+/// nvJPEG's buffers may have to grow or shrink, as they do in a loader's epochs.
+fn nth_batch(files: &[Vec<u8>], batch: usize, k: usize) -> Vec<&[u8]> {
+    let start = k * batch.div_ceil(3);
+    (0..batch)
+        .map(|i| files[(start + i) % files.len()].as_slice())
+        .collect()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -107,33 +126,41 @@ fn gpu_decode_beside_other_work() {
             return;
         }
     };
-    let batch: usize = common::env_or("STOKER_BENCH_BATCH", 256);
     let tag: String = common::env_or("STOKER_BENCH_TAG", String::new());
-    let mut files = common::measured_files();
-    files.truncate(batch);
-    let inputs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
-    let lens: Vec<usize> = (inputs.iter())
+    let files = common::measured_files();
+    let batch: usize = common::env_or("STOKER_BENCH_BATCH", 256).min(files.len());
+    let max_len = (files.iter())
         .map(|f| {
             stoker_decode::probe(f, &Limits::default())
                 .unwrap()
                 .rgb_len()
         })
-        .collect();
+        .max()
+        .unwrap();
     let module = ctx
         .load_module(stoker_decode::cudarc::nvrtc::compile_ptx(SPIN_CU).unwrap())
         .unwrap();
     let spin = module.load_function("spin").unwrap();
     let (stream, other) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    let cuda_only = GpuDecoderOptions {
+        hardware: false,
+        cpu_offload: false,
+        ..GpuDecoderOptions::default()
+    };
+    let cached = |o: &GpuDecoderOptions| GpuDecoderOptions {
+        nvjpeg_memory: NvjpegMemory::Cached,
+        ..o.clone()
+    };
+    let library = |o: &GpuDecoderOptions| GpuDecoderOptions {
+        nvjpeg_memory: NvjpegMemory::Library,
+        ..o.clone()
+    };
+    let hw = GpuDecoderOptions::default();
     let kinds = [
-        ("hw", GpuDecoderOptions::default()),
-        (
-            "cuda",
-            GpuDecoderOptions {
-                hardware: false,
-                cpu_offload: false,
-                ..GpuDecoderOptions::default()
-            },
-        ),
+        ("hw", library(&hw)),
+        ("cuda", library(&cuda_only)),
+        ("hw_cached", cached(&hw)),
+        ("cuda_cached", cached(&cuda_only)),
     ];
     for (kind, options) in kinds {
         let name = format!("beside_{kind}{tag}");
@@ -144,36 +171,39 @@ fn gpu_decode_beside_other_work() {
                 continue;
             }
         };
-        let mut outs: Vec<_> = (lens.iter())
-            .map(|&n| stream.alloc_zeros::<u8>(n.max(1)).unwrap())
+        let mut outs: Vec<_> = (0..batch)
+            .map(|_| stream.alloc_zeros::<u8>(max_len).unwrap())
             .collect();
         stream.synchronize().unwrap();
-        let mut call = |beside| {
+        let mut k = 0;
+        let mut call = |dec: &mut GpuDecoder, beside| {
+            k += 1;
             one_call(
-                &mut dec,
+                dec,
                 &spin,
                 (&stream, &other),
-                &inputs,
+                &nth_batch(&files, batch, k),
                 &mut outs,
                 beside,
             )
         };
-        // Warm-up: states initialized, buffers grown to this batch.
+        // Warm-up: states initialized, buffers grown to the first batches.
         for _ in 0..2 {
-            call(Beside::Nothing);
+            call(&mut dec, Beside::Nothing);
         }
+        let memory_before = dec.nvjpeg_memory_stats();
         let mut ms = Vec::new();
         for (what, beside) in [
             ("alone", Beside::Nothing),
             ("one_block", Beside::OneBlock),
             ("all_sms", Beside::AllSms),
         ] {
-            let runs: Vec<(f64, f64)> = (0..3).map(|_| call(beside)).collect();
+            let runs: Vec<(f64, f64)> = (0..3).map(|_| call(&mut dec, beside)).collect();
             let host = median(runs.iter().map(|r| r.0).collect());
             let done = median(runs.iter().map(|r| r.1).collect());
             let note = format!(
-                "{} images, {} ms kernel on another stream ({what}); median of 3",
-                inputs.len(),
+                "{batch} images a call, each call other files of the set, {} ms kernel on \
+                 another stream ({what}); median of 3",
                 if matches!(beside, Beside::Nothing) {
                     0
                 } else {
@@ -201,5 +231,29 @@ fn gpu_decode_beside_other_work() {
             ms[1],
             ms[0]
         );
+        if let (Some(before), Some(after)) = (memory_before, dec.nvjpeg_memory_stats()) {
+            memory_rows(&name, &before, &after);
+        }
     }
+}
+
+/// What nvJPEG asked of the caches over the nine measured calls (after the warm-up):
+/// blocks given back to CUDA there are frees that would each have waited for the device.
+fn memory_rows(name: &str, before: &NvjpegMemoryStats, after: &NvjpegMemoryStats) {
+    for (kind, b, a) in [
+        ("device", &before.device, &after.device),
+        ("pinned", &before.pinned, &after.pinned),
+    ] {
+        println!(
+            "\nROW\t{name}_{kind}_released\t{}\tfrees\tblocks given back to CUDA over 9 calls \
+             ({} requests: {} reused, {} new; {} kept; peak {:.0} MiB in use)",
+            a.released - b.released,
+            a.requests - b.requests,
+            a.reused - b.reused,
+            a.fresh - b.fresh,
+            a.kept - b.kept,
+            a.peak_live_bytes as f64 / 1048576.0,
+        );
+    }
+    print!("\n# {name}: {after}");
 }

@@ -18,7 +18,9 @@ mod common;
 
 use std::time::Instant;
 
-use stoker_decode::{cuda_context, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits, WaitMode};
+use stoker_decode::{
+    cuda_context, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits, NvjpegMemory, WaitMode,
+};
 
 use common::env_or as env;
 
@@ -129,6 +131,16 @@ fn gpu_decode_throughput() {
     };
     let cases: Vec<Case> = vec![
         Case::new("decode_gpu_hw_lanes4", GpuDecoderOptions::default(), batch),
+        // nvJPEG's memory from stoker's caches, which free nothing while decoding,
+        // beside the row above (nvJPEG's allocators, unless STOKER_NVJPEG_MEMORY says).
+        Case::new(
+            "decode_gpu_hw_lanes4_cached",
+            GpuDecoderOptions {
+                nvjpeg_memory: NvjpegMemory::Cached,
+                ..GpuDecoderOptions::default()
+            },
+            batch,
+        ),
         // CUDA-decoder images (progressive files) all on the CUDA decoder: the
         // peer of the default's offload to the CPU share's threads (the same on
         // the bench set, which has none).
@@ -380,6 +392,7 @@ fn measure(
     }
     dec.reset_timings();
     let before = dec.route_counts();
+    let memory_before = dec.nvjpeg_memory_stats();
     let span_start = unix_now();
     let (mut done, start, mut k, mut j) = (0usize, Instant::now(), 0usize, 0usize);
     while start.elapsed().as_secs_f64() < seconds {
@@ -422,6 +435,22 @@ fn measure(
             }
         ),
     );
+    if let (Some(b), Some(a)) = (memory_before, dec.nvjpeg_memory_stats()) {
+        // Blocks given back to CUDA while measured: each free waits for the device.
+        let released =
+            (a.device.released - b.device.released) + (a.pinned.released - b.pinned.released);
+        row(
+            &format!("{label}_nvjpeg_released"),
+            released as f64,
+            "frees",
+            &format!(
+                "nvJPEG blocks given back to CUDA while measured ({} device, {} pinned requests)",
+                a.device.requests - b.device.requests,
+                a.pinned.requests - b.pinned.requests
+            ),
+        );
+        print!("\n# {label}: {a}");
+    }
     let t = dec.timings();
     println!("\n# timings {label}: {t}");
     row(

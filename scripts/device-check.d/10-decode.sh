@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Decode part of the device check (run by scripts/device-check.sh on the GPU machine).
-# Needs in $BIN: stoker-decode-gpu (decode/tests/gpu.rs), stoker-decode-gpu_throughput
+# Needs in $BIN: stoker-decode-gpu (decode/tests/gpu.rs), stoker-decode-gpu_memory
+# (decode/tests/gpu_memory.rs), stoker-decode-gpu_throughput
 # (decode/tests/gpu_throughput.rs), stoker-decode-conformance (CPU reference run);
 # in $DATA: bench/; in $STOKER_DATA: conformance/; python3 with torch/torchvision for the peer.
 # Appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
@@ -31,6 +32,13 @@ run_tests() { # name binary args...
 #    every route exercised (the test asserts it), bad images failing alone.
 run_tests decode_gpu_tests "$BIN/stoker-decode-gpu" --nocapture --test-threads=1
 grep -o 'routes: .*' "$OUT/decode_gpu_tests.log" | sed 's/^/# /'
+# 1b. The same tests with nvJPEG's memory from stoker's caches (NvjpegMemory::Cached): blocks
+#     reused only after their stream has passed the free must still give the CPU's output.
+STOKER_NVJPEG_MEMORY=cached run_tests decode_gpu_tests_cached "$BIN/stoker-decode-gpu" --nocapture --test-threads=1
+#     And the caches' own tests: the same pixels as nvJPEG's allocators on the photographs,
+#     nothing given back to CUDA once warm, everything given back when the decoder goes.
+run_tests decode_gpu_memory_tests "$BIN/stoker-decode-gpu_memory" --nocapture --test-threads=1
+grep -E '^(after|round|nvJPEG)' "$OUT/decode_gpu_memory_tests.log" | sed 's/^/# /'
 # CPU conformance on this machine too (same binary as CI).
 run_tests decode_cpu_conformance "$BIN/stoker-decode-conformance" --test-threads=1
 
@@ -95,10 +103,11 @@ else
 fi
 
 # 2b. Does a decode call wait for unrelated work on another stream (a synchronization inside
-#     the call) or only for SMs? Rows beside_{hw,cuda}_{alone,one_block,all_sms}_ms and
-#     beside_*_waits_for_other_streams (decode/tests/gpu_beside.rs).
+#     the call) or only for SMs, with nvJPEG's allocators and with stoker's caches? Rows
+#     beside_{hw,cuda}{,_cached}_{alone,one_block,all_sms}_ms, beside_*_waits_for_other_streams
+#     and beside_*_cached_{device,pinned}_released (decode/tests/gpu_beside.rs).
 if [ -x "$BIN/stoker-decode-gpu_beside" ]; then
-  timeout 120 "$BIN/stoker-decode-gpu_beside" gpu_decode_beside_other_work --exact --ignored --nocapture \
+  timeout 150 "$BIN/stoker-decode-gpu_beside" gpu_decode_beside_other_work --exact --ignored --nocapture \
     >"$OUT/decode_beside.log" 2>&1 || status=1
   grep -P '^ROW\t' "$OUT/decode_beside.log" | cut -f2- | tee -a "$T"
 else
@@ -111,7 +120,7 @@ PEERS="$(cd "$(dirname "$0")/../.." && pwd)/benches/peers"
 if [ -f "$PEERS/torchvision_decode.py" ]; then
   python3 "$PEERS/torchvision_decode.py" "$DATA/bench" --device cuda --batch 256 --seconds "${DECODE_SECONDS:-5}" \
     >"$OUT/torchvision_decode.log" 2>&1
-  OURS="decode_gpu_hw_lanes4 decode_gpu_hw_lanes8 decode_gpu_cuda_only
+  OURS="decode_gpu_hw_lanes4 decode_gpu_hw_lanes4_cached decode_gpu_hw_lanes8 decode_gpu_cuda_only
     decode_gpu_hw_lanes4_no_prealloc decode_gpu_hw_lanes4_handle_per_lane decode_gpu_hw_lanes7
     decode_gpu_hw_lanes4_batch512 decode_gpu_hw_lanes4_overlap decode_gpu_hw_lanes4_overlap_states2
     decode_gpu_gpu_huffman_only decode_gpu_hw_lanes4_overlap_gpu_huffman40

@@ -14,7 +14,9 @@
 # (decode_gpu_hw_lanes4{,_no_offload,_offload_threads10,_offload_threads12_cuda2}_{mixed,
 # baseline}, stoker-decode-gpu_throughput: the last two give the offload more threads), and
 # the loader's fed ratio at ResNet-50 pace on the mixed set (rows fed_jpeg_mixed_*,
-# examples/gpu_consumer; goal >= 0.99; fed_jpeg_mixed_k256_*: the step as 256 kernels).
+# examples/gpu_consumer; goal >= 0.99; fed_jpeg_mixed_k256_*: the step as 256 kernels;
+# fed_jpeg_mixed_cached_*: nvJPEG's memory from stoker's caches, as is the decoder row
+# decode_gpu_hw_lanes4_cached_{mixed,baseline}).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${BIN:?}" "${DATA:?}" "${OUT:?}" "${STOKER_DATA:?}"
@@ -111,17 +113,18 @@ if [ -x "$BIN/stoker-decode-gpu_throughput" ]; then
     tag="_${set#mixed-}"
     [ "$set" = mixed ] && tag=_mixed
     STOKER_BENCH_DIR="$DATA/$set" STOKER_BENCH_TAG="$tag" STOKER_BENCH_SECONDS="$SECS" \
-      STOKER_BENCH_CASES=decode_gpu_hw_lanes4,decode_gpu_hw_lanes4_no_offload,decode_gpu_hw_lanes4_offload_threads10,decode_gpu_hw_lanes4_offload_threads12_cuda2 \
+      STOKER_BENCH_CASES=decode_gpu_hw_lanes4,decode_gpu_hw_lanes4_cached,decode_gpu_hw_lanes4_no_offload,decode_gpu_hw_lanes4_offload_threads10,decode_gpu_hw_lanes4_offload_threads12_cuda2 \
       timeout 120 "$BIN/stoker-decode-gpu_throughput" gpu_decode_throughput --exact --ignored --nocapture --test-threads=1 \
       >"$OUT/mixed-decode-throughput$tag.log" 2>&1 || status=1
     grep -P '^ROW\t' "$OUT/mixed-decode-throughput$tag.log" | cut -f2- | tee -a "$T"
   done
 fi
 
-# The same question as part 10's beside_* rows on the mixed set: does a decode call wait
-# for another stream's work (rows beside_{hw,cuda}_mixed_*)?
+# The same question as part 10's beside_* rows on the mixed set, where each call's files
+# have other sizes: does a decode call wait for another stream's work, with nvJPEG's
+# allocators and with stoker's caches (rows beside_{hw,cuda}{,_cached}_mixed_*)?
 if [ -x "$BIN/stoker-decode-gpu_beside" ]; then
-  STOKER_BENCH_DIR="$DATA/mixed" STOKER_BENCH_TAG=_mixed timeout 120 "$BIN/stoker-decode-gpu_beside" \
+  STOKER_BENCH_DIR="$DATA/mixed" STOKER_BENCH_TAG=_mixed timeout 150 "$BIN/stoker-decode-gpu_beside" \
     gpu_decode_beside_other_work --exact --ignored --nocapture >"$OUT/mixed-decode-beside.log" 2>&1 || status=1
   grep -P '^ROW\t' "$OUT/mixed-decode-beside.log" | cut -f2- | tee -a "$T"
 fi
@@ -141,6 +144,14 @@ if [ -x "$BIN/gpu_consumer" ] && [ -d "$DATA/mixed" ]; then
     tee "$OUT/gpu-consumer-mixed-k256.log" | tail -n 12
   rc=${PIPESTATUS[0]}
   row gpu_consumer_mixed_k256 "$rc" exit "examples/gpu_consumer --jpeg-dir mixed --step-kernels 256 --tag _mixed_k256"
+  [ "$rc" -eq 0 ] || status=1
+  # The one-kernel step again with nvJPEG's memory from stoker's caches: if the decode
+  # calls waited for the step because nvJPEG freed memory, this fed ratio rises.
+  STOKER_NVJPEG_MEMORY=cached timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/mixed" --repeat 8 \
+    --epochs 3 --tag _mixed_cached --batch-size "$BATCH" --size 224 --tsv "$T" 2>&1 |
+    tee "$OUT/gpu-consumer-mixed-cached.log" | tail -n 12
+  rc=${PIPESTATUS[0]}
+  row gpu_consumer_mixed_cached "$rc" exit "STOKER_NVJPEG_MEMORY=cached examples/gpu_consumer --jpeg-dir mixed --tag _mixed_cached"
   [ "$rc" -eq 0 ] || status=1
 fi
 exit $status

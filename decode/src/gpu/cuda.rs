@@ -22,8 +22,8 @@ use super::batch::{Batch, Plan};
 use super::device::{bind_context, record_or_synchronize};
 use super::options::WaitMode;
 use crate::nvjpeg::{
-    Backend, DecodeParams, Decoder, DecoderState, DeviceBuffer, Handle, JpegStream, NvJpeg,
-    OutputImage, PinnedBuffer,
+    Backend, CachedMemory, DecodeParams, Decoder, DecoderState, DeviceBuffer, Handle, JpegStream,
+    NvJpeg, OutputImage, PinnedBuffer,
 };
 use crate::threads::spawn_or_run;
 use crate::{DecodeError, DecodeTimings, Route};
@@ -59,17 +59,18 @@ pub(super) struct CudaPath {
 }
 
 impl CudaPath {
-    /// A default-backend handle, a hybrid decoder, a stream on `ctx` and
-    /// `states` slots (at least one), on the context current on this thread;
-    /// the host waits for a slot as `wait` says.
+    /// A default-backend handle (allocating through `memory` when given), a
+    /// hybrid decoder, a stream on `ctx` and `states` slots (at least one),
+    /// on the context current on this thread; the host waits for a slot as
+    /// `wait` says.
     pub(super) fn new(
-        lib: &'static NvJpeg,
+        (lib, memory): (&'static NvJpeg, Option<&Arc<CachedMemory>>),
         ctx: &Arc<CudaContext>,
         states: usize,
         wait: WaitMode,
     ) -> Result<CudaPath, DecodeError> {
         let stream = ctx.new_stream()?;
-        let handle = Handle::new(lib, Backend::Default)?;
+        let handle = Handle::new(lib, Backend::Default, memory)?;
         let decoder = Decoder::new(&handle, Backend::Hybrid)?;
         let mut slots = Vec::new();
         for _ in 0..states.max(1) {

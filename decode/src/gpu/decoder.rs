@@ -14,11 +14,11 @@ use super::cuda::CudaDone;
 use super::cuda::CudaPath;
 use super::hardware::{self, Hardware};
 use super::huffman::{GpuHuffman, HuffmanDone};
-use super::options::{BatchUse, GpuDecoderOptions, WaitMode};
+use super::options::{BatchUse, GpuDecoderOptions, NvjpegMemory, WaitMode};
 use super::share::{CpuShare, MainPart, ShareDone};
 use super::staging::PinnedRing;
 use super::{fallback, routing};
-use crate::nvjpeg::NvJpeg;
+use crate::nvjpeg::{CachedMemory, NvJpeg, NvjpegMemoryStats};
 use crate::threads::spawn_or_run;
 use crate::{
     probe, CpuDecoder, DecodeError, DecodeTimings, ImageInfo, Route, RouteCounters, RouteCounts,
@@ -83,6 +83,9 @@ pub struct GpuDecoder {
     huffman: GpuHuffman,
     /// Wall-clock time per phase since creation or the last reset.
     timings: DecodeTimings,
+    /// nvJPEG's allocators when they are stoker's caches
+    /// ([`NvjpegMemory::Cached`]); every handle holds them too.
+    memory: Option<Arc<CachedMemory>>,
     options: GpuDecoderOptions,
 }
 
@@ -154,12 +157,16 @@ impl GpuDecoder {
         // Before any state: `cuda_states: usize::MAX` would create states until the GPU's
         // memory ran out, `hardware_states_per_lane` reserve a Vec past the address space.
         options.validate()?;
-        // Decided once: every stage below reads the resolved mode.
+        // Decided once: every stage below reads the resolved modes.
         options.waits = options.wait_mode();
+        options.nvjpeg_memory = options.nvjpeg_memory.resolve();
         let lib = NvJpeg::load()?;
         ctx.bind_to_thread()?;
+        let memory =
+            (options.nvjpeg_memory == NvjpegMemory::Cached).then(|| CachedMemory::new(ctx));
+        let mem = memory.as_ref();
         let hw = if options.hardware {
-            match Hardware::new(lib, ctx, &options) {
+            match Hardware::new(lib, ctx, &options, mem) {
                 Ok(hw) => Some(hw),
                 Err(e) => {
                     tracing::info!("nvJPEG hardware backend unavailable: {e}");
@@ -169,7 +176,7 @@ impl GpuDecoder {
         } else {
             None
         };
-        let cuda = CudaPath::new(lib, ctx, options.cuda_states, options.waits)?;
+        let cuda = CudaPath::new((lib, mem), ctx, options.cuda_states, options.waits)?;
         let share = CpuShare::new(ctx, &options)?;
         Ok(GpuDecoder {
             ctx: ctx.clone(),
@@ -180,8 +187,9 @@ impl GpuDecoder {
             cuda,
             staging: PinnedRing::new(options.waits),
             share,
-            huffman: GpuHuffman::new(lib, ctx, &options),
+            huffman: GpuHuffman::new(lib, ctx, &options, mem),
             timings: DecodeTimings::default(),
+            memory,
             options,
         })
     }
@@ -313,6 +321,25 @@ impl GpuDecoder {
     /// ```
     pub fn timings(&self) -> DecodeTimings {
         self.timings
+    }
+
+    /// What the caches behind nvJPEG's memory have done since the decoder
+    /// was made, with [`NvjpegMemory::Cached`]; `None` with nvJPEG's own
+    /// allocators.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions, NvjpegMemory};
+    /// let options = GpuDecoderOptions { nvjpeg_memory: NvjpegMemory::Cached, ..Default::default() };
+    /// let dec = GpuDecoder::new(&cuda_context(0)?, options)?;
+    /// // ... decode_batch calls ...
+    /// if let Some(stats) = dec.nvjpeg_memory_stats() {
+    ///     print!("{stats}");
+    /// }
+    /// # Ok::<(), stoker_decode::DecodeError>(())
+    /// ```
+    pub fn nvjpeg_memory_stats(&self) -> Option<NvjpegMemoryStats> {
+        self.memory.as_ref().map(|m| m.stats())
     }
 
     /// Clears [`timings`](Self::timings) (after a warm-up, say).

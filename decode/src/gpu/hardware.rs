@@ -11,7 +11,9 @@ use super::batch::{Batch, Plan};
 use super::device::record_or_synchronize;
 use super::options::{GpuDecoderOptions, WaitMode};
 use super::staging::{stage_bitstreams, PinnedRing};
-use crate::nvjpeg::{Backend, BatchedState, Handle, JpegStream, NvJpeg, NvjpegStatus, OutputImage};
+use crate::nvjpeg::{
+    Backend, BatchedState, CachedMemory, Handle, JpegStream, NvJpeg, NvjpegStatus, OutputImage,
+};
 use crate::threads::spawn_or_run;
 use crate::{DecodeError, DecodeTimings, ImageInfo, Route};
 
@@ -77,8 +79,9 @@ impl HwLane {
         lib: &'static NvJpeg,
         ctx: &Arc<CudaContext>,
         wait: WaitMode,
+        memory: Option<&Arc<CachedMemory>>,
     ) -> Option<HwLane> {
-        let lane = Handle::new(lib, Backend::GpuHybrid).and_then(|handle| {
+        let lane = Handle::new(lib, Backend::GpuHybrid, memory).and_then(|handle| {
             let state = BatchedState::new(&handle)?;
             Ok(HwLane {
                 states: vec![LaneState::new(state)],
@@ -186,14 +189,15 @@ pub(super) struct Hardware {
 
 impl Hardware {
     /// The engines' handle, check streams and lanes, on the context current
-    /// on this thread.
+    /// on this thread, allocating through `memory` when given.
     pub(super) fn new(
         lib: &'static NvJpeg,
         ctx: &Arc<CudaContext>,
         options: &GpuDecoderOptions,
+        memory: Option<&Arc<CachedMemory>>,
     ) -> Result<Hardware, DecodeError> {
         let lanes = options.hardware_lanes.max(1);
-        let handle = Handle::new(lib, Backend::Hardware)?;
+        let handle = Handle::new(lib, Backend::Hardware, memory)?;
         let engines = handle.hardware_info().ok();
         // nvJPEG docs: zero engines "indicates that hardware decoder is not
         // available" (e.g. a MIG slice without a JPEG engine).
@@ -218,7 +222,7 @@ impl Hardware {
         let mut out = Vec::with_capacity(lanes);
         for k in 0..lanes {
             out.push(Self::lane(
-                lib,
+                (lib, memory),
                 ctx,
                 options,
                 &handle,
@@ -238,7 +242,7 @@ impl Hardware {
     /// fails), its states, preallocated for `hint_batch` images while
     /// `preallocate` holds (cleared, with one log, on the first refusal).
     fn lane(
-        lib: &'static NvJpeg,
+        (lib, memory): (&'static NvJpeg, Option<&Arc<CachedMemory>>),
         ctx: &Arc<CudaContext>,
         options: &GpuDecoderOptions,
         shared: &Arc<Handle>,
@@ -248,7 +252,7 @@ impl Hardware {
         // A lane whose own handle cannot be had uses the shared one
         // (rather than losing the hardware path altogether).
         let own = if options.hardware_handle_per_lane {
-            match Handle::new(lib, Backend::Hardware) {
+            match Handle::new(lib, Backend::Hardware, memory) {
                 Ok(h) => Some(h),
                 Err(e) => {
                     tracing::info!("hardware lane {k}: no handle of its own ({e}); sharing one");

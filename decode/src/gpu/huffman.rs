@@ -13,7 +13,7 @@ use super::device::SyncOnPanic;
 use super::hardware::{HwLane, LaneTimes};
 use super::options::{share_fraction, GpuDecoderOptions};
 use super::staging::{stage_bitstreams, PinnedRing};
-use crate::nvjpeg::NvJpeg;
+use crate::nvjpeg::{CachedMemory, NvJpeg};
 use crate::{DecodeError, DecodeTimings, Route};
 
 /// The GPU-hybrid backend's batched decode does Huffman on the GPU only for
@@ -42,12 +42,13 @@ impl GpuHuffman {
         lib: &'static NvJpeg,
         ctx: &Arc<CudaContext>,
         options: &GpuDecoderOptions,
+        memory: Option<&Arc<CachedMemory>>,
     ) -> GpuHuffman {
         let fraction = share_fraction(options.gpu_huffman_share);
         GpuHuffman {
             staging: PinnedRing::new(options.waits),
             lane: if fraction > 0.0 {
-                HwLane::gpu_hybrid(lib, ctx, options.waits)
+                HwLane::gpu_hybrid(lib, ctx, options.waits, memory)
             } else {
                 None
             },

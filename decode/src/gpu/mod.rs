@@ -27,4 +27,6 @@ mod staging;
 
 pub use decoder::GpuDecoder;
 pub use device::{bind_context, cuda_context};
-pub use options::{BatchUse, GpuDecoderOptions, WaitMode, MAX_DECODER_STATES, MAX_SHARE_THREADS};
+pub use options::{
+    BatchUse, GpuDecoderOptions, NvjpegMemory, WaitMode, MAX_DECODER_STATES, MAX_SHARE_THREADS,
+};

@@ -135,6 +135,101 @@ pub struct GpuDecoderOptions {
     /// spins: blocking waits were measured to save no CPU time per image and to
     /// cost throughput beside a CPU share (see [`WaitMode`]).
     pub waits: WaitMode,
+    /// Where nvJPEG's own states and buffers get their memory
+    /// ([`NvjpegMemory`]): from nvJPEG's allocators, or from caches that keep
+    /// freed blocks for reuse instead of freeing them while decoding. Default
+    /// [`NvjpegMemory::Auto`].
+    pub nvjpeg_memory: NvjpegMemory,
+}
+
+/// Where nvJPEG's states and buffers get their device and pinned memory.
+///
+/// nvJPEG allocates with `cudaMalloc`/`cudaHostAlloc` and frees with
+/// `cudaFree`/`cudaFreeHost` whenever a state or buffer must grow, and those
+/// frees wait for the whole device: beside a training step, for the step's
+/// queued kernels. With [`NvjpegMemory::Cached`] a decoder gives nvJPEG
+/// allocators of its own (`nvjpegCreateExV2`) that keep each freed block for
+/// reuse once the stream that used it has passed the free, so that decoding
+/// frees nothing once the buffers have reached their working size; blocks
+/// idle beyond the peak in use are given back. What the caches did:
+/// [`GpuDecoder::nvjpeg_memory_stats`](crate::GpuDecoder::nvjpeg_memory_stats).
+///
+/// [`NvjpegMemory::Auto`] is resolved when the decoder is made
+/// ([`NvjpegMemory::resolve`]): to what the environment variable
+/// `STOKER_NVJPEG_MEMORY` says (`library` or `cached`), else to `Library`
+/// until the caches are measured on the GPU machine beside the library's
+/// allocators (docs/BENCHMARKS.md).
+///
+/// # Examples
+/// ```
+/// use stoker_decode::{GpuDecoderOptions, NvjpegMemory};
+/// let o = GpuDecoderOptions { nvjpeg_memory: NvjpegMemory::Cached, ..Default::default() };
+/// assert_eq!(o.nvjpeg_memory.resolve(), NvjpegMemory::Cached);
+/// assert_eq!("library".parse::<NvjpegMemory>(), Ok(NvjpegMemory::Library));
+/// # if std::env::var_os("STOKER_NVJPEG_MEMORY").is_none() {
+/// assert_eq!(NvjpegMemory::Auto.resolve(), NvjpegMemory::Library);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum NvjpegMemory {
+    /// `STOKER_NVJPEG_MEMORY`, else `Library`.
+    #[default]
+    Auto,
+    /// nvJPEG's own allocators.
+    Library,
+    /// Stoker's caches (nvJPEG's own where the library lacks `nvjpegCreateExV2`).
+    Cached,
+}
+
+/// The environment variable that decides [`NvjpegMemory::Auto`] when set.
+const MEMORY_ENV: &str = "STOKER_NVJPEG_MEMORY";
+
+impl NvjpegMemory {
+    /// `Library` or `Cached`: `self` unless it is `Auto`, which becomes what
+    /// `STOKER_NVJPEG_MEMORY` says (anything but `library` or `cached` is
+    /// logged and ignored), else `Library`.
+    pub fn resolve(self) -> NvjpegMemory {
+        if self != NvjpegMemory::Auto {
+            return self;
+        }
+        if let Some(v) = std::env::var_os(MEMORY_ENV) {
+            match v.to_str().map(str::parse::<NvjpegMemory>) {
+                Some(Ok(m)) if m != NvjpegMemory::Auto => return m,
+                _ => tracing::warn!("{MEMORY_ENV}={v:?} ignored: expected library or cached"),
+            }
+        }
+        NvjpegMemory::Library
+    }
+
+    /// The name [`FromStr`](std::str::FromStr) reads: `auto`, `library`, `cached`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NvjpegMemory::Auto => "auto",
+            NvjpegMemory::Library => "library",
+            NvjpegMemory::Cached => "cached",
+        }
+    }
+}
+
+impl std::fmt::Display for NvjpegMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for NvjpegMemory {
+    type Err = String;
+
+    /// Parses `auto`, `library`, `cached`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(NvjpegMemory::Auto),
+            "library" => Ok(NvjpegMemory::Library),
+            "cached" => Ok(NvjpegMemory::Cached),
+            _ => Err(format!("`{s}`: expected auto, library or cached")),
+        }
+    }
 }
 
 /// How a thread that waits on the host for the GPU (a staging buffer's or a
@@ -267,6 +362,7 @@ impl Default for GpuDecoderOptions {
             hardware_states_per_lane: 1,
             gpu_huffman_share: 0.0,
             waits: WaitMode::Auto,
+            nvjpeg_memory: NvjpegMemory::Auto,
         }
     }
 }
@@ -432,6 +528,27 @@ mod tests {
             assert_eq!(m.to_string().parse::<WaitMode>(), Ok(m));
         }
         assert!("yield".parse::<WaitMode>().is_err());
+    }
+
+    #[test]
+    fn nvjpeg_memory_kinds_parse_print_and_resolve() {
+        for m in [
+            NvjpegMemory::Auto,
+            NvjpegMemory::Library,
+            NvjpegMemory::Cached,
+        ] {
+            assert_eq!(m.to_string().parse::<NvjpegMemory>(), Ok(m));
+        }
+        assert!("pool".parse::<NvjpegMemory>().is_err());
+        assert_eq!(
+            GpuDecoderOptions::default().nvjpeg_memory,
+            NvjpegMemory::Auto
+        );
+        assert_eq!(NvjpegMemory::Cached.resolve(), NvjpegMemory::Cached);
+        assert_eq!(NvjpegMemory::Library.resolve(), NvjpegMemory::Library);
+        if std::env::var_os(MEMORY_ENV).is_none() {
+            assert_eq!(NvjpegMemory::Auto.resolve(), NvjpegMemory::Library);
+        }
     }
 
     #[test]

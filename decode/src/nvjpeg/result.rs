@@ -47,6 +47,31 @@ pub(crate) unsafe fn create_ex(
     Ok(h)
 }
 
+/// Creates a library handle for `backend` with the extended allocators
+/// `dev` and `pinned`; `Ok(None)` when the library lacks `nvjpegCreateExV2`.
+///
+/// # Safety
+/// `dev` and `pinned` point to allocator structs whose functions, with their
+/// context pointers, stay callable from any thread until the handle and every
+/// object made from it are destroyed.
+pub(crate) unsafe fn create_ex_v2(
+    opt: &OptionalTable,
+    backend: c_int,
+    dev: *mut sys::nvjpegDevAllocatorV2_t,
+    pinned: *mut sys::nvjpegPinnedAllocatorV2_t,
+) -> Result<Option<sys::nvjpegHandle_t>, DecodeError> {
+    let Some(f) = opt.nvjpegCreateExV2 else {
+        return Ok(None);
+    };
+    let mut h = std::ptr::null_mut();
+    // SAFETY: the caller guarantees the allocators; the pointer comes from the
+    // loaded library (OptionalTable invariant); `h` is a valid out pointer.
+    check("nvjpegCreateExV2", unsafe {
+        f(backend, dev, pinned, 0, &mut h)
+    })?;
+    Ok(Some(h))
+}
+
 /// Number of hardware engines (and cores per engine) behind a hardware handle.
 ///
 /// # Safety
@@ -258,6 +283,46 @@ pub(crate) unsafe fn buffer_device_create(
         (t.nvjpegBufferDeviceCreate)(h, std::ptr::null_mut(), &mut b)
     })?;
     Ok(b)
+}
+
+/// Creates a pinned buffer with the extended allocator `pinned`; `Ok(None)`
+/// when the library lacks `nvjpegBufferPinnedCreateV2`.
+///
+/// # Safety
+/// `h` must be a live handle; `pinned` as in [`create_ex_v2`], until the buffer is destroyed.
+pub(crate) unsafe fn buffer_pinned_create_v2(
+    opt: &OptionalTable,
+    h: sys::nvjpegHandle_t,
+    pinned: *mut sys::nvjpegPinnedAllocatorV2_t,
+) -> Result<Option<sys::nvjpegBufferPinned_t>, DecodeError> {
+    let Some(f) = opt.nvjpegBufferPinnedCreateV2 else {
+        return Ok(None);
+    };
+    let mut b = std::ptr::null_mut();
+    // SAFETY: the caller guarantees `h` and the allocator; out pointer valid.
+    check("nvjpegBufferPinnedCreateV2", unsafe {
+        f(h, pinned, &mut b)
+    })?;
+    Ok(Some(b))
+}
+
+/// Creates a device buffer with the extended allocator `dev`; `Ok(None)`
+/// when the library lacks `nvjpegBufferDeviceCreateV2`.
+///
+/// # Safety
+/// As [`buffer_pinned_create_v2`].
+pub(crate) unsafe fn buffer_device_create_v2(
+    opt: &OptionalTable,
+    h: sys::nvjpegHandle_t,
+    dev: *mut sys::nvjpegDevAllocatorV2_t,
+) -> Result<Option<sys::nvjpegBufferDevice_t>, DecodeError> {
+    let Some(f) = opt.nvjpegBufferDeviceCreateV2 else {
+        return Ok(None);
+    };
+    let mut b = std::ptr::null_mut();
+    // SAFETY: the caller guarantees `h` and the allocator; out pointer valid.
+    check("nvjpegBufferDeviceCreateV2", unsafe { f(h, dev, &mut b) })?;
+    Ok(Some(b))
 }
 
 /// Creates decode parameters with interleaved RGB output.

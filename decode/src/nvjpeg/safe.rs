@@ -25,6 +25,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::CudaStream;
 
+use super::allocator::CachedMemory;
 use super::library::NvJpeg;
 use super::status::NvjpegStatus;
 use super::{result, sys};
@@ -75,14 +76,18 @@ fn same_handle(a: &Arc<Handle>, b: &Arc<Handle>, call: &'static str) -> Result<(
 }
 
 /// A library handle (`nvjpegHandle_t`) for one backend, with nvJPEG's
-/// default allocators.
+/// default allocators or stoker's caches ([`CachedMemory`]).
 pub(crate) struct Handle {
-    /// Non-null, made by `nvjpegCreateEx`, destroyed once in `Drop`, after
-    /// every object made from it (they hold an `Arc` of this handle).
+    /// Non-null, made by `nvjpegCreateEx` (or `…V2`), destroyed once in
+    /// `Drop`, after every object made from it (they hold an `Arc` of this handle).
     raw: sys::nvjpegHandle_t,
     backend: Backend,
     /// The library whose table made `raw`; every call on it goes through this table.
     lib: &'static NvJpeg,
+    /// The allocators `raw` was made with, when not nvJPEG's own: kept until
+    /// after `raw` is destroyed (a field drops after `Drop::drop`), the last
+    /// call that may free through them.
+    memory: Option<Arc<CachedMemory>>,
 }
 
 // SAFETY: nvJPEG documents library handles as thread safe: one may be moved
@@ -92,11 +97,49 @@ unsafe impl Send for Handle {}
 unsafe impl Sync for Handle {}
 
 impl Handle {
-    /// `nvjpegCreateEx(backend)` on the CUDA context current on this thread.
-    pub(crate) fn new(lib: &'static NvJpeg, backend: Backend) -> Result<Arc<Handle>, DecodeError> {
+    /// `nvjpegCreateEx(backend)` on the CUDA context current on this thread;
+    /// with `memory`, `nvjpegCreateExV2` with its allocators instead (nvJPEG's
+    /// own, logged once, when the library lacks that function).
+    pub(crate) fn new(
+        lib: &'static NvJpeg,
+        backend: Backend,
+        memory: Option<&Arc<CachedMemory>>,
+    ) -> Result<Arc<Handle>, DecodeError> {
+        if let Some(m) = memory {
+            // SAFETY: the allocators' structs and context live in the
+            // `CachedMemory`, which the handle holds until after it is destroyed.
+            let raw = unsafe {
+                result::create_ex_v2(
+                    lib.optional(),
+                    backend.raw(),
+                    m.device_allocator(),
+                    m.pinned_allocator(),
+                )
+            }?;
+            if let Some(raw) = raw {
+                return Ok(Arc::new(Handle {
+                    raw,
+                    backend,
+                    lib,
+                    memory: Some(Arc::clone(m)),
+                }));
+            }
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::info!(
+                    "{} lacks nvjpegCreateExV2: nvJPEG allocates with its own allocators",
+                    lib.path().display()
+                )
+            });
+        }
         // SAFETY: the table is a loaded nvJPEG's.
         let raw = unsafe { result::create_ex(lib.table(), backend.raw()) }?;
-        Ok(Arc::new(Handle { raw, backend, lib }))
+        Ok(Arc::new(Handle {
+            raw,
+            backend,
+            lib,
+            memory: None,
+        }))
     }
 
     /// `(engines, cores per engine)` behind a hardware handle
@@ -561,10 +604,27 @@ pub(crate) struct PinnedBuffer {
 unsafe impl Send for PinnedBuffer {}
 
 impl PinnedBuffer {
-    /// A buffer made from `handle` with the default allocator.
+    /// A buffer made from `handle`, with the handle's allocators when they
+    /// are stoker's and the library has `nvjpegBufferPinnedCreateV2`, else
+    /// nvJPEG's default.
     pub(crate) fn new(handle: &Arc<Handle>) -> Result<PinnedBuffer, DecodeError> {
-        // SAFETY: the handle is live (the `Arc` keeps it).
-        let raw = unsafe { result::buffer_pinned_create(handle.table(), handle.raw) }?;
+        let v2 = match &handle.memory {
+            // SAFETY: the handle is live; the allocator lives in its
+            // `CachedMemory`, which the handle (held by this buffer) keeps.
+            Some(m) => unsafe {
+                result::buffer_pinned_create_v2(
+                    handle.lib.optional(),
+                    handle.raw,
+                    m.pinned_allocator(),
+                )
+            }?,
+            None => None,
+        };
+        let raw = match v2 {
+            Some(raw) => raw,
+            // SAFETY: the handle is live (the `Arc` keeps it).
+            None => unsafe { result::buffer_pinned_create(handle.table(), handle.raw) }?,
+        };
         Ok(PinnedBuffer {
             raw,
             handle: Arc::clone(handle),
@@ -591,10 +651,24 @@ pub(crate) struct DeviceBuffer {
 unsafe impl Send for DeviceBuffer {}
 
 impl DeviceBuffer {
-    /// A buffer made from `handle` with the default allocator.
+    /// A buffer made from `handle`, with its allocators as [`PinnedBuffer::new`].
     pub(crate) fn new(handle: &Arc<Handle>) -> Result<DeviceBuffer, DecodeError> {
-        // SAFETY: the handle is live (the `Arc` keeps it).
-        let raw = unsafe { result::buffer_device_create(handle.table(), handle.raw) }?;
+        let v2 = match &handle.memory {
+            // SAFETY: as in `PinnedBuffer::new`.
+            Some(m) => unsafe {
+                result::buffer_device_create_v2(
+                    handle.lib.optional(),
+                    handle.raw,
+                    m.device_allocator(),
+                )
+            }?,
+            None => None,
+        };
+        let raw = match v2 {
+            Some(raw) => raw,
+            // SAFETY: the handle is live (the `Arc` keeps it).
+            None => unsafe { result::buffer_device_create(handle.table(), handle.raw) }?,
+        };
         Ok(DeviceBuffer {
             raw,
             handle: Arc::clone(handle),

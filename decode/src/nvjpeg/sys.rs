@@ -71,6 +71,31 @@ pub type cudaStream_t = *mut c_void;
 /// `nvjpegStatus_t`.
 pub type nvjpegStatus_t = c_int;
 
+/// `tDevMallocV2` / `tPinnedMallocV2`: `(ctx, out pointer, size, stream)`, 0 on success.
+pub type tMallocV2 =
+    unsafe extern "C" fn(*mut c_void, *mut *mut c_void, usize, cudaStream_t) -> c_int;
+/// `tDevFreeV2` / `tPinnedFreeV2`: `(ctx, pointer, size, stream)`, 0 on success.
+pub type tFreeV2 = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, cudaStream_t) -> c_int;
+
+/// `nvjpegDevAllocatorV2_t`: stream-ordered device allocator with a context
+/// pointer passed back to both functions.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvjpegDevAllocatorV2_t {
+    pub dev_malloc: Option<tMallocV2>,
+    pub dev_free: Option<tFreeV2>,
+    pub dev_ctx: *mut c_void,
+}
+
+/// `nvjpegPinnedAllocatorV2_t`: as [`nvjpegDevAllocatorV2_t`], for pinned host memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct nvjpegPinnedAllocatorV2_t {
+    pub pinned_malloc: Option<tMallocV2>,
+    pub pinned_free: Option<tFreeV2>,
+    pub pinned_ctx: *mut c_void,
+}
+
 /// `nvjpegImage_t`: per-channel device pointers and pitches. For interleaved
 /// output (RGBI) only `channel[0]`/`pitch[0]` are used.
 #[repr(C)]
@@ -209,6 +234,10 @@ optional_table! {
     // nvjpeg.h: (handle, jpeg_handle, int batch_size, int width, int height,
     // nvjpegChromaSubsampling_t chroma_subsampling, nvjpegOutputFormat_t output_format).
     nvjpegDecodeBatchedPreAllocate: fn(nvjpegHandle_t, nvjpegJpegState_t, c_int, c_int, c_int, c_int, c_int) -> nvjpegStatus_t;
+    // The extended (V2) allocators: (backend, dev_allocator, pinned_allocator, flags, handle).
+    nvjpegCreateExV2: fn(c_int, *mut nvjpegDevAllocatorV2_t, *mut nvjpegPinnedAllocatorV2_t, c_uint, *mut nvjpegHandle_t) -> nvjpegStatus_t;
+    nvjpegBufferPinnedCreateV2: fn(nvjpegHandle_t, *mut nvjpegPinnedAllocatorV2_t, *mut nvjpegBufferPinned_t) -> nvjpegStatus_t;
+    nvjpegBufferDeviceCreateV2: fn(nvjpegHandle_t, *mut nvjpegDevAllocatorV2_t, *mut nvjpegBufferDevice_t) -> nvjpegStatus_t;
 }
 
 #[cfg(test)]
@@ -227,6 +256,7 @@ mod tests {
         // SAFETY: no symbol is found, so no pointer with a wrong signature is made.
         let t = unsafe { OptionalTable::resolve(&lib) };
         assert!(t.nvjpegDecodeBatchedPreAllocate.is_none());
+        assert!(t.nvjpegCreateExV2.is_none() && t.nvjpegBufferDeviceCreateV2.is_none());
         assert!(t.present().is_empty());
         assert!(OptionalTable::SYMBOLS.contains(&"nvjpegDecodeBatchedPreAllocate"));
     }
