@@ -39,8 +39,8 @@ impl HostBuffer {
 
 /// Images of a batch in host memory (the CPU path's output).
 ///
-/// Shape is `[n, h, w, 3]` for [`crate::Output::U8Nhwc`] and `[n, 3, h, w]` for the planar
-/// outputs; `n` is the number of images in this batch (the last batch of an epoch may be
+/// Shape is [`crate::Output::shape`]: `[n, h, w, 3]` for the interleaved outputs (`…Nhwc`)
+/// and `[n, 3, h, w]` for the planar ones (`…Nchw`); `n` is the number of images in this batch (the last batch of an epoch may be
 /// partial without `drop_last`). Dropping it returns the buffer to the loader's ring, which is
 /// why the loader allocates no memory per batch.
 #[derive(Debug)]
@@ -76,7 +76,7 @@ impl HostImages {
         self.shape.iter().product()
     }
 
-    /// `[n, h, w, 3]` (U8Nhwc) or `[n, 3, h, w]` (planar).
+    /// `[n, h, w, 3]` (interleaved, `…Nhwc`) or `[n, 3, h, w]` (planar, `…Nchw`).
     pub fn shape(&self) -> [usize; 4] {
         self.shape
     }

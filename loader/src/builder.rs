@@ -22,7 +22,7 @@ use crate::sampler::{Sampler, Shuffle};
 pub const MAX_WORKERS: usize = 1024;
 use crate::transform::Transform;
 
-use crate::config::{Device, LoaderConfig, Output};
+use crate::config::{DType, Device, LoaderConfig, Output};
 
 /// Settings for a [`Loader`]; see [`Loader::builder`].
 #[derive(Debug)]
@@ -609,13 +609,14 @@ impl LoaderBuilder {
         }
         config.transform.validate()?;
         let largest = config.transform.largest_normalized();
-        if config.output == Output::F16Nchw && largest > half::f16::MAX.to_f32() {
+        if config.output.dtype() == DType::F16 && largest > half::f16::MAX.to_f32() {
             // Past 65504 a half is inf: the batch would hold infinities, not an error.
             return invalid(
                 "transform",
                 &format!(
-                    "normalize mean / std maps pixels to {largest}, past the F16Nchw range \
-                     (65504); widen std or use Output::F32Nchw"
+                    "normalize mean / std maps pixels to {largest}, past the {:?} range \
+                     (65504); widen std or use a float32 output",
+                    config.output
                 ),
             );
         }

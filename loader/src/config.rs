@@ -57,6 +57,20 @@ impl std::str::FromStr for Device {
 }
 
 /// Layout and element type of the batch images.
+///
+/// The planar outputs (`…Nchw`) are what a model in PyTorch's default memory format
+/// takes. The interleaved float outputs (`F16Nhwc`, `F32Nhwc`) are for models in
+/// channels-last format (`torch.channels_last`, the faster one for convolutions on tensor
+/// cores): `batch.permute(0, 3, 1, 2)` of an `[n, h, w, 3]` batch is an `[n, 3, h, w]`
+/// tensor already in that format, so no copy is made to convert it.
+///
+/// # Examples
+/// ```
+/// use stoker_loader::Output;
+/// assert_eq!(Output::F32Nhwc.shape(8, 224), [8, 224, 224, 3]);
+/// assert_eq!(Output::F16Nchw.shape(8, 224), [8, 3, 224, 224]);
+/// assert!(Output::F16Nchw.is_planar() && !Output::U8Nhwc.is_planar());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum Output {
@@ -66,15 +80,38 @@ pub enum Output {
     F16Nchw,
     /// `[n, 3, h, w]` normalized `f32`.
     F32Nchw,
+    /// `[n, h, w, 3]` normalized IEEE half (channels last).
+    F16Nhwc,
+    /// `[n, h, w, 3]` normalized `f32` (channels last).
+    F32Nhwc,
 }
 
 impl Output {
     /// Bytes of one pixel channel value in a batch of this output.
     pub(crate) fn value_bytes(self) -> u64 {
+        self.dtype().size() as u64
+    }
+
+    /// The element type of this output.
+    pub fn dtype(self) -> DType {
         match self {
-            Output::U8Nhwc => 1,
-            Output::F16Nchw => 2,
-            Output::F32Nchw => 4,
+            Output::U8Nhwc => DType::U8,
+            Output::F16Nchw | Output::F16Nhwc => DType::F16,
+            Output::F32Nchw | Output::F32Nhwc => DType::F32,
+        }
+    }
+
+    /// Whether the channels are planes (`[n, 3, h, w]`) rather than interleaved (`[n, h, w, 3]`).
+    pub fn is_planar(self) -> bool {
+        matches!(self, Output::F16Nchw | Output::F32Nchw)
+    }
+
+    /// The shape of a batch of `n` images of `side × side`.
+    pub fn shape(self, n: usize, side: usize) -> [usize; 4] {
+        if self.is_planar() {
+            [n, 3, side, side]
+        } else {
+            [n, side, side, 3]
         }
     }
 }

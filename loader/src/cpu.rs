@@ -244,8 +244,8 @@ fn new_buffer(settings: &Settings) -> Result<HostBuffer, LoaderError> {
     let bytes = n.checked_mul(settings.output.value_bytes() as usize);
     match settings.output {
         Output::U8Nhwc => zeroed(n, 0u8).map(HostBuffer::U8),
-        Output::F16Nchw => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
-        Output::F32Nchw => zeroed(n, 0.0f32).map(HostBuffer::F32),
+        Output::F16Nchw | Output::F16Nhwc => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
+        Output::F32Nchw | Output::F32Nhwc => zeroed(n, 0.0f32).map(HostBuffer::F32),
     }
     .ok_or_else(|| too_large(bytes))
 }
@@ -493,10 +493,7 @@ impl Worker {
             indices.push(index);
         }
         let s = self.shared.settings.transform.out_size() as usize;
-        let shape = match self.shared.settings.output {
-            Output::U8Nhwc => [n, s, s, 3],
-            Output::F16Nchw | Output::F32Nchw => [n, 3, s, s],
-        };
+        let shape = self.shared.settings.output.shape(n, s);
         Some(Ok(Batch {
             images: Images::Host(HostImages::new(
                 buffer,
@@ -577,6 +574,7 @@ impl Worker {
         }
         let s = settings.transform.out_size() as usize;
         let per_image = s * s * 3;
+        let planar = settings.output.is_planar();
         let out_bytes = match buffer {
             HostBuffer::U8(v) => {
                 layout::write_u8_hwc(
@@ -588,9 +586,9 @@ impl Worker {
                 per_image
             }
             HostBuffer::F16(v) => {
-                layout::write_f16_chw(
+                layout::write_f16(
                     resized,
-                    s,
+                    (s, planar),
                     params.flip,
                     &self.normalizer,
                     &mut v[slot * per_image..(slot + 1) * per_image],
@@ -598,9 +596,9 @@ impl Worker {
                 per_image * 2
             }
             HostBuffer::F32(v) => {
-                layout::write_f32_chw(
+                layout::write_f32(
                     resized,
-                    s,
+                    (s, planar),
                     params.flip,
                     &self.normalizer,
                     &mut v[slot * per_image..(slot + 1) * per_image],

@@ -202,7 +202,13 @@ fn compare_paths(
     same_decoder: bool,
     decoder: Option<stoker_decode::GpuDecoderOptions>,
 ) {
-    for output in [Output::U8Nhwc, Output::F16Nchw, Output::F32Nchw] {
+    for output in [
+        Output::U8Nhwc,
+        Output::F16Nchw,
+        Output::F32Nchw,
+        Output::F16Nhwc,
+        Output::F32Nhwc,
+    ] {
         let cpu = loader(ds.clone(), Device::Cpu, output, 16).unwrap();
         let mut gpu_builder = loader_builder(ds.clone(), Device::Cuda(0), output, 16);
         if let Some(options) = decoder.clone() {

@@ -350,21 +350,37 @@ fn layouts_and_dtypes_hold_the_same_pixels() {
         .epoch(0)
         .map(Result::unwrap)
         .collect();
+    // Channels last: the same values, interleaved.
+    let f32_last: Vec<Batch> = build(Output::F32Nhwc)
+        .epoch(0)
+        .map(Result::unwrap)
+        .collect();
+    let f16_last: Vec<Batch> = build(Output::F16Nhwc)
+        .epoch(0)
+        .map(Result::unwrap)
+        .collect();
     let s = 24;
-    for ((a, b), c) in u8s.iter().zip(&f32s).zip(&f16s) {
-        assert_eq!(a.indices, b.indices);
+    for (k, a) in u8s.iter().enumerate() {
+        let (b, c, d, e) = (&f32s[k], &f16s[k], &f32_last[k], &f16_last[k]);
+        for other in [b, c, d, e] {
+            assert_eq!(a.indices, other.indices);
+        }
         assert_eq!(a.images.host().unwrap().shape(), [4, s, s, 3]);
         assert_eq!(b.images.host().unwrap().shape(), [4, 3, s, s]);
+        assert_eq!(d.images.host().unwrap().shape(), [4, s, s, 3]);
+        assert_eq!(e.images.host().unwrap().shape(), [4, s, s, 3]);
         let (px, fx, hx) = (
             a.images.as_u8().unwrap(),
             b.images.as_f32().unwrap(),
             c.images.as_f16().unwrap(),
         );
+        let (fl, hl) = (d.images.as_f32().unwrap(), e.images.as_f16().unwrap());
         for n in 0..4 {
             for ch in 0..3 {
                 for y in 0..s {
                     for x in 0..s {
-                        let v = px[((n * s + y) * s + x) * 3 + ch];
+                        let last = ((n * s + y) * s + x) * 3 + ch;
+                        let v = px[last];
                         let want = (f32::from(v) / 255.0 - mean[ch]) / std[ch];
                         let i = ((n * 3 + ch) * s + y) * s + x;
                         assert!((fx[i] - want).abs() < 1e-5, "f32 at {n},{ch},{y},{x}");
@@ -372,6 +388,8 @@ fn layouts_and_dtypes_hold_the_same_pixels() {
                             (hx[i].to_f32() - want).abs() < 4e-3,
                             "f16 at {n},{ch},{y},{x}"
                         );
+                        assert_eq!(fl[last], fx[i], "f32 channels last at {n},{ch},{y},{x}");
+                        assert_eq!(hl[last], hx[i], "f16 channels last at {n},{ch},{y},{x}");
                     }
                 }
             }

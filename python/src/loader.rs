@@ -31,9 +31,10 @@ use crate::stats::Stats;
 /// ``Resize`` then ``CenterCrop``, which crops a resized image). ``mean``/``std``
 /// normalize float outputs (``stoker.IMAGENET_MEAN``/``IMAGENET_STD``; given together or
 /// not at all; default none: pixels / 255; refused with ``dtype="uint8"``, which is raw
-/// pixels). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``) or
-/// ``"uint8"`` (``layout="nhwc"``, raw pixels); ``torch.float16`` and the like are
-/// taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
+/// pixels). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``, the default, or
+/// ``"nhwc"``: ``[n, h, w, 3]``, whose ``permute(0, 3, 1, 2)`` is a channels-last
+/// ``[n, 3, h, w]`` tensor without a copy) or ``"uint8"`` (``layout="nhwc"``, raw pixels);
+/// ``torch.float16`` and the like are taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
 /// ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``). ``rank`` and ``world_size``
 /// default to the launcher's variables (torchrun's ``RANK`` / ``WORLD_SIZE``, Open MPI's, MVAPICH's,
 /// MPICH's, Horovod's, an ``srun`` step's); given explicitly, they keep the environment's

@@ -17,8 +17,8 @@ Rows (`name<TAB>value<TAB>unit<TAB>note`) are appended to TABLE:
   bf16 training on an H200) fed by the loader; the loader's fed ratio (goal >= 0.99) and
   the fed loop's rate over the same loop on a resident batch;
 - python_resnet50<tag>_fed_ratio / _img_s / _vs_resident (with --resnet50): a real
-  torchvision ResNet-50 training step (bf16 autocast, channels-last, SGD) fed by the
-  loader, beside the same steps on a resident batch: the fed ratio at ResNet-50 pace
+  torchvision ResNet-50 training step (bf16 autocast, channels-last, SGD) fed by a
+  loader giving channels-last input (layout="nhwc", permuted without a copy), beside the same steps on a resident batch: the fed ratio at ResNet-50 pace
   with a real model's many short kernels (the matmul and gpu_consumer stand-ins hold
   the SMs longer per kernel than a real step does). With --resnet50-only (and --tag,
   e.g. _mixed over the mixed set) only these rows are made.
@@ -60,11 +60,11 @@ def make_dataset(jpeg_dir: Path, repeat: int, tmp: Path) -> Path:
     return out
 
 
-def make_loader(ds, device):
+def make_loader(ds, device, layout="nchw"):
     return stoker.Loader(
         ds, BATCH, shuffle=True, seed=0, crop="random", size=SIZE, hflip=0.5,
-        mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD, dtype="float16", device=device,
-        rank=0, world_size=1,
+        mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD, dtype="float16", layout=layout,
+        device=device, rank=0, world_size=1,
     )
 
 
@@ -191,11 +191,14 @@ def fed(loader, dev, epochs, tsv):
         stats["verdict"].replace("\t", " "))
 
 
-def fed_resnet50(loader, dev, epochs, tsv, tag):
-    """A real ResNet-50 training step fed by the loader, and on a resident batch."""
+def fed_resnet50(ds, device, epochs, tsv, tag):
+    """A real ResNet-50 training step fed by a loader of `ds`, and on a resident batch.
+    The model is channels-last, so the loader gives [n, h, w, 3] (layout="nhwc"), whose
+    permute is the model's input without a copy, as a channels-last user would set it."""
     import torch.nn.functional as F
     import torchvision
 
+    dev = torch.device(device)
     torch.backends.cudnn.benchmark = True
     model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -208,21 +211,26 @@ def fed_resnet50(loader, dev, epochs, tsv, tag):
         opt.step()
 
     def fed_step(images, labels):
-        x = torch.from_dlpack(images)
+        x = torch.from_dlpack(images).permute(0, 3, 1, 2)
+        assert x.is_contiguous(memory_format=torch.channels_last)
         step(x, torch.from_dlpack(labels).to(dev, dtype=torch.long, non_blocking=True) % 1000)
         return x.shape[0]
 
+    loader = make_loader(ds, device, layout="nhwc")
     x0 = torch.randn(BATCH, 3, SIZE, SIZE, device=dev, dtype=torch.float16)
+    x0 = x0.contiguous(memory_format=torch.channels_last)
     y0 = torch.zeros(BATCH, dtype=torch.long, device=dev)
     for _ in range(8):  # cuDNN's algorithm search and the allocator's warm-up
         step(x0, y0)
     resident, img_s, steps_s, stats = fed_loop(loader, dev, epochs, 200, lambda: step(x0, y0), fed_step)
     name = f"python_resnet50{tag}"
     row(tsv, f"{name}_fed_ratio", f"{stats['fed_ratio']:.4f}", "ratio",
-        f"torchvision ResNet-50 training step (bf16 autocast, channels-last, SGD), batch {BATCH}, "
+        f"torchvision ResNet-50 training step (bf16 autocast, channels-last, SGD; loader layout nhwc), batch {BATCH}, "
         f"{epochs} epochs of {len(loader)} batches; goal >= 0.99")
     row(tsv, f"{name}_img_s", f"{img_s:.0f}", "img/s", f"same steps on a resident batch: {resident * BATCH:.0f} img/s")
     row(tsv, f"{name}_vs_resident", f"{steps_s / resident:.3f}", "ratio", stats["verdict"].replace("\t", " "))
+    print(loader.stats(), flush=True)
+    loader.cancel_prefetch()
 
 
 def rust_peer(consumer, jpeg_dir, repeat, epochs):
@@ -298,12 +306,11 @@ def main():
     print(f"stoker {stoker.__version__}, torch {torch.__version__}, device {dev}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         ds = make_dataset(a.jpeg_dir, a.repeat, Path(tmp))
+        if a.resnet50_only:
+            fed_resnet50(ds, a.device, a.epochs, a.tsv, a.tag)
+            return 0
         loader = make_loader(ds, a.device)
         print(repr(loader), flush=True)
-        if a.resnet50_only:
-            fed_resnet50(loader, dev, a.epochs, a.tsv, a.tag)
-            print(loader.stats(), flush=True)
-            return 0
         ok = check_sharing(loader, dev, a.tsv)
         py = loader_alone(loader, dev, a.epochs)
         row(a.tsv, "python_loader_gpu_img_s", f"{py:.0f}", "img/s",
@@ -317,11 +324,10 @@ def main():
                 row(a.tsv, "rust_loader_gpu_img_s", "-", "img/s", "gpu_consumer gave no loader row")
         fed(loader, dev, a.epochs, a.tsv)
         print(loader.stats(), flush=True)
-        if a.resnet50:
-            fed_resnet50(loader, dev, a.epochs, a.tsv, a.tag)
-            print(loader.stats(), flush=True)
         loader.cancel_prefetch()
         del loader
+        if a.resnet50:
+            fed_resnet50(ds, a.device, a.epochs, a.tsv, a.tag)
         if dev.type == "cuda":
             try:
                 ok = check_gpu_settings(ds, a.device, a.tsv) and ok

@@ -110,6 +110,8 @@ def test_shapes_dtypes_and_labels(sample_dataset):
         ("float32", "nchw", np.float32, (4, 3, 24, 24)),
         ("float16", None, np.float16, (4, 3, 24, 24)),
         ("uint8", "nhwc", np.uint8, (4, 24, 24, 3)),
+        ("float32", "nhwc", np.float32, (4, 24, 24, 3)),
+        ("float16", "nhwc", np.float16, (4, 24, 24, 3)),
     ]:
         loader = stoker.Loader(ds, 4, size=24, dtype=dtype, layout=layout, device="cpu")
         batches = list(loader)
@@ -125,6 +127,26 @@ def test_shapes_dtypes_and_labels(sample_dataset):
             assert y.tolist() == [ds[i][1] for i in b.indices]
         assert sum(len(b.indices) for b in batches) == 15
         assert sorted(i for b in batches for i in b.indices) == list(range(15))
+
+
+def test_channels_last_floats_are_the_planar_batches_transposed(sample_dataset):
+    # layout="nhwc" with a float dtype: [n, h, w, 3], whose permute(0, 3, 1, 2) is the
+    # channels-last [n, 3, h, w] tensor a model in torch.channels_last takes, no copy.
+    common = dict(size=24, device="cpu", seed=5, hflip=0.5, shuffle=True,
+                  mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD)
+    for dtype in ("float32", "float16"):
+        planar = stoker.Loader(sample_dataset, 4, dtype=dtype, **common)
+        last = stoker.Loader(sample_dataset, 4, dtype=dtype, layout="nhwc", **common)
+        # dtype defaults to float32 with either layout.
+        if dtype == "float32":
+            default = stoker.Loader(sample_dataset, 4, layout="nhwc", **common)
+            assert next(iter(default))[0].dtype == "float32"
+        for p, q in zip(planar.epoch(2), last.epoch(2)):
+            assert p.indices == q.indices
+            a, b = np.from_dlpack(p[0]), np.from_dlpack(q[0])
+            assert b.shape == (a.shape[0], 24, 24, 3) and b.dtype == a.dtype
+            assert np.array_equal(b, a.transpose(0, 2, 3, 1)), dtype
+            assert b.flags["C_CONTIGUOUS"]
 
 
 def test_dlpack_round_trip_through_numpy_shares_memory(sample_dataset):
@@ -669,8 +691,10 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
         with pytest.raises(ValueError):
             stoker.Loader(sample_dataset, 4, **bad)
     # The output pair as the caller wrote it, in Python's spelling.
-    with pytest.raises(ValueError, match=r"^dtype=None, layout=\"nhwc\": want"):
-        stoker.Loader(sample_dataset, 4, layout="nhwc")
+    with pytest.raises(ValueError, match=r"^dtype=\"uint8\", layout=\"nchw\": want"):
+        stoker.Loader(sample_dataset, 4, dtype="uint8", layout="nchw")
+    with pytest.raises(ValueError, match=r"^dtype=None, layout=\"chwn\": want"):
+        stoker.Loader(sample_dataset, 4, layout="chwn")
     with pytest.raises(ValueError, match=r"^dtype=\"bfloat16\", layout=None: want"):
         stoker.Loader(sample_dataset, 4, dtype="bfloat16")
     with pytest.raises(ValueError, match="gpu_waits.*spin"):

@@ -214,10 +214,7 @@ fn hand_over(
         h2d_bytes: h2d_bytes as u64 + (n * std::mem::size_of::<ImageParams>()) as u64,
         out_bytes: out_bytes as u64,
     });
-    let shape = match shared.output {
-        Output::U8Nhwc => [n, s, s, 3],
-        _ => [n, 3, s, s],
-    };
+    let shape = shared.output.shape(n, s);
     let dtype = match shared.dtype {
         KernelDtype::U8 => DType::U8,
         KernelDtype::F16 => DType::F16,
@@ -301,11 +298,12 @@ pub(crate) fn transform_args(
     mean: [f32; 3],
     std: [f32; 3],
 ) -> (KernelDtype, TransformArgs) {
-    let (dtype, chw) = match output {
-        Output::U8Nhwc => (KernelDtype::U8, 0),
-        Output::F16Nchw => (KernelDtype::F16, 1),
-        _ => (KernelDtype::F32, 1),
+    let dtype = match output.dtype() {
+        DType::U8 => KernelDtype::U8,
+        DType::F16 => KernelDtype::F16,
+        DType::F32 => KernelDtype::F32,
     };
+    let chw = u32::from(output.is_planar());
     (
         dtype,
         TransformArgs {
@@ -336,5 +334,10 @@ mod tests {
         let (d, a) = transform_args(160, Output::F32Nchw, mean, std);
         assert_eq!((d, a.out_width, a.out_height), (KernelDtype::F32, 160, 160));
         assert_eq!((a.mean, a.std), (mean, std));
+        // Channels last: the float kernels write interleaved.
+        let (d, a) = transform_args(224, Output::F16Nhwc, mean, std);
+        assert_eq!((d, a.layout_chw, a.normalize), (KernelDtype::F16, 0, 1));
+        let (d, a) = transform_args(224, Output::F32Nhwc, mean, std);
+        assert_eq!((d, a.layout_chw, a.normalize), (KernelDtype::F32, 0, 1));
     }
 }

@@ -93,7 +93,7 @@ impl CudaImages {
         self.waited.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// `[n, h, w, 3]` for `U8Nhwc`, `[n, 3, h, w]` for the planar outputs.
+    /// `[n, h, w, 3]` for the interleaved outputs (`…Nhwc`), `[n, 3, h, w]` for the planar ones.
     pub fn shape(&self) -> [usize; 4] {
         self.shape
     }
@@ -168,7 +168,7 @@ impl CudaImages {
             .then(|| self.slot().out.slice(..self.num_bytes()))
     }
 
-    /// The batch as IEEE half bit patterns (`F16Nchw`); `None` for another dtype or
+    /// The batch as IEEE half bit patterns (`F16Nchw`, `F16Nhwc`); `None` for another dtype or
     /// before [`CudaImages::wait`].
     pub fn as_f16_bits(&self) -> Option<CudaView<'_, u16>> {
         if self.dtype != DType::F16 || !self.waited() {
@@ -181,7 +181,7 @@ impl CudaImages {
         unsafe { self.slot().out.transmute::<u16>(n) }
     }
 
-    /// The batch as `f32` (`F32Nchw`); `None` for another dtype or before [`CudaImages::wait`].
+    /// The batch as `f32` (`F32Nchw`, `F32Nhwc`); `None` for another dtype or before [`CudaImages::wait`].
     pub fn as_f32(&self) -> Option<CudaView<'_, f32>> {
         if self.dtype != DType::F32 || !self.waited() {
             return None;

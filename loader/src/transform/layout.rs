@@ -78,26 +78,64 @@ fn write_chw<T: Copy>(
     }
 }
 
-/// RGB HWC u8 → normalized f32 CHW.
-pub(crate) fn write_f32_chw(
+/// RGB HWC u8 → normalized HWC of any float type via `convert` (`dst`: `size² · 3`
+/// values), row by row as [`write_chw`].
+#[inline]
+fn write_hwc<T: Copy>(
     src: &[u8],
     size: usize,
+    flip: bool,
+    norm: &Normalizer,
+    dst: &mut [T],
+    convert: impl Fn(f32) -> T,
+) {
+    let [lut_r, lut_g, lut_b] = &norm.lut;
+    for (row, out) in src
+        .chunks_exact(size * 3)
+        .zip(dst.chunks_exact_mut(size * 3))
+    {
+        let mut put = |(px, o): (&[u8], &mut [T])| {
+            o[0] = convert(lut_r[usize::from(px[0])]);
+            o[1] = convert(lut_g[usize::from(px[1])]);
+            o[2] = convert(lut_b[usize::from(px[2])]);
+        };
+        let pixels = row.chunks_exact(3);
+        if flip {
+            pixels.rev().zip(out.chunks_exact_mut(3)).for_each(&mut put);
+        } else {
+            pixels.zip(out.chunks_exact_mut(3)).for_each(&mut put);
+        }
+    }
+}
+
+/// RGB HWC u8 → normalized f32, planar (CHW) or interleaved (HWC) as `(size, planar)` says.
+pub(crate) fn write_f32(
+    src: &[u8],
+    (size, planar): (usize, bool),
     flip: bool,
     norm: &Normalizer,
     dst: &mut [f32],
 ) {
-    write_chw(src, size, flip, norm, dst, |v| v);
+    if planar {
+        write_chw(src, size, flip, norm, dst, |v| v);
+    } else {
+        write_hwc(src, size, flip, norm, dst, |v| v);
+    }
 }
 
-/// RGB HWC u8 → normalized f16 CHW.
-pub(crate) fn write_f16_chw(
+/// RGB HWC u8 → normalized f16, as [`write_f32`].
+pub(crate) fn write_f16(
     src: &[u8],
-    size: usize,
+    (size, planar): (usize, bool),
     flip: bool,
     norm: &Normalizer,
     dst: &mut [f16],
 ) {
-    write_chw(src, size, flip, norm, dst, f16::from_f32);
+    if planar {
+        write_chw(src, size, flip, norm, dst, f16::from_f32);
+    } else {
+        write_hwc(src, size, flip, norm, dst, f16::from_f32);
+    }
 }
 
 #[cfg(test)]
@@ -130,7 +168,7 @@ mod tests {
     fn f32_is_planar_and_normalized() {
         let norm = Normalizer::new([0.5, 0.0, 0.0], [0.5, 1.0, 2.0]);
         let mut dst = vec![0f32; 12];
-        write_f32_chw(&img(), 2, false, &norm, &mut dst);
+        write_f32(&img(), (2, true), false, &norm, &mut dst);
         // R plane, pixel (1, 0) = 10 → (10/255 − 0.5)/0.5
         assert!((dst[1] - (10.0 / 255.0 - 0.5) / 0.5).abs() < 1e-6);
         // G plane starts at 4: pixel (0, 0) = 100 → 100/255
@@ -138,12 +176,41 @@ mod tests {
         // B plane, pixel (0, 1) = 201 → 201/255/2
         assert!((dst[8 + 2] - 201.0 / 255.0 / 2.0).abs() < 1e-6);
         let mut flipped = vec![0f32; 12];
-        write_f32_chw(&img(), 2, true, &norm, &mut flipped);
+        write_f32(&img(), (2, true), true, &norm, &mut flipped);
         assert_eq!(flipped[0], dst[1]);
         let mut h = vec![f16::ZERO; 12];
-        write_f16_chw(&img(), 2, false, &norm, &mut h);
+        write_f16(&img(), (2, true), false, &norm, &mut h);
         for (a, b) in h.iter().zip(&dst) {
             assert!((a.to_f32() - b).abs() < 2e-3);
         }
+    }
+
+    #[test]
+    fn interleaved_floats_are_the_planar_values_transposed_and_flip_the_same() {
+        let norm = Normalizer::new([0.485, 0.456, 0.406], [0.229, 0.224, 0.225]);
+        for flip in [false, true] {
+            let mut chw = vec![0f32; 12];
+            let mut hwc = vec![0f32; 12];
+            write_f32(&img(), (2, true), flip, &norm, &mut chw);
+            write_f32(&img(), (2, false), flip, &norm, &mut hwc);
+            for p in 0..4 {
+                for c in 0..3 {
+                    assert_eq!(
+                        hwc[p * 3 + c],
+                        chw[c * 4 + p],
+                        "flip {flip}, pixel {p}, channel {c}"
+                    );
+                }
+            }
+            let mut h = vec![f16::ZERO; 12];
+            write_f16(&img(), (2, false), flip, &norm, &mut h);
+            for (a, b) in h.iter().zip(&hwc) {
+                assert_eq!(*a, f16::from_f32(*b));
+            }
+        }
+        // Column order: flipped pixel (0, 0) is the source's (1, 0) = (10, 101, 200).
+        let mut hwc = vec![0f32; 12];
+        write_f32(&img(), (2, false), true, &norm, &mut hwc);
+        assert_eq!(hwc[0], (10.0 / 255.0 - 0.485) / 0.229);
     }
 }
