@@ -98,8 +98,9 @@ unsafe impl Sync for Handle {}
 
 impl Handle {
     /// `nvjpegCreateEx(backend)` on the CUDA context current on this thread;
-    /// with `memory`, `nvjpegCreateExV2` with its allocators instead (nvJPEG's
-    /// own, logged once, when the library lacks that function).
+    /// with `memory`, `nvjpegCreateExV2` with its allocators instead. When the
+    /// library lacks that function or refuses the allocators, the handle uses
+    /// nvJPEG's own (said once): an allocator choice never costs a backend.
     pub(crate) fn new(
         lib: &'static NvJpeg,
         backend: Backend,
@@ -115,21 +116,22 @@ impl Handle {
                     m.device_allocator(),
                     m.pinned_allocator(),
                 )
-            }?;
-            if let Some(raw) = raw {
-                return Ok(Arc::new(Handle {
-                    raw,
-                    backend,
-                    lib,
-                    memory: Some(Arc::clone(m)),
-                }));
-            }
+            };
+            let why = match raw {
+                Ok(Some(raw)) => {
+                    return Ok(Arc::new(Handle {
+                        raw,
+                        backend,
+                        lib,
+                        memory: Some(Arc::clone(m)),
+                    }))
+                }
+                Ok(None) => format!("{} lacks nvjpegCreateExV2", lib.path().display()),
+                Err(e) => format!("{e} for the {backend:?} backend"),
+            };
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| {
-                tracing::info!(
-                    "{} lacks nvjpegCreateExV2: nvJPEG allocates with its own allocators",
-                    lib.path().display()
-                )
+                tracing::warn!("{why}: nvJPEG allocates with its own allocators there")
             });
         }
         // SAFETY: the table is a loaded nvJPEG's.
@@ -592,6 +594,16 @@ impl Drop for JpegStream {
     }
 }
 
+/// A buffer made with stoker's allocators, or `None` (the caller makes it with
+/// nvJPEG's own) when the library lacks the V2 function or refuses (said once).
+fn or_library_allocator<T>(made: Result<Option<T>, DecodeError>) -> Option<T> {
+    made.unwrap_or_else(|e| {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| tracing::warn!("{e}: this buffer uses nvJPEG's own allocator"));
+        None
+    })
+}
+
 /// A pinned host buffer (`nvjpegBufferPinned_t`) for a decoupled state.
 pub(crate) struct PinnedBuffer {
     /// Non-null, made from `handle`, destroyed once in `Drop`.
@@ -611,13 +623,13 @@ impl PinnedBuffer {
         let v2 = match &handle.memory {
             // SAFETY: the handle is live; the allocator lives in its
             // `CachedMemory`, which the handle (held by this buffer) keeps.
-            Some(m) => unsafe {
+            Some(m) => or_library_allocator(unsafe {
                 result::buffer_pinned_create_v2(
                     handle.lib.optional(),
                     handle.raw,
                     m.pinned_allocator(),
                 )
-            }?,
+            }),
             None => None,
         };
         let raw = match v2 {
@@ -655,13 +667,13 @@ impl DeviceBuffer {
     pub(crate) fn new(handle: &Arc<Handle>) -> Result<DeviceBuffer, DecodeError> {
         let v2 = match &handle.memory {
             // SAFETY: as in `PinnedBuffer::new`.
-            Some(m) => unsafe {
+            Some(m) => or_library_allocator(unsafe {
                 result::buffer_device_create_v2(
                     handle.lib.optional(),
                     handle.raw,
                     m.device_allocator(),
                 )
-            }?,
+            }),
             None => None,
         };
         let raw = match v2 {
