@@ -459,14 +459,20 @@ pub(super) fn describe(
     match nvjpeg {
         Some(dec) => {
             let dec = dec.lock().unwrap_or_else(|p| p.into_inner());
+            // Which allocators nvJPEG's memory comes from changes what its calls wait for.
+            let memory = if dec.nvjpeg_memory_stats().is_some() {
+                "; nvJPEG memory from stoker's caches"
+            } else {
+                ""
+            };
             match dec.hardware_engines() {
                 Some((engines, cores)) => format!(
-                    "cuda:{ordinal}, nvJPEG hardware engines ({engines} × {cores} cores) + CUDA decoder + CPU fallback"
+                    "cuda:{ordinal}, nvJPEG hardware engines ({engines} × {cores} cores) + CUDA decoder + CPU fallback{memory}"
                 ),
                 None if dec.has_hardware() => format!(
-                    "cuda:{ordinal}, nvJPEG hardware engines + CUDA decoder + CPU fallback"
+                    "cuda:{ordinal}, nvJPEG hardware engines + CUDA decoder + CPU fallback{memory}"
                 ),
-                None => format!("cuda:{ordinal}, nvJPEG CUDA decoder + CPU fallback (no hardware engines)"),
+                None => format!("cuda:{ordinal}, nvJPEG CUDA decoder + CPU fallback (no hardware engines){memory}"),
             }
         }
         None => match direct {
