@@ -6,18 +6,22 @@
 //! when the step left the SMs free between short kernels (docs/BENCHMARKS.md). A call
 //! that synchronizes the context (an allocation or free inside the library, say) waits for
 //! every stream's queued work; one that only competes for SMs does not wait for a kernel
-//! that holds a single SM. So each decoder kind is timed three ways: alone, beside a
-//! one-block kernel on another stream (a wait here is a synchronization), and beside a
-//! kernel that fills every SM (SM contention). Each call decodes other files than the one
-//! before (on a set larger than a batch), so buffers grow and shrink as in a loader; each
+//! that holds a single SM. So each decoder kind is timed four ways: alone, beside a
+//! one-block kernel on another stream (a wait here is a synchronization), beside a kernel
+//! that fills every SM (SM contention), and beside the one-block kernel on the legacy
+//! default stream, where PyTorch runs a training step unless told otherwise (blocking
+//! streams, nvJPEG's own if it makes any with the default flags, are ordered with it).
+//! Each call decodes other files than the one before (on a set larger than a batch), so
+//! buffers grow and shrink as in a loader; each
 //! kind runs with nvJPEG's allocators and with stoker's caches (`NvjpegMemory::Cached`),
 //! which free nothing while decoding.
 //!
 //! `#[ignore]`d: it measures. Prints `ROW\tname\tvalue\tunit\tnote` lines:
-//! `beside_<kind><tag>_{alone,one_block,all_sms}_ms` (host time of one `decode_batch`
-//! call, median of 3) and `…_done_ms` (until its outputs are on the device),
+//! `beside_<kind><tag>_{alone,one_block,one_block_legacy,all_sms}_ms` (host time of one
+//! `decode_batch` call, median of 3) and `…_done_ms` (until its outputs are on the device),
 //! `beside_<kind><tag>_waits_for_other_streams` (1 when the call beside the one-block
-//! kernel took over half of that kernel's time), and for the `_cached` kinds
+//! kernel took over half of that kernel's time), `…_waits_for_legacy_stream` (1 when the
+//! call or its outputs did, beside it on the legacy stream), and for the `_cached` kinds
 //! `beside_<kind><tag>_{device,pinned}_released` (blocks the caches gave back to CUDA
 //! over the measured calls: each such free would wait for the device). Kinds: `hw`,
 //! `cuda`, `hw_cached`, `cuda_cached`. Environment: `STOKER_BENCH_DIR`,
@@ -57,6 +61,10 @@ enum Beside {
     Nothing,
     /// One block of one thread: one SM, the rest idle.
     OneBlock,
+    /// The same on the legacy default stream, where PyTorch runs a training step unless
+    /// told otherwise: work on a blocking stream (nvJPEG's own streams, if it makes them
+    /// with the default flags) waits for it, and it for them.
+    OneBlockLegacy,
     /// 1024 blocks of 256 threads: every SM's threads nearly all taken (an H200's 132
     /// SMs hold 8 such blocks each) for the whole time, in one wave, as the consumer
     /// step of `examples/gpu_consumer.rs` takes them.
@@ -64,18 +72,19 @@ enum Beside {
 }
 
 /// Host milliseconds of one `decode_batch_idle_outputs` call and until its outputs are
-/// done, with `beside` running on `other` (started 5 ms before the call).
+/// done, with `beside` running on `other` (or on `legacy`, the legacy default stream),
+/// started 5 ms before the call.
 fn one_call(
     dec: &mut GpuDecoder,
     spin: &CudaFunction,
-    (stream, other): (&Arc<CudaStream>, &Arc<CudaStream>),
+    (stream, other, legacy): (&Arc<CudaStream>, &Arc<CudaStream>, &Arc<CudaStream>),
     inputs: &[&[u8]],
     outs: &mut [stoker_decode::cudarc::driver::CudaSlice<u8>],
     beside: Beside,
 ) -> (f64, f64) {
     let blocks = match beside {
         Beside::Nothing => 0,
-        Beside::OneBlock => 1,
+        Beside::OneBlock | Beside::OneBlockLegacy => 1,
         Beside::AllSms => 1024,
     };
     if blocks > 0 {
@@ -85,7 +94,12 @@ fn one_call(
             shared_mem_bytes: 0,
         };
         let ns = OTHER_MS * 1_000_000;
-        let mut b = other.launch_builder(spin);
+        let on = if matches!(beside, Beside::OneBlockLegacy) {
+            legacy
+        } else {
+            other
+        };
+        let mut b = on.launch_builder(spin);
         b.arg(&ns);
         // SAFETY: `spin(unsigned long long)` reads its argument only.
         unsafe { b.launch(cfg) }.expect("launching the other stream's kernel");
@@ -98,6 +112,7 @@ fn one_call(
     stream.synchronize().unwrap();
     let done = started.elapsed().as_secs_f64() * 1e3;
     other.synchronize().unwrap();
+    legacy.synchronize().unwrap();
     (host, done)
 }
 
@@ -142,6 +157,8 @@ fn gpu_decode_beside_other_work() {
         .unwrap();
     let spin = module.load_function("spin").unwrap();
     let (stream, other) = (ctx.new_stream().unwrap(), ctx.new_stream().unwrap());
+    // cudarc's default stream is the null stream: the legacy default stream.
+    let legacy = ctx.default_stream();
     let cuda_only = GpuDecoderOptions {
         hardware: false,
         cpu_offload: false,
@@ -181,7 +198,7 @@ fn gpu_decode_beside_other_work() {
             one_call(
                 dec,
                 &spin,
-                (&stream, &other),
+                (&stream, &other, &legacy),
                 &nth_batch(&files, batch, k),
                 &mut outs,
                 beside,
@@ -192,10 +209,11 @@ fn gpu_decode_beside_other_work() {
             call(&mut dec, Beside::Nothing);
         }
         let memory_before = dec.nvjpeg_memory_stats();
-        let mut ms = Vec::new();
+        let (mut ms, mut done_ms) = (Vec::new(), Vec::new());
         for (what, beside) in [
             ("alone", Beside::Nothing),
             ("one_block", Beside::OneBlock),
+            ("one_block_legacy", Beside::OneBlockLegacy),
             ("all_sms", Beside::AllSms),
         ] {
             let runs: Vec<(f64, f64)> = (0..3).map(|_| call(&mut dec, beside)).collect();
@@ -223,6 +241,7 @@ fn gpu_decode_beside_other_work() {
                 &format!("until the outputs are done; {note}"),
             );
             ms.push(host);
+            done_ms.push(done);
         }
         let waits = ms[1] > OTHER_MS as f64 / 2.0;
         println!(
@@ -231,13 +250,24 @@ fn gpu_decode_beside_other_work() {
             ms[1],
             ms[0]
         );
+        // On the legacy stream: the host waiting, or only the outputs (the decode's
+        // device work ordered after the training step's, as a blocking stream's is).
+        println!(
+            "\nROW\t{name}_waits_for_legacy_stream\t{}\tbool\tbeside a one-block kernel on the legacy \
+             default stream: host {:.1} ms, outputs done {:.1} ms (alone {:.1} / {:.1} ms)",
+            u8::from(ms[2] > OTHER_MS as f64 / 2.0 || done_ms[2] > OTHER_MS as f64 / 2.0),
+            ms[2],
+            done_ms[2],
+            ms[0],
+            done_ms[0]
+        );
         if let (Some(before), Some(after)) = (memory_before, dec.nvjpeg_memory_stats()) {
             memory_rows(&name, &before, &after);
         }
     }
 }
 
-/// What nvJPEG asked of the caches over the nine measured calls (after the warm-up):
+/// What nvJPEG asked of the caches over the twelve measured calls (after the warm-up):
 /// blocks given back to CUDA there are frees that would each have waited for the device.
 fn memory_rows(name: &str, before: &NvjpegMemoryStats, after: &NvjpegMemoryStats) {
     for (kind, b, a) in [
@@ -245,7 +275,7 @@ fn memory_rows(name: &str, before: &NvjpegMemoryStats, after: &NvjpegMemoryStats
         ("pinned", &before.pinned, &after.pinned),
     ] {
         println!(
-            "\nROW\t{name}_{kind}_released\t{}\tfrees\tblocks given back to CUDA over 9 calls \
+            "\nROW\t{name}_{kind}_released\t{}\tfrees\tblocks given back to CUDA over 12 calls \
              ({} requests: {} reused, {} new; {} kept; peak {:.0} MiB in use)",
             a.released - b.released,
             a.requests - b.requests,

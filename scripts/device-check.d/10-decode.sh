@@ -104,7 +104,8 @@ fi
 
 # 2b. Does a decode call wait for unrelated work on another stream (a synchronization inside
 #     the call) or only for SMs, with nvJPEG's allocators and with stoker's caches? Rows
-#     beside_{hw,cuda}{,_cached}_{alone,one_block,all_sms}_ms, beside_*_waits_for_other_streams
+#     beside_{hw,cuda}{,_cached}_{alone,one_block,one_block_legacy,all_sms}_ms,
+#     beside_*_waits_for_{other_streams,legacy_stream}
 #     and beside_*_cached_{device,pinned}_released (decode/tests/gpu_beside.rs).
 if [ -x "$BIN/stoker-decode-gpu_beside" ]; then
   timeout 150 "$BIN/stoker-decode-gpu_beside" gpu_decode_beside_other_work --exact --ignored --nocapture \
