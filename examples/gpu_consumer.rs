@@ -94,6 +94,10 @@ struct Args {
     /// rows are then named `jpeg_states<n>` (after `_gpuhuff<percent>` when both are given).
     #[arg(long)]
     states_per_lane: Option<usize>,
+    /// JPEG records: the decoder's own streams at the default priority instead of the
+    /// device's highest (`GpuDecoderOptions::high_priority_streams`); give a `--tag`.
+    #[arg(long)]
+    decoder_default_priority: bool,
     /// Pinned staging write-combined (`LoaderBuilder::write_combined_staging`, and
     /// records staged rather than copied from the dataset map); rows get `_wc`.
     #[arg(long)]
@@ -281,13 +285,17 @@ fn build_loader(args: &Args, dataset: &Dataset, stream: &Arc<CudaStream>) -> Res
     if let Some(share) = args.cpu_share {
         builder = builder.gpu_cpu_share(share);
     }
-    if args.gpu_huffman_share.is_some() || args.states_per_lane.is_some() {
+    if args.gpu_huffman_share.is_some()
+        || args.states_per_lane.is_some()
+        || args.decoder_default_priority
+    {
         let defaults = stoker::loader::gpu::decoder_defaults();
         builder = builder.gpu_decoder(stoker::decode::GpuDecoderOptions {
             gpu_huffman_share: args.gpu_huffman_share.unwrap_or(defaults.gpu_huffman_share),
             hardware_states_per_lane: args
                 .states_per_lane
                 .unwrap_or(defaults.hardware_states_per_lane),
+            high_priority_streams: !args.decoder_default_priority,
             ..defaults
         });
     }

@@ -49,8 +49,8 @@ pub use cpu::{CpuDecoder, Region};
 pub use cudarc;
 pub use error::DecodeError;
 pub use gpu::{
-    bind_context, cuda_context, BatchUse, GpuDecoder, GpuDecoderOptions, NvjpegMemory, WaitMode,
-    MAX_DECODER_STATES, MAX_SHARE_THREADS,
+    bind_context, cuda_context, highest_stream_priority, BatchUse, GpuDecoder, GpuDecoderOptions,
+    NvjpegMemory, WaitMode, MAX_DECODER_STATES, MAX_SHARE_THREADS,
 };
 pub use memory::DecodeMemory;
 pub use nvjpeg::{BlockStats, LoadError, NvJpeg, NvjpegMemoryStats, NvjpegStatus};

@@ -16,7 +16,8 @@
 # the loader's fed ratio at ResNet-50 pace on the mixed set (rows fed_jpeg_mixed_*,
 # examples/gpu_consumer; goal >= 0.99; fed_jpeg_mixed_k256_*: the step as 256 kernels;
 # fed_jpeg_mixed_cached_*: nvJPEG's memory from stoker's caches, as is the decoder row
-# decode_gpu_hw_lanes4_cached_{mixed,baseline}).
+# decode_gpu_hw_lanes4_cached_{mixed,baseline}; fed_jpeg_mixed_lowprio_*: the decoder's
+# own streams at the default priority, the peer of the default's highest).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${BIN:?}" "${DATA:?}" "${OUT:?}" "${STOKER_DATA:?}"
@@ -152,6 +153,14 @@ if [ -x "$BIN/gpu_consumer" ] && [ -d "$DATA/mixed" ]; then
     tee "$OUT/gpu-consumer-mixed-cached.log" | tail -n 12
   rc=${PIPESTATUS[0]}
   row gpu_consumer_mixed_cached "$rc" exit "STOKER_NVJPEG_MEMORY=cached examples/gpu_consumer --jpeg-dir mixed --tag _mixed_cached"
+  [ "$rc" -eq 0 ] || status=1
+  # The decoder's own streams (nvJPEG's kernels) at the default priority, as before they
+  # took the device's highest: queued behind the step's kernels, or not.
+  timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/mixed" --repeat 8 --epochs 3 --tag _mixed_lowprio \
+    --decoder-default-priority --batch-size "$BATCH" --size 224 --tsv "$T" 2>&1 |
+    tee "$OUT/gpu-consumer-mixed-lowprio.log" | tail -n 12
+  rc=${PIPESTATUS[0]}
+  row gpu_consumer_mixed_lowprio "$rc" exit "examples/gpu_consumer --jpeg-dir mixed --decoder-default-priority --tag _mixed_lowprio"
   [ "$rc" -eq 0 ] || status=1
 fi
 exit $status

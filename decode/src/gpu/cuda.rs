@@ -60,16 +60,16 @@ pub(super) struct CudaPath {
 
 impl CudaPath {
     /// A default-backend handle (allocating through `memory` when given), a
-    /// hybrid decoder, a stream on `ctx` and `states` slots (at least one),
-    /// on the context current on this thread; the host waits for a slot as
-    /// `wait` says.
+    /// hybrid decoder, a stream on `ctx` at `priority` and `states` slots (at
+    /// least one), on the context current on this thread; the host waits for a
+    /// slot as `wait` says.
     pub(super) fn new(
         (lib, memory): (&'static NvJpeg, Option<&Arc<CachedMemory>>),
-        ctx: &Arc<CudaContext>,
+        (ctx, priority): (&Arc<CudaContext>, i32),
         states: usize,
         wait: WaitMode,
     ) -> Result<CudaPath, DecodeError> {
-        let stream = ctx.new_stream()?;
+        let stream = ctx.new_stream_with_priority(priority)?;
         let handle = Handle::new(lib, Backend::Default, memory)?;
         let decoder = Decoder::new(&handle, Backend::Hybrid)?;
         let mut slots = Vec::new();

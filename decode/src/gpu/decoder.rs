@@ -17,7 +17,7 @@ use super::huffman::{GpuHuffman, HuffmanDone};
 use super::options::{BatchUse, GpuDecoderOptions, NvjpegMemory, WaitMode};
 use super::share::{CpuShare, MainPart, ShareDone};
 use super::staging::PinnedRing;
-use super::{fallback, routing};
+use super::{device, fallback, routing};
 use crate::nvjpeg::{CachedMemory, NvJpeg, NvjpegMemoryStats};
 use crate::threads::spawn_or_run;
 use crate::{
@@ -165,8 +165,9 @@ impl GpuDecoder {
         let memory =
             (options.nvjpeg_memory == NvjpegMemory::Cached).then(|| CachedMemory::new(ctx));
         let mem = memory.as_ref();
+        let priority = device::decoder_stream_priority(ctx, &options);
         let hw = if options.hardware {
-            match Hardware::new(lib, ctx, &options, mem) {
+            match Hardware::new(lib, (ctx, priority), &options, mem) {
                 Ok(hw) => Some(hw),
                 Err(e) => {
                     tracing::info!("nvJPEG hardware backend unavailable: {e}");
@@ -176,8 +177,13 @@ impl GpuDecoder {
         } else {
             None
         };
-        let cuda = CudaPath::new((lib, mem), ctx, options.cuda_states, options.waits)?;
-        let share = CpuShare::new(ctx, &options)?;
+        let cuda = CudaPath::new(
+            (lib, mem),
+            (ctx, priority),
+            options.cuda_states,
+            options.waits,
+        )?;
+        let share = CpuShare::new(ctx, &options, priority)?;
         Ok(GpuDecoder {
             ctx: ctx.clone(),
             lib,
@@ -187,7 +193,7 @@ impl GpuDecoder {
             cuda,
             staging: PinnedRing::new(options.waits),
             share,
-            huffman: GpuHuffman::new(lib, ctx, &options, mem),
+            huffman: GpuHuffman::new(lib, (ctx, priority), &options, mem),
             timings: DecodeTimings::default(),
             memory,
             options,

@@ -7,8 +7,45 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaStream, DriverError};
 
-use super::options::WaitMode;
+use super::options::{GpuDecoderOptions, WaitMode};
 use crate::DecodeError;
+
+/// The greatest (numerically lowest) stream priority of `ctx`'s device, or 0 (the
+/// default priority) when the range cannot be read or the device has none.
+///
+/// # Examples
+/// ```no_run
+/// let ctx = stoker_decode::cuda_context(0)?;
+/// let stream = ctx.new_stream_with_priority(stoker_decode::highest_stream_priority(&ctx))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn highest_stream_priority(ctx: &Arc<CudaContext>) -> i32 {
+    if let Err(e) = bind_context(ctx) {
+        tracing::warn!("cannot bind the CUDA context to read stream priorities: {e}");
+        return 0;
+    }
+    match cudarc::driver::result::stream::get_priority_range() {
+        // `(least, greatest)`: smaller is higher; both 0 without priority support.
+        Ok((least, greatest)) => {
+            tracing::debug!(least, greatest, "CUDA stream priority range");
+            greatest.min(least)
+        }
+        Err(e) => {
+            tracing::warn!("cuCtxGetStreamPriorityRange failed ({e}): default stream priority");
+            0
+        }
+    }
+}
+
+/// The priority of the decoder's own streams: the device's highest with
+/// [`GpuDecoderOptions::high_priority_streams`], else the default (0).
+pub(super) fn decoder_stream_priority(ctx: &Arc<CudaContext>, options: &GpuDecoderOptions) -> i32 {
+    if options.high_priority_streams {
+        highest_stream_priority(ctx)
+    } else {
+        0
+    }
+}
 
 /// Binds `ctx` to the calling thread. cudarc's `bind_to_thread` first returns
 /// (once, and clears) any error an earlier drop recorded on the context, which

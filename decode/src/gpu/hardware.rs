@@ -77,7 +77,7 @@ impl HwLane {
     /// GPU), or `None` (logged) when the library or device refuses it.
     pub(super) fn gpu_hybrid(
         lib: &'static NvJpeg,
-        ctx: &Arc<CudaContext>,
+        (ctx, priority): (&Arc<CudaContext>, i32),
         wait: WaitMode,
         memory: Option<&Arc<CachedMemory>>,
     ) -> Option<HwLane> {
@@ -87,7 +87,7 @@ impl HwLane {
                 states: vec![LaneState::new(state)],
                 turn: 0,
                 handle: Some(handle),
-                stream: ctx.new_stream()?,
+                stream: ctx.new_stream_with_priority(priority)?,
                 wait,
             })
         });
@@ -192,7 +192,7 @@ impl Hardware {
     /// on this thread, allocating through `memory` when given.
     pub(super) fn new(
         lib: &'static NvJpeg,
-        ctx: &Arc<CudaContext>,
+        (ctx, priority): (&Arc<CudaContext>, i32),
         options: &GpuDecoderOptions,
         memory: Option<&Arc<CachedMemory>>,
     ) -> Result<Hardware, DecodeError> {
@@ -223,7 +223,7 @@ impl Hardware {
         for k in 0..lanes {
             out.push(Self::lane(
                 (lib, memory),
-                ctx,
+                (ctx, priority),
                 options,
                 &handle,
                 k,
@@ -243,7 +243,7 @@ impl Hardware {
     /// `preallocate` holds (cleared, with one log, on the first refusal).
     fn lane(
         (lib, memory): (&'static NvJpeg, Option<&Arc<CachedMemory>>),
-        ctx: &Arc<CudaContext>,
+        (ctx, priority): (&Arc<CudaContext>, i32),
         options: &GpuDecoderOptions,
         shared: &Arc<Handle>,
         k: usize,
@@ -292,7 +292,7 @@ impl Hardware {
             states,
             turn: 0,
             handle: own,
-            stream: ctx.new_stream()?,
+            stream: ctx.new_stream_with_priority(priority)?,
             wait: options.waits,
         })
     }

@@ -40,7 +40,7 @@ impl GpuHuffman {
     /// not, or when the backend cannot be created: logged).
     pub(super) fn new(
         lib: &'static NvJpeg,
-        ctx: &Arc<CudaContext>,
+        (ctx, priority): (&Arc<CudaContext>, i32),
         options: &GpuDecoderOptions,
         memory: Option<&Arc<CachedMemory>>,
     ) -> GpuHuffman {
@@ -48,7 +48,7 @@ impl GpuHuffman {
         GpuHuffman {
             staging: PinnedRing::new(options.waits),
             lane: if fraction > 0.0 {
-                HwLane::gpu_hybrid(lib, ctx, options.waits, memory)
+                HwLane::gpu_hybrid(lib, (ctx, priority), options.waits, memory)
             } else {
                 None
             },

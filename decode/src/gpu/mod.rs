@@ -26,7 +26,7 @@ mod share;
 mod staging;
 
 pub use decoder::GpuDecoder;
-pub use device::{bind_context, cuda_context};
+pub use device::{bind_context, cuda_context, highest_stream_priority};
 pub use options::{
     BatchUse, GpuDecoderOptions, NvjpegMemory, WaitMode, MAX_DECODER_STATES, MAX_SHARE_THREADS,
 };

@@ -140,6 +140,14 @@ pub struct GpuDecoderOptions {
     /// freed blocks for reuse instead of freeing them while decoding. Default
     /// [`NvjpegMemory::Auto`].
     pub nvjpeg_memory: NvjpegMemory,
+    /// Create the decoder's own streams (hardware lanes, CUDA decoder, CPU share,
+    /// GPU-Huffman lane) at the device's highest stream priority. nvJPEG's kernels
+    /// (the engines' color conversion, the CUDA decoder's IDCT) run on them: at the
+    /// default priority, beside a training step that fills every SM, they wait behind
+    /// every kernel the step has queued, and the next batch with them; at the highest,
+    /// their blocks are scheduled first as SMs free up. The loader's own streams run
+    /// at that priority too. Default true.
+    pub high_priority_streams: bool,
 }
 
 /// Where nvJPEG's states and buffers get their device and pinned memory.
@@ -363,6 +371,7 @@ impl Default for GpuDecoderOptions {
             gpu_huffman_share: 0.0,
             waits: WaitMode::Auto,
             nvjpeg_memory: NvjpegMemory::Auto,
+            high_priority_streams: true,
         }
     }
 }
@@ -486,6 +495,7 @@ mod tests {
         assert!(!o.hardware_handle_per_lane);
         assert_eq!(o.hardware_lanes, 4);
         assert_eq!(o.waits, WaitMode::Auto);
+        assert!(o.high_priority_streams);
     }
 
     #[test]

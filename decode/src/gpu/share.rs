@@ -84,10 +84,11 @@ impl CpuShare {
     pub(super) fn new(
         ctx: &Arc<CudaContext>,
         options: &GpuDecoderOptions,
+        priority: i32,
     ) -> Result<CpuShare, DecodeError> {
         let control = ShareControl::new(options);
         let offload = OffloadControl::new(options.cpu_offload);
-        let stream = ctx.new_stream()?;
+        let stream = ctx.new_stream_with_priority(priority)?;
         Ok(CpuShare {
             staging: PinnedRing::new(options.waits),
             stream,

@@ -44,23 +44,10 @@ pub fn unavailable_reason(ordinal: usize) -> Option<String> {
 }
 
 /// The greatest (numerically lowest) stream priority of `ctx`'s device, or 0
-/// (the default priority) when the range cannot be read or the device has none.
+/// (the default priority) when the range cannot be read or the device has none:
+/// the decoder's own streams run at the same one.
 pub(super) fn stream_priority(ctx: &Arc<CudaContext>) -> i32 {
-    if let Err(e) = ctx.bind_to_thread() {
-        tracing::warn!("cannot bind the CUDA context to read stream priorities: {e}");
-        return 0;
-    }
-    match cudarc::driver::result::stream::get_priority_range() {
-        // `(least, greatest)`: smaller is higher; both 0 without priority support.
-        Ok((least, greatest)) => {
-            tracing::debug!(least, greatest, "CUDA stream priority range");
-            greatest.min(least)
-        }
-        Err(e) => {
-            tracing::warn!("cuCtxGetStreamPriorityRange failed ({e}): default stream priority");
-            0
-        }
-    }
+    stoker_decode::highest_stream_priority(ctx)
 }
 
 #[cfg(test)]
