@@ -16,9 +16,10 @@
 # All parts together take longer than one device call may run (600 s), and a session's
 # device time (15 min, start-up included) holds about two calls. Issue 21's acceptance in
 # one call (run 8: 320 s for decode, mixed data and the raw window; the rows with
-# nvJPEG's memory from stoker's caches (`*_cached`, decode/tests/gpu_memory.rs) add
-# about 100 s; part 60, the blocking waits, about 60 s):
-#   PARTS="[15]*" PART_TIMEOUT=240 DECODE_SECONDS=2 BENCH_SECONDS=2 bash scripts/device-check.sh
+# nvJPEG's memory from stoker's caches (`*_cached`, decode/tests/gpu_memory.rs), the
+# legacy-stream `beside_*` rows and the low-priority fed peer add about 150 s, most of it
+# in part 50; part 60, the blocking waits, about 60 s):
+#   PARTS="[15]*" PART_TIMEOUT=300 DECODE_SECONDS=2 BENCH_SECONDS=2 bash scripts/device-check.sh
 # then, at once while the machine is warm (not yet run on this code: the loader's GPU
 # tests and runs, the Python package's GPU rows with a real ResNet-50 fed on mixed data):
 #   PARTS="[24]0-[lp]*" QUICK=1 PART_TIMEOUT=300 bash scripts/device-check.sh
