@@ -23,7 +23,8 @@
 //! - [`verify()`] and [`inspect()`]: check every record; summarize a dataset. [`verify_dir()`]
 //!   checks a dataset too damaged to open, and names the records of each shard it lost.
 //! - [`Dataset::source_of`] / [`SourceMap`]: which input file (or tar member) a record
-//!   came from, from the source map `convert` and `merge` write beside the manifest.
+//!   came from, from the source map `convert` and `merge` write beside the manifest;
+//!   [`inspect_record()`] reports one record with it.
 //!
 //! ```
 //! use stoker_formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
@@ -63,6 +64,7 @@ mod digest;
 mod error;
 mod input_file;
 mod inspect;
+mod inspect_record;
 mod lmdb_layout;
 mod lmdb_lookup;
 mod lmdb_meta;
@@ -90,6 +92,7 @@ pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;
 pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
 pub use inspect::{inspect, ClassCount, Distribution, InspectReport};
+pub use inspect_record::{inspect_record, RecordFields, RecordReport};
 pub use manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, SourcesEntry, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE, MAX_MANIFEST_BYTES, OLDEST_FORMAT_VERSION,
