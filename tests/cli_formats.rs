@@ -364,7 +364,16 @@ fn a_dataset_of_more_shards_than_open_files_allowed_verifies() {
     let ds = out.path().join("ds");
     let o = stoker(&["convert", p(&src), p(&ds), "--no-check", "--shards", "164"]);
     assert!(o.status.success(), "{}", text(&o));
-    let shards = std::fs::read_dir(&ds).unwrap().count() - 1;
+    let shards = std::fs::read_dir(&ds)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("shard-")
+        })
+        .count();
     assert!(shards > 100, "{shards} shards");
     for cmd in ["verify", "inspect"] {
         let o = Command::new("sh")
@@ -659,4 +668,102 @@ fn a_validation_list_takes_the_train_sets_class_names() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--list"), "{}", text(&o));
+}
+
+/// `inspect --record N` names the file record N came from (skipped inputs before it do not
+/// shift it), its label, class and size, as text and JSON; it still names the source of a
+/// damaged record (exit 1), and says so when a dataset has no source map.
+#[test]
+fn inspect_record_names_its_source_even_when_the_record_is_damaged() {
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/sample");
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    stoker_testdata::copy_tree(&sample, &src);
+    // Skipped: sorted before every file of its class.
+    std::fs::write(
+        src.join("leptonica/0-cut.jpg"),
+        b"\xff\xd8\xff not a whole jpeg",
+    )
+    .unwrap();
+    let ds = dir.path().join("ds");
+    let o = stoker(&["convert", p(&src), p(&ds), "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(json(&o)["skipped"].as_array().unwrap().len(), 1);
+
+    // caer's six photos, then leptonica's cut file (skipped), then colorseg.jpg.
+    let o = stoker(&["inspect", p(&ds), "--record", "6"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let size = std::fs::metadata(src.join("leptonica/colorseg.jpg"))
+        .unwrap()
+        .len();
+    for want in [
+        "source: leptonica/colorseg.jpg".to_string(),
+        "label: 1 leptonica".into(),
+        format!("{size} payload bytes"),
+    ] {
+        assert!(out.contains(&want), "{want}: {}", text(&o));
+    }
+    let j = json(&stoker(&["inspect", p(&ds), "--record", "6", "--json"]));
+    assert_eq!(j["source"], "leptonica/colorseg.jpg");
+    assert_eq!(j["record"]["class"], "leptonica");
+    assert_eq!(j["record"]["payload_bytes"], size);
+    assert_eq!(
+        (&j["record"]["crc_ok"], &j["problem"]),
+        (&true.into(), &serde_json::Value::Null)
+    );
+
+    let o = stoker(&["inspect", p(&ds), "--record", "15"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("out of range"),
+        "{}",
+        text(&o)
+    );
+
+    // A flipped payload byte: the record is damaged, its source still named.
+    let jpeg = std::fs::read(src.join("leptonica/colorseg.jpg")).unwrap();
+    let shard = ds.join("shard-00000.lmdb");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let at = bytes
+        .windows(32)
+        .position(|w| w == &jpeg[4000..4032])
+        .unwrap();
+    bytes[at] ^= 1;
+    std::fs::write(&shard, &bytes).unwrap();
+    let o = stoker(&["inspect", p(&ds), "--record", "6"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("source: leptonica/colorseg.jpg")
+            && out.contains("damaged: ")
+            && out.contains("CRC"),
+        "{}",
+        text(&o)
+    );
+
+    // As a build before source maps left it.
+    let manifest = ds.join("manifest.json");
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    m.as_object_mut().unwrap().remove("sources").unwrap();
+    std::fs::write(&manifest, serde_json::to_string_pretty(&m).unwrap() + "\n").unwrap();
+    std::fs::remove_file(ds.join("sources.bin")).unwrap();
+    let o = stoker(&["inspect", p(&ds), "--record", "0"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("no source map"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(
+        json(&stoker(&["inspect", p(&ds), "--record", "0", "--json"]))["source"],
+        serde_json::Value::Null
+    );
+    let o = stoker(&["inspect", p(&ds)]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("source map: none"),
+        "{}",
+        text(&o)
+    );
 }

@@ -94,6 +94,63 @@ impl Dataset {
         &self.inner.root
     }
 
+    /// The dataset's source map, which input each record came from, opened now (one file
+    /// descriptor, held by the map); `None` when the dataset has none: made before stoker
+    /// wrote source maps, written from samples ([`crate::SampleWriter`]) or by hand, or the
+    /// merge of parts one of which has none.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::DamagedSourceMap`] when the manifest names a map that is missing, of
+    /// another size, or whose header or offsets do not fit it; I/O errors. The dataset's
+    /// records read all the same.
+    ///
+    /// # Examples
+    ///
+    /// See [`crate::SourceMap`].
+    pub fn source_map(&self) -> Result<Option<crate::SourceMap>, FormatError> {
+        let Some(entry) = &self.inner.manifest.sources else {
+            return Ok(None);
+        };
+        crate::SourceMap::open(&self.inner.root, entry, self.len()).map(Some)
+    }
+
+    /// Which input record `index` came from: its path relative to the folder converted
+    /// (`class/file.jpg`, a list's row, `SHARD.tar:MEMBER`), exactly; `None` when the
+    /// dataset has no source map (see [`Dataset::source_map`]). Opens the map for this one
+    /// lookup; for many, keep a [`crate::SourceMap`].
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::IndexOutOfRange`], whether or not there is a map;
+    /// [`FormatError::DamagedSourceMap`]; I/O errors.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+    /// let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+    /// let out = tempfile::tempdir()?;
+    /// let mut opts = ConvertOptions::new(Source::ImageFolder(src.into()), out.path().join("ds"));
+    /// opts.check_decode = false;
+    /// convert(&opts, &NoProgress)?;
+    /// let ds = Dataset::open(out.path().join("ds"))?;
+    /// let source = ds.source_of(0)?.expect("convert writes a source map");
+    /// let original = std::path::Path::new(src).join(&source);
+    /// // JPEGs are stored as they are: record 0 is its source's bytes.
+    /// assert_eq!(ds.reader()?.get(0)?.payload, std::fs::read(original)?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn source_of(&self, index: u64) -> Result<Option<PathBuf>, FormatError> {
+        if index >= self.len() {
+            return Err(FormatError::IndexOutOfRange {
+                index,
+                len: self.len(),
+            });
+        }
+        self.source_map()?.map(|m| m.get(index)).transpose()
+    }
+
     /// Checks that every shard file is still the one [`Dataset::open`] mapped: same device,
     /// inode and size (one `stat` per shard), and that no read of its map has failed (see
     /// [`DatasetReader::check_read`]). A loader calls this before each epoch, so that a

@@ -195,6 +195,15 @@ pub enum FormatError {
         /// Number of samples.
         len: u64,
     },
+    /// The dataset's source map (which input each record came from) is missing, cut
+    /// short, or not what its manifest says. Only that lookup fails: the records read.
+    #[error("{path}: damaged source map: {reason}")]
+    DamagedSourceMap {
+        /// The source map file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The shard that should hold an index has no record for it.
     #[error("shard {shard}: record {index} is missing")]
     MissingRecord {

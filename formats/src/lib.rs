@@ -22,6 +22,9 @@
 //!   ([`ConvertOptions::part`]) into one dataset, without copying shards.
 //! - [`verify()`] and [`inspect()`]: check every record; summarize a dataset. [`verify_dir()`]
 //!   checks a dataset too damaged to open, and names the records of each shard it lost.
+//! - [`Dataset::source_of`] / [`SourceMap`]: which input file (or tar member) a record
+//!   came from, from the source map `convert` and `merge` write beside the manifest;
+//!   [`inspect_record()`] reports one record with it.
 //!
 //! ```
 //! use stoker_formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
@@ -61,6 +64,7 @@ mod digest;
 mod error;
 mod input_file;
 mod inspect;
+mod inspect_record;
 mod lmdb_layout;
 mod lmdb_lookup;
 mod lmdb_meta;
@@ -75,6 +79,7 @@ mod read_ahead;
 mod record;
 pub mod seeded;
 mod shard;
+mod source_map;
 mod verify;
 mod writer;
 
@@ -87,8 +92,9 @@ pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;
 pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
 pub use inspect::{inspect, ClassCount, Distribution, InspectReport};
+pub use inspect_record::{inspect_record, RecordFields, RecordReport};
 pub use manifest::{
-    Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION,
+    Manifest, PartInfo, Provenance, RawSize, ShardEntry, SourcesEntry, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE, MAX_MANIFEST_BYTES, OLDEST_FORMAT_VERSION,
 };
 pub use map_guard::install as install_read_fault_handler;
@@ -98,5 +104,6 @@ pub use merge::{merge, MergeReport};
 pub use record::{
     Encoding, Record, RecordHeader, HEADER_LEN, RAW_CHANNELS, RECORD_MAGIC, RECORD_VERSION,
 };
+pub use source_map::{SourceMap, MAX_SOURCE_NAME, SOURCES_FILE};
 pub use verify::{verify, verify_dir, BadRecord, LostCause, LostRecords, VerifyReport};
 pub use writer::{shard_file_name, DatasetWriter, RecordMeta, WriterOptions, DEFAULT_SHARD_BYTES};

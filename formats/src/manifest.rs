@@ -59,6 +59,28 @@ pub struct Manifest {
     /// together. A merged or single-process dataset has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part: Option<PartInfo>,
+    /// The source map, which input each record came from ([`crate::SourceMap`]): written
+    /// by `convert` and `merge`; absent in datasets made before it, and in datasets written
+    /// from samples or by hand. Only informs: builds before it read past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<SourcesEntry>,
+}
+
+/// The manifest's `sources`: the source map file beside it (docs/FORMAT.md, "Source map").
+///
+/// Unknown fields are read past, as everywhere outside the shard entries: the map only
+/// informs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourcesEntry {
+    /// File name relative to the dataset root (`sources.bin`).
+    pub file: String,
+    /// Records it names: the dataset's `samples`.
+    pub records: u64,
+    /// File size in bytes.
+    pub bytes: u64,
+    /// xxh3-64 of the whole file, written as 16 hex digits.
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "hex_digest")]
+    pub xxh3: Option<u64>,
 }
 
 /// Which slice of a conversion's input listing one part holds (see [`Manifest::part`]), or,

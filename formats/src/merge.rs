@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::convert::audit::Audit;
 use crate::convert::lock::OutputLock;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
+use crate::source_map::SOURCES_FILE;
 use crate::writer::{shard_file_name, write_atomically};
 use crate::FormatError;
 
@@ -224,6 +225,7 @@ fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, Fo
         provenance: merged_provenance(loaded),
         audit,
         part: None,
+        sources: crate::source_map::merged(out, loaded)?,
     };
     let path = out.join(MANIFEST_FILE);
     manifest.validate(&path)?;
@@ -304,7 +306,8 @@ fn check_output(out: &Path, dirs: &[PathBuf]) -> Result<(), FormatError> {
 }
 
 fn is_merge_leftover(name: &str) -> bool {
-    name == "manifest.json.tmp" || (name.starts_with("shard-") && name.ends_with(".lmdb"))
+    ["manifest.json.tmp", SOURCES_FILE, "sources.bin.tmp"].contains(&name)
+        || (name.starts_with("shard-") && name.ends_with(".lmdb"))
 }
 
 fn remove_shards(out: &Path) -> Result<(), FormatError> {

@@ -9,7 +9,8 @@ use crate::buffer_pool::BufferPool;
 use crate::convert::audit::Audit;
 use crate::lmdb_write::{predict_meta, MetaPages, TreeWriter, PAGE};
 use crate::manifest::{
-    Manifest, PartInfo, Provenance, RawSize, ShardEntry, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    Manifest, PartInfo, Provenance, RawSize, ShardEntry, SourcesEntry, FORMAT_NAME, FORMAT_VERSION,
+    MANIFEST_FILE,
 };
 use crate::out_of_space::out_of_space;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN, RAW_CHANNELS};
@@ -108,6 +109,8 @@ pub struct DatasetWriter {
     payload_bytes: u64,
     /// Recorded in the manifest of one part of a partitioned conversion.
     part: Option<PartInfo>,
+    /// The source map written beside the shards, recorded in the manifest.
+    sources: Option<SourcesEntry>,
     /// Where payload buffers go once written.
     pool: Option<Arc<BufferPool>>,
     /// Value lengths the records of the next shard are expected to have (see
@@ -195,6 +198,7 @@ impl DatasetWriter {
             raw_size: None,
             payload_bytes: 0,
             part: None,
+            sources: None,
             pool: None,
             expected: None,
             hashed_as_written: 0,
@@ -448,6 +452,7 @@ impl DatasetWriter {
             provenance,
             audit,
             part: self.part,
+            sources: self.sources,
         };
         manifest.validate(&self.out_dir.join(MANIFEST_FILE))?;
         write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())
@@ -513,6 +518,11 @@ impl DatasetWriter {
         self.min_shard_bytes = bytes;
     }
 
+    /// Names the source map written beside the shards, for the manifest.
+    pub(crate) fn set_sources(&mut self, sources: SourcesEntry) {
+        self.sources = Some(sources);
+    }
+
     /// Marks the dataset as one part of a partitioned conversion.
     pub(crate) fn set_part(&mut self, part: PartInfo) {
         self.part = Some(part);
@@ -537,6 +547,20 @@ impl DatasetWriter {
 /// less the umask, as the shards (docs/FORMAT.md): a leftover `name.tmp` is removed first,
 /// since an existing file keeps its mode.
 pub(crate) fn write_atomically(dir: &Path, name: &str, data: &[u8]) -> Result<(), FormatError> {
+    write_atomically_with(dir, name, |f, tmp| {
+        f.write_all(data).map_err(|e| FormatError::io(tmp, e))
+    })
+}
+
+/// [`write_atomically`] for a file too large to hold in memory first: `fill` writes it
+/// into the temporary file (buffered; given the temporary file's path for its errors).
+/// Nothing is renamed into place unless `fill` succeeds (a failed `NAME.tmp` stays, as
+/// [`write_atomically`] leaves one: a `--resume` or the next write removes it).
+pub(crate) fn write_atomically_with(
+    dir: &Path,
+    name: &str,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>, &Path) -> Result<(), FormatError>,
+) -> Result<(), FormatError> {
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = dir.join(format!("{name}.tmp"));
     let fin = dir.join(name);
@@ -545,13 +569,17 @@ pub(crate) fn write_atomically(dir: &Path, name: &str, data: &[u8]) -> Result<()
         _ => {}
     }
     {
-        let mut f = std::fs::OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .open(&tmp)
             .map_err(|e| FormatError::io(&tmp, e))?;
-        f.write_all(data).map_err(|e| FormatError::io(&tmp, e))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        fill(&mut w, &tmp)?;
+        let f = w
+            .into_inner()
+            .map_err(|e| FormatError::io(&tmp, e.into_error()))?;
         f.sync_all().map_err(|e| FormatError::io(&tmp, e))?;
     }
     std::fs::rename(&tmp, &fin).map_err(|e| FormatError::io(&fin, e))?;

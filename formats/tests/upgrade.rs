@@ -471,8 +471,8 @@ fn a_journal_of_a_newer_version_is_refused_as_a_journal_not_a_manifest() {
     let path = o.out.join(stoker_formats::convert::JOURNAL_FILE);
     let text = std::fs::read_to_string(&path).unwrap();
     let text = text.replacen(
-        "\"stoker_convert_journal\":2",
         "\"stoker_convert_journal\":3",
+        "\"stoker_convert_journal\":4",
         1,
     );
     std::fs::write(&path, text).unwrap();
@@ -482,8 +482,8 @@ fn a_journal_of_a_newer_version_is_refused_as_a_journal_not_a_manifest() {
         matches!(
             e,
             FormatError::JournalVersion {
-                found: 3,
-                supported: 2,
+                found: 4,
+                supported: 3,
                 ..
             }
         ) && msg.contains("newer stoker")

@@ -1,4 +1,5 @@
-//! `stoker inspect DATASET`: one call to [`stoker::formats::inspect()`], printed as text or JSON.
+//! `stoker inspect DATASET`: one call to [`stoker::formats::inspect()`], printed as text or JSON;
+//! with `--record N`, one call to [`stoker::formats::inspect_record()`].
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,6 +16,11 @@ pub struct Args {
     /// {label, name, count} per class in label order, classes without records included).
     #[arg(long)]
     pub json: bool,
+    /// Show record N alone: the input it came from (from the dataset's source map), its
+    /// label and class, size, and whether its payload matches its CRC; exit 1 when it is
+    /// damaged.
+    #[arg(long, value_name = "N")]
+    pub record: Option<u64>,
 }
 
 fn dist(name: &str, d: &Distribution) -> String {
@@ -57,6 +63,9 @@ fn shard_lines(shards: &[formats::ShardEntry]) -> Vec<String> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = super::output::stdout();
     let ds = Dataset::open(&args.dataset)?;
+    if let Some(index) = args.record {
+        return record(&ds, index, args.json, &mut out);
+    }
     let r = formats::inspect(&ds)?;
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
@@ -140,5 +149,50 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "made by: {} {} from {}",
         r.provenance.tool, r.provenance.tool_version, r.provenance.source
     )?;
+    match &ds.manifest().sources {
+        Some(s) => writeln!(
+            out,
+            "source map: {} (record N's input: stoker inspect DATASET --record N)",
+            s.file
+        )?,
+        None => writeln!(
+            out,
+            "source map: none (made before source maps, or written from samples)"
+        )?,
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `stoker inspect DATASET --record N`.
+fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+    let r = formats::inspect_record(ds, index)?;
+    let code = match r.problem {
+        Some(_) => ExitCode::FAILURE,
+        None => ExitCode::SUCCESS,
+    };
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
+        return Ok(code);
+    }
+    writeln!(out, "record: {} (in {})", r.index, r.shard)?;
+    match &r.source {
+        Some(source) => writeln!(out, "source: {source}")?,
+        None => writeln!(
+            out,
+            "source: unknown (no source map: the dataset was made by a stoker before source maps, or written from samples)"
+        )?,
+    }
+    if let Some(f) = &r.record {
+        let class = f.class.as_deref().unwrap_or("(no class name)");
+        writeln!(out, "label: {} {class}", f.label)?;
+        writeln!(
+            out,
+            "size: {}x{}x{} {}, {} payload bytes",
+            f.width, f.height, f.channels, f.encoding, f.payload_bytes
+        )?;
+    }
+    if let Some(problem) = &r.problem {
+        writeln!(out, "damaged: {problem}")?;
+    }
+    Ok(code)
 }

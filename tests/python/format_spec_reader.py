@@ -150,8 +150,9 @@ MANIFEST_FIELDS = [
     "provenance",
     "audit",
     "part",
+    "sources",
 ]
-OPTIONAL_FIELDS = {"audit", "part"}
+OPTIONAL_FIELDS = {"audit", "part", "sources"}
 AUDIT_FIELDS = [
     "jpeg_files",
     "other_images",
@@ -843,9 +844,54 @@ def check_stoker_layout(name, buf, psize, npages, metas, w):
     )
 
 
+# ---------------------------------------------------------------------------------------
+# The source map ("Source map").
+
+SOURCE_NAME_MAX = 65536
+
+
+def read_sources(directory, m=None):
+    """The names of the source map of the dataset at `directory` (bytes, record 0's
+    first), or None when its manifest names none; every rule of "Source map" checked."""
+    m = m or read_manifest(directory)
+    entry = m.get("sources")
+    if entry is None:
+        return None
+    _require(
+        isinstance(entry, dict) and list(entry) == ["file", "records", "bytes", "xxh3"],
+        f"sources {entry!r} is not {{file, records, bytes, xxh3}}",
+    )
+    _require(entry["file"] == "sources.bin", f"sources.file is {entry['file']!r}")
+    _require(entry["records"] == m["samples"], "sources.records is not samples")
+    buf = (Path(directory) / entry["file"]).read_bytes()
+    _require(len(buf) == entry["bytes"], "sources.bytes is not the file's size")
+    _require(f"{xxh3_64(buf):016x}" == entry["xxh3"], "sources.xxh3 is not the file's digest")
+    _require(len(buf) >= 24, "source map shorter than its header and first offset")
+    magic, version, reserved, n = struct.unpack_from("<4sHHQ", buf, 0)
+    _require(
+        (magic, version, reserved) == (b"STKS", 1, 0),
+        f"source map header {buf[:8]!r}",
+    )
+    _require(n == m["samples"], f"source map names {n} records, samples is {m['samples']}")
+    names_at = 16 + 8 * (n + 1)
+    _require(names_at <= len(buf), "source map too short for its offsets")
+    offsets = struct.unpack_from(f"<{n + 1}Q", buf, 16)
+    _require(offsets[0] == 0, "source map offsets[0] is not 0")
+    _require(
+        len(buf) == 24 + 8 * n + offsets[n], "source map size is not 24 + 8n + offsets[n]"
+    )
+    names = []
+    for i in range(n):
+        a, b = offsets[i], offsets[i + 1]
+        _require(a <= b and b - a <= SOURCE_NAME_MAX, f"source map name {i}: {a}..{b}")
+        names.append(buf[names_at + a : names_at + b])
+    return names
+
+
 def read_dataset(directory, layout=True):
     """(manifest, records) of the dataset at `directory`, every rule of FORMAT.md checked."""
     m = read_manifest(directory)
+    read_sources(directory, m)
     records = []
     for i in range(len(m["shards"])):
         records.extend(read_shard(directory, m, i, layout))

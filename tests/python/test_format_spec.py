@@ -113,9 +113,11 @@ def test_jpeg_records_are_the_source_files(convert):
     assert m["provenance"]["flags"]["order"] == "classes"
     assert [(r.payload, r.label) for r in records] == [(f.read_bytes(), c) for f, c in SOURCES]
     assert m["audit"]["jpeg_files"] == len(SOURCES)
+    # "Source map": each record's input, relative to SRC.
+    assert spec.read_sources(ds) == [bytes(f.relative_to(SAMPLE)) for f, _ in SOURCES]
     # "Determinism: the same inputs and flags give byte-identical shards and manifest."
     again = convert(SAMPLE)
-    for name in ["manifest.json"] + [s["file"] for s in m["shards"]]:
+    for name in ["manifest.json", "sources.bin"] + [s["file"] for s in m["shards"]]:
         assert (again / name).read_bytes() == (ds / name).read_bytes(), name
 
 
@@ -137,6 +139,7 @@ def test_file_mode_is_0644_less_the_umask(stoker_cli, tmp_path):
     assert {(p.name, p.stat().st_mode & 0o777) for p in out.iterdir()} == {
         ("manifest.json", want),
         ("shard-00000.lmdb", want),
+        ("sources.bin", want),
     }
     spec.read_dataset(out)
 
@@ -190,6 +193,7 @@ def test_parts_and_merge_read_like_one_conversion(convert, stoker_cli, tmp_path)
     subprocess.run([str(stoker_cli), "merge", str(out)], check=True, capture_output=True)
     m, records = spec.read_dataset(out)
     assert "part" not in m and [s.get("key_base") for s in m["shards"]] == [None, 0, 0]
+    assert spec.read_sources(out) == spec.read_sources(convert(SAMPLE))
     assert record_bytes(records) == record_bytes(plain)
     for field in ("samples", "classes", "encoding", "payload_bytes", "provenance", "audit"):
         assert m[field] == plain_m[field], field

@@ -27,6 +27,7 @@ use super::audit::Audit;
 use super::options::ConvertOptions;
 use super::report::Skipped;
 use crate::manifest::{RawSize, ShardEntry};
+use crate::source_map::SOURCES_FILE;
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions};
 use crate::FormatError;
 
@@ -39,10 +40,16 @@ const JOURNAL_TMP: &str = ".stoker-convert.journal.tmp";
 /// finished after such a resume replaces it with an append-only journal.
 pub(crate) const LEGACY_FILE: &str = ".stoker-convert.json";
 const LEGACY_TMP: &str = ".stoker-convert.json.tmp";
-/// The header's `stoker_convert_journal` value this build writes and reads; raised when
-/// the lines change or the fingerprint is computed differently, so that each build says
-/// that another one wrote the journal instead of blaming the inputs.
-const JOURNAL_VERSION: u32 = 2;
+/// The source map's temporary name while it is written (a crash leaves it).
+const SOURCES_TMP: &str = "sources.bin.tmp";
+/// The header's `stoker_convert_journal` value this build writes; raised when the lines
+/// change or the fingerprint is computed differently, so that each build says that another
+/// one wrote the journal instead of blaming the inputs. Version 3 added each skip's
+/// position in the listing (`input`), for the source map.
+const JOURNAL_VERSION: u32 = 3;
+/// The oldest header version this build reads: version 2 lines are version 3's without
+/// the skips' positions, which the source map then finds by name.
+const OLDEST_JOURNAL_VERSION: u32 = 2;
 
 /// Size limit of a journal read on resume, per input listed (plus [`JOURNAL_BASE_BYTES`]).
 /// A journal holds at most one skip and one line (a shard entry and the totals, under
@@ -61,6 +68,10 @@ pub(super) struct Journal {
     pub(super) next_input: u64,
     pub(super) done: Vec<ShardEntry>,
     pub(super) skipped: Vec<Skipped>,
+    /// The listing positions of `skipped`, when every line recorded them (not in a legacy
+    /// journal or a version 2 one).
+    #[serde(skip)]
+    pub(super) skipped_at: Option<Vec<u64>>,
     pub(super) audit: Audit,
     pub(super) payload_bytes: u64,
     pub(super) raw_size: Option<RawSize>,
@@ -101,6 +112,9 @@ struct Entry<'a> {
 struct Skip {
     path: ExactPath,
     reason: String,
+    /// Its position in the listing (version 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input: Option<u64>,
 }
 
 /// A path as JSON without loss: a string when it is UTF-8, else its bytes.
@@ -122,6 +136,7 @@ impl From<&Skipped> for Skip {
         Skip {
             path,
             reason: s.reason.clone(),
+            input: None,
         }
     }
 }
@@ -147,12 +162,19 @@ pub(super) struct Found {
     /// Bytes of the append-only journal up to its last whole line (what follows is a
     /// torn append, cut off before the next one); `None` for a legacy journal.
     whole_len: Option<u64>,
+    /// Its header is this build's version, so lines are appended to it; an older one is
+    /// written anew, as this version, by the first save.
+    current: bool,
 }
 
 /// Totals accumulated in input order.
 #[derive(Debug, Default)]
 pub(super) struct Totals {
     pub(super) skipped: Vec<Skipped>,
+    /// A conversion's: the listing position of each of `skipped` (record `i` is the `i`-th
+    /// input not skipped, the source map's one fact); `None` for samples, and once a
+    /// resumed journal did not record them.
+    pub(super) skipped_at: Option<Vec<u64>>,
     pub(super) audit: Audit,
     pub(super) stored: u64,
     pub(super) transcoded: u64,
@@ -190,7 +212,12 @@ impl JournalLog {
         };
         let entry = Entry {
             shards: Cow::Borrowed(&writer.finished_shards()[shards..]),
-            skipped: totals.skipped[skips..].iter().map(Skip::from).collect(),
+            skipped: (skips..totals.skipped.len())
+                .map(|k| Skip {
+                    input: totals.skipped_at.as_ref().and_then(|at| at.get(k).copied()),
+                    ..Skip::from(&totals.skipped[k])
+                })
+                .collect(),
             next_input: next_input as u64,
             audit: Cow::Borrowed(&totals.audit),
             payload_bytes: writer.payload_bytes(),
@@ -287,12 +314,17 @@ pub(super) fn resume(
     let Some(Found {
         journal: j,
         whole_len,
+        current,
     }) = found
     else {
         let w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, Vec::new())?;
-        return Ok((w, Totals::default(), 0, log));
+        let totals = Totals {
+            skipped_at: Some(Vec::new()),
+            ..Totals::default()
+        };
+        return Ok((w, totals, 0, log));
     };
-    if let Some(len) = whole_len {
+    if let (Some(len), true) = (whole_len, current) {
         log.file = Some(open_append(&out.join(JOURNAL_FILE), Some(len))?);
         log.len = len;
         log.shards = j.done.len();
@@ -302,6 +334,7 @@ pub(super) fn resume(
     w.restore_totals(j.payload_bytes, j.raw_size);
     let t = Totals {
         skipped: j.skipped,
+        skipped_at: j.skipped_at,
         audit: j.audit,
         stored: j.stored,
         transcoded: j.transcoded,
@@ -326,6 +359,8 @@ fn is_ours(name: &str) -> bool {
         LEGACY_FILE,
         LEGACY_TMP,
         "manifest.json.tmp",
+        SOURCES_FILE,
+        SOURCES_TMP,
     ]
     .contains(&name)
         || (name.starts_with("shard-")
@@ -352,6 +387,7 @@ fn read(out: &Path, inputs: usize, path_bytes: u64) -> Result<Option<Found>, For
     Ok(Some(Found {
         journal,
         whole_len: None,
+        current: false,
     }))
 }
 
@@ -399,7 +435,7 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
         .filter(|l| l.ends_with(b"\n"))
         .and_then(|l| serde_json::from_slice::<Header>(l).ok())
         .ok_or_else(|| unreadable(path, "its first line is not a journal header".into()))?;
-    if header.stoker_convert_journal != JOURNAL_VERSION {
+    if !(OLDEST_JOURNAL_VERSION..=JOURNAL_VERSION).contains(&header.stoker_convert_journal) {
         return Err(FormatError::JournalVersion {
             path: path.to_path_buf(),
             found: header.stoker_convert_journal,
@@ -411,6 +447,7 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
         next_input: 0,
         done: Vec::new(),
         skipped: Vec::new(),
+        skipped_at: Some(Vec::new()),
         audit: Audit::default(),
         payload_bytes: 0,
         raw_size: None,
@@ -430,7 +467,14 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
         match parsed {
             Ok(e) => {
                 j.done.extend(e.shards.into_owned());
-                j.skipped.extend(e.skipped.into_iter().map(Skipped::from));
+                for skip in e.skipped {
+                    match (&mut j.skipped_at, skip.input) {
+                        (Some(at), Some(k)) => at.push(k),
+                        // One skip without its position: none can be relied on.
+                        _ => j.skipped_at = None,
+                    }
+                    j.skipped.push(Skipped::from(skip));
+                }
                 j.next_input = e.next_input;
                 j.audit = e.audit.into_owned();
                 j.payload_bytes = e.payload_bytes;
@@ -447,6 +491,7 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
     Ok(Found {
         journal: j,
         whole_len: Some(whole_len),
+        current: header.stoker_convert_journal == JOURNAL_VERSION,
     })
 }
 
@@ -504,7 +549,15 @@ pub(super) fn prepare_output(
     // between writing the one and removing the other).
     let superseded = found.as_ref().is_some_and(|f| f.whole_len.is_some());
     for name in &entries {
-        let leftover = [JOURNAL_TMP, LEGACY_TMP, "manifest.json.tmp"].contains(&name.as_str())
+        // The source map is written again with the manifest.
+        let leftover = [
+            JOURNAL_TMP,
+            LEGACY_TMP,
+            "manifest.json.tmp",
+            SOURCES_FILE,
+            SOURCES_TMP,
+        ]
+        .contains(&name.as_str())
             || (superseded && name == LEGACY_FILE);
         if leftover || (name.starts_with("shard-") && !keep.contains(&name.as_str())) {
             let p = out.join(name);

@@ -20,6 +20,7 @@ pub(crate) mod out_path;
 mod own_output;
 mod part;
 mod pipeline;
+mod record_sources;
 mod report;
 mod resume_check;
 mod samples;
@@ -184,8 +185,7 @@ pub fn convert(
     result.map_err(|e| made.after_failure(e, &writer, output_lock.dir()))?;
 
     let written = writer.next_index();
-    check_accounting(out, written, totals.skipped.len(), inputs.len())?;
-    check_written(options, listing.webdataset, written, &totals.skipped)?;
+    let no_map = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer)?;
     let provenance = provenance(options, &listing, listing_fingerprint);
     let empty_classes = source::empty_classes(&options.source, &listing);
     if let Some(p) = options.part {
@@ -195,6 +195,7 @@ pub fn convert(
         writer.finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))?;
     journal::remove(out);
     let mut warnings = listing.warnings;
+    warnings.extend(no_map);
     warnings.extend(per_shard.and_then(|k| options.shard_floor_note(k, &manifest.shards)));
     Ok(ConvertReport {
         inputs: inputs.len() as u64,
@@ -333,6 +334,23 @@ fn stored_order(options: &ConvertOptions, listing: &source::Listing) -> &'static
         (Source::ImageFolder(_), None) if listing.flat => "flat",
         (Source::ImageFolder(_), None) => "classes",
     }
+}
+
+/// The checks of a conversion whose inputs are all converted or skipped ([`check_accounting`],
+/// [`check_written`]), then its source map, which names record `i` after the `i`-th input
+/// not skipped and so is written only once every input is accounted for. Returns the
+/// warning of a conversion that could not write one.
+fn account_for_inputs(
+    options: &ConvertOptions,
+    webdataset: bool,
+    inputs: &[source::Input],
+    totals: &journal::Totals,
+    writer: &mut crate::writer::DatasetWriter,
+) -> Result<Option<String>, FormatError> {
+    let written = writer.next_index();
+    check_accounting(&options.out, written, totals.skipped.len(), inputs.len())?;
+    check_written(options, webdataset, written, &totals.skipped)?;
+    record_sources::write_into(writer, options, inputs, totals)
 }
 
 /// Every input is a record or a skip; anything else (a journal that slipped through, a bug

@@ -261,6 +261,10 @@ pub(super) fn write_one<I: Iterator<Item = u64>>(
                 });
             }
             progress.skipped(name, &reason);
+            // Where it was, so that the source map names the records around it right.
+            if let (Some((_, pos)), Some(at)) = (&log, &mut totals.skipped_at) {
+                at.push(*pos as u64);
+            }
             totals.skipped.push(Skipped {
                 path: name.to_path_buf(),
                 reason,

@@ -149,6 +149,20 @@ fn check_skipped(j: &Journal, done: &[Input], options: &ConvertOptions) -> Resul
     if options.strict && !j.skipped.is_empty() {
         return Err("it skipped inputs in a --strict conversion".into());
     }
+    if let Some(at) = &j.skipped_at {
+        // Positions recorded: each skip must be the input at its position, in order.
+        let mut next = 0u64;
+        for (s, &k) in j.skipped.iter().zip(at) {
+            if k < next || done.get(k as usize).is_none_or(|i| i.path != s.path) {
+                return Err(format!(
+                    "skipped input {} is not input {k} of the inputs before the resume point, in order",
+                    s.path.display()
+                ));
+            }
+            next = k + 1;
+        }
+        return Ok(());
+    }
     let mut rest = done.iter();
     for s in &j.skipped {
         if !rest.any(|i| i.path == s.path) {

@@ -88,6 +88,14 @@ impl std::fmt::Display for Layout {
 }
 
 impl Source {
+    /// The folder (or tar) converted, or the directory a list's paths are relative to:
+    /// what the source map's names are relative to.
+    pub(crate) fn root(&self) -> &Path {
+        match self {
+            Source::ImageFolder(root) | Source::List { root, .. } => root,
+        }
+    }
+
     /// The source as given, for the manifest's provenance.
     pub fn describe(&self) -> String {
         match self {

@@ -1,0 +1,106 @@
+//! `inspect --record N`: one record, and which input it came from.
+
+use serde::Serialize;
+
+use crate::convert::lossless_text;
+use crate::{Dataset, Encoding, FormatError};
+
+/// What [`inspect_record`] reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordReport {
+    /// The record's index.
+    pub index: u64,
+    /// The shard file that holds it.
+    pub shard: String,
+    /// The input it came from, relative to the folder converted (see
+    /// [`Dataset::source_of`]; bytes that are not UTF-8 written `\xNN`); `None` when the
+    /// dataset has no source map.
+    pub source: Option<String>,
+    /// Its header, when the record could be read.
+    pub record: Option<RecordFields>,
+    /// Why the record could not be read, or its payload does not match its CRC; `None`
+    /// for a sound record.
+    pub problem: Option<String>,
+}
+
+/// A record's header, as [`inspect_record`] reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordFields {
+    /// The label.
+    pub label: u32,
+    /// The label's class name; `None` for a label past the manifest's classes.
+    pub class: Option<String>,
+    /// The payload's encoding.
+    pub encoding: Encoding,
+    /// Image width in pixels.
+    pub width: u32,
+    /// Image height in pixels.
+    pub height: u32,
+    /// Channels of the decoded image.
+    pub channels: u8,
+    /// Payload bytes.
+    pub payload_bytes: u32,
+    /// The payload matches the CRC-32C in its header.
+    pub crc_ok: bool,
+}
+
+/// Record `index` of `ds`: which input it came from, its label and class, size and
+/// whether its payload matches its CRC. A record that cannot be read is reported, not an
+/// error: its source is what one wants to know of it.
+///
+/// # Errors
+///
+/// [`FormatError::IndexOutOfRange`]; [`FormatError::DamagedSourceMap`] when the dataset's
+/// source map is damaged; [`FormatError::ShardChanged`] and I/O errors from opening a
+/// reader.
+///
+/// # Examples
+///
+/// ```
+/// use stoker_formats::{convert, inspect_record, ConvertOptions, Dataset, NoProgress, Source};
+/// let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+/// let out = tempfile::tempdir()?;
+/// let mut opts = ConvertOptions::new(Source::ImageFolder(src.into()), out.path().join("ds"));
+/// opts.check_decode = false;
+/// convert(&opts, &NoProgress)?;
+/// let r = inspect_record(&Dataset::open(out.path().join("ds"))?, 6)?;
+/// assert_eq!(r.source.as_deref(), Some("leptonica/colorseg.jpg"));
+/// let fields = r.record.expect("a sound record");
+/// assert_eq!((fields.label, fields.class.as_deref(), fields.crc_ok), (1, Some("leptonica"), true));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn inspect_record(ds: &Dataset, index: u64) -> Result<RecordReport, FormatError> {
+    let source = ds.source_of(index)?.map(|p| lossless_text(p.as_os_str()));
+    let shard = ds
+        .shard_of(index)
+        .map(|i| ds.manifest().shards[i].file.clone())
+        .unwrap_or_default();
+    let reader = ds.reader()?;
+    let read = reader.get(index).and_then(|r| {
+        let crc = r.check_crc();
+        reader.check_read(index)?;
+        let h = r.header;
+        let fields = RecordFields {
+            label: h.label,
+            class: ds.manifest().classes.get(h.label as usize).cloned(),
+            encoding: h.encoding,
+            width: h.width,
+            height: h.height,
+            channels: h.channels,
+            payload_bytes: h.payload_len,
+            crc_ok: crc.is_ok(),
+        };
+        Ok((fields, crc.err().map(|e| e.to_string())))
+    });
+    let (record, problem) = match read {
+        Ok((fields, problem)) => (Some(fields), problem),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    Ok(RecordReport {
+        index,
+        shard,
+        source,
+        record,
+        problem,
+    })
+}
