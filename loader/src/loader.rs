@@ -286,7 +286,7 @@ impl Loader {
 
     /// Starts the pipeline of `epoch` from batch `start_batch`.
     fn start(&self, epoch: u64, start_batch: u64) -> Result<Started, LoaderError> {
-        let bad = Arc::new(BadLog::default());
+        let bad = Arc::new(BadLog::new(&self.config.dataset));
         let plan = EpochPlan {
             epoch,
             seed: self.config.seed,

@@ -223,6 +223,8 @@ pub(crate) struct BadLog {
     entries: Mutex<Vec<BadEntry>>,
     /// Set when a position tried every record of the dataset and all failed.
     exhausted: AtomicBool,
+    /// The dataset, whose source map names the input each logged bad record came from.
+    dataset: Option<stoker_formats::Dataset>,
 }
 
 /// Whether `error` is a bad record (replaced under [`OnError::Replace`]) rather than a
@@ -245,6 +247,24 @@ struct BadEntry {
 const LOGGED_BAD_RECORDS: u64 = 20;
 
 impl BadLog {
+    /// A log for the records of `dataset`.
+    pub(crate) fn new(dataset: &stoker_formats::Dataset) -> BadLog {
+        BadLog {
+            dataset: Some(dataset.clone()),
+            ..BadLog::default()
+        }
+    }
+
+    /// The input record `index` came from, for a log line: its name in the dataset's
+    /// source map, or why there is none.
+    fn source(&self, index: u64) -> String {
+        match self.dataset.as_ref().map(|d| d.source_of(index)) {
+            Some(Ok(Some(path))) => path.display().to_string(),
+            Some(Ok(None)) | None => "unknown (the dataset has no source map)".to_owned(),
+            Some(Err(e)) => format!("unknown ({e})"),
+        }
+    }
+
     /// Counts (and logs, the first time an index is seen, for the first
     /// [`LOGGED_BAD_RECORDS`]) the bad records of batch `batch`, which is being handed out.
     pub(crate) fn hand_out(&self, batch: u64, epoch: u64, on_error: OnError, metrics: &Metrics) {
@@ -272,12 +292,15 @@ impl BadLog {
                 }
                 continue;
             }
+            // Which input it was, so that it can be found and mended: only for the ones
+            // logged by name, each lookup reading the source map once.
+            let source = self.source(e.index);
             match on_error {
                 OnError::Replace => {
-                    tracing::warn!(index = e.index, epoch, error = %e.error, "bad record replaced by another sample of the epoch")
+                    tracing::warn!(index = e.index, %source, epoch, error = %e.error, "bad record replaced by another sample of the epoch")
                 }
                 OnError::Error => {
-                    tracing::warn!(index = e.index, epoch, error = %e.error, "bad record: its batch is an error (OnError::Error)")
+                    tracing::warn!(index = e.index, %source, epoch, error = %e.error, "bad record: its batch is an error (OnError::Error)")
                 }
             }
         }

@@ -476,6 +476,29 @@ impl Dataset {
         .map_err(format_error)
     }
 
+    /// The input record ``index`` came from (negative counts from the end), relative to
+    /// the folder converted: ``class/file.jpg``, a list file's row, ``SHARD.tar:MEMBER``;
+    /// ``None`` when the dataset has no source map (made before maps were written, or
+    /// by ``stoker.Writer``). Raises ``IndexError`` out of range and
+    /// ``stoker.StokerError`` when the map is damaged.
+    fn source_of(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = args::index)] index: isize,
+    ) -> PyResult<Option<PathBuf>> {
+        let _logs = Call::new(py);
+        let index = index as i64;
+        let len = self.inner.len() as i64;
+        let i = if index < 0 { index + len } else { index };
+        if !(0..len).contains(&i) {
+            return Err(PyIndexError::new_err(format!(
+                "index {index} is out of range (dataset has {len} samples)"
+            )));
+        }
+        py.detach(|| self.inner.source_of(i as u64))
+            .map_err(format_error)
+    }
+
     /// Class names; label ``i`` is ``classes[i]``.
     #[getter]
     fn classes(&self) -> Vec<String> {

@@ -94,12 +94,82 @@ def _accumulate(acc, stripes, keys):
     )
 
 
+_PRIME_MX2 = 0x9FB21C651E98DF25
+
+
+def _le64(b, at):
+    return struct.unpack_from("<Q", b, at)[0]
+
+
+def _le32(b, at):
+    return struct.unpack_from("<I", b, at)[0]
+
+
+def _fold64(a, b):
+    p = a * b
+    return (p & _M64) ^ (p >> 64)
+
+
+def _xxh64_avalanche(h):
+    h ^= h >> 33
+    h = (h * _P64_2) & _M64
+    h ^= h >> 29
+    h = (h * _P64_3) & _M64
+    return h ^ (h >> 32)
+
+
+def _xxh3_avalanche(h):
+    h ^= h >> 37
+    h = (h * _PRIME_MX1) & _M64
+    return h ^ (h >> 32)
+
+
+def _mix16(data, at, key_at):
+    lo = _le64(data, at) ^ _le64(_XXH3_SECRET, key_at)
+    hi = _le64(data, at + 8) ^ _le64(_XXH3_SECRET, key_at + 8)
+    return _fold64(lo, hi)
+
+
+def _xxh3_short(data):
+    """XXH3-64, seed 0, default secret, for inputs of 0 to 240 bytes (a small source map)."""
+    n, k = len(data), _XXH3_SECRET
+    if n == 0:
+        return _xxh64_avalanche(_le64(k, 56) ^ _le64(k, 64))
+    if n <= 3:
+        combined = (data[0] << 16) | (data[n >> 1] << 24) | data[n - 1] | (n << 8)
+        return _xxh64_avalanche(combined ^ (_le32(k, 0) ^ _le32(k, 4)))
+    if n <= 8:
+        keyed = ((_le32(data, n - 4) + (_le32(data, 0) << 32)) & _M64) ^ (_le64(k, 8) ^ _le64(k, 16))
+        h = keyed ^ (((keyed << 49) | (keyed >> 15)) & _M64) ^ (((keyed << 24) | (keyed >> 40)) & _M64)
+        h = (h * _PRIME_MX2) & _M64
+        h ^= (h >> 35) + n
+        h = (h * _PRIME_MX2) & _M64
+        return h ^ (h >> 28)
+    if n <= 16:
+        lo = _le64(data, 0) ^ (_le64(k, 24) ^ _le64(k, 32))
+        hi = _le64(data, n - 8) ^ (_le64(k, 40) ^ _le64(k, 48))
+        swapped = int.from_bytes(lo.to_bytes(8, "little"), "big")
+        return _xxh3_avalanche((n + swapped + hi + _fold64(lo, hi)) & _M64)
+    acc = (n * _P64_1) & _M64
+    if n <= 128:
+        pairs = [(0, 0), (16, 32), (32, 64), (48, 96)][: (n - 1) // 32 + 1]
+        for at, key in pairs:
+            acc += _mix16(data, at, key) + _mix16(data, n - 16 - at, key + 16)
+        return _xxh3_avalanche(acc & _M64)
+    for i in range(8):
+        acc += _mix16(data, 16 * i, 16 * i)
+    acc = _xxh3_avalanche(acc & _M64)
+    for i in range(8, n // 16):
+        acc += _mix16(data, 16 * i, 16 * (i - 8) + 3)
+    acc += _mix16(data, n - 16, 136 - 17)
+    return _xxh3_avalanche(acc & _M64)
+
+
 def xxh3_64(data):
-    """XXH3-64 with seed 0 and the default secret, for inputs over 240 bytes (a shard file is
-    at least three 4 KiB pages, so the short-input paths are never needed here)."""
+    """XXH3-64 with seed 0 and the default secret."""
     n = len(data)
     if n <= 240:
-        raise ValueError("xxh3_64 here handles inputs over 240 bytes only")
+        return _xxh3_short(bytes(data))
     acc = np.array(
         [_P32_3, _P64_1, _P64_2, _P64_3, _P64_4, _P32_2, _P64_5, _P32_1], dtype=np.uint64
     )

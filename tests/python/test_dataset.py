@@ -16,6 +16,24 @@ import stoker
 from conftest import REPO, SAMPLE
 
 
+def test_each_record_names_the_input_it_came_from(sample_dataset, tmp_path):
+    ds = stoker.Dataset(sample_dataset)
+    names = [ds.source_of(i) for i in range(len(ds))]
+    assert len(set(names)) == len(ds)
+    for i, name in enumerate(names):
+        # Stored as they are: record i's bytes are its named file's.
+        assert ds[i][0] == (SAMPLE / name).read_bytes(), name
+        assert ds.classes[ds[i][1]] == Path(name).parts[0]
+    assert ds.source_of(-1) == names[-1]
+    with pytest.raises(IndexError):
+        ds.source_of(len(ds))
+    # Written sample by sample (stoker.Writer): no map, so no name.
+    out = tmp_path / "written"
+    with stoker.Writer(out, classes=["a"]) as w:
+        w.write(ds[0][0], 0)
+    assert stoker.Dataset(out).source_of(0) is None
+
+
 def test_convert_report_has_the_cli_json_keys(tmp_path, stoker_cli):
     report = stoker.convert(SAMPLE, tmp_path / "py", progress=False)
     cli = json.loads(
