@@ -125,12 +125,14 @@ pub enum FormatError {
     },
     /// A conversion journal of another journal version, so of another stoker build: this
     /// one cannot continue it.
-    #[error("{path}: conversion journal version {found}, written by {} stoker (this build reads version {supported}); continue the conversion with that build, or convert into a new directory", newer_or_older(*.found, *.supported))]
+    #[error("{path}: conversion journal version {found}, written by {} stoker (this build reads versions {oldest} to {supported}); continue the conversion with that build, or convert into a new directory", newer_or_older(*.found, *.supported))]
     JournalVersion {
         /// The journal file.
         path: PathBuf,
         /// The version in its header.
         found: u32,
+        /// The oldest version this build continues.
+        oldest: u32,
         /// The version this build writes and reads.
         supported: u32,
     },

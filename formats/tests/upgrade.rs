@@ -487,6 +487,7 @@ fn a_journal_of_a_newer_version_is_refused_as_a_journal_not_a_manifest() {
                 ..
             }
         ) && msg.contains("newer stoker")
+            && msg.contains("reads versions 2 to 3")
             && !msg.contains("manifest"),
         "{msg}"
     );

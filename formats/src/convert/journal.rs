@@ -439,6 +439,7 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
         return Err(FormatError::JournalVersion {
             path: path.to_path_buf(),
             found: header.stoker_convert_journal,
+            oldest: OLDEST_JOURNAL_VERSION,
             supported: JOURNAL_VERSION,
         });
     }
