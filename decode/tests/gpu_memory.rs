@@ -22,6 +22,11 @@ fn photos() -> Vec<Vec<u8>> {
     files.iter().map(|p| std::fs::read(p).unwrap()).collect()
 }
 
+/// The GPU's context, or `None` (the reason printed) without one.
+fn context() -> Option<Arc<CudaContext>> {
+    cuda_context(0).map_err(stoker_testdata::gpu_skip).ok()
+}
+
 fn decoder(ctx: &Arc<CudaContext>, memory: NvjpegMemory) -> Option<GpuDecoder> {
     let options = GpuDecoderOptions {
         nvjpeg_memory: memory,
@@ -77,12 +82,8 @@ fn decode_all(
 
 #[test]
 fn cached_memory_decodes_the_same_pixels_and_frees_nothing_once_warm() {
-    let ctx = match cuda_context(0) {
-        Ok(c) => c,
-        Err(e) => {
-            stoker_testdata::gpu_skip(e);
-            return;
-        }
+    let Some(ctx) = context() else {
+        return;
     };
     let data = photos();
     let stream = ctx.new_stream().unwrap();
@@ -141,12 +142,8 @@ fn cached_memory_decodes_the_same_pixels_and_frees_nothing_once_warm() {
 
 #[test]
 fn a_dropped_cached_decoder_gives_its_device_memory_back() {
-    let ctx = match cuda_context(0) {
-        Ok(c) => c,
-        Err(e) => {
-            stoker_testdata::gpu_skip(e);
-            return;
-        }
+    let Some(ctx) = context() else {
+        return;
     };
     let data = photos();
     let stream = ctx.new_stream().unwrap();

@@ -402,6 +402,21 @@ pub(crate) struct Dataset {
     reader: stoker_formats::DatasetReader,
 }
 
+impl Dataset {
+    /// The record `index` names, negative counting from the end; `IndexError` out of range.
+    fn position(&self, index: isize) -> PyResult<u64> {
+        let index = index as i64;
+        let len = self.inner.len() as i64;
+        let i = if index < 0 { index + len } else { index };
+        if !(0..len).contains(&i) {
+            return Err(PyIndexError::new_err(format!(
+                "index {index} is out of range (dataset has {len} samples)"
+            )));
+        }
+        Ok(i as u64)
+    }
+}
+
 #[pymethods]
 impl Dataset {
     #[new]
@@ -432,15 +447,7 @@ impl Dataset {
         #[pyo3(from_py_with = args::index)] index: isize,
     ) -> PyResult<(Bound<'py, PyBytes>, u32)> {
         let _logs = Call::often(py);
-        let index = index as i64;
-        let len = self.inner.len() as i64;
-        let i = if index < 0 { index + len } else { index };
-        if !(0..len).contains(&i) {
-            return Err(PyIndexError::new_err(format!(
-                "index {index} is out of range (dataset has {len} samples)"
-            )));
-        }
-        let i = i as u64;
+        let i = self.position(index)?;
         crate::signals::guard_shard_reads();
         self.inner.check_unchanged_at(i).map_err(format_error)?;
         let record = self.reader.get(i).map_err(format_error)?;
@@ -487,16 +494,8 @@ impl Dataset {
         #[pyo3(from_py_with = args::index)] index: isize,
     ) -> PyResult<Option<PathBuf>> {
         let _logs = Call::new(py);
-        let index = index as i64;
-        let len = self.inner.len() as i64;
-        let i = if index < 0 { index + len } else { index };
-        if !(0..len).contains(&i) {
-            return Err(PyIndexError::new_err(format!(
-                "index {index} is out of range (dataset has {len} samples)"
-            )));
-        }
-        py.detach(|| self.inner.source_of(i as u64))
-            .map_err(format_error)
+        let i = self.position(index)?;
+        py.detach(|| self.inner.source_of(i)).map_err(format_error)
     }
 
     /// Class names; label ``i`` is ``classes[i]``.

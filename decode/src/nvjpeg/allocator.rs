@@ -94,13 +94,19 @@ fn event_wait(e: &CuEvent) -> bool {
     unsafe { result::event::synchronize(e.0) }.is_ok()
 }
 
+/// One kind of CUDA memory: how a block is allocated and given back, on the
+/// current context (the callbacks bind it).
+pub(crate) trait Memory {
+    fn alloc(&self, bytes: usize) -> Option<usize>;
+    fn release(&self, addr: usize);
+}
+
 /// Device memory: `cuMemAlloc` / `cuMemFree`.
 pub(crate) struct DeviceMemory;
 
-impl Backing for DeviceMemory {
-    type Event = CuEvent;
+impl Memory for DeviceMemory {
     fn alloc(&self, bytes: usize) -> Option<usize> {
-        // SAFETY: plain allocation on the current context (the callbacks bind it).
+        // SAFETY: plain allocation on the current context.
         unsafe { result::malloc_sync(bytes) }
             .ok()
             .map(|p| p as usize)
@@ -111,25 +117,15 @@ impl Backing for DeviceMemory {
             tracing::warn!("cuMemFree of an nvJPEG block failed: {e}");
         }
     }
-    fn record(&self, stream: usize) -> Option<CuEvent> {
-        record_event(stream)
-    }
-    fn done(&self, e: &CuEvent) -> bool {
-        event_done(e)
-    }
-    fn wait(&self, e: &CuEvent) -> bool {
-        event_wait(e)
-    }
 }
 
 /// Pinned host memory: `cuMemHostAlloc` (no flags, as `cudaHostAlloc`'s
 /// default) / `cuMemFreeHost`.
 pub(crate) struct PinnedMemory;
 
-impl Backing for PinnedMemory {
-    type Event = CuEvent;
+impl Memory for PinnedMemory {
     fn alloc(&self, bytes: usize) -> Option<usize> {
-        // SAFETY: plain allocation on the current context (the callbacks bind it).
+        // SAFETY: plain allocation on the current context.
         unsafe { result::malloc_host(bytes, 0) }
             .ok()
             .map(|p| p as usize)
@@ -139,6 +135,19 @@ impl Backing for PinnedMemory {
         if let Err(e) = unsafe { result::free_host(addr as *mut c_void) } {
             tracing::warn!("cuMemFreeHost of an nvJPEG block failed: {e}");
         }
+    }
+}
+
+/// A cache's backing on CUDA: `M`'s blocks, ordered by CUDA events.
+pub(crate) struct Cuda<M>(M);
+
+impl<M: Memory> Backing for Cuda<M> {
+    type Event = CuEvent;
+    fn alloc(&self, bytes: usize) -> Option<usize> {
+        self.0.alloc(bytes)
+    }
+    fn release(&self, addr: usize) {
+        self.0.release(addr)
     }
     fn record(&self, stream: usize) -> Option<CuEvent> {
         record_event(stream)
@@ -154,10 +163,30 @@ impl Backing for PinnedMemory {
 /// The two caches and the context their CUDA calls run on; what the
 /// callbacks' `ctx` pointer points to.
 struct Caches {
-    device: BlockCache<DeviceMemory>,
-    pinned: BlockCache<PinnedMemory>,
+    device: BlockCache<Cuda<DeviceMemory>>,
+    pinned: BlockCache<Cuda<PinnedMemory>>,
     /// Declared last: released after the caches have given their blocks back.
     ctx: Arc<CudaContext>,
+}
+
+impl Caches {
+    /// A block from the pinned cache or the device one.
+    fn alloc(&self, pinned: bool, size: usize) -> Option<usize> {
+        if pinned {
+            self.pinned.alloc(size)
+        } else {
+            self.device.alloc(size)
+        }
+    }
+
+    /// A block back to the cache it came from; `false` for an address it did not hand out.
+    fn free(&self, pinned: bool, addr: usize, stream: usize) -> bool {
+        if pinned {
+            self.pinned.free(addr, stream)
+        } else {
+            self.device.free(addr, stream)
+        }
+    }
 }
 
 impl Drop for Caches {
@@ -190,20 +219,20 @@ impl CachedMemory {
     /// Caches whose CUDA calls run on `ctx`.
     pub(crate) fn new(ctx: &Arc<CudaContext>) -> Arc<CachedMemory> {
         let caches = Arc::new(Caches {
-            device: BlockCache::new(DeviceMemory),
-            pinned: BlockCache::new(PinnedMemory),
+            device: BlockCache::new(Cuda(DeviceMemory)),
+            pinned: BlockCache::new(Cuda(PinnedMemory)),
             ctx: Arc::clone(ctx),
         });
         let ctx_ptr = Arc::as_ptr(&caches) as *mut c_void;
         Arc::new(CachedMemory {
             device: sys::nvjpegDevAllocatorV2_t {
-                dev_malloc: Some(dev_malloc),
-                dev_free: Some(dev_free),
+                dev_malloc: Some(cache_malloc::<false>),
+                dev_free: Some(cache_free::<false>),
                 dev_ctx: ctx_ptr,
             },
             pinned: sys::nvjpegPinnedAllocatorV2_t {
-                pinned_malloc: Some(pinned_malloc),
-                pinned_free: Some(pinned_free),
+                pinned_malloc: Some(cache_malloc::<true>),
+                pinned_free: Some(cache_free::<true>),
                 pinned_ctx: ctx_ptr,
             },
             caches,
@@ -280,47 +309,25 @@ fn ordering_stream(stream: sys::cudaStream_t) -> usize {
     }
 }
 
-unsafe extern "C" fn dev_malloc(
+/// nvJPEG's `dev_malloc` (`PINNED` false) and `pinned_malloc` (true).
+unsafe extern "C" fn cache_malloc<const PINNED: bool>(
     ctx: *mut c_void,
     ptr: *mut *mut c_void,
     size: usize,
     _stream: sys::cudaStream_t,
 ) -> c_int {
-    with_caches(ctx, |c| hand_over(ptr, c.device.alloc(size)))
+    with_caches(ctx, |c| hand_over(ptr, c.alloc(PINNED, size)))
 }
 
-unsafe extern "C" fn dev_free(
+/// nvJPEG's `dev_free` (`PINNED` false) and `pinned_free` (true).
+unsafe extern "C" fn cache_free<const PINNED: bool>(
     ctx: *mut c_void,
     ptr: *mut c_void,
     _size: usize,
     stream: sys::cudaStream_t,
 ) -> c_int {
     with_caches(ctx, |c| {
-        if c.device.free(ptr as usize, ordering_stream(stream)) {
-            0
-        } else {
-            INVALID
-        }
-    })
-}
-
-unsafe extern "C" fn pinned_malloc(
-    ctx: *mut c_void,
-    ptr: *mut *mut c_void,
-    size: usize,
-    _stream: sys::cudaStream_t,
-) -> c_int {
-    with_caches(ctx, |c| hand_over(ptr, c.pinned.alloc(size)))
-}
-
-unsafe extern "C" fn pinned_free(
-    ctx: *mut c_void,
-    ptr: *mut c_void,
-    _size: usize,
-    stream: sys::cudaStream_t,
-) -> c_int {
-    with_caches(ctx, |c| {
-        if c.pinned.free(ptr as usize, ordering_stream(stream)) {
+        if c.free(PINNED, ptr as usize, ordering_stream(stream)) {
             0
         } else {
             INVALID
@@ -336,11 +343,13 @@ mod tests {
     fn callbacks_refuse_a_null_context_without_touching_cuda() {
         let mut out: *mut c_void = std::ptr::null_mut();
         // SAFETY: a null context returns before anything is dereferenced.
-        let r = unsafe { dev_malloc(std::ptr::null_mut(), &mut out, 16, std::ptr::null_mut()) };
+        let r = unsafe {
+            cache_malloc::<false>(std::ptr::null_mut(), &mut out, 16, std::ptr::null_mut())
+        };
         assert_eq!(r, INVALID);
         assert!(out.is_null());
         // SAFETY: as above.
-        let r = unsafe { pinned_free(std::ptr::null_mut(), out, 16, std::ptr::null_mut()) };
+        let r = unsafe { cache_free::<true>(std::ptr::null_mut(), out, 16, std::ptr::null_mut()) };
         assert_eq!(r, INVALID);
     }
 
