@@ -142,11 +142,11 @@ pub struct GpuDecoderOptions {
     pub nvjpeg_memory: NvjpegMemory,
     /// Create the decoder's own streams (hardware lanes, CUDA decoder, CPU share,
     /// GPU-Huffman lane) at the device's highest stream priority. nvJPEG's kernels
-    /// (the engines' color conversion, the CUDA decoder's IDCT) run on them: at the
-    /// default priority, beside a training step that fills every SM, they wait behind
-    /// every kernel the step has queued, and the next batch with them; at the highest,
-    /// their blocks are scheduled first as SMs free up. The loader's own streams run
-    /// at that priority too. Default true.
+    /// (the CUDA decoder's IDCT and color conversion, and whatever the hardware path
+    /// runs on the SMs) are queued on them: at the default priority, beside a training
+    /// step that fills every SM, they can wait behind every kernel the step has queued,
+    /// and the next batch with them; at the highest, their blocks are scheduled first
+    /// as SMs free up. The loader's own streams run at that priority too. Default true.
     pub high_priority_streams: bool,
 }
 
