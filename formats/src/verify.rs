@@ -98,7 +98,9 @@ impl VerifyReport {
 /// keys are exactly the shard's key range in order, and for every record its header (magic,
 /// version, header CRC), length, payload CRC32C, label (an index into the class list) and
 /// raw size. With `decode`, each JPEG is also decoded on the CPU and its size compared with
-/// the header.
+/// the header. The source map the manifest names (`sources.bin`) is checked too, its shape
+/// and whole-file digest: a damaged one is a problem of its own (`shard` `sources.bin`, no
+/// index), and no record is lost for it.
 ///
 /// Records are read by stoker's own bounds-checked walk of the LMDB tree (every page read
 /// with `pread`, every offset checked), never by LMDB, which trusts the file's pages and
@@ -132,9 +134,9 @@ impl VerifyReport {
 /// ```
 pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
     ds.check_unchanged()?;
-    Ok(check_shards(ds.manifest(), decode, &|i| {
-        Ok(Arc::clone(ds.open_shard(i)))
-    }))
+    let mut r = check_shards(ds.manifest(), decode, &|i| Ok(Arc::clone(ds.open_shard(i))));
+    r.bad.extend(check_source_map(ds.root(), ds.manifest()));
+    Ok(r)
 }
 
 /// [`verify`] of the dataset at `root`, which need not open as a [`Dataset`]: each shard is
@@ -177,9 +179,23 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
 pub fn verify_dir(root: impl AsRef<Path>, decode: bool) -> Result<VerifyReport, FormatError> {
     let root = root.as_ref();
     let m = crate::dataset::read_manifest(root)?;
-    Ok(check_shards(&m, decode, &|i| {
-        crate::dataset::open_shard_of(root, &m, i)
-    }))
+    let mut r = check_shards(&m, decode, &|i| crate::dataset::open_shard_of(root, &m, i));
+    r.bad.extend(check_source_map(root, &m));
+    Ok(r)
+}
+
+/// The problem with the source map the manifest names, if any: its shape (as every
+/// lookup checks it) and its whole-file digest. A damaged map loses no record, but the
+/// names it gives could be wrong, so it is reported as the manifest's problems are.
+fn check_source_map(root: &Path, m: &Manifest) -> Option<BadRecord> {
+    let entry = m.sources.as_ref()?;
+    let checked =
+        crate::SourceMap::open(root, entry, m.samples).and_then(|map| map.check_digest(entry.xxh3));
+    checked.err().map(|e| BadRecord {
+        shard: crate::SOURCES_FILE.into(),
+        index: None,
+        problem: e.to_string(),
+    })
 }
 
 /// Opens a shard by its position in the manifest.

@@ -429,3 +429,50 @@ fn a_damaged_map_is_a_clear_error_and_the_records_still_read() {
     });
     assert!(msg.contains("FIFO"), "{msg}");
 }
+
+#[test]
+fn verify_checks_the_map_a_name_altered_in_place_included() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("good");
+    convert(&options(Source::ImageFolder(photos()), &good), &NoProgress).unwrap();
+    let report = stoker_formats::verify(&Dataset::open(&good).unwrap(), false).unwrap();
+    assert!(report.ok(), "{:?}", report.bad);
+
+    // One byte of the last name changed: every offset still sound, so lookups cannot
+    // tell (they give a wrong name); only the digest does.
+    let altered = tmp.path().join("altered");
+    stoker_testdata::copy_tree(&good, &altered);
+    let map = altered.join(SOURCES_FILE);
+    let mut bytes = std::fs::read(&map).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x01;
+    std::fs::write(&map, bytes).unwrap();
+    let ds = Dataset::open(&altered).unwrap();
+    assert!(ds.source_of(ds.len() - 1).unwrap().is_some());
+    for report in [
+        stoker_formats::verify(&ds, false).unwrap(),
+        stoker_formats::verify_dir(&altered, false).unwrap(),
+    ] {
+        assert!(!report.ok());
+        assert_eq!(report.ok_records, ds.len(), "no record is lost");
+        assert_eq!(report.bad.len(), 1, "{:?}", report.bad);
+        let bad = &report.bad[0];
+        assert_eq!((bad.shard.as_str(), bad.index), (SOURCES_FILE, None));
+        assert!(bad.problem.contains("was altered"), "{}", bad.problem);
+    }
+
+    // A map cut short: its shape is the problem named.
+    let cut = tmp.path().join("cut");
+    stoker_testdata::copy_tree(&good, &cut);
+    let file = std::fs::File::options()
+        .write(true)
+        .open(cut.join(SOURCES_FILE))
+        .unwrap();
+    file.set_len(20).unwrap();
+    let report = stoker_formats::verify_dir(&cut, false).unwrap();
+    assert_eq!(report.bad.len(), 1, "{:?}", report.bad);
+    assert!(
+        report.bad[0].problem.contains("the manifest says"),
+        "{}",
+        report.bad[0].problem
+    );
+}
