@@ -29,15 +29,15 @@
 
 mod common;
 
+use common::row;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stoker_decode::cudarc::driver::{
     CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use stoker_decode::{
-    cuda_context, GpuDecoder, GpuDecoderOptions, Limits, NvjpegMemory, NvjpegMemoryStats,
-};
+use stoker_decode::{cuda_context, GpuDecoder, GpuDecoderOptions, NvjpegMemory, NvjpegMemoryStats};
 
 /// Spins until `ns` nanoseconds of the GPU's global timer have passed.
 const SPIN_CU: &str = r#"
@@ -50,10 +50,6 @@ extern "C" __global__ void spin(unsigned long long ns) {
 
 /// How long the other stream's kernel runs: far above any batch's decode time.
 const OTHER_MS: u64 = 300;
-
-fn row(name: &str, value: f64, unit: &str, note: &str) {
-    println!("\nROW\t{name}\t{value:.1}\t{unit}\t{note}");
-}
 
 /// What runs on the other stream meanwhile.
 #[derive(Clone, Copy)]
@@ -142,16 +138,8 @@ fn gpu_decode_beside_other_work() {
         }
     };
     let tag: String = common::env_or("STOKER_BENCH_TAG", String::new());
-    let files = common::measured_files();
+    let (files, max_len) = common::measured_files_and_largest();
     let batch: usize = common::env_or("STOKER_BENCH_BATCH", 256).min(files.len());
-    let max_len = (files.iter())
-        .map(|f| {
-            stoker_decode::probe(f, &Limits::default())
-                .unwrap()
-                .rgb_len()
-        })
-        .max()
-        .unwrap();
     let module = ctx
         .load_module(stoker_decode::cudarc::nvrtc::compile_ptx(SPIN_CU).unwrap())
         .unwrap();

@@ -24,26 +24,7 @@ use stoker_decode::{
 
 use common::env_or as env;
 
-/// The files of `STOKER_BENCH_DIR` (default: the bench set), read, and the
-/// largest RGB output among them.
-fn bench_files() -> (Vec<Vec<u8>>, usize) {
-    let files = common::measured_files();
-    let max = files
-        .iter()
-        .map(|f| {
-            stoker_decode::probe(f, &Limits::default())
-                .unwrap()
-                .rgb_len()
-        })
-        .max()
-        .unwrap();
-    (files, max)
-}
-
-fn row(name: &str, value: f64, unit: &str, note: &str) {
-    // Leading newline: the test harness prints "test name ... " without one.
-    println!("\nROW\t{name}\t{value:.1}\t{unit}\t{note}");
-}
+use common::{measured_files_and_largest as bench_files, row};
 
 #[test]
 #[ignore = "measurement for the GPU machine; run with --ignored"]

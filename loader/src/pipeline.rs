@@ -380,18 +380,7 @@ mod tests {
     /// logged by index, then one line per power of two; every one is counted.
     #[test]
     fn many_bad_records_log_a_few_lines_and_count_them_all() {
-        #[derive(Clone, Default)]
-        struct Lines(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
+        let lines = stoker_testdata::Captured::default();
         let writer = lines.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
@@ -410,7 +399,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             log.hand_out(0, 1, OnError::Replace, &metrics);
         });
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let text = lines.text();
         assert_eq!(text.lines().count(), 20 + 5, "{text}"); // then 32, 64, ..., 512
         assert!(text.contains("distinct=512"), "{text}");
         let stats = metrics.snapshot();

@@ -3,22 +3,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
-
 use stoker_loader::{Loader, OnError, Output, Shuffle, Transform};
-
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Flips one byte in the middle of the stored copy of record `index`'s source in the
 /// dataset's shard files (JPEGs are stored as they are), so that its checksum fails.
@@ -60,7 +45,7 @@ fn a_bad_record_is_logged_with_the_input_it_came_from() {
     );
     let ds = stoker_formats::Dataset::open(dir.path().join("ds")).unwrap();
 
-    let lines = Lines::default();
+    let lines = stoker_testdata::Captured::default();
     let writer = lines.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_writer(move || writer.clone())
@@ -86,7 +71,7 @@ fn a_bad_record_is_logged_with_the_input_it_came_from() {
     assert_eq!(batches, 3);
     let stats = loader.stats();
     assert_eq!(stats.bad_indices, vec![index], "{stats}");
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let text = lines.text();
     let line = text
         .lines()
         .find(|l| l.contains("bad record replaced"))

@@ -149,3 +149,30 @@ pub fn gpu_skip(reason: impl Display) {
     let test = thread.name().unwrap_or("unnamed test");
     println!("{GPU_SKIP_PREFIX} {test}: {reason}");
 }
+
+/// An in-memory writer whose clones share one buffer: give one to a log subscriber
+/// (`tracing_subscriber::fmt().with_writer(move || lines.clone())`) and read what it
+/// wrote with [`Captured::text`].
+#[derive(Clone, Default)]
+pub struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    /// Everything written so far, as text.
+    pub fn text(&self) -> String {
+        let bytes = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -35,6 +35,27 @@ pub fn measured_files() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// [`measured_files`] and the largest RGB output among them (the size of an output
+/// buffer that holds any of them).
+pub fn measured_files_and_largest() -> (Vec<Vec<u8>>, usize) {
+    let files = measured_files();
+    let max = (files.iter())
+        .map(|f| {
+            stoker_decode::probe(f, &stoker_decode::Limits::default())
+                .unwrap()
+                .rgb_len()
+        })
+        .max()
+        .unwrap();
+    (files, max)
+}
+
+/// A measurement row in the device-check table format (`ROW\tname\tvalue\tunit\tnote`),
+/// after a newline: the test harness prints "test name ... " without one.
+pub fn row(name: &str, value: f64, unit: &str, note: &str) {
+    println!("\nROW\t{name}\t{value:.1}\t{unit}\t{note}");
+}
+
 /// The `.jpg`/`.jpeg` files of `dir`, sorted by name.
 pub fn jpegs_in(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
