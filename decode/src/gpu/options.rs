@@ -190,6 +190,20 @@ pub enum NvjpegMemory {
     Cached,
 }
 
+/// What the environment variable `name` chooses for an `Auto` setting: a value other than
+/// `auto` it parses to, or `None` when it is unset or says something else (logged, with
+/// the `expected` values).
+fn from_env<T: std::str::FromStr + PartialEq>(name: &str, auto: T, expected: &str) -> Option<T> {
+    let v = std::env::var_os(name)?;
+    match v.to_str().map(str::parse::<T>) {
+        Some(Ok(m)) if m != auto => Some(m),
+        _ => {
+            tracing::warn!("{name}={v:?} ignored: expected {expected}");
+            None
+        }
+    }
+}
+
 /// The environment variable that decides [`NvjpegMemory::Auto`] when set.
 const MEMORY_ENV: &str = "STOKER_NVJPEG_MEMORY";
 
@@ -201,13 +215,8 @@ impl NvjpegMemory {
         if self != NvjpegMemory::Auto {
             return self;
         }
-        if let Some(v) = std::env::var_os(MEMORY_ENV) {
-            match v.to_str().map(str::parse::<NvjpegMemory>) {
-                Some(Ok(m)) if m != NvjpegMemory::Auto => return m,
-                _ => tracing::warn!("{MEMORY_ENV}={v:?} ignored: expected library or cached"),
-            }
-        }
-        NvjpegMemory::Library
+        from_env(MEMORY_ENV, NvjpegMemory::Auto, "library or cached")
+            .unwrap_or(NvjpegMemory::Library)
     }
 
     /// The name [`FromStr`](std::str::FromStr) reads: `auto`, `library`, `cached`.
@@ -315,13 +324,7 @@ impl WaitMode {
         if self != WaitMode::Auto {
             return self;
         }
-        if let Some(v) = std::env::var_os(WAITS_ENV) {
-            match v.to_str().map(str::parse::<WaitMode>) {
-                Some(Ok(m)) if m != WaitMode::Auto => return m,
-                _ => tracing::warn!("{WAITS_ENV}={v:?} ignored: expected spin or block"),
-            }
-        }
-        WaitMode::Spin
+        from_env(WAITS_ENV, WaitMode::Auto, "spin or block").unwrap_or(WaitMode::Spin)
     }
 
     /// The name [`FromStr`](std::str::FromStr) reads: `auto`, `spin`, `block`.
