@@ -35,7 +35,7 @@ use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{Dataset, DatasetReader};
 
 use crate::batch::{Batch, HostBuffer, HostImages, Images};
-use crate::config::{LoaderConfig, Output};
+use crate::config::{DType, LoaderConfig, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream, Next, Pipeline};
@@ -242,10 +242,10 @@ fn new_buffer(settings: &Settings) -> Result<HostBuffer, LoaderError> {
         .checked_mul(s * s * 3)
         .ok_or_else(|| too_large(None))?;
     let bytes = n.checked_mul(settings.output.value_bytes() as usize);
-    match settings.output {
-        Output::U8Nhwc => zeroed(n, 0u8).map(HostBuffer::U8),
-        Output::F16Nchw | Output::F16Nhwc => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
-        Output::F32Nchw | Output::F32Nhwc => zeroed(n, 0.0f32).map(HostBuffer::F32),
+    match settings.output.dtype() {
+        DType::U8 => zeroed(n, 0u8).map(HostBuffer::U8),
+        DType::F16 => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
+        DType::F32 => zeroed(n, 0.0f32).map(HostBuffer::F32),
     }
     .ok_or_else(|| too_large(bytes))
 }

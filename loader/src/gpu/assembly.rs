@@ -215,11 +215,7 @@ fn hand_over(
         out_bytes: out_bytes as u64,
     });
     let shape = shared.output.shape(n, s);
-    let dtype = match shared.dtype {
-        KernelDtype::U8 => DType::U8,
-        KernelDtype::F16 => DType::F16,
-        KernelDtype::F32 => DType::F32,
-    };
+    let dtype = shared.output.dtype();
     Batch {
         images: Images::Cuda(CudaImages::new(slot, shared.free_tx.clone(), shape, dtype)),
         labels: images.iter().map(|s| s.label).collect(),
