@@ -1,6 +1,7 @@
 //! One test of the running test binary, run again in a child process: for scenarios that
 //! end the process (a fatal signal, a handler that exits) or need a process of their own.
 
+use std::ffi::OsStr;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -14,6 +15,23 @@ use std::time::{Duration, Instant};
 ///
 /// When the child cannot be started or still runs after `limit` (it is killed first).
 pub fn run_test(test: &str, var: (&str, &str), limit: Duration) -> (ExitStatus, String) {
+    run_test_with(test, [var], limit)
+}
+
+/// [`run_test`] with any number of variables set in the child's environment.
+///
+/// # Panics
+///
+/// As [`run_test`].
+pub fn run_test_with<K, V>(
+    test: &str,
+    vars: impl IntoIterator<Item = (K, V)>,
+    limit: Duration,
+) -> (ExitStatus, String)
+where
+    K: AsRef<OsStr>,
+    V: AsRef<OsStr>,
+{
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let out = std::env::temp_dir().join(format!(
         "stoker-child-{}-{}.out",
@@ -23,7 +41,7 @@ pub fn run_test(test: &str, var: (&str, &str), limit: Duration) -> (ExitStatus, 
     let file = std::fs::File::create(&out).expect("child's stdout file");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(var.0, var.1)
+        .envs(vars)
         .stdout(file)
         .stderr(Stdio::null())
         .spawn()
@@ -37,7 +55,7 @@ pub fn run_test(test: &str, var: (&str, &str), limit: Duration) -> (ExitStatus, 
             child.kill().expect("kill child");
             let _ = child.wait();
             let _ = std::fs::remove_file(&out);
-            panic!("{test} ({}={}): still ran after {limit:?}", var.0, var.1);
+            panic!("{test}: still ran after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };

@@ -15,6 +15,8 @@
 //! - [`gpu_skip`]: the one line a GPU test prints when it finds no GPU, which
 //!   `scripts/device-check.sh` treats as a failure on the GPU machine.
 //! - [`heap`]: a counting allocator for the tests and benches that measure heap use.
+//! - [`fake_driver`]: a stand-in `libcuda.so` for machines where the driver loads and no
+//!   GPU can be used (no device, the toolkit's stub, a busy GPU).
 //! - [`child::run_test`]: a test run again in a child process; [`copy_tree`],
 //!   [`names_in`] and [`files_in`]: small file-tree helpers of the tests.
 //!
@@ -32,6 +34,7 @@ use std::sync::OnceLock;
 
 mod bench_set;
 pub mod child;
+pub mod fake_driver;
 pub mod heap;
 mod mixed_set;
 
