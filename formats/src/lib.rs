@@ -80,6 +80,7 @@ mod record;
 pub mod seeded;
 mod shard;
 mod source_map;
+mod source_spool;
 mod verify;
 mod writer;
 

@@ -350,6 +350,24 @@ where
     })
 }
 
+/// Writes into `dir` the source map of `records` records from a spooled offset table
+/// (each record's end, without the leading 0) and the names it indexes
+/// (`crate::source_spool`), copied as they are: the spool wrote them as [`write`] would.
+pub(crate) fn write_copied(
+    dir: &Path,
+    records: u64,
+    offsets: &mut dyn std::io::Read,
+    names: &mut dyn std::io::Read,
+) -> Result<SourcesEntry, FormatError> {
+    write_map(dir, records, |w, tmp| {
+        let io = |e| FormatError::io(tmp, e);
+        w.write_all(&0u64.to_le_bytes()).map_err(io)?;
+        std::io::copy(offsets, w).map_err(io)?;
+        std::io::copy(names, w).map_err(io)?;
+        Ok(())
+    })
+}
+
 /// Writes into `dir` the source map of the maps `parts`, one after another: the merged
 /// dataset's records are the parts' records in order, so each part's offsets move on by
 /// the names before it. Every offset is checked as it is copied.

@@ -476,3 +476,109 @@ fn verify_checks_the_map_a_name_altered_in_place_included() {
         report.bad[0].problem
     );
 }
+
+/// The photos under `root` (class folders), in path order, with each one's class index.
+fn photo_files(root: &Path) -> (Vec<String>, Vec<(PathBuf, u32)>) {
+    let mut classes: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    classes.sort();
+    let mut files = Vec::new();
+    for (label, class) in classes.iter().enumerate() {
+        let mut in_class: Vec<PathBuf> = std::fs::read_dir(root.join(class))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        in_class.sort();
+        files.extend(in_class.into_iter().map(|f| (f, label as u32)));
+    }
+    (classes, files)
+}
+
+/// Samples handed to a writer are named in its map by the names given with them (by
+/// their position when none was given); skipped samples take no place, so record `i`'s
+/// name is the sample it holds, across chunks written on the pool.
+#[test]
+fn a_sample_writers_records_are_named_by_their_samples() {
+    let (classes, files) = photo_files(&photos());
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ds");
+    let mut o = stoker_formats::SampleOptions::new("test samples");
+    o.check_decode = false;
+    o.shard_bytes = 1 << 20;
+    o.jobs = Some(2);
+    let mut w =
+        stoker_formats::SampleWriter::create(&out, o.clone(), Some(classes.clone())).unwrap();
+    // (sample name, file) of every sample that should become a record, in order.
+    let mut kept: Vec<(String, &Path)> = Vec::new();
+    for (k, (f, label)) in files.iter().enumerate() {
+        let name = match k % 10 {
+            // Unnamed: called by its position among the samples.
+            3 => String::new(),
+            _ => format!("key-{k}/{}", f.file_name().unwrap().to_str().unwrap()),
+        };
+        w.write(std::fs::read(f).unwrap(), *label, &name).unwrap();
+        let shown = if name.is_empty() {
+            format!("sample {k}")
+        } else {
+            name
+        };
+        kept.push((shown, f));
+    }
+    // A bad sample in the middle of the next chunk, skipped: the names after it still fit.
+    let bad_at = kept.len();
+    w.write(b"not an image".as_slice(), 0, "bad").unwrap();
+    let tent = std::fs::read(&files[0].0).unwrap();
+    w.write(tent, files[0].1, "after the bad one").unwrap();
+    kept.push(("after the bad one".into(), &files[0].0));
+    let report = w.finish().unwrap();
+    assert_eq!(report.skipped.len(), 1, "{report:?}");
+    assert_eq!(report.skipped[0].path, Path::new("bad"));
+    assert!(report.shards > 1, "{report:?}");
+
+    let ds = Dataset::open(&out).unwrap();
+    assert_eq!(ds.len(), kept.len() as u64);
+    let reader = ds.reader().unwrap();
+    for (i, (name, file)) in kept.iter().enumerate() {
+        let i = i as u64;
+        assert_eq!(ds.source_of(i).unwrap().as_deref(), Some(Path::new(name)));
+        assert!(
+            reader.get(i).unwrap().payload == std::fs::read(file).unwrap(),
+            "record {i}"
+        );
+    }
+    assert!(kept.len() > bad_at);
+    assert!(stoker_formats::verify(&ds, true).unwrap().ok());
+    // Nothing of the spool is left beside the dataset.
+    let names = stoker_testdata::names_in(&out);
+    assert!(
+        names
+            .iter()
+            .all(|n| n == MANIFEST_FILE || n == SOURCES_FILE || n.starts_with("shard-")),
+        "{names:?}"
+    );
+
+    // Written in parts and merged: the parts' maps, joined in order.
+    let parts = tmp.path().join("parts");
+    let n = files.len();
+    for (index, range) in [(1u32, n / 2..n), (0, 0..n / 2)] {
+        let mut o = o.clone();
+        o.part = Some(Part::new(index, 2).unwrap());
+        let mut w = stoker_formats::SampleWriter::create(&parts, o, Some(classes.clone())).unwrap();
+        for (f, label) in &files[range] {
+            let name = f.strip_prefix(photos()).unwrap().to_str().unwrap();
+            w.write(std::fs::read(f).unwrap(), *label, name).unwrap();
+        }
+        w.finish().unwrap();
+    }
+    merge(&parts, &[]).unwrap();
+    let names = assert_sources_hold_the_records(&parts, &photos(), true);
+    let want: Vec<PathBuf> = files
+        .iter()
+        .map(|(f, _)| f.strip_prefix(photos()).unwrap().to_path_buf())
+        .collect();
+    assert_eq!(names, want);
+}

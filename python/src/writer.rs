@@ -145,8 +145,8 @@ impl Writer {
     /// Adds a sample: ``image`` is the encoded image (``bytes``, ``bytearray``, or any
     /// one-dimensional object with the buffer protocol and one-byte items, such as a
     /// ``memoryview`` or a NumPy ``uint8`` array of the file's bytes), ``label`` its class,
-    /// ``name`` what the report calls it if it is skipped (default ``"sample N"``, counting
-    /// from 0).
+    /// ``name`` where it came from (default ``"sample N"``, counting from 0): what the report
+    /// calls it if it is skipped, and its record's ``Dataset.source_of``.
     #[pyo3(signature = (image, label, name=None))]
     fn write(
         &self,

@@ -27,11 +27,18 @@ def test_each_record_names_the_input_it_came_from(sample_dataset, tmp_path):
     assert ds.source_of(-1) == names[-1]
     with pytest.raises(IndexError):
         ds.source_of(len(ds))
-    # Written sample by sample (stoker.Writer): no map, so no name.
+    # Written sample by sample (stoker.Writer): named as the samples were, by position
+    # when no name was given; a skipped sample takes no record, so no name.
     out = tmp_path / "written"
     with stoker.Writer(out, classes=["a"]) as w:
-        w.write(ds[0][0], 0)
-    assert stoker.Dataset(out).source_of(0) is None
+        w.write(ds[0][0], 0, name="hf:beans/train/0")
+        w.write(b"not an image", 0, name="broken")
+        w.write(ds[1][0], 0)
+        w.write(ds[2][0], 0, name="dir/ü.jpg")
+    written = stoker.Dataset(out)
+    assert [written.source_of(i) for i in range(len(written))] == [
+        Path("hf:beans/train/0"), Path("sample 2"), Path("dir/ü.jpg")]
+    assert [written[i][0] for i in range(3)] == [ds[i][0] for i in range(3)]
 
 
 def test_convert_report_has_the_cli_json_keys(tmp_path, stoker_cli):

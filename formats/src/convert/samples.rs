@@ -32,6 +32,8 @@ use super::transcode::{Outcome, Processed};
 use crate::input_file::refusal_reason;
 use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
 use crate::record::{Encoding, HEADER_LEN};
+use crate::source_map::SOURCES_FILE;
+use crate::source_spool::SourceSpool;
 use crate::writer::{DatasetWriter, WriterOptions};
 use crate::FormatError;
 
@@ -192,6 +194,8 @@ pub struct SampleWriter {
     cancel: Arc<AtomicBool>,
     /// `None` once the writer has finished, or stopped on an error.
     writer: Option<DatasetWriter>,
+    /// The names of the records written so far, for the source map (`None` once taken).
+    spool: Option<SourceSpool>,
     totals: Totals,
     /// Samples given to `write` (each becomes a record or a skip).
     samples: u64,
@@ -285,7 +289,8 @@ impl SampleWriter {
                 },
             )
         });
-        let writer = match writer {
+        let writer = writer.and_then(|w| Ok((w, SourceSpool::new(&out)?)));
+        let (writer, spool) = match writer {
             Ok(w) => w,
             Err(e) => {
                 // Only the directories this call created, and only when empty.
@@ -322,6 +327,7 @@ impl SampleWriter {
             in_flight: None,
             cancel: Arc::new(AtomicBool::new(false)),
             writer: Some(writer),
+            spool: Some(spool),
             totals: Totals::default(),
             samples: 0,
             made,
@@ -351,8 +357,9 @@ impl SampleWriter {
     }
 
     /// Adds a sample: `image` is an encoded image (JPEG, PNG, ...), `label` its class, and
-    /// `name` what reports call it if it is skipped (empty: `sample N`, `N` counting the
-    /// samples from 0). The sample is transcoded later, with others, so a sample that
+    /// `name` where it came from (empty: `sample N`, `N` counting the samples from 0): what
+    /// reports call it if it is skipped, and its record's name in the source map
+    /// ([`crate::Dataset::source_of`]). The sample is transcoded later, with others, so a sample that
     /// cannot be converted is skipped (or, with `strict`, stops the writer) at a later
     /// call or at [`SampleWriter::finish`].
     ///
@@ -514,9 +521,15 @@ impl SampleWriter {
                 log: None,
             };
             let rest = &lens[i + 1..];
+            let before = sink.writer.next_index();
             pipeline::write_one(&self.options, name, p, sink, || {
                 rest.iter().map_while(|&l| l)
             })?;
+            if writer.next_index() > before {
+                use std::os::unix::ffi::OsStrExt;
+                let spool = self.spool.as_mut().expect("a usable writer has its spool");
+                spool.push(name.as_os_str().as_bytes())?;
+            }
             if let Some(n) = label.and_then(|l| self.per_label.get_mut(l)) {
                 *n += 1;
             }
@@ -576,6 +589,18 @@ impl SampleWriter {
         }
         // From here the writer is gone: a failure takes away the files by these names.
         self.written = written_names(&writer);
+        // Before the manifest, which names it; taken away with the shards on failure.
+        let spool = self.spool.take().expect("a usable writer has its spool");
+        if spool.records() != written {
+            return Err(FormatError::InvalidManifest {
+                path: self.options.out.join(MANIFEST_FILE),
+                reason: format!(
+                    "not written: {} names for {written} records",
+                    spool.records()
+                ),
+            });
+        }
+        writer.set_sources(spool.finish(&self.options.out)?);
         let audit = self.totals.audit.clone();
         let manifest = writer.finish_with_audit(classes, provenance, Some(audit))?;
         self.finished = true;
@@ -634,7 +659,12 @@ impl SampleWriter {
         self.cancel.store(true, Ordering::Relaxed);
         self.pending.clear();
         self.in_flight = None;
-        let mut names = vec![MANIFEST_FILE.to_string(), format!("{MANIFEST_FILE}.tmp")];
+        let mut names = vec![
+            MANIFEST_FILE.to_string(),
+            format!("{MANIFEST_FILE}.tmp"),
+            SOURCES_FILE.to_string(),
+            format!("{SOURCES_FILE}.tmp"),
+        ];
         match self.writer.take() {
             Some(w) => names.extend(written_names(&w)),
             None => names.append(&mut self.written),
