@@ -108,15 +108,17 @@ fn verify_exits_nonzero_and_names_the_flipped_record() {
     let v = json(&o);
     assert_eq!(v["ok"], false);
     let bad = v["bad"].as_array().unwrap();
+    // Named by the input it was made from (the source map), what to convert again.
     assert!(
-        bad.iter()
-            .any(|b| b["index"] == 1 && b["shard"] == "shard-00000.lmdb"),
+        bad.iter().any(|b| b["index"] == 1
+            && b["shard"] == "shard-00000.lmdb"
+            && b["source"] == "00011.jpg"),
         "{v}"
     );
     let o = stoker(&["verify", p(&ds)]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains("BAD shard-00000.lmdb record 1"),
+        String::from_utf8_lossy(&o.stdout).contains("BAD shard-00000.lmdb record 1 (00011.jpg): "),
         "{}",
         text(&o)
     );

@@ -36,6 +36,20 @@ fn convert(dir: &Path, name: &str, layout: &str) -> PathBuf {
     out
 }
 
+/// Record `i`'s input, as the source map of `ds` names it (read with the map alone: the
+/// shards may be damaged).
+fn source(ds: &Path, i: u64) -> String {
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ds.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(m["sources"]["file"], "sources.bin", "{m}");
+    let map = std::fs::read(ds.join("sources.bin")).unwrap();
+    let n = m["samples"].as_u64().unwrap() as usize;
+    let offset = |k: usize| u64::from_le_bytes(map[16 + 8 * k..24 + 8 * k].try_into().unwrap());
+    let names = 24 + 8 * n;
+    let (a, b) = (offset(i as usize) as usize, offset(i as usize + 1) as usize);
+    String::from_utf8(map[names + a..names + b].to_vec()).unwrap()
+}
+
 /// The manifest's `shards` of `ds`.
 fn shards(ds: &Path) -> Vec<serde_json::Value> {
     let m: serde_json::Value =
@@ -70,6 +84,9 @@ fn assert_only_shard_lost(ds: &Path, damaged: usize, cause: &str, all_read: bool
     assert_eq!(lost[0]["count"], count, "{v}");
     assert_eq!(lost[0]["cause"], cause, "{v}");
     assert!(!lost[0]["reason"].as_str().unwrap().is_empty(), "{v}");
+    // The range's ends by the inputs they were made from (the source map).
+    let (from, to) = (source(ds, first), source(ds, first + count - 1));
+    assert_eq!(lost[0]["sources"], serde_json::json!([from, to]), "{v}");
     assert_eq!(v["lost_records"], count, "{v}");
     assert_eq!(v["ok_records"], samples - count, "{v}");
     assert_eq!(v["bad_records"], 0, "{v}");
@@ -84,7 +101,7 @@ fn assert_only_shard_lost(ds: &Path, damaged: usize, cause: &str, all_read: bool
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     let want = format!(
-        "LOST {file} records {first}..{} ({count} records)",
+        "LOST {file} records {first}..{} ({count} records, {from} to {to}): ",
         first + count
     );
     assert!(out.contains(&want), "no {want:?}: {}", text(&o));
@@ -196,8 +213,12 @@ fn verify_of_a_shard_cut_short_names_only_the_records_past_the_cut() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     for (a, n) in ranges {
+        let names = match n {
+            1 => source(&ds, a),
+            _ => format!("{} to {}", source(&ds, a), source(&ds, a + n - 1)),
+        };
         let line = format!(
-            "LOST {file} records {a}..{} ({n} records): shard file cut short",
+            "LOST {file} records {a}..{} ({n} records, {names}): shard file cut short",
             a + n
         );
         assert!(out.contains(&line), "no {line:?}: {}", text(&o));

@@ -35,6 +35,10 @@ pub struct BadRecord {
     pub index: Option<u64>,
     /// What is wrong.
     pub problem: String,
+    /// The input the record was made from, as the dataset's source map names it (lossy
+    /// UTF-8): what to fetch or convert again. `None` without an index, or without a
+    /// sound source map.
+    pub source: Option<String>,
 }
 
 /// Records `first_index..first_index + count` of one shard, which the dataset no longer
@@ -51,6 +55,9 @@ pub struct LostRecords {
     pub cause: LostCause,
     /// Why, in words.
     pub reason: String,
+    /// The inputs the first and the last record of the range were made from, as the
+    /// dataset's source map names them (lossy UTF-8); `None` without a sound source map.
+    pub sources: Option<(String, String)>,
 }
 
 /// What [`verify`] found. Every sample is counted once in `ok_records`, `bad_records` or
@@ -135,7 +142,7 @@ impl VerifyReport {
 pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
     ds.check_unchanged()?;
     let mut r = check_shards(ds.manifest(), decode, &|i| Ok(Arc::clone(ds.open_shard(i))));
-    r.bad.extend(check_source_map(ds.root(), ds.manifest()));
+    name_sources(ds.root(), ds.manifest(), &mut r);
     Ok(r)
 }
 
@@ -180,22 +187,41 @@ pub fn verify_dir(root: impl AsRef<Path>, decode: bool) -> Result<VerifyReport, 
     let root = root.as_ref();
     let m = crate::dataset::read_manifest(root)?;
     let mut r = check_shards(&m, decode, &|i| crate::dataset::open_shard_of(root, &m, i));
-    r.bad.extend(check_source_map(root, &m));
+    name_sources(root, &m, &mut r);
     Ok(r)
 }
 
-/// The problem with the source map the manifest names, if any: its shape (as every
-/// lookup checks it) and its whole-file digest. A damaged map loses no record, but the
-/// names it gives could be wrong, so it is reported as the manifest's problems are.
-fn check_source_map(root: &Path, m: &Manifest) -> Option<BadRecord> {
-    let entry = m.sources.as_ref()?;
-    let checked =
-        crate::SourceMap::open(root, entry, m.samples).and_then(|map| map.check_digest(entry.xxh3));
-    checked.err().map(|e| BadRecord {
-        shard: crate::SOURCES_FILE.into(),
-        index: None,
-        problem: e.to_string(),
-    })
+/// Checks the source map the manifest names, if any: its shape (as every lookup checks
+/// it) and its whole-file digest. A sound map names the input of every bad record and of
+/// each lost range's ends in `r`. A damaged map loses no record, but the names it gives
+/// could be wrong, so it names none and is reported as the manifest's problems are.
+fn name_sources(root: &Path, m: &Manifest, r: &mut VerifyReport) {
+    let Some(entry) = m.sources.as_ref() else {
+        return;
+    };
+    let map = crate::SourceMap::open(root, entry, m.samples)
+        .and_then(|map| map.check_digest(entry.xxh3).map(|()| map));
+    let map = match map {
+        Ok(map) => map,
+        Err(e) => {
+            r.bad.push(BadRecord {
+                shard: crate::SOURCES_FILE.into(),
+                index: None,
+                problem: e.to_string(),
+                source: None,
+            });
+            return;
+        }
+    };
+    // Checked whole above, so a lookup fails only on an I/O error: then no name.
+    let name = |i: u64| map.get(i).ok().map(|p| p.to_string_lossy().into_owned());
+    for b in &mut r.bad {
+        b.source = b.index.and_then(name);
+    }
+    for l in &mut r.lost {
+        let last = l.first_index + l.count.saturating_sub(1);
+        l.sources = name(l.first_index).zip(name(last));
+    }
 }
 
 /// Opens a shard by its position in the manifest.
@@ -255,6 +281,7 @@ fn check_shards(m: &Manifest, decode: bool, open: &OpenFn<'_>) -> VerifyReport {
                 "payload_bytes is {} but the records hold {payload_bytes} bytes",
                 m.payload_bytes
             ),
+            source: None,
         });
     }
     r.seconds = t0.elapsed().as_secs_f64();
@@ -273,6 +300,7 @@ impl VerifyReport {
                 shard: entry.file.clone(),
                 index,
                 problem,
+                source: None,
             }));
         for (first_index, count, cause, reason) in o.lost {
             self.lost_records += count;
@@ -282,6 +310,7 @@ impl VerifyReport {
                 count,
                 cause,
                 reason,
+                sources: None,
             });
         }
     }

@@ -477,6 +477,81 @@ fn verify_checks_the_map_a_name_altered_in_place_included() {
     );
 }
 
+/// `verify` names the input of each bad record and of each lost range's ends from a sound
+/// map, and none from a damaged one (its names could be wrong).
+#[test]
+fn verify_names_the_inputs_of_bad_and_lost_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ds");
+    convert(&options(Source::ImageFolder(photos()), &out), &NoProgress).unwrap();
+    let ds = Dataset::open(&out).unwrap();
+    let shards = ds.manifest().shards.clone();
+    assert!(shards.len() >= 3, "{shards:?}");
+    let name = |i: u64| {
+        ds.source_of(i)
+            .unwrap()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    // A byte of record 1's payload flipped (found by its bytes in shard 0), shard 2 gone.
+    let jpeg = std::fs::read(photos().join(name(1))).unwrap();
+    let shard0 = out.join(&shards[0].file);
+    let mut bytes = std::fs::read(&shard0).unwrap();
+    let at = bytes
+        .windows(32)
+        .position(|w| w == &jpeg[jpeg.len() / 2..jpeg.len() / 2 + 32])
+        .unwrap();
+    bytes[at] ^= 1;
+    std::fs::write(&shard0, &bytes).unwrap();
+    std::fs::remove_file(out.join(&shards[2].file)).unwrap();
+
+    let report = stoker_formats::verify_dir(&out, false).unwrap();
+    let bad: Vec<_> = report.bad.iter().filter(|b| b.index == Some(1)).collect();
+    assert_eq!(bad.len(), 1, "{:?}", report.bad);
+    assert_eq!(bad[0].source.as_deref(), Some(name(1).as_str()));
+    // A shard's own problems name no input.
+    assert!(report
+        .bad
+        .iter()
+        .all(|b| b.index.is_some() || b.source.is_none()));
+    let (first, count) = (shards[2].first_index, shards[2].count);
+    // Shard 0's digest differs (all its records lost), shard 2 is missing.
+    let lost = &report.lost;
+    assert_eq!(lost.len(), 2, "{lost:?}");
+    let (n0, end) = (shards[0].count, shards[0].count - 1);
+    assert_eq!(lost[0].sources, Some((name(0), name(end))), "{lost:?}");
+    assert_eq!(lost[0].count, n0, "{lost:?}");
+    assert_eq!(
+        lost[1].sources,
+        Some((name(first), name(first + count - 1))),
+        "{lost:?}"
+    );
+
+    // The map altered: it is named as a problem, and names nothing.
+    let map = out.join(SOURCES_FILE);
+    let mut bytes = std::fs::read(&map).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x01;
+    std::fs::write(&map, bytes).unwrap();
+    let report = stoker_formats::verify_dir(&out, false).unwrap();
+    assert!(
+        report.bad.iter().any(|b| b.shard == SOURCES_FILE),
+        "{:?}",
+        report.bad
+    );
+    assert!(
+        report.bad.iter().all(|b| b.source.is_none()),
+        "{:?}",
+        report.bad
+    );
+    assert!(
+        report.lost.iter().all(|l| l.sources.is_none()),
+        "{:?}",
+        report.lost
+    );
+}
+
 /// The photos under `root` (class folders), in path order, with each one's class index.
 fn photo_files(root: &Path) -> (Vec<String>, Vec<(PathBuf, u32)>) {
     let mut classes: Vec<String> = std::fs::read_dir(root)

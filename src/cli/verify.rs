@@ -17,8 +17,9 @@ pub struct Args {
     /// Also decode every JPEG on the CPU.
     #[arg(long)]
     pub decode: bool,
-    /// Print a JSON report: the counts, every problem ("bad") and the records lost by shard
-    /// ("lost"), also for a dataset whose shards cannot all be opened.
+    /// Print a JSON report: the counts, every problem ("bad", each record's input as
+    /// "source") and the records lost by shard ("lost", the inputs of each range's ends as
+    /// "sources"), also for a dataset whose shards cannot all be opened.
     #[arg(long)]
     pub json: bool,
 }
@@ -49,15 +50,24 @@ fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::R
         writeln!(out, "note: {n}")?;
     }
     for b in &r.bad {
+        let from = b
+            .source
+            .as_ref()
+            .map_or(String::new(), |s| format!(" ({s})"));
         match b.index {
-            Some(i) => writeln!(out, "BAD {} record {i}: {}", b.shard, b.problem)?,
+            Some(i) => writeln!(out, "BAD {} record {i}{from}: {}", b.shard, b.problem)?,
             None => writeln!(out, "BAD {}: {}", b.shard, b.problem)?,
         }
     }
     for l in &r.lost {
+        let from = match &l.sources {
+            Some((first, last)) if l.count == 1 => format!(", {first}"),
+            Some((first, last)) => format!(", {first} to {last}"),
+            None => String::new(),
+        };
         writeln!(
             out,
-            "LOST {} records {}..{} ({} records): {}",
+            "LOST {} records {}..{} ({} records{from}): {}",
             l.shard,
             l.first_index,
             l.first_index + l.count,
