@@ -38,6 +38,8 @@ impl Maker {
             // SAFETY: registers a child handler that only adds to an atomic, which is
             // async-signal-safe, as a handler run in the child of a threaded fork must be.
             unsafe { libc::pthread_atfork(None, None, Some(count_fork)) };
+            #[cfg(test)]
+            tests::while_registering();
         }
         Maker {
             pid: std::process::id(),
@@ -152,7 +154,7 @@ impl<T> Default for PerProcess<T> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicI32, AtomicUsize};
     use std::time::Duration;
 
     use super::*;
@@ -189,5 +191,63 @@ mod tests {
         let status = stoker_testdata::child::wait_forked(child, Duration::from_secs(30));
         assert_eq!(status, Some(0), "the child used its parent's value");
         assert!(std::ptr::eq(VALUE.get_or_init(|| 0), parents));
+    }
+
+    /// Set by the child test below: another thread forks while this one registers the
+    /// fork handler, at the first use.
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    /// The process that fork made.
+    static FORKED: AtomicI32 = AtomicI32::new(0);
+    /// What both processes of the child test use.
+    static USED: PerProcess<u32> = PerProcess::new();
+
+    /// Called by the first use, once the fork handler is registered.
+    pub(super) fn while_registering() {
+        if !ARMED.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let forker = std::thread::spawn(|| {
+            // SAFETY: the child uses a value and leaves with _exit; what it inherits from
+            // the first use, midway, is what is tested.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let ok = *USED.get_or_init(std::process::id) == std::process::id();
+                // SAFETY: _exit ends the child without running the parent's exit code.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            pid
+        });
+        FORKED.store(forker.join().unwrap(), Ordering::Relaxed);
+    }
+
+    /// The child process's side of the test below: a no-op when run as a plain test.
+    #[test]
+    fn child() {
+        if std::env::var("STOKER_PER_PROCESS_CHILD").is_err() {
+            return;
+        }
+        ARMED.store(true, Ordering::Relaxed);
+        USED.get_or_init(std::process::id);
+        let pid = FORKED.load(Ordering::Relaxed);
+        assert!(pid > 0, "no fork");
+        match stoker_testdata::child::wait_forked(pid, Duration::from_secs(5)) {
+            Some(status) => println!("child exited {status}"),
+            None => println!("child hung"),
+        }
+    }
+
+    /// Registering the fork handler in a `Once` (as the shard registry once did) left a
+    /// child forked meanwhile waiting for ever at its own first use (in about 1 of 30 runs
+    /// of formats/tests/fork_open.rs): it found the `Once` still running, with no thread to
+    /// finish it. A child forked then makes its own value like any other.
+    #[test]
+    fn a_child_forked_while_the_first_use_registers_the_fork_handler_makes_its_own() {
+        let (status, printed) = stoker_testdata::child::run_test(
+            "per_process::tests::child",
+            ("STOKER_PER_PROCESS_CHILD", "fork while registering"),
+            Duration::from_secs(60),
+        );
+        assert!(status.success(), "{status:?}: {printed}");
+        assert!(printed.contains("child exited 0\n"), "{printed}");
     }
 }

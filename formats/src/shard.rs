@@ -13,8 +13,9 @@
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+
+use stoker_decode::PerProcess;
 
 use crate::lmdb_meta::RecordTree;
 use crate::map_guard::GuardedMap;
@@ -105,63 +106,15 @@ impl OpenShard {
 }
 
 /// The shards this process has open, by path, so that datasets opened twice share maps.
-struct Registry {
-    /// The process that made it: a child of `fork` makes its own (below).
-    pid: u32,
-    open: Mutex<HashMap<PathBuf, Weak<OpenShard>>>,
-}
-
-/// The registry in use; null until the first open, and again in a child of `fork`.
-static REG: AtomicPtr<Registry> = AtomicPtr::new(std::ptr::null_mut());
-
-/// `pthread_atfork`'s child handler: the child starts without a registry.
-extern "C" fn forget_registry() {
-    REG.store(std::ptr::null_mut(), Ordering::Release);
-}
-
-/// This process's registry. A child of `fork` inherits its parent's registry as it was at
-/// the fork, locked if a parent thread was opening a shard then, with no thread to unlock
-/// it: a PyTorch `DataLoader` forking its workers while another thread opens a dataset left
-/// workers hung at their first open. So a registry serves only the process that made it: a
-/// child makes a fresh one and leaves the inherited one (and what it holds) unused. The
-/// child learns it is one from the fork handler, or, where a fork skipped the handlers (a
-/// raw `clone`, or a fork while the first open registers them), from the registry's
-/// process id (which a reused id could fool).
+///
+/// One per process: a child of `fork` inherits its parent's map as it was at the fork,
+/// locked if a parent thread was opening a shard then, with no thread to unlock it (a
+/// PyTorch `DataLoader` forking its workers while another thread opens a dataset left
+/// workers hung at their first open), so a child makes a fresh one and leaves the
+/// inherited one (and what it holds) unused.
 fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
-    // Not a `Once`, for the same reason: a fork while another thread runs one leaves it
-    // running for good in the child, which then waits for it at its first open.
-    static AT_FORK: AtomicBool = AtomicBool::new(false);
-    if !AT_FORK.swap(true, Ordering::Relaxed) {
-        // SAFETY: registers a child handler that only stores to an atomic, which is
-        // async-signal-safe, as a handler run in the child of a threaded fork must be.
-        unsafe { libc::pthread_atfork(None, None, Some(forget_registry)) };
-        #[cfg(test)]
-        tests::while_registering();
-    }
-    let pid = std::process::id();
-    let mut current = REG.load(Ordering::Acquire);
-    loop {
-        // SAFETY: a registry, once published, is never freed (leaked below), so the
-        // pointer stays valid for the process's life.
-        if let Some(reg) = unsafe { current.as_ref() } {
-            if reg.pid == pid {
-                return &reg.open;
-            }
-        }
-        let fresh = Box::into_raw(Box::new(Registry {
-            pid,
-            open: Mutex::new(HashMap::new()),
-        }));
-        match REG.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            // SAFETY: just published, and never freed.
-            Ok(_) => return unsafe { &(*fresh).open },
-            Err(now) => {
-                // SAFETY: `fresh` was never published; this thread still owns it.
-                drop(unsafe { Box::from_raw(fresh) });
-                current = now;
-            }
-        }
-    }
+    static REGISTRY: PerProcess<Mutex<HashMap<PathBuf, Weak<OpenShard>>>> = PerProcess::new();
+    REGISTRY.get_or_init(Mutex::default)
 }
 
 /// Opens (or reuses) the shard at `path`, which the manifest says holds `records` records
@@ -312,64 +265,5 @@ mod tests {
         // Other errors are passed on as they are.
         let e = map_error(path, 4096, std::io::Error::from_raw_os_error(libc::EACCES));
         assert!(!e.to_string().contains("mapped"), "{e}");
-    }
-    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-    use std::time::Duration;
-
-    use super::registry;
-
-    /// Set by the child test below: another thread forks while this one registers the
-    /// fork handler, at the first open.
-    static ARMED: AtomicBool = AtomicBool::new(false);
-    /// The process that fork made.
-    static FORKED: AtomicI32 = AtomicI32::new(0);
-
-    /// Called by the first open, once the fork handler is registered.
-    pub(super) fn while_registering() {
-        if !ARMED.swap(false, Ordering::Relaxed) {
-            return;
-        }
-        let forker = std::thread::spawn(|| {
-            // SAFETY: the child looks up the registry and leaves with _exit; what it
-            // inherits from the first open, midway, is what is tested.
-            let pid = unsafe { libc::fork() };
-            if pid == 0 {
-                let _ = registry();
-                // SAFETY: _exit ends the child without running the parent's exit code.
-                unsafe { libc::_exit(0) };
-            }
-            pid
-        });
-        FORKED.store(forker.join().unwrap(), Ordering::Relaxed);
-    }
-
-    /// The child process's side of the test below: a no-op when run as a plain test.
-    #[test]
-    fn child() {
-        if std::env::var("STOKER_SHARD_CHILD").is_err() {
-            return;
-        }
-        ARMED.store(true, Ordering::Relaxed);
-        let _ = registry();
-        let pid = FORKED.load(Ordering::Relaxed);
-        assert!(pid > 0, "no fork");
-        match stoker_testdata::child::wait_forked(pid, Duration::from_secs(5)) {
-            Some(status) => println!("child exited {status}"),
-            None => println!("child hung"),
-        }
-    }
-
-    /// The first open registered the fork handler in a `Once`: a child forked meanwhile
-    /// found it still running, with no thread to finish it, and waited for it for ever at
-    /// its own first open (in about 1 of 30 runs of tests/fork_open.rs).
-    #[test]
-    fn a_child_forked_while_the_first_open_registers_the_fork_handler_opens_too() {
-        let (status, printed) = stoker_testdata::child::run_test(
-            "shard::tests::child",
-            ("STOKER_SHARD_CHILD", "fork while registering"),
-            Duration::from_secs(60),
-        );
-        assert!(status.success(), "{status:?}: {printed}");
-        assert!(printed.contains("child exited 0\n"), "{printed}");
     }
 }

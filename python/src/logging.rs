@@ -66,13 +66,14 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::exceptions::PyKeyboardInterrupt;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use stoker_decode::PerProcess;
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::span;
@@ -106,10 +107,6 @@ static LEVELS: [AtomicU8; 4] = [const { AtomicU8::new(2) }; 4];
 /// When the levels were last read, in ms of [`elapsed_ms`]: `next` reads them at most
 /// once a second.
 static LAST_REFRESH_MS: AtomicU64 = AtomicU64::new(0);
-
-/// The queue of the process (see [`queue`]): null until the first event, else a pointer
-/// from `Box::leak`, never freed.
-static QUEUE: AtomicPtr<Queue> = AtomicPtr::new(std::ptr::null_mut());
 
 thread_local! {
     /// While [`holding`] runs on this thread: its events, held back from the queue.
@@ -495,9 +492,8 @@ impl Visit for Text {
 }
 
 /// The events waiting for delivery, of one process.
+#[derive(Default)]
 struct Queue {
-    /// The process it belongs to (see [`queue`]).
-    pid: u32,
     /// In the order emitted; at most [`CAPACITY`].
     records: Mutex<VecDeque<Record>>,
     /// `records.len()`, read without the lock: a delivery with nothing to deliver (every
@@ -535,32 +531,8 @@ impl Queue {
 /// This process's queue. A forked child gets a new one: the parent's lock may be held,
 /// for good, by a thread that was not forked, and its events are the parent's.
 fn queue() -> &'static Queue {
-    let pid = std::process::id();
-    loop {
-        let current = QUEUE.load(Ordering::Acquire);
-        // SAFETY: `QUEUE` holds null or a pointer from `Box::leak` below, which is never
-        // freed, so a non-null one points to a live `Queue` for the rest of the process.
-        if let Some(q) = unsafe { current.as_ref() } {
-            if q.pid == pid {
-                return q;
-            }
-        }
-        let fresh: &'static Queue = Box::leak(Box::new(Queue {
-            pid,
-            records: Mutex::new(VecDeque::new()),
-            pending: AtomicUsize::new(0),
-            dropped: AtomicU64::new(0),
-        }));
-        let ptr = fresh as *const Queue as *mut Queue;
-        if QUEUE
-            .compare_exchange(current, ptr, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            return fresh;
-        }
-        // Another thread put its queue in first (once per process): that one is used,
-        // this one leaks.
-    }
+    static QUEUE: PerProcess<Queue> = PerProcess::new();
+    QUEUE.get_or_init(Queue::default)
 }
 
 /// Milliseconds since the first call: a clock for [`Call::often`].
