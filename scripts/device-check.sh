@@ -18,7 +18,8 @@
 # one call (run 8: 320 s for decode, mixed data and the raw window; the rows with
 # nvJPEG's memory from stoker's caches (`*_cached`, decode/tests/gpu_memory.rs), the
 # legacy-stream `beside_*` rows and the low-priority fed peer add about 150 s, most of it
-# in part 50; part 60, the blocking waits, about 60 s):
+# in part 50, and part 55's three runs of the locked part (`*_part`, `raw_staged`) perhaps
+# 60 s; part 60, the blocking waits, about 60 s):
 #   PARTS="[15]*" PART_TIMEOUT=300 DECODE_SECONDS=2 BENCH_SECONDS=2 bash scripts/device-check.sh
 # then, at once while the machine is warm (not yet run on this code: the loader's GPU
 # tests and runs, the Python package's GPU rows with a real ResNet-50 fed on mixed data):

@@ -396,8 +396,12 @@ impl LoaderBuilder {
     /// unlocks each run's once its copies are done. That needs an order that stays
     /// in a few shards at a time ([`crate::Shuffle::Sequential`], or
     /// [`crate::Shuffle::Quasi`] with blocks of about a shard or less); an epoch
-    /// whose batches each read more than a window holds (a whole-dataset shuffle)
-    /// is staged, and says so in the log.
+    /// whose batches each read more than a window holds is staged, and says so in
+    /// the log. A whole-dataset shuffle ([`crate::Shuffle::Global`]), whose every
+    /// batch reads most shards, locks a part instead: as many shards as fit in what
+    /// is left of the limit, at build and for good; the other shards' records are
+    /// staged (the diagnostic environment variable `STOKER_RAW_OVER_LIMIT=window`
+    /// or `part`, read at build, forces either).
     ///
     /// Records the map cannot give (the driver refused a registration, a
     /// replacement for a bad record outside the window, images larger than a
@@ -434,7 +438,8 @@ impl LoaderBuilder {
     /// the machine's memory). A loader locks only what keeps the process's total
     /// within its own limit: a dataset that fits in what the process's other
     /// loaders leave is locked whole; a larger one as a moving window of half of
-    /// what is left, two windows at a time ([`LoaderBuilder::zero_copy_h2d`]); with
+    /// what is left, two windows at a time, or, shuffled whole, as a part of its
+    /// shards locked for good ([`LoaderBuilder::zero_copy_h2d`]); with
     /// nothing left its records are staged in pinned memory. The log says which,
     /// naming the bytes the other loaders hold. Shards another loader over the
     /// same files has locked are shared and count once (a [`Dataset`] opened again

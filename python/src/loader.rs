@@ -70,7 +70,8 @@ use crate::stats::Stats;
 /// ``page_lock_limit``, the most bytes of raw datasets this process keeps page-locked
 /// for direct copies, all its loaders together (default half the memory; a dataset
 /// larger than what the others leave moves a window of shards through the rest, with
-/// ``shuffle="quasi"`` or ``False``); ``gpu_waits``, how host threads wait for
+/// ``shuffle="quasi"`` or ``False``, or keeps as many shards locked as fit, shuffled
+/// whole); ``gpu_waits``, how host threads wait for
 /// the GPU: ``"spin"``, ``"block"`` (the core serves the reader threads meanwhile) or
 /// ``"auto"`` (spin, which measured best); ``gpu_cpu_share``, the fraction of
 /// each batch's engine-decodable JPEGs decoded on the CPUs beside the JPEG engines.

@@ -7,6 +7,15 @@
 #   raw_seq_window  a 640 MiB page-lock limit: windows of 320 MiB (5 shards; a batch
 #                   reads at most 4) move over it, the next one locked while the
 #                   current one is read
+#   raw_seq_window_part  the same limit, STOKER_RAW_OVER_LIMIT=part: the 64 MiB shards
+#                   that fit in 640 MiB (about 10 of 18) locked for good at build, the others' records staged
+#                   (loader/src/gpu/lock_part.rs; which route a dataset over the limit
+#                   read in order should take is decided from these four rows)
+# and shuffled whole (no window holds a batch), the route a training epoch takes:
+#   raw_window_part  the 640 MiB limit: a part locked for good (the default for a
+#                   whole-dataset shuffle over the limit)
+#   raw_staged      every record staged: the same-run peer (the route such a dataset
+#                   took before the part)
 # Rows (examples/gpu_consumer): h2d_<kind>_gb_s / _wall_gb_s / _fed_gb_s beside
 # h2d_pinned_ceiling_gb_s (goal >= 0.95x), pinned_<kind>_mib (no pixel staging: the
 # ring's kernel parameters only), fed_<kind>_*; from the loader's per-epoch summary
@@ -22,18 +31,23 @@ status=0
 # Third: the same dataset staged through pinned memory (`--staged`, what a page-lock limit
 # of 0 gives), the same-run peer of the window: which of the two routes a dataset over
 # the limit should take is decided from these two rows.
-for limit in none 640 staged; do
-  extra=() log="$OUT/gpu-consumer-raw-seq.log"
+for limit in none 640 staged 640part global640 globalstaged; do
+  extra=(--sequential) log="$OUT/gpu-consumer-raw-seq.log" route=""
   case "$limit" in
-    640) extra=(--page-lock-limit-mib "$limit") log="$OUT/gpu-consumer-raw-seq-window.log" ;;
-    staged) extra=(--staged) log="$OUT/gpu-consumer-raw-seq-staged.log" ;;
+    640) extra+=(--page-lock-limit-mib 640) log="$OUT/gpu-consumer-raw-seq-window.log" ;;
+    staged) extra+=(--staged) log="$OUT/gpu-consumer-raw-seq-staged.log" ;;
+    640part)
+      extra+=(--page-lock-limit-mib 640 --tag _part) route=part
+      log="$OUT/gpu-consumer-raw-seq-part.log" ;;
+    global640) extra=(--page-lock-limit-mib 640 --tag _part) log="$OUT/gpu-consumer-raw-part.log" ;;
+    globalstaged) extra=(--staged) log="$OUT/gpu-consumer-raw-staged.log" ;;
   esac
-  RUST_LOG=stoker_loader=info timeout 90 "$BIN/gpu_consumer" --jpeg-dir "$DATA/bench" --raw \
-    --repeat 4 --shard-mib 64 --sequential --epochs 4 --batch-size 256 --size 224 \
-    "${extra[@]}" --tsv "$T" >"$log" 2>&1
+  STOKER_RAW_OVER_LIMIT="$route" RUST_LOG=stoker_loader=info timeout 90 "$BIN/gpu_consumer" \
+    --jpeg-dir "$DATA/bench" --raw --repeat 4 --shard-mib 64 --epochs 4 --batch-size 256 \
+    --size 224 "${extra[@]}" --tsv "$T" >"$log" 2>&1
   rc=$?
   tail -n 25 "$log"
-  row "gpu_consumer_raw_seq_limit_$limit" "$rc" exit "examples/gpu_consumer --raw --sequential --shard-mib 64 ${extra[*]}"
+  row "gpu_consumer_raw_limit_$limit" "$rc" exit "examples/gpu_consumer --raw --shard-mib 64 ${extra[*]}${route:+ (STOKER_RAW_OVER_LIMIT=$route)}"
   [ "$rc" -eq 0 ] || status=1
 done
 # The windowed run's per-epoch summaries (tracing key=value): the figures of the last

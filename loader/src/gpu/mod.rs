@@ -95,6 +95,7 @@ pub mod handoff;
 mod jpeg_batch;
 pub mod kernel;
 mod lock_ledger;
+mod lock_part;
 pub mod nvml;
 mod producer;
 mod raw_batch;

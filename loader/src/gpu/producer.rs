@@ -116,7 +116,7 @@ fn produce_batches<'r>(
         let direct = shared
             .direct
             .as_ref()
-            .and_then(DirectMaps::whole)
+            .and_then(DirectMaps::fixed)
             .or(window.as_deref());
         let built = catch_unwind(AssertUnwindSafe(|| match &shared.nvjpeg {
             Some(decoder) => {

@@ -242,7 +242,7 @@ impl<'a> HostStaging<'a> {
                 key: DrawKey::default(),
             },
             size: shared.size,
-            direct: shared.direct.as_ref().and_then(DirectMaps::whole),
+            direct: shared.direct.as_ref().and_then(DirectMaps::fixed),
             streaming_stores: shared.streaming_stores,
         }
     }

@@ -76,16 +76,24 @@ fn lock_table() -> std::sync::MutexGuard<'static, Ranges<'static>> {
 /// all: what [`super::lock_ledger::route`] decides from.
 pub(crate) fn locked_now(dataset: &Dataset) -> (u64, u64) {
     let table = lock_table();
-    let shards = dataset.manifest().shards.iter().enumerate();
+    let shards = dataset.manifest().shards.iter();
     let shared = shards
-        .filter(|(i, _)| {
-            dataset
-                .shard_bytes(*i)
-                .is_some_and(|b| !b.is_empty() && table.contains(b.as_ptr() as usize))
-        })
-        .map(|(_, entry)| entry.bytes)
+        .zip(locked_in(&table, dataset))
+        .filter(|(_, locked)| *locked)
+        .map(|(entry, _)| entry.bytes)
         .sum();
     (shared, LEDGER.held())
+}
+
+/// For each shard of `dataset`, whether `table` holds its map.
+fn locked_in(table: &Ranges<'_>, dataset: &Dataset) -> Vec<bool> {
+    (0..dataset.manifest().shards.len())
+        .map(|i| {
+            dataset
+                .shard_bytes(i)
+                .is_some_and(|b| !b.is_empty() && table.contains(b.as_ptr() as usize))
+        })
+        .collect()
 }
 
 /// A shard's mapping as registered: whole pages from `start`, `len` bytes, and
@@ -302,6 +310,14 @@ impl Drop for RegisteredMaps {
 pub(crate) enum DirectMaps {
     /// The whole dataset, page-locked at build.
     Whole(RegisteredMaps),
+    /// Some of its shards (`lock_part`), page-locked at build; the records of the
+    /// others are staged.
+    Part {
+        maps: RegisteredMaps,
+        /// Shards locked, of `of`.
+        shards: usize,
+        of: usize,
+    },
     /// A moving window of shards, locked per epoch ahead of the producer.
     Windowed(Locker<CudaRegistrar>),
 }
@@ -310,20 +326,32 @@ impl std::fmt::Debug for DirectMaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DirectMaps::Whole(maps) => f.debug_tuple("Whole").field(maps).finish(),
+            DirectMaps::Part { maps, shards, of } => f
+                .debug_struct("Part")
+                .field("maps", maps)
+                .field("shards", shards)
+                .field("of", of)
+                .finish(),
             DirectMaps::Windowed(locker) => f.debug_tuple("Windowed").field(locker).finish(),
         }
     }
 }
 
 impl DirectMaps {
-    /// The whole dataset's maps, when it is locked whole (a window's maps are
-    /// the batch's own, taken by the producer).
-    pub(crate) fn whole(&self) -> Option<&RegisteredMaps> {
+    /// The maps locked at build, whole or a part (a window's maps are the
+    /// batch's own, taken by the producer).
+    pub(crate) fn fixed(&self) -> Option<&RegisteredMaps> {
         match self {
-            DirectMaps::Whole(maps) => Some(maps),
+            DirectMaps::Whole(maps) | DirectMaps::Part { maps, .. } => Some(maps),
             DirectMaps::Windowed(_) => None,
         }
     }
+}
+
+/// For each shard of `dataset`, whether its map is page-locked in this process
+/// already (by other loaders over the same shard maps).
+pub(crate) fn locked_shards(dataset: &Dataset) -> Vec<bool> {
+    locked_in(&lock_table(), dataset)
 }
 
 /// Bytes of every shard of `dataset` (what locking it whole pins).

@@ -15,6 +15,7 @@ use super::batch_copy;
 use super::device::{stream_priority, visible_devices};
 use super::kernel::KernelDtype;
 use super::lock_ledger::{self, Route};
+use super::lock_part::{self, OverLimit, OVER_LIMIT_VAR};
 use super::registered::{self, CudaRegistrar, DirectMaps, RegisteredMaps};
 use super::staging::{Slot, SlotSizes};
 use super::window_locker::{self, Locker};
@@ -238,8 +239,11 @@ pub(super) fn slot_sizes(
         },
         out_bytes: batch * 3 * size as usize * size as usize * dtype.size(),
         // Raw records from the page-locked map need no staging: it is allocated
-        // only by a slot that meets a record the map cannot give.
-        lazy_pixels: !nvjpeg && direct.is_some(),
+        // only by a slot that meets a record the map cannot give. With a part of
+        // the map locked, most batches have such records: staged in place, not
+        // spilled and copied again.
+        lazy_pixels: !nvjpeg
+            && matches!(direct, Some(DirectMaps::Whole(_) | DirectMaps::Windowed(_))),
     }
 }
 
@@ -345,9 +349,10 @@ pub(super) fn reader_pool(workers: usize) -> Result<rayon::ThreadPool, LoaderErr
 
 /// Raw records: the dataset's map, page-locked, when allowed and possible, so
 /// that records are copied to the device straight from it: whole when it fits
-/// what the process's other loaders leave of the page-lock limit, else as a
-/// moving window of half of what is left (`window_locker`); the choice is
-/// [`lock_ledger::route`]'s.
+/// what the process's other loaders leave of the page-lock limit (the choice is
+/// [`lock_ledger::route`]'s), else, for an order with locality, as a moving
+/// window of half of what is left (`window_locker`), and for a whole-dataset
+/// shuffle as a part of its shards locked for good (`lock_part`).
 pub(super) fn register_direct(
     ctx: &Arc<CudaContext>,
     copy: &Arc<CudaStream>,
@@ -377,6 +382,14 @@ pub(super) fn register_direct(
                 "raw records: staged through pinned memory (a page-lock limit of {limit} bytes for the process, {others} bytes of which its other loaders hold page-locked)"
             );
             None
+        }
+        Route::Window { .. }
+            if OverLimit::choose(
+                &config.shuffle,
+                std::env::var(OVER_LIMIT_VAR).ok().as_deref(),
+            ) == OverLimit::Part =>
+        {
+            register_part(ctx, config, limit, limit.saturating_sub(others))
         }
         Route::Window { window } => {
             let registrar = CudaRegistrar {
@@ -412,6 +425,48 @@ fn register_whole(ctx: &Arc<CudaContext>, config: &LoaderConfig, limit: u64) -> 
                 "raw records: dataset map page-locked, records go to the device from it"
             );
             Some(DirectMaps::Whole(maps))
+        }
+        Err(reason) => {
+            tracing::info!("raw records: staged through pinned memory ({reason})");
+            None
+        }
+    }
+}
+
+/// Page-locks as many shards of the dataset as fit in `left` bytes (of the process's
+/// `limit`) at build, for good (`lock_part`); the others' records are staged. `None`
+/// (all staged) when no shard fits or the driver refuses.
+fn register_part(
+    ctx: &Arc<CudaContext>,
+    config: &LoaderConfig,
+    limit: u64,
+    left: u64,
+) -> Option<DirectMaps> {
+    let started = std::time::Instant::now();
+    let entries = &config.dataset.manifest().shards;
+    let bytes: Vec<u64> = entries.iter().map(|s| s.bytes).collect();
+    let shards = lock_part::part_shards(&bytes, &registered::locked_shards(&config.dataset), left);
+    if shards.is_empty() {
+        tracing::info!(
+            "raw records: staged through pinned memory (no shard fits in the {left} bytes left of the page-lock limit)"
+        );
+        return None;
+    }
+    match RegisteredMaps::register_shards(ctx, &config.dataset, &shards, limit) {
+        Ok(maps) => {
+            tracing::info!(
+                shards = shards.len(),
+                of = entries.len(),
+                mib = maps.bytes() >> 20,
+                dataset_mib = registered::total_bytes(&config.dataset) >> 20,
+                ms = started.elapsed().as_millis() as u64,
+                "raw records: the dataset is over the page-lock limit and shuffled whole; a part of its shards is page-locked for good, the others' records are staged"
+            );
+            Some(DirectMaps::Part {
+                maps,
+                shards: shards.len(),
+                of: entries.len(),
+            })
         }
         Err(reason) => {
             tracing::info!("raw records: staged through pinned memory ({reason})");
@@ -478,6 +533,11 @@ pub(super) fn describe(
         None => match direct {
             Some(DirectMaps::Whole(maps)) => format!(
                 "cuda:{ordinal}, raw records: zero-copy H2D from the page-locked dataset map ({} MiB, {}), {workers} reader threads",
+                maps.bytes() >> 20,
+                if batched { "one batched copy per batch" } else { "one copy per record" }
+            ),
+            Some(DirectMaps::Part { maps, shards, of }) => format!(
+                "cuda:{ordinal}, raw records: zero-copy H2D from the page-locked map of {shards} of {of} shards ({} MiB, {}), the others' records through pinned staging, {workers} reader threads",
                 maps.bytes() >> 20,
                 if batched { "one batched copy per batch" } else { "one copy per record" }
             ),
