@@ -359,9 +359,9 @@ impl SampleWriter {
     /// Adds a sample: `image` is an encoded image (JPEG, PNG, ...), `label` its class, and
     /// `name` where it came from (empty: `sample N`, `N` counting the samples from 0): what
     /// reports call it if it is skipped, and its record's name in the source map
-    /// ([`crate::Dataset::source_of`]). The sample is transcoded later, with others, so a sample that
-    /// cannot be converted is skipped (or, with `strict`, stops the writer) at a later
-    /// call or at [`SampleWriter::finish`].
+    /// ([`crate::Dataset::source_of`]). The sample is transcoded later, with others, so a
+    /// sample that cannot be converted is skipped (or, with `strict`, stops the writer) at
+    /// a later call or at [`SampleWriter::finish`].
     ///
     /// # Errors
     ///
@@ -528,7 +528,10 @@ impl SampleWriter {
             if writer.next_index() > before {
                 use std::os::unix::ffi::OsStrExt;
                 let spool = self.spool.as_mut().expect("a usable writer has its spool");
-                spool.push(name.as_os_str().as_bytes())?;
+                // A full disk is said as for a shard: what was written, what is left.
+                spool
+                    .push(name.as_os_str().as_bytes())
+                    .map_err(|e| writer.space_error(e))?;
             }
             if let Some(n) = label.and_then(|l| self.per_label.get_mut(l)) {
                 *n += 1;
@@ -600,7 +603,8 @@ impl SampleWriter {
                 ),
             });
         }
-        writer.set_sources(spool.finish(&self.options.out)?);
+        let sources = spool.finish(&self.options.out);
+        writer.set_sources(sources.map_err(|e| writer.space_error(e))?);
         let audit = self.totals.audit.clone();
         let manifest = writer.finish_with_audit(classes, provenance, Some(audit))?;
         self.finished = true;
