@@ -4,18 +4,23 @@
 # read is inside the repository (testdata/, examples/data/); nothing beside it is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase's end, in seconds since the start (CI's time, phase by phase).
+lap() { echo "test.sh: $1 done at ${SECONDS}s" >&2; }
 # Into the scripts' virtual environment; the tests that run Python take it from
 # STOKER_PYTHON (not PATH: pyo3's build script reruns whenever PATH changes).
 py=$(scripts/python-venv.sh lmdb)
 STOKER_PYTHON="$py" cargo test --workspace
+lap "Rust tests"
 # The Python package (python/): builds it into a virtual environment under target/ and
 # runs pytest over tests/python (numpy, pytest and maturin come from PyPI).
 scripts/python-test.sh
+lap "Python tests"
 # Our zune-jpeg fork against zune-jpeg as published, on every JPEG of testdata/ and mutants
 # of each. Fails on any difference in pixels or errors (decode/vendor/zune-jpeg/STOKER-PATCH.md).
 # 8 mutants per baseline file and 40 per progressive one (about 4,300 cases, as many as
 # the old corpus with the bench set gave at 4 and 20).
 cargo run --quiet --release -p zune-patch-check -- testdata 8 40
+lap "zune-jpeg fork check"
 # The device check's Python helpers: the `nvidia-smi dmon` parser, the pace verdict and the
 # peer-row writer (no GPU needed).
 python3 scripts/device-check.d/dmon_jpg_test.py
