@@ -15,31 +15,9 @@ use stoker_formats::{
 };
 
 use common::records;
+use stoker_testdata::image_folder_listing as listing;
 
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
-
-/// Class names and files of an ImageFolder tree (class folders of files, no deeper) in
-/// the order `convert` lists them: classes sorted, files sorted within each.
-fn listing(root: &Path) -> (Vec<String>, Vec<(PathBuf, u32)>) {
-    let sorted = |d: &Path| {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        v.sort();
-        v
-    };
-    let dirs: Vec<PathBuf> = sorted(root).into_iter().filter(|p| p.is_dir()).collect();
-    let names = dirs
-        .iter()
-        .map(|d| d.file_name().unwrap().to_str().unwrap().to_string())
-        .collect();
-    let mut files = Vec::new();
-    for (label, d) in dirs.iter().enumerate() {
-        files.extend(sorted(d).into_iter().map(|f| (f, label as u32)));
-    }
-    (names, files)
-}
 
 /// Small shards (several per dataset) and two threads, as `convert` is given them.
 fn sample_options() -> SampleOptions {

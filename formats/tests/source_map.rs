@@ -552,33 +552,12 @@ fn verify_names_the_inputs_of_bad_and_lost_records() {
     );
 }
 
-/// The photos under `root` (class folders), in path order, with each one's class index.
-fn photo_files(root: &Path) -> (Vec<String>, Vec<(PathBuf, u32)>) {
-    let mut classes: Vec<String> = std::fs::read_dir(root)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_type().unwrap().is_dir())
-        .map(|e| e.file_name().into_string().unwrap())
-        .collect();
-    classes.sort();
-    let mut files = Vec::new();
-    for (label, class) in classes.iter().enumerate() {
-        let mut in_class: Vec<PathBuf> = std::fs::read_dir(root.join(class))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .collect();
-        in_class.sort();
-        files.extend(in_class.into_iter().map(|f| (f, label as u32)));
-    }
-    (classes, files)
-}
-
 /// Samples handed to a writer are named in its map by the names given with them (by
 /// their position when none was given); skipped samples take no place, so record `i`'s
 /// name is the sample it holds, across chunks written on the pool.
 #[test]
 fn a_sample_writers_records_are_named_by_their_samples() {
-    let (classes, files) = photo_files(&photos());
+    let (classes, files) = stoker_testdata::image_folder_listing(&photos());
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("ds");
     let mut o = stoker_formats::SampleOptions::new("test samples");

@@ -18,7 +18,8 @@
 //! - [`fake_driver`]: a stand-in `libcuda.so` for machines where the driver loads and no
 //!   GPU can be used (no device, the toolkit's stub, a busy GPU).
 //! - [`child::run_test`]: a test run again in a child process; [`copy_tree`],
-//!   [`names_in`] and [`files_in`]: small file-tree helpers of the tests.
+//!   [`names_in`], [`files_in`] and [`image_folder_listing`]: small file-tree helpers of
+//!   the tests.
 //!
 //! `STOKER_DATA` and `STOKER_BENCH_DIR` override the two folders (the GPU machine gets a
 //! copy of both, see `scripts/device-prepare.sh`).
@@ -70,6 +71,33 @@ pub fn names_in(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// An image folder's classes (its sub-folders, sorted) and files (each class's, sorted,
+/// with the class's position as label): the order `convert` lists an ImageFolder in.
+///
+/// # Panics
+///
+/// When a folder cannot be read.
+pub fn image_folder_listing(root: &Path) -> (Vec<String>, Vec<(PathBuf, u32)>) {
+    let sorted = |d: &Path| {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(d)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", d.display()))
+            .map(|e| e.unwrap().path())
+            .collect();
+        v.sort();
+        v
+    };
+    let dirs: Vec<PathBuf> = sorted(root).into_iter().filter(|p| p.is_dir()).collect();
+    let names = dirs
+        .iter()
+        .map(|d| d.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    let mut files = Vec::new();
+    for (label, d) in dirs.iter().enumerate() {
+        files.extend(sorted(d).into_iter().map(|f| (f, label as u32)));
+    }
+    (names, files)
 }
 
 /// Copies a tree of folders of files (an image folder: one level of class folders) from
