@@ -2,7 +2,7 @@
 //! machines where `libcuda.so` loads but no GPU can be used: a container with the
 //! driver's libraries and no device, the CUDA toolkit's stub library on the library path,
 //! a GPU another process holds in exclusive mode. The tests run a child process with
-//! [`env`] in its environment; the child's `dlopen("libcuda.so")` then finds this one.
+//! [`env()`] in its environment; the child's `dlopen("libcuda.so")` then finds this one.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -46,7 +46,7 @@ impl Driver {
         Driver::ALL.into_iter().find(|d| d.name() == name)
     }
 
-    /// The mode this process runs under, when it is a child started with [`env`].
+    /// The mode this process runs under, when it is a child started with [`env()`].
     pub fn current() -> Option<Driver> {
         std::env::var(MODE_VAR)
             .ok()
