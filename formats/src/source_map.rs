@@ -407,7 +407,7 @@ pub(crate) fn merged(
     for (dir, m) in parts {
         let Some(entry) = &m.sources else {
             tracing::warn!(
-                "{}: no source map (written from samples, or finished by a stoker before source maps), so the merged dataset has none",
+                "{}: no source map (finished by a stoker before source maps), so the merged dataset has none",
                 dir.display()
             );
             return Ok(None);

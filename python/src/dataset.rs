@@ -485,8 +485,8 @@ impl Dataset {
 
     /// The input record ``index`` came from (negative counts from the end), relative to
     /// the folder converted: ``class/file.jpg``, a list file's row, ``SHARD.tar:MEMBER``;
-    /// ``None`` when the dataset has no source map (made before maps were written, or
-    /// by ``stoker.Writer``). Raises ``IndexError`` out of range and
+    /// ``stoker.Writer``'s ``name`` of the sample; ``None`` when the dataset has no source
+    /// map (made by a stoker before maps were written). Raises ``IndexError`` out of range and
     /// ``stoker.StokerError`` when the map is damaged.
     fn source_of(
         &self,
@@ -496,6 +496,30 @@ impl Dataset {
         let _logs = Call::new(py);
         let i = self.position(index)?;
         py.detach(|| self.inner.source_of(i)).map_err(format_error)
+    }
+
+    /// Record ``index`` (negative counts from the end) as ``stoker inspect DATASET
+    /// --record N --json`` reports it, a dict: ``index``, ``shard``, ``source`` (as
+    /// ``source_of`` gives it, as text), ``record`` (``label``, ``class``, ``encoding``,
+    /// ``width``, ``height``, ``channels``, ``payload_bytes``, ``crc_ok``; ``None`` when
+    /// the record cannot be read) and ``problem`` (why not, or a payload that fails its
+    /// CRC; ``None`` for a sound record). A raw record's bytes (``ds[i][0]``) are its
+    /// pixels, ``(height, width, channels)`` in row order. Raises ``IndexError`` out of
+    /// range and ``stoker.StokerError`` when the source map or a shard is damaged.
+    fn inspect_record<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = args::index)] index: isize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _logs = Call::new(py);
+        let i = self.position(index)?;
+        crate::signals::guard_shard_reads();
+        let report = py
+            .detach(|| stoker_formats::inspect_record(&self.inner, i))
+            .map_err(format_error)?;
+        let json = serde_json::to_string(&report)
+            .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
+        json_to_py(py, &json)
     }
 
     /// Class names; label ``i`` is ``classes[i]``.

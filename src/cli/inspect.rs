@@ -157,7 +157,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )?,
         None => writeln!(
             out,
-            "source map: none (made before source maps, or written from samples)"
+            "source map: none (made by a stoker before source maps, or written record by record with DatasetWriter)"
         )?,
     }
     Ok(ExitCode::SUCCESS)
@@ -179,7 +179,7 @@ fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow:
         Some(source) => writeln!(out, "source: {source}")?,
         None => writeln!(
             out,
-            "source: unknown (no source map: the dataset was made by a stoker before source maps, or written from samples)"
+            "source: unknown (no source map: the dataset was made by a stoker before source maps, or written record by record with DatasetWriter)"
         )?,
     }
     if let Some(f) = &r.record {

@@ -41,6 +41,43 @@ def test_each_record_names_the_input_it_came_from(sample_dataset, tmp_path):
     assert [written[i][0] for i in range(3)] == [ds[i][0] for i in range(3)]
 
 
+def test_inspect_record_is_the_clis_report_and_sizes_a_raw_record(
+        sample_dataset, tmp_path, stoker_cli):
+    ds = stoker.Dataset(sample_dataset)
+    for i in (0, 6, -1):
+        cli = subprocess.run(
+            [str(stoker_cli), "inspect", str(sample_dataset), "--record", str(i % len(ds)),
+             "--json"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        report = ds.inspect_record(i)
+        assert report == json.loads(cli)
+        assert report["source"] == str(ds.source_of(i)) and report["problem"] is None
+    with pytest.raises(IndexError):
+        ds.inspect_record(len(ds))
+
+    # A raw record's bytes are its pixels, of the size reported.
+    stoker.convert(SAMPLE, tmp_path / "raw", encoding="raw", size=(64, 48), progress=False)
+    raw = stoker.Dataset(tmp_path / "raw")
+    for i in range(len(raw)):
+        r = raw.inspect_record(i)["record"]
+        assert (r["encoding"], r["height"], r["width"], r["channels"]) == ("raw", 48, 64, 3)
+        assert len(raw[i][0]) == r["payload_bytes"] == 48 * 64 * 3
+
+    # A damaged record is reported, not raised: its source is what one wants of it.
+    copy = tmp_path / "damaged"
+    shutil.copytree(sample_dataset, copy)
+    shard = copy / ds.inspect_record(1)["shard"]
+    data = bytearray(shard.read_bytes())
+    at = data.find(ds[1][0][1000:1032])
+    assert at > 0
+    data[at] ^= 1
+    shard.write_bytes(bytes(data))
+    report = stoker.Dataset(copy).inspect_record(1)
+    assert report["record"]["crc_ok"] is False and "CRC" in report["problem"], report
+    assert report["source"] == str(ds.source_of(1))
+
+
 def test_convert_report_has_the_cli_json_keys(tmp_path, stoker_cli):
     report = stoker.convert(SAMPLE, tmp_path / "py", progress=False)
     cli = json.loads(
