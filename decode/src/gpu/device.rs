@@ -86,8 +86,10 @@ pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DecodeError> {
             reason: "the CUDA driver library (libcuda.so) is not present".into(),
         });
     }
+    // `device_count` initializes the driver first (`cuInit`), which is where a machine
+    // without a usable GPU usually fails: the stub library, no device.
     let count = CudaContext::device_count().map_err(|e| DecodeError::NoGpu {
-        reason: format!("cuDeviceGetCount failed: {e}"),
+        reason: format!("the CUDA driver failed to initialize or count its devices: {e}"),
     })?;
     if ordinal >= count.max(0) as usize {
         return Err(DecodeError::NoGpu {
