@@ -35,8 +35,9 @@ pub struct BadRecord {
     pub index: Option<u64>,
     /// What is wrong.
     pub problem: String,
-    /// The input the record was made from, as the dataset's source map names it (lossy
-    /// UTF-8): what to fetch or convert again. `None` without an index, or without a
+    /// The input the record was made from, as the dataset's source map names it (bytes
+    /// that are not UTF-8 written `\xNN`, as `inspect --record` writes them): what to
+    /// fetch or convert again. `None` without an index, or without a
     /// sound source map.
     pub source: Option<String>,
 }
@@ -56,7 +57,8 @@ pub struct LostRecords {
     /// Why, in words.
     pub reason: String,
     /// The inputs the first and the last record of the range were made from, as the
-    /// dataset's source map names them (lossy UTF-8); `None` without a sound source map.
+    /// dataset's source map names them (as [`BadRecord::source`]); `None` without a
+    /// sound source map.
     pub sources: Option<(String, String)>,
 }
 
@@ -214,7 +216,11 @@ fn name_sources(root: &Path, m: &Manifest, r: &mut VerifyReport) {
         }
     };
     // Checked whole above, so a lookup fails only on an I/O error: then no name.
-    let name = |i: u64| map.get(i).ok().map(|p| p.to_string_lossy().into_owned());
+    let name = |i: u64| {
+        map.get(i)
+            .ok()
+            .map(|p| crate::convert::lossless_text(p.as_os_str()))
+    };
     for b in &mut r.bad {
         b.source = b.index.and_then(name);
     }

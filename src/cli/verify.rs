@@ -61,7 +61,7 @@ fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::R
     }
     for l in &r.lost {
         let from = match &l.sources {
-            Some((first, last)) if l.count == 1 => format!(", {first}"),
+            Some((first, _)) if l.count == 1 => format!(", {first}"),
             Some((first, last)) => format!(", {first} to {last}"),
             None => String::new(),
         };
