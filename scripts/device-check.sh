@@ -67,7 +67,12 @@ log="$OUT/device-check.log"
   date -u
   nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv || true
   python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)' || true
+  lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\))' || true
 } >>"$log" 2>&1
+# Whether the CPUs are hyperthreads: the offload threads ran at half their idle speed
+# under load (run 8), which two threads per core would explain.
+printf '%s\t%s\t%s\t%s\n' "cpu_threads_per_core" \
+  "$(lscpu 2>/dev/null | sed -n 's/^Thread(s) per core: *//p')" - "lscpu; $(nproc) CPUs" >>"$OUT/table.tsv"
 status=0
 for part in scripts/device-check.d/${PARTS:-*}.sh; do
   [ -f "$part" ] || continue
