@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::convert::lossless_text;
-use crate::{Dataset, Encoding, FormatError};
+use crate::{Dataset, DatasetReader, Encoding, FormatError};
 
 /// What [`inspect_record`] reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -70,12 +70,47 @@ pub struct RecordFields {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn inspect_record(ds: &Dataset, index: u64) -> Result<RecordReport, FormatError> {
+    let (source, shard) = located(ds, index)?;
+    Ok(read(ds, &ds.reader()?, index, source, shard))
+}
+
+/// [`inspect_record`] through `reader`, a reader of `ds` kept across calls (opening one
+/// checks every shard, which a caller inspecting record after record would pay each
+/// time): only the shard that holds the record is checked to be the one opened
+/// ([`Dataset::check_unchanged_at`]), as Python's `Dataset[i]` checks it.
+///
+/// # Errors
+///
+/// As [`inspect_record`].
+pub fn inspect_record_with(
+    ds: &Dataset,
+    reader: &DatasetReader,
+    index: u64,
+) -> Result<RecordReport, FormatError> {
+    let (source, shard) = located(ds, index)?;
+    ds.check_unchanged_at(index)?;
+    Ok(read(ds, reader, index, source, shard))
+}
+
+/// Record `index`'s source (from the source map) and the file of the shard that holds it.
+fn located(ds: &Dataset, index: u64) -> Result<(Option<String>, String), FormatError> {
     let source = ds.source_of(index)?.map(|p| lossless_text(p.as_os_str()));
     let shard = ds
         .shard_of(index)
         .map(|i| ds.manifest().shards[i].file.clone())
         .unwrap_or_default();
-    let reader = ds.reader()?;
+    Ok((source, shard))
+}
+
+/// The report of record `index`, read with `reader`: a record that cannot be read is
+/// reported, not an error.
+fn read(
+    ds: &Dataset,
+    reader: &DatasetReader,
+    index: u64,
+    source: Option<String>,
+    shard: String,
+) -> RecordReport {
     let read = reader.get(index).and_then(|r| {
         let crc = r.check_crc();
         reader.check_read(index)?;
@@ -96,11 +131,11 @@ pub fn inspect_record(ds: &Dataset, index: u64) -> Result<RecordReport, FormatEr
         Ok((fields, problem)) => (Some(fields), problem),
         Err(e) => (None, Some(e.to_string())),
     };
-    Ok(RecordReport {
+    RecordReport {
         index,
         shard,
         source,
         record,
         problem,
-    })
+    }
 }

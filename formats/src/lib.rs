@@ -93,7 +93,7 @@ pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;
 pub use input_file::{read_input_file, DEFAULT_MAX_FILE_SIZE};
 pub use inspect::{inspect, ClassCount, Distribution, InspectReport};
-pub use inspect_record::{inspect_record, RecordFields, RecordReport};
+pub use inspect_record::{inspect_record, inspect_record_with, RecordFields, RecordReport};
 pub use manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, SourcesEntry, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE, MAX_MANIFEST_BYTES, OLDEST_FORMAT_VERSION,

@@ -515,7 +515,7 @@ impl Dataset {
         let i = self.position(index)?;
         crate::signals::guard_shard_reads();
         let report = py
-            .detach(|| stoker_formats::inspect_record(&self.inner, i))
+            .detach(|| stoker_formats::inspect_record_with(&self.inner, &self.reader, i))
             .map_err(format_error)?;
         let json = serde_json::to_string(&report)
             .map_err(|e| crate::errors::StokerError::new_err(e.to_string()))?;
