@@ -8,6 +8,7 @@ use rayon::prelude::*;
 use zune_core::bytestream::{ZByteIoError, ZSeekFrom};
 
 use crate::color;
+use crate::progressive_scratch;
 use crate::threads::in_pool;
 use crate::{probe, ColorSpace, DecodeError, ImageInfo, Limits, Route, RouteCounters, RouteCounts};
 
@@ -488,8 +489,12 @@ fn zune_decode(
     }
     let px = info.pixels() as usize;
     let gray = info.color_space == ColorSpace::Gray;
-    dec.decode_into(if gray { &mut out[..px] } else { out })
-        .map_err(corrupt)?;
+    // The thread's coefficient buffers, lent for a progressive decode and taken back
+    // whatever its result.
+    dec.stoker_use_scratch(progressive_scratch::take());
+    let decoded = dec.decode_into(if gray { &mut out[..px] } else { out });
+    progressive_scratch::give(dec.stoker_take_scratch());
+    decoded.map_err(corrupt)?;
     // zune-jpeg recovers from bad data by filling the rest of the image (gray
     // for baseline, zero coefficients for progressive, or zero bits decoded
     // as coefficients once a scan's data runs out) and returning Ok; the

@@ -38,6 +38,7 @@ mod memory;
 pub mod nvjpeg;
 mod per_process;
 mod probe;
+mod progressive_scratch;
 mod ran_out;
 mod route;
 mod std_huffman;

@@ -171,6 +171,9 @@ pub struct JpegDecoder<T> {
     /// stoker patch: the first error this decode recovered from instead of
     /// returning it (see `stoker_recovery`).
     pub(crate) stoker_recovery: Option<StokerRecovery>,
+    /// stoker patch (change 14): the progressive decode's coefficient
+    /// buffers, lent by the caller (see `stoker_use_scratch`).
+    pub(crate) stoker_scratch: StokerScratch,
 }
 
 /// stoker patch: an error a non-strict decode recovered from instead of
@@ -186,6 +189,32 @@ pub struct StokerRecovery {
     /// following it (an invalid Huffman code, a missing table, an unknown
     /// marker) and dropped what followed.
     pub data_ran_out: bool
+}
+
+/// stoker patch (change 14): the buffers a progressive decode keeps its
+/// coefficients in, one per component for the whole image (about 2 bytes per
+/// sample), which a caller lends to one decode after another with
+/// [`JpegDecoder::stoker_use_scratch`] and takes back with
+/// [`JpegDecoder::stoker_take_scratch`]. Upstream allocates them zeroed for
+/// every image and frees them after; the allocator hands such sizes back to
+/// the system and the next image faults every page in again. Each decode
+/// clears what it uses, so what a buffer held before never shows.
+#[derive(Debug, Default)]
+pub struct StokerScratch {
+    /// The coefficients, as upstream's `block` in `decode_mcu_ycbcr_progressive`.
+    pub(crate) coeffs:  [Vec<i16>; MAX_COMPONENTS],
+    /// Change 10's nonzero masks, one `u64` per 8×8 block.
+    pub(crate) nonzero: [Vec<u64>; MAX_COMPONENTS]
+}
+
+impl StokerScratch {
+    /// Bytes the buffers hold allocated (their capacity, not what the last
+    /// decode used), so that a caller can bound what it keeps.
+    pub fn capacity_bytes(&self) -> usize {
+        let coeffs: usize = self.coeffs.iter().map(Vec::capacity).sum();
+        let masks: usize = self.nonzero.iter().map(Vec::capacity).sum();
+        coeffs * core::mem::size_of::<i16>() + masks * core::mem::size_of::<u64>()
+    }
 }
 
 impl<T> JpegDecoder<T>
@@ -236,6 +265,7 @@ where
             stoker_window: None,
             stoker_idct_window: None,
             stoker_recovery: None,
+            stoker_scratch: StokerScratch::default(),
         }
     }
     /// Decode a buffer already in memory
@@ -899,6 +929,22 @@ where
     /// says that it did. Recording it changes nothing in the decode.
     pub fn stoker_recovery(&self) -> Option<&StokerRecovery> {
         self.stoker_recovery.as_ref()
+    }
+
+    /// stoker patch (change 14): lends `scratch` to the next progressive
+    /// decode, which keeps its coefficients there, grown as needed and
+    /// cleared before use, instead of allocating them afresh. Nothing else
+    /// changes, pixels and errors included.
+    pub fn stoker_use_scratch(&mut self, scratch: StokerScratch) {
+        self.stoker_scratch = scratch;
+    }
+
+    /// stoker patch (change 14): takes back the buffers lent with
+    /// [`stoker_use_scratch`](Self::stoker_use_scratch), after a decode that
+    /// succeeded or failed (a progressive decode leaves the ones it used
+    /// here, so a caller that lent none gets them too).
+    pub fn stoker_take_scratch(&mut self) -> StokerScratch {
+        core::mem::take(&mut self.stoker_scratch)
     }
 
     /// stoker patch: records `error` as recovered from (the first one only),

@@ -174,7 +174,7 @@ extern crate core;
 pub use zune_core;
 
 pub use crate::components::SampleRatios;
-pub use crate::decoder::{ImageInfo, JpegDecoder, StokerRecovery};
+pub use crate::decoder::{ImageInfo, JpegDecoder, StokerRecovery, StokerScratch};
 pub use crate::marker::Marker;
 mod bitstream;
 mod color_convert;

@@ -51,17 +51,39 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
     pub(crate) fn decode_mcu_ycbcr_progressive(
         &mut self, pixels: &mut [u8]
     ) -> Result<(), DecodeErrors> {
-        setup_component_params(self)?;
+        // stoker patch (change 14): the coefficients live in the buffers the
+        // caller lent (`stoker_use_scratch`), which go back to it whatever
+        // the decode's result.
+        let mut block = core::mem::take(&mut self.stoker_scratch.coeffs);
+        let mut nonzero = core::mem::take(&mut self.stoker_scratch.nonzero);
+        let result = self.stoker_decode_progressive_in(pixels, &mut block, &mut nonzero);
+        self.stoker_scratch.coeffs = block;
+        self.stoker_scratch.nonzero = nonzero;
+        result
+    }
 
-        let mut mcu_height;
-
+    /// stoker patch (change 14): upstream's `decode_mcu_ycbcr_progressive`,
+    /// with its `block` and `nonzero` passed in.
+    #[allow(
+        clippy::needless_range_loop,
+        clippy::cast_sign_loss,
+        clippy::redundant_else,
+        clippy::too_many_lines
+    )]
+    fn stoker_decode_progressive_in(
+        &mut self, pixels: &mut [u8],
         // memory location for decoded pixels for components
-        let mut block: [Vec<i16>; MAX_COMPONENTS] = [vec![], vec![], vec![], vec![]];
+        block: &mut [Vec<i16>; MAX_COMPONENTS],
         // stoker patch (change 10): for each 8x8 block of `block`, a mask of
         // its nonzero coefficients in zigzag order (bit 0, the DC, is not
         // kept), maintained by the AC scans and read by the refinement
         // scans instead of testing every coefficient.
-        let mut nonzero: [Vec<u64>; MAX_COMPONENTS] = [vec![], vec![], vec![], vec![]];
+        nonzero: &mut [Vec<u64>; MAX_COMPONENTS]
+    ) -> Result<(), DecodeErrors> {
+        setup_component_params(self)?;
+
+        let mut mcu_height;
+
         let mut mcu_width;
 
         let mut seen_scans = 1;
@@ -103,18 +125,25 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
         mcu_width *= 64;
 
-        for i in 0..self.input_colorspace.num_components() {
-            let comp = &self.components[i];
-            let len = mcu_width * comp.vertical_sample * comp.horizontal_sample * mcu_height;
+        // stoker patch (change 14): upstream's `vec![0; len]` per component,
+        // in the lent buffers; the others are left empty, as upstream's are.
+        for i in 0..MAX_COMPONENTS {
+            if i < self.input_colorspace.num_components() {
+                let comp = &self.components[i];
+                let len = mcu_width * comp.vertical_sample * comp.horizontal_sample * mcu_height;
 
-            block[i] = vec![0; len];
-            nonzero[i] = vec![0; len.div_ceil(64)];
+                stoker_zeroed(&mut block[i], len);
+                stoker_zeroed(&mut nonzero[i], len.div_ceil(64));
+            } else {
+                block[i].clear();
+                nonzero[i].clear();
+            }
         }
 
         let mut stream = BitStream::new_progressive(self.succ_low, self.spec_start, self.spec_end);
 
         // there are multiple scans in the stream, this should resolve the first scan
-        let result = self.parse_entropy_coded_data(&mut stream, &mut block, &mut nonzero);
+        let result = self.parse_entropy_coded_data(&mut stream, block, nonzero);
 
         if result.is_err() {
             return if self.options.strict_mode() {
@@ -124,7 +153,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 self.stoker_note_recovery(result.as_ref().unwrap_err(), &stream);
                 error!("{}", result.err().unwrap());
                 // Go process it and return as much as we can, exiting here
-                return self.finish_progressive_decoding(&block, pixels);
+                return self.finish_progressive_decoding(block, pixels);
             };
         }
 
@@ -151,7 +180,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                         self.spec_end
                     );
                     // after every SOS, marker, parse data for that scan.
-                    let result = self.parse_entropy_coded_data(&mut stream, &mut block, &mut nonzero);
+                    let result = self.parse_entropy_coded_data(&mut stream, block, nonzero);
 
                     // Do not error out too fast, allows the decoder to continue as much as possible
                     // even after errors
@@ -222,7 +251,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         // stoker patch (change 13): did a scan's data run out before its last MCU?
         self.stoker_note_overrun(&stream);
 
-        self.finish_progressive_decoding(&block, pixels)
+        self.finish_progressive_decoding(block, pixels)
     }
 
     /// Reset progressive parameters
@@ -872,5 +901,17 @@ mod tests{
         let mut decoder = JpegDecoder::new(data);
         decoder.decode().unwrap();
 
+    }
+}
+
+/// stoker patch (change 14): `*v = vec![0; len]` without giving up `v`'s
+/// allocation when it is large enough; a smaller one is replaced by a fresh
+/// zeroed allocation rather than grown, which would copy what it held.
+fn stoker_zeroed<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+    if v.capacity() < len {
+        *v = vec![T::default(); len];
+    } else {
+        v.clear();
+        v.resize(len, T::default());
     }
 }

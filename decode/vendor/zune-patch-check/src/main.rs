@@ -27,10 +27,15 @@ fn upstream_decode(data: &[u8]) -> Outcome {
         .map_err(|e| format!("{e:?}"))
 }
 
-fn patched_decode(data: &[u8]) -> Outcome {
-    patched::JpegDecoder::new(ZCursor::new(data))
-        .decode()
-        .map_err(|e| format!("{e:?}"))
+/// Decodes with the patched copy, lending it `scratch` (change 14): one set of buffers
+/// goes from case to case, as stoker's decoding threads lend theirs, so a decode that
+/// read what an earlier one left would differ from upstream's.
+fn patched_decode(data: &[u8], scratch: &mut patched::StokerScratch) -> Outcome {
+    let mut dec = patched::JpegDecoder::new(ZCursor::new(data));
+    dec.stoker_use_scratch(std::mem::take(scratch));
+    let outcome = dec.decode().map_err(|e| format!("{e:?}"));
+    *scratch = dec.stoker_take_scratch();
+    outcome
 }
 
 fn jpegs_under(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -132,6 +137,7 @@ fn main() -> ExitCode {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let (mut cases, mut same_pixels, mut same_error, mut different) = (0, 0, 0, 0);
     let mut progressive_files = 0;
+    let mut scratch = patched::StokerScratch::default();
     for file in &files {
         let original = std::fs::read(file).expect("read a data file");
         let mutants = if original.len() < 16 {
@@ -149,7 +155,7 @@ fn main() -> ExitCode {
                 mutate(&original, &mut rng)
             };
             cases += 1;
-            let (a, b) = (upstream_decode(&data), patched_decode(&data));
+            let (a, b) = (upstream_decode(&data), patched_decode(&data, &mut scratch));
             match (&a, &b) {
                 (Ok(x), Ok(y)) if x == y => same_pixels += 1,
                 (Err(x), Err(y)) if x == y => same_error += 1,
