@@ -460,8 +460,7 @@ fn bench_under_torchrun_says_which_rank_local_rank_device_and_launcher() {
         line.starts_with("placement: rank 11 of 16, local rank 3 of 8 (torchrun); device "),
         "{line}"
     );
-    // SAFETY: only dlopens the driver library by name.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+    if stoker_decode::driver_library_problem().is_some() {
         assert!(
             line.contains("device cpu (Device::Auto fell back to the CPU"),
             "{line}"

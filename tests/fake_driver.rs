@@ -1,7 +1,9 @@
 //! Machines where the NVIDIA driver library loads but no GPU can be used: a container with
 //! the driver's libraries and no device, the CUDA toolkit's stub `libcuda.so` on the
-//! library path, a GPU that another process holds in exclusive mode. Each is played by a
-//! stand-in driver (`stoker_testdata::fake_driver`) in a child process. `Device::Auto`,
+//! library path, a GPU that another process holds in exclusive mode; and a `libcuda.so`
+//! that lacks entry points stoker calls (cudarc would panic on the first call of one).
+//! Each is played by a stand-in driver (`stoker_testdata::fake_driver`) in a child
+//! process. `Device::Auto`,
 //! `stoker decode --backend auto` and `stoker bench --device auto` must load on the CPU and
 //! say why (a GPU the driver reports and that cannot be used is a warning); asking for the
 //! GPU by name must be a clear error. Never a panic: the stand-in has only the entry points

@@ -50,8 +50,9 @@ pub use cpu::{CpuDecoder, Region};
 pub use cudarc;
 pub use error::DecodeError;
 pub use gpu::{
-    bind_context, cuda_context, highest_stream_priority, BatchUse, GpuDecoder, GpuDecoderOptions,
-    NvjpegMemory, WaitMode, MAX_DECODER_STATES, MAX_SHARE_THREADS,
+    bind_context, cuda_context, driver_library_problem, highest_stream_priority, BatchUse,
+    GpuDecoder, GpuDecoderOptions, NvjpegMemory, WaitMode, DRIVER_ENTRY_POINTS, MAX_DECODER_STATES,
+    MAX_SHARE_THREADS,
 };
 pub use memory::DecodeMemory;
 pub use nvjpeg::{BlockStats, LoadError, NvJpeg, NvjpegMemoryStats, NvjpegStatus};

@@ -20,9 +20,9 @@ use stoker_loader::{
 
 /// A usable CUDA device 0, or why not (printed by the skipping tests).
 fn gpu() -> Result<Arc<CudaContext>, String> {
-    // SAFETY: only tries to dlopen the driver library by its usual names.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err("no NVIDIA driver library (libcuda.so)".into());
+    // Before any cudarc call, which panics on a missing library or entry point.
+    if let Some(reason) = stoker_decode::driver_library_problem() {
+        return Err(reason);
     }
     match CudaContext::device_count() {
         Ok(n) if n > 0 => CudaContext::new(0).map_err(|e| format!("cannot open device 0: {e}")),

@@ -13,12 +13,17 @@
  *   stub       every call fails with CUDA_ERROR_STUB_LIBRARY (the toolkit's stub)
  *   busy       one device, whose context cannot be made: CUDA_ERROR_DEVICES_UNAVAILABLE
  *              (exclusive-process mode, held by another process)
+ *   incomplete built with -DSTOKER_FAKE_INCOMPLETE: a library that lacks most entry
+ *              points (a partial copy, a look-alike), whose cuInit succeeds and reports
+ *              one device; stoker must refuse it before any call
  *
- * Only the entry points a program calls before it knows that no GPU can be used are
- * here: cudarc looks each symbol up when it is first called and panics when it is
- * missing, so a stoker path that calls further into a driver that already failed shows
- * up as a panic in the tests.
+ * Like every real driver library (the toolkit's stub included), the complete build
+ * exports each entry point stoker looks up before its first call
+ * (stoker_decode::DRIVER_ENTRY_POINTS). Only those a program calls before it knows that
+ * no GPU can be used do anything; the others abort the process, so a stoker path that
+ * calls further into a driver that already failed fails the tests.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +53,7 @@ static int initialized = 0;
 CUresult cuInit(unsigned int flags) {
     (void)flags;
     if (is("stub")) return STUB_LIBRARY;
-    if (is("busy")) {
+    if (is("busy") || is("incomplete")) {
         initialized = 1;
         return SUCCESS;
     }
@@ -79,6 +84,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal) {
     return SUCCESS;
 }
 
+#ifndef STOKER_FAKE_INCOMPLETE
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) {
     (void)ctx;
     (void)device;
@@ -86,6 +92,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) {
     if (!initialized) return NOT_INITIALIZED;
     return DEVICES_UNAVAILABLE;
 }
+#endif
 
 static const char *name_of(CUresult e) {
     switch (e) {
@@ -127,3 +134,49 @@ CUresult cuGetErrorString(CUresult error, const char **out) {
     *out = s;
     return SUCCESS;
 }
+
+#ifndef STOKER_FAKE_INCOMPLETE
+/* The rest of stoker_decode::DRIVER_ENTRY_POINTS: exported, never to be called. (The
+ * arguments are not read, so one signature serves them all.) */
+#define NOT_CALLED(name)                                                              \
+    CUresult name(void) {                                                             \
+        fprintf(stderr, "stand-in driver: %s called after the driver failed\n", #name); \
+        abort();                                                                      \
+    }
+NOT_CALLED(cuDeviceGetAttribute)
+NOT_CALLED(cuDeviceGetName)
+NOT_CALLED(cuDeviceGetPCIBusId)
+NOT_CALLED(cuDeviceTotalMem_v2)
+NOT_CALLED(cuDevicePrimaryCtxRelease_v2)
+NOT_CALLED(cuCtxGetCurrent)
+NOT_CALLED(cuCtxSetCurrent)
+NOT_CALLED(cuCtxSynchronize)
+NOT_CALLED(cuCtxGetStreamPriorityRange)
+NOT_CALLED(cuStreamCreate)
+NOT_CALLED(cuStreamCreateWithPriority)
+NOT_CALLED(cuStreamDestroy_v2)
+NOT_CALLED(cuStreamSynchronize)
+NOT_CALLED(cuStreamWaitEvent)
+NOT_CALLED(cuEventCreate)
+NOT_CALLED(cuEventDestroy_v2)
+NOT_CALLED(cuEventQuery)
+NOT_CALLED(cuEventRecord)
+NOT_CALLED(cuEventSynchronize)
+NOT_CALLED(cuMemAlloc_v2)
+NOT_CALLED(cuMemAllocAsync)
+NOT_CALLED(cuMemFree_v2)
+NOT_CALLED(cuMemFreeAsync)
+NOT_CALLED(cuMemGetInfo_v2)
+NOT_CALLED(cuMemHostAlloc)
+NOT_CALLED(cuMemFreeHost)
+NOT_CALLED(cuMemHostRegister_v2)
+NOT_CALLED(cuMemHostUnregister)
+NOT_CALLED(cuMemcpyHtoDAsync_v2)
+NOT_CALLED(cuMemcpyDtoHAsync_v2)
+NOT_CALLED(cuMemcpyDtoDAsync_v2)
+NOT_CALLED(cuMemsetD8Async)
+NOT_CALLED(cuModuleLoadData)
+NOT_CALLED(cuModuleGetFunction)
+NOT_CALLED(cuModuleUnload)
+NOT_CALLED(cuLaunchKernel)
+#endif

@@ -1,8 +1,9 @@
 //! A stand-in NVIDIA driver library (`testdata/fake_driver/libcuda.c`) for the tests of
 //! machines where `libcuda.so` loads but no GPU can be used: a container with the
 //! driver's libraries and no device, the CUDA toolkit's stub library on the library path,
-//! a GPU another process holds in exclusive mode. The tests run a child process with
-//! [`env()`] in its environment; the child's `dlopen("libcuda.so")` then finds this one.
+//! a GPU another process holds in exclusive mode; and one where the library that loads
+//! lacks entry points stoker calls. The tests run a child process with [`env()`] in its
+//! environment; the child's `dlopen("libcuda.so")` then finds this one.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,10 +18,18 @@ pub enum Driver {
     /// One device whose context cannot be made (`CUDA_ERROR_DEVICES_UNAVAILABLE`): the
     /// driver reports a GPU that cannot be used.
     Busy,
+    /// A library that lacks most entry points (a partial copy, a look-alike, a driver
+    /// too old), whose `cuInit` would succeed: refused before any call.
+    Incomplete,
 }
 
 impl Driver {
-    pub const ALL: [Driver; 3] = [Driver::NoDevice, Driver::Stub, Driver::Busy];
+    pub const ALL: [Driver; 4] = [
+        Driver::NoDevice,
+        Driver::Stub,
+        Driver::Busy,
+        Driver::Incomplete,
+    ];
 
     /// The value of [`MODE_VAR`] that selects this behaviour.
     pub fn name(self) -> &'static str {
@@ -28,6 +37,7 @@ impl Driver {
             Driver::NoDevice => "no-device",
             Driver::Stub => "stub",
             Driver::Busy => "busy",
+            Driver::Incomplete => "incomplete",
         }
     }
 
@@ -38,6 +48,8 @@ impl Driver {
             Driver::NoDevice => "no CUDA-capable device is detected",
             Driver::Stub => "CUDA driver is a stub library",
             Driver::Busy => "CUDA-capable device(s) is/are busy or unavailable",
+            // stoker's words: this library is refused before the driver says anything.
+            Driver::Incomplete => "lacks entry points stoker calls (cuDeviceGetAttribute,",
         }
     }
 
@@ -57,35 +69,55 @@ impl Driver {
 /// The variable the stand-in reads its behaviour from.
 pub const MODE_VAR: &str = "STOKER_FAKE_CUDA";
 
-/// Compiles the stand-in into `dir/libcuda.so` with the system C compiler (`$CC`, else
-/// `cc`, the one Rust links with) and returns `dir`.
+/// The folder under [`build`]'s `dir` that holds the incomplete library.
+const INCOMPLETE_DIR: &str = "incomplete";
+
+/// Compiles the stand-in with the system C compiler (`$CC`, else `cc`, the one Rust
+/// links with) into `dir/libcuda.so`, and its incomplete build (for
+/// [`Driver::Incomplete`]) into a folder under `dir`; returns `dir`.
 ///
 /// # Panics
 ///
 /// When the compiler cannot be run or fails: the tests that need it must not pass
 /// without it.
 pub fn build(dir: &Path) -> PathBuf {
+    compile(&dir.join("libcuda.so"), &[]);
+    let incomplete = dir.join(INCOMPLETE_DIR);
+    std::fs::create_dir_all(&incomplete).expect("a folder for the incomplete stand-in");
+    compile(
+        &incomplete.join("libcuda.so"),
+        &["-DSTOKER_FAKE_INCOMPLETE"],
+    );
+    dir.to_path_buf()
+}
+
+fn compile(out: &Path, defines: &[&str]) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("fake_driver/libcuda.c");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let out = Command::new(&cc)
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(dir.join("libcuda.so"))
+    let run = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-O1"])
+        .args(defines)
+        .arg("-o")
+        .arg(out)
         .arg(&source)
         .output()
         .unwrap_or_else(|e| panic!("running {cc} to build the stand-in driver: {e}"));
     assert!(
-        out.status.success(),
+        run.status.success(),
         "{cc} could not build {}: {}",
         source.display(),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&run.stderr)
     );
-    dir.to_path_buf()
 }
 
 /// The variables a child process needs to load the stand-in from `dir` (see [`build`])
 /// and behave as `driver`: `dir` first on `LD_LIBRARY_PATH`, and [`MODE_VAR`].
 pub fn env(dir: &Path, driver: Driver) -> [(String, String); 2] {
-    let mut path = dir.display().to_string();
+    let lib = match driver {
+        Driver::Incomplete => dir.join(INCOMPLETE_DIR),
+        _ => dir.to_path_buf(),
+    };
+    let mut path = lib.display().to_string();
     if let Ok(rest) = std::env::var("LD_LIBRARY_PATH") {
         if !rest.is_empty() {
             path = format!("{path}:{rest}");

@@ -1,6 +1,7 @@
 """Machines where the NVIDIA driver library loads and no GPU can be used (a container
 with the driver's libraries and no device, the CUDA toolkit's stub libcuda.so, a GPU held
-by another process), played by the stand-in driver of testdata/fake_driver in a child
+by another process, a libcuda.so that lacks entry points stoker calls), played by the
+stand-in driver of testdata/fake_driver in a child
 Python: the default device loads on the CPU, the same batches as device="cpu", with a
 UserWarning only where the driver reports a GPU; device="cuda" is a StokerError that
 quotes the driver."""
@@ -21,6 +22,8 @@ DRIVERS = [
     ("no-device", "no CUDA-capable device is detected", False),
     ("stub", "CUDA driver is a stub library", False),
     ("busy", "CUDA-capable device(s) is/are busy or unavailable", True),
+    # stoker's words: a library without the entry points is refused before any call.
+    ("incomplete", "lacks entry points stoker calls (cuDeviceGetAttribute,", False),
 ]
 
 CHILD = """
@@ -49,14 +52,17 @@ except stoker.StokerError as e:
 
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory):
-    """The stand-in libcuda.so, built with the C compiler Rust links with."""
+    """The stand-in libcuda.so, built with the C compiler Rust links with, and its
+    incomplete build in the folder `incomplete` beside it."""
     out = tmp_path_factory.mktemp("fake_driver")
     cc = os.environ.get("CC", "cc")
-    subprocess.run(
-        [cc, "-shared", "-fPIC", "-O1", "-o", str(out / "libcuda.so"),
-         str(REPO / "testdata" / "fake_driver" / "libcuda.c")],
-        check=True,
-    )
+    for folder, defines in [(out, []), (out / "incomplete", ["-DSTOKER_FAKE_INCOMPLETE"])]:
+        folder.mkdir(exist_ok=True)
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-O1", *defines, "-o", str(folder / "libcuda.so"),
+             str(REPO / "testdata" / "fake_driver" / "libcuda.c")],
+            check=True,
+        )
     return out
 
 
@@ -64,8 +70,9 @@ def fake_driver(tmp_path_factory):
 def test_default_device_loads_on_the_cpu_and_cuda_says_why(
         fake_driver, sample_dataset, tmp_path, mode, says, reports_gpu):
     env = dict(os.environ, STOKER_FAKE_CUDA=mode)
+    lib = fake_driver / "incomplete" if mode == "incomplete" else fake_driver
     env["LD_LIBRARY_PATH"] = ":".join(
-        p for p in [str(fake_driver), os.environ.get("LD_LIBRARY_PATH", "")] if p)
+        p for p in [str(lib), os.environ.get("LD_LIBRARY_PATH", "")] if p)
     out = tmp_path / "batches.npz"
     run = subprocess.run(
         [sys.executable, "-c", CHILD, str(sample_dataset), str(out)],

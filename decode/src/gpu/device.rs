@@ -80,11 +80,9 @@ pub fn bind_context(ctx: &CudaContext) -> Result<(), DriverError> {
 /// # Errors
 /// [`DecodeError::NoGpu`].
 pub fn cuda_context(ordinal: usize) -> Result<Arc<CudaContext>, DecodeError> {
-    // SAFETY: is_culib_present only tries to open the driver library.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(DecodeError::NoGpu {
-            reason: "the CUDA driver library (libcuda.so) is not present".into(),
-        });
+    // Before any cudarc call: cudarc panics on a missing library or entry point.
+    if let Some(reason) = super::driver_library_problem() {
+        return Err(DecodeError::NoGpu { reason });
     }
     // `device_count` initializes the driver first (`cuInit`), which is where a machine
     // without a usable GPU usually fails: the stub library, no device.

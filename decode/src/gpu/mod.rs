@@ -16,6 +16,7 @@ mod batch;
 mod cuda;
 mod decoder;
 mod device;
+mod driver_library;
 mod fallback;
 mod hardware;
 mod huffman;
@@ -27,6 +28,7 @@ mod staging;
 
 pub use decoder::GpuDecoder;
 pub use device::{bind_context, cuda_context, highest_stream_priority};
+pub use driver_library::{driver_library_problem, DRIVER_ENTRY_POINTS};
 pub use options::{
     BatchUse, GpuDecoderOptions, NvjpegMemory, WaitMode, MAX_DECODER_STATES, MAX_SHARE_THREADS,
 };

@@ -18,12 +18,9 @@ use cudarc::driver::CudaContext;
 /// }
 /// ```
 pub fn visible_devices() -> Result<usize, String> {
-    // SAFETY: only tries to dlopen the driver library by its usual names.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(
-            "the NVIDIA driver library (libcuda.so) was not found: no GPU driver on this machine"
-                .into(),
-        );
+    // Before any cudarc call: cudarc panics on a missing library or entry point.
+    if let Some(reason) = stoker_decode::driver_library_problem() {
+        return Err(reason);
     }
     CudaContext::device_count()
         .map(|n| n.max(0) as usize)
@@ -60,5 +57,63 @@ mod tests {
         // does not exist. Either way a reason, never a panic.
         let reason = unavailable_reason(4096).expect("no device 4096 anywhere");
         assert!(!reason.is_empty());
+    }
+
+    /// cudarc panics on the first call of a driver function the library lacks: each one
+    /// our code calls directly (`sys::cu…`) is either looked up before the first driver
+    /// call (`stoker_decode::DRIVER_ENTRY_POINTS`) or looked up where it is used.
+    #[test]
+    fn each_driver_function_the_code_calls_is_looked_up_before_use() {
+        // Newer than some drivers stoker runs on: checked by the code that calls them.
+        const LOOKED_UP_WHERE_USED: [&str; 1] = ["cuMemcpyBatchAsync_v2"];
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut named = std::collections::BTreeMap::new();
+        for dir in ["loader/src", "decode/src", "src", "python/src"] {
+            driver_functions_named(&root.join(dir), &mut named);
+        }
+        assert!(
+            named.contains_key("cuMemHostRegister_v2"),
+            "the scan finds nothing: {named:?}"
+        );
+        let unchecked: Vec<_> = named
+            .iter()
+            .filter(|(name, _)| {
+                !stoker_decode::DRIVER_ENTRY_POINTS.contains(&name.as_str())
+                    && !LOOKED_UP_WHERE_USED.contains(&name.as_str())
+            })
+            .collect();
+        assert!(
+            unchecked.is_empty(),
+            "driver functions called without a look-up first (add them to \
+             stoker_decode::DRIVER_ENTRY_POINTS, or look them up where used): {unchecked:?}"
+        );
+    }
+
+    /// Each driver function named after `sys::` (`cu` and an upper-case letter) in the Rust
+    /// files under `dir`, with a file that names it.
+    fn driver_functions_named(
+        dir: &std::path::Path,
+        named: &mut std::collections::BTreeMap<String, std::path::PathBuf>,
+    ) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                driver_functions_named(&p, named);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                for (at, _) in text.match_indices("sys::cu") {
+                    let name: String = text[at + "sys::".len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if name[2..].starts_with(|c: char| c.is_ascii_uppercase()) {
+                        named.entry(name).or_insert_with(|| p.clone());
+                    }
+                }
+            }
+        }
     }
 }
