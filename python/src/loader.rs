@@ -270,6 +270,19 @@ impl Loader {
         slf
     }
 
+    /// A loader owns threads, shard maps and batch memory that no other process can
+    /// have, so it cannot be pickled; the ``TypeError`` says what to send instead (a
+    /// ``stoker.Dataset`` pickles as its path), where Python's own would only say that
+    /// the type cannot be pickled. Multiprocessing's spawn start method and some
+    /// trainers pickle what a worker is given.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(PyTypeError::new_err(
+            "a stoker.Loader cannot be pickled (it owns threads and memory of this \
+             process): send the dataset's path or a stoker.Dataset (which pickles as its \
+             path) and build the Loader in the process that iterates it",
+        ))
+    }
+
     fn __exit__(
         &self,
         py: Python<'_>,

@@ -907,6 +907,16 @@ def test_dataset_pickles_as_its_path(sample_dataset):
         os.chdir(here)
 
 
+def test_a_loader_does_not_pickle_and_says_what_to_send_instead(sample_dataset):
+    import pickle
+
+    with stoker.Loader(sample_dataset, 4, device="cpu") as loader:
+        with pytest.raises(TypeError, match="cannot be pickled .* build the Loader in the process"):
+            pickle.dumps(loader)
+        # Still usable: refusing the pickle touched nothing.
+        assert sum(1 for _ in loader) == len(loader)
+
+
 def test_ctrl_c_stops_iteration_promptly_and_the_loader_stays_usable(sample_dataset, ctrl_c_raises):
     # Big batches from one worker: the consumer spends its time waiting in `next`.
     loader = stoker.Loader(
