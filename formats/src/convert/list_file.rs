@@ -66,6 +66,10 @@ pub(crate) fn list_file(
             Err(reason) => return Err(bad(reason)),
         };
         let rel = Path::new(&*rel);
+        // Joined to the list's folder, an empty path would name that folder itself.
+        if rel.as_os_str().is_empty() {
+            return Err(bad(format!("{line:?} has no path before the label")));
+        }
         if rel.is_absolute() {
             return Err(bad(format!("path {} must be relative", rel.display())));
         }
@@ -380,6 +384,17 @@ mod tests {
         assert!(l.warnings.is_empty(), "{:?}", l.warnings);
         let err = list("a.jpg,x\n").1.unwrap_err();
         assert!(err.to_string().contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn a_row_without_a_path_is_an_error_naming_its_line() {
+        for text in ["a.jpg,0\n,0\n", "a.jpg,0\n  , 1\n", "a.jpg,0\n\"\",0\n"] {
+            let err = list(text).1.unwrap_err().to_string();
+            assert!(
+                err.contains("line 2") && err.contains("has no path before the label"),
+                "{text:?}: {err}"
+            );
+        }
     }
 
     #[test]
