@@ -95,6 +95,15 @@ pub(crate) fn list_file(
             commented_rows.1
         ));
     }
+    if classes.is_none() {
+        let labels = inputs.iter().map(|i| i.label);
+        let count = max_label.unwrap_or(0) as usize + 1;
+        warnings.extend(sparse_labels_warning(
+            &list.display().to_string(),
+            labels,
+            count,
+        ));
+    }
     Ok(Listing {
         inputs,
         classes: match classes {
@@ -107,6 +116,40 @@ pub(crate) fn list_file(
         flat: false,
         webdataset: false,
         warnings,
+    })
+}
+
+/// Classes numbered from the labels themselves (`"0"` to the largest, no names given)
+/// that mostly label nothing: one mistyped label (`1000000` for `100`) makes a dataset of
+/// a million classes, each a name in the manifest and an output the model is built with.
+/// Past this many classes, and with under a tenth of them used, `source` gets a warning.
+const SPARSE_LABELS_FROM: usize = 1000;
+
+/// The warning for `source`'s `labels` when they number `classes` classes (`"0"` to
+/// the largest label) and few of them are used; `None` otherwise.
+pub(crate) fn sparse_labels_warning(
+    source: &str,
+    labels: impl Iterator<Item = u32>,
+    classes: usize,
+) -> Option<String> {
+    if classes <= SPARSE_LABELS_FROM {
+        return None;
+    }
+    let mut used = vec![false; classes];
+    for l in labels {
+        if let Some(u) = used.get_mut(l as usize) {
+            *u = true;
+        }
+    }
+    let used = used.iter().filter(|u| **u).count();
+    (used.saturating_mul(10) < classes).then(|| {
+        format!(
+            "{source}: the labels run to {} ({classes} classes, \"0\" to \"{}\"), but only \
+             {used} of them label a sample: is a label mistyped? (the classes are the labels \
+             as numbers unless names are given: --classes, Python classes=)",
+            classes - 1,
+            classes - 1
+        )
     })
 }
 
@@ -384,6 +427,30 @@ mod tests {
         assert!(l.warnings.is_empty(), "{:?}", l.warnings);
         let err = list("a.jpg,x\n").1.unwrap_err();
         assert!(err.to_string().contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn labels_that_number_many_unused_classes_are_warned_about() {
+        let (_dir, l) = list("a.jpg,0\nb.jpg,1\nc.jpg,1048575\n");
+        let l = l.unwrap();
+        assert_eq!(l.classes.len(), 1 << 20);
+        assert!(
+            l.warnings.len() == 1
+                && l.warnings[0].contains("labels run to 1048575 (1048576 classes")
+                && l.warnings[0].contains("only 3 of them"),
+            "{:?}",
+            l.warnings
+        );
+        // Dense labels, a small label set, or names given: no warning.
+        let dense: String = (0..2000).map(|i| format!("{i}.jpg,{i}\n")).collect();
+        assert!(list(&dense).1.unwrap().warnings.is_empty());
+        assert!(list("a.jpg,0\nb.jpg,999\n").1.unwrap().warnings.is_empty());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.csv");
+        std::fs::write(&path, "a.jpg,0\nb.jpg,4999\n").unwrap();
+        let names: Vec<String> = (0..5000).map(|i| format!("c{i}")).collect();
+        let named = list_file(dir.path(), &path, &OwnOutput::default(), Some(&names)).unwrap();
+        assert!(named.warnings.is_empty(), "{:?}", named.warnings);
     }
 
     #[test]

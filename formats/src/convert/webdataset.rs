@@ -30,7 +30,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::list_file::MAX_CLASSES;
+use super::list_file::{self, MAX_CLASSES};
 use super::listing::{member_name, Input, InputBytes, ListedTar, Listing};
 use super::own_output::OwnOutput;
 use super::tar_index::{Damage, End, Kind, Member, TarMembers, MAX_NAME_BYTES, NAME_SHOWN};
@@ -660,7 +660,7 @@ fn decide_labels(
         return Some((inputs, vec![unlabelled]));
     }
     let mut max = 0;
-    let inputs = (items.into_iter())
+    let inputs: Vec<Input> = (items.into_iter())
         .map(|Item { mut input, label }| {
             match label {
                 Label::Valid(l) => {
@@ -682,12 +682,45 @@ fn decide_labels(
             input
         })
         .collect();
+    let labels = inputs
+        .iter()
+        .filter(|i| i.refused.is_none())
+        .map(|i| i.label);
+    let classes = max as usize + 1;
+    warnings.extend(list_file::sparse_labels_warning(
+        "the cls members",
+        labels,
+        classes,
+    ));
     Some((inputs, (0..=max).map(|l| l.to_string()).collect()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cls_labels_that_number_many_unused_classes_are_warned_about() {
+        let items = |labels: &[u32]| -> Vec<Item> {
+            (labels.iter())
+                .map(|&l| Item {
+                    input: Input::file(PathBuf::from(format!("{l}.jpg")), 0),
+                    label: Label::Valid(l),
+                })
+                .collect()
+        };
+        let mut warnings = Vec::new();
+        let (_, classes) = decide_labels(items(&[0, 3, 1_000_000]), None, &mut warnings).unwrap();
+        assert_eq!(classes.len(), 1_000_001);
+        assert!(
+            warnings.len() == 1
+                && warnings[0].starts_with("the cls members: the labels run to 1000000"),
+            "{warnings:?}"
+        );
+        let mut warnings = Vec::new();
+        decide_labels(items(&[0, 3, 999]), None, &mut warnings).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
 
     #[test]
     fn keys_and_fields_split_as_webdataset_splits_them() {
