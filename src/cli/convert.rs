@@ -179,6 +179,11 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     if bytes < 1.0 {
         return Err(format!("{s:?}: less than one byte"));
     }
+    // `as` would saturate: a size past 16 EiB (a typo's extra digits, or `inf`) came out
+    // as u64::MAX, quietly.
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("{s:?}: too large (at most 16 EiB)"));
+    }
     Ok(bytes as u64)
 }
 
@@ -447,6 +452,14 @@ mod tests {
         assert!(parse_bytes("0.5").is_err());
         assert_eq!(parse_bytes("0.5K"), Ok(512));
         assert!(parse_bytes("1Q").is_err());
+        for huge in ["99999999999999999999999", "inf", "16384P", "17179869184G"] {
+            let err = parse_bytes(huge).unwrap_err();
+            assert!(
+                err.contains("too large") || err.contains("unknown unit"),
+                "{huge}: {err}"
+            );
+        }
+        assert_eq!(parse_bytes("1024T"), Ok(1 << 50));
         assert_eq!(parse_size("224x160"), Ok((224, 160)));
         assert!(parse_size("224").is_err());
         assert_eq!(parse_bytes("64M"), Ok(formats::DEFAULT_MAX_FILE_SIZE));
