@@ -63,7 +63,8 @@ pub struct LostRecords {
 }
 
 /// What [`verify`] found. Every sample is counted once in `ok_records`, `bad_records` or
-/// `lost_records`.
+/// `lost_records`, and a record named in `bad` (with an index) is one of `bad_records`,
+/// never in a `lost` range.
 #[derive(Debug, Clone, Serialize)]
 pub struct VerifyReport {
     /// Samples the manifest declares.
@@ -79,15 +80,18 @@ pub struct VerifyReport {
     pub decoded: u64,
     /// Records read that passed every check, in shards whose digest is the manifest's.
     pub ok_records: u64,
-    /// Records read that failed a check, outside the `lost` ranges.
+    /// Records read that failed a check: the distinct indices named in `bad`, also in a
+    /// shard whose other records are lost.
     pub bad_records: u64,
     /// Records in the `lost` ranges.
     pub lost_records: u64,
-    /// Every problem, by shard and index.
+    /// Every problem, by shard and index: with an index, a bad record; without, a problem
+    /// of the shard (or of the manifest or source map) as a whole.
     pub bad: Vec<BadRecord>,
     /// The records the dataset no longer holds as written, by shard: every record of a
-    /// shard that could not be opened or read, or whose digest differs, and records absent
-    /// from a shard's tree. What to restore or convert again.
+    /// shard that could not be opened or read, or whose digest differs (but for its bad
+    /// records, which are counted bad), and records absent from a shard's tree. What to
+    /// restore or convert again, with the bad records.
     pub lost: Vec<LostRecords>,
     /// Remarks that are not problems (a format version 1 dataset's weaker digest).
     pub notes: Vec<String>,
@@ -115,9 +119,9 @@ impl VerifyReport {
 /// with `pread`, every offset checked), never by LMDB, which trusts the file's pages and
 /// could crash on a damaged one, even one whose digest the manifest agrees with (both can
 /// be crafted together): damage is named by record, and no byte of a shard can crash
-/// `verify`. A shard whose digest differs has all its records counted lost
-/// ([`LostCause::Altered`]); its records are still read, so that those damaged themselves
-/// are named too. The exception is a shard whose bytes are zeros from some point to its
+/// `verify`. A shard whose digest differs has its records counted lost
+/// ([`LostCause::Altered`]); they are still read, so that those damaged themselves are
+/// named, and counted bad instead (each record is counted where it is named). The exception is a shard whose bytes are zeros from some point to its
 /// end, the last page of its tree included (a copy cut short into a file of its full
 /// size): the records before the zeros are counted as those of a shard cut short there
 /// ([`LostCause::CutShort`]).

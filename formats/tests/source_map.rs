@@ -517,14 +517,21 @@ fn verify_names_the_inputs_of_bad_and_lost_records() {
         .iter()
         .all(|b| b.index.is_some() || b.source.is_none()));
     let (first, count) = (shards[2].first_index, shards[2].count);
-    // Shard 0's digest differs (all its records lost), shard 2 is missing.
+    // Shard 0's digest differs (its records lost, but for record 1, counted bad), shard 2
+    // is missing.
     let lost = &report.lost;
-    assert_eq!(lost.len(), 2, "{lost:?}");
+    assert_eq!(lost.len(), 3, "{lost:?}");
     let (n0, end) = (shards[0].count, shards[0].count - 1);
-    assert_eq!(lost[0].sources, Some((name(0), name(end))), "{lost:?}");
-    assert_eq!(lost[0].count, n0, "{lost:?}");
+    assert_eq!((lost[0].first_index, lost[0].count), (0, 1), "{lost:?}");
+    assert_eq!(lost[0].sources, Some((name(0), name(0))), "{lost:?}");
     assert_eq!(
-        lost[1].sources,
+        (lost[1].first_index, lost[1].count),
+        (2, n0 - 2),
+        "{lost:?}"
+    );
+    assert_eq!(lost[1].sources, Some((name(2), name(end))), "{lost:?}");
+    assert_eq!(
+        lost[2].sources,
         Some((name(first), name(first + count - 1))),
         "{lost:?}"
     );

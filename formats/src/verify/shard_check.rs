@@ -84,7 +84,8 @@ pub enum LostCause {
     Unreadable,
     /// The shard file's digest is not the manifest's, or the file changed while it was
     /// checked: it is not the file written, so none of its records can be vouched for
-    /// (those that also fail their own checks are named in [`crate::VerifyReport::bad`]).
+    /// (those that also fail their own checks are named in [`crate::VerifyReport::bad`]
+    /// and counted bad, outside these ranges).
     Altered,
     /// The shard was read, but these records were not found in its record tree (absent,
     /// or under a damaged page).
@@ -116,7 +117,12 @@ pub(super) struct ShardOutcome {
     /// Payload bytes of the records whose header and CRC were good.
     pub(super) payload_bytes: u64,
     pub(super) ok: u64,
+    /// Records that failed a check: `bad_indices.len()`.
     pub(super) bad: u64,
+    /// The indices of the bad records, sorted, each once: the only indices `problems`
+    /// names, and never inside a `lost` range, so that a record named is counted where it
+    /// is named.
+    pub(super) bad_indices: Vec<u64>,
     pub(super) problems: Vec<Problem>,
     pub(super) lost: Vec<LostRange>,
 }
@@ -131,11 +137,23 @@ impl ShardOutcome {
         o
     }
 
-    /// Counts every record of `entry` lost, for `cause`; the problems found stay.
+    /// Counts every record of `entry` lost, for `cause`, except the records that failed
+    /// their own checks: those stay bad (and named among the problems), so that each
+    /// record is counted once, where the report names it. The shard is to be restored
+    /// either way; its lost ranges and bad records together cover it.
     pub(super) fn lose_all(&mut self, entry: &ShardEntry, cause: LostCause, reason: String) {
         self.ok = 0;
-        self.bad = 0;
-        self.lost = vec![(entry.first_index, entry.count, cause, reason)];
+        self.lost.clear();
+        let end = entry.first_index.saturating_add(entry.count);
+        let mut start = entry.first_index;
+        // `bad_indices` is sorted and within the shard (`ShardCheck` only takes records in
+        // place), so the gaps between them are the lost ranges.
+        for &i in self.bad_indices.iter().chain(std::iter::once(&end)) {
+            if i > start {
+                self.lost.push((start, i - start, cause, reason.clone()));
+            }
+            start = start.max(i.saturating_add(1));
+        }
     }
 }
 
@@ -245,7 +263,9 @@ impl<'m> ShardCheck<'m> {
     /// Records `start..end` were not found.
     fn missing(&mut self, start: u64, end: u64) {
         self.missing.push((start, end));
-        self.problem(Some(start), format!("records {start}..{end} are missing"));
+        // Counted lost, not bad: named for the shard, so that only bad records carry an
+        // index.
+        self.problem(None, format!("records {start}..{end} are missing"));
     }
 
     fn record(&mut self, key: &[u8], mut value: Vec<u8>) {
@@ -268,10 +288,12 @@ impl<'m> ShardCheck<'m> {
         };
         let (expect, end) = (self.expect, self.end);
         if index < expect || index >= end {
+            // Not this shard's record at `index` (which, if in the shard, is counted where
+            // it was found): a problem of the shard, not of that record.
             return self.problem(
-                Some(index),
+                None,
                 format!(
-                    "key out of place (expected {expect}, shard holds {}..{end})",
+                    "key {key} (record {index}) out of place (expected {expect}, shard holds {}..{end})",
                     self.first
                 ),
             );
@@ -389,10 +411,10 @@ impl<'m> ShardCheck<'m> {
         if self.expect < self.end {
             self.missing(self.expect, self.end);
         }
-        let mut bad = self.bad_indices;
-        bad.sort_unstable();
-        bad.dedup();
-        let bad = bad.len() as u64;
+        let mut bad_indices = self.bad_indices;
+        bad_indices.sort_unstable();
+        bad_indices.dedup();
+        let bad = bad_indices.len() as u64;
         let lost = self
             .missing
             .into_iter()
@@ -407,6 +429,7 @@ impl<'m> ShardCheck<'m> {
             payload_bytes: self.payload_bytes,
             ok: self.checked - bad,
             bad,
+            bad_indices,
             problems: self.problems,
             lost,
         }
