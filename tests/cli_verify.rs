@@ -230,6 +230,14 @@ fn verify_of_a_shard_cut_short_names_only_the_records_past_the_cut() {
     );
     let counts = format!("records: {ok} OK, 0 bad, {gone} lost");
     assert!(out.contains(&counts), "no {counts:?}: {}", text(&o));
+    // Its records before the cut were read: it was said "(1 not opened)".
+    assert!(
+        out.contains("(1 cut short, read up to the cut)"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.contains("not opened"), "{}", text(&o));
+    assert_eq!(v["read_in_part"], 1, "{v}");
 }
 
 #[test]

@@ -5,8 +5,10 @@
 //! pages, or swapped for another file) cannot be opened as a [`Dataset`]; [`verify_dir`]
 //! opens each shard on its own, with the same checks, so that the report names what every
 //! shard that could not be opened held (the manifest's `first_index` and `count`) beside the
-//! records of the others. Of a shard cut short, only the records past the cut are lost: the
-//! others are read and checked (`verify/cut.rs`).
+//! records of the others. Of a shard cut short, only the records whose pages (leaf page,
+//! value) do not lie wholly before the cut are lost: the others are read and checked
+//! (`verify/cut.rs`). A leaf page is written after the values it points to, so for a
+//! small shard, whose one leaf page lies near its end, that can be all of them.
 
 use std::fs::File;
 use std::path::Path;
@@ -73,6 +75,9 @@ pub struct VerifyReport {
     pub shards: u64,
     /// Shards that passed the checks of [`Dataset::open`] and were read.
     pub opened: u64,
+    /// Shards cut short, which [`Dataset::open`] refuses, whose pages before the cut were
+    /// read (not among `opened`): `shards - opened - read_in_part` were not read at all.
+    pub read_in_part: u64,
     /// Records whose header, length and CRC were checked.
     pub checked: u64,
     /// JPEG records that decoded, to their header's size (with `decode`); those that did
@@ -255,6 +260,7 @@ fn check_shards(m: &Manifest, decode: bool, open: &OpenFn<'_>) -> VerifyReport {
         samples: m.samples,
         shards: m.shards.len() as u64,
         opened: 0,
+        read_in_part: 0,
         checked: 0,
         decoded: 0,
         ok_records: 0,
@@ -302,6 +308,7 @@ impl VerifyReport {
     /// Adds what was found in the shard `entry`.
     fn add(&mut self, entry: &ShardEntry, o: ShardOutcome) {
         self.checked += o.checked;
+        self.read_in_part += u64::from(o.read_in_part);
         self.decoded += o.decoded;
         self.ok_records += o.ok;
         self.bad_records += o.bad;

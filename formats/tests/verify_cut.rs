@@ -146,6 +146,17 @@ fn assert_exact(r: &VerifyReport, m: &Manifest, si: usize, bytes: &[u8], cut: u6
         );
         assert!(l.reason.contains(&at), "{ctx}");
     }
+    // Read in part once its meta pages are whole, not "not opened" (as a cut shard was
+    // counted, though every record of it was read); one whose tail is zeros opened as any
+    // other.
+    if zeros {
+        assert_eq!((r.opened, r.read_in_part), (r.shards, 0), "{ctx}");
+    } else {
+        assert_eq!(r.opened, r.shards - 1, "{ctx}");
+        if cut >= 2 * psize {
+            assert_eq!(r.read_in_part, 1, "{ctx}");
+        }
+    }
     // Not OK, even when no record was lost: the shard must be restored before a loader
     // opens the dataset.
     assert!(!r.ok(), "{ctx}");

@@ -46,7 +46,11 @@ pub(super) fn check_cut_shard(
     };
     let at = format!("the file is cut short at byte {got} of {}", entry.bytes);
     let mut outcome = match crate::lmdb_meta::check(&file, entry.bytes, entry.count) {
-        Ok(tree) => salvage(m, entry, path, (&file, got, tree), &at, decode, decoder),
+        Ok(tree) => {
+            let mut o = salvage(m, entry, path, (&file, got, tree), &at, decode, decoder);
+            o.read_in_part = true;
+            o
+        }
         Err(reason) => {
             let mut o = ShardOutcome::default();
             let reason = format!("{at}, and its meta pages cannot be used: {reason}");

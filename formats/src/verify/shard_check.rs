@@ -125,6 +125,10 @@ pub(super) struct ShardOutcome {
     pub(super) bad_indices: Vec<u64>,
     pub(super) problems: Vec<Problem>,
     pub(super) lost: Vec<LostRange>,
+    /// The shard was refused by [`crate::Dataset::open`] for being cut short, and the
+    /// pages before the cut were read: not "not opened", though not opened as a dataset
+    /// opens it either.
+    pub(super) read_in_part: bool,
 }
 
 impl ShardOutcome {
@@ -432,6 +436,7 @@ impl<'m> ShardCheck<'m> {
             bad_indices,
             problems: self.problems,
             lost,
+            read_in_part: false,
         }
     }
 }
