@@ -345,3 +345,49 @@ fn the_help_says_how_to_see_more_of_the_log() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("STOKER_LOG=info"), "{out}");
 }
+
+#[test]
+fn merge_help_says_it_removes_the_parts_and_merge_names_each_removed() {
+    // `stoker merge OUT PARTS...` deleted the part directories, also those outside OUT,
+    // and neither `--help` nor its output said so (only docs/FORMAT.md did).
+    for flag in ["-h", "--help"] {
+        let o = stoker(&["merge".as_ref(), flag.as_ref()]);
+        assert!(o.status.success(), "{}", text(&o));
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            help.contains("moves the parts' shards into OUT and removes the part directories"),
+            "{help}"
+        );
+        assert!(help.contains("Each is removed"), "{help}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("parts");
+    let part = |i: &str| {
+        let flags = ["-q", "--no-check", "--part", i, "--parts", "2"].map(OsStr::new);
+        let mut args = vec!["convert".as_ref(), SAMPLE.as_ref(), root.as_os_str()];
+        args.extend(flags);
+        let o = stoker(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        root.join(format!("part-0000{i}-of-00002"))
+    };
+    let parts = [part("0"), part("1")];
+    let out = dir.path().join("merged");
+    let o = stoker(&[
+        "merge".as_ref(),
+        out.as_os_str(),
+        parts[0].as_os_str(),
+        parts[1].as_os_str(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    for p in &parts {
+        assert!(!p.exists(), "{}", p.display());
+        let said = format!(
+            "removed part directory {} (outside OUT: removed because its shards were moved into OUT)",
+            p.display()
+        );
+        assert!(stderr(&o).contains(&said), "no {said:?}: {}", text(&o));
+    }
+    let o = stoker(&["verify".as_ref(), out.as_os_str()]);
+    assert!(o.status.success(), "{}", text(&o));
+}

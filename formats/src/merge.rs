@@ -35,6 +35,12 @@ pub struct MergeReport {
     pub shards: u64,
     /// Bytes of all shard files.
     pub bytes: u64,
+    /// The part directories removed, with everything in them, once the manifest was
+    /// written: their shards live on in `out`, under the links made there, also for a
+    /// part outside `out`. A part that could not be removed is not listed (a warning says
+    /// why).
+    #[serde(serialize_with = "crate::convert::paths_as_text")]
+    pub removed: Vec<PathBuf>,
 }
 
 /// Joins the parts `parts` (part directories; empty = every `part-*` directory under
@@ -47,6 +53,11 @@ pub struct MergeReport {
 /// previous part's. Converted and written parts never merge together. Shards are hard-linked (so `out` must be on
 /// the same file system as the parts); the merged dataset reads exactly like a
 /// single-process conversion of the same inputs: same indices, labels and record bytes.
+///
+/// Once the merged manifest is written, every part directory merged is **removed**, with
+/// everything in it, wherever it lies (also outside `out`): its shards are `out`'s now,
+/// through the links, so the part directory holds only second names for them.
+/// [`MergeReport::removed`] lists those removed.
 ///
 /// # Errors
 ///
@@ -162,8 +173,18 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
         }
     };
     // The merge is done; part directories are only extra names for the same shards now.
+    // Failing to remove one fails nothing (the dataset is whole), but is said: a part left
+    // behind holds a second name for each of its shards.
+    let mut removed = Vec::new();
     for (dir, _) in &loaded {
-        let _ = std::fs::remove_dir_all(dir);
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => removed.push(dir.clone()),
+            Err(e) => tracing::warn!(
+                "merged, but the part directory {} was not removed ({e}): its shards are {}'s now, so it can be deleted",
+                dir.display(),
+                out.display()
+            ),
+        }
     }
     Ok(MergeReport {
         out: out.to_path_buf(),
@@ -171,6 +192,7 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
         samples: manifest.samples,
         shards: manifest.shards.len() as u64,
         bytes: manifest.bytes,
+        removed,
     })
 }
 

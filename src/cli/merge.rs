@@ -1,5 +1,7 @@
 //! `stoker merge OUT [PART...]`: the parts of a partitioned conversion, or of a writing
-//! (`SampleWriter` with a part), → one dataset, by one call to [`stoker::formats::merge`].
+//! (`SampleWriter` with a part), → one dataset, by one call to [`stoker::formats::merge`],
+//! which removes the part directories once their shards are OUT's: each one removed is
+//! named on stderr, since a part given outside OUT is deleted too.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -14,7 +16,9 @@ pub struct Args {
     /// a part) wrote its part-IIIII-of-NNNNN directories.
     pub out: PathBuf,
     /// Part directories to merge (default: every part-* directory under OUT). They must be
-    /// on OUT's file system: shards are linked, not copied.
+    /// on OUT's file system: shards are linked, not copied. Each is removed, with
+    /// everything in it, once the merge is done, also one outside OUT (its shards are
+    /// OUT's then).
     pub parts: Vec<PathBuf>,
     /// Print a machine-readable JSON report on stdout.
     #[arg(long)]
@@ -24,6 +28,19 @@ pub struct Args {
 /// Runs `stoker merge`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = formats::merge(&args.out, &args.parts)?;
+    // On stderr in every mode (the JSON report lists them too): a part given outside OUT
+    // is deleted though the user may not have expected OUT's command to touch it.
+    for dir in &report.removed {
+        let why = if dir.starts_with(&args.out) {
+            ""
+        } else {
+            " (outside OUT: removed because its shards were moved into OUT)"
+        };
+        super::output::note(format_args!(
+            "removed part directory {}{why}",
+            dir.display()
+        ));
+    }
     let mut out = super::output::stdout();
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;

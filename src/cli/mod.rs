@@ -33,7 +33,14 @@ enum Command {
     /// Convert an image folder, list file or WebDataset tar shards into LMDB shards.
     Convert(convert::Args),
     /// Join the parts of a partitioned conversion (convert --part), or of a writing from
-    /// several processes (stoker.Writer(part=, parts=)), into one dataset.
+    /// several processes (stoker.Writer(part=, parts=)), into one dataset; this moves the
+    /// parts' shards into OUT and removes the part directories.
+    ///
+    /// Each part's shards are hard-linked into OUT (not copied), the manifest is written,
+    /// and then every part directory merged is deleted with everything in it, also a part
+    /// given outside OUT: its shards live on in OUT, so the part directory holds only
+    /// second names for them. Each directory removed is named on stderr. Until the
+    /// manifest is written nothing is removed, and a refused merge leaves the parts whole.
     Merge(merge::Args),
     /// Summarize a converted dataset.
     Inspect(inspect::Args),

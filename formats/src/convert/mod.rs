@@ -47,7 +47,7 @@ pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MAX_SIDE, MIN_SHARD_BYTES};
 pub(crate) use out_path::refuse_non_directory;
 pub use part::{Part, MAX_PARTS};
-pub(crate) use report::path_as_text;
+pub(crate) use report::{path_as_text, paths_as_text};
 pub use report::{ConvertReport, NoProgress, Progress, Skipped};
 pub(crate) use samples::REWRITE_PART;
 pub use samples::{SampleOptions, SampleWriter};

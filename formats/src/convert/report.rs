@@ -133,7 +133,10 @@ pub(crate) fn path_as_text<S: serde::Serializer>(path: &Path, s: S) -> Result<S:
 }
 
 /// [`path_as_text`] for each of `paths`.
-fn paths_as_text<S: serde::Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+pub(crate) fn paths_as_text<S: serde::Serializer>(
+    paths: &[PathBuf],
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.collect_seq(
         paths
             .iter()
