@@ -55,7 +55,9 @@ impl Dataset {
     /// # Errors
     ///
     /// Missing or invalid manifest, missing shard, [`FormatError::ShardSizeMismatch`],
-    /// [`FormatError::DamagedShard`], [`FormatError::UnfinishedConversion`], or an I/O error.
+    /// [`FormatError::DamagedShard`], [`FormatError::UnfinishedConversion`] (or
+    /// [`FormatError::ConversionInProgress`] while the conversion still runs), or an I/O
+    /// error.
     pub fn open(path: impl AsRef<Path>) -> Result<Dataset, FormatError> {
         // Also when the shards' maps are shared with an earlier open: a handler installed
         // since (a DataLoader worker's, faulthandler's) must not take over their faults.
@@ -384,6 +386,17 @@ fn unfinished(root: &Path, e: FormatError) -> FormatError {
     .into_iter()
     .find(|j| j.exists());
     match (&e, journal) {
+        // The converter holds its lock until the manifest is written: while it is held the
+        // conversion is running, and `--resume` would be refused.
+        (FormatError::Io { source, .. }, Some(journal))
+            if source.kind() == std::io::ErrorKind::NotFound
+                && crate::convert::lock::is_held(root) =>
+        {
+            FormatError::ConversionInProgress {
+                dir: root.to_path_buf(),
+                journal,
+            }
+        }
         (FormatError::Io { source, .. }, Some(journal))
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
@@ -465,5 +478,39 @@ fn not_a_dataset_hint(root: &Path) -> String {
          SOURCE OUT`; Python: \
          `stoker.convert`; Rust: `stoker::formats::convert`) and open OUT"
             .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::lock::OutputLock;
+
+    /// `stoker verify` of a dataset being converted said "unfinished conversion ... rerun
+    /// `stoker convert --resume`", which the running converter's lock would refuse.
+    #[test]
+    fn a_conversion_holding_its_lock_is_in_progress_not_unfinished() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(crate::convert::JOURNAL_FILE), b"").unwrap();
+        let lock = OutputLock::acquire(dir.path()).unwrap();
+        let errors = [
+            Dataset::open(dir.path()).err(),
+            crate::verify_dir(dir.path(), false).err(),
+        ];
+        for e in errors {
+            let e = e.expect("no manifest: refused");
+            assert!(
+                matches!(e, FormatError::ConversionInProgress { .. })
+                    && e.to_string().contains("a conversion is writing it now"),
+                "{e}"
+            );
+        }
+        drop(lock);
+        let e = Dataset::open(dir.path()).unwrap_err();
+        assert!(
+            matches!(e, FormatError::UnfinishedConversion { .. })
+                && e.to_string().contains("rerun `stoker convert --resume`"),
+            "{e}"
+        );
     }
 }

@@ -114,6 +114,16 @@ pub enum FormatError {
         /// Its conversion journal.
         journal: PathBuf,
     },
+    /// A directory opened as a dataset holds a conversion's journal and no manifest, and a
+    /// running process holds its output lock: the conversion is still writing it, and
+    /// `--resume` would be refused until it ends.
+    #[error("{dir}: a conversion is writing it now (its journal {journal} is there, manifest.json not yet, and a running process holds its lock); wait for it to finish (or, to finish it later, stop it and rerun `stoker convert --resume` with the same arguments)")]
+    ConversionInProgress {
+        /// The directory given.
+        dir: PathBuf,
+        /// Its conversion journal.
+        journal: PathBuf,
+    },
     /// A conversion journal that `--resume` cannot read back: a damaged line, or not a
     /// journal stoker wrote.
     #[error("{path}: unreadable conversion journal: {reason}")]

@@ -23,9 +23,9 @@ pub(crate) fn format_error(e: FormatError) -> PyErr {
         }
         // Still a missing manifest to a caller catching FileNotFoundError, as before it
         // had its own message.
-        FormatError::UnfinishedConversion { .. } | FormatError::NotADataset { .. } => {
-            PyFileNotFoundError::new_err(e.to_string())
-        }
+        FormatError::UnfinishedConversion { .. }
+        | FormatError::ConversionInProgress { .. }
+        | FormatError::NotADataset { .. } => PyFileNotFoundError::new_err(e.to_string()),
         FormatError::InvalidOptions(_) => PyValueError::new_err(e.to_string()),
         _ => StokerError::new_err(e.to_string()),
     }

@@ -116,6 +116,23 @@ pub(crate) fn remove_if_unused(root: &Path) -> bool {
     same_dir(&dir, root) && std::fs::remove_dir(root).is_ok()
 }
 
+/// Whether a running process holds the lock of the directory `dir` exclusively, as a
+/// conversion or writer holds its output directory: so that a reader finding a journal and
+/// no manifest says "a conversion is writing it", not "rerun `--resume`" (which the lock
+/// would refuse). A shared lock is tried and let go at once: it conflicts only with an
+/// exclusive holder, and keeps another shared holder (a part starting) out of nothing.
+/// False when it cannot be told (no such directory, a file system without locks).
+pub(crate) fn is_held(dir: &Path) -> bool {
+    let Ok(d) = File::open(dir) else {
+        return false;
+    };
+    // The probe's lock, if taken, goes when `d` is closed (nothing else shares it).
+    matches!(
+        fs4::FileExt::try_lock_shared(&d),
+        Err(fs4::TryLockError::WouldBlock)
+    )
+}
+
 /// Whether `path` still leads to the open directory `dir` (same device and inode),
 /// through a symbolic link too: an output root may be one (`out -> /scratch/out`). What is
 /// removed by path is never the link: `remove_dir` of a link fails.
@@ -139,6 +156,20 @@ fn no_locks_here(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_held_while_a_conversion_holds_the_lock_and_not_after() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!is_held(dir.path()));
+        let lock = OutputLock::acquire(dir.path()).unwrap();
+        assert!(is_held(dir.path()));
+        drop(lock);
+        assert!(!is_held(dir.path()));
+        // Parts starting hold the root shared: not a conversion writing it.
+        let _shared = OutputLock::acquire_shared(dir.path()).unwrap();
+        assert!(!is_held(dir.path()));
+        assert!(!is_held(&dir.path().join("missing")));
+    }
 
     #[test]
     fn second_lock_on_the_same_directory_is_refused_until_the_first_is_dropped() {
