@@ -74,7 +74,9 @@ impl Job {
     /// Blocks until batch `k` may be built (inside the prefetch window); `false` if stopped.
     fn wait_for_window(&self, k: u64, prefetch: u64) -> bool {
         let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
-        while k >= *handed + prefetch && !self.stop.load(Ordering::Acquire) {
+        // Saturating: a prefetch near u64::MAX (allowed, and capped by the ring) must not
+        // overflow here, where a panic would end the worker outside its unwind guard.
+        while k >= handed.saturating_add(prefetch) && !self.stop.load(Ordering::Acquire) {
             handed = self.window.wait(handed).unwrap_or_else(|p| p.into_inner());
         }
         !self.stop.load(Ordering::Acquire)
@@ -132,14 +134,15 @@ impl CpuPipeline {
         // Fail early, on the caller's thread, if the shards cannot be read at all.
         drop(config.dataset.reader()?);
         let workers = config.workers.max(1);
-        // The ring is sized by what an epoch can use, not by the settings alone: a batch
-        // never holds more images than the dataset has, and no more batches than this
-        // rank's epoch has (a share of the ranks, of `indices`) are ever in flight, so an
-        // oversized batch size or prefetch (a typo, a script's 10**9) costs nothing
-        // instead of exhausting memory.
-        let len = config.dataset.len().max(1);
-        let buffer_images = config.batch_size.clamp(1, len);
-        let epoch_batches = len.div_ceil(buffer_images).min(config.epoch_batches);
+        // The ring is sized by what an epoch can use, not by the settings alone: the
+        // builder gives the sampler's largest batch as `batch_size` and its batches per
+        // epoch as `epoch_batches` (`buffer_config`: a share of the ranks, of `indices`,
+        // which may name a record more than once and so make batches larger than the
+        // dataset), and no more batches than that are ever in flight, so an oversized
+        // batch size or prefetch (a typo, a script's 10**9) costs nothing instead of
+        // exhausting memory.
+        let buffer_images = config.batch_size.max(1);
+        let epoch_batches = config.epoch_batches.max(1);
         let slots = config.prefetch.min(epoch_batches) as usize + workers;
         let settings = Settings {
             dataset: config.dataset.clone(),

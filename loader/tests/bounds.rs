@@ -32,6 +32,41 @@ fn batch_size_100000_on_15_images_no_longer_allocates_100000_image_buffers() {
     assert!(grown < 1 << 30, "RSS grew by {grown} bytes");
 }
 
+/// `prefetch(usize::MAX)` asks for as many batches ahead as there are: each worker's
+/// window check (`handed + prefetch`) overflowed, in a debug build a panic outside the
+/// batch's unwind guard that ended the worker and left the epoch waiting for it forever.
+#[test]
+fn prefetch_usize_max_runs_the_epoch_like_any_prefetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let epoch = |ds: stoker_formats::Dataset, prefetch: usize| -> Vec<Vec<u64>> {
+        // One image a batch: the consumer has taken some before a worker claims the
+        // next, the case that overflowed.
+        let loader = Loader::builder(ds)
+            .batch_size(1)
+            .shuffle(Shuffle::Global { seed: 3 })
+            .transform(Transform::center_crop(32, 40))
+            .output(Output::U8Nhwc)
+            .workers(2)
+            .prefetch(prefetch)
+            .build()
+            .unwrap();
+        loader
+            .epoch(0)
+            .map(|b| b.unwrap().indices.clone())
+            .collect()
+    };
+    // In a thread of its own, so that a hang fails the test instead of stalling it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let all = ds.clone();
+    std::thread::spawn(move || tx.send(epoch(all, usize::MAX)).unwrap());
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the epoch ends");
+    assert_eq!(got, epoch(ds, 2));
+    assert_eq!(got.len(), 15);
+}
+
 #[test]
 fn batch_that_cannot_fit_in_memory_is_refused_naming_batch_size() {
     let dir = tempfile::tempdir().unwrap();

@@ -165,6 +165,30 @@ fn bad_records_are_replaced_by_records_of_the_subset() {
     assert_eq!(loader.stats().bad_distinct, 2);
 }
 
+/// Indices may name a record more than once (oversampling), so a batch can hold more
+/// images than the dataset has: the batch buffers were sized by the dataset's length,
+/// and each such batch failed with a worker's panic (a slice out of range).
+#[test]
+fn records_given_more_often_than_the_dataset_is_long_make_full_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 6, 25, &[]);
+    let thrice: Vec<u64> = (0..6).chain(0..6).chain(0..6).collect();
+    let loader = small(&ds)
+        .batch_size(16)
+        .workers(1)
+        .indices(thrice.clone())
+        .build()
+        .unwrap();
+    let batches = indices_of(&loader, 0);
+    assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), [16, 2]);
+    let mut seen = batches.concat();
+    seen.sort_unstable();
+    let mut want = thrice;
+    want.sort_unstable();
+    assert_eq!(seen, want, "each record drawn as often as it is listed");
+    assert_eq!(loader.stats().bad_records, 0);
+}
+
 #[test]
 fn an_index_past_the_dataset_or_an_empty_list_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
