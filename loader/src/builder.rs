@@ -304,20 +304,31 @@ impl LoaderBuilder {
     /// and no [`crate::gpu::CudaImages::wait`] call is needed; the batch's slot is
     /// reused only after `stream` has passed the point where the batch was dropped.
     /// The stream must belong to the device's primary context (any
-    /// `CudaContext::new(n)` of the same device `n`). Rejected with [`Device::Cpu`];
-    /// unused when [`Device::Auto`] falls back to the CPU.
+    /// context of the same device `n`, as [`stoker_decode::cuda_context`] returns).
+    /// Rejected with [`Device::Cpu`]; unused when [`Device::Auto`] falls back to the
+    /// CPU. Make the stream through `stoker_decode::cuda_context`, which returns an error
+    /// where no GPU can be used: cudarc's `CudaContext::new` panics where the driver
+    /// library is missing.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use stoker_loader::gpu::cudarc::driver::CudaContext;
     /// use stoker_loader::{Device, Images, Loader};
-    /// let stream = CudaContext::new(0)?.new_stream()?; // the training step's stream
-    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?)
-    ///     .device(Device::Cuda(0))
-    ///     .cuda_stream(stream.clone())
-    ///     .build()?;
+    /// // The training step's stream, where there is a GPU (`Device::Auto` may run on the CPU).
+    /// let stream = match stoker_decode::cuda_context(0) {
+    ///     Ok(ctx) => Some(ctx.new_stream()?),
+    ///     Err(no_gpu) => {
+    ///         println!("{no_gpu}");
+    ///         None
+    ///     }
+    /// };
+    /// let mut builder = Loader::builder(stoker_formats::Dataset::open("data/train")?)
+    ///     .device(Device::Auto);
+    /// if let Some(stream) = &stream {
+    ///     builder = builder.cuda_stream(stream.clone());
+    /// }
+    /// let loader = builder.build()?;
     /// for batch in loader.epoch(0) {
     ///     if let Images::Cuda(images) = &batch?.images {
     ///         let x = images.as_f32().expect("already waited on `stream`");

@@ -11,20 +11,22 @@
 use cudarc::driver::sys;
 use cudarc::driver::DriverError;
 
-/// Whether the driver has `cuMemcpyBatchAsync_v2` (CUDA 13.0 and later); call it
-/// only where the driver library is present (`cudarc::driver::sys::is_culib_present`).
+/// Whether the driver has `cuMemcpyBatchAsync_v2` (CUDA 13.0 and later); `false`
+/// also where the driver library is missing or incomplete
+/// ([`stoker_decode::driver_library_problem`]).
 ///
 /// # Examples
 ///
-/// ```no_run
-/// // SAFETY: only tries to open the driver library.
-/// if unsafe { stoker_loader::gpu::cudarc::driver::sys::is_culib_present() } {
-///     println!("batched copies: {}", stoker_loader::gpu::batch_copies_supported());
-/// }
+/// ```
+/// println!("batched copies: {}", stoker_loader::gpu::batch_copies_supported());
 /// ```
 pub fn supported() -> bool {
+    // cudarc panics on a call into a missing library.
+    if stoker_decode::driver_library_problem().is_some() {
+        return false;
+    }
     let mut version = 0;
-    // SAFETY: writes one integer; the caller checked that the driver library is present.
+    // SAFETY: writes one integer; the driver library is present and complete (above).
     let ok = unsafe { sys::cuDriverGetVersion(&mut version) }
         .result()
         .is_ok();

@@ -64,9 +64,10 @@ impl Sampler {
     ///
     /// # Examples
     /// ```no_run
-    /// let ctx = cudarc::driver::CudaContext::new(0)?;
+    /// // An error, not cudarc's panic, where no driver library is present.
+    /// let ctx = stoker_decode::cuda_context(0)?;
     /// let sampler = stoker_loader::gpu::nvml::Sampler::start_for(&ctx, None);
-    /// # Ok::<(), cudarc::driver::DriverError>(())
+    /// # Ok::<(), stoker_decode::DecodeError>(())
     /// ```
     pub fn start_for(
         ctx: &cudarc::driver::CudaContext,
