@@ -466,7 +466,20 @@ fn not_a_dataset_hint(root: &Path) -> String {
         .take(100_000)
         .filter(|e| e.file_name().as_encoded_bytes().starts_with(b"part-"))
         .count();
-    if parts > 0 {
+    let shards = unfinished_shards(root);
+    if shards > 0 && crate::convert::lock::is_held(root) {
+        format!(
+            "it has no manifest.json yet and holds {shards} shard file(s): a writer is \
+             writing it now (its lock is held); open it once the writer has finished"
+        )
+    } else if shards > 0 {
+        format!(
+            "it holds {shards} shard file(s) but no manifest.json and no conversion journal: \
+             a writer (SampleWriter, Python stoker.Writer) stopped before it finished (killed, \
+             or out of memory), so nothing in it is a dataset; delete the directory and \
+             write the samples again"
+        )
+    } else if parts > 0 {
         format!(
             "it has no manifest.json and holds {parts} part director{} of a partitioned \
              conversion: merge them into one dataset first (`stoker merge {}`; Python: `stoker.merge`; Rust: `stoker::formats::merge`)",
@@ -481,10 +494,52 @@ fn not_a_dataset_hint(root: &Path) -> String {
     }
 }
 
+/// How many shard files (`shard-*.lmdb`) `root` holds, looking at its first 100,000
+/// entries: in a directory without a manifest or a journal, what a writer killed before
+/// it finished leaves.
+pub(crate) fn unfinished_shards(root: &Path) -> usize {
+    std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .take(100_000)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.as_encoded_bytes();
+            name.starts_with(b"shard-") && name.ends_with(b".lmdb")
+        })
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::convert::lock::OutputLock;
+
+    /// A killed writer's directory (shards, no manifest, no journal) said "convert images
+    /// into a dataset first", which was no help to someone who had just written one.
+    #[test]
+    fn shards_without_a_manifest_or_journal_are_a_writer_that_did_not_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("shard-00000.lmdb"), b"").unwrap();
+        let message = |e: Option<FormatError>| e.expect("no manifest: refused").to_string();
+        for e in [
+            Dataset::open(dir.path()).err(),
+            crate::verify_dir(dir.path(), false).err(),
+        ] {
+            let e = message(e);
+            assert!(
+                e.contains("holds 1 shard file(s) but no manifest.json")
+                    && e.contains("stopped before it finished")
+                    && e.contains("delete the directory"),
+                "{e}"
+            );
+        }
+        let lock = OutputLock::acquire(dir.path()).unwrap();
+        let e = message(Dataset::open(dir.path()).err());
+        assert!(e.contains("a writer is writing it now"), "{e}");
+        drop(lock);
+    }
 
     /// `stoker verify` of a dataset being converted said "unfinished conversion ... rerun
     /// `stoker convert --resume`", which the running converter's lock would refuse.

@@ -288,6 +288,26 @@ fn no_record_is_no_dataset() {
     assert!(!out.exists());
 }
 
+/// What a killed writer leaves (shards, no manifest, no journal) is refused, saying so.
+#[test]
+fn a_killed_writers_shards_are_refused_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ds");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("shard-00000.lmdb"), b"half a shard").unwrap();
+    let e = SampleWriter::create(&out, sample_options(), None).unwrap_err();
+    assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("the shards of a writer that stopped before it finished"),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read(out.join("shard-00000.lmdb")).unwrap(),
+        b"half a shard"
+    );
+}
+
 #[test]
 fn an_output_holding_anything_or_being_written_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
