@@ -35,10 +35,8 @@ pub struct MergeReport {
     pub shards: u64,
     /// Bytes of all shard files.
     pub bytes: u64,
-    /// The part directories removed, with everything in them, once the manifest was
-    /// written: their shards live on in `out`, under the links made there, also for a
-    /// part outside `out`. A part that could not be removed is not listed (a warning says
-    /// why).
+    /// The part directories removed once the manifest was written (their shards live on
+    /// in `out`, also a part's outside it); one that could not be is warned about instead.
     #[serde(serialize_with = "crate::convert::paths_as_text")]
     pub removed: Vec<PathBuf>,
 }
@@ -53,11 +51,7 @@ pub struct MergeReport {
 /// previous part's. Converted and written parts never merge together. Shards are hard-linked (so `out` must be on
 /// the same file system as the parts); the merged dataset reads exactly like a
 /// single-process conversion of the same inputs: same indices, labels and record bytes.
-///
-/// Once the merged manifest is written, every part directory merged is **removed**, with
-/// everything in it, wherever it lies (also outside `out`): its shards are `out`'s now,
-/// through the links, so the part directory holds only second names for them.
-/// [`MergeReport::removed`] lists those removed.
+/// Then every part directory merged is **removed**, also outside `out` ([`MergeReport::removed`]).
 ///
 /// # Errors
 ///
@@ -173,8 +167,7 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
         }
     };
     // The merge is done; part directories are only extra names for the same shards now.
-    // Failing to remove one fails nothing (the dataset is whole), but is said: a part left
-    // behind holds a second name for each of its shards.
+    // Failing to remove one fails nothing (the dataset is whole), but is said.
     let mut removed = Vec::new();
     for (dir, _) in &loaded {
         match std::fs::remove_dir_all(dir) {

@@ -781,11 +781,7 @@ fn refuse_nonempty(out: &Path, part: bool) -> Result<(), FormatError> {
         // The part directory is locked, so no writer runs there now.
         true => format!("a writer of this part was killed before it finished; {REWRITE_PART}"),
         // Locked too: shards without a manifest are a writer's that did not finish.
-        false if crate::dataset::unfinished_shards(out) > 0 => "it holds the shards of a \
-             writer that stopped before it finished (killed?), and no writer continues one: \
-             delete the directory and write the samples again, or write into a new or empty \
-             directory"
-            .into(),
+        false if crate::dataset::unfinished_shards(out) > 0 => "it holds the shards of a writer that stopped before it finished (killed?), and no writer continues one: delete the directory and write the samples again, or write into a new or empty directory".into(),
         false => "write into a new or empty directory".into(),
     };
     match entries.next() {
