@@ -66,10 +66,12 @@ mod tests {
     fn each_driver_function_the_code_calls_is_looked_up_before_use() {
         // Newer than some drivers stoker runs on: checked by the code that calls them.
         const LOOKED_UP_WHERE_USED: [&str; 1] = ["cuMemcpyBatchAsync_v2"];
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dirs = ["loader/src", "decode/src", "src", "python/src"];
         let mut named = std::collections::BTreeMap::new();
-        for dir in ["loader/src", "decode/src", "src", "python/src"] {
-            driver_functions_named(&root.join(dir), &mut named);
+        for (path, text) in super::super::source_scan::rust_sources(&dirs) {
+            for name in driver_functions_named(&text) {
+                named.entry(name).or_insert_with(|| path.clone());
+            }
         }
         assert!(
             named.contains_key("cuMemHostRegister_v2"),
@@ -89,31 +91,15 @@ mod tests {
         );
     }
 
-    /// Each driver function named after `sys::` (`cu` and an upper-case letter) in the Rust
-    /// files under `dir`, with a file that names it.
-    fn driver_functions_named(
-        dir: &std::path::Path,
-        named: &mut std::collections::BTreeMap<String, std::path::PathBuf>,
-    ) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                driver_functions_named(&p, named);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                let text = std::fs::read_to_string(&p).unwrap_or_default();
-                for (at, _) in text.match_indices("sys::cu") {
-                    let name: String = text[at + "sys::".len()..]
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect();
-                    if name[2..].starts_with(|c: char| c.is_ascii_uppercase()) {
-                        named.entry(name).or_insert_with(|| p.clone());
-                    }
-                }
-            }
-        }
+    /// Each driver function named after `sys::` (`cu` and an upper-case letter) in `text`.
+    fn driver_functions_named(text: &str) -> Vec<String> {
+        (text.match_indices("sys::cu"))
+            .map(|(at, _)| {
+                (text[at + "sys::".len()..].chars())
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect::<String>()
+            })
+            .filter(|name| name[2..].starts_with(|c: char| c.is_ascii_uppercase()))
+            .collect()
     }
 }

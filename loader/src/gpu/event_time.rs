@@ -92,9 +92,7 @@ mod tests {
     /// panics on older drivers: every caller goes through [`elapsed_ms`] instead.
     #[test]
     fn no_code_calls_cudarcs_elapsed_ms() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let mut offenders = Vec::new();
-        for dir in [
+        let dirs = [
             "loader/src",
             "decode/src",
             "src",
@@ -102,29 +100,14 @@ mod tests {
             "formats/src",
             "examples",
             "benches",
-        ] {
-            scan(&root.join(dir), &mut offenders);
-        }
+        ];
+        let offenders: Vec<_> = (super::super::source_scan::rust_sources(&dirs).into_iter())
+            .filter(|(_, text)| text.contains(concat!(".elapsed", "_ms(&")))
+            .map(|(path, _)| path)
+            .collect();
         assert!(
             offenders.is_empty(),
             "cudarc's elapsed_ms needs a CUDA 12.8 driver; use gpu::event_time::elapsed_ms: {offenders:?}"
         );
-    }
-
-    fn scan(dir: &std::path::Path, offenders: &mut Vec<std::path::PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                scan(&p, offenders);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                let text = std::fs::read_to_string(&p).unwrap_or_default();
-                if text.contains(concat!(".elapsed", "_ms(&")) {
-                    offenders.push(p);
-                }
-            }
-        }
     }
 }

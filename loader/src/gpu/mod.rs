@@ -104,6 +104,8 @@ mod records;
 mod registered;
 mod setup;
 mod shared;
+#[cfg(test)]
+mod source_scan;
 pub(crate) mod staging;
 mod stream_copy;
 mod window_locker;
