@@ -107,6 +107,15 @@ pub enum LoaderError {
         /// The epoch asked for.
         requested: u64,
     },
+    /// [`crate::Loader::load_state`] was called while an epoch iterator of the same loader
+    /// is alive: the state would change what that iterator yields.
+    #[error("load_state (to continue epoch {resumes}) called while epoch {running} is still being iterated; drop that iterator first (it may be kept alive by a variable, another thread, or a saved exception or traceback, as in a notebook: in Python, `it.close()` or `loader.close()` ends it)")]
+    StateWhileIterating {
+        /// The epoch whose iterator is alive.
+        running: u64,
+        /// The epoch the state continues.
+        resumes: u64,
+    },
     /// The loader (or epoch iterator) was built in another process and this one is a
     /// `fork` of it: the pipeline's threads, and any CUDA context, exist only in the
     /// parent, so nothing would ever arrive.

@@ -317,7 +317,21 @@ fn load_state_on_a_running_loader_resumes_exactly() {
     assert_eq!(loader.state(), state);
     let running = loader.epoch(4);
     let err = loader.load_state(state).unwrap_err();
-    assert!(matches!(err, LoaderError::EpochInProgress { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            LoaderError::StateWhileIterating {
+                running: 4,
+                resumes: 3
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("load_state (to continue epoch 3) called while epoch 4"),
+        "{err}"
+    );
     drop(running);
 }
 

@@ -459,7 +459,7 @@ impl Loader {
             loaded
         };
         let loaded = match load() {
-            Err(LoaderError::EpochInProgress { .. }) => {
+            Err(LoaderError::StateWhileIterating { .. }) => {
                 self.stop_iterators(py, StoppedBy::Newer);
                 load()
             }

@@ -56,7 +56,7 @@ impl Loader {
     /// [`LoaderError::ResumeMismatch`] when `state` belongs to another seed, batch size,
     /// number of ranks, dataset (its length or, where the state records it, its
     /// [`DatasetFingerprint`]), records drawn from, `drop_last`, `drop_partial_batch` or kind of order, or lies
-    /// past the end of the epoch; [`LoaderError::EpochInProgress`] while an epoch iterator
+    /// past the end of the epoch; [`LoaderError::StateWhileIterating`] while an epoch iterator
     /// is alive (drop it first); [`LoaderError::ForkedProcess`] in a fork of the process
     /// that built it.
     ///
@@ -81,9 +81,9 @@ impl Loader {
         let state = check_resume(&state, self.config.seed, &self.sampler, self.fingerprint)?;
         let mut progress = lock(&self.progress);
         if let Some(running) = progress.active {
-            return Err(LoaderError::EpochInProgress {
+            return Err(LoaderError::StateWhileIterating {
                 running,
-                requested: state.epoch,
+                resumes: state.epoch,
             });
         }
         progress.state = state;
