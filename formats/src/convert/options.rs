@@ -193,8 +193,11 @@ impl ConvertOptions {
         if self.max_side.is_some_and(|m| m > MAX_SIDE) {
             return bad("max side must be at most 65535 (the JPEG limit)");
         }
-        if self.shards == Some(0) || self.shard_bytes == 0 {
-            return bad("shard size and shard count must be positive");
+        if self.shards == Some(0) {
+            return bad("the shard count (--shards, Python shards=) must be at least 1");
+        }
+        if self.shard_bytes == 0 {
+            return bad("the shard size (--shard-size, Python shard_size=) must be positive");
         }
         if self.shards.is_none() && self.shard_bytes < MIN_SHARD_BYTES {
             return Err(FormatError::InvalidOptions(format!(
@@ -328,6 +331,21 @@ impl ConvertOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zero_shard_count_or_size_names_the_one_given() {
+        let mut o = ConvertOptions::new(Source::ImageFolder("src".into()), "out");
+        o.shards = Some(0);
+        let e = o.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("shard count (--shards") && !e.contains("size"),
+            "{e}"
+        );
+        o.shards = None;
+        o.shard_bytes = 0;
+        let e = o.validate().unwrap_err().to_string();
+        assert!(e.contains("shard size (--shard-size"), "{e}");
+    }
 
     #[test]
     fn options_that_are_ignored_are_noted() {
