@@ -70,6 +70,39 @@ fn a_strict_stop_in_a_new_directory_leaves_nothing_and_a_plain_rerun_converts() 
     assert_eq!(Dataset::open(&out).unwrap().len(), 15);
 }
 
+/// A conversion that skips every input writes no dataset; it left the output directory
+/// it had made, empty (one of an empty source made none).
+#[test]
+fn a_run_that_converts_nothing_leaves_no_directory_it_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    std::fs::write(src.join("a/x.jpg"), b"not an image").unwrap();
+    std::fs::write(src.join("a/y.jpg"), b"nor this").unwrap();
+    let out = tmp.path().join("new/ds");
+    let mut o = ConvertOptions::new(Source::ImageFolder(src.clone()), &out);
+    o.check_decode = false;
+    let e = convert(&o, &NoProgress).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("none of the 2 inputs could be converted"),
+        "{e}"
+    );
+    assert!(
+        !tmp.path().join("new").exists(),
+        "{:?}",
+        stoker_testdata::names_in(tmp.path())
+    );
+    // An output directory that was there already stays, empty.
+    std::fs::create_dir(tmp.path().join("ds")).unwrap();
+    o.out = tmp.path().join("ds");
+    convert(&o, &NoProgress).unwrap_err();
+    assert_eq!(
+        stoker_testdata::names_in(&tmp.path().join("ds")),
+        Vec::<String>::new()
+    );
+}
+
 #[test]
 fn a_strict_stop_in_an_empty_directory_leaves_it_there_and_empty() {
     let tmp = tempfile::tempdir().unwrap();

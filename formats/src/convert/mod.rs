@@ -82,8 +82,9 @@ pub fn jpeg_is_complete(data: &[u8]) -> bool {
 /// not a [`Part`] skips every input (a part may be empty); [`FormatError::StrictInput`] with
 /// `strict`; [`FormatError::InvalidOptions`]; I/O and LMDB errors. On error no manifest is
 /// written; finished shards and the journal stay for `resume`, except after a `strict` stop
-/// of a run that began in a new or empty directory: it takes away what it made there, so
-/// that once the input is fixed a plain rerun converts.
+/// of a run that began in a new or empty directory, or such a run that converted nothing:
+/// it takes away what it made there, so that once the input is fixed a plain rerun
+/// converts.
 ///
 /// # Examples
 ///
@@ -185,7 +186,11 @@ pub fn convert(
     result.map_err(|e| made.after_failure(e, &writer, output_lock.dir()))?;
 
     let written = writer.next_index();
-    let no_map = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer)?;
+    let no_map = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer)
+        .map_err(|e| match written {
+            0 => made.after_nothing_converted(e, &writer, output_lock.dir()),
+            _ => e,
+        })?;
     let provenance = provenance(options, &listing, listing_fingerprint);
     let empty_classes = source::empty_classes(&options.source, &listing);
     if let Some(p) = options.part {

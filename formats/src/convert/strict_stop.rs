@@ -1,4 +1,4 @@
-//! What a `strict` stop leaves in the output directory.
+//! What a `strict` stop, or a run that converted nothing, leaves in the output directory.
 //!
 //! A conversion that began in a new or empty directory takes away everything it made
 //! there, the directory included when it made that too: the user fixes the bad input
@@ -131,6 +131,24 @@ impl Made {
             reason,
             resumable: !(self.fresh && self.take_away(dir, &names)),
         }
+    }
+
+    /// After a run that began afresh converted nothing and failed with `e` (every input
+    /// skipped): takes away what it made, as after a `strict` stop, so that no empty
+    /// output directory is left behind (a rerun once the source is fixed begins afresh
+    /// either way). `e` is returned as it is.
+    pub(super) fn after_nothing_converted(
+        &self,
+        e: FormatError,
+        writer: &DatasetWriter,
+        dir: &File,
+    ) -> FormatError {
+        if self.fresh {
+            let mut names = written_names(writer);
+            names.push(JOURNAL_FILE.to_string());
+            self.take_away(dir, &names);
+        }
+        e
     }
 
     /// Removes the files `names` from `dir` (the output directory, open), then the
