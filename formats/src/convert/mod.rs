@@ -37,7 +37,6 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
-use crate::writer::WriterOptions;
 use crate::FormatError;
 #[cfg(feature = "progress-bar")]
 pub use bar::TerminalBar;
@@ -157,11 +156,7 @@ pub fn convert(
     made.begins_afresh(journal.is_none());
 
     let per_shard = options.records_per_shard(listing.inputs.len());
-    let writer_opts = WriterOptions {
-        shard_bytes: options.shard_bytes,
-        records_per_shard: per_shard,
-        encoding: Some(options.encoding),
-    };
+    let writer_opts = options.writer_options(per_shard);
     let (mut writer, mut totals, start_input, mut log) =
         journal::resume(out, fingerprint, writer_opts, journal)?;
     // `--shard-size` below the floor is refused; `--shards N` cannot know its shards' bytes
@@ -186,11 +181,9 @@ pub fn convert(
     result.map_err(|e| made.after_failure(e, &writer, output_lock.dir()))?;
 
     let written = writer.next_index();
-    let no_map = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer)
-        .map_err(|e| match written {
-            0 => made.after_nothing_converted(e, &writer, output_lock.dir()),
-            _ => e,
-        })?;
+    let accounted = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer);
+    let no_map =
+        accounted.map_err(|e| made.after_nothing_converted(e, &writer, output_lock.dir()))?;
     let provenance = provenance(options, &listing, listing_fingerprint);
     let empty_classes = source::empty_classes(&options.source, &listing);
     if let Some(p) = options.part {

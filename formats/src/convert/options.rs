@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::part::Part;
 use super::source::{Layout, Source};
 use crate::record::{Encoding, HEADER_LEN};
-use crate::writer::DEFAULT_SHARD_BYTES;
+use crate::writer::{WriterOptions, DEFAULT_SHARD_BYTES};
 use crate::FormatError;
 
 /// Most worker threads a conversion starts.
@@ -267,6 +267,16 @@ impl ConvertOptions {
     /// With `shards`: the records each shard is asked to hold, out of `inputs` listed.
     pub(super) fn records_per_shard(&self, inputs: usize) -> Option<u64> {
         self.shards.map(|n| (inputs as u64).div_ceil(n).max(1))
+    }
+
+    /// The writer's options for shards of `records_per_shard` records (with `shards`) or
+    /// of the shard size.
+    pub(super) fn writer_options(&self, records_per_shard: Option<u64>) -> WriterOptions {
+        WriterOptions {
+            shard_bytes: self.shard_bytes,
+            records_per_shard,
+            encoding: Some(self.encoding),
+        }
     }
 
     /// The note for the report when `--shards` asked for shards smaller than

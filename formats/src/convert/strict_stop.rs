@@ -143,7 +143,7 @@ impl Made {
         writer: &DatasetWriter,
         dir: &File,
     ) -> FormatError {
-        if self.fresh {
+        if self.fresh && writer.next_index() == 0 {
             let mut names = written_names(writer);
             names.push(JOURNAL_FILE.to_string());
             self.take_away(dir, &names);
