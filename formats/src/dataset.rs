@@ -37,6 +37,8 @@ pub struct Dataset {
 #[derive(Debug)]
 struct Inner {
     root: PathBuf,
+    /// The root directory's identity when the dataset was opened (see [`Dataset::moved`]).
+    root_id: Option<(u64, u64)>,
     manifest: Manifest,
     /// `shards[i]` holds the records of `manifest.shards[i]`.
     shards: Vec<Arc<OpenShard>>,
@@ -63,6 +65,9 @@ impl Dataset {
         // since (a DataLoader worker's, faulthandler's) must not take over their faults.
         crate::map_guard::install();
         let root = path.as_ref().to_path_buf();
+        // Before the manifest: a dataset swapped in meanwhile is then read whole from the
+        // new directory, and taken as moved (so not checked by path) from then on.
+        let root_id = dir_id(&root);
         let manifest = read_manifest(&root)?;
         let shards = (0..manifest.shards.len())
             .map(|i| open_shard_of(&root, &manifest, i))
@@ -70,6 +75,7 @@ impl Dataset {
         Ok(Dataset {
             inner: Arc::new(Inner {
                 root,
+                root_id,
                 manifest,
                 shards,
             }),
@@ -156,7 +162,10 @@ impl Dataset {
     /// Checks that every shard file is still the one [`Dataset::open`] mapped: same device,
     /// inode and size (one `stat` per shard), and that no read of its map has failed (see
     /// [`DatasetReader::check_read`]). A loader calls this before each epoch, so that a
-    /// change made between epochs is an error for the whole epoch.
+    /// change made between epochs is an error for the whole epoch. When the whole dataset
+    /// was moved or replaced (its root path names another directory now, as after
+    /// `mv new live`), only the reads are checked: the files it mapped are its own, and it
+    /// goes on reading them.
     ///
     /// # Errors
     ///
@@ -177,10 +186,8 @@ impl Dataset {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_unchanged(&self) -> Result<(), FormatError> {
-        self.inner
-            .shards
-            .iter()
-            .try_for_each(|s| s.check_unchanged())
+        let moved = self.moved();
+        (self.inner.shards.iter()).try_for_each(|s| check_shard(s, moved))
     }
 
     /// [`Dataset::check_unchanged`] for the one shard that holds record `index`: what a
@@ -191,23 +198,32 @@ impl Dataset {
     ///
     /// As [`Dataset::check_unchanged`], or [`FormatError::IndexOutOfRange`].
     pub fn check_unchanged_at(&self, index: u64) -> Result<(), FormatError> {
-        self.shard_holding(index)?.1.check_unchanged()
+        check_shard(self.shard_holding(index)?.1, self.moved())
+    }
+
+    /// Whether the root path no longer names the directory this dataset was opened from:
+    /// the whole dataset was moved away or replaced, so the shards it mapped are all of
+    /// one dataset, whatever files the path leads to now.
+    fn moved(&self) -> bool {
+        self.inner.root_id.is_some() && dir_id(&self.inner.root) != self.inner.root_id
     }
 
     /// Opens a reader. Make one per thread.
     ///
     /// Each shard file is first checked to be the one opened (same inode and size): a shard
     /// replaced or truncated since [`Dataset::open`] is an error here. One cut short while a
-    /// reader reads is found by [`DatasetReader::check_read`]; see docs/FORMAT.md.
+    /// reader reads is found by [`DatasetReader::check_read`]; see docs/FORMAT.md. When the
+    /// whole dataset was moved or replaced (its root path names another directory now, as
+    /// after `mv new live`), its shards are not checked by path: this dataset goes on
+    /// reading the files it mapped, which are its own, and opening the path again opens
+    /// the new one.
     ///
     /// # Errors
     ///
     /// [`FormatError::ShardChanged`], or an I/O error when a shard file is gone.
     pub fn reader(&self) -> Result<DatasetReader, FormatError> {
         crate::map_guard::install();
-        for s in &self.inner.shards {
-            s.check_unchanged()?;
-        }
+        self.check_unchanged()?;
         Ok(DatasetReader {
             dataset: self.clone(),
         })
@@ -492,6 +508,21 @@ fn not_a_dataset_hint(root: &Path) -> String {
          `stoker.convert`; Rust: `stoker::formats::convert`) and open OUT"
             .to_string()
     }
+}
+
+/// Checks `shard` by its path, or, when its dataset `moved` (see [`Dataset::moved`]),
+/// only that its map read well: the files mapped are the dataset's own then.
+fn check_shard(shard: &OpenShard, moved: bool) -> Result<(), FormatError> {
+    match moved {
+        true => shard.check_readable(),
+        false => shard.check_unchanged(),
+    }
+}
+
+/// The (device, inode) of the directory at `path`, `None` when it cannot be read.
+fn dir_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// How many shard files (`shard-*.lmdb`) `root` holds, looking at its first 100,000

@@ -116,6 +116,49 @@ fn shard_truncated_between_epochs_is_an_epoch_error_not_sigbus() {
     assert!(e.to_string().contains("changed on disk"), "{e}");
 }
 
+/// README: "to replace a dataset in use, write the new one elsewhere and `mv` it into
+/// place; opening the path again opens the new one while the old loader, until closed,
+/// reads the old". The old loader's next epoch failed instead ("replaced by another
+/// file"), ending the training job.
+#[test]
+fn a_dataset_swapped_by_mv_between_epochs_goes_on_feeding_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let loader = Loader::builder(ds)
+        .batch_size(4)
+        .shuffle(Shuffle::Global { seed: 9 })
+        .transform(Transform::center_crop(32, 40))
+        .output(Output::U8Nhwc)
+        .workers(1)
+        .prefetch(1)
+        .prefetch_next_epoch(false)
+        .build()
+        .unwrap();
+    let pixels = |e: u64| -> Vec<(Vec<u64>, Vec<u8>)> {
+        (loader.epoch(e))
+            .map(|b| {
+                let b = b.expect("a batch");
+                (b.indices.clone(), b.images.as_u8().unwrap().to_vec())
+            })
+            .collect()
+    };
+    let before = pixels(1);
+    // The new dataset: the same photos in other shards, swapped in; the old one deleted.
+    let new = tempfile::tempdir().unwrap();
+    let other = sample_dataset(new.path());
+    drop(other);
+    let live = dir.path().join("ds");
+    std::fs::rename(&live, dir.path().join("away")).unwrap();
+    std::fs::rename(new.path().join("ds"), &live).unwrap();
+    std::fs::remove_dir_all(dir.path().join("away")).unwrap();
+    assert_eq!(
+        pixels(1),
+        before,
+        "the same epoch, read from the old dataset's maps"
+    );
+    assert_eq!(loader.stats().bad_records, 0);
+}
+
 #[test]
 fn more_workers_than_cores_build_with_a_note_as_pytorch_warns() {
     let dir = tempfile::tempdir().unwrap();
