@@ -52,6 +52,13 @@ impl CropResizer {
         }
         let window_len = w as usize * h as usize * 3;
         if self.window.len() < window_len {
+            // A record error, not an abort, where memory is short (as the pixel scratch).
+            (self
+                .window
+                .try_reserve_exact(window_len - self.window.len()))
+            .map_err(|_| {
+                format!("the {window_len} bytes of the crop's window cannot be allocated")
+            })?;
             self.window.resize(window_len, 0);
         }
         copy_window(src, src_w, crop, &mut self.window[..window_len]);
@@ -86,6 +93,18 @@ fn copy_window(src: &[u8], src_w: u32, (x, y, w, h): (u32, u32, u32, u32), dst: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_that_cannot_be_allocated_is_an_error_not_an_abort() {
+        // 2^31 × 2^31 × 3 bytes is past what any allocation may be: `resize` panicked
+        // ("capacity overflow"), as it aborts when memory is short.
+        let side = 1u32 << 31;
+        let mut r = CropResizer::new(3);
+        let e = r
+            .apply(&[0; 3], side, side, (0, 0, side, side))
+            .unwrap_err();
+        assert!(e.contains("cannot be allocated"), "{e}");
+    }
 
     #[test]
     fn identity_window_is_an_exact_copy() {

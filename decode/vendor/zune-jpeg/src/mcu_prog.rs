@@ -132,8 +132,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 let comp = &self.components[i];
                 let len = mcu_width * comp.vertical_sample * comp.horizontal_sample * mcu_height;
 
-                stoker_zeroed(&mut block[i], len);
-                stoker_zeroed(&mut nonzero[i], len.div_ceil(64));
+                stoker_zeroed(&mut block[i], len)?;
+                stoker_zeroed(&mut nonzero[i], len.div_ceil(64))?;
             } else {
                 block[i].clear();
                 nonzero[i].clear();
@@ -906,12 +906,17 @@ mod tests{
 
 /// stoker patch (change 14): `*v = vec![0; len]` without giving up `v`'s
 /// allocation when it is large enough; a smaller one is replaced by a fresh
-/// zeroed allocation rather than grown, which would copy what it held.
-fn stoker_zeroed<T: Copy + Default>(v: &mut Vec<T>, len: usize) {
+/// allocation rather than grown, which would copy what it held. Memory
+/// that cannot be had is an error, where upstream's `vec!` aborted the process.
+fn stoker_zeroed<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> Result<(), DecodeErrors> {
     if v.capacity() < len {
-        *v = vec![T::default(); len];
+        *v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| {
+            DecodeErrors::FormatStatic("the coefficients of a progressive image cannot be allocated")
+        })?;
     } else {
         v.clear();
-        v.resize(len, T::default());
     }
+    v.resize(len, T::default());
+    Ok(())
 }
