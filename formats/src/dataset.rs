@@ -483,7 +483,16 @@ fn not_a_dataset_hint(root: &Path) -> String {
         .filter(|e| e.file_name().as_encoded_bytes().starts_with(b"part-"))
         .count();
     let shards = unfinished_shards(root);
-    if shards > 0 && crate::convert::lock::is_held(root) {
+    // The lock first, then the manifest: a writer or merge writes its manifest before it
+    // lets the lock go, so one that finished meanwhile is seen by one or the other, and
+    // no advice to delete is given for a finished dataset.
+    let held = crate::convert::lock::is_held(root);
+    if root.join(MANIFEST_FILE).exists() {
+        return "it had no manifest.json a moment ago and has one now (a writer, conversion or \
+                merge has just finished): open it again"
+            .to_string();
+    }
+    if shards > 0 && held {
         format!(
             "it has no manifest.json yet and holds {shards} shard file(s): a writer is \
              writing it now (its lock is held); open it once the writer has finished"
@@ -570,6 +579,14 @@ mod tests {
         let e = message(Dataset::open(dir.path()).err());
         assert!(e.contains("a writer is writing it now"), "{e}");
         drop(lock);
+        // A manifest written between the open's look and the advice (a merge finishing):
+        // never the advice to delete.
+        std::fs::write(dir.path().join(MANIFEST_FILE), b"{}").unwrap();
+        let hint = not_a_dataset_hint(dir.path());
+        assert!(
+            hint.contains("has one now") && !hint.contains("delete"),
+            "{hint}"
+        );
     }
 
     /// `stoker verify` of a dataset being converted said "unfinished conversion ... rerun
