@@ -32,6 +32,15 @@ fn batch_size_100000_on_15_images_no_longer_allocates_100000_image_buffers() {
     assert!(grown < 1 << 30, "RSS grew by {grown} bytes");
 }
 
+/// Shuffled batches of `batch` 32-pixel center crops as u8.
+fn small_crops(ds: stoker_formats::Dataset, batch: usize) -> stoker_loader::LoaderBuilder {
+    Loader::builder(ds)
+        .batch_size(batch)
+        .shuffle(Shuffle::Global { seed: 3 })
+        .transform(Transform::center_crop(32, 40))
+        .output(Output::U8Nhwc)
+}
+
 /// `prefetch(usize::MAX)` asks for as many batches ahead as there are: each worker's
 /// window check (`handed + prefetch`) overflowed, in a debug build a panic outside the
 /// batch's unwind guard that ended the worker and left the epoch waiting for it forever.
@@ -42,11 +51,7 @@ fn prefetch_usize_max_runs_the_epoch_like_any_prefetch() {
     let epoch = |ds: stoker_formats::Dataset, prefetch: usize| -> Vec<Vec<u64>> {
         // One image a batch: the consumer has taken some before a worker claims the
         // next, the case that overflowed.
-        let loader = Loader::builder(ds)
-            .batch_size(1)
-            .shuffle(Shuffle::Global { seed: 3 })
-            .transform(Transform::center_crop(32, 40))
-            .output(Output::U8Nhwc)
+        let loader = small_crops(ds, 1)
             .workers(2)
             .prefetch(prefetch)
             .build()
@@ -124,13 +129,7 @@ fn shard_truncated_between_epochs_is_an_epoch_error_not_sigbus() {
 fn a_dataset_swapped_by_mv_between_epochs_goes_on_feeding_the_old_one() {
     let dir = tempfile::tempdir().unwrap();
     let ds = sample_dataset(dir.path());
-    let loader = Loader::builder(ds)
-        .batch_size(4)
-        .shuffle(Shuffle::Global { seed: 9 })
-        .transform(Transform::center_crop(32, 40))
-        .output(Output::U8Nhwc)
-        .workers(1)
-        .prefetch(1)
+    let loader = (small_crops(ds, 4).workers(1).prefetch(1))
         .prefetch_next_epoch(false)
         .build()
         .unwrap();
