@@ -311,7 +311,7 @@ impl VerifyReport {
         self.read_in_part += u64::from(o.read_in_part);
         self.decoded += o.decoded;
         self.ok_records += o.ok;
-        self.bad_records += o.bad;
+        self.bad_records += o.bad_indices.len() as u64;
         self.bad
             .extend(o.problems.into_iter().map(|(index, problem)| BadRecord {
                 shard: entry.file.clone(),

@@ -109,7 +109,8 @@ impl std::fmt::Display for LostCause {
 /// Records of a shard lost: first index, count, why.
 pub(super) type LostRange = (u64, u64, LostCause, String);
 
-/// What one shard held, as found: `ok + bad` plus the counts in `lost` is the shard's count.
+/// What one shard held, as found: `ok`, the records in `bad_indices` and the counts in
+/// `lost` add up to the shard's count.
 #[derive(Debug, Default)]
 pub(super) struct ShardOutcome {
     pub(super) checked: u64,
@@ -117,8 +118,6 @@ pub(super) struct ShardOutcome {
     /// Payload bytes of the records whose header and CRC were good.
     pub(super) payload_bytes: u64,
     pub(super) ok: u64,
-    /// Records that failed a check: `bad_indices.len()`.
-    pub(super) bad: u64,
     /// The indices of the bad records, sorted, each once: the only indices `problems`
     /// names, and never inside a `lost` range, so that a record named is counted where it
     /// is named.
@@ -418,7 +417,6 @@ impl<'m> ShardCheck<'m> {
         let mut bad_indices = self.bad_indices;
         bad_indices.sort_unstable();
         bad_indices.dedup();
-        let bad = bad_indices.len() as u64;
         let lost = self
             .missing
             .into_iter()
@@ -431,8 +429,7 @@ impl<'m> ShardCheck<'m> {
             checked: self.checked,
             decoded: self.decoded,
             payload_bytes: self.payload_bytes,
-            ok: self.checked - bad,
-            bad,
+            ok: self.checked - bad_indices.len() as u64,
             bad_indices,
             problems: self.problems,
             lost,
