@@ -186,8 +186,8 @@ impl Dataset {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_unchanged(&self) -> Result<(), FormatError> {
-        let moved = self.moved();
-        (self.inner.shards.iter()).try_for_each(|s| check_shard(s, moved))
+        let mut moved = None;
+        (self.inner.shards.iter()).try_for_each(|s| self.check_shard(s, &mut moved))
     }
 
     /// [`Dataset::check_unchanged`] for the one shard that holds record `index`: what a
@@ -198,7 +198,19 @@ impl Dataset {
     ///
     /// As [`Dataset::check_unchanged`], or [`FormatError::IndexOutOfRange`].
     pub fn check_unchanged_at(&self, index: u64) -> Result<(), FormatError> {
-        check_shard(self.shard_holding(index)?.1, self.moved())
+        self.check_shard(self.shard_holding(index)?.1, &mut None)
+    }
+
+    /// Checks `shard` by its path; when that fails, and the dataset `moved` (asked once,
+    /// then kept there), only that its map read well: the files mapped are the dataset's
+    /// own then. The root is looked at only on a failure, so that a check of an unchanged
+    /// shard (Python's `Dataset[i]`, each item) stays one `stat`.
+    fn check_shard(&self, shard: &OpenShard, moved: &mut Option<bool>) -> Result<(), FormatError> {
+        let by_path = shard.check_unchanged();
+        if by_path.is_err() && *moved.get_or_insert_with(|| self.moved()) {
+            return shard.check_readable();
+        }
+        by_path
     }
 
     /// Whether the root path no longer names the directory this dataset was opened from:
@@ -475,13 +487,7 @@ fn not_a_directory_hint(root: &Path) -> String {
 /// What to do with a directory that has no manifest, from a look at its first entries:
 /// part directories want a merge, anything else a conversion.
 fn not_a_dataset_hint(root: &Path) -> String {
-    let parts = std::fs::read_dir(root)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .take(100_000)
-        .filter(|e| e.file_name().as_encoded_bytes().starts_with(b"part-"))
-        .count();
+    let parts = entries_named(root, |name| name.starts_with(b"part-"));
     let shards = unfinished_shards(root);
     // The lock first, then the manifest: a writer or merge writes its manifest before it
     // lets the lock go, so one that finished meanwhile is seen by one or the other, and
@@ -519,15 +525,6 @@ fn not_a_dataset_hint(root: &Path) -> String {
     }
 }
 
-/// Checks `shard` by its path, or, when its dataset `moved` (see [`Dataset::moved`]),
-/// only that its map read well: the files mapped are the dataset's own then.
-fn check_shard(shard: &OpenShard, moved: bool) -> Result<(), FormatError> {
-    match moved {
-        true => shard.check_readable(),
-        false => shard.check_unchanged(),
-    }
-}
-
 /// The (device, inode) of the directory at `path`, `None` when it cannot be read.
 fn dir_id(path: &Path) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
@@ -538,16 +535,19 @@ fn dir_id(path: &Path) -> Option<(u64, u64)> {
 /// entries: in a directory without a manifest or a journal, what a writer killed before
 /// it finished leaves.
 pub(crate) fn unfinished_shards(root: &Path) -> usize {
+    entries_named(root, |name| {
+        name.starts_with(b"shard-") && name.ends_with(b".lmdb")
+    })
+}
+
+/// How many of the first 100,000 entries of `root` have a name for which `named` holds.
+fn entries_named(root: &Path, named: impl Fn(&[u8]) -> bool) -> usize {
     std::fs::read_dir(root)
         .into_iter()
         .flatten()
         .flatten()
         .take(100_000)
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.as_encoded_bytes();
-            name.starts_with(b"shard-") && name.ends_with(b".lmdb")
-        })
+        .filter(|e| named(e.file_name().as_encoded_bytes()))
         .count()
 }
 
