@@ -39,6 +39,14 @@ pub(super) fn written_names(writer: &DatasetWriter) -> Vec<String> {
     names
 }
 
+/// The files a run that began afresh made in its directory: `writer`'s
+/// ([`written_names`]) and the journal.
+fn run_files(writer: &DatasetWriter) -> Vec<String> {
+    let mut names = written_names(writer);
+    names.push(JOURNAL_FILE.to_string());
+    names
+}
+
 /// The directories a conversion is about to create for its output, and whether it then
 /// began afresh in it.
 #[derive(Debug)]
@@ -124,12 +132,10 @@ impl Made {
         let FormatError::StrictInput { path, reason, .. } = e else {
             return e;
         };
-        let mut names = written_names(writer);
-        names.push(JOURNAL_FILE.to_string());
         FormatError::StrictInput {
             path,
             reason,
-            resumable: !(self.fresh && self.take_away(dir, &names)),
+            resumable: !(self.fresh && self.take_away(dir, &run_files(writer))),
         }
     }
 
@@ -144,9 +150,7 @@ impl Made {
         dir: &File,
     ) -> FormatError {
         if self.fresh && writer.next_index() == 0 {
-            let mut names = written_names(writer);
-            names.push(JOURNAL_FILE.to_string());
-            self.take_away(dir, &names);
+            self.take_away(dir, &run_files(writer));
         }
         e
     }
