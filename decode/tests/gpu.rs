@@ -56,9 +56,15 @@ fn search_order_starts_with_the_override_then_cuda13() {
         pos("libnvjpeg.so.12").unwrap(),
     );
     assert!(a < b);
-    assert!(c
-        .iter()
-        .any(|p| p.ends_with("targets/x86_64-linux/lib/libnvjpeg.so.13")));
+    for dir in stoker_decode::nvjpeg::TOOLKIT_TARGET_DIRS {
+        let file = std::path::Path::new(dir).join("libnvjpeg.so.13");
+        assert!(c.iter().any(|p| p.ends_with(&file)), "{file:?} in {c:?}");
+    }
+    #[cfg(target_arch = "x86_64")]
+    assert_eq!(
+        stoker_decode::nvjpeg::TOOLKIT_TARGET_DIRS,
+        ["targets/x86_64-linux/lib"]
+    );
 }
 
 #[test]

@@ -35,6 +35,17 @@ impl std::fmt::Debug for NvJpeg {
     }
 }
 
+/// Where a CUDA toolkit keeps this architecture's libraries, under its root. An ARM
+/// server (Grace Hopper, Grace Blackwell) installs them under `sbsa-linux`, a Jetson
+/// under `aarch64-linux`; only `x86_64-linux` would miss both.
+pub const TOOLKIT_TARGET_DIRS: &[&str] = if cfg!(target_arch = "x86_64") {
+    &["targets/x86_64-linux/lib"]
+} else if cfg!(target_arch = "aarch64") {
+    &["targets/sbsa-linux/lib", "targets/aarch64-linux/lib"]
+} else {
+    &[]
+};
+
 static LOADED: OnceLock<Result<NvJpeg, LoadError>> = OnceLock::new();
 
 impl NvJpeg {
@@ -46,8 +57,9 @@ impl NvJpeg {
     /// 1. `$STOKER_NVJPEG`, a path to the library (an explicit choice beats everything);
     /// 2. `libnvjpeg.so.13` then `libnvjpeg.so.12` through the system loader
     ///    (`LD_LIBRARY_PATH`, ld.so cache): CUDA 13 first, since cudarc is built for it;
-    /// 3. `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`, each under `lib64` and
-    ///    `targets/x86_64-linux/lib` (toolkit installs not on the loader path);
+    /// 3. `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`, each under `lib64` and this
+    ///    machine's `targets/…/lib` ([`TOOLKIT_TARGET_DIRS`]; toolkit installs not on the
+    ///    loader path);
     /// 4. Python wheels: `nvidia/cu13/lib` (nvidia-nvjpeg-cu13) and
     ///    `nvidia/nvjpeg/lib` (nvidia-nvjpeg-cu12) under every `site-packages` /
     ///    `dist-packages` found from `$VIRTUAL_ENV`, `$CONDA_PREFIX`, `$PYTHONPATH`,
@@ -141,7 +153,7 @@ impl NvJpeg {
             .collect();
         roots.push(PathBuf::from("/usr/local/cuda"));
         for root in roots {
-            for sub in ["lib64", "targets/x86_64-linux/lib"] {
+            for sub in std::iter::once("lib64").chain(TOOLKIT_TARGET_DIRS.iter().copied()) {
                 for name in NAMES {
                     out.push(root.join(sub).join(name));
                 }

@@ -19,7 +19,7 @@ pub(crate) use allocator::CachedMemory;
 pub use allocator::NvjpegMemoryStats;
 pub use block_cache::BlockStats;
 pub use error::LoadError;
-pub use library::NvJpeg;
+pub use library::{NvJpeg, TOOLKIT_TARGET_DIRS};
 pub(crate) use safe::{
     Backend, BatchedState, DecodeParams, Decoder, DecoderState, DeviceBuffer, Handle, JpegStream,
     OutputImage, PinnedBuffer,
