@@ -59,11 +59,10 @@ pub enum FormatError {
         /// Digest recorded in the manifest.
         want: u64,
     },
-    /// A shard's LMDB meta pages are not what stoker writes, so the file is not handed to
-    /// LMDB (which trusts them and would read outside the file).
-    #[error(
-        "shard {shard}: damaged LMDB file: {reason}; not opened (LMDB would trust these bytes)"
-    )]
+    /// A shard's LMDB pages are not what stoker writes: its meta pages, found when the
+    /// shard is opened (then it is not opened: LMDB would trust them and read outside the
+    /// file), or a page on the way to a record, found when the record is read.
+    #[error("shard {shard}: damaged LMDB file: {reason}")]
     DamagedShard {
         /// The shard file.
         shard: PathBuf,
@@ -383,6 +382,17 @@ pub enum FormatError {
     /// finished shard.
     #[error("conversion cancelled; what was finished stays in the output directory: convert again with --resume (resume=True) to continue")]
     Cancelled,
+    /// The caller of [`crate::verify_dir_until`] asked it to stop before it had checked
+    /// every shard; nothing it found is reported.
+    #[error(
+        "verify stopped by its caller after {checked} of {shards} shard(s); nothing is reported"
+    )]
+    VerifyStopped {
+        /// Shards checked whole before the stop was seen.
+        checked: u64,
+        /// Shards the manifest declares.
+        shards: u64,
+    },
     /// A failure injected by a test (see `ConvertOptions::fail_after`).
     #[error("injected failure after {written} records")]
     Injected {

@@ -106,5 +106,7 @@ pub use record::{
     Encoding, Record, RecordHeader, HEADER_LEN, RAW_CHANNELS, RECORD_MAGIC, RECORD_VERSION,
 };
 pub use source_map::{SourceMap, MAX_SOURCE_NAME, SOURCES_FILE};
-pub use verify::{verify, verify_dir, BadRecord, LostCause, LostRecords, VerifyReport};
+pub use verify::{
+    verify, verify_dir, verify_dir_until, BadRecord, LostCause, LostRecords, VerifyReport,
+};
 pub use writer::{shard_file_name, DatasetWriter, RecordMeta, WriterOptions, DEFAULT_SHARD_BYTES};

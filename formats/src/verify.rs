@@ -26,7 +26,7 @@ mod cut;
 mod shard_check;
 
 pub use shard_check::LostCause;
-use shard_check::{cause_of, reason_of, ShardCheck, ShardOutcome};
+use shard_check::{cause_of, reason_of, Reading, ShardCheck, ShardOutcome};
 
 /// One problem found by [`verify`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -152,7 +152,8 @@ impl VerifyReport {
 /// ```
 pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
     ds.check_unchanged()?;
-    let mut r = check_shards(ds.manifest(), decode, &|i| Ok(Arc::clone(ds.open_shard(i))));
+    let open = |i| Ok(Arc::clone(ds.open_shard(i)));
+    let mut r = check_shards(ds.manifest(), decode, &open, &|| false)?;
     name_sources(ds.root(), ds.manifest(), &mut r);
     Ok(r)
 }
@@ -195,9 +196,39 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn verify_dir(root: impl AsRef<Path>, decode: bool) -> Result<VerifyReport, FormatError> {
+    verify_dir_until(root, decode, &|| false)
+}
+
+/// [`verify_dir`] that asks `stop` before each record and each shard, and ends with
+/// [`FormatError::VerifyStopped`] soon after it says yes: the check of a large dataset
+/// reads all of it and takes minutes, and a caller where Ctrl-C does not end the process
+/// (Python's `stoker.verify`) must be able to give up on it.
+///
+/// # Errors
+///
+/// As [`verify_dir`], and [`FormatError::VerifyStopped`].
+///
+/// # Examples
+///
+/// ```
+/// use stoker_formats::{verify_dir_until, DatasetWriter, Encoding, FormatError, Provenance, RecordMeta, WriterOptions};
+/// let dir = tempfile::tempdir()?;
+/// let mut w = DatasetWriter::create(dir.path(), WriterOptions::default())?;
+/// w.push(RecordMeta { encoding: Encoding::Raw, height: 1, width: 1, channels: 3, label: 0 }, &[1, 2, 3])?;
+/// w.finish(vec!["c".into()], Provenance::stoker("doc"))?;
+/// let e = verify_dir_until(dir.path(), false, &|| true).unwrap_err();
+/// assert!(matches!(e, FormatError::VerifyStopped { checked: 0, shards: 1 }), "{e}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn verify_dir_until(
+    root: impl AsRef<Path>,
+    decode: bool,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<VerifyReport, FormatError> {
     let root = root.as_ref();
     let m = crate::dataset::read_manifest(root)?;
-    let mut r = check_shards(&m, decode, &|i| crate::dataset::open_shard_of(root, &m, i));
+    let open = |i| crate::dataset::open_shard_of(root, &m, i);
+    let mut r = check_shards(&m, decode, &open, stop)?;
     name_sources(root, &m, &mut r);
     Ok(r)
 }
@@ -242,8 +273,14 @@ fn name_sources(root: &Path, m: &Manifest, r: &mut VerifyReport) {
 /// Opens a shard by its position in the manifest.
 type OpenFn<'a> = dyn Fn(usize) -> Result<Arc<OpenShard>, FormatError> + 'a;
 
-/// Checks each shard of `m`, opened by `open` one at a time, into one report.
-fn check_shards(m: &Manifest, decode: bool, open: &OpenFn<'_>) -> VerifyReport {
+/// Checks each shard of `m`, opened by `open` one at a time, into one report; stops
+/// when `stop` says so (asked before each shard and, through the walk, each record).
+fn check_shards(
+    m: &Manifest,
+    decode: bool,
+    open: &OpenFn<'_>,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<VerifyReport, FormatError> {
     let t0 = Instant::now();
     let decoder = CpuDecoder::new(Limits::default());
     let mut notes = Vec::new();
@@ -271,19 +308,33 @@ fn check_shards(m: &Manifest, decode: bool, open: &OpenFn<'_>) -> VerifyReport {
         notes,
         seconds: 0.0,
     };
+    let reading = Reading { decode, stop };
     let mut payload_bytes = 0u64;
     for (si, entry) in m.shards.iter().enumerate() {
+        if stop() {
+            return Err(FormatError::VerifyStopped {
+                checked: si as u64,
+                shards: r.shards,
+            });
+        }
         let outcome = match open(si) {
             Ok(shard) => {
                 r.opened += 1;
-                check_shard(m, entry, &shard, kind, decode, &decoder)
+                check_shard(m, entry, &shard, kind, (reading, &decoder))
             }
             // Refused for the loader, but what lies before the cut can still be checked.
             Err(FormatError::ShardSizeMismatch { shard, got, want }) if got < want => {
-                cut::check_cut_shard(m, entry, &shard, got, decode, &decoder)
+                cut::check_cut_shard(m, entry, &shard, got, (reading, &decoder))
             }
             Err(e) => ShardOutcome::unusable(entry, &e, format!("not opened: {}", reason_of(&e))),
         };
+        // The shard's check may have left records unchecked: not an outcome to report.
+        if stop() {
+            return Err(FormatError::VerifyStopped {
+                checked: si as u64,
+                shards: r.shards,
+            });
+        }
         payload_bytes = payload_bytes.saturating_add(outcome.payload_bytes);
         r.add(entry, outcome);
     }
@@ -301,7 +352,7 @@ fn check_shards(m: &Manifest, decode: bool, open: &OpenFn<'_>) -> VerifyReport {
         });
     }
     r.seconds = t0.elapsed().as_secs_f64();
-    r
+    Ok(r)
 }
 
 impl VerifyReport {
@@ -339,8 +390,7 @@ fn check_shard(
     entry: &ShardEntry,
     shard: &OpenShard,
     kind: DigestKind,
-    decode: bool,
-    decoder: &CpuDecoder,
+    (reading, decoder): (Reading<'_>, &CpuDecoder),
 ) -> ShardOutcome {
     // One descriptor for the digest and the walk, so that both read the same file: the one
     // opened, as the checks before and after the digest say.
@@ -353,11 +403,12 @@ fn check_shard(
     };
     let whole = whole_file_problem(shard, &mut file, entry, kind);
     if let Some((LostCause::Altered, problem)) = &whole {
-        if let Some(o) = cut::check_zero_tail(m, entry, shard, &file, problem, decode, decoder) {
+        let zero_tail = cut::check_zero_tail(m, entry, shard, &file, problem, (reading, decoder));
+        if let Some(o) = zero_tail {
             return o;
         }
     }
-    let mut check = ShardCheck::new(m, entry, &shard.path, decode);
+    let mut check = ShardCheck::new(m, entry, &shard.path, reading);
     if let Some((_, problem)) = &whole {
         check.problem(None, problem.clone());
     }

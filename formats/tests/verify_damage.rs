@@ -193,3 +193,31 @@ fn an_intact_dataset_counts_every_record_ok() {
     );
     assert_eq!(r.opened, r.shards);
 }
+
+#[test]
+fn a_stop_during_a_shard_ends_verify_with_the_shards_checked_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = photos(dir.path(), "ds", Layout::Auto);
+    let m = stoker_formats::Manifest::read(&ds).unwrap();
+    assert!(m.shards.len() >= 3, "{} shards", m.shards.len());
+    // Asked once before each shard and once per record: stop at the second record of
+    // shard 1, after shard 0 was checked whole.
+    let asked = std::sync::atomic::AtomicU64::new(0);
+    let before_stop = 1 + m.shards[0].count + 1 + 2;
+    let stop = || asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 >= before_stop;
+    let e = stoker_formats::verify_dir_until(&ds, false, &stop).unwrap_err();
+    assert!(
+        matches!(e, stoker_formats::FormatError::VerifyStopped { checked: 1, shards } if shards == m.shards.len() as u64),
+        "{e}"
+    );
+    // Shard 1's walk runs to its end (asking for each record), shard 2 is not begun.
+    let asked = asked.into_inner();
+    assert!(asked < before_stop + m.shards[1].count + 1, "{asked}");
+    let never = stoker_formats::verify_dir_until(&ds, true, &|| false).unwrap();
+    let plain = verify_dir(&ds, true).unwrap();
+    assert!(never.ok() && plain.ok(), "{never:?}");
+    assert_eq!(
+        (never.checked, never.decoded, never.ok_records),
+        (plain.checked, plain.decoded, plain.ok_records)
+    );
+}

@@ -22,7 +22,7 @@ use std::path::Path;
 
 use stoker_decode::CpuDecoder;
 
-use super::shard_check::{reason_of, LostCause, ShardCheck, ShardOutcome};
+use super::shard_check::{reason_of, LostCause, Reading, ShardCheck, ShardOutcome};
 use crate::lmdb_meta::RecordTree;
 use crate::shard::OpenShard;
 use crate::{FormatError, Manifest, ShardEntry};
@@ -35,8 +35,7 @@ pub(super) fn check_cut_shard(
     entry: &ShardEntry,
     path: &Path,
     got: u64,
-    decode: bool,
-    decoder: &CpuDecoder,
+    (reading, decoder): (Reading<'_>, &CpuDecoder),
 ) -> ShardOutcome {
     let (file, before) = match open_cut(path, got) {
         Ok(f) => f,
@@ -47,7 +46,7 @@ pub(super) fn check_cut_shard(
     let at = format!("the file is cut short at byte {got} of {}", entry.bytes);
     let mut outcome = match crate::lmdb_meta::check(&file, entry.bytes, entry.count) {
         Ok(tree) => {
-            let mut o = salvage(m, entry, path, (&file, got, tree), &at, decode, decoder);
+            let mut o = salvage(m, entry, path, (&file, got, tree), &at, (reading, decoder));
             o.read_in_part = true;
             o
         }
@@ -79,8 +78,7 @@ pub(super) fn check_zero_tail(
     shard: &OpenShard,
     file: &File,
     problem: &str,
-    decode: bool,
-    decoder: &CpuDecoder,
+    (reading, decoder): (Reading<'_>, &CpuDecoder),
 ) -> Option<ShardOutcome> {
     let zeros = zeros_from(file, &shard.tree)?;
     let at = format!(
@@ -88,7 +86,7 @@ pub(super) fn check_zero_tail(
         entry.bytes
     );
     let file_and_cut = (file, zeros, shard.tree);
-    let mut outcome = salvage(m, entry, &shard.path, file_and_cut, &at, decode, decoder);
+    let mut outcome = salvage(m, entry, &shard.path, file_and_cut, &at, (reading, decoder));
     outcome.problems.insert(0, (None, problem.to_string()));
     if let Err(e) = shard.check_unchanged() {
         let reason = reason_of(&e);
@@ -107,10 +105,9 @@ fn salvage(
     path: &Path,
     (file, cut, tree): (&File, u64, RecordTree),
     at: &str,
-    decode: bool,
-    decoder: &CpuDecoder,
+    (reading, decoder): (Reading<'_>, &CpuDecoder),
 ) -> ShardOutcome {
-    let mut check = ShardCheck::new(m, entry, path, decode);
+    let mut check = ShardCheck::new(m, entry, path, reading);
     check.problem(
         None,
         format!(

@@ -43,9 +43,13 @@ fn decode_chunk(
     pool: Option<&rayon::ThreadPool>,
     decoder: &CpuDecoder,
     chunk: &[(u64, RecordHeader, Vec<u8>)],
+    stop: &(dyn Fn() -> bool + Sync),
 ) -> Vec<Problem> {
-    let check =
-        |(index, h, payload): &(u64, RecordHeader, Vec<u8>)| match decoder.decode_to_vec(payload) {
+    let check = |(index, h, payload): &(u64, RecordHeader, Vec<u8>)| {
+        if stop() {
+            return None;
+        }
+        match decoder.decode_to_vec(payload) {
             Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => Some((
                 Some(*index),
                 format!(
@@ -55,7 +59,8 @@ fn decode_chunk(
             )),
             Ok(_) => None,
             Err(e) => Some((Some(*index), format!("does not decode: {e}"))),
-        };
+        }
+    };
     match pool {
         Some(pool) => pool.install(|| chunk.par_iter().filter_map(check).collect()),
         None => chunk.iter().filter_map(check).collect(),
@@ -198,6 +203,16 @@ type ToDecode = (u64, RecordHeader, Vec<u8>);
 /// JPEG bytes `verify --decode` holds before decoding them: the walk copies every record
 /// out of the file, so a whole shard's (1 GiB by default) would otherwise be in memory.
 const DECODE_CHUNK_BYTES: usize = 64 << 20;
+
+/// What a shard's check does, and when it gives up.
+#[derive(Clone, Copy)]
+pub(super) struct Reading<'a> {
+    /// Also decode each JPEG on the CPU.
+    pub(super) decode: bool,
+    /// Asked before each record and each decode; once it says yes, the rest is left
+    /// unchecked, and the caller throws the outcome away.
+    pub(super) stop: &'a (dyn Fn() -> bool + Sync),
+}
 /// A problem found: the record's index (none for the shard as a whole) and what is wrong.
 pub(super) type Problem = (Option<u64>, String);
 
@@ -212,6 +227,7 @@ pub(super) struct ShardCheck<'m> {
     expect: u64,
     end: u64,
     decode: bool,
+    stop: &'m (dyn Fn() -> bool + Sync),
     /// Records read in place (each index once).
     checked: u64,
     decoded: u64,
@@ -232,7 +248,7 @@ impl<'m> ShardCheck<'m> {
         m: &'m Manifest,
         entry: &ShardEntry,
         shard_path: &'m Path,
-        decode: bool,
+        reading: Reading<'m>,
     ) -> Self {
         ShardCheck {
             m,
@@ -241,7 +257,8 @@ impl<'m> ShardCheck<'m> {
             first_key: entry.first_key(),
             expect: entry.first_index,
             end: entry.first_index.saturating_add(entry.count),
-            decode,
+            decode: reading.decode,
+            stop: reading.stop,
             checked: 0,
             decoded: 0,
             payload_bytes: 0,
@@ -378,6 +395,9 @@ impl<'m> ShardCheck<'m> {
 
     /// Takes one item of the walk: a record to check, or what was wrong with a page.
     pub(super) fn take(&mut self, item: Item, decoder: &CpuDecoder) {
+        if (self.stop)() {
+            return;
+        }
         match item {
             Ok((key, value)) => {
                 self.record(&key, value);
@@ -399,7 +419,7 @@ impl<'m> ShardCheck<'m> {
             // Nothing to decode (no --decode): no threads needed.
             return 0;
         }
-        let problems = decode_chunk(decode_pool(), decoder, &chunk);
+        let problems = decode_chunk(decode_pool(), decoder, &chunk, self.stop);
         self.bad_indices
             .extend(problems.iter().filter_map(|(index, _)| *index));
         let decoded = chunk.len() - problems.len();
@@ -467,12 +487,15 @@ mod tests {
             (2, header(8, 8), photo[..photo.len() / 3].to_vec()),
         ];
         let decoder = CpuDecoder::new(stoker_decode::Limits::default());
-        let alone = decode_chunk(None, &decoder, &chunk);
+        let alone = decode_chunk(None, &decoder, &chunk, &|| false);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
             .unwrap();
-        assert_eq!(alone, decode_chunk(Some(&pool), &decoder, &chunk));
+        assert_eq!(
+            alone,
+            decode_chunk(Some(&pool), &decoder, &chunk, &|| false)
+        );
         let bad: Vec<_> = alone.iter().map(|(i, _)| *i).collect();
         assert_eq!(bad, [Some(1), Some(2)], "{alone:?}");
     }
