@@ -39,6 +39,7 @@ mod logging;
 mod sampler;
 mod signals;
 mod stats;
+mod verify;
 mod writer;
 
 use pyo3::prelude::*;
@@ -64,6 +65,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_function(wrap_pyfunction!(dataset::convert, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::merge, m)?)?;
+    m.add_function(wrap_pyfunction!(verify::verify, m)?)?;
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<writer::Writer>()?;
     m.add_class::<loader::Loader>()?;

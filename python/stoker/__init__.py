@@ -41,6 +41,7 @@ from ._stoker import (
     __version__,
     convert,
     merge,
+    verify,
 )
 
 __all__ = [
@@ -59,4 +60,5 @@ __all__ = [
     "__version__",
     "convert",
     "merge",
+    "verify",
 ]

@@ -48,6 +48,11 @@ def merge(
     parts: Optional[Sequence[Union[str, bytes, os.PathLike]]] = None,
 ) -> Dict[str, Any]: ...
 
+def verify(
+    path: Union[str, bytes, os.PathLike],
+    decode: bool = False,
+) -> Dict[str, Any]: ...
+
 class Writer:
     def __init__(
         self,

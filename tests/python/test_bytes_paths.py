@@ -95,9 +95,10 @@ def test_writer_and_merge_take_bytes(root):
         (lambda bad: stoker.merge(b"/nonexistent-out", parts=[bad]), r"parts\[0\]"),
         (lambda bad: stoker.Writer(bad), "out"),
         (lambda bad: stoker.Dataset(bad), "path"),
+        (lambda bad: stoker.verify(bad), "path"),
         (lambda bad: stoker.Loader(bad, device="cpu"), "data"),
     ],
-    ids=["convert", "merge-out", "merge-parts", "Writer", "Dataset", "Loader"],
+    ids=["convert", "merge-out", "merge-parts", "Writer", "Dataset", "verify", "Loader"],
 )
 def test_bytes_with_a_nul_byte_are_a_value_error_naming_the_argument(call, name):
     with pytest.raises(ValueError, match=rf"^{name}=.*a path cannot hold a NUL byte"):

@@ -82,10 +82,11 @@ def test_the_text_and_flags_of_a_state_dict_name_their_key(sample_dataset, key, 
         (lambda t, bad: stoker.merge(t / "out", parts=[t, bad]), r"parts\[1\]"),
         (lambda t, bad: stoker.Writer(bad), "out"),
         (lambda t, bad: stoker.Dataset(bad), "path"),
+        (lambda t, bad: stoker.verify(bad), "path"),
         (lambda t, bad: stoker.Loader(bad, device="cpu"), "data"),
     ],
     ids=["convert-src", "convert-out", "convert-list", "merge-out", "merge-parts", "Writer",
-         "Dataset", "Loader"],
+         "Dataset", "verify", "Loader"],
 )
 def test_a_path_with_a_nul_byte_is_a_value_error_naming_it(tmp_path, call, name):
     bad = str(tmp_path / "a\x00b")

@@ -1,0 +1,96 @@
+"""`stoker.verify`: `stoker verify --json` for Python users, who get no CLI with the
+package, so that they can find the records a copied or restored dataset lost."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+import stoker
+from conftest import REPO
+
+
+def cli_report(stoker_cli, path, *flags):
+    run = subprocess.run(
+        [str(stoker_cli), "verify", str(path), "--json", *flags],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode in (0, 1), run.stderr
+    return json.loads(run.stdout)
+
+
+def without_time(report):
+    return {k: v for k, v in report.items() if k != "seconds"}
+
+
+def test_a_sound_dataset_gets_the_clis_report(sample_dataset, stoker_cli):
+    report = stoker.verify(sample_dataset, decode=True)
+    assert report["ok"] is True
+    assert (report["checked"], report["decoded"], report["ok_records"]) == (15, 15, 15)
+    assert without_time(report) == without_time(cli_report(stoker_cli, sample_dataset, "--decode"))
+
+
+def test_damage_is_named_by_record_and_shard_as_the_cli_names_it(tmp_path, stoker_cli):
+    ds = tmp_path / "ds"
+    report = stoker.convert(
+        REPO / "testdata" / "imagefolder",
+        ds,
+        check=False,
+        shard_size=1 << 20,
+        progress=False,
+    )
+    assert report["shards"] >= 3, report
+    manifest = json.loads((ds / "manifest.json").read_text())
+    # A shard lost, and another with bytes changed in the middle (its records' pages).
+    missing = manifest["shards"][0]
+    (ds / missing["file"]).unlink()
+    altered = ds / manifest["shards"][1]["file"]
+    data = bytearray(altered.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(64)
+    altered.write_bytes(data)
+
+    with pytest.raises(FileNotFoundError):
+        stoker.Dataset(ds)
+    py = stoker.verify(ds)
+    assert py["ok"] is False
+    assert py["ok_records"] + py["bad_records"] + py["lost_records"] == py["samples"]
+    lost = {entry["shard"]: entry for entry in py["lost"]}
+    assert lost[missing["file"]]["cause"] == "missing"
+    assert lost[missing["file"]]["count"] == missing["count"]
+    assert manifest["shards"][1]["file"] in lost
+    # The input each lost range began with, from the dataset's source map.
+    assert lost[missing["file"]]["sources"][0].endswith(".jpg"), lost
+    assert without_time(py) == without_time(cli_report(stoker_cli, ds))
+
+
+def test_what_is_not_a_dataset_is_an_error_naming_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no manifest.json"):
+        stoker.verify(tmp_path)
+    (tmp_path / "manifest.json").write_text("{")
+    with pytest.raises(stoker.StokerError, match="manifest"):
+        stoker.verify(tmp_path)
+    with pytest.raises(TypeError, match="path"):
+        stoker.verify(3)
+
+
+def test_ctrl_c_stops_a_check(photos_dataset, tmp_path, ctrl_c_raises):
+    # Python's handler only sets a flag: a check that never looked at it would read and
+    # decode the whole dataset (minutes on a real one) before KeyboardInterrupt.
+    start = time.monotonic()
+    assert stoker.verify(photos_dataset, decode=True)["ok"]
+    whole = time.monotonic() - start
+    timer = threading.Timer(whole / 5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        stoker.verify(photos_dataset, decode=True)
+    stopped = time.monotonic() - start
+    timer.join()
+    assert stopped < whole * 0.6, (stopped, whole)
+    assert stoker.verify(photos_dataset)["ok"]
