@@ -769,3 +769,40 @@ fn inspect_record_names_its_source_even_when_the_record_is_damaged() {
         text(&o)
     );
 }
+
+/// `inspect` of a dataset with a damaged record summarizes the others and exits 1, naming
+/// the record and `verify`: before, it printed only the record's error.
+#[test]
+fn inspect_leaves_out_a_damaged_record_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
+    let o = stoker(&["convert", sample, p(&ds), "--no-check"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let shard = ds.join("shard-00000.lmdb");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let magic = bytes.windows(4).position(|w| w == b"STKR").unwrap();
+    bytes[magic] = b'X';
+    std::fs::write(&shard, bytes).unwrap();
+    let o = stoker(&["inspect", p(&ds)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("samples: 15 "), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("1 record(s) could not be read") && err.contains("stoker verify"),
+        "{}",
+        text(&o)
+    );
+    let o = stoker(&["inspect", p(&ds), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let r = json(&o);
+    assert_eq!(r["unreadable"], 1);
+    let per_class: u64 = r["per_class"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_class, 14);
+}

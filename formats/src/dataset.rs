@@ -70,7 +70,7 @@ impl Dataset {
         let root_id = dir_id(&root);
         let manifest = read_manifest(&root)?;
         let shards = (0..manifest.shards.len())
-            .map(|i| open_shard_of(&root, &manifest, i))
+            .map(|i| open_shard_of(&root, &manifest, i).map_err(|e| refused(e, &root)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Dataset {
             inner: Arc::new(Inner {
@@ -399,6 +399,23 @@ pub(crate) fn open_shard_of(
 ) -> Result<Arc<OpenShard>, FormatError> {
     let entry = &manifest.shards[i];
     shard::open_shard(&manifest.shard_path(root, i), entry.count, entry.bytes)
+}
+
+/// `e`, a shard's refusal by [`Dataset::open`], saying so and where to learn what the
+/// dataset lost: one damaged shard keeps the whole dataset from opening, and the loader
+/// from starting.
+fn refused(e: FormatError, root: &Path) -> FormatError {
+    match e {
+        FormatError::DamagedShard { shard, reason } => FormatError::DamagedShard {
+            shard,
+            reason: format!(
+                "{reason}; not opened, as LMDB would trust these bytes (`stoker verify {}`, \
+                 Python `stoker.verify`, names the records of every damaged shard)",
+                root.display()
+            ),
+        },
+        e => e,
+    }
 }
 
 /// `e` as [`FormatError::UnfinishedConversion`] when it says `root`'s manifest is missing

@@ -158,13 +158,20 @@ pub struct InspectReport {
     pub audit: Option<Audit>,
     /// How the dataset was made.
     pub provenance: Provenance,
+    /// Records that could not be read (a damaged page or record header): left out of the
+    /// counts and distributions above. [`crate::verify()`] names each.
+    pub unreadable: u64,
+    /// The first of them (`record N: why`).
+    pub first_unreadable: Option<String>,
 }
 
-/// Summarizes `ds`, reading every record header (not the payloads).
+/// Summarizes `ds`, reading every record header (not the payloads). A record that cannot
+/// be read is counted in [`InspectReport::unreadable`] (use [`crate::verify()`] to list
+/// every problem): one damaged page need not hide what the rest of the dataset holds.
 ///
 /// # Errors
 ///
-/// A record that cannot be read (use [`crate::verify()`] to list every problem).
+/// A shard file replaced or cut since `ds` was opened ([`FormatError::ShardChanged`]).
 ///
 /// # Examples
 ///
@@ -188,8 +195,17 @@ pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
     let (mut w, mut h, mut sizes) = (Histogram::exact(), Histogram::exact(), Histogram::default());
     let mut encodings = BTreeMap::new();
     let mut per_label: BTreeMap<u32, u64> = BTreeMap::new();
+    let (mut unreadable, mut first_unreadable) = (0, None);
     for i in 0..m.samples {
-        let r = reader.get(i)?;
+        let r = match reader.get(i) {
+            Ok(r) => r,
+            Err(e @ FormatError::ShardChanged { .. }) => return Err(e),
+            Err(e) => {
+                unreadable += 1;
+                first_unreadable.get_or_insert_with(|| format!("record {i}: {e}"));
+                continue;
+            }
+        };
         w.add(u64::from(r.header.width));
         h.add(u64::from(r.header.height));
         sizes.add(u64::from(r.header.payload_len));
@@ -215,6 +231,8 @@ pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
         shard_files: m.shards.clone(),
         audit: m.audit.clone(),
         provenance: m.provenance.clone(),
+        unreadable,
+        first_unreadable,
     })
 }
 

@@ -738,3 +738,47 @@ fn a_manifest_payload_total_that_the_records_do_not_hold_fails_verify() {
         v.bad
     );
 }
+
+#[test]
+fn inspect_counts_the_records_of_a_damaged_page_and_summarizes_the_rest() {
+    // Before, the first unreadable record ended `inspect` (and `stoker inspect`) with
+    // that record's error and no summary at all.
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    let meta = RecordMeta {
+        encoding: Encoding::Raw,
+        height: 1,
+        width: 4,
+        channels: 3,
+        label: 0,
+    };
+    for _ in 0..600 {
+        w.push(meta, &[7; 12]).unwrap();
+    }
+    w.finish(vec!["c".into()], Provenance::stoker("test"))
+        .unwrap();
+    let shard = dir.path().join("shard-00000.lmdb");
+    let orig = std::fs::read(&shard).unwrap();
+    let leaves: Vec<usize> = tree_pages(&orig, 4096)
+        .into_iter()
+        .filter(|&p| orig[p * 4096 + 10] == 2)
+        .collect();
+    assert!(leaves.len() >= 2, "{leaves:?}");
+    // The first leaf page names itself as another page: its records cannot be read.
+    let at = (leaves[0] * 4096) as u64;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[orig[leaves[0] * 4096] ^ 1], at).unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    let r = stoker_formats::inspect(&ds).unwrap();
+    assert!(r.unreadable > 0 && r.unreadable < 600, "{}", r.unreadable);
+    assert_eq!(r.per_class[0].count, 600 - r.unreadable);
+    assert_eq!(r.encodings["raw"], 600 - r.unreadable);
+    let first = r.first_unreadable.unwrap();
+    assert!(
+        first.starts_with("record 0: ") && first.contains("damaged"),
+        "{first}"
+    );
+}

@@ -69,7 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let r = formats::inspect(&ds)?;
     if args.json {
         writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(unreadable_status(&args, &r));
     }
     writeln!(out, "dataset: {}", args.dataset.display())?;
     // Version 1 reads, but its whole-file digests are the weaker ones (docs/FORMAT.md,
@@ -160,7 +160,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "source map: none (made by a stoker before source maps, or written record by record with DatasetWriter)"
         )?,
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(unreadable_status(&args, &r))
+}
+
+/// Exit 1, saying why on stderr, when records could not be read: the figures above leave
+/// them out, and a script reading them must not take the dataset for sound.
+fn unreadable_status(args: &Args, r: &formats::InspectReport) -> ExitCode {
+    if r.unreadable == 0 {
+        return ExitCode::SUCCESS;
+    }
+    let first = r.first_unreadable.as_deref().unwrap_or("");
+    eprintln!(
+        "stoker: error: {} record(s) could not be read and are left out of the figures (the first, {first}); `stoker verify {}` names every damaged record",
+        r.unreadable,
+        args.dataset.display()
+    );
+    ExitCode::FAILURE
 }
 
 /// `stoker inspect DATASET --record N`.
