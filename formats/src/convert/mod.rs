@@ -23,6 +23,7 @@ mod pipeline;
 mod record_sources;
 mod report;
 mod resume_check;
+mod sample_options;
 mod samples;
 mod source;
 mod strict_stop;
@@ -48,8 +49,9 @@ pub(crate) use out_path::refuse_non_directory;
 pub use part::{Part, MAX_PARTS};
 pub(crate) use report::{path_as_text, paths_as_text};
 pub use report::{ConvertReport, NoProgress, Progress, Skipped};
+pub use sample_options::SampleOptions;
+pub use samples::SampleWriter;
 pub(crate) use samples::REWRITE_PART;
-pub use samples::{SampleOptions, SampleWriter};
 pub use source::{Layout, Source};
 
 /// True when `data` is a JPEG whose primary image is complete: its end-of-image marker
