@@ -255,7 +255,15 @@ fn damaged_lmdb_meta_pages_no_longer_crash_open_verify_or_reads() {
         let bit = 1u8 << (pos % 8);
         std::os::unix::fs::FileExt::write_all_at(&f, &[orig[pos] ^ bit], pos as u64).unwrap();
         match Dataset::open(&out) {
-            Err(_) => refused += 1,
+            Err(e) => {
+                refused += 1;
+                if let FormatError::DamagedShard { reason, .. } = &e {
+                    assert!(
+                        reason.contains("not opened") && reason.contains("stoker verify"),
+                        "{e}"
+                    );
+                }
+            }
             Ok(ds) => {
                 read_everything(&ds);
                 let v = verify(&ds, false).unwrap();

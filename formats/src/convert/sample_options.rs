@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use super::options::{ConvertOptions, ResizeMode};
 use crate::record::Encoding;
+#[cfg(doc)]
+use crate::FormatError;
 
 /// How samples are turned into records: [`ConvertOptions`]' fields that apply to samples
 /// (not the source, layout, shuffle, resume or a shard count, which need a listing known in
