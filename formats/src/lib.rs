@@ -86,8 +86,9 @@ mod writer;
 
 pub use convert::audit::Audit;
 pub use convert::{
-    convert, jpeg_is_complete, lossless_text, ConvertOptions, ConvertReport, Layout, NoProgress,
-    Part, Progress, ResizeMode, SampleOptions, SampleWriter, Skipped, Source, MAX_PARTS, MAX_SIDE,
+    convert, jpeg_is_complete, lossless_text, ChunkDone, ConvertOptions, ConvertReport, Layout,
+    NoProgress, Part, Progress, ResizeMode, SampleOptions, SampleWriter, Skipped, Source,
+    MAX_PARTS, MAX_SIDE,
 };
 pub use dataset::{Dataset, DatasetReader};
 pub use error::FormatError;

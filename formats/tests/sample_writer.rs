@@ -831,3 +831,54 @@ fn written_parts_that_each_hold_every_sample_are_refused() {
         files.len() as u64
     );
 }
+
+/// `waits_for` names the chunk a call would wait for, until it is done, so that a caller
+/// (Python, for Ctrl-C) can wait for it in steps; `flush` hands the last samples over
+/// before `finish`. The records are those written without them.
+#[test]
+fn a_caller_can_wait_for_the_chunk_on_the_pool_before_each_call() {
+    let src = stoker_testdata::dir().join("imagefolder");
+    let (classes, files) = listing(&src);
+    // Three times over: chunks go to the pool every 8 MiB, the photos are half of 32 MiB.
+    let files: Vec<_> = files
+        .iter()
+        .cycle()
+        .take(3 * files.len())
+        .cloned()
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = sample_options();
+    o.max_side = Some(96);
+    o.jobs = Some(1);
+    let mut w = SampleWriter::create(dir.path().join("ds"), o.clone(), Some(classes)).unwrap();
+    assert!(w.waits_for(None).is_none(), "nothing on the pool yet");
+    let (mut waited, mut checked_before) = (0, 0);
+    for (f, label) in &files {
+        let bytes = std::fs::read(f).unwrap();
+        while let Some(chunk) = w.waits_for(Some(bytes.len() as u64)) {
+            waited += 1;
+            chunk.wait_timeout(std::time::Duration::from_millis(20));
+        }
+        checked_before += 1;
+        w.write(bytes, *label, f.to_str().unwrap()).unwrap();
+    }
+    // The last samples: handed over, then waited for here, so finish waits for nothing.
+    w.flush().unwrap();
+    let last = w
+        .waits_for(None)
+        .expect("a re-encoding chunk takes more than no time");
+    assert!(last.wait_timeout(std::time::Duration::from_secs(120)));
+    assert!(last.is_done() && w.waits_for(None).is_none());
+    let report = w.finish().unwrap();
+    assert_eq!(report.written as usize, files.len());
+    assert_eq!(checked_before, files.len());
+    assert!(waited > 0, "no write came while a chunk was on the pool");
+    let plain = dir.path().join("plain");
+    let mut w = SampleWriter::create(&plain, o, Some(listing(&src).0)).unwrap();
+    for (f, label) in &files {
+        let bytes = std::fs::read(f).unwrap();
+        w.write(bytes, *label, f.to_str().unwrap()).unwrap();
+    }
+    w.finish().unwrap();
+    assert_same_records(&dir.path().join("ds"), &plain);
+}

@@ -14,6 +14,7 @@ use crate::dataset::{json_to_py, parse_encoding, parse_resize};
 use crate::errors::format_error;
 use crate::locks::{lock_detached, Turn, Turns};
 use crate::logging::Call;
+use crate::signals::SIGNAL_CHECK;
 
 /// Writes a dataset from samples: encoded images (JPEG, PNG, ... as bytes) and their
 /// labels, for images that are not files in a folder (a Hugging Face dataset, a database,
@@ -47,7 +48,10 @@ use crate::logging::Call;
 /// ``out`` must be new or empty, and nothing is a dataset until ``close()`` (or the end
 /// of a ``with`` block without an exception) writes the manifest and returns the report
 /// dict ``stoker.convert`` returns. An exception in the ``with`` block, ``abort()``, or a
-/// writer garbage-collected unclosed takes away everything it wrote. Samples are
+/// writer garbage-collected unclosed (which says so in a ``UserWarning``) takes away
+/// everything it wrote. Ctrl-C reaches a ``write`` or ``close`` that waits for the
+/// transcoding threads within a fraction of a second: the sample is then not taken, or
+/// the writer not closed, and the writer goes on (a ``with`` block aborts it). Samples are
 /// transcoded in chunks on ``jobs`` threads while later ones are written (the GIL is
 /// released meanwhile), so a bad sample is skipped, or with ``strict=True`` raises, at a
 /// later ``write`` or at ``close``; an error that stops the writer takes its output away,
@@ -56,7 +60,7 @@ use crate::logging::Call;
 /// Calls from several threads take turns (samples are stored in the order the calls
 /// run). A writer belongs to the process that made it: in a forked child it raises, and
 /// its garbage collection there leaves the parent's output alone.
-#[pyclass(module = "stoker", frozen)]
+#[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct Writer {
     /// `None` once closed or aborted. Boxed: the writer is aligned to 64 bytes (a
     /// cache-padded field inside), more than Python allocates objects with, which pyo3
@@ -159,6 +163,11 @@ impl Writer {
         self.check_process()?;
         let label = class_index(label)?;
         let image = image_bytes(image, self.max_file_size)?;
+        let held = match &image {
+            Image::Bytes(data) => data.len() as u64,
+            Image::TooLarge(_) => 0,
+        };
+        self.wait_for_pool(py, Some(held))?;
         let mut inner = self.inner(py);
         let w = inner.writer.as_mut().ok_or_else(|| self.closed_error(py))?;
         let name = name.as_deref().unwrap_or("");
@@ -175,6 +184,13 @@ impl Writer {
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let _logs = Call::new(py);
         self.check_process()?;
+        // The last samples go to the pool, and are waited for, before `finish` takes the
+        // writer: it would wait for them with Ctrl-C unseen.
+        self.wait_for_pool(py, None)?;
+        if let Some(w) = self.inner(py).writer.as_mut() {
+            py.detach(|| w.flush()).map_err(writer_error)?;
+        }
+        self.wait_for_pool(py, None)?;
         let mut inner = self.inner(py);
         let json = match inner.writer.take() {
             Some(w) => {
@@ -274,6 +290,33 @@ impl Writer {
     }
 }
 
+/// A writer freed unclosed takes its output away, as documented; a forgotten `close()`
+/// at the end of a script lost hours of writing without a word. It says so, as a
+/// `UserWarning` (not a `ResourceWarning`, which Python shows only in development mode).
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        let Some(w) = inner.as_ref() else {
+            return;
+        };
+        // A forked child's copy leaves the parent's output alone: nothing is lost.
+        if std::process::id() != self.pid {
+            return;
+        }
+        let text = format!(
+            "stoker.Writer({:?}) was freed unclosed: its {} sample(s) are discarded and what it wrote is removed (call close(), or write inside `with stoker.Writer(...) as w:`)",
+            self.out.display().to_string(),
+            w.samples()
+        );
+        Python::attach(|py| {
+            // A warning made an error (`-W error`) cannot leave a destructor.
+            if let Err(e) = crate::errors::warn(py, text) {
+                e.write_unraisable(py, None);
+            }
+        });
+    }
+}
+
 /// The writer, held in the caller's turn.
 struct Held<'a> {
     /// Dropped first: the lock is free before the next caller's turn comes.
@@ -300,6 +343,27 @@ impl Writer {
             "stoker.Writer({:?}) is closed{why}",
             self.out.display().to_string()
         ))
+    }
+
+    /// Waits until the call that writes a sample of `bytes` bytes (`None`: `close`) would
+    /// not wait for the thread pool, outside the caller's turn and checking for Ctrl-C:
+    /// waiting inside the call saw Ctrl-C (and ran Python's signal handlers) only seconds
+    /// later, after the pool's chunk. Not in the turn, so that a handler that uses the
+    /// writer (`w.abort()` on SIGTERM) finds it free. A closed writer is left to the call.
+    fn wait_for_pool(&self, py: Python<'_>, bytes: Option<u64>) -> PyResult<()> {
+        loop {
+            let chunk = match self.inner(py).writer.as_ref() {
+                Some(w) => w.waits_for(bytes),
+                None => None,
+            };
+            let Some(chunk) = chunk else {
+                return Ok(());
+            };
+            while !py.detach(|| chunk.wait_timeout(SIGNAL_CHECK)) {
+                crate::logging::deliver(py);
+                py.check_signals()?;
+            }
+        }
     }
 
     /// Refuses use in a forked child before any lock is taken: a lock held by a thread of

@@ -589,3 +589,97 @@ def test_parts_that_each_got_every_sample_are_refused_at_merge(tmp_path):
     with pytest.raises(stoker.StokerError, match="in another order or other shards"):
         stoker.merge(out)
     assert not (out / "manifest.json").exists()
+
+
+def _interrupt_after(seconds, sent):
+    """SIGINT to this process in `seconds`, its time put in `sent`."""
+    import signal
+    import threading
+    import time
+
+    def send():
+        sent.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(seconds, send)
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_reaches_a_write_or_close_waiting_for_the_pool(tmp_path, ctrl_c_raises):
+    # write() and close() waited for the chunk being transcoded (seconds) with the GIL
+    # released and no look at signals: Ctrl-C (and any Python signal handler) came only
+    # once the chunk was done, and a Ctrl-C in close() came after the dataset was written.
+    import time
+
+    data = (SAMPLE / "caer" / "tent.jpg").read_bytes()
+    chunk = 8 * 2**20 // len(data) + 2  # samples of one chunk: seconds of work at jobs=1
+    w = stoker.Writer(tmp_path / "ds", max_side=32, jobs=1)
+    sent = []
+    timer = _interrupt_after(1.0, sent)
+    written = 0
+    with pytest.raises(KeyboardInterrupt):
+        for _ in range(20 * chunk):
+            w.write(data, 0)
+            written += 1
+    seen = time.monotonic()
+    timer.join()
+    assert sent and seen - sent[0] < 0.5, f"Ctrl-C seen {seen - sent[0]:.2f} s late"
+    assert written < 20 * chunk and not w.closed
+
+    # The samples taken so far make more than a chunk: close() waits for the pool too.
+    sent.clear()
+    timer = _interrupt_after(0.2, sent)
+    with pytest.raises(KeyboardInterrupt):
+        w.close()
+    seen = time.monotonic()
+    timer.join()
+    assert sent and seen - sent[0] < 0.5, f"Ctrl-C seen {seen - sent[0]:.2f} s late"
+    assert not w.closed and not (tmp_path / "ds" / "manifest.json").exists()
+    # Nothing was lost: the writer goes on, and closing again writes every sample taken.
+    assert w.close()["written"] == written
+    assert len(stoker.Dataset(tmp_path / "ds")) == written
+
+
+def test_a_writer_freed_unclosed_says_what_it_discarded(tmp_path):
+    # A script that forgot close() ended with its output removed and not a word said.
+    script = """
+import sys, stoker
+w = stoker.Writer(sys.argv[1])
+w.write(open(sys.argv[2], "rb").read(), 0)
+"""
+    out = tmp_path / "ds"
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(out), str(SAMPLE / "caer" / "tent.jpg")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "was freed unclosed: its 1 sample(s) are discarded" in run.stderr, run.stderr
+    assert not out.exists()
+    # Closed, aborted or left by an exception in a `with` block: nothing to say.
+    with _no_warning():
+        with stoker.Writer(tmp_path / "closed") as w:
+            w.write((SAMPLE / "caer" / "tent.jpg").read_bytes(), 0)
+        w = stoker.Writer(tmp_path / "aborted")
+        w.abort()
+        del w
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+
+        self._catch = warnings.catch_warnings(record=True)
+        self.seen = self._catch.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc):
+        import gc
+
+        gc.collect()
+        self._catch.__exit__(*exc)
+        assert not [w for w in self.seen if "unclosed" in str(w.message)], self.seen
+        return False

@@ -10,6 +10,7 @@
 pub mod audit;
 #[cfg(feature = "progress-bar")]
 mod bar;
+mod chunk_done;
 pub(crate) mod claim;
 mod journal;
 mod list_file;
@@ -41,6 +42,7 @@ use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
 use crate::FormatError;
 #[cfg(feature = "progress-bar")]
 pub use bar::TerminalBar;
+pub use chunk_done::ChunkDone;
 use journal::prepare_output;
 pub use journal::JOURNAL_FILE;
 pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;

@@ -21,6 +21,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use super::chunk_done::{ChunkDone, SetOnDrop};
 use super::claim::Claim;
 use super::journal::Totals;
 use super::lock::OutputLock;
@@ -58,6 +59,8 @@ struct Pending {
 struct InFlight {
     names: Vec<PathBuf>,
     results: mpsc::Receiver<Vec<Processed>>,
+    /// Set once the results are sent.
+    done: ChunkDone,
 }
 
 /// Writes a dataset from samples: encoded images (JPEG, PNG, or any format `convert`
@@ -360,6 +363,38 @@ impl SampleWriter {
         done.map_err(|e| self.stop(e))
     }
 
+    /// What [`SampleWriter::write`] of a sample of `bytes` bytes (`Some`), or
+    /// [`SampleWriter::finish`] and [`SampleWriter::flush`] (`None`), would wait for before
+    /// doing anything else: the chunk still being transcoded on the thread pool, which the
+    /// samples held cannot follow there until its results are written. `None` when the
+    /// call would not wait for the pool (it may still write records, and `finish` waits for
+    /// the samples it hands over itself; [`SampleWriter::flush`] first, then wait here,
+    /// avoids that).
+    ///
+    /// For a caller that must stay responsive while the pool works (in Python, Ctrl-C is
+    /// only a flag until the calling thread looks): it waits on the [`ChunkDone`] in steps,
+    /// without holding the writer, then makes the call.
+    pub fn waits_for(&self, bytes: Option<u64>) -> Option<ChunkDone> {
+        let chunk = self.in_flight.as_ref()?;
+        let submits = bytes.is_none_or(|b| {
+            let held = (self.pending_bytes as u64).saturating_add(b);
+            self.pending.len() + 1 >= self.chunk_samples || held >= CHUNK_BYTES as u64
+        });
+        (submits && !chunk.done.is_done()).then(|| chunk.done.clone())
+    }
+
+    /// Hands the samples held to the thread pool now, after writing the results of the
+    /// chunk there (waiting for them: [`SampleWriter::waits_for`]), so that
+    /// [`SampleWriter::finish`] has only their results to wait for.
+    ///
+    /// # Errors
+    ///
+    /// As [`SampleWriter::write`].
+    pub fn flush(&mut self) -> Result<(), FormatError> {
+        self.usable()?;
+        self.submit().map_err(|e| self.stop(e))
+    }
+
     /// Refuses a stopped writer, or its copy in a forked child (the thread pool is not
     /// there, and the output is the parent's).
     fn usable(&self) -> Result<(), FormatError> {
@@ -386,7 +421,10 @@ impl SampleWriter {
         let options = Arc::clone(&self.options);
         let cancel = Arc::clone(&self.cancel);
         let (tx, results) = mpsc::channel();
+        let done = ChunkDone::default();
+        let done_there = SetOnDrop(done.clone());
         self.pool.spawn(move || {
+            let _done = done_there;
             let processed = chunk
                 .into_par_iter()
                 .map(|s| match cancel.load(Ordering::Relaxed) {
@@ -397,7 +435,11 @@ impl SampleWriter {
             // The writer may have been dropped meanwhile: nobody wants the results.
             let _ = tx.send(processed);
         });
-        self.in_flight = Some(InFlight { names, results });
+        self.in_flight = Some(InFlight {
+            names,
+            results,
+            done,
+        });
         Ok(())
     }
 
