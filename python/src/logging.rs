@@ -63,7 +63,7 @@
 //! `tracing` (the Rust crates are linked into it): the `stoker` CLI, Rust programs and
 //! other extension modules keep theirs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -210,8 +210,30 @@ impl Drop for Held {
     }
 }
 
-/// Delivers the events queued so far to Python's `logging`, in the order emitted.
+thread_local! {
+    /// Whether this thread is delivering: a handler that calls stoker, which logs, would
+    /// otherwise deliver again from inside the handler, each level nesting some 40 kB of
+    /// stack, until the thread's stack ran out (a SIGSEGV, where Python's own recursion
+    /// limit counts only its frames). Its events wait for the next delivery.
+    static DELIVERING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Clears [`DELIVERING`] when the delivery ends, also by a panic.
+struct Delivering;
+
+impl Drop for Delivering {
+    fn drop(&mut self) {
+        DELIVERING.with(|d| d.set(false));
+    }
+}
+
+/// Delivers the events queued so far to Python's `logging`, in the order emitted (not
+/// from inside a delivery: [`DELIVERING`]).
 pub(crate) fn deliver(py: Python<'_>) {
+    if DELIVERING.with(|d| d.replace(true)) {
+        return;
+    }
+    let _delivering = Delivering;
     let (records, dropped) = queue().take();
     if records.is_empty() && dropped == 0 {
         return;

@@ -415,3 +415,38 @@ def test_a_resumed_note_is_not_logged_again_when_an_epoch_was_running(caplog, sa
     assert len([w for w in raised if "records no draw rules" in str(w.message)]) == 1
     logged = [r.getMessage() for r in _stoker_records(caplog)]
     assert not [m for m in logged if "records no draw rules" in m], logged
+
+
+_HANDLER_THAT_LOGS = """
+import logging, sys, stoker
+depth, deepest, handled = [0], [0], [0]
+class Again(logging.Handler):
+    def emit(self, record):
+        handled[0] += 1
+        depth[0] += 1
+        deepest[0] = max(deepest[0], depth[0])
+        try:
+            if handled[0] < 1000:
+                stoker.Loader(sys.argv[1], 4, size=32, workers=1).close()
+        finally:
+            depth[0] -= 1
+logger = logging.getLogger("stoker")
+logger.setLevel(logging.DEBUG)
+logger.addHandler(Again())
+stoker.Loader(sys.argv[1], 4, size=32, workers=1).close()
+print("deepest", deepest[0], "handled", handled[0])
+"""
+
+
+def test_a_handler_that_makes_stoker_log_again_does_not_nest_deliveries(sample_dataset):
+    # Each event's handler built a loader, whose events were delivered from inside the
+    # handler, and so on: some 200 levels of nested deliveries ran out of stack (SIGSEGV).
+    run = subprocess.run(
+        [sys.executable, "-c", _HANDLER_THAT_LOGS, str(sample_dataset)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    deepest, handled = run.stdout.split()[1::2]
+    assert deepest == "1" and int(handled) > 1, run.stdout
