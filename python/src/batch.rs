@@ -26,7 +26,7 @@ enum Pixels {
 /// (uint8), in host memory (``device == "cpu"``) or on the GPU (``"cuda:N"``). Take them
 /// with ``torch.from_dlpack(images)`` / ``numpy.from_dlpack(images)`` (no copy; a
 /// tensor kept alive is never overwritten by later batches).
-#[pyclass(module = "stoker", frozen)]
+#[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct Images {
     pixels: Pixels,
 }
@@ -154,7 +154,7 @@ impl Images {
 
 /// The labels of a batch (``int64``, host memory, one per image): a sequence of ints
 /// and a DLPack producer (``torch.from_dlpack(labels)``).
-#[pyclass(module = "stoker", frozen, sequence)]
+#[pyclass(module = "stoker", frozen, sequence, weakref)]
 pub(crate) struct Labels {
     values: Vec<i64>,
 }
@@ -254,7 +254,7 @@ fn dtype_name(dtype: DType) -> &'static str {
 /// One batch: unpacks as ``images, labels = batch`` (so ``for images, labels in
 /// loader`` works), and carries the dataset ``indices`` of its images, its ``epoch``
 /// and its position ``index`` in the epoch.
-#[pyclass(module = "stoker", frozen, sequence)]
+#[pyclass(module = "stoker", frozen, sequence, weakref)]
 pub(crate) struct Batch {
     images: Py<Images>,
     labels: Py<Labels>,

@@ -394,7 +394,7 @@ fn convert_interruptibly(
 /// a folder of images, parts not yet merged: no ``manifest.json``; the message says
 /// what to do), ``stoker.StokerError`` when its manifest or shards are invalid. Pickles
 /// as its path (a ``spawn``-started process reopens it).
-#[pyclass(module = "stoker", frozen)]
+#[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct Dataset {
     pub(crate) inner: stoker_formats::Dataset,
     /// Made once: `Dataset::reader` checks every shard, which `__getitem__` over thousands

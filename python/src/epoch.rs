@@ -184,7 +184,7 @@ fn batches_left(inner: &stoker_loader::Loader, epoch: u64) -> u64 {
 /// ``images, labels``). The epoch starts at the first ``next``; a newer iterator of the
 /// same loader (or ``load_state_dict``) stops this one. Waiting for a batch releases the
 /// GIL; Ctrl-C stops it.
-#[pyclass(module = "stoker", frozen)]
+#[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct Epoch {
     shared: Arc<EpochShared>,
     which: Which,

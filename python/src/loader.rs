@@ -95,7 +95,7 @@ use crate::stats::Stats;
 /// ``rsync --inplace``): the records of a shard cut short under a running epoch are lost
 /// (skipped and counted in ``stats()["bad_records"]``), and the next epoch raises
 /// ``stoker.StokerError`` until the dataset is opened again.
-#[pyclass(module = "stoker", frozen)]
+#[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct Loader {
     /// `None` once closed.
     inner: Mutex<Option<Arc<stoker_loader::Loader>>>,

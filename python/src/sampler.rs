@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 /// The epoch-setting part of a torch ``Sampler`` for a ``stoker.Loader``:
 /// ``set_epoch(epoch)`` is ``loader.set_epoch(epoch)``. It gives no indices (the loader
 /// makes its own batches).
-#[pyclass(module = "stoker", frozen)]
+#[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct LoaderSampler {
     /// The `stoker.Loader`, called through Python: this module stays below `loader`.
     loader: Py<PyAny>,

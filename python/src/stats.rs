@@ -10,7 +10,7 @@ use crate::dataset::json_to_py;
 /// (``epochs``, ``batches``, ``images``, ``images_per_s``, ``fed_ratio``,
 /// ``consumer_wait_s``, ``stages`` (the per-stage table), ``backend``...) plus
 /// ``verdict``; ``str(stats)`` is the same table and verdict the Rust loader prints.
-#[pyclass(module = "stoker", frozen, mapping)]
+#[pyclass(module = "stoker", frozen, mapping, weakref)]
 pub(crate) struct Stats {
     pub(crate) inner: stoker_loader::Stats,
 }

@@ -1157,3 +1157,28 @@ def test_batch_size_and_drop_last_read_back_as_a_dataloaders(sample_dataset):
     loader.close()
     with pytest.raises(stoker.StokerError, match="closed"):
         loader.batch_size
+
+
+def test_every_object_takes_weak_references(sample_dataset, tmp_path):
+    # Frameworks keep loaders in WeakKeyDictionaries and tie clean-up to weakref.finalize;
+    # every stoker object refused weak references.
+    import gc
+    import weakref
+
+    loader = stoker.Loader(sample_dataset, 4, size=32, device="cpu")
+    epoch = iter(loader)
+    batch = next(epoch)
+    writer = stoker.Writer(tmp_path / "w")
+    objects = [loader, epoch, batch, batch.images, batch.labels, loader.stats(),
+               loader.sampler, stoker.Dataset(sample_dataset), writer]
+    for obj in objects:
+        assert weakref.ref(obj)() is obj, type(obj)
+    table = weakref.WeakKeyDictionary({loader: "train"})
+    finalized = []
+    weakref.finalize(loader, finalized.append, "loader")
+    writer.abort()
+    epoch.close()
+    loader.close()
+    del objects, epoch, batch, loader
+    gc.collect()
+    assert finalized == ["loader"] and len(table) == 0
