@@ -25,6 +25,17 @@ impl Stats {
 
 #[pymethods]
 impl Stats {
+    /// The same object: a snapshot does not change, so a copy (``copy.copy``, and
+    /// ``copy.deepcopy`` of a dict of metrics that holds it) need not be another.
+    fn __copy__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// As ``__copy__``.
+    fn __deepcopy__(slf: Py<Self>, _memo: &Bound<'_, PyAny>) -> Py<Self> {
+        slf
+    }
+
     /// A plain dict of the counters.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.dict(py)

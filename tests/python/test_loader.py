@@ -1182,3 +1182,16 @@ def test_every_object_takes_weak_references(sample_dataset, tmp_path):
     del objects, epoch, batch, loader
     gc.collect()
     assert finalized == ["loader"] and len(table) == 0
+
+
+def test_stats_copy_and_deepcopy_as_the_snapshot_they_are(sample_dataset):
+    # copy.deepcopy of a metrics dict holding a Stats raised "cannot pickle".
+    import copy
+
+    with stoker.Loader(sample_dataset, 4, size=32, device="cpu") as loader:
+        for _ in loader:
+            pass
+        stats = loader.stats()
+    metrics = {"epoch": 0, "loader": stats}
+    assert copy.deepcopy(metrics)["loader"].to_dict() == stats.to_dict()
+    assert copy.copy(stats) is stats
