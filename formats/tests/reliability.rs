@@ -290,11 +290,10 @@ fn tree_pages(shard: &[u8], psize: usize) -> Vec<usize> {
         .collect()
 }
 
-#[test]
-fn damaged_branch_and_leaf_pages_no_longer_crash_reads() {
-    // 600 small records: leaf pages under a branch page, as in any real shard.
-    let dir = tempfile::tempdir().unwrap();
-    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+/// 600 small raw records in `dir`: leaf pages under a branch page, as in any real shard.
+/// Returns the shard's path and bytes.
+fn small_records(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let mut w = DatasetWriter::create(dir, WriterOptions::default()).unwrap();
     for i in 0..600u32 {
         let meta = RecordMeta {
             encoding: Encoding::Raw,
@@ -308,8 +307,15 @@ fn damaged_branch_and_leaf_pages_no_longer_crash_reads() {
     }
     w.finish(vec!["c".into()], Provenance::stoker("test"))
         .unwrap();
-    let shard = dir.path().join("shard-00000.lmdb");
-    let orig = std::fs::read(&shard).unwrap();
+    let shard = dir.join("shard-00000.lmdb");
+    let bytes = std::fs::read(&shard).unwrap();
+    (shard, bytes)
+}
+
+#[test]
+fn damaged_branch_and_leaf_pages_no_longer_crash_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (shard, orig) = small_records(dir.path());
     let psize = 4096;
     let pages = tree_pages(&orig, psize);
     assert!(
@@ -752,21 +758,7 @@ fn inspect_counts_the_records_of_a_damaged_page_and_summarizes_the_rest() {
     // Before, the first unreadable record ended `inspect` (and `stoker inspect`) with
     // that record's error and no summary at all.
     let dir = tempfile::tempdir().unwrap();
-    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
-    let meta = RecordMeta {
-        encoding: Encoding::Raw,
-        height: 1,
-        width: 4,
-        channels: 3,
-        label: 0,
-    };
-    for _ in 0..600 {
-        w.push(meta, &[7; 12]).unwrap();
-    }
-    w.finish(vec!["c".into()], Provenance::stoker("test"))
-        .unwrap();
-    let shard = dir.path().join("shard-00000.lmdb");
-    let orig = std::fs::read(&shard).unwrap();
+    let (shard, orig) = small_records(dir.path());
     let leaves: Vec<usize> = tree_pages(&orig, 4096)
         .into_iter()
         .filter(|&p| orig[p * 4096 + 10] == 2)
