@@ -187,14 +187,19 @@ impl Writer {
         // The last samples go to the pool, and are waited for, before `finish` takes the
         // writer: it would wait for them with Ctrl-C unseen.
         self.wait_for_pool(py, None)?;
-        if let Some(w) = self.inner(py).writer.as_mut() {
-            py.detach(|| w.flush()).map_err(writer_error)?;
+        let flushed = match self.inner(py).writer.as_mut() {
+            Some(w) => py.detach(|| w.flush()),
+            None => Ok(()),
+        };
+        if flushed.is_ok() {
+            self.wait_for_pool(py, None)?;
         }
-        self.wait_for_pool(py, None)?;
         let mut inner = self.inner(py);
         let json = match inner.writer.take() {
             Some(w) => {
-                let report = py.detach(|| w.finish()).map_err(|e| {
+                // A failed flush fails the close as a failed finish does.
+                let report = flushed.and_then(|()| py.detach(|| w.finish()));
+                let report = report.map_err(|e| {
                     *lock_detached(py, &self.failed) = Some(e.to_string());
                     writer_error(e)
                 })?;
