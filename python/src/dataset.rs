@@ -29,8 +29,9 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// (``True``) or never (``False``). Options are the CLI's flags: ``list`` (a file of
 /// ``relative/path,label`` lines), ``encoding`` ("jpeg" or "raw"), ``max_side``,
 /// ``quality``, ``size`` ((width, height), raw encoding), ``resize`` ("shorter-side" or
-/// "stretch"), ``jobs``, ``shard_size`` (bytes, at least 65536), ``shards`` (fewer when
-/// shards would hold under 64 KiB, with a ``UserWarning``), ``resume``, ``strict``,
+/// "stretch"), ``jobs``, ``shard_size`` (bytes, at least 65536), ``shards`` (by count:
+/// each shard but the last holds ceil(inputs / shards) records, so there may be fewer, and
+/// fewer still, with a ``UserWarning``, when shards would hold under 64 KiB), ``resume``, ``strict``,
 /// ``max_pixels``, ``max_file_size`` (bytes; larger inputs are skipped), ``gpu_friendly``,
 /// ``check`` (test-decode stored JPEGs), ``shuffle`` (store the records in a random order
 /// drawn from ``seed`` instead of class by class, so that ``Loader(shuffle="quasi")``

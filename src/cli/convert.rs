@@ -64,8 +64,9 @@ pub struct Args {
     /// about 140 KiB of its own).
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]
     pub shard_size: u64,
-    /// Split into N shards by count instead of by size (fewer when that would make shards
-    /// under 64 KiB: each then takes records until it holds 64 KiB, and a warning says so).
+    /// Split by count instead of by size: each shard but the last holds ceil(inputs / N)
+    /// records, so there are at most N (fewer where N does not divide the inputs, or inputs
+    /// are skipped), and at least 64 KiB of records (a warning says when that makes fewer).
     #[arg(long, conflicts_with = "shard_size")]
     pub shards: Option<u64>,
     /// Continue an interrupted conversion in OUT.

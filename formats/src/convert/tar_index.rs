@@ -168,7 +168,17 @@ impl<'f> TarMembers<'f> {
             if block.iter().all(|&b| b == 0) {
                 return self.finish(End::Marker, &pending);
             }
-            let header = parse_header(&block).map_err(|reason| damage(at, None, reason))?;
+            let header = parse_header(&block).map_err(|reason| {
+                // A compressed shard named `.tar`, or given as the source itself: the
+                // header's own complaint would not say why.
+                let reason = match compression(&block) {
+                    Some(kind) if at == 0 => format!(
+                        "a {kind}-compressed file, not a tar archive: stoker reads each member in place, which a compressed stream does not allow; decompress it first (gunzip, zstd -d), then convert the .tar file"
+                    ),
+                    _ => reason,
+                };
+                damage(at, None, reason)
+            })?;
             let data = at + BLOCK;
             match header.typeflag {
                 b'L' | b'x' | b'X' => {
@@ -363,6 +373,21 @@ fn kind_of(typeflag: u8, name: &[u8]) -> Kind {
 /// The bytes of `field` before its first NUL.
 fn until_nul(field: &[u8]) -> &[u8] {
     field.split(|&b| b == 0).next().unwrap_or(field)
+}
+
+/// The compression whose magic number `block` starts with, if any.
+fn compression(block: &[u8]) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 5] = [
+        (&[0x1f, 0x8b], "gzip"),
+        (&[0x28, 0xb5, 0x2f, 0xfd], "zstd"),
+        (&[0xfd, b'7', b'z', b'X', b'Z', 0], "xz"),
+        (b"BZh", "bzip2"),
+        (&[0x04, 0x22, 0x4d, 0x18], "lz4"),
+    ];
+    MAGIC
+        .iter()
+        .find(|(magic, _)| block.starts_with(magic))
+        .map(|&(_, kind)| kind)
 }
 
 /// Checks one header block and reads the fields the walk uses.
@@ -678,6 +703,23 @@ mod tests {
         let t = header(b"././@LongLink", MAX_EXTENSION_BYTES + 1, b'L');
         let (_, end) = walk(&t);
         assert!(end.unwrap_err().reason.contains("over the limit"));
+    }
+
+    #[test]
+    fn a_compressed_shard_is_named_as_such() {
+        // gzip's header, then deflate bytes: the tar checksum field was all that was said.
+        let mut gz = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+        gz.resize(2048, 0x5a);
+        let (members, end) = walk(&gz);
+        let d = end.unwrap_err();
+        assert!(members.is_empty() && d.at == 0, "{}", d.reason);
+        assert!(d.reason.starts_with("a gzip-compressed file") && d.reason.contains("gunzip"));
+        // Past the first header the same bytes are damage like any other.
+        let mut tar = header(b"a.jpg", 3, b'0');
+        tar.extend(padded(b"abc"));
+        tar.extend(&gz);
+        let d = walk(&tar).1.unwrap_err();
+        assert!(d.at == 1024 && !d.reason.contains("gzip"), "{}", d.reason);
     }
 
     #[test]
