@@ -167,15 +167,23 @@ impl Writer {
             Image::Bytes(data) => data.len() as u64,
             Image::TooLarge(_) => 0,
         };
-        self.wait_for_pool(py, Some(held))?;
-        let mut inner = self.inner(py);
-        let w = inner.writer.as_mut().ok_or_else(|| self.closed_error(py))?;
         let name = name.as_deref().unwrap_or("");
-        py.detach(|| match image {
-            Image::Bytes(data) => w.write(data, label, name),
-            Image::TooLarge(bytes) => w.write_too_large(bytes, label, name),
-        })
-        .map_err(writer_error)
+        loop {
+            let mut inner = self.inner(py);
+            let w = inner.writer.as_mut().ok_or_else(|| self.closed_error(py))?;
+            // Waited for outside the turn, checking for Ctrl-C (`wait_for_chunk`).
+            if let Some(chunk) = w.waits_for(Some(held)) {
+                drop(inner);
+                wait_for_chunk(py, &chunk)?;
+                continue;
+            }
+            return py
+                .detach(|| match image {
+                    Image::Bytes(data) => w.write(data, label, name),
+                    Image::TooLarge(bytes) => w.write_too_large(bytes, label, name),
+                })
+                .map_err(writer_error);
+        }
     }
 
     /// Converts the samples still held, writes the manifest, and returns the report (a
@@ -186,13 +194,13 @@ impl Writer {
         self.check_process()?;
         // The last samples go to the pool, and are waited for, before `finish` takes the
         // writer: it would wait for them with Ctrl-C unseen.
-        self.wait_for_pool(py, None)?;
+        self.wait_for_pool(py)?;
         let flushed = match self.inner(py).writer.as_mut() {
             Some(w) => py.detach(|| w.flush()),
             None => Ok(()),
         };
         if flushed.is_ok() {
-            self.wait_for_pool(py, None)?;
+            self.wait_for_pool(py)?;
         }
         let mut inner = self.inner(py);
         let json = match inner.writer.take() {
@@ -350,23 +358,20 @@ impl Writer {
         ))
     }
 
-    /// Waits until the call that writes a sample of `bytes` bytes (`None`: `close`) would
-    /// not wait for the thread pool, outside the caller's turn and checking for Ctrl-C:
-    /// waiting inside the call saw Ctrl-C (and ran Python's signal handlers) only seconds
-    /// later, after the pool's chunk. Not in the turn, so that a handler that uses the
-    /// writer (`w.abort()` on SIGTERM) finds it free. A closed writer is left to the call.
-    fn wait_for_pool(&self, py: Python<'_>, bytes: Option<u64>) -> PyResult<()> {
+    /// Waits until `close` would not wait for the thread pool, outside the caller's turn
+    /// and checking for Ctrl-C: waiting inside the call saw Ctrl-C (and ran Python's signal
+    /// handlers) only seconds later, after the pool's chunk. Not in the turn, so that a
+    /// handler that uses the writer (`w.abort()` on SIGTERM) finds it free. A closed
+    /// writer is left to the call.
+    fn wait_for_pool(&self, py: Python<'_>) -> PyResult<()> {
         loop {
             let chunk = match self.inner(py).writer.as_ref() {
-                Some(w) => w.waits_for(bytes),
+                Some(w) => w.waits_for(None),
                 None => None,
             };
-            let Some(chunk) = chunk else {
-                return Ok(());
-            };
-            while !py.detach(|| chunk.wait_timeout(SIGNAL_CHECK)) {
-                crate::logging::deliver(py);
-                py.check_signals()?;
+            match chunk {
+                Some(chunk) => wait_for_chunk(py, &chunk)?,
+                None => return Ok(()),
             }
         }
     }
@@ -382,6 +387,16 @@ impl Writer {
             self.out.display().to_string()
         )))
     }
+}
+
+/// Waits for `chunk`, without the GIL, checking for Ctrl-C (and running Python's signal
+/// handlers) every [`SIGNAL_CHECK`].
+fn wait_for_chunk(py: Python<'_>, chunk: &stoker_formats::ChunkDone) -> PyResult<()> {
+    while !py.detach(|| chunk.wait_timeout(SIGNAL_CHECK)) {
+        crate::logging::deliver(py);
+        py.check_signals()?;
+    }
+    Ok(())
 }
 
 /// The bytes of an encoded image, copied once from `bytes` or `bytearray` (the writer
