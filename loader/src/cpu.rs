@@ -233,7 +233,9 @@ fn new_buffer(settings: &Settings) -> Result<HostBuffer, LoaderError> {
     let too_large = |bytes: Option<usize>| LoaderError::InvalidConfig {
         field: "batch_size",
         reason: format!(
-            "a batch buffer of {} images of {s}×{s}×3 ({}) cannot be allocated",
+            "a batch buffer of {} images of {s}×{s}×3 ({}) cannot be allocated: this process \
+             is out of memory or at its limit (ulimit -v, a container's); a smaller batch_size \
+             (or size, or a uint8 output) needs less",
             settings.buffer_images,
             bytes.map_or("more than the address space".into(), |b| format!(
                 "{b} bytes"

@@ -1195,3 +1195,25 @@ def test_stats_copy_and_deepcopy_as_the_snapshot_they_are(sample_dataset):
     metrics = {"epoch": 0, "loader": stats}
     assert copy.deepcopy(metrics)["loader"].to_dict() == stats.to_dict()
     assert copy.copy(stats) is stats
+
+
+def test_batch_buffers_past_the_memory_limit_say_so(sample_dataset):
+    # Under `ulimit -v` the error blamed the batch_size setting alone, as if it were
+    # invalid, where this process had run out of memory it may use.
+    import subprocess
+    import sys
+
+    code = f"""
+import resource, stoker
+with open("/proc/self/status") as f:
+    vm = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + (64 << 20), resource.RLIM_INFINITY))
+try:
+    stoker.Loader({str(sample_dataset)!r}, 15, size=1024, device="cpu", workers=1)
+except ValueError as e:
+    print(e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "batch buffer of 15 images of 1024×1024×3" in out.stdout, out.stdout
+    assert "out of memory or at its limit (ulimit -v" in out.stdout, out.stdout
