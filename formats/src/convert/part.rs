@@ -204,6 +204,10 @@ impl Part {
             (Some(_), None) if slurm_index.is_some() && part.is_none() => Err(err(
                 "SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not; pass --parts N".into(),
             )),
+            // The array's count goes with its own index, not with one given beside it.
+            (Some(_), None) if slurm_index.is_some() => Err(err(
+                "a part index but no number of parts: pass --parts N too, or leave --part out for the Slurm array task's own index and count".into(),
+            )),
             (Some(_), None) => Err(err(
                 "a part index but no number of parts: pass --parts N or set STOKER_PARTS (a Kubernetes Indexed Job's completions)".into(),
             )),
@@ -328,6 +332,11 @@ mod tests {
             from(Some(0), Some(2), &slurm),
             Ok(Some(Part { index: 0, count: 2 }))
         );
+        // --part alone in an array task: the array's count is not --part's, and the
+        // Kubernetes variable the other message names has nothing to do with Slurm.
+        let e = from(Some(1), None, &slurm).unwrap_err();
+        assert!(e.contains("--parts N too, or leave --part out"), "{e}");
+        assert!(!e.contains("STOKER_PARTS"), "{e}");
         let k8s = [("JOB_COMPLETION_INDEX", "2"), ("STOKER_PARTS", "3")];
         assert_eq!(
             from(None, None, &k8s),
