@@ -460,6 +460,10 @@ fn bench_under_torchrun_says_which_rank_local_rank_device_and_launcher() {
         line.starts_with("placement: rank 11 of 16, local rank 3 of 8 (torchrun); device "),
         "{line}"
     );
+    // The loader reads this rank's share, as training would: no warning that every
+    // process reads the whole dataset, in the Rust API's words (`.distributed_from_env()`).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("distributed"), "{err}");
     if stoker_decode::driver_library_problem().is_some() {
         assert!(
             line.contains("device cpu (Device::Auto fell back to the CPU"),

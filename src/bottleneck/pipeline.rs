@@ -55,7 +55,9 @@ pub struct LoaderCapacities {
 
 /// Builds the bench's loader: RandomResizedCrop(size) + flip + normalize to f32 NCHW. On
 /// the CPU path its workers are the `cores` the CPU stages use (`--threads`), so that its
-/// decode and transforms run on the cores the verdict names.
+/// decode and transforms run on the cores the verdict names. Under a launcher it reads
+/// this rank's share, as a training process would (built without it, it warned of every
+/// process reading the whole dataset, in the Rust API's words).
 fn build_loader(
     ds: &Dataset,
     opts: &BenchOptions,
@@ -80,6 +82,7 @@ fn build_loader(
         .output(Output::F32Nchw)
         .device(device)
         .gpu_waits(opts.waits)
+        .distributed_from_env()
         .build()
 }
 
