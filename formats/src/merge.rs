@@ -18,8 +18,11 @@ use crate::convert::audit::Audit;
 use crate::convert::lock::OutputLock;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
 use crate::source_map::SOURCES_FILE;
+
+mod link;
 use crate::writer::{shard_file_name, write_atomically};
 use crate::FormatError;
+use link::{check_size, link_error, link_following};
 
 /// What [`merge`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -201,7 +204,7 @@ fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, Fo
             check_size(&from, s)?;
             let file = shard_file_name(shards.len());
             let to = out.join(&file);
-            std::fs::hard_link(&from, &to).map_err(|e| link_error(&from, &to, e))?;
+            link_following(&from, &to).map_err(|e| link_error(&from, &to, e))?;
             let first_index = samples + s.first_index;
             let first_key = s.first_key();
             shards.push(ShardEntry {
@@ -686,48 +689,6 @@ fn merged_provenance(parts: &[(PathBuf, Manifest)]) -> Provenance {
 /// `v` as a message shows a value: strings quoted.
 fn dbg(v: impl std::fmt::Debug) -> String {
     format!("{v:?}")
-}
-
-fn check_size(path: &Path, s: &ShardEntry) -> Result<(), FormatError> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| FormatError::io(path, e))?
-        .len();
-    if len != s.bytes {
-        return Err(FormatError::ShardSizeMismatch {
-            shard: path.to_path_buf(),
-            got: len,
-            want: s.bytes,
-        });
-    }
-    Ok(())
-}
-
-fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatError {
-    let refused = |reason: String| FormatError::MergeRefused {
-        path: from.to_path_buf(),
-        reason,
-    };
-    match e.raw_os_error() {
-        Some(libc::EXDEV) => refused(format!(
-            "on another file system than {}; merge links shards instead of copying them, so give an output root on the parts' file system",
-            to.display()
-        )),
-        // A bare "Operation not permitted" naming the link, not the shard, left the
-        // operator to guess: a merge run as another user than the conversion tasks (a
-        // separate Job's securityContext, an interactive shell) meets the kernel's
-        // fs.protected_hardlinks, which forbids linking other users' files.
-        Some(libc::EPERM) => refused(format!(
-            "cannot be hard-linked as {} ({e}): the shard belongs to another user and the kernel (fs.protected_hardlinks) forbids linking other users' files, or the file system has no hard links; run merge as the user that converted the parts",
-            to.display()
-        )),
-        // Object-storage FUSE mounts and some others have no hard links at all. (EMLINK,
-        // a shard already at its file system's link limit, stays the I/O error it is.)
-        Some(libc::ENOSYS | libc::EOPNOTSUPP) => refused(format!(
-            "cannot be hard-linked as {} ({e}): merge links shards instead of copying them, which this file system does not allow; convert onto a file system with hard links (or in one part)",
-            to.display()
-        )),
-        _ => FormatError::io(to, e),
-    }
 }
 
 /// Adds the counts of `b` to `a` (saturating: the counts only inform, and forged part

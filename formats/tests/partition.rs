@@ -611,3 +611,25 @@ fn the_root_given_as_a_part_is_named_a_root_not_an_unfinished_part() {
     );
     merge(&root, &[]).unwrap();
 }
+
+#[test]
+fn a_part_shard_that_is_a_symlink_is_merged_as_the_file_it_names() {
+    // merge hard-linked the symlink itself, then removed the part directory: the merged
+    // shard named nothing, and a target inside the part was gone with it.
+    let tmp = tempfile::tempdir().unwrap();
+    let source = Source::ImageFolder(photos());
+    let single = tmp.path().join("single");
+    convert(&opts(source.clone(), &single), &NoProgress).unwrap();
+    let root = tmp.path().join("parts");
+    convert_parts(&source, &root, 2);
+    let part = root.join(Part::new(0, 2).unwrap().dir_name());
+    let (shard, moved) = (part.join("shard-00000.lmdb"), part.join("data.bin"));
+    std::fs::rename(&shard, &moved).unwrap();
+    std::os::unix::fs::symlink("data.bin", &shard).unwrap();
+    merge(&root, &[]).unwrap();
+    assert!(!part.exists());
+    let merged = root.join("shard-00000.lmdb");
+    assert!(std::fs::symlink_metadata(&merged).unwrap().is_file());
+    assert!(verify(&Dataset::open(&root).unwrap(), false).unwrap().ok());
+    assert_same_dataset(&root, &single);
+}

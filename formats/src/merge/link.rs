@@ -1,0 +1,56 @@
+//! Linking a part's shards into the merged dataset: the one step of a merge that touches
+//! the parts' files, so the one that must not lose them.
+
+use std::path::Path;
+
+use crate::{FormatError, ShardEntry};
+
+/// Hard-links `to` to the file `from` names, following `from` if it is a symlink:
+/// `link(2)` links the symlink itself, and once the part directory was removed the merged
+/// shard was a link to nothing, and a target inside the part was gone with it.
+pub(super) fn link_following(from: &Path, to: &Path) -> std::io::Result<()> {
+    use rustix::fs::{linkat, AtFlags, CWD};
+    linkat(CWD, from, CWD, to, AtFlags::SYMLINK_FOLLOW).map_err(std::io::Error::from)
+}
+
+pub(super) fn check_size(path: &Path, s: &ShardEntry) -> Result<(), FormatError> {
+    let len = std::fs::metadata(path)
+        .map_err(|e| FormatError::io(path, e))?
+        .len();
+    if len != s.bytes {
+        return Err(FormatError::ShardSizeMismatch {
+            shard: path.to_path_buf(),
+            got: len,
+            want: s.bytes,
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatError {
+    let refused = |reason: String| FormatError::MergeRefused {
+        path: from.to_path_buf(),
+        reason,
+    };
+    match e.raw_os_error() {
+        Some(libc::EXDEV) => refused(format!(
+            "on another file system than {}; merge links shards instead of copying them, so give an output root on the parts' file system",
+            to.display()
+        )),
+        // A bare "Operation not permitted" naming the link, not the shard, left the
+        // operator to guess: a merge run as another user than the conversion tasks (a
+        // separate Job's securityContext, an interactive shell) meets the kernel's
+        // fs.protected_hardlinks, which forbids linking other users' files.
+        Some(libc::EPERM) => refused(format!(
+            "cannot be hard-linked as {} ({e}): the shard belongs to another user and the kernel (fs.protected_hardlinks) forbids linking other users' files, or the file system has no hard links; run merge as the user that converted the parts",
+            to.display()
+        )),
+        // Object-storage FUSE mounts and some others have no hard links at all. (EMLINK,
+        // a shard already at its file system's link limit, stays the I/O error it is.)
+        Some(libc::ENOSYS | libc::EOPNOTSUPP) => refused(format!(
+            "cannot be hard-linked as {} ({e}): merge links shards instead of copying them, which this file system does not allow; convert onto a file system with hard links (or in one part)",
+            to.display()
+        )),
+        _ => FormatError::io(to, e),
+    }
+}
