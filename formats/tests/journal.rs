@@ -287,3 +287,28 @@ fn a_journal_of_very_long_skipped_paths_is_resumed() {
     assert!(r.resumed > 0, "{r:?}");
     assert_eq!((r.written, r.skipped.len()), (15, 15), "{r:?}");
 }
+
+#[test]
+fn resume_of_a_finished_dataset_with_a_shard_gone_says_it_is_damaged() {
+    // It said "already converted ... nothing to do" over a dataset missing a shard.
+    let dir = tempfile::tempdir().unwrap();
+    let o = options(Path::new(SAMPLE), dir.path().join("out"));
+    convert(&o, &NoProgress).unwrap();
+    let mut again = o.clone();
+    again.resume = true;
+    assert!(convert(&again, &NoProgress).unwrap().already_done);
+    let shard = dir.path().join("out/shard-00001.lmdb");
+    let bytes = std::fs::read(&shard).unwrap();
+    for damage in ["cut", "gone"] {
+        match damage {
+            "cut" => std::fs::write(&shard, &bytes[..4096]).unwrap(),
+            _ => std::fs::remove_file(&shard).unwrap(),
+        }
+        let e = convert(&again, &NoProgress).unwrap_err().to_string();
+        assert!(
+            e.contains("shard-00001.lmdb") && e.contains("damaged after the conversion finished"),
+            "{damage}: {e}"
+        );
+        assert!(e.contains("stoker verify"), "{e}");
+    }
+}

@@ -144,6 +144,7 @@ pub fn convert(
     if options.resume {
         let want = options.part.map(part_info);
         if let Some(m) = finished(out, want.as_ref(), listing_fingerprint)? {
+            shards_still_there(out, &m)?;
             let n = inputs.len() as u64;
             let empty = source::empty_classes(&options.source, &listing);
             return Ok(already_done(m, n, listing, empty, t0, out));
@@ -219,6 +220,32 @@ pub fn convert(
         out: out.clone(),
         already_done: false,
     })
+}
+
+/// Refuses to call a finished output "already converted" when a shard of its manifest is
+/// gone or has another size: a dataset damaged after it was finished (a shard deleted by
+/// hand, a copy cut short), which `--resume` cannot repair, said "nothing to do".
+fn shards_still_there(out: &Path, m: &crate::manifest::Manifest) -> Result<(), FormatError> {
+    for s in &m.shards {
+        let path = out.join(&s.file);
+        let problem = match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() && meta.len() == s.bytes => continue,
+            Ok(meta) if meta.is_file() => {
+                format!("is {} bytes, the manifest says {}", meta.len(), s.bytes)
+            }
+            Ok(_) => "is not a regular file".to_string(),
+            Err(e) => format!("cannot be read ({e})"),
+        };
+        return Err(FormatError::OutputExists {
+            path: out.to_path_buf(),
+            reason: format!(
+                "a finished dataset, but its {} {problem}: it was damaged after the conversion finished, which --resume cannot repair; `stoker verify {}` names the records lost (convert again into a new directory for a whole dataset)",
+                s.file,
+                out.display()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The report of a part that an earlier run finished: its manifest's counts, nothing
