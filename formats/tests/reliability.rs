@@ -782,3 +782,64 @@ fn inspect_counts_the_records_of_a_damaged_page_and_summarizes_the_rest() {
         "{first}"
     );
 }
+
+/// Moves the source away once it is listed (as `mv`, an unmount or a network file system
+/// going away would, mid-run).
+struct MoveSourceListed {
+    from: PathBuf,
+    to: PathBuf,
+}
+
+impl stoker_formats::Progress for MoveSourceListed {
+    fn start(&self, _inputs: u64) {
+        std::fs::rename(&self.from, &self.to).unwrap();
+    }
+}
+
+#[test]
+fn a_source_moved_away_mid_run_stops_the_conversion_resumably() {
+    // Every input after the move was skipped as "unreadable: No such file or directory",
+    // and the conversion wrote a finished dataset of the rest, exit 0; --resume then said
+    // "nothing to do".
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    copy_tree(&stoker_testdata::dir().join("imagefolder"), &src);
+    let out = dir.path().join("out");
+    let mut o = ConvertOptions::new(Source::ImageFolder(src.clone()), &out);
+    o.shard_bytes = 64 << 10;
+    let moved = MoveSourceListed {
+        from: src.clone(),
+        to: dir.path().join("elsewhere"),
+    };
+    let e = convert(&o, &moved).unwrap_err();
+    assert!(
+        matches!(&e, FormatError::BadSource { reason, .. } if reason.contains("cannot be found any more")),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--resume"), "{e}");
+    assert!(!out.join("manifest.json").exists());
+    std::fs::rename(dir.path().join("elsewhere"), &src).unwrap();
+    o.resume = true;
+    let r = convert(&o, &NoProgress).unwrap();
+    assert_eq!(
+        (r.written, r.skipped.len()),
+        (r.inputs, 0),
+        "{:?}",
+        r.skipped
+    );
+    assert!(verify(&Dataset::open(&out).unwrap(), false).unwrap().ok());
+}
+
+/// A copy of the folder tree `from` at `to` (files and folders only).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}

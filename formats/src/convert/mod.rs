@@ -27,6 +27,8 @@ mod resume_check;
 mod sample_options;
 mod samples;
 mod source;
+mod source_root;
+use source_root::SourceRoot;
 mod strict_stop;
 mod tar_index;
 mod transcode;
@@ -108,6 +110,8 @@ pub fn convert(
 ) -> Result<ConvertReport, FormatError> {
     let t0 = Instant::now();
     options.validate()?;
+    // Before the listing: a source moved away from then on stops the run.
+    let root = SourceRoot::of(options.source.root());
     let listing = checked_listing(options)?;
     progress.warnings(&listing.warnings);
     if progress.cancelled() {
@@ -175,8 +179,7 @@ pub fn convert(
     }
     let result = pipeline::run(
         options,
-        &inputs[start_input..],
-        start_input,
+        (&inputs[start_input..], start_input, &root),
         &mut log,
         &mut writer,
         &mut totals,

@@ -17,6 +17,7 @@ use super::journal::{JournalLog, Totals};
 use super::options::ConvertOptions;
 use super::report::{Progress, Skipped};
 use super::source;
+use super::source_root::SourceRoot;
 use super::transcode::{self, Outcome, Processed};
 use crate::buffer_pool::BufferPool;
 use crate::input_file::refusal_reason;
@@ -40,11 +41,11 @@ const BATCH_BYTES: usize = 1 << 20;
 /// How often a writer waiting for results asks [`Progress::cancelled`].
 const CANCEL_POLL: Duration = Duration::from_millis(100);
 
-/// Processes `inputs` (the tail of the listing from `first`) and writes them in order.
+/// Processes `inputs` (the tail of the listing from `first`) and writes them in order;
+/// stops when the source `root` went away ([`SourceRoot::gone`]).
 pub(super) fn run(
     options: &ConvertOptions,
-    inputs: &[source::Input],
-    first: usize,
+    (inputs, first, root): (&[source::Input], usize, &SourceRoot),
     log: &mut JournalLog,
     writer: &mut DatasetWriter,
     totals: &mut Totals,
@@ -87,6 +88,11 @@ pub(super) fn run(
                         Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
                     }
                 };
+                if matches!(p.outcome, Outcome::Skip(_)) {
+                    if let Some(e) = root.gone(first + pos, first + inputs.len()) {
+                        return Err(e);
+                    }
+                }
                 let bytes = held_bytes(&p);
                 let sink = Sink {
                     writer: &mut *writer,
