@@ -806,3 +806,35 @@ fn inspect_leaves_out_a_damaged_record_and_says_so() {
         .sum();
     assert_eq!(per_class, 14);
 }
+
+/// A file name with a newline or an escape sequence is shown escaped in the text reports:
+/// `a.jpg: not an image\n  forged: unreadable` forged a second line in the skip list, and
+/// ESC sequences reached the terminal.
+#[test]
+fn control_characters_in_names_are_escaped_in_text_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let class = dir.path().join("src/caer");
+    std::fs::create_dir_all(&class).unwrap();
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/sample/caer");
+    for e in std::fs::read_dir(&sample).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), class.join(e.file_name())).unwrap();
+    }
+    std::fs::write(
+        class.join("x.jpg: not an image\n  forged: unreadable\x1b[2J"),
+        b"junk",
+    )
+    .unwrap();
+    let ds = dir.path().join("ds");
+    let o = stoker(&["convert", p(&dir.path().join("src")), p(&ds)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains('\x1b') && !out.contains("\n  forged"),
+        "{out}"
+    );
+    assert!(
+        out.contains("x.jpg: not an image\\x0a  forged: unreadable\\x1b[2J: "),
+        "{out}"
+    );
+}

@@ -311,7 +311,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // On stderr in every mode (the JSON report holds them too): each may mean the
     // source was not read as the user meant, though nothing failed.
     for w in &report.warnings {
-        super::output::note(format_args!("warning: {w}"));
+        super::output::note(format_args!("warning: {}", super::output::shown(w)));
     }
 
     if args.json {
@@ -406,7 +406,8 @@ fn print_summary(
         writeln!(out, "skipped {} input(s):", report.skipped.len())?;
         let show = if args.verbose { usize::MAX } else { 20 };
         for s in report.skipped.iter().take(show) {
-            writeln!(out, "  {}: {}", s.path.display(), s.reason)?;
+            let (path, reason) = (super::output::shown_path(&s.path), &s.reason);
+            writeln!(out, "  {path}: {}", super::output::shown(reason))?;
         }
         if report.skipped.len() > show {
             writeln!(

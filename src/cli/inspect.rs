@@ -191,7 +191,7 @@ fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow:
     }
     writeln!(out, "record: {} (in {})", r.index, r.shard)?;
     match &r.source {
-        Some(source) => writeln!(out, "source: {source}")?,
+        Some(source) => writeln!(out, "source: {}", super::output::shown(source))?,
         None => writeln!(
             out,
             "source: unknown (no source map: the dataset was made by a stoker before source maps, or written record by record with DatasetWriter)"

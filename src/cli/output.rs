@@ -58,6 +58,29 @@ pub fn on_stdout(e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("writing to stdout: {e}"))
 }
 
+/// `text` for a terminal or a line-based log: control characters (a newline, ESC) written
+/// `\xNN`, as bytes that are not UTF-8 are. A file named `a.jpg: not an image\n  b.jpg`
+/// forged a second line in the skip list, and one holding ESC sequences drove the terminal.
+pub fn shown(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c as u32 {
+            n if c.is_control() && n < 0x100 => out.push_str(&format!("\\x{n:02x}")),
+            n if c.is_control() => out.push_str(&format!("\\u{{{n:04x}}}")),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`shown`] of a path, its bytes that are not UTF-8 written `\xNN`.
+pub fn shown_path(path: &Path) -> String {
+    shown(&stoker_formats::lossless_text(path.as_os_str()))
+}
+
 /// `path` as text without loss, for JSON, which holds no bytes that are not UTF-8 (serde
 /// refuses such a path, and `json!` panicked): as the conversion report writes its paths.
 pub fn path_text(path: &Path) -> String {

@@ -46,6 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The text report: notes, a `BAD` line per problem, a `LOST` line per range of records
 /// lost, and the summary line.
 fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::Result<()> {
+    use super::output::shown;
     for n in &r.notes {
         writeln!(out, "note: {n}")?;
     }
@@ -53,7 +54,7 @@ fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::R
         let from = b
             .source
             .as_ref()
-            .map_or(String::new(), |s| format!(" ({s})"));
+            .map_or(String::new(), |s| format!(" ({})", shown(s)));
         match b.index {
             Some(i) => writeln!(out, "BAD {} record {i}{from}: {}", b.shard, b.problem)?,
             None => writeln!(out, "BAD {}: {}", b.shard, b.problem)?,
@@ -61,8 +62,8 @@ fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::R
     }
     for l in &r.lost {
         let from = match &l.sources {
-            Some((first, _)) if l.count == 1 => format!(", {first}"),
-            Some((first, last)) => format!(", {first} to {last}"),
+            Some((first, _)) if l.count == 1 => format!(", {}", shown(first)),
+            Some((first, last)) => format!(", {} to {}", shown(first), shown(last)),
             None => String::new(),
         };
         writeln!(
