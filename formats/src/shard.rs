@@ -117,6 +117,15 @@ fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<OpenShard>>> {
     REGISTRY.get_or_init(Mutex::default)
 }
 
+/// How an error names the shard at `path`, whose links lead to `canonical`: by its own
+/// path when it is a link (the manifest's name, which is what is wrong), else by the
+/// canonical one. Named by the target, a `shard-00006.lmdb` linked to `shard-00005.lmdb`
+/// by mistake was reported as the sound `shard-00005.lmdb`.
+fn named(path: &Path, canonical: &Path) -> PathBuf {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if is_link { path } else { canonical }.to_path_buf()
+}
+
 /// Opens (or reuses) the shard at `path`, which the manifest says holds `records` records
 /// in `bytes` bytes.
 ///
@@ -140,7 +149,7 @@ pub(crate) fn open_shard(
         .map_err(|e| FormatError::io(path, e))?
         .is_file()
     {
-        return Err(not_a_file(canonical));
+        return Err(not_a_file(named(path, &canonical)));
     }
     let file = std::fs::File::open(&canonical).map_err(|e| FormatError::io(path, e))?;
     let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
@@ -150,11 +159,11 @@ pub(crate) fn open_shard(
         len: meta.len(),
     };
     if !meta.is_file() {
-        return Err(not_a_file(canonical));
+        return Err(not_a_file(named(path, &canonical)));
     }
     if id.len != bytes {
         return Err(FormatError::ShardSizeMismatch {
-            shard: canonical,
+            shard: named(path, &canonical),
             got: id.len,
             want: bytes,
         });
@@ -170,7 +179,7 @@ pub(crate) fn open_shard(
     }
     let tree = crate::lmdb_meta::check(&file, id.len, records).map_err(|reason| {
         FormatError::DamagedShard {
-            shard: canonical.clone(),
+            shard: named(path, &canonical),
             reason,
         }
     })?;

@@ -843,3 +843,32 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+#[test]
+fn a_shard_linked_to_another_by_mistake_is_named_by_its_own_name() {
+    // Errors named the link's target (the sound shard), not the manifest's entry.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    let mut o = ConvertOptions::new(
+        Source::ImageFolder(stoker_testdata::dir().join("imagefolder")),
+        &out,
+    );
+    o.check_decode = false;
+    o.shard_bytes = 1 << 20;
+    convert(&o, &NoProgress).unwrap();
+    let sizes: Vec<u64> = Dataset::open(&out)
+        .unwrap()
+        .manifest()
+        .shards
+        .iter()
+        .map(|s| s.bytes)
+        .collect();
+    let (a, b) = (0..sizes.len() - 1)
+        .find_map(|i| (sizes[i] != sizes[i + 1]).then_some((i, i + 1)))
+        .expect("two shards of different sizes");
+    let name = |i: usize| format!("shard-{i:05}.lmdb");
+    std::fs::remove_file(out.join(name(b))).unwrap();
+    std::os::unix::fs::symlink(name(a), out.join(name(b))).unwrap();
+    let e = Dataset::open(&out).unwrap_err().to_string();
+    assert!(e.contains(&name(b)) && !e.contains(&name(a)), "{e}");
+}
