@@ -524,8 +524,9 @@ fn not_a_dataset_hint(root: &Path) -> String {
         format!(
             "it holds {shards} shard file(s) but no manifest.json and no conversion journal: \
              a writer (SampleWriter, Python stoker.Writer) stopped before it finished (killed, \
-             or out of memory), so nothing in it is a dataset; delete the directory and \
-             write the samples again"
+             or out of memory), or a conversion stopped before its first shard was journaled \
+             (a one-shard conversion, at its manifest); nothing in it is a dataset: delete the \
+             directory and write the samples again, or rerun the conversion with --resume"
         )
     } else if parts > 0 {
         format!(
@@ -588,7 +589,8 @@ mod tests {
             assert!(
                 e.contains("holds 1 shard file(s) but no manifest.json")
                     && e.contains("stopped before it finished")
-                    && e.contains("delete the directory"),
+                    && e.contains("delete the directory")
+                    && e.contains("rerun the conversion with --resume"),
                 "{e}"
             );
         }
