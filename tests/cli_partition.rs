@@ -655,3 +655,39 @@ fn a_refused_merge_or_part_takes_away_only_directories_it_made() {
         "the part left a directory it made"
     );
 }
+
+/// A merge that cannot write the merged dataset's files (a full disk; here the file size
+/// limit) says that no part was removed and to run it again: it said only
+/// "sources.bin.tmp: No space left on device".
+#[test]
+fn a_merge_out_of_room_says_nothing_was_removed_and_runs_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    for part in ["0", "1"] {
+        let mut c = stoker();
+        c.args(["convert", "-q", "--part", part, "--parts", "2"])
+            .arg(photos())
+            .arg(&root);
+        let o = run(c);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    // `ulimit -f 1`: no file of the merge may pass 512 bytes (the manifest does).
+    let mut c = clean(Command::new("bash"));
+    c.arg("-c")
+        .arg("ulimit -f 1 && exec \"$0\" merge \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_stoker"))
+        .arg(&root);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("no part was removed: make room, then run merge again"),
+        "{}",
+        text(&o)
+    );
+    let mut c = stoker();
+    c.arg("merge").arg(&root);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(Dataset::open(&root).unwrap().len(), 164);
+}
