@@ -783,14 +783,14 @@ fn inspect_counts_the_records_of_a_damaged_page_and_summarizes_the_rest() {
     );
 }
 
-/// Moves the source away once it is listed (as `mv`, an unmount or a network file system
-/// going away would, mid-run).
-struct MoveSourceListed {
+/// Moves `from` (the source, or the output) away once the source is listed, as `mv`, an
+/// unmount or a network file system going away would, mid-run.
+struct MoveWhenListed {
     from: PathBuf,
     to: PathBuf,
 }
 
-impl stoker_formats::Progress for MoveSourceListed {
+impl stoker_formats::Progress for MoveWhenListed {
     fn start(&self, _inputs: u64) {
         std::fs::rename(&self.from, &self.to).unwrap();
     }
@@ -807,7 +807,7 @@ fn a_source_moved_away_mid_run_stops_the_conversion_resumably() {
     let out = dir.path().join("out");
     let mut o = ConvertOptions::new(Source::ImageFolder(src.clone()), &out);
     o.shard_bytes = 64 << 10;
-    let moved = MoveSourceListed {
+    let moved = MoveWhenListed {
         from: src.clone(),
         to: dir.path().join("elsewhere"),
     };
@@ -871,4 +871,32 @@ fn a_shard_linked_to_another_by_mistake_is_named_by_its_own_name() {
     std::os::unix::fs::symlink(name(a), out.join(name(b))).unwrap();
     let e = Dataset::open(&out).unwrap_err().to_string();
     assert!(e.contains(&name(b)) && !e.contains(&name(a)), "{e}");
+}
+
+#[test]
+fn an_output_moved_away_mid_run_is_named_and_resumes_where_it_went() {
+    // The error was "out/shard-00000.lmdb.tmp: No such file or directory" alone.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let moved = dir.path().join("moved");
+    let mut o = ConvertOptions::new(
+        Source::ImageFolder(stoker_testdata::dir().join("imagefolder")),
+        &out,
+    );
+    o.check_decode = false;
+    o.shard_bytes = 64 << 10;
+    let mover = MoveWhenListed {
+        from: out.clone(),
+        to: moved.clone(),
+    };
+    let e = convert(&o, &mover).unwrap_err().to_string();
+    assert!(
+        e.contains("output directory was removed or moved away"),
+        "{e}"
+    );
+    o.out = moved.clone();
+    o.resume = true;
+    let r = convert(&o, &NoProgress).unwrap();
+    assert_eq!(r.written, r.inputs);
+    assert!(verify(&Dataset::open(&moved).unwrap(), false).unwrap().ok());
 }

@@ -186,7 +186,9 @@ pub fn convert(
         progress,
     );
     progress.finish();
-    result.map_err(|e| made.after_failure(e, &writer, output_lock.dir()))?;
+    result
+        .map_err(|e| output_gone(e, out, output_lock.dir()))
+        .map_err(|e| made.after_failure(e, &writer, output_lock.dir()))?;
 
     let written = writer.next_index();
     let accounted = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer);
@@ -223,6 +225,25 @@ pub fn convert(
         out: out.clone(),
         already_done: false,
     })
+}
+
+/// `e`, a file of the output directory not found, saying that the directory itself was
+/// removed or moved away mid-run (`dir` is the one the run holds open): the bare
+/// "out/shard-00014.lmdb.tmp: No such file or directory" did not say so.
+fn output_gone(e: FormatError, out: &Path, dir: &std::fs::File) -> FormatError {
+    match &e {
+        FormatError::Io { source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound && !lock::same_dir(dir, out) =>
+        {
+            FormatError::OutputExists {
+                path: out.to_path_buf(),
+                reason: format!(
+                    "the output directory was removed or moved away during the conversion ({e}); if it was moved, `--resume` with that directory as OUT continues it"
+                ),
+            }
+        }
+        _ => e,
+    }
 }
 
 /// Refuses to call a finished output "already converted" when a shard of its manifest is
