@@ -844,18 +844,23 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// Store-mode options converting the test photos into `out`, in shards of `shard_bytes`.
+fn photo_options(out: &Path, shard_bytes: u64) -> ConvertOptions {
+    let mut o = ConvertOptions::new(
+        Source::ImageFolder(stoker_testdata::dir().join("imagefolder")),
+        out,
+    );
+    o.check_decode = false;
+    o.shard_bytes = shard_bytes;
+    o
+}
+
 #[test]
 fn a_shard_linked_to_another_by_mistake_is_named_by_its_own_name() {
     // Errors named the link's target (the sound shard), not the manifest's entry.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("ds");
-    let mut o = ConvertOptions::new(
-        Source::ImageFolder(stoker_testdata::dir().join("imagefolder")),
-        &out,
-    );
-    o.check_decode = false;
-    o.shard_bytes = 1 << 20;
-    convert(&o, &NoProgress).unwrap();
+    convert(&photo_options(&out, 1 << 20), &NoProgress).unwrap();
     let sizes: Vec<u64> = Dataset::open(&out)
         .unwrap()
         .manifest()
@@ -879,12 +884,7 @@ fn an_output_moved_away_mid_run_is_named_and_resumes_where_it_went() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let moved = dir.path().join("moved");
-    let mut o = ConvertOptions::new(
-        Source::ImageFolder(stoker_testdata::dir().join("imagefolder")),
-        &out,
-    );
-    o.check_decode = false;
-    o.shard_bytes = 64 << 10;
+    let mut o = photo_options(&out, 64 << 10);
     let mover = MoveWhenListed {
         from: out.clone(),
         to: moved.clone(),
