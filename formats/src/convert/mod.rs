@@ -110,7 +110,6 @@ pub fn convert(
 ) -> Result<ConvertReport, FormatError> {
     let t0 = Instant::now();
     options.validate()?;
-    // Before the listing: a source moved away from then on stops the run.
     let root = SourceRoot::of(options.source.root());
     let listing = checked_listing(options)?;
     progress.warnings(&listing.warnings);
@@ -186,14 +185,12 @@ pub fn convert(
         progress,
     );
     progress.finish();
-    result
-        .map_err(|e| output_gone(e, out, output_lock.dir()))
-        .map_err(|e| made.after_failure(e, &writer, output_lock.dir()))?;
+    let dir = output_lock.dir();
+    result.map_err(|e| made.after_failure(output_gone(e, out, dir), &writer, dir))?;
 
     let written = writer.next_index();
     let accounted = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer);
-    let no_map =
-        accounted.map_err(|e| made.after_nothing_converted(e, &writer, output_lock.dir()))?;
+    let no_map = accounted.map_err(|e| made.after_nothing_converted(e, &writer, dir))?;
     let provenance = provenance(options, &listing, listing_fingerprint);
     let empty_classes = source::empty_classes(&options.source, &listing);
     if let Some(p) = options.part {

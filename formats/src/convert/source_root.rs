@@ -15,6 +15,8 @@ pub(super) struct SourceRoot {
 }
 
 impl SourceRoot {
+    /// The root at `path` now: taken before the listing, so that a source moved away
+    /// from then on stops the run.
     pub(super) fn of(path: &Path) -> SourceRoot {
         let id = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
         SourceRoot {
