@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::convert::walk::path_id;
 use crate::manifest::{Manifest, MANIFEST_FILE};
 use crate::record::{Record, RecordHeader};
 use crate::shard::{self, OpenShard};
@@ -67,7 +68,7 @@ impl Dataset {
         let root = path.as_ref().to_path_buf();
         // Before the manifest: a dataset swapped in meanwhile is then read whole from the
         // new directory, and taken as moved (so not checked by path) from then on.
-        let root_id = dir_id(&root);
+        let root_id = path_id(&root);
         let manifest = read_manifest(&root)?;
         let shards = (0..manifest.shards.len())
             .map(|i| open_shard_of(&root, &manifest, i).map_err(|e| refused(e, &root)))
@@ -217,7 +218,7 @@ impl Dataset {
     /// the whole dataset was moved away or replaced, so the shards it mapped are all of
     /// one dataset, whatever files the path leads to now.
     fn moved(&self) -> bool {
-        self.inner.root_id.is_some() && dir_id(&self.inner.root) != self.inner.root_id
+        self.inner.root_id.is_some() && path_id(&self.inner.root) != self.inner.root_id
     }
 
     /// Opens a reader. Make one per thread.
@@ -541,12 +542,6 @@ fn not_a_dataset_hint(root: &Path) -> String {
          `stoker.convert`; Rust: `stoker::formats::convert`) and open OUT"
             .to_string()
     }
-}
-
-/// The (device, inode) of the directory at `path`, `None` when it cannot be read.
-fn dir_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// How many shard files (`shard-*.lmdb`) `root` holds, looking at its first 100,000

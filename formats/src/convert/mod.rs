@@ -32,7 +32,7 @@ use source_root::SourceRoot;
 mod strict_stop;
 mod tar_index;
 mod transcode;
-mod walk;
+pub(crate) mod walk;
 pub use list_file::class_names;
 pub use walk::lossless_text;
 mod webdataset;

@@ -3,9 +3,9 @@
 //! input after it one, and a conversion that went on wrote a finished dataset of what it
 //! had read by then, each lost input listed as "unreadable", and exited 0.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use super::walk::{dir_id, path_id};
 use crate::FormatError;
 
 /// The source root's path and identity (device, inode) when the conversion started.
@@ -18,7 +18,7 @@ impl SourceRoot {
     /// The root at `path` now: taken before the listing, so that a source moved away
     /// from then on stops the run.
     pub(super) fn of(path: &Path) -> SourceRoot {
-        let id = std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
+        let id = path_id(path);
         SourceRoot {
             path: path.to_path_buf(),
             id,
@@ -31,7 +31,7 @@ impl SourceRoot {
     pub(super) fn gone(&self, at: usize, total: usize) -> Option<FormatError> {
         let id = self.id?;
         let why = match std::fs::metadata(&self.path) {
-            Ok(m) if (m.dev(), m.ino()) == id => return None,
+            Ok(m) if dir_id(&m) == id => return None,
             Ok(_) => "names another file or directory than when the conversion started (moved and replaced, or its file system unmounted)".to_string(),
             Err(e) => format!("cannot be found any more ({e}): moved, deleted or unmounted"),
         };

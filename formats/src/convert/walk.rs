@@ -81,6 +81,11 @@ pub(crate) fn dir_id(meta: &std::fs::Metadata) -> (u64, u64) {
     (meta.dev(), meta.ino())
 }
 
+/// [`dir_id`] of what `path` leads to (links followed), `None` when it cannot be read.
+pub(crate) fn path_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(path).ok().map(|m| dir_id(&m))
+}
+
 /// A directory found under the walked one and not yet listed.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Pending {
