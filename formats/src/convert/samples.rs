@@ -339,7 +339,7 @@ impl SampleWriter {
         self.pending_bytes += data.len();
         self.pending.push(Pending { data, len, label });
         self.pending_names.push(name);
-        if self.pending.len() >= self.chunk_samples || self.pending_bytes >= CHUNK_BYTES {
+        if self.makes_a_chunk(self.pending.len(), self.pending_bytes as u64) {
             self.submit().map_err(|e| self.stop(e))?;
         }
         Ok(())
@@ -378,9 +378,14 @@ impl SampleWriter {
         let chunk = self.in_flight.as_ref()?;
         let submits = bytes.is_none_or(|b| {
             let held = (self.pending_bytes as u64).saturating_add(b);
-            self.pending.len() + 1 >= self.chunk_samples || held >= CHUNK_BYTES as u64
+            self.makes_a_chunk(self.pending.len() + 1, held)
         });
         (submits && !chunk.done.is_done()).then(|| chunk.done.clone())
+    }
+
+    /// Whether `samples` samples of `bytes` bytes held make a chunk for the pool.
+    fn makes_a_chunk(&self, samples: usize, bytes: u64) -> bool {
+        samples >= self.chunk_samples || bytes >= CHUNK_BYTES as u64
     }
 
     /// Hands the samples held to the thread pool now, after writing the results of the
