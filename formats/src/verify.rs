@@ -309,13 +309,15 @@ fn check_shards(
         seconds: 0.0,
     };
     let reading = Reading { decode, stop };
+    let stopped = |si: usize| FormatError::VerifyStopped {
+        checked: si as u64,
+        shards: m.shards.len() as u64,
+    };
     let mut payload_bytes = 0u64;
     for (si, entry) in m.shards.iter().enumerate() {
+        // Before the shard too: its whole-file digest does not look at `stop`.
         if stop() {
-            return Err(FormatError::VerifyStopped {
-                checked: si as u64,
-                shards: r.shards,
-            });
+            return Err(stopped(si));
         }
         let outcome = match open(si) {
             Ok(shard) => {
@@ -330,10 +332,7 @@ fn check_shards(
         };
         // The shard's check may have left records unchecked: not an outcome to report.
         if stop() {
-            return Err(FormatError::VerifyStopped {
-                checked: si as u64,
-                shards: r.shards,
-            });
+            return Err(stopped(si));
         }
         payload_bytes = payload_bytes.saturating_add(outcome.payload_bytes);
         r.add(entry, outcome);

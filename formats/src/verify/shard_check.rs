@@ -226,8 +226,7 @@ pub(super) struct ShardCheck<'m> {
     first_key: u64,
     expect: u64,
     end: u64,
-    decode: bool,
-    stop: &'m (dyn Fn() -> bool + Sync),
+    reading: Reading<'m>,
     /// Records read in place (each index once).
     checked: u64,
     decoded: u64,
@@ -257,8 +256,7 @@ impl<'m> ShardCheck<'m> {
             first_key: entry.first_key(),
             expect: entry.first_index,
             end: entry.first_index.saturating_add(entry.count),
-            decode: reading.decode,
-            stop: reading.stop,
+            reading,
             checked: 0,
             decoded: 0,
             payload_bytes: 0,
@@ -384,7 +382,7 @@ impl<'m> ShardCheck<'m> {
                     }
                 }
             }
-            Encoding::Jpeg if self.decode => {
+            Encoding::Jpeg if self.reading.decode => {
                 value.drain(..HEADER_LEN);
                 self.pending_bytes += value.len();
                 self.to_decode.push((index, h, value));
@@ -395,7 +393,7 @@ impl<'m> ShardCheck<'m> {
 
     /// Takes one item of the walk: a record to check, or what was wrong with a page.
     pub(super) fn take(&mut self, item: Item, decoder: &CpuDecoder) {
-        if (self.stop)() {
+        if (self.reading.stop)() {
             return;
         }
         match item {
@@ -419,7 +417,7 @@ impl<'m> ShardCheck<'m> {
             // Nothing to decode (no --decode): no threads needed.
             return 0;
         }
-        let problems = decode_chunk(decode_pool(), decoder, &chunk, self.stop);
+        let problems = decode_chunk(decode_pool(), decoder, &chunk, self.reading.stop);
         self.bad_indices
             .extend(problems.iter().filter_map(|(index, _)| *index));
         let decoded = chunk.len() - problems.len();
