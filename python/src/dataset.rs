@@ -13,7 +13,6 @@ use stoker_formats::{ConvertOptions, Encoding, Layout, Part, Progress, ResizeMod
 use crate::args::{self, Bounds};
 use crate::errors::format_error;
 use crate::logging::Call;
-use crate::signals::SIGNAL_CHECK;
 
 /// `json.loads(text)`: the Rust reports are serde structs; their JSON is the dict.
 pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
@@ -136,7 +135,14 @@ pub(crate) fn convert<'py>(
         noted: Condvar::new(),
         listed: AtomicUsize::new(0),
     });
-    let report = convert_interruptibly(py, Arc::new(opts), Arc::clone(&bar))?;
+    let report = {
+        let work_bar = Arc::clone(&bar);
+        let convert = move || stoker_formats::convert(&opts, &*work_bar);
+        let cancel = || bar.cancel.store(true, Ordering::Relaxed);
+        let thread = ("stoker-convert", "the conversion's thread");
+        crate::signals::interruptibly(py, thread, convert, |py| bar.raise_notes(py), cancel)?
+            .map_err(format_error)?
+    };
     // The report's warnings after the listing's are about what was written (fewer shards
     // than `shards=` asked): raised now, as the dataset is finished.
     for w in report
@@ -311,79 +317,6 @@ impl Progress for Cancellable {
     }
     fn cancelled(&self) -> bool {
         self.cancel.load(Ordering::Relaxed)
-    }
-}
-
-/// How long a cancelled conversion is waited for before its caller gets the exception
-/// anyway: far longer than a conversion takes to stop between inputs (a fraction of a
-/// second), so that a `resume=True` right after finds it stopped.
-const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Runs the conversion on another thread while this one, holding the GIL only to look,
-/// checks for Ctrl-C: Python's handler only sets a flag, so a conversion run here with the
-/// GIL released went on to the end (minutes to hours) before `KeyboardInterrupt`.
-///
-/// The conversion's thread owns what it uses (not a scoped thread borrowing this frame):
-/// a daemon thread still in `convert` at interpreter exit is ended by CPython 3.11–3.13
-/// with `pthread_exit` when it asks for the GIL back, which pops this frame without
-/// waiting for a scoped thread, and the conversion then read a dead stack (a SIGSEGV at
-/// exit). Now it goes on with its own data until the process ends.
-fn convert_interruptibly(
-    py: Python<'_>,
-    opts: Arc<ConvertOptions>,
-    bar: Arc<Cancellable>,
-) -> PyResult<stoker_formats::ConvertReport> {
-    let caller = std::thread::current();
-    let job = {
-        let bar = Arc::clone(&bar);
-        std::thread::Builder::new()
-            .name("stoker-convert".into())
-            .spawn(move || {
-                let report = stoker_formats::convert(&opts, &*bar);
-                caller.unpark();
-                report
-            })
-            .map_err(|e| {
-                format_error(stoker_formats::FormatError::Threads {
-                    what: "the conversion's thread".into(),
-                    reason: e.to_string(),
-                })
-            })?
-    };
-    let mut interrupted = None;
-    let mut cancelled_at = None;
-    while !job.is_finished() {
-        py.detach(|| std::thread::park_timeout(SIGNAL_CHECK));
-        // A conversion runs for minutes to hours: its log is not kept to the end.
-        crate::logging::deliver(py);
-        if let Some(e) = bar.raise_notes(py) {
-            interrupted.get_or_insert(e);
-        }
-        if interrupted.is_none() {
-            if let Err(e) = py.check_signals() {
-                bar.cancel.store(true, Ordering::Relaxed);
-                interrupted = Some(e);
-            }
-        }
-        // A cancelled conversion stops at its next input, but not inside a system call
-        // that never returns: opening a `list=` pipe that nobody writes waited forever,
-        // Ctrl-C or not. Past the grace its thread is left to end with the process.
-        let past_grace = |_: &mut PyErr| {
-            let since = *cancelled_at.get_or_insert_with(std::time::Instant::now);
-            since.elapsed() > CANCEL_GRACE
-        };
-        if let Some(interrupt) = interrupted.take_if(past_grace) {
-            return Err(interrupt);
-        }
-    }
-    let report = job
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    match (report, interrupted) {
-        // Also when the conversion finished meanwhile: the user asked to stop.
-        (_, Some(interrupt)) => Err(interrupt),
-        (Ok(report), None) => Ok(report),
-        (Err(e), None) => Err(format_error(e)),
     }
 }
 
