@@ -4,8 +4,8 @@
 //! 3 bytes per pixel at 4:2:0. Allocated afresh per image, buffers of that size go back
 //! to the system when freed, so the next image faults every page in again (the cost is
 //! measured in docs/BENCHMARKS.md, "CPU decode of progressive files with each thread's
-//! coefficient buffers kept"). Each decoding thread lends its buffers to one decode after another instead
-//! (`StokerScratch`, change 14 of the fork), and keeps them only up to
+//! coefficient buffers kept"). Each decoding thread lends its buffers to one decode after
+//! another instead (`StokerScratch`, change 14 of the fork), and keeps them only up to
 //! [`KEPT_PER_THREAD`], so that one huge image does not hold memory on every thread for
 //! good.
 

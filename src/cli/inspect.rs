@@ -170,11 +170,11 @@ fn unreadable_status(args: &Args, r: &formats::InspectReport) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let first = r.first_unreadable.as_deref().unwrap_or("");
-    eprintln!(
+    super::output::note(format_args!(
         "stoker: error: {} record(s) could not be read and are left out of the figures (the first, {first}); `stoker verify {}` names every damaged record",
         r.unreadable,
         args.dataset.display()
-    );
+    ));
     ExitCode::FAILURE
 }
 

@@ -67,10 +67,10 @@ pub fn shown(text: &str) -> String {
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        match c as u32 {
-            n if c.is_control() && n < 0x100 => out.push_str(&format!("\\x{n:02x}")),
-            n if c.is_control() => out.push_str(&format!("\\u{{{n:04x}}}")),
-            _ => out.push(c),
+        // Control characters (Unicode's Cc) all lie below U+00A0: two hex digits each.
+        match c.is_control() {
+            true => out.push_str(&format!("\\x{:02x}", c as u32)),
+            false => out.push(c),
         }
     }
     out
