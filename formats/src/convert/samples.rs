@@ -36,7 +36,7 @@ use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
 use crate::record::{Encoding, HEADER_LEN};
 use crate::source_map::SOURCES_FILE;
 use crate::source_spool::SourceSpool;
-use crate::writer::{DatasetWriter, WriterOptions};
+use crate::writer::DatasetWriter;
 use crate::FormatError;
 
 /// A chunk is transcoded once it holds this many input bytes, so that a chunk of large
@@ -191,16 +191,8 @@ impl SampleWriter {
         // it is refused instead of interleaving its shards with ours. A part's root is
         // locked shared until its directory is ready, as a converted part's is.
         let claim = Claim::new(&out, part.is_some())?;
-        let writer = refuse_nonempty(&out, part.is_some()).and_then(|()| {
-            DatasetWriter::create(
-                &out,
-                WriterOptions {
-                    shard_bytes: options.shard_bytes,
-                    records_per_shard: None,
-                    encoding: Some(options.encoding),
-                },
-            )
-        });
+        let writer = refuse_nonempty(&out, part.is_some())
+            .and_then(|()| DatasetWriter::create(&out, options.writer_options(None)));
         let writer = writer.and_then(|w| Ok((w, SourceSpool::new(&out)?)));
         let (writer, spool) = match writer {
             Ok(w) => w,
