@@ -21,14 +21,14 @@ pub fn is_broken_pipe(e: &(dyn Error + 'static)) -> bool {
 }
 
 /// `e` and its causes, joined by ": ", leaving out a cause whose text the message already
-/// ends with: stoker's errors print their source in their own message (so the Python
+/// holds: stoker's errors print their source in their own message (so the Python
 /// exceptions and `to_string` carry it), and walking the sources would repeat it ("No
 /// such file or directory (os error 2): No such file or directory (os error 2)").
 pub fn message(e: &(dyn Error + 'static)) -> String {
     let mut text = String::new();
     for cause in causes(e) {
         let part = cause.to_string();
-        if text.ends_with(&part) {
+        if text.contains(&part) {
             continue;
         }
         if !text.is_empty() {
@@ -94,6 +94,21 @@ mod tests {
         let e = Wrapped(std::io::Error::from(ErrorKind::NotFound));
         let io = std::io::Error::from(ErrorKind::NotFound);
         assert_eq!(message(&e), format!("reading x: {io}"));
+        // Also where the message goes on after it (what to do about it).
+        #[derive(Debug)]
+        struct Advised(std::io::Error);
+        impl std::fmt::Display for Advised {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "x: {}; raise the limit", self.0)
+            }
+        }
+        impl Error for Advised {
+            fn source(&self) -> Option<&(dyn Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Advised(std::io::Error::from(ErrorKind::NotFound));
+        assert_eq!(message(&e), format!("x: {io}; raise the limit"));
         assert!(!is_broken_pipe(&e));
     }
 

@@ -691,3 +691,42 @@ fn a_merge_out_of_room_says_nothing_was_removed_and_runs_again() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(Dataset::open(&root).unwrap().len(), 164);
 }
+
+/// A merge held every part's source map open at once, so a job array of more parts than
+/// `ulimit -n` allows descriptors could not be merged. 15 parts under `ulimit -n 10`
+/// (what stdio, the output's lock and the files being written need, and one part's).
+#[test]
+fn a_merge_of_more_parts_than_open_files_allowed_merges() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    for part in 0..15 {
+        let mut c = stoker();
+        c.args(["convert", "-q", "--no-check", "--parts", "15", "--part"])
+            .arg(part.to_string())
+            .arg(SAMPLE)
+            .arg(&root);
+        let o = run(c);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let mut c = clean(Command::new("bash"));
+    c.arg("-c")
+        .arg("ulimit -n 10 && exec \"$0\" merge \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_stoker"))
+        .arg(&root);
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    let single = tmp.path().join("single");
+    convert_single(Path::new(SAMPLE), &single, &["--no-check"]);
+    assert_same(&root, &single);
+    let (merged, once) = (
+        Dataset::open(&root).unwrap(),
+        Dataset::open(&single).unwrap(),
+    );
+    for i in 0..once.len() {
+        assert_eq!(
+            merged.source_of(i).unwrap(),
+            once.source_of(i).unwrap(),
+            "source of {i}"
+        );
+    }
+}

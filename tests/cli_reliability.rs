@@ -364,3 +364,87 @@ fn convert_into_a_log_says_how_far_it_got() {
         text(&o)
     );
 }
+
+/// `stoker ARGS` with at most `fds` file descriptors open (`ulimit -n`).
+fn under_descriptor_limit(fds: u32, args: &[&str]) -> Output {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg(format!(r#"ulimit -n {fds}; exec "$@""#))
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_stoker"))
+        .args(args);
+    run_within(c, Duration::from_secs(120))
+}
+
+/// A process out of file descriptors fails to open inputs for no fault of theirs. Skipped
+/// as unreadable, they made a smaller dataset that converted "successfully" and verified.
+/// Where the limit bites (listing, an input, the writer's own files) depends on the limit
+/// and on the workers' timing, so each limit runs several times: every run must either
+/// convert every input or fail without a manifest, and a failure on an input or a source
+/// folder must say that the process ran out.
+#[test]
+fn running_out_of_file_descriptors_stops_convert_instead_of_skipping_inputs() {
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/imagefolder");
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen_fault = false;
+    for fds in 4..=8 {
+        for run in 0..4 {
+            let out = dir.path().join(format!("out-{fds}-{run}"));
+            let args = ["convert", src, p(&out), "--json", "--no-check", "-j", "8"];
+            let o = under_descriptor_limit(fds, &args);
+            if o.status.success() {
+                let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                let first = &r["skipped"][0];
+                assert_eq!(
+                    r["written"], r["inputs"],
+                    "ulimit -n {fds}: skipped {first}"
+                );
+                continue;
+            }
+            assert!(!out.join("manifest.json").exists(), "{}", text(&o));
+            let err = String::from_utf8_lossy(&o.stderr);
+            if err.contains("testdata/imagefolder") {
+                assert!(err.contains("no file descriptor left"), "{}", text(&o));
+                seen_fault = true;
+                // What was converted stays: resumed with room, the dataset is whole.
+                let o = stoker(&[&args[..], &["--resume"]].concat());
+                assert!(o.status.success(), "{}", text(&o));
+                let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                assert_eq!(r["written"], r["inputs"], "skipped {}", r["skipped"][0]);
+            }
+        }
+    }
+    assert!(
+        seen_fault,
+        "no run met the limit on a source file or folder"
+    );
+}
+
+/// Out of file descriptors, `verify` reported a sound dataset's files as damaged.
+#[test]
+fn running_out_of_file_descriptors_stops_verify_without_blaming_the_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let o = stoker(&[
+        "convert",
+        SAMPLE,
+        p(&ds),
+        "--no-check",
+        "--shard-size",
+        "64K",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut stopped = false;
+    for fds in 4..=8 {
+        let o = under_descriptor_limit(fds, &["verify", p(&ds)]);
+        let all = text(&o);
+        if o.status.success() {
+            assert!(all.contains("OK"), "{all}");
+            continue;
+        }
+        assert!(!all.contains("BAD") && !all.contains("problem"), "{all}");
+        assert!(all.contains("says nothing about the dataset"), "{all}");
+        stopped = true;
+    }
+    assert!(stopped, "no limit stopped verify");
+}

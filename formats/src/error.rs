@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::outside_fault::{FaultStage, OutsideFault};
+
 /// Everything that can go wrong while writing, opening, reading, converting or verifying a
 /// dataset. Variants carry the shard and index they concern so a caller can match on them.
 #[derive(Debug, thiserror::Error)]
@@ -393,6 +395,22 @@ pub enum FormatError {
         /// Shards the manifest declares.
         shards: u64,
     },
+    /// A file could not be read for a reason that is not the file's ([`OutsideFault`]: no
+    /// file descriptor left, no kernel memory, storage that stopped answering). Skipped as
+    /// a bad input it would be followed by every input after it, and the conversion would
+    /// look complete; counted as damage it would call a sound dataset bad. So the run stops.
+    #[error("{path}: {source}: {}; {}", .fault.cause(), .stage.left())]
+    OutsideFault {
+        /// The file that could not be read.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+        /// What failed.
+        fault: OutsideFault,
+        /// What stopped, which says what is left.
+        stage: FaultStage,
+    },
     /// A failure injected by a test (see `ConvertOptions::fail_after`).
     #[error("injected failure after {written} records")]
     Injected {
@@ -406,6 +424,43 @@ impl FormatError {
         FormatError::Io {
             path: path.into(),
             source,
+        }
+    }
+
+    /// `e` reading `path`, as a [`FormatError::OutsideFault`] in `stage` when it is one
+    /// ([`OutsideFault::of`]); otherwise handed back.
+    pub(crate) fn outside_fault(
+        path: impl Into<PathBuf>,
+        e: std::io::Error,
+        stage: FaultStage,
+    ) -> Result<FormatError, std::io::Error> {
+        match OutsideFault::of(&e) {
+            Some(fault) => Ok(FormatError::OutsideFault {
+                path: path.into(),
+                source: e,
+                fault,
+                stage,
+            }),
+            None => Err(e),
+        }
+    }
+
+    /// Whether this is an I/O error of an [`OutsideFault`] (see [`FormatError::escalate`]).
+    pub(crate) fn is_outside_fault(&self) -> bool {
+        matches!(self, FormatError::Io { source, .. } if OutsideFault::of(source).is_some())
+    }
+
+    /// This error as a [`FormatError::OutsideFault`] in `stage` when
+    /// [`FormatError::is_outside_fault`] says so; otherwise as it is.
+    pub(crate) fn escalate(self, stage: FaultStage) -> FormatError {
+        match self {
+            FormatError::Io { path, source } => {
+                match FormatError::outside_fault(path.clone(), source, stage) {
+                    Ok(f) => f,
+                    Err(source) => FormatError::Io { path, source },
+                }
+            }
+            e => e,
         }
     }
 }
@@ -510,5 +565,36 @@ mod tests {
                 .ends_with("format version 3 is not supported (this build reads versions 1 to 2)"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_read_error_that_is_not_the_files_stops_the_run_saying_what_is_left() {
+        let os = |errno: rustix::io::Errno| std::io::Error::from_raw_os_error(errno.raw_os_error());
+        let emfile = FormatError::io("a.jpg", os(rustix::io::Errno::MFILE));
+        assert!(emfile.is_outside_fault());
+        let e = emfile.escalate(FaultStage::Converting);
+        assert!(
+            matches!(
+                e,
+                FormatError::OutsideFault {
+                    fault: OutsideFault::Descriptors,
+                    stage: FaultStage::Converting,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(text.starts_with("a.jpg: "), "{text}");
+        assert!(
+            text.contains("ulimit -n") && text.contains("--resume"),
+            "{text}"
+        );
+        let own = FormatError::io("a.jpg", os(rustix::io::Errno::ACCESS));
+        assert!(!own.is_outside_fault());
+        assert!(matches!(
+            own.escalate(FaultStage::Verifying),
+            FormatError::Io { .. }
+        ));
     }
 }

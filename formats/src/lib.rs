@@ -74,6 +74,7 @@ mod manifest;
 mod map_guard;
 mod merge;
 mod out_of_space;
+mod outside_fault;
 mod path_nesting;
 mod read_ahead;
 mod record;
@@ -103,6 +104,7 @@ pub use map_guard::install as install_read_fault_handler;
 pub use map_guard::refresh as refresh_read_fault_handler;
 pub use map_guard::REFRESH_INTERVAL as READ_FAULT_HANDLER_REFRESH;
 pub use merge::{merge, MergeReport};
+pub use outside_fault::{FaultStage, OutsideFault};
 pub use record::{
     Encoding, Record, RecordHeader, HEADER_LEN, RAW_CHANNELS, RECORD_MAGIC, RECORD_VERSION,
 };

@@ -368,24 +368,44 @@ pub(crate) fn write_copied(
     })
 }
 
+/// A part's source map as the merge finds it: the part's directory, the manifest's entry
+/// for the map, and the part's record count.
+pub(crate) type PartMap<'a> = (&'a Path, &'a SourcesEntry, u64);
+
 /// Writes into `dir` the source map of the maps `parts`, one after another: the merged
 /// dataset's records are the parts' records in order, so each part's offsets move on by
 /// the names before it. Every offset is checked as it is copied.
-pub(crate) fn join(dir: &Path, parts: &[SourceMap]) -> Result<SourcesEntry, FormatError> {
-    let records = parts.iter().try_fold(0u64, |a, p| a.checked_add(p.records));
+///
+/// One part's map is open at a time (each is opened once for its offsets, once for its
+/// names): a merge of the thousands of parts of a large job array must not need a file
+/// descriptor per part.
+pub(crate) fn join(dir: &Path, parts: &[PartMap<'_>]) -> Result<SourcesEntry, FormatError> {
+    let open = |&(root, entry, samples): &PartMap<'_>| SourceMap::open(root, entry, samples);
+    let records = parts.iter().try_fold(0u64, |a, p| a.checked_add(p.2));
     let records = records.ok_or_else(|| FormatError::DamagedSourceMap {
-        path: parts[0].path.clone(),
+        path: parts[0].0.join(&parts[0].1.file),
         reason: "the parts' maps name more than 2^64 records".into(),
     })?;
     write_map(dir, records, |w, tmp| {
         let io = |e| FormatError::io(tmp, e);
         let mut base = 0u64;
         w.write_all(&base.to_le_bytes()).map_err(io)?;
+        let mut names_lens = Vec::with_capacity(parts.len());
         for p in parts {
-            base = p.copy_offsets(w, base, tmp)?;
+            let map = open(p)?;
+            base = map.copy_offsets(w, base, tmp)?;
+            names_lens.push(map.names_len);
         }
-        for p in parts {
-            p.copy_names(w, tmp)?;
+        for (p, names_len) in parts.iter().zip(names_lens) {
+            let map = open(p)?;
+            // The offsets already written hold only for the names they were read with.
+            if map.names_len != names_len {
+                return Err(map.damaged(format!(
+                    "its names went from {names_len} to {} bytes during the merge",
+                    map.names_len
+                )));
+            }
+            map.copy_names(w, tmp)?;
         }
         Ok(())
     })
@@ -412,7 +432,7 @@ pub(crate) fn merged(
             );
             return Ok(None);
         };
-        maps.push(SourceMap::open(dir, entry, m.samples)?);
+        maps.push((dir.as_path(), entry, m.samples));
     }
     join(out, &maps).map(Some)
 }
@@ -547,11 +567,7 @@ mod tests {
         let (a, ea) = written(&[b"p0/a.jpg", b"p0/b.jpg"]);
         let (b, eb) = written(&[]);
         let (c, ec) = written(&[b"p2/c.jpg"]);
-        let parts = [
-            SourceMap::open(a.path(), &ea, 2).unwrap(),
-            SourceMap::open(b.path(), &eb, 0).unwrap(),
-            SourceMap::open(c.path(), &ec, 1).unwrap(),
-        ];
+        let parts = [(a.path(), &ea, 2), (b.path(), &eb, 0), (c.path(), &ec, 1)];
         let out = tempfile::tempdir().unwrap();
         let entry = join(out.path(), &parts).unwrap();
         let (_, direct) = written(&[b"p0/a.jpg", b"p0/b.jpg", b"p2/c.jpg"]);

@@ -19,6 +19,7 @@ use serde::Serialize;
 use stoker_decode::{CpuDecoder, Limits};
 
 use crate::digest::{digest_file, DigestKind};
+use crate::outside_fault::FaultStage;
 use crate::shard::OpenShard;
 use crate::{Dataset, FormatError, Manifest, ShardEntry};
 
@@ -154,7 +155,7 @@ pub fn verify(ds: &Dataset, decode: bool) -> Result<VerifyReport, FormatError> {
     ds.check_unchanged()?;
     let open = |i| Ok(Arc::clone(ds.open_shard(i)));
     let mut r = check_shards(ds.manifest(), decode, &open, &|| false)?;
-    name_sources(ds.root(), ds.manifest(), &mut r);
+    name_sources(ds.root(), ds.manifest(), &mut r)?;
     Ok(r)
 }
 
@@ -229,22 +230,25 @@ pub fn verify_dir_until(
     let m = crate::dataset::read_manifest(root)?;
     let open = |i| crate::dataset::open_shard_of(root, &m, i);
     let mut r = check_shards(&m, decode, &open, stop)?;
-    name_sources(root, &m, &mut r);
+    name_sources(root, &m, &mut r)?;
     Ok(r)
 }
 
 /// Checks the source map the manifest names, if any: its shape (as every lookup checks
 /// it) and its whole-file digest. A sound map names the input of every bad record and of
 /// each lost range's ends in `r`. A damaged map loses no record, but the names it gives
-/// could be wrong, so it names none and is reported as the manifest's problems are.
-fn name_sources(root: &Path, m: &Manifest, r: &mut VerifyReport) {
+/// could be wrong, so it names none and is reported as the manifest's problems are; one
+/// that cannot be read for no fault of its own stops the check
+/// ([`FormatError::OutsideFault`]).
+fn name_sources(root: &Path, m: &Manifest, r: &mut VerifyReport) -> Result<(), FormatError> {
     let Some(entry) = m.sources.as_ref() else {
-        return;
+        return Ok(());
     };
     let map = crate::SourceMap::open(root, entry, m.samples)
         .and_then(|map| map.check_digest(entry.xxh3).map(|()| map));
     let map = match map {
         Ok(map) => map,
+        Err(e) if e.is_outside_fault() => return Err(e.escalate(FaultStage::Verifying)),
         Err(e) => {
             r.bad.push(BadRecord {
                 shard: crate::SOURCES_FILE.into(),
@@ -252,7 +256,7 @@ fn name_sources(root: &Path, m: &Manifest, r: &mut VerifyReport) {
                 problem: e.to_string(),
                 source: None,
             });
-            return;
+            return Ok(());
         }
     };
     // Checked whole above, so a lookup fails only on an I/O error: then no name.
@@ -268,6 +272,7 @@ fn name_sources(root: &Path, m: &Manifest, r: &mut VerifyReport) {
         let last = l.first_index + l.count.saturating_sub(1);
         l.sources = name(l.first_index).zip(name(last));
     }
+    Ok(())
 }
 
 /// Opens a shard by its position in the manifest.
@@ -322,8 +327,10 @@ fn check_shards(
         let outcome = match open(si) {
             Ok(shard) => {
                 r.opened += 1;
-                check_shard(m, entry, &shard, kind, (reading, &decoder))
+                check_shard(m, entry, &shard, kind, (reading, &decoder))?
             }
+            // Not the shard's fault: counted as damage, it would call a sound dataset bad.
+            Err(e) if e.is_outside_fault() => return Err(e.escalate(FaultStage::Verifying)),
             // Refused for the loader, but what lies before the cut can still be checked.
             Err(FormatError::ShardSizeMismatch { shard, got, want }) if got < want => {
                 cut::check_cut_shard(m, entry, &shard, got, (reading, &decoder))
@@ -390,7 +397,7 @@ fn check_shard(
     shard: &OpenShard,
     kind: DigestKind,
     (reading, decoder): (Reading<'_>, &CpuDecoder),
-) -> ShardOutcome {
+) -> Result<ShardOutcome, FormatError> {
     // One descriptor for the digest and the walk, so that both read the same file: the one
     // opened, as the checks before and after the digest say.
     let file = shard
@@ -398,13 +405,14 @@ fn check_shard(
         .and_then(|()| File::open(&shard.path).map_err(|e| FormatError::io(&shard.path, e)));
     let mut file = match file {
         Ok(f) => f,
-        Err(e) => return ShardOutcome::unusable(entry, &e, reason_of(&e)),
+        Err(e) if e.is_outside_fault() => return Err(e.escalate(FaultStage::Verifying)),
+        Err(e) => return Ok(ShardOutcome::unusable(entry, &e, reason_of(&e))),
     };
-    let whole = whole_file_problem(shard, &mut file, entry, kind);
+    let whole = whole_file_problem(shard, &mut file, entry, kind)?;
     if let Some((LostCause::Altered, problem)) = &whole {
         let zero_tail = cut::check_zero_tail(m, entry, shard, &file, problem, (reading, decoder));
         if let Some(o) = zero_tail {
-            return o;
+            return Ok(o);
         }
     }
     let mut check = ShardCheck::new(m, entry, &shard.path, reading);
@@ -425,37 +433,42 @@ fn check_shard(
     if let Some((cause, problem)) = whole {
         outcome.lose_all(entry, cause, problem);
     }
-    outcome
+    Ok(outcome)
 }
 
 /// Checks `shard` as a whole, read from `file` (opened by its path, at its start): the
 /// file is the one opened, its size and digest are the manifest's. What is wrong makes
 /// every record of the shard lost, for the cause returned.
+///
+/// # Errors
+///
+/// [`FormatError::OutsideFault`] when the file cannot be read for no fault of its own.
 fn whole_file_problem(
     shard: &OpenShard,
     file: &mut File,
     entry: &ShardEntry,
     kind: DigestKind,
-) -> Option<(LostCause, String)> {
+) -> Result<Option<(LostCause, String)>, FormatError> {
     let (len, got) = match digest_file(&shard.path, file, kind) {
         Ok(d) => d,
-        Err(e) => return Some((LostCause::Unreadable, reason_of(&e))),
+        Err(e) if e.is_outside_fault() => return Err(e.escalate(FaultStage::Verifying)),
+        Err(e) => return Ok(Some((LostCause::Unreadable, reason_of(&e)))),
     };
     // Hashed by path: the file must still be the one opened, unchanged while hashed.
     if let Err(e) = shard.check_unchanged() {
-        return Some((cause_of(&e), reason_of(&e)));
+        return Ok(Some((cause_of(&e), reason_of(&e))));
     }
     if len != entry.bytes {
-        return Some((
+        return Ok(Some((
             LostCause::WrongSize,
             format!("file is {len} bytes, the manifest says {}", entry.bytes),
-        ));
+        )));
     }
     let (name, want, width) = match kind {
         DigestKind::Xxh3 => ("xxh3-64", entry.xxh3, 16),
         DigestKind::Crc32c => ("CRC32C", entry.crc32c.map(u64::from), 8),
     };
-    match want {
+    Ok(match want {
         Some(w) if w == got => None,
         Some(w) => Some((
             LostCause::Altered,
@@ -467,5 +480,5 @@ fn whole_file_problem(
             LostCause::Altered,
             format!("the manifest has no {name} for this shard"),
         )),
-    }
+    })
 }

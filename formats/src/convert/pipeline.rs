@@ -21,6 +21,7 @@ use super::source_root::SourceRoot;
 use super::transcode::{self, Outcome, Processed};
 use crate::buffer_pool::BufferPool;
 use crate::input_file::refusal_reason;
+use crate::outside_fault::FaultStage;
 use crate::record::HEADER_LEN;
 use crate::writer::DatasetWriter;
 use crate::FormatError;
@@ -208,6 +209,10 @@ fn process(input: &source::Input, options: &ConvertOptions, buffers: &BufferPool
     }
     match input.read_into(options.max_file_size, buffers.take()) {
         Ok(data) => process_bytes(data, input.label, options),
+        Err(e) if e.is_outside_fault() => Processed {
+            outcome: Outcome::Stop(e.escalate(FaultStage::Converting)),
+            ..skipped(String::new())
+        },
         Err(e) => skipped(refusal_reason(&e)),
     }
 }
@@ -257,6 +262,8 @@ pub(super) fn write_one<I: Iterator<Item = u64>>(
         log,
     } = sink;
     match p.outcome {
+        // Before the strict check: the input is not to blame, and the run can be resumed.
+        Outcome::Stop(e) => return Err(e),
         Outcome::Skip(reason) => {
             if options.strict {
                 // As a kill leaves it, until `convert` takes a fresh run's output away.
@@ -336,7 +343,7 @@ fn expected_value_lens(inputs: &[source::Input]) -> impl Iterator<Item = u64> + 
 pub(super) fn held_bytes(p: &Processed) -> usize {
     match &p.outcome {
         Outcome::Record { payload, .. } => payload.len(),
-        Outcome::Skip(_) => 0,
+        Outcome::Skip(_) | Outcome::Stop(_) => 0,
     }
 }
 

@@ -460,7 +460,7 @@ impl SampleWriter {
         for (i, (p, name)) in results.into_iter().zip(&chunk.names).enumerate() {
             let label = match &p.outcome {
                 Outcome::Record { meta, .. } => Some(meta.label as usize),
-                Outcome::Skip(_) => None,
+                Outcome::Skip(_) | Outcome::Stop(_) => None,
             };
             let sink = Sink {
                 writer: &mut *writer,
@@ -662,7 +662,7 @@ fn process(s: Pending, options: &ConvertOptions) -> Processed {
 fn value_len(p: &Processed) -> Option<u64> {
     match &p.outcome {
         Outcome::Record { payload, .. } => Some((HEADER_LEN + payload.len()) as u64),
-        Outcome::Skip(_) => None,
+        Outcome::Skip(_) | Outcome::Stop(_) => None,
     }
 }
 

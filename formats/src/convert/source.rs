@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use super::list_file::list_file;
 pub(crate) use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
-use super::walk::{dir_id, is_hidden, lossless_text, sorted_entries, walk};
+use super::walk::{dir_id, is_hidden, listing_fault, lossless_text, sorted_entries, walk};
 use super::webdataset::{
     is_compressed_tar, is_tar_name, list_webdataset, looks_like_shards, shards_as_images_hint,
     Chosen,
@@ -176,7 +176,7 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
         .unwrap_or_else(|| "images".into());
     let mut inputs = Vec::new();
     let mut seen = HashSet::from([dir_id(&root_meta)]);
-    walk(root, 0, &mut inputs, &mut seen, own);
+    walk(root, 0, &mut inputs, &mut seen, own)?;
     if inputs.is_empty() {
         return Err(FormatError::BadSource {
             path: root.to_path_buf(),
@@ -232,9 +232,16 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
     let mut empty = Vec::new();
     for entry in sorted_entries(root).map_err(|e| FormatError::io(root, e))? {
         let path = entry.path();
-        let Ok(meta) = std::fs::metadata(&path) else {
-            ignored.push(path);
-            continue;
+        // An entry that cannot be looked at (a broken link) is no class; one that cannot
+        // be looked at for no fault of its own stops the listing: ignored, a class folder
+        // would move every later class to another label.
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) => {
+                listing_fault(&path, e)?;
+                ignored.push(path);
+                continue;
+            }
         };
         if !meta.is_dir() {
             ignored.push(path);
@@ -260,7 +267,7 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
         // skipped with a reason, so a tree of links cannot multiply the walk.
         let mut seen = HashSet::from([dir_id(&root_meta), dir_id(&meta)]);
         let before = inputs.len();
-        walk(&path, label, &mut inputs, &mut seen, own);
+        walk(&path, label, &mut inputs, &mut seen, own)?;
         if inputs.len() == before {
             empty.push(format!("{name:?} (label {label})"));
         }

@@ -15,6 +15,7 @@ use super::audit::JpegClass;
 use super::options::{ConvertOptions, ResizeMode};
 use crate::record::Encoding;
 use crate::writer::RecordMeta;
+use crate::FormatError;
 
 /// What became of one input.
 #[derive(Debug)]
@@ -32,6 +33,9 @@ pub(crate) enum Outcome {
     },
     /// Skip it, for this reason.
     Skip(String),
+    /// Stop the conversion: it could not be read, for no fault of its own
+    /// ([`crate::OutsideFault`]), and every input after it would fail the same way.
+    Stop(FormatError),
 }
 
 /// The result for one input: outcome plus what the audit learned.

@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 
 use super::listing::Input;
 use super::own_output::OwnOutput;
+use crate::outside_fault::FaultStage;
+use crate::FormatError;
 
 /// Directories nested deeper than this under a class folder are skipped (and reported).
 const MAX_DEPTH: u32 = 64;
@@ -108,15 +110,20 @@ struct Pending {
 /// unreadable directory and a broken symlink (the latter among its directory's files, where
 /// `os.walk` puts it). The conversion's output directory (`own`) is left out, with all
 /// below it, as if it were not there.
+///
+/// # Errors
+///
+/// [`FormatError::OutsideFault`] when a directory or link cannot be read for no fault of
+/// its own (no file descriptor left, storage gone): skipped, it would drop its files.
 pub(crate) fn walk(
     top: &Path,
     label: u32,
     out: &mut Vec<Input>,
     seen: &mut HashSet<(u64, u64)>,
     own: &OwnOutput,
-) {
+) -> Result<(), FormatError> {
     let mut queue = BinaryHeap::new();
-    list_dir(top, &[], 0, label, out, &mut queue, own);
+    list_dir(top, &[], 0, label, out, &mut queue, own)?;
     // Every directory pushed while listing one has a longer path with that one's as its
     // prefix, so it sorts after it: popping the smallest visits all in sorted path order.
     while let Some(Reverse(d)) = queue.pop() {
@@ -136,9 +143,10 @@ pub(crate) fn walk(
                 format!("directory nested more than {MAX_DEPTH} deep"),
             );
         } else {
-            list_dir(&d.path, &d.key, d.depth, label, out, &mut queue, own);
+            list_dir(&d.path, &d.key, d.depth, label, out, &mut queue, own)?;
         }
     }
+    Ok(())
 }
 
 fn refuse(out: &mut Vec<Input>, path: PathBuf, label: u32, reason: String) {
@@ -154,16 +162,18 @@ fn list_dir(
     out: &mut Vec<Input>,
     queue: &mut BinaryHeap<Reverse<Pending>>,
     own: &OwnOutput,
-) {
+) -> Result<(), FormatError> {
     let entries = match sorted_entries(dir) {
         Ok(v) => v,
         Err(e) => {
-            return refuse(
+            let e = listing_fault(dir, e)?;
+            refuse(
                 out,
                 dir.to_path_buf(),
                 label,
                 format!("unreadable directory: {e}"),
-            )
+            );
+            return Ok(());
         }
     };
     let file = |path| Input::file(path, label);
@@ -189,6 +199,7 @@ fn list_dir(
                 continue;
             }
             Err(e) => {
+                let e = listing_fault(&path, e)?;
                 refuse(out, path, label, format!("unreadable: {e}"));
                 continue;
             }
@@ -212,6 +223,16 @@ fn list_dir(
             // files) are skipped with a reason when read, never silently dropped.
             out.push(file(path));
         }
+    }
+    Ok(())
+}
+
+/// `e`, met listing `path`, handed back to be reported as the entry's; or, when it is no
+/// fault of the entry's, the error that stops the listing.
+pub(crate) fn listing_fault(path: &Path, e: std::io::Error) -> Result<std::io::Error, FormatError> {
+    match FormatError::outside_fault(path, e, FaultStage::Listing) {
+        Ok(stop) => Err(stop),
+        Err(e) => Ok(e),
     }
 }
 

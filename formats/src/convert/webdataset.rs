@@ -142,7 +142,7 @@ pub(crate) fn list_webdataset(
     } = find_shards(root, own)?;
     let mut state = State::default();
     for (i, tar) in shards.iter().enumerate() {
-        read_shard(tar, i, &mut state);
+        read_shard(tar, i, &mut state)?;
     }
     warnings.extend(state.notes());
     let unlabelled = match chosen {
@@ -405,17 +405,24 @@ fn split_name(name: &[u8]) -> Option<(&[u8], String)> {
 }
 
 /// Lists the samples of shard number `index`, `tar`, into `state`.
-fn read_shard(tar: &Path, index: usize, state: &mut State) {
+///
+/// # Errors
+///
+/// [`FormatError::OutsideFault`] when the tar cannot be opened for no fault of its own:
+/// refused, the whole shard's samples would be lost from a conversion that succeeds.
+fn read_shard(tar: &Path, index: usize, state: &mut State) -> Result<(), FormatError> {
     let refuse = |state: &mut State, reason: String| {
         state.items.push(Item {
             input: Input::refused(tar.to_path_buf(), 0, reason),
             label: Label::Missing,
-        })
+        });
+        Ok(())
     };
     // Opened as any input is (never a FIFO, which could block); its identity is kept, so
     // that a member is read only from this same file.
     let (file, meta) = match open_regular(tar) {
         Ok(f) => f,
+        Err(e) if e.is_outside_fault() => return Err(e.escalate(crate::FaultStage::Listing)),
         Err(e) => return refuse(state, refusal_reason(&e)),
     };
     let len = meta.len();
@@ -493,6 +500,7 @@ fn read_shard(tar: &Path, index: usize, state: &mut State) {
     if members.end() == End::Eof {
         state.no_marker.push(tar.to_path_buf());
     }
+    Ok(())
 }
 
 /// The skip reason of a shard damaged as `d` says, `len` bytes long; `lost` is the key of
