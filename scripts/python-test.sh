@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The Python package's tests (tests/python/test_*.py), self-contained: makes a virtual
-# environment in target/python-venv, installs maturin, numpy and pytest into it from the
-# registry (torch is not installed: the torch test runs where the machine's Python
-# already has it, and is skipped elsewhere), builds and installs the package from
-# ./python, builds the Rust front ends the tests compare against, and runs pytest.
+# environment in target/python-venv, installs maturin, numpy, pytest and torch into it
+# from the registry, builds and installs the package from ./python, builds the Rust front
+# ends the tests compare against, and runs pytest.
+#
+# torch because PyTorch users are whom the package is for: `torch.from_dlpack` of a batch
+# and a `torch.distributed` group must be checked with torch itself, on every run, not
+# skipped where it is missing. PyPI's Linux build is the CUDA one (about 5 GB with its
+# CUDA libraries, installed once into the venv); it runs on the CPU here. A torch the
+# machine's Python already has is used instead (the venv sees the system's packages).
 #
 # The package is built with cargo's dev profile here (dependencies optimized, our
 # crates not), which reuses what `cargo test --workspace` already built; users get the
@@ -11,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/python-venv
-scripts/python-venv.sh 'maturin>=1.9.4,<2' numpy pytest >/dev/null
+scripts/python-venv.sh 'maturin>=1.9.4,<2' numpy pytest torch >/dev/null
 PATH="$PWD/$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install --quiet \
   --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
 cargo build --quiet --bin stoker --example loader_dump

@@ -39,6 +39,7 @@ mod logging;
 mod sampler;
 mod signals;
 mod stats;
+mod torch_dist;
 mod verify;
 mod writer;
 

@@ -211,15 +211,8 @@ impl Loader {
         if let Some(indices) = indices {
             builder = builder.indices(indices);
         }
-        builder = match (rank, world_size) {
-            (Some(r), Some(w)) => builder.distributed(r, w),
-            (None, None) => builder.distributed_from_env(),
-            _ => {
-                return Err(PyValueError::new_err(
-                    "rank and world_size: give both, or neither (then they come from the launcher's environment)",
-                ))
-            }
-        };
+        let from_env = rank.is_none() && world_size.is_none();
+        builder = placed(builder, rank, world_size)?;
         if let Some(w) = workers {
             builder = builder.workers(w);
         }
@@ -234,6 +227,9 @@ impl Loader {
         };
         builder = gpu.apply(builder)?;
         let inner = build(py, builder)?;
+        if from_env {
+            crate::torch_dist::check(py, inner.stats().placement.as_ref())?;
+        }
         Ok(Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
@@ -684,6 +680,22 @@ impl TransformArgs<'_> {
 /// A mean or std as Python spells it: `(0.485, 0.456, 0.406)`, or `None`.
 fn triple(v: Option<[f32; 3]>) -> String {
     v.map_or_else(|| "None".into(), |[a, b, c]| format!("({a}, {b}, {c})"))
+}
+
+/// `builder` with the caller's `rank` and `world_size`, both or neither (then the
+/// launcher's).
+fn placed(
+    builder: LoaderBuilder,
+    rank: Option<usize>,
+    world_size: Option<usize>,
+) -> PyResult<LoaderBuilder> {
+    match (rank, world_size) {
+        (Some(r), Some(w)) => Ok(builder.distributed(r, w)),
+        (None, None) => Ok(builder.distributed_from_env()),
+        _ => Err(PyValueError::new_err(
+            "rank and world_size: give both, or neither (then they come from the launcher's environment)",
+        )),
+    }
 }
 
 /// The loader, its notes raised as `UserWarning`s ([`notes`]). The builder logs them too:

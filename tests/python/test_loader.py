@@ -944,7 +944,8 @@ def test_ctrl_c_stops_iteration_promptly_and_the_loader_stays_usable(sample_data
 
 
 def test_torch_from_dlpack_shares_the_batch(sample_dataset):
-    torch = pytest.importorskip("torch")
+    import torch
+
     loader = python_loader(sample_dataset, dtype="float16")
     images, labels = next(iter(loader))
     x = torch.from_dlpack(images)
