@@ -114,7 +114,11 @@ pub(crate) fn build_backend(
 ) -> Result<(Box<dyn Pipeline>, Option<String>), LoaderError> {
     let cpu = |why: &str| -> Result<Box<dyn Pipeline>, LoaderError> {
         let pipeline = CpuPipeline::build(config, Arc::clone(metrics))?;
-        metrics.set_backend(format!("cpu, {} workers{why}", config.workers));
+        let workers = match config.workers {
+            1 => "1 worker".to_string(),
+            n => format!("{n} workers"),
+        };
+        metrics.set_backend(format!("cpu, {workers}{why}"));
         Ok(Box::new(pipeline))
     };
     // `unusable`: the GPU the driver reported, which could not be used.

@@ -33,19 +33,20 @@ impl std::str::FromStr for Device {
     type Err = String;
 
     /// `auto`, `cpu`, `cuda` (device 0) or `cuda:N`, as the CLI, the Python `device=` and
-    /// the examples take them.
+    /// the examples take them; `cpu:0` too, which is how `torch.device("cpu", 0)` prints.
     ///
     /// # Examples
     ///
     /// ```
     /// use stoker_loader::Device;
     /// assert_eq!("cuda:1".parse::<Device>(), Ok(Device::Cuda(1)));
+    /// assert_eq!("cpu:0".parse::<Device>(), Ok(Device::Cpu));
     /// assert!("gpu".parse::<Device>().is_err());
     /// ```
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "auto" => Ok(Device::Auto),
-            "cpu" => Ok(Device::Cpu),
+            "cpu" | "cpu:0" => Ok(Device::Cpu),
             "cuda" => Ok(Device::Cuda(0)),
             _ => s
                 .strip_prefix("cuda:")

@@ -107,6 +107,49 @@ impl Images {
         self.dl_device()
     }
 
+    /// ``numpy.asarray(images)``: host images as ``numpy.from_dlpack`` gives them (no copy,
+    /// read-only), or converted to ``dtype`` / copied when asked. Without it NumPy made a
+    /// 0-d array of the object, silently. GPU images are a ``TypeError``: take them with
+    /// ``torch.from_dlpack``.
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        if let Pixels::Cuda(_) = slf.get().pixels {
+            return Err(PyTypeError::new_err(format!(
+                "these images are on {}: a NumPy array cannot hold them; take them with torch.from_dlpack(images) (then .cpu().numpy() for a host copy)",
+                slf.get().device()
+            )));
+        }
+        let numpy = py.import("numpy")?;
+        let array = numpy.call_method1("from_dlpack", (slf,))?;
+        let Some(dtype) = dtype.filter(|d| !d.is_none()) else {
+            return match copy {
+                Some(true) => array.call_method0("copy"),
+                _ => Ok(array),
+            };
+        };
+        let same = array
+            .getattr("dtype")?
+            .eq(numpy.call_method1("dtype", (&dtype,))?)?;
+        if same {
+            return match copy {
+                Some(true) => array.call_method0("copy"),
+                _ => Ok(array),
+            };
+        }
+        if copy == Some(false) {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "copy=False: the images are {}, and {dtype} needs a copy",
+                dtype_name(slf.get().dtype())
+            )));
+        }
+        array.call_method1("astype", (dtype,))
+    }
+
     /// ``(n, c, h, w)`` or ``(n, h, w, c)``.
     #[getter(shape)]
     fn py_shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {

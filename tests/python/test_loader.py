@@ -149,6 +149,24 @@ def test_channels_last_floats_are_the_planar_batches_transposed(sample_dataset):
             assert b.flags["C_CONTIGUOUS"]
 
 
+def test_numpy_asarray_gives_the_pixels_not_an_object_array(sample_dataset):
+    # It made a 0-d object array before: code that went on with it failed far away.
+    loader = python_loader(sample_dataset)
+    images, labels = next(iter(loader))
+    a = np.asarray(images)
+    assert a.shape == images.shape and a.dtype == np.float32
+    assert a.__array_interface__["data"][0] == images.data_ptr  # no copy
+    assert not a.flags.writeable  # as numpy.from_dlpack gives it
+    assert np.array_equal(a, np.from_dlpack(images))
+    c = np.array(images)  # copy=True: the caller's own
+    assert c.flags.writeable and c.__array_interface__["data"][0] != images.data_ptr
+    h = np.asarray(images, dtype=np.float16)
+    assert h.dtype == np.float16 and np.allclose(h, a, atol=1e-3)
+    with pytest.raises(ValueError, match="copy=False"):
+        np.asarray(images, dtype=np.float16, copy=False)
+    assert np.asarray(labels).tolist() == list(labels)
+
+
 def test_dlpack_round_trip_through_numpy_shares_memory(sample_dataset):
     loader = python_loader(sample_dataset)
     batch = next(iter(loader))
@@ -876,6 +894,12 @@ def test_torch_style_dtype_and_device_objects_are_taken(sample_dataset):
     for dtype in (np.float16, np.dtype("float16"), "torch.float16"):
         images, _ = next(iter(stoker.Loader(sample_dataset, 4, dtype=dtype, device="cpu")))
         assert images.dtype == "float16"
+    # torch's own objects; torch.device("cpu", 0) prints as "cpu:0", which was refused.
+    import torch
+
+    for device in (torch.device("cpu"), torch.device("cpu", 0), "cpu:0"):
+        images, _ = next(iter(stoker.Loader(sample_dataset, 4, dtype=torch.float16, device=device)))
+        assert images.dtype == "float16" and images.device == "cpu"
 
 
 def test_mean_and_std_in_0_255_units_warn(sample_dataset):
