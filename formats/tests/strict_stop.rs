@@ -103,6 +103,33 @@ fn a_run_that_converts_nothing_leaves_no_directory_it_made() {
     );
 }
 
+/// Any failure before the first record (threads that could not start, the process out
+/// of file descriptors at the first input, Ctrl-C at once): nothing to resume, and an
+/// empty directory with a journal was left behind. A failure injected at the first record
+/// stands for them.
+#[test]
+fn a_run_that_fails_before_its_first_record_leaves_no_directory_it_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("new/ds");
+    let mut o = ConvertOptions::new(Source::ImageFolder(SAMPLE.into()), &out);
+    o.check_decode = false;
+    o.fail_after = Some(0);
+    let e = convert(&o, &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::Injected { written: 0 }), "{e}");
+    assert!(
+        !tmp.path().join("new").exists(),
+        "{:?}",
+        stoker_testdata::names_in(tmp.path())
+    );
+    // One record in, what the run wrote stays, as before, and `--resume` finishes it.
+    o.fail_after = Some(1);
+    convert(&o, &NoProgress).unwrap_err();
+    assert!(out.exists());
+    o.fail_after = None;
+    o.resume = true;
+    assert_eq!(convert(&o, &NoProgress).unwrap().written, 15);
+}
+
 #[test]
 fn a_strict_stop_in_an_empty_directory_leaves_it_there_and_empty() {
     let tmp = tempfile::tempdir().unwrap();

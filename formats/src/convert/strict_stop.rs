@@ -122,7 +122,9 @@ impl Made {
     /// that began afresh, removes what it made (`writer`'s shards, the shard it was
     /// writing, the journal, the directories it created) from `dir`, the output directory
     /// the run holds open; says in the error what was left. Any other error is returned as
-    /// it is, everything left for `resume`.
+    /// it is, everything left for `resume`, unless nothing was converted yet (the threads
+    /// could not start, the first input met an [`crate::OutsideFault`], Ctrl-C at once):
+    /// then, as after [`Made::after_nothing_converted`], no empty directory is left.
     pub(super) fn after_failure(
         &self,
         e: FormatError,
@@ -130,7 +132,7 @@ impl Made {
         dir: &File,
     ) -> FormatError {
         let FormatError::StrictInput { path, reason, .. } = e else {
-            return e;
+            return self.after_nothing_converted(e, writer, dir);
         };
         FormatError::StrictInput {
             path,
