@@ -148,7 +148,8 @@ impl Writer {
 
     /// Adds a sample: ``image`` is the encoded image (``bytes``, ``bytearray``, or any
     /// one-dimensional object with the buffer protocol and one-byte items, such as a
-    /// ``memoryview`` or a NumPy ``uint8`` array of the file's bytes), ``label`` its class,
+    /// ``memoryview`` or a NumPy ``uint8`` array of the file's bytes, or a ``uint8`` torch
+    /// tensor of them, as ``torchvision.io.read_file`` gives), ``label`` its class,
     /// ``name`` where it came from (default ``"sample N"``, counting from 0): what the report
     /// calls it if it is skipped, and its record's ``Dataset.source_of``.
     #[pyo3(signature = (image, label, name=None))]
@@ -401,7 +402,8 @@ fn wait_for_chunk(py: Python<'_>, chunk: &stoker_formats::ChunkDone) -> PyResult
 
 /// The bytes of an encoded image, copied once from `bytes` or `bytearray` (the writer
 /// keeps them until their chunk is converted, and a stored JPEG's bytes become its record),
-/// or through a `memoryview` from any other buffer of one-byte items; of a sample over
+/// or through a `memoryview` from any other buffer of one-byte items (a DLPack tensor's
+/// through NumPy); of a sample over
 /// `max_file_size`, only the size.
 fn image_bytes(image: &Bound<'_, PyAny>, max_file_size: u64) -> PyResult<Image> {
     // A sample the writer skips for its size is not copied (nor are its two copies made
@@ -423,16 +425,30 @@ fn image_bytes(image: &Bound<'_, PyAny>, max_file_size: u64) -> PyResult<Image> 
     // The limited API this module is built for (abi3, Python 3.9) has no buffer protocol
     // before 3.11: a memoryview's `tobytes()` makes one more copy.
     let py = image.py();
-    let view = py
-        .import("builtins")?
-        .getattr("memoryview")?
-        .call1((image,))
-        .map_err(|_| {
-            PyTypeError::new_err(format!(
-                "image must be the encoded image's bytes (bytes, bytearray, memoryview or a uint8 array), not {}",
+    let memoryview = py.import("builtins")?.getattr("memoryview")?;
+    let view = match memoryview.call1((image,)) {
+        Ok(view) => view,
+        // A torch tensor (what torchvision.io.read_file gives) has no buffer, but DLPack:
+        // NumPy reads a host one without a copy.
+        Err(_) if image.hasattr("__dlpack__")? => {
+            let array = py
+                .import("numpy")
+                .and_then(|np| np.call_method1("from_dlpack", (image,)))
+                .map_err(|e| {
+                    PyTypeError::new_err(format!(
+                        "image: a {} NumPy cannot take from host memory ({e}); give the encoded image's bytes (a GPU tensor: tensor.cpu())",
+                        crate::args::type_name(image)
+                    ))
+                })?;
+            memoryview.call1((array,))?
+        }
+        Err(_) => {
+            return Err(PyTypeError::new_err(format!(
+                "image must be the encoded image's bytes (bytes, bytearray, memoryview, a uint8 array or tensor), not {}",
                 crate::args::type_name(image)
-            ))
-        })?;
+            )))
+        }
+    };
     let itemsize: usize = view.getattr("itemsize")?.extract()?;
     if itemsize != 1 {
         return Err(PyTypeError::new_err(format!(

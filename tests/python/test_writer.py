@@ -68,9 +68,16 @@ def test_bytearray_memoryview_and_numpy_buffers_are_the_same_bytes(tmp_path):
         # A slice of a larger buffer, not starting at its beginning.
         padded = np.frombuffer(b"xx" + data, dtype=np.uint8)
         w.write(padded[2:], 4)
+        # A torch uint8 tensor of the file's bytes, as torchvision.io.read_file gives
+        # it: no buffer protocol, read through DLPack.
+        import torch
+
+        w.write(torch.frombuffer(bytearray(data), dtype=torch.uint8), 5)
+        with pytest.raises(TypeError, match="items of 4 bytes"):
+            w.write(torch.zeros(8, dtype=torch.int32), 0)
     classes, records = _records(out)
-    assert classes == ["0", "1", "2", "3", "4"]
-    assert records == [(data, label) for label in range(5)]
+    assert classes == ["0", "1", "2", "3", "4", "5"]
+    assert records == [(data, label) for label in range(6)]
 
 
 def test_what_is_not_encoded_bytes_is_a_type_error(tmp_path):
