@@ -422,14 +422,21 @@ impl Dataset {
     /// ``stoker.Writer``'s ``name`` of the sample; ``None`` when the dataset has no source
     /// map (made by a stoker before maps were written). Raises ``IndexError`` out of range and
     /// ``stoker.StokerError`` when the map is damaged.
+    ///
+    /// A ``str`` exactly as stored (a name that is not UTF-8 as ``os.fsdecode`` gives it), not
+    /// a ``pathlib.Path``: a Path rewrote names (``https://x//a.jpg`` lost slashes, ``./a.jpg``
+    /// its ``./``), and a name no longer matched the metadata it came with.
     fn source_of(
         &self,
         py: Python<'_>,
         #[pyo3(from_py_with = args::index)] index: isize,
-    ) -> PyResult<Option<PathBuf>> {
+    ) -> PyResult<Option<std::ffi::OsString>> {
         let _logs = Call::new(py);
         let i = self.position(index)?;
-        py.detach(|| self.inner.source_of(i)).map_err(format_error)
+        let name = py
+            .detach(|| self.inner.source_of(i))
+            .map_err(format_error)?;
+        Ok(name.map(PathBuf::into_os_string))
     }
 
     /// Record ``index`` (negative counts from the end) as ``stoker inspect DATASET

@@ -37,8 +37,28 @@ def test_each_record_names_the_input_it_came_from(sample_dataset, tmp_path):
         w.write(ds[2][0], 0, name="dir/ü.jpg")
     written = stoker.Dataset(out)
     assert [written.source_of(i) for i in range(len(written))] == [
-        Path("hf:beans/train/0"), Path("sample 2"), Path("dir/ü.jpg")]
+        "hf:beans/train/0", "sample 2", "dir/ü.jpg"]
     assert [written[i][0] for i in range(3)] == [ds[i][0] for i in range(3)]
+    # Exactly as named, as text: a pathlib.Path rewrote URLs and "./" names, which then
+    # matched no metadata.
+    odd = ["https://example.org/img//a.jpg", "s3://bucket/k.jpg", "./rel/x.jpg", "dir/"]
+    with stoker.Writer(tmp_path / "odd", classes=["a"]) as w:
+        for name in odd:
+            w.write(ds[0][0], 0, name=name)
+    named = stoker.Dataset(tmp_path / "odd")
+    assert [named.source_of(i) for i in range(len(odd))] == odd
+
+
+def test_a_source_name_that_is_not_utf8_comes_back_as_os_fsdecode_gives_it(tmp_path):
+    src = os.fsencode(tmp_path / "src")
+    os.makedirs(src + b"/a")
+    photo = sorted(SAMPLE.rglob("*.jpg"))[0]
+    with open(src + b"/a/caf\xe9.jpg", "wb") as f:
+        f.write(photo.read_bytes())
+    stoker.convert(src, tmp_path / "ds", progress=False)
+    name = stoker.Dataset(tmp_path / "ds").source_of(0)
+    assert isinstance(name, str) and os.fsencode(name) == b"a/caf\xe9.jpg"
+    assert (Path(os.fsdecode(src)) / name).read_bytes() == photo.read_bytes()
 
 
 def test_inspect_record_is_the_clis_report_and_sizes_a_raw_record(
