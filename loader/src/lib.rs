@@ -93,7 +93,8 @@
 //! - [`pixels`]: record → pixels, the step both backends run for every sample (read, check,
 //!   draw the crop, decode only the crop); [`pixels::sample_pixels`] runs it for one record.
 //! - [`dlpack`]: batches as DLPack tensors for other frameworks.
-//! - [`launcher`]: which process of which job this is (torchrun, Slurm, or alone), the GPU
+//! - [`launcher`]: which process of which job this is (torchrun, MPI launchers, Slurm, or
+//!   alone), the GPU
 //!   [`Device::Auto`] takes for it, and its share of the node's cores and memory (the
 //!   defaults of [`LoaderBuilder::workers`] and [`LoaderBuilder::pinned_memory`]).
 //! - [`metrics`]: stage counters (read, decode, transform, h2d, handoff), consumer wait, fed
@@ -151,7 +152,8 @@
 //!    [`transform::Transform::out_size`], [`transform::Transform::mean_std`] give the rest.
 //! 5. **Counters**: [`metrics::Metrics`] (`Arc`, all atomics): `record(Stage, items, bytes, busy)`
 //!    for `Stage::{Read, Decode, Transform, H2d, Handoff}`, `count_route(&str)` for per-route
-//!    decode counts (`"cpu_zune"`, `"nvjpeg_hw"`...), `set_pinned_bytes`,
+//!    decode counts (`"cpu-zune"`, `"nvjpeg-hw"`... as `Route::name` spells them; `"raw"`),
+//!    `set_pinned_bytes`,
 //!    `set_device_bytes`.
 //! 6. **Wiring**: the GPU path is always compiled (it needs no CUDA at build time: the driver,
 //!    NVRTC and nvJPEG are loaded at run time), and `gpu::build` says with

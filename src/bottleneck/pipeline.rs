@@ -45,7 +45,7 @@ pub struct LoaderCapacities {
     pub transform_threads: u64,
     /// H2D stage, img/s (GPU path).
     pub h2d: Option<f64>,
-    /// Images per decode route (`nvjpeg_hw`, `cpu_zune`, …).
+    /// Images per decode route (`nvjpeg-hw`, `cpu-zune`, …).
     pub routes: String,
     /// True when the loader ran its GPU path.
     pub gpu_path: bool,

@@ -47,10 +47,10 @@ struct BadRecords {
 /// let m = Metrics::default();
 /// m.set_threads(Stage::Decode, 2);
 /// m.record(Stage::Decode, 1, 150_000, Duration::from_millis(2));
-/// m.count_route("cpu_zune");
+/// m.count_route("cpu-zune");
 /// let s = m.snapshot();
 /// assert_eq!(s.stage(Stage::Decode).unwrap().items, 1);
-/// assert_eq!(s.decode_routes["cpu_zune"], 1);
+/// assert_eq!(s.decode_routes["cpu-zune"], 1);
 /// ```
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -148,7 +148,8 @@ impl Metrics {
         self.stages[stage.slot()].threads.store(threads, Relaxed);
     }
 
-    /// Counts one image decoded by `route` (`"cpu_zune"`, `"cpu_fallback"`, `"nvjpeg_hw"`, …).
+    /// Counts one image decoded by `route` (`"cpu-zune"`, `"nvjpeg-hw"`, … as
+    /// `stoker_decode::Route::name` spells them; `"raw"` for a raw record).
     pub fn count_route(&self, route: &str) {
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         match routes.get_mut(route) {
