@@ -944,3 +944,51 @@ fn a_list_labelled_by_class_name_takes_the_classes_given() {
     let e = convert(&folder, &NoProgress).unwrap_err().to_string();
     assert!(e.contains("apply to a list conversion"), "{e}");
 }
+
+/// A list of absolute paths (made with `find /data -name '*.jpg'`) was refused ("must be
+/// relative") although FORMAT.md says an absolute row stays absolute: the same records as
+/// the relative list, each named by its absolute path in the source map.
+#[test]
+fn a_list_of_absolute_paths_converts_as_the_relative_one() {
+    let sample = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+    let src = std::fs::canonicalize(sample).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = [
+        "caer/tent.jpg,0",
+        "leptonica/marge.jpg,1",
+        "opencv/data_home.jpg,2",
+    ];
+    let relative = tmp.path().join("rel.csv");
+    std::fs::write(&relative, rows.join("\n")).unwrap();
+    let absolute = tmp.path().join("abs.csv");
+    let abs_rows: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}/{r}", src.display()))
+        .collect();
+    std::fs::write(&absolute, abs_rows.join("\n")).unwrap();
+    let convert_list = |list: &Path, root: &Path, out: &str| {
+        let source = Source::List {
+            root: root.to_path_buf(),
+            list: list.to_path_buf(),
+        };
+        let mut o = ConvertOptions::new(source, tmp.path().join(out));
+        o.check_decode = false;
+        convert(&o, &NoProgress).unwrap();
+        Dataset::open(tmp.path().join(out)).unwrap()
+    };
+    // SRC is another folder: absolute rows do not depend on it, and stay absolute.
+    let a = convert_list(&relative, &src, "rel");
+    let b = convert_list(&absolute, tmp.path(), "abs");
+    assert_eq!(b.len(), 3);
+    let (ra, rb) = (a.reader().unwrap(), b.reader().unwrap());
+    for i in 0..3 {
+        let (x, y) = (ra.get(i).unwrap(), rb.get(i).unwrap());
+        assert_eq!(
+            (x.header.label, x.payload),
+            (y.header.label, y.payload),
+            "record {i}"
+        );
+        let name = b.source_of(i).unwrap().unwrap();
+        assert_eq!(name, src.join(rows[i as usize].split(',').next().unwrap()));
+    }
+}

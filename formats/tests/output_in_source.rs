@@ -138,18 +138,20 @@ fn list_rows_inside_the_output_are_refused_with_a_reason() {
     let out = data.join("out");
     // Say a list made with `find` after an earlier, interrupted run into `out`.
     let list = tmp.path().join("list.csv");
-    std::fs::write(
-        &list,
-        "caer/tent.jpg,0\nout/shard-00000.lmdb.tmp,1\ncaer/../out/x.jpg,1\nopencv/data_home.jpg,1\n",
-    )
-    .unwrap();
+    // Absolute rows too (a list made with `find /data`), one of them into `out`.
+    let real = std::fs::canonicalize(&data).unwrap();
+    let rows = format!(
+        "caer/tent.jpg,0\nout/shard-00000.lmdb.tmp,1\ncaer/../out/x.jpg,1\nopencv/data_home.jpg,1\n{0}/out/y.jpg,1\n{0}/caer/tent.jpg,0\n",
+        real.display()
+    );
+    std::fs::write(&list, rows).unwrap();
     let source = Source::List {
         root: data.clone(),
         list,
     };
     let r = convert(&opts(source, &out), &NoProgress).unwrap();
-    assert_eq!((r.inputs, r.written), (4, 2));
-    assert_eq!(r.skipped.len(), 2);
+    assert_eq!((r.inputs, r.written), (6, 3));
+    assert_eq!(r.skipped.len(), 3);
     for s in &r.skipped {
         assert!(s.reason.contains("output directory"), "{s:?}");
     }

@@ -26,7 +26,7 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 ///
 /// A progress bar is drawn on stderr when it is a terminal (``progress=None``), always
 /// (``True``) or never (``False``). Options are the CLI's flags: ``list`` (a file of
-/// ``relative/path,label`` lines), ``encoding`` ("jpeg" or "raw"), ``max_side``,
+/// ``path,label`` lines, paths relative to ``src`` or absolute), ``encoding`` ("jpeg" or "raw"), ``max_side``,
 /// ``quality``, ``size`` ((width, height), raw encoding), ``resize`` ("shorter-side" or
 /// "stretch"), ``jobs``, ``shard_size`` (bytes, at least 65536), ``shards`` (by count:
 /// each shard but the last holds ceil(inputs / shards) records, so there may be fewer, and

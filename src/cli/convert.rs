@@ -21,7 +21,8 @@ pub struct Args {
     pub src: PathBuf,
     /// Output directory for the shards and manifest.json (new or empty).
     pub out: PathBuf,
-    /// A list file of `relative/path,label` lines instead of an ImageFolder tree.
+    /// A list file of `path,label` lines (paths relative to SRC, or absolute) instead of an
+    /// ImageFolder tree.
     #[arg(long)]
     pub list: Option<PathBuf>,
     /// With --list: the class names, label i naming the i-th; a row's label may then be a

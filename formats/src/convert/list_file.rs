@@ -1,4 +1,5 @@
-//! Reading a list file of `relative/path,label` rows (a CSV file as pandas writes one).
+//! Reading a list file of `path,label` rows (a CSV file as pandas writes one), each path
+//! relative to the source folder or absolute.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -15,7 +16,7 @@ pub(crate) const MAX_CLASSES: u32 = 1 << 20;
 /// Largest list file read (ImageNet-21k's 14 million lines take under 1 GiB).
 const MAX_LIST_BYTES: u64 = 4 << 30;
 
-/// The inputs of the list file `list`, its paths relative to `root`.
+/// The inputs of the list file `list`, its paths relative to `root` (or absolute).
 ///
 /// A UTF-8 byte order mark before the first row is dropped. Blank lines and lines starting
 /// with `#` are skipped, and so is a first row whose label is `label`. A path is trimmed of
@@ -60,18 +61,23 @@ pub(crate) fn list_file(
             reason: format!("line {}: {reason}", n + 1),
         };
         let (rel, label) = split_row(line).map_err(|e| bad(format!("{line:?} {e}")))?;
-        let label = match row_label(&label, names.as_ref(), inputs.is_empty()) {
+        let first = inputs.is_empty();
+        let label = match row_label(&label, names.as_ref(), first) {
             Ok(Some(label)) => label,
             Ok(None) => continue, // the `path,label` header
+            // A header of other names (`ImageId,PredictionString`, `filepath,class`).
+            Err(reason) if first => {
+                return Err(bad(format!(
+                    "{reason} (a header row? only one whose label column reads `label` is \
+                     taken as one)"
+                )))
+            }
             Err(reason) => return Err(bad(reason)),
         };
         let rel = Path::new(&*rel);
         // Joined to the list's folder, an empty path would name that folder itself.
         if rel.as_os_str().is_empty() {
             return Err(bad(format!("{line:?} has no path before the label")));
-        }
-        if rel.is_absolute() {
-            return Err(bad(format!("path {} must be relative", rel.display())));
         }
         max_label = Some(max_label.map_or(label, |m| m.max(label)));
         inputs.push(Input {
@@ -95,6 +101,7 @@ pub(crate) fn list_file(
             commented_rows.1
         ));
     }
+    warnings.extend(repeated_rows_warning(list, &inputs));
     if classes.is_none() {
         let labels = inputs.iter().map(|i| i.label);
         let count = max_label.unwrap_or(0) as usize + 1;
@@ -117,6 +124,34 @@ pub(crate) fn list_file(
         webdataset: false,
         warnings,
     })
+}
+
+/// The warning for rows that name a file an earlier row names too: each row is an input,
+/// so the file is in the dataset twice (perhaps under two labels), which a list joined
+/// from two sources easily does, and nothing else would say. `None` when there is none.
+/// Hashes are sorted rather than the paths put in a map: a few bytes per row.
+fn repeated_rows_warning(list: &Path, inputs: &[Input]) -> Option<String> {
+    use std::hash::BuildHasher;
+    let hasher = std::hash::RandomState::new();
+    let mut hashes: Vec<(u64, usize)> = (inputs.iter().enumerate())
+        .map(|(i, input)| (hasher.hash_one(&input.path), i))
+        .collect();
+    hashes.sort_unstable();
+    let (mut repeated, mut first): (u64, Option<usize>) = (0, None);
+    for w in hashes.windows(2) {
+        let (a, b) = (w[0].1, w[1].1);
+        if w[0].0 == w[1].0 && inputs[a].path == inputs[b].path {
+            repeated += 1;
+            let later = a.max(b);
+            first = Some(first.map_or(later, |f| f.min(later)));
+        }
+    }
+    let example = &inputs[first?].path;
+    Some(format!(
+        "{}: {repeated} row(s) name a file an earlier row names too (e.g. {}): each row is converted, so the dataset holds such a file more than once",
+        list.display(),
+        example.display()
+    ))
 }
 
 /// Classes numbered from the labels themselves (`"0"` to the largest, no names given)
@@ -299,9 +334,10 @@ fn read_list(list: &Path) -> Result<String, FormatError> {
         FormatError::BadSource {
             path: list.to_path_buf(),
             reason: format!(
-                "line {line}: not UTF-8 text (byte {at}): a list file is UTF-8 text, which cannot \
-                 name a file whose name is not UTF-8 (convert its folder as an ImageFolder \
-                 tree instead) nor be a binary file"
+                "line {line}: not UTF-8 text (byte {at}): a list file is UTF-8 text (one saved \
+                 in another encoding, such as Excel's \"Unicode text\", which is UTF-16: save \
+                 it as UTF-8), which cannot name a file whose name is not UTF-8 (convert its \
+                 folder as an ImageFolder tree instead) nor be a binary file"
             ),
         }
     })
@@ -451,6 +487,57 @@ mod tests {
         let names: Vec<String> = (0..5000).map(|i| format!("c{i}")).collect();
         let named = list_file(dir.path(), &path, &OwnOutput::default(), Some(&names)).unwrap();
         assert!(named.warnings.is_empty(), "{:?}", named.warnings);
+    }
+
+    #[test]
+    fn a_header_that_is_not_recognized_says_it_may_be_one() {
+        // ImageNet's LOC_val_solution.csv, a pandas export with other column names.
+        for text in [
+            "ImageId,PredictionString\nx.JPEG,3\n",
+            "filepath,class\nx.jpg,1\n",
+        ] {
+            let err = list(text).1.unwrap_err().to_string();
+            assert!(
+                err.contains("line 1") && err.contains("a header row?"),
+                "{err}"
+            );
+        }
+        // A bad label further down is no header.
+        let err = list("a.jpg,0\nb.jpg,x\n").1.unwrap_err().to_string();
+        assert!(err.contains("line 2") && !err.contains("header"), "{err}");
+    }
+
+    #[test]
+    fn a_file_listed_twice_is_warned_about() {
+        let (dir, l) = list("a.jpg,0\nb.jpg,1\n./c.jpg,0\na.jpg,1\nc.jpg,0\nb.jpg,0\nb.jpg,1\n");
+        let l = l.unwrap();
+        assert_eq!(l.inputs.len(), 7, "every row is still an input");
+        assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+        // `./c.jpg` and `c.jpg` are one path, compared by components.
+        let w = &l.warnings[0];
+        assert!(
+            w.contains("4 row(s) name a file an earlier row names too"),
+            "{w}"
+        );
+        assert!(
+            w.contains(&dir.path().join("a.jpg").display().to_string()),
+            "{w}"
+        );
+        assert!(list("a.jpg,0\nb.jpg,0\n").1.unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn a_list_in_another_encoding_is_told_to_be_saved_as_utf8() {
+        let dir = tempfile::tempdir().unwrap();
+        let utf16: Vec<u8> = "a.jpg,0\n"
+            .encode_utf16()
+            .flat_map(u16::to_le_bytes)
+            .collect();
+        let path = dir.path().join("list.csv");
+        std::fs::write(&path, [&[0xff, 0xfe][..], &utf16].concat()).unwrap();
+        let err = list_file(dir.path(), &path, &OwnOutput::default(), None);
+        let err = err.unwrap_err().to_string();
+        assert!(err.contains("save it as UTF-8"), "{err}");
     }
 
     #[test]

@@ -102,12 +102,16 @@ impl OwnOutput {
         self.id == Some((meta.dev(), meta.ino())) || self.walked.as_deref() == Some(path)
     }
 
-    /// Why the list row `rel` (relative to the list's root) is not an input, when it lies
-    /// inside the output directory (decided on the path's text, `..` taken lexically from
-    /// the resolved root: one `canonicalize` per row would be a system call per image).
+    /// Why the list row `rel` (relative to the list's root, or absolute) is not an input,
+    /// when it lies inside the output directory (decided on the path's text, `..` taken
+    /// lexically from the resolved root: one `canonicalize` per row would be a system call
+    /// per image).
     pub(crate) fn refuses_row(&self, rel: &Path) -> Option<String> {
         let out = self.real.as_ref()?;
-        let mut path = self.list_root.clone()?;
+        let mut path = match rel.is_absolute() {
+            true => PathBuf::from("/"),
+            false => self.list_root.clone()?,
+        };
         for c in rel.components() {
             match c {
                 Component::ParentDir => {

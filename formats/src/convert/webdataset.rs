@@ -295,7 +295,7 @@ impl State {
         }
         if let Some((key, tar)) = &self.first_repeat {
             notes.push(format!(
-                "{} sample(s) have a key an earlier shard has too (e.g. {key:?} in {}): converted, each named by its shard; if a shard is listed twice, its samples are in the dataset twice",
+                "{} sample(s) have a key an earlier shard has too (e.g. {key:?} in {}): each is a sample of its own, named by its shard; if a shard is listed twice, its samples are in the dataset twice",
                 self.repeated_across,
                 tar.display()
             ));
