@@ -933,7 +933,8 @@ fn a_list_labelled_by_class_name_takes_the_classes_given() {
         e.contains("line 2: class \"n03\" is not one of the 2 classes given"),
         "{e}"
     );
-    // Names given twice, or to an image folder, are refused before anything is listed.
+    // Names given twice are refused before anything is listed; to a source whose labels
+    // are no names (this one is a flat folder of images), when it is listed.
     let twice = Some(vec!["a".into(), "b".into(), "a".into()]);
     let e = convert(&opts("twice", twice), &NoProgress)
         .unwrap_err()
@@ -942,7 +943,50 @@ fn a_list_labelled_by_class_name_takes_the_classes_given() {
     let mut folder = ConvertOptions::new(Source::ImageFolder(src.clone()), tmp.path().join("f"));
     folder.classes = Some(classes);
     let e = convert(&folder, &NoProgress).unwrap_err().to_string();
-    assert!(e.contains("apply to a list conversion"), "{e}");
+    assert!(e.contains("label a list's rows or class folders"), "{e}");
+    assert!(e.contains("flat"), "{e}");
+}
+
+/// A validation set sorted into class folders (ImageNet's `valprep.sh`) that lacks some of
+/// the train set's classes was numbered by its own folders: every label after a missing
+/// class was another class's, without a word. With the train set's class names, each
+/// folder takes its class's label; a folder of no such class is refused.
+#[test]
+fn class_folders_labelled_by_the_classes_given_agree_with_the_train_set() {
+    let sample = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/data/sample"
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let val = tmp.path().join("val");
+    std::fs::create_dir_all(val.join("opencv")).unwrap();
+    std::fs::copy(
+        sample.join("opencv/data_home.jpg"),
+        val.join("opencv/v.jpg"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(val.join(".ipynb_checkpoints")).unwrap();
+    let train: Vec<String> = ["caer", "leptonica", "opencv"].map(String::from).to_vec();
+    let mut o = ConvertOptions::new(Source::ImageFolder(val.clone()), tmp.path().join("out"));
+    o.check_decode = false;
+    o.classes = Some(train.clone());
+    let r = convert(&o, &NoProgress).unwrap();
+    assert!(
+        r.warnings.iter().any(|w| w.contains(".ipynb_checkpoints")),
+        "{:?}",
+        r.warnings
+    );
+    let ds = Dataset::open(tmp.path().join("out")).unwrap();
+    assert_eq!(ds.manifest().classes, train);
+    assert_eq!(ds.reader().unwrap().get(0).unwrap().header.label, 2);
+    // Numbered by its own folders it would be label 0.
+    std::fs::create_dir_all(val.join("zebra")).unwrap();
+    o.out = tmp.path().join("other");
+    let e = convert(&o, &NoProgress).unwrap_err().to_string();
+    assert!(
+        e.contains("zebra") && e.contains("not one of the 3 classes given"),
+        "{e}"
+    );
 }
 
 /// A list of absolute paths (made with `find /data -name '*.jpg'`) was refused ("must be

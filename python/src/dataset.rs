@@ -38,10 +38,10 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// "webdataset": ``src`` a ``.tar`` file or a folder of them, each sample's image read in
 /// place and labelled by its ``cls`` member, skipped samples named ``TAR:MEMBER``; "auto"
 /// picks it for a ``.tar`` file or a folder of only ``.tar`` files),
-/// ``classes`` (with ``list``: the class names, label ``i`` naming ``classes[i]``, and a
-/// row's label may then be a class name: a list of str, a ``stoker.Dataset`` or the path
-/// of a dataset, whose classes are taken (the train set's, for its validation list), or of
-/// a text file of one name a line),
+/// ``classes`` (the class names, label ``i`` naming ``classes[i]``: a list row's label may
+/// then be a class name, and a class folder is labelled by its name; a list of str, a
+/// ``stoker.Dataset`` or the path of a dataset, whose classes are taken (the train set's,
+/// for its validation list or tree), or of a text file of one name a line),
 /// ``part`` and ``parts`` (convert part ``part`` of ``parts`` into
 /// ``out/part-IIIII-of-NNNNN/``, for :func:`merge`; unlike the CLI, Python does not read
 /// them from Slurm's or Kubernetes' array variables: a training script may run in an

@@ -25,11 +25,12 @@ pub struct Args {
     /// ImageFolder tree.
     #[arg(long)]
     pub list: Option<PathBuf>,
-    /// With --list: the class names, label i naming the i-th; a row's label may then be a
-    /// class name as well as an index. A dataset directory (its classes: give the train
-    /// set to its validation list, so that their labels agree) or a text file, one name a
-    /// line.
-    #[arg(long, value_name = "DATASET_OR_FILE", requires = "list")]
+    /// The class names, label i naming the i-th: a list row's label may then be a class
+    /// name as well as an index, and a class folder is labelled by its name (a folder of
+    /// no such class is refused). A dataset directory (its classes: give the train set to
+    /// its validation list or tree, so that their labels agree even where a class has no
+    /// validation image) or a text file, one name a line.
+    #[arg(long, value_name = "DATASET_OR_FILE")]
     pub classes: Option<PathBuf>,
     /// How SRC is read: classes (one subdirectory per class), flat (every image under SRC
     /// as one class, label 0: unlabelled data), webdataset (tar shards: SRC a .tar file or

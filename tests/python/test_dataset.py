@@ -356,7 +356,13 @@ def test_a_list_labelled_by_class_name_takes_the_classes_given(sample_dataset, t
         stoker.convert(SAMPLE, tmp_path / "bad", list=lst, classes=["caer", 1])
     with pytest.raises(TypeError, match=r"classes= takes a list of class names"):
         stoker.convert(SAMPLE, tmp_path / "bad", list=lst, classes=3)
-    with pytest.raises(ValueError, match="apply to a list conversion"):
+    # A tree of class folders is labelled by the names too: a validation tree that lacks
+    # a class takes the train set's labels, not its own folders' numbering.
+    (tmp_path / "valtree" / "opencv").mkdir(parents=True)
+    shutil.copy(SAMPLE / "opencv" / "data_butterfly.jpg", tmp_path / "valtree" / "opencv")
+    stoker.convert(tmp_path / "valtree", tmp_path / "vt", classes=train, check=False, progress=False)
+    assert stoker.Dataset(tmp_path / "vt").labels() == [train.classes.index("opencv")]
+    with pytest.raises(stoker.StokerError, match="not one of the 1 classes given"):
         stoker.convert(SAMPLE, tmp_path / "bad", classes=["a"])
     with pytest.raises(stoker.StokerError, match='class "opencv" is not one of the 2 classes'):
         stoker.convert(SAMPLE, tmp_path / "bad", list=lst, classes=["caer", "leptonica"])

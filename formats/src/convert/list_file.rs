@@ -242,11 +242,8 @@ fn row_label(
 
 /// Refuses class names given to an image folder conversion (`list` false: its classes are
 /// its folders), and an empty list, a name given twice or more than [`MAX_CLASSES`] names.
-pub(crate) fn check_classes(classes: &[String], list: bool) -> Result<(), FormatError> {
+pub(crate) fn check_classes(classes: &[String]) -> Result<(), FormatError> {
     let bad = |s: String| Err(FormatError::InvalidOptions(s));
-    if !list {
-        return bad("class names (--classes, Python classes=) apply to a list conversion (--list): an image folder's classes are its folders".into());
-    }
     if classes.is_empty() {
         return bad("the class names (--classes, Python classes=) are empty".into());
     }

@@ -101,11 +101,12 @@ pub struct ConvertOptions {
     /// every class mixed; a whole-dataset shuffle does not need it. The same seed gives the
     /// same order on every machine, so parts of a partitioned conversion and `resume` agree.
     pub shuffle: Option<u64>,
-    /// A list conversion's class names (`--classes`): label `i` is `classes[i]`, and a
-    /// row's label may then be a class name as well as an index. Without it, a list's
-    /// labels are integers and its classes `"0"` up to the largest. Giving the train set's
-    /// classes to its validation list makes their labels agree even where a class has no
-    /// validation image. Refused with an image folder (its classes are its folders).
+    /// The class names (`--classes`): label `i` is `classes[i]`. A list row's label may
+    /// then be a class name as well as an index (without them, a list's labels are
+    /// integers and its classes `"0"` up to the largest); a class folder is labelled by its
+    /// name, and a folder not among them is refused. Giving the train set's classes to its
+    /// validation list or tree makes their labels agree even where a class has no
+    /// validation image. Refused with a flat or WebDataset source.
     pub classes: Option<Vec<String>>,
     /// Test hook: fail (as if killed) once this many records have been written.
     #[doc(hidden)]
@@ -227,8 +228,7 @@ impl ConvertOptions {
             return bad("max file size must be positive");
         }
         if let Some(classes) = &self.classes {
-            let list = matches!(self.source, Source::List { .. });
-            super::list_file::check_classes(classes, list)?;
+            super::list_file::check_classes(classes)?;
         }
         Ok(())
     }

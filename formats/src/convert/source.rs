@@ -1,6 +1,6 @@
 //! Listing the inputs of a conversion in a deterministic order.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -115,23 +115,49 @@ impl Source {
     }
 
     /// The inputs, leaving out the conversion's output directory `own`; `layout` applies
-    /// to an ImageFolder source only, `classes` (the class names of `--classes`) to a list.
+    /// to an ImageFolder source only, `classes` (the class names of `--classes`) to a list
+    /// or a folder of class folders.
+    ///
+    /// # Errors
+    ///
+    /// [`FormatError::InvalidOptions`] for `classes` with a flat or WebDataset source,
+    /// whose labels are not folder names; the listing's errors.
     pub(crate) fn list_without(
         &self,
         layout: Layout,
         own: &OwnOutput,
         classes: Option<&[String]>,
     ) -> Result<Listing, FormatError> {
+        let by_folder = |what: &str| {
+            match classes {
+            None => Ok(()),
+            Some(_) => Err(FormatError::InvalidOptions(format!(
+                "class names (--classes, Python classes=) label a list's rows or class folders; this source is read as {what}"
+            ))),
+        }
+        };
         match self {
             Source::ImageFolder(root) => match layout {
-                Layout::WebDataset => list_webdataset(root, own, Chosen::Asked),
-                Layout::Flat => list_flat(root, own),
-                Layout::Classes => list_image_folder(root, own),
+                Layout::WebDataset => {
+                    by_folder("WebDataset tar shards")?;
+                    list_webdataset(root, own, Chosen::Asked)
+                }
+                Layout::Flat => {
+                    by_folder("one class of unlabelled images (flat)")?;
+                    list_flat(root, own)
+                }
+                Layout::Classes => list_image_folder(root, own, classes),
                 Layout::Auto if looks_like_shards(root, own) => {
+                    by_folder("WebDataset tar shards")?;
                     list_webdataset(root, own, Chosen::ByAuto)
                 }
-                Layout::Auto if has_class_folder(root, own)? => list_image_folder(root, own),
-                Layout::Auto => list_flat(root, own),
+                Layout::Auto if has_class_folder(root, own)? => {
+                    list_image_folder(root, own, classes)
+                }
+                Layout::Auto => {
+                    by_folder("one class of unlabelled images (flat: no class folder)")?;
+                    list_flat(root, own)
+                }
             },
             Source::List { root, list } => list_file(root, list, own, classes),
         }
@@ -219,11 +245,21 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
     })
 }
 
-fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
+/// Every file under each class folder of `root`, labelled by its folder: the folders in
+/// torchvision's order, or by their names in `given` (`--classes`: a validation tree that
+/// lacks some of the train set's classes gets the train set's labels, where numbering its
+/// own folders would shift every label after a missing class).
+fn list_image_folder(
+    root: &Path,
+    own: &OwnOutput,
+    given: Option<&[String]>,
+) -> Result<Listing, FormatError> {
     if !root.is_dir() {
         return Err(not_a_directory(root));
     }
     let root_meta = std::fs::metadata(root).map_err(|e| FormatError::io(root, e))?;
+    let named: Option<HashMap<&str, u32>> =
+        given.map(|g| g.iter().zip(0..).map(|(n, i)| (n.as_str(), i)).collect());
     let mut classes = Vec::new();
     let mut inputs = Vec::new();
     let mut ignored = Vec::new();
@@ -250,12 +286,31 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
         if own.is(&path, &meta) {
             continue;
         }
-        let label = u32::try_from(classes.len()).map_err(|_| FormatError::BadSource {
-            path: root.to_path_buf(),
-            reason: "more than 2^32 classes".into(),
-        })?;
         let name = lossless_text(&entry.file_name());
-        if is_hidden(&entry.file_name()) {
+        let label = match named.as_ref().map(|n| n.get(name.as_str())) {
+            None => u32::try_from(classes.len()).map_err(|_| FormatError::BadSource {
+                path: root.to_path_buf(),
+                reason: "more than 2^32 classes".into(),
+            })?,
+            Some(Some(&label)) => label,
+            Some(None) if is_hidden(&entry.file_name()) => {
+                warnings.push(format!(
+                    "the hidden folder {name:?} is not one of the classes given: left out"
+                ));
+                ignored.push(path);
+                continue;
+            }
+            Some(None) => {
+                return Err(FormatError::BadSource {
+                    path,
+                    reason: format!(
+                        "this class folder is not one of the {} classes given (--classes, Python classes=): another dataset's classes?",
+                        given.map_or(0, <[String]>::len)
+                    ),
+                })
+            }
+        };
+        if named.is_none() && is_hidden(&entry.file_name()) {
             // torchvision's ImageFolder takes it as a class too; the labels stay the same
             // as its, and the user hears of it.
             warnings.push(format!(
@@ -284,7 +339,7 @@ fn list_image_folder(root: &Path, own: &OwnOutput) -> Result<Listing, FormatErro
     }
     Ok(Listing {
         inputs,
-        classes,
+        classes: given.map_or(classes, <[String]>::to_vec),
         ignored,
         flat: false,
         webdataset: false,
