@@ -67,6 +67,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::convert, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::merge, m)?)?;
     m.add_function(wrap_pyfunction!(verify::verify, m)?)?;
+    m.add_function(wrap_pyfunction!(stats::stats_from_json, m)?)?;
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<writer::Writer>()?;
     m.add_class::<loader::Loader>()?;

@@ -36,6 +36,13 @@ impl Stats {
         slf
     }
 
+    /// Pickles as its JSON (the Rust ``Stats``' own): a snapshot sent to a logging process
+    /// or saved with a checkpoint comes back equal.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (String,))> {
+        let rebuild = py.import("stoker._stoker")?.getattr("_stats_from_json")?;
+        Ok((rebuild, (self.inner.to_json(),)))
+    }
+
     /// A plain dict of the counters.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.dict(py)
@@ -100,4 +107,13 @@ impl Stats {
             self.inner.images, self.inner.images_per_s, self.inner.fed_ratio
         )
     }
+}
+
+/// A pickled [`Stats`] back from its JSON.
+#[pyfunction]
+#[pyo3(name = "_stats_from_json")]
+pub(crate) fn stats_from_json(text: &str) -> PyResult<Stats> {
+    serde_json::from_str(text)
+        .map(|inner| Stats { inner })
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("not a stoker.Stats: {e}")))
 }

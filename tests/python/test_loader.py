@@ -1220,6 +1220,14 @@ def test_stats_copy_and_deepcopy_as_the_snapshot_they_are(sample_dataset):
     metrics = {"epoch": 0, "loader": stats}
     assert copy.deepcopy(metrics)["loader"].to_dict() == stats.to_dict()
     assert copy.copy(stats) is stats
+    # Pickled (to a logging process, into a checkpoint): it raised "cannot pickle".
+    import pickle
+
+    back = pickle.loads(pickle.dumps(metrics))["loader"]
+    assert isinstance(back, stoker.Stats)
+    assert back.to_dict() == stats.to_dict() and str(back) == str(stats)
+    with pytest.raises(ValueError, match="not a stoker.Stats"):
+        stoker._stoker._stats_from_json("{}")
 
 
 def test_batch_buffers_past_the_memory_limit_say_so(sample_dataset):
