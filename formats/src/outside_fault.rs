@@ -74,6 +74,8 @@ pub enum FaultStage {
     Listing,
     /// Converting: the finished shards and the journal stay, for `--resume`.
     Converting,
+    /// Converting, before the first record: the run took away what it had made.
+    Starting,
     /// Checking a dataset: nothing is said about it.
     Verifying,
 }
@@ -89,6 +91,10 @@ impl FaultStage {
             FaultStage::Converting => {
                 "the conversion stopped without writing a manifest; what it converted stays, \
                  and --resume (Python: resume=True) continues once that is fixed"
+            }
+            FaultStage::Starting => {
+                "the conversion stopped before its first record and left nothing in the \
+                 output directory: convert again once that is fixed"
             }
             FaultStage::Verifying => {
                 "the check stopped, and says nothing about the dataset: run it again once \

@@ -227,7 +227,7 @@ pub fn verify_dir_until(
     stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<VerifyReport, FormatError> {
     let root = root.as_ref();
-    let m = crate::dataset::read_manifest(root)?;
+    let m = crate::dataset::read_manifest(root).map_err(|e| e.escalate(FaultStage::Verifying))?;
     let open = |i| crate::dataset::open_shard_of(root, &m, i);
     let mut r = check_shards(&m, decode, &open, stop)?;
     name_sources(root, &m, &mut r)?;

@@ -40,6 +40,8 @@ pub(crate) fn list_file(
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mut inputs = Vec::new();
     let mut max_label: Option<u32> = None;
+    // Whether a row (a header included) came before: only the first may be a header.
+    let mut rows_before = false;
     // Comment lines that read as rows: (how many, the first one's line number).
     let mut commented_rows = (0u64, 0usize);
     for (n, line) in text.lines().enumerate() {
@@ -61,7 +63,7 @@ pub(crate) fn list_file(
             reason: format!("line {}: {reason}", n + 1),
         };
         let (rel, label) = split_row(line).map_err(|e| bad(format!("{line:?} {e}")))?;
-        let first = inputs.is_empty();
+        let first = !std::mem::replace(&mut rows_before, true);
         let label = match row_label(&label, names.as_ref(), first) {
             Ok(Some(label)) => label,
             Ok(None) => continue, // the `path,label` header
@@ -129,11 +131,15 @@ pub(crate) fn list_file(
 /// The warning for rows that name a file an earlier row names too: each row is an input,
 /// so the file is in the dataset twice (perhaps under two labels), which a list joined
 /// from two sources easily does, and nothing else would say. `None` when there is none.
-/// Hashes are sorted rather than the paths put in a map: a few bytes per row.
+/// Paths are compared as written (by components: `./a.jpg` is `a.jpg`), not resolved: a
+/// `stat` per row would cost a system call per image. Hashes are sorted rather than the
+/// paths put in a map: a few bytes per row.
 fn repeated_rows_warning(list: &Path, inputs: &[Input]) -> Option<String> {
     use std::hash::BuildHasher;
     let hasher = std::hash::RandomState::new();
+    // A row refused (inside the output directory) is no input, twice or not.
     let mut hashes: Vec<(u64, usize)> = (inputs.iter().enumerate())
+        .filter(|(_, input)| input.refused.is_none())
         .map(|(i, input)| (hasher.hash_one(&input.path), i))
         .collect();
     hashes.sort_unstable();
@@ -148,7 +154,7 @@ fn repeated_rows_warning(list: &Path, inputs: &[Input]) -> Option<String> {
     }
     let example = &inputs[first?].path;
     Some(format!(
-        "{}: {repeated} row(s) name a file an earlier row names too (e.g. {}): each row is converted, so the dataset holds such a file more than once",
+        "{}: {repeated} row(s) name a file an earlier row names too, by the same path (e.g. {}): each row is an input, so such a file is converted once per row",
         list.display(),
         example.display()
     ))
@@ -240,8 +246,8 @@ fn row_label(
     }
 }
 
-/// Refuses class names given to an image folder conversion (`list` false: its classes are
-/// its folders), and an empty list, a name given twice or more than [`MAX_CLASSES`] names.
+/// Refuses class names (`--classes`) that are empty, give a name twice or more than
+/// [`MAX_CLASSES`] names.
 pub(crate) fn check_classes(classes: &[String]) -> Result<(), FormatError> {
     let bad = |s: String| Err(FormatError::InvalidOptions(s));
     if classes.is_empty() {
@@ -324,6 +330,18 @@ fn read_list(list: &Path) -> Result<String, FormatError> {
     if bytes.len() as u64 > MAX_LIST_BYTES {
         return Err(too_long());
     }
+    // No path holds a NUL byte; UTF-16 text without a byte order mark is ASCII with one
+    // after each letter, valid UTF-8 that failed later as a strange label.
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
+        return Err(FormatError::BadSource {
+            path: list.to_path_buf(),
+            reason: format!(
+                "line {line}: holds a NUL byte (byte {at}), which no path has: a list saved as \
+                 UTF-16 (Excel's \"Unicode text\")? save it as UTF-8"
+            ),
+        });
+    }
     // "stream did not contain valid UTF-8" said neither where nor why.
     String::from_utf8(bytes).map_err(|e| {
         let at = e.utf8_error().valid_up_to();
@@ -351,9 +369,7 @@ fn split_row(line: &str) -> Result<(Cow<'_, str>, Cow<'_, str>), &'static str> {
                 return Ok((Cow::Borrowed(rel.trim()), unquote(line[open..].trim())));
             }
         }
-        let (rel, label) = line
-            .rsplit_once(',')
-            .ok_or("is not `relative/path,label`")?;
+        let (rel, label) = line.rsplit_once(',').ok_or("is not `path,label`")?;
         return Ok((Cow::Borrowed(rel.trim()), unquote(label.trim())));
     };
     let mut path = String::new();
@@ -499,9 +515,11 @@ mod tests {
                 "{err}"
             );
         }
-        // A bad label further down is no header.
-        let err = list("a.jpg,0\nb.jpg,x\n").1.unwrap_err().to_string();
-        assert!(err.contains("line 2") && !err.contains("header"), "{err}");
+        // A bad label further down is no header, also after a header that was one.
+        for text in ["a.jpg,0\nb.jpg,x\n", "image,label\nb.jpg,x\n"] {
+            let err = list(text).1.unwrap_err().to_string();
+            assert!(err.contains("line 2") && !err.contains("header"), "{err}");
+        }
     }
 
     #[test]
@@ -531,10 +549,13 @@ mod tests {
             .flat_map(u16::to_le_bytes)
             .collect();
         let path = dir.path().join("list.csv");
-        std::fs::write(&path, [&[0xff, 0xfe][..], &utf16].concat()).unwrap();
-        let err = list_file(dir.path(), &path, &OwnOutput::default(), None);
-        let err = err.unwrap_err().to_string();
-        assert!(err.contains("save it as UTF-8"), "{err}");
+        // With a byte order mark (not UTF-8) and without one (a NUL after each letter).
+        for bytes in [[&[0xff, 0xfe][..], &utf16].concat(), utf16.clone()] {
+            std::fs::write(&path, bytes).unwrap();
+            let err = list_file(dir.path(), &path, &OwnOutput::default(), None);
+            let err = err.unwrap_err().to_string();
+            assert!(err.contains("save it as UTF-8"), "{err}");
+        }
     }
 
     #[test]

@@ -41,6 +41,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
+use crate::outside_fault::FaultStage;
 use crate::FormatError;
 #[cfg(feature = "progress-bar")]
 pub use bar::TerminalBar;
@@ -186,7 +187,7 @@ pub fn convert(
     );
     progress.finish();
     let dir = output_lock.dir();
-    result.map_err(|e| made.after_failure(output_gone(e, out, dir), &writer, dir))?;
+    result.map_err(|e| made.after_failure(run_error(e, out, dir), &writer, dir))?;
 
     let written = writer.next_index();
     let accounted = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer);
@@ -196,8 +197,9 @@ pub fn convert(
     if let Some(p) = options.part {
         writer.set_part(part_info(p));
     }
-    let manifest =
-        writer.finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))?;
+    let manifest = writer
+        .finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))
+        .map_err(|e| run_error(e, out, dir))?;
     journal::remove(out);
     let mut warnings = listing.warnings;
     warnings.extend(no_map);
@@ -222,6 +224,14 @@ pub fn convert(
         out: out.clone(),
         already_done: false,
     })
+}
+
+/// The error `e` of a run into `out` (`dir`, held open) as the user should read it: one
+/// of the output's files that failed for no fault of its own (out of descriptors, a mount
+/// gone) said to be an [`crate::OutsideFault`], with what is left; a file not found
+/// because the directory went away said so ([`output_gone`]).
+fn run_error(e: FormatError, out: &Path, dir: &std::fs::File) -> FormatError {
+    output_gone(e, out, dir).escalate(FaultStage::Converting)
 }
 
 /// `e`, a file of the output directory not found, saying that the directory itself was

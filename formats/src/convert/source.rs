@@ -23,7 +23,7 @@ pub enum Source {
     /// is [`ConvertOptions::layout`](super::ConvertOptions::layout): also a folder of
     /// unlabelled images, or WebDataset tar shards (a `.tar` file or a folder of them).
     ImageFolder(PathBuf),
-    /// A list file of `relative/path,label` lines; paths are relative to `root`.
+    /// A list file of `path,label` lines; paths are relative to `root`, or absolute.
     /// Blank lines and lines starting with `#` are ignored, as is a `path,label` header;
     /// paths are trimmed unless CSV-quoted (`"a,b.jpg",0`).
     List {
@@ -261,6 +261,7 @@ fn list_image_folder(
     let named: Option<HashMap<&str, u32>> =
         given.map(|g| g.iter().zip(0..).map(|(n, i)| (n.as_str(), i)).collect());
     let mut classes = Vec::new();
+    let mut names_seen = HashSet::new();
     let mut inputs = Vec::new();
     let mut ignored = Vec::new();
     let mut warnings = Vec::new();
@@ -297,19 +298,29 @@ fn list_image_folder(
                 warnings.push(format!(
                     "the hidden folder {name:?} is not one of the classes given: left out"
                 ));
-                ignored.push(path);
                 continue;
             }
             Some(None) => {
                 return Err(FormatError::BadSource {
                     path,
                     reason: format!(
-                        "this class folder is not one of the {} classes given (--classes, Python classes=): another dataset's classes?",
+                        "this class folder ({name:?}) is not one of the {} classes given (--classes, Python classes=): another dataset's classes?",
                         given.map_or(0, <[String]>::len)
                     ),
                 })
             }
         };
+        // Two folders whose names are written alike (a byte 0xFF is written `\xFF`, as a
+        // folder may be literally named) would be two classes of one name, or, named by
+        // the classes given, one label.
+        if !names_seen.insert(name.clone()) {
+            return Err(FormatError::BadSource {
+                path,
+                reason: format!(
+                    "this class folder's name is written {name:?}, as another folder's is (a byte that is not UTF-8 is written \\xNN): rename one of them"
+                ),
+            });
+        }
         if named.is_none() && is_hidden(&entry.file_name()) {
             // torchvision's ImageFolder takes it as a class too; the labels stay the same
             // as its, and the user hears of it.
@@ -626,5 +637,19 @@ mod layout_tests {
         let empty = empty_classes(&source, &l);
         assert_eq!(empty.len(), 500);
         assert_eq!((empty[0].as_str(), empty[499].as_str()), ("e000", "e499"));
+    }
+
+    #[test]
+    fn two_folders_whose_names_are_written_alike_are_refused() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        // The byte 0xFF, and a folder literally named with its escape: one class name.
+        for n in [&b"bad\xff"[..], br"bad\xff"] {
+            let d = dir.path().join(OsStr::from_bytes(n));
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("1.jpg"), b"x").unwrap();
+        }
+        let e = Source::ImageFolder(dir.path().into()).list().unwrap_err();
+        assert!(e.to_string().contains("as another folder's is"), "{e}");
     }
 }

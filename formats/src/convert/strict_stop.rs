@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 use super::journal::JOURNAL_FILE;
 use crate::manifest::MANIFEST_FILE;
+use crate::outside_fault::FaultStage;
 use crate::writer::{shard_file_name, DatasetWriter};
 use crate::FormatError;
 
@@ -151,10 +152,24 @@ impl Made {
         writer: &DatasetWriter,
         dir: &File,
     ) -> FormatError {
-        if self.fresh && writer.next_index() == 0 {
-            self.take_away(dir, &run_files(writer));
+        if !self.fresh || writer.next_index() > 0 || !self.take_away(dir, &run_files(writer)) {
+            return e;
         }
-        e
+        // Nothing is left to resume: the error must not say there is.
+        match e {
+            FormatError::OutsideFault {
+                path,
+                source,
+                fault,
+                stage: FaultStage::Converting,
+            } => FormatError::OutsideFault {
+                path,
+                source,
+                fault,
+                stage: FaultStage::Starting,
+            },
+            e => e,
+        }
     }
 
     /// Removes the files `names` from `dir` (the output directory, open), then the

@@ -28,8 +28,8 @@ impl Loader {
             format!(
                 "the launcher ({}) started {} processes, but this loader reads the whole \
                  dataset as one: every process gets the same batches; call \
-                 .distributed_from_env() (or .distributed(rank, world)) to give each its \
-                 share",
+                 .distributed_from_env() (or .distributed(rank, world); Python: leave out \
+                 rank and world_size, or pass this process's) to give each its share",
                 placement.launcher, placement.world
             )
         })
