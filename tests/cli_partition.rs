@@ -672,12 +672,7 @@ fn a_merge_out_of_room_says_nothing_was_removed_and_runs_again() {
         assert!(o.status.success(), "{}", text(&o));
     }
     // `ulimit -f 1`: no file of the merge may pass 512 bytes (the manifest does).
-    let mut c = clean(Command::new("bash"));
-    c.arg("-c")
-        .arg("ulimit -f 1 && exec \"$0\" merge \"$1\"")
-        .arg(env!("CARGO_BIN_EXE_stoker"))
-        .arg(&root);
-    let o = run(c);
+    let o = merge_under("-f 1", &root);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -708,12 +703,7 @@ fn a_merge_of_more_parts_than_open_files_allowed_merges() {
         let o = run(c);
         assert!(o.status.success(), "{}", text(&o));
     }
-    let mut c = clean(Command::new("bash"));
-    c.arg("-c")
-        .arg("ulimit -n 10 && exec \"$0\" merge \"$1\"")
-        .arg(env!("CARGO_BIN_EXE_stoker"))
-        .arg(&root);
-    let o = run(c);
+    let o = merge_under("-n 10", &root);
     assert!(o.status.success(), "{}", text(&o));
     let single = tmp.path().join("single");
     convert_single(Path::new(SAMPLE), &single, &["--no-check"]);
@@ -729,4 +719,14 @@ fn a_merge_of_more_parts_than_open_files_allowed_merges() {
             "source of {i}"
         );
     }
+}
+
+/// `stoker merge ROOT` under `ulimit LIMIT` (`-f 1`, `-n 10`).
+fn merge_under(limit: &str, root: &Path) -> Output {
+    let mut c = clean(Command::new("bash"));
+    c.arg("-c")
+        .arg(format!("ulimit {limit} && exec \"$0\" merge \"$1\""))
+        .arg(env!("CARGO_BIN_EXE_stoker"))
+        .arg(root);
+    run(c)
 }

@@ -77,9 +77,14 @@ fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identicall
 /// `stoker ARGS` under a file size limit of `blocks` 512-byte blocks, with SIGXFSZ at its
 /// default disposition (`sh` may start with it ignored; `trap - XFSZ` restores it).
 fn under_file_size_limit(blocks: u32, args: &[&str]) -> Output {
+    under_ulimit(&format!("-f {blocks}"), args)
+}
+
+/// `stoker ARGS` under `ulimit LIMIT` (`-f 100`, `-n 6`), SIGXFSZ at its default.
+fn under_ulimit(limit: &str, args: &[&str]) -> Output {
     let mut c = Command::new("sh");
     c.arg("-c")
-        .arg(format!(r#"trap - XFSZ; ulimit -f {blocks}; exec "$@""#))
+        .arg(format!(r#"trap - XFSZ; ulimit {limit}; exec "$@""#))
         .arg("sh")
         .arg(env!("CARGO_BIN_EXE_stoker"))
         .args(args);
@@ -367,13 +372,7 @@ fn convert_into_a_log_says_how_far_it_got() {
 
 /// `stoker ARGS` with at most `fds` file descriptors open (`ulimit -n`).
 fn under_descriptor_limit(fds: u32, args: &[&str]) -> Output {
-    let mut c = Command::new("sh");
-    c.arg("-c")
-        .arg(format!(r#"ulimit -n {fds}; exec "$@""#))
-        .arg("sh")
-        .arg(env!("CARGO_BIN_EXE_stoker"))
-        .args(args);
-    run_within(c, Duration::from_secs(120))
+    under_ulimit(&format!("-n {fds}"), args)
 }
 
 /// A process out of file descriptors fails to open inputs for no fault of theirs. Skipped

@@ -111,26 +111,15 @@ mod tests {
     #[test]
     fn only_errors_that_are_not_the_files_own_are_faults() {
         let os = |errno: Errno| std::io::Error::from_raw_os_error(errno.raw_os_error());
-        assert_eq!(
-            OutsideFault::of(&os(Errno::MFILE)),
-            Some(OutsideFault::Descriptors)
-        );
-        assert_eq!(
-            OutsideFault::of(&os(Errno::NFILE)),
-            Some(OutsideFault::Descriptors)
-        );
-        assert_eq!(
-            OutsideFault::of(&os(Errno::NOMEM)),
-            Some(OutsideFault::Memory)
-        );
-        assert_eq!(
-            OutsideFault::of(&os(Errno::NOTCONN)),
-            Some(OutsideFault::Storage)
-        );
-        assert_eq!(
-            OutsideFault::of(&os(Errno::STALE)),
-            Some(OutsideFault::Storage)
-        );
+        for (errno, fault) in [
+            (Errno::MFILE, OutsideFault::Descriptors),
+            (Errno::NFILE, OutsideFault::Descriptors),
+            (Errno::NOMEM, OutsideFault::Memory),
+            (Errno::NOTCONN, OutsideFault::Storage),
+            (Errno::STALE, OutsideFault::Storage),
+        ] {
+            assert_eq!(OutsideFault::of(&os(errno)), Some(fault), "{errno:?}");
+        }
         // The file's own: skipped and counted, the run goes on.
         for own in [
             Errno::ACCESS,
