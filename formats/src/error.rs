@@ -454,12 +454,15 @@ impl FormatError {
     /// [`FormatError::is_outside_fault`] says so; otherwise as it is.
     pub(crate) fn escalate(self, stage: FaultStage) -> FormatError {
         match self {
-            FormatError::Io { path, source } => {
-                match FormatError::outside_fault(path.clone(), source, stage) {
-                    Ok(f) => f,
-                    Err(source) => FormatError::Io { path, source },
-                }
-            }
+            FormatError::Io { path, source } => match OutsideFault::of(&source) {
+                Some(fault) => FormatError::OutsideFault {
+                    path,
+                    source,
+                    fault,
+                    stage,
+                },
+                None => FormatError::Io { path, source },
+            },
             e => e,
         }
     }

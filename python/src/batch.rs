@@ -126,28 +126,29 @@ impl Images {
         }
         let numpy = py.import("numpy")?;
         let array = numpy.call_method1("from_dlpack", (slf,))?;
-        let Some(dtype) = dtype.filter(|d| !d.is_none()) else {
-            return match copy {
-                Some(true) => array.call_method0("copy"),
-                _ => Ok(array),
-            };
+        let converts_to = match dtype.filter(|d| !d.is_none()) {
+            Some(d)
+                if !array
+                    .getattr("dtype")?
+                    .eq(numpy.call_method1("dtype", (&d,))?)? =>
+            {
+                Some(d)
+            }
+            _ => None,
         };
-        let same = array
-            .getattr("dtype")?
-            .eq(numpy.call_method1("dtype", (&dtype,))?)?;
-        if same {
-            return match copy {
-                Some(true) => array.call_method0("copy"),
-                _ => Ok(array),
-            };
+        if let Some(dtype) = converts_to {
+            if copy == Some(false) {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "copy=False: the images are {}, and {dtype} needs a copy",
+                    dtype_name(slf.get().dtype())
+                )));
+            }
+            return array.call_method1("astype", (dtype,));
         }
-        if copy == Some(false) {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "copy=False: the images are {}, and {dtype} needs a copy",
-                dtype_name(slf.get().dtype())
-            )));
+        match copy {
+            Some(true) => array.call_method0("copy"),
+            _ => Ok(array),
         }
-        array.call_method1("astype", (dtype,))
     }
 
     /// ``(n, c, h, w)`` or ``(n, h, w, c)``.

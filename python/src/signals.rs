@@ -15,8 +15,9 @@ pub(crate) const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 /// fraction of a second), so that a `resume=True` right after finds it stopped.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// Runs `work` on a thread of its own (`thread`: its name, and what errors call it), while this one, holding the GIL only
-/// to look, checks for Ctrl-C every [`SIGNAL_CHECK`]: Python's handler only sets a flag,
+/// Runs `work` on a thread of its own (`thread`: its name, and what errors call it),
+/// while this one, holding the GIL only to look, checks for Ctrl-C every
+/// [`SIGNAL_CHECK`]: Python's handler only sets a flag,
 /// so work run here with the GIL released went on to its end (minutes to hours) before
 /// `KeyboardInterrupt`. Each look also delivers the log and runs `tick`, whose error stops
 /// the work as Ctrl-C does; `stop` is called on the first error, which is returned (also
@@ -62,10 +63,8 @@ pub(crate) fn interruptibly<T: Send + 'static>(
                 interrupted = Some((e, Instant::now()));
             }
         }
-        if let Some((_, since)) = &interrupted {
-            if since.elapsed() > STOP_GRACE {
-                return Err(interrupted.expect("just matched").0);
-            }
+        if let Some((e, _)) = interrupted.take_if(|(_, since)| since.elapsed() > STOP_GRACE) {
+            return Err(e);
         }
     }
     let done = job

@@ -403,8 +403,7 @@ fn wait_for_chunk(py: Python<'_>, chunk: &stoker_formats::ChunkDone) -> PyResult
 /// The bytes of an encoded image, copied once from `bytes` or `bytearray` (the writer
 /// keeps them until their chunk is converted, and a stored JPEG's bytes become its record),
 /// or through a `memoryview` from any other buffer of one-byte items (a DLPack tensor's
-/// through NumPy); of a sample over
-/// `max_file_size`, only the size.
+/// through NumPy); of a sample over `max_file_size`, only the size.
 fn image_bytes(image: &Bound<'_, PyAny>, max_file_size: u64) -> PyResult<Image> {
     // A sample the writer skips for its size is not copied (nor are its two copies made
     // through a memoryview): only its size is needed.

@@ -128,13 +128,13 @@ impl Source {
         own: &OwnOutput,
         classes: Option<&[String]>,
     ) -> Result<Listing, FormatError> {
-        let by_folder = |what: &str| {
-            match classes {
+        // Class names label class folders: a source read otherwise has none to label.
+        let by_folder = |what: &str| match classes {
             None => Ok(()),
             Some(_) => Err(FormatError::InvalidOptions(format!(
-                "class names (--classes, Python classes=) label a list's rows or class folders; this source is read as {what}"
+                "class names (--classes, Python classes=) label a list's rows or class \
+                 folders; this source is read as {what}"
             ))),
-        }
         };
         match self {
             Source::ImageFolder(root) => match layout {
