@@ -381,9 +381,14 @@ pub enum FormatError {
     },
     /// The caller's [`crate::Progress::cancelled`] asked the conversion to stop. The output
     /// directory is left as a kill would leave it: `--resume` continues from the last
-    /// finished shard.
-    #[error("conversion cancelled; what was finished stays in the output directory: convert again with --resume (resume=True) to continue")]
-    Cancelled,
+    /// finished shard. A run that began afresh and had converted nothing yet leaves no
+    /// output directory instead (`resumable` false), as a strict stop does.
+    #[error("conversion cancelled; {}", cancelled_left(*.resumable))]
+    Cancelled {
+        /// Whether what was converted stays for `resume`; false when nothing was, and the
+        /// run took away the output directory it made (or had not made it yet).
+        resumable: bool,
+    },
     /// The caller of [`crate::verify_dir_until`] asked it to stop before it had checked
     /// every shard; nothing it found is reported.
     #[error(
@@ -486,6 +491,17 @@ fn strict_left(resumable: bool) -> &'static str {
     } else {
         "nothing of this conversion is left in the output directory: fix or remove the input \
          and convert again"
+    }
+}
+
+/// What a [`FormatError::Cancelled`] conversion left, and how to go on from it.
+fn cancelled_left(resumable: bool) -> &'static str {
+    if resumable {
+        "what was finished stays in the output directory: convert again with --resume \
+         (resume=True) to continue"
+    } else {
+        "nothing had been converted, and nothing of this conversion is left in the output \
+         directory: convert again to begin"
     }
 }
 

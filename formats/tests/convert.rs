@@ -362,6 +362,46 @@ fn interrupted_conversion_looks_unfinished_refuses_rerun_and_resumes_identically
     assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
 }
 
+/// Asks to stop from its `asks`-th question on (counted from 1), whatever was written.
+struct CancelOnAsk {
+    asks: u64,
+    asked: std::sync::atomic::AtomicU64,
+}
+
+impl stoker_formats::Progress for CancelOnAsk {
+    fn cancelled(&self) -> bool {
+        let n = 1 + self
+            .asked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        n >= self.asks
+    }
+}
+
+#[test]
+fn a_conversion_cancelled_before_its_first_record_leaves_nothing_and_says_so() {
+    // Ctrl-C while the inputs are listed (the first question) or as the first record is
+    // awaited (the second, once the output directory exists): nothing was converted, the
+    // run leaves no directory, and the message must not send the user to --resume.
+    let out = tempfile::tempdir().unwrap();
+    for asks in [1, 2] {
+        let dir = out.path().join(format!("cancelled-{asks}"));
+        let o = folder_opts(&data("imagefolder"), &dir);
+        let progress = CancelOnAsk {
+            asks,
+            asked: Default::default(),
+        };
+        let e = convert(&o, &progress).unwrap_err();
+        assert!(
+            matches!(e, FormatError::Cancelled { resumable: false }),
+            "{asks}: {e}"
+        );
+        assert!(!e.to_string().contains("--resume"), "{asks}: {e}");
+        assert!(!dir.exists(), "{asks}: {} left", dir.display());
+        // A plain rerun converts.
+        convert(&o, &NoProgress).unwrap();
+    }
+}
+
 /// Asks to stop once `after` inputs were written, as Python's binding does on Ctrl-C.
 struct CancelAfter {
     after: u64,
@@ -392,7 +432,10 @@ fn a_cancelled_conversion_stops_unfinished_and_resumes_identically() {
         done: Default::default(),
     };
     let e = convert(&c, &cancel).unwrap_err();
-    assert!(matches!(e, FormatError::Cancelled), "{e}");
+    assert!(
+        matches!(e, FormatError::Cancelled { resumable: true }),
+        "{e}"
+    );
     assert!(e.to_string().contains("--resume"), "{e}");
     assert!(!stopped.join("manifest.json").exists());
     c.resume = true;
@@ -869,7 +912,7 @@ fn a_cancel_while_the_workers_wait_for_room_returns_promptly() {
     let (r, returned) = rx
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("a cancelled conversion still running after a minute");
-    assert!(matches!(r, Err(FormatError::Cancelled)), "{r:?}");
+    assert!(matches!(r, Err(FormatError::Cancelled { .. })), "{r:?}");
     let waited = returned - *progress.asked.get().unwrap();
     assert!(waited < std::time::Duration::from_secs(5), "{waited:?}");
 }

@@ -53,7 +53,8 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// source, ``stoker.StokerError`` for the rest (an output that already holds a
 /// dataset, a bad input with ``strict=True``, ...). Ctrl-C stops the conversion
 /// within a fraction of a second (``KeyboardInterrupt``); what was finished stays, and
-/// ``resume=True`` continues it.
+/// ``resume=True`` continues it (stopped before its first record, a fresh conversion
+/// leaves no output directory).
 #[pyfunction]
 #[pyo3(signature = (
     src, out, *, list=None, encoding="jpeg", max_side=None, quality=90, size=None,

@@ -115,7 +115,7 @@ pub fn convert(
     let listing = checked_listing(options)?;
     progress.warnings(&listing.warnings);
     if progress.cancelled() {
-        return Err(FormatError::Cancelled);
+        return Err(FormatError::Cancelled { resumable: false });
     }
     let listing_fingerprint = fingerprint(options, &listing);
     let total = listing.inputs.len() as u64;

@@ -77,7 +77,7 @@ pub(super) fn run(
             for pos in 0..inputs.len() {
                 let p = loop {
                     if progress.cancelled() {
-                        return Err(FormatError::Cancelled);
+                        return Err(FormatError::Cancelled { resumable: true });
                     }
                     if let Some(p) = early.remove(&pos) {
                         break p;

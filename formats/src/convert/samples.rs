@@ -639,7 +639,7 @@ impl Drop for SampleWriter {
     /// parent's output alone.
     fn drop(&mut self) {
         if !self.finished && self.stopped.is_none() && std::process::id() == self.pid {
-            self.stop(FormatError::Cancelled);
+            self.stop(FormatError::Cancelled { resumable: false });
         }
     }
 }

@@ -168,6 +168,7 @@ impl Made {
                 fault,
                 stage: FaultStage::Starting,
             },
+            FormatError::Cancelled { .. } => FormatError::Cancelled { resumable: false },
             e => e,
         }
     }
