@@ -5,10 +5,10 @@
 //! ([`decode`]), and a loader ([`loader`]) streams batches into a training loop
 //! while counting where the time goes.
 //!
-//! This crate re-exports the three library crates, the versions of [`cudarc`] and [`half`]
-//! that their public types use (device buffers and streams, `f16` batches), and
-//! [`exit`], how a program built on stoker ends on an error. It also ships the `stoker`
-//! CLI.
+//! This crate re-exports the three library crates, the versions of
+//! [`cudarc`](https://docs.rs/cudarc/0.19) and [`half`] that their public types use
+//! (device buffers and streams, `f16` batches), and [`exit`], how a program built on
+//! stoker ends on an error. It also ships the `stoker` CLI.
 //!
 //! ```no_run
 //! use stoker::formats::Dataset;
@@ -36,8 +36,18 @@
 //!
 //! ```toml
 //! [dependencies]
-//! stoker = { version = "0.1", default-features = false }
+//! stoker = { git = "<stoker's repository>", default-features = false }
 //! ```
+//!
+//! - `progress-bar`: `formats::convert::TerminalBar`, a conversion progress bar on stderr
+//!   (on with `cli`; alone, it brings indicatif without the CLI's other crates).
+//!
+//! # The crates' own pages
+//!
+//! The API is documented on the pages of `stoker_formats`, `stoker_decode` and
+//! `stoker_loader`, whose examples name those crates: with this crate alone, write
+//! `stoker::formats::Dataset`, `stoker::decode::CpuDecoder` and `stoker::loader::Loader`
+//! where they write `stoker_formats::Dataset`, and so on.
 
 pub use stoker_decode as decode;
 pub use stoker_formats as formats;

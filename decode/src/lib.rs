@@ -2,6 +2,8 @@
 //!
 //! `stoker-decode` turns JPEG bytes into RGB interleaved u8 pixels (HWC), on
 //! the CPU or on the GPU, and never fails a whole batch for one bad image.
+//! Through the `stoker` crate alone it is `stoker::decode` (`stoker::decode::CpuDecoder`
+//! where these pages write `stoker_decode::CpuDecoder`).
 //!
 //! - [`probe`] reads the headers only (size, components, color space,
 //!   subsampling, progressive/arithmetic/lossless, bit depth, EXIF

@@ -55,6 +55,9 @@ impl Dataset {
     /// bounds-checked lookup, never through LMDB;
     /// [`crate::verify`] checks every byte against the manifest's digest.
     ///
+    /// It installs stoker's SIGBUS handler for the process, in front of any other
+    /// (the crate's docs, "The process's SIGBUS handler", say why and what it passes on).
+    ///
     /// # Errors
     ///
     /// Missing or invalid manifest, missing shard, [`FormatError::ShardSizeMismatch`],

@@ -273,7 +273,9 @@ pub enum FormatError {
         /// What was found and what to do about it.
         reason: String,
     },
-    /// The conversion source is unusable as a whole (not a directory, empty list file, bad line).
+    /// The conversion source is unusable as a whole (not a directory, empty list file, bad
+    /// line). A source that does not exist, or cannot be read, is [`FormatError::Io`] with
+    /// the `io::Error` that says so (`NotFound`, `PermissionDenied`).
     #[error("{path}: {reason}")]
     BadSource {
         /// The source directory or list file.
@@ -417,6 +419,7 @@ pub enum FormatError {
         stage: FaultStage,
     },
     /// A failure injected by a test (see `ConvertOptions::fail_after`).
+    #[doc(hidden)]
     #[error("injected failure after {written} records")]
     Injected {
         /// Records written before the failure.

@@ -54,8 +54,24 @@
 //!   does without; [`NoProgress`] or a [`Progress`] of your own need no feature.
 //!
 //! ```toml
-//! stoker-formats = { version = "0.1", features = ["progress-bar"] }
+//! stoker-formats = { git = "<stoker's repository>", features = ["progress-bar"] }
 //! ```
+//!
+//! Through the `stoker` crate alone this crate is `stoker::formats` (write
+//! `stoker::formats::Dataset` where these pages write `stoker_formats::Dataset`), and the
+//! feature is `stoker`'s `progress-bar`.
+//!
+//! # The process's SIGBUS handler
+//!
+//! Records are read through memory maps of the shards. A page the storage cannot deliver
+//! (a shard cut short under a running reader by `cp` or `rsync --inplace`, an NFS or FUSE
+//! error) raises SIGBUS, which would end the process; stoker makes it a bad record instead
+//! ([`DatasetReader::check_read`]). For that, [`Dataset::open`] installs a SIGBUS handler
+//! for the whole process, which passes every fault outside a shard map on to the handler it
+//! found in place (or to the default action). Readers put it back in front when another
+//! handler has replaced it since, at most once a millisecond per reading thread
+//! ([`refresh_read_fault_handler`]): a SIGBUS handler your program installs after opening a
+//! dataset still gets every fault outside shard maps, but not first.
 
 mod buffer_pool;
 pub mod convert;

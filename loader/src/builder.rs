@@ -24,8 +24,9 @@ use crate::transform::Transform;
 
 use crate::config::{DType, Device, LoaderConfig, Output};
 
-/// Settings for a [`Loader`]; see [`Loader::builder`].
-#[derive(Debug)]
+/// Settings for a [`Loader`]; see [`Loader::builder`]. A clone builds another loader of
+/// the same settings over the same open dataset (one per rank in a test, say).
+#[derive(Debug, Clone)]
 pub struct LoaderBuilder {
     config: LoaderConfig,
     resume: Option<LoaderState>,

@@ -6,6 +6,10 @@
 //! ring of batch buffers allocated once, and hands whole batches to the consumer while counting
 //! where the time goes, so that "is the GPU fed?" has a measured answer ([`Loader::stats`]).
 //!
+//! Through the `stoker` crate alone, this crate is `stoker::loader` and `stoker-formats` is
+//! `stoker::formats`: write `stoker::loader::Loader` where these pages write
+//! `stoker_loader::Loader`.
+//!
 //! ```no_run
 //! use stoker_formats::Dataset;
 //! use stoker_loader::{Device, Loader, Output, Shuffle, Transform};
@@ -100,64 +104,66 @@
 //! - [`metrics`]: stage counters (read, decode, transform, h2d, handoff), consumer wait, fed
 //!   ratio, queue occupancy; [`Stats`] is the snapshot (Display, JSON, Prometheus).
 //! - [`gpu`]: the GPU backend (pinned staging, nvJPEG, CUDA transform) and [`CudaImages`].
-//!
-//! Internal, in the order a loader is made and runs:
-//!
-//! - `config`: the settings vocabulary ([`Device`], [`Output`], [`DType`], [`OnError`],
-//!   [`LoaderConfig`]); plain data every other module reads.
-//! - `builder`: [`LoaderBuilder`], which completes the settings from the placement and the
-//!   node share and checks them.
-//! - `backend`: which backend runs ([`AutoChoice`] decides [`Device::Auto`]) and building it.
-//! - `pipeline`: the contract between the [`Loader`] and a backend (see below).
-//! - `cpu`: the CPU backend (worker threads: read → decode → transform into the batch ring).
-//! - `batch`: what a backend hands out ([`Batch`], [`Images`], [`HostImages`]).
-//! - `loader`: the [`Loader`] and its [`Epoch`] iterators (consumer-side accounting, resume,
-//!   the next epoch's early start).
-//!
-//! # Contract between the loader and its backends
-//!
-//! A backend (`cpu`, `gpu`) imports `pipeline`, `pixels`, `config`, `metrics`, `batch` and
-//! `transform`, never `builder` or `loader`. They meet at these items (all `pub(crate)`
-//! unless noted):
-//!
-//! 1. **Backend trait** `pipeline::Pipeline`:
-//!    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>`.
-//!    `pipeline::EpochPlan` carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
-//!    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
-//!    bad records (`EpochPlan::replace_failed`: it notes the failed record, which the
-//!    [`Loader`] counts when its batch is handed out, and picks the replacement: random
-//!    picks over the rank's share, none twice in a batch nor one of the batch's own, then a
-//!    scan of the whole dataset).
-//!    `EpochStream::next_batch(deadline)`
-//!    blocks (until `deadline`, if any: then `Next::Pending`) and returns batches **in
-//!    order**; dropping the stream must stop production promptly.
-//!    The [`Loader`] wraps the stream: it measures consumer wait, the handoff stage, the resume
-//!    position and the fed ratio, so a backend never does that itself.
-//! 2. **Entry point**: `crate::gpu::build(config: &LoaderConfig, metrics: Arc<Metrics>)
-//!    -> Result<gpu::GpuPipeline, LoaderError>` with `gpu::GpuPipeline: Pipeline`, called by
-//!    `backend::build_backend` for [`Device::Cuda`] (and for [`Device::Auto`] when a GPU is
-//!    present, falling back to the CPU backend when `gpu::build` returns
-//!    [`LoaderError::GpuUnavailable`]). [`LoaderConfig`] has `pub(crate)` fields:
-//!    dataset, batch_size, shuffle, drop_last, drop_partial_batch, transform, output, device,
-//!    rank, world, prefetch, workers, on_error, and the GPU path's options.
-//! 3. **Batches**: [`Batch`] is one struct for both paths; [`Images`] is an enum:
-//!    `Images::Host(HostImages)` (CPU path) and `Images::Cuda(gpu::CudaImages)` (GPU path).
-//!    `Batch { images, labels: Vec<u32>, indices: Vec<u64>, epoch, index }`.
-//! 4. **Same crops on both paths**: every record goes through `pixels::load_record` (read,
-//!    CRC, [`transform::Transform::params`]`(seed, epoch, key, src_w, src_h)` drawn from the
-//!    image size, with `key = EpochPlan::draw_key(pos, attempt)`, the sample's place in the
-//!    epoch; crop-only CPU decode), so both backends resize the same rectangle
-//!    ([`SampleParams`]`{ crop: (x, y, w, h), flip }` in source pixels, torchvision
-//!    `RandomResizedCrop` parameterization; eval: resize + center crop).
-//!    [`transform::Transform::out_size`], [`transform::Transform::mean_std`] give the rest.
-//! 5. **Counters**: [`metrics::Metrics`] (`Arc`, all atomics): `record(Stage, items, bytes, busy)`
-//!    for `Stage::{Read, Decode, Transform, H2d, Handoff}`, `count_route(&str)` for per-route
-//!    decode counts (`"cpu-zune"`, `"nvjpeg-hw"`... as `Route::name` spells them; `"raw"`),
-//!    `set_pinned_bytes`,
-//!    `set_device_bytes`.
-//! 6. **Wiring**: the GPU path is always compiled (it needs no CUDA at build time: the driver,
-//!    NVRTC and nvJPEG are loaded at run time), and `gpu::build` says with
-//!    [`LoaderError::GpuUnavailable`] what is missing on a machine without them.
+
+// For contributors (not in the API docs, which are for users):
+//
+// Internal, in the order a loader is made and runs:
+//
+// - `config`: the settings vocabulary (`Device`, `Output`, `DType`, `OnError`,
+//   `LoaderConfig`); plain data every other module reads.
+// - `builder`: `LoaderBuilder`, which completes the settings from the placement and the
+//   node share and checks them.
+// - `backend`: which backend runs (`AutoChoice` decides `Device::Auto`) and building it.
+// - `pipeline`: the contract between the `Loader` and a backend (see below).
+// - `cpu`: the CPU backend (worker threads: read → decode → transform into the batch ring).
+// - `batch`: what a backend hands out (`Batch`, `Images`, `HostImages`).
+// - `loader`: the `Loader` and its `Epoch` iterators (consumer-side accounting, resume,
+//   the next epoch's early start).
+//
+// # Contract between the loader and its backends
+//
+// A backend (`cpu`, `gpu`) imports `pipeline`, `pixels`, `config`, `metrics`, `batch` and
+// `transform`, never `builder` or `loader`. They meet at these items (all `pub(crate)`
+// unless noted):
+//
+// 1. **Backend trait** `pipeline::Pipeline`:
+//    `fn start_epoch(&self, plan: EpochPlan) -> Result<Box<dyn EpochStream + Send>, LoaderError>`.
+//    `pipeline::EpochPlan` carries the epoch, this rank's sample order (`Arc<[u64]>`, from the
+//    sampler), the batch size, the first batch to produce (resume) and the replacement rule for
+//    bad records (`EpochPlan::replace_failed`: it notes the failed record, which the
+//    `Loader` counts when its batch is handed out, and picks the replacement: random
+//    picks over the rank's share, none twice in a batch nor one of the batch's own, then a
+//    scan of the whole dataset).
+//    `EpochStream::next_batch(deadline)`
+//    blocks (until `deadline`, if any: then `Next::Pending`) and returns batches **in
+//    order**; dropping the stream must stop production promptly.
+//    The `Loader` wraps the stream: it measures consumer wait, the handoff stage, the resume
+//    position and the fed ratio, so a backend never does that itself.
+// 2. **Entry point**: `crate::gpu::build(config: &LoaderConfig, metrics: Arc<Metrics>)
+//    -> Result<gpu::GpuPipeline, LoaderError>` with `gpu::GpuPipeline: Pipeline`, called by
+//    `backend::build_backend` for `Device::Cuda` (and for `Device::Auto` when a GPU is
+//    present, falling back to the CPU backend when `gpu::build` returns
+//    `LoaderError::GpuUnavailable`). `LoaderConfig` has `pub(crate)` fields:
+//    dataset, batch_size, shuffle, drop_last, drop_partial_batch, transform, output, device,
+//    rank, world, prefetch, workers, on_error, and the GPU path's options.
+// 3. **Batches**: `Batch` is one struct for both paths; `Images` is an enum:
+//    `Images::Host(HostImages)` (CPU path) and `Images::Cuda(gpu::CudaImages)` (GPU path).
+//    `Batch { images, labels: Vec<u32>, indices: Vec<u64>, epoch, index }`.
+// 4. **Same crops on both paths**: every record goes through `pixels::load_record` (read,
+//    CRC, `transform::Transform::params``(seed, epoch, key, src_w, src_h)` drawn from the
+//    image size, with `key = EpochPlan::draw_key(pos, attempt)`, the sample's place in the
+//    epoch; crop-only CPU decode), so both backends resize the same rectangle
+//    (`SampleParams``{ crop: (x, y, w, h), flip }` in source pixels, torchvision
+//    `RandomResizedCrop` parameterization; eval: resize + center crop).
+//    `transform::Transform::out_size`, `transform::Transform::mean_std` give the rest.
+// 5. **Counters**: `metrics::Metrics` (`Arc`, all atomics): `record(Stage, items, bytes, busy)`
+//    for `Stage::{Read, Decode, Transform, H2d, Handoff}`, `count_route(&str)` for per-route
+//    decode counts (`"cpu-zune"`, `"nvjpeg-hw"`... as `Route::name` spells them; `"raw"`),
+//    `set_pinned_bytes`,
+//    `set_device_bytes`.
+// 6. **Wiring**: the GPU path is always compiled (it needs no CUDA at build time: the driver,
+//    NVRTC and nvJPEG are loaded at run time), and `gpu::build` says with
+//    `LoaderError::GpuUnavailable` what is missing on a machine without them.
 
 #![warn(missing_docs)]
 

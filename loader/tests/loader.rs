@@ -48,10 +48,13 @@ fn run_epoch(loader: &Loader, epoch: u64) -> Summary {
 fn same_seed_and_epoch_give_the_same_batches_for_any_thread_count() {
     let dir = tempfile::tempdir().unwrap();
     let ds = bench_dataset(dir.path(), 44, 16, &[]);
-    let reference = run_epoch(&small(&ds).workers(1).prefetch(1).build().unwrap(), 3);
+    // One builder, cloned per loader (as a user builds one loader per setting or rank).
+    let base = small(&ds);
+    let reference = run_epoch(&base.clone().workers(1).prefetch(1).build().unwrap(), 3);
     assert_eq!(reference.len(), 6); // 44 / 8 → 5 full + 1 partial
     for (workers, prefetch) in [(2, 2), (3, 5), (2, 8)] {
-        let loader = small(&ds)
+        let loader = base
+            .clone()
             .workers(workers)
             .prefetch(prefetch)
             .build()

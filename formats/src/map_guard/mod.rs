@@ -171,10 +171,12 @@ pub fn install() {
     }
 }
 
-/// How long a thread reads shards between two [`refresh`] checks.
+/// How long a thread reads shards between two
+/// [`refresh_read_fault_handler`](crate::refresh_read_fault_handler) checks.
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(1);
 
-/// [`install`], unless this thread did it in the last [`REFRESH_INTERVAL`]: for a reader
+/// [`install_read_fault_handler`](crate::install_read_fault_handler), unless this thread
+/// did it in the last [`READ_FAULT_HANDLER_REFRESH`](crate::READ_FAULT_HANDLER_REFRESH): for a reader
 /// that calls it before each record. Per record, a handler installed by another library
 /// while a batch is being read no longer has the rest of that batch's reads, but a
 /// `sigaction` query per record (about 0.3 µs) cost 8–14 % more on a warm CRC read of a
