@@ -121,6 +121,7 @@ pub struct ClassCount {
 
 /// What [`inspect`] reports.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct InspectReport {
     /// The manifest's format version (1: CRC32C shard digests; 2: xxh3-64).
     pub format_version: u32,

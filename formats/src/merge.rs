@@ -26,6 +26,7 @@ use link::{check_size, link_error, link_following};
 
 /// What [`merge`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct MergeReport {
     /// The merged dataset's root (in JSON, its bytes that are not UTF-8 as `\xNN`).
     #[serde(serialize_with = "crate::convert::path_as_text")]

@@ -69,6 +69,7 @@ pub struct LostRecords {
 /// `lost_records`, and a record named in `bad` (with an index) is one of `bad_records`,
 /// never in a `lost` range.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct VerifyReport {
     /// Samples the manifest declares.
     pub samples: u64,

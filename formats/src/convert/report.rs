@@ -69,6 +69,7 @@ pub(crate) fn first_skipped(skipped: &[Skipped]) -> String {
 /// The outcome of a conversion; `written + skipped.len() == inputs` holds for every
 /// conversion that ran (not for one found `already_done`, whose skips are not recorded).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ConvertReport {
     /// Input files found.
     pub inputs: u64,

@@ -120,6 +120,7 @@ pub struct StageStats {
 ///
 /// `Display` prints a compact table ending in a one-line verdict; `serde` gives JSON.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct Stats {
     /// Epochs iterated to the end.
     pub epochs: u64,
