@@ -325,3 +325,61 @@ fn verify_json_of_a_dataset_without_a_manifest_is_an_error_on_stderr_only() {
         text(&o)
     );
 }
+
+#[test]
+fn verify_text_names_a_shards_first_damaged_pages_and_counts_the_rest() {
+    // A stretch of damage over a shard of small records is a problem per 4 KiB page (a
+    // 30 MB overwrite: some 7,000 lines, above the LOST lines that say what to restore).
+    // The text names the first 20 of each shard and counts the others; --json names all.
+    let dir = tempfile::tempdir().unwrap();
+    let src = stoker_testdata::dir().join("imagefolder");
+    let mut rows = String::new();
+    for class in std::fs::read_dir(&src).unwrap() {
+        let class = class.unwrap().path();
+        if !class.is_dir() {
+            continue;
+        }
+        for photo in std::fs::read_dir(&class).unwrap() {
+            let photo = photo.unwrap().path();
+            // Each photo four times (a warning says so): small records, many leaf pages.
+            for _ in 0..4 {
+                rows += &format!("{},0\n", photo.display());
+            }
+        }
+    }
+    let list = dir.path().join("list.csv");
+    std::fs::write(&list, rows).unwrap();
+    let ds = dir.path().join("ds");
+    let args = ["convert", p(&src), p(&ds), "--list", p(&list)];
+    let o = stoker_within(
+        &[&args[..], &["--max-side", "8", "-j", "2"]].concat(),
+        LIMIT,
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let shard = ds.join("shard-00000.lmdb");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    let mut bytes = std::fs::read(&shard).unwrap();
+    // The first half but its first pages: leaf pages (the branch pages come last).
+    bytes[len as usize / 8..len as usize / 2].fill(0xAB);
+    std::fs::write(&shard, bytes).unwrap();
+
+    let damaged = |line: &str| line.contains("damaged LMDB page: ");
+    let o = stoker_within(&["verify", p(&ds), "--json"], LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pages = (v["bad"].as_array().unwrap().iter())
+        .filter(|b| damaged(b["problem"].as_str().unwrap()))
+        .count();
+    assert!(pages > 40, "{pages} damaged pages: {v}");
+
+    let o = stoker_within(&["verify", p(&ds)], LIMIT);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8(o.stdout.clone()).unwrap();
+    assert_eq!(out.lines().filter(|l| damaged(l)).count(), 20, "{out}");
+    let more = format!(
+        "BAD shard-00000.lmdb: {} more damaged LMDB pages (--json lists them all)",
+        pages - 20
+    );
+    assert!(out.lines().any(|l| l == more), "{more}\n{out}");
+    assert!(out.contains("LOST shard-00000.lmdb records "), "{out}");
+}

@@ -403,7 +403,7 @@ impl<'m> ShardCheck<'m> {
                     self.decoded += self.decode_pending(decoder);
                 }
             }
-            Err(e) => self.problem(None, format!("damaged LMDB page: {e}")),
+            Err(e) => self.problem(None, format!("{}{e}", super::DAMAGED_PAGE)),
         }
     }
 
