@@ -95,11 +95,20 @@ pub(crate) fn looks_like_shards(root: &Path, own: &OwnOutput) -> bool {
     if meta.is_file() {
         return root.file_name().is_some_and(is_tar_name);
     }
-    let Ok(entries) = sorted_entries(root) else {
+    let Ok(entries) = std::fs::read_dir(root) else {
         return false;
     };
+    // In any order: the answer does not depend on it, and a folder of a million images is
+    // not sorted to find that its first entry is no tar file.
     let mut tars = 0;
     for e in entries {
+        let Ok(e) = e else {
+            return false;
+        };
+        let plain_file = e.file_type().is_ok_and(|t| t.is_file());
+        if plain_file && !is_hidden(&e.file_name()) && !is_tar_name(&e.file_name()) {
+            return false;
+        }
         let Ok(m) = std::fs::metadata(e.path()) else {
             return false;
         };
