@@ -45,15 +45,11 @@ pub struct BadRecord {
     pub source: Option<String>,
 }
 
-/// How the problem of a damaged page of a shard's tree begins (`verify` names each page:
-/// a stretch of damage is a line per 4 KiB page).
-pub(crate) const DAMAGED_PAGE: &str = "damaged LMDB page: ";
-
 impl BadRecord {
     /// True for a damaged page of the shard's tree (one of a stretch of such lines, which
     /// a report for people may shorten; the records lost with them are in `lost`).
     pub fn is_damaged_page(&self) -> bool {
-        self.index.is_none() && self.problem.starts_with(DAMAGED_PAGE)
+        self.index.is_none() && self.problem.starts_with(shard_check::DAMAGED_PAGE)
     }
 }
 

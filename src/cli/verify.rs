@@ -57,17 +57,32 @@ fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::R
     for n in &r.notes {
         writeln!(out, "note: {n}")?;
     }
-    // Damaged pages by shard, and the shards in the order they first had one.
-    let mut pages: HashMap<&str, usize> = HashMap::new();
-    let mut damaged = Vec::new();
-    for b in &r.bad {
+    // Damaged pages by shard, and where each shard's last one is: its count of those not
+    // named goes there, beside the shard's other lines.
+    let mut pages: HashMap<&str, (usize, usize)> = HashMap::new();
+    for (i, b) in r.bad.iter().enumerate() {
         if b.is_damaged_page() {
-            let n = pages.entry(&b.shard).or_insert_with(|| {
-                damaged.push(b.shard.as_str());
-                0
-            });
+            let (n, last) = pages.entry(&b.shard).or_default();
             *n += 1;
-            if *n > PAGE_LINES {
+            *last = i;
+        }
+    }
+    let mut named: HashMap<&str, usize> = HashMap::new();
+    for (i, b) in r.bad.iter().enumerate() {
+        if b.is_damaged_page() {
+            let (n, last) = pages[b.shard.as_str()];
+            let seen = named.entry(&b.shard).or_default();
+            *seen += 1;
+            if i == last && n > PAGE_LINES {
+                let more = n - PAGE_LINES;
+                let pages = if more == 1 { "page" } else { "pages" };
+                writeln!(
+                    out,
+                    "BAD {}: {more} more damaged LMDB {pages} (--json lists them all)",
+                    b.shard
+                )?;
+            }
+            if *seen > PAGE_LINES {
                 continue;
             }
         }
@@ -78,15 +93,6 @@ fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::R
         match b.index {
             Some(i) => writeln!(out, "BAD {} record {i}{from}: {}", b.shard, b.problem)?,
             None => writeln!(out, "BAD {}: {}", b.shard, b.problem)?,
-        }
-    }
-    for shard in damaged {
-        let more = pages[shard].saturating_sub(PAGE_LINES);
-        if more > 0 {
-            writeln!(
-                out,
-                "BAD {shard}: {more} more damaged LMDB pages (--json lists them all)"
-            )?;
         }
     }
     for l in &r.lost {

@@ -98,8 +98,7 @@ pub(crate) fn looks_like_shards(root: &Path, own: &OwnOutput) -> bool {
     let Ok(entries) = std::fs::read_dir(root) else {
         return false;
     };
-    // In any order: the answer does not depend on it, and a folder of a million images is
-    // not sorted to find that its first entry is no tar file.
+    // In any order (the answer does not depend on it): a million images are not sorted.
     let mut tars = 0;
     for e in entries {
         let Ok(e) = e else {

@@ -12,6 +12,10 @@ use crate::lmdb_walk::Item;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
 use crate::{FormatError, Manifest, RawSize, ShardEntry};
 
+/// How the problem of a damaged page of a shard's tree begins (`verify` names each page:
+/// a stretch of damage is a line per 4 KiB page).
+pub(crate) const DAMAGED_PAGE: &str = "damaged LMDB page: ";
+
 /// The threads `verify --decode` decodes on, started at its first use; `None` (decode on
 /// the calling thread, with a warning) where they cannot be started. rayon's global pool
 /// panics instead ("The global thread pool has not been initialized"), which a container
@@ -403,7 +407,7 @@ impl<'m> ShardCheck<'m> {
                     self.decoded += self.decode_pending(decoder);
                 }
             }
-            Err(e) => self.problem(None, format!("{}{e}", super::DAMAGED_PAGE)),
+            Err(e) => self.problem(None, format!("{DAMAGED_PAGE}{e}")),
         }
     }
 
