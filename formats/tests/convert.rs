@@ -400,6 +400,25 @@ fn a_conversion_cancelled_before_its_first_record_leaves_nothing_and_says_so() {
         // A plain rerun converts.
         convert(&o, &NoProgress).unwrap();
     }
+    // Resuming a partial conversion, cancelled while listing: the partial stays, and the
+    // message says to resume it.
+    let mut o = folder_opts(&data("imagefolder"), &out.path().join("partial"));
+    o.shard_bytes = 256 << 10; // shards finished before the failure, for resume to keep
+    o.fail_after = Some(40);
+    convert(&o, &NoProgress).unwrap_err();
+    o.fail_after = None;
+    o.resume = true;
+    let at_once = CancelOnAsk {
+        asks: 1,
+        asked: Default::default(),
+    };
+    let e = convert(&o, &at_once).unwrap_err();
+    assert!(
+        matches!(e, FormatError::Cancelled { resumable: true }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--resume"), "{e}");
+    assert!(convert(&o, &NoProgress).unwrap().resumed > 0);
 }
 
 /// Asks to stop once `after` inputs were written, as Python's binding does on Ctrl-C.

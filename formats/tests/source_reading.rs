@@ -237,6 +237,23 @@ fn conversion_that_writes_no_record_fails_and_leaves_no_manifest() {
 }
 
 #[test]
+fn class_folders_without_files_fail_saying_so() {
+    // A folder whose name ends in .tar beside tar shards makes the source look like class
+    // folders: no input at all. The message said "none of the 0 inputs could be converted;
+    // the first skipped: " and nothing after it.
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir(src.path().join("d.tar")).unwrap();
+    std::fs::write(src.path().join("shard-0.tar"), b"").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let source = Source::ImageFolder(src.path().into());
+    let e = convert(&opts(source, &out.path().join("ds")), &NoProgress).unwrap_err();
+    assert!(matches!(e, FormatError::BadSource { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("class folders are empty"), "{msg}");
+    assert!(msg.contains("--layout webdataset"), "{msg}");
+}
+
+#[test]
 fn tree_of_unsupported_files_fails_with_the_first_reasons() {
     let src = tempfile::tempdir().unwrap();
     for name in ["a.txt", "b.txt"] {

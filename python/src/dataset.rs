@@ -29,8 +29,8 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// ``path,label`` lines, paths relative to ``src`` or absolute), ``encoding`` ("jpeg" or "raw"), ``max_side``,
 /// ``quality``, ``size`` ((width, height), raw encoding), ``resize`` ("shorter-side" or
 /// "stretch"), ``jobs``, ``shard_size`` (bytes of records, at least 65536; LMDB's pages
-/// make the file up to a third larger for small records; ``resume`` continues from the last
-/// finished shard, so smaller shards lose less of an interrupted run), ``shards`` (by count:
+/// make the file up to twice that for records of 2 to 4 KB; ``resume`` continues from the
+/// last finished shard, so smaller shards lose less of an interrupted run), ``shards`` (by count:
 /// each shard but the last holds ceil(inputs / shards) records, so there may be fewer, and
 /// fewer still, with a ``UserWarning``, when shards would hold under 64 KiB), ``resume``, ``strict``,
 /// ``max_pixels``, ``max_file_size`` (bytes; larger inputs are skipped), ``gpu_friendly``,

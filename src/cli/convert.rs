@@ -64,7 +64,8 @@ pub struct Args {
     pub jobs: Option<usize>,
     /// Target shard size, e.g. 512M, 1G, 1000000 (bytes); at least 64K (each shard costs
     /// about 140 KiB of its own). It counts the records' bytes: LMDB's pages make the file
-    /// larger, by a few % for photos and up to a third for records of a few KB. `--resume`
+    /// larger, by a few % for photos and up to twice for records of 2 to 4 KB (one too
+    /// large to share a 4 KiB page with another takes a page of its own). `--resume`
     /// continues from the last finished shard, so smaller shards lose less of an
     /// interrupted run (of small images, a 1G shard holds about a million).
     #[arg(long, default_value = "1G", value_parser = parse_bytes)]

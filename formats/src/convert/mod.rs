@@ -112,11 +112,7 @@ pub fn convert(
     let t0 = Instant::now();
     options.validate()?;
     let root = SourceRoot::of(options.source.root());
-    let listing = checked_listing(options)?;
-    progress.warnings(&listing.warnings);
-    if progress.cancelled() {
-        return Err(FormatError::Cancelled { resumable: false });
-    }
+    let listing = listed(options, progress)?;
     let listing_fingerprint = fingerprint(options, &listing);
     let total = listing.inputs.len() as u64;
     // A part is converted like a whole dataset into its own directory, from its slice of
@@ -324,6 +320,23 @@ pub const ORDER_FLAG: &str = "order";
 /// were written in.
 pub const WRITTEN_ORDER: &str = "written";
 
+/// [`checked_listing`], its warnings handed to `progress`, unless the caller cancelled
+/// meanwhile.
+fn listed(
+    options: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<source::Listing, FormatError> {
+    let listing = checked_listing(options)?;
+    progress.warnings(&listing.warnings);
+    if progress.cancelled() {
+        // Nothing of this run was written; a partial conversion it was to resume stays.
+        return Err(FormatError::Cancelled {
+            resumable: options.resume,
+        });
+    }
+    Ok(listing)
+}
+
 /// [`ordered_listing`] with the ignored flags' warnings, once the output is known to be
 /// possible. Refused before the source is listed (minutes, for millions of files): an
 /// output that cannot be a directory, a part's root that was merged. Both are checked
@@ -468,13 +481,27 @@ fn check_written(
         ),
     };
     let hint = hint.unwrap_or_default();
-    Err(FormatError::BadSource {
-        path: path.clone(),
-        reason: format!(
+    // No input at all: class folders with nothing in them (an ImageFolder reads no file
+    // beside them, such as tar shards next to a folder whose name ends in .tar).
+    let reason = if skipped.is_empty() {
+        match options.source {
+            Source::ImageFolder(_) => {
+                "holds no file to convert: its class folders are empty \
+                 (files beside them are not read; for WebDataset shards, --layout webdataset)"
+            }
+            Source::List { .. } => "the list names no file to convert",
+        }
+        .to_string()
+    } else {
+        format!(
             "none of the {} inputs could be converted, so no dataset was written{hint}; the first skipped: {}",
             skipped.len(),
             report::first_skipped(skipped),
-        ),
+        )
+    };
+    Err(FormatError::BadSource {
+        path: path.clone(),
+        reason,
     })
 }
 

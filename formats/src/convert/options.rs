@@ -65,8 +65,9 @@ pub struct ConvertOptions {
     /// Worker threads (default: all cores).
     pub jobs: Option<usize>,
     /// Target shard size in bytes of records (headers and payloads), at least
-    /// [`MIN_SHARD_BYTES`]; LMDB's pages make the file larger (up to a third for records
-    /// of a few KB). `resume` continues from the last finished shard.
+    /// [`MIN_SHARD_BYTES`]; LMDB's pages make the file larger (up to twice for records of
+    /// 2 to 4 KB, which take a 4 KiB page each). `resume` continues from the last finished
+    /// shard.
     pub shard_bytes: u64,
     /// If set, split into this many shards by count instead (fewer if inputs are skipped,
     /// or if shards would hold under [`MIN_SHARD_BYTES`]: each then takes records until it

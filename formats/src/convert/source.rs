@@ -248,7 +248,7 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
         if n > 0 {
             warnings.push(format!(
                 "the hidden folder {} was read too: its {n} file(s) are inputs (a flat layout takes every file under the source)",
-                path.display()
+                lossless_text(path.as_os_str())
             ));
         }
     }
