@@ -176,10 +176,10 @@ pub fn install() {
 pub const REFRESH_INTERVAL: Duration = Duration::from_millis(1);
 
 /// [`install_read_fault_handler`](crate::install_read_fault_handler), unless this thread
-/// did it in the last [`READ_FAULT_HANDLER_REFRESH`](crate::READ_FAULT_HANDLER_REFRESH): for a reader
-/// that calls it before each record. Per record, a handler installed by another library
-/// while a batch is being read no longer has the rest of that batch's reads, but a
-/// `sigaction` query per record (about 0.3 µs) cost 8–14 % more on a warm CRC read of a
+/// did it in the last [`READ_FAULT_HANDLER_REFRESH`](crate::READ_FAULT_HANDLER_REFRESH):
+/// for a reader that calls it before each record. Per record, a handler installed by
+/// another library while a batch is being read no longer has the rest of that batch's
+/// reads, but a `sigaction` query per record (about 0.3 µs) cost 8–14 % more on a warm CRC read of a
 /// 47 KB record, and proportionally more on the raw GPU path, which copies records at
 /// tens of GB/s (docs/BENCHMARKS.md, "The SIGBUS guard per record"). Once a millisecond
 /// per thread cost 0–3 % in the same runs, and leaves a replaced handler at most that
