@@ -179,11 +179,11 @@ pub const REFRESH_INTERVAL: Duration = Duration::from_millis(1);
 /// did it in the last [`READ_FAULT_HANDLER_REFRESH`](crate::READ_FAULT_HANDLER_REFRESH):
 /// for a reader that calls it before each record. Per record, a handler installed by
 /// another library while a batch is being read no longer has the rest of that batch's
-/// reads, but a `sigaction` query per record (about 0.3 µs) cost 8–14 % more on a warm CRC read of a
-/// 47 KB record, and proportionally more on the raw GPU path, which copies records at
-/// tens of GB/s (docs/BENCHMARKS.md, "The SIGBUS guard per record"). Once a millisecond
-/// per thread cost 0–3 % in the same runs, and leaves a replaced handler at most that
-/// long, plus the record being read, to see a fault first.
+/// reads, but a `sigaction` query per record (about 0.3 µs) cost 8–14 % more on a warm CRC
+/// read of a 47 KB record, and proportionally more on the raw GPU path, which copies
+/// records at tens of GB/s (docs/BENCHMARKS.md, "The SIGBUS guard per record"). Once a
+/// millisecond per thread cost 0–3 % in the same runs, and leaves a replaced handler at
+/// most that long, plus the record being read, to see a fault first.
 pub fn refresh() {
     thread_local! {
         static CHECKED: Cell<Option<Instant>> = const { Cell::new(None) };
