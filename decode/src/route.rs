@@ -131,8 +131,9 @@ impl RouteCounters {
     }
 }
 
-/// A snapshot of [`RouteCounters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+/// A snapshot of [`RouteCounters`]. `Debug` and `serde` name each route as
+/// [`Route::name`] does (`{"cpu-zune": 3, ..., "failed": 0}`), not by its place in a list.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct RouteCounts {
     routes: [u64; Route::ALL.len()],
     /// Images that failed on every route.
@@ -151,11 +152,60 @@ impl RouteCounts {
     }
 }
 
+impl std::fmt::Debug for RouteCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut s = f.debug_struct("RouteCounts");
+        for r in Route::ALL {
+            s.field(r.name(), &self.get(r));
+        }
+        s.field("failed", &self.failed).finish()
+    }
+}
+
+impl serde::Serialize for RouteCounts {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = serializer.serialize_map(Some(Route::ALL.len() + 1))?;
+        for r in Route::ALL {
+            m.serialize_entry(r.name(), &self.get(r))?;
+        }
+        m.serialize_entry("failed", &self.failed)?;
+        m.end()
+    }
+}
+
 impl std::fmt::Display for RouteCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for r in Route::ALL {
             write!(f, "{}={} ", r.name(), self.get(r))?;
         }
         write!(f, "failed={}", self.failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_named_by_route_in_debug_and_json() {
+        let c = RouteCounters::default();
+        c.record(Route::CpuZune);
+        c.record(Route::CpuZune);
+        c.record(Route::NvjpegHardware);
+        c.record_failure();
+        let counts = c.snapshot();
+        let json = serde_json::to_value(counts).unwrap();
+        assert_eq!(json[Route::CpuZune.name()], 2, "{json}");
+        assert_eq!(json[Route::NvjpegHardware.name()], 1, "{json}");
+        assert_eq!(json[Route::CpuFallback.name()], 0, "{json}");
+        assert_eq!(json["failed"], 1, "{json}");
+        assert_eq!(json.as_object().unwrap().len(), Route::ALL.len() + 1);
+        let debug = format!("{counts:?}");
+        let zune = format!("{}: 2", Route::CpuZune.name());
+        assert!(
+            debug.starts_with("RouteCounts {") && debug.contains(&zune),
+            "{debug}"
+        );
     }
 }
