@@ -412,13 +412,17 @@ fn a_conversion_cancelled_before_its_first_record_leaves_nothing_and_says_so() {
         asks: 1,
         asked: Default::default(),
     };
-    let e = convert(&o, &at_once).unwrap_err();
+    assert_cancelled_resumable(&convert(&o, &at_once).unwrap_err());
+    assert!(convert(&o, &NoProgress).unwrap().resumed > 0);
+}
+
+/// `e` is a cancel that kept what was converted, and says to resume it.
+fn assert_cancelled_resumable(e: &FormatError) {
     assert!(
         matches!(e, FormatError::Cancelled { resumable: true }),
         "{e}"
     );
     assert!(e.to_string().contains("--resume"), "{e}");
-    assert!(convert(&o, &NoProgress).unwrap().resumed > 0);
 }
 
 /// Asks to stop once `after` inputs were written, as Python's binding does on Ctrl-C.
@@ -450,12 +454,7 @@ fn a_cancelled_conversion_stops_unfinished_and_resumes_identically() {
         after: 100,
         done: Default::default(),
     };
-    let e = convert(&c, &cancel).unwrap_err();
-    assert!(
-        matches!(e, FormatError::Cancelled { resumable: true }),
-        "{e}"
-    );
-    assert!(e.to_string().contains("--resume"), "{e}");
+    assert_cancelled_resumable(&convert(&c, &cancel).unwrap_err());
     assert!(!stopped.join("manifest.json").exists());
     c.resume = true;
     let resumed = convert(&c, &NoProgress).unwrap();
