@@ -233,24 +233,29 @@ fn list_flat(root: &Path, own: &OwnOutput) -> Result<Listing, FormatError> {
             tars + compressed
         ));
     }
-    // Only hidden names are looked at (and sorted): a folder of a million images is not
-    // sorted, nor its images stat'ed, a second time.
-    let mut hidden = Vec::new();
-    for entry in std::fs::read_dir(root).map_err(|e| FormatError::io(root, e))? {
-        let entry = entry.map_err(|e| FormatError::io(root, e))?;
-        if is_hidden(&entry.file_name()) && entry.path().is_dir() {
-            hidden.push(entry.path());
+    // Hidden folders of the root with inputs in them, found among the inputs (the walk has
+    // read the root already: a folder of a million images is not read again), each name
+    // with its count of inputs; a hidden name that is a file of the root is no folder.
+    let mut hidden: HashMap<&OsStr, usize> = HashMap::new();
+    for input in &inputs {
+        let first = input
+            .path
+            .strip_prefix(root)
+            .ok()
+            .and_then(|p| p.iter().next());
+        if let Some(name) = first.filter(|name| is_hidden(name)) {
+            *hidden.entry(name).or_default() += 1;
         }
     }
-    hidden.sort_unstable_by_key(|p| name_key(p.as_os_str().to_owned()));
-    for path in hidden {
-        let n = inputs.iter().filter(|i| i.path.starts_with(&path)).count();
-        if n > 0 {
-            warnings.push(format!(
-                "the hidden folder {} was read too: its {n} file(s) are inputs (a flat layout takes every file under the source)",
-                lossless_text(path.as_os_str())
-            ));
-        }
+    let mut hidden: Vec<_> = (hidden.into_iter())
+        .filter(|(name, _)| root.join(name).is_dir())
+        .collect();
+    hidden.sort_unstable_by_key(|(name, _)| name_key(name.to_os_string()));
+    for (name, n) in hidden {
+        warnings.push(format!(
+            "the hidden folder {} was read too: its {n} file(s) are inputs (a flat layout takes every file under the source)",
+            lossless_text(root.join(name).as_os_str())
+        ));
     }
     Ok(Listing {
         inputs,
