@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example loader_dump -- DATASET [--batch-size 4] [--seed 0]
 //!     [--epoch 0] [--size 32] [--crop random|center] [--hflip 0.5]
-//!     [--dtype float32|float16|uint8] [--rank R --world-size W] [--drop-last]
+//!     [--dtype float32|float16|bfloat16|uint8] [--rank R --world-size W] [--drop-last]
 //!     [--workers N] [--prefetch N] [--pixels DIR] [--time EPOCHS]
 //! ```
 //!
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    const USAGE: &str = "usage: loader_dump DATASET [--batch-size N] [--seed N] [--epoch N] [--size N] [--crop random|center] [--hflip P] [--dtype float32|float16|uint8] [--rank R --world-size W] [--workers N] [--prefetch N] [--pixels DIR] [--time EPOCHS] [--drop-last]";
+    const USAGE: &str = "usage: loader_dump DATASET [--batch-size N] [--seed N] [--epoch N] [--size N] [--crop random|center] [--hflip P] [--dtype float32|float16|bfloat16|uint8] [--rank R --world-size W] [--workers N] [--prefetch N] [--pixels DIR] [--time EPOCHS] [--drop-last]";
     let mut args = std::env::args().skip(1);
     let dataset = args.next().context(USAGE)?;
     if dataset == "-h" || dataset == "--help" {
@@ -76,8 +76,9 @@ fn run() -> anyhow::Result<()> {
     let output = match opt.dtype.as_str() {
         "float32" => Output::F32Nchw,
         "float16" => Output::F16Nchw,
+        "bfloat16" => Output::Bf16Nchw,
         "uint8" => Output::U8Nhwc,
-        other => bail!("--dtype {other}: want float32, float16 or uint8"),
+        other => bail!("--dtype {other}: want float32, float16, bfloat16 or uint8"),
     };
     let mut builder = Loader::builder(Dataset::open(&dataset)?)
         .batch_size(opt.batch_size)
@@ -112,6 +113,12 @@ fn run() -> anyhow::Result<()> {
                 DType::U8 => images.as_u8().unwrap_or_default().to_vec(),
                 DType::F16 => images
                     .as_f16()
+                    .unwrap_or_default()
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+                DType::Bf16 => images
+                    .as_bf16()
                     .unwrap_or_default()
                     .iter()
                     .flat_map(|v| v.to_le_bytes())

@@ -60,13 +60,16 @@ fn parse() -> Result<Args, String> {
                 args.output = match value()?.as_str() {
                     "f32" => Output::F32Nchw,
                     "f16" => Output::F16Nchw,
+                    "bf16" => Output::Bf16Nchw,
                     "u8" => Output::U8Nhwc,
-                    other => return Err(format!("--output {other}: expected f32, f16 or u8")),
+                    other => {
+                        return Err(format!("--output {other}: expected f32, f16, bf16 or u8"))
+                    }
                 }
             }
             "--eval" => args.eval = true,
             "-h" | "--help" => {
-                println!("usage: loader_throughput [--images DIR] [--batch N] [--size N] [--workers N] [--prefetch N] [--epochs N] [--output f32|f16|u8] [--eval]");
+                println!("usage: loader_throughput [--images DIR] [--batch N] [--size N] [--workers N] [--prefetch N] [--epochs N] [--output f32|f16|bf16|u8] [--eval]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown flag {other}")),

@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use crossbeam_channel::Sender;
-use half::f16;
+use half::{bf16, f16};
 
 use crate::dlpack::{self, ManagedTensor};
 
@@ -16,6 +16,7 @@ use crate::config::DType;
 pub(crate) enum HostBuffer {
     U8(Vec<u8>),
     F16(Vec<f16>),
+    Bf16(Vec<bf16>),
     F32(Vec<f32>),
 }
 
@@ -24,6 +25,7 @@ impl HostBuffer {
         match self {
             HostBuffer::U8(_) => DType::U8,
             HostBuffer::F16(_) => DType::F16,
+            HostBuffer::Bf16(_) => DType::Bf16,
             HostBuffer::F32(_) => DType::F32,
         }
     }
@@ -32,6 +34,7 @@ impl HostBuffer {
         match self {
             HostBuffer::U8(v) => v.len(),
             HostBuffer::F16(v) => v.len() * 2,
+            HostBuffer::Bf16(v) => v.len() * 2,
             HostBuffer::F32(v) => v.len() * 4,
         }
     }
@@ -103,6 +106,14 @@ impl HostImages {
         }
     }
 
+    /// The values if the output is bfloat16 ([`crate::half::bf16`]).
+    pub fn as_bf16(&self) -> Option<&[bf16]> {
+        match self.buffer() {
+            HostBuffer::Bf16(v) => Some(&v[..self.len()]),
+            _ => None,
+        }
+    }
+
     /// The values if the output is `f32`.
     pub fn as_f32(&self) -> Option<&[f32]> {
         match self.buffer() {
@@ -142,6 +153,7 @@ impl HostImages {
         let copy = match self.buffer() {
             HostBuffer::U8(v) => HostBuffer::U8(v[..n].to_vec()),
             HostBuffer::F16(v) => HostBuffer::F16(v[..n].to_vec()),
+            HostBuffer::Bf16(v) => HostBuffer::Bf16(v[..n].to_vec()),
             HostBuffer::F32(v) => HostBuffer::F32(v[..n].to_vec()),
         };
         HostImages::new(copy, self.shape, None)
@@ -164,6 +176,7 @@ impl HostImages {
         let data = match self.buffer() {
             HostBuffer::U8(v) => v.as_ptr().cast::<c_void>(),
             HostBuffer::F16(v) => v.as_ptr().cast(),
+            HostBuffer::Bf16(v) => v.as_ptr().cast(),
             HostBuffer::F32(v) => v.as_ptr().cast(),
         }
         .cast_mut();
@@ -222,6 +235,11 @@ impl Images {
     /// so that a caller names the same `half` version).
     pub fn as_f16(&self) -> Option<&[f16]> {
         self.host().and_then(HostImages::as_f16)
+    }
+
+    /// Host bfloat16 values, if that is what this batch holds ([`crate::half::bf16`]).
+    pub fn as_bf16(&self) -> Option<&[bf16]> {
+        self.host().and_then(HostImages::as_bf16)
     }
 
     /// Host `f32` values, if that is what this batch holds.

@@ -60,7 +60,7 @@ impl std::str::FromStr for Device {
 /// Layout and element type of the batch images.
 ///
 /// The planar outputs (`…Nchw`) are what a model in PyTorch's default memory format
-/// takes. The interleaved float outputs (`F16Nhwc`, `F32Nhwc`) are for models in
+/// takes. The interleaved float outputs (`F16Nhwc`, `Bf16Nhwc`, `F32Nhwc`) are for models in
 /// channels-last format (`torch.channels_last`, the faster one for convolutions on tensor
 /// cores): `batch.permute(0, 3, 1, 2)` of an `[n, h, w, 3]` batch is an `[n, 3, h, w]`
 /// tensor already in that format, so no copy is made to convert it.
@@ -85,6 +85,11 @@ pub enum Output {
     F16Nhwc,
     /// `[n, h, w, 3]` normalized `f32` (channels last).
     F32Nhwc,
+    /// `[n, 3, h, w]` normalized bfloat16 (the 8-bit exponent of `f32`, 8 bits of
+    /// mantissa): the input of a model trained in bfloat16, without a cast kernel.
+    Bf16Nchw,
+    /// `[n, h, w, 3]` normalized bfloat16 (channels last).
+    Bf16Nhwc,
 }
 
 impl Output {
@@ -98,13 +103,14 @@ impl Output {
         match self {
             Output::U8Nhwc => DType::U8,
             Output::F16Nchw | Output::F16Nhwc => DType::F16,
+            Output::Bf16Nchw | Output::Bf16Nhwc => DType::Bf16,
             Output::F32Nchw | Output::F32Nhwc => DType::F32,
         }
     }
 
     /// Whether the channels are planes (`[n, 3, h, w]`) rather than interleaved (`[n, h, w, 3]`).
     pub fn is_planar(self) -> bool {
-        matches!(self, Output::F16Nchw | Output::F32Nchw)
+        matches!(self, Output::F16Nchw | Output::Bf16Nchw | Output::F32Nchw)
     }
 
     /// The shape of a batch of `n` images of `side × side`.
@@ -215,6 +221,8 @@ pub enum DType {
     F16,
     /// IEEE single.
     F32,
+    /// bfloat16: the upper half of an IEEE single, rounded to nearest even.
+    Bf16,
 }
 
 impl DType {
@@ -222,7 +230,7 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::U8 => 1,
-            DType::F16 => 2,
+            DType::F16 | DType::Bf16 => 2,
             DType::F32 => 4,
         }
     }

@@ -250,6 +250,7 @@ fn new_buffer(settings: &Settings) -> Result<HostBuffer, LoaderError> {
     match settings.output.dtype() {
         DType::U8 => zeroed(n, 0u8).map(HostBuffer::U8),
         DType::F16 => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
+        DType::Bf16 => zeroed(n, half::bf16::ZERO).map(HostBuffer::Bf16),
         DType::F32 => zeroed(n, 0.0f32).map(HostBuffer::F32),
     }
     .ok_or_else(|| too_large(bytes))
@@ -592,6 +593,16 @@ impl Worker {
             }
             HostBuffer::F16(v) => {
                 layout::write_f16(
+                    resized,
+                    (s, planar),
+                    params.flip,
+                    &self.normalizer,
+                    &mut v[slot * per_image..(slot + 1) * per_image],
+                );
+                per_image * 2
+            }
+            HostBuffer::Bf16(v) => {
+                layout::write_bf16(
                     resized,
                     (s, planar),
                     params.flip,

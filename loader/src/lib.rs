@@ -196,8 +196,9 @@ pub use builder::{LoaderBuilder, MAX_WORKERS};
 pub use config::{DType, Device, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
 pub use gpu::CudaImages;
-/// The `half` crate whose [`half::f16`] [`HostImages::as_f16`] and [`Images::as_f16`] hand
-/// out: through this path, a caller names the same version without guessing one.
+/// The `half` crate whose [`half::f16`] and [`half::bf16`] [`HostImages::as_f16`],
+/// [`HostImages::as_bf16`] and [`Images::as_f16`] hand out: through this path, a caller
+/// names the same version without guessing one.
 pub use half;
 pub use launcher::{Launcher, Placement};
 pub use loader::{Epoch, Loader};

@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use common::{bench_dataset, bench_raw_dataset, fingerprint, Broken};
 use stoker_formats::Dataset;
+use stoker_loader::half::bf16;
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker_loader::{
-    Batch, Device, Loader, LoaderBuilder, LoaderError, OnError, Output, Shuffle, Stage, Transform,
+    Batch, DType, Device, Loader, LoaderBuilder, LoaderError, OnError, Output, Shuffle, Stage,
+    Transform,
 };
 
 /// A small, fast configuration: 32×32 random resized crops with flips.
@@ -362,6 +364,25 @@ fn layouts_and_dtypes_hold_the_same_pixels() {
         .epoch(0)
         .map(Result::unwrap)
         .collect();
+    // bfloat16: each f32 value rounded to nearest even, in both layouts.
+    for (output, f32_like) in [(Output::Bf16Nchw, &f32s), (Output::Bf16Nhwc, &f32_last)] {
+        let bf16s: Vec<Batch> = build(output).epoch(0).map(Result::unwrap).collect();
+        assert_eq!(bf16s.len(), f32_like.len());
+        for (b, f) in bf16s.iter().zip(f32_like) {
+            assert_eq!(b.indices, f.indices);
+            let host = b.images.host().unwrap();
+            assert_eq!(host.dtype(), DType::Bf16);
+            assert_eq!(host.shape(), f.images.host().unwrap().shape(), "{output:?}");
+            let want: Vec<bf16> = f
+                .images
+                .as_f32()
+                .unwrap()
+                .iter()
+                .map(|&v| bf16::from_f32(v))
+                .collect();
+            assert_eq!(b.images.as_bf16().unwrap(), &want[..], "{output:?}");
+        }
+    }
     let s = 24;
     for (k, a) in u8s.iter().enumerate() {
         let (b, c, d, e) = (&f32s[k], &f16s[k], &f32_last[k], &f16_last[k]);

@@ -776,24 +776,3 @@ fn channels(
     }
     Ok(out)
 }
-
-/// The batch layout of `dtype=` and `layout=`; an error names both as the caller wrote
-/// them, in Python's spelling (not Rust's `Some(..)`).
-pub(crate) fn output(dtype: Option<&str>, layout: Option<&str>) -> PyResult<stoker_loader::Output> {
-    match (dtype.unwrap_or("float32"), layout) {
-        ("float32", None | Some("nchw")) => Ok(stoker_loader::Output::F32Nchw),
-        ("float16", None | Some("nchw")) => Ok(stoker_loader::Output::F16Nchw),
-        ("float32", Some("nhwc")) => Ok(stoker_loader::Output::F32Nhwc),
-        ("float16", Some("nhwc")) => Ok(stoker_loader::Output::F16Nhwc),
-        ("uint8", None | Some("nhwc")) => Ok(stoker_loader::Output::U8Nhwc),
-        _ => {
-            let given = |v: Option<&str>| v.map_or("None".to_string(), |v| format!("{v:?}"));
-            Err(PyValueError::new_err(format!(
-                "dtype={}, layout={}: want float32 or float16 with layout \"nchw\" (the default) \
-                 or \"nhwc\", or uint8 with \"nhwc\"",
-                given(dtype),
-                given(layout)
-            )))
-        }
-    }
-}

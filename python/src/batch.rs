@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyInt, PyIterator, PyList, PyTuple};
 use stoker_loader::dlpack::{sys, ConsumerStream, ManagedTensor};
-use stoker_loader::{CudaImages, DType, HostImages};
+use stoker_loader::{CudaImages, DType, HostImages, Output};
 
 use crate::args;
 use crate::capsule::{into_capsule, wants_versioned};
@@ -22,10 +22,11 @@ enum Pixels {
     Cuda(Arc<CudaImages>),
 }
 
-/// The images of a batch: ``[n, 3, h, w]`` (float16/float32) or ``[n, h, w, 3]``
-/// (uint8), in host memory (``device == "cpu"``) or on the GPU (``"cuda:N"``). Take them
-/// with ``torch.from_dlpack(images)`` / ``numpy.from_dlpack(images)`` (no copy; a
-/// tensor kept alive is never overwritten by later batches).
+/// The images of a batch: ``[n, 3, h, w]`` (float32/float16/bfloat16) or ``[n, h, w, 3]``
+/// (uint8, or a float dtype with ``layout="nhwc"``), in host memory (``device ==
+/// "cpu"``) or on the GPU (``"cuda:N"``). Take them with ``torch.from_dlpack(images)`` /
+/// ``numpy.from_dlpack(images)`` (no copy; a tensor kept alive is never overwritten by
+/// later batches; NumPy has no bfloat16).
 #[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct Images {
     pixels: Pixels,
@@ -124,6 +125,13 @@ impl Images {
                 slf.get().device()
             )));
         }
+        if slf.get().dtype() == DType::Bf16 {
+            return Err(PyTypeError::new_err(
+                "these images are bfloat16, which NumPy has no type for: take them with \
+                 torch.from_dlpack(images) (then .float().numpy() for float32), or ask the \
+                 loader for dtype=\"float32\"",
+            ));
+        }
         let numpy = py.import("numpy")?;
         let array = numpy.call_method1("from_dlpack", (slf,))?;
         let converts_to = match dtype.filter(|d| !d.is_none()) {
@@ -138,7 +146,7 @@ impl Images {
         };
         if let Some(dtype) = converts_to {
             if copy == Some(false) {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                return Err(PyValueError::new_err(format!(
                     "copy=False: the images are {}, and {dtype} needs a copy",
                     dtype_name(slf.get().dtype())
                 )));
@@ -157,7 +165,7 @@ impl Images {
         PyTuple::new(py, self.shape())
     }
 
-    /// ``"uint8"``, ``"float16"`` or ``"float32"``.
+    /// ``"uint8"``, ``"float16"``, ``"bfloat16"`` or ``"float32"``.
     #[getter(dtype)]
     fn py_dtype(&self) -> &'static str {
         dtype_name(self.dtype())
@@ -180,6 +188,7 @@ impl Images {
             Pixels::Host(h) => Some(match h.dtype() {
                 DType::U8 => h.as_u8().map(|s| s.as_ptr() as u64),
                 DType::F16 => h.as_f16().map(|s| s.as_ptr() as u64),
+                DType::Bf16 => h.as_bf16().map(|s| s.as_ptr() as u64),
                 _ => h.as_f32().map(|s| s.as_ptr() as u64),
             }?),
             Pixels::Cuda(c) => c.device_ptr(),
@@ -287,10 +296,34 @@ fn check_device(ours: (i32, i32), dl_device: Option<&Bound<'_, PyAny>>) -> PyRes
     )))
 }
 
+/// The batch layout of `dtype=` and `layout=`; an error names both as the caller wrote
+/// them, in Python's spelling (not Rust's `Some(..)`).
+pub(crate) fn output(dtype: Option<&str>, layout: Option<&str>) -> PyResult<Output> {
+    match (dtype.unwrap_or("float32"), layout) {
+        ("float32", None | Some("nchw")) => Ok(Output::F32Nchw),
+        ("float16", None | Some("nchw")) => Ok(Output::F16Nchw),
+        ("float32", Some("nhwc")) => Ok(Output::F32Nhwc),
+        ("float16", Some("nhwc")) => Ok(Output::F16Nhwc),
+        ("bfloat16", None | Some("nchw")) => Ok(Output::Bf16Nchw),
+        ("bfloat16", Some("nhwc")) => Ok(Output::Bf16Nhwc),
+        ("uint8", None | Some("nhwc")) => Ok(Output::U8Nhwc),
+        _ => {
+            let given = |v: Option<&str>| v.map_or("None".to_string(), |v| format!("{v:?}"));
+            Err(PyValueError::new_err(format!(
+                "dtype={}, layout={}: want float32, float16 or bfloat16 with layout \"nchw\" \
+                 (the default) or \"nhwc\", or uint8 with \"nhwc\"",
+                given(dtype),
+                given(layout)
+            )))
+        }
+    }
+}
+
 fn dtype_name(dtype: DType) -> &'static str {
     match dtype {
         DType::U8 => "uint8",
         DType::F16 => "float16",
+        DType::Bf16 => "bfloat16",
         _ => "float32",
     }
 }

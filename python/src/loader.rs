@@ -31,9 +31,11 @@ use crate::stats::Stats;
 /// ``Resize`` then ``CenterCrop``, which crops a resized image). ``mean``/``std``
 /// normalize float outputs (``stoker.IMAGENET_MEAN``/``IMAGENET_STD``; given together or
 /// not at all; default none: pixels / 255; refused with ``dtype="uint8"``, which is raw
-/// pixels). ``dtype``: ``"float32"`` or ``"float16"`` (``layout="nchw"``, the default, or
-/// ``"nhwc"``: ``[n, h, w, 3]``, whose ``permute(0, 3, 1, 2)`` is a channels-last
-/// ``[n, 3, h, w]`` tensor without a copy) or ``"uint8"`` (``layout="nhwc"``, raw pixels);
+/// pixels). ``dtype``: ``"float32"``, ``"float16"`` or ``"bfloat16"`` (a model trained in
+/// bfloat16 takes it without a cast; NumPy has no such type, ``torch.from_dlpack`` takes
+/// it) with ``layout="nchw"`` (the default) or ``"nhwc"`` (``[n, h, w, 3]``, whose
+/// ``permute(0, 3, 1, 2)`` is a channels-last ``[n, 3, h, w]`` tensor without a copy),
+/// or ``"uint8"`` (``layout="nhwc"``, raw pixels);
 /// ``torch.float16`` and the like are taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
 /// ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``). ``rank`` and ``world_size``
 /// default to the launcher's variables (torchrun's ``RANK`` / ``WORLD_SIZE``, Open MPI's, MVAPICH's,
@@ -188,7 +190,7 @@ impl Loader {
             uint8: dtype.as_deref() == Some("uint8"),
         }
         .transform(py)?;
-        let output = args::output(dtype.as_deref(), layout.as_deref())?;
+        let output = crate::batch::output(dtype.as_deref(), layout.as_deref())?;
         let device = parse_device(spelled(device, "device")?.as_deref().unwrap_or("auto"))?;
         let on_error = match on_error {
             "replace" => OnError::Replace,
@@ -633,7 +635,7 @@ impl TransformArgs<'_> {
         if self.uint8 && (mean.is_some() || std.is_some()) {
             return ignored(
                 "mean/std",
-                "dtype=\"uint8\" gives raw pixels; normalize them yourself, or ask for float32/float16",
+                "dtype=\"uint8\" gives raw pixels; normalize them yourself, or ask for float32/float16/bfloat16",
             );
         }
         if mean.is_some() != std.is_some() {

@@ -116,7 +116,7 @@ class Images:
         copy: Optional[bool] = None,
     ) -> Any: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
-    # numpy.asarray(images): host images only (GPU ones are a TypeError).
+    # numpy.asarray(images): host images only (GPU and bfloat16 ones are a TypeError).
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> Any: ...
     @property
     def shape(self) -> Tuple[int, int, int, int]: ...
@@ -216,8 +216,8 @@ class Loader:
         hflip: float = 0.0,
         mean: Optional[Sequence[float]] = None,
         std: Optional[Sequence[float]] = None,
-        # A name, or an object whose str() is one after "torch." (torch.float16,
-        # torch.device("cuda:1")); None: "float32" and "auto".
+        # "float32", "float16", "bfloat16" or "uint8", or an object whose str() is one
+        # after "torch." (torch.bfloat16, torch.device("cuda:1")); None: "float32", "auto".
         dtype: Optional[Union[str, Any]] = None,
         layout: Optional[str] = None,
         device: Optional[Union[str, Any]] = None,

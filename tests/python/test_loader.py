@@ -149,6 +149,36 @@ def test_channels_last_floats_are_the_planar_batches_transposed(sample_dataset):
             assert b.flags["C_CONTIGUOUS"]
 
 
+def test_bfloat16_batches_are_the_float32_batches_rounded(sample_dataset):
+    # For a model trained in bfloat16 (model.to(torch.bfloat16)): its input, without a
+    # cast. Each value is the float32 output's, rounded to nearest even as torch rounds.
+    import torch
+
+    common = dict(size=24, device="cpu", seed=5, hflip=0.5, shuffle=True,
+                  mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD)
+    for layout in ("nchw", "nhwc"):
+        f32 = stoker.Loader(sample_dataset, 4, dtype="float32", layout=layout, **common)
+        bf16 = stoker.Loader(sample_dataset, 4, dtype=torch.bfloat16, layout=layout, **common)
+        pairs = list(zip(f32.epoch(1), bf16.epoch(1)))
+        assert len(pairs) == len(f32) == 4
+        for a, b in pairs:
+            assert a.indices == b.indices and list(a.labels) == list(b.labels)
+            images = b[0]
+            assert images.dtype == "bfloat16" and images.shape == a[0].shape
+            x = torch.from_dlpack(images)
+            assert x.dtype == torch.bfloat16 and tuple(x.shape) == images.shape
+            assert x.data_ptr() == images.data_ptr  # no copy
+            want = torch.from_dlpack(a[0]).to(torch.bfloat16)
+            assert torch.equal(x, want), layout
+            # Not all zeros: the normalized photographs span negative and positive values.
+            assert x.min() < -1 and x.max() > 1
+    # NumPy has no bfloat16: a clear error, not NumPy's about an unknown DLPack type.
+    images, _ = next(iter(bf16))
+    with pytest.raises(TypeError, match="bfloat16.*torch.from_dlpack"):
+        np.asarray(images)
+    images = x = None
+
+
 def test_numpy_asarray_gives_the_pixels_not_an_object_array(sample_dataset):
     # It made a 0-d object array before: code that went on with it failed far away.
     loader = python_loader(sample_dataset)
@@ -713,8 +743,10 @@ def test_errors_are_python_exceptions_with_the_rust_message(sample_dataset, tmp_
         stoker.Loader(sample_dataset, 4, dtype="uint8", layout="nchw")
     with pytest.raises(ValueError, match=r"^dtype=None, layout=\"chwn\": want"):
         stoker.Loader(sample_dataset, 4, layout="chwn")
-    with pytest.raises(ValueError, match=r"^dtype=\"bfloat16\", layout=None: want"):
-        stoker.Loader(sample_dataset, 4, dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"^dtype=\"float8\", layout=None: want.*bfloat16"):
+        stoker.Loader(sample_dataset, 4, dtype="float8")
+    with pytest.raises(ValueError, match=r"^dtype=\"bfloat16\", layout=\"chwn\": want"):
+        stoker.Loader(sample_dataset, 4, dtype="bfloat16", layout="chwn")
     with pytest.raises(ValueError, match="gpu_waits.*spin"):
         stoker.Loader(sample_dataset, 4, gpu_waits="sleep")
     # Once a bare OverflowError; test_arguments.py checks every numeric keyword.

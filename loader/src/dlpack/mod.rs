@@ -50,7 +50,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
 use cudarc::driver::sys::CUstream;
-use half::f16;
+use half::{bf16, f16};
 
 use crate::config::DType;
 use crate::error::LoaderError;
@@ -314,6 +314,7 @@ pub(crate) fn dl_dtype(dtype: DType) -> DLDataType {
     let (code, bits) = match dtype {
         DType::U8 => (sys::K_DL_UINT, 8),
         DType::F16 => (sys::K_DL_FLOAT, 16),
+        DType::Bf16 => (sys::K_DL_BFLOAT, 16),
         DType::F32 => (sys::K_DL_FLOAT, 32),
     };
     DLDataType {
@@ -349,6 +350,7 @@ element! {
     i32 => sys::K_DL_INT, 32;
     i64 => sys::K_DL_INT, 64;
     f16 => sys::K_DL_FLOAT, 16;
+    bf16 => sys::K_DL_BFLOAT, 16;
     f32 => sys::K_DL_FLOAT, 32;
 }
 

@@ -17,6 +17,8 @@ pub const K_DL_INT: u8 = 0;
 pub const K_DL_UINT: u8 = 1;
 /// `DLDataTypeCode::kDLFloat`.
 pub const K_DL_FLOAT: u8 = 2;
+/// `DLDataTypeCode::kDLBfloat`: bfloat16 (`torch.bfloat16`; NumPy has no such type).
+pub const K_DL_BFLOAT: u8 = 4;
 
 /// `DLDevice`: where the data lives.
 #[repr(C)]
@@ -32,7 +34,7 @@ pub struct DLDevice {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DLDataType {
-    /// `K_DL_INT`, `K_DL_UINT` or `K_DL_FLOAT`.
+    /// `K_DL_INT`, `K_DL_UINT`, `K_DL_FLOAT` or `K_DL_BFLOAT`.
     pub code: u8,
     /// Bits per element.
     pub bits: u8,

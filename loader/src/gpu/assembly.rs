@@ -298,6 +298,7 @@ pub(crate) fn transform_args(
         DType::U8 => KernelDtype::U8,
         DType::F16 => KernelDtype::F16,
         DType::F32 => KernelDtype::F32,
+        DType::Bf16 => KernelDtype::Bf16,
     };
     let chw = u32::from(output.is_planar());
     (
@@ -333,6 +334,10 @@ mod tests {
         // Channels last: the float kernels write interleaved.
         let (d, a) = transform_args(224, Output::F16Nhwc, mean, std);
         assert_eq!((d, a.layout_chw, a.normalize), (KernelDtype::F16, 0, 1));
+        let (d, a) = transform_args(224, Output::Bf16Nchw, mean, std);
+        assert_eq!((d, a.layout_chw, a.normalize), (KernelDtype::Bf16, 1, 1));
+        let (d, a) = transform_args(224, Output::Bf16Nhwc, mean, std);
+        assert_eq!((d, a.layout_chw, a.normalize), (KernelDtype::Bf16, 0, 1));
         let (d, a) = transform_args(224, Output::F32Nhwc, mean, std);
         assert_eq!((d, a.layout_chw, a.normalize), (KernelDtype::F32, 0, 1));
     }

@@ -181,6 +181,17 @@ impl CudaImages {
         unsafe { self.slot().out.transmute::<u16>(n) }
     }
 
+    /// The batch as bfloat16 bit patterns (`Bf16Nchw`, `Bf16Nhwc`); `None` for another dtype
+    /// or before [`CudaImages::wait`].
+    pub fn as_bf16_bits(&self) -> Option<CudaView<'_, u16>> {
+        if self.dtype != DType::Bf16 || !self.waited() {
+            return None;
+        }
+        let n = self.num_bytes() / 2;
+        // SAFETY: as in `as_f16_bits`, for bit patterns written by the bf16 kernel.
+        unsafe { self.slot().out.transmute::<u16>(n) }
+    }
+
     /// The batch as `f32` (`F32Nchw`, `F32Nhwc`); `None` for another dtype or before [`CudaImages::wait`].
     pub fn as_f32(&self) -> Option<CudaView<'_, f32>> {
         if self.dtype != DType::F32 || !self.waited() {

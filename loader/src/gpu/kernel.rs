@@ -87,6 +87,8 @@ pub enum KernelDtype {
     F16,
     /// IEEE single.
     F32,
+    /// bfloat16, round to nearest even; stored as `u16` bit patterns.
+    Bf16,
 }
 
 impl KernelDtype {
@@ -94,7 +96,7 @@ impl KernelDtype {
     pub fn size(self) -> usize {
         match self {
             KernelDtype::U8 => 1,
-            KernelDtype::F16 => 2,
+            KernelDtype::F16 | KernelDtype::Bf16 => 2,
             KernelDtype::F32 => 4,
         }
     }
@@ -104,6 +106,7 @@ impl KernelDtype {
             KernelDtype::U8 => "stoker_transform_u8",
             KernelDtype::F16 => "stoker_transform_f16",
             KernelDtype::F32 => "stoker_transform_f32",
+            KernelDtype::Bf16 => "stoker_transform_bf16",
         }
     }
 }
@@ -205,6 +208,7 @@ pub struct TransformKernel {
     u8_fn: CudaFunction,
     f16_fn: CudaFunction,
     f32_fn: CudaFunction,
+    bf16_fn: CudaFunction,
 }
 
 impl TransformKernel {
@@ -226,6 +230,7 @@ impl TransformKernel {
             u8_fn: get(KernelDtype::U8.entry_point())?,
             f16_fn: get(KernelDtype::F16.entry_point())?,
             f32_fn: get(KernelDtype::F32.entry_point())?,
+            bf16_fn: get(KernelDtype::Bf16.entry_point())?,
         })
     }
 
@@ -260,6 +265,7 @@ impl TransformKernel {
             KernelDtype::U8 => &self.u8_fn,
             KernelDtype::F16 => &self.f16_fn,
             KernelDtype::F32 => &self.f32_fn,
+            KernelDtype::Bf16 => &self.bf16_fn,
         };
         let pixels = args.out_width * args.out_height;
         let cfg = LaunchConfig {
@@ -350,6 +356,42 @@ mod tests {
         assert_ne!(a, b);
     }
 
+    /// The kernel's bfloat16 rounding (integer arithmetic, for GPUs before sm_80) is the
+    /// CPU path's `half::bf16::from_f32`, so both paths give the same bits: on every
+    /// normalized level, on exact ties and on edge values.
+    #[test]
+    fn bf16_rounding_matches_the_cpu_path() {
+        use crate::transform::{IMAGENET_MEAN, IMAGENET_STD};
+        let mut values: Vec<f32> = Vec::new();
+        for c in 0..3 {
+            for v in 0..=255u8 {
+                values.push((f32::from(v) / 255.0 - IMAGENET_MEAN[c]) / IMAGENET_STD[c]);
+                values.push(f32::from(v) / 255.0);
+            }
+        }
+        // Ties either way (the bit below the kept mantissa set, nothing after it),
+        // the largest finite f32 (rounds to infinity), subnormals, zeros, infinities.
+        values.extend([1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0, -(1.0 + 1.0 / 256.0)]);
+        values.extend([f32::MAX, f32::MIN_POSITIVE / 3.0, 0.0, -0.0]);
+        values.extend([f32::INFINITY, f32::NEG_INFINITY]);
+        let mut x = 0x9e37_79b9u32;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            values.push(f32::from_bits(x));
+        }
+        for v in values {
+            let want = half::bf16::from_f32(v);
+            let got = f32_to_bf16_bits(v);
+            if v.is_nan() {
+                assert!(half::bf16::from_bits(got).is_nan(), "{:#x}", v.to_bits());
+            } else {
+                assert_eq!(got, want.to_bits(), "{v:e} ({:#x})", v.to_bits());
+            }
+        }
+    }
+
     #[test]
     fn gray_is_replicated() {
         let pixels: Vec<u8> = (0..64u32).map(|i| (i * 3) as u8).collect();
@@ -367,9 +409,17 @@ mod tests {
     }
 
     /// NVRTC compiles without a GPU: this proves transform.cu is valid CUDA C
-    /// and exports the three entry points the launcher looks up.
+    /// and exports the four entry points the launcher looks up. scripts/test.sh
+    /// points `STOKER_NVRTC_DIR` at the NVRTC wheel its Python tests install, so CI
+    /// compiles the kernel; a folder named there without NVRTC in it fails the test.
     #[test]
     fn nvrtc_compiles_the_transform_kernel() {
+        if let (false, Some(dir)) = (nvrtc_present(), std::env::var_os("STOKER_NVRTC_DIR")) {
+            panic!(
+                "STOKER_NVRTC_DIR={}: no loadable libnvrtc there",
+                dir.display()
+            );
+        }
         if !nvrtc_present() {
             stoker_testdata::gpu_skip(
                 "libnvrtc not found (set STOKER_NVRTC_DIR to the lib folder of the \
@@ -393,7 +443,12 @@ mod tests {
             full.as_secs_f64() / empty.as_secs_f64()
         );
         let text = ptx.to_src();
-        for dtype in [KernelDtype::U8, KernelDtype::F16, KernelDtype::F32] {
+        for dtype in [
+            KernelDtype::U8,
+            KernelDtype::F16,
+            KernelDtype::F32,
+            KernelDtype::Bf16,
+        ] {
             assert!(
                 text.contains(&format!(".entry {}(", dtype.entry_point())),
                 "missing entry point {}",
@@ -586,7 +641,12 @@ mod tests {
                 channels: 1,
             },
         ];
-        for dtype in [KernelDtype::U8, KernelDtype::F16, KernelDtype::F32] {
+        for dtype in [
+            KernelDtype::U8,
+            KernelDtype::F16,
+            KernelDtype::F32,
+            KernelDtype::Bf16,
+        ] {
             let args = TransformArgs {
                 out_width: size,
                 out_height: size,
@@ -632,7 +692,7 @@ mod tests {
                             .collect();
                         assert_eq!(got, want, "f32 image {img}");
                     }
-                    KernelDtype::F16 => {
+                    KernelDtype::F16 | KernelDtype::Bf16 => {
                         let want = reference_image_f32(src, crops[img], p.flip == 1, &args);
                         let got: Vec<u16> = bytes[o * 6 * plane..(o + 1) * 6 * plane]
                             .chunks_exact(2)
@@ -640,9 +700,12 @@ mod tests {
                             .collect();
                         let want: Vec<u16> = want
                             .iter()
-                            .map(|v| half::f16::from_f32(*v).to_bits())
+                            .map(|&v| match dtype {
+                                KernelDtype::F16 => half::f16::from_f32(v).to_bits(),
+                                _ => f32_to_bf16_bits(v),
+                            })
                             .collect();
-                        assert_eq!(got, want, "f16 image {img}");
+                        assert_eq!(got, want, "{dtype:?} image {img}");
                     }
                 }
             }

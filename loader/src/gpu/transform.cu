@@ -170,6 +170,16 @@ __device__ __forceinline__ unsigned short stoker_f32_to_f16(float f) {
     return h;
 }
 
+// bfloat16 by integer rounding rather than `cvt.rn.bf16.f32`, which PTX has only from
+// sm_80 on: the module is compiled for no particular GPU. Round to nearest even on the
+// f32 bits, NaN kept quiet, as the CPU path (`half::bf16::from_f32`) and PyTorch round.
+__device__ __forceinline__ unsigned short stoker_f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
 // grid: (ceil(out_width * out_height / blockDim.x), images), block: (256, 1, 1).
 extern "C" __global__ void stoker_transform_u8(const unsigned char *__restrict__ arena,
                                                const ImageParams *__restrict__ params,
@@ -211,5 +221,20 @@ extern "C" __global__ void stoker_transform_f32(const unsigned char *__restrict_
     stoker_sample(arena, p, a, ox, oy, rgb);
     for (unsigned int c = 0; c < 3; ++c) {
         out[stoker_out_offset(a, p.out_index, c, oy, ox)] = stoker_normalize(a, c, rgb[c]);
+    }
+}
+
+extern "C" __global__ void stoker_transform_bf16(const unsigned char *__restrict__ arena,
+                                                 const ImageParams *__restrict__ params,
+                                                 TransformArgs a, unsigned short *__restrict__ out) {
+    unsigned int pix = blockIdx.x * blockDim.x + threadIdx.x;
+    if (pix >= a.out_width * a.out_height) return;
+    const ImageParams p = params[blockIdx.y];
+    unsigned int ox = pix % a.out_width, oy = pix / a.out_width;
+    float rgb[3];
+    stoker_sample(arena, p, a, ox, oy, rgb);
+    for (unsigned int c = 0; c < 3; ++c) {
+        out[stoker_out_offset(a, p.out_index, c, oy, ox)] =
+            stoker_f32_to_bf16(stoker_normalize(a, c, rgb[c]));
     }
 }

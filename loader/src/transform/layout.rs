@@ -1,7 +1,7 @@
 //! The last per-image step on the CPU: horizontal flip, normalization and the batch layout /
 //! dtype of [`crate::Output`], written straight into the image's slot of the batch buffer.
 
-use half::f16;
+use half::{bf16, f16};
 
 /// Per-channel lookup tables `(v / 255 − mean) / std` for `v` in `0..=255`: normalization
 /// becomes one load per byte.
@@ -138,6 +138,22 @@ pub(crate) fn write_f16(
     }
 }
 
+/// RGB HWC u8 → normalized bfloat16, as [`write_f32`] (rounded to nearest even, as
+/// PyTorch's `.to(torch.bfloat16)` rounds).
+pub(crate) fn write_bf16(
+    src: &[u8],
+    (size, planar): (usize, bool),
+    flip: bool,
+    norm: &Normalizer,
+    dst: &mut [bf16],
+) {
+    if planar {
+        write_chw(src, size, flip, norm, dst, bf16::from_f32);
+    } else {
+        write_hwc(src, size, flip, norm, dst, bf16::from_f32);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,6 +222,15 @@ mod tests {
             write_f16(&img(), (2, false), flip, &norm, &mut h);
             for (a, b) in h.iter().zip(&hwc) {
                 assert_eq!(*a, f16::from_f32(*b));
+            }
+            // bfloat16 in both layouts: the f32 values, each rounded to nearest even.
+            for (planar, f32s) in [(true, &chw), (false, &hwc)] {
+                let mut b = vec![bf16::ZERO; 12];
+                write_bf16(&img(), (2, planar), flip, &norm, &mut b);
+                for (a, v) in b.iter().zip(f32s.iter()) {
+                    assert_eq!(*a, bf16::from_f32(*v), "flip {flip}, planar {planar}");
+                    assert!((a.to_f32() - v).abs() <= v.abs() / 256.0);
+                }
             }
         }
         // Column order: flipped pixel (0, 0) is the source's (1, 0) = (10, 101, 200).

@@ -117,6 +117,16 @@ pub(crate) fn level(v: f32) -> f32 {
     v.round_ties_even().clamp(0.0, 255.0)
 }
 
+/// `stoker_f32_to_bf16` in transform.cu, step for step: round to nearest even on the
+/// f32 bits, NaN kept quiet.
+pub(crate) fn f32_to_bf16_bits(f: f32) -> u16 {
+    let u = f.to_bits();
+    if u & 0x7fff_ffff > 0x7f80_0000 {
+        return ((u >> 16) | 0x40) as u16;
+    }
+    (u.wrapping_add(0x7fff + ((u >> 16) & 1)) >> 16) as u16
+}
+
 /// CPU reference of a whole output image in f32 CHW: what `stoker_transform_f32`
 /// writes for one image (normalized with `args` when `args.normalize == 1`).
 pub(crate) fn reference_image_f32(
