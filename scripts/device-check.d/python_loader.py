@@ -111,6 +111,24 @@ def check_gpu_settings(ds, device, tsv):
     return ok
 
 
+def check_bf16(ds, device, tsv):
+    """dtype="bfloat16" on the GPU: a torch.bfloat16 tensor on the device, equal bit for
+    bit to the float32 GPU batch rounded by torch (the kernel rounds to nearest even)."""
+    def first(dtype):
+        loader = stoker.Loader(ds, BATCH, size=SIZE, device=device, rank=0, world_size=1, seed=3,
+                               hflip=0.5, mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD,
+                               dtype=dtype)
+        b = next(iter(loader.epoch(1)))
+        x = torch.from_dlpack(b[0]).clone()
+        loader.close()
+        return b.indices, x
+    (i16, x), (i32, f) = first("bfloat16"), first("float32")
+    same = i16 == i32 and x.dtype == torch.bfloat16 and x.is_cuda and torch.equal(x, f.to(torch.bfloat16))
+    row(tsv, "python_bf16_gpu", int(same), "bool",
+        f"{x.dtype} on {x.device}, shape {tuple(x.shape)}; equal to float32.to(bfloat16): {same}")
+    return same
+
+
 def loader_alone(loader, dev, epochs):
     """img/s of the loader alone through Python over epochs 1..epochs (epoch 0 warms up)."""
     for images, _ in loader.epoch(0):
@@ -333,6 +351,11 @@ def main():
                 ok = check_gpu_settings(ds, a.device, a.tsv) and ok
             except Exception as e:  # a row, and the peer below still runs
                 row(a.tsv, "python_gpu_settings", 0, "bool", f"failed: {e!r}"[:200])
+                ok = False
+            try:
+                ok = check_bf16(ds, a.device, a.tsv) and ok
+            except Exception as e:
+                row(a.tsv, "python_bf16_gpu", 0, "bool", f"failed: {e!r}"[:200])
                 ok = False
         if dev.type == "cuda":
             try:
