@@ -19,7 +19,7 @@ lap "Python tests"
 # of PyTorch's dependencies, so this usually installs nothing.
 scripts/python-venv.sh nvidia-cuda-nvrtc >/dev/null
 nvrtc_dir=$(dirname "$(ls target/python-venv/lib/python3*/site-packages/nvidia/cu*/lib/libnvrtc.so.* | head -1)")
-STOKER_NVRTC_DIR="$PWD/$nvrtc_dir" STOKER_PYTHON="$py" cargo test --workspace --lib -- nvrtc_compiles_the_transform_kernel
+STOKER_NVRTC_DIR="$PWD/$nvrtc_dir" STOKER_PYTHON="$py" cargo test --workspace --lib -- nvrtc_compiles_the_transform_kernel --nocapture
 # Our zune-jpeg fork against zune-jpeg as published, on every JPEG of testdata/ and mutants
 # of each. Fails on any difference in pixels or errors (decode/vendor/zune-jpeg/STOKER-PATCH.md).
 # 8 mutants per baseline file and 40 per progressive one (about 4,300 cases, as many as
