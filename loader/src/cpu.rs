@@ -39,7 +39,8 @@ use crate::config::{DType, LoaderConfig, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream, Next, Pipeline};
-use crate::pixels::{large_image_turn, load_record, still_readable, Dest, Draw, Place};
+use crate::pixels::{load_record, still_readable, Dest, Draw, Place};
+use crate::scratch_memory::{large_image_turn, retry_short_of_memory, ScratchTrim};
 use crate::transform::layout::{self, Normalizer};
 use crate::transform::resize::CropResizer;
 use crate::transform::{DrawKey, Transform};
@@ -384,6 +385,8 @@ struct Worker {
     pixels: Vec<u8>,
     resizer: CropResizer,
     normalizer: Normalizer,
+    /// When to free `pixels` and the resizer's window for a worker short of memory.
+    trim: ScratchTrim,
 }
 
 impl Worker {
@@ -397,6 +400,7 @@ impl Worker {
             resizer: CropResizer::new(settings.transform.out_size()),
             normalizer: Normalizer::new(mean, std),
             shared: Arc::clone(&shared),
+            trim: ScratchTrim::new(),
         };
         let mut seen = 0u64;
         loop {
@@ -515,7 +519,8 @@ impl Worker {
 
     /// Reads, decodes and transforms record `index` into image `slot` of `buffer`, with the
     /// crop and flip drawn at `key`; returns its label. A large image takes its turn for
-    /// this and leaves no scratch behind ([`crate::pixels::LARGE_IMAGE_BYTES`]).
+    /// this and leaves no scratch behind ([`crate::scratch_memory::LARGE_IMAGE_BYTES`]); one short
+    /// of memory is tried again ([`retry_short_of_memory`]).
     fn load_one(
         &mut self,
         plan: &EpochPlan,
@@ -528,11 +533,23 @@ impl Worker {
             .as_ref()
             .ok()
             .and_then(|reader| large_image_turn(reader, index));
-        let label = self.load_and_transform(plan, (index, key), slot, buffer);
+        let label =
+            retry_short_of_memory(self, large.is_some(), Worker::release_scratch, |worker| {
+                worker.load_and_transform(plan, (index, key), slot, buffer)
+            });
+        if self.trim.asked() {
+            self.release_scratch();
+        }
         if large.is_some() {
             self.pixels = Vec::new();
         }
         label
+    }
+
+    /// Frees what the worker keeps from image to image (it grows back as needed).
+    fn release_scratch(&mut self) {
+        self.pixels = Vec::new();
+        self.resizer.release();
     }
 
     /// [`Self::load_one`]'s work.
@@ -573,7 +590,7 @@ impl Worker {
         let resized = self
             .resizer
             .apply(src, loaded.width, loaded.height, params.crop)
-            .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
+            .map_err(|e| e.for_record(index))?;
         if loaded.place == Place::Payload {
             // Resized straight from the shard's map: its pages were still the file's.
             still_readable(reader, index)?;

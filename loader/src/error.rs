@@ -65,6 +65,20 @@ pub enum LoaderError {
         /// Why it cannot be used.
         reason: String,
     },
+    /// Memory for record `index` could not be allocated, also after the loader freed its
+    /// own scratch and let the other large images finish (about a second): the process is
+    /// out of memory or at its limit. The record is not bad, so it is not replaced: which
+    /// record stood in would depend on what the other threads held at that moment, and
+    /// two runs with the same seed would train on different images.
+    #[error("record {index}: the {bytes} bytes of {what} cannot be allocated: this process is out of memory or at its limit (ulimit -v, a container's); the record itself is not bad, so it is not replaced (which record stood in would depend on timing, and runs with the same seed would differ): give the process more memory, or the loader fewer workers")]
+    OutOfMemory {
+        /// Dataset index of the record.
+        index: u64,
+        /// The allocation that failed.
+        bytes: u64,
+        /// What it was for (`"its pixels"`, `"the crop's window"`).
+        what: &'static str,
+    },
     /// A bad record could not be replaced: random picks from this rank's share of the epoch,
     /// then a scan of the whole dataset (of the records given to
     /// [`crate::LoaderBuilder::indices`], for a loader over part of it), found no usable
@@ -173,6 +187,23 @@ impl LoaderError {
         }
     }
 
+    /// The error of a failed allocation of `bytes` for record `index` (`what` they were
+    /// for): [`LoaderError::OutOfMemory`], or a bad record when no allocation could ever
+    /// hold that much (more than `isize::MAX` bytes: a header's absurd geometry).
+    pub(crate) fn short_of_memory(index: u64, bytes: usize, what: &'static str) -> Self {
+        if bytes > isize::MAX as usize {
+            return LoaderError::UnusableRecord {
+                index,
+                reason: format!("the {bytes} bytes of {what} cannot be allocated"),
+            };
+        }
+        LoaderError::OutOfMemory {
+            index,
+            bytes: bytes as u64,
+            what,
+        }
+    }
+
     /// `Some(error)` when this process is not `built`, the process that built a loader:
     /// then it is a `fork` of it, where the loader's threads do not exist.
     pub(crate) fn if_forked(built: u32) -> Option<LoaderError> {
@@ -194,6 +225,7 @@ impl LoaderError {
             LoaderError::Read { index, .. }
             | LoaderError::Decode { index, .. }
             | LoaderError::UnusableRecord { index, .. }
+            | LoaderError::OutOfMemory { index, .. }
             | LoaderError::TooManyBadRecords { index, .. } => Some(*index),
             _ => None,
         }

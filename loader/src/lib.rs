@@ -184,6 +184,7 @@ pub(crate) mod pipeline;
 pub mod pixels;
 pub mod resume;
 pub mod sampler;
+mod scratch_memory;
 pub mod transform;
 
 // The GPU path (its own docs are in gpu/mod.rs): public so users can name `CudaImages` and the

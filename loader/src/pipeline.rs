@@ -613,6 +613,15 @@ mod tests {
         assert!(matches!(err, LoaderError::Thread { .. }), "{err}");
         assert_eq!((attempt, current), (0, 4));
         assert!(p.bad.entries.lock().unwrap().is_empty());
+        // Memory the process could not give is not the record's fault: which record
+        // stood in would depend on timing.
+        let short = LoaderError::short_of_memory(4, 1 << 20, "its pixels");
+        let err = p
+            .replace_failed(1, short, &mut attempt, &mut current)
+            .unwrap_err();
+        assert!(matches!(err, LoaderError::OutOfMemory { .. }), "{err}");
+        assert_eq!((attempt, current), (0, 4));
+        assert!(p.bad.entries.lock().unwrap().is_empty());
         p.replace_failed(1, bad(4), &mut attempt, &mut current)
             .unwrap();
         assert_eq!(attempt, 1);

@@ -221,39 +221,15 @@ pub(crate) fn decode_jpeg(
 }
 
 /// Grows `scratch` to at least `need` bytes, or fails for record `index` when the memory is
-/// not there: a plain `resize` would abort the process.
+/// not there ([`LoaderError::short_of_memory`]): a plain `resize` would abort the process.
 fn grow_scratch(scratch: &mut Vec<u8>, need: usize, index: u64) -> Result<(), LoaderError> {
     if scratch.len() < need {
         scratch
             .try_reserve_exact(need - scratch.len())
-            .map_err(|_| LoaderError::UnusableRecord {
-                index,
-                reason: format!("the {need} bytes of its pixels cannot be allocated"),
-            })?;
+            .map_err(|_| LoaderError::short_of_memory(index, need, "its pixels"))?;
         scratch.resize(need, 0);
     }
     Ok(())
-}
-
-/// Decoded images above this many bytes (about 22 Mpx of RGB) are loaded one at a time
-/// in the process ([`large_image_turn`]), and their scratch is freed after: otherwise every
-/// worker could hold one at once (16 workers × a 100 Mpx image is 4.8 GB, more with the
-/// decoder's own buffers), where ordinary photos need a small part of that.
-pub(crate) const LARGE_IMAGE_BYTES: u64 = 64 << 20;
-
-/// The turn of a worker loading record `index`, when its header says it decodes to more
-/// than [`LARGE_IMAGE_BYTES`]: held while it is decoded and transformed. `None` (no wait)
-/// for the others, and for a record that cannot be read (its load reports why).
-pub(crate) fn large_image_turn(
-    reader: &DatasetReader,
-    index: u64,
-) -> Option<std::sync::MutexGuard<'static, ()>> {
-    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    crate::pipeline::guard_reads();
-    let h = reader.get(index).ok()?.header;
-    // Saturating: a damaged header's sides can multiply past u64 (its load says why).
-    let bytes = (u64::from(h.width) * u64::from(h.height)).saturating_mul(3);
-    (bytes > LARGE_IMAGE_BYTES).then(|| TURN.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// `error` for record `index`, unless a page of its shard could not be read (then its

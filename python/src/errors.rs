@@ -1,9 +1,12 @@
 //! Rust errors as Python exceptions: settings the caller got wrong are `ValueError`, a
-//! missing file is `FileNotFoundError`, everything else `stoker.StokerError`; the
+//! missing file is `FileNotFoundError`, memory a record could not get `MemoryError`,
+//! everything else `stoker.StokerError`; the
 //! message is always the Rust error's. What the library notes for the caller to act on is
 //! a `UserWarning`; the rest of what it logs goes to `logging` (`crate::logging`).
 
-use pyo3::exceptions::{PyException, PyFileNotFoundError, PyUserWarning, PyValueError};
+use pyo3::exceptions::{
+    PyException, PyFileNotFoundError, PyMemoryError, PyUserWarning, PyValueError,
+};
 use pyo3::{PyErr, PyResult, Python};
 use stoker_formats::FormatError;
 use stoker_loader::LoaderError;
@@ -41,6 +44,7 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
         | LoaderError::DlpackStream { .. }
         | LoaderError::LauncherEnv { .. }
         | LoaderError::EmptyDataset) => PyValueError::new_err(e.to_string()),
+        e @ LoaderError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
         e => StokerError::new_err(e.to_string()),
     }
 }

@@ -22,6 +22,7 @@ use crate::batch::Batch;
 use crate::error::{driver_err, LoaderError};
 use crate::metrics::Stage;
 use crate::pipeline::{reader_unavailable, EpochPlan};
+use crate::scratch_memory::retry_short_of_memory;
 use crate::transform::resize::CropResizer;
 use crate::transform::SampleParams;
 
@@ -109,6 +110,7 @@ pub(super) fn build_batch_nvjpeg(
             }
         };
         if todo.is_empty() {
+            state.trim_if_asked();
             continue;
         }
         // 2. Decode straight into the arena (one output view per image).
@@ -131,6 +133,7 @@ pub(super) fn build_batch_nvjpeg(
             give_back(slot);
             return Some(Err(fatal));
         }
+        state.trim_if_asked();
     }
     drop(dec);
     // The transform (and the oversize copies into the arena) follow the decode.
@@ -326,13 +329,18 @@ fn check_left<'a, 'r: 'a>(
                 } else {
                     // Allocated with the slot on this route (never lazy).
                     let staged = slot.pinned_pixels().and_then(|(pinned, _)| {
-                        stage_oversize(
-                            &host,
-                            index,
-                            label,
-                            payload,
-                            (decoder, &mut *scratch, &mut *resizer),
-                            &mut pinned[i * pinned_stride..(i + 1) * pinned_stride],
+                        let dst = &mut pinned[i * pinned_stride..(i + 1) * pinned_stride];
+                        retry_short_of_memory(
+                            &mut (&mut *scratch, &mut *resizer),
+                            false,
+                            |(scratch, resizer)| {
+                                **scratch = Vec::new();
+                                resizer.release();
+                            },
+                            |(scratch, resizer)| {
+                                let cpu = (decoder, &mut **scratch, &mut **resizer);
+                                stage_oversize(&host, index, label, payload, cpu, dst)
+                            },
                         )
                     });
                     staged.map(|s| {

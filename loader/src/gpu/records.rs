@@ -20,6 +20,7 @@ use crate::error::LoaderError;
 use crate::metrics::Metrics;
 use crate::pipeline::{reader_unavailable, EpochPlan};
 use crate::pixels::{decode_jpeg, load_record, read_checked, still_readable, Dest, Draw, Place};
+use crate::scratch_memory::{retry_short_of_memory, ScratchTrim};
 use crate::transform::resize::CropResizer;
 use crate::transform::{DrawKey, SampleParams};
 
@@ -78,6 +79,8 @@ pub(super) struct ReaderState {
     /// Decoded pixels of images larger than a staging stride.
     pub(super) scratch: Vec<u8>,
     pub(super) resizer: CropResizer,
+    /// When to free `scratch` and the resizer's window for a worker short of memory.
+    trim: ScratchTrim,
 }
 
 impl ReaderState {
@@ -87,6 +90,21 @@ impl ReaderState {
             decoder: CpuDecoder::new(shared.limits),
             scratch: Vec::new(),
             resizer: CropResizer::new(shared.size),
+            trim: ScratchTrim::new(),
+        }
+    }
+
+    /// Frees what the thread keeps from image to image (it grows back as needed).
+    pub(super) fn release_scratch(&mut self) {
+        self.scratch = Vec::new();
+        self.resizer.release();
+    }
+
+    /// Frees the scratch when a worker of the process ran short of memory since the
+    /// last call ([`ScratchTrim`]): between two records.
+    pub(super) fn trim_if_asked(&mut self) {
+        if self.trim.asked() {
+            self.release_scratch();
         }
     }
 }
@@ -205,7 +223,11 @@ pub(super) fn stage_position(
     let mut attempt = 0;
     loop {
         let host = host.keyed(plan.draw_key(pos, attempt));
-        match stage_one(&host, index, state, dst) {
+        let staged = retry_short_of_memory(state, false, ReaderState::release_scratch, |state| {
+            stage_one(&host, index, state, dst)
+        });
+        state.trim_if_asked();
+        match staged {
             Ok(s) => return Ok(s),
             Err(error) => plan.replace_failed(pos, error, &mut attempt, &mut index)?,
         }
@@ -367,7 +389,7 @@ fn resize_into_slot(
 ) -> Result<Staged, LoaderError> {
     let resized = resizer
         .apply(pixels, width, height, params.crop)
-        .map_err(|reason| LoaderError::UnusableRecord { index, reason })?;
+        .map_err(|e| e.for_record(index))?;
     let bytes = resized.len();
     dst[..bytes].copy_from_slice(resized);
     host.metrics.count_route("cpu_resize_oversize");
@@ -447,6 +469,7 @@ mod tests {
             decoder: CpuDecoder::new(Limits::default()),
             scratch: Vec::new(),
             resizer: CropResizer::new(SIZE),
+            trim: ScratchTrim::new(),
         }
     }
 

@@ -8,6 +8,29 @@
 
 use fast_image_resize as fir;
 
+use crate::error::LoaderError;
+
+/// Why a crop could not be resized.
+#[derive(Debug)]
+pub(crate) enum ResizeError {
+    /// The crop's window (this many bytes) could not be allocated.
+    Memory(usize),
+    /// Anything else: a crop outside the image, the filter's refusal.
+    Invalid(String),
+}
+
+impl ResizeError {
+    /// The loader's error for record `index`.
+    pub(crate) fn for_record(self, index: u64) -> LoaderError {
+        match self {
+            ResizeError::Memory(bytes) => {
+                LoaderError::short_of_memory(index, bytes, "the crop's window")
+            }
+            ResizeError::Invalid(reason) => LoaderError::UnusableRecord { index, reason },
+        }
+    }
+}
+
 /// A reusable resizer for one worker thread: holds its output buffer and the filter scratch,
 /// so steady-state resizing allocates nothing.
 pub(crate) struct CropResizer {
@@ -40,10 +63,12 @@ impl CropResizer {
         src_w: u32,
         src_h: u32,
         crop: (u32, u32, u32, u32),
-    ) -> Result<&[u8], String> {
+    ) -> Result<&[u8], ResizeError> {
         let (x, y, w, h) = crop;
         if w == 0 || h == 0 || x + w > src_w || y + h > src_h {
-            return Err(format!("crop {crop:?} outside a {src_w}×{src_h} image"));
+            return Err(ResizeError::Invalid(format!(
+                "crop {crop:?} outside a {src_w}×{src_h} image"
+            )));
         }
         if w == self.size && h == self.size {
             // No scaling: the window is the output.
@@ -52,32 +77,36 @@ impl CropResizer {
         }
         let window_len = w as usize * h as usize * 3;
         if self.window.len() < window_len {
-            // A record error, not an abort, where memory is short (as the pixel scratch).
+            // An error, not an abort, where memory is short (as the pixel scratch).
             (self
                 .window
                 .try_reserve_exact(window_len - self.window.len()))
-            .map_err(|_| {
-                format!("the {window_len} bytes of the crop's window cannot be allocated")
-            })?;
+            .map_err(|_| ResizeError::Memory(window_len))?;
             self.window.resize(window_len, 0);
         }
         copy_window(src, src_w, crop, &mut self.window[..window_len]);
         let src_img =
             fir::images::ImageRef::new(w, h, &self.window[..window_len], fir::PixelType::U8x3)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ResizeError::Invalid(e.to_string()))?;
         let mut dst = fir::images::Image::from_slice_u8(
             self.size,
             self.size,
             &mut self.out,
             fir::PixelType::U8x3,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ResizeError::Invalid(e.to_string()))?;
         let options = fir::ResizeOptions::new()
             .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear));
         self.resizer
             .resize(&src_img, &mut dst, &options)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ResizeError::Invalid(e.to_string()))?;
         Ok(&self.out)
+    }
+
+    /// Frees the crop window (it grows to the largest crop seen): for a worker short of
+    /// memory before it tries again.
+    pub(crate) fn release(&mut self) {
+        self.window = Vec::new();
     }
 }
 
@@ -103,7 +132,14 @@ mod tests {
         let e = r
             .apply(&[0; 3], side, side, (0, 0, side, side))
             .unwrap_err();
-        assert!(e.contains("cannot be allocated"), "{e}");
+        assert!(matches!(e, ResizeError::Memory(_)), "{e:?}");
+        // No allocation could hold it: the record's geometry is absurd, a bad record.
+        let e = e.for_record(7);
+        assert!(
+            matches!(e, LoaderError::UnusableRecord { index: 7, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("cannot be allocated"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,196 @@
+//! The memory a worker keeps from record to record (decoded pixels, the crop window), and
+//! what happens when there is not enough of it: large images take turns, and a record
+//! whose memory could not be allocated is tried again after the other workers freed
+//! theirs, so that a short moment never changes which images an epoch trains on.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use stoker_formats::DatasetReader;
+
+use crate::error::LoaderError;
+
+/// Decoded images above this many bytes (about 22 Mpx of RGB) are loaded one at a time
+/// in the process ([`large_image_turn`]), and their scratch is freed after: otherwise every
+/// worker could hold one at once (16 workers × a 100 Mpx image is 4.8 GB, more with the
+/// decoder's own buffers), where ordinary photos need a small part of that.
+pub(crate) const LARGE_IMAGE_BYTES: u64 = 64 << 20;
+
+/// The turn of a worker loading record `index`, when its header says it decodes to more
+/// than [`LARGE_IMAGE_BYTES`]: held while it is decoded and transformed. `None` (no wait)
+/// for the others, and for a record that cannot be read (its load reports why).
+pub(crate) fn large_image_turn(
+    reader: &DatasetReader,
+    index: u64,
+) -> Option<MutexGuard<'static, ()>> {
+    crate::pipeline::guard_reads();
+    let h = reader.get(index).ok()?.header;
+    // Saturating: a damaged header's sides can multiply past u64 (its load says why).
+    let bytes = (u64::from(h.width) * u64::from(h.height)).saturating_mul(3);
+    (bytes > LARGE_IMAGE_BYTES).then(|| LARGE_TURN.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// The process's one turn for large images ([`large_image_turn`]) and for records tried
+/// again when short of memory ([`retry_short_of_memory`]).
+static LARGE_TURN: Mutex<()> = Mutex::new(());
+
+/// The pauses before each new try of a record whose memory could not be allocated: the
+/// other workers' images are done within milliseconds, and about a second in all tells
+/// a short moment from a process that is at its limit.
+const MEMORY_RETRY_PAUSES_MS: [u64; 6] = [1, 4, 16, 64, 256, 640];
+
+/// How many times a worker of this process ran short of memory for a record: each time,
+/// every worker frees the scratch it keeps between records ([`ScratchTrim`]).
+static SHORT_OF_MEMORY: AtomicU64 = AtomicU64::new(0);
+
+/// Tells a worker, between two records, that another ran short of memory since it last
+/// asked: the scratch it keeps (grown to the largest image it has seen) is then freed, so
+/// that the one waiting gets the memory instead of failing.
+#[derive(Debug)]
+pub(crate) struct ScratchTrim(u64);
+
+impl ScratchTrim {
+    pub(crate) fn new() -> Self {
+        ScratchTrim(SHORT_OF_MEMORY.load(Ordering::Relaxed))
+    }
+
+    /// Whether a worker ran short of memory since the last call.
+    pub(crate) fn asked(&mut self) -> bool {
+        let now = SHORT_OF_MEMORY.load(Ordering::Relaxed);
+        std::mem::replace(&mut self.0, now) != now
+    }
+}
+
+/// `load(state)` for one record, tried again when memory for it could not be allocated
+/// ([`LoaderError::OutOfMemory`]): first `release(state)` frees the worker's own scratch
+/// and the other workers are asked to free theirs after their current record
+/// ([`ScratchTrim`]), then, unless the caller `holds_turn` already, the worker takes the
+/// large images' turn ([`large_image_turn`]) so that none starts meanwhile, and tries
+/// after each of [`MEMORY_RETRY_PAUSES_MS`]. The same record comes out either way, so a
+/// short moment changes nothing of what is trained on; still short after that, the error
+/// stands, and the record is not replaced.
+pub(crate) fn retry_short_of_memory<S, T>(
+    state: &mut S,
+    holds_turn: bool,
+    release: impl Fn(&mut S),
+    mut load: impl FnMut(&mut S) -> Result<T, LoaderError>,
+) -> Result<T, LoaderError> {
+    let mut result = load(state);
+    if !matches!(result, Err(LoaderError::OutOfMemory { .. })) {
+        return result;
+    }
+    release(state);
+    SHORT_OF_MEMORY.fetch_add(1, Ordering::Relaxed);
+    let _turn = (!holds_turn).then(|| LARGE_TURN.lock().unwrap_or_else(|p| p.into_inner()));
+    for pause in MEMORY_RETRY_PAUSES_MS {
+        std::thread::sleep(std::time::Duration::from_millis(pause));
+        result = load(state);
+        match &result {
+            Err(LoaderError::OutOfMemory { .. }) => release(state),
+            _ => break,
+        }
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn short(index: u64) -> LoaderError {
+        LoaderError::OutOfMemory {
+            index,
+            bytes: 36_000_000,
+            what: "its pixels",
+        }
+    }
+
+    /// Counts of a fake worker: loads tried, scratch releases.
+    #[derive(Default)]
+    struct Fake {
+        loads: u32,
+        releases: u32,
+    }
+
+    #[test]
+    fn a_short_moment_is_waited_out_and_the_same_record_comes_back() {
+        let mut trim = ScratchTrim::new();
+        let mut fake = Fake::default();
+        let got = retry_short_of_memory(
+            &mut fake,
+            false,
+            |f| f.releases += 1,
+            |f| {
+                f.loads += 1;
+                if f.loads < 3 {
+                    Err(short(4))
+                } else {
+                    Ok(4u64)
+                }
+            },
+        );
+        assert_eq!(got.unwrap(), 4);
+        assert_eq!((fake.loads, fake.releases), (3, 2));
+        // The other workers are told to free their scratch between records.
+        assert!(trim.asked());
+    }
+
+    #[test]
+    fn still_short_after_the_pauses_the_error_stands() {
+        let mut fake = Fake::default();
+        let t = std::time::Instant::now();
+        // The caller holds the turn already (a large image): no second lock, no deadlock.
+        let _turn = LARGE_TURN.lock().unwrap_or_else(|p| p.into_inner());
+        let got: Result<u64, _> = retry_short_of_memory(
+            &mut fake,
+            true,
+            |f| f.releases += 1,
+            |f| {
+                f.loads += 1;
+                Err(short(4))
+            },
+        );
+        assert!(
+            matches!(got, Err(LoaderError::OutOfMemory { index: 4, .. })),
+            "{got:?}"
+        );
+        assert_eq!(fake.loads as usize, 1 + MEMORY_RETRY_PAUSES_MS.len());
+        let paused: u64 = MEMORY_RETRY_PAUSES_MS.iter().sum();
+        assert!(t.elapsed() >= std::time::Duration::from_millis(paused));
+    }
+
+    #[test]
+    fn a_bad_record_or_a_success_is_not_tried_again() {
+        let mut fake = Fake::default();
+        let bad: Result<u64, _> = retry_short_of_memory(
+            &mut fake,
+            false,
+            |f| f.releases += 1,
+            |f| {
+                f.loads += 1;
+                Err(LoaderError::UnusableRecord {
+                    index: 2,
+                    reason: "0×0 image".into(),
+                })
+            },
+        );
+        assert!(matches!(bad, Err(LoaderError::UnusableRecord { .. })));
+        let ok = retry_short_of_memory(&mut fake, false, |f| f.releases += 1, |_| Ok(1u8));
+        assert_eq!(ok.unwrap(), 1);
+        assert_eq!((fake.loads, fake.releases), (1, 0));
+    }
+
+    /// Only an allocation no memory could ever hold is the record's fault (its header's
+    /// geometry): it is replaced as a bad record, deterministically.
+    #[test]
+    fn an_impossible_size_is_a_bad_record_and_a_possible_one_is_not() {
+        assert!(matches!(
+            LoaderError::short_of_memory(3, usize::MAX, "its pixels"),
+            LoaderError::UnusableRecord { index: 3, .. }
+        ));
+        let e = LoaderError::short_of_memory(3, 36_000_000, "its pixels");
+        assert!(matches!(e, LoaderError::OutOfMemory { index: 3, .. }));
+        assert_eq!(e.record_index(), Some(3));
+        assert!(e.to_string().contains("not replaced"), "{e}");
+    }
+}

@@ -1,0 +1,97 @@
+"""A record whose memory the process cannot give is not a bad record: the loader does not
+replace it with another sample (which one stood in would depend on what the other threads
+held at that moment, so two runs with the same seed trained on different images), it
+raises `MemoryError` for that batch, and every batch it does give is the one a run with
+enough memory gives.
+
+Regression: the failed allocation was an "unusable record", replaced and counted in
+`bad_records`; under `ulimit -v` runs with one seed gave three different epochs.
+
+The child process sets an address-space limit (`RLIMIT_AS`) 16 MiB above what it has
+mapped once its loader is built, below the 54 MB the 5000x3600 record decodes to."""
+
+import json
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import stoker
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_AS and /proc are Linux's")
+
+BIG = 4
+
+
+def _bmp(a):
+    """An uncompressed 24-bit BMP of the RGB array `a` (stoker encodes it to JPEG)."""
+    h, w, _ = a.shape
+    row = (w * 3 + 3) & ~3
+    px = np.zeros((h, row), np.uint8)
+    px[:, : w * 3] = a[::-1, :, ::-1].reshape(h, w * 3)
+    data = px.tobytes()
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, len(data), 2835, 2835, 0, 0)
+    return b"BM" + struct.pack("<IHHI", 54 + len(data), 0, 0, 54) + info + data
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("short") / "ds"
+    with stoker.Writer(out, classes=["a", "b"]) as w:
+        for i in range(9):
+            h, wd = (3600, 5000) if i == BIG else (48, 64)
+            y = np.arange(h, dtype=np.uint16)[:, None]
+            x = np.arange(wd, dtype=np.uint16)[None, :]
+            a = np.stack([(x + i) % 256 + 0 * y, (y * 3) % 256 + 0 * x, (x + y) % 256], -1)
+            w.write(_bmp(a.astype(np.uint8)), i % 2, f"{i}.bmp")
+    return out
+
+
+_CHILD = r'''
+import hashlib, json, resource, sys
+import numpy as np, stoker
+
+loader = stoker.Loader(sys.argv[1], 3, shuffle=False, crop="center", size=32, workers=1,
+                       dtype="uint8", device="cpu")
+if sys.argv[2] == "limited":
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+    limit = kib * 1024 + (16 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+batches, error = [], None
+try:
+    for b in loader:
+        pixels = hashlib.sha256(np.from_dlpack(b[0]).tobytes()).hexdigest()
+        batches.append([list(b.indices), list(b.labels), pixels])
+except MemoryError as e:
+    error = str(e)
+with open("/proc/self/status") as f:
+    peak = next(int(line.split()[1]) for line in f if line.startswith("VmPeak:"))
+print(json.dumps({"batches": batches, "error": error, "bad": loader.stats()["bad_records"],
+                  "limit": resource.getrlimit(resource.RLIMIT_AS)[0], "peak": peak * 1024}))
+'''
+
+
+def _run(dataset, mode):
+    run = subprocess.run([sys.executable, "-c", _CHILD, str(dataset), mode],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def test_memory_the_process_cannot_give_fails_the_batch_and_replaces_nothing(dataset):
+    free = _run(dataset, "free")
+    assert free["error"] is None and free["bad"] == 0
+    assert [b[0] for b in free["batches"]] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+    limited = _run(dataset, "limited")
+    # The batch holding the large record fails, naming it and why; nothing stood in for it.
+    assert limited["error"] is not None, limited
+    assert limited["error"].startswith(f"record {BIG}: the "), limited["error"]
+    assert "cannot be allocated" in limited["error"] and "not replaced" in limited["error"]
+    assert limited["bad"] == 0
+    # What came before it is what a run with enough memory gives.
+    assert limited["batches"] == free["batches"][: len(limited["batches"])]
+    assert len(limited["batches"]) == 1
