@@ -519,10 +519,10 @@ impl LoaderBuilder {
     }
 
     /// Continue from a saved [`Loader::state`]: the first call to [`Loader::epoch`] with
-    /// `state.epoch` skips the `state.position` batches already consumed. Until then, an
-    /// epoch other than `state.epoch` (or the next one, for a state saved at its epoch's
-    /// end) fails with [`LoaderError::ResumeEpoch`]: start the training loop at
-    /// `state.epoch`.
+    /// `state.epoch` skips the `state.position` batches already consumed; the epoch after
+    /// it starts from its first batch (as after a loop that left `state.epoch` early).
+    /// Until then, any other epoch fails with [`LoaderError::ResumeEpoch`]: start the
+    /// training loop at `state.epoch`.
     pub fn resume(mut self, state: LoaderState) -> Self {
         self.resume = Some(state);
         self

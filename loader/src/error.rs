@@ -102,8 +102,8 @@ pub enum LoaderError {
         got: String,
     },
     /// [`crate::Loader::epoch`] was asked for another epoch than the one a resumed
-    /// state continues ([`crate::Loader::load_state`], [`crate::LoaderBuilder::resume`]);
-    /// the state stays pending.
+    /// state continues ([`crate::Loader::load_state`], [`crate::LoaderBuilder::resume`])
+    /// or the one after it; the state stays pending.
     #[error("the resumed state continues epoch {saved} at batch {position}, but epoch {requested} was asked: start the loop at epoch {saved} (`Loader::state().epoch`; Python: iterate the loader, or set_epoch({saved})), or build the loader without the state to start afresh")]
     ResumeEpoch {
         /// The epoch of the pending state.

@@ -307,7 +307,12 @@ pub(crate) fn check_resume(
 
 /// The first batch of `epoch` given the state pending from [`crate::Loader::load_state`] or
 /// [`crate::LoaderBuilder::resume`]: its position for its own epoch, 0 for the epoch after
-/// a state saved at its epoch's end, 0 with no state.
+/// it, 0 with no state.
+///
+/// The epoch after a state saved before its epoch's end starts from its first batch, as it
+/// did in the loader that saved the state when its loop left the epoch early (a fixed
+/// number of steps per epoch, Lightning's `limit_train_batches`); it is logged, as the
+/// same call also comes from a loop that miscounts its epochs.
 ///
 /// # Errors
 ///
@@ -322,9 +327,17 @@ pub(crate) fn resume_start(
     match pending {
         None => Ok(0),
         Some(state) if state.epoch == epoch => Ok(state.position),
-        Some(state)
-            if state.position >= num_batches && state.epoch.checked_add(1) == Some(epoch) =>
-        {
+        Some(state) if state.epoch.checked_add(1) == Some(epoch) => {
+            if state.position < num_batches {
+                tracing::warn!(
+                    "the resumed state stopped epoch {} at batch {} of {num_batches}; epoch \
+                     {epoch} was asked, so the rest of epoch {} is skipped (as after a loop \
+                     that left it early) and epoch {epoch} starts at its first batch",
+                    state.epoch,
+                    state.position,
+                    state.epoch
+                );
+            }
             Ok(0)
         }
         Some(state) => Err(LoaderError::ResumeEpoch {

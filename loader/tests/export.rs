@@ -202,6 +202,33 @@ fn a_loop_that_starts_at_another_epoch_than_the_resumed_one_is_told_so() {
     assert!(loader.epoch(4).next().unwrap().is_err());
 }
 
+/// A loop that leaves each epoch early (a fixed number of steps per epoch, Lightning's
+/// `limit_train_batches`) saves a state inside the epoch at its end. The loader that saved
+/// it goes on with the next epoch from its first batch when asked; a loader resumed from
+/// that state does the same, batch for batch (it refused before), and asking for the
+/// saved epoch still continues it.
+#[test]
+fn a_state_saved_after_an_epoch_left_early_resumes_into_the_next_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let steps = 2;
+    let run = small(&ds).build().unwrap();
+    let mut states = Vec::new();
+    let mut seen = Vec::new();
+    for epoch in 0..3 {
+        seen.push(summary(run.epoch(epoch).take(steps)));
+        states.push(run.state());
+    }
+    assert_eq!((states[1].epoch, states[1].position), (1, steps as u64));
+    let resumed = small(&ds).resume(states[1]).build().unwrap();
+    assert_eq!(summary(resumed.epoch(2).take(steps)), seen[2]);
+    assert_eq!(resumed.state(), states[2]);
+    // The saved epoch itself continues where it stopped.
+    let full = summary(small(&ds).build().unwrap().epoch(1));
+    let resumed = small(&ds).resume(states[1]).build().unwrap();
+    assert_eq!(summary(resumed.epoch(1)), full[steps..]);
+}
+
 #[test]
 fn load_state_on_a_running_loader_resumes_exactly() {
     let dir = tempfile::tempdir().unwrap();

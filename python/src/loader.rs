@@ -369,11 +369,10 @@ impl Loader {
     /// Where the loader stands: ``{"seed", "epoch", "position"}`` (batches of
     /// ``epoch`` already handed out; after a loop left early this still points into that
     /// epoch, which ``load_state_dict`` continues, while this loader's own next ``for``
-    /// starts the next epoch), with the ``"batch_size"``, ``"world_size"``,
-    /// ``"samples"`` (the dataset's length, or the number of ``indices``), ``"indices"``
-    /// (``"all"``, or a fingerprint of the ``indices`` list), ``"drop_last"``,
-    /// ``"drop_partial_batch"``,
-    /// ``"order"`` (``"global"``,
+    /// starts the next epoch, as a resumed one does after ``set_epoch(epoch + 1)``), with
+    /// the ``"batch_size"``, ``"world_size"``, ``"samples"`` (the dataset's length, or the
+    /// number of ``indices``), ``"indices"`` (``"all"``, or a fingerprint of the
+    /// ``indices`` list), ``"drop_last"``, ``"drop_partial_batch"``, ``"order"`` (``"global"``,
     /// ``"sequential"`` or ``"quasi:BLOCK"``) and ``"dataset"`` (a fingerprint of the
     /// dataset's manifest: its shards' digests, not its path, so a re-sharded conversion
     /// of the same images is another dataset) that give ``position`` its meaning, and
@@ -400,7 +399,9 @@ impl Loader {
     }
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
-    /// first batch not yet handed out. Raises ``ValueError`` for a state of another
+    /// first batch not yet handed out; ``set_epoch`` of the epoch after it starts that one
+    /// instead, as the loader that saved the state did after a loop left early (a warning
+    /// says what was skipped), and another epoch first raises ``ValueError``. Raises ``ValueError`` for a state of another
     /// seed, batch size, number of ranks, dataset, ``indices``, ``drop_last``,
     /// ``drop_partial_batch`` or order (where the state gives them), or past the end of the
     /// epoch, or a negative number, and ``TypeError`` for a number that is not an int (a

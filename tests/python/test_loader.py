@@ -179,6 +179,40 @@ def test_bfloat16_batches_are_the_float32_batches_rounded(sample_dataset):
     images = x = None
 
 
+def test_a_checkpoint_of_an_epoch_left_early_resumes_with_the_next_epoch(sample_dataset, caplog):
+    # A fixed number of steps per epoch (Lightning's limit_train_batches): each epoch's
+    # loop breaks early and the end-of-epoch checkpoint holds a state inside that epoch.
+    # Resumed, the next set_epoch goes on as the uninterrupted run did (it was refused).
+    steps = 2
+
+    def train(loader, epochs):
+        seen, states = [], []
+        for epoch in epochs:
+            loader.set_epoch(epoch)
+            got = []
+            for i, batch in enumerate(loader):
+                got.append(python_batches([batch])[0])
+                if i + 1 == steps:
+                    break
+            seen.append(got)
+            states.append(loader.state_dict())
+        return seen, states
+
+    seen, states = train(python_loader(sample_dataset, seed=3), range(3))
+    assert (states[1]["epoch"], states[1]["position"]) == (1, steps)
+    resumed = python_loader(sample_dataset, seed=3)
+    resumed.load_state_dict(states[1])
+    with caplog.at_level("WARNING", logger="stoker"):
+        again, after = train(resumed, [2])
+    assert again == seen[2:] and after == states[2:]
+    assert "stopped epoch 1 at batch 2 of 4" in caplog.text
+    # Without set_epoch, the saved epoch continues where it stopped.
+    full = python_batches(python_loader(sample_dataset, seed=3).epoch(1))
+    resumed = python_loader(sample_dataset, seed=3)
+    resumed.load_state_dict(states[1])
+    assert python_batches(resumed) == full[steps:]
+
+
 def test_numpy_asarray_gives_the_pixels_not_an_object_array(sample_dataset):
     # It made a 0-d object array before: code that went on with it failed far away.
     loader = python_loader(sample_dataset)
