@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Flags: `--images DIR`, `--batch N`, `--size PX`, `--workers N`, `--prefetch N`,
-//! `--epochs N` (timed, after one warm-up epoch), `--output f32|f16|u8`, `--eval` (center
+//! `--epochs N` (timed, after one warm-up epoch), `--output f32|f16|bf16|u8`, `--eval` (center
 //! crop instead of random resized crop + flip).
 
 use std::path::PathBuf;

@@ -3,11 +3,14 @@
 
 use half::{bf16, f16};
 
-/// Per-channel lookup tables `(v / 255 − mean) / std` for `v` in `0..=255`: normalization
-/// becomes one load per byte.
+/// Per-channel lookup tables `(v / 255 − mean) / std` for `v` in `0..=255`, in each float
+/// type a batch may hold: normalization and the conversion to the output type become one
+/// load per byte (a half or bfloat16 conversion per value cost as much as the load).
 #[derive(Clone)]
 pub(crate) struct Normalizer {
     lut: [[f32; 256]; 3],
+    lut_f16: [[f16; 256]; 3],
+    lut_bf16: [[bf16; 256]; 3],
 }
 
 impl Normalizer {
@@ -18,7 +21,11 @@ impl Normalizer {
                 *slot = (v as f32 / 255.0 - mean[c]) / std[c];
             }
         }
-        Normalizer { lut }
+        Normalizer {
+            lut_f16: lut.map(|t| t.map(f16::from_f32)),
+            lut_bf16: lut.map(|t| t.map(bf16::from_f32)),
+            lut,
+        }
     }
 }
 
@@ -41,23 +48,17 @@ pub(crate) fn write_u8_hwc(src: &[u8], size: usize, flip: bool, dst: &mut [u8]) 
     }
 }
 
-/// RGB HWC u8 → normalized CHW of any float type via `convert` (`dst`: `3 · size²` values).
+/// RGB HWC u8 → normalized CHW of any float type through its tables `lut` (`dst`: `3 ·
+/// size²` values).
 ///
 /// Row by row over zipped slices (the pixels of a source row, reversed when flipped, and
 /// the three planes' rows), so the loop carries no bounds checks.
 #[inline]
-fn write_chw<T: Copy>(
-    src: &[u8],
-    size: usize,
-    flip: bool,
-    norm: &Normalizer,
-    dst: &mut [T],
-    convert: impl Fn(f32) -> T,
-) {
+fn write_chw<T: Copy>(src: &[u8], size: usize, flip: bool, lut: &[[T; 256]; 3], dst: &mut [T]) {
     let plane = size * size;
     let (r, rest) = dst.split_at_mut(plane);
     let (g, b) = rest.split_at_mut(plane);
-    let [lut_r, lut_g, lut_b] = &norm.lut;
+    let [lut_r, lut_g, lut_b] = lut;
     let rows = src
         .chunks_exact(size * 3)
         .zip(r.chunks_exact_mut(size))
@@ -65,9 +66,9 @@ fn write_chw<T: Copy>(
         .zip(b.chunks_exact_mut(size));
     for (((row, r), g), b) in rows {
         let mut put = |(((px, r), g), b): (((&[u8], &mut T), &mut T), &mut T)| {
-            *r = convert(lut_r[usize::from(px[0])]);
-            *g = convert(lut_g[usize::from(px[1])]);
-            *b = convert(lut_b[usize::from(px[2])]);
+            *r = lut_r[usize::from(px[0])];
+            *g = lut_g[usize::from(px[1])];
+            *b = lut_b[usize::from(px[2])];
         };
         let pixels = row.chunks_exact(3);
         if flip {
@@ -78,26 +79,19 @@ fn write_chw<T: Copy>(
     }
 }
 
-/// RGB HWC u8 → normalized HWC of any float type via `convert` (`dst`: `size² · 3`
-/// values), row by row as [`write_chw`].
+/// RGB HWC u8 → normalized HWC of any float type through its tables `lut` (`dst`: `size²
+/// · 3` values), row by row as [`write_chw`].
 #[inline]
-fn write_hwc<T: Copy>(
-    src: &[u8],
-    size: usize,
-    flip: bool,
-    norm: &Normalizer,
-    dst: &mut [T],
-    convert: impl Fn(f32) -> T,
-) {
-    let [lut_r, lut_g, lut_b] = &norm.lut;
+fn write_hwc<T: Copy>(src: &[u8], size: usize, flip: bool, lut: &[[T; 256]; 3], dst: &mut [T]) {
+    let [lut_r, lut_g, lut_b] = lut;
     for (row, out) in src
         .chunks_exact(size * 3)
         .zip(dst.chunks_exact_mut(size * 3))
     {
         let mut put = |(px, o): (&[u8], &mut [T])| {
-            o[0] = convert(lut_r[usize::from(px[0])]);
-            o[1] = convert(lut_g[usize::from(px[1])]);
-            o[2] = convert(lut_b[usize::from(px[2])]);
+            o[0] = lut_r[usize::from(px[0])];
+            o[1] = lut_g[usize::from(px[1])];
+            o[2] = lut_b[usize::from(px[2])];
         };
         let pixels = row.chunks_exact(3);
         if flip {
@@ -117,9 +111,9 @@ pub(crate) fn write_f32(
     dst: &mut [f32],
 ) {
     if planar {
-        write_chw(src, size, flip, norm, dst, |v| v);
+        write_chw(src, size, flip, &norm.lut, dst);
     } else {
-        write_hwc(src, size, flip, norm, dst, |v| v);
+        write_hwc(src, size, flip, &norm.lut, dst);
     }
 }
 
@@ -132,9 +126,9 @@ pub(crate) fn write_f16(
     dst: &mut [f16],
 ) {
     if planar {
-        write_chw(src, size, flip, norm, dst, f16::from_f32);
+        write_chw(src, size, flip, &norm.lut_f16, dst);
     } else {
-        write_hwc(src, size, flip, norm, dst, f16::from_f32);
+        write_hwc(src, size, flip, &norm.lut_f16, dst);
     }
 }
 
@@ -148,9 +142,9 @@ pub(crate) fn write_bf16(
     dst: &mut [bf16],
 ) {
     if planar {
-        write_chw(src, size, flip, norm, dst, bf16::from_f32);
+        write_chw(src, size, flip, &norm.lut_bf16, dst);
     } else {
-        write_hwc(src, size, flip, norm, dst, bf16::from_f32);
+        write_hwc(src, size, flip, &norm.lut_bf16, dst);
     }
 }
 
