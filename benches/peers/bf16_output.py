@@ -21,6 +21,7 @@ import os
 import statistics
 import tempfile
 import time
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -37,7 +38,10 @@ def make_dataset(images, repeat, tmp):
             for p in files:
                 f.write(f"{p},{classes.index(p.split('/')[0])}\n")
     out = os.path.join(tmp, "ds")
-    stoker.convert(images, out, list=listing, progress=False)
+    with warnings.catch_warnings():
+        # Each photo listed `repeat` times on purpose (one record per row): stoker says so.
+        warnings.simplefilter("ignore", UserWarning)
+        stoker.convert(images, out, list=listing, progress=False)
     return out
 
 
