@@ -41,7 +41,7 @@ use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream, Next, Pipeline};
 use crate::pixels::{load_record, still_readable, Dest, Draw, Place};
 use crate::scratch_memory::{large_image_turn, retry_short_of_memory, ScratchTrim};
-use crate::transform::layout::{self, Normalizer};
+use crate::transform::layout::{self, Normalized, Normalizer};
 use crate::transform::resize::CropResizer;
 use crate::transform::{DrawKey, Transform};
 
@@ -597,7 +597,10 @@ impl Worker {
         }
         let s = settings.transform.out_size() as usize;
         let per_image = s * s * 3;
-        let planar = settings.output.is_planar();
+        let (norm, how) = (
+            &self.normalizer,
+            (s, settings.output.is_planar(), params.flip),
+        );
         let out_bytes = match buffer {
             HostBuffer::U8(v) => {
                 layout::write_u8_hwc(
@@ -608,40 +611,28 @@ impl Worker {
                 );
                 per_image
             }
-            HostBuffer::F16(v) => {
-                layout::write_f16(
-                    resized,
-                    (s, planar),
-                    params.flip,
-                    &self.normalizer,
-                    &mut v[slot * per_image..(slot + 1) * per_image],
-                );
-                per_image * 2
-            }
-            HostBuffer::Bf16(v) => {
-                layout::write_bf16(
-                    resized,
-                    (s, planar),
-                    params.flip,
-                    &self.normalizer,
-                    &mut v[slot * per_image..(slot + 1) * per_image],
-                );
-                per_image * 2
-            }
-            HostBuffer::F32(v) => {
-                layout::write_f32(
-                    resized,
-                    (s, planar),
-                    params.flip,
-                    &self.normalizer,
-                    &mut v[slot * per_image..(slot + 1) * per_image],
-                );
-                per_image * 4
-            }
+            HostBuffer::F16(v) => write_slot(norm, resized, how, slot, v),
+            HostBuffer::Bf16(v) => write_slot(norm, resized, how, slot, v),
+            HostBuffer::F32(v) => write_slot(norm, resized, how, slot, v),
         };
         metrics.record(Stage::Transform, 1, out_bytes as u64, t_transform.elapsed());
         Ok(loaded.label)
     }
+}
+
+/// Writes `resized` normalized by `norm` into image `slot` of the batch `buffer`; returns
+/// the bytes written.
+fn write_slot<T: Normalized>(
+    norm: &Normalizer,
+    resized: &[u8],
+    (size, planar, flip): (usize, bool, bool),
+    slot: usize,
+    buffer: &mut [T],
+) -> usize {
+    let per_image = size * size * 3;
+    let dst = &mut buffer[slot * per_image..(slot + 1) * per_image];
+    layout::write_normalized(resized, (size, planar), flip, norm, dst);
+    std::mem::size_of_val(dst)
 }
 
 /// This worker thread's name, for errors.

@@ -112,22 +112,31 @@ mod tests {
         releases: u32,
     }
 
+    /// [`retry_short_of_memory`] over `fake`, whose load number `n` (from 1) gives `outcome(n)`.
+    fn retried(
+        fake: &mut Fake,
+        holds_turn: bool,
+        outcome: impl Fn(u32) -> Result<u64, LoaderError>,
+    ) -> Result<u64, LoaderError> {
+        retry_short_of_memory(
+            fake,
+            holds_turn,
+            |f| f.releases += 1,
+            |f| {
+                f.loads += 1;
+                outcome(f.loads)
+            },
+        )
+    }
+
     #[test]
     fn a_short_moment_is_waited_out_and_the_same_record_comes_back() {
         let mut trim = ScratchTrim::new();
         let mut fake = Fake::default();
-        let got = retry_short_of_memory(
+        let got = retried(
             &mut fake,
             false,
-            |f| f.releases += 1,
-            |f| {
-                f.loads += 1;
-                if f.loads < 3 {
-                    Err(short(4))
-                } else {
-                    Ok(4u64)
-                }
-            },
+            |n| if n < 3 { Err(short(4)) } else { Ok(4) },
         );
         assert_eq!(got.unwrap(), 4);
         assert_eq!((fake.loads, fake.releases), (3, 2));
@@ -141,15 +150,7 @@ mod tests {
         let t = std::time::Instant::now();
         // The caller holds the turn already (a large image): no second lock, no deadlock.
         let _turn = LARGE_TURN.lock().unwrap_or_else(|p| p.into_inner());
-        let got: Result<u64, _> = retry_short_of_memory(
-            &mut fake,
-            true,
-            |f| f.releases += 1,
-            |f| {
-                f.loads += 1;
-                Err(short(4))
-            },
-        );
+        let got = retried(&mut fake, true, |_| Err(short(4)));
         assert!(
             matches!(got, Err(LoaderError::OutOfMemory { index: 4, .. })),
             "{got:?}"
@@ -162,22 +163,15 @@ mod tests {
     #[test]
     fn a_bad_record_or_a_success_is_not_tried_again() {
         let mut fake = Fake::default();
-        let bad: Result<u64, _> = retry_short_of_memory(
-            &mut fake,
-            false,
-            |f| f.releases += 1,
-            |f| {
-                f.loads += 1;
-                Err(LoaderError::UnusableRecord {
-                    index: 2,
-                    reason: "0×0 image".into(),
-                })
-            },
-        );
+        let bad = retried(&mut fake, false, |_| {
+            Err(LoaderError::UnusableRecord {
+                index: 2,
+                reason: "0×0 image".into(),
+            })
+        });
         assert!(matches!(bad, Err(LoaderError::UnusableRecord { .. })));
-        let ok = retry_short_of_memory(&mut fake, false, |f| f.releases += 1, |_| Ok(1u8));
-        assert_eq!(ok.unwrap(), 1);
-        assert_eq!((fake.loads, fake.releases), (1, 0));
+        assert_eq!(retried(&mut fake, false, |_| Ok(1)).unwrap(), 1);
+        assert_eq!((fake.loads, fake.releases), (2, 0));
     }
 
     /// Only an allocation no memory could ever hold is the record's fault (its header's

@@ -12,10 +12,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use common::{bench_dataset, rss_bytes, Broken};
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, CudaView};
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker_loader::{
-    Batch, DType, Device, Images, Loader, LoaderBuilder, LoaderError, Output, Shuffle, Transform,
+    Batch, CudaImages, DType, Device, Images, Loader, LoaderBuilder, LoaderError, Output, Shuffle,
+    Transform,
 };
 
 /// A usable CUDA device 0, or why not (printed by the skipping tests).
@@ -142,20 +143,9 @@ fn host_values(batch: &Batch, ctx: &Arc<CudaContext>) -> Vec<f32> {
                     .into_iter()
                     .map(f32::from)
                     .collect()
-            } else if let Some(v) = d.as_f16_bits() {
-                stream
-                    .clone_dtoh(&v)
-                    .unwrap()
-                    .into_iter()
-                    .map(|b| half::f16::from_bits(b).to_f32())
-                    .collect()
-            } else if let Some(v) = d.as_bf16_bits() {
-                stream
-                    .clone_dtoh(&v)
-                    .unwrap()
-                    .into_iter()
-                    .map(|b| half::bf16::from_bits(b).to_f32())
-                    .collect()
+            } else if let Some((v, to_f32)) = two_byte_values(d) {
+                let bits = stream.clone_dtoh(&v).unwrap();
+                bits.into_iter().map(to_f32).collect()
             } else {
                 stream.clone_dtoh(&d.as_f32().unwrap()).unwrap()
             };
@@ -163,6 +153,18 @@ fn host_values(batch: &Batch, ctx: &Arc<CudaContext>) -> Vec<f32> {
             values
         }
         _ => panic!("unknown images variant"),
+    }
+}
+
+/// How a 2-byte value's bits read as f32.
+type Reading = fn(u16) -> f32;
+
+/// A GPU batch of 2-byte values (f16 or bfloat16) as bit patterns, and their reading.
+fn two_byte_values(d: &CudaImages) -> Option<(CudaView<'_, u16>, Reading)> {
+    match (d.as_f16_bits(), d.as_bf16_bits()) {
+        (Some(v), _) => Some((v, |b| half::f16::from_bits(b).to_f32())),
+        (_, Some(v)) => Some((v, |b| half::bf16::from_bits(b).to_f32())),
+        _ => None,
     }
 }
 

@@ -531,7 +531,13 @@ mod tests {
                     equal += cpu_u8.iter().zip(&gpu_u8).filter(|(a, b)| a == b).count();
 
                     let mut cpu_f32 = vec![0f32; (3 * size * size) as usize];
-                    layout::write_f32(&resized, (size as usize, true), p.flip, &norm, &mut cpu_f32);
+                    layout::write_normalized(
+                        &resized,
+                        (size as usize, true),
+                        p.flip,
+                        &norm,
+                        &mut cpu_f32,
+                    );
                     let gpu_f32 = reference_image_f32(&src, crop, p.flip, &args);
                     // Two u8 levels, normalized by the smallest std, is the tolerance.
                     let tol = 2.0 / 255.0 / 0.224 + 1e-6;

@@ -180,10 +180,34 @@ __device__ __forceinline__ unsigned short stoker_f32_to_bf16(float f) {
     return (unsigned short)(u >> 16);
 }
 
-// grid: (ceil(out_width * out_height / blockDim.x), images), block: (256, 1, 1).
-extern "C" __global__ void stoker_transform_u8(const unsigned char *__restrict__ arena,
-                                               const ImageParams *__restrict__ params,
-                                               TransformArgs a, unsigned char *__restrict__ out) {
+// What each entry point writes for one channel value: the u8 level, or the normalized value
+// in its float type.
+struct StokerToU8 {
+    __device__ static unsigned char of(const TransformArgs &, unsigned int, float v) {
+        return (unsigned char)stoker_level(v);
+    }
+};
+struct StokerToF16 {
+    __device__ static unsigned short of(const TransformArgs &a, unsigned int c, float v) {
+        return stoker_f32_to_f16(stoker_normalize(a, c, v));
+    }
+};
+struct StokerToF32 {
+    __device__ static float of(const TransformArgs &a, unsigned int c, float v) {
+        return stoker_normalize(a, c, v);
+    }
+};
+struct StokerToBf16 {
+    __device__ static unsigned short of(const TransformArgs &a, unsigned int c, float v) {
+        return stoker_f32_to_bf16(stoker_normalize(a, c, v));
+    }
+};
+
+// One output pixel of one image per thread, its three channels written as `To` says.
+template <typename To, typename Out>
+__device__ __forceinline__ void stoker_transform(const unsigned char *__restrict__ arena,
+                                                 const ImageParams *__restrict__ params,
+                                                 const TransformArgs &a, Out *__restrict__ out) {
     unsigned int pix = blockIdx.x * blockDim.x + threadIdx.x;
     if (pix >= a.out_width * a.out_height) return;
     const ImageParams p = params[blockIdx.y];
@@ -191,50 +215,31 @@ extern "C" __global__ void stoker_transform_u8(const unsigned char *__restrict__
     float rgb[3];
     stoker_sample(arena, p, a, ox, oy, rgb);
     for (unsigned int c = 0; c < 3; ++c) {
-        out[stoker_out_offset(a, p.out_index, c, oy, ox)] = (unsigned char)stoker_level(rgb[c]);
+        out[stoker_out_offset(a, p.out_index, c, oy, ox)] = To::of(a, c, rgb[c]);
     }
+}
+
+// grid: (ceil(out_width * out_height / blockDim.x), images), block: (256, 1, 1).
+extern "C" __global__ void stoker_transform_u8(const unsigned char *__restrict__ arena,
+                                               const ImageParams *__restrict__ params,
+                                               TransformArgs a, unsigned char *__restrict__ out) {
+    stoker_transform<StokerToU8>(arena, params, a, out);
 }
 
 extern "C" __global__ void stoker_transform_f16(const unsigned char *__restrict__ arena,
                                                 const ImageParams *__restrict__ params,
                                                 TransformArgs a, unsigned short *__restrict__ out) {
-    unsigned int pix = blockIdx.x * blockDim.x + threadIdx.x;
-    if (pix >= a.out_width * a.out_height) return;
-    const ImageParams p = params[blockIdx.y];
-    unsigned int ox = pix % a.out_width, oy = pix / a.out_width;
-    float rgb[3];
-    stoker_sample(arena, p, a, ox, oy, rgb);
-    for (unsigned int c = 0; c < 3; ++c) {
-        out[stoker_out_offset(a, p.out_index, c, oy, ox)] =
-            stoker_f32_to_f16(stoker_normalize(a, c, rgb[c]));
-    }
+    stoker_transform<StokerToF16>(arena, params, a, out);
 }
 
 extern "C" __global__ void stoker_transform_f32(const unsigned char *__restrict__ arena,
                                                 const ImageParams *__restrict__ params,
                                                 TransformArgs a, float *__restrict__ out) {
-    unsigned int pix = blockIdx.x * blockDim.x + threadIdx.x;
-    if (pix >= a.out_width * a.out_height) return;
-    const ImageParams p = params[blockIdx.y];
-    unsigned int ox = pix % a.out_width, oy = pix / a.out_width;
-    float rgb[3];
-    stoker_sample(arena, p, a, ox, oy, rgb);
-    for (unsigned int c = 0; c < 3; ++c) {
-        out[stoker_out_offset(a, p.out_index, c, oy, ox)] = stoker_normalize(a, c, rgb[c]);
-    }
+    stoker_transform<StokerToF32>(arena, params, a, out);
 }
 
 extern "C" __global__ void stoker_transform_bf16(const unsigned char *__restrict__ arena,
                                                  const ImageParams *__restrict__ params,
                                                  TransformArgs a, unsigned short *__restrict__ out) {
-    unsigned int pix = blockIdx.x * blockDim.x + threadIdx.x;
-    if (pix >= a.out_width * a.out_height) return;
-    const ImageParams p = params[blockIdx.y];
-    unsigned int ox = pix % a.out_width, oy = pix / a.out_width;
-    float rgb[3];
-    stoker_sample(arena, p, a, ox, oy, rgb);
-    for (unsigned int c = 0; c < 3; ++c) {
-        out[stoker_out_offset(a, p.out_index, c, oy, ox)] =
-            stoker_f32_to_bf16(stoker_normalize(a, c, rgb[c]));
-    }
+    stoker_transform<StokerToBf16>(arena, params, a, out);
 }

@@ -102,49 +102,44 @@ fn write_hwc<T: Copy>(src: &[u8], size: usize, flip: bool, lut: &[[T; 256]; 3], 
     }
 }
 
-/// RGB HWC u8 → normalized f32, planar (CHW) or interleaved (HWC) as `(size, planar)` says.
-pub(crate) fn write_f32(
-    src: &[u8],
-    (size, planar): (usize, bool),
-    flip: bool,
-    norm: &Normalizer,
-    dst: &mut [f32],
-) {
-    if planar {
-        write_chw(src, size, flip, &norm.lut, dst);
-    } else {
-        write_hwc(src, size, flip, &norm.lut, dst);
+/// The float types a batch may hold, each with its tables in a [`Normalizer`].
+pub(crate) trait Normalized: Copy {
+    /// This type's tables in `norm`.
+    fn lut(norm: &Normalizer) -> &[[Self; 256]; 3];
+}
+
+impl Normalized for f32 {
+    fn lut(norm: &Normalizer) -> &[[f32; 256]; 3] {
+        &norm.lut
     }
 }
 
-/// RGB HWC u8 → normalized f16, as [`write_f32`].
-pub(crate) fn write_f16(
-    src: &[u8],
-    (size, planar): (usize, bool),
-    flip: bool,
-    norm: &Normalizer,
-    dst: &mut [f16],
-) {
-    if planar {
-        write_chw(src, size, flip, &norm.lut_f16, dst);
-    } else {
-        write_hwc(src, size, flip, &norm.lut_f16, dst);
+impl Normalized for f16 {
+    fn lut(norm: &Normalizer) -> &[[f16; 256]; 3] {
+        &norm.lut_f16
     }
 }
 
-/// RGB HWC u8 → normalized bfloat16, as [`write_f32`] (rounded to nearest even, as
-/// PyTorch's `.to(torch.bfloat16)` rounds).
-pub(crate) fn write_bf16(
+/// bfloat16 rounded to nearest even, as PyTorch's `.to(torch.bfloat16)` rounds.
+impl Normalized for bf16 {
+    fn lut(norm: &Normalizer) -> &[[bf16; 256]; 3] {
+        &norm.lut_bf16
+    }
+}
+
+/// RGB HWC u8 → normalized values of `T`, planar (CHW) or interleaved (HWC) as `(size,
+/// planar)` says.
+pub(crate) fn write_normalized<T: Normalized>(
     src: &[u8],
     (size, planar): (usize, bool),
     flip: bool,
     norm: &Normalizer,
-    dst: &mut [bf16],
+    dst: &mut [T],
 ) {
     if planar {
-        write_chw(src, size, flip, &norm.lut_bf16, dst);
+        write_chw(src, size, flip, T::lut(norm), dst);
     } else {
-        write_hwc(src, size, flip, &norm.lut_bf16, dst);
+        write_hwc(src, size, flip, T::lut(norm), dst);
     }
 }
 
@@ -178,7 +173,7 @@ mod tests {
     fn f32_is_planar_and_normalized() {
         let norm = Normalizer::new([0.5, 0.0, 0.0], [0.5, 1.0, 2.0]);
         let mut dst = vec![0f32; 12];
-        write_f32(&img(), (2, true), false, &norm, &mut dst);
+        write_normalized(&img(), (2, true), false, &norm, &mut dst);
         // R plane, pixel (1, 0) = 10 → (10/255 − 0.5)/0.5
         assert!((dst[1] - (10.0 / 255.0 - 0.5) / 0.5).abs() < 1e-6);
         // G plane starts at 4: pixel (0, 0) = 100 → 100/255
@@ -186,10 +181,10 @@ mod tests {
         // B plane, pixel (0, 1) = 201 → 201/255/2
         assert!((dst[8 + 2] - 201.0 / 255.0 / 2.0).abs() < 1e-6);
         let mut flipped = vec![0f32; 12];
-        write_f32(&img(), (2, true), true, &norm, &mut flipped);
+        write_normalized(&img(), (2, true), true, &norm, &mut flipped);
         assert_eq!(flipped[0], dst[1]);
         let mut h = vec![f16::ZERO; 12];
-        write_f16(&img(), (2, true), false, &norm, &mut h);
+        write_normalized(&img(), (2, true), false, &norm, &mut h);
         for (a, b) in h.iter().zip(&dst) {
             assert!((a.to_f32() - b).abs() < 2e-3);
         }
@@ -201,8 +196,8 @@ mod tests {
         for flip in [false, true] {
             let mut chw = vec![0f32; 12];
             let mut hwc = vec![0f32; 12];
-            write_f32(&img(), (2, true), flip, &norm, &mut chw);
-            write_f32(&img(), (2, false), flip, &norm, &mut hwc);
+            write_normalized(&img(), (2, true), flip, &norm, &mut chw);
+            write_normalized(&img(), (2, false), flip, &norm, &mut hwc);
             for p in 0..4 {
                 for c in 0..3 {
                     assert_eq!(
@@ -213,14 +208,14 @@ mod tests {
                 }
             }
             let mut h = vec![f16::ZERO; 12];
-            write_f16(&img(), (2, false), flip, &norm, &mut h);
+            write_normalized(&img(), (2, false), flip, &norm, &mut h);
             for (a, b) in h.iter().zip(&hwc) {
                 assert_eq!(*a, f16::from_f32(*b));
             }
             // bfloat16 in both layouts: the f32 values, each rounded to nearest even.
             for (planar, f32s) in [(true, &chw), (false, &hwc)] {
                 let mut b = vec![bf16::ZERO; 12];
-                write_bf16(&img(), (2, planar), flip, &norm, &mut b);
+                write_normalized(&img(), (2, planar), flip, &norm, &mut b);
                 for (a, v) in b.iter().zip(f32s.iter()) {
                     assert_eq!(*a, bf16::from_f32(*v), "flip {flip}, planar {planar}");
                     assert!((a.to_f32() - v).abs() <= v.abs() / 256.0);
@@ -229,7 +224,7 @@ mod tests {
         }
         // Column order: flipped pixel (0, 0) is the source's (1, 0) = (10, 101, 200).
         let mut hwc = vec![0f32; 12];
-        write_f32(&img(), (2, false), true, &norm, &mut hwc);
+        write_normalized(&img(), (2, false), true, &norm, &mut hwc);
         assert_eq!(hwc[0], (10.0 / 255.0 - 0.485) / 0.229);
     }
 }
