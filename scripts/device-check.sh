@@ -22,7 +22,9 @@
 # 60 s; part 60, the blocking waits, about 60 s):
 #   PARTS="[15]*" PART_TIMEOUT=300 DECODE_SECONDS=2 BENCH_SECONDS=2 bash scripts/device-check.sh
 # then, at once while the machine is warm (not yet run on this code: the loader's GPU
-# tests and runs, the Python package's GPU rows with a real ResNet-50 fed on mixed data):
+# tests and runs, the Python package's GPU rows with a real ResNet-50 fed on mixed data, and
+# the bfloat16 kernel: kernel_matches_its_reference_on_the_gpu, gpu.rs's CPU/GPU comparisons
+# of both bfloat16 layouts, python_bf16_gpu):
 #   PARTS="[24]0-[lp]*" QUICK=1 PART_TIMEOUT=300 bash scripts/device-check.sh
 # Parts 30, 35 and 40-node-share (bench, cold epochs, node share) need a session of their own.
 set -uo pipefail
