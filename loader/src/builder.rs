@@ -519,8 +519,9 @@ impl LoaderBuilder {
     }
 
     /// Continue from a saved [`Loader::state`]: the first call to [`Loader::epoch`] with
-    /// `state.epoch` skips the `state.position` batches already consumed; the epoch after
-    /// it starts from its first batch (as after a loop that left `state.epoch` early).
+    /// `state.epoch` skips the `state.position` batches already consumed; for a state past
+    /// its epoch's first batch, the epoch after it starts from its first batch (as after
+    /// a loop that left `state.epoch` early).
     /// Until then, any other epoch fails with [`LoaderError::ResumeEpoch`]: start the
     /// training loop at `state.epoch`.
     pub fn resume(mut self, state: LoaderState) -> Self {
@@ -626,13 +627,19 @@ impl LoaderBuilder {
         }
         config.transform.validate()?;
         let largest = config.transform.largest_normalized();
-        if config.output.dtype() == DType::F16 && largest > half::f16::MAX.to_f32() {
-            // Past 65504 a half is inf: the batch would hold infinities, not an error.
+        let range = match config.output.dtype() {
+            DType::F16 => Some(half::f16::MAX.to_f32()),
+            DType::Bf16 => Some(half::bf16::MAX.to_f32()),
+            _ => None,
+        };
+        if let Some(range) = range.filter(|&r| largest > r) {
+            // Past its largest finite value a half (or bfloat16) is inf: the batch would
+            // hold infinities, not an error.
             return invalid(
                 "transform",
                 &format!(
                     "normalize mean / std maps pixels to {largest}, past the {:?} range \
-                     (65504); widen std or use a float32 output",
+                     ({range}); widen std or use a float32 output",
                     config.output
                 ),
             );

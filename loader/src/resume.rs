@@ -309,8 +309,8 @@ pub(crate) fn check_resume(
 /// [`crate::LoaderBuilder::resume`]: its position for its own epoch, 0 for the epoch after
 /// it, 0 with no state.
 ///
-/// The epoch after a state saved before its epoch's end starts from its first batch, as it
-/// did in the loader that saved the state when its loop left the epoch early (a fixed
+/// The epoch after a state saved inside its epoch (not at its first batch) starts from its
+/// first batch, as it did in the loader that saved the state when its loop left the epoch early (a fixed
 /// number of steps per epoch, Lightning's `limit_train_batches`); it is logged, as the
 /// same call also comes from a loop that miscounts its epochs.
 ///
@@ -327,7 +327,12 @@ pub(crate) fn resume_start(
     match pending {
         None => Ok(0),
         Some(state) if state.epoch == epoch => Ok(state.position),
-        Some(state) if state.epoch.checked_add(1) == Some(epoch) => {
+        // Not from a state at its epoch's first batch: nothing of that epoch was trained,
+        // and the loop asking for the next one is more likely off by one.
+        Some(state)
+            if state.epoch.checked_add(1) == Some(epoch)
+                && (state.position > 0 || num_batches == 0) =>
+        {
             if state.position < num_batches {
                 tracing::warn!(
                     "the resumed state stopped epoch {} at batch {} of {num_batches}; epoch \

@@ -81,6 +81,25 @@ fn normalize_std_so_small_that_pixels_overflow_is_refused_not_infinite_batches()
         "{:?}",
         half.err()
     );
+    // bfloat16 holds f32's exponent but a smaller largest value (about 3.39e38).
+    let near_max = Transform::center_crop(8, 8).normalize([0.0; 3], [2.94e-39; 3]);
+    let bf16 = small(ds.clone())
+        .transform(near_max)
+        .output(Output::Bf16Nchw)
+        .build();
+    assert!(
+        matches!(&bf16, Err(LoaderError::InvalidConfig { field: "transform", reason }) if reason.contains("Bf16Nchw")),
+        "{:?}",
+        bf16.err()
+    );
+    let bf16 = small(ds.clone()).transform(t).output(Output::Bf16Nchw);
+    let batch = bf16.build().unwrap().epoch(0).next().unwrap().unwrap();
+    assert!(batch
+        .images
+        .as_bf16()
+        .unwrap()
+        .iter()
+        .all(|v| v.is_finite()));
     let full = small(ds).transform(t).build().unwrap();
     let batch = full.epoch(0).next().unwrap().unwrap();
     assert!(batch.images.as_f32().unwrap().iter().all(|v| v.is_finite()));

@@ -223,6 +223,18 @@ fn a_state_saved_after_an_epoch_left_early_resumes_into_the_next_epoch() {
     let resumed = small(&ds).resume(states[1]).build().unwrap();
     assert_eq!(summary(resumed.epoch(2).take(steps)), seen[2]);
     assert_eq!(resumed.state(), states[2]);
+    // A state at its epoch's first batch (a loop that finished the epoch before) trained
+    // nothing of it: asking for the next one is more likely off by one, and refused.
+    let start = LoaderState {
+        position: 0,
+        ..states[1]
+    };
+    let resumed = small(&ds).resume(start).build().unwrap();
+    let first = resumed.epoch(2).next().expect("an error");
+    assert!(
+        matches!(first, Err(LoaderError::ResumeEpoch { saved: 1, .. })),
+        "{first:?}"
+    );
     // The saved epoch itself continues where it stopped.
     let full = summary(small(&ds).build().unwrap().epoch(1));
     let resumed = small(&ds).resume(states[1]).build().unwrap();

@@ -399,9 +399,10 @@ impl Loader {
     }
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
-    /// first batch not yet handed out; ``set_epoch`` of the epoch after it starts that one
-    /// instead, as the loader that saved the state did after a loop left early (a warning
-    /// says what was skipped), and another epoch first raises ``ValueError``. Raises ``ValueError`` for a state of another
+    /// first batch not yet handed out; for a state inside its epoch (past its first batch),
+    /// ``set_epoch`` of the epoch after it starts that one instead, as the loader that saved
+    /// the state did after a loop left early (a warning says what was skipped); another
+    /// epoch first raises ``ValueError``. Raises ``ValueError`` for a state of another
     /// seed, batch size, number of ranks, dataset, ``indices``, ``drop_last``,
     /// ``drop_partial_batch`` or order (where the state gives them), or past the end of the
     /// epoch, or a negative number, and ``TypeError`` for a number that is not an int (a

@@ -48,9 +48,9 @@ impl Loader {
     /// [`crate::LoaderBuilder::resume`] does at build time, for a loader that already runs, as
     /// torch's `load_state_dict`): the next [`Loader::epoch`] call for `state.epoch`
     /// skips the `state.position` batches already consumed, and [`Loader::state`]
-    /// reports `state` until then; a call for the epoch after it starts that epoch from
-    /// its first batch, as the loader that saved the state did after a loop left its
-    /// epoch early (logged as a warning when batches of `state.epoch` were left); a call
+    /// reports `state` until then; for a state past its epoch's first batch, a call for
+    /// the epoch after it starts that epoch from its first batch, as the loader that saved
+    /// the state did after a loop left its epoch early (logged as a warning when batches of `state.epoch` were left); a call
     /// for another epoch fails with [`LoaderError::ResumeEpoch`] and leaves the state
     /// pending.
     ///
