@@ -359,7 +359,7 @@ impl CpuDecoder {
                 zune_decode(data, info, &self.limits, out, region)
             }) {
                 Ok(()) => return Ok(Route::CpuZune),
-                Err(ZuneFailure::Damaged(e)) => return Err(e),
+                Err(ZuneFailure::Final(e)) => return Err(e),
                 Err(ZuneFailure::Retry(e)) => {
                     tracing::debug!("zune-jpeg failed ({e}); retrying with jpeg-decoder");
                 }
@@ -416,11 +416,11 @@ fn guarded<E: From<DecodeError>>(
 enum ZuneFailure {
     /// An error jpeg-decoder may not share: it gets the file.
     Retry(DecodeError),
-    /// The entropy-coded data ran out before the last MCU (a cut-off file,
-    /// with or without an end-of-image marker appended, or one cut short by a
-    /// marker): jpeg-decoder would fill the rest with zero bits too, silently
-    /// after a marker, so this is the answer.
-    Damaged(DecodeError),
+    /// The answer, not retried: the entropy-coded data ran out before the last MCU (a
+    /// cut-off file, with or without an end-of-image marker appended, or one cut short
+    /// by a marker), which jpeg-decoder would fill with zero bits too, silently after a
+    /// marker; or memory zune-jpeg could not have, where jpeg-decoder would abort.
+    Final(DecodeError),
 }
 
 impl From<DecodeError> for ZuneFailure {
@@ -494,6 +494,12 @@ fn zune_decode(
     dec.stoker_use_scratch(progressive_scratch::take());
     let decoded = dec.decode_into(if gray { &mut out[..px] } else { out });
     progressive_scratch::give(dec.stoker_take_scratch());
+    use stoker_zune_jpeg::errors::{DecodeErrors::FormatStatic, STOKER_NO_MEMORY};
+    if matches!(&decoded, Err(FormatStatic(m)) if *m == STOKER_NO_MEMORY) {
+        let bytes = info.pixels() * 6; // an i16 a sample, 3 components (4:4:4 at most)
+        let what = "its progressive coefficients (estimated)";
+        return Err(ZuneFailure::Final(DecodeError::OutOfMemory { what, bytes }));
+    }
     decoded.map_err(corrupt)?;
     // zune-jpeg recovers from bad data by filling the rest of the image (gray
     // for baseline, zero coefficients for progressive, or zero bits decoded
@@ -508,7 +514,7 @@ fn zune_decode(
             message: format!("recovered from bad data by filling the rest: {}", r.error),
         };
         return Err(if r.data_ran_out {
-            ZuneFailure::Damaged(e)
+            ZuneFailure::Final(e)
         } else {
             ZuneFailure::Retry(e)
         });

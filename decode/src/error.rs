@@ -89,6 +89,15 @@ pub enum DecodeError {
         /// The backend's message.
         message: String,
     },
+    /// Memory the decoder needed could not be allocated (this process is out of memory or
+    /// at its limit): not the file's fault, and not a bad input.
+    #[error("the {bytes} bytes of {what} cannot be allocated")]
+    OutOfMemory {
+        /// What the memory was for.
+        what: &'static str,
+        /// How much (an estimate where the decoder does not say).
+        bytes: u64,
+    },
     /// A third-party decoder panicked; the panic was caught and the image failed alone.
     #[error("decoder {decoder} panicked: {message}")]
     Panicked {

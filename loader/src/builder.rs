@@ -626,24 +626,7 @@ impl LoaderBuilder {
             );
         }
         config.transform.validate()?;
-        let largest = config.transform.largest_normalized();
-        let range = match config.output.dtype() {
-            DType::F16 => Some(half::f16::MAX.to_f32()),
-            DType::Bf16 => Some(half::bf16::MAX.to_f32()),
-            _ => None,
-        };
-        if let Some(range) = range.filter(|&r| largest > r) {
-            // Past its largest finite value a half (or bfloat16) is inf: the batch would
-            // hold infinities, not an error.
-            return invalid(
-                "transform",
-                &format!(
-                    "normalize mean / std maps pixels to {largest}, past the {:?} range \
-                     ({range}); widen std or use a float32 output",
-                    config.output
-                ),
-            );
-        }
+        check_output_range(&config)?;
         let sampler = Sampler::new(
             config.dataset.len(),
             config.shuffle,
@@ -681,6 +664,29 @@ impl LoaderBuilder {
         }
         Ok(loader)
     }
+}
+
+/// Refuses a normalization that maps pixels past the largest finite value of a 2-byte
+/// output (a half's 65504, bfloat16's ~3.39e38): the batch would hold infinities, not an
+/// error.
+fn check_output_range(config: &LoaderConfig) -> Result<(), LoaderError> {
+    let largest = config.transform.largest_normalized();
+    let range = match config.output.dtype() {
+        DType::F16 => half::f16::MAX.to_f32(),
+        DType::Bf16 => half::bf16::MAX.to_f32(),
+        _ => return Ok(()),
+    };
+    if largest <= range {
+        return Ok(());
+    }
+    Err(LoaderError::InvalidConfig {
+        field: "transform",
+        reason: format!(
+            "normalize mean / std maps pixels to {largest}, past the {:?} range ({range}); \
+             widen std or use a float32 output",
+            config.output
+        ),
+    })
 }
 
 /// The configuration the backends size their buffers from: `batch_size` no larger than the

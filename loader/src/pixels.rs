@@ -304,7 +304,13 @@ pub(crate) fn cpu_decode_counted(
         Some(region) => decoder.decode_region_into_routed(payload, out, region),
         None => decoder.decode_into_routed(payload, out),
     }
-    .map_err(|source| LoaderError::Decode { index, source })?;
+    .map_err(|source| match source {
+        // Not the record's fault: retried, and never replaced (`scratch_memory`).
+        stoker_decode::DecodeError::OutOfMemory { what, bytes } => {
+            LoaderError::short_of_memory(index, usize::try_from(bytes).unwrap_or(usize::MAX), what)
+        }
+        source => LoaderError::Decode { index, source },
+    })?;
     metrics.count_route(route.name());
     metrics.record(Stage::Decode, 1, payload.len() as u64, started.elapsed());
     Ok(info)

@@ -11,6 +11,7 @@ The child process sets an address-space limit (`RLIMIT_AS`) 16 MiB above what it
 mapped once its loader is built, below the 54 MB the 5000x3600 record decodes to."""
 
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -95,3 +96,38 @@ def test_memory_the_process_cannot_give_fails_the_batch_and_replaces_nothing(dat
     # What came before it is what a run with enough memory gives.
     assert limited["batches"] == free["batches"][: len(limited["batches"])]
     assert len(limited["batches"]) == 1
+
+
+_PROGRESSIVE_CHILD = r'''
+import resource, sys
+import stoker
+
+loader = stoker.Loader(sys.argv[1], 1, shuffle=False, crop="center", size=32, workers=1,
+                       dtype="uint8", device="cpu", prefetch=1, prefetch_next_epoch=False)
+with open("/proc/self/status") as f:
+    kib = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, ((kib + int(sys.argv[2])) * 1024, resource.RLIM_INFINITY))
+try:
+    print("batches", sum(1 for _ in loader))
+except MemoryError as e:
+    print("MemoryError", e)
+'''
+
+
+def test_a_progressive_jpeg_short_of_memory_is_a_memory_error_not_an_abort(tmp_path):
+    # zune-jpeg's coefficients could not be had; the file went to jpeg-decoder, whose own
+    # allocation then aborted the process (SIGABRT). glibc is made to map each allocation
+    # on its own, so that the limits below fall on the same allocations on every run.
+    photo = "../../testdata/imagefolder/mate/nature_GreenMeadow.jpg"  # 1280x1024, progressive
+    out = tmp_path / "one"
+    with stoker.Writer(out, classes=["a"]) as w:
+        w.write(open(photo, "rb").read(), 0, "meadow.jpg")
+    env = dict(os.environ, MALLOC_ARENA_MAX="1", MALLOC_MMAP_THRESHOLD_="65536")
+    said = []
+    for extra_kib in range(5120, 11264, 1024):
+        run = subprocess.run([sys.executable, "-c", _PROGRESSIVE_CHILD, str(out), str(extra_kib)],
+                             capture_output=True, text=True, timeout=120, env=env)
+        assert run.returncode == 0, (extra_kib, run.returncode, run.stderr[-1500:])
+        said.append(run.stdout.strip())
+        assert said[-1] == "batches 1" or said[-1].startswith("MemoryError record 0: "), said
+    assert any("progressive coefficients" in s for s in said), said

@@ -190,9 +190,12 @@ fn decode_jpeg(
         ));
     };
     rendezvous(opts.decode_rendezvous);
-    let (info, data) = decoder
-        .decode_to_vec(data)
-        .map_err(|e| format!("corrupt JPEG: {e}"))?;
+    let (info, data) = decoder.decode_to_vec(data).map_err(|e| match e {
+        stoker_decode::DecodeError::OutOfMemory { .. } => {
+            format!("{e}: more than this process could allocate (convert it with more memory)")
+        }
+        e => format!("corrupt JPEG: {e}"),
+    })?;
     let rgb = Rgb {
         width: info.width,
         height: info.height,

@@ -911,9 +911,8 @@ mod tests{
 fn stoker_zeroed<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> Result<(), DecodeErrors> {
     if v.capacity() < len {
         *v = Vec::new();
-        v.try_reserve_exact(len).map_err(|_| {
-            DecodeErrors::FormatStatic("the coefficients of a progressive image cannot be allocated")
-        })?;
+        v.try_reserve_exact(len)
+            .map_err(|_| DecodeErrors::FormatStatic(crate::errors::STOKER_NO_MEMORY))?;
     } else {
         v.clear();
     }
