@@ -27,6 +27,13 @@ forget_extractions() {
 }
 forget_extractions
 trap forget_extractions EXIT
+# Cargo takes a registry package's build as fresh while its version is the same (registry
+# sources are immutable): ours, verified against each other's packages at one version,
+# would build against the last run's and fail where a crate uses what another just gained.
+# Those builds' dep-info lists no source file, unlike the workspace's; they go.
+for dep in "$target"/debug/.fingerprint/stoker-*/dep-lib-*; do
+  [ -e "$dep" ] && ! grep -qa 'src/' "$dep" && rm -rf "$(dirname "$dep")"
+done
 rm -f "$target"/package/*.crate
 cargo package --quiet --allow-dirty --target-dir "$target" \
   --config scripts/outside-profile.toml --config 'profile.dev.package.stoker-zune-jpeg.opt-level=0' \
