@@ -519,8 +519,8 @@ impl Worker {
 
     /// Reads, decodes and transforms record `index` into image `slot` of `buffer`, with the
     /// crop and flip drawn at `key`; returns its label. A large image takes its turn for
-    /// this and leaves no scratch behind ([`crate::scratch_memory::LARGE_IMAGE_BYTES`]); one short
-    /// of memory is tried again ([`retry_short_of_memory`]).
+    /// this and leaves no scratch behind ([`crate::scratch_memory::LARGE_IMAGE_BYTES`]);
+    /// one short of memory is tried again ([`retry_short_of_memory`]).
     fn load_one(
         &mut self,
         plan: &EpochPlan,
