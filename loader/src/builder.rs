@@ -520,10 +520,9 @@ impl LoaderBuilder {
 
     /// Continue from a saved [`Loader::state`]: the first call to [`Loader::epoch`] with
     /// `state.epoch` skips the `state.position` batches already consumed; for a state past
-    /// its epoch's first batch, the epoch after it starts from its first batch (as after
-    /// a loop that left `state.epoch` early).
-    /// Until then, any other epoch fails with [`LoaderError::ResumeEpoch`]: start the
-    /// training loop at `state.epoch`.
+    /// its epoch's first batch, the epoch after it starts from its first batch (as after a
+    /// loop that left `state.epoch` early). Until then, any other epoch fails with
+    /// [`LoaderError::ResumeEpoch`]: start the training loop at `state.epoch`.
     pub fn resume(mut self, state: LoaderState) -> Self {
         self.resume = Some(state);
         self

@@ -40,9 +40,8 @@ use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
 use crate::pipeline::{panic_message, reader_unavailable, EpochPlan, EpochStream, Next, Pipeline};
 use crate::pixels::{load_record, still_readable, Dest, Draw, Place};
-use crate::scratch_memory::{large_image_turn, retry_short_of_memory, ScratchTrim};
+use crate::scratch_memory::{large_image_turn, retry_short_of_memory, Scratch};
 use crate::transform::layout::{self, Normalized, Normalizer};
-use crate::transform::resize::CropResizer;
 use crate::transform::{DrawKey, Transform};
 
 /// What every worker needs to know, fixed at build.
@@ -381,12 +380,10 @@ struct Worker {
     shared: Arc<Shared>,
     reader: Result<DatasetReader, String>,
     decoder: CpuDecoder,
-    /// Decoded RGB pixels of the current image (grows to the largest image seen, then stays).
-    pixels: Vec<u8>,
-    resizer: CropResizer,
+    /// Decoded RGB pixels of the current image and the resizer (each grows to the largest
+    /// image seen, then stays).
+    scratch: Scratch,
     normalizer: Normalizer,
-    /// When to free `pixels` and the resizer's window for a worker short of memory.
-    trim: ScratchTrim,
 }
 
 impl Worker {
@@ -396,11 +393,9 @@ impl Worker {
         let mut worker = Worker {
             reader: settings.dataset.reader().map_err(|e| e.to_string()),
             decoder: CpuDecoder::new(settings.limits),
-            pixels: Vec::new(),
-            resizer: CropResizer::new(settings.transform.out_size()),
+            scratch: Scratch::new(settings.transform.out_size()),
             normalizer: Normalizer::new(mean, std),
             shared: Arc::clone(&shared),
-            trim: ScratchTrim::new(),
         };
         let mut seen = 0u64;
         loop {
@@ -533,23 +528,17 @@ impl Worker {
             .as_ref()
             .ok()
             .and_then(|reader| large_image_turn(reader, index));
-        let label =
-            retry_short_of_memory(self, large.is_some(), Worker::release_scratch, |worker| {
-                worker.load_and_transform(plan, (index, key), slot, buffer)
-            });
-        if self.trim.asked() {
-            self.release_scratch();
-        }
+        let label = retry_short_of_memory(
+            self,
+            large.is_some(),
+            |w| w.scratch.release(),
+            |worker| worker.load_and_transform(plan, (index, key), slot, buffer),
+        );
+        self.scratch.trim_if_asked();
         if large.is_some() {
-            self.pixels = Vec::new();
+            self.scratch.pixels = Vec::new();
         }
         label
-    }
-
-    /// Frees what the worker keeps from image to image (it grows back as needed).
-    fn release_scratch(&mut self) {
-        self.pixels = Vec::new();
-        self.resizer.release();
     }
 
     /// [`Self::load_one`]'s work.
@@ -576,18 +565,19 @@ impl Worker {
             reader,
             index,
             draw,
-            (&self.decoder, &mut self.pixels),
+            (&self.decoder, &mut self.scratch.pixels),
             Dest::Scratch,
             metrics,
         )?;
 
         let t_transform = Instant::now();
         let src: &[u8] = match loaded.place {
-            Place::Scratch | Place::Slot => &self.pixels,
+            Place::Scratch | Place::Slot => &self.scratch.pixels,
             Place::Payload => loaded.payload,
         };
         let params = loaded.params;
         let resized = self
+            .scratch
             .resizer
             .apply(src, loaded.width, loaded.height, params.crop)
             .map_err(|e| e.for_record(index))?;

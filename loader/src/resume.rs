@@ -310,9 +310,9 @@ pub(crate) fn check_resume(
 /// it, 0 with no state.
 ///
 /// The epoch after a state saved inside its epoch (not at its first batch) starts from its
-/// first batch, as it did in the loader that saved the state when its loop left the epoch early (a fixed
-/// number of steps per epoch, Lightning's `limit_train_batches`); it is logged, as the
-/// same call also comes from a loop that miscounts its epochs.
+/// first batch, as it did in the loader that saved the state when its loop left the epoch
+/// early (a fixed number of steps per epoch, Lightning's `limit_train_batches`); it is
+/// logged, as the same call also comes from a loop that miscounts its epochs.
 ///
 /// # Errors
 ///

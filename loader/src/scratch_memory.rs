@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use stoker_formats::DatasetReader;
 
 use crate::error::LoaderError;
+use crate::transform::resize::CropResizer;
 
 /// Decoded images above this many bytes (about 22 Mpx of RGB) are loaded one at a time
 /// in the process ([`large_image_turn`]), and their scratch is freed after: otherwise every
@@ -47,17 +48,51 @@ static SHORT_OF_MEMORY: AtomicU64 = AtomicU64::new(0);
 /// asked: the scratch it keeps (grown to the largest image it has seen) is then freed, so
 /// that the one waiting gets the memory instead of failing.
 #[derive(Debug)]
-pub(crate) struct ScratchTrim(u64);
+struct ScratchTrim(u64);
 
 impl ScratchTrim {
-    pub(crate) fn new() -> Self {
+    fn new() -> Self {
         ScratchTrim(SHORT_OF_MEMORY.load(Ordering::Relaxed))
     }
 
     /// Whether a worker ran short of memory since the last call.
-    pub(crate) fn asked(&mut self) -> bool {
+    fn asked(&mut self) -> bool {
         let now = SHORT_OF_MEMORY.load(Ordering::Relaxed);
         std::mem::replace(&mut self.0, now) != now
+    }
+}
+
+/// What a worker keeps from record to record, each grown to the largest image it has
+/// seen: decoded pixels that did not go straight into a batch, and the resizer with its
+/// crop window.
+pub(crate) struct Scratch {
+    pub(crate) pixels: Vec<u8>,
+    pub(crate) resizer: CropResizer,
+    trim: ScratchTrim,
+}
+
+impl Scratch {
+    /// Empty scratch for outputs of `size × size`.
+    pub(crate) fn new(size: u32) -> Self {
+        Scratch {
+            pixels: Vec::new(),
+            resizer: CropResizer::new(size),
+            trim: ScratchTrim::new(),
+        }
+    }
+
+    /// Frees the pixels and the crop window (they grow back as needed).
+    pub(crate) fn release(&mut self) {
+        self.pixels = Vec::new();
+        self.resizer.release();
+    }
+
+    /// [`Scratch::release`], when a worker of the process ran short of memory since the
+    /// last call ([`retry_short_of_memory`]): between two records.
+    pub(crate) fn trim_if_asked(&mut self) {
+        if self.trim.asked() {
+            self.release();
+        }
     }
 }
 

@@ -171,24 +171,25 @@ impl CudaImages {
     /// The batch as IEEE half bit patterns (`F16Nchw`, `F16Nhwc`); `None` for another dtype or
     /// before [`CudaImages::wait`].
     pub fn as_f16_bits(&self) -> Option<CudaView<'_, u16>> {
-        if self.dtype != DType::F16 || !self.waited() {
-            return None;
-        }
-        let n = self.num_bytes() / 2;
-        // SAFETY: `out` holds at least `num_bytes` bytes written by the f16 kernel as
-        // u16 bit patterns; any bit pattern is a valid u16; device allocations are
-        // 256-byte aligned.
-        unsafe { self.slot().out.transmute::<u16>(n) }
+        self.bits_of(DType::F16)
     }
 
     /// The batch as bfloat16 bit patterns (`Bf16Nchw`, `Bf16Nhwc`); `None` for another dtype
     /// or before [`CudaImages::wait`].
     pub fn as_bf16_bits(&self) -> Option<CudaView<'_, u16>> {
-        if self.dtype != DType::Bf16 || !self.waited() {
+        self.bits_of(DType::Bf16)
+    }
+
+    /// The batch as the 16-bit patterns of `dtype` (a 2-byte type), if it holds that type
+    /// and was waited for.
+    fn bits_of(&self, dtype: DType) -> Option<CudaView<'_, u16>> {
+        if self.dtype != dtype || !self.waited() {
             return None;
         }
         let n = self.num_bytes() / 2;
-        // SAFETY: as in `as_f16_bits`, for bit patterns written by the bf16 kernel.
+        // SAFETY: `out` holds at least `num_bytes` bytes written by the kernel of a 2-byte
+        // type as u16 bit patterns; any bit pattern is a valid u16; device allocations are
+        // 256-byte aligned.
         unsafe { self.slot().out.transmute::<u16>(n) }
     }
 
@@ -198,7 +199,7 @@ impl CudaImages {
             return None;
         }
         let n = self.num_bytes() / 4;
-        // SAFETY: as in `as_f16_bits`, for f32 values written by the f32 kernel.
+        // SAFETY: as in `bits_of`, for f32 values written by the f32 kernel.
         unsafe { self.slot().out.transmute::<f32>(n) }
     }
 

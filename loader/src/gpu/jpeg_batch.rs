@@ -22,8 +22,7 @@ use crate::batch::Batch;
 use crate::error::{driver_err, LoaderError};
 use crate::metrics::Stage;
 use crate::pipeline::{reader_unavailable, EpochPlan};
-use crate::scratch_memory::retry_short_of_memory;
-use crate::transform::resize::CropResizer;
+use crate::scratch_memory::{retry_short_of_memory, Scratch};
 use crate::transform::SampleParams;
 
 /// Builds batch `k` through nvJPEG: the records are read and checked on the
@@ -93,7 +92,7 @@ pub(super) fn build_batch_nvjpeg(
             }
         };
         // 1. Read and check what is left; images that do not fit go through the CPU.
-        let cpu = (&state.decoder, &mut state.scratch, &mut state.resizer);
+        let cpu = (&state.decoder, &mut state.scratch);
         let todo = match check_left(
             shared,
             plan,
@@ -110,7 +109,7 @@ pub(super) fn build_batch_nvjpeg(
             }
         };
         if todo.is_empty() {
-            state.trim_if_asked();
+            state.scratch.trim_if_asked();
             continue;
         }
         // 2. Decode straight into the arena (one output view per image).
@@ -133,7 +132,7 @@ pub(super) fn build_batch_nvjpeg(
             give_back(slot);
             return Some(Err(fatal));
         }
-        state.trim_if_asked();
+        state.scratch.trim_if_asked();
     }
     drop(dec);
     // The transform (and the oversize copies into the arena) follow the decode.
@@ -295,7 +294,7 @@ fn check_left<'a, 'r: 'a>(
     plan: &EpochPlan,
     slot: &mut Slot,
     reader: &'a DatasetReader,
-    (decoder, scratch, resizer): (&CpuDecoder, &mut Vec<u8>, &mut CropResizer),
+    (decoder, scratch): (&CpuDecoder, &mut Scratch),
     prepared: &mut [Option<Result<Checked<'r>, LoaderError>>],
     progress: &mut Progress,
 ) -> Result<Vec<Todo<'a>>, LoaderError> {
@@ -330,18 +329,9 @@ fn check_left<'a, 'r: 'a>(
                     // Allocated with the slot on this route (never lazy).
                     let staged = slot.pinned_pixels().and_then(|(pinned, _)| {
                         let dst = &mut pinned[i * pinned_stride..(i + 1) * pinned_stride];
-                        retry_short_of_memory(
-                            &mut (&mut *scratch, &mut *resizer),
-                            false,
-                            |(scratch, resizer)| {
-                                **scratch = Vec::new();
-                                resizer.release();
-                            },
-                            |(scratch, resizer)| {
-                                let cpu = (decoder, &mut **scratch, &mut **resizer);
-                                stage_oversize(&host, index, label, payload, cpu, dst)
-                            },
-                        )
+                        retry_short_of_memory(&mut *scratch, false, Scratch::release, |s| {
+                            stage_oversize(&host, index, label, payload, (decoder, s), dst)
+                        })
                     });
                     staged.map(|s| {
                         let at = progress.pack.cpu_place(i);

@@ -20,7 +20,7 @@ use crate::error::LoaderError;
 use crate::metrics::Metrics;
 use crate::pipeline::{reader_unavailable, EpochPlan};
 use crate::pixels::{decode_jpeg, load_record, read_checked, still_readable, Dest, Draw, Place};
-use crate::scratch_memory::{retry_short_of_memory, ScratchTrim};
+use crate::scratch_memory::{retry_short_of_memory, Scratch};
 use crate::transform::resize::CropResizer;
 use crate::transform::{DrawKey, SampleParams};
 
@@ -76,11 +76,8 @@ pub(super) struct Staged {
 pub(super) struct ReaderState {
     pub(super) reader: Result<DatasetReader, String>,
     pub(super) decoder: CpuDecoder,
-    /// Decoded pixels of images larger than a staging stride.
-    pub(super) scratch: Vec<u8>,
-    pub(super) resizer: CropResizer,
-    /// When to free `scratch` and the resizer's window for a worker short of memory.
-    trim: ScratchTrim,
+    /// Decoded pixels of images larger than a staging stride, and their resizer.
+    pub(super) scratch: Scratch,
 }
 
 impl ReaderState {
@@ -88,23 +85,7 @@ impl ReaderState {
         ReaderState {
             reader: shared.dataset.reader().map_err(|e| e.to_string()),
             decoder: CpuDecoder::new(shared.limits),
-            scratch: Vec::new(),
-            resizer: CropResizer::new(shared.size),
-            trim: ScratchTrim::new(),
-        }
-    }
-
-    /// Frees what the thread keeps from image to image (it grows back as needed).
-    pub(super) fn release_scratch(&mut self) {
-        self.scratch = Vec::new();
-        self.resizer.release();
-    }
-
-    /// Frees the scratch when a worker of the process ran short of memory since the
-    /// last call ([`ScratchTrim`]): between two records.
-    pub(super) fn trim_if_asked(&mut self) {
-        if self.trim.asked() {
-            self.release_scratch();
+            scratch: Scratch::new(shared.size),
         }
     }
 }
@@ -223,10 +204,13 @@ pub(super) fn stage_position(
     let mut attempt = 0;
     loop {
         let host = host.keyed(plan.draw_key(pos, attempt));
-        let staged = retry_short_of_memory(state, false, ReaderState::release_scratch, |state| {
-            stage_one(&host, index, state, dst)
-        });
-        state.trim_if_asked();
+        let staged = retry_short_of_memory(
+            state,
+            false,
+            |s| s.scratch.release(),
+            |state| stage_one(&host, index, state, dst),
+        );
+        state.scratch.trim_if_asked();
         match staged {
             Ok(s) => return Ok(s),
             Err(error) => plan.replace_failed(pos, error, &mut attempt, &mut index)?,
@@ -296,7 +280,7 @@ fn stage_one(
         reader,
         index,
         host.draw,
-        (&state.decoder, &mut state.scratch),
+        (&state.decoder, &mut state.scratch.pixels),
         Dest::Slot(&mut *dst),
         host.metrics,
     )?;
@@ -328,8 +312,8 @@ fn stage_one(
             return resize_into_slot(
                 host,
                 (index, loaded.label),
-                (&state.scratch, width, height, loaded.params),
-                &mut state.resizer,
+                (&state.scratch.pixels, width, height, loaded.params),
+                &mut state.scratch.resizer,
                 dst,
             );
         }
@@ -355,7 +339,7 @@ pub(super) fn stage_oversize(
     index: u64,
     label: u32,
     payload: &[u8],
-    (decoder, scratch, resizer): (&CpuDecoder, &mut Vec<u8>, &mut CropResizer),
+    (decoder, scratch): (&CpuDecoder, &mut Scratch),
     dst: &mut [u8],
 ) -> Result<Staged, LoaderError> {
     let t_decode = Instant::now();
@@ -363,7 +347,7 @@ pub(super) fn stage_oversize(
         payload,
         index,
         host.draw,
-        (decoder, scratch),
+        (decoder, &mut scratch.pixels),
         Dest::Scratch,
         host.metrics,
         t_decode,
@@ -371,8 +355,8 @@ pub(super) fn stage_oversize(
     resize_into_slot(
         host,
         (index, label),
-        (scratch, info.width, info.height, params),
-        resizer,
+        (&scratch.pixels, info.width, info.height, params),
+        &mut scratch.resizer,
         dst,
     )
 }
@@ -467,9 +451,7 @@ mod tests {
         ReaderState {
             reader: ds.reader().map_err(|e| e.to_string()),
             decoder: CpuDecoder::new(Limits::default()),
-            scratch: Vec::new(),
-            resizer: CropResizer::new(SIZE),
-            trim: ScratchTrim::new(),
+            scratch: Scratch::new(SIZE),
         }
     }
 
@@ -566,7 +548,7 @@ mod tests {
         let mut st = state(&ds);
         let mut dst = vec![0u8; (SIZE * SIZE * 3) as usize];
         let payload = photo();
-        let cpu_tools = (&st.decoder, &mut st.scratch, &mut st.resizer);
+        let cpu_tools = (&st.decoder, &mut st.scratch);
         let staged = stage_oversize(
             &host(&metrics, &transform, false),
             0,
