@@ -43,6 +43,7 @@ mod probe;
 mod progressive_scratch;
 mod ran_out;
 mod route;
+mod slice_reader;
 mod std_huffman;
 mod threads;
 mod timing;

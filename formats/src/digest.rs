@@ -19,13 +19,23 @@ pub(crate) enum DigestKind {
     Crc32c,
 }
 
+/// Bytes read at a time by [`digest_file`].
+const READ_BUFFER: usize = 1 << 20;
+
 /// Length and digest of everything read from `file` (from its current position).
 pub(crate) fn digest_file(
     path: &Path,
     file: &mut File,
     kind: DigestKind,
 ) -> Result<(u64, u64), FormatError> {
-    let mut buf = vec![0u8; 1 << 20];
+    // Fallible: under a memory limit, an error (an outside fault) rather than an abort.
+    let mut buf = Vec::new();
+    if buf.try_reserve_exact(READ_BUFFER).is_err() {
+        let what = format!("a read buffer of {READ_BUFFER} bytes cannot be allocated");
+        let e = std::io::Error::new(std::io::ErrorKind::OutOfMemory, what);
+        return Err(FormatError::io(path, e));
+    }
+    buf.resize(READ_BUFFER, 0);
     let mut len = 0u64;
     let mut xxh = xxhash_rust::xxh3::Xxh3::new();
     let mut crc = 0u32;

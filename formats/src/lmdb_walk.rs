@@ -20,7 +20,23 @@ use crate::lmdb_layout::{F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, 
 use crate::lmdb_meta::RecordTree;
 
 /// One key and its value, or what was wrong where one was expected.
-pub(crate) type Item = Result<(Vec<u8>, Vec<u8>), String>;
+pub(crate) type Item = Result<(Vec<u8>, Vec<u8>), WalkError>;
+
+/// What was wrong where a record was expected.
+#[derive(Debug)]
+pub(crate) enum WalkError {
+    /// A damaged page, in words.
+    Damaged(String),
+    /// The value at `page`, of `bytes` bytes, could not be allocated: not the shard's
+    /// fault (the process is short of memory), so not to be counted as damage.
+    Memory { page: u64, bytes: usize },
+}
+
+impl From<String> for WalkError {
+    fn from(reason: String) -> Self {
+        WalkError::Damaged(reason)
+    }
+}
 
 struct Walker<'f> {
     file: &'f File,
@@ -118,14 +134,16 @@ impl Walker<'_> {
 
     fn walk(&mut self, pgno: u64, level: u16, out: &mut dyn FnMut(Item)) {
         if level > self.tree.depth {
-            return out(Err(format!("page {pgno}: deeper than the tree's depth")));
+            return out(Err(
+                format!("page {pgno}: deeper than the tree's depth").into()
+            ));
         }
         let page = match self
             .page(pgno)
             .and_then(|p| self.nodes(pgno, &p).map(|n| (p, n)))
         {
             Ok(pn) => pn,
-            Err(e) => return out(Err(e)),
+            Err(e) => return out(Err(e.into())),
         };
         let (page, nodes) = page;
         match u16_at(&page, 10) {
@@ -145,7 +163,8 @@ impl Walker<'_> {
             }
             flags => out(Err(format!(
                 "page {pgno}: flags {flags:#x} are not a tree page"
-            ))),
+            )
+            .into())),
         }
     }
 
@@ -165,11 +184,20 @@ impl Walker<'_> {
             let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
             let start = self.overflow_value(opg)?;
             if start + size as u64 > self.len {
-                return Err(format!(
-                    "page {opg}: a value of {size} bytes runs past the file"
-                ));
+                return Err(
+                    format!("page {opg}: a value of {size} bytes runs past the file").into(),
+                );
             }
-            let mut v = vec![0u8; size];
+            // A value is up to 4 GiB (and up to the file's size): under a memory limit its
+            // allocation may fail, which must stop the check, not abort it.
+            let mut v = Vec::new();
+            if v.try_reserve_exact(size).is_err() {
+                return Err(WalkError::Memory {
+                    page: opg,
+                    bytes: size,
+                });
+            }
+            v.resize(size, 0);
             self.file
                 .read_exact_at(&mut v, start)
                 .map_err(|e| format!("page {opg}: {e}"))?;
@@ -179,9 +207,7 @@ impl Walker<'_> {
                 .ok_or_else(|| format!("page {pgno}: a value runs past the page"))?
                 .to_vec()
         } else {
-            return Err(format!(
-                "page {pgno}: node flags {flags:#x} (stoker writes none)"
-            ));
+            return Err(format!("page {pgno}: node flags {flags:#x} (stoker writes none)").into());
         };
         Ok((key, value))
     }
@@ -267,7 +293,7 @@ impl Walker<'_> {
                             out(self.leaf_node(pgno, &page, off));
                         }
                     }
-                    Err(e) => out(Err(e)),
+                    Err(e) => out(Err(e.into())),
                 },
                 P_OVERFLOW => {
                     // The run's page count, in place of `lower` and `upper`.
@@ -278,7 +304,8 @@ impl Walker<'_> {
                 P_BRANCH => {}
                 flags => out(Err(format!(
                     "page {pgno}: flags {flags:#x} are not a tree page"
-                ))),
+                )
+                .into())),
             }
             pgno += 1;
         }
@@ -291,7 +318,8 @@ fn name_unusable(run: Option<(u64, u64)>, out: &mut dyn FnMut(Item)) {
     if let Some((first, last)) = run {
         out(Err(format!(
             "pages {first}..={last} do not name themselves (damaged, or not a tree page)"
-        )));
+        )
+        .into()));
     }
 }
 

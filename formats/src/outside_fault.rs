@@ -18,7 +18,8 @@ pub enum OutsideFault {
     /// The process (`EMFILE`, `ulimit -n`) or the system (`ENFILE`) has no file
     /// descriptor left.
     Descriptors,
-    /// The kernel could not allocate memory for the call (`ENOMEM`).
+    /// The kernel could not allocate memory for the call (`ENOMEM`), or a buffer of
+    /// stoker's own could not be allocated (a record's value, a decode's pixels).
     Memory,
     /// The file system did not answer: a network or FUSE mount whose server or daemon is
     /// gone (`ENOTCONN`, `ETIMEDOUT`, `ESTALE`, a host or network unreachable...).
@@ -29,6 +30,10 @@ impl OutsideFault {
     /// The fault behind `e`, or `None` when the error may well be the file's own (a
     /// permission, a bad sector, a file that is not there) and the file is skipped.
     pub(crate) fn of(e: &std::io::Error) -> Option<OutsideFault> {
+        // `ENOMEM`, or a buffer of stoker's own that could not be allocated.
+        if e.kind() == std::io::ErrorKind::OutOfMemory {
+            return Some(OutsideFault::Memory);
+        }
         match Errno::from_io_error(e)? {
             Errno::MFILE | Errno::NFILE => Some(OutsideFault::Descriptors),
             Errno::NOMEM => Some(OutsideFault::Memory),
@@ -56,7 +61,8 @@ impl OutsideFault {
                  says nothing about the file"
             }
             OutsideFault::Memory => {
-                "the system is out of memory, which says nothing about the file"
+                "memory could not be allocated (the system is short of it, or the process is at \
+                 its limit: `ulimit -v`, a container's), which says nothing about the file"
             }
             OutsideFault::Storage => {
                 "the file system holding it stopped answering (a network or FUSE mount that \
@@ -131,5 +137,7 @@ mod tests {
             assert_eq!(OutsideFault::of(&os(own)), None, "{own:?}");
         }
         assert_eq!(OutsideFault::of(&std::io::Error::other("x")), None);
+        let buffer = std::io::Error::new(std::io::ErrorKind::OutOfMemory, "a buffer");
+        assert_eq!(OutsideFault::of(&buffer), Some(OutsideFault::Memory));
     }
 }

@@ -342,7 +342,7 @@ fn check_shards(
             Err(e) if e.is_outside_fault() => return Err(e.escalate(FaultStage::Verifying)),
             // Refused for the loader, but what lies before the cut can still be checked.
             Err(FormatError::ShardSizeMismatch { shard, got, want }) if got < want => {
-                cut::check_cut_shard(m, entry, &shard, got, (reading, &decoder))
+                cut::check_cut_shard(m, entry, &shard, got, (reading, &decoder))?
             }
             Err(e) => ShardOutcome::unusable(entry, &e, format!("not opened: {}", reason_of(&e))),
         };
@@ -419,7 +419,7 @@ fn check_shard(
     };
     let whole = whole_file_problem(shard, &mut file, entry, kind)?;
     if let Some((LostCause::Altered, problem)) = &whole {
-        let zero_tail = cut::check_zero_tail(m, entry, shard, &file, problem, (reading, decoder));
+        let zero_tail = cut::check_zero_tail(m, entry, shard, &file, problem, (reading, decoder))?;
         if let Some(o) = zero_tail {
             return Ok(o);
         }
@@ -438,7 +438,7 @@ fn check_shard(
     if let Err(e) = walked {
         check.problem(None, format!("records not read: {e}"));
     }
-    let mut outcome = check.finish(decoder);
+    let mut outcome = check.finish(decoder)?;
     if let Some((cause, problem)) = whole {
         outcome.lose_all(entry, cause, problem);
     }

@@ -157,7 +157,7 @@ impl CpuPipeline {
         let (free_tx, free_rx) = crossbeam_channel::bounded(slots);
         let mut ring_bytes = 0u64;
         for _ in 0..slots {
-            let buffer = new_buffer(&settings)?;
+            let buffer = new_buffer(&settings).map_err(|b| ring_too_large(&settings, b))?;
             ring_bytes += buffer.bytes() as u64;
             // Cannot fail: the channel has exactly `slots` places.
             let _ = free_tx.try_send(buffer);
@@ -222,15 +222,30 @@ fn ring_fits_beside_held(settings: &Settings, slots: u64) -> Result<(), LoaderEr
     )))
 }
 
-/// A full-batch buffer of the configured output.
+/// A full-batch buffer of the configured output: an error, not an abort, when it cannot be
+/// allocated.
 ///
 /// # Errors
 ///
-/// [`LoaderError::InvalidConfig`] (`batch_size`) when the buffer cannot be allocated
-/// (batch size × output size too large for this machine): an error, not an abort.
-fn new_buffer(settings: &Settings) -> Result<HostBuffer, LoaderError> {
+/// The buffer's size in bytes (`None`: more than the address space).
+fn new_buffer(settings: &Settings) -> Result<HostBuffer, Option<usize>> {
     let s = settings.transform.out_size() as usize;
-    let too_large = |bytes: Option<usize>| LoaderError::InvalidConfig {
+    let n = settings.buffer_images.checked_mul(s * s * 3).ok_or(None)?;
+    let bytes = n.checked_mul(settings.output.value_bytes() as usize);
+    match settings.output.dtype() {
+        DType::U8 => zeroed(n, 0u8).map(HostBuffer::U8),
+        DType::F16 => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
+        DType::Bf16 => zeroed(n, half::bf16::ZERO).map(HostBuffer::Bf16),
+        DType::F32 => zeroed(n, 0.0f32).map(HostBuffer::F32),
+    }
+    .ok_or(bytes)
+}
+
+/// The error of a ring buffer that [`new_buffer`] could not allocate (of `bytes`) while the
+/// loader was built: batch size × output size too large for this machine.
+fn ring_too_large(settings: &Settings, bytes: Option<usize>) -> LoaderError {
+    let s = settings.transform.out_size();
+    LoaderError::InvalidConfig {
         field: "batch_size",
         reason: format!(
             "a batch buffer of {} images of {s}×{s}×3 ({}) cannot be allocated: this process \
@@ -241,19 +256,7 @@ fn new_buffer(settings: &Settings) -> Result<HostBuffer, LoaderError> {
                 "{b} bytes"
             )),
         ),
-    };
-    let n = settings
-        .buffer_images
-        .checked_mul(s * s * 3)
-        .ok_or_else(|| too_large(None))?;
-    let bytes = n.checked_mul(settings.output.value_bytes() as usize);
-    match settings.output.dtype() {
-        DType::U8 => zeroed(n, 0u8).map(HostBuffer::U8),
-        DType::F16 => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
-        DType::Bf16 => zeroed(n, half::bf16::ZERO).map(HostBuffer::Bf16),
-        DType::F32 => zeroed(n, 0.0f32).map(HostBuffer::F32),
     }
-    .ok_or_else(|| too_large(bytes))
 }
 
 /// `n` zeros, or `None` if they cannot be allocated.
@@ -453,6 +456,27 @@ impl Worker {
         }
     }
 
+    /// A buffer for batch `k` when every buffer of the ring is held by the consumer (it
+    /// keeps batches): a new one, freed rather than kept if the ring is full when it comes
+    /// back. Short of memory, it is tried again as a record is ([`retry_short_of_memory`]),
+    /// also taking a buffer of the ring that came back meanwhile.
+    fn spare_buffer(&mut self, k: u64) -> Result<HostBuffer, LoaderError> {
+        retry_short_of_memory(
+            self,
+            false,
+            |w| w.scratch.release(),
+            |w| {
+                if let Ok(buffer) = w.shared.free_rx.try_recv() {
+                    return Ok(buffer);
+                }
+                new_buffer(&w.shared.settings).map_err(|bytes| LoaderError::BatchOutOfMemory {
+                    batch: k,
+                    bytes: bytes.map_or(u64::MAX, |b| b as u64),
+                })
+            },
+        )
+    }
+
     /// Builds batch `k`; `None` if the job was stopped meanwhile.
     fn build_batch(&mut self, job: &Job, k: u64) -> Option<Result<Batch, LoaderError>> {
         let plan = &job.plan;
@@ -464,9 +488,7 @@ impl Worker {
         let n = range.len();
         let mut buffer = match self.shared.free_rx.try_recv() {
             Ok(buffer) => buffer,
-            // Every ring buffer is held by the consumer (it keeps batches): allocate one; it is
-            // freed, not kept, if the ring is full when it comes back.
-            Err(_) => match new_buffer(&self.shared.settings) {
+            Err(_) => match self.spare_buffer(k) {
                 Ok(buffer) => buffer,
                 Err(e) => return Some(Err(e)),
             },

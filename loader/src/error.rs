@@ -79,6 +79,17 @@ pub enum LoaderError {
         /// What it was for (`"its pixels"`, `"the crop's window"`).
         what: &'static str,
     },
+    /// A batch's buffer could not be allocated: the caller holds every buffer of the CPU
+    /// path's ring (it keeps batches alive), so each further batch needs one more, and the
+    /// process is out of memory or at its limit, also after the worker freed its scratch
+    /// and waited for a buffer to come back (about a second).
+    #[error("batch {batch}: its buffer of {bytes} bytes cannot be allocated: this process is out of memory or at its limit (ulimit -v, a container's); every buffer of the loader's ring is held by batches still alive, so each further batch needs one more: drop batches once used (copy what must be kept), or give the process more memory")]
+    BatchOutOfMemory {
+        /// The batch's position in the epoch.
+        batch: u64,
+        /// The buffer's size.
+        bytes: u64,
+    },
     /// A bad record could not be replaced: random picks from this rank's share of the epoch,
     /// then a scan of the whole dataset (of the records given to
     /// [`crate::LoaderBuilder::indices`], for a loader over part of it), found no usable

@@ -96,8 +96,9 @@ impl Scratch {
     }
 }
 
-/// `load(state)` for one record, tried again when memory for it could not be allocated
-/// ([`LoaderError::OutOfMemory`]): first `release(state)` frees the worker's own scratch
+/// `load(state)` for one record (or a batch's buffer), tried again when memory for it
+/// could not be allocated ([`LoaderError::OutOfMemory`], [`LoaderError::BatchOutOfMemory`]):
+/// first `release(state)` frees the worker's own scratch
 /// and the other workers are asked to free theirs after their current record
 /// ([`ScratchTrim`]), then, unless the caller `holds_turn` already, the worker takes the
 /// large images' turn ([`large_image_turn`]) so that none starts meanwhile, and tries
@@ -110,8 +111,14 @@ pub(crate) fn retry_short_of_memory<S, T>(
     release: impl Fn(&mut S),
     mut load: impl FnMut(&mut S) -> Result<T, LoaderError>,
 ) -> Result<T, LoaderError> {
+    let short = |r: &Result<T, LoaderError>| {
+        matches!(
+            r,
+            Err(LoaderError::OutOfMemory { .. } | LoaderError::BatchOutOfMemory { .. })
+        )
+    };
     let mut result = load(state);
-    if !matches!(result, Err(LoaderError::OutOfMemory { .. })) {
+    if !short(&result) {
         return result;
     }
     release(state);
@@ -120,10 +127,10 @@ pub(crate) fn retry_short_of_memory<S, T>(
     for pause in MEMORY_RETRY_PAUSES_MS {
         std::thread::sleep(std::time::Duration::from_millis(pause));
         result = load(state);
-        match &result {
-            Err(LoaderError::OutOfMemory { .. }) => release(state),
-            _ => break,
+        if !short(&result) {
+            break;
         }
+        release(state);
     }
     result
 }

@@ -1,5 +1,6 @@
 //! Rust errors as Python exceptions: settings the caller got wrong are `ValueError`, a
-//! missing file is `FileNotFoundError`, memory a record could not get `MemoryError`,
+//! missing file is `FileNotFoundError`, memory a record (or the run) could not get
+//! `MemoryError`,
 //! everything else `stoker.StokerError`; the
 //! message is always the Rust error's. What the library notes for the caller to act on is
 //! a `UserWarning`; the rest of what it logs goes to `logging` (`crate::logging`).
@@ -8,7 +9,7 @@ use pyo3::exceptions::{
     PyException, PyFileNotFoundError, PyMemoryError, PyUserWarning, PyValueError,
 };
 use pyo3::{PyErr, PyResult, Python};
-use stoker_formats::FormatError;
+use stoker_formats::{FormatError, OutsideFault};
 use stoker_loader::LoaderError;
 
 pyo3::create_exception!(
@@ -30,6 +31,10 @@ pub(crate) fn format_error(e: FormatError) -> PyErr {
         | FormatError::ConversionInProgress { .. }
         | FormatError::NotADataset { .. } => PyFileNotFoundError::new_err(e.to_string()),
         FormatError::InvalidOptions(_) => PyValueError::new_err(e.to_string()),
+        FormatError::OutsideFault {
+            fault: OutsideFault::Memory,
+            ..
+        } => PyMemoryError::new_err(e.to_string()),
         _ => StokerError::new_err(e.to_string()),
     }
 }
@@ -44,7 +49,9 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
         | LoaderError::DlpackStream { .. }
         | LoaderError::LauncherEnv { .. }
         | LoaderError::EmptyDataset) => PyValueError::new_err(e.to_string()),
-        e @ LoaderError::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
+        e @ (LoaderError::OutOfMemory { .. } | LoaderError::BatchOutOfMemory { .. }) => {
+            PyMemoryError::new_err(e.to_string())
+        }
         e => StokerError::new_err(e.to_string()),
     }
 }

@@ -23,8 +23,11 @@ use crate::logging::Call;
 /// opened on its own. ``decode=True`` also decodes every JPEG on the CPU. Run it on data
 /// that was copied, restored or stored on unreliable media before training on it.
 ///
-/// Raises only when the manifest cannot be read: ``FileNotFoundError`` where there is
-/// none (not a dataset, an unfinished conversion), else ``stoker.StokerError``; and
+/// Raises when the manifest cannot be read: ``FileNotFoundError`` where there is none
+/// (not a dataset, an unfinished conversion), else ``stoker.StokerError``; when the check
+/// cannot go on for no fault of the dataset's, so that it says nothing about it:
+/// ``MemoryError`` where a decode could not get its memory, ``stoker.StokerError`` where
+/// the process has no file descriptor left or the storage stopped answering; and
 /// ``KeyboardInterrupt`` on Ctrl-C, which stops the check.
 #[pyfunction]
 #[pyo3(signature = (path, decode=false))]

@@ -1,7 +1,8 @@
 //! `stoker verify DATASET [--decode]`: one call to [`stoker::formats::verify_dir()`]; exit 0
 //! only when every record is sound. A dataset too damaged to open still gets a report (with
-//! `--json`, one JSON document on stdout) that names the records of each shard it lost; only
-//! a manifest that cannot be read is an error (on stderr, as for every command).
+//! `--json`, one JSON document on stdout) that names the records of each shard it lost. An
+//! error (on stderr, as for every command) is a manifest that cannot be read, or a check
+//! that cannot go on for no fault of the dataset's (memory, file descriptors, storage).
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -131,3 +131,101 @@ def test_a_progressive_jpeg_short_of_memory_is_a_memory_error_not_an_abort(tmp_p
         said.append(run.stdout.strip())
         assert said[-1] == "batches 1" or said[-1].startswith("MemoryError record 0: "), said
     assert any("progressive coefficients" in s for s in said), said
+
+
+_VERIFY_CHILD = r'''
+import resource, sys
+import stoker
+
+stoker.verify(sys.argv[1], decode=True)  # its threads started first, as in a long-lived process
+with open("/proc/self/status") as f:
+    kib = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, ((kib + int(sys.argv[2])) * 1024, resource.RLIM_INFINITY))
+try:
+    r = stoker.verify(sys.argv[1], decode=True)
+    print("report", r["ok"], r["bad_records"], r["decoded"])
+except MemoryError as e:
+    print("MemoryError", e)
+'''
+
+
+def test_verify_short_of_memory_stops_and_blames_no_record(tmp_path):
+    # `verify --decode` counted a decode that could not get its memory as a damaged record,
+    # and its infallible buffers (the decoded pixels, the digest's read buffer, a record's
+    # value) aborted the process. Each limit gives a sound report or a MemoryError saying
+    # the dataset is not to blame.
+    photo = "../../testdata/imagefolder/mate/nature_GreenMeadow.jpg"  # 1280x1024, progressive
+    out = tmp_path / "one"
+    with stoker.Writer(out, classes=["a"]) as w:
+        w.write(open(photo, "rb").read(), 0, "meadow.jpg")
+    env = dict(os.environ, MALLOC_ARENA_MAX="1", MALLOC_MMAP_THRESHOLD_="65536")
+    said = []
+    for extra_kib in range(0, 8704, 512):
+        run = subprocess.run([sys.executable, "-c", _VERIFY_CHILD, str(out), str(extra_kib)],
+                             capture_output=True, text=True, timeout=120, env=env)
+        assert run.returncode == 0, (extra_kib, run.returncode, run.stderr[-1500:])
+        said.append(run.stdout.strip())
+        if said[-1].startswith("MemoryError "):
+            assert "says nothing about the dataset" in said[-1], said[-1]
+        else:
+            assert said[-1] == "report True 0 1", said
+    assert any("record 0 could not be decoded" in s for s in said), said
+    assert said[-1] == "report True 0 1", said
+
+
+_HOLDING_CHILD = r'''
+import hashlib, json, resource, sys
+import numpy as np, stoker
+
+small = [i for i in range(9) if i != int(sys.argv[3])] * 6
+loader = stoker.Loader(sys.argv[1], 2, shuffle=False, crop="center", size=256, workers=1,
+                       dtype="float32", device="cpu", indices=small, prefetch=1)
+if sys.argv[2] == "limited":
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (kib * 1024 + (16 << 20), resource.RLIM_INFINITY))
+held, seen, errors = [], [], []
+it = iter(loader)
+while True:
+    try:
+        b = next(it)
+    except StopIteration:
+        break
+    except MemoryError as e:
+        errors.append(str(e))
+        held.clear()  # what the message asks for; the epoch goes on
+        continue
+    seen.append([list(b.indices), hashlib.sha256(np.from_dlpack(b[0])).hexdigest()])
+    held.append(b)
+print(json.dumps({"seen": seen, "errors": errors, "bad": loader.stats()["bad_records"]}))
+'''
+
+
+def test_batches_held_past_memory_give_a_memory_error_and_the_epoch_goes_on(dataset):
+    # A loop that keeps every batch makes the CPU path allocate a buffer per batch once the
+    # ring is held. One that could not be allocated was `ValueError: invalid loader setting
+    # batch_size`, which named a setting that had been fine for the batches before it.
+    # glibc maps each large allocation on its own, so that the buffers, not the small
+    # allocations between them, meet the limit (those still abort: Rust's allocation
+    # failure does).
+    env = dict(os.environ, MALLOC_ARENA_MAX="1", MALLOC_MMAP_THRESHOLD_="65536")
+
+    def run(mode):
+        r = subprocess.run([sys.executable, "-c", _HOLDING_CHILD, str(dataset), mode, str(BIG)],
+                           capture_output=True, text=True, timeout=120, env=env)
+        assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    free = run("free")
+    assert free["errors"] == [] and len(free["seen"]) == 24
+    limited = run("limited")
+    assert limited["errors"], limited
+    for error in limited["errors"]:
+        assert error.startswith("batch "), error
+        assert "cannot be allocated" in error and "drop batches once used" in error, error
+    assert limited["bad"] == 0
+    # Every batch given is the one a run with enough memory gives at its place, and once the
+    # held batches are dropped the epoch goes on to its end.
+    failed = {int(e.split()[1].rstrip(":")) for e in limited["errors"]}
+    want = [b for k, b in enumerate(free["seen"]) if k not in failed]
+    assert limited["seen"] == want, failed

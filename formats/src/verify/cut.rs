@@ -36,17 +36,18 @@ pub(super) fn check_cut_shard(
     path: &Path,
     got: u64,
     (reading, decoder): (Reading<'_>, &CpuDecoder),
-) -> ShardOutcome {
+) -> Result<ShardOutcome, FormatError> {
     let (file, before) = match open_cut(path, got) {
         Ok(f) => f,
         Err(e) => {
-            return ShardOutcome::unusable(entry, &e, format!("not opened: {}", reason_of(&e)))
+            let reason = format!("not opened: {}", reason_of(&e));
+            return Ok(ShardOutcome::unusable(entry, &e, reason));
         }
     };
     let at = format!("the file is cut short at byte {got} of {}", entry.bytes);
     let mut outcome = match crate::lmdb_meta::check(&file, entry.bytes, entry.count) {
         Ok(tree) => {
-            let mut o = salvage(m, entry, path, (&file, got, tree), &at, (reading, decoder));
+            let mut o = salvage(m, entry, path, (&file, got, tree), &at, (reading, decoder))?;
             o.read_in_part = true;
             o
         }
@@ -65,13 +66,17 @@ pub(super) fn check_cut_shard(
         outcome.problems.push((None, reason.clone()));
         outcome.lose_all(entry, LostCause::Altered, reason);
     }
-    outcome
+    Ok(outcome)
 }
 
 /// For a shard opened as [`crate::Dataset::open`] opens it, read from `file`, whose digest
 /// differs from the manifest's (`problem`): when its bytes are zeros from some point to its
 /// end, the last page of its tree included, the records before that point are checked
 /// as those of a shard cut short there. `None` for any other file.
+///
+/// # Errors
+///
+/// What stopped the check for no fault of the shard's ([`ShardCheck::finish`]).
 pub(super) fn check_zero_tail(
     m: &Manifest,
     entry: &ShardEntry,
@@ -79,21 +84,23 @@ pub(super) fn check_zero_tail(
     file: &File,
     problem: &str,
     (reading, decoder): (Reading<'_>, &CpuDecoder),
-) -> Option<ShardOutcome> {
-    let zeros = zeros_from(file, &shard.tree)?;
+) -> Result<Option<ShardOutcome>, FormatError> {
+    let Some(zeros) = zeros_from(file, &shard.tree) else {
+        return Ok(None);
+    };
     let at = format!(
         "the file holds only zeros from byte {zeros} of {} (cut short, its size kept)",
         entry.bytes
     );
     let file_and_cut = (file, zeros, shard.tree);
-    let mut outcome = salvage(m, entry, &shard.path, file_and_cut, &at, (reading, decoder));
+    let mut outcome = salvage(m, entry, &shard.path, file_and_cut, &at, (reading, decoder))?;
     outcome.problems.insert(0, (None, problem.to_string()));
     if let Err(e) = shard.check_unchanged() {
         let reason = reason_of(&e);
         outcome.problems.push((None, reason.clone()));
         outcome.lose_all(entry, LostCause::Altered, reason);
     }
-    Some(outcome)
+    Ok(Some(outcome))
 }
 
 /// Checks the records of `file` whose pages lie wholly before byte `cut` (with the record
@@ -106,7 +113,7 @@ fn salvage(
     (file, cut, tree): (&File, u64, RecordTree),
     at: &str,
     (reading, decoder): (Reading<'_>, &CpuDecoder),
-) -> ShardOutcome {
+) -> Result<ShardOutcome, FormatError> {
     let mut check = ShardCheck::new(m, entry, path, reading);
     check.problem(
         None,
@@ -115,7 +122,7 @@ fn salvage(
         ),
     );
     crate::lmdb_walk::salvage_records(file, cut, tree, &mut |item| check.take(item, decoder));
-    let mut outcome = check.finish(decoder);
+    let mut outcome = check.finish(decoder)?;
     // The records after the last one found are the cut's; a gap between records found lies
     // in pages before the cut, lost to damage there (a bad page, a broken overflow run).
     let end = entry.first_index.saturating_add(entry.count);
@@ -127,7 +134,7 @@ fn salvage(
             *reason = format!("{reason}, before the cut");
         }
     }
-    outcome
+    Ok(outcome)
 }
 
 /// Opens the shard at `path`, a regular file of `got` bytes (as it was when refused).

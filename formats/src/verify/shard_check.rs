@@ -6,9 +6,10 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 use serde::Serialize;
-use stoker_decode::{CpuDecoder, PerProcess};
+use stoker_decode::{CpuDecoder, DecodeError, PerProcess};
 
-use crate::lmdb_walk::Item;
+use crate::lmdb_walk::{Item, WalkError};
+use crate::outside_fault::FaultStage;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
 use crate::{FormatError, Manifest, RawSize, ShardEntry};
 
@@ -41,34 +42,48 @@ fn decode_pool() -> Option<&'static rayon::ThreadPool> {
         .as_ref()
 }
 
-/// The problems of the records of `chunk` whose JPEG does not decode to its header's
-/// size, decoded on `pool`, or on this thread without one.
+/// The problems of the records of `chunk` (read from the shard at `path`) whose JPEG does
+/// not decode to its header's size, decoded on `pool`, or on this thread without one.
+///
+/// # Errors
+///
+/// [`FormatError::OutsideFault`] when a decode could not allocate its memory
+/// ([`short_of_memory`]): the check stops.
 fn decode_chunk(
     pool: Option<&rayon::ThreadPool>,
     decoder: &CpuDecoder,
-    chunk: &[(u64, RecordHeader, Vec<u8>)],
+    (path, chunk): (&Path, &[ToDecode]),
     stop: &(dyn Fn() -> bool + Sync),
-) -> Vec<Problem> {
-    let check = |(index, h, payload): &(u64, RecordHeader, Vec<u8>)| {
+) -> Result<Vec<Problem>, FormatError> {
+    let check = |(index, h, payload): &ToDecode| {
         if stop() {
             return None;
         }
-        match decoder.decode_to_vec(payload) {
-            Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => Some((
-                Some(*index),
-                format!(
-                    "decodes to {}x{}, header says {}x{}",
-                    info.width, info.height, h.width, h.height
-                ),
-            )),
-            Ok(_) => None,
-            Err(e) => Some((Some(*index), format!("does not decode: {e}"))),
-        }
+        let problem = match decoder.decode_to_vec(payload) {
+            Ok((info, _)) if (info.width, info.height) != (h.width, h.height) => format!(
+                "decodes to {}x{}, header says {}x{}",
+                info.width, info.height, h.width, h.height
+            ),
+            Ok(_) => return None,
+            Err(e @ DecodeError::OutOfMemory { .. }) => {
+                let what = format!("record {index} could not be decoded: {e}");
+                return Some(Err(short_of_memory(path, what)));
+            }
+            Err(e) => format!("does not decode: {e}"),
+        };
+        Some(Ok((Some(*index), problem)))
     };
     match pool {
         Some(pool) => pool.install(|| chunk.par_iter().filter_map(check).collect()),
         None => chunk.iter().filter_map(check).collect(),
     }
+}
+
+/// The error that stops a check of the shard at `path` when memory for `what` could not be
+/// had: no fault of the shard's, which counted as damage would call a sound dataset bad.
+fn short_of_memory(path: &Path, what: String) -> FormatError {
+    let e = std::io::Error::new(std::io::ErrorKind::OutOfMemory, what);
+    FormatError::io(path, e).escalate(FaultStage::Verifying)
 }
 
 /// Why the records of a [`crate::LostRecords`] range are counted lost.
@@ -244,6 +259,8 @@ pub(super) struct ShardCheck<'m> {
     bad_indices: Vec<u64>,
     /// Ranges `start..end` of the shard's indices the walk did not find.
     missing: Vec<(u64, u64)>,
+    /// What stopped the check, no fault of the shard's (memory for a value or a decode).
+    fault: Option<FormatError>,
 }
 
 impl<'m> ShardCheck<'m> {
@@ -269,6 +286,7 @@ impl<'m> ShardCheck<'m> {
             problems: Vec::new(),
             bad_indices: Vec::new(),
             missing: Vec::new(),
+            fault: None,
         }
     }
 
@@ -397,7 +415,7 @@ impl<'m> ShardCheck<'m> {
 
     /// Takes one item of the walk: a record to check, or what was wrong with a page.
     pub(super) fn take(&mut self, item: Item, decoder: &CpuDecoder) {
-        if (self.reading.stop)() {
+        if (self.reading.stop)() || self.fault.is_some() {
             return;
         }
         match item {
@@ -407,7 +425,12 @@ impl<'m> ShardCheck<'m> {
                     self.decoded += self.decode_pending(decoder);
                 }
             }
-            Err(e) => self.problem(None, format!("{DAMAGED_PAGE}{e}")),
+            Err(WalkError::Damaged(e)) => self.problem(None, format!("{DAMAGED_PAGE}{e}")),
+            Err(WalkError::Memory { page, bytes }) => {
+                let what =
+                    format!("the {bytes} bytes of the value at page {page} cannot be allocated");
+                self.fault = Some(short_of_memory(self.shard_path, what));
+            }
         }
     }
 
@@ -421,7 +444,14 @@ impl<'m> ShardCheck<'m> {
             // Nothing to decode (no --decode): no threads needed.
             return 0;
         }
-        let problems = decode_chunk(decode_pool(), decoder, &chunk, self.reading.stop);
+        let at = (self.shard_path, chunk.as_slice());
+        let problems = match decode_chunk(decode_pool(), decoder, at, self.reading.stop) {
+            Ok(p) => p,
+            Err(e) => {
+                self.fault = Some(e);
+                return 0;
+            }
+        };
         self.bad_indices
             .extend(problems.iter().filter_map(|(index, _)| *index));
         let decoded = chunk.len() - problems.len();
@@ -431,8 +461,15 @@ impl<'m> ShardCheck<'m> {
 
     /// What was found, once the JPEGs still held are decoded: the records not found are
     /// lost, the others good or bad.
-    pub(super) fn finish(mut self, decoder: &CpuDecoder) -> ShardOutcome {
+    ///
+    /// # Errors
+    ///
+    /// What stopped the check for no fault of the shard's ([`decode_chunk`]'s errors).
+    pub(super) fn finish(mut self, decoder: &CpuDecoder) -> Result<ShardOutcome, FormatError> {
         self.decoded += self.decode_pending(decoder);
+        if let Some(e) = self.fault {
+            return Err(e);
+        }
         if self.expect < self.end {
             self.missing(self.expect, self.end);
         }
@@ -447,7 +484,7 @@ impl<'m> ShardCheck<'m> {
                 (start, end - start, LostCause::NotRead, reason.to_string())
             })
             .collect();
-        ShardOutcome {
+        Ok(ShardOutcome {
             checked: self.checked,
             decoded: self.decoded,
             payload_bytes: self.payload_bytes,
@@ -456,7 +493,7 @@ impl<'m> ShardCheck<'m> {
             problems: self.problems,
             lost,
             read_in_part: false,
-        }
+        })
     }
 }
 
@@ -489,14 +526,15 @@ mod tests {
             (2, header(8, 8), photo[..photo.len() / 3].to_vec()),
         ];
         let decoder = CpuDecoder::new(stoker_decode::Limits::default());
-        let alone = decode_chunk(None, &decoder, &chunk, &|| false);
+        let at = (Path::new("shard"), chunk.as_slice());
+        let alone = decode_chunk(None, &decoder, at, &|| false).unwrap();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
             .build()
             .unwrap();
         assert_eq!(
             alone,
-            decode_chunk(Some(&pool), &decoder, &chunk, &|| false)
+            decode_chunk(Some(&pool), &decoder, at, &|| false).unwrap()
         );
         let bad: Vec<_> = alone.iter().map(|(i, _)| *i).collect();
         assert_eq!(bad, [Some(1), Some(2)], "{alone:?}");
