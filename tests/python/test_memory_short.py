@@ -98,15 +98,40 @@ def test_memory_the_process_cannot_give_fails_the_batch_and_replaces_nothing(dat
     assert len(limited["batches"]) == 1
 
 
+_MEADOW = "../../testdata/imagefolder/mate/nature_GreenMeadow.jpg"  # 1280x1024, progressive
+
+# A child's address-space limit, `sys.argv[2]` KiB above what it has mapped so far.
+_LIMIT_ABOVE_NOW = r'''
+with open("/proc/self/status") as f:
+    kib = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, ((kib + int(sys.argv[2])) * 1024, resource.RLIM_INFINITY))
+'''
+
+
+def _meadow_under_limits(tmp_path, child, kibs):
+    """What `child` prints, one run per limit of `kibs`, given a dataset of the progressive
+    photo alone. glibc maps each allocation on its own, so that the limits fall on the same
+    allocations on every run; an abort fails the test."""
+    out = tmp_path / "one"
+    with stoker.Writer(out, classes=["a"]) as w:
+        w.write(open(_MEADOW, "rb").read(), 0, "meadow.jpg")
+    env = dict(os.environ, MALLOC_ARENA_MAX="1", MALLOC_MMAP_THRESHOLD_="65536")
+    said = []
+    for extra_kib in kibs:
+        run = subprocess.run([sys.executable, "-c", child, str(out), str(extra_kib)],
+                             capture_output=True, text=True, timeout=120, env=env)
+        assert run.returncode == 0, (extra_kib, run.returncode, run.stderr[-1500:])
+        said.append(run.stdout.strip())
+    return said
+
+
 _PROGRESSIVE_CHILD = r'''
 import resource, sys
 import stoker
 
 loader = stoker.Loader(sys.argv[1], 1, shuffle=False, crop="center", size=32, workers=1,
                        dtype="uint8", device="cpu", prefetch=1, prefetch_next_epoch=False)
-with open("/proc/self/status") as f:
-    kib = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
-resource.setrlimit(resource.RLIMIT_AS, ((kib + int(sys.argv[2])) * 1024, resource.RLIM_INFINITY))
+''' + _LIMIT_ABOVE_NOW + r'''
 try:
     print("batches", sum(1 for _ in loader))
 except MemoryError as e:
@@ -116,20 +141,10 @@ except MemoryError as e:
 
 def test_a_progressive_jpeg_short_of_memory_is_a_memory_error_not_an_abort(tmp_path):
     # zune-jpeg's coefficients could not be had; the file went to jpeg-decoder, whose own
-    # allocation then aborted the process (SIGABRT). glibc is made to map each allocation
-    # on its own, so that the limits below fall on the same allocations on every run.
-    photo = "../../testdata/imagefolder/mate/nature_GreenMeadow.jpg"  # 1280x1024, progressive
-    out = tmp_path / "one"
-    with stoker.Writer(out, classes=["a"]) as w:
-        w.write(open(photo, "rb").read(), 0, "meadow.jpg")
-    env = dict(os.environ, MALLOC_ARENA_MAX="1", MALLOC_MMAP_THRESHOLD_="65536")
-    said = []
-    for extra_kib in range(5120, 11264, 1024):
-        run = subprocess.run([sys.executable, "-c", _PROGRESSIVE_CHILD, str(out), str(extra_kib)],
-                             capture_output=True, text=True, timeout=120, env=env)
-        assert run.returncode == 0, (extra_kib, run.returncode, run.stderr[-1500:])
-        said.append(run.stdout.strip())
-        assert said[-1] == "batches 1" or said[-1].startswith("MemoryError record 0: "), said
+    # allocation then aborted the process (SIGABRT).
+    said = _meadow_under_limits(tmp_path, _PROGRESSIVE_CHILD, range(5120, 11264, 1024))
+    for s in said:
+        assert s == "batches 1" or s.startswith("MemoryError record 0: "), said
     assert any("progressive coefficients" in s for s in said), said
 
 
@@ -138,9 +153,7 @@ import resource, sys
 import stoker
 
 stoker.verify(sys.argv[1], decode=True)  # its threads started first, as in a long-lived process
-with open("/proc/self/status") as f:
-    kib = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
-resource.setrlimit(resource.RLIMIT_AS, ((kib + int(sys.argv[2])) * 1024, resource.RLIM_INFINITY))
+''' + _LIMIT_ABOVE_NOW + r'''
 try:
     r = stoker.verify(sys.argv[1], decode=True)
     print("report", r["ok"], r["bad_records"], r["decoded"])
@@ -154,21 +167,12 @@ def test_verify_short_of_memory_stops_and_blames_no_record(tmp_path):
     # and its infallible buffers (the decoded pixels, the digest's read buffer, a record's
     # value) aborted the process. Each limit gives a sound report or a MemoryError saying
     # the dataset is not to blame.
-    photo = "../../testdata/imagefolder/mate/nature_GreenMeadow.jpg"  # 1280x1024, progressive
-    out = tmp_path / "one"
-    with stoker.Writer(out, classes=["a"]) as w:
-        w.write(open(photo, "rb").read(), 0, "meadow.jpg")
-    env = dict(os.environ, MALLOC_ARENA_MAX="1", MALLOC_MMAP_THRESHOLD_="65536")
-    said = []
-    for extra_kib in range(0, 8704, 512):
-        run = subprocess.run([sys.executable, "-c", _VERIFY_CHILD, str(out), str(extra_kib)],
-                             capture_output=True, text=True, timeout=120, env=env)
-        assert run.returncode == 0, (extra_kib, run.returncode, run.stderr[-1500:])
-        said.append(run.stdout.strip())
-        if said[-1].startswith("MemoryError "):
-            assert "says nothing about the dataset" in said[-1], said[-1]
+    said = _meadow_under_limits(tmp_path, _VERIFY_CHILD, range(0, 8704, 512))
+    for s in said:
+        if s.startswith("MemoryError "):
+            assert "says nothing about the dataset" in s, s
         else:
-            assert said[-1] == "report True 0 1", said
+            assert s == "report True 0 1", said
     assert any("record 0 could not be decoded" in s for s in said), said
     assert said[-1] == "report True 0 1", said
 
