@@ -534,6 +534,35 @@ fn zune_decode(
     Ok(())
 }
 
+/// A thread's stack as std gives it without `RUST_MIN_STACK`: what one of jpeg-decoder's
+/// worker threads needs first.
+const WORKER_STACK: u64 = 2 << 20;
+
+/// jpeg-decoder's error as ours. It starts a worker thread per component for an image
+/// wider than 128 pixels, and one that cannot start (its stack past a memory limit, or a
+/// thread past the process's limit: `EAGAIN` either way) is an I/O error, the only one
+/// reading from a slice can give besides running out of data: not the file's fault, so
+/// it is told as memory, which callers neither blame the file for nor skip it over.
+fn jpeg_decoder_error(e: jpeg_decoder::Error) -> DecodeError {
+    match e {
+        jpeg_decoder::Error::Io(io) if io.kind() != std::io::ErrorKind::UnexpectedEof => {
+            DecodeError::OutOfMemory {
+                what:
+                    "a jpeg-decoder worker thread (its stack, or a thread past the process's limit)",
+                bytes: WORKER_STACK,
+            }
+        }
+        jpeg_decoder::Error::Unsupported(_) => DecodeError::Corrupt {
+            decoder: "jpeg-decoder",
+            message: format!("unsupported: {e}"),
+        },
+        e => DecodeError::Corrupt {
+            decoder: "jpeg-decoder",
+            message: e.to_string(),
+        },
+    }
+}
+
 fn fallback_decode(
     data: &[u8],
     info: &ImageInfo,
@@ -559,31 +588,26 @@ fn fallback_decode(
     }
     info.check_scan_work(scans, limits)?;
 
-    let corrupt = |e: jpeg_decoder::Error| match e {
-        jpeg_decoder::Error::Unsupported(_) => DecodeError::Corrupt {
-            decoder: "jpeg-decoder",
-            message: format!("unsupported: {e}"),
-        },
-        e => DecodeError::Corrupt {
-            decoder: "jpeg-decoder",
-            message: e.to_string(),
-        },
-    };
     let mut dec = jpeg_decoder::Decoder::new(data);
     // Bound its allocation by our limit (4 bytes per pixel for CMYK, plus slack).
     let buffer = (info.pixels() as usize)
         .saturating_mul(4)
         .saturating_add(1 << 16);
     dec.set_max_decoding_buffer_size(buffer);
-    let pixels = dec.decode().map_err(corrupt)?;
+    let pixels = dec.decode().map_err(jpeg_decoder_error)?;
     if let Some(padded) = crate::ran_out::padded_at_scan_ends(data) {
         let mut again = jpeg_decoder::Decoder::new(&padded[..]);
         again.set_max_decoding_buffer_size(buffer);
-        if again.decode().ok().as_deref() != Some(&pixels[..]) {
-            return Err(DecodeError::Corrupt {
-                decoder: "jpeg-decoder",
-                message: "a scan's data ran out before its last block (a file cut short?)".into(),
-            });
+        match again.decode().map_err(jpeg_decoder_error) {
+            Ok(same) if same == pixels => {}
+            Err(e @ DecodeError::OutOfMemory { .. }) => return Err(e),
+            _ => {
+                return Err(DecodeError::Corrupt {
+                    decoder: "jpeg-decoder",
+                    message: "a scan's data ran out before its last block (a file cut short?)"
+                        .into(),
+                })
+            }
         }
     }
     let meta = dec.info().ok_or_else(|| DecodeError::Corrupt {
@@ -624,4 +648,34 @@ fn fallback_decode(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_jpeg_decoder_cannot_start_is_not_the_files_fault() {
+        // What `std::thread::Builder::spawn` gives when the stack cannot be mapped or the
+        // process is at its thread limit.
+        let no_thread = std::io::Error::from_raw_os_error(11);
+        assert!(matches!(
+            jpeg_decoder_error(jpeg_decoder::Error::Io(no_thread)),
+            DecodeError::OutOfMemory {
+                bytes: WORKER_STACK,
+                ..
+            }
+        ));
+        // Data that runs out is the file's.
+        let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+        assert!(matches!(
+            jpeg_decoder_error(jpeg_decoder::Error::Io(eof)),
+            DecodeError::Corrupt { .. }
+        ));
+        let bad = jpeg_decoder::Error::Format("bad Huffman code".into());
+        assert!(matches!(
+            jpeg_decoder_error(bad),
+            DecodeError::Corrupt { .. }
+        ));
+    }
 }

@@ -14,6 +14,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
+use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 
 use crate::lmdb_layout::{F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW};
@@ -21,6 +22,10 @@ use crate::lmdb_meta::RecordTree;
 
 /// One key and its value, or what was wrong where one was expected.
 pub(crate) type Item = Result<(Vec<u8>, Vec<u8>), WalkError>;
+
+/// What takes the items of a walk: it breaks the walk off when it wants no more (stopped,
+/// or short of memory), so that the rest of the shard is not read for nothing.
+pub(crate) type Taker<'a> = dyn FnMut(Item) -> ControlFlow<()> + 'a;
 
 /// What was wrong where a record was expected.
 #[derive(Debug)]
@@ -96,7 +101,9 @@ impl Walker<'_> {
     /// must name itself and be an overflow page. Only the header is read (the value is read
     /// by its size), so a value that ends before the cut of a shard cut short is read
     /// although the zeros after it in its run's last page are not there.
-    fn overflow_value(&mut self, opg: u64) -> Result<u64, String> {
+    ///
+    /// Also gives how many bytes the run holds ([`value_buffer`]).
+    fn overflow_value(&mut self, opg: u64) -> Result<(u64, u64), String> {
         let start = self.locate(opg, PAGE_HEADER as u64)?;
         if !self.seen.insert(opg) {
             return Err(format!("page {opg} is reached twice"));
@@ -111,7 +118,12 @@ impl Walker<'_> {
         if u16_at(&head, 10) != P_OVERFLOW {
             return Err(format!("page {opg}: not an overflow page"));
         }
-        Ok(start + PAGE_HEADER as u64)
+        // The run's page count, in place of `lower` and `upper`.
+        let pages = u64::from(u32::from_le_bytes(
+            head[12..16].try_into().expect("4 bytes"),
+        ));
+        let holds = (pages * self.tree.psize).saturating_sub(PAGE_HEADER as u64);
+        Ok((start + PAGE_HEADER as u64, holds))
     }
 
     /// The node offsets of a branch or leaf page.
@@ -132,7 +144,7 @@ impl Walker<'_> {
             .collect()
     }
 
-    fn walk(&mut self, pgno: u64, level: u16, out: &mut dyn FnMut(Item)) {
+    fn walk(&mut self, pgno: u64, level: u16, out: &mut Taker<'_>) -> ControlFlow<()> {
         if level > self.tree.depth {
             return out(Err(
                 format!("page {pgno}: deeper than the tree's depth").into()
@@ -153,13 +165,15 @@ impl Walker<'_> {
                     let child = u64::from(u16_at(n, 0))
                         | u64::from(u16_at(n, 2)) << 16
                         | u64::from(u16_at(n, 4)) << 32;
-                    self.walk(child, level + 1, out);
+                    self.walk(child, level + 1, out)?;
                 }
+                ControlFlow::Continue(())
             }
             P_LEAF => {
                 for off in nodes {
-                    out(self.leaf_node(pgno, &page, off));
+                    out(self.leaf_node(pgno, &page, off))?;
                 }
+                ControlFlow::Continue(())
             }
             flags => out(Err(format!(
                 "page {pgno}: flags {flags:#x} are not a tree page"
@@ -182,22 +196,13 @@ impl Walker<'_> {
                 format!("page {pgno}: an overflow page number runs past the page")
             })?;
             let opg = u64::from_le_bytes(at.try_into().expect("8 bytes"));
-            let start = self.overflow_value(opg)?;
+            let (start, holds) = self.overflow_value(opg)?;
             if start + size as u64 > self.len {
                 return Err(
                     format!("page {opg}: a value of {size} bytes runs past the file").into(),
                 );
             }
-            // A value is up to 4 GiB (and up to the file's size): under a memory limit its
-            // allocation may fail, which must stop the check, not abort it.
-            let mut v = Vec::new();
-            if v.try_reserve_exact(size).is_err() {
-                return Err(WalkError::Memory {
-                    page: opg,
-                    bytes: size,
-                });
-            }
-            v.resize(size, 0);
+            let mut v = value_buffer(size, (opg, holds), |v| v.try_reserve_exact(size).is_ok())?;
             self.file
                 .read_exact_at(&mut v, start)
                 .map_err(|e| format!("page {opg}: {e}"))?;
@@ -213,10 +218,39 @@ impl Walker<'_> {
     }
 }
 
+/// A buffer of `size` bytes for the value of the overflow run at page `opg`, which holds
+/// `holds` bytes, got by `reserve`. A value is up to 4 GiB and up to the file's size: under
+/// a memory limit its allocation may fail, which must stop the check, not abort it
+/// ([`WalkError::Memory`]). Unless the size is more than its run holds: then it is damage
+/// (the node's size or the run's header), and so it is told. Read by its size where memory
+/// allows, as LMDB and the loader read it, a value larger than its run fails its record's
+/// checks, and one whose run header alone is damaged passes them.
+fn value_buffer(
+    size: usize,
+    (opg, holds): (u64, u64),
+    reserve: impl FnOnce(&mut Vec<u8>) -> bool,
+) -> Result<Vec<u8>, WalkError> {
+    let mut v = Vec::new();
+    if !reserve(&mut v) {
+        if size as u64 > holds {
+            return Err(format!(
+                "page {opg}: a value of {size} bytes runs past its overflow run ({holds} bytes), and that many cannot be allocated"
+            )
+            .into());
+        }
+        return Err(WalkError::Memory {
+            page: opg,
+            bytes: size,
+        });
+    }
+    v.resize(size, 0);
+    Ok(v)
+}
+
 /// Walks the record tree of the shard open as `file` (`len` bytes) in key order, handing
 /// each record (or each problem) to `out`. Fails only when the meta pages themselves are
 /// unusable.
-pub(crate) fn walk_records(file: &File, len: u64, out: &mut dyn FnMut(Item)) -> Result<(), String> {
+pub(crate) fn walk_records(file: &File, len: u64, out: &mut Taker<'_>) -> Result<(), String> {
     let tree = crate::lmdb_meta::record_tree(file, len)?;
     let mut w = Walker {
         file,
@@ -225,7 +259,7 @@ pub(crate) fn walk_records(file: &File, len: u64, out: &mut dyn FnMut(Item)) -> 
         seen: HashSet::new(),
     };
     if let Some(root) = tree.root {
-        w.walk(root, 1, out);
+        let _ = w.walk(root, 1, out);
     }
     Ok(())
 }
@@ -240,7 +274,7 @@ pub(crate) fn walk_records(file: &File, len: u64, out: &mut dyn FnMut(Item)) -> 
 /// stoker's writer writes the branch pages last (docs/FORMAT.md, "Writing"), so a cut
 /// anywhere before the end of the tree leaves no root: then the leaf pages are found by
 /// reading the pages before the cut in order ([`Walker::scan`]), as they were written.
-pub(crate) fn salvage_records(file: &File, len: u64, tree: RecordTree, out: &mut dyn FnMut(Item)) {
+pub(crate) fn salvage_records(file: &File, len: u64, tree: RecordTree, out: &mut Taker<'_>) {
     let mut w = Walker {
         file,
         len,
@@ -251,11 +285,11 @@ pub(crate) fn salvage_records(file: &File, len: u64, tree: RecordTree, out: &mut
         return;
     };
     let want = if tree.depth == 1 { P_LEAF } else { P_BRANCH };
-    if w.peek(root).is_some_and(|p| u16_at(&p, 10) == want) {
-        w.walk(root, 1, out);
+    let _ = if w.peek(root).is_some_and(|p| u16_at(&p, 10) == want) {
+        w.walk(root, 1, out)
     } else {
-        w.scan(out);
-    }
+        w.scan(out)
+    };
 }
 
 impl Walker<'_> {
@@ -273,7 +307,7 @@ impl Walker<'_> {
     /// values are never taken for pages; branch pages hold no records. Pages that are none
     /// of these (damaged) are named, a run of them at once. Each page is read once, so the
     /// scan ends after at most `len / page size` reads whatever the pages say.
-    fn scan(&mut self, out: &mut dyn FnMut(Item)) {
+    fn scan(&mut self, out: &mut Taker<'_>) -> ControlFlow<()> {
         let psize = self.tree.psize;
         let end = (self.tree.last_pg + 1).min(self.len / psize);
         // The pages since the last usable one that were not usable, first and last.
@@ -285,15 +319,15 @@ impl Walker<'_> {
                 pgno += 1;
                 continue;
             };
-            name_unusable(unusable.take(), out);
+            name_unusable(unusable.take(), out)?;
             match u16_at(&page, 10) {
                 P_LEAF => match self.nodes(pgno, &page) {
                     Ok(nodes) => {
                         for off in nodes {
-                            out(self.leaf_node(pgno, &page, off));
+                            out(self.leaf_node(pgno, &page, off))?;
                         }
                     }
-                    Err(e) => out(Err(e.into())),
+                    Err(e) => out(Err(e.into()))?,
                 },
                 P_OVERFLOW => {
                     // The run's page count, in place of `lower` and `upper`.
@@ -305,21 +339,22 @@ impl Walker<'_> {
                 flags => out(Err(format!(
                     "page {pgno}: flags {flags:#x} are not a tree page"
                 )
-                .into())),
+                .into()))?,
             }
             pgno += 1;
         }
-        name_unusable(unusable, out);
+        name_unusable(unusable, out)
     }
 }
 
 /// Names the pages `first..=last` that [`Walker::scan`] could not use, if any.
-fn name_unusable(run: Option<(u64, u64)>, out: &mut dyn FnMut(Item)) {
-    if let Some((first, last)) = run {
-        out(Err(format!(
+fn name_unusable(run: Option<(u64, u64)>, out: &mut Taker<'_>) -> ControlFlow<()> {
+    match run {
+        Some((first, last)) => out(Err(format!(
             "pages {first}..={last} do not name themselves (damaged, or not a tree page)"
         )
-        .into()));
+        .into())),
+        None => ControlFlow::Continue(()),
     }
 }
 
@@ -350,7 +385,11 @@ mod tests {
         let f = std::fs::File::open(dir.path().join("shard-00000.lmdb")).unwrap();
         let len = f.metadata().unwrap().len();
         let mut got = Vec::new();
-        super::walk_records(&f, len, &mut |item| got.push(item.unwrap())).unwrap();
+        super::walk_records(&f, len, &mut |item| {
+            got.push(item.unwrap());
+            std::ops::ControlFlow::Continue(())
+        })
+        .unwrap();
         assert_eq!(got.len(), 300);
         for (i, (key, value)) in got.iter().enumerate() {
             assert_eq!(key.as_slice(), (i as u64).to_be_bytes());
@@ -364,7 +403,54 @@ mod tests {
         assert!(tree.depth > 1);
         let cut = tree.last_pg * tree.psize;
         let mut scanned = Vec::new();
-        super::salvage_records(&f, cut, tree, &mut |item| scanned.push(item.unwrap()));
+        super::salvage_records(&f, cut, tree, &mut |item| {
+            scanned.push(item.unwrap());
+            std::ops::ControlFlow::Continue(())
+        });
         assert_eq!(scanned, got);
+
+        // A taker that wants no more (stopped, short of memory) ends the walk, and the scan:
+        // the rest of the shard is not read.
+        for salvage in [false, true] {
+            let mut taken = 0;
+            let mut take_five = |_item: super::Item| {
+                taken += 1;
+                if taken == 5 {
+                    std::ops::ControlFlow::Break(())
+                } else {
+                    std::ops::ControlFlow::Continue(())
+                }
+            };
+            if salvage {
+                super::salvage_records(&f, cut, tree, &mut take_five);
+            } else {
+                super::walk_records(&f, len, &mut take_five).unwrap();
+            }
+            assert_eq!(taken, 5, "salvage: {salvage}");
+        }
+    }
+
+    /// A value whose memory cannot be had is memory, unless its size is more than its
+    /// overflow run holds: then it is the shard's damage (a node's size with a flipped high
+    /// byte asked a process under a limit for up to the file's length, and was told as
+    /// memory, clearing the dataset).
+    #[test]
+    fn a_value_that_cannot_be_allocated_is_memory_unless_past_its_run() {
+        let refused = |_: &mut Vec<u8>| false;
+        assert!(matches!(
+            super::value_buffer(20_000, (9, 20_464), refused),
+            Err(super::WalkError::Memory {
+                page: 9,
+                bytes: 20_000
+            })
+        ));
+        match super::value_buffer(16_759_008, (9, 20_464), refused) {
+            Err(super::WalkError::Damaged(why)) => {
+                assert!(why.contains("runs past its overflow run"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let v = super::value_buffer(300, (9, 20_464), |v| v.try_reserve_exact(300).is_ok());
+        assert_eq!(v.unwrap(), vec![0u8; 300]);
     }
 }

@@ -523,6 +523,7 @@ mod tests {
             assert_eq!(key, i.to_be_bytes());
             assert_eq!(v, value(i), "value {i}");
             i += 1;
+            std::ops::ControlFlow::Continue(())
         })
         .unwrap();
         assert_eq!(i, n);

@@ -1,6 +1,7 @@
 //! The checks of one shard's records, fed in key order by the bounds-checked walk of its
 //! tree ([`crate::lmdb_walk`]), and what they found: records good, bad or lost, and why.
 
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -413,10 +414,11 @@ impl<'m> ShardCheck<'m> {
         }
     }
 
-    /// Takes one item of the walk: a record to check, or what was wrong with a page.
-    pub(super) fn take(&mut self, item: Item, decoder: &CpuDecoder) {
+    /// Takes one item of the walk: a record to check, or what was wrong with a page; breaks
+    /// the walk off once stopped or short of memory.
+    pub(super) fn take(&mut self, item: Item, decoder: &CpuDecoder) -> ControlFlow<()> {
         if (self.reading.stop)() || self.fault.is_some() {
-            return;
+            return ControlFlow::Break(());
         }
         match item {
             Ok((key, value)) => {
@@ -432,6 +434,11 @@ impl<'m> ShardCheck<'m> {
                 self.fault = Some(short_of_memory(self.shard_path, what));
             }
         }
+        // `stop` is asked once a record (above): callers count on it.
+        if self.fault.is_some() {
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
     }
 
     /// Decodes the JPEGs read so far (on [`decode_pool`], else on this thread) and lets
