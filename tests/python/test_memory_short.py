@@ -173,8 +173,10 @@ def test_verify_short_of_memory_stops_and_blames_no_record(tmp_path):
             assert "says nothing about the dataset" in s, s
         else:
             assert s == "report True 0 1", said
+    # Both outcomes are met: the limits span the decode's failure and its success (which
+    # limits give which moves with what else the process maps, run to run).
     assert any("record 0 could not be decoded" in s for s in said), said
-    assert said[-1] == "report True 0 1", said
+    assert "report True 0 1" in said, said
 
 
 _HOLDING_CHILD = r'''
