@@ -434,7 +434,8 @@ impl<'m> ShardCheck<'m> {
                 self.fault = Some(short_of_memory(self.shard_path, what));
             }
         }
-        // `stop` is asked once a record (above): callers count on it.
+        // Not `stop` again: it is asked once a record, above, and a caller's own stop may
+        // count its asks.
         if self.fault.is_some() {
             return ControlFlow::Break(());
         }
