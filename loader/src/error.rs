@@ -222,6 +222,23 @@ impl LoaderError {
         (now != built).then_some(LoaderError::ForkedProcess { built, now })
     }
 
+    /// Whether memory could not be had ([`LoaderError::OutOfMemory`] for a record,
+    /// [`LoaderError::BatchOutOfMemory`] for a batch's buffer): not the data's fault, tried
+    /// again before it stands, and Python's `MemoryError`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_loader::LoaderError;
+    /// assert!(LoaderError::BatchOutOfMemory { batch: 3, bytes: 1 << 20 }.is_short_of_memory());
+    /// ```
+    pub fn is_short_of_memory(&self) -> bool {
+        matches!(
+            self,
+            LoaderError::OutOfMemory { .. } | LoaderError::BatchOutOfMemory { .. }
+        )
+    }
+
     /// The dataset index of the record this error is about, if it is about one record.
     ///
     /// # Examples

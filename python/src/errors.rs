@@ -49,9 +49,7 @@ pub(crate) fn loader_error(e: LoaderError) -> PyErr {
         | LoaderError::DlpackStream { .. }
         | LoaderError::LauncherEnv { .. }
         | LoaderError::EmptyDataset) => PyValueError::new_err(e.to_string()),
-        e @ (LoaderError::OutOfMemory { .. } | LoaderError::BatchOutOfMemory { .. }) => {
-            PyMemoryError::new_err(e.to_string())
-        }
+        e if e.is_short_of_memory() => PyMemoryError::new_err(e.to_string()),
         e => StokerError::new_err(e.to_string()),
     }
 }

@@ -26,9 +26,9 @@ use crate::logging::Call;
 /// Raises when the manifest cannot be read: ``FileNotFoundError`` where there is none
 /// (not a dataset, an unfinished conversion), else ``stoker.StokerError``; when the check
 /// cannot go on for no fault of the dataset's, so that it says nothing about it:
-/// ``MemoryError`` where a decode could not get its memory, ``stoker.StokerError`` where
-/// the process has no file descriptor left or the storage stopped answering; and
-/// ``KeyboardInterrupt`` on Ctrl-C, which stops the check.
+/// ``MemoryError`` where a decode or a read could not get its memory,
+/// ``stoker.StokerError`` where the process has no file descriptor left or the storage
+/// stopped answering; and ``KeyboardInterrupt`` on Ctrl-C, which stops the check.
 #[pyfunction]
 #[pyo3(signature = (path, decode=false))]
 pub(crate) fn verify<'py>(

@@ -417,7 +417,7 @@ impl<'m> ShardCheck<'m> {
     /// Takes one item of the walk: a record to check, or what was wrong with a page; breaks
     /// the walk off once stopped or short of memory.
     pub(super) fn take(&mut self, item: Item, decoder: &CpuDecoder) -> ControlFlow<()> {
-        if (self.reading.stop)() || self.fault.is_some() {
+        if (self.reading.stop)() {
             return ControlFlow::Break(());
         }
         match item {
