@@ -45,6 +45,11 @@ enum Command {
     /// Summarize a converted dataset.
     Inspect(inspect::Args),
     /// Check every record of a converted dataset (header, length, CRC, optionally decode).
+    ///
+    /// Exit status: 0 when every record is sound; 1 when the report names a problem, or the
+    /// manifest cannot be read; 3 when the check stopped for no fault of the dataset's (out
+    /// of memory, of file descriptors, storage that stopped answering), which says nothing
+    /// about it: run it again once that is fixed.
     Verify(verify::Args),
     /// Decode one JPEG file and report its properties and the route taken.
     Decode(decode::Args),

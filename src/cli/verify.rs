@@ -1,15 +1,23 @@
 //! `stoker verify DATASET [--decode]`: one call to [`stoker::formats::verify_dir()`]; exit 0
 //! only when every record is sound. A dataset too damaged to open still gets a report (with
 //! `--json`, one JSON document on stdout) that names the records of each shard it lost. An
-//! error (on stderr, as for every command) is a manifest that cannot be read, or a check
-//! that cannot go on for no fault of the dataset's (memory, file descriptors, storage).
+//! error (on stderr, as for every command) is a manifest that cannot be read (exit 1, as for
+//! damage), or a check that cannot go on for no fault of the dataset's: memory, file
+//! descriptors, storage (exit [`NOT_CHECKED`]).
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use stoker::formats::{self, VerifyReport};
+use stoker::formats::{self, FormatError, VerifyReport};
+
+/// Exit status of a check that stopped for no fault of the dataset's
+/// ([`FormatError::OutsideFault`]). With 1 for it as for damage, a script that restores a
+/// copy when verify fails threw away a sound dataset whenever the machine ran short of
+/// memory or descriptors; this status says "nothing is known, run it again". 2 is clap's,
+/// for a usage error.
+pub const NOT_CHECKED: u8 = 3;
 
 /// Flags of `stoker verify`.
 #[derive(Debug, clap::Args)]
@@ -29,7 +37,13 @@ pub struct Args {
 /// Runs `stoker verify`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut out = super::output::stdout();
-    let r = formats::verify_dir(&args.dataset, args.decode)?;
+    let r = match formats::verify_dir(&args.dataset, args.decode) {
+        Ok(r) => r,
+        Err(e @ FormatError::OutsideFault { .. }) => {
+            return Ok(stoker::exit::failure("stoker", &e, NOT_CHECKED));
+        }
+        Err(e) => return Err(e.into()),
+    };
     if args.json {
         let mut v = serde_json::to_value(&r)?;
         v["ok"] = serde_json::Value::Bool(r.ok());
