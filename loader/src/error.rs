@@ -90,6 +90,19 @@ pub enum LoaderError {
         /// The buffer's size.
         bytes: u64,
     },
+    /// Memory for the GPU path's batch slots could not be allocated: device memory
+    /// (`cuMemAlloc`, or less free on the device than the ring needs) or page-locked host
+    /// memory for staging (`cuMemHostAlloc`), `CUDA_ERROR_OUT_OF_MEMORY`. Most often the
+    /// model holds the GPU's memory, or the batch and prefetch ask for more than is left.
+    #[error("{what}: {bytes} bytes ({:.1} MiB) cannot be allocated: {reason}; lower batch_size or prefetch, or leave the loader more of that memory (a model or another process may hold it)", *.bytes as f64 / 1048576.0)]
+    GpuOutOfMemory {
+        /// The allocation that failed (`"device batch tensor (cuMemAlloc)"`).
+        what: &'static str,
+        /// Its size.
+        bytes: u64,
+        /// The driver's error, or what the device had free.
+        reason: String,
+    },
     /// A bad record could not be replaced: random picks from this rank's share of the epoch,
     /// then a scan of the whole dataset (of the records given to
     /// [`crate::LoaderBuilder::indices`], for a loader over part of it), found no usable
@@ -223,8 +236,8 @@ impl LoaderError {
     }
 
     /// Whether memory could not be had ([`LoaderError::OutOfMemory`] for a record,
-    /// [`LoaderError::BatchOutOfMemory`] for a batch's buffer): not the data's fault, tried
-    /// again before it stands, and Python's `MemoryError`.
+    /// [`LoaderError::BatchOutOfMemory`] for a batch's buffer, [`LoaderError::GpuOutOfMemory`]
+    /// for the GPU path's slots): not the data's fault, and Python's `MemoryError`.
     ///
     /// # Examples
     ///
@@ -233,6 +246,13 @@ impl LoaderError {
     /// assert!(LoaderError::BatchOutOfMemory { batch: 3, bytes: 1 << 20 }.is_short_of_memory());
     /// ```
     pub fn is_short_of_memory(&self) -> bool {
+        self.is_short_of_host_memory() || matches!(self, LoaderError::GpuOutOfMemory { .. })
+    }
+
+    /// Host memory for one record or batch buffer could not be had: what a worker tries
+    /// again after freeing scratch ([`crate::scratch_memory`]). Not the GPU path's slots:
+    /// freeing host scratch gives no device memory back.
+    pub(crate) fn is_short_of_host_memory(&self) -> bool {
         matches!(
             self,
             LoaderError::OutOfMemory { .. } | LoaderError::BatchOutOfMemory { .. }

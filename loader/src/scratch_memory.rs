@@ -111,7 +111,8 @@ pub(crate) fn retry_short_of_memory<S, T>(
     release: impl Fn(&mut S),
     mut load: impl FnMut(&mut S) -> Result<T, LoaderError>,
 ) -> Result<T, LoaderError> {
-    let short = |r: &Result<T, LoaderError>| r.as_ref().is_err_and(LoaderError::is_short_of_memory);
+    let short =
+        |r: &Result<T, LoaderError>| r.as_ref().is_err_and(LoaderError::is_short_of_host_memory);
     let mut result = load(state);
     if !short(&result) {
         return result;

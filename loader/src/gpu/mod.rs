@@ -163,8 +163,9 @@ impl Pipeline for GpuPipeline {
 ///
 /// # Errors
 /// - [`LoaderError::GpuUnavailable`]: no driver, no such device, no NVRTC;
-/// - [`LoaderError::Gpu`]: a CUDA call failed, or pinned / device memory ran out
+/// - [`LoaderError::GpuOutOfMemory`]: pinned or device memory for the slots ran out
 ///   (the message names the sizes asked);
+/// - [`LoaderError::Gpu`]: a CUDA call failed;
 /// - [`LoaderError::Thread`]: the reader pool could not start.
 pub(crate) fn build(
     config: &LoaderConfig,

@@ -301,13 +301,13 @@ pub(super) fn device_memory(
     let want_device = slots * sizes.device_bytes();
     if let Ok((free, total)) = ctx.mem_get_info() {
         if want_device > free {
-            return Err(LoaderError::Gpu {
-                op: "device memory for the staging ring",
-                source: format!(
-                    "{slots} slots × {} bytes = {want_device} bytes asked, {free} of {total} bytes free on device {ordinal}; lower batch_size or prefetch",
+            return Err(LoaderError::GpuOutOfMemory {
+                what: "device memory for the staging ring",
+                bytes: want_device as u64,
+                reason: format!(
+                    "{slots} slots of {} bytes each, and {free} of {total} bytes are free on device {ordinal}",
                     sizes.device_bytes()
-                )
-                .into(),
+                ),
             });
         }
     }

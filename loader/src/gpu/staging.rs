@@ -145,8 +145,9 @@ impl Slot {
     /// as `wait` says: [`WaitMode::Block`] makes them blocking-sync events.
     ///
     /// # Errors
-    /// [`LoaderError::Gpu`] naming the allocation and its size when pinned or
-    /// device memory runs out.
+    /// [`LoaderError::GpuOutOfMemory`] naming the allocation and its size when
+    /// pinned or device memory runs out; [`LoaderError::Gpu`] when a CUDA call
+    /// fails otherwise.
     pub(crate) fn new(
         ctx: &Arc<CudaContext>,
         compute: &Arc<CudaStream>,
@@ -514,12 +515,53 @@ fn device_address<T>(slice: &CudaSlice<T>, stream: &CudaStream) -> u64 {
 }
 
 fn oom(what: &'static str, bytes: usize, e: cudarc::driver::DriverError) -> LoaderError {
-    LoaderError::Gpu {
-        op: what,
-        source: format!(
-            "allocating {bytes} bytes ({:.1} MiB) failed: {e}; lower batch_size or prefetch",
-            bytes as f64 / (1 << 20) as f64
-        )
-        .into(),
+    if e.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        return LoaderError::GpuOutOfMemory {
+            what,
+            bytes: bytes as u64,
+            reason: "the driver has no memory left for it (CUDA_ERROR_OUT_OF_MEMORY)".into(),
+        };
+    }
+    // Not formatted here: a `DriverError`'s text comes from the driver (cuGetErrorString).
+    driver_err(what, e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudarc::driver::{sys::CUresult, DriverError};
+
+    /// A slot the device has no memory for is the caller's to fix (smaller batches, less
+    /// prefetch, a model that leaves room), and Python's MemoryError; any other failure
+    /// of the allocation stays a GPU error. Driver errors are plain values, so no GPU is
+    /// needed to build them (only to print one: its text comes from the driver).
+    #[test]
+    fn only_an_allocation_the_driver_has_no_memory_for_is_short_of_memory() {
+        let e = oom(
+            "device arena (cuMemAlloc)",
+            3 << 20,
+            DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+        );
+        assert!(
+            matches!(e, LoaderError::GpuOutOfMemory { bytes, .. } if bytes == 3 << 20),
+            "{e:?}"
+        );
+        assert!(
+            e.is_short_of_memory() && !e.is_short_of_host_memory(),
+            "{e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with("device arena (cuMemAlloc): 3145728 bytes (3.0 MiB)")
+                && text.contains("lower batch_size or prefetch"),
+            "{text}"
+        );
+        let e = oom(
+            "device arena (cuMemAlloc)",
+            3 << 20,
+            DriverError(CUresult::CUDA_ERROR_INVALID_CONTEXT),
+        );
+        assert!(matches!(e, LoaderError::Gpu { .. }), "{e:?}");
+        assert!(!e.is_short_of_memory(), "{e}");
     }
 }
