@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# scripts/wheel.sh [OUT]: the Python package as users install it on machines without a
+# Rust toolchain (a cluster's login node, a training container), and the proof that it
+# installs and works there. Writes into OUT (default target/wheels):
+#
+# - one abi3 wheel for CPython >= 3.9 on x86-64 Linux with glibc >= 2.28
+#   (manylinux_2_28: RHEL/Rocky 8, Ubuntu 20.04, Debian 11 and later; the floor of
+#   PyTorch's own wheels, so a machine that installs torch installs this);
+# - the sdist, for every other platform (aarch64 Grace Hopper nodes, musl): it carries
+#   the workspace crates the package builds from, and builds with a Rust toolchain.
+#
+# The wheel is linked by zig (the `ziglang` package from PyPI, through maturin's --zig)
+# against glibc 2.28's symbol versions: built with the machine's own linker, the
+# extension asked for the glibc it was built on (2.34 and later for pthread_create and
+# dlopen here), and `pip` refused it on older systems. `--auditwheel check` fails the
+# build when the extension needs a library outside the manylinux policy (CUDA and
+# nvJPEG are opened at run time, never linked).
+#
+# Then each artefact is installed into a fresh virtual environment (no system packages,
+# no torch, no cargo on PATH) and tests/wheel/smoke.py runs from outside the repository:
+# convert the bundled sample, verify it, iterate an epoch through NumPy's DLPack.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+out=${1:-target/wheels}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+rm -f "$out"/stoker-*.whl "$out"/stoker-*.tar.gz
+py=$(scripts/python-venv.sh 'maturin>=1.9.4,<2' 'ziglang==0.17.1')
+tools="$(dirname "$py")"
+# Its own target directory: zig as the C compiler rebuilds the C dependencies (LMDB),
+# and sharing target/ with the tests' builds would rebuild them on every switch.
+export CARGO_TARGET_DIR="$root/target/wheel"
+manylinux=(--zig --compatibility manylinux_2_28 --auditwheel check)
+PATH="$tools:$PATH" "$py" -m maturin build --quiet --release --strip "${manylinux[@]}" \
+  -m python/Cargo.toml -o "$out"
+PATH="$tools:$PATH" "$py" -m maturin sdist -m python/Cargo.toml -o "$out"
+wheel=$(ls "$out"/stoker-*-cp39-abi3-manylinux_2_28_x86_64.whl)
+sdist=$(ls "$out"/stoker-*.tar.gz)
+
+# The sdist: the crates it builds from, none of the test data (the build never reads it;
+# testdata/Cargo.toml's `include` keeps the corpus out). A missing crate fails the build
+# below; this names what went wrong first.
+"$py" - "$sdist" <<'EOF'
+import sys, tarfile
+names = tarfile.open(sys.argv[1]).getnames()
+top = names[0].split("/")[0]
+rel = {n[len(top) + 1:] for n in names}
+for need in ("pyproject.toml", "python/Cargo.toml", "formats/Cargo.toml", "decode/Cargo.toml",
+             "loader/Cargo.toml", "decode/vendor/zune-jpeg/Cargo.toml", "stoker/__init__.py"):
+    if not any(r == need or r.endswith("/" + need) for r in rel):
+        sys.exit(f"wheel.sh: the sdist lacks {need}")
+bad = [r for r in rel if r.lower().endswith((".jpg", ".jpeg", ".png", ".tar", ".lmdb"))]
+if bad:
+    sys.exit(f"wheel.sh: the sdist carries test data: {sorted(bad)[:5]}")
+print(f"wheel.sh: sdist {len(rel)} files", file=sys.stderr)
+EOF
+
+# Installs `$1` (a wheel) into a fresh environment and runs the smoke test there, with
+# a PATH that has no cargo or rustc: nothing may be compiled on the user's side.
+fresh=$(mktemp -d)
+trap 'rm -rf "$fresh"' EXIT
+smoke() {
+  rm -rf "$fresh/venv"
+  python3 -m venv "$fresh/venv"
+  "$fresh/venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary=:all: "$1" numpy
+  local site
+  site=$("$fresh/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  (cd "$fresh" && env -i HOME="$HOME" PATH=/usr/bin:/bin LANG=C.UTF-8 \
+    "$fresh/venv/bin/python" "$root/tests/wheel/smoke.py" "$root/examples/data/sample" "$site")
+}
+smoke "$wheel"
+
+# The sdist as pip builds it where no wheel fits, here with the same zig link so that its
+# wheel is checked against the same policy; the registry's crates are reused from the
+# target directory above, the workspace's are compiled from the unpacked sdist.
+PATH="$tools:$PATH" MATURIN_PEP517_ARGS="${manylinux[*]}" "$py" -m pip wheel --quiet \
+  --disable-pip-version-check --no-deps --no-build-isolation -w "$fresh/from-sdist" "$sdist"
+smoke "$(ls "$fresh"/from-sdist/stoker-*-cp39-abi3-manylinux_2_28_x86_64.whl)"
+ls -l "$wheel" "$sdist" | awk '{print "wheel.sh: " $5 " bytes " $NF}' >&2
