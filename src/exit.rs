@@ -43,11 +43,18 @@ pub fn message(e: &(dyn Error + 'static)) -> String {
 /// `status` after `program: error: <message>` on stderr (a failed write to stderr is
 /// ignored: there is nowhere left to say it, and a panic would only change the status).
 pub fn failure(program: &str, e: &(dyn Error + 'static), status: u8) -> ExitCode {
+    ExitCode::from(report(program, e, status))
+}
+
+/// [`failure`] as a number, for a caller that ends the process itself (`ExitCode` cannot
+/// be read back): the `stoker` command embedded in the Python package returns it to
+/// Python's `sys.exit`.
+pub fn report(program: &str, e: &(dyn Error + 'static), status: u8) -> u8 {
     if is_broken_pipe(e) {
-        return ExitCode::from(BROKEN_PIPE_STATUS);
+        return BROKEN_PIPE_STATUS;
     }
     let _ = writeln!(std::io::stderr().lock(), "{program}: error: {}", message(e));
-    ExitCode::from(status)
+    status
 }
 
 /// Makes a write past the process's file size limit (`ulimit -f`, RLIMIT_FSIZE, which

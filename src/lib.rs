@@ -29,8 +29,9 @@
 //!
 //! # Features
 //!
-//! - `cli` (on by default): the `stoker` binary and `bottleneck`, the stage benchmark
-//!   behind `stoker bench`, whose advice names the CLI's flags. A crate that uses the
+//! - `cli` (on by default): the `stoker` binary, [`cli`], the command it runs (which the
+//!   Python package's `stoker` console script runs too), and `bottleneck`, the stage
+//!   benchmark behind `stoker bench`, whose advice names the CLI's flags. A crate that uses the
 //!   library alone turns it off, which leaves out the CLI's dependencies (clap, indicatif,
 //!   tracing-subscriber and the crates below them):
 //!
@@ -60,6 +61,8 @@ pub use stoker_loader::half;
 
 #[cfg(feature = "cli")]
 pub mod bottleneck;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod exit;
 pub mod stop_cleanup;
 

@@ -1,10 +1,7 @@
-//! The `stoker` command line: a thin layer that turns flags into one library call.
+//! The `stoker` command line: a thin layer that turns flags into one library call
+//! (`stoker::cli`).
 #![forbid(unsafe_code)]
 
-mod cli;
-
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    cli::main()
+fn main() -> std::process::ExitCode {
+    stoker::cli::main()
 }

@@ -1,5 +1,7 @@
 //! `stoker bench` end to end: the built binary on a small dataset made in a tempdir
 //! from the bench set (JPEGs derived from the test photographs), as a user runs it.
+// They run the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

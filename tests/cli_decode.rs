@@ -1,5 +1,7 @@
 //! `stoker decode --backend auto` and the loader's `Device::Auto` decide with the same rule
 //! (`stoker_loader::AutoChoice`) and say the same thing when they fall back to the CPU.
+// They run the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
 
 mod common;
 

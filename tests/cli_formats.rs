@@ -1,4 +1,6 @@
 //! `stoker convert / inspect / verify` end to end, through the built binary, on real data.
+// They run the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
 
 use std::path::Path;
 use std::process::{Command, Output};

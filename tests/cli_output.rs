@@ -4,6 +4,8 @@
 //! (it left a truncated PNG at the final name and clobbered the previous file first), and
 //! `decode -o` through a symlink, to a FIFO or /dev/stdout (it replaced the link or device
 //! node with a file of mode 0600).
+// They run the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
 
 mod common;
 

@@ -3,6 +3,8 @@
 //! Kubernetes completion index; a killed part rerun; `stoker merge`; and the recipes in
 //! `examples/cluster/` run in local form. Every merged dataset is compared record for record
 //! with one plain `stoker convert` of the same photos.
+// They run the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

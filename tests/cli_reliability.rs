@@ -1,6 +1,8 @@
 //! Regression tests for issue 18 through the built `stoker` binary: inputs that are not
 //! files, cut-off JPEGs, a full disk (the file size limit), a damaged dataset under `bench`
 //! and an unreadable sub-directory. Photos from the repository's `examples/data/sample`.
+// They run the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
 
 mod common;
 

@@ -4,6 +4,8 @@
 //! Now the other shards are checked and the lost records named, in both outputs. A shard cut
 //! short lost every record, though those before the cut could be read: now only the others
 //! are named.
+// They run the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
 
 mod common;
 

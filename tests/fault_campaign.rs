@@ -7,6 +7,8 @@
 //!
 //! Photos from the repository's `examples/data/sample`, copied into bigger synthetic trees
 //! where a conversion must last long enough to be killed in the middle.
+// They run the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
 
 mod common;
 

@@ -15,6 +15,8 @@
 //! - `batch`: what iteration yields: `Images` and `Labels`, both DLPack producers
 //!   (`__dlpack__`, `__dlpack_device__`) over [`stoker_loader::dlpack`].
 //! - `capsule`: the one FFI piece: a DLPack tensor in a `"dltensor"` capsule.
+//! - `command`: the `stoker` command (the Rust CLI) for the console script and
+//!   `python -m stoker`.
 //! - `errors`: Rust errors → `ValueError`, `FileNotFoundError` or `stoker.StokerError`.
 //! - `logging`: the crates' `tracing` events → Python's `logging` (logger `stoker`),
 //!   queued and delivered on the caller's thread.
@@ -29,6 +31,7 @@
 mod args;
 mod batch;
 mod capsule;
+mod command;
 mod dataset;
 mod epoch;
 mod errors;
@@ -67,6 +70,7 @@ fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::convert, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::merge, m)?)?;
     m.add_function(wrap_pyfunction!(verify::verify, m)?)?;
+    m.add_function(wrap_pyfunction!(command::command, m)?)?;
     m.add_function(wrap_pyfunction!(stats::stats_from_json, m)?)?;
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<writer::Writer>()?;

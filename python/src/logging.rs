@@ -379,21 +379,46 @@ fn emit(py: Python<'_>, logging: &Bound<'_, PyModule>, r: &Record) -> PyResult<(
     Ok(())
 }
 
-/// The subscriber: filters by the levels read from Python and queues what passes.
+/// The `stoker` command's own log output, once it runs in this process ([`to_command`]).
+static COMMAND: OnceLock<Box<dyn Subscriber + Send + Sync>> = OnceLock::new();
+
+/// Hands every event from now on to `subscriber` instead of Python's `logging`: the
+/// `stoker` command run by the console script ([`crate::command`]) logs as the binary
+/// does, on stderr, filtered by `STOKER_LOG`. The bridge stays the global default (set at
+/// import, once per process) and forwards to it; the process ends with the command, and
+/// nothing would deliver the queue meanwhile.
+pub(crate) fn to_command(subscriber: impl Subscriber + Send + Sync + 'static) {
+    if COMMAND.set(Box::new(subscriber)).is_ok() {
+        // The call sites registered before asked the bridge; ask the command's filter.
+        tracing::callsite::rebuild_interest_cache();
+    }
+}
+
+/// The subscriber: filters by the levels read from Python and queues what passes, or
+/// forwards everything to [`COMMAND`] once it is set.
 struct Bridge;
 
 impl Subscriber for Bridge {
-    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if let Some(c) = COMMAND.get() {
+            return c.register_callsite(metadata);
+        }
         // Decided per event by `enabled` (levels change while call sites stay), behind
         // the maximum level, which spares the others even that call.
         Interest::sometimes()
     }
 
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        if let Some(c) = COMMAND.get() {
+            return c.enabled(metadata);
+        }
         verbosity(metadata.level()) <= LEVELS[logger_of(metadata.target())].load(Ordering::Relaxed)
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {
+        if let Some(c) = COMMAND.get() {
+            return c.max_level_hint();
+        }
         let most = LEVELS
             .iter()
             .map(|l| l.load(Ordering::Relaxed))
@@ -410,6 +435,9 @@ impl Subscriber for Bridge {
     }
 
     fn event(&self, event: &Event<'_>) {
+        if let Some(c) = COMMAND.get() {
+            return c.event(event);
+        }
         let mut record = Some(Record::of(event));
         // Held back on a thread in `holding`; `try_with` fails only while this thread's
         // locals are destroyed, when nothing holds.
@@ -423,14 +451,41 @@ impl Subscriber for Bridge {
         }
     }
 
-    // stoker makes no spans; one that a dependency makes is not recorded.
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
+    // stoker makes no spans; one that a dependency makes is not recorded, unless the
+    // command's subscriber records it.
+    fn new_span(&self, attributes: &span::Attributes<'_>) -> span::Id {
+        COMMAND
+            .get()
+            .map_or(span::Id::from_u64(1), |c| c.new_span(attributes))
     }
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-    fn enter(&self, _: &span::Id) {}
-    fn exit(&self, _: &span::Id) {}
+    fn record(&self, id: &span::Id, values: &span::Record<'_>) {
+        if let Some(c) = COMMAND.get() {
+            c.record(id, values);
+        }
+    }
+    fn record_follows_from(&self, id: &span::Id, follows: &span::Id) {
+        if let Some(c) = COMMAND.get() {
+            c.record_follows_from(id, follows);
+        }
+    }
+    fn enter(&self, id: &span::Id) {
+        if let Some(c) = COMMAND.get() {
+            c.enter(id);
+        }
+    }
+    fn exit(&self, id: &span::Id) {
+        if let Some(c) = COMMAND.get() {
+            c.exit(id);
+        }
+    }
+    fn clone_span(&self, id: &span::Id) -> span::Id {
+        COMMAND
+            .get()
+            .map_or_else(|| id.clone(), |c| c.clone_span(id))
+    }
+    fn try_close(&self, id: span::Id) -> bool {
+        COMMAND.get().is_some_and(|c| c.try_close(id))
+    }
 }
 
 /// 1 for errors ... 5 for trace: an event passes a logger of at least its verbosity.

@@ -48,6 +48,8 @@ def merge(
     parts: Optional[Sequence[Union[str, bytes, os.PathLike]]] = None,
 ) -> Dict[str, Any]: ...
 
+def _command(args: Sequence[str]) -> int: ...
+
 def verify(
     path: Union[str, bytes, os.PathLike],
     decode: bool = False,

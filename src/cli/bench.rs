@@ -1,15 +1,14 @@
 //! `stoker bench DATASET`: measure each stage alone, then the whole pipeline,
-//! and name the bound. Flags → [`stoker::bottleneck::BenchOptions`] → one call to
-//! [`stoker::bottleneck::run`]; the table goes to stdout (or JSON with `--json`),
+//! and name the bound. Flags → [`crate::bottleneck::BenchOptions`] → one call to
+//! [`crate::bottleneck::run`]; the table goes to stdout (or JSON with `--json`),
 //! the progress bar to stderr when it is a terminal.
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
+use crate::bottleneck::{self, BenchOptions, DeviceChoice, Progress};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use stoker::bottleneck::{self, BenchOptions, DeviceChoice, Progress};
 use stoker_decode::WaitMode;
 
 use super::output;
@@ -75,13 +74,13 @@ fn parse_number(s: &str) -> Result<f64, String> {
 }
 
 /// `reason` as clap prints a usage error of `stoker bench`, and clap's status for one.
-fn usage_error(reason: String) -> ExitCode {
+fn usage_error(reason: String) -> u8 {
     let mut cmd =
         <Args as clap::Args>::augment_args(clap::Command::new("bench")).bin_name("stoker bench");
     let e = cmd.error(clap::error::ErrorKind::ArgumentConflict, reason);
     // A failed write to stderr is ignored: there is nowhere left to say it.
     let _ = e.print();
-    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
+    u8::try_from(e.exit_code()).unwrap_or(2)
 }
 
 /// A spinner per stage on stderr; indicatif hides it when stderr is not a terminal.
@@ -99,7 +98,7 @@ impl Progress for Bar {
 }
 
 /// Runs the benchmark and prints the table (or JSON).
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     // Each flag's own range is clap's; the two together are checked here, before the
     // dataset is opened, and said as clap says a usage error (status 2).
     if let Err(reason) = bottleneck::check_step_fits(args.seconds, args.consumer_ms) {
@@ -139,7 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output::note(format_args!(
             "stoker: error: end_to_end not measured: {reason}"
         ));
-        return Ok(ExitCode::FAILURE);
+        return Ok(super::status::FAILURE);
     }
     let errors = report.record_errors.total();
     if errors > 0 {
@@ -149,7 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "stoker: error: {errors} record(s) of {} failed during the bench; the figures leave them out (run `stoker verify --decode`)",
             args.dataset.display()
         ));
-        return Ok(ExitCode::FAILURE);
+        return Ok(super::status::FAILURE);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(super::status::SUCCESS)
 }

@@ -1,16 +1,15 @@
-//! `stoker convert SRC OUT`: flags → [`stoker::formats::ConvertOptions`] → one call to
-//! [`stoker::formats::convert`]. A progress bar goes to stderr when it is a terminal; the
+//! `stoker convert SRC OUT`: flags → [`crate::formats::ConvertOptions`] → one call to
+//! [`crate::formats::convert`]. A progress bar goes to stderr when it is a terminal; the
 //! summary (or the `--json` report) goes to stdout.
 
 use std::io::IsTerminal;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use stoker::formats::convert::Progress;
-use stoker::formats::{self, ConvertOptions, Encoding, Layout, ResizeMode, Source};
+use crate::formats::convert::Progress;
+use crate::formats::{self, ConvertOptions, Encoding, Layout, ResizeMode, Source};
 
 /// Flags of `stoker convert`.
 #[derive(Debug, clap::Args)]
@@ -271,7 +270,7 @@ impl Progress for Announced<'_> {
 }
 
 /// Runs `stoker convert`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut out = super::output::stdout();
     let opts = options(&args)?;
     // On stderr: a bar on a terminal, else (kubectl logs, a Slurm job's output file) a
@@ -333,7 +332,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         print_summary(&mut out, &args, &report)?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(super::status::SUCCESS)
 }
 
 /// The flags as [`ConvertOptions`].

@@ -5,10 +5,9 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
+use crate::loader::AutoChoice;
 use anyhow::Context;
-use stoker::loader::AutoChoice;
 use stoker_decode::{
     cuda_context, probe, CpuDecoder, GpuDecoder, GpuDecoderOptions, Limits, WaitMode,
 };
@@ -59,7 +58,7 @@ pub struct Args {
 }
 
 /// Runs `stoker decode`: exit 0 when the image decodes, 1 when it does not.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     let png_on_stdout = args
         .output
         .as_deref()
@@ -74,7 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         refuse_output(path, &args.file)?;
     }
     // A device, a FIFO or a huge file is refused before it is read.
-    let data = stoker::formats::read_input_file(&args.file, args.max_file_size)?;
+    let data = crate::formats::read_input_file(&args.file, args.max_file_size)?;
     let limits = Limits {
         max_pixels: args.max_pixels,
         max_scan_work: args.max_scan_work,
@@ -109,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => CpuDecoder::new(limits).decode_to_vec_routed(&data),
     };
     // Said first for a cut-off file: the CPU decoder calls it corrupt, nvJPEG may fill it in.
-    let truncated = header.is_ok() && !stoker::formats::jpeg_is_complete(&data);
+    let truncated = header.is_ok() && !crate::formats::jpeg_is_complete(&data);
     let ok = decoded.is_ok() && !truncated;
     // The report shares no stream with the PNG: `-o /dev/stdout | cat > x.png` got the
     // report's lines before and after the image.
@@ -169,9 +168,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     Ok(if ok {
-        ExitCode::SUCCESS
+        super::status::SUCCESS
     } else {
-        ExitCode::FAILURE
+        super::status::FAILURE
     })
 }
 

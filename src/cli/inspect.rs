@@ -1,11 +1,10 @@
-//! `stoker inspect DATASET`: one call to [`stoker::formats::inspect()`], printed as text or JSON;
-//! with `--record N`, one call to [`stoker::formats::inspect_record()`].
+//! `stoker inspect DATASET`: one call to [`crate::formats::inspect()`], printed as text or JSON;
+//! with `--record N`, one call to [`crate::formats::inspect_record()`].
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use stoker::formats::{self, Dataset, Distribution};
+use crate::formats::{self, Dataset, Distribution};
 
 /// Flags of `stoker inspect`.
 #[derive(Debug, clap::Args)]
@@ -60,7 +59,7 @@ fn shard_lines(shards: &[formats::ShardEntry]) -> Vec<String> {
 }
 
 /// Runs `stoker inspect`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut out = super::output::stdout();
     let ds = Dataset::open(&args.dataset)?;
     if let Some(index) = args.record {
@@ -165,9 +164,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Exit 1, saying why on stderr, when records could not be read: the figures above leave
 /// them out, and a script reading them must not take the dataset for sound.
-fn unreadable_status(args: &Args, r: &formats::InspectReport) -> ExitCode {
+fn unreadable_status(args: &Args, r: &formats::InspectReport) -> u8 {
     if r.unreadable == 0 {
-        return ExitCode::SUCCESS;
+        return super::status::SUCCESS;
     }
     let first = r.first_unreadable.as_deref().unwrap_or("");
     super::output::note(format_args!(
@@ -175,15 +174,15 @@ fn unreadable_status(args: &Args, r: &formats::InspectReport) -> ExitCode {
         r.unreadable,
         args.dataset.display()
     ));
-    ExitCode::FAILURE
+    super::status::FAILURE
 }
 
 /// `stoker inspect DATASET --record N`.
-fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow::Result<ExitCode> {
+fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow::Result<u8> {
     let r = formats::inspect_record(ds, index)?;
     let code = match r.problem {
-        Some(_) => ExitCode::FAILURE,
-        None => ExitCode::SUCCESS,
+        Some(_) => super::status::FAILURE,
+        None => super::status::SUCCESS,
     };
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;

@@ -1,13 +1,12 @@
 //! `stoker merge OUT [PART...]`: the parts of a partitioned conversion, or of a writing
-//! (`SampleWriter` with a part), → one dataset, by one call to [`stoker::formats::merge`],
+//! (`SampleWriter` with a part), → one dataset, by one call to [`crate::formats::merge`],
 //! which removes the part directories once their shards are OUT's: each one removed is
 //! named on stderr, since a part given outside OUT is deleted too.
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use stoker::formats;
+use crate::formats;
 
 /// Flags of `stoker merge`.
 #[derive(Debug, clap::Args)]
@@ -26,7 +25,7 @@ pub struct Args {
 }
 
 /// Runs `stoker merge`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     let report = formats::merge(&args.out, &args.parts)?;
     // On stderr in every mode (the JSON report lists them too): a part given outside OUT
     // is deleted though the user may not have expected OUT's command to touch it.
@@ -55,5 +54,5 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             report.bytes as f64 / 1e6
         )?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(super::status::SUCCESS)
 }

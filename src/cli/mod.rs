@@ -1,7 +1,13 @@
-//! Flag parsing and dispatch. Each subcommand lives in its own file with an
-//! `Args` struct (clap) and a `run(args) -> anyhow::Result<ExitCode>`.
+//! The `stoker` command: flag parsing and dispatch. Each subcommand lives in its own file
+//! with an `Args` struct (clap) and a `run(args) -> anyhow::Result<u8>`, the exit status.
+//!
+//! The binary is [`main`]. A front end that embeds the command (the Python package's
+//! `stoker` console script, which gives pip users the command without a Rust toolchain)
+//! calls [`run`] with its arguments, and routes the `tracing` events to
+//! [`log_subscriber`] itself. Only [`main`] exits; [`run`] returns the status.
+#![forbid(unsafe_code)]
 
-use std::process::ExitCode;
+use std::ffi::OsString;
 
 use clap::{Parser, Subcommand};
 
@@ -11,7 +17,10 @@ mod decode;
 mod inspect;
 mod merge;
 mod output;
+mod status;
 mod verify;
+
+pub use status::{FAILURE, SUCCESS};
 
 /// stoker: keeps training GPUs fed.
 #[derive(Debug, Parser)]
@@ -57,26 +66,31 @@ enum Command {
     Bench(bench::Args),
 }
 
-/// Parses the flags, runs the subcommand and maps the outcome to an exit code.
-pub fn main() -> ExitCode {
-    stoker::exit::ignore_file_size_signal();
+/// The `stoker` binary: the process's arguments, log lines on stderr ([`log_subscriber`]),
+/// and the command's status as the process's.
+pub fn main() -> std::process::ExitCode {
+    // Fails only where a subscriber is set already, which a binary's `main` rules out.
+    let _ = tracing::subscriber::set_global_default(log_subscriber());
+    std::process::ExitCode::from(run(std::env::args_os()))
+}
+
+/// Runs the command that `args` give (the first is the program's name, as in
+/// `std::env::args_os`) and returns its exit status, after writing its output and any
+/// error. Installs the command's signal handling (Ctrl-C and SIGTERM remove what a write
+/// left half-done, then end the process; SIGXFSZ ignored), which is the process's from
+/// then on: meant for a process that runs the command and then exits with the status.
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    crate::exit::ignore_file_size_signal();
     // As process 1 of a container, SIGTERM and Ctrl-C would otherwise be dropped.
-    stoker::stop_cleanup::install();
-    let cli = match Cli::try_parse() {
+    crate::stop_cleanup::install();
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => return flag_error(&e),
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // Colour only on a terminal, and never with NO_COLOR set (no-color.org): a log file
-    // or CI capture got escape codes.
-    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(colour)
-        .try_init();
     let result = match cli.command {
         Command::Convert(a) => convert::run(a),
         Command::Merge(a) => merge::run(a),
@@ -89,20 +103,37 @@ pub fn main() -> ExitCode {
         Ok(code) => code,
         // A closed stdout (`| head`) ends quietly with 141, as tools killed by SIGPIPE do,
         // not with success, since the output was cut short.
-        Err(e) => stoker::exit::failure("stoker", e.as_ref(), 1),
+        Err(e) => crate::exit::report("stoker", e.as_ref(), FAILURE),
     }
+}
+
+/// The command's log output: warnings and errors on stderr, more with `STOKER_LOG` (a
+/// level, or a filter such as `stoker_loader=debug`), coloured only on a terminal and
+/// never with `NO_COLOR` set (no-color.org: a log file or CI capture got escape codes).
+pub fn log_subscriber() -> impl tracing::Subscriber + Send + Sync + 'static {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(colour)
+        .finish()
 }
 
 /// Prints clap's message for flags it did not run with (a usage error on stderr, or
 /// `--help` / `--version` on stdout) and gives its status. `Cli::parse` exits 0 after
 /// `--help` also when stdout could not be written (`stoker --help > /dev/full`).
-fn flag_error(e: &clap::Error) -> ExitCode {
+fn flag_error(e: &clap::Error) -> u8 {
     let printed = e
         .print()
         .and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
     match printed {
-        Err(io) if !e.use_stderr() => stoker::exit::failure("stoker", &output::on_stdout(io), 1),
+        Err(io) if !e.use_stderr() => {
+            crate::exit::report("stoker", &output::on_stdout(io), FAILURE)
+        }
         // Clap's statuses: 0 for help and version, 2 for a usage error.
-        _ => ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)),
+        _ => u8::try_from(e.exit_code()).unwrap_or(2),
     }
 }

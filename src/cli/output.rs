@@ -238,7 +238,7 @@ fn replace(
         .with_context(|| format!("syncing {}", path.display()))?;
     drop(file);
     let persisted = tmp_path.persist(path);
-    stoker::stop_cleanup::forget();
+    crate::stop_cleanup::forget();
     persisted
         .map_err(|e| e.error)
         .with_context(|| format!("renaming into {}", path.display()))?;
@@ -250,7 +250,7 @@ fn replace(
 }
 
 /// Creates `.NAME.PID.RANDOM.stoker.tmp` in `dir`, registered with
-/// [`stoker::stop_cleanup`] before it exists: a stop (Ctrl-C, `timeout`) skips the
+/// [`crate::stop_cleanup`] before it exists: a stop (Ctrl-C, `timeout`) skips the
 /// destructor that would remove it, and registered after its creation, a stop in between
 /// would leave it. The name is registered before the exclusive create, so it must be
 /// nobody else's: 64 random bits beside the process id, a new draw if it exists.
@@ -267,7 +267,7 @@ fn create_temporary(dir: &Path, name: &OsStr) -> std::io::Result<(File, tempfile
         file_name.push(name);
         file_name.push(format!(".{}.{random:016x}.stoker.tmp", std::process::id()));
         let path = dir.join(file_name);
-        stoker::stop_cleanup::remove_on_stop(&path);
+        crate::stop_cleanup::remove_on_stop(&path);
         // 0666 is created as 0666 & !umask, the mode any other new file of this user gets.
         match std::fs::OpenOptions::new()
             .write(true)
@@ -281,13 +281,13 @@ fn create_temporary(dir: &Path, name: &OsStr) -> std::io::Result<(File, tempfile
                     Ok(owner) => Ok((file, owner)),
                     Err(e) => {
                         let _ = std::fs::remove_file(&path);
-                        stoker::stop_cleanup::forget();
+                        crate::stop_cleanup::forget();
                         Err(e)
                     }
                 };
             }
             Err(e) => {
-                stoker::stop_cleanup::forget();
+                crate::stop_cleanup::forget();
                 if e.kind() != std::io::ErrorKind::AlreadyExists {
                     return Err(e);
                 }
@@ -325,7 +325,7 @@ mod tests {
         })
         .context("opening x");
         assert_eq!(
-            stoker::exit::message(e.as_ref()),
+            crate::exit::message(e.as_ref()),
             format!(
                 "opening x: x/manifest.json: {}",
                 std::io::Error::from(ErrorKind::NotFound)

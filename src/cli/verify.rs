@@ -1,4 +1,4 @@
-//! `stoker verify DATASET [--decode]`: one call to [`stoker::formats::verify_dir()`]; exit 0
+//! `stoker verify DATASET [--decode]`: one call to [`crate::formats::verify_dir()`]; exit 0
 //! only when every record is sound. A dataset too damaged to open still gets a report (with
 //! `--json`, one JSON document on stdout) that names the records of each shard it lost. An
 //! error (on stderr, as for every command) is a manifest that cannot be read (exit 1, as for
@@ -8,9 +8,8 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-use stoker::formats::{self, FormatError, VerifyReport};
+use crate::formats::{self, FormatError, VerifyReport};
 
 /// Exit status of a check that stopped for no fault of the dataset's
 /// ([`FormatError::OutsideFault`]). With 1 for it as for damage, a script that restores a
@@ -35,12 +34,12 @@ pub struct Args {
 }
 
 /// Runs `stoker verify`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut out = super::output::stdout();
     let r = match formats::verify_dir(&args.dataset, args.decode) {
         Ok(r) => r,
         Err(e @ FormatError::OutsideFault { .. }) => {
-            return Ok(stoker::exit::failure("stoker", &e, NOT_CHECKED));
+            return Ok(crate::exit::report("stoker", &e, NOT_CHECKED));
         }
         Err(e) => return Err(e.into()),
     };
@@ -53,9 +52,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     Ok(if r.ok() {
-        ExitCode::SUCCESS
+        super::status::SUCCESS
     } else {
-        ExitCode::FAILURE
+        super::status::FAILURE
     })
 }
 

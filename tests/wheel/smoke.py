@@ -4,11 +4,14 @@
 
 Run by scripts/wheel.sh in a fresh virtual environment (no torch, no cargo on PATH),
 from a directory outside the repository: the package must come from the wheel, convert
-the bundled sample, check it, and deliver an epoch whose pixels NumPy takes over DLPack.
+the bundled sample, check it, and deliver an epoch whose pixels NumPy takes over DLPack;
+the `stoker` command the wheel puts beside Python must inspect, verify and bench it.
 Exits non-zero on the first thing that is wrong.
 """
 
+import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -50,8 +53,26 @@ def main(sample, site):
         stats = loader.stats()
         assert stats["images"] == 15 and stats["bad_records"] == 0, dict(stats)
         loader.close()
+
+        command(out)
     print(f"wheel smoke: stoker {stoker.__version__} from {os.path.dirname(where)}: "
-          f"15 images converted, verified and loaded")
+          f"15 images converted, verified and loaded; the stoker command inspected and benched them")
+
+
+def command(dataset):
+    """The console script: `stoker inspect`, `verify` and `bench`, which have no Python API."""
+    script = os.path.join(os.path.dirname(sys.executable), "stoker")
+
+    def run(*args):
+        o = subprocess.run([script, *args], capture_output=True, timeout=300)
+        assert o.returncode == 0, (args, o)
+        return o.stdout
+
+    assert run("--version").decode().split() == ["stoker", stoker.__version__]
+    assert json.loads(run("inspect", dataset, "--json"))["samples"] == 15
+    assert b"OK" in run("verify", dataset, "--decode")
+    bench = json.loads(run("bench", dataset, "--device", "cpu", "--seconds", "0.5", "--json"))
+    assert bench["verdict"]["path"] == "cpu" and bench["verdict"]["bound"], bench["verdict"]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,24 @@
+//! `stoker._stoker._command(args)`: the `stoker` command in this process, for the
+//! console script a pip install puts on `PATH` (`stoker/_command.py`) and for
+//! `python -m stoker`. A user of the wheel has no Rust toolchain to build the binary, and
+//! `stoker bench`, `inspect` and `decode` have no Python API; this gives them the very
+//! command, flags, output and exit statuses of the binary (`stoker::cli::run`).
+
+use std::ffi::OsString;
+use std::io::Write;
+
+use pyo3::prelude::*;
+
+/// Runs the command `args` give (the first is the program's name) and returns its exit
+/// status, for `sys.exit`. Its log lines go to stderr as the binary's do, no longer to
+/// `logging`; its signal handling becomes the process's (Ctrl-C removes what a write
+/// left half-done, then ends the process), so the script exits once this returns.
+#[pyfunction]
+#[pyo3(name = "_command")]
+pub(crate) fn command(py: Python<'_>, args: Vec<OsString>) -> u8 {
+    crate::logging::to_command(stoker::cli::log_subscriber());
+    let status = py.detach(|| stoker::cli::run(args));
+    // A Rust `main` flushes stdout on its way out; Python's exit does not know Rust's.
+    let _ = std::io::stdout().flush();
+    status
+}
