@@ -18,7 +18,9 @@
 #
 # Then each artefact is installed into a fresh virtual environment (no system packages,
 # no torch, no cargo on PATH) and tests/wheel/smoke.py runs from outside the repository:
-# convert the bundled sample, verify it, iterate an epoch through NumPy's DLPack.
+# convert the bundled sample, verify it, iterate an epoch through NumPy's DLPack, run the
+# `stoker` command. The wheel also under the oldest and newest other CPython (>= 3.9) the
+# machine has, if any: on the CI machine, pyenv's 3.9 and 3.13 beside the system's 3.11.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -56,13 +58,14 @@ if bad:
 print(f"wheel.sh: sdist {len(rel)} files", file=sys.stderr)
 EOF
 
-# Installs `$1` (a wheel) into a fresh environment and runs the smoke test there, with
-# a PATH that has no cargo or rustc: nothing may be compiled on the user's side.
+# Installs `$1` (a wheel) into a fresh environment of the interpreter `$2` (default
+# python3) and runs the smoke test there, with a PATH that has no cargo or rustc: nothing
+# may be compiled on the user's side.
 fresh=$(mktemp -d)
 trap 'rm -rf "$fresh"' EXIT
 smoke() {
   rm -rf "$fresh/venv"
-  python3 -m venv "$fresh/venv"
+  "${2:-python3}" -m venv "$fresh/venv"
   "$fresh/venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary=:all: "$1" numpy
   local site
   site=$("$fresh/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -70,6 +73,23 @@ smoke() {
     "$fresh/venv/bin/python" "$root/tests/wheel/smoke.py" "$root/examples/data/sample" "$site")
 }
 smoke "$wheel"
+# One abi3 wheel claims every CPython from 3.9 on: also the oldest and the newest other
+# CPython this machine has (on PATH, or pyenv's), when it has any.
+others=$(
+  for py in python3.{9..14} "$(pyenv root 2>/dev/null || echo /nonexistent)"/versions/3.*/bin/python3; do
+    py=$(command -v "$py") || continue
+    # A CPython >= 3.9 that can make a venv with pip (Debian's needs python3-venv);
+    # pyenv's shims on PATH answer only for the version selected, and fail here else.
+    "$py" -c 'import sys, ensurepip, venv
+sys.exit(sys.version_info < (3, 9) or sys.implementation.name != "cpython")' 2>/dev/null || continue
+    echo "$("$py" -c 'import sys; print(sys.version_info[1])') $py"
+  done | sort -n | awk -v own="$(python3 -c 'import sys; print(sys.version_info[1])')" \
+    '$1 != own && !seen[$1]++ {v[n++] = $2} END {if (n) print v[0]; if (n > 1) print v[n-1]}'
+)
+for py in $others; do
+  echo "wheel.sh: the wheel on $("$py" --version 2>&1) ($py)" >&2
+  smoke "$wheel" "$py"
+done
 
 # The sdist as pip builds it where no wheel fits, here with the same zig link so that its
 # wheel is checked against the same policy; the registry's crates are reused from the
