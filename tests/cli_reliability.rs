@@ -411,6 +411,8 @@ fn running_out_of_file_descriptors_stops_convert_instead_of_skipping_inputs() {
             }
             if err.contains("testdata/imagefolder") {
                 assert!(err.contains("no file descriptor left"), "{}", text(&o));
+                // Not 1: the inputs are sound, and --resume goes on (below).
+                assert_eq!(o.status.code(), Some(3), "{}", text(&o));
                 seen_fault = true;
                 // What was converted stays: resumed with room, the dataset is whole.
                 let o = stoker(&[&args[..], &["--resume"]].concat());

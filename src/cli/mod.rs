@@ -20,7 +20,7 @@ mod output;
 mod status;
 mod verify;
 
-pub use status::{FAILURE, SUCCESS};
+pub use status::{FAILURE, OUTSIDE_FAULT, SUCCESS};
 
 /// stoker: keeps training GPUs fed.
 #[derive(Debug, Parser)]
@@ -40,6 +40,10 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Convert an image folder, list file or WebDataset tar shards into LMDB shards.
+    ///
+    /// Exit status: 0 when the dataset was written; 1 when the conversion failed (no
+    /// manifest); 3 when it stopped for no fault of the inputs (out of memory, of file
+    /// descriptors, storage that stopped answering): --resume goes on once that is fixed.
     Convert(convert::Args),
     /// Join the parts of a partitioned conversion (convert --part), or of a writing from
     /// several processes (stoker.Writer(part=, parts=)), into one dataset; this moves the
@@ -58,7 +62,7 @@ enum Command {
     /// Exit status: 0 when every record is sound; 1 when the report names a problem, or the
     /// manifest cannot be read; 3 when the check stopped for no fault of the dataset's (out
     /// of memory, of file descriptors, storage that stopped answering), which says nothing
-    /// about it: run it again once that is fixed.
+    /// about it: run it again once that is fixed. Every command exits 3 for such a stop.
     Verify(verify::Args),
     /// Decode one JPEG file and report its properties and the route taken.
     Decode(decode::Args),
@@ -70,7 +74,7 @@ enum Command {
 /// and the command's status as the process's.
 pub fn main() -> std::process::ExitCode {
     // Fails only where a subscriber is set already, which a binary's `main` rules out.
-    let _ = tracing::subscriber::set_global_default(log_subscriber());
+    let _ = tracing_subscriber::util::SubscriberInitExt::try_init(log_subscriber());
     std::process::ExitCode::from(run(std::env::args_os()))
 }
 
@@ -103,7 +107,7 @@ where
         Ok(code) => code,
         // A closed stdout (`| head`) ends quietly with 141, as tools killed by SIGPIPE do,
         // not with success, since the output was cut short.
-        Err(e) => crate::exit::report("stoker", e.as_ref(), FAILURE),
+        Err(e) => crate::exit::report("stoker", e.as_ref(), status::of_error(&e)),
     }
 }
 

@@ -1,9 +1,82 @@
-//! Exit statuses the commands share; a command documents its others (`verify`:
-//! `NOT_CHECKED`). Their own module: the commands and the dispatch above them both name
-//! them.
+//! Exit statuses the commands share, and the status of a command's error. Their own
+//! module: the commands and the dispatch above them both name them.
+
+use crate::decode::DecodeError;
+use crate::formats::FormatError;
+use crate::loader::LoaderError;
 
 /// Exit status of a command that did what it was asked.
 pub const SUCCESS: u8 = 0;
 /// Exit status of a command that failed, or found a problem (a damaged dataset, an image
 /// that does not decode).
 pub const FAILURE: u8 = 1;
+/// Exit status of a command that stopped for no fault of its inputs: the process ran out
+/// of memory or file descriptors, or the storage stopped answering. Nothing is known
+/// against the inputs: run it again once that is fixed (`convert --resume` goes on where
+/// it stopped). With 1 for it, as for damage, a script that restores a dataset when
+/// `verify` fails threw away a sound copy whenever the machine was short. 2 is clap's,
+/// for a usage error.
+pub const OUTSIDE_FAULT: u8 = 3;
+
+/// The status of a command that ended with `e`: [`OUTSIDE_FAULT`] when it, or an error
+/// it wraps, is such a stop, else [`FAILURE`].
+pub(super) fn of_error(e: &anyhow::Error) -> u8 {
+    let outside = e.chain().any(|cause| {
+        let format = |f: &FormatError| matches!(f, FormatError::OutsideFault { .. });
+        cause.downcast_ref::<FormatError>().is_some_and(format)
+            // A loader's FormatError is transparent: its own chain skips it.
+            || cause.downcast_ref::<LoaderError>().is_some_and(|l| {
+                l.is_short_of_memory() || matches!(l, LoaderError::Format(f) if format(f))
+            })
+            || matches!(
+                cause.downcast_ref::<DecodeError>(),
+                Some(DecodeError::OutOfMemory { .. })
+            )
+    });
+    if outside {
+        OUTSIDE_FAULT
+    } else {
+        FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{FaultStage, OutsideFault};
+
+    fn outside() -> FormatError {
+        FormatError::OutsideFault {
+            path: "shard-00000.lmdb".into(),
+            source: std::io::Error::from_raw_os_error(24),
+            fault: OutsideFault::Descriptors,
+            stage: FaultStage::Verifying,
+        }
+    }
+
+    #[test]
+    fn a_stop_for_no_fault_of_the_inputs_is_told_apart_from_a_failure() {
+        assert_eq!(of_error(&outside().into()), OUTSIDE_FAULT);
+        // Under context a command adds, and inside the loader's error.
+        let wrapped = anyhow::Error::from(outside()).context("reading the dataset");
+        assert_eq!(of_error(&wrapped), OUTSIDE_FAULT);
+        assert_eq!(
+            of_error(&LoaderError::Format(outside()).into()),
+            OUTSIDE_FAULT
+        );
+        let short = LoaderError::OutOfMemory {
+            index: 3,
+            bytes: 1 << 30,
+            what: "its pixels",
+        };
+        assert_eq!(of_error(&short.into()), OUTSIDE_FAULT);
+
+        let damaged = FormatError::NotADataset {
+            dir: "ds".into(),
+            hint: String::new(),
+        };
+        assert_eq!(of_error(&damaged.into()), FAILURE);
+        assert_eq!(of_error(&LoaderError::EmptyDataset.into()), FAILURE);
+        assert_eq!(of_error(&anyhow::anyhow!("no such file")), FAILURE);
+    }
+}

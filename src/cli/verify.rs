@@ -3,20 +3,13 @@
 //! `--json`, one JSON document on stdout) that names the records of each shard it lost. An
 //! error (on stderr, as for every command) is a manifest that cannot be read (exit 1, as for
 //! damage), or a check that cannot go on for no fault of the dataset's: memory, file
-//! descriptors, storage (exit [`NOT_CHECKED`]).
+//! descriptors, storage (exit 3, [`super::status::OUTSIDE_FAULT`]).
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 
-use crate::formats::{self, FormatError, VerifyReport};
-
-/// Exit status of a check that stopped for no fault of the dataset's
-/// ([`FormatError::OutsideFault`]). With 1 for it as for damage, a script that restores a
-/// copy when verify fails threw away a sound dataset whenever the machine ran short of
-/// memory or descriptors; this status says "nothing is known, run it again". 2 is clap's,
-/// for a usage error.
-pub const NOT_CHECKED: u8 = 3;
+use crate::formats::{self, VerifyReport};
 
 /// Flags of `stoker verify`.
 #[derive(Debug, clap::Args)]
@@ -36,13 +29,7 @@ pub struct Args {
 /// Runs `stoker verify`.
 pub fn run(args: Args) -> anyhow::Result<u8> {
     let mut out = super::output::stdout();
-    let r = match formats::verify_dir(&args.dataset, args.decode) {
-        Ok(r) => r,
-        Err(e @ FormatError::OutsideFault { .. }) => {
-            return Ok(crate::exit::report("stoker", &e, NOT_CHECKED));
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let r = formats::verify_dir(&args.dataset, args.decode)?;
     if args.json {
         let mut v = serde_json::to_value(&r)?;
         v["ok"] = serde_json::Value::Bool(r.ok());
