@@ -76,8 +76,8 @@ smoke "$wheel"
 # One abi3 wheel claims every CPython from 3.9 on: also the oldest and the newest other
 # CPython this machine has (on PATH, or pyenv's), when it has any.
 others=$(
-  for py in python3.{9..14} "$(pyenv root 2>/dev/null || echo /nonexistent)"/versions/3.*/bin/python3; do
-    py=$(command -v "$py") || continue
+  for candidate in python3.{9..14} "$(pyenv root 2>/dev/null || echo /nonexistent)"/versions/3.*/bin/python3; do
+    py=$(command -v "$candidate") || continue
     # A CPython >= 3.9 that can make a venv with pip (Debian's needs python3-venv);
     # pyenv's shims on PATH answer only for the version selected, and fail here else.
     "$py" -c 'import sys, ensurepip, venv
@@ -86,9 +86,9 @@ sys.exit(sys.version_info < (3, 9) or sys.implementation.name != "cpython")' 2>/
   done | sort -n | awk -v own="$(python3 -c 'import sys; print(sys.version_info[1])')" \
     '$1 != own && !seen[$1]++ {v[n++] = $2} END {if (n) print v[0]; if (n > 1) print v[n-1]}'
 )
-for py in $others; do
-  echo "wheel.sh: the wheel on $("$py" --version 2>&1) ($py)" >&2
-  smoke "$wheel" "$py"
+for other in $others; do
+  echo "wheel.sh: the wheel on $("$other" --version 2>&1) ($other)" >&2
+  smoke "$wheel" "$other"
 done
 
 # The sdist as pip builds it where no wheel fits, here with the same zig link so that its
