@@ -1,12 +1,13 @@
 //! Rust errors as Python exceptions: settings the caller got wrong are `ValueError`, a
 //! missing file is `FileNotFoundError`, memory a record (or the run) could not get
-//! `MemoryError`,
+//! `MemoryError`, a run stopped by the system for no fault of its files (no file
+//! descriptor left, storage that stopped answering) `OSError` with its errno,
 //! everything else `stoker.StokerError`; the
 //! message is always the Rust error's. What the library notes for the caller to act on is
 //! a `UserWarning`; the rest of what it logs goes to `logging` (`crate::logging`).
 
 use pyo3::exceptions::{
-    PyException, PyFileNotFoundError, PyMemoryError, PyUserWarning, PyValueError,
+    PyException, PyFileNotFoundError, PyMemoryError, PyOSError, PyUserWarning, PyValueError,
 };
 use pyo3::{PyErr, PyResult, Python};
 use stoker_formats::{FormatError, OutsideFault};
@@ -35,6 +36,12 @@ pub(crate) fn format_error(e: FormatError) -> PyErr {
             fault: OutsideFault::Memory,
             ..
         } => PyMemoryError::new_err(e.to_string()),
+        // OSError(errno, text) is the subclass Python gives that errno (ETIMEDOUT is a
+        // TimeoutError, ECONNRESET a ConnectionResetError), as its own I/O would raise.
+        FormatError::OutsideFault { source, .. } => match source.raw_os_error() {
+            Some(errno) => PyOSError::new_err((errno, e.to_string())),
+            None => PyOSError::new_err(e.to_string()),
+        },
         _ => StokerError::new_err(e.to_string()),
     }
 }

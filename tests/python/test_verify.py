@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -94,3 +95,52 @@ def test_ctrl_c_stops_a_check(photos_dataset, tmp_path, ctrl_c_raises):
     timer.join()
     assert stopped < whole * 0.6, (stopped, whole)
     assert stoker.verify(photos_dataset)["ok"]
+
+
+_OUT_OF_DESCRIPTORS = r'''
+import json, resource, sys
+import stoker
+
+what, limit, dataset, src = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+try:
+    if what == "verify":
+        r = stoker.verify(dataset)
+        out = {"report": [r["ok"], len(r["bad"]), len(r["lost"])]}
+    else:
+        r = stoker.convert(src, dataset, shard_size=64 << 10, check=False, progress=False)
+        out = {"report": [r["written"] == r["inputs"], len(r["skipped"]), 0]}
+except OSError as e:
+    out = {"os_error": [type(e).__name__, e.errno, str(e)]}
+except Exception as e:
+    out = {"other": [type(e).__name__, str(e)]}
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.parametrize("what", ["verify", "convert"])
+def test_out_of_file_descriptors_is_an_os_error_not_the_datasets(what, tmp_path):
+    """A process out of file descriptors stops verify and convert (`OutsideFault`): the
+    files are not to blame. Python had it as stoker.StokerError; it is the OSError with
+    errno EMFILE that Python's own I/O raises, so `except OSError` catches it. Each limit
+    gives either a sound result or that error, never a damaged report or another error."""
+    ds = tmp_path / "ds"
+    stoker.convert(REPO / "testdata" / "imagefolder", ds, shard_size=64 << 10, check=False,
+                   progress=False)
+    seen = []
+    for limit in range(3, 27, 2):
+        target = ds if what == "verify" else tmp_path / f"out-{limit}"
+        src = REPO / "testdata" / "imagefolder"
+        o = subprocess.run([sys.executable, "-c", _OUT_OF_DESCRIPTORS, what, str(limit),
+                            str(target), str(src)], capture_output=True, timeout=300)
+        assert o.returncode == 0, (limit, o.stderr.decode()[-2000:])
+        r = json.loads(o.stdout)
+        if "report" in r:
+            assert r["report"] == [True, 0, 0], (limit, r)
+        else:
+            assert "os_error" in r, (limit, r)
+            kind, errno_, text = r["os_error"]
+            assert (kind, errno_) == ("OSError", 24), (limit, r)
+            assert "no file descriptor left" in text, (limit, r)
+        seen.append(next(iter(r)))
+    assert "os_error" in seen and "report" in seen, seen

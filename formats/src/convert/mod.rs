@@ -112,7 +112,9 @@ pub fn convert(
     let t0 = Instant::now();
     options.validate()?;
     let root = SourceRoot::of(options.source.root());
-    let listing = listed(options, progress)?;
+    // Listing writes nothing: a read of the source that fails for no fault of its own
+    // (the first `read_dir` of the root out of descriptors) says so, as the walk's do.
+    let listing = listed(options, progress).map_err(|e| e.escalate(FaultStage::Listing))?;
     let listing_fingerprint = fingerprint(options, &listing);
     let total = listing.inputs.len() as u64;
     // A part is converted like a whole dataset into its own directory, from its slice of
