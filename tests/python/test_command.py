@@ -110,3 +110,29 @@ def test_ctrl_c_ends_the_command_at_once(how, stoker_cli, photos_dataset):
     finally:
         p.kill()
         p.wait()
+
+
+_CLOSED_STANDARD_FDS = r'''
+import os, sys
+from stoker import _stoker
+
+report = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.close(0); os.close(1); os.close(2)
+status = _stoker._command(["stoker", "convert", "-q", sys.argv[2], sys.argv[3]])
+targets = [os.readlink(f"/proc/self/fd/{fd}") for fd in (0, 1, 2)]
+os.write(report, repr((status, targets)).encode())
+'''
+
+
+def test_closed_standard_descriptors_are_opened_on_dev_null(tmp_path):
+    """`stoker convert ... >&-` from the console script: Python leaves descriptors 0-2
+    closed where a Rust binary's start opens /dev/null on them, so the command's own files
+    (a shard, the manifest) took those numbers, and a line printed to stdout or stderr
+    could land in them. The command now fills them first, and the dataset is sound."""
+    report, out = tmp_path / "report", tmp_path / "ds"
+    o = _run([sys.executable, "-c", _CLOSED_STANDARD_FDS], [str(report), str(SAMPLE), str(out)])
+    assert o.returncode == 0, o
+    status, targets = eval(report.read_text())
+    assert status == 0 and targets == ["/dev/null"] * 3, (status, targets)
+    checked = _run(PYTHON_COMMAND, ["verify", str(out), "--json"])
+    assert checked.returncode == 0 and json.loads(checked.stdout)["ok"], checked
