@@ -115,8 +115,7 @@ where
 /// level, or a filter such as `stoker_loader=debug`), coloured only on a terminal and
 /// never with `NO_COLOR` set (no-color.org: a log file or CI capture got escape codes).
 pub fn log_subscriber() -> impl tracing::Subscriber + Send + Sync + 'static {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STOKER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = log_filter(&std::env::var("STOKER_LOG").unwrap_or_default());
     let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
@@ -124,6 +123,25 @@ pub fn log_subscriber() -> impl tracing::Subscriber + Send + Sync + 'static {
         .with_writer(std::io::stderr)
         .with_ansi(colour)
         .finish()
+}
+
+/// The filter of `STOKER_LOG`'s `spec`, which keeps warnings and errors unless it sets a
+/// level for every crate itself (`error`, `off`): the bare filter took an empty value, a
+/// misspelt level (`inof`, read as a crate's name) or one crate's level
+/// (`stoker_loader=debug`) as "nothing else", and the warnings `--help` promises vanished.
+fn log_filter(spec: &str) -> tracing_subscriber::EnvFilter {
+    use tracing_subscriber::filter::LevelFilter;
+    let sets_level = spec
+        .split(',')
+        .map(str::trim)
+        // `LevelFilter` reads "" as a level: an empty piece (`STOKER_LOG=`) sets none.
+        .any(|d| !d.is_empty() && !d.contains('=') && d.parse::<LevelFilter>().is_ok());
+    let spec = match (sets_level, spec.trim().trim_matches(',').is_empty()) {
+        (true, _) => spec.to_string(),
+        (false, true) => "warn".to_string(),
+        (false, false) => format!("{spec},warn"),
+    };
+    tracing_subscriber::EnvFilter::builder().parse_lossy(spec)
 }
 
 /// Prints clap's message for flags it did not run with (a usage error on stderr, or
@@ -139,5 +157,26 @@ fn flag_error(e: &clap::Error) -> u8 {
         }
         // Clap's statuses: 0 for help and version, 2 for a usage error.
         _ => u8::try_from(e.exit_code()).unwrap_or(2),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+
+    #[test]
+    fn stoker_log_keeps_the_warnings_unless_it_sets_every_crates_level() {
+        let shown = |spec: &str| log_filter(spec).to_string();
+        assert_eq!(shown(""), "warn");
+        assert_eq!(shown("info"), "info");
+        assert_eq!(shown("OFF"), "off");
+        assert_eq!(
+            shown("error,stoker_loader=debug"),
+            "stoker_loader=debug,error"
+        );
+        for spec in ["inof", "stoker_loader=debug", " ", ","] {
+            let text = shown(spec);
+            assert!(text.split(',').any(|d| d == "warn"), "{spec:?} gave {text}");
+        }
     }
 }
