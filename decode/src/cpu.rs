@@ -505,8 +505,15 @@ fn zune_decode(
     progressive_scratch::give(dec.stoker_take_scratch());
     use stoker_zune_jpeg::errors::{DecodeErrors::FormatStatic, STOKER_NO_MEMORY};
     if matches!(&decoded, Err(FormatStatic(m)) if *m == STOKER_NO_MEMORY) {
-        let bytes = info.pixels() * 6; // an i16 a sample, 3 components (4:4:4 at most)
-        let what = "its progressive coefficients (estimated)";
+        // The whole image's coefficients (a progressive image, or a baseline one whose
+        // components come in separate scans), or a row's upsampling scratch: the bound
+        // is the first, an i16 a sample, 3 components (4:4:4 at most).
+        let bytes = info.pixels() * 6;
+        let what = if info.progressive {
+            "its progressive coefficients (estimated)"
+        } else {
+            "its coefficients or a row's scratch (estimated)"
+        };
         return Err(ZuneFailure::Final(DecodeError::OutOfMemory { what, bytes }));
     }
     decoded.map_err(corrupt)?;

@@ -22,7 +22,7 @@ use crate::misc::{
 /// stoker patch (change 14): the message of the error for coefficients that cannot be
 /// allocated, by which a caller tells it from a damaged file (another decoder would not
 /// fare better, where its own allocation aborts).
-pub const STOKER_NO_MEMORY: &str = "the coefficients of a progressive image cannot be allocated";
+pub const STOKER_NO_MEMORY: &str = "the coefficients or scratch rows of an image cannot be allocated";
 
 /// Common Decode errors
 #[allow(clippy::module_name_repetitions)]

@@ -180,7 +180,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                     * component.horizontal_sample
                     * mcu_height
                     * 64;
-                *mcu = vec![0; len];
+                // stoker patch (change 15): an error, not an abort, without the memory.
+                crate::mcu_prog::stoker_zeroed(mcu, len)?;
             }
         }
 
@@ -197,7 +198,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
 
         let is_hv = usize::from(self.is_interleaved);
         let upsampler_scratch_size = is_hv * self.components.iter().map(|x| x.width_stride).max().unwrap_or(0) * 8;
-        let mut upsampler_scratch_space = vec![0; upsampler_scratch_size];
+        let mut upsampler_scratch_space = Vec::new();
+        crate::mcu_prog::stoker_zeroed(&mut upsampler_scratch_space, upsampler_scratch_size)?;
 
         'sos: loop {
             trace!(
@@ -362,7 +364,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         let width = usize::from(self.info.width);
         let padded_width = calculate_padded_width(width, self.info.sample_ratio);
 
-        let mut upsampler_scratch_space = vec![0; upsampler_scratch_size];
+        let mut upsampler_scratch_space = Vec::new();
+        crate::mcu_prog::stoker_zeroed(&mut upsampler_scratch_space, upsampler_scratch_size)?;
 
         for (pos, comp) in self.components.iter_mut().enumerate() {
             // Mark only needed components for computing output colors.

@@ -908,7 +908,7 @@ mod tests{
 /// allocation when it is large enough; a smaller one is replaced by a fresh
 /// allocation rather than grown, which would copy what it held. Memory
 /// that cannot be had is an error, where upstream's `vec!` aborted the process.
-fn stoker_zeroed<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> Result<(), DecodeErrors> {
+pub(crate) fn stoker_zeroed<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> Result<(), DecodeErrors> {
     if v.capacity() < len {
         *v = Vec::new();
         v.try_reserve_exact(len)
