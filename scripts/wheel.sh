@@ -48,7 +48,7 @@ import sys, tarfile
 names = tarfile.open(sys.argv[1]).getnames()
 top = names[0].split("/")[0]
 rel = {n[len(top) + 1:] for n in names}
-for need in ("pyproject.toml", "python/Cargo.toml", "formats/Cargo.toml", "decode/Cargo.toml",
+for need in ("pyproject.toml", "LICENSE-MIT", "LICENSE-APACHE", "python/Cargo.toml", "formats/Cargo.toml", "decode/Cargo.toml",
              "loader/Cargo.toml", "decode/vendor/zune-jpeg/Cargo.toml", "stoker/__init__.py"):
     if not any(r == need or r.endswith("/" + need) for r in rel):
         sys.exit(f"wheel.sh: the sdist lacks {need}")
@@ -56,6 +56,20 @@ bad = [r for r in rel if r.lower().endswith((".jpg", ".jpeg", ".png", ".tar", ".
 if bad:
     sys.exit(f"wheel.sh: the sdist carries test data: {sorted(bad)[:5]}")
 print(f"wheel.sh: sdist {len(rel)} files", file=sys.stderr)
+EOF
+
+# The wheel's metadata: both licences, and the README as the description (a package
+# index's page).
+"$py" - "$wheel" <<'EOF'
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+names = set(z.namelist())
+info = next(n for n in names if n.endswith(".dist-info/METADATA"))
+for lic in ("LICENSE-MIT", "LICENSE-APACHE"):
+    if info.replace("METADATA", "licenses/" + lic) not in names:
+        sys.exit(f"wheel.sh: the wheel lacks {lic}")
+if "Description-Content-Type: text/markdown" not in z.read(info).decode():
+    sys.exit("wheel.sh: the wheel has no description")
 EOF
 
 # Installs `$1` (a wheel) into a fresh environment of the interpreter `$2` (default
