@@ -59,6 +59,14 @@ fn u16_at(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
 }
 
+/// The page count of the overflow run whose first page header is `head`: a u32 in place
+/// of `lower` and `upper`.
+fn overflow_pages(head: &[u8]) -> u64 {
+    u64::from(u32::from_le_bytes(
+        head[12..16].try_into().expect("4 bytes"),
+    ))
+}
+
 fn u64_at(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
@@ -118,11 +126,7 @@ impl Walker<'_> {
         if u16_at(&head, 10) != P_OVERFLOW {
             return Err(format!("page {opg}: not an overflow page"));
         }
-        // The run's page count, in place of `lower` and `upper`.
-        let pages = u64::from(u32::from_le_bytes(
-            head[12..16].try_into().expect("4 bytes"),
-        ));
-        let holds = (pages * self.tree.psize).saturating_sub(PAGE_HEADER as u64);
+        let holds = (overflow_pages(&head) * self.tree.psize).saturating_sub(PAGE_HEADER as u64);
         Ok((start + PAGE_HEADER as u64, holds))
     }
 
@@ -330,9 +334,7 @@ impl Walker<'_> {
                     Err(e) => out(Err(e.into()))?,
                 },
                 P_OVERFLOW => {
-                    // The run's page count, in place of `lower` and `upper`.
-                    let run = u32::from_le_bytes(page[12..16].try_into().expect("4 bytes"));
-                    pgno = pgno.saturating_add(u64::from(run.max(1)));
+                    pgno = pgno.saturating_add(overflow_pages(&page).max(1));
                     continue;
                 }
                 P_BRANCH => {}
