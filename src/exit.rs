@@ -23,7 +23,8 @@ pub fn is_broken_pipe(e: &(dyn Error + 'static)) -> bool {
 /// `e` and its causes, joined by ": ", leaving out a cause whose text the message already
 /// holds: stoker's errors print their source in their own message (so the Python
 /// exceptions and `to_string` carry it), and walking the sources would repeat it ("No
-/// such file or directory (os error 2): No such file or directory (os error 2)").
+/// such file or directory (os error 2): No such file or directory (os error 2)"). One
+/// line: a control character (a newline or ESC in a file's name) is written `\xNN`.
 pub fn message(e: &(dyn Error + 'static)) -> String {
     let mut text = String::new();
     for cause in causes(e) {
@@ -36,7 +37,25 @@ pub fn message(e: &(dyn Error + 'static)) -> String {
         }
         text.push_str(&part);
     }
-    text
+    one_line(&text)
+}
+
+/// `text` with its control characters (a newline, ESC) written `\xNN`, as stoker writes the
+/// bytes of a path that are not UTF-8: a message naming a file called `a.jpg\nb.jpg` would
+/// forge a second line of output, and one holding ESC sequences would drive the terminal.
+pub(crate) fn one_line(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        // Control characters (Unicode's Cc) all lie below U+00A0: two hex digits each.
+        match c.is_control() {
+            true => out.push_str(&format!("\\x{:02x}", c as u32)),
+            false => out.push(c),
+        }
+    }
+    out
 }
 
 /// The exit code for `e`: [`BROKEN_PIPE_STATUS`] without a word for a closed pipe, else

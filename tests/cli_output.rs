@@ -570,3 +570,42 @@ fn decode_json_of_a_file_whose_name_is_not_utf8_names_it_with_escapes() {
     let file = v["file"].as_str().unwrap();
     assert!(file.ends_with("caf\\xe9.jpg"), "{file}");
 }
+
+#[test]
+fn paths_print_without_loss_and_on_one_line_in_results_and_errors() {
+    // A dataset named `out\xff` + newline + `X`: `.display()` printed `out\u{fffd}`, then
+    // a line `X` of its own (the convert summary, verify, inspect, the error line).
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join(std::ffi::OsStr::from_bytes(b"out\xff\nX"));
+    let escaped = "out\\xff\\x0aX";
+    let run = |args: &[&str], ds: &Path| {
+        let mut c = Command::new(STOKER);
+        c.args(args).arg(ds);
+        run_within(c, LIMIT)
+    };
+    let checks = [
+        (run(&["convert", "--no-check", SAMPLE], &ds), "output: "),
+        (run(&["verify"], &ds), ""),
+        (run(&["inspect"], &ds), "dataset: "),
+    ];
+    for (o, prefix) in &checks {
+        assert!(o.status.success(), "{}", text(o));
+        let out = String::from_utf8(o.stdout.clone()).unwrap();
+        let want = format!("{prefix}{}", dir.path().join(escaped).display());
+        assert!(
+            out.lines().any(|l| l.starts_with(&want)),
+            "no line starts with {want:?}:\n{out}"
+        );
+        assert!(
+            !out.contains('\u{fffd}') && !out.lines().any(|l| l == "X"),
+            "{out}"
+        );
+    }
+    let gone = dir.path().join(std::ffi::OsStr::from_bytes(b"gone\xff\nX"));
+    let o = run(&["verify"], &gone);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let err = String::from_utf8(o.stderr.clone()).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("gone\\xff\\x0aX: "), "{err}");
+}

@@ -1,6 +1,7 @@
 //! Reading a converted dataset: [`Dataset`] (shared, cheap to clone) and [`DatasetReader`]
 //! (one per thread, hands out records borrowed from the memory map).
 
+use crate::text::Shown;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -415,7 +416,7 @@ fn refused(e: FormatError, root: &Path) -> FormatError {
             reason: format!(
                 "{reason}; not opened, as LMDB would trust these bytes (`stoker verify {}`, \
                  Python `stoker.verify`, names the records of every damaged shard)",
-                root.display()
+                root.shown()
             ),
         },
         e => e,
@@ -495,7 +496,7 @@ fn not_a_directory_hint(root: &Path) -> String {
         Some(dir) if root.file_name() == Some(MANIFEST_FILE.as_ref()) && dir.is_dir() => {
             let dir = match dir == Path::new(".") {
                 true => "the current directory (.)".to_string(),
-                false => dir.display().to_string(),
+                false => dir.shown().to_string(),
             };
             format!("it is the manifest file itself: give the dataset's directory, {dir}")
         }
@@ -537,7 +538,7 @@ fn not_a_dataset_hint(root: &Path) -> String {
             "it has no manifest.json and holds {parts} part director{} of a partitioned \
              conversion: merge them into one dataset first (`stoker merge {}`; Python: `stoker.merge`; Rust: `stoker::formats::merge`)",
             if parts == 1 { "y" } else { "ies" },
-            root.display()
+            root.shown()
         )
     } else {
         "it has no manifest.json: convert images into a dataset first (`stoker convert \

@@ -2,6 +2,7 @@
 //! blocking on a FIFO. The converter and `stoker decode` read every input through here, so a
 //! device file, a pipe or a multi-gigabyte file is refused before any of it is read.
 
+use crate::text::Shown;
 use std::fs::{File, FileType, Metadata, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -250,7 +251,7 @@ pub(crate) fn refusal_reason(e: &FormatError) -> String {
         FormatError::Io { source, .. } => format!("unreadable: {source}"),
         FormatError::TarChanged { path, .. } => {
             let full = e.to_string();
-            let prefix = format!("{}: ", path.display());
+            let prefix = format!("{}: ", path.shown());
             full.strip_prefix(&prefix).unwrap_or(&full).to_string()
         }
         other => other.to_string(),

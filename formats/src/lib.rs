@@ -98,6 +98,7 @@ pub mod seeded;
 mod shard;
 mod source_map;
 mod source_spool;
+mod text;
 mod verify;
 mod writer;
 

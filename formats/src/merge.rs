@@ -9,6 +9,7 @@
 //! `merge` replaces, and every part directory is still whole; after it is written the part
 //! directories are removed (their shards live on through the links).
 
+use crate::text::Shown;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -200,8 +201,8 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
             Ok(()) => removed.push(dir.clone()),
             Err(e) => tracing::warn!(
                 "merged, but the part directory {} was not removed ({e}): its shards are {}'s now, so it can be deleted",
-                dir.display(),
-                out.display()
+                dir.shown(),
+                out.shown()
             ),
         }
     }
@@ -312,7 +313,7 @@ fn check_nesting(out: &Path, parts: &[PathBuf]) -> Result<(), FormatError> {
                 path: out.to_path_buf(),
                 reason: format!(
                     "the output is inside the part directory {} (which the merge removes once it is done, output and all); merge into the parts' output root or a directory outside every part",
-                    dir.display()
+                    dir.shown()
                 ),
             });
         }
@@ -451,7 +452,7 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
                 dir,
                 format!(
                     "{what} is {here} here but {there} in {}: the parts come from different conversions",
-                    other_dir.display()
+                    other_dir.shown()
                 ),
             ));
         }
@@ -492,7 +493,7 @@ fn check_distinct(loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), Format
             reason: format!(
                 "part {index} holds the same records as part {} ({}: {n} records, {how}): the writers were given the same samples, usually each of them all the samples rather than its share. Give writer i of n only its own share (e.g. `ds.shard(num_shards=n, index=i, contiguous=True)`) and write the parts again",
                 first.1,
-                first.0.display(),
+                first.0.shown(),
             ),
         }
     };
@@ -539,7 +540,7 @@ fn unfinished(dir: &Path) -> String {
             "holds part directories (part-IIIII-of-NNNNN): it is the root of a partitioned \
              conversion, not a part; merge it into itself (`stoker merge {0}`, Python \
              `stoker.merge(root)`, Rust `merge(root, &[])`) or give its part directories",
-            dir.display()
+            dir.shown()
         );
     }
     let converted = "rerun its task (the same `convert --part`, with --resume, Python resume=True, to continue it)";
@@ -572,7 +573,7 @@ fn check_complete(out: &Path, loaded: &[(PathBuf, Manifest, PartInfo)]) -> Resul
                 format!(
                     "part {} is given twice (also {})",
                     w[1].2.index,
-                    w[0].0.display()
+                    w[0].0.shown()
                 ),
             ));
         }
@@ -611,7 +612,7 @@ fn check_kinds(loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), FormatErr
             reason: format!(
                 "this part was {} but {} was {}: written and converted parts are never one dataset; merge each kind in its own output root",
                 kind(p),
-                first_dir.display(),
+                first_dir.shown(),
                 kind(fp)
             ),
         }),

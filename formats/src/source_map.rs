@@ -10,6 +10,7 @@
 //! positioned reads whatever the dataset's size, and nothing read is sized by the file's
 //! own claims before they are checked against its length.
 
+use crate::text::Shown;
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::Write;
@@ -428,7 +429,7 @@ pub(crate) fn merged(
         let Some(entry) = &m.sources else {
             tracing::warn!(
                 "{}: no source map (finished by a stoker before source maps), so the merged dataset has none",
-                dir.display()
+                dir.shown()
             );
             return Ok(None);
         };

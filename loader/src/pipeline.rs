@@ -259,7 +259,7 @@ impl BadLog {
     /// source map, or why there is none.
     fn source(&self, index: u64) -> String {
         match self.dataset.as_ref().map(|d| d.source_of(index)) {
-            Some(Ok(Some(path))) => path.display().to_string(),
+            Some(Ok(Some(path))) => stoker_formats::lossless_text(path.as_os_str()),
             Some(Ok(None)) | None => "unknown (the dataset has no source map)".to_owned(),
             Some(Err(e)) => format!("unknown ({e})"),
         }

@@ -145,7 +145,7 @@ pub fn run(
     let stages = m.stages;
     Ok(BenchReport {
         run: RunInfo {
-            dataset: path.display().to_string(),
+            dataset: stoker_formats::lossless_text(path.as_os_str()),
             records,
             mean_record_bytes,
             device: dev.name,

@@ -3,6 +3,7 @@
 //! [`crate::bottleneck::run`]; the table goes to stdout (or JSON with `--json`),
 //! the progress bar to stderr when it is a terminal.
 
+use super::output::Shown;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -121,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     );
     let progress = Bar(bar);
     let report = bottleneck::run(&args.dataset, &opts, &progress)
-        .with_context(|| format!("benchmarking {}", args.dataset.display()));
+        .with_context(|| format!("benchmarking {}", args.dataset.shown()));
     progress.0.finish_and_clear();
     let report = report?;
     let mut out = super::output::stdout();
@@ -146,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         // clean run.
         output::note(format_args!(
             "stoker: error: {errors} record(s) of {} failed during the bench; the figures leave them out (run `stoker verify --decode`)",
-            args.dataset.display()
+            args.dataset.shown()
         ));
         return Ok(super::status::FAILURE);
     }

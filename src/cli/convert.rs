@@ -2,6 +2,7 @@
 //! [`crate::formats::convert`]. A progress bar goes to stderr when it is a terminal; the
 //! summary (or the `--json` report) goes to stdout.
 
+use super::output::Shown;
 use std::io::IsTerminal;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -222,7 +223,7 @@ fn part_note(args: &Args, part: Option<formats::Part>) -> Option<String> {
         "converting part {} of {} (0-based) into {}{}",
         p.index,
         p.count,
-        args.out.join(p.dir_name()).display(),
+        args.out.join(p.dir_name()).shown(),
         part_source(args.part.or(args.parts).is_some())
     ))
 }
@@ -300,7 +301,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         // file became one unlabelled class.
         super::output::note(format_args!(
             "{} has no class sub-folders: converted as one class of unlabelled images (label 0)",
-            args.src.display()
+            args.src.shown()
         ));
     }
     if report.webdataset && args.layout == Layout::Auto {
@@ -311,7 +312,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         };
         super::output::note(format_args!(
             "{} {what}: read as WebDataset tar shards (--layout webdataset)",
-            args.src.display()
+            args.src.shown()
         ));
     }
     // On stderr in every mode (the JSON report holds them too): each may mean the
@@ -326,7 +327,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         writeln!(
             out,
             "already converted: {} holds this conversion ({} records); nothing to do",
-            report.out.display(),
+            report.out.shown(),
             report.written
         )?;
     } else {
@@ -428,22 +429,22 @@ fn print_summary(
             out,
             "ignored {} entries of {} that are not .tar shards (subfolders are not read), e.g. {}",
             report.ignored.len(),
-            args.src.display(),
-            report.ignored[0].display()
+            args.src.shown(),
+            report.ignored[0].shown()
         )?;
     } else if !report.ignored.is_empty() {
         writeln!(
             out,
             "ignored {} file(s) directly under {} (not in a class folder; --layout flat takes every file as one class), e.g. {}",
             report.ignored.len(),
-            args.src.display(),
-            report.ignored[0].display()
+            args.src.shown(),
+            report.ignored[0].shown()
         )?;
     }
     for line in report.audit.summary_lines() {
         writeln!(out, "{line}")?;
     }
-    writeln!(out, "output: {}", report.out.display())
+    writeln!(out, "output: {}", report.out.shown())
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! to reach for when one image misbehaves.
 #![forbid(unsafe_code)]
 
+use super::output::Shown;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -66,7 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     if png_on_stdout && std::io::stdout().is_terminal() {
         anyhow::bail!(
             "-o {}: stdout is a terminal, where PNG bytes are no use; redirect stdout or name a file",
-            args.output.as_deref().unwrap_or(Path::new(STDOUT)).display()
+            args.output.as_deref().unwrap_or(Path::new(STDOUT)).shown()
         );
     }
     if let Some(path) = args.output.as_deref().filter(|p| *p != Path::new(STDOUT)) {
@@ -97,7 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         if !stoker_decode::can_allocate(need) {
             anyhow::bail!(
                 "{}: its {}x{} pixels need about {need} bytes to decode, more than this process could allocate; lower --max-pixels",
-                args.file.display(),
+                args.file.shown(),
                 info.width,
                 info.height,
             );
@@ -134,7 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         writeln!(
             out,
             "file         {} ({} bytes)",
-            args.file.display(),
+            args.file.shown(),
             data.len()
         )?;
         write_header(&mut out, &header)?;
@@ -163,7 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             super::output::write_file_atomically(path, |w| png(w))?;
         }
         if !args.json {
-            writeln!(out, "wrote        {}", path.display())?;
+            writeln!(out, "wrote        {}", path.shown())?;
         }
     }
     out.flush()?;
@@ -181,16 +182,16 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 fn refuse_output(output: &Path, input: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let id = |m: &std::fs::Metadata| (m.dev(), m.ino());
-    let shown = output.display();
+    let shown = output.shown();
     match std::fs::metadata(output) {
         Ok(m) if m.is_dir() => anyhow::bail!(
             "-o {shown}: is a directory; name the PNG file to write, e.g. {}",
-            output.join("decoded.png").display()
+            output.join("decoded.png").shown()
         ),
         Ok(m) if std::fs::metadata(input).is_ok_and(|i| m.is_file() && id(&i) == id(&m)) => {
             anyhow::bail!(
                 "-o {shown}: is the input file {}, which the PNG would replace; name another file",
-                input.display()
+                input.shown()
             )
         }
         Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
@@ -201,7 +202,7 @@ fn refuse_output(output: &Path, input: &Path) -> anyhow::Result<()> {
                 .unwrap_or(output);
             anyhow::bail!(
                 "-o {shown}: {} is a file, not a directory, so nothing can be written in it",
-                file.display()
+                file.shown()
             )
         }
         // A new file, or one to replace; any other failure is the write's to report.

@@ -1,6 +1,7 @@
 //! `stoker inspect DATASET`: one call to [`crate::formats::inspect()`], printed as text or JSON;
 //! with `--record N`, one call to [`crate::formats::inspect_record()`].
 
+use super::output::Shown;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -70,7 +71,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
         return Ok(unreadable_status(&args, &r));
     }
-    writeln!(out, "dataset: {}", args.dataset.display())?;
+    writeln!(out, "dataset: {}", args.dataset.shown())?;
     // Version 1 reads, but its whole-file digests are the weaker ones (docs/FORMAT.md,
     // "Version 1"): said here too, not only by `verify`.
     let older = match r.format_version {
@@ -172,7 +173,7 @@ fn unreadable_status(args: &Args, r: &formats::InspectReport) -> u8 {
     super::output::note(format_args!(
         "stoker: error: {} record(s) could not be read and are left out of the figures (the first, {first}); `stoker verify {}` names every damaged record",
         r.unreadable,
-        args.dataset.display()
+        args.dataset.shown()
     ));
     super::status::FAILURE
 }

@@ -3,6 +3,7 @@
 //! which removes the part directories once their shards are OUT's: each one removed is
 //! named on stderr, since a part given outside OUT is deleted too.
 
+use super::output::Shown;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -35,10 +36,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         } else {
             " (outside OUT: removed because its shards were moved into OUT)"
         };
-        super::output::note(format_args!(
-            "removed part directory {}{why}",
-            dir.display()
-        ));
+        super::output::note(format_args!("removed part directory {}{why}", dir.shown()));
     }
     let mut out = super::output::stdout();
     if args.json {
@@ -48,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
             out,
             "merged {} parts into {}: {} samples in {} shard(s), {:.1} MB",
             report.parts,
-            report.out.display(),
+            report.out.shown(),
             report.samples,
             report.shards,
             report.bytes as f64 / 1e6

@@ -62,23 +62,26 @@ pub fn on_stdout(e: std::io::Error) -> std::io::Error {
 /// `\xNN`, as bytes that are not UTF-8 are. A file named `a.jpg: not an image\n  b.jpg`
 /// forged a second line in the skip list, and one holding ESC sequences drove the terminal.
 pub fn shown(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        // Control characters (Unicode's Cc) all lie below U+00A0: two hex digits each.
-        match c.is_control() {
-            true => out.push_str(&format!("\\x{:02x}", c as u32)),
-            false => out.push(c),
-        }
-    }
-    out
+    crate::exit::one_line(text)
 }
 
 /// [`shown`] of a path, its bytes that are not UTF-8 written `\xNN`.
 pub fn shown_path(path: &Path) -> String {
     shown(&stoker_formats::lossless_text(path.as_os_str()))
+}
+
+/// [`shown_path`] as a method, for the many places that print a path: `.shown()` writes
+/// U+FFFD for a byte that is not UTF-8 (two folders that differ only there look alike) and
+/// passes a newline through, which forges a line of output (`output: out` then `X`).
+pub trait Shown {
+    /// See [`shown_path`].
+    fn shown(&self) -> String;
+}
+
+impl Shown for Path {
+    fn shown(&self) -> String {
+        shown_path(self)
+    }
 }
 
 /// `path` as text without loss, for JSON, which holds no bytes that are not UTF-8 (serde
@@ -142,7 +145,7 @@ pub fn write_file_atomically(
         Ok(m) if !m.is_file() && !m.is_dir() => write_through(path, fill),
         Ok(m) => replace(path, Some(m.permissions().mode() & 0o777), fill),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => replace(path, None, fill),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.shown())),
     }
 }
 
@@ -200,12 +203,12 @@ fn write_through(
         .create(true)
         .truncate(true)
         .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
+        .with_context(|| format!("opening {}", path.shown()))?;
     let file = fill_and_flush(path, file, fill)?;
     // A pipe or a terminal cannot be synced (EINVAL); a file behind a symlink can.
     if file.metadata().is_ok_and(|m| m.is_file()) {
         file.sync_all()
-            .with_context(|| format!("syncing {}", path.display()))?;
+            .with_context(|| format!("syncing {}", path.shown()))?;
     }
     Ok(())
 }
@@ -219,29 +222,29 @@ fn replace(
 ) -> anyhow::Result<()> {
     let name = path
         .file_name()
-        .with_context(|| format!("{}: not a file name", path.display()))?;
+        .with_context(|| format!("{}: not a file name", path.shown()))?;
     let dir = dir_of(path);
     let (file, tmp_path) = create_temporary(dir, name).with_context(|| {
         format!(
             "creating a temporary file for {} in {}",
-            path.display(),
-            dir.display()
+            path.shown(),
+            dir.shown()
         )
     })?;
     if let Some(mode) = mode {
         // Set explicitly: the umask would otherwise narrow the replaced file's bits.
         file.set_permissions(Permissions::from_mode(mode))
-            .with_context(|| format!("setting the mode of {}", tmp_path.display()))?;
+            .with_context(|| format!("setting the mode of {}", tmp_path.shown()))?;
     }
     let file = fill_and_flush(path, file, fill)?;
     file.sync_all()
-        .with_context(|| format!("syncing {}", path.display()))?;
+        .with_context(|| format!("syncing {}", path.shown()))?;
     drop(file);
     let persisted = tmp_path.persist(path);
     crate::stop_cleanup::forget();
     persisted
         .map_err(|e| e.error)
-        .with_context(|| format!("renaming into {}", path.display()))?;
+        .with_context(|| format!("renaming into {}", path.shown()))?;
     // Best effort: makes the rename durable where a directory can be synced.
     if let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
@@ -304,11 +307,11 @@ fn fill_and_flush(
     fill: impl FnOnce(&mut BufWriter<File>) -> anyhow::Result<()>,
 ) -> anyhow::Result<File> {
     let mut w = BufWriter::new(file);
-    fill(&mut w).with_context(|| format!("writing {}", path.display()))?;
+    fill(&mut w).with_context(|| format!("writing {}", path.shown()))?;
     // `into_inner` flushes and reports the error that dropping a BufWriter would swallow.
     w.into_inner()
         .map_err(|e| e.into_error())
-        .with_context(|| format!("writing {}", path.display()))
+        .with_context(|| format!("writing {}", path.shown()))
 }
 
 #[cfg(test)]

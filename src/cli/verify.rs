@@ -5,6 +5,7 @@
 //! damage), or a check that cannot go on for no fault of the dataset's: memory, file
 //! descriptors, storage (exit 3, [`super::status::OUTSIDE_FAULT`]).
 
+use super::output::Shown;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -142,7 +143,7 @@ fn write_text(out: &mut impl Write, args: &Args, r: &VerifyReport) -> std::io::R
     writeln!(
         out,
         "{}: {} of {} records checked{decoded} in {} shard(s){unopened}, {:.2} s: {outcome}",
-        args.dataset.display(),
+        args.dataset.shown(),
         r.checked,
         r.samples,
         r.shards,

@@ -55,8 +55,9 @@ const OLDEST_JOURNAL_VERSION: u32 = 2;
 /// A journal holds at most one skip and one line (a shard entry and the totals, under
 /// 2 KiB) per input. A skip is a path of at most 4 KiB (PATH_MAX), written as up to 16 KiB
 /// when it is not UTF-8 (a list of byte values), and a reason, which may name the path
-/// again. A larger file is not a journal stoker wrote, and is refused before it is read.
-const JOURNAL_BYTES_PER_INPUT: u64 = 32 << 10;
+/// again (up to 20 KiB: each such byte is `\xNN` text, its backslash escaped in JSON). A
+/// larger file is not a journal stoker wrote, and is refused before it is read.
+const JOURNAL_BYTES_PER_INPUT: u64 = 48 << 10;
 /// Room for the header and the totals in every line.
 const JOURNAL_BASE_BYTES: u64 = 1 << 20;
 
@@ -589,6 +590,7 @@ fn same_conversion(f: &Found, fingerprint: u32) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::text::Shown;
 
     /// The largest skip a journal can hold, a 4 KiB path that is not UTF-8 with a reason
     /// naming it, fits the per-input allowance with room for a shard's line: a journal
@@ -598,7 +600,7 @@ mod tests {
         use std::os::unix::ffi::OsStringExt;
         let path = PathBuf::from(std::ffi::OsString::from_vec(vec![0xff; 4096]));
         let skipped = Skipped {
-            reason: format!("cannot read {}: Permission denied", path.display()),
+            reason: format!("cannot read {}: Permission denied", path.shown()),
             path,
         };
         let line = serde_json::to_vec(&Skip::from(&skipped)).unwrap();

@@ -1,6 +1,7 @@
 //! Reading a list file of `path,label` rows (a CSV file as pandas writes one), each path
 //! relative to the source folder or absolute.
 
+use crate::text::Shown;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
@@ -98,7 +99,7 @@ pub(crate) fn list_file(
         warnings.push(format!(
             "{}: {} line(s) starting with # look like `path,label` rows but are comments, \
              not inputs (the first is line {}); quote a path that starts with #",
-            list.display(),
+            list.shown(),
             commented_rows.0,
             commented_rows.1
         ));
@@ -108,7 +109,7 @@ pub(crate) fn list_file(
         let labels = inputs.iter().map(|i| i.label);
         let count = max_label.unwrap_or(0) as usize + 1;
         warnings.extend(sparse_labels_warning(
-            &list.display().to_string(),
+            &list.shown().to_string(),
             labels,
             count,
         ));
@@ -155,8 +156,8 @@ fn repeated_rows_warning(list: &Path, inputs: &[Input]) -> Option<String> {
     let example = &inputs[first?].path;
     Some(format!(
         "{}: {repeated} row(s) name a file an earlier row names too, by the same path (e.g. {}): each row is an input, so such a file is converted once per row",
-        list.display(),
-        example.display()
+        list.shown(),
+        example.shown()
     ))
 }
 
@@ -535,7 +536,7 @@ mod tests {
             "{w}"
         );
         assert!(
-            w.contains(&dir.path().join("a.jpg").display().to_string()),
+            w.contains(&dir.path().join("a.jpg").shown().to_string()),
             "{w}"
         );
         assert!(list("a.jpg,0\nb.jpg,0\n").1.unwrap().warnings.is_empty());

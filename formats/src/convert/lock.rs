@@ -7,6 +7,7 @@
 //! used widely, no `unsafe` here); `std::fs::File::try_lock` would do the same but needs a
 //! newer Rust than this workspace's minimum.
 
+use crate::text::Shown;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -63,7 +64,7 @@ impl OutputLock {
             Err(fs4::TryLockError::Error(e)) if no_locks_here(&e) => {
                 tracing::warn!(
                     "cannot lock {} ({e}): its file system has no file locks, so nothing stops a second `stoker convert` or `merge` from writing into it at the same time; make sure only one does",
-                    out.display()
+                    out.shown()
                 );
                 Ok(OutputLock::held(dir))
             }

@@ -33,8 +33,8 @@ mod strict_stop;
 mod tar_index;
 mod transcode;
 pub(crate) mod walk;
+pub use crate::text::lossless_text;
 pub use list_file::class_names;
-pub use walk::lossless_text;
 mod webdataset;
 
 use std::path::Path;
@@ -42,6 +42,7 @@ use std::time::Instant;
 
 use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
 use crate::outside_fault::FaultStage;
+use crate::text::Shown;
 use crate::FormatError;
 #[cfg(feature = "progress-bar")]
 pub use bar::TerminalBar;
@@ -270,7 +271,7 @@ fn shards_still_there(out: &Path, m: &crate::manifest::Manifest) -> Result<(), F
             reason: format!(
                 "a finished dataset, but its {} {problem}: it was damaged after the conversion finished, which --resume cannot repair; `stoker verify {}` names the records lost (convert again into a new directory for a whole dataset)",
                 s.file,
-                out.display()
+                out.shown()
             ),
         });
     }

@@ -1,6 +1,7 @@
 //! What an output path must be before anything is made at it: a directory, or a path
 //! that can become one.
 
+use crate::text::Shown;
 use std::path::{Path, PathBuf};
 
 use crate::FormatError;
@@ -32,7 +33,7 @@ pub(crate) fn refuse_non_directory(out: &Path) -> Result<(), FormatError> {
         } else {
             format!(
                 ", so the output directory {} cannot be made in it",
-                out.display()
+                out.shown()
             )
         };
         let reason = match std::fs::metadata(at) {

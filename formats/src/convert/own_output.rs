@@ -8,6 +8,7 @@
 //! leaves the output directory out, whether or not it exists yet, so every run of the same
 //! conversion lists the same inputs.
 
+use crate::text::Shown;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -67,9 +68,9 @@ impl OwnOutput {
             );
             return Err(FormatError::InvalidOptions(format!(
                 "the output directory {} lies inside the source {} and converting would create {} there too, which a rerun or --resume would then list as a class; create it first, or give an output directory outside the source",
-                out.display(),
-                root.display(),
-                first_new.display()
+                out.shown(),
+                root.shown(),
+                first_new.shown()
             )));
         }
         Ok(OwnOutput {
@@ -124,7 +125,7 @@ impl OwnOutput {
         is_within(&path, out).then(|| {
             format!(
                 "inside the conversion's output directory {}: its own files are never inputs",
-                out.display()
+                out.shown()
             )
         })
     }

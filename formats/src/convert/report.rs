@@ -1,6 +1,7 @@
 //! What a conversion tells its caller: progress while it runs, the inputs it skipped, and
 //! the report at the end.
 
+use crate::text::Shown;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -56,7 +57,7 @@ pub(crate) fn first_skipped(skipped: &[Skipped]) -> String {
     let reasons: Vec<String> = skipped
         .iter()
         .take(SKIPS_SHOWN)
-        .map(|s| format!("{}: {}", s.path.display(), s.reason))
+        .map(|s| format!("{}: {}", s.path.shown(), s.reason))
         .collect();
     let more = if skipped.len() > SKIPS_SHOWN {
         "; ..."
@@ -130,7 +131,7 @@ pub struct ConvertReport {
 /// A path as JSON text, its bytes that are not UTF-8 as `\xNN`: serde's own refuses such a
 /// path, and a report of a conversion that succeeded failed to print (exit 1).
 pub(crate) fn path_as_text<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&super::walk::lossless_text(path.as_os_str()))
+    s.serialize_str(&crate::text::lossless_text(path.as_os_str()))
 }
 
 /// [`path_as_text`] for each of `paths`.
@@ -141,6 +142,6 @@ pub(crate) fn paths_as_text<S: serde::Serializer>(
     s.collect_seq(
         paths
             .iter()
-            .map(|p| super::walk::lossless_text(p.as_os_str())),
+            .map(|p| crate::text::lossless_text(p.as_os_str())),
     )
 }

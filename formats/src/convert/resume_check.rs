@@ -7,6 +7,7 @@
 //! the directory is deleted, the journal must agree with the listing and with the shard
 //! files it names, or resume is refused.
 
+use crate::text::Shown;
 use std::path::Path;
 
 use super::journal::{Journal, JOURNAL_FILE};
@@ -156,7 +157,7 @@ fn check_skipped(j: &Journal, done: &[Input], options: &ConvertOptions) -> Resul
             if k < next || done.get(k as usize).is_none_or(|i| i.path != s.path) {
                 return Err(format!(
                     "skipped input {} is not input {k} of the inputs before the resume point, in order",
-                    s.path.display()
+                    s.path.shown()
                 ));
             }
             next = k + 1;
@@ -168,7 +169,7 @@ fn check_skipped(j: &Journal, done: &[Input], options: &ConvertOptions) -> Resul
         if !rest.any(|i| i.path == s.path) {
             return Err(format!(
                 "skipped input {} is not one of the inputs before the resume point, in order",
-                s.path.display()
+                s.path.shown()
             ));
         }
     }

@@ -1,5 +1,6 @@
 //! Listing the inputs of a conversion in a deterministic order.
 
+use crate::text::{lossless_text, Shown};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -7,9 +8,7 @@ use std::path::{Path, PathBuf};
 use super::list_file::list_file;
 pub(crate) use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
-use super::walk::{
-    dir_id, is_hidden, listing_fault, lossless_text, name_key, sorted_entries, walk,
-};
+use super::walk::{dir_id, is_hidden, listing_fault, name_key, sorted_entries, walk};
 use super::webdataset::{
     is_compressed_tar, is_tar_name, list_webdataset, looks_like_shards, shards_as_images_hint,
     Chosen,
@@ -101,8 +100,8 @@ impl Source {
     /// The source as given, for the manifest's provenance.
     pub fn describe(&self) -> String {
         match self {
-            Source::ImageFolder(p) => p.display().to_string(),
-            Source::List { root, list } => format!("{} (list {})", root.display(), list.display()),
+            Source::ImageFolder(p) => p.shown().to_string(),
+            Source::List { root, list } => format!("{} (list {})", root.shown(), list.shown()),
         }
     }
 
@@ -464,7 +463,7 @@ mod tests {
         l.inputs
             .iter()
             .map(|i| {
-                let r = i.path.strip_prefix(dir).unwrap().display().to_string();
+                let r = i.path.strip_prefix(dir).unwrap().shown().to_string();
                 match &i.refused {
                     Some(_) => format!("refused {r}"),
                     None => r,

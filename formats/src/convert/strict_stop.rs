@@ -18,6 +18,7 @@
 //! and its files of the same names would go. The directories are removed only while their
 //! path still names the directory the run holds.
 
+use crate::text::Shown;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -183,7 +184,7 @@ impl Made {
                 Err(e) if e != rustix::io::Errno::NOENT => {
                     let file = self.out.join(name);
                     let error = std::io::Error::from(e);
-                    tracing::warn!(file = %file.display(), %error, "--strict stop: not removed");
+                    tracing::warn!(file = %file.shown(), %error, "--strict stop: not removed");
                     all = false;
                 }
                 _ => {}

@@ -6,7 +6,7 @@
 //! of valid UTF-8 becoming the code point U+DC00 + byte (`surrogateescape`). Its `sorted`
 //! orders such names by code point, which differs from the order of the raw bytes once a
 //! name is not UTF-8 (U+DCE9 sorts before U+FF26, byte 0xE9 after 0xEF). [`name_key`] is a
-//! byte string whose byte order is that code point order, and [`lossless_text`] spells such a
+//! byte string whose byte order is that code point order, and [`lossless_text`](crate::lossless_text) spells such a
 //! name readably and without loss (`caf\xe9`, Python's `backslashreplace`).
 //!
 //! Within a class, torchvision walks `sorted(os.walk(class_dir, followlinks=True))`: every
@@ -16,8 +16,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
-use std::ffi::{OsStr, OsString};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -51,22 +51,6 @@ pub(crate) fn name_key(name: OsString) -> Vec<u8> {
         }
     }
     key
-}
-
-/// `name` (a class folder's, a path) as text without loss: valid UTF-8 as it is, each
-/// other byte as `\xNN` (lower case hex), as Python's `name.encode("utf-8",
-/// "surrogateescape").decode("utf-8", "backslashreplace")` spells it. Two folders whose
-/// names differ only in such bytes keep different names (`to_string_lossy` would make
-/// both `caf�`), and JSON, which holds only UTF-8, can hold any path this way.
-pub fn lossless_text(name: &OsStr) -> String {
-    let mut s = String::with_capacity(name.len());
-    for chunk in name.as_bytes().utf8_chunks() {
-        s.push_str(chunk.valid());
-        for &b in chunk.invalid() {
-            s.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    s
 }
 
 /// The entries of `dir` in Python's order of their names.
@@ -269,15 +253,5 @@ mod tests {
         assert!(key(b"caf\xe9") < key(b"caf\xe9x"));
         assert!(key(b"caf\x80") < key(b"caf\xff"));
         assert_eq!(key(b"plain"), b"plain");
-    }
-
-    #[test]
-    fn class_names_keep_invalid_bytes_as_backslash_escapes() {
-        let n = |b: &[u8]| lossless_text(OsStr::from_bytes(b));
-        assert_eq!(n(b"caf\xe9"), "caf\\xe9");
-        assert_eq!(n(b"caf\xea"), "caf\\xea");
-        assert_eq!(n("éclair".as_bytes()), "éclair");
-        // A cut-off multi-byte sequence: each of its bytes is escaped.
-        assert_eq!(n(b"a\xe4\xb8"), "a\\xe4\\xb8");
     }
 }

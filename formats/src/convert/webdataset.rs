@@ -21,8 +21,7 @@
 //! sample or is damaged is one input of its own (named by the tar's path), skipped with
 //! the reason and the byte where the damage is; the samples before the damage are kept.
 
-use std::collections::hash_map::Entry;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{hash_map::Entry, BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
@@ -34,8 +33,9 @@ use super::list_file::{self, MAX_CLASSES};
 use super::listing::{member_name, Input, InputBytes, ListedTar, Listing};
 use super::own_output::OwnOutput;
 use super::tar_index::{Damage, End, Kind, Member, TarMembers, MAX_NAME_BYTES, NAME_SHOWN};
-use super::walk::{is_hidden, lossless_text, sorted_entries};
+use super::walk::{is_hidden, sorted_entries};
 use crate::input_file::{open_regular, refusal_reason, FileIdentity};
+use crate::text::{lossless_text, Shown};
 use crate::FormatError;
 
 /// Fields that are a sample's image: the formats the converter reads (it tells them by
@@ -218,7 +218,7 @@ fn find_shards(root: &Path, own: &OwnOutput) -> Result<Found, FormatError> {
         format!(
             "compressed shards are not read ({} of them, e.g. {}): stoker reads each member in place, which a compressed stream does not allow; decompress them first (gunzip, zstd -d)",
             compressed.len(),
-            c.display()
+            c.shown()
         )
     });
     if shards.is_empty() {
@@ -305,14 +305,14 @@ impl State {
             notes.push(format!(
                 "{} sample(s) have a key an earlier shard has too (e.g. {key:?} in {}): each is a sample of its own, named by its shard; if a shard is listed twice, its samples are in the dataset twice",
                 self.repeated_across,
-                tar.display()
+                tar.shown()
             ));
         }
         if let Some(first) = self.no_marker.first() {
             notes.push(format!(
                 "{} shard(s) end without tar's end-of-archive blocks (e.g. {}): a shard cut short between two members looks the same, so samples after its last one may be missing",
                 self.no_marker.len(),
-                first.display()
+                first.shown()
             ));
         }
         notes

@@ -1,0 +1,49 @@
+//! Paths as text in messages and reports, without the loss of `Path::display`.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// `name` (a class folder's, a path) as text without loss: valid UTF-8 as it is, each
+/// other byte as `\xNN` (lower case hex), as Python's `name.encode("utf-8",
+/// "surrogateescape").decode("utf-8", "backslashreplace")` spells it. Two folders whose
+/// names differ only in such bytes keep different names (`to_string_lossy` would make
+/// both `caf�`), and JSON, which holds only UTF-8, can hold any path this way.
+pub fn lossless_text(name: &OsStr) -> String {
+    let mut s = String::with_capacity(name.len());
+    for chunk in name.as_bytes().utf8_chunks() {
+        s.push_str(chunk.valid());
+        for &b in chunk.invalid() {
+            s.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    s
+}
+
+/// [`lossless_text`] of a path as a method, for messages: `Path::display` writes U+FFFD
+/// for each byte that is not UTF-8, so two inputs that differ only there read alike.
+pub(crate) trait Shown {
+    /// See [`lossless_text`].
+    fn shown(&self) -> String;
+}
+
+impl Shown for Path {
+    fn shown(&self) -> String {
+        lossless_text(self.as_os_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_names_keep_invalid_bytes_as_backslash_escapes() {
+        let n = |b: &[u8]| lossless_text(OsStr::from_bytes(b));
+        assert_eq!(n(b"caf\xe9"), "caf\\xe9");
+        assert_eq!(n(b"caf\xea"), "caf\\xea");
+        assert_eq!(n("éclair".as_bytes()), "éclair");
+        // A cut-off multi-byte sequence: each of its bytes is escaped.
+        assert_eq!(n(b"a\xe4\xb8"), "a\\xe4\\xb8");
+    }
+}
