@@ -454,6 +454,27 @@ impl FormatError {
         }
     }
 
+    /// What stopped this, when it was no fault of the files: a
+    /// [`FormatError::OutsideFault`]'s, or that of a plain I/O error whose errno says so
+    /// (no file descriptor left while opening a dataset, say). For callers that tell
+    /// "run again" apart from "the data is bad": the CLI's exit status 3, Python's
+    /// `OSError` and `MemoryError`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::{FormatError, OutsideFault};
+    /// let e = stoker_formats::Dataset::open("/nonexistent").unwrap_err();
+    /// assert_eq!(e.outside(), None);
+    /// ```
+    pub fn outside(&self) -> Option<OutsideFault> {
+        match self {
+            FormatError::OutsideFault { fault, .. } => Some(*fault),
+            FormatError::Io { source, .. } => OutsideFault::of(source),
+            _ => None,
+        }
+    }
+
     /// Whether this is an I/O error of an [`OutsideFault`] (see [`FormatError::escalate`]).
     pub(crate) fn is_outside_fault(&self) -> bool {
         matches!(self, FormatError::Io { source, .. } if OutsideFault::of(source).is_some())

@@ -333,15 +333,8 @@ pub(crate) fn resume_start(
             if state.epoch.checked_add(1) == Some(epoch)
                 && (state.position > 0 || num_batches == 0) =>
         {
-            if state.position < num_batches {
-                tracing::warn!(
-                    "the resumed state stopped epoch {} at batch {} of {num_batches}; epoch \
-                     {epoch} was asked, so the rest of epoch {} is skipped (as after a loop \
-                     that left it early) and epoch {epoch} starts at its first batch",
-                    state.epoch,
-                    state.position,
-                    state.epoch
-                );
+            if let Some(note) = skip_note(state, epoch, num_batches) {
+                tracing::warn!("{note}");
             }
             Ok(0)
         }
@@ -351,6 +344,20 @@ pub(crate) fn resume_start(
             requested: epoch,
         }),
     }
+}
+
+/// What [`resume_start`] logs when starting `epoch` skips the rest of the pending
+/// `state`'s epoch: for the epoch after it, while batches of its own were left.
+pub(crate) fn skip_note(state: &LoaderState, epoch: u64, num_batches: u64) -> Option<String> {
+    let next = state.epoch.checked_add(1) == Some(epoch);
+    (next && state.position > 0 && state.position < num_batches).then(|| {
+        format!(
+            "the resumed state stopped epoch {} at batch {} of {num_batches}; epoch {epoch} \
+             was asked, so the rest of epoch {} is skipped (as after a loop that left it \
+             early) and epoch {epoch} starts at its first batch",
+            state.epoch, state.position, state.epoch
+        )
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use stoker_loader::{LoaderError, Next};
 
 use crate::batch::Batch;
-use crate::errors::{loader_error, StokerError};
+use crate::errors::{loader_error, warn, StokerError};
 use crate::locks::{lock, lock_detached};
 use crate::logging::Call;
 use crate::signals::SIGNAL_CHECK;
@@ -236,13 +236,19 @@ impl Epoch {
         }
     }
 
-    /// Starts the epoch of `loader` this iterator runs.
-    fn start(&self, py: Python<'_>, loader: &Arc<stoker_loader::Loader>) -> Run {
+    /// Starts the epoch of `loader` this iterator runs; with the note to raise as a
+    /// `UserWarning` when that skips the rest of a resumed state's epoch (logged by the
+    /// loader, which Python's warning filters would not see).
+    fn start(&self, py: Python<'_>, loader: &Arc<stoker_loader::Loader>) -> (Run, Option<String>) {
         let epoch = self.epoch_to_start(loader);
-        let it = py.detach(|| loader.epoch_shared(epoch));
+        let note = loader.resume_note(epoch);
+        let (it, mut held) = crate::logging::holding(|| py.detach(|| loader.epoch_shared(epoch)));
+        if let Some(note) = &note {
+            held.handed_over(note);
+        }
         // `set` fails only for a second start, which `Run` rules out.
         let _ = self.started_as.set((epoch, it.remaining()));
-        Run::Running(Box::new(it))
+        (Run::Running(Box::new(it)), note)
     }
 
     /// This epoch has started: a pending request for it is used up.
@@ -316,7 +322,13 @@ impl Epoch {
             }
             if let Run::Unstarted(loader) = &*guard {
                 let loader = Arc::clone(loader);
-                *guard = self.start(py, &loader);
+                let (run, note) = self.start(py, &loader);
+                *guard = run;
+                if let Some(note) = note {
+                    // Raised with the epoch running: under `-W error` the exception
+                    // stops this `next`, and the following one gives the first batch.
+                    warn(py, format!("stoker: {note}"))?;
+                }
             }
             let Run::Running(epoch) = &mut *guard else {
                 return match self.ended_error() {

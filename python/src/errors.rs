@@ -32,16 +32,19 @@ pub(crate) fn format_error(e: FormatError) -> PyErr {
         | FormatError::ConversionInProgress { .. }
         | FormatError::NotADataset { .. } => PyFileNotFoundError::new_err(e.to_string()),
         FormatError::InvalidOptions(_) => PyValueError::new_err(e.to_string()),
-        FormatError::OutsideFault {
-            fault: OutsideFault::Memory,
-            ..
-        } => PyMemoryError::new_err(e.to_string()),
+        // Also a plain I/O error whose errno is no fault of the files (EMFILE opening a
+        // dataset), as the CLI exits 3 for it.
+        _ if e.outside() == Some(OutsideFault::Memory) => PyMemoryError::new_err(e.to_string()),
         // OSError(errno, text) is the subclass Python gives that errno (ETIMEDOUT is a
         // TimeoutError, ECONNRESET a ConnectionResetError), as its own I/O would raise.
-        FormatError::OutsideFault { source, .. } => match source.raw_os_error() {
-            Some(errno) => PyOSError::new_err((errno, e.to_string())),
-            None => PyOSError::new_err(e.to_string()),
-        },
+        FormatError::OutsideFault { source, .. } | FormatError::Io { source, .. }
+            if e.outside().is_some() =>
+        {
+            match source.raw_os_error() {
+                Some(errno) => PyOSError::new_err((errno, e.to_string())),
+                None => PyOSError::new_err(e.to_string()),
+            }
+        }
         _ => StokerError::new_err(e.to_string()),
     }
 }

@@ -309,8 +309,10 @@ impl Loader {
     }
 
     /// An iterator over the batches of ``epoch`` (from the resume position, after
-    /// ``load_state_dict`` of this epoch; after ``load_state_dict`` of another epoch its
-    /// first ``next`` raises ``ValueError``, and the state stays pending). It starts at
+    /// ``load_state_dict`` of this epoch; after ``load_state_dict`` of the epoch before,
+    /// saved past its first batch, from its first batch, with a ``UserWarning`` saying
+    /// what of the state's epoch is skipped; after ``load_state_dict`` of any other epoch
+    /// its first ``next`` raises ``ValueError``, and the state stays pending). It starts at
     /// its first ``next``, and stops this loader's earlier iterators: their next ``next``
     /// raises ``stoker.StokerError``.
     fn epoch(
@@ -369,7 +371,8 @@ impl Loader {
     /// Where the loader stands: ``{"seed", "epoch", "position"}`` (batches of
     /// ``epoch`` already handed out; after a loop left early this still points into that
     /// epoch, which ``load_state_dict`` continues, while this loader's own next ``for``
-    /// starts the next epoch, as a resumed one does after ``set_epoch(epoch + 1)``), with
+    /// starts the next epoch, as a resumed one does after ``set_epoch(epoch + 1)``; after
+    /// a ``set_epoch`` not yet begun, between epochs, that epoch at position 0), with
     /// the ``"batch_size"``, ``"world_size"``, ``"samples"`` (the dataset's length, or the
     /// number of ``indices``), ``"indices"`` (``"all"``, or a fingerprint of the
     /// ``indices`` list), ``"drop_last"``, ``"drop_partial_batch"``, ``"order"`` (``"global"``,
@@ -381,7 +384,18 @@ impl Loader {
     /// Save it with the model; ``load_state_dict`` continues exactly there (torchdata's
     /// ``StatefulDataLoader`` convention).
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner()?.state();
+        let inner = self.inner()?;
+        let mut s = inner.state();
+        // A `set_epoch` not yet begun, while no batch of the current epoch is out or all
+        // are: that epoch is where this loader stands (a checkpoint taken between
+        // `set_epoch` and the first batch), and a resume followed by the same
+        // `set_epoch` continues it instead of refusing another epoch.
+        if let Some(epoch) = *lock(&self.next_epoch) {
+            let between = s.position == 0 || s.position >= inner.num_batches();
+            if epoch != s.epoch && between && inner.pending_epoch().is_none() {
+                (s.epoch, s.position) = (epoch, 0);
+            }
+        }
         let d = PyDict::new(py);
         d.set_item("seed", s.seed)?;
         d.set_item("epoch", s.epoch)?;
@@ -399,10 +413,13 @@ impl Loader {
     }
 
     /// Continue from a ``state_dict()``: the next iteration is its epoch, from the
-    /// first batch not yet handed out; for a state inside its epoch (past its first batch),
-    /// ``set_epoch`` of the epoch after it starts that one instead, as the loader that saved
-    /// the state did after a loop left early (a warning says what was skipped); another
-    /// epoch first raises ``ValueError``. Raises ``ValueError`` for a state of another
+    /// first batch not yet handed out; for a state saved after its epoch's last batch, the
+    /// epoch after it (what the loader that saved it ran next; ``set_epoch(state["epoch"])``
+    /// asks for the finished epoch instead, which yields nothing): a resumed loop that
+    /// counts its own epochs says which with ``set_epoch``. For a state inside its epoch
+    /// (past its first batch), ``set_epoch`` of the epoch after it starts that one instead,
+    /// as the loader that saved the state did after a loop left early (a ``UserWarning``
+    /// says what was skipped); another epoch first raises ``ValueError``. Raises ``ValueError`` for a state of another
     /// seed, batch size, number of ranks, dataset, ``indices``, ``drop_last``,
     /// ``drop_partial_batch`` or order (where the state gives them), or past the end of the
     /// epoch, or a negative number, and ``TypeError`` for a number that is not an int (a
@@ -469,9 +486,11 @@ impl Loader {
         // Iterators made before and not started (Lightning makes one to check that the
         // loader is iterable, then restores a checkpoint) were made for what came before.
         self.stop_iterators(py, StoppedBy::Newer);
-        // The epoch the next `for` runs (set_epoch(state["epoch"]) still asks for a finished
-        // one, which then yields nothing); set before the warning, which may raise.
-        *lock(&self.next_epoch) = inner.pending_epoch();
+        // An earlier set_epoch is forgotten: the next `for` runs the state's epoch (the
+        // loader's pending one, `next_epoch_of`), which any epoch that starts uses up.
+        // Copied here, it outlived a state that `loader.epoch(e + 1)` took, and the next
+        // `for` ran the state's epoch again from its first batch.
+        *lock(&self.next_epoch) = None;
         if let Some(note) = note {
             warn(py, format!("stoker: {note}"))?;
         }

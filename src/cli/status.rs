@@ -22,7 +22,7 @@ pub const OUTSIDE_FAULT: u8 = 3;
 /// it wraps, is such a stop, else [`FAILURE`].
 pub(super) fn of_error(e: &anyhow::Error) -> u8 {
     let outside = e.chain().any(|cause| {
-        let format = |f: &FormatError| matches!(f, FormatError::OutsideFault { .. });
+        let format = |f: &FormatError| f.outside().is_some();
         cause.downcast_ref::<FormatError>().is_some_and(format)
             // A loader's FormatError is transparent: its own chain skips it.
             || cause.downcast_ref::<LoaderError>().is_some_and(|l| {
@@ -70,6 +70,13 @@ mod tests {
             what: "its pixels",
         };
         assert_eq!(of_error(&short.into()), OUTSIDE_FAULT);
+        // A plain I/O error whose errno is no file's fault (opening a dataset's manifest).
+        let io = |errno| FormatError::Io {
+            path: "ds/manifest.json".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+        assert_eq!(of_error(&io(libc::EMFILE).into()), OUTSIDE_FAULT);
+        assert_eq!(of_error(&io(libc::EACCES).into()), FAILURE);
 
         let damaged = FormatError::NotADataset {
             dir: "ds".into(),

@@ -202,10 +202,14 @@ def test_a_checkpoint_of_an_epoch_left_early_resumes_with_the_next_epoch(sample_
     assert (states[1]["epoch"], states[1]["position"]) == (1, steps)
     resumed = python_loader(sample_dataset, seed=3)
     resumed.load_state_dict(states[1])
-    with caplog.at_level("WARNING", logger="stoker"):
+    # What is skipped is a UserWarning, as the other notes about a resumed state are (it
+    # was only a log line, lost where stoker's logging is quiet), and not logged too.
+    with caplog.at_level("WARNING", logger="stoker"), pytest.warns(
+        UserWarning, match="stopped epoch 1 at batch 2 of 4"
+    ):
         again, after = train(resumed, [2])
     assert again == seen[2:] and after == states[2:]
-    assert "stopped epoch 1 at batch 2 of 4" in caplog.text
+    assert "stopped epoch 1" not in caplog.text
     # Without set_epoch, the saved epoch continues where it stopped.
     full = python_batches(python_loader(sample_dataset, seed=3).epoch(1))
     resumed = python_loader(sample_dataset, seed=3)
@@ -408,6 +412,61 @@ def test_the_epoch_asked_for_runs_once_it_starts(sample_dataset):
     assert len(rest) == len(loader) - 1
     assert len(list(rest)) == len(loader) - 1
     assert {b.epoch for b in loader} == {6}
+
+
+def test_a_state_the_next_epoch_took_leaves_no_epoch_to_run_again(sample_dataset):
+    # A state inside epoch 2, then loader.epoch(3) to its end: the next `for` ran epoch 2
+    # again from its first batch (the binding's copy of the state's epoch outlived the
+    # state), then epoch 3 again, while state_dict() said epoch 4.
+    saver = python_loader(sample_dataset)
+    saver.set_epoch(2)
+    next(iter(saver))
+    state = saver.state_dict()
+    loader = python_loader(sample_dataset)
+    loader.load_state_dict(state)
+    with pytest.warns(UserWarning, match="the rest of epoch 2 is skipped"):
+        assert {b.epoch for b in loader.epoch(3)} == {3}
+    assert [b.epoch for b in loader] == [4] * len(loader)
+    assert {b.epoch for b in loader} == {5}
+
+
+def test_the_skip_note_under_warnings_as_errors_stops_one_next_only(sample_dataset):
+    saver = python_loader(sample_dataset)
+    next(iter(saver))
+    loader = python_loader(sample_dataset)
+    loader.load_state_dict(saver.state_dict())
+    epoch = loader.epoch(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="the rest of epoch 0 is skipped"):
+            next(epoch)
+        rest = list(epoch)
+    assert [(b.epoch, b.index) for b in rest] == [(1, i) for i in range(len(loader))]
+
+
+def test_a_checkpoint_between_set_epoch_and_its_first_batch_resumes_that_epoch(sample_dataset):
+    # state_dict() ignored a set_epoch not yet begun: a checkpoint taken there said epoch
+    # 0, which a resumed loop's set_epoch(5) then refused (and a plain `for` ran epoch 0).
+    want = python_batches(python_loader(sample_dataset).epoch(5))
+    loader = python_loader(sample_dataset)
+    loader.set_epoch(5)
+    state = loader.state_dict()
+    assert (state["epoch"], state["position"]) == (5, 0)
+    for set_epoch in (True, False):
+        resumed = python_loader(sample_dataset)
+        resumed.load_state_dict(state)
+        if set_epoch:
+            resumed.set_epoch(5)
+        assert python_batches(resumed) == want
+    # After a finished epoch too; inside one, the state stays where that epoch stopped.
+    done = python_loader(sample_dataset)
+    list(done)
+    done.set_epoch(1)
+    assert (done.state_dict()["epoch"], done.state_dict()["position"]) == (1, 0)
+    inside = python_loader(sample_dataset)
+    next(iter(inside))
+    inside.set_epoch(7)
+    assert (inside.state_dict()["epoch"], inside.state_dict()["position"]) == (0, 1)
 
 
 def test_what_training_frameworks_do_to_a_loader(sample_dataset):

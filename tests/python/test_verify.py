@@ -144,3 +144,46 @@ def test_out_of_file_descriptors_is_an_os_error_not_the_datasets(what, tmp_path)
             assert "no file descriptor left" in text, (limit, r)
         seen.append(next(iter(r)))
     assert "os_error" in seen and "report" in seen, seen
+
+
+_OPEN_WITHOUT_DESCRIPTORS = r'''
+import json, os, resource, sys
+import stoker
+from stoker import _stoker
+
+dataset = sys.argv[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+held = []
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+out = {}
+for name, call in [("Dataset", lambda: stoker.Dataset(dataset)),
+                   ("Loader", lambda: stoker.Loader(dataset, 4, device="cpu"))]:
+    try:
+        call()
+        out[name] = "opened"
+    except OSError as e:
+        out[name] = [type(e).__name__, e.errno]
+    except Exception as e:
+        out[name] = [type(e).__name__, str(e)]
+out["inspect"] = _stoker._command(["stoker", "inspect", dataset])
+for fd in held:
+    os.close(fd)
+print(json.dumps(out))
+'''
+
+
+def test_opening_a_dataset_without_descriptors_is_an_os_error(sample_dataset):
+    """No file descriptor left when a dataset is opened: stoker.Dataset and stoker.Loader
+    raised stoker.StokerError with no errno (a plain I/O error of the manifest), and the
+    CLI exited 1, as for a damaged dataset. Now OSError(EMFILE) and status 3, as verify
+    and convert already had it: no fault of the dataset."""
+    o = subprocess.run([sys.executable, "-c", _OPEN_WITHOUT_DESCRIPTORS, str(sample_dataset)],
+                       capture_output=True, timeout=120)
+    assert o.returncode == 0, o.stderr.decode()[-2000:]
+    out = json.loads(o.stdout.decode().splitlines()[-1])
+    assert out == {"Dataset": ["OSError", 24], "Loader": ["OSError", 24], "inspect": 3}, out
+    assert "Too many open files" in o.stderr.decode()

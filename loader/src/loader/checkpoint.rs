@@ -3,7 +3,7 @@
 
 use super::{lock, Loader};
 use crate::error::LoaderError;
-use crate::resume::{check_resume, LoaderState};
+use crate::resume::{check_resume, skip_note, LoaderState};
 
 #[cfg(doc)]
 use crate::resume::DatasetFingerprint;
@@ -105,5 +105,14 @@ impl Loader {
         let batches = self.num_batches();
         let done = batches > 0 && state.position >= batches;
         Some(state.epoch.saturating_add(u64::from(done)))
+    }
+
+    /// The warning that starting `epoch` now logs because it skips the rest of the
+    /// state [`Loader::load_state`] left pending (the epoch after a state saved inside
+    /// its epoch; see there), or `None`. For a front end that says it its own way
+    /// (Python: a `UserWarning`, as for its other notes about a resumed state).
+    pub fn resume_note(&self, epoch: u64) -> Option<String> {
+        let state = (*self.resume.lock().unwrap_or_else(|p| p.into_inner()))?;
+        skip_note(&state, epoch, self.num_batches())
     }
 }
