@@ -33,3 +33,5 @@ python3 scripts/device-check.d/decode_bound_test.py
 python3 scripts/device-check.d/peer_rows_test.py
 # The source-shape check (module cycles, file and function length) on made-up crates.
 python3 scripts/arch_check_test.py
+# The wheel's third-party notices: which licence texts go in, and what stops the script.
+python3 scripts/notices_test.py

@@ -30,8 +30,8 @@ out=$(cd "$out" && pwd)
 rm -f "$out"/stoker-*.whl "$out"/stoker-*.tar.gz
 py=$(scripts/python-venv.sh 'maturin>=1.9.4,<2' 'ziglang==0.17.1')
 tools="$(dirname "$py")"
-# Its own target directory: zig as the C compiler rebuilds the C dependencies (LMDB),
-# and sharing target/ with the tests' builds would rebuild them on every switch.
+# Its own target directory: zig as the linker changes every crate's build flags, and
+# sharing target/ with the tests' builds would rebuild them all on every switch.
 export CARGO_TARGET_DIR="$root/target/wheel"
 manylinux=(--zig --compatibility manylinux_2_28 --auditwheel check)
 PATH="$tools:$PATH" "$py" -m maturin build --quiet --release --strip "${manylinux[@]}" \
@@ -48,7 +48,7 @@ import sys, tarfile
 names = tarfile.open(sys.argv[1]).getnames()
 top = names[0].split("/")[0]
 rel = {n[len(top) + 1:] for n in names}
-for need in ("pyproject.toml", "LICENSE-MIT", "LICENSE-APACHE", "python/Cargo.toml", "formats/Cargo.toml", "decode/Cargo.toml",
+for need in ("pyproject.toml", "LICENSE-MIT", "LICENSE-APACHE", "LICENSE-THIRD-PARTY", "python/Cargo.toml", "formats/Cargo.toml", "decode/Cargo.toml",
              "loader/Cargo.toml", "decode/vendor/zune-jpeg/Cargo.toml", "stoker/__init__.py"):
     if not any(r == need or r.endswith("/" + need) for r in rel):
         sys.exit(f"wheel.sh: the sdist lacks {need}")
@@ -58,16 +58,20 @@ if bad:
 print(f"wheel.sh: sdist {len(rel)} files", file=sys.stderr)
 EOF
 
-# The wheel's metadata: both licences, and the README as the description (a package
-# index's page).
-"$py" - "$wheel" <<'EOF'
+# The wheel's metadata: both licences, the notices of the crates linked in (as
+# scripts/notices.py wrote them), and the README as the description (a package index's
+# page).
+"$py" - "$wheel" python/LICENSE-THIRD-PARTY <<'EOF'
 import sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
 names = set(z.namelist())
 info = next(n for n in names if n.endswith(".dist-info/METADATA"))
-for lic in ("LICENSE-MIT", "LICENSE-APACHE"):
+for lic in ("LICENSE-MIT", "LICENSE-APACHE", "LICENSE-THIRD-PARTY"):
     if info.replace("METADATA", "licenses/" + lic) not in names:
         sys.exit(f"wheel.sh: the wheel lacks {lic}")
+notices = z.read(info.replace("METADATA", "licenses/LICENSE-THIRD-PARTY"))
+if notices != open(sys.argv[2], "rb").read():
+    sys.exit("wheel.sh: the wheel's LICENSE-THIRD-PARTY is not python/LICENSE-THIRD-PARTY")
 if "Description-Content-Type: text/markdown" not in z.read(info).decode():
     sys.exit("wheel.sh: the wheel has no description")
 EOF
