@@ -1,6 +1,6 @@
 //! The numbers of LMDB's file format (LMDB 0.9 `mdb.c`, 64-bit build, little-endian) that
-//! stoker's writer ([`crate::lmdb_write`]) and its checks of raw files ([`crate::lmdb_meta`],
-//! [`crate::lmdb_walk`]) share.
+//! stoker's writer ([`crate::lmdb_write`]) and its readers of raw files ([`crate::lmdb_meta`],
+//! [`crate::lmdb_walk`], [`crate::lmdb_lookup`]) share, and the readers' field accessors.
 
 /// Bytes of a page header: `pgno` u64, `pad` u16, `flags` u16, `lower` u16, `upper` u16 (an
 /// overflow page has a u32 page count in place of `lower` and `upper`).
@@ -22,3 +22,19 @@ pub(crate) const P_INVALID: u64 = u64::MAX;
 pub(crate) const MDB_INTEGERKEY: u16 = 0x08;
 /// The only environment flag a stoker shard persists (a single-file environment).
 pub(crate) const MDB_NOSUBDIR: u16 = 0x4000;
+
+/// The little-endian u16 at byte `o` of `b` (a page, the file's head): the readers of raw
+/// files check the bounds before they read, so a short slice is a bug and panics.
+pub(crate) fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+
+/// The little-endian u32 at byte `o` of `b` (see [`u16_at`]).
+pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+/// The little-endian u64 at byte `o` of `b` (see [`u16_at`]).
+pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}

@@ -9,16 +9,10 @@
 
 use std::cmp::Ordering;
 
-use crate::lmdb_layout::{F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW};
+use crate::lmdb_layout::{
+    u16_at, u64_at, F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW,
+};
 use crate::lmdb_meta::RecordTree;
-
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
 
 /// A checked view of the pages of one shard's map.
 struct Pages<'m> {

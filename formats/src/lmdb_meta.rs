@@ -18,7 +18,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use crate::lmdb_layout::{
-    MDB_DATA_VERSION, MDB_INTEGERKEY, MDB_MAGIC, MDB_NOSUBDIR, P_INVALID, P_META,
+    u16_at, u32_at, u64_at, MDB_DATA_VERSION, MDB_INTEGERKEY, MDB_MAGIC, MDB_NOSUBDIR, P_INVALID,
+    P_META,
 };
 
 /// Deeper B-trees would need more records than a file can hold.
@@ -44,16 +45,6 @@ struct Meta {
     main: Tree,
     last_pg: u64,
     txnid: u64,
-}
-
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
 fn tree(b: &[u8], o: usize) -> Tree {

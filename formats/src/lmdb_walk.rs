@@ -17,7 +17,9 @@ use std::fs::File;
 use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 
-use crate::lmdb_layout::{F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW};
+use crate::lmdb_layout::{
+    u16_at, u64_at, F_BIGDATA, NODE_HEADER, PAGE_HEADER, P_BRANCH, P_LEAF, P_OVERFLOW,
+};
 use crate::lmdb_meta::RecordTree;
 
 /// One key and its value, or what was wrong where one was expected.
@@ -55,20 +57,12 @@ struct Walker<'f> {
     seen: HashSet<u64>,
 }
 
-fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-
 /// The page count of the overflow run whose first page header is `head`: a u32 in place
 /// of `lower` and `upper`.
 fn overflow_pages(head: &[u8]) -> u64 {
     u64::from(u32::from_le_bytes(
         head[12..16].try_into().expect("4 bytes"),
     ))
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
 impl Walker<'_> {
