@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use pyo3::exceptions::{PyIndexError, PyMemoryError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyString};
 
 /// The integer types arguments become.
 pub(crate) trait Int: TryFrom<i128> {
@@ -315,7 +315,13 @@ fn sequence(value: &Bound<'_, PyAny>, name: &str, what: &str) -> PyResult<usize>
     // SAFETY: `value` is a live object for the call; `PySequence_Check` only reads its
     // type's slots and cannot fail.
     let is_sequence = unsafe { pyo3::ffi::PySequence_Check(value.as_ptr()) } == 1;
-    if !is_sequence || value.is_instance_of::<PyString>() {
+    // An array of another library (a torch tensor: `mean=torch.tensor(...)`, as
+    // `indices=` takes one) indexes through the mapping slots, not the sequence ones.
+    let is_array = !value.is_instance_of::<PyDict>()
+        && value.hasattr("tolist").unwrap_or(false)
+        // SAFETY: as above, for the mapping slots.
+        && unsafe { pyo3::ffi::PyMapping_Check(value.as_ptr()) } == 1;
+    if !(is_sequence || is_array) || value.is_instance_of::<PyString>() {
         return Err(wrong());
     }
     value.len().map_err(|_| wrong())

@@ -37,6 +37,7 @@ mod epoch;
 mod errors;
 mod indices;
 mod loader;
+mod loader_args;
 mod locks;
 mod logging;
 mod sampler;

@@ -4,13 +4,14 @@ use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyType};
-use stoker_loader::{Device, LoaderBuilder, LoaderError, LoaderState, OnError, Shuffle, Transform};
+use pyo3::types::PyDict;
+use stoker_loader::{LoaderBuilder, LoaderError, LoaderState, OnError};
 
 use crate::args;
 use crate::dataset::Dataset;
 use crate::epoch::{Epoch, EpochShared, PendingEpoch, StoppedBy, Which};
 use crate::errors::{loader_error, warn, StokerError};
+use crate::loader_args::{self, bad, parse_shuffle, spelled, GpuSettings, TransformArgs};
 use crate::locks::lock;
 use crate::logging::Call;
 use crate::sampler::LoaderSampler;
@@ -36,8 +37,10 @@ use crate::stats::Stats;
 /// it) with ``layout="nchw"`` (the default) or ``"nhwc"`` (``[n, h, w, 3]``, whose
 /// ``permute(0, 3, 1, 2)`` is a channels-last ``[n, 3, h, w]`` tensor without a copy),
 /// or ``"uint8"`` (``layout="nhwc"``, raw pixels);
-/// ``torch.float16`` and the like are taken too. ``device``: ``"auto"`` (the GPU if usable, else the CPU), ``"cpu"``,
-/// ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``). ``rank`` and ``world_size``
+/// ``torch.float16`` and the like are taken too. ``device``: ``"auto"`` (the GPU if
+/// usable, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` (or a ``torch.device``,
+/// or the int ``N``, which torch reads as ``cuda:N``). ``mean`` and ``std`` take three
+/// numbers: a tuple, a list or an array (NumPy's, a tensor). ``rank`` and ``world_size``
 /// default to the launcher's variables (torchrun's ``RANK`` / ``WORLD_SIZE``, Open MPI's, MVAPICH's,
 /// MPICH's, Horovod's, an ``srun`` step's); given explicitly, they keep the environment's
 /// local rank (which GPU, what share of the node). What the loader had to assume (a
@@ -191,7 +194,7 @@ impl Loader {
         }
         .transform(py)?;
         let output = crate::batch::output(dtype.as_deref(), layout.as_deref())?;
-        let device = parse_device(spelled(device, "device")?.as_deref().unwrap_or("auto"))?;
+        let device = loader_args::device(device)?;
         let on_error = match on_error {
             "replace" => OnError::Replace,
             "raise" => OnError::Error,
@@ -556,155 +559,6 @@ impl Loader {
     }
 }
 
-fn parse_shuffle(shuffle: Option<&Bound<'_, PyAny>>, seed: u64, block: u32) -> PyResult<Shuffle> {
-    let Some(s) = shuffle else {
-        return Ok(Shuffle::Global { seed });
-    };
-    if let Ok(on) = s.extract::<bool>() {
-        return Ok(if on {
-            Shuffle::Global { seed }
-        } else {
-            Shuffle::Sequential
-        });
-    }
-    match s.extract::<String>().as_deref() {
-        Ok("global") => Ok(Shuffle::Global { seed }),
-        Ok("quasi") => Ok(Shuffle::Quasi { seed, block }),
-        Ok("sequential") => Ok(Shuffle::Sequential),
-        _ => Err(PyValueError::new_err(format!(
-            "shuffle={s}: want True, False, \"global\", \"quasi\" or \"sequential\""
-        ))),
-    }
-}
-
-fn parse_device(device: &str) -> PyResult<Device> {
-    device.parse().map_err(|_| {
-        bad(
-            "device",
-            device,
-            "\"auto\", \"cpu\", \"cuda\" or \"cuda:N\"",
-        )
-    })
-}
-
-/// The GPU path's settings (ignored on the CPU path), as `Loader` takes them.
-struct GpuSettings<'a> {
-    pinned_memory: Option<u64>,
-    page_lock_limit: Option<u64>,
-    waits: &'a str,
-    cpu_share: Option<f32>,
-}
-
-impl GpuSettings<'_> {
-    /// `builder` with these settings, or a `ValueError` naming the bad one.
-    fn apply(&self, mut builder: LoaderBuilder) -> PyResult<LoaderBuilder> {
-        let waits: stoker_decode::WaitMode = self
-            .waits
-            .parse()
-            .map_err(|_| bad("gpu_waits", self.waits, "\"auto\", \"spin\" or \"block\""))?;
-        builder = builder.gpu_waits(waits);
-        if let Some(bytes) = self.pinned_memory {
-            builder = builder.pinned_memory(bytes);
-        }
-        if let Some(bytes) = self.page_lock_limit {
-            builder = builder.page_lock_limit(bytes);
-        }
-        if let Some(share) = self.cpu_share {
-            builder = builder.gpu_cpu_share(share);
-        }
-        Ok(builder)
-    }
-}
-
-/// The `Loader` arguments that make its per-image transform.
-struct TransformArgs<'a> {
-    crop: &'a str,
-    size: u32,
-    resize: Option<u32>,
-    scale: Option<(f64, f64)>,
-    ratio: Option<(f64, f64)>,
-    hflip: f64,
-    mean: Option<[f32; 3]>,
-    std: Option<[f32; 3]>,
-    /// `dtype="uint8"`: raw pixels, which nothing normalizes.
-    uint8: bool,
-}
-
-impl TransformArgs<'_> {
-    /// The transform, a `ValueError` for arguments that would be ignored, and a
-    /// `UserWarning` for a mean/std that looks like 0-255 units.
-    fn transform(&self, py: Python<'_>) -> PyResult<Transform> {
-        let (mean, std) = (self.mean, self.std);
-        let random = self.crop == "random";
-        let ignored = |what: &str, why: &str| {
-            Err(PyValueError::new_err(format!(
-                "{what} would be ignored: {why}"
-            )))
-        };
-        if random && self.resize.is_some() {
-            return ignored(
-                "resize",
-                "it applies to crop=\"center\"; crop=\"random\" picks its own scale",
-            );
-        }
-        if !random && (self.scale.is_some() || self.ratio.is_some()) {
-            return ignored(
-                "scale/ratio",
-                "they apply to crop=\"random\" (RandomResizedCrop)",
-            );
-        }
-        if self.uint8 && (mean.is_some() || std.is_some()) {
-            return ignored(
-                "mean/std",
-                "dtype=\"uint8\" gives raw pixels; normalize them yourself, or ask for float32/float16/bfloat16",
-            );
-        }
-        if mean.is_some() != std.is_some() {
-            // Normalizing by one of the two alone is almost always a forgotten argument
-            // (torchvision's Normalize takes both), and the outputs would look plausible.
-            return Err(PyValueError::new_err(format!(
-                "mean={}, std={}: give mean and std together (as torchvision's Normalize); to only center, pass std=(1.0, 1.0, 1.0), to only scale, mean=(0.0, 0.0, 0.0)",
-                triple(mean),
-                triple(std)
-            )));
-        }
-        let mut transform = match self.crop {
-            "random" => Transform::random_resized_crop(self.size),
-            "center" => match self.resize {
-                Some(resize) => Transform::center_crop(self.size, resize),
-                None => Transform::center_crop_default(self.size),
-            },
-            other => return Err(bad("crop", other, "\"random\" or \"center\"")),
-        }
-        .hflip(self.hflip);
-        if let Some((lo, hi)) = self.scale {
-            transform = transform.scale(lo, hi);
-        }
-        if let Some((lo, hi)) = self.ratio {
-            transform = transform.ratio(lo, hi);
-        }
-        if mean.into_iter().chain(std).flatten().any(|v| v.abs() > 1.0) {
-            // Pixels are normalized from [0, 1] (as torchvision's ToTensor gives them):
-            // (123.7, 116.3, 103.5) is the usual slip, and every output would be about -2.
-            let text = format!(
-                "mean={}, std={}: stoker normalizes pixels in [0, 1] (pixel / 255); values over 1 look like 0-255 units (stoker.IMAGENET_MEAN/IMAGENET_STD are in [0, 1])",
-                triple(mean),
-                triple(std)
-            );
-            warn(py, text)?;
-        }
-        if let (Some(mean), Some(std)) = (mean, std) {
-            transform = transform.normalize(mean, std);
-        }
-        Ok(transform)
-    }
-}
-
-/// A mean or std as Python spells it: `(0.485, 0.456, 0.406)`, or `None`.
-fn triple(v: Option<[f32; 3]>) -> String {
-    v.map_or_else(|| "None".into(), |[a, b, c]| format!("({a}, {b}, {c})"))
-}
-
 /// `builder` with the caller's `rank` and `world_size`, both or neither (then the
 /// launcher's).
 fn placed(
@@ -767,31 +621,4 @@ fn notes(inner: &stoker_loader::Loader) -> Vec<(String, String)> {
         notes.push((note.clone(), format!("stoker: {note}")));
     }
     notes
-}
-
-/// The name of a `dtype` or `device` argument: a string, a type's `__name__`
-/// (`numpy.float16`), or another object's `str()` (`torch.float16`,
-/// `torch.device("cuda:1")`, `numpy.dtype("uint8")`), without a `torch.` prefix; it then
-/// has to be one of the names.
-fn spelled(arg: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<String>> {
-    let Some(arg) = arg.filter(|a| !a.is_none()) else {
-        return Ok(None);
-    };
-    let text = match arg.extract::<String>() {
-        Ok(s) => s,
-        Err(_) if arg.is_instance_of::<PyType>() => arg.getattr("__name__")?.extract()?,
-        Err(_) => arg
-            .str()
-            .map_err(|_| {
-                PyTypeError::new_err(format!("{name}: want a string, not {}", arg.get_type()))
-            })?
-            .to_cow()?
-            .into_owned(),
-    };
-    let text = text.trim();
-    Ok(Some(text.strip_prefix("torch.").unwrap_or(text).to_owned()))
-}
-
-fn bad(name: &str, got: &str, want: &str) -> PyErr {
-    PyValueError::new_err(format!("{name}={got:?}: want {want}"))
 }

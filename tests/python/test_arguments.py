@@ -170,6 +170,36 @@ def test_numpy_numbers_ints_for_floats_and_none_for_optionals_are_taken(sample_d
     w.abort()
 
 
+def test_torch_tensors_for_mean_and_std_and_an_int_device_as_torch_reads_them(sample_dataset):
+    # mean=torch.tensor(...) was a TypeError (a tensor is no sequence to the C API), while
+    # indices= took one; device=0 was refused, where torch.device(0) is cuda:0.
+    import torch
+
+    def first(**kw):
+        with stoker.Loader(sample_dataset, 4, size=16, seed=1, device="cpu", **kw) as loader:
+            return np.from_dlpack(next(iter(loader)).images).copy()
+
+    mean, std = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
+    want = first(mean=mean, std=std)
+    assert np.array_equal(first(mean=torch.tensor(mean), std=torch.tensor(std)), want)
+    assert np.array_equal(first(mean=torch.tensor(mean, dtype=torch.float64), std=std), want)
+    with pytest.raises(ValueError, match="mean= takes 3 numbers, not 2"):
+        first(mean=torch.tensor((0.4, 0.5)))
+    with pytest.raises(TypeError, match="mean= takes a tuple of 3 numbers, not dict"):
+        first(mean={0: 0.4, 1: 0.5, 2: 0.6})
+
+    # Here, without a GPU, as "cuda:0" fails; a bool and a negative number are refused.
+    with pytest.raises(stoker.StokerError) as named:
+        stoker.Loader(sample_dataset, 4, device="cuda:0")
+    with pytest.raises(stoker.StokerError) as numbered:
+        stoker.Loader(sample_dataset, 4, device=0)
+    assert str(numbered.value) == str(named.value)
+    with pytest.raises(TypeError, match="device=True is a bool"):
+        stoker.Loader(sample_dataset, 4, device=True)
+    with pytest.raises(ValueError, match="device=-1"):
+        stoker.Loader(sample_dataset, 4, device=-1)
+
+
 def test_signatures_keep_their_defaults():
     """The checks are `from_py_with` extractors: the defaults `help()` shows stay."""
     loader = inspect.signature(stoker.Loader).parameters
