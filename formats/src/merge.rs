@@ -23,7 +23,7 @@ use crate::source_map::SOURCES_FILE;
 mod link;
 use crate::writer::{shard_file_name, write_atomically};
 use crate::FormatError;
-use link::{check_size, link_error, link_following};
+use link::{check_digests, check_size, link_error, link_following};
 
 /// What [`merge`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -61,6 +61,8 @@ pub struct MergeReport {
 /// # Errors
 ///
 /// [`FormatError::MergeRefused`] for an unfinished, foreign, duplicated or missing part;
+/// [`FormatError::ShardDigestMismatch`] for a shard that is not the file its part wrote
+/// (every shard is read once, hashed on all cores);
 /// [`FormatError::OutputExists`] when `out` already holds a dataset or unrelated files;
 /// [`FormatError::OutputLocked`] while another merge or convert writes `out`; I/O errors.
 ///
@@ -219,7 +221,7 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
 /// Links every part's shards into `out` under the merged names and writes the merged
 /// manifest: the merge's one visible result, written last.
 fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, FormatError> {
-    let mut shards = Vec::new();
+    let (mut shards, mut linked) = (Vec::new(), Vec::new());
     let mut audit: Option<Audit> = None;
     let (mut samples, mut bytes, mut payload_bytes) = (0u64, 0u64, 0u64);
     for (dir, m) in loaded {
@@ -229,6 +231,7 @@ fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, Fo
             let file = shard_file_name(shards.len());
             let to = out.join(&file);
             link_following(&from, &to).map_err(|e| link_error(&from, &to, e))?;
+            linked.push((from, to, s.xxh3));
             let first_index = samples + s.first_index;
             let first_key = s.first_key();
             shards.push(ShardEntry {
@@ -253,6 +256,7 @@ fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, Fo
             add_audit(audit.get_or_insert_with(Audit::default), a);
         }
     }
+    check_digests(&linked)?;
     let first = &loaded[0].1;
     let manifest = Manifest {
         format: first.format.clone(),

@@ -633,3 +633,52 @@ fn a_part_shard_that_is_a_symlink_is_merged_as_the_file_it_names() {
     assert!(verify(&Dataset::open(&root).unwrap(), false).unwrap().ok());
     assert_same_dataset(&root, &single);
 }
+
+#[test]
+fn a_shard_swapped_between_parts_is_refused_by_its_digest() {
+    // Raw records of one size: both parts' first shards have the same size, record count
+    // and keys (each part numbers from 0). Swapped, they merged, and the merged dataset
+    // read each of their records with the other part's label and source, while the part
+    // directories that could have told were removed.
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("parts");
+    for index in 0..2 {
+        let mut o = opts(Source::ImageFolder(photos()), &root);
+        o.encoding = stoker_formats::Encoding::Raw;
+        o.raw_size = Some((64, 64));
+        o.shards = Some(4);
+        o.part = Some(Part::new(index, 2).unwrap());
+        convert(&o, &NoProgress).unwrap();
+    }
+    let shard = |i: u32| {
+        let part = root.join(Part::new(i, 2).unwrap().dir_name());
+        Dataset::open(&part)
+            .unwrap()
+            .manifest()
+            .shard_path(&part, 0)
+    };
+    let (a, b) = (shard(0), shard(1));
+    let (len_a, len_b) = (
+        std::fs::metadata(&a).unwrap().len(),
+        std::fs::metadata(&b).unwrap().len(),
+    );
+    assert_eq!(len_a, len_b, "the test needs shards of one size");
+    let swap = tmp.path().join("swap");
+    std::fs::rename(&a, &swap).unwrap();
+    std::fs::rename(&b, &a).unwrap();
+    std::fs::rename(&swap, &b).unwrap();
+
+    let e = merge(&root, &[]).unwrap_err();
+    assert!(matches!(e, FormatError::ShardDigestMismatch { .. }), "{e}");
+    assert!(e.to_string().contains("part-0000"), "{e}");
+    assert!(!root.join(MANIFEST_FILE).exists());
+    for i in 0..2 {
+        let part = root.join(Part::new(i, 2).unwrap().dir_name());
+        assert!(part.join(MANIFEST_FILE).exists(), "part {i} was removed");
+    }
+    // Swapped back, the same parts merge.
+    std::fs::rename(&a, &swap).unwrap();
+    std::fs::rename(&b, &a).unwrap();
+    std::fs::rename(&swap, &b).unwrap();
+    assert_eq!(merge(&root, &[]).unwrap().parts, 2);
+}

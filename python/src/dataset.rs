@@ -234,10 +234,12 @@ fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 /// returns its report as a dict with the keys of ``stoker merge --json`` (``parts``,
 /// ``samples``, ``shards``, ``bytes``, ...). ``parts`` lists the part directories
 /// (default: every ``part-*`` directory under ``out``); they must be on ``out``'s file
-/// system, since shards are linked, not copied.
+/// system, since shards are linked, not copied (each is read once, to check it against
+/// its part's digest).
 ///
 /// Raises ``stoker.StokerError`` for parts that do not exist, are unfinished, missing,
-/// duplicated or from different conversions, and for an ``out`` that holds no parts.
+/// duplicated or from different conversions, for a shard that is not the one its part
+/// wrote (its digest differs), and for an ``out`` that holds no parts.
 #[pyfunction]
 #[pyo3(signature = (out, parts=None))]
 pub(crate) fn merge<'py>(

@@ -49,7 +49,8 @@ enum Command {
     /// several processes (stoker.Writer(part=, parts=)), into one dataset; this moves the
     /// parts' shards into OUT and removes the part directories.
     ///
-    /// Each part's shards are hard-linked into OUT (not copied), the manifest is written,
+    /// Each part's shards are hard-linked into OUT (not copied) and read once, to check each
+    /// against its part's digest (a shard moved from another part is refused), the manifest is written,
     /// and then every part directory merged is deleted with everything in it, also a part
     /// given outside OUT: its shards live on in OUT, so the part directory holds only
     /// second names for them. Each directory removed is named on stderr. Until the
