@@ -25,12 +25,13 @@ pub struct Part {
 impl Part {
     /// The launcher variables [`Part::from_vars`] reads, in its order: Slurm's array task
     /// and Kubernetes' Indexed Job completion index, and `STOKER_PARTS`.
-    pub const ENV_VARS: [&'static str; 5] = [
+    pub const ENV_VARS: [&'static str; 6] = [
         "SLURM_ARRAY_TASK_ID",
         "SLURM_ARRAY_TASK_MIN",
         "SLURM_ARRAY_TASK_COUNT",
         "JOB_COMPLETION_INDEX",
         "STOKER_PARTS",
+        "SLURM_ARRAY_TASK_MAX",
     ];
 
     /// Part `index` of `count`.
@@ -96,8 +97,9 @@ impl Part {
     /// # Errors
     ///
     /// [`FormatError::PartSelection`], naming the flags and variables read, when a value
-    /// does not parse, an index has no count (or a count no index), sources disagree, or
-    /// the index is not below the count.
+    /// does not parse, an index has no count (or a count no index), sources disagree, the
+    /// index is not below the count, or a Slurm array numbers its tasks sparsely (a step
+    /// or a list: `SLURM_ARRAY_TASK_MAX` − `_MIN` + 1 is not `_COUNT`).
     ///
     /// # Examples
     ///
@@ -145,7 +147,7 @@ impl Part {
             },
             reason,
         };
-        let mut vals = [None; 5];
+        let mut vals = [None; 6];
         for (slot, (name, v)) in vals.iter_mut().zip(&raw) {
             if let Some(v) = v {
                 *slot = Some(v.trim().parse::<u32>().map_err(|_| {
@@ -156,8 +158,7 @@ impl Part {
                 })?);
             }
         }
-        let [slurm_id, slurm_min, slurm_count, k8s_index, stoker_parts] = vals;
-
+        let [slurm_id, slurm_min, slurm_count, k8s_index, stoker_parts, slurm_max] = vals;
         let slurm_index = match (slurm_id, slurm_min) {
             (Some(id), Some(min)) if id < min => {
                 return Err(err(
@@ -195,6 +196,9 @@ impl Part {
             }
         }
         let count = explicit_count.or(if slurm_counts { slurm_count } else { None });
+        if let Some(reason) = sparse_array(slurm_counts, slurm_min, slurm_max, slurm_count) {
+            return Err(err(reason));
+        }
 
         match (index, count) {
             (None, None) => Ok(None),
@@ -231,6 +235,29 @@ impl Part {
             }
         }
     }
+}
+
+/// Why a Slurm array cannot give the parts (its task ids from `min` to `max` are not its
+/// `count` tasks), when the part comes from it (`from_array`). A step or a list
+/// (`--array=0-6:2`, `--array=1,5,9`) numbers the tasks sparsely: some tasks' indices
+/// reached past the count and failed, the others converted, and the merge then found
+/// parts missing. Refused in every task, before any work.
+fn sparse_array(
+    from_array: bool,
+    min: Option<u32>,
+    max: Option<u32>,
+    count: Option<u32>,
+) -> Option<String> {
+    let (true, Some(min), Some(max), Some(n)) = (from_array, min, max, count) else {
+        return None;
+    };
+    let ids = u64::from(max).checked_sub(u64::from(min)).map(|d| d + 1);
+    (ids != Some(u64::from(n))).then(|| {
+        format!(
+            "the Slurm array's task ids run from {min} to {max} but it has {n} tasks: a step or a list (e.g. --array=0-15:4) numbers them sparsely, and every part must be one task's; submit a contiguous array (--array=0-{}), or pass --part and --parts",
+            n.saturating_sub(1)
+        )
+    })
 }
 
 /// `(index, count)` of a part directory's name, `part-IIIII-of-NNNNN` ([`Part::dir_name`]).
@@ -399,5 +426,49 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("disagree"), "{e}");
+    }
+
+    #[test]
+    fn a_slurm_array_with_a_step_or_a_list_is_refused_in_every_task() {
+        // --array=0-6:2: ids 0, 2, 4, 6 of 4 tasks. Tasks 0 and 2 converted parts 0 and 2,
+        // 4 and 6 failed, and the merge found parts 1 and 3 missing.
+        for id in ["0", "2", "4", "6"] {
+            let e = from(
+                None,
+                None,
+                &[
+                    ("SLURM_ARRAY_TASK_ID", id),
+                    ("SLURM_ARRAY_TASK_MIN", "0"),
+                    ("SLURM_ARRAY_TASK_MAX", "6"),
+                    ("SLURM_ARRAY_TASK_COUNT", "4"),
+                ],
+            )
+            .unwrap_err();
+            assert!(
+                e.contains("from 0 to 6 but it has 4 tasks") && e.contains("--array=0-3"),
+                "{e}"
+            );
+        }
+        // A contiguous array, also one that starts past 0; flags ignore the array.
+        let contiguous = [
+            ("SLURM_ARRAY_TASK_ID", "12"),
+            ("SLURM_ARRAY_TASK_MIN", "10"),
+            ("SLURM_ARRAY_TASK_MAX", "13"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ];
+        assert_eq!(
+            from(None, None, &contiguous),
+            Ok(Some(Part { index: 2, count: 4 }))
+        );
+        let sparse = [
+            ("SLURM_ARRAY_TASK_ID", "4"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_MAX", "6"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ];
+        assert_eq!(
+            from(Some(1), Some(4), &sparse),
+            Ok(Some(Part { index: 1, count: 4 }))
+        );
     }
 }
