@@ -37,25 +37,7 @@ pub fn message(e: &(dyn Error + 'static)) -> String {
         }
         text.push_str(&part);
     }
-    one_line(&text)
-}
-
-/// `text` with its control characters (a newline, ESC) written `\xNN`, as stoker writes the
-/// bytes of a path that are not UTF-8: a message naming a file called `a.jpg\nb.jpg` would
-/// forge a second line of output, and one holding ESC sequences would drive the terminal.
-pub(crate) fn one_line(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        // Control characters (Unicode's Cc) all lie below U+00A0: two hex digits each.
-        match c.is_control() {
-            true => out.push_str(&format!("\\x{:02x}", c as u32)),
-            false => out.push(c),
-        }
-    }
-    out
+    stoker_formats::one_line(&text)
 }
 
 /// The exit code for `e`: [`BROKEN_PIPE_STATUS`] without a word for a closed pipe, else

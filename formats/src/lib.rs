@@ -126,6 +126,7 @@ pub use record::{
     Encoding, Record, RecordHeader, HEADER_LEN, RAW_CHANNELS, RECORD_MAGIC, RECORD_VERSION,
 };
 pub use source_map::{SourceMap, MAX_SOURCE_NAME, SOURCES_FILE};
+pub use text::one_line;
 pub use verify::{
     verify, verify_dir, verify_dir_until, BadRecord, LostCause, LostRecords, VerifyReport,
 };

@@ -1,4 +1,5 @@
-//! Paths as text in messages and reports, without the loss of `Path::display`.
+//! Paths as text in messages and reports, without the loss of `Path::display`, and text
+//! kept to one line.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -31,6 +32,24 @@ impl Shown for Path {
     fn shown(&self) -> String {
         lossless_text(self.as_os_str())
     }
+}
+
+/// `text` with its control characters (a newline, ESC) written `\xNN`, as stoker writes the
+/// bytes of a path that are not UTF-8: a message naming a file called `a.jpg\nb.jpg` would
+/// forge a second line of output, and one holding ESC sequences would drive the terminal.
+pub fn one_line(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        // Control characters (Unicode's Cc) all lie below U+00A0: two hex digits each.
+        match c.is_control() {
+            true => out.push_str(&format!("\\x{:02x}", c as u32)),
+            false => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -62,7 +62,7 @@ pub fn on_stdout(e: std::io::Error) -> std::io::Error {
 /// `\xNN`, as bytes that are not UTF-8 are. A file named `a.jpg: not an image\n  b.jpg`
 /// forged a second line in the skip list, and one holding ESC sequences drove the terminal.
 pub fn shown(text: &str) -> String {
-    crate::exit::one_line(text)
+    stoker_formats::one_line(text)
 }
 
 /// [`shown`] of a path, its bytes that are not UTF-8 written `\xNN`.

@@ -7,7 +7,7 @@
 //! or stuck could not be told. [`TerminalBar::log_lines`] writes a plain line instead, at
 //! the start and then at most once per interval.
 
-use crate::text::Shown;
+use crate::text::{one_line, Shown};
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -143,8 +143,12 @@ impl Progress for TerminalBar {
     }
     fn skipped(&self, path: &Path, reason: &str) {
         if self.show_skipped {
-            self.bar
-                .suspend(|| eprintln!("skipped {}: {reason}", path.shown()));
+            self.bar.suspend(|| {
+                eprintln!(
+                    "{}",
+                    one_line(&format!("skipped {}: {reason}", path.shown()))
+                )
+            });
         }
     }
     fn finish(&self) {
