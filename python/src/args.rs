@@ -151,7 +151,13 @@ fn refuse_bool(value: &Bound<'_, PyAny>, name: &str, kind: &str) -> PyResult<()>
     let ty = value.get_type();
     let numpy_bool = ty.module().is_ok_and(|m| m == "numpy")
         && ty.name().is_ok_and(|n| n == "bool" || n == "bool_");
-    if value.is_instance_of::<PyBool>() || numpy_bool {
+    // Nor is a torch tensor of bools (`torch.tensor(True)`, a mask's element).
+    let torch_bool = ty.module().is_ok_and(|m| m == "torch")
+        && value
+            .getattr("dtype")
+            .and_then(|d| d.str().map(|s| s.to_string()))
+            .is_ok_and(|d| d == "torch.bool");
+    if value.is_instance_of::<PyBool>() || numpy_bool || torch_bool {
         return Err(PyTypeError::new_err(format!(
             "{name}={value} is a bool: {name}= takes {kind}"
         )));

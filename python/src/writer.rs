@@ -150,7 +150,8 @@ impl Writer {
     /// one-dimensional object with the buffer protocol and one-byte items, such as a
     /// ``memoryview`` or a NumPy ``uint8`` array of the file's bytes, or a ``uint8`` torch
     /// tensor of them, as ``torchvision.io.read_file`` gives), ``label`` its class,
-    /// ``name`` where it came from (default ``"sample N"``, counting from 0): what the report
+    /// ``name`` where it came from (default ``"sample N"``, counting from 0; ``"part I sample
+    /// N"`` for a writer of part ``I``): what the report
     /// calls it if it is skipped, and its record's ``Dataset.source_of``.
     #[pyo3(signature = (image, label, name=None))]
     fn write(
@@ -286,7 +287,15 @@ impl Writer {
             }
             self.abort(py)?;
         } else if !self.closed(py)? {
-            self.close(py)?;
+            if let Err(e) = self.close(py) {
+                // Ctrl-C while `close` waited for the last samples leaves the writer
+                // open, holding its lock (a rerun was refused as "another writer"): the
+                // block aborts it, as after an exception inside it.
+                if !self.closed(py).unwrap_or(true) {
+                    self.abort(py)?;
+                }
+                return Err(e);
+            }
         }
         Ok(false)
     }

@@ -690,3 +690,66 @@ class _no_warning:
         self._catch.__exit__(*exc)
         assert not [w for w in self.seen if "unclosed" in str(w.message)], self.seen
         return False
+
+
+def test_ctrl_c_in_the_close_at_a_with_blocks_end_aborts_the_writer(tmp_path, ctrl_c_raises):
+    # The block's end waited in close() for the last chunk; Ctrl-C there left the writer
+    # open with its lock, and the same block run again was refused as "another writer".
+    data = (SAMPLE / "caer" / "tent.jpg").read_bytes()
+    chunk = 8 * 2**20 // len(data) + 2
+    out = tmp_path / "ds"
+    sent = []
+    with pytest.raises(KeyboardInterrupt):
+        with stoker.Writer(out, max_side=32, jobs=1) as w:
+            for _ in range(2 * chunk):
+                w.write(data, 0)
+            timer = _interrupt_after(0.2, sent)
+    timer.join()
+    assert sent and w.closed
+    assert not out.exists() or not any(out.iterdir())
+    with stoker.Writer(out, max_side=32) as again:
+        again.write(data, 0)
+    assert len(stoker.Dataset(out)) == 1
+
+
+def test_a_relative_out_stays_where_the_writer_was_made(tmp_path, monkeypatch):
+    # After a chdir the writer wrote into the same relative path under the new working
+    # directory: a finished dataset there was replaced, and an abort left its shards there.
+    data = (SAMPLE / "caer" / "tent.jpg").read_bytes()
+    (tmp_path / "a").mkdir()
+    other = tmp_path / "b"
+    other.mkdir()
+    with stoker.Writer(other / "val") as w:
+        w.write(data, 0, "b's")
+    before = sorted((p.name, p.stat().st_size) for p in (other / "val").iterdir())
+    monkeypatch.chdir(tmp_path / "a")
+    w = stoker.Writer("val")
+    assert w.out == tmp_path / "a" / "val"
+    monkeypatch.chdir(other)
+    w.write(data, 0, "a's")
+    w.write(data, 0, "a's too")
+    assert w.close()["written"] == 2
+    assert sorted((p.name, p.stat().st_size) for p in (other / "val").iterdir()) == before
+    assert [stoker.Dataset(tmp_path / "a" / "val").source_of(i) for i in range(2)] == [
+        "a's", "a's too"]
+
+
+def test_parts_name_their_unnamed_samples_apart_and_labels_refuse_torch_bools(tmp_path):
+    import torch
+
+    classes, samples = _photos()
+    out = tmp_path / "parts"
+    for index in range(2):
+        with stoker.Writer(out, classes=classes, part=index, parts=2) as w:
+            for data, label, _ in samples[index::2][:2]:
+                w.write(data, label)
+    stoker.merge(out)
+    ds = stoker.Dataset(out)
+    assert [ds.source_of(i) for i in range(len(ds))] == [
+        "part 0 sample 0", "part 0 sample 1", "part 1 sample 0", "part 1 sample 1"]
+
+    with stoker.Writer(tmp_path / "bools", classes=classes) as w:
+        for label in (torch.tensor(True), torch.tensor([False])):
+            with pytest.raises(TypeError, match="is a bool"):
+                w.write(samples[0][0], label)
+        w.write(samples[0][0], torch.tensor(1))

@@ -165,7 +165,13 @@ impl SampleWriter {
     ) -> Result<SampleWriter, FormatError> {
         let source = options.source.clone();
         let part = options.part;
+        // Absolute from the start: the writer lives on across the caller's `chdir` (a
+        // notebook's `%cd`), and a relative `out` then wrote into, and on failure left
+        // its shards in, the directory of that name under the new working directory (a
+        // finished dataset there was replaced without a word), while the lock and the
+        // clean-up stayed on the old one.
         let root: PathBuf = out.into();
+        let root = std::path::absolute(&root).map_err(|e| FormatError::io(&root, e))?;
         // A part is written like a whole dataset into its own directory, as `convert
         // --part` writes one: the lock, the refusals and the clean-up are that directory's.
         let dir = match part {
@@ -261,7 +267,8 @@ impl SampleWriter {
     }
 
     /// Adds a sample: `image` is an encoded image (JPEG, PNG, ...), `label` its class, and
-    /// `name` where it came from (empty: `sample N`, `N` counting the samples from 0): what
+    /// `name` where it came from (empty: `sample N`, `N` counting the samples from 0;
+    /// `part I sample N` for a writer of part `I`): what
     /// reports call it if it is skipped, and its record's name in the source map
     /// ([`crate::Dataset::source_of`]). The sample is transcoded later, with others, so a
     /// sample that cannot be converted is skipped (or, with `strict`, stops the writer) at
@@ -312,7 +319,12 @@ impl SampleWriter {
     /// Takes a sample of `len` bytes (`data`, or nothing for one over the size limit).
     fn take(&mut self, data: Vec<u8>, len: u64, label: u32, name: &str) -> Result<(), FormatError> {
         let name = match name {
-            "" => PathBuf::from(format!("sample {}", self.samples)),
+            // A part's names say which part: each part counts its samples from 0, and
+            // the merged dataset's source map named two samples alike.
+            "" => match &self.part {
+                Some((p, _)) => PathBuf::from(format!("part {} sample {}", p.index, self.samples)),
+                None => PathBuf::from(format!("sample {}", self.samples)),
+            },
             name => PathBuf::from(name),
         };
         let classes = self
