@@ -65,4 +65,11 @@ mod tests {
         // A cut-off multi-byte sequence: each of its bytes is escaped.
         assert_eq!(n(b"a\xe4\xb8"), "a\\xe4\\xb8");
     }
+
+    #[test]
+    fn one_line_escapes_control_characters_only() {
+        assert_eq!(one_line("a.jpg\nb\u{1b}[31m"), "a.jpg\\x0ab\\x1b[31m");
+        assert_eq!(one_line("caf\\xe9 é\ttab"), "caf\\xe9 é\\x09tab");
+        assert_eq!(one_line("\u{85}"), "\\x85");
+    }
 }
