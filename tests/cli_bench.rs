@@ -537,3 +537,57 @@ fn a_step_too_long_for_the_stage_time_is_refused_before_any_stage() {
     let o = bench("0.2", "50");
     assert!(o.status.success(), "{}", common::text(&o));
 }
+
+#[test]
+fn failed_records_are_counted_once_and_threads_past_the_cores_are_cut() {
+    // A 2-record dataset with 1 bad record said "44 record(s) failed": the loader's count
+    // met the bad record again in every epoch of the run. And --threads 1000 on 2 cores
+    // counted every thread as a core: transforms at 68k img/s, a verdict naming 1000 cores.
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    let photo = std::fs::read(&stoker_testdata::bench_files(1)[0]).unwrap();
+    let mut w = DatasetWriter::create(&ds, WriterOptions::default()).unwrap();
+    w.push(jpeg_meta(&photo, 0), &photo).unwrap();
+    w.push(
+        jpeg_meta(&photo, 0),
+        b"not a JPEG, though its header says so",
+    )
+    .unwrap();
+    w.finish(vec!["a".into()], Provenance::stoker("cli_bench test"))
+        .unwrap();
+    let out = stoker(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--seconds",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(": error: 1 record(s) of"), "{err}");
+
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let too_many = (cores * 8).to_string();
+    let out = stoker(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--seconds",
+        "0.3",
+        "--threads",
+        &too_many,
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "--threads {too_many}: this process may use {cores} cores"
+        )),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let text = v.to_string();
+    assert!(!text.contains(&format!("{too_many} cores")), "{text}");
+}

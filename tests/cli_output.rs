@@ -609,3 +609,31 @@ fn paths_print_without_loss_and_on_one_line_in_results_and_errors() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("gone\\xff\\x0aX: "), "{err}");
 }
+
+#[test]
+fn inspect_keeps_class_names_and_the_source_to_one_line() {
+    // A class folder named `c` + newline + `per class: forged` printed a line of its own
+    // in the per-class line, `made by: ... from SRC` and `--record N`'s label line.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src\nmade by: forged");
+    let class = src.join("c\nper class: forged");
+    std::fs::create_dir_all(&class).unwrap();
+    std::fs::copy(PHOTO, class.join("x.jpg")).unwrap();
+    let ds = dir.path().join("ds");
+    let o = common::stoker_within(&["convert", "--no-check", p(&src), p(&ds)], LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    for args in [
+        vec!["inspect", p(&ds)],
+        vec!["inspect", p(&ds), "--record", "0"],
+    ] {
+        let o = common::stoker_within(&args, LIMIT);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8(o.stdout.clone()).unwrap();
+        assert!(
+            !out.lines()
+                .any(|l| l.starts_with("per class: forged") || l.starts_with("made by: forged")),
+            "{out}"
+        );
+        assert!(out.contains("c\\x0aper class: forged"), "{out}");
+    }
+}

@@ -255,11 +255,14 @@ impl BadLog {
         }
     }
 
-    /// The input record `index` came from, for a log line: its name in the dataset's
-    /// source map, or why there is none.
+    /// The input record `index` came from, for a log line (kept to one line: a name with
+    /// a newline forged a log line): its name in the dataset's source map, or why there
+    /// is none.
     fn source(&self, index: u64) -> String {
         match self.dataset.as_ref().map(|d| d.source_of(index)) {
-            Some(Ok(Some(path))) => stoker_formats::lossless_text(path.as_os_str()),
+            Some(Ok(Some(path))) => {
+                stoker_formats::one_line(&stoker_formats::lossless_text(path.as_os_str()))
+            }
             Some(Ok(None)) | None => "unknown (the dataset has no source map)".to_owned(),
             Some(Err(e)) => format!("unknown ({e})"),
         }

@@ -30,7 +30,8 @@ pub struct EndToEnd {
     pub cpu_util: Option<f64>,
     /// GPU busy fraction, when the step runs on the GPU.
     pub gpu_util: Option<f64>,
-    /// Records the loader replaced because they could not be read or decoded.
+    /// Records the loader replaced because they could not be read or decoded, each
+    /// counted once (a bad record is met again in every epoch of the run).
     pub bad_records: u64,
 }
 
@@ -351,7 +352,7 @@ fn summarize(
             fed_ratio,
             cpu_util,
             gpu_util,
-            bad_records: stats.bad_records,
+            bad_records: stats.bad_distinct,
         },
         caps,
     )

@@ -161,14 +161,17 @@ pub struct RecordErrors {
     pub unreadable: u64,
     /// Records of the decode sample that did not decode on the CPU.
     pub undecodable: u64,
-    /// Records the loader replaced during the end-to-end run (`Stats::bad_records`).
+    /// Records the loader replaced during the end-to-end run, each once
+    /// (`Stats::bad_distinct`: the run loops over small datasets, meeting a bad record in
+    /// every epoch, and said "44 records failed" of a 2-record dataset).
     pub loader_bad: u64,
 }
 
 impl RecordErrors {
-    /// All failures together.
+    /// Records known to have failed: the decode sample's or the loader's, whichever found
+    /// more (both may have met the same records, so their sum could count one twice).
     pub fn total(&self) -> u64 {
-        self.unreadable + self.undecodable + self.loader_bad
+        (self.unreadable + self.undecodable).max(self.loader_bad)
     }
 }
 
@@ -186,7 +189,7 @@ impl fmt::Display for BenchReport {
         writeln!(
             f,
             "stoker bench: {} ({} records, mean {:.1} kB), device {}, batch {}, size {}, {} s/stage, step {} ms",
-            r.dataset,
+            stoker_formats::one_line(&r.dataset),
             r.records,
             r.mean_record_bytes / 1000.0,
             r.device,

@@ -110,7 +110,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .per_class
         .iter()
         .map(|c| match &c.name {
-            Some(name) => format!("{} {name}: {}", c.label, c.count),
+            Some(name) => format!("{} {}: {}", c.label, super::output::shown(name), c.count),
             None => format!("{} (no class name): {}", c.label, c.count),
         })
         .collect();
@@ -147,7 +147,9 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     writeln!(
         out,
         "made by: {} {} from {}",
-        r.provenance.tool, r.provenance.tool_version, r.provenance.source
+        super::output::shown(&r.provenance.tool),
+        super::output::shown(&r.provenance.tool_version),
+        super::output::shown(&r.provenance.source)
     )?;
     match &ds.manifest().sources {
         Some(s) => writeln!(
@@ -199,7 +201,7 @@ fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow:
     }
     if let Some(f) = &r.record {
         let class = f.class.as_deref().unwrap_or("(no class name)");
-        writeln!(out, "label: {} {class}", f.label)?;
+        writeln!(out, "label: {} {}", f.label, super::output::shown(class))?;
         writeln!(
             out,
             "size: {}x{}x{} {}, {} payload bytes",
@@ -207,7 +209,7 @@ fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow:
         )?;
     }
     if let Some(problem) = &r.problem {
-        writeln!(out, "damaged: {problem}")?;
+        writeln!(out, "damaged: {}", super::output::shown(problem))?;
     }
     Ok(code)
 }
