@@ -533,6 +533,8 @@ fn decode_refuses_an_output_that_is_its_input_a_directory_or_below_a_file() {
         (dir.path().to_path_buf(), "is a directory"),
         (jpeg.join("x.png"), "is a file, not a directory"),
         (jpeg.join("a/x.png"), "is a file, not a directory"),
+        // Found after the decode and its report before.
+        (dir.path().join("no-such/x.png"), "the folder"),
     ];
     for (out, said) in cases {
         let args = ["decode", p(&jpeg), "--backend", "cpu", "-o", p(&out)];
@@ -636,4 +638,20 @@ fn inspect_keeps_class_names_and_the_source_to_one_line() {
         );
         assert!(out.contains("c\\x0aper class: forged"), "{out}");
     }
+}
+
+#[test]
+fn inspect_says_a_source_map_the_manifest_names_is_missing() {
+    // It announced "source map: sources.bin (record N's input: ...)" with the file gone,
+    // and `--record N` then failed on it.
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    std::fs::remove_file(ds.join("sources.bin")).unwrap();
+    let o = common::stoker_within(&["inspect", p(&ds)], LIMIT);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("source map: sources.bin is missing, though the manifest names it"),
+        "{}",
+        text(&o)
+    );
 }

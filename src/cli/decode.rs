@@ -177,8 +177,8 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
 
 /// Refuses an `-o` path that cannot take the PNG, before anything is decoded: the input
 /// file itself (`-o photo.jpg` replaced the JPEG with its PNG), a directory ("renaming
-/// into DIR: Is a directory" after the report), or a path below a file ("reading
-/// file/x.png: Not a directory").
+/// into DIR: Is a directory" after the report), a path below a file ("reading
+/// file/x.png: Not a directory"), or one in a folder that does not exist.
 fn refuse_output(output: &Path, input: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let id = |m: &std::fs::Metadata| (m.dev(), m.ino());
@@ -204,6 +204,17 @@ fn refuse_output(output: &Path, input: &Path) -> anyhow::Result<()> {
                 "-o {shown}: {} is a file, not a directory, so nothing can be written in it",
                 file.shown()
             )
+        }
+        // A new file in a folder that is not there: found after the decode, before.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let folder = output.parent().filter(|p| !p.as_os_str().is_empty());
+            match folder {
+                Some(dir) if !dir.is_dir() => anyhow::bail!(
+                    "-o {shown}: the folder {} does not exist; make it first",
+                    dir.shown()
+                ),
+                _ => Ok(()),
+            }
         }
         // A new file, or one to replace; any other failure is the write's to report.
         _ => Ok(()),

@@ -152,10 +152,17 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         super::output::shown(&r.provenance.source)
     )?;
     match &ds.manifest().sources {
+        // Named by the manifest but gone: not announced as there (`--record N` then
+        // failed on it).
+        Some(s) if !args.dataset.join(&s.file).is_file() => writeln!(
+            out,
+            "source map: {} is missing, though the manifest names it (`stoker verify` checks the dataset)",
+            super::output::shown(&s.file)
+        )?,
         Some(s) => writeln!(
             out,
             "source map: {} (record N's input: stoker inspect DATASET --record N)",
-            s.file
+            super::output::shown(&s.file)
         )?,
         None => writeln!(
             out,
