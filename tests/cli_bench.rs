@@ -246,6 +246,12 @@ fn bad_input_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("end_to_end not measured"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // Only the read was measured: that is no verdict (it said "storage-bound").
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("verdict: no verdict: no stage could be measured, or no record decoded"),
+        "{table}"
+    );
 }
 
 /// `n` records whose headers say JPEG (from a bench photo) and whose payloads are not one.

@@ -198,14 +198,17 @@ pub fn judge(c: &Capacities) -> Verdict {
         _ => None,
     };
 
-    if stages.is_empty() {
+    // Nothing decoded: a read alone says nothing of where time goes (a dataset of one
+    // bad record was called storage-bound).
+    let decoded = c.cpu_decode.or(c.gpu_decode).or(c.end_to_end).is_some();
+    if stages.is_empty() || !decoded {
         return Verdict {
             path,
             bound: None,
             next: None,
             margin: None,
             input_bound_rule,
-            text: "no verdict: no stage could be measured".to_string(),
+            text: "no verdict: no stage could be measured, or no record decoded".to_string(),
         };
     }
     stages.sort_by(|a, b| a.img_per_s.total_cmp(&b.img_per_s));
