@@ -1,7 +1,6 @@
 //! Reading a converted dataset: [`Dataset`] (shared, cheap to clone) and [`DatasetReader`]
 //! (one per thread, hands out records borrowed from the memory map).
 
-use crate::text::Shown;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -9,6 +8,7 @@ use crate::convert::walk::path_id;
 use crate::manifest::{Manifest, MANIFEST_FILE};
 use crate::record::{Record, RecordHeader};
 use crate::shard::{self, OpenShard};
+use crate::text::Shown;
 use crate::FormatError;
 
 /// A converted dataset: its manifest and its open shards.

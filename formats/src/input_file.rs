@@ -2,12 +2,12 @@
 //! blocking on a FIFO. The converter and `stoker decode` read every input through here, so a
 //! device file, a pipe or a multi-gigabyte file is refused before any of it is read.
 
-use crate::text::Shown;
 use std::fs::{File, FileType, Metadata, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
+use crate::text::Shown;
 use crate::FormatError;
 
 /// Default input size limit: 64 MiB, above any photograph's JPEG (a 100-megapixel camera's

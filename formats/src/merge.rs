@@ -9,7 +9,6 @@
 //! `merge` replaces, and every part directory is still whole; after it is written the part
 //! directories are removed (their shards live on through the links).
 
-use crate::text::Shown;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +18,7 @@ use crate::convert::audit::Audit;
 use crate::convert::lock::OutputLock;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
 use crate::source_map::SOURCES_FILE;
+use crate::text::Shown;
 
 mod link;
 use crate::writer::{shard_file_name, write_atomically};

@@ -10,7 +10,6 @@
 //! positioned reads whatever the dataset's size, and nothing read is sized by the file's
 //! own claims before they are checked against its length.
 
-use crate::text::Shown;
 use std::borrow::Cow;
 use std::fs::File;
 use std::io::Write;
@@ -18,6 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::manifest::SourcesEntry;
+use crate::text::Shown;
 use crate::writer::write_atomically_with;
 use crate::FormatError;
 

@@ -3,10 +3,10 @@
 //! [`crate::bottleneck::run`]; the table goes to stdout (or JSON with `--json`),
 //! the progress bar to stderr when it is a terminal.
 
-use super::output::Shown;
 use std::io::Write;
 use std::path::PathBuf;
 
+use super::output::Shown;
 use crate::bottleneck::{self, BenchOptions, DeviceChoice, Progress};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};

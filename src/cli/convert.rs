@@ -2,13 +2,13 @@
 //! [`crate::formats::convert`]. A progress bar goes to stderr when it is a terminal; the
 //! summary (or the `--json` report) goes to stdout.
 
-use super::output::Shown;
 use std::io::IsTerminal;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::output::Shown;
 use crate::formats::convert::Progress;
 use crate::formats::{self, ConvertOptions, Encoding, Layout, ResizeMode, Source};
 

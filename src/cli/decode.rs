@@ -3,10 +3,10 @@
 //! to reach for when one image misbehaves.
 #![forbid(unsafe_code)]
 
-use super::output::Shown;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
+use super::output::Shown;
 use crate::loader::AutoChoice;
 use anyhow::Context;
 use stoker_decode::{

@@ -1,10 +1,10 @@
 //! `stoker inspect DATASET`: one call to [`crate::formats::inspect()`], printed as text or JSON;
 //! with `--record N`, one call to [`crate::formats::inspect_record()`].
 
-use super::output::Shown;
 use std::io::Write;
 use std::path::PathBuf;
 
+use super::output::Shown;
 use crate::formats::{self, Dataset, Distribution};
 
 /// Flags of `stoker inspect`.

@@ -3,10 +3,10 @@
 //! which removes the part directories once their shards are OUT's: each one removed is
 //! named on stderr, since a part given outside OUT is deleted too.
 
-use super::output::Shown;
 use std::io::Write;
 use std::path::PathBuf;
 
+use super::output::Shown;
 use crate::formats;
 
 /// Flags of `stoker merge`.

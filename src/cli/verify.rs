@@ -5,11 +5,11 @@
 //! damage), or a check that cannot go on for no fault of the dataset's: memory, file
 //! descriptors, storage (exit 3, [`super::status::OUTSIDE_FAULT`]).
 
-use super::output::Shown;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 
+use super::output::Shown;
 use crate::formats::{self, VerifyReport};
 
 /// Flags of `stoker verify`.

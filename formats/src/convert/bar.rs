@@ -7,7 +7,6 @@
 //! or stuck could not be told. [`TerminalBar::log_lines`] writes a plain line instead, at
 //! the start and then at most once per interval.
 
-use crate::text::{one_line, Shown};
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +16,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::report::Progress;
+use crate::text::{one_line, Shown};
 
 /// A [`Progress`] drawn as a bar on stderr. Needs the crate's `progress-bar` feature (off
 /// by default; the `stoker` CLI turns it on).

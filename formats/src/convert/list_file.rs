@@ -1,13 +1,13 @@
 //! Reading a list file of `path,label` rows (a CSV file as pandas writes one), each path
 //! relative to the source folder or absolute.
 
-use crate::text::Shown;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
 use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
+use crate::text::Shown;
 use crate::FormatError;
 
 /// Labels of a list file must be below this: the class list has one entry per label up to

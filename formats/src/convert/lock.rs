@@ -7,12 +7,12 @@
 //! used widely, no `unsafe` here); `std::fs::File::try_lock` would do the same but needs a
 //! newer Rust than this workspace's minimum.
 
-use crate::text::Shown;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::text::Shown;
 use crate::FormatError;
 
 /// How long a lock found held is tried again before it counts as another writer's. The

@@ -1,9 +1,9 @@
 //! What an output path must be before anything is made at it: a directory, or a path
 //! that can become one.
 
-use crate::text::Shown;
 use std::path::{Path, PathBuf};
 
+use crate::text::Shown;
 use crate::FormatError;
 
 /// Refuses an output path that cannot be a directory: it, or the nearest of its

@@ -8,11 +8,11 @@
 //! leaves the output directory out, whether or not it exists yet, so every run of the same
 //! conversion lists the same inputs.
 
-use crate::text::Shown;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::path_nesting::{is_within, resolve};
+use crate::text::Shown;
 use crate::FormatError;
 
 /// Where the output directory is, as the listing meets it.

@@ -1,12 +1,12 @@
 //! What a conversion tells its caller: progress while it runs, the inputs it skipped, and
 //! the report at the end.
 
-use crate::text::Shown;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::audit::Audit;
+use crate::text::Shown;
 
 /// Receives progress while converting. All methods have empty defaults.
 pub trait Progress: Sync {

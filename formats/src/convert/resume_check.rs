@@ -7,7 +7,6 @@
 //! the directory is deleted, the journal must agree with the listing and with the shard
 //! files it names, or resume is refused.
 
-use crate::text::Shown;
 use std::path::Path;
 
 use super::journal::{Journal, JOURNAL_FILE};
@@ -15,6 +14,7 @@ use super::options::ConvertOptions;
 use super::source::Input;
 use crate::manifest::RawSize;
 use crate::record::{Encoding, HEADER_LEN};
+use crate::text::Shown;
 use crate::writer::shard_file_name;
 use crate::FormatError;
 

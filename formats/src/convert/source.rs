@@ -1,6 +1,5 @@
 //! Listing the inputs of a conversion in a deterministic order.
 
-use crate::text::{lossless_text, Shown};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -13,6 +12,7 @@ use super::webdataset::{
     is_compressed_tar, is_tar_name, list_webdataset, looks_like_shards, shards_as_images_hint,
     Chosen,
 };
+use crate::text::{lossless_text, Shown};
 use crate::FormatError;
 
 /// Where the images come from.

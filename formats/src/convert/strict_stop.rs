@@ -18,7 +18,6 @@
 //! and its files of the same names would go. The directories are removed only while their
 //! path still names the directory the run holds.
 
-use crate::text::Shown;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -26,6 +25,7 @@ use std::path::{Path, PathBuf};
 use super::journal::JOURNAL_FILE;
 use crate::manifest::MANIFEST_FILE;
 use crate::outside_fault::FaultStage;
+use crate::text::Shown;
 use crate::writer::{shard_file_name, DatasetWriter};
 use crate::FormatError;
 

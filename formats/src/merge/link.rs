@@ -1,11 +1,11 @@
 //! Linking a part's shards into the merged dataset: the one step of a merge that touches
 //! the parts' files, so the one that must not lose them.
 
-use crate::text::Shown;
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::text::Shown;
 use crate::{FormatError, ShardEntry};
 
 /// Hard-links `to` to the file `from` names, following `from` if it is a symlink:
