@@ -732,6 +732,13 @@ def test_a_relative_out_stays_where_the_writer_was_made(tmp_path, monkeypatch):
     assert sorted((p.name, p.stat().st_size) for p in (other / "val").iterdir()) == before
     assert [stoker.Dataset(tmp_path / "a" / "val").source_of(i) for i in range(2)] == [
         "a's", "a's too"]
+    # An empty out is the working directory, as before.
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    with stoker.Writer("") as w:
+        w.write(data, 0)
+    assert w.out in (here, here / ".") and len(stoker.Dataset(here)) == 1
 
 
 def test_parts_name_their_unnamed_samples_apart_and_labels_refuse_torch_bools(tmp_path):
