@@ -8,7 +8,7 @@ use crate::convert::walk::path_id;
 use crate::manifest::{Manifest, MANIFEST_FILE};
 use crate::record::{Record, RecordHeader};
 use crate::shard::{self, OpenShard};
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::FormatError;
 
 /// A converted dataset: its manifest and its open shards.
@@ -416,7 +416,7 @@ fn refused(e: FormatError, root: &Path) -> FormatError {
             reason: format!(
                 "{reason}; not opened, as LMDB would trust these bytes (`stoker verify {}`, \
                  Python `stoker.verify`, names the records of every damaged shard)",
-                root.shown()
+                root.lossless()
             ),
         },
         e => e,
@@ -496,7 +496,7 @@ fn not_a_directory_hint(root: &Path) -> String {
         Some(dir) if root.file_name() == Some(MANIFEST_FILE.as_ref()) && dir.is_dir() => {
             let dir = match dir == Path::new(".") {
                 true => "the current directory (.)".to_string(),
-                false => dir.shown().to_string(),
+                false => dir.lossless().to_string(),
             };
             format!("it is the manifest file itself: give the dataset's directory, {dir}")
         }
@@ -538,7 +538,7 @@ fn not_a_dataset_hint(root: &Path) -> String {
             "it has no manifest.json and holds {parts} part director{} of a partitioned \
              conversion: merge them into one dataset first (`stoker merge {}`; Python: `stoker.merge`; Rust: `stoker::formats::merge`)",
             if parts == 1 { "y" } else { "ies" },
-            root.shown()
+            root.lossless()
         )
     } else {
         "it has no manifest.json: convert images into a dataset first (`stoker convert \

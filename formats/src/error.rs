@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use crate::outside_fault::{FaultStage, OutsideFault};
-use crate::text::Shown;
+use crate::text::Lossless;
 
 /// Everything that can go wrong while writing, opening, reading, converting or verifying a
 /// dataset. Variants carry the shard and index they concern so a caller can match on them.
@@ -11,7 +11,7 @@ use crate::text::Shown;
 #[non_exhaustive]
 pub enum FormatError {
     /// A file or directory operation failed.
-    #[error("{path}: {source}", path = .path.shown())]
+    #[error("{path}: {source}", path = .path.lossless())]
     Io {
         /// The path the operation was applied to.
         path: PathBuf,
@@ -20,7 +20,7 @@ pub enum FormatError {
         source: std::io::Error,
     },
     /// `manifest.json` is missing fields, malformed, or inconsistent with itself.
-    #[error("{path}: invalid manifest: {reason}", path = .path.shown())]
+    #[error("{path}: invalid manifest: {reason}", path = .path.lossless())]
     InvalidManifest {
         /// The manifest file.
         path: PathBuf,
@@ -29,7 +29,7 @@ pub enum FormatError {
     },
     /// The manifest declares a format version this build cannot read.
     #[error(
-        "{path}: format version {found} is not supported (this build reads versions {oldest} to {supported})", path = .path.shown()
+        "{path}: format version {found} is not supported (this build reads versions {oldest} to {supported})", path = .path.lossless()
     )]
     UnsupportedVersion {
         /// The manifest file.
@@ -42,7 +42,7 @@ pub enum FormatError {
         supported: u32,
     },
     /// A shard's file size differs from what the manifest recorded.
-    #[error("shard {shard}: file is {got} bytes, the manifest says {want}", shard = .shard.shown())]
+    #[error("shard {shard}: file is {got} bytes, the manifest says {want}", shard = .shard.lossless())]
     ShardSizeMismatch {
         /// The shard file.
         shard: PathBuf,
@@ -53,7 +53,7 @@ pub enum FormatError {
     },
     /// A finished shard's whole-file xxh3 digest differs from the one recorded for it
     /// (`convert --resume` checking the shards its journal lists).
-    #[error("shard {shard}: file digest (xxh3-64) is {got:016x}, the manifest says {want:016x}", shard = .shard.shown())]
+    #[error("shard {shard}: file digest (xxh3-64) is {got:016x}, the manifest says {want:016x}", shard = .shard.lossless())]
     ShardDigestMismatch {
         /// The shard file.
         shard: PathBuf,
@@ -65,7 +65,7 @@ pub enum FormatError {
     /// A shard's LMDB pages are not what stoker writes: its meta pages, found when the
     /// shard is opened (then it is not opened: LMDB would trust them and read outside the
     /// file), or a page on the way to a record, found when the record is read.
-    #[error("shard {shard}: damaged LMDB file: {reason}", shard = .shard.shown())]
+    #[error("shard {shard}: damaged LMDB file: {reason}", shard = .shard.lossless())]
     DamagedShard {
         /// The shard file.
         shard: PathBuf,
@@ -74,7 +74,7 @@ pub enum FormatError {
     },
     /// A shard file changed on disk after it was opened (replaced, truncated or grown).
     #[error(
-        "shard {shard}: the file changed on disk after it was opened ({what}); reopen the dataset", shard = .shard.shown()
+        "shard {shard}: the file changed on disk after it was opened ({what}); reopen the dataset", shard = .shard.lossless()
     )]
     ShardChanged {
         /// The shard file.
@@ -85,14 +85,14 @@ pub enum FormatError {
     /// A page of a shard's memory map could not be read: the file was cut short or
     /// rewritten in place while it was in use, or the storage returned an I/O error. Its
     /// lost pages read as zeros from then on, so every record of the shard is refused.
-    #[error("shard {shard}: a page of the file could not be read while it was mapped (the file was cut short or rewritten in place while in use, or the disk or network file system returned an I/O error); its records are refused until the dataset is reopened", shard = .shard.shown())]
+    #[error("shard {shard}: a page of the file could not be read while it was mapped (the file was cut short or rewritten in place while in use, or the disk or network file system returned an I/O error); its records are refused until the dataset is reopened", shard = .shard.lossless())]
     ShardUnreadable {
         /// The shard file.
         shard: PathBuf,
     },
     /// Another process (or writer) holds the lock of a conversion's, merge's or sample
     /// writer's output directory (which of them cannot be told: all take the same lock).
-    #[error("{path}: another `stoker convert`, `stoker merge` or `stoker.Writer` (SampleWriter) is writing to this directory (its lock is held); wait for it to finish or stop it", path = .path.shown())]
+    #[error("{path}: another `stoker convert`, `stoker merge` or `stoker.Writer` (SampleWriter) is writing to this directory (its lock is held); wait for it to finish or stop it", path = .path.lossless())]
     OutputLocked {
         /// The output directory.
         path: PathBuf,
@@ -100,7 +100,7 @@ pub enum FormatError {
     /// A path opened as a dataset is a file, or a directory without `manifest.json` (and
     /// no conversion journal): images not yet converted, or the root of a partitioned
     /// conversion not yet merged.
-    #[error("{dir}: not a stoker dataset; {hint}", dir = .dir.shown())]
+    #[error("{dir}: not a stoker dataset; {hint}", dir = .dir.lossless())]
     NotADataset {
         /// The directory given.
         dir: PathBuf,
@@ -109,7 +109,7 @@ pub enum FormatError {
     },
     /// A directory opened as a dataset holds a conversion's journal and no manifest: the
     /// conversion was stopped (killed, a full disk, `--strict`) before it finished.
-    #[error("{dir}: unfinished conversion (its journal {journal} is there, manifest.json is not); rerun `stoker convert --resume` with the same arguments (Python: `stoker.convert(..., resume=True)`) to finish it", dir = .dir.shown(), journal = .journal.shown())]
+    #[error("{dir}: unfinished conversion (its journal {journal} is there, manifest.json is not); rerun `stoker convert --resume` with the same arguments (Python: `stoker.convert(..., resume=True)`) to finish it", dir = .dir.lossless(), journal = .journal.lossless())]
     UnfinishedConversion {
         /// The directory given.
         dir: PathBuf,
@@ -119,7 +119,7 @@ pub enum FormatError {
     /// A directory opened as a dataset holds a conversion's journal and no manifest, and a
     /// running process holds its output lock: the conversion is still writing it, and
     /// `--resume` would be refused until it ends.
-    #[error("{dir}: a conversion is writing it now (its journal {journal} is there, manifest.json not yet, and a running process holds its lock); wait for it to finish (or, to finish it later, stop it and rerun `stoker convert --resume` with the same arguments)", dir = .dir.shown(), journal = .journal.shown())]
+    #[error("{dir}: a conversion is writing it now (its journal {journal} is there, manifest.json not yet, and a running process holds its lock); wait for it to finish (or, to finish it later, stop it and rerun `stoker convert --resume` with the same arguments)", dir = .dir.lossless(), journal = .journal.lossless())]
     ConversionInProgress {
         /// The directory given.
         dir: PathBuf,
@@ -128,7 +128,7 @@ pub enum FormatError {
     },
     /// A conversion journal that `--resume` cannot read back: a damaged line, or not a
     /// journal stoker wrote.
-    #[error("{path}: unreadable conversion journal: {reason}", path = .path.shown())]
+    #[error("{path}: unreadable conversion journal: {reason}", path = .path.lossless())]
     UnreadableJournal {
         /// The journal file.
         path: PathBuf,
@@ -137,7 +137,7 @@ pub enum FormatError {
     },
     /// A conversion journal of another journal version, so of another stoker build: this
     /// one cannot continue it.
-    #[error("{path}: conversion journal version {found}, written by {} stoker (this build reads versions {oldest} to {supported}); continue the conversion with that build, or convert into a new directory", newer_or_older(*.found, *.supported), path = .path.shown())]
+    #[error("{path}: conversion journal version {found}, written by {} stoker (this build reads versions {oldest} to {supported}); continue the conversion with that build, or convert into a new directory", newer_or_older(*.found, *.supported), path = .path.lossless())]
     JournalVersion {
         /// The journal file.
         path: PathBuf,
@@ -164,7 +164,7 @@ pub enum FormatError {
         bytes: u64,
     },
     /// An input is not a regular file (a FIFO, socket or device): never opened for reading.
-    #[error("{path}: not a regular file ({kind})", path = .path.shown())]
+    #[error("{path}: not a regular file ({kind})", path = .path.lossless())]
     NotRegularFile {
         /// The input.
         path: PathBuf,
@@ -175,7 +175,7 @@ pub enum FormatError {
     /// its members' byte ranges are not trusted.
     #[error(
         "{path}: the tar changed since it was listed ({}): its member at byte {offset} is not read",
-        if *.replaced { "another file at that path now".to_owned() } else { format!("{listed_len} bytes then, {len_now} now") }, path = .path.shown()
+        if *.replaced { "another file at that path now".to_owned() } else { format!("{listed_len} bytes then, {len_now} now") }, path = .path.lossless()
     )]
     TarChanged {
         /// The tar.
@@ -191,7 +191,7 @@ pub enum FormatError {
     },
     /// An input is larger than the size limit, so it is not read.
     #[error(
-        "{path}: {bytes} bytes is over the input size limit of {limit} bytes (--max-file-size, Python max_file_size=)", path = .path.shown()
+        "{path}: {bytes} bytes is over the input size limit of {limit} bytes (--max-file-size, Python max_file_size=)", path = .path.lossless()
     )]
     FileTooLarge {
         /// The input.
@@ -211,7 +211,7 @@ pub enum FormatError {
     },
     /// The dataset's source map (which input each record came from) is missing, cut
     /// short, or not what its manifest says. Only that lookup fails: the records read.
-    #[error("{path}: damaged source map: {reason}", path = .path.shown())]
+    #[error("{path}: damaged source map: {reason}", path = .path.lossless())]
     DamagedSourceMap {
         /// The source map file.
         path: PathBuf,
@@ -219,7 +219,7 @@ pub enum FormatError {
         reason: String,
     },
     /// The shard that should hold an index has no record for it.
-    #[error("shard {shard}: record {index} is missing", shard = .shard.shown())]
+    #[error("shard {shard}: record {index} is missing", shard = .shard.lossless())]
     MissingRecord {
         /// The shard file.
         shard: PathBuf,
@@ -227,7 +227,7 @@ pub enum FormatError {
         index: u64,
     },
     /// A record is shorter than its header says.
-    #[error("shard {shard}: record {index} is truncated: {got} bytes, want {want}", shard = .shard.shown())]
+    #[error("shard {shard}: record {index} is truncated: {got} bytes, want {want}", shard = .shard.lossless())]
     TruncatedRecord {
         /// The shard file.
         shard: PathBuf,
@@ -239,7 +239,7 @@ pub enum FormatError {
         want: u64,
     },
     /// A record's header is malformed (bad magic, version, encoding, or header CRC).
-    #[error("shard {shard}: record {index} has a bad header: {reason}", shard = .shard.shown())]
+    #[error("shard {shard}: record {index} has a bad header: {reason}", shard = .shard.lossless())]
     BadHeader {
         /// The shard file.
         shard: PathBuf,
@@ -267,7 +267,7 @@ pub enum FormatError {
         reason: String,
     },
     /// The output directory already holds a finished dataset or a partial conversion.
-    #[error("{path}: {reason}", path = .path.shown())]
+    #[error("{path}: {reason}", path = .path.lossless())]
     OutputExists {
         /// The output directory.
         path: PathBuf,
@@ -277,7 +277,7 @@ pub enum FormatError {
     /// The conversion source is unusable as a whole (not a directory, empty list file, bad
     /// line). A source that does not exist, or cannot be read, is [`FormatError::Io`] with
     /// the `io::Error` that says so (`NotFound`, `PermissionDenied`).
-    #[error("{path}: {reason}", path = .path.shown())]
+    #[error("{path}: {reason}", path = .path.lossless())]
     BadSource {
         /// The source directory or list file.
         path: PathBuf,
@@ -285,7 +285,7 @@ pub enum FormatError {
         reason: String,
     },
     /// `--strict`: an input could not be converted. No manifest is written.
-    #[error("{path}: {reason} (--strict: stopping; {})", strict_left(*.resumable), path = .path.shown())]
+    #[error("{path}: {reason} (--strict: stopping; {})", strict_left(*.resumable), path = .path.lossless())]
     StrictInput {
         /// The input file.
         path: PathBuf,
@@ -299,7 +299,7 @@ pub enum FormatError {
     /// A [`crate::SampleWriter`] with `strict` met a sample it could not convert: it
     /// stopped and took away what it had written (`removed`; false when some of it could
     /// not be removed). Its own words: a writer has no `--resume` and no input file.
-    #[error("{}: {reason} (strict: the writer stopped; {})", .sample.shown(), strict_sample_left(*.removed))]
+    #[error("{}: {reason} (strict: the writer stopped; {})", .sample.lossless(), strict_sample_left(*.removed))]
     StrictSample {
         /// The sample's name (as given to `write`, or "sample N").
         sample: PathBuf,
@@ -311,7 +311,7 @@ pub enum FormatError {
     /// A sample handed to [`crate::SampleWriter`] has a label with no class: the writer
     /// was given `classes` names and the label is not below their count (or, without
     /// names, the label is over the limit of class labels).
-    #[error("{sample}: label {label} is out of range: labels must be below {classes} (the number of class names given; without names, the limit of class labels)", sample = .sample.shown())]
+    #[error("{sample}: label {label} is out of range: labels must be below {classes} (the number of class names given; without names, the limit of class labels)", sample = .sample.lossless())]
     LabelOutOfRange {
         /// The sample's name.
         sample: PathBuf,
@@ -322,7 +322,7 @@ pub enum FormatError {
     },
     /// A [`crate::SampleWriter`] stopped on an earlier error (which was returned then) and
     /// took its output away; it takes no more samples.
-    #[error("{out}: this sample writer stopped on an earlier error ({reason}) and removed what it had written; start a new one", out = .out.shown())]
+    #[error("{out}: this sample writer stopped on an earlier error ({reason}) and removed what it had written; start a new one", out = .out.lossless())]
     WriterStopped {
         /// Its output directory.
         out: PathBuf,
@@ -344,7 +344,7 @@ pub enum FormatError {
     },
     /// A [`crate::SampleWriter`] was finished with no record: no sample was written, or
     /// every one was skipped. Nothing is left in the output directory.
-    #[error("{out}: no dataset was written: {reason}", out = .out.shown())]
+    #[error("{out}: no dataset was written: {reason}", out = .out.lossless())]
     NoSamples {
         /// The output directory.
         out: PathBuf,
@@ -375,7 +375,7 @@ pub enum FormatError {
         reason: String,
     },
     /// `merge` refused a part: unfinished, from another conversion, duplicated or missing.
-    #[error("{path}: cannot merge: {reason}", path = .path.shown())]
+    #[error("{path}: cannot merge: {reason}", path = .path.lossless())]
     MergeRefused {
         /// The part directory (or the output root when parts are missing).
         path: PathBuf,
@@ -407,7 +407,7 @@ pub enum FormatError {
     /// file descriptor left, no kernel memory, storage that stopped answering). Skipped as
     /// a bad input it would be followed by every input after it, and the conversion would
     /// look complete; counted as damage it would call a sound dataset bad. So the run stops.
-    #[error("{path}: {source}: {}; {}", .fault.cause(), .stage.left(), path = .path.shown())]
+    #[error("{path}: {source}: {}; {}", .fault.cause(), .stage.left(), path = .path.lossless())]
     OutsideFault {
         /// The file that could not be read.
         path: PathBuf,
@@ -549,7 +549,7 @@ fn written_file(path: &std::path::Path) -> String {
     let shard = path
         .file_name()
         .is_some_and(|n| n.as_encoded_bytes().starts_with(b"shard-"));
-    format!("{}{}", if shard { "shard " } else { "" }, path.shown())
+    format!("{}{}", if shard { "shard " } else { "" }, path.lossless())
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::FormatError;
 
 /// Default input size limit: 64 MiB, above any photograph's JPEG (a 100-megapixel camera's
@@ -251,7 +251,7 @@ pub(crate) fn refusal_reason(e: &FormatError) -> String {
         FormatError::Io { source, .. } => format!("unreadable: {source}"),
         FormatError::TarChanged { path, .. } => {
             let full = e.to_string();
-            let prefix = format!("{}: ", path.shown());
+            let prefix = format!("{}: ", path.lossless());
             full.strip_prefix(&prefix).unwrap_or(&full).to_string()
         }
         other => other.to_string(),

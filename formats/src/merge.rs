@@ -18,7 +18,7 @@ use crate::convert::audit::Audit;
 use crate::convert::lock::OutputLock;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
 use crate::source_map::SOURCES_FILE;
-use crate::text::Shown;
+use crate::text::Lossless;
 
 mod link;
 use crate::writer::{shard_file_name, write_atomically};
@@ -203,8 +203,8 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
             Ok(()) => removed.push(dir.clone()),
             Err(e) => tracing::warn!(
                 "merged, but the part directory {} was not removed ({e}): its shards are {}'s now, so it can be deleted",
-                dir.shown(),
-                out.shown()
+                dir.lossless(),
+                out.lossless()
             ),
         }
     }
@@ -317,7 +317,7 @@ fn check_nesting(out: &Path, parts: &[PathBuf]) -> Result<(), FormatError> {
                 path: out.to_path_buf(),
                 reason: format!(
                     "the output is inside the part directory {} (which the merge removes once it is done, output and all); merge into the parts' output root or a directory outside every part",
-                    dir.shown()
+                    dir.lossless()
                 ),
             });
         }
@@ -456,7 +456,7 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
                 dir,
                 format!(
                     "{what} is {here} here but {there} in {}: the parts come from different conversions",
-                    other_dir.shown()
+                    other_dir.lossless()
                 ),
             ));
         }
@@ -497,7 +497,7 @@ fn check_distinct(loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), Format
             reason: format!(
                 "part {index} holds the same records as part {} ({}: {n} records, {how}): the writers were given the same samples, usually each of them all the samples rather than its share. Give writer i of n only its own share (e.g. `ds.shard(num_shards=n, index=i, contiguous=True)`) and write the parts again",
                 first.1,
-                first.0.shown(),
+                first.0.lossless(),
             ),
         }
     };
@@ -544,7 +544,7 @@ fn unfinished(dir: &Path) -> String {
             "holds part directories (part-IIIII-of-NNNNN): it is the root of a partitioned \
              conversion, not a part; merge it into itself (`stoker merge {0}`, Python \
              `stoker.merge(root)`, Rust `merge(root, &[])`) or give its part directories",
-            dir.shown()
+            dir.lossless()
         );
     }
     let converted = "rerun its task (the same `convert --part`, with --resume, Python resume=True, to continue it)";
@@ -577,7 +577,7 @@ fn check_complete(out: &Path, loaded: &[(PathBuf, Manifest, PartInfo)]) -> Resul
                 format!(
                     "part {} is given twice (also {})",
                     w[1].2.index,
-                    w[0].0.shown()
+                    w[0].0.lossless()
                 ),
             ));
         }
@@ -616,7 +616,7 @@ fn check_kinds(loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), FormatErr
             reason: format!(
                 "this part was {} but {} was {}: written and converted parts are never one dataset; merge each kind in its own output root",
                 kind(p),
-                first_dir.shown(),
+                first_dir.lossless(),
                 kind(fp)
             ),
         }),

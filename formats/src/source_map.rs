@@ -17,7 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::manifest::SourcesEntry;
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::writer::write_atomically_with;
 use crate::FormatError;
 
@@ -429,7 +429,7 @@ pub(crate) fn merged(
         let Some(entry) = &m.sources else {
             tracing::warn!(
                 "{}: no source map (finished by a stoker before source maps), so the merged dataset has none",
-                dir.shown()
+                dir.lossless()
             );
             return Ok(None);
         };

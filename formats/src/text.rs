@@ -23,13 +23,14 @@ pub fn lossless_text(name: &OsStr) -> String {
 
 /// [`lossless_text`] of a path as a method, for messages: `Path::display` writes U+FFFD
 /// for each byte that is not UTF-8, so two inputs that differ only there read alike.
-pub(crate) trait Shown {
+/// Control characters stay (the CLI's `output::Shown` also escapes them, for a terminal).
+pub(crate) trait Lossless {
     /// See [`lossless_text`].
-    fn shown(&self) -> String;
+    fn lossless(&self) -> String;
 }
 
-impl Shown for Path {
-    fn shown(&self) -> String {
+impl Lossless for Path {
+    fn lossless(&self) -> String {
         lossless_text(self.as_os_str())
     }
 }

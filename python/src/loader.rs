@@ -422,13 +422,13 @@ impl Loader {
     /// counts its own epochs says which with ``set_epoch``. For a state inside its epoch
     /// (past its first batch), ``set_epoch`` of the epoch after it starts that one instead,
     /// as the loader that saved the state did after a loop left early (a ``UserWarning``
-    /// says what was skipped); another epoch first raises ``ValueError``. Raises ``ValueError`` for a state of another
-    /// seed, batch size, number of ranks, dataset, ``indices``, ``drop_last``,
-    /// ``drop_partial_batch`` or order (where the state gives them), or past the end of the
-    /// epoch, or a negative number, and ``TypeError`` for a number that is not an int (a
-    /// bool is not), an ``order``, ``indices`` or ``dataset`` that is not a str or a
-    /// ``drop_last`` /
-    /// ``drop_partial_batch`` that is not a bool (a refused state leaves the loader and its
+    /// says what was skipped); another epoch first raises ``ValueError``. Raises
+    /// ``ValueError`` for a state of another seed, batch size, number of ranks, dataset,
+    /// ``indices``, ``drop_last``, ``drop_partial_batch`` or order (where the state gives
+    /// them), or past the end of the epoch, or a negative number, and ``TypeError`` for a
+    /// number that is not an int (a bool is not), an ``order``, ``indices`` or ``dataset``
+    /// that is not a str or a ``drop_last`` / ``drop_partial_batch`` that is not a bool
+    /// (a refused state leaves the loader and its
     /// iterators as they were). A state it takes stops this loader's iterators, as a newer
     /// one would (their next ``next`` raises ``stoker.StokerError``).
     fn load_state_dict(&self, state: &Bound<'_, PyDict>) -> PyResult<()> {

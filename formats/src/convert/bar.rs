@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::report::Progress;
-use crate::text::{one_line, Shown};
+use crate::text::{one_line, Lossless};
 
 /// A [`Progress`] drawn as a bar on stderr. Needs the crate's `progress-bar` feature (off
 /// by default; the `stoker` CLI turns it on).
@@ -146,7 +146,7 @@ impl Progress for TerminalBar {
             self.bar.suspend(|| {
                 eprintln!(
                     "{}",
-                    one_line(&format!("skipped {}: {reason}", path.shown()))
+                    one_line(&format!("skipped {}: {reason}", path.lossless()))
                 )
             });
         }

@@ -590,7 +590,7 @@ fn same_conversion(f: &Found, fingerprint: u32) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::text::Shown;
+    use crate::text::Lossless;
 
     /// The largest skip a journal can hold, a 4 KiB path that is not UTF-8 with a reason
     /// naming it, fits the per-input allowance with room for a shard's line: a journal
@@ -600,7 +600,7 @@ mod tests {
         use std::os::unix::ffi::OsStringExt;
         let path = PathBuf::from(std::ffi::OsString::from_vec(vec![0xff; 4096]));
         let skipped = Skipped {
-            reason: format!("cannot read {}: Permission denied", path.shown()),
+            reason: format!("cannot read {}: Permission denied", path.lossless()),
             path,
         };
         let line = serde_json::to_vec(&Skip::from(&skipped)).unwrap();

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use super::listing::{Input, Listing};
 use super::own_output::OwnOutput;
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::FormatError;
 
 /// Labels of a list file must be below this: the class list has one entry per label up to
@@ -99,7 +99,7 @@ pub(crate) fn list_file(
         warnings.push(format!(
             "{}: {} line(s) starting with # look like `path,label` rows but are comments, \
              not inputs (the first is line {}); quote a path that starts with #",
-            list.shown(),
+            list.lossless(),
             commented_rows.0,
             commented_rows.1
         ));
@@ -109,7 +109,7 @@ pub(crate) fn list_file(
         let labels = inputs.iter().map(|i| i.label);
         let count = max_label.unwrap_or(0) as usize + 1;
         warnings.extend(sparse_labels_warning(
-            &list.shown().to_string(),
+            &list.lossless().to_string(),
             labels,
             count,
         ));
@@ -156,8 +156,8 @@ fn repeated_rows_warning(list: &Path, inputs: &[Input]) -> Option<String> {
     let example = &inputs[first?].path;
     Some(format!(
         "{}: {repeated} row(s) name a file an earlier row names too, by the same path (e.g. {}): each row is an input, so such a file is converted once per row",
-        list.shown(),
-        example.shown()
+        list.lossless(),
+        example.lossless()
     ))
 }
 
@@ -536,7 +536,7 @@ mod tests {
             "{w}"
         );
         assert!(
-            w.contains(&dir.path().join("a.jpg").shown().to_string()),
+            w.contains(&dir.path().join("a.jpg").lossless().to_string()),
             "{w}"
         );
         assert!(list("a.jpg,0\nb.jpg,0\n").1.unwrap().warnings.is_empty());

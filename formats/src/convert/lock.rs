@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::FormatError;
 
 /// How long a lock found held is tried again before it counts as another writer's. The
@@ -80,7 +80,7 @@ impl OutputLock {
             Err(fs4::TryLockError::Error(e)) if no_locks_here(&e) => {
                 tracing::warn!(
                     "cannot lock {} ({e}): its file system has no file locks, so nothing stops a second `stoker convert` or `merge` from writing into it at the same time; make sure only one does",
-                    out.shown()
+                    out.lossless()
                 );
                 Ok(OutputLock::held(dir))
             }

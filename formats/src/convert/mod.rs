@@ -42,7 +42,7 @@ use std::time::Instant;
 
 use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
 use crate::outside_fault::FaultStage;
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::FormatError;
 #[cfg(feature = "progress-bar")]
 pub use bar::TerminalBar;
@@ -271,7 +271,7 @@ fn shards_still_there(out: &Path, m: &crate::manifest::Manifest) -> Result<(), F
             reason: format!(
                 "a finished dataset, but its {} {problem}: it was damaged after the conversion finished, which --resume cannot repair; `stoker verify {}` names the records lost (convert again into a new directory for a whole dataset)",
                 s.file,
-                out.shown()
+                out.lossless()
             ),
         });
     }

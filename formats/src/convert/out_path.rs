@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::FormatError;
 
 /// Refuses an output path that cannot be a directory: it, or the nearest of its
@@ -33,7 +33,7 @@ pub(crate) fn refuse_non_directory(out: &Path) -> Result<(), FormatError> {
         } else {
             format!(
                 ", so the output directory {} cannot be made in it",
-                out.shown()
+                out.lossless()
             )
         };
         let reason = match std::fs::metadata(at) {

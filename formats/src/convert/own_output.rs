@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::path_nesting::{is_within, resolve};
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::FormatError;
 
 /// Where the output directory is, as the listing meets it.
@@ -68,9 +68,9 @@ impl OwnOutput {
             );
             return Err(FormatError::InvalidOptions(format!(
                 "the output directory {} lies inside the source {} and converting would create {} there too, which a rerun or --resume would then list as a class; create it first, or give an output directory outside the source",
-                out.shown(),
-                root.shown(),
-                first_new.shown()
+                out.lossless(),
+                root.lossless(),
+                first_new.lossless()
             )));
         }
         Ok(OwnOutput {
@@ -125,7 +125,7 @@ impl OwnOutput {
         is_within(&path, out).then(|| {
             format!(
                 "inside the conversion's output directory {}: its own files are never inputs",
-                out.shown()
+                out.lossless()
             )
         })
     }

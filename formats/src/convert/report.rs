@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::audit::Audit;
-use crate::text::Shown;
+use crate::text::Lossless;
 
 /// Receives progress while converting. All methods have empty defaults.
 pub trait Progress: Sync {
@@ -57,7 +57,7 @@ pub(crate) fn first_skipped(skipped: &[Skipped]) -> String {
     let reasons: Vec<String> = skipped
         .iter()
         .take(SKIPS_SHOWN)
-        .map(|s| format!("{}: {}", s.path.shown(), s.reason))
+        .map(|s| format!("{}: {}", s.path.lossless(), s.reason))
         .collect();
     let more = if skipped.len() > SKIPS_SHOWN {
         "; ..."

@@ -14,7 +14,7 @@ use super::options::ConvertOptions;
 use super::source::Input;
 use crate::manifest::RawSize;
 use crate::record::{Encoding, HEADER_LEN};
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::writer::shard_file_name;
 use crate::FormatError;
 
@@ -157,7 +157,7 @@ fn check_skipped(j: &Journal, done: &[Input], options: &ConvertOptions) -> Resul
             if k < next || done.get(k as usize).is_none_or(|i| i.path != s.path) {
                 return Err(format!(
                     "skipped input {} is not input {k} of the inputs before the resume point, in order",
-                    s.path.shown()
+                    s.path.lossless()
                 ));
             }
             next = k + 1;
@@ -169,7 +169,7 @@ fn check_skipped(j: &Journal, done: &[Input], options: &ConvertOptions) -> Resul
         if !rest.any(|i| i.path == s.path) {
             return Err(format!(
                 "skipped input {} is not one of the inputs before the resume point, in order",
-                s.path.shown()
+                s.path.lossless()
             ));
         }
     }

@@ -12,7 +12,7 @@ use super::webdataset::{
     is_compressed_tar, is_tar_name, list_webdataset, looks_like_shards, shards_as_images_hint,
     Chosen,
 };
-use crate::text::{lossless_text, Shown};
+use crate::text::{lossless_text, Lossless};
 use crate::FormatError;
 
 /// Where the images come from.
@@ -100,8 +100,10 @@ impl Source {
     /// The source as given, for the manifest's provenance.
     pub fn describe(&self) -> String {
         match self {
-            Source::ImageFolder(p) => p.shown().to_string(),
-            Source::List { root, list } => format!("{} (list {})", root.shown(), list.shown()),
+            Source::ImageFolder(p) => p.lossless().to_string(),
+            Source::List { root, list } => {
+                format!("{} (list {})", root.lossless(), list.lossless())
+            }
         }
     }
 
@@ -463,7 +465,7 @@ mod tests {
         l.inputs
             .iter()
             .map(|i| {
-                let r = i.path.strip_prefix(dir).unwrap().shown().to_string();
+                let r = i.path.strip_prefix(dir).unwrap().lossless().to_string();
                 match &i.refused {
                     Some(_) => format!("refused {r}"),
                     None => r,

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use super::journal::JOURNAL_FILE;
 use crate::manifest::MANIFEST_FILE;
 use crate::outside_fault::FaultStage;
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::writer::{shard_file_name, DatasetWriter};
 use crate::FormatError;
 
@@ -184,7 +184,7 @@ impl Made {
                 Err(e) if e != rustix::io::Errno::NOENT => {
                     let file = self.out.join(name);
                     let error = std::io::Error::from(e);
-                    tracing::warn!(file = %file.shown(), %error, "--strict stop: not removed");
+                    tracing::warn!(file = %file.lossless(), %error, "--strict stop: not removed");
                     all = false;
                 }
                 _ => {}

@@ -35,7 +35,7 @@ use super::own_output::OwnOutput;
 use super::tar_index::{Damage, End, Kind, Member, TarMembers, MAX_NAME_BYTES, NAME_SHOWN};
 use super::walk::{is_hidden, sorted_entries};
 use crate::input_file::{open_regular, refusal_reason, FileIdentity};
-use crate::text::{lossless_text, Shown};
+use crate::text::{lossless_text, Lossless};
 use crate::FormatError;
 
 /// Fields that are a sample's image: the formats the converter reads (it tells them by
@@ -218,7 +218,7 @@ fn find_shards(root: &Path, own: &OwnOutput) -> Result<Found, FormatError> {
         format!(
             "compressed shards are not read ({} of them, e.g. {}): stoker reads each member in place, which a compressed stream does not allow; decompress them first (gunzip, zstd -d)",
             compressed.len(),
-            c.shown()
+            c.lossless()
         )
     });
     if shards.is_empty() {
@@ -305,14 +305,14 @@ impl State {
             notes.push(format!(
                 "{} sample(s) have a key an earlier shard has too (e.g. {key:?} in {}): each is a sample of its own, named by its shard; if a shard is listed twice, its samples are in the dataset twice",
                 self.repeated_across,
-                tar.shown()
+                tar.lossless()
             ));
         }
         if let Some(first) = self.no_marker.first() {
             notes.push(format!(
                 "{} shard(s) end without tar's end-of-archive blocks (e.g. {}): a shard cut short between two members looks the same, so samples after its last one may be missing",
                 self.no_marker.len(),
-                first.shown()
+                first.lossless()
             ));
         }
         notes

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use crate::text::Shown;
+use crate::text::Lossless;
 use crate::{FormatError, ShardEntry};
 
 /// Hard-links `to` to the file `from` names, following `from` if it is a symlink:
@@ -38,7 +38,7 @@ pub(super) fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatErr
     match e.raw_os_error() {
         Some(libc::EXDEV) => refused(format!(
             "on another file system than {}; merge links shards instead of copying them, so give an output root on the parts' file system",
-            to.shown()
+            to.lossless()
         )),
         // A bare "Operation not permitted" naming the link, not the shard, left the
         // operator to guess: a merge run as another user than the conversion tasks (a
@@ -46,13 +46,13 @@ pub(super) fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatErr
         // fs.protected_hardlinks, which forbids linking other users' files.
         Some(libc::EPERM) => refused(format!(
             "cannot be hard-linked as {} ({e}): the shard belongs to another user and the kernel (fs.protected_hardlinks) forbids linking other users' files, or the file system has no hard links; run merge as the user that converted the parts",
-            to.shown()
+            to.lossless()
         )),
         // Object-storage FUSE mounts and some others have no hard links at all. (EMLINK,
         // a shard already at its file system's link limit, stays the I/O error it is.)
         Some(libc::ENOSYS | libc::EOPNOTSUPP) => refused(format!(
             "cannot be hard-linked as {} ({e}): merge links shards instead of copying them, which this file system does not allow; convert onto a file system with hard links (or in one part)",
-            to.shown()
+            to.lossless()
         )),
         _ => FormatError::io(to, e),
     }
