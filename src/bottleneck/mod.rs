@@ -68,8 +68,9 @@ use stoker_loader::Placement;
 pub use error::BenchError;
 pub use host::available_cores;
 pub use options::{
-    check_consumer_ms, check_seconds, check_step_fits, BenchOptions, DeviceChoice, NoProgress,
-    Progress, MAX_CONSUMER_MS, MAX_SECONDS, MIN_STEPS_PER_STAGE,
+    check_batch, check_consumer_ms, check_seconds, check_size, check_step_fits, check_threads,
+    BenchOptions, DeviceChoice, NoProgress, Progress, MAX_CONSUMER_MS, MAX_SECONDS,
+    MIN_STEPS_PER_STAGE,
 };
 pub use report::{BenchReport, RecordErrors, StageReport, Stages};
 pub use verdict::{Bound, Verdict};
@@ -417,6 +418,7 @@ impl<'a> Measurement<'a> {
         caps.fed_ratio = e2e.fed_ratio;
         caps.cpu_util = e2e.cpu_util;
         caps.gpu_util = e2e.gpu_util;
+        caps.img_per_cpu_s = e2e.img_per_cpu_s;
         self.stages.end_to_end = e2e.stage;
 
         let no_gpu_reason = &self.dev.no_gpu_reason;

@@ -120,6 +120,48 @@ pub fn check_seconds(seconds: f64) -> Result<(), String> {
     Ok(())
 }
 
+/// `Ok` for a batch size the bench can run: at least 1 (a batch larger than the dataset
+/// is one partial batch per epoch).
+///
+/// # Errors
+///
+/// What is wrong with `batch`, in words.
+pub fn check_batch(batch: usize) -> Result<(), String> {
+    if batch == 0 {
+        return Err("must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// `Ok` for an output side the loader's transforms accept: 1 to its `MAX_OUTPUT_SIZE`.
+///
+/// # Errors
+///
+/// What is wrong with `size`, in words.
+pub fn check_size(size: u32) -> Result<(), String> {
+    if size == 0 {
+        return Err("must be at least 1".into());
+    }
+    // The loader's limit, said before any stage runs rather than after all of them.
+    if size > MAX_OUTPUT_SIZE {
+        return Err(format!("{size} is more than {MAX_OUTPUT_SIZE}"));
+    }
+    Ok(())
+}
+
+/// `Ok` for a thread count: 0 (every core) up to 1,024, since every decode thread holds
+/// a buffer of the largest image.
+///
+/// # Errors
+///
+/// What is wrong with `threads`, in words.
+pub fn check_threads(threads: usize) -> Result<(), String> {
+    if threads > MAX_THREADS {
+        return Err(format!("{threads} is more than {MAX_THREADS}"));
+    }
+    Ok(())
+}
+
 /// A number as the user might have typed it: `1e308` printed in full is 309 digits.
 fn shown(x: f64) -> String {
     if x.is_finite() && x.abs() >= 1e9 {
@@ -211,36 +253,13 @@ pub fn check_step_fits(seconds: f64, consumer_ms: f64) -> Result<(), String> {
 impl BenchOptions {
     /// Refuses options no stage can run with.
     pub(crate) fn check(&self) -> Result<(), BenchError> {
-        if self.batch == 0 {
-            return Err(BenchError::InvalidOption {
-                option: "batch",
-                reason: "must be at least 1".into(),
-            });
-        }
         let invalid = |option, reason| BenchError::InvalidOption { option, reason };
+        check_batch(self.batch).map_err(|r| invalid("batch", r))?;
         check_seconds(self.seconds).map_err(|r| invalid("seconds", r))?;
         check_consumer_ms(self.consumer_ms).map_err(|r| invalid("consumer-ms", r))?;
         check_step_fits(self.seconds, self.consumer_ms).map_err(|r| invalid("consumer-ms", r))?;
-        if self.size == 0 {
-            return Err(BenchError::InvalidOption {
-                option: "size",
-                reason: "must be at least 1".into(),
-            });
-        }
-        // The loader's limit, said before any stage runs rather than after all of them.
-        if self.size > MAX_OUTPUT_SIZE {
-            return Err(BenchError::InvalidOption {
-                option: "size",
-                reason: format!("{} is more than {MAX_OUTPUT_SIZE}", self.size),
-            });
-        }
-        // Every decode thread holds a buffer of the largest image.
-        if self.threads > MAX_THREADS {
-            return Err(BenchError::InvalidOption {
-                option: "threads",
-                reason: format!("{} is more than {MAX_THREADS}", self.threads),
-            });
-        }
+        check_size(self.size).map_err(|r| invalid("size", r))?;
+        check_threads(self.threads).map_err(|r| invalid("threads", r))?;
         Ok(())
     }
 

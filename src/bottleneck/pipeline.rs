@@ -30,6 +30,8 @@ pub struct EndToEnd {
     pub cpu_util: Option<f64>,
     /// GPU busy fraction, when the step runs on the GPU.
     pub gpu_util: Option<f64>,
+    /// Images per CPU-second of this process over the timed window.
+    pub img_per_cpu_s: Option<f64>,
     /// Records the loader replaced because they could not be read or decoded, each
     /// counted once (a bad record is met again in every epoch of the run).
     pub bad_records: u64,
@@ -114,6 +116,7 @@ pub fn end_to_end(
                 fed_ratio: None,
                 cpu_util: None,
                 gpu_util: None,
+                img_per_cpu_s: None,
                 bad_records: 0,
             },
             LoaderCapacities {
@@ -304,6 +307,7 @@ fn summarize(
     let fed_ratio = has_step.then(|| (busy.as_secs_f64() / secs).min(1.0));
     let gpu_util = step.on_gpu().then(|| (busy.as_secs_f64() / secs).min(1.0));
     let img_per_s = images as f64 / secs;
+    let img_per_cpu_s = cpu_secs.map(|c| images as f64 / c);
     let caps = loader_capacities(&stats, built);
 
     let mut note = format!(
@@ -331,7 +335,7 @@ fn summarize(
         ("cpu_util", cpu_util),
         ("process_cpu_util", proc_util),
         ("system_cpu_util", sys_util),
-        ("img_per_cpu_s", cpu_secs.map(|c| images as f64 / c)),
+        ("img_per_cpu_s", img_per_cpu_s),
         ("cpu_s", cpu_secs),
         ("cores_busy", cpu_secs.map(|c| c / secs)),
         ("fed_ratio", fed_ratio),
@@ -352,6 +356,7 @@ fn summarize(
             fed_ratio,
             cpu_util,
             gpu_util,
+            img_per_cpu_s,
             bad_records: stats.bad_distinct,
         },
         caps,

@@ -99,6 +99,10 @@ pub struct Capacities {
     pub transform: Option<f64>,
     /// CPU transforms, from the loader's CPU path counters (its threads together).
     pub cpu_transform: Option<f64>,
+    /// End to end's images per CPU-second of this whole process: times `cores`, what the
+    /// CPU path's work comes to when it has those cores to itself, with no model of how
+    /// its stages share them.
+    pub img_per_cpu_s: Option<f64>,
     /// The simulated step's demand: batch / step time.
     pub consumer: Option<f64>,
     /// Measured end-to-end throughput.
@@ -281,12 +285,8 @@ fn candidates(c: &Capacities, path: PipelinePath) -> Vec<Candidate> {
     push(Bound::Storage, read_label, c.read);
     match path {
         PipelinePath::Cpu => {
-            match cpu_work(c) {
-                Some((bound, v)) => push(bound, "CPU decode and transforms", Some(v)),
-                None => {
-                    push(Bound::Decode, "CPU decode", c.cpu_decode);
-                    push(Bound::Transform, "CPU transforms", c.cpu_transform);
-                }
+            if let Some(work) = cpu_work(c) {
+                push(work.bound, work.label, Some(work.img_per_s));
             }
             push(Bound::Pcie, "H2D", c.h2d);
         }
@@ -300,18 +300,51 @@ fn candidates(c: &Capacities, path: PipelinePath) -> Vec<Candidate> {
     stages
 }
 
-/// The CPU path's decode and transforms as one stage: the loader's workers do both, one
-/// after the other on the same cores, so together they manage `1 / (1/decode +
-/// 1/transforms)` images a second, not the slower one's rate. Named by the one that takes
-/// more of the workers' time. `None` unless both were measured.
-fn cpu_work(c: &Capacities) -> Option<(Bound, f64)> {
-    let (d, t) = (positive(c.cpu_decode)?, positive(c.cpu_transform)?);
-    let bound = if d <= t {
-        Bound::Decode
-    } else {
-        Bound::Transform
+/// The CPU path's decode and transforms as one stage, from the stage counters
+/// (`staged`) and from the whole process's CPU time (`whole`).
+struct CpuWork {
+    bound: Bound,
+    label: &'static str,
+    /// The larger of `staged` and `whole`.
+    img_per_s: f64,
+    staged: f64,
+    whole: Option<f64>,
+}
+
+/// The loader's workers decode and transform one image after the other on the same
+/// cores, so together they manage `1 / (1/decode + 1/transforms)` images a second, not
+/// the slower one's rate; named by the one that takes more of the workers' time.
+///
+/// Both figures are `items · threads / busy`, and a busy interval also counts the time
+/// its thread stood preempted by the other stage's threads (or another process), so
+/// the composition undercounts and end to end could exceed it. End to end's images per
+/// CPU-second times the cores cannot be exceeded while the process stays on those
+/// cores, and undercounts only by the process's other work (reading, batching), so the
+/// stage takes the larger of the two.
+fn cpu_work(c: &Capacities) -> Option<CpuWork> {
+    let (d, t) = (positive(c.cpu_decode), positive(c.cpu_transform));
+    let (bound, label, staged) = match (d, t) {
+        (Some(d), Some(t)) => (
+            if d <= t {
+                Bound::Decode
+            } else {
+                Bound::Transform
+            },
+            "CPU decode and transforms",
+            1.0 / (1.0 / d + 1.0 / t),
+        ),
+        (Some(d), None) => (Bound::Decode, "CPU decode", d),
+        (None, Some(t)) => (Bound::Transform, "CPU transforms", t),
+        (None, None) => return None,
     };
-    Some((bound, 1.0 / (1.0 / d + 1.0 / t)))
+    let whole = positive(c.img_per_cpu_s).map(|v| v * c.cores.max(1) as f64);
+    Some(CpuWork {
+        bound,
+        label,
+        img_per_s: whole.map_or(staged, |w| w.max(staged)),
+        staged,
+        whole,
+    })
 }
 
 /// How the CPU path's bound reads, with the other half of the workers' time beside it
@@ -332,6 +365,28 @@ fn cpu_head(c: &Capacities, first: Candidate) -> String {
         1 => "1 core".to_string(),
         n => format!("{n} cores"),
     };
+    // The figure is the whole process's CPU time rather than the stage counters: it is
+    // then given as the work's, with the counters (wall time, preemption included) beside
+    // it, since decode alone by its counters can read slower than the two together.
+    if let Some(w) = cpu_work(c).filter(|w| w.whole.is_some_and(|v| v > w.staged)) {
+        let counters = match positive(other) {
+            Some(other) => format!(
+                "{} {} img/s, {} {} img/s, {} img/s together",
+                label.trim_start_matches("CPU "),
+                fmt_rate(own),
+                other_label.trim_start_matches("CPU "),
+                fmt_rate(other),
+                fmt_rate(w.staged)
+            ),
+            None => format!("{} img/s", fmt_rate(w.staged)),
+        };
+        return format!(
+            "{name}-bound: {} {} img/s on {cores}, from the end-to-end run's {} images per CPU-second (by their own counters: {counters})",
+            w.label,
+            fmt_rate(first.img_per_s),
+            fmt_rate(positive(c.img_per_cpu_s).unwrap_or(0.0)),
+        );
+    }
     let mut head = format!("{name}-bound: {label} {} img/s on {cores}", fmt_rate(own));
     if let Some(other) = positive(other) {
         head.push_str(&format!(
@@ -416,7 +471,11 @@ fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (Str
         Bound::Decode => match path {
             PipelinePath::Cpu => (
                 cpu_head(c, first),
-                "decode on the GPU (--device cuda), add cores, or store lower-resolution images",
+                if gpu_measured(c) {
+                    "decode on the GPU (--device cuda), add cores, or store lower-resolution images"
+                } else {
+                    "add cores, store lower-resolution images, or decode on a GPU (none was measured here)"
+                },
             ),
             PipelinePath::Gpu => (
                 format!(
@@ -446,7 +505,11 @@ fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (Str
         ),
         Bound::Transform => (
             cpu_head(c, first),
-            "run the transforms on the GPU (--device cuda), add cores, or lower the output size",
+            if gpu_measured(c) {
+                "run the transforms on the GPU (--device cuda), add cores, or lower the output size"
+            } else {
+                "add cores, lower the output size, or run the transforms on a GPU (none was measured here)"
+            },
         ),
         Bound::Consumer => (
             format!(
@@ -462,6 +525,14 @@ fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (Str
         ),
         Bound::Loader => unreachable!("Loader is only chosen above"),
     }
+}
+
+/// Whether a GPU stage was measured: where none was (no GPU, or none the bench could
+/// use), `--device cuda` is no advice to give.
+fn gpu_measured(c: &Capacities) -> bool {
+    [c.h2d, c.gpu_decode, c.transform]
+        .into_iter()
+        .any(|v| positive(v).is_some())
 }
 
 /// Appends the input-bound rule's outcome with the measured busy fractions.
@@ -491,309 +562,4 @@ fn with_rule(mut text: String, c: &Capacities, rule: Option<bool>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cpu_caps() -> Capacities {
-        Capacities {
-            path: Some(PipelinePath::Cpu),
-            read: Some(95_000.0),
-            read_mb_per_s: Some(4_400.0),
-            read_cold: true,
-            cpu_decode: Some(1_950.0),
-            cores: 2,
-            ..Default::default()
-        }
-    }
-
-    fn gpu_caps() -> Capacities {
-        Capacities {
-            path: Some(PipelinePath::Gpu),
-            read: Some(200_000.0),
-            read_mb_per_s: Some(9_300.0),
-            cpu_decode: Some(12_000.0),
-            cores: 16,
-            h2d: Some(500_000.0),
-            h2d_gb_per_s: Some(23.0),
-            gpu_decode: Some(31_000.0),
-            transform: Some(80_000.0),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn cpu_decode_bound_on_two_cores() {
-        let v = judge(&cpu_caps());
-        assert_eq!(v.bound, Some(Bound::Decode));
-        assert!(v
-            .text
-            .starts_with("decode-bound: CPU decode 1,950 img/s on 2 cores"));
-        assert!(v.text.contains("storage read (cold) 95,000"), "{}", v.text);
-        assert!(!v.text.contains("end to end"), "{}", v.text);
-        let mut c = cpu_caps();
-        c.end_to_end = Some(1_560.0);
-        let v = judge(&c);
-        assert!(
-            v.text
-                .ends_with("end to end 1,560 img/s = 80% of the bound"),
-            "{}",
-            v.text
-        );
-        let m = v.margin.unwrap();
-        assert!((m - 95_000.0 / 1_950.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn storage_bound_names_mb_per_s() {
-        let mut c = gpu_caps();
-        c.read = Some(9_800.0);
-        c.read_mb_per_s = Some(1_200.0);
-        c.read_cold = true;
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Storage));
-        assert!(
-            v.text.starts_with(
-                "storage-bound: storage read (cold) 1200 MB/s = 9,800 img/s < GPU decode 31,000"
-            ),
-            "{}",
-            v.text
-        );
-        assert!(v.text.contains("NVMe"));
-
-        // Warm (a dataset the page cache holds): faster storage is not the advice.
-        c.read_cold = false;
-        c.read_cached = true;
-        let v = judge(&c);
-        assert!(
-            v.text.starts_with("storage-bound: storage read (warm)"),
-            "{}",
-            v.text
-        );
-        assert!(!v.text.contains("NVMe"), "{}", v.text);
-        assert!(v.text.contains("from the page cache"), "{}", v.text);
-
-        // Warm only because the cache could not be dropped, of a dataset larger than it:
-        // training reads the storage, and faster storage is still the advice.
-        c.read_cached = false;
-        let v = judge(&c);
-        assert!(
-            v.text.starts_with("storage-bound: storage read (warm)"),
-            "{}",
-            v.text
-        );
-        assert!(v.text.contains("NVMe"), "{}", v.text);
-    }
-
-    #[test]
-    fn gpu_decode_bound() {
-        let v = judge(&gpu_caps());
-        assert_eq!(v.bound, Some(Bound::Decode));
-        assert!(
-            v.text.starts_with("decode-bound: GPU decode 31,000"),
-            "{}",
-            v.text
-        );
-        assert_eq!(v.next.as_deref(), Some("GPU transforms"));
-    }
-
-    #[test]
-    fn pcie_bound() {
-        let mut c = gpu_caps();
-        c.h2d = Some(5_000.0);
-        c.h2d_gb_per_s = Some(0.25);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Pcie));
-        assert!(
-            v.text.starts_with("pcie-bound: H2D 0.2 GB/s = 5,000 img/s"),
-            "{}",
-            v.text
-        );
-    }
-
-    #[test]
-    fn gpu_transform_bound() {
-        let mut c = gpu_caps();
-        c.transform = Some(7_000.0);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Gpu));
-        assert!(v.text.starts_with("gpu-bound"), "{}", v.text);
-    }
-
-    #[test]
-    fn consumer_bound_when_the_step_is_slowest_and_fed() {
-        let mut c = gpu_caps();
-        c.consumer = Some(2_560.0); // batch 256 at 100 ms
-        c.end_to_end = Some(2_540.0);
-        c.fed_ratio = Some(0.99);
-        c.cpu_util = Some(0.2);
-        c.gpu_util = Some(0.99);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Consumer));
-        assert_eq!(v.input_bound_rule, Some(false));
-        assert!(v.text.starts_with("consumer-bound"), "{}", v.text);
-        assert!(v.text.contains("not input-bound"), "{}", v.text);
-    }
-
-    #[test]
-    fn input_bound_rule_holds_on_cpu_path() {
-        // The step could take 5,120 img/s, the 2 CPU cores decode 1,950: the
-        // consumer idles (fed 38 %) while the CPU is pegged.
-        let mut c = cpu_caps();
-        c.consumer = Some(5_120.0);
-        c.end_to_end = Some(1_900.0);
-        c.fed_ratio = Some(0.38);
-        c.cpu_util = Some(0.97);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Decode));
-        assert_eq!(v.input_bound_rule, Some(true));
-        assert!(
-            v.text.contains(
-                "input-bound by the utilization rule (consumer busy 38% < 70%, CPU 97% > 85%)"
-            ),
-            "{}",
-            v.text
-        );
-    }
-
-    #[test]
-    fn input_bound_rule_boundaries_are_strict() {
-        let mut c = cpu_caps();
-        c.fed_ratio = Some(0.70);
-        c.cpu_util = Some(0.99);
-        assert_eq!(judge(&c).input_bound_rule, Some(false));
-        c.fed_ratio = Some(0.69);
-        c.cpu_util = Some(0.85);
-        assert_eq!(judge(&c).input_bound_rule, Some(false));
-        c.cpu_util = Some(0.86);
-        assert_eq!(judge(&c).input_bound_rule, Some(true));
-        // A measured GPU busy fraction takes precedence over the fed ratio.
-        c.gpu_util = Some(0.9);
-        assert_eq!(judge(&c).input_bound_rule, Some(false));
-    }
-
-    #[test]
-    fn loader_bound_when_stages_outrun_the_step_but_it_starves() {
-        let mut c = cpu_caps();
-        c.consumer = Some(1_000.0);
-        c.end_to_end = Some(400.0);
-        c.fed_ratio = Some(0.4);
-        c.cpu_util = Some(0.5);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Loader));
-        assert!(v.text.starts_with("loader-bound"), "{}", v.text);
-    }
-
-    #[test]
-    fn input_stage_just_above_the_step_is_the_bound_when_it_starves() {
-        // Step 640 img/s, CPU decode 674: nominally the step is slowest, but the
-        // margin is 5 % and the loop is fed half the time: decode has no headroom.
-        let mut c = cpu_caps();
-        c.cpu_decode = Some(674.0);
-        c.consumer = Some(640.0);
-        c.end_to_end = Some(318.0);
-        c.fed_ratio = Some(0.5);
-        c.cpu_util = Some(0.3);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Decode), "{}", v.text);
-        assert!(
-            v.text.starts_with(
-                "decode-bound: CPU decode 674 img/s on 2 cores ≈ the training step 640 img/s"
-            ),
-            "{}",
-            v.text
-        );
-        // Fed enough: the step is the bound after all.
-        c.fed_ratio = Some(0.97);
-        assert_eq!(judge(&c).bound, Some(Bound::Consumer));
-    }
-
-    #[test]
-    fn unmeasured_and_degenerate_stages_are_ignored() {
-        let mut c = cpu_caps();
-        c.h2d = Some(0.0);
-        c.gpu_decode = Some(f64::NAN);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Decode));
-        let none = judge(&Capacities::default());
-        assert_eq!(none.bound, None);
-        assert!(none.text.starts_with("no verdict"));
-    }
-
-    #[test]
-    fn cpu_transforms_bound_raw_records_on_the_cpu_path() {
-        // Raw records: nothing to decode, a warm read far above what the CPU
-        // transforms manage. Storage was named before, at 4 % of the end-to-end rate.
-        let c = Capacities {
-            path: Some(PipelinePath::Cpu),
-            read: Some(67_663.0),
-            read_mb_per_s: Some(10_319.0),
-            read_cached: true,
-            cpu_transform: Some(2_900.0),
-            end_to_end: Some(2_605.0),
-            cores: 2,
-            ..Default::default()
-        };
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Transform), "{}", v.text);
-        assert!(
-            v.text.starts_with(
-                "transform-bound: CPU transforms 2,900 img/s on 2 cores < storage read (warm) 67,663 img/s"
-            ),
-            "{}",
-            v.text
-        );
-        assert!(v.text.contains("--device cuda"), "{}", v.text);
-        assert!(v.text.ends_with("= 90% of the bound"), "{}", v.text);
-        assert_eq!(Bound::Transform.name(), "transform");
-
-        // With JPEG records decode and transforms share the workers: together they manage
-        // 1 / (1/1,950 + 1/5,850) = 1,463 img/s, the bound the end to end is held to, named
-        // by the one that takes more of the time.
-        let mut c = cpu_caps();
-        c.cpu_transform = Some(5_850.0);
-        c.end_to_end = Some(1_390.0);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Decode));
-        assert!(
-            v.text.starts_with(
-                "decode-bound: CPU decode 1,950 img/s on 2 cores, 1,463 img/s with the CPU transforms (5,850 img/s) on the same cores < storage read (cold) 95,000"
-            ),
-            "{}",
-            v.text
-        );
-        assert!(v.text.ends_with("= 95% of the bound"), "{}", v.text);
-        c.cpu_transform = Some(900.0);
-        let v = judge(&c);
-        assert_eq!(v.bound, Some(Bound::Transform));
-        assert!(
-            v.text.starts_with(
-                "transform-bound: CPU transforms 900 img/s on 2 cores, 616 img/s with the CPU decode (1,950 img/s) on the same cores"
-            ),
-            "{}",
-            v.text
-        );
-    }
-
-    #[test]
-    fn cpu_transforms_do_not_count_on_the_gpu_path() {
-        let mut c = gpu_caps();
-        c.cpu_transform = Some(10.0);
-        assert_eq!(judge(&c).bound, Some(Bound::Decode));
-    }
-
-    #[test]
-    fn gpu_stages_do_not_count_on_the_cpu_path() {
-        let mut c = cpu_caps();
-        c.gpu_decode = Some(10.0);
-        c.transform = Some(10.0);
-        assert_eq!(judge(&c).bound, Some(Bound::Decode));
-    }
-
-    #[test]
-    fn rates_are_grouped() {
-        assert_eq!(fmt_rate(9_800.0), "9,800");
-        assert_eq!(fmt_rate(1_234_567.4), "1,234,567");
-        assert_eq!(fmt_rate(512.0), "512");
-        assert_eq!(fmt_rate(2.5), "2.5");
-    }
-}
+mod tests;

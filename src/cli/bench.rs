@@ -23,10 +23,10 @@ pub struct Args {
     #[arg(long, default_value = "auto", value_parser = clap::value_parser!(DeviceChoice))]
     pub device: DeviceChoice,
     /// Images per batch.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = parse_batch)]
     pub batch: usize,
     /// Output side of the transforms (RandomResizedCrop size).
-    #[arg(long, default_value_t = 224)]
+    #[arg(long, default_value_t = 224, value_parser = parse_size)]
     pub size: u32,
     /// Seconds per stage (at most a day).
     #[arg(long, default_value_t = 2.0, value_parser = parse_seconds)]
@@ -37,7 +37,7 @@ pub struct Args {
     pub consumer_ms: f64,
     /// Threads for the CPU stages (0 = every core; under torchrun or srun, this
     /// process's share of the node: the cores divided by the processes on it).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = parse_threads)]
     pub threads: usize,
     /// How the GPU stages wait for the GPU: auto (spin: blocking was measured
     /// to save no CPU time), spin (poll on a core), block (sleep until the
@@ -48,6 +48,32 @@ pub struct Args {
     /// Print the figures as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--batch`, `--size` and `--threads`: refused here, as the other options' ranges are, so
+/// that a typo is a usage error (status 2) before the dataset is opened.
+fn parse_batch(s: &str) -> Result<usize, String> {
+    let v = parse_count(s)?;
+    bottleneck::check_batch(v)?;
+    Ok(v)
+}
+
+fn parse_size(s: &str) -> Result<u32, String> {
+    let v = parse_count(s)?;
+    bottleneck::check_size(v)?;
+    Ok(v)
+}
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    let v = parse_count(s)?;
+    bottleneck::check_threads(v)?;
+    Ok(v)
+}
+
+/// A whole number that fits the option's type. Clap's message names the value.
+fn parse_count<T: std::str::FromStr>(s: &str) -> Result<T, String> {
+    s.parse::<T>()
+        .map_err(|_| "want a whole number in range".to_string())
 }
 
 /// `--seconds`: a positive number of seconds up to [`bottleneck::MAX_SECONDS`]. Refused
