@@ -223,13 +223,28 @@ fn merge_refuses_parts_of_another_conversion_and_launcher_variables_that_disagre
         .args(FLAGS);
     c.env("JOB_COMPLETION_INDEX", "1");
     let o = run(c);
-    assert!(!o.status.success());
+    // A usage error, as clap's own (it exited 1, as a failed conversion does).
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let t = text(&o);
     assert!(
         t.contains("STOKER_PARTS") && t.contains("JOB_COMPLETION_INDEX=1"),
         "{t}"
     );
     assert!(!tmp.path().join("c").exists(), "nothing written: {t}");
+    let mut c = stoker();
+    c.arg("convert")
+        .arg(&src)
+        .arg(tmp.path().join("c"))
+        .args(FLAGS)
+        .args(["--part", "5", "--parts", "3"]);
+    let o = run(c);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("not below the number of parts 3"),
+        "{}",
+        text(&o)
+    );
+    assert!(!tmp.path().join("c").exists(), "nothing written");
 }
 
 /// Runs `examples/cluster/convert.sbatch` with bash as Slurm would run each array task

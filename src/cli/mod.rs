@@ -20,7 +20,7 @@ mod output;
 mod status;
 mod verify;
 
-pub use status::{FAILURE, OUTSIDE_FAULT, SUCCESS};
+pub use status::{FAILURE, OUTSIDE_FAULT, SUCCESS, USAGE};
 
 /// stoker: keeps training GPUs fed.
 #[derive(Debug, Parser)]
@@ -42,8 +42,9 @@ enum Command {
     /// Convert an image folder, list file or WebDataset tar shards into LMDB shards.
     ///
     /// Exit status: 0 when the dataset was written; 1 when the conversion failed (no
-    /// manifest); 3 when it stopped for no fault of the inputs (out of memory, of file
-    /// descriptors, storage that stopped answering): --resume goes on once that is fixed.
+    /// manifest); 2 for a usage error, also flags or job variables that name no part; 3
+    /// when it stopped for no fault of the inputs (out of memory, of file descriptors,
+    /// storage that stopped answering): --resume goes on once that is fixed.
     Convert(convert::Args),
     /// Join the parts of a partitioned conversion (convert --part), or of a writing from
     /// several processes (stoker.Writer(part=, parts=)), into one dataset; this moves the

@@ -17,10 +17,24 @@ pub const FAILURE: u8 = 1;
 /// `verify` fails threw away a sound copy whenever the machine was short. 2 is clap's,
 /// for a usage error.
 pub const OUTSIDE_FAULT: u8 = 3;
+/// Exit status of a command asked for something it cannot do, before it did anything:
+/// clap's status for a usage error, also given to a part selection that names no part
+/// (`--part 5 --parts 3`, or a job array's variables that disagree), which clap cannot
+/// check since the variables are read later.
+pub const USAGE: u8 = 2;
 
 /// The status of a command that ended with `e`: [`OUTSIDE_FAULT`] when it, or an error
-/// it wraps, is such a stop, else [`FAILURE`].
+/// it wraps, is such a stop, [`USAGE`] for a part selection that names no part, else
+/// [`FAILURE`].
 pub(super) fn of_error(e: &anyhow::Error) -> u8 {
+    if e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<FormatError>(),
+            Some(FormatError::PartSelection { .. })
+        )
+    }) {
+        return USAGE;
+    }
     let outside = e.chain().any(|cause| {
         let format = |f: &FormatError| f.outside().is_some();
         cause.downcast_ref::<FormatError>().is_some_and(format)
@@ -85,5 +99,13 @@ mod tests {
         assert_eq!(of_error(&damaged.into()), FAILURE);
         assert_eq!(of_error(&LoaderError::EmptyDataset.into()), FAILURE);
         assert_eq!(of_error(&anyhow::anyhow!("no such file")), FAILURE);
+        let no_part = FormatError::PartSelection {
+            given: "--part=5, --parts=3".into(),
+            reason: "part index 5 is not below the number of parts 3".into(),
+        };
+        assert_eq!(
+            of_error(&anyhow::Error::from(no_part).context("which part")),
+            USAGE
+        );
     }
 }
