@@ -486,7 +486,7 @@ fn bench_under_torchrun_says_which_rank_local_rank_device_and_launcher() {
     assert!(!err.contains("distributed"), "{err}");
     if stoker_decode::driver_library_problem().is_some() {
         assert!(
-            line.contains("device cpu (Device::Auto fell back to the CPU"),
+            line.contains("device cpu (device auto fell back to the CPU"),
             "{line}"
         );
     }

@@ -52,13 +52,13 @@ fn decode_backend_auto_falls_back_for_the_reason_the_loader_gives() {
     match AutoChoice::for_local_rank(0) {
         AutoChoice::Cpu { reason } => {
             // No usable GPU (this machine): both fall back, for the same reason.
-            assert_eq!(device, format!("cpu (Device::Auto: {reason})"));
+            assert_eq!(device, format!("cpu (device auto: {reason})"));
             assert_eq!(v["backend"], "cpu", "{v}");
             // The route by the name the text output and the counters use.
             assert_eq!(v["route"], "cpu-zune", "{v}");
             assert_eq!(
                 notes,
-                [format!("Device::Auto fell back to the CPU: {reason}")],
+                [format!("device auto fell back to the CPU: {reason}")],
                 "{v}"
             );
         }
@@ -66,13 +66,13 @@ fn decode_backend_auto_falls_back_for_the_reason_the_loader_gives() {
             // A GPU machine: the loader took the chosen device or fell back opening it;
             // the CLI either decoded with nvJPEG or said why it could not.
             println!("a GPU is present ({choice:?}): checking the GPU side of the rule");
-            match device.strip_prefix("cpu (Device::Auto: ") {
+            match device.strip_prefix("cpu (device auto: ") {
                 None => assert_eq!(device, choice.describe()),
                 Some(_) => assert!(!notes.is_empty(), "{device} / {v}"),
             }
             if v["backend"] == "cpu" {
                 assert!(
-                    notes[0].starts_with("Device::Auto fell back to the CPU: "),
+                    notes[0].starts_with("device auto fell back to the CPU: "),
                     "{v}"
                 );
             }

@@ -97,7 +97,7 @@ fn child() {
     // The same batches as the CPU loader's: the fallback is the CPU path itself.
     assert_eq!(on_auto, on_cpu);
     assert!(!on_auto.is_empty());
-    assert!(device.starts_with("cpu (Device::Auto: "), "{device}");
+    assert!(device.starts_with("cpu (device auto: "), "{device}");
     assert!(device.contains(says), "{device}");
     match driver {
         // A GPU the driver reports and that cannot be used is worth a warning.
@@ -178,7 +178,7 @@ fn the_cli_falls_back_or_fails_clearly_under_each_unusable_driver() {
         let note = notes[0].as_str().unwrap();
         assert!(
             notes.len() == 1
-                && note.starts_with("Device::Auto fell back to the CPU: ")
+                && note.starts_with("device auto fell back to the CPU: ")
                 && note.contains(says),
             "{driver:?}: {v}"
         );
@@ -201,7 +201,7 @@ fn the_cli_falls_back_or_fails_clearly_under_each_unusable_driver() {
         assert!(out.status.success(), "{driver:?}: {}", text(&out));
         let line = stdout
             .lines()
-            .find(|l| l.contains("Device::Auto fell back to the CPU"))
+            .find(|l| l.contains("device auto fell back to the CPU"))
             .unwrap_or_else(|| panic!("{driver:?}: no fallback line:\n{}", text(&out)));
         assert!(line.contains(says), "{driver:?}: {line}");
 

@@ -61,7 +61,7 @@ impl Dataset {
     ///
     /// # Errors
     ///
-    /// Missing or invalid manifest, missing shard, [`FormatError::ShardSizeMismatch`],
+    /// Missing or invalid manifest, [`FormatError::MissingShard`], [`FormatError::ShardSizeMismatch`],
     /// [`FormatError::DamagedShard`], [`FormatError::UnfinishedConversion`] (or
     /// [`FormatError::ConversionInProgress`] while the conversion still runs), or an I/O
     /// error.
@@ -419,6 +419,12 @@ fn refused(e: FormatError, root: &Path) -> FormatError {
                 root.lossless()
             ),
         },
+        FormatError::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => {
+            FormatError::MissingShard {
+                shard: path,
+                dataset: root.to_path_buf(),
+            }
+        }
         e => e,
     }
 }

@@ -72,6 +72,19 @@ pub enum FormatError {
         /// What is wrong.
         reason: String,
     },
+    /// A shard the manifest lists is not there: deleted, or left out of a copy. (The bare
+    /// "No such file or directory" read like a mistyped path.)
+    #[error(
+        "shard {shard} is missing: the manifest lists it, so the dataset is incomplete (a shard deleted or left out of a copy); `stoker verify {dataset}` (Python `stoker.verify`) names the records it held",
+        shard = .shard.lossless(),
+        dataset = .dataset.lossless()
+    )]
+    MissingShard {
+        /// The shard file.
+        shard: PathBuf,
+        /// The dataset's directory.
+        dataset: PathBuf,
+    },
     /// A shard file changed on disk after it was opened (replaced, truncated or grown).
     #[error(
         "shard {shard}: the file changed on disk after it was opened ({what}); reopen the dataset", shard = .shard.lossless()

@@ -61,6 +61,56 @@ fn payloads(out: &Path) -> Vec<Vec<u8>> {
 }
 
 #[test]
+fn a_class_whose_every_input_is_skipped_is_said_to_have_no_samples() {
+    // An earlier dataset converted inside the source tree is a class of non-images: the
+    // README promised a warning, and the report said nothing beyond the skip list.
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    put(src.path(), b"cats/1.jpg", &p[1]);
+    put(src.path(), b"cats/2.jpg", &p[3]);
+    let first = convert(
+        &opts(
+            Source::ImageFolder(src.path().into()),
+            &src.path().join("old"),
+        ),
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(
+        (first.written, first.warnings.len()),
+        (2, 0),
+        "{:?}",
+        first.warnings
+    );
+    put(src.path(), b"zebras/1.jpg", &p[0]);
+    std::fs::create_dir(src.path().join("zz-empty")).unwrap();
+    let (_out_dir, _out, r) = convert_folder(src.path());
+    assert_eq!((r.written, r.skipped.len()), (3, 3), "{:?}", r.skipped);
+    assert_eq!(r.empty_classes, ["zz-empty", "old"]);
+    assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+    assert!(
+        r.warnings[0].contains("\"zz-empty\" (label 3) is an empty folder"),
+        "{:?}",
+        r.warnings
+    );
+    assert_eq!(
+        r.warnings[1],
+        "class \"old\" (label 1, 3 input(s)) has no samples: every input of it was skipped (see the skip list); it keeps its label"
+    );
+
+    // A part holds a slice of the classes: a class without samples there is no news.
+    let part_out = tempfile::tempdir().unwrap();
+    let mut o = opts(Source::ImageFolder(src.path().into()), part_out.path());
+    o.part = Some(Part::new(0, 2).unwrap());
+    let r = convert(&o, &NoProgress).unwrap();
+    assert!(
+        r.warnings.iter().all(|w| !w.contains("was skipped")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
 fn non_utf8_class_folders_get_torchvision_labels_and_distinct_names() {
     let src = tempfile::tempdir().unwrap();
     let p = photos();

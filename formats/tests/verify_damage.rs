@@ -51,7 +51,19 @@ fn the_shards_around_a_missing_one_are_checked() {
     let dir = tempfile::tempdir().unwrap();
     let ds = photos(dir.path(), "ds", Layout::Auto);
     std::fs::remove_file(ds.join("shard-00001.lmdb")).unwrap();
-    assert!(Dataset::open(&ds).is_err());
+    // Said as a dataset missing a shard, with what to run; the bare "No such file or
+    // directory" read like a mistyped path.
+    match Dataset::open(&ds) {
+        Err(e @ stoker_formats::FormatError::MissingShard { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("shard-00001.lmdb is missing: the manifest lists it")
+                    && text.contains("stoker verify"),
+                "{text}"
+            );
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
     let r = verify_dir(&ds, false).unwrap();
     assert_lost_shard(&ds, &r, 1, LostCause::Missing);
     assert_eq!(r.opened, r.shards - 1);

@@ -75,8 +75,9 @@ impl AutoChoice {
     }
 
     /// The device as the loader reports it ([`crate::Stats::device`]):
-    /// `cuda:3 (Device::Auto: local rank 3 mod 8 visible devices)`, or
-    /// `cpu (Device::Auto: <reason>)`.
+    /// `cuda:3 (device auto: local rank 3 mod 8 visible devices)`, or
+    /// `cpu (device auto: <reason>)`: "device auto" rather than the Rust name, since the CLI
+    /// (`--device auto`) and Python (`device="auto"`) print it too.
     pub fn describe(&self) -> String {
         match self {
             AutoChoice::Gpu {
@@ -84,20 +85,20 @@ impl AutoChoice {
                 local_rank,
                 visible,
             } => format!(
-                "cuda:{ordinal} (Device::Auto: local rank {local_rank} mod {visible} visible device{})",
+                "cuda:{ordinal} (device auto: local rank {local_rank} mod {visible} visible device{})",
                 if *visible == 1 { "" } else { "s" }
             ),
-            AutoChoice::Cpu { reason } => format!("cpu (Device::Auto: {reason})"),
+            AutoChoice::Cpu { reason } => format!("cpu (device auto: {reason})"),
         }
     }
 
     /// For a CPU choice, the line that says the fallback happened and why:
-    /// `Device::Auto fell back to the CPU: <reason>`; `None` for a GPU.
+    /// `device auto fell back to the CPU: <reason>`; `None` for a GPU.
     pub fn fallback_note(&self) -> Option<String> {
         match self {
             AutoChoice::Gpu { .. } => None,
             AutoChoice::Cpu { reason } => {
-                Some(format!("Device::Auto fell back to the CPU: {reason}"))
+                Some(format!("device auto fell back to the CPU: {reason}"))
             }
         }
     }
@@ -128,7 +129,7 @@ pub(crate) fn build_backend(
         let mut warning = None;
         if let AutoChoice::Cpu { reason } = &choice {
             match unusable {
-                None => tracing::info!(%reason, "Device::Auto: no usable GPU, loading on the CPU"),
+                None => tracing::info!(%reason, "device auto: no usable GPU, loading on the CPU"),
                 Some(ordinal) => {
                     warning = Some(format!(
                         "device auto: cuda:{ordinal} is there but cannot be used, so batches are \

@@ -303,7 +303,7 @@ impl BadLog {
                     tracing::warn!(index = e.index, %source, epoch, error = %e.error, "bad record replaced by another sample of the epoch")
                 }
                 OnError::Error => {
-                    tracing::warn!(index = e.index, %source, epoch, error = %e.error, "bad record: its batch is an error (OnError::Error)")
+                    tracing::warn!(index = e.index, %source, epoch, error = %e.error, "bad record: its batch is an error (the loader's on_error setting)")
                 }
             }
         }

@@ -303,7 +303,7 @@ fn check_node(probes: &[Probe], records: u64, launcher: Launcher, local_world: u
                 p.stats_device
             ),
             _ => assert!(
-                p.stats_device.starts_with("cpu (Device::Auto"),
+                p.stats_device.starts_with("cpu (device auto"),
                 "rank {rank}: {}",
                 p.stats_device
             ),

@@ -598,7 +598,7 @@ fn bad_settings_are_clear_errors() {
         // ... and says so in its stats, with the reason.
         let backend = loader.stats().backend;
         assert!(
-            backend.starts_with("cpu") && backend.contains("Device::Auto fell back"),
+            backend.starts_with("cpu") && backend.contains("device auto fell back"),
             "{backend}"
         );
         assert!(small(&ds)

@@ -74,7 +74,7 @@ pub(crate) fn choose(
                 AutoChoice::Gpu { ordinal, .. } => ordinal,
                 _ => 0,
             };
-            // `describe` is "cuda:N (Device::Auto: …)": the name, then why.
+            // `describe` is "cuda:N (device auto: …)": the name, then why.
             let text = auto.describe();
             let why = text
                 .split_once(" (")

@@ -119,7 +119,8 @@ pub struct Args {
     /// Print a machine-readable JSON report on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Print every skipped file (the JSON report always lists them).
+    /// Name each skipped file on stderr as it is skipped, and every one in the summary
+    /// (which otherwise lists the first 20; the JSON report always lists them all).
     #[arg(long, short = 'v')]
     pub verbose: bool,
     /// No progress bar, and no progress lines where stderr is not a terminal (a job's log);
@@ -195,7 +196,7 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
-/// Where the part came from when no flag asked for one: a job array's variables, which
+/// Where the part came from when no flag asked for one: the launcher's variables, which
 /// any task of an array sees, also one that converts a whole dataset of its own (an array
 /// over datasets). That task got one slice of its dataset, exit 0, with nothing but the
 /// part's name to say why.
@@ -211,7 +212,7 @@ fn part_source(from_flags: bool) -> String {
         return String::new();
     }
     format!(
-        ", as the job array's {} say: one slice per task, for `stoker merge`; to convert every input in this task, unset them",
+        ", as {} say (a Slurm array task or a Kubernetes Indexed Job): one slice per task, for `stoker merge`; to convert every input in this task, unset them",
         vars.join(", ")
     )
 }

@@ -214,6 +214,9 @@ fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow:
             "size: {}x{}x{} {}, {} payload bytes",
             f.width, f.height, f.channels, f.encoding, f.payload_bytes
         )?;
+        if f.crc_ok {
+            writeln!(out, "payload: matches its CRC-32C")?;
+        }
     }
     if let Some(problem) = &r.problem {
         writeln!(out, "damaged: {}", super::output::shown(problem))?;

@@ -192,7 +192,8 @@ pub fn convert(
     let accounted = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer);
     let no_map = accounted.map_err(|e| made.after_nothing_converted(e, &writer, dir))?;
     let provenance = provenance(options, &listing, listing_fingerprint);
-    let empty_classes = source::empty_classes(&options.source, &listing);
+    let (empty_classes, all_skipped_note) =
+        source::classes_without_samples(&options.source, options.part, &listing, &totals.skipped);
     if let Some(p) = options.part {
         writer.set_part(part_info(p));
     }
@@ -201,6 +202,7 @@ pub fn convert(
         .map_err(|e| run_error(e, out, dir))?;
     journal::remove(out);
     let mut warnings = listing.warnings;
+    warnings.extend(all_skipped_note);
     warnings.extend(no_map);
     warnings.extend(per_shard.and_then(|k| options.shard_floor_note(k, &manifest.shards)));
     Ok(ConvertReport {

@@ -98,8 +98,9 @@ pub struct ConvertReport {
     /// [`super::MIN_SHARD_BYTES`] and fewer, larger ones were written.
     #[serde(default)]
     pub warnings: Vec<String>,
-    /// Names of the ImageFolder class folders with no sample (they keep their labels);
-    /// the warning names the first 20.
+    /// Names of the ImageFolder class folders with no sample (they keep their labels):
+    /// empty folders, then (in a conversion that is not a part) folders whose every input
+    /// was skipped; each warning names the first 20.
     #[serde(default)]
     pub empty_classes: Vec<String>,
     /// Shard files written.

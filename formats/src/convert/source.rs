@@ -425,6 +425,91 @@ pub(super) fn empty_classes(source: &Source, listing: &Listing) -> Vec<String> {
         .collect()
 }
 
+/// The report's `empty_classes` after a conversion: the empty folders, then the classes
+/// whose every input was skipped, with the warning for the latter. Not for a part, which
+/// holds a slice of the classes: a class without samples there is no news.
+pub(super) fn classes_without_samples(
+    source: &Source,
+    part: Option<super::Part>,
+    listing: &Listing,
+    skipped: &[super::Skipped],
+) -> (Vec<String>, Option<String>) {
+    let mut empty = empty_classes(source, listing);
+    if part.is_some() {
+        return (empty, None);
+    }
+    let all_skipped = classes_all_skipped(source, listing, skipped);
+    let note = classes_all_skipped_warning(&listing.classes, &all_skipped);
+    empty.extend(all_skipped.into_iter().map(|(c, _)| c));
+    (empty, note)
+}
+
+/// The classes of an ImageFolder listing that have inputs but no sample, since every
+/// one was skipped (a tree of non-images, an earlier dataset converted inside the source
+/// tree), with their input counts: no sample, as an empty folder has none, yet nothing
+/// said so beside the skip list.
+fn classes_all_skipped(
+    source: &Source,
+    listing: &Listing,
+    skipped: &[super::Skipped],
+) -> Vec<(String, usize)> {
+    if skipped.is_empty()
+        || !matches!(source, Source::ImageFolder(_))
+        || listing.flat
+        || listing.webdataset
+    {
+        return Vec::new();
+    }
+    let skipped: HashSet<&Path> = skipped.iter().map(|s| s.path.as_path()).collect();
+    // Per label: inputs, and inputs that became records.
+    let mut counts = vec![(0usize, 0usize); listing.classes.len()];
+    for i in &listing.inputs {
+        if let Some((inputs, kept)) = counts.get_mut(i.label as usize) {
+            *inputs += 1;
+            if !skipped.contains(i.path.as_path()) {
+                *kept += 1;
+            }
+        }
+    }
+    (listing.classes.iter().zip(counts))
+        .filter(|(_, (inputs, kept))| *inputs > 0 && *kept == 0)
+        .map(|(c, (inputs, _))| (c.clone(), inputs))
+        .collect()
+}
+
+/// One warning for the classes of [`classes_all_skipped`], if any.
+fn classes_all_skipped_warning(
+    classes: &[String],
+    all_skipped: &[(String, usize)],
+) -> Option<String> {
+    let label = |name: &str| classes.iter().position(|c| c == name).unwrap_or(0);
+    let named =
+        |(name, n): &(String, usize)| format!("{name:?} (label {}, {n} input(s))", label(name));
+    match all_skipped {
+        [] => None,
+        [one] => Some(format!(
+            "class {} has no samples: every input of it was skipped (see the skip list); it keeps its label",
+            named(one)
+        )),
+        _ => {
+            let shown: Vec<String> = all_skipped
+                .iter()
+                .take(EMPTY_CLASSES_NAMED)
+                .map(named)
+                .collect();
+            let rest = match all_skipped.len().saturating_sub(EMPTY_CLASSES_NAMED) {
+                0 => String::new(),
+                n => format!(" ... and {n} more (all in the JSON report's empty_classes)"),
+            };
+            Some(format!(
+                "{} classes have no samples: every input of theirs was skipped (see the skip list); they keep their labels: {}{rest}",
+                all_skipped.len(),
+                shown.join(", ")
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

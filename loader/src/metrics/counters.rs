@@ -217,7 +217,7 @@ impl Metrics {
             Some((placement, [rank, world]));
     }
 
-    /// Names the device the batches are produced on (`"cuda:3 (Device::Auto: …)"`, `"cpu"`).
+    /// Names the device the batches are produced on (`"cuda:3 (device auto: …)"`, `"cpu"`).
     pub fn set_device(&self, device: String) {
         *self.device.lock().unwrap_or_else(|p| p.into_inner()) = device;
     }
