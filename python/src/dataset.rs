@@ -19,6 +19,11 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
     py.import("json")?.call_method1("loads", (text,))
 }
 
+// The signatures below write the formats crate's defaults as literals, so that Python's
+// `help()` shows them (a path shows as `...`).
+const _: () = assert!(stoker_formats::DEFAULT_SHARD_BYTES == 1_073_741_824);
+const _: () = assert!(stoker_formats::DEFAULT_MAX_FILE_SIZE == 67_108_864);
+
 /// Converts an image folder (one subdirectory per class), a list file or WebDataset tar
 /// shards into a dataset of LMDB shards, like ``stoker convert``, and returns its report
 /// as a dict with the keys of ``stoker convert --json`` (``inputs``, ``written``,
@@ -52,7 +57,10 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 /// Raises ``TypeError`` for an argument of the wrong type (a bool is not an int),
 /// ``ValueError`` for bad options (a number out of range, named by its keyword),
 /// ``FileNotFoundError`` for a missing
-/// source, ``stoker.StokerError`` for the rest (an output that already holds a
+/// source, ``OSError`` with its errno (``EMFILE``, ``ETIMEDOUT``, ...) or ``MemoryError``
+/// when the conversion stops for no fault of its inputs (no file descriptor left, storage
+/// that stopped answering, no memory: ``resume=True`` goes on once that is fixed),
+/// ``stoker.StokerError`` for the rest (an output that already holds a
 /// dataset, a bad input with ``strict=True``, ...). Ctrl-C stops the conversion
 /// within a fraction of a second (``KeyboardInterrupt``); what was finished stays, and
 /// ``resume=True`` continues it (stopped before its first record, a fresh conversion
@@ -60,9 +68,9 @@ pub(crate) fn json_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py
 #[pyfunction]
 #[pyo3(signature = (
     src, out, *, list=None, encoding="jpeg", max_side=None, quality=90, size=None,
-    resize="shorter-side", jobs=None, shard_size=stoker_formats::DEFAULT_SHARD_BYTES,
+    resize="shorter-side", jobs=None, shard_size=1_073_741_824,
     shards=None, resume=false, strict=false, max_pixels=100_000_000,
-    max_file_size=stoker_formats::DEFAULT_MAX_FILE_SIZE, gpu_friendly=false, check=true,
+    max_file_size=67_108_864, gpu_friendly=false, check=true,
     shuffle=false, seed=None, layout="auto", part=None, parts=None, progress=None,
     classes=None
 ))]
@@ -239,7 +247,9 @@ fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 ///
 /// Raises ``stoker.StokerError`` for parts that do not exist, are unfinished, missing,
 /// duplicated or from different conversions, for a shard that is not the one its part
-/// wrote (its digest differs), and for an ``out`` that holds no parts.
+/// wrote (its digest differs), and for an ``out`` that holds no parts; ``OSError`` with
+/// its errno when it stops for no fault of the parts (no file descriptor left, storage
+/// that stopped answering), the parts left whole.
 #[pyfunction]
 #[pyo3(signature = (out, parts=None))]
 pub(crate) fn merge<'py>(
@@ -331,7 +341,8 @@ impl Progress for Cancellable {
 ///
 /// Raises ``FileNotFoundError`` when ``path`` does not exist or is not a dataset (a file,
 /// a folder of images, parts not yet merged: no ``manifest.json``; the message says
-/// what to do), ``stoker.StokerError`` when its manifest or shards are invalid. Pickles
+/// what to do) or when a shard its manifest lists is missing (the message says to run
+/// ``stoker.verify``), ``stoker.StokerError`` when its manifest or shards are invalid. Pickles
 /// as its path (a ``spawn``-started process reopens it).
 #[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct Dataset {

@@ -20,6 +20,9 @@ pyo3::create_exception!(
     "An error of the stoker library (a bad record, a failed loader thread, a GPU failure...); the message is the library's."
 );
 
+/// `ENOENT`, the errno of a missing file on Linux and macOS (no `libc` here for one number).
+const ENOENT: i32 = 2;
+
 /// The exception for a [`FormatError`].
 pub(crate) fn format_error(e: FormatError) -> PyErr {
     match &e {
@@ -31,6 +34,9 @@ pub(crate) fn format_error(e: FormatError) -> PyErr {
         FormatError::UnfinishedConversion { .. }
         | FormatError::ConversionInProgress { .. }
         | FormatError::NotADataset { .. } => PyFileNotFoundError::new_err(e.to_string()),
+        // A FileNotFoundError as before (errno ENOENT), with the message that says what
+        // is missing and what to run.
+        FormatError::MissingShard { .. } => PyFileNotFoundError::new_err((ENOENT, e.to_string())),
         FormatError::InvalidOptions(_) => PyValueError::new_err(e.to_string()),
         // Also a plain I/O error whose errno is no fault of the files (EMFILE opening a
         // dataset), as the CLI exits 3 for it.

@@ -17,7 +17,8 @@
 //! - `capsule`: the one FFI piece: a DLPack tensor in a `"dltensor"` capsule.
 //! - `command`: the `stoker` command (the Rust CLI) for the console script and
 //!   `python -m stoker`.
-//! - `errors`: Rust errors → `ValueError`, `FileNotFoundError` or `stoker.StokerError`.
+//! - `errors`: Rust errors → `ValueError`, `FileNotFoundError`, `OSError` or `MemoryError`
+//!   (a stop for no fault of the inputs) or `stoker.StokerError`.
 //! - `logging`: the crates' `tracing` events → Python's `logging` (logger `stoker`),
 //!   queued and delivered on the caller's thread.
 //!

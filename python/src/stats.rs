@@ -43,6 +43,20 @@ impl Stats {
         Ok((rebuild, (self.inner.to_json(),)))
     }
 
+    /// Equal to a snapshot of the same counters, such as the one a pickle gives back.
+    /// Compared as their JSON, where a NaN (a rate of nothing) equals itself.
+    fn __eq__(&self, other: PyRef<'_, Self>) -> bool {
+        self.inner.to_json() == other.inner.to_json()
+    }
+
+    /// Hashable as before `__eq__` was defined, consistently with it.
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.inner.to_json().hash(&mut h);
+        h.finish()
+    }
+
     /// A plain dict of the counters.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         self.dict(py)

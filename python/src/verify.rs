@@ -27,8 +27,8 @@ use crate::logging::Call;
 /// (not a dataset, an unfinished conversion), else ``stoker.StokerError``; when the check
 /// cannot go on for no fault of the dataset's, so that it says nothing about it:
 /// ``MemoryError`` where a decode or a read could not get its memory,
-/// ``stoker.StokerError`` where the process has no file descriptor left or the storage
-/// stopped answering; and ``KeyboardInterrupt`` on Ctrl-C, which stops the check.
+/// ``OSError`` with its errno (``EMFILE``, ``ETIMEDOUT``, ...) where the process has no
+/// file descriptor left or the storage stopped answering; and ``KeyboardInterrupt`` on Ctrl-C, which stops the check.
 #[pyfunction]
 #[pyo3(signature = (path, decode=false))]
 pub(crate) fn verify<'py>(

@@ -86,8 +86,8 @@ impl Writer {
     #[pyo3(signature = (
         out, classes=None, *, source=None, encoding="jpeg", max_side=None, quality=90,
         size=None, resize="shorter-side", jobs=None,
-        shard_size=stoker_formats::DEFAULT_SHARD_BYTES, strict=false,
-        max_pixels=100_000_000, max_file_size=stoker_formats::DEFAULT_MAX_FILE_SIZE,
+        shard_size=1_073_741_824, strict=false,
+        max_pixels=100_000_000, max_file_size=67_108_864,
         gpu_friendly=false, check=true, part=None, parts=None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -332,9 +332,16 @@ impl Drop for Writer {
             w.samples()
         );
         Python::attach(|py| {
+            // A writer freed while an exception is on its way (`Writer(...).write(bad)`
+            // raising as its temporary is freed) keeps that exception: warning with it
+            // set made Python replace it by a SystemError.
+            let pending = PyErr::take(py);
             // A warning made an error (`-W error`) cannot leave a destructor.
             if let Err(e) = crate::errors::warn(py, text) {
                 e.write_unraisable(py, None);
+            }
+            if let Some(e) = pending {
+                e.restore(py);
             }
         });
     }

@@ -244,6 +244,25 @@ def test_convert_warns_of_what_it_noted_and_refuses_to_write_nothing(tmp_path):
     assert not (tmp_path / "none" / "manifest.json").exists()
 
 
+def test_a_class_of_non_images_and_a_missing_shard_are_said_plainly(tmp_path):
+    # An earlier dataset inside the tree is a class of no images: the README promised a
+    # warning, and only the skip list said it.
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    shutil.copy(SAMPLE / "caer" / "tent.jpg", tree / "a" / "tent.jpg")
+    stoker.convert(tree, tree / "old", progress=False)
+    with pytest.warns(UserWarning, match=r'class "old" \(label 1, 3 input\(s\)\) has no samples'):
+        report = stoker.convert(tree, tmp_path / "ds", progress=False)
+    assert report["empty_classes"] == ["old"] and len(report["skipped"]) == 3
+
+    # A shard the manifest lists and the folder lacks: still a FileNotFoundError (now with
+    # its errno), saying what is missing and what to run, not a bare "No such file".
+    (tmp_path / "ds" / "shard-00000.lmdb").unlink()
+    with pytest.raises(FileNotFoundError, match="is missing: the manifest lists it") as e:
+        stoker.Dataset(tmp_path / "ds")
+    assert e.value.errno == 2 and "stoker verify" in str(e.value)
+
+
 def test_a_shard_cut_short_while_read_fails_its_records_not_the_process(tmp_path):
     # `cp` over a dataset in use cuts its shards short under the map: reads past the cut
     # used to kill the process with SIGBUS.

@@ -93,7 +93,7 @@ def test_default_device_loads_on_the_cpu_and_cuda_says_why(
     assert n > 0 and len(got.files) == 2 * n
 
     device = next(l for l in lines if l.startswith("device: "))
-    assert device.startswith("device: cpu (Device::Auto: ") and says in device, lines
+    assert device.startswith("device: cpu (device auto: ") and says in device, lines
     warnings = [l for l in lines if l.startswith("warning: ")]
     if reports_gpu:
         assert len(warnings) == 1, lines

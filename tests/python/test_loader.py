@@ -1351,6 +1351,11 @@ def test_stats_copy_and_deepcopy_as_the_snapshot_they_are(sample_dataset):
     back = pickle.loads(pickle.dumps(metrics))["loader"]
     assert isinstance(back, stoker.Stats)
     assert back.to_dict() == stats.to_dict() and str(back) == str(stats)
+    # It "comes back equal", as `__reduce__` says: `==` was identity.
+    assert back == stats and not (back != stats) and hash(back) == hash(stats)
+    assert stats != stats.to_dict() and len({back, stats}) == 1
+    with stoker.Loader(sample_dataset, 4, size=32, device="cpu") as other:
+        assert other.stats() != stats
     with pytest.raises(ValueError, match="not a stoker.Stats"):
         stoker._stoker._stats_from_json("{}")
 

@@ -760,3 +760,13 @@ def test_parts_name_their_unnamed_samples_apart_and_labels_refuse_torch_bools(tm
             with pytest.raises(TypeError, match="is a bool"):
                 w.write(samples[0][0], label)
         w.write(samples[0][0], torch.tensor(1))
+
+
+def test_an_error_raised_by_a_temporary_writer_reaches_the_caller(tmp_path):
+    # `Writer(...).write(bad)` raised ValueError as its temporary writer was freed, and
+    # the "freed unclosed" warning issued with that error set turned it into SystemError.
+    data = (SAMPLE / "caer" / "tent.jpg").read_bytes()
+    with pytest.warns(UserWarning, match="freed unclosed"):
+        with pytest.raises(ValueError, match="label 5"):
+            stoker.Writer(tmp_path / "w", classes=["a"]).write(data, 5)
+    assert not (tmp_path / "w").exists()
