@@ -252,6 +252,10 @@ impl<'a> Measurement<'a> {
                 verdict::fmt_rate(warm_rps),
                 st.threads
             ),
+            None if st.resident_after_drop < 0.5 => format!(
+                "warm {:.0} MB/s (the stage time left no time for a cold read); {} threads",
+                st.warm_mb_per_s, st.threads
+            ),
             None => format!(
                 "warm {:.0} MB/s (page cache could not be dropped: {:.0}% resident after posix_fadvise DONTNEED); {} threads",
                 st.warm_mb_per_s,
@@ -419,6 +423,7 @@ impl<'a> Measurement<'a> {
         caps.cpu_util = e2e.cpu_util;
         caps.gpu_util = e2e.gpu_util;
         caps.img_per_cpu_s = e2e.img_per_cpu_s;
+        caps.epoch_batches = e2e.epoch_batches;
         self.stages.end_to_end = e2e.stage;
 
         let no_gpu_reason = &self.dev.no_gpu_reason;

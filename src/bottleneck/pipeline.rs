@@ -32,6 +32,8 @@ pub struct EndToEnd {
     pub gpu_util: Option<f64>,
     /// Images per CPU-second of this process over the timed window.
     pub img_per_cpu_s: Option<f64>,
+    /// Batches in one of this rank's epochs.
+    pub epoch_batches: Option<u64>,
     /// Records the loader replaced because they could not be read or decoded, each
     /// counted once (a bad record is met again in every epoch of the run).
     pub bad_records: u64,
@@ -117,6 +119,7 @@ pub fn end_to_end(
                 cpu_util: None,
                 gpu_util: None,
                 img_per_cpu_s: None,
+                epoch_batches: None,
                 bad_records: 0,
             },
             LoaderCapacities {
@@ -357,6 +360,7 @@ fn summarize(
             cpu_util,
             gpu_util,
             img_per_cpu_s,
+            epoch_batches: Some(built.loader.num_batches()),
             bad_records: stats.bad_distinct,
         },
         caps,

@@ -115,14 +115,16 @@ pub fn measure(
     let start = Instant::now();
     let mut cold_bytes = 0u64;
     let mut cold_time = Duration::ZERO;
-    let mut resident = 1.0f64;
-    let mut first = true;
+    // Dropped once before the loop, so that the residency reported is measured even when
+    // the budget leaves no time for a read (`--seconds 1e-9` said "could not be dropped:
+    // 100% resident" of a drop never tried).
+    let resident = drop_cache(&extents)?;
+    let mut dropped = true;
     while start.elapsed() < half {
-        let r = drop_cache(&extents)?;
-        if first {
-            resident = r;
-            first = false;
+        if !dropped {
+            drop_cache(&extents)?;
         }
+        dropped = false;
         let deadline = half.saturating_sub(start.elapsed());
         let t = Instant::now();
         cold_bytes += read_all(&extents, threads, Some(deadline))?;
@@ -354,6 +356,18 @@ mod tests {
         assert!(f.warm_mb_per_s > 0.0);
         assert!((f.bytes_per_record - total as f64 / 100.0).abs() < 1e-6);
         assert!((f.records_per_s(1.0) - 1e6 / f.bytes_per_record).abs() < 1e-6);
+
+        // A budget too short for any read still drops the cache once and says what stayed
+        // resident: it said 100%, of a drop never tried (the same on tmpfs, where nothing
+        // can be dropped; not on a disk).
+        let f = measure(&files, 100, 2, Duration::ZERO, &|_| {}).unwrap();
+        let after = drop_cache(&extents).unwrap();
+        assert!(
+            (f.resident_after_drop - after).abs() < 0.5,
+            "{} vs {after}",
+            f.resident_after_drop
+        );
+        assert!(f.cold_mb_per_s.is_none());
     }
 
     #[test]

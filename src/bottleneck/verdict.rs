@@ -103,6 +103,9 @@ pub struct Capacities {
     /// CPU path's work comes to when it has those cores to itself, with no model of how
     /// its stages share them.
     pub img_per_cpu_s: Option<f64>,
+    /// Batches in one epoch of the end-to-end run: on the CPU path a worker builds a whole
+    /// batch, so an epoch of fewer batches than `cores` leaves cores idle.
+    pub epoch_batches: Option<u64>,
     /// The simulated step's demand: batch / step time.
     pub consumer: Option<f64>,
     /// Measured end-to-end throughput.
@@ -249,6 +252,7 @@ pub fn judge(c: &Capacities) -> Verdict {
             fmt_rate(e2e),
             pct(e2e / first.img_per_s)
         ));
+        text.push_str(&few_batches_note(c, path));
     }
     Verdict {
         path,
@@ -524,6 +528,20 @@ fn head_and_advice(c: &Capacities, path: PipelinePath, first: Candidate) -> (Str
             },
         ),
         Bound::Loader => unreachable!("Loader is only chosen above"),
+    }
+}
+
+/// Where an epoch of the CPU path is fewer batches than the workers, each building whole
+/// batches, end to end could not use every core (a dataset of one batch: one core), and
+/// its share of the bound says so, not the stages.
+fn few_batches_note(c: &Capacities, path: PipelinePath) -> String {
+    match c.epoch_batches {
+        Some(n) if path == PipelinePath::Cpu && n < c.cores as u64 => format!(
+            " (an epoch here is {n} batch{}, and a worker builds whole batches: at most {n} of the {} cores worked; lower --batch to measure them all)",
+            if n == 1 { "" } else { "es" },
+            c.cores
+        ),
+        _ => String::new(),
     }
 }
 

@@ -370,6 +370,34 @@ fn cpu_time_per_image_lifts_the_cpu_bound_above_the_stage_counters() {
 }
 
 #[test]
+fn an_epoch_of_fewer_batches_than_cores_is_said_beside_end_to_end() {
+    // The 15-photo sample at the default batch of 256 on 16 cores: one batch an epoch,
+    // built by one worker, end to end at a sixteenth of the bound without a word why.
+    let mut c = cpu_caps();
+    c.cores = 16;
+    c.cpu_transform = Some(5_850.0);
+    c.end_to_end = Some(100.0);
+    c.epoch_batches = Some(1);
+    let v = judge(&c);
+    assert!(
+        v.text.contains(
+            "(an epoch here is 1 batch, and a worker builds whole batches: at most 1 of the 16 cores worked; lower --batch to measure them all)"
+        ),
+        "{}",
+        v.text
+    );
+    c.epoch_batches = Some(3);
+    assert!(judge(&c).text.contains("is 3 batches"));
+    // Enough batches for every worker, or the GPU path: nothing to say.
+    c.epoch_batches = Some(16);
+    assert!(!judge(&c).text.contains("whole batches"));
+    let mut g = gpu_caps();
+    g.end_to_end = Some(20_000.0);
+    g.epoch_batches = Some(1);
+    assert!(!judge(&g).text.contains("whole batches"));
+}
+
+#[test]
 fn cpu_transforms_do_not_count_on_the_gpu_path() {
     let mut c = gpu_caps();
     c.cpu_transform = Some(10.0);
