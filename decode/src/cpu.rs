@@ -1,5 +1,5 @@
 //! CPU backend: zune-jpeg for ordinary files, jpeg-decoder for the rest,
-//! chosen per image from what [`probe`] finds.
+//! chosen per image from what [`probe()`] finds.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -118,7 +118,7 @@ impl CpuDecoder {
     /// ```
     ///
     /// # Errors
-    /// Every [`probe`] error; [`DecodeError::Unsupported`] (arithmetic,
+    /// Every [`probe()`] error; [`DecodeError::Unsupported`] (arithmetic,
     /// lossless, 12-bit, hierarchical); [`DecodeError::OutputTooSmall`];
     /// [`DecodeError::Corrupt`] / [`DecodeError::Panicked`] when both backends fail.
     /// On error the contents of `out` are unspecified.

@@ -5,7 +5,7 @@
 //! Through the `stoker` crate alone it is `stoker::decode` (`stoker::decode::CpuDecoder`
 //! where these pages write `stoker_decode::CpuDecoder`).
 //!
-//! - [`probe`] reads the headers only (size, components, color space,
+//! - [`probe()`] reads the headers only (size, components, color space,
 //!   subsampling, progressive/arithmetic/lossless, bit depth, EXIF
 //!   orientation), bounded by [`Limits::max_pixels`].
 //! - [`CpuDecoder`] routes each image by what `probe` finds: zune-jpeg for

@@ -54,7 +54,7 @@ impl Dataset {
     /// its two LMDB meta pages are checked (page size, last page, tree roots and flags,
     /// record count), a few hundred bytes per shard; records are then found by stoker's own
     /// bounds-checked lookup, never through LMDB;
-    /// [`crate::verify`] checks every byte against the manifest's digest.
+    /// [`crate::verify()`] checks every byte against the manifest's digest.
     ///
     /// It installs stoker's SIGBUS handler for the process, in front of any other
     /// (the crate's docs, "The process's SIGBUS handler", say why and what it passes on).

@@ -353,7 +353,7 @@ where
 
 /// Writes into `dir` the source map of `records` records from a spooled offset table
 /// (each record's end, without the leading 0) and the names it indexes
-/// (`crate::source_spool`), copied as they are: the spool wrote them as [`write`] would.
+/// (`crate::source_spool`), copied as they are: the spool wrote them as [`write()`] would.
 pub(crate) fn write_copied(
     dir: &Path,
     records: u64,

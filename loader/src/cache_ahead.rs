@@ -4,7 +4,7 @@
 //! after another, each a wait for the storage, and on a shuffled order the kernel's own
 //! read-ahead cannot guess the next record. So a thread of its own walks the epoch's order
 //! a few batches ahead of the consumer and asks the kernel for those records' pages
-//! ([`DatasetReader::will_need`]): their reads are then in flight together, and the
+//! ([`stoker_formats::DatasetReader::will_need`]): their reads are then in flight together, and the
 //! workers find the pages cached (docs/BENCHMARKS.md, "Cold reads with read-ahead").
 //!
 //! Bounded: the records of the batches being built (`prefetch` past the consumer) and

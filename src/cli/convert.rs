@@ -1,5 +1,5 @@
 //! `stoker convert SRC OUT`: flags → [`crate::formats::ConvertOptions`] → one call to
-//! [`crate::formats::convert`]. A progress bar goes to stderr when it is a terminal; the
+//! [`crate::formats::convert()`]. A progress bar goes to stderr when it is a terminal; the
 //! summary (or the `--json` report) goes to stdout.
 
 use std::io::IsTerminal;
@@ -230,7 +230,7 @@ fn part_note(args: &Args, part: Option<formats::Part>) -> Option<String> {
 }
 
 /// The progress of a conversion, preceded by a note said once the conversion starts
-/// writing: a note said before [`formats::convert`] was called came before its refusals
+/// writing: a note said before [`formats::convert()`] was called came before its refusals
 /// (an output root already merged, a part locked), as if the part had begun.
 struct Announced<'a> {
     note: Option<String>,

@@ -27,7 +27,7 @@ use crate::{
 /// Decodes batches of JPEGs into device memory (RGB interleaved u8, HWC,
 /// pitch `width * 3`) on a caller-given CUDA stream.
 ///
-/// Routing per image: [`probe`] first (pixel limit, unsupported features);
+/// Routing per image: [`probe()`] first (pixel limit, unsupported features);
 /// then the hardware engines for files [`ImageInfo::hardware_decodable`] and
 /// `nvjpegDecodeBatchedSupported` accept ([`Route::NvjpegHardware`]); the
 /// CUDA decoder for other files [`ImageInfo::nvjpeg_decodable`] accepts
@@ -390,7 +390,7 @@ impl GpuDecoder {
     /// whichever are more). A failing image leaves its output untouched and fails alone.
     ///
     /// # Errors (per image)
-    /// Every [`probe`] error; [`DecodeError::Unsupported`];
+    /// Every [`probe()`] error; [`DecodeError::Unsupported`];
     /// [`DecodeError::OutputTooSmall`]; the CPU backend's error when nvJPEG
     /// and the CPU both fail; [`DecodeError::BatchShape`] (every image, or every
     /// output when there are more) when the slice lengths differ;

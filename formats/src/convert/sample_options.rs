@@ -43,7 +43,7 @@ pub struct SampleOptions {
     /// As [`ConvertOptions::check_decode`].
     pub check_decode: bool,
     /// Write part `index` of `count` of one dataset, into `out/part-IIIII-of-NNNNN/` (as
-    /// `convert --part` names its parts), for [`crate::merge`] to join: the merged dataset
+    /// `convert --part` names its parts), for [`crate::merge()`] to join: the merged dataset
     /// holds part 0's samples, then part 1's, and so on. Needs the classes (a part cannot
     /// know the largest label the others see), the same in every part, as are the options
     /// and the source.

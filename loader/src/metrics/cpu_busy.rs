@@ -1,5 +1,5 @@
 //! How busy the CPUs this process may use are: the figure behind the input-bound rule
-//! ([`crate::Utilization`]'s `cpu`, `stoker bench`'s `cpu_util`).
+//! ([`crate::metrics::Utilization`]'s `cpu`, `stoker bench`'s `cpu_util`).
 //!
 //! `/proc/stat` counts the whole machine. In a container limited to 16 of a node's 128
 //! CPUs (a CPU quota, a cpuset, a Slurm allocation), a loader using all 16 read as 12 %
