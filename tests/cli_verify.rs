@@ -242,6 +242,25 @@ fn verify_of_a_shard_cut_short_names_only_the_records_past_the_cut() {
     assert_eq!(v["read_in_part"], 1, "{v}");
 }
 
+/// The decode pool took `RAYON_NUM_THREADS` as it came: 20,000 threads made a check of
+/// a third of a second run past 100 s. It is one thread per available CPU.
+#[test]
+fn verify_decode_ignores_a_huge_rayon_num_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = convert(dir.path(), "ds", "auto");
+    let mut c = std::process::Command::new(common::STOKER);
+    c.env("RAYON_NUM_THREADS", "20000")
+        .args(["verify", "--decode", p(&ds)]);
+    let t = std::time::Instant::now();
+    let o = common::run_within(c, LIMIT);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
 #[test]
 fn verify_names_the_records_of_a_missing_shard() {
     let dir = tempfile::tempdir().unwrap();

@@ -120,7 +120,9 @@ fn host_pool() -> Option<&'static rayon::ThreadPool> {
     if failed_at.is_some_and(|t| t.elapsed() < POOL_RETRY) {
         return None;
     }
+    // One per available CPU, whatever RAYON_NUM_THREADS says.
     let built = rayon::ThreadPoolBuilder::new()
+        .num_threads(std::thread::available_parallelism().map_or(1, |n| n.get()))
         .thread_name(|i| format!("stoker-decode-{i}"))
         .build();
     match built {

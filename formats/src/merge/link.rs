@@ -16,6 +16,23 @@ pub(super) fn link_following(from: &Path, to: &Path) -> std::io::Result<()> {
     linkat(CWD, from, CWD, to, AtFlags::SYMLINK_FOLLOW).map_err(std::io::Error::from)
 }
 
+/// `dir` with its parent resolved, for removing the part directories one after the
+/// other: `OUT` given as `OUT/part-00000-of-00002/..` found `OUT/part-00000-of-00002/../
+/// part-00001-of-00002`, a path through the first part, gone once it was removed, and the
+/// second was left beside the merged dataset. The last component is kept as it is, so a
+/// part given as a symlink is still removed as the link, not its target.
+pub(super) fn resolved_dir(dir: &Path) -> PathBuf {
+    let resolved = match (dir.parent(), dir.file_name()) {
+        (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
+            std::fs::canonicalize(parent).map(|p| p.join(name))
+        }
+        (Some(_), Some(_)) => return dir.to_path_buf(),
+        // Ends in `..` or `.`: no link to keep.
+        _ => std::fs::canonicalize(dir),
+    };
+    resolved.unwrap_or_else(|_| dir.to_path_buf())
+}
+
 pub(super) fn check_size(path: &Path, s: &ShardEntry) -> Result<(), FormatError> {
     let len = std::fs::metadata(path)
         .map_err(|e| FormatError::io(path, e))?
@@ -65,8 +82,12 @@ pub(super) fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatErr
 /// one size): swapped between parts, they merged, and the merged dataset read each
 /// record with the other part's label, and nothing was left to compare once the parts
 /// were removed. Hashed on all cores: the merge's one read of every byte.
+///
+/// On a pool of its own, one thread per available CPU (rayon's global pool panicked where
+/// threads could not start, a `pids.max` or `ulimit -u` below the CPUs, and took any
+/// `RAYON_NUM_THREADS`, 100,000 threads included); on this thread where none can start.
 pub(super) fn check_digests(linked: &[(PathBuf, PathBuf, Option<u64>)]) -> Result<(), FormatError> {
-    linked.par_iter().try_for_each(|(from, to, want)| {
+    let check = |(from, to, want): &(PathBuf, PathBuf, Option<u64>)| {
         let Some(want) = *want else {
             return Ok(());
         };
@@ -79,5 +100,17 @@ pub(super) fn check_digests(linked: &[(PathBuf, PathBuf, Option<u64>)]) -> Resul
                 want,
             }),
         }
-    })
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(cores.min(linked.len()).max(1))
+        .thread_name(|i| format!("stoker-merge-{i}"))
+        .build();
+    match pool {
+        Ok(pool) => pool.install(|| linked.par_iter().try_for_each(check)),
+        Err(e) => {
+            tracing::warn!("cannot start threads to check the shards on ({e}): checking on one");
+            linked.iter().try_for_each(check)
+        }
+    }
 }
