@@ -248,6 +248,16 @@ fn bad_input_is_a_clear_error() {
         assert!(out.stdout.is_empty(), "stages ran before the refusal");
     }
 
+    // Launcher variables that contradict each other: a usage error too (it exited 1).
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stoker"));
+    c.args(["bench", ds.to_str().unwrap(), "--seconds", "0.1"])
+        .env("RANK", "x")
+        .env("WORLD_SIZE", "2");
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("RANK"), "{err}");
+
     // A pipeline that cannot be measured is a failure, though the other stages ran (it
     // exited 0 with the row "not measured"): here every record is undecodable, so the
     // loader finds no usable one.

@@ -6,6 +6,7 @@
 // They run the `stoker` binary, built with the `cli` feature only.
 #![cfg(feature = "cli")]
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -231,6 +232,24 @@ fn merge_refuses_parts_of_another_conversion_and_launcher_variables_that_disagre
         "{t}"
     );
     assert!(!tmp.path().join("c").exists(), "nothing written: {t}");
+    // A task id that is not UTF-8, or blank: refused naming it (both were taken as unset,
+    // and every task of the array converted the whole dataset).
+    for id in [
+        std::ffi::OsStr::from_bytes(b"\xff"),
+        std::ffi::OsStr::new("  "),
+    ] {
+        let mut c = stoker();
+        c.arg("convert")
+            .arg(&src)
+            .arg(tmp.path().join("c"))
+            .args(FLAGS);
+        c.env("SLURM_ARRAY_TASK_ID", id)
+            .env("SLURM_ARRAY_TASK_COUNT", "4");
+        let o = run(c);
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(text(&o).contains("SLURM_ARRAY_TASK_ID="), "{}", text(&o));
+        assert!(!tmp.path().join("c").exists(), "nothing written");
+    }
     let mut c = stoker();
     c.arg("convert")
         .arg(&src)
@@ -746,4 +765,109 @@ fn merge_under(limit: &str, root: &Path) -> Output {
         .arg(env!("CARGO_BIN_EXE_stoker"))
         .arg(root);
     run(c)
+}
+
+/// The merge's digest check ran on rayon's global pool: it panicked (exit 101) where the
+/// pool's threads could not start (`ulimit -u`, a container's pids.max below its CPUs),
+/// and started as many threads as `RAYON_NUM_THREADS` said (100,000: past a minute).
+#[test]
+fn merge_checks_its_shards_under_a_thread_limit_and_any_rayon_num_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Path::new(REPO).join("examples/data/sample");
+    let single = tmp.path().join("single");
+    convert_single(&src, &single, &FLAGS);
+    let parts = |out: &Path| {
+        for i in ["0", "1"] {
+            let mut c = stoker();
+            c.arg("convert").arg(&src).arg(out).args(FLAGS);
+            c.args(["--part", i, "--parts", "2"]);
+            let o = run(c);
+            assert!(o.status.success(), "{}", text(&o));
+        }
+    };
+
+    let out = tmp.path().join("many");
+    parts(&out);
+    let mut c = stoker();
+    c.env("RAYON_NUM_THREADS", "100000").arg("merge").arg(&out);
+    let t = Instant::now();
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+    assert_same(&out, &single);
+
+    // At most one thread besides the main one. A process limit counts every process of
+    // the user and does not hold root back: as nobody there (setpriv, util-linux).
+    let out = tmp.path().join("limited");
+    parts(&out);
+    let script = format!(
+        "ulimit -u 2 && exec '{}' merge '{}'",
+        env!("CARGO_BIN_EXE_stoker"),
+        out.display()
+    );
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    let mut c = if root {
+        Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(tmp.path())
+            .status()
+            .unwrap();
+        let mut c = clean(Command::new("setpriv"));
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "bash",
+            "-c",
+        ]);
+        c
+    } else {
+        let mut c = clean(Command::new("bash"));
+        c.arg("-c");
+        c
+    };
+    c.arg(&script);
+    let o = run(c);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{}", text(&o));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_same(&out, &single);
+}
+
+/// OUT given through a part (`OUT/part-00000-of-00002/..`) found the second part through
+/// the first; once the first was removed, the second was left beside the merged dataset.
+#[test]
+fn merge_of_an_out_given_through_a_part_removes_every_part() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = Path::new(REPO).join("examples/data/sample");
+    let out = tmp.path().join("out");
+    for i in ["0", "1"] {
+        let mut c = stoker();
+        c.arg("convert").arg(&src).arg(&out).args(FLAGS);
+        c.args(["--part", i, "--parts", "2"]);
+        let o = run(c);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let mut c = stoker();
+    c.arg("merge").arg(out.join("part-00000-of-00002/.."));
+    let o = run(c);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!text(&o).contains("was not removed"), "{}", text(&o));
+    let mut left: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "manifest.json",
+            "shard-00000.lmdb",
+            "shard-00001.lmdb",
+            "sources.bin"
+        ]
+    );
 }

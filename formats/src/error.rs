@@ -369,7 +369,7 @@ pub enum FormatError {
     InvalidOptions(String),
     /// The threads the work runs on could not start: most often a container's or job's
     /// process limit below the threads asked for.
-    #[error("cannot start {what}: {reason}; lower --jobs (Python: jobs=), or raise the process limit (a container's or job's pids.max, or ulimit -u), which may be below the threads stoker starts")]
+    #[error("cannot start {what}: {reason}; raise the process limit (a container's or job's pids.max, or ulimit -u), which may be below the threads stoker starts, or, converting, lower --jobs (Python: jobs=)")]
     Threads {
         /// Which threads, and how many.
         what: String,

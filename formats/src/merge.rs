@@ -198,8 +198,9 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
     // The merge is done; part directories are only extra names for the same shards now.
     // Failing to remove one fails nothing (the dataset is whole), but is said.
     let mut removed = Vec::new();
-    for (dir, _) in &loaded {
-        match std::fs::remove_dir_all(dir) {
+    let resolved: Vec<PathBuf> = loaded.iter().map(|(d, _)| link::resolved_dir(d)).collect();
+    for ((dir, _), resolved) in loaded.iter().zip(&resolved) {
+        match std::fs::remove_dir_all(resolved) {
             Ok(()) => removed.push(dir.clone()),
             Err(e) => tracing::warn!(
                 "merged, but the part directory {} was not removed ({e}): its shards are {}'s now, so it can be deleted",

@@ -28,8 +28,18 @@ pub enum OutsideFault {
 
 impl OutsideFault {
     /// The fault behind `e`, or `None` when the error may well be the file's own (a
-    /// permission, a bad sector, a file that is not there) and the file is skipped.
-    pub(crate) fn of(e: &std::io::Error) -> Option<OutsideFault> {
+    /// permission, a bad sector, a file that is not there) and the file is skipped. For a
+    /// caller with I/O errors of its own to tell apart the same way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_formats::OutsideFault;
+    /// let e = std::io::Error::from_raw_os_error(24); // EMFILE
+    /// assert_eq!(OutsideFault::of(&e), Some(OutsideFault::Descriptors));
+    /// assert_eq!(OutsideFault::of(&std::io::Error::from_raw_os_error(2)), None);
+    /// ```
+    pub fn of(e: &std::io::Error) -> Option<OutsideFault> {
         // `ENOMEM`, or a buffer of stoker's own that could not be allocated.
         if e.kind() == std::io::ErrorKind::OutOfMemory {
             return Some(OutsideFault::Memory);

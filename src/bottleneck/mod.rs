@@ -151,7 +151,7 @@ pub fn run(
     m.read(&ds, &manifest)?;
     let (sample, cpu_failed) = m.cpu_decode(&ds, manifest.encoding)?;
     m.h2d(mean_record_bytes)?;
-    let (fed_ratio, loader_bad) = m.gpu_and_end_to_end(&ds, &sample);
+    let (fed_ratio, loader_bad, outside_fault) = m.gpu_and_end_to_end(&ds, &sample);
     let verdict = verdict::judge(&m.caps);
     let stages = m.stages;
     Ok(BenchReport {
@@ -181,6 +181,7 @@ pub fn run(
             undecodable: cpu_failed,
             loader_bad,
         },
+        outside_fault,
     })
 }
 
@@ -389,7 +390,7 @@ impl<'a> Measurement<'a> {
     /// on the GPU path the loader's counters also give the GPU transform
     /// capacity (stage 6), and the GPU decode row when the decoder alone could
     /// not run. Returns the fed ratio and the records the loader replaced.
-    fn gpu_and_end_to_end(&mut self, ds: &Dataset, sample: &Sample) -> (Option<f64>, u64) {
+    fn gpu_and_end_to_end(&mut self, ds: &Dataset, sample: &Sample) -> (Option<f64>, u64, bool) {
         let opts = self.opts;
         let gpu = &self.dev.gpu;
         let tick = |f: f64| self.progress.advance(f);
@@ -457,6 +458,6 @@ impl<'a> Measurement<'a> {
                 .h2d_gb_per_s
                 .map(|gb| gb * 1e9 / (f64::from(opts.size).powi(2) * 3.0 * 4.0));
         }
-        (e2e.fed_ratio, e2e.bad_records)
+        (e2e.fed_ratio, e2e.bad_records, e2e.outside_fault)
     }
 }

@@ -32,6 +32,9 @@ pub struct EndToEnd {
     pub gpu_util: Option<f64>,
     /// Images per CPU-second of this process over the timed window.
     pub img_per_cpu_s: Option<f64>,
+    /// The run could not be measured for no fault of the dataset: the loader ran out of
+    /// memory or file descriptors (the CLI's exit status 3, as every command's).
+    pub outside_fault: bool,
     /// Batches in one of this rank's epochs.
     pub epoch_batches: Option<u64>,
     /// Records the loader replaced because they could not be read or decoded, each
@@ -111,7 +114,7 @@ pub fn end_to_end(
 ) -> (EndToEnd, LoaderCapacities) {
     // A row with the reason; the capacities still say which path was built, so that the
     // transform row and the verdict speak of that path when it fails mid-run.
-    let skipped = |reason: String, built: Option<&BuiltLoader>| {
+    let skipped = |(reason, outside_fault): (String, bool), built: Option<&BuiltLoader>| {
         (
             EndToEnd {
                 stage: StageReport::skipped(reason),
@@ -119,6 +122,7 @@ pub fn end_to_end(
                 cpu_util: None,
                 gpu_util: None,
                 img_per_cpu_s: None,
+                outside_fault,
                 epoch_batches: None,
                 bad_records: 0,
             },
@@ -166,7 +170,7 @@ fn open_loader(
     opts: &BenchOptions,
     gpu: Option<(&Arc<CudaContext>, usize)>,
     cores: usize,
-) -> Result<BuiltLoader, String> {
+) -> Result<BuiltLoader, (String, bool)> {
     let mut path_note = String::new();
     let mut gpu_path_reason = None;
     let (loader, gpu_path) = match gpu {
@@ -177,13 +181,13 @@ fn open_loader(
                 gpu_path_reason = Some(e.to_string());
                 match build_loader(ds, opts, Device::Cpu, cores) {
                     Ok(l) => (l, false),
-                    Err(e) => return Err(format!("the loader could not be built: {e}")),
+                    Err(e) => return Err(not_built(&e)),
                 }
             }
         },
         None => match build_loader(ds, opts, Device::Cpu, cores) {
             Ok(l) => (l, false),
-            Err(e) => return Err(format!("the loader could not be built: {e}")),
+            Err(e) => return Err(not_built(&e)),
         },
     };
     Ok(BuiltLoader {
@@ -192,6 +196,21 @@ fn open_loader(
         path_note,
         gpu_path_reason,
     })
+}
+
+/// Why no loader could be built, and whether for no fault of the dataset.
+fn not_built(e: &stoker_loader::LoaderError) -> (String, bool) {
+    (
+        format!("the loader could not be built: {e}"),
+        no_fault_of_the_data(e),
+    )
+}
+
+/// A loader error that says nothing of the dataset: memory or file descriptors ran out
+/// (what `stoker verify` and `inspect` exit 3 for).
+fn no_fault_of_the_data(e: &stoker_loader::LoaderError) -> bool {
+    e.is_short_of_memory()
+        || matches!(e, stoker_loader::LoaderError::Format(f) if f.outside().is_some())
 }
 
 /// What the timed window (after the warm-up batch) measured.
@@ -220,7 +239,7 @@ fn timed_window(
     step: &mut Step,
     budget: Duration,
     tick: &(dyn Fn(f64) + Sync),
-) -> Result<Window, String> {
+) -> Result<Window, (String, bool)> {
     let mut images = 0u64;
     let mut batches = 0u64;
     let mut busy = Duration::ZERO;
@@ -236,12 +255,15 @@ fn timed_window(
         for batch in loader.epoch(epoch) {
             let batch = match batch {
                 Ok(b) => b,
-                Err(e) => return Err(format!("the loader failed in epoch {epoch}: {e}")),
+                Err(e) => {
+                    let reason = format!("the loader failed in epoch {epoch}: {e}");
+                    return Err((reason, no_fault_of_the_data(&e)));
+                }
             };
             any = true;
             let took = match step.run(Some(&batch.images)) {
                 Ok(d) => d,
-                Err(e) => return Err(format!("the simulated step failed: {e}")),
+                Err(e) => return Err((format!("the simulated step failed: {e}"), false)),
             };
             if !warmed {
                 // The first batch fills the pipeline: keep it out of every figure.
@@ -262,7 +284,10 @@ fn timed_window(
             }
         }
         if !any {
-            return Err(format!("the loader produced no batch in epoch {epoch}"));
+            return Err((
+                format!("the loader produced no batch in epoch {epoch}"),
+                false,
+            ));
         }
         epoch += 1;
     };
@@ -360,6 +385,7 @@ fn summarize(
             cpu_util,
             gpu_util,
             img_per_cpu_s,
+            outside_fault: false,
             epoch_batches: Some(built.loader.num_batches()),
             bad_records: stats.bad_distinct,
         },
@@ -448,4 +474,32 @@ fn not_on_gpu(caps: &LoaderCapacities) -> StageReport {
         Some(r) => format!("the loader's GPU path is unavailable: {r}"),
         None => "the loader's GPU path did not run".to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stoker_loader::LoaderError;
+
+    #[test]
+    fn a_loader_short_of_memory_or_descriptors_is_no_fault_of_the_data() {
+        // The bench exits 3 for these, as every command does; it exited 1.
+        let short = LoaderError::OutOfMemory {
+            index: 3,
+            bytes: 1 << 30,
+            what: "its pixels",
+        };
+        assert!(no_fault_of_the_data(&short));
+        let (reason, outside) = not_built(&short);
+        assert!(outside && reason.starts_with("the loader could not be built: "));
+        let io = |errno| {
+            LoaderError::Format(stoker_formats::FormatError::Io {
+                path: "ds/manifest.json".into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        assert!(no_fault_of_the_data(&io(libc::EMFILE)));
+        assert!(!no_fault_of_the_data(&io(libc::EACCES)));
+        assert!(!no_fault_of_the_data(&LoaderError::EmptyDataset));
+    }
 }

@@ -151,6 +151,10 @@ pub struct BenchReport {
     pub verdict: Verdict,
     /// Records that failed during the run: the figures leave them out.
     pub record_errors: RecordErrors,
+    /// End to end could not be measured for no fault of the dataset (memory or file
+    /// descriptors ran out): the CLI exits 3 for it, as every command does.
+    #[serde(skip)]
+    pub outside_fault: bool,
 }
 
 /// Records that could not be used during a bench run, by where they failed. Any of them
@@ -287,6 +291,7 @@ mod tests {
             fed_ratio: None,
             verdict,
             record_errors: RecordErrors::default(),
+            outside_fault: false,
         }
     }
 

@@ -165,7 +165,11 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         output::note(format_args!(
             "stoker: error: end_to_end not measured: {reason}"
         ));
-        return Ok(super::status::FAILURE);
+        return Ok(if report.outside_fault {
+            super::status::OUTSIDE_FAULT
+        } else {
+            super::status::FAILURE
+        });
     }
     let errors = report.record_errors.total();
     if errors > 0 {

@@ -46,7 +46,8 @@ enum Command {
     /// Convert an image folder, list file or WebDataset tar shards into LMDB shards.
     ///
     /// Exit status: 0 when the dataset was written; 1 when the conversion failed (no
-    /// manifest); 2 for a usage error, also flags or job variables that name no part; 3
+    /// manifest); 2 for a usage error, also options that cannot go together and flags or
+    /// job variables that name no part; 3
     /// when it stopped for no fault of the inputs (out of memory, of file descriptors,
     /// storage that stopped answering): --resume goes on once that is fixed.
     Convert(convert::Args),

@@ -1,8 +1,9 @@
 //! Exit statuses the commands share, and the status of a command's error. Their own
 //! module: the commands and the dispatch above them both name them.
 
+use crate::bottleneck::BenchError;
 use crate::decode::DecodeError;
-use crate::formats::FormatError;
+use crate::formats::{FormatError, OutsideFault};
 use crate::loader::LoaderError;
 
 /// Exit status of a command that did what it was asked.
@@ -23,21 +24,34 @@ pub const OUTSIDE_FAULT: u8 = 3;
 /// check since the variables are read later.
 pub const USAGE: u8 = 2;
 
+/// `cause` as a [`FormatError`], also inside a bench error, which is transparent: its
+/// own chain skips it.
+fn format_of<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a FormatError> {
+    match cause.downcast_ref::<BenchError>() {
+        Some(BenchError::Format(f)) => Some(f),
+        _ => cause.downcast_ref::<FormatError>(),
+    }
+}
+
 /// The status of a command that ended with `e`: [`OUTSIDE_FAULT`] when it, or an error
 /// it wraps, is such a stop, [`USAGE`] for a part selection that names no part, else
 /// [`FAILURE`].
 pub(super) fn of_error(e: &anyhow::Error) -> u8 {
-    if e.chain().any(|cause| {
+    let usage = e.chain().any(|cause| {
         matches!(
-            cause.downcast_ref::<FormatError>(),
-            Some(FormatError::PartSelection { .. })
+            format_of(cause),
+            Some(FormatError::PartSelection { .. } | FormatError::InvalidOptions(_))
+        ) || matches!(
+            cause.downcast_ref::<BenchError>(),
+            Some(BenchError::Launcher(_) | BenchError::InvalidOption { .. })
         )
-    }) {
+    });
+    if usage {
         return USAGE;
     }
     let outside = e.chain().any(|cause| {
         let format = |f: &FormatError| f.outside().is_some();
-        cause.downcast_ref::<FormatError>().is_some_and(format)
+        format_of(cause).is_some_and(format)
             // A loader's FormatError is transparent: its own chain skips it.
             || cause.downcast_ref::<LoaderError>().is_some_and(|l| {
                 l.is_short_of_memory() || matches!(l, LoaderError::Format(f) if format(f))
@@ -46,6 +60,11 @@ pub(super) fn of_error(e: &anyhow::Error) -> u8 {
                 cause.downcast_ref::<DecodeError>(),
                 Some(DecodeError::OutOfMemory { .. })
             )
+            // The bench's own reads (the storage stage), and its launcher check.
+            || match cause.downcast_ref::<BenchError>() {
+                Some(BenchError::Io { source, .. }) => OutsideFault::of(source).is_some(),
+                _ => false,
+            }
     });
     if outside {
         OUTSIDE_FAULT
@@ -57,7 +76,7 @@ pub(super) fn of_error(e: &anyhow::Error) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::{FaultStage, OutsideFault};
+    use crate::formats::FaultStage;
 
     fn outside() -> FormatError {
         FormatError::OutsideFault {
@@ -99,6 +118,30 @@ mod tests {
         assert_eq!(of_error(&damaged.into()), FAILURE);
         assert_eq!(of_error(&LoaderError::EmptyDataset.into()), FAILURE);
         assert_eq!(of_error(&anyhow::anyhow!("no such file")), FAILURE);
+        // Inside a bench error, whose FormatError is transparent; and the bench's own reads.
+        let bench = crate::bottleneck::BenchError::Format(outside());
+        assert_eq!(
+            of_error(&anyhow::Error::from(bench).context("benchmarking")),
+            OUTSIDE_FAULT
+        );
+        let read = crate::bottleneck::BenchError::Io {
+            path: "ds/shard-00000.lmdb".into(),
+            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        };
+        assert_eq!(of_error(&read.into()), OUTSIDE_FAULT);
+        let read = crate::bottleneck::BenchError::Io {
+            path: "ds/shard-00000.lmdb".into(),
+            source: std::io::Error::from_raw_os_error(libc::EIO),
+        };
+        assert_eq!(of_error(&read.into()), FAILURE);
+        // Options that cannot go together: usage errors, as clap's own.
+        let options = FormatError::InvalidOptions("--encoding raw needs --size".into());
+        assert_eq!(of_error(&options.into()), USAGE);
+        let bench = crate::bottleneck::BenchError::InvalidOption {
+            option: "batch",
+            reason: "must be at least 1".into(),
+        };
+        assert_eq!(of_error(&bench.into()), USAGE);
         let no_part = FormatError::PartSelection {
             given: "--part=5, --parts=3".into(),
             reason: "part index 5 is not below the number of parts 3".into(),

@@ -85,7 +85,12 @@ impl Part {
     ///
     /// As [`Part::from_vars`].
     pub fn from_env(part: Option<u32>, parts: Option<u32>) -> Result<Option<Part>, FormatError> {
-        Part::from_vars(part, parts, |name| std::env::var(name).ok())
+        // Read lossily: a value that is not UTF-8 was taken as unset, and every task of
+        // an array converted the whole dataset into one output. As U+FFFD it is refused,
+        // naming it.
+        Part::from_vars(part, parts, |name| {
+            std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+        })
     }
 
     /// The part to convert, from the flags `--part`/`--parts` when given, else from the
@@ -97,7 +102,7 @@ impl Part {
     /// # Errors
     ///
     /// [`FormatError::PartSelection`], naming the flags and variables read, when a value
-    /// does not parse, an index has no count (or a count no index), sources disagree, the
+    /// does not parse (an empty value is unset, as `VAR= cmd` means; blanks are a value), an index has no count (or a count no index), sources disagree, the
     /// index is not below the count, or a Slurm array numbers its tasks sparsely (a step
     /// or a list: `SLURM_ARRAY_TASK_MAX` − `_MIN` + 1 is not `_COUNT`).
     ///
@@ -133,7 +138,7 @@ impl Part {
         }
         let mut raw = Vec::new();
         for name in Part::ENV_VARS {
-            let v = get(name).filter(|v| !v.trim().is_empty());
+            let v = get(name).filter(|v| !v.is_empty());
             if let Some(v) = &v {
                 note(name, v);
             }
