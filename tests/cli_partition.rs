@@ -776,18 +776,9 @@ fn merge_checks_its_shards_under_a_thread_limit_and_any_rayon_num_threads() {
     let src = Path::new(REPO).join("examples/data/sample");
     let single = tmp.path().join("single");
     convert_single(&src, &single, &FLAGS);
-    let parts = |out: &Path| {
-        for i in ["0", "1"] {
-            let mut c = stoker();
-            c.arg("convert").arg(&src).arg(out).args(FLAGS);
-            c.args(["--part", i, "--parts", "2"]);
-            let o = run(c);
-            assert!(o.status.success(), "{}", text(&o));
-        }
-    };
 
     let out = tmp.path().join("many");
-    parts(&out);
+    convert_two_parts(&src, &out);
     let mut c = stoker();
     c.env("RAYON_NUM_THREADS", "100000").arg("merge").arg(&out);
     let t = Instant::now();
@@ -799,7 +790,7 @@ fn merge_checks_its_shards_under_a_thread_limit_and_any_rayon_num_threads() {
     // At most one thread besides the main one. A process limit counts every process of
     // the user and does not hold root back: as nobody there (setpriv, util-linux).
     let out = tmp.path().join("limited");
-    parts(&out);
+    convert_two_parts(&src, &out);
     let script = format!(
         "ulimit -u 2 && exec '{}' merge '{}'",
         env!("CARGO_BIN_EXE_stoker"),
@@ -844,13 +835,7 @@ fn merge_of_an_out_given_through_a_part_removes_every_part() {
     let tmp = tempfile::tempdir().unwrap();
     let src = Path::new(REPO).join("examples/data/sample");
     let out = tmp.path().join("out");
-    for i in ["0", "1"] {
-        let mut c = stoker();
-        c.arg("convert").arg(&src).arg(&out).args(FLAGS);
-        c.args(["--part", i, "--parts", "2"]);
-        let o = run(c);
-        assert!(o.status.success(), "{}", text(&o));
-    }
+    convert_two_parts(&src, &out);
     let mut c = stoker();
     c.arg("merge").arg(out.join("part-00000-of-00002/.."));
     let o = run(c);
@@ -870,4 +855,15 @@ fn merge_of_an_out_given_through_a_part_removes_every_part() {
             "sources.bin"
         ]
     );
+}
+
+/// `src` converted into `out` as parts 0 and 1 of 2, one after the other.
+fn convert_two_parts(src: &Path, out: &Path) {
+    for i in ["0", "1"] {
+        let mut c = stoker();
+        c.arg("convert").arg(src).arg(out).args(FLAGS);
+        c.args(["--part", i, "--parts", "2"]);
+        let o = run(c);
+        assert!(o.status.success(), "{}", text(&o));
+    }
 }
