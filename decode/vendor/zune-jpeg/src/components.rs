@@ -187,13 +187,19 @@ impl Components {
     ///
     /// # Requirements
     ///  - width stride of this element is set for the component.
-    pub fn setup_upsample_scanline(&mut self) {
-        self.row = vec![0; self.width_stride * self.vertical_sample];
-        self.row_up = vec![0; self.width_stride * self.vertical_sample];
-        self.first_row_upsample_dest =
-            vec![128; self.vertical_sample * self.width_stride * self.sample_ratio.sample()];
-        self.upsample_dest =
-            vec![0; self.width_stride * self.sample_ratio.sample() * self.fix_an_annoying_bug * 8];
+    ///
+    /// stoker patch (change 16): allocated with `stoker_filled`, where upstream's
+    /// `vec!` aborted the process when memory could not be had.
+    pub fn setup_upsample_scanline(&mut self) -> Result<(), crate::errors::DecodeErrors> {
+        use crate::mcu_prog::stoker_filled;
+        let row = self.width_stride * self.vertical_sample;
+        stoker_filled(&mut self.row, row, 0)?;
+        stoker_filled(&mut self.row_up, row, 0)?;
+        let first = self.vertical_sample * self.width_stride * self.sample_ratio.sample();
+        stoker_filled(&mut self.first_row_upsample_dest, first, 128)?;
+        let dest = self.width_stride * self.sample_ratio.sample() * self.fix_an_annoying_bug * 8;
+        stoker_filled(&mut self.upsample_dest, dest, 0)?;
+        Ok(())
     }
 }
 

@@ -1068,7 +1068,7 @@ where
                     generic_sampler()
                 }
             };
-            comp.setup_upsample_scanline();
+            comp.setup_upsample_scanline()?;
             comp.up_sampler = samp_factor;
         }
 

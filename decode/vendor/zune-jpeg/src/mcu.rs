@@ -161,7 +161,8 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 let len = comp.width_stride * comp.vertical_sample * 8;
 
                 comp.needed = true;
-                comp.raw_coeff = vec![0; len];
+                // stoker patch (change 16): `stoker_zeroed` where upstream used `vec!`.
+                crate::mcu_prog::stoker_zeroed(&mut comp.raw_coeff, len)?;
             } else {
                 comp.needed = false;
             }

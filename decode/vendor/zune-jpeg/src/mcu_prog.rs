@@ -21,7 +21,7 @@ is one hell of a ride.
 */
 use alloc::string::ToString;
 use alloc::vec::Vec;
-use alloc::{format, vec};
+use alloc::format;
 use core::cmp::min;
 
 use zune_core::bytestream::{ZByteReaderTrait, ZReader};
@@ -631,7 +631,9 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
         let width = usize::from(self.info.width);
         let padded_width = calculate_padded_width(width, self.info.sample_ratio);
 
-        let mut upsampler_scratch_space = vec![0; upsampler_scratch_size];
+        // stoker patch (change 16): `stoker_zeroed` where upstream used `vec!`.
+        let mut upsampler_scratch_space = Vec::new();
+        stoker_zeroed(&mut upsampler_scratch_space, upsampler_scratch_size)?;
         let mut tmp = [0_i32; DCT_BLOCK];
 
         for (pos, comp) in self.components.iter_mut().enumerate() {
@@ -652,7 +654,7 @@ impl<T: ZByteReaderTrait> JpegDecoder<T> {
                 let len = comp.width_stride * comp.vertical_sample * 8;
 
                 comp.needed = true;
-                comp.raw_coeff = vec![0; len];
+                stoker_zeroed(&mut comp.raw_coeff, len)?;
             } else {
                 comp.needed = false;
             }
@@ -909,6 +911,11 @@ mod tests{
 /// allocation rather than grown, which would copy what it held. Memory
 /// that cannot be had is an error, where upstream's `vec!` aborted the process.
 pub(crate) fn stoker_zeroed<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> Result<(), DecodeErrors> {
+    stoker_filled(v, len, T::default())
+}
+
+/// stoker patch (change 16): `*v = vec![value; len]`, as [`stoker_zeroed`].
+pub(crate) fn stoker_filled<T: Copy>(v: &mut Vec<T>, len: usize, value: T) -> Result<(), DecodeErrors> {
     if v.capacity() < len {
         *v = Vec::new();
         v.try_reserve_exact(len)
@@ -916,6 +923,6 @@ pub(crate) fn stoker_zeroed<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> Re
     } else {
         v.clear();
     }
-    v.resize(len, T::default());
+    v.resize(len, value);
     Ok(())
 }
