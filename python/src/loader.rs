@@ -360,9 +360,7 @@ impl Loader {
     /// The loader's counters: a mapping (``stats["fed_ratio"]``, ``stats["stages"]``,
     /// ``stats["verdict"]``...; ``dict(stats)``) whose ``str()`` is the Rust table.
     fn stats(&self) -> PyResult<Stats> {
-        Ok(Stats {
-            inner: self.inner()?.stats(),
-        })
+        Ok(Stats::new(self.inner()?.stats()))
     }
 
     /// Zeroes the flow counters (e.g. after a warm-up epoch).

@@ -1,5 +1,7 @@
 //! `stoker.Stats`: a loader's counters as a read-only mapping.
 
+use std::sync::OnceLock;
+
 use pyo3::exceptions::PyKeyError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -13,13 +15,46 @@ use crate::dataset::json_to_py;
 #[pyclass(module = "stoker", frozen, mapping, weakref)]
 pub(crate) struct Stats {
     pub(crate) inner: stoker_loader::Stats,
+    /// The mapping, made at its first read and kept: the snapshot does not change, and
+    /// making it (JSON both ways, and the verdict) for every key made `dict(stats)` cost
+    /// a millisecond, a key 45 µs.
+    cached: OnceLock<Py<PyDict>>,
 }
 
 impl Stats {
+    pub(crate) fn new(inner: stoker_loader::Stats) -> Stats {
+        Stats {
+            inner,
+            cached: OnceLock::new(),
+        }
+    }
+
+    /// The kept mapping. Its nested dicts and lists are handed out as copies
+    /// ([`Stats::owned`]), so that no caller can change what the next one reads.
+    fn cached<'py>(&self, py: Python<'py>) -> PyResult<&Bound<'py, PyDict>> {
+        if self.cached.get().is_none() {
+            let d = self.dict(py)?.unbind();
+            let _ = self.cached.set(d);
+        }
+        let d = self.cached.get().expect("set above");
+        Ok(d.bind(py))
+    }
+
+    /// A new dict of the counters.
     fn dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = json_to_py(py, &self.inner.to_json())?.cast_into::<PyDict>()?;
         d.set_item("verdict", self.inner.verdict())?;
         Ok(d)
+    }
+
+    /// `v` as the caller's own: a copy of a dict or a list, the value itself otherwise
+    /// (numbers, strings and `None` cannot be changed).
+    fn owned<'py>(v: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        if v.is_instance_of::<PyDict>() || v.is_instance_of::<pyo3::types::PyList>() {
+            v.py().import("copy")?.call_method1("deepcopy", (v,))
+        } else {
+            Ok(v)
+        }
     }
 }
 
@@ -63,21 +98,23 @@ impl Stats {
     }
 
     fn __getitem__<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
-        self.dict(py)?
+        let v = self
+            .cached(py)?
             .get_item(key)?
-            .ok_or_else(|| PyKeyError::new_err(key.to_owned()))
+            .ok_or_else(|| PyKeyError::new_err(key.to_owned()))?;
+        Stats::owned(v)
     }
 
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
-        Ok(self.dict(py)?.len())
+        Ok(self.cached(py)?.len())
     }
 
     fn __contains__(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
-        self.dict(py)?.contains(key)
+        self.cached(py)?.contains(key)
     }
 
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(self.dict(py)?.keys().into_any().try_iter()?.into_any())
+        Ok(self.cached(py)?.keys().into_any().try_iter()?.into_any())
     }
 
     /// ``stats[key]``, or ``default`` when there is no such counter (as ``dict.get``).
@@ -88,14 +125,14 @@ impl Stats {
         key: &str,
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        match self.dict(py)?.get_item(key)? {
-            Some(v) => Ok(v),
+        match self.cached(py)?.get_item(key)? {
+            Some(v) => Stats::owned(v),
             None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
         }
     }
 
     fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.dict(py)?.call_method0("keys")
+        self.cached(py)?.call_method0("keys")
     }
 
     fn items<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -128,6 +165,6 @@ impl Stats {
 #[pyo3(name = "_stats_from_json")]
 pub(crate) fn stats_from_json(text: &str) -> PyResult<Stats> {
     serde_json::from_str(text)
-        .map(|inner| Stats { inner })
+        .map(Stats::new)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("not a stoker.Stats: {e}")))
 }

@@ -1351,6 +1351,12 @@ def test_stats_copy_and_deepcopy_as_the_snapshot_they_are(sample_dataset):
     back = pickle.loads(pickle.dumps(metrics))["loader"]
     assert isinstance(back, stoker.Stats)
     assert back.to_dict() == stats.to_dict() and str(back) == str(stats)
+    # A snapshot's mapping is made once (dict(stats) made it again for every key), and
+    # what it hands out is the caller's own: changing it changes no later read.
+    stages = stats["stages"]
+    stages.clear() if isinstance(stages, (dict, list)) else None
+    assert stats["stages"] and dict(stats) == stats.to_dict() and len(stats) == len(dict(stats))
+    assert stats.get("stages") == stats.to_dict()["stages"] and "verdict" in stats
     # It "comes back equal", as `__reduce__` says: `==` was identity.
     assert back == stats and not (back != stats) and hash(back) == hash(stats)
     assert stats != stats.to_dict() and len({back, stats}) == 1
