@@ -115,6 +115,7 @@ impl Drop for Shared {
     /// back): one batch kept past its loader held the whole ring.
     fn drop(&mut self) {
         while self.free_rx.try_recv().is_ok() {}
+        crate::scratch_memory::give_back_freed();
     }
 }
 

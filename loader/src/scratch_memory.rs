@@ -131,6 +131,21 @@ pub(crate) fn retry_short_of_memory<S, T>(
     result
 }
 
+/// Hands the pages of memory just freed back to the system, where the allocator would
+/// keep them: glibc raises its mmap threshold to the size of a large block once one is
+/// freed, so the next loader's batch buffers come from the heap, which it keeps after
+/// they are freed too. Closed loaders left their rings' size in the process's resident
+/// memory (557 MiB after five loaders at size 224 were closed), which `close()` is
+/// documented to free. Elsewhere a no-op.
+pub(crate) fn give_back_freed() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only walks glibc's own free lists and returns unused pages to
+    // the system; it takes no pointer and has no precondition.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
