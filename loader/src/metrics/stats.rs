@@ -165,7 +165,8 @@ pub struct Stats {
     /// Threads that run read, decode and transform in turn (CPU path); 0 if separate.
     #[serde(default)]
     pub shared_workers: u64,
-    /// Host batch ring bytes.
+    /// Host batch ring bytes: the buffers made at build. A buffer made for a batch built
+    /// while a script keeps every ring buffer (a list of past batches) is not counted.
     pub host_bytes: u64,
     /// Pinned staging bytes (GPU path).
     pub pinned_bytes: u64,
