@@ -249,6 +249,21 @@ impl LoaderError {
         self.is_short_of_host_memory() || matches!(self, LoaderError::GpuOutOfMemory { .. })
     }
 
+    /// A stop that says nothing of the dataset: memory ran out, or the dataset's files
+    /// could not be opened or read for no fault of theirs (no file descriptor left,
+    /// storage that stopped answering). The CLI exits 3 for it, `stoker bench` included.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use stoker_loader::LoaderError;
+    /// assert!(LoaderError::BatchOutOfMemory { batch: 3, bytes: 1 << 20 }.is_no_fault_of_the_data());
+    /// assert!(!LoaderError::EmptyDataset.is_no_fault_of_the_data());
+    /// ```
+    pub fn is_no_fault_of_the_data(&self) -> bool {
+        self.is_short_of_memory() || matches!(self, LoaderError::Format(f) if f.outside().is_some())
+    }
+
     /// Host memory for one record or batch buffer could not be had: what a worker tries
     /// again after freeing scratch ([`crate::scratch_memory`]). Not the GPU path's slots:
     /// freeing host scratch gives no device memory back.

@@ -202,15 +202,8 @@ fn open_loader(
 fn not_built(e: &stoker_loader::LoaderError) -> (String, bool) {
     (
         format!("the loader could not be built: {e}"),
-        no_fault_of_the_data(e),
+        e.is_no_fault_of_the_data(),
     )
-}
-
-/// A loader error that says nothing of the dataset: memory or file descriptors ran out
-/// (what `stoker verify` and `inspect` exit 3 for).
-fn no_fault_of_the_data(e: &stoker_loader::LoaderError) -> bool {
-    e.is_short_of_memory()
-        || matches!(e, stoker_loader::LoaderError::Format(f) if f.outside().is_some())
 }
 
 /// What the timed window (after the warm-up batch) measured.
@@ -257,7 +250,7 @@ fn timed_window(
                 Ok(b) => b,
                 Err(e) => {
                     let reason = format!("the loader failed in epoch {epoch}: {e}");
-                    return Err((reason, no_fault_of_the_data(&e)));
+                    return Err((reason, e.is_no_fault_of_the_data()));
                 }
             };
             any = true;
@@ -489,7 +482,6 @@ mod tests {
             bytes: 1 << 30,
             what: "its pixels",
         };
-        assert!(no_fault_of_the_data(&short));
         let (reason, outside) = not_built(&short);
         assert!(outside && reason.starts_with("the loader could not be built: "));
         let io = |errno| {
@@ -498,8 +490,8 @@ mod tests {
                 source: std::io::Error::from_raw_os_error(errno),
             })
         };
-        assert!(no_fault_of_the_data(&io(libc::EMFILE)));
-        assert!(!no_fault_of_the_data(&io(libc::EACCES)));
-        assert!(!no_fault_of_the_data(&LoaderError::EmptyDataset));
+        assert!(not_built(&io(libc::EMFILE)).1);
+        assert!(!not_built(&io(libc::EACCES)).1);
+        assert!(!not_built(&LoaderError::EmptyDataset).1);
     }
 }

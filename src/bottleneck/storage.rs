@@ -115,21 +115,19 @@ pub fn measure(
     let start = Instant::now();
     let mut cold_bytes = 0u64;
     let mut cold_time = Duration::ZERO;
-    // Dropped once before the loop, so that the residency reported is measured even when
-    // the budget leaves no time for a read (`--seconds 1e-9` said "could not be dropped:
-    // 100% resident" of a drop never tried).
+    // The first drop comes before the loop, so that the residency reported is measured
+    // even when the budget leaves no time for a read (`--seconds 1e-9` said "could not be
+    // dropped: 100% resident" of a drop never tried); each later read follows a drop too.
     let resident = drop_cache(&extents)?;
-    let mut dropped = true;
     while start.elapsed() < half {
-        if !dropped {
-            drop_cache(&extents)?;
-        }
-        dropped = false;
         let deadline = half.saturating_sub(start.elapsed());
         let t = Instant::now();
         cold_bytes += read_all(&extents, threads, Some(deadline))?;
         cold_time += t.elapsed();
         tick(0.5 * (start.elapsed().as_secs_f64() / half.as_secs_f64()).min(1.0));
+        if start.elapsed() < half {
+            drop_cache(&extents)?;
+        }
     }
     let cold_mb_per_s = (resident < 0.5 && cold_time > Duration::ZERO)
         .then(|| cold_bytes as f64 / 1e6 / cold_time.as_secs_f64());

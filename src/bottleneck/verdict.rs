@@ -290,7 +290,7 @@ fn candidates(c: &Capacities, path: PipelinePath) -> Vec<Candidate> {
     match path {
         PipelinePath::Cpu => {
             if let Some(work) = cpu_work(c) {
-                push(work.bound, work.label, Some(work.img_per_s));
+                push(work.bound, work.label, Some(work.img_per_s()));
             }
             push(Bound::Pcie, "H2D", c.h2d);
         }
@@ -309,10 +309,20 @@ fn candidates(c: &Capacities, path: PipelinePath) -> Vec<Candidate> {
 struct CpuWork {
     bound: Bound,
     label: &'static str,
-    /// The larger of `staged` and `whole`.
-    img_per_s: f64,
     staged: f64,
     whole: Option<f64>,
+}
+
+impl CpuWork {
+    /// Whether the process's CPU time gives the higher figure, which the stage then takes.
+    fn by_cpu_time(&self) -> bool {
+        self.whole.is_some_and(|w| w > self.staged)
+    }
+
+    /// The stage's figure: the larger of `staged` and `whole`.
+    fn img_per_s(&self) -> f64 {
+        self.whole.map_or(self.staged, |w| w.max(self.staged))
+    }
 }
 
 /// The loader's workers decode and transform one image after the other on the same
@@ -345,7 +355,6 @@ fn cpu_work(c: &Capacities) -> Option<CpuWork> {
     Some(CpuWork {
         bound,
         label,
-        img_per_s: whole.map_or(staged, |w| w.max(staged)),
         staged,
         whole,
     })
@@ -372,7 +381,7 @@ fn cpu_head(c: &Capacities, first: Candidate) -> String {
     // The figure is the whole process's CPU time rather than the stage counters: it is
     // then given as the work's, with the counters (wall time, preemption included) beside
     // it, since decode alone by its counters can read slower than the two together.
-    if let Some(w) = cpu_work(c).filter(|w| w.whole.is_some_and(|v| v > w.staged)) {
+    if let Some(w) = cpu_work(c).filter(CpuWork::by_cpu_time) {
         let counters = match positive(other) {
             Some(other) => format!(
                 "{} {} img/s, {} {} img/s, {} img/s together",

@@ -50,17 +50,16 @@ pub(super) fn of_error(e: &anyhow::Error) -> u8 {
         return USAGE;
     }
     let outside = e.chain().any(|cause| {
-        let format = |f: &FormatError| f.outside().is_some();
-        format_of(cause).is_some_and(format)
+        format_of(cause).is_some_and(|f| f.outside().is_some())
             // A loader's FormatError is transparent: its own chain skips it.
-            || cause.downcast_ref::<LoaderError>().is_some_and(|l| {
-                l.is_short_of_memory() || matches!(l, LoaderError::Format(f) if format(f))
-            })
+            || cause
+                .downcast_ref::<LoaderError>()
+                .is_some_and(LoaderError::is_no_fault_of_the_data)
             || matches!(
                 cause.downcast_ref::<DecodeError>(),
                 Some(DecodeError::OutOfMemory { .. })
             )
-            // The bench's own reads (the storage stage), and its launcher check.
+            // The bench's own reads (the storage stage).
             || match cause.downcast_ref::<BenchError>() {
                 Some(BenchError::Io { source, .. }) => OutsideFault::of(source).is_some(),
                 _ => false,

@@ -101,10 +101,11 @@ impl Part {
     ///
     /// # Errors
     ///
-    /// [`FormatError::PartSelection`], naming the flags and variables read, when a value
-    /// does not parse (an empty value is unset, as `VAR= cmd` means; blanks are a value), an index has no count (or a count no index), sources disagree, the
-    /// index is not below the count, or a Slurm array numbers its tasks sparsely (a step
-    /// or a list: `SLURM_ARRAY_TASK_MAX` − `_MIN` + 1 is not `_COUNT`).
+    /// [`FormatError::PartSelection`], naming the flags and variables read, when a value does
+    /// not parse (an empty value is unset, as `VAR= cmd` means; blanks are a value), an index
+    /// has no count (or a count no index), sources disagree, the index is not below the count,
+    /// or a Slurm array numbers its tasks sparsely (a step or a list: `SLURM_ARRAY_TASK_MAX` −
+    /// `_MIN` + 1 is not `_COUNT`).
     ///
     /// # Examples
     ///

@@ -393,18 +393,20 @@ fn empty_classes_warning(empty: &[String]) -> Option<String> {
         [one] => Some(format!(
             "class {one} is an empty folder: it keeps its label and has no samples"
         )),
-        _ => {
-            let named = empty[..empty.len().min(EMPTY_CLASSES_NAMED)].join(", ");
-            let rest = match empty.len().saturating_sub(EMPTY_CLASSES_NAMED) {
-                0 => String::new(),
-                n => format!(" ... and {n} more (all in the JSON report's empty_classes)"),
-            };
-            Some(format!(
-                "{} class folders are empty: they keep their labels and have no samples: \
-                 {named}{rest}",
-                empty.len()
-            ))
-        }
+        _ => Some(format!(
+            "{} class folders are empty: they keep their labels and have no samples: {}",
+            empty.len(),
+            first_named(empty)
+        )),
+    }
+}
+
+/// The first [`EMPTY_CLASSES_NAMED`] of `classes` joined, and how many more there are.
+fn first_named(classes: &[String]) -> String {
+    let named = classes[..classes.len().min(EMPTY_CLASSES_NAMED)].join(", ");
+    match classes.len().saturating_sub(EMPTY_CLASSES_NAMED) {
+        0 => named,
+        n => format!("{named} ... and {n} more (all in the JSON report's empty_classes)"),
     }
 }
 
@@ -439,20 +441,38 @@ pub(super) fn classes_without_samples(
         return (empty, None);
     }
     let all_skipped = classes_all_skipped(source, listing, skipped);
-    let note = classes_all_skipped_warning(&listing.classes, &all_skipped);
-    empty.extend(all_skipped.into_iter().map(|(c, _)| c));
+    let named: Vec<String> = all_skipped
+        .iter()
+        .map(|&(label, n)| format!("{:?} (label {label}, {n} input(s))", listing.classes[label]))
+        .collect();
+    let note = match named.as_slice() {
+        [] => None,
+        [one] => Some(format!(
+            "class {one} has no samples: every input of it was skipped (see the skip list); it keeps its label"
+        )),
+        _ => Some(format!(
+            "{} classes have no samples: every input of theirs was skipped (see the skip list); they keep their labels: {}",
+            named.len(),
+            first_named(&named)
+        )),
+    };
+    empty.extend(
+        all_skipped
+            .iter()
+            .map(|&(label, _)| listing.classes[label].clone()),
+    );
     (empty, note)
 }
 
-/// The classes of an ImageFolder listing that have inputs but no sample, since every
-/// one was skipped (a tree of non-images, an earlier dataset converted inside the source
-/// tree), with their input counts: no sample, as an empty folder has none, yet nothing
-/// said so beside the skip list.
+/// The labels of an ImageFolder listing's classes that have inputs but no sample, since
+/// every one was skipped (a tree of non-images, an earlier dataset converted inside the
+/// source tree), with their input counts: no sample, as an empty folder has none, yet
+/// nothing said so beside the skip list.
 fn classes_all_skipped(
     source: &Source,
     listing: &Listing,
     skipped: &[super::Skipped],
-) -> Vec<(String, usize)> {
+) -> Vec<(usize, usize)> {
     if skipped.is_empty()
         || !matches!(source, Source::ImageFolder(_))
         || listing.flat
@@ -471,43 +491,10 @@ fn classes_all_skipped(
             }
         }
     }
-    (listing.classes.iter().zip(counts))
+    (counts.into_iter().enumerate())
         .filter(|(_, (inputs, kept))| *inputs > 0 && *kept == 0)
-        .map(|(c, (inputs, _))| (c.clone(), inputs))
+        .map(|(label, (inputs, _))| (label, inputs))
         .collect()
-}
-
-/// One warning for the classes of [`classes_all_skipped`], if any.
-fn classes_all_skipped_warning(
-    classes: &[String],
-    all_skipped: &[(String, usize)],
-) -> Option<String> {
-    let label = |name: &str| classes.iter().position(|c| c == name).unwrap_or(0);
-    let named =
-        |(name, n): &(String, usize)| format!("{name:?} (label {}, {n} input(s))", label(name));
-    match all_skipped {
-        [] => None,
-        [one] => Some(format!(
-            "class {} has no samples: every input of it was skipped (see the skip list); it keeps its label",
-            named(one)
-        )),
-        _ => {
-            let shown: Vec<String> = all_skipped
-                .iter()
-                .take(EMPTY_CLASSES_NAMED)
-                .map(named)
-                .collect();
-            let rest = match all_skipped.len().saturating_sub(EMPTY_CLASSES_NAMED) {
-                0 => String::new(),
-                n => format!(" ... and {n} more (all in the JSON report's empty_classes)"),
-            };
-            Some(format!(
-                "{} classes have no samples: every input of theirs was skipped (see the skip list); they keep their labels: {}{rest}",
-                all_skipped.len(),
-                shown.join(", ")
-            ))
-        }
-    }
 }
 
 #[cfg(test)]
