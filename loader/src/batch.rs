@@ -9,11 +9,21 @@ use half::{bf16, f16};
 use crate::dlpack::{self, ManagedTensor};
 
 use crate::config::DType;
+use crate::metrics::Metrics;
 
 /// A batch buffer of the host ring. Allocated once at build for a full batch; recycled when
 /// the [`HostImages`] holding it is dropped.
 #[derive(Debug)]
-pub(crate) enum HostBuffer {
+pub(crate) struct HostBuffer {
+    pub(crate) values: HostValues,
+    /// Counts the buffer in its loader's `host_bytes` while it exists (`None`: a copy
+    /// made for the consumer, which is not the loader's).
+    _counted: Option<Counted>,
+}
+
+/// A batch buffer's values, by output type.
+#[derive(Debug)]
+pub(crate) enum HostValues {
     U8(Vec<u8>),
     F16(Vec<f16>),
     Bf16(Vec<bf16>),
@@ -21,22 +31,57 @@ pub(crate) enum HostBuffer {
 }
 
 impl HostBuffer {
-    pub(crate) fn dtype(&self) -> DType {
-        match self {
-            HostBuffer::U8(_) => DType::U8,
-            HostBuffer::F16(_) => DType::F16,
-            HostBuffer::Bf16(_) => DType::Bf16,
-            HostBuffer::F32(_) => DType::F32,
+    /// A buffer of the loader whose counters are `metrics`: its bytes count in
+    /// `host_bytes` until it is freed, wherever that happens (a batch the script kept past
+    /// its loader, a buffer made while the ring was held and freed when it came back to a
+    /// full ring).
+    pub(crate) fn counted(values: HostValues, metrics: &Arc<Metrics>) -> Self {
+        let bytes = values.bytes() as u64;
+        metrics.add_host_bytes(bytes);
+        HostBuffer {
+            values,
+            _counted: Some(Counted {
+                metrics: Arc::clone(metrics),
+                bytes,
+            }),
         }
     }
 
-    pub(crate) fn bytes(&self) -> usize {
+    pub(crate) fn dtype(&self) -> DType {
+        self.values.dtype()
+    }
+}
+
+impl HostValues {
+    fn dtype(&self) -> DType {
         match self {
-            HostBuffer::U8(v) => v.len(),
-            HostBuffer::F16(v) => v.len() * 2,
-            HostBuffer::Bf16(v) => v.len() * 2,
-            HostBuffer::F32(v) => v.len() * 4,
+            HostValues::U8(_) => DType::U8,
+            HostValues::F16(_) => DType::F16,
+            HostValues::Bf16(_) => DType::Bf16,
+            HostValues::F32(_) => DType::F32,
         }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            HostValues::U8(v) => v.len(),
+            HostValues::F16(v) => v.len() * 2,
+            HostValues::Bf16(v) => v.len() * 2,
+            HostValues::F32(v) => v.len() * 4,
+        }
+    }
+}
+
+/// A buffer's share of its loader's `host_bytes`, given back when the buffer is freed.
+#[derive(Debug)]
+struct Counted {
+    metrics: Arc<Metrics>,
+    bytes: u64,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.metrics.sub_host_bytes(self.bytes);
     }
 }
 
@@ -91,8 +136,8 @@ impl HostImages {
 
     /// The pixels if the output is `u8`.
     pub fn as_u8(&self) -> Option<&[u8]> {
-        match self.buffer() {
-            HostBuffer::U8(v) => Some(&v[..self.len()]),
+        match &self.buffer().values {
+            HostValues::U8(v) => Some(&v[..self.len()]),
             _ => None,
         }
     }
@@ -100,24 +145,24 @@ impl HostImages {
     /// The values if the output is `f16` ([`crate::half::f16`], re-exported so that a caller
     /// names the same `half` version).
     pub fn as_f16(&self) -> Option<&[f16]> {
-        match self.buffer() {
-            HostBuffer::F16(v) => Some(&v[..self.len()]),
+        match &self.buffer().values {
+            HostValues::F16(v) => Some(&v[..self.len()]),
             _ => None,
         }
     }
 
     /// The values if the output is bfloat16 ([`crate::half::bf16`]).
     pub fn as_bf16(&self) -> Option<&[bf16]> {
-        match self.buffer() {
-            HostBuffer::Bf16(v) => Some(&v[..self.len()]),
+        match &self.buffer().values {
+            HostValues::Bf16(v) => Some(&v[..self.len()]),
             _ => None,
         }
     }
 
     /// The values if the output is `f32`.
     pub fn as_f32(&self) -> Option<&[f32]> {
-        match self.buffer() {
-            HostBuffer::F32(v) => Some(&v[..self.len()]),
+        match &self.buffer().values {
+            HostValues::F32(v) => Some(&v[..self.len()]),
             _ => None,
         }
     }
@@ -150,11 +195,15 @@ impl HostImages {
     /// the consumer's own, which later writes through other exports do not reach.
     pub fn copy_to_dlpack(&self) -> ManagedTensor {
         let n = self.len();
-        let copy = match self.buffer() {
-            HostBuffer::U8(v) => HostBuffer::U8(v[..n].to_vec()),
-            HostBuffer::F16(v) => HostBuffer::F16(v[..n].to_vec()),
-            HostBuffer::Bf16(v) => HostBuffer::Bf16(v[..n].to_vec()),
-            HostBuffer::F32(v) => HostBuffer::F32(v[..n].to_vec()),
+        let values = match &self.buffer().values {
+            HostValues::U8(v) => HostValues::U8(v[..n].to_vec()),
+            HostValues::F16(v) => HostValues::F16(v[..n].to_vec()),
+            HostValues::Bf16(v) => HostValues::Bf16(v[..n].to_vec()),
+            HostValues::F32(v) => HostValues::F32(v[..n].to_vec()),
+        };
+        let copy = HostBuffer {
+            values,
+            _counted: None,
         };
         HostImages::new(copy, self.shape, None)
             .into_dlpack()
@@ -173,11 +222,11 @@ impl HostImages {
 
     /// A tensor of the images' buffer, kept alive by a clone of the `Arc`.
     fn export(self: &Arc<Self>) -> ManagedTensor {
-        let data = match self.buffer() {
-            HostBuffer::U8(v) => v.as_ptr().cast::<c_void>(),
-            HostBuffer::F16(v) => v.as_ptr().cast(),
-            HostBuffer::Bf16(v) => v.as_ptr().cast(),
-            HostBuffer::F32(v) => v.as_ptr().cast(),
+        let data = match &self.buffer().values {
+            HostValues::U8(v) => v.as_ptr().cast::<c_void>(),
+            HostValues::F16(v) => v.as_ptr().cast(),
+            HostValues::Bf16(v) => v.as_ptr().cast(),
+            HostValues::F32(v) => v.as_ptr().cast(),
         }
         .cast_mut();
         let dtype = dlpack::dl_dtype(self.dtype());

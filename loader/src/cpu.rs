@@ -34,7 +34,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use stoker_decode::{CpuDecoder, Limits};
 use stoker_formats::{Dataset, DatasetReader};
 
-use crate::batch::{Batch, HostBuffer, HostImages, Images};
+use crate::batch::{Batch, HostBuffer, HostImages, HostValues, Images};
 use crate::config::{DType, LoaderConfig, Output};
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
@@ -156,14 +156,12 @@ impl CpuPipeline {
         // Written as it is allocated, so resident from the start.
         ring_fits_beside_held(&settings, slots as u64)?;
         let (free_tx, free_rx) = crossbeam_channel::bounded(slots);
-        let mut ring_bytes = 0u64;
         for _ in 0..slots {
-            let buffer = new_buffer(&settings).map_err(|b| ring_too_large(&settings, b))?;
-            ring_bytes += buffer.bytes() as u64;
+            let buffer =
+                new_buffer(&settings, &metrics).map_err(|b| ring_too_large(&settings, b))?;
             // Cannot fail: the channel has exactly `slots` places.
             let _ = free_tx.try_send(buffer);
         }
-        metrics.set_host_bytes(ring_bytes);
         metrics.set_queue_capacity(config.prefetch);
         for stage in [Stage::Read, Stage::Decode, Stage::Transform] {
             metrics.set_threads(stage, workers as u64);
@@ -229,16 +227,17 @@ fn ring_fits_beside_held(settings: &Settings, slots: u64) -> Result<(), LoaderEr
 /// # Errors
 ///
 /// The buffer's size in bytes (`None`: more than the address space).
-fn new_buffer(settings: &Settings) -> Result<HostBuffer, Option<usize>> {
+fn new_buffer(settings: &Settings, metrics: &Arc<Metrics>) -> Result<HostBuffer, Option<usize>> {
     let s = settings.transform.out_size() as usize;
     let n = settings.buffer_images.checked_mul(s * s * 3).ok_or(None)?;
     let bytes = n.checked_mul(settings.output.value_bytes() as usize);
     match settings.output.dtype() {
-        DType::U8 => zeroed(n, 0u8).map(HostBuffer::U8),
-        DType::F16 => zeroed(n, half::f16::ZERO).map(HostBuffer::F16),
-        DType::Bf16 => zeroed(n, half::bf16::ZERO).map(HostBuffer::Bf16),
-        DType::F32 => zeroed(n, 0.0f32).map(HostBuffer::F32),
+        DType::U8 => zeroed(n, 0u8).map(HostValues::U8),
+        DType::F16 => zeroed(n, half::f16::ZERO).map(HostValues::F16),
+        DType::Bf16 => zeroed(n, half::bf16::ZERO).map(HostValues::Bf16),
+        DType::F32 => zeroed(n, 0.0f32).map(HostValues::F32),
     }
+    .map(|values| HostBuffer::counted(values, metrics))
     .ok_or(bytes)
 }
 
@@ -470,9 +469,11 @@ impl Worker {
                 if let Ok(buffer) = w.shared.free_rx.try_recv() {
                     return Ok(buffer);
                 }
-                new_buffer(&w.shared.settings).map_err(|bytes| LoaderError::BatchOutOfMemory {
-                    batch: k,
-                    bytes: bytes.map_or(u64::MAX, |b| b as u64),
+                new_buffer(&w.shared.settings, &w.shared.metrics).map_err(|bytes| {
+                    LoaderError::BatchOutOfMemory {
+                        batch: k,
+                        bytes: bytes.map_or(u64::MAX, |b| b as u64),
+                    }
                 })
             },
         )
@@ -614,8 +615,8 @@ impl Worker {
             &self.normalizer,
             (s, settings.output.is_planar(), params.flip),
         );
-        let out_bytes = match buffer {
-            HostBuffer::U8(v) => {
+        let out_bytes = match &mut buffer.values {
+            HostValues::U8(v) => {
                 layout::write_u8_hwc(
                     resized,
                     s,
@@ -624,9 +625,9 @@ impl Worker {
                 );
                 per_image
             }
-            HostBuffer::F16(v) => write_slot(norm, resized, how, slot, v),
-            HostBuffer::Bf16(v) => write_slot(norm, resized, how, slot, v),
-            HostBuffer::F32(v) => write_slot(norm, resized, how, slot, v),
+            HostValues::F16(v) => write_slot(norm, resized, how, slot, v),
+            HostValues::Bf16(v) => write_slot(norm, resized, how, slot, v),
+            HostValues::F32(v) => write_slot(norm, resized, how, slot, v),
         };
         metrics.record(Stage::Transform, 1, out_bytes as u64, t_transform.elapsed());
         Ok(loaded.label)

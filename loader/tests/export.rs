@@ -402,6 +402,40 @@ fn an_oversized_batch_size_or_prefetch_allocates_no_more_than_an_epoch_uses() {
 }
 
 #[test]
+fn host_bytes_counts_the_buffers_of_kept_batches_until_they_are_freed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let loader = small(&ds)
+        .batch_size(2)
+        .prefetch_next_epoch(false)
+        .build()
+        .unwrap();
+    let buffer = 2 * 3 * 24 * 24 * 4;
+    // The ring: prefetch 2 + workers 2.
+    let ring = 4 * buffer;
+    assert_eq!(loader.stats().host_bytes, ring);
+    // A script keeping every batch (15 photos, 8 batches): the ring's 4 buffers are all
+    // held, and the workers made one for each further batch. The figure stayed at the
+    // ring's before, whatever the script held.
+    let kept: Vec<_> = loader.epoch(0).map(Result::unwrap).collect();
+    assert_eq!(kept.len(), 8);
+    let held = loader.stats().host_bytes;
+    assert!(held >= 8 * buffer, "{held}");
+    // Exported to a tensor, a buffer still counts until the consumer releases it.
+    let mut kept = kept.into_iter();
+    let Images::Host(images) = kept.next().unwrap().images else {
+        panic!("host images")
+    };
+    let tensor = images.into_dlpack();
+    drop(kept);
+    // The ring takes back what it has room for (all 4 places); the rest is freed and no
+    // longer counted, but for the tensor's buffer, which is freed when released.
+    assert_eq!(loader.stats().host_bytes, ring + buffer);
+    drop(tensor);
+    assert_eq!(loader.stats().host_bytes, ring);
+}
+
+#[test]
 fn a_state_from_another_dataset_of_the_same_length_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let ds = sample_dataset(dir.path());

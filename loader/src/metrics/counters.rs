@@ -184,6 +184,19 @@ impl Metrics {
         self.host_bytes.store(bytes, Relaxed);
     }
 
+    /// A host batch buffer of `bytes` was made.
+    pub(crate) fn add_host_bytes(&self, bytes: u64) {
+        self.host_bytes.fetch_add(bytes, Relaxed);
+    }
+
+    /// A host batch buffer of `bytes` was freed.
+    pub(crate) fn sub_host_bytes(&self, bytes: u64) {
+        // Saturating: a caller may have `set_host_bytes` lower meanwhile.
+        let _ = self
+            .host_bytes
+            .fetch_update(Relaxed, Relaxed, |b| Some(b.saturating_sub(bytes)));
+    }
+
     /// Bytes of pinned host staging memory (GPU path).
     pub fn set_pinned_bytes(&self, bytes: u64) {
         self.pinned_bytes.store(bytes, Relaxed);

@@ -177,7 +177,7 @@ impl fmt::Display for Stats {
         }
         writeln!(
             f,
-            "  queue: mean {:.2} / max {} ready of {} slots, {} epochs started early; memory: host ring {:.1} MiB, pinned {:.1} MiB, device {:.1} MiB",
+            "  queue: mean {:.2} / max {} ready of {} slots, {} epochs started early; memory: host batches {:.1} MiB, pinned {:.1} MiB, device {:.1} MiB",
             self.queue_mean,
             self.queue_max,
             self.queue_capacity,

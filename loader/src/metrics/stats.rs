@@ -165,8 +165,9 @@ pub struct Stats {
     /// Threads that run read, decode and transform in turn (CPU path); 0 if separate.
     #[serde(default)]
     pub shared_workers: u64,
-    /// Host batch ring bytes: the buffers made at build. A buffer made for a batch built
-    /// while a script keeps every ring buffer (a list of past batches) is not counted.
+    /// Host batch buffer bytes alive now: the ring made at build, plus the buffers made for
+    /// batches built while a script kept every ring buffer (a list of past batches), until
+    /// they are freed; batches kept after the loader is closed still count.
     pub host_bytes: u64,
     /// Pinned staging bytes (GPU path).
     pub pinned_bytes: u64,
