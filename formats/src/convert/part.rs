@@ -222,7 +222,8 @@ impl Part {
                 "a part index but no number of parts: pass --parts N or set STOKER_PARTS (a Kubernetes Indexed Job's completions)".into(),
             )),
             (Some(i), Some(n)) => {
-                let sparse = if slurm_counts {
+                // Only where the index passed the count: a count of 0 is wrong in itself.
+                let sparse = if slurm_counts && n > 0 && i >= n {
                     " (a Slurm array with a step or a list, e.g. --array=0-15:4, numbers its tasks sparsely: pass --part and --parts)"
                 } else {
                     ""
@@ -254,7 +255,7 @@ fn sparse_array(
     max: Option<u32>,
     count: Option<u32>,
 ) -> Option<String> {
-    let (true, Some(min), Some(max), Some(n)) = (from_array, min, max, count) else {
+    let (true, Some(min), Some(max), Some(n @ 1..)) = (from_array, min, max, count) else {
         return None;
     };
     let ids = u64::from(max).checked_sub(u64::from(min)).map(|d| d + 1);
@@ -412,6 +413,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("SLURM_ARRAY_TASK_COUNT"), "{e}");
+        // A count of 0 is wrong in itself: no hint of a sparse array, with or without
+        // the array's bounds.
+        for bounds in [
+            &[][..],
+            &[("SLURM_ARRAY_TASK_MIN", "0"), ("SLURM_ARRAY_TASK_MAX", "3")],
+        ] {
+            let mut vars = vec![
+                ("SLURM_ARRAY_TASK_ID", "0"),
+                ("SLURM_ARRAY_TASK_COUNT", "0"),
+            ];
+            vars.extend_from_slice(bounds);
+            let e = from(None, None, &vars).unwrap_err();
+            assert!(
+                e.contains("must be positive") && !e.contains("sparse"),
+                "{e}"
+            );
+        }
         let e = from(None, None, &[("STOKER_PARTS", "x")]).unwrap_err();
         assert!(e.contains("STOKER_PARTS=\"x\""), "{e}");
         // A non-negative integer, but too large: not called "not a non-negative integer".
