@@ -1,5 +1,6 @@
 //! `stoker.Loader` and its stats.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
@@ -231,10 +232,12 @@ impl Loader {
             cpu_share: gpu_cpu_share,
         };
         builder = gpu.apply(builder)?;
+        collect_unreachable_loaders(py);
         let inner = build(py, builder)?;
         if from_env {
             crate::torch_dist::check(py, inner.stats().placement.as_ref())?;
         }
+        OPEN.fetch_add(1, Ordering::Relaxed);
         Ok(Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
@@ -254,7 +257,9 @@ impl Loader {
     /// use raises ``stoker.StokerError``. Also what leaving a ``with stoker.Loader(...)
     /// as loader:`` block does; without it the loader is freed when the last reference
     /// to it goes, which for one caught in a reference cycle (a trainer object in a
-    /// notebook) is only when Python's garbage collector runs.
+    /// notebook) is only when Python's garbage collector runs; building a loader while
+    /// another is open runs the collector first, so a cell run again frees the last
+    /// run's loader before the new one takes its memory.
     fn close(&self, py: Python<'_>) {
         let _logs = Call::new(py);
         // Under the iterators' lock: an iterator made meanwhile is either in the list
@@ -263,6 +268,9 @@ impl Loader {
             let mut epochs = lock(&self.epochs);
             (lock(&self.inner).take(), std::mem::take(&mut *epochs))
         };
+        if inner.is_some() {
+            OPEN.fetch_sub(1, Ordering::Relaxed);
+        }
         self.stop(py, epochs, StoppedBy::Close);
         py.detach(move || drop(inner));
     }
@@ -575,6 +583,36 @@ fn placed(
 
 /// The loader, its notes raised as `UserWarning`s ([`notes`]). The builder logs them too:
 /// those events are held back and forgotten, the others delivered.
+/// Loaders of this process built and not yet closed or freed.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if inner.is_some() {
+            OPEN.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Runs Python's garbage collector when other loaders of this process are open, before a
+/// new one takes its threads and memory. A loader caught in a reference cycle (a trainer
+/// and its callback, re-created each time a notebook cell runs) waits for a full
+/// collection, which with PyTorch imported may not come for dozens of runs: each run
+/// then kept one more loader's ring (prefetch + workers batches) and threads, and the
+/// next build could be refused as not fitting beside them. A collection costs tens of
+/// milliseconds, once per build, and only where another loader is open.
+fn collect_unreachable_loaders(py: Python<'_>) {
+    if OPEN.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let collected = py.import("gc").and_then(|gc| gc.call_method0("collect"));
+    if let Err(e) = collected {
+        // Not a reason to refuse the loader: it is built as before.
+        tracing::debug!(%e, "gc.collect() before building a loader failed");
+    }
+}
+
 fn build(py: Python<'_>, builder: LoaderBuilder) -> PyResult<stoker_loader::Loader> {
     let (built, mut held) = crate::logging::holding(|| py.detach(|| builder.build()));
     let inner = built.map_err(loader_error)?;
