@@ -222,7 +222,6 @@ impl Part {
                 "a part index but no number of parts: pass --parts N or set STOKER_PARTS (a Kubernetes Indexed Job's completions)".into(),
             )),
             (Some(i), Some(n)) => {
-                // Only where the index passed the count: a count of 0 is wrong in itself.
                 let sparse = if slurm_counts && n > 0 && i >= n {
                     " (a Slurm array with a step or a list, e.g. --array=0-15:4, numbers its tasks sparsely: pass --part and --parts)"
                 } else {
@@ -245,7 +244,8 @@ impl Part {
 }
 
 /// Why a Slurm array cannot give the parts (its task ids from `min` to `max` are not its
-/// `count` tasks), when the part comes from it (`from_array`). A step or a list
+/// `count` tasks), when the part comes from it (`from_array`); not for a count of 0, wrong
+/// in itself (nor is the hint added to [`check`]'s error then). A step or a list
 /// (`--array=0-6:2`, `--array=1,5,9`) numbers the tasks sparsely: some tasks' indices
 /// reached past the count and failed, the others converted, and the merge then found
 /// parts missing. Refused in every task, before any work.
