@@ -1,7 +1,8 @@
 //! How a source is read, as found against `torchvision.datasets.ImageFolder` on real-world
 //! trees: labels of non-UTF-8 class folders, the order of files in class subfolders, a flat
 //! folder left with `.ipynb_checkpoints`, list files as spreadsheets write them, PPM/PGM
-//! inputs, and a conversion that writes nothing. Images are real photos from `testdata`.
+//! inputs, camera RAW and HEIC files, `.DS_Store` under `--strict`, and a conversion that
+//! writes nothing. Images are real photos from `testdata`.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -342,4 +343,189 @@ fn sixteen_bit_grayscale_png_is_scaled_to_8_bits_not_clipped() {
     let px = &payloads(&out)[0];
     assert_eq!(px.len(), 4 * 4 * 3);
     assert!(px.iter().all(|&v| u32::from(v) == (1000 + 128) / 257));
+}
+
+/// A 4×3 RGB TIFF, uncompressed, one strip; with `raw`, IFD0 also says what a camera RAW
+/// file's does: `NewSubfileType` 1 (a reduced-resolution preview) and `DNGVersion` 1.4.
+fn tiff(raw: bool) -> Vec<u8> {
+    let short = |tag: u16, v: u16| (tag, 3u16, 1u32, u32::from(v));
+    let mut entries = vec![
+        short(256, 4),
+        short(257, 3),
+        (258, 3, 3, 0), // BitsPerSample: 8, 8, 8, at an offset set below
+        short(259, 1),
+        short(262, 2),
+        (273, 4, 1, 0), // StripOffsets, set below
+        short(277, 3),
+        short(278, 3),
+        (279, 4, 1, 36),
+    ];
+    if raw {
+        entries.insert(0, (254, 4, 1, 1));
+        entries.push((50706, 1, 4, u32::from_le_bytes([1, 4, 0, 0])));
+    }
+    let extra = 8 + 2 + 12 * entries.len() as u32 + 4;
+    let mut t = b"II*\0\x08\0\0\0".to_vec();
+    t.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for (tag, ty, count, value) in entries {
+        let value = match tag {
+            258 => extra,
+            273 => extra + 6,
+            _ => value,
+        };
+        t.extend_from_slice(&tag.to_le_bytes());
+        t.extend_from_slice(&ty.to_le_bytes());
+        t.extend_from_slice(&count.to_le_bytes());
+        t.extend_from_slice(&value.to_le_bytes());
+    }
+    t.extend_from_slice(&[0; 4]);
+    t.extend_from_slice(&[8, 0, 8, 0, 8, 0]);
+    t.extend((0..36u8).map(|v| v * 7));
+    t
+}
+
+#[test]
+fn camera_raw_files_and_unread_formats_are_skipped_saying_what_they_are() {
+    // A DNG's first image is a small preview, which the `image` crate decoded and the
+    // dataset stored as the photo, without a word, beside the camera's JPEG of it.
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    put(src.path(), b"cam/IMG_0001.JPG", &p[0]);
+    std::fs::write(src.path().join("cam/IMG_0001.DNG"), tiff(true)).unwrap();
+    std::fs::write(src.path().join("cam/plain.tif"), tiff(false)).unwrap();
+    // An iPhone's HEIC and a JPEG XL were "not an image (unrecognized file format)".
+    std::fs::write(
+        src.path().join("cam/IMG_0002.HEIC"),
+        b"\0\0\0\x18ftypheic\0\0\0\0mif1heic",
+    )
+    .unwrap();
+    std::fs::write(src.path().join("cam/x.jxl"), b"\xff\x0a\xfa\x7f\x01\x02").unwrap();
+    let (_dir, _out, r) = convert_folder(src.path());
+    // The JPEG and the plain TIFF (the same bytes without the RAW tags) are converted.
+    assert_eq!(r.written, 2, "{:?}", r.skipped);
+    let reason = |name: &str| {
+        r.skipped
+            .iter()
+            .find(|s| s.path.ends_with(name))
+            .map(|s| s.reason.clone())
+            .unwrap_or_else(|| panic!("{name} not skipped: {:?}", r.skipped))
+    };
+    assert!(reason("IMG_0001.DNG").starts_with("camera RAW file (DNG)"));
+    assert!(reason("IMG_0002.HEIC").starts_with("unsupported image format (HEIC/HEIF"));
+    assert!(reason("x.jxl").starts_with("unsupported image format (JPEG XL"));
+}
+
+#[test]
+fn strict_skips_files_of_an_image_folder_that_neither_read_nor_are_named_as_images() {
+    // A tree copied from macOS has a .DS_Store in every folder: --strict failed on the
+    // first, where torchvision's ImageFolder does not look at such files.
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    put(src.path(), b"a/1.jpg", &p[0]);
+    put(src.path(), b"b/2.jpg", &p[1]);
+    std::fs::write(src.path().join("a/.DS_Store"), b"\0\0\0\x01Bud1").unwrap();
+    std::fs::write(src.path().join("b/Thumbs.db"), b"\xd0\xcf\x11\xe0").unwrap();
+    std::fs::write(src.path().join("b/README.txt"), b"photos of b").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = opts(
+        Source::ImageFolder(src.path().into()),
+        &dir.path().join("ds"),
+    );
+    o.strict = true;
+    let r = convert(&o, &NoProgress).unwrap();
+    assert_eq!(r.written, 2);
+    // Still skipped and counted, as without --strict.
+    assert_eq!(r.skipped.len(), 3, "{:?}", r.skipped);
+    // A file named as an image that is none, or an image that cannot be read, still
+    // fails: the user wanted it in the dataset.
+    for (name, bytes) in [
+        ("b/notes.jpg", &b"not a photo"[..]),
+        ("b/x.heic", b"\0\0\0\x18ftypheic\0\0\0\0"),
+        ("b/y.bin", &tiff(true)[..]),
+    ] {
+        let path = src.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = opts(
+            Source::ImageFolder(src.path().into()),
+            &dir.path().join("ds"),
+        );
+        o.strict = true;
+        match convert(&o, &NoProgress) {
+            Err(FormatError::StrictInput { path: p, .. }) => assert_eq!(p, path),
+            other => panic!("{name}: {other:?}"),
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+fn an_earlier_dataset_in_a_flat_folder_is_named_when_nothing_converts() {
+    // Converted into the folder it came from, the dataset made the folder a tree of one
+    // class of non-images the next time, its photos beside it unread: the error only
+    // listed manifest.json and the shards as "not an image".
+    let src = tempfile::tempdir().unwrap();
+    let p = photos();
+    put(src.path(), b"1.jpg", &p[0]);
+    put(src.path(), b"2.jpg", &p[1]);
+    let first = src.path().join("out");
+    convert(
+        &opts(Source::ImageFolder(src.path().into()), &first),
+        &NoProgress,
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let again = convert(
+        &opts(
+            Source::ImageFolder(src.path().into()),
+            &dir.path().join("ds"),
+        ),
+        &NoProgress,
+    );
+    match again {
+        Err(FormatError::BadSource { reason, .. }) => assert!(
+            reason.contains(&format!(
+                "{} is a stoker dataset converted into {} earlier",
+                first.display(),
+                src.path().display()
+            )) && reason.contains("files beside the folders are not read"),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The dataset itself given as the source.
+    match convert(
+        &opts(Source::ImageFolder(first.clone()), &dir.path().join("ds2")),
+        &NoProgress,
+    ) {
+        Err(FormatError::BadSource { reason, .. }) => {
+            assert!(reason.contains("is a stoker dataset already"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_strict_conversion_that_skipped_a_ds_store_resumes() {
+    // The journal's skips were refused outright under --strict ("it skipped inputs in a
+    // --strict conversion"), which only held while --strict skipped nothing.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    stoker_testdata::copy_tree(&stoker_testdata::dir().join("imagefolder"), &src);
+    std::fs::remove_file(src.join("ORIGIN.tsv")).unwrap();
+    std::fs::write(src.join("caer/.DS_Store"), b"\0\0\0\x01Bud1").unwrap();
+    let mut o = opts(Source::ImageFolder(src.clone()), &tmp.path().join("ds"));
+    o.strict = true;
+    o.shard_bytes = stoker_formats::convert::MIN_SHARD_BYTES;
+    o.fail_after = Some(60);
+    assert!(matches!(
+        convert(&o, &NoProgress),
+        Err(FormatError::Injected { .. })
+    ));
+    o.fail_after = None;
+    o.resume = true;
+    let r = convert(&o, &NoProgress).unwrap();
+    assert!(r.resumed > 0, "nothing resumed");
+    assert_eq!(r.skipped.len(), 1, "{:?}", r.skipped);
+    assert!(r.skipped[0].path.ends_with("caer/.DS_Store"));
 }

@@ -81,7 +81,9 @@ pub struct Args {
     pub resume: bool,
     /// Fail on the first bad input (exit 1, no manifest) instead of skipping it. What the
     /// run made in OUT is taken away, so that once the input is fixed the same command
-    /// converts (a --resume of a partial conversion keeps it for --resume).
+    /// converts (a --resume of a partial conversion keeps it for --resume). A file of an
+    /// image folder that is no image and not named as one (.DS_Store, README.txt) is
+    /// skipped as without it.
     #[arg(long)]
     pub strict: bool,
     /// Reject images with more pixels than this without decoding them.

@@ -12,6 +12,7 @@ pub mod audit;
 mod bar;
 mod chunk_done;
 pub(crate) mod claim;
+mod image_kinds;
 mod journal;
 mod list_file;
 mod listing;
@@ -479,7 +480,12 @@ fn check_written(
         })
         .flatten();
     let (path, hint) = match &options.source {
-        Source::ImageFolder(root) => (root, hint.map(|h| format!(" ({h})"))),
+        Source::ImageFolder(root) => (
+            root,
+            hint.map(str::to_string)
+                .or_else(|| earlier_dataset_hint(root, skipped))
+                .map(|h| format!(" ({h})")),
+        ),
         Source::List { root, .. } => (
             root,
             Some(" (listed paths are read relative to SRC: is it the directory the list's paths start from?)".into()),
@@ -507,6 +513,37 @@ fn check_written(
     Err(FormatError::BadSource {
         path: path.clone(),
         reason,
+    })
+}
+
+/// What to do when the inputs skipped include a stoker dataset's manifest: the image
+/// folder `root` is such a dataset, or holds one converted into it earlier, which as a
+/// folder made the files beside it unread (a flat folder became a tree of classes).
+fn earlier_dataset_hint(root: &Path, skipped: &[report::Skipped]) -> Option<String> {
+    let manifest = skipped
+        .iter()
+        .find(|s| s.path.file_name() == Some(MANIFEST_FILE.as_ref()))?;
+    let dir = manifest.path.parent()?;
+    Some(if dir == root {
+        format!(
+            "{} is a stoker dataset already: give the folder of images it was converted from",
+            root.lossless()
+        )
+    } else if dir.parent() != Some(root) {
+        format!(
+            "{} is a stoker dataset converted into the source earlier, whose files are no \
+             images: move it out of {}",
+            dir.lossless(),
+            root.lossless()
+        )
+    } else {
+        format!(
+            "{dir} is a stoker dataset converted into {root} earlier: a folder there makes \
+             {root} a tree of class folders, and files beside the folders are not read; \
+             move it out of {root}, or convert into a directory outside it",
+            dir = dir.lossless(),
+            root = root.lossless()
+        )
     })
 }
 

@@ -19,6 +19,7 @@ use super::report::{Progress, Skipped};
 use super::source;
 use super::source_root::SourceRoot;
 use super::transcode::{self, Outcome, Processed};
+use super::Source;
 use crate::buffer_pool::BufferPool;
 use crate::input_file::refusal_reason;
 use crate::outside_fault::FaultStage;
@@ -201,6 +202,24 @@ pub(super) fn thread_pool(
     Ok((pool, jobs))
 }
 
+/// Whether `--strict` skips `input` (transcoded as `p`) instead of failing on it: a file
+/// of an image folder (not a listed file, a tar member or a written sample, which the user
+/// gave as an image) that is no image and not named as one: `.DS_Store`, `Thumbs.db`,
+/// `README.txt`, which torchvision's `ImageFolder` does not read either. A tree copied
+/// from macOS could not be converted under `--strict` until cleaned.
+fn strict_skips(options: &ConvertOptions, input: &source::Input, p: &Processed) -> bool {
+    p.not_image
+        && matches!(input.bytes, super::listing::InputBytes::File)
+        && strict_skips_unnamed(options, &input.path)
+}
+
+/// Whether `--strict` skips a file called `path` that is no image: it is one of an image
+/// folder, and its name does not say image. A resumed strict conversion checks its
+/// journal's skips with this too.
+pub(super) fn strict_skips_unnamed(options: &ConvertOptions, path: &Path) -> bool {
+    matches!(options.source, Source::ImageFolder(_)) && !super::image_kinds::named_as_image(path)
+}
+
 /// Reads and transcodes one input; never panics (a panic in a decoder makes the input a
 /// skip that says so, instead of stopping the other workers' inputs from being written).
 fn process(input: &source::Input, options: &ConvertOptions, buffers: &BufferPool) -> Processed {
@@ -208,7 +227,11 @@ fn process(input: &source::Input, options: &ConvertOptions, buffers: &BufferPool
         return skipped(reason.clone());
     }
     match input.read_into(options.max_file_size, buffers.take()) {
-        Ok(data) => process_bytes(data, input.label, options),
+        Ok(data) => {
+            let mut p = process_bytes(data, input.label, options);
+            p.strict_skips = strict_skips(options, input, &p);
+            p
+        }
         Err(e) if e.is_outside_fault() => Processed {
             outcome: Outcome::Stop(e.escalate(FaultStage::Converting)),
             ..skipped(String::new())
@@ -232,6 +255,8 @@ pub(super) fn skipped(reason: String) -> Processed {
         outcome: Outcome::Skip(reason),
         jpeg: None,
         other_image: false,
+        not_image: false,
+        strict_skips: false,
         input_bytes: 0,
     }
 }
@@ -265,7 +290,7 @@ pub(super) fn write_one<I: Iterator<Item = u64>>(
         // Before the strict check: the input is not to blame, and the run can be resumed.
         Outcome::Stop(e) => return Err(e),
         Outcome::Skip(reason) => {
-            if options.strict {
+            if options.strict && !p.strict_skips {
                 // As a kill leaves it, until `convert` takes a fresh run's output away.
                 return Err(FormatError::StrictInput {
                     path: name.to_path_buf(),

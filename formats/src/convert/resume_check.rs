@@ -147,7 +147,12 @@ fn check_shards(out: &Path, j: &Journal) -> Result<u64, ShardProblem> {
 /// Checks that each skipped input is one of `done` (the inputs before the resume point), in
 /// listing order, each at most once.
 fn check_skipped(j: &Journal, done: &[Input], options: &ConvertOptions) -> Result<(), String> {
-    if options.strict && !j.skipped.is_empty() {
+    // A strict run skips only files that are no image and not named as one.
+    let strict_skip = |s: &super::Skipped| {
+        s.reason == super::transcode::NOT_AN_IMAGE
+            && super::pipeline::strict_skips_unnamed(options, &s.path)
+    };
+    if options.strict && !j.skipped.iter().all(strict_skip) {
         return Err("it skipped inputs in a --strict conversion".into());
     }
     if let Some(at) = &j.skipped_at {

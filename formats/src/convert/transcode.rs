@@ -12,6 +12,7 @@ use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 use stoker_decode::{primary_image_end, probe, CpuDecoder, DecodeMemory, ImageInfo, Limits};
 
 use super::audit::JpegClass;
+use super::image_kinds;
 use super::options::{ConvertOptions, ResizeMode};
 use crate::record::Encoding;
 use crate::writer::RecordMeta;
@@ -38,12 +39,20 @@ pub(crate) enum Outcome {
     Stop(FormatError),
 }
 
+/// The skip reason of a file whose bytes are no image format at all.
+pub(super) const NOT_AN_IMAGE: &str = "not an image (unrecognized file format)";
+
 /// The result for one input: outcome plus what the audit learned.
 #[derive(Debug)]
 pub(crate) struct Processed {
     pub outcome: Outcome,
     pub jpeg: Option<JpegClass>,
     pub other_image: bool,
+    /// Skipped as [`NOT_AN_IMAGE`]: its bytes are of no image format stoker knows.
+    pub not_image: bool,
+    /// Skipped under `--strict` too, as without it (set by the caller, who knows where the
+    /// input came from).
+    pub strict_skips: bool,
     pub input_bytes: u64,
 }
 
@@ -84,6 +93,8 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
         outcome: Outcome::Skip(String::new()),
         jpeg: None,
         other_image: false,
+        not_image: false,
+        strict_skips: false,
         input_bytes: data.len() as u64,
     };
     if data.is_empty() {
@@ -102,6 +113,11 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
             JpegPlan::Store(meta) => record(meta, input, true, false),
             JpegPlan::Done(outcome) => outcome,
         }
+    } else if image::guess_format(data).is_err() && image_kinds::unread_format(data).is_none() {
+        // Told apart for `--strict`, which skips such a file of an image folder when its
+        // name does not say image either (`.DS_Store`, `README.txt`).
+        p.not_image = true;
+        Outcome::Skip(NOT_AN_IMAGE.into())
     } else {
         match decode_other(data, opts) {
             // The memory stays held until the pixels are encoded and dropped.
@@ -208,12 +224,23 @@ fn decode_jpeg(
 /// the memory held with the pixels, as [`decode_jpeg`].
 fn decode_other(data: &[u8], opts: &ConvertOptions) -> Result<(Rgb, DecodeMemory), String> {
     let max_pixels = opts.max_pixels;
+    if let Some(name) = image_kinds::unread_format(data) {
+        return Err(format!(
+            "unsupported image format ({name}; {}: convert such files to JPEG first)",
+            image_kinds::READ
+        ));
+    }
     let reader = image::ImageReader::new(Cursor::new(data))
         .with_guessed_format()
         .map_err(|e| format!("unreadable: {e}"))?;
     let Some(format) = reader.format() else {
-        return Err("not an image (unrecognized file format)".into());
+        return Err(NOT_AN_IMAGE.into());
     };
+    if format == image::ImageFormat::Tiff {
+        if let Some(why) = image_kinds::camera_raw(data) {
+            return Err(image_kinds::camera_raw_reason(why));
+        }
+    }
     let (w, h) = image::ImageReader::with_format(Cursor::new(data), format)
         .into_dimensions()
         .map_err(|e| match e {
@@ -295,7 +322,8 @@ fn unsupported(format: image::ImageFormat, e: &image::ImageError) -> String {
             if matches!(u.kind(), image::error::UnsupportedErrorKind::Format(_)) =>
         {
             format!(
-                "unsupported image format ({format:?}; stoker reads JPEG, PNG, BMP, GIF, WebP, TIFF and PPM/PGM/PBM)"
+                "unsupported image format ({format:?}; {})",
+                image_kinds::READ
             )
         }
         e => format!("unsupported image format ({format:?}: {e})"),
