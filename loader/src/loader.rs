@@ -584,12 +584,17 @@ impl<'a> Epoch<'a> {
     /// # Ok(()) }
     /// ```
     pub fn remaining(&self) -> u64 {
-        let running = if self.stream.is_some() {
+        self.batches_left() + u64::from(self.pending.is_some())
+    }
+
+    /// The batches this iterator has left to hand out: [`Epoch::remaining`] without the
+    /// error of an epoch that could not start.
+    pub fn batches_left(&self) -> u64 {
+        if self.stream.is_some() {
             self.end.saturating_sub(self.next)
         } else {
             0
-        };
-        running + u64::from(self.pending.is_some())
+        }
     }
 
     /// Counts the bad records of batch `batch`, being handed out now.

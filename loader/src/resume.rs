@@ -324,6 +324,20 @@ pub(crate) fn resume_start(
     epoch: u64,
     num_batches: u64,
 ) -> Result<u64, LoaderError> {
+    let start = first_batch(pending, epoch, num_batches)?;
+    if let Some(note) = pending.and_then(|state| skip_note(state, epoch, num_batches)) {
+        tracing::warn!("{note}");
+    }
+    Ok(start)
+}
+
+/// [`resume_start`] without its log: also for asking what an epoch would yield
+/// ([`crate::Loader::batches_if_started`]).
+pub(crate) fn first_batch(
+    pending: Option<&LoaderState>,
+    epoch: u64,
+    num_batches: u64,
+) -> Result<u64, LoaderError> {
     match pending {
         None => Ok(0),
         Some(state) if state.epoch == epoch => Ok(state.position),
@@ -333,9 +347,6 @@ pub(crate) fn resume_start(
             if state.epoch.checked_add(1) == Some(epoch)
                 && (state.position > 0 || num_batches == 0) =>
         {
-            if let Some(note) = skip_note(state, epoch, num_batches) {
-                tracing::warn!("{note}");
-            }
             Ok(0)
         }
         Some(state) => Err(LoaderError::ResumeEpoch {

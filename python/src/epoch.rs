@@ -168,18 +168,6 @@ pub(crate) fn next_epoch_of(inner: &stoker_loader::Loader, pending: &PendingEpoc
     }
 }
 
-/// Batches an iterator of `epoch` would yield if it started now: the epoch's, less
-/// those a pending resume of it skips.
-fn batches_left(inner: &stoker_loader::Loader, epoch: u64) -> u64 {
-    let batches = inner.num_batches();
-    let s = inner.state();
-    if inner.pending_epoch() == Some(epoch) && s.epoch == epoch {
-        batches.saturating_sub(s.position)
-    } else {
-        batches
-    }
-}
-
 /// The batches of one epoch, in order (``stoker.Batch``, which unpacks to
 /// ``images, labels``). The epoch starts at the first ``next``; a newer iterator of the
 /// same loader (or ``load_state_dict``) stops this one. Waiting for a batch releases the
@@ -247,7 +235,8 @@ impl Epoch {
             held.handed_over(note);
         }
         // `set` fails only for a second start, which `Run` rules out.
-        let _ = self.started_as.set((epoch, it.remaining()));
+        // Batches only: an epoch that cannot start yields its error, and no batch.
+        let _ = self.started_as.set((epoch, it.batches_left()));
         (Run::Running(Box::new(it)), note)
     }
 
@@ -385,7 +374,7 @@ impl Epoch {
             self.started_as.get(),
         ) {
             (Run::Unstarted(loader), _) => {
-                batches_left(loader, self.epoch_to_start(loader)) as usize
+                loader.batches_if_started(self.epoch_to_start(loader)) as usize
             }
             // Started meanwhile, or stopped before it started.
             (_, started) => started.map_or(0, |&(_, len)| len as usize),

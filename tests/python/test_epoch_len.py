@@ -64,3 +64,41 @@ def test_len_after_a_resume_is_what_is_left_of_the_epoch(sample_dataset):
         it = iter(loader)
         assert len(it) == 3
         assert len(list(it)) == 3 and len(it) == 3
+
+
+def test_len_after_a_resume_of_a_finished_epoch_or_of_a_refused_one_is_what_it_yields(
+    sample_dataset,
+):
+    import pytest
+
+    with _loader(sample_dataset) as saver:
+        for _ in saver.epoch(2):
+            state = saver.state_dict()
+    assert (state["epoch"], state["position"]) == (2, 4)
+    # Resumed into the epoch the state finished (set_epoch, or epoch(e)): it yields
+    # nothing, and len() said the whole epoch (4).
+    for start in ("set_epoch", "epoch"):
+        with _loader(sample_dataset) as loader:
+            loader.load_state_dict(state)
+            if start == "set_epoch":
+                loader.set_epoch(2)
+                it = iter(loader)
+            else:
+                it = loader.epoch(2)
+            assert len(it) == 0, start
+            assert list(it) == [] and len(it) == 0, start
+    # A plain `for` runs the epoch after it, whole.
+    with _loader(sample_dataset) as loader:
+        loader.load_state_dict(state)
+        it = iter(loader)
+        assert len(it) == 4 and len(list(it)) == 4
+    # An epoch the pending state refuses yields no batch: its len() was 4 before the
+    # first `next` and 1 (its error) after.
+    with _loader(sample_dataset) as loader:
+        loader.load_state_dict(dict(state, position=1))
+        it = loader.epoch(7)
+        assert len(it) == 0
+        with pytest.raises(ValueError):
+            next(it)
+        assert len(it) == 0
+        assert next(it, None) is None

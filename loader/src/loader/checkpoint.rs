@@ -107,6 +107,32 @@ impl Loader {
         Some(state.epoch.saturating_add(u64::from(done)))
     }
 
+    /// The batches [`Loader::epoch`] of `epoch` would yield if it started now: the
+    /// epoch's, less those a pending resume of it skips (none of a state saved after its
+    /// epoch's last batch); 0 for an epoch the pending state refuses
+    /// ([`LoaderError::ResumeEpoch`]). For a front end that tells the length of an
+    /// iteration before it starts (Python's `len()` of an epoch iterator, a progress bar).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use stoker_loader::{Loader, LoaderState};
+    /// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+    /// let n = loader.num_batches();
+    /// loader.load_state(LoaderState { epoch: 2, position: n, ..loader.state() })?;
+    /// assert_eq!(loader.batches_if_started(2), 0);
+    /// assert_eq!(loader.batches_if_started(3), n);
+    /// assert_eq!(loader.batches_if_started(5), 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn batches_if_started(&self, epoch: u64) -> u64 {
+        let pending = *self.resume.lock().unwrap_or_else(|p| p.into_inner());
+        let batches = self.num_batches();
+        crate::resume::first_batch(pending.as_ref(), epoch, batches)
+            .map_or(0, |start| batches.saturating_sub(start))
+    }
+
     /// The warning that starting `epoch` now logs because it skips the rest of the
     /// state [`Loader::load_state`] left pending (the epoch after a state saved inside
     /// its epoch; see there), or `None`. For a front end that says it its own way
