@@ -426,6 +426,12 @@ fn strict_skips_files_of_an_image_folder_that_neither_read_nor_are_named_as_imag
     std::fs::write(src.path().join("a/.DS_Store"), b"\0\0\0\x01Bud1").unwrap();
     std::fs::write(src.path().join("b/Thumbs.db"), b"\xd0\xcf\x11\xe0").unwrap();
     std::fs::write(src.path().join("b/README.txt"), b"photos of b").unwrap();
+    // macOS's AppleDouble file beside each photo it copied: named as one, hidden.
+    std::fs::write(
+        src.path().join("a/._1.jpg"),
+        b"\0\x05\x16\x07\0\x02\0\0Mac OS X",
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut o = opts(
         Source::ImageFolder(src.path().into()),
@@ -435,7 +441,13 @@ fn strict_skips_files_of_an_image_folder_that_neither_read_nor_are_named_as_imag
     let r = convert(&o, &NoProgress).unwrap();
     assert_eq!(r.written, 2);
     // Still skipped and counted, as without --strict.
-    assert_eq!(r.skipped.len(), 3, "{:?}", r.skipped);
+    assert_eq!(r.skipped.len(), 4, "{:?}", r.skipped);
+    let apple = r
+        .skipped
+        .iter()
+        .find(|s| s.path.ends_with("a/._1.jpg"))
+        .unwrap();
+    assert!(apple.reason.contains("AppleDouble"), "{}", apple.reason);
     // A file named as an image that is none, or an image that cannot be read, still
     // fails: the user wanted it in the dataset.
     for (name, bytes) in [

@@ -82,8 +82,8 @@ pub struct Args {
     /// Fail on the first bad input (exit 1, no manifest) instead of skipping it. What the
     /// run made in OUT is taken away, so that once the input is fixed the same command
     /// converts (a --resume of a partial conversion keeps it for --resume). A file of an
-    /// image folder that is no image and not named as one (.DS_Store, README.txt) is
-    /// skipped as without it.
+    /// image folder that is no image and is hidden or not named as one (.DS_Store,
+    /// ._IMG_0001.jpg, README.txt) is skipped as without it.
     #[arg(long)]
     pub strict: bool,
     /// Reject images with more pixels than this without decoding them.

@@ -88,6 +88,13 @@ pub(super) fn camera_raw(data: &[u8]) -> Option<&'static str> {
     preview.then_some("its first image is a reduced-resolution preview")
 }
 
+/// Whether `data` is a macOS AppleDouble file (`._IMG_0001.jpg`: the resource fork and
+/// attributes of `IMG_0001.jpg`, which macOS writes beside each file it copies to a disk
+/// or into a tar that cannot hold them): named as an image, no image.
+pub(super) fn apple_double(data: &[u8]) -> bool {
+    data.starts_with(b"\0\x05\x16\x07")
+}
+
 /// The skip reason of a camera RAW file ([`camera_raw`] says `why`).
 pub(super) fn camera_raw_reason(why: &str) -> String {
     format!(
@@ -100,7 +107,8 @@ pub(super) fn camera_raw_reason(why: &str) -> String {
 /// Whether `name` has an image file's extension (of a format stoker reads or not):
 /// `--strict` fails on such a file that cannot be converted, and only skips a file of an
 /// image folder that neither reads nor is named as an image (`.DS_Store`, `Thumbs.db`,
-/// `README.txt`), which torchvision's `ImageFolder` would not have looked at either.
+/// `README.txt`), which torchvision's `ImageFolder` would not have looked at either, or
+/// a hidden one (macOS's `._IMG_0001.jpg`).
 pub(super) fn named_as_image(name: &Path) -> bool {
     const EXTENSIONS: [&str; 38] = [
         "jpg", "jpeg", "jpe", "jfif", "jfi", "pjpeg", "pjp", "png", "apng", "webp", "bmp", "dib",
@@ -178,6 +186,13 @@ mod tests {
         // An MP4 video, a JPEG: not named here.
         assert_eq!(unread_format(b"\0\0\0\x18ftypisom\0\0\0\0"), None);
         assert_eq!(unread_format(b"\xff\xd8\xff\xe0"), None);
+    }
+
+    #[test]
+    fn apple_double_files_are_told_by_their_magic() {
+        assert!(apple_double(b"\0\x05\x16\x07\0\x02\0\0Mac OS X"));
+        assert!(!apple_double(b"\xff\xd8\xff"));
+        assert!(!apple_double(b"\0\x05"));
     }
 
     #[test]

@@ -214,10 +214,12 @@ fn strict_skips(options: &ConvertOptions, input: &source::Input, p: &Processed) 
 }
 
 /// Whether `--strict` skips a file called `path` that is no image: it is one of an image
-/// folder, and its name does not say image. A resumed strict conversion checks its
-/// journal's skips with this too.
+/// folder, and its name does not say image or it is hidden (macOS's `._IMG_0001.jpg`). A
+/// resumed strict conversion checks its journal's skips with this too.
 pub(super) fn strict_skips_unnamed(options: &ConvertOptions, path: &Path) -> bool {
-    matches!(options.source, Source::ImageFolder(_)) && !super::image_kinds::named_as_image(path)
+    let hidden = path.file_name().is_some_and(super::walk::is_hidden);
+    matches!(options.source, Source::ImageFolder(_))
+        && (hidden || !super::image_kinds::named_as_image(path))
 }
 
 /// Reads and transcodes one input; never panics (a panic in a decoder makes the input a

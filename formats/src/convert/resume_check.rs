@@ -149,7 +149,7 @@ fn check_shards(out: &Path, j: &Journal) -> Result<u64, ShardProblem> {
 fn check_skipped(j: &Journal, done: &[Input], options: &ConvertOptions) -> Result<(), String> {
     // A strict run skips only files that are no image and not named as one.
     let strict_skip = |s: &super::Skipped| {
-        s.reason == super::transcode::NOT_AN_IMAGE
+        super::transcode::is_not_an_image(&s.reason)
             && super::pipeline::strict_skips_unnamed(options, &s.path)
     };
     if options.strict && !j.skipped.iter().all(strict_skip) {

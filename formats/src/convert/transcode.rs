@@ -40,7 +40,13 @@ pub(crate) enum Outcome {
 }
 
 /// The skip reason of a file whose bytes are no image format at all.
-pub(super) const NOT_AN_IMAGE: &str = "not an image (unrecognized file format)";
+const NOT_AN_IMAGE: &str = "not an image (unrecognized file format)";
+
+/// Whether `reason` is that of a file that is no image ([`Processed::not_image`]): for a
+/// resumed `--strict` conversion, whose journal keeps the reasons only.
+pub(super) fn is_not_an_image(reason: &str) -> bool {
+    reason.starts_with("not an image")
+}
 
 /// The result for one input: outcome plus what the audit learned.
 #[derive(Debug)]
@@ -48,7 +54,8 @@ pub(crate) struct Processed {
     pub outcome: Outcome,
     pub jpeg: Option<JpegClass>,
     pub other_image: bool,
-    /// Skipped as [`NOT_AN_IMAGE`]: its bytes are of no image format stoker knows.
+    /// Skipped as no image: its bytes are of no image format stoker knows, or macOS
+    /// metadata.
     pub not_image: bool,
     /// Skipped under `--strict` too, as without it (set by the caller, who knows where the
     /// input came from).
@@ -113,9 +120,16 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
             JpegPlan::Store(meta) => record(meta, input, true, false),
             JpegPlan::Done(outcome) => outcome,
         }
+    } else if image_kinds::apple_double(data) {
+        p.not_image = true;
+        Outcome::Skip(
+            "not an image: macOS metadata (an AppleDouble `._` file, written beside each file \
+             macOS copies where it cannot keep its attributes)"
+                .into(),
+        )
     } else if image::guess_format(data).is_err() && image_kinds::unread_format(data).is_none() {
         // Told apart for `--strict`, which skips such a file of an image folder when its
-        // name does not say image either (`.DS_Store`, `README.txt`).
+        // name does not say image either (`.DS_Store`, `README.txt`) or it is hidden.
         p.not_image = true;
         Outcome::Skip(NOT_AN_IMAGE.into())
     } else {
