@@ -187,6 +187,9 @@ pub(crate) struct Epoch {
     /// ends, if it is this epoch; an iterator that fails to start (another epoch is
     /// running) leaves it for the next try.
     pending: PendingEpoch,
+    /// The loader's placement from the launcher's variables, checked against
+    /// `torch.distributed` before the epoch starts ([`crate::torch_dist::check`]).
+    placed_from_env: Option<Arc<stoker_loader::Placement>>,
 }
 
 impl Epoch {
@@ -195,6 +198,7 @@ impl Epoch {
         loader: Arc<stoker_loader::Loader>,
         which: Which,
         pending: PendingEpoch,
+        placed_from_env: Option<Arc<stoker_loader::Placement>>,
     ) -> Self {
         Epoch {
             shared: Arc::new(EpochShared {
@@ -208,6 +212,7 @@ impl Epoch {
             started_as: OnceLock::new(),
             interrupted: AtomicBool::new(false),
             pending,
+            placed_from_env,
         }
     }
 
@@ -310,6 +315,8 @@ impl Epoch {
                 *guard = Run::Ended;
             }
             if let Run::Unstarted(loader) = &*guard {
+                // Not started: the next `next` checks again.
+                crate::torch_dist::check(py, self.placed_from_env.as_deref(), true)?;
                 let loader = Arc::clone(loader);
                 let (run, note) = self.start(py, &loader);
                 *guard = run;

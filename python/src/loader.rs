@@ -113,6 +113,11 @@ pub(crate) struct Loader {
     /// The process that built it: in a fork, the iterators' threads and locks may belong
     /// to threads that do not exist, so nothing waits for them.
     pid: u32,
+    /// The placement read from the launcher's variables, when the caller gave no rank and
+    /// world size: checked against `torch.distributed` at build and again as each epoch
+    /// starts, for a `torch.multiprocessing.spawn` process that built the loader before
+    /// `init_process_group`.
+    placed_from_env: Option<Arc<stoker_loader::Placement>>,
 }
 
 #[pymethods]
@@ -232,17 +237,15 @@ impl Loader {
             cpu_share: gpu_cpu_share,
         };
         builder = gpu.apply(builder)?;
-        collect_unreachable_loaders(py);
         let inner = build(py, builder)?;
-        if from_env {
-            crate::torch_dist::check(py, inner.stats().placement.as_ref())?;
-        }
+        let placed_from_env = crate::torch_dist::checked_at_build(py, &inner, from_env)?;
         OPEN.fetch_add(1, Ordering::Relaxed);
         Ok(Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
             next_epoch: Arc::new(Mutex::new(None)),
             pid: std::process::id(),
+            placed_from_env,
         })
     }
 
@@ -534,7 +537,12 @@ impl Loader {
         self.stop_iterators(py, StoppedBy::Newer);
         // The loader taken and the iterator listed under one lock, which `close` takes.
         let mut epochs = lock(&self.epochs);
-        let it = Epoch::new(self.inner()?, which, Arc::clone(&self.next_epoch));
+        let it = Epoch::new(
+            self.inner()?,
+            which,
+            Arc::clone(&self.next_epoch),
+            self.placed_from_env.clone(),
+        );
         epochs.push(it.shared());
         Ok(it)
     }
@@ -614,6 +622,7 @@ fn collect_unreachable_loaders(py: Python<'_>) {
 }
 
 fn build(py: Python<'_>, builder: LoaderBuilder) -> PyResult<stoker_loader::Loader> {
+    collect_unreachable_loaders(py);
     let (built, mut held) = crate::logging::holding(|| py.detach(|| builder.build()));
     let inner = built.map_err(loader_error)?;
     let notes = notes(&inner);

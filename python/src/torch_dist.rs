@@ -8,6 +8,8 @@
 //! copies of the same batches without a word. `torch.distributed` knows better, so a
 //! placement that disagrees with it is refused.
 
+use std::sync::Arc;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -38,8 +40,9 @@ fn torch_placement(py: Python<'_>) -> Option<(u64, u64)> {
 
 /// Refuses `placement` (read from the environment: the caller gave no `rank` and
 /// `world_size`) when an initialized `torch.distributed` gives this process another rank
-/// or world size.
-pub(crate) fn check(py: Python<'_>, placement: Option<&Placement>) -> PyResult<()> {
+/// or world size: at build, and again as an epoch starts (`at_epoch`), for a process
+/// that built its loader before `init_process_group`.
+pub(crate) fn check(py: Python<'_>, placement: Option<&Placement>, at_epoch: bool) -> PyResult<()> {
     let (Some(p), Some((rank, world))) = (placement, torch_placement(py)) else {
         return Ok(());
     };
@@ -51,8 +54,30 @@ pub(crate) fn check(py: Python<'_>, placement: Option<&Placement>) -> PyResult<(
     } else {
         "processes would read overlapping or missing shares of the dataset"
     };
+    let when = if at_epoch {
+        " (the loader was built before init_process_group: this epoch does not start)"
+    } else {
+        ""
+    };
     Err(PyValueError::new_err(format!(
-        "torch.distributed is initialized as rank {rank} of {world}, but the launcher's environment places this loader at {}: {consequence}. Pass rank=torch.distributed.get_rank(), world_size=torch.distributed.get_world_size() (with this process's device=\"cuda:N\" and workers), or rank=0, world_size=1 to read everything in each process on purpose",
+        "torch.distributed is initialized as rank {rank} of {world}, but the launcher's environment places this loader at {}{when}: {consequence}. Pass rank=torch.distributed.get_rank(), world_size=torch.distributed.get_world_size() (with this process's device=\"cuda:N\" and workers), or rank=0, world_size=1 to read everything in each process on purpose",
         p.describe()
     )))
+}
+
+/// The placement of a loader just built, when it was read from the launcher's variables
+/// (`from_env`: the caller gave no rank and world size), after [`check`]ing it: kept for
+/// the check as each epoch starts.
+pub(crate) fn checked_at_build(
+    py: Python<'_>,
+    inner: &stoker_loader::Loader,
+    from_env: bool,
+) -> PyResult<Option<Arc<Placement>>> {
+    let placement = if from_env {
+        inner.stats().placement.map(Arc::new)
+    } else {
+        None
+    };
+    check(py, placement.as_deref(), false)?;
+    Ok(placement)
 }

@@ -94,3 +94,27 @@ def test_a_real_torch_process_group_is_seen(sample_dataset, monkeypatch):
             assert l.stats()["slice"] == [1, 2]
     finally:
         dist.destroy_process_group()
+
+
+def test_a_loader_built_before_init_process_group_is_checked_as_its_epoch_starts(
+    sample_dataset, monkeypatch
+):
+    # torch.multiprocessing.spawn: each process built its loader, then called
+    # init_process_group; the check at build saw nothing initialized, and every process
+    # read the whole dataset in the same order without a word.
+    dist = fake_distributed(monkeypatch, rank=1, world=2, initialized=False)
+    with loader(sample_dataset) as l:
+        it = iter(l)
+        dist.is_initialized = lambda: True
+        with pytest.raises(ValueError, match="built before init_process_group") as e:
+            next(it)
+        assert "torch.distributed is initialized as rank 1 of 2" in str(e.value)
+        # Not started: asked again, it refuses again; nothing was handed out.
+        with pytest.raises(ValueError):
+            next(it)
+        assert l.state_dict()["position"] == 0
+        with pytest.raises(ValueError):
+            list(l.epoch(3))
+    # Built with rank and world given, it is not asked.
+    with loader(sample_dataset, rank=0, world_size=1) as l:
+        assert len(list(l)) == 4
