@@ -257,6 +257,20 @@ fn bad_input_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("RANK"), "{err}");
+    // Lightning's LOCAL_RANK without RANK: the loader's advice (give rank and world)
+    // named options bench does not have; it says how to run bench instead.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stoker"));
+    c.args(["bench", ds.to_str().unwrap(), "--seconds", "0.1"])
+        .env_remove("RANK")
+        .env("LOCAL_RANK", "1")
+        .env("WORLD_SIZE", "2");
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        !err.contains("give rank and world") && err.contains("env -u WORLD_SIZE -u LOCAL_RANK"),
+        "{err}"
+    );
 
     // A pipeline that cannot be measured is a failure, though the other stages ran (it
     // exited 0 with the row "not measured"): here every record is undecodable, so the

@@ -36,7 +36,7 @@ pub enum BenchError {
         reason: String,
     },
     /// The launcher's variables (torchrun's, MPI's, Horovod's, Slurm's) are inconsistent.
-    #[error(transparent)]
+    #[error("{}", launcher_message(.0))]
     Launcher(stoker_loader::LoaderError),
     /// An option is out of range.
     #[error("invalid bench option `{option}`: {reason}")]
@@ -55,4 +55,30 @@ impl BenchError {
             source,
         }
     }
+}
+
+/// What `stoker bench` says of launcher variables it cannot place this process with: the
+/// loader's error advises giving rank and world, which bench has no options for.
+fn launcher_message(e: &stoker_loader::LoaderError) -> String {
+    let stoker_loader::LoaderError::LauncherEnv {
+        launcher,
+        problem,
+        variables,
+    } = e
+    else {
+        return e.to_string();
+    };
+    let listed: Vec<String> = variables.iter().map(ToString::to_string).collect();
+    let unset: String = variables
+        .iter()
+        .filter(|v| v.value.is_some())
+        .map(|v| format!("-u {} ", v.name))
+        .collect();
+    format!(
+        "{launcher} environment: {} ({}); stoker bench measures this process's share of the \
+         node as the launcher's variables give it and has no rank or world options: fix \
+         them, or run it without them (env {unset}stoker bench ...)",
+        problem.what(),
+        listed.join(", ")
+    )
 }

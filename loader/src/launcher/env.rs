@@ -80,9 +80,21 @@ pub enum EnvProblem {
     NoGlobalRank,
 }
 
-impl fmt::Display for EnvProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl EnvProblem {
+    /// What is wrong, without the display's advice to give rank and world (for a caller
+    /// that has no such options, as `stoker bench`).
+    pub fn what(&self) -> &'static str {
+        match self {
+            EnvProblem::NoProcessCount => "a rank without a process count",
+            EnvProblem::NoGlobalRank => {
+                "LOCAL_RANK without RANK, as PyTorch Lightning's ddp, ddp_spawn and ddp_notebook strategies start their processes"
+            }
+            other => other.described(),
+        }
+    }
+
+    fn described(&self) -> &'static str {
+        match self {
             EnvProblem::NotAnInteger => "not a non-negative integer",
             EnvProblem::Incomplete => "incomplete: these variables are set together or not at all",
             EnvProblem::ZeroCount => "a process count of 0",
@@ -97,7 +109,13 @@ impl fmt::Display for EnvProblem {
             EnvProblem::NoGlobalRank => {
                 "LOCAL_RANK without RANK, as PyTorch Lightning's ddp, ddp_spawn and ddp_notebook strategies start their processes: give rank and world explicitly (Python: rank=trainer.global_rank, world_size=trainer.world_size)"
             }
-        })
+        }
+    }
+}
+
+impl fmt::Display for EnvProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.described())
     }
 }
 
