@@ -703,13 +703,29 @@ fn mpich_and_intel_mpi_hydra() {
         ("MPI_LOCALNRANKS", "2"),
     ];
     assert_eq!(read(&vars).unwrap(), at(Launcher::Mpich, [3, 4, 1, 2]));
+    // Cray PALS and PBS Pro's mpiexec give the local figures as PMI_LOCAL_RANK and
+    // PMI_LOCAL_SIZE: each process took 1/40 of the node as local rank 13.
+    let pals = [
+        ("PMI_RANK", "13"),
+        ("PMI_SIZE", "40"),
+        ("PMI_LOCAL_RANK", "1"),
+        ("PMI_LOCAL_SIZE", "4"),
+    ];
+    assert_eq!(read(&pals).unwrap(), at(Launcher::Mpich, [13, 40, 1, 4]));
+    assert!(
+        read(&pals[..3]).is_err(),
+        "PMI_LOCAL_RANK without PMI_LOCAL_SIZE"
+    );
     // Without Hydra's local variables: one node, said.
     assert_eq!(
         read(&[("PMI_RANK", "1"), ("PMI_SIZE", "4")]).unwrap(),
         noted(
             at(Launcher::Mpich, [1, 4, 1, 4]),
             "no local rank (MPI_LOCALRANKID unset): the job's 4 processes are taken to run \
-             on this node alone, local rank = rank"
+             on this node alone, local rank = rank, so this one takes 1/4 of its cores and \
+             pinned memory (less than its share if the job spans nodes, or runs one process \
+             per container: set MPI_LOCALRANKID and MPI_LOCALNRANKS, or the workers and \
+             pinned memory)"
         )
     );
     // A size without a rank is refused, never a silent single process.
@@ -877,7 +893,10 @@ fn pmix_rank_alone_is_refused_or_noted() {
             at(Launcher::Pmix, [3, 4, 3, 4]),
             "pmix environment: a rank without a process count: give rank and world \
              explicitly (PMIX_RANK=\"3\"); rank and world are the caller's (3 of 4); no local \
-             rank: the job's 4 processes are taken to run on this node alone, local rank = rank"
+             rank: the job's 4 processes are taken to run on this node alone, local rank = \
+             rank, so this one takes 1/4 of its cores and pinned memory (less than its share \
+             if the job spans nodes, or runs one process per container: the workers and \
+             pinned memory)"
         )
     );
 }

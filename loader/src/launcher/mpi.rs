@@ -80,7 +80,8 @@ fn four<'a>(
 }
 
 /// Hydra's `mpiexec` (MPICH, Intel MPI): `PMI_RANK`, `PMI_SIZE`, `MPI_LOCALRANKID`,
-/// `MPI_LOCALNRANKS`; absent without `PMI_RANK` and `PMI_SIZE`.
+/// `MPI_LOCALNRANKS`, or for the local figures `PMI_LOCAL_RANK`, `PMI_LOCAL_SIZE` (Cray
+/// PALS and PBS Pro's `mpiexec` set those); absent without `PMI_RANK` and `PMI_SIZE`.
 ///
 /// Slurm's PMI-2 plugin (`srun --mpi=pmi2`) also sets `PMI_RANK` and `PMI_SIZE`, for
 /// its own tasks and without Hydra's local variables: when those are missing and a
@@ -95,9 +96,15 @@ pub(super) fn mpich(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
     if !vars.any_set(&["PMI_RANK", "PMI_SIZE"]) {
         return Ok(Reading::Absent);
     }
-    let local = vars.local_pair("MPI_LOCALRANKID", "MPI_LOCALNRANKS")?;
+    let local = match vars.local_pair("MPI_LOCALRANKID", "MPI_LOCALNRANKS")? {
+        Local::Unset(..) => match vars.local_pair("PMI_LOCAL_RANK", "PMI_LOCAL_SIZE")? {
+            Local::Unset(..) => Local::Unset("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+            pals => pals,
+        },
+        hydra => hydra,
+    };
     let global = vars.pair("PMI_RANK", "PMI_SIZE");
-    if let (Local::Unset(_), Ok(((_, rank), (_, size)))) = (&local, &global) {
+    if let (Local::Unset(..), Ok(((_, rank), (_, size)))) = (&local, &global) {
         let slurm = Vars::new(Launcher::Slurm, get);
         let same = |name, value| slurm.int(name).ok().flatten() == Some(value);
         if slurm::in_step(get) && same("SLURM_PROCID", *rank) && same(slurm::world_name(get), *size)
@@ -126,6 +133,6 @@ pub(super) fn pmix(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
     Ok(Reading::Found(Found {
         vars,
         global: Err(vars.error(EnvProblem::NoProcessCount, &["PMIX_RANK"])),
-        local: Local::Unset(""),
+        local: Local::Unset("", ""),
     }))
 }

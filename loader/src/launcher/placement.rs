@@ -180,7 +180,10 @@ impl Placement {
     ///
     /// As [`Placement::from_vars`], except for problems with the launcher's rank and
     /// world alone: local figures that do not parse or contradict each other (or the
-    /// launcher's own world) still fail, since the device would follow them.
+    /// launcher's own world, where its rank and world are usable) still fail, since the
+    /// device would follow them. Where the launcher's rank is missing, its world is not
+    /// held against the local figures: a local count above it only makes this process's
+    /// share of the node smaller.
     ///
     /// # Examples
     ///
@@ -349,17 +352,22 @@ fn local_figures(
             }
             (local_rank, (world.0, n))
         }
-        Local::Unset(looked_for) => {
-            if world.1 > 1 {
-                let unset = if looked_for.is_empty() {
-                    String::new()
+        Local::Unset(looked_for, count) => {
+            let n = world.1;
+            if n > 1 {
+                let (unset, set) = if looked_for.is_empty() {
+                    (String::new(), "the workers and pinned memory".to_string())
                 } else {
-                    format!(" ({looked_for} unset)")
+                    (
+                        format!(" ({looked_for} unset)"),
+                        format!("set {looked_for} and {count}, or the workers and pinned memory"),
+                    )
                 };
                 notes.push(format!(
-                    "no local rank{unset}: the job's {} processes are taken to run on \
-                     this node alone, local rank = rank",
-                    world.1
+                    "no local rank{unset}: the job's {n} processes are taken to run on this \
+                     node alone, local rank = rank, so this one takes 1/{n} of its cores and \
+                     pinned memory (less than its share if the job spans nodes, or runs one \
+                     process per container: {set})"
                 ));
             }
             (rank, world)
@@ -623,6 +631,7 @@ mod tests {
                     vec![
                         "SLURM_LOCALID",
                         "SLURM_STEP_TASKS_PER_NODE",
+                        "SLURM_NTASKS_PER_NODE",
                         "SLURM_TASKS_PER_NODE",
                     ],
                 ),

@@ -78,17 +78,11 @@ pub(super) fn read(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
 fn local(vars: &Vars<'_>, get: Get<'_>) -> Result<Local, LoaderError> {
     let list = LISTS.iter().find_map(|&name| get(name).map(|v| (name, v)));
     let (local_rank, (list_name, list)) = match (vars.int("SLURM_LOCALID")?, list) {
-        (None, None) => return Ok(Local::Unset("SLURM_LOCALID")),
+        (None, None) => return Ok(Local::Unset("SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE")),
         (Some(rank), Some(list)) => (rank, list),
         (Some(_), None) => {
-            return Err(vars.error(
-                EnvProblem::Incomplete,
-                &[
-                    "SLURM_LOCALID",
-                    "SLURM_STEP_TASKS_PER_NODE",
-                    "SLURM_TASKS_PER_NODE",
-                ],
-            ))
+            let [a, b, c] = LISTS;
+            return Err(vars.error(EnvProblem::Incomplete, &["SLURM_LOCALID", a, b, c]));
         }
         (None, Some((name, _))) => {
             return Err(vars.error(EnvProblem::Incomplete, &["SLURM_LOCALID", name]))

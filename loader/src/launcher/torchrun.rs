@@ -49,7 +49,7 @@ pub(super) fn read(get: Get<'_>) -> Result<Reading<'_>, LoaderError> {
         None if vars.is_set("LOCAL_WORLD_SIZE") => {
             return Err(vars.error(EnvProblem::Incomplete, &["LOCAL_RANK", "LOCAL_WORLD_SIZE"]))
         }
-        None => Local::Unset("LOCAL_RANK"),
+        None => Local::Unset("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
     };
     Ok(Reading::Found(Found {
         vars,

@@ -85,7 +85,7 @@ impl<'a> Vars<'a> {
     ) -> Result<Local, LoaderError> {
         match (self.int(index)?, self.int(count)?) {
             (Some(i), Some(n)) => Ok(Local::Both((index, i), (count, n))),
-            (None, None) => Ok(Local::Unset(index)),
+            (None, None) => Ok(Local::Unset(index, count)),
             _ => Err(self.error(EnvProblem::Incomplete, &[index, count])),
         }
     }
@@ -121,6 +121,7 @@ pub(super) enum Local {
     /// and the `Option` holds the launcher's own job size when it parses (Lightning
     /// sets `WORLD_SIZE` but no `RANK`): the same estimate on every process of a node.
     RankOnly(Fig, &'static str, Option<u64>),
-    /// No local rank: the `&str` names the variable looked for (`""`: none to look for).
-    Unset(&'static str),
+    /// No local rank: the variables looked for, the local rank's and the count's (`""`:
+    /// none to look for).
+    Unset(&'static str, &'static str),
 }
