@@ -585,6 +585,7 @@ impl LoaderBuilder {
             config.rank = placement.rank;
             config.world = placement.world;
         }
+        config.ranks_given = ranks == Ranks::Given;
         let share = NodeShare::of_this_machine(&placement);
         config.placement = placement;
         config.node_cores = share.cores;
@@ -749,6 +750,7 @@ impl Loader {
                 device: Device::Cpu,
                 rank: 0,
                 world: 1,
+                ranks_given: false,
                 placement: Placement::single(),
                 // The next five are set by `build` from this process's node share.
                 prefetch: 2,

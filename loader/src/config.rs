@@ -167,6 +167,9 @@ pub struct LoaderConfig {
     pub(crate) device: Device,
     pub(crate) rank: u64,
     pub(crate) world: u64,
+    /// Whether `rank` and `world` were given ([`crate::LoaderBuilder::distributed`]): a
+    /// world of 1 there is the caller's choice, not an oversight to warn of.
+    pub(crate) ranks_given: bool,
     /// Where this process runs in its job, as the launcher says (rank, world,
     /// local rank and world): `Device::Auto` and the defaults below follow it.
     pub(crate) placement: Placement,

@@ -436,7 +436,7 @@ fn a_given_placement_is_used_without_reading_the_environment() {
     assert_eq!(loader.sampler().order(0).len(), 15);
     // Without distributed_from_env the loader keeps the whole dataset, and says so.
     let whole = Loader::builder(Dataset::open(&dataset).unwrap())
-        .placement(given)
+        .placement(given.clone())
         .build()
         .unwrap();
     assert_eq!(whole.sampler().order(0).len(), 120);
@@ -452,6 +452,14 @@ fn a_given_placement_is_used_without_reading_the_environment() {
         "{note}"
     );
     assert_eq!(loader.ranks_note(), None);
+    // Rank 0 of 1 asked for: the whole dataset in each process on purpose, not noted.
+    let on_purpose = Loader::builder(Dataset::open(&dataset).unwrap())
+        .placement(given)
+        .distributed(0, 1)
+        .build()
+        .unwrap();
+    assert_eq!(on_purpose.sampler().order(0).len(), 120);
+    assert_eq!(on_purpose.ranks_note(), None);
 }
 
 /// `Placement::from_vars` over `vars` (no process environment involved).

@@ -643,8 +643,8 @@ fn build(py: Python<'_>, builder: LoaderBuilder) -> PyResult<stoker_loader::Load
 /// batches in flight that may not fit in a container's memory, a GPU the driver reports
 /// that `device="auto"` could not use. Each as `(the message the
 /// builder logs it with, the warning)`: the logged one is not delivered to `logging` too.
-/// (`ranks_note`, worded for Rust callers, reaches Python as the builder's log event
-/// only.)
+/// (`ranks_note` has nothing to say here: a Python loader takes the launcher's ranks
+/// unless given its own, which it takes as asked.)
 fn notes(inner: &stoker_loader::Loader) -> Vec<(String, String)> {
     let mut notes = Vec::new();
     if let Some(note) = inner.stats().placement.and_then(|p| p.note) {

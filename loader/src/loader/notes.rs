@@ -19,12 +19,15 @@ impl Loader {
     }
 
     /// Why this loader reads the whole dataset although the launcher started several
-    /// processes, when it does: built without [`LoaderBuilder::distributed_from_env`] (or
-    /// with `distributed(_, 1)`) under torchrun, Slurm or MPI, every process would load
-    /// the same batches in the same order. The builder also logs it as a warning.
+    /// processes, when it does: built without [`LoaderBuilder::distributed_from_env`]
+    /// under torchrun, Slurm or MPI, every process would load the same batches in the
+    /// same order. Not for `distributed(_, 1)`, which asks for that (the error of a
+    /// Python loader that disagrees with `torch.distributed` offers it). The builder
+    /// also logs it as a warning.
     pub fn ranks_note(&self) -> Option<String> {
         let placement = &self.config.placement;
-        (self.config.world == 1 && placement.world > 1).then(|| {
+        let whole = self.config.world == 1 && !self.config.ranks_given;
+        (whole && placement.world > 1).then(|| {
             format!(
                 "the launcher ({}) started {} processes, but this loader reads the whole \
                  dataset as one: every process gets the same batches; call \
