@@ -56,19 +56,15 @@ def _mixed_folder(root, n):
             shutil.copy(_SMALL_JPEG, path)
 
 
-def test_a_builder_warning_only_the_log_had_reaches_logging_as_a_warning(
+def test_rank_0_of_1_asked_for_under_a_launcher_of_4_is_not_warned_of(
     caplog, sample_dataset, torchrun_of_4
 ):
-    # A loader told it is the only rank while the launcher started 4: the builder logs a
-    # warning (`tracing::warn!`), which reaches Python only through this bridge.
+    # The whole dataset in each process, on purpose (the torch.distributed error offers
+    # it): the builder logged "started 4 processes ... call .distributed_from_env()".
     caplog.set_level(logging.WARNING, logger="stoker")
-    with stoker.Loader(sample_dataset, 4, device="cpu", rank=0, world_size=1, workers=1):
-        pass
-    [record] = [r for r in _stoker_records(caplog) if "started 4 processes" in r.getMessage()]
-    assert record.name == "stoker.loader"
-    assert record.levelno == logging.WARNING
-    # Where the event is, not where Python delivered it.
-    assert record.pathname.endswith("builder.rs") and record.lineno > 0
+    with stoker.Loader(sample_dataset, 4, device="cpu", rank=0, world_size=1, workers=1) as l:
+        assert l.stats()["slice"] == [0, 1]
+    assert not [r for r in _stoker_records(caplog) if "started 4 processes" in r.getMessage()]
 
 
 def test_a_note_raised_as_userwarning_is_not_logged_again(caplog, sample_dataset):
@@ -100,6 +96,8 @@ def test_bad_records_replaced_by_the_loader_are_logged_as_warnings(caplog, tmp_p
     replaced = [r for r in _stoker_records(caplog) if "bad record replaced" in r.getMessage()]
     assert replaced and all(r.levelno == logging.WARNING for r in replaced)
     assert all(r.name == "stoker.loader" and " index=" in r.getMessage() for r in replaced)
+    # Where the event is, not where Python delivered it.
+    assert all(r.pathname.endswith("pipeline.rs") and r.lineno > 0 for r in replaced)
 
 
 def test_events_of_the_conversion_threads_arrive_in_order_with_their_time(caplog, tmp_path):
@@ -288,12 +286,17 @@ def test_a_sub_interpreter_gets_its_events_in_its_own_logging(tmp_path):
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-2000:]
 
 
-def test_no_warning_filter_turns_a_log_event_into_an_exception(tmp_path, sample_dataset, torchrun_of_4):
+def test_no_warning_filter_turns_a_log_event_into_an_exception(caplog, tmp_path):
     # `-W error` makes UserWarnings raise; a log record is not a warning, so a warning
-    # logged by the builder does not stop the loader.
+    # logged by the loader (a bad record replaced) does not stop it.
+    _mixed_folder(tmp_path / "in", 8)
+    stoker.convert(tmp_path / "in", tmp_path / "ds", check=False, progress=False)
+    caplog.set_level(logging.WARNING, logger="stoker")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        stoker.Loader(sample_dataset, 4, device="cpu", rank=0, world_size=1, workers=1).close()
+        with stoker.Loader(tmp_path / "ds", 4, device="cpu", size=16, workers=1) as loader:
+            assert sum(len(b.indices) for b in loader) == 8
+    assert [r for r in _stoker_records(caplog) if "bad record replaced" in r.getMessage()]
 
 
 _DROPPED_WHILE_WORKERS_LOG = """
