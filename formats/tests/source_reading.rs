@@ -426,6 +426,7 @@ fn strict_skips_files_of_an_image_folder_that_neither_read_nor_are_named_as_imag
     std::fs::write(src.path().join("a/.DS_Store"), b"\0\0\0\x01Bud1").unwrap();
     std::fs::write(src.path().join("b/Thumbs.db"), b"\xd0\xcf\x11\xe0").unwrap();
     std::fs::write(src.path().join("b/README.txt"), b"photos of b").unwrap();
+    std::fs::write(src.path().join("b/.gitkeep"), b"").unwrap();
     // macOS's AppleDouble file beside each photo it copied: named as one, hidden.
     std::fs::write(
         src.path().join("a/._1.jpg"),
@@ -441,7 +442,7 @@ fn strict_skips_files_of_an_image_folder_that_neither_read_nor_are_named_as_imag
     let r = convert(&o, &NoProgress).unwrap();
     assert_eq!(r.written, 2);
     // Still skipped and counted, as without --strict.
-    assert_eq!(r.skipped.len(), 4, "{:?}", r.skipped);
+    assert_eq!(r.skipped.len(), 5, "{:?}", r.skipped);
     let apple = r
         .skipped
         .iter()
@@ -452,6 +453,7 @@ fn strict_skips_files_of_an_image_folder_that_neither_read_nor_are_named_as_imag
     // fails: the user wanted it in the dataset.
     for (name, bytes) in [
         ("b/notes.jpg", &b"not a photo"[..]),
+        ("b/empty.png", b""),
         ("b/x.heic", b"\0\0\0\x18ftypheic\0\0\0\0"),
         ("b/y.bin", &tiff(true)[..]),
     ] {

@@ -204,9 +204,10 @@ pub(super) fn thread_pool(
 
 /// Whether `--strict` skips `input` (transcoded as `p`) instead of failing on it: a file
 /// of an image folder (not a listed file, a tar member or a written sample, which the user
-/// gave as an image) that is no image and not named as one: `.DS_Store`, `Thumbs.db`,
-/// `README.txt`, which torchvision's `ImageFolder` does not read either. A tree copied
-/// from macOS could not be converted under `--strict` until cleaned.
+/// gave as an image) that is no image and hidden or not named as one: `.DS_Store`,
+/// `._IMG_0001.jpg`, `.gitkeep`, `Thumbs.db`, `README.txt`, which torchvision's
+/// `ImageFolder` does not read either (or fails on, inside PIL). A tree copied from macOS
+/// could not be converted under `--strict` until cleaned.
 fn strict_skips(options: &ConvertOptions, input: &source::Input, p: &Processed) -> bool {
     p.not_image
         && matches!(input.bytes, super::listing::InputBytes::File)

@@ -42,10 +42,13 @@ pub(crate) enum Outcome {
 /// The skip reason of a file whose bytes are no image format at all.
 const NOT_AN_IMAGE: &str = "not an image (unrecognized file format)";
 
+/// The skip reason of an empty file.
+const EMPTY_FILE: &str = "empty file";
+
 /// Whether `reason` is that of a file that is no image ([`Processed::not_image`]): for a
 /// resumed `--strict` conversion, whose journal keeps the reasons only.
 pub(super) fn is_not_an_image(reason: &str) -> bool {
-    reason.starts_with("not an image")
+    reason.starts_with("not an image") || reason == EMPTY_FILE
 }
 
 /// The result for one input: outcome plus what the audit learned.
@@ -54,8 +57,7 @@ pub(crate) struct Processed {
     pub outcome: Outcome,
     pub jpeg: Option<JpegClass>,
     pub other_image: bool,
-    /// Skipped as no image: its bytes are of no image format stoker knows, or macOS
-    /// metadata.
+    /// Skipped as no image: empty, of no image format stoker knows, or macOS metadata.
     pub not_image: bool,
     /// Skipped under `--strict` too, as without it (set by the caller, who knows where the
     /// input came from).
@@ -105,7 +107,9 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
         input_bytes: data.len() as u64,
     };
     if data.is_empty() {
-        p.outcome = Outcome::Skip("empty file".into());
+        // No image either (a `.gitkeep`), for `--strict`.
+        p.not_image = true;
+        p.outcome = Outcome::Skip(EMPTY_FILE.into());
         return p;
     }
     // `Limits` is `#[non_exhaustive]`: a struct expression is not allowed from this crate.
