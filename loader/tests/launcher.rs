@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
-use stoker_loader::launcher::{choose_device, EnvProblem, Launcher, Placement};
+use stoker_loader::launcher::{choose_device, EnvProblem, Launcher, NodeShare, Placement};
 use stoker_loader::{Device, Loader, LoaderError, Output, Shuffle, Transform};
 
 /// Set (to the dataset directory) in the child processes.
@@ -1056,4 +1056,28 @@ fn non_utf8_values_are_reported_not_taken_as_unset() {
             "{error}"
         );
     }
+}
+
+/// `torch.multiprocessing.spawn`: rank and world given, no launcher variable. Each process
+/// took the whole node (8 processes ran 8 times the cores' threads, pinned 8 times half
+/// the memory, all on GPU 0); the given world now shares it, local rank = rank.
+#[test]
+fn rank_and_world_given_without_a_launcher_share_the_node() {
+    assert_eq!(
+        read_given(3, 8, &[]).unwrap(),
+        at(Launcher::Single, [3, 8, 3, 8])
+    );
+    assert_eq!(read_given(0, 1, &[]).unwrap(), Placement::single());
+    // A Slurm batch step without srun is one process unless the caller says otherwise.
+    let batch_step = [("SLURM_PROCID", "0"), ("SLURM_NTASKS", "4")];
+    assert_eq!(read(&batch_step).unwrap().local_world, 1);
+    assert_eq!(
+        read_given(1, 4, &batch_step).unwrap(),
+        at(Launcher::Single, [1, 4, 1, 4])
+    );
+    // Out of range: the sampler names it; the placement stays in range.
+    assert_eq!(read_given(9, 4, &[]).unwrap().local_rank, 3);
+    // Each takes its share of the node.
+    let share = NodeShare::new(16, 64 << 30, 8, None);
+    assert_eq!(share.cores, 2);
 }

@@ -47,7 +47,10 @@ use crate::stats::Stats;
 /// local rank (which GPU, what share of the node). What the loader had to assume (a
 /// Slurm batch step without ``srun``, a missing local count) is a ``UserWarning`` and
 /// ``stats()["placement"]["note"]``. Without any launcher (``torch.multiprocessing.spawn``)
-/// pass ``rank``, ``world_size``, ``device="cuda:N"`` and ``workers`` (cores / processes).
+/// pass ``rank`` and ``world_size``: the ``world_size`` processes are then taken to share
+/// the node (each takes its share of the cores and pinned memory, and ``device="auto"``
+/// GPU ``rank``); where they span nodes, pass ``device="cuda:N"``, ``workers`` and
+/// ``pinned_memory`` too.
 /// Each rank gets an equal share of the epoch's order, the same number of batches on
 /// every rank: as with PyTorch's ``DistributedSampler``, a dataset that does not divide
 /// evenly is padded by repeating the first samples of the order (so a validation epoch

@@ -240,15 +240,38 @@ fn read(get: Get<'_>, given: Option<(u64, u64)>) -> Result<Placement, LoaderErro
             Reading::Absent => continue,
             Reading::Found(found) => return resolve(found, given),
             Reading::Alone(note) => {
-                return Ok(Placement {
+                return Ok(match given {
                     // A caller that gave its rank and world chose them: nothing to say.
-                    note: note.filter(|_| given.is_none()),
-                    ..Placement::single()
+                    Some(given) => shared_by_caller(given),
+                    None => Placement {
+                        note,
+                        ..Placement::single()
+                    },
                 });
             }
         }
     }
-    Ok(Placement::single())
+    Ok(given.map_or_else(Placement::single, shared_by_caller))
+}
+
+/// The caller's `(rank, world)` where no launcher says which processes share this node
+/// (`torch.multiprocessing.spawn`, a Lightning script's first process before its launcher
+/// sets anything): the `world` processes are taken to share it, local rank = rank, so each
+/// takes `1/world` of its cores and pinned memory and `Device::Auto` its GPU `rank`. Each
+/// took the whole node before: 8 processes ran 8 times the cores' threads, and would have
+/// pinned 8 times half the memory, all on GPU 0.
+fn shared_by_caller((rank, world): (u64, u64)) -> Placement {
+    let world = world.max(1);
+    // Out-of-range figures fail at the sampler, which names them.
+    let rank = rank.min(world - 1);
+    Placement {
+        launcher: Launcher::Single,
+        rank,
+        world,
+        local_rank: rank,
+        local_world: world,
+        note: None,
+    }
 }
 
 /// Checks a launcher's figures against each other (the caller's rank and world,
