@@ -6,13 +6,13 @@ mod common;
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
-use common::{bench_dataset, bench_raw_dataset, fingerprint, Broken};
+use common::{bench_dataset, bench_raw_dataset, fingerprint, sample_dataset, Broken};
 use stoker_formats::Dataset;
 use stoker_loader::half::bf16;
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker_loader::{
     Batch, DType, Device, Loader, LoaderBuilder, LoaderError, OnError, Output, Shuffle, Stage,
-    Transform,
+    Stats, Transform,
 };
 
 /// A small, fast configuration: 32×32 random resized crops with flips.
@@ -1072,4 +1072,30 @@ fn an_empty_epoch_is_told_by_its_cause() {
         .unwrap()
         .empty_epochs_note()
         .is_none());
+}
+
+#[test]
+fn stats_read_back_from_their_own_json_before_and_after_an_epoch() {
+    // A stage without busy time has an infinite capacity, which JSON holds as null: a
+    // fresh or reset loader's stats could not be read back ("expected f64").
+    let dir = tempfile::tempdir().unwrap();
+    let ds = sample_dataset(dir.path());
+    let loader = Loader::builder(ds)
+        .batch_size(4)
+        .transform(Transform::center_crop(16, 18))
+        .output(Output::U8Nhwc)
+        .workers(1)
+        .build()
+        .unwrap();
+    let round_trip = |stats: Stats| {
+        let back: Stats = serde_json::from_str(&stats.to_json()).unwrap();
+        assert_eq!(back, stats);
+    };
+    round_trip(loader.stats());
+    for batch in loader.epoch(0) {
+        batch.unwrap();
+    }
+    round_trip(loader.stats());
+    loader.reset_stats();
+    round_trip(loader.stats());
 }

@@ -112,8 +112,19 @@ pub struct StageStats {
     pub bytes: u64,
     /// Summed busy time over its threads, seconds.
     pub busy_s: f64,
-    /// What it could sustain alone: `items · threads / busy` items per second.
+    /// What it could sustain alone: `items · threads / busy` items per second; infinite
+    /// while it has no busy time (written `null` in JSON, and read back so).
+    #[serde(deserialize_with = "infinite_if_null")]
     pub capacity_per_s: f64,
+}
+
+/// An `f64` that JSON holds as `null` where it was not finite (serde_json writes every
+/// non-finite number so): read back as infinite, the one such value a capacity takes.
+/// Without it a snapshot of a loader before its first epoch, or after `reset_stats`,
+/// could not be read back from its own JSON.
+fn infinite_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    let v: Option<f64> = serde::Deserialize::deserialize(d)?;
+    Ok(v.unwrap_or(f64::INFINITY))
 }
 
 /// A snapshot of a loader's counters since it was built (or last reset).
@@ -218,8 +229,8 @@ impl Stats {
             .min_by(|a, b| a.capacity_per_s.total_cmp(&b.capacity_per_s))
     }
 
-    /// When the stages share worker threads ([`super::Metrics::set_shared_workers`]), what those
-    /// workers can sustain doing all of read + decode + transform:
+    /// When the stages share worker threads (the CPU path's read, decode and transform,
+    /// `shared_workers` of them), what those workers can sustain doing all three:
     /// `images · workers / (busy_read + busy_decode + busy_transform)`.
     pub fn worker_capacity_per_s(&self) -> Option<f64> {
         if self.shared_workers == 0 {
