@@ -113,6 +113,13 @@ impl HostImages {
         }
     }
 
+    fn buffer_mut(&mut self) -> &mut HostBuffer {
+        // Invariant: `buffer` is only taken in `Drop`.
+        self.buffer
+            .as_mut()
+            .expect("HostImages buffer present until drop")
+    }
+
     fn buffer(&self) -> &HostBuffer {
         // Invariant: `buffer` is only taken in `Drop`.
         self.buffer
@@ -186,9 +193,17 @@ impl HostImages {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn into_dlpack(self) -> ManagedTensor {
-        // The tensor is the images' one owner: writable.
-        Arc::new(self).export()
+    pub fn into_dlpack(mut self) -> ManagedTensor {
+        // The tensor is the images' one owner: writable, through a pointer taken for
+        // writing (`as_mut_ptr`, which the `Arc` below does not invalidate: moving the
+        // `Vec` leaves its heap buffer where it is).
+        let data = match &mut self.buffer_mut().values {
+            HostValues::U8(v) => v.as_mut_ptr().cast::<c_void>(),
+            HostValues::F16(v) => v.as_mut_ptr().cast(),
+            HostValues::Bf16(v) => v.as_mut_ptr().cast(),
+            HostValues::F32(v) => v.as_mut_ptr().cast(),
+        };
+        Arc::new(self).export(data)
     }
 
     /// A DLPack tensor of a copy of the images (the protocol's `copy=True`): memory of
@@ -217,11 +232,7 @@ impl HostImages {
     /// read-only (NumPy's arrays then are; PyTorch has no read-only tensors and lets
     /// its writes reach those readers).
     pub fn to_dlpack(self: &Arc<Self>) -> ManagedTensor {
-        self.export().read_only()
-    }
-
-    /// A tensor of the images' buffer, kept alive by a clone of the `Arc`.
-    fn export(self: &Arc<Self>) -> ManagedTensor {
+        // Read-only: a pointer from a shared borrow, never written through.
         let data = match &self.buffer().values {
             HostValues::U8(v) => v.as_ptr().cast::<c_void>(),
             HostValues::F16(v) => v.as_ptr().cast(),
@@ -229,11 +240,19 @@ impl HostImages {
             HostValues::F32(v) => v.as_ptr().cast(),
         }
         .cast_mut();
+        self.export(data).read_only()
+    }
+
+    /// A tensor of the images' buffer at `data` (its start), kept alive by a clone of
+    /// the `Arc`.
+    fn export(self: &Arc<Self>, data: *mut c_void) -> ManagedTensor {
         let dtype = dlpack::dl_dtype(self.dtype());
-        // SAFETY: `data` is the start of the buffer, which holds at least
-        // `shape.product()` elements of `dtype` (allocated for a full batch) and is
-        // neither moved nor resized while the `HostImages` lives; the clone of the `Arc`
-        // in the owner keeps it alive until the consumer releases the tensor.
+        // SAFETY: `data` is the start of the buffer (the callers take it from this very
+        // buffer), which holds at least `shape.product()` elements of `dtype` (allocated
+        // for a full batch) and is neither moved nor resized while the `HostImages` lives;
+        // the clone of the `Arc` in the owner keeps it alive until the consumer releases
+        // the tensor. Writes through it come only from `into_dlpack`'s export, whose
+        // pointer was taken for writing and which is the buffer's one owner.
         unsafe {
             ManagedTensor::new(
                 Box::new(Arc::clone(self)),
