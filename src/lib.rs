@@ -64,6 +64,9 @@ pub mod bottleneck;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod exit;
+// The CLI's signal handlers (SIGINT, SIGTERM and SIGHUP end the process at once): not for
+// a library user's program, which has stops of its own to handle.
+#[cfg(feature = "cli")]
 pub mod stop_cleanup;
 
 /// The README's Rust code, compiled by `cargo test` as a doctest (its blocks are

@@ -37,20 +37,25 @@ struct BadRecords {
 }
 
 /// Shared, lock-free-on-the-hot-path counters of one loader (all stages, both paths).
+/// Written by the loader's own threads only; read with [`Metrics::snapshot`] (what
+/// [`crate::Loader::stats`] returns), e.g. by an exporter holding
+/// [`crate::Loader::metrics`] on a thread of its own.
 ///
 /// # Examples
 ///
-/// ```
-/// use std::time::Duration;
-/// use stoker_loader::metrics::Metrics;
-/// use stoker_loader::Stage;
-/// let m = Metrics::default();
-/// m.set_threads(Stage::Decode, 2);
-/// m.record(Stage::Decode, 1, 150_000, Duration::from_millis(2));
-/// m.count_route("cpu-zune");
-/// let s = m.snapshot();
-/// assert_eq!(s.stage(Stage::Decode).unwrap().items, 1);
-/// assert_eq!(s.decode_routes["cpu-zune"], 1);
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use stoker_loader::{Loader, Stage};
+/// let loader = Loader::builder(stoker_formats::Dataset::open("data/train")?).build()?;
+/// let metrics = Arc::clone(loader.metrics());
+/// let exporter = std::thread::spawn(move || {
+///     let s = metrics.snapshot();
+///     s.stage(Stage::Decode).map_or(0, |d| d.items)
+/// });
+/// for batch in loader.epoch(0) { batch?; }
+/// println!("decoded so far: {}", exporter.join().unwrap());
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -136,7 +141,7 @@ impl UtilizationSums {
 
 impl Metrics {
     /// Adds `items` and `bytes` processed by `stage` in `busy` time.
-    pub fn record(&self, stage: Stage, items: u64, bytes: u64, busy: Duration) {
+    pub(crate) fn record(&self, stage: Stage, items: u64, bytes: u64, busy: Duration) {
         let c = &self.stages[stage.slot()];
         c.busy_ns.fetch_add(busy.as_nanos() as u64, Relaxed);
         c.items.fetch_add(items, Relaxed);
@@ -144,13 +149,13 @@ impl Metrics {
     }
 
     /// How many threads work `stage` concurrently (used to turn busy time into a capacity).
-    pub fn set_threads(&self, stage: Stage, threads: u64) {
+    pub(crate) fn set_threads(&self, stage: Stage, threads: u64) {
         self.stages[stage.slot()].threads.store(threads, Relaxed);
     }
 
     /// Counts one image decoded by `route` (`"cpu-zune"`, `"nvjpeg-hw"`, … as
     /// `stoker_decode::Route::name` spells them; `"raw"` for a raw record).
-    pub fn count_route(&self, route: &str) {
+    pub(crate) fn count_route(&self, route: &str) {
         let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
         match routes.get_mut(route) {
             Some(n) => *n += 1,
@@ -160,13 +165,8 @@ impl Metrics {
         }
     }
 
-    /// Counts a bad record; returns `true` the first time this index is seen (log it then).
-    pub fn bad_record(&self, index: u64) -> bool {
-        self.bad_record_distinct(index).is_some()
-    }
-
-    /// [`Metrics::bad_record`], returning how many distinct bad records there are with
-    /// this one when it is new.
+    /// Counts a bad record; returns how many distinct bad records there are with this one
+    /// when it is new (log it then), `None` when this index was seen before.
     pub(crate) fn bad_record_distinct(&self, index: u64) -> Option<u64> {
         let mut bad = self.bad.lock().unwrap_or_else(|p| p.into_inner());
         bad.count += 1;
@@ -179,11 +179,6 @@ impl Metrics {
         Some(bad.seen.len() as u64)
     }
 
-    /// Bytes of host batch buffers (the CPU ring).
-    pub fn set_host_bytes(&self, bytes: u64) {
-        self.host_bytes.store(bytes, Relaxed);
-    }
-
     /// A host batch buffer of `bytes` was made.
     pub(crate) fn add_host_bytes(&self, bytes: u64) {
         self.host_bytes.fetch_add(bytes, Relaxed);
@@ -191,52 +186,52 @@ impl Metrics {
 
     /// A host batch buffer of `bytes` was freed.
     pub(crate) fn sub_host_bytes(&self, bytes: u64) {
-        // Saturating: a caller may have `set_host_bytes` lower meanwhile.
+        // Saturating: `reset` does not touch it, but a count must never wrap.
         let _ = self
             .host_bytes
             .fetch_update(Relaxed, Relaxed, |b| Some(b.saturating_sub(bytes)));
     }
 
     /// Bytes of pinned host staging memory (GPU path).
-    pub fn set_pinned_bytes(&self, bytes: u64) {
+    pub(crate) fn set_pinned_bytes(&self, bytes: u64) {
         self.pinned_bytes.store(bytes, Relaxed);
     }
 
     /// Bytes of device memory held by the pipeline (GPU path).
-    pub fn set_device_bytes(&self, bytes: u64) {
+    pub(crate) fn set_device_bytes(&self, bytes: u64) {
         self.device_bytes.store(bytes, Relaxed);
     }
 
     /// Declares that `threads` threads each run read, decode and transform in turn (the CPU
     /// path), so the stages' capacities add up instead of overlapping.
-    pub fn set_shared_workers(&self, threads: u64) {
+    pub(crate) fn set_shared_workers(&self, threads: u64) {
         self.shared_workers.store(threads, Relaxed);
     }
 
     /// Batch slots a pipeline can have in flight (the queue's capacity).
-    pub fn set_queue_capacity(&self, slots: u64) {
+    pub(crate) fn set_queue_capacity(&self, slots: u64) {
         self.queue_capacity.store(slots, Relaxed);
     }
 
     /// Describes what produces the batches (`"cpu, 8 workers"`, `"cuda:0, nvJPEG …"`).
-    pub fn set_backend(&self, backend: impl Into<String>) {
+    pub(crate) fn set_backend(&self, backend: impl Into<String>) {
         *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = backend.into();
     }
 
     /// Records where this process runs in its job (as the launcher says) and the
     /// slice of every epoch it loads (`rank` of `world`).
-    pub fn set_placement(&self, placement: Placement, rank: u64, world: u64) {
+    pub(crate) fn set_placement(&self, placement: Placement, rank: u64, world: u64) {
         *self.placement.lock().unwrap_or_else(|p| p.into_inner()) =
             Some((placement, [rank, world]));
     }
 
     /// Names the device the batches are produced on (`"cuda:3 (device auto: …)"`, `"cpu"`).
-    pub fn set_device(&self, device: String) {
+    pub(crate) fn set_device(&self, device: String) {
         *self.device.lock().unwrap_or_else(|p| p.into_inner()) = device;
     }
 
     /// Adds the nvJPEG decoder's phase times of some `decode_batch` calls (GPU path).
-    pub fn add_gpu_decode_timings(&self, t: &DecodeTimings) {
+    pub(crate) fn add_gpu_decode_timings(&self, t: &DecodeTimings) {
         let mut g = self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner());
         *g.get_or_insert_with(DecodeTimings::default) += *t;
     }
@@ -261,7 +256,7 @@ impl Metrics {
     }
 
     /// Adds one utilization sample, in percent; `None` for a figure not measured.
-    pub fn record_utilization(&self, gpu: Option<f64>, jpeg: Option<f64>, cpu: Option<f64>) {
+    pub(crate) fn record_utilization(&self, gpu: Option<f64>, jpeg: Option<f64>, cpu: Option<f64>) {
         self.utilization
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -308,7 +303,7 @@ impl Metrics {
     }
 
     /// Zeroes the flow counters (not the configuration: threads, capacities, memory).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         for c in &self.stages {
             c.busy_ns.store(0, Relaxed);
             c.items.store(0, Relaxed);
@@ -529,9 +524,9 @@ mod tests {
             .fetch_add(Duration::from_secs(1).as_nanos() as u64, Relaxed);
         m.epoch_done(true);
         assert!(m.snapshot().verdict().contains("FED"));
-        assert!(m.bad_record(5));
-        assert!(!m.bad_record(5));
-        assert!(m.bad_record(6));
+        assert!(m.bad_record_distinct(5).is_some());
+        assert!(m.bad_record_distinct(5).is_none());
+        assert!(m.bad_record_distinct(6).is_some());
         let s = m.snapshot();
         assert_eq!(
             (s.bad_records, s.bad_distinct, s.bad_indices.clone()),
