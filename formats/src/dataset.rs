@@ -70,6 +70,14 @@ impl Dataset {
         // since (a DataLoader worker's, faulthandler's) must not take over their faults.
         crate::map_guard::install();
         let root = path.as_ref().to_path_buf();
+        if root.as_os_str().is_empty() {
+            // Read as the current directory by nothing: the error named no path at all.
+            return Err(FormatError::InvalidOptions(
+                "the dataset path is empty: give the dataset's directory (`.` for the current \
+                 one)"
+                    .into(),
+            ));
+        }
         // Before the manifest: a dataset swapped in meanwhile is then read whole from the
         // new directory, and taken as moved (so not checked by path) from then on.
         let root_id = path_id(&root);
@@ -109,8 +117,9 @@ impl Dataset {
 
     /// The dataset's source map, which input each record came from, opened now (one file
     /// descriptor, held by the map); `None` when the dataset has none: made before stoker
-    /// wrote source maps, written from samples ([`crate::SampleWriter`]) or by hand, or the
-    /// merge of parts one of which has none.
+    /// wrote source maps (a [`crate::SampleWriter`] writes one, naming each record by the
+    /// name given with its sample, or `sample N`), written by hand (a [`crate::DatasetWriter`] given none),
+    /// or the merge of parts one of which has none.
     ///
     /// # Errors
     ///
@@ -578,6 +587,16 @@ fn entries_named(root: &Path, named: impl Fn(&[u8]) -> bool) -> usize {
 mod tests {
     use super::*;
     use crate::convert::lock::OutputLock;
+
+    #[test]
+    fn an_empty_path_is_refused_saying_so() {
+        // It was ": No such file or directory (os error 2)", naming no path.
+        let Err(e) = Dataset::open("") else {
+            panic!("an empty path opened")
+        };
+        let e = e.to_string();
+        assert!(e.contains("the dataset path is empty"), "{e}");
+    }
 
     /// A killed writer's directory (shards, no manifest, no journal) said "convert images
     /// into a dataset first", which was no help to someone who had just written one.

@@ -413,8 +413,8 @@ pub(crate) fn join(dir: &Path, parts: &[PartMap<'_>]) -> Result<SourcesEntry, Fo
 }
 
 /// The source map of the merge of `parts` (part directories and their manifests, in
-/// order), written into `out`; `None` when a part has none (written from samples, or
-/// finished by a build before source maps), since the records after it could not be named.
+/// order), written into `out`; `None` when a part has none (written by hand, or finished
+/// by a build before source maps), since the records after it could not be named.
 ///
 /// # Errors
 ///

@@ -39,7 +39,7 @@ pub enum LoaderError {
     #[error(transparent)]
     Format(#[from] FormatError),
     /// A record could not be read (missing, truncated, CRC mismatch).
-    #[error("record {index}: read failed: {source}")]
+    #[error("record {index}: read failed: {}", without_record_prefix(*index, source))]
     Read {
         /// Dataset index of the record.
         index: u64,
@@ -300,5 +300,48 @@ pub(crate) fn driver_err(op: &'static str, e: cudarc::driver::DriverError) -> Lo
     LoaderError::Gpu {
         op,
         source: Box::new(e),
+    }
+}
+
+/// `source`'s message without its own `record N: ` where it names the same record, so that
+/// a read error says the index once ("record 1: read failed: payload CRC32C is ...").
+fn without_record_prefix(index: u64, source: &FormatError) -> String {
+    let text = source.to_string();
+    match text.strip_prefix(&format!("record {index}: ")) {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_error_names_its_record_once() {
+        let e = LoaderError::Read {
+            index: 1,
+            source: FormatError::CrcMismatch {
+                index: 1,
+                got: 1,
+                want: 2,
+            },
+        };
+        assert_eq!(
+            e.to_string(),
+            "record 1: read failed: payload CRC32C is 0x00000001, header says 0x00000002"
+        );
+        // Another record's error keeps its own index.
+        let e = LoaderError::Read {
+            index: 7,
+            source: FormatError::CrcMismatch {
+                index: 1,
+                got: 1,
+                want: 2,
+            },
+        };
+        assert!(e
+            .to_string()
+            .starts_with("record 7: read failed: record 1: "));
     }
 }
