@@ -592,8 +592,6 @@ fn placed(
     }
 }
 
-/// The loader, its notes raised as `UserWarning`s ([`notes`]). The builder logs them too:
-/// those events are held back and forgotten, the others delivered.
 /// Loaders of this process built and not yet closed or freed.
 static OPEN: AtomicUsize = AtomicUsize::new(0);
 
@@ -624,6 +622,9 @@ fn collect_unreachable_loaders(py: Python<'_>) {
     }
 }
 
+/// The loader, after collecting garbage ([`collect_unreachable_loaders`]), its notes raised
+/// as `UserWarning`s ([`notes`]). The builder logs them too:
+/// those events are held back and forgotten, the others delivered.
 fn build(py: Python<'_>, builder: LoaderBuilder) -> PyResult<stoker_loader::Loader> {
     collect_unreachable_loaders(py);
     let (built, mut held) = crate::logging::holding(|| py.detach(|| builder.build()));
