@@ -1,6 +1,6 @@
 //! `stoker.Loader` and its stats.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
@@ -604,21 +604,46 @@ impl Drop for Loader {
     }
 }
 
+/// Builds to let pass without a collection, after collections that freed no loader.
+static SKIP: AtomicU32 = AtomicU32::new(0);
+/// How many collections in a row freed no loader (the back-off's exponent).
+static IN_VAIN: AtomicU32 = AtomicU32::new(0);
+
 /// Runs Python's garbage collector when other loaders of this process are open, before a
 /// new one takes its threads and memory. A loader caught in a reference cycle (a trainer
 /// and its callback, re-created each time a notebook cell runs) waits for a full
 /// collection, which with PyTorch imported may not come for dozens of runs: each run
 /// then kept one more loader's ring (prefetch + workers batches) and threads, and the
 /// next build could be refused as not fitting beside them. A collection costs tens of
-/// milliseconds, once per build, and only where another loader is open.
+/// milliseconds with torch imported (more beside a large model), and only where another
+/// loader is open; where the open ones are all in use (a script keeping a loader per
+/// subset), each collection that freed none doubles the builds let pass before the next,
+/// so n such builds cost about log2(n) collections.
 fn collect_unreachable_loaders(py: Python<'_>) {
-    if OPEN.load(Ordering::Relaxed) == 0 {
+    let open = OPEN.load(Ordering::Relaxed);
+    if open == 0 {
+        // With no loader open, the back-off starts over.
+        SKIP.store(0, Ordering::Relaxed);
+        IN_VAIN.store(0, Ordering::Relaxed);
+        return;
+    }
+    // Atomics, not a lock: a finalizer run by the collection may itself build a loader.
+    if SKIP
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok()
+    {
         return;
     }
     let collected = py.import("gc").and_then(|gc| gc.call_method0("collect"));
     if let Err(e) = collected {
         // Not a reason to refuse the loader: it is built as before.
         tracing::debug!(%e, "gc.collect() before building a loader failed");
+    }
+    if OPEN.load(Ordering::Relaxed) < open {
+        IN_VAIN.store(0, Ordering::Relaxed);
+    } else {
+        let in_vain = (IN_VAIN.fetch_add(1, Ordering::Relaxed) + 1).min(20);
+        SKIP.store((1 << in_vain) - 1, Ordering::Relaxed);
     }
 }
 

@@ -1410,46 +1410,65 @@ def test_closed_loaders_give_their_memory_back_to_the_system(sample_dataset):
         assert left < (peak - base) // 3, (left >> 20, (peak - base) >> 20)
 
 
+_CYCLE_SCRIPT = """
+import gc, sys, weakref
+import stoker
+
+path = sys.argv[1]
+collections = []
+gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(info["generation"]))
+gc.collect()
+gc.disable()  # as a full collection may as well not come (torch imported: 20 runs)
+collections.clear()
+
+
+class Trainer:
+    pass
+
+
+def build():
+    return stoker.Loader(path, 4, size=32, device="cpu", workers=1)
+
+
+left = []
+for _ in range(3):
+    trainer = Trainer()
+    trainer.me = trainer
+    trainer.loader = build()
+    for _ in trainer.loader:
+        pass
+    left.append(weakref.ref(trainer.loader))
+    del trainer
+# Each build after the first collected the one before.
+assert [ref() is None for ref in left] == [True, True, False], [ref() for ref in left]
+assert collections == [2, 2], collections
+left[-1]().close()
+# With no other loader open, a build collects nothing.
+with build():
+    pass
+assert collections == [2, 2], collections
+# Loaders all in use (one per subset, kept): collections that free none back off, so 16
+# builds cost 4 collections (at builds 2, 4, 8 and 16: a gap that doubles), not 15.
+kept = [build() for _ in range(16)]
+assert len(collections) - 2 == 4, collections
+for loader in kept:
+    loader.close()
+print("ok")
+"""
+
+
 def test_a_loader_left_in_a_reference_cycle_is_freed_before_the_next_is_built(sample_dataset):
     # A notebook cell run again: a trainer and its callback hold each other and the
     # loader. Only a full collection frees them, which with PyTorch imported did not come
-    # in 20 runs: each kept one more ring and its threads. Automatic collection is off
-    # here, as it may as well not have run.
-    import weakref
+    # in 20 runs: each kept one more ring and its threads. In a process of its own: the
+    # back-off of collections that free nothing is the process's.
+    import subprocess
+    import sys
 
-    class Trainer:
-        pass
-
-    collections = []
-
-    def seen(phase, info):
-        if phase == "start":
-            collections.append(info["generation"])
-
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    gc.callbacks.append(seen)
-    try:
-        assert not collections
-        left = []
-        for _ in range(3):
-            trainer = Trainer()
-            trainer.me = trainer
-            trainer.loader = stoker.Loader(sample_dataset, 4, size=32, device="cpu", workers=1)
-            for _ in trainer.loader:
-                pass
-            left.append(weakref.ref(trainer.loader))
-            del trainer
-        # Each build after the first collected the one before.
-        assert [ref() is None for ref in left] == [True, True, False]
-        assert collections == [2, 2]
-        left[-1]().close()
-        # With no other loader open, a build collects nothing.
-        with stoker.Loader(sample_dataset, 4, size=32, device="cpu", workers=1):
-            pass
-        assert collections == [2, 2]
-    finally:
-        gc.callbacks.remove(seen)
-        if was_enabled:
-            gc.enable()
+    run = subprocess.run(
+        [sys.executable, "-c", _CYCLE_SCRIPT, str(sample_dataset)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
