@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyInt, PyIterator, PyList, PyTuple};
+use pyo3::types::{PyCapsule, PyInt, PyIterator, PyList, PySlice, PyTuple};
 use stoker_loader::dlpack::{sys, ConsumerStream, ManagedTensor};
 use stoker_loader::{CudaImages, DType, HostImages, Output};
 
@@ -206,7 +206,9 @@ impl Images {
 }
 
 /// The labels of a batch (``int64``, host memory, one per image): a sequence of ints
-/// and a DLPack producer (``torch.from_dlpack(labels)``).
+/// (indexing, slicing to a list) and a DLPack producer (``torch.from_dlpack(labels)``,
+/// a copy of its own). Not picklable or copyable, as ``Batch`` and ``Images``: keep the
+/// tensor or ``tolist()``.
 #[pyclass(module = "stoker", frozen, sequence, weakref)]
 pub(crate) struct Labels {
     values: Vec<i64>,
@@ -249,13 +251,22 @@ impl Labels {
         self.values.len()
     }
 
-    fn __getitem__(&self, #[pyo3(from_py_with = args::index)] index: isize) -> PyResult<i64> {
+    /// A label (an int), or a list of them for a slice (`labels[1:3]`, as a list's).
+    fn __getitem__<'py>(&self, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = key.py();
         let len = self.values.len() as isize;
+        if let Ok(slice) = key.cast::<PySlice>() {
+            let s = slice.indices(len)?;
+            let picked =
+                (0..s.slicelength as isize).map(|k| self.values[(s.start + k * s.step) as usize]);
+            return Ok(PyList::new(py, picked)?.into_any());
+        }
+        let index = args::index(key)?;
         let i = if index < 0 { index + len } else { index };
         if !(0..len).contains(&i) {
             return Err(PyIndexError::new_err("label index out of range"));
         }
-        Ok(self.values[i as usize])
+        Ok(self.values[i as usize].into_pyobject(py)?.into_any())
     }
 
     /// The labels as a list of ints.

@@ -2,7 +2,7 @@
 
 import os
 import pathlib
-from typing import Any, Dict, ItemsView, Iterable, Iterator, KeysView, List, Optional, Sequence, Tuple, Union, ValuesView
+from typing import Any, Dict, ItemsView, Iterable, Iterator, KeysView, List, Optional, Sequence, Tuple, Union, ValuesView, overload
 
 __version__: str
 IMAGENET_MEAN: List[float]
@@ -130,7 +130,10 @@ class Images:
     def data_ptr(self) -> Optional[int]: ...
 
 class Labels:
-    """The batch's labels (int64 on the host): ``len``, indexing, iteration, ``tolist()``."""
+    """The batch's labels (int64 on the host): ``len``, indexing and slicing (a list),
+    iteration, ``tolist()``. Its ``__dlpack__`` exports a copy: a tensor of it is the
+    consumer's own. Like ``Batch`` and ``Images``, it is not picklable or copyable: keep
+    ``torch.from_dlpack(labels)`` (or ``tolist()``) instead."""
 
     def __dlpack__(
         self,
@@ -142,7 +145,10 @@ class Labels:
     ) -> Any: ...
     def __dlpack_device__(self) -> Tuple[int, int]: ...
     def __len__(self) -> int: ...
+    @overload
     def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> List[int]: ...
     def __iter__(self) -> Iterator[int]: ...
     def tolist(self) -> List[int]: ...
 

@@ -125,6 +125,10 @@ def test_shapes_dtypes_and_labels(sample_dataset):
             assert y.dtype == np.int64 and y.shape == (x.shape[0],)
             # Each label is the class of the dataset record it came from.
             assert y.tolist() == [ds[i][1] for i in b.indices]
+            # A sequence as a list is: indexing and slicing (a TypeError before).
+            values = labels.tolist()
+            assert labels[-1] == values[-1] and labels[1:3] == values[1:3]
+            assert labels[::-2] == values[::-2] and labels[5:] == values[5:]
         assert sum(len(b.indices) for b in batches) == 15
         assert sorted(i for b in batches for i in b.indices) == list(range(15))
 
