@@ -29,7 +29,7 @@
 //!
 //! # Features
 //!
-//! - `cli` (on by default): the `stoker` binary, [`cli`], the command it runs (which the
+//! - `cli` (on by default): the `stoker` binary, `cli`, the command it runs (which the
 //!   Python package's `stoker` console script runs too), and `bottleneck`, the stage
 //!   benchmark behind `stoker bench`, whose advice names the CLI's flags. A crate that uses the
 //!   library alone turns it off, which leaves out the CLI's dependencies (clap, indicatif,
