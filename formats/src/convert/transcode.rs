@@ -131,13 +131,13 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
              macOS copies where it cannot keep its attributes)"
                 .into(),
         )
-    } else if image::guess_format(data).is_err() && image_kinds::unread_format(data).is_none() {
-        // Told apart for `--strict`, which skips such a file of an image folder when its
-        // name does not say image either (`.DS_Store`, `README.txt`) or it is hidden.
-        p.not_image = true;
-        Outcome::Skip(NOT_AN_IMAGE.into())
-    } else {
-        match decode_other(data, opts) {
+    } else if let Some(name) = image_kinds::unread_format(data) {
+        Outcome::Skip(format!(
+            "unsupported image format ({name}; {}: convert such files to JPEG first)",
+            image_kinds::READ
+        ))
+    } else if let Ok(format) = image::guess_format(data) {
+        match decode_other(data, format, opts) {
             // The memory stays held until the pixels are encoded and dropped.
             Ok((rgb, _held)) => {
                 p.other_image = true;
@@ -145,6 +145,11 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
             }
             Err(reason) => Outcome::Skip(reason),
         }
+    } else {
+        // Told apart for `--strict`, which skips such a file of an image folder when its
+        // name does not say image either (`.DS_Store`, `README.txt`) or it is hidden.
+        p.not_image = true;
+        Outcome::Skip(NOT_AN_IMAGE.into())
     };
     p
 }
@@ -238,22 +243,15 @@ fn decode_jpeg(
     Ok((rgb, held))
 }
 
-/// Decodes a non-JPEG image with the `image` crate, refusing oversized ones before decoding;
-/// the memory held with the pixels, as [`decode_jpeg`].
-fn decode_other(data: &[u8], opts: &ConvertOptions) -> Result<(Rgb, DecodeMemory), String> {
+/// Decodes a non-JPEG image of `format` (as its bytes say) with the `image` crate,
+/// refusing oversized ones before decoding; the memory held with the pixels, as
+/// [`decode_jpeg`].
+fn decode_other(
+    data: &[u8],
+    format: image::ImageFormat,
+    opts: &ConvertOptions,
+) -> Result<(Rgb, DecodeMemory), String> {
     let max_pixels = opts.max_pixels;
-    if let Some(name) = image_kinds::unread_format(data) {
-        return Err(format!(
-            "unsupported image format ({name}; {}: convert such files to JPEG first)",
-            image_kinds::READ
-        ));
-    }
-    let reader = image::ImageReader::new(Cursor::new(data))
-        .with_guessed_format()
-        .map_err(|e| format!("unreadable: {e}"))?;
-    let Some(format) = reader.format() else {
-        return Err(NOT_AN_IMAGE.into());
-    };
     if format == image::ImageFormat::Tiff {
         if let Some(why) = image_kinds::camera_raw(data) {
             return Err(image_kinds::camera_raw_reason(why));
