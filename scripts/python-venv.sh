@@ -15,6 +15,25 @@ if [[ ! -x $venv/bin/python ]]; then
   fi
 fi
 if (($#)); then
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+  pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+  # One distribution at a time: pip keeps every wheel it downloads until the command ends,
+  # and torch's, with its CUDA libraries, held 2.7 GB of disk beside the 5.3 GB they
+  # unpack into (CI ran out of room there once). So resolve first (--dry-run --report,
+  # pip >= 22.2; PyPI serves the metadata alone), then install each pinned distribution
+  # by itself. A pip without --report installs everything in one command, as before.
+  report=$(mktemp)
+  if "${pip[@]}" install --quiet --dry-run --report "$report" "$@" 2>/dev/null; then
+    pins=$("$venv/bin/python" -c '
+import json, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+    print(item["metadata"]["name"] + "==" + item["metadata"]["version"])' "$report")
+    rm -f "$report"
+    for pin in $pins; do
+      "${pip[@]}" install --quiet --no-deps "$pin"
+    done
+  else
+    rm -f "$report"
+    "${pip[@]}" install --quiet "$@"
+  fi
 fi
 echo "$PWD/$venv/bin/python"
