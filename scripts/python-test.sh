@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python package's tests (tests/python/test_*.py), self-contained: makes a virtual
-# environment in target/python-venv, installs maturin, numpy, pytest and torch into it
-# from the registry, builds and installs the package from ./python, builds the Rust front
-# ends the tests compare against, and runs pytest.
+# environment in target/python-venv, installs maturin, numpy, pytest, torch and mypy (the
+# type stubs' check; pinned, as each release adds checks) into it from the registry,
+# builds and installs the package from ./python, builds the Rust front ends the tests
+# compare against, and runs pytest.
 #
 # torch because PyTorch users are whom the package is for: `torch.from_dlpack` of a batch
 # and a `torch.distributed` group must be checked with torch itself, on every run, not
@@ -16,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/python-venv
-scripts/python-venv.sh 'maturin>=1.9.4,<2' numpy pytest torch >/dev/null
+scripts/python-venv.sh 'maturin>=1.9.4,<2' numpy pytest torch 'mypy==2.4.1' >/dev/null
 PATH="$PWD/$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/python" -m pip install --quiet \
   --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
 cargo build --quiet --bin stoker --example loader_dump

@@ -1,78 +1,67 @@
-"""The type stubs (`python/stoker/_stoker.pyi`, what editors and type checkers read) name
-exactly what the extension module has: every function and class, every public method
-and property, and each function's parameters in order. A new function had been added
-without its stub once already."""
+"""The type stubs (`python/stoker/_stoker.pyi`, what editors and type checkers read) against
+the extension module, with mypy's stubtest: every name, each parameter's name, kind and
+default, classes that cannot be subclassed marked `@final`. A new function had been added
+without its stub once already. Then ordinary use (typed/usage.py) is type-checked against
+them with `mypy --strict`, so an annotation that breaks a training script fails here.
+mypy comes from scripts/python-test.sh."""
 
-import ast
-import inspect
+import os
+import subprocess
+import sys
 from pathlib import Path
-
-import pytest
 
 import stoker
 from stoker import _stoker
 
-STUB = Path(stoker.__file__).with_name("_stoker.pyi")
+HERE = Path(__file__).resolve().parent
 
 
-def _stub():
-    return ast.parse(STUB.read_text())
+def _mypy(tool, *args, cwd=HERE, mypypath=None):
+    env = dict(os.environ)
+    if mypypath is not None:
+        env["MYPYPATH"] = str(mypypath)  # searched before the installed package
+    run = subprocess.run(
+        [sys.executable, "-m", tool, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return run.returncode, run.stdout + run.stderr
 
 
-def _public(names):
-    return {n for n in names if not n.startswith("_")}
+def _check_usage(cache, mypypath=None):
+    # --implicit-reexport: torch's own stubs do not re-export `torch.from_dlpack`.
+    usage = str(HERE / "typed" / "usage.py")
+    args = ("--cache-dir", str(cache), "--strict", "--implicit-reexport", usage)
+    return _mypy("mypy", *args, mypypath=mypypath)
 
 
-def _defs(body):
-    return {node.name: node for node in body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+def test_the_stubs_match_the_module(tmp_path):
+    # From tmp_path: stubtest leaves its cache in the folder it runs in.
+    code, out = _mypy("mypy.stubtest", "stoker", cwd=tmp_path)
+    assert code == 0, out
 
 
-def _params(fn: ast.FunctionDef):
-    a = fn.args
-    names = [p.arg for p in a.posonlyargs + a.args] + ([a.vararg.arg] if a.vararg else [])
-    names += [p.arg for p in a.kwonlyargs] + ([a.kwarg.arg] if a.kwarg else [])
-    return [n for n in names if n != "self"]
+def test_ordinary_use_type_checks_against_the_stubs(tmp_path):
+    code, out = _check_usage(tmp_path)
+    assert code == 0, out
 
 
-def test_the_module_has_what_the_stub_names_and_nothing_more():
-    tree = _stub()
-    stubbed = set(_defs(tree.body))
-    stubbed |= {n.target.id for n in tree.body if isinstance(n, ast.AnnAssign)}
-    runtime = _public(dir(_stoker)) | {"__version__", "_deliver_logs"}
-    stubbed |= {"__version__"}
-    assert _public(stubbed) == _public(runtime)
-    assert "_deliver_logs" in stubbed
-    assert set(stoker.__all__) <= runtime
+def test_a_wrong_stub_fails_the_use_check(tmp_path):
+    # The check above can fail: the same script against a stub whose `Loader.epoch`
+    # returns a Batch.
+    package = tmp_path / "stubs" / "stoker"
+    package.mkdir(parents=True)
+    stub = Path(stoker.__file__).with_name("_stoker.pyi").read_text()
+    wrong = stub.replace("def epoch(self, epoch: int) -> Epoch:", "def epoch(self, epoch: int) -> Batch:")
+    assert wrong != stub
+    (package / "__init__.pyi").write_text("from ._stoker import *\n")
+    (package / "_stoker.pyi").write_text(wrong)
+    code, out = _check_usage(tmp_path / "cache", mypypath=tmp_path / "stubs")
+    assert code == 1, out
+    assert '"Batch" has no attribute "close"' in out
 
 
-@pytest.mark.parametrize(
-    "name", [n for n, d in _defs(_stub().body).items() if isinstance(d, ast.FunctionDef)]
-)
-def test_each_function_takes_the_stubs_parameters(name):
-    stub = _defs(_stub().body)[name]
-    runtime = list(inspect.signature(getattr(_stoker, name)).parameters)
-    assert _params(stub) == runtime
-
-
-@pytest.mark.parametrize(
-    "name", [n for n, d in _defs(_stub().body).items() if isinstance(d, ast.ClassDef)]
-)
-def test_each_class_has_the_stubs_methods_and_properties(name):
-    cls = getattr(_stoker, name)
-    stub = _defs(_defs(_stub().body)[name].body)
-    own = set(vars(cls)) if cls.__module__ == "stoker" else set()
-    missing = {m for m in stub if not hasattr(cls, m)}
-    assert not missing, f"stubbed but not in {name}: {missing}"
-    unstubbed = _public(own) - set(stub)
-    assert not unstubbed, f"{name} has what the stub does not name: {unstubbed}"
-    if isinstance(stub.get("__init__"), ast.FunctionDef):
-        assert _params(stub["__init__"]) == list(inspect.signature(cls).parameters), name
-    for method, fn in stub.items():
-        attr = vars(cls).get(method)
-        # Dunder methods are called by Python's protocols, positionally: names do not matter.
-        if isinstance(fn, ast.FunctionDef) and callable(attr) and not method.startswith("__"):
-            try:
-                runtime = list(inspect.signature(attr).parameters)
-            except (TypeError, ValueError):
-                continue  # no text signature (a slot wrapper of object's)
-            assert _params(fn) == [p for p in runtime if p != "self"], f"{name}.{method}"
+def test_the_package_exports_only_what_the_module_has():
+    assert set(stoker.__all__) <= set(_stoker.__all__)
