@@ -23,14 +23,15 @@ if (($#)); then
   # by itself. A pip without --report installs everything in one command, as before.
   report=$(mktemp)
   if "${pip[@]}" install --quiet --dry-run --report "$report" "$@" 2>/dev/null; then
+    # Each as `name @ url`, the file the resolver chose (an index's, a local path's).
     pins=$("$venv/bin/python" -c '
 import json, sys
 for item in json.load(open(sys.argv[1]))["install"]:
-    print(item["metadata"]["name"] + "==" + item["metadata"]["version"])' "$report")
+    print(item["metadata"]["name"] + " @ " + item["download_info"]["url"])' "$report")
     rm -f "$report"
-    for pin in $pins; do
+    while IFS= read -r pin; do
       "${pip[@]}" install --quiet --no-deps "$pin"
-    done
+    done <<<"$pins"
   else
     rm -f "$report"
     "${pip[@]}" install --quiet "$@"
