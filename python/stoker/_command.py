@@ -7,9 +7,10 @@ and exit statuses as the binary that ``cargo install`` builds, without a Rust to
 """
 
 import sys
+from typing import NoReturn
 
 
-def main():
+def main() -> NoReturn:
     from stoker import _stoker
 
     # Named "stoker" in usage lines whichever way it was started (a script's path, or

@@ -27,6 +27,9 @@ __all__ = [
     "verify",
 ]
 __version__: str
+
+# A path as `open` takes one (str, bytes, or an object with `__fspath__`).
+_Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
 IMAGENET_MEAN: List[float]
 IMAGENET_STD: List[float]
 
@@ -37,10 +40,10 @@ class StokerError(Exception): ...
 def _deliver_logs() -> None: ...
 
 def convert(
-    src: Union[str, bytes, os.PathLike],
-    out: Union[str, bytes, os.PathLike],
+    src: _Path,
+    out: _Path,
     *,
-    list: Optional[Union[str, bytes, os.PathLike]] = None,
+    list: Optional[_Path] = None,
     encoding: str = "jpeg",
     max_side: Optional[int] = None,
     quality: int = 90,
@@ -62,12 +65,12 @@ def convert(
     parts: Optional[int] = None,
     progress: Optional[bool] = None,
     # With list=: the class names (a list, a Dataset, or a dataset's or a names file's path).
-    classes: Optional[Union[Sequence[str], "Dataset", str, bytes, os.PathLike]] = None,
+    classes: Optional[Union[Sequence[str], "Dataset", _Path]] = None,
 ) -> Dict[str, Any]: ...
 
 def merge(
-    out: Union[str, bytes, os.PathLike],
-    parts: Optional[Sequence[Union[str, bytes, os.PathLike]]] = None,
+    out: _Path,
+    parts: Optional[Sequence[_Path]] = None,
 ) -> Dict[str, Any]: ...
 
 def _command(args: Sequence[str]) -> int: ...
@@ -76,7 +79,7 @@ def _command(args: Sequence[str]) -> int: ...
 def _stats_from_json(text: str) -> "Stats": ...
 
 def verify(
-    path: Union[str, bytes, os.PathLike],
+    path: _Path,
     decode: bool = False,
 ) -> Dict[str, Any]: ...
 
@@ -84,7 +87,7 @@ def verify(
 class Writer:
     def __new__(
         cls,
-        out: Union[str, bytes, os.PathLike],
+        out: _Path,
         classes: Optional[Sequence[str]] = None,
         *,
         source: Optional[str] = None,
@@ -118,7 +121,7 @@ class Writer:
 
 @final
 class Dataset:
-    def __new__(cls, path: Union[str, bytes, os.PathLike]) -> "Dataset": ...
+    def __new__(cls, path: _Path) -> "Dataset": ...
     def __len__(self) -> int: ...
     def __getitem__(self, index: int, /) -> Tuple[bytes, int]: ...
     def labels(self) -> List[int]: ...
@@ -240,7 +243,7 @@ class Stats:
 class Loader:
     def __new__(
         cls,
-        data: Union[str, bytes, os.PathLike, Dataset],
+        data: Union[_Path, Dataset],
         batch_size: int = 256,
         *,
         shuffle: Union[bool, str, None] = None,

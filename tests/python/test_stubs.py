@@ -48,6 +48,13 @@ def test_ordinary_use_type_checks_against_the_stubs(tmp_path):
     assert code == 0, out
 
 
+def test_the_package_type_checks_strictly(tmp_path):
+    # Its Python files (the `stoker` command's) and the stubs themselves: every generic
+    # given its parameters, which pyright's strict mode asks of what a script calls.
+    code, out = _mypy("mypy", "--cache-dir", str(tmp_path), "--strict", "-p", "stoker")
+    assert code == 0, out
+
+
 def test_a_wrong_stub_fails_the_use_check(tmp_path):
     # The check above can fail: the same script against a stub whose `Loader.epoch`
     # returns a Batch.
