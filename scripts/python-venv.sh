@@ -30,8 +30,8 @@ for item in json.load(open(sys.argv[1]))["install"]:
     print(item["metadata"]["name"] + " @ " + item["download_info"]["url"])' "$report")
     rm -f "$report"
     while IFS= read -r pin; do
-      "${pip[@]}" install --quiet --no-deps "$pin"
-    done <<<"$pins"
+      [[ -z $pin ]] || "${pip[@]}" install --quiet --no-deps "$pin"
+    done <<<"$pins"  # empty when all is installed already
   else
     rm -f "$report"
     "${pip[@]}" install --quiet "$@"
