@@ -4,34 +4,12 @@ import os
 import pathlib
 from typing import Any, Dict, ItemsView, Iterable, Iterator, KeysView, List, Optional, Sequence, Tuple, Union, ValuesView, final, overload
 
-# What the module exports (PyO3 fills the runtime's `__all__` with every name it adds).
-__all__ = [
-    "IMAGENET_MEAN",
-    "IMAGENET_STD",
-    "Batch",
-    "Dataset",
-    "Epoch",
-    "Images",
-    "Labels",
-    "Loader",
-    "LoaderSampler",
-    "Stats",
-    "StokerError",
-    "Writer",
-    "__version__",
-    "_command",
-    "_deliver_logs",
-    "_stats_from_json",
-    "convert",
-    "merge",
-    "verify",
-]
 __version__: str
+IMAGENET_MEAN: List[float]
+IMAGENET_STD: List[float]
 
 # A path as `open` takes one (str, bytes, or an object with `__fspath__`).
 _Path = Union[str, bytes, os.PathLike[str], os.PathLike[bytes]]
-IMAGENET_MEAN: List[float]
-IMAGENET_STD: List[float]
 
 class StokerError(Exception): ...
 
