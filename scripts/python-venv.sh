@@ -17,10 +17,10 @@ fi
 if (($#)); then
   pip=("$venv/bin/python" -m pip --disable-pip-version-check)
   # One distribution at a time: pip keeps every wheel it downloads until the command ends,
-  # and torch's, with its CUDA libraries, held 2.7 GB of disk beside the 5.3 GB they
-  # unpack into (CI ran out of room there once). So resolve first (--dry-run --report,
-  # pip >= 22.2; PyPI serves the metadata alone), then install each pinned distribution
-  # by itself. A pip without --report installs everything in one command, as before.
+  # and torch's, with its CUDA libraries, are gigabytes beside what they unpack into. So
+  # resolve first (--dry-run --report, pip >= 22.2; PyPI serves the metadata alone), then
+  # install each distribution by itself. A pip without --report installs everything in
+  # one command.
   report=$(mktemp)
   if "${pip[@]}" install --quiet --dry-run --report "$report" "$@" 2>/dev/null; then
     # Each as `name @ url`, the file the resolver chose (an index's, a local path's).
