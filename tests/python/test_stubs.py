@@ -10,10 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import stoker
 from stoker import _stoker
 
 HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory):
+    """One mypy cache for the file's checks: most of a check's time is mypy reading torch's
+    stubs, which a cache keeps (mypy re-checks what depends on a stub it finds changed, as
+    the wrong stub below is)."""
+    return tmp_path_factory.mktemp("mypy-cache")
 
 
 def _mypy(tool, *args, cwd=HERE, mypypath=None):
@@ -44,19 +54,19 @@ def test_the_stubs_match_the_module(tmp_path):
     assert code == 0, out
 
 
-def test_ordinary_use_type_checks_against_the_stubs(tmp_path):
-    code, out = _check_usage(tmp_path)
+def test_ordinary_use_type_checks_against_the_stubs(mypy_cache):
+    code, out = _check_usage(mypy_cache)
     assert code == 0, out
 
 
-def test_the_package_type_checks_strictly(tmp_path):
+def test_the_package_type_checks_strictly(mypy_cache):
     # Its Python files (the `stoker` command's) and the stubs themselves: every generic
     # given its parameters, which pyright's strict mode asks of what a script calls.
-    code, out = _mypy("mypy", "--cache-dir", str(tmp_path), "--strict", "-p", "stoker")
+    code, out = _mypy("mypy", "--cache-dir", str(mypy_cache), "--strict", "-p", "stoker")
     assert code == 0, out
 
 
-def test_a_wrong_stub_fails_the_use_check(tmp_path):
+def test_a_wrong_stub_fails_the_use_check(tmp_path, mypy_cache):
     # The check above can fail: the same script against a stub whose `Loader.epoch`
     # returns a Batch.
     package = tmp_path / "stubs" / "stoker"
@@ -66,7 +76,7 @@ def test_a_wrong_stub_fails_the_use_check(tmp_path):
     assert wrong != stub
     (package / "__init__.pyi").write_text("from ._stoker import *\n")
     (package / "_stoker.pyi").write_text(wrong)
-    code, out = _check_usage(tmp_path / "cache", mypypath=tmp_path / "stubs")
+    code, out = _check_usage(mypy_cache, mypypath=tmp_path / "stubs")
     assert code == 1, out
     assert '"Batch" has no attribute "close"' in out
 
