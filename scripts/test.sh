@@ -9,8 +9,22 @@ lap() { echo "test.sh: $1 done at ${SECONDS}s" >&2; }
 # Into the scripts' virtual environment; the tests that run Python take it from
 # STOKER_PYTHON (not PATH: pyo3's build script reruns whenever PATH changes).
 py=$(scripts/python-venv.sh lmdb)
+# The Python tests' packages (torch's wheels are gigabytes) download and unpack while cargo
+# compiles: the network and the disk work beside a build that keeps the cores busy. The
+# Rust tests' Python needs only `lmdb`, installed above.
+# In a process group of its own, so that a failed or interrupted run stops pip too.
+installs=$(mktemp)
+setsid scripts/python-test.sh --install-only >"$installs" 2>&1 &
+installing=$!
+trap 'kill -- -"$installing" 2>/dev/null; rm -f "$installs"' EXIT
 STOKER_PYTHON="$py" cargo test --workspace
 lap "Rust tests"
+if ! wait "$installing"; then
+  cat "$installs" >&2
+  echo "test.sh: installing the Python tests' packages failed (above)" >&2
+  exit 1
+fi
+lap "Python packages"
 # The Python package (python/): builds it into a virtual environment under target/ and
 # runs pytest over tests/python (numpy, pytest and maturin come from PyPI).
 scripts/python-test.sh
