@@ -33,6 +33,9 @@ tools="$(dirname "$py")"
 # Its own target directory: zig as the linker changes every crate's build flags, and
 # sharing target/ with the tests' builds would rebuild them all on every switch.
 export CARGO_TARGET_DIR="$root/target/wheel"
+# The wheel is stripped (--strip): the release profile's line tables would be compiled only
+# to be thrown away.
+export CARGO_PROFILE_RELEASE_DEBUG=false
 manylinux=(--zig --compatibility manylinux_2_28 --auditwheel check)
 PATH="$tools:$PATH" "$py" -m maturin build --quiet --release --strip "${manylinux[@]}" \
   -m python/Cargo.toml -o "$out"
