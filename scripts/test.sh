@@ -16,7 +16,7 @@ py=$(scripts/python-venv.sh lmdb)
 installs=$(mktemp)
 setsid scripts/python-test.sh --install-only >"$installs" 2>&1 &
 installing=$!
-trap 'kill -- -"$installing" 2>/dev/null; rm -f "$installs"' EXIT
+trap 'kill -- -"$installing" 2>/dev/null || true; rm -f "$installs"' EXIT
 STOKER_PYTHON="$py" cargo test --workspace
 lap "Rust tests"
 if ! wait "$installing"; then
