@@ -25,8 +25,8 @@ if ! wait "$installing"; then
   exit 1
 fi
 lap "Python packages"
-# The Python package (python/): builds it into a virtual environment under target/ and
-# runs pytest over tests/python (numpy, pytest and maturin come from PyPI).
+# The Python package (python/): builds it into the virtual environment under target/ that
+# has the packages installed above, and runs pytest over tests/python.
 scripts/python-test.sh
 lap "Python tests"
 # The GPU transform kernel compiled by NVRTC, which needs no GPU: the NVRTC wheel is one
