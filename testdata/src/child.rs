@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 /// stdout (stderr is dropped). The child's stdout goes to a file, not a pipe, so that a
 /// child that prints a lot cannot block on a full pipe.
 ///
+/// The child's `TMPDIR` is a folder of the parent's, removed once the child has ended:
+/// these children usually die of a signal or leave with `_exit`, so the temporary
+/// folders they make would otherwise never be removed (a hundred a day on a developer's
+/// machine).
+///
 /// # Panics
 ///
 /// When the child cannot be started or still runs after `limit` (it is killed first).
@@ -33,14 +38,18 @@ where
     V: AsRef<OsStr>,
 {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let out = std::env::temp_dir().join(format!(
-        "stoker-child-{}-{}.out",
+    let scratch = std::env::temp_dir().join(format!(
+        "stoker-child-{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
+    let tmp = scratch.join("tmp");
+    std::fs::create_dir_all(&tmp).expect("child's temporary folder");
+    let out = scratch.join("stdout");
     let file = std::fs::File::create(&out).expect("child's stdout file");
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("TMPDIR", &tmp)
         .envs(vars)
         .stdout(file)
         .stderr(Stdio::null())
@@ -54,13 +63,13 @@ where
         if started.elapsed() > limit {
             child.kill().expect("kill child");
             let _ = child.wait();
-            let _ = std::fs::remove_file(&out);
+            let _ = std::fs::remove_dir_all(&scratch);
             panic!("{test}: still ran after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let printed = std::fs::read_to_string(&out).unwrap_or_default();
-    let _ = std::fs::remove_file(&out);
+    let _ = std::fs::remove_dir_all(&scratch);
     (status, printed)
 }
 
