@@ -6,8 +6,9 @@ use std::io::Cursor;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use fast_image_resize::images::Image;
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::images::{TypedImage, TypedImageRef};
+use fast_image_resize::pixels::U8x3;
+use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 use stoker_decode::{primary_image_end, probe, CpuDecoder, DecodeMemory, ImageInfo, Limits};
 
@@ -420,9 +421,14 @@ fn resize_to(src: Rgb, w: u32, h: u32, mode: ResizeMode) -> Result<Rgb, String> 
         return Ok(src);
     }
     let (sw, sh) = (src.width, src.height);
-    let src_img = Image::from_vec_u8(sw, sh, src.data, PixelType::U8x3)
+    // The typed views of RGB, not `Image` with its pixel type as a value: `Resizer::resize`
+    // matches that value over 13 pixel types, which compiled the filters of all 13 into
+    // this crate (most of its build time) for the one used.
+    let src_img = TypedImageRef::<U8x3>::from_buffer(sw, sh, &src.data)
         .map_err(|e| format!("resize: {e}"))?;
-    let mut dst = Image::new(w, h, PixelType::U8x3);
+    let mut out = vec![0; w as usize * h as usize * 3];
+    let mut dst =
+        TypedImage::<U8x3>::from_buffer(w, h, &mut out).map_err(|e| format!("resize: {e}"))?;
     let mut options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
     if mode == ResizeMode::ShorterSide {
         // The largest centered source window with the target's aspect ratio.
@@ -436,12 +442,12 @@ fn resize_to(src: Rgb, w: u32, h: u32, mode: ResizeMode) -> Result<Rgb, String> 
         options = options.crop((sw_f - cw) / 2.0, (sh_f - ch) / 2.0, cw, ch);
     }
     Resizer::new()
-        .resize(&src_img, &mut dst, &options)
+        .resize_typed(&src_img, &mut dst, &options)
         .map_err(|e| format!("resize: {e}"))?;
     Ok(Rgb {
         width: w,
         height: h,
-        data: dst.into_vec(),
+        data: out,
     })
 }
 

@@ -7,6 +7,7 @@
 //! would blend in pixels from beyond the box's edges.
 
 use fast_image_resize as fir;
+use fir::pixels::U8x3;
 
 use crate::error::LoaderError;
 
@@ -85,20 +86,18 @@ impl CropResizer {
             self.window.resize(window_len, 0);
         }
         copy_window(src, src_w, crop, &mut self.window[..window_len]);
+        // Typed RGB views: `resize` of an untyped image matches its pixel type over 13
+        // types, which compiles all 13 types' filters into this crate for the one used.
         let src_img =
-            fir::images::ImageRef::new(w, h, &self.window[..window_len], fir::PixelType::U8x3)
+            fir::images::TypedImageRef::<U8x3>::from_buffer(w, h, &self.window[..window_len])
                 .map_err(|e| ResizeError::Invalid(e.to_string()))?;
-        let mut dst = fir::images::Image::from_slice_u8(
-            self.size,
-            self.size,
-            &mut self.out,
-            fir::PixelType::U8x3,
-        )
-        .map_err(|e| ResizeError::Invalid(e.to_string()))?;
+        let mut dst =
+            fir::images::TypedImage::<U8x3>::from_buffer(self.size, self.size, &mut self.out)
+                .map_err(|e| ResizeError::Invalid(e.to_string()))?;
         let options = fir::ResizeOptions::new()
             .resize_alg(fir::ResizeAlg::Convolution(fir::FilterType::Bilinear));
         self.resizer
-            .resize(&src_img, &mut dst, &options)
+            .resize_typed(&src_img, &mut dst, &options)
             .map_err(|e| ResizeError::Invalid(e.to_string()))?;
         Ok(&self.out)
     }
