@@ -21,12 +21,11 @@ trap 'kill -- -"$installing" 2>/dev/null || true; rm -f "$installs"' EXIT
 # test binaries run side by side instead of one after another, two tests per core, since
 # most of a test's time is spent waiting on the threads and processes it starts; its
 # doctests then run through cargo (our zune-jpeg fork's are upstream's, which name the
-# crate `zune_jpeg`: its manifest turns them off, which `--doc` would override; the Python
-# crate is a cdylib, which has none).
+# crate `zune_jpeg`: its manifest turns them off, which `--doc` would override).
 # Without cargo-nextest, `cargo test` runs the same tests.
 if cargo nextest --version >/dev/null 2>&1; then
   STOKER_PYTHON="$py" cargo nextest run --workspace --test-threads "$((2 * $(nproc)))"
-  STOKER_PYTHON="$py" cargo test --workspace --doc --exclude stoker-zune-jpeg --exclude stoker-python
+  STOKER_PYTHON="$py" cargo test --workspace --doc --exclude stoker-zune-jpeg
 else
   STOKER_PYTHON="$py" cargo test --workspace
 fi
