@@ -21,7 +21,9 @@ trap 'kill -- -"$installing" 2>/dev/null || true; rm -f "$installs"' EXIT
 # test binaries run side by side instead of one after another, two tests per core, since
 # most of a test's time is spent waiting on the threads and processes it starts; its
 # doctests then run through cargo (our zune-jpeg fork's are upstream's, which name the
-# crate `zune_jpeg`: its manifest turns them off, which `--doc` would override).
+# crate `zune_jpeg`: its manifest turns them off, which `--doc` would override). The Python
+# crate stays selected though it has none: without it cargo unifies other features for the
+# dependencies and rebuilds them first (a minute on 2 cores).
 # Without cargo-nextest, `cargo test` runs the same tests.
 if cargo nextest --version >/dev/null 2>&1; then
   STOKER_PYTHON="$py" cargo nextest run --workspace --test-threads "$((2 * $(nproc)))"
