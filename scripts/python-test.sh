@@ -18,8 +18,10 @@
 # sees the system's packages).
 #
 # The package is built with cargo's dev profile here (dependencies optimized, our
-# crates not), which reuses what `cargo test --workspace` already built; users get the
-# release build from the README's `pip install ./python`.
+# crates not), which reuses what `cargo test --workspace` already built where the
+# features agree (stoker-python alone asks for fewer than the workspace's tests and
+# benches, so some dependencies compile again); users get the release build from the
+# README's `pip install ./python`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/python-venv
@@ -30,8 +32,8 @@ PATH="$PWD/$venv/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" "$venv/bin/pytho
   --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
 # --workspace: cargo picks each dependency's features from the packages it builds, and the
 # workspace's with their dev-dependencies (what `cargo test --workspace` built) is the set
-# whose builds are already there. Without it, syn, serde_derive, clap_derive and the rest
-# were compiled again with the root package's features (about 30 s on 2 cores).
+# whose builds are already there. The root package alone would ask for other features, and
+# syn, serde_derive, clap_derive and the rest would compile again.
 cargo build --quiet --workspace --bin stoker --example loader_dump
 cd tests/python
 # One process per core, up to 4 (pytest-xdist): half of a test's time is spent waiting on

@@ -23,7 +23,7 @@ trap 'kill -- -"$installing" 2>/dev/null || true; rm -f "$installs"' EXIT
 # doctests then run through cargo (our zune-jpeg fork's are upstream's, which name the
 # crate `zune_jpeg`: its manifest turns them off, which `--doc` would override). The Python
 # crate stays selected though it has none: without it cargo unifies other features for the
-# dependencies and rebuilds them first (a minute on 2 cores).
+# dependencies, and would compile them again before the first doctest.
 # Without cargo-nextest, `cargo test` runs the same tests.
 if cargo nextest --version >/dev/null 2>&1; then
   STOKER_PYTHON="$py" cargo nextest run --workspace --test-threads "$((2 * $(nproc)))"

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 ///
 /// The child's `TMPDIR` is a folder of the parent's, removed once the child has ended:
 /// these children usually die of a signal or leave with `_exit`, so the temporary
-/// folders they make would otherwise never be removed (a hundred a day on a developer's
-/// machine).
+/// folders they make would otherwise never be removed, and pile up in the machine's
+/// `/tmp` with every test run.
 ///
 /// # Panics
 ///

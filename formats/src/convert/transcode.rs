@@ -422,8 +422,8 @@ fn resize_to(src: Rgb, w: u32, h: u32, mode: ResizeMode) -> Result<Rgb, String> 
     }
     let (sw, sh) = (src.width, src.height);
     // The typed views of RGB, not `Image` with its pixel type as a value: `Resizer::resize`
-    // matches that value over 13 pixel types, which compiled the filters of all 13 into
-    // this crate (most of its build time) for the one used.
+    // matches that value over 13 pixel types, which would compile the filters of all 13
+    // into this crate for the one used.
     let src_img = TypedImageRef::<U8x3>::from_buffer(sw, sh, &src.data)
         .map_err(|e| format!("resize: {e}"))?;
     let mut out = vec![0; w as usize * h as usize * 3];

@@ -87,7 +87,7 @@ impl CropResizer {
         }
         copy_window(src, src_w, crop, &mut self.window[..window_len]);
         // Typed RGB views: `resize` of an untyped image matches its pixel type over 13
-        // types, which compiles all 13 types' filters into this crate for the one used.
+        // types, which would compile all 13 types' filters into this crate for the one used.
         let src_img =
             fir::images::TypedImageRef::<U8x3>::from_buffer(w, h, &self.window[..window_len])
                 .map_err(|e| ResizeError::Invalid(e.to_string()))?;
