@@ -1,0 +1,373 @@
+//! Datasets written by real builds of every format version (`testdata/golden/`) must open,
+//! verify and load under this build, and this build must still write version 2's files
+//! (docs/FORMAT.md, "Compatibility"). Round trips through this build's writer and reader
+//! cannot see a change made to both: a dataset on a user's disk was written by an older one.
+// The writing test runs the `stoker` binary, built with the `cli` feature only.
+#![cfg(feature = "cli")]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use stoker::decode::{CpuDecoder, Limits};
+use stoker::formats::{verify, Dataset, Encoding, FORMAT_VERSION};
+use stoker::loader::{Loader, Output as LoaderOutput, Placement, Shuffle, Transform};
+
+/// The datasets each version's folder holds (`merged` only from builds with `merge`).
+const KINDS: [&str; 4] = ["jpeg", "raw", "reencoded", "merged"];
+
+fn testdata() -> PathBuf {
+    stoker_testdata::dir()
+}
+
+fn golden() -> PathBuf {
+    testdata().join("golden")
+}
+
+/// `list.csv`: each record's source (relative to `testdata/imagefolder`) and label.
+fn listed() -> Vec<(String, u32)> {
+    std::fs::read_to_string(golden().join("list.csv"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (path, label) = l.rsplit_once(',').unwrap();
+            (path.to_owned(), label.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Every golden folder with its format version: `vN` (written by this build's format
+/// version's current writer) and `vN-BUILD` (by an earlier build of that version), in
+/// order of version; versions 1 and 2 must be among them.
+fn versions() -> Vec<(u32, PathBuf)> {
+    let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir(golden())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?.strip_prefix('v')?;
+            let n = name.split_once('-').map_or(name, |(n, _)| n).parse().ok()?;
+            Some((n, p))
+        })
+        .collect();
+    v.sort();
+    let numbers: Vec<u32> = v.iter().map(|(n, _)| *n).collect();
+    assert!(numbers.starts_with(&[1, 2]), "golden versions {numbers:?}");
+    v
+}
+
+/// The folder this build's writer must reproduce: `v{FORMAT_VERSION}`.
+fn newest() -> PathBuf {
+    golden().join(format!("v{FORMAT_VERSION}"))
+}
+
+/// The datasets of one version's folder, by kind.
+fn datasets(version: &Path) -> Vec<(&'static str, PathBuf)> {
+    let found: Vec<_> = KINDS
+        .iter()
+        .map(|k| (*k, version.join(k)))
+        .filter(|(_, p)| p.is_dir())
+        .collect();
+    assert!(found.len() >= 3, "{}: {found:?}", version.display());
+    found
+}
+
+/// Every file under `dir` (names relative to it) with its bytes and modification time.
+fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            assert!(meta.is_file(), "{}", e.path().display());
+            let name = e.file_name().into_string().unwrap();
+            (
+                name,
+                (std::fs::read(e.path()).unwrap(), meta.modified().unwrap()),
+            )
+        })
+        .collect()
+}
+
+fn decode(jpeg: &[u8]) -> (u32, u32, Vec<u8>) {
+    let (info, pixels) = CpuDecoder::new(Limits::default())
+        .decode_to_vec(jpeg)
+        .unwrap();
+    (info.width, info.height, pixels)
+}
+
+/// Largest and mean absolute difference of two equally long pixel buffers.
+fn difference(a: &[u8], b: &[u8]) -> (u8, f64) {
+    assert_eq!(a.len(), b.len());
+    let d = a.iter().zip(b).map(|(x, y)| x.abs_diff(*y));
+    let sum: u64 = d.clone().map(u64::from).sum();
+    (d.max().unwrap_or(0), sum as f64 / a.len().max(1) as f64)
+}
+
+/// Pixels of the same image made by two builds (or two CPUs) agree: resampling and
+/// encoding may round differently, never move or swap pixels.
+fn assert_close(a: &[u8], b: &[u8], what: &str) {
+    let (max, mean) = difference(a, b);
+    assert!(
+        max <= 8 && mean <= 1.0,
+        "{what}: pixels differ by up to {max}, {mean:.3} on average"
+    );
+}
+
+/// A record's pixels: raw payloads as stored, JPEG payloads decoded.
+fn pixels(ds: &Dataset, i: u64) -> Vec<u8> {
+    let reader = ds.reader().unwrap();
+    let r = reader.get(i).unwrap();
+    match r.header.encoding {
+        Encoding::Raw => r.payload.to_vec(),
+        _ => decode(r.payload).2,
+    }
+}
+
+#[test]
+fn every_golden_dataset_opens_verifies_and_holds_its_sources() {
+    let listed = listed();
+    for (version, dir) in versions() {
+        for (kind, path) in datasets(&dir) {
+            let at = format!("v{version}/{kind}");
+            let before = snapshot(&path);
+            let ds = Dataset::open(&path).unwrap_or_else(|e| panic!("{at}: {e}"));
+            let m = ds.manifest();
+            assert_eq!(m.format_version, version, "{at}");
+            assert_eq!(ds.len(), listed.len() as u64, "{at}");
+            assert_eq!(m.classes, ["0", "1", "2"], "{at}");
+
+            let report = verify(&ds, true).unwrap();
+            assert!(report.ok(), "{at}: {report:?}");
+            let decoded = if kind == "raw" { 0 } else { 8 };
+            assert_eq!(
+                (report.checked, report.decoded),
+                (8, decoded),
+                "{at}: {report:?}"
+            );
+            if version == 1 {
+                assert!(
+                    report.notes[0].contains("format version 1"),
+                    "{at}: {report:?}"
+                );
+            }
+
+            let reader = ds.reader().unwrap();
+            for (i, (source, label)) in listed.iter().enumerate() {
+                let r = reader.get(i as u64).unwrap();
+                r.check_crc().unwrap();
+                let h = r.header;
+                assert_eq!(h.label, *label, "{at} record {i}");
+                let original = std::fs::read(testdata().join("imagefolder").join(source)).unwrap();
+                let (w, ht, _) = decode(&original);
+                match kind {
+                    "jpeg" | "merged" => {
+                        assert_eq!(h.encoding, Encoding::Jpeg, "{at} record {i}");
+                        assert!(r.payload == original, "{at} record {i}: not {source}");
+                        assert_eq!((h.width, h.height), (w, ht), "{at} record {i}");
+                    }
+                    "raw" => {
+                        assert_eq!(h.encoding, Encoding::Raw, "{at} record {i}");
+                        assert_eq!((h.width, h.height, h.channels), (24, 16, 3));
+                        assert_eq!(r.payload.len(), 24 * 16 * 3, "{at} record {i}");
+                    }
+                    _ => {
+                        assert_eq!(h.encoding, Encoding::Jpeg, "{at} record {i}");
+                        let (rw, rh, _) = decode(r.payload);
+                        assert_eq!((rw, rh), (h.width, h.height), "{at} record {i}");
+                        assert_eq!(rw.max(rh), 48, "{at} record {i}: {rw}x{rh} from {w}x{ht}");
+                        // The aspect ratio kept, to the rounding of the shorter side.
+                        let want = f64::from(w.min(ht)) * 48.0 / f64::from(w.max(ht));
+                        assert!(
+                            (f64::from(rw.min(rh)) - want).abs() <= 1.0,
+                            "{at} record {i}"
+                        );
+                    }
+                }
+                // Builds before the source map (2026-12-04) wrote none; today's does.
+                let named = ds.source_of(i as u64).unwrap();
+                if m.sources.is_none() {
+                    assert_ne!(dir, newest(), "{at}: no source map");
+                    assert_eq!(named, None, "{at} record {i}");
+                } else {
+                    let named = named.unwrap_or_else(|| panic!("{at} record {i}: no source"));
+                    assert!(named.ends_with(source), "{at} record {i}: {named:?}");
+                }
+            }
+            // Readers write nothing into a dataset (a read-only mount, a shared copy).
+            assert!(snapshot(&path) == before, "{at}: reading changed its files");
+        }
+    }
+}
+
+#[test]
+fn every_version_holds_the_same_pixels() {
+    let newest = newest();
+    for (version, dir) in &versions() {
+        for (kind, path) in datasets(dir) {
+            let (a, b) = (
+                Dataset::open(&path).unwrap(),
+                Dataset::open(newest.join(kind)).unwrap(),
+            );
+            for i in 0..a.len() {
+                let at = format!("v{version}/{kind} record {i}");
+                assert_close(&pixels(&a, i), &pixels(&b, i), &at);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_cli_and_a_loader_read_every_golden_dataset() {
+    let labels: Vec<u32> = listed().iter().map(|(_, l)| *l).collect();
+    for (version, dir) in versions() {
+        for (kind, path) in datasets(&dir) {
+            let at = format!("v{version}/{kind}");
+            let out = Command::new(env!("CARGO_BIN_EXE_stoker"))
+                .args(["verify", "--decode", "--json"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{at}: {out:?}");
+            let out = Command::new(env!("CARGO_BIN_EXE_stoker"))
+                .args(["inspect", "--json"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{at}: {out:?}");
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(v["format_version"], version, "{at}: {v}");
+            assert_eq!(v["samples"], 8, "{at}: {v}");
+
+            let loader = Loader::builder(Dataset::open(&path).unwrap())
+                .batch_size(3)
+                .shuffle(Shuffle::Sequential)
+                .transform(Transform::center_crop(16, 16))
+                .output(LoaderOutput::U8Nhwc)
+                .placement(Placement::single())
+                .workers(1)
+                .build()
+                .unwrap();
+            let mut got = Vec::new();
+            for batch in loader.epoch(0) {
+                let batch = batch.unwrap_or_else(|e| panic!("{at}: {e}"));
+                assert_eq!(
+                    batch.images.as_u8().unwrap().len(),
+                    batch.len() * 16 * 16 * 3
+                );
+                got.extend(batch.labels);
+            }
+            assert_eq!(got, labels, "{at}");
+            assert_eq!(loader.stats().bad_records, 0, "{at}");
+        }
+    }
+}
+
+/// `tests/python/check_format.py` reads every golden dataset with the `lmdb` package,
+/// from docs/FORMAT.md alone: the files stay what that document says, whatever this
+/// build's reader accepts.
+#[test]
+fn an_independent_lmdb_reader_reads_every_golden_dataset() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/check_format.py");
+    // STOKER_PYTHON: scripts/test.sh names its venv's python (with `lmdb`) so, not by PATH.
+    let python = std::env::var_os("STOKER_PYTHON").unwrap_or_else(|| "python3".into());
+    let listed = listed();
+    for (version, dir) in versions() {
+        for (kind, path) in datasets(&dir) {
+            let at = format!("v{version}/{kind}");
+            // The last record: in the second shard where there are two.
+            let (source, label) = listed.last().unwrap();
+            let mut run = Command::new(&python);
+            run.arg(script)
+                .arg(&path)
+                .arg((listed.len() - 1).to_string());
+            if matches!(kind, "jpeg" | "merged") {
+                run.arg(testdata().join("imagefolder").join(source));
+            }
+            let run = run.output().expect("python runs");
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            if run.status.code() == Some(2)
+                && std::env::var("STOKER_SKIP_PYTHON").as_deref() == Ok("1")
+            {
+                eprintln!("SKIPPED: STOKER_SKIP_PYTHON=1 and {stderr}");
+                return;
+            }
+            assert!(
+                run.status.success(),
+                "{at}: check_format.py failed: {stderr}"
+            );
+            let got: Value = serde_json::from_slice(&run.stdout).unwrap();
+            assert_eq!(got["label"], *label, "{at}: {got}");
+            let encoding = if kind == "raw" { "raw" } else { "jpeg" };
+            assert_eq!(got["encoding"], encoding, "{at}: {got}");
+        }
+    }
+}
+
+/// This build, running `make.sh`, writes the newest golden files: stored JPEGs and the
+/// layout byte for byte, decoded pixels to within their rounding.
+#[test]
+fn this_build_writes_the_newest_golden_files() {
+    let want_dir = newest();
+    let dir = tempfile::tempdir().unwrap();
+    let ours = dir.path().join("made");
+    let out = Command::new("bash")
+        .arg(golden().join("make.sh"))
+        .arg(env!("CARGO_BIN_EXE_stoker"))
+        .arg(&ours)
+        .args(["this build", "merged"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "make.sh: {out:?}");
+    let advice = format!(
+        "this build writes other files than {}: the same conversion would then give users \
+         other bytes than before. If the change is deliberate, testdata/golden/README.md says \
+         what to do",
+        want_dir.display()
+    );
+    for (kind, golden_dir) in datasets(&want_dir) {
+        let made = ours.join(kind);
+        let (want, got) = (snapshot(&golden_dir), snapshot(&made));
+        let names = |s: &BTreeMap<String, _>| s.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(&got), names(&want), "{kind}: {advice}");
+        // Stored JPEGs and the layout are the same on every CPU; pixels that this build
+        // decoded, resized or encoded may differ in their last bits on another one.
+        let exact = matches!(kind, "jpeg" | "merged");
+        for (name, (bytes, _)) in &want {
+            let ours = &got[name].0;
+            if name == "manifest.json" {
+                let (mut w, mut g): (Value, Value) = (
+                    serde_json::from_slice(bytes).unwrap(),
+                    serde_json::from_slice(ours).unwrap(),
+                );
+                // The release that wrote it is not the format.
+                w["provenance"]["tool_version"] = g["provenance"]["tool_version"].clone();
+                if !exact {
+                    for m in [&mut w, &mut g] {
+                        for s in m["shards"].as_array_mut().unwrap() {
+                            s.as_object_mut().unwrap().remove("xxh3");
+                        }
+                    }
+                }
+                assert_eq!(g, w, "{kind}/{name}: {advice}");
+            } else if exact || !name.starts_with("shard-") {
+                assert!(bytes == ours, "{kind}/{name}: {advice}");
+            } else {
+                assert_eq!(bytes.len(), ours.len(), "{kind}/{name}: {advice}");
+            }
+        }
+        if !exact {
+            let (a, b) = (
+                Dataset::open(&golden_dir).unwrap(),
+                Dataset::open(&made).unwrap(),
+            );
+            for i in 0..a.len() {
+                assert_close(
+                    &pixels(&a, i),
+                    &pixels(&b, i),
+                    &format!("{kind} record {i}"),
+                );
+            }
+        }
+    }
+}
