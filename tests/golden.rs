@@ -304,6 +304,100 @@ fn an_independent_lmdb_reader_reads_every_golden_dataset() {
     }
 }
 
+/// The arguments `make.sh` stopped its `interrupted` conversion with (and `--resume`).
+const INTERRUPTED: [&str; 7] = [
+    "--list",
+    "golden/list.csv",
+    "-j",
+    "1",
+    "--shard-size",
+    "64K",
+    "--resume",
+];
+
+/// Copies the flat folder `from` to `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// A conversion an earlier build left unfinished (a killed run: finished shard, journal,
+/// the next shard's `.tmp`): this build's `--resume` finishes one whose journal it can
+/// continue, into the dataset the whole conversion gives, and refuses a version 1 one,
+/// saying why and what to do, without touching it.
+#[test]
+fn conversions_earlier_builds_left_unfinished_resume_or_are_refused() {
+    let listed = listed();
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let clean = Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .current_dir(testdata())
+        .args(["convert", "imagefolder"])
+        .arg(&whole)
+        .args(&INTERRUPTED[..6])
+        .output()
+        .unwrap();
+    assert!(clean.status.success(), "{clean:?}");
+    for (version, golden_dir) in versions() {
+        let at = golden_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let copy = dir.path().join(&at);
+        copy_dir(&golden_dir.join("interrupted"), &copy);
+        let before = snapshot(&copy);
+        let out = Command::new(env!("CARGO_BIN_EXE_stoker"))
+            .current_dir(testdata())
+            .args(["convert", "imagefolder"])
+            .arg(&copy)
+            .args(INTERRUPTED)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if version == 1 {
+            assert_eq!(out.status.code(), Some(1), "{at}: {out:?}");
+            assert!(stderr.contains("format version 1"), "{at}: {stderr}");
+            assert!(
+                stderr.contains("convert into a new directory"),
+                "{at}: {stderr}"
+            );
+            assert!(
+                snapshot(&copy) == before,
+                "{at}: a refused resume changed the folder"
+            );
+            continue;
+        }
+        assert!(out.status.success(), "{at}: {out:?}");
+        let ds = Dataset::open(&copy).unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert!(verify(&ds, true).unwrap().ok(), "{at}");
+        assert_eq!(ds.len(), listed.len() as u64, "{at}");
+        let reader = ds.reader().unwrap();
+        for (i, (source, label)) in listed.iter().enumerate() {
+            let r = reader.get(i as u64).unwrap();
+            let original = std::fs::read(testdata().join("imagefolder").join(source)).unwrap();
+            assert_eq!(r.header.label, *label, "{at} record {i}");
+            assert!(r.payload == original, "{at} record {i}: not {source}");
+            let named = ds.source_of(i as u64).unwrap();
+            assert!(
+                named.is_some_and(|n| n.ends_with(source)),
+                "{at} record {i}"
+            );
+        }
+        let files = |d: &Path| -> Vec<String> { snapshot(d).into_keys().collect() };
+        assert_eq!(files(&copy), files(&whole), "{at}");
+        // Today's journal: the resumed dataset is the uninterrupted one, byte for byte.
+        if golden_dir == newest() {
+            for (name, (bytes, _)) in snapshot(&whole) {
+                assert!(snapshot(&copy)[&name].0 == bytes, "{at}: {name}");
+            }
+        }
+    }
+}
+
 /// This build, running `make.sh`, writes the newest golden files: stored JPEGs and the
 /// layout byte for byte, decoded pixels to within their rounding.
 #[test]
@@ -369,5 +463,15 @@ fn this_build_writes_the_newest_golden_files() {
                 );
             }
         }
+    }
+    // The stopped conversion too: its journal is what a later build's --resume reads.
+    let (want, got) = (
+        snapshot(&want_dir.join("interrupted")),
+        snapshot(&ours.join("interrupted")),
+    );
+    let names = |s: &BTreeMap<String, _>| s.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&got), names(&want), "interrupted: {advice}");
+    for (name, (bytes, _)) in &want {
+        assert!(&got[name].0 == bytes, "interrupted/{name}: {advice}");
     }
 }

@@ -42,4 +42,12 @@ if [ "${4:-}" = merged ]; then
   done
   "$bin" merge "$out/merged" >/dev/null 2>&1
 fi
+# A conversion stopped after 6 of the 8 records by the build's test hook: one finished
+# shard, the resume journal and the next shard's unfinished .tmp, as a killed run leaves
+# them, for a later build's `convert --resume` (not a dataset: it has no manifest).
+if STOKER_TEST_FAIL_AFTER=6 "$bin" convert imagefolder "$out/interrupted" --list golden/list.csv \
+  -j 1 --shard-size 64K >/dev/null 2>&1; then
+  echo "the conversion into $out/interrupted was not stopped: does $bin have the test hook?" >&2
+  exit 1
+fi
 printf '%s, commit %s\n' "$("$bin" --version)" "$commit" >"$out/BUILD"
