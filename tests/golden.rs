@@ -1,6 +1,7 @@
 //! Datasets written by real builds of every format version (`testdata/golden/`) must open,
-//! verify and load under this build, and this build must still write version 2's files
-//! (docs/FORMAT.md, "Compatibility"). Round trips through this build's writer and reader
+//! verify and load under this build, their stopped conversions and training checkpoints
+//! must resume, and this build must still write version 2's files (docs/FORMAT.md,
+//! "Compatibility"). Round trips through this build's writer and reader
 //! cannot see a change made to both: a dataset on a user's disk was written by an older one.
 // The writing test runs the `stoker` binary, built with the `cli` feature only.
 #![cfg(feature = "cli")]
@@ -12,7 +13,9 @@ use std::process::Command;
 use serde_json::Value;
 use stoker::decode::{CpuDecoder, Limits};
 use stoker::formats::{verify, Dataset, Encoding, FORMAT_VERSION};
-use stoker::loader::{Loader, Output as LoaderOutput, Placement, Shuffle, Transform};
+use stoker::loader::{
+    Batch, Loader, LoaderError, LoaderState, Output as LoaderOutput, Placement, Shuffle, Transform,
+};
 
 /// The datasets each version's folder holds (`merged` only from builds with `merge`).
 const KINDS: [&str; 4] = ["jpeg", "raw", "reencoded", "merged"];
@@ -302,6 +305,108 @@ fn an_independent_lmdb_reader_reads_every_golden_dataset() {
             assert_eq!(got["encoding"], encoding, "{at}: {got}");
         }
     }
+}
+
+/// The loader a golden `checkpoint.json` was saved from (and is resumed with): shuffled,
+/// random crops and flips, so that a resume that restarted the order or its draws shows.
+fn checkpoint_loader(path: &Path, resume: Option<LoaderState>) -> Loader {
+    let mut b = Loader::builder(Dataset::open(path).unwrap())
+        .batch_size(3)
+        .shuffle(Shuffle::Global { seed: 7 })
+        .transform(Transform::random_resized_crop(16))
+        .output(LoaderOutput::U8Nhwc)
+        .placement(Placement::single())
+        .workers(1);
+    if let Some(state) = resume {
+        b = b.resume(state);
+    }
+    b.build().unwrap()
+}
+
+/// A batch as `checkpoint.json` keeps it: dataset indices, labels, pixels in hex.
+fn batch_json(b: Result<Batch, LoaderError>) -> Value {
+    let b = b.unwrap();
+    let hex: String = b
+        .images
+        .as_u8()
+        .unwrap()
+        .iter()
+        .map(|p| format!("{p:02x}"))
+        .collect();
+    serde_json::json!({"indices": b.indices, "labels": b.labels, "pixels": hex})
+}
+
+fn pixels_of(batch: &Value) -> Vec<u8> {
+    let h = batch["pixels"].as_str().unwrap();
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Writes `checkpoint.json` into the golden folder `STOKER_GOLDEN_DIR`: the state of
+/// [`checkpoint_loader`] over its `jpeg` dataset after the first batch of epoch 1, as a
+/// training checkpoint saves it, and the batches the rest of that epoch gave. Run by hand
+/// for a new golden folder (testdata/golden/README.md).
+#[test]
+#[ignore = "writes a golden checkpoint: testdata/golden/README.md"]
+fn write_a_checkpoint() {
+    let dir = PathBuf::from(std::env::var_os("STOKER_GOLDEN_DIR").unwrap());
+    let loader = checkpoint_loader(&dir.join("jpeg"), None);
+    let mut epoch = loader.epoch(1);
+    epoch.next().unwrap().unwrap();
+    let state = serde_json::to_value(loader.state()).unwrap();
+    let rest: Vec<Value> = epoch.map(batch_json).collect();
+    let out = serde_json::json!({"state": state, "rest": rest});
+    std::fs::write(
+        dir.join("checkpoint.json"),
+        serde_json::to_string_pretty(&out).unwrap(),
+    )
+    .unwrap();
+}
+
+/// A training checkpoint an earlier build saved (its loader's state inside epoch 1)
+/// resumes under this build to the batches the rest of that epoch gave then: the same
+/// samples in the same order, and, where the state records the draw rules, the same crops
+/// and flips (to the rounding of this build's resize). A change to the dataset fingerprint
+/// or to the order would refuse or reorder every saved run instead.
+#[test]
+fn checkpoints_earlier_builds_saved_resume_to_the_same_batches() {
+    let mut seen = 0;
+    for (version, dir) in versions() {
+        let Ok(text) = std::fs::read(dir.join("checkpoint.json")) else {
+            continue;
+        };
+        seen += 1;
+        let at = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let saved: Value = serde_json::from_slice(&text).unwrap();
+        let state: LoaderState = serde_json::from_value(saved["state"].clone()).unwrap();
+        assert_eq!((state.epoch, state.position), (1, 1), "{at}");
+        let loader = checkpoint_loader(&dir.join("jpeg"), Some(state));
+        let got: Vec<Value> = loader.epoch(1).map(batch_json).collect();
+        let want = saved["rest"].as_array().unwrap();
+        assert_eq!(got.len(), want.len(), "{at} (format version {version})");
+        for (g, w) in got.iter().zip(want) {
+            assert_eq!(g["indices"], w["indices"], "{at}");
+            assert_eq!(g["labels"], w["labels"], "{at}");
+            if state.draws.is_some() {
+                let what = format!("{at} batch {}", g["indices"]);
+                assert_close(&pixels_of(g), &pixels_of(w), &what);
+            }
+        }
+        // The loader of this build gives the same batches from epoch 1's start.
+        let fresh = checkpoint_loader(&dir.join("jpeg"), None);
+        let whole: Vec<Value> = fresh.epoch(1).skip(1).map(batch_json).collect();
+        assert_eq!(whole.len(), got.len(), "{at}");
+        for (a, b) in whole.iter().zip(&got) {
+            assert_eq!(
+                (&a["indices"], &a["pixels"]),
+                (&b["indices"], &b["pixels"]),
+                "{at}"
+            );
+        }
+    }
+    assert!(seen >= 3, "{seen} golden checkpoints");
 }
 
 /// The arguments `make.sh` stopped its `interrupted` conversion with (and `--resume`).
