@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 use stoker::decode::{CpuDecoder, Limits};
@@ -26,6 +26,34 @@ fn testdata() -> PathBuf {
 
 fn golden() -> PathBuf {
     testdata().join("golden")
+}
+
+/// Runs this build's `stoker` in `testdata/`, where `make.sh` ran each build's.
+fn stoker(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stoker"))
+        .current_dir(testdata())
+        .args(args)
+        .env_remove("STOKER_TEST_FAIL_AFTER")
+        .output()
+        .unwrap()
+}
+
+/// `stoker convert` of `list.csv` into `out`, as `make.sh` converts, with `flags`.
+fn convert_listed(out: &Path, flags: &[&str]) -> Output {
+    let list = [
+        "convert",
+        "imagefolder",
+        p(out),
+        "--list",
+        "golden/list.csv",
+        "-j",
+        "1",
+    ];
+    stoker(&[&list[..], flags].concat())
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
 }
 
 /// `list.csv`: each record's source (relative to `testdata/imagefolder`) and label.
@@ -226,17 +254,9 @@ fn the_cli_and_a_loader_read_every_golden_dataset() {
     for (version, dir) in versions() {
         for (kind, path) in datasets(&dir) {
             let at = format!("v{version}/{kind}");
-            let out = Command::new(env!("CARGO_BIN_EXE_stoker"))
-                .args(["verify", "--decode", "--json"])
-                .arg(&path)
-                .output()
-                .unwrap();
+            let out = stoker(&["verify", "--decode", "--json", p(&path)]);
             assert!(out.status.success(), "{at}: {out:?}");
-            let out = Command::new(env!("CARGO_BIN_EXE_stoker"))
-                .args(["inspect", "--json"])
-                .arg(&path)
-                .output()
-                .unwrap();
+            let out = stoker(&["inspect", "--json", p(&path)]);
             assert!(out.status.success(), "{at}: {out:?}");
             let v: Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(v["format_version"], version, "{at}: {v}");
@@ -409,16 +429,8 @@ fn checkpoints_earlier_builds_saved_resume_to_the_same_batches() {
     assert!(seen >= 3, "{seen} golden checkpoints");
 }
 
-/// The arguments `make.sh` stopped its `interrupted` conversion with (and `--resume`).
-const INTERRUPTED: [&str; 7] = [
-    "--list",
-    "golden/list.csv",
-    "-j",
-    "1",
-    "--shard-size",
-    "64K",
-    "--resume",
-];
+/// The flags `make.sh` stopped its `interrupted` conversion with.
+const INTERRUPTED: [&str; 2] = ["--shard-size", "64K"];
 
 /// Copies the flat folder `from` to `to`.
 fn copy_dir(from: &Path, to: &Path) {
@@ -438,13 +450,7 @@ fn conversions_earlier_builds_left_unfinished_resume_or_are_refused() {
     let listed = listed();
     let dir = tempfile::tempdir().unwrap();
     let whole = dir.path().join("whole");
-    let clean = Command::new(env!("CARGO_BIN_EXE_stoker"))
-        .current_dir(testdata())
-        .args(["convert", "imagefolder"])
-        .arg(&whole)
-        .args(&INTERRUPTED[..6])
-        .output()
-        .unwrap();
+    let clean = convert_listed(&whole, &INTERRUPTED);
     assert!(clean.status.success(), "{clean:?}");
     for (version, golden_dir) in versions() {
         let at = golden_dir
@@ -455,13 +461,7 @@ fn conversions_earlier_builds_left_unfinished_resume_or_are_refused() {
         let copy = dir.path().join(&at);
         copy_dir(&golden_dir.join("interrupted"), &copy);
         let before = snapshot(&copy);
-        let out = Command::new(env!("CARGO_BIN_EXE_stoker"))
-            .current_dir(testdata())
-            .args(["convert", "imagefolder"])
-            .arg(&copy)
-            .args(INTERRUPTED)
-            .output()
-            .unwrap();
+        let out = convert_listed(&copy, &[&INTERRUPTED[..], &["--resume"]].concat());
         let stderr = String::from_utf8_lossy(&out.stderr);
         if version == 1 {
             assert_eq!(out.status.code(), Some(1), "{at}: {out:?}");
@@ -501,6 +501,91 @@ fn conversions_earlier_builds_left_unfinished_resume_or_are_refused() {
             }
         }
     }
+}
+
+/// `convert --resume` into a dataset an earlier build finished: a no-op where its manifest
+/// records the listing (builds from 2b78cbc on), else refused, saying an older build made
+/// it (docs/FORMAT.md, "manifest.json"); neither touches the dataset.
+#[test]
+fn resuming_a_conversion_an_earlier_build_finished_does_nothing_or_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (_, golden_dir) in versions() {
+        let at = golden_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let copy = dir.path().join(&at);
+        copy_dir(&golden_dir.join("jpeg"), &copy);
+        let before = snapshot(&copy);
+        let out = convert_listed(&copy, &["--shards", "2", "--resume"]);
+        let said = String::from_utf8_lossy(&out.stderr) + String::from_utf8_lossy(&out.stdout);
+        let listing = Dataset::open(&copy)
+            .unwrap()
+            .manifest()
+            .provenance
+            .flags
+            .contains_key("listing");
+        if listing {
+            assert!(out.status.success(), "{at}: {said}");
+            assert!(said.contains("nothing to do"), "{at}: {said}");
+        } else {
+            assert_eq!(out.status.code(), Some(1), "{at}: {said}");
+            assert!(said.contains("made by an older stoker"), "{at}: {said}");
+        }
+        assert!(
+            snapshot(&copy) == before,
+            "{at}: --resume changed a finished dataset"
+        );
+    }
+}
+
+/// Part 0 of a partitioned conversion that an earlier build finished, left unmerged (a job
+/// array's task that ran before an upgrade), merges with part 1 converted by this build
+/// into the whole conversion's records; with today's part 0, into `v2/merged` byte for
+/// byte.
+#[test]
+fn parts_earlier_builds_finished_merge_with_this_builds() {
+    let listed = listed();
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen = 0;
+    for (_, golden_dir) in versions() {
+        if !golden_dir.join("parts").is_dir() {
+            continue;
+        }
+        seen += 1;
+        let at = golden_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let out_dir = dir.path().join(&at);
+        std::fs::create_dir(&out_dir).unwrap();
+        let part0 = "part-00000-of-00002";
+        copy_dir(&golden_dir.join("parts").join(part0), &out_dir.join(part0));
+        let out = convert_listed(&out_dir, &["--part", "1", "--parts", "2", "--shards", "1"]);
+        assert!(out.status.success(), "{at}: {out:?}");
+        let out = stoker(&["merge", p(&out_dir)]);
+        assert!(out.status.success(), "{at}: {out:?}");
+        let ds = Dataset::open(&out_dir).unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert!(verify(&ds, true).unwrap().ok(), "{at}");
+        let reader = ds.reader().unwrap();
+        assert_eq!(ds.len(), listed.len() as u64, "{at}");
+        for (i, (source, label)) in listed.iter().enumerate() {
+            let r = reader.get(i as u64).unwrap();
+            let original = std::fs::read(testdata().join("imagefolder").join(source)).unwrap();
+            assert_eq!(r.header.label, *label, "{at} record {i}");
+            assert!(r.payload == original, "{at} record {i}: not {source}");
+        }
+        if golden_dir == newest() {
+            let (want, got) = (snapshot(&golden_dir.join("merged")), snapshot(&out_dir));
+            assert_eq!(want.len(), got.len(), "{at}");
+            for (name, (bytes, _)) in want {
+                assert!(got[&name].0 == bytes, "{at}: {name}");
+            }
+        }
+    }
+    assert!(seen >= 2, "{seen} golden parts");
 }
 
 /// This build, running `make.sh`, writes the newest golden files: stored JPEGs and the
@@ -569,14 +654,17 @@ fn this_build_writes_the_newest_golden_files() {
             }
         }
     }
-    // The stopped conversion too: its journal is what a later build's --resume reads.
-    let (want, got) = (
-        snapshot(&want_dir.join("interrupted")),
-        snapshot(&ours.join("interrupted")),
-    );
-    let names = |s: &BTreeMap<String, _>| s.keys().cloned().collect::<Vec<_>>();
-    assert_eq!(names(&got), names(&want), "interrupted: {advice}");
-    for (name, (bytes, _)) in &want {
-        assert!(&got[name].0 == bytes, "interrupted/{name}: {advice}");
+    // The stopped conversion and the unmerged part too: a later build's --resume and
+    // merge read them.
+    for folder in ["interrupted", "parts/part-00000-of-00002"] {
+        let (want, got) = (
+            snapshot(&want_dir.join(folder)),
+            snapshot(&ours.join(folder)),
+        );
+        let names = |s: &BTreeMap<String, _>| s.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(&got), names(&want), "{folder}: {advice}");
+        for (name, (bytes, _)) in &want {
+            assert!(&got[name].0 == bytes, "{folder}/{name}: {advice}");
+        }
     }
 }

@@ -41,6 +41,8 @@ if [ "${4:-}" = merged ]; then
     convert merged --part "$part" --parts 2 --shards 1
   done
   "$bin" merge "$out/merged" >/dev/null 2>&1
+  # Part 0 alone, left unmerged: a job array's task that finished before an upgrade.
+  convert parts --part 0 --parts 2 --shards 1
 fi
 # A conversion stopped after 6 of the 8 records by the build's test hook: one finished
 # shard, the resume journal and the next shard's unfinished .tmp, as a killed run leaves
