@@ -120,6 +120,33 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
         .collect()
 }
 
+/// A golden folder's name (`v2-6fc02d7`), for messages and temporary copies.
+fn name_of(dir: &Path) -> String {
+    dir.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// The listed photograph's original bytes.
+fn original(source: &str) -> Vec<u8> {
+    std::fs::read(testdata().join("imagefolder").join(source)).unwrap()
+}
+
+/// Asserts that `ds` verifies and holds the listed photographs' original bytes with their
+/// labels, in the list's order.
+fn assert_holds_the_originals(ds: &Dataset, at: &str) {
+    let listed = listed();
+    assert!(verify(ds, true).unwrap().ok(), "{at}");
+    assert_eq!(ds.len(), listed.len() as u64, "{at}");
+    let reader = ds.reader().unwrap();
+    for (i, (source, label)) in listed.iter().enumerate() {
+        let r = reader.get(i as u64).unwrap();
+        assert_eq!(r.header.label, *label, "{at} record {i}");
+        assert!(
+            r.payload == original(source),
+            "{at} record {i}: not {source}"
+        );
+    }
+}
+
 fn decode(jpeg: &[u8]) -> (u32, u32, Vec<u8>) {
     let (info, pixels) = CpuDecoder::new(Limits::default())
         .decode_to_vec(jpeg)
@@ -189,7 +216,7 @@ fn every_golden_dataset_opens_verifies_and_holds_its_sources() {
                 r.check_crc().unwrap();
                 let h = r.header;
                 assert_eq!(h.label, *label, "{at} record {i}");
-                let original = std::fs::read(testdata().join("imagefolder").join(source)).unwrap();
+                let original = original(source);
                 let (w, ht, _) = decode(&original);
                 match kind {
                     "jpeg" | "merged" => {
@@ -398,7 +425,7 @@ fn checkpoints_earlier_builds_saved_resume_to_the_same_batches() {
             continue;
         };
         seen += 1;
-        let at = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let at = name_of(&dir);
         let saved: Value = serde_json::from_slice(&text).unwrap();
         let state: LoaderState = serde_json::from_value(saved["state"].clone()).unwrap();
         assert_eq!((state.epoch, state.position), (1, 1), "{at}");
@@ -453,11 +480,7 @@ fn conversions_earlier_builds_left_unfinished_resume_or_are_refused() {
     let clean = convert_listed(&whole, &INTERRUPTED);
     assert!(clean.status.success(), "{clean:?}");
     for (version, golden_dir) in versions() {
-        let at = golden_dir
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let at = name_of(&golden_dir);
         let copy = dir.path().join(&at);
         copy_dir(&golden_dir.join("interrupted"), &copy);
         let before = snapshot(&copy);
@@ -478,14 +501,8 @@ fn conversions_earlier_builds_left_unfinished_resume_or_are_refused() {
         }
         assert!(out.status.success(), "{at}: {out:?}");
         let ds = Dataset::open(&copy).unwrap_or_else(|e| panic!("{at}: {e}"));
-        assert!(verify(&ds, true).unwrap().ok(), "{at}");
-        assert_eq!(ds.len(), listed.len() as u64, "{at}");
-        let reader = ds.reader().unwrap();
-        for (i, (source, label)) in listed.iter().enumerate() {
-            let r = reader.get(i as u64).unwrap();
-            let original = std::fs::read(testdata().join("imagefolder").join(source)).unwrap();
-            assert_eq!(r.header.label, *label, "{at} record {i}");
-            assert!(r.payload == original, "{at} record {i}: not {source}");
+        assert_holds_the_originals(&ds, &at);
+        for (i, (source, _)) in listed.iter().enumerate() {
             let named = ds.source_of(i as u64).unwrap();
             assert!(
                 named.is_some_and(|n| n.ends_with(source)),
@@ -510,11 +527,7 @@ fn conversions_earlier_builds_left_unfinished_resume_or_are_refused() {
 fn resuming_a_conversion_an_earlier_build_finished_does_nothing_or_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     for (_, golden_dir) in versions() {
-        let at = golden_dir
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let at = name_of(&golden_dir);
         let copy = dir.path().join(&at);
         copy_dir(&golden_dir.join("jpeg"), &copy);
         let before = snapshot(&copy);
@@ -546,7 +559,6 @@ fn resuming_a_conversion_an_earlier_build_finished_does_nothing_or_is_refused() 
 /// byte.
 #[test]
 fn parts_earlier_builds_finished_merge_with_this_builds() {
-    let listed = listed();
     let dir = tempfile::tempdir().unwrap();
     let mut seen = 0;
     for (_, golden_dir) in versions() {
@@ -554,11 +566,7 @@ fn parts_earlier_builds_finished_merge_with_this_builds() {
             continue;
         }
         seen += 1;
-        let at = golden_dir
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
+        let at = name_of(&golden_dir);
         let out_dir = dir.path().join(&at);
         std::fs::create_dir(&out_dir).unwrap();
         let part0 = "part-00000-of-00002";
@@ -568,15 +576,7 @@ fn parts_earlier_builds_finished_merge_with_this_builds() {
         let out = stoker(&["merge", p(&out_dir)]);
         assert!(out.status.success(), "{at}: {out:?}");
         let ds = Dataset::open(&out_dir).unwrap_or_else(|e| panic!("{at}: {e}"));
-        assert!(verify(&ds, true).unwrap().ok(), "{at}");
-        let reader = ds.reader().unwrap();
-        assert_eq!(ds.len(), listed.len() as u64, "{at}");
-        for (i, (source, label)) in listed.iter().enumerate() {
-            let r = reader.get(i as u64).unwrap();
-            let original = std::fs::read(testdata().join("imagefolder").join(source)).unwrap();
-            assert_eq!(r.header.label, *label, "{at} record {i}");
-            assert!(r.payload == original, "{at} record {i}: not {source}");
-        }
+        assert_holds_the_originals(&ds, &at);
         if golden_dir == newest() {
             let (want, got) = (snapshot(&golden_dir.join("merged")), snapshot(&out_dir));
             assert_eq!(want.len(), got.len(), "{at}");
