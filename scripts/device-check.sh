@@ -24,7 +24,8 @@
 # then, at once while the machine is warm (not yet run on this code: the loader's GPU
 # tests and runs, the Python package's GPU rows with a real ResNet-50 fed on mixed data, and
 # the bfloat16 kernel: kernel_matches_its_reference_on_the_gpu, gpu.rs's CPU/GPU comparisons
-# of both bfloat16 layouts, python_bf16_gpu):
+# of both bfloat16 layouts, python_bf16_gpu; and the datasets earlier builds wrote, on the
+# GPU: golden_datasets_of_earlier_builds_load_on_the_gpu_as_on_the_cpu):
 #   PARTS="[24]0-[lp]*" QUICK=1 PART_TIMEOUT=300 bash scripts/device-check.sh
 # Parts 30, 35 and 40-node-share (bench, cold epochs, node share) need a session of their own.
 set -uo pipefail

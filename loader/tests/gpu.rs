@@ -280,6 +280,48 @@ fn compare_paths(
     }
 }
 
+/// Datasets that earlier stoker builds wrote (`testdata/golden`: format version 1, and
+/// version 2 through LMDB's own write path and through stoker's) load on the GPU as on
+/// the CPU: JPEG records through nvJPEG, raw records from the page-locked map at offsets
+/// read from files laid out by another writer.
+#[test]
+fn golden_datasets_of_earlier_builds_load_on_the_gpu_as_on_the_cpu() {
+    let Some(ctx) = gpu_or_skip() else {
+        return;
+    };
+    let _alone = page_locking_alone();
+    let golden = stoker_testdata::dir().join("golden");
+    for folder in ["v1", "v2-6fc02d7", "v2"] {
+        for kind in ["jpeg", "raw"] {
+            let at = format!("{folder}/{kind}");
+            let ds = stoker_formats::Dataset::open(golden.join(folder).join(kind)).unwrap();
+            let cpu = loader(ds.clone(), Device::Cpu, Output::U8Nhwc, 4).unwrap();
+            let gpu = loader(ds, Device::Cuda(0), Output::U8Nhwc, 4).unwrap();
+            let mut seen = 0;
+            for (c, g) in cpu.epoch(0).zip(gpu.epoch(0)) {
+                let (c, g) = (c.unwrap(), g.unwrap());
+                assert!(matches!(g.images, Images::Cuda(_)), "{at}");
+                assert_eq!((&c.indices, &c.labels), (&g.indices, &g.labels), "{at}");
+                let a = agreement(
+                    &host_values(&c, &ctx),
+                    &host_values(&g, &ctx),
+                    Output::U8Nhwc,
+                );
+                println!("{at} batch {}: {a:?}", c.index);
+                // Raw records: the same pixels, resampled; JPEG: nvJPEG against zune-jpeg.
+                let close = if kind == "raw" {
+                    a.worst <= 2.6
+                } else {
+                    a.psnr >= 30.0 && a.mean_abs <= 2.0
+                };
+                assert!(close, "{at} batch {}: {a:?}", c.index);
+                seen += g.len();
+            }
+            assert_eq!(seen, 8, "{at}");
+        }
+    }
+}
+
 #[test]
 fn gpu_batches_equal_cpu_batches_for_the_same_seed_and_epoch() {
     let Some(ctx) = gpu_or_skip() else {
