@@ -342,3 +342,57 @@ impl Batch {
         self.labels.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn images(values: Vec<u8>, recycle: Sender<HostBuffer>) -> HostImages {
+        let buffer = HostBuffer {
+            values: HostValues::U8(values),
+            _counted: None,
+        };
+        HostImages::new(buffer, [1, 2, 2, 3], Some(recycle))
+    }
+
+    fn read(t: &ManagedTensor) -> Vec<u8> {
+        // SAFETY: every tensor here describes 12 u8 (1×2×2×3) that it keeps alive.
+        unsafe { std::slice::from_raw_parts(t.data_ptr().cast::<u8>(), 12) }.to_vec()
+    }
+
+    /// What DLPack consumers do with exported batches, written so that Miri can check it
+    /// (`scripts/miri.sh`: the claims of `into_dlpack` and `export` about pointers taken
+    /// for writing beside an `Arc`): a consumer writes through the one owner's tensor,
+    /// others read shared tensors beside Rust readers, and a buffer goes back to the ring
+    /// once, with the consumer's writes, after its last release.
+    #[test]
+    fn exported_buffers_are_written_read_and_recycled_once() {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let raw = images((0..12).collect(), tx.clone())
+            .into_dlpack()
+            .into_raw();
+        // SAFETY: `raw` is a live export of 12 u8 whose one owner it is; its deleter is
+        // called once, and `raw` not used after.
+        unsafe {
+            let data = (*raw).dl_tensor.data.cast::<u8>();
+            for i in 0..12u8 {
+                *data.add(usize::from(i)) = 100 + i;
+            }
+            ((*raw).deleter.unwrap())(raw);
+        }
+        match rx.try_recv().unwrap().values {
+            HostValues::U8(v) => assert_eq!(v, (100..112).collect::<Vec<u8>>()),
+            other => panic!("{:?}", other.dtype()),
+        }
+        assert!(rx.try_recv().is_err());
+
+        let shared = Arc::new(images(vec![7; 12], tx));
+        let (a, b) = (shared.to_dlpack(), shared.to_dlpack());
+        assert_eq!(read(&a), shared.as_u8().unwrap());
+        drop((shared, a));
+        assert!(rx.try_recv().is_err(), "recycled while a tensor holds it");
+        assert_eq!(read(&b), [7; 12]);
+        drop(b);
+        assert!(rx.try_recv().is_ok());
+    }
+}
