@@ -1,8 +1,8 @@
 //! Datasets written by real builds of every format version (`testdata/golden/`) must open,
 //! verify and load under this build, their stopped conversions and training checkpoints
 //! must resume, and this build must still write version 2's files (docs/FORMAT.md,
-//! "Compatibility"). Round trips through this build's writer and reader
-//! cannot see a change made to both: a dataset on a user's disk was written by an older one.
+//! "Compatibility"). Round trips through this build's writer and reader cannot see a
+//! change made to both, while a dataset on a user's disk was written by an older build.
 // The writing test runs the `stoker` binary, built with the `cli` feature only.
 #![cfg(feature = "cli")]
 
@@ -68,9 +68,9 @@ fn listed() -> Vec<(String, u32)> {
         .collect()
 }
 
-/// Every golden folder with its format version: `vN` (written by this build's format
-/// version's current writer) and `vN-BUILD` (by an earlier build of that version), in
-/// order of version; versions 1 and 2 must be among them.
+/// Every golden folder with its format version, in order of version: `vN` (today's writer
+/// of version N, or the last build of a version no longer written) and `vN-BUILD` (an
+/// earlier build of version N); versions 1 and 2 must be among them.
 fn versions() -> Vec<(u32, PathBuf)> {
     let mut v: Vec<(u32, PathBuf)> = std::fs::read_dir(golden())
         .unwrap()
@@ -103,7 +103,7 @@ fn datasets(version: &Path) -> Vec<(&'static str, PathBuf)> {
     found
 }
 
-/// Every file under `dir` (names relative to it) with its bytes and modification time.
+/// Every file in the flat folder `dir`, by name, with its bytes and modification time.
 fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -187,7 +187,7 @@ fn every_golden_dataset_opens_verifies_and_holds_its_sources() {
     let listed = listed();
     for (version, dir) in versions() {
         for (kind, path) in datasets(&dir) {
-            let at = format!("v{version}/{kind}");
+            let at = format!("{}/{kind}", name_of(&dir));
             let before = snapshot(&path);
             let ds = Dataset::open(&path).unwrap_or_else(|e| panic!("{at}: {e}"));
             let m = ds.manifest();
@@ -261,14 +261,14 @@ fn every_golden_dataset_opens_verifies_and_holds_its_sources() {
 #[test]
 fn every_version_holds_the_same_pixels() {
     let newest = newest();
-    for (version, dir) in &versions() {
+    for (_, dir) in &versions() {
         for (kind, path) in datasets(dir) {
             let (a, b) = (
                 Dataset::open(&path).unwrap(),
                 Dataset::open(newest.join(kind)).unwrap(),
             );
             for i in 0..a.len() {
-                let at = format!("v{version}/{kind} record {i}");
+                let at = format!("{}/{kind} record {i}", name_of(dir));
                 assert_close(&pixels(&a, i), &pixels(&b, i), &at);
             }
         }
@@ -280,7 +280,7 @@ fn the_cli_and_a_loader_read_every_golden_dataset() {
     let labels: Vec<u32> = listed().iter().map(|(_, l)| *l).collect();
     for (version, dir) in versions() {
         for (kind, path) in datasets(&dir) {
-            let at = format!("v{version}/{kind}");
+            let at = format!("{}/{kind}", name_of(&dir));
             let out = stoker(&["verify", "--decode", "--json", p(&path)]);
             assert!(out.status.success(), "{at}: {out:?}");
             let out = stoker(&["inspect", "--json", p(&path)]);
@@ -322,9 +322,9 @@ fn an_independent_lmdb_reader_reads_every_golden_dataset() {
     // STOKER_PYTHON: scripts/test.sh names its venv's python (with `lmdb`) so, not by PATH.
     let python = std::env::var_os("STOKER_PYTHON").unwrap_or_else(|| "python3".into());
     let listed = listed();
-    for (version, dir) in versions() {
+    for (_, dir) in versions() {
         for (kind, path) in datasets(&dir) {
-            let at = format!("v{version}/{kind}");
+            let at = format!("{}/{kind}", name_of(&dir));
             // The last record: in the second shard where there are two.
             let (source, label) = listed.last().unwrap();
             let mut run = Command::new(&python);
