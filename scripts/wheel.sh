@@ -28,8 +28,16 @@ out=${1:-target/wheels}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 rm -f "$out"/stoker-*.whl "$out"/stoker-*.tar.gz
-py=$(scripts/python-venv.sh 'maturin>=1.9.4,<2' 'ziglang==0.17.1')
+maturin='maturin>=1.9.4,<2'
+py=$(scripts/python-venv.sh "$maturin" 'ziglang==0.17.1')
 tools="$(dirname "$py")"
+# `python -m maturin` runs the `maturin` program from the environment's own scripts folder.
+# A maturin the venv sees only through --system-site-packages (one in the machine's Python)
+# keeps it elsewhere, and maturin then stops with "Unable to find `maturin` script": the
+# venv gets its own.
+if [[ ! -x $tools/maturin ]]; then
+  "$py" -m pip install --quiet --disable-pip-version-check --ignore-installed --no-deps "$maturin"
+fi
 # Its own target directory: zig as the linker changes every crate's build flags, and
 # sharing target/ with the tests' builds would rebuild them all on every switch.
 export CARGO_TARGET_DIR="$root/target/wheel"
