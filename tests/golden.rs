@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use stoker::decode::{CpuDecoder, Limits};
-use stoker::formats::{verify, Dataset, Encoding, FORMAT_VERSION};
+use stoker::formats::{verify, Dataset, DatasetReader, Encoding, FORMAT_VERSION};
 use stoker::loader::{
     Batch, Loader, LoaderError, LoaderState, Output as LoaderOutput, Placement, Shuffle, Transform,
 };
@@ -120,6 +120,20 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (Vec<u8>, std::time::SystemTime)> {
         .collect()
 }
 
+/// The file names of a [`snapshot`].
+fn names(s: &BTreeMap<String, (Vec<u8>, std::time::SystemTime)>) -> Vec<&str> {
+    s.keys().map(String::as_str).collect()
+}
+
+/// Asserts that the flat folders `want` and `got` hold the same files, byte for byte.
+fn assert_same_files(want: &Path, got: &Path, what: &str) {
+    let (want, got) = (snapshot(want), snapshot(got));
+    assert_eq!(names(&got), names(&want), "{what}");
+    for (name, (bytes, _)) in &want {
+        assert!(&got[name].0 == bytes, "{what}: {name}");
+    }
+}
+
 /// A golden folder's name (`v2-6fc02d7`), for messages and temporary copies.
 fn name_of(dir: &Path) -> String {
     dir.file_name().unwrap().to_string_lossy().into_owned()
@@ -173,8 +187,7 @@ fn assert_close(a: &[u8], b: &[u8], what: &str) {
 }
 
 /// A record's pixels: raw payloads as stored, JPEG payloads decoded.
-fn pixels(ds: &Dataset, i: u64) -> Vec<u8> {
-    let reader = ds.reader().unwrap();
+fn pixels(reader: &DatasetReader, i: u64) -> Vec<u8> {
     let r = reader.get(i).unwrap();
     match r.header.encoding {
         Encoding::Raw => r.payload.to_vec(),
@@ -267,9 +280,10 @@ fn every_version_holds_the_same_pixels() {
                 Dataset::open(&path).unwrap(),
                 Dataset::open(newest.join(kind)).unwrap(),
             );
+            let (ra, rb) = (a.reader().unwrap(), b.reader().unwrap());
             for i in 0..a.len() {
                 let at = format!("{}/{kind} record {i}", name_of(dir));
-                assert_close(&pixels(&a, i), &pixels(&b, i), &at);
+                assert_close(&pixels(&ra, i), &pixels(&rb, i), &at);
             }
         }
     }
@@ -355,7 +369,7 @@ fn an_independent_lmdb_reader_reads_every_golden_dataset() {
 }
 
 /// The loader a golden `checkpoint.json` was saved from (and is resumed with): shuffled,
-/// random crops and flips, so that a resume that restarted the order or its draws shows.
+/// random crops, so that a resume that restarted the order or its draws shows.
 fn checkpoint_loader(path: &Path, resume: Option<LoaderState>) -> Loader {
     let mut b = Loader::builder(Dataset::open(path).unwrap())
         .batch_size(3)
@@ -415,7 +429,7 @@ fn write_a_checkpoint() {
 /// A training checkpoint an earlier build saved (its loader's state inside epoch 1)
 /// resumes under this build to the batches the rest of that epoch gave then: the same
 /// samples in the same order, and, where the state records the draw rules, the same crops
-/// and flips (to the rounding of this build's resize). A change to the dataset fingerprint
+/// (to the rounding of this build's resize). A change to the dataset fingerprint
 /// or to the order would refuse or reorder every saved run instead.
 #[test]
 fn checkpoints_earlier_builds_saved_resume_to_the_same_batches() {
@@ -509,13 +523,11 @@ fn conversions_earlier_builds_left_unfinished_resume_or_are_refused() {
                 "{at} record {i}"
             );
         }
-        let files = |d: &Path| -> Vec<String> { snapshot(d).into_keys().collect() };
-        assert_eq!(files(&copy), files(&whole), "{at}");
         // Today's journal: the resumed dataset is the uninterrupted one, byte for byte.
         if golden_dir == newest() {
-            for (name, (bytes, _)) in snapshot(&whole) {
-                assert!(snapshot(&copy)[&name].0 == bytes, "{at}: {name}");
-            }
+            assert_same_files(&whole, &copy, &at);
+        } else {
+            assert_eq!(names(&snapshot(&copy)), names(&snapshot(&whole)), "{at}");
         }
     }
 }
@@ -578,11 +590,7 @@ fn parts_earlier_builds_finished_merge_with_this_builds() {
         let ds = Dataset::open(&out_dir).unwrap_or_else(|e| panic!("{at}: {e}"));
         assert_holds_the_originals(&ds, &at);
         if golden_dir == newest() {
-            let (want, got) = (snapshot(&golden_dir.join("merged")), snapshot(&out_dir));
-            assert_eq!(want.len(), got.len(), "{at}");
-            for (name, (bytes, _)) in want {
-                assert!(got[&name].0 == bytes, "{at}: {name}");
-            }
+            assert_same_files(&golden_dir.join("merged"), &out_dir, &at);
         }
     }
     assert!(seen >= 2, "{seen} golden parts");
@@ -612,7 +620,6 @@ fn this_build_writes_the_newest_golden_files() {
     for (kind, golden_dir) in datasets(&want_dir) {
         let made = ours.join(kind);
         let (want, got) = (snapshot(&golden_dir), snapshot(&made));
-        let names = |s: &BTreeMap<String, _>| s.keys().cloned().collect::<Vec<_>>();
         assert_eq!(names(&got), names(&want), "{kind}: {advice}");
         // Stored JPEGs and the layout are the same on every CPU; pixels that this build
         // decoded, resized or encoded may differ in their last bits on another one.
@@ -645,10 +652,11 @@ fn this_build_writes_the_newest_golden_files() {
                 Dataset::open(&golden_dir).unwrap(),
                 Dataset::open(&made).unwrap(),
             );
+            let (ra, rb) = (a.reader().unwrap(), b.reader().unwrap());
             for i in 0..a.len() {
                 assert_close(
-                    &pixels(&a, i),
-                    &pixels(&b, i),
+                    &pixels(&ra, i),
+                    &pixels(&rb, i),
                     &format!("{kind} record {i}"),
                 );
             }
@@ -657,14 +665,7 @@ fn this_build_writes_the_newest_golden_files() {
     // The stopped conversion and the unmerged part too: a later build's --resume and
     // merge read them.
     for folder in ["interrupted", "parts/part-00000-of-00002"] {
-        let (want, got) = (
-            snapshot(&want_dir.join(folder)),
-            snapshot(&ours.join(folder)),
-        );
-        let names = |s: &BTreeMap<String, _>| s.keys().cloned().collect::<Vec<_>>();
-        assert_eq!(names(&got), names(&want), "{folder}: {advice}");
-        for (name, (bytes, _)) in &want {
-            assert!(&got[name].0 == bytes, "{folder}/{name}: {advice}");
-        }
+        let what = format!("{folder}: {advice}");
+        assert_same_files(&want_dir.join(folder), &ours.join(folder), &what);
     }
 }

@@ -5,40 +5,11 @@
 
 mod common;
 
-use common::data_dir;
-use common::partial::partial_decodes;
+use common::{check_decodes, data_dir};
 use stoker_decode::{probe, CpuDecoder, DecodeError, Limits};
 
 fn core_file(name: &str) -> Vec<u8> {
     std::fs::read(data_dir().join("conformance/core").join(name)).expect("read")
-}
-
-/// Checks the invariants for one input; returns whether it decoded.
-fn check(dec: &CpuDecoder, data: &[u8]) -> bool {
-    let probed = probe(data, dec.limits());
-    let decoded = dec.decode_to_vec(data);
-    if let Ok((info, rgb)) = &decoded {
-        assert_eq!(rgb.len(), info.rgb_len());
-        assert!(info.pixels() <= dec.limits().max_pixels);
-        let p = probed.as_ref().expect("decode succeeded but probe failed");
-        assert_eq!((p.width, p.height), (info.width, info.height));
-    }
-    if let Err(e) = &decoded {
-        // Display must work and say something.
-        assert!(!e.to_string().is_empty());
-        assert!(e.is_bad_input(), "machinery error on bad input: {e}");
-    }
-    // The decodes that stop after the first rows and that skip what lies outside a
-    // region (the loaders') hold to the same.
-    if let Ok(p) = &probed {
-        for r in partial_decodes(dec, data, p) {
-            match r {
-                Ok((info, _)) => assert_eq!((info.width, info.height), (p.width, p.height)),
-                Err(e) => assert!(e.is_bad_input(), "machinery error on bad input: {e}"),
-            }
-        }
-    }
-    decoded.is_ok()
 }
 
 #[test]
@@ -65,7 +36,7 @@ fn truncated_files_give_errors_or_partial_decodes_never_panics() {
             .step_by((data.len() / 97).max(1))
             .chain(0..header_end)
         {
-            let ok = check(&dec, &data[..cut]);
+            let ok = check_decodes(&dec, &data[..cut], &format!("{name} cut at {cut}")).is_ok();
             if cut < header_end {
                 assert!(!ok, "{name} cut at {cut} (inside the headers) decoded");
                 header_cuts_failed += 1;
@@ -174,7 +145,7 @@ fn mutated_inputs_never_panic() {
     for i in 0..3000 {
         let seed = &seeds[i % seeds.len()];
         let input = mutate(&mut rng, seed);
-        if check(&dec, &input) {
+        if check_decodes(&dec, &input, &format!("mutant {i}")).is_ok() {
             ok += 1;
         } else {
             err += 1;

@@ -10,24 +10,13 @@
 
 mod common;
 
-use common::{conformance_rows, data_dir, partial, Row};
-use stoker_decode::{probe, CpuDecoder, DecodeError, Limits};
+use common::{check_decodes, conformance_rows, data_dir, Row};
+use stoker_decode::{CpuDecoder, DecodeError, Limits};
 
 /// The pixel limit: 150×103 (the Go test images) fits, the photographs do not.
 const MAX_PIXELS: u64 = 20_000;
 /// The tiny files' limit: 10×10 fits, 48×48 does not.
 const TINY: u64 = 100;
-
-/// No panic escapes and every error is the input's fault.
-fn check(what: &str, r: Result<(), DecodeError>) {
-    match r {
-        Ok(()) => {}
-        Err(DecodeError::Panicked { decoder, message }) => {
-            panic!("{what}: {decoder} panicked (caught): {message}")
-        }
-        Err(e) => assert!(e.is_bad_input(), "{what}: {e}"),
-    }
-}
 
 /// Decodes every conformance file `pick` takes, with a pixel limit of `max_pixels`:
 /// whole, then the loaders' partial decodes. Returns how many decoded whole and how many
@@ -53,21 +42,14 @@ fn decode_all(max_pixels: u64, pick: impl Fn(&Row) -> bool) -> (usize, usize) {
         if cfg!(miri) {
             eprintln!("{what}");
         }
-        let whole = dec.decode_to_vec(&data);
+        let whole = check_decodes(&dec, &data, what);
         if row.expect == "decode" && pixels(&row).is_some_and(|px| px <= max_pixels) {
-            let (info, rgb) = whole.as_ref().unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(rgb.len(), info.rgb_len(), "{what}");
+            whole.as_ref().unwrap_or_else(|e| panic!("{what}: {e}"));
         }
         match &whole {
             Ok(_) => decoded += 1,
             Err(DecodeError::TooLarge { .. }) => refused += 1,
             Err(_) => {}
-        }
-        check(what, whole.map(|_| ()));
-        if let Ok(info) = probe(&data, dec.limits()) {
-            for r in partial::partial_decodes(&dec, &data, &info) {
-                check(what, r.map(|_| ()));
-            }
         }
     }
     println!("{decoded} decoded, {refused} refused by the limit");

@@ -169,3 +169,45 @@ pub fn psnr(a: &[u8], b: &[u8]) -> f64 {
     let mse = se / a.len() as f64;
     10.0 * (255.0f64 * 255.0 / mse).log10()
 }
+
+/// Decodes `data` whole and the two ways the loaders do (first rows, a region), and checks
+/// what must hold for any input: no panic escapes, every error is the input's fault and
+/// says something, a success has its full size within the pixel limit and the size the
+/// header gives. Returns the whole decode's outcome; `what` names the input in failures.
+/// The fuzz property of `fuzz/fuzz_targets/decode.rs`, for the tests' own inputs.
+pub fn check_decodes(
+    dec: &stoker_decode::CpuDecoder,
+    data: &[u8],
+    what: &str,
+) -> Result<stoker_decode::ImageInfo, stoker_decode::DecodeError> {
+    let probed = stoker_decode::probe(data, dec.limits());
+    let decoded = dec.decode_to_vec(data);
+    if let Ok((info, rgb)) = &decoded {
+        assert_eq!(rgb.len(), info.rgb_len(), "{what}");
+        assert!(info.pixels() <= dec.limits().max_pixels, "{what}");
+        let p = probed.as_ref().expect("decode succeeded but probe failed");
+        assert_eq!((p.width, p.height), (info.width, info.height), "{what}");
+    }
+    if let Err(e) = &decoded {
+        // Display must work and say something.
+        assert!(!e.to_string().is_empty(), "{what}");
+        assert!(
+            e.is_bad_input(),
+            "{what}: machinery error on bad input: {e}"
+        );
+    }
+    if let Ok(p) = &probed {
+        for r in partial::partial_decodes(dec, data, p) {
+            match r {
+                Ok((info, _)) => {
+                    assert_eq!((info.width, info.height), (p.width, p.height), "{what}")
+                }
+                Err(e) => assert!(
+                    e.is_bad_input(),
+                    "{what}: machinery error on bad input: {e}"
+                ),
+            }
+        }
+    }
+    decoded.map(|(info, _)| info)
+}
