@@ -21,13 +21,30 @@
 # convert the bundled sample, verify it, iterate an epoch through NumPy's DLPack, run the
 # `stoker` command. The wheel also under the oldest and newest other CPython (>= 3.9) the
 # machine has, if any: on the CI machine, pyenv's 3.9 and 3.13 beside the system's 3.11.
+#
+# WHEEL_TARGET=aarch64-unknown-linux-gnu scripts/wheel.sh [OUT]: the same wheel for
+# aarch64 (the Grace CPU of GH200 and GB200 nodes) instead, and no sdist. It is
+# smoke-tested by the aarch64 CPython of a Debian root (scripts/aarch64-root.sh) under
+# qemu-user, with Debian's NumPy (scripts/aarch64-smoke.sh). Needs root for the chroot;
+# not part of `.ci/run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cross=()
+if [ -n "${WHEEL_TARGET:-}" ]; then
+  [ "$WHEEL_TARGET" = aarch64-unknown-linux-gnu ] ||
+    { echo "wheel.sh: WHEEL_TARGET: only aarch64-unknown-linux-gnu is built" >&2; exit 2; }
+  . scripts/aarch64-env.sh
+  cross=(--target "$target")
+fi
 root=$PWD
 out=${1:-target/wheels}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-rm -f "$out"/stoker-*.whl "$out"/stoker-*.tar.gz
+if [ -n "${WHEEL_TARGET:-}" ]; then
+  rm -f "$out"/stoker-*_aarch64.whl
+else
+  rm -f "$out"/stoker-*_x86_64.whl "$out"/stoker-*.tar.gz
+fi
 maturin='maturin>=1.9.4,<2'
 py=$(scripts/python-venv.sh "$maturin" 'ziglang==0.17.1')
 tools="$(dirname "$py")"
@@ -46,15 +63,19 @@ export CARGO_TARGET_DIR="$root/target/wheel"
 export CARGO_PROFILE_RELEASE_DEBUG=false
 manylinux=(--zig --compatibility manylinux_2_28 --auditwheel check)
 PATH="$tools:$PATH" "$py" -m maturin build --quiet --release --strip "${manylinux[@]}" \
-  -m python/Cargo.toml -o "$out"
-PATH="$tools:$PATH" "$py" -m maturin sdist -m python/Cargo.toml -o "$out"
-wheel=$(ls "$out"/stoker-*-cp39-abi3-manylinux_2_28_x86_64.whl)
-sdist=$(ls "$out"/stoker-*.tar.gz)
+  "${cross[@]}" -m python/Cargo.toml -o "$out"
+if [ -n "${WHEEL_TARGET:-}" ]; then
+  wheel=$(ls "$out"/stoker-*-cp39-abi3-manylinux_2_28_aarch64.whl)
+else
+  PATH="$tools:$PATH" "$py" -m maturin sdist -m python/Cargo.toml -o "$out"
+  wheel=$(ls "$out"/stoker-*-cp39-abi3-manylinux_2_28_x86_64.whl)
+  sdist=$(ls "$out"/stoker-*.tar.gz)
+fi
 
 # The sdist: the crates it builds from, none of the test data (the build never reads it;
 # testdata/Cargo.toml's `include` keeps the corpus out). A missing crate fails the build
 # below; this names what went wrong first.
-"$py" - "$sdist" <<'EOF'
+[ -n "${WHEEL_TARGET:-}" ] || "$py" - "$sdist" <<'EOF'
 import sys, tarfile
 names = tarfile.open(sys.argv[1]).getnames()
 top = names[0].split("/")[0]
@@ -101,6 +122,11 @@ smoke() {
   (cd "$fresh" && env -i HOME="$HOME" PATH=/usr/bin:/bin LANG=C.UTF-8 \
     "$fresh/venv/bin/python" "$root/tests/wheel/smoke.py" "$root/examples/data/sample" "$site")
 }
+if [ -n "${WHEEL_TARGET:-}" ]; then
+  scripts/aarch64-smoke.sh "$wheel"
+  ls -l "$wheel" | awk '{print "wheel.sh: " $5 " bytes " $NF}' >&2
+  exit 0
+fi
 smoke "$wheel"
 # One abi3 wheel claims every CPython from 3.9 on: also the oldest and the newest other
 # CPython this machine has (on PATH, or pyenv's), when it has any.
