@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The Rust tests and the zune-jpeg fork check on aarch64-unknown-linux-gnu (the Grace CPU
-# of GH200 and GB200 nodes): cross-built here and run under qemu-user. On aarch64 our
-# zune-jpeg fork decodes with its NEON paths, which no x86 test reaches, and `c_char`,
-# the atomics' memory model and the libc structures differ from x86_64.
+# The Rust tests, the zune-jpeg fork check and the Python package's tests that need no
+# torch, on aarch64-unknown-linux-gnu (the Grace CPU of GH200 and GB200 nodes):
+# cross-built here and run under qemu-user. On aarch64 our zune-jpeg fork decodes with its
+# NEON paths, which no x86 test reaches, and `c_char`, the atomics' memory model and the
+# libc structures differ from x86_64.
 #
 # Needs the aarch64 target, a cross C compiler and linker, and qemu-user registered with
 # binfmt_misc, so that the test programs' own children (the fault and signal tests
@@ -65,4 +66,43 @@ cargo nextest run --target "$target" --workspace --profile qemu \
 # scripts/test.sh does on x86.
 cargo build --quiet --release --target "$target" -p zune-patch-check
 "$bin/release/zune-patch-check" testdata 8 40
+
+# The Python package on aarch64: the aarch64 wheel (built and smoke-tested by wheel.sh,
+# with its own compiler settings) in an aarch64 Debian root (scripts/aarch64-root.sh), and
+# there the Python tests that need neither torch nor a GPU, from a copy of the tree, beside
+# this build's `stoker` and `loader_dump`. test_memory_short.py is left out: it sets
+# RLIMIT_AS (above).
+cargo build --quiet --target "$target" --bin stoker --example loader_dump
+env -u CC -u HOST_CC -u CC_aarch64_unknown_linux_gnu -u CARGO_TARGET_DIR \
+  -u CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER \
+  WHEEL_TARGET="$target" scripts/wheel.sh "$CARGO_TARGET_DIR/wheels"
+aroot=$(scripts/aarch64-root.sh)
+copy="$aroot/tmp/stoker-tree"
+proc=
+cleanup() {
+  [ -z "$proc" ] || umount "$aroot/proc"
+  rm -rf "$copy"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+if ! mountpoint -q "$aroot/proc"; then
+  mount -t proc proc "$aroot/proc"
+  proc=1
+fi
+rm -rf "$copy"
+scripts/copy-tree.sh "$copy"
+mkdir -p "$copy/target/debug/examples"
+cp "$bin/debug/stoker" "$copy/target/debug/"
+cp "$bin/debug/examples/loader_dump" "$copy/target/debug/examples/"
+cp "$CARGO_TARGET_DIR"/wheels/stoker-*_aarch64.whl "$copy/"
+files=$(cd tests/python && grep -L torch test_*.py | grep -vx test_memory_short.py | tr '\n' ' ')
+inside=${copy#"$aroot"}
+chroot "$aroot" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin LANG=C.UTF-8 \
+  CARGO_TARGET_DIR="$inside/target" /bin/sh -ec "
+  cd $inside
+  python3 -m venv --system-site-packages venv
+  venv/bin/python -m pip install --quiet --disable-pip-version-check --no-index --no-deps stoker-*_aarch64.whl
+  cd tests/python
+  ../../venv/bin/python -m pytest -q -p no:cacheprovider $files
+"
 echo "aarch64-check: passed"
