@@ -78,17 +78,8 @@ env -u CC -u HOST_CC -u CC_aarch64_unknown_linux_gnu -u CARGO_TARGET_DIR \
   WHEEL_TARGET="$target" scripts/wheel.sh "$CARGO_TARGET_DIR/wheels"
 aroot=$(scripts/aarch64-root.sh)
 copy="$aroot/tmp/stoker-tree"
-proc=
-cleanup() {
-  [ -z "$proc" ] || umount "$aroot/proc"
-  rm -rf "$copy"
-}
-trap cleanup EXIT
+trap 'rm -rf "$copy"' EXIT
 trap 'exit 130' INT TERM
-if ! mountpoint -q "$aroot/proc"; then
-  mount -t proc proc "$aroot/proc"
-  proc=1
-fi
 rm -rf "$copy"
 scripts/copy-tree.sh "$copy"
 mkdir -p "$copy/target/debug/examples"
@@ -97,12 +88,10 @@ cp "$bin/debug/examples/loader_dump" "$copy/target/debug/examples/"
 cp "$CARGO_TARGET_DIR"/wheels/stoker-*_aarch64.whl "$copy/"
 files=$(cd tests/python && grep -L torch test_*.py | grep -vx test_memory_short.py | tr '\n' ' ')
 inside=${copy#"$aroot"}
-chroot "$aroot" /usr/bin/env -i HOME=/root PATH=/usr/bin:/bin LANG=C.UTF-8 \
-  CARGO_TARGET_DIR="$inside/target" /bin/sh -ec "
-  cd $inside
+scripts/aarch64-in-root.sh "$aroot" "$inside" "
   python3 -m venv --system-site-packages venv
   venv/bin/python -m pip install --quiet --disable-pip-version-check --no-index --no-deps stoker-*_aarch64.whl
   cd tests/python
   ../../venv/bin/python -m pytest -q -p no:cacheprovider $files
-"
+" CARGO_TARGET_DIR="$inside/target"
 echo "aarch64-check: passed"
