@@ -2,9 +2,9 @@
 # scripts/aarch64-smoke.sh WHEEL: tests/wheel/smoke.py run by an aarch64 CPython on the
 # aarch64 wheel that `WHEEL_TARGET=aarch64-unknown-linux-gnu scripts/wheel.sh` built: in a
 # fresh virtual environment of an aarch64 Debian root (scripts/aarch64-root.sh) entered
-# with chroot (scripts/aarch64-in-root.sh), its programs run by qemu-user. NumPy is Debian's (1.24), so the DLPack
-# exchange is also checked against a NumPy older than the one from PyPI that the x86 smoke
-# test installs. Needs root.
+# with chroot (scripts/aarch64-in-root.sh), its programs run by qemu-user. NumPy is
+# Debian's (1.24), so the DLPack exchange is also checked against a NumPy older than the
+# one from PyPI that the x86 smoke test installs. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 wheel=$(realpath "$1")
