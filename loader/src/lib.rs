@@ -175,6 +175,7 @@ mod config;
 mod cpu;
 pub mod dlpack;
 mod error;
+mod fork;
 pub mod launcher;
 mod loader;
 pub mod metrics;

@@ -4,12 +4,13 @@
 //! produces the batches (`crate::pipeline`).
 
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::batch::Batch;
 use crate::config::{LoaderConfig, OnError};
 use crate::error::LoaderError;
+use crate::fork::ForkSafe;
 use crate::metrics::{Metrics, Stage, Stats};
 use crate::order_ahead::OrderAhead;
 use crate::pipeline::{BadLog, EpochPlan, EpochStream, Next, Pipeline};
@@ -38,10 +39,13 @@ pub struct Loader {
     early: Mutex<Option<(u64, Started)>>,
     /// Dropped (threads joined) by `Drop`, after `early`, or leaked in a forked child.
     backend: ManuallyDrop<Box<dyn Pipeline>>,
-    /// Shared with the epoch iterators, which report how far the consumer got.
-    progress: Arc<Mutex<Progress>>,
-    /// A resume state not yet applied (taken by the first `epoch` call).
-    resume: Mutex<Option<LoaderState>>,
+    /// Shared with the epoch iterators, which report how far the consumer got. Readable
+    /// in a fork (a checkpoint written by a forked process), where the consumer's thread
+    /// may have held the lock at the fork.
+    progress: Arc<ForkSafe<Progress>>,
+    /// A resume state not yet applied (taken by the first `epoch` call); readable in a
+    /// fork, as `progress`.
+    resume: ForkSafe<Option<LoaderState>>,
     sampler: Sampler,
     metrics: Arc<Metrics>,
     pub(crate) config: LoaderConfig,
@@ -70,11 +74,11 @@ impl Loader {
         Loader {
             early: Mutex::new(None),
             backend: ManuallyDrop::new(backend),
-            progress: Arc::new(Mutex::new(Progress {
+            progress: Arc::new(ForkSafe::new(Progress {
                 active: None,
                 state,
             })),
-            resume: Mutex::new(resume),
+            resume: ForkSafe::new(resume),
             sampler,
             metrics,
             config,
@@ -190,7 +194,7 @@ impl Loader {
             return Epoch::failed(epoch, e, metrics, progress, false);
         }
         {
-            let mut progress = lock(&self.progress);
+            let mut progress = self.progress.lock();
             if let Some(running) = progress.active {
                 return Epoch::failed(
                     epoch,
@@ -205,7 +209,7 @@ impl Loader {
             }
             progress.active = Some(epoch);
         }
-        let resume = self.resume.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let resume = self.resume.lock().take();
         let start_batch = match resume_start(resume.as_ref(), epoch, self.num_batches()) {
             Ok(start) => start,
             Err(e) => {
@@ -215,7 +219,7 @@ impl Loader {
             }
         };
         {
-            let mut progress = lock(&self.progress);
+            let mut progress = self.progress.lock();
             progress.state = LoaderState {
                 seed: self.config.seed,
                 epoch,
@@ -280,7 +284,7 @@ impl Loader {
     /// again (the shard is back, memory was freed) still starts at the saved batch.
     fn keep_resume(&self, resume: Option<LoaderState>) {
         if resume.is_some() {
-            *self.resume.lock().unwrap_or_else(|p| p.into_inner()) = resume;
+            *self.resume.lock() = resume;
         }
     }
 
@@ -366,12 +370,7 @@ impl Loader {
     /// Starts `epoch`'s pipeline ahead of the consumer's [`Loader::epoch`] call
     /// (none while a resume state is pending: that call will want another start).
     fn start_early(&self, epoch: u64) {
-        if self
-            .resume
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
+        if self.resume.get().is_some() {
             return;
         }
         // Not on shards that changed: the consumer's own call reports it.
@@ -392,7 +391,8 @@ impl Loader {
         }
     }
 
-    /// A snapshot of the counters (Display: a table and a verdict; serde: JSON).
+    /// A snapshot of the counters (Display: a table and a verdict; serde: JSON). In a
+    /// `fork` of the process that built the loader, see [`Metrics::snapshot`].
     ///
     /// # Examples
     ///
@@ -455,16 +455,12 @@ impl Loader {
 }
 
 /// Which epoch is being iterated, and how far the consumer got.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Progress {
     /// `Some(epoch)` while an [`Epoch`] iterator is alive.
     pub(crate) active: Option<u64>,
     /// What [`crate::Loader::state`] reports.
     pub(crate) state: LoaderState,
-}
-
-pub(crate) fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
-    progress.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The batches of one epoch: an iterator of `Result<Batch, LoaderError>`, returned by
@@ -491,7 +487,7 @@ pub struct Epoch<'a> {
     /// An error to yield once before ending (the epoch could not start).
     pending: Option<LoaderError>,
     metrics: Arc<Metrics>,
-    progress: Arc<Mutex<Progress>>,
+    progress: Arc<ForkSafe<Progress>>,
     /// Up to when this iterator's lifetime has been counted as elapsed ([`crate::metrics::clock_ns`]).
     mark_ns: u64,
     finished: bool,
@@ -511,7 +507,7 @@ impl<'a> Epoch<'a> {
         batches: std::ops::Range<u64>,
         on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
         metrics: Arc<Metrics>,
-        progress: Arc<Mutex<Progress>>,
+        progress: Arc<ForkSafe<Progress>>,
         owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
     ) -> Self {
         Epoch {
@@ -537,7 +533,7 @@ impl<'a> Epoch<'a> {
         epoch: u64,
         error: LoaderError,
         metrics: Arc<Metrics>,
-        progress: Arc<Mutex<Progress>>,
+        progress: Arc<ForkSafe<Progress>>,
         owns_active: bool,
     ) -> Self {
         Epoch {
@@ -670,7 +666,7 @@ impl<'a> Epoch<'a> {
                 self.next = batch.index + 1;
                 let t1 = Instant::now();
                 {
-                    let mut p = lock(&self.progress);
+                    let mut p = self.progress.lock();
                     p.state.epoch = self.epoch;
                     p.state.position = batch.index + 1;
                 }
@@ -692,7 +688,7 @@ impl<'a> Epoch<'a> {
                 self.next += 1;
                 // Batches come in order, so this error is batch `position`.
                 let position = {
-                    let mut p = lock(&self.progress);
+                    let mut p = self.progress.lock();
                     p.state.epoch = self.epoch;
                     p.state.position += 1;
                     p.state.position - 1
@@ -703,7 +699,7 @@ impl<'a> Epoch<'a> {
                 self.metrics.wait_only(wait);
                 self.finished = true;
                 self.stream = None;
-                let mut p = lock(&self.progress);
+                let mut p = self.progress.lock();
                 // "The next epoch from its start"; after epoch u64::MAX there is none, and
                 // (u64::MAX, 0) would replay it on resume: say "this epoch, at its end".
                 (p.state.epoch, p.state.position) = match self.epoch.checked_add(1) {
@@ -740,14 +736,17 @@ impl Drop for Epoch<'_> {
     fn drop(&mut self) {
         // Stop the backend first (its Drop stops the workers), then account. In a fork
         // the workers do not exist, and waiting for them would never end: leak it.
-        if LoaderError::if_forked(self.pid).is_some() {
+        let forked = LoaderError::if_forked(self.pid).is_some();
+        if forked {
             std::mem::forget(self.stream.take());
         }
         self.stream = None;
         self.metrics.account_elapsed(&mut self.mark_ns);
         self.metrics.epoch_done(self.finished);
-        if self.owns_active {
-            lock(&self.progress).active = None;
+        // Not in a fork, where the parent's consumer thread may hold the lock for good
+        // (and the child's loader starts no epoch anyway).
+        if self.owns_active && !forked {
+            self.progress.lock().active = None;
         }
     }
 }

@@ -371,10 +371,15 @@ impl Epoch {
     /// reads the epoch's length whenever it asks. Fixed at the first ``next``, and kept
     /// after ``close()`` or a stop (the epoch had that many batches; the iterator gives
     /// no more). Before the first ``next``, those it would yield if it started now: 0
-    /// once it cannot start (closed, or stopped by a newer iterator).
+    /// once it cannot start (closed, stopped by a newer iterator, or in a fork).
     fn __len__(&self, py: Python<'_>) -> usize {
         if let Some(&(_, len)) = self.started_as.get() {
             return len as usize;
+        }
+        // In a fork it cannot start, and its lock may be held for good by a parent thread
+        // that was waiting in `next` at the fork.
+        if self.shared.forked().is_some() {
+            return 0;
         }
         match (
             &*lock_detached(py, &self.shared.inner),

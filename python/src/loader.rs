@@ -372,7 +372,9 @@ impl Loader {
     }
 
     /// The loader's counters: a mapping (``stats["fed_ratio"]``, ``stats["stages"]``,
-    /// ``stats["verdict"]``...; ``dict(stats)``) whose ``str()`` is the Rust table.
+    /// ``stats["verdict"]``...; ``dict(stats)``) whose ``str()`` is the Rust table. In a
+    /// ``fork`` of the process that built the loader, the counters as they were at the
+    /// fork, less any part a loader thread was writing then (it reads as empty).
     fn stats(&self) -> PyResult<Stats> {
         Ok(Stats::new(self.inner()?.stats()))
     }
@@ -397,7 +399,8 @@ impl Loader {
     /// ``"draws"`` (the version of the rules for orders, crops, flips and bad-record
     /// replacements: a state saved under other rules is refused, one without it warns).
     /// Save it with the model; ``load_state_dict`` continues exactly there (torchdata's
-    /// ``StatefulDataLoader`` convention).
+    /// ``StatefulDataLoader`` convention). In a ``fork`` of the process that built the
+    /// loader (a checkpoint written by a forked process), where it stood at the fork.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let inner = self.inner()?;
         let mut s = inner.state();

@@ -1227,7 +1227,10 @@ def test_a_refused_or_warning_load_state_dict_leaves_the_loader_as_it_was_or_who
 
 def test_a_fork_taken_while_a_thread_waits_for_a_batch_does_not_hang_the_child(sample_dataset):
     # The child inherits the iterator's lock held by a thread that does not exist there:
-    # iter(loader), load_state_dict, cancel_prefetch and close must not wait for it.
+    # iter(loader), load_state_dict, cancel_prefetch and close must not wait for it. The
+    # loader's own locks too, which that thread takes without the GIL after each batch
+    # (the state) and the loader's threads take as they count (the stats): a child forked
+    # in those moments waited forever in state_dict(), stats() or len(iterator).
     import threading
 
     loader = python_loader(sample_dataset, batch_size=1)
@@ -1247,7 +1250,7 @@ def test_a_fork_taken_while_a_thread_waits_for_a_batch_does_not_hang_the_child(s
     thread.start()
     assert running.wait(30)
     try:
-        for _ in range(3):
+        for _ in range(20):
             read, write = os.pipe()
             pid = os.fork()
             if pid == 0:
@@ -1260,6 +1263,16 @@ def test_a_fork_taken_while_a_thread_waits_for_a_batch_does_not_hang_the_child(s
                         code = 6
                     except stoker.StokerError as e:
                         code = 0 if "fork" in str(e) else 7
+                    # Started in the parent: its length stays; one that cannot start: 0.
+                    if len(inherited) not in (0, len(loader)):
+                        code = code or 8
+                    # Where the loader stood at the fork, for a checkpoint written there.
+                    state = loader.state_dict()
+                    if not 0 <= state["position"] <= len(loader):
+                        code = code or 9
+                    if loader.stats()["batches"] < 1 or "Loader" not in repr(loader):
+                        code = code or 10
+                    loader.reset_stats()
                     inherited.close()
                     try:
                         next(iter(loader))
@@ -1267,7 +1280,7 @@ def test_a_fork_taken_while_a_thread_waits_for_a_batch_does_not_hang_the_child(s
                     except stoker.StokerError as e:
                         code = code or (0 if "fork" in str(e) else 3)
                     try:
-                        loader.load_state_dict(dict(loader.state_dict(), position=0))
+                        loader.load_state_dict(dict(state, position=0))
                         code = code or 4
                     except stoker.StokerError:
                         pass

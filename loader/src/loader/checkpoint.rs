@@ -1,7 +1,7 @@
 //! A loader's checkpoint: where it stands ([`Loader::state`]) and continuing from a saved
 //! state ([`Loader::load_state`]), as torch's `state_dict` / `load_state_dict`.
 
-use super::{lock, Loader};
+use super::Loader;
 use crate::error::LoaderError;
 use crate::resume::{check_resume, skip_note, LoaderState};
 
@@ -12,7 +12,10 @@ impl Loader {
     /// Where this loader stands: `(seed, epoch, position)`, and the batch size, ranks,
     /// dataset (length and [`DatasetFingerprint`]), records drawn from, `drop_last`, `drop_partial_batch` and
     /// kind of order that give `position` its meaning; feed it to
-    /// [`crate::LoaderBuilder::resume`] to continue exactly here.
+    /// [`crate::LoaderBuilder::resume`] to continue exactly here. In a `fork` of the
+    /// process that built the loader (a checkpoint written by a forked process), where
+    /// it stood at the fork, without waiting for a lock the parent's training thread may
+    /// have held then.
     ///
     /// # Examples
     ///
@@ -40,7 +43,7 @@ impl Loader {
             order: Some(self.sampler.shuffle().order()),
             dataset: Some(self.fingerprint),
             draws: Some(crate::resume::DRAWS_VERSION),
-            ..lock(&self.progress).state
+            ..self.progress.get().state
         }
     }
 
@@ -82,7 +85,7 @@ impl Loader {
             return Err(e);
         }
         let state = check_resume(&state, self.config.seed, &self.sampler, self.fingerprint)?;
-        let mut progress = lock(&self.progress);
+        let mut progress = self.progress.lock();
         if let Some(running) = progress.active {
             return Err(LoaderError::StateWhileIterating {
                 running,
@@ -90,7 +93,7 @@ impl Loader {
             });
         }
         progress.state = state;
-        *self.resume.lock().unwrap_or_else(|p| p.into_inner()) = Some(state);
+        *self.resume.lock() = Some(state);
         // An early start is for epoch `e + 1` from its first batch: not what comes next.
         drop(self.early.lock().unwrap_or_else(|p| p.into_inner()).take());
         Ok(())
@@ -101,7 +104,7 @@ impl Loader {
     /// saved after its epoch's last batch (which the loader it came from would run next).
     /// For a front end that picks the epoch (Python's `for` over the loader).
     pub fn pending_epoch(&self) -> Option<u64> {
-        let state = (*self.resume.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let state = self.resume.get()?;
         let batches = self.num_batches();
         let done = batches > 0 && state.position >= batches;
         Some(state.epoch.saturating_add(u64::from(done)))
@@ -127,7 +130,7 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn batches_if_started(&self, epoch: u64) -> u64 {
-        let pending = *self.resume.lock().unwrap_or_else(|p| p.into_inner());
+        let pending = self.resume.get();
         let batches = self.num_batches();
         crate::resume::first_batch(pending.as_ref(), epoch, batches)
             .map_or(0, |start| batches.saturating_sub(start))
@@ -138,7 +141,7 @@ impl Loader {
     /// its epoch; see there), or `None`. For a front end that says it its own way
     /// (Python: a `UserWarning`, as for its other notes about a resumed state).
     pub fn resume_note(&self, epoch: u64) -> Option<String> {
-        let state = (*self.resume.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let state = self.resume.get()?;
         skip_note(&state, epoch, self.num_batches())
     }
 }

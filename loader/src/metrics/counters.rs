@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use stoker_decode::DecodeTimings;
 
 use super::stats::{Stage, StageStats, Stats, Utilization};
+use crate::fork::Owner;
 use crate::launcher::Placement;
 
 #[derive(Debug, Default)]
@@ -100,6 +101,9 @@ pub struct Metrics {
     device: Mutex<String>,
     /// GPU path, JPEG records: the nvJPEG decoder's host time per phase.
     gpu_decode: Mutex<Option<DecodeTimings>>,
+    /// The process that made the counters: in a fork of it, [`Metrics::snapshot`] and
+    /// [`Metrics::reset`] skip a lock that a thread of the parent held at the fork.
+    owner: Owner,
 }
 
 /// Sums of utilization samples: `(sum of percents, samples)` per figure.
@@ -309,13 +313,19 @@ impl Metrics {
             c.items.store(0, Relaxed);
             c.bytes.store(0, Relaxed);
         }
-        self.routes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        *self.bad.lock().unwrap_or_else(|p| p.into_inner()) = BadRecords::default();
-        *self.utilization.lock().unwrap_or_else(|p| p.into_inner()) = UtilizationSums::default();
-        *self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let owner = self.owner;
+        if let Some(mut routes) = owner.lock(&self.routes) {
+            routes.clear();
+        }
+        if let Some(mut bad) = owner.lock(&self.bad) {
+            *bad = BadRecords::default();
+        }
+        if let Some(mut sums) = owner.lock(&self.utilization) {
+            *sums = UtilizationSums::default();
+        }
+        if let Some(mut timings) = owner.lock(&self.gpu_decode) {
+            *timings = None;
+        }
         for a in [
             &self.images,
             &self.batches,
@@ -332,8 +342,31 @@ impl Metrics {
         self.reset_at_ns.store(clock_ns(), Relaxed);
     }
 
-    /// A snapshot of all counters.
+    /// A snapshot of all counters. In a fork of the process that made them, a part that
+    /// a thread of the parent was writing at the fork (decode routes, bad records,
+    /// utilization, decode timings) reads as empty: its lock is never released there.
     pub fn snapshot(&self) -> Stats {
+        // Copied out one at a time, so that no lock is held while another is taken.
+        let owner = self.owner;
+        let (bad_records, bad_distinct, bad_indices) = owner
+            .lock(&self.bad)
+            .map(|b| (b.count, b.seen.len() as u64, b.indices.clone()))
+            .unwrap_or_default();
+        let placement = owner.lock(&self.placement).and_then(|p| p.clone());
+        let decode_routes = owner
+            .lock(&self.routes)
+            .map(|r| r.clone())
+            .unwrap_or_default();
+        let backend = owner
+            .lock(&self.backend)
+            .map(|b| b.clone())
+            .unwrap_or_default();
+        let utilization = owner.lock(&self.utilization).and_then(|u| u.mean());
+        let gpu_decode = owner.lock(&self.gpu_decode).and_then(|t| *t);
+        let device = owner
+            .lock(&self.device)
+            .map(|d| d.clone())
+            .unwrap_or_default();
         let secs = |ns: u64| ns as f64 / 1e9;
         let stages = Stage::ALL
             .iter()
@@ -360,17 +393,10 @@ impl Metrics {
                 })
             })
             .collect();
-        let bad = self.bad.lock().unwrap_or_else(|p| p.into_inner());
         let elapsed = secs(self.elapsed_ns.load(Relaxed));
         let wait = secs(self.wait_ns.load(Relaxed));
         let images = self.images.load(Relaxed);
         let samples = self.queue_samples.load(Relaxed);
-        // Copied out, so that the lock is not held while the others are taken.
-        let placement = self
-            .placement
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
         Stats {
             epochs: self.epochs.load(Relaxed),
             epochs_started_early: self.early_epochs.load(Relaxed),
@@ -389,14 +415,10 @@ impl Metrics {
                 0.0
             },
             stages,
-            decode_routes: self
-                .routes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-            bad_records: bad.count,
-            bad_distinct: bad.seen.len() as u64,
-            bad_indices: bad.indices.clone(),
+            decode_routes,
+            bad_records,
+            bad_distinct,
+            bad_indices,
             queue_mean: if samples > 0 {
                 self.queue_sum.load(Relaxed) as f64 / samples as f64
             } else {
@@ -408,24 +430,12 @@ impl Metrics {
             host_bytes: self.host_bytes.load(Relaxed),
             pinned_bytes: self.pinned_bytes.load(Relaxed),
             device_bytes: self.device_bytes.load(Relaxed),
-            backend: self
-                .backend
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
-            utilization: self
-                .utilization
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .mean(),
-            gpu_decode: *self.gpu_decode.lock().unwrap_or_else(|p| p.into_inner()),
+            backend,
+            utilization,
+            gpu_decode,
             slice: placement.as_ref().map(|(_, s)| *s),
             placement: placement.map(|(p, _)| p),
-            device: self
-                .device
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+            device,
         }
     }
 }
