@@ -9,6 +9,7 @@ so a runner can print the row and say why instead of failing.
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -76,3 +77,46 @@ def timed(step, seconds, warmup=1):
         el = time.perf_counter() - start
         if el >= seconds:
             return images, el
+
+
+def last_json_line(text):
+    """The last line of `text` that is a JSON object, parsed."""
+    return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
+
+
+def run_loader_example(a):
+    """Runs stoker-loader's `loader_throughput` example (`a.compare`) with the loader flags
+    of `a`; prints its output and returns its JSON line."""
+    cmd = [
+        a.compare, "--images", a.images, "--batch", str(a.batch), "--size", str(a.size),
+        "--workers", str(a.workers), "--epochs", str(a.epochs),
+    ]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    print(out, end="", flush=True)
+    return last_json_line(out)
+
+
+def alternate(rounds, peer_name, run_peer, run_stoker):
+    """Runs the peer and stoker in turn for `rounds` rounds, so that both see the same
+    machine load; prints each round and a JSON summary whose ratio is the median of the
+    per-round ratios (stoker / peer)."""
+    import platform
+    import statistics
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()}")
+    results = []
+    for r in range(rounds):
+        peer = run_peer(r)
+        ours = run_stoker()
+        results.append((ours["img_per_s"], peer["img_per_s"], ours["img_per_s"] / peer["img_per_s"]))
+        print(
+            f"round {r}: stoker {ours['img_per_s']:.1f} img/s, {peer_name} {peer['img_per_s']:.1f} img/s, "
+            f"ratio {results[-1][2]:.2f}x",
+            flush=True,
+        )
+    print(f"load after: {os.getloadavg()}")
+    print(json.dumps({
+        "stoker_img_per_s": [x[0] for x in results],
+        "peer_img_per_s": [x[1] for x in results],
+        "median_ratio": round(statistics.median(x[2] for x in results), 2),
+    }))

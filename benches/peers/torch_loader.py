@@ -40,9 +40,6 @@ machine load; the ratio is the median of the per-round ratios):
 import argparse
 import json
 import math
-import platform
-import statistics
-import subprocess
 import multiprocessing as mp
 import os
 import random
@@ -52,6 +49,9 @@ from multiprocessing import shared_memory
 
 import numpy as np
 from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer_common as pc  # noqa: E402
 
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32).reshape(3, 1, 1)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32).reshape(3, 1, 1)
@@ -186,17 +186,6 @@ def run_peer(a):
     return result
 
 
-def run_stoker(a):
-    cmd = [
-        a.compare, "--images", a.images, "--batch", str(a.batch), "--size", str(a.size),
-        "--workers", str(a.workers), "--epochs", str(a.epochs),
-    ]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    print(out, end="", flush=True)
-    line = [l for l in out.splitlines() if l.startswith("{")][-1]
-    return json.loads(line)
-
-
 def parity(directory, size=224):
     """Compares stoker's U8 crops with PIL's on the pixels stoker decoded (see crop_parity.rs)."""
     same, worst, psnrs = [], 0, []
@@ -242,20 +231,7 @@ def main():
     if not a.compare:
         run_peer(a)
         return
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()}")
-    rounds = []
-    for r in range(a.rounds):
-        peer = run_peer(a)
-        ours = run_stoker(a)
-        rounds.append((ours["img_per_s"], peer["img_per_s"], ours["img_per_s"] / peer["img_per_s"]))
-        print(f"round {r}: stoker {ours['img_per_s']:.1f} img/s, peer {peer['img_per_s']:.1f} img/s, ratio {rounds[-1][2]:.2f}x", flush=True)
-    ratio = statistics.median(x[2] for x in rounds)
-    print(f"load after: {os.getloadavg()}")
-    print(json.dumps({
-        "stoker_img_per_s": [x[0] for x in rounds],
-        "peer_img_per_s": [x[1] for x in rounds],
-        "median_ratio": round(ratio, 2),
-    }))
+    pc.alternate(a.rounds, "peer", lambda r: run_peer(a), lambda: pc.run_loader_example(a))
 
 
 if __name__ == "__main__":
