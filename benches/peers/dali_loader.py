@@ -119,15 +119,7 @@ def run_peer(a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    here = os.path.dirname(os.path.abspath(__file__))
-    p.add_argument("--images", default=os.path.join(here, "..", "..", "target", "stoker-testdata", "bench-v1"))
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--size", type=int, default=224)
-    p.add_argument("--workers", type=int, default=os.cpu_count())
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compare", metavar="BIN", help="stoker-loader's loader_throughput example: run both, alternating")
-    p.add_argument("--rounds", type=int, default=3)
+    pc.add_loader_arguments(p)
     a = p.parse_args()
     if not a.compare:
         run_peer(a)

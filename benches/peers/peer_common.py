@@ -120,3 +120,17 @@ def alternate(rounds, peer_name, run_peer, run_stoker):
         "peer_img_per_s": [x[1] for x in results],
         "median_ratio": round(statistics.median(x[2] for x in results), 2),
     }))
+
+
+def add_loader_arguments(parser):
+    """The flags every loader peer shares with the `loader_throughput` example, and the
+    ones that run it beside the peer (`--compare BIN`, `--rounds`)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--images", default=os.path.join(here, "..", "..", "target", "stoker-testdata", "bench-v1"))
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--workers", type=int, default=os.cpu_count())
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compare", metavar="BIN", help="stoker-loader's loader_throughput example: run both, alternating")
+    parser.add_argument("--rounds", type=int, default=3)

@@ -214,16 +214,8 @@ def parity(directory, size=224):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    here = os.path.dirname(os.path.abspath(__file__))
-    p.add_argument("--images", default=os.path.join(here, "..", "..", "target", "stoker-testdata", "bench-v1"))
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--size", type=int, default=224)
-    p.add_argument("--workers", type=int, default=os.cpu_count())
+    pc.add_loader_arguments(p)
     p.add_argument("--prefetch-factor", type=int, default=2)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--compare", metavar="BIN", help="stoker-loader's loader_throughput example: run both, alternating")
-    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--parity", metavar="DIR", help="check crop_parity.rs output against PIL and exit")
     a = p.parse_args()
     if a.parity:

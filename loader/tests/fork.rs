@@ -65,21 +65,8 @@ fn a_forked_child_gets_an_error_instead_of_waiting_forever_and_drops_the_loader(
         // SAFETY: ends the child at once, without running the parent's destructors.
         unsafe { libc::_exit(code) };
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut status = 0;
-    loop {
-        // SAFETY: `pid` is our child; `status` is a valid place for its status.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            break;
-        }
-        if Instant::now() > deadline {
-            // SAFETY: `pid` is our child, not yet reaped.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the forked child still runs after 60 s: it hangs");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = wait_for(pid, Duration::from_secs(60))
+        .expect("the forked child still runs after 60 s: it hangs");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child status {status:#x} (exit code {}: see `child`)",
