@@ -489,7 +489,9 @@ impl LoaderBuilder {
     /// (default `true`), so that its first batches are ready when the consumer,
     /// done with that last batch, asks for [`Loader::epoch`]`(e + 1)`: without it
     /// every epoch starts with an empty pipeline and the consumer waits for one
-    /// batch's read and decode. Asking for any other epoch discards the early start
+    /// batch's read and decode. On the CPU path it starts earlier, once the workers have
+    /// taken up epoch `e`'s last batch, so that the workers with nothing left of epoch `e`
+    /// do not wait for the others' last batches. Asking for any other epoch discards the early start
     /// (its batches are dropped, nothing is counted twice); so does a pending
     /// [`LoaderBuilder::resume`]. Counted in [`crate::Stats::epochs_started_early`].
     ///

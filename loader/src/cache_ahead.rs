@@ -207,6 +207,10 @@ impl EpochStream for AheadStream {
     fn ready(&self) -> u64 {
         self.inner.ready()
     }
+
+    fn all_claimed(&self) -> bool {
+        self.inner.all_claimed()
+    }
 }
 
 impl Drop for AheadStream {

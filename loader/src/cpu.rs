@@ -9,7 +9,17 @@
 //! inside the prefetch window (`claimed < handed + prefetch`), then reads, decodes and
 //! transforms each of its samples straight into the slot of a ring buffer, and sends the
 //! finished batch. The consumer side ([`CpuEpoch`]) puts batches back in order. Threads stay
-//! alive across epochs; a new job replaces the old one.
+//! alive across epochs.
+//!
+//! # Epoch boundaries
+//!
+//! A worker that finds nothing left to claim tells the consumer ([`Message::AllClaimed`]),
+//! which starts the next epoch then ([`crate::LoaderBuilder::prefetch_next_epoch`]) rather
+//! than when it takes the last batch: the board keeps both jobs, the older one first, and
+//! the idle workers start on the new one while the last batches of the old one are built.
+//! Without that, each epoch ended with every worker but one waiting for the slowest batch;
+//! an epoch of a few batches per worker lost up to half its time so. The two jobs share one
+//! prefetch window: the new one counts the batches of the old one not yet handed out.
 //!
 //! # Why whole batches per worker
 //!
@@ -26,7 +36,7 @@
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -56,9 +66,22 @@ struct Settings {
     limits: Limits,
 }
 
+/// What the workers send the consumer of a job.
+enum Message {
+    /// Batch `k`, built (or its error).
+    Built(u64, Result<Batch, LoaderError>),
+    /// Every batch is claimed: only those in flight are left (sent once, by the worker
+    /// whose claim found none).
+    AllClaimed,
+}
+
 /// One epoch's work.
 struct Job {
     plan: EpochPlan,
+    /// The job that was still running when this one was posted (the epoch before, while
+    /// its last batches are built): its batches not yet handed out count against this
+    /// one's prefetch window. Weak, or each epoch would keep every one before it.
+    before: Weak<Job>,
     /// Next batch number to claim; claims past `num_batches` mean "done".
     next_claim: AtomicU64,
     /// Set when the consumer is gone: workers abandon the job.
@@ -67,12 +90,29 @@ struct Job {
     handed: Mutex<u64>,
     /// Signalled when `handed` grows or `stop` is set.
     window: Condvar,
-    results: Sender<(u64, Result<Batch, LoaderError>)>,
+    results: Sender<Message>,
 }
 
 impl Job {
     /// Blocks until batch `k` may be built (inside the prefetch window); `false` if stopped.
     fn wait_for_window(&self, k: u64, prefetch: u64) -> bool {
+        if let Some(before) = self.before.upgrade() {
+            // Both jobs together keep no more than `prefetch` batches in flight, as one
+            // does: `k` waits until the batches of `before` still to hand out and this
+            // job's batches ahead of `k` leave room for it.
+            let ahead = k.saturating_sub(self.plan.start_batch);
+            let end = before.plan.num_batches;
+            let mut handed = before.handed.lock().unwrap_or_else(|p| p.into_inner());
+            while end.saturating_sub(*handed).saturating_add(ahead) >= prefetch
+                && !before.stop.load(Ordering::Acquire)
+                && !self.stop.load(Ordering::Acquire)
+            {
+                handed = before
+                    .window
+                    .wait(handed)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        }
         let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
         // Saturating: a prefetch near u64::MAX (allowed, and capped by the ring) must not
         // overflow here, where a panic would end the worker outside its unwind guard.
@@ -84,18 +124,28 @@ impl Job {
 
     fn stop(&self) {
         self.stop.store(true, Ordering::Release);
-        // Take the lock so a worker between its check and its wait cannot miss the wake-up.
-        let _guard = self.handed.lock().unwrap_or_else(|p| p.into_inner());
-        self.window.notify_all();
+        // Take the lock so a worker between its check and its wait cannot miss the wake-up;
+        // and the lock of the job before, whose window a worker of this one may wait on.
+        for job in std::iter::once(self).chain(self.before.upgrade().as_deref()) {
+            let _guard = job.handed.lock().unwrap_or_else(|p| p.into_inner());
+            job.window.notify_all();
+        }
+    }
+
+    /// Whether a worker may still find a batch of this job to claim.
+    fn claimable(&self) -> bool {
+        !self.stop.load(Ordering::Acquire)
+            && self.next_claim.load(Ordering::Acquire) < self.plan.num_batches
     }
 }
 
 /// The job board the workers watch.
 #[derive(Default)]
 struct Board {
-    /// Bumped for every new job.
-    generation: u64,
-    job: Option<Arc<Job>>,
+    /// The jobs posted and not yet stopped, oldest first: workers claim from the first
+    /// that has batches left. Two at most in practice: an epoch, and the next one started
+    /// while its last batches are built.
+    jobs: Vec<Arc<Job>>,
     shutdown: bool,
 }
 
@@ -272,22 +322,24 @@ impl Pipeline for CpuPipeline {
         let (results_tx, results_rx) = crossbeam_channel::unbounded();
         let next = plan.start_batch;
         let end = plan.num_batches;
-        let job = Arc::new(Job {
-            next_claim: AtomicU64::new(plan.start_batch),
-            handed: Mutex::new(plan.start_batch),
-            plan,
-            stop: AtomicBool::new(false),
-            window: Condvar::new(),
-            results: results_tx,
-        });
-        {
+        let job = {
             let mut board = self.shared.board.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(old) = board.job.take() {
-                old.stop();
-            }
-            board.generation += 1;
-            board.job = Some(Arc::clone(&job));
-        }
+            // A job whose consumer is gone is stopped; one still running is the epoch
+            // before this one (its stream lives until its last batch is taken), which goes
+            // on: this one starts early, beside its last batches.
+            board.jobs.retain(|j| !j.stop.load(Ordering::Acquire));
+            let job = Arc::new(Job {
+                next_claim: AtomicU64::new(plan.start_batch),
+                handed: Mutex::new(plan.start_batch),
+                before: board.jobs.last().map_or_else(Weak::new, Arc::downgrade),
+                plan,
+                stop: AtomicBool::new(false),
+                window: Condvar::new(),
+                results: results_tx,
+            });
+            board.jobs.push(Arc::clone(&job));
+            job
+        };
         self.shared.board_changed.notify_all();
         Ok(Box::new(CpuEpoch {
             job,
@@ -295,6 +347,7 @@ impl Pipeline for CpuPipeline {
             reorder: BTreeMap::new(),
             next,
             end,
+            all_claimed: false,
         }))
     }
 }
@@ -304,7 +357,7 @@ impl Drop for CpuPipeline {
         {
             let mut board = self.shared.board.lock().unwrap_or_else(|p| p.into_inner());
             board.shutdown = true;
-            if let Some(job) = board.job.take() {
+            for job in board.jobs.drain(..) {
                 job.stop();
             }
         }
@@ -319,13 +372,15 @@ impl Drop for CpuPipeline {
 /// The consumer side of one epoch on the CPU backend.
 struct CpuEpoch {
     job: Arc<Job>,
-    results: Receiver<(u64, Result<Batch, LoaderError>)>,
+    results: Receiver<Message>,
     /// Finished batches that arrived ahead of `next`.
     reorder: BTreeMap<u64, Result<Batch, LoaderError>>,
     /// Next batch number to hand out.
     next: u64,
     /// One past the last batch.
     end: u64,
+    /// Whether a worker found no batch left to claim ([`Message::AllClaimed`]).
+    all_claimed: bool,
 }
 
 impl EpochStream for CpuEpoch {
@@ -345,8 +400,13 @@ impl EpochStream for CpuEpoch {
                 }),
             };
             match received {
-                Ok((k, item)) => {
+                Ok(Message::Built(k, item)) => {
                     self.reorder.insert(k, item);
+                }
+                // Answered at once, so that the consumer can start the next epoch now.
+                Ok(Message::AllClaimed) => {
+                    self.all_claimed = true;
+                    return Next::Pending;
                 }
                 Err(Some(())) => return Next::Pending,
                 // Unreachable while `job` (which owns the sender) lives; kept as a clean error.
@@ -369,6 +429,10 @@ impl EpochStream for CpuEpoch {
 
     fn ready(&self) -> u64 {
         (self.reorder.len() + self.results.len()) as u64
+    }
+
+    fn all_claimed(&self) -> bool {
+        self.all_claimed
     }
 }
 
@@ -400,7 +464,6 @@ impl Worker {
             normalizer: Normalizer::new(mean, std),
             shared: Arc::clone(&shared),
         };
-        let mut seen = 0u64;
         loop {
             let job = {
                 let mut board = shared.board.lock().unwrap_or_else(|p| p.into_inner());
@@ -408,11 +471,11 @@ impl Worker {
                     if board.shutdown {
                         return;
                     }
-                    if board.generation != seen {
-                        seen = board.generation;
-                        if let Some(job) = &board.job {
-                            break Arc::clone(job);
-                        }
+                    // The oldest job with batches left: an epoch's batches before the next
+                    // epoch's. A fully claimed job stays on the board (for `before`) until
+                    // a newer job is posted or it stops.
+                    if let Some(job) = board.jobs.iter().find(|j| j.claimable()) {
+                        break Arc::clone(job);
                     }
                     board = shared
                         .board_changed
@@ -435,7 +498,14 @@ impl Worker {
         let prefetch = self.shared.settings.prefetch;
         loop {
             let k = job.next_claim.fetch_add(1, Ordering::AcqRel);
-            if k >= job.plan.num_batches || !job.wait_for_window(k, prefetch) {
+            if k >= job.plan.num_batches {
+                if k == job.plan.num_batches {
+                    // The first claim past the end: the consumer may start the next epoch.
+                    let _ = job.results.send(Message::AllClaimed);
+                }
+                return;
+            }
+            if !job.wait_for_window(k, prefetch) {
                 return;
             }
             let built = catch_unwind(AssertUnwindSafe(|| self.build_batch(job, k)));
@@ -450,7 +520,7 @@ impl Worker {
                     reason: panic_message(&panic),
                 }),
             };
-            if job.results.send((k, result)).is_err() {
+            if job.results.send(Message::Built(k, result)).is_err() {
                 return;
             }
         }

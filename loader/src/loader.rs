@@ -480,8 +480,9 @@ pub struct Epoch<'a> {
     next: u64,
     /// One past the last batch of the epoch.
     end: u64,
-    /// Called once when the last batch is handed out: starts the next epoch's
-    /// pipeline while the consumer works on this one's last batch
+    /// Called once, when the workers have claimed the last batch
+    /// ([`EpochStream::all_claimed`]) or else when it is handed out: starts the next
+    /// epoch's pipeline while this one's last batches are built and used
     /// ([`crate::LoaderBuilder::prefetch_next_epoch`]).
     on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
     /// An error to yield once before ending (the epoch could not start).
@@ -648,6 +649,30 @@ impl<'a> Epoch<'a> {
                 return Next::Ready(Err(e));
             }
         }
+        loop {
+            let item = self.ask(deadline);
+            // A stream answers `Pending` before the deadline when its workers have just
+            // claimed its last batch ([`EpochStream::all_claimed`]), for `ask` to start the
+            // next epoch: then wait on.
+            if matches!(item, Next::Pending) && deadline.is_none_or(|d| Instant::now() < d) {
+                continue;
+            }
+            return item;
+        }
+    }
+
+    /// Runs `on_last` (starts the next epoch early), once.
+    fn start_next(&mut self) {
+        if let Some(start_next) = self.on_last.take() {
+            // Time the consumer spends here is waiting, like a blocked `next`.
+            let t2 = Instant::now();
+            start_next();
+            self.metrics.wait_only(t2.elapsed());
+        }
+    }
+
+    /// One wait of [`Epoch::advance`] for the stream, and its accounting.
+    fn ask(&mut self, deadline: Option<Instant>) -> Next {
         let Some(stream) = self.stream.as_mut() else {
             return Next::Done;
         };
@@ -655,6 +680,10 @@ impl<'a> Epoch<'a> {
         let t0 = Instant::now();
         let item = stream.next_batch(deadline);
         let wait = t0.elapsed();
+        // The idle workers can start the next epoch while this one's last batches are built.
+        if stream.all_claimed() {
+            self.start_next();
+        }
         self.metrics.account_elapsed(&mut self.mark_ns);
         if !matches!(item, Next::Pending) {
             self.ready_at_ask = None;
@@ -675,12 +704,7 @@ impl<'a> Epoch<'a> {
                 self.metrics
                     .record(Stage::Handoff, batch.len() as u64, 0, handoff);
                 if batch.index + 1 >= self.end {
-                    if let Some(start_next) = self.on_last.take() {
-                        // Time the consumer spends here is waiting, like a blocked `next`.
-                        let t2 = Instant::now();
-                        start_next();
-                        self.metrics.wait_only(t2.elapsed());
-                    }
+                    self.start_next();
                 }
             }
             Next::Ready(Err(_)) => {

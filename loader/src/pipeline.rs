@@ -335,10 +335,16 @@ pub enum Next {
 /// The batches of one epoch, in order.
 pub(crate) trait EpochStream {
     /// The next batch, waiting for it until `deadline` (for ever with `None`):
-    /// [`Next::Pending`] only when the deadline passed, [`Next::Done`] after the last one.
+    /// [`Next::Pending`] when the deadline passed, or at once when the stream has just
+    /// become [`EpochStream::all_claimed`]; [`Next::Done`] after the last one.
     fn next_batch(&mut self, deadline: Option<Instant>) -> Next;
     /// Finished batches waiting right now (queue occupancy).
     fn ready(&self) -> u64;
+    /// Whether the workers have taken up every batch of the epoch, so that starting the
+    /// next epoch now keeps idle workers busy without delaying this one's batches.
+    fn all_claimed(&self) -> bool {
+        false
+    }
 }
 
 /// The error of a worker (`thread`) whose shard reader could not be opened (`reason`): not a

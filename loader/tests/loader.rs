@@ -760,6 +760,51 @@ fn the_next_epoch_starts_early_and_gives_the_same_batches() {
     assert_eq!(early.state().epoch, 9);
 }
 
+/// Epochs of a few batches: the workers claim the last batches of an epoch before the
+/// consumer takes them, and the next epoch starts then, beside them, sharing the prefetch
+/// window. The batches are those of a loader that starts each epoch after the last, for
+/// each setting tried (more workers than batches, a window of one batch, many small
+/// batches), also with a bad record replaced and with batches kept across the epochs'
+/// ends (the ring then runs dry).
+#[test]
+fn epochs_started_beside_the_last_batches_of_the_one_before_give_the_same_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = bench_dataset(dir.path(), 21, 21, &[(4, Broken::Garbage)]);
+    for (workers, prefetch, batch) in [(4, 3, 8), (3, 1, 8), (4, 8, 2), (2, 3, 16)] {
+        let build = |early| {
+            small(&ds)
+                .workers(workers)
+                .prefetch(prefetch)
+                .batch_size(batch)
+                .prefetch_next_epoch(early)
+                .build()
+                .unwrap()
+        };
+        let (overlapping, plain) = (build(true), build(false));
+        let mut kept = Vec::new();
+        for epoch in 0..12 {
+            let mut got = Vec::new();
+            for b in overlapping.epoch(epoch) {
+                let b = b.expect("batch");
+                got.push(summarize(&b));
+                if epoch % 3 == 0 {
+                    kept.push(b);
+                }
+            }
+            assert_eq!(
+                got,
+                run_epoch(&plain, epoch),
+                "epoch {epoch} with {workers} workers, prefetch {prefetch}, batches of {batch}"
+            );
+            if epoch % 3 == 1 {
+                kept.clear();
+            }
+        }
+        assert_eq!(overlapping.stats().epochs_started_early, 11);
+        assert!(overlapping.cancel_prefetch(), "epoch 12 had started");
+    }
+}
+
 /// A bad record counts when the batch it was met in is handed out: the batches of
 /// an early start that is cancelled count nothing, and a record counts once per
 /// epoch that hands it out.
