@@ -30,7 +30,6 @@ machine load; the ratio is the median of the per-round ratios):
 """
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -112,9 +111,7 @@ def run_peer(a):
         f"{secs:.2f} s = {rate:.1f} img/s (batch {a.batch}, {a.size}px, output {shape} float32)",
         flush=True,
     )
-    result = {"peer": "dali-cpu", "images": images, "seconds": round(secs, 3), "img_per_s": round(rate, 1)}
-    print(json.dumps(result), flush=True)
-    return result
+    return pc.loader_result("dali-cpu", images, secs)
 
 
 def main():

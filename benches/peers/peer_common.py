@@ -84,6 +84,14 @@ def last_json_line(text):
     return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
 
 
+def loader_result(peer, images, secs):
+    """Prints and returns a loader peer's JSON line, in the form of the
+    `loader_throughput` example's (`peer`, `images`, `seconds`, `img_per_s`)."""
+    result = {"peer": peer, "images": images, "seconds": round(secs, 3), "img_per_s": round(images / secs, 1)}
+    print(json.dumps(result), flush=True)
+    return result
+
+
 def run_loader_example(a):
     """Runs stoker-loader's `loader_throughput` example (`a.compare`) with the loader flags
     of `a`; prints its output and returns its JSON line."""

@@ -38,7 +38,6 @@ machine load; the ratio is the median of the per-round ratios):
 """
 
 import argparse
-import json
 import math
 import multiprocessing as mp
 import os
@@ -181,9 +180,7 @@ def run_peer(a):
         f"{images} images in {secs:.2f} s = {rate:.1f} img/s (batch {a.batch}, {a.size}px)",
         flush=True,
     )
-    result = {"peer": "pil-numpy-mp", "images": images, "seconds": round(secs, 3), "img_per_s": round(rate, 1)}
-    print(json.dumps(result), flush=True)
-    return result
+    return pc.loader_result("pil-numpy-mp", images, secs)
 
 
 def parity(directory, size=224):

@@ -33,11 +33,18 @@ impl Owner {
         if !self.forked() {
             return Some(m.lock().unwrap_or_else(|p| p.into_inner()));
         }
-        match m.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
-        }
+        lock_unless_held(m)
+    }
+}
+
+/// `m` locked (a poisoned lock's data taken), or `None` when it is held: what a forked
+/// child may do with a lock a thread of its parent may have held at the fork, which is
+/// never released there.
+pub(crate) fn lock_unless_held<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
     }
 }
 

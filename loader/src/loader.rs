@@ -4,13 +4,13 @@
 //! produces the batches (`crate::pipeline`).
 
 use std::mem::ManuallyDrop;
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::batch::Batch;
 use crate::config::{LoaderConfig, OnError};
 use crate::error::LoaderError;
-use crate::fork::ForkSafe;
+use crate::fork::{lock_unless_held, ForkSafe};
 use crate::metrics::{Metrics, Stage, Stats};
 use crate::order_ahead::OrderAhead;
 use crate::pipeline::{BadLog, EpochPlan, EpochStream, Next, Pipeline};
@@ -345,10 +345,8 @@ impl Loader {
             // not exist: stopping them would wait forever (or panic joining). Leak them.
             // `try_lock`: a parent thread that held the lock at the fork never releases
             // it here, and whatever it guards is the parent's anyway.
-            match self.early.try_lock() {
-                Ok(mut g) => std::mem::forget(g.take()),
-                Err(TryLockError::Poisoned(p)) => std::mem::forget(p.into_inner().take()),
-                Err(TryLockError::WouldBlock) => {}
+            if let Some(mut early) = lock_unless_held(&self.early) {
+                std::mem::forget(early.take());
             }
             self.order_ahead.forget();
             return false;

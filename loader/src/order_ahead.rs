@@ -8,9 +8,10 @@
 //! it takes milliseconds, and a thread and a second order in memory would buy nothing.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, TryLockError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::fork::lock_unless_held;
 use crate::Sampler;
 
 /// Records from which the next epoch's order is drawn ahead (a global shuffle of 1M
@@ -109,14 +110,10 @@ impl OrderAhead {
 
     /// Leaves a thread that is drawing to finish on its own: for a forked child, where it
     /// does not exist and must not be waited for or detached.
-    /// `try_lock`: a parent thread that held the lock at the fork never releases it in the
-    /// child, where waiting for it would hang.
+    /// Not waiting for the lock: a parent thread that held it at the fork never releases
+    /// it in the child, where waiting for it would hang.
     pub(crate) fn forget(&self) {
-        let taken = match self.ahead.try_lock() {
-            Ok(mut g) => g.take(),
-            Err(TryLockError::Poisoned(p)) => p.into_inner().take(),
-            Err(TryLockError::WouldBlock) => None,
-        };
+        let taken = lock_unless_held(&self.ahead).and_then(|mut g| g.take());
         std::mem::forget(taken);
     }
 
