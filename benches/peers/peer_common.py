@@ -92,12 +92,12 @@ def loader_result(peer, images, secs):
     return result
 
 
-def run_loader_example(a):
+def run_loader_example(a, extra=()):
     """Runs stoker-loader's `loader_throughput` example (`a.compare`) with the loader flags
-    of `a`; prints its output and returns its JSON line."""
+    of `a` and the flags in `extra`; prints its output and returns its JSON line."""
     cmd = [
         a.compare, "--images", a.images, "--batch", str(a.batch), "--size", str(a.size),
-        "--workers", str(a.workers), "--epochs", str(a.epochs),
+        "--workers", str(a.workers), "--epochs", str(a.epochs), *extra,
     ]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     print(out, end="", flush=True)

@@ -12,12 +12,13 @@
 //!
 //! Flags: `--images DIR`, `--batch N`, `--size PX`, `--workers N`, `--prefetch N`,
 //! `--epochs N` (timed, after one warm-up epoch), `--output f32|f16|bf16|u8`, `--eval` (center
-//! crop instead of random resized crop + flip).
+//! crop instead of random resized crop + flip), `--raw WxH` (store decoded pixels at that size
+//! instead of the JPEG bytes, as `stoker convert --encoding raw --raw-size WxH` does).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
-use stoker_formats::{convert, ConvertOptions, Dataset, NoProgress, Source};
+use stoker_formats::{convert, ConvertOptions, Dataset, Encoding, NoProgress, Source};
 use stoker_loader::transform::{IMAGENET_MEAN, IMAGENET_STD};
 use stoker_loader::{Loader, Output, Shuffle, Transform};
 
@@ -30,6 +31,7 @@ struct Args {
     epochs: u64,
     output: Output,
     eval: bool,
+    raw: Option<(u32, u32)>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -44,6 +46,7 @@ fn parse() -> Result<Args, String> {
         epochs: 3,
         output: Output::F32Nchw,
         eval: false,
+        raw: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -68,8 +71,15 @@ fn parse() -> Result<Args, String> {
                 }
             }
             "--eval" => args.eval = true,
+            "--raw" => {
+                let v = value()?;
+                let size = v
+                    .split_once('x')
+                    .and_then(|(w, h)| Some((w.parse::<u32>().ok()?, h.parse::<u32>().ok()?)));
+                args.raw = Some(size.ok_or_else(|| format!("--raw {v}: expected WxH"))?);
+            }
             "-h" | "--help" => {
-                println!("usage: loader_throughput [--images DIR] [--batch N] [--size N] [--workers N] [--prefetch N] [--epochs N] [--output f32|f16|bf16|u8] [--eval]");
+                println!("usage: loader_throughput [--images DIR] [--batch N] [--size N] [--workers N] [--prefetch N] [--epochs N] [--output f32|f16|bf16|u8] [--eval] [--raw WxH]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown flag {other}")),
@@ -100,7 +110,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         root: args.images.clone(),
         list,
     };
-    let report = convert(&ConvertOptions::new(source, &out), &NoProgress)?;
+    let mut options = ConvertOptions::new(source, &out);
+    if let Some(size) = args.raw {
+        options.encoding = Encoding::Raw;
+        options.raw_size = Some(size);
+    }
+    let report = convert(&options, &NoProgress)?;
     let ds = Dataset::open(&out)?;
     eprintln!(
         "dataset: {} records ({} stored unchanged) from {}",
