@@ -2,7 +2,7 @@
 
 import os
 import pathlib
-from typing import Any, Dict, ItemsView, Iterable, Iterator, KeysView, List, Optional, Sequence, Tuple, Union, ValuesView, final, overload
+from typing import Any, Dict, ItemsView, Iterable, Iterator, KeysView, List, Literal, Optional, Sequence, Tuple, Union, ValuesView, final, overload
 
 __version__: str
 IMAGENET_MEAN: List[float]
@@ -177,8 +177,17 @@ class Batch:
     @property
     def index(self) -> int: ...
     def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, i: Literal[0, -2], /) -> Images: ...
+    @overload
+    def __getitem__(self, i: Literal[1, -1], /) -> Labels: ...
+    @overload
     def __getitem__(self, i: int, /) -> Union[Images, Labels]: ...
-    def __iter__(self) -> Iterator[Union[Images, Labels]]: ...
+    # A type checker unpacks `images, labels = batch` through `__iter__`, which cannot give
+    # each item its own type (only a tuple's unpacking can): Any, as a DataLoader's batch
+    # is, rather than a Union under which `images.shape` is an error. `batch.images`,
+    # `batch.labels`, `batch[0]` and `batch[1]` are typed.
+    def __iter__(self) -> Iterator[Any]: ...
 
 @final
 class Epoch:

@@ -67,11 +67,17 @@ def train(path: str, rank: int, world_size: int) -> None:
                 y = torch.from_dlpack(labels)
                 assert_type(x, torch.Tensor)
                 assert_type(y, torch.Tensor)
+                # Unpacked items are Any (as a DataLoader's): neither is an error here.
+                shape: Tuple[int, int, int, int] = images.shape
+                first: int = labels[0]
             epoch_it = loader.epoch(epoch)
             assert_type(epoch_it, stoker.Epoch)
             batch = next(epoch_it)
             assert_type(batch.images, stoker.Images)
             assert_type(batch.labels, stoker.Labels)
+            assert_type(batch[0], stoker.Images)
+            assert_type(batch[-1], stoker.Labels)
+            assert_type(batch[len(batch) - 1], Union[stoker.Images, stoker.Labels])
             assert_type(batch.images.shape, Tuple[int, int, int, int])
             assert_type(batch.labels[0], int)
             assert_type(batch.labels[1:], List[int])
