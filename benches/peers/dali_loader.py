@@ -31,9 +31,7 @@ machine load; the ratio is the median of the per-round ratios):
 
 import argparse
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -88,21 +86,15 @@ def run_peer(a):
     per_epoch = -(-len(files) // a.batch)
 
     def run_epoch():
-        images, checksum = 0, 0.0
+        images = 0
         for _ in range(per_epoch):
             out, _labels = pipe.run()
-            batch = np.asarray(out.as_tensor())  # the "training step" touches the batch
-            checksum += float(batch[0, 0, 0, 0])
+            batch = np.asarray(out.as_tensor())
+            float(batch[0, 0, 0, 0])  # the "training step" touches the batch
             images += batch.shape[0]
-        return images, checksum
+        return images
 
-    run_epoch()  # warm-up: page cache, thread start, DALI's buffers
-    t0 = time.perf_counter()
-    images = 0
-    for _ in range(a.epochs):
-        n, _ = run_epoch()
-        images += n
-    secs = time.perf_counter() - t0
+    images, secs = pc.time_epochs(run_epoch, a.epochs)
     shape = np.asarray(pipe.run()[0].as_tensor()).shape
     del pipe
     rate = images / secs
@@ -123,15 +115,7 @@ def main():
         return
 
     def peer(r):
-        # In its own process, as the stoker side is: neither inherits the other's threads.
-        out = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--images", a.images, "--batch", str(a.batch),
-             "--size", str(a.size), "--workers", str(a.workers), "--epochs", str(a.epochs),
-             "--seed", str(a.seed + r)],
-            check=True, capture_output=True, text=True,
-        ).stdout
-        print(out, end="", flush=True)
-        return pc.last_json_line(out)
+        return pc.run_peer_process(__file__, a, ["--images", a.images], r)
 
     pc.alternate(a.rounds, "DALI", peer, lambda: pc.run_loader_example(a))
 

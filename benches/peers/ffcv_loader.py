@@ -47,7 +47,6 @@ process; the ratio is the median of the per-round ratios):
 import argparse
 import importlib.metadata
 import os
-import subprocess
 import sys
 import time
 
@@ -183,19 +182,13 @@ def run_peer(a):
     )
 
     def run_epoch():
-        images, checksum = 0, 0.0
-        for batch, _labels in loader:  # the "training step" touches the batch
-            checksum += float(batch[0, 0, 0, 0])
+        images = 0
+        for batch, _labels in loader:
+            float(batch[0, 0, 0, 0])  # the "training step" touches the batch
             images += batch.shape[0]
-        return images, checksum
+        return images
 
-    run_epoch()  # warm-up: Numba's compilation, page cache, thread start
-    t0 = time.perf_counter()
-    images = 0
-    for _ in range(a.epochs):
-        n, _ = run_epoch()
-        images += n
-    secs = time.perf_counter() - t0
+    images, secs = pc.time_epochs(run_epoch, a.epochs)  # the warm-up epoch compiles Numba's code
     batch, _ = next(iter(loader))
     rate = images / secs
     print(
@@ -231,15 +224,7 @@ def main():
         return
 
     def peer(r):
-        # In its own process, as the stoker side is: neither inherits the other's threads.
-        out = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--beton", beton, "--batch", str(a.batch),
-             "--size", str(a.size), "--workers", str(a.workers), "--epochs", str(a.epochs),
-             "--seed", str(a.seed + r), "--output", a.output],
-            check=True, capture_output=True, text=True,
-        ).stdout
-        print(out, end="", flush=True)
-        return pc.last_json_line(out)
+        return pc.run_peer_process(__file__, a, ["--beton", beton, "--output", a.output], r)
 
     print(f"FFCV reads {beton}, stoker converts {folder} {' '.join(extra)}", flush=True)
     a.images = folder

@@ -92,6 +92,29 @@ def loader_result(peer, images, secs):
     return result
 
 
+def time_epochs(run_epoch, epochs):
+    """A loader peer's timing: one warm-up epoch (page cache, thread start, compilation),
+    then `epochs` timed ones. `run_epoch()` returns the images it loaded; returns the timed
+    epochs' images and seconds."""
+    run_epoch()
+    t0 = time.perf_counter()
+    images = sum(run_epoch() for _ in range(epochs))
+    return images, time.perf_counter() - t0
+
+
+def run_peer_process(script, a, flags, r):
+    """Runs a loader peer's `script` in its own process, as the stoker side is (neither
+    inherits the other's threads), with the loader flags of `a` (seed moved on by the round
+    `r`) and `flags`; prints its output and returns its JSON line."""
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(script), "--batch", str(a.batch), "--size", str(a.size),
+         "--workers", str(a.workers), "--epochs", str(a.epochs), "--seed", str(a.seed + r), *flags],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    print(out, end="", flush=True)
+    return last_json_line(out)
+
+
 def run_loader_example(a, extra=()):
     """Runs stoker-loader's `loader_throughput` example (`a.compare`) with the loader flags
     of `a` and the flags in `extra`; prints its output and returns its JSON line."""
