@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use stoker_formats::Dataset;
 
+use crate::fork::Owner;
 use crate::pipeline::{EpochPlan, EpochStream, Next};
 
 /// Batches past those being built whose records are advised too: the ones the workers
@@ -92,7 +93,7 @@ pub(crate) fn beside(
             inner: stream,
             progress,
             thread: Some(thread),
-            pid: std::process::id(),
+            process: Owner::default(),
         }),
         Err(_) => stream,
     }
@@ -188,7 +189,7 @@ struct AheadStream {
     /// Joined on drop. `None` only during drop.
     thread: Option<JoinHandle<()>>,
     /// The process whose thread `thread` is: in a forked child it does not exist.
-    pid: u32,
+    process: Owner,
 }
 
 impl EpochStream for AheadStream {
@@ -219,7 +220,7 @@ impl Drop for AheadStream {
     /// would wait for ever: the handle is left alone.
     fn drop(&mut self) {
         self.progress.stop.store(true, Ordering::Release);
-        if std::process::id() != self.pid {
+        if self.process.forked() {
             std::mem::forget(self.thread.take());
             return;
         }

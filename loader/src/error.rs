@@ -228,13 +228,6 @@ impl LoaderError {
         }
     }
 
-    /// `Some(error)` when this process is not `built`, the process that built a loader:
-    /// then it is a `fork` of it, where the loader's threads do not exist.
-    pub(crate) fn if_forked(built: u32) -> Option<LoaderError> {
-        let now = std::process::id();
-        (now != built).then_some(LoaderError::ForkedProcess { built, now })
-    }
-
     /// Whether memory could not be had ([`LoaderError::OutOfMemory`] for a record,
     /// [`LoaderError::BatchOutOfMemory`] for a batch's buffer, [`LoaderError::GpuOutOfMemory`]
     /// for the GPU path's slots): not the data's fault, and Python's `MemoryError`.

@@ -10,21 +10,40 @@
 //! those moments.
 //!
 //! [`ForkSafe`] keeps a value a child can always read whole; [`Owner`] says whether this
-//! process is the one that made something, for the reads that only skip in a fork.
+//! process is the one that made something: the one check behind every refusal
+//! ([`LoaderError::ForkedProcess`]) and every read that only skips in a fork.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
-/// The process that made something: in any other process it is a fork's copy.
+use crate::error::LoaderError;
+
+/// The process that made something (a loader, an iterator, a writer): in any other
+/// process it is a fork's copy, where the owner's other threads, and any lock they held,
+/// are gone. [`Owner::default`] is this process.
+///
+/// # Examples
+///
+/// ```
+/// let owner = stoker_loader::Owner::default();
+/// assert!(!owner.forked());
+/// assert!(owner.fork_error().is_none());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Owner(u32);
+pub struct Owner(u32);
 
 impl Owner {
-    /// Whether this process is a fork of the owner (where the owner's other threads, and
-    /// any lock they held, are gone).
-    pub(crate) fn forked(self) -> bool {
+    /// Whether this process is a fork of the owner.
+    pub fn forked(self) -> bool {
         std::process::id() != self.0
+    }
+
+    /// [`LoaderError::ForkedProcess`] when this process is a fork of the owner: what using
+    /// a loader's threads from there gets.
+    pub fn fork_error(self) -> Option<LoaderError> {
+        let now = std::process::id();
+        (now != self.0).then_some(LoaderError::ForkedProcess { built: self.0, now })
     }
 
     /// `m` locked; in a fork, `None` when it is held (by a thread that does not exist

@@ -197,6 +197,7 @@ pub use batch::{Batch, HostImages, Images};
 pub use builder::{LoaderBuilder, MAX_WORKERS};
 pub use config::{DType, Device, LoaderConfig, OnError, Output};
 pub use error::LoaderError;
+pub use fork::Owner;
 pub use gpu::CudaImages;
 /// The `half` crate whose [`half::f16`] and [`half::bf16`] [`HostImages::as_f16`],
 /// [`HostImages::as_bf16`] and [`Images::as_f16`] hand out: through this path, a caller

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::batch::Batch;
 use crate::config::{LoaderConfig, OnError};
 use crate::error::LoaderError;
-use crate::fork::{lock_unless_held, ForkSafe};
+use crate::fork::{lock_unless_held, ForkSafe, Owner};
 use crate::metrics::{Metrics, Stage, Stats};
 use crate::order_ahead::OrderAhead;
 use crate::pipeline::{BadLog, EpochPlan, EpochStream, Next, Pipeline};
@@ -52,7 +52,7 @@ pub struct Loader {
     /// `config.dataset`'s, recorded in [`Loader::state`] and checked on resume.
     fingerprint: DatasetFingerprint,
     /// The process that built the loader (its threads live there only).
-    pid: u32,
+    process: Owner,
     /// The next epoch's order, drawn ahead for large datasets when prefetching.
     order_ahead: OrderAhead,
 }
@@ -83,7 +83,7 @@ impl Loader {
             metrics,
             config,
             fingerprint,
-            pid: std::process::id(),
+            process: Owner::default(),
             order_ahead: OrderAhead::default(),
         }
     }
@@ -96,7 +96,7 @@ impl Drop for Loader {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if LoaderError::if_forked(self.pid).is_some() {
+        if self.process.fork_error().is_some() {
             // In a fork the pipeline's threads (and CUDA context) do not exist: dropping
             // would wait forever to join them. Leak what the child inherited instead.
             std::mem::forget(early);
@@ -189,7 +189,7 @@ impl Loader {
         on_last: Option<Box<dyn FnOnce() + Send + 'a>>,
         owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
     ) -> Epoch<'a> {
-        if let Some(e) = LoaderError::if_forked(self.pid) {
+        if let Some(e) = self.process.fork_error() {
             let (metrics, progress) = (Arc::clone(&self.metrics), Arc::clone(&self.progress));
             return Epoch::failed(epoch, e, metrics, progress, false);
         }
@@ -340,7 +340,7 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn cancel_prefetch(&self) -> bool {
-        if LoaderError::if_forked(self.pid).is_some() {
+        if self.process.fork_error().is_some() {
             // In a fork the threads of the early start and of the order drawn ahead do
             // not exist: stopping them would wait forever (or panic joining). Leak them.
             // `try_lock`: a parent thread that held the lock at the fork never releases
@@ -493,7 +493,7 @@ pub struct Epoch<'a> {
     /// Whether this iterator registered itself as the active epoch (and must clear it).
     owns_active: bool,
     /// The process whose pipeline threads feed `stream`.
-    pid: u32,
+    process: Owner,
     /// What must outlive the pipeline (the loader, for [`crate::Loader::epoch_shared`]);
     /// declared last so it is dropped after the stream.
     _owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
@@ -523,7 +523,7 @@ impl<'a> Epoch<'a> {
             mark_ns: crate::metrics::clock_ns(),
             finished: false,
             owns_active: true,
-            pid: std::process::id(),
+            process: Owner::default(),
             _owner: owner,
         }
     }
@@ -549,7 +549,7 @@ impl<'a> Epoch<'a> {
             mark_ns: crate::metrics::clock_ns(),
             finished: false,
             owns_active,
-            pid: std::process::id(),
+            process: Owner::default(),
             _owner: None,
         }
     }
@@ -640,7 +640,7 @@ impl<'a> Epoch<'a> {
             return Next::Ready(Err(e));
         }
         if self.stream.is_some() {
-            if let Some(e) = LoaderError::if_forked(self.pid) {
+            if let Some(e) = self.process.fork_error() {
                 // The threads that would fill the stream stayed in the parent.
                 std::mem::forget(self.stream.take());
                 self.on_last = None;
@@ -758,7 +758,7 @@ impl Drop for Epoch<'_> {
     fn drop(&mut self) {
         // Stop the backend first (its Drop stops the workers), then account. In a fork
         // the workers do not exist, and waiting for them would never end: leak it.
-        let forked = LoaderError::if_forked(self.pid).is_some();
+        let forked = self.process.fork_error().is_some();
         if forked {
             std::mem::forget(self.stream.take());
         }

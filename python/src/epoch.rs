@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::ThreadId;
 
 use pyo3::prelude::*;
-use stoker_loader::{LoaderError, Next};
+use stoker_loader::{LoaderError, Next, Owner};
 
 use crate::batch::Batch;
 use crate::errors::{loader_error, warn, StokerError};
@@ -73,7 +73,7 @@ pub(crate) struct EpochShared {
     holder: Mutex<Option<ThreadId>>,
     /// The process that made it: in a fork its lock may be held by a thread that does
     /// not exist there, so nothing there waits for the lock.
-    pid: u32,
+    process: Owner,
 }
 
 /// Marks the current thread as `inner`'s holder while alive.
@@ -97,7 +97,7 @@ impl EpochShared {
     /// then ends the iteration).
     pub(crate) fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
-        if self.forked().is_some() {
+        if self.process.fork_error().is_some() {
             // Its pipeline's threads are the parent's; what the child inherited leaks.
             return;
         }
@@ -113,15 +113,6 @@ impl EpochShared {
         };
         // Dropping joins the pipeline's threads: not while holding the GIL.
         py.detach(move || drop(run));
-    }
-
-    /// The error of using this iterator in a fork of the process that made it.
-    fn forked(&self) -> Option<LoaderError> {
-        let now = std::process::id();
-        (now != self.pid).then_some(LoaderError::ForkedProcess {
-            built: self.pid,
-            now,
-        })
     }
 
     /// What [`EpochShared::stop`] tells a later `next`, without taking the lock or
@@ -206,7 +197,7 @@ impl Epoch {
                 closed: AtomicBool::new(false),
                 stopped_by: AtomicU8::new(0),
                 holder: Mutex::new(None),
-                pid: std::process::id(),
+                process: Owner::default(),
             }),
             which,
             started_as: OnceLock::new(),
@@ -301,7 +292,7 @@ impl Epoch {
         let _logs = Call::often(py);
         // Before the lock, which a parent thread waiting in `next` at the fork holds for
         // good in the child.
-        if let Some(e) = self.shared.forked() {
+        if let Some(e) = self.shared.process.fork_error() {
             return Err(loader_error(e));
         }
         let mut guard = lock_detached(py, &self.shared.inner);
@@ -378,7 +369,7 @@ impl Epoch {
         }
         // In a fork it cannot start, and its lock may be held for good by a parent thread
         // that was waiting in `next` at the fork.
-        if self.shared.forked().is_some() {
+        if self.shared.process.fork_error().is_some() {
             return 0;
         }
         match (

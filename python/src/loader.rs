@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, Weak};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use stoker_loader::{LoaderBuilder, LoaderError, LoaderState, OnError};
+use stoker_loader::{LoaderBuilder, LoaderError, LoaderState, OnError, Owner};
 
 use crate::args;
 use crate::dataset::Dataset;
@@ -115,7 +115,7 @@ pub(crate) struct Loader {
     next_epoch: PendingEpoch,
     /// The process that built it: in a fork, the iterators' threads and locks may belong
     /// to threads that do not exist, so nothing waits for them.
-    pid: u32,
+    process: Owner,
     /// The placement read from the launcher's variables, when the caller gave no rank and
     /// world size: checked against `torch.distributed` at build and again as each epoch
     /// starts, for a `torch.multiprocessing.spawn` process that built the loader before
@@ -247,7 +247,7 @@ impl Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
             next_epoch: Arc::new(Mutex::new(None)),
-            pid: std::process::id(),
+            process: Owner::default(),
             placed_from_env,
         })
     }
@@ -559,9 +559,9 @@ impl Loader {
         self.stop(py, epochs, by);
     }
 
-    /// Stops `epochs`; in a fork only marks them (see `pid`): their next `next` raises.
+    /// Stops `epochs`; in a fork only marks them (see `process`): their next `next` raises.
     fn stop(&self, py: Python<'_>, epochs: Vec<Weak<EpochShared>>, by: StoppedBy) {
-        let forked = std::process::id() != self.pid;
+        let forked = self.process.forked();
         for e in epochs.iter().filter_map(Weak::upgrade) {
             if forked {
                 e.mark_stopped(by);

@@ -8,6 +8,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes};
 use stoker_formats::{FormatError, SampleOptions, SampleWriter};
+use stoker_loader::Owner;
 
 use crate::args::{self, Bounds};
 use crate::dataset::{json_to_py, parse_encoding, parse_resize};
@@ -77,7 +78,7 @@ pub(crate) struct Writer {
     /// Larger samples are skipped, so they are not copied.
     max_file_size: u64,
     /// The process that made the writer (a fork's copy refuses before taking any lock).
-    pid: u32,
+    process: Owner,
 }
 
 #[pymethods]
@@ -142,7 +143,7 @@ impl Writer {
             failed: Mutex::new(None),
             out,
             max_file_size,
-            pid: std::process::id(),
+            process: Owner::default(),
         })
     }
 
@@ -282,7 +283,7 @@ impl Writer {
         if ty.is_some() {
             // In a forked child the writer is the parent's, which abort() refuses: the
             // block's own exception goes on, not that refusal.
-            if std::process::id() != self.pid {
+            if self.process.forked() {
                 return Ok(false);
             }
             self.abort(py)?;
@@ -323,7 +324,7 @@ impl Drop for Writer {
             return;
         };
         // A forked child's copy leaves the parent's output alone: nothing is lost.
-        if std::process::id() != self.pid {
+        if self.process.forked() {
             return;
         }
         let text = format!(
@@ -396,7 +397,7 @@ impl Writer {
     /// Refuses use in a forked child before any lock is taken: a lock held by a thread of
     /// the parent at the fork is held forever in the child.
     fn check_process(&self) -> PyResult<()> {
-        if std::process::id() == self.pid {
+        if !self.process.forked() {
             return Ok(());
         }
         Err(crate::errors::StokerError::new_err(format!(

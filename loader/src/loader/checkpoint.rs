@@ -81,7 +81,7 @@ impl Loader {
     pub fn load_state(&self, state: LoaderState) -> Result<(), LoaderError> {
         // In a fork, dropping the early start below would wait for threads that do not
         // exist there.
-        if let Some(e) = LoaderError::if_forked(self.pid) {
+        if let Some(e) = self.process.fork_error() {
             return Err(e);
         }
         let state = check_resume(&state, self.config.seed, &self.sampler, self.fingerprint)?;
