@@ -35,6 +35,11 @@ own venv, not the tests' one:
         terminaltables pytorch_pfn_extras fastargs assertpy tqdm psutil setuptools
     target/peer-ffcv/bin/pip install --no-build-isolation ffcv==1.0.2
 
+`--front python` runs stoker's side through its Python package instead of the Rust example
+(`stoker.Loader`, each batch taken as a tensor with `torch.from_dlpack`): what a PyTorch
+user of either library runs. The package must be installed in the same venv
+(`target/peer-ffcv/bin/pip install ./python`, a release build).
+
 Same-run comparison with stoker-loader's CPU path (alternating rounds, each side in its own
 process; the ratio is the median of the per-round ratios):
 
@@ -200,6 +205,50 @@ def run_peer(a):
     return pc.loader_result("ffcv", images, secs)
 
 
+def stoker_dataset(a, folder, extra):
+    """Converts `folder` with stoker's Python package under `--work` (once), as the Rust
+    example converts it: JPEG records, or raw ones at the size in `extra`."""
+    import stoker
+
+    name = os.path.basename(os.path.normpath(folder))
+    raw = extra[1] if extra[:1] == ["--raw"] else None
+    out = os.path.join(a.work, f"{name}-stoker-{raw or 'jpeg'}")
+    if not os.path.exists(out):
+        size = tuple(int(v) for v in raw.split("x")) if raw else None
+        stoker.convert(folder, out + ".partial", encoding="raw" if raw else "jpeg", size=size, progress=False)
+        os.replace(out + ".partial", out)
+    return out
+
+
+def run_stoker_python(a):
+    """stoker's Python package over the dataset `a.stoker_dataset`, with the work of the
+    Rust example."""
+    import stoker
+    import torch
+
+    float32 = a.output == "f32"
+    loader = stoker.Loader(
+        a.stoker_dataset, a.batch, seed=a.seed, crop="random", size=a.size, hflip=0.5,
+        mean=stoker.IMAGENET_MEAN if float32 else None, std=stoker.IMAGENET_STD if float32 else None,
+        dtype="float32" if float32 else "uint8", device="cpu", workers=a.workers,
+    )
+    epochs = iter(range(a.epochs + 1))
+
+    def run_epoch():
+        loader.set_epoch(next(epochs))
+        images = 0
+        for pixels, _labels in loader:
+            x = torch.from_dlpack(pixels)
+            float(x.flatten()[0])  # the "training step" touches the batch
+            images += x.shape[0]
+        return images
+
+    images, secs = pc.time_epochs(run_epoch, a.epochs)
+    print(f"stoker {stoker.__version__} Python package ({a.workers} workers): {images} images in "
+          f"{secs:.2f} s = {images / secs:.1f} img/s (batch {a.batch}, {a.size}px, {a.output})", flush=True)
+    return pc.loader_result("stoker-python", images, secs)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pc.add_loader_arguments(p)
@@ -211,14 +260,20 @@ def main():
                    help="what FFCV stores: JPEG bytes (decoded when loading) or pixels")
     p.add_argument("--output", choices=["f32", "u8"], default="f32",
                    help="normalized float32 batches, or uint8 pixels (normalized later on the GPU)")
+    p.add_argument("--front", choices=["rust", "python"], default="rust",
+                   help="stoker's side: the Rust example (--compare BIN) or the Python package")
+    p.add_argument("--stoker-dataset", help=argparse.SUPPRESS)  # a --front python round
     p.add_argument("--beton", help="run FFCV's loader over this .beton (what --compare's rounds do)")
     a = p.parse_args()
+    if a.stoker_dataset:
+        run_stoker_python(a)
+        return
     if a.beton:
         run_peer(a)
         return
     beton, folder, extra = prepare(a)
     extra += ["--output", a.output]
-    if not a.compare:
+    if not a.compare and a.front == "rust":
         a.beton = beton
         run_peer(a)
         return
@@ -228,6 +283,14 @@ def main():
 
     print(f"FFCV reads {beton}, stoker converts {folder} {' '.join(extra)}", flush=True)
     a.images = folder
+    if a.front == "python":
+        dataset = stoker_dataset(a, folder, extra)
+
+        def ours():
+            return pc.run_peer_process(__file__, a, ["--stoker-dataset", dataset, "--output", a.output], 0)
+
+        pc.alternate(a.rounds, "FFCV", peer, ours)
+        return
     pc.alternate(a.rounds, "FFCV", peer, lambda: pc.run_loader_example(a, extra))
 
 
