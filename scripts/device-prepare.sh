@@ -73,10 +73,14 @@ if wheel=$(ls .whl/nvidia_nvimgcodec_cu13-*.whl 2>/dev/null | head -1) && [ -n "
 fi
 # The Python package (part 40-python.sh): one abi3 wheel, stripped, for the device's
 # CPython; tagged plain linux_x86_64 (no manylinux audit: it only travels to the device).
-if python3 -m maturin --version >/dev/null 2>&1 || python3 -m pip install --quiet maturin; then
-  python3 -m maturin build --quiet --release --strip --compatibility linux --auditwheel skip \
-    -m python/Cargo.toml -o .device/wheels ||
+# maturin from the scripts' venv (as wheel.sh takes it), not installed into the machine's
+# Python.
+if py=$(scripts/python-venv.sh 'maturin>=1.9.4,<2'); then
+  PATH="$(dirname "$py"):$PATH" "$py" -m maturin build --quiet --release --strip --compatibility linux \
+    --auditwheel skip -m python/Cargo.toml -o .device/wheels ||
     echo "note: the Python wheel was not built; part 40-python will say so" >&2
+else
+  echo "note: maturin could not be installed; part 40-python will say so" >&2
 fi
 du -sh .device .device/bin.tar.gz
 total=$(du -sm .device | cut -f1)
