@@ -40,6 +40,13 @@ own venv, not the tests' one:
 user of either library runs. The package must be installed in the same venv
 (`target/peer-ffcv/bin/pip install ./python`, a release build).
 
+`--convert` times the conversion instead: FFCV's `DatasetWriter` (its default for JPEGs,
+re-encoding each at `--quality`; or pixels with `--write-mode raw`) against
+`stoker.convert` with its defaults (the original JPEG bytes, each decoded once to check it;
+or raw records at the images' one size), both with `--workers` processes or threads, from
+the same folder into a fresh output each round. Needs the Python package, as `--front
+python` does.
+
 Same-run comparison with stoker-loader's CPU path (alternating rounds, each side in its own
 process; the ratio is the median of the per-round ratios):
 
@@ -52,6 +59,7 @@ process; the ratio is the median of the per-round ratios):
 import argparse
 import importlib.metadata
 import os
+import subprocess
 import sys
 import time
 
@@ -249,6 +257,56 @@ def run_stoker_python(a):
     return pc.loader_result("stoker-python", images, secs)
 
 
+def one_size(files):
+    """The one size of `files` as `WxH`, for stoker's raw records."""
+    from PIL import Image
+
+    sizes = set()
+    for f in files:
+        with Image.open(f) as im:
+            sizes.add(im.size)
+    if len(sizes) != 1:
+        sys.exit(f"--write-mode raw needs images of one size (stoker's raw records have one); found {len(sizes)} sizes")
+    (w, h), = sizes
+    return w, h
+
+
+def time_conversion(a):
+    """One conversion of `--images` into `a.convert_into` by FFCV's writer or stoker's
+    converter (`a.converter`), timed; prints its JSON line."""
+    files = pc.list_images(a.images)
+    t0 = time.perf_counter()
+    if a.converter == "ffcv":
+        write_beton(a, files, a.convert_into)
+    else:
+        import stoker
+
+        raw = a.write_mode == "raw"
+        stoker.convert(a.images, a.convert_into, encoding="raw" if raw else "jpeg",
+                       size=one_size(files) if raw else None, jobs=a.workers, progress=False)
+    secs = time.perf_counter() - t0
+    print(f"{a.converter}: {len(files)} images converted in {secs:.2f} s ({a.workers} workers, {a.write_mode})", flush=True)
+    return pc.loader_result(f"{a.converter}-convert", len(files), secs)
+
+
+def compare_conversions(a):
+    os.makedirs(a.work, exist_ok=True)
+    out = os.path.join(a.work, "convert-round")
+
+    def once(converter):
+        def run(_r=0):
+            subprocess.run(["rm", "-rf", out, out + ".partial"], check=True)
+            flags = ["--images", a.images, "--write-mode", a.write_mode, "--quality", str(a.quality),
+                     "--converter", converter, "--convert-into", out]
+            try:
+                return pc.run_peer_process(__file__, a, flags, 0)
+            finally:
+                subprocess.run(["rm", "-rf", out, out + ".partial"], check=True)
+        return run
+
+    pc.alternate(a.rounds, "FFCV writer", once("ffcv"), once("stoker"))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pc.add_loader_arguments(p)
@@ -263,8 +321,17 @@ def main():
     p.add_argument("--front", choices=["rust", "python"], default="rust",
                    help="stoker's side: the Rust example (--compare BIN) or the Python package")
     p.add_argument("--stoker-dataset", help=argparse.SUPPRESS)  # a --front python round
+    p.add_argument("--convert", action="store_true", help="time the conversions instead of the loaders")
+    p.add_argument("--converter", choices=["ffcv", "stoker"], help=argparse.SUPPRESS)  # a --convert round
+    p.add_argument("--convert-into", help=argparse.SUPPRESS)
     p.add_argument("--beton", help="run FFCV's loader over this .beton (what --compare's rounds do)")
     a = p.parse_args()
+    if a.converter:
+        time_conversion(a)
+        return
+    if a.convert:
+        compare_conversions(a)
+        return
     if a.stoker_dataset:
         run_stoker_python(a)
         return
