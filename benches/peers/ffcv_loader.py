@@ -213,50 +213,6 @@ def run_peer(a):
     return pc.loader_result("ffcv", images, secs)
 
 
-def stoker_dataset(a, folder, extra):
-    """Converts `folder` with stoker's Python package under `--work` (once), as the Rust
-    example converts it: JPEG records, or raw ones at the size in `extra`."""
-    import stoker
-
-    name = os.path.basename(os.path.normpath(folder))
-    raw = extra[1] if extra[:1] == ["--raw"] else None
-    out = os.path.join(a.work, f"{name}-stoker-{raw or 'jpeg'}")
-    if not os.path.exists(out):
-        size = tuple(int(v) for v in raw.split("x")) if raw else None
-        stoker.convert(folder, out + ".partial", encoding="raw" if raw else "jpeg", size=size, progress=False)
-        os.replace(out + ".partial", out)
-    return out
-
-
-def run_stoker_python(a):
-    """stoker's Python package over the dataset `a.stoker_dataset`, with the work of the
-    Rust example."""
-    import stoker
-    import torch
-
-    float32 = a.output == "f32"
-    loader = stoker.Loader(
-        a.stoker_dataset, a.batch, seed=a.seed, crop="random", size=a.size, hflip=0.5,
-        mean=stoker.IMAGENET_MEAN if float32 else None, std=stoker.IMAGENET_STD if float32 else None,
-        dtype="float32" if float32 else "uint8", device="cpu", workers=a.workers,
-    )
-    epochs = iter(range(a.epochs + 1))
-
-    def run_epoch():
-        loader.set_epoch(next(epochs))
-        images = 0
-        for pixels, _labels in loader:
-            x = torch.from_dlpack(pixels)
-            float(x.flatten()[0])  # the "training step" touches the batch
-            images += x.shape[0]
-        return images
-
-    images, secs = pc.time_epochs(run_epoch, a.epochs)
-    print(f"stoker {stoker.__version__} Python package ({a.workers} workers): {images} images in "
-          f"{secs:.2f} s = {images / secs:.1f} img/s (batch {a.batch}, {a.size}px, {a.output})", flush=True)
-    return pc.loader_result("stoker-python", images, secs)
-
-
 def one_size(files):
     """The one size of `files` as `WxH`, for stoker's raw records."""
     from PIL import Image
@@ -333,7 +289,7 @@ def main():
         compare_conversions(a)
         return
     if a.stoker_dataset:
-        run_stoker_python(a)
+        pc.run_stoker_python(a)
         return
     if a.beton:
         run_peer(a)
@@ -351,7 +307,8 @@ def main():
     print(f"FFCV reads {beton}, stoker converts {folder} {' '.join(extra)}", flush=True)
     a.images = folder
     if a.front == "python":
-        dataset = stoker_dataset(a, folder, extra)
+        raw = extra[1] if extra[:1] == ["--raw"] else None
+        dataset = pc.stoker_dataset(folder, a.work, raw)
 
         def ours():
             return pc.run_peer_process(__file__, a, ["--stoker-dataset", dataset, "--output", a.output], 0)

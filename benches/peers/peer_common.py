@@ -115,6 +115,51 @@ def run_peer_process(script, a, flags, r):
     return last_json_line(out)
 
 
+def stoker_dataset(folder, work, raw=None):
+    """Converts `folder` with stoker's Python package under `work` (once), as the Rust
+    example converts it: JPEG records, or raw ones at `raw` (`WxH`); returns its path."""
+    import stoker
+
+    name = os.path.basename(os.path.normpath(folder))
+    out = os.path.join(work, f"{name}-stoker-{raw or 'jpeg'}")
+    if not os.path.exists(out):
+        size = tuple(int(v) for v in raw.split("x")) if raw else None
+        os.makedirs(work, exist_ok=True)
+        stoker.convert(folder, out + ".partial", encoding="raw" if raw else "jpeg", size=size, progress=False)
+        os.replace(out + ".partial", out)
+    return out
+
+
+def run_stoker_python(a):
+    """stoker's Python package over the dataset `a.stoker_dataset` with the work of the
+    Rust example (RandomResizedCrop + flip, float32 normalized or uint8 by `a.output`),
+    each batch taken as a tensor with `torch.from_dlpack`; prints and returns its JSON line."""
+    import stoker
+    import torch
+
+    float32 = a.output == "f32"
+    loader = stoker.Loader(
+        a.stoker_dataset, a.batch, seed=a.seed, crop="random", size=a.size, hflip=0.5,
+        mean=stoker.IMAGENET_MEAN if float32 else None, std=stoker.IMAGENET_STD if float32 else None,
+        dtype="float32" if float32 else "uint8", device="cpu", workers=a.workers,
+    )
+    epochs = iter(range(a.epochs + 1))
+
+    def run_epoch():
+        loader.set_epoch(next(epochs))
+        images = 0
+        for pixels, _labels in loader:
+            x = torch.from_dlpack(pixels)
+            float(x.flatten()[0])  # the "training step" touches the batch
+            images += x.shape[0]
+        return images
+
+    images, secs = time_epochs(run_epoch, a.epochs)
+    print(f"stoker {stoker.__version__} Python package ({a.workers} workers): {images} images in "
+          f"{secs:.2f} s = {images / secs:.1f} img/s (batch {a.batch}, {a.size}px, {a.output})", flush=True)
+    return loader_result("stoker-python", images, secs)
+
+
 def run_loader_example(a, extra=()):
     """Runs stoker-loader's `loader_throughput` example (`a.compare`) with the loader flags
     of `a` and the flags in `extra`; prints its output and returns its JSON line."""
