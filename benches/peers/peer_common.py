@@ -102,6 +102,20 @@ def time_epochs(run_epoch, epochs):
     return images, time.perf_counter() - t0
 
 
+def time_batches(loader, epochs):
+    """`time_epochs` over a loader that yields `(images, labels)` tensors per batch (FFCV's,
+    PyTorch's DataLoader); the "training step" touches each batch."""
+
+    def run_epoch():
+        images = 0
+        for batch, _labels in loader:
+            float(batch[0, 0, 0, 0])
+            images += batch.shape[0]
+        return images
+
+    return time_epochs(run_epoch, epochs)
+
+
 def run_peer_process(script, a, flags, r):
     """Runs a loader peer's `script` in its own process, as the stoker side is (neither
     inherits the other's threads), with the loader flags of `a` (seed moved on by the round

@@ -79,14 +79,7 @@ def run_peer(a):
         persistent_workers=a.workers > 0, prefetch_factor=2 if a.workers > 0 else None,
     )
 
-    def run_epoch():
-        images = 0
-        for batch, _labels in loader:
-            float(batch[0, 0, 0, 0])  # the "training step" touches the batch
-            images += batch.shape[0]
-        return images
-
-    images, secs = pc.time_epochs(run_epoch, a.epochs)  # the warm-up epoch starts the workers
+    images, secs = pc.time_batches(loader, a.epochs)  # the warm-up epoch starts the workers
     batch, _ = next(iter(loader))
     print(
         f"torch {torch.__version__} DataLoader + torchvision {torchvision.__version__} "
