@@ -633,18 +633,15 @@ const DERIVED_FLAGS: [&str; 2] = [crate::convert::LISTING_FLAG, crate::convert::
 
 /// A difference between a part and the first part where parts of one conversion agree:
 /// what differs, its value in the part and in the first. Derived flags count only where
-/// both parts have them.
+/// both parts have them. The listing's fingerprint comes last: it covers the output flags
+/// and the classes too, so a part converted with another flag is told by that flag's name
+/// and values, not by two checksums.
 fn difference(
     (m, p): (&Manifest, &PartInfo),
     (first, fp): (&Manifest, &PartInfo),
 ) -> Option<(String, String, String)> {
     let pairs = [
         ("the number of parts", dbg(p.count), dbg(fp.count)),
-        (
-            "the input listing (files, labels and output flags, `part.listing`; for written parts, the classes and output flags)",
-            dbg(&p.listing),
-            dbg(&fp.listing),
-        ),
         ("the number of inputs listed", dbg(p.inputs), dbg(fp.inputs)),
         ("the format", dbg(&m.format), dbg(&first.format)),
         (
@@ -688,17 +685,28 @@ fn difference(
         return Some((format!("the name of class {i}"), dbg(a), dbg(b)));
     }
     let (here, there) = (&m.provenance.flags, &first.provenance.flags);
+    let derived = |name: &str| DERIVED_FLAGS.contains(&name);
     let mut names: Vec<&String> = here.keys().chain(there.keys()).collect();
-    names.sort();
+    // The flags given before the derived ones (`listing` follows from the others).
+    names.sort_by_key(|name| (derived(name), *name));
     names.dedup();
-    names.into_iter().find_map(|name| {
+    let flag = names.into_iter().find_map(|name| {
         let (a, b) = (here.get(name), there.get(name));
-        let derived = DERIVED_FLAGS.contains(&name.as_str());
+        let derived = derived(name);
         if a == b || (derived && (a.is_none() || b.is_none())) {
             return None;
         }
         let shown = |v: Option<&String>| v.map_or_else(|| "absent".into(), dbg);
         Some((format!("the provenance flag `{name}`"), shown(a), shown(b)))
+    });
+    flag.or_else(|| {
+        (p.listing != fp.listing).then(|| {
+            (
+                "the input listing (files, labels and output flags, `part.listing`; for written parts, the classes and output flags)".into(),
+                dbg(&p.listing),
+                dbg(&fp.listing),
+            )
+        })
     })
 }
 

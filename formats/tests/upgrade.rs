@@ -286,6 +286,44 @@ fn parts_that_differ_are_refused_naming_the_field_and_both_values() {
 }
 
 #[test]
+fn parts_converted_with_other_flags_are_refused_naming_the_flag_not_the_listing() {
+    // The listing's fingerprint covers the output flags, and was compared first: a part
+    // run without --strict was refused with two checksums ("the input listing ... is
+    // \"ca50e86a\" here but \"94572d15\"").
+    let tmp = tempfile::tempdir().unwrap();
+    type Change = fn(&mut ConvertOptions);
+    let cases: [(&str, Change, &str); 2] = [
+        (
+            "strict",
+            |o| o.strict = true,
+            "the provenance flag `strict` is \"true\" here but \"false\" in ",
+        ),
+        (
+            "quality",
+            |o| o.quality = 80,
+            "the provenance flag `quality` is \"80\" here but \"90\" in ",
+        ),
+    ];
+    for (name, change, want) in cases {
+        let root = tmp.path().join(name);
+        for index in 0..2 {
+            let mut o = options(&root);
+            o.part = Some(Part::new(index, 2).unwrap());
+            if index == 1 {
+                change(&mut o);
+            }
+            convert(&o, &NoProgress).unwrap();
+        }
+        let e = merge(&root, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains(want) && e.contains("part-00000-of-00002") && !e.contains("listing"),
+            "{name}: {e}"
+        );
+        assert!(!root.join(MANIFEST_FILE).exists());
+    }
+}
+
+#[test]
 fn parts_that_have_a_derived_flag_agree_on_it_when_the_first_lacks_it() {
     // The first part (an older build's) lacks `order`; parts 1 and 2 disagree on it, and
     // were compared only with the first (the regression review's r11).
