@@ -580,7 +580,7 @@ fn written_parts_that_are_not_one_writing_are_refused() {
     let mut other = classes.clone();
     other.push("extra".into());
     write_part(&out, &o, &other, &files[half..], (1, 2));
-    assert_merge_refused(&out, "part.listing");
+    assert_merge_refused(&out, "the number of classes is 28 here but 27 in");
 
     // Different output options.
     let out = tmp.path().join("options");
@@ -588,7 +588,10 @@ fn written_parts_that_are_not_one_writing_are_refused() {
     let mut q = o.clone();
     q.max_side = Some(64);
     write_part(&out, &q, &classes, &files[half..], (1, 2));
-    assert_merge_refused(&out, "part.listing");
+    assert_merge_refused(
+        &out,
+        "the provenance flag `max_side` is \"64\" here but absent in",
+    );
 
     // A missing part.
     let out = tmp.path().join("missing");

@@ -401,13 +401,26 @@ fn resume_of_a_finished_dataset_without_a_listing_flag_says_an_older_build_made_
             && msg.contains("convert into a new directory"),
         "{msg}"
     );
-    // One that records its listing is of other inputs or flags when that differs.
+    // One that records its listing is of other inputs or flags when that differs; a flag
+    // that differs is named (it was "its listing fingerprint differs").
     let out = sample_dataset(tmp.path(), "other");
     let mut o = options(&out);
     o.quality = 80;
     let msg = resume_refusal(&o).to_string();
     assert!(
-        msg.contains("other inputs or flags") && !msg.contains("older stoker"),
+        msg.contains(
+            "made with other flags: its manifest.json has `quality` \"90\", this run \"80\""
+        ) && !msg.contains("older stoker"),
+        "{msg}"
+    );
+    // The same flags over other inputs: only the listing tells them apart.
+    let out = sample_dataset(tmp.path(), "inputs");
+    edit_manifest(&out, |m| {
+        m["provenance"]["flags"]["listing"] = "0badf00d".into()
+    });
+    let msg = resume_refusal(&options(&out)).to_string();
+    assert!(
+        msg.contains("other inputs or flags") && !msg.contains("made with other flags"),
         "{msg}"
     );
 }

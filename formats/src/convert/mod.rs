@@ -38,6 +38,7 @@ pub use crate::text::lossless_text;
 pub use list_file::class_names;
 mod webdataset;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -147,7 +148,7 @@ pub fn convert(
     };
     if options.resume {
         let want = options.part.map(part_info);
-        if let Some(m) = finished(out, want.as_ref(), listing_fingerprint)? {
+        if let Some(m) = finished(options, want.as_ref(), listing_fingerprint)? {
             shards_still_there(out, &m)?;
             let n = inputs.len() as u64;
             let empty = source::empty_classes(&options.source, &listing);
@@ -547,17 +548,19 @@ fn earlier_dataset_hint(root: &Path, skipped: &[report::Skipped]) -> Option<Stri
     })
 }
 
-/// The manifest in `out` when it is a finished conversion of this listing (same inputs
-/// and flags; for a part, exactly part `part`); `None` when `out` holds no finished dataset.
+/// The manifest in `options.out` when it is a finished conversion of this listing (same
+/// inputs and flags; for a part, exactly part `part`); `None` when it holds no finished
+/// dataset.
 ///
 /// # Errors
 ///
 /// [`FormatError::OutputExists`] for a finished dataset of anything else, saying why.
 fn finished(
-    out: &Path,
+    options: &ConvertOptions,
     part: Option<&PartInfo>,
     listing: u32,
 ) -> Result<Option<crate::manifest::Manifest>, FormatError> {
+    let out = &options.out;
     if !out.join(MANIFEST_FILE).exists() {
         return Ok(None);
     }
@@ -573,7 +576,7 @@ fn finished(
     if !same {
         return Err(FormatError::OutputExists {
             path: out.to_path_buf(),
-            reason: not_this_conversion(&m, part).into(),
+            reason: not_this_conversion(&m, part, &options.output_flags()),
         });
     }
     // Killed after its manifest: the journal may still be there, and is done with.
@@ -582,25 +585,55 @@ fn finished(
 }
 
 /// Why the finished dataset `m` is not the conversion `--resume` was asked to finish
-/// (`part`, or a whole dataset), and what to do.
-fn not_this_conversion(m: &crate::manifest::Manifest, part: Option<&PartInfo>) -> &'static str {
+/// (`part`, or a whole dataset, with the output flags `flags`), and what to do.
+fn not_this_conversion(
+    m: &crate::manifest::Manifest,
+    part: Option<&PartInfo>,
+    flags: &BTreeMap<String, String>,
+) -> String {
     match (part, &m.part) {
-        (None, Some(_)) => return "already holds one part of a partitioned conversion (manifest.json with `part`), not a whole dataset; choose another output directory or delete it",
-        (Some(_), None) => return "already holds a finished dataset that is not a part of a partitioned conversion (manifest.json without `part`); choose another output directory or delete it",
+        (None, Some(_)) => return "already holds one part of a partitioned conversion (manifest.json with `part`), not a whole dataset; choose another output directory or delete it".into(),
+        (Some(_), None) => return "already holds a finished dataset that is not a part of a partitioned conversion (manifest.json without `part`); choose another output directory or delete it".into(),
         _ => {}
     }
     // Written from samples, it has no listing either, and is no older build's work.
     if m.provenance.flags.get(ORDER_FLAG).map(String::as_str) == Some(WRITTEN_ORDER) {
-        return "already holds a dataset written from samples (SampleWriter, Python's stoker.Writer), not a conversion that --resume could finish; choose another output directory or delete it";
+        return "already holds a dataset written from samples (SampleWriter, Python's stoker.Writer), not a conversion that --resume could finish; choose another output directory or delete it".into();
+    }
+    // The listing's fingerprint covers the flags: a run with another flag is told which,
+    // not only that two checksums differ.
+    if let Some((name, there, here)) = other_flag(&m.provenance.flags, flags) {
+        return format!(
+            "already holds a finished conversion made with other flags: its manifest.json has \
+             `{name}` {there}, this run {here}; --resume continues only the same conversion: \
+             rerun with its flags, or convert into a new directory (or delete this one)"
+        );
     }
     // A plain dataset finished by a build before 2b78cbc has no listing flag. Taking it as
     // done, as a part of such a build is (its `part.listing` is there to compare), would
     // take any dataset made from the same source string and flags as this listing, though
     // its files may have changed since: so it is refused, saying so.
     if part.is_none() && !m.provenance.flags.contains_key(LISTING_FLAG) {
-        return "already holds a finished dataset made by an older stoker, which did not record which inputs it converted (no `listing` flag in manifest.json), so --resume cannot tell whether it is this conversion: if that run converted this same source with these flags, it is finished and there is nothing to do; otherwise convert into a new directory (or delete this one)";
+        return "already holds a finished dataset made by an older stoker, which did not record which inputs it converted (no `listing` flag in manifest.json), so --resume cannot tell whether it is this conversion: if that run converted this same source with these flags, it is finished and there is nothing to do; otherwise convert into a new directory (or delete this one)".into();
     }
-    "already holds a finished conversion of other inputs or flags (manifest.json: its listing fingerprint differs from this one's, because the source, its files or the flags differ, or because the stoker that made it listed them differently; --resume continues only the same source, spelled the same way, with the same flags); choose another output directory or delete it"
+    "already holds a finished conversion of other inputs or flags (manifest.json: its listing fingerprint differs from this one's, because the source, its files or the flags differ, or because the stoker that made it listed them differently; --resume continues only the same source, spelled the same way, with the same flags); choose another output directory or delete it".into()
+}
+
+/// The first output flag (not a derived one) that `there` and `here` give differently:
+/// its name and both values, quoted (`absent` where one lacks it).
+fn other_flag(
+    there: &BTreeMap<String, String>,
+    here: &BTreeMap<String, String>,
+) -> Option<(String, String, String)> {
+    let shown = |v: Option<&String>| v.map_or_else(|| "absent".into(), |v| format!("{v:?}"));
+    let mut names: Vec<&String> = there.keys().chain(here.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|name| ![LISTING_FLAG, ORDER_FLAG].contains(&name.as_str()))
+        .find(|name| there.get(*name) != here.get(*name))
+        .map(|name| (name.clone(), shown(there.get(name)), shown(here.get(name))))
 }
 
 /// A checksum of everything that determines the output: the input list and the output flags.
