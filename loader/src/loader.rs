@@ -96,7 +96,7 @@ impl Drop for Loader {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if self.process.fork_error().is_some() {
+        if self.process.forked() {
             // In a fork the pipeline's threads (and CUDA context) do not exist: dropping
             // would wait forever to join them. Leak what the child inherited instead.
             std::mem::forget(early);
@@ -340,7 +340,7 @@ impl Loader {
     /// # Ok(()) }
     /// ```
     pub fn cancel_prefetch(&self) -> bool {
-        if self.process.fork_error().is_some() {
+        if self.process.forked() {
             // In a fork the threads of the early start and of the order drawn ahead do
             // not exist: stopping them would wait forever (or panic joining). Leak them.
             // `try_lock`: a parent thread that held the lock at the fork never releases
@@ -758,7 +758,7 @@ impl Drop for Epoch<'_> {
     fn drop(&mut self) {
         // Stop the backend first (its Drop stops the workers), then account. In a fork
         // the workers do not exist, and waiting for them would never end: leak it.
-        let forked = self.process.fork_error().is_some();
+        let forked = self.process.forked();
         if forked {
             std::mem::forget(self.stream.take());
         }

@@ -97,7 +97,7 @@ impl EpochShared {
     /// then ends the iteration).
     pub(crate) fn close(&self, py: Python<'_>) {
         self.closed.store(true, Ordering::Release);
-        if self.process.fork_error().is_some() {
+        if self.process.forked() {
             // Its pipeline's threads are the parent's; what the child inherited leaks.
             return;
         }
@@ -369,7 +369,7 @@ impl Epoch {
         }
         // In a fork it cannot start, and its lock may be held for good by a parent thread
         // that was waiting in `next` at the fork.
-        if self.shared.process.fork_error().is_some() {
+        if self.shared.process.forked() {
             return 0;
         }
         match (
