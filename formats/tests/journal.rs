@@ -80,7 +80,9 @@ fn each_shard_appends_only_what_it_added_to_the_journal() {
     assert_eq!(second[..first.len()], first[..]);
 
     let lines = lines(&journal);
-    assert_eq!(lines[0]["stoker_convert_journal"], 3, "{:?}", lines[0]);
+    assert_eq!(lines[0]["stoker_convert_journal"], 4, "{:?}", lines[0]);
+    // The output flags the fingerprint covers, for a resume with other flags to name.
+    assert_eq!(lines[0]["flags"]["quality"], "90", "{:?}", lines[0]);
     let mut seen = std::collections::BTreeSet::new();
     for (n, l) in lines.iter().enumerate().skip(1) {
         let shards = l["shards"].as_array().unwrap();

@@ -465,6 +465,20 @@ fn as_legacy_journal(out: &Path, edit: impl FnOnce(&mut Value)) {
     .unwrap();
 }
 
+/// Rewrites the header of the append-only journal in `out` as builds before the flags
+/// were recorded (version 3) wrote it.
+fn as_version_3_journal(out: &Path) {
+    let path = out.join(stoker_formats::convert::JOURNAL_FILE);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (first, rest) = text.split_once('\n').unwrap();
+    let mut header: Value = serde_json::from_str(first).unwrap();
+    assert_eq!(header["stoker_convert_journal"], 4);
+    let header_fields = header.as_object_mut().unwrap();
+    assert!(header_fields.remove("flags").is_some());
+    header_fields.insert("stoker_convert_journal".into(), 3.into());
+    std::fs::write(&path, format!("{header}\n{rest}")).unwrap();
+}
+
 #[test]
 fn resume_of_a_journal_another_build_wrote_says_the_build_may_be_why() {
     // A conversion killed under 405544c (format version 1) and resumed by a later build
@@ -496,7 +510,9 @@ fn resume_of_a_journal_another_build_wrote_says_the_build_may_be_why() {
             && msg.contains("convert into a new directory"),
         "{msg}"
     );
+    // An append-only one of version 3, whose header has no flags.
     let o = killed(&tmp.path().join("append-only"));
+    as_version_3_journal(&o.out);
     let mut other = o.clone();
     other.quality = 80;
     let msg = resume_refusal(&other).to_string();
@@ -506,6 +522,22 @@ fn resume_of_a_journal_another_build_wrote_says_the_build_may_be_why() {
             && msg.contains("convert into a new directory"),
         "{msg}"
     );
+    // Since version 4 the header has the flags, and the one that differs is named.
+    let o = killed(&tmp.path().join("flags"));
+    let mut other = o.clone();
+    other.quality = 80;
+    let msg = resume_refusal(&other).to_string();
+    assert!(
+        msg.contains("begun with other flags: its journal has `quality` \"90\", this run \"80\"")
+            && msg.contains("convert into a new directory"),
+        "{msg}"
+    );
+    // A version 3 journal of the same conversion still resumes.
+    let o = killed(&tmp.path().join("version-3"));
+    as_version_3_journal(&o.out);
+    let mut r = o.clone();
+    r.resume = true;
+    assert!(convert(&r, &NoProgress).unwrap().resumed > 0);
     // The same legacy journal with its own fingerprint still resumes.
     let o = killed(&tmp.path().join("same"));
     as_legacy_journal(&o.out, |_| {});
@@ -522,8 +554,8 @@ fn a_journal_of_a_newer_version_is_refused_as_a_journal_not_a_manifest() {
     let path = o.out.join(stoker_formats::convert::JOURNAL_FILE);
     let text = std::fs::read_to_string(&path).unwrap();
     let text = text.replacen(
-        "\"stoker_convert_journal\":3",
         "\"stoker_convert_journal\":4",
+        "\"stoker_convert_journal\":5",
         1,
     );
     std::fs::write(&path, text).unwrap();
@@ -533,12 +565,12 @@ fn a_journal_of_a_newer_version_is_refused_as_a_journal_not_a_manifest() {
         matches!(
             e,
             FormatError::JournalVersion {
-                found: 4,
-                supported: 3,
+                found: 5,
+                supported: 4,
                 ..
             }
         ) && msg.contains("newer stoker")
-            && msg.contains("reads versions 2 to 3")
+            && msg.contains("reads versions 2 to 4")
             && !msg.contains("manifest"),
         "{msg}"
     );

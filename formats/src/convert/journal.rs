@@ -16,6 +16,7 @@
 //! is refused.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::audit::Audit;
+use super::options::other_flag;
 use super::options::ConvertOptions;
 use super::report::Skipped;
 use crate::manifest::{RawSize, ShardEntry};
@@ -45,8 +47,9 @@ const SOURCES_TMP: &str = "sources.bin.tmp";
 /// The header's `stoker_convert_journal` value this build writes; raised when the lines
 /// change or the fingerprint is computed differently, so that each build says that another
 /// one wrote the journal instead of blaming the inputs. Version 3 added each skip's
-/// position in the listing (`input`), for the source map.
-const JOURNAL_VERSION: u32 = 3;
+/// position in the listing (`input`), for the source map; version 4 the output flags in the
+/// header (`flags`), so that a resume with other flags is told which.
+const JOURNAL_VERSION: u32 = 4;
 /// The oldest header version this build reads: version 2 lines are version 3's without
 /// the skips' positions, which the source map then finds by name.
 const OLDEST_JOURNAL_VERSION: u32 = 2;
@@ -66,6 +69,9 @@ const JOURNAL_BASE_BYTES: u64 = 1 << 20;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Journal {
     pub(super) fingerprint: u32,
+    /// The output flags of the run that began it (header version 4 on).
+    #[serde(skip)]
+    pub(super) flags: Option<BTreeMap<String, String>>,
     pub(super) next_input: u64,
     pub(super) done: Vec<ShardEntry>,
     pub(super) skipped: Vec<Skipped>,
@@ -87,6 +93,9 @@ pub(super) struct Journal {
 struct Header {
     stoker_convert_journal: u32,
     fingerprint: u32,
+    /// The output flags the fingerprint covers (version 4 on; `None` before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    flags: Option<BTreeMap<String, String>>,
 }
 
 /// Every later line: what was finished since the line before, and the totals after it.
@@ -186,6 +195,8 @@ pub(super) struct Totals {
 pub(super) struct JournalLog {
     out: PathBuf,
     fingerprint: u32,
+    /// The output flags, for the header.
+    flags: BTreeMap<String, String>,
     /// The journal, open for appending, once it holds a header. `None` until the first
     /// save of this run when there was no journal or a legacy one: that save writes the
     /// header and everything so far as a new file, atomically.
@@ -243,6 +254,7 @@ impl JournalLog {
                 let header = Header {
                     stoker_convert_journal: JOURNAL_VERSION,
                     fingerprint: self.fingerprint,
+                    flags: Some(self.flags.clone()),
                 };
                 let mut text = json_line(&header, &self.out)?;
                 text.extend_from_slice(&line);
@@ -299,14 +311,16 @@ fn open_append(path: &Path, whole_len: Option<u64>) -> Result<File, FormatError>
 /// The writer, totals and journal log to continue from `found` (or to start afresh
 /// without one), and the position in the listing to continue at.
 pub(super) fn resume(
-    out: &Path,
+    options: &ConvertOptions,
     fingerprint: u32,
     writer_opts: WriterOptions,
     found: Option<Found>,
 ) -> Result<(DatasetWriter, Totals, usize, JournalLog), FormatError> {
+    let out = &options.out;
     let mut log = JournalLog {
         out: out.to_path_buf(),
         fingerprint,
+        flags: options.output_flags(),
         file: None,
         len: 0,
         shards: 0,
@@ -446,6 +460,7 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
     }
     let mut j = Journal {
         fingerprint: header.fingerprint,
+        flags: header.flags,
         next_input: 0,
         done: Vec::new(),
         skipped: Vec::new(),
@@ -539,7 +554,7 @@ pub(super) fn prepare_output(
     let found = read(out, inputs, path_bytes)?;
     if let Some(f) = &found {
         // Before anything is deleted: a journal that is refused leaves the directory as it was.
-        same_conversion(f, fingerprint).map_err(|why| exists(why.into()))?;
+        same_conversion(f, fingerprint, &options.output_flags()).map_err(exists)?;
         check(&f.journal)?;
     }
     // Shards finished after the last journal entry (or with no journal) are redone.
@@ -572,19 +587,40 @@ pub(super) fn prepare_output(
 /// Refuses a journal of another conversion, saying why where the build that wrote it can
 /// be the reason: the fingerprint covers the listing, so a build that lists a source
 /// differently gives it another fingerprint too.
-fn same_conversion(f: &Found, fingerprint: u32) -> Result<(), &'static str> {
+fn same_conversion(
+    f: &Found,
+    fingerprint: u32,
+    flags: &BTreeMap<String, String>,
+) -> Result<(), String> {
     let legacy = f.whole_len.is_none();
     if legacy && f.journal.done.iter().any(|s| s.xxh3.is_none()) {
         // Format version 1 (CRC-32C shard digests): its shards cannot go into a version 2
         // dataset, whatever its fingerprint (which builds before 8aa1570, such as 405544c,
         // computed without the `max_file_size` flag, so it differs anyway).
-        return Err("holds a partial conversion by a stoker of format version 1 (its journal, .stoker-convert.json, lists shards with CRC-32C digests, not xxh3); this build writes version 2 and cannot continue it: convert into a new directory (or delete this one and convert again)");
+        return Err("holds a partial conversion by a stoker of format version 1 (its journal, .stoker-convert.json, lists shards with CRC-32C digests, not xxh3); this build writes version 2 and cannot continue it: convert into a new directory (or delete this one and convert again)".into());
     }
-    match (f.journal.fingerprint == fingerprint, legacy) {
-        (true, _) => Ok(()),
-        (false, true) => Err("holds a partial conversion of different inputs or flags, journaled by an older stoker (.stoker-convert.json): its fingerprint of the listing and flags differs from this one's, because the source, its files or the flags differ, or because that build listed them differently; --resume continues only the same conversion: rerun with the same source, spelled the same way, and the same flags, or convert into a new directory (or delete this one)"),
-        (false, false) => Err("holds a partial conversion of different inputs or flags: its journal's fingerprint of the listing and flags differs from this one's, because the source, its files or the flags differ, or because the stoker that wrote it listed them differently; --resume continues only the same conversion: rerun with the same source, spelled the same way, and the same flags, or convert into a new directory (or delete this one)"),
+    if f.journal.fingerprint == fingerprint {
+        return Ok(());
     }
+    // A journal that records its flags (version 4 on) names the one that differs.
+    // (The header's flags are the output flags alone: none is derived.)
+    if let Some((name, there, here)) = f
+        .journal
+        .flags
+        .as_ref()
+        .and_then(|t| other_flag(t, flags, &[]))
+    {
+        return Err(format!(
+            "holds a partial conversion begun with other flags: its journal has `{name}` \
+             {there}, this run {here}; --resume continues only the same conversion: rerun \
+             with its flags, or convert into a new directory (or delete this one)"
+        ));
+    }
+    Err(match legacy {
+        true => "holds a partial conversion of different inputs or flags, journaled by an older stoker (.stoker-convert.json): its fingerprint of the listing and flags differs from this one's, because the source, its files or the flags differ, or because that build listed them differently; --resume continues only the same conversion: rerun with the same source, spelled the same way, and the same flags, or convert into a new directory (or delete this one)",
+        false => "holds a partial conversion of different inputs or flags: its journal's fingerprint of the listing and flags differs from this one's, because the source, its files or the flags differ, or because the stoker that wrote it listed them differently; --resume continues only the same conversion: rerun with the same source, spelled the same way, and the same flags, or convert into a new directory (or delete this one)",
+    }
+    .into())
 }
 
 #[cfg(test)]

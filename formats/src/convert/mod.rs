@@ -52,6 +52,7 @@ pub use chunk_done::ChunkDone;
 use journal::prepare_output;
 pub use journal::JOURNAL_FILE;
 pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
+use options::other_flag;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MAX_SIDE, MIN_SHARD_BYTES};
 pub(crate) use out_path::refuse_non_directory;
 pub use part::{Part, MAX_PARTS};
@@ -168,7 +169,7 @@ pub fn convert(
     let per_shard = options.records_per_shard(listing.inputs.len());
     let writer_opts = options.writer_options(per_shard);
     let (mut writer, mut totals, start_input, mut log) =
-        journal::resume(out, fingerprint, writer_opts, journal)?;
+        journal::resume(options, fingerprint, writer_opts, journal)?;
     // `--shard-size` below the floor is refused; `--shards N` cannot know its shards' bytes
     // until they are written, so the writer holds each until it reaches the floor.
     writer.set_min_shard_bytes(MIN_SHARD_BYTES);
@@ -602,7 +603,8 @@ fn not_this_conversion(
     }
     // The listing's fingerprint covers the flags: a run with another flag is told which,
     // not only that two checksums differ.
-    if let Some((name, there, here)) = other_flag(&m.provenance.flags, flags) {
+    let derived = [LISTING_FLAG, ORDER_FLAG];
+    if let Some((name, there, here)) = other_flag(&m.provenance.flags, flags, &derived) {
         return format!(
             "already holds a finished conversion made with other flags: its manifest.json has \
              `{name}` {there}, this run {here}; --resume continues only the same conversion: \
@@ -617,23 +619,6 @@ fn not_this_conversion(
         return "already holds a finished dataset made by an older stoker, which did not record which inputs it converted (no `listing` flag in manifest.json), so --resume cannot tell whether it is this conversion: if that run converted this same source with these flags, it is finished and there is nothing to do; otherwise convert into a new directory (or delete this one)".into();
     }
     "already holds a finished conversion of other inputs or flags (manifest.json: its listing fingerprint differs from this one's, because the source, its files or the flags differ, or because the stoker that made it listed them differently; --resume continues only the same source, spelled the same way, with the same flags); choose another output directory or delete it".into()
-}
-
-/// The first output flag (not a derived one) that `there` and `here` give differently:
-/// its name and both values, quoted (`absent` where one lacks it).
-fn other_flag(
-    there: &BTreeMap<String, String>,
-    here: &BTreeMap<String, String>,
-) -> Option<(String, String, String)> {
-    let shown = |v: Option<&String>| v.map_or_else(|| "absent".into(), |v| format!("{v:?}"));
-    let mut names: Vec<&String> = there.keys().chain(here.keys()).collect();
-    names.sort();
-    names.dedup();
-    names
-        .into_iter()
-        .filter(|name| ![LISTING_FLAG, ORDER_FLAG].contains(&name.as_str()))
-        .find(|name| there.get(*name) != here.get(*name))
-        .map(|name| (name.clone(), shown(there.get(name)), shown(here.get(name))))
 }
 
 /// A checksum of everything that determines the output: the input list and the output flags.

@@ -341,6 +341,24 @@ impl ConvertOptions {
     }
 }
 
+/// The first output flag (of those not in `derived`) that `there` and `here` give
+/// differently: its name and both values, quoted (`absent` where one lacks it).
+pub(super) fn other_flag(
+    there: &BTreeMap<String, String>,
+    here: &BTreeMap<String, String>,
+    derived: &[&str],
+) -> Option<(String, String, String)> {
+    let shown = |v: Option<&String>| v.map_or_else(|| "absent".into(), |v| format!("{v:?}"));
+    let mut names: Vec<&String> = there.keys().chain(here.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|name| !derived.contains(&name.as_str()))
+        .find(|name| there.get(*name) != here.get(*name))
+        .map(|name| (name.clone(), shown(there.get(name)), shown(here.get(name))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
