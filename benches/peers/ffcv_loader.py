@@ -259,17 +259,10 @@ def compare_conversions(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pc.add_loader_arguments(p)
-    here = os.path.dirname(os.path.abspath(__file__))
+    pc.add_front_arguments(p, "ffcv-peer")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of FFCV's writer (its default: 90)")
-    p.add_argument("--work", default=os.path.join(here, "..", "..", "target", "tmp", "ffcv-peer"),
-                   help="where the .beton and its JPEG folder are written (kept between runs)")
     p.add_argument("--write-mode", choices=["jpg", "raw"], default="jpg",
                    help="what FFCV stores: JPEG bytes (decoded when loading) or pixels")
-    p.add_argument("--output", choices=["f32", "u8"], default="f32",
-                   help="normalized float32 batches, or uint8 pixels (normalized later on the GPU)")
-    p.add_argument("--front", choices=["rust", "python"], default="rust",
-                   help="stoker's side: the Rust example (--compare BIN) or the Python package")
-    p.add_argument("--stoker-dataset", help=argparse.SUPPRESS)  # a --front python round
     p.add_argument("--convert", action="store_true", help="time the conversions instead of the loaders")
     p.add_argument("--converter", choices=["ffcv", "stoker"], help=argparse.SUPPRESS)  # a --convert round
     p.add_argument("--convert-into", help=argparse.SUPPRESS)

@@ -7,6 +7,7 @@ A peer prints one JSON object as its last stdout line:
 so a runner can print the row and say why instead of failing.
 """
 
+import argparse
 import json
 import os
 import subprocess
@@ -127,6 +128,20 @@ def run_peer_process(script, a, flags, r):
     ).stdout
     print(out, end="", flush=True)
     return last_json_line(out)
+
+
+def add_front_arguments(parser, work):
+    """The flags of the peers whose stoker side may be the Python package: `--output`,
+    `--front`, `--work` (default `target/tmp/WORK`) and the hidden `--stoker-dataset` of a
+    `--front python` round."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--output", choices=["f32", "u8"], default="f32",
+                        help="normalized float32 batches, or uint8 pixels (normalized later on the GPU)")
+    parser.add_argument("--front", choices=["rust", "python"], default="rust",
+                        help="stoker's side: the Rust example (--compare BIN) or the Python package")
+    parser.add_argument("--work", default=os.path.join(here, "..", "..", "target", "tmp", work),
+                        help="where the peer's and stoker's datasets are written (kept between runs)")
+    parser.add_argument("--stoker-dataset", help=argparse.SUPPRESS)  # a --front python round
 
 
 def stoker_dataset(folder, work, raw=None):

@@ -93,16 +93,9 @@ def run_peer(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     pc.add_loader_arguments(p)
-    here = os.path.dirname(os.path.abspath(__file__))
+    pc.add_front_arguments(p, "torchvision-peer")
     p.add_argument("--decode", choices=["pil", "torchvision"], default="pil",
                    help="ImageFolder's PIL loader, or torchvision.io.decode_jpeg")
-    p.add_argument("--output", choices=["f32", "u8"], default="f32",
-                   help="normalized float32 batches, or uint8 pixels (normalized later on the GPU)")
-    p.add_argument("--front", choices=["rust", "python"], default="rust",
-                   help="stoker's side: the Rust example (--compare BIN) or the Python package")
-    p.add_argument("--work", default=os.path.join(here, "..", "..", "target", "tmp", "torchvision-peer"),
-                   help="where --front python's dataset is converted (kept between runs)")
-    p.add_argument("--stoker-dataset", help=argparse.SUPPRESS)  # a --front python round
     a = p.parse_args()
     if a.stoker_dataset:
         pc.run_stoker_python(a)
