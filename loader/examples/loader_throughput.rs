@@ -88,17 +88,31 @@ fn parse() -> Result<Args, String> {
     Ok(args)
 }
 
+/// The JPEG files under `dir`, as paths relative to the folder `--images` names (`rel` is
+/// `dir`'s), in any order.
+fn jpegs_under(dir: &std::path::Path, rel: &str, out: &mut Vec<String>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = format!("{rel}{}", entry.file_name().to_string_lossy());
+        if entry.file_type()?.is_dir() {
+            jpegs_under(&entry.path(), &format!("{name}/"), out)?;
+        } else if [".jpg", ".jpeg"]
+            .iter()
+            .any(|e| name.to_ascii_lowercase().ends_with(e))
+        {
+            out.push(name);
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse()?;
-    // The JPEG files as a list (all label 0): bench/ is a flat directory, not an ImageFolder.
+    // The JPEG files under the folder as a list (all label 0): the bench set is a flat
+    // folder, not an ImageFolder, and the peers' scripts take every JPEG under theirs.
     let tmp = tempfile::tempdir()?;
-    let mut names: Vec<String> = std::fs::read_dir(&args.images)?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| {
-            n.to_ascii_lowercase().ends_with(".jpg") || n.to_ascii_lowercase().ends_with(".jpeg")
-        })
-        .collect();
+    let mut names = Vec::new();
+    jpegs_under(&args.images, "", &mut names)?;
     names.sort();
     let list = tmp.path().join("list.csv");
     std::fs::write(
