@@ -97,13 +97,9 @@ def run_peer(a):
     images, secs = pc.time_epochs(run_epoch, a.epochs)
     shape = np.asarray(pipe.run()[0].as_tensor()).shape
     del pipe
-    rate = images / secs
-    print(
-        f"DALI {nvidia.dali.__version__} CPU pipeline ({a.workers} threads): {images} images in "
-        f"{secs:.2f} s = {rate:.1f} img/s (batch {a.batch}, {a.size}px, output {shape} float32)",
-        flush=True,
-    )
-    return pc.loader_result("dali-cpu", images, secs)
+    return pc.loader_result("dali-cpu", images, secs,
+                            f"DALI {nvidia.dali.__version__} CPU pipeline ({a.workers} threads)",
+                            f"batch {a.batch}, {a.size}px, output {shape} float32")
 
 
 def main():

@@ -196,14 +196,11 @@ def run_peer(a):
 
     images, secs = pc.time_batches(loader, a.epochs)  # the warm-up epoch compiles Numba's code
     batch, _ = next(iter(loader))
-    rate = images / secs
-    print(
-        f"FFCV {importlib.metadata.version('ffcv')} ({a.workers} workers): {images} images in {secs:.2f} s = "
-        f"{rate:.1f} img/s (batch {a.batch}, {a.size}px, output {tuple(batch.shape)} "
-        f"{str(batch.dtype).removeprefix('torch.')}, channels-last {batch.is_contiguous(memory_format=torch.channels_last)})",
-        flush=True,
-    )
-    return pc.loader_result("ffcv", images, secs)
+    channels_last = batch.is_contiguous(memory_format=torch.channels_last)
+    return pc.loader_result(
+        "ffcv", images, secs, f"FFCV {importlib.metadata.version('ffcv')} ({a.workers} workers)",
+        f"batch {a.batch}, {a.size}px, output {tuple(batch.shape)} "
+        f"{str(batch.dtype).removeprefix('torch.')}, channels-last {channels_last}")
 
 
 def one_size(files):

@@ -85,9 +85,12 @@ def last_json_line(text):
     return json.loads([line for line in text.splitlines() if line.startswith("{")][-1])
 
 
-def loader_result(peer, images, secs):
+def loader_result(peer, images, secs, label=None, detail=""):
     """Prints and returns a loader peer's JSON line, in the form of the
-    `loader_throughput` example's (`peer`, `images`, `seconds`, `img_per_s`)."""
+    `loader_throughput` example's (`peer`, `images`, `seconds`, `img_per_s`); with a
+    `label`, first the line people read: `label: N images in S s = R img/s (detail)`."""
+    if label:
+        print(f"{label}: {images} images in {secs:.2f} s = {images / secs:.1f} img/s ({detail})", flush=True)
     result = {"peer": peer, "images": images, "seconds": round(secs, 3), "img_per_s": round(images / secs, 1)}
     print(json.dumps(result), flush=True)
     return result
@@ -184,9 +187,9 @@ def run_stoker_python(a):
         return images
 
     images, secs = time_epochs(run_epoch, a.epochs)
-    print(f"stoker {stoker.__version__} Python package ({a.workers} workers): {images} images in "
-          f"{secs:.2f} s = {images / secs:.1f} img/s (batch {a.batch}, {a.size}px, {a.output})", flush=True)
-    return loader_result("stoker-python", images, secs)
+    return loader_result("stoker-python", images, secs,
+                         f"stoker {stoker.__version__} Python package ({a.workers} workers)",
+                         f"batch {a.batch}, {a.size}px, {a.output}")
 
 
 def run_loader_example(a, extra=()):

@@ -174,13 +174,10 @@ def run_peer(a):
         del ring
         shm.close()
         shm.unlink()
-    rate = images / secs
-    print(
-        f"torch-style loader (PIL {Image.__version__}, numpy {np.__version__}, {a.workers} worker processes): "
-        f"{images} images in {secs:.2f} s = {rate:.1f} img/s (batch {a.batch}, {a.size}px)",
-        flush=True,
-    )
-    return pc.loader_result("pil-numpy-mp", images, secs)
+    return pc.loader_result(
+        "pil-numpy-mp", images, secs,
+        f"torch-style loader (PIL {Image.__version__}, numpy {np.__version__}, {a.workers} worker processes)",
+        f"batch {a.batch}, {a.size}px")
 
 
 def parity(directory, size=224):

@@ -81,13 +81,11 @@ def run_peer(a):
 
     images, secs = pc.time_batches(loader, a.epochs)  # the warm-up epoch starts the workers
     batch, _ = next(iter(loader))
-    print(
+    return pc.loader_result(
+        f"torchvision-{a.decode}", images, secs,
         f"torch {torch.__version__} DataLoader + torchvision {torchvision.__version__} "
-        f"({a.workers} workers, {a.decode} decode): {images} images in {secs:.2f} s = "
-        f"{images / secs:.1f} img/s (batch {a.batch}, {a.size}px, output {tuple(batch.shape)} {batch.dtype})",
-        flush=True,
-    )
-    return pc.loader_result(f"torchvision-{a.decode}", images, secs)
+        f"({a.workers} workers, {a.decode} decode)",
+        f"batch {a.batch}, {a.size}px, output {tuple(batch.shape)} {batch.dtype}")
 
 
 def main():

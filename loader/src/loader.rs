@@ -343,8 +343,8 @@ impl Loader {
         if self.process.forked() {
             // In a fork the threads of the early start and of the order drawn ahead do
             // not exist: stopping them would wait forever (or panic joining). Leak them.
-            // `try_lock`: a parent thread that held the lock at the fork never releases
-            // it here, and whatever it guards is the parent's anyway.
+            // Not waiting for the lock: a parent thread that held it at the fork never
+            // releases it here, and whatever it guards is the parent's anyway.
             if let Some(mut early) = lock_unless_held(&self.early) {
                 std::mem::forget(early.take());
             }
