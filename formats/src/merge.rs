@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::convert::audit::Audit;
 use crate::convert::lock::OutputLock;
+use crate::convert::other_flag;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
 use crate::source_map::SOURCES_FILE;
 use crate::text::Lossless;
@@ -685,20 +686,16 @@ fn difference(
         return Some((format!("the name of class {i}"), dbg(a), dbg(b)));
     }
     let (here, there) = (&m.provenance.flags, &first.provenance.flags);
-    let derived = |name: &str| DERIVED_FLAGS.contains(&name);
-    let mut names: Vec<&String> = here.keys().chain(there.keys()).collect();
-    // The flags given before the derived ones (`listing` follows from the others).
-    names.sort_by_key(|name| (derived(name), *name));
-    names.dedup();
-    let flag = names.into_iter().find_map(|name| {
-        let (a, b) = (here.get(name), there.get(name));
-        let derived = derived(name);
-        if a == b || (derived && (a.is_none() || b.is_none())) {
-            return None;
-        }
-        let shown = |v: Option<&String>| v.map_or_else(|| "absent".into(), dbg);
-        Some((format!("the provenance flag `{name}`"), shown(a), shown(b)))
-    });
+    // The flags given before the derived ones (`listing` follows from the others), which
+    // count only where both parts have them.
+    let derived = DERIVED_FLAGS
+        .iter()
+        .find_map(|&name| match (here.get(name), there.get(name)) {
+            (Some(a), Some(b)) if a != b => Some((name.to_string(), dbg(a), dbg(b))),
+            _ => None,
+        });
+    let flag = other_flag(here, there, &DERIVED_FLAGS).or(derived);
+    let flag = flag.map(|(name, a, b)| (format!("the provenance flag `{name}`"), a, b));
     flag.or_else(|| {
         (p.listing != fp.listing).then(|| {
             (

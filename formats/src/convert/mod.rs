@@ -52,7 +52,7 @@ pub use chunk_done::ChunkDone;
 use journal::prepare_output;
 pub use journal::JOURNAL_FILE;
 pub(crate) use journal::LEGACY_FILE as LEGACY_JOURNAL_FILE;
-use options::other_flag;
+pub(crate) use options::other_flag;
 pub use options::{ConvertOptions, ResizeMode, MAX_JOBS, MAX_SIDE, MIN_SHARD_BYTES};
 pub(crate) use out_path::refuse_non_directory;
 pub use part::{Part, MAX_PARTS};

@@ -343,7 +343,7 @@ impl ConvertOptions {
 
 /// The first output flag (of those not in `derived`) that `there` and `here` give
 /// differently: its name and both values, quoted (`absent` where one lacks it).
-pub(super) fn other_flag(
+pub(crate) fn other_flag(
     there: &BTreeMap<String, String>,
     here: &BTreeMap<String, String>,
     derived: &[&str],
