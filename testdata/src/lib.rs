@@ -15,6 +15,8 @@
 //! - [`gpu_skip`]: the one line a GPU test prints when it finds no GPU, which
 //!   `scripts/device-check.sh` treats as a failure on the GPU machine.
 //! - [`heap`]: a counting allocator for the tests and benches that measure heap use.
+//! - [`other_format_samples`]: small PNG, GIF, BMP, TIFF, WebP and PPM/PGM/PAM images, made
+//!   by the `image` crate's encoders, for the tests that damage them.
 //! - [`fake_driver`]: a stand-in `libcuda.so` for machines where the driver loads and no
 //!   GPU can be used (no device, the toolkit's stub, a busy GPU).
 //! - [`child::run_test`]: a test run again in a child process; [`copy_tree`],
@@ -37,9 +39,11 @@ mod bench_set;
 pub mod child;
 pub mod fake_driver;
 pub mod heap;
+mod image_formats;
 mod mixed_set;
 
 pub use bench_set::{make_bench_set, BenchSetError, BENCH_FILES, BENCH_HEIGHT, BENCH_WIDTH};
+pub use image_formats::other_format_samples;
 pub use mixed_set::{make_mixed_set, plan_file, FilePlan, Kind, Mix, MIXED_FILES, MIXED_VERSION};
 
 /// Every file directly in `dir`, by name, with its bytes: two conversions (or an

@@ -32,6 +32,7 @@ mod source_root;
 use source_root::SourceRoot;
 mod strict_stop;
 mod tar_index;
+mod tiff_ifd;
 mod transcode;
 pub(crate) mod walk;
 pub use crate::text::lossless_text;

@@ -15,6 +15,7 @@ use stoker_decode::{primary_image_end, probe, CpuDecoder, DecodeMemory, ImageInf
 use super::audit::JpegClass;
 use super::image_kinds;
 use super::options::{ConvertOptions, ResizeMode};
+use super::tiff_ifd;
 use crate::record::Encoding;
 use crate::writer::RecordMeta;
 use crate::FormatError;
@@ -256,6 +257,9 @@ fn decode_other(
     if format == image::ImageFormat::Tiff {
         if let Some(why) = image_kinds::camera_raw(data) {
             return Err(image_kinds::camera_raw_reason(why));
+        }
+        if let Some(why) = tiff_ifd::overlong_entry(data) {
+            return Err(format!("corrupt {format:?}: {why}"));
         }
     }
     let (w, h) = image::ImageReader::with_format(Cursor::new(data), format)

@@ -1,0 +1,188 @@
+//! Damaged images of every format besides JPEG that the converter reads (PNG, GIF, BMP,
+//! TIFF, WebP, PPM/PGM/PAM), decoded by the `image` crate: each is converted or skipped
+//! with a reason, never a panic (the converter catches one and skips the file, which would
+//! still be a bug of a decoder), a hang or a runaway allocation. JPEG has its own
+//! (`decode/tests/robustness.rs`); the `images` fuzz target searches further (fuzz/README.md).
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use stoker_formats::{verify, ConvertReport, Dataset, SampleOptions, SampleWriter};
+use stoker_testdata::heap::{self, Counting};
+use stoker_testdata::other_format_samples;
+
+#[global_allocator]
+static HEAP: Counting = Counting;
+
+/// Mutants of each sample: about 38,000 inputs, about a second.
+const MUTANTS: usize = 2000;
+
+/// The pixel limit of the conversion: a damaged header may claim any size up to it, so
+/// what a decode may take stays bounded (the converter lets the `image` crate allocate up
+/// to 16 bytes a pixel, and holds 3 more for RGB).
+const MAX_PIXELS: u64 = 1 << 20;
+
+/// More than the decodes may take at once (two threads, each at most ~19 bytes a pixel of
+/// `MAX_PIXELS`, with its chunk of inputs; about 6 MB is measured), far less than a runaway
+/// allocation: a damaged TIFF count made the `tiff` crate reserve 100-200 MB before the
+/// converter checked TIFF directories (`tiff_ifd`).
+const PEAK_LIMIT: usize = 64 << 20;
+
+/// A xorshift generator: the same mutants on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// CRC-32 (ISO-HDLC, PNG's), bitwise: a test's few thousand short chunks.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
+/// Rewrites the CRC of every whole chunk of a PNG, so that a mutant reaches the decoder's
+/// handling of what it damaged instead of stopping at the first checksum.
+fn fix_png_crcs(png: &mut [u8]) {
+    let mut at = 8;
+    while at + 12 <= png.len() {
+        let len = u32::from_be_bytes(png[at..at + 4].try_into().unwrap()) as usize;
+        let Some(end) = (at + 8).checked_add(len).filter(|&e| e + 4 <= png.len()) else {
+            return;
+        };
+        let crc = crc32(&png[at + 4..end]);
+        png[end..end + 4].copy_from_slice(&crc.to_be_bytes());
+        at = end + 4;
+    }
+}
+
+/// One mutant of `seed`: bits flipped, bytes overwritten (in the header more often, with
+/// values that make sizes and counts extreme), a cut, or a run repeated.
+fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut m = seed.to_vec();
+    for _ in 0..1 + rng.below(3) {
+        let header = m.len().min(64);
+        match rng.below(6) {
+            0 => {
+                let at = rng.below(m.len());
+                m[at] ^= 1 << rng.below(8);
+            }
+            1 => {
+                let at = rng.below(header);
+                m[at] = rng.next() as u8;
+            }
+            2 => {
+                let fill = [0x00, 0xFF, 0x7F, 0x80][rng.below(4)];
+                let at = rng.below(header.saturating_sub(4).max(1));
+                let end = (at + 1 + rng.below(4)).min(m.len());
+                m[at..end].fill(fill);
+            }
+            3 => m.truncate(1 + rng.below(m.len())),
+            4 => {
+                let at = rng.below(m.len());
+                let end = (at + 1 + rng.below(32)).min(m.len());
+                let run = m[at..end].to_vec();
+                let to = rng.below(m.len());
+                m.splice(to..to, run);
+            }
+            _ => {
+                let at = rng.below(m.len());
+                m[at] = rng.next() as u8;
+            }
+        }
+        if m.is_empty() {
+            m.push(0);
+        }
+    }
+    if m.starts_with(b"\x89PNG") && rng.below(4) != 0 {
+        fix_png_crcs(&mut m);
+    }
+    m
+}
+
+/// Writes the samples, each followed by its `MUTANTS` mutants (made one at a time, so the
+/// heap counted is the writer's), as one dataset in `out`: the report, the number of
+/// inputs, and the most heap the writing held above what it started with.
+fn write(out: &std::path::Path) -> (ConvertReport, u64, usize) {
+    let mut options = SampleOptions::new("image_damage test");
+    options.max_pixels = MAX_PIXELS;
+    options.jobs = Some(2);
+    let seeds = other_format_samples();
+    let mut rng = Rng(0x5EED_1A6E_D00D_F00D);
+    let before = heap::start_peak();
+    let mut w = SampleWriter::create(out, options, Some(vec!["image".into()])).unwrap();
+    let mut inputs = 0;
+    for (name, bytes) in &seeds {
+        w.write(bytes.as_slice(), 0, name).unwrap();
+        for k in 0..MUTANTS {
+            let mutant = mutate(bytes, &mut rng);
+            w.write(mutant, 0, &format!("{name} mutant {k}")).unwrap();
+        }
+        inputs += 1 + MUTANTS as u64;
+    }
+    let report = w.finish().unwrap();
+    (report, inputs, heap::peak().saturating_sub(before))
+}
+
+#[test]
+fn damaged_images_of_every_other_format_are_skipped_or_converted_without_panic_hang_or_runaway_memory(
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let (tx, rx) = mpsc::channel();
+    {
+        let out = out.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(write(&out));
+        });
+    }
+    // A decoder that loops for ever on one input fails the test here, not CI's time limit.
+    let (report, inputs, peak) = rx
+        .recv_timeout(Duration::from_secs(300))
+        .expect("the writer ended (a hang on a damaged image, or a panic outside the decoders)");
+
+    assert_eq!(report.written + report.skipped.len() as u64, inputs);
+    let panics: Vec<_> = report
+        .skipped
+        .iter()
+        .filter(|s| s.reason.contains("panic"))
+        .map(|s| format!("{}: {}", s.path.display(), s.reason))
+        .collect();
+    assert!(panics.is_empty(), "a decoder panicked on: {panics:?}");
+    let seeds_skipped: Vec<_> = report
+        .skipped
+        .iter()
+        .filter(|s| !s.path.to_string_lossy().contains("mutant"))
+        .map(|s| format!("{}: {}", s.path.display(), s.reason))
+        .collect();
+    assert!(
+        seeds_skipped.is_empty(),
+        "undamaged samples skipped: {seeds_skipped:?}"
+    );
+    assert!(
+        peak < PEAK_LIMIT,
+        "writing held {peak} bytes of heap at its peak, over {PEAK_LIMIT}"
+    );
+    // Both outcomes are met (the mutants are neither all harmless nor all fatal), and every
+    // record written reads back as a sound JPEG.
+    assert!(report.written > 2 * other_format_samples().len() as u64);
+    assert!(report.skipped.len() as u64 > inputs / 4);
+    let ds = Dataset::open(&out).unwrap();
+    let v = verify(&ds, true).unwrap();
+    assert!(v.ok(), "the dataset fails verify --decode: {:?}", v.bad);
+}
