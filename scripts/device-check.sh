@@ -14,20 +14,25 @@
 # and appends rows `name<TAB>value<TAB>unit<TAB>note` to $OUT/table.tsv.
 # The short table is printed last. PARTS=GLOB (e.g. PARTS="20-*") runs only matching parts.
 # All parts together take longer than one device call may run (600 s), and a session's
-# device time (15 min, start-up included) holds about two calls. Issue 21's acceptance in
-# one call (run 8: 320 s for decode, mixed data and the raw window; the rows with
-# nvJPEG's memory from stoker's caches (`*_cached`, decode/tests/gpu_memory.rs), the
+# device time (15 min, start-up of a few minutes included) holds about two calls. Issue 21's
+# acceptance in one call (run 8: 320 s for decode, mixed data and the raw window; the rows
+# with nvJPEG's memory from stoker's caches (`*_cached`, decode/tests/gpu_memory.rs), the
 # legacy-stream `beside_*` rows and the low-priority fed peer add about 150 s, most of it
 # in part 50, and part 55's three runs of the locked part (`*_part`, `raw_staged`) perhaps
-# 60 s; part 60, the blocking waits, about 60 s):
+# 60 s: about 530 s in all):
 #   PARTS="[15]*" PART_TIMEOUT=300 DECODE_SECONDS=2 BENCH_SECONDS=2 bash scripts/device-check.sh
-# then, at once while the machine is warm (not yet run on this code: the loader's GPU
-# tests and runs, the Python package's GPU rows with a real ResNet-50 fed on mixed data, and
-# the bfloat16 kernel: kernel_matches_its_reference_on_the_gpu, gpu.rs's CPU/GPU comparisons
-# of both bfloat16 layouts, python_bf16_gpu; and the datasets earlier builds wrote, on the
-# GPU: golden_datasets_of_earlier_builds_load_on_the_gpu_as_on_the_cpu):
-#   PARTS="[24]0-[lp]*" QUICK=1 PART_TIMEOUT=300 bash scripts/device-check.sh
-# Parts 30, 35 and 40-node-share (bench, cold epochs, node share) need a session of their own.
+# then, at once while the machine is warm, the loader's GPU tests, not yet run on this code
+# (the bfloat16 kernel: kernel_matches_its_reference_on_the_gpu, gpu.rs's CPU/GPU
+# comparisons of both bfloat16 layouts; and the datasets earlier builds wrote, on the GPU:
+# golden_datasets_of_earlier_builds_load_on_the_gpu_as_on_the_cpu; run 4: 71 s for the
+# whole part, with half of today's GPU loaders):
+#   PARTS="20-*" QUICK=1 PART_TIMEOUT=200 bash scripts/device-check.sh
+# Part 40-python (the Python package's GPU rows, python_bf16_gpu, a real ResNet-50 fed on
+# mixed data; never run yet) needs more than a session's remainder: its two runs have limits
+# of 300 s and 150 s, so PART_TIMEOUT=480 and a call of its own (the next session's first,
+# or this one's second instead of part 20). Part 60 (blocking waits) was measured in run 7
+# and is not part of these calls. Parts 30, 35 and 40-node-share (bench, cold epochs, node
+# share) need a session of their own.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The binaries are unpacked outside the tree, afresh each run (a second, same-named

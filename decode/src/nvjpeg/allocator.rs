@@ -192,7 +192,7 @@ impl Caches {
 impl Drop for Caches {
     fn drop(&mut self) {
         // The caches give their blocks back after this, on this context.
-        if let Err(e) = self.ctx.bind_to_thread() {
+        if let Err(e) = crate::bind_context(&self.ctx) {
             tracing::warn!("nvJPEG memory: binding the context to give blocks back failed ({e})");
         }
     }
@@ -277,7 +277,9 @@ fn with_caches(ctx: *mut c_void, body: impl FnOnce(&Caches) -> c_int) -> c_int {
     // makes for it.
     let caches = unsafe { &*(ctx as *const Caches) };
     catch_unwind(AssertUnwindSafe(|| {
-        if caches.ctx.bind_to_thread().is_err() {
+        // `bind_context`: a first bind also returns an error that an earlier call on
+        // the context left behind, which would fail this allocation for nothing.
+        if crate::bind_context(&caches.ctx).is_err() {
             return NO_MEMORY;
         }
         body(caches)

@@ -6,12 +6,24 @@ use std::path::{Path, PathBuf};
 /// Each `.rs` file under the workspace folders `dirs` (relative to the workspace root;
 /// one that does not exist is skipped), with its text.
 pub(super) fn rust_sources(dirs: &[&str]) -> Vec<(PathBuf, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = workspace_root();
     let mut files = Vec::new();
     for dir in dirs {
         walk(&root.join(dir), &mut files);
     }
     files
+}
+
+/// The workspace the test was built in, or else the working directory: a test executable
+/// carried to the GPU machine runs there from the root of a copy of the tree at another
+/// path (`scripts/device-check.sh`), where the path compiled in does not exist.
+fn workspace_root() -> PathBuf {
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let here = PathBuf::from(".");
+    [built, here]
+        .into_iter()
+        .find(|root| root.join("loader/src/gpu").is_dir())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
 }
 
 fn walk(dir: &Path, files: &mut Vec<(PathBuf, String)>) {
