@@ -2,8 +2,9 @@
 //! `shard/` (a record count and a shard file, per `stoker_fuzz::shard_seeds`), `manifest/`
 //! (the manifest of the dataset the `manifest` target reads), `tar/` (WebDataset shards
 //! of small conformance JPEGs in GNU, ustar and old headers, with a directory and a long
-//! name among the members, and one named by a PAX record) and `journal/` (the journal of
-//! the killed conversion the `journal` target resumes).
+//! name among the members, and one named by a PAX record), `journal/` (the journal of
+//! the killed conversion the `journal` target resumes) and `images/` (small images of every
+//! format besides JPEG that the converter reads, `stoker_testdata::other_format_samples`).
 
 use std::path::Path;
 
@@ -14,8 +15,11 @@ use stoker_fuzz::{killed_conversion, manifest_template, shard_seeds, write_datas
 fn main() {
     let corpus = Path::new("corpus");
     let work = std::env::temp_dir().join(format!("stoker-fuzz-seeds-{}", std::process::id()));
-    for sub in ["shard", "manifest", "tar", "journal"] {
+    for sub in ["shard", "manifest", "tar", "journal", "images"] {
         std::fs::create_dir_all(corpus.join(sub)).unwrap();
+    }
+    for (name, bytes) in stoker_testdata::other_format_samples() {
+        std::fs::write(corpus.join("images").join(name), bytes).unwrap();
     }
     for (name, sizes) in shard_seeds() {
         let dir = work.join(name);
