@@ -1,10 +1,11 @@
 //! Damaged images of every format besides JPEG that the converter reads (PNG, GIF, BMP,
 //! TIFF, WebP, PPM/PGM/PAM), decoded by the `image` crate: each is converted or skipped
 //! with a reason, never a panic (the converter catches one and skips the file, which would
-//! still be a bug of a decoder), a hang or a runaway allocation. JPEG has its own
+//! still be a bug of a decoder), a hang or a runaway allocation; and PNG metadata that
+//! inflates far beyond its file takes bounded memory. JPEG has its own
 //! (`decode/tests/robustness.rs`); the `images` fuzz target searches further (fuzz/README.md).
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex, PoisonError};
 use std::time::Duration;
 
 use stoker_formats::{verify, ConvertReport, Dataset, SampleOptions, SampleWriter};
@@ -13,6 +14,9 @@ use stoker_testdata::other_format_samples;
 
 #[global_allocator]
 static HEAP: Counting = Counting;
+
+/// Held by each test while it counts the heap: the counts are the process's.
+static HEAP_COUNTED: Mutex<()> = Mutex::new(());
 
 /// Mutants of each sample: about 38,000 inputs, about a second.
 const MUTANTS: usize = 2000;
@@ -142,6 +146,7 @@ fn write(out: &std::path::Path) -> (ConvertReport, u64, usize) {
 #[test]
 fn damaged_images_of_every_other_format_are_skipped_or_converted_without_panic_hang_or_runaway_memory(
 ) {
+    let _counting = HEAP_COUNTED.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
     let (tx, rx) = mpsc::channel();
@@ -185,4 +190,91 @@ fn damaged_images_of_every_other_format_are_skipped_or_converted_without_panic_h
     let ds = Dataset::open(&out).unwrap();
     let v = verify(&ds, true).unwrap();
     assert!(v.ok(), "the dataset fails verify --decode: {:?}", v.bad);
+}
+
+/// A zlib stream that inflates to `len` zero bytes: a zero, then copies of 258 bytes at
+/// distance 1 (13 bits each) in one fixed-Huffman block; about `len / 160` bytes.
+fn zeros_zlib(len: u64) -> Vec<u8> {
+    let mut out = vec![0x78, 0x01];
+    let (mut acc, mut bits) = (0u64, 0u32);
+    // `count` bits of `v`, least significant first (Huffman codes are given reversed).
+    let mut put = |out: &mut Vec<u8>, v: u32, count: u32| {
+        acc |= u64::from(v) << bits;
+        bits += count;
+        while bits >= 8 {
+            out.push(acc as u8);
+            acc >>= 8;
+            bits -= 8;
+        }
+    };
+    let code = |v: u32, count: u32| v.reverse_bits() >> (32 - count);
+    put(&mut out, 1, 1); // the last block
+    put(&mut out, 1, 2); // fixed Huffman codes
+    let mut left = len;
+    while left > 0 {
+        if left >= 259 && left != len {
+            // Length 258 (symbol 285, 8 bits 11000101), distance 1 (code 0, 5 bits).
+            put(&mut out, code(0b1100_0101, 8), 8);
+            put(&mut out, 0, 5);
+            left -= 258;
+        } else {
+            // Literal 0 (8 bits 00110000).
+            put(&mut out, code(0b0011_0000, 8), 8);
+            left -= 1;
+        }
+    }
+    put(&mut out, 0, 7); // end of block (symbol 256)
+    put(&mut out, 0, 7); // flushes the last partial byte
+                         // Adler-32 of `len` zeros, big-endian.
+    let adler = ((len % 65521) << 16) | 1;
+    out.extend_from_slice(&(adler as u32).to_be_bytes());
+    out
+}
+
+/// A 1×1 RGB PNG with a chunk of `kind`, `data`.
+fn png_with(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
+    let chunk = |png: &mut Vec<u8>, kind: &[u8], data: &[u8]| {
+        png.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let start = png.len();
+        png.extend_from_slice(kind);
+        png.extend_from_slice(data);
+        let crc = crc32(&png[start..]);
+        png.extend_from_slice(&crc.to_be_bytes());
+    };
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    chunk(&mut png, b"IHDR", &[0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0]);
+    chunk(&mut png, kind, data);
+    chunk(&mut png, b"IDAT", &zeros_zlib(4));
+    chunk(&mut png, b"IEND", &[]);
+    png
+}
+
+#[test]
+fn a_png_profile_that_inflates_to_a_gigabyte_takes_16_mib_and_sound_metadata_is_read() {
+    let _counting = HEAP_COUNTED.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut profile = b"icc\0\0".to_vec();
+    profile.extend(zeros_zlib(1 << 30));
+    let mut text = b"comment\0".to_vec();
+    text.resize(3 << 20, b'a');
+    let samples = [
+        // 6.8 MB whose profile inflates to 1 GiB: the `png` crate drops a profile it
+        // cannot read whole, and the image converts.
+        ("profile bomb", png_with(b"iCCP", &profile)),
+        // A small image with 3 MiB of text (XMP, say), more than 16 bytes a pixel.
+        ("text", png_with(b"tEXt", &text)),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut options = SampleOptions::new("image_damage test");
+    options.jobs = Some(1);
+    let before = heap::start_peak();
+    let mut w = SampleWriter::create(dir.path().join("out"), options, None).unwrap();
+    for (name, png) in samples {
+        w.write(png, 0, name).unwrap();
+    }
+    let report = w.finish().unwrap();
+    let peak = heap::peak().saturating_sub(before);
+    assert_eq!(report.written, 2, "{:?}", report.skipped);
+    // The inflation stopped at the file's size and 16 MiB (it went to 512 MiB, `image`'s
+    // default limit, while the converter read the image's size).
+    assert!(peak < 64 << 20, "the writer held {peak} bytes at its peak");
 }

@@ -47,6 +47,13 @@ const NOT_AN_IMAGE: &str = "not an image (unrecognized file format)";
 /// The skip reason of an empty file.
 const EMPTY_FILE: &str = "empty file";
 
+/// What the `image` crate may allocate for a non-JPEG file's header and metadata (a PNG's
+/// ICC profile and text, a TIFF's directory values) beyond the file's own size and its
+/// pixels. Reading the size with `image`'s default limit of 512 MiB, a 1 MB PNG whose ICC
+/// profile inflates to gigabytes made a worker hold 512 MB; and a small image, decoded with
+/// no room beside its pixels, was skipped for a few megabytes of sound metadata.
+const METADATA_BYTES: u64 = 16 << 20;
+
 /// Whether `reason` is that of a file that is no image ([`Processed::not_image`]): for a
 /// resumed `--strict` conversion, whose journal keeps the reasons only.
 pub(super) fn is_not_an_image(reason: &str) -> bool {
@@ -262,12 +269,21 @@ fn decode_other(
             return Err(format!("corrupt {format:?}: {why}"));
         }
     }
-    let (w, h) = image::ImageReader::with_format(Cursor::new(data), format)
-        .into_dimensions()
-        .map_err(|e| match e {
-            image::ImageError::Unsupported(_) => unsupported(format, &e),
-            e => format!("bad {format:?} header: {e}"),
-        })?;
+    // Metadata read as stored takes at most the file's size; what inflates, 16 MiB more.
+    let metadata = (data.len() as u64).saturating_add(METADATA_BYTES);
+    let mut header = image::ImageReader::with_format(Cursor::new(data), format);
+    let mut limits = image::Limits::default();
+    limits.max_alloc = Some(metadata);
+    header.limits(limits);
+    let (w, h) = header.into_dimensions().map_err(|e| match e {
+        image::ImageError::Unsupported(_) => unsupported(format, &e),
+        image::ImageError::Limits(_) => format!(
+            "bad {format:?} header: {e} (reading its header and metadata needs more than its \
+             size and {} MiB)",
+            METADATA_BYTES >> 20
+        ),
+        e => format!("bad {format:?} header: {e}"),
+    })?;
     let pixels = u64::from(w) * u64::from(h);
     if pixels > max_pixels {
         return Err(format!(
@@ -281,7 +297,7 @@ fn decode_other(
     let mut limits = image::Limits::default();
     limits.max_image_width = Some(w);
     limits.max_image_height = Some(h);
-    limits.max_alloc = Some(pixels.saturating_mul(16).max(1 << 20));
+    limits.max_alloc = Some(pixels.saturating_mul(16).saturating_add(metadata));
     reader.limits(limits);
     let failed = |e: image::ImageError| match e {
         image::ImageError::Unsupported(_) => unsupported(format, &e),
