@@ -150,7 +150,7 @@ mod tests {
         // Just past the file: 201 BYTEs in 200 bytes.
         assert!(overlong_entry(&tiff(true, &[(700, 7, 201, 8)], 200)).is_some());
         assert!(overlong_entry(&tiff(true, &[(700, 7, 200, 8)], 200)).is_none());
-        // A count whose byte size overflows u64.
+        // The largest count a classic TIFF holds, of RATIONALs: 32 GiB.
         assert!(overlong_entry(&tiff(true, &[(273, 5, u32::MAX, 8)], 200)).is_some());
     }
 
