@@ -176,46 +176,11 @@ fn claiming_side(mut bytes: Vec<u8>, side: u16) -> Vec<u8> {
 
 /// A PNG whose header claims `side`×`side` RGB pixels, with one row of data.
 fn png_claiming_side(side: u32) -> Vec<u8> {
-    fn crc(bytes: &[u8]) -> u32 {
-        let mut c = !0u32;
-        for &b in bytes {
-            c ^= u32::from(b);
-            for _ in 0..8 {
-                c = if c & 1 == 1 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-            }
-        }
-        !c
-    }
-    fn chunk(out: &mut Vec<u8>, kind: &[u8], data: &[u8]) {
-        out.extend((data.len() as u32).to_be_bytes());
-        let start = out.len();
-        out.extend(kind);
-        out.extend(data);
-        let c = crc(&out[start..]);
-        out.extend(c.to_be_bytes());
-    }
     let mut ihdr = side.to_be_bytes().repeat(2);
     ihdr.extend([8, 2, 0, 0, 0]);
-    // zlib, one stored block: the filter byte and a row of black pixels (at most 64 KiB).
-    let row = vec![0u8; 1 + (side as usize * 3).min(60_000)];
-    let mut idat = vec![0x78, 0x01, 0x01];
-    idat.extend((row.len() as u16).to_le_bytes());
-    idat.extend((!(row.len() as u16)).to_le_bytes());
-    idat.extend(&row);
-    let (a, b) = row.iter().fold((1u32, 0u32), |(a, b), &x| {
-        let a = (a + u32::from(x)) % 65521;
-        (a, (b + a) % 65521)
-    });
-    idat.extend(((b << 16) | a).to_be_bytes());
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    chunk(&mut png, b"IHDR", &ihdr);
-    chunk(&mut png, b"IDAT", &idat);
-    chunk(&mut png, b"IEND", &[]);
-    png
+    // The filter byte and a row of black pixels (at most 60,000 bytes of them).
+    let idat = stoker_testdata::zeros_zlib(1 + (u64::from(side) * 3).min(60_000));
+    stoker_testdata::png_from_chunks(&[(b"IHDR", &ihdr), (b"IDAT", &idat)])
 }
 
 #[test]

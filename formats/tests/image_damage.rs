@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use stoker_formats::{verify, ConvertReport, Dataset, SampleOptions, SampleWriter};
 use stoker_testdata::heap::{self, Counting};
-use stoker_testdata::other_format_samples;
+use stoker_testdata::{other_format_samples, png_crc, png_from_chunks, zeros_zlib};
 
 #[global_allocator]
 static HEAP: Counting = Counting;
@@ -48,18 +48,6 @@ impl Rng {
     }
 }
 
-/// CRC-32 (ISO-HDLC, PNG's), bitwise: a test's few thousand short chunks.
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
-        }
-    }
-    !crc
-}
-
 /// Rewrites the CRC of every whole chunk of a PNG, so that a mutant reaches the decoder's
 /// handling of what it damaged instead of stopping at the first checksum.
 fn fix_png_crcs(png: &mut [u8]) {
@@ -69,7 +57,7 @@ fn fix_png_crcs(png: &mut [u8]) {
         let Some(end) = (at + 8).checked_add(len).filter(|&e| e + 4 <= png.len()) else {
             return;
         };
-        let crc = crc32(&png[at + 4..end]);
+        let crc = png_crc(&png[at + 4..end]);
         png[end..end + 4].copy_from_slice(&crc.to_be_bytes());
         at = end + 4;
     }
@@ -192,61 +180,10 @@ fn damaged_images_of_every_other_format_are_skipped_or_converted_without_panic_h
     assert!(v.ok(), "the dataset fails verify --decode: {:?}", v.bad);
 }
 
-/// A zlib stream that inflates to `len` zero bytes: a zero, then copies of 258 bytes at
-/// distance 1 (13 bits each) in one fixed-Huffman block; about `len / 160` bytes.
-fn zeros_zlib(len: u64) -> Vec<u8> {
-    let mut out = vec![0x78, 0x01];
-    let (mut acc, mut bits) = (0u64, 0u32);
-    // `count` bits of `v`, least significant first (Huffman codes are given reversed).
-    let mut put = |out: &mut Vec<u8>, v: u32, count: u32| {
-        acc |= u64::from(v) << bits;
-        bits += count;
-        while bits >= 8 {
-            out.push(acc as u8);
-            acc >>= 8;
-            bits -= 8;
-        }
-    };
-    let code = |v: u32, count: u32| v.reverse_bits() >> (32 - count);
-    put(&mut out, 1, 1); // the last block
-    put(&mut out, 1, 2); // fixed Huffman codes
-    let mut left = len;
-    while left > 0 {
-        if left >= 259 && left != len {
-            // Length 258 (symbol 285, 8 bits 11000101), distance 1 (code 0, 5 bits).
-            put(&mut out, code(0b1100_0101, 8), 8);
-            put(&mut out, 0, 5);
-            left -= 258;
-        } else {
-            // Literal 0 (8 bits 00110000).
-            put(&mut out, code(0b0011_0000, 8), 8);
-            left -= 1;
-        }
-    }
-    put(&mut out, 0, 7); // end of block (symbol 256)
-    put(&mut out, 0, 7); // flushes the last partial byte
-                         // Adler-32 of `len` zeros, big-endian.
-    let adler = ((len % 65521) << 16) | 1;
-    out.extend_from_slice(&(adler as u32).to_be_bytes());
-    out
-}
-
 /// A 1×1 RGB PNG with a chunk of `kind`, `data`.
 fn png_with(kind: &[u8; 4], data: &[u8]) -> Vec<u8> {
-    let chunk = |png: &mut Vec<u8>, kind: &[u8], data: &[u8]| {
-        png.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        let start = png.len();
-        png.extend_from_slice(kind);
-        png.extend_from_slice(data);
-        let crc = crc32(&png[start..]);
-        png.extend_from_slice(&crc.to_be_bytes());
-    };
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    chunk(&mut png, b"IHDR", &[0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0]);
-    chunk(&mut png, kind, data);
-    chunk(&mut png, b"IDAT", &zeros_zlib(4));
-    chunk(&mut png, b"IEND", &[]);
-    png
+    let ihdr = [0, 0, 0, 1, 0, 0, 0, 1, 8, 2, 0, 0, 0];
+    png_from_chunks(&[(b"IHDR", &ihdr), (kind, data), (b"IDAT", &zeros_zlib(4))])
 }
 
 #[test]

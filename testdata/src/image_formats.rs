@@ -2,7 +2,9 @@
 //! WebP, PPM/PGM/PAM), each in the colour types and variants its encoder writes: the seeds
 //! that the damaged-image test (`formats/tests/image_damage.rs`) mutates and the `images`
 //! fuzz target starts from. Made by the `image` crate's encoders rather than carried: they
-//! are a few hundred bytes each, and made the same on every run.
+//! are a few hundred bytes each, and made the same on every run. And the pieces of a PNG
+//! that no encoder writes (a header claiming more pixels than it holds, metadata that
+//! inflates a thousandfold), for the tests that need such files.
 
 use std::io::Cursor;
 
@@ -149,4 +151,88 @@ pub fn other_format_samples() -> Vec<(String, Vec<u8>)> {
         .into_iter()
         .map(|(name, bytes)| (name.to_owned(), bytes))
         .collect()
+}
+
+/// The CRC-32 of a PNG chunk (ISO-HDLC, over its type and data), bitwise: tests make
+/// only a few thousand short chunks.
+///
+/// ```
+/// assert_eq!(stoker_testdata::png_crc(b"IEND"), 0xAE42_6082);
+/// ```
+pub fn png_crc(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = (crc >> 1) ^ (0xEDB8_8320 & (crc & 1).wrapping_neg());
+        }
+    }
+    !crc
+}
+
+/// A PNG file of `chunks` (type and data, each given its length and CRC), between the
+/// signature and an `IEND`.
+///
+/// ```
+/// let ihdr = [0, 0, 0, 1, 0, 0, 0, 1, 8, 0, 0, 0, 0]; // 1×1, 8-bit grey
+/// let idat = stoker_testdata::zeros_zlib(2); // filter byte, one black pixel
+/// let png = stoker_testdata::png_from_chunks(&[(b"IHDR", &ihdr), (b"IDAT", &idat)]);
+/// assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.ends_with(&0xAE42_6082u32.to_be_bytes()));
+/// ```
+pub fn png_from_chunks(chunks: &[(&[u8; 4], &[u8])]) -> Vec<u8> {
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    for (kind, data) in chunks.iter().copied().chain([(b"IEND", &[][..])]) {
+        png.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let start = png.len();
+        png.extend_from_slice(kind);
+        png.extend_from_slice(data);
+        let crc = png_crc(&png[start..]);
+        png.extend_from_slice(&crc.to_be_bytes());
+    }
+    png
+}
+
+/// A zlib stream that inflates to `len` zero bytes in about `len / 160` bytes: a literal
+/// zero, then copies of 258 bytes at distance 1 (13 bits each), in one block of fixed
+/// Huffman codes, and the Adler-32 of the zeros.
+///
+/// ```
+/// let z = stoker_testdata::zeros_zlib(1 << 20);
+/// assert!(z.len() < 8_000);
+/// ```
+pub fn zeros_zlib(len: u64) -> Vec<u8> {
+    let mut out = vec![0x78, 0x01];
+    let (mut acc, mut bits) = (0u64, 0u32);
+    // `count` bits of `v`, least significant first (Huffman codes are given reversed).
+    let mut put = |out: &mut Vec<u8>, v: u32, count: u32| {
+        acc |= u64::from(v) << bits;
+        bits += count;
+        while bits >= 8 {
+            out.push(acc as u8);
+            acc >>= 8;
+            bits -= 8;
+        }
+    };
+    let code = |v: u32, count: u32| v.reverse_bits() >> (32 - count);
+    put(&mut out, 1, 1); // the last block
+    put(&mut out, 1, 2); // fixed Huffman codes
+    let mut left = len;
+    while left > 0 {
+        if left >= 259 && left != len {
+            // Length 258 (symbol 285, 8 bits 11000101), distance 1 (code 0, 5 bits).
+            put(&mut out, code(0b1100_0101, 8), 8);
+            put(&mut out, 0, 5);
+            left -= 258;
+        } else {
+            // Literal 0 (8 bits 00110000).
+            put(&mut out, code(0b0011_0000, 8), 8);
+            left -= 1;
+        }
+    }
+    put(&mut out, 0, 7); // end of block (symbol 256)
+    put(&mut out, 0, 7); // flushes the last partial byte
+                         // Adler-32 of `len` zeros, big-endian.
+    let adler = ((len % 65521) << 16) | 1;
+    out.extend_from_slice(&(adler as u32).to_be_bytes());
+    out
 }

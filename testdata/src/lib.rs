@@ -17,6 +17,7 @@
 //! - [`heap`]: a counting allocator for the tests and benches that measure heap use.
 //! - [`other_format_samples`]: small PNG, GIF, BMP, TIFF, WebP and PPM/PGM/PAM images, made
 //!   by the `image` crate's encoders, for the tests that damage them.
+//!   [`png_from_chunks`], [`png_crc`] and [`zeros_zlib`]: PNG files no encoder writes.
 //! - [`fake_driver`]: a stand-in `libcuda.so` for machines where the driver loads and no
 //!   GPU can be used (no device, the toolkit's stub, a busy GPU).
 //! - [`child::run_test`]: a test run again in a child process; [`copy_tree`],
@@ -43,7 +44,7 @@ mod image_formats;
 mod mixed_set;
 
 pub use bench_set::{make_bench_set, BenchSetError, BENCH_FILES, BENCH_HEIGHT, BENCH_WIDTH};
-pub use image_formats::other_format_samples;
+pub use image_formats::{other_format_samples, png_crc, png_from_chunks, zeros_zlib};
 pub use mixed_set::{make_mixed_set, plan_file, FilePlan, Kind, Mix, MIXED_FILES, MIXED_VERSION};
 
 /// Every file directly in `dir`, by name, with its bytes: two conversions (or an
