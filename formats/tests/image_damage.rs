@@ -8,6 +8,7 @@
 use std::sync::{mpsc, Mutex, PoisonError};
 use std::time::Duration;
 
+use stoker_formats::seeded::Rng;
 use stoker_formats::{verify, ConvertReport, Dataset, SampleOptions, SampleWriter};
 use stoker_testdata::heap::{self, Counting};
 use stoker_testdata::{other_format_samples, png_crc, png_from_chunks, zeros_zlib};
@@ -27,25 +28,15 @@ const MUTANTS: usize = 2000;
 const MAX_PIXELS: u64 = 1 << 20;
 
 /// More than the decodes may take at once (two threads, each at most ~19 bytes a pixel of
-/// `MAX_PIXELS`, with its chunk of inputs; about 6 MB is measured), far less than a runaway
+/// `MAX_PIXELS`, with its chunk of inputs; about 32 MB is measured), far less than a runaway
 /// allocation: a damaged TIFF count made the `tiff` crate reserve 100-200 MB before the
 /// converter checked TIFF directories (`tiff_ifd`).
 const PEAK_LIMIT: usize = 64 << 20;
 
-/// A xorshift generator: the same mutants on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
+/// Uniform in `0..n` (`n ≥ 1`) from the project's seeded generator: the same mutants on
+/// every run.
+fn pick(rng: &mut Rng, n: usize) -> usize {
+    rng.below(n as u64) as usize
 }
 
 /// Rewrites the CRC of every whole chunk of a PNG, so that a mutant reaches the decoder's
@@ -67,41 +58,41 @@ fn fix_png_crcs(png: &mut [u8]) {
 /// values that make sizes and counts extreme), a cut, or a run repeated.
 fn mutate(seed: &[u8], rng: &mut Rng) -> Vec<u8> {
     let mut m = seed.to_vec();
-    for _ in 0..1 + rng.below(3) {
+    for _ in 0..1 + pick(rng, 3) {
         let header = m.len().min(64);
-        match rng.below(6) {
+        match pick(rng, 6) {
             0 => {
-                let at = rng.below(m.len());
-                m[at] ^= 1 << rng.below(8);
+                let at = pick(rng, m.len());
+                m[at] ^= 1 << pick(rng, 8);
             }
             1 => {
-                let at = rng.below(header);
-                m[at] = rng.next() as u8;
+                let at = pick(rng, header);
+                m[at] = rng.next_u64() as u8;
             }
             2 => {
-                let fill = [0x00, 0xFF, 0x7F, 0x80][rng.below(4)];
-                let at = rng.below(header.saturating_sub(4).max(1));
-                let end = (at + 1 + rng.below(4)).min(m.len());
+                let fill = [0x00, 0xFF, 0x7F, 0x80][pick(rng, 4)];
+                let at = pick(rng, header.saturating_sub(4).max(1));
+                let end = (at + 1 + pick(rng, 4)).min(m.len());
                 m[at..end].fill(fill);
             }
-            3 => m.truncate(1 + rng.below(m.len())),
+            3 => m.truncate(1 + pick(rng, m.len())),
             4 => {
-                let at = rng.below(m.len());
-                let end = (at + 1 + rng.below(32)).min(m.len());
+                let at = pick(rng, m.len());
+                let end = (at + 1 + pick(rng, 32)).min(m.len());
                 let run = m[at..end].to_vec();
-                let to = rng.below(m.len());
+                let to = pick(rng, m.len());
                 m.splice(to..to, run);
             }
             _ => {
-                let at = rng.below(m.len());
-                m[at] = rng.next() as u8;
+                let at = pick(rng, m.len());
+                m[at] = rng.next_u64() as u8;
             }
         }
         if m.is_empty() {
             m.push(0);
         }
     }
-    if m.starts_with(b"\x89PNG") && rng.below(4) != 0 {
+    if m.starts_with(b"\x89PNG") && pick(rng, 4) != 0 {
         fix_png_crcs(&mut m);
     }
     m
@@ -115,7 +106,7 @@ fn write(out: &std::path::Path) -> (ConvertReport, u64, usize) {
     options.max_pixels = MAX_PIXELS;
     options.jobs = Some(2);
     let seeds = other_format_samples();
-    let mut rng = Rng(0x5EED_1A6E_D00D_F00D);
+    let mut rng = Rng::new(&[0x5EED_1A6E_D00D_F00D]);
     let before = heap::start_peak();
     let mut w = SampleWriter::create(out, options, Some(vec!["image".into()])).unwrap();
     let mut inputs = 0;

@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::{fingerprint, sample_dataset};
+use stoker_formats::seeded::Rng;
 use stoker_formats::Dataset;
 use stoker_loader::{
     Batch, Loader, LoaderBuilder, LoaderError, LoaderState, Next, Output, Shuffle, Transform,
@@ -61,17 +62,6 @@ fn reference(ds: &Dataset) -> Vec<Vec<Seen>> {
                 .collect()
         })
         .collect()
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
 }
 
 /// The loader under test and what the script knows of it.
@@ -280,7 +270,7 @@ fn run(seed: u64) {
         pending: None,
         last: None,
         kept: Vec::new(),
-        rng: Rng(seed),
+        rng: Rng::new(&[seed]),
         log: Vec::new(),
         refused: 0,
         checked: 0,
