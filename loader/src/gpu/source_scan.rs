@@ -20,10 +20,10 @@ pub(super) fn rust_sources(dirs: &[&str]) -> Vec<(PathBuf, String)> {
 fn workspace_root() -> PathBuf {
     let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let here = PathBuf::from(".");
-    [built, here]
-        .into_iter()
-        .find(|root| root.join("loader/src/gpu").is_dir())
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
+    if !built.join("loader/src/gpu").is_dir() && here.join("loader/src/gpu").is_dir() {
+        return here;
+    }
+    built
 }
 
 fn walk(dir: &Path, files: &mut Vec<(PathBuf, String)>) {
