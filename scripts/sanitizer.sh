@@ -9,8 +9,8 @@
 #   guard's table, the decoder's per-thread buffers and the Python package's locks all
 #   share memory between threads.
 # - address: reads and writes outside an allocation or after it was freed, anywhere in
-#   the tests (the fuzzers run it on the parsers alone): the loader's unsafe batch and
-#   staging code, the shard maps, the SIGBUS guard, the DLPack capsules.
+#   the tests (the fuzzers run it on the parsers alone): the loader's unsafe batch code,
+#   the shard maps, the SIGBUS guard, the DLPack capsules.
 #
 # Needs the nightly toolchain with rust-src (std is rebuilt with the instrumentation: a
 # ThreadSanitizer run without it sees every lock and channel inside std as a race), and for
@@ -35,7 +35,10 @@ esac
 target=x86_64-unknown-linux-gnu
 # The plain builds (the Python tests' Rust children) stay where scripts/test.sh puts them.
 plain_target=$(realpath -m "${CARGO_TARGET_DIR:-target}")
-export RUSTFLAGS="-Zsanitizer=$kind" CARGO_UNSTABLE_BUILD_STD=std,panic_unwind
+# Frame pointers: the sanitizers record a stack at every allocation by following them,
+# and std built without them cut those stacks short at its allocator, before the frame a
+# suppression names.
+export RUSTFLAGS="-Zsanitizer=$kind -Cforce-frame-pointers=yes" CARGO_UNSTABLE_BUILD_STD=std,panic_unwind
 san_target=$plain_target/sanitizer-$kind
 export CARGO_TARGET_DIR=$san_target
 STOKER_DATA=${STOKER_DATA:-$PWD/testdata}
@@ -48,16 +51,18 @@ export STOKER_PYTHON
 # process. The suppressions file says why each of its reports is the design; a
 # suppression matches a frame of either access, so ThreadSanitizer keeps the longest
 # history it can (history_size=7), or an older access's stack may be lost ("failed to
-# restore the stack") and with it the frame. Leaks are not looked for: the Python
-# interpreter keeps much of what it allocates until exit.
-supp=$PWD/scripts/sanitizer.d/$kind.supp
+# restore the stack") and with it the frame. Leaks are looked for in the Rust part only
+# (LeakSanitizer, with AddressSanitizer): the Python interpreter keeps much of what it
+# allocates until exit.
 if [[ $kind == thread ]]; then
   options_var=TSAN_OPTIONS
+  supp=$PWD/scripts/sanitizer.d/thread.supp
   export TSAN_OPTIONS="handle_sigbus=0 history_size=7 suppressions=$supp ${TSAN_OPTIONS:-}"
   runtime=libtsan.so.2
 else
   options_var=ASAN_OPTIONS
-  export ASAN_OPTIONS="handle_sigbus=0 detect_leaks=0 ${ASAN_OPTIONS:-}"
+  export ASAN_OPTIONS="handle_sigbus=0 detect_leaks=1 ${ASAN_OPTIONS:-}"
+  export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitizer.d/address.supp ${LSAN_OPTIONS:-}"
   runtime=libasan.so.8
 fi
 
@@ -133,6 +138,7 @@ status=0
   cd tests/python
   export STOKER_SANITIZER_PRELOAD=$preload PYTHONPATH=$pkg
   export "$options_var=${!options_var} log_path=$logs/report"
+  [[ $kind == address ]] && export ASAN_OPTIONS="$ASAN_OPTIONS detect_leaks=0"
   "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 "${deselect[@]}" "$@"
 ) || status=$?
 if compgen -G "$logs/report*" >/dev/null; then
