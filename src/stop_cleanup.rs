@@ -17,8 +17,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Once;
 
-/// The temporary file to remove on a stop; null when none. Each path is leaked, never
-/// freed: a handler running on another thread may still be reading the one just replaced.
+/// The temporary file to remove on a stop; null when none. A path is owned by whoever
+/// takes it out with a `swap`: the handler (which ends the process and never frees it) or
+/// the thread replacing or forgetting it (which frees it). A `swap` hands a pointer to one
+/// of them only, so a path freed here is one no handler holds or can still take.
 static TEMPORARY: AtomicPtr<c_char> = AtomicPtr::new(std::ptr::null_mut());
 
 const SIGNALS: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -28,14 +30,25 @@ const SIGNALS: [c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
 /// have been. Installs the handlers at the first call; a signal ignored then stays ignored.
 pub fn remove_on_stop(path: &Path) {
     install();
-    if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
-        TEMPORARY.store(c.into_raw(), Ordering::SeqCst);
-    }
+    // A path with a NUL byte cannot name a file, so no file of that name can be left.
+    let new =
+        CString::new(path.as_os_str().as_bytes()).map_or(std::ptr::null_mut(), CString::into_raw);
+    free_taken(TEMPORARY.swap(new, Ordering::SeqCst));
 }
 
 /// The temporary file is gone or renamed into place: nothing to remove any more.
 pub fn forget() {
-    TEMPORARY.store(std::ptr::null_mut(), Ordering::SeqCst);
+    free_taken(TEMPORARY.swap(std::ptr::null_mut(), Ordering::SeqCst));
+}
+
+/// Frees a path just taken out of [`TEMPORARY`] by a thread (not the handler). A handler
+/// that runs during the free, on this thread or another, finds the next path or none.
+fn free_taken(taken: *mut c_char) {
+    if !taken.is_null() {
+        // SAFETY: every non-null pointer in `TEMPORARY` came from `CString::into_raw`, and
+        // the `swap` that returned it made this thread its only owner (see `TEMPORARY`).
+        drop(unsafe { CString::from_raw(taken) });
+    }
 }
 
 /// Installs the stop handlers (once; later calls do nothing): SIGINT, SIGTERM and SIGHUP
@@ -81,8 +94,8 @@ fn install_handlers() {
 /// instead: going on without the file would only fail later.
 extern "C" fn on_stop(sig: c_int) {
     let path = TEMPORARY.swap(std::ptr::null_mut(), Ordering::SeqCst);
-    // SAFETY: `path` is null or a leaked, never-freed C string; unlink, getpid, _exit,
-    // signal and raise are async-signal-safe.
+    // SAFETY: `path` is null or a C string that this `swap` made the handler's alone, so
+    // no thread frees it; unlink, getpid, _exit, signal and raise are async-signal-safe.
     unsafe {
         if !path.is_null() {
             libc::unlink(path);
