@@ -12,6 +12,18 @@ if _want:
     with open("/proc/self/maps") as _maps:
         _loaded = _runtime in _maps.read()
     if not _loaded:
+        # Once only: a runtime the loader cannot preload (a wrong path) would otherwise
+        # start this Python again for ever.
+        if os.environ.get("STOKER_SANITIZER_REEXEC"):
+            sys.exit(f"sitecustomize: {_want} was not preloaded (see the loader's message)")
+        os.environ["STOKER_SANITIZER_REEXEC"] = "1"
         os.environ["LD_PRELOAD"] = _want
-        os.execv(sys.executable, [sys.executable] + sys.orig_argv[1:])
+        # The arguments as given (`-c`, `-u`, `-m` included): `sys.orig_argv` from Python
+        # 3.10, the kernel's copy before it (the package supports 3.9).
+        _argv = getattr(sys, "orig_argv", None)
+        if _argv is None:
+            with open("/proc/self/cmdline", "rb") as _cmdline:
+                _argv = [os.fsdecode(a) for a in _cmdline.read().split(b"\0")[:-1]]
+        os.execv(sys.executable, [sys.executable] + _argv[1:])
     os.environ.pop("LD_PRELOAD", None)
+    os.environ.pop("STOKER_SANITIZER_REEXEC", None)
