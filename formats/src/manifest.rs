@@ -285,7 +285,39 @@ impl Identity {
     }
 }
 
+/// The decoder's limits with `max_pixels` as the conversion was given it: what every JPEG
+/// record of a dataset passed, so what its readers apply too ([`Manifest::decode_limits`]).
+pub(crate) fn conversion_limits(max_pixels: u64) -> stoker_decode::Limits {
+    stoker_decode::Limits {
+        max_pixels,
+        ..stoker_decode::Limits::default()
+    }
+}
+
 impl Manifest {
+    /// The limits the conversion checked every JPEG record against: the decoder's
+    /// defaults, with the `max_pixels` it was given (`convert --max-pixels`) where it
+    /// recorded one. Readers decode with them (verify, the loader), so that a record the
+    /// conversion accepted as larger than the default limit is not then called bad. A
+    /// dataset that recorded none (another tool's) gets the defaults.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // Converted with the default `--max-pixels` (100 Mpx).
+    /// let ds = stoker_formats::Dataset::open(stoker_testdata::dir().join("golden/v2/jpeg"))?;
+    /// assert_eq!(ds.manifest().decode_limits(), stoker_decode::Limits::default());
+    /// # Ok(()) }
+    /// ```
+    pub fn decode_limits(&self) -> stoker_decode::Limits {
+        let recorded = self.provenance.flags.get("max_pixels");
+        match recorded.and_then(|n| n.parse::<u64>().ok()) {
+            Some(n) if n > 0 => conversion_limits(n),
+            _ => stoker_decode::Limits::default(),
+        }
+    }
+
     /// Reads and validates `DIR/manifest.json`.
     ///
     /// # Errors

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde::Serialize;
-use stoker_decode::{CpuDecoder, Limits};
+use stoker_decode::CpuDecoder;
 
 use crate::digest::{digest_file, DigestKind};
 use crate::outside_fault::FaultStage;
@@ -296,7 +296,7 @@ fn check_shards(
     stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<VerifyReport, FormatError> {
     let t0 = Instant::now();
-    let decoder = CpuDecoder::new(Limits::default());
+    let decoder = CpuDecoder::new(m.decode_limits());
     let mut notes = Vec::new();
     let kind = if m.format_version >= 2 {
         DigestKind::Xxh3

@@ -201,7 +201,9 @@ impl CpuPipeline {
             output: config.output,
             buffer_images: buffer_images as usize,
             prefetch: config.prefetch,
-            limits: Limits::default(),
+            // What the conversion accepted: a record it took as larger than the
+            // default limit (`--max-pixels`) decodes here too.
+            limits: config.dataset.manifest().decode_limits(),
         };
         // Written as it is allocated, so resident from the start.
         ring_fits_beside_held(&settings, slots as u64)?;

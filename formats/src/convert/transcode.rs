@@ -121,13 +121,7 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
         p.outcome = Outcome::Skip(EMPTY_FILE.into());
         return p;
     }
-    // `Limits` is `#[non_exhaustive]`: a struct expression is not allowed from this crate.
-    #[allow(clippy::field_reassign_with_default)]
-    let limits = {
-        let mut l = Limits::default();
-        l.max_pixels = opts.max_pixels;
-        l
-    };
+    let limits = crate::manifest::conversion_limits(opts.max_pixels);
     p.outcome = if is_jpeg(data) {
         match process_jpeg(data, label, opts, &limits, &mut p.jpeg) {
             JpegPlan::Store(meta) => record(meta, input, true, false),

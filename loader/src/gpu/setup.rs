@@ -33,7 +33,15 @@ pub const JPEG_STAGING_PIXELS: usize = 640 * 480;
 /// the builder's CPU share on top, and the CPU share's pool sized from this
 /// process's share of the node's cores unless the options say.
 fn decoder_options(config: &LoaderConfig) -> GpuDecoderOptions {
-    let mut options = config.gpu_decoder.clone().unwrap_or_else(decoder_defaults);
+    let mut options = config
+        .gpu_decoder
+        .clone()
+        .unwrap_or_else(|| GpuDecoderOptions {
+            // What the conversion accepted (see `Manifest::decode_limits`); options given
+            // to the builder keep their own.
+            limits: config.dataset.manifest().decode_limits(),
+            ..decoder_defaults()
+        });
     if let Some(share) = config.gpu_cpu_share {
         options.cpu_share = share;
     }
