@@ -58,7 +58,8 @@ fn file_size_limit_during_convert_names_the_shard_and_resume_finishes_identicall
         100,
         &[&["convert", SAMPLE, p(&limited)][..], &flags].concat(),
     );
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    // 3: no fault of the inputs, run again once there is room (it was 1, a failure).
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("shard-000")

@@ -158,7 +158,7 @@ const POOL_RETRY: Duration = Duration::from_secs(10);
 fn warn_once(said: &AtomicBool, what: &str) {
     if !said.swap(true, Ordering::Relaxed) {
         tracing::warn!(
-            "{what}; decoding on the calling thread instead, more slowly (a container's or job's process limit, pids.max or ulimit -u, may be below the threads stoker starts)"
+            "{what}; decoding on the calling thread instead, more slowly (a container's or job's process limit, pids.max or ulimit -u, or its memory limit, ulimit -v, may be below what the threads stoker starts need)"
         );
     }
 }

@@ -368,8 +368,9 @@ pub enum FormatError {
     #[error("invalid options: {0}")]
     InvalidOptions(String),
     /// The threads the work runs on could not start: most often a container's or job's
-    /// process limit below the threads asked for.
-    #[error("cannot start {what}: {reason}; raise the process limit (a container's or job's pids.max, or ulimit -u), which may be below the threads stoker starts, or, converting, lower --jobs (Python: jobs=)")]
+    /// process limit below the threads asked for, or a memory limit too low for their
+    /// stacks.
+    #[error("cannot start {what}: {reason}; raise the process limit (a container's or job's pids.max, or ulimit -u) or the memory limit (ulimit -v: each thread's stack counts), which may be below what the threads stoker starts need, or, converting, lower --jobs (Python: jobs=)")]
     Threads {
         /// Which threads, and how many.
         what: String,

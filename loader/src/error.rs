@@ -206,7 +206,7 @@ impl LoaderError {
         LoaderError::Thread {
             thread: thread.into(),
             reason: format!(
-                "cannot start: {reason}; the process limit (a container's or job's pids.max, or ulimit -u) may be below the threads the loader starts: ask for fewer workers (workers=, LoaderBuilder::workers) or raise the limit"
+                "cannot start: {reason}; the process limit (a container's or job's pids.max, or ulimit -u) or the memory limit (ulimit -v: each thread's stack counts) may be below what the threads the loader starts need: ask for fewer workers (workers=, LoaderBuilder::workers) or raise the limit"
             ),
         }
     }

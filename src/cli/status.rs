@@ -12,7 +12,8 @@ pub const SUCCESS: u8 = 0;
 /// that does not decode).
 pub const FAILURE: u8 = 1;
 /// Exit status of a command that stopped for no fault of its inputs: the process ran out
-/// of memory or file descriptors, or the storage stopped answering. Nothing is known
+/// of memory, file descriptors or threads, the storage stopped answering, or the output's
+/// disk (its quota, the file size limit) was full. Nothing is known
 /// against the inputs: run it again once that is fixed (`convert --resume` goes on where
 /// it stopped). With 1 for it, as for damage, a script that restores a dataset when
 /// `verify` fails threw away a sound copy whenever the machine was short. 2 is clap's,
@@ -51,6 +52,12 @@ pub(super) fn of_error(e: &anyhow::Error) -> u8 {
     }
     let outside = e.chain().any(|cause| {
         format_of(cause).is_some_and(|f| f.outside().is_some())
+            // A full disk: "make room, then run again", as the message says; threads that
+            // could not start (a process or memory limit).
+            || matches!(
+                format_of(cause),
+                Some(FormatError::OutOfSpace { .. } | FormatError::Threads { .. })
+            )
             // A loader's FormatError is transparent: its own chain skips it.
             || cause
                 .downcast_ref::<LoaderError>()
@@ -109,6 +116,18 @@ mod tests {
         };
         assert_eq!(of_error(&io(libc::EMFILE).into()), OUTSIDE_FAULT);
         assert_eq!(of_error(&io(libc::EACCES).into()), FAILURE);
+        let full = FormatError::OutOfSpace {
+            shard: "ds/shard-00000.lmdb.tmp".into(),
+            cause: "disk full".into(),
+            records: 30,
+            bytes: 0,
+        };
+        assert_eq!(of_error(&full.into()), OUTSIDE_FAULT);
+        let threads = FormatError::Threads {
+            what: "2 conversion threads".into(),
+            reason: "Resource temporarily unavailable (os error 11)".into(),
+        };
+        assert_eq!(of_error(&threads.into()), OUTSIDE_FAULT);
 
         let damaged = FormatError::NotADataset {
             dir: "ds".into(),
