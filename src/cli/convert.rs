@@ -177,6 +177,16 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
         }
         None => (t, 1),
     };
+    let too_large = || format!("{s:?}: too large (at most {} bytes, 16 EiB)", u64::MAX);
+    // A whole number is counted exactly: through f64 (53 bits) one just under 16 EiB was
+    // rounded up to 2^64 and refused as too large.
+    if let Ok(n) = num.trim().parse::<u64>() {
+        return match n.checked_mul(mult) {
+            Some(0) => Err(format!("{s:?}: must be positive")),
+            Some(bytes) => Ok(bytes),
+            None => Err(too_large()),
+        };
+    }
     let n: f64 = num
         .trim()
         .parse()
@@ -193,7 +203,7 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     // `as` would saturate: a size past 16 EiB (a typo's extra digits, or `inf`) came out
     // as u64::MAX, quietly.
     if bytes >= u64::MAX as f64 {
-        return Err(format!("{s:?}: too large (at most 16 EiB)"));
+        return Err(too_large());
     }
     Ok(bytes as u64)
 }
@@ -472,6 +482,15 @@ mod tests {
             );
         }
         assert_eq!(parse_bytes("1024T"), Ok(1 << 50));
+        // Whole numbers are exact up to the last byte (f64 rounded these up to 2^64).
+        assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));
+        assert_eq!(
+            parse_bytes("18446744073709551000"),
+            Ok(18_446_744_073_709_551_000)
+        );
+        assert_eq!(parse_bytes("16777215T"), Ok(16_777_215 << 40));
+        assert!(parse_bytes("16777216T").unwrap_err().contains("too large"));
+        assert!(parse_bytes("0K").unwrap_err().contains("positive"));
         assert_eq!(parse_size("224x160"), Ok((224, 160)));
         assert!(parse_size("224").is_err());
         assert_eq!(parse_bytes("64M"), Ok(formats::DEFAULT_MAX_FILE_SIZE));
