@@ -189,6 +189,31 @@ fn journal_damaged_before_its_last_line_is_refused() {
 }
 
 #[test]
+fn finished_shard_changed_since_journaled_is_refused_naming_the_shard_and_the_journal() {
+    // It was refused with the digest error of a finished dataset, "the manifest says",
+    // of a conversion that has no manifest yet, and no word of what to do.
+    let dir = tempfile::tempdir().unwrap();
+    let o = killed(dir.path());
+    let shard = o.out.join("shard-00000.lmdb");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&shard, &bytes).unwrap();
+    let msg = refused(&o);
+    assert!(
+        msg.contains("shard-00000.lmdb") && msg.contains("digest") && !msg.contains("manifest"),
+        "{msg}"
+    );
+    // Cut short: its size.
+    std::fs::write(&shard, &bytes[..at]).unwrap();
+    let msg = refused(&o);
+    assert!(
+        msg.contains(&format!("{at} bytes, journaled as {}", bytes.len())),
+        "{msg}"
+    );
+}
+
+#[test]
 fn intact_journal_still_resumes() {
     let dir = tempfile::tempdir().unwrap();
     let o = killed(dir.path());

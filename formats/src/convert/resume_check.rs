@@ -23,9 +23,8 @@ use crate::FormatError;
 ///
 /// # Errors
 ///
-/// [`FormatError::OutputExists`] saying what does not add up and to delete the directory;
-/// [`FormatError::ShardSizeMismatch`] / [`FormatError::ShardDigestMismatch`] for a shard
-/// file changed since it was journaled; I/O errors.
+/// [`FormatError::OutputExists`] saying what does not add up, or which finished shard
+/// changed since it was journaled, and to delete the directory; I/O errors.
 pub(super) fn check_journal(
     out: &Path,
     j: &Journal,
@@ -46,7 +45,11 @@ pub(super) fn check_journal(
             j.next_input
         )));
     }
-    let records = check_shards(out, j).map_err(|e| e.into_error(&refuse))?;
+    let changed = |what: String| FormatError::OutputExists {
+        path: out.to_path_buf(),
+        reason: format!("{what}; it cannot be resumed: delete the directory and convert again"),
+    };
+    let records = check_shards(out, j).map_err(|e| e.into_error(&refuse, &changed))?;
     let accounted = records.checked_add(j.skipped.len() as u64);
     if accounted != Some(j.next_input) {
         return Err(refuse(format!(
@@ -72,14 +75,23 @@ pub(super) fn check_journal(
 enum ShardProblem {
     /// The journal does not add up (in words).
     Journal(String),
-    /// The file is not what was journaled (a size or digest error), or cannot be read.
+    /// The file is not what was journaled: its size or digest (in words). A
+    /// [`FormatError::ShardDigestMismatch`] would say "the manifest says", of a
+    /// conversion that has none yet.
+    Changed(String),
+    /// The file cannot be read.
     File(FormatError),
 }
 
 impl ShardProblem {
-    fn into_error(self, refuse: &dyn Fn(String) -> FormatError) -> FormatError {
+    fn into_error(
+        self,
+        refuse: &dyn Fn(String) -> FormatError,
+        changed: &dyn Fn(String) -> FormatError,
+    ) -> FormatError {
         match self {
             ShardProblem::Journal(what) => refuse(what),
+            ShardProblem::Changed(what) => changed(what),
             ShardProblem::File(e) => e,
         }
     }
@@ -115,19 +127,19 @@ fn check_shards(out: &Path, j: &Journal) -> Result<u64, ShardProblem> {
             return bad(format!("{name} is missing"));
         }
         let (len, got) = crate::digest::xxh3_of(&path).map_err(ShardProblem::File)?;
+        let changed = |what: String| {
+            Err(ShardProblem::Changed(format!(
+                "finished shard {name} is not the file its conversion journal \
+                 ({JOURNAL_FILE}) recorded: {what} (damaged or replaced since)"
+            )))
+        };
         if len != s.bytes {
-            return Err(ShardProblem::File(FormatError::ShardSizeMismatch {
-                shard: path,
-                got: len,
-                want: s.bytes,
-            }));
+            return changed(format!("{len} bytes, journaled as {}", s.bytes));
         }
         if got != want {
-            return Err(ShardProblem::File(FormatError::ShardDigestMismatch {
-                shard: path,
-                got,
-                want,
-            }));
+            return changed(format!(
+                "file digest (xxh3-64) {got:016x}, journaled as {want:016x}"
+            ));
         }
         // The digest proves the file is the one journaled, not that the journal counted its
         // records right: LMDB's own count (meta page) must agree.
