@@ -87,19 +87,29 @@ fn install_handlers() {
     }
 }
 
+/// Removes the temporary file given to [`remove_on_stop`], if any, for a handler that ends
+/// the process ([`crate::alloc_failure`]'s too). Async-signal-safe: an atomic swap and
+/// `unlink`; the path is taken, never freed.
+pub(crate) fn remove_now() {
+    let path = TEMPORARY.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    if !path.is_null() {
+        // SAFETY: `path` is a C string that this `swap` made this caller's alone, so no
+        // thread frees it; unlink is async-signal-safe.
+        unsafe {
+            libc::unlink(path);
+        }
+    }
+}
+
 /// Removes the temporary file, then stops the process by the same signal with its
 /// default action, so the exit status is what it would have been (130 for Ctrl-C). As
 /// process 1 (a container started without an init), where the kernel drops signals whose
 /// action is the default, it exits with the status a shell reports for the signal
 /// instead: going on without the file would only fail later.
 extern "C" fn on_stop(sig: c_int) {
-    let path = TEMPORARY.swap(std::ptr::null_mut(), Ordering::SeqCst);
-    // SAFETY: `path` is null or a C string that this `swap` made the handler's alone, so
-    // no thread frees it; unlink, getpid, _exit, signal and raise are async-signal-safe.
+    remove_now();
+    // SAFETY: getpid, _exit, signal and raise are async-signal-safe.
     unsafe {
-        if !path.is_null() {
-            libc::unlink(path);
-        }
         if libc::getpid() == 1 {
             libc::_exit(128 + sig);
         }

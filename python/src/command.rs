@@ -13,11 +13,13 @@ use pyo3::prelude::*;
 /// Runs the command `args` give (the first is the program's name) and returns its exit
 /// status, for `sys.exit`. Its log lines go to stderr as the binary's do, no longer to
 /// `logging`; its signal handling becomes the process's (Ctrl-C removes what a write
-/// left half-done, then ends the process), so the script exits once this returns.
+/// left half-done, then ends the process; memory that runs out where Rust would abort
+/// ends it with status 3, `stoker::alloc_failure`), so the script exits once this returns.
 #[pyfunction]
 #[pyo3(name = "_command")]
 pub(crate) fn command(py: Python<'_>, args: Vec<OsString>) -> u8 {
     open_closed_standard_fds();
+    stoker::alloc_failure::exit_on_failure();
     crate::logging::to_command(stoker::cli::log_subscriber());
     let status = py.detach(|| stoker::cli::run(args));
     // A Rust `main` flushes stdout on its way out; Python's exit does not know Rust's.

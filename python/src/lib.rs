@@ -50,6 +50,14 @@ mod writer;
 
 use pyo3::prelude::*;
 
+/// The system allocator, noting failures, so that the `stoker` command run in this process
+/// (`command`) ends with exit status 3 and a message where memory runs out and Rust would
+/// abort. It changes nothing for the rest of the package: without the command's SIGABRT
+/// handler, such an abort runs its course.
+#[global_allocator]
+static ALLOCATOR: stoker::alloc_failure::ReportingAllocator =
+    stoker::alloc_failure::ReportingAllocator;
+
 /// The extension module `stoker._stoker`.
 #[pymodule]
 fn _stoker(m: &Bound<'_, PyModule>) -> PyResult<()> {
