@@ -84,6 +84,11 @@ pub struct MergeReport {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> {
+    if out.as_os_str().is_empty() {
+        return Err(FormatError::InvalidOptions(
+            "the output path is empty: give the root the parts were converted into".into(),
+        ));
+    }
     crate::convert::refuse_non_directory(out)?;
     if out.join(MANIFEST_FILE).exists() {
         return Err(FormatError::OutputExists {

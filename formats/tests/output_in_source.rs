@@ -186,3 +186,36 @@ fn an_output_reached_through_a_symlink_in_the_source_is_not_walked() {
     let r = convert(&o, &NoProgress).unwrap();
     assert_eq!((r.inputs, r.written), (15, 15), "{:?}", r.skipped);
 }
+
+#[test]
+fn an_empty_path_names_no_directory_and_is_refused_before_anything_is_written() {
+    // A writer took "" for the current directory and wrote a dataset there; a conversion
+    // and a merge said "No such file or directory" of a path they printed as nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |e: FormatError, what: &str| {
+        assert!(matches!(e, FormatError::InvalidOptions(_)), "{e:?}");
+        assert!(
+            e.to_string().contains(&format!("the {what} path is empty")),
+            "{e}"
+        );
+    };
+    let src = Source::ImageFolder(SAMPLE.into());
+    refused(
+        convert(&opts(src, Path::new("")), &NoProgress).unwrap_err(),
+        "output",
+    );
+    let out = dir.path().join("ds");
+    let src = Source::ImageFolder(PathBuf::new());
+    refused(
+        convert(&opts(src, &out), &NoProgress).unwrap_err(),
+        "source",
+    );
+    refused(merge(Path::new(""), &[]).unwrap_err(), "output");
+    let writer = stoker_formats::SampleWriter::create(
+        Path::new(""),
+        stoker_formats::SampleOptions::new("test samples"),
+        None,
+    );
+    refused(writer.err().unwrap(), "output");
+    assert!(stoker_testdata::names_in(dir.path()).is_empty());
+}

@@ -732,11 +732,20 @@ def test_a_relative_out_stays_where_the_writer_was_made(tmp_path, monkeypatch):
     assert sorted((p.name, p.stat().st_size) for p in (other / "val").iterdir()) == before
     assert [stoker.Dataset(tmp_path / "a" / "val").source_of(i) for i in range(2)] == [
         "a's", "a's too"]
-    # An empty out is the working directory, as before.
+    # An empty out names no directory, as for convert, merge and Dataset; "." is this one.
     here = tmp_path / "here"
     here.mkdir()
     monkeypatch.chdir(here)
-    with stoker.Writer("") as w:
+    with pytest.raises(ValueError, match="the output path is empty"):
+        stoker.Writer("")
+    with pytest.raises(ValueError, match="the output path is empty"):
+        stoker.convert(SAMPLE, "")
+    with pytest.raises(ValueError, match="the source path is empty"):
+        stoker.convert("", tmp_path / "from-nothing")
+    with pytest.raises(ValueError, match="the output path is empty"):
+        stoker.merge("")
+    assert list(here.iterdir()) == []
+    with stoker.Writer(".") as w:
         w.write(data, 0)
     assert w.out in (here, here / ".") and len(stoker.Dataset(here)) == 1
 

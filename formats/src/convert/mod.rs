@@ -81,6 +81,22 @@ pub fn jpeg_is_complete(data: &[u8]) -> bool {
     stoker_decode::primary_image_end(data).is_some()
 }
 
+/// An empty source path names nothing to convert (as `open("")` refuses one); it was
+/// reported as "No such file or directory" of a path printed as nothing.
+fn refuse_empty_source(source: &Source) -> Result<(), FormatError> {
+    let path = match source {
+        Source::ImageFolder(root) => root,
+        Source::List { list, .. } => list,
+    };
+    if path.as_os_str().is_empty() {
+        return Err(FormatError::InvalidOptions(
+            "the source path is empty: give the image folder, list file or tar shards to convert"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Converts `options.source` into a dataset in `options.out`.
 ///
 /// # Errors
@@ -335,6 +351,7 @@ fn listed(
     options: &ConvertOptions,
     progress: &dyn Progress,
 ) -> Result<source::Listing, FormatError> {
+    refuse_empty_source(&options.source)?;
     let listing = checked_listing(options)?;
     progress.warnings(&listing.warnings);
     if progress.cancelled() {

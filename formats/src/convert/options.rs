@@ -166,6 +166,14 @@ impl ConvertOptions {
 
     pub(super) fn validate(&self) -> Result<(), FormatError> {
         let bad = |s: &str| Err(FormatError::InvalidOptions(s.into()));
+        // As `open("")` refuses one: it names no directory. (A writer took it as the
+        // current directory, and a conversion said "No such file or directory" of "".)
+        if self.out.as_os_str().is_empty() {
+            return bad(
+                "the output path is empty: give the directory to write the dataset into (`.` \
+                 for the current one)",
+            );
+        }
         if !(1..=100).contains(&self.quality) {
             return bad("quality must be in 1..=100");
         }

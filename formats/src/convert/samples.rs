@@ -171,10 +171,16 @@ impl SampleWriter {
         // finished dataset there was replaced without a word), while the lock and the
         // clean-up stayed on the old one.
         let root: PathBuf = out.into();
-        // An empty path is the working directory, as it was before (`absolute` refuses it).
-        let here = root.as_os_str().is_empty();
-        let root = std::path::absolute(if here { Path::new(".") } else { &root })
-            .map_err(|e| FormatError::io(&root, e))?;
+        // Refused as `convert`, `merge` and `Dataset` refuse it: it had been taken for the
+        // working directory, where `.` says so.
+        if root.as_os_str().is_empty() {
+            return Err(FormatError::InvalidOptions(
+                "the output path is empty: give the directory to write the dataset into (`.` \
+                 for the current one)"
+                    .into(),
+            ));
+        }
+        let root = std::path::absolute(&root).map_err(|e| FormatError::io(&root, e))?;
         // A part is written like a whole dataset into its own directory, as `convert
         // --part` writes one: the lock, the refusals and the clean-up are that directory's.
         let dir = match part {
