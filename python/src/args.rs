@@ -625,6 +625,8 @@ flags! {
     drop_last;
     /// `prefetch_next_epoch=` of `Loader`.
     prefetch_next_epoch;
+    /// `decode=` of `verify`.
+    decode;
 }
 
 /// `progress=` of `convert` (`None`: when stderr is a terminal).

@@ -34,7 +34,7 @@ use crate::logging::Call;
 pub(crate) fn verify<'py>(
     py: Python<'py>,
     path: Bound<'py, PyAny>,
-    decode: bool,
+    #[pyo3(from_py_with = args::decode)] decode: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
     let path = args::path(&path, "path")?;

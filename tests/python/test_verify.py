@@ -34,6 +34,9 @@ def test_a_sound_dataset_gets_the_clis_report(sample_dataset, stoker_cli):
     assert report["ok"] is True
     assert (report["checked"], report["decoded"], report["ok_records"]) == (15, 15, 15)
     assert without_time(report) == without_time(cli_report(stoker_cli, sample_dataset, "--decode"))
+    # Named like every other keyword (it was "'int' object is not an instance of 'bool'").
+    with pytest.raises(TypeError, match="decode= takes a bool, not int"):
+        stoker.verify(sample_dataset, decode=1)
 
 
 def test_damage_is_named_by_record_and_shard_as_the_cli_names_it(tmp_path, stoker_cli):
