@@ -63,8 +63,8 @@ pub use nvjpeg::{BlockStats, LoadError, NvJpeg, NvjpegMemoryStats, NvjpegStatus}
 #[doc(hidden)]
 pub use per_process::PerProcess;
 pub use probe::{
-    can_allocate, entropy_coded_end, primary_image_end, probe, ColorSpace, ImageInfo, Limits,
-    Subsampling, MAX_SCANS,
+    can_allocate, could_ever_allocate, entropy_coded_end, primary_image_end, probe, ColorSpace,
+    ImageInfo, Limits, Subsampling, MAX_SCANS,
 };
 pub use route::{Route, RouteCounters, RouteCounts};
 pub use timing::DecodeTimings;

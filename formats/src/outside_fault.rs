@@ -94,6 +94,9 @@ pub enum FaultStage {
     Starting,
     /// Checking a dataset: nothing is said about it.
     Verifying,
+    /// Writing samples handed over one at a time ([`crate::SampleWriter`]): the writer
+    /// took its output away, having no `--resume`.
+    Writing,
 }
 
 impl FaultStage {
@@ -115,6 +118,10 @@ impl FaultStage {
             FaultStage::Verifying => {
                 "the check stopped, and says nothing about the dataset: run it again once \
                  that is fixed"
+            }
+            FaultStage::Writing => {
+                "the writer stopped and removed what it had written: write the samples again \
+                 with a new writer once that is fixed"
             }
         }
     }

@@ -326,6 +326,34 @@ except stoker.StokerError as e:
     assert not (tmp_path / "ds").exists()
 
 
+def test_a_sample_that_would_fit_with_more_memory_is_a_memory_error_not_a_skip(tmp_path):
+    # It was skipped as larger than memory when it only did not fit beside what the
+    # process held at the moment, so the written dataset depended on that moment.
+    code = f"""
+import resource, stoker
+data = bytearray(open({str(SAMPLE / "opencv" / "data_stuff.jpg")!r}, "rb").read())
+at = data.index(b"\\xff\\xc0")
+side = 11547  # claimed: 400 MB of pixels to decode
+data[at + 5:at + 9] = side.to_bytes(2, "big") * 2
+size = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmSize:"))
+# Under the limit, so it could fit with the process's own memory freed; not beside it.
+limit = size * 1024 + 3 * side * side - (16 << 20)
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+try:
+    w = stoker.Writer({str(tmp_path / "ds")!r}, max_pixels=10**9)
+    w.write(bytes(data), 0)
+    w.close()
+except MemoryError as e:
+    print("MemoryError:", e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("MemoryError:"), out.stdout + out.stderr
+    assert "11547x11547 pixels need about" in out.stdout, out.stdout
+    assert "removed what it had written" in out.stdout and "--resume" not in out.stdout, out.stdout
+    assert not (tmp_path / "ds").exists()
+
+
 def test_decoded_pixels_are_a_type_error_not_a_skip(tmp_path):
     # An HF dataset in numpy format hands over (H, W, 3) uint8 arrays: each was skipped as
     # "not an image", and the user learnt why only from the report after the whole run.

@@ -329,3 +329,40 @@ impl ImageInfo {
 pub fn can_allocate(bytes: u64) -> bool {
     usize::try_from(bytes).is_ok_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok())
 }
+
+/// Whether `bytes` are within what this process could ever be given: its address-space
+/// limit (`ulimit -v`, RLIMIT_AS) where it has one, and the machine's memory and swap.
+/// For a refusal of [`can_allocate`] to tell a need that no run here can meet (a few
+/// bytes of header claiming gigapixels) from one that does not fit beside what the
+/// process holds now, whose skip would make a dataset depend on the moment. Memory the
+/// process holds counts as free here, so a need just under the limit is one that could
+/// fit: with more memory, it would.
+///
+/// # Examples
+///
+/// ```
+/// assert!(stoker_decode::could_ever_allocate(1 << 20));
+/// assert!(!stoker_decode::could_ever_allocate(u64::MAX));
+/// ```
+pub fn could_ever_allocate(bytes: u64) -> bool {
+    let mut bound = u64::MAX;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into the valid, writable struct given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0
+        && limit.rlim_cur != libc::RLIM_INFINITY
+    {
+        bound = bound.min(limit.rlim_cur);
+    }
+    // SAFETY: `sysinfo` is plain integers, for which zero is a valid value.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: sysinfo writes one `sysinfo` into the valid, writable struct given.
+    if unsafe { libc::sysinfo(&mut info) } == 0 {
+        let unit = u64::from(info.mem_unit.max(1));
+        let total = (info.totalram as u64).saturating_add(info.totalswap as u64);
+        bound = bound.min(total.saturating_mul(unit));
+    }
+    bytes <= bound
+}

@@ -18,5 +18,7 @@ mod markers;
 pub use entropy::entropy_coded_end;
 pub use image_end::primary_image_end;
 pub(crate) use image_end::scan_data_ends;
-pub use info::{can_allocate, ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS};
+pub use info::{
+    can_allocate, could_ever_allocate, ColorSpace, ImageInfo, Limits, Subsampling, MAX_SCANS,
+};
 pub use markers::probe;

@@ -292,6 +292,14 @@ pub(super) fn write_one<I: Iterator<Item = u64>>(
     match p.outcome {
         // Before the strict check: the input is not to blame, and the run can be resumed.
         Outcome::Stop(e) => return Err(e),
+        Outcome::ShortOfMemory(reason) => {
+            return Err(FormatError::OutsideFault {
+                path: name.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::OutOfMemory, reason),
+                fault: crate::OutsideFault::Memory,
+                stage: FaultStage::Converting,
+            })
+        }
         Outcome::Skip(reason) => {
             if options.strict && !p.strict_skips {
                 // As a kill leaves it, until `convert` takes a fresh run's output away.
@@ -371,7 +379,7 @@ fn expected_value_lens(inputs: &[source::Input]) -> impl Iterator<Item = u64> + 
 pub(super) fn held_bytes(p: &Processed) -> usize {
     match &p.outcome {
         Outcome::Record { payload, .. } => payload.len(),
-        Outcome::Skip(_) | Outcome::Stop(_) => 0,
+        Outcome::Skip(_) | Outcome::Stop(_) | Outcome::ShortOfMemory(_) => 0,
     }
 }
 

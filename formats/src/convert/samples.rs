@@ -33,6 +33,7 @@ use super::strict_stop::{written_names, Made};
 use super::transcode::{Outcome, Processed};
 use crate::input_file::refusal_reason;
 use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
+use crate::outside_fault::FaultStage;
 use crate::record::{Encoding, HEADER_LEN};
 use crate::source_map::SOURCES_FILE;
 use crate::source_spool::SourceSpool;
@@ -481,7 +482,7 @@ impl SampleWriter {
         for (i, (p, name)) in results.into_iter().zip(&chunk.names).enumerate() {
             let label = match &p.outcome {
                 Outcome::Record { meta, .. } => Some(meta.label as usize),
-                Outcome::Skip(_) | Outcome::Stop(_) => None,
+                Outcome::Skip(_) | Outcome::Stop(_) | Outcome::ShortOfMemory(_) => None,
             };
             let sink = Sink {
                 writer: &mut *writer,
@@ -626,6 +627,18 @@ impl SampleWriter {
                 records,
                 bytes,
             },
+            // A conversion's words would say that --resume continues.
+            FormatError::OutsideFault {
+                path,
+                source,
+                fault,
+                stage: FaultStage::Converting | FaultStage::Starting,
+            } => FormatError::OutsideFault {
+                path,
+                source,
+                fault,
+                stage: FaultStage::Writing,
+            },
             e => e,
         };
         self.stopped = Some(e.to_string());
@@ -683,7 +696,7 @@ fn process(s: Pending, options: &ConvertOptions) -> Processed {
 fn value_len(p: &Processed) -> Option<u64> {
     match &p.outcome {
         Outcome::Record { payload, .. } => Some((HEADER_LEN + payload.len()) as u64),
-        Outcome::Skip(_) | Outcome::Stop(_) => None,
+        Outcome::Skip(_) | Outcome::Stop(_) | Outcome::ShortOfMemory(_) => None,
     }
 }
 

@@ -10,7 +10,9 @@ use fast_image_resize::images::{TypedImage, TypedImageRef};
 use fast_image_resize::pixels::U8x3;
 use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
-use stoker_decode::{primary_image_end, probe, CpuDecoder, DecodeMemory, ImageInfo, Limits};
+use stoker_decode::{
+    could_ever_allocate, primary_image_end, probe, CpuDecoder, DecodeMemory, ImageInfo, Limits,
+};
 
 use super::audit::JpegClass;
 use super::image_kinds;
@@ -39,6 +41,63 @@ pub(crate) enum Outcome {
     /// Stop the conversion: it could not be read, for no fault of its own
     /// ([`crate::OutsideFault`]), and every input after it would fail the same way.
     Stop(FormatError),
+    /// Stop the conversion: its decode could not get memory this process could have had
+    /// (why, in words). Not a skip: with more memory, or at another moment, it converts,
+    /// so a skip would make the dataset depend on the moment. The writer names the input
+    /// ([`super::pipeline::write_one`]).
+    ShortOfMemory(String),
+}
+
+/// Why an image was not decoded: a skip, or a stop for memory ([`Outcome::ShortOfMemory`]).
+enum Refused {
+    Skip(String),
+    ShortOfMemory(String),
+}
+
+impl From<String> for Refused {
+    fn from(reason: String) -> Refused {
+        Refused::Skip(reason)
+    }
+}
+
+impl From<Refused> for Outcome {
+    fn from(r: Refused) -> Outcome {
+        match r {
+            Refused::Skip(reason) => Outcome::Skip(reason),
+            Refused::ShortOfMemory(reason) => Outcome::ShortOfMemory(reason),
+        }
+    }
+}
+
+/// How long a decode whose memory this process could have waits for it (the other
+/// workers' encodes, the writer's buffers) before the conversion stops.
+const MEMORY_WAIT: Duration = Duration::from_secs(1);
+
+/// The memory for a decode of `need` bytes of `image` (its size, in words), or why not:
+/// a need no run here can meet (past the address-space limit, or the machine's memory
+/// and swap) is skipped, saying so; another waits up to [`MEMORY_WAIT`] for memory held
+/// elsewhere in the process, then stops the conversion.
+fn decode_memory(need: u64, image: &str) -> Result<DecodeMemory, Refused> {
+    if let Some(held) = DecodeMemory::reserve(need) {
+        return Ok(held);
+    }
+    if !could_ever_allocate(need) {
+        return Err(Refused::Skip(format!(
+            "{image} need about {need} bytes to decode, more than this process could \
+             allocate (lower --max-pixels, or convert it with more memory)"
+        )));
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < MEMORY_WAIT {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(held) = DecodeMemory::reserve(need) {
+            return Ok(held);
+        }
+    }
+    Err(Refused::ShortOfMemory(format!(
+        "{image} need about {need} bytes to decode, which this process did not have free for \
+         a second (lower --max-pixels to skip such images)"
+    )))
 }
 
 /// The skip reason of a file whose bytes are no image format at all.
@@ -146,7 +205,7 @@ pub(crate) fn process(input: Vec<u8>, label: u32, opts: &ConvertOptions) -> Proc
                 p.other_image = true;
                 finish_pixels(rgb, label, opts, false, None)
             }
-            Err(reason) => Outcome::Skip(reason),
+            Err(refused) => refused.into(),
         }
     } else {
         // Told apart for `--strict`, which skips such a file of an image folder when its
@@ -189,8 +248,8 @@ fn process_jpeg(
     let decoder = CpuDecoder::new(*limits);
     if opts.encoding == Encoding::Jpeg && !too_big && !for_gpu {
         if opts.check_decode {
-            if let Err(reason) = decode_jpeg(&decoder, data, &info, opts) {
-                return skip(reason);
+            if let Err(refused) = decode_jpeg(&decoder, data, &info, opts) {
+                return JpegPlan::Done(refused.into());
             }
         }
         return JpegPlan::Store(RecordMeta {
@@ -207,36 +266,32 @@ fn process_jpeg(
             let for_gpu = for_gpu && !too_big;
             finish_pixels(rgb, label, opts, for_gpu, info.exif_orientation)
         }
-        Err(reason) => Outcome::Skip(reason),
+        Err(refused) => refused.into(),
     })
 }
 
 /// Decodes the JPEG `data`, whose header reads as `info`. The decoder allocates its pixels
 /// (and a progressive file's coefficients, 16 bits a sample) infallibly: with `max_pixels`
 /// raised, a file of a few bytes can claim more than the memory the process may have, and
-/// the failed allocation aborted the whole conversion. Asked for first, such an image is
-/// skipped instead, saying why. The memory is returned held with the pixels: the other
-/// workers' decodes count it until the caller has resized and encoded them.
+/// the failed allocation aborted the whole conversion. Asked for first ([`decode_memory`]),
+/// such an image is skipped instead, saying why, or the conversion stops where the memory
+/// could be had. The memory is returned held with the pixels: the other workers' decodes
+/// count it until the caller has resized and encoded them.
 fn decode_jpeg(
     decoder: &CpuDecoder,
     data: &[u8],
     info: &ImageInfo,
     opts: &ConvertOptions,
-) -> Result<(Rgb, DecodeMemory), String> {
-    let need = info.decode_bytes();
-    let Some(held) = DecodeMemory::reserve(need) else {
-        return Err(format!(
-            "its {}x{} pixels need about {need} bytes to decode, more than this process could \
-             allocate (lower --max-pixels, or convert it with more memory)",
-            info.width, info.height
-        ));
-    };
+) -> Result<(Rgb, DecodeMemory), Refused> {
+    let image = format!("its {}x{} pixels", info.width, info.height);
+    let held = decode_memory(info.decode_bytes(), &image)?;
     rendezvous(opts.decode_rendezvous);
     let (info, data) = decoder.decode_to_vec(data).map_err(|e| match e {
+        // Beyond the estimate reserved: memory, not the file, as above.
         stoker_decode::DecodeError::OutOfMemory { .. } => {
-            format!("{e}: more than this process could allocate (convert it with more memory)")
+            Refused::ShortOfMemory(format!("{e}: this process could not allocate them"))
         }
-        e => format!("corrupt JPEG: {e}"),
+        e => Refused::Skip(format!("corrupt JPEG: {e}")),
     })?;
     let rgb = Rgb {
         width: info.width,
@@ -253,14 +308,14 @@ fn decode_other(
     data: &[u8],
     format: image::ImageFormat,
     opts: &ConvertOptions,
-) -> Result<(Rgb, DecodeMemory), String> {
+) -> Result<(Rgb, DecodeMemory), Refused> {
     let max_pixels = opts.max_pixels;
     if format == image::ImageFormat::Tiff {
         if let Some(why) = image_kinds::camera_raw(data) {
-            return Err(image_kinds::camera_raw_reason(why));
+            return Err(image_kinds::camera_raw_reason(why).into());
         }
         if let Some(why) = tiff_ifd::overlong_entry(data) {
-            return Err(format!("corrupt {format:?}: {why}"));
+            return Err(format!("corrupt {format:?}: {why}").into());
         }
     }
     // Metadata read as stored takes at most the file's size; what inflates, 16 MiB more.
@@ -280,12 +335,12 @@ fn decode_other(
     })?;
     let pixels = u64::from(w) * u64::from(h);
     if pixels > max_pixels {
-        return Err(format!(
-            "image too large: {w}x{h} = {pixels} pixels, limit {max_pixels}"
-        ));
+        return Err(
+            format!("image too large: {w}x{h} = {pixels} pixels, limit {max_pixels}").into(),
+        );
     }
     if pixels == 0 {
-        return Err(format!("{format:?} image has zero size"));
+        return Err(format!("{format:?} image has zero size").into());
     }
     let mut reader = image::ImageReader::with_format(Cursor::new(data), format);
     let mut limits = image::Limits::default();
@@ -300,15 +355,10 @@ fn decode_other(
     let decoder = reader.into_decoder().map_err(failed)?;
     // The decoder's buffer and its RGB copy. `image` allocates them infallibly: with
     // `max_pixels` raised, a file of a few bytes can claim more than the memory the process
-    // may have, and the failed allocation aborted the whole conversion. Asked for first,
-    // such an image is skipped instead, saying why.
+    // may have, and the failed allocation aborted the whole conversion. Asked for first
+    // ([`decode_memory`]).
     let need = image::ImageDecoder::total_bytes(&decoder).saturating_add(pixels.saturating_mul(3));
-    let Some(held) = DecodeMemory::reserve(need) else {
-        return Err(format!(
-            "its {w}x{h} pixels need {need} bytes to decode, more than this process could \
-             allocate (lower --max-pixels, or convert it with more memory)"
-        ));
-    };
+    let held = decode_memory(need, &format!("its {w}x{h} pixels"))?;
     rendezvous(opts.decode_rendezvous);
     let img = image::DynamicImage::from_decoder(decoder).map_err(failed)?;
     let rgb = img.to_rgb8();
