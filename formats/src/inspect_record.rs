@@ -125,7 +125,15 @@ fn read(
             payload_bytes: h.payload_len,
             crc_ok: crc.is_ok(),
         };
-        Ok((fields, crc.err().map(|e| e.to_string())))
+        // What the loader refuses such a record for (a manifest whose class list was cut).
+        let classes = ds.manifest().classes.len();
+        let unlabelled = (fields.class.is_none()).then(|| {
+            format!(
+                "label {} is outside the class list ({classes} classes)",
+                h.label
+            )
+        });
+        Ok((fields, crc.err().map(|e| e.to_string()).or(unlabelled)))
     });
     let (record, problem) = match read {
         Ok((fields, problem)) => (Some(fields), problem),

@@ -97,6 +97,18 @@ def test_inspect_record_is_the_clis_report_and_sizes_a_raw_record(
     assert report["record"]["crc_ok"] is False and "CRC" in report["problem"], report
     assert report["source"] == str(ds.source_of(1))
 
+    # A label past a cut class list, which the loader refuses, is a problem too (it was
+    # reported as sound).
+    cut = tmp_path / "cut"
+    shutil.copytree(sample_dataset, cut)
+    manifest = json.loads((cut / "manifest.json").read_text())
+    manifest["classes"] = manifest["classes"][:1]
+    (cut / "manifest.json").write_text(json.dumps(manifest))
+    last = stoker.Dataset(cut).inspect_record(len(ds) - 1)
+    assert last["record"]["class"] is None and last["record"]["crc_ok"] is True, last
+    assert last["problem"] == "label 2 is outside the class list (1 classes)", last
+    assert stoker.Dataset(cut).inspect_record(0)["problem"] is None
+
 
 def test_convert_report_has_the_cli_json_keys(tmp_path, stoker_cli):
     report = stoker.convert(SAMPLE, tmp_path / "py", progress=False)
