@@ -143,19 +143,20 @@ impl EpochShared {
 /// The epoch `iter(loader)` runs when it starts: the one set by `set_epoch` or
 /// `load_state_dict` (`pending`), else a loaded state not yet taken (an epoch that asked
 /// for another one failed), else the one after the last begun (a loop left early does
-/// not repeat its order and augmentations, as with a PyTorch `DataLoader`).
-pub(crate) fn next_epoch_of(inner: &stoker_loader::Loader, pending: &PendingEpoch) -> u64 {
+/// not repeat its order and augmentations, as with a PyTorch `DataLoader`). `None` when
+/// that is the one after 2**64-1, the last.
+pub(crate) fn next_epoch_of(inner: &stoker_loader::Loader, pending: &PendingEpoch) -> Option<u64> {
     if let Some(epoch) = *lock(pending) {
-        return epoch;
+        return Some(epoch);
     }
     if let Some(epoch) = inner.pending_epoch() {
-        return epoch;
+        return Some(epoch);
     }
     let s = inner.state();
     if s.position > 0 {
-        s.epoch.saturating_add(1)
+        s.epoch.checked_add(1)
     } else {
-        s.epoch
+        Some(s.epoch)
     }
 }
 
@@ -216,7 +217,9 @@ impl Epoch {
     fn epoch_to_start(&self, loader: &stoker_loader::Loader) -> u64 {
         match self.which {
             Which::Fixed(epoch) => epoch,
-            Which::Next => next_epoch_of(loader, &self.pending),
+            // `iter()` refused the one past the last; one begun since by another
+            // iterator (a thread) runs the last again rather than fail here.
+            Which::Next => next_epoch_of(loader, &self.pending).unwrap_or(u64::MAX),
         }
     }
 

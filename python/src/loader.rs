@@ -3,14 +3,14 @@
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use stoker_loader::{LoaderBuilder, LoaderError, LoaderState, OnError, Owner};
 
 use crate::args;
 use crate::dataset::Dataset;
-use crate::epoch::{Epoch, EpochShared, PendingEpoch, StoppedBy, Which};
+use crate::epoch::{self, Epoch, EpochShared, PendingEpoch, StoppedBy, Which};
 use crate::errors::{loader_error, warn, StokerError};
 use crate::loader_args::{self, bad, parse_shuffle, spelled, GpuSettings, TransformArgs};
 use crate::locks::lock;
@@ -314,6 +314,13 @@ impl Loader {
     /// stops this loader's earlier iterators.
     fn __iter__(&self, py: Python<'_>) -> PyResult<Epoch> {
         let _logs = Call::new(py);
+        // Each `for` is a new epoch: after the last one, 2**64-1, there is none (it ran
+        // the last again, with its order and crops).
+        if epoch::next_epoch_of(&*self.inner()?, &self.next_epoch).is_none() {
+            return Err(PyOverflowError::new_err(
+                "the loader ran epoch 2**64-1, the last: set_epoch() says which to run next",
+            ));
+        }
         self.iterator(py, Which::Next)
     }
 

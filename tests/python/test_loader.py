@@ -1309,6 +1309,11 @@ def test_the_last_epoch_number_runs_without_overflow(sample_dataset):
     loader = python_loader(sample_dataset)
     assert len(list(loader.epoch(2**64 - 1))) == len(loader)
     assert loader.state_dict()["epoch"] == 2**64 - 1
+    # A `for` after it has no new epoch to run: it ran the last again, same order and crops.
+    with pytest.raises(OverflowError, match="epoch 2\\*\\*64-1, the last"):
+        iter(loader)
+    loader.set_epoch(0)
+    assert len(list(loader)) == len(loader)
 
 
 def test_an_absurd_batch_size_is_one_batch_of_the_whole_dataset_not_an_abort(sample_dataset):
