@@ -7,7 +7,7 @@ mod common;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{run_within, text, LIMIT, SAMPLE, STOKER};
@@ -183,25 +183,34 @@ fn png_claiming_side(side: u32) -> Vec<u8> {
     stoker_testdata::png_from_chunks(&[(b"IHDR", &ihdr), (b"IDAT", &idat)])
 }
 
+/// `dir/src/a/fine.jpg`, a baseline sample photo, and its bytes: a class for files that
+/// claim larger sizes beside it.
+fn one_class_with_a_photo(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let class = dir.join("src/a");
+    std::fs::create_dir_all(&class).unwrap();
+    let baseline = std::fs::read(Path::new(SAMPLE).join("opencv/data_stuff.jpg")).unwrap();
+    std::fs::write(class.join("fine.jpg"), &baseline).unwrap();
+    (class, baseline)
+}
+
+/// `stoker ARGS` under a 2 GB address-space limit (`ulimit -v` counts KiB).
+fn limited<S: AsRef<OsStr>>(args: impl IntoIterator<Item = S>) -> Output {
+    let mut c = Command::new("sh");
+    c.args(["-c", r#"ulimit -v 2000000 && exec "$0" "$@""#]);
+    c.arg(STOKER).args(args);
+    run_within(c, LIMIT)
+}
+
 #[test]
 fn with_max_pixels_raised_an_image_larger_than_memory_is_refused_not_an_abort() {
     // Files of a few KB claiming 38000x38000 (4.3 GB) and 30000x30000 pixels, under a
     // 2 GB address-space limit: the decoders' failed allocation aborted `convert` and
     // `decode` (SIGABRT), losing the whole run.
     let dir = tempfile::tempdir().unwrap();
-    let class = dir.path().join("src/a");
-    std::fs::create_dir_all(&class).unwrap();
-    let baseline = std::fs::read(Path::new(SAMPLE).join("opencv/data_stuff.jpg")).unwrap();
+    let (class, baseline) = one_class_with_a_photo(dir.path());
     let huge_jpeg = class.join("huge.jpg");
-    std::fs::write(&huge_jpeg, claiming_side(baseline.clone(), 38000)).unwrap();
+    std::fs::write(&huge_jpeg, claiming_side(baseline, 38000)).unwrap();
     std::fs::write(class.join("huge.png"), png_claiming_side(30000)).unwrap();
-    std::fs::write(class.join("fine.jpg"), baseline).unwrap();
-    let limited = |args: &[&OsStr]| {
-        let mut c = Command::new("sh");
-        c.args(["-c", r#"ulimit -v 2000000 && exec "$0" "$@""#]);
-        c.arg(STOKER).args(args);
-        run_within(c, LIMIT)
-    };
     let raised = ["--max-pixels", "18446744073709551615"].map(OsStr::new);
     let (src, out) = (dir.path().join("src"), dir.path().join("ds"));
     let mut args = vec![OsStr::new("convert"), OsStr::new("-j"), OsStr::new("1")];
@@ -243,18 +252,11 @@ fn an_image_that_would_fit_with_more_memory_stops_the_conversion_instead_of_a_sk
     // conversion under a 120 MB limit lost 0 to 2 of the test photos from run to run).
     // Memory that could be had is no fault of the input: the run stops, for --resume.
     let dir = tempfile::tempdir().unwrap();
-    let class = dir.path().join("src/a");
-    std::fs::create_dir_all(&class).unwrap();
-    let baseline = std::fs::read(Path::new(SAMPLE).join("opencv/data_stuff.jpg")).unwrap();
-    std::fs::write(class.join("fine.jpg"), &baseline).unwrap();
+    let (class, baseline) = one_class_with_a_photo(dir.path());
     std::fs::write(class.join("large.jpg"), claiming_side(baseline, 25819)).unwrap();
     let (src, out) = (dir.path().join("src"), dir.path().join("ds"));
-    let mut c = Command::new("sh");
-    c.args(["-c", r#"ulimit -v 2000000 && exec "$0" "$@""#]);
-    c.arg(STOKER)
-        .args(["convert", "-j", "1", "--max-pixels", "1000000000"])
-        .args([&src, &out]);
-    let o = run_within(c, LIMIT);
+    let flags = ["convert", "-j", "1", "--max-pixels", "1000000000"].map(OsStr::new);
+    let o = limited(flags.into_iter().chain([src.as_os_str(), out.as_os_str()]));
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let err = stderr(&o);
     assert!(
