@@ -9,13 +9,13 @@
 //! died by SIGABRT, status 134, where a script retries on 3.
 //!
 //! [`ReportingAllocator`] (the global allocator of the `stoker` binary and of the Python
-//! extension) notes the thread whose allocation failed, and [`exit_on_failure`]'s SIGABRT handler ends the
-//! abort of such a thread with status 3 and a message instead. Any other abort (a failed
-//! assertion in C code, heap corruption) runs its course, unless its thread had an
-//! allocation fail before, softly (`try_reserve`): under such a shortage of memory, the
-//! abort is taken for one more. The temporary file of `decode
-//! -o` is taken away first ([`crate::stop_cleanup`]); a conversion's output is left as a
-//! kill leaves it, for `--resume`.
+//! extension) notes the thread whose allocation failed, and [`exit_on_failure`]'s SIGABRT
+//! handler ends the abort of that thread with status 3 and a message instead. Any other
+//! abort (a failed assertion in C code, heap corruption) runs its course, unless its
+//! thread was the last to have an allocation fail, softly (`try_reserve`): under such a
+//! shortage of memory, the abort is taken for one more. The temporary file of `decode -o`
+//! is taken away first ([`crate::stop_cleanup`]); a conversion's output is left as a kill
+//! leaves it, for `--resume`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::c_int;

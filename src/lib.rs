@@ -59,8 +59,8 @@ pub use stoker_loader::gpu::cudarc;
 /// The `half` whose `f16` the loader hands out (`loader::HostImages::as_f16`).
 pub use stoker_loader::half;
 
-// The `stoker` binary's allocator: a failed allocation that Rust would abort on ends the
-// process with exit status 3 and a message instead.
+// The allocator of the `stoker` binary and the Python extension: in the `stoker` command, a
+// failed allocation that Rust would abort on ends the process with exit status 3 instead.
 #[cfg(feature = "cli")]
 pub mod alloc_failure;
 #[cfg(feature = "cli")]

@@ -32,7 +32,8 @@ pub use status::{FAILURE, OUTSIDE_FAULT, SUCCESS, USAGE};
     after_help = "Logging: warnings and errors go to stderr; STOKER_LOG=info (or debug, or a \
                   filter such as stoker_loader=debug) shows more, NO_COLOR=1 turns colour off.\n\
                   Exit status: 0 done; 1 failed, or found a problem; 2 a usage error; 3 stopped \
-                  for no fault of the inputs (memory, file descriptors, threads, storage, a full disk): run again. \
+                  for no fault of the inputs (memory, file descriptors, threads, storage, a \
+                  full disk): run again. \
                   With --json, a command that fails before it has a report prints no JSON: \
                   the error is one line on stderr, and the status says which kind."
 )]
