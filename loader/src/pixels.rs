@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use stoker_decode::{CpuDecoder, ImageInfo, Limits, Region};
+use stoker_decode::{CpuDecoder, ImageInfo, Region};
 use stoker_formats::{DatasetReader, Encoding, RawSize, Record, RecordHeader, RAW_CHANNELS};
 
 use crate::error::LoaderError;
@@ -408,7 +408,8 @@ pub fn sample_pixels(
     epoch: u64,
     key: DrawKey,
 ) -> Result<SamplePixels, LoaderError> {
-    let decoder = CpuDecoder::new(Limits::default());
+    // The CPU loader's limits: what the conversion accepted.
+    let decoder = CpuDecoder::new(reader.dataset().manifest().decode_limits());
     let mut scratch = Vec::new();
     let draw = Draw {
         transform,
@@ -610,7 +611,7 @@ mod tests {
             rgb: rgb.reader().unwrap(),
             _dirs: dirs,
             transform: Transform::random_resized_crop(32),
-            decoder: CpuDecoder::new(Limits::default()),
+            decoder: CpuDecoder::new(stoker_decode::Limits::default()),
             metrics: Metrics::default(),
         }
     }

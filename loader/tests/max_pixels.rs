@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use stoker_formats::{convert, verify, ConvertOptions, Dataset, NoProgress, Source};
-use stoker_loader::{Loader, OnError, Output, Shuffle, Transform};
+use stoker_loader::pixels::sample_pixels;
+use stoker_loader::{DrawKey, Loader, OnError, Output, Shuffle, Transform};
 
 /// Just above the decoder's default limit of 100 Mpx: 100,007,550 pixels.
 const SIZE: (u16, u16) = (10_050, 9_951);
@@ -43,6 +44,9 @@ fn records_the_conversion_accepted_above_the_default_limit_verify_and_load() {
         "{:?}",
         checked.bad
     );
+    // One record's crop, as the CPU loader draws it, with the same limits.
+    let crop = Transform::random_resized_crop(32);
+    sample_pixels(&ds.reader().unwrap(), 0, &crop, 0, 0, DrawKey::at(0)).unwrap();
 
     let loader = Loader::builder(ds)
         .batch_size(1)

@@ -38,6 +38,7 @@ pub struct CpuDecodeFigures {
 /// exactly as the loader's CPU path uses it.
 pub fn measure(
     payloads: &[Vec<u8>],
+    limits: Limits,
     threads: usize,
     budget: Duration,
     tick: &(dyn Fn(f64) + Sync),
@@ -55,10 +56,10 @@ pub fn measure(
     // The largest decoded size, so each thread allocates its buffer once.
     let max_rgb_len = payloads
         .iter()
-        .filter_map(|p| stoker_decode::probe(p, &Limits::default()).ok())
+        .filter_map(|p| stoker_decode::probe(p, &limits).ok())
         .map(|info| info.rgb_len())
         .max()?;
-    let decoder = CpuDecoder::new(Limits::default());
+    let decoder = CpuDecoder::new(limits);
     let cpu0 = process_cpu_time();
     let start = Instant::now();
     let work = |t: usize| {
@@ -152,11 +153,32 @@ mod tests {
             .iter()
             .map(|p| std::fs::read(p).unwrap())
             .collect();
-        let f = measure(&payloads, 2, Duration::from_nanos(1), &|_| {}).expect("one decoded");
+        let f = measure(
+            &payloads,
+            Limits::default(),
+            2,
+            Duration::from_nanos(1),
+            &|_| {},
+        )
+        .expect("one decoded");
         assert!(f.decoded >= 1 && f.failed == 0, "{f:?}");
+        // The limits given are the decoder's (the dataset's, from the bench's sample):
+        // under one below these photos' size, none decodes.
+        let small = Limits {
+            max_pixels: 1000,
+            ..Limits::default()
+        };
+        assert!(measure(&payloads, small, 2, Duration::from_nanos(1), &|_| {}).is_none());
 
         // Only undecodable payloads: every one tried, then None.
         let junk = vec![b"\xff\xd8\xff\xdb junk".to_vec(); 2];
-        assert!(measure(&junk, 2, Duration::from_nanos(1), &|_| {}).is_none());
+        assert!(measure(
+            &junk,
+            Limits::default(),
+            2,
+            Duration::from_nanos(1),
+            &|_| {}
+        )
+        .is_none());
     }
 }

@@ -31,10 +31,11 @@ struct RouteRun {
 
 /// Decodes for about `budget`: the first half with the hardware engines enabled
 /// (the default decoder), the second half with the CUDA decoder only; the host
-/// waits as `waits` says.
+/// waits as `waits` says. `limits` are the dataset's, as the loader's.
 pub fn measure(
     ctx: &Arc<CudaContext>,
     payloads: &[Vec<u8>],
+    limits: Limits,
     batch: usize,
     budget: Duration,
     waits: WaitMode,
@@ -45,7 +46,7 @@ pub fn measure(
     }
     let max_len = match payloads
         .iter()
-        .filter_map(|p| probe(p, &Limits::default()).ok())
+        .filter_map(|p| probe(p, &limits).ok())
         .map(|i| i.rgb_len())
         .max()
     {
@@ -53,9 +54,14 @@ pub fn measure(
         None => return StageReport::skipped("no sampled record has a readable JPEG header"),
     };
     let half = budget / 2;
-    let hw = run(ctx, payloads, batch, max_len, half, true, waits);
+    let base = GpuDecoderOptions {
+        limits,
+        waits,
+        ..GpuDecoderOptions::default()
+    };
+    let hw = run(ctx, payloads, batch, max_len, half, &base, true);
     tick(0.5);
-    let cuda = run(ctx, payloads, batch, max_len, half, false, waits);
+    let cuda = run(ctx, payloads, batch, max_len, half, &base, false);
     tick(1.0);
     match (hw, cuda) {
         (Ok((hw, engines)), cuda) => {
@@ -111,16 +117,15 @@ fn run(
     batch: usize,
     max_len: usize,
     budget: Duration,
+    base: &GpuDecoderOptions,
     hardware: bool,
-    waits: WaitMode,
 ) -> Result<(RouteRun, Engines), String> {
     let options = GpuDecoderOptions {
         hardware,
-        waits,
         // The CUDA-decoder run measures that route alone: none of its images
         // offloaded to the CPUs.
         cpu_offload: hardware,
-        ..GpuDecoderOptions::default()
+        ..base.clone()
     };
     let mut dec = GpuDecoder::new(ctx, options).map_err(|e| e.to_string())?;
     let engines = dec.hardware_engines();

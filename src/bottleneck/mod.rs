@@ -309,7 +309,13 @@ impl<'a> Measurement<'a> {
             return 0;
         }
         let tick = |f: f64| self.progress.advance(f);
-        match cpu_decode::measure(&sample.payloads, self.cores, self.budget, &tick) {
+        match cpu_decode::measure(
+            &sample.payloads,
+            sample.limits,
+            self.cores,
+            self.budget,
+            &tick,
+        ) {
             Some(f) => {
                 self.caps.cpu_decode = Some(f.img_per_s);
                 self.stages.cpu_decode = StageReport::measured(
@@ -399,6 +405,7 @@ impl<'a> Measurement<'a> {
             gpu_decode::measure(
                 ctx,
                 &sample.payloads,
+                sample.limits,
                 opts.batch,
                 self.budget,
                 opts.waits,

@@ -13,6 +13,9 @@ const SAMPLE_BYTES: usize = 256 << 20;
 /// Payloads held in memory for the decode stages, spread over the dataset.
 pub(crate) struct Sample {
     pub payloads: Vec<Vec<u8>>,
+    /// The limits the conversion accepted the records under, which the loader decodes
+    /// with: a record above the decoder's default is timed, not dropped or failed.
+    pub limits: stoker_decode::Limits,
     /// Records that failed to read (index, error), counted not fatal.
     pub bad: u64,
 }
@@ -49,5 +52,9 @@ pub(crate) fn load_sample(ds: &Dataset) -> Result<Sample, BenchError> {
             break;
         }
     }
-    Ok(Sample { payloads, bad })
+    Ok(Sample {
+        payloads,
+        bad,
+        limits: ds.manifest().decode_limits(),
+    })
 }
