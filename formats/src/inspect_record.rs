@@ -127,7 +127,7 @@ fn read(
         };
         // What the loader refuses such a record for (a manifest whose class list was cut).
         let classes = ds.manifest().classes.len();
-        let unlabelled = (fields.class.is_none()).then(|| {
+        let unlabelled = fields.class.is_none().then(|| {
             format!(
                 "label {} is outside the class list ({classes} classes)",
                 h.label

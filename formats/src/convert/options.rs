@@ -120,6 +120,21 @@ pub struct ConvertOptions {
     pub decode_rendezvous: Option<u32>,
 }
 
+/// Refuses an empty output path, as `open("")` refuses one: it names no directory. (A
+/// writer took it for the working directory, and a conversion said "No such file or
+/// directory" of a path printed as nothing.) For [`ConvertOptions::validate`], and for a
+/// writer, which makes its output path absolute before it validates.
+pub(super) fn refuse_empty_output(out: &std::path::Path) -> Result<(), FormatError> {
+    if out.as_os_str().is_empty() {
+        return Err(FormatError::InvalidOptions(
+            "the output path is empty: give the directory to write the dataset into (`.` for \
+             the current one)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 impl ConvertOptions {
     /// Options with the CLI's defaults for `source` → `out`.
     ///
@@ -166,14 +181,7 @@ impl ConvertOptions {
 
     pub(super) fn validate(&self) -> Result<(), FormatError> {
         let bad = |s: &str| Err(FormatError::InvalidOptions(s.into()));
-        // As `open("")` refuses one: it names no directory. (A writer took it as the
-        // current directory, and a conversion said "No such file or directory" of "".)
-        if self.out.as_os_str().is_empty() {
-            return bad(
-                "the output path is empty: give the directory to write the dataset into (`.` \
-                 for the current one)",
-            );
-        }
+        refuse_empty_output(&self.out)?;
         if !(1..=100).contains(&self.quality) {
             return bad("quality must be in 1..=100");
         }

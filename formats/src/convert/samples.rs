@@ -172,15 +172,8 @@ impl SampleWriter {
         // finished dataset there was replaced without a word), while the lock and the
         // clean-up stayed on the old one.
         let root: PathBuf = out.into();
-        // Refused as `convert`, `merge` and `Dataset` refuse it: it had been taken for the
-        // working directory, where `.` says so.
-        if root.as_os_str().is_empty() {
-            return Err(FormatError::InvalidOptions(
-                "the output path is empty: give the directory to write the dataset into (`.` \
-                 for the current one)"
-                    .into(),
-            ));
-        }
+        // Before `absolute`, which would make it the working directory.
+        super::options::refuse_empty_output(&root)?;
         let root = std::path::absolute(&root).map_err(|e| FormatError::io(&root, e))?;
         // A part is written like a whole dataset into its own directory, as `convert
         // --part` writes one: the lock, the refusals and the clean-up are that directory's.

@@ -73,14 +73,15 @@ impl From<Refused> for Outcome {
 /// workers' encodes, the writer's buffers) before the conversion stops.
 const MEMORY_WAIT: Duration = Duration::from_secs(1);
 
-/// The memory for a decode of `need` bytes of `image` (its size, in words), or why not:
-/// a need no run here can meet (past the address-space limit, or the machine's memory
-/// and swap) is skipped, saying so; another waits up to [`MEMORY_WAIT`] for memory held
-/// elsewhere in the process, then stops the conversion.
-fn decode_memory(need: u64, image: &str) -> Result<DecodeMemory, Refused> {
+/// The memory for a decode of `need` bytes of a `w`×`h` image, or why not: a need no run
+/// here can meet (past the address-space limit, or the machine's memory and swap) is
+/// skipped, saying so; another waits up to [`MEMORY_WAIT`] for memory held elsewhere in
+/// the process, then stops the conversion.
+fn decode_memory(need: u64, w: u32, h: u32) -> Result<DecodeMemory, Refused> {
     if let Some(held) = DecodeMemory::reserve(need) {
         return Ok(held);
     }
+    let image = format!("its {w}x{h} pixels");
     if !could_ever_allocate(need) {
         return Err(Refused::Skip(format!(
             "{image} need about {need} bytes to decode, more than this process could \
@@ -283,8 +284,7 @@ fn decode_jpeg(
     info: &ImageInfo,
     opts: &ConvertOptions,
 ) -> Result<(Rgb, DecodeMemory), Refused> {
-    let image = format!("its {}x{} pixels", info.width, info.height);
-    let held = decode_memory(info.decode_bytes(), &image)?;
+    let held = decode_memory(info.decode_bytes(), info.width, info.height)?;
     rendezvous(opts.decode_rendezvous);
     let (info, data) = decoder.decode_to_vec(data).map_err(|e| match e {
         // Beyond the estimate reserved: memory, not the file, as above.
@@ -358,7 +358,7 @@ fn decode_other(
     // may have, and the failed allocation aborted the whole conversion. Asked for first
     // ([`decode_memory`]).
     let need = image::ImageDecoder::total_bytes(&decoder).saturating_add(pixels.saturating_mul(3));
-    let held = decode_memory(need, &format!("its {w}x{h} pixels"))?;
+    let held = decode_memory(need, w, h)?;
     rendezvous(opts.decode_rendezvous);
     let img = image::DynamicImage::from_decoder(decoder).map_err(failed)?;
     let rgb = img.to_rgb8();
