@@ -537,8 +537,18 @@ fn not_a_dataset_hint(root: &Path) -> String {
     }
     if shards > 0 && held {
         format!(
-            "it has no manifest.json yet and holds {shards} shard file(s): a writer is \
-             writing it now (its lock is held); open it once the writer has finished"
+            "it has no manifest.json yet and holds {shards} shard file(s): a writer or a \
+             merge is writing it now (its lock is held); open it once it has finished"
+        )
+    } else if shards > 0 && parts > 0 {
+        // Deleting the directory, as for a writer's leftovers, would delete every part.
+        format!(
+            "it has no manifest.json and holds {parts} part director{} of a partitioned \
+             conversion beside {shards} shard link(s): a merge of them stopped before it \
+             finished, and the parts are whole; run it again (`stoker merge {}`; Python: \
+             `stoker.merge`; Rust: `stoker::formats::merge`)",
+            if parts == 1 { "y" } else { "ies" },
+            root.lossless()
         )
     } else if shards > 0 {
         format!(
@@ -620,8 +630,20 @@ mod tests {
         }
         let lock = OutputLock::acquire(dir.path()).unwrap();
         let e = message(Dataset::open(dir.path()).err());
-        assert!(e.contains("a writer is writing it now"), "{e}");
+        assert!(e.contains("a writer or a merge is writing it now"), "{e}");
         drop(lock);
+        // Beside part directories, the shards are a stopped merge's links: deleting the
+        // directory would delete the parts.
+        std::fs::create_dir(dir.path().join("part-00000-of-00001")).unwrap();
+        for e in [
+            Dataset::open(dir.path()).err(),
+            crate::verify_dir(dir.path(), false).err(),
+        ] {
+            let e = message(e);
+            assert!(e.contains("a merge of them stopped"), "{e}");
+            assert!(e.contains("stoker merge") && !e.contains("delete"), "{e}");
+        }
+        std::fs::remove_dir(dir.path().join("part-00000-of-00001")).unwrap();
         // A manifest written between the open's look and the advice (a merge finishing):
         // never the advice to delete.
         std::fs::write(dir.path().join(MANIFEST_FILE), b"{}").unwrap();

@@ -529,7 +529,8 @@ fn strict_left(resumable: bool) -> &'static str {
          convert again"
     } else {
         "nothing of this conversion is left in the output directory: fix or remove the input \
-         and convert again"
+         and convert again (removing an input moves every part's slice of a partitioned \
+         conversion: then convert every part again)"
     }
 }
 

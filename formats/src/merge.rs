@@ -15,16 +15,18 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::convert::audit::Audit;
+use crate::convert::claim::{is_merge_leftover, stray_entry};
 use crate::convert::lock::OutputLock;
 use crate::convert::other_flag;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
-use crate::source_map::SOURCES_FILE;
 use crate::text::Lossless;
 
+mod complete;
 mod link;
 use crate::writer::{shard_file_name, write_atomically};
 use crate::FormatError;
-use link::{check_digests, check_size, link_error, link_following};
+use complete::check_complete;
+use link::{check_digests, check_size, link_error, link_following, REDO_PART};
 
 /// What [`merge`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -61,9 +63,11 @@ pub struct MergeReport {
 ///
 /// # Errors
 ///
-/// [`FormatError::MergeRefused`] for an unfinished, foreign, duplicated or missing part;
-/// [`FormatError::ShardDigestMismatch`] for a shard that is not the file its part wrote
-/// (every shard is read once, hashed on all cores);
+/// [`FormatError::MergeRefused`] for an unfinished, foreign, duplicated or missing part,
+/// and for a part altered since it was finished: a shard that is not the file its part
+/// wrote (every shard is read once, hashed on all cores);
+/// [`FormatError::DamagedSourceMap`] for a part's source map that is not the one its
+/// manifest names;
 /// [`FormatError::OutputExists`] when `out` already holds a dataset or unrelated files;
 /// [`FormatError::OutputLocked`] while another merge or convert writes `out`; I/O errors.
 ///
@@ -177,7 +181,7 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
     } else {
         parts.to_vec()
     };
-    check_output(out, &dirs)?;
+    check_output(out, &dirs, !parts.is_empty())?;
     let loaded = load_parts(out, &dirs)?;
     // One part may be empty (all its inputs skipped); all of them empty is a conversion
     // that wrote nothing, refused as a whole conversion's is, before anything is linked.
@@ -206,8 +210,9 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
     let mut removed = Vec::new();
     let resolved: Vec<PathBuf> = loaded.iter().map(|(d, _)| link::resolved_dir(d)).collect();
     for ((dir, _), resolved) in loaded.iter().zip(&resolved) {
-        match std::fs::remove_dir_all(resolved) {
-            Ok(()) => removed.push(dir.clone()),
+        match link::remove_part(resolved) {
+            Ok(Some(target)) => removed.push(target),
+            Ok(None) => removed.push(dir.clone()),
             Err(e) => tracing::warn!(
                 "merged, but the part directory {} was not removed ({e}): its shards are {}'s now, so it can be deleted",
                 dir.lossless(),
@@ -278,7 +283,13 @@ fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, Fo
         provenance: merged_provenance(loaded),
         audit,
         part: None,
-        sources: crate::source_map::merged(out, loaded)?,
+        sources: crate::source_map::merged(out, loaded).map_err(|e| match e {
+            FormatError::DamagedSourceMap { path, reason } => FormatError::DamagedSourceMap {
+                path,
+                reason: format!("{reason}; {REDO_PART}"),
+            },
+            e => e,
+        })?,
     };
     let path = out.join(MANIFEST_FILE);
     manifest.validate(&path)?;
@@ -335,7 +346,7 @@ fn check_nesting(out: &Path, parts: &[PathBuf]) -> Result<(), FormatError> {
 /// `out` may hold only the parts and what an interrupted merge left (shard links); a part
 /// start that died while it made its directory left an empty hidden one, removed here
 /// (the merge holds `out` alone: no start is under way).
-fn check_output(out: &Path, dirs: &[PathBuf]) -> Result<(), FormatError> {
+fn check_output(out: &Path, dirs: &[PathBuf], given: bool) -> Result<(), FormatError> {
     for e in std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))? {
         let e = e.map_err(|e| FormatError::io(out, e))?;
         let name = e.file_name().to_string_lossy().into_owned();
@@ -343,24 +354,23 @@ fn check_output(out: &Path, dirs: &[PathBuf]) -> Result<(), FormatError> {
         {
             continue;
         }
+        // A claim's leftover that is not empty was not left by a claim.
         let ours = is_merge_leftover(&name)
             || name.starts_with("part-")
             || dirs.iter().any(|d| d == &e.path());
         if !ours {
+            // Parts found in `out` are merged in place; given ones may go anywhere else.
+            let elsewhere = match given {
+                true => "merge into a new directory",
+                false => "merge into a new directory (`stoker merge NEW OUT/part-*`)",
+            };
             return Err(FormatError::OutputExists {
                 path: out.to_path_buf(),
-                reason: format!(
-                    "is not empty (found {name:?}); merge into the parts' output root or a new directory"
-                ),
+                reason: stray_entry(&name, elsewhere),
             });
         }
     }
     Ok(())
-}
-
-fn is_merge_leftover(name: &str) -> bool {
-    ["manifest.json.tmp", SOURCES_FILE, "sources.bin.tmp"].contains(&name)
-        || (name.starts_with("shard-") && name.ends_with(".lmdb"))
 }
 
 fn remove_shards(out: &Path) -> Result<(), FormatError> {
@@ -568,44 +578,6 @@ fn unfinished(dir: &Path) -> String {
         "unfinished part (no manifest.json): if it is converted (convert --part), {converted}; if it is written (stoker.Writer or SampleWriter with a part), wait for its writer to finish it, or if that writer was killed, {}",
         crate::convert::REWRITE_PART
     )
-}
-
-/// Refuses a part given twice, or a set that is not every part `0..count`.
-fn check_complete(out: &Path, loaded: &[(PathBuf, Manifest, PartInfo)]) -> Result<(), FormatError> {
-    let refuse = |path: &Path, reason: String| FormatError::MergeRefused {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let fp = &loaded[0].2;
-    for w in loaded.windows(2) {
-        if w[0].2.index == w[1].2.index {
-            return Err(refuse(
-                &w[1].0,
-                format!(
-                    "part {} is given twice (also {})",
-                    w[1].2.index,
-                    w[0].0.lossless()
-                ),
-            ));
-        }
-    }
-    let count = fp.count as usize;
-    if loaded.len() != count {
-        let have: Vec<u32> = loaded.iter().map(|(_, _, p)| p.index).collect();
-        let missing: Vec<String> = (0..fp.count)
-            .filter(|i| !have.contains(i))
-            .map(|i| i.to_string())
-            .collect();
-        return Err(refuse(
-            out,
-            format!(
-                "{} of {count} parts found; missing part(s) {}: run or rerun those tasks first",
-                loaded.len(),
-                missing.join(", ")
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Refuses written parts (`SampleWriter` with a part) mixed with converted ones: they are

@@ -375,7 +375,8 @@ pub(crate) type PartMap<'a> = (&'a Path, &'a SourcesEntry, u64);
 
 /// Writes into `dir` the source map of the maps `parts`, one after another: the merged
 /// dataset's records are the parts' records in order, so each part's offsets move on by
-/// the names before it. Every offset is checked as it is copied.
+/// the names before it. Each part's map is checked against its manifest's digest, and
+/// every offset as it is copied.
 ///
 /// One part's map is open at a time (each is opened once for its offsets, once for its
 /// names): a merge of the thousands of parts of a large job array must not need a file
@@ -394,6 +395,9 @@ pub(crate) fn join(dir: &Path, parts: &[PartMap<'_>]) -> Result<SourcesEntry, Fo
         let mut names_lens = Vec::with_capacity(parts.len());
         for p in parts {
             let map = open(p)?;
+            // A name altered in place keeps every offset sound, and the merged map's own
+            // digest would then vouch for it: only the part's digest tells.
+            map.check_digest(p.1.xxh3)?;
             base = map.copy_offsets(w, base, tmp)?;
             names_lens.push(map.names_len);
         }

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use stoker_formats::convert::JOURNAL_FILE;
 use stoker_formats::{
     convert, merge, verify, ConvertOptions, Dataset, FormatError, NoProgress, Part, Source,
     MANIFEST_FILE,
@@ -396,6 +397,79 @@ fn parts_that_all_hold_nothing_are_not_merged_into_an_empty_dataset() {
 }
 
 #[test]
+fn parts_linked_into_the_root_are_removed_with_the_directories_they_lead_to() {
+    // Only the links went: the merge said it removed each part while the parts stayed
+    // whole, their shards' space still taken and ready to be merged a second time.
+    let tmp = tempfile::tempdir().unwrap();
+    let source =
+        Source::ImageFolder(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample").into());
+    let real = tmp.path().join("real");
+    convert_parts(&source, &real, 2);
+    let root = tmp.path().join("out");
+    std::fs::create_dir(&root).unwrap();
+    for i in 0..2 {
+        let name = Part::new(i, 2).unwrap().dir_name();
+        std::os::unix::fs::symlink(real.join(&name), root.join(&name)).unwrap();
+    }
+    let report = merge(&root, &[]).unwrap();
+    let real = std::fs::canonicalize(&real).unwrap();
+    let want: Vec<PathBuf> = (0..2)
+        .map(|i| real.join(Part::new(i, 2).unwrap().dir_name()))
+        .collect();
+    assert_eq!(report.removed, want);
+    assert_eq!(
+        std::fs::read_dir(&real).unwrap().count(),
+        0,
+        "a part stayed"
+    );
+    let names: Vec<String> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with("part-")), "{names:?}");
+    let plain = tmp.path().join("plain");
+    convert(&opts(source, &plain), &NoProgress).unwrap();
+    assert_same_dataset(&root, &plain);
+}
+
+#[test]
+fn a_part_starts_only_in_a_root_the_merge_will_take() {
+    // A list file beside the parts, or a whole conversion stopped there: every task of the
+    // array converted its part, and only the merge refused the root ("is not empty").
+    let tmp = tempfile::tempdir().unwrap();
+    let source =
+        Source::ImageFolder(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample").into());
+    for (stray, says) in [
+        (
+            "files.txt",
+            "\"files.txt\", which is neither a part directory",
+        ),
+        (
+            JOURNAL_FILE,
+            "a whole conversion (without --part) that stopped",
+        ),
+    ] {
+        let root = tmp.path().join(stray.replace('.', "_"));
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join(stray), "x").unwrap();
+        let mut o = opts(source.clone(), &root);
+        o.part = Some(Part::new(0, 2).unwrap());
+        let e = convert(&o, &NoProgress).unwrap_err();
+        assert!(matches!(e, FormatError::OutputExists { .. }), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+        let left: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
+        assert_eq!(left.len(), 1, "the refused part left something");
+        // The merge says the same of it, and what else it can do.
+        std::fs::remove_file(root.join(stray)).unwrap();
+        convert_parts(&source, &root, 2);
+        std::fs::write(root.join(stray), "x").unwrap();
+        let e = merge(&root, &[]).unwrap_err();
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(e.to_string().contains("stoker merge NEW OUT/part-*"), "{e}");
+    }
+}
+
+#[test]
 fn merge_into_a_directory_inside_a_part_is_refused_and_deletes_nothing() {
     // `stoker merge out/part-00000-of-00003/merged out/part-0000*` used to merge, then
     // remove every part, the merged dataset inside part 0 with them, and report success.
@@ -669,8 +743,9 @@ fn a_shard_swapped_between_parts_is_refused_by_its_digest() {
     std::fs::rename(&swap, &b).unwrap();
 
     let e = merge(&root, &[]).unwrap_err();
-    assert!(matches!(e, FormatError::ShardDigestMismatch { .. }), "{e}");
+    assert!(matches!(e, FormatError::MergeRefused { .. }), "{e}");
     assert!(e.to_string().contains("part-0000"), "{e}");
+    assert!(e.to_string().contains("rerun its task"), "{e}");
     assert!(!root.join(MANIFEST_FILE).exists());
     for i in 0..2 {
         let part = root.join(Part::new(i, 2).unwrap().dir_name());

@@ -195,6 +195,45 @@ fn a_list_conversion_names_the_rows_and_parts_merge_to_the_same_map() {
 }
 
 #[test]
+fn a_part_map_altered_in_place_refuses_the_merge_and_every_part_stays() {
+    // One byte of a name changed keeps every offset sound: a merge that checked only the
+    // shape copied the altered name and wrote a digest of its own over it, so the merged
+    // dataset passed `verify` naming a record's input wrong.
+    let tmp = tempfile::tempdir().unwrap();
+    let parts = tmp.path().join("parts");
+    for index in 0..2 {
+        let mut o = options(Source::ImageFolder(photos()), &parts);
+        o.part = Some(Part::new(index, 2).unwrap());
+        convert(&o, &NoProgress).unwrap();
+    }
+    let second = parts.join(Part::new(1, 2).unwrap().dir_name());
+    let map = second.join(SOURCES_FILE);
+    let good = std::fs::read(&map).unwrap();
+    let mut bytes = good.clone();
+    *bytes.last_mut().unwrap() ^= 0x01;
+    std::fs::write(&map, bytes).unwrap();
+
+    let e = merge(&parts, &[]).unwrap_err();
+    assert!(matches!(e, FormatError::DamagedSourceMap { .. }), "{e}");
+    let text = e.to_string();
+    assert!(text.contains(&second.display().to_string()), "{text}");
+    assert!(text.contains("rerun its task"), "{text}");
+    assert!(!parts.join(MANIFEST_FILE).exists());
+    assert!(!parts.join(SOURCES_FILE).exists());
+    for index in 0..2 {
+        let part = parts.join(Part::new(index, 2).unwrap().dir_name());
+        assert!(
+            part.join(MANIFEST_FILE).exists(),
+            "part {index} was removed"
+        );
+    }
+    // Put back, the same parts merge.
+    std::fs::write(&map, good).unwrap();
+    merge(&parts, &[]).unwrap();
+    assert_sources_hold_the_records(&parts, &photos(), true);
+}
+
+#[test]
 fn a_resumed_conversion_names_the_records_of_both_runs() {
     let tmp = tempfile::tempdir().unwrap();
     let src = source_with_skips(tmp.path());

@@ -73,6 +73,8 @@ pub struct Args {
     /// Split by count instead of by size: each shard but the last holds ceil(inputs / N)
     /// records, so there are at most N (fewer where N does not divide the inputs, or inputs
     /// are skipped), and at least 64 KiB of records (a warning says when that makes fewer).
+    /// With --part each part ends its own last shard, so the merged dataset has up to N
+    /// plus the number of parts less one.
     #[arg(long, conflicts_with = "shard_size")]
     pub shards: Option<u64>,
     /// Continue an interrupted conversion in OUT, from its last finished shard (the shard

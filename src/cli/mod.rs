@@ -62,6 +62,11 @@ enum Command {
     /// given outside OUT: its shards live on in OUT, so the part directory holds only
     /// second names for them. Each directory removed is named on stderr. Until the
     /// manifest is written nothing is removed, and a refused merge leaves the parts whole.
+    ///
+    /// Exit status: 0 when the dataset was merged; 1 when the merge was refused (a part
+    /// missing, unfinished, damaged or of another conversion; OUT holding other files), with
+    /// the parts whole; 2 for a usage error; 3 when it stopped for no fault of the parts
+    /// (out of memory, of file descriptors, a full disk): merge again once that is fixed.
     Merge(merge::Args),
     /// Summarize a converted dataset.
     Inspect(inspect::Args),

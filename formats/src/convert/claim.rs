@@ -16,6 +16,7 @@ use super::lock::{same_dir, OutputLock};
 use super::part::parse_dir_name;
 use super::strict_stop::Made;
 use crate::manifest::MANIFEST_FILE;
+use crate::source_map::SOURCES_FILE;
 use crate::FormatError;
 
 /// An output directory made and locked; for a part, with its root locked shared until
@@ -61,7 +62,7 @@ impl Claim {
         // holds the root alone while it looks for parts, so it never finds a part directory
         // of a start it is about to refuse (and then refuses the merge for that part).
         let (root_made, root_lock) = lock_root(root)?;
-        let part = refuse_other_counts(out, root).and_then(|()| claim_part_dir(out, root));
+        let part = check_root(out, root).and_then(|()| claim_part_dir(out, root));
         match part {
             Ok((made, lock)) => Ok(Claim {
                 made: made.with_ancestors(root_made),
@@ -173,6 +174,36 @@ pub(crate) fn is_claim_leftover(name: &str) -> bool {
     name.starts_with(".part-") && name.contains(CLAIM_MARK)
 }
 
+/// Whether `name` may lie in the root that parts are converted or written into and then
+/// merged in place: a part, another start's claim (or its leftover), an interrupted
+/// merge's leftover. Anything else would stay in the merged dataset's directory, so the
+/// merge refuses it, and so does every part's start.
+fn may_be_beside_parts(name: &str) -> bool {
+    name.starts_with("part-") || is_claim_leftover(name) || is_merge_leftover(name)
+}
+
+/// What an interrupted merge leaves in the root besides the parts (the merge writes its
+/// manifest last, so until then only these): shard links, the source map, the manifest's
+/// temporary file. A rerun of the merge replaces them.
+pub(crate) fn is_merge_leftover(name: &str) -> bool {
+    ["manifest.json.tmp", SOURCES_FILE, "sources.bin.tmp"].contains(&name)
+        || (name.starts_with("shard-") && name.ends_with(".lmdb"))
+}
+
+/// Why a parts' root that holds `name` (not [`may_be_beside_parts`]) cannot take the
+/// merged dataset, and what to do, `otherwise` last.
+pub(crate) fn stray_entry(name: &str, otherwise: &str) -> String {
+    let journals = [super::JOURNAL_FILE, super::LEGACY_JOURNAL_FILE];
+    if journals.contains(&name) {
+        return format!(
+            "holds {name}, the journal of a whole conversion (without --part) that stopped before it finished: finish it (`stoker convert --resume` without --part) or delete the directory, or {otherwise}"
+        );
+    }
+    format!(
+        "holds {name:?}, which is neither a part directory (part-IIIII-of-NNNNN) nor a merge's leftover, and the merge writes the dataset into this directory: move it out (a list file can be anywhere), or {otherwise}"
+    )
+}
+
 /// What [`make_hidden`] puts after a part directory's name, before the pid.
 const CLAIM_MARK: &str = ".claim-";
 
@@ -201,11 +232,15 @@ fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<Option<PathBuf>, F
     }
 }
 
-/// Refuses the part `out` in a `root` that holds parts of a conversion into another number
-/// of parts: a merge would refuse them together, after this part's whole conversion. The
-/// usual way in is a rerun of one failed task as a job of its own (Slurm's `sbatch
-/// --array=5` is an array of one task, which makes it part 0 of 1: the whole dataset).
-fn refuse_other_counts(out: &Path, root: &Path) -> Result<(), FormatError> {
+/// Refuses the part `out` in a `root` that a merge of the parts would refuse, at the start
+/// of every task rather than after the last one:
+/// - parts of a conversion into another number of parts. The usual way in is a rerun of
+///   one failed task as a job of its own (Slurm's `sbatch --array=5` is an array of one
+///   task, which makes it part 0 of 1: the whole dataset);
+/// - anything else that is neither a part nor a merge's leftover ([`may_be_beside_parts`]):
+///   the list file the README says to write once for every task, put beside the parts, or
+///   a whole conversion stopped there. The merge writes the dataset into `root`.
+fn check_root(out: &Path, root: &Path) -> Result<(), FormatError> {
     let Some((_, count)) = out
         .file_name()
         .and_then(|n| parse_dir_name(&n.to_string_lossy()))
@@ -215,6 +250,12 @@ fn refuse_other_counts(out: &Path, root: &Path) -> Result<(), FormatError> {
     for entry in std::fs::read_dir(root).map_err(|e| FormatError::io(root, e))? {
         let name = entry.map_err(|e| FormatError::io(root, e))?.file_name();
         let name = name.to_string_lossy();
+        if !may_be_beside_parts(&name) {
+            return Err(FormatError::OutputExists {
+                path: root.to_path_buf(),
+                reason: stray_entry(&name, "convert the parts into another directory"),
+            });
+        }
         match parse_dir_name(&name) {
             Some((_, other)) if other != count => {
                 return Err(FormatError::OutputExists {
