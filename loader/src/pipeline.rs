@@ -568,6 +568,12 @@ mod tests {
             matches!(err, LoaderError::TooManyBadRecords { attempts: 0, .. }),
             "{err}"
         );
+        // Neither message counts the tries as records, nor says none were tried.
+        let text = err.to_string();
+        assert!(
+            text.contains("an earlier position of this epoch found that") && !text.contains(" 0 "),
+            "{text}"
+        );
     }
 
     #[test]

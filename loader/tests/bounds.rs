@@ -203,6 +203,13 @@ fn drop_last_with_a_batch_above_the_share_is_a_note_not_a_silent_empty_loop() {
         note.contains("batch_size 256 is above the 15 samples"),
         "{note}"
     );
+    // An epoch run through with nothing handed out fed nothing: no fed ratio is shown.
+    assert_eq!(empty.epoch(0).count(), 0);
+    let shown = empty.stats().to_string();
+    assert!(
+        shown.contains("0 batches") && shown.contains("fed ratio -"),
+        "{shown}"
+    );
     let two_ranks = Loader::builder(ds.clone())
         .batch_size(8)
         .drop_last(true)

@@ -139,10 +139,16 @@ fn mib(bytes: u64) -> f64 {
 
 impl fmt::Display for Stats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // With no batch handed out there is nothing the consumer was fed: an empty epoch's
+        // start-up gave "fed ratio 0.996" beside "verdict: no batches yet".
+        let fed = match self.batches {
+            0 => "-".to_owned(),
+            _ => format!("{:.3}", self.fed_ratio),
+        };
         writeln!(
             f,
-            "loader: {} images in {} batches, {} epochs, {:.2} s → {:.0} img/s; consumer waited {:.2} s, fed ratio {:.3}",
-            self.images, self.batches, self.epochs, self.elapsed_s, self.images_per_s, self.consumer_wait_s, self.fed_ratio
+            "loader: {} images in {} batches, {} epochs, {:.2} s → {:.0} img/s; consumer waited {:.2} s, fed ratio {fed}",
+            self.images, self.batches, self.epochs, self.elapsed_s, self.images_per_s, self.consumer_wait_s
         )?;
         writeln!(
             f,
