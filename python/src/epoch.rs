@@ -292,7 +292,7 @@ impl Epoch {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Batch>> {
         // Before `guard`: dropped after it, so the events go to Python's handlers with
         // the iterator unlocked.
-        let _logs = Call::often(py);
+        let mut logs = Call::deliver_first(py)?;
         // Before the lock, which a parent thread waiting in `next` at the fork holds for
         // good in the child.
         if let Some(e) = self.shared.process.fork_error() {
@@ -333,6 +333,7 @@ impl Epoch {
                 }
                 Next::Ready(Ok(batch)) => {
                     self.started();
+                    logs.keep_for_next();
                     return Batch::new(py, batch).map(Some);
                 }
                 Next::Ready(Err(e)) => {

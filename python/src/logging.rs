@@ -125,12 +125,16 @@ pub(crate) fn install(py: Python<'_>) {
 /// queued meanwhile are delivered when it is dropped (also on an exception's way out).
 /// Make it first in the call, so that it is dropped after the call's locks: delivery runs
 /// Python's handlers, which may call stoker.
-pub(crate) struct Call<'py>(Python<'py>);
+pub(crate) struct Call<'py> {
+    py: Python<'py>,
+    /// Whether the drop delivers ([`Call::keep_for_next`]).
+    deliver: bool,
+}
 
 impl<'py> Call<'py> {
     pub(crate) fn new(py: Python<'py>) -> Self {
         refresh(py);
-        Call(py)
+        Call { py, deliver: true }
     }
 
     /// For a call made once per batch or sample: the levels are read again only when a
@@ -139,7 +143,24 @@ impl<'py> Call<'py> {
         if elapsed_ms().saturating_sub(LAST_REFRESH_MS.load(Ordering::Relaxed)) >= 1000 {
             refresh(py);
         }
-        Call(py)
+        Call { py, deliver: true }
+    }
+
+    /// For a call that hands out or takes something it counts (a batch, a sample): the
+    /// events queued so far are delivered now, before it does, and a `KeyboardInterrupt`
+    /// raised by a handler is this call's error; [`Call::keep_for_next`] once it did.
+    /// Delivered on the way out, a Ctrl-C in a handler was raised after the call had
+    /// counted a batch the caller never got: a resume skipped it.
+    pub(crate) fn deliver_first(py: Python<'py>) -> PyResult<Self> {
+        let call = Call::often(py);
+        deliver_now(py)?;
+        Ok(call)
+    }
+
+    /// The call has handed out (or taken) what it counts: what was queued meanwhile waits
+    /// for the next delivery, so that no handler runs between the count and the caller.
+    pub(crate) fn keep_for_next(&mut self) {
+        self.deliver = false;
     }
 }
 
@@ -147,8 +168,8 @@ impl Drop for Call<'_> {
     fn drop(&mut self) {
         // Unwinding: PyO3 turns the panic into an exception; Python code now could
         // panic again, which aborts.
-        if !std::thread::panicking() {
-            deliver(self.0);
+        if self.deliver && !std::thread::panicking() {
+            deliver(self.py);
         }
     }
 }
@@ -228,26 +249,41 @@ impl Drop for Delivering {
 }
 
 /// Delivers the events queued so far to Python's `logging`, in the order emitted (not
-/// from inside a delivery: [`DELIVERING`]).
+/// from inside a delivery: [`DELIVERING`]). A `KeyboardInterrupt` raised by a handler
+/// (Ctrl-C landing there) is said again for the caller's next bytecode, as it cannot
+/// leave a `Drop`.
 pub(crate) fn deliver(py: Python<'_>) {
+    if let Err(interrupt) = deliver_now(py) {
+        let again = py
+            .import("_thread")
+            .and_then(|t| t.call_method0("interrupt_main"));
+        if again.is_err() {
+            interrupt.write_unraisable(py, None);
+        }
+    }
+}
+
+/// [`deliver`], returning a handler's `KeyboardInterrupt`, which stops the delivery (the
+/// events it cut off are counted as dropped).
+pub(crate) fn deliver_now(py: Python<'_>) -> PyResult<()> {
     if DELIVERING.with(|d| d.replace(true)) {
-        return;
+        return Ok(());
     }
     let _delivering = Delivering;
     let (records, dropped) = queue().take();
     if records.is_empty() && dropped == 0 {
-        return;
+        return Ok(());
     }
     // Not importable: the interpreter is shutting down, and nothing could show them.
     let Ok(logging) = py.import("logging") else {
-        return;
+        return Ok(());
     };
     for (n, r) in records.iter().enumerate() {
         if let Err(e) = emit(py, &logging, r) {
-            if interrupted(py, e) {
+            if let Some(interrupt) = interrupted(py, e) {
                 let rest = (records.len() - n - 1) as u64;
                 queue().dropped.fetch_add(dropped + rest, Ordering::Relaxed);
-                return;
+                return Err(interrupt);
             }
         }
     }
@@ -263,30 +299,25 @@ pub(crate) fn deliver(py: Python<'_>) {
             )
         });
         if let Err(e) = said {
-            if interrupted(py, e) {
+            if let Some(interrupt) = interrupted(py, e) {
                 queue().dropped.fetch_add(dropped, Ordering::Relaxed);
+                return Err(interrupt);
             }
         }
     }
+    Ok(())
 }
 
-/// Reports an exception that a delivery got from `logging`; true for a
-/// `KeyboardInterrupt` (Ctrl-C landed while a handler ran), which is said again for the
-/// caller's next bytecode, as it cannot leave a `Drop`: the delivery then stops.
-fn interrupted(py: Python<'_>, e: PyErr) -> bool {
+/// Reports an exception that a delivery got from `logging`; gives back a
+/// `KeyboardInterrupt` (Ctrl-C landed while a handler ran), which stops the delivery.
+fn interrupted(py: Python<'_>, e: PyErr) -> Option<PyErr> {
     if !e.is_instance_of::<PyKeyboardInterrupt>(py) {
         // A handler's own errors are `logging`'s to report; this is a filter or a
         // handler that raised past it.
         e.write_unraisable(py, None);
-        return false;
+        return None;
     }
-    let again = py
-        .import("_thread")
-        .and_then(|t| t.call_method0("interrupt_main"));
-    if again.is_err() {
-        e.write_unraisable(py, None);
-    }
-    true
+    Some(e)
 }
 
 /// `stoker._deliver_logs()`: what [`deliver`] does, for `atexit`, so that what the

@@ -162,7 +162,7 @@ impl Writer {
         label: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = args::sample_name)] name: Option<String>,
     ) -> PyResult<()> {
-        let _logs = Call::often(py);
+        let mut logs = Call::deliver_first(py)?;
         self.check_process()?;
         let label = class_index(label)?;
         let image = image_bytes(image, self.max_file_size)?;
@@ -180,12 +180,15 @@ impl Writer {
                 wait_for_chunk(py, &chunk)?;
                 continue;
             }
-            return py
-                .detach(|| match image {
-                    Image::Bytes(data) => w.write(data, label, name),
-                    Image::TooLarge(bytes) => w.write_too_large(bytes, label, name),
-                })
-                .map_err(writer_error);
+            let written = py.detach(|| match image {
+                Image::Bytes(data) => w.write(data, label, name),
+                Image::TooLarge(bytes) => w.write_too_large(bytes, label, name),
+            });
+            if written.is_ok() {
+                // Taken: a Ctrl-C in a handler now would say it was not.
+                logs.keep_for_next();
+            }
+            return written.map_err(writer_error);
         }
     }
 
