@@ -108,6 +108,10 @@ use crate::stats::Stats;
 pub(crate) struct Loader {
     /// `None` once closed.
     inner: Mutex<Option<Arc<stoker_loader::Loader>>>,
+    /// What the loader said of itself as it was closed: the counters, where it stood and
+    /// its batches, which a script reads after its `with` block (the stats it prints at
+    /// the end, a last checkpoint).
+    at_close: std::sync::OnceLock<AtClose>,
     /// The epoch iterators handed out, for `close` to stop (each holds the loader).
     epochs: Mutex<Vec<Weak<EpochShared>>>,
     /// The epoch the next `iter(loader)` runs, set by `set_epoch` or `load_state_dict`;
@@ -245,6 +249,7 @@ impl Loader {
         OPEN.fetch_add(1, Ordering::Relaxed);
         Ok(Loader {
             inner: Mutex::new(Some(Arc::new(inner))),
+            at_close: std::sync::OnceLock::new(),
             epochs: Mutex::new(Vec::new()),
             next_epoch: Arc::new(Mutex::new(None)),
             process: Owner::default(),
@@ -254,13 +259,17 @@ impl Loader {
 
     /// Batches per epoch on this rank (the same on every rank).
     fn __len__(&self) -> PyResult<usize> {
-        Ok(self.inner()?.num_batches() as usize)
+        match self.at_close.get() {
+            Some(closed) => Ok(closed.num_batches as usize),
+            None => Ok(self.inner()?.num_batches() as usize),
+        }
     }
 
     /// Stops the loader now: its epoch iterators end (their next ``next`` raises
     /// ``stoker.StokerError``), its threads are joined and its
-    /// batch buffers and shard maps freed (batches you still hold stay valid). Any later
-    /// use raises ``stoker.StokerError``. Also what leaving a ``with stoker.Loader(...)
+    /// batch buffers and shard maps freed (batches you still hold stay valid). ``stats()``,
+    /// ``state_dict()``, ``len()``, ``batch_size`` and ``drop_last`` then give what they
+    /// gave at the close; any other use raises ``stoker.StokerError``. Also what leaving a ``with stoker.Loader(...)
     /// as loader:`` block does; without it the loader is freed when the last reference
     /// to it goes, which for one caught in a reference cycle (a trainer object in a
     /// notebook) is only when Python's garbage collector runs; building a loader while
@@ -278,6 +287,15 @@ impl Loader {
             OPEN.fetch_sub(1, Ordering::Relaxed);
         }
         self.stop(py, epochs, StoppedBy::Close);
+        if let Some(loader) = &inner {
+            let _ = self.at_close.set(AtClose {
+                stats: loader.stats(),
+                state: self.state_of(loader),
+                num_batches: loader.num_batches(),
+                batch_size: loader.sampler().batch_size(),
+                drop_last: loader.sampler().drop_last(),
+            });
+        }
         py.detach(move || drop(inner));
     }
 
@@ -360,7 +378,10 @@ impl Loader {
     /// ``batch_size``.
     #[getter]
     fn batch_size(&self) -> PyResult<u64> {
-        Ok(self.inner()?.sampler().batch_size())
+        match self.at_close.get() {
+            Some(closed) => Ok(closed.batch_size),
+            None => Ok(self.inner()?.sampler().batch_size()),
+        }
     }
 
     /// Whether the tail that does not divide over the ranks is cut (and, unless
@@ -368,7 +389,10 @@ impl Loader {
     /// ``DataLoader``'s ``drop_last``.
     #[getter]
     fn drop_last(&self) -> PyResult<bool> {
-        Ok(self.inner()?.sampler().drop_last())
+        match self.at_close.get() {
+            Some(closed) => Ok(closed.drop_last),
+            None => Ok(self.inner()?.sampler().drop_last()),
+        }
     }
 
     /// ``None``: the loader makes its own batches. There for frameworks that read a
@@ -381,9 +405,13 @@ impl Loader {
     /// The loader's counters: a mapping (``stats["fed_ratio"]``, ``stats["stages"]``,
     /// ``stats["verdict"]``...; ``dict(stats)``) whose ``str()`` is the Rust table. In a
     /// ``fork`` of the process that built the loader, the counters as they were at the
-    /// fork, less any part a loader thread was writing then (it reads as empty).
+    /// fork, less any part a loader thread was writing then (it reads as empty). After
+    /// ``close()``, the counters at the close.
     fn stats(&self) -> PyResult<Stats> {
-        Ok(Stats::new(self.inner()?.stats()))
+        match self.at_close.get() {
+            Some(closed) => Ok(Stats::new(closed.stats.clone())),
+            None => Ok(Stats::new(self.inner()?.stats())),
+        }
     }
 
     /// Zeroes the flow counters (e.g. after a warm-up epoch).
@@ -408,19 +436,12 @@ impl Loader {
     /// Save it with the model; ``load_state_dict`` continues exactly there (torchdata's
     /// ``StatefulDataLoader`` convention). In a ``fork`` of the process that built the
     /// loader (a checkpoint written by a forked process), where it stood at the fork.
+    /// After ``close()``, where it stood at the close.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let inner = self.inner()?;
-        let mut s = inner.state();
-        // A `set_epoch` not yet begun, while no batch of the current epoch is out or all
-        // are: that epoch is where this loader stands (a checkpoint taken between
-        // `set_epoch` and the first batch), and a resume followed by the same
-        // `set_epoch` continues it instead of refusing another epoch.
-        if let Some(epoch) = *lock(&self.next_epoch) {
-            let between = s.position == 0 || s.position >= inner.num_batches();
-            if epoch != s.epoch && between && inner.pending_epoch().is_none() {
-                (s.epoch, s.position) = (epoch, 0);
-            }
-        }
+        let s = match self.at_close.get() {
+            Some(closed) => closed.state,
+            None => self.state_of(&*self.inner()?),
+        };
         let d = PyDict::new(py);
         d.set_item("seed", s.seed)?;
         d.set_item("epoch", s.epoch)?;
@@ -543,7 +564,32 @@ impl Loader {
     }
 }
 
+/// What a closed loader still answers ([`Loader::close`]).
+struct AtClose {
+    stats: stoker_loader::Stats,
+    state: LoaderState,
+    num_batches: u64,
+    batch_size: u64,
+    drop_last: bool,
+}
+
 impl Loader {
+    /// Where `inner` stands, as `state_dict` gives it.
+    fn state_of(&self, inner: &stoker_loader::Loader) -> LoaderState {
+        let mut s = inner.state();
+        // A `set_epoch` not yet begun, while no batch of the current epoch is out or all
+        // are: that epoch is where this loader stands (a checkpoint taken between
+        // `set_epoch` and the first batch), and a resume followed by the same
+        // `set_epoch` continues it instead of refusing another epoch.
+        if let Some(epoch) = *lock(&self.next_epoch) {
+            let between = s.position == 0 || s.position >= inner.num_batches();
+            if epoch != s.epoch && between && inner.pending_epoch().is_none() {
+                (s.epoch, s.position) = (epoch, 0);
+            }
+        }
+        s
+    }
+
     /// A new iterator over `which` epoch, after stopping the earlier ones.
     fn iterator(&self, py: Python<'_>, which: Which) -> PyResult<Epoch> {
         // A closed loader has no iterators left to stop; it is refused under the lock.

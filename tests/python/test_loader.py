@@ -612,9 +612,18 @@ def test_close_and_with_free_the_loader_at_once(sample_dataset):
     with pytest.raises(stoker.StokerError, match="closed"):
         iter(loader)
     with pytest.raises(stoker.StokerError, match="closed"):
-        loader.state_dict()
+        loader.load_state_dict({"seed": 0, "epoch": 0, "position": 0})
+    with pytest.raises(stoker.StokerError, match="closed"):
+        loader.reset_stats()
     assert "closed" in repr(loader)
+    # What a script reads after its `with` block: the counters and where it stood, as at
+    # the close (it refused them).
+    assert loader.stats()["batches"] >= 1 and "loader:" in str(loader.stats())
+    state = loader.state_dict()
+    assert (state["epoch"], state["position"]) == (0, 1)
+    assert (len(loader), loader.batch_size, loader.drop_last) == (4, 4, False)
     loader.close()  # twice is fine
+    assert loader.state_dict() == state
     # A batch still held stays valid.
     assert np.array_equal(np.from_dlpack(kept.images), pixels)
 
@@ -1328,8 +1337,7 @@ def test_batch_size_and_drop_last_read_back_as_a_dataloaders(sample_dataset):
     assert (loader.batch_size, loader.drop_last) == (6, True)
     assert len(loader) == 15 // 6
     loader.close()
-    with pytest.raises(stoker.StokerError, match="closed"):
-        loader.batch_size
+    assert (loader.batch_size, loader.drop_last, len(loader)) == (6, True, 15 // 6)
 
 
 def test_every_object_takes_weak_references(sample_dataset, tmp_path):
