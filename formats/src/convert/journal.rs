@@ -633,6 +633,23 @@ mod tests {
     /// stoker wrote for such names was refused on resume as too large.
     #[test]
     fn the_largest_skip_fits_the_size_limit_per_input() {
+        // A path of 4 KiB that is not UTF-8, and the longest reason of control
+        // characters (6 bytes each in JSON).
+        use std::os::unix::ffi::OsStringExt;
+        let skipped = Skipped {
+            path: PathBuf::from(std::ffi::OsString::from_vec(vec![0xff; 4096])),
+            reason: crate::convert::report::capped_reason("\u{1}".repeat(1 << 20)),
+        };
+        let line = serde_json::to_vec(&Skip::from(&skipped)).unwrap();
+        assert!(
+            line.len() as u64 + (2 << 10) <= JOURNAL_BYTES_PER_INPUT,
+            "{} bytes",
+            line.len()
+        );
+    }
+
+    #[test]
+    fn a_skip_naming_its_path_fits_the_size_limit_per_input() {
         use std::os::unix::ffi::OsStringExt;
         let path = PathBuf::from(std::ffi::OsString::from_vec(vec![0xff; 4096]));
         let skipped = Skipped {

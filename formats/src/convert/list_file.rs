@@ -322,41 +322,119 @@ fn read_list(list: &Path) -> Result<String, FormatError> {
     if kind.is_file() && meta.len() > MAX_LIST_BYTES {
         return Err(too_long());
     }
-    let mut bytes = Vec::new();
-    std::fs::File::open(list)
+    // Read and checked a chunk at a time: a binary file given by mistake (a tar, a video)
+    // was read whole, gigabytes, before its first byte was refused, and under a memory
+    // limit the read failed as "out of memory", which blamed no input.
+    let mut file = std::fs::File::open(list)
         .map_err(io)?
-        .take(MAX_LIST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 > MAX_LIST_BYTES {
-        return Err(too_long());
-    }
-    // No path holds a NUL byte; UTF-16 text without a byte order mark is ASCII with one
-    // after each letter, valid UTF-8 that failed later as a strange label.
-    if let Some(at) = bytes.iter().position(|&b| b == 0) {
-        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
-        return Err(FormatError::BadSource {
-            path: list.to_path_buf(),
-            reason: format!(
-                "line {line}: holds a NUL byte (byte {at}), which no path has: a list saved as \
-                 UTF-16 (Excel's \"Unicode text\")? save it as UTF-8"
-            ),
-        });
-    }
-    // "stream did not contain valid UTF-8" said neither where nor why.
-    String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        let line = 1 + e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
-        FormatError::BadSource {
-            path: list.to_path_buf(),
-            reason: format!(
-                "line {line}: not UTF-8 text (byte {at}): a list file is UTF-8 text (one saved \
-                 in another encoding, such as Excel's \"Unicode text\", which is UTF-16: save \
-                 it as UTF-8), which cannot name a file whose name is not UTF-8 (convert its \
-                 folder as an ImageFolder tree instead) nor be a binary file"
-            ),
+        .take(MAX_LIST_BYTES + 1);
+    let mut text = TextCheck::default();
+    let mut chunk = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io(e)),
+        };
+        text.push(&chunk[..n])
+            .map_err(|reason| FormatError::BadSource {
+                path: list.to_path_buf(),
+                reason,
+            })?;
+        if text.bytes.len() as u64 > MAX_LIST_BYTES {
+            return Err(too_long());
         }
+    }
+    text.finish().map_err(|reason| FormatError::BadSource {
+        path: list.to_path_buf(),
+        reason,
     })
+}
+
+/// The longest line a list or class file may have. A row's path longer than a path can
+/// be (4 KiB on Linux) is an input skipped as unreadable, like any row naming no file,
+/// but a line past this is no list's: a 300 MB line was echoed whole in its error, and
+/// took 1.5 GB.
+const MAX_LINE_BYTES: usize = 1 << 20;
+
+/// A list file's bytes as they are read, checked as they come: no NUL, UTF-8, no line
+/// over [`MAX_LINE_BYTES`].
+#[derive(Default)]
+struct TextCheck {
+    bytes: Vec<u8>,
+    /// How many bytes of `bytes` are known to be UTF-8 (a chunk may end inside a character).
+    valid: usize,
+    /// Where the line being read starts, and its number (from 1).
+    line_start: usize,
+    line: usize,
+}
+
+impl TextCheck {
+    fn push(&mut self, chunk: &[u8]) -> Result<(), String> {
+        let from = self.bytes.len();
+        self.bytes.extend_from_slice(chunk);
+        let mut at = from;
+        while let Some(i) = self.bytes[at..].iter().position(|&b| b == b'\n' || b == 0) {
+            let pos = at + i;
+            self.check_line_length(pos)?;
+            if self.bytes[pos] == 0 {
+                // No path holds a NUL byte; UTF-16 text without a byte order mark is ASCII
+                // with one after each letter, valid UTF-8 that failed later as a strange
+                // label.
+                return Err(format!(
+                    "line {}: holds a NUL byte (byte {pos}), which no path has: a list saved \
+                     as UTF-16 (Excel's \"Unicode text\")? save it as UTF-8",
+                    self.line + 1
+                ));
+            }
+            self.line += 1;
+            self.line_start = pos + 1;
+            at = pos + 1;
+        }
+        self.check_line_length(self.bytes.len())?;
+        match std::str::from_utf8(&self.bytes[self.valid..]) {
+            Ok(_) => self.valid = self.bytes.len(),
+            // Cut inside a character: the rest comes with the next chunk.
+            Err(e) if e.error_len().is_none() => self.valid += e.valid_up_to(),
+            Err(e) => return Err(self.not_utf8(self.valid + e.valid_up_to())),
+        }
+        Ok(())
+    }
+
+    fn check_line_length(&self, end: usize) -> Result<(), String> {
+        if end - self.line_start > MAX_LINE_BYTES {
+            return Err(format!(
+                "line {} is longer than {MAX_LINE_BYTES} bytes, which no row of paths or \
+                 class names is: is this a list file?",
+                self.line + 1
+            ));
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<String, String> {
+        // "stream did not contain valid UTF-8" said neither where nor why.
+        String::from_utf8(self.bytes).map_err(|e| {
+            let at = e.utf8_error().valid_up_to();
+            let line = 1 + e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
+            not_utf8(line, at)
+        })
+    }
+
+    fn not_utf8(&self, at: usize) -> String {
+        let line = 1 + self.bytes[..at].iter().filter(|&&b| b == b'\n').count();
+        not_utf8(line, at)
+    }
+}
+
+fn not_utf8(line: usize, at: usize) -> String {
+    format!(
+        "line {line}: not UTF-8 text (byte {at}): a list file is UTF-8 text (one saved in \
+         another encoding, such as Excel's \"Unicode text\", which is UTF-16: save it as \
+         UTF-8), which cannot name a file whose name is not UTF-8 (convert its folder as an \
+         ImageFolder tree instead) nor be a binary file"
+    )
 }
 
 /// A row's path (unquoted, or trimmed) and label (trimmed, unquoted as CSV quotes it). An
@@ -557,6 +635,39 @@ mod tests {
             let err = err.unwrap_err().to_string();
             assert!(err.contains("save it as UTF-8"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_binary_file_or_a_huge_line_is_refused_at_its_first_chunk() {
+        // A 64 MiB line, then a NUL: the line is what is refused, before the rest is read.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.csv");
+        let mut bytes = vec![b'a'; 64 << 20];
+        bytes.push(0);
+        std::fs::write(&path, &bytes).unwrap();
+        let e = read_list(&path).unwrap_err().to_string();
+        assert!(e.contains("line 1 is longer than 1048576 bytes"), "{e}");
+        assert!(e.len() < 500, "{} bytes", e.len());
+        // Binary after good rows: refused at the NUL, naming its line.
+        let mut bytes = b"a.jpg,0\nb.jpg,1\n".to_vec();
+        bytes.extend_from_slice(&[0x7f, 0x45, 0x4c, 0x46, 0x02, 0x00]);
+        std::fs::write(&path, &bytes).unwrap();
+        let e = read_list(&path).unwrap_err().to_string();
+        assert!(e.contains("line 3: holds a NUL byte (byte 21)"), "{e}");
+        // Not UTF-8 in a later chunk, and a character cut by a chunk's end.
+        let mut bytes = "é,0\n".repeat(300_000).into_bytes();
+        assert!(!std::str::from_utf8(&bytes)
+            .unwrap()
+            .is_char_boundary(1 << 20));
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(read_list(&path).unwrap().lines().count(), 300_000);
+        bytes.extend_from_slice(b"\xff,0\n");
+        std::fs::write(&path, &bytes).unwrap();
+        let e = read_list(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("line 300001: not UTF-8 text (byte 1500000)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -301,6 +301,7 @@ pub(super) fn write_one<I: Iterator<Item = u64>>(
             })
         }
         Outcome::Skip(reason) => {
+            let reason = super::report::capped_reason(reason);
             if options.strict && !p.strict_skips {
                 // As a kill leaves it, until `convert` takes a fresh run's output away.
                 return Err(FormatError::StrictInput {

@@ -48,6 +48,36 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// The longest skip reason kept, in bytes: a decoder's message can quote a whole header
+/// (a TIFF's BitsPerSample of 65,535 values made one of 327,833 bytes), which filled
+/// stderr and the report, and made the journal larger than its bound for the inputs, so
+/// that `--resume` refused the journal the conversion had written. At JSON's worst
+/// escaping (6 bytes for a control character) a reason this long still leaves a skip's
+/// journal line within its allowance beside a 4 KiB path.
+pub(crate) const MAX_REASON_BYTES: usize = 4096;
+
+/// `reason`, at most [`MAX_REASON_BYTES`] long: its start and its end (where an I/O error
+/// says its cause), and how much was left out between them.
+pub(crate) fn capped_reason(reason: String) -> String {
+    if reason.len() <= MAX_REASON_BYTES {
+        return reason;
+    }
+    let floor = |mut i: usize| {
+        while !reason.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let head = floor(3072);
+    let tail = floor(reason.len() - 512);
+    format!(
+        "{} [... {} bytes left out ...] {}",
+        &reason[..head],
+        tail - head,
+        &reason[tail..]
+    )
+}
+
 /// How many skips are shown when a conversion or writer that wrote nothing says why.
 pub(crate) const SKIPS_SHOWN: usize = 3;
 
@@ -145,4 +175,25 @@ pub(crate) fn paths_as_text<S: serde::Serializer>(
             .iter()
             .map(|p| crate::text::lossless_text(p.as_os_str())),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_reason_keeps_its_start_and_end() {
+        let short = "not a JPEG".to_string();
+        assert_eq!(capped_reason(short.clone()), short);
+        let long = format!("unsupported BitsPerSample {}: cause", "é,".repeat(100_000));
+        let capped = capped_reason(long.clone());
+        assert!(capped.len() <= MAX_REASON_BYTES, "{}", capped.len());
+        assert!(capped.starts_with("unsupported BitsPerSample é,"));
+        assert!(capped.ends_with(": cause"));
+        let kept = capped.len() - capped.split(" [... ").nth(1).unwrap().len();
+        assert!(
+            kept > 3000 && capped.contains(" bytes left out ...] "),
+            "{capped}"
+        );
+    }
 }
