@@ -10,6 +10,11 @@ use stoker_formats::{
     MANIFEST_FILE,
 };
 
+/// The 15 sample photos in three classes.
+fn sample() -> Source {
+    Source::ImageFolder(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample").into())
+}
+
 fn photos() -> PathBuf {
     stoker_testdata::dir().join("imagefolder")
 }
@@ -37,6 +42,13 @@ fn convert_parts(source: &Source, root: &Path, count: u32) {
 
 /// Asserts that `merged` reads like `single`: same manifest apart from the shard list, and
 /// for every index the same header and payload bytes.
+/// `merged` against a one-machine conversion of `source`, made in `scratch`.
+fn assert_same_as_one_conversion(merged: &Path, source: Source, scratch: &Path) {
+    let plain = scratch.join("plain");
+    convert(&opts(source, &plain), &NoProgress).unwrap();
+    assert_same_dataset(merged, &plain);
+}
+
 fn assert_same_dataset(merged: &Path, single: &Path) {
     let (a, b) = (
         Dataset::open(merged).unwrap(),
@@ -278,9 +290,7 @@ fn merge_interrupted_before_its_manifest_is_redone() {
     std::fs::write(root.join("shard-00000.lmdb"), b"stale").unwrap();
     std::fs::write(root.join("manifest.json.tmp"), b"{").unwrap();
     merge(&root, &[]).unwrap();
-    let plain = tmp.path().join("plain");
-    convert(&opts(source, &plain), &NoProgress).unwrap();
-    assert_same_dataset(&root, &plain);
+    assert_same_as_one_conversion(&root, source, tmp.path());
 }
 
 /// A part start killed between making its directory under a hidden name and renaming it
@@ -300,9 +310,7 @@ fn merge_removes_the_empty_directory_a_part_start_killed_midway_left() {
     std::fs::remove_file(full.join("x")).unwrap();
     merge(&root, &[]).unwrap();
     assert!(!full.exists());
-    let plain = tmp.path().join("plain");
-    convert(&opts(source, &plain), &NoProgress).unwrap();
-    assert_same_dataset(&root, &plain);
+    assert_same_as_one_conversion(&root, source, tmp.path());
 }
 
 #[test]
@@ -401,8 +409,7 @@ fn parts_linked_into_the_root_are_removed_with_the_directories_they_lead_to() {
     // Only the links went: the merge said it removed each part while the parts stayed
     // whole, their shards' space still taken and ready to be merged a second time.
     let tmp = tempfile::tempdir().unwrap();
-    let source =
-        Source::ImageFolder(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample").into());
+    let source = sample();
     let real = tmp.path().join("real");
     convert_parts(&source, &real, 2);
     let root = tmp.path().join("out");
@@ -427,9 +434,7 @@ fn parts_linked_into_the_root_are_removed_with_the_directories_they_lead_to() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     assert!(!names.iter().any(|n| n.starts_with("part-")), "{names:?}");
-    let plain = tmp.path().join("plain");
-    convert(&opts(source, &plain), &NoProgress).unwrap();
-    assert_same_dataset(&root, &plain);
+    assert_same_as_one_conversion(&root, source, tmp.path());
 }
 
 #[test]
@@ -437,8 +442,7 @@ fn a_part_starts_only_in_a_root_the_merge_will_take() {
     // A list file beside the parts, or a whole conversion stopped there: every task of the
     // array converted its part, and only the merge refused the root ("is not empty").
     let tmp = tempfile::tempdir().unwrap();
-    let source =
-        Source::ImageFolder(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample").into());
+    let source = sample();
     for (stray, says) in [
         (
             "files.txt",
@@ -474,8 +478,7 @@ fn merge_into_a_directory_inside_a_part_is_refused_and_deletes_nothing() {
     // `stoker merge out/part-00000-of-00003/merged out/part-0000*` used to merge, then
     // remove every part, the merged dataset inside part 0 with them, and report success.
     let tmp = tempfile::tempdir().unwrap();
-    let source =
-        Source::ImageFolder(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample").into());
+    let source = sample();
     let root = tmp.path().join("out");
     convert_parts(&source, &root, 3);
     let dirs: Vec<PathBuf> = (0..3)
@@ -510,9 +513,7 @@ fn merge_into_a_directory_inside_a_part_is_refused_and_deletes_nothing() {
     assert!(inner.exists());
     // The parts are whole and still merge into their root.
     merge(&root, &[]).unwrap();
-    let plain = tmp.path().join("plain");
-    convert(&opts(source, &plain), &NoProgress).unwrap();
-    assert_same_dataset(&root, &plain);
+    assert_same_as_one_conversion(&root, source, tmp.path());
 }
 
 #[test]
