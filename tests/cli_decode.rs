@@ -146,4 +146,12 @@ fn decode_max_file_size_takes_the_units_convert_takes() {
         let o = run(bad);
         assert_eq!(o.status.code(), Some(2), "{bad}: {o:?}");
     }
+    // The other limits too: 0 was taken, and then every image failed (exit 1).
+    for flag in ["--max-pixels", "--max-scan-work"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_stoker"))
+            .args(["decode", PHOTO, "--backend", "cpu", flag, "0"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{flag}: {o:?}");
+    }
 }

@@ -716,13 +716,40 @@ fn inspect_record_names_its_source_even_when_the_record_is_damaged() {
         (&true.into(), &serde_json::Value::Null)
     );
 
+    // Past the end: a usage error (it was 1, a damaged record's status).
     let o = stoker(&["inspect", p(&ds), "--record", "15"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("out of range"),
+        String::from_utf8_lossy(&o.stderr)
+            .contains("the dataset has 15 records (--record 0 to 14)"),
         "{}",
         text(&o)
     );
+
+    // A map lost or damaged: the record is reported all the same, with why its source
+    // is unknown (it was an error, and nothing of the record).
+    let map = ds.join("sources.bin");
+    let good_map = std::fs::read(&map).unwrap();
+    std::fs::remove_file(&map).unwrap();
+    let o = stoker(&["inspect", p(&ds), "--record", "6"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("source: unknown: ")
+            && out.contains("sources.bin")
+            && out.contains("label: 1 leptonica")
+            && out.contains("payload: matches its CRC-32C"),
+        "{}",
+        text(&o)
+    );
+    let j = json(&stoker(&["inspect", p(&ds), "--record", "6", "--json"]));
+    assert_eq!(j["source"], serde_json::Value::Null);
+    assert!(
+        j["source_problem"].as_str().unwrap().contains("missing"),
+        "{j}"
+    );
+    assert_eq!(j["record"]["class"], "leptonica");
+    std::fs::write(&map, good_map).unwrap();
 
     // A flipped payload byte: the record is damaged, its source still named.
     let jpeg = std::fs::read(src.join("leptonica/colorseg.jpg")).unwrap();

@@ -14,8 +14,11 @@ pub struct RecordReport {
     pub shard: String,
     /// The input it came from, relative to the folder converted (see
     /// [`Dataset::source_of`]; bytes that are not UTF-8 written `\xNN`); `None` when the
-    /// dataset has no source map.
+    /// dataset has no source map, or its map could not give it (`source_problem`).
     pub source: Option<String>,
+    /// Why the source map could not name the input (damaged, missing, not a file): the
+    /// record is reported all the same; `None` when it could, or there is no map.
+    pub source_problem: Option<String>,
     /// Its header, when the record could be read.
     pub record: Option<RecordFields>,
     /// Why the record could not be read, or its payload does not match its CRC; `None`
@@ -46,13 +49,14 @@ pub struct RecordFields {
 
 /// Record `index` of `ds`: which input it came from, its label and class, size and
 /// whether its payload matches its CRC. A record that cannot be read is reported, not an
-/// error: its source is what one wants to know of it.
+/// error: its source is what one wants to know of it; and a source map that cannot name
+/// it ([`RecordReport::source_problem`]) leaves the record's own report whole.
 ///
 /// # Errors
 ///
-/// [`FormatError::IndexOutOfRange`]; [`FormatError::DamagedSourceMap`] when the dataset's
-/// source map is damaged; [`FormatError::ShardChanged`] and I/O errors from opening a
-/// reader.
+/// [`FormatError::IndexOutOfRange`]; [`FormatError::ShardChanged`] and I/O errors from
+/// opening a reader; an error of no file's fault ([`FormatError::outside`]) reading the
+/// source map.
 ///
 /// # Examples
 ///
@@ -92,9 +96,23 @@ pub fn inspect_record_with(
     Ok(read(ds, reader, index, source, shard))
 }
 
-/// Record `index`'s source (from the source map) and the file of the shard that holds it.
-fn located(ds: &Dataset, index: u64) -> Result<(Option<String>, String), FormatError> {
-    let source = ds.source_of(index)?.map(|p| lossless_text(p.as_os_str()));
+/// Record `index`'s source (from the source map) or why the map could not give it, and
+/// the file of the shard that holds it.
+fn located(ds: &Dataset, index: u64) -> Result<(Source, String), FormatError> {
+    if index >= ds.len() {
+        return Err(FormatError::IndexOutOfRange {
+            index,
+            len: ds.len(),
+        });
+    }
+    let source = match ds.source_of(index) {
+        Ok(p) => (p.map(|p| lossless_text(p.as_os_str())), None),
+        // Not the map's fault: run again.
+        Err(e) if e.outside().is_some() => return Err(e),
+        // A sound record of a dataset whose map was lost or damaged: its label, size and
+        // CRC are still what one asked for (`inspect` and `verify` go on past the map too).
+        Err(e) => (None, Some(e.to_string())),
+    };
     let shard = ds
         .shard_of(index)
         .map(|i| ds.manifest().shards[i].file.clone())
@@ -102,13 +120,16 @@ fn located(ds: &Dataset, index: u64) -> Result<(Option<String>, String), FormatE
     Ok((source, shard))
 }
 
+/// A record's source, or why the source map could not give it.
+type Source = (Option<String>, Option<String>);
+
 /// The report of record `index`, read with `reader`: a record that cannot be read is
 /// reported, not an error.
 fn read(
     ds: &Dataset,
     reader: &DatasetReader,
     index: u64,
-    source: Option<String>,
+    (source, source_problem): Source,
     shard: String,
 ) -> RecordReport {
     let read = reader.get(index).and_then(|r| {
@@ -143,6 +164,7 @@ fn read(
         index,
         shard,
         source,
+        source_problem,
         record,
         problem,
     }

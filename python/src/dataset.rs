@@ -459,10 +459,11 @@ impl Dataset {
     /// --record N --json`` reports it, a dict: ``index``, ``shard``, ``source`` (as
     /// ``source_of`` gives it, as text), ``record`` (``label``, ``class``, ``encoding``,
     /// ``width``, ``height``, ``channels``, ``payload_bytes``, ``crc_ok``; ``None`` when
-    /// the record cannot be read) and ``problem`` (why not, or a payload that fails its
-    /// CRC; ``None`` for a sound record). A raw record's bytes (``ds[i][0]``) are its
+    /// the record cannot be read), ``problem`` (why not, or a payload that fails its
+    /// CRC; ``None`` for a sound record) and ``source_problem`` (why a damaged or missing
+    /// source map could not give ``source``; ``None`` when it could). A raw record's bytes (``ds[i][0]``) are its
     /// pixels, ``(height, width, channels)`` in row order. Raises ``IndexError`` out of
-    /// range and ``stoker.StokerError`` when the source map or a shard is damaged.
+    /// range and ``stoker.StokerError`` when a shard was changed since the dataset was opened.
     fn inspect_record<'py>(
         &self,
         py: Python<'py>,

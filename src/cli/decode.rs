@@ -41,11 +41,14 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Pixel limit (width * height) enforced from the header.
-    #[arg(long, default_value_t = Limits::default().max_pixels)]
+    /// Pixel limit (width * height) enforced from the header (at least 1: 0 refused every
+    /// image).
+    #[arg(long, default_value_t = Limits::default().max_pixels,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_pixels: u64,
-    /// Decoding work limit (width * height * scans), checked from the headers.
-    #[arg(long, default_value_t = Limits::default().max_scan_work)]
+    /// Decoding work limit (width * height * scans), checked from the headers (at least 1).
+    #[arg(long, default_value_t = Limits::default().max_scan_work,
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_scan_work: u64,
     /// Files larger than this are refused without being read, e.g. 64M, 1G, 1000000
     /// (bytes), as convert's flag of the same name.

@@ -189,19 +189,36 @@ fn unreadable_status(args: &Args, r: &formats::InspectReport) -> u8 {
 
 /// `stoker inspect DATASET --record N`.
 fn record(ds: &Dataset, index: u64, json: bool, out: &mut impl Write) -> anyhow::Result<u8> {
+    if index >= ds.len() {
+        // Asked for what the dataset does not have: a usage error, as a malformed index is
+        // (it was 1, the status of a damaged record).
+        let has = match ds.len() {
+            0 => "no records".to_string(),
+            n => format!("{n} records (--record 0 to {})", n - 1),
+        };
+        return Err(formats::FormatError::InvalidOptions(format!(
+            "--record {index}: the dataset has {has}"
+        ))
+        .into());
+    }
     let r = formats::inspect_record(ds, index)?;
-    let code = match r.problem {
-        Some(_) => super::status::FAILURE,
-        None => super::status::SUCCESS,
+    let code = match (&r.problem, &r.source_problem) {
+        (None, None) => super::status::SUCCESS,
+        _ => super::status::FAILURE,
     };
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&r)?)?;
         return Ok(code);
     }
     writeln!(out, "record: {} (in {})", r.index, r.shard)?;
-    match &r.source {
-        Some(source) => writeln!(out, "source: {}", super::output::shown(source))?,
-        None => writeln!(
+    match (&r.source, &r.source_problem) {
+        (Some(source), _) => writeln!(out, "source: {}", super::output::shown(source))?,
+        (None, Some(problem)) => writeln!(
+            out,
+            "source: unknown: {} (`stoker verify` checks the dataset)",
+            super::output::shown(problem)
+        )?,
+        (None, None) => writeln!(
             out,
             "source: unknown (no source map: the dataset was made by a stoker before source maps, or written record by record with DatasetWriter)"
         )?,

@@ -166,7 +166,9 @@ fn flag_error(e: &clap::Error) -> u8 {
         .and_then(|()| std::io::Write::flush(&mut std::io::stdout()));
     match printed {
         Err(io) if !e.use_stderr() => {
-            crate::exit::report("stoker", &output::on_stdout(io), FAILURE)
+            let io = anyhow::Error::from(output::on_stdout(io));
+            let status = status::of_error(&io);
+            crate::exit::report("stoker", io.as_ref(), status)
         }
         // Clap's statuses: 0 for help and version, 2 for a usage error.
         _ => u8::try_from(e.exit_code()).unwrap_or(2),

@@ -71,12 +71,24 @@ pub(super) fn of_error(e: &anyhow::Error) -> u8 {
                 Some(BenchError::Io { source, .. }) => OutsideFault::of(source).is_some(),
                 _ => false,
             }
+            // The command's own output (stdout, `decode -o`) on a full disk: a script that
+            // took 1 for "the dataset is damaged" restored a sound copy.
+            || cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(no_room_or_outside)
     });
     if outside {
         OUTSIDE_FAULT
     } else {
         FAILURE
     }
+}
+
+/// Whether `e` is a write that found no room (a full disk, a quota, the file size limit),
+/// or an error of no file's fault ([`OutsideFault`]).
+fn no_room_or_outside(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+    matches!(e.kind(), StorageFull | QuotaExceeded | FileTooLarge) || OutsideFault::of(e).is_some()
 }
 
 #[cfg(test)]
@@ -123,6 +135,15 @@ mod tests {
             bytes: 0,
         };
         assert_eq!(of_error(&full.into()), OUTSIDE_FAULT);
+        // The command's own output, as `output::stdout` and `write_file_atomically` say it.
+        let stdout =
+            super::super::output::on_stdout(std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(of_error(&stdout.into()), OUTSIDE_FAULT);
+        let file = anyhow::Error::from(std::io::Error::from_raw_os_error(libc::EDQUOT))
+            .context("writing out.png");
+        assert_eq!(of_error(&file), OUTSIDE_FAULT);
+        let stdout = super::super::output::on_stdout(std::io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(of_error(&stdout.into()), FAILURE);
         let threads = FormatError::Threads {
             what: "2 conversion threads".into(),
             reason: "Resource temporarily unavailable (os error 11)".into(),
