@@ -69,7 +69,7 @@ pub use error::BenchError;
 pub use host::available_cores;
 pub use options::{
     check_batch, check_consumer_ms, check_seconds, check_size, check_step_fits, check_threads,
-    BenchOptions, DeviceChoice, NoProgress, Progress, MAX_CONSUMER_MS, MAX_SECONDS,
+    BenchOptions, DeviceChoice, NoProgress, Progress, MAX_CONSUMER_MS, MAX_SECONDS, MIN_SECONDS,
     MIN_STEPS_PER_STAGE,
 };
 pub use report::{BenchReport, RecordErrors, StageReport, Stages};

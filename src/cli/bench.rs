@@ -28,7 +28,7 @@ pub struct Args {
     /// Output side of the transforms (RandomResizedCrop size).
     #[arg(long, default_value_t = 224, value_parser = parse_size)]
     pub size: u32,
-    /// Seconds per stage (at most a day).
+    /// Seconds per stage (at least 0.1, at most a day).
     #[arg(long, default_value_t = 2.0, value_parser = parse_seconds)]
     pub seconds: f64,
     /// Simulated training step per batch in milliseconds (0 = none; at most a day, and
