@@ -648,12 +648,45 @@ fn inspect_says_a_source_map_the_manifest_names_is_missing() {
     // and `--record N` then failed on it.
     let dir = tempfile::tempdir().unwrap();
     let ds = sample_dataset(dir.path());
-    std::fs::remove_file(ds.join("sources.bin")).unwrap();
+    let map = ds.join("sources.bin");
+    let good = std::fs::read(&map).unwrap();
+    std::fs::remove_file(&map).unwrap();
     let o = common::stoker_within(&["inspect", p(&ds)], LIMIT);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.contains("source map: sources.bin is missing, though the manifest names it"),
+        out.contains("source map: unusable: ")
+            && out
+                .contains("sources.bin: damaged source map: missing, though the manifest names it"),
         "{}",
         text(&o)
     );
+    // And in --json, which said nothing of the map; a damaged header too (it was
+    // announced as usable).
+    let j: serde_json::Value = serde_json::from_slice(
+        &common::stoker_within(&["inspect", p(&ds), "--json"], LIMIT).stdout,
+    )
+    .unwrap();
+    assert_eq!(j["source_map"], "sources.bin");
+    assert!(
+        j["source_map_problem"]
+            .as_str()
+            .unwrap()
+            .contains("missing"),
+        "{j}"
+    );
+    let mut bad = good.clone();
+    bad[8] ^= 0xff;
+    std::fs::write(&map, bad).unwrap();
+    let o = common::stoker_within(&["inspect", p(&ds)], LIMIT);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("source map: unusable: "),
+        "{}",
+        text(&o)
+    );
+    std::fs::write(&map, good).unwrap();
+    let j: serde_json::Value = serde_json::from_slice(
+        &common::stoker_within(&["inspect", p(&ds), "--json"], LIMIT).stdout,
+    )
+    .unwrap();
+    assert_eq!(j["source_map_problem"], serde_json::Value::Null);
 }

@@ -164,6 +164,12 @@ pub struct InspectReport {
     pub unreadable: u64,
     /// The first of them (`record N: why`).
     pub first_unreadable: Option<String>,
+    /// The source map's file (`sources.bin`), `None` when the dataset has none (made by a
+    /// stoker before source maps, or written record by record with `DatasetWriter`).
+    pub source_map: Option<String>,
+    /// Why the source map cannot be used (missing, not a file, a damaged header or table;
+    /// [`crate::verify()`] also checks its digest); `None` when it opens.
+    pub source_map_problem: Option<String>,
 }
 
 /// Summarizes `ds`, reading every record header (not the payloads). A record that cannot
@@ -172,7 +178,8 @@ pub struct InspectReport {
 ///
 /// # Errors
 ///
-/// A shard file replaced or cut since `ds` was opened ([`FormatError::ShardChanged`]).
+/// A shard file replaced or cut since `ds` was opened ([`FormatError::ShardChanged`]);
+/// an error of no file's fault ([`FormatError::outside`]) opening the source map.
 ///
 /// # Examples
 ///
@@ -214,6 +221,11 @@ pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
         *per_label.entry(r.header.label).or_insert(0) += 1;
     }
     let per_class = per_class(&m.classes, per_label);
+    let source_map_problem = match ds.source_map() {
+        Ok(_) => None,
+        Err(e) if e.outside().is_some() => return Err(e),
+        Err(e) => Some(e.to_string()),
+    };
     Ok(InspectReport {
         format_version: m.format_version,
         samples: m.samples,
@@ -234,6 +246,8 @@ pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
         provenance: m.provenance.clone(),
         unreadable,
         first_unreadable,
+        source_map: m.sources.as_ref().map(|s| s.file.clone()),
+        source_map_problem,
     })
 }
 

@@ -151,20 +151,19 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         super::output::shown(&r.provenance.tool_version),
         super::output::shown(&r.provenance.source)
     )?;
-    match &ds.manifest().sources {
-        // Named by the manifest but gone: not announced as there (`--record N` then
-        // failed on it).
-        Some(s) if !args.dataset.join(&s.file).is_file() => writeln!(
+    match (&r.source_map, &r.source_map_problem) {
+        // Named by the manifest but gone or damaged: not announced as there.
+        (Some(_), Some(problem)) => writeln!(
             out,
-            "source map: {} is missing, though the manifest names it (`stoker verify` checks the dataset)",
-            super::output::shown(&s.file)
+            "source map: unusable: {} (`stoker verify` checks the dataset)",
+            super::output::shown(problem)
         )?,
-        Some(s) => writeln!(
+        (Some(file), None) => writeln!(
             out,
             "source map: {} (record N's input: stoker inspect DATASET --record N)",
-            super::output::shown(&s.file)
+            super::output::shown(file)
         )?,
-        None => writeln!(
+        (None, _) => writeln!(
             out,
             "source map: none (made by a stoker before source maps, or written record by record with DatasetWriter)"
         )?,
