@@ -555,8 +555,9 @@ fn not_a_dataset_hint(root: &Path) -> String {
             "it holds {shards} shard file(s) but no manifest.json and no conversion journal: \
              a writer (SampleWriter, Python stoker.Writer) stopped before it finished (killed, \
              or out of memory), or a conversion stopped before its first shard was journaled \
-             (a one-shard conversion, at its manifest); nothing in it is a dataset: delete the \
-             directory and write the samples again, or rerun the conversion with --resume"
+             (a one-shard conversion, at its manifest), or it is a copy that lost its \
+             manifest.json; nothing in it is a dataset: delete the directory and write the \
+             samples again, or rerun the conversion with --resume (a copy: copy it again)"
         )
     } else if parts > 0 {
         format!(
