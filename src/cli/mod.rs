@@ -69,6 +69,11 @@ enum Command {
     /// (out of memory, of file descriptors, a full disk): merge again once that is fixed.
     Merge(merge::Args),
     /// Summarize a converted dataset.
+    ///
+    /// Exit status: 0 when every record could be read (with --record, that record is sound
+    /// and its source named); 1 when records could not be read (with --record: the record
+    /// is damaged, or the source map cannot name it), or the manifest cannot be read; 2 for a usage
+    /// error, also --record past the end; 3 when it stopped for no fault of the dataset's.
     Inspect(inspect::Args),
     /// Check every record of a converted dataset (header, length, CRC, optionally decode).
     ///
