@@ -221,11 +221,7 @@ pub fn inspect(ds: &Dataset) -> Result<InspectReport, FormatError> {
         *per_label.entry(r.header.label).or_insert(0) += 1;
     }
     let per_class = per_class(&m.classes, per_label);
-    let source_map_problem = match ds.source_map() {
-        Ok(_) => None,
-        Err(e) if e.outside().is_some() => return Err(e),
-        Err(e) => Some(e.to_string()),
-    };
+    let source_map_problem = crate::source_map::damage_as_text(ds.source_map())?.err();
     Ok(InspectReport {
         format_version: m.format_version,
         samples: m.samples,

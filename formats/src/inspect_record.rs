@@ -105,13 +105,11 @@ fn located(ds: &Dataset, index: u64) -> Result<(Source, String), FormatError> {
             len: ds.len(),
         });
     }
-    let source = match ds.source_of(index) {
+    // A sound record of a dataset whose map was lost or damaged: its label, size and CRC
+    // are still what one asked for (`inspect` and `verify` go on past the map too).
+    let source = match crate::source_map::damage_as_text(ds.source_of(index))? {
         Ok(p) => (p.map(|p| lossless_text(p.as_os_str())), None),
-        // Not the map's fault: run again.
-        Err(e) if e.outside().is_some() => return Err(e),
-        // A sound record of a dataset whose map was lost or damaged: its label, size and
-        // CRC are still what one asked for (`inspect` and `verify` go on past the map too).
-        Err(e) => (None, Some(e.to_string())),
+        Err(why) => (None, Some(why)),
     };
     let shard = ds
         .shard_of(index)

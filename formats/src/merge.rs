@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::convert::audit::Audit;
-use crate::convert::claim::{is_merge_leftover, stray_entry};
+use crate::convert::claim::{is_merge_leftover, is_part_or_merge_leftover, stray_entry};
 use crate::convert::lock::OutputLock;
 use crate::convert::other_flag;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
@@ -355,9 +355,7 @@ fn check_output(out: &Path, dirs: &[PathBuf], given: bool) -> Result<(), FormatE
             continue;
         }
         // A claim's leftover that is not empty was not left by a claim.
-        let ours = is_merge_leftover(&name)
-            || name.starts_with("part-")
-            || dirs.iter().any(|d| d == &e.path());
+        let ours = is_part_or_merge_leftover(&name) || dirs.iter().any(|d| d == &e.path());
         if !ours {
             // Parts found in `out` are merged in place; given ones may go anywhere else.
             let elsewhere = match given {

@@ -493,6 +493,20 @@ impl SourceMap {
     }
 }
 
+/// `r`, a use of the source map, with its damage (missing, not a file, a damaged header,
+/// table or name) as the text of `Err`, for a report that goes on past the map: the
+/// records read all the same. An error of no file's fault ([`FormatError::outside`]) is
+/// the outer error: it says nothing of the map, and a run again may not meet it.
+pub(crate) fn damage_as_text<T>(
+    r: Result<T, FormatError>,
+) -> Result<Result<T, String>, FormatError> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) if e.outside().is_some() => Err(e),
+        Err(e) => Ok(Err(e.to_string())),
+    }
+}
+
 /// `input` (an input's path as listed: SRC joined with its path, or `TAR:MEMBER`) as the
 /// map names it: relative to `root`, the folder, tar or list root converted. A member of a
 /// tar that is `root` itself keeps the tar's file name (`shard.tar:x.jpg`); a path that

@@ -66,13 +66,10 @@ pub(super) fn of_error(e: &anyhow::Error) -> u8 {
                 cause.downcast_ref::<DecodeError>(),
                 Some(DecodeError::OutOfMemory { .. })
             )
-            // The bench's own reads (the storage stage).
-            || match cause.downcast_ref::<BenchError>() {
-                Some(BenchError::Io { source, .. }) => OutsideFault::of(source).is_some(),
-                _ => false,
-            }
-            // The command's own output (stdout, `decode -o`) on a full disk: a script that
-            // took 1 for "the dataset is damaged" restored a sound copy.
+            // An I/O error anywhere in the chain: the bench's own reads (the storage stage,
+            // `BenchError::Io`'s source), and the command's own output (stdout, `decode -o`)
+            // on a full disk, where 1 told a script that the dataset was damaged, and it
+            // restored a sound copy.
             || cause
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(no_room_or_outside)

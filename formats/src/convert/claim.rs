@@ -179,7 +179,13 @@ pub(crate) fn is_claim_leftover(name: &str) -> bool {
 /// merge's leftover. Anything else would stay in the merged dataset's directory, so the
 /// merge refuses it, and so does every part's start.
 fn may_be_beside_parts(name: &str) -> bool {
-    name.starts_with("part-") || is_claim_leftover(name) || is_merge_leftover(name)
+    is_part_or_merge_leftover(name) || is_claim_leftover(name)
+}
+
+/// A part directory's name, or [`is_merge_leftover`]'s: what a merge takes for its own in
+/// the root (it refuses a claim's leftover that is not empty).
+pub(crate) fn is_part_or_merge_leftover(name: &str) -> bool {
+    name.starts_with("part-") || is_merge_leftover(name)
 }
 
 /// What an interrupted merge leaves in the root besides the parts (the merge writes its

@@ -397,7 +397,7 @@ impl TextCheck {
             Ok(_) => self.valid = self.bytes.len(),
             // Cut inside a character: the rest comes with the next chunk.
             Err(e) if e.error_len().is_none() => self.valid += e.valid_up_to(),
-            Err(e) => return Err(self.not_utf8(self.valid + e.valid_up_to())),
+            Err(e) => return Err(not_utf8(&self.bytes, self.valid + e.valid_up_to())),
         }
         Ok(())
     }
@@ -414,21 +414,16 @@ impl TextCheck {
     }
 
     fn finish(self) -> Result<String, String> {
-        // "stream did not contain valid UTF-8" said neither where nor why.
-        String::from_utf8(self.bytes).map_err(|e| {
-            let at = e.utf8_error().valid_up_to();
-            let line = 1 + e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
-            not_utf8(line, at)
-        })
-    }
-
-    fn not_utf8(&self, at: usize) -> String {
-        let line = 1 + self.bytes[..at].iter().filter(|&&b| b == b'\n').count();
-        not_utf8(line, at)
+        // Only a character cut by the end of the file is left to find.
+        String::from_utf8(self.bytes)
+            .map_err(|e| not_utf8(e.as_bytes(), e.utf8_error().valid_up_to()))
     }
 }
 
-fn not_utf8(line: usize, at: usize) -> String {
+/// Why `bytes` are no list, not UTF-8 from byte `at` ("stream did not contain valid
+/// UTF-8" said neither where nor why).
+fn not_utf8(bytes: &[u8], at: usize) -> String {
+    let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
     format!(
         "line {line}: not UTF-8 text (byte {at}): a list file is UTF-8 text (one saved in \
          another encoding, such as Excel's \"Unicode text\", which is UTF-16: save it as \
