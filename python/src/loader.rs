@@ -259,10 +259,8 @@ impl Loader {
 
     /// Batches per epoch on this rank (the same on every rank).
     fn __len__(&self) -> PyResult<usize> {
-        match self.at_close.get() {
-            Some(closed) => Ok(closed.num_batches as usize),
-            None => Ok(self.inner()?.num_batches() as usize),
-        }
+        self.open_or_at_close(|l| l.num_batches(), |c| c.num_batches)
+            .map(|n| n as usize)
     }
 
     /// Stops the loader now: its epoch iterators end (their next ``next`` raises
@@ -378,10 +376,7 @@ impl Loader {
     /// ``batch_size``.
     #[getter]
     fn batch_size(&self) -> PyResult<u64> {
-        match self.at_close.get() {
-            Some(closed) => Ok(closed.batch_size),
-            None => Ok(self.inner()?.sampler().batch_size()),
-        }
+        self.open_or_at_close(|l| l.sampler().batch_size(), |c| c.batch_size)
     }
 
     /// Whether the tail that does not divide over the ranks is cut (and, unless
@@ -389,10 +384,7 @@ impl Loader {
     /// ``DataLoader``'s ``drop_last``.
     #[getter]
     fn drop_last(&self) -> PyResult<bool> {
-        match self.at_close.get() {
-            Some(closed) => Ok(closed.drop_last),
-            None => Ok(self.inner()?.sampler().drop_last()),
-        }
+        self.open_or_at_close(|l| l.sampler().drop_last(), |c| c.drop_last)
     }
 
     /// ``None``: the loader makes its own batches. There for frameworks that read a
@@ -408,10 +400,8 @@ impl Loader {
     /// fork, less any part a loader thread was writing then (it reads as empty). After
     /// ``close()``, the counters at the close.
     fn stats(&self) -> PyResult<Stats> {
-        match self.at_close.get() {
-            Some(closed) => Ok(Stats::new(closed.stats.clone())),
-            None => Ok(Stats::new(self.inner()?.stats())),
-        }
+        self.open_or_at_close(|l| l.stats(), |c| c.stats.clone())
+            .map(Stats::new)
     }
 
     /// Zeroes the flow counters (e.g. after a warm-up epoch).
@@ -438,10 +428,7 @@ impl Loader {
     /// loader (a checkpoint written by a forked process), where it stood at the fork.
     /// After ``close()``, where it stood at the close.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = match self.at_close.get() {
-            Some(closed) => closed.state,
-            None => self.state_of(&*self.inner()?),
-        };
+        let s = self.open_or_at_close(|l| self.state_of(l), |c| c.state)?;
         let d = PyDict::new(py);
         d.set_item("seed", s.seed)?;
         d.set_item("epoch", s.epoch)?;
@@ -574,6 +561,19 @@ struct AtClose {
 }
 
 impl Loader {
+    /// `open(loader)` of the loader while it is open; once closed, `closed` of what it
+    /// said at the close ([`AtClose`]).
+    fn open_or_at_close<T>(
+        &self,
+        open: impl FnOnce(&stoker_loader::Loader) -> T,
+        closed: impl FnOnce(&AtClose) -> T,
+    ) -> PyResult<T> {
+        match self.at_close.get() {
+            Some(c) => Ok(closed(c)),
+            None => Ok(open(&*self.inner()?)),
+        }
+    }
+
     /// Where `inner` stands, as `state_dict` gives it.
     fn state_of(&self, inner: &stoker_loader::Loader) -> LoaderState {
         let mut s = inner.state();
