@@ -106,12 +106,8 @@ use crate::stats::Stats;
 /// ``stoker.StokerError`` until the dataset is opened again.
 #[pyclass(module = "stoker", frozen, weakref)]
 pub(crate) struct Loader {
-    /// `None` once closed.
-    inner: Mutex<Option<Arc<stoker_loader::Loader>>>,
-    /// What the loader said of itself as it was closed: the counters, where it stood and
-    /// its batches, which a script reads after its `with` block (the stats it prints at
-    /// the end, a last checkpoint).
-    at_close: std::sync::OnceLock<AtClose>,
+    /// The loader while open, and what it said of itself once closed.
+    inner: Mutex<Slot>,
     /// The epoch iterators handed out, for `close` to stop (each holds the loader).
     epochs: Mutex<Vec<Weak<EpochShared>>>,
     /// The epoch the next `iter(loader)` runs, set by `set_epoch` or `load_state_dict`;
@@ -248,8 +244,7 @@ impl Loader {
         let placed_from_env = crate::torch_dist::checked_at_build(py, &inner, from_env)?;
         OPEN.fetch_add(1, Ordering::Relaxed);
         Ok(Loader {
-            inner: Mutex::new(Some(Arc::new(inner))),
-            at_close: std::sync::OnceLock::new(),
+            inner: Mutex::new(Slot::Open(Arc::new(inner))),
             epochs: Mutex::new(Vec::new()),
             next_epoch: Arc::new(Mutex::new(None)),
             process: Owner::default(),
@@ -259,8 +254,7 @@ impl Loader {
 
     /// Batches per epoch on this rank (the same on every rank).
     fn __len__(&self) -> PyResult<usize> {
-        self.open_or_at_close(|l| l.num_batches(), |c| c.num_batches)
-            .map(|n| n as usize)
+        Ok(self.open_or_at_close(|l| l.num_batches(), |c| c.num_batches) as usize)
     }
 
     /// Stops the loader now: its epoch iterators end (their next ``next`` raises
@@ -277,24 +271,35 @@ impl Loader {
         let _logs = Call::new(py);
         // Under the iterators' lock: an iterator made meanwhile is either in the list
         // stopped here or finds the loader closed (`iterator`).
-        let (inner, epochs) = {
+        // While its iterators stop, the loader is `Closing`: no new iterator, but another
+        // thread's `stats()` or `state_dict()` still gets an answer.
+        let (loader, epochs) = {
             let mut epochs = lock(&self.epochs);
-            (lock(&self.inner).take(), std::mem::take(&mut *epochs))
+            let mut slot = lock(&self.inner);
+            let loader = match &*slot {
+                Slot::Open(l) => Some(l.clone()),
+                Slot::Closing(_) | Slot::Closed(_) => None,
+            };
+            if let Some(l) = &loader {
+                *slot = Slot::Closing(l.clone());
+            }
+            (loader, std::mem::take(&mut *epochs))
         };
-        if inner.is_some() {
+        if loader.is_some() {
             OPEN.fetch_sub(1, Ordering::Relaxed);
         }
         self.stop(py, epochs, StoppedBy::Close);
-        if let Some(loader) = &inner {
-            let _ = self.at_close.set(AtClose {
+        if let Some(loader) = loader {
+            let at_close = AtClose {
                 stats: loader.stats(),
-                state: self.state_of(loader),
+                state: self.state_of(&loader),
                 num_batches: loader.num_batches(),
                 batch_size: loader.sampler().batch_size(),
                 drop_last: loader.sampler().drop_last(),
-            });
+            };
+            *lock(&self.inner) = Slot::Closed(Arc::new(at_close));
+            py.detach(move || drop(loader));
         }
-        py.detach(move || drop(inner));
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -376,7 +381,7 @@ impl Loader {
     /// ``batch_size``.
     #[getter]
     fn batch_size(&self) -> PyResult<u64> {
-        self.open_or_at_close(|l| l.sampler().batch_size(), |c| c.batch_size)
+        Ok(self.open_or_at_close(|l| l.sampler().batch_size(), |c| c.batch_size))
     }
 
     /// Whether the tail that does not divide over the ranks is cut (and, unless
@@ -384,7 +389,7 @@ impl Loader {
     /// ``DataLoader``'s ``drop_last``.
     #[getter]
     fn drop_last(&self) -> PyResult<bool> {
-        self.open_or_at_close(|l| l.sampler().drop_last(), |c| c.drop_last)
+        Ok(self.open_or_at_close(|l| l.sampler().drop_last(), |c| c.drop_last))
     }
 
     /// ``None``: the loader makes its own batches. There for frameworks that read a
@@ -400,8 +405,9 @@ impl Loader {
     /// fork, less any part a loader thread was writing then (it reads as empty). After
     /// ``close()``, the counters at the close.
     fn stats(&self) -> PyResult<Stats> {
-        self.open_or_at_close(|l| l.stats(), |c| c.stats.clone())
-            .map(Stats::new)
+        Ok(Stats::new(
+            self.open_or_at_close(|l| l.stats(), |c| c.stats.clone()),
+        ))
     }
 
     /// Zeroes the flow counters (e.g. after a warm-up epoch).
@@ -428,7 +434,7 @@ impl Loader {
     /// loader (a checkpoint written by a forked process), where it stood at the fork.
     /// After ``close()``, where it stood at the close.
     fn state_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.open_or_at_close(|l| self.state_of(l), |c| c.state)?;
+        let s = self.open_or_at_close(|l| self.state_of(l), |c| c.state);
         let d = PyDict::new(py);
         d.set_item("seed", s.seed)?;
         d.set_item("epoch", s.epoch)?;
@@ -540,18 +546,29 @@ impl Loader {
     }
 
     fn __repr__(&self) -> String {
-        match lock(&self.inner).as_ref() {
-            Some(inner) => format!(
+        match &*lock(&self.inner) {
+            Slot::Open(inner) => format!(
                 "stoker.Loader(batches_per_epoch={}, backend={:?})",
                 inner.num_batches(),
                 inner.stats().backend
             ),
-            None => "stoker.Loader(closed)".into(),
+            Slot::Closing(_) | Slot::Closed(_) => "stoker.Loader(closed)".into(),
         }
     }
 }
 
-/// What a closed loader still answers ([`Loader::close`]).
+/// Where a Python loader is in its life ([`Loader::close`]).
+#[derive(Clone)]
+enum Slot {
+    Open(Arc<stoker_loader::Loader>),
+    /// Its iterators are stopping: it answers as an open loader but gives no iterator.
+    Closing(Arc<stoker_loader::Loader>),
+    Closed(Arc<AtClose>),
+}
+
+/// What a closed loader still answers ([`Loader::close`]): the counters, where it stood
+/// and its batches, which a script reads after its `with` block (the stats it prints at
+/// the end, a last checkpoint).
 struct AtClose {
     stats: stoker_loader::Stats,
     state: LoaderState,
@@ -561,16 +578,18 @@ struct AtClose {
 }
 
 impl Loader {
-    /// `open(loader)` of the loader while it is open; once closed, `closed` of what it
-    /// said at the close ([`AtClose`]).
+    /// `open(loader)` of the loader while it is open or closing; once closed, `closed`
+    /// of what it said at the close ([`AtClose`]).
     fn open_or_at_close<T>(
         &self,
         open: impl FnOnce(&stoker_loader::Loader) -> T,
         closed: impl FnOnce(&AtClose) -> T,
-    ) -> PyResult<T> {
-        match self.at_close.get() {
-            Some(c) => Ok(closed(c)),
-            None => Ok(open(&*self.inner()?)),
+    ) -> T {
+        // A copy: the slot's lock is not held through the call, as `open` may take others.
+        let slot = lock(&self.inner).clone();
+        match slot {
+            Slot::Open(l) | Slot::Closing(l) => open(&l),
+            Slot::Closed(c) => closed(&c),
         }
     }
 
@@ -626,9 +645,12 @@ impl Loader {
 
     /// The loader, or `StokerError` once closed.
     fn inner(&self) -> PyResult<Arc<stoker_loader::Loader>> {
-        lock(&self.inner)
-            .clone()
-            .ok_or_else(|| StokerError::new_err("the loader is closed (Loader.close())"))
+        match &*lock(&self.inner) {
+            Slot::Open(l) => Ok(l.clone()),
+            Slot::Closing(_) | Slot::Closed(_) => Err(StokerError::new_err(
+                "the loader is closed (Loader.close())",
+            )),
+        }
     }
 }
 
@@ -653,8 +675,8 @@ static OPEN: AtomicUsize = AtomicUsize::new(0);
 
 impl Drop for Loader {
     fn drop(&mut self) {
-        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
-        if inner.is_some() {
+        let slot = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        if matches!(slot, Slot::Open(_)) {
             OPEN.fetch_sub(1, Ordering::Relaxed);
         }
     }

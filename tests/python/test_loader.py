@@ -668,6 +668,39 @@ def test_close_from_another_thread_joins_and_hands_out_nothing_more(photos_datas
     assert "Loader.close" in str(got[0])
 
 
+def test_another_threads_stats_get_an_answer_throughout_a_close(photos_dataset):
+    # A monitoring thread reading stats() and state_dict() while the training thread
+    # closes the loader: each call gets the loader's answer, before, during (while the
+    # iterators stop) and after the close, never "the loader is closed".
+    for _ in range(10):
+        loader = stoker.Loader(photos_dataset, 8, size=256, device="cpu", workers=2, prefetch=2)
+        it = iter(loader)
+        next(it)  # an epoch under way, which the close stops
+        done = threading.Event()
+        errors, answers = [], [0]
+
+        def monitor():
+            while not done.is_set():
+                try:
+                    loader.stats()
+                    loader.state_dict()
+                    len(loader)
+                    answers[0] += 1
+                except Exception as e:  # noqa: BLE001 - any failure is the finding
+                    errors.append(e)
+                    return
+
+        watcher = threading.Thread(target=monitor)
+        watcher.start()
+        time.sleep(0.002)
+        loader.close()
+        done.set()
+        watcher.join(10)
+        assert not errors, errors
+        assert answers[0] >= 1
+        assert loader.state_dict()["position"] == 1
+
+
 def test_scale_ratio_and_arguments_that_would_be_ignored(sample_dataset):
     def first(**kw):
         loader = stoker.Loader(sample_dataset, 4, seed=1, size=32, device="cpu", **kw)
