@@ -33,7 +33,8 @@ pub use status::{FAILURE, OUTSIDE_FAULT, SUCCESS, USAGE};
                   filter such as stoker_loader=debug) shows more, NO_COLOR=1 turns colour off.\n\
                   Exit status: 0 done; 1 failed, or found a problem; 2 a usage error; 3 stopped \
                   for no fault of the inputs (memory, file descriptors, threads, storage, a \
-                  full disk): run again. \
+                  full disk): run again; 141 the reader of stdout went away (`| head`), \
+                  as for a tool that SIGPIPE ends. \
                   With --json, a command that fails before it has a report prints no JSON: \
                   the error is one line on stderr, and the status says which kind."
 )]
