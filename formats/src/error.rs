@@ -175,6 +175,10 @@ pub enum FormatError {
         records: u64,
         /// Bytes of the finished shards.
         bytes: u64,
+        /// The error number the stop stands for: `ENOSPC`, `EDQUOT` or `EFBIG` (also
+        /// where the write failed with `EIO` on a nearly full disk or at the size limit),
+        /// which Python's `OSError` carries.
+        errno: i32,
     },
     /// An input is not a regular file (a FIFO, socket or device): never opened for reading.
     #[error("{path}: not a regular file ({kind})", path = .path.lossless())]
@@ -354,6 +358,8 @@ pub enum FormatError {
         records: u64,
         /// Bytes of shards finished before.
         bytes: u64,
+        /// As [`FormatError::OutOfSpace`]'s.
+        errno: i32,
     },
     /// A [`crate::SampleWriter`] was finished with no record: no sample was written, or
     /// every one was skipped. Nothing is left in the output directory.
@@ -395,6 +401,18 @@ pub enum FormatError {
         path: PathBuf,
         /// Why, and what to do.
         reason: String,
+    },
+    /// `merge` could not write the merged dataset's own files (its source map, its
+    /// manifest): the disk, a quota or the file size limit ran out. No part was removed;
+    /// merge runs again once there is room.
+    #[error("{}: cannot merge: {cause}: the merged dataset's files could not be written; no part was removed: make room, then run merge again", .path.lossless())]
+    MergeOutOfSpace {
+        /// The file being written.
+        path: PathBuf,
+        /// As [`FormatError::OutOfSpace`]'s.
+        cause: String,
+        /// As [`FormatError::OutOfSpace`]'s.
+        errno: i32,
     },
     /// The caller's [`crate::Progress::cancelled`] asked the conversion to stop. The output
     /// directory is left as a kill would leave it: `--resume` continues from the last
@@ -579,6 +597,7 @@ mod tests {
                 cause: "disk full".into(),
                 records: 3,
                 bytes: 9,
+                errno: libc::ENOSPC,
             }
             .to_string()
         };

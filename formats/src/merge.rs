@@ -110,7 +110,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
         });
     }
     let (made, lock) = lock_out(out)?;
-    let merged = merge_locked(out, parts).map_err(out_of_space);
+    let merged = merge_locked(out, parts).map_err(|e| out_of_space(out, e));
     if merged.is_err() {
         // A refused merge leaves no directory it made. Removed under the lock, so no part
         // is starting in it (a part locks its root shared while it starts); empty only, and
@@ -129,23 +129,21 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
 
 /// `e`, when it is a full disk, a quota or the file size limit, saying what a bare "No
 /// space left on device" naming `sources.bin.tmp` left out: nothing was removed, and merge
-/// can run again.
-fn out_of_space(e: FormatError) -> FormatError {
-    match &e {
-        FormatError::Io { path, source }
-            if matches!(
-                source.raw_os_error(),
-                Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
-            ) =>
-        {
-            FormatError::MergeRefused {
-                path: path.clone(),
-                reason: format!(
-                    "{source}: the merged dataset's files could not be written; no part was removed: make room, then run merge again"
-                ),
-            }
-        }
-        _ => e,
+/// can run again. A stop for no fault of the parts (exit status 3, Python's `OSError`),
+/// not a refusal of them.
+fn out_of_space(out: &Path, e: FormatError) -> FormatError {
+    match crate::out_of_space::out_of_space(e, out, 0, 0) {
+        FormatError::OutOfSpace {
+            shard,
+            cause,
+            errno,
+            ..
+        } => FormatError::MergeOutOfSpace {
+            path: shard,
+            cause,
+            errno,
+        },
+        e => e,
     }
 }
 

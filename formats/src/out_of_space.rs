@@ -19,21 +19,24 @@ pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64)
     };
     let free = fs4::available_space(dir).ok();
     let free_text = free.map_or(String::new(), |f| format!(" ({f} bytes free)"));
-    let cause = match code {
-        Some(libc::ENOSPC) => no_space_cause(free, free_inodes(dir)),
-        Some(libc::EDQUOT) => "disk quota exceeded".to_string(),
-        Some(libc::EFBIG) => {
+    let (cause, errno) = match code {
+        Some(libc::ENOSPC) => (no_space_cause(free, free_inodes(dir)), libc::ENOSPC),
+        Some(libc::EDQUOT) => ("disk quota exceeded".to_string(), libc::EDQUOT),
+        Some(libc::EFBIG) => (
             "file size limit reached (the process's RLIMIT_FSIZE or the file system's largest file)"
-                .to_string()
-        }
+                .to_string(),
+            libc::EFBIG,
+        ),
         // A short write reported as EIO: the disk filled, or the file reached the process's
         // file size limit.
-        Some(libc::EIO) if free.is_some_and(|f| f < NEARLY_FULL) => {
-            format!("disk full{free_text}; the write failed with an I/O error")
-        }
-        Some(libc::EIO) if at_file_size_limit(&path) => {
-            "file size limit reached (the process's RLIMIT_FSIZE)".to_string()
-        }
+        Some(libc::EIO) if free.is_some_and(|f| f < NEARLY_FULL) => (
+            format!("disk full{free_text}; the write failed with an I/O error"),
+            libc::ENOSPC,
+        ),
+        Some(libc::EIO) if at_file_size_limit(&path) => (
+            "file size limit reached (the process's RLIMIT_FSIZE)".to_string(),
+            libc::EFBIG,
+        ),
         _ => return e,
     };
     FormatError::OutOfSpace {
@@ -41,6 +44,7 @@ pub(crate) fn out_of_space(e: FormatError, dir: &Path, records: u64, bytes: u64)
         cause,
         records,
         bytes,
+        errno,
     }
 }
 

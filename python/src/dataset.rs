@@ -59,7 +59,8 @@ const _: () = assert!(stoker_formats::DEFAULT_MAX_FILE_SIZE == 67_108_864);
 /// ``FileNotFoundError`` for a missing
 /// source, ``OSError`` with its errno (``EMFILE``, ``ETIMEDOUT``, ...) or ``MemoryError``
 /// when the conversion stops for no fault of its inputs (no file descriptor left, storage
-/// that stopped answering, no memory: ``resume=True`` goes on once that is fixed),
+/// that stopped answering, a full disk, no memory: ``resume=True`` goes on once that is
+/// fixed),
 /// ``stoker.StokerError`` for the rest (an output that already holds a
 /// dataset, a bad input with ``strict=True``, ...). Ctrl-C stops the conversion
 /// within a fraction of a second (``KeyboardInterrupt``); what was finished stays, and
@@ -249,7 +250,7 @@ fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
 /// duplicated or from different conversions, for a shard that is not the one its part
 /// wrote (its digest differs), and for an ``out`` that holds no parts; ``OSError`` with
 /// its errno when it stops for no fault of the parts (no file descriptor left, storage
-/// that stopped answering), the parts left whole.
+/// that stopped answering, a full disk), the parts left whole.
 #[pyfunction]
 #[pyo3(signature = (out, parts=None))]
 pub(crate) fn merge<'py>(

@@ -51,6 +51,11 @@ pub(crate) fn format_error(e: FormatError) -> PyErr {
                 None => PyOSError::new_err(e.to_string()),
             }
         }
+        // No room to write: a stop for no fault of the inputs as well, so the `OSError`
+        // Python's own write would raise (ENOSPC, EDQUOT, EFBIG), with stoker's words.
+        FormatError::OutOfSpace { errno, .. }
+        | FormatError::WriterOutOfSpace { errno, .. }
+        | FormatError::MergeOutOfSpace { errno, .. } => PyOSError::new_err((*errno, e.to_string())),
         _ => StokerError::new_err(e.to_string()),
     }
 }

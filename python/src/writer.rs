@@ -56,7 +56,8 @@ use crate::signals::SIGNAL_CHECK;
 /// transcoded in chunks on ``jobs`` threads while later ones are written (the GIL is
 /// released meanwhile), so a bad sample is skipped, or with ``strict=True`` raises, at a
 /// later ``write`` or at ``close``; an error that stops the writer takes its output away,
-/// and every later call raises.
+/// and every later call raises. A full disk (a quota, the file size limit) stops it with
+/// an ``OSError`` of its errno (``ENOSPC``, ``EDQUOT``, ``EFBIG``).
 ///
 /// Calls from several threads take turns (samples are stored in the order the calls
 /// run). A writer belongs to the process that made it: in a forked child it raises, and

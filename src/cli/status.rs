@@ -56,7 +56,11 @@ pub(super) fn of_error(e: &anyhow::Error) -> u8 {
             // could not start (a process or memory limit).
             || matches!(
                 format_of(cause),
-                Some(FormatError::OutOfSpace { .. } | FormatError::Threads { .. })
+                Some(
+                    FormatError::OutOfSpace { .. }
+                        | FormatError::MergeOutOfSpace { .. }
+                        | FormatError::Threads { .. }
+                )
             )
             // A loader's FormatError is transparent: its own chain skips it.
             || cause
@@ -130,6 +134,7 @@ mod tests {
             cause: "disk full".into(),
             records: 30,
             bytes: 0,
+            errno: libc::ENOSPC,
         };
         assert_eq!(of_error(&full.into()), OUTSIDE_FAULT);
         // The command's own output, as `output::stdout` and `write_file_atomically` say it.

@@ -305,9 +305,10 @@ def test_abort_from_another_thread_gets_its_turn_while_threads_write(tmp_path):
 
 def test_a_writer_out_of_space_says_what_is_left_and_no_resume(tmp_path):
     # It said "make room and rerun with --resume to continue from the last finished
-    # shard", which a writer has no way to do: it had removed its output.
+    # shard", which a writer has no way to do: it had removed its output. A stop for no
+    # fault of the samples: the OSError of its errno, as Python's own write would raise.
     code = f"""
-import resource, signal, stoker
+import errno, resource, signal, stoker
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
 data = open({str(SAMPLE / "caer" / "tent.jpg")!r}, "rb").read()
@@ -315,15 +316,46 @@ try:
     with stoker.Writer({str(tmp_path / "ds")!r}, check=False) as w:
         for _ in range(200):
             w.write(data, 0)
-except stoker.StokerError as e:
-    print(e)
+except OSError as e:
+    print(errno.errorcode[e.errno], e)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("EFBIG "), out.stdout
     assert "file size limit reached" in out.stdout, out.stdout
     assert "--resume" not in out.stdout, out.stdout
     assert "removed what it had written" in out.stdout, out.stdout
     assert not (tmp_path / "ds").exists()
+
+
+def test_convert_and_merge_out_of_space_are_os_errors_and_leave_what_goes_on(tmp_path):
+    # Both raised stoker.StokerError, which the README keeps for the inputs' own faults:
+    # a full disk (here the file size limit) is the OSError of its errno, as for the CLI's
+    # status 3.
+    parts = tmp_path / "parts"
+    for i in range(2):
+        stoker.convert(SAMPLE, parts, part=i, parts=2, progress=False)
+    code = f"""
+import errno, resource, signal, stoker
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+for call in (lambda: stoker.merge({str(parts)!r}),
+             lambda: stoker.convert({str(SAMPLE)!r}, {str(tmp_path / "c")!r}, progress=False)):
+    try:
+        call()
+        print("no error")
+    except OSError as e:
+        print(errno.errorcode[e.errno], e)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    merged, converted = out.stdout.splitlines()
+    assert merged.startswith("EFBIG ") and "no part was removed" in merged, merged
+    assert converted.startswith("EFBIG ") and "resume" in converted, converted
+    # The parts stayed whole: the merge goes on once there is room.
+    assert stoker.merge(parts)["samples"] == len(stoker.Dataset(parts))
+    report = stoker.convert(SAMPLE, tmp_path / "c", resume=True, progress=False)
+    assert len(stoker.Dataset(tmp_path / "c")) == report["written"] > 0
 
 
 def test_a_sample_that_would_fit_with_more_memory_is_a_memory_error_not_a_skip(tmp_path):

@@ -614,11 +614,13 @@ impl SampleWriter {
                 cause,
                 records,
                 bytes,
+                errno,
             } => FormatError::WriterOutOfSpace {
                 shard,
                 cause,
                 records,
                 bytes,
+                errno,
             },
             // A conversion's words would say that --resume continues.
             FormatError::OutsideFault {
