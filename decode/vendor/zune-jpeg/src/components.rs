@@ -76,7 +76,11 @@ pub(crate) struct Components {
     pub y: usize,
     pub sample_ratio: SampleRatios,
     // a very annoying bug
-    pub fix_an_annoying_bug: usize
+    pub fix_an_annoying_bug: usize,
+    /// stoker patch (change 17): for a horizontally upsampled component, its
+    /// width in samples, whose last sample `upsample` repeats into the padding
+    /// after it (see `JpegDecoder::stoker_repeat_right_edge`).
+    pub stoker_right_edge: Option<usize>
 }
 
 impl Components {
@@ -174,7 +178,8 @@ impl Components {
             y: 0,
             w2: 0,
             sample_ratio: SampleRatios::None,
-            fix_an_annoying_bug: 1
+            fix_an_annoying_bug: 1,
+            stoker_right_edge: None
         })
     }
     /// Setup space for upsampling

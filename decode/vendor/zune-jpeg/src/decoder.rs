@@ -163,6 +163,8 @@ pub struct JpegDecoder<T> {
     /// stoker patch: the output window `[x0, y0, x1, y1)` the caller reads
     /// (see `stoker_limit_window`).
     pub(crate) stoker_window: Option<[usize; 4]>,
+    /// stoker patch (change 17): see `stoker_repeat_right_edge`.
+    pub(crate) stoker_right_edge: bool,
     /// stoker patch: for the current baseline decode, the MCU rows from
     /// which and the MCU columns between which (inclusive) blocks are
     /// transformed: `(row_lo, col_lo, col_hi)`. Set by
@@ -263,6 +265,7 @@ where
             extended_xmp_segments: vec![],
             stoker_row_limit: None,
             stoker_window: None,
+            stoker_right_edge: false,
             stoker_idct_window: None,
             stoker_recovery: None,
             stoker_scratch: StokerScratch::default(),
@@ -921,6 +924,20 @@ where
         self.stoker_window = Some([x0, y0, x1, y1]);
     }
 
+    /// stoker patch (change 17): the horizontal chroma upsampler reads, for
+    /// the image's last column, the sample after the component's last one,
+    /// which is the block's padding (whatever the encoder put beyond the
+    /// image, after quantization). libjpeg repeats the last sample instead;
+    /// with this call, so does this decoder. Without it, images with
+    /// horizontal subsampling and an even width that is not a multiple of
+    /// the MCU width get a last column up to ~40 levels off libjpeg's. And
+    /// as libjpeg, a horizontally subsampled component only one or two
+    /// samples wide (an image 4 pixels wide or less) is upsampled by
+    /// replication, not interpolated.
+    pub fn stoker_repeat_right_edge(&mut self) {
+        self.stoker_right_edge = true;
+    }
+
     /// stoker patch: the first error the last decode recovered from instead
     /// of returning it, `None` when it met none. Non-strict mode (the default)
     /// recovers from a bad Huffman code, a missing table or a stray marker by
@@ -1046,7 +1063,14 @@ where
             let hs = self.h_max / comp.horizontal_sample;
             let vs = self.v_max / comp.vertical_sample;
 
+            // stoker patch (change 17): libjpeg upsamples a component one or
+            // two samples wide by replication, its interpolation needing three.
+            let box_filter = self.stoker_right_edge && comp.x <= 2;
             let samp_factor = match (hs, vs) {
+                (2, 1) | (2, 2) if box_filter => {
+                    comp.sample_ratio = SampleRatios::Generic(hs, vs);
+                    generic_sampler()
+                }
                 (1, 1) => {
                     comp.sample_ratio = SampleRatios::None;
                     upsample_no_op
@@ -1070,6 +1094,10 @@ where
             };
             comp.setup_upsample_scanline()?;
             comp.up_sampler = samp_factor;
+            // stoker patch (change 17): the component's own width, for a
+            // horizontal upsampler that would read the padding after it.
+            let horizontal = matches!(comp.sample_ratio, SampleRatios::H | SampleRatios::HV);
+            comp.stoker_right_edge = (self.stoker_right_edge && horizontal).then_some(comp.x);
         }
 
         return Ok(());

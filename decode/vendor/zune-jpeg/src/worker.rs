@@ -376,6 +376,19 @@ pub(crate) fn upsample(
     component: &mut Components, mcu_height: usize, i: usize, upsampler_scratch_space: &mut [i16],
     has_vertical_sample: bool
 ) -> Result<(), DecodeErrors> {
+    // stoker patch (change 17): each row's sample after the component's last
+    // one is the block's padding; the horizontal upsampler reads it for the
+    // image's last column. It becomes a copy of the last sample, as libjpeg's
+    // upsampler repeats it. Before anything reads the rows (the rows kept for
+    // the next MCU row's vertical context are copied below).
+    if let Some(x) = component.stoker_right_edge {
+        let stride = component.width_stride;
+        if x > 0 && x < stride {
+            for row in component.raw_coeff.chunks_exact_mut(stride) {
+                row[x] = row[x - 1];
+            }
+        }
+    }
     match component.sample_ratio {
         SampleRatios::V | SampleRatios::HV => {
             /*
