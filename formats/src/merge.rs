@@ -20,7 +20,9 @@ use crate::convert::lock::OutputLock;
 use crate::convert::other_flag;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
 use crate::text::Lossless;
+use classes::SharedClasses;
 
+mod classes;
 mod complete;
 mod link;
 use crate::writer::{shard_file_name, write_atomically};
@@ -380,13 +382,14 @@ fn remove_shards(out: &Path) -> Result<(), FormatError> {
 }
 
 /// Reads every part's manifest and checks that they form one complete conversion; returns
-/// them in part order.
+/// them in part order, the classes in the first's alone (the others' are the same).
 fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, FormatError> {
     let refuse = |path: &Path, reason: String| FormatError::MergeRefused {
         path: path.to_path_buf(),
         reason,
     };
     let mut loaded: Vec<(PathBuf, Manifest, PartInfo)> = Vec::new();
+    let mut classes = SharedClasses::default();
     for dir in dirs {
         if !dir.join(MANIFEST_FILE).exists() {
             let reason = match std::fs::metadata(dir) {
@@ -397,7 +400,8 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
             };
             return Err(refuse(dir, reason));
         }
-        let m = Manifest::read(dir)?;
+        let mut m = Manifest::read(dir)?;
+        classes.share(dir, &mut m);
         // Its shards as a reader will find them (sizes, LMDB meta pages): a part damaged in
         // place would otherwise merge into a dataset that says it is finished and does not
         // open, its part directory removed.
@@ -418,6 +422,7 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     loaded.sort_by_key(|(_, _, p)| p.index);
     check_kinds(&loaded)?;
     let (first_dir, first, fp) = &loaded[0];
+    let first_classes = classes.of(first_dir, first);
     // An empty part has no raw size: compare with the first part that has one.
     let raw = loaded.iter().find_map(|(d, m, _)| Some((d, m.raw_size?)));
     // A derived flag that some parts lack: compare with the first part that has it, so
@@ -460,7 +465,7 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
                 flag_dir,
             ))
         });
-        let other = difference((m, p), (first, fp))
+        let other = difference((m, p, classes.of(dir, m)), (first, fp, first_classes))
             .map(|(what, here, there)| (what, here, there, first_dir))
             .or(raw)
             .or(flag);
@@ -488,7 +493,10 @@ fn load_parts(out: &Path, dirs: &[PathBuf]) -> Result<Vec<(PathBuf, Manifest)>, 
     }
     check_complete(out, &loaded)?;
     check_distinct(&loaded)?;
-    Ok(loaded.into_iter().map(|(d, m, _)| (d, m)).collect())
+    let mut loaded: Vec<_> = loaded.into_iter().map(|(d, m, _)| (d, m)).collect();
+    let (first_dir, first) = &mut loaded[0];
+    classes.restore(first_dir, first);
+    Ok(loaded)
 }
 
 /// Refuses written parts that hold the same records: every process of a distributed
@@ -611,8 +619,8 @@ const DERIVED_FLAGS: [&str; 2] = [crate::convert::LISTING_FLAG, crate::convert::
 /// and the classes too, so a part converted with another flag is told by that flag's name
 /// and values, not by two checksums.
 fn difference(
-    (m, p): (&Manifest, &PartInfo),
-    (first, fp): (&Manifest, &PartInfo),
+    (m, p, classes): (&Manifest, &PartInfo, &[String]),
+    (first, fp, first_classes): (&Manifest, &PartInfo, &[String]),
 ) -> Option<(String, String, String)> {
     let pairs = [
         ("the number of parts", dbg(p.count), dbg(fp.count)),
@@ -630,8 +638,8 @@ fn difference(
         ),
         (
             "the number of classes",
-            dbg(m.classes.len()),
-            dbg(first.classes.len()),
+            dbg(classes.len()),
+            dbg(first_classes.len()),
         ),
         (
             "the provenance's tool",
@@ -652,7 +660,7 @@ fn difference(
     if let Some((what, here, there)) = pairs.into_iter().find(|(_, a, b)| a != b) {
         return Some((what.into(), here, there));
     }
-    if let Some((i, (a, b))) = (m.classes.iter().zip(&first.classes))
+    if let Some((i, (a, b))) = (classes.iter().zip(first_classes))
         .enumerate()
         .find(|(_, (a, b))| a != b)
     {

@@ -581,6 +581,18 @@ fn written_parts_that_are_not_one_writing_are_refused() {
     other.push("extra".into());
     write_part(&out, &o, &other, &files[half..], (1, 2));
     assert_merge_refused(&out, "the number of classes is 28 here but 27 in");
+    // As many classes, one named otherwise: the merge keeps one class list for the parts
+    // that have it, and still names the difference of the one that does not.
+    let out = tmp.path().join("names");
+    let mut renamed = classes.clone();
+    renamed[3] = "renamed".into();
+    write_part(&out, &o, &classes, &files[..half], (0, 3));
+    write_part(&out, &o, &renamed, &[], (1, 3));
+    write_part(&out, &o, &classes, &files[half..], (2, 3));
+    assert_merge_refused(
+        &out,
+        &format!("the name of class 3 is \"renamed\" here but {:?} in", classes[3]),
+    );
 
     // Different output options.
     let out = tmp.path().join("options");
