@@ -80,7 +80,11 @@ pub(crate) struct Components {
     /// stoker patch (change 17): for a horizontally upsampled component, its
     /// width in samples, whose last sample `upsample` repeats into the padding
     /// after it (see `JpegDecoder::stoker_repeat_right_edge`).
-    pub stoker_right_edge: Option<usize>
+    pub stoker_right_edge: Option<usize>,
+    /// stoker patch (change 17): for a vertically upsampled component, its
+    /// height in rows, whose last row `upsample` repeats into the padding
+    /// below it.
+    pub stoker_bottom_edge: Option<usize>
 }
 
 impl Components {
@@ -179,7 +183,8 @@ impl Components {
             w2: 0,
             sample_ratio: SampleRatios::None,
             fix_an_annoying_bug: 1,
-            stoker_right_edge: None
+            stoker_right_edge: None,
+            stoker_bottom_edge: None
         })
     }
     /// Setup space for upsampling

@@ -927,10 +927,12 @@ where
     /// stoker patch (change 17): the horizontal chroma upsampler reads, for
     /// the image's last column, the sample after the component's last one,
     /// which is the block's padding (whatever the encoder put beyond the
-    /// image, after quantization). libjpeg repeats the last sample instead;
-    /// with this call, so does this decoder. Without it, images with
-    /// horizontal subsampling and an even width that is not a multiple of
-    /// the MCU width get a last column up to ~40 levels off libjpeg's. And
+    /// image, after quantization), and the vertical one, for its last row,
+    /// the padding row below the component's last. libjpeg repeats the last
+    /// sample and row instead; with this call, so does this decoder. Without
+    /// it, images with horizontal (vertical) subsampling and an even width
+    /// (height) that is not a multiple of the MCU's get a last column (row)
+    /// up to ~40 levels off libjpeg's. And
     /// as libjpeg, a horizontally subsampled component only one or two
     /// samples wide (an image 4 pixels wide or less) is upsampled by
     /// replication, not interpolated.
@@ -1094,10 +1096,14 @@ where
             };
             comp.setup_upsample_scanline()?;
             comp.up_sampler = samp_factor;
-            // stoker patch (change 17): the component's own width, for a
-            // horizontal upsampler that would read the padding after it.
+            // stoker patch (change 17): the component's own width and height,
+            // for upsamplers that would read the padding after them.
             let horizontal = matches!(comp.sample_ratio, SampleRatios::H | SampleRatios::HV);
             comp.stoker_right_edge = (self.stoker_right_edge && horizontal).then_some(comp.x);
+            let vertical = matches!(comp.sample_ratio, SampleRatios::V | SampleRatios::HV);
+            let rows = (usize::from(self.info.height) * comp.vertical_sample)
+                .div_ceil(self.v_max.max(1));
+            comp.stoker_bottom_edge = (self.stoker_right_edge && vertical).then_some(rows);
         }
 
         return Ok(());

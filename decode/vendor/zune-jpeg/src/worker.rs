@@ -389,6 +389,19 @@ pub(crate) fn upsample(
             }
         }
     }
+    // stoker patch (change 17): likewise in the last MCU row, the row below
+    // the component's last one is padding, which the vertical upsampler reads
+    // for the image's last row; it becomes a copy of the last row.
+    if let Some(rows) = component.stoker_bottom_edge {
+        let w = component.width_stride;
+        let per_mcu_row = component.raw_coeff.len() / w.max(1);
+        let here = rows.saturating_sub(i * per_mcu_row);
+        if i + 1 == mcu_height && here > 0 && here < per_mcu_row {
+            component
+                .raw_coeff
+                .copy_within((here - 1) * w..here * w, here * w);
+        }
+    }
     match component.sample_ratio {
         SampleRatios::V | SampleRatios::HV => {
             /*
