@@ -591,7 +591,10 @@ fn written_parts_that_are_not_one_writing_are_refused() {
     write_part(&out, &o, &classes, &files[half..], (2, 3));
     assert_merge_refused(
         &out,
-        &format!("the name of class 3 is \"renamed\" here but {:?} in", classes[3]),
+        &format!(
+            "the name of class 3 is \"renamed\" here but {:?} in",
+            classes[3]
+        ),
     );
 
     // Different output options.
