@@ -24,6 +24,7 @@ mod part;
 mod pipeline;
 mod record_sources;
 mod report;
+mod resize;
 mod resume_check;
 mod sample_options;
 mod samples;

@@ -6,9 +6,6 @@ use std::io::Cursor;
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use fast_image_resize::images::{TypedImage, TypedImageRef};
-use fast_image_resize::pixels::U8x3;
-use fast_image_resize::{FilterType, ResizeAlg, ResizeOptions, Resizer};
 use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 use stoker_decode::{
     could_ever_allocate, primary_image_end, probe, CpuDecoder, DecodeMemory, ImageInfo, Limits,
@@ -478,40 +475,16 @@ pub(crate) fn fit_long_side(w: u32, h: u32, m: u32) -> (u32, u32) {
     }
 }
 
-/// Resizes to exactly `w × h`: `Stretch` scales each axis; `ShorterSide` scales so the image
-/// covers `w × h` and crops the center.
+/// Resizes to exactly `w × h` ([`super::resize::resize_rgb`]).
 fn resize_to(src: Rgb, w: u32, h: u32, mode: ResizeMode) -> Result<Rgb, String> {
     if src.width == w && src.height == h {
         return Ok(src);
     }
-    let (sw, sh) = (src.width, src.height);
-    // The typed views of RGB, not `Image` with its pixel type as a value: `Resizer::resize`
-    // matches that value over 13 pixel types, which would compile the filters of all 13
-    // into this crate for the one used.
-    let src_img = TypedImageRef::<U8x3>::from_buffer(sw, sh, &src.data)
-        .map_err(|e| format!("resize: {e}"))?;
-    let mut out = vec![0; w as usize * h as usize * 3];
-    let mut dst =
-        TypedImage::<U8x3>::from_buffer(w, h, &mut out).map_err(|e| format!("resize: {e}"))?;
-    let mut options = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
-    if mode == ResizeMode::ShorterSide {
-        // The largest centered source window with the target's aspect ratio.
-        let (sw_f, sh_f) = (f64::from(sw), f64::from(sh));
-        let target = f64::from(w) / f64::from(h);
-        let (cw, ch) = if sw_f / sh_f > target {
-            (sh_f * target, sh_f)
-        } else {
-            (sw_f, sw_f / target)
-        };
-        options = options.crop((sw_f - cw) / 2.0, (sh_f - ch) / 2.0, cw, ch);
-    }
-    Resizer::new()
-        .resize_typed(&src_img, &mut dst, &options)
-        .map_err(|e| format!("resize: {e}"))?;
+    let data = super::resize::resize_rgb(&src.data, (src.width, src.height), (w, h), mode)?;
     Ok(Rgb {
         width: w,
         height: h,
-        data: out,
+        data,
     })
 }
 
