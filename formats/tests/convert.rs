@@ -175,6 +175,52 @@ fn find_png() -> PathBuf {
         .expect("a reference PNG")
 }
 
+/// A directory whose path is longer than the system takes (PATH_MAX) cannot be read, and
+/// hides every image under it while it counts as one input: its skip says so (it said
+/// "unreadable: File name too long", like a file's).
+#[test]
+fn a_directory_past_path_max_is_skipped_saying_nothing_under_it_was_converted() {
+    use rustix::fs::{mkdirat, openat, Mode, OFlags};
+    let tmp = tempfile::tempdir().unwrap();
+    let photo = std::fs::read(data("imagefolder/caer/tent.jpg")).unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("a")).unwrap();
+    // 20 levels of 250-byte names below `a`, a photo in each: past 4,096 bytes from
+    // the walk's root, made through descriptors as no path could name them.
+    let dir = OFlags::DIRECTORY | OFlags::RDONLY;
+    let mut fd = rustix::fs::open(src.join("a"), dir, Mode::empty()).unwrap();
+    for _ in 0..20 {
+        let file = openat(
+            &fd,
+            "0.jpg",
+            OFlags::CREATE | OFlags::WRONLY,
+            Mode::RUSR | Mode::WUSR,
+        );
+        rustix::io::write(file.unwrap(), &photo).unwrap();
+        let name = "d".repeat(250);
+        mkdirat(&fd, name.as_str(), Mode::RWXU).unwrap();
+        fd = openat(&fd, name.as_str(), dir, Mode::empty()).unwrap();
+    }
+    let out = tmp.path().join("out");
+    let r = convert(&folder_opts(&src, &out), &NoProgress).unwrap();
+    check_accounting(&r);
+    assert!(r.written > 0 && r.written < 20, "{r:?}");
+    let dirs: Vec<_> = r
+        .skipped
+        .iter()
+        .filter(|s| s.path.file_name().is_some_and(|n| n.len() == 250))
+        .collect();
+    assert_eq!(dirs.len(), 1, "{:?}", r.skipped);
+    assert!(
+        dirs[0].reason.starts_with("unreadable directory:")
+            && dirs[0]
+                .reason
+                .ends_with("nothing under it was listed or converted"),
+        "{}",
+        dirs[0].reason
+    );
+}
+
 #[test]
 fn bad_inputs_are_skipped_with_reasons_and_counted() {
     let (src, n) = bad_input_tree();

@@ -137,6 +137,9 @@ fn refuse(out: &mut Vec<Input>, path: PathBuf, label: u32, reason: String) {
     out.push(Input::refused(path, label, reason));
 }
 
+/// What a skipped directory's reason adds: it counts as one input, whatever it holds.
+const NOTHING_UNDER_IT: &str = "nothing under it was listed or converted";
+
 /// Appends the files of `dir` (sorted) to `out` and queues its subdirectories.
 fn list_dir(
     dir: &Path,
@@ -155,7 +158,7 @@ fn list_dir(
                 out,
                 dir.to_path_buf(),
                 label,
-                format!("unreadable directory: {e}"),
+                format!("unreadable directory: {e}; {NOTHING_UNDER_IT}"),
             );
             return Ok(());
         }
@@ -184,7 +187,14 @@ fn list_dir(
             }
             Err(e) => {
                 let e = listing_fault(&path, e)?;
-                refuse(out, path, label, format!("unreadable: {e}"));
+                // The listing's entry type, where the file system gives one: a directory
+                // whose path is too long, say, hides every image under it.
+                let reason = if kind.is_some_and(|t| t.is_dir()) {
+                    format!("unreadable directory: {e}; {NOTHING_UNDER_IT}")
+                } else {
+                    format!("unreadable: {e}")
+                };
+                refuse(out, path, label, reason);
                 continue;
             }
         };
