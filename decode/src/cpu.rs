@@ -471,9 +471,9 @@ fn zune_decode(
             ZColor::RGB
         });
     let mut dec = stoker_zune_jpeg::JpegDecoder::new_with_options(SliceReader::new(data), opts);
-    // The last column of a horizontally subsampled image as libjpeg (and so Pillow and
-    // torchvision) decodes it, not interpolated towards the block's padding.
-    dec.stoker_repeat_right_edge();
+    // The last column and row of a subsampled image as libjpeg (and so Pillow and
+    // torchvision) decodes them, not interpolated towards the blocks' padding.
+    dec.stoker_repeat_edges();
     if let Some(r) = region {
         // Cut to the image; the bottom edge stops the decode.
         let (x1, y1) = (r.right().min(info.width), r.bottom().min(info.height));

@@ -79,7 +79,7 @@ pub(crate) struct Components {
     pub fix_an_annoying_bug: usize,
     /// stoker patch (change 17): for a horizontally upsampled component, its
     /// width in samples, whose last sample `upsample` repeats into the padding
-    /// after it (see `JpegDecoder::stoker_repeat_right_edge`).
+    /// after it (see `JpegDecoder::stoker_repeat_edges`).
     pub stoker_right_edge: Option<usize>,
     /// stoker patch (change 17): for a vertically upsampled component, its
     /// height in rows, whose last row `upsample` repeats into the padding

@@ -163,8 +163,8 @@ pub struct JpegDecoder<T> {
     /// stoker patch: the output window `[x0, y0, x1, y1)` the caller reads
     /// (see `stoker_limit_window`).
     pub(crate) stoker_window: Option<[usize; 4]>,
-    /// stoker patch (change 17): see `stoker_repeat_right_edge`.
-    pub(crate) stoker_right_edge: bool,
+    /// stoker patch (change 17): see `stoker_repeat_edges`.
+    pub(crate) stoker_edges: bool,
     /// stoker patch: for the current baseline decode, the MCU rows from
     /// which and the MCU columns between which (inclusive) blocks are
     /// transformed: `(row_lo, col_lo, col_hi)`. Set by
@@ -265,7 +265,7 @@ where
             extended_xmp_segments: vec![],
             stoker_row_limit: None,
             stoker_window: None,
-            stoker_right_edge: false,
+            stoker_edges: false,
             stoker_idct_window: None,
             stoker_recovery: None,
             stoker_scratch: StokerScratch::default(),
@@ -932,12 +932,11 @@ where
     /// sample and row instead; with this call, so does this decoder. Without
     /// it, images with horizontal (vertical) subsampling and an even width
     /// (height) that is not a multiple of the MCU's get a last column (row)
-    /// up to ~40 levels off libjpeg's. And
-    /// as libjpeg, a horizontally subsampled component only one or two
-    /// samples wide (an image 4 pixels wide or less) is upsampled by
-    /// replication, not interpolated.
-    pub fn stoker_repeat_right_edge(&mut self) {
-        self.stoker_right_edge = true;
+    /// up to ~40 levels off libjpeg's. Also as libjpeg does, a horizontally
+    /// subsampled component only one or two samples wide (an image 4 pixels
+    /// wide or less) is upsampled by replication, not interpolated.
+    pub fn stoker_repeat_edges(&mut self) {
+        self.stoker_edges = true;
     }
 
     /// stoker patch: the first error the last decode recovered from instead
@@ -1067,7 +1066,7 @@ where
 
             // stoker patch (change 17): libjpeg upsamples a component one or
             // two samples wide by replication, its interpolation needing three.
-            let box_filter = self.stoker_right_edge && comp.x <= 2;
+            let box_filter = self.stoker_edges && comp.x <= 2;
             let samp_factor = match (hs, vs) {
                 (2, 1) | (2, 2) if box_filter => {
                     comp.sample_ratio = SampleRatios::Generic(hs, vs);
@@ -1099,11 +1098,11 @@ where
             // stoker patch (change 17): the component's own width and height,
             // for upsamplers that would read the padding after them.
             let horizontal = matches!(comp.sample_ratio, SampleRatios::H | SampleRatios::HV);
-            comp.stoker_right_edge = (self.stoker_right_edge && horizontal).then_some(comp.x);
+            comp.stoker_right_edge = (self.stoker_edges && horizontal).then_some(comp.x);
             let vertical = matches!(comp.sample_ratio, SampleRatios::V | SampleRatios::HV);
             let rows = (usize::from(self.info.height) * comp.vertical_sample)
                 .div_ceil(self.v_max.max(1));
-            comp.stoker_bottom_edge = (self.stoker_right_edge && vertical).then_some(rows);
+            comp.stoker_bottom_edge = (self.stoker_edges && vertical).then_some(rows);
         }
 
         return Ok(());

@@ -47,7 +47,7 @@ fn patched_decode(data: &[u8], scratch: &mut patched::StokerScratch) -> Outcome 
 /// and the last row.
 fn edge_only(data: &[u8], upstream: &Outcome) -> bool {
     let mut dec = patched::JpegDecoder::new(ZCursor::new(data));
-    dec.stoker_repeat_right_edge();
+    dec.stoker_repeat_edges();
     let edged = dec.decode().map_err(|e| format!("{e:?}"));
     let Some((width, height)) = dec.dimensions() else {
         return edged == *upstream;
