@@ -690,3 +690,20 @@ fn inspect_says_a_source_map_the_manifest_names_is_missing() {
     .unwrap();
     assert_eq!(j["source_map_problem"], serde_json::Value::Null);
 }
+
+/// A PNG asked for on a terminal is a usage error (exit 2, with clap's usage line): it
+/// exited 1, the status of an image that does not decode. The terminal comes from
+/// util-linux's `script`, which runs the command on a pseudo-terminal.
+#[test]
+fn decode_png_to_a_terminal_is_a_usage_error() {
+    let command = format!("'{STOKER}' decode '{PHOTO}' --backend cpu -o -");
+    let mut c = Command::new("script");
+    c.args(["-eqc", &command, "/dev/null"]);
+    let o = run_within(c, LIMIT);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        said.contains("stdout is a terminal") && said.contains("Usage:"),
+        "{said}"
+    );
+}

@@ -100,16 +100,6 @@ fn parse_number(s: &str) -> Result<f64, String> {
     }
 }
 
-/// `reason` as clap prints a usage error of `stoker bench`, and clap's status for one.
-fn usage_error(reason: String) -> u8 {
-    let mut cmd =
-        <Args as clap::Args>::augment_args(clap::Command::new("bench")).bin_name("stoker bench");
-    let e = cmd.error(clap::error::ErrorKind::ArgumentConflict, reason);
-    // A failed write to stderr is ignored: there is nowhere left to say it.
-    let _ = e.print();
-    u8::try_from(e.exit_code()).unwrap_or(2)
-}
-
 /// A spinner per stage on stderr; indicatif hides it when stderr is not a terminal.
 struct Bar(ProgressBar);
 
@@ -129,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
     // Each flag's own range is clap's; the two together are checked here, before the
     // dataset is opened, and said as clap says a usage error (status 2).
     if let Err(reason) = bottleneck::check_step_fits(args.seconds, args.consumer_ms) {
-        return Ok(usage_error(reason));
+        return Ok(super::status::usage_error::<Args>("bench", reason));
     }
     let opts = BenchOptions {
         device: args.device,

@@ -68,10 +68,12 @@ pub fn run(args: Args) -> anyhow::Result<u8> {
         .as_deref()
         .is_some_and(|p| p == Path::new(STDOUT) || super::output::is_stdout(p));
     if png_on_stdout && std::io::stdout().is_terminal() {
-        anyhow::bail!(
+        // What was asked, not the image, is at fault: a usage error (it exited 1).
+        let reason = format!(
             "-o {}: stdout is a terminal, where PNG bytes are no use; redirect stdout or name a file",
             args.output.as_deref().unwrap_or(Path::new(STDOUT)).shown()
         );
+        return Ok(super::status::usage_error::<Args>("decode", reason));
     }
     if let Some(path) = args.output.as_deref().filter(|p| *p != Path::new(STDOUT)) {
         refuse_output(path, &args.file)?;

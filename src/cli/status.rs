@@ -25,6 +25,17 @@ pub const OUTSIDE_FAULT: u8 = 3;
 /// check since the variables are read later.
 pub const USAGE: u8 = 2;
 
+/// `reason` as clap prints a usage error of `stoker NAME` (whose arguments are `A`), and
+/// clap's status for one: for what only shows once the arguments are read together with
+/// the machine (a terminal, the launcher's variables).
+pub(super) fn usage_error<A: clap::Args>(name: &'static str, reason: String) -> u8 {
+    let mut cmd = A::augment_args(clap::Command::new(name)).bin_name(format!("stoker {name}"));
+    let e = cmd.error(clap::error::ErrorKind::ArgumentConflict, reason);
+    // A failed write to stderr is ignored: there is nowhere left to say it.
+    let _ = e.print();
+    u8::try_from(e.exit_code()).unwrap_or(USAGE)
+}
+
 /// `cause` as a [`FormatError`], also inside a bench error, which is transparent: its
 /// own chain skips it.
 fn format_of<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a FormatError> {
