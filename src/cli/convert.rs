@@ -196,6 +196,12 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     if n.is_nan() || n <= 0.0 {
         return Err(format!("{s:?}: must be positive"));
     }
+    // Bytes have no fractions: `1.9` was cut to 1 byte without a word.
+    if mult == 1 && n.fract() != 0.0 {
+        return Err(format!(
+            "{s:?}: a byte count is a whole number (or give a unit: 1.5K)"
+        ));
+    }
     // `0.5` (bytes) truncated to 0, refused later as "shard size ... must be positive"
     // though it was.
     let bytes = n * mult as f64;
@@ -207,7 +213,8 @@ pub(super) fn parse_bytes(s: &str) -> Result<u64, String> {
     if bytes >= u64::MAX as f64 {
         return Err(too_large());
     }
-    Ok(bytes as u64)
+    // A fraction of a unit to the nearest byte (`1.3G`), not cut.
+    Ok(bytes.round() as u64)
 }
 
 /// Where the part came from when no flag asked for one: the launcher's variables, which
@@ -475,6 +482,10 @@ mod tests {
         assert!(parse_bytes("0").is_err());
         assert!(parse_bytes("0.5").is_err());
         assert_eq!(parse_bytes("0.5K"), Ok(512));
+        // No fraction of a byte: refused without a unit, rounded with one.
+        assert!(parse_bytes("1.9").unwrap_err().contains("whole number"));
+        assert!(parse_bytes("65536.9").is_err());
+        assert_eq!(parse_bytes("1.3G"), Ok(1_395_864_371));
         assert!(parse_bytes("1Q").is_err());
         for huge in ["99999999999999999999999", "inf", "16384P", "17179869184G"] {
             let err = parse_bytes(huge).unwrap_err();
