@@ -598,6 +598,7 @@ fn parts_with_an_ignored_flag_finish_and_merge() {
         o.encoding = stoker_formats::Encoding::Raw;
         o.raw_size = Some((16, 16));
         o.gpu_friendly = true;
+        o.quality = 50;
         o.part = Some(Part::new(index, 2).unwrap());
         let r = convert(&o, &NoProgress).unwrap();
         assert!(
@@ -606,6 +607,14 @@ fn parts_with_an_ignored_flag_finish_and_merge() {
             "{:?}",
             r.warnings
         );
+        // As are a quality (nothing is encoded) and no check (every image is decoded).
+        for flag in [
+            "--quality (Python quality=)",
+            "--no-check (Python check=False)",
+        ] {
+            let said = r.warnings.iter().any(|w| w.starts_with(flag));
+            assert!(said, "{flag}: {:?}", r.warnings);
+        }
     }
     assert_eq!(merge(&root, &[]).unwrap().samples, 15);
 }

@@ -136,6 +136,9 @@ pub(super) fn refuse_empty_output(out: &std::path::Path) -> Result<(), FormatErr
 }
 
 impl ConvertOptions {
+    /// The quality of re-encoded JPEGs unless told otherwise.
+    pub const DEFAULT_QUALITY: u8 = 90;
+
     /// Options with the CLI's defaults for `source` → `out`.
     ///
     /// # Examples
@@ -152,7 +155,7 @@ impl ConvertOptions {
             out: out.into(),
             encoding: Encoding::Jpeg,
             max_side: None,
-            quality: 90,
+            quality: ConvertOptions::DEFAULT_QUALITY,
             raw_size: None,
             resize: ResizeMode::ShorterSide,
             jobs: None,
@@ -273,6 +276,17 @@ impl ConvertOptions {
         if self.encoding == Encoding::Raw && self.gpu_friendly {
             notes.push(note(
                 "--gpu-friendly (Python gpu_friendly=) applies to jpeg encoding only (raw records hold pixels, not JPEGs)",
+            ));
+        }
+        // Raw records are decoded pixels: nothing is encoded, and every image is decoded.
+        if self.encoding == Encoding::Raw && self.quality != ConvertOptions::DEFAULT_QUALITY {
+            notes.push(note(
+                "--quality (Python quality=) applies to jpeg encoding only (re-encoded JPEGs; raw records hold pixels)",
+            ));
+        }
+        if self.encoding == Encoding::Raw && !self.check_decode {
+            notes.push(note(
+                "--no-check (Python check=False) applies to jpeg encoding only (raw encoding decodes every image)",
             ));
         }
         if self.layout != Layout::Auto && matches!(self.source, Source::List { .. }) {
