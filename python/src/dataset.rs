@@ -37,7 +37,8 @@ const _: () = assert!(stoker_formats::DEFAULT_MAX_FILE_SIZE == 67_108_864);
 /// make the file up to twice that for records of 2 to 4 KB; ``resume`` continues from the
 /// last finished shard, so smaller shards lose less of an interrupted run), ``shards`` (by count:
 /// each shard but the last holds ceil(inputs / shards) records, so there may be fewer, and
-/// fewer still, with a ``UserWarning``, when shards would hold under 64 KiB), ``resume``, ``strict``,
+/// fewer still, with a ``UserWarning``, when shards would hold under 64 KiB; not with
+/// ``shard_size``), ``resume``, ``strict``,
 /// ``max_pixels``, ``max_file_size`` (bytes; larger inputs are skipped), ``gpu_friendly``,
 /// ``check`` (test-decode stored JPEGs), ``shuffle`` (store the records in a random order
 /// drawn from ``seed`` instead of class by class, so that ``Loader(shuffle="quasi")``
@@ -104,6 +105,12 @@ pub(crate) fn convert<'py>(
     classes: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let _logs = Call::new(py);
+    // The CLI refuses the pair: `shards` would take over and `shard_size` go unused.
+    if shards.is_some() && shard_size != stoker_formats::DEFAULT_SHARD_BYTES {
+        return Err(PyValueError::new_err(
+            "shard_size= and shards= both say how to cut the dataset: give one (shards= cuts it by count)",
+        ));
+    }
     let (src, out) = (args::path(&src, "src")?, args::path(&out, "out")?);
     let list = list.map(|l| args::path(&l, "list")).transpose()?;
     let source = match list {

@@ -339,6 +339,13 @@ def test_option_errors_name_the_python_keyword_not_only_the_cli_flag(tmp_path):
         _convert(tmp_path, size=(8, 8))
     with pytest.warns(UserWarning, match=r"--max-side \(Python max_side=\) applies to jpeg"):
         _convert(tmp_path, encoding="raw", size=(8, 8), max_side=100)
+    # Raw records are pixels: a quality is of no use there, as a decode check is not.
+    with pytest.warns(UserWarning, match=r"--quality \(Python quality=\) applies to jpeg"):
+        stoker.convert(SAMPLE, tmp_path / "q", encoding="raw", size=(8, 8), quality=50, progress=False)
+    # The CLI refuses the pair; Python dropped shard_size without a word.
+    with pytest.raises(ValueError, match=r"shard_size= and shards= both say how to cut"):
+        stoker.convert(SAMPLE, tmp_path / "s", shard_size=1 << 20, shards=2, progress=False)
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_manifest_file_given_as_a_dataset_names_its_directory(tmp_path):
