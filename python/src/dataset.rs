@@ -237,7 +237,7 @@ pub(crate) fn parse_part(
 /// bound that matters.
 fn part_number(name: &str, value: &Bound<'_, PyAny>) -> PyResult<i64> {
     let above = match name {
-        "part" => "it is below parts=".to_string(),
+        "part" => "it must be below parts=".to_string(),
         _ => format!("at most {} parts", stoker_formats::MAX_PARTS),
     };
     let bounds = Bounds::at_least(i64::MIN.into()).saying("it counts from 0", &above);

@@ -4,7 +4,7 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyType};
+use pyo3::types::{PyInt, PyString, PyType};
 use stoker_loader::{Device, LoaderBuilder, Shuffle, Transform};
 
 use crate::args;
@@ -183,16 +183,16 @@ pub(crate) fn spelled(arg: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Op
     let Some(arg) = arg.filter(|a| !a.is_none()) else {
         return Ok(None);
     };
-    let text = match arg.extract::<String>() {
-        Ok(s) => s,
-        Err(_) if arg.is_instance_of::<PyType>() => arg.getattr("__name__")?.extract()?,
-        Err(_) => arg
-            .str()
-            .map_err(|_| {
-                PyTypeError::new_err(format!("{name}: want a string, not {}", arg.get_type()))
-            })?
-            .to_cow()?
-            .into_owned(),
+    // A str that is no UTF-8 (a lone surrogate) is named, not a bare UnicodeEncodeError.
+    let text = if arg.is_instance_of::<PyString>() {
+        args::text(arg, name)?
+    } else if arg.is_instance_of::<PyType>() {
+        args::text(&arg.getattr("__name__")?, name)?
+    } else {
+        let shown = arg.str().map_err(|_| {
+            PyTypeError::new_err(format!("{name}: want a string, not {}", arg.get_type()))
+        })?;
+        args::text(shown.as_any(), name)?
     };
     let text = text.trim();
     Ok(Some(text.strip_prefix("torch.").unwrap_or(text).to_owned()))

@@ -151,6 +151,13 @@ def test_str_and_bool_keywords_name_themselves_in_the_message(tmp_path, maker, k
     assert not (tmp_path / "out").exists()
 
 
+def test_a_device_or_dtype_that_is_no_utf8_is_named(sample_dataset):
+    # They raised a bare UnicodeEncodeError, naming no keyword.
+    for key in ("device", "dtype"):
+        with pytest.raises(ValueError, match=rf"^{key}='caf\\udce9' is not UTF-8 text"):
+            stoker.Loader(sample_dataset, 2, **{key: SURROGATE})
+
+
 def test_str_and_bool_keywords_keep_their_defaults_and_take_their_values(tmp_path, sample_dataset):
     convert = inspect.signature(stoker.convert).parameters
     assert [convert[k].default for k in ("encoding", "resize", "layout", "strict", "progress")] == [

@@ -584,11 +584,11 @@ def test_part_and_parts_are_ints_in_range_named_by_their_keyword(tmp_path, make)
         (dict(part=3, parts=3), ValueError, r"part=3, parts=3: .* \(here 0 to 2\)"),
         (dict(part=0, parts=0), ValueError, "part=0, parts=0: parts= must be at least 1"),
         (dict(part=0, parts=100_000), ValueError, "parts= is at most 99999"),
-        (dict(part=2**70, parts=3), ValueError, f"part={2**70} is too large: it is below parts="),
+        (dict(part=2**70, parts=3), ValueError, f"part={2**70} is too large: it must be below parts="),
         (dict(part=-(2**70), parts=3), ValueError, f"part=-{2**70} is a negative int: it counts from 0"),
         (dict(part=0, parts=2**70), ValueError, f"parts={2**70} is too large: at most 99999 parts"),
         # Past 4300 digits `str` of an int raises: the message goes without the value.
-        (dict(part=10**5000, parts=3), ValueError, "^part= is too large: it is below parts=$"),
+        (dict(part=10**5000, parts=3), ValueError, "^part= is too large: it must be below parts=$"),
     ]:
         with pytest.raises(error, match=says) as e:
             start(**kw)
