@@ -73,6 +73,7 @@
 //! ([`refresh_read_fault_handler`]): a SIGBUS handler your program installs after opening a
 //! dataset still gets every fault outside shard maps, but not first.
 
+mod bounded;
 mod buffer_pool;
 pub mod convert;
 mod dataset;

@@ -41,7 +41,8 @@ pub struct Manifest {
     pub encoding: Encoding,
     /// Fixed image size of a raw dataset (every record has it); `None` for JPEG datasets.
     pub raw_size: Option<RawSize>,
-    /// Class names; label `i` is `classes[i]`.
+    /// Class names; label `i` is `classes[i]`. At most 2^20 (labels are below it).
+    #[serde(deserialize_with = "crate::bounded::classes")]
     pub classes: Vec<String>,
     /// The shards in index order.
     pub shards: Vec<ShardEntry>,
@@ -234,7 +235,8 @@ pub struct Provenance {
     pub tool_version: String,
     /// The source the samples came from (a directory or list file, as given).
     pub source: String,
-    /// The options that shaped the output, by name.
+    /// The options that shaped the output, by name (at most 4096 when read).
+    #[serde(deserialize_with = "crate::bounded::map")]
     pub flags: BTreeMap<String, String>,
 }
 

@@ -403,8 +403,16 @@ impl DatasetWriter {
     /// # Errors
     ///
     /// [`FormatError::InvalidRecord`] naming the first record with the largest label, when
-    /// that label is `classes.len()` or more.
+    /// that label is `classes.len()` or more; [`FormatError::InvalidOptions`] for more than
+    /// 2^20 classes, which no reader takes.
     pub fn check_classes(&self, classes: &[String]) -> Result<(), FormatError> {
+        if classes.len() > crate::bounded::MAX_CLASSES {
+            return Err(FormatError::InvalidOptions(format!(
+                "{} class names is more than the {} a dataset may have",
+                classes.len(),
+                crate::bounded::MAX_CLASSES
+            )));
+        }
         match self.max_label {
             Some((label, index)) if label as usize >= classes.len() => {
                 Err(FormatError::InvalidRecord {

@@ -15,14 +15,19 @@ pub struct Audit {
     pub other_images: u64,
     /// By frame type: `"SOF0"` baseline, `"SOF1"` extended, `"SOF2"` progressive,
     /// `"SOF3"` lossless, `"SOF9"`/`"SOF10"`/`"SOF11"` arithmetic variants, ...
+    #[serde(deserialize_with = "crate::bounded::map")]
     pub by_sof: BTreeMap<String, u64>,
     /// By sample precision in bits (`"8"`, `"12"`, `"16"`).
+    #[serde(deserialize_with = "crate::bounded::map")]
     pub by_precision: BTreeMap<String, u64>,
     /// By number of components (`"1"`, `"3"`, `"4"`).
+    #[serde(deserialize_with = "crate::bounded::map")]
     pub by_components: BTreeMap<String, u64>,
     /// By chroma subsampling (`"4:2:0"`, `"4:4:4"`, `"gray"`, `"nonstandard"`, ...).
+    #[serde(deserialize_with = "crate::bounded::map")]
     pub by_subsampling: BTreeMap<String, u64>,
     /// By color space (`"ycbcr"`, `"gray"`, `"rgb"`, `"cmyk"`, `"ycck"`, `"other"`).
+    #[serde(deserialize_with = "crate::bounded::map")]
     pub by_color_space: BTreeMap<String, u64>,
     /// Progressive files.
     pub progressive: u64,
@@ -37,6 +42,7 @@ pub struct Audit {
     /// Files nvJPEG cannot decode at all (CPU fallback at training time).
     pub nvjpeg_rejected: u64,
     /// Why the hardware engines reject files; a file may have several reasons.
+    #[serde(deserialize_with = "crate::bounded::map")]
     pub hardware_reject_reasons: BTreeMap<String, u64>,
     /// Files that `--gpu-friendly` re-encoded as baseline 4:2:0.
     pub reencoded_for_gpu: u64,

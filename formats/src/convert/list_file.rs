@@ -12,7 +12,7 @@ use crate::FormatError;
 
 /// Labels of a list file must be below this: the class list has one entry per label up to
 /// the largest, so a stray `4294967295` would otherwise ask for four billion class names.
-pub(crate) const MAX_CLASSES: u32 = 1 << 20;
+pub(crate) const MAX_CLASSES: u32 = crate::bounded::MAX_CLASSES as u32;
 
 /// Largest list file read (ImageNet-21k's 14 million lines take under 1 GiB).
 const MAX_LIST_BYTES: u64 = 4 << 30;
