@@ -152,7 +152,15 @@ fn read(
                 h.label
             )
         });
-        Ok((fields, crc.err().map(|e| e.to_string()).or(unlabelled)))
+        // And a raw record's geometry, as verify judges it: a header rewritten with its
+        // CRC passed here (exit 0) as `verify` called it bad.
+        let raw = match h.encoding {
+            Encoding::Raw => crate::raw_check::raw_problems(&h, ds.manifest().raw_size),
+            Encoding::Jpeg => Vec::new(),
+        };
+        let raw = (!raw.is_empty()).then(|| raw.join("; "));
+        let problem = crc.err().map(|e| e.to_string()).or(unlabelled).or(raw);
+        Ok((fields, problem))
     });
     let (record, problem) = match read {
         Ok((fields, problem)) => (Some(fields), problem),
@@ -165,5 +173,47 @@ fn read(
         source_problem,
         record,
         problem,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{
+        Dataset, DatasetWriter, Encoding, Provenance, RecordHeader, RecordMeta, WriterOptions,
+    };
+
+    /// A raw record rewritten to another shape of its bytes, CRC and all, was reported
+    /// sound (exit 0 from `inspect --record`) while `verify` called it bad.
+    #[test]
+    fn a_raw_record_of_another_size_than_the_manifests_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+        let pixels = [9u8; 144];
+        let meta = RecordMeta {
+            encoding: Encoding::Raw,
+            height: 6,
+            width: 8,
+            channels: 3,
+            label: 0,
+        };
+        w.push(meta, &pixels).unwrap();
+        let header = RecordHeader {
+            encoding: Encoding::Raw,
+            height: 1,
+            width: 48,
+            channels: 3,
+            label: 0,
+            payload_len: 144,
+            crc32c: crc32c::crc32c(&pixels),
+        };
+        w.push_header_unchecked(header, &pixels).unwrap();
+        w.finish(vec!["a".into()], Provenance::stoker("t")).unwrap();
+        let ds = Dataset::open(dir.path()).unwrap();
+        assert_eq!(super::inspect_record(&ds, 0).unwrap().problem, None);
+        let r = super::inspect_record(&ds, 1).unwrap();
+        assert_eq!(
+            r.problem.as_deref(),
+            Some("raw size differs from the manifest")
+        );
     }
 }

@@ -93,6 +93,7 @@ mod merge;
 mod out_of_space;
 mod outside_fault;
 mod path_nesting;
+mod raw_check;
 mod read_ahead;
 mod record;
 pub mod seeded;

@@ -136,7 +136,8 @@ pub(crate) fn load_record<'r>(
         }
         Encoding::Raw => {
             let (w, h, c) = (header.width, header.height, header.channels);
-            let want = raw_payload_len(index, &header, record.payload.len())?;
+            let expected = reader.dataset().manifest().raw_size;
+            let want = raw_payload_len(index, &header, record.payload.len(), expected)?;
             let in_place = match dest {
                 Dest::Scratch => c == 3,
                 Dest::Slot(slot) => want <= slot.len(),
@@ -317,11 +318,13 @@ pub(crate) fn cpu_decode_counted(
 }
 
 /// Checks a raw (pre-decoded) record's geometry against its payload: `w`×`h` pixels of 1 or
-/// 3 channels, exactly `w·h·c` bytes. Returns that byte count.
+/// 3 channels, exactly `w·h·c` bytes, and against the dataset's raw size (`expected`, from
+/// its manifest). Returns that byte count.
 pub(crate) fn raw_payload_len(
     index: u64,
     header: &RecordHeader,
     payload_len: usize,
+    expected: Option<RawSize>,
 ) -> Result<usize, LoaderError> {
     let (w, h, c) = (header.width, header.height, header.channels);
     // The writer's checked product: a damaged header's sides can multiply past u64.
@@ -337,6 +340,17 @@ pub(crate) fn raw_payload_len(
             index,
             reason: format!(
                 "raw record {w}×{h}×{c} with a {payload_len}-byte payload (need 1 or 3 channels and {want} bytes)"
+            ),
+        });
+    }
+    // A record of another size than the dataset's (verify calls it bad), its header and
+    // CRC rewritten together: it was trained on at its own size.
+    if let Some(e) = expected.filter(|e| *e != size) {
+        return Err(LoaderError::UnusableRecord {
+            index,
+            reason: format!(
+                "raw record {w}×{h}×{c}, where the dataset's raw records are {}×{}×{}",
+                e.width, e.height, e.channels
             ),
         });
     }
@@ -535,10 +549,39 @@ mod tests {
             payload_len: 12,
             crc32c: 0,
         };
-        let err = raw_payload_len(7, &header, 12).unwrap_err();
+        let err = raw_payload_len(7, &header, 12, None).unwrap_err();
         assert!(
             matches!(&err, LoaderError::UnusableRecord { index: 7, reason } if reason.contains("more than 2^64")),
             "{err}"
+        );
+    }
+
+    /// A raw record whose header and CRC were rewritten to another shape of the same bytes
+    /// was trained on at that shape (verify called it bad).
+    #[test]
+    fn a_raw_record_of_another_size_than_the_datasets_is_an_unusable_record() {
+        let header = RecordHeader {
+            encoding: Encoding::Raw,
+            height: 1,
+            width: 48,
+            channels: 3,
+            label: 0,
+            payload_len: 144,
+            crc32c: 0,
+        };
+        let size = |height, width| RawSize {
+            height,
+            width,
+            channels: 3,
+        };
+        let err = raw_payload_len(7, &header, 144, Some(size(6, 8))).unwrap_err();
+        assert!(
+            matches!(&err, LoaderError::UnusableRecord { index: 7, reason } if reason.contains("the dataset's raw records are 8×6×3")),
+            "{err}"
+        );
+        assert_eq!(
+            raw_payload_len(7, &header, 144, Some(size(1, 48))).unwrap(),
+            144
         );
     }
 

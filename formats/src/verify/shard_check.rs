@@ -12,7 +12,7 @@ use stoker_decode::{CpuDecoder, DecodeError, PerProcess};
 use crate::lmdb_walk::{Item, WalkError};
 use crate::outside_fault::FaultStage;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
-use crate::{FormatError, Manifest, RawSize, ShardEntry};
+use crate::{FormatError, Manifest, ShardEntry};
 
 /// How the problem of a damaged page of a shard's tree begins (`verify` names each page:
 /// a stretch of damage is a line per 4 KiB page).
@@ -376,36 +376,8 @@ impl<'m> ShardCheck<'m> {
         }
         match h.encoding {
             Encoding::Raw => {
-                let size = RawSize {
-                    height: h.height,
-                    width: h.width,
-                    channels: h.channels,
-                };
-                // Checked: a damaged header's sides can multiply past u64.
-                let want = size.bytes();
-                if want != Some(u64::from(h.payload_len)) {
-                    let want = want.map_or("more than 2^64".into(), |w| w.to_string());
-                    self.bad(
-                        index,
-                        format!(
-                            "raw payload {} bytes, {}x{}x{} needs {want}",
-                            h.payload_len, h.height, h.width, h.channels
-                        ),
-                    );
-                }
-                if !crate::RAW_CHANNELS.contains(&h.channels) {
-                    self.bad(
-                        index,
-                        format!(
-                            "raw record with {} channels (a raw record holds 1 or 3)",
-                            h.channels
-                        ),
-                    );
-                }
-                if let Some(rs) = m.raw_size {
-                    if rs != size {
-                        self.bad(index, "raw size differs from the manifest".into());
-                    }
+                for problem in crate::raw_check::raw_problems(&h, m.raw_size) {
+                    self.bad(index, problem);
                 }
             }
             Encoding::Jpeg if self.reading.decode => {
