@@ -148,7 +148,7 @@ impl Walker<'_> {
         &mut self,
         pgno: u64,
         level: u16,
-        range: &Range,
+        range: Range<'_>,
         out: &mut Taker<'_>,
     ) -> ControlFlow<()> {
         if level > self.tree.depth {
@@ -177,13 +177,9 @@ impl Walker<'_> {
                         | u64::from(u16_at(n, 4)) << 32;
                     // A reader descends to child `i` for the keys from this node's to the
                     // next's (the first node's key is not compared: the range's low end).
-                    let low = if i == 0 {
-                        range.0.clone()
-                    } else {
-                        Some(keys[i].to_vec())
-                    };
-                    let high = keys.get(i + 1).map(|k| k.to_vec()).or(range.1.clone());
-                    self.walk(child, level + 1, &(low, high), out)?;
+                    let low = if i == 0 { range.0 } else { Some(keys[i]) };
+                    let high = keys.get(i + 1).copied().or(range.1);
+                    self.walk(child, level + 1, (low, high), out)?;
                 }
                 ControlFlow::Continue(())
             }
@@ -201,7 +197,7 @@ impl Walker<'_> {
                         .into()))?;
                         continue;
                     }
-                    out(self.leaf_node(pgno, &page, *off))?;
+                    out(self.leaf_node(pgno, &page, *off, keys[i]))?;
                 }
                 ControlFlow::Continue(())
             }
@@ -212,15 +208,12 @@ impl Walker<'_> {
         }
     }
 
-    fn leaf_node(&mut self, pgno: u64, page: &[u8], off: usize) -> Item {
+    /// The record of the leaf node at `off` of `page`, whose key ([`node_keys`]) is `key`.
+    fn leaf_node(&mut self, pgno: u64, page: &[u8], off: usize, key: &[u8]) -> Item {
         let n = &page[off..];
         let size = usize::from(u16_at(n, 0)) | usize::from(u16_at(n, 2)) << 16;
-        let (flags, ksize) = (u16_at(n, 4), usize::from(u16_at(n, 6)));
-        let key_end = NODE_HEADER + ksize;
-        let key = n
-            .get(NODE_HEADER..key_end)
-            .ok_or_else(|| format!("page {pgno}: a key runs past the page"))?
-            .to_vec();
+        let flags = u16_at(n, 4);
+        let key_end = NODE_HEADER + key.len();
         let value = if flags == F_BIGDATA {
             let at = n.get(key_end..key_end + 8).ok_or_else(|| {
                 format!("page {pgno}: an overflow page number runs past the page")
@@ -244,7 +237,7 @@ impl Walker<'_> {
         } else {
             return Err(format!("page {pgno}: node flags {flags:#x} (stoker writes none)").into());
         };
-        Ok((key, value))
+        Ok((key.to_vec(), value))
     }
 }
 
@@ -289,33 +282,33 @@ pub(crate) fn walk_records(file: &File, len: u64, out: &mut Taker<'_>) -> Result
         seen: HashSet::new(),
     };
     if let Some(root) = tree.root {
-        let _ = w.walk(root, 1, &(None, None), out);
+        let _ = w.walk(root, 1, (None, None), out);
     }
     Ok(())
 }
 
 /// The keys a branch gives a page: `[low, high)`, an end open when `None`.
-type Range = (Option<Vec<u8>>, Option<Vec<u8>>);
+type Range<'k> = (Option<&'k [u8]>, Option<&'k [u8]>);
 
-/// The keys of a page's nodes, in node order, each checked to lie in the page.
+/// The keys of a page's nodes, in node order ([`node_key`]).
 fn node_keys<'p>(pgno: u64, page: &'p [u8], nodes: &[usize]) -> Result<Vec<&'p [u8]>, String> {
-    nodes
-        .iter()
-        .map(|&off| {
-            let ksize = usize::from(u16_at(&page[off..], 6));
-            page.get(off + NODE_HEADER..off + NODE_HEADER + ksize)
-                .ok_or_else(|| format!("page {pgno}: a key runs past the page"))
-        })
-        .collect()
+    nodes.iter().map(|&off| node_key(pgno, page, off)).collect()
+}
+
+/// The key of the node at `off` of `page`, checked to lie in the page.
+fn node_key(pgno: u64, page: &[u8], off: usize) -> Result<&[u8], String> {
+    let ksize = usize::from(u16_at(&page[off..], 6));
+    page.get(off + NODE_HEADER..off + NODE_HEADER + ksize)
+        .ok_or_else(|| format!("page {pgno}: a key runs past the page"))
 }
 
 /// Whether a reader looking up leaf key `i` of `keys` finds it: it lies in the branch's
 /// `range`, and its neighbours are below and above it (LMDB's binary search over a page
 /// takes its keys for sorted; two alike, either may be found).
-fn findable(keys: &[&[u8]], i: usize, (low, high): &Range) -> bool {
+fn findable(keys: &[&[u8]], i: usize, (low, high): Range<'_>) -> bool {
     let k = keys[i];
-    low.as_deref().is_none_or(|l| l <= k)
-        && high.as_deref().is_none_or(|h| k < h)
+    low.is_none_or(|l| l <= k)
+        && high.is_none_or(|h| k < h)
         && (i == 0 || keys[i - 1] < k)
         && keys.get(i + 1).is_none_or(|next| k < *next)
 }
@@ -347,7 +340,7 @@ pub(crate) fn salvage_records(file: &File, len: u64, tree: RecordTree, out: &mut
     };
     let want = if tree.depth == 1 { P_LEAF } else { P_BRANCH };
     let _ = if w.peek(root).is_some_and(|p| u16_at(&p, 10) == want) {
-        w.walk(root, 1, &(None, None), out)
+        w.walk(root, 1, (None, None), out)
     } else {
         w.scan(out)
     };
@@ -385,7 +378,10 @@ impl Walker<'_> {
                 P_LEAF => match self.nodes(pgno, &page) {
                     Ok(nodes) => {
                         for off in nodes {
-                            out(self.leaf_node(pgno, &page, off))?;
+                            match node_key(pgno, &page, off) {
+                                Ok(key) => out(self.leaf_node(pgno, &page, off, key))?,
+                                Err(e) => out(Err(e.into()))?,
+                            }
                         }
                     }
                     Err(e) => out(Err(e.into()))?,
@@ -421,12 +417,9 @@ fn name_unusable(run: Option<(u64, u64)>, out: &mut Taker<'_>) -> ControlFlow<()
 mod tests {
     use crate::{Dataset, DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
 
-    /// The keys a reader cannot find are problems of the walk, not records: a branch's
-    /// separator key changed (its child's keys lie outside the range the branch gives it)
-    /// and a leaf key made like its neighbour's. verify counted them OK (exit 0 on the
-    /// first) while lookups found another record or none.
-    #[test]
-    fn keys_a_lookup_cannot_find_are_not_records_of_the_walk() {
+    /// A dataset of 300 records in one shard in a new directory, record `i` `len(i)` bytes
+    /// of `i % 251`.
+    fn three_hundred_records(len: impl Fn(u32) -> usize) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
         let meta = RecordMeta {
@@ -437,9 +430,19 @@ mod tests {
             label: 0,
         };
         for i in 0..300u32 {
-            w.push(meta, &[(i % 251) as u8; 20]).unwrap();
+            w.push(meta, &vec![(i % 251) as u8; len(i)]).unwrap();
         }
         w.finish(vec!["c".into()], Provenance::stoker("t")).unwrap();
+        dir
+    }
+
+    /// The keys a reader cannot find are problems of the walk, not records: a branch's
+    /// separator key changed (its child's keys lie outside the range the branch gives it)
+    /// and a leaf key made like its neighbour's. verify counted them OK (exit 0 on the
+    /// first) while lookups found another record or none.
+    #[test]
+    fn keys_a_lookup_cannot_find_are_not_records_of_the_walk() {
+        let dir = three_hundred_records(|_| 20);
         let path = dir.path().join("shard-00000.lmdb");
         let clean = std::fs::read(&path).unwrap();
         let f = std::fs::File::open(&path).unwrap();
@@ -495,20 +498,7 @@ mod tests {
     /// small records inline and large ones on overflow pages, over several leaf pages.
     #[test]
     fn walk_of_an_intact_shard_equals_lmdb() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
-        for i in 0..300u32 {
-            let meta = RecordMeta {
-                encoding: Encoding::Jpeg,
-                height: 8,
-                width: 8,
-                channels: 3,
-                label: 0,
-            };
-            let len = if i % 7 == 0 { 5000 } else { 20 };
-            w.push(meta, &vec![(i % 251) as u8; len]).unwrap();
-        }
-        w.finish(vec!["c".into()], Provenance::stoker("t")).unwrap();
+        let dir = three_hundred_records(|i| if i % 7 == 0 { 5000 } else { 20 });
         let ds = Dataset::open(dir.path()).unwrap();
         let r = ds.reader().unwrap();
         let f = std::fs::File::open(dir.path().join("shard-00000.lmdb")).unwrap();

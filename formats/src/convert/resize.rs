@@ -33,8 +33,7 @@ pub(super) fn resize_rgb(
     mode: ResizeMode,
 ) -> Result<Vec<u8>, String> {
     let window = window((sw, sh), (w, h), mode);
-    let src_img =
-        TypedImageRef::<U8x3>::from_buffer(sw, sh, src).map_err(|e| format!("resize: {e}"))?;
+    let src_img = TypedImageRef::<U8x3>::from_buffer(sw, sh, src).map_err(failed)?;
     let mut out = vec![0; w as usize * h as usize * 3];
     match plan((sw, sh), (w, h), window) {
         Plan::Together => resize(&src_img, &mut out, (w, h), window)?,
@@ -87,8 +86,7 @@ fn horizontal_first(
         (w, rows),
         (left, 0.0, width, f64::from(rows)),
     )?;
-    let mid_img =
-        TypedImageRef::<U8x3>::from_buffer(w, rows, &mid).map_err(|e| format!("resize: {e}"))?;
+    let mid_img = TypedImageRef::<U8x3>::from_buffer(w, rows, &mid).map_err(failed)?;
     resize(&mid_img, out, (w, h), (0.0, top, f64::from(w), height))
 }
 
@@ -102,13 +100,19 @@ fn resize(
     // The typed views of RGB, not `Image` with its pixel type as a value: `Resizer::resize`
     // matches that value over 13 pixel types, which would compile the filters of all 13
     // into this crate for the one used.
-    let mut dst = TypedImage::<U8x3>::from_buffer(w, h, out).map_err(|e| format!("resize: {e}"))?;
+    let mut dst = TypedImage::<U8x3>::from_buffer(w, h, out).map_err(failed)?;
     let options = ResizeOptions::new()
         .resize_alg(ResizeAlg::Convolution(FilterType::Bilinear))
         .crop(left, top, width, height);
     Resizer::new()
         .resize_typed(src, &mut dst, &options)
-        .map_err(|e| format!("resize: {e}"))
+        .map_err(failed)
+}
+
+/// A refusal of fast_image_resize (a buffer that does not fit its sides, a crop outside
+/// the image), as a skip's reason gives it.
+fn failed(e: impl std::fmt::Display) -> String {
+    format!("resize: {e}")
 }
 
 #[cfg(test)]

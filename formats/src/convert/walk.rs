@@ -137,8 +137,11 @@ fn refuse(out: &mut Vec<Input>, path: PathBuf, label: u32, reason: String) {
     out.push(Input::refused(path, label, reason));
 }
 
-/// What a skipped directory's reason adds: it counts as one input, whatever it holds.
-const NOTHING_UNDER_IT: &str = "nothing under it was listed or converted";
+/// The reason a directory the walk cannot read is skipped for: it counts as one input,
+/// whatever it holds, so the reason says so.
+fn unreadable_dir(e: std::io::Error) -> String {
+    format!("unreadable directory: {e}; nothing under it was listed or converted")
+}
 
 /// Appends the files of `dir` (sorted) to `out` and queues its subdirectories.
 fn list_dir(
@@ -154,12 +157,7 @@ fn list_dir(
         Ok(v) => v,
         Err(e) => {
             let e = listing_fault(dir, e)?;
-            refuse(
-                out,
-                dir.to_path_buf(),
-                label,
-                format!("unreadable directory: {e}; {NOTHING_UNDER_IT}"),
-            );
+            refuse(out, dir.to_path_buf(), label, unreadable_dir(e));
             return Ok(());
         }
     };
@@ -190,7 +188,7 @@ fn list_dir(
                 // The listing's entry type, where the file system gives one: a directory
                 // whose path is too long, say, hides every image under it.
                 let reason = if kind.is_some_and(|t| t.is_dir()) {
-                    format!("unreadable directory: {e}; {NOTHING_UNDER_IT}")
+                    unreadable_dir(e)
                 } else {
                     format!("unreadable: {e}")
                 };
