@@ -67,8 +67,10 @@ impl From<Refused> for Outcome {
 }
 
 /// How long a decode whose memory this process could have waits for it (the other
-/// workers' encodes, the writer's buffers) before the conversion stops.
-const MEMORY_WAIT: Duration = Duration::from_secs(1);
+/// workers' encodes, the writer's buffers) before the conversion stops. Stopping costs a
+/// `--resume`; waiting costs seconds only where memory is in fact short, and on a loaded
+/// machine memory another thread frees can take more than a second to show.
+const MEMORY_WAIT: Duration = Duration::from_secs(5);
 
 /// The memory for a decode of `need` bytes of a `w`×`h` image, or why not: a need no run
 /// here can meet (past the address-space limit, or the machine's memory and swap) is
@@ -94,7 +96,8 @@ fn decode_memory(need: u64, w: u32, h: u32) -> Result<DecodeMemory, Refused> {
     }
     Err(Refused::ShortOfMemory(format!(
         "{image} need about {need} bytes to decode, which this process did not have free for \
-         a second (lower --max-pixels to skip such images)"
+         {} seconds (lower --max-pixels to skip such images)",
+        MEMORY_WAIT.as_secs()
     )))
 }
 
