@@ -145,17 +145,15 @@ fn read(
             crc_ok: crc.is_ok(),
         };
         // What the loader refuses such a record for (a manifest whose class list was cut).
-        let classes = ds.manifest().classes.len();
-        let unlabelled = fields.class.is_none().then(|| {
-            format!(
-                "label {} is outside the class list ({classes} classes)",
-                h.label
-            )
-        });
+        let unlabelled = crate::label_problem(h.label, ds.manifest().classes.len());
         // And a raw record's geometry, as verify judges it: a header rewritten with its
         // CRC passed here (exit 0) as `verify` called it bad.
         let raw = match h.encoding {
-            Encoding::Raw => crate::raw_check::raw_problems(&h, ds.manifest().raw_size),
+            Encoding::Raw => crate::raw_problems(
+                crate::RawSize::of(&h),
+                h.payload_len.into(),
+                ds.manifest().raw_size,
+            ),
             Encoding::Jpeg => Vec::new(),
         };
         let raw = (!raw.is_empty()).then(|| raw.join("; "));
@@ -213,7 +211,7 @@ mod tests {
         let r = super::inspect_record(&ds, 1).unwrap();
         assert_eq!(
             r.problem.as_deref(),
-            Some("raw size differs from the manifest")
+            Some("raw size 1x48x3 differs from the dataset's 6x8x3")
         );
     }
 }

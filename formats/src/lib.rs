@@ -93,9 +93,9 @@ mod merge;
 mod out_of_space;
 mod outside_fault;
 mod path_nesting;
-mod raw_check;
 mod read_ahead;
 mod record;
+mod record_check;
 pub mod seeded;
 mod shard;
 mod source_map;
@@ -127,6 +127,7 @@ pub use outside_fault::{FaultStage, OutsideFault};
 pub use record::{
     Encoding, Record, RecordHeader, HEADER_LEN, RAW_CHANNELS, RECORD_MAGIC, RECORD_VERSION,
 };
+pub use record_check::{label_problem, raw_problems};
 pub use source_map::{SourceMap, MAX_SOURCE_NAME, SOURCES_FILE};
 pub use text::one_line;
 pub use verify::{

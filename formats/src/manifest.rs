@@ -136,6 +136,16 @@ pub struct RawSize {
 }
 
 impl RawSize {
+    /// The size a record header states (its sides and channels): a raw record's size,
+    /// which [`raw_problems`](crate::raw_problems) holds its payload to.
+    pub fn of(header: &crate::RecordHeader) -> RawSize {
+        RawSize {
+            height: header.height,
+            width: header.width,
+            channels: header.channels,
+        }
+    }
+
     /// The bytes of a record of this size, `height × width × channels`; `None` past u64
     /// (u32 sides and u8 channels reach 2⁷²), which no record can be.
     pub fn bytes(&self) -> Option<u64> {

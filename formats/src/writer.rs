@@ -13,7 +13,7 @@ use crate::manifest::{
     MANIFEST_FILE,
 };
 use crate::out_of_space::out_of_space;
-use crate::record::{Encoding, RecordHeader, HEADER_LEN, RAW_CHANNELS};
+use crate::record::{Encoding, RecordHeader, HEADER_LEN};
 use crate::shard;
 use crate::FormatError;
 
@@ -340,40 +340,18 @@ impl DatasetWriter {
         if meta.encoding == Encoding::Raw {
             // Accepted, such a record would be refused by every reader of pixels (the
             // loader: "unusable record") long after the writing: say so now.
-            if meta.height == 0 || meta.width == 0 || meta.channels == 0 {
-                return Err(bad(format!(
-                    "raw record of {}x{}x{} has no pixels: height, width and channels must be at least 1",
-                    meta.height, meta.width, meta.channels
-                )));
-            }
-            if !RAW_CHANNELS.contains(&meta.channels) {
-                return Err(bad(format!(
-                    "raw record of {}x{}x{} has {} channels: a raw record holds gray (1) or RGB (3) pixels, the ones the loader reads",
-                    meta.height, meta.width, meta.channels, meta.channels
-                )));
-            }
             let size = RawSize {
                 height: meta.height,
                 width: meta.width,
                 channels: meta.channels,
             };
-            let want = size.bytes();
-            if want != Some(len as u64) {
-                let want = want.map_or("more than 2^64".into(), |w| w.to_string());
-                return Err(bad(format!(
-                    "raw payload is {len} bytes, {}x{}x{} needs {want}",
-                    meta.height, meta.width, meta.channels
-                )));
+            if let Some(problem) = crate::raw_problems(size, len as u64, self.raw_size)
+                .into_iter()
+                .next()
+            {
+                return Err(bad(problem));
             }
-            match self.raw_size {
-                Some(s) if s != size => {
-                    return Err(bad(format!(
-                        "raw size {}x{}x{} differs from the dataset's {}x{}x{}",
-                        size.height, size.width, size.channels, s.height, s.width, s.channels
-                    )))
-                }
-                _ => self.raw_size = Some(size),
-            }
+            self.raw_size = Some(size);
         }
         // Only once the record is accepted: a refused first record fixes nothing.
         self.encoding = Some(meta.encoding);

@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use stoker_decode::{CpuDecoder, ImageInfo, Region};
-use stoker_formats::{DatasetReader, Encoding, RawSize, Record, RecordHeader, RAW_CHANNELS};
+use stoker_formats::{DatasetReader, Encoding, RawSize, Record, RecordHeader};
 
 use crate::error::LoaderError;
 use crate::metrics::{Metrics, Stage};
@@ -270,14 +270,8 @@ pub(crate) fn read_checked<'r>(
     // A label past the class list would reach the training step as an out-of-range class
     // (a device-side assert in a CUDA loss); `verify` reports the same records.
     let classes = reader.dataset().manifest().classes.len();
-    if record.header.label as usize >= classes {
-        return Err(LoaderError::UnusableRecord {
-            index,
-            reason: format!(
-                "label {} is outside the class list ({classes} classes)",
-                record.header.label
-            ),
-        });
+    if let Some(reason) = stoker_formats::label_problem(record.header.label, classes) {
+        return Err(LoaderError::UnusableRecord { index, reason });
     }
     metrics.record(
         Stage::Read,
@@ -317,44 +311,26 @@ pub(crate) fn cpu_decode_counted(
     Ok(info)
 }
 
-/// Checks a raw (pre-decoded) record's geometry against its payload: `w`×`h` pixels of 1 or
-/// 3 channels, exactly `w·h·c` bytes, and against the dataset's raw size (`expected`, from
-/// its manifest). Returns that byte count.
+/// Checks a raw (pre-decoded) record's geometry against its payload and the dataset's raw
+/// size (`expected`, from its manifest), as `verify` judges it. Returns the payload's
+/// byte count.
 pub(crate) fn raw_payload_len(
     index: u64,
     header: &RecordHeader,
     payload_len: usize,
     expected: Option<RawSize>,
 ) -> Result<usize, LoaderError> {
-    let (w, h, c) = (header.width, header.height, header.channels);
-    // The writer's checked product: a damaged header's sides can multiply past u64.
-    let size = RawSize {
-        height: h,
-        width: w,
-        channels: c,
-    };
-    let want = size.bytes();
-    if w == 0 || h == 0 || want != Some(payload_len as u64) || !RAW_CHANNELS.contains(&c) {
-        let want = want.map_or("more than 2^64".into(), |b| b.to_string());
-        return Err(LoaderError::UnusableRecord {
+    // A record of another size than the dataset's, its header and CRC rewritten together,
+    // was trained on at its own size.
+    let problems = stoker_formats::raw_problems(RawSize::of(header), payload_len as u64, expected);
+    if problems.is_empty() {
+        Ok(payload_len)
+    } else {
+        Err(LoaderError::UnusableRecord {
             index,
-            reason: format!(
-                "raw record {w}×{h}×{c} with a {payload_len}-byte payload (need 1 or 3 channels and {want} bytes)"
-            ),
-        });
+            reason: problems.join("; "),
+        })
     }
-    // A record of another size than the dataset's (verify calls it bad), its header and
-    // CRC rewritten together: it was trained on at its own size.
-    if let Some(e) = expected.filter(|e| *e != size) {
-        return Err(LoaderError::UnusableRecord {
-            index,
-            reason: format!(
-                "raw record {w}×{h}×{c}, where the dataset's raw records are {}×{}×{}",
-                e.width, e.height, e.channels
-            ),
-        });
-    }
-    Ok(payload_len)
 }
 
 /// One sample's pixels as a loader backend resizes them: RGB HWC, `width × height`, with
@@ -576,7 +552,7 @@ mod tests {
         };
         let err = raw_payload_len(7, &header, 144, Some(size(6, 8))).unwrap_err();
         assert!(
-            matches!(&err, LoaderError::UnusableRecord { index: 7, reason } if reason.contains("the dataset's raw records are 8×6×3")),
+            matches!(&err, LoaderError::UnusableRecord { index: 7, reason } if reason == "raw size 1x48x3 differs from the dataset's 6x8x3"),
             "{err}"
         );
         assert_eq!(

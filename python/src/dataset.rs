@@ -361,6 +361,17 @@ pub(crate) struct Dataset {
 }
 
 impl Dataset {
+    /// Refuses record `index`'s `label` where it names no class (a class list cut short,
+    /// a record written by another tool): the loader refuses such a record, and a label
+    /// past the list reaches a loss as an out-of-range class.
+    fn labelled(&self, index: u64, label: u32) -> Result<(), stoker_formats::FormatError> {
+        let classes = self.inner.manifest().classes.len();
+        match stoker_formats::label_problem(label, classes) {
+            Some(reason) => Err(stoker_formats::FormatError::InvalidRecord { index, reason }),
+            None => Ok(()),
+        }
+    }
+
     /// The record `index` names, negative counting from the end; `IndexError` out of range.
     fn position(&self, index: isize) -> PyResult<u64> {
         let index = index as i64;
@@ -399,6 +410,8 @@ impl Dataset {
     }
 
     /// ``(payload bytes, label)`` of record ``index`` (negative counts from the end).
+    /// Raises ``stoker.StokerError`` for a damaged record, and for one whose label names
+    /// no class (the loader refuses it; ``inspect_record`` reports it).
     fn __getitem__<'py>(
         &self,
         py: Python<'py>,
@@ -417,13 +430,16 @@ impl Dataset {
         let bytes = PyBytes::new(py, record.payload);
         // The copy came from the shard's map: its pages were still the file's.
         self.reader.check_read(i).map_err(format_error)?;
-        Ok((bytes, record.header.label))
+        let label = record.header.label;
+        self.labelled(i, label).map_err(format_error)?;
+        Ok((bytes, label))
     }
 
     /// Every record's label in index order (``labels()[i]`` is ``self[i][1]``), to choose
     /// records by class for ``Loader(indices=...)``: ``[i for i, l in
     /// enumerate(ds.labels()) if l in keep]``. Reads each record's header, not its image.
-    /// Raises ``stoker.StokerError`` naming the first record whose header is damaged.
+    /// Raises ``stoker.StokerError`` naming the first record whose header is damaged or
+    /// whose label names no class (the loader refuses such records).
     fn labels(&self, py: Python<'_>) -> PyResult<Vec<u32>> {
         let _logs = Call::new(py);
         crate::signals::guard_shard_reads();
@@ -434,6 +450,7 @@ impl Dataset {
                     let label = self.reader.get(i)?.header.label;
                     // A page that could not be read reads as zeros: no label at all.
                     self.reader.check_read(i)?;
+                    self.labelled(i, label)?;
                     Ok(label)
                 })
                 .collect::<Result<Vec<u32>, stoker_formats::FormatError>>()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -108,6 +109,14 @@ def test_inspect_record_is_the_clis_report_and_sizes_a_raw_record(
     assert last["record"]["class"] is None and last["record"]["crc_ok"] is True, last
     assert last["problem"] == "label 2 is outside the class list (1 classes)", last
     assert stoker.Dataset(cut).inspect_record(0)["problem"] is None
+    # Read, such a record's label was handed over as it stood, to reach a loss as a class
+    # the model does not have; it is refused as the loader refuses it.
+    said = f"record {len(ds) - 1}: label 2 is outside the class list (1 classes)"
+    with pytest.raises(stoker.StokerError, match=re.escape(said)):
+        stoker.Dataset(cut)[len(ds) - 1]
+    with pytest.raises(stoker.StokerError, match=r"record \d+: label [12] is outside"):
+        stoker.Dataset(cut).labels()
+    assert stoker.Dataset(cut)[0][1] == 0
 
 
 def test_convert_report_has_the_cli_json_keys(tmp_path, stoker_cli):

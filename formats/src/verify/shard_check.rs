@@ -364,19 +364,14 @@ impl<'m> ShardCheck<'m> {
                 ),
             );
         }
-        if h.label as usize >= m.classes.len() {
-            self.bad(
-                index,
-                format!(
-                    "label {} is outside the class list ({} classes)",
-                    h.label,
-                    m.classes.len()
-                ),
-            );
+        if let Some(problem) = crate::label_problem(h.label, m.classes.len()) {
+            self.bad(index, problem);
         }
         match h.encoding {
             Encoding::Raw => {
-                for problem in crate::raw_check::raw_problems(&h, m.raw_size) {
+                for problem in
+                    crate::raw_problems(crate::RawSize::of(&h), h.payload_len.into(), m.raw_size)
+                {
                     self.bad(index, problem);
                 }
             }
