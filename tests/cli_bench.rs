@@ -633,3 +633,72 @@ fn failed_records_are_counted_once_and_threads_past_the_cores_are_cut() {
     let text = v.to_string();
     assert!(!text.contains(&format!("{too_many} cores")), "{text}");
 }
+
+/// `stoker bench` under a process limit (`ulimit -u`, a container's pids.max) below its
+/// cores. Regression: the other stages ran on the threads they could start, but the
+/// end-to-end loader was built with a worker per core and, when one could not start, the
+/// run exited 1 (the data's fault) instead of running on fewer workers; where no thread at
+/// all can start it exits 3, a stop for no fault of the data.
+#[test]
+fn bench_runs_on_the_workers_a_process_limit_lets_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    sample_dataset(&ds);
+    // A process limit counts every process of the user and does not hold root back: as
+    // nobody there (setpriv, util-linux), where the limit is this run's alone.
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if root {
+        Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+    }
+    let bench = |limit: u32| {
+        let script = format!(
+            "ulimit -u {limit} && exec '{}' bench '{}' --device cpu --seconds 0.2 --batch 4 --size 16 --threads 2 --json",
+            env!("CARGO_BIN_EXE_stoker"),
+            ds.display()
+        );
+        let mut c = if root {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "bash",
+                "-c",
+            ]);
+            c
+        } else {
+            let mut c = Command::new("bash");
+            c.arg("-c");
+            c
+        };
+        c.arg(&script).env("STOKER_LOG", "warn");
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!err.contains("panicked"), "{err}");
+        (out, err)
+    };
+    // No thread besides the main one: the stages before the loader run on it, the loader
+    // cannot start a worker, and that is no fault of the data.
+    let (out, err) = bench(1);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("loader thread `stoker-cpu-0` cannot start"),
+        "{err}"
+    );
+    if root {
+        // One thread besides the main one: the loader runs on one worker.
+        let (out, err) = bench(2);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(err.contains("running the loader on 1 worker(s)"), "{err}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let e2e = &v["stages"]["end_to_end"];
+        assert!(e2e["img_per_s"].as_f64().unwrap() > 0.0, "{e2e}");
+    }
+}

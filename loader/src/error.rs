@@ -172,6 +172,16 @@ pub enum LoaderError {
         /// What happened (spawn error, panic message).
         reason: String,
     },
+    /// A loader thread could not be started: most often a process limit (a container's
+    /// `pids.max`, `ulimit -u`) below the threads asked for, not something wrong with the
+    /// data.
+    #[error("loader thread `{thread}` cannot start: {reason}; the process limit (a container's or job's pids.max, or ulimit -u) or the memory limit (ulimit -v: each thread's stack counts) may be below what the threads the loader starts need: ask for fewer workers (workers=, LoaderBuilder::workers) or raise the limit")]
+    ThreadStart {
+        /// Thread name.
+        thread: String,
+        /// The system's reason.
+        reason: String,
+    },
     /// The GPU path was requested but no usable GPU / CUDA / nvJPEG is present, or this build
     /// does not contain the GPU path.
     #[error("GPU path unavailable: {reason}")]
@@ -218,11 +228,9 @@ impl LoaderError {
     /// and what to change, since it is most often a process limit below the threads asked
     /// for (not something wrong with the data).
     pub(crate) fn thread_start(thread: impl Into<String>, reason: impl std::fmt::Display) -> Self {
-        LoaderError::Thread {
+        LoaderError::ThreadStart {
             thread: thread.into(),
-            reason: format!(
-                "cannot start: {reason}; the process limit (a container's or job's pids.max, or ulimit -u) or the memory limit (ulimit -v: each thread's stack counts) may be below what the threads the loader starts need: ask for fewer workers (workers=, LoaderBuilder::workers) or raise the limit"
-            ),
+            reason: reason.to_string(),
         }
     }
 
@@ -257,9 +265,9 @@ impl LoaderError {
         self.is_short_of_host_memory() || matches!(self, LoaderError::GpuOutOfMemory { .. })
     }
 
-    /// A stop that says nothing of the dataset: memory ran out, or the dataset's files
-    /// could not be opened or read for no fault of theirs (no file descriptor left,
-    /// storage that stopped answering). The CLI exits 3 for it, `stoker bench` included.
+    /// A stop that says nothing of the dataset: memory ran out, a loader thread could not
+    /// start (a process limit), or the dataset's files could not be opened or read for no
+    /// fault of theirs (no file descriptor left, storage that stopped answering). The CLI exits 3 for it, `stoker bench` included.
     ///
     /// # Examples
     ///
@@ -267,9 +275,13 @@ impl LoaderError {
     /// use stoker_loader::LoaderError;
     /// assert!(LoaderError::BatchOutOfMemory { batch: 3, bytes: 1 << 20 }.is_no_fault_of_the_data());
     /// assert!(!LoaderError::EmptyDataset.is_no_fault_of_the_data());
+    /// let limit = LoaderError::ThreadStart { thread: "stoker-cpu-3".into(), reason: "EAGAIN".into() };
+    /// assert!(limit.is_no_fault_of_the_data());
     /// ```
     pub fn is_no_fault_of_the_data(&self) -> bool {
-        self.is_short_of_memory() || matches!(self, LoaderError::Format(f) if f.outside().is_some())
+        self.is_short_of_memory()
+            || matches!(self, LoaderError::ThreadStart { .. })
+            || matches!(self, LoaderError::Format(f) if f.outside().is_some())
     }
 
     /// Host memory for one record or batch buffer could not be had: what a worker tries

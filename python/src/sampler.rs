@@ -25,7 +25,8 @@ impl LoaderSampler {
 #[pymethods]
 impl LoaderSampler {
     /// The epoch the loader's next iterator runs (``Loader.set_epoch``); also an
-    /// iterator made but not started yet (its first ``next`` is after this call).
+    /// ``iter(loader)`` made but not started yet (its first ``next`` is after this call),
+    /// not ``loader.epoch(n)``, which runs epoch ``n``.
     fn set_epoch(
         &self,
         py: Python<'_>,

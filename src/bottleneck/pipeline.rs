@@ -72,6 +72,33 @@ fn build_loader(
     device: Device,
     cores: usize,
 ) -> Result<Loader, stoker_loader::LoaderError> {
+    // Under a process limit below the cores (a container's pids.max, `ulimit -u`), the CPU
+    // path runs on the workers that can start, as the other stages do, halving down to
+    // one (a warning says how many).
+    let mut workers = cores.max(1);
+    loop {
+        match build_loader_on(ds, opts, device, workers) {
+            Err(e @ stoker_loader::LoaderError::ThreadStart { .. })
+                if device == Device::Cpu && workers > 1 =>
+            {
+                workers /= 2;
+                tracing::warn!("{e}: running the loader on {workers} worker(s)");
+                // The stages before this one joined their threads, but a joined thread
+                // leaves the process count a moment after its join returns.
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            built => return built,
+        }
+    }
+}
+
+/// [`build_loader`] with `workers` workers on the CPU path.
+fn build_loader_on(
+    ds: &Dataset,
+    opts: &BenchOptions,
+    device: Device,
+    cores: usize,
+) -> Result<Loader, stoker_loader::LoaderError> {
     let builder = Loader::builder(ds.clone());
     let builder = if device == Device::Cpu {
         builder.workers(cores)

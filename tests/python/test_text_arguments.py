@@ -176,3 +176,13 @@ def test_str_and_bool_keywords_keep_their_defaults_and_take_their_values(tmp_pat
         strict=True, check=False, shuffle=True, progress=False,
     )
     assert report["written"] == 15
+
+
+def test_progress_true_writes_lines_where_stderr_is_no_terminal(tmp_path, capfd):
+    # Regression: progress=True drew an indicatif bar, which hides itself off a terminal,
+    # so a job's log file got nothing although progress was asked for.
+    stoker.convert(SAMPLE, tmp_path / "asked", progress=True)
+    assert "progress: 0/15 images (0.0%)" in capfd.readouterr().err
+    for progress in (None, False):
+        stoker.convert(SAMPLE, tmp_path / f"{progress}", progress=progress)
+        assert "progress:" not in capfd.readouterr().err
