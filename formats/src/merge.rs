@@ -24,6 +24,7 @@ use classes::SharedClasses;
 
 mod classes;
 mod complete;
+mod finished;
 mod link;
 use crate::writer::{shard_file_name, write_atomically};
 use crate::FormatError;
@@ -99,7 +100,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
     if out.join(MANIFEST_FILE).exists() {
         return Err(FormatError::OutputExists {
             path: out.to_path_buf(),
-            reason: "already holds a finished dataset (manifest.json); part directories left beside it after a merge can be deleted".into(),
+            reason: finished::finished_reason(out),
         });
     }
     // Before anything is created: an `out` inside a part would be made inside it.

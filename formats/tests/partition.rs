@@ -767,3 +767,61 @@ fn a_shard_swapped_between_parts_is_refused_by_its_digest() {
     std::fs::rename(&swap, &b).unwrap();
     assert_eq!(merge(&root, &[]).unwrap().parts, 2);
 }
+
+#[test]
+fn merge_into_a_finished_dataset_says_whether_the_parts_beside_it_are_its_own() {
+    // Regression: `stoker merge OUT/part-00001-of-00003` (a tab-completion slip), or OUT a
+    // finished dataset with another conversion's parts moved in, said "part directories
+    // left beside it after a merge can be deleted": following that lost unmerged records.
+    let tmp = tempfile::tempdir().unwrap();
+    let source = sample();
+    let root = tmp.path().join("out");
+    convert_parts(&source, &root, 3);
+    let part1 = root.join(Part::new(1, 3).unwrap().dir_name());
+    let e = merge(&part1, &[]).unwrap_err();
+    assert!(
+        matches!(e, FormatError::OutputExists { .. })
+            && e.to_string()
+                .contains("is part 1 of 3 of a partitioned conversion")
+            && e.to_string()
+                .contains(&format!("`stoker merge {}`", root.display()))
+            && !e.to_string().contains("deleted"),
+        "{e}"
+    );
+
+    // Another conversion's parts moved into a finished dataset: theirs, not its.
+    let other = tmp.path().join("other");
+    convert(&opts(source.clone(), &other), &NoProgress).unwrap();
+    let keep = tmp.path().join("keep");
+    std::fs::create_dir(&keep).unwrap();
+    for i in 0..3 {
+        let name = Part::new(i, 3).unwrap().dir_name();
+        // A copy made of hard links, as a merge that could not remove the parts leaves them.
+        let status = std::process::Command::new("cp")
+            .arg("-al")
+            .arg(root.join(&name))
+            .arg(keep.join(&name))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::rename(root.join(&name), other.join(&name)).unwrap();
+    }
+    let e = merge(&other, &[]).unwrap_err();
+    assert!(
+        e.to_string().contains("were not merged into") && !e.to_string().contains("deleted"),
+        "{e}"
+    );
+    assert!(other
+        .join(Part::new(0, 3).unwrap().dir_name())
+        .join(MANIFEST_FILE)
+        .exists());
+
+    // The parts merged, then their hard-linked copies put back beside the merge: its own.
+    merge(&keep, &[]).unwrap();
+    for i in 0..3 {
+        let name = Part::new(i, 3).unwrap().dir_name();
+        std::fs::rename(other.join(&name), keep.join(&name)).unwrap();
+    }
+    let e = merge(&keep, &[]).unwrap_err();
+    assert!(e.to_string().contains("they can be deleted"), "{e}");
+}
