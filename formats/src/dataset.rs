@@ -524,8 +524,8 @@ fn not_a_directory_hint(root: &Path) -> String {
 /// What to do with a directory that has no manifest, from a look at its first entries:
 /// part directories want a merge, anything else a conversion.
 fn not_a_dataset_hint(root: &Path) -> String {
-    let parts = entries_named(root, |name| name.starts_with(b"part-"));
-    let shards = unfinished_shards(root);
+    let parts = crate::out_dir::entries_named(root, |name| name.starts_with(b"part-"));
+    let shards = crate::out_dir::unfinished_shards(root);
     // The lock first, then the manifest: a writer or merge writes its manifest before it
     // lets the lock go, so one that finished meanwhile is seen by one or the other, and
     // no advice to delete is given for a finished dataset.
@@ -572,26 +572,6 @@ fn not_a_dataset_hint(root: &Path) -> String {
          `stoker.convert`; Rust: `stoker::formats::convert`) and open OUT"
             .to_string()
     }
-}
-
-/// How many shard files (`shard-*.lmdb`) `root` holds, looking at its first 100,000
-/// entries: in a directory without a manifest or a journal, what a writer killed before
-/// it finished leaves.
-pub(crate) fn unfinished_shards(root: &Path) -> usize {
-    entries_named(root, |name| {
-        name.starts_with(b"shard-") && name.ends_with(b".lmdb")
-    })
-}
-
-/// How many of the first 100,000 entries of `root` have a name for which `named` holds.
-fn entries_named(root: &Path, named: impl Fn(&[u8]) -> bool) -> usize {
-    std::fs::read_dir(root)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .take(100_000)
-        .filter(|e| named(e.file_name().as_encoded_bytes()))
-        .count()
 }
 
 #[cfg(test)]

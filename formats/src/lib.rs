@@ -90,6 +90,7 @@ mod lmdb_write;
 mod manifest;
 mod map_guard;
 mod merge;
+mod out_dir;
 mod out_of_space;
 mod outside_fault;
 mod path_nesting;

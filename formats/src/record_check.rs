@@ -1,8 +1,9 @@
 //! What makes a record unfit to train on beyond its bytes (those the CRCs cover): a label
 //! past the class list, a raw record's geometry. One wording for everything that judges
-//! records: `verify`, `inspect --record`, the writer, the loader and Python's `Dataset`.
+//! records: `verify`, `inspect --record`, the writer, the loader and Python's `Dataset`;
+//! and the class list's own check, names given twice.
 
-use crate::{RawSize, RAW_CHANNELS};
+use crate::{FormatError, RawSize, RAW_CHANNELS};
 
 /// Why `label` cannot be trained on in a dataset of `classes` class names: past the list,
 /// it reaches a loss as an out-of-range class (a device-side assert in a CUDA loss, far
@@ -66,6 +67,20 @@ pub fn raw_problems(size: RawSize, payload_len: u64, expected: Option<RawSize>) 
         ));
     }
     problems
+}
+
+/// Refuses class names given twice: their labels would be two classes that nothing
+/// tells apart.
+pub(crate) fn refuse_duplicate_classes(classes: &[String]) -> Result<(), FormatError> {
+    let mut first = std::collections::HashMap::with_capacity(classes.len());
+    for (label, name) in classes.iter().enumerate() {
+        if let Some(earlier) = first.insert(name.as_str(), label) {
+            return Err(FormatError::InvalidOptions(format!(
+                "classes has a name twice: {name:?} is labels {earlier} and {label}; class names must be unique"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

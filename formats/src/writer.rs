@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use crate::buffer_pool::BufferPool;
 use crate::convert::audit::Audit;
+use crate::convert::lock::OutputLock;
 use crate::lmdb_write::{predict_meta, MetaPages, TreeWriter, PAGE};
 use crate::manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, SourcesEntry, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE,
 };
+use crate::out_dir::{refuse_finished, refuse_unfinished_writer};
 use crate::out_of_space::out_of_space;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
 use crate::shard;
@@ -59,18 +61,6 @@ pub struct RecordMeta {
 /// The name of shard `i`: `shard-00000.lmdb`.
 pub fn shard_file_name(i: usize) -> String {
     format!("shard-{i:05}.lmdb")
-}
-
-/// Refuses an output directory `out` that holds a finished dataset (a manifest): nothing
-/// writes over one.
-pub(crate) fn refuse_finished(out: &Path) -> Result<(), FormatError> {
-    if out.join(MANIFEST_FILE).exists() {
-        return Err(FormatError::OutputExists {
-            path: out.to_path_buf(),
-            reason: "already holds a finished dataset (manifest.json); choose another output directory or delete it".into(),
-        });
-    }
-    Ok(())
 }
 
 /// Writes a dataset record by record, in index order.
@@ -126,6 +116,10 @@ pub struct DatasetWriter {
     max_label: Option<(u32, u64)>,
     /// [`DatasetWriter::records_sum`].
     records_sum: u64,
+    /// `out_dir`'s lock, taken by [`DatasetWriter::create`] (a conversion or a
+    /// [`crate::SampleWriter`] holds its own) and released once the writer is finished or
+    /// dropped.
+    lock: Option<OutputLock>,
 }
 
 /// A record's term in a written part's `part.records`: its header's last 8 bytes (the
@@ -159,16 +153,38 @@ struct ShardBuilder {
 }
 
 impl DatasetWriter {
-    /// Starts a dataset in `out_dir` (created if missing).
+    /// Starts a dataset in `out_dir` (created if missing), which it locks until it is
+    /// finished or dropped, as a conversion does: a second writer, a conversion or a merge
+    /// into it is refused instead of writing its shards over this one's.
     ///
     /// # Errors
     ///
-    /// [`FormatError::OutputExists`] if `out_dir` already has a `manifest.json`; I/O errors.
+    /// [`FormatError::OutputExists`] if `out_dir` already has a `manifest.json` or the
+    /// shards of a writer that did not finish (they would be taken into this dataset);
+    /// [`FormatError::OutputLocked`] while another writer, conversion or merge writes into
+    /// it; I/O errors.
     pub fn create(
         out_dir: impl AsRef<Path>,
         options: WriterOptions,
     ) -> Result<DatasetWriter, FormatError> {
         let out_dir = out_dir.as_ref().to_path_buf();
+        refuse_finished(&out_dir)?;
+        crate::convert::refuse_non_directory(&out_dir)?;
+        std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
+        let lock = OutputLock::acquire(&out_dir)?;
+        // Again under the lock: another writer may have finished since.
+        refuse_finished(&out_dir)?;
+        refuse_unfinished_writer(&out_dir)?;
+        let mut writer = Self::create_unlocked(out_dir, options)?;
+        writer.lock = Some(lock);
+        Ok(writer)
+    }
+
+    /// [`DatasetWriter::create`] in a directory the caller has locked and checked.
+    pub(crate) fn create_unlocked(
+        out_dir: PathBuf,
+        options: WriterOptions,
+    ) -> Result<DatasetWriter, FormatError> {
         refuse_finished(&out_dir)?;
         crate::convert::refuse_non_directory(&out_dir)?;
         std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
@@ -205,6 +221,7 @@ impl DatasetWriter {
             min_shard_bytes: 0,
             max_label: None,
             records_sum: 0,
+            lock: None,
         })
     }
 
@@ -382,7 +399,7 @@ impl DatasetWriter {
     ///
     /// [`FormatError::InvalidRecord`] naming the first record with the largest label, when
     /// that label is `classes.len()` or more; [`FormatError::InvalidOptions`] for more than
-    /// 2^20 classes, which no reader takes.
+    /// 2^20 classes, which no reader takes, or a class name given twice.
     pub fn check_classes(&self, classes: &[String]) -> Result<(), FormatError> {
         if classes.len() > crate::bounded::MAX_CLASSES {
             return Err(FormatError::InvalidOptions(format!(
@@ -391,6 +408,7 @@ impl DatasetWriter {
                 crate::bounded::MAX_CLASSES
             )));
         }
+        crate::record_check::refuse_duplicate_classes(classes)?;
         match self.max_label {
             Some((label, index)) if label as usize >= classes.len() => {
                 Err(FormatError::InvalidRecord {

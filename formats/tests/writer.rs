@@ -570,3 +570,70 @@ fn verify_reports_a_raw_record_of_other_than_one_or_three_channels() {
     );
     assert!(problems.iter().all(|(i, _)| *i == Some(1)), "{problems:?}");
 }
+
+#[test]
+fn a_writer_locks_its_directory_and_refuses_another_writers_shards() {
+    // Regression: DatasetWriter took no lock. Two writers in one directory finished as a
+    // dataset holding the first one's manifest over the second one's records (CRCs valid);
+    // one started beside a conversion deleted its shard in progress; one started where a
+    // writer had died took that writer's later shards into its dataset.
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    a.push(jpeg(0), b"first writer").unwrap();
+    let e = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap_err();
+    assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
+    let samples = stoker_formats::SampleWriter::create(
+        dir.path(),
+        stoker_formats::SampleOptions::new("t"),
+        Some(vec!["a".into()]),
+    );
+    assert!(
+        matches!(samples, Err(FormatError::OutputLocked { .. })),
+        "{:?}",
+        samples.err()
+    );
+    a.finish(vec!["a".into()], Provenance::stoker("t")).unwrap();
+    let ds = Dataset::open(dir.path()).unwrap();
+    assert_eq!(
+        ds.reader().unwrap().get(0).unwrap().payload,
+        b"first writer"
+    );
+
+    // A writer that finished shards and then died: its shards are not taken in.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let opts = WriterOptions {
+            records_per_shard: Some(1),
+            ..WriterOptions::default()
+        };
+        let mut w = DatasetWriter::create(dir.path(), opts).unwrap();
+        for _ in 0..3 {
+            w.push(jpeg(0), b"dead writer").unwrap();
+        }
+    }
+    assert!(dir.path().join("shard-00001.lmdb").exists());
+    let e = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap_err();
+    assert!(
+        matches!(e, FormatError::OutputExists { .. })
+            && e.to_string()
+                .contains("shards of a writer that did not finish"),
+        "{e}"
+    );
+}
+
+#[test]
+fn class_names_given_twice_are_refused_at_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = DatasetWriter::create(dir.path(), WriterOptions::default()).unwrap();
+    w.push(jpeg(1), b"abc").unwrap();
+    let e = w
+        .check_classes(&["a".into(), "a".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"a\" is labels 0 and 1"), "{e}");
+    let e = w
+        .finish(vec!["a".into(), "a".into()], Provenance::stoker("t"))
+        .unwrap_err();
+    assert!(matches!(e, FormatError::InvalidOptions(_)), "{e}");
+    assert!(!dir.path().join("manifest.json").exists());
+}

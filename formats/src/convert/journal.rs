@@ -528,7 +528,7 @@ pub(super) fn prepare_output(
     };
     // With --resume, `convert` has already answered for a finished dataset (done, or
     // refused saying why): this one was finished since.
-    crate::writer::refuse_finished(out)?;
+    crate::out_dir::refuse_finished(out)?;
     let entries = match std::fs::read_dir(out) {
         Ok(rd) => rd
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))

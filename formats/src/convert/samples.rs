@@ -192,7 +192,7 @@ impl SampleWriter {
             ));
         }
         if let Some(c) = &classes {
-            refuse_duplicates(c)?;
+            crate::record_check::refuse_duplicate_classes(c)?;
         }
         let (pool, jobs) = pipeline::thread_pool(&options, "stoker-write")?;
         let out = options.out.clone();
@@ -200,8 +200,9 @@ impl SampleWriter {
         // it is refused instead of interleaving its shards with ours. A part's root is
         // locked shared until its directory is ready, as a converted part's is.
         let claim = Claim::new(&out, part.is_some())?;
-        let writer = refuse_nonempty(&out, part.is_some())
-            .and_then(|()| DatasetWriter::create(&out, options.writer_options(None)));
+        let writer = refuse_nonempty(&out, part.is_some()).and_then(|()| {
+            DatasetWriter::create_unlocked(out.clone(), options.writer_options(None))
+        });
         let writer = writer.and_then(|w| Ok((w, SourceSpool::new(&out)?)));
         let (writer, spool) = match writer {
             Ok(w) => w,
@@ -729,20 +730,6 @@ fn written_fingerprint(options: &ConvertOptions, classes: Option<&[String]>) -> 
     super::with_classes_and_flags(tag, classes.unwrap_or_default(), options)
 }
 
-/// Refuses class names given twice: their labels would be two classes that nothing
-/// tells apart (a lookup by name finds the first).
-fn refuse_duplicates(classes: &[String]) -> Result<(), FormatError> {
-    let mut first = std::collections::HashMap::with_capacity(classes.len());
-    for (label, name) in classes.iter().enumerate() {
-        if let Some(earlier) = first.insert(name.as_str(), label) {
-            return Err(FormatError::InvalidOptions(format!(
-                "classes has a name twice: {name:?} is labels {earlier} and {label}; class names must be unique"
-            )));
-        }
-    }
-    Ok(())
-}
-
 /// Refuses an output directory that holds anything: a dataset, a conversion's leftovers or
 /// unrelated files (which a failed writer's clean-up must never have to tell from its own).
 /// For a part (`part`), what is there is most likely what a writer of the same part left
@@ -752,13 +739,13 @@ fn refuse_nonempty(out: &Path, part: bool) -> Result<(), FormatError> {
         path: out.to_path_buf(),
         reason,
     };
-    crate::writer::refuse_finished(out)?;
+    crate::out_dir::refuse_finished(out)?;
     let mut entries = std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))?;
     let what_to_do = match part {
         // The part directory is locked, so no writer runs there now.
         true => format!("a writer of this part was killed before it finished; {REWRITE_PART}"),
         // Locked too: shards without a manifest are a writer's that did not finish.
-        false if crate::dataset::unfinished_shards(out) > 0 => "it holds the shards of a writer that stopped before it finished (killed?), and no writer continues one: delete the directory and write the samples again, or write into a new or empty directory".into(),
+        false if crate::out_dir::unfinished_shards(out) > 0 => "it holds the shards of a writer that stopped before it finished (killed?), and no writer continues one: delete the directory and write the samples again, or write into a new or empty directory".into(),
         false => "write into a new or empty directory".into(),
     };
     match entries.next() {
