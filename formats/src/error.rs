@@ -105,7 +105,7 @@ pub enum FormatError {
     },
     /// Another process (or writer) holds the lock of a conversion's, merge's or sample
     /// writer's output directory (which of them cannot be told: all take the same lock).
-    #[error("{path}: another `stoker convert`, `stoker merge` or `stoker.Writer` (SampleWriter) is writing to this directory (its lock is held); wait for it to finish or stop it", path = .path.lossless())]
+    #[error("{path}: another `stoker convert`, `stoker merge` or `stoker.Writer` (SampleWriter, DatasetWriter) is writing to this directory (its lock is held, perhaps by a process forked from a writer that is gone: the lock lasts until such a child exits too); wait for it to finish or stop it", path = .path.lossless())]
     OutputLocked {
         /// The output directory.
         path: PathBuf,

@@ -569,6 +569,10 @@ fn unfinished(dir: &Path) -> String {
             dir.lossless()
         );
     }
+    // A part still being written: rerunning its task would be refused by its lock.
+    if crate::convert::lock::is_held(dir) {
+        return "unfinished part (no manifest.json): its conversion or writer is running now (its lock is held); merge once it has finished".into();
+    }
     let converted = "rerun its task (the same `convert --part`, with --resume, Python resume=True, to continue it)";
     let journals = [
         crate::convert::JOURNAL_FILE,

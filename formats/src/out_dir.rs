@@ -51,3 +51,39 @@ pub(crate) fn entries_named(root: &Path, named: impl Fn(&[u8]) -> bool) -> usize
         .filter(|e| named(e.file_name().as_encoded_bytes()))
         .count()
 }
+
+/// The directory a writer began in, told by its device and inode: a path names another
+/// directory once this one is moved or removed and a new one made under its name (a run
+/// paused by Ctrl-Z or a frozen container while another run started there). Each shard
+/// and the manifest are written by path, so without this check a writer carried on in
+/// the newcomer, past its lock, over the other run's shards, and finished with a
+/// manifest of records it never wrote there.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirIdentity {
+    dev: u64,
+    ino: u64,
+}
+
+impl DirIdentity {
+    /// The identity of the directory `dir` names now.
+    pub(crate) fn of(dir: &Path) -> Result<DirIdentity, FormatError> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dir).map_err(|e| FormatError::io(dir, e))?;
+        Ok(DirIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
+    }
+
+    /// Refuses to go on when `dir` no longer names this directory; called before each
+    /// shard is begun or renamed into place and before the manifest is written.
+    pub(crate) fn check(&self, dir: &Path) -> Result<(), FormatError> {
+        match DirIdentity::of(dir) {
+            Ok(now) if (now.dev, now.ino) == (self.dev, self.ino) => Ok(()),
+            _ => Err(FormatError::OutputExists {
+                path: dir.to_path_buf(),
+                reason: "the output directory was removed or moved away while it was written (the path names another directory now, or none): nothing more is written under its name; a conversion moved away continues with `--resume` and its new place as OUT".into(),
+            }),
+        }
+    }
+}

@@ -13,7 +13,7 @@ use crate::manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, SourcesEntry, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE,
 };
-use crate::out_dir::{refuse_finished, refuse_unfinished_writer};
+use crate::out_dir::{refuse_finished, refuse_unfinished_writer, DirIdentity};
 use crate::out_of_space::out_of_space;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
 use crate::shard;
@@ -120,6 +120,8 @@ pub struct DatasetWriter {
     /// [`crate::SampleWriter`] holds its own) and released once the writer is finished or
     /// dropped.
     lock: Option<OutputLock>,
+    /// The directory `out_dir` named when the writer began.
+    dir: DirIdentity,
 }
 
 /// A record's term in a written part's `part.records`: its header's last 8 bytes (the
@@ -203,6 +205,7 @@ impl DatasetWriter {
             ));
         }
         remove_temporaries(&out_dir)?;
+        let dir = DirIdentity::of(&out_dir)?;
         let next_index = done.last().map_or(0, |s| s.first_index + s.count);
         Ok(DatasetWriter {
             out_dir,
@@ -222,6 +225,7 @@ impl DatasetWriter {
             max_label: None,
             records_sum: 0,
             lock: None,
+            dir,
         })
     }
 
@@ -299,6 +303,7 @@ impl DatasetWriter {
         let value_len = HEADER_LEN + payload_len;
         self.roll_if_needed(value_len as u64)?;
         if self.current.is_none() {
+            self.dir.check(&self.out_dir)?;
             let started = ShardBuilder::start(
                 &self.out_dir,
                 self.done.len(),
@@ -339,6 +344,7 @@ impl DatasetWriter {
     }
 
     fn finish_shard(&mut self, b: ShardBuilder) -> Result<ShardEntry, FormatError> {
+        self.dir.check(&self.out_dir)?;
         let (entry, hashed_as_written) = b.finish().map_err(|e| self.space_error(e))?;
         self.hashed_as_written += u64::from(hashed_as_written);
         tracing::debug!(shard = %entry.file, hashed_as_written, "shard finished");
@@ -459,6 +465,7 @@ impl DatasetWriter {
             sources: self.sources,
         };
         manifest.validate(&self.out_dir.join(MANIFEST_FILE))?;
+        self.dir.check(&self.out_dir)?;
         write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())
             .map_err(|e| out_of_space(e, &self.out_dir, manifest.samples, manifest.bytes))?;
         Ok(manifest)

@@ -825,3 +825,29 @@ fn merge_into_a_finished_dataset_says_whether_the_parts_beside_it_are_its_own() 
     let e = merge(&keep, &[]).unwrap_err();
     assert!(e.to_string().contains("they can be deleted"), "{e}");
 }
+
+#[test]
+fn merge_while_a_part_is_written_says_to_wait_not_to_rerun_it() {
+    // Regression: the advice was to rerun the part's task, which its lock refuses.
+    let tmp = tempfile::tempdir().unwrap();
+    let source = sample();
+    let root = tmp.path().join("out");
+    for index in 0..2 {
+        let mut o = opts(source.clone(), &root);
+        o.part = Some(Part::new(index, 3).unwrap());
+        convert(&o, &NoProgress).unwrap();
+    }
+    // A writer holds the third part's directory, as its running task would.
+    let third = root.join(Part::new(2, 3).unwrap().dir_name());
+    let writer =
+        stoker_formats::DatasetWriter::create(&third, stoker_formats::WriterOptions::default())
+            .unwrap();
+    let e = merge(&root, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("is running now (its lock is held); merge once it has finished"),
+        "{e}"
+    );
+    drop(writer);
+    let e = merge(&root, &[]).unwrap_err().to_string();
+    assert!(!e.contains("running now"), "{e}");
+}

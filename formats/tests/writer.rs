@@ -637,3 +637,37 @@ fn class_names_given_twice_are_refused_at_finish() {
     assert!(matches!(e, FormatError::InvalidOptions(_)), "{e}");
     assert!(!dir.path().join("manifest.json").exists());
 }
+
+#[test]
+fn a_writer_whose_directory_was_replaced_writes_nothing_into_the_new_one() {
+    // Regression: shards and the manifest were written by path, so a conversion paused
+    // (Ctrl-Z, a frozen container) while its directory was moved away and another run
+    // made a new one under its name carried on in the newcomer, past its lock: it wrote
+    // over that run's shards and finished with its own manifest there.
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let opts = WriterOptions {
+        records_per_shard: Some(1),
+        ..WriterOptions::default()
+    };
+    let mut w = DatasetWriter::create(&out, opts.clone()).unwrap();
+    w.push(jpeg(0), b"one").unwrap();
+    std::fs::rename(&out, tmp.path().join("moved")).unwrap();
+    std::fs::create_dir(&out).unwrap();
+    // The next shard is neither renamed nor begun under the name.
+    let e = w.push(jpeg(0), b"two").unwrap_err();
+    assert!(e.to_string().contains("removed or moved away"), "{e}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+
+    // Nor is a manifest written there at the end.
+    let out2 = tmp.path().join("out2");
+    let mut w = DatasetWriter::create(&out2, opts).unwrap();
+    w.push(jpeg(0), b"one").unwrap();
+    std::fs::remove_dir_all(&out2).unwrap();
+    std::fs::create_dir(&out2).unwrap();
+    let e = w
+        .finish(vec!["a".into()], Provenance::stoker("t"))
+        .unwrap_err();
+    assert!(e.to_string().contains("removed or moved away"), "{e}");
+    assert_eq!(std::fs::read_dir(&out2).unwrap().count(), 0);
+}
