@@ -644,41 +644,15 @@ fn bench_runs_on_the_workers_a_process_limit_lets_start() {
     let dir = tempfile::tempdir().unwrap();
     let ds = dir.path().join("ds");
     sample_dataset(&ds);
-    // A process limit counts every process of the user and does not hold root back: as
-    // nobody there (setpriv, util-linux), where the limit is this run's alone.
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    if root {
-        Command::new("chmod")
-            .args(["-R", "a+rX"])
-            .arg(dir.path())
-            .status()
-            .unwrap();
-    }
+    let root = common::is_root();
     let bench = |limit: u32| {
-        let script = format!(
-            "ulimit -u {limit} && exec '{}' bench '{}' --device cpu --seconds 0.2 --batch 4 --size 16 --threads 2 --json",
+        let command = format!(
+            "'{}' bench '{}' --device cpu --seconds 0.2 --batch 4 --size 16 --threads 2 --json",
             env!("CARGO_BIN_EXE_stoker"),
             ds.display()
         );
-        let mut c = if root {
-            let mut c = Command::new("setpriv");
-            c.args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "bash",
-                "-c",
-            ]);
-            c
-        } else {
-            let mut c = Command::new("bash");
-            c.arg("-c");
-            c
-        };
-        c.arg(&script).env("STOKER_LOG", "warn");
+        let mut c = common::under_process_limit(limit, &command, dir.path());
+        c.env("STOKER_LOG", "warn");
         let out = c.output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(!err.contains("panicked"), "{err}");

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use stoker::formats::Dataset;
 
+mod common;
+
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// Seven photos in three classes: quick to convert.
 const SAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/sample");
@@ -788,40 +790,15 @@ fn merge_checks_its_shards_under_a_thread_limit_and_any_rayon_num_threads() {
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
     assert_same(&out, &single);
 
-    // At most one thread besides the main one. A process limit counts every process of
-    // the user and does not hold root back: as nobody there (setpriv, util-linux).
+    // At most one thread besides the main one.
     let out = tmp.path().join("limited");
     convert_two_parts(&src, &out);
-    let script = format!(
-        "ulimit -u 2 && exec '{}' merge '{}'",
+    let command = format!(
+        "'{}' merge '{}'",
         env!("CARGO_BIN_EXE_stoker"),
         out.display()
     );
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0\n"));
-    let mut c = if root {
-        Command::new("chown")
-            .args(["-R", "65534:65534"])
-            .arg(tmp.path())
-            .status()
-            .unwrap();
-        let mut c = clean(Command::new("setpriv"));
-        c.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "bash",
-            "-c",
-        ]);
-        c
-    } else {
-        let mut c = clean(Command::new("bash"));
-        c.arg("-c");
-        c
-    };
-    c.arg(&script);
+    let c = clean(common::under_process_limit(2, &command, tmp.path()));
     let o = run(c);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "{}", text(&o));

@@ -291,6 +291,14 @@ pub enum FormatError {
         /// What was found and what to do about it.
         reason: String,
     },
+    /// The output directory was removed or moved away while it was written: its path names
+    /// another directory now (made there since, perhaps by another run), or none. Nothing
+    /// more is written under that name.
+    #[error("{path}: the output directory was removed or moved away while it was written (its path names another directory now, or none): nothing more is written under that name", path = .path.lossless())]
+    OutputMoved {
+        /// The output directory's path.
+        path: PathBuf,
+    },
     /// The conversion source is unusable as a whole (not a directory, empty list file, bad
     /// line). A source that does not exist, or cannot be read, is [`FormatError::Io`] with
     /// the `io::Error` that says so (`NotFound`, `PermissionDenied`).

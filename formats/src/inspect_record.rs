@@ -211,7 +211,7 @@ mod tests {
         let r = super::inspect_record(&ds, 1).unwrap();
         assert_eq!(
             r.problem.as_deref(),
-            Some("raw size 1x48x3 differs from the dataset's 6x8x3")
+            Some("raw size 48x1x3 differs from the dataset's 8x6x3")
         );
     }
 }

@@ -52,7 +52,7 @@ pub(crate) fn entries_named(root: &Path, named: impl Fn(&[u8]) -> bool) -> usize
         .count()
 }
 
-/// The directory a writer began in, told by its device and inode: a path names another
+/// The directory a writer locked, told by its device and inode: a path names another
 /// directory once this one is moved or removed and a new one made under its name (a run
 /// paused by Ctrl-Z or a frozen container while another run started there). Each shard
 /// and the manifest are written by path, so without this check a writer carried on in
@@ -65,25 +65,106 @@ pub(crate) struct DirIdentity {
 }
 
 impl DirIdentity {
-    /// The identity of the directory `dir` names now.
-    pub(crate) fn of(dir: &Path) -> Result<DirIdentity, FormatError> {
+    /// The identity of the open directory `dir`: the one a writer's lock holds, wherever
+    /// its path leads now.
+    pub(crate) fn of_file(dir: &std::fs::File) -> std::io::Result<DirIdentity> {
         use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(dir).map_err(|e| FormatError::io(dir, e))?;
+        let m = dir.metadata()?;
         Ok(DirIdentity {
             dev: m.dev(),
             ino: m.ino(),
         })
     }
 
-    /// Refuses to go on when `dir` no longer names this directory; called before each
-    /// shard is begun or renamed into place and before the manifest is written.
+    /// Refuses to go on when `dir` no longer names this directory: checked before a writer
+    /// deletes a leftover, begins or renames a shard, and writes the manifest. A `dir` that
+    /// cannot be looked at for another reason (permissions, I/O) is that error.
     pub(crate) fn check(&self, dir: &Path) -> Result<(), FormatError> {
-        match DirIdentity::of(dir) {
-            Ok(now) if (now.dev, now.ino) == (self.dev, self.ino) => Ok(()),
-            _ => Err(FormatError::OutputExists {
+        use std::os::unix::fs::MetadataExt;
+        match std::fs::metadata(dir) {
+            Ok(m) if (m.dev(), m.ino()) == (self.dev, self.ino) => Ok(()),
+            Ok(_) => Err(FormatError::OutputMoved {
                 path: dir.to_path_buf(),
-                reason: "the output directory was removed or moved away while it was written (the path names another directory now, or none): nothing more is written under its name; a conversion moved away continues with `--resume` and its new place as OUT".into(),
             }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(FormatError::OutputMoved {
+                path: dir.to_path_buf(),
+            }),
+            Err(e) => Err(FormatError::io(dir, e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+
+    const META: RecordMeta = RecordMeta {
+        encoding: Encoding::Jpeg,
+        height: 4,
+        width: 4,
+        channels: 3,
+        label: 0,
+    };
+
+    /// `dir` moved away and a new empty directory made under its name.
+    fn replace(dir: &Path) {
+        let moved = dir.with_extension("moved");
+        std::fs::rename(dir, moved).unwrap();
+        std::fs::create_dir(dir).unwrap();
+    }
+
+    fn moved(e: FormatError) -> bool {
+        matches!(e, FormatError::OutputMoved { .. })
+    }
+
+    #[test]
+    fn each_write_checks_that_the_path_still_names_the_locked_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let one = WriterOptions {
+            records_per_shard: Some(1),
+            ..WriterOptions::default()
+        };
+        // The first shard is not begun in a directory made under the name since.
+        let out = tmp.path().join("begin");
+        let mut w = DatasetWriter::create(&out, one.clone()).unwrap();
+        replace(&out);
+        assert!(moved(w.push(META, b"x").unwrap_err()));
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+
+        // Nor the manifest written, every shard finished while the directory was its own.
+        let out = tmp.path().join("manifest");
+        let mut w = DatasetWriter::create(&out, one.clone()).unwrap();
+        w.push(META, b"x").unwrap();
+        assert!(w.roll_if_needed(1).unwrap().is_some());
+        replace(&out);
+        let e = w.finish(vec!["a".into()], Provenance::stoker("t"));
+        assert!(moved(e.unwrap_err()));
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+
+        // A writer continued from a lock taken before the name was given to another
+        // directory deletes none of that one's files as its own leftovers.
+        let out = tmp.path().join("resume");
+        std::fs::create_dir(&out).unwrap();
+        let locked = DirIdentity::of_file(&std::fs::File::open(&out).unwrap()).unwrap();
+        replace(&out);
+        std::fs::write(out.join("shard-00000.lmdb.tmp"), b"another run's").unwrap();
+        let e = DatasetWriter::resume_from(out.clone(), one, Vec::new(), locked).unwrap_err();
+        assert!(moved(e));
+        assert!(out.join("shard-00000.lmdb.tmp").exists());
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_looked_at_is_that_error_not_a_move() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let id = DirIdentity::of_file(&std::fs::File::open(&out).unwrap()).unwrap();
+        assert!(id.check(&out).is_ok());
+        // A path through a file: ENOTDIR, not "moved".
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let e = id.check(&file.join("out")).unwrap_err();
+        assert!(matches!(e, FormatError::Io { .. }), "{e}");
     }
 }

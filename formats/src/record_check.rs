@@ -25,7 +25,8 @@ pub fn label_problem(label: u32, classes: usize) -> Option<String> {
 /// The problems of a raw record of `size` with a `payload_len`-byte payload, in a dataset
 /// whose raw records are `expected` (the manifest's size; the first record's while
 /// writing): a side or channel count of 0, a channel count a raw record cannot have, a payload other than
-/// the sides' product, another size than the dataset's. Empty for a sound one.
+/// the sides' product, another size than the dataset's. Empty for a sound one. Sizes are
+/// written width x height x channels, as `stoker convert --size WxH` and `inspect` give them.
 ///
 /// # Examples
 ///
@@ -33,7 +34,7 @@ pub fn label_problem(label: u32, classes: usize) -> Option<String> {
 /// use stoker_formats::{raw_problems, RawSize};
 /// let size = RawSize { height: 2, width: 3, channels: 3 };
 /// assert!(raw_problems(size, 18, Some(size)).is_empty());
-/// assert_eq!(raw_problems(size, 17, None), ["raw payload is 17 bytes, 2x3x3 needs 18"]);
+/// assert_eq!(raw_problems(size, 17, None), ["raw payload is 17 bytes, 3x2x3 needs 18"]);
 /// ```
 pub fn raw_problems(size: RawSize, payload_len: u64, expected: Option<RawSize>) -> Vec<String> {
     let RawSize {
@@ -44,12 +45,12 @@ pub fn raw_problems(size: RawSize, payload_len: u64, expected: Option<RawSize>) 
     let mut problems = Vec::new();
     if h == 0 || w == 0 || c == 0 {
         problems.push(format!(
-            "raw record of {h}x{w}x{c} has no pixels: height, width and channels must be at least 1"
+            "raw record of {w}x{h}x{c} has no pixels: width, height and channels must be at least 1"
         ));
     }
     if c != 0 && !RAW_CHANNELS.contains(&c) {
         problems.push(format!(
-            "raw record of {h}x{w}x{c} has {c} channels: a raw record holds gray (1) or RGB (3) pixels"
+            "raw record of {w}x{h}x{c} has {c} channels: a raw record holds gray (1) or RGB (3) pixels"
         ));
     }
     // Checked: a damaged header's sides can multiply past u64.
@@ -57,13 +58,13 @@ pub fn raw_problems(size: RawSize, payload_len: u64, expected: Option<RawSize>) 
     if want != Some(payload_len) {
         let want = want.map_or("more than 2^64".into(), |b| b.to_string());
         problems.push(format!(
-            "raw payload is {payload_len} bytes, {h}x{w}x{c} needs {want}"
+            "raw payload is {payload_len} bytes, {w}x{h}x{c} needs {want}"
         ));
     }
     if let Some(e) = expected.filter(|e| *e != size) {
         problems.push(format!(
-            "raw size {h}x{w}x{c} differs from the dataset's {}x{}x{}",
-            e.height, e.width, e.channels
+            "raw size {w}x{h}x{c} differs from the dataset's {}x{}x{}",
+            e.width, e.height, e.channels
         ));
     }
     problems
@@ -102,7 +103,7 @@ mod tests {
         // The same bytes as another shape: sound in itself, not the dataset's size.
         assert_eq!(
             raw_problems(size(1, 48, 3), 144, Some(dataset)),
-            ["raw size 1x48x3 differs from the dataset's 6x8x3"]
+            ["raw size 48x1x3 differs from the dataset's 8x6x3"]
         );
         assert!(raw_problems(size(1, 48, 3), 144, None).is_empty());
         let overflow = raw_problems(size(0x8000_0180, 2, 1), 768, Some(dataset));
@@ -112,7 +113,7 @@ mod tests {
         // No pixels: a product of 0 matched an empty payload.
         assert_eq!(
             raw_problems(size(0, 8, 3), 0, None),
-            ["raw record of 0x8x3 has no pixels: height, width and channels must be at least 1"]
+            ["raw record of 8x0x3 has no pixels: width, height and channels must be at least 1"]
         );
     }
 

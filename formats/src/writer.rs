@@ -174,38 +174,42 @@ impl DatasetWriter {
         crate::convert::refuse_non_directory(&out_dir)?;
         std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
         let lock = OutputLock::acquire(&out_dir)?;
+        let dir = DirIdentity::of_file(lock.dir()).map_err(|e| FormatError::io(&out_dir, e))?;
+        dir.check(&out_dir)?;
         // Again under the lock: another writer may have finished since.
         refuse_finished(&out_dir)?;
         refuse_unfinished_writer(&out_dir)?;
-        let mut writer = Self::create_unlocked(out_dir, options)?;
+        let mut writer = Self::create_unlocked(out_dir, options, dir)?;
         writer.lock = Some(lock);
         Ok(writer)
     }
 
-    /// [`DatasetWriter::create`] in a directory the caller has locked and checked.
+    /// [`DatasetWriter::create`] in a directory the caller has locked (`dir`, the locked
+    /// one's identity) and checked.
     pub(crate) fn create_unlocked(
         out_dir: PathBuf,
         options: WriterOptions,
+        dir: DirIdentity,
     ) -> Result<DatasetWriter, FormatError> {
         refuse_finished(&out_dir)?;
-        crate::convert::refuse_non_directory(&out_dir)?;
-        std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
-        Self::resume_from(out_dir, options, Vec::new())
+        Self::resume_from(out_dir, options, Vec::new(), dir)
     }
 
-    /// Continues a dataset whose first shards (`done`) are already finished on disk.
+    /// Continues a dataset whose first shards (`done`) are already finished on disk, in the
+    /// directory the caller has locked (`dir`, its identity).
     pub(crate) fn resume_from(
         out_dir: PathBuf,
         options: WriterOptions,
         done: Vec<ShardEntry>,
+        dir: DirIdentity,
     ) -> Result<DatasetWriter, FormatError> {
         if options.shard_bytes == 0 || options.records_per_shard == Some(0) {
             return Err(FormatError::InvalidOptions(
                 "shard size and records per shard must be positive".into(),
             ));
         }
+        dir.check(&out_dir)?;
         remove_temporaries(&out_dir)?;
-        let dir = DirIdentity::of(&out_dir)?;
         let next_index = done.last().map_or(0, |s| s.first_index + s.count);
         Ok(DatasetWriter {
             out_dir,

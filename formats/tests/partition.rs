@@ -824,6 +824,50 @@ fn merge_into_a_finished_dataset_says_whether_the_parts_beside_it_are_its_own() 
     }
     let e = merge(&keep, &[]).unwrap_err();
     assert!(e.to_string().contains("they can be deleted"), "{e}");
+
+    // A part the merge could remove only in part (no manifest, one shard link left).
+    let half = keep.join(Part::new(0, 3).unwrap().dir_name());
+    let mut shards = 0;
+    for e in std::fs::read_dir(&half).unwrap() {
+        let path = e.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".lmdb") && shards == 0 {
+            shards += 1;
+        } else if path.is_file() {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let e = merge(&keep, &[]).unwrap_err();
+    assert!(e.to_string().contains("they can be deleted"), "{e}");
+
+    // Its own parts beside another conversion's: which are which.
+    let foreign = tmp.path().join("foreign");
+    convert_parts(&source, &foreign, 2);
+    let name = Part::new(1, 2).unwrap().dir_name();
+    std::fs::rename(foreign.join(&name), keep.join(&name)).unwrap();
+    let e = merge(&keep, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("part-00000-of-00003, part-00001-of-00003, part-00002-of-00003 were merged into it and can be deleted, but part-00001-of-00002 were not"),
+        "{e}"
+    );
+
+    // Given as `PART/x/..`, the root named is where that leads.
+    let x = part1_again(&tmp, &source);
+    let e = merge(&x.join("x/.."), &[]).unwrap_err().to_string();
+    let root = std::fs::canonicalize(x.parent().unwrap()).unwrap();
+    assert!(
+        e.contains(&format!("`stoker merge {}`", root.display())),
+        "{e}"
+    );
+}
+
+/// Part 1 of 3 converted into a root of its own, with a directory `x` in it.
+fn part1_again(tmp: &tempfile::TempDir, source: &Source) -> PathBuf {
+    let mut o = opts(source.clone(), &tmp.path().join("again"));
+    o.part = Some(Part::new(1, 3).unwrap());
+    let part = convert(&o, &NoProgress).unwrap().out;
+    std::fs::create_dir(part.join("x")).unwrap();
+    part
 }
 
 #[test]

@@ -564,7 +564,7 @@ fn verify_reports_a_raw_record_of_other_than_one_or_three_channels() {
     assert!(
         problems.contains(&(
             Some(1),
-            "raw record of 3x1x4 has 4 channels: a raw record holds gray (1) or RGB (3) pixels"
+            "raw record of 1x3x4 has 4 channels: a raw record holds gray (1) or RGB (3) pixels"
         )),
         "{problems:?}"
     );

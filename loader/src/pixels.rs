@@ -552,7 +552,7 @@ mod tests {
         };
         let err = raw_payload_len(7, &header, 144, Some(size(6, 8))).unwrap_err();
         assert!(
-            matches!(&err, LoaderError::UnusableRecord { index: 7, reason } if reason == "raw size 1x48x3 differs from the dataset's 6x8x3"),
+            matches!(&err, LoaderError::UnusableRecord { index: 7, reason } if reason == "raw size 48x1x3 differs from the dataset's 8x6x3"),
             "{err}"
         );
         assert_eq!(

@@ -90,3 +90,40 @@ pub fn jpeg_meta(data: &[u8], label: u32) -> RecordMeta {
         label,
     }
 }
+
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
+/// `bash -c "ulimit -u LIMIT && exec COMMAND"`: at most `limit` processes and threads. A
+/// process limit counts every process of the user and does not hold root back, so as
+/// root it runs as nobody (setpriv, util-linux), where the limit is this run's alone, and
+/// `dir`, what it reads and writes, is handed to nobody first.
+pub fn under_process_limit(limit: u32, command: &str, dir: &Path) -> Command {
+    let script = format!("ulimit -u {limit} && exec {command}");
+    if !is_root() {
+        let mut c = Command::new("bash");
+        c.args(["-c", &script]);
+        return c;
+    }
+    let chown = Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "bash",
+        "-c",
+        &script,
+    ]);
+    c
+}

@@ -29,6 +29,7 @@ use super::options::other_flag;
 use super::options::ConvertOptions;
 use super::report::Skipped;
 use crate::manifest::{RawSize, ShardEntry};
+use crate::out_dir::DirIdentity;
 use crate::source_map::SOURCES_FILE;
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions};
 use crate::FormatError;
@@ -313,7 +314,7 @@ fn open_append(path: &Path, whole_len: Option<u64>) -> Result<File, FormatError>
 pub(super) fn resume(
     options: &ConvertOptions,
     fingerprint: u32,
-    writer_opts: WriterOptions,
+    (writer_opts, dir): (WriterOptions, DirIdentity),
     found: Option<Found>,
 ) -> Result<(DatasetWriter, Totals, usize, JournalLog), FormatError> {
     let out = &options.out;
@@ -332,7 +333,7 @@ pub(super) fn resume(
         current,
     }) = found
     else {
-        let w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, Vec::new())?;
+        let w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, Vec::new(), dir)?;
         let totals = Totals {
             skipped_at: Some(Vec::new()),
             ..Totals::default()
@@ -345,7 +346,7 @@ pub(super) fn resume(
         log.shards = j.done.len();
         log.skips = j.skipped.len();
     }
-    let mut w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, j.done)?;
+    let mut w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, j.done, dir)?;
     w.restore_totals(j.payload_bytes, j.raw_size);
     let t = Totals {
         skipped: j.skipped,
@@ -512,11 +513,11 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
     })
 }
 
-/// Checks what `out` holds; returns the journal to resume from, if any, after `check`
-/// accepted it (against the listing of `inputs` inputs being converted and the shards it
-/// names).
+/// Checks what `out` (the locked directory `dir`) holds; returns the journal to resume
+/// from, if any, after `check` accepted it (against the listing of `inputs` inputs being
+/// converted and the shards it names).
 pub(super) fn prepare_output(
-    out: &Path,
+    (out, dir): (&Path, DirIdentity),
     options: &ConvertOptions,
     fingerprint: u32,
     (inputs, path_bytes): (usize, u64),
@@ -565,6 +566,8 @@ pub(super) fn prepare_output(
     // A legacy journal beside an append-only one was superseded by it (a crash came
     // between writing the one and removing the other).
     let superseded = found.as_ref().is_some_and(|f| f.whole_len.is_some());
+    // Nothing deleted in a directory made under the name since it was locked.
+    dir.check(out)?;
     for name in &entries {
         // The source map is written again with the manifest.
         let leftover = [

@@ -174,11 +174,11 @@ pub fn convert(
             return Ok(already_done(m, n, listing, empty, t0, out));
         }
     }
-    // `out` locked until this function returns: a second conversion into it (fresh or
-    // `--resume`) is refused instead of interleaving its shards with ours.
+    // `out` locked until this returns: a second conversion into it is refused (fresh or resumed).
     let claim = claim::Claim::new(out, options.part.is_some())?;
+    let dir = claim.dir(out)?;
     let size = (listing.inputs.len(), listing.path_bytes());
-    let journal = prepare_output(out, options, fingerprint, size, |j| {
+    let journal = prepare_output((out, dir), options, fingerprint, size, |j| {
         resume_check::check_journal(out, j, inputs, options)
     })?;
     let (mut made, output_lock) = claim.ready();
@@ -187,7 +187,7 @@ pub fn convert(
     let per_shard = options.records_per_shard(listing.inputs.len());
     let writer_opts = options.writer_options(per_shard);
     let (mut writer, mut totals, start_input, mut log) =
-        journal::resume(options, fingerprint, writer_opts, journal)?;
+        journal::resume(options, fingerprint, (writer_opts, dir), journal)?;
     // `--shard-size` below the floor is refused; `--shards N` cannot know its shards' bytes
     // until they are written, so the writer holds each until it reaches the floor.
     writer.set_min_shard_bytes(MIN_SHARD_BYTES);
@@ -260,14 +260,21 @@ fn run_error(e: FormatError, out: &Path, dir: &std::fs::File) -> FormatError {
 /// removed or moved away mid-run (`dir` is the one the run holds open): the bare
 /// "out/shard-00014.lmdb.tmp: No such file or directory" did not say so.
 fn output_gone(e: FormatError, out: &Path, dir: &std::fs::File) -> FormatError {
+    let moved = "if it was moved, `--resume` with that directory as OUT continues it";
     match &e {
+        FormatError::OutputMoved { .. } => FormatError::OutputExists {
+            path: out.to_path_buf(),
+            reason: format!(
+                "the output directory was removed or moved away during the conversion (its path names another directory now, or none), so nothing more is written under that name; {moved}"
+            ),
+        },
         FormatError::Io { source, .. }
             if source.kind() == std::io::ErrorKind::NotFound && !lock::same_dir(dir, out) =>
         {
             FormatError::OutputExists {
                 path: out.to_path_buf(),
                 reason: format!(
-                    "the output directory was removed or moved away during the conversion ({e}); if it was moved, `--resume` with that directory as OUT continues it"
+                    "the output directory was removed or moved away during the conversion ({e}); {moved}"
                 ),
             }
         }
