@@ -19,6 +19,7 @@ use crate::convert::claim::{is_merge_leftover, is_part_or_merge_leftover, stray_
 use crate::convert::lock::OutputLock;
 use crate::convert::other_flag;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
+use crate::out_dir::DirIdentity;
 use crate::text::Lossless;
 use classes::SharedClasses;
 
@@ -113,7 +114,10 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
         });
     }
     let (made, lock) = lock_out(out)?;
-    let merged = merge_locked(out, parts).map_err(|e| out_of_space(out, e));
+    let merged = DirIdentity::of_file(lock.dir())
+        .map_err(|e| FormatError::io(out, e))
+        .and_then(|dir| merge_locked((out, dir), parts))
+        .map_err(|e| out_of_space(out, e));
     if merged.is_err() {
         // A refused merge leaves no directory it made. Removed under the lock, so no part
         // is starting in it (a part locks its root shared while it starts); empty only, and
@@ -173,7 +177,11 @@ fn lock_out(out: &Path) -> Result<(Vec<PathBuf>, OutputLock), FormatError> {
 }
 
 /// [`merge`] once `out` is made and locked.
-fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> {
+/// The merge into `out`, the locked `dir`; each step there first checks `out` still names it.
+fn merge_locked(
+    (out, dir): (&Path, DirIdentity),
+    parts: &[PathBuf],
+) -> Result<MergeReport, FormatError> {
     let dirs = if parts.is_empty() {
         let found = find_parts(out)?;
         // A `part-*` entry may be a symlink to anywhere, an ancestor of `out` included.
@@ -198,8 +206,9 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
 
     // Links from an interrupted merge are replaced: the part directories are the truth
     // until the manifest exists. A merge refused while linking takes its links away again.
+    dir.check(out)?;
     remove_shards(out)?;
-    let manifest = match link_parts(out, &loaded) {
+    let manifest = match link_parts((out, dir), &loaded) {
         Ok(m) => m,
         Err(e) => {
             let _ = remove_shards(out);
@@ -210,13 +219,20 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
     // Failing to remove one fails nothing (the dataset is whole), but is said.
     let mut removed = Vec::new();
     let resolved: Vec<PathBuf> = loaded.iter().map(|(d, _)| link::resolved_dir(d)).collect();
-    for ((dir, _), resolved) in loaded.iter().zip(&resolved) {
+    // Resolved first, as the parts are: `out` may lead through a part (`part-0/..`).
+    let out_now = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
+    for ((part, _), resolved) in loaded.iter().zip(&resolved) {
+        // A part found in `out` is another run's once `out` names another directory.
+        if let Err(e) = dir.check(&out_now) {
+            tracing::warn!("merged, but {e}: the part directories under that name are left alone");
+            break;
+        }
         match link::remove_part(resolved) {
             Ok(Some(target)) => removed.push(target),
-            Ok(None) => removed.push(dir.clone()),
+            Ok(None) => removed.push(part.clone()),
             Err(e) => tracing::warn!(
                 "merged, but the part directory {} was not removed ({e}): its shards are {}'s now, so it can be deleted",
-                dir.lossless(),
+                part.lossless(),
                 out.lossless()
             ),
         }
@@ -233,11 +249,15 @@ fn merge_locked(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatErro
 
 /// Links every part's shards into `out` under the merged names and writes the merged
 /// manifest: the merge's one visible result, written last.
-fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, FormatError> {
+fn link_parts(
+    (out, out_dir): (&Path, DirIdentity),
+    loaded: &[(PathBuf, Manifest)],
+) -> Result<Manifest, FormatError> {
     let (mut shards, mut linked) = (Vec::new(), Vec::new());
     let mut audit: Option<Audit> = None;
     let (mut samples, mut bytes, mut payload_bytes) = (0u64, 0u64, 0u64);
     for (dir, m) in loaded {
+        out_dir.check(out)?;
         for s in &m.shards {
             let from = dir.join(&s.file);
             check_size(&from, s)?;
@@ -294,6 +314,7 @@ fn link_parts(out: &Path, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, Fo
     };
     let path = out.join(MANIFEST_FILE);
     manifest.validate(&path)?;
+    out_dir.check(out)?;
     write_atomically(out, MANIFEST_FILE, manifest.to_json().as_bytes())?;
     Ok(manifest)
 }
@@ -741,41 +762,4 @@ fn add_audit(a: &mut Audit, b: &Audit) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_refused_link_says_why_and_names_the_shard() {
-        let (from, to) = (
-            Path::new("/parts/part-00000-of-00002/shard-00000.lmdb"),
-            Path::new("/out/shard-00000.lmdb"),
-        );
-        let says =
-            |errno: i32| link_error(from, to, std::io::Error::from_raw_os_error(errno)).to_string();
-        let eperm = says(libc::EPERM);
-        assert!(
-            eperm.contains("part-00000-of-00002/shard-00000.lmdb"),
-            "{eperm}"
-        );
-        assert!(
-            eperm.contains("protected_hardlinks") && eperm.contains("run merge as the user"),
-            "{eperm}"
-        );
-        for errno in [libc::ENOSYS, libc::EOPNOTSUPP] {
-            let e = says(errno);
-            assert!(
-                e.contains("does not allow") && e.contains("hard links"),
-                "{e}"
-            );
-        }
-        assert!(says(libc::EXDEV).contains("another file system"));
-        // Too many links is not a file system without links.
-        assert!(!says(libc::EMLINK).contains("does not allow"));
-        // Anything else stays the I/O error it is, on the link's path.
-        assert!(
-            says(libc::EIO).starts_with("/out/shard-00000.lmdb"),
-            "{}",
-            says(libc::EIO)
-        );
-    }
-}
+mod tests;
