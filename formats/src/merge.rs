@@ -101,7 +101,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
     if out.join(MANIFEST_FILE).exists() {
         return Err(FormatError::OutputExists {
             path: out.to_path_buf(),
-            reason: finished::finished_reason(out),
+            reason: finished::finished_reason(out, &find_parts(out).unwrap_or_default()),
         });
     }
     // Before anything is created: an `out` inside a part would be made inside it.
@@ -114,8 +114,8 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
         });
     }
     let (made, lock) = lock_out(out)?;
-    let merged = DirIdentity::of_file(lock.dir())
-        .map_err(|e| FormatError::io(out, e))
+    let merged = lock
+        .identity(out)
         .and_then(|dir| merge_locked((out, dir), parts))
         .map_err(|e| out_of_space(out, e));
     if merged.is_err() {

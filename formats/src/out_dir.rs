@@ -36,9 +36,12 @@ pub(crate) fn refuse_unfinished_writer(out: &Path) -> Result<(), FormatError> {
 /// entries: in a directory without a manifest or a journal, what a writer killed before
 /// it finished leaves.
 pub(crate) fn unfinished_shards(root: &Path) -> usize {
-    entries_named(root, |name| {
-        name.starts_with(b"shard-") && name.ends_with(b".lmdb")
-    })
+    entries_named(root, is_shard_file)
+}
+
+/// Whether a directory entry's `name` is a finished shard's (`shard-*.lmdb`).
+pub(crate) fn is_shard_file(name: &[u8]) -> bool {
+    name.starts_with(b"shard-") && name.ends_with(b".lmdb")
 }
 
 /// How many of the first 100,000 entries of `root` have a name for which `named` holds.

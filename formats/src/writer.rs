@@ -120,7 +120,8 @@ pub struct DatasetWriter {
     /// [`crate::SampleWriter`] holds its own) and released once the writer is finished or
     /// dropped.
     lock: Option<OutputLock>,
-    /// The directory `out_dir` named when the writer began.
+    /// The directory the writer's caller locked: `out_dir` must still lead there at each
+    /// step that writes or deletes by that path.
     dir: DirIdentity,
 }
 
@@ -174,7 +175,7 @@ impl DatasetWriter {
         crate::convert::refuse_non_directory(&out_dir)?;
         std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
         let lock = OutputLock::acquire(&out_dir)?;
-        let dir = DirIdentity::of_file(lock.dir()).map_err(|e| FormatError::io(&out_dir, e))?;
+        let dir = lock.identity(&out_dir)?;
         dir.check(&out_dir)?;
         // Again under the lock: another writer may have finished since.
         refuse_finished(&out_dir)?;

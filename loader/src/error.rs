@@ -267,7 +267,8 @@ impl LoaderError {
 
     /// A stop that says nothing of the dataset: memory ran out, a loader thread could not
     /// start (a process limit), or the dataset's files could not be opened or read for no
-    /// fault of theirs (no file descriptor left, storage that stopped answering). The CLI exits 3 for it, `stoker bench` included.
+    /// fault of theirs (no file descriptor left, storage that stopped answering). The CLI
+    /// exits 3 for it, `stoker bench` included.
     ///
     /// # Examples
     ///

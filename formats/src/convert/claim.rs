@@ -16,7 +16,6 @@ use super::lock::{same_dir, OutputLock};
 use super::part::parse_dir_name;
 use super::strict_stop::Made;
 use crate::manifest::MANIFEST_FILE;
-use crate::out_dir::DirIdentity;
 use crate::source_map::SOURCES_FILE;
 use crate::FormatError;
 
@@ -83,12 +82,6 @@ impl Claim {
     /// that starts from now on finds it, so the root is unlocked. Held for the whole part, a
     /// merge started early would only say the root is locked, not which parts are still
     /// unfinished.
-    /// The identity of the output directory `out`: the one locked, wherever `out` leads
-    /// now.
-    pub(super) fn dir(&self, out: &Path) -> Result<DirIdentity, FormatError> {
-        DirIdentity::of_file(self.lock.dir()).map_err(|e| FormatError::io(out, e))
-    }
-
     pub(super) fn ready(self) -> (Made, OutputLock) {
         let Claim { made, lock, root } = self;
         drop(root);

@@ -8,10 +8,10 @@
 //! newer Rust than this workspace's minimum.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::out_dir::DirIdentity;
 use crate::text::Lossless;
 use crate::FormatError;
 
@@ -100,6 +100,12 @@ impl OutputLock {
     pub(crate) fn dir(&self) -> &File {
         &self.dir
     }
+
+    /// The locked directory's identity, for a writer to check that `out`, its path, still
+    /// leads there before each step that writes or deletes by that path.
+    pub(crate) fn identity(&self, out: &Path) -> Result<DirIdentity, FormatError> {
+        DirIdentity::of_file(&self.dir).map_err(|e| FormatError::io(out, e))
+    }
 }
 
 impl Drop for OutputLock {
@@ -154,11 +160,7 @@ pub(crate) fn is_held(dir: &Path) -> bool {
 /// through a symbolic link too: an output root may be one (`out -> /scratch/out`). What is
 /// removed by path is never the link: `remove_dir` of a link fails.
 pub(crate) fn same_dir(dir: &File, path: &Path) -> bool {
-    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-    match (dir.metadata(), std::fs::metadata(path)) {
-        (Ok(held), Ok(now)) => id(held) == id(now),
-        _ => false,
-    }
+    DirIdentity::of_file(dir).is_ok_and(|held| held.check(path).is_ok())
 }
 
 /// Whether a failed `flock` means that the file system has no locks at all, rather than

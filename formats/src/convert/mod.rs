@@ -176,7 +176,7 @@ pub fn convert(
     }
     // `out` locked until this returns: a second conversion into it is refused (fresh or resumed).
     let claim = claim::Claim::new(out, options.part.is_some())?;
-    let dir = claim.dir(out)?;
+    let dir = claim.lock.identity(out)?;
     let size = (listing.inputs.len(), listing.path_bytes());
     let journal = prepare_output((out, dir), options, fingerprint, size, |j| {
         resume_check::check_journal(out, j, inputs, options)

@@ -201,7 +201,7 @@ impl SampleWriter {
         // locked shared until its directory is ready, as a converted part's is.
         let claim = Claim::new(&out, part.is_some())?;
         let writer = refuse_nonempty(&out, part.is_some()).and_then(|()| {
-            claim.dir(&out).and_then(|dir| {
+            claim.lock.identity(&out).and_then(|dir| {
                 DatasetWriter::create_unlocked(out.clone(), options.writer_options(None), dir)
             })
         });

@@ -5,13 +5,14 @@
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::manifest::Manifest;
 use crate::text::Lossless;
 
-/// The reason for [`crate::FormatError::OutputExists`] when `out` holds `manifest.json`.
-pub(super) fn finished_reason(out: &Path) -> String {
+/// The reason for [`crate::FormatError::OutputExists`] when `out` holds `manifest.json`
+/// beside the part directories `parts` (found there, sorted).
+pub(super) fn finished_reason(out: &Path, parts: &[PathBuf]) -> String {
     const FINISHED: &str = "already holds a finished dataset (manifest.json)";
     let Ok(m) = Manifest::read(out) else {
         return format!("{FINISHED}; nothing to merge into it");
@@ -29,13 +30,6 @@ pub(super) fn finished_reason(out: &Path) -> String {
             root.lossless()
         );
     }
-    let parts: Vec<_> = std::fs::read_dir(out)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("part-") && e.path().is_dir())
-        .map(|e| e.path())
-        .collect();
     if parts.is_empty() {
         return format!("{FINISHED}; nothing to merge into it");
     }
@@ -46,7 +40,7 @@ pub(super) fn finished_reason(out: &Path) -> String {
         .map(|md| (md.dev(), md.ino()))
         .collect();
     let (merged, foreign): (Vec<_>, Vec<_>) = parts.iter().partition(|d| merged_into(d, &ours));
-    let names = |dirs: &[&std::path::PathBuf]| {
+    let names = |dirs: &[&PathBuf]| {
         let mut names: Vec<String> = dirs
             .iter()
             .take(3)
@@ -86,9 +80,7 @@ fn merged_into(dir: &Path, ours: &HashSet<(u64, u64)>) -> bool {
     };
     let mut shards = 0;
     for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with("shard-") && name.ends_with(".lmdb")) {
+        if !crate::out_dir::is_shard_file(e.file_name().as_encoded_bytes()) {
             continue;
         }
         match std::fs::metadata(e.path()) {
