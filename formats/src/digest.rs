@@ -64,7 +64,8 @@ pub(crate) fn xxh3_of(path: &Path) -> Result<(u64, u64), FormatError> {
     digest_file(path, &mut f, DigestKind::Xxh3)
 }
 
-/// Length and xxh3-64 of a shard file this process has just written and closed, hashed
+/// Length and xxh3-64 of the shard file this process has just written and synced (`file`,
+/// open for reading; `path` names it in errors), hashed
 /// from its pages in place (read-only maps) rather than copied out with `read`.
 ///
 /// Setting up the mappings, not hashing, is most of the cost, and the hash has to run in
@@ -74,8 +75,7 @@ pub(crate) fn xxh3_of(path: &Path) -> Result<(u64, u64), FormatError> {
 ///
 /// Only for the writer's own temporary file: its name is private to one conversion, which
 /// holds the output directory's lock, and nothing else writes it.
-pub(crate) fn xxh3_of_written(path: &Path) -> Result<(u64, u64), FormatError> {
-    let file = File::open(path).map_err(|e| FormatError::io(path, e))?;
+pub(crate) fn xxh3_of_written(file: &File, path: &Path) -> Result<(u64, u64), FormatError> {
     let len = file.metadata().map_err(|e| FormatError::io(path, e))?.len();
     if len == 0 {
         return Ok((0, xxhash_rust::xxh3::xxh3_64(&[])));
@@ -96,7 +96,7 @@ pub(crate) fn xxh3_of_written(path: &Path) -> Result<(u64, u64), FormatError> {
                 .offset(offset)
                 .len(len as usize)
                 .populate()
-                .map(&file)
+                .map(file)
         }
         .map(GuardedMap::new)
         .map_err(|e| FormatError::io(path, e))
@@ -169,6 +169,7 @@ mod tests {
             xxh3_of(&p).unwrap(),
             (200 + 32, xxhash_rust::xxh3::xxh3_64(&a))
         );
-        assert_eq!(xxh3_of_written(&p).unwrap(), xxh3_of(&p).unwrap());
+        let written = xxh3_of_written(&File::open(&p).unwrap(), &p).unwrap();
+        assert_eq!(written, xxh3_of(&p).unwrap());
     }
 }

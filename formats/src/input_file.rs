@@ -31,6 +31,20 @@ fn kind_of(t: &FileType) -> &'static str {
     }
 }
 
+/// [`kind_of`] for a type `stat` gave through `rustix` (a file looked at in a directory
+/// held open, [`crate::held_dir::HeldDir::read`]).
+pub(crate) fn kind_named(t: rustix::fs::FileType) -> &'static str {
+    use rustix::fs::FileType as T;
+    match t {
+        T::Fifo => "a FIFO",
+        T::Socket => "a socket",
+        T::CharacterDevice => "a character device",
+        T::BlockDevice => "a block device",
+        T::Directory => "a directory",
+        _ => "not a plain file",
+    }
+}
+
 fn check_regular(path: &Path, meta: &Metadata) -> Result<(), FormatError> {
     if !meta.file_type().is_file() {
         return Err(FormatError::NotRegularFile {
@@ -136,10 +150,19 @@ pub(crate) fn read_input_into(
     limit: u64,
     buf: Vec<u8>,
 ) -> Result<Vec<u8>, FormatError> {
-    let io = |e| FormatError::io(path, e);
     let (file, meta) = open_regular(path)?;
-    check(path, &meta, limit)?;
-    let data = read_bounded(&file, meta.len(), limit, buf).map_err(io)?;
+    read_checked(path, (&file, &meta), limit, buf)
+}
+
+/// The read of [`read_input_into`] once `file` is open (`meta`, its `fstat`).
+fn read_checked(
+    path: &Path,
+    (file, meta): (&File, &Metadata),
+    limit: u64,
+    buf: Vec<u8>,
+) -> Result<Vec<u8>, FormatError> {
+    check(path, meta, limit)?;
+    let data = read_bounded(file, meta.len(), limit, buf).map_err(|e| FormatError::io(path, e))?;
     if data.len() as u64 > limit {
         return Err(FormatError::FileTooLarge {
             path: path.to_path_buf(),
@@ -148,6 +171,13 @@ pub(crate) fn read_input_into(
         });
     }
     Ok(data)
+}
+
+/// [`read_input_file`] of a file already opened (`path` names it in errors): its type and
+/// size checked on the open file, the read stopped past `limit`.
+pub(crate) fn read_opened(path: &Path, file: &File, limit: u64) -> Result<Vec<u8>, FormatError> {
+    let meta = file.metadata().map_err(|e| FormatError::io(path, e))?;
+    read_checked(path, (file, &meta), limit, Vec::new())
 }
 
 /// Reads `len` bytes from byte `offset` of the file at `path` (a member of a tar shard,

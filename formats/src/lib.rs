@@ -79,6 +79,7 @@ pub mod convert;
 mod dataset;
 mod digest;
 mod error;
+mod held_dir;
 mod input_file;
 mod inspect;
 mod inspect_record;

@@ -32,8 +32,7 @@
 
 use std::fs::File;
 use std::io::{IoSlice, Seek, SeekFrom, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::FileExt;
 
 use crate::lmdb_layout::{
     F_BIGDATA, MDB_DATA_VERSION, MDB_INTEGERKEY, MDB_MAGIC, MDB_NOSUBDIR, NODE_HEADER, PAGE_HEADER,
@@ -214,15 +213,10 @@ pub(crate) struct TreeWriter {
 }
 
 impl TreeWriter {
-    /// Creates (or truncates) `path`, mode 0644. With `predicted` (from [`predict_meta`]),
-    /// the meta pages are written first and the file is hashed as it is written.
-    pub(crate) fn create(path: &Path, predicted: Option<MetaPages>) -> std::io::Result<TreeWriter> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(path)?;
+    /// Writes a shard into `file`, new and empty (opened for reading too, so that it can be
+    /// hashed once finished). With `predicted` (from [`predict_meta`]), the meta pages are
+    /// written first and the file is hashed as it is written.
+    pub(crate) fn new(mut file: File, predicted: Option<MetaPages>) -> std::io::Result<TreeWriter> {
         let streamed = match predicted {
             Some(metas) => {
                 file.write_all(&metas[..])?;
@@ -489,6 +483,7 @@ fn write_all_vectored(file: &mut File, mut parts: &mut [IoSlice<'_>]) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     /// stoker's own readers of the raw file (the meta check `Dataset::open` runs and the
     /// walk `verify` uses on a damaged shard) see the tree as written: its counts, root and
@@ -535,7 +530,7 @@ mod tests {
     fn branch_pages_never_hold_a_single_child() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
-        let mut w = TreeWriter::create(&path, None).unwrap();
+        let mut w = TreeWriter::new(rw(&path), None).unwrap();
         let per_page = BRANCH_CHILDREN;
         let mut next_pg = 2;
         for leaves in [2, per_page, per_page + 1, 2 * per_page + 1] {
@@ -567,7 +562,7 @@ mod tests {
     #[test]
     fn keys_that_do_not_ascend_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = TreeWriter::create(&dir.path().join("t"), None).unwrap();
+        let mut w = TreeWriter::new(rw(&dir.path().join("t")), None).unwrap();
         w.append(5u64.to_be_bytes(), b"a", b"").unwrap();
         for key in [5u64, 4] {
             let e = w.append(key.to_be_bytes(), b"b", b"").unwrap_err();
@@ -577,13 +572,24 @@ mod tests {
         assert_eq!(w.finish().unwrap().1.entries, 2);
     }
 
+    /// `path`, new or emptied, open as a shard is written (for reading too).
+    fn rw(path: &Path) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .unwrap()
+    }
+
     /// Writes `values` under keys 0, 1, … into `path`.
     fn write(
         path: &Path,
         predicted: Option<MetaPages>,
         values: impl Iterator<Item = Vec<u8>>,
     ) -> (File, TreeStat, Option<u64>) {
-        let mut w = TreeWriter::create(path, predicted).unwrap();
+        let mut w = TreeWriter::new(rw(path), predicted).unwrap();
         for (i, v) in values.enumerate() {
             let (head, body) = v.split_at(v.len().min(3));
             w.append((i as u64).to_be_bytes(), head, body).unwrap();

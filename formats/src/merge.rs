@@ -18,8 +18,8 @@ use crate::convert::audit::Audit;
 use crate::convert::claim::{is_merge_leftover, is_part_or_merge_leftover, stray_entry};
 use crate::convert::lock::OutputLock;
 use crate::convert::other_flag;
+use crate::held_dir::HeldDir;
 use crate::manifest::{Manifest, PartInfo, Provenance, ShardEntry, MANIFEST_FILE};
-use crate::out_dir::DirIdentity;
 use crate::text::Lossless;
 use classes::SharedClasses;
 
@@ -27,10 +27,11 @@ mod classes;
 mod complete;
 mod finished;
 mod link;
+mod removal;
 use crate::writer::{shard_file_name, write_atomically};
 use crate::FormatError;
 use complete::check_complete;
-use link::{check_digests, check_size, link_error, link_following, REDO_PART};
+use link::{check_digests, check_size, link_error, REDO_PART};
 
 /// What [`merge`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -115,8 +116,8 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
     }
     let (made, lock) = lock_out(out)?;
     let merged = lock
-        .identity(out)
-        .and_then(|dir| merge_locked((out, dir), parts))
+        .held_dir(out)
+        .and_then(|dir| merge_locked(&dir, parts))
         .map_err(|e| out_of_space(out, e));
     if merged.is_err() {
         // A refused merge leaves no directory it made. Removed under the lock, so no part
@@ -176,12 +177,11 @@ fn lock_out(out: &Path) -> Result<(Vec<PathBuf>, OutputLock), FormatError> {
     })
 }
 
-/// [`merge`] once `out` is made and locked.
-/// The merge into `out`, the locked `dir`; each step there first checks `out` still names it.
-fn merge_locked(
-    (out, dir): (&Path, DirIdentity),
-    parts: &[PathBuf],
-) -> Result<MergeReport, FormatError> {
+/// [`merge`] once `out` is made and locked: the merge into `dir`, the locked root held
+/// open. Everything it links, writes or deletes there is named relative to `dir`, and each
+/// step first checks that `out`, its path, still names it.
+fn merge_locked(dir: &HeldDir, parts: &[PathBuf]) -> Result<MergeReport, FormatError> {
+    let out = dir.path();
     let dirs = if parts.is_empty() {
         let found = find_parts(out)?;
         // A `part-*` entry may be a symlink to anywhere, an ancestor of `out` included.
@@ -190,8 +190,14 @@ fn merge_locked(
     } else {
         parts.to_vec()
     };
-    check_output(out, &dirs, !parts.is_empty())?;
+    check_output(dir, &dirs, !parts.is_empty())?;
     let loaded = load_parts(out, &dirs)?;
+    // Where each part is, before the check below proves that the paths looked at lead
+    // into the root held.
+    let places: Vec<_> = loaded
+        .iter()
+        .map(|(d, _)| removal::place_of(d, dir))
+        .collect();
     // One part may be empty (all its inputs skipped); all of them empty is a conversion
     // that wrote nothing, refused as a whole conversion's is, before anything is linked.
     if loaded.iter().all(|(_, m)| m.samples == 0) {
@@ -206,28 +212,20 @@ fn merge_locked(
 
     // Links from an interrupted merge are replaced: the part directories are the truth
     // until the manifest exists. A merge refused while linking takes its links away again.
-    dir.check(out)?;
-    remove_shards(out)?;
-    let manifest = match link_parts((out, dir), &loaded) {
+    dir.check()?;
+    remove_shards(dir)?;
+    let manifest = match link_parts(dir, &loaded) {
         Ok(m) => m,
         Err(e) => {
-            let _ = remove_shards(out);
+            let _ = remove_shards(dir);
             return Err(e);
         }
     };
     // The merge is done; part directories are only extra names for the same shards now.
     // Failing to remove one fails nothing (the dataset is whole), but is said.
     let mut removed = Vec::new();
-    let resolved: Vec<PathBuf> = loaded.iter().map(|(d, _)| link::resolved_dir(d)).collect();
-    // Resolved first, as the parts are: `out` may lead through a part (`part-0/..`).
-    let out_now = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
-    for ((part, _), resolved) in loaded.iter().zip(&resolved) {
-        // A part found in `out` is another run's once `out` names another directory.
-        if let Err(e) = dir.check(&out_now) {
-            tracing::warn!("merged, but {e}: the part directories under that name are left alone");
-            break;
-        }
-        match link::remove_part(resolved) {
+    for ((part, _), place) in loaded.iter().zip(&places) {
+        match removal::remove(place, dir) {
             Ok(Some(target)) => removed.push(target),
             Ok(None) => removed.push(part.clone()),
             Err(e) => tracing::warn!(
@@ -249,22 +247,20 @@ fn merge_locked(
 
 /// Links every part's shards into `out` under the merged names and writes the merged
 /// manifest: the merge's one visible result, written last.
-fn link_parts(
-    (out, out_dir): (&Path, DirIdentity),
-    loaded: &[(PathBuf, Manifest)],
-) -> Result<Manifest, FormatError> {
+fn link_parts(out_dir: &HeldDir, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, FormatError> {
+    let out = out_dir.path();
     let (mut shards, mut linked) = (Vec::new(), Vec::new());
     let mut audit: Option<Audit> = None;
     let (mut samples, mut bytes, mut payload_bytes) = (0u64, 0u64, 0u64);
     for (dir, m) in loaded {
-        out_dir.check(out)?;
+        out_dir.check()?;
         for s in &m.shards {
             let from = dir.join(&s.file);
             check_size(&from, s)?;
             let file = shard_file_name(shards.len());
             let to = out.join(&file);
-            link_following(&from, &to).map_err(|e| link_error(&from, &to, e))?;
-            linked.push((from, to, s.xxh3));
+            (out_dir.link_from(&from, &file)).map_err(|e| link_error(&from, &to, e))?;
+            linked.push((from, file.clone(), s.xxh3));
             let first_index = samples + s.first_index;
             let first_key = s.first_key();
             shards.push(ShardEntry {
@@ -289,7 +285,7 @@ fn link_parts(
             add_audit(audit.get_or_insert_with(Audit::default), a);
         }
     }
-    check_digests(&linked)?;
+    check_digests(out_dir, &linked)?;
     let first = &loaded[0].1;
     let manifest = Manifest {
         format: first.format.clone(),
@@ -304,7 +300,7 @@ fn link_parts(
         provenance: merged_provenance(loaded),
         audit,
         part: None,
-        sources: crate::source_map::merged(out, loaded).map_err(|e| match e {
+        sources: crate::source_map::merged(out_dir, loaded).map_err(|e| match e {
             FormatError::DamagedSourceMap { path, reason } => FormatError::DamagedSourceMap {
                 path,
                 reason: format!("{reason}; {REDO_PART}"),
@@ -314,8 +310,8 @@ fn link_parts(
     };
     let path = out.join(MANIFEST_FILE);
     manifest.validate(&path)?;
-    out_dir.check(out)?;
-    write_atomically(out, MANIFEST_FILE, manifest.to_json().as_bytes())?;
+    out_dir.check()?;
+    write_atomically(out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())?;
     Ok(manifest)
 }
 
@@ -368,16 +364,14 @@ fn check_nesting(out: &Path, parts: &[PathBuf]) -> Result<(), FormatError> {
 /// `out` may hold only the parts and what an interrupted merge left (shard links); a part
 /// start that died while it made its directory left an empty hidden one, removed here
 /// (the merge holds `out` alone: no start is under way).
-fn check_output(out: &Path, dirs: &[PathBuf], given: bool) -> Result<(), FormatError> {
-    for e in std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))? {
-        let e = e.map_err(|e| FormatError::io(out, e))?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if crate::convert::claim::is_claim_leftover(&name) && std::fs::remove_dir(e.path()).is_ok()
-        {
+fn check_output(out: &HeldDir, dirs: &[PathBuf], given: bool) -> Result<(), FormatError> {
+    for entry in out.names()? {
+        let name = entry.to_string_lossy().into_owned();
+        if crate::convert::claim::is_claim_leftover(&name) && out.remove_dir(&entry) {
             continue;
         }
         // A claim's leftover that is not empty was not left by a claim.
-        let ours = is_part_or_merge_leftover(&name) || dirs.iter().any(|d| d == &e.path());
+        let ours = is_part_or_merge_leftover(&name) || dirs.iter().any(|d| *d == out.join(&entry));
         if !ours {
             // Parts found in `out` are merged in place; given ones may go anywhere else.
             let elsewhere = match given {
@@ -385,7 +379,7 @@ fn check_output(out: &Path, dirs: &[PathBuf], given: bool) -> Result<(), FormatE
                 false => "merge into a new directory (`stoker merge NEW OUT/part-*`)",
             };
             return Err(FormatError::OutputExists {
-                path: out.to_path_buf(),
+                path: out.path().to_path_buf(),
                 reason: stray_entry(&name, elsewhere),
             });
         }
@@ -393,11 +387,11 @@ fn check_output(out: &Path, dirs: &[PathBuf], given: bool) -> Result<(), FormatE
     Ok(())
 }
 
-fn remove_shards(out: &Path) -> Result<(), FormatError> {
-    for e in std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))? {
-        let e = e.map_err(|e| FormatError::io(out, e))?;
-        if is_merge_leftover(&e.file_name().to_string_lossy()) {
-            std::fs::remove_file(e.path()).map_err(|err| FormatError::io(e.path(), err))?;
+/// Deletes the shard links an interrupted merge left in `out`.
+fn remove_shards(out: &HeldDir) -> Result<(), FormatError> {
+    for name in out.names()? {
+        if is_merge_leftover(&name.to_string_lossy()) {
+            out.remove(&name)?;
         }
     }
     Ok(())

@@ -57,10 +57,9 @@ pub(crate) fn entries_named(root: &Path, named: impl Fn(&[u8]) -> bool) -> usize
 
 /// The directory a writer locked, told by its device and inode: a path names another
 /// directory once this one is moved or removed and a new one made under its name (a run
-/// paused by Ctrl-Z or a frozen container while another run started there). Each shard
-/// and the manifest are written by path, so without this check a writer carried on in
-/// the newcomer, past its lock, over the other run's shards, and finished with a
-/// manifest of records it never wrote there.
+/// paused by Ctrl-Z or a frozen container while another run started there). The writer
+/// makes its files in the directory it holds open ([`crate::held_dir::HeldDir`]); this
+/// check stops it once its path leads elsewhere, where nobody would find what it writes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DirIdentity {
     dev: u64,
@@ -79,9 +78,10 @@ impl DirIdentity {
         })
     }
 
-    /// Refuses to go on when `dir` no longer names this directory: checked before a writer
-    /// deletes a leftover, begins or renames a shard, and writes the manifest. A `dir` that
-    /// cannot be looked at for another reason (permissions, I/O) is that error.
+    /// Refuses to go on when `dir` no longer names this directory
+    /// ([`FormatError::OutputMoved`]): checked before a writer deletes a leftover, begins
+    /// or renames a shard, and writes the manifest. A `dir` that cannot be looked at for
+    /// another reason (permissions, I/O) is that error.
     pub(crate) fn check(&self, dir: &Path) -> Result<(), FormatError> {
         use std::os::unix::fs::MetadataExt;
         match std::fs::metadata(dir) {
@@ -149,12 +149,54 @@ mod tests {
         // directory deletes none of that one's files as its own leftovers.
         let out = tmp.path().join("resume");
         std::fs::create_dir(&out).unwrap();
-        let locked = DirIdentity::of_file(&std::fs::File::open(&out).unwrap()).unwrap();
+        let locked = crate::held_dir::HeldDir::open(&out).unwrap();
         replace(&out);
         std::fs::write(out.join("shard-00000.lmdb.tmp"), b"another run's").unwrap();
-        let e = DatasetWriter::resume_from(out.clone(), one, Vec::new(), locked).unwrap_err();
+        let e = DatasetWriter::resume_from(one, Vec::new(), locked).unwrap_err();
         assert!(moved(e));
         assert!(out.join("shard-00000.lmdb.tmp").exists());
+    }
+
+    /// A writer stopped in the moment between a check and the call it guards (forced with
+    /// `strace -e inject=…:delay_enter`) while its directory was moved away and another run
+    /// made a new one under the name: by path, it deleted the newcomer's leftovers as its
+    /// own, and renamed its shards and its manifest over the newcomer's files.
+    #[test]
+    fn a_writer_acts_in_the_directory_it_holds_even_where_no_check_sees_the_move() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("shard-00000.lmdb.tmp"), b"our leftover").unwrap();
+        let held = crate::held_dir::HeldDir::open(&out).unwrap().blind();
+        replace(&out);
+        let theirs = [
+            "shard-00000.lmdb.tmp",
+            "shard-00000.lmdb",
+            "shard-00001.lmdb",
+        ];
+        for name in theirs.iter().chain([&MANIFEST_FILE]) {
+            std::fs::write(out.join(name), b"the newcomer's").unwrap();
+        }
+        let two = WriterOptions {
+            records_per_shard: Some(2),
+            ..WriterOptions::default()
+        };
+        let mut w = DatasetWriter::resume_from(two, Vec::new(), held).unwrap();
+        for label in 0..5 {
+            w.push(RecordMeta { label, ..META }, b"x").unwrap();
+        }
+        let classes = (0..5).map(|c| format!("c{c}")).collect();
+        w.finish(classes, Provenance::stoker("t")).unwrap();
+
+        for name in theirs.iter().chain([&MANIFEST_FILE]) {
+            assert_eq!(std::fs::read(out.join(name)).unwrap(), b"the newcomer's");
+        }
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 4);
+        let moved = out.with_extension("moved");
+        let ds = crate::Dataset::open(&moved).unwrap().reader().unwrap();
+        let labels: Vec<u32> = (0..5).map(|i| ds.get(i).unwrap().header.label).collect();
+        assert_eq!(labels, [0, 1, 2, 3, 4]);
+        assert!(!moved.join("shard-00000.lmdb.tmp").exists());
     }
 
     #[test]

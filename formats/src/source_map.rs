@@ -16,6 +16,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::held_dir::HeldDir;
 use crate::manifest::SourcesEntry;
 use crate::text::Lossless;
 use crate::writer::write_atomically_with;
@@ -298,7 +299,7 @@ impl<W: Write> Write for Hashing<'_, W> {
 /// Writes `dir/sources.bin` atomically, `file` filling it through a [`Hashing`] writer;
 /// returns its manifest entry.
 fn write_map(
-    dir: &Path,
+    dir: &HeldDir,
     records: u64,
     file: impl FnOnce(&mut dyn Write, &Path) -> Result<(), FormatError>,
 ) -> Result<SourcesEntry, FormatError> {
@@ -330,7 +331,10 @@ fn write_map(
 /// Writes the source map of `names` (record 0's first) into `dir`. `names` is called
 /// twice (offsets, then names), and must give the same names each time. A name over
 /// [`MAX_SOURCE_NAME`] bytes keeps its first that many.
-pub(crate) fn write<'a, I>(dir: &Path, names: impl Fn() -> I) -> Result<SourcesEntry, FormatError>
+pub(crate) fn write<'a, I>(
+    dir: &HeldDir,
+    names: impl Fn() -> I,
+) -> Result<SourcesEntry, FormatError>
 where
     I: Iterator<Item = Cow<'a, [u8]>>,
 {
@@ -355,7 +359,7 @@ where
 /// (each record's end, without the leading 0) and the names it indexes
 /// (`crate::source_spool`), copied as they are: the spool wrote them as [`write()`] would.
 pub(crate) fn write_copied(
-    dir: &Path,
+    dir: &HeldDir,
     records: u64,
     offsets: &mut dyn std::io::Read,
     names: &mut dyn std::io::Read,
@@ -381,7 +385,7 @@ pub(crate) type PartMap<'a> = (&'a Path, &'a SourcesEntry, u64);
 /// One part's map is open at a time (each is opened once for its offsets, once for its
 /// names): a merge of the thousands of parts of a large job array must not need a file
 /// descriptor per part.
-pub(crate) fn join(dir: &Path, parts: &[PartMap<'_>]) -> Result<SourcesEntry, FormatError> {
+pub(crate) fn join(dir: &HeldDir, parts: &[PartMap<'_>]) -> Result<SourcesEntry, FormatError> {
     let open = |&(root, entry, samples): &PartMap<'_>| SourceMap::open(root, entry, samples);
     let records = parts.iter().try_fold(0u64, |a, p| a.checked_add(p.2));
     let records = records.ok_or_else(|| FormatError::DamagedSourceMap {
@@ -425,7 +429,7 @@ pub(crate) fn join(dir: &Path, parts: &[PartMap<'_>]) -> Result<SourcesEntry, Fo
 /// [`FormatError::DamagedSourceMap`] for a part's map that is not what its manifest says:
 /// the merge is refused rather than made with records named wrong.
 pub(crate) fn merged(
-    out: &Path,
+    out: &HeldDir,
     parts: &[(PathBuf, crate::Manifest)],
 ) -> Result<Option<SourcesEntry>, FormatError> {
     let mut maps = Vec::with_capacity(parts.len());
@@ -561,7 +565,8 @@ mod tests {
 
     fn written(names: &[&[u8]]) -> (tempfile::TempDir, SourcesEntry) {
         let dir = tempfile::tempdir().unwrap();
-        let entry = write(dir.path(), || names.iter().map(|n| Cow::Borrowed(*n))).unwrap();
+        let held = HeldDir::open(dir.path()).unwrap();
+        let entry = write(&held, || names.iter().map(|n| Cow::Borrowed(*n))).unwrap();
         (dir, entry)
     }
 
@@ -588,7 +593,7 @@ mod tests {
         let (c, ec) = written(&[b"p2/c.jpg"]);
         let parts = [(a.path(), &ea, 2), (b.path(), &eb, 0), (c.path(), &ec, 1)];
         let out = tempfile::tempdir().unwrap();
-        let entry = join(out.path(), &parts).unwrap();
+        let entry = join(&HeldDir::open(out.path()).unwrap(), &parts).unwrap();
         let (_, direct) = written(&[b"p0/a.jpg", b"p0/b.jpg", b"p2/c.jpg"]);
         assert_eq!(entry, direct, "joined as if written at once");
     }

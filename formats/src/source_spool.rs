@@ -11,6 +11,7 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use crate::held_dir::HeldDir;
 use crate::manifest::SourcesEntry;
 use crate::source_map::MAX_SOURCE_NAME;
 use crate::FormatError;
@@ -78,7 +79,7 @@ impl SourceSpool {
     /// # Errors
     ///
     /// I/O errors reading the spool or writing the map.
-    pub(crate) fn finish(self, dir: &Path) -> Result<SourcesEntry, FormatError> {
+    pub(crate) fn finish(self, dir: &HeldDir) -> Result<SourcesEntry, FormatError> {
         let spool = &self.dir;
         let rewound = |w: BufWriter<File>| -> Result<File, FormatError> {
             let mut f = w
@@ -107,7 +108,7 @@ mod tests {
             spool.push(name).unwrap();
         }
         assert_eq!(spool.records(), 4);
-        let entry = spool.finish(dir.path()).unwrap();
+        let entry = spool.finish(&HeldDir::open(dir.path()).unwrap()).unwrap();
         // The unnamed spool files leave nothing beside the map.
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

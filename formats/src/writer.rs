@@ -8,12 +8,13 @@ use std::sync::Arc;
 use crate::buffer_pool::BufferPool;
 use crate::convert::audit::Audit;
 use crate::convert::lock::OutputLock;
+use crate::held_dir::HeldDir;
 use crate::lmdb_write::{predict_meta, MetaPages, TreeWriter, PAGE};
 use crate::manifest::{
     Manifest, PartInfo, Provenance, RawSize, ShardEntry, SourcesEntry, FORMAT_NAME, FORMAT_VERSION,
     MANIFEST_FILE,
 };
-use crate::out_dir::{refuse_finished, refuse_unfinished_writer, DirIdentity};
+use crate::out_dir::{refuse_finished, refuse_unfinished_writer};
 use crate::out_of_space::out_of_space;
 use crate::record::{Encoding, RecordHeader, HEADER_LEN};
 use crate::shard;
@@ -86,7 +87,6 @@ pub fn shard_file_name(i: usize) -> String {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct DatasetWriter {
-    out_dir: PathBuf,
     options: WriterOptions,
     /// Finished (renamed) shards, in order.
     done: Vec<ShardEntry>,
@@ -120,9 +120,9 @@ pub struct DatasetWriter {
     /// [`crate::SampleWriter`] holds its own) and released once the writer is finished or
     /// dropped.
     lock: Option<OutputLock>,
-    /// The directory the writer's caller locked: `out_dir` must still lead there at each
-    /// step that writes or deletes by that path.
-    dir: DirIdentity,
+    /// The directory the writer's caller locked, open: every file is made, renamed and
+    /// deleted in it by name, and its path must still lead there at each such step.
+    dir: HeldDir,
 }
 
 /// A record's term in a written part's `part.records`: its header's last 8 bytes (the
@@ -137,7 +137,7 @@ pub(crate) fn record_term(header: &[u8; HEADER_LEN]) -> u64 {
 impl std::fmt::Debug for DatasetWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DatasetWriter")
-            .field("out_dir", &self.out_dir)
+            .field("out_dir", &self.dir.path())
             .field("next_index", &self.next_index)
             .field("shards_done", &self.done.len())
             .finish()
@@ -145,6 +145,10 @@ impl std::fmt::Debug for DatasetWriter {
 }
 
 struct ShardBuilder {
+    /// The directory it is written in.
+    dir: HeldDir,
+    /// Its temporary name there, and that name's path for messages.
+    tmp: String,
     tmp_path: PathBuf,
     file: String,
     tree: TreeWriter,
@@ -175,45 +179,42 @@ impl DatasetWriter {
         crate::convert::refuse_non_directory(&out_dir)?;
         std::fs::create_dir_all(&out_dir).map_err(|e| FormatError::io(&out_dir, e))?;
         let lock = OutputLock::acquire(&out_dir)?;
-        let dir = lock.identity(&out_dir)?;
-        dir.check(&out_dir)?;
+        let dir = lock.held_dir(&out_dir)?;
+        dir.check()?;
         // Again under the lock: another writer may have finished since.
         refuse_finished(&out_dir)?;
         refuse_unfinished_writer(&out_dir)?;
-        let mut writer = Self::create_unlocked(out_dir, options, dir)?;
+        let mut writer = Self::create_unlocked(options, dir)?;
         writer.lock = Some(lock);
         Ok(writer)
     }
 
     /// [`DatasetWriter::create`] in a directory the caller has locked (`dir`, the locked
-    /// one's identity) and checked.
+    /// one, open) and checked.
     pub(crate) fn create_unlocked(
-        out_dir: PathBuf,
         options: WriterOptions,
-        dir: DirIdentity,
+        dir: HeldDir,
     ) -> Result<DatasetWriter, FormatError> {
-        refuse_finished(&out_dir)?;
-        Self::resume_from(out_dir, options, Vec::new(), dir)
+        refuse_finished(dir.path())?;
+        Self::resume_from(options, Vec::new(), dir)
     }
 
     /// Continues a dataset whose first shards (`done`) are already finished on disk, in the
-    /// directory the caller has locked (`dir`, its identity).
+    /// directory the caller has locked (`dir`, open).
     pub(crate) fn resume_from(
-        out_dir: PathBuf,
         options: WriterOptions,
         done: Vec<ShardEntry>,
-        dir: DirIdentity,
+        dir: HeldDir,
     ) -> Result<DatasetWriter, FormatError> {
         if options.shard_bytes == 0 || options.records_per_shard == Some(0) {
             return Err(FormatError::InvalidOptions(
                 "shard size and records per shard must be positive".into(),
             ));
         }
-        dir.check(&out_dir)?;
-        remove_temporaries(&out_dir)?;
+        dir.check()?;
+        remove_temporaries(&dir)?;
         let next_index = done.last().map_or(0, |s| s.first_index + s.count);
         Ok(DatasetWriter {
-            out_dir,
             encoding: options.encoding,
             options,
             done,
@@ -232,6 +233,11 @@ impl DatasetWriter {
             lock: None,
             dir,
         })
+    }
+
+    /// The directory it writes, open.
+    pub(crate) fn dir(&self) -> &HeldDir {
+        &self.dir
     }
 
     /// The index the next pushed record will get (= records pushed so far).
@@ -308,9 +314,9 @@ impl DatasetWriter {
         let value_len = HEADER_LEN + payload_len;
         self.roll_if_needed(value_len as u64)?;
         if self.current.is_none() {
-            self.dir.check(&self.out_dir)?;
+            self.dir.check()?;
             let started = ShardBuilder::start(
-                &self.out_dir,
+                &self.dir,
                 self.done.len(),
                 self.next_index,
                 self.pool.clone(),
@@ -349,7 +355,7 @@ impl DatasetWriter {
     }
 
     fn finish_shard(&mut self, b: ShardBuilder) -> Result<ShardEntry, FormatError> {
-        self.dir.check(&self.out_dir)?;
+        self.dir.check()?;
         let (entry, hashed_as_written) = b.finish().map_err(|e| self.space_error(e))?;
         self.hashed_as_written += u64::from(hashed_as_written);
         tracing::debug!(shard = %entry.file, hashed_as_written, "shard finished");
@@ -469,10 +475,10 @@ impl DatasetWriter {
             part: self.part,
             sources: self.sources,
         };
-        manifest.validate(&self.out_dir.join(MANIFEST_FILE))?;
-        self.dir.check(&self.out_dir)?;
-        write_atomically(&self.out_dir, MANIFEST_FILE, manifest.to_json().as_bytes())
-            .map_err(|e| out_of_space(e, &self.out_dir, manifest.samples, manifest.bytes))?;
+        manifest.validate(&self.dir.join(MANIFEST_FILE))?;
+        self.dir.check()?;
+        write_atomically(&self.dir, MANIFEST_FILE, manifest.to_json().as_bytes())
+            .map_err(|e| out_of_space(e, self.dir.path(), manifest.samples, manifest.bytes))?;
         Ok(manifest)
     }
 
@@ -486,7 +492,7 @@ impl DatasetWriter {
     /// so, how much was written and that `--resume` continues; other errors pass through.
     pub(crate) fn space_error(&self, e: FormatError) -> FormatError {
         let bytes = self.done.iter().map(|s| s.bytes).sum();
-        out_of_space(e, &self.out_dir, self.next_index, bytes)
+        out_of_space(e, self.dir.path(), self.next_index, bytes)
     }
 
     /// Sends payload buffers to `pool` once written, for the converter's readers to fill
@@ -559,10 +565,10 @@ impl DatasetWriter {
     }
 }
 
-/// Writes `dir/name` via `name.tmp`, fsync and rename, then syncs the directory. Mode 0644
-/// less the umask, as the shards (docs/FORMAT.md): a leftover `name.tmp` is removed first,
-/// since an existing file keeps its mode.
-pub(crate) fn write_atomically(dir: &Path, name: &str, data: &[u8]) -> Result<(), FormatError> {
+/// Writes `name` in `dir` via `name.tmp`, fsync and rename, then syncs the directory. Mode
+/// 0644 less the umask, as the shards (docs/FORMAT.md): a leftover `name.tmp` is removed
+/// first, since an existing file keeps its mode.
+pub(crate) fn write_atomically(dir: &HeldDir, name: &str, data: &[u8]) -> Result<(), FormatError> {
     write_atomically_with(dir, name, |f, tmp| {
         f.write_all(data).map_err(|e| FormatError::io(tmp, e))
     })
@@ -573,24 +579,15 @@ pub(crate) fn write_atomically(dir: &Path, name: &str, data: &[u8]) -> Result<()
 /// Nothing is renamed into place unless `fill` succeeds (a failed `NAME.tmp` stays, as
 /// [`write_atomically`] leaves one: a `--resume` or the next write removes it).
 pub(crate) fn write_atomically_with(
-    dir: &Path,
+    dir: &HeldDir,
     name: &str,
     fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>, &Path) -> Result<(), FormatError>,
 ) -> Result<(), FormatError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = dir.join(format!("{name}.tmp"));
-    let fin = dir.join(name);
-    match std::fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(FormatError::io(&tmp, e)),
-        _ => {}
-    }
+    let tmp_name = format!("{name}.tmp");
+    let tmp = dir.join(&tmp_name);
+    dir.remove(&tmp_name)?;
     {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)
-            .map_err(|e| FormatError::io(&tmp, e))?;
+        let f = dir.create_new(&tmp_name)?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
         fill(&mut w, &tmp)?;
         let f = w
@@ -598,31 +595,17 @@ pub(crate) fn write_atomically_with(
             .map_err(|e| FormatError::io(&tmp, e.into_error()))?;
         f.sync_all().map_err(|e| FormatError::io(&tmp, e))?;
     }
-    std::fs::rename(&tmp, &fin).map_err(|e| FormatError::io(&fin, e))?;
-    sync_dir(dir);
+    dir.rename(&tmp_name, name)?;
+    dir.sync();
     Ok(())
 }
 
-fn sync_dir(dir: &Path) {
-    // Best effort: makes the rename durable on filesystems that support syncing a directory.
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-}
-
-/// Deletes `*.tmp` and LMDB `-lock` files left by an interrupted run.
-fn remove_temporaries(dir: &Path) -> Result<(), FormatError> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(FormatError::io(dir, e)),
-    };
-    for entry in rd {
-        let entry = entry.map_err(|e| FormatError::io(dir, e))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with("shard-") && (name.ends_with(".tmp") || name.ends_with("-lock")) {
-            std::fs::remove_file(entry.path()).map_err(|e| FormatError::io(entry.path(), e))?;
+/// Deletes `shard-*.tmp` and LMDB `shard-*-lock` files left by an interrupted run.
+fn remove_temporaries(dir: &HeldDir) -> Result<(), FormatError> {
+    for name in dir.names()? {
+        let text = name.to_string_lossy();
+        if text.starts_with("shard-") && (text.ends_with(".tmp") || text.ends_with("-lock")) {
+            dir.remove(&name)?;
         }
     }
     Ok(())
@@ -630,17 +613,20 @@ fn remove_temporaries(dir: &Path) -> Result<(), FormatError> {
 
 impl ShardBuilder {
     fn start(
-        out_dir: &Path,
+        dir: &HeldDir,
         i: usize,
         first_index: u64,
         pool: Option<Arc<BufferPool>>,
         predicted: Option<MetaPages>,
     ) -> Result<ShardBuilder, FormatError> {
         let file = shard_file_name(i);
-        let tmp_path = out_dir.join(format!("{file}.tmp"));
-        let tree =
-            TreeWriter::create(&tmp_path, predicted).map_err(|e| FormatError::io(&tmp_path, e))?;
+        let tmp = format!("{file}.tmp");
+        let tmp_path = dir.join(&tmp);
+        let tree = TreeWriter::new(dir.create(&tmp)?, predicted)
+            .map_err(|e| FormatError::io(&tmp_path, e))?;
         Ok(ShardBuilder {
+            dir: dir.clone(),
+            tmp,
             tmp_path,
             file,
             tree,
@@ -670,11 +656,11 @@ impl ShardBuilder {
         let io = |e| FormatError::io(&self.tmp_path, e);
         let (file, stat, streamed) = self.tree.finish().map_err(io)?;
         file.sync_all().map_err(io)?;
-        drop(file);
         let (bytes, digest) = match streamed {
             Some(digest) => (stat.file_pages() * PAGE as u64, digest),
-            None => crate::digest::xxh3_of_written(&self.tmp_path)?,
+            None => crate::digest::xxh3_of_written(&file, &self.tmp_path)?,
         };
+        drop(file);
         let hashed_as_written = streamed.is_some();
         let entry = ShardEntry {
             file: self.file.clone(),
@@ -685,10 +671,8 @@ impl ShardBuilder {
             xxh3: Some(digest),
             crc32c: None,
         };
-        let dir = self.tmp_path.parent().unwrap_or(Path::new("."));
-        let fin = dir.join(&self.file);
-        std::fs::rename(&self.tmp_path, &fin).map_err(|e| FormatError::io(&fin, e))?;
-        sync_dir(dir);
+        self.dir.rename(&self.tmp, &self.file)?;
+        self.dir.sync();
         Ok((entry, hashed_as_written))
     }
 }

@@ -17,9 +17,8 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -28,8 +27,8 @@ use super::audit::Audit;
 use super::options::other_flag;
 use super::options::ConvertOptions;
 use super::report::Skipped;
+use crate::held_dir::HeldDir;
 use crate::manifest::{RawSize, ShardEntry};
-use crate::out_dir::DirIdentity;
 use crate::source_map::SOURCES_FILE;
 use crate::writer::{write_atomically, DatasetWriter, WriterOptions};
 use crate::FormatError;
@@ -194,7 +193,8 @@ pub(super) struct Totals {
 
 /// Appends a line to the journal after each finished shard.
 pub(super) struct JournalLog {
-    out: PathBuf,
+    /// The output directory, open: the journal is written, appended to and deleted there.
+    dir: HeldDir,
     fingerprint: u32,
     /// The output flags, for the header.
     flags: BTreeMap<String, String>,
@@ -239,7 +239,7 @@ impl JournalLog {
             transcoded: totals.transcoded,
             input_bytes: totals.input_bytes,
         };
-        let line = json_line(&entry, &self.out)?;
+        let line = json_line(&entry, self.dir.path())?;
         match &mut self.file {
             Some(f) => {
                 if let Err(e) = append(f, &line) {
@@ -247,7 +247,7 @@ impl JournalLog {
                     // next save, if any, writes the journal anew).
                     let _ = f.set_len(self.len);
                     self.file = None;
-                    return Err(space(FormatError::io(self.out.join(JOURNAL_FILE), e)));
+                    return Err(space(FormatError::io(self.dir.join(JOURNAL_FILE), e)));
                 }
                 self.len += line.len() as u64;
             }
@@ -257,12 +257,12 @@ impl JournalLog {
                     fingerprint: self.fingerprint,
                     flags: Some(self.flags.clone()),
                 };
-                let mut text = json_line(&header, &self.out)?;
+                let mut text = json_line(&header, self.dir.path())?;
                 text.extend_from_slice(&line);
-                write_atomically(&self.out, JOURNAL_FILE, &text).map_err(space)?;
+                write_atomically(&self.dir, JOURNAL_FILE, &text).map_err(space)?;
                 // Now superseded (a resume that finds both takes the new one).
-                let _ = std::fs::remove_file(self.out.join(LEGACY_FILE));
-                self.file = Some(open_append(&self.out.join(JOURNAL_FILE), None)?);
+                let _ = self.dir.remove(LEGACY_FILE);
+                self.file = Some(open_append(&self.dir, None)?);
                 self.len = text.len() as u64;
             }
         }
@@ -288,18 +288,15 @@ fn append(f: &mut File, line: &[u8]) -> std::io::Result<()> {
     f.sync_data()
 }
 
-/// Opens the journal for appending, first cutting it to `whole_len` when given (dropping a
-/// torn last line). Non-blocking and checked to be a regular file, like the read.
-fn open_append(path: &Path, whole_len: Option<u64>) -> Result<File, FormatError> {
-    let io = |e| FormatError::io(path, e);
-    let f = OpenOptions::new()
-        .append(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(io)?;
+/// Opens the journal in `dir` for appending, first cutting it to `whole_len` when given
+/// (dropping a torn last line). Non-blocking and checked to be a regular file, like the read.
+fn open_append(dir: &HeldDir, whole_len: Option<u64>) -> Result<File, FormatError> {
+    let path = dir.join(JOURNAL_FILE);
+    let io = |e| FormatError::io(&path, e);
+    let f = dir.open_append(JOURNAL_FILE)?;
     if !f.metadata().map_err(io)?.is_file() {
         return Err(FormatError::NotRegularFile {
-            path: path.to_path_buf(),
+            path: path.clone(),
             kind: "not a plain file",
         });
     }
@@ -314,12 +311,11 @@ fn open_append(path: &Path, whole_len: Option<u64>) -> Result<File, FormatError>
 pub(super) fn resume(
     options: &ConvertOptions,
     fingerprint: u32,
-    (writer_opts, dir): (WriterOptions, DirIdentity),
+    (writer_opts, dir): (WriterOptions, &HeldDir),
     found: Option<Found>,
 ) -> Result<(DatasetWriter, Totals, usize, JournalLog), FormatError> {
-    let out = &options.out;
     let mut log = JournalLog {
-        out: out.to_path_buf(),
+        dir: dir.clone(),
         fingerprint,
         flags: options.output_flags(),
         file: None,
@@ -333,7 +329,7 @@ pub(super) fn resume(
         current,
     }) = found
     else {
-        let w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, Vec::new(), dir)?;
+        let w = DatasetWriter::resume_from(writer_opts, Vec::new(), dir.clone())?;
         let totals = Totals {
             skipped_at: Some(Vec::new()),
             ..Totals::default()
@@ -341,12 +337,12 @@ pub(super) fn resume(
         return Ok((w, totals, 0, log));
     };
     if let (Some(len), true) = (whole_len, current) {
-        log.file = Some(open_append(&out.join(JOURNAL_FILE), Some(len))?);
+        log.file = Some(open_append(dir, Some(len))?);
         log.len = len;
         log.shards = j.done.len();
         log.skips = j.skipped.len();
     }
-    let mut w = DatasetWriter::resume_from(out.to_path_buf(), writer_opts, j.done, dir)?;
+    let mut w = DatasetWriter::resume_from(writer_opts, j.done, dir.clone())?;
     w.restore_totals(j.payload_bytes, j.raw_size);
     let t = Totals {
         skipped: j.skipped,
@@ -359,10 +355,10 @@ pub(super) fn resume(
     Ok((w, t, j.next_input as usize, log))
 }
 
-/// Removes the journal (either format) of a conversion whose manifest is in place.
-pub(super) fn remove(out: &Path) {
-    let _ = std::fs::remove_file(out.join(JOURNAL_FILE));
-    let _ = std::fs::remove_file(out.join(LEGACY_FILE));
+/// Removes the journal (either format) of a conversion whose manifest is in place in `dir`.
+pub(super) fn remove(dir: &HeldDir) {
+    let _ = dir.remove(JOURNAL_FILE);
+    let _ = dir.remove(LEGACY_FILE);
 }
 
 /// Files a conversion leaves behind while unfinished: shards, LMDB's lock files, the
@@ -387,16 +383,15 @@ fn is_ours(name: &str) -> bool {
 /// The listing (`inputs` inputs, their paths `path_bytes` long in all) bounds its size:
 /// each path may be written twice (a skip and its reason), up to 4 bytes for each of its
 /// own when it is not UTF-8, and a list file's paths can be longer than PATH_MAX.
-fn read(out: &Path, inputs: usize, path_bytes: u64) -> Result<Option<Found>, FormatError> {
+fn read(dir: &HeldDir, inputs: usize, path_bytes: u64) -> Result<Option<Found>, FormatError> {
     let limit = JOURNAL_BASE_BYTES
         .saturating_add((inputs as u64).saturating_mul(JOURNAL_BYTES_PER_INPUT))
         .saturating_add(path_bytes.saturating_mul(8));
-    let path = out.join(JOURNAL_FILE);
-    if let Some(bytes) = read_bounded(out, &path, limit)? {
-        return parse_lines(&bytes, &path).map(Some);
+    if let Some(bytes) = read_bounded(dir, JOURNAL_FILE, limit)? {
+        return parse_lines(&bytes, &dir.join(JOURNAL_FILE)).map(Some);
     }
-    let path = out.join(LEGACY_FILE);
-    let Some(bytes) = read_bounded(out, &path, limit)? else {
+    let path = dir.join(LEGACY_FILE);
+    let Some(bytes) = read_bounded(dir, LEGACY_FILE, limit)? else {
         return Ok(None);
     };
     let journal = serde_json::from_slice(&bytes).map_err(|e| unreadable(&path, e.to_string()))?;
@@ -407,24 +402,20 @@ fn read(out: &Path, inputs: usize, path_bytes: u64) -> Result<Option<Found>, For
     }))
 }
 
-/// The bytes of the journal at `path`, `None` if there is none. Read like `manifest.json`
+/// The bytes of the journal `name` in `dir`, `None` if there is none. Read like `manifest.json`
 /// (regular files only, a non-blocking open, at most `limit` bytes): anything in its place
 /// that is not a journal stoker wrote (a FIFO would hang the read, a link to `/dev/zero` or a
 /// huge sparse file would fill memory) is refused with what to do.
-fn read_bounded(out: &Path, path: &Path, limit: u64) -> Result<Option<Vec<u8>>, FormatError> {
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
+fn read_bounded(dir: &HeldDir, name: &str, limit: u64) -> Result<Option<Vec<u8>>, FormatError> {
     let refuse = |what: String| FormatError::OutputExists {
-        path: out.to_path_buf(),
+        path: dir.path().to_path_buf(),
         reason: format!(
             "its conversion journal ({name}) {what}, so it cannot be resumed: delete the \
              directory and convert again"
         ),
     };
-    match crate::read_input_file(path, limit) {
-        Ok(b) => Ok(Some(b)),
-        Err(FormatError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            Ok(None)
-        }
+    match dir.read(name, limit) {
+        Ok(b) => Ok(b),
         Err(FormatError::NotRegularFile { kind, .. }) => {
             Err(refuse(format!("is not a regular file ({kind})")))
         }
@@ -513,16 +504,17 @@ fn parse_lines(bytes: &[u8], path: &Path) -> Result<Found, FormatError> {
     })
 }
 
-/// Checks what `out` (the locked directory `dir`) holds; returns the journal to resume
+/// Checks what the locked output directory `dir` holds; returns the journal to resume
 /// from, if any, after `check` accepted it (against the listing of `inputs` inputs being
 /// converted and the shards it names).
 pub(super) fn prepare_output(
-    (out, dir): (&Path, DirIdentity),
+    dir: &HeldDir,
     options: &ConvertOptions,
     fingerprint: u32,
     (inputs, path_bytes): (usize, u64),
     check: impl FnOnce(&Journal) -> Result<(), FormatError>,
 ) -> Result<Option<Found>, FormatError> {
+    let out = dir.path();
     let exists = |reason: String| FormatError::OutputExists {
         path: out.to_path_buf(),
         reason,
@@ -530,14 +522,11 @@ pub(super) fn prepare_output(
     // With --resume, `convert` has already answered for a finished dataset (done, or
     // refused saying why): this one was finished since.
     crate::out_dir::refuse_finished(out)?;
-    let entries = match std::fs::read_dir(out) {
-        Ok(rd) => rd
-            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| FormatError::io(out, e))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(FormatError::io(out, e)),
-    };
+    // Listed, read and deleted in the directory held: what the path names now may be
+    // another run's.
+    let entries: Vec<String> = (dir.names()?.iter())
+        .map(|n| n.to_string_lossy().into_owned())
+        .collect();
     if let Some(other) = entries.iter().find(|n| !is_ours(n)) {
         return Err(exists(format!(
             "is not empty (found {other:?}); convert into a new or empty directory"
@@ -552,7 +541,7 @@ pub(super) fn prepare_output(
                 .into(),
         ));
     }
-    let found = read(out, inputs, path_bytes)?;
+    let found = read(dir, inputs, path_bytes)?;
     if let Some(f) = &found {
         // Before anything is deleted: a journal that is refused leaves the directory as it was.
         same_conversion(f, fingerprint, &options.output_flags()).map_err(exists)?;
@@ -567,7 +556,7 @@ pub(super) fn prepare_output(
     // between writing the one and removing the other).
     let superseded = found.as_ref().is_some_and(|f| f.whole_len.is_some());
     // Nothing deleted in a directory made under the name since it was locked.
-    dir.check(out)?;
+    dir.check()?;
     for name in &entries {
         // The source map is written again with the manifest.
         let leftover = [
@@ -580,8 +569,7 @@ pub(super) fn prepare_output(
         .contains(&name.as_str())
             || (superseded && name == LEGACY_FILE);
         if leftover || (name.starts_with("shard-") && !keep.contains(&name.as_str())) {
-            let p = out.join(name);
-            std::fs::remove_file(&p).map_err(|e| FormatError::io(&p, e))?;
+            dir.remove(name)?;
         }
     }
     Ok(found)

@@ -11,6 +11,7 @@ use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::held_dir::HeldDir;
 use crate::out_dir::DirIdentity;
 use crate::text::Lossless;
 use crate::FormatError;
@@ -101,10 +102,10 @@ impl OutputLock {
         &self.dir
     }
 
-    /// The locked directory's identity, for a writer to check that `out`, its path, still
-    /// leads there before each step that writes or deletes by that path.
-    pub(crate) fn identity(&self, out: &Path) -> Result<DirIdentity, FormatError> {
-        DirIdentity::of_file(&self.dir).map_err(|e| FormatError::io(out, e))
+    /// The locked directory, open for a writer (known as `out`, its path): it makes and
+    /// deletes its files there by name, and checks that `out` still leads there.
+    pub(crate) fn held_dir(&self, out: &Path) -> Result<HeldDir, FormatError> {
+        HeldDir::of_locked(&self.dir, out)
     }
 }
 

@@ -176,18 +176,18 @@ pub fn convert(
     }
     // `out` locked until this returns: a second conversion into it is refused (fresh or resumed).
     let claim = claim::Claim::new(out, options.part.is_some())?;
-    let dir = claim.lock.identity(out)?;
+    // Out of descriptors here is no fault of the output's files, as in the run.
+    let outside = |e: FormatError| e.escalate(FaultStage::Converting);
+    let held = claim.lock.held_dir(out).map_err(outside)?;
     let size = (listing.inputs.len(), listing.path_bytes());
-    let journal = prepare_output((out, dir), options, fingerprint, size, |j| {
-        resume_check::check_journal(out, j, inputs, options)
-    })?;
+    let check = |j: &journal::Journal| resume_check::check_journal(out, j, inputs, options);
+    let journal = prepare_output(&held, options, fingerprint, size, check).map_err(outside)?;
     let (mut made, output_lock) = claim.ready();
     made.begins_afresh(journal.is_none());
-
     let per_shard = options.records_per_shard(listing.inputs.len());
     let writer_opts = options.writer_options(per_shard);
     let (mut writer, mut totals, start_input, mut log) =
-        journal::resume(options, fingerprint, (writer_opts, dir), journal)?;
+        journal::resume(options, fingerprint, (writer_opts, &held), journal).map_err(outside)?;
     // `--shard-size` below the floor is refused; `--shards N` cannot know its shards' bytes
     // until they are written, so the writer holds each until it reaches the floor.
     writer.set_min_shard_bytes(MIN_SHARD_BYTES);
@@ -221,7 +221,7 @@ pub fn convert(
     let manifest = writer
         .finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))
         .map_err(|e| run_error(e, out, dir))?;
-    journal::remove(out);
+    journal::remove(&held);
     let mut warnings = listing.warnings;
     warnings.extend(all_skipped_note);
     warnings.extend(no_map);
@@ -606,8 +606,14 @@ fn finished(
             reason: not_this_conversion(&m, part, &options.output_flags()),
         });
     }
-    // Killed after its manifest: the journal may still be there, and is done with.
-    journal::remove(out);
+    // Killed after its manifest: the journal may still be there, and is done with. Taken
+    // from the directory found holding a manifest when opened, whatever its path names
+    // since (a journal beside a manifest is always done with).
+    if let Ok(dir) = crate::held_dir::HeldDir::open(out) {
+        if dir.exists(MANIFEST_FILE) {
+            journal::remove(&dir);
+        }
+    }
     Ok(Some(m))
 }
 

@@ -12,6 +12,7 @@ use std::path::Path;
 use super::journal::Totals;
 use super::options::ConvertOptions;
 use super::source::Input;
+use crate::held_dir::HeldDir;
 use crate::manifest::SourcesEntry;
 use crate::writer::DatasetWriter;
 use crate::FormatError;
@@ -20,7 +21,7 @@ use crate::FormatError;
 /// it) from `root` into `out`: `None`, writing nothing, when which inputs were skipped is
 /// not known exactly (see [`skipped_positions`]).
 fn write(
-    out: &Path,
+    out: &HeldDir,
     root: &Path,
     inputs: &[Input],
     totals: &Totals,
@@ -48,8 +49,7 @@ pub(super) fn write_into(
     inputs: &[Input],
     totals: &Totals,
 ) -> Result<Option<String>, FormatError> {
-    let out = &options.out;
-    match write(out, options.source.root(), inputs, totals) {
+    match write(writer.dir(), options.source.root(), inputs, totals) {
         Ok(Some(sources)) => {
             writer.set_sources(sources);
             Ok(None)

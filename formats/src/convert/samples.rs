@@ -201,9 +201,8 @@ impl SampleWriter {
         // locked shared until its directory is ready, as a converted part's is.
         let claim = Claim::new(&out, part.is_some())?;
         let writer = refuse_nonempty(&out, part.is_some()).and_then(|()| {
-            claim.lock.identity(&out).and_then(|dir| {
-                DatasetWriter::create_unlocked(out.clone(), options.writer_options(None), dir)
-            })
+            (claim.lock.held_dir(&out))
+                .and_then(|dir| DatasetWriter::create_unlocked(options.writer_options(None), dir))
         });
         let writer = writer.and_then(|w| Ok((w, SourceSpool::new(&out)?)));
         let (writer, spool) = match writer {
@@ -211,7 +210,7 @@ impl SampleWriter {
             Err(e) => {
                 // Only the directories this call created, and only when empty.
                 claim.abandon();
-                return Err(e);
+                return Err(e.escalate(FaultStage::Writing));
             }
         };
         let (mut made, lock) = claim.ready();
@@ -569,7 +568,7 @@ impl SampleWriter {
                 ),
             });
         }
-        let sources = spool.finish(&self.options.out);
+        let sources = spool.finish(writer.dir());
         writer.set_sources(sources.map_err(|e| writer.space_error(e))?);
         let audit = self.totals.audit.clone();
         let manifest = writer.finish_with_audit(classes, provenance, Some(audit))?;

@@ -5,51 +5,14 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
+use crate::digest::DigestKind;
+use crate::held_dir::HeldDir;
 use crate::text::Lossless;
 use crate::{FormatError, ShardEntry};
 
 /// What to do about a part damaged since it was finished: nothing of it can be trusted.
 pub(super) const REDO_PART: &str =
     "convert or write this part again (delete its directory and rerun its task), then merge";
-
-/// Hard-links `to` to the file `from` names, following `from` if it is a symlink:
-/// `link(2)` links the symlink itself, and once the part directory was removed the merged
-/// shard was a link to nothing, and a target inside the part was gone with it.
-pub(super) fn link_following(from: &Path, to: &Path) -> std::io::Result<()> {
-    use rustix::fs::{linkat, AtFlags, CWD};
-    linkat(CWD, from, CWD, to, AtFlags::SYMLINK_FOLLOW).map_err(std::io::Error::from)
-}
-
-/// `dir` with its parent resolved, for removing the part directories one after the
-/// other: `OUT` given as `OUT/part-00000-of-00002/..` found `OUT/part-00000-of-00002/../
-/// part-00001-of-00002`, a path through the first part, gone once it was removed, and the
-/// second was left beside the merged dataset. The last component is kept as it is: a part
-/// that is a symlink is the link ([`remove_part`]).
-pub(super) fn resolved_dir(dir: &Path) -> PathBuf {
-    let resolved = match (dir.parent(), dir.file_name()) {
-        (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
-            std::fs::canonicalize(parent).map(|p| p.join(name))
-        }
-        (Some(_), Some(_)) => return dir.to_path_buf(),
-        // Ends in `..` or `.`: no link to keep.
-        _ => std::fs::canonicalize(dir),
-    };
-    resolved.unwrap_or_else(|_| dir.to_path_buf())
-}
-
-/// Removes the merged part `dir` (resolved by [`resolved_dir`]); a symlink to a part
-/// directory goes with the directory it leads to, which is returned. Removing the link
-/// alone, the merge said it removed the part while the part stayed whole beside the
-/// dataset, its shards' space still taken, ready to be merged or "resumed" once more.
-pub(super) fn remove_part(dir: &Path) -> std::io::Result<Option<PathBuf>> {
-    if !std::fs::symlink_metadata(dir)?.is_symlink() {
-        return std::fs::remove_dir_all(dir).map(|()| None);
-    }
-    let target = std::fs::canonicalize(dir)?;
-    std::fs::remove_dir_all(&target)?;
-    std::fs::remove_file(dir)?;
-    Ok(Some(target))
-}
 
 pub(super) fn check_size(path: &Path, s: &ShardEntry) -> Result<(), FormatError> {
     let len = std::fs::metadata(path)
@@ -94,7 +57,8 @@ pub(super) fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatErr
 }
 
 /// Each linked shard's whole-file xxh3 against its part's manifest (`(part's shard, merged
-/// name, digest)`), hashed through the merged name, which is the file the dataset keeps;
+/// name, digest)`), hashed through the merged name in `root`, which is the file the dataset
+/// keeps;
 /// a shard that differs refuses the merge, naming it.
 /// Size, record count and keys do not tell the shards of two parts of one conversion
 /// apart (each part numbers its records from 0, and raw records of one size make shards of
@@ -105,12 +69,16 @@ pub(super) fn link_error(from: &Path, to: &Path, e: std::io::Error) -> FormatErr
 /// On a pool of its own, one thread per available CPU (rayon's global pool panicked where
 /// threads could not start, a `pids.max` or `ulimit -u` below the CPUs, and took any
 /// `RAYON_NUM_THREADS`, 100,000 threads included); on this thread where none can start.
-pub(super) fn check_digests(linked: &[(PathBuf, PathBuf, Option<u64>)]) -> Result<(), FormatError> {
-    let check = |(from, to, want): &(PathBuf, PathBuf, Option<u64>)| {
+pub(super) fn check_digests(
+    root: &HeldDir,
+    linked: &[(PathBuf, String, Option<u64>)],
+) -> Result<(), FormatError> {
+    let check = |(from, to, want): &(PathBuf, String, Option<u64>)| {
         let Some(want) = *want else {
             return Ok(());
         };
-        let (_, got) = crate::digest::xxh3_of(to)?;
+        let mut file = root.open_read(to)?;
+        let (_, got) = crate::digest::digest_file(&root.join(to), &mut file, DigestKind::Xxh3)?;
         match got == want {
             true => Ok(()),
             false => Err(FormatError::MergeRefused {

@@ -55,9 +55,9 @@ fn a_merge_deletes_and_writes_nothing_in_a_root_that_is_not_the_one_it_locked() 
     // The identity of another directory: as if `root` had been swapped since.
     let elsewhere = tmp.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
-    let locked = DirIdentity::of_file(&std::fs::File::open(&elsewhere).unwrap()).unwrap();
+    let locked = HeldDir::of_locked(&std::fs::File::open(&elsewhere).unwrap(), &root).unwrap();
     std::fs::write(root.join("shard-00000.lmdb"), b"a newcomer's shard").unwrap();
-    let e = merge_locked((&root, locked), &[]).unwrap_err();
+    let e = merge_locked(&locked, &[]).unwrap_err();
     assert!(matches!(e, FormatError::OutputMoved { .. }), "{e}");
     assert_eq!(
         std::fs::read(root.join("shard-00000.lmdb")).unwrap(),

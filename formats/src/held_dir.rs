@@ -1,0 +1,381 @@
+//! The output directory as the open handle its writer locked: every file a writer, a
+//! conversion's journal or a merge creates, renames, links or deletes there is named
+//! relative to that handle (`openat`, `renameat`, `linkat`, `unlinkat`), never by a path.
+//!
+//! A path is looked up anew at each call. A run paused (Ctrl-Z, a frozen container) while
+//! its output directory was moved away and another made under the name would, by path,
+//! act on the newcomer: a check that the path still leads to the locked directory
+//! ([`HeldDir::check`]) narrows that to the moment between the check and the call, and a
+//! run stopped exactly there (forced with `strace -e inject=…:delay_enter`) still wrote
+//! its manifest over the other run's dataset, or deleted its shards as leftovers. Named
+//! relative to the handle, each step lands in the directory the run locked, wherever it is
+//! now; the check stays, so that the run stops and says where its output went instead of
+//! finishing somewhere nobody looks.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use crate::out_dir::DirIdentity;
+use crate::FormatError;
+
+/// Mode of every file a writer makes, less the umask (docs/FORMAT.md).
+const FILE_MODE: u32 = 0o644;
+
+/// An output directory, open; cloning shares the handle.
+#[derive(Debug, Clone)]
+pub(crate) struct HeldDir {
+    /// The directory, open read-only: its own open file description, not the lock's, so
+    /// that closing it never releases (or keeps) the lock.
+    fd: Arc<File>,
+    /// The path it was opened by: for messages, and for [`HeldDir::check`].
+    path: PathBuf,
+    /// Its device and inode, taken from `fd`.
+    id: DirIdentity,
+    /// Tests only: [`HeldDir::check`] passes whatever the path names, as if every step
+    /// came in the moment between its check and its call.
+    #[cfg(test)]
+    blind: bool,
+}
+
+impl HeldDir {
+    /// The directory `locked` (a lock's open directory), known as `path`.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors of reopening or looking at it.
+    pub(crate) fn of_locked(locked: &File, path: &Path) -> Result<HeldDir, FormatError> {
+        let fd = rustix::fs::openat(locked, ".", dir_flags(), Mode::empty())
+            .map_err(|e| FormatError::io(path, e.into()))?;
+        Self::held(File::from(fd), path)
+    }
+
+    /// Opens the directory `path` (symlinks followed), for work that takes no lock (a
+    /// finished dataset's journal removed) or for tests.
+    pub(crate) fn open(path: &Path) -> Result<HeldDir, FormatError> {
+        let fd = rustix::fs::openat(rustix::fs::CWD, path, dir_flags(), Mode::empty())
+            .map_err(|e| FormatError::io(path, e.into()))?;
+        Self::held(File::from(fd), path)
+    }
+
+    fn held(fd: File, path: &Path) -> Result<HeldDir, FormatError> {
+        let id = DirIdentity::of_file(&fd).map_err(|e| FormatError::io(path, e))?;
+        Ok(HeldDir {
+            fd: Arc::new(fd),
+            path: path.to_path_buf(),
+            id,
+            #[cfg(test)]
+            blind: false,
+        })
+    }
+
+    /// Tests only: this handle with [`HeldDir::check`] always passing.
+    #[cfg(test)]
+    pub(crate) fn blind(self) -> HeldDir {
+        HeldDir {
+            blind: true,
+            ..self
+        }
+    }
+
+    /// The path it was opened by (where it was then).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of `name` in it, for messages.
+    pub(crate) fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// Its identity (device and inode).
+    pub(crate) fn identity(&self) -> DirIdentity {
+        self.id
+    }
+
+    /// Refuses to go on once its path names another directory, or none
+    /// ([`FormatError::OutputMoved`]): what the run writes next would be out of sight.
+    pub(crate) fn check(&self) -> Result<(), FormatError> {
+        #[cfg(test)]
+        if self.blind {
+            return Ok(());
+        }
+        self.id.check(&self.path)
+    }
+
+    /// Creates `name`, which must not exist, for writing.
+    pub(crate) fn create_new(&self, name: &str) -> Result<File, FormatError> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        self.open_with(name, flags)
+    }
+
+    /// Creates `name`, or empties it if it exists, for reading and writing.
+    pub(crate) fn create(&self, name: &str) -> Result<File, FormatError> {
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC;
+        self.open_with(name, flags)
+    }
+
+    /// Opens the existing `name` for appending; non-blocking, and never as a controlling
+    /// terminal, whatever was put in its place.
+    pub(crate) fn open_append(&self, name: &str) -> Result<File, FormatError> {
+        let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::NONBLOCK | OFlags::NOCTTY;
+        self.open_with(name, flags | OFlags::CLOEXEC)
+    }
+
+    /// Opens the existing `name` for reading.
+    pub(crate) fn open_read(&self, name: &str) -> Result<File, FormatError> {
+        self.open_with(name, OFlags::RDONLY | OFlags::CLOEXEC)
+    }
+
+    fn open_with(&self, name: &str, flags: OFlags) -> Result<File, FormatError> {
+        let mode = Mode::from_raw_mode(FILE_MODE);
+        rustix::fs::openat(&*self.fd, name, flags, mode)
+            .map(File::from)
+            .map_err(|e| FormatError::io(self.join(name), e.into()))
+    }
+
+    /// Reads `name` whole if it is a regular file of at most `limit` bytes, as
+    /// [`crate::read_input_file`] reads a path; `None` if there is none.
+    pub(crate) fn read(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, FormatError> {
+        let path = self.join(name);
+        // Looked at before it is opened: a device is never opened.
+        let kind = match rustix::fs::statat(&*self.fd, name, AtFlags::empty()) {
+            Ok(st) => rustix::fs::FileType::from_raw_mode(st.st_mode),
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(FormatError::io(&path, e.into())),
+        };
+        if kind != rustix::fs::FileType::RegularFile {
+            return Err(FormatError::NotRegularFile {
+                path,
+                kind: crate::input_file::kind_named(kind),
+            });
+        }
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let file = match self.open_with(name, flags) {
+            Err(FormatError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(None)
+            }
+            opened => opened?,
+        };
+        crate::input_file::read_opened(&path, &file, limit).map(Some)
+    }
+
+    /// Whether `name` is there (a symlink counts as its target).
+    pub(crate) fn exists(&self, name: &str) -> bool {
+        rustix::fs::statat(&*self.fd, name, AtFlags::empty()).is_ok()
+    }
+
+    /// Renames `from` to `to`, both in it (replacing `to`).
+    pub(crate) fn rename(&self, from: &str, to: &str) -> Result<(), FormatError> {
+        rustix::fs::renameat(&*self.fd, from, &*self.fd, to)
+            .map_err(|e| FormatError::io(self.join(to), e.into()))
+    }
+
+    /// Deletes the file `name`; false when there was none.
+    pub(crate) fn remove(&self, name: impl AsRef<Path>) -> Result<bool, FormatError> {
+        let name = name.as_ref();
+        match rustix::fs::unlinkat(&*self.fd, name, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(FormatError::io(self.join(name), e.into())),
+        }
+    }
+
+    /// Deletes the empty directory `name`; false when it is not there or not empty.
+    pub(crate) fn remove_dir(&self, name: impl AsRef<Path>) -> bool {
+        rustix::fs::unlinkat(&*self.fd, name.as_ref(), AtFlags::REMOVEDIR).is_ok()
+    }
+
+    /// Deletes the directory `name` and everything in it, each entry by its name in a
+    /// directory held open (never following a symlink, which goes as a file): a merged
+    /// part found in the root. At most [`MAX_TREE_DEPTH`] levels deep.
+    pub(crate) fn remove_tree(&self, name: &Path) -> std::io::Result<()> {
+        remove_tree_at(&self.fd, name, 0)
+    }
+
+    /// Makes `name` in it another name of the file `from` (a path), following `from` if it
+    /// is a symlink: `link(2)` would link the symlink itself.
+    pub(crate) fn link_from(&self, from: &Path, name: &str) -> std::io::Result<()> {
+        use rustix::fs::{linkat, CWD};
+        linkat(CWD, from, &*self.fd, name, AtFlags::SYMLINK_FOLLOW).map_err(Into::into)
+    }
+
+    /// The names of its entries (not `.` and `..`), in directory order.
+    pub(crate) fn names(&self) -> Result<Vec<OsString>, FormatError> {
+        let io = |e: rustix::io::Errno| FormatError::io(&self.path, e.into());
+        let mut names = Vec::new();
+        for entry in rustix::fs::Dir::read_from(&*self.fd).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
+            }
+        }
+        Ok(names)
+    }
+
+    /// Makes what was renamed into it durable; best effort, as not every file system can
+    /// sync a directory.
+    pub(crate) fn sync(&self) {
+        let _ = self.fd.sync_all();
+    }
+}
+
+/// How deep [`HeldDir::remove_tree`] goes: a part directory holds files only, and a tree
+/// deeper than this is not one a conversion made.
+const MAX_TREE_DEPTH: usize = 64;
+
+/// [`HeldDir::remove_tree`] of `name` in `parent`, `depth` levels down.
+fn remove_tree_at(parent: &File, name: &Path, depth: usize) -> std::io::Result<()> {
+    match rustix::fs::unlinkat(parent, name, AtFlags::empty()) {
+        // A directory: `unlink` says EISDIR on Linux.
+        Err(rustix::io::Errno::ISDIR) => {}
+        done => return done.map_err(Into::into),
+    }
+    if depth >= MAX_TREE_DEPTH {
+        let what = format!("more than {MAX_TREE_DEPTH} directories deep; not removed");
+        return Err(std::io::Error::other(what));
+    }
+    let flags = dir_flags() | OFlags::NOFOLLOW;
+    let dir = File::from(rustix::fs::openat(parent, name, flags, Mode::empty())?);
+    // Listed before anything goes: entries removed while a directory is read may be
+    // skipped by the read.
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dir)? {
+        let entry = entry?;
+        let n = entry.file_name().to_bytes();
+        if n != b"." && n != b".." {
+            names.push(PathBuf::from(std::ffi::OsStr::from_bytes(n)));
+        }
+    }
+    for n in &names {
+        remove_tree_at(&dir, n, depth + 1)?;
+    }
+    rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).map_err(Into::into)
+}
+
+/// How a directory handle is opened: read-only (enough for every `*at` call), never
+/// inherited by a child process.
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `dir` moved to `dir.moved`, and a new directory made under its name.
+    fn replace(dir: &Path) -> PathBuf {
+        let moved = dir.with_extension("moved");
+        std::fs::rename(dir, &moved).unwrap();
+        std::fs::create_dir(dir).unwrap();
+        moved
+    }
+
+    #[test]
+    fn every_step_lands_in_the_held_directory_wherever_it_went() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        std::fs::write(out.join("old"), b"ours").unwrap();
+        let held = HeldDir::open(&out).unwrap();
+        assert!(held.check().is_ok());
+
+        let moved = replace(&out);
+        for name in ["old", "new", "gone"] {
+            std::fs::write(out.join(name), b"the newcomer's").unwrap();
+        }
+        assert!(matches!(held.check(), Err(FormatError::OutputMoved { .. })));
+        use std::io::Write;
+        held.create_new("new.tmp")
+            .unwrap()
+            .write_all(b"ours")
+            .unwrap();
+        held.rename("new.tmp", "new").unwrap();
+        assert!(held.remove("old").unwrap());
+        assert!(!held.remove("gone").unwrap());
+        held.link_from(&moved.join("new"), "linked").unwrap();
+        assert_eq!(held.read("new", 10).unwrap().unwrap(), b"ours");
+        assert!(held.exists("linked") && !held.exists("old"));
+        let mut names = held.names().unwrap();
+        names.sort();
+        assert_eq!(names, ["linked", "new"]);
+
+        // The newcomer's files are as it left them.
+        for name in ["old", "new", "gone"] {
+            assert_eq!(std::fs::read(out.join(name)).unwrap(), b"the newcomer's");
+        }
+        assert!(!out.join("linked").exists());
+    }
+
+    #[test]
+    fn a_tree_goes_from_the_held_directory_and_a_symlink_in_it_goes_as_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let part = out.join("part-0");
+        std::fs::create_dir_all(part.join("deeper")).unwrap();
+        std::fs::write(part.join("shard-00000.lmdb"), b"ours").unwrap();
+        std::fs::write(part.join("deeper/x"), b"ours").unwrap();
+        let kept = tmp.path().join("kept");
+        std::fs::create_dir(&kept).unwrap();
+        std::fs::write(kept.join("f"), b"someone's").unwrap();
+        std::os::unix::fs::symlink(&kept, part.join("link")).unwrap();
+        let held = HeldDir::open(&out).unwrap();
+        let moved = replace(&out);
+        std::fs::create_dir(out.join("part-0")).unwrap();
+        std::fs::write(out.join("part-0/shard-00000.lmdb"), b"the newcomer's").unwrap();
+
+        held.remove_tree(Path::new("part-0")).unwrap();
+        assert!(!moved.join("part-0").exists());
+        assert_eq!(std::fs::read(kept.join("f")).unwrap(), b"someone's");
+        let newcomer = std::fs::read(out.join("part-0/shard-00000.lmdb")).unwrap();
+        assert_eq!(newcomer, b"the newcomer's");
+    }
+
+    #[test]
+    fn reads_refuse_what_is_not_a_small_regular_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let held = HeldDir::open(tmp.path()).unwrap();
+        assert!(held.read("none", 10).unwrap().is_none());
+        std::os::unix::fs::symlink("/dev/zero", tmp.path().join("zero")).unwrap();
+        let e = held.read("zero", 10).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::NotRegularFile {
+                kind: "a character device",
+                ..
+            }
+        ));
+        std::fs::write(tmp.path().join("big"), [0u8; 11]).unwrap();
+        let e = held.read("big", 10).unwrap_err();
+        assert!(
+            matches!(e, FormatError::FileTooLarge { bytes: 11, .. }),
+            "{e}"
+        );
+        // A FIFO is refused before it is opened, so nothing waits for a writer.
+        rustix::fs::mkfifoat(&*held.fd, "fifo", Mode::from_raw_mode(0o600)).unwrap();
+        let e = held.read("fifo", 10).unwrap_err();
+        assert!(matches!(
+            e,
+            FormatError::NotRegularFile { kind: "a FIFO", .. }
+        ));
+    }
+
+    #[test]
+    fn a_held_lock_is_neither_kept_nor_released_by_the_handle() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lock = crate::convert::lock::OutputLock::acquire(tmp.path()).unwrap();
+        let held = HeldDir::of_locked(lock.dir(), tmp.path()).unwrap();
+        drop(held.clone());
+        assert!(crate::convert::lock::is_held(tmp.path()));
+        drop(lock);
+        assert!(!crate::convert::lock::is_held(tmp.path()));
+        drop(held);
+    }
+}
