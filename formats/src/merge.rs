@@ -218,11 +218,19 @@ fn merge_locked(dir: &HeldDir, parts: &[PathBuf]) -> Result<MergeReport, FormatE
         Ok(m) => m,
         Err(e) => {
             let _ = remove_shards(dir);
-            return Err(e);
+            // A part's file that differs from its manifest because the root was swapped
+            // under the merge (its parts are read by path) is said as what happened.
+            return Err(match dir.check() {
+                Err(moved @ FormatError::OutputMoved { .. }) => moved,
+                _ => e,
+            });
         }
     };
     // The merge is done; part directories are only extra names for the same shards now.
     // Failing to remove one fails nothing (the dataset is whole), but is said.
+    if dir.check().is_err() {
+        tracing::warn!("{}: the output root was moved away or removed while the merge finished: the merged dataset is whole in the directory it was moved to (or went with it)", out.lossless());
+    }
     let mut removed = Vec::new();
     for ((part, _), place) in loaded.iter().zip(&places) {
         match removal::remove(place, dir) {

@@ -44,6 +44,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
+use crate::held_dir::HeldDir;
 use crate::manifest::{PartInfo, Provenance, MANIFEST_FILE};
 use crate::outside_fault::FaultStage;
 use crate::text::Lossless;
@@ -176,9 +177,9 @@ pub fn convert(
     }
     // `out` locked until this returns: a second conversion into it is refused (fresh or resumed).
     let claim = claim::Claim::new(out, options.part.is_some())?;
-    // Out of descriptors here is no fault of the output's files, as in the run.
-    let outside = |e: FormatError| e.escalate(FaultStage::Converting);
-    let held = claim.lock.held_dir(out).map_err(outside)?;
+    let held = (claim.lock.held_dir(out)).map_err(|e| e.escalate(FaultStage::Converting))?;
+    // Out of descriptors, or the directory moved, said as in the run.
+    let outside = |e: FormatError| run_error(e, &held);
     let size = (listing.inputs.len(), listing.path_bytes());
     let check = |j: &journal::Journal| resume_check::check_journal(out, j, inputs, options);
     let journal = prepare_output(&held, options, fingerprint, size, check).map_err(outside)?;
@@ -207,8 +208,7 @@ pub fn convert(
     );
     progress.finish();
     let dir = output_lock.dir();
-    result.map_err(|e| made.after_failure(run_error(e, out, dir), &writer, dir))?;
-
+    result.map_err(|e| made.after_failure(run_error(e, &held), &writer, dir))?;
     let written = writer.next_index();
     let accounted = account_for_inputs(options, listing.webdataset, inputs, &totals, &mut writer);
     let no_map = accounted.map_err(|e| made.after_nothing_converted(e, &writer, dir))?;
@@ -220,12 +220,13 @@ pub fn convert(
     }
     let manifest = writer
         .finish_with_audit(listing.classes, provenance, Some(totals.audit.clone()))
-        .map_err(|e| run_error(e, out, dir))?;
+        .map_err(|e| run_error(e, &held))?;
     journal::remove(&held);
     let mut warnings = listing.warnings;
     warnings.extend(all_skipped_note);
     warnings.extend(no_map);
     warnings.extend(per_shard.and_then(|k| options.shard_floor_note(k, &manifest.shards)));
+    warnings.extend(held.check().err().map(|_| MOVED_AT_FINISH.to_owned()));
     Ok(ConvertReport {
         inputs: inputs.len() as u64,
         written,
@@ -248,18 +249,23 @@ pub fn convert(
     })
 }
 
-/// The error `e` of a run into `out` (`dir`, held open) as the user should read it: one
+/// The warning of a conversion whose output directory was moved away (or removed) after
+/// its last check: it finished there, not under the name it was given.
+pub(crate) const MOVED_AT_FINISH: &str = "the output directory was moved away or removed while the conversion finished: the dataset is whole in the directory it was moved to (or went with it), and OUT names another directory now, or none";
+
+/// The error `e` of a run into `held`, the output directory, as the user should read it: one
 /// of the output's files that failed for no fault of its own (out of descriptors, a mount
 /// gone) said to be an [`crate::OutsideFault`], with what is left; a file not found
 /// because the directory went away said so ([`output_gone`]).
-fn run_error(e: FormatError, out: &Path, dir: &std::fs::File) -> FormatError {
-    output_gone(e, out, dir).escalate(FaultStage::Converting)
+fn run_error(e: FormatError, held: &HeldDir) -> FormatError {
+    output_gone(e, held).escalate(FaultStage::Converting)
 }
 
 /// `e`, a file of the output directory not found, saying that the directory itself was
-/// removed or moved away mid-run (`dir` is the one the run holds open): the bare
+/// removed or moved away mid-run (`held` is the one the run holds open): the bare
 /// "out/shard-00014.lmdb.tmp: No such file or directory" did not say so.
-fn output_gone(e: FormatError, out: &Path, dir: &std::fs::File) -> FormatError {
+fn output_gone(e: FormatError, held: &HeldDir) -> FormatError {
+    let out = held.path();
     let moved = "if it was moved, `--resume` with that directory as OUT continues it";
     match &e {
         FormatError::OutputMoved { .. } => FormatError::OutputExists {
@@ -269,7 +275,7 @@ fn output_gone(e: FormatError, out: &Path, dir: &std::fs::File) -> FormatError {
             ),
         },
         FormatError::Io { source, .. }
-            if source.kind() == std::io::ErrorKind::NotFound && !lock::same_dir(dir, out) =>
+            if source.kind() == std::io::ErrorKind::NotFound && held.check().is_err() =>
         {
             FormatError::OutputExists {
                 path: out.to_path_buf(),

@@ -571,8 +571,12 @@ impl SampleWriter {
         let sources = spool.finish(writer.dir());
         writer.set_sources(sources.map_err(|e| writer.space_error(e))?);
         let audit = self.totals.audit.clone();
+        let held = writer.dir().clone();
         let manifest = writer.finish_with_audit(classes, provenance, Some(audit))?;
         self.finished = true;
+        if held.check().is_err() {
+            self.warnings.push(super::MOVED_AT_FINISH.to_owned());
+        }
         let empty_classes = match &self.classes {
             Some(c) => c
                 .iter()

@@ -68,3 +68,31 @@ fn a_merge_deletes_and_writes_nothing_in_a_root_that_is_not_the_one_it_locked() 
     assert_eq!(parts.len(), 2);
     assert!(parts.iter().all(|p| p.join(MANIFEST_FILE).exists()));
 }
+
+/// A merge stopped between its last check and the removal of a part found in the root
+/// (forced with `strace -e inject=unlinkat:delay_enter`) while the root was moved away and
+/// another run made a new one with parts of the same names: by path, it removed the
+/// newcomer's parts, the only copies of their records.
+#[test]
+fn a_merged_part_is_removed_from_the_root_held_not_from_the_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let part = "part-00000-of-00001";
+    let make = |root: &Path| {
+        std::fs::create_dir_all(root.join(part)).unwrap();
+        std::fs::write(root.join(part).join("shard-00000.lmdb"), b"x").unwrap();
+    };
+    make(&root);
+    let held = HeldDir::open(&root).unwrap();
+    // Given as a path through the root, and found in it: both are the root's by name.
+    for given in [root.join(part), root.join(".").join(part)] {
+        let place = removal::place_of(&given, &held);
+        assert!(matches!(place, removal::PartPlace::InRoot(_)), "{place:?}");
+    }
+    let place = removal::place_of(&root.join(part), &held);
+    std::fs::rename(&root, tmp.path().join("moved")).unwrap();
+    make(&root);
+    assert_eq!(removal::remove(&place, &held).unwrap(), None);
+    assert!(!tmp.path().join("moved").join(part).exists());
+    assert!(root.join(part).join("shard-00000.lmdb").exists());
+}
