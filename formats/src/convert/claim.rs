@@ -10,7 +10,7 @@
 //! unfinished until its manifest.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::lock::{same_dir, OutputLock};
 use super::part::parse_dir_name;
@@ -62,7 +62,7 @@ impl Claim {
         // holds the root alone while it looks for parts, so it never finds a part directory
         // of a start it is about to refuse (and then refuses the merge for that part).
         let (root_made, root_lock) = lock_root(root)?;
-        let part = check_root(out, root).and_then(|()| claim_part_dir(out, root));
+        let part = check_root(out, root).and_then(|()| claim_part_dir(out, &root_lock));
         match part {
             Ok((made, lock)) => Ok(Claim {
                 made: made.with_ancestors(root_made),
@@ -108,12 +108,12 @@ impl Claim {
 /// made under a hidden name, locked, and renamed into place only if nothing is there
 /// (`RENAME_NOREPLACE`): whoever made the directory at `out` holds its lock, and the start
 /// that loses the rename removes the hidden directory it made, leaving nothing.
-fn claim_part_dir(out: &Path, root: &Path) -> Result<(Made, OutputLock), FormatError> {
+fn claim_part_dir(out: &Path, root: &OutputLock) -> Result<(Made, OutputLock), FormatError> {
     super::out_path::refuse_non_directory(out)?;
     let missing =
         std::fs::symlink_metadata(out).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
     if let (true, Some(name)) = (missing, out.file_name()) {
-        if let Some(claimed) = make_locked(out, root, name)? {
+        if let Some(claimed) = make_locked(out, root.dir(), name)? {
             return Ok(claimed);
         }
     }
@@ -129,29 +129,32 @@ fn claim_part_dir(out: &Path, root: &Path) -> Result<(Made, OutputLock), FormatE
 /// time).
 const CLAIM_NAME_TRIES: u32 = 16;
 
-/// [`claim_part_dir`]'s making of `out` (named `name`, in `root`) under a hidden name,
-/// locked, then renamed into place; `None` when something is at `out` by then, or the
-/// file system has no `RENAME_NOREPLACE`, the hidden directory removed again.
+/// [`claim_part_dir`]'s making of `out` (named `name`, in the root, `root` open and locked
+/// shared) under a hidden name, locked, then renamed into place; `None` when something is
+/// at `out` by then, or the file system has no `RENAME_NOREPLACE`, the hidden directory
+/// removed again. Each step is named in the root held, so that a root swapped meanwhile
+/// (moved away and made again) gets no part directory of a start it never locked.
 fn make_locked(
     out: &Path,
-    root: &Path,
+    root: &File,
     name: &std::ffi::OsStr,
 ) -> Result<Option<(Made, OutputLock)>, FormatError> {
-    let Some(hidden) = make_hidden(root, name)? else {
+    let parent = out.parent().unwrap_or(Path::new("."));
+    let Some(hidden) = make_hidden(root, parent, name)? else {
         return Ok(None);
     };
-    let lock = match OutputLock::acquire(&hidden) {
+    let remove_hidden = || rustix::fs::unlinkat(root, &hidden, rustix::fs::AtFlags::REMOVEDIR);
+    let lock = match OutputLock::acquire_in(root, &hidden, &parent.join(&hidden)) {
         Ok(lock) => lock,
         Err(e) => {
-            let _ = std::fs::remove_dir(&hidden);
+            let _ = remove_hidden();
             return Err(e);
         }
     };
     #[cfg(test)]
     tests::before_part_rename();
-    let cwd = rustix::fs::CWD;
     let flags = rustix::fs::RenameFlags::NOREPLACE;
-    match rustix::fs::renameat_with(cwd, &hidden, cwd, out, flags) {
+    match rustix::fs::renameat_with(root, &hidden, root, name, flags) {
         Ok(()) => Ok(Some((Made::made_here(out), lock))),
         Err(_) => {
             // Ours alone (nobody else knows its name), empty, and locked only by us. On
@@ -160,7 +163,7 @@ fn make_locked(
             // without rename2; a seccomp sandbox's EPERM or ENOSYS): made in place, as
             // before, with the race between two starts of one part left open there. A
             // real error comes back from that.
-            let _ = std::fs::remove_dir(&hidden);
+            let _ = remove_hidden();
             drop(lock);
             Ok(None)
         }
@@ -213,27 +216,32 @@ pub(crate) fn stray_entry(name: &str, otherwise: &str) -> String {
 /// What [`make_hidden`] puts after a part directory's name, before the pid.
 const CLAIM_MARK: &str = ".claim-";
 
-/// Makes a new hidden directory in `root` for the part directory `name`:
-/// `.part-IIIII-of-NNNNN.claim-PID-K` (not `part-*`, which a merge would take for a part);
-/// `None` when [`CLAIM_NAME_TRIES`] names are all taken: leftovers of starts that died
-/// there (only a merge removes them, and it waits for this part), so the part directory is
-/// made in place instead, as on a file system that cannot rename without replacing.
-fn make_hidden(root: &Path, name: &std::ffi::OsStr) -> Result<Option<PathBuf>, FormatError> {
+/// Makes a new hidden directory in the open `root` (at `root_path`) for the part
+/// directory `name`, and returns its name: `.part-IIIII-of-NNNNN.claim-PID-K` (not
+/// `part-*`, which a merge would take for a part); `None` when [`CLAIM_NAME_TRIES`] names
+/// are all taken: leftovers of starts that died there (only a merge removes them, and it
+/// waits for this part), so the part directory is made in place instead, as on a file
+/// system that cannot rename without replacing.
+fn make_hidden(
+    root: &File,
+    root_path: &Path,
+    name: &std::ffi::OsStr,
+) -> Result<Option<std::ffi::OsString>, FormatError> {
     let mut k = 0;
     loop {
-        let mut hidden_name = std::ffi::OsString::from(".");
-        hidden_name.push(name);
-        hidden_name.push(format!("{CLAIM_MARK}{}-{k}", std::process::id()));
-        let hidden = root.join(hidden_name);
-        match std::fs::create_dir(&hidden) {
+        let mut hidden = std::ffi::OsString::from(".");
+        hidden.push(name);
+        hidden.push(format!("{CLAIM_MARK}{}-{k}", std::process::id()));
+        let mode = rustix::fs::Mode::from_raw_mode(0o777);
+        match rustix::fs::mkdirat(root, &hidden, mode) {
             Ok(()) => return Ok(Some(hidden)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(rustix::io::Errno::EXIST) => {
                 k += 1;
                 if k == CLAIM_NAME_TRIES {
                     return Ok(None);
                 }
             }
-            Err(e) => return Err(FormatError::io(&hidden, e)),
+            Err(e) => return Err(FormatError::io(root_path.join(&hidden), e.into())),
         }
     }
 }
@@ -398,6 +406,32 @@ mod tests {
         assert!(!part.exists(), "an empty part directory stayed");
         let left: Vec<_> = std::fs::read_dir(&root).unwrap().collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A part's start paused just before it renamed its hidden directory into place,
+    /// while the root was moved away and another made under its name: by path, its part
+    /// directory went into that other root, which it had never locked.
+    #[test]
+    fn a_part_directory_goes_into_the_root_locked_not_one_made_there_since() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        let moved = tmp.path().join("moved");
+        std::fs::create_dir(&root).unwrap();
+        let (from, to) = (root.clone(), moved.clone());
+        BEFORE_PART_RENAME.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                std::fs::rename(&from, &to).unwrap();
+                std::fs::create_dir(&from).unwrap();
+            }))
+        });
+        let claim = Claim::new(&root.join("part-00000-of-00002"), true).unwrap();
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+        let names: Vec<_> = std::fs::read_dir(&moved)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["part-00000-of-00002"]);
+        drop(claim);
     }
 
     /// Starts that died between making their hidden directory and renaming it (a

@@ -42,18 +42,32 @@ pub(crate) struct OutputLock {
 impl OutputLock {
     /// Takes the lock of the existing directory `out`, or says who holds it.
     pub(crate) fn acquire(out: &Path) -> Result<OutputLock, FormatError> {
-        Self::acquire_with(out, fs4::FileExt::try_lock)
+        Self::acquire_with(out, File::open(out), fs4::FileExt::try_lock)
+    }
+
+    /// [`OutputLock::acquire`] of the directory `name` in the open directory `parent`
+    /// (`out`, its path, in messages), never following a symlink there.
+    pub(crate) fn acquire_in(
+        parent: &File,
+        name: &std::ffi::OsStr,
+        out: &Path,
+    ) -> Result<OutputLock, FormatError> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let dir = rustix::fs::openat(parent, name, flags, Mode::empty());
+        let dir = dir.map(File::from).map_err(std::io::Error::from);
+        Self::acquire_with(out, dir, fs4::FileExt::try_lock)
     }
 
     /// Takes a shared lock of the existing directory `out`, as each part's writer takes on
     /// the output root while it starts: any number of them at once, but none while
     /// [`OutputLock::acquire`] holds it (a merge into the root), nor that while they do.
     pub(crate) fn acquire_shared(out: &Path) -> Result<OutputLock, FormatError> {
-        Self::acquire_with(out, fs4::FileExt::try_lock_shared)
+        Self::acquire_with(out, File::open(out), fs4::FileExt::try_lock_shared)
     }
 
-    /// [`OutputLock::acquire`] with the locking call given, so that tests can play a file
-    /// system without locks.
+    /// [`OutputLock::acquire`] of `dir`, `out` opened, with the locking call given, so that
+    /// tests can play a file system without locks.
     ///
     /// A file system whose directory locks fail as unsupported (`ENOLCK`, `ENOSYS`,
     /// `EOPNOTSUPP`: one that passes a directory's `flock` to its server and cannot take
@@ -64,9 +78,10 @@ impl OutputLock {
     /// saying so.
     fn acquire_with(
         out: &Path,
+        dir: std::io::Result<File>,
         try_lock: impl Fn(&File) -> Result<(), fs4::TryLockError>,
     ) -> Result<OutputLock, FormatError> {
-        let dir = File::open(out).map_err(|e| FormatError::io(out, e))?;
+        let dir = dir.map_err(|e| FormatError::io(out, e))?;
         let settled = Instant::now() + LOCK_SETTLE;
         let mut tried = try_lock(&dir);
         while matches!(tried, Err(fs4::TryLockError::WouldBlock)) && Instant::now() < settled {
@@ -253,11 +268,11 @@ mod tests {
                 _ => Ok(()),
             }
         };
-        OutputLock::acquire_with(dir.path(), releasing).unwrap();
+        OutputLock::acquire_with(dir.path(), File::open(dir.path()), releasing).unwrap();
         assert_eq!(calls.get(), 4);
         let start = Instant::now();
         let held = |_: &File| Err(fs4::TryLockError::WouldBlock);
-        let e = OutputLock::acquire_with(dir.path(), held).unwrap_err();
+        let e = OutputLock::acquire_with(dir.path(), File::open(dir.path()), held).unwrap_err();
         assert!(matches!(e, FormatError::OutputLocked { .. }), "{e}");
         assert!(start.elapsed() >= LOCK_SETTLE);
     }
@@ -274,10 +289,11 @@ mod tests {
         };
         // NFSv3 without its lock daemon, FUSE/SMB without lock support.
         for errno in [libc::ENOLCK, libc::ENOSYS, libc::EOPNOTSUPP] {
-            OutputLock::acquire_with(dir.path(), failing(errno))
+            OutputLock::acquire_with(dir.path(), File::open(dir.path()), failing(errno))
                 .unwrap_or_else(|e| panic!("errno {errno}: {e}"));
         }
-        let e = OutputLock::acquire_with(dir.path(), failing(libc::EIO)).unwrap_err();
+        let e = OutputLock::acquire_with(dir.path(), File::open(dir.path()), failing(libc::EIO))
+            .unwrap_err();
         assert!(e.to_string().contains("os error 5"), "{e}");
     }
 
