@@ -266,17 +266,19 @@ fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
 }
 
+/// Tests only: `dir` moved to `dir.moved` (returned), and a new empty directory made
+/// under its name, as another run does while a writer is paused.
+#[cfg(test)]
+pub(crate) fn replace(dir: &Path) -> PathBuf {
+    let moved = dir.with_extension("moved");
+    std::fs::rename(dir, &moved).unwrap();
+    std::fs::create_dir(dir).unwrap();
+    moved
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `dir` moved to `dir.moved`, and a new directory made under its name.
-    fn replace(dir: &Path) -> PathBuf {
-        let moved = dir.with_extension("moved");
-        std::fs::rename(dir, &moved).unwrap();
-        std::fs::create_dir(dir).unwrap();
-        moved
-    }
 
     #[test]
     fn every_step_lands_in_the_held_directory_wherever_it_went() {

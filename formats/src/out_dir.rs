@@ -110,12 +110,7 @@ mod tests {
         label: 0,
     };
 
-    /// `dir` moved away and a new empty directory made under its name.
-    fn replace(dir: &Path) {
-        let moved = dir.with_extension("moved");
-        std::fs::rename(dir, moved).unwrap();
-        std::fs::create_dir(dir).unwrap();
-    }
+    use crate::held_dir::replace;
 
     fn moved(e: FormatError) -> bool {
         matches!(e, FormatError::OutputMoved { .. })
@@ -168,7 +163,7 @@ mod tests {
         std::fs::create_dir(&out).unwrap();
         std::fs::write(out.join("shard-00000.lmdb.tmp"), b"our leftover").unwrap();
         let held = crate::held_dir::HeldDir::open(&out).unwrap().blind();
-        replace(&out);
+        let moved = replace(&out);
         let theirs = [
             "shard-00000.lmdb.tmp",
             "shard-00000.lmdb",
@@ -192,7 +187,6 @@ mod tests {
             assert_eq!(std::fs::read(out.join(name)).unwrap(), b"the newcomer's");
         }
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 4);
-        let moved = out.with_extension("moved");
         let ds = crate::Dataset::open(&moved).unwrap().reader().unwrap();
         let labels: Vec<u32> = (0..5).map(|i| ds.get(i).unwrap().header.label).collect();
         assert_eq!(labels, [0, 1, 2, 3, 4]);
