@@ -294,7 +294,7 @@ pub enum FormatError {
     /// The output directory was removed or moved away while it was written: its path names
     /// another directory now (made there since, perhaps by another run), or none. Nothing
     /// more is written under that name.
-    #[error("{path}: the output directory was removed or moved away while it was written (its path names another directory now, or none): nothing more is written under that name", path = .path.lossless())]
+    #[error("{path}: the output directory was removed or moved away while it was written (its path names another directory now, or none): nothing more is written under that name; if it was moved, finish it where it went (a conversion with `stoker convert --resume`, a merge with `stoker merge`)", path = .path.lossless())]
     OutputMoved {
         /// The output directory's path.
         path: PathBuf,

@@ -122,10 +122,14 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
     if merged.is_err() {
         // A refused merge leaves no directory it made. Removed under the lock, so no part
         // is starting in it (a part locks its root shared while it starts); empty only, and
-        // `out` only while the path still names the directory locked.
-        if crate::convert::lock::same_dir(lock.dir(), out) {
+        // `out` only while it is the directory locked.
+        if let Ok(held) = crate::out_dir::DirIdentity::of_file(lock.dir()) {
             for d in &made {
-                if std::fs::remove_dir(d).is_err() {
+                let removed = match d == out {
+                    true => crate::out_dir::remove_empty_dir(d, held),
+                    false => std::fs::remove_dir(d).is_ok(),
+                };
+                if !removed {
                     break;
                 }
             }
@@ -228,9 +232,6 @@ fn merge_locked(dir: &HeldDir, parts: &[PathBuf]) -> Result<MergeReport, FormatE
     };
     // The merge is done; part directories are only extra names for the same shards now.
     // Failing to remove one fails nothing (the dataset is whole), but is said.
-    if dir.check().is_err() {
-        tracing::warn!("{}: the output root was moved away or removed while the merge finished: the merged dataset is whole in the directory it was moved to (or went with it)", out.lossless());
-    }
     let mut removed = Vec::new();
     for ((part, _), place) in loaded.iter().zip(&places) {
         match removal::remove(place, dir) {
@@ -242,6 +243,10 @@ fn merge_locked(dir: &HeldDir, parts: &[PathBuf]) -> Result<MergeReport, FormatE
                 out.lossless()
             ),
         }
+    }
+    // Checked last: moved at any step since the last check, every step went on in it.
+    if dir.check().is_err() {
+        tracing::warn!("{}: the output root was moved away or removed while the merge finished: the merged dataset is whole in the directory it was moved to (or went with it), and the part directories named removed went from there; this path names another directory now, or none", out.lossless());
     }
     Ok(MergeReport {
         out: out.to_path_buf(),

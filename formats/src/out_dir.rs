@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use crate::manifest::MANIFEST_FILE;
+use crate::text::Lossless;
 use crate::FormatError;
 
 /// Refuses an output directory `out` that holds a finished dataset (a manifest): nothing
@@ -95,6 +96,59 @@ impl DirIdentity {
             Err(e) => Err(FormatError::io(dir, e)),
         }
     }
+}
+
+/// Removes the empty directory at `path` if it is `held` (a run's own output directory,
+/// which the run made and now takes away), and nothing else; false when it stays.
+///
+/// Removed by its name alone, whatever directory is at that name when the call lands would
+/// go: a run paused right before it, while its directory was moved away and another run
+/// made a new one under the name (empty, about to be locked), removed the newcomer's. So
+/// the directory is first renamed aside, in its parent, to a name of this process's
+/// (`.NAME.stoker-removing-PID`), looked at there, and removed only if it is `held`;
+/// anything else is renamed back at once. Where the file system cannot rename without
+/// replacing, it is looked at under its name and then removed, as before.
+pub(crate) fn remove_empty_dir(path: &Path, held: DirIdentity) -> bool {
+    use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        // `/`, or a path ending in `..`: never a directory a run made.
+        return false;
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(p) = rustix::fs::openat(rustix::fs::CWD, parent, flags, Mode::empty()) else {
+        return false;
+    };
+    let is_held = |at: &std::ffi::OsStr| {
+        rustix::fs::statat(&p, at, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == (held.dev, held.ino))
+    };
+    let mut aside = std::ffi::OsString::from(".");
+    aside.push(name);
+    aside.push(format!(".stoker-removing-{}", std::process::id()));
+    match rustix::fs::renameat_with(&p, name, &p, &aside, RenameFlags::NOREPLACE) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
+            return is_held(name) && rustix::fs::unlinkat(&p, name, AtFlags::REMOVEDIR).is_ok();
+        }
+        Err(_) => return false,
+    }
+    if is_held(&aside) && rustix::fs::unlinkat(&p, &aside, AtFlags::REMOVEDIR).is_ok() {
+        return true;
+    }
+    // Another run's, or ours with something put in it since: back under its name.
+    if rustix::fs::renameat_with(&p, &aside, &p, name, RenameFlags::NOREPLACE).is_err() {
+        tracing::warn!(
+            "{}: moved aside to be removed and could not be put back (something was made under its name meanwhile); it is {}",
+            path.lossless(),
+            parent.join(&aside).lossless()
+        );
+    }
+    false
 }
 
 #[cfg(test)]
@@ -191,6 +245,36 @@ mod tests {
         let labels: Vec<u32> = (0..5).map(|i| ds.get(i).unwrap().header.label).collect();
         assert_eq!(labels, [0, 1, 2, 3, 4]);
         assert!(!moved.join("shard-00000.lmdb.tmp").exists());
+    }
+
+    /// A run paused just before it took away the output directory it had made (a
+    /// `--strict` stop, a writer's abort) while the directory was moved away and another
+    /// run made a new, empty one under the name: by path, the newcomer's went.
+    #[test]
+    fn only_the_directory_held_is_removed_never_one_made_under_its_name_since() {
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let held = DirIdentity::of_file(&std::fs::File::open(&out).unwrap()).unwrap();
+        let moved = replace(&out);
+        assert!(!remove_empty_dir(&out, held));
+        assert!(out.is_dir());
+        // Nothing of the attempt is left beside it.
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2);
+        // Its own: kept while something is in it, removed once empty.
+        std::fs::write(moved.join("f"), b"").unwrap();
+        assert!(!remove_empty_dir(&moved, held));
+        assert!(moved.join("f").exists());
+        std::fs::remove_file(moved.join("f")).unwrap();
+        assert!(remove_empty_dir(&moved, held));
+        assert!(!moved.exists());
+        // A symlink to it is never removed as it.
+        std::fs::create_dir(&moved).unwrap();
+        let held = DirIdentity::of_file(&std::fs::File::open(&moved).unwrap()).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&moved, &link).unwrap();
+        assert!(!remove_empty_dir(&link, held));
+        assert!(link.is_symlink() && moved.is_dir());
     }
 
     #[test]

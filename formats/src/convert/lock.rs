@@ -152,7 +152,7 @@ pub(crate) fn remove_if_unused(root: &Path) -> bool {
     if fs4::FileExt::try_lock(&dir).is_err() {
         return false;
     }
-    same_dir(&dir, root) && std::fs::remove_dir(root).is_ok()
+    DirIdentity::of_file(&dir).is_ok_and(|held| crate::out_dir::remove_empty_dir(root, held))
 }
 
 /// Whether a running process holds the lock of the directory `dir` exclusively, as a

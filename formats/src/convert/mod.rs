@@ -226,7 +226,7 @@ pub fn convert(
     warnings.extend(all_skipped_note);
     warnings.extend(no_map);
     warnings.extend(per_shard.and_then(|k| options.shard_floor_note(k, &manifest.shards)));
-    warnings.extend(held.check().err().map(|_| MOVED_AT_FINISH.to_owned()));
+    warnings.extend(held.check().err().map(|_| moved_at_finish(out)));
     Ok(ConvertReport {
         inputs: inputs.len() as u64,
         written,
@@ -251,7 +251,12 @@ pub fn convert(
 
 /// The warning of a conversion whose output directory was moved away (or removed) after
 /// its last check: it finished there, not under the name it was given.
-pub(crate) const MOVED_AT_FINISH: &str = "the output directory was moved away or removed while the conversion finished: the dataset is whole in the directory it was moved to (or went with it), and OUT names another directory now, or none";
+pub(crate) fn moved_at_finish(out: &Path) -> String {
+    format!(
+        "the output directory {} was moved away or removed while the conversion finished: the dataset is whole in the directory it was moved to (or went with it), and that path names another directory now, or none",
+        out.lossless()
+    )
+}
 
 /// The error `e` of a run into `held`, the output directory, as the user should read it: one
 /// of the output's files that failed for no fault of its own (out of descriptors, a mount

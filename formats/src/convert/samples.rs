@@ -575,7 +575,7 @@ impl SampleWriter {
         let manifest = writer.finish_with_audit(classes, provenance, Some(audit))?;
         self.finished = true;
         if held.check().is_err() {
-            self.warnings.push(super::MOVED_AT_FINISH.to_owned());
+            self.warnings.push(super::moved_at_finish(held.path()));
         }
         let empty_classes = match &self.classes {
             Some(c) => c
@@ -629,6 +629,10 @@ impl SampleWriter {
                 errno,
             },
             // A conversion's words would say that --resume continues.
+            FormatError::OutputMoved { path } => FormatError::OutputExists {
+                path,
+                reason: "the output directory was removed or moved away while the writer wrote it (its path names another directory now, or none): the writer stopped and takes away what it wrote there; write the samples again with a new writer".into(),
+            },
             FormatError::OutsideFault {
                 path,
                 source,
@@ -744,8 +748,14 @@ fn refuse_nonempty(out: &Path, part: bool) -> Result<(), FormatError> {
         path: out.to_path_buf(),
         reason,
     };
-    crate::out_dir::refuse_finished(out)?;
     let mut entries = std::fs::read_dir(out).map_err(|e| FormatError::io(out, e))?;
+    let first = entries.next();
+    if first.is_none() {
+        return Ok(());
+    }
+    // After the listing: a dataset another writer finished meanwhile is called that, not
+    // the shards of one that stopped.
+    crate::out_dir::refuse_finished(out)?;
     let what_to_do = match part {
         // The part directory is locked, so no writer runs there now.
         true => format!("a writer of this part was killed before it finished; {REWRITE_PART}"),
@@ -753,7 +763,7 @@ fn refuse_nonempty(out: &Path, part: bool) -> Result<(), FormatError> {
         false if crate::out_dir::unfinished_shards(out) > 0 => "it holds the shards of a writer that stopped before it finished (killed?), and no writer continues one: delete the directory and write the samples again, or write into a new or empty directory".into(),
         false => "write into a new or empty directory".into(),
     };
-    match entries.next() {
+    match first {
         None => Ok(()),
         Some(Ok(e)) => Err(exists(format!(
             "is not empty (found {:?}); {what_to_do}",

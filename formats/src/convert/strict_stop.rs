@@ -16,7 +16,8 @@
 //! names in it (`unlinkat`), never by a path: were the output directory renamed away and
 //! another put at its path during the run, a path would lead into that other directory,
 //! and its files of the same names would go. The directories are removed only while their
-//! path still names the directory the run holds.
+//! path still names the directory the run holds, the output directory itself only once
+//! renamed aside and seen to be it ([`crate::out_dir::remove_empty_dir`]).
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -193,10 +194,15 @@ impl Made {
         if !self.names_dir(dir) {
             return all;
         }
+        let Ok(held) = crate::out_dir::DirIdentity::of_file(dir) else {
+            return all;
+        };
         // Empty directories only: anything else put there stays, and so does its directory.
         for d in &self.dirs {
             let removed = if self.shared_root.as_ref() == Some(d) {
                 super::lock::remove_if_unused(d)
+            } else if *d == self.out {
+                crate::out_dir::remove_empty_dir(d, held)
             } else {
                 std::fs::remove_dir(d).is_ok()
             };
