@@ -3,14 +3,12 @@
 //! relative to that handle (`openat`, `renameat`, `linkat`, `unlinkat`), never by a path.
 //!
 //! A path is looked up anew at each call. A run paused (Ctrl-Z, a frozen container) while
-//! its output directory was moved away and another made under the name would, by path,
-//! act on the newcomer: a check that the path still leads to the locked directory
-//! ([`HeldDir::check`]) narrows that to the moment between the check and the call, and a
-//! run stopped exactly there (forced with `strace -e inject=…:delay_enter`) still wrote
-//! its manifest over the other run's dataset, or deleted its shards as leftovers. Named
-//! relative to the handle, each step lands in the directory the run locked, wherever it is
-//! now; the check stays, so that the run stops and says where its output went instead of
-//! finishing somewhere nobody looks.
+//! its output directory is moved away and another made under the name would, by path, act
+//! on the newcomer, even right after a check that the path still leads to the locked
+//! directory ([`HeldDir::check`]): the check and the call are two steps. Named relative to
+//! the handle, each step lands in the directory the run locked, wherever it is now. The
+//! check stays, so that a moved run stops and says so instead of finishing where nobody
+//! looks.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -138,6 +136,37 @@ impl HeldDir {
             .map_err(|e| FormatError::io(self.join(name), e.into()))
     }
 
+    /// A new file in it with no name (nothing to leave behind, whatever ends the process),
+    /// for reading and writing: `O_TMPFILE`, or where the file system has none, a new
+    /// hidden file of this process's removed at once.
+    pub(crate) fn unnamed_file(&self) -> Result<File, FormatError> {
+        let mode = Mode::from_raw_mode(0o600);
+        let flags = OFlags::RDWR | OFlags::TMPFILE | OFlags::CLOEXEC;
+        match rustix::fs::openat(&*self.fd, ".", flags, mode) {
+            Ok(fd) => return Ok(File::from(fd)),
+            // Not supported here (EOPNOTSUPP, or EISDIR/EINVAL from kernels and file
+            // systems that do not know the flag): a named one, unlinked.
+            Err(
+                rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::ISDIR | rustix::io::Errno::INVAL,
+            ) => {}
+            Err(e) => return Err(FormatError::io(&self.path, e.into())),
+        }
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::CLOEXEC;
+        for k in 0..16 {
+            let name = format!(".stoker-spool-{}-{k}", std::process::id());
+            match rustix::fs::openat(&*self.fd, name.as_str(), flags, mode) {
+                Ok(fd) => {
+                    self.remove(&name)?;
+                    return Ok(File::from(fd));
+                }
+                Err(rustix::io::Errno::EXIST) => continue,
+                Err(e) => return Err(FormatError::io(self.join(&name), e.into())),
+            }
+        }
+        let e = std::io::Error::other("every spool name of this process is taken");
+        Err(FormatError::io(&self.path, e))
+    }
+
     /// Reads `name` whole if it is a regular file of at most `limit` bytes, as
     /// [`crate::read_input_file`] reads a path; `None` if there is none.
     pub(crate) fn read(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, FormatError> {
@@ -199,11 +228,30 @@ impl HeldDir {
         remove_tree_at(&self.fd, name, 0)
     }
 
-    /// Makes `name` in it another name of the file `from` (a path), following `from` if it
-    /// is a symlink: `link(2)` would link the symlink itself.
-    pub(crate) fn link_from(&self, from: &Path, name: &str) -> std::io::Result<()> {
-        use rustix::fs::{linkat, CWD};
-        linkat(CWD, from, &*self.fd, name, AtFlags::SYMLINK_FOLLOW).map_err(Into::into)
+    /// Makes `name` in it another name of the file `from_name` in `from`, following that
+    /// if it is a symlink: `link(2)` would link the symlink itself.
+    pub(crate) fn link_from(
+        &self,
+        from: &HeldDir,
+        from_name: &str,
+        name: &str,
+    ) -> std::io::Result<()> {
+        let flags = AtFlags::SYMLINK_FOLLOW;
+        rustix::fs::linkat(&*from.fd, from_name, &*self.fd, name, flags).map_err(Into::into)
+    }
+
+    /// The directory `name` in it (a symlink there followed), open, known as `shown_as`.
+    pub(crate) fn open_dir(&self, name: &Path, shown_as: &Path) -> Result<HeldDir, FormatError> {
+        let fd = rustix::fs::openat(&*self.fd, name, dir_flags(), Mode::empty())
+            .map_err(|e| FormatError::io(shown_as, e.into()))?;
+        Self::held(File::from(fd), shown_as)
+    }
+
+    /// The size of the file `name` in it (a symlink followed).
+    pub(crate) fn len_of(&self, name: &str) -> Result<u64, FormatError> {
+        rustix::fs::statat(&*self.fd, name, AtFlags::empty())
+            .map(|st| st.st_size as u64)
+            .map_err(|e| FormatError::io(self.join(name), e.into()))
     }
 
     /// The names of its entries (not `.` and `..`), in directory order.
@@ -302,7 +350,8 @@ mod tests {
         held.rename("new.tmp", "new").unwrap();
         assert!(held.remove("old").unwrap());
         assert!(!held.remove("gone").unwrap());
-        held.link_from(&moved.join("new"), "linked").unwrap();
+        let elsewhere = HeldDir::open(&moved).unwrap();
+        held.link_from(&elsewhere, "new", "linked").unwrap();
         assert_eq!(held.read("new", 10).unwrap().unwrap(), b"ours");
         assert!(held.exists("linked") && !held.exists("old"));
         let mut names = held.names().unwrap();
@@ -374,10 +423,25 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let lock = crate::convert::lock::OutputLock::acquire(tmp.path()).unwrap();
         let held = HeldDir::of_locked(lock.dir(), tmp.path()).unwrap();
-        drop(held.clone());
+        // Another handle closed: the lock stays with the lock's own descriptor.
+        drop(HeldDir::of_locked(lock.dir(), tmp.path()).unwrap());
         assert!(crate::convert::lock::is_held(tmp.path()));
         drop(lock);
         assert!(!crate::convert::lock::is_held(tmp.path()));
         drop(held);
+    }
+
+    #[test]
+    fn an_unnamed_file_leaves_no_name_in_the_directory() {
+        use std::io::{Read, Seek, Write};
+        let tmp = tempfile::tempdir().unwrap();
+        let held = HeldDir::open(tmp.path()).unwrap();
+        let mut f = held.unnamed_file().unwrap();
+        f.write_all(b"names").unwrap();
+        f.rewind().unwrap();
+        let mut back = String::new();
+        f.read_to_string(&mut back).unwrap();
+        assert_eq!(back, "names");
+        assert_eq!(held.names().unwrap().len(), 0);
     }
 }

@@ -123,7 +123,8 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
         // A refused merge leaves no directory it made. Removed under the lock, so no part
         // is starting in it (a part locks its root shared while it starts); empty only, and
         // `out` only while it is the directory locked.
-        if let Ok(held) = crate::out_dir::DirIdentity::of_file(lock.dir()) {
+        let held = crate::out_dir::DirIdentity::of_file(lock.dir()).ok();
+        if let Some(held) = held.filter(|_| crate::convert::lock::same_dir(lock.dir(), out)) {
             for d in &made {
                 let removed = match d == out {
                     true => crate::out_dir::remove_empty_dir(d, held),
@@ -218,12 +219,13 @@ fn merge_locked(dir: &HeldDir, parts: &[PathBuf]) -> Result<MergeReport, FormatE
     // until the manifest exists. A merge refused while linking takes its links away again.
     dir.check()?;
     remove_shards(dir)?;
-    let manifest = match link_parts(dir, &loaded) {
+    let manifest = match link_parts(dir, &loaded, &places) {
         Ok(m) => m,
         Err(e) => {
             let _ = remove_shards(dir);
             // A part's file that differs from its manifest because the root was swapped
-            // under the merge (its parts are read by path) is said as what happened.
+            // under the merge (its parts' manifests and maps are read by path) is said as
+            // what happened.
             return Err(match dir.check() {
                 Err(moved @ FormatError::OutputMoved { .. }) => moved,
                 _ => e,
@@ -260,19 +262,24 @@ fn merge_locked(dir: &HeldDir, parts: &[PathBuf]) -> Result<MergeReport, FormatE
 
 /// Links every part's shards into `out` under the merged names and writes the merged
 /// manifest: the merge's one visible result, written last.
-fn link_parts(out_dir: &HeldDir, loaded: &[(PathBuf, Manifest)]) -> Result<Manifest, FormatError> {
+fn link_parts(
+    out_dir: &HeldDir,
+    loaded: &[(PathBuf, Manifest)],
+    places: &[removal::PartPlace],
+) -> Result<Manifest, FormatError> {
     let out = out_dir.path();
     let (mut shards, mut linked) = (Vec::new(), Vec::new());
     let mut audit: Option<Audit> = None;
     let (mut samples, mut bytes, mut payload_bytes) = (0u64, 0u64, 0u64);
-    for (dir, m) in loaded {
+    for ((dir, m), place) in loaded.iter().zip(places) {
         out_dir.check()?;
+        let part = place.open(out_dir, dir)?;
         for s in &m.shards {
             let from = dir.join(&s.file);
-            check_size(&from, s)?;
+            check_size(&part, s)?;
             let file = shard_file_name(shards.len());
             let to = out.join(&file);
-            (out_dir.link_from(&from, &file)).map_err(|e| link_error(&from, &to, e))?;
+            (out_dir.link_from(&part, &s.file, &file)).map_err(|e| link_error(&from, &to, e))?;
             linked.push((from, file.clone(), s.xxh3));
             let first_index = samples + s.first_index;
             let first_key = s.first_key();

@@ -104,10 +104,11 @@ impl DirIdentity {
 /// Removed by its name alone, whatever directory is at that name when the call lands would
 /// go: a run paused right before it, while its directory was moved away and another run
 /// made a new one under the name (empty, about to be locked), removed the newcomer's. So
-/// the directory is first renamed aside, in its parent, to a name of this process's
-/// (`.NAME.stoker-removing-PID`), looked at there, and removed only if it is `held`;
-/// anything else is renamed back at once. Where the file system cannot rename without
-/// replacing, it is looked at under its name and then removed, as before.
+/// once the name is seen to lead to `held`, the directory is renamed aside, in its parent,
+/// to a name of this process's (`.NAME.stoker-removing-PID-K`), looked at there, and
+/// removed only if it is `held`; anything else is renamed back at once. Where the file
+/// system cannot rename without replacing, it is removed by its name once seen to be
+/// `held`.
 pub(crate) fn remove_empty_dir(path: &Path, held: DirIdentity) -> bool {
     use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
@@ -127,34 +128,81 @@ pub(crate) fn remove_empty_dir(path: &Path, held: DirIdentity) -> bool {
         rustix::fs::statat(&p, at, AtFlags::SYMLINK_NOFOLLOW)
             .is_ok_and(|st| (st.st_dev, st.st_ino) == (held.dev, held.ino))
     };
-    let mut aside = std::ffi::OsString::from(".");
-    aside.push(name);
-    aside.push(format!(".stoker-removing-{}", std::process::id()));
-    match rustix::fs::renameat_with(&p, name, &p, &aside, RenameFlags::NOREPLACE) {
-        Ok(()) => {}
-        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS | rustix::io::Errno::PERM) => {
-            return is_held(name) && rustix::fs::unlinkat(&p, name, AtFlags::REMOVEDIR).is_ok();
-        }
-        Err(_) => return false,
+    // Nothing that is not ours is moved even for a moment.
+    if !is_held(name) {
+        return false;
     }
+    #[cfg(test)]
+    tests::before_removal();
+    let Some(aside) = rename_aside(&p, name) else {
+        return false;
+    };
+    let aside = match aside {
+        Ok(aside) => aside,
+        // No rename without replacing here (NFS, 9p, some FUSE): looked at just above.
+        Err(()) => return rustix::fs::unlinkat(&p, name, AtFlags::REMOVEDIR).is_ok(),
+    };
     if is_held(&aside) && rustix::fs::unlinkat(&p, &aside, AtFlags::REMOVEDIR).is_ok() {
         return true;
     }
     // Another run's, or ours with something put in it since: back under its name.
-    if rustix::fs::renameat_with(&p, &aside, &p, name, RenameFlags::NOREPLACE).is_err() {
+    if let Err(e) = rustix::fs::renameat_with(&p, &aside, &p, name, RenameFlags::NOREPLACE) {
         tracing::warn!(
-            "{}: moved aside to be removed and could not be put back (something was made under its name meanwhile); it is {}",
+            "{}: renamed aside to be removed, and not put back ({}); it is {}",
             path.lossless(),
+            std::io::Error::from(e),
             parent.join(&aside).lossless()
         );
     }
     false
 }
 
+/// How many aside names [`rename_aside`] tries: one left by a process that died between
+/// its rename and its removal may hold the first (a container's process is often pid 1).
+const ASIDE_TRIES: u32 = 16;
+
+/// Renames `name` in the open directory `parent` to a new hidden name of this process's
+/// and returns it; `Some(Err(()))` where the file system cannot rename without replacing,
+/// `None` on any other failure (the name gone, every hidden name taken).
+fn rename_aside(
+    parent: &rustix::fd::OwnedFd,
+    name: &std::ffi::OsStr,
+) -> Option<Result<std::ffi::OsString, ()>> {
+    use rustix::io::Errno;
+    for k in 0..ASIDE_TRIES {
+        let mut aside = std::ffi::OsString::from(".");
+        aside.push(name);
+        aside.push(format!(".stoker-removing-{}-{k}", std::process::id()));
+        let flags = rustix::fs::RenameFlags::NOREPLACE;
+        match rustix::fs::renameat_with(parent, name, parent, &aside, flags) {
+            Ok(()) => return Some(Ok(aside)),
+            Err(Errno::EXIST) => continue,
+            Err(Errno::INVAL | Errno::NOSYS | Errno::PERM) => return Some(Err(())),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
     use super::*;
     use crate::{DatasetWriter, Encoding, Provenance, RecordMeta, WriterOptions};
+
+    thread_local! {
+        /// Run once, on this thread, when [`remove_empty_dir`] has seen its name lead to
+        /// the directory held, just before it renames it aside.
+        static BEFORE_REMOVAL: RefCell<Option<Box<dyn FnOnce()>>> = RefCell::new(None);
+    }
+
+    pub(super) fn before_removal() {
+        if let Some(f) = BEFORE_REMOVAL.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
 
     const META: RecordMeta = RecordMeta {
         encoding: Encoding::Jpeg,
@@ -256,10 +304,25 @@ mod tests {
         let out = tmp.path().join("out");
         std::fs::create_dir(&out).unwrap();
         let held = DirIdentity::of_file(&std::fs::File::open(&out).unwrap()).unwrap();
-        let moved = replace(&out);
+        // Swapped in the moment after the name was seen to be ours: the newcomer is
+        // renamed aside, seen not to be ours, and put back, not removed.
+        let (from, newcomer) = (out.clone(), Rc::new(RefCell::new(None)));
+        let made = newcomer.clone();
+        BEFORE_REMOVAL.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                let _ = replace(&from);
+                *made.borrow_mut() =
+                    DirIdentity::of_file(&std::fs::File::open(&from).unwrap()).ok();
+            }))
+        });
         assert!(!remove_empty_dir(&out, held));
-        assert!(out.is_dir());
-        // Nothing of the attempt is left beside it.
+        let now = DirIdentity::of_file(&std::fs::File::open(&out).unwrap()).unwrap();
+        let newcomer = newcomer.borrow().expect("the swap ran");
+        assert_eq!((now.dev, now.ino), (newcomer.dev, newcomer.ino));
+        let moved = out.with_extension("moved");
+        // Swapped before: nothing is moved at all.
+        assert!(!remove_empty_dir(&out, held));
+        // Nothing of the attempts is left beside it.
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2);
         // Its own: kept while something is in it, removed once empty.
         std::fs::write(moved.join("f"), b"").unwrap();

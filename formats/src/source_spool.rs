@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::held_dir::HeldDir;
 use crate::manifest::SourcesEntry;
@@ -31,19 +31,15 @@ pub(crate) struct SourceSpool {
 }
 
 impl SourceSpool {
-    /// An empty spool in `dir`.
+    /// An empty spool in `dir`, the writer's directory (held open).
     ///
     /// # Errors
     ///
     /// I/O errors creating its files.
-    pub(crate) fn new(dir: &Path) -> Result<SourceSpool, FormatError> {
-        let file = || {
-            tempfile::tempfile_in(dir)
-                .map(BufWriter::new)
-                .map_err(|e| FormatError::io(dir, e))
-        };
+    pub(crate) fn new(dir: &HeldDir) -> Result<SourceSpool, FormatError> {
+        let file = || dir.unnamed_file().map(BufWriter::new);
         Ok(SourceSpool {
-            dir: dir.to_path_buf(),
+            dir: dir.path().to_path_buf(),
             offsets: file()?,
             names: file()?,
             at: 0,
@@ -98,17 +94,19 @@ impl SourceSpool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn the_spooled_names_read_back_as_a_map() {
         let dir = tempfile::tempdir().unwrap();
-        let mut spool = SourceSpool::new(dir.path()).unwrap();
+        let held = HeldDir::open(dir.path()).unwrap();
+        let mut spool = SourceSpool::new(&held).unwrap();
         let long = vec![b'x'; MAX_SOURCE_NAME + 10];
         for name in [&b"a/b.jpg"[..], b"", &long, b"sample 3"] {
             spool.push(name).unwrap();
         }
         assert_eq!(spool.records(), 4);
-        let entry = spool.finish(&HeldDir::open(dir.path()).unwrap()).unwrap();
+        let entry = spool.finish(&held).unwrap();
         // The unnamed spool files leave nothing beside the map.
         let names: Vec<_> = std::fs::read_dir(dir.path())
             .unwrap()

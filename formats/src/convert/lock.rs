@@ -173,8 +173,8 @@ pub(crate) fn is_held(dir: &Path) -> bool {
 }
 
 /// Whether `path` still leads to the open directory `dir` (same device and inode),
-/// through a symbolic link too: an output root may be one (`out -> /scratch/out`). What is
-/// removed by path is never the link: `remove_dir` of a link fails.
+/// through a symbolic link too: an output root may be one (`out -> /scratch/out`). A
+/// directory taken away is never the link ([`crate::out_dir::remove_empty_dir`]).
 pub(crate) fn same_dir(dir: &File, path: &Path) -> bool {
     DirIdentity::of_file(dir).is_ok_and(|held| held.check(path).is_ok())
 }

@@ -204,13 +204,13 @@ impl SampleWriter {
             (claim.lock.held_dir(&out))
                 .and_then(|dir| DatasetWriter::create_unlocked(options.writer_options(None), dir))
         });
-        let writer = writer.and_then(|w| Ok((w, SourceSpool::new(&out)?)));
-        let (writer, spool) = match writer {
+        let writer = writer.and_then(|w| Ok((SourceSpool::new(w.dir())?, w)));
+        let (spool, writer) = match writer {
             Ok(w) => w,
             Err(e) => {
                 // Only the directories this call created, and only when empty.
                 claim.abandon();
-                return Err(e.escalate(FaultStage::Writing));
+                return Err(in_writer_words(e.escalate(FaultStage::Writing)));
             }
         };
         let (mut made, lock) = claim.ready();
@@ -613,39 +613,7 @@ impl SampleWriter {
     /// finishing got that far) and the directories it created, and returns `e` (a strict
     /// stop saying that nothing is left, a full disk as [`FormatError::WriterOutOfSpace`]).
     fn stop(&mut self, e: FormatError) -> FormatError {
-        // The writer's own words: `OutOfSpace` tells a conversion to `--resume`.
-        let e = match e {
-            FormatError::OutOfSpace {
-                shard,
-                cause,
-                records,
-                bytes,
-                errno,
-            } => FormatError::WriterOutOfSpace {
-                shard,
-                cause,
-                records,
-                bytes,
-                errno,
-            },
-            // A conversion's words would say that --resume continues.
-            FormatError::OutputMoved { path } => FormatError::OutputExists {
-                path,
-                reason: "the output directory was removed or moved away while the writer wrote it (its path names another directory now, or none): the writer stopped and takes away what it wrote there; write the samples again with a new writer".into(),
-            },
-            FormatError::OutsideFault {
-                path,
-                source,
-                fault,
-                stage: FaultStage::Converting | FaultStage::Starting,
-            } => FormatError::OutsideFault {
-                path,
-                source,
-                fault,
-                stage: FaultStage::Writing,
-            },
-            e => e,
-        };
+        let e = in_writer_words(e);
         self.stopped = Some(e.to_string());
         self.cancel.store(true, Ordering::Relaxed);
         self.pending.clear();
@@ -737,6 +705,43 @@ fn check_part(part: super::Part, classes: Option<&[String]>) -> Result<(), Forma
 fn written_fingerprint(options: &ConvertOptions, classes: Option<&[String]>) -> u32 {
     let tag = crc32c::crc32c(b"stoker.Writer part\0");
     super::with_classes_and_flags(tag, classes.unwrap_or_default(), options)
+}
+
+/// `e` in a writer's own words: a conversion's `OutOfSpace`, `OutputMoved` and outside
+/// faults say that `--resume` continues, and a writer cannot.
+fn in_writer_words(e: FormatError) -> FormatError {
+    match e {
+        FormatError::OutOfSpace {
+            shard,
+            cause,
+            records,
+            bytes,
+            errno,
+        } => FormatError::WriterOutOfSpace {
+            shard,
+            cause,
+            records,
+            bytes,
+            errno,
+        },
+        FormatError::OutputMoved { path } => FormatError::OutputExists {
+            path,
+            reason: "the output directory was removed or moved away while the writer wrote it (its path names another directory now, or none): the writer stopped and takes away what it wrote there; write the samples again with a new writer".into(),
+        },
+        // A conversion's words would say that --resume continues.
+        FormatError::OutsideFault {
+            path,
+            source,
+            fault,
+            stage: FaultStage::Converting | FaultStage::Starting,
+        } => FormatError::OutsideFault {
+            path,
+            source,
+            fault,
+            stage: FaultStage::Writing,
+        },
+        e => e,
+    }
 }
 
 /// Refuses an output directory that holds anything: a dataset, a conversion's leftovers or

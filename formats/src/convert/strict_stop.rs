@@ -214,7 +214,7 @@ impl Made {
     }
 
     /// Whether the path of the output directory still leads to `dir` (same device and
-    /// inode), so that removing it by that path removes the run's own directory.
+    /// inode): the directories are taken away only then.
     fn names_dir(&self, dir: &File) -> bool {
         let id = |m: std::fs::Metadata| (m.dev(), m.ino());
         match (dir.metadata(), std::fs::symlink_metadata(&self.out)) {

@@ -14,13 +14,13 @@ use crate::{FormatError, ShardEntry};
 pub(super) const REDO_PART: &str =
     "convert or write this part again (delete its directory and rerun its task), then merge";
 
-pub(super) fn check_size(path: &Path, s: &ShardEntry) -> Result<(), FormatError> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| FormatError::io(path, e))?
-        .len();
+/// Refuses a shard of the part `part` whose file is not the size its manifest entry `s`
+/// gives.
+pub(super) fn check_size(part: &HeldDir, s: &ShardEntry) -> Result<(), FormatError> {
+    let len = part.len_of(&s.file)?;
     if len != s.bytes {
         return Err(FormatError::ShardSizeMismatch {
-            shard: path.to_path_buf(),
+            shard: part.join(&s.file),
             got: len,
             want: s.bytes,
         });

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::held_dir::HeldDir;
+use crate::FormatError;
 
 /// Where a part directory is.
 #[derive(Debug)]
@@ -44,6 +45,20 @@ pub(super) fn place_of(dir: &Path, root: &HeldDir) -> PartPlace {
             target,
         },
         (_, _, target) => PartPlace::Elsewhere { path, target },
+    }
+}
+
+impl PartPlace {
+    /// The part directory, open: one in the root opened by its name there (the root held),
+    /// so that its shards linked are its own whatever the root's path names by then; `dir`,
+    /// its path, in messages.
+    pub(super) fn open(&self, root: &HeldDir, dir: &Path) -> Result<HeldDir, FormatError> {
+        match self {
+            PartPlace::InRoot(name) | PartPlace::LinkInRoot { name, .. } => {
+                root.open_dir(name, dir)
+            }
+            PartPlace::Elsewhere { .. } => HeldDir::open(dir),
+        }
     }
 }
 
