@@ -195,6 +195,7 @@ impl DatasetWriter {
         options: WriterOptions,
         dir: HeldDir,
     ) -> Result<DatasetWriter, FormatError> {
+        dir.check()?;
         refuse_finished(dir.path())?;
         Self::resume_from(options, Vec::new(), dir)
     }

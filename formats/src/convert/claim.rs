@@ -434,6 +434,36 @@ mod tests {
         drop(claim);
     }
 
+    /// The same, through a whole conversion, with a newcomer that finished its part 0
+    /// meanwhile: the paused one called it "already holds a finished dataset" and said to
+    /// delete it, where its own root had been moved away.
+    #[test]
+    fn a_part_whose_root_moved_while_it_started_says_so() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("out");
+        let part = crate::Part::new(0, 2).unwrap();
+        let (from, to) = (root.clone(), tmp.path().join("moved"));
+        BEFORE_PART_RENAME.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                std::fs::rename(&from, &to).unwrap();
+                let theirs = from.join("part-00000-of-00002");
+                std::fs::create_dir_all(&theirs).unwrap();
+                std::fs::write(theirs.join(MANIFEST_FILE), b"{}").unwrap();
+            }))
+        });
+        let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/data/sample");
+        let mut o = crate::ConvertOptions::new(crate::Source::ImageFolder(src.into()), &root);
+        o.check_decode = false;
+        o.part = Some(part);
+        let e = crate::convert(&o, &crate::NoProgress)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("moved away"), "{e}");
+        let theirs = root.join("part-00000-of-00002");
+        assert_eq!(std::fs::read(theirs.join(MANIFEST_FILE)).unwrap(), b"{}");
+        assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 1);
+    }
+
     /// Starts that died between making their hidden directory and renaming it (a
     /// container's process is pid 1 each time) took every hidden name this one tries: the
     /// part could never start again until someone removed them by hand.

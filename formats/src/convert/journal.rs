@@ -519,6 +519,9 @@ pub(super) fn prepare_output(
         path: out.to_path_buf(),
         reason,
     };
+    // Moved since it was locked, what the path names is another's: said as that, not
+    // as whatever that one holds.
+    dir.check()?;
     // With --resume, `convert` has already answered for a finished dataset (done, or
     // refused saying why): this one was finished since.
     crate::out_dir::refuse_finished(out)?;

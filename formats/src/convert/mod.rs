@@ -271,7 +271,7 @@ fn run_error(e: FormatError, held: &HeldDir) -> FormatError {
 /// "out/shard-00014.lmdb.tmp: No such file or directory" did not say so.
 fn output_gone(e: FormatError, held: &HeldDir) -> FormatError {
     let out = held.path();
-    let moved = "if it was moved, `--resume` with that directory as OUT continues it";
+    let moved = "if it was moved, `--resume` with the directory it went to as OUT continues it (for a part, the root it went to, with the same --part and --parts)";
     match &e {
         FormatError::OutputMoved { .. } => FormatError::OutputExists {
             path: out.to_path_buf(),
