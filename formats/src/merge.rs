@@ -124,7 +124,7 @@ pub fn merge(out: &Path, parts: &[PathBuf]) -> Result<MergeReport, FormatError> 
         // is starting in it (a part locks its root shared while it starts); empty only, and
         // `out` only while it is the directory locked.
         let held = crate::out_dir::DirIdentity::of_file(lock.dir()).ok();
-        if let Some(held) = held.filter(|_| crate::convert::lock::same_dir(lock.dir(), out)) {
+        if let Some(held) = held.filter(|h| h.check(out).is_ok()) {
             for d in &made {
                 let removed = match d == out {
                     true => crate::out_dir::remove_empty_dir(d, held),

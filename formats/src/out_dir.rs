@@ -105,7 +105,7 @@ impl DirIdentity {
 /// go: a run paused right before it, while its directory was moved away and another run
 /// made a new one under the name (empty, about to be locked), removed the newcomer's. So
 /// once the name is seen to lead to `held`, the directory is renamed aside, in its parent,
-/// to a name of this process's (`.NAME.stoker-removing-PID-K`), looked at there, and
+/// to a name of this process's (`.stoker-removing-PID-K`), looked at there, and
 /// removed only if it is `held`; anything else is renamed back at once. Where the file
 /// system cannot rename without replacing, it is removed by its name once seen to be
 /// `held`.
@@ -134,19 +134,20 @@ pub(crate) fn remove_empty_dir(path: &Path, held: DirIdentity) -> bool {
     }
     #[cfg(test)]
     tests::before_removal();
-    let Some(aside) = rename_aside(&p, name) else {
-        return false;
-    };
-    let aside = match aside {
-        Ok(aside) => aside,
+    let aside = match rename_aside(&p, name) {
+        Aside::Renamed(aside) => aside,
         // No rename without replacing here (NFS, 9p, some FUSE): looked at just above.
-        Err(()) => return rustix::fs::unlinkat(&p, name, AtFlags::REMOVEDIR).is_ok(),
+        Aside::Unsupported => return rustix::fs::unlinkat(&p, name, AtFlags::REMOVEDIR).is_ok(),
+        Aside::Failed => return false,
     };
-    if is_held(&aside) && rustix::fs::unlinkat(&p, &aside, AtFlags::REMOVEDIR).is_ok() {
+    if is_held(aside.as_ref())
+        && rustix::fs::unlinkat(&p, aside.as_str(), AtFlags::REMOVEDIR).is_ok()
+    {
         return true;
     }
     // Another run's, or ours with something put in it since: back under its name.
-    if let Err(e) = rustix::fs::renameat_with(&p, &aside, &p, name, RenameFlags::NOREPLACE) {
+    if let Err(e) = rustix::fs::renameat_with(&p, aside.as_str(), &p, name, RenameFlags::NOREPLACE)
+    {
         tracing::warn!(
             "{}: renamed aside to be removed, and not put back ({}); it is {}",
             path.lossless(),
@@ -161,27 +162,31 @@ pub(crate) fn remove_empty_dir(path: &Path, held: DirIdentity) -> bool {
 /// its rename and its removal may hold the first (a container's process is often pid 1).
 const ASIDE_TRIES: u32 = 16;
 
-/// Renames `name` in the open directory `parent` to a new hidden name of this process's
-/// and returns it; `Some(Err(()))` where the file system cannot rename without replacing,
-/// `None` on any other failure (the name gone, every hidden name taken).
-fn rename_aside(
-    parent: &rustix::fd::OwnedFd,
-    name: &std::ffi::OsStr,
-) -> Option<Result<std::ffi::OsString, ()>> {
+/// What [`rename_aside`] did.
+enum Aside {
+    /// Renamed to this name.
+    Renamed(String),
+    /// The file system cannot rename without replacing.
+    Unsupported,
+    /// Not renamed: the name gone, every hidden name taken, another error.
+    Failed,
+}
+
+/// Renames `name` in the open directory `parent` to a new hidden name of this process's,
+/// `.stoker-removing-PID-K` (short, whatever the length of `name`).
+fn rename_aside(parent: &rustix::fd::OwnedFd, name: &std::ffi::OsStr) -> Aside {
     use rustix::io::Errno;
     for k in 0..ASIDE_TRIES {
-        let mut aside = std::ffi::OsString::from(".");
-        aside.push(name);
-        aside.push(format!(".stoker-removing-{}-{k}", std::process::id()));
+        let aside = format!(".stoker-removing-{}-{k}", std::process::id());
         let flags = rustix::fs::RenameFlags::NOREPLACE;
-        match rustix::fs::renameat_with(parent, name, parent, &aside, flags) {
-            Ok(()) => return Some(Ok(aside)),
+        match rustix::fs::renameat_with(parent, name, parent, aside.as_str(), flags) {
+            Ok(()) => return Aside::Renamed(aside),
             Err(Errno::EXIST) => continue,
-            Err(Errno::INVAL | Errno::NOSYS | Errno::PERM) => return Some(Err(())),
-            Err(_) => return None,
+            Err(Errno::INVAL | Errno::NOSYS | Errno::PERM) => return Aside::Unsupported,
+            Err(_) => return Aside::Failed,
         }
     }
-    None
+    Aside::Failed
 }
 
 #[cfg(test)]
@@ -320,8 +325,10 @@ mod tests {
         let newcomer = newcomer.borrow().expect("the swap ran");
         assert_eq!((now.dev, now.ino), (newcomer.dev, newcomer.ino));
         let moved = out.with_extension("moved");
-        // Swapped before: nothing is moved at all.
+        // Swapped before: seen not to be ours, it is not even moved aside.
+        BEFORE_REMOVAL.with(|h| *h.borrow_mut() = Some(Box::new(|| panic!("moved aside"))));
         assert!(!remove_empty_dir(&out, held));
+        BEFORE_REMOVAL.with(|h| *h.borrow_mut() = None);
         // Nothing of the attempts is left beside it.
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2);
         // Its own: kept while something is in it, removed once empty.

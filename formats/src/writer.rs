@@ -190,7 +190,7 @@ impl DatasetWriter {
     }
 
     /// [`DatasetWriter::create`] in a directory the caller has locked (`dir`, the locked
-    /// one, open) and checked.
+    /// one, open); its path is checked to still name it.
     pub(crate) fn create_unlocked(
         options: WriterOptions,
         dir: HeldDir,

@@ -726,7 +726,7 @@ fn in_writer_words(e: FormatError) -> FormatError {
         },
         FormatError::OutputMoved { path } => FormatError::OutputExists {
             path,
-            reason: "the output directory was removed or moved away while the writer wrote it (its path names another directory now, or none): the writer stopped and takes away what it wrote there; write the samples again with a new writer".into(),
+            reason: "the output directory was removed or moved away under the writer (its path names another directory now, or none): the writer stopped, and nothing it wrote stays there; write the samples again with a new writer".into(),
         },
         // A conversion's words would say that --resume continues.
         FormatError::OutsideFault {

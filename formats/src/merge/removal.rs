@@ -16,8 +16,13 @@ use crate::FormatError;
 pub(super) enum PartPlace {
     /// A directory in the root, by its name there.
     InRoot(PathBuf),
-    /// A symbolic link in the root, by its name there, and the directory it led to.
-    LinkInRoot { name: PathBuf, target: PathBuf },
+    /// A symbolic link in the root, by its name there, and the directory it led to; where
+    /// that lies inside the root, also its path from the root, by which it is removed.
+    LinkInRoot {
+        name: PathBuf,
+        target: PathBuf,
+        within: Option<PathBuf>,
+    },
     /// A part outside the root: its path with the parent resolved ([`resolved_dir`]), and
     /// the directory it led to when it is a symbolic link.
     Elsewhere {
@@ -40,10 +45,17 @@ pub(super) fn place_of(dir: &Path, root: &HeldDir) -> PartPlace {
     let in_root = parent.is_some_and(|p| root.identity().check(p).is_ok());
     match (in_root, path.file_name(), target) {
         (true, Some(name), None) if !link => PartPlace::InRoot(name.into()),
-        (true, Some(name), Some(target)) => PartPlace::LinkInRoot {
-            name: name.into(),
-            target,
-        },
+        (true, Some(name), Some(target)) => {
+            let root_real = std::fs::canonicalize(root.path());
+            let within = root_real
+                .ok()
+                .and_then(|r| Some(target.strip_prefix(r).ok()?.into()));
+            PartPlace::LinkInRoot {
+                name: name.into(),
+                target,
+                within,
+            }
+        }
         (_, _, target) => PartPlace::Elsewhere { path, target },
     }
 }
@@ -69,8 +81,15 @@ impl PartPlace {
 pub(super) fn remove(place: &PartPlace, root: &HeldDir) -> std::io::Result<Option<PathBuf>> {
     match place {
         PartPlace::InRoot(name) => root.remove_tree(name).map(|()| None),
-        PartPlace::LinkInRoot { name, target } => {
-            std::fs::remove_dir_all(target)?;
+        PartPlace::LinkInRoot {
+            name,
+            target,
+            within,
+        } => {
+            match within {
+                Some(within) => root.remove_tree(within)?,
+                None => std::fs::remove_dir_all(target)?,
+            }
             // A link is removed as a file, never followed.
             root.remove_tree(name)?;
             Ok(Some(target.clone()))

@@ -96,3 +96,36 @@ fn a_merged_part_is_removed_from_the_root_held_not_from_the_path() {
     assert!(!tmp.path().join("moved").join(part).exists());
     assert!(root.join(part).join("shard-00000.lmdb").exists());
 }
+
+/// The same for a part that is a symlink in the root to a directory inside it: the
+/// directory it led to went by its absolute path, the newcomer's once the root moved.
+#[test]
+fn a_linked_part_inside_the_root_is_removed_from_the_root_held() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let make = |root: &Path| {
+        std::fs::create_dir_all(root.join(".stash/p0")).unwrap();
+        std::fs::write(root.join(".stash/p0/shard-00000.lmdb"), b"x").unwrap();
+        std::os::unix::fs::symlink(".stash/p0", root.join("part-00000-of-00001")).unwrap();
+    };
+    make(&root);
+    let held = HeldDir::open(&root).unwrap();
+    let place = removal::place_of(&root.join("part-00000-of-00001"), &held);
+    assert!(
+        matches!(
+            place,
+            removal::PartPlace::LinkInRoot {
+                within: Some(_),
+                ..
+            }
+        ),
+        "{place:?}"
+    );
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&root, &moved).unwrap();
+    make(&root);
+    removal::remove(&place, &held).unwrap();
+    assert!(!moved.join(".stash/p0").exists() && !moved.join("part-00000-of-00001").exists());
+    assert!(root.join(".stash/p0/shard-00000.lmdb").exists());
+    assert!(root.join("part-00000-of-00001").is_symlink());
+}
