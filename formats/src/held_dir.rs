@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use rustix::fs::{AtFlags, Mode, OFlags};
 
-use crate::out_dir::DirIdentity;
+use crate::out_dir::{dir_flags, DirIdentity};
 use crate::FormatError;
 
 /// Mode of every file a writer makes, less the umask (docs/FORMAT.md).
@@ -256,16 +256,7 @@ impl HeldDir {
 
     /// The names of its entries (not `.` and `..`), in directory order.
     pub(crate) fn names(&self) -> Result<Vec<OsString>, FormatError> {
-        let io = |e: rustix::io::Errno| FormatError::io(&self.path, e.into());
-        let mut names = Vec::new();
-        for entry in rustix::fs::Dir::read_from(&*self.fd).map_err(io)? {
-            let entry = entry.map_err(io)?;
-            let name = entry.file_name().to_bytes();
-            if name != b"." && name != b".." {
-                names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
-            }
-        }
-        Ok(names)
+        entry_names(&self.fd).map_err(|e| FormatError::io(&self.path, e.into()))
     }
 
     /// Makes what was renamed into it durable; best effort, as not every file system can
@@ -294,24 +285,24 @@ fn remove_tree_at(parent: &File, name: &Path, depth: usize) -> std::io::Result<(
     let dir = File::from(rustix::fs::openat(parent, name, flags, Mode::empty())?);
     // Listed before anything goes: entries removed while a directory is read may be
     // skipped by the read.
-    let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(&dir)? {
-        let entry = entry?;
-        let n = entry.file_name().to_bytes();
-        if n != b"." && n != b".." {
-            names.push(PathBuf::from(std::ffi::OsStr::from_bytes(n)));
-        }
-    }
-    for n in &names {
-        remove_tree_at(&dir, n, depth + 1)?;
+    for n in entry_names(&dir)? {
+        remove_tree_at(&dir, Path::new(&n), depth + 1)?;
     }
     rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).map_err(Into::into)
 }
 
-/// How a directory handle is opened: read-only (enough for every `*at` call), never
-/// inherited by a child process.
-fn dir_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
+/// The names of the entries of the open directory `dir` (not `.` and `..`), in directory
+/// order.
+fn entry_names(dir: &File) -> rustix::io::Result<Vec<OsString>> {
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(std::ffi::OsStr::from_bytes(name).to_os_string());
+        }
+    }
+    Ok(names)
 }
 
 /// Tests only: `dir` moved to `dir.moved` (returned), and a new empty directory made

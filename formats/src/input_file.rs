@@ -2,9 +2,9 @@
 //! blocking on a FIFO. The converter and `stoker decode` read every input through here, so a
 //! device file, a pipe or a multi-gigabyte file is refused before any of it is read.
 
-use std::fs::{File, FileType, Metadata, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::text::Lossless;
@@ -15,24 +15,9 @@ use crate::FormatError;
 /// memory. Uncompressed TIFF or PNG inputs may need more (`--max-file-size`).
 pub const DEFAULT_MAX_FILE_SIZE: u64 = 64 << 20;
 
-fn kind_of(t: &FileType) -> &'static str {
-    if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_dir() {
-        "a directory"
-    } else {
-        "not a plain file"
-    }
-}
-
-/// [`kind_of`] for a type `stat` gave through `rustix` (a file looked at in a directory
-/// held open, [`crate::held_dir::HeldDir::read`]).
+/// What a file that is not a plain one is, for [`FormatError::NotRegularFile`]; from the
+/// type `stat` gave (through `std` or, for a file looked at in a directory held open,
+/// [`crate::held_dir::HeldDir::read`], through `rustix`).
 pub(crate) fn kind_named(t: rustix::fs::FileType) -> &'static str {
     use rustix::fs::FileType as T;
     match t {
@@ -49,7 +34,7 @@ fn check_regular(path: &Path, meta: &Metadata) -> Result<(), FormatError> {
     if !meta.file_type().is_file() {
         return Err(FormatError::NotRegularFile {
             path: path.to_path_buf(),
-            kind: kind_of(&meta.file_type()),
+            kind: kind_named(rustix::fs::FileType::from_raw_mode(meta.mode())),
         });
     }
     Ok(())

@@ -98,6 +98,13 @@ impl DirIdentity {
     }
 }
 
+/// How a directory handle is opened: read-only (enough for every `*at` call), never
+/// inherited by a child process.
+pub(crate) fn dir_flags() -> rustix::fs::OFlags {
+    use rustix::fs::OFlags;
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
+}
+
 /// Removes the empty directory at `path` if it is `held` (a run's own output directory,
 /// which the run made and now takes away), and nothing else; false when it stays.
 ///
@@ -110,7 +117,7 @@ impl DirIdentity {
 /// system cannot rename without replacing, it is removed by its name once seen to be
 /// `held`.
 pub(crate) fn remove_empty_dir(path: &Path, held: DirIdentity) -> bool {
-    use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags};
+    use rustix::fs::{AtFlags, Mode, RenameFlags};
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         // `/`, or a path ending in `..`: never a directory a run made.
         return false;
@@ -120,7 +127,7 @@ pub(crate) fn remove_empty_dir(path: &Path, held: DirIdentity) -> bool {
     } else {
         parent
     };
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let flags = dir_flags();
     let Ok(p) = rustix::fs::openat(rustix::fs::CWD, parent, flags, Mode::empty()) else {
         return false;
     };

@@ -147,9 +147,8 @@ impl std::fmt::Debug for DatasetWriter {
 struct ShardBuilder {
     /// The directory it is written in.
     dir: HeldDir,
-    /// Its temporary name there, and that name's path for messages.
+    /// Its temporary name there.
     tmp: String,
-    tmp_path: PathBuf,
     file: String,
     tree: TreeWriter,
     first_index: u64,
@@ -184,7 +183,7 @@ impl DatasetWriter {
         // Again under the lock: another writer may have finished since.
         refuse_finished(&out_dir)?;
         refuse_unfinished_writer(&out_dir)?;
-        let mut writer = Self::create_unlocked(options, dir)?;
+        let mut writer = Self::resume_from(options, Vec::new(), dir)?;
         writer.lock = Some(lock);
         Ok(writer)
     }
@@ -622,13 +621,11 @@ impl ShardBuilder {
     ) -> Result<ShardBuilder, FormatError> {
         let file = shard_file_name(i);
         let tmp = format!("{file}.tmp");
-        let tmp_path = dir.join(&tmp);
         let tree = TreeWriter::new(dir.create(&tmp)?, predicted)
-            .map_err(|e| FormatError::io(&tmp_path, e))?;
+            .map_err(|e| FormatError::io(dir.join(&tmp), e))?;
         Ok(ShardBuilder {
             dir: dir.clone(),
             tmp,
-            tmp_path,
             file,
             tree,
             first_index,
@@ -638,12 +635,17 @@ impl ShardBuilder {
         })
     }
 
+    /// Its temporary file's path, for messages.
+    fn tmp_path(&self) -> PathBuf {
+        self.dir.join(&self.tmp)
+    }
+
     /// Writes the record `index` into the file and hands its payload buffer back to the
     /// pool, if any.
     fn append(&mut self, index: u64, header: &[u8], payload: Vec<u8>) -> Result<(), FormatError> {
         self.tree
             .append(shard::key(index), header, &payload)
-            .map_err(|e| FormatError::io(&self.tmp_path, e))?;
+            .map_err(|e| FormatError::io(self.tmp_path(), e))?;
         self.count += 1;
         self.value_bytes += (header.len() + payload.len()) as u64;
         if let Some(pool) = &self.pool {
@@ -654,12 +656,13 @@ impl ShardBuilder {
 
     /// Completes, syncs, closes and renames the shard; returns its manifest entry.
     fn finish(self) -> Result<(ShardEntry, bool), FormatError> {
-        let io = |e| FormatError::io(&self.tmp_path, e);
+        let tmp_path = self.tmp_path();
+        let io = |e| FormatError::io(&tmp_path, e);
         let (file, stat, streamed) = self.tree.finish().map_err(io)?;
         file.sync_all().map_err(io)?;
         let (bytes, digest) = match streamed {
             Some(digest) => (stat.file_pages() * PAGE as u64, digest),
-            None => crate::digest::xxh3_of_written(&file, &self.tmp_path)?,
+            None => crate::digest::xxh3_of_written(&file, &tmp_path)?,
         };
         drop(file);
         let hashed_as_written = streamed.is_some();

@@ -53,7 +53,7 @@ impl OutputLock {
         out: &Path,
     ) -> Result<OutputLock, FormatError> {
         use rustix::fs::{Mode, OFlags};
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let flags = crate::out_dir::dir_flags() | OFlags::NOFOLLOW;
         let dir = rustix::fs::openat(parent, name, flags, Mode::empty());
         let dir = dir.map(File::from).map_err(std::io::Error::from);
         Self::acquire_with(out, dir, fs4::FileExt::try_lock)
